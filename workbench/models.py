@@ -213,7 +213,20 @@ def read_model_config(spec: str) -> dict:
 
 
 def max_context_tokens(spec: str) -> int:
-    """The model's maximum context (``max_position_embeddings``), read from its config only."""
+    """The model's maximum context (``max_position_embeddings``), read without loading weights.
+
+    For the default model before its first conversion, the GGUF header's
+    ``llama.context_length`` is read instead, so validation never converts.
+    """
+    if spec == DEFAULT_MODEL:
+        gguf = default_gguf_path()
+        cached = list((cache_root() / "models").glob(f"{DEFAULT_MODEL_NAME}-*/config.json"))
+        if cached:
+            return int(json.loads(cached[0].read_text()).get("max_position_embeddings", 2048))
+        from gguf import GGUFReader
+
+        field = GGUFReader(gguf).fields["llama.context_length"]
+        return int(field.parts[field.data[0]][0])
     return int(read_model_config(spec).get("max_position_embeddings", 2048))
 
 
