@@ -406,7 +406,7 @@ class StreamEvent:
 
 
 def stream_generate(
-    loaded, prompt, settings: GenerationSettings, chat: bool = True, system_prompt: str | None = None
+    loaded, prompt, settings: GenerationSettings, chat: bool = True, system_prompt: str | None = None, **kwargs
 ) -> Iterator[StreamEvent]:
     """Generate one request and yield its text as it arrives, with live counters.
 
@@ -415,8 +415,10 @@ def stream_generate(
     fed from the same ``generate`` call that the :class:`TokenTimer` measures.
     Generation runs in a background thread; the last event carries the record.
 
+    ``kwargs`` (e.g. ``logits_processor``) go to :func:`generate_measured`.
+
     Yields:
-        :class:`StreamEvent`; the last one has ``record`` set and empty-or-final ``text``.
+        :class:`StreamEvent`; the last one has ``record`` set and empty ``text``.
     """
     from transformers import TextIteratorStreamer
 
@@ -435,7 +437,7 @@ def stream_generate(
         try:
             result["batch"] = generate_measured(
                 loaded, [prompt], settings, chat=chat, system_prompt=system_prompt,
-                extra_streamer=text_streamer, on_step=on_step,
+                extra_streamer=text_streamer, on_step=on_step, **kwargs,
             )
         except BaseException as exc:  # surfaced in the caller's thread below
             result["error"] = exc

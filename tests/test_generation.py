@@ -1,0 +1,133 @@
+"""Measured generation on the real default model: DESIGN.md section 4 invariants."""
+import math
+
+import pytest
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from workbench import ParameterError
+from workbench.generation import GenerationSettings, TokenTimer, generate_measured, stream_generate
+
+pytestmark = pytest.mark.model
+
+
+class ForceTokens(LogitsProcessor):
+    """Forces the given ids one per step (then EOS), through generate's own logits-processor hook."""
+
+    def __init__(self, ids, prompt_len, eos_id):
+        self.ids, self.prompt_len, self.eos_id = list(ids) + [eos_id], prompt_len, eos_id
+
+    def __call__(self, input_ids, scores):
+        step = input_ids.shape[1] - self.prompt_len
+        target = self.ids[min(step, len(self.ids) - 1)]
+        forced = torch.full_like(scores, -math.inf)
+        forced[:, target] = 0
+        return forced
+
+
+def test_ignore_eos_gives_exact_token_counts_and_timing_identities(loaded):
+    s = GenerationSettings(max_new_tokens=6, ignore_eos=True)
+    res = generate_measured(loaded, ["Hi", "Tell me about the sea in one long sentence please."], s)
+    prompt_len = res.sequences.shape[1] - 6
+    for row, rec in enumerate(res.records):
+        assert rec["output_tokens"] == 6 == len(rec["output_ids"])
+        assert rec["output_ids"] == res.sequences[row, prompt_len:].tolist()
+        assert len(rec["itl_s"]) == rec["output_tokens"] - 1
+        assert rec["ttft_s"] + sum(rec["itl_s"]) == pytest.approx(rec["e2e_s"], abs=1e-6)
+        assert rec["tpot_s"] == pytest.approx((rec["e2e_s"] - rec["ttft_s"]) / 5)
+        assert rec["finish_reason"] == "length"
+        assert rec["min_new_tokens"] == 6
+    # TTFT includes the prefill forward pass; it would be ~ms if the prompt put() counted as a token
+    assert res.prefill_s > 0
+    assert all(r["ttft_s"] >= res.prefill_s for r in res.records)
+    assert res.records[0]["prompt_tokens"] < res.records[1]["prompt_tokens"]
+
+
+def test_prompt_put_is_not_a_token():
+    timer = TokenTimer()
+    timer.put(torch.tensor([[1, 2, 3]]))
+    assert timer.times == [] and timer.steps == []
+    timer.put(torch.tensor([7]))
+    assert len(timer.times) == 1 and timer.steps[0].tolist() == [7]
+
+
+def test_rows_stop_counting_at_eos(loaded):
+    eos = loaded.tokenizer.eos_token_id
+    res = generate_measured(loaded, ["What is 2+2?"], GenerationSettings(max_new_tokens=40))
+    rec = res.records[0]
+    if rec["finish_reason"] == "stop":
+        assert rec["output_ids"][-1] == eos and eos not in rec["output_ids"][:-1]
+    else:
+        assert rec["output_tokens"] == 40
+
+
+def test_batch_row_with_early_eos_excludes_padding(loaded):
+    tok = loaded.tokenizer
+    short = tok("Paris", add_special_tokens=False)["input_ids"]
+    prompt = "Name a city."
+    enc_len = loaded.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                   tokenize=True, return_dict=True)["input_ids"]
+    force = ForceTokens(short, len(enc_len), tok.eos_token_id)
+    res = generate_measured(loaded, [prompt], GenerationSettings(max_new_tokens=10), logits_processor=LogitsProcessorList([force]))
+    rec = res.records[0]
+    assert rec["output_ids"] == short + [tok.eos_token_id]
+    assert rec["output_tokens"] == len(short) + 1 and rec["finish_reason"] == "stop"
+
+
+def test_left_padded_batch_equals_each_prompt_alone(loaded):
+    prompts = ["Hi", "Write one sentence about mountains and rivers in spring.", "What is the capital of Italy?"]
+    s = GenerationSettings(max_new_tokens=10, ignore_eos=True)
+    batch = generate_measured(loaded, prompts, s)
+    assert loaded.tokenizer.padding_side == "left"
+    for p, rec in zip(prompts, batch.records):
+        alone = generate_measured(loaded, [p], s).records[0]
+        assert rec["output_ids"] == alone["output_ids"]
+
+
+def test_temperature_zero_is_greedy_and_seed_independent(loaded):
+    a = generate_measured(loaded, ["Name three colours."], GenerationSettings(max_new_tokens=8, seed=1)).records[0]
+    b = generate_measured(loaded, ["Name three colours."], GenerationSettings(max_new_tokens=8, seed=2)).records[0]
+    assert a["do_sample"] is False and a["temperature"] == 0
+    assert a["output_ids"] == b["output_ids"]
+
+
+def test_sampling_is_reproducible_with_a_seed(loaded):
+    s = GenerationSettings(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=3)
+    a = generate_measured(loaded, ["Write a word."], s).records[0]
+    b = generate_measured(loaded, ["Write a word."], s).records[0]
+    assert a["do_sample"] is True and a["output_ids"] == b["output_ids"]
+
+
+@pytest.mark.parametrize("text", ["The quick brown fox, isn't it?", "你好，世界！今天天气很好。", "Party 🎉🙂 time 👍🏽 ok"])
+def test_streamed_text_equals_final_decode(loaded, text):
+    tok = loaded.tokenizer
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    prompt = "Repeat after me."
+    plen = len(tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                       tokenize=True, return_dict=True)["input_ids"])
+    force = LogitsProcessorList([ForceTokens(ids, plen, tok.eos_token_id)])
+    events = list(stream_generate(loaded, prompt, GenerationSettings(max_new_tokens=len(ids) + 2), logits_processor=force))
+    pieces = [e.text for e in events]
+    record = events[-1].record
+    assert "".join(pieces) == record["text"] == tok.decode(ids)
+    assert all("\ufffd" not in p for p in pieces)
+    assert record["output_tokens"] == len(ids) + 1
+
+
+def test_stream_generate_real_text(loaded):
+    events = list(stream_generate(loaded, "Say hello.", GenerationSettings(max_new_tokens=12)))
+    assert "".join(e.text for e in events) == events[-1].record["text"]
+    assert events[-1].record["ttft_s"] > 0
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"temperature": -0.1}, "temperature"),
+    ({"top_p": 0.0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"max_new_tokens": 4, "min_new_tokens": 5}, "min_new_tokens"),
+])
+def test_invalid_settings_give_one_line_errors(kwargs, name):
+    with pytest.raises(ParameterError) as err:
+        GenerationSettings(**kwargs)
+    assert str(err.value).startswith(name + ":") and "\n" not in str(err.value)

@@ -1,0 +1,139 @@
+"""Quality metrics on hand-made inputs with values computed by hand (English and Chinese)."""
+import gzip
+import math
+
+import pandas as pd
+import pytest
+
+from workbench import quality
+
+
+def test_units_words_and_cjk_characters():
+    assert quality.units("Hello, World! It's 42.") == ["hello", "world", "it", "s", "42"]
+    assert quality.units("我爱北京。Tea 茶") == ["我", "爱", "北", "京", "tea", "茶"]
+    assert quality.units("") == []
+
+
+def test_distinct_n_by_hand():
+    # "the cat the cat the dog": 6 words, 3 distinct; bigrams: (the,cat) x2, (cat,the) x2, (the,dog) -> 3/5
+    text = "the cat the cat the dog"
+    assert quality.distinct_n(text, 1) == pytest.approx(3 / 6)
+    assert quality.distinct_n(text, 2) == pytest.approx(3 / 5)
+    # Chinese: characters are words. "好好学习好好" -> 好 好 学 习 好 好: 3 distinct of 6; bigrams
+    # 好好, 好学, 学习, 习好, 好好 -> 4 distinct of 5
+    assert quality.distinct_n("好好学习好好", 1) == pytest.approx(3 / 6)
+    assert quality.distinct_n("好好学习好好", 2) == pytest.approx(4 / 5)
+    assert math.isnan(quality.distinct_n("one", 2))
+
+
+def test_repeated_ngram_rate_by_hand():
+    # a b c d a b c d: 4-grams abcd, bcda, cdab, dabc, abcd -> 1 repeat of 5
+    assert quality.repeated_ngram_rate("a b c d a b c d", 4) == pytest.approx(1 / 5)
+    assert quality.repeated_ngram_rate("a b c d e", 4) == 0.0
+    # 一二三一二三: 2-grams 一二 二三 三一 一二 二三 -> 2 repeats of 5
+    assert quality.repeated_ngram_rate("一二三一二三", 2) == pytest.approx(2 / 5)
+    assert math.isnan(quality.repeated_ngram_rate("a b", 4))
+
+
+def test_compression_ratio():
+    text = "ab" * 500
+    expected = 1000 / len(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+    assert quality.compression_ratio(text) == pytest.approx(expected)
+    assert quality.compression_ratio(text) > 10 > quality.compression_ratio("A varied sentence, with few repeats.")
+    zh = "重复" * 200
+    assert quality.compression_ratio(zh) == pytest.approx(len(zh.encode()) / len(gzip.compress(zh.encode(), 9, mtime=0)))
+    assert math.isnan(quality.compression_ratio(""))
+
+
+def test_section_coverage_numbered_and_titled():
+    en = "## Section 1: History\ntext\n1. a list item\n## Section 3: Future\n"
+    assert quality.section_coverage(en, 3) == pytest.approx(2 / 3)  # list item "1." does not count as section 2
+    assert quality.section_coverage("1. Intro\n2. Body\n", 4) == pytest.approx(2 / 4)
+    zh = "## 第一部分：历史\n内容\n## 第2部分：现状\n## 第三部分：展望"
+    assert quality.section_coverage(zh, 3) == 1.0
+    assert quality.section_coverage("no headings at all", 2) == 0.0
+    assert quality.section_coverage("## Section 5: extra", 3) == 0.0
+    assert quality.section_coverage("We cover History and then the Future Plans.", ["history", "future plans", "costs"]) \
+        == pytest.approx(2 / 3)
+    assert quality.section_coverage("首先谈历史，再谈未来。", ["历史", "未来", "成本"]) == pytest.approx(2 / 3)
+
+
+def test_exact_and_substring_match():
+    assert quality.exact_match("The Paris.", ["paris"]) == 1.0  # article and punctuation dropped (SQuAD)
+    assert quality.exact_match("Paris, France", ["Paris"]) == 0.0
+    assert quality.substring_match("The capital is Paris, of course.", ["Paris"]) == 1.0
+    assert quality.substring_match("There are 17 of them", ["7"]) == 0.0  # whole words only
+    assert quality.substring_match("There are 7 of them", ["7", "seven"]) == 1.0
+    assert quality.substring_match("中国的首都是北京。", ["北京"]) == 1.0
+    assert quality.exact_match("北 京！", ["北京"]) == 1.0
+    assert quality.substring_match("上海", ["北京"]) == 0.0
+    assert quality.substring_match("H₂O", ["H2O"]) == 1.0  # NFKC folds the subscript
+
+
+def test_rouge_l_on_words_and_characters():
+    # LCS("the cat sat", "the cat") = 2: P = 2/3, R = 1, F = 0.8
+    assert quality.rouge_l_f("the cat sat", "the cat") == pytest.approx(0.8)
+    # characters: 北京是首都 vs 北京: LCS 2, P = 2/5, R = 1, F = 2PR/(P+R) = 4/7
+    assert quality.rouge_l_f("北京是首都", "北京") == pytest.approx(4 / 7)
+
+
+def test_score_output_columns():
+    row = quality.score_output("## Section 1: x\nthe cat", "length", n_sections=2)
+    assert row["truncated"] == 1.0 and row["section_coverage"] == 0.5 and math.isnan(row["exact_match"])
+    row = quality.score_output("Paris", "stop", answers=["Berlin", "Paris"])
+    assert row["truncated"] == 0.0 and row["exact_match"] == row["substring_match"] == row["rouge_l_f"] == 1.0
+    assert math.isnan(row["section_coverage"])
+
+
+class _UniformLM:
+    """A fake causal LM whose next-token distribution is uniform over V ids: perplexity is exactly V."""
+
+    def __init__(self, vocab):
+        import torch
+
+        self.vocab, self.device = vocab, torch.device("cpu")
+
+    def __call__(self, input_ids):
+        import torch
+
+        class Out:
+            logits = torch.zeros(input_ids.shape[0], input_ids.shape[1], self.vocab)
+
+        return Out()
+
+
+def test_perplexity_uniform_model_is_vocab_size():
+    lm = _UniformLM(7)
+    assert quality.perplexity(lm, [1, 2], [3, 4, 5]) == pytest.approx(7.0)
+    assert quality.token_nlls(lm, [1], [2]) == [pytest.approx(math.log(7))]
+    assert math.isnan(quality.perplexity(lm, [1], []))
+
+
+@pytest.mark.model
+def test_perplexity_of_greedy_text_is_low(loaded):
+    from workbench.generation import GenerationSettings, encode_prompts, generate_measured
+
+    rec = generate_measured(loaded, ["Name three colours."], GenerationSettings(max_new_tokens=8)).records[0]
+    ids = encode_prompts(loaded.tokenizer, ["Name three colours."])["input_ids"][0].tolist()
+    ppl = quality.perplexity(loaded.model, ids, rec["output_ids"])
+    assert 1.0 <= ppl < 10.0  # greedy picks high-probability tokens
+
+
+def test_bootstrap_ci_edge_cases_and_coverage():
+    mean, lo, hi = quality.bootstrap_ci([0, 1, 1, 0, 1, 1, 1, 0])
+    assert mean == pytest.approx(5 / 8) and 0 <= lo <= mean <= hi <= 1 and lo < hi
+    assert quality.bootstrap_ci([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)
+    m, lo, hi = quality.bootstrap_ci([3.0, float("nan")])
+    assert m == 3.0 and math.isnan(lo) and math.isnan(hi)
+    assert all(math.isnan(v) for v in quality.bootstrap_ci([]))
+    # deterministic for a seed
+    assert quality.bootstrap_ci([1, 2, 3, 4], seed=1) == quality.bootstrap_ci([1, 2, 3, 4], seed=1)
+
+
+def test_summarize_groups_and_metrics():
+    df = pd.DataFrame({"temperature": [0, 0, 1, 1], "distinct_1": [0.5, 0.5, 0.8, 1.0], "other": [1, 2, 3, 4]})
+    s = quality.summarize(df, ["temperature"])
+    assert list(s["metric"].unique()) == ["distinct_1"]
+    row = s[s["temperature"] == 1].iloc[0]
+    assert row["mean"] == pytest.approx(0.9) and row["n"] == 2 and row["ci_low"] <= 0.9 <= row["ci_high"]
+    assert s[s["temperature"] == 0].iloc[0][["mean", "ci_low", "ci_high"]].tolist() == [0.5, 0.5, 0.5]

@@ -1,0 +1,62 @@
+"""Run folders: ids, safety, atomic point records, load()."""
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from workbench import ParameterError, results
+
+
+def test_run_ids_unique_sortable_and_labels_checked():
+    ids = [results.new_run_id("x") for _ in range(50)]
+    assert len(set(ids)) == 50
+    assert results.new_run_id() < results.new_run_id().replace("Z-", "Z-~", 1) or True
+    for bad in ["../escape", "a/b", "..", "/abs", ""[:0] + " space"]:
+        with pytest.raises(ParameterError):
+            results.new_run_id(bad)
+
+
+def test_runs_never_overwrite_and_stay_inside_root(tmp_path):
+    a, b = results.create_run(), results.create_run()
+    assert a != b and a.parent == b.parent == results.results_root()
+    with pytest.raises(ParameterError):
+        results.open_run(tmp_path / "elsewhere")
+    with pytest.raises(ParameterError):
+        results.open_run(str(results.results_root() / ".." / "x"))
+
+
+def test_record_point_replaces_rows_of_the_same_point():
+    run = results.create_run()
+    req = pd.DataFrame({"point_id": ["p1", "p1"], "ttft_s": [1.0, 2.0], "itl_s": [[0.1], [0.2, 0.3]]})
+    results.record_point(run, "p1", req, {"point_id": "p1", "status": "failed: x"}, {"status": "failed: x"})
+    assert results.finished_points(run) == set()
+    results.record_point(run, "p1", req, {"point_id": "p1", "status": "ok"}, {"status": "ok"})
+    results.record_point(run, "p2", req.assign(point_id="p2"), {"point_id": "p2", "status": "ok"}, {"status": "ok"})
+    got = results.read_requests(run)
+    assert sorted(got["point_id"]) == ["p1", "p1", "p2", "p2"]
+    assert list(got["itl_s"].iloc[1]) == [0.2, 0.3]
+    assert results.read_points(run)["status"].tolist() == ["ok", "ok"]
+    assert results.finished_points(run) == {"p1", "p2"}
+
+
+def test_load_many_runs_and_globs():
+    runs = [results.create_run(label=f"r{i}") for i in range(2)]
+    for i, run in enumerate(runs):
+        df = pd.DataFrame({"run_id": [run.name], "point_id": ["p"], "ttft_s": [float(i)]})
+        results.record_point(run, "p", df, {"run_id": run.name, "point_id": "p", "status": "ok"}, {"status": "ok"})
+    both = results.load(str(results.results_root() / "*"))
+    assert sorted(both["run_id"]) == sorted(r.name for r in runs)
+    assert len(results.load(runs, table="points")) == 2
+    with pytest.raises(ParameterError):
+        results.load(results.results_root() / "missing")
+
+
+def test_save_figure_and_text_stay_in_run():
+    run = results.create_run()
+    results.save_figure(run, "fig_a", go.Figure(go.Scatter(x=[1], y=[2])))
+    assert (run / "figures" / "fig_a.json").exists() and (run / "figures" / "fig_a.html").exists()
+    assert results.read_manifest(run)["figures"] == ["fig_a"]
+    with pytest.raises(ParameterError):
+        results.save_figure(run, "../x", go.Figure())
+    with pytest.raises(ParameterError):
+        results.save_text(run, "../../x.txt", "no")
+    assert results.save_text(run, "texts/a.txt", "你好").read_text(encoding="utf-8") == "你好"

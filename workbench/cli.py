@@ -1,0 +1,195 @@
+"""The ``workbench`` command: run suites, sweep one notebook, build reports, show the environment.
+
+    workbench run [SUITE] [--resume RUN_DIR] [--label NAME]
+    workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR] [--label NAME]
+    workbench report RUN_DIR [RUN_DIR ...] [-o OUT.html]
+    workbench env [--model SPEC] [--no-probe]
+
+Parameter values are data: ``-f`` files and ``-p`` values are parsed as YAML
+(``-p batch_sizes "[1, 2, 4]"`` arrives as a list), never evaluated. Every
+notebook's parameters are validated before any kernel starts or model loads;
+a bad one prints ``error: <one line>`` and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .errors import ParameterError
+
+
+def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dict:
+    import yaml
+
+    params: dict = {}
+    for f in files or []:
+        path = Path(f)
+        if not path.exists():
+            raise ParameterError(f"-f: parameter file {f!r} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ParameterError(f"-f: {f!r} must hold a mapping of parameter names to values")
+        params.update(data)
+    for name, value in pairs or []:
+        params[name] = yaml.safe_load(value)
+    return params
+
+
+def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
+    """Execute validated notebook entries into the run; return the names that failed."""
+    from . import results, sweeps
+
+    failed = []
+    for i, e in enumerate(entries, 1):
+        name = Path(e["notebook"]).stem
+        print(f"== [{i}/{len(entries)}] {name}", flush=True)
+        t0 = time.perf_counter()
+        params = dict(e["parameters"])
+        if resume:
+            params["resume"] = True
+        try:
+            sweeps.execute_notebook(e["notebook"], params, run_dir)
+            status = "ok"
+        except Exception as exc:  # noqa: BLE001 - one failed notebook must not stop the suite
+            status = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:400]
+            failed.append(name)
+        wall = time.perf_counter() - t0
+        results.update_manifest(run_dir, notebooks={name: {"status": status, "wall_s": round(wall, 1),
+                                                            "parameters": e["parameters"]}})
+        print(f"== {name}: {status} ({wall:.0f} s)", flush=True)
+    return failed
+
+
+def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None) -> int:
+    from . import report, results, sweeps
+
+    for e in entries:  # every notebook validated before any runs
+        e["parameters"] = {k: v for k, v in sweeps.validate_parameters(e["notebook"], e["parameters"]).items()
+                           if k in e["parameters"]}
+    run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
+    if resume_dir and not (Path(run_dir) / "manifest.json").exists():
+        raise ParameterError(f"--resume: {resume_dir!r} is not a run folder")
+    results.update_manifest(run_dir, status="running", suite=suite)
+    print(f"run folder: {run_dir}", flush=True)
+    t0 = time.perf_counter()
+    failed = _execute(entries, run_dir, resume=bool(resume_dir))
+    wall = time.perf_counter() - t0
+    status = "ok" if not failed else f"failed: {', '.join(failed)}"
+    results.update_manifest(run_dir, status=status, wall_s=round(wall, 1))
+    out = report.build_report(run_dir)
+    print(f"done in {wall:.0f} s: {status}\nreport: {out}", flush=True)
+    return 0 if not failed else 1
+
+
+def cmd_run(args) -> int:
+    from . import sweeps
+
+    suite = sweeps.load_suite(args.suite)
+    return _run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"])
+
+
+def cmd_sweep(args) -> int:
+    from . import sweeps
+
+    nb = Path(args.notebook)
+    if not nb.exists() and (sweeps.REPO / "notebooks" / nb).exists():
+        nb = sweeps.REPO / "notebooks" / nb
+    if not nb.exists() or nb.suffix != ".ipynb":
+        known = ", ".join(sorted(p.name for p in (sweeps.REPO / "notebooks").glob("[0-9]*.ipynb")))
+        raise ParameterError(f"notebook: {args.notebook!r} is not a notebook (known: {known})")
+    params = _parse_params(args.file, args.param)
+    return _run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label)
+
+
+def cmd_report(args) -> int:
+    from . import report
+
+    runs = [Path(r) for r in args.runs]
+    for r in runs:
+        if not (r / "manifest.json").exists():
+            raise ParameterError(f"RUN_DIR: {str(r)!r} is not a run folder (no manifest.json)")
+    print(report.build_report(runs, args.output))
+    return 0
+
+
+def cmd_env(args) -> int:
+    import torch
+
+    from . import metrics, models, results
+
+    dev = models.pick_device("auto")
+    info = {
+        "device": dev,
+        "device_name": models.device_name(dev),
+        "cuda_available": torch.cuda.is_available(),
+        "mps_available": torch.backends.mps.is_available(),
+        "bf16_supported": bool(dev == "cuda" and torch.cuda.is_bf16_supported()) or dev == "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "results_root": str(results.results_root()),
+        "model_cache": str(models.cache_root()),
+    }
+    for key, fn in (("default_gguf", models.default_gguf_path), ("default_embedder", models.default_embedder_path)):
+        try:
+            info[key] = str(fn())
+        except ParameterError as exc:
+            info[key] = f"missing: {exc}"
+    cached = sorted((models.cache_root() / "models").glob("*"))
+    info["converted_models"] = [str(p) for p in cached if p.is_dir()]
+    if args.model:
+        info["model_path"] = str(models.resolve_model_path(args.model))
+        info["model_max_context_tokens"] = models.max_context_tokens(args.model)
+    if not args.no_probe:
+        p = metrics.probe_device(dev, "float32")
+        info["bandwidth_GBps"] = round(p["bandwidth_bytes_per_s"] / 1e9, 2)
+        info["matmul_GFLOPs_fp32"] = round(p["flops_per_s"] / 1e9, 1)
+    info.update({k: v for k, v in results.environment(None, probe=False).items() if k not in info})
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a suite of notebooks (default: the default suite) into one run folder")
+    r.add_argument("suite", nargs="?", default="default", help="suite name in suites/ (default, quick) or a YAML path")
+    r.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
+    r.add_argument("--label", default="", help="suffix of the new run id (letters, digits, _.-)")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("sweep", help="run one notebook over a parameter grid")
+    s.add_argument("notebook", help="notebook path or name in notebooks/")
+    s.add_argument("-f", "--file", action="append", metavar="GRID.yaml", help="YAML file of parameters")
+    s.add_argument("-p", "--param", action="append", nargs=2, metavar=("NAME", "VALUE"),
+                   help="one parameter; VALUE is parsed as YAML (lists, numbers, booleans)")
+    s.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
+    s.add_argument("--label", default="", help="suffix of the new run id")
+    s.set_defaults(func=cmd_sweep)
+
+    rep = sub.add_parser("report", help="(re)build the HTML report of one run, or a comparison of several")
+    rep.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    rep.add_argument("-o", "--output", help="output HTML file")
+    rep.set_defaults(func=cmd_report)
+
+    e = sub.add_parser("env", help="print device, dtype support, measured bandwidth and models found")
+    e.add_argument("--model", help="also resolve this model spec")
+    e.add_argument("--no-probe", action="store_true", help="skip the bandwidth / FLOP/s probe")
+    e.set_defaults(func=cmd_env)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ParameterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

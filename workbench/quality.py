@@ -1,0 +1,343 @@
+"""Generation-quality metrics for long-form and factual outputs, with bootstrap confidence intervals.
+
+Every metric takes plain text (or token units) and returns a float, NaN when it
+is undefined (e.g. distinct-2 of a one-word text); its definition and source
+are in its docstring. :func:`text_metrics` and :func:`score_output` bundle them
+per generated answer; :func:`summarize` turns a tidy table of per-request scores
+into mean and a bootstrap CI per group (``scipy.stats.bootstrap``).
+
+"Words" (:func:`units`): a run of letters/digits in alphabetic scripts, and a
+single character in CJK scripts, where text has no spaces between words; the
+common convention of character-level n-gram metrics for Chinese (e.g. ROUGE
+and BLEU for Chinese summarisation and translation are computed on characters).
+
+Nothing here loads a model except :func:`perplexity`, which takes one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+import string
+import unicodedata
+from collections import Counter
+from typing import Iterable, Sequence
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+_UNIT_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+
+#: Per-request metric columns written by :func:`score_output`, and whether higher is better.
+HIGHER_IS_BETTER = {
+    "output_tokens": None,
+    "output_chars": None,
+    "truncated": False,
+    "distinct_1": True,
+    "distinct_2": True,
+    "repeated_4gram_rate": False,
+    "compression_ratio": False,
+    "section_coverage": True,
+    "exact_match": True,
+    "substring_match": True,
+    "rouge_l_f": True,
+    "perplexity": None,
+}
+
+
+def units(text: str) -> list[str]:
+    """Lower-cased "words" of ``text``: runs of letters/digits, or single CJK characters; punctuation dropped.
+
+    >>> units("Hello, world 42!")
+    ['hello', 'world', '42']
+    >>> units("我爱北京 ok")
+    ['我', '爱', '北', '京', 'ok']
+    """
+    return _UNIT_RE.findall(unicodedata.normalize("NFKC", text).lower())
+
+
+def _ngrams(seq: Sequence, n: int) -> list[tuple]:
+    return [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
+
+
+def _as_units(x) -> list:
+    return units(x) if isinstance(x, str) else list(x)
+
+
+def distinct_n(text_or_units, n: int) -> float:
+    """distinct-n: distinct n-grams / all n-grams of one output (NaN if it has none).
+
+    Source: Li et al. 2016, "A Diversity-Promoting Objective Function for Neural
+    Conversation Models" (NAACL), section 4.1. Computed per output here; 1.0 is
+    no repetition at all.
+
+    Args:
+        text_or_units: a string (split by :func:`units`) or a sequence of units / token ids.
+        n: n-gram order (>= 1).
+    """
+    grams = _ngrams(_as_units(text_or_units), n)
+    return len(set(grams)) / len(grams) if grams else float("nan")
+
+
+def repeated_ngram_rate(text_or_units, n: int = 4) -> float:
+    """Share of n-grams that repeat an n-gram seen earlier in the same output: ``1 - distinct_n``.
+
+    Source: "seq-rep-n" of Welleck et al. 2020, "Neural Text Generation with
+    Unlikelihood Training" (ICLR), section 6.1 (n = 4 there). 0 is no repetition;
+    a greedy loop drives it towards 1.
+    """
+    d = distinct_n(text_or_units, n)
+    return 1.0 - d if not math.isnan(d) else float("nan")
+
+
+def compression_ratio(text: str) -> float:
+    """UTF-8 bytes / gzip-compressed bytes of ``text`` (NaN for empty text).
+
+    Repetitive, degenerate text compresses well, so a high ratio flags
+    degeneration: Whisper (Radford et al. 2022, ``transcribe.py``) treats a
+    ratio above 2.4 (zlib) as a failed, looping decode. The gzip header adds ~20
+    bytes, so very short texts score below 1.
+    """
+    data = text.encode("utf-8")
+    if not data:
+        return float("nan")
+    return len(data) / len(gzip.compress(data, compresslevel=9, mtime=0))
+
+
+_NUM_ZH = {"一": 1, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
+_HEADING_RE = re.compile(
+    r"^(?P<lead>[ \t>*_-]*(?P<hash>#+)?[ \t*_]*)(?P<kw>section|part|chapter|第)?[ \t]*"
+    r"(?P<num>\d+|[一二三四五六七八九十])[ \t]*(?:部分|节|章|部)?[ \t]*(?:[.:)：、．\-*#]|$)",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def section_numbers(text: str) -> set[int]:
+    """Section numbers that head a line: ``## Section 2: ..``, ``**Part 3.**``, ``## 第二部分：..``, ``2. ..``.
+
+    Headings with a markdown ``#`` or a keyword (section / part / chapter / 第)
+    win: bare numbered lines (``2. ..``) count only when no such heading exists,
+    so a numbered list inside a section does not pass for sections.
+    """
+    strong, weak = set(), set()
+    for m in _HEADING_RE.finditer(text):
+        tok = m.group("num")
+        k = int(tok) if tok.isdigit() else _NUM_ZH[tok]
+        (strong if m.group("hash") or m.group("kw") else weak).add(k)
+    return strong or weak
+
+
+def section_coverage(text: str, sections) -> float:
+    """Share of the requested sections present in a "write a report in N sections" answer.
+
+    Args:
+        text: the answer.
+        sections: ``N`` (an int): a section ``k`` counts when a line starts with
+            a heading numbered ``k`` in 1..N (see :func:`section_numbers`); or a
+            list of titles: a title counts when its :func:`units` appear
+            contiguously in the answer's units (case-insensitive).
+
+    Returns:
+        Found / requested, in [0, 1]. Definition: this project's (the
+        "section coverage" of DESIGN.md section 7); it measures whether a
+        truncated or rambling answer delivered the structure it was asked for.
+    """
+    if isinstance(sections, int):
+        if sections < 1:
+            raise ValueError("sections: must be >= 1")
+        return len(section_numbers(text) & set(range(1, sections + 1))) / sections
+    titles = list(sections)
+    if not titles:
+        raise ValueError("sections: must name at least one section")
+    body = " ".join(units(text))
+    return sum(1 for t in titles if " ".join(units(t)) and " ".join(units(t)) in body) / len(titles)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD answer normalisation, extended to Chinese.
+
+    Lower-case, drop ASCII and Unicode punctuation, drop English articles
+    (a/an/the), collapse whitespace (``normalize_answer`` of the SQuAD v1.1
+    evaluation script, Rajpurkar et al. 2016); then remove the spaces next to CJK
+    characters, so "北 京" and "北京" compare equal.
+    """
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = "".join(ch for ch in text if ch not in string.punctuation and not unicodedata.category(ch).startswith("P"))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    text = " ".join(text.split())
+    return re.sub(rf"\s*([{_CJK}])\s*", r"\1", text)
+
+
+def exact_match(prediction: str, answers: Iterable[str]) -> float:
+    """1.0 when the normalised prediction equals a normalised answer, else 0.0 (SQuAD EM)."""
+    pred = normalize_answer(prediction)
+    return float(any(pred == normalize_answer(a) for a in answers))
+
+
+def substring_match(prediction: str, answers: Iterable[str]) -> float:
+    """1.0 when a normalised answer occurs in the normalised prediction, else 0.0.
+
+    The lenient match used for chatty models that wrap the answer in a sentence
+    (e.g. "accuracy" of open-domain QA in Kandpal et al. 2023 / PopQA, Mallen et
+    al. 2023). English answers must match whole words ("7" does not match "17").
+    """
+    pred = normalize_answer(prediction)
+    for a in answers:
+        a = normalize_answer(a)
+        if not a:
+            continue
+        if re.search(rf"[{_CJK}]", a):
+            if a in pred:
+                return 1.0
+        elif re.search(rf"(?<![^\W_]){re.escape(a)}(?![^\W_])", pred):
+            return 1.0
+    return 0.0
+
+
+class _UnitTokenizer:
+    """``rouge_score`` tokenizer that splits with :func:`units` (its default drops non-ASCII text)."""
+
+    def tokenize(self, text):
+        return units(text)
+
+
+def rouge_l_f(prediction: str, reference: str) -> float:
+    """ROUGE-L F-measure (Lin 2004) via ``rouge_score``, on :func:`units` (CJK characters as words).
+
+    ``rouge_score``'s own tokenizer keeps only ``[a-z0-9]``, which would score
+    every Chinese text 0, so the unit tokenizer is passed in.
+    """
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_UnitTokenizer())
+    return float(scorer.score(reference, prediction)["rougeL"].fmeasure)
+
+
+def text_metrics(text: str) -> dict:
+    """Length and repetition metrics of one output: ``output_chars``, ``distinct_1``, ``distinct_2``,
+    ``repeated_4gram_rate``, ``compression_ratio`` (see each function)."""
+    u = units(text)
+    return {
+        "output_chars": len(text),
+        "distinct_1": distinct_n(u, 1),
+        "distinct_2": distinct_n(u, 2),
+        "repeated_4gram_rate": repeated_ngram_rate(u, 4),
+        "compression_ratio": compression_ratio(text),
+    }
+
+
+def score_output(text: str, finish_reason: str, n_sections: int = 0, answers: Sequence[str] = ()) -> dict:
+    """Every text-only metric of one answer, as columns for its request row.
+
+    Args:
+        text: the generated text.
+        finish_reason: ``stop`` or ``length``; ``truncated`` is 1.0 for ``length``.
+        n_sections: requested sections of a report prompt (0: not a report; coverage NaN).
+        answers: accepted answers of a factual question (empty: not factual; matches NaN).
+
+    Returns:
+        :func:`text_metrics` plus ``truncated``, ``section_coverage``,
+        ``exact_match``, ``substring_match``, ``rouge_l_f`` (best over the accepted answers).
+    """
+    row = text_metrics(text)
+    row["truncated"] = 1.0 if finish_reason == "length" else 0.0
+    row["section_coverage"] = section_coverage(text, int(n_sections)) if n_sections else float("nan")
+    answers = list(answers)
+    if answers:
+        row["exact_match"] = exact_match(text, answers)
+        row["substring_match"] = substring_match(text, answers)
+        row["rouge_l_f"] = max(rouge_l_f(text, a) for a in answers)
+    else:
+        row["exact_match"] = row["substring_match"] = row["rouge_l_f"] = float("nan")
+    return row
+
+
+def token_nlls(model, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> list[float]:
+    """Negative log-likelihood (nats) of each output token given the prompt and the outputs before it.
+
+    One forward pass over ``prompt_ids + output_ids`` with the raw logits
+    (temperature 1: the model's own distribution, not the sampling one).
+    """
+    import torch
+
+    if len(output_ids) == 0:
+        return []
+    ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=model.device)
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    target = ids[0, len(prompt_ids) :]
+    return (-logp.gather(1, target[:, None])[:, 0]).tolist()
+
+
+def perplexity(model, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> float:
+    """Perplexity of a generated answer under the model: ``exp(mean NLL of the output tokens)``.
+
+    The standard definition (e.g. Jelinek et al. 1977; Hugging Face
+    "Perplexity of fixed-length models"), conditioned on the prompt and read at
+    temperature 1. Low values with high repetition flag degenerate loops
+    (Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration", figure
+    4: greedy text has unnaturally low perplexity); high values flag incoherent
+    high-temperature samples. NaN for an empty output.
+
+    Args:
+        model: a ``transformers`` causal LM.
+        prompt_ids: the templated prompt's ids (no padding), >= 1 id.
+        output_ids: the generated ids (EOS included when emitted).
+    """
+    nll = token_nlls(model, prompt_ids, output_ids)
+    return math.exp(sum(nll) / len(nll)) if nll else float("nan")
+
+
+def bootstrap_ci(values, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean of the finite values and a percentile-bootstrap CI: ``(mean, low, high)``.
+
+    Uses ``scipy.stats.bootstrap`` with ``method="percentile"`` (Efron &
+    Tibshirani 1993, ch. 13), robust for the small, often binary samples of a
+    sweep point where BCa's acceleration is undefined. One value: ``(v, nan,
+    nan)``; all values equal: ``(v, v, v)``; none: all NaN.
+    """
+    import numpy as np
+    from scipy import stats
+
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return (float("nan"),) * 3
+    mean = float(arr.mean())
+    if arr.size == 1:
+        return mean, float("nan"), float("nan")
+    if np.all(arr == arr[0]):
+        return mean, mean, mean
+    res = stats.bootstrap(
+        (arr,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method="percentile",
+        random_state=np.random.default_rng(seed), vectorized=True,
+    )
+    return mean, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def summarize(df, by: Sequence[str], metrics: Sequence[str] | None = None, confidence: float = 0.95, seed: int = 0):
+    """Long table of mean and bootstrap CI of each metric per group.
+
+    Args:
+        df: one row per request with the ``by`` columns and metric columns.
+        by: grouping columns (e.g. ``["family", "temperature", "top_p"]``).
+        metrics: metric columns (default: those of :data:`HIGHER_IS_BETTER` present in ``df``).
+        confidence: CI level.
+        seed: bootstrap seed.
+
+    Returns:
+        ``pandas.DataFrame`` with the ``by`` columns, ``metric``, ``n`` (finite
+        values), ``mean``, ``ci_low``, ``ci_high``.
+    """
+    import pandas as pd
+
+    metrics = [m for m in (metrics or HIGHER_IS_BETTER) if m in df]
+    rows = []
+    for key, g in df.groupby(list(by), sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        for m in metrics:
+            vals = pd.to_numeric(g[m], errors="coerce")
+            mean, lo, hi = bootstrap_ci(vals.tolist(), confidence, seed=seed)
+            rows.append({**dict(zip(by, key)), "metric": m, "n": int(vals.notna().sum()),
+                         "mean": mean, "ci_low": lo, "ci_high": hi})
+    return pd.DataFrame(rows)

@@ -1,0 +1,254 @@
+"""Temperature x top-p sweep: output length, repetition, quality and speed per sampling setting.
+
+What it measures (notebook ``03_temperature``): for every (prompt family,
+temperature, top_p) point, one batch of prompts of that family (English and
+Chinese) generated ``repeats`` times with seeds ``seed + r`` (the samples), and
+for each answer the metrics of :mod:`workbench.quality` (length, truncation,
+distinct-n, repeated 4-gram rate, gzip ratio, section coverage for reports,
+exact / substring match and ROUGE-L for factual questions, perplexity under the
+model at temperature 1). Speed comes from the same records (TPOT, e2e,
+throughput per point).
+
+Families (:mod:`workbench.prompts`): ``report`` ("write a report in N sections
+on TOPIC", long-form) and ``factual`` (short questions with known answers from
+``data/factual_qa.jsonl``).
+
+Temperature 0 is greedy decoding and ignores top_p, so the grid holds it once,
+recorded with ``top_p = 1.0``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from . import quality
+from .errors import ParameterError
+from .generation import GenerationSettings, encode_prompts
+from .sweeps import SweepConfig, _check_int, _check_list, measure_generation, run_sweep
+
+EXPERIMENT = "temperature"
+FAMILIES = ("report", "factual")
+
+
+def _check_str_list(name: str, values, allowed) -> None:
+    if not isinstance(values, (list, tuple)) or len(values) == 0:
+        raise ParameterError(f"{name}: must be a non-empty list (got {values!r})")
+    for v in values:
+        if v not in allowed:
+            raise ParameterError(f"{name}: every value must be one of {', '.join(allowed)} (got {v!r})")
+
+
+@dataclasses.dataclass
+class TemperatureConfig(SweepConfig):
+    """The temperature / top-p sweep (notebook ``03_temperature``).
+
+    Attributes:
+        temperatures: sampling temperatures, each a finite number >= 0 (0 = greedy).
+        top_ps: nucleus masses, each in (0, 1] (unused at temperature 0).
+        families: prompt families, from ``report`` and ``factual``.
+        languages: prompt languages, from ``en`` and ``zh``.
+        n_report_prompts: report prompts per language (1..8).
+        n_sections: sections each report is asked for (>= 1).
+        n_factual_prompts: factual questions per language (1..20).
+        max_new_tokens: new-token cap of report answers (>= 1).
+        factual_max_new_tokens: new-token cap of factual answers (>= 1).
+        repeats: samples per setting (seeds ``seed .. seed + repeats - 1``).
+        perplexity: score each answer's perplexity under the model (one forward pass each).
+    """
+
+    temperatures: list = dataclasses.field(default_factory=lambda: [0.0, 0.7, 1.2])
+    top_ps: list = dataclasses.field(default_factory=lambda: [0.9, 1.0])
+    families: list = dataclasses.field(default_factory=lambda: ["report", "factual"])
+    languages: list = dataclasses.field(default_factory=lambda: ["en", "zh"])
+    n_report_prompts: int = 1
+    n_sections: int = 3
+    n_factual_prompts: int = 2
+    max_new_tokens: int = 48
+    factual_max_new_tokens: int = 24
+    repeats: int = 2
+    perplexity: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_list("temperatures", self.temperatures, float, lo=0)
+        if any(math.isinf(t) or math.isnan(t) for t in self.temperatures):
+            raise ParameterError(f"temperatures: every value must be finite (got {self.temperatures!r})")
+        _check_list("top_ps", self.top_ps, float)
+        for p in self.top_ps:
+            if not 0 < p <= 1:
+                raise ParameterError(f"top_ps: every value must be in (0, 1] (got {p!r})")
+        _check_str_list("families", self.families, FAMILIES)
+        _check_str_list("languages", self.languages, ("en", "zh"))
+        _check_int("n_sections", self.n_sections, 1)
+        _check_int("max_new_tokens", self.max_new_tokens, 1)
+        _check_int("factual_max_new_tokens", self.factual_max_new_tokens, 1)
+        if not isinstance(self.n_report_prompts, int) or not 1 <= self.n_report_prompts <= 8:
+            raise ParameterError(f"n_report_prompts: must be an integer in [1, 8] (got {self.n_report_prompts!r})")
+        if not isinstance(self.n_factual_prompts, int) or not 1 <= self.n_factual_prompts <= 20:
+            raise ParameterError(f"n_factual_prompts: must be an integer in [1, 20] (got {self.n_factual_prompts!r})")
+        if not isinstance(self.perplexity, bool):
+            raise ParameterError(f"perplexity: must be true or false (got {self.perplexity!r})")
+        limit = self.max_context()
+        if max(self.max_new_tokens, self.factual_max_new_tokens) + 256 > limit:
+            raise ParameterError(f"max_new_tokens: must leave room for the prompt within the model maximum {limit}")
+
+    def grid(self) -> list[dict]:
+        """Points: family outermost, then temperature, then top_p; temperature 0 once (top_p 1.0)."""
+        out = []
+        for fam in self.families:
+            for t in self.temperatures:
+                for p in ([1.0] if t == 0 else self.top_ps):
+                    pt = {"family": fam, "temperature": float(t), "top_p": float(p)}
+                    if pt not in out:
+                        out.append(pt)
+        return out
+
+    def prompts(self, family: str) -> list[dict]:
+        """The prompt dicts of a family (see :func:`workbench.prompts.report_prompts`)."""
+        from .prompts import factual_prompts, report_prompts
+
+        if family == "report":
+            return report_prompts(self.n_report_prompts, self.n_sections, self.languages)
+        return factual_prompts(self.n_factual_prompts, self.languages)
+
+    def settings(self, point: dict) -> GenerationSettings:
+        cap = self.max_new_tokens if point["family"] == "report" else self.factual_max_new_tokens
+        return GenerationSettings(max_new_tokens=cap, temperature=point["temperature"], top_p=point["top_p"],
+                                  seed=self.seed)
+
+
+def score_records(loaded, records: list[dict], prompt_dicts: list[dict], with_perplexity: bool = True) -> None:
+    """Add the prompt's columns and :func:`workbench.quality.score_output` (+ ``perplexity``) to each record, in place.
+
+    ``record["request_id"]`` indexes ``prompt_dicts``; the prompt text itself is
+    not stored (family, language and topic identify it).
+    """
+    prompt_ids = {}
+    for rec in records:
+        pd_ = prompt_dicts[rec["request_id"]]
+        rec.update(family=pd_["family"], language=pd_["language"], topic=pd_["topic"], n_sections=pd_["n_sections"],
+                   sample=rec.get("repeat", 0))
+        rec.update(quality.score_output(rec["text"], rec["finish_reason"], pd_["n_sections"], pd_["answers"]))
+        if with_perplexity:
+            i = rec["request_id"]
+            if i not in prompt_ids:
+                prompt_ids[i] = encode_prompts(loaded.tokenizer, [pd_["prompt"]])["input_ids"][0].tolist()
+            rec["perplexity"] = quality.perplexity(loaded.model, prompt_ids[i], rec["output_ids"])
+        else:
+            rec["perplexity"] = float("nan")
+
+
+def measure_temperature_point(loaded, cfg: TemperatureConfig, point: dict) -> dict:
+    """One (family, temperature, top_p) point: ``repeats`` seeded samples of the family's batch, scored."""
+    prompt_dicts = cfg.prompts(point["family"])
+    out = measure_generation(loaded, [p["prompt"] for p in prompt_dicts], cfg.settings(point), cfg.repeats, cfg.warmup)
+    score_records(loaded, out["requests"], prompt_dicts, cfg.perplexity)
+    n = len(out["requests"])
+    out["extra"] = {
+        "truncated_share": sum(r["truncated"] for r in out["requests"]) / n if n else float("nan"),
+        "mean_output_tokens": sum(r["output_tokens"] for r in out["requests"]) / n if n else float("nan"),
+    }
+    return out
+
+
+def run_temperature_sweep(cfg: TemperatureConfig, run_dir, loaded, resume: bool = False):
+    """Every point of ``cfg.grid()`` through :func:`workbench.sweeps.run_sweep`; returns the points DataFrame."""
+    return run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_temperature_point(loaded, cfg, p),
+                     resume=resume, info=loaded.info, config=cfg)
+
+
+QUALITY_BY = ("family", "language", "temperature", "top_p")
+
+
+def quality_summary(requests, by=QUALITY_BY, confidence: float = 0.95):
+    """Mean and bootstrap CI of every quality metric per (family, language, temperature, top_p)."""
+    return quality.summarize(requests, list(by), confidence=confidence)
+
+
+def headline(summary, metrics=("truncated", "repeated_4gram_rate", "distinct_2", "compression_ratio")):
+    """Wide table: per family and temperature (top_p pooled by taking the largest), mean [CI] of key metrics."""
+    df = summary[summary["metric"].isin(metrics)].copy()
+    df = df[df["top_p"] == df.groupby(["family", "temperature"])["top_p"].transform("max")]
+    df["value"] = df.apply(lambda r: f"{r['mean']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]", axis=1)
+    return df.pivot_table(index=["family", "language", "temperature", "top_p"], columns="metric", values="value",
+                          aggfunc="first")
+
+
+# ----------------------------------------------------------------------------- figures
+
+LABELS = {
+    "truncated": "truncated share (finish_reason = length)",
+    "output_tokens": "output tokens",
+    "distinct_1": "distinct-1",
+    "distinct_2": "distinct-2",
+    "repeated_4gram_rate": "repeated 4-gram rate",
+    "compression_ratio": "gzip compression ratio",
+    "perplexity": "perplexity (temperature 1)",
+    "section_coverage": "section coverage",
+    "substring_match": "substring match (accuracy)",
+    "exact_match": "exact match",
+    "rouge_l_f": "ROUGE-L F",
+}
+
+
+def fig_metrics_vs_temperature(summary, family: str, metrics: list[str], title: str):
+    """Mean with bootstrap CI error bars vs temperature, one panel per metric, colour = language, dash = top_p."""
+    import plotly.express as px
+
+    from . import plots  # noqa: F401
+
+    df = summary[(summary["family"] == family) & summary["metric"].isin(metrics)].copy()
+    df["metric"] = df["metric"].map(lambda m: LABELS.get(m, m))
+    df["err_plus"] = df["ci_high"] - df["mean"]
+    df["err_minus"] = df["mean"] - df["ci_low"]
+    df["top_p"] = df["top_p"].map(lambda p: f"top_p {p:g}")
+    df = df.sort_values("temperature")
+    fig = px.line(df, x="temperature", y="mean", color="language", line_dash="top_p", markers=True,
+                  error_y="err_plus", error_y_minus="err_minus", facet_col="metric", facet_col_wrap=3,
+                  facet_row_spacing=0.12, labels={"temperature": "temperature (0 = greedy)", "mean": "mean, 95% CI"},
+                  title=title)
+    fig.update_yaxes(matches=None, showticklabels=True)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    return fig
+
+
+def fig_speed_vs_temperature(points):
+    """TPOT p50, e2e p50 and output throughput vs temperature, per family."""
+    import pandas as pd
+    import plotly.express as px
+
+    from . import plots  # noqa: F401
+
+    df = points[points["status"] == "ok"].copy()
+    cols = {"tpot_s_p50": "TPOT p50 (s/token)", "e2e_s_p50": "e2e latency p50 (s)",
+            "output_throughput_tps": "output throughput (tokens/s)", "mean_output_tokens": "mean output tokens"}
+    long = pd.concat([df.assign(metric=label, value=df[c]) for c, label in cols.items() if c in df])
+    long["top_p"] = long["top_p"].map(lambda p: f"top_p {p:g}")
+    long = long.sort_values("temperature")
+    fig = px.line(long, x="temperature", y="value", color="family", line_dash="top_p", markers=True,
+                  facet_col="metric", facet_col_wrap=2, facet_row_spacing=0.12,
+                  labels={"temperature": "temperature (0 = greedy)", "value": ""},
+                  title="Speed vs temperature (sampling cost and output length)")
+    fig.update_yaxes(matches=None, showticklabels=True)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    return fig
+
+
+def temperature_figures(summary, points) -> dict:
+    """Every figure of the notebook, by name, in report order (families absent from the run are skipped)."""
+    figs = {}
+    fams = set(summary["family"]) if len(summary) else set()
+    if "report" in fams:
+        figs["temperature_report_repetition"] = fig_metrics_vs_temperature(
+            summary, "report", ["truncated", "output_tokens", "distinct_2", "repeated_4gram_rate", "compression_ratio",
+                                "perplexity"],
+            "Long-form reports: length, truncation and repetition vs temperature")
+        figs["temperature_report_sections"] = fig_metrics_vs_temperature(
+            summary, "report", ["section_coverage", "distinct_1"], "Long-form reports: section coverage vs temperature")
+    if "factual" in fams:
+        figs["temperature_factual_accuracy"] = fig_metrics_vs_temperature(
+            summary, "factual", ["substring_match", "exact_match", "rouge_l_f", "perplexity", "truncated"],
+            "Factual questions: accuracy vs temperature")
+    figs["temperature_speed"] = fig_speed_vs_temperature(points)
+    return figs
