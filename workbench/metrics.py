@@ -132,7 +132,7 @@ def probe_device(device: str = "cpu", dtype: str = "float32") -> dict:
 
     Bandwidth: a 256 MiB tensor copied into another (read + write = 2 x size
     bytes), best of 5. FLOP/s: an ``n x n`` matmul in ``dtype`` (``2 n^3``
-    FLOPs), ``n = 1024`` on CPU and 8192 on CUDA, best of 5, after one warm-up.
+    FLOPs), ``n = 2048`` on CPU and 8192 on CUDA, best of 5, after one warm-up.
 
     Returns:
         ``{"bandwidth_bytes_per_s": float, "flops_per_s": float, "device": str, "dtype": str}``.
@@ -153,7 +153,7 @@ def probe_device(device: str = "cpu", dtype: str = "float32") -> dict:
         best = min(best, time.perf_counter() - t0)
     bandwidth = 2 * n_bytes / best
     del src, dst
-    n = 8192 if device.startswith("cuda") else 1024
+    n = 8192 if device.startswith("cuda") else 2048
     a = torch.randn(n, n, device=device).to(dt)
     b = torch.randn(n, n, device=device).to(dt)
     a @ b
@@ -192,7 +192,8 @@ def prefill_flops(num_params: int, num_layers: int, hidden_size: int, prompt_tok
     """Forward FLOPs of a prefill (Kaplan et al. 2020, table 1).
 
     ``batch_size * (2 * N * L + 2 * n_layers * L^2 * d_model)`` for ``L`` prompt
-    tokens: the dense part plus the attention score/value products.
+    tokens: the dense part plus the attention score/value products. ``N`` is the
+    non-embedding parameter count (``ModelInfo.num_non_embedding_params``).
     """
     L = prompt_tokens
     return batch_size * (2.0 * num_params * L + 2.0 * num_layers * L * L * hidden_size)

@@ -48,6 +48,9 @@ class ModelInfo:
         weights_sha256: first 16 hex digits of SHA-256 over config.json and the
             weights files (the model's revision when no git revision exists).
         num_params: parameter count.
+        num_non_embedding_params: parameters outside the input embedding and
+            LM head (Kaplan et al. 2020's ``N``; generate computes logits for the
+            last prompt position only, so the head adds no per-token prefill FLOPs).
         weight_bytes: bytes of all parameters and buffers in the loaded dtype.
         dtype: torch dtype name, e.g. ``float32``.
         device: ``cpu``, ``cuda:0`` or ``mps``.
@@ -61,6 +64,7 @@ class ModelInfo:
     path: str
     weights_sha256: str
     num_params: int
+    num_non_embedding_params: int
     weight_bytes: int
     dtype: str
     device: str
@@ -333,6 +337,14 @@ def load_model(
     return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle)
 
 
+def _non_embedding_params(model) -> int:
+    skip = set()
+    for mod in (model.get_input_embeddings(), model.get_output_embeddings()):
+        if mod is not None:
+            skip.update(id(p) for p in mod.parameters())
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+
+
 @functools.lru_cache(maxsize=2)
 def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_code: bool, allow_pickle: bool):
     import torch
@@ -359,6 +371,7 @@ def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_c
         path=path,
         weights_sha256=_weights_hash(Path(path)),
         num_params=sum(p.numel() for p in model.parameters()),
+        num_non_embedding_params=_non_embedding_params(model),
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters())
         + sum(b.numel() * b.element_size() for b in model.buffers()),
         dtype=str(torch_dtype).replace("torch.", ""),

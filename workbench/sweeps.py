@@ -226,7 +226,7 @@ def _utilisation(req: pd.DataFrame, summary: dict, info, env: dict) -> dict:
     return {
         "mbu": metrics.mbu(info.weight_bytes, info.kv_cache_bytes_per_token(), batch, ctx,
                            summary.get("tpot_s_p50", float("nan")), env["bandwidth_bytes_per_s"]),
-        "mfu": metrics.mfu(metrics.prefill_flops(info.num_params, info.num_layers, info.hidden_size, int(prompt), batch),
+        "mfu": metrics.mfu(metrics.prefill_flops(info.num_non_embedding_params, info.num_layers, info.hidden_size, int(prompt), batch),
                            summary.get("prefill_s_p50", float("nan")), env["flops_per_s"]),
     }
 
