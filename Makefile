@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run quick test benchmark clean
+.PHONY: setup browser run quick test benchmark clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,13 +17,18 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# Headless Chromium (Debian's) for the browser tests; they skip with a reason when it cannot be installed.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
+	  || echo "chromium could not be installed: the browser tests will be skipped"; }
+
 run: setup            ## the main job: default suite on the embedded model -> results/<run_id>/report.html
 	$(VENV)/bin/workbench run default
 
 quick: setup          ## the quick profile (about a minute)
 	$(VENV)/bin/workbench run quick
 
-test: setup           ## the test suite (real model, small max_new_tokens; papermill notebooks)
+test: setup browser   ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 benchmark: setup      ## measurement overhead vs plain generate, and MBU at batch 1

@@ -3,6 +3,9 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# OpenMP threads sleep instead of spinning between parallel regions: on a shared 2-core CI machine the test
+# process and a papermill kernel would otherwise spin against each other (measured ~10x slower generation).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 

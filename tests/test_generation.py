@@ -131,3 +131,18 @@ def test_invalid_settings_give_one_line_errors(kwargs, name):
     with pytest.raises(ParameterError) as err:
         GenerationSettings(**kwargs)
     assert str(err.value).startswith(name + ":") and "\n" not in str(err.value)
+
+
+def test_character_cut_by_max_new_tokens_is_dropped_from_text_and_stream(loaded):
+    tok = loaded.tokenizer
+    ids = tok("世界和平与发展🙂", add_special_tokens=False)["input_ids"]
+    cut = next(k for k in range(1, len(ids)) if tok.decode(ids[:k]).endswith("\ufffd"))
+    prompt = "Repeat after me."
+    plen = len(tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                       tokenize=True, return_dict=True)["input_ids"])
+    force = LogitsProcessorList([ForceTokens(ids, plen, tok.eos_token_id)])
+    events = list(stream_generate(loaded, prompt, GenerationSettings(max_new_tokens=cut), logits_processor=force))
+    record = events[-1].record
+    assert record["finish_reason"] == "length" and record["output_tokens"] == cut
+    assert "\ufffd" not in record["text"] and tok.decode(ids[:cut]).startswith(record["text"])
+    assert "".join(e.text for e in events) == record["text"]

@@ -344,6 +344,12 @@ def generate_measured(
     )
 
 
+def _decode(tokenizer, ids, finish_reason: str) -> str:
+    """Decode output ids; a multi-byte character cut by ``max_new_tokens`` (a trailing U+FFFD) is dropped."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    return text.rstrip("\ufffd") if finish_reason == "length" else text
+
+
 def _records(timer: TokenTimer, enc, tokenizer, eos_ids, t_submit, prefill_s, settings) -> list[dict]:
     import torch
 
@@ -377,7 +383,7 @@ def _records(timer: TokenTimer, enc, tokenizer, eos_ids, t_submit, prefill_s, se
                 "decode_tps": (n - 1) / decode_s if n > 1 and decode_s > 0 else float("nan"),
                 "itl_s": itl,
                 "finish_reason": finish,
-                "text": tokenizer.decode(ids, skip_special_tokens=True),
+                "text": _decode(tokenizer, ids, finish),
                 "output_ids": ids,
                 **settings_cols,
             }
@@ -445,14 +451,19 @@ def stream_generate(
 
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
+    held = None  # one piece behind, so a character cut by max_new_tokens can be dropped from the last one
     for piece in text_streamer:
         if not piece:
             continue
-        now = time.perf_counter()
+        if held is not None:
+            yield held
         t_first = counter["t_first"]
-        yield StreamEvent(piece, now - t0, counter["n"], None if t_first is None else t_first - t0)
+        held = StreamEvent(piece, time.perf_counter() - t0, counter["n"], None if t_first is None else t_first - t0)
     thread.join()
     if "error" in result:
         raise result["error"]
     rec = result["batch"].records[0]
+    if held is not None:
+        held.text = held.text.rstrip("\ufffd") if rec["finish_reason"] == "length" else held.text
+        yield held
     yield StreamEvent("", time.perf_counter() - t0, rec["output_tokens"], rec["ttft_s"], record=rec)
