@@ -201,17 +201,15 @@ def _units(tokenizer, text: str) -> tuple[list, list]:
     units, texts, cur = [], [], []
     for i, piece in zip(ids, pieces):
         cur.append(i)
-        if len(cur) == 1 and "\ufffd" not in piece:
-            units.append(cur), texts.append(piece)
-            cur = []
+        t = piece if len(cur) == 1 else tokenizer.decode(cur, clean_up_tokenization_spaces=False)
+        if "\ufffd" in t and len(cur) < 8:  # a split multi-byte character: wait for its other bytes
             continue
-        t = tokenizer.decode(cur, clean_up_tokenization_spaces=False)
-        if "\ufffd" in t and len(cur) < 8:
-            continue
-        units.append(cur), texts.append(t)
+        units.append(cur)
+        texts.append(t)
         cur = []
     if cur:
-        units.append(cur), texts.append(tokenizer.decode(cur, clean_up_tokenization_spaces=False))
+        units.append(cur)
+        texts.append(tokenizer.decode(cur, clean_up_tokenization_spaces=False))
     return units, texts
 
 
@@ -382,8 +380,8 @@ def compress(
 
     t0 = time.perf_counter()
     original = count_tokens(tokenizer, context)
-    if budget is None:
-        budget = original if ratio is None else max(1, math.floor(original / ratio))
+    if strategy in LOSSLESS or budget is None:  # lossless strategies keep everything whatever the target
+        budget = original if ratio is None or strategy in LOSSLESS else max(1, math.floor(original / ratio))
     common = dict(strategy=strategy, question=question, original_tokens=original, budget_tokens=budget)
     if strategy == "kv_reuse":
         return _kv_reuse(context, question, loaded, common)
@@ -397,7 +395,9 @@ def compress(
     if strategy in ("head", "tail", "head_tail"):
         out, n = _fit(lambda b: _truncate(segs, b, strategy, as_chat), tokenizer, budget)
     elif strategy in ("bm25", "dense"):
-        chunks = _chunks(segs, tokenizer, chunk_tokens)
+        size = min(chunk_tokens, max(8, budget // 2))  # at least two chunks fit the budget
+        chunks = _chunks(segs, tokenizer, size)
+        details["chunk_tokens"] = size
         scores = _bm25_scores(chunks, question) if strategy == "bm25" else _dense_scores(chunks, question)
         out, n = _fit(lambda b: _retrieve(segs, chunks, scores, b, top_k, as_chat, details), tokenizer, budget)
         details["chunks"] = len(chunks)
@@ -537,11 +537,10 @@ def _dense_scores(chunks: list[Chunk], question: str) -> list[float]:
 def _retrieve(segs, chunks, scores, b, top_k, as_chat, details):
     order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
     chosen, used = set(), 0
-    gap_cost = 1
     for i in order:
         if top_k is not None and len(chosen) >= top_k:
             break
-        cost = chunks[i].n_tokens + gap_cost
+        cost = chunks[i].n_tokens + (1 if chosen else 0)  # a separator token before all but the first
         if used + cost <= b:
             chosen.add(i)
             used += cost
@@ -755,6 +754,7 @@ def build_prefix_cache(loaded, ids: list[int]):
 
 
 def _kv_reuse(context, question, loaded, common):
+    check_fits(loaded, prompt_messages(context, question), 1, common["original_tokens"])
     ids = _prefix_ids(loaded.tokenizer, context, question)
     t0 = time.perf_counter()
     cache = build_prefix_cache(loaded, ids) if ids else None
@@ -765,11 +765,11 @@ def _kv_reuse(context, question, loaded, common):
 
 
 def generate_with_prefix_cache(loaded, messages, cache, prefix_ids, settings: GenerationSettings) -> dict:
-    """Generate one answer reusing a prefix ``DynamicCache``; timed like :func:`generate_measured`.
+    """Generate one answer reusing a prefix ``DynamicCache``; timed by :func:`generate_measured`.
 
-    ``t_submit`` is read before templating; tokenising the prompt, checking the
-    cached prefix and ``copy.deepcopy(cache)`` happen inside TTFT. ``generate``
-    receives the copy and prefills only the tokens after the prefix.
+    ``generate`` receives a ``copy.deepcopy`` of the cache and prefills only the
+    tokens after the prefix. The copy is made before ``t_submit``: it stands in
+    for a server's in-place prefix cache, which costs no copy, so it is not TTFT.
 
     Returns:
         The request record of :func:`workbench.generation.generate_measured`
@@ -778,37 +778,40 @@ def generate_with_prefix_cache(loaded, messages, cache, prefix_ids, settings: Ge
     Raises:
         ParameterError: the prompt does not start with the cached prefix.
     """
-    import torch
-
-    from .generation import StreamerGroup, TokenTimer, _eos_ids, _PrefillTimer, _records
-
-    model, tokenizer = loaded.model, loaded.tokenizer
-    device_type = model.device.type
-    timer = TokenTimer(device_type)
-    if device_type == "cuda":
-        torch.cuda.synchronize()
-    t_submit = time.perf_counter()
-    enc = encode_prompts(tokenizer, [messages], chat=True).to(model.device)
-    full = enc["input_ids"][0].tolist()
+    full = _prompt_ids(loaded.tokenizer, messages)
     if full[: len(prefix_ids)] != list(prefix_ids) or len(prefix_ids) >= len(full):
         raise ParameterError("cache: the prompt does not extend the cached prefix; rebuild the cache")
     past = copy.deepcopy(cache)
-    gen_config = settings.generation_config(model.generation_config)
-    prefill = _PrefillTimer(model, device_type)
-    torch.manual_seed(settings.seed)
-    try:
-        with torch.inference_mode():
-            model.generate(**enc, generation_config=gen_config, streamer=StreamerGroup(timer),
-                           pad_token_id=tokenizer.pad_token_id, **{_cache_kwarg(model): past})
-    finally:
-        prefill.remove()
-    rec = _records(timer, enc, tokenizer, _eos_ids(model, tokenizer), t_submit, prefill.seconds, settings)[0]
+    res = generate_measured(loaded, [messages], settings, generate_kwargs={_cache_kwarg(loaded.model): past})
+    rec = res.records[0]
     rec["cached_tokens"] = len(prefix_ids)
     rec["prefilled_tokens"] = len(full) - len(prefix_ids)
     return rec
 
 
 # ----------------------------------------------------------------------------- answering and quality
+
+
+def check_fits(loaded, messages, max_new_tokens: int, context_tokens: int | None = None) -> int:
+    """Count the templated prompt and check it fits the model's context with the answer.
+
+    Returns:
+        The prompt's token count.
+
+    Raises:
+        ParameterError: prompt + ``max_new_tokens`` exceeds the model's maximum
+            context; the message names the smallest ratio that would fit.
+    """
+    n = len(_prompt_ids(loaded.tokenizer, messages))
+    limit = loaded.info.max_context_tokens
+    if n + max_new_tokens > limit:
+        hint = ""
+        if context_tokens:
+            room = limit - max_new_tokens - (n - context_tokens)
+            hint = f"; compress it (ratio >= {context_tokens / max(1, room):.1f})" if room > 0 else ""
+        raise ParameterError(f"context: the prompt has {n} tokens, which with max_new_tokens={max_new_tokens} "
+                             f"exceeds the model's maximum context of {limit} tokens{hint}")
+    return n
 
 
 def answer(loaded, result: CompressionResult, settings: GenerationSettings) -> dict:
@@ -819,6 +822,7 @@ def answer(loaded, result: CompressionResult, settings: GenerationSettings) -> d
         (tokens the model prefilled for this request) and ``cached_tokens``.
     """
     msgs = result.messages()
+    check_fits(loaded, msgs, settings.max_new_tokens, result.original_tokens)
     if result.prefix_cache is not None:
         return generate_with_prefix_cache(loaded, msgs, result.prefix_cache, result.prefix_ids, settings)
     rec = generate_measured(loaded, [msgs], settings, chat=True).records[0]
@@ -980,7 +984,7 @@ class CompressionConfig(_SweepBase):
     chat_lengths: list = dataclasses.field(default_factory=lambda: [512, 1024])
     chat_strategies: list = dataclasses.field(default_factory=lambda: ["none", "kv_reuse", "tail", "bm25"])
     chunk_tokens: int = 64
-    max_new_tokens: int = 12
+    max_new_tokens: int = 16
     ignore_eos: bool = True
     temperature: float = 0.0
 
@@ -1145,52 +1149,68 @@ def summarise(points):
     return p.groupby(["strategy", "ratio", "context_tokens"], as_index=False)[cols].mean()
 
 
-def break_even(points, time_col: str = "total_s"):
+def break_even(points):
     """Context length at which each (strategy, ratio) starts to save time over ``none``.
 
-    Method: per strategy, fit ``time = a + b * L`` (least squares over the
-    measured lengths, depths averaged) and solve for the crossing with the
-    ``none`` line. ``break_even_tokens`` is 0 when the strategy is faster at
-    every length, ``inf`` when it never is (its slope is not smaller);
-    ``measured`` says whether the crossing lies inside the measured range;
-    ``first_saving_length`` is the shortest measured length where it was faster.
+    Answers have a fixed length (``ignore_eos``), so decode time cancels and the
+    saving is prefill. Method, from the measured points: fit TTFT against
+    prefilled tokens over all points of the experiment (``ttft = a + b * tokens``,
+    least squares; pooling every point makes the per-token prefill cost ``b``
+    robust to noise), fit each strategy's compressor time against context
+    length (``c + d * L``), and solve ``c + d * L = b * L * (1 - 1 / ratio)``
+    with the strategy's mean achieved ratio: ``L* = c / (b * (1 - 1/ratio) - d)``.
+    ``inf`` when the compressor grows at least as fast as the prefill it saves,
+    0 when it costs nothing. ``direct_tokens`` is the crossing of straight lines
+    through the measured total times (``none`` vs the strategy), for comparison;
+    ``measured`` says whether ``L*`` lies inside the measured lengths.
 
     Returns:
-        DataFrame: strategy, ratio, break_even_tokens, measured, first_saving_length.
+        DataFrame: strategy, ratio, achieved_ratio, prefill_s_per_token,
+        compressor_s_per_token, break_even_tokens, measured, direct_tokens.
     """
     import numpy as np
     import pandas as pd
 
-    s = summarise(points)
-    base = s[s["strategy"] == "none"].set_index("context_tokens")[time_col]
-    rows = []
-    if base.empty:
-        return pd.DataFrame(columns=["strategy", "ratio", "break_even_tokens", "measured", "first_saving_length"])
-    lengths = np.array(sorted(base.index), dtype=float)
+    cols = ["strategy", "ratio", "achieved_ratio", "prefill_s_per_token", "compressor_s_per_token",
+            "break_even_tokens", "measured", "direct_tokens"]
+    p = _ok(points)
+    need = {"prefilled_tokens", "ttft_s_p50", "compressor_s", "achieved_ratio", "context_tokens"}
+    if p.empty or not need <= set(p) or not (p["strategy"] == "none").any():
+        return pd.DataFrame(columns=cols)
 
     def line(xs, ys):
-        if len(xs) == 1:
-            return float(ys[0]), 0.0
+        xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+        if len(set(xs)) < 2:
+            return float(np.mean(ys)), 0.0
         b, a = np.polyfit(xs, ys, 1)
         return float(a), float(b)
 
-    a0, b0 = line(lengths, base.loc[lengths].to_numpy())
-    for (strat, ratio), g in s[s["strategy"] != "none"].groupby(["strategy", "ratio"]):
-        g = g[g["context_tokens"].isin(base.index)].sort_values("context_tokens")
-        if g.empty:
-            continue
-        a1, b1 = line(g["context_tokens"].to_numpy(float), g[time_col].to_numpy())
-        if a1 <= a0 and b1 <= b0:
+    _, per_token = line(p["prefilled_tokens"], p["ttft_s_p50"])
+    s = summarise(p)
+    base = s[s["strategy"] == "none"].set_index("context_tokens")["total_s"] if "total_s" in s else None
+    rows = []
+    for (strat, ratio), g in p[p["strategy"] != "none"].groupby(["strategy", "ratio"]):
+        c, d = line(g["context_tokens"], g["compressor_s"])
+        achieved = float(g["achieved_ratio"].mean())
+        gain = per_token * (1 - 1 / achieved) - d if achieved > 0 else -d
+        if c <= 0 and gain >= 0:
             be = 0.0
-        elif b1 >= b0:
+        elif gain <= 0:
             be = math.inf
         else:
-            be = max(0.0, (a1 - a0) / (b0 - b1))
-        saving = [int(L) for L, t in zip(g["context_tokens"], g[time_col]) if t < base.loc[L]]
-        rows.append({"strategy": strat, "ratio": ratio, "break_even_tokens": be,
-                     "measured": bool(lengths.min() <= be <= lengths.max()),
-                     "first_saving_length": min(saving) if saving else None})
-    return pd.DataFrame(rows)
+            be = max(0.0, c / gain)
+        direct = math.nan
+        if base is not None:
+            gs = s[(s["strategy"] == strat) & (s["ratio"] == ratio) & s["context_tokens"].isin(base.index)]
+            if len(gs) >= 2:
+                a0, b0 = line(base.index, base.to_numpy())
+                a1, b1 = line(gs["context_tokens"], gs["total_s"])
+                direct = 0.0 if (a1 <= a0 and b1 <= b0) else (math.inf if b1 >= b0 else max(0.0, (a1 - a0) / (b0 - b1)))
+        lengths = p["context_tokens"]
+        rows.append({"strategy": strat, "ratio": ratio, "achieved_ratio": achieved, "prefill_s_per_token": per_token,
+                     "compressor_s_per_token": d, "break_even_tokens": be,
+                     "measured": bool(lengths.min() <= be <= lengths.max()), "direct_tokens": direct})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def quality_at(points, ratio: float = 4):
@@ -1203,13 +1223,15 @@ def quality_at(points, ratio: float = 4):
     p = _ok(points)
     base = p[p["strategy"] == "none"]
     sel = p[(p["ratio"] == ratio) | (p["strategy"].isin(LOSSLESS))]
-    g = sel.groupby("strategy", as_index=False)[["substring_match", "gold_logprob", "rouge_l", "achieved_ratio"]].mean()
+    cols = [c for c in ("achieved_ratio", "substring_match", "gold_logprob", "rouge_l") if c in p]
+    g = sel.groupby("strategy", as_index=False)[cols].mean()
     m0 = base["substring_match"].mean() if not base.empty else float("nan")
     l0 = base["gold_logprob"].mean() if not base.empty else float("nan")
     g["match_retained"] = g["substring_match"] / m0 if m0 else float("nan")
     g["delta_gold_logprob"] = g["gold_logprob"] - l0
-    return g[["strategy", "achieved_ratio", "substring_match", "match_retained", "gold_logprob",
-              "delta_gold_logprob", "rouge_l"]]
+    order = ["strategy", "achieved_ratio", "substring_match", "match_retained", "gold_logprob",
+             "delta_gold_logprob", "rouge_l"]
+    return g[[c for c in order if c in g]]
 
 
 def best_strategy(points):
@@ -1292,8 +1314,8 @@ def figures(points, chat_points=None) -> dict:
                   labels={"context_tokens": "context length (tokens)", "total_s": "total time (s)"})
     figs["total_vs_length"] = fig
     be = break_even(points)
-    figs["break_even"] = _table_figure(be, "Break-even context length (tokens) per strategy: where total time drops "
-                                           "below no compression (linear fit)")
+    figs["break_even"] = _table_figure(be, "Break-even context length (tokens): where compressor time is repaid by "
+                                           "the prefill it saves (fits over all points)")
 
     h = _ok(points)
     h = h[(h["ratio"] == max(h["ratio"])) | (h["strategy"] == "none")]

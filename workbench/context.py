@@ -16,13 +16,15 @@ Methods:
   crossover: beyond it attention dominates prefill).
 - KV cache from the config: ``2 (K and V) x layers x kv_heads x head_dim x
   bytes/element x tokens x batch`` (:meth:`workbench.models.ModelInfo.kv_cache_bytes_per_token`).
-- KV cache measured: memory sampled at every generated step (the cache for the
-  prompt exists from the first step on), minus a baseline read just before the
-  timed batch. CUDA: ``torch.cuda.memory_allocated`` (live tensors only, exact
-  up to activations of one step). CPU: process RSS (``psutil``) after
-  ``gc.collect()`` and glibc ``malloc_trim(0)`` return freed memory to the OS;
-  RSS also counts allocator slack and one step's activations, so on CPU it is
-  an upper-bound estimate, read as "same order as computed", not to the byte.
+- KV cache measured: memory at the first generated step (the prompt's cache is
+  complete, the prefill's temporaries freed) minus a baseline read just before
+  the timed batch (:class:`MemoryTracker`). CUDA: ``torch.cuda.memory_allocated``
+  (live tensors only). CPU: process RSS (``psutil``), with glibc
+  ``malloc_trim(0)`` before the baseline and at the first step so freed memory
+  leaves the RSS; it still counts allocator slack and a step's activations, so
+  on CPU it reads a few MiB above the cache. Compared with the config formula
+  at ``L x batch`` tokens. The largest growth over all steps (the cache growing,
+  plus fragmentation from the cache's re-allocations) is kept as well.
 - Warm-up: untimed runs (``warmup`` of them, 2 new tokens) before the first point
   of each batch size only. Eager PyTorch has no per-shape compilation, so
   warming every context length would double the sweep's time for nothing.
@@ -105,7 +107,9 @@ def fit_quadratic(L: Sequence[float], y: Sequence[float]) -> QuadraticFit:
     keep = np.isfinite(L) & np.isfinite(y)
     L, y = L[keep], y[keep]
     if len(np.unique(L)) < 3:
-        raise ParameterError(f"context_tokens: the quadratic fit needs at least 3 distinct lengths (got {len(np.unique(L))})")
+        raise ParameterError(
+            f"context_tokens: the quadratic fit needs at least 3 distinct lengths (got {len(np.unique(L))})"
+        )
     X = np.column_stack([np.ones_like(L), L, L**2])
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
     resid = y - X @ coef
@@ -162,19 +166,27 @@ class MemoryTracker:
     Use ``tracker.start()`` right before the timed batch and pass
     ``tracker.on_step`` as ``generate_measured(..., on_step=...)``.
 
+    At the first generated step the prompt's KV cache is complete and the
+    prefill's temporaries are freed; on CPU the tracker then calls glibc
+    ``malloc_trim(0)`` once (~5-10 ms, which lands in the second token's ITL) so
+    that freed memory leaves the RSS, and reads the growth: that reading is the
+    measured KV cache (``first_step_growth_bytes``). Later steps only update
+    ``max_growth_bytes`` (the cache's growth plus allocator fragmentation).
+
     Attributes:
         kind: ``cuda_allocated`` or ``rss``.
         baseline: bytes at ``start()``.
-        max_growth_bytes: largest sample minus baseline (0 before any step).
+        first_step_growth_bytes: growth at the first generated step (None before it).
+        max_growth_bytes: largest growth over all steps.
         peak_bytes: CUDA: ``max_memory_allocated`` since ``start()`` minus
-            baseline (prefill activations included); CPU: same as
-            ``max_growth_bytes``.
+            baseline (prefill activations included); CPU: ``max_growth_bytes``.
     """
 
     def __init__(self, device: str):
         self.cuda = str(device).startswith("cuda")
         self.kind = "cuda_allocated" if self.cuda else "rss"
         self.baseline = 0
+        self.first_step_growth_bytes: int | None = None
         self.max_growth_bytes = 0
 
     def _now(self) -> int:
@@ -197,10 +209,18 @@ class MemoryTracker:
         else:
             _malloc_trim()
         self.baseline = self._now()
+        self.first_step_growth_bytes = None
         self.max_growth_bytes = 0
 
     def on_step(self, ids, t) -> None:
-        self.max_growth_bytes = max(self.max_growth_bytes, self._now() - self.baseline)
+        if self.first_step_growth_bytes is None:
+            if not self.cuda:
+                _malloc_trim()
+            self.first_step_growth_bytes = self._now() - self.baseline
+            growth = self.first_step_growth_bytes
+        else:
+            growth = self._now() - self.baseline
+        self.max_growth_bytes = max(self.max_growth_bytes, growth)
 
     @property
     def peak_bytes(self) -> int:
@@ -268,9 +288,10 @@ def measure_context_point(loaded, cfg: ContextConfig, point: dict, warm: bool) -
     Returns:
         ``requests`` (records with ``context_tokens`` and ``source``), ``wall_s``,
         ``warmup_s`` and ``extra``: ``kv_bytes_computed`` (config formula at
-        ``(L + max_new_tokens - 1) x B`` tokens, the cache at the last step),
-        ``kv_bytes_measured`` (largest memory growth over the steps),
-        ``memory_peak_growth_bytes`` and ``memory_kind``.
+        ``L x B`` tokens, the cache at the first generated step),
+        ``kv_bytes_measured`` (memory growth at that step, see :class:`MemoryTracker`),
+        ``memory_max_growth_bytes`` (over all steps), ``memory_peak_growth_bytes``
+        (CUDA: allocator peak, prefill included) and ``memory_kind``.
     """
     import time
 
@@ -297,8 +318,9 @@ def measure_context_point(loaded, cfg: ContextConfig, point: dict, warm: bool) -
     out["warmup_s"] = warmup_s
     out["extra"] = {
         "source": cfg.source,
-        "kv_bytes_computed": kv_cache_bytes(loaded.info, L + cfg.max_new_tokens - 1, B),
-        "kv_bytes_measured": int(tracker.max_growth_bytes),
+        "kv_bytes_computed": kv_cache_bytes(loaded.info, L, B),
+        "kv_bytes_measured": int(tracker.first_step_growth_bytes or 0),
+        "memory_max_growth_bytes": int(tracker.max_growth_bytes),
         "memory_peak_growth_bytes": int(tracker.peak_bytes),
         "memory_kind": tracker.kind,
     }
@@ -322,6 +344,13 @@ def run_context_sweep(cfg: ContextConfig, run_dir, loaded, resume: bool = False)
 
 
 # ----------------------------------------------------------------------------- figures
+
+
+def _legend_below(fig):
+    """Legend under the plot, so long trace names never cover the title."""
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0),
+                      margin=dict(b=140))
+    return fig
 
 
 def _ok(df):
@@ -350,7 +379,7 @@ def fig_latency_vs_context(requests, fits: dict, quantity: str = "prefill_s"):
                             name=f"fit b={bs}: {f.a:.3g} + {f.b:.3g}L + {f.c:.3g}L² (R²={f.r2:.3f})")
     fig.update_layout(title="TTFT and prefill vs context length, with a + bL + cL² fit",
                       xaxis_title="context length L (prompt tokens)", yaxis_title="seconds")
-    return fig
+    return _legend_below(fig)
 
 
 def fig_tpot_vs_context(points):
@@ -364,7 +393,7 @@ def fig_tpot_vs_context(points):
                   labels={"context_tokens": "context length L (prompt tokens)", "tpot_s_p50": "TPOT p50 (s/token)",
                           "color": "batch size"},
                   title="Decode time per output token vs context length")
-    return fig
+    return _legend_below(fig)
 
 
 def fig_kv_bytes(points):
@@ -384,7 +413,7 @@ def fig_kv_bytes(points):
     fig = px.line(long, x="context_tokens", y="MiB", color="batch size", line_dash="how", markers=True,
                   labels={"context_tokens": "context length L (prompt tokens)", "MiB": "KV cache (MiB)"},
                   title="KV-cache size vs context length: computed vs measured")
-    return fig
+    return _legend_below(fig)
 
 
 def fig_heatmap(points, value: str, title: str, unit: str):
@@ -409,7 +438,8 @@ def context_figures(points, requests, fits: dict) -> dict:
         "context_ttft_prefill_fit": fig_latency_vs_context(requests, fits),
         "context_tpot": fig_tpot_vs_context(points),
         "context_kv_bytes": fig_kv_bytes(points),
-        "context_heatmap_ttft": fig_heatmap(points, "ttft_s_p50", "TTFT p50 (s) by batch size and context length", "TTFT p50 (s)"),
+        "context_heatmap_ttft": fig_heatmap(points, "ttft_s_p50", "TTFT p50 (s) by batch size and context length",
+                                            "TTFT p50 (s)"),
         "context_heatmap_throughput": fig_heatmap(points, "output_throughput_tps",
                                                   "Output throughput (tokens/s) by batch size and context length",
                                                   "tokens/s"),

@@ -274,6 +274,7 @@ def generate_measured(
     logits_processor=None,
     stopping_criteria=None,
     input_ids=None,
+    generate_kwargs: dict | None = None,
 ) -> BatchResult:
     """Run one batch through ``model.generate`` and time every generated token id.
 
@@ -292,6 +293,8 @@ def generate_measured(
         input_ids: pre-tokenised prompts (list of lists of ints, already
             templated); left-padded here. ``prompts`` is then ignored for
             encoding but its length must match.
+        generate_kwargs: further ``generate`` keyword arguments (e.g. a
+            prefix KV cache, see :func:`workbench.compression.generate_with_prefix_cache`).
 
     Returns:
         :class:`BatchResult` with one record per prompt.
@@ -327,6 +330,7 @@ def generate_measured(
                 pad_token_id=tokenizer.pad_token_id,
                 logits_processor=logits_processor,
                 stopping_criteria=stopping_criteria,
+                **(generate_kwargs or {}),
             )
     finally:
         prefill.remove()

@@ -208,7 +208,9 @@ def _exact_by_chars(tokenizer, text: str, n_tokens: int, chat: bool, suffix: str
     raise ParameterError(f"prompt_tokens: could not build a prompt of exactly {n_tokens} tokens")
 
 
-def build_batch(tokenizer, batch_size: int, n_tokens: int, source: str = "en", chat: bool = True, instruction: str = ""):
+def build_batch(
+    tokenizer, batch_size: int, n_tokens: int, source: str = "en", chat: bool = True, instruction: str = ""
+):
     """``batch_size`` different prompts of exactly ``n_tokens`` tokens each (disjoint source windows)."""
     stride = max(1, n_tokens)
     return [
@@ -227,7 +229,8 @@ def _template_parts(tokenizer, chat: bool, instruction: str) -> tuple[list[int],
             [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
         )
         pre, post = text.split(sentinel)
-        return (tokenizer(pre, add_special_tokens=False)["input_ids"], tokenizer(post, add_special_tokens=False)["input_ids"])
+        ids = tokenizer([pre, post], add_special_tokens=False)["input_ids"]
+        return ids[0], ids[1]
     specials = tokenizer("")["input_ids"]
     post = tokenizer(sep + instruction, add_special_tokens=False)["input_ids"] if instruction else []
     return list(specials), post
@@ -280,7 +283,13 @@ def build_prompt_ids(
 
 
 def build_batch_ids(
-    tokenizer, batch_size: int, n_tokens: int, source: str = "en", chat: bool = True, instruction: str = "", seed: int = 0
+    tokenizer,
+    batch_size: int,
+    n_tokens: int,
+    source: str = "en",
+    chat: bool = True,
+    instruction: str = "",
+    seed: int = 0,
 ) -> list[list[int]]:
     """``batch_size`` different id prompts of exactly ``n_tokens`` each (disjoint windows or different seeds)."""
     stride = max(1, n_tokens)
@@ -371,7 +380,11 @@ def report_prompt(topic: str, n_sections: int, language: str = "en") -> str:
 
 
 def report_prompts(n_per_language: int, n_sections: int, languages=LANGUAGES) -> list[dict]:
-    """The first ``n_per_language`` report prompts per language: dicts with family, language, topic, n_sections, prompt."""
+    """The first ``n_per_language`` report prompts per language.
+
+    Returns:
+        Dicts with family, language, topic, n_sections, prompt, answers (empty).
+    """
     out = []
     for lang in languages:
         topics = REPORT_TOPICS[lang]
@@ -405,7 +418,9 @@ def factual_prompts(n_per_language: int, languages=LANGUAGES, path=None) -> list
     for lang in languages:
         picked = [r for r in rows if r["language"] == lang][:n_per_language]
         if len(picked) < n_per_language or n_per_language < 1:
-            raise ParameterError(f"n_factual_prompts: must be in [1, {len(picked)}] for {lang} (got {n_per_language!r})")
+            raise ParameterError(
+                f"n_factual_prompts: must be in [1, {len(picked)}] for {lang} (got {n_per_language!r})"
+            )
         for r in picked:
             out.append(
                 {"family": "factual", "language": lang, "topic": r["id"], "n_sections": 0,

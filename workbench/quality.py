@@ -21,7 +21,6 @@ import math
 import re
 import string
 import unicodedata
-from collections import Counter
 from typing import Iterable, Sequence
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
@@ -288,7 +287,9 @@ def perplexity(model, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> f
     return math.exp(sum(nll) / len(nll)) if nll else float("nan")
 
 
-def bootstrap_ci(values, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ci(
+    values, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
     """Mean of the finite values and a percentile-bootstrap CI: ``(mean, low, high)``.
 
     Uses ``scipy.stats.bootstrap`` with ``method="percentile"`` (Efron &

@@ -55,6 +55,8 @@ class TemperatureConfig(SweepConfig):
         factual_max_new_tokens: new-token cap of factual answers (>= 1).
         repeats: samples per setting (seeds ``seed .. seed + repeats - 1``).
         perplexity: score each answer's perplexity under the model (one forward pass each).
+        target_chars: a target answer length in characters, turned into a
+            ``max_new_tokens`` per language in the notebook (report only).
     """
 
     temperatures: list = dataclasses.field(default_factory=lambda: [0.0, 0.7, 1.2])
@@ -68,6 +70,7 @@ class TemperatureConfig(SweepConfig):
     factual_max_new_tokens: int = 24
     repeats: int = 2
     perplexity: bool = True
+    target_chars: int = 2000
 
     def __post_init__(self):
         super().__post_init__()
@@ -89,6 +92,7 @@ class TemperatureConfig(SweepConfig):
             raise ParameterError(f"n_factual_prompts: must be an integer in [1, 20] (got {self.n_factual_prompts!r})")
         if not isinstance(self.perplexity, bool):
             raise ParameterError(f"perplexity: must be true or false (got {self.perplexity!r})")
+        _check_int("target_chars", self.target_chars, 1)
         limit = self.max_context()
         if max(self.max_new_tokens, self.factual_max_new_tokens) + 256 > limit:
             raise ParameterError(f"max_new_tokens: must leave room for the prompt within the model maximum {limit}")
@@ -175,6 +179,37 @@ def headline(summary, metrics=("truncated", "repeated_4gram_rate", "distinct_2",
                           aggfunc="first")
 
 
+def length_targets(tokenizer, target_chars: int, languages=("en", "zh")):
+    """Characters per token of the tokenizer per language and the ``max_new_tokens`` a target length needs.
+
+    Returns:
+        ``pandas.DataFrame``: language, chars_per_token, target_chars, max_new_tokens
+        (:func:`workbench.prompts.max_new_tokens_for_chars`, 10% margin).
+    """
+    import pandas as pd
+
+    from .prompts import chars_per_token, max_new_tokens_for_chars
+
+    return pd.DataFrame([
+        {"language": lang, "chars_per_token": chars_per_token(tokenizer, lang), "target_chars": target_chars,
+         "max_new_tokens": max_new_tokens_for_chars(tokenizer, target_chars, lang)}
+        for lang in languages
+    ])
+
+
+def samples_markdown(requests, max_chars: int = 600) -> str:
+    """The generated texts as Markdown, grouped by family, language, topic and setting (for reading, not scoring)."""
+    cols = ["family", "language", "topic", "temperature", "top_p", "sample"]
+    lines = ["# Generated samples", ""]
+    for _, r in requests.sort_values(cols).iterrows():
+        text = str(r["text"])
+        text = text if len(text) <= max_chars else text[:max_chars] + " [...]"
+        lines += [f"## {r['family']} / {r['language']} / {r['topic']} / T={r['temperature']:g} top_p={r['top_p']:g} "
+                  f"sample {r['sample']} (seed {r['seed']}, {r['output_tokens']} tokens, {r['finish_reason']})",
+                  "", "```", text, "```", ""]
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- figures
 
 LABELS = {
@@ -192,25 +227,45 @@ LABELS = {
 }
 
 
+def _greedy_on_every_top_p(df):
+    """Copy temperature-0 rows to every top_p present, so each top_p line starts at greedy (top_p is unused there)."""
+    import pandas as pd
+
+    greedy, rest = df[df["temperature"] == 0], df[df["temperature"] != 0]
+    tops = sorted(set(rest["top_p"])) or sorted(set(greedy["top_p"]))
+    return pd.concat([rest] + [greedy.assign(top_p=p) for p in tops], ignore_index=True)
+
+
+def _legend_below(fig):
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0), margin=dict(b=120))
+    return fig
+
+
 def fig_metrics_vs_temperature(summary, family: str, metrics: list[str], title: str):
-    """Mean with bootstrap CI error bars vs temperature, one panel per metric, colour = language, dash = top_p."""
+    """Mean with bootstrap CI error bars vs temperature, one panel per metric, colour = language, dash = top_p.
+
+    The greedy (temperature 0) point is drawn on every top_p line.
+    """
     import plotly.express as px
 
     from . import plots  # noqa: F401
 
-    df = summary[(summary["family"] == family) & summary["metric"].isin(metrics)].copy()
+    df = _greedy_on_every_top_p(summary[(summary["family"] == family) & summary["metric"].isin(metrics)])
     df["metric"] = df["metric"].map(lambda m: LABELS.get(m, m))
     df["err_plus"] = df["ci_high"] - df["mean"]
     df["err_minus"] = df["mean"] - df["ci_low"]
     df["top_p"] = df["top_p"].map(lambda p: f"top_p {p:g}")
     df = df.sort_values("temperature")
+    orders = {"metric": [LABELS.get(m, m) for m in metrics], "language": sorted(set(df["language"])),
+              "top_p": sorted(set(df["top_p"]), reverse=True)}
     fig = px.line(df, x="temperature", y="mean", color="language", line_dash="top_p", markers=True,
+                  category_orders=orders,
                   error_y="err_plus", error_y_minus="err_minus", facet_col="metric", facet_col_wrap=3,
                   facet_row_spacing=0.12, labels={"temperature": "temperature (0 = greedy)", "mean": "mean, 95% CI"},
                   title=title)
     fig.update_yaxes(matches=None, showticklabels=True)
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
-    return fig
+    return _legend_below(fig)
 
 
 def fig_speed_vs_temperature(points):
@@ -220,19 +275,22 @@ def fig_speed_vs_temperature(points):
 
     from . import plots  # noqa: F401
 
-    df = points[points["status"] == "ok"].copy()
+    df = _greedy_on_every_top_p(points[points["status"] == "ok"])
     cols = {"tpot_s_p50": "TPOT p50 (s/token)", "e2e_s_p50": "e2e latency p50 (s)",
             "output_throughput_tps": "output throughput (tokens/s)", "mean_output_tokens": "mean output tokens"}
     long = pd.concat([df.assign(metric=label, value=df[c]) for c, label in cols.items() if c in df])
     long["top_p"] = long["top_p"].map(lambda p: f"top_p {p:g}")
     long = long.sort_values("temperature")
+    orders = {"metric": [label for c, label in cols.items() if c in df], "family": list(FAMILIES),
+              "top_p": sorted(set(long["top_p"]), reverse=True)}
     fig = px.line(long, x="temperature", y="value", color="family", line_dash="top_p", markers=True,
+                  category_orders=orders,
                   facet_col="metric", facet_col_wrap=2, facet_row_spacing=0.12,
                   labels={"temperature": "temperature (0 = greedy)", "value": ""},
                   title="Speed vs temperature (sampling cost and output length)")
     fig.update_yaxes(matches=None, showticklabels=True)
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
-    return fig
+    return _legend_below(fig)
 
 
 def temperature_figures(summary, points) -> dict:

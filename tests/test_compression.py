@@ -1,0 +1,349 @@
+"""Tests for workbench.compression: budgets, retrieval, Chinese, edge cases, KV reuse, metrics, analysis."""
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench import compression as C
+from workbench import models, tasks
+from workbench.errors import ParameterError
+from workbench.generation import GenerationSettings
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_context_compression.ipynb"
+QUICK = {
+    "strategies": ["none", "bm25"], "ratios": [4], "context_lengths": [160], "depths": [0.5],
+    "summary_lengths": [], "chat_lengths": [160], "chat_strategies": ["none", "kv_reuse"],
+    "max_new_tokens": 4, "warmup": 0,
+}
+NO_MODEL = ("head", "tail", "head_tail", "bm25", "dense")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(models.default_model_dir())
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return models.load_model()
+
+
+@pytest.fixture(scope="module")
+def doc(tok):
+    return tasks.needle_task(tok, 400, depth=0.5, seed=1)
+
+
+@pytest.fixture(scope="module")
+def zh_doc(tok):
+    return tasks.needle_task(tok, 300, depth=0.5, seed=1, language="zh")
+
+
+# ----------------------------------------------------------------------------- budgets and the question
+
+
+@pytest.mark.parametrize("strategy", NO_MODEL)
+@pytest.mark.parametrize("target", [{"ratio": 2}, {"ratio": 4}, {"budget": 50}])
+def test_strategy_reaches_budget_and_keeps_question(tok, doc, strategy, target):
+    r = C.compress(doc.context, doc.question, tok, strategy, **target)
+    budget = target.get("budget") or math.floor(doc.context_tokens / target["ratio"])
+    assert r.budget_tokens == budget
+    assert r.compressed_tokens == C.count_tokens(tok, r.context) <= budget
+    assert r.compressed_tokens >= budget * 0.6  # the budget is used, not wasted
+    assert r.original_tokens == doc.context_tokens
+    assert r.ratio == pytest.approx(doc.context_tokens / r.compressed_tokens)
+    assert r.question == doc.question and r.messages()[-1]["content"].endswith(doc.question)
+    assert r.compressor_s >= 0
+
+
+@pytest.mark.parametrize("strategy", ("tail", "bm25"))
+def test_chat_history_budget(tok, strategy):
+    t = tasks.chat_task(tok, 400, depth=0.1, seed=0)
+    r = C.compress(t.context, t.question, tok, strategy, ratio=4)
+    assert isinstance(r.context, list) and all(set(m) == {"role", "content"} for m in r.context)
+    assert r.compressed_tokens == C.count_tokens(tok, r.context) <= t.context_tokens // 4
+    msgs = r.messages()
+    assert msgs[-1] == {"role": "user", "content": t.question}
+
+
+def test_truncation_keeps_the_right_end(tok, doc):
+    head = C.compress(doc.context, doc.question, tok, "head", ratio=4).context
+    tail = C.compress(doc.context, doc.question, tok, "tail", ratio=4).context
+    both = C.compress(doc.context, doc.question, tok, "head_tail", ratio=4).context
+    assert doc.context.startswith(head) and doc.context.endswith(tail)
+    first, last = both.split("\n...\n")
+    assert doc.context.startswith(first) and doc.context.endswith(last)
+
+
+# ----------------------------------------------------------------------------- retrieval
+
+
+@pytest.mark.parametrize("strategy", ("bm25", "dense"))
+@pytest.mark.parametrize("depth", (0.1, 0.9))
+def test_retrieval_keeps_the_needle_chunk(tok, strategy, depth):
+    t = tasks.needle_task(tok, 600, depth=depth, seed=2)
+    query = "What is the passkey to the archive room?"
+    r = C.compress(t.context, query, tok, strategy, ratio=4, chunk_tokens=48)
+    assert t.answer in r.context
+    assert r.details["chunks_kept"] >= 1
+
+
+def test_retrieval_chinese_needle(tok, zh_doc):
+    r = C.compress(zh_doc.context, zh_doc.question, tok, "bm25", ratio=4, chunk_tokens=32)
+    assert zh_doc.needle in r.context
+
+
+@pytest.mark.parametrize("size", (8, 16, 48))
+def test_chunks_never_exceed_their_size(tok, doc, zh_doc, size):
+    for text in (doc.context, zh_doc.context):
+        chunks = C.retrieval_chunks(text, tok, size)
+        assert chunks and all(c.n_tokens <= size for c in chunks)
+        assert all(C.count_tokens(tok, c.text) == c.n_tokens for c in chunks)
+        assert "".join(c.text for c in chunks) == text  # chunking loses nothing
+        assert all("\ufffd" not in c.text for c in chunks)
+
+
+def test_retrieval_keeps_original_order(tok, doc):
+    r = C.compress(doc.context, doc.question, tok, "bm25", ratio=2, chunk_tokens=32)
+    pieces = [p for p in r.context.split("\n") if p.strip()]
+    positions = [doc.context.find(p) for p in pieces]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions)
+
+
+def test_lexical_tokens():
+    assert C.lexical_tokens("The Passkey is 48213.") == ["the", "passkey", "is", "48213"]
+    assert C.lexical_tokens("通行密码") == ["通", "行", "密", "码", "通行", "行密", "密码"]
+
+
+# ----------------------------------------------------------------------------- Chinese
+
+
+@pytest.mark.parametrize("strategy", NO_MODEL)
+def test_chinese_has_no_replacement_chars_or_spaces(tok, zh_doc, strategy):
+    for ratio in (2, 3, 7):
+        r = C.compress(zh_doc.context, zh_doc.question, tok, strategy, ratio=ratio, chunk_tokens=16)
+        assert "\ufffd" not in r.context and " " not in r.context
+        assert r.compressed_tokens <= r.budget_tokens
+    # a budget that cuts through multi-byte characters at every odd token
+    for budget in (1, 2, 3, 5, 11):
+        r = C.compress(zh_doc.context, zh_doc.question, tok, "head", budget=budget)
+        assert "\ufffd" not in r.context and r.compressed_tokens <= budget
+
+
+# ----------------------------------------------------------------------------- edge cases and errors
+
+
+@pytest.mark.parametrize("context", ["", "   \n", [], [{"role": "user", "content": ""}]])
+def test_empty_context_is_a_clear_error(tok, context):
+    with pytest.raises(ParameterError, match=r"^context: .*empty"):
+        C.compress(context, "q?", tok, "bm25", ratio=2)
+
+
+def test_tiny_context_is_returned_unchanged(tok):
+    r = C.compress("The passkey is 48213.", "What is the passkey?", tok, "tail", budget=100)
+    assert r.context == "The passkey is 48213." and r.details["note"] == "already within budget"
+    assert r.ratio == 1.0
+
+
+@pytest.mark.model
+def test_over_long_context(tok, loaded):
+    t = tasks.needle_task(tok, 9000, depth=0.5, seed=0)
+    assert t.context_tokens > loaded.info.max_context_tokens
+    r = C.compress(t.context, t.question, tok, "bm25", ratio=4)
+    assert r.compressed_tokens <= r.budget_tokens and t.answer in r.context
+    with pytest.raises(ParameterError, match=r"^context: the prompt has \d+ tokens.*ratio >= 1\.\d") as err:
+        C.answer(loaded, C.compress(t.context, t.question, tok), GenerationSettings(max_new_tokens=4))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ParameterError, match="^context: the prompt has"):
+        C.compress(t.context, t.question, tok, "kv_reuse", loaded=loaded)
+
+
+@pytest.mark.parametrize(
+    "kwargs, prefix",
+    [
+        ({"ratio": 0.5}, "ratio:"), ({"ratio": 0}, "ratio:"), ({"ratio": -2}, "ratio:"),
+        ({"ratio": float("nan")}, "ratio:"), ({"ratio": float("inf")}, "ratio:"), ({"ratio": "4"}, "ratio:"),
+        ({"ratio": True}, "ratio:"), ({"budget": 0}, "budget:"), ({"budget": -5}, "budget:"),
+        ({"budget": 12.5}, "budget:"), ({"ratio": 2, "budget": 10}, "ratio, budget:"), ({}, "ratio:"),
+        ({"ratio": 2, "chunk_tokens": 4}, "chunk_tokens:"), ({"ratio": 2, "top_k": 0}, "top_k:"),
+    ],
+)
+def test_invalid_ratio_or_budget_is_one_line(tok, doc, kwargs, prefix):
+    with pytest.raises(ParameterError) as err:
+        C.compress(doc.context, doc.question, tok, "bm25", **kwargs)
+    assert str(err.value).startswith(prefix) and "\n" not in str(err.value)
+
+
+def test_unknown_strategy_and_missing_model(tok, doc):
+    with pytest.raises(ParameterError, match="^strategy: must be one of"):
+        C.compress(doc.context, doc.question, tok, "zip", ratio=2)
+    for s in ("prune", "summary", "kv_reuse"):
+        with pytest.raises(ParameterError, match="^loaded: "):
+            C.compress(doc.context, doc.question, tok, s, ratio=2)
+
+
+# ----------------------------------------------------------------------------- model-based strategies
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_prune_reaches_ratio(tok, loaded, language):
+    t = tasks.needle_task(tok, 120, depth=0.5, seed=0, language=language)
+    r = C.compress(t.context, t.question, tok, "prune", ratio=3, loaded=loaded, window=64)
+    assert r.compressed_tokens == C.count_tokens(tok, r.context) <= t.context_tokens // 3
+    assert r.compressed_tokens >= 0.7 * (t.context_tokens // 3)
+    assert "\ufffd" not in r.context
+    if language == "zh":
+        assert " " not in r.context
+    # the kept text is a subsequence of the original (pruning only deletes)
+    it = iter(t.context)
+    assert all(ch in it for ch in r.context.replace(" ", ""))
+
+
+@pytest.mark.model
+def test_summaries_reach_budget(tok, loaded):
+    t = tasks.needle_task(tok, 120, depth=0.5, seed=0)
+    r = C.compress(t.context, t.question, tok, "summary", budget=10, loaded=loaded)
+    assert 0 < r.compressed_tokens <= 10 and r.details["summary_calls"] >= 1
+    chat = tasks.chat_task(tok, 150, depth=0.1, seed=0)
+    r = C.compress(chat.context, chat.question, tok, "summary", budget=30, loaded=loaded, recent_share=0.3)
+    assert r.compressed_tokens == C.count_tokens(tok, r.context) <= 30
+    assert r.context[0]["content"].startswith("Summary of the earlier conversation: ")
+    assert r.messages()[-1]["content"] == chat.question
+
+
+@pytest.mark.model
+def test_kv_reuse_same_greedy_answer_fewer_prefilled_tokens(tok, loaded):
+    settings = GenerationSettings(max_new_tokens=5)
+    for t in (tasks.chat_task(tok, 150, depth=0.1, seed=0), tasks.needle_task(tok, 100, depth=0.5, seed=0)):
+        full = C.compress(t.context, t.question, tok, "none")
+        reuse = C.compress(t.context, t.question, tok, "kv_reuse", loaded=loaded)
+        assert reuse.context == t.context and reuse.compressed_tokens == t.context_tokens
+        a = C.answer(loaded, full, settings)
+        b = C.answer(loaded, reuse, settings)
+        assert b["output_ids"] == a["output_ids"] and b["text"] == a["text"]
+        assert b["prompt_tokens"] == a["prompt_tokens"]
+        assert b["prefilled_tokens"] == a["prompt_tokens"] - reuse.details["cached_tokens"] < a["prefilled_tokens"]
+        assert reuse.details["cached_tokens"] >= t.context_tokens
+        if t.is_chat:  # the cache is copied per use: a second request gives the same answer
+            assert C.answer(loaded, reuse, settings)["output_ids"] == a["output_ids"]
+        g_full = C.gold_logprob(loaded, full.messages(), t.answer)
+        g_reuse = C.gold_logprob(loaded, reuse.messages(), t.answer, reuse.prefix_cache, reuse.prefix_ids)
+        assert g_reuse["gold_logprob"] == pytest.approx(g_full["gold_logprob"], abs=1e-3)
+        print(f"benchmark: TTFT full prefill {a['ttft_s']:.3f} s, with KV prefix reuse {b['ttft_s']:.3f} s "
+              f"({a['prefilled_tokens']} vs {b['prefilled_tokens']} prefilled tokens)")
+
+
+@pytest.mark.model
+def test_gold_logprob_matches_a_manual_computation(tok, loaded):
+    import torch
+
+    msgs = [{"role": "user", "content": "Say 42."}]
+    got = C.gold_logprob(loaded, msgs, "42")
+    prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    a_ids = tok("42", add_special_tokens=False)["input_ids"]
+    total = 0.0
+    for i, a in enumerate(a_ids):
+        with torch.inference_mode():
+            logits = loaded.model(input_ids=torch.tensor([p_ids + a_ids[:i]])).logits[0, -1]
+        total += float(torch.log_softmax(logits.float(), -1)[a])
+    assert got["gold_tokens"] == len(a_ids)
+    assert got["gold_logprob"] == pytest.approx(total, abs=1e-3)
+
+
+# ----------------------------------------------------------------------------- metrics by hand
+
+
+def test_answer_match():
+    assert C.answer_match("The passkey is 48213.", "48213") == {"substring_match": 1.0, "exact_match": 0.0}
+    assert C.answer_match(" 48213. ", "48213") == {"substring_match": 1.0, "exact_match": 1.0}
+    assert C.answer_match("It is 148213", "48213")["substring_match"] == 0.0
+    assert C.answer_match("密码是48213。", "48213")["substring_match"] == 1.0
+
+
+def test_rouge_l_by_hand():
+    # LCS("the cat sat", "the cat sat on the mat") = 3: P = 3/3, R = 3/6, F = 2PR/(P+R) = 2/3
+    assert C.rouge_l("the cat sat", "the cat sat on the mat") == pytest.approx(2 / 3)
+    # CJK characters are tokens: LCS(天气很好, 天气不好) = 3 of 4 -> F = 0.75
+    assert C.rouge_l("天气很好", "天气不好") == pytest.approx(0.75)
+    assert C.rouge_l("", "") == 1.0 and C.rouge_l("abc", "") == 0.0
+
+
+def _points(rows):
+    df = pd.DataFrame(rows)
+    df["status"] = "ok"
+    return df
+
+
+def test_break_even_by_hand():
+    # TTFT = 0.1 + 0.002 s per prefilled token; decode is fixed-length so total = compressor + TTFT + 1 s
+    def row(strategy, ratio, L, d, compressor, achieved, match=1.0):
+        prefilled = L / achieved + 30
+        ttft = 0.1 + 0.002 * prefilled
+        return dict(strategy=strategy, ratio=ratio, context_tokens=L, depth=d, achieved_ratio=achieved,
+                    prefilled_tokens=prefilled, ttft_s_p50=ttft, compressor_s=compressor,
+                    total_s=compressor + ttft + 1.0, substring_match=match, gold_logprob=-1.0, rouge_l=1.0)
+
+    rows = []
+    for L in (256, 512, 1024):
+        for d in (0.1, 0.9):
+            rows.append(row("none", 1, L, d, 0.0, 1.0))
+            # saves 0.002 * L * (1 - 1/4) s of prefill, costs 0.3 s: L* = 0.3 / 0.0015 = 200 tokens
+            rows.append(row("bm25", 4, L, d, 0.3, 4.0, match=0.5))
+            rows.append(row("prune", 4, L, d, 0.002 * L, 4.0))  # compressor grows faster than the saving: never
+            rows.append(row("tail", 4, L, d, 0.0, 4.0))  # free compressor: saves at every length
+    be = C.break_even(_points(rows)).set_index("strategy")
+    assert be.loc["bm25", "prefill_s_per_token"] == pytest.approx(0.002)
+    assert be.loc["bm25", "break_even_tokens"] == pytest.approx(200.0)
+    assert be.loc["bm25", "direct_tokens"] == pytest.approx(200.0)
+    assert not be.loc["bm25", "measured"]  # 200 < 256, the shortest measured length
+    assert math.isinf(be.loc["prune", "break_even_tokens"])
+    assert be.loc["tail", "break_even_tokens"] == 0.0
+    best = C.best_strategy(_points(rows)).set_index("context_tokens")
+    # none, prune and tail all match fully with equal log-lik: the fastest (tail) wins
+    assert list(best["strategy"]) == ["tail", "tail", "tail"]
+    q = C.quality_at(_points(rows), 4).set_index("strategy")
+    assert q.loc["bm25", "match_retained"] == pytest.approx(0.5) and q.loc["none", "match_retained"] == 1.0
+
+
+def test_config_validation_and_grid():
+    cfg = C.CompressionConfig(strategies=["none", "bm25", "summary", "kv_reuse"], ratios=[2, 4],
+                              context_lengths=[256], depths=[0.2, 0.8], summary_lengths=[256])
+    grid = cfg.grid()
+    assert grid[0]["strategy"] == "none"
+    assert sum(p["strategy"] == "none" for p in grid) == 2 and all(p["ratio"] == 1 for p in grid
+                                                                  if p["strategy"] in C.LOSSLESS)
+    assert sum(p["strategy"] == "bm25" for p in grid) == 4
+    assert [p for p in grid if p["strategy"] == "summary"] == [
+        {"strategy": "summary", "ratio": 4, "context_tokens": 256, "depth": 0.8}]
+    for bad, prefix in (({"ratios": [0.5]}, "ratio:"), ({"strategies": ["zip"]}, "strategies:"),
+                        ({"context_lengths": [10]}, "context_lengths:"), ({"depths": [2]}, "depths:"),
+                        ({"task": "chat"}, "task:"), ({"chunk_tokens": 2}, "chunk_tokens:")):
+        with pytest.raises(ParameterError) as err:
+            C.CompressionConfig(**bad)
+        assert str(err.value).startswith(prefix) and "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- the notebook
+
+
+@pytest.mark.notebook
+def test_notebook_runs_with_quick_parameters(tmp_path, monkeypatch):
+    from workbench import results, sweeps
+
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    run = results.create_run("nbtest")
+    sweeps.execute_notebook(NOTEBOOK, sweeps.validate_parameters(NOTEBOOK, QUICK), run, log_output=False)
+    points = results.read_points(run, "compression")
+    assert set(points["strategy"]) == {"none", "bm25"} and (points["status"] == "ok").all()
+    req = results.read_requests(run, "compression")
+    assert {"compression", "compressed_tokens", "compressor_s", "gold_logprob", "rouge_l", "total_s"} <= set(req)
+    chat = results.read_points(run, "compression_chat")
+    kv = chat[chat["strategy"] == "kv_reuse"].iloc[0]
+    assert kv["prefilled_tokens"] < chat[chat["strategy"] == "none"].iloc[0]["prefilled_tokens"]
+    figs = {p.stem for p in (run / "figures").glob("*.json")}
+    assert {"quality_vs_ratio", "time_vs_ratio", "break_even", "depth_length_heatmap", "best_strategy"} <= figs
