@@ -16,8 +16,8 @@ cells = [
         'dtype: str = "auto"  # auto | float32 | bfloat16 | float16\n'
         "context_tokens: list = [128, 512, 1024, 2048]  # prompt lengths L in tokens, chat template included\n"
         "batch_sizes: list = [1, 4]  # requests per generate call\n"
-        "max_new_tokens: int = 8  # new tokens per request (>= 2, so TPOT exists)\n"
-        "ignore_eos: bool = True  # fixed-length outputs (min_new_tokens = max_new_tokens)\n"
+        "max_new_tokens: int = 8  # new tokens per request (at least 2, so TPOT exists)\n"
+        "ignore_eos: bool = True  # fixed-length outputs : min_new_tokens set to max_new_tokens\n"
         'source: str = "en"  # prompt text: en (Python docs) | zh (Chinese essays) | random (token ids)\n'
         "repeats: int = 1  # timed repetitions per point\n"
         "warmup: int = 1  # untimed warm-up runs before the first point of each batch size\n"

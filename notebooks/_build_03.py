@@ -6,7 +6,7 @@ import nbformat as nbf
 cells = [
     nbf.v4.new_markdown_cell(
         "# 03 Temperature and top-p: length, repetition, quality and speed\n"
-        "How do temperature (0 = greedy) and top-p change how long answers get, how often `max_new_tokens` "
+        "How do temperature (0 means greedy) and top-p change how long answers get, how often `max_new_tokens` "
         "truncates them, how repetitive they are, whether factual answers stay right, and what sampling costs in "
         "time? Long-form reports and short factual questions, English and Chinese, several seeded samples each, "
         "95% bootstrap confidence intervals."
@@ -15,7 +15,7 @@ cells = [
         'model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id\n'
         'device: str = "auto"  # auto | cpu | cuda | mps\n'
         'dtype: str = "auto"  # auto | float32 | bfloat16 | float16\n'
-        "temperatures: list = [0.0, 0.7, 1.2]  # sampling temperatures; 0 = greedy\n"
+        "temperatures: list = [0.0, 0.7, 1.2]  # sampling temperatures; 0 means greedy\n"
         "top_ps: list = [0.9, 1.0]  # nucleus masses in (0, 1]; unused when greedy\n"
         'families: list = ["report", "factual"]  # prompt families: report (long-form) | factual (short answers)\n'
         'languages: list = ["en", "zh"]  # prompt languages\n'

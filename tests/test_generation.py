@@ -146,3 +146,25 @@ def test_character_cut_by_max_new_tokens_is_dropped_from_text_and_stream(loaded)
     assert record["finish_reason"] == "length" and record["output_tokens"] == cut
     assert "\ufffd" not in record["text"] and tok.decode(ids[:cut]).startswith(record["text"])
     assert "".join(e.text for e in events) == record["text"]
+
+
+def test_row_stopped_by_a_stopping_criterion_excludes_padding(loaded):
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class StopRow0After3(StoppingCriteria):
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self, input_ids, scores, **kwargs):
+            self.calls += 1
+            done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+            done[0] = self.calls >= 3
+            return done
+
+    s = GenerationSettings(max_new_tokens=8, ignore_eos=True)
+    res = generate_measured(loaded, ["Count to ten.", "Name colours."], s,
+                            stopping_criteria=StoppingCriteriaList([StopRow0After3()]))
+    r0, r1 = res.records
+    assert r0["output_tokens"] == 3 and r0["finish_reason"] == "stop" and len(r0["itl_s"]) == 2
+    assert r1["output_tokens"] == 8 and r1["finish_reason"] == "length"
+    assert r0["ttft_s"] + sum(r0["itl_s"]) == pytest.approx(r0["e2e_s"], abs=1e-6)

@@ -191,6 +191,57 @@ def test_invalid_budgets_give_one_line_errors(kwargs, name):
     assert "\n" not in msg and msg.startswith(f"{name}: ")
 
 
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(budgets=[-4]), "budgets"),
+        (dict(budgets=[0, 8, 8]), "budgets"),
+        (dict(budgets=[0, 8], min_budget=9), "min_budget"),
+        (dict(budgets=[0, 16, 64], min_budget=20), "min_budget"),
+        (dict(batch_sizes=[0]), "batch_sizes"),
+        (dict(thinking="yes"), "thinking"),
+        (dict(num_tasks=0), "num_tasks"),
+        (dict(task_kinds=["poetry"]), "task_kinds"),
+        (dict(budgets=[9000]), "budgets"),
+    ],
+)
+def test_config_rejects_bad_parameters_in_one_line(kwargs, name):
+    with pytest.raises(ParameterError) as exc:
+        R.ReasoningConfig(**kwargs)
+    assert "\n" not in str(exc.value) and str(exc.value).startswith(f"{name}: ")
+
+
+def test_config_grid_and_specs():
+    cfg = R.ReasoningConfig(budgets=[0, 16], batch_sizes=[1, 4], min_budget=4)
+    assert cfg.grid() == [{"reasoning_budget": 0, "batch_size": 1}, {"reasoning_budget": 0, "batch_size": 4},
+                          {"reasoning_budget": 16, "batch_size": 1}, {"reasoning_budget": 16, "batch_size": 4}]
+    assert cfg.spec(0).min_budget == 0 and cfg.spec(16).min_budget == 4
+
+
+def test_figures_from_tables():
+    import pandas as pd
+
+    rows = []
+    for b in (0, 8):
+        for i in range(4):
+            rows.append(dict(reasoning_budget=b, batch_size=2, repeat=0, task_id=f"t{i}", gold="1", prediction="1",
+                             exact_match=i % 2 == 0, gold_logprob=-1.0 - i - b / 8, thinking_tokens=0 if b == 0 else 11,
+                             answer_tokens=5, ttft_s=0.1, ttfat_s=0.1 + b * 0.01, e2e_s=0.2 + b * 0.01,
+                             thinking_text="", answer_text="\nAnswer: 1"))
+    req = pd.DataFrame(rows)
+    pts = pd.DataFrame([dict(reasoning_budget=b, batch_size=2, status="ok", ttft_s_p50=0.1, ttfat_s_p50=0.1 + b * 0.01,
+                             e2e_s_p50=0.2 + b * 0.01, output_throughput_tps=10.0 + b) for b in (0, 8)])
+    summary = R.quality_summary(req)
+    acc = summary[(summary.metric == "exact_match") & (summary.reasoning_budget == 0)].iloc[0]
+    assert acc["mean"] == 0.5 and acc["ci_low"] <= 0.5 <= acc["ci_high"] and acc["n"] == 4
+    figs = R.reasoning_figures(pts, req)
+    assert list(figs) == ["reasoning_latency_vs_budget", "reasoning_quality_vs_budget", "reasoning_thinking_tokens",
+                          "reasoning_throughput_vs_budget"]
+    for fig in figs.values():
+        assert fig.layout.title.text and len(fig.data) > 0
+    assert "## B = 8" in R.examples_markdown(req)
+
+
 def test_budget_spec_sizes_max_new_tokens():
     spec = R.BudgetSpec(budget=16, answer_tokens=24)
     assert spec.total_new_tokens(EMULATED) == 16 + 3 + 24
@@ -330,10 +381,7 @@ def test_native_budget_zero_has_no_thinking(tiny_native):
 
 
 @pytest.mark.model
-def test_default_model_emulated_budget():
-    from workbench.models import load_model
-
-    loaded = load_model()
+def test_default_model_emulated_budget(loaded):
     tasks = R.make_tasks(2, seed=1)
     close = len(R.thinking_format(loaded.tokenizer).close_ids)
     for budget in (0, 8):
@@ -352,10 +400,7 @@ def test_default_model_emulated_budget():
 
 
 @pytest.mark.model
-def test_gold_logprobs_match_unbatched_forward():
-    from workbench.models import load_model
-
-    loaded = load_model()
+def test_gold_logprobs_match_unbatched_forward(loaded):
     tok = loaded.tokenizer
     ctx = [tok.encode("Question: 2 + 3 = ?\nAnswer:"), tok.encode("Count: a b c.\nAnswer:")]
     gold = [tok.encode(" 5"), tok.encode(" 3")]
@@ -366,3 +411,27 @@ def test_gold_logprobs_match_unbatched_forward():
         lp = torch.log_softmax(logits, -1)
         want = sum(float(lp[len(c) - 1 + i, t]) for i, t in enumerate(g))
         assert got == pytest.approx(want, abs=1e-3)
+
+
+@pytest.mark.notebook
+def test_notebook_runs_quick_and_writes_rows_and_figures():
+    from pathlib import Path
+
+    from workbench import results, sweeps
+
+    nb = Path(__file__).resolve().parents[1] / "notebooks" / "05_reasoning_budget.ipynb"
+    params = {"budgets": [0, 8], "batch_sizes": [2], "num_tasks": 2, "answer_tokens": 8, "warmup": 0}
+    sweeps.validate_parameters(nb, params)
+    run = results.open_run()
+    sweeps.execute_notebook(nb, params, run, log_output=False)
+    points = results.read_points(run, "reasoning")
+    assert sorted(points["reasoning_budget"]) == [0, 8] and set(points["status"]) == {"ok"}
+    req = results.read_requests(run, "reasoning")
+    assert len(req) == 4
+    assert (req["thinking_tokens"] + req["answer_tokens"] == req["output_tokens"]).all()
+    assert (req.loc[req.reasoning_budget == 0, "thinking_tokens"] == 0).all()
+    assert (req["ttfat_s"] >= req["ttft_s"]).all()
+    for name in ("reasoning_latency_vs_budget", "reasoning_quality_vs_budget", "reasoning_thinking_tokens",
+                 "reasoning_throughput_vs_budget"):
+        assert (run / "figures" / f"{name}.html").exists()
+    assert (run / "reasoning" / "examples.md").exists()

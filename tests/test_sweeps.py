@@ -96,3 +96,14 @@ def test_suites_validate():
             sweeps.validate_parameters(e["notebook"], e["parameters"])
     with pytest.raises(ParameterError, match="^suite:"):
         sweeps.load_suite("nope")
+
+
+def test_papermill_parses_every_parameter_line():
+    """papermill drops a parameter whose comment it cannot parse (e.g. one holding '='): keep them all documented."""
+    import papermill as pm
+
+    for nb in sorted(NB.parent.glob("[0-9]*.ipynb")):
+        ours = sweeps.notebook_parameters(nb)
+        theirs = pm.inspect_notebook(str(nb))
+        assert set(theirs) == set(ours), nb.name
+        assert all(p["help"] for p in theirs.values()), nb.name

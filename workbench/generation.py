@@ -30,6 +30,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterator, Sequence
 
+from transformers import StoppingCriteria, StoppingCriteriaList
+
 from .errors import ParameterError
 
 Prompt = "str | list[dict]"
@@ -161,6 +163,26 @@ class StreamerGroup:
     def end(self) -> None:
         for s in self.streamers:
             s.end()
+
+
+class _RowStops(StoppingCriteria):
+    """Wraps ``generate``'s stopping criteria and records the step at which each row was stopped.
+
+    ``generate`` pads a row after a criterion stops it; the recorded step lets
+    :func:`generate_measured` end the row there instead of counting padding.
+    """
+
+    def __init__(self, criteria):
+        self.criteria = criteria
+        self.stop_step: dict[int, int] = {}
+        self.step = 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        done = self.criteria(input_ids, scores, **kwargs)
+        for row in done.nonzero().flatten().tolist():
+            self.stop_step.setdefault(row, self.step)
+        self.step += 1
+        return done
 
 
 class _PrefillTimer:
@@ -320,6 +342,10 @@ def generate_measured(
     t_ready = time.perf_counter()
     gen_config = settings.generation_config(model.generation_config)
     prefill = _PrefillTimer(model, device_type)
+    row_stops = None
+    if stopping_criteria is not None:
+        row_stops = _RowStops(stopping_criteria)
+        stopping_criteria = StoppingCriteriaList([row_stops])
     torch.manual_seed(settings.seed)
     try:
         with torch.inference_mode():
@@ -337,7 +363,8 @@ def generate_measured(
     if device_type == "cuda":
         torch.cuda.synchronize()
     t_done = time.perf_counter()
-    records = _records(timer, enc, tokenizer, _eos_ids(model, tokenizer), t_submit, prefill.seconds, settings)
+    records = _records(timer, enc, tokenizer, _eos_ids(model, tokenizer), t_submit, prefill.seconds, settings,
+                       row_stops.stop_step if row_stops is not None else {})
     return BatchResult(
         records=records,
         t_submit=t_submit,
@@ -354,7 +381,7 @@ def _decode(tokenizer, ids, finish_reason: str) -> str:
     return text.rstrip("\ufffd") if finish_reason == "length" else text
 
 
-def _records(timer: TokenTimer, enc, tokenizer, eos_ids, t_submit, prefill_s, settings) -> list[dict]:
+def _records(timer: TokenTimer, enc, tokenizer, eos_ids, t_submit, prefill_s, settings, stop_steps=None) -> list[dict]:
     import torch
 
     steps = torch.stack(timer.steps) if timer.steps else torch.empty((0, enc["input_ids"].shape[0]), dtype=torch.long)
@@ -365,6 +392,9 @@ def _records(timer: TokenTimer, enc, tokenizer, eos_ids, t_submit, prefill_s, se
         ids = steps[:, row].tolist()
         n = len(ids)
         finish = "length"
+        if stop_steps and row in stop_steps:  # a stopping criterion ended the row: later ids are padding
+            n, finish = min(n, stop_steps[row] + 1), "stop"
+            ids = ids[:n]
         for i, tok in enumerate(ids):
             if tok in eos_ids:
                 n, finish = i + 1, "stop"

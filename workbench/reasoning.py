@@ -55,9 +55,10 @@ import dataclasses
 import random
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
+from . import sweeps
 from .errors import ParameterError
 
 PRE, THINK, ANSWER, DONE = "pre", "think", "answer", "done"
@@ -449,32 +450,32 @@ class Task:
 _NAMES = {"en": ["Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry"],
           "zh": ["小明", "小红", "小刚", "小丽", "小华", "小军", "小芳", "小强"]}
 _ITEMS = {"en": ["apples", "pencils", "books", "marbles", "cookies", "stamps"],
-          "zh": ["苹果", "铅笔", "书", "弹珠", "饼干", "邮票"]}
+          "zh": ["个苹果", "支铅笔", "本书", "颗弹珠", "块饼干", "张邮票"]}  # measure word + noun
 _FRUITS = {"en": ["apple", "pear", "plum", "peach", "lemon"], "zh": ["苹果", "梨", "李子", "桃子", "柠檬"]}
 _WORDS = ["banana", "strawberry", "committee", "mississippi", "balloon", "parallel", "coffee", "bookkeeper"]
 
 
 def _arithmetic(rng: random.Random, lang: str) -> tuple[str, str]:
-    name, item = rng.choice(_NAMES[lang]), rng.choice(range(len(_ITEMS[lang])))
-    it = _ITEMS[lang][item]
+    name, it = rng.choice(_NAMES[lang]), rng.choice(_ITEMS[lang])
+    cl, noun = (it[0], it[1:]) if lang == "zh" else ("", it)  # Chinese: measure word, noun
     form = rng.randrange(3)
     if form == 0:
         a, b = rng.randint(5, 30), rng.randint(2, 20)
         c = rng.randint(1, a + b - 1)
         ans = a + b - c
         q = {"en": f"{name} has {a} {it}. {name} buys {b} more and then gives away {c}. How many {it} does {name} have now?",
-             "zh": f"{name}有{a}个{it}。{name}又买了{b}个，然后送出{c}个。{name}现在有几个{it}？"}[lang]
+             "zh": f"{name}有{a}{it}。{name}又买了{b}{cl}，然后送出{c}{cl}。{name}现在有几{it}？"}[lang]
     elif form == 1:
         a, b = rng.randint(3, 12), rng.randint(2, 9)
         c = rng.randint(1, a * b - 1)
         ans = a * b - c
         q = {"en": f"A box holds {a} {it}. There are {b} boxes. Then {c} {it} are lost. How many {it} are left?",
-             "zh": f"一个盒子装{a}个{it}，一共有{b}个盒子。后来丢了{c}个{it}。还剩几个{it}？"}[lang]
+             "zh": f"一个盒子装{a}{it}，一共有{b}个盒子。后来丢了{c}{cl}{noun}。还剩几{it}？"}[lang]
     else:
         a, b, c = rng.randint(2, 15), rng.randint(2, 7), rng.randint(1, 20)
         ans = a * b + c
         q = {"en": f"{name} gets {a} {it} every day for {b} days, and then {c} more. How many {it} does {name} get in total?",
-             "zh": f"{name}每天得到{a}个{it}，连续{b}天，之后又得到{c}个。{name}一共得到几个{it}？"}[lang]
+             "zh": f"{name}每天得到{a}{it}，连续{b}天，之后又得到{c}{cl}。{name}一共得到几{it}？"}[lang]
     return q, str(ans)
 
 
@@ -487,8 +488,8 @@ def _counting(rng: random.Random, lang: str) -> tuple[str, str]:
              "zh": f"字母'{letter}'在单词'{word}'中出现了几次？"}[lang]
     else:
         fruits = _FRUITS[lang]
-        target = rng.choice(fruits)
         seq = [rng.choice(fruits) for _ in range(rng.randint(5, 9))]
+        target = rng.choice(seq)
         ans = seq.count(target)
         sep = ", " if lang == "en" else "、"
         q = {"en": f"Here is a list: {sep.join(seq)}. How many times does '{target}' appear in the list?",
@@ -724,7 +725,7 @@ def run_reasoning_batch(loaded, tasks: Sequence[Task], spec: BudgetSpec, mode: s
         n = rec["output_tokens"]
         k, closed = _replay(rec["output_ids"], fmt, phase, eos)
         answer_ids = rec["output_ids"][k:]
-        answer_text = tok.decode(answer_ids, skip_special_tokens=True)
+        answer_text = tok.decode(answer_ids, skip_special_tokens=True).rstrip("\ufffd")
         pred = extract_answer(answer_text, task)
         rec.update(
             reasoning_budget=spec.budget, min_budget=spec.min_budget, answer_allowance=spec.answer_tokens,
@@ -744,3 +745,261 @@ def run_reasoning_batch(loaded, tasks: Sequence[Task], spec: BudgetSpec, mode: s
         for rec, lp, g in zip(res.records, gold_logprobs(loaded, contexts, golds), golds):
             rec.update(gold_logprob=lp, gold_tokens=len(g))
     return res.records, res.wall_s
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+
+@dataclasses.dataclass
+class ReasoningConfig(sweeps.SweepConfig):
+    """The reasoning-budget sweep (notebook ``05_reasoning_budget``): budget x batch size.
+
+    Attributes:
+        budgets: thinking-token budgets B, each >= 0 (0: no thinking).
+        batch_sizes: requests per ``generate`` call, each >= 1.
+        min_budget: minimum thinking tokens (s1 "Wait" extension) for every
+            budget > 0; must not exceed the smallest such budget.
+        answer_tokens: answer allowance after the end of thinking (>= 1).
+        num_tasks: tasks per point (the same tasks at every point), >= 1.
+        languages: task languages, from ``en``, ``zh``.
+        task_kinds: from ``arithmetic``, ``counting``, ``logic``.
+        thinking: ``auto`` (native if the tokenizer has ``<think>`` tokens),
+            ``native`` or ``emulated``.
+        temperature: 0 is greedy.
+        top_p: nucleus mass in (0, 1].
+        stop_at_newline: end an answer at the end of its line.
+
+    Raises:
+        ParameterError: any invalid field, before a model loads.
+    """
+
+    budgets: list = dataclasses.field(default_factory=lambda: [0, 16, 64])
+    batch_sizes: list = dataclasses.field(default_factory=lambda: [1, 4])
+    min_budget: int = 0
+    answer_tokens: int = 24
+    num_tasks: int = 8
+    languages: list = dataclasses.field(default_factory=lambda: list(LANGUAGES))
+    task_kinds: list = dataclasses.field(default_factory=lambda: list(TASK_KINDS))
+    thinking: str = "auto"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop_at_newline: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        sweeps._check_list("budgets", self.budgets, int, lo=0)
+        sweeps._check_list("batch_sizes", self.batch_sizes, int, lo=1)
+        if len(set(self.budgets)) != len(self.budgets):
+            raise ParameterError(f"budgets: must not repeat a value (got {self.budgets!r})")
+        positive = [b for b in self.budgets if b > 0]
+        for b in self.budgets:
+            self.spec(b)
+        if positive and self.min_budget > min(positive):
+            raise ParameterError(f"min_budget: must be <= the smallest budget > 0, {min(positive)} (got {self.min_budget!r})")
+        sweeps._check_int("num_tasks", self.num_tasks, 1)
+        _check_choices("languages", self.languages, LANGUAGES)
+        _check_choices("task_kinds", self.task_kinds, TASK_KINDS)
+        if self.thinking not in THINKING_MODES:
+            raise ParameterError(f"thinking: must be one of {', '.join(THINKING_MODES)} (got {self.thinking!r})")
+        from .generation import GenerationSettings
+
+        GenerationSettings(max_new_tokens=1, temperature=self.temperature, top_p=self.top_p)
+        need = max(self.budgets) + self.answer_tokens + 512  # prompt (< 512 tokens) + budget + answer
+        if need > self.max_context():
+            raise ParameterError(f"budgets: the largest budget leaves no room in the model's {self.max_context()}-token "
+                                 f"context (got {max(self.budgets)})")
+
+    def spec(self, budget: int) -> BudgetSpec:
+        """The :class:`BudgetSpec` of one budget (``min_budget`` applies to budgets > 0)."""
+        return BudgetSpec(budget=budget, min_budget=self.min_budget if budget > 0 else 0,
+                          answer_tokens=self.answer_tokens, stop_at_newline=self.stop_at_newline)
+
+    def tasks(self) -> list[Task]:
+        return make_tasks(self.num_tasks, self.seed, self.languages, self.task_kinds)
+
+    def grid(self) -> list[dict]:
+        """Points: every (reasoning_budget, batch_size), budget outermost."""
+        return sweeps.expand_grid(reasoning_budget=self.budgets, batch_size=self.batch_sizes)
+
+
+def measure_reasoning_point(loaded, cfg: ReasoningConfig, point: dict, tasks: Sequence[Task]) -> dict:
+    """Measure one (budget, batch size) point over all tasks, in consecutive batches.
+
+    ``cfg.warmup`` untimed runs of the first batch (budget <= 2, two answer
+    tokens) come first; then ``cfg.repeats`` timed passes over the tasks,
+    repeat ``r`` with seed ``cfg.seed + r``.
+
+    Returns:
+        The measure-dict of :func:`workbench.sweeps.run_sweep`; ``extra`` holds
+        ``accuracy``, ``gold_logprob_mean``, ``thinking_tokens_mean``,
+        ``answer_truncated_rate``, ``forced_close_rate`` and ``ttfat_s_p50/p90/p99``.
+    """
+    import time
+
+    from . import metrics
+
+    budget, bs = point["reasoning_budget"], point["batch_size"]
+    spec = cfg.spec(budget)
+    batches = [list(tasks[i:i + bs]) for i in range(0, len(tasks), bs)]
+    t0 = time.perf_counter()
+    warm = BudgetSpec(budget=min(budget, 2), answer_tokens=2, stop_at_newline=False)
+    for _ in range(cfg.warmup):
+        run_reasoning_batch(loaded, batches[0], warm, cfg.thinking, cfg.temperature, cfg.top_p, cfg.seed, score=False)
+    warmup_s = time.perf_counter() - t0
+    requests, wall = [], 0.0
+    for r in range(cfg.repeats):
+        for b, batch in enumerate(batches):
+            recs, w = run_reasoning_batch(loaded, batch, spec, cfg.thinking, cfg.temperature, cfg.top_p, cfg.seed + r)
+            for i, rec in enumerate(recs):
+                rec.update(repeat=r, request_id=b * bs + i, batch_index=b, batch_size=len(batch), batch_wall_s=w)
+            requests.extend(recs)
+            wall += w
+    n = len(requests)
+    extra = {
+        "accuracy": sum(bool(x["exact_match"]) for x in requests) / n,
+        "gold_logprob_mean": sum(x["gold_logprob"] for x in requests) / n,
+        "thinking_tokens_mean": sum(x["thinking_tokens"] for x in requests) / n,
+        "answer_truncated_rate": sum(bool(x["answer_truncated"]) for x in requests) / n,
+        "forced_close_rate": sum(bool(x["forced_close"]) for x in requests) / n,
+        "thinking_mode": requests[0]["thinking_mode"],
+        **{f"ttfat_s_{k}": v for k, v in metrics.percentiles([x["ttfat_s"] for x in requests]).items()},
+    }
+    return {"requests": requests, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
+
+
+def run_reasoning_sweep(cfg: ReasoningConfig, run_dir, loaded, resume: bool = False):
+    """Every (budget, batch size) point of ``cfg`` on the same seeded tasks (experiment ``reasoning``).
+
+    Returns:
+        The experiment's points DataFrame (see :func:`workbench.sweeps.run_sweep`).
+    """
+    tasks = cfg.tasks()
+    return sweeps.run_sweep(run_dir, "reasoning", cfg.grid(), lambda p: measure_reasoning_point(loaded, cfg, p, tasks),
+                            resume=resume, info=loaded.info, config=cfg)
+
+
+# ----------------------------------------------------------------------------- summaries and figures
+
+QUALITY_METRICS = ("exact_match", "gold_logprob")
+LABELS = {
+    "reasoning_budget": "reasoning budget B (thinking tokens)",
+    "batch_size": "batch size",
+    "ttfat_s": "time to first answer token (s)",
+    "ttft_s": "time to first token (s)",
+    "e2e_s": "end-to-end latency (s)",
+    "exact_match": "exact-match accuracy",
+    "gold_logprob": "log-likelihood of the gold answer (nats)",
+    "thinking_tokens": "thinking tokens per request",
+    "output_throughput_tps": "output throughput (tokens/s)",
+    "value": "seconds",
+}
+
+
+def quality_summary(requests, by=("reasoning_budget", "batch_size"), confidence: float = 0.95):
+    """Mean and percentile-bootstrap CI (``scipy.stats.bootstrap``) of exact match and gold log-likelihood per group.
+
+    Returns:
+        Long DataFrame: the ``by`` columns, ``metric``, ``n``, ``mean``, ``ci_low``, ``ci_high``.
+    """
+    from . import quality
+
+    df = requests.copy()
+    df["exact_match"] = df["exact_match"].astype(float)
+    return quality.summarize(df, list(by), metrics=list(QUALITY_METRICS), confidence=confidence)
+
+
+def latency_table(requests):
+    """Long table of per-request TTFT, TTFAT and e2e (seconds) by budget and batch size, for box plots."""
+    cols = ["reasoning_budget", "batch_size", "ttft_s", "ttfat_s", "e2e_s"]
+    df = requests[cols].melt(id_vars=cols[:2], var_name="metric", value_name="value")
+    return df.dropna(subset=["value"])
+
+
+def fig_latency_vs_budget(points):
+    """TTFT, TTFAT and e2e medians (p50) vs budget, one colour per metric, one line style per batch size."""
+    import plotly.express as px
+
+    from . import plots
+
+    pts = plots.ok_points(points)
+    cols = {"ttft_s_p50": "TTFT p50", "ttfat_s_p50": "TTFAT p50", "e2e_s_p50": "e2e p50"}
+    df = pts.melt(id_vars=["reasoning_budget", "batch_size"], value_vars=list(cols), var_name="metric",
+                  value_name="value")
+    df["metric"] = df["metric"].map(cols)
+    df["batch_size"] = df["batch_size"].astype(str)
+    fig = px.line(df.sort_values("reasoning_budget"), x="reasoning_budget", y="value", color="metric",
+                  line_dash="batch_size", markers=True, labels={**LABELS, "value": "latency p50 (s)"},
+                  title="Latency vs reasoning budget (p50 over requests)")
+    return fig
+
+
+def fig_quality_vs_budget(summary):
+    """Accuracy and gold-answer log-likelihood vs budget with bootstrap CI error bars, colour = batch size."""
+    import plotly.express as px
+
+    from . import plots  # noqa: F401
+
+    df = summary.copy()
+    df["err_plus"] = df["ci_high"] - df["mean"]
+    df["err_minus"] = df["mean"] - df["ci_low"]
+    df["batch_size"] = df["batch_size"].astype(str)
+    df["metric"] = df["metric"].map({"exact_match": "exact-match accuracy",
+                                     "gold_logprob": "gold-answer log-likelihood (nats)"})
+    fig = px.line(df.sort_values("reasoning_budget"), x="reasoning_budget", y="mean", color="batch_size",
+                  facet_col="metric", error_y="err_plus", error_y_minus="err_minus", markers=True,
+                  labels={**LABELS, "mean": "mean (95% bootstrap CI)"},
+                  title="Answer quality vs reasoning budget")
+    fig.update_yaxes(matches=None, showticklabels=True)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+    return fig
+
+
+def fig_thinking_distribution(requests):
+    """Histogram of thinking tokens per request, one colour per budget (forced closes pile up at B + delimiter)."""
+    import plotly.express as px
+
+    from . import plots  # noqa: F401
+
+    df = requests.copy()
+    df["reasoning_budget"] = df["reasoning_budget"].astype(str)
+    return px.histogram(df, x="thinking_tokens", color="reasoning_budget", barmode="overlay", opacity=0.7,
+                        labels={**LABELS, "reasoning_budget": "budget B"},
+                        title="Thinking tokens per request")
+
+
+def fig_throughput_vs_budget(points):
+    """Output throughput (all tokens / wall time) vs budget, one line per batch size."""
+    import plotly.express as px
+
+    from . import plots
+
+    pts = plots.ok_points(points)
+    pts["batch_size"] = pts["batch_size"].astype(str)
+    return px.line(pts.sort_values("reasoning_budget"), x="reasoning_budget", y="output_throughput_tps",
+                   color="batch_size", markers=True, labels=LABELS,
+                   title="Output throughput vs reasoning budget, per batch size")
+
+
+def reasoning_figures(points, requests) -> dict:
+    """All figures of the notebook, in report order: ``{name: figure}``."""
+    return {
+        "reasoning_latency_vs_budget": fig_latency_vs_budget(points),
+        "reasoning_quality_vs_budget": fig_quality_vs_budget(quality_summary(requests)),
+        "reasoning_thinking_tokens": fig_thinking_distribution(requests),
+        "reasoning_throughput_vs_budget": fig_throughput_vs_budget(points),
+    }
+
+
+def examples_markdown(requests, per_budget: int = 2) -> str:
+    """Markdown with the first ``per_budget`` requests of each budget: question id, thinking, answer, gold."""
+    lines = ["# Reasoning budget: example outputs", ""]
+    first = requests[requests["repeat"] == requests["repeat"].min()] if "repeat" in requests else requests
+    first = first[first["batch_size"] == first["batch_size"].min()]
+    for budget, g in first.groupby("reasoning_budget", sort=True):
+        lines += [f"## B = {budget}", ""]
+        for _, r in g.head(per_budget).iterrows():
+            pred = r["prediction"] if isinstance(r["prediction"], str) else "none"
+            lines += [f"**{r['task_id']}** (gold `{r['gold']}`, predicted `{pred}`, "
+                      f"{r['thinking_tokens']} thinking + {r['answer_tokens']} answer tokens)", "",
+                      "```", f"{r['thinking_text']}{r['answer_text']}", "```", ""]
+    return "\n".join(lines)

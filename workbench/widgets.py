@@ -91,7 +91,7 @@ class ExplorerConfig(sweeps.SweepConfig):
         max_new_tokens: new tokens per request (>= 1).
         ignore_eos: fixed-length outputs (``min_new_tokens = max_new_tokens``).
         temperature: 0 is greedy. top_p: nucleus mass in (0, 1].
-        reasoning_budget: thinking-token cap (budget forcing), or None for plain generation.
+        reasoning_budget: thinking-token cap (budget forcing), or None (or -1) for plain generation.
         compression: a strategy of :func:`compression_strategies` (``none``: the prompt as is).
         compression_ratio: target ``original / compressed`` tokens (>= 1).
         slo_ttft_s, slo_tpot_s: SLO for goodput (seconds, > 0).
@@ -124,6 +124,8 @@ class ExplorerConfig(sweeps.SweepConfig):
         limit = self.max_context() - self.max_new_tokens
         if isinstance(self.prompt_tokens, bool) or not isinstance(self.prompt_tokens, int) or not 32 <= self.prompt_tokens <= limit:
             raise ParameterError(f"prompt_tokens: must be an integer in [32, {limit}] (got {self.prompt_tokens!r})")
+        if self.reasoning_budget == -1:
+            self.reasoning_budget = None  # the notebook's literal -1 means off
         if self.reasoning_budget is not None:
             sweeps._check_int("reasoning_budget", self.reasoning_budget, 0)
         strategies = compression_strategies()
