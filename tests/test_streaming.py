@@ -1,5 +1,7 @@
 """Tests for workbench.streaming: detokenising, display granularity, outlines, long-output strategies."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -25,13 +27,6 @@ TEXTS = {
     "chinese": "流式输出让用户更早看到文字，汉字常被拆成多个字节。",
     "emoji": "Party 🎉🚀 family 👩‍👩‍👧 sparkle ✨ done",
 }
-
-
-@pytest.fixture(scope="module")
-def loaded():
-    from workbench.models import load_model
-
-    return load_model()
 
 
 # ------------------------------------------------------------------ display buffers (no model)
@@ -109,18 +104,31 @@ def test_detokenizer_holds_split_characters(loaded):
 
 
 @pytest.mark.model
+def test_stream_cut_inside_a_character_matches_the_record_text(loaded):
+    tok = loaded.tokenizer
+    ids = tok.encode("ok 🎉", add_special_tokens=False)[:-1]  # the length limit cuts the emoji
+    assert tok.decode(ids).endswith("\ufffd")
+    tap = StreamTap(tok, 1, ["token", "3 tokens"], eos_ids={tok.eos_token_id})
+    for i, tid in enumerate(ids):
+        tap(torch.tensor([tid]), float(i))
+    tap.close(10.0)
+    for lab in ("token", "3 tokens"):
+        assert tap.buffers[0][lab].text == tok.decode(ids).rstrip("\ufffd") == "ok "
+
+
+@pytest.mark.model
 def test_measure_granularity_on_the_model(loaded):
-    settings = GenerationSettings(max_new_tokens=10, ignore_eos=True)
+    settings = GenerationSettings(max_new_tokens=8, ignore_eos=True)
     out = measure_granularity(loaded, ["Say hi.", "用中文说你好。"], settings,
                               ["token", "4 tokens", "50 ms"], repeats=1, warmup=0)
     assert list(out) == ["token", "4 tokens", "50 ms"]
     for lab, m in out.items():
         assert m["extra"]["text_equal"] is True
         for q in m["requests"]:
-            assert q["text_equal"] and q["output_tokens"] == 10
-            assert 1 <= q["updates"] <= 10
+            assert q["text_equal"] and q["output_tokens"] == 8
+            assert 1 <= q["updates"] <= 8
             assert q["first_display_s"] >= q["ttft_s"]
-    assert all(q["updates"] <= 3 for q in out["4 tokens"]["requests"])  # ceil(10 / 4)
+    assert all(q["updates"] <= 2 for q in out["4 tokens"]["requests"])  # 8 / 4
     with pytest.raises(ParameterError):
         measure_granularity(loaded, ["x"], settings, ["token", "1 token"])
 
@@ -154,6 +162,8 @@ def test_split_sections_coverage_and_repetition_by_hand():
     cov = section_coverage(text, 4)
     assert cov == {"sections_found": 2, "coverage": 0.5}  # Beta's body is under 10 units
     assert split_sections("just text") == [("", "just text")]
+    assert split_sections("## Plan\n1. first step\n2. second step") == [("Plan", "1. first step\n2. second step")]
+    assert [h for h, _ in split_sections("1. First\nbody\n2. Second\nmore")] == ["First", "Second"]
     # units: CJK characters count one each
     assert text_units("Heat 高温 wave") == ["heat", "高", "温", "wave"]
     # repetition: A has 3-grams {abc, bcd}; B {abc, bcx}; -> A shares 1/2, B shares 1/2
@@ -189,7 +199,7 @@ class FakeGen:
                 text = f"This part is about {title} " + " ".join(f"w{title}{k}" for k in range(12))
             else:
                 text = "## Alpha\n" + "a " * 20 + "\n## Beta\n" + "b " * 20
-            recs.append({"request_id": i, "text": text, "ttft_s": 0.01 * (i + 1), "output_tokens": 5})
+            recs.append({"request_id": i, "text": text, "ttft_s": 0.01 * (i + 1), "output_tokens": 5, "prompt_tokens": 7})
         return BatchResult(records=recs[::-1], t_submit=0.0, wall_s=0.1, preprocess_s=0.0, prefill_s=0.0)
 
 
@@ -202,7 +212,7 @@ def test_outline_strategies_keep_outline_order_with_fewer_sections(strategy):
     assert [b.split()[4] for b in res.bodies] == ["Alpha", "Beta"]
     assert res.text.index("## Alpha") < res.text.index("## Beta")
     assert res.row["sections_planned"] == 2 and res.row["sections_found"] == 2 and res.row["coverage"] == 0.5
-    assert res.row["output_tokens"] == 5 * 3
+    assert res.row["output_tokens"] == 5 * 3 and res.row["prompt_tokens"] == 7 * 3
     assert sum(len(p) * n for p, n in gen.calls) <= 200  # never above the budget
     assert gen.calls[0][1] == plan.outline_tokens
     if strategy == "outline_sequential":
@@ -216,16 +226,28 @@ def test_outline_fallback_and_one_shot():
     res = run_long_output(None, "outline_batch", "Heat", LongOutputPlan.make(120, 3), generate=gen)
     assert res.titles == ["Part 1", "Part 2", "Part 3"]
     one = run_long_output(None, "one_shot", "Heat", LongOutputPlan.make(120, 2), generate=FakeGen())
-    assert one.row["coverage"] == 1.0 and one.row["requests"] == 1
+    assert one.row["coverage"] == 1.0 and one.row["generate_calls"] == 1
     assert one.row["ttft_s"] == one.row["first_section_s"]
     with pytest.raises(ParameterError, match="strategy"):
         run_long_output(None, "magic", "Heat", LongOutputPlan.make(120, 2), generate=gen)
 
 
-@pytest.mark.model
-def test_long_output_on_the_model_chinese(loaded):
-    plan = LongOutputPlan.make(48, 2, outline_tokens=16)
-    res = run_long_output(loaded, "outline_batch", "城市如何应对高温", plan, language="zh")
-    assert res.row["output_tokens"] <= 48
-    assert 1 <= len(res.titles) <= 2 and len(res.bodies) == len(res.titles)
-    assert res.row["ttft_s"] <= res.row["first_section_s"] <= res.row["wall_s"]
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+QUICK_07 = {"budget_tokens": 48, "n_sections": 2, "outline_tokens": 16, "languages": ["en"],
+            "strategies": ["one_shot", "outline_batch", "outline_sequential"], "warmup": 0}
+
+
+@pytest.mark.notebook
+def test_long_output_notebook(tmp_path, monkeypatch):
+    from workbench import results, sweeps
+
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    run = results.open_run("", label="nb07")
+    sweeps.execute_notebook(NOTEBOOKS / "07_long_output.ipynb", sweeps.validate_parameters(
+        NOTEBOOKS / "07_long_output.ipynb", QUICK_07), run, log_output=False)
+    req = results.read_requests(run, experiment="long_output")
+    assert sorted(req["strategy"]) == sorted(QUICK_07["strategies"])
+    assert (req["output_tokens"] <= 48).all() and req["coverage"].between(0, 1).all()
+    assert (run / "figures" / "long_output.html").exists()
+    texts = sorted(p.name for p in (run / "texts").iterdir())
+    assert texts == sorted(f"long_output_{s}_en_r0.md" for s in QUICK_07["strategies"])

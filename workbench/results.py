@@ -173,6 +173,8 @@ def environment(info=None, seed: int | None = None, probe: bool = True) -> dict:
         "workbench": __version__,
         "git_commit": git_commit(),
         "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "cpu_count": os.cpu_count(),
         "seed": seed,
     }

@@ -147,7 +147,10 @@ class Job:
     t_first: float | None = None
 
     def emit(self, kind, payload):
-        self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, payload))
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, payload))
+        except RuntimeError:  # the event loop is gone (server shut down): nobody is listening
+            self.cancel.set()
 
 
 class Engine:
@@ -660,6 +663,31 @@ def measure_http(base_url: str, prompts: Sequence, concurrency: int, max_tokens:
     return {"requests": rows, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
 
 
+def transport_table(requests):
+    """Medians per concurrency: client vs engine TTFT, the transport share, queueing, and per-token times (ms).
+
+    Args:
+        requests: :func:`measure_http` rows (e.g. ``results.read_requests(run, "http")``).
+    """
+    g = requests.groupby("concurrency")
+    out = g.agg(
+        requests=("ttft_s", "size"),
+        client_ttft_ms=("ttft_s", "median"),
+        engine_ttft_ms=("engine_ttft_s", "median"),
+        transport_ttft_ms=("transport_ttft_s", "median"),
+        transport_ttft_max_ms=("transport_ttft_s", "max"),
+        engine_queue_ms=("engine_queue_s", "median"),
+        client_tpot_ms=("tpot_s", "median"),
+        engine_tpot_ms=("engine_tpot_s", "median"),
+        transport_e2e_ms=("transport_e2e_s", "median"),
+    )
+    for c in out.columns:
+        if c.endswith("_ms"):
+            out[c] = 1000 * out[c]
+    out["chunks_per_token"] = g["chunks"].sum() / g["output_tokens"].sum()
+    return out.reset_index()
+
+
 def transport_figure(requests):
     """Client vs engine TTFT per request, by concurrency (what HTTP adds is the gap)."""
     import pandas as pd
@@ -670,14 +698,17 @@ def transport_figure(requests):
     except Exception:
         pass
     df = requests.copy()
-    df["label"] = "c=" + df["concurrency"].astype(str) + " r" + df["repeat"].astype(str) + " #" + df["request_id"].astype(str)
+    df["concurrency"] = df["concurrency"].astype(int)
+    df["label"] = "r" + df["repeat"].astype(int).astype(str) + " #" + df["request_id"].astype(int).astype(str)
     long = pd.concat([
         df.assign(side="engine TTFT (arrival to first token)", ms=1000 * df["engine_ttft_s"]),
         df.assign(side="client TTFT (send to first chunk)", ms=1000 * df["ttft_s"]),
     ])
-    return px.bar(long, x="label", y="ms", color="side", barmode="group",
-                  facet_col="concurrency", labels={"label": "request", "ms": "time to first token (ms)"},
+    fig = px.bar(long, x="label", y="ms", color="side", barmode="group",
+                  facet_col="concurrency", labels={"label": "request (repeat, index)", "ms": "time to first token (ms)"},
                   title="HTTP streaming: client-side vs engine-side TTFT")
+    fig.update_xaxes(matches=None)
+    return fig
 
 
 def main(argv=None) -> None:

@@ -34,11 +34,15 @@ Two concerns, both measured on the real model through
    bulleted (``-``, ``*``, ``•``) and Chinese-numbered (``一、``, ``（一）``,
    ``第一部分``) outlines and copes with fewer sections than asked.
 
+Notebook configs: :class:`StreamingConfig` (``04_streaming_anatomy``) and
+:class:`LongOutputConfig` (``07_long_output``), validated where built.
+
 Figures (plotly, house template): :func:`itl_histogram_figure`,
 :func:`itl_position_figure`, :func:`perceived_latency_figure`,
 :func:`timeline_figure`, :func:`granularity_figure`, :func:`long_output_figure`.
 
-Nothing here imports ``workbench.sweeps`` or ``workbench.results``.
+Measurements return ``run_sweep`` measure dicts; only the configs use
+``workbench.sweeps`` (their base class), and nothing here writes files.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from typing import Callable, Sequence
 
 from .errors import ParameterError
 from .generation import GenerationSettings, generate_measured
+from .sweeps import SweepConfig
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -101,14 +106,22 @@ class IncrementalDetokenizer:
             return piece
         return ""
 
-    def finish(self) -> str:
+    def finish(self, cut: bool = False) -> str:
         """Return the rest of the final decode (held bytes, clean-ups).
 
+        Args:
+            cut: the stream was cut by the length limit; a character split by
+                the cut (a trailing U+FFFD) is dropped, as
+                :mod:`workbench.generation` drops it from the record's text.
+
         After this, ``emitted == tokenizer.decode(ids, skip_special_tokens=...)``
-        unless the tokenizer rewrote text already shown (``mismatch`` is then
-        True; not seen with byte-level BPE tokenizers).
+        (minus that trailing U+FFFD when ``cut``) unless the tokenizer rewrote
+        text already shown (``mismatch`` is then True; not seen with byte-level
+        BPE tokenizers).
         """
         final = self._decode(self.ids)
+        if cut:
+            final = final.rstrip(REPLACEMENT_CHAR)
         if final.startswith(self.emitted):
             tail = final[len(self.emitted) :]
         else:  # cannot retract shown text; report it
@@ -295,7 +308,6 @@ class StreamTap:
         eos_ids: ids that end a row.
         t0: clock origin for ``ms`` buffers (the batch's submit time), or None.
         on_update: optional ``callable(row, label, text, t)`` per display update.
-        should_stop: unused here; see :mod:`workbench.serve` for cancellation.
     """
 
     def __init__(self, tokenizer, batch: int, granularities=("token",), eos_ids=(), t0=None, on_update=None):
@@ -338,7 +350,7 @@ class StreamTap:
         for row, det in enumerate(self.detok):
             if self.done[row]:
                 continue
-            tail = det.finish()
+            tail = det.finish(cut=True)
             for lab, buf in self.buffers[row].items():
                 out = buf.close(t, tail)
                 if out and self.on_update is not None:
@@ -365,12 +377,21 @@ def _percentile(values, q: float) -> float:
     return float(np.percentile(v, q)) if v.size else float("nan")
 
 
+def _warm_up(loaded, prompts, settings, warmup: int, **kwargs) -> float:
+    """``warmup`` untimed batches of the same prompts with at most 4 new tokens; returns their seconds."""
+    t = time.perf_counter()
+    warm = replace(settings, max_new_tokens=min(4, settings.max_new_tokens), min_new_tokens=0)
+    for _ in range(warmup):
+        generate_measured(loaded, prompts, warm, **kwargs)
+    return time.perf_counter() - t
+
+
 def _run_tapped(loaded, prompts, settings, granularities, **kwargs):
     """One ``generate_measured`` batch with a :class:`StreamTap` attached."""
     tap_box: dict = {}
 
     def on_step(ids, t):
-        if "tap" not in tap_box:  # t_submit is not known before the call; origin = first step
+        if "tap" not in tap_box:  # built lazily; its ms-mode clock origin is t0, read just before the call
             tap_box["tap"] = StreamTap(
                 loaded.tokenizer, len(prompts), granularities, eos_token_ids(loaded), t0=tap_box.get("t0")
             )
@@ -404,10 +425,7 @@ def measure_stream(
         ``handler_s_per_token``; ``extra`` holds ``itl_p50_s``, ``itl_p99_s``
         and ``itl_jitter`` (p99 / p50) over all requests.
     """
-    t = time.perf_counter()
-    for w in range(warmup):
-        generate_measured(loaded, prompts, replace(settings, seed=settings.seed + 10_000 + w), **kwargs)
-    warmup_s = time.perf_counter() - t
+    warmup_s = _warm_up(loaded, prompts, settings, warmup, **kwargs)
     rows, wall, itls = [], 0.0, []
     for r in range(repeats):
         batch, tap = _run_tapped(loaded, prompts, replace(settings, seed=settings.seed + r), ["token"], **kwargs)
@@ -452,10 +470,7 @@ def measure_granularity(
     labels = [Granularity.parse(g).label for g in granularities]
     if len(set(labels)) != len(labels):
         raise ParameterError(f"granularities: must be distinct (got {list(granularities)!r})")
-    t = time.perf_counter()
-    for w in range(warmup):
-        generate_measured(loaded, prompts, replace(settings, seed=settings.seed + 10_000 + w))
-    warmup_s = time.perf_counter() - t
+    warmup_s = _warm_up(loaded, prompts, settings, warmup)
     out = {lab: {"requests": [], "wall_s": 0.0, "warmup_s": warmup_s} for lab in labels}
     for r in range(repeats):
         batch, tap = _run_tapped(loaded, prompts, replace(settings, seed=settings.seed + r), labels)
@@ -477,6 +492,23 @@ def measure_granularity(
     return out
 
 
+def granularity_measure(loaded, prompts, settings, granularities, repeats: int = 1, warmup: int = 1):
+    """A ``run_sweep`` measure for points ``{"granularity": label}``.
+
+    The first call runs :func:`measure_granularity` once for every granularity
+    (one ``generate`` per repeat, all buffers attached); later calls reuse it,
+    and a fully resumed sweep runs nothing.
+    """
+    cache: dict = {}
+
+    def measure(point):
+        if not cache:
+            cache.update(measure_granularity(loaded, prompts, settings, granularities, repeats, warmup))
+        return cache[Granularity.parse(point["granularity"]).label]
+
+    return measure
+
+
 # --------------------------------------------------------------------------- long outputs
 
 _CN_NUM = "一二三四五六七八九十百"
@@ -489,8 +521,13 @@ _OUTLINE_PATTERNS = [
 ]
 
 
+def _clean_body(t: str) -> str:
+    """Strip a section's text, and a character cut in half by the length limit (a trailing U+FFFD)."""
+    return t.strip().rstrip(REPLACEMENT_CHAR).rstrip()
+
+
 def _clean_title(t: str) -> str:
-    t = re.sub(r"\*\*|__", "", t).strip()
+    t = re.sub(r"\*\*|__", "", t).rstrip(REPLACEMENT_CHAR).strip()
     t = t.strip(" :：-–—.").strip()
     return t
 
@@ -534,33 +571,37 @@ _HEADING = re.compile(r"^\s{0,3}(?:#{1,6}\s+(?P<h1>.+)|\*\*(?P<h2>[^*]{1,120})\*
 def split_sections(text: str) -> list[tuple[str, str]]:
     """Split a long text into ``(heading, body)`` pairs.
 
-    Headings are markdown ``#`` lines, whole-line ``**bold**`` lines, or
-    outline-style numbered / Chinese-numbered lines (see :func:`parse_outline`)
-    no longer than 80 characters. Text before the first heading is dropped
-    when a heading exists; with none the whole text is one untitled section.
+    Headings are markdown ``#`` lines and whole-line ``**bold**`` lines; only
+    when the text has none of those, outline-style numbered / Chinese-numbered
+    lines (see :func:`parse_outline`) of at most 80 characters count instead,
+    so a numbered list inside a headed section stays in its body. Text before
+    the first heading is dropped when a heading exists; with none the whole
+    text is one untitled section.
     """
-    sections: list[tuple[str, list[str]]] = []
-    pre: list[str] = []
-    for ln in text.splitlines():
-        title = None
+    lines = text.splitlines()
+
+    def heading(ln: str, numbered: bool):
         m = _HEADING.match(ln)
-        if m:
-            title = m.group("h1") or m.group("h2")
-        elif len(ln.strip()) <= 80:
+        if m and not numbered:
+            return m.group("h1") or m.group("h2")
+        if numbered and len(ln.strip()) <= 80:
             for kind, pat in _OUTLINE_PATTERNS[:2]:
                 mm = pat.match(ln)
                 if mm:
-                    title = mm.group("t")
-                    break
-        if title is not None and _clean_title(title):
-            sections.append((_clean_title(title), []))
-        elif sections:
-            sections[-1][1].append(ln)
-        else:
-            pre.append(ln)
-    if not sections:
-        return [("", text.strip())] if text.strip() else []
-    return [(h, "\n".join(b).strip()) for h, b in sections]
+                    return mm.group("t")
+        return None
+
+    for numbered in (False, True):
+        sections: list[tuple[str, list[str]]] = []
+        for ln in lines:
+            title = heading(ln, numbered)
+            if title is not None and _clean_title(title):
+                sections.append((_clean_title(title), []))
+            elif sections:
+                sections[-1][1].append(ln)
+        if sections:
+            return [(h, "\n".join(b).strip()) for h, b in sections]
+    return [("", text.strip())] if text.strip() else []
 
 
 _UNIT = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[A-Za-z0-9']+")
@@ -755,10 +796,13 @@ def run_long_output(
 
     t0 = time.perf_counter()
     calls = 0
+    prompt_tokens = 0
+    batch_size = 1
     if strategy == "one_shot":
         b = gen(loaded, [P["one_shot"].format(topic=topic, n=n)], settings(plan.budget_tokens))
         calls = 1
         rec = b.records[0]
+        prompt_tokens = rec.get("prompt_tokens", 0)
         text, outline, titles = rec["text"], "", []
         bodies = [body for _, body in split_sections(text)]
         ttft = first_section = (b.t_submit - t0) + rec["ttft_s"]
@@ -767,6 +811,7 @@ def run_long_output(
         ob = gen(loaded, [P["outline"].format(topic=topic, n=n)], settings(plan.outline_tokens))
         calls = 1
         orec = ob.records[0]
+        prompt_tokens = orec.get("prompt_tokens", 0)
         outline = orec["text"]
         ttft = (ob.t_submit - t0) + orec["ttft_s"]
         tokens = orec["output_tokens"]
@@ -779,7 +824,9 @@ def run_long_output(
             sb = gen(loaded, prompts, settings(plan.section_tokens))
             calls += 1
             recs = sorted(sb.records, key=lambda r: r["request_id"])
-            bodies = [r["text"].strip() for r in recs]
+            batch_size = len(recs)
+            prompt_tokens += sum(r.get("prompt_tokens", 0) for r in recs)
+            bodies = [_clean_body(r["text"]) for r in recs]
             tokens += sum(r["output_tokens"] for r in recs)
             first_section = (sb.t_submit - t0) + min(r["ttft_s"] for r in recs)
         else:
@@ -789,7 +836,8 @@ def run_long_output(
                 sb = gen(loaded, [p], settings(plan.section_tokens, seed + k))
                 calls += 1
                 r = sb.records[0]
-                bodies.append(r["text"].strip())
+                prompt_tokens += r.get("prompt_tokens", 0)
+                bodies.append(_clean_body(r["text"]))
                 tokens += r["output_tokens"]
                 if first_section is None:
                     first_section = (sb.t_submit - t0) + r["ttft_s"]
@@ -808,7 +856,11 @@ def run_long_output(
         "e2e_s": wall,
         "wall_s": wall,
         "output_tokens": tokens,
-        "requests": calls,
+        "prompt_tokens": prompt_tokens,
+        "batch_size": batch_size,
+        "tpot_s": (wall - ttft) / (tokens - 1) if tokens > 1 else float("nan"),
+        "decode_tps": (tokens - 1) / (wall - ttft) if tokens > 1 and wall > ttft else float("nan"),
+        "generate_calls": calls,
         "sections_requested": n,
         "sections_planned": len(titles) if strategy != "one_shot" else float("nan"),
         "sections_found": cov["sections_found"],
@@ -824,11 +876,12 @@ def run_long_output(
 
 def measure_long_output(
     loaded, strategy: str, language: str, plan: LongOutputPlan, topic: str | None = None,
-    repeats: int = 1, temperature: float = 0.0, seed: int = 0, on_text: Callable | None = None,
+    repeats: int = 1, temperature: float = 0.0, seed: int = 0, on_text: Callable | None = None, warmup: int = 0,
 ) -> dict:
     """``run_sweep`` measure dict for one (strategy, language) point.
 
     Args:
+        warmup: untimed 4-token generations of the first prompt before the timed runs.
         on_text: optional ``callable(name, text)`` given each repeat's merged
             text (with outline) to save, e.g. ``results.save_text``.
 
@@ -836,6 +889,7 @@ def measure_long_output(
         ``{"requests": [row per repeat], "wall_s", "extra": {coverage, repetition, ...}}``.
     """
     topic = topic or DEFAULT_TOPICS[language]
+    warmup_s = _warm_up(loaded, [topic], GenerationSettings(max_new_tokens=4), warmup) if warmup else 0.0
     rows, wall = [], 0.0
     for r in range(repeats):
         res = run_long_output(loaded, strategy, topic, plan, language, temperature, seed + r)
@@ -849,7 +903,132 @@ def measure_long_output(
             on_text(f"texts/long_output_{strategy}_{language}_r{r}.md", head + res.text + "\n")
     keys = ("coverage", "repetition", "sections_found", "first_section_s", "chars")
     extra = {k: _percentile([q[k] for q in rows], 50) for k in keys}
-    return {"requests": rows, "wall_s": wall, "extra": extra}
+    return {"requests": rows, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
+
+
+# --------------------------------------------------------------------------- notebook configs
+
+DEFAULT_PROMPTS = (
+    "Explain how a refrigerator keeps food cold.",
+    "用三句话介绍长城。",
+    "Give three tips for writing clear emails.",
+    "What makes a good cup of tea? Answer briefly.",
+)
+
+
+def _int_list(name, values, lo=1):
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ParameterError(f"{name}: must be a non-empty list (got {values!r})")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ParameterError(f"{name}: every value must be an integer >= {lo} (got {v!r})")
+
+
+def _int(name, v, lo):
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ParameterError(f"{name}: must be an integer >= {lo} (got {v!r})")
+
+
+@dataclass
+class StreamingConfig(SweepConfig):
+    """Streaming anatomy (notebook ``04_streaming_anatomy``).
+
+    Attributes:
+        output_tokens: new tokens per request, one point each (short / medium / long).
+        batch_size: requests per ``generate`` call in the anatomy points.
+        prompt: the anatomy prompt (a user message).
+        ignore_eos: fixed-length anatomy runs (``min_new_tokens = max_new_tokens``).
+        temperature, top_p: sampling (0 = greedy).
+        granularities: display granularities compared (``token``, ``N tokens``, ``T ms``).
+        granularity_tokens: new tokens per request in the granularity / timeline batch.
+        timeline_batch: requests in that batch (natural lengths: EOS ends rows).
+        http: run the HTTP serving experiment.
+        http_concurrency: requests sent together, one point each.
+        http_tokens: ``max_tokens`` of each HTTP request (fixed length).
+    """
+
+    output_tokens: list = field(default_factory=lambda: [32, 128, 384])
+    batch_size: int = 1
+    prompt: str = DEFAULT_PROMPTS[0]
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    top_p: float = 1.0
+    granularities: list = field(default_factory=lambda: ["token", "4 tokens", "16 tokens", "100 ms", "500 ms"])
+    granularity_tokens: int = 64
+    timeline_batch: int = 4
+    http: bool = True
+    http_concurrency: list = field(default_factory=lambda: [1, 4])
+    http_tokens: int = 32
+
+    def __post_init__(self):
+        super().__post_init__()
+        _int_list("output_tokens", self.output_tokens)
+        _int("batch_size", self.batch_size, 1)
+        _int("granularity_tokens", self.granularity_tokens, 1)
+        _int("timeline_batch", self.timeline_batch, 1)
+        _int("http_tokens", self.http_tokens, 1)
+        _int_list("http_concurrency", self.http_concurrency)
+        if not isinstance(self.prompt, str) or not self.prompt.strip():
+            raise ParameterError(f"prompt: must be a non-empty string (got {self.prompt!r})")
+        if not isinstance(self.granularities, (list, tuple)) or not self.granularities:
+            raise ParameterError(f"granularities: must be a non-empty list (got {self.granularities!r})")
+        labels = [Granularity.parse(g).label for g in self.granularities]
+        if len(set(labels)) != len(labels):
+            raise ParameterError(f"granularities: must be distinct (got {self.granularities!r})")
+        if max(self.output_tokens) > self.max_context() - 64:
+            raise ParameterError(f"output_tokens: must leave room for the prompt in the context (got {self.output_tokens!r})")
+        self.settings(1)
+
+    def settings(self, max_new_tokens: int, ignore_eos: bool | None = None) -> GenerationSettings:
+        """Generation settings of a point."""
+        return GenerationSettings(max_new_tokens=max_new_tokens,
+                                  ignore_eos=self.ignore_eos if ignore_eos is None else ignore_eos,
+                                  temperature=self.temperature, top_p=self.top_p, seed=self.seed)
+
+    def timeline_prompts(self) -> list[str]:
+        """``timeline_batch`` prompts cycling through :data:`DEFAULT_PROMPTS` (English and Chinese)."""
+        return [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(self.timeline_batch)]
+
+
+@dataclass
+class LongOutputConfig(SweepConfig):
+    """Long-output strategies (notebook ``07_long_output``).
+
+    Attributes:
+        budget_tokens: total new-token budget per text, the same for every strategy.
+        n_sections: sections asked for.
+        outline_tokens: outline budget (0: about 12 per section, at most a quarter of the budget).
+        strategies: any of ``one_shot``, ``outline_batch``, ``outline_sequential``.
+        languages: ``en`` and / or ``zh``.
+        topic_en, topic_zh: the article titles.
+        temperature: 0 = greedy.
+    """
+
+    budget_tokens: int = 256
+    n_sections: int = 4
+    outline_tokens: int = 0
+    strategies: list = field(default_factory=lambda: list(STRATEGIES))
+    languages: list = field(default_factory=lambda: ["en", "zh"])
+    topic_en: str = DEFAULT_TOPICS["en"]
+    topic_zh: str = DEFAULT_TOPICS["zh"]
+    temperature: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        _int("budget_tokens", self.budget_tokens, 16)
+        _int("outline_tokens", self.outline_tokens, 0)
+        for name, values, allowed in (("strategies", self.strategies, STRATEGIES), ("languages", self.languages, tuple(_PROMPTS))):
+            if not isinstance(values, (list, tuple)) or not values or any(v not in allowed for v in values):
+                raise ParameterError(f"{name}: must be a non-empty list drawn from {', '.join(allowed)} (got {values!r})")
+        GenerationSettings(max_new_tokens=self.budget_tokens, temperature=self.temperature)
+        self.plan()
+
+    def plan(self) -> LongOutputPlan:
+        """The budget split (raises ParameterError when sections get < 8 tokens)."""
+        return LongOutputPlan.make(self.budget_tokens, self.n_sections, self.outline_tokens or None)
+
+    def topic(self, language: str) -> str:
+        return {"en": self.topic_en, "zh": self.topic_zh}[language]
 
 
 # --------------------------------------------------------------------------- figures
@@ -873,7 +1052,7 @@ def itl_long_form(requests) -> "pandas.DataFrame":
     for _, q in requests.iterrows():
         for i, v in enumerate(list(q["itl_s"])):
             rows.append({"position": i + 1, "itl_ms": 1000 * float(v), "max_new_tokens": q.get("max_new_tokens"),
-                         "length": q.get("length", q.get("max_new_tokens")), "repeat": q.get("repeat", 0),
+                         "length": f"{q.get('max_new_tokens')} tokens", "repeat": q.get("repeat", 0),
                          "request_id": q.get("request_id", 0)})
     return pd.DataFrame(rows)
 

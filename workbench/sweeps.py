@@ -22,6 +22,7 @@ import datetime as _dt
 import importlib
 import itertools
 import json
+import math
 import os
 import sys
 import time
@@ -221,7 +222,9 @@ def _utilisation(req: pd.DataFrame, summary: dict, info, env: dict) -> dict:
         return {}
     per_batch = req.groupby("repeat").size()
     batch = int(per_batch.median())
-    prompt = float(req["prompt_tokens"].mean())
+    prompt = pd.to_numeric(req["prompt_tokens"], errors="coerce").mean()
+    if not math.isfinite(prompt):
+        return {}
     ctx = prompt + float(req["output_tokens"].mean()) / 2
     return {
         "mbu": metrics.mbu(info.weight_bytes, info.kv_cache_bytes_per_token(), batch, ctx,
