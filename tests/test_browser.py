@@ -163,6 +163,28 @@ def _dismiss(page):
             pass
 
 
+def _run_all_until_controls(page, timeout_s: float) -> None:
+    """Run All Cells, answering a kernel-selection dialog whenever JupyterLab shows one (it may appear
+    late, after the kernel is replaced), and re-running the cells after such a dialog."""
+    deadline = time.monotonic() + timeout_s
+    need_run = True
+    while time.monotonic() < deadline:
+        dialog = page.locator(".jp-Dialog button", has_text="Select")
+        if dialog.count():
+            dialog.first.click()
+            need_run = True
+            page.wait_for_timeout(1000)
+            continue
+        if need_run:
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            need_run = False
+        if page.locator(".wb-explorer .wb-controls").count():
+            return
+        page.wait_for_timeout(1000)
+    raise AssertionError(f"the explorer's controls did not appear within {timeout_s} s")
+
+
 def test_explorer_in_jupyterlab_shows_controls_and_live_view(browser, jupyterlab):
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     errors = []
@@ -171,11 +193,7 @@ def test_explorer_in_jupyterlab_shows_controls_and_live_view(browser, jupyterlab
         page.goto(jupyterlab + "/lab/tree/00_explorer.ipynb")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=45_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=45_000)
-        _dismiss(page)
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-        _dismiss(page)
-        page.wait_for_selector(".wb-explorer .wb-controls", timeout=90_000)  # kernel start + imports
+        _run_all_until_controls(page, timeout_s=150)  # kernel start + imports
         controls = page.locator(".wb-controls")
         assert controls.locator(".widget-dropdown").count() >= 5      # device, dtype, budget, compression, colour
         assert controls.locator(".widget-slider, .widget-hslider").count() >= 6
