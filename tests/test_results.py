@@ -54,6 +54,8 @@ def test_save_figure_and_text_stay_in_run():
     run = results.create_run()
     results.save_figure(run, "fig_a", go.Figure(go.Scatter(x=[1], y=[2])))
     assert (run / "figures" / "fig_a.json").exists() and (run / "figures" / "fig_a.html").exists()
+    assert (run / "figures" / "plotly.min.js").exists()        # one copy of plotly.js per run, offline
+    assert 'src="plotly.min.js"' in (run / "figures" / "fig_a.html").read_text()
     assert results.read_manifest(run)["figures"] == ["fig_a"]
     with pytest.raises(ParameterError):
         results.save_figure(run, "../x", go.Figure())

@@ -8,7 +8,7 @@ Layout (DESIGN.md section 5)::
       points.parquet     one row per sweep point (aggregates, ``status``)
       notebooks/*.ipynb  executed notebooks
       figures/*.json     plotly figures (the report reads these)
-      figures/*.html     the same figures, each a self-contained page
+      figures/*.html     the same figures, each a page (sharing figures/plotly.min.js; offline)
       report.html        everything, one file
 
 ``run_id`` is a UTC timestamp plus a random suffix (and an optional label), so
@@ -294,7 +294,7 @@ def load(paths, table: str = "requests") -> pd.DataFrame:
 
 
 def save_figure(run_dir, name: str, fig) -> Path:
-    """Save a plotly figure as ``figures/<name>.json`` (for the report) and a self-contained ``.html``.
+    """Save a plotly figure as ``figures/<name>.json`` (for the report) and an offline ``.html`` page.
 
     Figures appear in the report in the order they were first saved.
 
@@ -306,7 +306,9 @@ def save_figure(run_dir, name: str, fig) -> Path:
     figs = Path(run_dir) / "figures"
     figs.mkdir(parents=True, exist_ok=True)
     (figs / f"{name}.json").write_text(fig.to_json())
-    fig.write_html(figs / f"{name}.html", include_plotlyjs=True, full_html=True)
+    # plotly.js is written once per run as figures/plotly.min.js (a run has dozens of figures; embedding
+    # the 4.7 MB library in each would make a run folder ~150 MB). The report embeds it once instead.
+    fig.write_html(figs / f"{name}.html", include_plotlyjs="directory", full_html=True)
     manifest = read_manifest(run_dir)
     order = manifest.setdefault("figures", [])
     if name not in order:
