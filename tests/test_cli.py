@@ -28,6 +28,14 @@ def workbench(*args, env_extra=None, timeout=600):
     (["sweep", "01_batch_size.ipynb", "-p", "batchsize", "[1]"], "error: batchsize: not a parameter"),
     (["sweep", "no_such.ipynb"], "error: notebook:"),
     (["run", "no_such_suite"], "error: suite:"),
+    (["run", "README.md"], "error: suite:"),
+    (["sweep", "01_batch_size", "-p", "max_new_tokens", "true"], "error: max_new_tokens:"),
+    (["sweep", "01_batch_size", "-p", "max_new_tokens", "100000000"], "error: max_new_tokens:"),
+    (["sweep", "01_batch_size", "-p", "ignore_eos", "maybe"], "error: ignore_eos:"),
+    (["sweep", "01_batch_size", "-p", "run_dir", "/etc"], "error: run_dir:"),
+    (["sweep", "01_batch_size", "-p", "batch_sizes", "[1, 2"], "error: batch_sizes:"),
+    pytest.param(["sweep", "01_batch_size", "-p", "device", "cuda"], "error: device:",
+                 marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")),
 ])
 def test_bad_parameters_fail_with_one_line_before_anything_runs(args, prefix):
     proc = workbench(*args)
@@ -48,8 +56,9 @@ def test_sweep_with_injected_failure_then_resume(tmp_path):
     pts = pd.read_parquet(run / "points.parquet").set_index("batch_size")
     assert pts.loc[1, "status"] == "ok" and pts.loc[2, "status"].startswith("failed: RuntimeError: injected")
     assert (run / "notebooks" / "01_batch_size.ipynb").exists() and (run / "report.html").exists()
-    proc = workbench("sweep", "notebooks/01_batch_size.ipynb", "-f", str(grid), "-p", "warmup", "0",
-                     "--resume", str(run))
+    proc = workbench("sweep", "notebooks/01_batch_size.ipynb", "-p", "max_new_tokens", "5", "--resume", str(run))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --resume: 01_batch_size parameters differ")
+    proc = workbench("sweep", "notebooks/01_batch_size.ipynb", "--resume", str(run))   # reuses the recorded ones
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "resuming, 1 of 2 points already done" in proc.stdout + proc.stderr
     pts = pd.read_parquet(run / "points.parquet")

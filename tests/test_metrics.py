@@ -35,6 +35,10 @@ def test_throughput_and_goodput_by_hand():
     assert row["goodput_rps"] == pytest.approx(1 / 5.0)     # only the first meets both SLOs
 
 
+def test_goodput_is_undefined_without_an_slo():
+    assert math.isnan(metrics.summarize_point(_requests(), wall_s=5.0)["goodput_rps"])
+
+
 def test_single_token_request_meets_tpot_slo():
     df = pd.DataFrame({"output_tokens": [1], "ttft_s": [0.5], "tpot_s": [float("nan")]})
     assert metrics.meets_slo(df, 1.0, 0.01).tolist() == [True]

@@ -30,12 +30,18 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
         path = Path(f)
         if not path.exists():
             raise ParameterError(f"-f: parameter file {f!r} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ParameterError(f"-f: {f!r} is not valid YAML ({str(exc).splitlines()[0]})") from exc
         if not isinstance(data, dict):
             raise ParameterError(f"-f: {f!r} must hold a mapping of parameter names to values")
         params.update(data)
     for name, value in pairs or []:
-        params[name] = yaml.safe_load(value)
+        try:
+            params[name] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ParameterError(f"{name}: value {value!r} is not valid YAML") from exc
     return params
 
 
@@ -64,19 +70,48 @@ def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
     return failed
 
 
+def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
+    """On ``--resume``, reuse the parameters the run recorded; refuse different ones.
+
+    A resumed point must be measured with the settings of the points already
+    on disk, so a notebook given no parameters takes the recorded ones and a
+    notebook given others is an error.
+    """
+    from . import results
+
+    if not (Path(resume_dir) / "manifest.json").exists():
+        raise ParameterError(f"--resume: {resume_dir!r} is not a run folder (no manifest.json)")
+    recorded = results.read_manifest(resume_dir).get("notebooks", {})
+    for e in entries:
+        name = Path(e["notebook"]).stem
+        if name not in recorded:
+            continue
+        before = recorded[name].get("parameters", {})
+        if not e["parameters"]:
+            e["parameters"] = dict(before)
+        elif e["parameters"] != before:
+            raise ParameterError(f"--resume: {name} parameters differ from the run's {before}; "
+                                 "give the same ones (or none) to resume")
+
+
 def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None) -> int:
     from . import report, results, sweeps
 
+    if resume_dir:
+        _resume_parameters(entries, resume_dir)
     for e in entries:  # every notebook validated before any runs
         e["parameters"] = {k: v for k, v in sweeps.validate_parameters(e["notebook"], e["parameters"]).items()
                            if k in e["parameters"]}
     run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
-    if resume_dir and not (Path(run_dir) / "manifest.json").exists():
-        raise ParameterError(f"--resume: {resume_dir!r} is not a run folder")
     results.update_manifest(run_dir, status="running", suite=suite)
     print(f"run folder: {run_dir}", flush=True)
     t0 = time.perf_counter()
-    failed = _execute(entries, run_dir, resume=bool(resume_dir))
+    try:
+        failed = _execute(entries, run_dir, resume=bool(resume_dir))
+    except KeyboardInterrupt:
+        results.update_manifest(run_dir, status="interrupted")
+        print(f"\ninterrupted: finished points are on disk; continue with --resume {run_dir}", file=sys.stderr)
+        return 130
     wall = time.perf_counter() - t0
     status = "ok" if not failed else f"failed: {', '.join(failed)}"
     results.update_manifest(run_dir, status=status, wall_s=round(wall, 1))
@@ -96,8 +131,9 @@ def cmd_sweep(args) -> int:
     from . import sweeps
 
     nb = Path(args.notebook)
-    if not nb.exists() and (sweeps.REPO / "notebooks" / nb).exists():
-        nb = sweeps.REPO / "notebooks" / nb
+    for candidate in (sweeps.REPO / "notebooks" / nb, sweeps.REPO / "notebooks" / f"{nb}.ipynb"):
+        if not nb.exists() and candidate.exists():
+            nb = candidate
     if not nb.exists() or nb.suffix != ".ipynb":
         known = ", ".join(sorted(p.name for p in (sweeps.REPO / "notebooks").glob("[0-9]*.ipynb")))
         raise ParameterError(f"notebook: {args.notebook!r} is not a notebook (known: {known})")

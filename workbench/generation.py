@@ -62,16 +62,20 @@ class GenerationSettings:
     seed: int = 0
 
     def __post_init__(self):
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ParameterError(f"max_new_tokens: must be an integer >= 1 (got {self.max_new_tokens!r})")
-        if not isinstance(self.min_new_tokens, int) or not 0 <= self.min_new_tokens <= self.max_new_tokens:
+        if not isinstance(self.ignore_eos, bool):
+            raise ParameterError(f"ignore_eos: must be true or false (got {self.ignore_eos!r})")
+        if (isinstance(self.min_new_tokens, bool) or not isinstance(self.min_new_tokens, int)
+                or not 0 <= self.min_new_tokens <= self.max_new_tokens):
             raise ParameterError(
                 f"min_new_tokens: must be an integer in [0, max_new_tokens={self.max_new_tokens}] "
                 f"(got {self.min_new_tokens!r})"
             )
-        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0 or math.isinf(self.temperature):
+        if (isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float))
+                or not self.temperature >= 0 or math.isinf(self.temperature)):
             raise ParameterError(f"temperature: must be a finite number >= 0 (got {self.temperature!r})")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
             raise ParameterError(f"top_p: must be in (0, 1] (got {self.top_p!r})")
 
     @property

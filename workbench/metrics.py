@@ -70,7 +70,8 @@ def summarize_point(
         ``{col}_p50/_p90/_p99`` for every latency column, ``requests``,
         ``completed``, ``output_tokens``, ``wall_s``, ``output_throughput_tps``
         (all output tokens / wall_s), ``request_throughput_rps`` (completed
-        requests / wall_s), ``goodput_rps`` (SLO-meeting requests / wall_s).
+        requests / wall_s), ``goodput_rps`` (SLO-meeting requests / wall_s;
+        NaN when no SLO is given).
     """
     done = requests[requests["output_tokens"] >= 1]
     row: dict = {}
@@ -89,7 +90,8 @@ def summarize_point(
         wall_s=float(wall_s),
         output_throughput_tps=total_tokens / wall_s if wall_s > 0 else float("nan"),
         request_throughput_rps=len(done) / wall_s if wall_s > 0 else float("nan"),
-        goodput_rps=good / wall_s if wall_s > 0 else float("nan"),
+        goodput_rps=good / wall_s if wall_s > 0 and (slo_ttft_s is not None or slo_tpot_s is not None)
+        else float("nan"),
         slo_ttft_s=slo_ttft_s,
         slo_tpot_s=slo_tpot_s,
     )

@@ -101,6 +101,7 @@ class SweepConfig:
         _check_int("seed", self.seed, 0)
         if self.model != models.DEFAULT_MODEL:
             models.resolve_model_path(self.model)
+        models.pick_device(self.device)  # a device this machine lacks fails here, before any kernel starts
 
     def max_context(self) -> int:
         """The model's maximum context in tokens (from its config; no weights load)."""
@@ -140,7 +141,10 @@ class BatchSizeConfig(SweepConfig):
     def __post_init__(self):
         super().__post_init__()
         _check_list("batch_sizes", self.batch_sizes, int, lo=1)
-        self.settings()  # validates max_new_tokens, temperature, top_p
+        self.settings()  # validates max_new_tokens, ignore_eos, temperature, top_p
+        if self.max_new_tokens > self.max_context() - 32:
+            raise ParameterError(f"max_new_tokens: must be <= {self.max_context() - 32} (the model's context "
+                                 f"minus a 32-token prompt) (got {self.max_new_tokens})")
         limit = self.max_context() - self.max_new_tokens
         _check_list("prompt_tokens", self.prompt_tokens, int, lo=32, hi=limit)
         for name in ("slo_ttft_s", "slo_tpot_s"):
@@ -226,11 +230,17 @@ def _utilisation(req: pd.DataFrame, summary: dict, info, env: dict) -> dict:
     if not math.isfinite(prompt):
         return {}
     ctx = prompt + float(req["output_tokens"].mean()) / 2
+    # with a reused prefix cache only the new tokens are prefilled (compression's kv_reuse)
+    prefilled = pd.to_numeric(req["prefilled_tokens"], errors="coerce").mean() if "prefilled_tokens" in req else math.nan
+    prefill_tokens = prefilled if math.isfinite(prefilled) else prompt
     return {
         "mbu": metrics.mbu(info.weight_bytes, info.kv_cache_bytes_per_token(), batch, ctx,
                            summary.get("tpot_s_p50", float("nan")), env["bandwidth_bytes_per_s"]),
-        "mfu": metrics.mfu(metrics.prefill_flops(info.num_non_embedding_params, info.num_layers, info.hidden_size, int(prompt), batch),
+        "mfu": metrics.mfu(metrics.prefill_flops(info.num_non_embedding_params, info.num_layers, info.hidden_size,
+                                                 int(prefill_tokens), batch),
                            summary.get("prefill_s_p50", float("nan")), env["flops_per_s"]),
+        "peak_bandwidth_bytes_per_s": env["bandwidth_bytes_per_s"],
+        "peak_flops_per_s": env["flops_per_s"],
     }
 
 
@@ -415,6 +425,8 @@ def validate_parameters(path, params: dict) -> dict:
         ParameterError: an unknown name, or a value the config rejects.
     """
     defaults = notebook_parameters(path)
+    if "run_dir" in params:
+        raise ParameterError("run_dir: set by the command line; use --resume RUN_DIR to continue a run")
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ParameterError(
@@ -479,7 +491,10 @@ def load_suite(suite: str) -> dict:
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.yaml")))
         raise ParameterError(f"suite: {suite!r} is neither a suite name ({known}) nor a YAML file")
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ParameterError(f"suite: {path} is not valid YAML ({str(exc).splitlines()[0]})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("notebooks"), list):
         raise ParameterError(f"suite: {path} must hold a 'notebooks' list")
     for entry in data["notebooks"]:
