@@ -337,10 +337,13 @@ def run_sweep(
 def _headline(i: int, n: int, pid: str, row: dict) -> str:
     if row["status"] != "ok":
         return f"[{i}/{n}] {pid}: {row['status']}"
-    return (f"[{i}/{n}] {pid}: TTFT p50 {row.get('ttft_s_p50', float('nan')):.3f} s, "
+    line = (f"[{i}/{n}] {pid}: TTFT p50 {row.get('ttft_s_p50', float('nan')):.3f} s, "
             f"TPOT p50 {row.get('tpot_s_p50', float('nan')) * 1e3:.1f} ms, "
-            f"{row.get('output_throughput_tps', float('nan')):.1f} tok/s, "
-            f"goodput {row.get('goodput_rps', float('nan')):.2f} req/s")
+            f"{row.get('output_throughput_tps', float('nan')):.1f} tok/s")
+    goodput = row.get("goodput_rps")
+    if goodput is not None and math.isfinite(goodput):
+        line += f", goodput {goodput:.2f} req/s"
+    return line
 
 
 def _free_accelerator_memory() -> None:
