@@ -1,6 +1,5 @@
 """Write notebooks/00_explorer.ipynb (outputs empty, parameters cell tagged). Run: python notebooks/_build_00.py"""
-from pathlib import Path
-
+import _nb
 import nbformat as nbf
 
 cells = [
@@ -44,8 +43,4 @@ cells = [
     ),
     nbf.v4.new_code_cell("explorer.frame()"),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-nb.metadata["workbench"] = {"config": "workbench.widgets:ExplorerConfig"}
-nbf.write(nb, Path(__file__).with_name("00_explorer.ipynb"))
+_nb.write(cells, "00_explorer.ipynb", "workbench.widgets:ExplorerConfig")

@@ -1,6 +1,5 @@
 """Write notebooks/01_batch_size.ipynb (outputs empty, parameters cell tagged). Run: python notebooks/_build_01.py"""
-from pathlib import Path
-
+import _nb
 import nbformat as nbf
 
 cells = [
@@ -56,8 +55,4 @@ cells = [
         "          f\"TTFT p50 {best.ttft_s_p50:.2f} s)\")"
     ),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-nb.metadata["workbench"] = {"config": "workbench.sweeps:BatchSizeConfig"}
-nbf.write(nb, Path(__file__).with_name("01_batch_size.ipynb"))
+_nb.write(cells, "01_batch_size.ipynb", "workbench.sweeps:BatchSizeConfig")

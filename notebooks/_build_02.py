@@ -1,6 +1,5 @@
 """Write notebooks/02_context_length.ipynb (outputs empty, parameters cell tagged). Run: python notebooks/_build_02.py"""
-from pathlib import Path
-
+import _nb
 import nbformat as nbf
 
 cells = [
@@ -78,8 +77,4 @@ cells = [
         "          f\"quadratic term overtakes linear at L = {cross}{beyond}\")"
     ),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-nb.metadata["workbench"] = {"config": "workbench.context:ContextConfig"}
-nbf.write(nb, Path(__file__).with_name("02_context_length.ipynb"))
+_nb.write(cells, "02_context_length.ipynb", "workbench.context:ContextConfig")

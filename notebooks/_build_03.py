@@ -1,6 +1,5 @@
 """Write notebooks/03_temperature.ipynb (outputs empty, parameters cell tagged). Run: python notebooks/_build_03.py"""
-from pathlib import Path
-
+import _nb
 import nbformat as nbf
 
 cells = [
@@ -70,8 +69,4 @@ cells = [
         "    fig.show()"
     ),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-nb.metadata["workbench"] = {"config": "workbench.temperature:TemperatureConfig"}
-nbf.write(nb, Path(__file__).with_name("03_temperature.ipynb"))
+_nb.write(cells, "03_temperature.ipynb", "workbench.temperature:TemperatureConfig")

@@ -1,6 +1,5 @@
 """Write notebooks/04_streaming_anatomy.ipynb (outputs empty, parameters cell tagged). Run: python notebooks/_build_04.py"""
-from pathlib import Path
-
+import _nb
 import nbformat as nbf
 
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
@@ -87,8 +86,4 @@ cells = [
          "        results.save_figure(run, name, fig)\n"
          "        fig.show()"),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-nb.metadata["workbench"] = {"config": "workbench.streaming:StreamingConfig"}
-nbf.write(nb, Path(__file__).with_name("04_streaming_anatomy.ipynb"))
+_nb.write(cells, "04_streaming_anatomy.ipynb", "workbench.streaming:StreamingConfig")

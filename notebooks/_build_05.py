@@ -1,6 +1,5 @@
 """Write notebooks/05_reasoning_budget.ipynb (outputs empty, parameters cell tagged). Run: python notebooks/_build_05.py"""
-from pathlib import Path
-
+import _nb
 import nbformat as nbf
 
 cells = [
@@ -63,8 +62,4 @@ cells = [
         'print(reasoning.examples_markdown(requests, per_budget=1))'
     ),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-nb.metadata["workbench"] = {"config": "workbench.reasoning:ReasoningConfig"}
-nbf.write(nb, Path(__file__).with_name("05_reasoning_budget.ipynb"))
+_nb.write(cells, "05_reasoning_budget.ipynb", "workbench.reasoning:ReasoningConfig")

@@ -1,6 +1,5 @@
 """Write notebooks/06_context_compression.ipynb (outputs empty, parameters cell tagged). Run: python notebooks/_build_06.py"""
-from pathlib import Path
-
+import _nb
 import nbformat as nbf
 
 cells = [
@@ -73,8 +72,4 @@ cells = [
         '                         "ttft_total_s", "total_s", "substring_match", "gold_logprob"]])'
     ),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-nb.metadata["workbench"] = {"config": "workbench.compression:CompressionConfig"}
-nbf.write(nb, Path(__file__).with_name("06_context_compression.ipynb"))
+_nb.write(cells, "06_context_compression.ipynb", "workbench.compression:CompressionConfig")

@@ -1,6 +1,5 @@
 """Write notebooks/07_long_output.ipynb (outputs empty, parameters cell tagged). Run: python notebooks/_build_07.py"""
-from pathlib import Path
-
+import _nb
 import nbformat as nbf
 
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
@@ -55,8 +54,4 @@ cells = [
          "        if path.exists():\n"
          "            print(f\"----- {s} ({lang}): {path.name}\\n\" + path.read_text()[:600] + \"\\n\")"),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-nb.metadata["workbench"] = {"config": "workbench.streaming:LongOutputConfig"}
-nbf.write(nb, Path(__file__).with_name("07_long_output.ipynb"))
+_nb.write(cells, "07_long_output.ipynb", "workbench.streaming:LongOutputConfig")

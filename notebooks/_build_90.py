@@ -1,6 +1,5 @@
 """Write notebooks/90_compare_runs.ipynb (outputs empty, parameters cell tagged). Run: python notebooks/_build_90.py"""
-from pathlib import Path
-
+import _nb
 import nbformat as nbf
 
 cells = [
@@ -56,8 +55,4 @@ cells = [
         "fig.show()"
     ),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-nb.metadata["workbench"] = {"config": "workbench.report:CompareConfig"}
-nbf.write(nb, Path(__file__).with_name("90_compare_runs.ipynb"))
+_nb.write(cells, "90_compare_runs.ipynb", "workbench.report:CompareConfig")
