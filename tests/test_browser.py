@@ -20,7 +20,8 @@ import pandas as pd
 import plotly.express as px
 import pytest
 
-from workbench import metrics, report, results, widgets
+from workbench import metrics, report, results
+from workbench.experiments import explorer
 
 pytestmark = pytest.mark.browser
 
@@ -50,13 +51,13 @@ def _point(batch_size, ttft):
     reqs = [{"request_id": i, "repeat": 0, "prompt_tokens": 64, "output_tokens": 5, "ttft_s": ttft, "prefill_s": ttft / 2,
              "e2e_s": ttft + 0.4, "tpot_s": 0.1, "decode_tps": 10.0, "itl_s": [0.1] * 4, "finish_reason": "length"}
             for i in range(batch_size)]
-    cfg = widgets.ExplorerConfig(batch_size=batch_size)
+    cfg = explorer.Config(batch_size=batch_size)
     s = metrics.summarize_point(pd.DataFrame(reqs), ttft + 0.4, cfg.slo_ttft_s, cfg.slo_tpot_s)
-    return widgets.ExploredPoint(cfg.params(), reqs, ttft + 0.4, s, {"model": "fake", "device": "cpu", "dtype": "float32"})
+    return explorer.ExploredPoint(cfg.params(), reqs, ttft + 0.4, s, {"model": "fake", "device": "cpu", "dtype": "float32"})
 
 
 def _run(label, sizes, ttft):
-    run = widgets.save_points("", [_point(b, ttft * b) for b in sizes], label=label)
+    run = explorer.save_points("", [_point(b, ttft * b) for b in sizes], label=label)
     req = results.read_requests(run)
     results.save_figure(run, "ttft_box", px.box(req, x="batch_size", y="ttft_s", title="TTFT per request"))
     return run

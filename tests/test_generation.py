@@ -168,3 +168,93 @@ def test_row_stopped_by_a_stopping_criterion_excludes_padding(loaded):
     assert r0["output_tokens"] == 3 and r0["finish_reason"] == "stop" and len(r0["itl_s"]) == 2
     assert r1["output_tokens"] == 8 and r1["finish_reason"] == "length"
     assert r0["ttft_s"] + sum(r0["itl_s"]) == pytest.approx(r0["e2e_s"], abs=1e-6)
+
+
+@pytest.mark.model
+def test_templating_time_is_in_ttft_not_in_prefill(loaded, monkeypatch):
+    """A chat template that sleeps 0.2 s shows in ttft_s (clock starts before templating), not in prefill_s."""
+    import time as _time
+
+    from workbench.generation import GenerationSettings, generate_measured
+
+    settings = GenerationSettings(max_new_tokens=3, ignore_eos=True)
+    base = generate_measured(loaded, ["Say hi."], settings).records[0]
+    original = loaded.tokenizer.apply_chat_template
+
+    def slow(*args, **kwargs):
+        _time.sleep(0.2)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loaded.tokenizer, "apply_chat_template", slow)
+    res = generate_measured(loaded, ["Say hi."], settings)
+    rec = res.records[0]
+    assert rec["ttft_s"] >= 0.2 + rec["prefill_s"]          # sleep + prefill both inside TTFT
+    assert rec["prefill_s"] < 0.2 + base["prefill_s"]        # the sleep is not in the prefill timer
+    assert res.preprocess_s >= 0.2
+
+
+@pytest.mark.model
+def test_stamps_match_generated_ids_and_gaps_fit_in_the_wall_time(loaded):
+    """One stamp per generated id; the gaps lie within the batch's wall time after prefill."""
+    from workbench.generation import GenerationSettings, generate_measured
+
+    res = generate_measured(loaded, ["Count to ten.", "Name a colour."], GenerationSettings(max_new_tokens=6))
+    for rec in res.records:
+        assert rec["output_tokens"] == len(rec["output_ids"])
+        assert len(rec["itl_s"]) == rec["output_tokens"] - 1
+        assert sum(rec["itl_s"]) <= res.wall_s - res.prefill_s
+        assert rec["ttft_s"] + sum(rec["itl_s"]) == pytest.approx(rec["e2e_s"])
+
+
+def test_eos_ids_are_the_union_of_config_tokenizer_and_end_of_turn():
+    """Configs that disagree still stop: generation config, tokenizer and chat-template end-of-turn ids."""
+    from types import SimpleNamespace
+
+    from workbench.generation import eos_token_ids
+
+    tok = SimpleNamespace(eos_token_id=2, chat_template="{{ '<|im_end|>' }}",
+                          get_vocab=lambda: {"<|im_end|>": 7, "<|eot_id|>": 9})
+    model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[5, None]))
+    assert eos_token_ids(SimpleNamespace(model=model, tokenizer=tok)) == {2, 5, 7}
+    model.generation_config.eos_token_id = None
+    assert eos_token_ids(SimpleNamespace(model=model, tokenizer=tok)) == {2, 7}
+
+
+@pytest.mark.model
+def test_closing_a_stream_stops_its_generation(loaded):
+    """An abandoned stream does not keep decoding in its thread (and frees the model for the next call)."""
+    from workbench.generation import GenerationSettings, generate_measured, model_lock, stream_generate
+
+    steps = []
+    stream = stream_generate(loaded, "Write a long story about a lighthouse.",
+                             GenerationSettings(max_new_tokens=200, ignore_eos=True), on_step=lambda ids, t: steps.append(t))
+    next(stream)
+    stream.close()
+    n_at_close = len(steps)
+    assert n_at_close < 200
+    lock = model_lock(loaded.model)
+    assert lock.acquire(timeout=5)   # the generation thread has let go of the model
+    lock.release()
+    rec = generate_measured(loaded, ["Hi"], GenerationSettings(max_new_tokens=2, ignore_eos=True)).records[0]
+    assert rec["output_tokens"] == 2 and len(steps) <= n_at_close + 2
+
+
+def test_measured_generate_calls_on_one_model_are_serialised():
+    """The model lock is re-entrant for its holder, exclusive for other threads, and per model."""
+    import threading
+
+    from workbench.generation import model_lock
+
+    class M:
+        pass
+
+    a, b = M(), M()
+    assert model_lock(a) is model_lock(a) and model_lock(a) is not model_lock(b)
+    with model_lock(a):
+        got = []
+        t = threading.Thread(target=lambda: got.append(model_lock(a).acquire(timeout=0.05)))
+        t.start()
+        t.join()
+        assert got == [False]
+        assert model_lock(b).acquire(timeout=0.05)
+        model_lock(b).release()

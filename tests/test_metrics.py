@@ -54,19 +54,11 @@ def test_pareto_front():
     assert metrics.pareto_front(pts)["point_id"].tolist() == ["a", "b", "d"]   # c is dominated by b
 
 
-def test_recommend_batch_size_prefers_goodput_then_smaller_batch():
-    pts = pd.DataFrame({"batch_size": [1, 2, 4, 8], "goodput_rps": [1.0, 2.0, 2.0, 0.0],
-                        "output_throughput_tps": [5, 9, 12, 20], "status": ["ok"] * 4})
-    assert metrics.recommend_batch_size(pts)["batch_size"] == 2
-    pts["status"] = "failed: x"
-    assert metrics.recommend_batch_size(pts) is None
-
-
 def test_mbu_and_mfu_formulas():
     # 1e9 weight bytes + 1000 B/token * 2 rows * 500 tokens = 1.001e9 B/step; 0.01 s/step; peak 2e11 B/s
     assert metrics.mbu(10**9, 1000, 2, 500, 0.01, 2e11) == pytest.approx(1.001e9 / 0.01 / 2e11)
-    flops = metrics.prefill_flops(num_params=100, num_layers=2, hidden_size=8, prompt_tokens=10, batch_size=3)
-    assert flops == 3 * (2 * 100 * 10 + 2 * 2 * 100 * 8)
+    flops = metrics.prefill_flops(num_params=100, num_layers=2, attn_dim=8, prompt_tokens=10, batch_size=3)
+    assert flops == 3 * (2 * 100 * 10 + 4 * 2 * 100 * 8)
     assert metrics.mfu(flops, 2.0, flops) == pytest.approx(0.5)
     assert math.isnan(metrics.mbu(1, 1, 1, 1, float("nan"), 1.0))
 
@@ -75,3 +67,42 @@ def test_probe_device_cpu_is_positive():
     p = metrics.probe_device("cpu", "float32")
     assert p["bandwidth_bytes_per_s"] > 1e8 and p["flops_per_s"] > 1e8
     assert np.isfinite(p["bandwidth_bytes_per_s"])
+
+
+def test_request_timing_by_hand():
+    t = metrics.request_timing([10.5, 10.7, 11.0, 11.1], t_submit=10.0)
+    assert t["output_tokens"] == 4
+    assert t["ttft_s"] == pytest.approx(0.5) and t["e2e_s"] == pytest.approx(1.1)
+    assert t["itl_s"] == pytest.approx([0.2, 0.3, 0.1])
+    assert t["tpot_s"] == pytest.approx(0.6 / 3) and t["decode_tps"] == pytest.approx(3 / 0.6)
+    one = metrics.request_timing([2.0], t_submit=1.5)
+    assert one["ttft_s"] == one["e2e_s"] == pytest.approx(0.5) and one["itl_s"] == []
+    assert math.isnan(one["tpot_s"]) and math.isnan(one["decode_tps"])
+    none = metrics.request_timing([], t_submit=0.0)
+    assert none["output_tokens"] == 0 and math.isnan(none["ttft_s"])
+
+
+def test_labels_come_from_the_column_table():
+    assert metrics.label("ttft_s_p50") == "TTFT p50 (s)"
+    assert metrics.label("output_throughput_tps") == "output throughput (tokens/s)"
+    assert metrics.base_column("itl_s_p99") == ("itl_s", "p99")
+    assert metrics.label("unknown_thing") == "unknown thing"
+
+
+def test_prefill_flops_match_an_independent_count_when_heads_times_head_dim_differs_from_hidden():
+    """torch's FLOP counter on a one-layer Llama whose heads x head_dim (4 x 32 = 128) is twice its hidden size."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=32, vocab_size=100, attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).eval()
+    L, B = 24, 2
+    non_embedding = sum(p.numel() for n, p in model.model.named_parameters() if "embed" not in n)
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model.model(input_ids=torch.randint(0, 100, (B, L)))   # the base model: no LM head, as in prefill
+    ours = metrics.prefill_flops(non_embedding, 1, cfg.num_attention_heads * cfg.head_dim, L, B)
+    assert ours == pytest.approx(counter.get_total_flops(), rel=0.02)   # norms' weights are the only slack
+    wrong = metrics.prefill_flops(non_embedding, 1, cfg.hidden_size, L, B)
+    assert abs(wrong / counter.get_total_flops() - 1) > 0.05               # the old hidden-size count is off

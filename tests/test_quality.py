@@ -73,16 +73,16 @@ def test_exact_and_substring_match():
 
 def test_rouge_l_on_words_and_characters():
     # LCS("the cat sat", "the cat") = 2: P = 2/3, R = 1, F = 0.8
-    assert quality.rouge_l_f("the cat sat", "the cat") == pytest.approx(0.8)
+    assert quality.rouge_l("the cat sat", "the cat") == pytest.approx(0.8)
     # characters: 北京是首都 vs 北京: LCS 2, P = 2/5, R = 1, F = 2PR/(P+R) = 4/7
-    assert quality.rouge_l_f("北京是首都", "北京") == pytest.approx(4 / 7)
+    assert quality.rouge_l("北京是首都", "北京") == pytest.approx(4 / 7)
 
 
 def test_score_output_columns():
     row = quality.score_output("## Section 1: x\nthe cat", "length", n_sections=2)
     assert row["truncated"] == 1.0 and row["section_coverage"] == 0.5 and math.isnan(row["exact_match"])
     row = quality.score_output("Paris", "stop", answers=["Berlin", "Paris"])
-    assert row["truncated"] == 0.0 and row["exact_match"] == row["substring_match"] == row["rouge_l_f"] == 1.0
+    assert row["truncated"] == 0.0 and row["exact_match"] == row["substring_match"] == row["rouge_l"] == 1.0
     assert math.isnan(row["section_coverage"])
 
 
@@ -94,7 +94,7 @@ class _UniformLM:
 
         self.vocab, self.device = vocab, torch.device("cpu")
 
-    def __call__(self, input_ids):
+    def __call__(self, input_ids, **kwargs):
         import torch
 
         class Out:
@@ -104,7 +104,9 @@ class _UniformLM:
 
 
 def test_perplexity_uniform_model_is_vocab_size():
-    lm = _UniformLM(7)
+    from types import SimpleNamespace
+
+    lm = SimpleNamespace(model=_UniformLM(7), tokenizer=SimpleNamespace(pad_token_id=0))
     assert quality.perplexity(lm, [1, 2], [3, 4, 5]) == pytest.approx(7.0)
     assert quality.token_nlls(lm, [1], [2]) == [pytest.approx(math.log(7))]
     assert math.isnan(quality.perplexity(lm, [1], []))
@@ -116,7 +118,7 @@ def test_perplexity_of_greedy_text_is_low(loaded):
 
     rec = generate_measured(loaded, ["Name three colours."], GenerationSettings(max_new_tokens=8)).records[0]
     ids = encode_prompts(loaded.tokenizer, ["Name three colours."])["input_ids"][0].tolist()
-    ppl = quality.perplexity(loaded.model, ids, rec["output_ids"])
+    ppl = quality.perplexity(loaded, ids, rec["output_ids"])
     assert 1.0 <= ppl < 10.0  # greedy picks high-probability tokens
 
 
@@ -138,3 +140,38 @@ def test_summarize_groups_and_metrics():
     row = s[s["temperature"] == 1].iloc[0]
     assert row["mean"] == pytest.approx(0.9) and row["n"] == 2 and row["ci_low"] <= 0.9 <= row["ci_high"]
     assert s[s["temperature"] == 0].iloc[0][["mean", "ci_low", "ci_high"]].tolist() == [0.5, 0.5, 0.5]
+
+
+@pytest.mark.model
+def test_continuation_logprobs_batched_equals_alone_and_prefix_cache(loaded):
+    """Left-padded batch rows score as if alone; a reused prefix cache gives the same values."""
+    import torch
+
+    tok = loaded.tokenizer
+    ctx = [tok("The capital of France is")["input_ids"], tok("One, two, three, four, five, six")["input_ids"]]
+    cont = [tok(" Paris.")["input_ids"], tok(", seven")["input_ids"]]
+    batched = quality.continuation_logprobs(loaded, ctx, cont)
+    alone = [quality.continuation_logprobs(loaded, [c], [g])[0] for c, g in zip(ctx, cont)]
+    assert [len(x) for x in batched] == [len(g) for g in cont]
+    for b, a in zip(batched, alone):
+        assert b == pytest.approx(a, abs=1e-3)
+    assert all(x < 0 for row in batched for x in row)
+    # independent check: log_softmax of a plain forward pass
+    ids = torch.tensor([ctx[0] + cont[0]])
+    with torch.inference_mode():
+        logp = torch.log_softmax(loaded.model(input_ids=ids).logits[0].float(), -1)
+    n = len(ctx[0])
+    ref = [float(logp[n - 1 + j, t]) for j, t in enumerate(cont[0])]
+    assert alone[0] == pytest.approx(ref, abs=1e-4)
+    # a prefix cache of the first k context ids
+    from transformers import DynamicCache
+
+    k = len(ctx[0]) - 2
+    cache = DynamicCache()
+    with torch.inference_mode():
+        from workbench.generation import cache_kwarg
+
+        loaded.model(input_ids=torch.tensor([ctx[0][:k]]), use_cache=True, **{cache_kwarg(loaded.model): cache})
+    cached = quality.continuation_logprobs(loaded, [ctx[0]], [cont[0]], past_key_values=cache, prefix_len=k)[0]
+    assert cached == pytest.approx(ref, abs=1e-3)
+    assert quality.continuation_logprobs(loaded, [ctx[0]], [[]]) == [[]]

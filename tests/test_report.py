@@ -1,25 +1,25 @@
 """Reports: one run still builds; two runs with different parameter sets compare; CSV / JSON exports."""
 import json
-from pathlib import Path
 
 import pandas as pd
 
-from workbench import metrics, report, results, widgets
+from workbench import metrics, report, results
+from workbench.experiments import explorer
 
 
-def fake_point(ttfts=(0.1, 0.3), wall_s=1.0, **params) -> widgets.ExploredPoint:
+def fake_point(ttfts=(0.1, 0.3), wall_s=1.0, **params) -> explorer.ExploredPoint:
     """Requests of 5 tokens each, TPOT exactly 0.1 s, so every summary value is known by hand."""
     reqs = [{"request_id": i, "repeat": 0, "prompt_tokens": 64, "output_tokens": 5, "ttft_s": t, "prefill_s": t / 2,
              "e2e_s": t + 0.4, "tpot_s": 0.1, "decode_tps": 10.0, "itl_s": [0.1] * 4, "finish_reason": "length",
              "text": "héllo, 世界"} for i, t in enumerate(ttfts)]
-    cfg = widgets.ExplorerConfig(**params)
+    cfg = explorer.Config(**params)
     s = metrics.summarize_point(pd.DataFrame(reqs), wall_s, cfg.slo_ttft_s, cfg.slo_tpot_s)
-    return widgets.ExploredPoint(params=cfg.params(), requests=reqs, wall_s=wall_s, summary=s,
+    return explorer.ExploredPoint(params=cfg.params(), requests=reqs, wall_s=wall_s, summary=s,
                                  resolved={"model": "fake", "device": "cpu", "dtype": "float32"})
 
 
 def make_run(points, env=None, label=""):
-    run = widgets.save_points("", points, label=label, config={"seed": 0})
+    run = explorer.save_points("", points, label=label, config={"seed": 0})
     results.update_manifest(run, environment=env or {"device": "cpu", "dtype": "float32", "torch": "2.13.0"})
     return run
 

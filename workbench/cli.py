@@ -4,6 +4,7 @@
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR] [--label NAME]
     workbench report RUN_DIR [RUN_DIR ...] [-o OUT.html]
     workbench env [--model SPEC] [--no-probe]
+    workbench serve [--model SPEC] [--host 127.0.0.1] [--port 8000] ...
 
 Parameter values are data: ``-f`` files and ``-p`` values are parsed as YAML
 (``-p batch_sizes "[1, 2, 4]"`` arrives as a list), never evaluated. Every
@@ -23,23 +24,29 @@ from .errors import ParameterError
 
 
 def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dict:
+    """Parameters from ``-f`` YAML files, then ``-p NAME VALUE`` pairs (later wins), parsed as YAML 1.2 data."""
     import yaml
+
+    from .notebooks import load_yaml
 
     params: dict = {}
     for f in files or []:
         path = Path(f)
-        if not path.exists():
-            raise ParameterError(f"-f: parameter file {f!r} does not exist")
+        if not path.is_file():
+            raise ParameterError(f"-f: {f!r} is not a parameter file ({'a directory' if path.is_dir() else 'missing'})")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = load_yaml(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise ParameterError(f"-f: {f!r} is not UTF-8 text") from None
         except yaml.YAMLError as exc:
             raise ParameterError(f"-f: {f!r} is not valid YAML ({str(exc).splitlines()[0]})") from exc
+        data = {} if data is None else data
         if not isinstance(data, dict):
             raise ParameterError(f"-f: {f!r} must hold a mapping of parameter names to values")
         params.update(data)
     for name, value in pairs or []:
         try:
-            params[name] = yaml.safe_load(value)
+            params[name] = load_yaml(value)
         except yaml.YAMLError as exc:
             raise ParameterError(f"{name}: value {value!r} is not valid YAML") from exc
     return params
@@ -47,7 +54,7 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
 
 def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
     """Execute validated notebook entries into the run; return the names that failed."""
-    from . import results, sweeps
+    from . import notebooks, results
 
     failed = []
     for i, e in enumerate(entries, 1):
@@ -57,8 +64,10 @@ def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
         params = dict(e["parameters"])
         if resume:
             params["resume"] = True
+        # parameters are on disk before any point runs: an interrupted notebook resumes with the same ones
+        results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": e["parameters"]}})
         try:
-            sweeps.execute_notebook(e["notebook"], params, run_dir)
+            notebooks.execute_notebook(e["notebook"], params, run_dir)
             status = "ok"
         except Exception as exc:  # noqa: BLE001 - one failed notebook must not stop the suite
             status = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:400]
@@ -95,12 +104,12 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
 
 
 def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None) -> int:
-    from . import report, results, sweeps
+    from . import notebooks, report, results
 
     if resume_dir:
         _resume_parameters(entries, resume_dir)
     for e in entries:  # every notebook validated before any runs
-        e["parameters"] = {k: v for k, v in sweeps.validate_parameters(e["notebook"], e["parameters"]).items()
+        e["parameters"] = {k: v for k, v in notebooks.validate_parameters(e["notebook"], e["parameters"]).items()
                            if k in e["parameters"]}
     run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
     results.update_manifest(run_dir, status="running", suite=suite)
@@ -121,21 +130,21 @@ def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite:
 
 
 def cmd_run(args) -> int:
-    from . import sweeps
+    from . import notebooks
 
-    suite = sweeps.load_suite(args.suite)
+    suite = notebooks.load_suite(args.suite)
     return _run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"])
 
 
 def cmd_sweep(args) -> int:
-    from . import sweeps
+    from . import notebooks
 
     nb = Path(args.notebook)
-    for candidate in (sweeps.REPO / "notebooks" / nb, sweeps.REPO / "notebooks" / f"{nb}.ipynb"):
+    for candidate in (notebooks.NOTEBOOKS_DIR / nb, notebooks.NOTEBOOKS_DIR / f"{nb}.ipynb"):
         if not nb.exists() and candidate.exists():
             nb = candidate
     if not nb.exists() or nb.suffix != ".ipynb":
-        known = ", ".join(sorted(p.name for p in (sweeps.REPO / "notebooks").glob("[0-9]*.ipynb")))
+        known = ", ".join(sorted(p.name for p in notebooks.NOTEBOOKS_DIR.glob("[0-9]*.ipynb")))
         raise ParameterError(f"notebook: {args.notebook!r} is not a notebook (known: {known})")
     params = _parse_params(args.file, args.param)
     return _run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label)
@@ -187,6 +196,13 @@ def cmd_env(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from .serving.server import main as serve_main
+
+    serve_main(args.rest, prog="workbench serve")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -215,11 +231,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", help="also resolve this model spec")
     e.add_argument("--no-probe", action="store_true", help="skip the bandwidth / FLOP/s probe")
     e.set_defaults(func=cmd_env)
+
+    sv = sub.add_parser("serve", add_help=False, help="the OpenAI-compatible server (workbench serve --help)")
+    sv.set_defaults(func=cmd_serve)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, rest = build_parser().parse_known_args(argv)
+    if args.command != "serve" and rest:
+        build_parser().parse_args(argv)  # the usual error for unknown arguments
+    args.rest = rest
     try:
         return args.func(args)
     except ParameterError as exc:

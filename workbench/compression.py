@@ -1,4 +1,4 @@
-"""Context compression: shrink a long input before prefill, and measure what it costs and saves.
+"""Context compression strategies: shrink a long input before prefill.
 
 One interface for every strategy, :func:`compress`::
 
@@ -50,30 +50,29 @@ Strategies (:data:`STRATEGIES`):
   deep-copies the cache and passes it to ``generate``, which prefills only the
   new tokens. The copy is timed inside TTFT. ``compressor_s`` is 0.
 
-Quality metrics: :func:`answer_match` (substring / exact match),
-:func:`gold_logprob` (log-likelihood of the gold answer given the compressed
-prompt, one forward pass), :func:`rouge_l` (ROUGE-L F1 against the
-uncompressed run's answer, ``rouge_score`` with a CJK-aware tokenizer).
-
-The sweep glue (:class:`CompressionConfig`, :func:`run_compression_sweep`) and
-the figures (:func:`figures`, :func:`break_even`, :func:`best_strategy`) sit at
-the end of the module.
+Using a result: :func:`answer` generates the answer to a compressed prompt
+(one measured request, through the prefix cache for ``kv_reuse``) and
+:func:`gold_logprob` scores the gold answer's log-likelihood under it
+(:func:`workbench.quality.continuation_logprobs`, from the cache for
+``kv_reuse``). Answer metrics live in :mod:`workbench.quality`; the experiment
+that sweeps these strategies (notebook 06) is
+:mod:`workbench.experiments.context_compression`.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
-import inspect
+import itertools
 import math
-import re
 import time
 import unicodedata
 from dataclasses import dataclass, field
 
+from . import quality
+from .checks import check_choice, check_float, check_int
 from .errors import ParameterError
-from .generation import GenerationSettings, encode_prompts, generate_measured
+from .generation import GenerationSettings, cache_kwarg, encode_prompts, generate_measured
 
 STRATEGIES = ("none", "head", "tail", "head_tail", "bm25", "dense", "summary", "prune", "kv_reuse")
 LOSSLESS = ("none", "kv_reuse")
@@ -151,12 +150,8 @@ class CompressionResult:
         }
 
 
-def _is_cjk(ch: str) -> bool:
-    return bool(ch) and ("\u3400" <= ch <= "\u9fff" or "\u3000" <= ch <= "\u303f" or "\uff00" <= ch <= "\uffef")
-
-
 def _language(text: str) -> str:
-    return "zh" if any(_is_cjk(c) for c in text) else "en"
+    return "zh" if any(quality.is_cjk(c) for c in text) else "en"
 
 
 def prompt_messages(context, question: str) -> list[dict]:
@@ -287,9 +282,7 @@ def check_ratio(ratio) -> float:
     Raises:
         ParameterError: anything else.
     """
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio < 1:
-        raise ParameterError(f"ratio: must be a finite number >= 1 (got {ratio!r})")
-    return float(ratio)
+    return check_float("ratio", ratio, 1)
 
 
 def check_budget(budget) -> int:
@@ -298,15 +291,12 @@ def check_budget(budget) -> int:
     Raises:
         ParameterError: anything else.
     """
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ParameterError(f"budget: must be an integer >= 1 token (got {budget!r})")
-    return budget
+    return check_int("budget", budget, 1)
 
 
 def check_strategy(strategy) -> str:
-    if strategy not in STRATEGIES:
-        raise ParameterError(f"strategy: must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
-    return strategy
+    """Validate a strategy name (one of :data:`STRATEGIES`)."""
+    return check_choice("strategy", strategy, STRATEGIES)
 
 
 # ----------------------------------------------------------------------------- the interface
@@ -365,18 +355,14 @@ def compress(
         raise ParameterError(f"ratio: strategy {strategy!r} needs a target ratio or a token budget")
     if strategy in NEEDS_MODEL and loaded is None:
         raise ParameterError(f"loaded: strategy {strategy!r} needs the loaded model (loaded=load_model(...))")
-    if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 8:
-        raise ParameterError(f"chunk_tokens: must be an integer >= 8 (got {chunk_tokens!r})")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ParameterError(f"top_k: must be an integer >= 1 or None (got {top_k!r})")
-    if isinstance(summary_chunk_tokens, bool) or not isinstance(summary_chunk_tokens, int) or summary_chunk_tokens < 32:
-        raise ParameterError(f"summary_chunk_tokens: must be an integer >= 32 (got {summary_chunk_tokens!r})")
-    if not isinstance(recent_share, (int, float)) or not 0 <= recent_share <= 1:
-        raise ParameterError(f"recent_share: must be a number in [0, 1] (got {recent_share!r})")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 16:
-        raise ParameterError(f"window: must be an integer >= 16 (got {window!r})")
+    check_int("chunk_tokens", chunk_tokens, 8)
+    if top_k is not None:
+        check_int("top_k", top_k, 1)
+    check_int("summary_chunk_tokens", summary_chunk_tokens, 32)
+    check_float("recent_share", recent_share, 0, 1)
+    check_int("window", window, 16)
     if strategy == "dense":
-        _embedder()  # load once, outside the timed region
+        embedder()  # load once, outside the timed region
 
     t0 = time.perf_counter()
     original = count_tokens(tokenizer, context)
@@ -502,13 +488,19 @@ def _chunks(segs: list[_Segment], tokenizer, chunk_tokens: int) -> list[Chunk]:
 
 
 def lexical_tokens(text: str) -> list[str]:
-    """BM25 terms: lower-cased Latin words and digit runs, CJK characters and CJK character bigrams."""
+    """BM25 terms: the words of :func:`workbench.quality.units` outside CJK text, then, for each run of
+    adjacent CJK characters, its characters and its character bigrams (Chinese has no spaces, so bigrams
+    stand in for words)."""
     text = unicodedata.normalize("NFKC", text).lower()
-    terms = re.findall(r"[a-z0-9]+", text)
-    for run in re.findall(r"[\u3400-\u9fff]+", text):
-        terms.extend(run)
-        terms.extend(run[i:i + 2] for i in range(len(run) - 1))
-    return terms
+    words, cjk = [], []
+    for is_cjk, group in itertools.groupby(text, key=quality.is_cjk):
+        run = "".join(group)
+        if is_cjk:
+            cjk.extend(run)
+            cjk.extend(run[i:i + 2] for i in range(len(run) - 1))
+        else:
+            words.extend(quality.units(run))
+    return words + cjk
 
 
 def _bm25_scores(chunks: list[Chunk], question: str) -> list[float]:
@@ -519,7 +511,7 @@ def _bm25_scores(chunks: list[Chunk], question: str) -> list[float]:
 
 
 @functools.lru_cache(maxsize=1)
-def _embedder():
+def embedder():
     """The shipped all-MiniLM-L6-v2 as a ``SentenceTransformer`` on CPU (loaded once per process)."""
     from sentence_transformers import SentenceTransformer
 
@@ -529,7 +521,7 @@ def _embedder():
 
 
 def _dense_scores(chunks: list[Chunk], question: str) -> list[float]:
-    emb = _embedder().encode([question] + [c.text for c in chunks], normalize_embeddings=True,
+    emb = embedder().encode([question] + [c.text for c in chunks], normalize_embeddings=True,
                              batch_size=32, show_progress_bar=False)
     return [float(x) for x in emb[1:] @ emb[0]]
 
@@ -715,11 +707,6 @@ def _rolling_summary(segs, tokenizer, loaded, budget, chunk_tokens, recent_share
 # ----------------------------------------------------------------------------- KV prefix reuse
 
 
-def _cache_kwarg(model) -> str:
-    """``cache`` on transformers versions that renamed ``past_key_values`` (5.x deprecates the old name)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 def _prompt_ids(tokenizer, messages) -> list[int]:
     return encode_prompts(tokenizer, [messages], chat=True)["input_ids"][0].tolist()
 
@@ -749,7 +736,7 @@ def build_prefix_cache(loaded, ids: list[int]):
     model = loaded.model
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
-        model(input_ids=torch.tensor([ids], device=model.device), use_cache=True, **{_cache_kwarg(model): cache})
+        model(input_ids=torch.tensor([ids], device=model.device), use_cache=True, **{cache_kwarg(model): cache})
     return cache
 
 
@@ -782,7 +769,7 @@ def generate_with_prefix_cache(loaded, messages, cache, prefix_ids, settings: Ge
     if full[: len(prefix_ids)] != list(prefix_ids) or len(prefix_ids) >= len(full):
         raise ParameterError("cache: the prompt does not extend the cached prefix; rebuild the cache")
     past = copy.deepcopy(cache)
-    res = generate_measured(loaded, [messages], settings, generate_kwargs={_cache_kwarg(loaded.model): past})
+    res = generate_measured(loaded, [messages], settings, generate_kwargs={cache_kwarg(loaded.model): past})
     rec = res.records[0]
     rec["cached_tokens"] = len(prefix_ids)
     rec["prefilled_tokens"] = len(full) - len(prefix_ids)
@@ -832,524 +819,31 @@ def answer(loaded, result: CompressionResult, settings: GenerationSettings) -> d
 
 
 def gold_logprob(loaded, messages, gold: str, cache=None, prefix_ids=None) -> dict:
-    """Log-likelihood of the gold answer as the assistant's reply, in one forward pass.
+    """Log-likelihood of the gold answer as the assistant's reply (:func:`workbench.quality.continuation_logprobs`).
 
     Args:
         loaded: the model.
         messages: the prompt (its chat template and generation prompt are applied).
         gold: the reference answer text.
         cache, prefix_ids: optional prefix cache (``kv_reuse``): only the tokens
-            after the prefix are run, on a copy of the cache.
+            after the prefix are run, on a copy of the cache (ignored when the
+            prompt does not start with ``prefix_ids``).
 
     Returns:
         ``gold_logprob`` (sum, nats), ``gold_tokens``, ``gold_logprob_per_token``.
     """
-    import torch
-
-    model, tokenizer = loaded.model, loaded.tokenizer
-    prompt = _prompt_ids(tokenizer, messages)
-    target = tokenizer(gold, add_special_tokens=False)["input_ids"]
-    ids = prompt + target
-    start = 0
+    prompt = _prompt_ids(loaded.tokenizer, messages)
+    target = loaded.tokenizer(gold, add_special_tokens=False)["input_ids"]
     kwargs = {}
-    if cache is not None and prefix_ids and ids[: len(prefix_ids)] == list(prefix_ids):
-        start = len(prefix_ids)
-        kwargs = {_cache_kwarg(model): copy.deepcopy(cache), "use_cache": True}
-    with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([ids[start:]], device=model.device), **kwargs).logits[0]
-    # logits at position p (relative) predict ids[start + p + 1]
-    first = len(prompt) - start - 1
-    logp = torch.log_softmax(logits[first:first + len(target)].float(), dim=-1)
-    lp = logp.gather(1, torch.tensor(target, device=logp.device)[:, None])[:, 0]
-    total = float(lp.sum())
+    if cache is not None and prefix_ids and len(prefix_ids) < len(prompt) + len(target) \
+            and (prompt + target)[: len(prefix_ids)] == list(prefix_ids):
+        kwargs = {"past_key_values": cache, "prefix_len": len(prefix_ids)}
+    total = float(sum(quality.continuation_logprobs(loaded, [prompt], [target], **kwargs)[0]))
     return {"gold_logprob": total, "gold_tokens": len(target), "gold_logprob_per_token": total / max(1, len(target))}
 
 
-def _normalise(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).lower().strip()
-    return text.strip(" \t\n.,;:!?\"'`。，！？：；")
-
-
-def answer_match(prediction: str, gold: str) -> dict:
-    """``substring_match``: the normalised gold answer occurs in the prediction (digits and
-    Latin words must not continue on either side); ``exact_match``: equal after normalising
-    (NFKC, lower case, surrounding whitespace and punctuation removed). Values are 0.0 / 1.0."""
-    p, g = _normalise(prediction), _normalise(gold)
-    if not g:
-        return {"substring_match": 0.0, "exact_match": float(p == g)}
-    pattern = re.escape(g)
-    if g[:1].isascii() and g[:1].isalnum():
-        pattern = r"(?<![0-9a-z])" + pattern
-    if g[-1:].isascii() and g[-1:].isalnum():
-        pattern = pattern + r"(?![0-9a-z])"
-    return {"substring_match": float(re.search(pattern, p) is not None), "exact_match": float(p == g)}
-
-
-class _RougeTokenizer:
-    """``rouge_score`` tokenizer that keeps CJK: Latin words and digit runs, and each CJK character."""
-
-    def tokenize(self, text: str) -> list[str]:
-        text = unicodedata.normalize("NFKC", text).lower()
-        return re.findall(r"[a-z0-9]+|[\u3400-\u9fff]", text)
-
-
-@functools.lru_cache(maxsize=1)
-def _rouge():
-    from rouge_score import rouge_scorer
-
-    return rouge_scorer.RougeScorer(["rougeL"], tokenizer=_RougeTokenizer())
-
-
-def rouge_l(prediction: str, reference: str) -> float:
-    """ROUGE-L F1 of ``prediction`` against ``reference`` (1.0 when both are empty)."""
-    tok = _RougeTokenizer()
-    if not tok.tokenize(prediction) and not tok.tokenize(reference):
-        return 1.0
-    return float(_rouge().score(reference, prediction)["rougeL"].fmeasure)
-
-
-def evaluate(loaded, task, strategy: str, ratio: float, settings: GenerationSettings, reference: str | None = None,
-             **options) -> dict:
-    """Compress ``task``, answer it, and score the answer: one request row.
-
-    Args:
-        loaded: the model.
-        task: :class:`workbench.tasks.Task`.
-        strategy, ratio: see :func:`compress` (ratio ignored by lossless strategies).
-        settings: generation settings of the answer.
-        reference: the uncompressed run's answer text, for ``rouge_l`` (NaN when None).
-        options: passed to :func:`compress`.
-
-    Returns:
-        The request record plus the result's columns, ``total_s`` (compressor +
-        end-to-end), ``ttft_total_s`` (compressor + TTFT), the quality columns
-        and the task's columns (``task_kind``, ``answer_gold``, ``depth`` ...).
-    """
-    kw = {} if strategy in LOSSLESS else {"ratio": ratio}
-    result = compress(task.context, task.question, loaded.tokenizer, strategy, loaded=loaded, **kw, **options)
-    rec = answer(loaded, result, settings)
-    rec.update(result.to_record())
-    rec["total_s"] = result.compressor_s + rec["e2e_s"]
-    rec["ttft_total_s"] = result.compressor_s + rec["ttft_s"]
-    rec.update(answer_match(rec["text"], task.answer))
-    rec.update(gold_logprob(loaded, result.messages(), task.answer, result.prefix_cache, result.prefix_ids))
-    rec["rouge_l"] = rouge_l(rec["text"], reference) if reference is not None else float("nan")
-    rec.update(task_kind=task.kind, language=task.language, answer_gold=task.answer, depth=task.depth,
-               needle_kept=float(task.needle in result.text))
-    return rec
-
-
-# ----------------------------------------------------------------------------- the sweep
-
-
-def _sweeps():
-    from . import sweeps
-
-    return sweeps
-
-
-try:  # the config subclasses the shared sweep base; the strategies above do not need it
-    from .sweeps import SweepConfig as _SweepBase
-except ImportError:  # pragma: no cover
-    _SweepBase = object
-
-
-@dataclasses.dataclass
-class CompressionConfig(_SweepBase):
-    """The context-compression sweep (notebook ``06_context_compression``).
-
-    Attributes:
-        strategies: strategies over the document task (from :data:`STRATEGIES`;
-            ``summary`` is run only at ``summary_lengths``).
-        ratios: target compression ratios (each >= 1); lossless strategies run once at ratio 1.
-        context_lengths: context lengths in tokens (>= 64).
-        depths: needle depths (0..1).
-        task: ``needle`` or ``multikey``.
-        language: ``en`` (Python docs haystack) or ``zh``.
-        summary_lengths: lengths at which ``summary`` runs (largest ratio, middle depth); [] skips.
-        chat_lengths: history lengths of the chat experiment (fact in an early turn); [] skips it.
-        chat_strategies: strategies of the chat experiment.
-        chunk_tokens: retrieval chunk size in tokens (>= 8).
-        max_new_tokens: answer length (>= 1).
-        ignore_eos: fixed-length answers, so total times compare like for like.
-    """
-
-    strategies: list = dataclasses.field(default_factory=lambda: ["none", "head_tail", "bm25", "dense", "prune"])
-    ratios: list = dataclasses.field(default_factory=lambda: [2, 4])
-    context_lengths: list = dataclasses.field(default_factory=lambda: [512, 1024])
-    depths: list = dataclasses.field(default_factory=lambda: [0.1, 0.5, 0.9])
-    task: str = "needle"
-    language: str = "en"
-    summary_lengths: list = dataclasses.field(default_factory=lambda: [512])
-    chat_lengths: list = dataclasses.field(default_factory=lambda: [512, 1024])
-    chat_strategies: list = dataclasses.field(default_factory=lambda: ["none", "kv_reuse", "tail", "bm25"])
-    chunk_tokens: int = 64
-    max_new_tokens: int = 16
-    ignore_eos: bool = True
-    temperature: float = 0.0
-
-    def __post_init__(self):
-        if _SweepBase is not object:
-            super().__post_init__()
-        for name in ("strategies", "chat_strategies"):
-            values = getattr(self, name)
-            if not isinstance(values, list) or (name == "strategies" and not values):
-                raise ParameterError(f"{name}: must be a list of strategies (got {values!r})")
-            for s in values:
-                if s not in STRATEGIES:
-                    raise ParameterError(f"{name}: unknown strategy {s!r} (known: {', '.join(STRATEGIES)})")
-        if not isinstance(self.ratios, list) or not self.ratios:
-            raise ParameterError(f"ratios: must be a non-empty list (got {self.ratios!r})")
-        for r in self.ratios:
-            check_ratio(r)
-        self.settings()
-        hi = 8192 - self.max_new_tokens - 64
-        try:
-            hi = self.max_context() - self.max_new_tokens - 64
-        except Exception:  # noqa: BLE001 - validation without the model's config falls back to 8k
-            pass
-        for name in ("context_lengths", "summary_lengths", "chat_lengths"):
-            values = getattr(self, name)
-            if not isinstance(values, list) or (name == "context_lengths" and not values):
-                raise ParameterError(f"{name}: must be a list of token counts (got {values!r})")
-            for v in values:
-                if isinstance(v, bool) or not isinstance(v, int) or not 64 <= v <= hi:
-                    raise ParameterError(f"{name}: every value must be an integer in [64, {hi}] (got {v!r})")
-        if not isinstance(self.depths, list) or not self.depths:
-            raise ParameterError(f"depths: must be a non-empty list (got {self.depths!r})")
-        for d in self.depths:
-            if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1:
-                raise ParameterError(f"depths: every value must be in [0, 1] (got {d!r})")
-        if self.task not in ("needle", "multikey"):
-            raise ParameterError(f"task: must be 'needle' or 'multikey' (got {self.task!r})")
-        if self.language not in ("en", "zh"):
-            raise ParameterError(f"language: must be 'en' or 'zh' (got {self.language!r})")
-        if isinstance(self.chunk_tokens, bool) or not isinstance(self.chunk_tokens, int) or self.chunk_tokens < 8:
-            raise ParameterError(f"chunk_tokens: must be an integer >= 8 (got {self.chunk_tokens!r})")
-
-    def settings(self, seed: int | None = None) -> GenerationSettings:
-        return GenerationSettings(max_new_tokens=self.max_new_tokens, ignore_eos=self.ignore_eos,
-                                  temperature=self.temperature, seed=self.seed if seed is None else seed)
-
-    def grid(self) -> list[dict]:
-        """Document points: lossless strategies once (ratio 1), others at every ratio; ``none`` first."""
-        pts = []
-        order = sorted(self.strategies, key=lambda s: s != "none")
-        for s in order:
-            if s == "summary":
-                continue
-            for r in ([1] if s in LOSSLESS else self.ratios):
-                for n in self.context_lengths:
-                    for d in self.depths:
-                        pts.append({"strategy": s, "ratio": r, "context_tokens": n, "depth": d})
-        if "summary" in self.strategies:
-            mid = sorted(self.depths)[len(self.depths) // 2]
-            for n in self.summary_lengths:
-                pts.append({"strategy": "summary", "ratio": max(self.ratios), "context_tokens": n, "depth": mid})
-        return pts
-
-    def chat_grid(self) -> list[dict]:
-        """Chat points (fact in the turn at depth 0.1): strategies x ratios x ``chat_lengths``."""
-        pts = []
-        for s in sorted(self.chat_strategies, key=lambda s: s != "none"):
-            for r in ([1] if s in LOSSLESS else ([max(self.ratios)] if s == "summary" else self.ratios)):
-                for n in self.chat_lengths:
-                    pts.append({"strategy": s, "ratio": r, "context_tokens": n, "depth": 0.1})
-        return pts
-
-
-_REFERENCES: dict = {}
-_QUALITY = ("substring_match", "exact_match", "gold_logprob", "gold_logprob_per_token", "rouge_l", "needle_kept")
-_TIMES = ("compressor_s", "total_s", "ttft_total_s", "achieved_ratio", "compressed_tokens", "original_tokens",
-          "prefilled_tokens")
-
-
-def measure_point(loaded, cfg: CompressionConfig, point: dict, kind: str) -> dict:
-    """Measure one point: ``cfg.repeats`` requests (compress + answer + score), the measure-dict of ``run_sweep``.
-
-    The uncompressed answer of the same task (for ROUGE-L) is memoised: taken
-    from the ``none`` point when it ran first, else generated once, untimed.
-    """
-    import statistics
-
-    task = _task_for(loaded, cfg, point, kind)
-    key = (task.key, cfg.max_new_tokens, cfg.ignore_eos, cfg.seed)
-    reference = _REFERENCES.get(key)
-    if reference is None and point["strategy"] != "none":
-        reference = answer(loaded, compress(task.context, task.question, loaded.tokenizer), cfg.settings())["text"]
-        _REFERENCES[key] = reference
-    requests, wall = [], 0.0
-    for r in range(cfg.repeats):
-        rec = evaluate(loaded, task, point["strategy"], point["ratio"], cfg.settings(cfg.seed + r),
-                       reference=reference, chunk_tokens=cfg.chunk_tokens)
-        if point["strategy"] == "none" and r == 0:
-            _REFERENCES[key] = rec["text"]
-            rec["rouge_l"] = 1.0
-        rec.update(repeat=r, batch_size=1)
-        rec.pop("depth", None)  # the point's requested depth column wins; the measured one is kept below
-        rec["fact_depth"] = task.depth
-        requests.append(rec)
-        wall += rec["total_s"]
-    extra = {c: statistics.fmean(float(x[c]) for x in requests) for c in _QUALITY}
-    extra.update({c: statistics.median(float(x[c]) for x in requests) for c in _TIMES})
-    extra["task"] = kind
-    return {"requests": requests, "wall_s": wall, "extra": extra}
-
-
-def _task_for(loaded, cfg, point, kind):
-    from . import tasks
-
-    return tasks.make_task(kind, loaded.tokenizer, point["context_tokens"], point["depth"], seed=cfg.seed,
-                           language=cfg.language)
-
-
-def warm_up(loaded, cfg: CompressionConfig) -> float:
-    """Untimed warm-up before a sweep: ``cfg.warmup`` short generations, a scoring pass, the embedder."""
-    t0 = time.perf_counter()
-    for _ in range(cfg.warmup):
-        generate_measured(loaded, ["Say hello."], GenerationSettings(max_new_tokens=2))
-        gold_logprob(loaded, [{"role": "user", "content": "Say hello."}], "Hello")
-        if "dense" in cfg.strategies or "dense" in cfg.chat_strategies:
-            _embedder().encode(["warm up"], show_progress_bar=False)
-    return time.perf_counter() - t0
-
-
-def run_compression_sweep(cfg: CompressionConfig, run_dir, loaded, resume: bool = False):
-    """Run the document experiment (``compression``) and the chat experiment (``compression_chat``).
-
-    Returns:
-        ``(doc_points, chat_points)`` DataFrames (``chat_points`` empty when ``chat_lengths`` is []).
-    """
-    import pandas as pd
-
-    sweeps = _sweeps()
-    warm_up(loaded, cfg)
-    doc = sweeps.run_sweep(run_dir, "compression", cfg.grid(), lambda p: measure_point(loaded, cfg, p, cfg.task),
-                           resume=resume, info=loaded.info, config=cfg)
-    chat = pd.DataFrame()
-    if cfg.chat_lengths and cfg.chat_strategies:
-        chat = sweeps.run_sweep(run_dir, "compression_chat", cfg.chat_grid(),
-                                lambda p: measure_point(loaded, cfg, p, "chat"), resume=resume, info=loaded.info,
-                                config=cfg)
-    return doc, chat
-
-
-# ----------------------------------------------------------------------------- analysis and figures
-
-
-def _ok(points):
-    return points[points["status"] == "ok"].copy() if "status" in points else points.copy()
-
-
-def summarise(points):
-    """Per (strategy, ratio, context_tokens): mean quality and median times over depths."""
-    p = _ok(points)
-    cols = [c for c in ("substring_match", "gold_logprob", "gold_logprob_per_token", "rouge_l", "needle_kept",
-                        "achieved_ratio", "compressor_s", "ttft_s_p50", "ttft_total_s", "total_s") if c in p]
-    return p.groupby(["strategy", "ratio", "context_tokens"], as_index=False)[cols].mean()
-
-
-def break_even(points):
-    """Context length at which each (strategy, ratio) starts to save time over ``none``.
-
-    Answers have a fixed length (``ignore_eos``), so decode time cancels and the
-    saving is prefill. Method, from the measured points: fit TTFT against
-    prefilled tokens over all points of the experiment (``ttft = a + b * tokens``,
-    least squares; pooling every point makes the per-token prefill cost ``b``
-    robust to noise), fit each strategy's compressor time against context
-    length (``c + d * L``), and solve ``c + d * L = b * L * (1 - 1 / ratio)``
-    with the strategy's mean achieved ratio: ``L* = c / (b * (1 - 1/ratio) - d)``.
-    ``inf`` when the compressor grows at least as fast as the prefill it saves,
-    0 when it costs nothing. ``direct_tokens`` is the crossing of straight lines
-    through the measured total times (``none`` vs the strategy), for comparison;
-    ``measured`` says whether ``L*`` lies inside the measured lengths.
-
-    Returns:
-        DataFrame: strategy, ratio, achieved_ratio, prefill_s_per_token,
-        compressor_s_per_token, break_even_tokens, measured, direct_tokens.
-    """
-    import numpy as np
-    import pandas as pd
-
-    cols = ["strategy", "ratio", "achieved_ratio", "prefill_s_per_token", "compressor_s_per_token",
-            "break_even_tokens", "measured", "direct_tokens"]
-    p = _ok(points)
-    need = {"prefilled_tokens", "ttft_s_p50", "compressor_s", "achieved_ratio", "context_tokens"}
-    if p.empty or not need <= set(p) or not (p["strategy"] == "none").any():
-        return pd.DataFrame(columns=cols)
-
-    def line(xs, ys):
-        xs, ys = np.asarray(xs, float), np.asarray(ys, float)
-        if len(set(xs)) < 2:
-            return float(np.mean(ys)), 0.0
-        b, a = np.polyfit(xs, ys, 1)
-        return float(a), float(b)
-
-    _, per_token = line(p["prefilled_tokens"], p["ttft_s_p50"])
-    s = summarise(p)
-    base = s[s["strategy"] == "none"].set_index("context_tokens")["total_s"] if "total_s" in s else None
-    rows = []
-    for (strat, ratio), g in p[p["strategy"] != "none"].groupby(["strategy", "ratio"]):
-        c, d = line(g["context_tokens"], g["compressor_s"])
-        achieved = float(g["achieved_ratio"].mean())
-        gain = per_token * (1 - 1 / achieved) - d if achieved > 0 else -d
-        if c <= 0 and gain >= 0:
-            be = 0.0
-        elif gain <= 0:
-            be = math.inf
-        else:
-            be = max(0.0, c / gain)
-        direct = math.nan
-        if base is not None:
-            gs = s[(s["strategy"] == strat) & (s["ratio"] == ratio) & s["context_tokens"].isin(base.index)]
-            if len(gs) >= 2:
-                a0, b0 = line(base.index, base.to_numpy())
-                a1, b1 = line(gs["context_tokens"], gs["total_s"])
-                direct = 0.0 if (a1 <= a0 and b1 <= b0) else (math.inf if b1 >= b0 else max(0.0, (a1 - a0) / (b0 - b1)))
-        lengths = p["context_tokens"]
-        rows.append({"strategy": strat, "ratio": ratio, "achieved_ratio": achieved, "prefill_s_per_token": per_token,
-                     "compressor_s_per_token": d, "break_even_tokens": be,
-                     "measured": bool(lengths.min() <= be <= lengths.max()), "direct_tokens": direct})
-    return pd.DataFrame(rows, columns=cols)
-
-
-def quality_at(points, ratio: float = 4):
-    """Quality retained at a ratio, per strategy (all lengths and depths averaged), next to ``none``.
-
-    Returns:
-        DataFrame: strategy, substring_match, match_retained (share of ``none``'s),
-        gold_logprob, delta_gold_logprob (vs ``none``), rouge_l, achieved_ratio.
-    """
-    p = _ok(points)
-    base = p[p["strategy"] == "none"]
-    sel = p[(p["ratio"] == ratio) | (p["strategy"].isin(LOSSLESS))]
-    cols = [c for c in ("achieved_ratio", "substring_match", "gold_logprob", "rouge_l") if c in p]
-    g = sel.groupby("strategy", as_index=False)[cols].mean()
-    m0 = base["substring_match"].mean() if not base.empty else float("nan")
-    l0 = base["gold_logprob"].mean() if not base.empty else float("nan")
-    g["match_retained"] = g["substring_match"] / m0 if m0 else float("nan")
-    g["delta_gold_logprob"] = g["gold_logprob"] - l0
-    order = ["strategy", "achieved_ratio", "substring_match", "match_retained", "gold_logprob",
-             "delta_gold_logprob", "rouge_l"]
-    return g[[c for c in order if c in g]]
-
-
-def best_strategy(points):
-    """Per context length: the lossy or lossless strategy with the best answer match, ties broken by the
-    higher gold log-likelihood, then the lower total time.
-
-    Returns:
-        DataFrame: context_tokens, strategy, ratio, substring_match, gold_logprob, total_s, none_total_s.
-    """
-    import pandas as pd
-
-    s = summarise(points)
-    rows = []
-    for n, g in s.groupby("context_tokens"):
-        g = g.sort_values(["substring_match", "gold_logprob", "total_s"], ascending=[False, False, True])
-        top = g.iloc[0]
-        none = g[g["strategy"] == "none"]["total_s"]
-        rows.append({"context_tokens": int(n), "strategy": top["strategy"], "ratio": top["ratio"],
-                     "substring_match": top["substring_match"], "gold_logprob": top["gold_logprob"],
-                     "total_s": top["total_s"], "none_total_s": float(none.iloc[0]) if len(none) else None})
-    return pd.DataFrame(rows)
-
-
-def _table_figure(df, title: str):
-    import plotly.graph_objects as go
-
-    def fmt(v):
-        if isinstance(v, float):
-            return "never" if math.isinf(v) else f"{v:.3g}"
-        return str(v)
-
-    fig = go.Figure(go.Table(header={"values": list(df.columns)},
-                             cells={"values": [[fmt(v) for v in df[c]] for c in df.columns]}))
-    fig.update_layout(title=title)
-    return fig
-
-
-def figures(points, chat_points=None) -> dict:
-    """The experiment's figures, by name, in report order.
-
-    - ``quality_vs_ratio``: answer match, gold log-likelihood and ROUGE-L vs achieved ratio;
-    - ``time_vs_ratio``: TTFT (model only), compressor + TTFT, and total time vs target ratio;
-    - ``total_vs_length`` and ``break_even``: total time vs context length, and the fitted break-even;
-    - ``depth_length_heatmap``: gold log-likelihood per needle depth x context length;
-    - ``best_strategy``: the best strategy per context length;
-    - ``chat``: the chat experiment (TTFT, prefilled tokens, match), when given.
-    """
-    import pandas as pd
-    import plotly.express as px
-
-    from . import plots  # noqa: F401  (registers the house template)
-
-    figs = {}
-    s = summarise(points)
-    q = s.melt(id_vars=["strategy", "ratio", "context_tokens", "achieved_ratio"],
-               value_vars=[c for c in ("substring_match", "gold_logprob", "rouge_l") if c in s],
-               var_name="metric", value_name="value")
-    q["metric"] = q["metric"].map({"substring_match": "answer match (share)", "gold_logprob": "gold log-lik (nats)",
-                                   "rouge_l": "ROUGE-L vs uncompressed"})
-    fig = px.line(q.sort_values("achieved_ratio"), x="achieved_ratio", y="value", color="strategy", markers=True,
-                  facet_row="metric", facet_col="context_tokens", title="Answer quality vs achieved compression ratio")
-    fig.update_yaxes(matches=None, title_text="")
-    fig.update_xaxes(title_text="achieved ratio (x)")
-    figs["quality_vs_ratio"] = fig
-
-    t = s.melt(id_vars=["strategy", "ratio", "context_tokens"],
-               value_vars=[c for c in ("ttft_s_p50", "ttft_total_s", "total_s") if c in s],
-               var_name="metric", value_name="seconds")
-    t["metric"] = t["metric"].map({"ttft_s_p50": "TTFT, model (s)", "ttft_total_s": "compressor + TTFT (s)",
-                                   "total_s": "total: compressor + answer (s)"})
-    fig = px.line(t.sort_values("ratio"), x="ratio", y="seconds", color="strategy", markers=True,
-                  facet_row="metric", facet_col="context_tokens", title="Time vs target compression ratio")
-    fig.update_yaxes(matches=None)
-    fig.update_xaxes(title_text="target ratio (x)", type="log")
-    figs["time_vs_ratio"] = fig
-
-    s["label"] = s["strategy"] + " " + s["ratio"].map(lambda r: f"{r:g}x")
-    fig = px.line(s.sort_values("context_tokens"), x="context_tokens", y="total_s", color="label", markers=True,
-                  title="Total time (compressor + answer) vs context length",
-                  labels={"context_tokens": "context length (tokens)", "total_s": "total time (s)"})
-    figs["total_vs_length"] = fig
-    be = break_even(points)
-    figs["break_even"] = _table_figure(be, "Break-even context length (tokens): where compressor time is repaid by "
-                                           "the prefill it saves (fits over all points)")
-
-    h = _ok(points)
-    h = h[(h["ratio"] == max(h["ratio"])) | (h["strategy"] == "none")]
-    h = h.assign(depth_label=h["depth"].map(lambda d: f"{d:g}"), length_label=h["context_tokens"].astype(str))
-    fig = px.density_heatmap(h, x="depth_label", y="length_label", z="gold_logprob", histfunc="avg",
-                             facet_col="strategy", facet_col_wrap=4, text_auto=".2f",
-                             title=f"Gold-answer log-likelihood (nats) by needle depth and context length "
-                                   f"(ratio {max(h['ratio']):g}x)",
-                             labels={"depth_label": "needle depth", "length_label": "context (tokens)"})
-    figs["depth_length_heatmap"] = fig
-    figs["best_strategy"] = _table_figure(best_strategy(points), "Best strategy per context length")
-
-    if chat_points is not None and len(chat_points):
-        c = _ok(chat_points)
-        c["label"] = c["strategy"] + " " + c["ratio"].map(lambda r: f"{r:g}x")
-        cm = c.melt(id_vars=["label", "context_tokens"],
-                    value_vars=[v for v in ("ttft_total_s", "prefilled_tokens", "substring_match") if v in c],
-                    var_name="metric", value_name="value")
-        cm["metric"] = cm["metric"].map({"ttft_total_s": "compressor + TTFT (s)", "prefilled_tokens":
-                                         "prefilled tokens", "substring_match": "answer match (share)"})
-        fig = px.bar(cm, x="context_tokens", y="value", color="label", barmode="group", facet_row="metric",
-                     title="Chat history: KV prefix reuse vs compression",
-                     labels={"context_tokens": "history length (tokens)"})
-        fig.update_yaxes(matches=None, title_text="")
-        fig.update_xaxes(type="category")
-        figs["chat"] = fig
-    return figs
-
-
 __all__ = [
-    "STRATEGIES", "LOSSLESS", "CompressionResult", "Chunk", "compress", "count_tokens", "prompt_messages",
-    "retrieval_chunks", "lexical_tokens", "build_prefix_cache", "generate_with_prefix_cache", "answer",
-    "gold_logprob", "answer_match", "rouge_l", "evaluate", "CompressionConfig", "measure_point",
-    "run_compression_sweep", "summarise", "break_even", "quality_at", "best_strategy", "figures", "check_ratio",
-    "check_budget",
+    "STRATEGIES", "LOSSLESS", "NEEDS_MODEL", "CompressionResult", "Chunk", "compress", "count_tokens",
+    "prompt_messages", "retrieval_chunks", "lexical_tokens", "build_prefix_cache", "generate_with_prefix_cache",
+    "check_fits", "answer", "gold_logprob", "embedder", "check_ratio", "check_budget", "check_strategy",
 ]
-

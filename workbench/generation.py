@@ -14,9 +14,8 @@ DESIGN.md section 4):
   ``generate`` (the prompt pass), from a forward pre-hook and hook on the model.
 - A row stops counting at its first EOS id: ``generate`` pads finished rows, and
   padding is not output. EOS counts as an output token when emitted.
-- ``ttft_s = t_first_token - t_submit``; ``itl_s`` are the gaps between a row's
-  consecutive token stamps; ``e2e_s = t_last_token - t_submit``, so
-  ``ttft_s + sum(itl_s) == e2e_s``; ``tpot_s = (e2e_s - ttft_s) / (n - 1)``.
+- Per-request timings come from the token stamps through :func:`workbench.metrics.request_timing`
+  (TTFT from ``t_submit``, ITL between consecutive ids, ``ttft_s + sum(itl_s) == e2e_s``).
 
 Known limit: on Apple MPS, ``transformers`` streams each step one step late
 (``DeferredStopCheck``), so per-token stamps there lag by one decode step.
@@ -24,14 +23,15 @@ Known limit: on Apple MPS, ``transformers`` streams each step one step late
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+import weakref
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator, Sequence
 
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from . import checks, metrics
 from .errors import ParameterError
 
 Prompt = "str | list[dict]"
@@ -62,21 +62,12 @@ class GenerationSettings:
     seed: int = 0
 
     def __post_init__(self):
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ParameterError(f"max_new_tokens: must be an integer >= 1 (got {self.max_new_tokens!r})")
-        if not isinstance(self.ignore_eos, bool):
-            raise ParameterError(f"ignore_eos: must be true or false (got {self.ignore_eos!r})")
-        if (isinstance(self.min_new_tokens, bool) or not isinstance(self.min_new_tokens, int)
-                or not 0 <= self.min_new_tokens <= self.max_new_tokens):
-            raise ParameterError(
-                f"min_new_tokens: must be an integer in [0, max_new_tokens={self.max_new_tokens}] "
-                f"(got {self.min_new_tokens!r})"
-            )
-        if (isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float))
-                or not self.temperature >= 0 or math.isinf(self.temperature)):
-            raise ParameterError(f"temperature: must be a finite number >= 0 (got {self.temperature!r})")
-        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise ParameterError(f"top_p: must be in (0, 1] (got {self.top_p!r})")
+        checks.check_int("max_new_tokens", self.max_new_tokens, 1)
+        checks.check_bool("ignore_eos", self.ignore_eos)
+        checks.check_int("min_new_tokens", self.min_new_tokens, 0, self.max_new_tokens)
+        checks.check_float("temperature", self.temperature, 0)
+        checks.check_float("top_p", self.top_p, 0, 1, lo_open=True)
+        checks.check_seed("seed", self.seed)
 
     @property
     def do_sample(self) -> bool:
@@ -115,6 +106,48 @@ class GenerationSettings:
         return d
 
 
+def synchronize(device_type: str) -> None:
+    """Wait for queued device work before a clock is read: CUDA and Apple MPS are asynchronous; CPU is not."""
+    if device_type.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+    elif device_type.startswith("mps"):
+        import torch
+
+        torch.mps.synchronize()
+
+
+_MODEL_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model) -> threading.RLock:
+    """The lock that makes measured ``generate`` calls on one model run one at a time.
+
+    The prefill timer hooks the shared model and the token timer assumes the device is its own; two
+    concurrent measured calls on one model would time each other's forward passes. Keyed by the model
+    object (weakly), so a second model has its own lock.
+    """
+    with _LOCKS_GUARD:
+        lock = _MODEL_LOCKS.get(model)
+        if lock is None:
+            lock = _MODEL_LOCKS[model] = threading.RLock()
+        return lock
+
+
+class _Cancel(StoppingCriteria):
+    """Stops every row once ``event`` is set (a closed stream stops its generation)."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
 class TokenTimer:
     """A ``generate`` streamer that stamps the time of every generated step.
 
@@ -133,10 +166,7 @@ class TokenTimer:
         self.t_end: float | None = None
 
     def _now(self) -> float:
-        if self.device_type == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
+        synchronize(self.device_type)
         return time.perf_counter()
 
     def put(self, value) -> None:
@@ -200,20 +230,14 @@ class _PrefillTimer:
             model.register_forward_hook(self._post),
         ]
 
-    def _sync(self):
-        if self.device_type == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-
     def _pre(self, module, args):
         if self.t0 is None:
-            self._sync()
+            synchronize(self.device_type)
             self.t0 = time.perf_counter()
 
     def _post(self, module, args, output):
         if self.t1 is None:
-            self._sync()
+            synchronize(self.device_type)
             self.t1 = time.perf_counter()
             self.remove()
 
@@ -282,11 +306,63 @@ def count_prompt_tokens(tokenizer, prompt, chat: bool = True) -> int:
     return int(encode_prompts(tokenizer, [prompt], chat=chat)["attention_mask"].sum())
 
 
-def _eos_ids(model, tokenizer) -> set[int]:
-    eos = model.generation_config.eos_token_id
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    return set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+def eos_token_ids(loaded) -> set[int]:
+    """The ids that end a request: the union of the generation config's and the tokenizer's end ids.
+
+    Checkpoints whose configs disagree (a generation config naming ``<|im_end|>`` while the tokenizer
+    names ``<|endoftext|>``) still stop and count correctly: each source's ids are included, plus the
+    chat template's end-of-turn token when the tokenizer knows one (``<|im_end|>``, ``<|eot_id|>``,
+    ``<end_of_turn>``).
+
+    Args:
+        loaded: :class:`workbench.models.LoadedModel` (or any object with ``model`` and ``tokenizer``).
+
+    Returns:
+        A set of token ids (never containing None).
+    """
+    ids: set = set()
+    for eos in (getattr(loaded.model.generation_config, "eos_token_id", None), loaded.tokenizer.eos_token_id):
+        ids |= set(eos if isinstance(eos, (list, tuple)) else [eos])
+    vocab = loaded.tokenizer.get_vocab()
+    for name in END_OF_TURN_TOKENS:
+        template = getattr(loaded.tokenizer, "chat_template", None) or ""
+        if name in vocab and name in template:
+            ids.add(vocab[name])
+    return {int(i) for i in ids if i is not None}
+
+
+def cache_kwarg(model) -> str:
+    """The forward keyword for a KV cache: ``cache`` on ``transformers`` versions that renamed
+    ``past_key_values`` (5.x deprecates the old name), else ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+WARMUP_NEW_TOKENS = 4  # every warm-up run generates at most this many tokens (same prompts, same shapes)
+
+
+def warm_up(loaded, prompts: Sequence, settings: GenerationSettings, n: int = 1, **kwargs) -> float:
+    """Run ``n`` untimed batches of ``prompts`` with at most :data:`WARMUP_NEW_TOKENS` new tokens.
+
+    The one warm-up of the workbench (optimum-benchmark's ``warmup_text_generation``): same prompts and
+    so the same prefill shapes as the timed runs; its time is returned, recorded separately, never mixed
+    into a figure.
+
+    Args:
+        loaded: the model; prompts, kwargs: as for :func:`generate_measured`.
+        settings: the timed runs' settings (``max_new_tokens`` is capped, ``min_new_tokens`` dropped).
+        n: warm-up batches (0 does nothing).
+
+    Returns:
+        Seconds spent.
+    """
+    t0 = time.perf_counter()
+    warm = replace(settings, max_new_tokens=min(WARMUP_NEW_TOKENS, settings.max_new_tokens), min_new_tokens=0)
+    for _ in range(n):
+        generate_measured(loaded, prompts, warm, **kwargs)
+    return time.perf_counter() - t0
 
 
 def generate_measured(
@@ -314,7 +390,7 @@ def generate_measured(
             ``TextIteratorStreamer`` for display); it sees the same calls.
         on_step: ``callable(ids, t)`` called on every generated step.
         logits_processor: a ``transformers.LogitsProcessorList`` passed to
-            ``generate`` (e.g. budget forcing in :mod:`workbench.reasoning`).
+            ``generate`` (e.g. budget forcing in :mod:`workbench.budget_forcing`).
         stopping_criteria: a ``transformers.StoppingCriteriaList`` for ``generate``.
         input_ids: pre-tokenised prompts (list of lists of ints, already
             templated); left-padded here. ``prompts`` is then ignored for
@@ -328,15 +404,25 @@ def generate_measured(
     Raises:
         ParameterError: empty prompt list.
     """
-    import torch
-
     if len(prompts) == 0:
         raise ParameterError("prompts: need at least one prompt")
+    timer = TokenTimer(loaded.model.device.type, on_step=on_step)
+    lock = model_lock(loaded.model)
+    lock.acquire()
+    try:
+        return _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_streamer, timer,
+                                logits_processor, stopping_criteria, input_ids, generate_kwargs)
+    finally:
+        lock.release()
+
+
+def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_streamer, timer, logits_processor,
+                     stopping_criteria, input_ids, generate_kwargs) -> BatchResult:
+    import torch
+
     model, tokenizer = loaded.model, loaded.tokenizer
     device_type = model.device.type
-    timer = TokenTimer(device_type, on_step=on_step)
-    if device_type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device_type)
     t_submit = time.perf_counter()
     if input_ids is not None:
         enc = tokenizer.pad({"input_ids": [list(x) for x in input_ids]}, padding=True, return_tensors="pt")
@@ -364,10 +450,9 @@ def generate_measured(
             )
     finally:
         prefill.remove()
-    if device_type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device_type)
     t_done = time.perf_counter()
-    records = _records(timer, enc, tokenizer, _eos_ids(model, tokenizer), t_submit, prefill.seconds, settings,
+    records = _records(timer, enc, tokenizer, eos_token_ids(loaded), t_submit, prefill.seconds, settings,
                        row_stops.stop_step if row_stops is not None else {})
     return BatchResult(
         records=records,
@@ -404,22 +489,13 @@ def _records(timer: TokenTimer, enc, tokenizer, eos_ids, t_submit, prefill_s, se
                 n, finish = i + 1, "stop"
                 break
         ids = ids[:n]
-        stamps = timer.times[:n]
-        ttft = stamps[0] - t_submit if n else float("nan")
-        e2e = stamps[-1] - t_submit if n else float("nan")
-        itl = [b - a for a, b in zip(stamps, stamps[1:])]
-        decode_s = e2e - ttft
+        timing = metrics.request_timing(timer.times[:n], t_submit)
         out.append(
             {
                 "request_id": row,
                 "prompt_tokens": int(prompt_tokens[row]),
-                "output_tokens": n,
-                "ttft_s": ttft,
                 "prefill_s": prefill_s,
-                "e2e_s": e2e,
-                "tpot_s": decode_s / (n - 1) if n > 1 else float("nan"),
-                "decode_tps": (n - 1) / decode_s if n > 1 and decode_s > 0 else float("nan"),
-                "itl_s": itl,
+                **timing,
                 "finish_reason": finish,
                 "text": _decode(tokenizer, ids, finish),
                 "output_ids": ids,
@@ -450,7 +526,8 @@ class StreamEvent:
 
 
 def stream_generate(
-    loaded, prompt, settings: GenerationSettings, chat: bool = True, system_prompt: str | None = None, **kwargs
+    loaded, prompt, settings: GenerationSettings, chat: bool = True, system_prompt: str | None = None,
+    on_step=None, **kwargs
 ) -> Iterator[StreamEvent]:
     """Generate one request and yield its text as it arrives, with live counters.
 
@@ -459,7 +536,11 @@ def stream_generate(
     fed from the same ``generate`` call that the :class:`TokenTimer` measures.
     Generation runs in a background thread; the last event carries the record.
 
-    ``kwargs`` (e.g. ``logits_processor``) go to :func:`generate_measured`.
+    ``kwargs`` (e.g. ``logits_processor``) go to :func:`generate_measured`; ``on_step(ids, t)``, when
+    given, is also called at every generated step (from the generation thread), as there.
+
+    Closing the generator (``close()``, a ``break``, garbage collection) stops the generation at its
+    next step through a stopping criterion, so an abandoned stream does not keep decoding.
 
     Yields:
         :class:`StreamEvent`; the last one has ``record`` set and empty ``text``.
@@ -468,20 +549,26 @@ def stream_generate(
 
     text_streamer = TextIteratorStreamer(loaded.tokenizer, skip_prompt=True, skip_special_tokens=True)
     counter = {"n": 0, "t_first": None}
+    caller_on_step = on_step
 
     def on_step(ids, t):
         counter["n"] += 1
         if counter["t_first"] is None:
             counter["t_first"] = t
+        if caller_on_step is not None:
+            caller_on_step(ids, t)
 
     result: dict = {}
     t0 = time.perf_counter()
+    closed = threading.Event()
+    stops = list(kwargs.pop("stopping_criteria", None) or []) + [_Cancel(closed)]
 
     def work():
         try:
             result["batch"] = generate_measured(
                 loaded, [prompt], settings, chat=chat, system_prompt=system_prompt,
-                extra_streamer=text_streamer, on_step=on_step, **kwargs,
+                extra_streamer=text_streamer, on_step=on_step, stopping_criteria=StoppingCriteriaList(stops),
+                **kwargs,
             )
         except BaseException as exc:  # surfaced in the caller's thread below
             result["error"] = exc
@@ -490,14 +577,17 @@ def stream_generate(
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
     held = None  # one piece behind, so a character cut by max_new_tokens can be dropped from the last one
-    for piece in text_streamer:
-        if not piece:
-            continue
-        if held is not None:
-            yield held
-        t_first = counter["t_first"]
-        held = StreamEvent(piece, time.perf_counter() - t0, counter["n"], None if t_first is None else t_first - t0)
-    thread.join()
+    try:
+        for piece in text_streamer:
+            if not piece:
+                continue
+            if held is not None:
+                yield held
+            t_first = counter["t_first"]
+            held = StreamEvent(piece, time.perf_counter() - t0, counter["n"], None if t_first is None else t_first - t0)
+    finally:  # the consumer stopped reading (close(), break, garbage collection): stop decoding too
+        closed.set()
+        thread.join()
     if "error" in result:
         raise result["error"]
     rec = result["batch"].records[0]

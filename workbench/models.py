@@ -56,8 +56,8 @@ class ModelInfo:
         device: ``cpu``, ``cuda:0`` or ``mps``.
         device_name: human name of the device (GPU name or CPU model).
         max_context_tokens: ``config.max_position_embeddings``.
-        num_layers, num_kv_heads, head_dim, hidden_size: for KV-cache and
-            attention-FLOP formulas.
+        num_layers, num_kv_heads, head_dim, hidden_size, num_heads: for KV-cache and
+            attention-FLOP formulas (:attr:`attn_dim`).
     """
 
     name: str
@@ -74,6 +74,13 @@ class ModelInfo:
     num_kv_heads: int
     head_dim: int
     hidden_size: int
+    num_heads: int = 0
+
+    @property
+    def attn_dim(self) -> int:
+        """Query heads x head dim: the width of the attention products (differs from ``hidden_size`` in
+        e.g. Qwen3-0.6B: 16 x 128 = 2048 vs 1024); falls back to ``hidden_size`` when heads are unknown."""
+        return self.num_heads * self.head_dim if self.num_heads else self.hidden_size
 
     def kv_cache_bytes_per_token(self) -> int:
         """Bytes of KV cache one token adds: 2 (K and V) x layers x kv_heads x head_dim x bytes/element."""
@@ -382,5 +389,6 @@ def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_c
         num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or heads),
         head_dim=int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
         hidden_size=int(cfg.hidden_size),
+        num_heads=int(heads),
     )
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)

@@ -16,6 +16,7 @@ Nothing here loads a model except :func:`perplexity`, which takes one.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import math
 import re
@@ -38,7 +39,7 @@ HIGHER_IS_BETTER = {
     "section_coverage": True,
     "exact_match": True,
     "substring_match": True,
-    "rouge_l_f": True,
+    "rouge_l": True,
     "perplexity": None,
 }
 
@@ -52,6 +53,11 @@ def units(text: str) -> list[str]:
     ['我', '爱', '北', '京', 'ok']
     """
     return _UNIT_RE.findall(unicodedata.normalize("NFKC", text).lower())
+
+
+def is_cjk(ch: str) -> bool:
+    """True when ``ch`` is one character of a CJK script: a character :func:`units` counts on its own."""
+    return len(ch) == 1 and bool(re.match(rf"[{_CJK}]", ch))
 
 
 def _ngrams(seq: Sequence, n: int) -> list[tuple]:
@@ -86,6 +92,24 @@ def repeated_ngram_rate(text_or_units, n: int = 4) -> float:
     """
     d = distinct_n(text_or_units, n)
     return 1.0 - d if not math.isnan(d) else float("nan")
+
+
+def cross_section_repetition(bodies: Sequence[str], n: int = 3) -> float:
+    """Share of a section's n-grams (of :func:`units`) that also occur in another section, averaged.
+
+    This project's repetition proxy for long texts written section by section
+    (``workbench.long_form``): a section that restates another scores high even
+    when neither repeats itself. Averaged over sections with at least one
+    n-gram; 0.0 with fewer than two such sections.
+    """
+    grams = [g for g in (set(_ngrams(units(b), n)) for b in bodies) if g]
+    if len(grams) < 2:
+        return 0.0
+    shares = []
+    for i, g in enumerate(grams):
+        others = set().union(*(h for j, h in enumerate(grams) if j != i))
+        shares.append(len(g & others) / len(g))
+    return float(sum(shares) / len(shares))
 
 
 def compression_ratio(text: str) -> float:
@@ -125,7 +149,17 @@ def section_numbers(text: str) -> set[int]:
     return strong or weak
 
 
-def section_coverage(text: str, sections) -> float:
+def sections_with_body(text: str, split, min_body_units: int = 10) -> int:
+    """Headed sections of ``text`` whose body has at least ``min_body_units`` :func:`units`.
+
+    Args:
+        split: ``split(text) -> [(heading, body)]`` (e.g. :func:`workbench.long_form.split_sections`);
+            a pair with an empty heading is not a section.
+    """
+    return sum(1 for h, b in split(text) if h and len(units(b)) >= min_body_units)
+
+
+def section_coverage(text: str, sections, split=None, min_body_units: int = 10) -> float:
     """Share of the requested sections present in a "write a report in N sections" answer.
 
     Args:
@@ -134,6 +168,9 @@ def section_coverage(text: str, sections) -> float:
             a heading numbered ``k`` in 1..N (see :func:`section_numbers`); or a
             list of titles: a title counts when its :func:`units` appear
             contiguously in the answer's units (case-insensitive).
+        split: with an int ``sections``, for texts whose headings carry titles rather than numbers
+            (long outputs): count :func:`sections_with_body` of ``split`` instead, capped at ``N``.
+        min_body_units: the body a section needs to count under ``split``.
 
     Returns:
         Found / requested, in [0, 1]. Definition: this project's (the
@@ -143,6 +180,8 @@ def section_coverage(text: str, sections) -> float:
     if isinstance(sections, int):
         if sections < 1:
             raise ValueError("sections: must be >= 1")
+        if split is not None:
+            return min(sections_with_body(text, split, min_body_units), sections) / sections
         return len(section_numbers(text) & set(range(1, sections + 1))) / sections
     titles = list(sections)
     if not titles:
@@ -187,7 +226,7 @@ def substring_match(prediction: str, answers: Iterable[str]) -> float:
         if re.search(rf"[{_CJK}]", a):
             if a in pred:
                 return 1.0
-        elif re.search(rf"(?<![^\W_]){re.escape(a)}(?![^\W_])", pred):
+        elif re.search(rf"(?<![^\W_{_CJK}]){re.escape(a)}(?![^\W_{_CJK}])", pred):  # CJK may touch it
             return 1.0
     return 0.0
 
@@ -199,16 +238,22 @@ class _UnitTokenizer:
         return units(text)
 
 
-def rouge_l_f(prediction: str, reference: str) -> float:
+def rouge_l(prediction: str, reference: str) -> float:
     """ROUGE-L F-measure (Lin 2004) via ``rouge_score``, on :func:`units` (CJK characters as words).
 
     ``rouge_score``'s own tokenizer keeps only ``[a-z0-9]``, which would score
-    every Chinese text 0, so the unit tokenizer is passed in.
+    every Chinese text 0, so the unit tokenizer is passed in. Both texts without any unit: 1.0.
     """
+    if not units(prediction) and not units(reference):
+        return 1.0
+    return float(_rouge_scorer().score(reference, prediction)["rougeL"].fmeasure)
+
+
+@functools.lru_cache(maxsize=1)
+def _rouge_scorer():
     from rouge_score import rouge_scorer
 
-    scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_UnitTokenizer())
-    return float(scorer.score(reference, prediction)["rougeL"].fmeasure)
+    return rouge_scorer.RougeScorer(["rougeL"], tokenizer=_UnitTokenizer())
 
 
 def text_metrics(text: str) -> dict:
@@ -235,7 +280,7 @@ def score_output(text: str, finish_reason: str, n_sections: int = 0, answers: Se
 
     Returns:
         :func:`text_metrics` plus ``truncated``, ``section_coverage``,
-        ``exact_match``, ``substring_match``, ``rouge_l_f`` (best over the accepted answers).
+        ``exact_match``, ``substring_match``, ``rouge_l`` (best over the accepted answers).
     """
     row = text_metrics(text)
     row["truncated"] = 1.0 if finish_reason == "length" else 0.0
@@ -244,31 +289,88 @@ def score_output(text: str, finish_reason: str, n_sections: int = 0, answers: Se
     if answers:
         row["exact_match"] = exact_match(text, answers)
         row["substring_match"] = substring_match(text, answers)
-        row["rouge_l_f"] = max(rouge_l_f(text, a) for a in answers)
+        row["rouge_l"] = max(rouge_l(text, a) for a in answers)
     else:
-        row["exact_match"] = row["substring_match"] = row["rouge_l_f"] = float("nan")
+        row["exact_match"] = row["substring_match"] = row["rouge_l"] = float("nan")
     return row
 
 
-def token_nlls(model, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> list[float]:
-    """Negative log-likelihood (nats) of each output token given the prompt and the outputs before it.
+def continuation_logprobs(loaded, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
+                          past_key_values=None, prefix_len: int = 0) -> list[list[float]]:
+    """Log-probability (nats) of every continuation token given its context: the one such forward pass.
 
-    One forward pass over ``prompt_ids + output_ids`` with the raw logits
-    (temperature 1: the model's own distribution, not the sampling one).
+    One batched forward pass over ``context + continuation`` per row, left-padded with an attention mask
+    and explicit position ids, so each row scores as if run alone (lm-evaluation-harness
+    ``loglikelihood``). Raw logits (temperature 1: the model's own distribution).
+
+    Args:
+        loaded: :class:`workbench.models.LoadedModel` (or an object with ``model`` and ``tokenizer``).
+        contexts: ``B`` lists of token ids (templated prompt, no padding), each >= 1 id unless a
+            prefix cache supplies it.
+        continuations: ``B`` lists of token ids to score.
+        past_key_values: optional KV cache of the first ``prefix_len`` ids of the (single) context,
+            as built for prefix reuse; it is deep-copied, never mutated. Needs ``B == 1``.
+        prefix_len: tokens of ``contexts[0]`` covered by ``past_key_values``.
+
+    Returns:
+        ``B`` lists of floats, ``len(continuations[i])`` each (empty continuation: empty list).
+
+    Raises:
+        ValueError: mismatched lengths, a cache with ``B > 1``, or an empty context without a cache.
     """
+    import copy
+
     import torch
 
-    if len(output_ids) == 0:
-        return []
-    ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=model.device)
+    if len(contexts) != len(continuations):
+        raise ValueError("contexts and continuations: need one context per continuation")
+    if past_key_values is not None and len(contexts) != 1:
+        raise ValueError("past_key_values: a prefix cache scores one row at a time")
+    model = loaded.model
+    rows = [(list(c), list(g)) for c, g in zip(contexts, continuations)]
+    out: list[list[float]] = [[] for _ in rows]
+    live = [i for i, (c, g) in enumerate(rows) if g]
+    if not live:
+        return out
+    seqs = [(rows[i][0] + rows[i][1])[prefix_len:] for i in live]
+    if any(len(rows[i][0]) - prefix_len < 1 for i in live) and past_key_values is None:
+        raise ValueError("contexts: every context needs at least one token")
+    width = max(len(s) for s in seqs)
+    pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, seq in enumerate(seqs):
+        ids[r, width - len(seq):] = torch.tensor(seq)
+        mask[r, width - len(seq):] = 1
+    kwargs = {}
+    if past_key_values is not None:
+        from .generation import cache_kwarg
+
+        kwargs = {cache_kwarg(model): copy.deepcopy(past_key_values), "use_cache": True}
+        mask = torch.cat([torch.ones((1, prefix_len), dtype=torch.long), mask], dim=1)
+        pos = torch.arange(prefix_len, prefix_len + width)[None]
+    else:
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.inference_mode():
-        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
-    logp = torch.log_softmax(logits, dim=-1)
-    target = ids[0, len(prompt_ids) :]
-    return (-logp.gather(1, target[:, None])[:, 0]).tolist()
+        logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                       position_ids=pos.to(model.device), **kwargs).logits
+    for r, i in enumerate(live):
+        n = len(rows[i][1])
+        pred = torch.log_softmax(logits[r, width - 1 - n: width - 1].float(), dim=-1)
+        target = torch.tensor(rows[i][1], device=pred.device)[:, None]
+        out[i] = pred.gather(-1, target)[:, 0].tolist()
+    return out
 
 
-def perplexity(model, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> float:
+def token_nlls(loaded, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> list[float]:
+    """Negative log-likelihood (nats) of each output token given the prompt and the outputs before it.
+
+    :func:`continuation_logprobs` of one row, negated.
+    """
+    return [-x for x in continuation_logprobs(loaded, [prompt_ids], [output_ids])[0]]
+
+
+def perplexity(loaded, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> float:
     """Perplexity of a generated answer under the model: ``exp(mean NLL of the output tokens)``.
 
     The standard definition (e.g. Jelinek et al. 1977; Hugging Face
@@ -279,11 +381,11 @@ def perplexity(model, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> f
     high-temperature samples. NaN for an empty output.
 
     Args:
-        model: a ``transformers`` causal LM.
+        loaded: the model (``model`` and ``tokenizer``).
         prompt_ids: the templated prompt's ids (no padding), >= 1 id.
         output_ids: the generated ids (EOS included when emitted).
     """
-    nll = token_nlls(model, prompt_ids, output_ids)
+    nll = token_nlls(loaded, prompt_ids, output_ids)
     return math.exp(sum(nll) / len(nll)) if nll else float("nan")
 
 

@@ -1,4 +1,4 @@
-"""Sweeps: typed configs, parameter grids, the point loop, and papermill execution.
+"""Sweeps: the shared config fields, parameter grids and the point loop.
 
 A sweep is a list of points (dicts of parameter values). :func:`run_sweep`
 measures each point with a caller's ``measure`` function, aggregates it with
@@ -7,33 +7,26 @@ as soon as the point finishes. A point that raises is recorded
 ``failed: <reason>`` and the loop goes on; ``resume=True`` skips points already
 recorded ``ok``.
 
-Notebooks are executed with papermill. Their parameter names are checked against
-the notebook's ``parameters`` cell (papermill itself only warns), and the values
-are validated by the notebook's typed config (named in the notebook metadata
-``workbench.config``), so bad input fails with one line before a kernel starts
-or a model loads.
+Each experiment (``workbench/experiments/``) subclasses :class:`SweepConfig` and calls
+:func:`run_sweep`; papermill execution and parameter checking live in :mod:`workbench.notebooks`.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import datetime as _dt
-import importlib
 import itertools
-import json
 import math
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
-from . import metrics, models, results
+from . import checks, metrics, models, results
 from .errors import ParameterError
-from .generation import GenerationSettings, generate_measured
+from .generation import GenerationSettings, generate_measured, warm_up
 
 REPO = Path(__file__).resolve().parents[1]
 SUITES_DIR = REPO / "suites"
@@ -49,23 +42,6 @@ REQUEST_COLUMNS = (
 
 
 # ----------------------------------------------------------------------------- configs
-
-
-def _check_list(name: str, values, kind=int, lo=None, hi=None) -> None:
-    if not isinstance(values, (list, tuple)) or len(values) == 0:
-        raise ParameterError(f"{name}: must be a non-empty list (got {values!r})")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, kind if kind is not float else (int, float)):
-            raise ParameterError(f"{name}: every value must be {kind.__name__} (got {v!r})")
-        if lo is not None and v < lo:
-            raise ParameterError(f"{name}: every value must be >= {lo} (got {v!r})")
-        if hi is not None and v > hi:
-            raise ParameterError(f"{name}: every value must be <= {hi} (got {v!r})")
-
-
-def _check_int(name: str, value, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ParameterError(f"{name}: must be an integer >= {lo} (got {value!r})")
 
 
 @dataclasses.dataclass
@@ -93,12 +69,12 @@ class SweepConfig:
 
     def __post_init__(self):
         if self.device not in models.DEVICES:
-            raise ParameterError(f"device: must be one of {', '.join(models.DEVICES)} (got {self.device!r})")
+            checks.check_choice("device", self.device, models.DEVICES)
         if self.dtype not in models.DTYPES:
             raise ParameterError(f"dtype: must be one of {', '.join(models.DTYPES)} (got {self.dtype!r})")
-        _check_int("repeats", self.repeats, 1)
-        _check_int("warmup", self.warmup, 0)
-        _check_int("seed", self.seed, 0)
+        checks.check_int("repeats", self.repeats, 1)
+        checks.check_int("warmup", self.warmup, 0)
+        checks.check_seed("seed", self.seed)
         if self.model != models.DEFAULT_MODEL:
             models.resolve_model_path(self.model)
         models.pick_device(self.device)  # a device this machine lacks fails here, before any kernel starts
@@ -112,59 +88,6 @@ class SweepConfig:
         """Build the config from a mapping (a notebook's ``globals()``), taking this class's field names."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in ns.items() if k in names})
-
-
-@dataclasses.dataclass
-class BatchSizeConfig(SweepConfig):
-    """The batch-size trade-off sweep (notebook ``01_batch_size``).
-
-    Attributes:
-        batch_sizes: requests per ``generate`` call, each >= 1.
-        prompt_tokens: prompt lengths in tokens (chat template included), each
-            in [32, model maximum - max_new_tokens].
-        max_new_tokens: new tokens per request (>= 1).
-        ignore_eos: fixed-length outputs (``min_new_tokens = max_new_tokens``).
-        temperature: 0 is greedy.
-        top_p: nucleus mass in (0, 1].
-        slo_ttft_s, slo_tpot_s: SLO for goodput (seconds, > 0).
-    """
-
-    batch_sizes: list = dataclasses.field(default_factory=lambda: [1, 2, 4, 8])
-    prompt_tokens: list = dataclasses.field(default_factory=lambda: [128, 512])
-    max_new_tokens: int = 32
-    ignore_eos: bool = True
-    temperature: float = 0.0
-    top_p: float = 1.0
-    slo_ttft_s: float = 2.0
-    slo_tpot_s: float = 0.25
-
-    def __post_init__(self):
-        super().__post_init__()
-        _check_list("batch_sizes", self.batch_sizes, int, lo=1)
-        self.settings()  # validates max_new_tokens, ignore_eos, temperature, top_p
-        if self.max_new_tokens > self.max_context() - 32:
-            raise ParameterError(f"max_new_tokens: must be <= {self.max_context() - 32} (the model's context "
-                                 f"minus a 32-token prompt) (got {self.max_new_tokens})")
-        limit = self.max_context() - self.max_new_tokens
-        _check_list("prompt_tokens", self.prompt_tokens, int, lo=32, hi=limit)
-        for name in ("slo_ttft_s", "slo_tpot_s"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ParameterError(f"{name}: must be a number > 0 (got {v!r})")
-
-    def settings(self, seed: int | None = None) -> GenerationSettings:
-        """The :class:`GenerationSettings` of every point."""
-        return GenerationSettings(
-            max_new_tokens=self.max_new_tokens,
-            ignore_eos=self.ignore_eos,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            seed=self.seed if seed is None else seed,
-        )
-
-    def grid(self) -> list[dict]:
-        """Points: every (prompt_tokens, batch_size), prompt length outermost."""
-        return expand_grid(prompt_tokens=self.prompt_tokens, batch_size=self.batch_sizes)
 
 
 # ----------------------------------------------------------------------------- the point loop
@@ -192,7 +115,7 @@ def point_id(experiment: str, point: dict) -> str:
 def measure_generation(loaded, prompts, settings: GenerationSettings, repeats: int = 1, warmup: int = 1, **kwargs) -> dict:
     """Measure one plain batch: ``warmup`` untimed runs, then ``repeats`` timed ones.
 
-    Warm-up runs use the same prompts (same shapes) with at most 4 new tokens.
+    Warm-up: :func:`workbench.generation.warm_up` (same prompts, same shapes).
     Repeat ``r`` uses seed ``settings.seed + r``. ``kwargs`` go to
     :func:`workbench.generation.generate_measured`.
 
@@ -201,11 +124,7 @@ def measure_generation(loaded, prompts, settings: GenerationSettings, repeats: i
         ``repeat``, ``batch_size``, ``batch_wall_s``), ``wall_s`` (sum of timed
         batch wall times), ``warmup_s``.
     """
-    t0 = time.perf_counter()
-    warm = dataclasses.replace(settings, max_new_tokens=min(4, settings.max_new_tokens), min_new_tokens=0)
-    for _ in range(warmup):
-        generate_measured(loaded, prompts, warm, **kwargs)
-    warmup_s = time.perf_counter() - t0
+    warmup_s = warm_up(loaded, prompts, settings, warmup, **kwargs)
     requests, wall = [], 0.0
     for r in range(repeats):
         res = generate_measured(loaded, prompts, dataclasses.replace(settings, seed=settings.seed + r), **kwargs)
@@ -354,154 +273,3 @@ def _free_accelerator_memory() -> None:
             torch.cuda.empty_cache()
     except Exception:
         pass
-
-
-def run_batch_size_sweep(cfg: BatchSizeConfig, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """The batch-size trade-off: every (prompt_tokens, batch_size) point of ``cfg``.
-
-    Each row of a batch gets a different window of real text of exactly
-    ``prompt_tokens`` tokens (:func:`workbench.prompts.build_batch`).
-
-    Returns:
-        The experiment's points DataFrame (see :func:`run_sweep`).
-    """
-    from .prompts import build_batch
-
-    def measure(p):
-        prompts = build_batch(loaded.tokenizer, p["batch_size"], p["prompt_tokens"])
-        out = measure_generation(loaded, prompts, cfg.settings(), cfg.repeats, cfg.warmup)
-        for rec in out["requests"]:
-            rec["context_tokens"] = p["prompt_tokens"]
-        return out
-
-    return run_sweep(run_dir, "batch_size", cfg.grid(), measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
-                     slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, config=cfg)
-
-
-# ----------------------------------------------------------------------------- notebooks and papermill
-
-
-def notebook_parameters(path) -> dict:
-    """``{name: default value}`` of a notebook's ``parameters`` cell (literals, parsed, never evaluated).
-
-    Raises:
-        ParameterError: the notebook does not exist or has no tagged ``parameters`` cell.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise ParameterError(f"notebook: {str(path)!r} does not exist")
-    nb = json.loads(path.read_text())
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
-            tree = ast.parse("".join(cell["source"]))
-            out = {}
-            for node in tree.body:
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                    out[node.target.id] = ast.literal_eval(node.value) if node.value is not None else None
-                elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    out[node.targets[0].id] = ast.literal_eval(node.value)
-            return out
-    raise ParameterError(f"notebook: {path.name} has no cell tagged 'parameters'")
-
-
-def notebook_config_class(path):
-    """The config class named in the notebook metadata ``workbench.config`` (``module:Class``), or None."""
-    meta = json.loads(Path(path).read_text()).get("metadata", {}).get("workbench", {})
-    target = meta.get("config")
-    if not target:
-        return None
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def validate_parameters(path, params: dict) -> dict:
-    """Check names against the notebook's parameters cell, then values with its typed config.
-
-    Args:
-        path: the notebook.
-        params: overrides (already typed: lists are lists).
-
-    Returns:
-        The full parameter dict (defaults updated by ``params``).
-
-    Raises:
-        ParameterError: an unknown name, or a value the config rejects.
-    """
-    defaults = notebook_parameters(path)
-    if "run_dir" in params:
-        raise ParameterError("run_dir: set by the command line; use --resume RUN_DIR to continue a run")
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise ParameterError(
-            f"{unknown[0]}: not a parameter of {Path(path).name} (known: {', '.join(sorted(defaults))})"
-        )
-    merged = {**defaults, **params}
-    cls = notebook_config_class(path)
-    if cls is not None:
-        cls.from_namespace(merged)
-    return merged
-
-
-def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Path:
-    """Execute a notebook with papermill into ``<run_dir>/notebooks/``, with ``run_dir`` injected.
-
-    The kernel is the ``python3`` kernel of this interpreter (its folder goes
-    first on ``PATH``). Output is streamed to the console when ``log_output``.
-
-    Returns:
-        The executed notebook's path.
-
-    Raises:
-        papermill.PapermillExecutionError: a cell failed (the executed notebook is still written).
-    """
-    import logging
-
-    import papermill as pm
-
-    path = Path(path).resolve()
-    out = Path(run_dir) / "notebooks" / path.name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
-    if log_output:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-        logging.getLogger("papermill").setLevel(logging.INFO)
-    pm.execute_notebook(
-        str(path),
-        str(out),
-        parameters={**params, "run_dir": str(Path(run_dir).resolve())},
-        cwd=str(path.parent),
-        log_output=log_output,
-        progress_bar=False,
-        kernel_name="python3",
-    )
-    return out
-
-
-def load_suite(suite: str) -> dict:
-    """Read a suite: a name in ``suites/`` (``default``, ``quick``) or a YAML path.
-
-    Format: ``{"description": str, "notebooks": [{"notebook": path, "parameters": dict}]}``;
-    notebook paths are relative to the repository.
-
-    Raises:
-        ParameterError: unknown suite or malformed file.
-    """
-    import yaml
-
-    path = Path(suite)
-    if not path.suffix:
-        path = SUITES_DIR / f"{suite}.yaml"
-    if not path.exists():
-        known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.yaml")))
-        raise ParameterError(f"suite: {suite!r} is neither a suite name ({known}) nor a YAML file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ParameterError(f"suite: {path} is not valid YAML ({str(exc).splitlines()[0]})") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("notebooks"), list):
-        raise ParameterError(f"suite: {path} must hold a 'notebooks' list")
-    for entry in data["notebooks"]:
-        entry["notebook"] = str((REPO / entry["notebook"]).resolve())
-        entry.setdefault("parameters", {})
-    data["path"] = str(path)
-    return data

@@ -1,0 +1,70 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+#     pygments_lexer: ipython3
+#   workbench:
+#     config: workbench.experiments.reasoning_budget:Config
+# ---
+
+# %% [markdown]
+# # 05 Reasoning budget: thinking tokens versus latency and answer quality
+# Cap (and optionally extend) the thinking segment with budget forcing, then measure what each budget B costs in time to first answer token, end-to-end latency and throughput, and what it buys in accuracy and gold-answer likelihood.
+
+# %% tags=["parameters"]
+model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
+device: str = "auto"  # auto | cpu | cuda | mps
+dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+budgets: list = [0, 16, 64]  # thinking-token budgets B; 0 means no thinking
+batch_sizes: list = [1, 4]  # requests per generate call
+min_budget: int = 0  # minimum thinking tokens for every B > 0, the s1 Wait extension
+answer_tokens: int = 24  # answer allowance after the end of thinking, tokens
+num_tasks: int = 8  # seeded tasks per point (the same tasks at every point)
+languages: list = ["en", "zh"]  # task languages
+task_kinds: list = ["arithmetic", "counting", "logic"]  # task families
+thinking: str = "auto"  # auto | native (<think> tokens) | emulated (text delimiters)
+temperature: float = 0.0  # 0 means greedy decoding
+top_p: float = 1.0  # nucleus mass, (0, 1]
+stop_at_newline: bool = True  # end an answer at the end of its line
+repeats: int = 1  # timed passes over the tasks per point
+warmup: int = 1  # untimed warm-up runs per point
+seed: int = 0  # task and sampling seed (repeat r uses seed + r)
+run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
+resume: bool = False  # skip points this run already finished
+
+# %%
+from workbench import models, results
+from workbench.experiments import reasoning_budget as exp
+
+cfg = exp.Config.from_namespace(globals())
+run = results.open_run(run_dir)
+run
+
+# %%
+loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
+points = exp.run(cfg, run, loaded, resume=resume)
+requests = results.read_requests(run, experiment=exp.EXPERIMENT)
+points[["point_id", "status", "thinking_mode", "thinking_tokens_mean", "ttft_s_p50", "ttfat_s_p50", "e2e_s_p50",
+        "output_throughput_tps", "exact_match_mean", "gold_logprob_mean", "answer_truncated_rate"]]
+
+# %% [markdown]
+# TTFAT and e2e should grow about linearly with B (each thinking token is one decode step); TTFT should not. Quality is shown with 95% percentile-bootstrap intervals over tasks.
+
+# %%
+for name, fig in exp.figures(points, requests).items():
+    results.save_figure(run, name, fig)
+    fig.show()
+
+# %%
+summary = exp.quality_summary(requests)
+summary.pivot_table(index=["reasoning_budget", "batch_size"], columns="metric", values=["mean", "ci_low", "ci_high"])
+
+# %%
+results.save_text(run, "reasoning/examples.md", exp.examples_markdown(requests))
+print(exp.examples_markdown(requests, per_budget=1))

@@ -1,0 +1,57 @@
+"""Tests for workbench.experiments.long_output: the config, and notebook 07 end to end."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench.errors import ParameterError
+from workbench.experiments import long_output
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+QUICK_07 = {"budget_tokens": 48, "n_sections": 2, "outline_tokens": 16, "languages": ["en"],
+            "strategies": ["one_shot", "outline_batch", "outline_sequential"], "warmup": 0}
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"budget_tokens": 8}, "budget_tokens"),
+    ({"strategies": ["magic"]}, "strategies"),
+    ({"languages": []}, "languages"),
+    ({"budget_tokens": 40, "n_sections": 8}, "budget_tokens"),
+    ({"n_sections": 0}, "n_sections"),
+])
+def test_config_rejects_bad_values_in_one_line(kw, match):
+    with pytest.raises(ParameterError, match=match) as e:
+        long_output.Config(**kw)
+    assert "\n" not in str(e.value)
+
+
+def test_figure_and_table_take_only_this_experiments_rows():
+    rows = [{"experiment": "long_output", "strategy": s, "language": "en", "ttft_s": 0.1, "first_section_s": 0.2,
+             "e2e_s": 0.9, "wall_s": 1.0, "coverage": 1.0, "repetition": 0.0, "output_tokens": 40, "chars": 100,
+             "sections_found": 2, "output_throughput_tps": 40.0} for s in ("one_shot", "outline_batch")]
+    other = {"experiment": "batch_size", "ttft_s": 9.0}
+    req = pd.DataFrame(rows + [other])
+    assert len(long_output.request_table(req)) == 2
+    fig = long_output.figures(req)["long_output"]
+    walls = [y for tr in fig.data if tr.name == "wall time" for y in tr.y]
+    assert walls == [1.0, 1.0]  # wall time is wall_s, not the last token's e2e_s
+
+
+@pytest.mark.notebook
+def test_long_output_notebook(tmp_path, monkeypatch):
+    from workbench import notebooks, results
+
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    run = results.open_run("", label="nb07")
+    nb = NOTEBOOKS / "07_long_output.ipynb"
+    notebooks.execute_notebook(nb, notebooks.validate_parameters(nb, QUICK_07), run, log_output=False)
+    req = results.read_requests(run, experiment="long_output")
+    assert sorted(req["strategy"]) == sorted(QUICK_07["strategies"])
+    assert (req["output_tokens"] <= 48).all() and req["coverage"].between(0, 1).all()
+    assert (req["e2e_s"] <= req["wall_s"]).all() and (req["ttft_s"] <= req["e2e_s"]).all()
+    pts = results.read_points(run, experiment="long_output")
+    assert (pts["status"] == "ok").all() and {"coverage_p50", "repetition_p50", "first_section_s_p50"} <= set(pts)
+    assert (run / "figures" / "long_output.html").exists()
+    texts = sorted(p.name for p in (run / "texts").iterdir())
+    assert texts == sorted(f"long_output_{s}_en_r0.md" for s in QUICK_07["strategies"])

@@ -1,0 +1,133 @@
+"""Tests for workbench.experiments.reasoning_budget: config validation, the grid, summaries, figures, the notebook."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import ParameterError
+from workbench.experiments import reasoning_budget as R
+
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "05_reasoning_budget.ipynb"
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(budgets=[-4]), "budgets"),
+        (dict(budgets=[0, 8, 8]), "budgets"),
+        (dict(budgets=[0, 8], min_budget=9), "min_budget"),
+        (dict(budgets=[0, 16, 64], min_budget=20), "min_budget"),
+        (dict(batch_sizes=[0]), "batch_sizes"),
+        (dict(thinking="yes"), "thinking"),
+        (dict(num_tasks=0), "num_tasks"),
+        (dict(task_kinds=["poetry"]), "task_kinds"),
+        (dict(budgets=[9000]), "budgets"),
+    ],
+)
+def test_config_rejects_bad_parameters_in_one_line(kwargs, name):
+    with pytest.raises(ParameterError) as exc:
+        R.Config(**kwargs)
+    assert "\n" not in str(exc.value) and str(exc.value).startswith(f"{name}: ")
+
+
+def test_config_grid_and_specs():
+    cfg = R.Config(budgets=[0, 16], batch_sizes=[1, 4], min_budget=4)
+    assert cfg.grid() == [{"reasoning_budget": 0, "batch_size": 1}, {"reasoning_budget": 0, "batch_size": 4},
+                          {"reasoning_budget": 16, "batch_size": 1}, {"reasoning_budget": 16, "batch_size": 4}]
+    assert cfg.spec(0).min_budget == 0 and cfg.spec(16).min_budget == 4
+
+
+def test_figures_from_tables():
+    import pandas as pd
+
+    rows = []
+    for b in (0, 8):
+        for i in range(4):
+            rows.append(dict(reasoning_budget=b, batch_size=2, repeat=0, task_id=f"t{i}", gold="1", prediction="1",
+                             exact_match=i % 2 == 0, gold_logprob=-1.0 - i - b / 8, thinking_tokens=0 if b == 0 else 11,
+                             answer_tokens=5, ttft_s=0.1, ttfat_s=0.1 + b * 0.01, e2e_s=0.2 + b * 0.01,
+                             thinking_text="", answer_text="\nAnswer: 1"))
+    req = pd.DataFrame(rows)
+    pts = pd.DataFrame([dict(reasoning_budget=b, batch_size=2, status="ok", ttft_s_p50=0.1, ttfat_s_p50=0.1 + b * 0.01,
+                             e2e_s_p50=0.2 + b * 0.01, output_throughput_tps=10.0 + b) for b in (0, 8)])
+    summary = R.quality_summary(req)
+    acc = summary[(summary.metric == "exact_match") & (summary.reasoning_budget == 0)].iloc[0]
+    assert acc["mean"] == 0.5 and acc["ci_low"] <= 0.5 <= acc["ci_high"] and acc["n"] == 4
+    figs = R.figures(pts, req)
+    assert list(figs) == ["reasoning_latency_vs_budget", "reasoning_quality_vs_budget", "reasoning_thinking_tokens",
+                          "reasoning_throughput_vs_budget"]
+    for fig in figs.values():
+        assert fig.layout.title.text and len(fig.data) > 0
+    assert "## B = 8" in R.examples_markdown(req)
+
+
+def test_measure_point_aggregates_requests(monkeypatch):
+    """measure_point batches the tasks, warms up once, and names its aggregates <column>_<stat>."""
+    import workbench.experiments.reasoning_budget as mod
+    from workbench.tasks.reasoning import make_tasks
+
+    calls = {"warm": 0, "batches": []}
+
+    def fake_warm_up(loaded, prompts, settings, n=1, **kw):
+        calls["warm"] += n
+        assert len(prompts) == len(kw["input_ids"]) == 2 and settings.max_new_tokens >= 8
+        return 0.25
+
+    def fake_batch(loaded, batch, spec, mode, temperature, top_p, seed, score=True):
+        calls["batches"].append((len(batch), spec.budget, seed))
+        return [dict(exact_match=1.0 if i == 0 else 0.0, gold_logprob=-2.0, thinking_tokens=spec.budget,
+                     answer_truncated=False, forced_close=spec.budget > 0, thinking_mode="emulated",
+                     ttft_s=0.1, ttfat_s=0.1 + 0.01 * spec.budget) for i, _ in enumerate(batch)], 0.5
+
+    class Tok:
+        def get_vocab(self):
+            return {}
+
+        chat_template = ""
+
+        def encode(self, text, add_special_tokens=False):
+            return [1] * len(text)
+
+        def apply_chat_template(self, msgs, add_generation_prompt=True, tokenize=False, **kw):
+            return "<user>" + msgs[0]["content"] + "<assistant>"
+
+    class Loaded:
+        tokenizer = Tok()
+
+    monkeypatch.setattr(mod, "warm_up", fake_warm_up)
+    monkeypatch.setattr(mod, "run_reasoning_batch", fake_batch)
+    cfg = R.Config(budgets=[0, 8], batch_sizes=[2], num_tasks=3, repeats=2, warmup=1)
+    out = R.measure_point(Loaded(), cfg, {"reasoning_budget": 8, "batch_size": 2}, make_tasks(3))
+    assert calls["warm"] == 1 and out["warmup_s"] == 0.25
+    assert calls["batches"] == [(2, 8, 0), (1, 8, 0), (2, 8, 1), (1, 8, 1)]
+    assert len(out["requests"]) == 6 and out["wall_s"] == pytest.approx(2.0)
+    assert [r["request_id"] for r in out["requests"]] == [0, 1, 2, 0, 1, 2]
+    ex = out["extra"]
+    assert ex["exact_match_mean"] == pytest.approx(4 / 6) and ex["gold_logprob_mean"] == -2.0
+    assert ex["thinking_tokens_mean"] == 8 and ex["forced_close_rate"] == 1.0 and ex["answer_truncated_rate"] == 0.0
+    assert ex["ttfat_s_p50"] == pytest.approx(0.18) and "accuracy" not in ex
+
+
+@pytest.mark.notebook
+def test_notebook_runs_quick_and_writes_rows_and_figures():
+    from workbench import notebooks, results
+
+    nb = NB
+    params = {"budgets": [0, 8], "batch_sizes": [2], "num_tasks": 2, "answer_tokens": 8, "warmup": 0}
+    notebooks.validate_parameters(nb, params)
+    run = results.open_run()
+    notebooks.execute_notebook(nb, params, run, log_output=False)
+    points = results.read_points(run, R.EXPERIMENT)
+    assert sorted(points["reasoning_budget"]) == [0, 8] and set(points["status"]) == {"ok"}
+    req = results.read_requests(run, R.EXPERIMENT)
+    assert len(req) == 4
+    assert (req["thinking_tokens"] + req["answer_tokens"] == req["output_tokens"]).all()
+    assert (req.loc[req.reasoning_budget == 0, "thinking_tokens"] == 0).all()
+    assert (req["ttfat_s"] >= req["ttft_s"]).all()
+    for name in ("reasoning_latency_vs_budget", "reasoning_quality_vs_budget", "reasoning_thinking_tokens",
+                 "reasoning_throughput_vs_budget"):
+        assert (run / "figures" / f"{name}.html").exists()
+    assert (run / "reasoning" / "examples.md").exists()
+    assert points["exact_match_mean"].between(0, 1).all() and (points["gold_logprob_mean"] < 0).all()

@@ -1,0 +1,80 @@
+"""Tests for workbench.experiments.streaming_anatomy: granularity on the model, tables, notebook 04 end to end."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench.errors import ParameterError
+from workbench.experiments import streaming_anatomy
+from workbench.experiments.streaming_anatomy import measure_granularity
+from workbench.generation import GenerationSettings
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+QUICK_04 = {"output_tokens": [4, 8], "granularities": ["token", "4 tokens", "100 ms"], "granularity_tokens": 8,
+            "timeline_batch": 2, "http_concurrency": [1, 2], "http_tokens": 4, "warmup": 0}
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"output_tokens": [0]}, "output_tokens"),
+    ({"granularities": ["token", "1 token"]}, "granularities"),
+    ({"granularities": ["fast"]}, "granularity"),
+    ({"http_concurrency": []}, "http_concurrency"),
+    ({"prompt": " "}, "prompt"),
+    ({"http": "yes"}, "http"),
+])
+def test_config_rejects_bad_values_in_one_line(kw, match):
+    with pytest.raises(ParameterError, match=match) as e:
+        streaming_anatomy.Config(**kw)
+    assert "\n" not in str(e.value)
+
+
+def test_transport_table_is_in_seconds_by_hand():
+    rows = [{"experiment": "http", "concurrency": 2, "ttft_s": t, "engine_ttft_s": e, "transport_ttft_s": t - e,
+             "engine_queue_s": 0.0, "tpot_s": 0.02, "engine_tpot_s": 0.01, "transport_e2e_s": 0.005,
+             "chunks": 3, "output_tokens": 4} for t, e in ((0.3, 0.2), (0.5, 0.3))]
+    t = streaming_anatomy.transport_table(pd.DataFrame(rows + [{"experiment": "streaming", "concurrency": 2}]))
+    assert not [c for c in t.columns if c.endswith("_ms")]
+    r = t.iloc[0]
+    assert r["requests"] == 2 and r["ttft_s_p50"] == pytest.approx(0.4) and r["engine_ttft_s_p50"] == pytest.approx(0.25)
+    assert r["transport_ttft_s_max"] == pytest.approx(0.2) and r["chunks_per_token"] == pytest.approx(6 / 8)
+
+
+@pytest.mark.model
+def test_measure_granularity_on_the_model(loaded):
+    settings = GenerationSettings(max_new_tokens=8, ignore_eos=True)
+    out = measure_granularity(loaded, ["Say hi.", "用中文说你好。"], settings,
+                              ["token", "4 tokens", "50 ms"], repeats=1, warmup=0)
+    assert list(out) == ["token", "4 tokens", "50 ms"]
+    for lab, m in out.items():
+        assert m["extra"]["text_equal"] is True
+        assert set(m["extra"]) >= {"updates_p50", "display_lag_s_mean_p50", "added_first_display_s_p50"}
+        for q in m["requests"]:
+            assert q["text_equal"] and q["output_tokens"] == 8
+            assert 1 <= q["updates"] <= 8
+            assert q["first_display_s"] >= q["ttft_s"]
+    assert all(q["updates"] <= 2 for q in out["4 tokens"]["requests"])  # 8 / 4
+    with pytest.raises(ParameterError):
+        measure_granularity(loaded, ["x"], settings, ["token", "1 token"])
+    table = streaming_anatomy.granularity_table(pd.DataFrame([q for m in out.values() for q in m["requests"]]))
+    assert list(table["granularity"]) == ["token", "4 tokens", "50 ms"] and table["text_equal"].all()
+
+
+@pytest.mark.notebook
+def test_streaming_anatomy_notebook(tmp_path, monkeypatch):
+    from workbench import notebooks, results
+
+    nb = NOTEBOOKS / "04_streaming_anatomy.ipynb"
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    run = results.open_run("", label="nb04")
+    notebooks.execute_notebook(nb, notebooks.validate_parameters(nb, QUICK_04), run, log_output=False)
+    pts = results.read_points(run)
+    assert set(pts["experiment"]) == {"streaming", "granularity", "http"} and (pts["status"] == "ok").all()
+    assert {"itl_s_p50", "itl_s_p99", "itl_jitter"} <= set(pts.columns)
+    gran = results.read_requests(run, experiment="granularity")
+    assert gran["text_equal"].all() and len(gran) == 3 * 2
+    http = results.read_requests(run, experiment="http")
+    assert len(http) == 1 + 2 and (http["ttft_s"] >= http["engine_ttft_s"]).all()
+    figs = {p.stem for p in (run / "figures").glob("*.html")}
+    assert figs >= {"itl_histogram", "itl_vs_position", "perceived_latency", "granularity", "timeline_batch",
+                    "http_ttft", "timeline_http"}

@@ -1,0 +1,104 @@
+"""Temperature / top-p sweep: config validation, the grid, greedy determinism, scoring, the notebook."""
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench import ParameterError
+from workbench.experiments import temperature
+
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "03_temperature.ipynb"
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"temperatures": []}, "temperatures"),
+    ({"temperatures": [-0.1]}, "temperatures"),
+    ({"temperatures": [float("inf")]}, "temperatures"),
+    ({"top_ps": []}, "top_ps"),
+    ({"top_ps": [0.0]}, "top_ps"),
+    ({"top_ps": [1.5]}, "top_ps"),
+    ({"families": ["poems"]}, "families"),
+    ({"languages": []}, "languages"),
+    ({"n_factual_prompts": 0}, "n_factual_prompts"),
+    ({"max_new_tokens": 9000}, "max_new_tokens"),
+    ({"repeats": 0}, "repeats"),
+])
+def test_invalid_temperature_config_one_line(kwargs, name):
+    with pytest.raises(ParameterError) as err:
+        temperature.Config(**kwargs)
+    assert str(err.value).startswith(name + ":") and "\n" not in str(err.value)
+
+
+def test_grid_holds_greedy_once():
+    cfg = temperature.Config(temperatures=[0, 0.7], top_ps=[0.9, 1.0], families=["factual"])
+    assert cfg.grid() == [
+        {"family": "factual", "temperature": 0.0, "top_p": 1.0},
+        {"family": "factual", "temperature": 0.7, "top_p": 0.9},
+        {"family": "factual", "temperature": 0.7, "top_p": 1.0},
+    ]
+    s = cfg.settings({"family": "factual", "temperature": 0.0, "top_p": 1.0})
+    assert not s.do_sample and s.max_new_tokens == cfg.factual_max_new_tokens
+
+
+@pytest.mark.model
+def test_greedy_rows_identical_across_repeats_and_seeds(loaded):
+    cfg = temperature.Config(families=["factual"], languages=["en"], n_factual_prompts=1,
+                                        factual_max_new_tokens=6, repeats=2, warmup=0, perplexity=False)
+    point = {"family": "factual", "temperature": 0.0, "top_p": 1.0}
+    a = temperature.measure_point(loaded, cfg, point)["requests"]
+    cfg.seed, cfg.repeats = 7, 1
+    b = temperature.measure_point(loaded, cfg, point)["requests"]
+    ids = [tuple(r["output_ids"]) for r in a + b]
+    assert len(ids) == 3 and len(set(ids)) == 1
+    assert [r["seed"] for r in a + b] == [0, 1, 7]  # repeat r uses seed + r, recorded
+
+
+@pytest.mark.model
+def test_score_records_adds_quality_and_perplexity(loaded):
+    from workbench.prompts import factual_prompts
+
+    cfg = temperature.Config(families=["factual"], languages=["en"], n_factual_prompts=2,
+                                        factual_max_new_tokens=4, repeats=1, warmup=0)
+    out = temperature.measure_point(loaded, cfg, {"family": "factual", "temperature": 1.2, "top_p": 0.9})
+    recs = out["requests"]
+    assert [r["topic"] for r in recs] == [p["topic"] for p in factual_prompts(2, ["en"])]
+    for r in recs:
+        assert r["family"] == "factual" and r["sample"] == 0 and r["substring_match"] in (0.0, 1.0)
+        assert r["perplexity"] >= 1.0 and math.isnan(r["section_coverage"])
+    assert 0 <= out["extra"]["truncated_rate"] <= 1
+
+
+def test_summary_and_headline():
+    rows = [{"family": "report", "language": "en", "temperature": t, "top_p": p, "truncated": tr,
+             "repeated_4gram_rate": rep, "distinct_2": 0.9, "compression_ratio": 1.5}
+            for t, p, tr, rep in [(0.0, 1.0, 1, 0.4), (0.0, 1.0, 1, 0.4), (0.7, 0.9, 1, 0.1), (0.7, 1.0, 0, 0.0),
+                                  (0.7, 1.0, 1, 0.2)]]
+    s = temperature.quality_summary(pd.DataFrame(rows))
+    got = s[(s["temperature"] == 0.7) & (s["top_p"] == 1.0) & (s["metric"] == "truncated")].iloc[0]
+    assert got["mean"] == 0.5 and got["n"] == 2
+    h = temperature.headline(s)
+    assert list(h.index.get_level_values("top_p")) == [1.0, 1.0]  # top_p pooled by the largest
+    assert h.loc[("report", "en", 0.0, 1.0), "repeated_4gram_rate"].startswith("0.400")
+
+
+@pytest.mark.notebook
+def test_notebook_runs_and_writes_quality_and_figures(tmp_path):
+    from workbench import notebooks, results
+
+    params = {"temperatures": [0.0, 1.0], "top_ps": [1.0], "n_report_prompts": 1, "n_factual_prompts": 1,
+              "languages": ["en", "zh"], "max_new_tokens": 6, "factual_max_new_tokens": 3, "repeats": 2,
+              "warmup": 0}
+    notebooks.validate_parameters(NB, params)
+    run = results.open_run()
+    notebooks.execute_notebook(NB, params, run, log_output=False)
+    points = results.read_points(run, "temperature")
+    assert len(points) == 4 and set(points["status"]) == {"ok"}
+    req = results.read_requests(run, "temperature")
+    assert len(req) == 4 * 2 * 2 and req["perplexity"].notna().all() and set(req["language"]) == {"en", "zh"}
+    greedy = req[(req["temperature"] == 0) & (req["family"] == "report")]
+    assert greedy.groupby("topic")["text"].nunique().eq(1).all()
+    figs = json.loads((run / "manifest.json").read_text())["figures"]
+    assert {"temperature_report_repetition", "temperature_factual_accuracy", "temperature_speed"} <= set(figs)
+    assert (run / "quality_summary.csv").exists()

@@ -1,0 +1,128 @@
+"""Tests for workbench.tasks.reasoning: seeded tasks, answer extraction, scoring a batch under a budget.
+
+A tiny random Llama on the default tokenizer (emulated thinking) checks the
+scoring columns in seconds; the real default model runs under ``@pytest.mark.model``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench import budget_forcing, quality
+from workbench.budget_forcing import BudgetSpec
+from workbench.errors import ParameterError
+from workbench.tasks import reasoning as R
+
+
+def test_tasks_are_seeded_and_checkable():
+    a, b = R.make_tasks(12, seed=3), R.make_tasks(12, seed=3)
+    assert a == b and a != R.make_tasks(12, seed=4)
+    assert {t.language for t in a} == {"en", "zh"} and {t.kind for t in a} == set(R.TASK_KINDS)
+    for t in a:
+        if t.kind == "counting" and "letter" in t.question:
+            letter, word = t.question.split("'")[1], t.question.split("'")[3]
+            assert t.answer == str(word.count(letter))
+        if t.kind == "logic":
+            assert t.answer in t.choices
+    with pytest.raises(ParameterError, match="^languages: "):
+        R.make_tasks(2, languages=["fr"])
+    with pytest.raises(ParameterError, match="^num_tasks: "):
+        R.make_tasks(0)
+
+
+def test_extract_answer():
+    num = R.Task("t", "arithmetic", "en", "q", "15")
+    assert R.extract_answer("\nAnswer: 15\n", num) == "15"
+    assert R.extract_answer("I think 3. Answer: 1,234", num) == "1234"
+    assert R.extract_answer("\nAnswer: none", num) is None
+    names = R.Task("t", "logic", "zh", "q", "小强", ("小丽", "小华", "小强"))
+    assert R.extract_answer("Answer: 小强比小丽高", names) == "小强"
+
+
+def test_task_prompt_asks_for_the_answer_format():
+    emu = budget_forcing.ThinkingFormat("emulated", (1,), (2,))
+    nat = budget_forcing.ThinkingFormat("native", (1,), (2,))
+    for t in R.make_tasks(6):
+        assert R.task_prompt(t, emu).startswith(t.question) and "<think>" in R.task_prompt(t, emu)
+        assert "<think>" not in R.task_prompt(t, nat) and "Answer: <" in R.task_prompt(t, nat)
+
+
+@pytest.fixture(scope="module")
+def tiny_emulated():
+    """A 1-layer random Llama with the default tokenizer: emulated thinking, fast on CPU."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from workbench.models import LoadedModel, default_model_dir
+
+    tok = AutoTokenizer.from_pretrained(default_model_dir())
+    tok.padding_side = "left"
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return LoadedModel(LlamaForCausalLM(cfg).eval(), tok, None)
+
+
+def test_run_reasoning_batch_scores_each_request(tiny_emulated):
+    tasks = R.make_tasks(3, seed=2)
+    spec = BudgetSpec(budget=4, answer_tokens=5)
+    recs, wall = R.run_reasoning_batch(tiny_emulated, tasks, spec)
+    assert wall > 0 and len(recs) == 3
+    for rec, task in zip(recs, tasks):
+        assert rec["thinking_mode"] == "emulated" and rec["task_id"] == task.task_id and rec["gold"] == task.answer
+        assert rec["prediction"] == R.extract_answer(rec["answer_text"], task)
+        want = quality.exact_match(rec["prediction"], [task.answer]) if rec["prediction"] is not None else 0.0
+        assert rec["exact_match"] == want and rec["exact_match"] in (0.0, 1.0)
+        assert rec["gold_logprob"] < 0 and rec["gold_tokens"] == len(
+            tiny_emulated.tokenizer.encode(" " + task.answer, add_special_tokens=False))
+    unscored, _ = R.run_reasoning_batch(tiny_emulated, tasks[:1], spec, score=False)
+    assert "gold_logprob" not in unscored[0]
+
+
+def test_gold_logprob_is_the_summed_continuation_logprob(tiny_emulated):
+    """gold_logprob = sum of quality.continuation_logprobs of the gold tokens after the answer context."""
+    tasks = R.make_tasks(2, seed=5)
+    spec = BudgetSpec(budget=3, answer_tokens=4)
+    recs, _ = R.run_reasoning_batch(tiny_emulated, tasks, spec)
+    batch = budget_forcing.generate_with_budget(
+        tiny_emulated, [R.task_prompt(t, budget_forcing.thinking_format(tiny_emulated.tokenizer)) for t in tasks], spec)
+    tok = tiny_emulated.tokenizer
+    golds = [tok.encode(" " + t.answer, add_special_tokens=False) for t in tasks]
+    per_token = quality.continuation_logprobs(tiny_emulated, batch.answer_contexts, golds)
+    for rec, lp, out in zip(recs, per_token, batch.records):
+        assert out["output_ids"] == rec["output_ids"]  # greedy: the same generation
+        assert rec["gold_logprob"] == pytest.approx(sum(lp), abs=1e-4)
+
+
+@pytest.mark.model
+def test_default_model_emulated_budget(loaded):
+    tasks = R.make_tasks(2, seed=1)
+    close = len(budget_forcing.thinking_format(loaded.tokenizer).close_ids)
+    for budget in (0, 8):
+        spec = BudgetSpec(budget=budget, answer_tokens=8)
+        recs, _ = R.run_reasoning_batch(loaded, tasks, spec)
+        for rec in recs:
+            assert rec["thinking_mode"] == "emulated"
+            assert rec["thinking_tokens"] <= budget + close
+            assert (rec["thinking_tokens"] == 0) == (budget == 0)
+            assert rec["thinking_tokens"] + rec["answer_tokens"] == rec["output_tokens"]
+            assert 0 < rec["answer_tokens"] <= 8
+            assert rec["output_ids"][rec["thinking_tokens"]:][:3] == loaded.tokenizer.encode("\nAnswer:")
+            assert rec["ttfat_s"] >= rec["ttft_s"]
+            assert rec["e2e_s"] == pytest.approx(rec["ttft_s"] + sum(rec["itl_s"]))
+            assert rec["finish_reason"] in ("stop", "length") and rec["gold_logprob"] < 0
+
+
+@pytest.mark.model
+def test_gold_logprobs_match_unbatched_forward(loaded):
+    tok = loaded.tokenizer
+    ctx = [tok.encode("Question: 2 + 3 = ?\nAnswer:"), tok.encode("Count: a b c.\nAnswer:")]
+    gold = [tok.encode(" 5"), tok.encode(" 3")]
+    batched = [sum(lp) for lp in quality.continuation_logprobs(loaded, ctx, gold)]
+    for c, g, got in zip(ctx, gold, batched):
+        with torch.inference_mode():
+            logits = loaded.model(torch.tensor([c + g])).logits[0].float()
+        lp = torch.log_softmax(logits, -1)
+        want = sum(float(lp[len(c) - 1 + i, t]) for i, t in enumerate(g))
+        assert got == pytest.approx(want, abs=1e-3)

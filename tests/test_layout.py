@@ -1,0 +1,105 @@
+"""The rules that keep the package's shape (DESIGN.md section 2), checked on the source text.
+
+- No module in ``workbench/experiments/`` imports another experiment module.
+- No module outside a formula's home defines it again (``def exact_match``, ``tpot_s =`` arithmetic, ...).
+- Every notebook's committed ``.ipynb`` equals what its jupytext source renders.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "workbench"
+EXPERIMENTS = sorted(p for p in (PKG / "experiments").glob("*.py") if p.name != "__init__.py")
+NAMES = {p.stem for p in EXPERIMENTS}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level == 1 and not mod:  # from . import x
+                out |= {a.name for a in node.names}
+            elif node.level == 1:  # from .x import y
+                out.add(mod.split(".")[0])
+            elif mod.startswith("workbench.experiments"):
+                rest = mod[len("workbench.experiments"):].lstrip(".")
+                out |= {rest.split(".")[0]} if rest else {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("workbench.experiments."):
+                    out.add(a.name.split(".")[2])
+    return out
+
+
+def test_there_is_one_module_per_numbered_notebook():
+    assert {"batch_size", "context_length", "temperature", "streaming_anatomy", "reasoning_budget",
+            "context_compression", "long_output", "explorer"} <= NAMES
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_experiment_modules_never_import_each_other(path):
+    others = (_imported_modules(path) & NAMES) - {path.stem}
+    assert not others, f"{path.name} imports experiment module(s) {sorted(others)}"
+
+
+def test_library_modules_do_not_import_experiments():
+    for path in PKG.rglob("*.py"):
+        if "experiments" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "experiments" not in re.findall(r"^\s*(?:from|import)\s+\S*(experiments)", text, re.M), path
+
+
+# one home per formula: pattern -> the only file allowed to hold it
+HOMES = {
+    r"^\s*def (exact_match|substring_match|rouge_l\w*|section_coverage|normalize_answer|units)\(": "quality.py",
+    r"^\s*def (continuation_logprobs|token_nlls|perplexity|bootstrap_ci)\(": "quality.py",
+    r"^\s*def (request_timing|percentiles|_percentile)\(": "metrics.py",
+    r"[\"']?(tpot_s|decode_tps)[\"']?\s*[:=]\s*[^=\n]*/": "metrics.py",
+    r"^\s*def (_?eos_token_ids|_eos_ids|_?warm_up|cache_kwarg|_cache_kwarg)\(": "generation.py",
+    r"\\u3400": "quality.py",
+    r"^\s*def _?check_(int|float|list|int_list|float_list|choice|str_list)\(": "checks.py",
+    r"np\.percentile\(|np\.quantile\(": "metrics.py",
+}
+
+
+@pytest.mark.parametrize("pattern,home", list(HOMES.items()))
+def test_each_formula_has_one_home(pattern, home):
+    offenders = []
+    for path in PKG.rglob("*.py"):
+        if path.name == home and path.parent == PKG:
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(pattern, line, re.M):
+                offenders.append(f"{path.relative_to(PKG)}:{i}: {line.strip()}")
+    assert not offenders, f"defined outside {home}:\n" + "\n".join(offenders)
+
+
+def test_committed_notebooks_equal_their_sources():
+    from workbench import notebooks
+
+    assert notebooks.sources(), "no notebook sources found"
+    assert notebooks.out_of_sync() == [], "run: python -m workbench.notebooks"
+    for src in notebooks.sources():
+        assert src.with_suffix(".ipynb").exists()
+    assert not list(notebooks.NOTEBOOKS_DIR.glob("_build_*.py")), "notebook builders replaced by jupytext sources"
+
+
+def test_every_notebook_is_thin_and_tagged():
+    import json
+
+    for nb_path in sorted(Path(PKG.parent / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        assert nb["metadata"]["kernelspec"]["name"] == "python3"
+        assert nb["metadata"]["language_info"]["name"] == "python"
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert "parameters" in code[0]["metadata"].get("tags", []), nb_path.name
+        for c in code:
+            assert not c.get("outputs"), f"{nb_path.name}: outputs committed"
+            if "parameters" not in c["metadata"].get("tags", []):
+                assert len("".join(c["source"]).splitlines()) <= 20, f"{nb_path.name}: a cell longer than 20 lines"

@@ -1,0 +1,206 @@
+"""Experiment 01: batch size versus TTFT and throughput (notebook ``01_batch_size``).
+
+How many requests should share one ``generate`` call? Each point is a (prompt length, batch size) pair;
+every row of a batch gets its own window of real text of exactly ``prompt_tokens`` tokens, outputs have
+a fixed length (``ignore_eos``), and each point is repeated. Figures: TTFT p50/p99, output throughput,
+per-request decode speed and goodput versus batch size, and the TTFT-vs-throughput Pareto front
+(vLLM's benchmark conventions; DESIGN.md section 7). :func:`recommend` picks the batch size with the
+highest goodput under the SLO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+
+from .. import checks, metrics, sweeps
+from ..errors import ParameterError
+from ..generation import GenerationSettings
+from ..plots import labels, ok_points
+from ..prompts import build_batch
+from ..sweeps import SweepConfig, expand_grid
+
+EXPERIMENT = "batch_size"
+
+
+@dataclasses.dataclass
+class Config(SweepConfig):
+    """The batch-size trade-off sweep (notebook ``01_batch_size``).
+
+    Attributes:
+        batch_sizes: requests per ``generate`` call, each >= 1.
+        prompt_tokens: prompt lengths in tokens (chat template included), each
+            in [32, model maximum - max_new_tokens].
+        max_new_tokens: new tokens per request (>= 1).
+        ignore_eos: fixed-length outputs (``min_new_tokens = max_new_tokens``).
+        temperature: 0 is greedy.
+        top_p: nucleus mass in (0, 1].
+        slo_ttft_s, slo_tpot_s: SLO for goodput (seconds, > 0).
+    """
+
+    batch_sizes: list = dataclasses.field(default_factory=lambda: [1, 2, 4, 8])
+    prompt_tokens: list = dataclasses.field(default_factory=lambda: [128, 512])
+    max_new_tokens: int = 32
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    top_p: float = 1.0
+    slo_ttft_s: float = 2.0
+    slo_tpot_s: float = 0.25
+
+    def __post_init__(self):
+        super().__post_init__()
+        checks.check_int_list("batch_sizes", self.batch_sizes, lo=1)
+        self.settings()  # validates max_new_tokens, ignore_eos, temperature, top_p
+        if self.max_new_tokens > self.max_context() - 32:
+            raise ParameterError(f"max_new_tokens: must be <= {self.max_context() - 32} (the model's context "
+                                 f"minus a 32-token prompt) (got {self.max_new_tokens})")
+        limit = self.max_context() - self.max_new_tokens
+        checks.check_int_list("prompt_tokens", self.prompt_tokens, lo=32, hi=limit)
+        checks.check_float("slo_ttft_s", self.slo_ttft_s, lo=0, lo_open=True)
+        checks.check_float("slo_tpot_s", self.slo_tpot_s, lo=0, lo_open=True)
+
+    def settings(self, seed: int | None = None) -> GenerationSettings:
+        """The :class:`GenerationSettings` of every point."""
+        return GenerationSettings(
+            max_new_tokens=self.max_new_tokens,
+            ignore_eos=self.ignore_eos,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed if seed is None else seed,
+        )
+
+    def grid(self) -> list[dict]:
+        """Points: every (prompt_tokens, batch_size), prompt length outermost."""
+        return expand_grid(prompt_tokens=self.prompt_tokens, batch_size=self.batch_sizes)
+
+
+def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
+    """The batch-size trade-off: every (prompt_tokens, batch_size) point of ``cfg``.
+
+    Each row of a batch gets a different window of real text of exactly
+    ``prompt_tokens`` tokens (:func:`workbench.prompts.build_batch`).
+
+    Returns:
+        The experiment's points DataFrame (see :func:`workbench.sweeps.run_sweep`).
+    """
+    def measure(p):  # measure_point with the config bound
+        prompts = build_batch(loaded.tokenizer, p["batch_size"], p["prompt_tokens"])
+        out = sweeps.measure_generation(loaded, prompts, cfg.settings(), cfg.repeats, cfg.warmup)
+        for rec in out["requests"]:
+            rec["context_tokens"] = p["prompt_tokens"]
+        return out
+
+    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
+                     slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, config=cfg)
+
+
+def recommend(points: pd.DataFrame) -> pd.Series | None:
+    """The ``ok`` point with the highest ``goodput_rps`` (ties: smaller batch, then higher throughput).
+
+    Args:
+        points: this experiment's ``points.parquet`` rows.
+
+    Returns:
+        That row, or None when no point has positive goodput.
+    """
+    ok = points[(points["status"] == "ok") & (points["goodput_rps"] > 0)]
+    if ok.empty:
+        return None
+    ranked = ok.sort_values(["goodput_rps", "batch_size", "output_throughput_tps"], ascending=[False, True, False])
+    return ranked.iloc[0]
+
+
+def headline(points: pd.DataFrame) -> str:
+    """One sentence: the recommended batch size and its figures, or why there is none."""
+    best = recommend(points)
+    if best is None:
+        return "No batch size met the SLO: relax slo_ttft_s / slo_tpot_s or shorten the prompts."
+    return (f"Recommended batch size: {int(best.batch_size)} at {int(best.prompt_tokens)} prompt tokens "
+            f"({best.goodput_rps:.2f} req/s within the SLO, {best.output_throughput_tps:.1f} tok/s, "
+            f"TTFT p50 {best.ttft_s_p50:.2f} s)")
+
+
+def ttft_vs_batch(points: pd.DataFrame) -> go.Figure:
+    """TTFT p50 (solid) and p99 (dashed) versus batch size, one colour per prompt length."""
+    df = ok_points(points).sort_values("batch_size")
+    long = df.melt(id_vars=["batch_size", "prompt_tokens"], value_vars=["ttft_s_p50", "ttft_s_p99"],
+                   var_name="percentile", value_name="ttft_s")
+    long["percentile"] = long["percentile"].str.replace("ttft_s_", "")
+    long["prompt_tokens"] = long["prompt_tokens"].astype(str)
+    fig = px.line(long, x="batch_size", y="ttft_s", color="prompt_tokens", line_dash="percentile", markers=True,
+                  labels=labels("batch_size", "ttft_s", "prompt_tokens"),
+                  title="Time to first token vs batch size")
+    fig.update_xaxes(type="log", dtick=0.30103)
+    return fig
+
+
+def throughput_vs_batch(points: pd.DataFrame) -> go.Figure:
+    """Output throughput (all rows' tokens / wall time) versus batch size."""
+    df = ok_points(points).sort_values("batch_size")
+    df["prompt_tokens"] = df["prompt_tokens"].astype(str)
+    fig = px.line(df, x="batch_size", y="output_throughput_tps", color="prompt_tokens", markers=True,
+                  labels=labels("batch_size", "output_throughput_tps", "goodput_rps", "prompt_tokens"), title="Output throughput vs batch size")
+    fig.update_xaxes(type="log", dtick=0.30103)
+    return fig
+
+
+def pareto(points: pd.DataFrame) -> go.Figure:
+    """TTFT p50 versus output throughput, one curve per prompt length, batch sizes as labels.
+
+    The Pareto-optimal points (no other point has both higher throughput and
+    lower TTFT) are drawn larger with a black outline.
+    """
+    df = ok_points(points).sort_values(["prompt_tokens", "batch_size"])
+    df["prompt_tokens_label"] = df["prompt_tokens"].astype(str)
+    fig = px.line(df, x="output_throughput_tps", y="ttft_s_p50", color="prompt_tokens_label", markers=True,
+                  text="batch_size", labels=labels("output_throughput_tps", "ttft_s_p50", prompt_tokens_label="prompt tokens"),
+                  title="TTFT vs throughput trade-off (labels: batch size)")
+    fig.update_traces(textposition="top center")
+    front = metrics.pareto_front(df)
+    fig.add_trace(go.Scatter(x=front["output_throughput_tps"], y=front["ttft_s_p50"], mode="markers",
+                             marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(width=2, color="black")),
+                             name="Pareto front", hovertext=front["point_id"]))
+    return fig
+
+
+def decode_speed_vs_batch(requests: pd.DataFrame) -> go.Figure:
+    """Per-request decode speed (box over requests) versus batch size."""
+    df = requests[requests["output_tokens"] > 1].copy()
+    df["prompt_tokens"] = df["context_tokens"].fillna(df["prompt_tokens"]).astype(int).astype(str)
+    fig = px.box(df, x="batch_size", y="decode_tps", color="prompt_tokens", points=False,
+                 labels=labels("batch_size", "decode_tps", "prompt_tokens"),
+                 title="Per-request decode speed vs batch size")
+    fig.update_xaxes(type="category")
+    return fig
+
+
+def goodput_vs_batch(points: pd.DataFrame, recommended: pd.Series | None = None) -> go.Figure:
+    """Goodput under the SLO versus batch size, with the recommended point starred."""
+    df = ok_points(points).sort_values("batch_size")
+    df["prompt_tokens"] = df["prompt_tokens"].astype(str)
+    slo = ""
+    if not df.empty:
+        slo = f" (SLO: TTFT <= {df['slo_ttft_s'].iloc[0]:g} s, TPOT <= {df['slo_tpot_s'].iloc[0]:g} s)"
+    fig = px.line(df, x="batch_size", y="goodput_rps", color="prompt_tokens", markers=True, labels=labels("batch_size", "output_throughput_tps", "goodput_rps", "prompt_tokens"),
+                  title="Goodput vs batch size" + slo)
+    if recommended is not None:
+        fig.add_trace(go.Scatter(x=[recommended["batch_size"]], y=[recommended["goodput_rps"]], mode="markers",
+                                 marker=dict(symbol="star", size=20, color="gold", line=dict(width=1, color="black")),
+                                 name=f"recommended: batch {int(recommended['batch_size'])}"))
+    fig.update_xaxes(type="log", dtick=0.30103)
+    return fig
+
+
+def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure]:
+    """All figures of the batch-size notebook, by file name."""
+    rec = recommend(points)
+    return {
+        "batch_ttft": ttft_vs_batch(points),
+        "batch_throughput": throughput_vs_batch(points),
+        "batch_pareto": pareto(points),
+        "batch_decode_speed": decode_speed_vs_batch(requests),
+        "batch_goodput": goodput_vs_batch(points, rec),
+    }

@@ -1,0 +1,155 @@
+"""Long output (notebook ``07_long_output``): one shot, or outline then sections, at one token budget.
+
+One point per (language, strategy): :func:`workbench.long_form.run_long_output`
+writes the same article with ``one_shot``, ``outline_batch`` or
+``outline_sequential`` under one total token budget and records time to first
+visible text, to first section text, wall time, length, section coverage,
+repetition across sections and throughput (one row per repeat). Each repeat's
+merged text (with its outline) is saved under ``texts/`` in the run folder.
+:func:`figures` compares wait and total time per strategy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+
+from .. import metrics, plots, results, sweeps  # noqa: F401  (plots registers the house template)
+from ..checks import check_choice_list, check_int
+from ..generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
+from ..long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
+
+EXPERIMENT = "long_output"
+
+
+@dataclass
+class Config(sweeps.SweepConfig):
+    """Long-output strategies (notebook ``07_long_output``).
+
+    Attributes:
+        budget_tokens: total new-token budget per text, the same for every strategy.
+        n_sections: sections asked for.
+        outline_tokens: outline budget (0: about 12 per section, at most a quarter of the budget).
+        strategies: any of ``one_shot``, ``outline_batch``, ``outline_sequential``.
+        languages: ``en`` and / or ``zh``.
+        topic_en, topic_zh: the article titles.
+        temperature: 0 = greedy.
+    """
+
+    budget_tokens: int = 256
+    n_sections: int = 4
+    outline_tokens: int = 0
+    strategies: list = field(default_factory=lambda: list(STRATEGIES))
+    languages: list = field(default_factory=lambda: ["en", "zh"])
+    topic_en: str = DEFAULT_TOPICS["en"]
+    topic_zh: str = DEFAULT_TOPICS["zh"]
+    temperature: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int("budget_tokens", self.budget_tokens, lo=16)
+        check_int("outline_tokens", self.outline_tokens, lo=0)
+        check_choice_list("strategies", self.strategies, STRATEGIES)
+        check_choice_list("languages", self.languages, LANGUAGES)
+        GenerationSettings(max_new_tokens=self.budget_tokens, temperature=self.temperature)
+        self.plan()
+
+    def plan(self) -> LongOutputPlan:
+        """The budget split (raises ParameterError when sections get < 8 tokens)."""
+        return LongOutputPlan.make(self.budget_tokens, self.n_sections, self.outline_tokens or None)
+
+    def topic(self, language: str) -> str:
+        return {"en": self.topic_en, "zh": self.topic_zh}[language]
+
+
+#: Per-request columns summarised (median, ``<column>_p50``) in each point.
+SUMMARY_COLUMNS = ("coverage", "repetition", "sections_found", "first_section_s", "chars")
+
+
+def measure_point(loaded, cfg: Config, point: dict, run_dir=None, warmup: int = 0) -> dict:
+    """``run_sweep`` measure dict for one ``{"language", "strategy"}`` point.
+
+    Args:
+        loaded: :class:`workbench.models.LoadedModel`.
+        cfg: the notebook's :class:`Config` (plan, topic, repeats, temperature, seed).
+        point: ``{"language": .., "strategy": ..}``.
+        run_dir: when given, each repeat's merged text (with outline) is saved as
+            ``texts/long_output_<strategy>_<language>_r<repeat>.md``.
+        warmup: untimed short generations of the topic before the timed runs
+            (:func:`workbench.generation.warm_up`).
+
+    Returns:
+        ``{"requests": [row per repeat], "wall_s", "warmup_s", "extra": <column>_p50 of
+        :data:`SUMMARY_COLUMNS`}``.
+    """
+    strategy, language = point["strategy"], point["language"]
+    plan, topic = cfg.plan(), cfg.topic(language)
+    warmup_s = warm_up(loaded, [topic], GenerationSettings(max_new_tokens=WARMUP_NEW_TOKENS), warmup)
+    rows, wall = [], 0.0
+    for r in range(cfg.repeats):
+        res = run_long_output(loaded, strategy, topic, plan, language, cfg.temperature, cfg.seed + r)
+        rows.append(dict(res.row, repeat=r, request_id=0, itl_s=[]))
+        wall += res.row["wall_s"]
+        if run_dir is not None:
+            head = f"# {topic}\n\nstrategy: {strategy}, budget {plan.budget_tokens} tokens, repeat {r}\n\n"
+            if res.outline:
+                head += "## Outline (as generated)\n\n" + res.outline + "\n\n---\n\n"
+            results.save_text(run_dir, f"texts/long_output_{strategy}_{language}_r{r}.md", head + res.text + "\n")
+    extra = {f"{k}_p50": metrics.percentiles([q[k] for q in rows], (50,))["p50"] for k in SUMMARY_COLUMNS}
+    return {"requests": rows, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
+
+
+def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
+    """Every (language, strategy) point of ``cfg``; warm-up before the first point only.
+
+    Returns:
+        The ``long_output`` points.
+    """
+    points = sweeps.expand_grid(language=cfg.languages, strategy=cfg.strategies)
+    return sweeps.run_sweep(
+        run_dir, EXPERIMENT, points,
+        lambda p: measure_point(loaded, cfg, p, run_dir, warmup=cfg.warmup if p == points[0] else 0),
+        resume=resume, info=loaded.info, config=cfg)
+
+
+REQUEST_COLUMNS = ("language", "strategy", "ttft_s", "first_section_s", "e2e_s", "wall_s", "output_tokens", "chars",
+                   "sections_found", "coverage", "repetition", "output_throughput_tps")
+
+
+def _only(requests: pd.DataFrame) -> pd.DataFrame:
+    """This experiment's rows (a run folder may hold every notebook of a suite)."""
+    return requests[requests["experiment"] == EXPERIMENT] if "experiment" in requests else requests
+
+
+def request_table(requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per text: waits, length, coverage, repetition and throughput (seconds)."""
+    df = _only(requests)
+    return df[[c for c in REQUEST_COLUMNS if c in df]].reset_index(drop=True)
+
+
+def long_output_figure(requests: pd.DataFrame) -> go.Figure:
+    """Time to first visible text, to first section text, and wall time per strategy (medians over repeats)."""
+    requests = _only(requests)
+    keys = [k for k in ("strategy", "language") if k in requests]
+    g = requests.groupby(keys, as_index=False, sort=False).agg(
+        ttft_s=("ttft_s", "median"), first_section_s=("first_section_s", "median"), wall_s=("wall_s", "median"),
+        coverage=("coverage", "median"), repetition=("repetition", "median"),
+        output_tokens=("output_tokens", "median"))
+    long = pd.concat([
+        g.assign(measure="first visible text", seconds=g["ttft_s"]),
+        g.assign(measure="first section text", seconds=g["first_section_s"]),
+        g.assign(measure="wall time", seconds=g["wall_s"]),
+    ])
+    return px.bar(long, x="strategy", y="seconds", color="measure", barmode="group",
+                  facet_col="language" if "language" in long else None,
+                  hover_data=["coverage", "repetition", "output_tokens"],
+                  labels={"seconds": "time (s)", "strategy": "strategy"},
+                  title="Long output at equal token budget: wait and total time")
+
+
+def figures(requests: pd.DataFrame) -> dict[str, go.Figure]:
+    """The notebook's figures by file name, from the run's request rows (``results.read_requests(run)``)."""
+    return {"long_output": long_output_figure(requests)}

@@ -1,0 +1,263 @@
+"""Reasoning budget: what each thinking-token budget costs in latency and buys in answer quality.
+
+What it measures (notebook ``05_reasoning_budget``): for every (reasoning
+budget B, batch size) point, the same seeded tasks (:mod:`workbench.tasks.reasoning`)
+answered under budget forcing (:mod:`workbench.budget_forcing`), in consecutive
+batches, ``repeats`` times with seeds ``seed + r``. Each request records its
+thinking / answer split, time to first answer token (``ttfat_s``), the predicted
+answer, ``exact_match`` and the gold answer's log-likelihood; each point adds
+``exact_match_mean``, ``gold_logprob_mean``, ``thinking_tokens_mean``, the
+truncation and forced-close rates and ``ttfat_s`` percentiles to the usual
+latency and throughput summary (:func:`workbench.sweeps.run_sweep`).
+
+Quality is summarised with percentile-bootstrap intervals over tasks
+(:func:`quality_summary`); :func:`figures` draws latency, quality, thinking
+tokens and throughput against the budget; :func:`examples_markdown` writes
+example outputs per budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from .. import metrics, plots, sweeps
+from ..budget_forcing import PRE, THINKING_MODES, BudgetSpec, thinking_format
+from ..checks import check_choice, check_choice_list, check_int, check_int_list
+from ..errors import ParameterError
+from ..generation import GenerationSettings, warm_up
+from ..tasks.reasoning import LANGUAGES, TASK_KINDS, Task, make_tasks, run_reasoning_batch, task_inputs
+
+EXPERIMENT = "reasoning"  # the experiment column and point-id prefix, as in earlier runs (comparable)
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+
+@dataclasses.dataclass
+class Config(sweeps.SweepConfig):
+    """The reasoning-budget sweep (notebook ``05_reasoning_budget``): budget x batch size.
+
+    Attributes:
+        budgets: thinking-token budgets B, each >= 0 (0: no thinking).
+        batch_sizes: requests per ``generate`` call, each >= 1.
+        min_budget: minimum thinking tokens (s1 "Wait" extension) for every
+            budget > 0; must not exceed the smallest such budget.
+        answer_tokens: answer allowance after the end of thinking (>= 1).
+        num_tasks: tasks per point (the same tasks at every point), >= 1.
+        languages: task languages, from ``en``, ``zh``.
+        task_kinds: from ``arithmetic``, ``counting``, ``logic``.
+        thinking: ``auto`` (native if the tokenizer has ``<think>`` tokens),
+            ``native`` or ``emulated``.
+        temperature: 0 is greedy.
+        top_p: nucleus mass in (0, 1].
+        stop_at_newline: end an answer at the end of its line.
+
+    Raises:
+        ParameterError: any invalid field, before a model loads.
+    """
+
+    budgets: list = dataclasses.field(default_factory=lambda: [0, 16, 64])
+    batch_sizes: list = dataclasses.field(default_factory=lambda: [1, 4])
+    min_budget: int = 0
+    answer_tokens: int = 24
+    num_tasks: int = 8
+    languages: list = dataclasses.field(default_factory=lambda: list(LANGUAGES))
+    task_kinds: list = dataclasses.field(default_factory=lambda: list(TASK_KINDS))
+    thinking: str = "auto"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop_at_newline: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int_list("budgets", self.budgets, lo=0)
+        check_int_list("batch_sizes", self.batch_sizes, lo=1)
+        positive = [b for b in self.budgets if b > 0]
+        for b in self.budgets:
+            self.spec(b)
+        if positive and self.min_budget > min(positive):
+            raise ParameterError(f"min_budget: must be <= the smallest budget > 0, {min(positive)} (got {self.min_budget!r})")
+        check_int("num_tasks", self.num_tasks, lo=1)
+        check_choice_list("languages", self.languages, LANGUAGES)
+        check_choice_list("task_kinds", self.task_kinds, TASK_KINDS)
+        check_choice("thinking", self.thinking, THINKING_MODES)
+        GenerationSettings(max_new_tokens=1, temperature=self.temperature, top_p=self.top_p)
+        need = max(self.budgets) + self.answer_tokens + 512  # prompt (< 512 tokens) + budget + answer
+        if need > self.max_context():
+            raise ParameterError(f"budgets: the largest budget leaves no room in the model's {self.max_context()}-token "
+                                 f"context (got {max(self.budgets)})")
+
+    def spec(self, budget: int) -> BudgetSpec:
+        """The :class:`~workbench.budget_forcing.BudgetSpec` of one budget (``min_budget`` applies to budgets > 0)."""
+        return BudgetSpec(budget=budget, min_budget=self.min_budget if budget > 0 else 0,
+                          answer_tokens=self.answer_tokens, stop_at_newline=self.stop_at_newline)
+
+    def tasks(self) -> list[Task]:
+        return make_tasks(self.num_tasks, self.seed, self.languages, self.task_kinds)
+
+    def grid(self) -> list[dict]:
+        """Points: every (reasoning_budget, batch_size), budget outermost."""
+        return sweeps.expand_grid(reasoning_budget=self.budgets, batch_size=self.batch_sizes)
+
+
+def measure_point(loaded, cfg: Config, point: dict, tasks: Sequence[Task]) -> dict:
+    """Measure one (budget, batch size) point over all tasks, in consecutive batches.
+
+    ``cfg.warmup`` untimed runs of the first batch's prompts come first
+    (:func:`workbench.generation.warm_up`); then ``cfg.repeats`` timed passes
+    over the tasks, repeat ``r`` with seed ``cfg.seed + r``.
+
+    Returns:
+        The measure-dict of :func:`workbench.sweeps.run_sweep`; ``extra`` holds
+        ``exact_match_mean``, ``gold_logprob_mean``, ``thinking_tokens_mean``,
+        ``answer_truncated_rate``, ``forced_close_rate``, ``thinking_mode`` and
+        ``ttfat_s_p50/p90/p99``.
+    """
+    budget, bs = point["reasoning_budget"], point["batch_size"]
+    spec = cfg.spec(budget)
+    batches = [list(tasks[i:i + bs]) for i in range(0, len(tasks), bs)]
+    fmt = thinking_format(loaded.tokenizer, cfg.thinking)
+    ids, phases = task_inputs(loaded.tokenizer, batches[0], fmt, budget)
+    settings = GenerationSettings(max_new_tokens=spec.total_new_tokens(fmt, PRE in phases),
+                                  temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
+    warmup_s = warm_up(loaded, [t.question for t in batches[0]], settings, n=cfg.warmup, input_ids=ids)
+    requests, wall = [], 0.0
+    for r in range(cfg.repeats):
+        for b, batch in enumerate(batches):
+            recs, w = run_reasoning_batch(loaded, batch, spec, cfg.thinking, cfg.temperature, cfg.top_p, cfg.seed + r)
+            for i, rec in enumerate(recs):
+                rec.update(repeat=r, request_id=b * bs + i, batch_index=b, batch_size=len(batch), batch_wall_s=w)
+            requests.extend(recs)
+            wall += w
+    n = len(requests)
+    extra = {
+        "exact_match_mean": sum(float(x["exact_match"]) for x in requests) / n,
+        "gold_logprob_mean": sum(x["gold_logprob"] for x in requests) / n,
+        "thinking_tokens_mean": sum(x["thinking_tokens"] for x in requests) / n,
+        "answer_truncated_rate": sum(bool(x["answer_truncated"]) for x in requests) / n,
+        "forced_close_rate": sum(bool(x["forced_close"]) for x in requests) / n,
+        "thinking_mode": requests[0]["thinking_mode"],
+        **{f"ttfat_s_{k}": v for k, v in metrics.percentiles([x["ttfat_s"] for x in requests]).items()},
+    }
+    return {"requests": requests, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
+
+
+def run(cfg: Config, run_dir, loaded, resume: bool = False):
+    """Every (budget, batch size) point of ``cfg`` on the same seeded tasks (experiment ``reasoning``).
+
+    Returns:
+        The experiment's points DataFrame (see :func:`workbench.sweeps.run_sweep`).
+    """
+    tasks = cfg.tasks()
+    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, tasks),
+                            resume=resume, info=loaded.info, config=cfg)
+
+
+# ----------------------------------------------------------------------------- summaries and figures
+
+QUALITY_METRICS = ("exact_match", "gold_logprob")
+
+
+def quality_summary(requests, by=("reasoning_budget", "batch_size"), confidence: float = 0.95):
+    """Mean and percentile-bootstrap CI (``scipy.stats.bootstrap``) of exact match and gold log-likelihood per group.
+
+    Returns:
+        Long DataFrame: the ``by`` columns, ``metric``, ``n``, ``mean``, ``ci_low``, ``ci_high``.
+    """
+    from .. import quality
+
+    df = requests.copy()
+    df["exact_match"] = df["exact_match"].astype(float)
+    return quality.summarize(df, list(by), metrics=list(QUALITY_METRICS), confidence=confidence)
+
+
+def latency_table(requests):
+    """Long table of per-request TTFT, TTFAT and e2e (seconds) by budget and batch size, for box plots."""
+    cols = ["reasoning_budget", "batch_size", "ttft_s", "ttfat_s", "e2e_s"]
+    df = requests[cols].melt(id_vars=cols[:2], var_name="metric", value_name="value")
+    return df.dropna(subset=["value"])
+
+
+def fig_latency_vs_budget(points):
+    """TTFT, TTFAT and e2e medians (p50) vs budget, one colour per metric, one line style per batch size."""
+    import plotly.express as px
+
+    pts = plots.ok_points(points)
+    cols = {"ttft_s_p50": "TTFT p50", "ttfat_s_p50": "TTFAT p50", "e2e_s_p50": "e2e p50"}
+    df = pts.melt(id_vars=["reasoning_budget", "batch_size"], value_vars=list(cols), var_name="metric",
+                  value_name="value")
+    df["metric"] = df["metric"].map(cols)
+    df["batch_size"] = df["batch_size"].astype(str)
+    fig = px.line(df.sort_values("reasoning_budget"), x="reasoning_budget", y="value", color="metric",
+                  line_dash="batch_size", markers=True,
+                  labels=plots.labels("reasoning_budget", "batch_size", value="latency p50 (s)"),
+                  title="Latency vs reasoning budget (p50 over requests)")
+    return fig
+
+
+def fig_quality_vs_budget(summary):
+    """Accuracy and gold-answer log-likelihood vs budget with bootstrap CI error bars, colour = batch size."""
+    import plotly.express as px
+
+    df = summary.copy()
+    df["err_plus"] = df["ci_high"] - df["mean"]
+    df["err_minus"] = df["mean"] - df["ci_low"]
+    df["batch_size"] = df["batch_size"].astype(str)
+    df["metric"] = df["metric"].map({"exact_match": "exact-match accuracy",
+                                     "gold_logprob": "gold-answer log-likelihood (nats)"})
+    fig = px.line(df.sort_values("reasoning_budget"), x="reasoning_budget", y="mean", color="batch_size",
+                  facet_col="metric", error_y="err_plus", error_y_minus="err_minus", markers=True,
+                  labels=plots.labels("reasoning_budget", "batch_size", mean="mean (95% bootstrap CI)"),
+                  title="Answer quality vs reasoning budget")
+    fig.update_yaxes(matches=None, showticklabels=True)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+    return fig
+
+
+def fig_thinking_distribution(requests):
+    """Histogram of thinking tokens per request, one colour per budget (forced closes pile up at B + delimiter)."""
+    import plotly.express as px
+
+    df = requests.copy()
+    df["reasoning_budget"] = df["reasoning_budget"].astype(str)
+    return px.histogram(df, x="thinking_tokens", color="reasoning_budget", barmode="overlay", opacity=0.7,
+                        labels=plots.labels("thinking_tokens", reasoning_budget="budget B"),
+                        title="Thinking tokens per request")
+
+
+def fig_throughput_vs_budget(points):
+    """Output throughput (all tokens / wall time) vs budget, one line per batch size."""
+    import plotly.express as px
+
+    pts = plots.ok_points(points)
+    pts["batch_size"] = pts["batch_size"].astype(str)
+    return px.line(pts.sort_values("reasoning_budget"), x="reasoning_budget", y="output_throughput_tps",
+                   color="batch_size", markers=True,
+                   labels=plots.labels("reasoning_budget", "batch_size", "output_throughput_tps"),
+                   title="Output throughput vs reasoning budget, per batch size")
+
+
+def figures(points, requests) -> dict:
+    """All figures of the notebook, in report order: ``{name: figure}``."""
+    return {
+        "reasoning_latency_vs_budget": fig_latency_vs_budget(points),
+        "reasoning_quality_vs_budget": fig_quality_vs_budget(quality_summary(requests)),
+        "reasoning_thinking_tokens": fig_thinking_distribution(requests),
+        "reasoning_throughput_vs_budget": fig_throughput_vs_budget(points),
+    }
+
+
+def examples_markdown(requests, per_budget: int = 2) -> str:
+    """Markdown with the first ``per_budget`` requests of each budget: question id, thinking, answer, gold."""
+    lines = ["# Reasoning budget: example outputs", ""]
+    first = requests[requests["repeat"] == requests["repeat"].min()] if "repeat" in requests else requests
+    first = first[first["batch_size"] == first["batch_size"].min()]
+    for budget, g in first.groupby("reasoning_budget", sort=True):
+        lines += [f"## B = {budget}", ""]
+        for _, r in g.head(per_budget).iterrows():
+            pred = r["prediction"] if isinstance(r["prediction"], str) else "none"
+            lines += [f"**{r['task_id']}** (gold `{r['gold']}`, predicted `{pred}`, "
+                      f"{r['thinking_tokens']} thinking + {r['answer_tokens']} answer tokens)", "",
+                      "```", f"{r['thinking_text']}{r['answer_text']}", "```", ""]
+    return "\n".join(lines)

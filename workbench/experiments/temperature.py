@@ -1,0 +1,283 @@
+"""Temperature x top-p sweep: output length, repetition, quality and speed per sampling setting.
+
+What it measures (notebook ``03_temperature``): for every (prompt family,
+temperature, top_p) point, one batch of prompts of that family (English and
+Chinese) generated ``repeats`` times with seeds ``seed + r`` (the samples), and
+for each answer the metrics of :mod:`workbench.quality` (length, truncation,
+distinct-n, repeated 4-gram rate, gzip ratio, section coverage for reports,
+exact / substring match and ROUGE-L for factual questions, perplexity under the
+model at temperature 1). Speed comes from the same records (TPOT, e2e,
+throughput per point).
+
+Families (:mod:`workbench.prompts`): ``report`` ("write a report in N sections
+on TOPIC", long-form) and ``factual`` (short questions with known answers from
+``data/factual_qa.jsonl``).
+
+Temperature 0 is greedy decoding and ignores top_p, so the grid holds it once,
+recorded with ``top_p = 1.0``.
+
+Entry points: :class:`Config`, :func:`measure_point`, :func:`run`,
+:func:`quality_summary`, :func:`headline` and :func:`figures`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import plots, quality
+from ..checks import check_bool, check_choice_list, check_float_list, check_int
+from ..errors import ParameterError
+from ..generation import GenerationSettings, encode_prompts
+from ..sweeps import SweepConfig, measure_generation, run_sweep
+
+EXPERIMENT = "temperature"
+FAMILIES = ("report", "factual")
+
+
+@dataclasses.dataclass
+class Config(SweepConfig):
+    """The temperature / top-p sweep (notebook ``03_temperature``).
+
+    Attributes:
+        temperatures: sampling temperatures, each a finite number >= 0 (0 = greedy).
+        top_ps: nucleus masses, each in (0, 1] (unused at temperature 0).
+        families: prompt families, from ``report`` and ``factual``.
+        languages: prompt languages, from ``en`` and ``zh``.
+        n_report_prompts: report prompts per language (1..8).
+        n_sections: sections each report is asked for (>= 1).
+        n_factual_prompts: factual questions per language (1..20).
+        max_new_tokens: new-token cap of report answers (>= 1).
+        factual_max_new_tokens: new-token cap of factual answers (>= 1).
+        repeats: samples per setting (seeds ``seed .. seed + repeats - 1``).
+        perplexity: score each answer's perplexity under the model (one forward pass each).
+        target_chars: a target answer length in characters, turned into a
+            ``max_new_tokens`` per language in the notebook (report only).
+    """
+
+    temperatures: list = dataclasses.field(default_factory=lambda: [0.0, 0.7, 1.2])
+    top_ps: list = dataclasses.field(default_factory=lambda: [0.9, 1.0])
+    families: list = dataclasses.field(default_factory=lambda: ["report", "factual"])
+    languages: list = dataclasses.field(default_factory=lambda: ["en", "zh"])
+    n_report_prompts: int = 1
+    n_sections: int = 3
+    n_factual_prompts: int = 2
+    max_new_tokens: int = 48
+    factual_max_new_tokens: int = 24
+    repeats: int = 2
+    perplexity: bool = True
+    target_chars: int = 2000
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_float_list("temperatures", self.temperatures, lo=0)
+        check_float_list("top_ps", self.top_ps, lo=0, hi=1, lo_open=True)
+        check_choice_list("families", self.families, FAMILIES)
+        check_choice_list("languages", self.languages, ("en", "zh"))
+        check_int("n_sections", self.n_sections, 1)
+        check_int("max_new_tokens", self.max_new_tokens, 1)
+        check_int("factual_max_new_tokens", self.factual_max_new_tokens, 1)
+        check_int("n_report_prompts", self.n_report_prompts, 1, 8)
+        check_int("n_factual_prompts", self.n_factual_prompts, 1, 20)
+        check_bool("perplexity", self.perplexity)
+        check_int("target_chars", self.target_chars, 1)
+        limit = self.max_context()
+        if max(self.max_new_tokens, self.factual_max_new_tokens) + 256 > limit:
+            raise ParameterError(f"max_new_tokens: must leave room for the prompt within the model maximum {limit}")
+
+    def grid(self) -> list[dict]:
+        """Points: family outermost, then temperature, then top_p; temperature 0 once (top_p 1.0)."""
+        out = []
+        for fam in self.families:
+            for t in self.temperatures:
+                for p in ([1.0] if t == 0 else self.top_ps):
+                    pt = {"family": fam, "temperature": float(t), "top_p": float(p)}
+                    if pt not in out:
+                        out.append(pt)
+        return out
+
+    def prompts(self, family: str) -> list[dict]:
+        """The prompt dicts of a family (see :func:`workbench.prompts.report_prompts`)."""
+        from ..prompts import factual_prompts, report_prompts
+
+        if family == "report":
+            return report_prompts(self.n_report_prompts, self.n_sections, self.languages)
+        return factual_prompts(self.n_factual_prompts, self.languages)
+
+    def settings(self, point: dict) -> GenerationSettings:
+        cap = self.max_new_tokens if point["family"] == "report" else self.factual_max_new_tokens
+        return GenerationSettings(max_new_tokens=cap, temperature=point["temperature"], top_p=point["top_p"],
+                                  seed=self.seed)
+
+
+def score_records(loaded, records: list[dict], prompt_dicts: list[dict], with_perplexity: bool = True) -> None:
+    """Add the prompt's columns and :func:`workbench.quality.score_output` (+ ``perplexity``) to each record, in place.
+
+    ``record["request_id"]`` indexes ``prompt_dicts``; the prompt text itself is
+    not stored (family, language and topic identify it).
+    """
+    prompt_ids = {}
+    for rec in records:
+        pd_ = prompt_dicts[rec["request_id"]]
+        rec.update(family=pd_["family"], language=pd_["language"], topic=pd_["topic"], n_sections=pd_["n_sections"],
+                   sample=rec.get("repeat", 0))
+        rec.update(quality.score_output(rec["text"], rec["finish_reason"], pd_["n_sections"], pd_["answers"]))
+        if with_perplexity:
+            i = rec["request_id"]
+            if i not in prompt_ids:
+                prompt_ids[i] = encode_prompts(loaded.tokenizer, [pd_["prompt"]])["input_ids"][0].tolist()
+            rec["perplexity"] = quality.perplexity(loaded, prompt_ids[i], rec["output_ids"])
+        else:
+            rec["perplexity"] = float("nan")
+
+
+def measure_point(loaded, cfg: Config, point: dict) -> dict:
+    """One (family, temperature, top_p) point: ``repeats`` seeded samples of the family's batch, scored.
+
+    Returns:
+        The measure-dict of :func:`workbench.sweeps.run_sweep`; ``extra`` holds ``truncated_rate`` (share of
+        answers cut by ``max_new_tokens``) and ``output_tokens_mean``.
+    """
+    prompt_dicts = cfg.prompts(point["family"])
+    out = measure_generation(loaded, [p["prompt"] for p in prompt_dicts], cfg.settings(point), cfg.repeats, cfg.warmup)
+    score_records(loaded, out["requests"], prompt_dicts, cfg.perplexity)
+    n = len(out["requests"])
+    out["extra"] = {
+        "truncated_rate": sum(r["truncated"] for r in out["requests"]) / n if n else float("nan"),
+        "output_tokens_mean": sum(r["output_tokens"] for r in out["requests"]) / n if n else float("nan"),
+    }
+    return out
+
+
+def run(cfg: Config, run_dir, loaded, resume: bool = False):
+    """Every point of ``cfg.grid()`` through :func:`workbench.sweeps.run_sweep`; returns the points DataFrame."""
+    return run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p),
+                     resume=resume, info=loaded.info, config=cfg)
+
+
+QUALITY_BY = ("family", "language", "temperature", "top_p")
+
+
+def quality_summary(requests, by=QUALITY_BY, confidence: float = 0.95):
+    """Mean and bootstrap CI of every quality metric per (family, language, temperature, top_p)."""
+    return quality.summarize(requests, list(by), confidence=confidence)
+
+
+def headline(summary, metrics=("truncated", "repeated_4gram_rate", "distinct_2", "compression_ratio")):
+    """Wide table: per family and temperature (top_p pooled by taking the largest), mean [CI] of key metrics."""
+    df = summary[summary["metric"].isin(metrics)].copy()
+    df = df[df["top_p"] == df.groupby(["family", "temperature"])["top_p"].transform("max")]
+    df["value"] = df.apply(lambda r: f"{r['mean']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]", axis=1)
+    return df.pivot_table(index=["family", "language", "temperature", "top_p"], columns="metric", values="value",
+                          aggfunc="first")
+
+
+def length_targets(tokenizer, target_chars: int, languages=("en", "zh")):
+    """Characters per token of the tokenizer per language and the ``max_new_tokens`` a target length needs.
+
+    Returns:
+        ``pandas.DataFrame``: language, chars_per_token, target_chars, max_new_tokens
+        (:func:`workbench.prompts.max_new_tokens_for_chars`, 10% margin).
+    """
+    import pandas as pd
+
+    from ..prompts import chars_per_token, max_new_tokens_for_chars
+
+    return pd.DataFrame([
+        {"language": lang, "chars_per_token": chars_per_token(tokenizer, lang), "target_chars": target_chars,
+         "max_new_tokens": max_new_tokens_for_chars(tokenizer, target_chars, lang)}
+        for lang in languages
+    ])
+
+
+def samples_markdown(requests, max_chars: int = 600) -> str:
+    """The generated texts as Markdown, grouped by family, language, topic and setting (for reading, not scoring)."""
+    cols = ["family", "language", "topic", "temperature", "top_p", "sample"]
+    lines = ["# Generated samples", ""]
+    for _, r in requests.sort_values(cols).iterrows():
+        text = str(r["text"])
+        text = text if len(text) <= max_chars else text[:max_chars] + " [...]"
+        lines += [f"## {r['family']} / {r['language']} / {r['topic']} / T={r['temperature']:g} top_p={r['top_p']:g} "
+                  f"sample {r['sample']} (seed {r['seed']}, {r['output_tokens']} tokens, {r['finish_reason']})",
+                  "", "```", text, "```", ""]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+_T_LABEL = "temperature (0 = greedy)"
+
+
+def _greedy_on_every_top_p(df):
+    """Copy temperature-0 rows to every top_p present, so each top_p line starts at greedy (top_p is unused there)."""
+    import pandas as pd
+
+    greedy, rest = df[df["temperature"] == 0], df[df["temperature"] != 0]
+    tops = sorted(set(rest["top_p"])) or sorted(set(greedy["top_p"]))
+    return pd.concat([rest] + [greedy.assign(top_p=p) for p in tops], ignore_index=True)
+
+
+def fig_metrics_vs_temperature(summary, family: str, metrics: list[str], title: str):
+    """Mean with bootstrap CI error bars vs temperature, one panel per metric, colour = language, dash = top_p.
+
+    The greedy (temperature 0) point is drawn on every top_p line.
+    """
+    import plotly.express as px
+
+    df = _greedy_on_every_top_p(summary[(summary["family"] == family) & summary["metric"].isin(metrics)])
+    df["metric"] = df["metric"].map(plots.label)
+    df["err_plus"] = df["ci_high"] - df["mean"]
+    df["err_minus"] = df["mean"] - df["ci_low"]
+    df["top_p"] = df["top_p"].map(lambda p: f"top_p {p:g}")
+    df = df.sort_values("temperature")
+    orders = {"metric": [plots.label(m) for m in metrics], "language": sorted(set(df["language"])),
+              "top_p": sorted(set(df["top_p"]), reverse=True)}
+    fig = px.line(df, x="temperature", y="mean", color="language", line_dash="top_p", markers=True,
+                  category_orders=orders,
+                  error_y="err_plus", error_y_minus="err_minus", facet_col="metric", facet_col_wrap=3,
+                  facet_row_spacing=0.12, labels={"temperature": _T_LABEL, "mean": "mean, 95% CI"},
+                  title=title)
+    fig.update_yaxes(matches=None, showticklabels=True)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    return plots.legend_below(fig, y=-0.12, bottom=120)
+
+
+def fig_speed_vs_temperature(points):
+    """TPOT p50, e2e p50 and output throughput vs temperature, per family."""
+    import pandas as pd
+    import plotly.express as px
+
+    df = _greedy_on_every_top_p(plots.ok_points(points))
+    cols = {c: plots.label(c) for c in ("tpot_s_p50", "e2e_s_p50", "output_throughput_tps", "output_tokens_mean")}
+    long = pd.concat([df.assign(metric=label, value=df[c]) for c, label in cols.items() if c in df])
+    long["top_p"] = long["top_p"].map(lambda p: f"top_p {p:g}")
+    long = long.sort_values("temperature")
+    orders = {"metric": [label for c, label in cols.items() if c in df], "family": list(FAMILIES),
+              "top_p": sorted(set(long["top_p"]), reverse=True)}
+    fig = px.line(long, x="temperature", y="value", color="family", line_dash="top_p", markers=True,
+                  category_orders=orders,
+                  facet_col="metric", facet_col_wrap=2, facet_row_spacing=0.12,
+                  labels={"temperature": _T_LABEL, "value": ""},
+                  title="Speed vs temperature (sampling cost and output length)")
+    fig.update_yaxes(matches=None, showticklabels=True)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    return plots.legend_below(fig, y=-0.12, bottom=120)
+
+
+def figures(summary, points) -> dict:
+    """Every figure of the notebook, by name, in report order (families absent from the run are skipped)."""
+    figs = {}
+    fams = set(summary["family"]) if len(summary) else set()
+    if "report" in fams:
+        figs["temperature_report_repetition"] = fig_metrics_vs_temperature(
+            summary, "report", ["truncated", "output_tokens", "distinct_2", "repeated_4gram_rate", "compression_ratio",
+                                "perplexity"],
+            "Long-form reports: length, truncation and repetition vs temperature")
+        figs["temperature_report_sections"] = fig_metrics_vs_temperature(
+            summary, "report", ["section_coverage", "distinct_1"], "Long-form reports: section coverage vs temperature")
+    if "factual" in fams:
+        figs["temperature_factual_accuracy"] = fig_metrics_vs_temperature(
+            summary, "factual", ["substring_match", "exact_match", "rouge_l", "perplexity", "truncated"],
+            "Factual questions: accuracy vs temperature")
+    figs["temperature_speed"] = fig_speed_vs_temperature(points)
+    return figs
