@@ -21,11 +21,39 @@ def _requests():
 
 
 def test_percentiles_ignore_requests_without_tokens():
-    row = metrics.summarize_point(_requests(), wall_s=5.0)
+    """The zero-token row carries zero (not NaN) timings: if it were counted, the median would move to 1.0."""
+    req = _requests()
+    req.loc[2, ["ttft_s", "prefill_s", "tpot_s", "e2e_s", "decode_tps"]] = 0.0
+    row = metrics.summarize_point(req, wall_s=5.0)
     assert row["ttft_s_p50"] == pytest.approx(2.0)          # median of 1 and 3; the empty request is ignored
-    assert row["ttft_s_p90"] == pytest.approx(1.0 + 0.9 * 2.0)
     assert row["itl_s_p50"] == pytest.approx(0.1)           # pooled gaps 0.1,0.1,0.1,0.2,0.4
-    assert row["completed"] == 2 and row["requests"] == 3
+    assert row["completed"] == 2 and row["requests"] == 3 and row["n_samples"] == 2
+
+
+def test_percentiles_need_enough_independent_samples():
+    """No p90 from 2 samples, no p99 from fewer than 100; rows of one batch are one sample."""
+    row = metrics.summarize_point(_requests(), wall_s=5.0)
+    assert math.isnan(row["ttft_s_p90"]) and math.isnan(row["ttft_s_p99"]) and "ttft_s_p99" in row["percentile_note"]
+    many = pd.DataFrame({"output_tokens": [3] * 120, "ttft_s": np.linspace(1, 2, 120), "batch_size": [1] * 120,
+                         "itl_s": [[0.1, 0.2]] * 120})
+    row = metrics.summarize_point(many, wall_s=5.0)
+    assert row["n_samples"] == 120 and row["ttft_s_p99"] == pytest.approx(np.percentile(np.linspace(1, 2, 120), 99))
+    batched = many.assign(batch_size=8)
+    row = metrics.summarize_point(batched, wall_s=5.0)
+    assert row["n_samples"] == 15 and math.isnan(row["ttft_s_p99"]) and row["ttft_s_p90"] == row["ttft_s_p90"]
+
+
+def test_repeat_bootstrap_ci_brackets_the_median_and_needs_two_repeats():
+    req = pd.DataFrame({"repeat": [0] * 5 + [1] * 5 + [2] * 5, "ttft_s": [1.0] * 5 + [1.2] * 5 + [1.4] * 5})
+    lo, hi = metrics.repeat_bootstrap_ci(req, "ttft_s")
+    assert 1.0 <= lo <= 1.2 <= hi <= 1.4 and lo < hi
+    assert all(math.isnan(v) for v in metrics.repeat_bootstrap_ci(req[req["repeat"] == 0], "ttft_s"))
+
+
+def test_verdict_marks_loaded_points_invalid():
+    assert metrics.verdict({"others_cpu_load": 0.02, "steal_frac": 0.0}) == {"valid": True, "invalid_reason": ""}
+    bad = metrics.verdict({"others_cpu_load": 0.9, "steal_frac": 0.0})
+    assert bad["valid"] is False and "0.90 CPU cores" in bad["invalid_reason"]
 
 
 def test_throughput_and_goodput_by_hand():
@@ -67,6 +95,8 @@ def test_probe_device_cpu_is_positive():
     p = metrics.probe_device("cpu", "float32")
     assert p["bandwidth_bytes_per_s"] > 1e8 and p["flops_per_s"] > 1e8
     assert np.isfinite(p["bandwidth_bytes_per_s"])
+    assert p["probe_trials"] >= 5 and p["bandwidth_spread"] >= 0 and p["flops_spread"] >= 0
+    assert isinstance(p["probe_noisy"], bool)
 
 
 def test_request_timing_by_hand():

@@ -1,7 +1,10 @@
 """The point loop: grids, failure handling and resume (fake measurements, no model)."""
+from pathlib import Path
+
 import pytest
 
 from workbench import ParameterError, results, sweeps
+
 
 def test_expand_grid_order():
     assert sweeps.expand_grid(a=[1, 2], b=["x"]) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
@@ -42,3 +45,79 @@ def test_measure_exception_does_not_stop_the_sweep():
 
     pts = sweeps.run_sweep(run, "fake", sweeps.expand_grid(batch_size=[1, 2]), measure)
     assert pts["status"].tolist() == ["failed: MemoryError: out of memory at batch 1", "ok"]
+
+
+def _sleep_measure(seconds):
+    import time
+
+    def measure(p):
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:   # this process's own work is not "other load"
+            pass
+        return _fake_measure(p)
+    return measure
+
+
+def test_a_busy_process_during_a_point_marks_it_invalid_and_a_quiet_point_stays_valid():
+    import subprocess
+    import sys
+
+    run = results.create_run()
+    quiet = sweeps.run_sweep(run, "quiet", sweeps.expand_grid(batch_size=[1]), _sleep_measure(1.0))
+    assert bool(quiet["valid"].iloc[0]) is True, quiet["invalid_reason"].iloc[0]
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy = sweeps.run_sweep(run, "busy", sweeps.expand_grid(batch_size=[1]), _sleep_measure(1.5))
+    finally:
+        hog.kill()
+    assert bool(busy["valid"].iloc[0]) is False
+    assert "other processes used" in busy["invalid_reason"].iloc[0]
+    assert busy["others_cpu_load"].iloc[0] > 0.5
+    assert set(results.invalid_points(run)) == {busy["point_id"].iloc[0]}
+
+
+def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_them(monkeypatch):
+    from types import SimpleNamespace
+
+    run = results.create_run()
+    refs = iter([0.10, 0.20])
+    monkeypatch.setattr(sweeps, "reference_tpot_s", lambda loaded: next(refs))
+    monkeypatch.setattr(sweeps.metrics, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
+    fake = SimpleNamespace(info=None)
+    pts = sweeps.run_sweep(run, "drift", sweeps.expand_grid(batch_size=[1, 2]), _fake_measure, loaded=fake)
+    assert (pts["valid"] == False).all() and pts["invalid_reason"].str.contains("drifted 100%").all()  # noqa: E712
+    assert results.read_manifest(run)["experiments"]["drift"]["drift"] == pytest.approx(1.0)
+    assert results.finished_points(run) == set(pts["point_id"])   # plain resume keeps them
+    monkeypatch.setenv("WORKBENCH_RERUN_INVALID", "1")
+    assert results.finished_points(run) == set()                  # --rerun-invalid measures them again
+    calls = []
+    refs2 = iter([0.1, 0.1])
+    monkeypatch.setattr(sweeps, "reference_tpot_s", lambda loaded: next(refs2))
+    pts = sweeps.run_sweep(run, "drift", sweeps.expand_grid(batch_size=[1, 2]),
+                           lambda p: calls.append(p) or _fake_measure(p), resume=True, loaded=fake)
+    assert len(calls) == 2 and (pts["valid"] == True).all()  # noqa: E712
+
+
+def test_peak_memory_is_per_point_not_a_running_maximum(monkeypatch):
+    """A point after a memory-hungry one reports its own peak (Linux VmHWM reset per point)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("needs Linux /proc/self/clear_refs to reset the high-water mark")
+
+    def measure(p):
+        if p["batch_size"] == 1:
+            big = np.ones(400_000_000 // 8)   # 400 MB touched
+            big.sum()
+            del big
+        return _fake_measure(p)
+
+    info = SimpleNamespace(device="cpu", name="fake", dtype="float32", to_dict=lambda: {})
+    monkeypatch.setattr(sweeps.results, "environment", lambda *a, **k: {})
+    run = results.create_run()
+    pts = sweeps.run_sweep(run, "mem", sweeps.expand_grid(batch_size=[1, 2]), measure, info=info)
+    peaks = pts.set_index("batch_size")["peak_memory_bytes"]
+    assert (pts["peak_memory_method"] == "vmhwm").all()
+    assert peaks[1] - peaks[2] > 300e6

@@ -1,6 +1,6 @@
 """The ``workbench`` command: run suites, sweep one notebook, build reports, show the environment.
 
-    workbench run [SUITE] [--resume RUN_DIR] [--label NAME]
+    workbench run [SUITE] [--resume RUN_DIR] [--label NAME] [--rerun-invalid RUN_DIR]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR] [--label NAME]
     workbench report RUN_DIR [RUN_DIR ...] [-o OUT.html]
     workbench env [--model SPEC] [--no-probe]
@@ -66,10 +66,19 @@ def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
             params["resume"] = True
         # parameters are on disk before any point runs: an interrupted notebook resumes with the same ones
         results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": e["parameters"]}})
+        before = len(results.read_manifest(run_dir).get("points", {}))
         try:
             notebooks.execute_notebook(e["notebook"], params, run_dir)
             status = "ok"
+            recorded = len(results.read_manifest(run_dir).get("points", {})) - before
+            if recorded == 0 and not resume and not name.startswith("9"):  # 9x notebooks analyse, never measure
+                status = "failed: the notebook was asked to measure and recorded no point"
+                failed.append(name)
         except Exception as exc:  # noqa: BLE001 - one failed notebook must not stop the suite
+            if isinstance(exc, results.RunWriteError) or getattr(exc, "ename", None) in ("RunWriteError",
+                                                                                         "RunLockedError"):
+                # the run folder cannot be written (disk full) or was taken over: stop, keep what is on disk
+                raise results.RunWriteError(str(getattr(exc, "evalue", None) or exc)) from exc
             status = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:400]
             failed.append(name)
         wall = time.perf_counter() - t0
@@ -112,15 +121,41 @@ def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite:
         e["parameters"] = {k: v for k, v in notebooks.validate_parameters(e["notebook"], e["parameters"]).items()
                            if k in e["parameters"]}
     run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
-    results.update_manifest(run_dir, status="running", suite=suite)
+    try:
+        owner = results.lock_run(run_dir)   # one writer per run folder; a second resume is refused here
+    except results.RunLockedError as exc:
+        raise ParameterError(f"--resume: {exc}") from None
+    try:
+        return _run_locked(entries, run_dir, bool(resume_dir), suite, owner)
+    finally:
+        results.unlock_run(run_dir)
+
+
+def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | None, owner: dict) -> int:
+    from . import report, results
+
+    recorded_suite = results.read_manifest(run_dir).get("suite") if resume else None
+    if resume and suite and recorded_suite and Path(recorded_suite).resolve() != Path(suite).resolve():
+        raise ParameterError(f"--resume: the run was started with suite {recorded_suite}, not {suite}; "
+                             "give the same suite to resume")
+    if owner.get("stale"):
+        print(f"run folder: took over the lock left by pid {owner['stale'].get('pid')} (no longer running)",
+              file=sys.stderr)
+    results.begin_session(run_dir, resume=resume)
+    results.update_manifest(run_dir, status="running", suite=suite or recorded_suite)
     print(f"run folder: {run_dir}", flush=True)
     t0 = time.perf_counter()
     try:
-        failed = _execute(entries, run_dir, resume=bool(resume_dir))
+        failed = _execute(entries, run_dir, resume=resume)
     except KeyboardInterrupt:
-        results.update_manifest(run_dir, status="interrupted")
+        _mark_interrupted(run_dir)
         print(f"\ninterrupted: finished points are on disk; continue with --resume {run_dir}", file=sys.stderr)
         return 130
+    except results.RunWriteError as exc:
+        _mark_interrupted(run_dir)
+        print(f"error: {str(exc).strip().splitlines()[-1]}; finished points are kept: free the space, then "
+              f"--resume {run_dir}", file=sys.stderr)
+        return 1
     wall = time.perf_counter() - t0
     status = "ok" if not failed else f"failed: {', '.join(failed)}"
     results.update_manifest(run_dir, status=status, wall_s=round(wall, 1))
@@ -129,9 +164,39 @@ def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite:
     return 0 if not failed else 1
 
 
+def _mark_interrupted(run_dir: Path) -> None:
+    """Best effort: the manifest says ``interrupted`` (it may itself be unwritable when the disk is full)."""
+    from . import results
+
+    try:
+        results.update_manifest(run_dir, status="interrupted")
+    except (OSError, ParameterError):
+        pass
+
+
+def _rerun_invalid_entries(run_dir: str) -> list[dict]:
+    """The notebooks a run recorded, with their recorded parameters (``--rerun-invalid``)."""
+    import os
+
+    from . import notebooks, results
+
+    if not (Path(run_dir) / "manifest.json").exists():
+        raise ParameterError(f"--rerun-invalid: {run_dir!r} is not a run folder (no manifest.json)")
+    bad = results.invalid_points(run_dir)
+    if not bad:
+        raise ParameterError(f"--rerun-invalid: {run_dir!r} has no point marked invalid")
+    print(f"re-measuring {len(bad)} invalid point(s): " + ", ".join(sorted(bad)), flush=True)
+    os.environ["WORKBENCH_RERUN_INVALID"] = "1"  # inherited by the kernels: invalid points count as unfinished
+    recorded = results.read_manifest(run_dir).get("notebooks", {})
+    return [{"notebook": str(notebooks.NOTEBOOKS_DIR / f"{name}.ipynb"), "parameters": dict(rec.get("parameters", {}))}
+            for name, rec in recorded.items()]
+
+
 def cmd_run(args) -> int:
     from . import notebooks
 
+    if args.rerun_invalid:
+        return _run_entries(_rerun_invalid_entries(args.rerun_invalid), args.rerun_invalid, args.label)
     suite = notebooks.load_suite(args.suite)
     return _run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"])
 
@@ -153,10 +218,21 @@ def cmd_sweep(args) -> int:
 def cmd_report(args) -> int:
     from . import report
 
+    from . import results
+
     runs = [Path(r) for r in args.runs]
+    seen: dict[Path, str] = {}
     for r in runs:
-        if not (r / "manifest.json").exists():
+        if not (r / "manifest.json").is_file():
             raise ParameterError(f"RUN_DIR: {str(r)!r} is not a run folder (no manifest.json)")
+        try:
+            results.read_manifest(r)
+        except ParameterError as exc:
+            raise ParameterError(f"RUN_DIR: {exc}".replace("RUN_DIR: run_dir: ", "RUN_DIR: ")) from None
+        key = r.resolve()
+        if key in seen:
+            raise ParameterError(f"RUN_DIR: {str(r)!r} is given twice (as {seen[key]!r}); compare different runs")
+        seen[key] = str(r)
     print(report.build_report(runs, args.output))
     return 0
 
@@ -211,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("suite", nargs="?", default="default", help="suite name in suites/ (default, quick) or a YAML path")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
     r.add_argument("--label", default="", help="suffix of the new run id (letters, digits, _.-)")
+    r.add_argument("--rerun-invalid", metavar="RUN_DIR",
+                   help="re-measure only the points of RUN_DIR marked invalid (other load, drift), in place")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sweep", help="run one notebook over a parameter grid")
@@ -242,11 +320,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "serve" and rest:
         build_parser().parse_args(argv)  # the usual error for unknown arguments
     args.rest = rest
+    from . import results
+
+    results.results_root()  # resolved once here; kernels inherit the absolute $WORKBENCH_RESULTS
     try:
         return args.func(args)
     except ParameterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except results.RunWriteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

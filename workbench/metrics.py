@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 
 PERCENTILES = (50, 90, 99)
+# a percentile is reported only from enough independent samples: p99 from fewer than 100 values is one value
+MIN_SAMPLES = {"p50": 1, "p90": 10, "p99": 100}
 LATENCY_COLUMNS = ("ttft_s", "prefill_s", "tpot_s", "e2e_s", "itl_s", "decode_tps")
 STATS = ("p50", "p90", "p99", "mean", "rate", "min", "max")
 
@@ -172,6 +174,126 @@ def percentiles(values, qs=PERCENTILES) -> dict:
     return {f"p{q}": float(v) for q, v in zip(qs, np.percentile(arr, qs))}
 
 
+def n_samples(requests: pd.DataFrame) -> int:
+    """Independent timing samples behind a point's per-request percentiles.
+
+    Rows of one batch share one stamp per decode step, so they are one sample, not ``batch_size``:
+    ``round(requests / batch_size)`` over requests that produced a token (all rows when no
+    ``batch_size`` is recorded).
+    """
+    if requests.empty:
+        return 0
+    if "batch_size" not in requests:
+        return int(len(requests))
+    batch = pd.to_numeric(requests["batch_size"], errors="coerce").fillna(1).clip(lower=1)
+    return int(round(float((1.0 / batch).sum())))
+
+
+def itl_samples(requests: pd.DataFrame) -> int:
+    """Independent inter-token gaps: every gap of every request, divided by the rows that shared it."""
+    if requests.empty or "itl_s" not in requests:
+        return 0
+    gaps = requests["itl_s"].map(lambda x: len(x) if x is not None else 0)
+    batch = pd.to_numeric(requests.get("batch_size", 1), errors="coerce")
+    batch = batch.fillna(1).clip(lower=1) if isinstance(batch, pd.Series) else 1
+    return int(round(float((gaps / batch).sum())))
+
+
+def repeat_bootstrap_ci(requests: pd.DataFrame, column: str, confidence: float = 0.95, n_resamples: int = 2000,
+                        seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap CI of a column's median, resampling whole repeats (cluster bootstrap).
+
+    Repeats are the independent units (rows of one repeat share the machine's state and, in a batch,
+    one stamp per step), so the resampling unit is the repeat (Efron & Tibshirani 1993, ch. 13; the
+    cluster bootstrap of Davison & Hinkley 1997, sec. 3.8). Fewer than two repeats: ``(nan, nan)``.
+
+    Returns:
+        ``(low, high)`` in the column's unit.
+    """
+    if column not in requests or "repeat" not in requests:
+        return float("nan"), float("nan")
+    groups = [pd.to_numeric(g[column], errors="coerce").dropna().to_numpy()
+              for _, g in requests.groupby("repeat")]
+    groups = [g for g in groups if g.size]
+    if len(groups) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(groups), size=(n_resamples, len(groups)))
+    stats = np.array([np.median(np.concatenate([groups[j] for j in row])) for row in picks])
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(stats, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+OTHERS_LOAD_LIMIT = 0.25  # cores' worth of CPU time used by other processes while a point ran
+STEAL_LIMIT = 0.05        # share of CPU time stolen by the hypervisor
+
+
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """``(busy, steal)`` jiffies of all CPUs from ``/proc/stat`` (Linux), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return user + nice + system + irq + softirq + steal, steal
+
+
+class LoadMonitor:
+    """CPU time that other processes (and the hypervisor) took while a point was measured.
+
+    Reads ``/proc/stat`` (all CPUs' busy and steal jiffies) and this process tree's own CPU time
+    (``psutil``, all threads, no child processes) at start and :meth:`stop`; others' load is the difference, in cores (CPU seconds per
+    wall second). Elsewhere (no ``/proc``) the figures are NaN and no verdict is drawn from them.
+    GPU: other processes on an NVIDIA device are not yet counted.
+    """
+
+    def __init__(self):
+        import os
+
+        import psutil
+
+        self._hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._proc = psutil.Process()
+        self._t0 = time.perf_counter()
+        self._own0 = self._own()
+        self._cpu0 = _cpu_jiffies()
+
+    def _own(self) -> float:
+        """CPU seconds of this process (all its threads); child processes count as other load."""
+        t = self._proc.cpu_times()
+        return t.user + t.system
+
+    def stop(self) -> dict:
+        """``others_cpu_load`` (cores) and ``steal_frac`` (share of busy time) since construction."""
+        wall = time.perf_counter() - self._t0
+        cpu1 = _cpu_jiffies()
+        if self._cpu0 is None or cpu1 is None or wall <= 0:
+            return {"others_cpu_load": float("nan"), "steal_frac": float("nan")}
+        busy_s = (cpu1[0] - self._cpu0[0]) / self._hz
+        steal_s = (cpu1[1] - self._cpu0[1]) / self._hz
+        own_s = self._own() - self._own0
+        return {"others_cpu_load": max(0.0, busy_s - own_s - steal_s) / wall,
+                "steal_frac": steal_s / busy_s if busy_s > 0 else 0.0}
+
+
+def verdict(row: dict) -> dict:
+    """A point's validity: ``{"valid": bool, "invalid_reason": str}`` from its contamination figures.
+
+    Invalid when other processes used more than :data:`OTHERS_LOAD_LIMIT` cores, or the hypervisor
+    stole more than :data:`STEAL_LIMIT` of the CPU time, while it was measured. (Drift of the reference
+    point is judged after the sweep, see :func:`workbench.sweeps.run_sweep`.)
+    """
+    reasons = []
+    load, steal = row.get("others_cpu_load"), row.get("steal_frac")
+    if load is not None and load == load and load > OTHERS_LOAD_LIMIT:
+        reasons.append(f"other processes used {load:.2f} CPU cores during the point (limit {OTHERS_LOAD_LIMIT})")
+    if steal is not None and steal == steal and steal > STEAL_LIMIT:
+        reasons.append(f"hypervisor stole {steal:.0%} of CPU time (limit {STEAL_LIMIT:.0%})")
+    return {"valid": not reasons, "invalid_reason": "; ".join(reasons)}
+
+
 def meets_slo(requests: pd.DataFrame, slo_ttft_s: float | None, slo_tpot_s: float | None) -> pd.Series:
     """Boolean per request: produced a token, ``ttft_s <= slo_ttft_s`` and ``tpot_s <= slo_tpot_s``.
 
@@ -211,12 +333,27 @@ def summarize_point(
     """
     done = requests[requests["output_tokens"] >= 1]
     row: dict = {}
+    n = n_samples(done)
+    n_itl = itl_samples(done)
+    notes = []
     for col in LATENCY_COLUMNS:
         if col not in done:
             continue
         values = [x for lst in done[col] for x in lst] if col == "itl_s" else done[col].tolist()
+        have = n_itl if col == "itl_s" else n
         for k, v in percentiles(values).items():
+            need = MIN_SAMPLES[k]
+            if have < need:
+                v = float("nan")
+                notes.append(f"{col}_{k}")
             row[f"{col}_{k}"] = v
+    row["n_samples"] = n
+    row["percentile_note"] = (f"left empty, too few independent samples ({n}; p90 needs {MIN_SAMPLES['p90']}, "
+                              f"p99 needs {MIN_SAMPLES['p99']}): " + ", ".join(notes)) if notes else ""
+    for col in ("ttft_s", "tpot_s"):
+        if col in done:
+            lo, hi = repeat_bootstrap_ci(done, col)
+            row[f"{col}_p50_ci_low"], row[f"{col}_p50_ci_high"] = lo, hi
     total_tokens = int(requests["output_tokens"].sum())
     good = int(meets_slo(requests, slo_ttft_s, slo_tpot_s).sum())
     row.update(
@@ -245,52 +382,61 @@ def pareto_front(points: pd.DataFrame, x: str = "output_throughput_tps", y: str 
     return df.loc[keep].sort_values(x)
 
 
-def _sync(device: str) -> None:
-    import torch
+PROBE_SPREAD_LIMIT = 0.25  # a probe whose trials spread more than this (max-min over median) is flagged noisy
 
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+
+def _timed_trials(fn, device: str, trials: int) -> list[float]:
+    from .generation import synchronize
+
+    out = []
+    for _ in range(trials):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        out.append(time.perf_counter() - t0)
+    return out
 
 
 @functools.lru_cache(maxsize=8)
-def probe_device(device: str = "cpu", dtype: str = "float32") -> dict:
-    """Measure peak memory bandwidth and matmul FLOP/s of a device (a one-off, ~1-2 s).
+def probe_device(device: str = "cpu", dtype: str = "float32", trials: int = 7) -> dict:
+    """Measure peak memory bandwidth and matmul FLOP/s of a device: medians of several trials, with spread.
 
-    Bandwidth: a 256 MiB tensor copied into another (read + write = 2 x size
-    bytes), best of 5. FLOP/s: an ``n x n`` matmul in ``dtype`` (``2 n^3``
-    FLOPs), ``n = 2048`` on CPU and 8192 on CUDA, best of 5, after one warm-up.
+    Bandwidth: a copy between two 512 MiB buffers (far larger than any last-level cache, so the copy
+    streams from memory; read + write = 2 x size bytes per copy), the median of ``trials`` copies after
+    one untimed copy. FLOP/s: an ``n x n`` matmul in ``dtype`` (``2 n^3`` FLOPs; ``n = 2048`` on CPU and
+    MPS, 8192 on CUDA), the median of ``trials`` after a warm-up. Each figure's spread is
+    ``(max - min) / median`` of the per-trial rates; above :data:`PROBE_SPREAD_LIMIT` the probe is
+    ``noisy`` (other load ran) and MBU/MFU divided by it deserve doubt. Device synchronisation (CUDA,
+    MPS) before every clock read.
 
     Returns:
-        ``{"bandwidth_bytes_per_s": float, "flops_per_s": float, "device": str, "dtype": str}``.
+        ``{"bandwidth_bytes_per_s", "flops_per_s", "bandwidth_spread", "flops_spread", "probe_trials",
+        "probe_noisy" (bool), "device", "dtype"}``.
     """
+    import numpy as np
     import torch
 
     dt = getattr(torch, dtype)
-    n_bytes = 256 << 20
+    n_bytes = 512 << 20
     src = torch.empty(n_bytes // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    best = math.inf
-    for _ in range(5):
-        _sync(device)
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    bandwidth = 2 * n_bytes / best
-    del src, dst
+    bw = 2 * n_bytes / np.asarray(_timed_trials(lambda: dst.copy_(src), device, trials))
     n = 8192 if device.startswith("cuda") else 2048
     a = torch.randn(n, n, device=device).to(dt)
     b = torch.randn(n, n, device=device).to(dt)
     a @ b
-    best = math.inf
-    for _ in range(5):
-        _sync(device)
-        t0 = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return {"bandwidth_bytes_per_s": bandwidth, "flops_per_s": 2 * n**3 / best, "device": device, "dtype": dtype}
+    fl = 2 * n**3 / np.asarray(_timed_trials(lambda: a @ b, device, trials))
+
+    def spread(x):
+        return float((x.max() - x.min()) / np.median(x))
+
+    out = {"bandwidth_bytes_per_s": float(np.median(bw)), "flops_per_s": float(np.median(fl)),
+           "bandwidth_spread": spread(bw), "flops_spread": spread(fl), "probe_trials": trials,
+           "device": device, "dtype": dtype}
+    out["probe_noisy"] = max(out["bandwidth_spread"], out["flops_spread"]) > PROBE_SPREAD_LIMIT
+    return out
 
 
 def mbu(
@@ -334,12 +480,41 @@ def mfu(flops: float, prefill_s: float, peak_flops_per_s: float) -> float:
     return flops / prefill_s / peak_flops_per_s
 
 
-def peak_memory_bytes(device: str) -> int:
-    """CUDA: ``torch.cuda.max_memory_allocated``; elsewhere the process's resident set size now (psutil)."""
+def reset_peak_memory(device: str) -> None:
+    """Start a new peak-memory window (call before a point's first run).
+
+    CUDA: ``torch.cuda.reset_peak_memory_stats``. Linux CPU: writing ``5`` to ``/proc/self/clear_refs``
+    resets the process's resident high-water mark ``VmHWM`` (proc(5)). Elsewhere nothing can be reset.
+    """
     if device.startswith("cuda"):
         import torch
 
-        return int(torch.cuda.max_memory_allocated())
-    import psutil
+        torch.cuda.reset_peak_memory_stats()
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
-    return int(psutil.Process().memory_info().rss)
+
+def peak_memory_bytes(device: str) -> tuple[int | None, str]:
+    """Peak memory since :func:`reset_peak_memory`, and how it was measured.
+
+    Returns:
+        ``(bytes, method)``: CUDA ``torch.cuda.max_memory_allocated`` (``cuda_max_allocated``); Linux CPU
+        the resident high-water mark ``VmHWM`` of ``/proc/self/status`` (``vmhwm``: the whole process,
+        weights included); else ``(None, "unavailable")`` - never the current size passed off as a peak.
+    """
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.max_memory_allocated()), "cuda_max_allocated"
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024, "vmhwm"
+    except OSError:
+        pass
+    return None, "unavailable"

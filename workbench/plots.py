@@ -55,3 +55,33 @@ def legend_below(fig: go.Figure, y: float = -0.18, bottom: int = 140) -> go.Figu
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=y, xanchor="left", x=0),
                       margin=dict(b=bottom))
     return fig
+
+
+def mark_invalid(fig: go.Figure, points: pd.DataFrame, x: str, y: str) -> go.Figure:
+    """Overlay grey crosses on the points marked invalid (other load or drift while measured).
+
+    Args:
+        fig: the figure (changed in place).
+        points: the points table with ``valid``, ``invalid_reason`` and the ``x`` / ``y`` columns.
+
+    Returns:
+        ``fig``; unchanged when no point is invalid.
+    """
+    if "valid" not in points or x not in points or y not in points:
+        return fig
+    bad = points[points["valid"].eq(False)]
+    if bad.empty:
+        return fig
+    fig.add_trace(go.Scatter(x=bad[x], y=bad[y], mode="markers", name="invalid (greyed)",
+                             marker=dict(symbol="x-thin-open", size=16, color="#999", line=dict(width=2)),
+                             hovertext=bad.get("invalid_reason"), hoverinfo="text"))
+    return fig
+
+
+def error_y(df: pd.DataFrame, column: str) -> dict | None:
+    """``error_y`` arrays for a ``<column>`` p50 from its bootstrap CI columns, or None when absent."""
+    lo, hi = f"{column}_ci_low", f"{column}_ci_high"
+    if lo not in df or hi not in df or df[[lo, hi]].isna().all().all():
+        return None
+    return dict(type="data", symmetric=False, array=(df[hi] - df[column]).clip(lower=0),
+                arrayminus=(df[column] - df[lo]).clip(lower=0))

@@ -44,15 +44,18 @@ ENV_KEYS = ["model", "model_sha256", "device", "device_name", "dtype", "torch", 
 _OVERLAY_TYPES = {"scatter", "scattergl", "bar", "box", "violin", "histogram"}
 _DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 _SYMBOLS = ["circle", "diamond", "square", "x", "triangle-up", "cross"]
-_POINT_COLUMNS = ["point_id", "status", "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50",
-                  "output_throughput_tps", "request_throughput_rps", "goodput_rps", "mbu", "mfu"]
+_POINT_COLUMNS = ["point_id", "status", "valid", "n_samples", "ttft_s_p50", "ttft_s_p50_ci_low",
+                  "ttft_s_p50_ci_high", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "output_throughput_tps",
+                  "request_throughput_rps", "goodput_rps", "mbu", "mfu", "peak_memory_bytes", "others_cpu_load",
+                  "invalid_reason"]
 
 _CSS = """
 body{font-family:Inter,Helvetica,Arial,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem} h2{border-bottom:1px solid #ddd;padding-bottom:.3rem;margin-top:2.5rem}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0 1rem} td,th{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}
 th{background:#f5f5f5} td:first-child,th:first-child{text-align:left}
-.failed{background:#fde8e8} .figure{margin:1rem 0 2rem} .meta{color:#666;font-size:.9rem}
+.failed{background:#fde8e8} tr.invalid td{color:#999;background:#f4f4f4} .finding{font-size:1.05rem}
+.warn{background:#fff6d6;padding:.5rem .8rem;border-left:4px solid #e0b000} .figure{margin:1rem 0 2rem} .meta{color:#666;font-size:.9rem}
 details{margin:.5rem 0} tr.diff td{background:#fff6d6} .wide{overflow-x:auto} .downloads a{margin-right:1rem}
 """
 
@@ -64,6 +67,8 @@ def _table(df: pd.DataFrame, failed_col: str | None = "status") -> str:
     rows = []
     for _, r in df.iterrows():
         cls = " class='failed'" if failed_col in df and str(r[failed_col]).startswith("failed") else ""
+        if not cls and "valid" in df and r["valid"] is not None and not pd.isna(r["valid"]) and not bool(r["valid"]):
+            cls = " class='invalid'"
         cells = "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r)
         rows.append(f"<tr{cls}>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -95,30 +100,62 @@ def _figures(run: Path) -> list[tuple[str, str]]:
     return out
 
 
+def _validity_html(run: Path, points: pd.DataFrame) -> str:
+    """How many points are valid, and the invalid ones with their reasons (greyed in the tables below)."""
+    if points.empty or "valid" not in points:
+        return ""
+    ok = points[points.get("status", "ok") == "ok"] if "status" in points else points
+    bad = results.invalid_points(run)
+    text = f"{int(ok['valid'].eq(True).sum())} valid and {len(bad)} invalid of {len(ok)} measured points."
+    if not bad:
+        return f"<p class='meta'>{html.escape(text)}</p>"
+    items = "".join(f"<li><code>{html.escape(pid)}</code>: {html.escape(reason)}</li>" for pid, reason in bad.items())
+    return (f"<div class='warn'>{html.escape(text)} Invalid points (other load or drift while measured) are greyed "
+            f"below; re-measure them with <code>workbench run --rerun-invalid {html.escape(str(run))}</code>."
+            f"<details><summary>Invalid points</summary><ul>{items}</ul></details></div>")
+
+
+def _findings_html(manifest: dict) -> str:
+    findings = manifest.get("findings", {})
+    if not findings:
+        return ""
+    items = "".join(f"<li class='finding'><b>{html.escape(exp)}</b>: {html.escape(text)}</li>"
+                    for exp, text in findings.items())
+    return f"<h2>Findings</h2><ul>{items}</ul>"
+
+
 def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir: Path | None = None) -> str:
+    """One run: findings first (each experiment's headline), validity, figures; then point tables, configs
+    and the environment, collapsed."""
     manifest = results.read_manifest(run)
     points = results.read_points(run)
     parts = [f"<h2>Run {html.escape(label + ': ' if label else '')}{html.escape(run.name)}</h2>",
              f"<p class='meta'>created {html.escape(str(manifest.get('created_utc')))} · "
              f"status {html.escape(str(manifest.get('status')))}</p>",
-             "<details open><summary>Environment</summary>", _kv_table(manifest.get("environment", {})), "</details>"]
+             _findings_html(manifest), _validity_html(run, points)]
+    if with_figures:
+        for name, div in _figures(run):
+            parts.append(f"<div class='figure' id='fig-{html.escape(name)}'>{div}</div>")
+    parts.append("<h2>Points</h2>")
     for exp, meta in manifest.get("experiments", {}).items():
+        finding = manifest.get("findings", {}).get(exp)
         parts.append(f"<h3>Experiment: {html.escape(exp)}</h3>")
-        if meta.get("config"):
-            parts += ["<details><summary>Configuration</summary>", _kv_table(meta["config"]), "</details>"]
+        if finding:
+            parts.append(f"<p class='finding'>{html.escape(finding)}</p>")
         if not points.empty and "experiment" in points:
             pts = points[points["experiment"] == exp]
             cols = [c for c in _POINT_COLUMNS if c in pts]
-            parts.append(_table(pts[cols]))
+            parts += [f"<details><summary>{len(pts)} points</summary><div class='wide'>", _table(pts[cols]),
+                      "</div></details>"]
+        if meta.get("config"):
+            parts += ["<details><summary>Configuration</summary>", _kv_table(meta["config"]), "</details>"]
+    parts += ["<details><summary>Environment</summary>", _kv_table(manifest.get("environment", {})), "</details>"]
     notebooks = sorted((run / "notebooks").glob("*.ipynb"))
     if notebooks:
         links = "".join(f"<li><a href='{html.escape(_rel(n, page_dir or run))}'>{html.escape(n.name)}</a></li>"
                         for n in notebooks)
         parts.append(f"<p class='meta'>Executed notebooks:</p><ul>{links}</ul>")
-    if with_figures:
-        for name, div in _figures(run):
-            parts.append(f"<div class='figure' id='fig-{html.escape(name)}'>{div}</div>")
-    return "\n".join(parts)
+    return "\n".join(p for p in parts if p)
 
 
 def run_labels(runs: list[Path]) -> dict[str, str]:
@@ -276,12 +313,33 @@ def _flat(v):
     return v
 
 
+#: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection").
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _neutralise(v):
+    """A text cell a spreadsheet would run as a formula gets a leading ``'`` (shown as text, not run)."""
+    if isinstance(v, str) and v.startswith(_FORMULA_START):
+        return "'" + v
+    return v
+
+
 def _csv_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` ready for CSV: list / dict cells as JSON, formula-like text cells neutralised."""
     out = df.copy()
     for col in out.columns:
-        if out[col].dtype == object:
-            out[col] = out[col].map(_flat)
+        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
+            out[col] = out[col].map(_flat).map(_neutralise)
+    out.columns = [_neutralise(str(c)) for c in out.columns]
     return out
+
+
+def _write_csv(path: Path, df: pd.DataFrame) -> Path:
+    return results.atomic_write(path, lambda f: _csv_frame(df).to_csv(f, index=False), text=True)
+
+
+def _write_text(path: Path, text: str) -> Path:
+    return results.atomic_write(path, lambda f: f.write(text), text=True)
 
 
 def export(run_dir, out_dir=None) -> dict[str, Path]:
@@ -305,10 +363,11 @@ def export(run_dir, out_dir=None) -> dict[str, Path]:
     req = results.read_requests(run)
     pts = results.read_points(run)
     paths = {"requests_csv": out / "requests.csv", "points_json": out / "points.json"}
-    _csv_frame(req).to_csv(paths["requests_csv"], index=False)
-    summary = {k: manifest.get(k) for k in ("run_id", "created_utc", "status", "environment", "experiments")}
+    _write_csv(paths["requests_csv"], req)
+    summary = {k: manifest.get(k) for k in ("run_id", "created_utc", "status", "environment", "sessions",
+                                            "experiments")}
     summary["points"] = json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []
-    paths["points_json"].write_text(json.dumps(summary, indent=2, default=str))
+    _write_text(paths["points_json"], json.dumps(summary, indent=2, default=str))
     return paths
 
 
@@ -318,7 +377,7 @@ def _export_many(runs: list[Path], out: Path) -> dict[str, Path]:
     req = [d for d in req if not d.empty]
     paths = {"requests_csv": out.with_name(out.stem + ".requests.csv"),
              "points_json": out.with_name(out.stem + ".points.json")}
-    _csv_frame(pd.concat(req, ignore_index=True) if req else pd.DataFrame()).to_csv(paths["requests_csv"], index=False)
+    _write_csv(paths["requests_csv"], pd.concat(req, ignore_index=True) if req else pd.DataFrame())
     runs_json = []
     for r in runs:
         m = results.read_manifest(r)
@@ -326,7 +385,7 @@ def _export_many(runs: list[Path], out: Path) -> dict[str, Path]:
         runs_json.append({"run_id": r.name, "environment": m.get("environment"), "experiments": m.get("experiments"),
                           "points": json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []})
     deltas = compare_points(runs)
-    paths["points_json"].write_text(json.dumps(
+    _write_text(paths["points_json"], json.dumps(
         {"runs": runs_json, "deltas": json.loads(deltas.to_json(orient="records")) if not deltas.empty else []},
         indent=2, default=str))
     return paths
@@ -350,17 +409,34 @@ def build_report(run_dirs, out: str | Path | None = None) -> Path:
     Args:
         run_dirs: one run folder, or a list (a comparison report).
         out: output file; default ``<run>/report.html`` for one run, and
-            ``<first run>/compare.html`` for several.
+            ``<results>/comparisons/compare-<id>.html`` for several. A comparison writes only its
+            output (the page and ``<stem>.requests.csv`` / ``<stem>.points.json`` beside it), never
+            into the runs it compares.
 
     Returns:
         The report path.
+
+    Raises:
+        ParameterError: the output would be written into one of the compared runs, or through a symlink
+            out of the results folder.
     """
     runs = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(r) for r in run_dirs]
     if out is None:
-        out = runs[0] / ("report.html" if len(runs) == 1 else "compare.html")
+        out = (runs[0] / "report.html" if len(runs) == 1
+               else results.results_root() / "comparisons" / f"compare-{results.new_run_id()}.html")
     out = Path(out)
+    if len(runs) > 1:
+        inside = [r for r in runs if out.resolve().parent == r.resolve() or r.resolve() in out.resolve().parents]
+        if inside:
+            raise ParameterError(f"output: {out} is inside the compared run {inside[0]}; a comparison never "
+                                 "writes into its inputs (choose another -o)")
+    results.check_write_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    exports = {r: export(r) for r in runs}
+    if len(runs) == 1:
+        exports = {runs[0]: export(runs[0])}
+    else:   # link each run's own exports where they exist; write nothing into the runs
+        exports = {r: {k: r / name for k, name in (("requests_csv", "requests.csv"), ("points_json", "points.json"))
+                       if (r / name).is_file()} for r in runs}
     title = f"Workbench report: {runs[0].name}" if len(runs) == 1 else f"Workbench comparison of {len(runs)} runs"
     body = [f"<h1>{html.escape(title)}</h1>",
             f"<p class='meta'>built {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}. "
@@ -385,11 +461,12 @@ def build_report(run_dirs, out: str | Path | None = None) -> Path:
                 body.append(f"<div class='figure' id='fig-{html.escape(name)}{'-' + str(i) if i else ''}'>{div}</div>")
         for r in runs:
             body.append(_run_section(r, with_figures=False, label=labels[r.name], page_dir=out.parent))
-            body.append(_downloads(exports[r], out.parent))
+            if exports[r]:
+                body.append(_downloads(exports[r], out.parent))
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
             f"</head><body>{''.join(body)}</body></html>")
-    out.write_text(page, encoding="utf-8")
+    _write_text(out, page)
     return out
 
 

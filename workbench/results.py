@@ -20,12 +20,15 @@ the results root (``$WORKBENCH_RESULTS``, else ``results/`` of the repository).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno as _errno
 import glob as _glob
 import json
 import os
 import re
 import secrets
+import socket
 import subprocess
 from pathlib import Path
 
@@ -38,13 +41,22 @@ _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def results_root() -> Path:
-    """``$WORKBENCH_RESULTS`` if set, else ``<repo>/results`` (or ``./results`` outside the repo)."""
+    """``$WORKBENCH_RESULTS`` if set, else ``<repo>/results`` (or ``./results`` outside the repo), resolved.
+
+    Resolved once, the same way everywhere: symlinks followed and a relative ``$WORKBENCH_RESULTS`` made
+    absolute against the current folder, then written back to ``$WORKBENCH_RESULTS``, so the kernels a
+    command starts (whose working folder is the notebook's) see the very same folder.
+    """
     env = os.environ.get("WORKBENCH_RESULTS")
     if env:
-        return Path(env).expanduser().resolve()
-    if (_REPO / "pyproject.toml").exists():
-        return _REPO / "results"
-    return Path.cwd() / "results"
+        root = Path(env).expanduser().resolve()
+    elif (_REPO / "pyproject.toml").exists():
+        return (_REPO / "results").resolve()
+    else:
+        root = (Path.cwd() / "results").resolve()
+    if env != str(root):
+        os.environ["WORKBENCH_RESULTS"] = str(root)
+    return root
 
 
 def new_run_id(label: str = "") -> str:
@@ -88,6 +100,7 @@ def open_run(run_dir: str | os.PathLike = "", label: str = "") -> Path:
         return create_run(label)
     run = _inside_root(Path(run_dir))
     run.mkdir(parents=True, exist_ok=True)
+    check_writer(run)
     if not (run / "manifest.json").exists():
         _write_json(run / "manifest.json", _new_manifest(run.name))
     return run
@@ -105,9 +118,232 @@ def _new_manifest(run_id: str) -> dict:
 
 
 def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default))
-    tmp.replace(path)
+    text = json.dumps(data, indent=2, default=_json_default)
+    atomic_write(path, lambda f: f.write(text), text=True)
+
+
+# ----------------------------------------------------------------------------- safe writes
+
+
+class RunWriteError(OSError):
+    """A write into a run folder failed (disk full, no permission); the message names the path.
+
+    The file being written keeps its previous content; the run stays resumable.
+    """
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def check_write_target(path) -> Path:
+    """Refuse a write that a symlink would carry out of the results folder.
+
+    A path that lies (as written) inside the results root must still lie inside it once its folder's
+    symlinks are resolved. Paths outside the results root (a report's ``-o``) are the user's choice.
+
+    Raises:
+        ParameterError: the path's folder resolves outside the results root.
+    """
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    root = results_root()
+    if _inside(path, root) and not _inside(path.parent.resolve(), root):
+        raise ParameterError(f"{path}: its folder is a symlink out of the results folder {root}; refusing to write")
+    return path
+
+
+_INJECTED_WRITES: dict[str, int] = {}
+
+
+def _inject_write_error(path: Path) -> None:
+    """Test hook: ``WORKBENCH_INJECT_WRITE_ERROR=NAME[:N]`` fails the N-th (default first) write of a file
+    called NAME in this process with ``ENOSPC``, after the temporary file is written and before the rename."""
+    spec = os.environ.get("WORKBENCH_INJECT_WRITE_ERROR")
+    if not spec:
+        return
+    name, _, nth = spec.partition(":")
+    if path.name != name:
+        return
+    _INJECTED_WRITES[name] = _INJECTED_WRITES.get(name, 0) + 1
+    if _INJECTED_WRITES[name] == int(nth or 1):
+        raise OSError(_errno.ENOSPC, os.strerror(_errno.ENOSPC), str(path))
+
+
+def atomic_write(path, write, text: bool = False) -> Path:
+    """Write ``path`` atomically: ``write(file)`` into a unique temporary file beside it, flush, fsync,
+    then ``os.replace`` over ``path``. A reader (or a process killed mid-write) sees the old file or the
+    new one, never a torn one; a symlink at ``path`` is replaced, never followed.
+
+    Args:
+        path: the file to write.
+        write: ``write(file_object)``; the file is opened ``"x"`` (text, UTF-8) or ``"xb"``.
+        text: open in text mode.
+
+    Raises:
+        RunWriteError: the write failed (disk full, ...); the message names ``path``; the old file is kept.
+        ParameterError: the folder resolves outside the results root (:func:`check_write_target`).
+    """
+    path = check_write_target(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "x" if text else "xb", **({"encoding": "utf-8"} if text else {})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        _inject_write_error(path)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError) and not isinstance(exc, RunWriteError):
+            err = RunWriteError(f"cannot write {path}: {exc.strerror or exc}")
+            err.errno = exc.errno
+            raise err from exc
+        raise
+    with contextlib.suppress(OSError):  # the rename itself survives a power cut once the folder is synced
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return path
+
+
+def write_table(path, df: pd.DataFrame) -> Path:
+    """``df`` as a Parquet file at ``path``, atomically (:func:`atomic_write`)."""
+    return atomic_write(path, lambda f: df.to_parquet(f, index=False))
+
+
+# ----------------------------------------------------------------------------- one writer per run folder
+
+LOCK_NAME = ".lock"
+_LOCK_ENV = "WORKBENCH_RUN_LOCK"
+_HELD: dict[Path, list] = {}     # resolved run folder -> [open lock file, token, depth]
+
+
+class RunLockedError(ParameterError):
+    """Another live process is writing this run folder."""
+
+
+def _read_lock(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _owner_text(owner: dict) -> str:
+    return (f"pid {owner.get('pid', '?')}" + (f" on {owner['host']}" if owner.get("host") else "")
+            + (f", since {owner['since_utc']}" if owner.get("since_utc") else ""))
+
+
+def lock_run(run_dir) -> dict:
+    """Become the one writer of a run folder until :func:`unlock_run` (or this process ends).
+
+    The lock is ``<run>/.lock``: an OS advisory lock (``flock``, released by the kernel when the owner
+    dies, so a lock left by a killed process is stale and simply taken over) on a file naming the owner
+    (pid, host, start time). Kernels started by the owner inherit ``$WORKBENCH_RUN_LOCK`` and may write;
+    any other process is refused. Re-entrant within one process.
+
+    Returns:
+        ``{"pid", "host", "since_utc", "token", "stale": previous owner dict or None}``.
+
+    Raises:
+        RunLockedError: another live process holds the lock (the message names its pid).
+    """
+    run = Path(run_dir).resolve()
+    if run in _HELD:
+        _HELD[run][2] += 1
+        return _read_lock(run / LOCK_NAME)
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): one writer is the user's responsibility
+        return {}
+    path = run / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RunLockedError(f"run folder {run} is in use by {_owner_text(_read_lock(path))}; "
+                             "wait for it to finish or stop it, then --resume") from None
+    previous = _read_lock(path)
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "since_utc": _dt.datetime.now(_dt.timezone.utc)
+          .isoformat(timespec="seconds"), "token": secrets.token_hex(8)}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(me).encode(), 0)
+    os.fsync(fd)
+    _HELD[run] = [fd, me["token"], 1]
+    os.environ[_LOCK_ENV] = me["token"]
+    for stale in run.glob(".*.tmp"):   # temporary files of a writer that was killed mid-write
+        with contextlib.suppress(OSError):
+            stale.unlink()
+    return {**me, "stale": previous or None}
+
+
+def unlock_run(run_dir) -> None:
+    """Release this process's lock on a run folder (the lock file stays, naming its last owner)."""
+    run = Path(run_dir).resolve()
+    held = _HELD.get(run)
+    if held is None:
+        return
+    held[2] -= 1
+    if held[2] > 0:
+        return
+    del _HELD[run]
+    with contextlib.suppress(OSError):
+        os.ftruncate(held[0], 0)   # an empty lock file: released cleanly (a killed owner leaves its name)
+    os.close(held[0])  # closing the descriptor releases the flock
+    if os.environ.get(_LOCK_ENV) == held[1]:
+        os.environ.pop(_LOCK_ENV, None)
+
+
+def check_writer(run_dir) -> None:
+    """Refuse to write a run folder whose lock another live process holds (kernels of the owner may).
+
+    Raises:
+        RunLockedError: naming the owner's pid.
+    """
+    run = Path(run_dir).resolve()
+    path = run / LOCK_NAME
+    if run in _HELD or not path.exists():
+        return
+    try:
+        import fcntl
+    except ImportError:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)   # succeeds: nobody holds it
+        return
+    except OSError:
+        owner = _read_lock(path)
+        if owner.get("token") and owner.get("token") == os.environ.get(_LOCK_ENV):
+            return
+        raise RunLockedError(f"run folder {run} is in use by {_owner_text(owner)}; "
+                             "wait for it to finish or stop it, then --resume") from None
+    finally:
+        os.close(fd)
+
+
+def begin_session(run_dir, resume: bool = False) -> dict:
+    """Append this command's session (time, pid, host, commit, arguments) to the manifest's ``sessions``.
+
+    Each resume adds one; :func:`update_manifest` keeps every session's ``environment`` in its session
+    and the run's top-level ``environment`` stays the first session's.
+    """
+    import sys
+
+    session = {"started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+               "pid": os.getpid(), "host": socket.gethostname(), "git_commit": git_commit(),
+               "argv": sys.argv[1:], "resume": bool(resume)}
+    manifest = read_manifest(run_dir)
+    manifest.setdefault("sessions", []).append(session)
+    _write_json(Path(run_dir) / "manifest.json", manifest)
+    return session
 
 
 def _json_default(obj):
@@ -119,14 +355,37 @@ def _json_default(obj):
 
 
 def read_manifest(run_dir) -> dict:
-    """The run's ``manifest.json`` as a dict."""
-    return json.loads((Path(run_dir) / "manifest.json").read_text())
+    """The run's ``manifest.json`` as a dict.
+
+    Raises:
+        FileNotFoundError: no manifest.
+        ParameterError: a manifest that is not valid JSON (a damaged run folder), naming its path.
+    """
+    path = Path(run_dir) / "manifest.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ParameterError(f"run_dir: {path} is not a valid manifest ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ParameterError(f"run_dir: {path} is not a valid manifest (not a JSON object)")
+    return data
 
 
 def update_manifest(run_dir, **changes) -> dict:
-    """Merge top-level keys into the manifest (dict values are merged one level deep)."""
+    """Merge top-level keys into the manifest (dict values are merged one level deep).
+
+    ``environment`` is kept per session (:func:`begin_session`): it goes into the latest session, and
+    the top-level ``environment`` is only filled by the first session, so a resume on another machine
+    or commit never overwrites what the first points were measured on.
+    """
+    check_writer(run_dir)
     manifest = read_manifest(run_dir)
     for key, value in changes.items():
+        sessions = manifest.get("sessions") or []
+        if key == "environment" and isinstance(value, dict) and sessions:
+            sessions[-1].setdefault("environment", {}).update(value)
+            if len(sessions) > 1 and manifest.get("environment"):
+                continue
         if isinstance(value, dict) and isinstance(manifest.get(key), dict):
             manifest[key].update(value)
         else:
@@ -192,7 +451,8 @@ def environment(info=None, seed: int | None = None, probe: bool = True) -> dict:
         if probe:
             dev = "cuda" if info.device.startswith("cuda") else info.device
             p = metrics.probe_device(dev, info.dtype)
-            env.update(bandwidth_bytes_per_s=p["bandwidth_bytes_per_s"], flops_per_s=p["flops_per_s"])
+            env.update({k: p[k] for k in ("bandwidth_bytes_per_s", "flops_per_s", "bandwidth_spread", "flops_spread",
+                                          "probe_trials", "probe_noisy")})
     return env
 
 
@@ -209,17 +469,18 @@ def _rewrite_rows(path: Path, new: pd.DataFrame, point_id: str) -> None:
     if not frames and not path.exists():
         return
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"point_id": pd.Series(dtype=str)})
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    write_table(path, df)
 
 
 def record_point(run_dir, point_id: str, requests: pd.DataFrame, point: dict, meta: dict) -> None:
     """Write one finished (or failed) point: its request rows, its point row, its manifest entry.
 
-    A rerun of the same ``point_id`` replaces the old rows, so a resumed run has no duplicates.
+    A rerun of the same ``point_id`` replaces the old rows, so a resumed run has no duplicates. The
+    manifest entry (what ``--resume`` skips) is written last, so a point cut short by a kill or a failed
+    write (:class:`RunWriteError`) is measured again on resume and replaces its partial rows.
     """
     run = Path(run_dir)
+    check_writer(run)
     _rewrite_rows(run / "requests.parquet", requests, point_id)
     _rewrite_rows(run / "points.parquet", pd.DataFrame([point]), point_id)
     manifest = read_manifest(run)
@@ -228,12 +489,52 @@ def record_point(run_dir, point_id: str, requests: pd.DataFrame, point: dict, me
 
 
 def finished_points(run_dir) -> set[str]:
-    """Point ids recorded with status ``ok`` (what ``--resume`` skips)."""
+    """Point ids recorded with status ``ok`` (what ``--resume`` skips).
+
+    With ``WORKBENCH_RERUN_INVALID=1`` in the environment (``workbench run --rerun-invalid RUN_DIR`` sets
+    it for the kernels it starts), points marked invalid are not counted as finished, so a resume
+    re-measures exactly those.
+    """
     try:
         points = read_manifest(run_dir)["points"]
     except FileNotFoundError:
         return set()
-    return {pid for pid, meta in points.items() if meta.get("status") == "ok"}
+    rerun_invalid = os.environ.get("WORKBENCH_RERUN_INVALID") == "1"
+    return {pid for pid, meta in points.items()
+            if meta.get("status") == "ok" and not (rerun_invalid and meta.get("valid") is False)}
+
+
+def save_finding(run_dir, experiment: str, text: str) -> None:
+    """Record an experiment's headline result (a sentence or two) for the report's findings section."""
+    update_manifest(run_dir, findings={experiment: str(text)})
+
+
+def invalid_points(run_dir) -> dict[str, str]:
+    """``{point_id: invalid_reason}`` of the run's points marked invalid."""
+    pts = read_points(run_dir)
+    if pts.empty or "valid" not in pts:
+        return {}
+    bad = pts[pts["valid"].eq(False)]
+    return dict(zip(bad["point_id"], bad["invalid_reason"].fillna("")))
+
+
+def mark_invalid(run_dir, point_ids: list[str], reason: str) -> None:
+    """Mark finished points invalid (``valid = False``, the reason appended) in ``points.parquet`` and the manifest."""
+    if not point_ids:
+        return
+    run = Path(run_dir)
+    pts = read_points(run)
+    sel = pts["point_id"].isin(point_ids)
+    if "invalid_reason" not in pts:
+        pts["invalid_reason"] = ""
+    pts.loc[sel, "invalid_reason"] = [r + ("; " if r else "") + reason
+                                      for r in pts.loc[sel, "invalid_reason"].fillna("")]
+    pts.loc[sel, "valid"] = False
+    write_table(run / "points.parquet", pts)
+    manifest = read_manifest(run)
+    for pid in point_ids:
+        manifest["points"].setdefault(pid, {})["valid"] = False
+    _write_json(run / "manifest.json", manifest)
 
 
 def _read(run_dir, name: str, experiment: str | None) -> pd.DataFrame:
@@ -261,8 +562,10 @@ def _expand(paths) -> list[Path]:
         paths = [paths]
     out: list[Path] = []
     for p in paths:
-        matches = sorted(_glob.glob(str(p))) or [str(p)]
-        out.extend(Path(m) for m in matches)
+        matches = sorted(_glob.glob(str(p)))
+        if _glob.has_magic(str(p)):  # a glob keeps run folders and parquet files (not e.g. comparisons/)
+            matches = [m for m in matches if (Path(m) / "manifest.json").is_file() or m.endswith(".parquet")]
+        out.extend(Path(m) for m in matches or [str(p)])
     return out
 
 
@@ -303,12 +606,17 @@ def save_figure(run_dir, name: str, fig) -> Path:
     """
     if not _LABEL_RE.match(name) or ".." in name:
         raise ParameterError(f"figure name: must match [A-Za-z0-9][A-Za-z0-9_.-]* (got {name!r})")
-    figs = Path(run_dir) / "figures"
+    figs = check_write_target(Path(run_dir) / "figures")
     figs.mkdir(parents=True, exist_ok=True)
-    (figs / f"{name}.json").write_text(fig.to_json())
+    atomic_write(figs / f"{name}.json", lambda f: f.write(fig.to_json()), text=True)
     # plotly.js is written once per run as figures/plotly.min.js (a run has dozens of figures; embedding
     # the 4.7 MB library in each would make a run folder ~150 MB). The report embeds it once instead.
-    fig.write_html(figs / f"{name}.html", include_plotlyjs="directory", full_html=True)
+    if not (figs / "plotly.min.js").exists():
+        import plotly.offline
+
+        atomic_write(figs / "plotly.min.js", lambda f: f.write(plotly.offline.get_plotlyjs()), text=True)
+    page = fig.to_html(include_plotlyjs="directory", full_html=True)
+    atomic_write(figs / f"{name}.html", lambda f: f.write(page), text=True)
     manifest = read_manifest(run_dir)
     order = manifest.setdefault("figures", [])
     if name not in order:
@@ -328,5 +636,5 @@ def save_text(run_dir, relpath: str, text: str) -> Path:
     if Path(relpath).is_absolute() or run not in target.parents:
         raise ParameterError(f"relpath: must stay inside the run folder (got {relpath!r})")
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    atomic_write(target, lambda f: f.write(text), text=True)
     return target

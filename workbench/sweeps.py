@@ -140,14 +140,19 @@ def _utc() -> str:
 
 
 def _utilisation(req: pd.DataFrame, summary: dict, info, env: dict) -> dict:
-    """MBU (decode) and MFU (prefill) of a point, from its medians and the probed device peaks."""
-    if info is None or "bandwidth_bytes_per_s" not in env or req.empty:
+    """MBU (decode) and MFU (prefill) of a point, from its medians and the probed device peaks.
+
+    The batch is the recorded ``batch_size`` of the requests (how many shared one forward pass), never
+    the number of rows of a repeat: a point that runs 8 tasks one at a time is batch 1. Without a
+    recorded batch size the figures are left empty rather than guessed.
+    """
+    if info is None or "bandwidth_bytes_per_s" not in env or req.empty or "batch_size" not in req:
         return {}
-    per_batch = req.groupby("repeat").size()
-    batch = int(per_batch.median())
+    batch = pd.to_numeric(req["batch_size"], errors="coerce").median()
     prompt = pd.to_numeric(req["prompt_tokens"], errors="coerce").mean()
-    if not math.isfinite(prompt):
+    if not (math.isfinite(prompt) and math.isfinite(batch) and batch >= 1):
         return {}
+    batch = int(batch)
     ctx = prompt + float(req["output_tokens"].mean()) / 2
     # with a reused prefix cache only the new tokens are prefilled (compression's kv_reuse)
     prefilled = pd.to_numeric(req["prefilled_tokens"], errors="coerce").mean() if "prefilled_tokens" in req else math.nan
@@ -155,12 +160,30 @@ def _utilisation(req: pd.DataFrame, summary: dict, info, env: dict) -> dict:
     return {
         "mbu": metrics.mbu(info.weight_bytes, info.kv_cache_bytes_per_token(), batch, ctx,
                            summary.get("tpot_s_p50", float("nan")), env["bandwidth_bytes_per_s"]),
-        "mfu": metrics.mfu(metrics.prefill_flops(info.num_non_embedding_params, info.num_layers, info.hidden_size,
+        "mfu": metrics.mfu(metrics.prefill_flops(info.num_non_embedding_params, info.num_layers, info.attn_dim,
                                                  int(prefill_tokens), batch),
                            summary.get("prefill_s_p50", float("nan")), env["flops_per_s"]),
         "peak_bandwidth_bytes_per_s": env["bandwidth_bytes_per_s"],
         "peak_flops_per_s": env["flops_per_s"],
     }
+
+
+def reference_tpot_s(loaded) -> float:
+    """TPOT of a fixed small request (64-token prompt, 8 new tokens, batch 1, greedy): the drift probe.
+
+    Measured at the start and the end of each sweep; a change beyond :data:`DRIFT_LIMIT` means the
+    machine's speed moved under the sweep (thermal, other load) and its points are marked invalid.
+    """
+    from .prompts import build_batch
+
+    prompts = build_batch(loaded.tokenizer, 1, 64)
+    settings = GenerationSettings(max_new_tokens=8, ignore_eos=True)
+    warm_up(loaded, prompts, settings, 1)
+    runs = [generate_measured(loaded, prompts, settings).records[0]["tpot_s"] for _ in range(3)]
+    return float(pd.Series(runs).median())
+
+
+DRIFT_LIMIT = 0.25
 
 
 def run_sweep(
@@ -173,6 +196,7 @@ def run_sweep(
     slo_tpot_s: float | None = None,
     info=None,
     config=None,
+    loaded=None,
 ) -> pd.DataFrame:
     """Measure every point, writing each as it finishes; failures are recorded, not raised.
 
@@ -186,11 +210,14 @@ def run_sweep(
         slo_ttft_s, slo_tpot_s: SLO for ``goodput_rps``.
         info: :class:`workbench.models.ModelInfo`; enables the environment record, MBU and MFU.
         config: the experiment's config dataclass, recorded in the manifest.
+        loaded: the model; when given, the drift reference (:func:`reference_tpot_s`) is measured before
+            and after the points, and a drift beyond :data:`DRIFT_LIMIT` marks them invalid.
 
     Returns:
         ``points.parquet`` rows of this experiment: the point's parameters, the
         :func:`~workbench.metrics.summarize_point` columns, ``mbu``, ``mfu``,
-        ``peak_memory_bytes``, ``warmup_s``, the measure's ``extra`` and ``status``.
+        ``peak_memory_bytes``, ``warmup_s``, the measure's ``extra``, ``status``, the contamination
+        figures (``others_cpu_load``, ``steal_frac``) and the verdict ``valid`` / ``invalid_reason``.
 
     The environment variable ``WORKBENCH_INJECT_FAILURE`` (a substring of point
     ids) makes matching points fail: a test hook for the failure path.
@@ -214,20 +241,28 @@ def run_sweep(
             "points": ids,
         }},
     )
+    if info is None and loaded is not None:
+        info = loaded.info
     done = results.finished_points(run) if resume else set()
     inject = os.environ.get("WORKBENCH_INJECT_FAILURE")
     model_cols = {"model": info.name, "device": info.device, "dtype": info.dtype} if info is not None else {}
     todo = [(p, pid) for p, pid in zip(points, ids) if pid not in done]
     if len(todo) < len(points):
         print(f"{experiment}: resuming, {len(points) - len(todo)} of {len(points)} points already done")
+    ref_start = reference_tpot_s(loaded) if loaded is not None and todo else None
     bar = tqdm(todo, desc=experiment, unit="point", file=sys.stderr, mininterval=1.0)
+    rows = []
     for i, (p, pid) in enumerate(bar, 1):
         meta = {"experiment": experiment, "params": p, "started_utc": _utc()}
         base = {"run_id": run_id, "experiment": experiment, "point_id": pid, **model_cols, **p}
         try:
             if inject and inject in pid:
                 raise RuntimeError(f"injected failure (WORKBENCH_INJECT_FAILURE={inject!r})")
+            if info is not None:
+                metrics.reset_peak_memory(info.device)
+            load = metrics.LoadMonitor()
             m = measure(p)
+            contamination = load.stop()
             req = pd.DataFrame(m["requests"])
             for col, val in base.items():  # measured request values win over the point's parameters
                 if col not in req or col in ("run_id", "experiment", "point_id"):
@@ -236,9 +271,11 @@ def run_sweep(
                 if col not in req:
                     req[col] = None
             summary = metrics.summarize_point(req, m["wall_s"], slo_ttft_s, slo_tpot_s)
+            peak, method = metrics.peak_memory_bytes(info.device) if info is not None else (None, "unavailable")
             row = {**base, **summary, **_utilisation(req, summary, info, env),
-                   "peak_memory_bytes": metrics.peak_memory_bytes(info.device) if info is not None else None,
-                   "warmup_s": m.get("warmup_s"), **m.get("extra", {}), "status": "ok"}
+                   "peak_memory_bytes": peak, "peak_memory_method": method,
+                   "warmup_s": m.get("warmup_s"), **m.get("extra", {}), **contamination, "status": "ok"}
+            row.update(metrics.verdict(row))
             meta.update(status="ok")
         except Exception as exc:  # noqa: BLE001 - a failed point is data, not a crash
             reason = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
@@ -247,15 +284,33 @@ def run_sweep(
             meta.update(status=reason)
             _free_accelerator_memory()
         meta["finished_utc"] = _utc()
+        meta["valid"] = row.get("valid")
         results.record_point(run, pid, req, row, meta)
+        rows.append((pid, row))
         bar.write(_headline(i, len(todo), pid, row))
     bar.close()
+    if ref_start is not None:
+        _check_drift(run, experiment, ref_start, reference_tpot_s(loaded), rows)
     return results.read_points(run, experiment)
+
+
+def _check_drift(run: Path, experiment: str, start: float, end: float, rows: list) -> None:
+    """Record the reference TPOT before/after the sweep; mark its points invalid when it drifted."""
+    drift = abs(end / start - 1) if start and math.isfinite(start) and math.isfinite(end) else float("nan")
+    results.update_manifest(run, experiments={experiment: {**results.read_manifest(run)["experiments"][experiment],
+                                                           "reference_tpot_s": [start, end], "drift": drift}})
+    if not drift > DRIFT_LIMIT:
+        return
+    reason = f"reference TPOT drifted {drift:.0%} during the sweep ({start * 1e3:.1f} -> {end * 1e3:.1f} ms)"
+    print(f"{experiment}: {reason}; its points are marked invalid", file=sys.stderr)
+    results.mark_invalid(run, [pid for pid, row in rows if row.get("status") == "ok"], reason)
 
 
 def _headline(i: int, n: int, pid: str, row: dict) -> str:
     if row["status"] != "ok":
         return f"[{i}/{n}] {pid}: {row['status']}"
+    if row.get("valid") is False:
+        return f"[{i}/{n}] {pid}: INVALID ({row['invalid_reason']})"
     line = (f"[{i}/{n}] {pid}: TTFT p50 {row.get('ttft_s_p50', float('nan')):.3f} s, "
             f"TPOT p50 {row.get('tpot_s_p50', float('nan')) * 1e3:.1f} ms, "
             f"{row.get('output_throughput_tps', float('nan')):.1f} tok/s")

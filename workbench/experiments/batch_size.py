@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from .. import checks, metrics, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from ..plots import labels, ok_points
+from ..plots import error_y, label, labels, mark_invalid, ok_points
 from ..prompts import build_batch
 from ..sweeps import SweepConfig, expand_grid
 
@@ -94,11 +94,12 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         return out
 
     return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
-                     slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, config=cfg)
+                     slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
 
 
 def recommend(points: pd.DataFrame) -> pd.Series | None:
-    """The ``ok`` point with the highest ``goodput_rps`` (ties: smaller batch, then higher throughput).
+    """The ``ok`` point with the highest ``goodput_rps`` (ties: smaller batch, then higher throughput), among
+    the valid points when there are any.
 
     Args:
         points: this experiment's ``points.parquet`` rows.
@@ -107,6 +108,8 @@ def recommend(points: pd.DataFrame) -> pd.Series | None:
         That row, or None when no point has positive goodput.
     """
     ok = points[(points["status"] == "ok") & (points["goodput_rps"] > 0)]
+    if "valid" in ok and ok["valid"].eq(True).any():
+        ok = ok[ok["valid"].eq(True)]   # never recommend from a contaminated point when a clean one exists
     if ok.empty:
         return None
     ranked = ok.sort_values(["goodput_rps", "batch_size", "output_throughput_tps"], ascending=[False, True, False])
@@ -120,19 +123,26 @@ def headline(points: pd.DataFrame) -> str:
         return "No batch size met the SLO: relax slo_ttft_s / slo_tpot_s or shorten the prompts."
     return (f"Recommended batch size: {int(best.batch_size)} at {int(best.prompt_tokens)} prompt tokens "
             f"({best.goodput_rps:.2f} req/s within the SLO, {best.output_throughput_tps:.1f} tok/s, "
-            f"TTFT p50 {best.ttft_s_p50:.2f} s)")
+            f"TTFT p50 {best.ttft_s_p50:.2f} s)"
+            + (" - from a point marked invalid; re-measure with --rerun-invalid" if best.get("valid") is False else ""))
 
 
 def ttft_vs_batch(points: pd.DataFrame) -> go.Figure:
-    """TTFT p50 (solid) and p99 (dashed) versus batch size, one colour per prompt length."""
-    df = ok_points(points).sort_values("batch_size")
-    long = df.melt(id_vars=["batch_size", "prompt_tokens"], value_vars=["ttft_s_p50", "ttft_s_p99"],
-                   var_name="percentile", value_name="ttft_s")
-    long["percentile"] = long["percentile"].str.replace("ttft_s_", "")
-    long["prompt_tokens"] = long["prompt_tokens"].astype(str)
-    fig = px.line(long, x="batch_size", y="ttft_s", color="prompt_tokens", line_dash="percentile", markers=True,
-                  labels=labels("batch_size", "ttft_s", "prompt_tokens"),
-                  title="Time to first token vs batch size")
+    """TTFT p50 (solid, with its bootstrap CI over repeats) and p99 (dashed) versus batch size, a colour
+    per prompt length; invalid points crossed out in grey. p99 is absent where too few samples support it."""
+    df = ok_points(points).sort_values(["prompt_tokens", "batch_size"])
+    fig = go.Figure()
+    colours = px.colors.qualitative.Safe
+    for i, (length, g) in enumerate(df.groupby("prompt_tokens")):
+        c = colours[i % len(colours)]
+        fig.add_trace(go.Scatter(x=g["batch_size"], y=g["ttft_s_p50"], mode="lines+markers", line=dict(color=c),
+                                 name=f"{length} tokens, p50", error_y=error_y(g, "ttft_s_p50")))
+        if g["ttft_s_p99"].notna().any():
+            fig.add_trace(go.Scatter(x=g["batch_size"], y=g["ttft_s_p99"], mode="lines+markers",
+                                     line=dict(color=c, dash="dash"), name=f"{length} tokens, p99"))
+    mark_invalid(fig, df, "batch_size", "ttft_s_p50")
+    fig.update_layout(title="Time to first token vs batch size (error bars: 95% bootstrap CI over repeats)",
+                      xaxis_title=label("batch_size"), yaxis_title=label("ttft_s"))
     fig.update_xaxes(type="log", dtick=0.30103)
     return fig
 
@@ -163,6 +173,7 @@ def pareto(points: pd.DataFrame) -> go.Figure:
     fig.add_trace(go.Scatter(x=front["output_throughput_tps"], y=front["ttft_s_p50"], mode="markers",
                              marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(width=2, color="black")),
                              name="Pareto front", hovertext=front["point_id"]))
+    mark_invalid(fig, df, "output_throughput_tps", "ttft_s_p50")
     return fig
 
 

@@ -247,12 +247,12 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
             embedder().encode(["warm up"], show_progress_bar=False)
     references: dict = {}
     doc = run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, cfg.task, references),
-                    resume=resume, info=loaded.info, config=cfg)
+                    resume=resume, info=loaded.info, loaded=loaded, config=cfg)
     chat = pd.DataFrame()
     if cfg.chat_lengths and cfg.chat_strategies:
         chat = run_sweep(run_dir, CHAT_EXPERIMENT, cfg.chat_grid(),
                          lambda p: measure_point(loaded, cfg, p, "chat", references), resume=resume,
-                         info=loaded.info, config=cfg)
+                         info=loaded.info, loaded=loaded, config=cfg)
     return doc, chat
 
 

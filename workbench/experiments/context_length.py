@@ -238,7 +238,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
         warmed.add(p["batch_size"])
         return measure_point(loaded, cfg, p, warm)
 
-    return run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, info=loaded.info, config=cfg)
+    return run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 
 # ----------------------------------------------------------------------------- figures

@@ -112,7 +112,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     return sweeps.run_sweep(
         run_dir, EXPERIMENT, points,
         lambda p: measure_point(loaded, cfg, p, run_dir, warmup=cfg.warmup if p == points[0] else 0),
-        resume=resume, info=loaded.info, config=cfg)
+        resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 
 REQUEST_COLUMNS = ("language", "strategy", "ttft_s", "first_section_s", "e2e_s", "wall_s", "output_tokens", "chars",

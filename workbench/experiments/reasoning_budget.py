@@ -151,7 +151,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """
     tasks = cfg.tasks()
     return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, tasks),
-                            resume=resume, info=loaded.info, config=cfg)
+                            resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 
 # ----------------------------------------------------------------------------- summaries and figures

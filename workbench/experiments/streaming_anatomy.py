@@ -275,7 +275,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     Returns:
         The points of the three sweeps (``experiment`` tells them apart).
     """
-    common = dict(resume=resume, info=loaded.info, config=cfg)
+    common = dict(resume=resume, info=loaded.info, loaded=loaded, config=cfg)
     frames = [sweeps.run_sweep(run_dir, "streaming", sweeps.expand_grid(max_new_tokens=cfg.output_tokens),
                                lambda p: measure_point(loaded, cfg, p), **common)]
     cache: dict = {}

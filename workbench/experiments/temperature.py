@@ -151,7 +151,7 @@ def measure_point(loaded, cfg: Config, point: dict) -> dict:
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Every point of ``cfg.grid()`` through :func:`workbench.sweeps.run_sweep`; returns the points DataFrame."""
     return run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p),
-                     resume=resume, info=loaded.info, config=cfg)
+                     resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 
 QUALITY_BY = ("family", "language", "temperature", "top_p")
