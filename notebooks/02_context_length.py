@@ -82,3 +82,4 @@ for bs, f in sorted(fits.items()):
     beyond = " (beyond the measured range)" if f.crossover_tokens > max(cfg.context_tokens) else ""
     print(f"batch {bs}: prefill_s = {f.a:.4g} + {f.b:.4g}*L + {f.c:.4g}*L^2, R^2 = {f.r2:.4f}, "
           f"quadratic term overtakes linear at L = {cross}{beyond}")
+results.save_finding(run, context_length.EXPERIMENT, context_length.finding(fits, max(cfg.context_tokens)))

@@ -59,13 +59,16 @@ run
 # - **granularity**: the same batch displayed every token, every N tokens and every T ms side by side. Fewer
 #   updates cost display lag; every granularity must concatenate to the final decode exactly (`text_equal`).
 # - **http**: a server on a loopback port (`workbench.serving.server`, requests queued through one worker)
-#   driven by the official `openai` client. Client-side TTFT minus the engine's own TTFT (arrival to first
-#   token, queueing included) is what HTTP, SSE framing and the client add.
+#   driven by the official `openai` client. The client's first text chunk minus the engine's first text
+#   (arrival to first text handed to the response, queueing included) is what HTTP, SSE framing and the client
+#   add. A chunk is not a token: gaps between chunks are `chunk_itl_s`, the client's `tpot_s` is over the decode
+#   steps between its first and last chunk, and `batch_size` is 1 (the server serves one request at a time).
 
 # %%
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points = streaming_anatomy.run(cfg, run, loaded, resume=resume)
 requests = results.read_requests(run)
+results.save_finding(run, streaming_anatomy.EXPERIMENT, streaming_anatomy.finding(points))
 streaming_anatomy.anatomy_table(points)
 
 # %%

@@ -17,7 +17,9 @@
 # # 07 Long output: one shot, or outline then sections
 # At one total token budget, compare writing a long text in one request, as an outline plus all sections in one
 # batch, and as an outline plus sections one after another (each given a summary of the previous): wall time,
-# time to first visible text, length, section coverage, repetition across sections, throughput.
+# time to first visible text, length, section coverage, repetition across sections, throughput. A strategy row
+# merges several requests, so its waits are `first_text_s` and `wall_s`; `batch_size` counts the requests that
+# shared a forward pass (the sections decoded together), and `tpot_s` is per request, never per merged text.
 #
 # CPU defaults (2 cores, SmolLM2-135M): a 256-token budget and 4 sections, English and Chinese, about 2 minutes;
 # a GPU user passes e.g. `budget_tokens: 4096, n_sections: 8`. Generated texts are saved under `texts/` in the run folder.
@@ -53,6 +55,7 @@ run, plan
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points = long_output.run(cfg, run, loaded, resume=resume)
 requests = results.read_requests(run)
+results.save_finding(run, long_output.EXPERIMENT, long_output.finding(requests))
 long_output.request_table(requests)
 
 # %%

@@ -48,9 +48,9 @@ report.environments(run_dirs)  # rows where `differs` is True explain most surpr
 
 # %%
 ok = plots.ok_points(points)
-wide = ok.pivot_table(index="point_id", columns="run", values=report.DELTA_METRICS)
+wide = ok.pivot_table(index="point_id", columns="run", values=report.DELTA_METRICS)  # drops all-empty metrics
 first = sorted(labels.values())[0]
-for m in report.DELTA_METRICS:
+for m in [m for m in report.DELTA_METRICS if m in wide]:
     for run in wide[m].columns.drop(first):
         wide[(m + " change", run)] = wide[(m, run)] / wide[(m, first)] - 1
 wide

@@ -164,24 +164,53 @@ def _dismiss(page):
             pass
 
 
-def _run_all_until_controls(page, timeout_s: float) -> None:
-    """Run All Cells, answering a kernel-selection dialog whenever JupyterLab shows one (it may appear
-    late, after the kernel is replaced), and re-running the cells after such a dialog."""
-    deadline = time.monotonic() + timeout_s
-    need_run = True
+def _session_kernel(base: str) -> tuple:
+    """``(kernel id, execution state)`` of the notebook's session on the server, ``(None, None)`` if none."""
+    with urllib.request.urlopen(base + "/api/sessions", timeout=10) as r:
+        sessions = json.load(r)
+    s = next((s for s in sessions if s["path"].endswith("00_explorer.ipynb") and s.get("kernel")), None)
+    return (s["kernel"]["id"], s["kernel"].get("execution_state")) if s else (None, None)
+
+
+def _stable_kernel(page, base: str, deadline: float, settle_s: float = 3.0) -> str:
+    """Wait until the session's kernel is idle and has kept its id for ``settle_s``.
+
+    JupyterLab may replace the kernel the test created through the REST API right after the page connects
+    (seen in the server log: ``Connecting to kernel A``, 50 ms later ``Kernel started: B`` and A shut down
+    with a KeyboardInterrupt; not on every run). On a loaded machine
+    (the full test run) a Run All clicked before that swap runs on the old kernel, dies with it, and the
+    new kernel never runs the cells: the controls never appear. So cells only run on a settled kernel.
+    """
+    last, since = None, time.monotonic()
     while time.monotonic() < deadline:
         dialog = page.locator(".jp-Dialog button", has_text="Select")
         if dialog.count():
             dialog.first.click()
-            need_run = True
-            page.wait_for_timeout(1000)
-            continue
-        if need_run:
+        kid, state = _session_kernel(base)
+        if kid != last:
+            last, since = kid, time.monotonic()
+        elif kid and state == "idle" and time.monotonic() - since >= settle_s:
+            return kid
+        page.wait_for_timeout(500)
+    raise AssertionError(f"the notebook's kernel did not settle (last {last})")
+
+
+def _run_all_until_controls(page, base: str, timeout_s: float) -> None:
+    """Run All Cells on a settled kernel; run them again whenever the kernel is replaced (or JupyterLab
+    asks for a kernel) before the explorer's controls appear."""
+    deadline = time.monotonic() + timeout_s
+    kernel = None
+    while time.monotonic() < deadline:
+        if kernel is None:
+            kernel = _stable_kernel(page, base, deadline)
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            need_run = False
         if page.locator(".wb-explorer .wb-controls").count():
             return
+        dialog = page.locator(".jp-Dialog button", has_text="Select")
+        if dialog.count() or _session_kernel(base)[0] != kernel:   # replaced under the running cells: again
+            kernel = None
+            continue
         page.wait_for_timeout(1000)
     raise AssertionError(f"the explorer's controls did not appear within {timeout_s} s")
 
@@ -194,7 +223,7 @@ def test_explorer_in_jupyterlab_shows_controls_and_live_view(browser, jupyterlab
         page.goto(jupyterlab + "/lab/tree/00_explorer.ipynb")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=45_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=45_000)
-        _run_all_until_controls(page, timeout_s=150)  # kernel start + imports
+        _run_all_until_controls(page, jupyterlab, timeout_s=180)  # kernel start + imports
         controls = page.locator(".wb-controls")
         assert controls.locator(".widget-dropdown").count() >= 5      # device, dtype, budget, compression, colour
         assert controls.locator(".widget-slider, .widget-hslider").count() >= 6

@@ -330,3 +330,90 @@ def test_trim_recomputes_timings_with_request_timing():
     rec2 = {**metrics.request_timing(stamps, 0.0), "output_ids": [1] * 5, "finish_reason": "length", "text": ""}
     R._trim(rec2, 5, "stop", FakeTok())
     assert rec2["output_tokens"] == 5 and rec2["finish_reason"] == "stop"  # nothing to cut: only the reason
+
+
+# ----------------------------------------------------------------------------- delimiters on decoded text (real ids)
+
+
+def _enc(tok, text):
+    return tok.encode(text, add_special_tokens=False)
+
+
+def test_emulated_close_is_seen_whatever_ids_spell_it(default_tokenizer):
+    """`` </think>`` starts with the id of ' </', not of '</': matching the exact id sequence missed it."""
+    tok = default_tokenizer
+    fmt = R.thinking_format(tok)
+    assert _enc(tok, " </think>")[0] != fmt.close_ids[0] and _enc(tok, "\n</think>")[0] != fmt.close_ids[0]
+    for close in ("</think>", " </think>", "\n</think>"):
+        think = _enc(tok, "Two plus three is five." + close)
+        out = think + _enc(tok, "\nAnswer: 5")
+        assert R.split_thinking(out, fmt, R.THINK) == len(think), close
+    # ids that spell the delimiter differently from the tokenizer's own encoding ('</' + 'think' + '>')
+    spelled = _enc(tok, "five.") + [tok.convert_tokens_to_ids("</")] + _enc(tok, "think") + _enc(tok, ">")
+    assert R.split_thinking(spelled + _enc(tok, " 5"), fmt, R.THINK) == len(spelled)
+
+
+def _drive(tok, spec, script, steps=40):
+    """Greedy decode over the default tokenizer's whole vocabulary under budget forcing (emulated, prompt
+    in thinking). ``script(text) -> preferred id`` plays the model; id of ' ok' is its second choice."""
+    fmt = R.thinking_format(tok)
+    eos = {tok.eos_token_id}
+    proc = R.BudgetForcingProcessor(fmt, spec, _enc(tok, spec.wait), _enc(tok, spec.handoff), eos, [R.THINK])
+    crit = R.AnswerStoppingCriteria(proc, tok, spec.answer_tokens, spec.stop_at_newline)
+    ids = torch.full((1, 3), 1, dtype=torch.long)
+    out: list[int] = []
+    second = _enc(tok, " ok")[0]
+    for _ in range(steps):
+        scores = torch.zeros((1, len(tok)))
+        scores[0, second] = 1.0
+        scores[0, script(tok.decode(out))] = 5.0
+        nxt = int(proc(ids, scores).argmax(-1))
+        out.append(nxt)
+        ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+        if nxt in eos or bool(crit(ids)[0]):
+            break
+    return fmt, proc.rows[0], out
+
+
+def test_close_with_a_leading_space_ends_thinking_and_the_answer_cannot_reopen_it(default_tokenizer):
+    tok = default_tokenizer
+    spec = R.BudgetSpec(budget=20, answer_tokens=8, stop_at_newline=False)
+    close = _enc(tok, " </think>")  # ' </', 'think', '>'
+    reopen = _enc(tok, "<think>")  # '<', 'think', '>'
+
+    def model(text):
+        if "Answer:" not in text:  # thinks two tokens, then writes " </think>"
+            n = len(_enc(tok, text))
+            return close[n - 2] if 2 <= n < 5 else _enc(tok, " hmm")[0]
+        for written, nxt in (("<think", reopen[2]), ("<", reopen[1])):  # then tries to re-open thinking
+            if text.endswith(written):
+                return nxt
+        return reopen[0]
+
+    fmt, row, out = _drive(tok, spec, model)
+    k = R.split_thinking(out, fmt, R.THINK)
+    assert out[:k][-3:] == close and k == 5 and row.close_end == 5 and not row.forced_close
+    answer = tok.decode(out[k:])
+    assert answer.startswith("\nAnswer:") and "<think>" not in answer
+    assert row.reopen_blocked >= 1  # the model's top choice ('>' after '<think') was banned
+
+
+def test_min_budget_catches_a_close_with_a_leading_space(default_tokenizer):
+    tok = default_tokenizer
+    spec = R.BudgetSpec(budget=20, min_budget=8, answer_tokens=6, stop_at_newline=False)
+    close = _enc(tok, " </think>")
+
+    def model(text):  # wants to end thinking with " </think>" from its third token on
+        n = len(_enc(tok, text))
+        if n < 2:
+            return _enc(tok, " hmm")[0]
+        for written, nxt in ((" </think", close[2]), (" </", close[1])):
+            if text.endswith(written):
+                return nxt
+        return close[0]
+
+    fmt, row, out = _drive(tok, spec, model)
+    k = R.split_thinking(out, fmt, R.THINK)
+    assert row.waits >= 1 and out[2:2 + len(_enc(tok, spec.wait))] == _enc(tok, spec.wait)
+    assert tok.decode(out[:k]).endswith("</think>") and "</think>" not in tok.decode(out[:k - 3])
+    assert row.body >= 8 and not row.forced_close

@@ -1,4 +1,5 @@
 """The command line end to end: papermill execution, typed -p values, errors before model load, resume."""
+import json
 import os
 import subprocess
 import sys
@@ -81,3 +82,85 @@ def test_env_prints_models():
     proc = workbench("env", "--no-probe")
     assert proc.returncode == 0
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in proc.stdout and '"torch_threads"' in proc.stdout
+
+
+def _run_folder(root: Path, name: str, manifest: str | None = '{"run_id": "x", "points": {}}') -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    if manifest is not None:
+        (run / "manifest.json").write_text(manifest)
+    return run
+
+
+def _model_folder(tmp: Path, kind: str) -> Path:
+    folder = tmp / f"model-{kind}"
+    folder.mkdir()
+    cfg = {"model_type": "llama", "max_position_embeddings": 2048}
+    if kind == "pickle":
+        (folder / "pytorch_model.bin").write_bytes(b"\x80\x02")
+    else:
+        cfg.update(model_type="my_custom_arch", auto_map={"AutoModelForCausalLM": "modeling_custom.MyModel"})
+        (folder / "model.safetensors").write_bytes(b"")
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+# Each bad input of issue 12: (id, args built from (tmp_path, results root), expected one-line prefix, also in line)
+BAD_INPUTS = [
+    ("-f directory", lambda t, r: ["sweep", "01_batch_size", "-f", str(t)], "error: -f:", "a directory"),
+    ("-f non-UTF-8", lambda t, r: (t.joinpath("g.yaml").write_bytes(b"batch_sizes: [1]\n\xff\xfe\x00"),
+                                   ["sweep", "01_batch_size", "-f", str(t / "g.yaml")])[1], "error: -f:", "UTF-8"),
+    ("suite entry without notebook", lambda t, r: (t.joinpath("s.yaml").write_text(
+        "notebooks:\n- parameters: {repeats: 1}\n"), ["run", str(t / "s.yaml")])[1], "error: suite:", "notebook"),
+    ("suite parameters: null", lambda t, r: (t.joinpath("s.yaml").write_text(
+        "notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n  parameters: null\n"),
+        ["run", str(t / "s.yaml")])[1], "error: suite:", "mapping"),
+    ("same notebook twice in a suite", lambda t, r: (t.joinpath("s.yaml").write_text(
+        "notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n- notebook: notebooks/01_batch_size.ipynb\n"),
+        ["run", str(t / "s.yaml")])[1], "error: suite:", "twice"),
+    ("corrupt manifest on report", lambda t, r: ["report", str(_run_folder(r, "bad", "{not json"))],
+     "error: RUN_DIR:", "not a valid manifest"),
+    ("corrupt manifest on --resume", lambda t, r: ["sweep", "01_batch_size", "--resume",
+                                                   str(_run_folder(r, "bad", "\xff{"))],
+     "error: run_dir:", "not a valid manifest"),
+    ("same run twice in report", lambda t, r: ["report", str(_run_folder(r, "a")), str(r / "a" / ".." / "a")],
+     "error: RUN_DIR:", "twice"),
+    ("duplicate grid values", lambda t, r: ["sweep", "01_batch_size", "-p", "batch_sizes", "[1, 2, 1]"],
+     "error: batch_sizes:", "duplicate"),
+    ("NaN float", lambda t, r: ["sweep", "01_batch_size", "-p", "temperature", ".nan"], "error: temperature:",
+     "finite"),
+    ("infinite float", lambda t, r: ["sweep", "01_batch_size", "-p", "slo_ttft_s", ".inf"], "error: slo_ttft_s:",
+     "finite"),
+    ("seed above torch's range", lambda t, r: ["sweep", "01_batch_size", "-p", "seed", str(2**64)], "error: seed:",
+     "integer"),
+    ("negative seed", lambda t, r: ["sweep", "01_batch_size", "-p", "seed", "-1"], "error: seed:", "integer"),
+    ("pickle-only model folder", lambda t, r: ["sweep", "01_batch_size", "-p", "model",
+                                               str(_model_folder(t, "pickle"))],
+     "error: model:", "WORKBENCH_ALLOW_PICKLE=1"),
+    ("model needing remote code", lambda t, r: ["sweep", "01_batch_size", "-p", "model",
+                                                str(_model_folder(t, "remote"))],
+     "error: model:", "WORKBENCH_TRUST_REMOTE_CODE=1"),
+]
+
+
+@pytest.mark.parametrize("build,prefix,needle", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_gives_one_line_exit_2_before_any_work(build, prefix, needle, tmp_path):
+    root = results.results_root()
+    args = build(tmp_path, root)
+    before = sorted(p.name for p in root.iterdir()) if root.exists() else []
+    proc = workbench(*args, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(prefix) and needle in lines[0], proc.stderr
+    assert (sorted(p.name for p in root.iterdir()) if root.exists() else []) == before   # no run folder made
+    assert "Executing" not in proc.stdout + proc.stderr                                   # no kernel started
+
+
+def test_allow_switches_named_in_the_errors_exist(tmp_path, monkeypatch):
+    from workbench import models
+
+    pickle_dir, remote_dir = _model_folder(tmp_path, "pickle"), _model_folder(tmp_path, "remote")
+    monkeypatch.setenv("WORKBENCH_ALLOW_PICKLE", "1")
+    monkeypatch.setenv("WORKBENCH_TRUST_REMOTE_CODE", "1")
+    assert models.resolve_model_path(str(pickle_dir)) == pickle_dir
+    assert models.resolve_model_path(str(remote_dir)) == remote_dir

@@ -106,6 +106,28 @@ def test_retrieval_keeps_original_order(tok, doc):
     assert all(p >= 0 for p in positions) and positions == sorted(positions)
 
 
+def test_bm25_with_two_chunks_ranks_by_the_question_not_by_position(tok):
+    """Okapi BM25 gives every term of a two-chunk corpus IDF 0 (score 0 everywhere: silent head truncation);
+    BM25+ keeps the IDF positive, so the chunk holding the answer (the second) wins."""
+    context = "Rain fell on the hills. Our code word is pineapple."
+    question = "What is the code word?"
+    chunks = C.retrieval_chunks(context, tok, 8)
+    assert [c.text for c in chunks] == ["Rain fell on the hills.", " Our code word is pineapple."]
+    scores = C._bm25_scores(chunks, question)
+    assert scores[1] > scores[0]
+    r = C.compress(context, question, tok, "bm25", ratio=1.4)
+    assert r.details["chunks"] == 2 and r.details["kept_chunk_ids"] == "1"
+    assert "pineapple" in r.context and "Rain" not in r.context
+    assert r.details["retrieval_fallback"] == "none" and r.to_record()["detail_retrieval_fallback"] == "none"
+
+
+def test_bm25_all_tied_falls_back_to_head_and_says_so(tok):
+    context = "Rain fell on the hills. Our code word is pineapple."
+    r = C.compress(context, "Where does Zanzibar lie?", tok, "bm25", ratio=1.4)  # no question term anywhere
+    assert r.details["retrieval_fallback"] == "head" and r.details["kept_chunk_ids"] == "0"
+    assert r.context.startswith("Rain") and r.to_record()["detail_retrieval_fallback"] == "head"
+
+
 def test_lexical_tokens():
     assert C.lexical_tokens("The Passkey is 48213.") == ["the", "passkey", "is", "48213"]
     assert C.lexical_tokens("通行密码") == ["通", "行", "密", "码", "通行", "行密", "密码"]

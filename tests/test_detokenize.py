@@ -101,3 +101,14 @@ def test_stream_cut_inside_a_character_matches_the_record_text(loaded):
         assert tap.buffers[0][lab].text == tok.decode(ids).rstrip("\ufffd") == "ok "
 
 
+
+
+@pytest.mark.model
+def test_first_text_index_waits_for_a_whole_character(loaded):
+    from workbench.detokenize import first_text_index
+
+    tok = loaded.tokenizer
+    ids = tok.encode("长城", add_special_tokens=False)
+    assert len(ids) > 3 and first_text_index(tok, ids) == 2  # 长 is three ids; the first two show nothing
+    assert first_text_index(tok, tok.encode(" \n", add_special_tokens=False)) is None  # blank is not text
+    assert first_text_index(tok, tok.encode("Hi", add_special_tokens=False)) == 0

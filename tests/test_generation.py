@@ -258,3 +258,35 @@ def test_measured_generate_calls_on_one_model_are_serialised():
         assert got == [False]
         assert model_lock(b).acquire(timeout=0.05)
         model_lock(b).release()
+
+
+class ForceRowEos(LogitsProcessor):
+    """Forces ``ids`` then EOS on row 0 only; the other rows generate freely."""
+
+    def __init__(self, ids, prompt_len, eos_id):
+        self.inner = ForceTokens(ids, prompt_len, eos_id)
+
+    def __call__(self, input_ids, scores):
+        scores = scores.clone()
+        scores[:1] = self.inner(input_ids[:1], scores[:1])
+        return scores
+
+
+@pytest.mark.model
+def test_real_batch_row_with_early_eos_stops_counting_while_padding_follows(loaded):
+    """A real batch: row 0 ends early with EOS, generate pads it while row 1 runs on; padding is not output."""
+    tok = loaded.tokenizer
+    short = tok("Paris", add_special_tokens=False)["input_ids"]
+    prompts = ["Name a city.", "Describe the sea in a long sentence."]
+    from workbench.generation import encode_prompts
+
+    width = encode_prompts(tok, prompts)["input_ids"].shape[1]
+    s = GenerationSettings(max_new_tokens=8, min_new_tokens=0)
+    res = generate_measured(loaded, prompts, s, logits_processor=LogitsProcessorList([ForceRowEos(short, width, tok.eos_token_id)]))
+    r0, r1 = res.records
+    assert r0["output_ids"] == short + [tok.eos_token_id] and r0["finish_reason"] == "stop"
+    assert r0["output_tokens"] == len(short) + 1 and len(r0["itl_s"]) == len(short)
+    assert r1["output_tokens"] > r0["output_tokens"]               # the batch ran on after row 0 finished
+    tail = res.sequences[0, width + r0["output_tokens"]:].tolist()
+    assert tail and set(tail) == {tok.pad_token_id}               # generate padded row 0: none of it counted
+    assert r0["e2e_s"] < r1["e2e_s"]

@@ -77,7 +77,8 @@ class FakeGen:
             else:
                 text = "## Alpha\n" + "a " * 20 + "\n## Beta\n" + "b " * 20
             recs.append({"request_id": i, "text": text, "ttft_s": 0.01 * (i + 1), "output_tokens": 5,
-                         "itl_s": [0.002] * 4, "prompt_tokens": 7})
+                         "itl_s": [0.002] * 4, "prompt_tokens": 7, "e2e_s": 0.01 * (i + 1) + 0.008,
+                         "tpot_s": 0.002, "decode_tps": 500.0, "prefill_s": 0.001})
         return BatchResult(records=recs[::-1], t_submit=time.perf_counter(), wall_s=0.1, preprocess_s=0.0,
                            prefill_s=0.0)
 
@@ -91,16 +92,22 @@ def test_outline_strategies_keep_outline_order_with_fewer_sections(strategy):
     assert [b.split()[4] for b in res.bodies] == ["Alpha", "Beta"]
     assert res.text.index("## Alpha") < res.text.index("## Beta")
     assert res.row["sections_planned"] == 2 and res.row["sections_found"] == 2 and res.row["coverage"] == 0.5
-    assert res.row["output_tokens"] == 5 * 3 and res.row["prompt_tokens"] == 7 * 3
-    r = res.row  # timings over every token of every request (metrics.request_timing)
-    assert 0 < r["ttft_s"] < r["first_section_s"] < r["e2e_s"]
-    assert r["tpot_s"] == pytest.approx((r["e2e_s"] - r["ttft_s"]) / (15 - 1))
+    assert res.row["output_tokens"] == 5 * 3 and res.row["prompt_tokens_total"] == 7 * 3
+    r = res.row  # several requests: no single TTFT / e2e / ITL list under the per-request names
+    assert 0 < r["first_text_s"] < r["first_section_s"] and r["wall_s"] > 0  # (the fake's stamps run ahead of wall)
+    assert r["ttft_s"] != r["ttft_s"] and r["e2e_s"] != r["e2e_s"] and r["itl_s"] is None
+    assert r["prompt_tokens"] == 7  # mean prompt of the requests that shared a forward pass
+    # TPOT is a request's own (every fake request: 4 gaps of 2 ms), not the merged text's 1/sections of it
+    assert r["tpot_s"] == pytest.approx(0.002)
+    assert r["n_requests"] == 3
     assert sum(len(p) * n for p, n in gen.calls) <= 200  # never above the budget
     assert gen.calls[0][1] == plan.outline_tokens
     if strategy == "outline_sequential":
         assert len(gen.calls) == 3 and "previous section" in gen.calls[2][0][0]
+        assert r["batch_size"] == 1  # one request at a time
     else:
         assert len(gen.calls) == 2 and len(gen.calls[1][0]) == 2
+        assert r["batch_size"] == 2  # the two sections were decoded together
 
 
 def test_outline_fallback_and_one_shot():
@@ -109,7 +116,9 @@ def test_outline_fallback_and_one_shot():
     assert res.titles == ["Part 1", "Part 2", "Part 3"]
     one = run_long_output(None, "one_shot", "Heat", LongOutputPlan.make(120, 2), generate=FakeGen())
     assert one.row["coverage"] == 1.0 and one.row["generate_calls"] == 1
-    assert one.row["ttft_s"] == one.row["first_section_s"]
+    assert one.row["first_text_s"] == one.row["first_section_s"]
+    assert one.row["batch_size"] == 1 and one.row["itl_s"] == [0.002] * 4  # one request: its own timings
+    assert len(one.row["itl_s"]) == one.row["output_tokens"] - 1
     with pytest.raises(ParameterError, match="strategy"):
         run_long_output(None, "magic", "Heat", LongOutputPlan.make(120, 2), generate=gen)
 
@@ -119,3 +128,39 @@ def test_token_stamps_rebuild_the_clock_of_each_token():
     b = BatchResult(records=[], t_submit=10.0, wall_s=1.0, preprocess_s=0.0, prefill_s=0.0)
     assert token_stamps(b, {"output_tokens": 3, "ttft_s": 0.5, "itl_s": [0.25, 0.25]}) == [10.5, 10.75, 11.0]
     assert token_stamps(b, {"output_tokens": 0, "ttft_s": float("nan"), "itl_s": []}) == []
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("strategy", ["one_shot", "outline_batch", "outline_sequential"])
+def test_long_output_rows_name_their_quantities_on_the_model(loaded, strategy):
+    """Issue 11 fault 3: multi-request quantities get their own names; itl_s only where it is one request's."""
+    from workbench.generation import generate_measured
+
+    calls = []
+
+    def gen(lm, prompts, settings):
+        b = generate_measured(lm, prompts, settings)
+        calls.append(b)
+        return b
+
+    plan = LongOutputPlan.make(48, 2, 16)
+    r = run_long_output(loaded, strategy, "Heat", plan, generate=gen).row
+    recs = [rec for b in calls for rec in b.records]
+    assert r["output_tokens"] == sum(rec["output_tokens"] for rec in recs)
+    assert 0 < r["first_text_s"] <= r["wall_s"]
+    if r["itl_s"] is not None:  # the invariant every request row keeps
+        assert len(r["itl_s"]) == r["output_tokens"] - 1
+    if strategy == "one_shot":
+        rec = recs[0]
+        assert r["batch_size"] == 1 and r["ttft_s"] == rec["ttft_s"] and r["tpot_s"] == rec["tpot_s"]
+    else:
+        assert r["itl_s"] is None and r["ttft_s"] != r["ttft_s"]
+        section = [rec for b in calls[1:] for rec in b.records]
+        assert r["batch_size"] == (len(calls[1].records) if strategy == "outline_batch" else 1)
+        shared = section if strategy == "outline_batch" else recs
+        tpots = sorted(x["tpot_s"] for x in shared)
+        assert tpots[0] <= r["tpot_s"] <= tpots[-1]  # a per-request TPOT, not one over the merged tokens
+        merged = (max(rec["e2e_s"] + b.t_submit for b in calls for rec in b.records) -
+                  min(rec["ttft_s"] + b.t_submit for b in calls for rec in b.records)) / (r["output_tokens"] - 1)
+        if strategy == "outline_batch":
+            assert r["tpot_s"] > merged  # the old figure divided the batch's step time by the sections

@@ -2,6 +2,7 @@
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 from workbench import memory
 
@@ -36,3 +37,26 @@ def test_memory_tracker_sees_allocation_on_cpu():
 
 def test_malloc_trim_is_safe_to_call():
     memory.malloc_trim()  # glibc: returns freed heap; elsewhere a no-op
+
+
+@pytest.mark.model
+def test_kv_bytes_from_the_config_equal_the_cache_generate_allocates(loaded):
+    """Computed KV bytes equal the bytes of the key/value tensors of the cache generate returns."""
+    import torch
+
+    from workbench.generation import encode_prompts
+
+    enc = encode_prompts(loaded.tokenizer, ["Hello there, how are you?", "Hi"])
+    with torch.inference_mode():
+        out = loaded.model.generate(**enc, max_new_tokens=3, min_new_tokens=3, do_sample=False,
+                                    return_dict_in_generate=True, pad_token_id=loaded.tokenizer.pad_token_id)
+    cache = out.past_key_values
+    tensors = []
+    for layer in getattr(cache, "layers", []):
+        tensors += [layer.keys, layer.values]
+    if not tensors:  # older cache layout
+        tensors = list(cache.key_cache) + list(cache.value_cache)
+    actual = sum(t.numel() * t.element_size() for t in tensors)
+    cached_tokens = tensors[0].shape[-2]          # prompt width + new tokens - 1 (the last token is not cached)
+    assert cached_tokens == enc["input_ids"].shape[1] + 3 - 1
+    assert memory.kv_cache_bytes(loaded.info, cached_tokens, batch_size=2) == actual

@@ -53,6 +53,37 @@ def test_random_ids_exact_and_seeded(tok):
 
 
 @pytest.mark.model
+def test_random_batch_is_templated_inside_the_clock(loaded, monkeypatch):
+    """Random-token prompts are templated after t_submit, like text prompts: a slow chat template
+    (0.2 s) shows in TTFT. Built eagerly (build_batch_ids), the template ran before the clock started."""
+    import time
+
+    from workbench.generation import GenerationSettings, generate_measured
+
+    tok = loaded.tokenizer
+    batch = prompts.random_batch(tok, 2, 60, seed=3)
+    assert batch() == prompts.build_batch_ids(tok, 2, 60, source="random", seed=3)
+    real = tok.apply_chat_template
+    calls = []
+
+    def slow_template(*args, **kwargs):
+        calls.append(time.perf_counter())
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tok, "apply_chat_template", slow_template)
+    settings = GenerationSettings(max_new_tokens=2)
+    eager = generate_measured(loaded, [""] * 2, settings, input_ids=prompts.build_batch_ids(tok, 2, 60, "random"))
+    assert calls and max(calls) < eager.t_submit  # the old path: templated before the clock started
+    calls.clear()
+    res = generate_measured(loaded, [""] * 2, settings, input_ids=batch)
+    assert calls and min(calls) >= res.t_submit and res.preprocess_s >= 0.2
+    assert all(r["ttft_s"] >= 0.2 and r["prompt_tokens"] == 60 for r in res.records)
+    with pytest.raises(ParameterError, match="^prompt_tokens: "):
+        prompts.random_batch(tok, 2, 3)
+
+
+@pytest.mark.model
 def test_bad_requests_are_one_line_errors(tok):
     for call in (
         lambda: prompts.build_prompt(tok, 5),

@@ -62,3 +62,39 @@ def test_save_figure_and_text_stay_in_run():
     with pytest.raises(ParameterError):
         results.save_text(run, "../../x.txt", "no")
     assert results.save_text(run, "texts/a.txt", "你好").read_text(encoding="utf-8") == "你好"
+
+
+def test_each_session_keeps_its_environment():
+    run = results.create_run()
+    results.begin_session(run)
+    results.update_manifest(run, environment={"host": "a", "git_commit": "c1"})
+    results.update_manifest(run, environment={"bandwidth_bytes_per_s": 1.0})   # same session: merged
+    results.begin_session(run, resume=True)
+    results.update_manifest(run, environment={"host": "b", "git_commit": "c2"})
+    m = results.read_manifest(run)
+    assert m["environment"] == {"host": "a", "git_commit": "c1", "bandwidth_bytes_per_s": 1.0}   # the first
+    assert [s["environment"]["host"] for s in m["sessions"]] == ["a", "b"]
+    assert [s["resume"] for s in m["sessions"]] == [False, True]
+
+
+def test_corrupt_manifest_is_a_one_line_parameter_error():
+    run = results.create_run()
+    (run / "manifest.json").write_text("{torn")
+    with pytest.raises(ParameterError, match="not a valid manifest"):
+        results.read_manifest(run)
+
+
+def test_writes_are_atomic_with_unique_temporary_names(monkeypatch):
+    run = results.create_run()
+    seen = []
+    real_replace = results.os.replace
+
+    def spy(src, dst):
+        seen.append(str(src))
+        assert not str(dst).endswith(".tmp") and results.Path(src).exists()
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(results.os, "replace", spy)
+    for _ in range(2):
+        results.update_manifest(run, status="running")
+    assert len(set(seen)) == 2 and all(s.endswith(".tmp") and "/." in s for s in seen)

@@ -62,6 +62,14 @@ def test_a_busy_process_during_a_point_marks_it_invalid_and_a_quiet_point_stays_
     import subprocess
     import sys
 
+    import time
+
+    from workbench import metrics
+
+    probe = metrics.LoadMonitor()
+    time.sleep(0.5)
+    if probe.stop()["others_cpu_load"] > metrics.OTHERS_LOAD_LIMIT / 2:
+        pytest.skip("other processes are loading this machine now: a quiet point cannot be shown quiet")
     run = results.create_run()
     quiet = sweeps.run_sweep(run, "quiet", sweeps.expand_grid(batch_size=[1]), _sleep_measure(1.0))
     assert bool(quiet["valid"].iloc[0]) is True, quiet["invalid_reason"].iloc[0]

@@ -6,12 +6,13 @@ everything below them is a plain library module with one concern, and each formu
 
 Experiments (:mod:`workbench.experiments`), one per numbered notebook:
     batch_size, context_length, temperature, streaming_anatomy, reasoning_budget,
-    context_compression, long_output, explorer (notebook 00).
+    context_compression, long_output, serving_load, explorer (notebook 00).
 
 Techniques:   compression (context compression strategies), budget_forcing (thinking budgets),
               long_form (outline + sections).
 Inputs:       prompts (exact-length prompts from real text), tasks.haystack, tasks.reasoning.
-Serving:      serving.server (engine + OpenAI-compatible app), serving.client (SSE client, load).
+Serving:      serving.server (OpenAI-compatible app), serving.engines (fifo / static / continuous),
+              serving.load (arrival profiles, load runs), serving.client (SSE client); slo (presets, search).
 Instruments:  generation (measured generate, eos_token_ids, warm_up), detokenize (incremental text,
               display granularity), memory (peak memory, KV-cache bytes), metrics (request_timing,
               percentiles, point summaries, MBU/MFU, the column table COLUMNS).
@@ -24,5 +25,15 @@ Run machinery: sweeps (shared config fields, grids, the point loop), results (ru
 """
 
 __version__ = "0.2.0"
+
+import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
+
+# Offline whatever the import order: set before any submodule imports transformers / huggingface_hub,
+# and pushed into huggingface_hub's constant when it was imported first (it reads the variable once).
+_os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if _os.environ["HF_HUB_OFFLINE"].strip().upper() in ("1", "ON", "YES", "TRUE") \
+        and "huggingface_hub.constants" in _sys.modules:
+    _sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
 
 from .errors import ParameterError  # noqa: F401

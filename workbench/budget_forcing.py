@@ -27,8 +27,12 @@ vocabulary holds ``<think>`` and ``</think>`` (Qwen3 style; ``enable_thinking``
 is passed to the chat template when the template reads it), **emulated**
 otherwise (the default SmolLM2): the prompt asks for reasoning between the text
 delimiters ``<think>`` ... ``</think>``, and the same machinery runs on their
-token sequences (taken from the tokenizer). Delimiters are matched on token ids,
-the exact sequence the tokenizer gives for the delimiter text.
+token sequences (taken from the tokenizer). Delimiters are recognised on the
+decoded text, not on one id sequence: `` </think>`` (whose first token is
+``' </'``, not ``'</'``) or ``</`` + ``think>`` end thinking too. In the answer
+phase an open delimiter is banned (any ids that would complete ``<think>``), so
+an answer never re-opens reasoning; ``reopen_blocked`` counts the steps where
+that ban overrode the model's top choice.
 
 Per batch (:func:`generate_with_budget`) the records of
 :func:`workbench.generation.generate_measured` gain ``reasoning_budget``,
@@ -36,7 +40,9 @@ Per batch (:func:`generate_with_budget`) the records of
 ``answer_tokens`` (they sum to ``output_tokens``), ``ttfat_s`` (time to first
 answer token: the stamp of the first id after the thinking segment),
 ``answer_truncated``, ``forced_close`` (the budget ended the thinking), ``waits``
-(continuations inserted), ``thinking_text`` and ``answer_text``. Rows that the
+(continuations inserted), ``reopen_blocked`` (answer steps whose top choice would
+have re-opened thinking), ``batch_size`` (requests in the ``generate`` call),
+``thinking_text`` and ``answer_text``. Rows that the
 stopping criterion ends are trimmed to the step it fired at (``generate`` pads
 them afterwards; that padding is not output) and their timings recomputed with
 :func:`workbench.metrics.request_timing`.
@@ -48,6 +54,8 @@ are in :mod:`workbench.tasks.reasoning`; the experiment (notebook
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -134,24 +142,99 @@ def check_budget(budget, min_budget=0, answer_tokens=24, max_new_tokens=None) ->
 # ----------------------------------------------------------------------------- thinking formats
 
 
+def _synthetic_text(tok: int) -> str:
+    """The stand-in text of an id without a tokenizer: one private-use character per id, so that text
+    matching on a format given only as ids is exactly matching on those ids (ids up to 131,069; larger
+    ids have no text)."""
+    tok = int(tok)
+    return chr(0xF0000 + tok) if 0 <= tok < 0x1FFFE else ""
+
+
 @dataclass(frozen=True)
 class ThinkingFormat:
-    """The delimiters of one tokenizer's thinking segment, as token id sequences.
+    """The delimiters of one tokenizer's thinking segment, and the text each token id decodes to.
+
+    Delimiters are matched on **decoded text**, not on exact id sequences: a model that writes
+    `` </think>`` (a different first token, ``' </'``) or ``</`` + ``think>`` closes its thinking all the
+    same. Formats built by hand from ids alone (tests) give each id a private-use character instead,
+    which makes text matching the same as id matching.
 
     Attributes:
         mode: ``native`` (single vocabulary tokens) or ``emulated`` (text delimiters).
-        open_ids, close_ids: token ids of the open / end-of-thinking delimiter.
+        open_ids, close_ids: the token ids the tokenizer gives for the open / end-of-thinking delimiter
+            (what is forced; the canonical spelling).
         template_flag: the chat template reads ``enable_thinking``.
+        texts: per token id, its text (``convert_tokens_to_string`` of the one token); empty for a
+            format given only as ids.
+        close_rests: for ``k`` characters of the end-of-thinking text already written, the ids that
+            complete it (emulated: ``encode(close_text[k:])``; native: the ``</think>`` token whatever
+            was written; ``close_ids[k:]`` for a format given as ids).
     """
 
     mode: str
     open_ids: tuple
     close_ids: tuple
     template_flag: bool = False
+    texts: tuple = field(default=(), repr=False, compare=False)
+    close_rests: tuple = field(default=(), repr=False, compare=False)
+    _tables: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def native(self) -> bool:
         return self.mode == "native"
+
+    def text_of(self, tok: int) -> str:
+        """The text one id decodes to."""
+        tok = int(tok)
+        if self.texts:
+            return self.texts[tok] if 0 <= tok < len(self.texts) else ""
+        return _synthetic_text(tok)
+
+    @property
+    def open_text(self) -> str:
+        return OPEN_TEXT if self.texts else "".join(map(_synthetic_text, self.open_ids))
+
+    @property
+    def close_text(self) -> str:
+        return CLOSE_TEXT if self.texts else "".join(map(_synthetic_text, self.close_ids))
+
+    def close_rest(self, k: int) -> tuple:
+        """Ids that complete the end-of-thinking text when its first ``k`` characters are written."""
+        if self.close_rests:
+            return self.close_rests[k]
+        return tuple(self.close_ids[k:])
+
+    def bans(self, vocab_size: int) -> "_BanTable":
+        """The id sets that would write (or start) a delimiter, for a vocabulary of ``vocab_size`` logits."""
+        if vocab_size not in self._tables:
+            self._tables[vocab_size] = _BanTable(self, vocab_size)
+        return self._tables[vocab_size]
+
+
+class _BanTable:
+    """Which ids complete a delimiter after a partial one, and which ids start an end of thinking.
+
+    ``complete_open[k]`` / ``complete_close[k]``: ids whose text, appended to the first ``k`` characters
+    of the delimiter, contains the whole delimiter (``k = 0``: ids that hold it outright).
+    ``start_close``: ids whose text holds the start of the canonical end-of-thinking spelling
+    (``'</'``, ``' </'``, ``'></'`` for the default tokenizer; the single ``</think>`` id when native).
+    """
+
+    def __init__(self, fmt: ThinkingFormat, vocab_size: int):
+        texts = [fmt.text_of(i) for i in range(vocab_size)]
+        self.complete_open = self._completing(texts, fmt.open_text)
+        self.complete_close = self._completing(texts, fmt.close_text)
+        first = fmt.text_of(fmt.close_ids[0]).strip() or fmt.close_text
+        self.start_close = sorted({i for i, t in enumerate(texts) if first in t} | set(self.complete_close[0]))
+
+    @staticmethod
+    def _completing(texts: list, delim: str) -> list:
+        last = delim[-1]
+        cands = [i for i, t in enumerate(texts) if last in t]
+        return [sorted(i for i in cands if delim in delim[:k] + texts[i]) for k in range(len(delim))]
+
+
+_FORMATS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -166,8 +249,17 @@ def native_thinking_ids(tokenizer) -> tuple[int, int] | None:
     return None
 
 
+def token_texts(tokenizer) -> tuple:
+    """The text of every id of a tokenizer, one token at a time (``convert_tokens_to_string``)."""
+    toks = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return tuple(tokenizer.convert_tokens_to_string([t]) if t is not None else "" for t in toks)
+
+
 def thinking_format(tokenizer, mode: str = "auto") -> ThinkingFormat:
     """Detect (``auto``) or choose the thinking format of a tokenizer.
+
+    The format (with the text of every id, for delimiter matching) is built once per tokenizer
+    object and kept while the tokenizer lives.
 
     Args:
         tokenizer: a ``transformers`` tokenizer.
@@ -181,22 +273,27 @@ def thinking_format(tokenizer, mode: str = "auto") -> ThinkingFormat:
     ids = native_thinking_ids(tokenizer)
     if mode == "native" and ids is None:
         raise ParameterError("thinking: 'native' needs <think> and </think> in the tokenizer's vocabulary")
+    cache = _FORMATS.setdefault(tokenizer, {})
+    key = (mode, len(tokenizer), getattr(tokenizer, "chat_template", None))
+    if key in cache:
+        return cache[key]
     template = getattr(tokenizer, "chat_template", None) or ""
     flag = isinstance(template, str) and "enable_thinking" in template
+    texts = token_texts(tokenizer)
+    rests = tuple(tuple(_encode(tokenizer, CLOSE_TEXT[k:])) for k in range(len(CLOSE_TEXT)))
     if ids is not None and mode != "emulated":
-        return ThinkingFormat("native", (ids[0],), (ids[1],), flag)
-    return ThinkingFormat("emulated", tuple(_encode(tokenizer, OPEN_TEXT)), tuple(_encode(tokenizer, CLOSE_TEXT)), False)
+        # native: the close is always the vocabulary token, even after a stray '<' in the thinking text
+        fmt = ThinkingFormat("native", (ids[0],), (ids[1],), flag, texts, ((ids[1],),) * len(CLOSE_TEXT))
+    else:
+        fmt = ThinkingFormat("emulated", tuple(_encode(tokenizer, OPEN_TEXT)), rests[0], False, texts, rests)
+    cache[key] = fmt
+    return fmt
 
 
-def _ends_with(seq: list, suffix: Sequence) -> bool:
-    n = len(suffix)
-    return n > 0 and len(seq) >= n and tuple(seq[-n:]) == tuple(suffix)
-
-
-def _partial_close(seq: list, close: Sequence) -> int:
-    """Length of the longest proper prefix of ``close`` that ``seq`` ends with."""
-    for k in range(len(close) - 1, 0, -1):
-        if _ends_with(seq, close[:k]):
+def _partial(tail: str, delim: str) -> int:
+    """Length of the longest proper prefix of ``delim`` that ``tail`` ends with."""
+    for k in range(min(len(delim) - 1, len(tail)), 0, -1):
+        if tail.endswith(delim[:k]):
             return k
     return 0
 
@@ -205,7 +302,11 @@ def _partial_close(seq: list, close: Sequence) -> int:
 
 
 class _Row:
-    """One request's progress through pre -> think -> answer -> done, fed one generated id at a time."""
+    """One request's progress through pre -> think -> answer -> done, fed one generated id at a time.
+
+    The row keeps the text of what it generated (each id's text, appended); a delimiter is seen when
+    its text appears, whichever ids spelled it.
+    """
 
     def __init__(self, phase: str, fmt: ThinkingFormat, eos_ids: set, handoff_ids: Sequence):
         self.phase = phase
@@ -213,10 +314,13 @@ class _Row:
         self.eos_ids = eos_ids
         self.handoff_ids = list(handoff_ids)
         self.gen: list[int] = []
+        self.text = ""
+        self.seg_from = 0  # character where the current segment (thinking, or answer) starts
         self.body = 0  # thinking tokens since the open delimiter (excl. forced close tokens)
         self.closing = False
         self.forced_close = False
         self.waits = 0
+        self.reopen_blocked = 0  # answer steps whose top choice would have re-opened thinking
         self.queue: deque = deque()
         self.close_end: int | None = None  # len(gen) when the end-of-thinking delimiter completed
         self.answer_from: int | None = None  # len(gen) when the hand-off phrase completed
@@ -229,9 +333,18 @@ class _Row:
     def _enter_answer(self):
         self.phase = ANSWER
         self.close_end = len(self.gen)
+        self.seg_from = len(self.text)
         self.queue = deque(self.handoff_ids)
         if not self.queue:
             self.answer_from = len(self.gen)
+
+    def _found(self, delim: str, new_from: int) -> bool:
+        """Whether ``delim`` occurs in the current segment, ending in the text added from ``new_from``."""
+        return self.text.find(delim, max(self.seg_from, new_from - len(delim) + 1)) >= 0
+
+    def tail(self, delim: str) -> int:
+        """How many leading characters of ``delim`` the current segment ends with (a partial delimiter)."""
+        return _partial(self.text[max(self.seg_from, len(self.text) - len(delim)):], delim)
 
     def feed(self, tok: int) -> None:
         if self.phase == DONE or self.stopped_at is not None:
@@ -240,17 +353,20 @@ class _Row:
         if tok in self.eos_ids:
             self.phase = DONE
             return
+        new_from = len(self.text)
+        self.text += self.fmt.text_of(tok)
         if self.queue and self.queue[0] == tok:
             self.queue.popleft()
         elif self.queue:  # a sampled id broke a forced sequence (cannot happen under -inf masking)
             self.queue.clear()
         if self.phase == PRE:
-            if _ends_with(self.gen, self.fmt.open_ids):
+            if self._found(self.fmt.open_text, new_from):
                 self.phase, self.opened = THINK, True
+                self.seg_from = len(self.text)
         elif self.phase == THINK:
             if not self.closing:
                 self.body += 1
-            if _ends_with(self.gen, self.fmt.close_ids):
+            if self._found(self.fmt.close_text, new_from):
                 self._enter_answer()
         elif self.phase == ANSWER and self.answer_from is None and not self.queue:
             self.answer_from = len(self.gen)
@@ -261,6 +377,12 @@ class _Row:
 
 class BudgetForcingProcessor:
     """A ``transformers`` ``LogitsProcessor`` that enforces a thinking budget per row.
+
+    Delimiters are recognised on the rows' decoded text (see :class:`ThinkingFormat`). In the answer
+    phase every id that would complete an open delimiter (``<think>``, however spelled) is banned, so
+    an answer never re-opens thinking; ``reopen_blocked`` counts the steps where that ban changed the
+    model's top choice. Below ``min_budget`` every id that would start or complete the end of thinking
+    is banned (and, where it was the top choice, "Wait" is forced instead).
 
     Args:
         fmt: the :class:`ThinkingFormat`.
@@ -304,39 +426,47 @@ class BudgetForcingProcessor:
         scores[r, :] = float("-inf")
         scores[r, tok] = 0.0
 
+    def _close_now(self, row: _Row) -> None:
+        """Queue the rest of the end-of-thinking delimiter (completing a partial one already written)."""
+        row.queue = deque(self.fmt.close_rest(row.tail(self.fmt.close_text)))
+        row.closing = True
+
     def __call__(self, input_ids, scores):
         self.sync(input_ids)
         spec, fmt = self.spec, self.fmt
+        bans = fmt.bans(int(scores.shape[1]))
         ninf = float("-inf")
         top = scores.argmax(dim=-1).tolist()
         for r, row in enumerate(self.rows):
             if row.phase == DONE or row.stopped_at is not None:
                 continue
             if row.phase == THINK and not row.closing and row.body >= spec.budget:
-                k = _partial_close(row.gen, fmt.close_ids)
-                row.queue = deque(fmt.close_ids[k:])
-                row.closing = row.forced_close = True
+                self._close_now(row)
+                row.forced_close = True
             if row.queue:
                 self._force(scores, r, row.queue[0])
                 continue
             if row.phase == PRE:
-                if spec.budget == 0 and fmt.native:
-                    scores[r, fmt.open_ids[0]] = ninf
+                if spec.budget == 0:
+                    banned = bans.complete_open[row.tail(fmt.open_text)]
+                    if banned:
+                        scores[r, banned] = ninf
+            elif row.phase == ANSWER:
+                banned = bans.complete_open[row.tail(fmt.open_text)]
+                if banned:
+                    row.reopen_blocked += top[r] in set(banned)
+                    scores[r, banned] = ninf
             elif row.phase == THINK:
-                wants_end = top[r] in self.eos_ids or top[r] == fmt.close_ids[0]
                 if row.body < spec.min_budget:
-                    if wants_end:
+                    ending = set(bans.start_close) | set(bans.complete_close[row.tail(fmt.close_text)]) | self.eos_ids
+                    if top[r] in ending:
                         row.queue = deque(self.wait_ids)
                         row.waits += 1
                         self._force(scores, r, row.queue[0])
                         continue
-                    scores[r, fmt.close_ids[0]] = ninf
-                    for e in self.eos_ids:
-                        scores[r, e] = ninf
+                    scores[r, sorted(ending)] = ninf
                 elif top[r] in self.eos_ids:  # the model would stop inside thinking: close it instead
-                    k = _partial_close(row.gen, fmt.close_ids)
-                    row.queue = deque(fmt.close_ids[k:])
-                    row.closing = True
+                    self._close_now(row)
                     self._force(scores, r, row.queue[0])
                 else:
                     for e in self.eos_ids:
@@ -394,7 +524,7 @@ def split_thinking(output_ids: Sequence[int], fmt: ThinkingFormat, initial_phase
     The thinking segment runs up to and including the end-of-thinking
     delimiter; when the output never closes an opened thinking segment it is
     all thinking; when the prompt already closed it, or thinking never opened,
-    it is empty. Matching is on token ids, as in :class:`BudgetForcingProcessor`.
+    it is empty. Delimiters are matched on the decoded text, as in :class:`BudgetForcingProcessor`.
 
     Args:
         output_ids: one request's generated ids.
@@ -514,10 +644,12 @@ def generate_with_budget(loaded, messages: Sequence[str], spec: BudgetSpec, mode
     """
     from transformers import LogitsProcessorList, StoppingCriteriaList
 
-    from .generation import GenerationSettings, eos_token_ids, generate_measured
+    from .generation import GenerationSettings, eos_token_ids, generate_measured, synchronize
 
     tok = loaded.tokenizer
     fmt = thinking_format(tok, mode)
+    synchronize(loaded.model.device.type)
+    t_submit = time.perf_counter()  # the request arrives: templating and tokenisation below count in TTFT
     ids, phases = build_inputs(tok, messages, fmt, spec.budget)
     eos = eos_token_ids(loaded)
     handoff_ids = _encode(tok, spec.handoff) if spec.handoff else []
@@ -527,7 +659,7 @@ def generate_with_budget(loaded, messages: Sequence[str], spec: BudgetSpec, mode
                                   temperature=temperature, top_p=top_p, seed=seed)
     res = generate_measured(loaded, list(messages), settings, input_ids=ids,
                             logits_processor=LogitsProcessorList([*extra_processors, proc]),
-                            stopping_criteria=StoppingCriteriaList([stop]))
+                            stopping_criteria=StoppingCriteriaList([stop]), t_submit=t_submit)
     contexts = []
     for rec, row, prompt_ids, phase in zip(res.records, proc.rows, ids, phases):
         if row.stopped_at is not None:
@@ -540,6 +672,7 @@ def generate_with_budget(loaded, messages: Sequence[str], spec: BudgetSpec, mode
             thinking_mode=fmt.mode, thinking_tokens=k, answer_tokens=n - k,
             ttfat_s=_stamps(rec)[k] if n > k else float("nan"),
             answer_truncated=rec["finish_reason"] == "length", forced_close=row.forced_close, waits=row.waits,
+            reopen_blocked=row.reopen_blocked, batch_size=len(messages),
             thinking_text=tok.decode(rec["output_ids"][:k], skip_special_tokens=True),
             answer_text=tok.decode(answer_ids, skip_special_tokens=True).rstrip("\ufffd"),
         )

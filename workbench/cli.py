@@ -1,9 +1,10 @@
 """The ``workbench`` command: run suites, sweep one notebook, build reports, show the environment.
 
-    workbench run [SUITE] [--resume RUN_DIR] [--label NAME] [--rerun-invalid RUN_DIR]
+    workbench run [SUITE] [--resume RUN_DIR] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR] [--label NAME]
     workbench report RUN_DIR [RUN_DIR ...] [-o OUT.html]
     workbench env [--model SPEC] [--no-probe]
+    workbench plan [SUITE] [--calibrate] [--no-probe]   (also --dry-run on run / sweep)
     workbench serve [--model SPEC] [--host 127.0.0.1] [--port 8000] ...
 
 Parameter values are data: ``-f`` files and ``-p`` values are parsed as YAML
@@ -113,15 +114,15 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
 
 
 def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None) -> int:
-    from . import notebooks, report, results
+    from . import notebooks, results
 
     if resume_dir:
         _resume_parameters(entries, resume_dir)
     for e in entries:  # every notebook validated before any runs
         e["parameters"] = {k: v for k, v in notebooks.validate_parameters(e["notebook"], e["parameters"]).items()
                            if k in e["parameters"]}
-    run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
     try:
+        run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
         owner = results.lock_run(run_dir)   # one writer per run folder; a second resume is refused here
     except results.RunLockedError as exc:
         raise ParameterError(f"--resume: {exc}") from None
@@ -198,6 +199,12 @@ def cmd_run(args) -> int:
     if args.rerun_invalid:
         return _run_entries(_rerun_invalid_entries(args.rerun_invalid), args.rerun_invalid, args.label)
     suite = notebooks.load_suite(args.suite)
+    if getattr(args, "dry_run", False):
+        return _print_plan(suite["notebooks"])
+    if getattr(args, "ray", None):  # connect, check the suite fits the cluster; kernels inherit $WORKBENCH_RAY
+        from .distributed import prepare
+
+        prepare(args.ray, suite["notebooks"])
     return _run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"])
 
 
@@ -212,6 +219,12 @@ def cmd_sweep(args) -> int:
         known = ", ".join(sorted(p.name for p in notebooks.NOTEBOOKS_DIR.glob("[0-9]*.ipynb")))
         raise ParameterError(f"notebook: {args.notebook!r} is not a notebook (known: {known})")
     params = _parse_params(args.file, args.param)
+    if getattr(args, "dry_run", False):
+        return _print_plan([{"notebook": str(nb.resolve()), "parameters": params}])
+    if getattr(args, "ray", None):
+        from .distributed import prepare
+
+        prepare(args.ray, [{"notebook": str(nb), "parameters": params}])
     return _run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label)
 
 
@@ -272,6 +285,31 @@ def cmd_env(args) -> int:
     return 0
 
 
+def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False) -> int:
+    """``workbench plan`` / ``--dry-run``: the points, their predicted cost and the estimated wall time
+    (:mod:`workbench.roofline`); nothing is measured and no weights load unless ``calibrate``."""
+    from . import models, notebooks, roofline
+
+    first = notebooks.validate_parameters(entries[0]["notebook"], entries[0]["parameters"]) if entries else {}
+    spec, dev = first.get("model", "default"), models.pick_device(first.get("device", "auto"))
+    dtype = first.get("dtype", "auto")
+    if calibrate:
+        loaded = models.load_model(spec, dev, dtype)
+        device, calib = roofline.calibrate(loaded)
+        print(f"calibrated in {calib.calibration_s:.1f} s: {calib}", flush=True)
+    predictor = roofline.Predictor.for_model(spec, dev, dtype, probe=probe)
+    plan = roofline.plan_entries(entries, predictor)
+    print(roofline.format_plan(plan, predictor.calib.calibrated))
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from . import notebooks
+
+    suite = notebooks.load_suite(args.suite)
+    return _print_plan(suite["notebooks"], probe=not args.no_probe, calibrate=args.calibrate)
+
+
 def cmd_serve(args) -> int:
     from .serving.server import main as serve_main
 
@@ -289,6 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--label", default="", help="suffix of the new run id (letters, digits, _.-)")
     r.add_argument("--rerun-invalid", metavar="RUN_DIR",
                    help="re-measure only the points of RUN_DIR marked invalid (other load, drift), in place")
+    r.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
+    r.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
+                   help="measure the points on Ray workers: a running cluster (auto: found, else started here) "
+                        "or a head node's HOST:PORT; needs the [ray] extra")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sweep", help="run one notebook over a parameter grid")
@@ -298,7 +340,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one parameter; VALUE is parsed as YAML (lists, numbers, booleans)")
     s.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
     s.add_argument("--label", default="", help="suffix of the new run id")
+    s.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
+    s.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
+                   help="measure the points on Ray workers (see workbench run --help)")
     s.set_defaults(func=cmd_sweep)
+
+    pl = sub.add_parser("plan", help="the suite's points, predicted cost per point and estimated wall time")
+    pl.add_argument("suite", nargs="?", default="default", help="suite name in suites/ or a YAML path")
+    pl.add_argument("--calibrate", action="store_true",
+                    help="first fit this machine's overheads on the model (~20 s; cached for later plans)")
+    pl.add_argument("--no-probe", action="store_true", help="nominal device peaks instead of a probe")
+    pl.set_defaults(func=cmd_plan)
 
     rep = sub.add_parser("report", help="(re)build the HTML report of one run, or a comparison of several")
     rep.add_argument("runs", nargs="+", metavar="RUN_DIR")

@@ -24,11 +24,17 @@ Strategies (:data:`STRATEGIES`):
 - ``bm25`` / ``dense``: retrieval top-k. The context is split into chunks of
   at most ``chunk_tokens`` tokens (packed from whole sentences, a chunk's own
   tokenisation never longer than the chunk size, never crossing a message),
-  ranked by BM25 (Robertson & Zaragoza 2009; ``rank_bm25.BM25Okapi``) or by
+  ranked by BM25+ (Lv & Zhai 2011, "Lower-bounding term frequency
+  normalization"; ``rank_bm25.BM25Plus``, IDF ``log((N + 1) / n)``) or by
   cosine similarity of all-MiniLM-L6-v2 embeddings (``sentence-transformers``,
   the shipped folder :func:`workbench.models.default_embedder_path`) against
   the question, and the best chunks that fit the budget are kept in their
-  original order.
+  original order. BM25+ rather than Okapi BM25: Okapi's IDF
+  ``log((N - n + 0.5) / (n + 0.5))`` is 0 for a term in half the chunks, so
+  with two chunks every score is 0. When every chunk scores the same the
+  ranking carries nothing; the strategy then keeps chunks from the start
+  (head truncation) and says so: ``details["retrieval_fallback"]`` is
+  ``"head"`` (``"none"`` when the ranking decided).
 - ``summary``: for a chat history, a rolling summary (older turns folded into
   a running summary one group at a time, recent turns verbatim); for a
   document, a hierarchical map-reduce summary (chunks summarised as one batch,
@@ -385,6 +391,10 @@ def compress(
         chunks = _chunks(segs, tokenizer, size)
         details["chunk_tokens"] = size
         scores = _bm25_scores(chunks, question) if strategy == "bm25" else _dense_scores(chunks, question)
+        tied = max(scores) - min(scores) <= 1e-9 * max(1.0, abs(max(scores)))
+        details["retrieval_fallback"] = "head" if tied else "none"  # all tied: document order, recorded
+        if tied:
+            scores = [0.0] * len(chunks)
         out, n = _fit(lambda b: _retrieve(segs, chunks, scores, b, top_k, as_chat, details), tokenizer, budget)
         details["chunks"] = len(chunks)
     elif strategy == "prune":
@@ -504,10 +514,12 @@ def lexical_tokens(text: str) -> list[str]:
 
 
 def _bm25_scores(chunks: list[Chunk], question: str) -> list[float]:
-    from rank_bm25 import BM25Okapi
+    """BM25+ scores of the chunks for the question (``rank_bm25.BM25Plus``: an IDF that stays positive,
+    so a term in half of two chunks still counts)."""
+    from rank_bm25 import BM25Plus
 
     corpus = [lexical_tokens(c.text) or ["\x00"] for c in chunks]
-    return [float(s) for s in BM25Okapi(corpus).get_scores(lexical_tokens(question))]
+    return [float(s) for s in BM25Plus(corpus).get_scores(lexical_tokens(question))]
 
 
 @functools.lru_cache(maxsize=1)

@@ -104,6 +104,20 @@ class IncrementalDetokenizer:
         return tail
 
 
+def first_text_index(tokenizer, ids) -> int | None:
+    """Index of the generated id at which visible text (not only whitespace) first reaches the display.
+
+    The ids are pushed through :class:`IncrementalDetokenizer`, so a character split across ids counts
+    at the id that completes it, and an end-of-sequence id shows nothing. None when no id shows text.
+    """
+    detok = IncrementalDetokenizer(tokenizer)
+    for i, tok in enumerate(ids):
+        detok.push(tok)
+        if detok.emitted.strip():
+            return i
+    return None
+
+
 # --------------------------------------------------------------------------- granularity
 
 

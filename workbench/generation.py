@@ -377,6 +377,7 @@ def generate_measured(
     stopping_criteria=None,
     input_ids=None,
     generate_kwargs: dict | None = None,
+    t_submit: float | None = None,
 ) -> BatchResult:
     """Run one batch through ``model.generate`` and time every generated token id.
 
@@ -394,9 +395,16 @@ def generate_measured(
         stopping_criteria: a ``transformers.StoppingCriteriaList`` for ``generate``.
         input_ids: pre-tokenised prompts (list of lists of ints, already
             templated); left-padded here. ``prompts`` is then ignored for
-            encoding but its length must match.
+            encoding but its length must match. May also be a zero-argument
+            callable returning them: it is called after ``t_submit``, so its
+            templating and tokenisation count in TTFT (e.g.
+            :func:`workbench.prompts.random_batch`).
         generate_kwargs: further ``generate`` keyword arguments (e.g. a
             prefix KV cache, see :func:`workbench.compression.generate_with_prefix_cache`).
+        t_submit: ``time.perf_counter()`` read by a caller that templates and
+            tokenises the prompts itself before calling (e.g.
+            :func:`workbench.budget_forcing.generate_with_budget`), before it did so;
+            TTFT, e2e and wall time then start there. Default: read here, before templating.
 
     Returns:
         :class:`BatchResult` with one record per prompt.
@@ -411,19 +419,21 @@ def generate_measured(
     lock.acquire()
     try:
         return _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_streamer, timer,
-                                logits_processor, stopping_criteria, input_ids, generate_kwargs)
+                                logits_processor, stopping_criteria, input_ids, generate_kwargs, t_submit)
     finally:
         lock.release()
 
 
 def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_streamer, timer, logits_processor,
-                     stopping_criteria, input_ids, generate_kwargs) -> BatchResult:
+                     stopping_criteria, input_ids, generate_kwargs, t_submit=None) -> BatchResult:
     import torch
 
     model, tokenizer = loaded.model, loaded.tokenizer
     device_type = model.device.type
     synchronize(device_type)
-    t_submit = time.perf_counter()
+    t_submit = time.perf_counter() if t_submit is None else t_submit
+    if callable(input_ids):  # templated here, inside the clock
+        input_ids = input_ids()
     if input_ids is not None:
         enc = tokenizer.pad({"input_ids": [list(x) for x in input_ids]}, padding=True, return_tensors="pt")
     else:

@@ -25,9 +25,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from . import metrics, quality
 from .checks import check_choice, check_int
-from .detokenize import REPLACEMENT_CHAR
+from .detokenize import REPLACEMENT_CHAR, first_text_index
 from .errors import ParameterError
 from .generation import GenerationSettings, generate_measured
 
@@ -209,9 +211,9 @@ class LongOutputResult:
     """What one strategy produced.
 
     Attributes:
-        row: the request row (``ttft_s`` = time to first visible text,
-            ``e2e_s`` = time to the last token of any request, ``output_tokens``
-            summed over requests, coverage, repetition, throughput, ...).
+        row: the request row (``first_text_s``, ``wall_s``, ``output_tokens``
+            summed over requests, coverage, repetition, throughput, ...; see
+            :func:`run_long_output`).
         text: the merged text, as a reader would get it.
         outline: the outline text ("" for one-shot).
         titles: the section titles used (outline strategies).
@@ -227,6 +229,28 @@ class LongOutputResult:
 
 def _gen(loaded, prompts, settings):
     return generate_measured(loaded, prompts, settings)
+
+
+def _median(values) -> float:
+    """Median of the finite values (NaN when none)."""
+    return metrics.percentiles([v for v in values if v is not None], (50,))["p50"]
+
+
+def _first_text_at(batch, rec: dict, tokenizer=None) -> float | None:
+    """``perf_counter`` time at which a record's first visible text was generated (None: no text).
+
+    With the tokenizer and the record's ``output_ids`` this is the id at which
+    :func:`workbench.detokenize.first_text_index` first shows non-blank text; otherwise the first id.
+    """
+    stamps = token_stamps(batch, rec)
+    if not stamps:
+        return None
+    k = 0
+    if tokenizer is not None and rec.get("output_ids") is not None:
+        k = first_text_index(tokenizer, rec["output_ids"])
+        if k is None:
+            return None
+    return stamps[min(k, len(stamps) - 1)]
 
 
 def token_stamps(batch, rec: dict) -> list[float]:
@@ -265,14 +289,21 @@ def run_long_output(
 
     Returns:
         :class:`LongOutputResult`. ``row`` has ``strategy``, ``language``,
-        ``ttft_s`` (first visible text: the first token of the one-shot answer
-        or of the outline), ``first_section_s`` (first token of section body
-        text), ``e2e_s`` (last token), ``wall_s`` (until the text is merged),
-        ``tpot_s`` / ``decode_tps`` (:func:`workbench.metrics.request_timing`
-        over every token of every request), ``output_tokens`` (all requests),
-        ``requests`` (generate calls), ``sections_requested``,
+        ``first_text_s`` (start to the first visible text of any request: the
+        one-shot answer or the outline), ``first_section_s`` (to the first
+        visible section text), ``wall_s`` (until the text is merged),
+        ``output_tokens`` and ``prompt_tokens_total`` (all requests),
+        ``n_requests``, ``generate_calls``, ``batch_size`` (requests that shared
+        a forward pass: the sections of ``outline_batch``, else 1),
+        ``prompt_tokens`` (mean prompt of those requests), ``sections_requested``,
         ``sections_planned`` (outline titles used), ``sections_found``,
         ``coverage``, ``repetition``, ``output_throughput_tps``, ``chars``.
+        Per-request token-id timings keep their standard names only where they
+        are one request's: ``one_shot`` rows carry that request's ``ttft_s``,
+        ``e2e_s``, ``itl_s``, ``tpot_s``, ``decode_tps``, ``prefill_s``; outline
+        rows leave ``ttft_s`` / ``e2e_s`` empty and ``itl_s`` None (several
+        requests have no single one) and give ``tpot_s``, ``decode_tps`` and
+        ``prefill_s`` as medians over the requests run at ``batch_size``.
 
     Raises:
         ParameterError: unknown strategy or language.
@@ -282,30 +313,29 @@ def run_long_output(
     gen = generate or _gen
     P = _PROMPTS[language]
     n = plan.n_sections
+    tokenizer = getattr(loaded, "tokenizer", None)
 
     def settings(tokens, s=seed):
         return GenerationSettings(max_new_tokens=tokens, temperature=temperature, seed=s)
 
     t0 = time.perf_counter()
     calls = 0
-    prompt_tokens = 0
-    batch_size = 1
-    stamps: list[float] = []  # every generated token id of every request, on the perf_counter clock
+    done: list[tuple] = []  # (batch, record) of every request, in order
     if strategy == "one_shot":
         b = gen(loaded, [P["one_shot"].format(topic=topic, n=n)], settings(plan.budget_tokens))
         calls = 1
         rec = b.records[0]
-        stamps += token_stamps(b, rec)
-        prompt_tokens = rec.get("prompt_tokens", 0)
+        done.append((b, rec))
         text, outline, titles = rec["text"], "", []
         bodies = [body for _, body in split_sections(text)]
-        first_section = (b.t_submit + rec["ttft_s"]) - t0
+        first_section = _first_text_at(b, rec, tokenizer)
+        first_section = None if first_section is None else first_section - t0
+        shared = [rec]  # the requests that ran together at the row's batch size
     else:
         ob = gen(loaded, [P["outline"].format(topic=topic, n=n)], settings(plan.outline_tokens))
         calls = 1
         orec = ob.records[0]
-        stamps += token_stamps(ob, orec)
-        prompt_tokens = orec.get("prompt_tokens", 0)
+        done.append((ob, orec))
         outline = orec["text"]
         titles = parse_outline(outline, n) or [P["fallback"].format(k=k + 1) for k in range(n)]
         listed = "\n".join(f"{k + 1}. {t}" for k, t in enumerate(titles))
@@ -316,11 +346,11 @@ def run_long_output(
             sb = gen(loaded, prompts, settings(plan.section_tokens))
             calls += 1
             recs = sorted(sb.records, key=lambda r: r["request_id"])
-            batch_size = len(recs)
-            prompt_tokens += sum(r.get("prompt_tokens", 0) for r in recs)
+            done += [(sb, r) for r in recs]
             bodies = [_clean_body(r["text"]) for r in recs]
-            stamps += [t for r in recs for t in token_stamps(sb, r)]
-            first_section = (sb.t_submit + min(r["ttft_s"] for r in recs)) - t0
+            at = [t for t in (_first_text_at(sb, r, tokenizer) for r in recs) if t is not None]
+            first_section = min(at) - t0 if at else None
+            shared = recs  # decoded together: one forward pass per step for all sections
         else:
             for k, p in enumerate(prompts):
                 if bodies:
@@ -328,15 +358,18 @@ def run_long_output(
                 sb = gen(loaded, [p], settings(plan.section_tokens, seed + k))
                 calls += 1
                 r = sb.records[0]
-                prompt_tokens += r.get("prompt_tokens", 0)
+                done.append((sb, r))
                 bodies.append(_clean_body(r["text"]))
-                stamps += token_stamps(sb, r)
                 if first_section is None:
-                    first_section = (sb.t_submit + r["ttft_s"]) - t0
+                    at = _first_text_at(sb, r, tokenizer)
+                    first_section = None if at is None else at - t0
+            shared = [r for _, r in done]  # one request at a time, the outline included
         text = "\n\n".join(f"## {t}\n\n{b}" for t, b in zip(titles, bodies))
     wall = time.perf_counter() - t0
-    timing = metrics.request_timing(sorted(stamps), t0)
-    tokens = timing["output_tokens"]
+    firsts = [t for t in (_first_text_at(b, r, tokenizer) for b, r in done) if t is not None]
+    tokens = sum(int(r["output_tokens"]) for _, r in done)
+    prompts_all = [int(r.get("prompt_tokens", 0)) for _, r in done]
+    nan = float("nan")
     row = {
         "strategy": strategy,
         "language": language,
@@ -344,26 +377,34 @@ def run_long_output(
         "budget_tokens": plan.budget_tokens,
         "outline_tokens": plan.outline_tokens if strategy != "one_shot" else 0,
         "section_tokens": plan.section_tokens if strategy != "one_shot" else plan.budget_tokens,
-        "ttft_s": timing["ttft_s"],
-        "first_section_s": first_section,
-        "e2e_s": timing["e2e_s"],
+        "first_text_s": min(firsts) - t0 if firsts else nan,
+        "first_section_s": nan if first_section is None else first_section,
         "wall_s": wall,
         "output_tokens": tokens,
-        "prompt_tokens": prompt_tokens,
-        "batch_size": batch_size,
-        "tpot_s": timing["tpot_s"],
-        "decode_tps": timing["decode_tps"],
+        "prompt_tokens": round(float(np.mean([int(r.get("prompt_tokens", 0)) for r in shared]))),
+        "prompt_tokens_total": sum(prompts_all),
+        "batch_size": len(shared) if strategy == "outline_batch" else 1,
+        "n_requests": len(done),
         "generate_calls": calls,
         "sections_requested": n,
-        "sections_planned": len(titles) if strategy != "one_shot" else float("nan"),
+        "sections_planned": len(titles) if strategy != "one_shot" else nan,
         "sections_found": quality.sections_with_body(text, split_sections, MIN_BODY_UNITS),
         "coverage": quality.section_coverage(text, n, split=split_sections, min_body_units=MIN_BODY_UNITS),
         "repetition": quality.cross_section_repetition(bodies),
-        "output_throughput_tps": tokens / wall if wall > 0 else float("nan"),
+        "output_throughput_tps": tokens / wall if wall > 0 else nan,
         "chars": len(text),
         "temperature": temperature,
         "seed": seed,
     }
+    if strategy == "one_shot":  # the row is one request: its own token-id timings
+        rec = done[0][1]
+        row.update({k: rec[k] for k in ("ttft_s", "e2e_s", "itl_s", "tpot_s", "decode_tps")},
+                   prefill_s=rec.get("prefill_s", nan))
+    else:  # several requests merged: no single TTFT / e2e / ITL list; per-request medians of the shared batch
+        row.update(ttft_s=nan, e2e_s=nan, itl_s=None,
+                   tpot_s=_median([r.get("tpot_s") for r in shared]),
+                   decode_tps=_median([r.get("decode_tps") for r in shared]),
+                   prefill_s=_median([r.get("prefill_s") for r in shared]))
     return LongOutputResult(row, text, outline, titles, bodies)
 
 

@@ -43,73 +43,22 @@ class Column:
     label: str
 
 
-def _c(name, unit, definition, higher, label):
-    return Column(name, unit, definition, higher, label)
+def _read_columns() -> dict[str, Column]:
+    """The column table, ``workbench/columns.csv`` (name, unit, higher_is_better yes/no/blank, label, definition)."""
+    import csv
+    from importlib import resources
+
+    text = resources.files("workbench").joinpath("columns.csv").read_text(encoding="utf-8")
+    out = {}
+    for r in csv.DictReader(text.splitlines()):
+        higher = {"yes": True, "no": False}.get(r["higher_is_better"])
+        out[r["name"]] = Column(r["name"], r["unit"], r["definition"], higher, r["label"])
+    return out
 
 
-# The column table: every figure label and report unit comes from here (DESIGN.md section 4).
-COLUMNS: dict[str, Column] = {c.name: c for c in [
-    _c("ttft_s", "s", "first generated token id minus t_submit (before templating)", False, "TTFT (s)"),
-    _c("prefill_s", "s", "the model's forward pass over the prompt", False, "prefill (s)"),
-    _c("itl_s", "s", "gaps between consecutive generated token ids", False, "inter-token latency (s)"),
-    _c("tpot_s", "s", "(e2e_s - ttft_s) / (output_tokens - 1)", False, "TPOT (s/token)"),
-    _c("e2e_s", "s", "last generated token id minus t_submit", False, "end-to-end latency (s)"),
-    _c("decode_tps", "tokens/s", "(output_tokens - 1) / (e2e_s - ttft_s)", True, "per-request decode speed (tokens/s)"),
-    _c("output_tokens", "tokens", "generated ids, EOS included, padding excluded", None, "output tokens"),
-    _c("prompt_tokens", "tokens", "prompt ids including the chat template", None, "prompt tokens"),
-    _c("context_tokens", "tokens", "requested context length", None, "context tokens"),
-    _c("batch_size", "requests", "requests sharing one generate call", None, "batch size (requests)"),
-    _c("max_new_tokens", "tokens", "generation cap", None, "max new tokens"),
-    _c("temperature", "", "sampling temperature (0 = greedy)", None, "temperature"),
-    _c("top_p", "", "nucleus mass", None, "top-p"),
-    _c("output_throughput_tps", "tokens/s", "all output tokens / wall time of the point", True,
-       "output throughput (tokens/s)"),
-    _c("request_throughput_rps", "requests/s", "completed requests / wall time", True, "request throughput (requests/s)"),
-    _c("goodput_rps", "requests/s", "SLO-meeting requests / wall time", True, "goodput (requests/s within SLO)"),
-    _c("slo_attainment", "", "share of requests meeting every SLO limit", True, "SLO attainment"),
-    _c("mbu", "", "decode bytes per step x steps/s / peak bandwidth", True, "MBU (fraction of peak bandwidth)"),
-    _c("mfu", "", "prefill FLOPs / prefill_s / peak FLOP/s", True, "MFU (fraction of peak FLOP/s)"),
-    _c("peak_memory_bytes", "bytes", "peak memory of the point", False, "peak memory (bytes)"),
-    _c("kv_cache_bytes", "bytes", "KV-cache bytes", False, "KV cache (bytes)"),
-    _c("ttfat_s", "s", "time to first answer token (after thinking)", False, "TTFAT (s)"),
-    _c("thinking_tokens", "tokens", "output tokens spent thinking", None, "thinking tokens"),
-    _c("answer_tokens", "tokens", "output tokens of the answer", None, "answer tokens"),
-    _c("reasoning_budget", "tokens", "cap on thinking tokens", None, "reasoning budget (tokens)"),
-    _c("queue_s", "s", "arrival at the server to admission into a batch", False, "queue time (s)"),
-    _c("chunk_itl_s", "s", "client-side gaps between received text chunks (not tokens)", False,
-       "inter-chunk latency (s)"),
-    _c("first_text_s", "s", "first visible text of a multi-request strategy", False, "time to first text (s)"),
-    _c("wall_s", "s", "wall time of a multi-request strategy or point", False, "wall time (s)"),
-    _c("compressor_s", "s", "time spent compressing the context", False, "compressor time (s)"),
-    _c("ttft_total_s", "s", "compressor_s + ttft_s of one request", False, "compressor + TTFT (s)"),
-    _c("total_s", "s", "compressor_s + e2e_s of one request", False, "total time, compressor + answer (s)"),
-    _c("original_tokens", "tokens", "context tokens before compression (target tokenizer)", None,
-       "original context tokens"),
-    _c("compressed_tokens", "tokens", "context tokens after compression (target tokenizer)", None,
-       "compressed context tokens"),
-    _c("achieved_ratio", "x", "original_tokens / compressed_tokens", None, "achieved ratio (x)"),
-    _c("prefilled_tokens", "tokens", "prompt tokens prefilled for the request (minus a reused prefix cache)", None,
-       "prefilled tokens"),
-    _c("needle_kept", "", "share of requests whose compressed context still holds the needle sentence", True,
-       "needle kept (share)"),
-    _c("gold_logprob_per_token", "nats/token", "gold_logprob / gold answer tokens", True,
-       "gold-answer log-likelihood per token (nats)"),
-    _c("compression_ratio", "", "gzip compression ratio of the output text (repetition)", False, "gzip ratio"),
-    _c("exact_match", "", "SQuAD exact match", True, "exact match"),
-    _c("substring_match", "", "normalised answer found in the prediction", True, "substring match"),
-    _c("rouge_l", "", "ROUGE-L F1 against the reference", True, "ROUGE-L F1"),
-    _c("section_coverage", "", "share of requested sections present", True, "section coverage"),
-    _c("gold_logprob", "nats", "log-likelihood of the gold answer", True, "gold-answer log-likelihood (nats)"),
-    _c("distinct_1", "", "distinct unigrams / unigrams", True, "distinct-1"),
-    _c("distinct_2", "", "distinct bigrams / bigrams", True, "distinct-2"),
-    _c("repeated_4gram_rate", "", "share of repeated 4-grams", False, "repeated 4-gram rate"),
-    _c("perplexity", "", "exp(mean NLL of the output tokens)", None, "perplexity"),
-    _c("truncated", "", "1 when the answer hit max_new_tokens (finish_reason = length), else 0", False,
-       "truncated (finish_reason = length)"),
-    _c("energy_j", "J", "device energy over the timed repeats", False, "energy (J)"),
-    _c("energy_j_per_token", "J/token", "energy per output token", False, "energy per token (J)"),
-    _c("n_samples", "", "independent timing samples behind the percentiles", None, "samples"),
-]}
+# The column table: every figure label and report unit comes from here (DESIGN.md section 4). A new
+# column is one line of columns.csv.
+COLUMNS: dict[str, Column] = _read_columns()
 
 
 def base_column(name: str) -> tuple[str, str | None]:
@@ -134,13 +83,17 @@ def label(name: str) -> str:
     return f"{lab} {stat}"
 
 
-def request_timing(stamps: Sequence[float], t_submit: float) -> dict:
+def request_timing(stamps: Sequence[float], t_submit: float, decode_steps: int | None = None) -> dict:
     """Per-request timing from the clock reading of each generated token id: the one home of these formulas.
 
     Args:
         stamps: ``time.perf_counter()`` (or a clock on the same base) of every generated token id of one
             request, in order, EOS included; after device synchronisation on accelerators.
         t_submit: when the request was handed to the workbench (before templating and tokenisation).
+        decode_steps: decode steps between the first and the last stamp, when a stamp is not one token id
+            (an HTTP client's text chunks; :func:`workbench.serving.client.stream_chat` counts them from
+            ``usage`` and the tokenizer). Default ``len(stamps) - 1``. Only ``tpot_s`` and ``decode_tps``
+            use it; ``itl_s`` stays the gaps between stamps.
 
     Returns:
         ``output_tokens`` (``len(stamps)``), ``ttft_s`` (``stamps[0] - t_submit``), ``e2e_s``
@@ -155,13 +108,14 @@ def request_timing(stamps: Sequence[float], t_submit: float) -> dict:
     ttft = stamps[0] - t_submit if n else nan
     e2e = stamps[-1] - t_submit if n else nan
     decode_s = e2e - ttft
+    steps = n - 1 if decode_steps is None else int(decode_steps)
     return {
         "output_tokens": n,
         "ttft_s": ttft,
         "e2e_s": e2e,
         "itl_s": [b - a for a, b in zip(stamps, stamps[1:])],
-        "tpot_s": decode_s / (n - 1) if n > 1 else nan,
-        "decode_tps": (n - 1) / decode_s if n > 1 and decode_s > 0 else nan,
+        "tpot_s": decode_s / steps if n > 1 and steps > 0 else nan,
+        "decode_tps": steps / decode_s if n > 1 and steps > 0 and decode_s > 0 else nan,
     }
 
 
@@ -308,6 +262,30 @@ def meets_slo(requests: pd.DataFrame, slo_ttft_s: float | None, slo_tpot_s: floa
     return ok
 
 
+def slo_attainment(requests: pd.DataFrame, slo_ttft_s: float | None, slo_tpot_s: float | None) -> float:
+    """Share of requests meeting every given SLO limit (:func:`meets_slo`); failed requests (an ``error``, or
+    no output token) count as misses. NaN when there are no requests."""
+    if requests is None or len(requests) == 0:
+        return float("nan")
+    ok = meets_slo(requests, slo_ttft_s, slo_tpot_s)
+    if "error" in requests:
+        ok &= requests["error"].isna() | (requests["error"].astype(str) == "")
+    return float(ok.mean())
+
+
+def saturation_knee(offered_rps: Sequence[float], achieved_rps: Sequence[float], tolerance: float = 0.1) -> float:
+    """The knee of a load sweep: the highest offered request rate whose achieved request rate is still within
+    ``tolerance`` of it (``achieved >= (1 - tolerance) * offered``), below the first rate that falls short.
+    Past it the server no longer keeps up and its queue grows. NaN when even the lowest rate falls short."""
+    pairs = sorted((float(o), float(a)) for o, a in zip(offered_rps, achieved_rps) if o == o and o > 0)
+    knee = float("nan")
+    for o, a in pairs:
+        if not (a == a and a >= (1 - tolerance) * o):
+            break
+        knee = o
+    return knee
+
+
 def summarize_point(
     requests: pd.DataFrame,
     wall_s: float,
@@ -339,7 +317,8 @@ def summarize_point(
     for col in LATENCY_COLUMNS:
         if col not in done:
             continue
-        values = [x for lst in done[col] for x in lst] if col == "itl_s" else done[col].tolist()
+        values = ([x for lst in done[col] if isinstance(lst, (list, tuple, np.ndarray)) for x in lst]
+                  if col == "itl_s" else done[col].tolist())  # rows without per-token gaps carry None
         have = n_itl if col == "itl_s" else n
         for k, v in percentiles(values).items():
             need = MIN_SAMPLES[k]

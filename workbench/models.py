@@ -351,6 +351,7 @@ def load_model(
     dtype: str = "auto",
     trust_remote_code: bool = False,
     allow_pickle: bool = False,
+    attn_implementation: str | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from local files, ready for measured generation.
 
@@ -363,6 +364,8 @@ def load_model(
         dtype: ``auto``, ``float32``, ``bfloat16`` or ``float16``.
         trust_remote_code: run model code shipped with the checkpoint (off by default).
         allow_pickle: accept pickle-only weights (off by default).
+        attn_implementation: ``transformers``' attention kernel (``eager``, ``sdpa``, ...); None keeps
+            its default. Part of the memo key, so each kernel is its own model object.
 
     Returns:
         :class:`LoadedModel`; the tokenizer pads on the left and has a pad token
@@ -376,7 +379,7 @@ def load_model(
     path = resolve_model_path(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
-    return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle)
+    return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle, attn_implementation)
 
 
 def _non_embedding_params(model) -> int:
@@ -388,7 +391,8 @@ def _non_embedding_params(model) -> int:
 
 
 @functools.lru_cache(maxsize=2)
-def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_code: bool, allow_pickle: bool):
+def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_code: bool, allow_pickle: bool,
+                 attn_implementation: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -399,6 +403,7 @@ def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_c
         dtype=torch_dtype,
         trust_remote_code=trust_remote_code,
         use_safetensors=not allow_pickle,
+        **({"attn_implementation": attn_implementation} if attn_implementation else {}),
     )
     model.to(dev).eval()
     tokenizer.padding_side = "left"

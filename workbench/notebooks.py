@@ -193,6 +193,7 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
     out = Path(run_dir) / "notebooks" / path.name
     out.parent.mkdir(parents=True, exist_ok=True)
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    os.environ["WORKBENCH_HEADLESS"] = "1"  # kernels started here have no frontend (explorer.has_frontend)
     if log_output:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         logging.getLogger("papermill").setLevel(logging.INFO)

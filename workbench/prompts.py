@@ -8,7 +8,8 @@ Sources (``SOURCES``):
 - ``zh``: original Chinese essays shipped in ``data/zh/*.txt`` (written for this
   project; see ``data/zh/README.md``), concatenated in file-name order.
 - ``random``: uniformly random non-special token ids, for pure-compute runs;
-  only as ids (:func:`build_prompt_ids`), since random ids do not survive a
+  only as ids (:func:`build_prompt_ids`; :func:`random_batch` for a measured
+  request, templated inside the clock), since random ids do not survive a
   decode / re-encode round trip.
 
 Lengths are counted by the model's tokenizer after the chat template, by the
@@ -36,7 +37,9 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Callable
 
+from .checks import check_int
 from .errors import ParameterError
 from .generation import count_prompt_tokens
 
@@ -236,27 +239,63 @@ def _template_parts(tokenizer, chat: bool, instruction: str) -> tuple[list[int],
     return list(specials), post
 
 
+def _random_body(tokenizer, k: int, seed: int) -> list[int]:
+    """``k`` uniformly random non-special token ids, reproducibly from ``seed``."""
+    import numpy as np
+
+    special = set(tokenizer.all_special_ids)
+    vocab = np.array([i for i in range(len(tokenizer)) if i not in special])
+    return np.random.default_rng(seed).choice(vocab, size=k).tolist()
+
+
+def _random_body_length(tokenizer, n_tokens, chat: bool, instruction: str) -> int:
+    pre, post = _template_parts(tokenizer, chat, instruction)
+    k = n_tokens - len(pre) - len(post) if isinstance(n_tokens, int) and not isinstance(n_tokens, bool) else -1
+    if k < 1:
+        raise ParameterError(
+            f"prompt_tokens: must be an integer > {len(pre) + len(post)} (the chat template) (got {n_tokens!r})"
+        )
+    return k
+
+
 def random_token_ids(tokenizer, n_tokens: int, seed: int = 0, chat: bool = True, instruction: str = "") -> list[int]:
     """A templated prompt of exactly ``n_tokens`` ids whose body is uniformly random non-special token ids.
 
     The chat template's own ids surround the random body, so the model sees a
     well-formed chat turn; the body carries no language (pure-compute runs).
+    For a measured request use :func:`random_batch`, which templates inside the clock.
 
     Raises:
         ParameterError: ``n_tokens`` not above the template's own length.
     """
-    import numpy as np
-
+    body = _random_body(tokenizer, _random_body_length(tokenizer, n_tokens, chat, instruction), seed)
     pre, post = _template_parts(tokenizer, chat, instruction)
-    k = n_tokens - len(pre) - len(post) if isinstance(n_tokens, int) else -1
-    if k < 1:
-        raise ParameterError(
-            f"prompt_tokens: must be an integer > {len(pre) + len(post)} (the chat template) (got {n_tokens!r})"
-        )
-    special = set(tokenizer.all_special_ids)
-    vocab = np.array([i for i in range(len(tokenizer)) if i not in special])
-    body = np.random.default_rng(seed).choice(vocab, size=k).tolist()
     return pre + body + post
+
+
+def random_batch(tokenizer, batch_size: int, n_tokens: int, seed: int = 0, chat: bool = True,
+                 instruction: str = "") -> Callable[[], list[list[int]]]:
+    """``batch_size`` random-token prompts of exactly ``n_tokens`` ids, templated when called.
+
+    The random bodies are drawn now (they are the request's content: random ids have no text to
+    tokenise); the chat template is applied and tokenised around them each time the returned callable
+    runs. Pass it as ``input_ids`` to :func:`workbench.generation.generate_measured`, which calls it
+    after ``t_submit``, so templating counts in TTFT as it does for text prompts (DESIGN.md section 4).
+    ``random_batch(...)()`` equals :func:`build_batch_ids` with ``source="random"``.
+
+    Raises:
+        ParameterError: ``n_tokens`` not above the template's own length, or ``batch_size`` < 1.
+    """
+    check_int("batch_size", batch_size, lo=1)
+    k = _random_body_length(tokenizer, n_tokens, chat, instruction)
+    stride = max(1, n_tokens)
+    bodies = [_random_body(tokenizer, k, seed + i * stride) for i in range(batch_size)]
+
+    def templated() -> list[list[int]]:
+        pre, post = _template_parts(tokenizer, chat, instruction)
+        return [pre + body + post for body in bodies]
+
+    return templated
 
 
 def build_prompt_ids(

@@ -132,7 +132,7 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
     parts = [f"<h2>Run {html.escape(label + ': ' if label else '')}{html.escape(run.name)}</h2>",
              f"<p class='meta'>created {html.escape(str(manifest.get('created_utc')))} · "
              f"status {html.escape(str(manifest.get('status')))}</p>",
-             _findings_html(manifest), _validity_html(run, points)]
+             _findings_html(manifest), _validity_html(run, points), _devices_html(points)]
     if with_figures:
         for name, div in _figures(run):
             parts.append(f"<div class='figure' id='fig-{html.escape(name)}'>{div}</div>")
@@ -145,8 +145,9 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
         if not points.empty and "experiment" in points:
             pts = points[points["experiment"] == exp]
             cols = [c for c in _POINT_COLUMNS if c in pts]
-            parts += [f"<details><summary>{len(pts)} points</summary><div class='wide'>", _table(pts[cols]),
-                      "</div></details>"]
+            for on, group in _by_device(pts):  # one table per device type: points are never pooled across them
+                parts += [f"<details><summary>{len(group)} points{html.escape(on)}</summary><div class='wide'>",
+                          _table(group[cols]), "</div></details>"]
         if meta.get("config"):
             parts += ["<details><summary>Configuration</summary>", _kv_table(meta["config"]), "</details>"]
     parts += ["<details><summary>Environment</summary>", _kv_table(manifest.get("environment", {})), "</details>"]
@@ -156,6 +157,23 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
                         for n in notebooks)
         parts.append(f"<p class='meta'>Executed notebooks:</p><ul>{links}</ul>")
     return "\n".join(p for p in parts if p)
+
+
+def _by_device(points: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """``[(" on <device name>", rows), ...]`` when the points ran on several device types, else ``[("", points)]``."""
+    if "device_name" not in points or points["device_name"].dropna().nunique() < 2:
+        return [("", points)]
+    return [(f" on {name}", g) for name, g in points.groupby(points["device_name"].fillna("unknown device"), sort=True)]
+
+
+def _devices_html(points: pd.DataFrame) -> str:
+    """A warning when a run's points were measured on several device types (a Ray cluster of mixed GPUs)."""
+    groups = _by_device(points)
+    if len(groups) < 2:
+        return ""
+    names = ", ".join(f"{on[4:]} ({len(g)} points)" for on, g in groups)
+    return (f"<p class='warn'>Measured on {len(groups)} device types: {html.escape(names)}. The point tables below "
+            "are per device; never average a figure across device types (compare curves of one device).</p>")
 
 
 def run_labels(runs: list[Path]) -> dict[str, str]:

@@ -24,7 +24,7 @@ from typing import Callable
 
 import pandas as pd
 
-from . import checks, metrics, models, results
+from . import checks, distributed, energy, metrics, models, results
 from .errors import ParameterError
 from .generation import GenerationSettings, generate_measured, warm_up
 
@@ -122,17 +122,21 @@ def measure_generation(loaded, prompts, settings: GenerationSettings, repeats: i
     Returns:
         The measure-dict of :func:`run_sweep`: ``requests`` (records with
         ``repeat``, ``batch_size``, ``batch_wall_s``), ``wall_s`` (sum of timed
-        batch wall times), ``warmup_s``.
+        batch wall times), ``warmup_s``, ``energy`` (:meth:`workbench.energy.EnergyMeter.result`: NVML
+        energy over the timed repeats only; NaN with a reason off NVIDIA GPUs).
     """
     warmup_s = warm_up(loaded, prompts, settings, warmup, **kwargs)
     requests, wall = [], 0.0
+    meter = energy.EnergyMeter(loaded.info.device)  # NVML energy around each timed repeat (NaN off NVIDIA GPUs)
     for r in range(repeats):
+        meter.begin()
         res = generate_measured(loaded, prompts, dataclasses.replace(settings, seed=settings.seed + r), **kwargs)
+        meter.end(res.wall_s)
         for rec in res.records:
             rec.update(repeat=r, batch_size=len(prompts), batch_wall_s=res.wall_s)
             requests.append(rec)
         wall += res.wall_s
-    return {"requests": requests, "wall_s": wall, "warmup_s": warmup_s}
+    return {"requests": requests, "wall_s": wall, "warmup_s": warmup_s, "energy": meter.result()}
 
 
 def _utc() -> str:
@@ -153,7 +157,10 @@ def _utilisation(req: pd.DataFrame, summary: dict, info, env: dict) -> dict:
     if not (math.isfinite(prompt) and math.isfinite(batch) and batch >= 1):
         return {}
     batch = int(batch)
-    ctx = prompt + float(req["output_tokens"].mean()) / 2
+    out = pd.to_numeric(req["output_tokens"], errors="coerce")
+    if "n_requests" in req:  # a row standing for several requests (long-output strategies): per-request output
+        out = out / pd.to_numeric(req["n_requests"], errors="coerce").fillna(1).clip(lower=1)
+    ctx = prompt + float(out.mean()) / 2
     # with a reused prefix cache only the new tokens are prefilled (compression's kv_reuse)
     prefilled = pd.to_numeric(req["prefilled_tokens"], errors="coerce").mean() if "prefilled_tokens" in req else math.nan
     prefill_tokens = prefilled if math.isfinite(prefilled) else prompt
@@ -197,6 +204,7 @@ def run_sweep(
     info=None,
     config=None,
     loaded=None,
+    executor=None,
 ) -> pd.DataFrame:
     """Measure every point, writing each as it finishes; failures are recorded, not raised.
 
@@ -212,6 +220,10 @@ def run_sweep(
         config: the experiment's config dataclass, recorded in the manifest.
         loaded: the model; when given, the drift reference (:func:`reference_tpot_s`) is measured before
             and after the points, and a drift beyond :data:`DRIFT_LIMIT` marks them invalid.
+        executor: measures the points elsewhere (:class:`workbench.distributed.RayExecutor`: its
+            ``completed(todo)`` yields points as they finish, its ``measure(point)`` returns their results);
+            by default :func:`workbench.distributed.executor_for` picks Ray when ``$WORKBENCH_RAY`` is set
+            (``--ray``), else the points are measured here, in order, with ``measure``.
 
     Returns:
         ``points.parquet`` rows of this experiment: the point's parameters, the
@@ -246,11 +258,19 @@ def run_sweep(
     done = results.finished_points(run) if resume else set()
     inject = os.environ.get("WORKBENCH_INJECT_FAILURE")
     model_cols = {"model": info.name, "device": info.device, "dtype": info.dtype} if info is not None else {}
+    if info is not None:  # where each row ran (node, device name, device index); Ray workers put their own
+        model_cols.update(distributed.placement(info))
+        results.update_manifest(run, energy={experiment: energy.status(info.device)})
     todo = [(p, pid) for p, pid in zip(points, ids) if pid not in done]
     if len(todo) < len(points):
         print(f"{experiment}: resuming, {len(points) - len(todo)} of {len(points)} points already done")
+    if executor is None and todo and os.environ.get(distributed.ENV):
+        executor = distributed.executor_for(experiment, config, run)  # None: this experiment runs here
+    if executor is not None:
+        measure, loaded = executor.measure, None  # no drift probe: it belongs to one device
     ref_start = reference_tpot_s(loaded) if loaded is not None and todo else None
-    bar = tqdm(todo, desc=experiment, unit="point", file=sys.stderr, mininterval=1.0)
+    bar = tqdm(todo if executor is None else executor.completed(todo), total=len(todo), desc=experiment,
+               unit="point", file=sys.stderr, mininterval=1.0)
     rows = []
     for i, (p, pid) in enumerate(bar, 1):
         meta = {"experiment": experiment, "params": p, "started_utc": _utc()}
@@ -262,7 +282,7 @@ def run_sweep(
                 metrics.reset_peak_memory(info.device)
             load = metrics.LoadMonitor()
             m = measure(p)
-            contamination = load.stop()
+            contamination = {**load.stop(), **m.pop("contamination", {})}  # a Ray worker's own reading wins
             req = pd.DataFrame(m["requests"])
             for col, val in base.items():  # measured request values win over the point's parameters
                 if col not in req or col in ("run_id", "experiment", "point_id"):
@@ -274,7 +294,8 @@ def run_sweep(
             peak, method = metrics.peak_memory_bytes(info.device) if info is not None else (None, "unavailable")
             row = {**base, **summary, **_utilisation(req, summary, info, env),
                    "peak_memory_bytes": peak, "peak_memory_method": method,
-                   "warmup_s": m.get("warmup_s"), **m.get("extra", {}), **contamination, "status": "ok"}
+                   "warmup_s": m.get("warmup_s"), **energy.point_columns(m.get("energy"), req),
+                   **m.get("extra", {}), **contamination, "status": "ok"}
             row.update(metrics.verdict(row))
             meta.update(status="ok")
         except Exception as exc:  # noqa: BLE001 - a failed point is data, not a crash

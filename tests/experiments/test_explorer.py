@@ -104,11 +104,26 @@ def test_config_rejects_bad_values_with_one_line(field, value, prefix):
 def test_has_frontend(monkeypatch):
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     monkeypatch.delenv("WORKBENCH_EXPLORER_MODE", raising=False)
+    monkeypatch.delenv("WORKBENCH_HEADLESS", raising=False)
     assert not explorer.has_frontend("auto") and explorer.has_frontend("widgets")
     monkeypatch.setenv("JPY_SESSION_NAME", "/x/00_explorer.ipynb")
     assert explorer.has_frontend("auto") and not explorer.has_frontend("static")
+    monkeypatch.setenv("WORKBENCH_HEADLESS", "1")  # the runner's kernels: JPY_SESSION_NAME inherited, no frontend
+    assert not explorer.has_frontend("auto") and explorer.headless()
+    monkeypatch.setenv("WORKBENCH_HEADLESS", "0")
+    assert explorer.has_frontend("auto")
     monkeypatch.setenv("WORKBENCH_EXPLORER_MODE", "static")
     assert not explorer.has_frontend("auto")
+
+
+def test_headless_kernel_asked_for_widgets_fails_instead_of_recording_nothing(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_HEADLESS", "1")
+    monkeypatch.delenv("WORKBENCH_EXPLORER_MODE", raising=False)
+    ex = explorer.Explorer(explorer.Config(max_new_tokens=5, mode="widgets"), load=lambda *a: FakeLoaded(),
+                           measure=fake_measure)
+    with pytest.raises(ParameterError, match="^mode: widgets need a frontend"):
+        ex.show()
+    assert ex.points == []
 
 
 class FakeLoaded:
@@ -206,6 +221,24 @@ def test_explorer_notebook_headless_measures_once_and_saves(tmp_path):
     assert (run / "figures" / "explorer_points.json").exists()
     assert results.read_manifest(run)["environment"]["model"] == "SmolLM2-135M-Instruct"
     assert "headless explorer: 1 point" in (tmp_path / "out.ipynb").read_text()
+
+
+@pytest.mark.notebook
+def test_runner_kernel_is_headless_even_under_a_jupyter_session(tmp_path, monkeypatch):
+    """A run launched from a JupyterLab terminal or cell inherits JPY_SESSION_NAME; the kernel the runner starts
+    must still measure its point (it used to show widgets, record nothing and end "ok")."""
+    from workbench import notebooks
+
+    monkeypatch.setenv("JPY_SESSION_NAME", "x")
+    monkeypatch.delenv("WORKBENCH_EXPLORER_MODE", raising=False)
+    monkeypatch.setenv("PATH", os.environ.get("PATH", ""))  # execute_notebook prepends to it; restored after
+    monkeypatch.setenv("WORKBENCH_HEADLESS", "0")  # restored after; execute_notebook sets it for its kernels
+    run = results.open_run()
+    nb = REPO / "notebooks" / "00_explorer.ipynb"
+    out = notebooks.execute_notebook(nb, {"prompt_tokens": 64, "max_new_tokens": 2}, run, log_output=False)
+    pts = results.read_points(run)
+    assert len(pts) == 1 and pts["status"].iloc[0] == "ok" and len(results.read_requests(run)) == 1
+    assert "headless explorer: 1 point" in Path(out).read_text()
 
 
 @pytest.mark.notebook

@@ -27,8 +27,8 @@ def test_config_rejects_bad_values_in_one_line(kw, match):
 
 
 def test_figure_and_table_take_only_this_experiments_rows():
-    rows = [{"experiment": "long_output", "strategy": s, "language": "en", "ttft_s": 0.1, "first_section_s": 0.2,
-             "e2e_s": 0.9, "wall_s": 1.0, "coverage": 1.0, "repetition": 0.0, "output_tokens": 40, "chars": 100,
+    rows = [{"experiment": "long_output", "strategy": s, "language": "en", "first_text_s": 0.1, "first_section_s": 0.2,
+             "wall_s": 1.0, "coverage": 1.0, "repetition": 0.0, "output_tokens": 40, "chars": 100,
              "sections_found": 2, "output_throughput_tps": 40.0} for s in ("one_shot", "outline_batch")]
     other = {"experiment": "batch_size", "ttft_s": 9.0}
     req = pd.DataFrame(rows + [other])
@@ -36,6 +36,9 @@ def test_figure_and_table_take_only_this_experiments_rows():
     fig = long_output.figures(req)["long_output"]
     walls = [y for tr in fig.data if tr.name == "wall time" for y in tr.y]
     assert walls == [1.0, 1.0]  # wall time is wall_s, not the last token's e2e_s
+    firsts = [y for tr in fig.data if tr.name == "first visible text" for y in tr.y]
+    assert firsts == [0.1, 0.1]  # first_text_s, not a per-request ttft_s
+    assert "ttft_s" not in long_output.request_table(req) and "first_text_s" in long_output.request_table(req)
 
 
 @pytest.mark.notebook
@@ -49,9 +52,18 @@ def test_long_output_notebook(tmp_path, monkeypatch):
     req = results.read_requests(run, experiment="long_output")
     assert sorted(req["strategy"]) == sorted(QUICK_07["strategies"])
     assert (req["output_tokens"] <= 48).all() and req["coverage"].between(0, 1).all()
-    assert (req["e2e_s"] <= req["wall_s"]).all() and (req["ttft_s"] <= req["e2e_s"]).all()
+    assert (req["first_text_s"] <= req["wall_s"]).all()
+    # every row with itl_s is one request's: len(itl_s) == output_tokens - 1 (outline rows merge several: None)
+    for _, q in req.iterrows():
+        if q["itl_s"] is not None:
+            assert len(q["itl_s"]) == q["output_tokens"] - 1
+    by = req.set_index("strategy")
+    assert by.loc["one_shot", "batch_size"] == 1 and by.loc["outline_sequential", "batch_size"] == 1
+    assert by.loc["outline_batch", "batch_size"] == by.loc["outline_batch", "sections_planned"]  # decoded together
+    assert by.loc["outline_batch", "itl_s"] is None and by.loc["outline_batch", "ttft_s"] != by.loc["outline_batch", "ttft_s"]
     pts = results.read_points(run, experiment="long_output")
-    assert (pts["status"] == "ok").all() and {"coverage_p50", "repetition_p50", "first_section_s_p50"} <= set(pts)
+    assert (pts["status"] == "ok").all()
+    assert {"coverage_p50", "repetition_p50", "first_section_s_p50", "first_text_s_p50"} <= set(pts)
     assert (run / "figures" / "long_output.html").exists()
     texts = sorted(p.name for p in (run / "texts").iterdir())
     assert texts == sorted(f"long_output_{s}_en_r0.md" for s in QUICK_07["strategies"])

@@ -81,20 +81,12 @@ def test_measure_point_aggregates_requests(monkeypatch):
                      answer_truncated=False, forced_close=spec.budget > 0, thinking_mode="emulated",
                      ttft_s=0.1, ttfat_s=0.1 + 0.01 * spec.budget) for i, _ in enumerate(batch)], 0.5
 
-    class Tok:
-        def get_vocab(self):
-            return {}
+    from transformers import AutoTokenizer
 
-        chat_template = ""
+    from workbench.models import default_model_dir
 
-        def encode(self, text, add_special_tokens=False):
-            return [1] * len(text)
-
-        def apply_chat_template(self, msgs, add_generation_prompt=True, tokenize=False, **kw):
-            return "<user>" + msgs[0]["content"] + "<assistant>"
-
-    class Loaded:
-        tokenizer = Tok()
+    class Loaded:  # the default tokenizer (emulated thinking); generation is faked above
+        tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
 
     monkeypatch.setattr(mod, "warm_up", fake_warm_up)
     monkeypatch.setattr(mod, "run_reasoning_batch", fake_batch)
@@ -104,6 +96,7 @@ def test_measure_point_aggregates_requests(monkeypatch):
     assert calls["batches"] == [(2, 8, 0), (1, 8, 0), (2, 8, 1), (1, 8, 1)]
     assert len(out["requests"]) == 6 and out["wall_s"] == pytest.approx(2.0)
     assert [r["request_id"] for r in out["requests"]] == [0, 1, 2, 0, 1, 2]
+    assert [r["batch_size"] for r in out["requests"]] == [2, 2, 1, 2, 2, 1]  # requests that shared a forward pass
     ex = out["extra"]
     assert ex["exact_match_mean"] == pytest.approx(4 / 6) and ex["gold_logprob_mean"] == -2.0
     assert ex["thinking_tokens_mean"] == 8 and ex["forced_close_rate"] == 1.0 and ex["answer_truncated_rate"] == 0.0

@@ -75,6 +75,13 @@ def test_streaming_anatomy_notebook(tmp_path, monkeypatch):
     assert gran["text_equal"].all() and len(gran) == 3 * 2
     http = results.read_requests(run, experiment="http")
     assert len(http) == 1 + 2 and (http["ttft_s"] >= http["engine_ttft_s"]).all()
+    # HTTP rows time text chunks: chunk_itl_s, no itl_s; the server serves one request per forward pass
+    assert http["itl_s"].isna().all() and http["chunk_itl_s"].map(len).eq(http["chunks"] - 1).all()
+    assert (http["batch_size"] == 1).all() and (http["decode_steps"] <= http["output_tokens"] - 1).all()
+    # every request row with itl_s is one request's token ids: len(itl_s) == output_tokens - 1
+    every = results.read_requests(run)
+    with_itl = every[every["itl_s"].notna()]
+    assert len(with_itl) > 0 and (with_itl["itl_s"].map(len) == with_itl["output_tokens"] - 1).all()
     figs = {p.stem for p in (run / "figures").glob("*.html")}
     assert figs >= {"itl_histogram", "itl_vs_position", "perceived_latency", "granularity", "timeline_batch",
                     "http_ttft", "timeline_http"}

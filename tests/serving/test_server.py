@@ -36,8 +36,9 @@ def test_sse_format(server):
         assert r.headers["cache-control"] == "no-cache"
         assert float(r.headers["x-engine-ttft-s"]) > 0
         raw = r.read().decode()
-    events = [e for e in raw.split("\n\n") if e]
-    assert all(e.startswith("data: ") for e in events)
+    blocks = [e for e in raw.split("\n\n") if e]
+    assert all(e.startswith("id: ") and "\ndata: " in e for e in blocks)  # every event carries an id (issue 14)
+    events = [e.split("\n", 1)[1] for e in blocks]
     assert events[-1] == "data: [DONE]"
     chunks = [json.loads(e[len("data: "):]) for e in events[:-1]]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
@@ -103,3 +104,192 @@ def test_disconnect_stops_generation(server):
     info = server.engine.history[-1]
     assert info["cancelled"] is True and info["finish_reason"] == "cancelled"
     assert 2 <= info["steps"] < 400
+
+
+# ------------------------------------------------------------------ SSE framing (issue 11, fault 12)
+
+
+def _split_sse(raw: str) -> list[str]:
+    """A strict line-splitting client: str.splitlines() cuts on U+2028, U+2029, U+0085 too."""
+    return [ln for ln in raw.splitlines() if ln and not ln.startswith("id: ")]  # ids: workbench.serving.events
+
+
+def test_sse_data_escapes_line_separators():
+    from workbench.serving.server import sse_data
+
+    text = "a\u2028b\u2029c\x85d\ne"
+    raw = sse_data({"choices": [{"delta": {"content": text}}]}) + sse_data({"x": "\u2028"})
+    lines = _split_sse(raw)
+    assert len(lines) == 2 and all(ln.startswith("data: ") for ln in lines)
+    parsed = [json.loads(ln[len("data: "):]) for ln in lines]  # every line parses on its own
+    assert parsed[0]["choices"][0]["delta"]["content"] == text and parsed[1]["x"] == "\u2028"
+
+
+def test_sse_stream_parses_under_splitlines(server):
+    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 6, "temperature": 0, "stream": True}
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body, timeout=120) as r:
+        raw = r.read().decode()
+    lines = _split_sse(raw)
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(ln[len("data: "):]) for ln in lines[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    server.engine.wait_idle()
+    assert text == server.engine.history[-1]["text"]
+
+
+# ------------------------------------------------------------------ hostile input and limits (issue 12)
+
+
+def test_wrong_content_type_is_415(server):
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+        r = _post(server, body, headers={"content-type": ctype} if ctype else {})
+        assert r.status_code == 415 and r.json()["error"]["param"] == "Content-Type"
+    ok = _post(server, body, headers={"content-type": "application/json; charset=utf-8"})
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "192.168.1.10"])
+def test_foreign_host_is_refused_on_loopback(server, host):
+    r = _post(server, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}, headers={"Host": host})
+    assert r.status_code in (403, 421) and r.json()["error"]["param"] == "Host"
+    assert httpx.get(server.base_url + "/v1/models", headers={"Host": host}, timeout=10).status_code in (403, 421)
+    assert httpx.get(server.base_url + "/v1/models", headers={"Host": f"localhost:{server.port}"},
+                     timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("body", [
+    b'{"messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}",  # past Python's recursion limit, under 64 KiB
+    json.dumps({"messages": [{"role": "user", "content": "hi"}], "metadata": json.loads("[" * 200 + "]" * 200)}),
+])
+def test_deeply_nested_json_is_400_json(server, body):
+    server_big = _post(server, body, headers={"content-type": "application/json"})
+    assert server_big.status_code == 400
+    assert server_big.headers["content-type"].startswith("application/json") and server_big.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"seed": 2**64}, "seed"),
+    ({"seed": -1}, "seed"),
+    ({"n": 2}, "n"),
+    ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"stop": [""]}, "stop"),
+])
+def test_out_of_range_and_unsupported_options_are_400_naming_the_field(server, body, param):
+    r = _post(server, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, **body})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == param and err["message"].startswith(param)
+
+
+def test_neutral_values_of_unsupported_options_pass(server):
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "logprobs": False, "n": 1,
+            "presence_penalty": 0, "seed": 2**63 - 1}
+    assert _post(server, body).status_code == 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_is_honoured(server, stream):
+    base = {"messages": [{"role": "user", "content": "Write two sentences about the sea."}], "max_tokens": 40,
+            "temperature": 0, "ignore_eos": True}
+    full = _post(server, base).json()
+    text = full["choices"][0]["message"]["content"]
+    assert len(text) > 20
+    stop = text[10:14]
+    want = text[:text.index(stop)]
+    body = dict(base, stop=[stop, "\u0000never"])
+    if not stream:
+        r = _post(server, body).json()
+        got, finish, used = r["choices"][0]["message"]["content"], r["choices"][0]["finish_reason"], \
+            r["usage"]["completion_tokens"]
+    else:
+        with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=dict(body, stream=True),
+                          timeout=120) as resp:
+            chunks = [json.loads(ln[6:]) for ln in resp.iter_lines() if ln.startswith("data: {")]
+        got = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        finish = next(c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
+        used = next(c["engine"]["output_tokens"] for c in chunks if c.get("engine"))
+    assert got == want and finish == "stop"
+    assert used < full["usage"]["completion_tokens"]  # generation ended at the stop string, not at max_tokens
+
+
+@pytest.fixture(scope="module")
+def bounded(loaded):
+    with ServerThread(loaded, max_queue=0, max_tokens_limit=64) as srv:
+        yield srv
+
+
+def test_queue_full_is_429_with_retry_after(bounded):
+    body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 64, "ignore_eos": True,
+            "temperature": 0, "stream": True}
+    with httpx.stream("POST", bounded.base_url + "/v1/chat/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200  # running: the one request the engine serves
+        busy = _post(bounded, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+        assert busy.status_code == 429 and int(busy.headers["retry-after"]) >= 1
+        assert busy.json()["error"]["type"] == "rate_limit_exceeded"
+    assert bounded.engine.wait_idle(timeout=60)
+    assert _post(bounded, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}).status_code == 200
+
+
+def test_max_tokens_ceiling_is_configurable(bounded):
+    r = _post(bounded, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 65})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens" and "64" in r.json()["error"]["message"]
+
+
+def test_request_timeout_stops_generation(loaded):
+    with ServerThread(loaded, request_timeout_s=0.5) as srv:
+        body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 2000,
+                "ignore_eos": True, "temperature": 0}
+        r = _post(srv, body)
+        assert r.status_code == 504 and r.json()["error"]["type"] == "timeout"
+        assert srv.engine.wait_idle(timeout=60)
+        info = srv.engine.history[-1]
+        assert info["steps"] < 2000 and info["finish_reason"] in ("timeout", "cancelled")
+
+
+def test_tokenisation_runs_off_the_event_loop(server, monkeypatch):
+    import threading
+    import time as _time
+
+    from workbench.serving import server as server_mod
+
+    real = server_mod.count_prompt_tokens
+
+    def slow(tok, messages):
+        _time.sleep(2.0)  # a huge prompt's templating
+        return real(tok, messages)
+
+    monkeypatch.setattr(server_mod, "count_prompt_tokens", slow)
+    out = {}
+    th = threading.Thread(target=lambda: out.update(r=_post(server, {"messages": [{"role": "user", "content": "hi"}],
+                                                                      "max_tokens": 1})))
+    th.start()
+    _time.sleep(0.3)
+    t = _time.perf_counter()
+    assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
+    assert _time.perf_counter() - t < 1.0  # the loop was free while the prompt was tokenised
+    th.join(timeout=60)
+    assert out["r"].status_code == 200
+
+
+def test_non_loopback_bind_needs_an_api_key(loaded):
+    from workbench.errors import ParameterError
+    from workbench.serving.server import create_app
+
+    with pytest.raises(ParameterError, match="API key") as e:
+        create_app(loaded, host="0.0.0.0")
+    assert "\n" not in str(e.value) and "--api-key" in str(e.value)
+
+
+def test_api_key_is_required_when_set(loaded):
+    with ServerThread(loaded, api_key="s3cret") as srv:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        assert _post(srv, body).status_code == 401
+        assert _post(srv, body, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert _post(srv, body, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert httpx.get(srv.base_url + "/health", timeout=10).status_code == 200

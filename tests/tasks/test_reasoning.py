@@ -115,6 +115,40 @@ def test_default_model_emulated_budget(loaded):
 
 
 @pytest.mark.model
+def test_templating_counts_in_ttft_and_rows_record_their_batch(loaded, monkeypatch):
+    """t_submit is read before the chat template runs: a template that sleeps 0.2 s per message shows in
+    every row's TTFT (templating used to happen before the clock). Each row records the batch it shared."""
+    import time
+
+    from workbench import generation
+
+    tok = loaded.tokenizer
+    real_template, real_generate = tok.apply_chat_template, generation.generate_measured
+    calls, submits = [], []
+
+    def slow_template(*args, **kwargs):
+        calls.append(time.perf_counter())
+        time.sleep(0.2)
+        return real_template(*args, **kwargs)
+
+    def spy_generate(*args, **kwargs):
+        res = real_generate(*args, **kwargs)
+        submits.append(res.t_submit)
+        return res
+
+    monkeypatch.setattr(tok, "apply_chat_template", slow_template)
+    monkeypatch.setattr(generation, "generate_measured", spy_generate)
+    recs, wall = R.run_reasoning_batch(loaded, R.make_tasks(2, seed=1), BudgetSpec(budget=0, answer_tokens=2),
+                                       score=False)
+    assert len(calls) == 2 and len(submits) == 1
+    assert submits[0] <= min(calls)  # the clock started before the first message was templated
+    assert wall >= 0.4
+    for rec in recs:
+        assert rec["ttft_s"] >= 0.4 and rec["e2e_s"] >= rec["ttft_s"]  # both sleeps are inside TTFT
+        assert rec["batch_size"] == 2
+
+
+@pytest.mark.model
 def test_gold_logprobs_match_unbatched_forward(loaded):
     tok = loaded.tokenizer
     ctx = [tok.encode("Question: 2 + 3 = ?\nAnswer:"), tok.encode("Count: a b c.\nAnswer:")]

@@ -77,6 +77,18 @@ class Config(SweepConfig):
         return expand_grid(prompt_tokens=self.prompt_tokens, batch_size=self.batch_sizes)
 
 
+def measure_point(loaded, cfg: Config, point: dict) -> dict:
+    """One (prompt_tokens, batch_size) point: the measure-dict of :func:`workbench.sweeps.run_sweep`.
+
+    Each row of the batch gets a different window of real text of exactly ``prompt_tokens`` tokens.
+    """
+    prompts = build_batch(loaded.tokenizer, point["batch_size"], point["prompt_tokens"])
+    out = sweeps.measure_generation(loaded, prompts, cfg.settings(), cfg.repeats, cfg.warmup)
+    for rec in out["requests"]:
+        rec["context_tokens"] = point["prompt_tokens"]
+    return out
+
+
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The batch-size trade-off: every (prompt_tokens, batch_size) point of ``cfg``.
 
@@ -86,14 +98,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     Returns:
         The experiment's points DataFrame (see :func:`workbench.sweeps.run_sweep`).
     """
-    def measure(p):  # measure_point with the config bound
-        prompts = build_batch(loaded.tokenizer, p["batch_size"], p["prompt_tokens"])
-        out = sweeps.measure_generation(loaded, prompts, cfg.settings(), cfg.repeats, cfg.warmup)
-        for rec in out["requests"]:
-            rec["context_tokens"] = p["prompt_tokens"]
-        return out
-
-    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
+    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p), resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                      slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
 
 

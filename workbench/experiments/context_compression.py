@@ -224,6 +224,9 @@ def measure_point(loaded, cfg: Config, point: dict, kind: str, references: dict 
     extra = {f"{c}_mean": statistics.fmean(float(x[c]) for x in requests) for c in QUALITY_COLUMNS}
     extra.update({f"{c}_p50": statistics.median(float(x[c]) for x in requests) for c in TIME_COLUMNS})
     extra["task"] = kind
+    fallbacks = [x["detail_retrieval_fallback"] for x in requests if "detail_retrieval_fallback" in x]
+    if fallbacks:  # retrieval whose chunks all scored the same fell back to head truncation (recorded)
+        extra["retrieval_fallback_rate"] = sum(f != "none" for f in fallbacks) / len(fallbacks)
     return {"requests": requests, "wall_s": wall, "extra": extra}
 
 

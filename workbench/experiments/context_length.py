@@ -198,12 +198,12 @@ def measure_point(loaded, cfg: Config, point: dict, warm: bool) -> dict:
         ``memory_max_growth_bytes`` (over all steps), ``memory_peak_growth_bytes``
         (CUDA: allocator peak, prefill included) and ``memory_kind``.
     """
-    from ..prompts import build_batch, build_batch_ids
+    from ..prompts import build_batch, random_batch
 
     B, L = int(point["batch_size"]), int(point["context_tokens"])
     tok = loaded.tokenizer
     if cfg.source == "random":
-        kwargs = {"input_ids": build_batch_ids(tok, B, L, source="random", seed=cfg.seed)}
+        kwargs = {"input_ids": random_batch(tok, B, L, seed=cfg.seed)}  # templated inside the clock (TTFT)
         prompts = [""] * B
     else:
         kwargs, prompts = {}, build_batch(tok, B, L, source=cfg.source)
@@ -242,6 +242,26 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
 
 
 # ----------------------------------------------------------------------------- figures
+
+
+def finding(fits: dict, max_context: int) -> str:
+    """One sentence per batch size: the fitted prefill curve and where its quadratic term overtakes the linear.
+
+    Args:
+        fits: ``{batch_size: QuadraticFit}`` of ``prefill_s`` (:func:`fit_by_batch`).
+        max_context: the longest measured context (tokens), to say whether the crossover was reached.
+    """
+    if not fits:
+        return "No fit: too few context lengths measured."
+    parts = []
+    for bs, f in sorted(fits.items()):
+        if f.crossover_tokens == float("inf"):
+            cross = "the quadratic term never overtakes the linear one (c <= 0)"
+        else:
+            where = "beyond" if f.crossover_tokens > max_context else "within"
+            cross = f"attention's quadratic term overtakes the linear one at {f.crossover_tokens:,.0f} tokens ({where} the measured range)"
+        parts.append(f"batch {bs}: prefill {f.a * 1e3:.1f} ms + {f.b * 1e6:.1f} us/token (R^2 {f.r2:.3f}); {cross}")
+    return "; ".join(parts) + "."
 
 
 def _l_label() -> str:

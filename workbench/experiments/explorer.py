@@ -34,9 +34,14 @@ appears at the end); a compression strategy compresses each prompt with
 Headless (papermill, no frontend): :meth:`Explorer.show` measures the notebook's
 parameters once, writes the point to the run folder, and renders a static
 figure and table instead of widgets. :func:`has_frontend` decides: the
-``mode`` parameter (``widgets`` / ``static``) wins; ``auto`` looks for
+``mode`` parameter (``widgets`` / ``static``) wins; ``auto`` is headless when
+``WORKBENCH_HEADLESS=1`` (set by the runner for every kernel it starts,
+:func:`workbench.notebooks.execute_notebook`), else looks for
 ``JPY_SESSION_NAME``, which jupyter-server (JupyterLab, Notebook 7) sets for
-kernels it starts and papermill does not.
+kernels it starts. ``JPY_SESSION_NAME`` alone is not enough: a kernel started
+by papermill inherits it from a JupyterLab terminal or cell, and would then
+show widgets nobody can press and record nothing. A headless kernel asked for
+``widgets`` fails instead of ending "ok" with no point.
 """
 
 from __future__ import annotations
@@ -141,16 +146,22 @@ class Config(sweeps.SweepConfig):
         return {k: getattr(self, k) for k in CONTROL_PARAMS}
 
 
+def headless() -> bool:
+    """Whether the runner started this kernel without a frontend (``WORKBENCH_HEADLESS`` set and not ``0``)."""
+    return os.environ.get("WORKBENCH_HEADLESS", "").strip() not in ("", "0")
+
+
 def has_frontend(mode: str = "auto") -> bool:
-    """Whether widgets can be shown: ``widgets`` -> True, ``static`` -> False, ``auto`` -> a kernel
-    started by jupyter-server (``JPY_SESSION_NAME`` set; papermill does not set it).
-    ``WORKBENCH_EXPLORER_MODE`` overrides ``auto``."""
+    """Whether widgets can be shown: ``widgets`` -> True, ``static`` -> False, ``auto`` -> not
+    :func:`headless` and a kernel started by jupyter-server (``JPY_SESSION_NAME`` set). The runner's
+    ``WORKBENCH_HEADLESS=1`` wins over ``JPY_SESSION_NAME``, which papermill kernels inherit from a
+    JupyterLab terminal. ``WORKBENCH_EXPLORER_MODE`` overrides ``auto``."""
     mode = os.environ.get("WORKBENCH_EXPLORER_MODE", mode) if mode == "auto" else mode
     if mode == "widgets":
         return True
     if mode == "static":
         return False
-    return bool(os.environ.get("JPY_SESSION_NAME"))
+    return not headless() and bool(os.environ.get("JPY_SESSION_NAME"))
 
 
 # ----------------------------------------------------------------------------- live view
@@ -584,9 +595,17 @@ class Explorer:
         return run
 
     def show(self):
-        """Widgets when a frontend is present, otherwise :meth:`show_static`."""
+        """Widgets when a frontend is present, otherwise :meth:`show_static`.
+
+        Raises:
+            ParameterError: widgets asked for in a kernel the runner started headless: nobody could
+                press Run, the notebook would record nothing and still end "ok".
+        """
         if not has_frontend(self.cfg.mode):
             return self.show_static()
+        if headless():
+            raise ParameterError("mode: widgets need a frontend, and this kernel was started headless "
+                                 "(WORKBENCH_HEADLESS=1) so nothing would be measured; use mode 'auto' or 'static'")
         from IPython.display import display
 
         display(self.build_ui())

@@ -3,8 +3,12 @@
 One point per (language, strategy): :func:`workbench.long_form.run_long_output`
 writes the same article with ``one_shot``, ``outline_batch`` or
 ``outline_sequential`` under one total token budget and records time to first
-visible text, to first section text, wall time, length, section coverage,
-repetition across sections and throughput (one row per repeat). Each repeat's
+visible text (``first_text_s``), to first section text, wall time (``wall_s``),
+length, section coverage, repetition across sections and throughput (one row
+per repeat). A row merges several requests, so it names those quantities for
+what they are; ``ttft_s`` / ``itl_s`` are a request's own (the one-shot row), and
+``batch_size`` is the number of requests that shared a forward pass (the
+sections of ``outline_batch``; 1 otherwise), which MBU / MFU use. Each repeat's
 merged text (with its outline) is saved under ``texts/`` in the run folder.
 :func:`figures` compares wait and total time per strategy.
 """
@@ -66,7 +70,7 @@ class Config(sweeps.SweepConfig):
 
 
 #: Per-request columns summarised (median, ``<column>_p50``) in each point.
-SUMMARY_COLUMNS = ("coverage", "repetition", "sections_found", "first_section_s", "chars")
+SUMMARY_COLUMNS = ("coverage", "repetition", "sections_found", "first_text_s", "first_section_s", "chars")
 
 
 def measure_point(loaded, cfg: Config, point: dict, run_dir=None, warmup: int = 0) -> dict:
@@ -91,7 +95,7 @@ def measure_point(loaded, cfg: Config, point: dict, run_dir=None, warmup: int = 
     rows, wall = [], 0.0
     for r in range(cfg.repeats):
         res = run_long_output(loaded, strategy, topic, plan, language, cfg.temperature, cfg.seed + r)
-        rows.append(dict(res.row, repeat=r, request_id=0, itl_s=[]))
+        rows.append(dict(res.row, repeat=r, request_id=0))
         wall += res.row["wall_s"]
         if run_dir is not None:
             head = f"# {topic}\n\nstrategy: {strategy}, budget {plan.budget_tokens} tokens, repeat {r}\n\n"
@@ -115,8 +119,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 
-REQUEST_COLUMNS = ("language", "strategy", "ttft_s", "first_section_s", "e2e_s", "wall_s", "output_tokens", "chars",
-                   "sections_found", "coverage", "repetition", "output_throughput_tps")
+REQUEST_COLUMNS = ("language", "strategy", "first_text_s", "first_section_s", "wall_s", "output_tokens", "batch_size",
+                   "tpot_s", "chars", "sections_found", "coverage", "repetition", "output_throughput_tps")
 
 
 def _only(requests: pd.DataFrame) -> pd.DataFrame:
@@ -130,16 +134,32 @@ def request_table(requests: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in REQUEST_COLUMNS if c in df]].reset_index(drop=True)
 
 
+def finding(requests: pd.DataFrame) -> str:
+    """One sentence per language: the strategy with the shortest wall time, and its first text and coverage."""
+    df = _only(requests)
+    if df.empty or "wall_s" not in df:
+        return "No long-output request finished."
+    parts = []
+    for lang, g in df.groupby("language") if "language" in df else [("", df)]:
+        med = g.groupby("strategy")[[c for c in ("wall_s", "first_text_s", "coverage") if c in g]].median()
+        best = med["wall_s"].idxmin()
+        row = med.loc[best]
+        extra = f", coverage {row['coverage']:.0%}" if "coverage" in row and pd.notna(row["coverage"]) else ""
+        parts.append(f"{lang or 'all'}: {best} is fastest ({row['wall_s']:.1f} s wall, first text after "
+                     f"{row.get('first_text_s', float('nan')):.2f} s{extra})")
+    return "; ".join(parts) + "."
+
+
 def long_output_figure(requests: pd.DataFrame) -> go.Figure:
     """Time to first visible text, to first section text, and wall time per strategy (medians over repeats)."""
     requests = _only(requests)
     keys = [k for k in ("strategy", "language") if k in requests]
     g = requests.groupby(keys, as_index=False, sort=False).agg(
-        ttft_s=("ttft_s", "median"), first_section_s=("first_section_s", "median"), wall_s=("wall_s", "median"),
+        first_text_s=("first_text_s", "median"), first_section_s=("first_section_s", "median"), wall_s=("wall_s", "median"),
         coverage=("coverage", "median"), repetition=("repetition", "median"),
         output_tokens=("output_tokens", "median"))
     long = pd.concat([
-        g.assign(measure="first visible text", seconds=g["ttft_s"]),
+        g.assign(measure="first visible text", seconds=g["first_text_s"]),
         g.assign(measure="first section text", seconds=g["first_section_s"]),
         g.assign(measure="wall time", seconds=g["wall_s"]),
     ])

@@ -14,8 +14,12 @@ Three sweeps into one run folder, each a ``workbench.sweeps.run_sweep`` experime
   concatenates to the final decode (``text_equal``).
 - ``http``: an OpenAI-compatible server on a loopback port
   (:class:`workbench.serving.server.ServerThread`) driven by the official
-  ``openai`` client (:func:`workbench.serving.client.measure_http`); client
-  TTFT minus the engine's TTFT is what HTTP, SSE framing and the client add.
+  ``openai`` client (:func:`workbench.serving.client.measure_http`); the client's
+  first chunk minus the engine's first text is what HTTP, SSE framing and the
+  client add. HTTP rows time text chunks, not tokens: their gaps are
+  ``chunk_itl_s`` (no ``itl_s``), their ``tpot_s`` is over the decode steps
+  between the first and last chunk, and their ``batch_size`` is 1 (the server
+  serves one request at a time, whatever the client concurrency).
 
 :func:`run` measures all three; :func:`figures` draws ITL distribution and
 position, perceived latency (stream vs wait), granularity, per-request
@@ -265,7 +269,7 @@ def measure_point(loaded, cfg: Config, point: dict, base_url: str | None = None,
         if base_url is None:
             raise ParameterError("base_url: an http point needs a running server")
         return measure_http(base_url, cfg.timeline_prompts(), point["concurrency"], cfg.http_tokens,
-                            cfg.repeats, cfg.warmup, cfg.temperature, cfg.seed)
+                            cfg.repeats, cfg.warmup, cfg.temperature, cfg.seed, tokenizer=loaded.tokenizer)
     raise ParameterError(f"point: expected max_new_tokens, granularity or concurrency (got {point!r})")
 
 
@@ -306,6 +310,21 @@ def anatomy_table(points: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in ANATOMY_COLUMNS if c in df]]
 
 
+def finding(points: pd.DataFrame) -> str:
+    """One sentence: TTFT and TPOT p50 of the shortest and longest outputs, and how much sooner streaming
+    shows the first token than waiting for the whole answer."""
+    df = _only(points, "streaming")
+    df = df[df["status"] == "ok"] if "status" in df else df
+    if df.empty:
+        return "No streaming point finished."
+    df = df.sort_values("max_new_tokens")
+    lo, hi = df.iloc[0], df.iloc[-1]
+    return (f"Streaming shows the first token after {hi['ttft_s_p50']:.2f} s instead of {hi['e2e_s_p50']:.1f} s for "
+            f"a {int(hi['max_new_tokens'])}-token answer ({hi['e2e_s_p50'] / hi['ttft_s_p50']:.0f}x sooner); TPOT p50 "
+            f"{lo['tpot_s_p50'] * 1e3:.0f} ms at {int(lo['max_new_tokens'])} tokens and {hi['tpot_s_p50'] * 1e3:.0f} ms "
+            f"at {int(hi['max_new_tokens'])}.")
+
+
 def granularity_table(requests: pd.DataFrame) -> pd.DataFrame:
     """Medians per granularity (``<column>_p50``, seconds) of :func:`measure_granularity` rows, in input order."""
     requests = _only(requests, "granularity")
@@ -325,14 +344,16 @@ def transport_table(requests: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         ``concurrency``, ``requests``, ``ttft_s_p50`` (client), ``engine_ttft_s_p50``,
-        ``transport_ttft_s_p50``, ``transport_ttft_s_max``, ``engine_queue_s_p50``, ``tpot_s_p50``
-        (client, per chunk), ``engine_tpot_s_p50``, ``transport_e2e_s_p50``, ``chunks_per_token``.
+        ``transport_ttft_s_p50`` (client first chunk minus engine first text), ``transport_ttft_s_max``,
+        ``engine_queue_s_p50``, ``tpot_s_p50`` (client: first-to-last chunk over the decode steps between
+        them), ``engine_tpot_s_p50``, ``transport_e2e_s_p50``, ``chunks_per_token``.
     """
     g = _only(requests, "http").groupby("concurrency")
     out = g.agg(
         requests=("ttft_s", "size"),
         ttft_s_p50=("ttft_s", "median"),
         engine_ttft_s_p50=("engine_ttft_s", "median"),
+        **({"engine_first_text_s_p50": ("engine_first_text_s", "median")} if "engine_first_text_s" in requests else {}),
         transport_ttft_s_p50=("transport_ttft_s", "median"),
         transport_ttft_s_max=("transport_ttft_s", "max"),
         engine_queue_s_p50=("engine_queue_s", "median"),
@@ -390,18 +411,23 @@ def perceived_latency_figure(requests: pd.DataFrame) -> go.Figure:
 
 
 def timeline_figure(requests: pd.DataFrame, title: str = "Per-request timeline") -> go.Figure:
-    """Per-request timeline: a bar from start to first token (TTFT), then a tick per token.
+    """Per-request timeline: a bar from start to first token (TTFT), then a tick per token (or per chunk).
 
     Args:
-        requests: rows with ``request_id``, ``ttft_s``, ``itl_s`` and optional
-            ``t_start_s`` (request start relative to the first request's, s).
+        requests: rows with ``request_id``, ``ttft_s``, ``itl_s`` (token gaps) or, for HTTP rows,
+            ``chunk_itl_s`` (text-chunk gaps), and optional ``t_start_s`` (request start relative
+            to the first request's, s).
     """
     fig = go.Figure()
     for _, q in requests.iterrows():
         y = f"req {q['request_id']}"
         start = float(q.get("t_start_s", 0.0) or 0.0)
         first = start + float(q["ttft_s"])
-        ticks = first + np.concatenate([[0.0], np.cumsum(np.asarray(list(q["itl_s"]), dtype=float))])
+        gaps = q.get("itl_s")
+        if not isinstance(gaps, (list, tuple, np.ndarray)):
+            gaps = q.get("chunk_itl_s")
+        gaps = list(gaps) if isinstance(gaps, (list, tuple, np.ndarray)) else []
+        ticks = first + np.concatenate([[0.0], np.cumsum(np.asarray(gaps, dtype=float))])
         fig.add_trace(go.Bar(x=[first - start], base=[start], y=[y], orientation="h", name="TTFT",
                              marker_color="#bbbbbb", showlegend=bool(q["request_id"] == requests["request_id"].iloc[0]),
                              legendgroup="ttft"))
@@ -435,10 +461,11 @@ def transport_figure(requests: pd.DataFrame) -> go.Figure:
     df = _only(requests, "http").copy()
     df["concurrency"] = df["concurrency"].astype(int)
     df["label"] = "r" + df["repeat"].astype(int).astype(str) + " #" + df["request_id"].astype(int).astype(str)
-    long = pd.concat([
-        df.assign(side="engine TTFT (arrival to first token)", ms=1000 * df["engine_ttft_s"]),
-        df.assign(side="client TTFT (send to first chunk)", ms=1000 * df["ttft_s"]),
-    ])
+    sides = [df.assign(side="engine TTFT (arrival to first token)", ms=1000 * df["engine_ttft_s"])]
+    if "engine_first_text_s" in df:
+        sides.append(df.assign(side="engine first text (arrival to first text)", ms=1000 * df["engine_first_text_s"]))
+    sides.append(df.assign(side="client TTFT (send to first chunk)", ms=1000 * df["ttft_s"]))
+    long = pd.concat(sides)
     fig = px.bar(long, x="label", y="ms", color="side", barmode="group",
                  facet_col="concurrency", labels={"label": "request (repeat, index)", "ms": "time to first token (ms)"},
                  title="HTTP streaming: client-side vs engine-side TTFT")
@@ -467,5 +494,6 @@ def figures(requests: pd.DataFrame) -> dict[str, go.Figure]:
     if not http.empty:
         top = http[(http["concurrency"] == http["concurrency"].max()) & (http["repeat"] == 0)]
         figs["http_ttft"] = transport_figure(http)
-        figs["timeline_http"] = timeline_figure(top, "Per-request timeline: concurrent HTTP requests (queued)")
+        figs["timeline_http"] = timeline_figure(top, "Per-request timeline: concurrent HTTP requests (queued; a tick "
+                                                     "per text chunk)")
     return figs

@@ -171,6 +171,22 @@ def headline(summary, metrics=("truncated", "repeated_4gram_rate", "distinct_2",
                           aggfunc="first")
 
 
+def finding(summary) -> str:
+    """One sentence: how repetition (repeated 4-grams) and truncation move from greedy to the hottest temperature."""
+    df = summary[summary["metric"].isin(["repeated_4gram_rate", "truncated"])]
+    if df.empty:
+        return "No quality metrics recorded."
+    by = df.groupby(["metric", "temperature"])["mean"].mean().unstack("temperature")
+    lo, hi = min(by.columns), max(by.columns)
+    rep = by.loc["repeated_4gram_rate"] if "repeated_4gram_rate" in by.index else None
+    text = f"From temperature {lo:g} to {hi:g}"
+    if rep is not None:
+        text += f", the repeated 4-gram rate moves {rep[lo]:.3f} -> {rep[hi]:.3f}"
+    if "truncated" in by.index:
+        text += f" and the share of answers cut by max_new_tokens {by.loc['truncated'][lo]:.0%} -> {by.loc['truncated'][hi]:.0%}"
+    return text + " (means over prompts; CIs in the quality table)."
+
+
 def length_targets(tokenizer, target_chars: int, languages=("en", "zh")):
     """Characters per token of the tokenizer per language and the ``max_new_tokens`` a target length needs.
 

@@ -2,15 +2,23 @@
 
 :func:`stream_chat` streams one chat completion from an OpenAI-compatible
 server (:mod:`workbench.serving.server`, or any other) and stamps each content
-chunk with ``perf_counter`` on arrival; the timing columns come from
-:func:`workbench.metrics.request_timing` over those stamps (vLLM's request
-functions in ``vllm/benchmarks/lib/endpoint_request_func.py`` stamp the same
-way). A chunk is not a token: one chunk per token, except that a multi-byte
-character split across tokens arrives as one chunk and an end-of-sequence id
-sends none, so ``output_tokens`` is the server's ``usage`` count while the
-timings are per chunk. The server's own figures (``engine_*``) come back in the
-final chunk, so ``transport_ttft_s = ttft_s - engine_ttft_s`` is what HTTP, SSE
-framing and the client add.
+chunk with ``perf_counter`` on arrival (vLLM's request functions in
+``vllm/benchmarks/lib/endpoint_request_func.py`` stamp the same way); the
+timing columns come from :func:`workbench.metrics.request_timing` over those
+stamps. **A chunk is not a token**: a character split across tokens arrives as
+one chunk, a first token that makes no visible text (common in Chinese) sends
+none, and an end-of-sequence id sends none. So the gaps between chunks are
+``chunk_itl_s`` (never ``itl_s``, which is per token id), ``output_tokens`` is
+the server's ``usage`` count, and the client's ``tpot_s`` divides the first-to-
+last chunk time by the decode steps actually between them: ``usage`` tokens,
+minus the end-of-sequence id when the reply stopped on it, minus the tokens the
+first chunk carries (counted with the tokenizer). The server's own figures
+(``engine_*``) come back in the final chunk; ``transport_ttft_s`` is the
+client's first chunk minus the engine's first *text* (``engine_first_text_s``),
+so decode steps that made no text are not charged to HTTP.
+
+Loopback measurement traffic ignores ``HTTP_PROXY`` / ``HTTPS_PROXY`` (the
+``httpx`` client is built with ``trust_env=False``).
 
 :func:`measure_http` sends ``concurrency`` streaming requests together from
 threads and returns the measure dict of :func:`workbench.sweeps.run_sweep`.
@@ -28,15 +36,37 @@ from ..errors import ParameterError
 from .server import SERVED_MODEL
 
 
-def openai_client(base_url: str, timeout: float = 600.0):
-    """The official ``openai`` client pointed at ``base_url`` (no retries, dummy key)."""
+def openai_client(base_url: str, timeout: float = 600.0, api_key: str = "workbench"):
+    """The official ``openai`` client pointed at ``base_url`` (no retries; proxies from the environment ignored).
+
+    Args:
+        base_url: ``http://host:port`` of the server.
+        timeout: seconds per request.
+        api_key: sent as ``Authorization: Bearer <api_key>`` (a loopback workbench server needs none).
+    """
+    import httpx
     import openai
 
-    return openai.OpenAI(base_url=base_url.rstrip("/") + "/v1", api_key="workbench", max_retries=0, timeout=timeout)
+    http = httpx.Client(trust_env=False, timeout=timeout)  # HTTP_PROXY must not reroute loopback timing
+    return openai.OpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=api_key, max_retries=0, timeout=timeout,
+                         http_client=http)
+
+
+def client_decode_steps(output_tokens: int, finish_reason: str | None, first_chunk: str, tokenizer=None) -> int:
+    """Decode steps between a reply's first and last text chunk, from ``usage`` and the tokenizer.
+
+    ``output_tokens`` (``usage.completion_tokens``) minus the end-of-sequence id when the reply
+    stopped on it (``finish_reason == "stop"``: it makes no text), minus the tokens of the first
+    chunk (``len(tokenizer.encode(first_chunk))``, at least 1; 1 without a tokenizer). Never below 0.
+    """
+    text_tokens = max(0, int(output_tokens) - (1 if finish_reason == "stop" else 0))
+    first = len(tokenizer.encode(first_chunk, add_special_tokens=False)) if tokenizer is not None and first_chunk else 1
+    first = min(max(first, 1), max(text_tokens, 1))
+    return max(0, text_tokens - first)
 
 
 def stream_chat(client, prompt, max_tokens: int, temperature: float = 0.0, seed: int = 0,
-                ignore_eos: bool = False, model: str = SERVED_MODEL) -> dict:
+                ignore_eos: bool = False, model: str = SERVED_MODEL, tokenizer=None) -> dict:
     """Stream one chat completion with the ``openai`` client and time it on the client side.
 
     Args:
@@ -44,14 +74,18 @@ def stream_chat(client, prompt, max_tokens: int, temperature: float = 0.0, seed:
         prompt: a user message string or a list of messages.
         max_tokens, temperature, seed: request fields; ``ignore_eos`` is the vLLM extension.
         model: the ``model`` field of the request.
+        tokenizer: the served model's tokenizer, to count the tokens of the first chunk
+            (:func:`client_decode_steps`); without it the first chunk counts as one token.
 
     Returns:
         A row: ``t_send`` (perf_counter), ``ttft_s`` (send to first content
-        chunk), ``itl_s`` (gaps between content chunks), ``e2e_s`` (send to
-        last chunk), ``tpot_s`` and ``decode_tps`` (over chunks), ``chunks``,
-        ``text``, ``prompt_tokens``, ``output_tokens`` (``usage``),
-        ``finish_reason``, ``engine_*`` (the server's figures) and
-        ``transport_ttft_s`` / ``transport_e2e_s``.
+        chunk), ``chunk_itl_s`` (gaps between content chunks), ``e2e_s`` (send to
+        last chunk), ``tpot_s`` and ``decode_tps`` (over the decode steps between
+        the first and last chunk), ``decode_steps``, ``chunks``, ``text``,
+        ``prompt_tokens``, ``output_tokens`` (``usage``), ``finish_reason``,
+        ``batch_size`` (as the server reports it, 1 when it does not),
+        ``engine_*`` (the server's figures) and ``transport_ttft_s`` /
+        ``transport_e2e_s``. No ``itl_s``: a chunk is not a token.
     """
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     t_send = time.perf_counter()
@@ -74,7 +108,9 @@ def stream_chat(client, prompt, max_tokens: int, temperature: float = 0.0, seed:
             if c.finish_reason:
                 finish = c.finish_reason
     t_end = time.perf_counter()
-    timing = metrics.request_timing(stamps, t_send)
+    n_out = usage.completion_tokens if usage else len(stamps)
+    steps = client_decode_steps(n_out, finish, parts[0] if parts else "", tokenizer)
+    timing = metrics.request_timing(stamps, t_send, decode_steps=steps)
     if not stamps:  # no visible text: the request still took this long
         timing["e2e_s"] = t_end - t_send
     nan = float("nan")
@@ -86,32 +122,38 @@ def stream_chat(client, prompt, max_tokens: int, temperature: float = 0.0, seed:
     return {
         "t_send": t_send,
         "ttft_s": timing["ttft_s"],
-        "itl_s": timing["itl_s"],
+        "chunk_itl_s": timing["itl_s"],
         "e2e_s": timing["e2e_s"],
         "tpot_s": timing["tpot_s"],
         "decode_tps": timing["decode_tps"],
+        "decode_steps": steps,
         "chunks": len(stamps),
         "text": "".join(parts),
         "prompt_tokens": usage.prompt_tokens if usage else None,
-        "output_tokens": usage.completion_tokens if usage else len(stamps),
+        "output_tokens": n_out,
         "finish_reason": finish,
+        "batch_size": int(engine.get("batch_size") or 1),
         "engine_ttft_s": eng("engine_ttft_s"),
+        "engine_first_text_s": eng("engine_first_text_s"),
         "engine_queue_s": eng("queue_s"),
         "engine_prefill_s": eng("prefill_s"),
         "engine_e2e_s": eng("e2e_s"),
         "engine_tpot_s": eng("tpot_s"),
-        "transport_ttft_s": timing["ttft_s"] - eng("engine_ttft_s"),
+        "transport_ttft_s": timing["ttft_s"] - eng("engine_first_text_s"),
         "transport_e2e_s": (t_end - t_send) - eng("e2e_s"),
     }
 
 
 def measure_http(base_url: str, prompts: Sequence, concurrency: int, max_tokens: int, repeats: int = 1,
-                 warmup: int = 1, temperature: float = 0.0, seed: int = 0, ignore_eos: bool = True) -> dict:
+                 warmup: int = 1, temperature: float = 0.0, seed: int = 0, ignore_eos: bool = True,
+                 tokenizer=None) -> dict:
     """``run_sweep`` measure dict: ``concurrency`` streaming requests sent together, per repeat.
 
     Requests start together (a thread barrier) and the server queues them, so
     later requests' TTFT includes waiting for earlier ones; the engine's TTFT
-    includes the same wait, leaving ``transport_ttft_s`` as the HTTP cost.
+    includes the same wait, leaving ``transport_ttft_s`` as the HTTP cost. ``tokenizer``: the served
+    model's, for the client TPOT (:func:`stream_chat`). Each row's ``batch_size`` is what shared a
+    forward pass on the server (1: it serves one request at a time), not ``concurrency``.
 
     Returns:
         ``{"requests": rows (see :func:`stream_chat`) with ``repeat``,
@@ -129,7 +171,7 @@ def measure_http(base_url: str, prompts: Sequence, concurrency: int, max_tokens:
     client = openai_client(base_url)
     t = time.perf_counter()
     for _ in range(warmup):
-        stream_chat(client, prompts[0], max_tokens, temperature, seed, ignore_eos)
+        stream_chat(client, prompts[0], max_tokens, temperature, seed, ignore_eos, tokenizer=tokenizer)
     warmup_s = time.perf_counter() - t
     rows, wall = [], 0.0
     for r in range(repeats):
@@ -139,7 +181,8 @@ def measure_http(base_url: str, prompts: Sequence, concurrency: int, max_tokens:
         def one(i):
             barrier.wait()
             try:
-                out[i] = stream_chat(client, prompts[i % len(prompts)], max_tokens, temperature, seed + r, ignore_eos)
+                out[i] = stream_chat(client, prompts[i % len(prompts)], max_tokens, temperature, seed + r, ignore_eos,
+                                     tokenizer=tokenizer)
             except Exception as exc:
                 out[i] = {"error": f"{type(exc).__name__}: {exc}"}
 

@@ -1,0 +1,81 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+#     pygments_lexer: ipython3
+#   workbench:
+#     config: workbench.experiments.serving_load:Config
+# ---
+
+# %% [markdown]
+# # 08 Serving under load: engines, arrival processes, SLO attainment and the knee
+# Requests arrive at a rate; an engine (`fifo` one at a time, `static` batching window, `continuous`
+# batching from `transformers`) schedules them. Per engine: synchronous, maximum throughput, then open-loop
+# rates between; TTFT and TPOT against achieved throughput, goodput and SLO attainment against offered rate
+# with the knee, queue time, a per-request timeline and time slices, and the engine to pick per SLO preset.
+
+# %% tags=["parameters"]
+model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
+device: str = "auto"  # auto | cpu | cuda | mps
+dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+engines: list = ["fifo", "static", "continuous"]  # schedulers to compare
+transport: str = "inprocess"  # inprocess (engine directly) | http (through the OpenAI-compatible server)
+requests_per_point: int = 12  # requests sent per load point
+prompt_tokens: int = 64  # prompt length in tokens, chat template included
+max_new_tokens: int = 16  # fixed output length per request (ignore_eos)
+max_batch_size: int = 8  # batch limit of the static and continuous engines
+batch_window_s: float = 0.05  # the static engine's batching window, seconds
+sweep_points: int = 2  # open-loop rates between the synchronous and the maximum rate
+arrival: str = "poisson"  # constant | poisson | gamma, for the swept rates
+burstiness: float = 1.0  # gamma shape (1 = Poisson, < 1 burstier)
+warmup_s: float = 0.0  # requests starting earlier than this are excluded, seconds
+cooldown_s: float = 0.0  # requests finishing in the last seconds are excluded
+slice_s: float = 2.0  # width of the time slices, seconds
+max_in_flight: int = 32  # over-saturation: stop a rate when more requests are in flight
+max_wait_s: float = 60.0  # over-saturation: stop a rate when a request waits longer, seconds
+slo_presets: list = ["interactive_chat", "code_completion", "rag", "batch_offline", "mlperf_server", "mlperf_interactive"]  # presets to evaluate
+slo_ttft_s: float = 2.0  # custom SLO on time to first token, seconds
+slo_tpot_s: float = 0.25  # custom SLO on time per output token, seconds
+attainment_target: float = 0.9  # share of requests that must meet an SLO
+search: bool = False  # bisection search of the highest rate meeting search_slo, per engine
+search_slo: str = "custom"  # preset for the search (or custom)
+search_steps: int = 4  # measurements per search
+search_tolerance: float = 0.1  # relative width of the final bracket
+warmup: int = 1  # untimed warm-up batches per engine
+seed: int = 0  # arrival-schedule seed
+run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
+resume: bool = False  # skip points this run already finished
+
+# %%
+from workbench import models, results
+from workbench.experiments import serving_load
+
+cfg = serving_load.Config.from_namespace(globals())
+run = results.open_run(run_dir)
+run
+
+# %%
+loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
+points = serving_load.run(cfg, run, loaded, resume=resume)
+requests = results.read_requests(run, experiment=serving_load.EXPERIMENT)
+points[["point_id", "status", "offered_rps", "request_throughput_rps", "ttft_s_p50", "tpot_s_p50", "queue_s_p50",
+        "slo_attainment", "goodput_rps", "stopped_early"]]
+
+# %%
+for name, fig in serving_load.figures(points, requests, cfg.attainment_target).items():
+    results.save_figure(run, name, fig)
+    fig.show()
+
+# %%
+serving_load.recommend(points, cfg.attainment_target)
+
+# %%
+finding = serving_load.headline(points, cfg.attainment_target)
+results.save_finding(run, serving_load.EXPERIMENT, finding)
+print(finding)

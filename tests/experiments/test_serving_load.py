@@ -1,0 +1,62 @@
+"""Experiment 08 (serving under load): config validation, summaries, and a tiny real sweep."""
+import pandas as pd
+import pytest
+
+from workbench import ParameterError, results
+from workbench.experiments import serving_load
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"engines": ["vllm"]}, "engines"),
+    ({"engines": []}, "engines"),
+    ({"transport": "grpc"}, "transport"),
+    ({"arrival": "bursty"}, "arrival"),
+    ({"burstiness": 0}, "burstiness"),
+    ({"burstiness": -1.0}, "burstiness"),
+    ({"requests_per_point": 1}, "requests_per_point"),
+    ({"slo_presets": ["gold"]}, "slo_presets"),
+    ({"search_slo": "gold"}, "search_slo"),
+    ({"slo_ttft_s": 0}, "slo_ttft_s"),
+    ({"max_batch_size": 0}, "max_batch_size"),
+    ({"prompt_tokens": 9000}, "prompt_tokens"),
+])
+def test_invalid_config_one_line(kwargs, name):
+    with pytest.raises(ParameterError) as err:
+        serving_load.Config(**kwargs)
+    assert str(err.value).startswith(name + ":") and "\n" not in str(err.value)
+
+
+def test_grid_is_a_sweep_per_engine():
+    cfg = serving_load.Config(engines=["fifo", "continuous"], sweep_points=2)
+    assert [(p["engine"], p["profile"], p["step"]) for p in cfg.grid()] == [
+        ("fifo", "synchronous", 0), ("fifo", "throughput", 0), ("fifo", "poisson", 1), ("fifo", "poisson", 2),
+        ("continuous", "synchronous", 0), ("continuous", "throughput", 0), ("continuous", "poisson", 1),
+        ("continuous", "poisson", 2)]
+
+
+def test_recommend_and_knees_from_synthetic_points():
+    pts = pd.DataFrame({
+        "status": ["ok"] * 4, "engine": ["fifo", "fifo", "continuous", "continuous"],
+        "profile": ["poisson"] * 4, "offered_rps": [1.0, 2.0, 1.0, 2.0], "request_throughput_rps": [1.0, 1.2, 1.0, 1.95],
+        "slo_attainment_custom": [1.0, 0.5, 1.0, 0.95], "goodput_rps_custom": [1.0, 0.6, 1.0, 1.9]})
+    rec = serving_load.recommend(pts, target=0.9).set_index("slo")
+    assert rec.loc["custom", "engine"] == "continuous" and rec.loc["custom", "max_rate_rps"] == 2.0
+    assert serving_load.knees(pts) == {"continuous": 2.0, "fifo": 1.0}
+
+
+@pytest.mark.model
+def test_tiny_load_sweep_on_the_real_model(loaded):
+    cfg = serving_load.Config(engines=["fifo", "continuous"], requests_per_point=3, prompt_tokens=40,
+                              max_new_tokens=3, max_batch_size=4, sweep_points=1, warmup=0, slice_s=1.0)
+    run = results.create_run()
+    points = serving_load.run(cfg, run, loaded)
+    assert (points["status"] == "ok").all(), points["status"].tolist()
+    assert len(points) == 6
+    req = results.read_requests(run, experiment="serving_load")
+    assert (req["output_tokens"] == 3).all()
+    assert (req["queue_s"] >= 0).all() and (req["ttft_s"] >= req["queue_s"] - 1e-6).all()
+    assert {"slo_attainment_mlperf_server", "goodput_rps_custom", "offered_rps", "saturation_rule"} <= set(points)
+    figs = serving_load.figures(points, req)
+    assert set(figs) == {"load_latency_vs_throughput", "load_goodput_vs_rate", "load_queue_vs_rate", "load_gantt",
+                         "load_time_slices", "load_recommendation"}
+    assert isinstance(serving_load.headline(points), str)

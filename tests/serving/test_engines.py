@@ -1,0 +1,127 @@
+"""Serving engines (issue 13): greedy outputs equal batch-1 generate; queue time; batching window; refusals."""
+import threading
+import time
+
+import pytest
+
+from workbench import ParameterError
+from workbench.generation import GenerationSettings, encode_prompts, generate_measured
+from workbench.serving import engines
+
+PROMPTS = ["Tell me about the sea.", "What is 2+2?", "Write a haiku about autumn leaves."]
+
+
+def _ids(tok, prompt):
+    enc = encode_prompts(tok, [prompt])
+    return enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
+
+
+def test_unknown_engine_is_one_line_before_any_model():
+    with pytest.raises(ParameterError) as err:
+        engines.make_engine("vllm", loaded=None)
+    assert str(err.value).startswith("engine:") and "\n" not in str(err.value)
+
+
+def test_static_window_bounds_are_checked():
+    with pytest.raises(ParameterError, match="^max_batch_size:"):
+        engines.StaticEngine(None, max_batch_size=0)
+    with pytest.raises(ParameterError, match="^batch_window_s:"):
+        engines.StaticEngine(None, batch_window_s=-1)
+
+
+@pytest.fixture(scope="module")
+def reference(loaded):
+    s = GenerationSettings(max_new_tokens=6)
+    return {p: generate_measured(loaded, [p], s).records[0]["output_ids"] for p in PROMPTS}
+
+
+def _first_divergence(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", engines.ENGINES)
+def test_engine_greedy_outputs_equal_batch_1(loaded, reference, name):
+    """Every request's tokens under each engine equal its greedy batch-1 generate output."""
+    s = GenerationSettings(max_new_tokens=6)
+    eng = engines.make_engine(name, loaded, max_batch_size=4, batch_window_s=0.5, settings=s, max_seq_tokens=128)
+    try:
+        reqs = [engines.EngineRequest(_ids(loaded.tokenizer, p), s) for p in PROMPTS]
+        out = engines.run_requests(eng, reqs, timeout=300)
+    finally:
+        eng.stop()
+    for p, res in zip(PROMPTS, out):
+        assert res["error"] is None
+        ref = reference[p]
+        assert res["output_ids"] == ref, f"{name}: first divergence at token {_first_divergence(res['output_ids'], ref)}"
+        assert res["output_tokens"] == len(ref) == len(res["itl_s"]) + 1
+        assert res["queue_s"] >= 0 and res["ttft_s"] >= res["queue_s"] and res["e2e_s"] >= res["ttft_s"]
+    if name == "static":  # one window: the three shared one batch
+        assert [r["batch_size"] for r in out] == [3, 3, 3]
+    if name == "fifo":  # one at a time: later requests queued behind earlier ones
+        assert out[2]["queue_s"] >= out[0]["e2e_s"] * 0.5
+
+
+@pytest.mark.model
+def test_continuous_engine_refuses_other_sampling(loaded):
+    eng = engines.ContinuousEngine(loaded, GenerationSettings(max_new_tokens=4), max_batch_size=2, max_seq_tokens=64)
+    try:
+        with pytest.raises(ParameterError, match="^continuous engine:"):
+            eng.submit(engines.EngineRequest([1, 2, 3], GenerationSettings(max_new_tokens=4, temperature=0.7)))
+    finally:
+        eng.stop()
+
+
+@pytest.mark.model
+def test_cancelled_while_queued_never_starts(loaded):
+    eng = engines.FifoEngine(loaded)
+    try:
+        s = GenerationSettings(max_new_tokens=4)
+        a = engines.EngineRequest(_ids(loaded.tokenizer, PROMPTS[0]), s)
+        b = engines.EngineRequest(_ids(loaded.tokenizer, PROMPTS[1]), s)
+        b.cancel.set()
+        out = engines.run_requests(eng, [a, b], timeout=300)
+    finally:
+        eng.stop()
+    assert out[1]["finish_reason"] == "cancelled" and out[1]["output_tokens"] == 0
+    assert out[0]["output_tokens"] == 4
+
+
+@pytest.mark.model
+def test_queued_request_gets_headers_promptly_and_engine_timings_over_http(loaded):
+    """Behind a long request (fifo engine), a second request's SSE headers arrive at once; its final chunk
+    carries the engine's queue_s, ttft_s, itl_s and tpot_s; token counts come from usage."""
+    import httpx
+
+    from workbench.serving import load
+    from workbench.serving.server import ServerThread
+
+    with ServerThread(loaded, engine="fifo", early_headers=True) as srv:
+        send = load.http_sender(srv.base_url, timeout=300)
+        out = {}
+
+        def long():
+            out["long"] = send(load.RequestSpec("Write a long story about the sea.", 24), time.perf_counter())
+
+        th = threading.Thread(target=long)
+        th.start()
+        time.sleep(0.3)
+        t0 = time.perf_counter()
+        with httpx.Client(timeout=300) as c:
+            with c.stream("POST", srv.base_url + "/v1/chat/completions",
+                          json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0,
+                                "stream": True}) as resp:
+                headers_s = time.perf_counter() - t0
+                assert resp.status_code == 200
+                lines = [ln for ln in resp.iter_lines() if ln.startswith("data: ")]
+        th.join()
+    long_row = out["long"]
+    assert long_row["error"] is None and long_row["output_tokens"] == 24
+    assert headers_s < 1.5, f"headers took {headers_s:.2f} s behind a long request"
+    assert long_row["t_done"] > t0 + headers_s  # the long request was still running when the headers came
+    final = [json_line for json_line in lines if '"finish_reason": "' in json_line or '"finish_reason":"' in json_line]
+    import json
+
+    eng = json.loads(final[-1][6:])["engine"]
+    assert eng["queue_s"] > 0 and eng["ttft_s"] >= eng["queue_s"] and len(eng["itl_s"]) == eng["output_tokens"] - 1
+    assert long_row["queue_s"] >= 0 and len(long_row["itl_s"]) == 23 and long_row["tpot_s"] > 0

@@ -1,0 +1,515 @@
+"""Sweeps on a Ray cluster: long-lived workers, one point at a time per device, one writer.
+
+``workbench run SUITE --ray [auto|ADDRESS]`` (and ``sweep``) sets ``$WORKBENCH_RAY`` for the notebook
+kernels it starts; :func:`workbench.sweeps.run_sweep` then asks :func:`executor_for` for a
+:class:`RayExecutor` and measures its points on the cluster instead of in the kernel:
+
+- Workers are Ray actors (:class:`_Worker`), each loading the model once
+  (:func:`workbench.models.load_model`) and measuring many points, one at a time. A worker asks for
+  ``num_gpus`` (``$WORKBENCH_RAY_GPUS_PER_WORKER``, default 1; a fraction packs small models several to a
+  GPU) or, on CPU, ``num_cpus`` (``$WORKBENCH_RAY_CPUS_PER_WORKER``, default 1; torch threads = that).
+  The driver never sends a point to a GPU that is measuring another one, so workers sharing a GPU take
+  turns. CPU workers of one node share its memory bandwidth: their points' ``others_cpu_load`` records
+  that, and the verdict marks them invalid when it exceeds the limit.
+- A worker calls the experiment's module-level ``measure_point(loaded, cfg, point, ...)`` by name: the
+  config travels as a dict and is rebuilt there. Supported: :data:`SUPPORTED`; other experiments run
+  locally in the kernel, with a line saying so.
+- The driver alone writes the run folder: workers return request rows (tagged with ``node``,
+  ``device_name``, ``device_index``) and the point's device-side figures (peak memory, MBU/MFU against
+  that worker's own probed peaks, contamination, energy); :func:`workbench.sweeps.run_sweep` records each
+  point as it arrives, so ``--resume`` works as it does locally.
+- A point whose worker dies (killed, out of memory) is retried once on another worker, then recorded
+  ``failed: WorkerDied: ...``; a dead worker is replaced while points remain. An exception raised by
+  ``measure_point`` itself is recorded as it would be locally (no retry).
+- The manifest's ``cluster`` entry records the Ray version, the nodes (CPUs, GPUs, accelerator type) and
+  every worker (node, device, name, index, probed bandwidth / FLOP/s, energy availability).
+
+Ray is imported only here, and only once ``--ray`` (``$WORKBENCH_RAY``) asks for it. Drift of the
+reference point is not measured on Ray (it belongs to one device); each point's contamination is.
+Test hook: ``$WORKBENCH_INJECT_WORKER_DEATH=SUBSTRING[:N]`` kills the worker measuring a point whose id
+contains SUBSTRING (on its first N attempts; every attempt without N).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib
+import json
+import os
+import socket
+import sys
+
+from .errors import ParameterError
+
+ENV = "WORKBENCH_RAY"
+CPUS_ENV = "WORKBENCH_RAY_CPUS_PER_WORKER"
+GPUS_ENV = "WORKBENCH_RAY_GPUS_PER_WORKER"
+MAX_WORKERS_ENV = "WORKBENCH_RAY_MAX_WORKERS"
+INJECT_ENV = "WORKBENCH_INJECT_WORKER_DEATH"
+
+#: Experiments whose ``measure_point`` runs on a Ray worker (the others need objects of the kernel:
+#: a server, task lists, references, a run folder).
+SUPPORTED = ("batch_size", "context_length", "temperature")
+
+#: Where a row was measured: these columns are on every request and point row.
+PLACEMENT_COLUMNS = ("node", "device_name", "device_index")
+
+
+class WorkerDied(RuntimeError):
+    """The Ray worker measuring a point died (on both attempts)."""
+
+
+# ----------------------------------------------------------------------------- placement (no Ray needed)
+
+
+def placement(info, gpu_ids=None) -> dict:
+    """``{"node", "device_name", "device_index"}`` of a loaded model (``info``: :class:`~workbench.models.ModelInfo`).
+
+    ``device_index``: the physical GPU index (through Ray's GPU ids or ``$CUDA_VISIBLE_DEVICES``), 0 on CPU
+    and MPS.
+    """
+    index = 0
+    if info.device.startswith("cuda"):
+        index = int(info.device.split(":")[1]) if ":" in info.device else 0
+        visible = [str(g) for g in gpu_ids] if gpu_ids else \
+            [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        if index < len(visible) and visible[index].isdigit():
+            index = int(visible[index])
+    return {"node": socket.gethostname(), "device_name": info.device_name, "device_index": index}
+
+
+# ----------------------------------------------------------------------------- connecting
+
+
+def require_ray():
+    """The ``ray`` module, or a one-line error saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ParameterError("--ray: Ray is not installed; install the extra: pip install -e '.[ray]'") from None
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast (3 s) on a ``host:port`` nobody listens on, instead of Ray's minute of retries."""
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ParameterError(f"--ray: {address!r} is not a Ray address (auto, or HOST:PORT of a head node)")
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError as exc:
+        raise ParameterError(f"--ray: no Ray head answers at {address} ({exc.strerror or exc}); "
+                             f"start one with `ray start --head` or give its address") from None
+
+
+def connect(address: str = "auto", start_local: bool = True):
+    """Connect this process to Ray; returns the ``ray`` module.
+
+    Args:
+        address: ``auto`` (a running cluster, found as Ray finds it; else, with ``start_local``, a new
+            local one on this machine's cores) or ``HOST:PORT`` of a head node (``ray start --head``).
+        start_local: start a local cluster when ``auto`` finds none.
+
+    Raises:
+        ParameterError: Ray missing, or an address that does not answer.
+    """
+    ray = require_ray()
+    if ray.is_initialized():
+        return ray
+    kwargs = dict(logging_level="WARNING", log_to_driver=False, include_dashboard=False)
+    address = (address or "auto").strip()
+    if address in ("auto", "local"):
+        if address == "auto":
+            try:
+                ray.init(address="auto", **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
+                return ray
+            except Exception:  # noqa: BLE001 - no running cluster: start one
+                if not start_local:
+                    raise ParameterError("--ray: no running Ray cluster found (start one with `ray start --head`)")
+        return start_local_cluster(ray, **kwargs)
+    _check_reachable(address)
+    try:
+        ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
+    except Exception as exc:  # noqa: BLE001 - one line, never Ray's traceback
+        raise ParameterError(f"--ray: cannot join the Ray cluster at {address} "
+                             f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None
+    return ray
+
+
+def start_local_cluster(ray, attempts: int = 3, **kwargs):
+    """``ray.init(**kwargs)``: a new cluster on this machine, retried: on a heavily loaded machine Ray's helper
+    processes can miss the raylet's fixed start-up window (about 15 s), and a second try finds their imports cached.
+
+    Raises:
+        ParameterError: every attempt failed (one line, with Ray's reason).
+    """
+    last = None
+    for i in range(attempts):
+        try:
+            ray.init(**kwargs)
+            return ray
+        except Exception as exc:  # noqa: BLE001
+            last = exc
+            print(f"ray: local cluster did not start (attempt {i + 1}/{attempts}): "
+                  f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}", file=sys.stderr, flush=True)
+            try:
+                ray.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+    raise ParameterError(f"--ray: could not start a local Ray cluster ({type(last).__name__}: "
+                         f"{str(last).strip().splitlines()[0] if str(last).strip() else ''}); "
+                         "start one with `ray start --head` and pass its address")
+
+
+def cluster_info(ray) -> dict:
+    """Ray version, address and nodes (CPUs, GPUs, accelerator type) of the connected cluster."""
+    nodes = []
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        res = n.get("Resources", {})
+        nodes.append({"node_id": n.get("NodeID"), "host": n.get("NodeManagerHostname"), "ip": n.get("NodeManagerAddress"),
+                      "cpus": res.get("CPU", 0), "gpus": res.get("GPU", 0),
+                      "accelerator": next((k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")), None)})
+    total = ray.cluster_resources()
+    ctx = ray.get_runtime_context()
+    return {"ray_version": ray.__version__, "address": getattr(ctx, "gcs_address", None), "nodes": nodes,
+            "cpus": total.get("CPU", 0), "gpus": total.get("GPU", 0)}
+
+
+def _wants_gpu(device: str, gpus: float) -> bool:
+    return device == "cuda" or (device == "auto" and gpus > 0)
+
+
+def prepare(address: str, entries: list[dict]) -> str:
+    """``--ray``: connect (starting a local cluster for ``auto`` when none runs), check the suite fits, and
+    export the address for the kernels (``$WORKBENCH_RAY``). Called by the CLI before any point runs.
+
+    Args:
+        address: ``auto`` or ``HOST:PORT``.
+        entries: the suite's notebooks (``{"notebook", "parameters"}``).
+
+    Returns:
+        The address the kernels join.
+
+    Raises:
+        ParameterError: Ray missing, address unreachable, a notebook asking for GPUs on a cluster without
+            any, or for a device Ray cannot schedule (``mps``).
+    """
+    ray = connect(address)
+    info = cluster_info(ray)
+    for e in entries:
+        device = str((e.get("parameters") or {}).get("device", "auto"))
+        name = os.path.basename(str(e.get("notebook", "")))
+        if device == "mps":
+            raise ParameterError(f"--ray: {name} asks for device mps, which Ray cannot schedule (use cpu or cuda)")
+        if device == "cuda" and not info["gpus"]:
+            raise ParameterError(f"--ray: {name} asks for device cuda but the Ray cluster "
+                                 f"({len(info['nodes'])} node(s), {info['cpus']:g} CPUs) has no GPU")
+    gcs = info["address"] or address
+    os.environ[ENV] = gcs
+    print(f"ray: {len(info['nodes'])} node(s), {info['cpus']:g} CPUs, {info['gpus']:g} GPUs, "
+          f"Ray {info['ray_version']} at {gcs}", flush=True)
+    return gcs
+
+
+# ----------------------------------------------------------------------------- the worker (runs in a Ray actor)
+
+
+def _inject_death(pid: str, attempt: int, spec: str) -> None:
+    spec = spec or ""
+    sub, _, n = spec.partition(":")
+    if sub and sub in pid and (not n or attempt <= int(n)):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Worker:
+    """One model on one device, measuring points one at a time (wrapped by ``ray.remote`` in :class:`_Pool`)."""
+
+    def __init__(self, model: str, device: str, dtype: str, threads: int, env: dict):
+        os.environ.update(env)
+        import torch
+
+        if threads:
+            torch.set_num_threads(int(threads))
+        from . import models
+
+        self.loaded = models.load_model(model, device, dtype)
+        self.info = self.loaded.info
+        try:
+            import ray
+
+            gpu_ids = ray.get_gpu_ids()
+        except Exception:  # noqa: BLE001
+            gpu_ids = None
+        self.where = {**placement(self.info, gpu_ids), "device": self.info.device}
+        self.env: dict = {}
+        self.configs: dict = {}
+        self.state: dict = {}
+
+    def ready(self) -> dict:
+        """Probe the device (bandwidth / FLOP/s, once) and say where this worker is."""
+        from . import energy, results
+
+        self.env = results.environment(self.info, probe=True)
+        import ray
+
+        return {**self.where, "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
+                "torch_threads": self.env.get("torch_threads"),
+                "bandwidth_bytes_per_s": self.env.get("bandwidth_bytes_per_s"),
+                "flops_per_s": self.env.get("flops_per_s"), "energy": energy.status(self.info.device)}
+
+    def measure(self, experiment: str, cfg_dict: dict, point: dict, pid: str, attempt: int, inject: str = "") -> dict:
+        """Measure one point with ``workbench.experiments.<experiment>.measure_point``; the measure-dict of
+        :func:`workbench.sweeps.run_sweep`, plus ``contamination`` and the device-side figures in ``extra``."""
+        import pandas as pd
+
+        from . import metrics, sweeps
+
+        mod = importlib.import_module(f"workbench.experiments.{experiment}")
+        key = (experiment, json.dumps(cfg_dict, sort_keys=True, default=str))
+        if key not in self.configs:
+            self.configs[key] = mod.Config(**cfg_dict)
+        cfg, state = self.configs[key], self.state.setdefault(key, {})
+        device = self.info.device
+        metrics.reset_peak_memory(device)
+        load = metrics.LoadMonitor()
+        _inject_death(pid, attempt, inject)
+        m = _call_measure_point(experiment, mod, self.loaded, cfg, point, state)
+        contamination = load.stop()
+        peak, method = metrics.peak_memory_bytes(device)
+        for rec in m["requests"]:
+            rec.update(self.where)
+        req = pd.DataFrame(m["requests"])
+        util = {}
+        if len(req):
+            util = sweeps._utilisation(req, metrics.summarize_point(req, m["wall_s"]), self.info, self.env)
+        m["extra"] = {**m.get("extra", {}), **util, "peak_memory_bytes": peak, "peak_memory_method": method,
+                      **self.where}
+        m["contamination"] = contamination
+        return m
+
+
+def _call_measure_point(experiment: str, mod, loaded, cfg, point: dict, state: dict) -> dict:
+    """The experiment's ``measure_point`` with what it needs besides (loaded, cfg, point)."""
+    if experiment == "context_length":  # warm each batch size once per worker, as the local loop does per sweep
+        warmed = state.setdefault("warmed", set())
+        warm = point["batch_size"] not in warmed
+        warmed.add(point["batch_size"])
+        return mod.measure_point(loaded, cfg, point, warm)
+    return mod.measure_point(loaded, cfg, point)
+
+
+# ----------------------------------------------------------------------------- the driver side
+
+
+@dataclasses.dataclass
+class _Slot:
+    handle: object
+    name: str
+    ready_ref: object = None
+    where: dict | None = None
+    busy: bool = False
+    dead: bool = False
+
+    @property
+    def device_key(self):
+        w = self.where or {}
+        if str(w.get("device", "")).startswith("cuda"):
+            return (w.get("node_id"), "cuda", w.get("device_index"))
+        return (w.get("node_id"), "cpu-worker", self.name)  # a CPU worker owns its num_cpus cores
+
+
+class _Pool:
+    """Workers for one (model, device, dtype), kept for the life of the driver process."""
+
+    def __init__(self, ray, model: str, device: str, dtype: str):
+        self.ray, self.model, self.device, self.dtype = ray, model, device, dtype
+        resources = ray.available_resources()
+        gpus = ray.cluster_resources().get("GPU", 0)
+        self.gpu = _wants_gpu(device, gpus)
+        if self.gpu:
+            self.per = float(os.environ.get(GPUS_ENV) or 1)
+            self.capacity = int(resources.get("GPU", gpus) / self.per + 1e-9)
+            self.options = {"num_gpus": self.per, "num_cpus": 1}
+            self.threads = 0
+        else:
+            self.per = float(os.environ.get(CPUS_ENV) or 1)
+            self.capacity = int(resources.get("CPU", 1) / self.per + 1e-9)
+            self.options = {"num_cpus": self.per}
+            self.threads = max(1, int(self.per))
+        if os.environ.get(MAX_WORKERS_ENV):
+            self.capacity = min(self.capacity, int(os.environ[MAX_WORKERS_ENV]))
+        self.capacity = max(1, self.capacity)
+        self.slots: list[_Slot] = []
+        self.spawned = 0
+        self.last_error = ""
+        self._cls = ray.remote(max_restarts=0, max_concurrency=1)(_Worker)
+
+    def spawn(self) -> _Slot:
+        self.spawned += 1
+        env = {k: v for k, v in os.environ.items() if k.startswith(("WORKBENCH_", "HF_")) and k != ENV}
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        handle = self._cls.options(**self.options).remote(self.model, self.device if not self.gpu else "cuda",
+                                                          self.dtype, self.threads, env)
+        slot = _Slot(handle, f"worker-{self.spawned}")
+        slot.ready_ref = handle.ready.remote()
+        self.slots.append(slot)
+        return slot
+
+    def ensure(self, n: int) -> None:
+        live = [s for s in self.slots if not s.dead]
+        for _ in range(max(0, min(n, self.capacity) - len(live))):
+            self.spawn()
+
+    def live(self) -> list[_Slot]:
+        return [s for s in self.slots if not s.dead]
+
+    def kill(self, slot: _Slot) -> None:
+        slot.dead = True
+        try:
+            self.ray.kill(slot.handle)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+_POOLS: dict[tuple, _Pool] = {}
+
+
+class RayExecutor:
+    """Measures a sweep's points on Ray workers; :func:`workbench.sweeps.run_sweep` consumes it.
+
+    ``completed(todo)`` yields ``(point, point_id)`` as points finish (any order); ``measure(point)``
+    then returns that point's measure-dict, or raises what the worker raised (or :class:`WorkerDied`).
+    """
+
+    def __init__(self, ray, experiment: str, config, run_dir=None):
+        from .sweeps import point_id
+
+        self.ray, self.experiment, self.run_dir = ray, experiment, run_dir
+        self.cfg_dict = dataclasses.asdict(config)
+        self._point_id = point_id
+        key = (config.model, config.device, config.dtype)
+        if key not in _POOLS:
+            _POOLS[key] = _Pool(ray, *key)
+        self.pool = _POOLS[key]
+        self._results: dict = {}
+
+    # the measure of run_sweep
+    def measure(self, point: dict) -> dict:
+        out = self._results.pop(self._point_id(self.experiment, point))
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def _record_cluster(self) -> None:
+        if self.run_dir is None:
+            return
+        from . import results
+
+        workers = [{"worker": s.name, **(s.where or {})} for s in self.pool.slots if s.where]
+        results.update_manifest(self.run_dir, cluster={**cluster_info(self.ray), "workers": workers,
+                                                      "resources_per_worker": self.pool.options})
+
+    def completed(self, todo: list):
+        """Dispatch the points, one per idle worker and device; yield each ``(point, point_id)`` as it ends."""
+        ray, pool = self.ray, self.pool
+        from ray.exceptions import RayActorError, RayTaskError
+
+        queue = collections.deque((p, pid, 1) for p, pid in todo)
+        pool.ensure(len(queue))
+        spawn_budget = pool.spawned + 2 * max(1, len(pool.live()))
+        running: dict = {}   # ref -> (slot, point, pid, attempt)
+        print(f"ray: {self.experiment}: {len(queue)} point(s) on up to {pool.capacity} worker(s) "
+              f"({', '.join(f'{k}={v:g}' for k, v in pool.options.items())} each)", file=sys.stderr, flush=True)
+        try:
+            while queue or running:
+                busy_devices = {s.device_key for s, *_ in running.values()}
+                for slot in pool.live():
+                    if not queue:
+                        break
+                    if slot.busy or slot.where is None or slot.device_key in busy_devices:
+                        continue
+                    p, pid, attempt = queue.popleft()
+                    ref = slot.handle.measure.remote(self.experiment, self.cfg_dict, p, pid, attempt,
+                                                     os.environ.get(INJECT_ENV, ""))
+                    running[ref] = (slot, p, pid, attempt)
+                    slot.busy = True
+                    busy_devices.add(slot.device_key)
+                starting = {s.ready_ref: s for s in pool.live() if s.where is None}
+                if not running and not starting:  # nobody can take the queued points
+                    if queue and pool.spawned < spawn_budget:
+                        pool.spawn()
+                        continue
+                    while queue:
+                        p, pid, _ = queue.popleft()
+                        self._results[pid] = WorkerDied(f"no Ray worker could start ({pool.last_error})")
+                        yield p, pid
+                    break
+                done, _ = ray.wait(list(running) + list(starting), num_returns=1)
+                ref = done[0]
+                if ref in starting:
+                    slot = starting[ref]
+                    try:
+                        slot.where = ray.get(ref)
+                        self._record_cluster()
+                    except Exception as exc:  # noqa: BLE001 - the worker could not load the model
+                        pool.last_error = _reason(exc)
+                        print(f"ray: {slot.name} failed to start: {pool.last_error}", file=sys.stderr, flush=True)
+                        pool.kill(slot)
+                    continue
+                slot, p, pid, attempt = running.pop(ref)
+                slot.busy = False
+                try:
+                    self._results[pid] = ray.get(ref)
+                except RayTaskError as exc:  # measure_point raised: recorded as it would be locally
+                    cause = getattr(exc, "cause", None)
+                    self._results[pid] = cause if isinstance(cause, BaseException) else RuntimeError(_reason(exc))
+                except RayActorError as exc:  # the worker died mid-point
+                    reason = _reason(exc)
+                    pool.kill(slot)
+                    if attempt < 2:
+                        print(f"ray: {pid}: {slot.name} died ({reason}); retrying once on another worker",
+                              file=sys.stderr, flush=True)
+                        queue.appendleft((p, pid, attempt + 1))
+                    else:
+                        self._results[pid] = WorkerDied(f"its worker died on both attempts ({reason})")
+                    if queue and len(pool.live()) < min(pool.capacity, len(queue)) and pool.spawned < spawn_budget:
+                        pool.spawn()
+                    if pid not in self._results:
+                        continue
+                yield p, pid
+        finally:
+            for slot, *_ in running.values():  # interrupted: stop work nobody will record
+                pool.kill(slot)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Traceback", "File ", "ray::", "The actor", "Exception")):
+            return f"{type(exc).__name__}: {line}"[:200]
+    return type(exc).__name__
+
+
+def executor_for(experiment: str, config, run_dir=None):
+    """The :class:`RayExecutor` for a sweep when ``$WORKBENCH_RAY`` is set, else None.
+
+    None, with a line saying why, when the experiment cannot run on Ray (see :data:`SUPPORTED`).
+    """
+    address = os.environ.get(ENV)
+    if not address:
+        return None
+    if experiment not in SUPPORTED or not dataclasses.is_dataclass(config):
+        print(f"ray: {experiment} is measured locally in this kernel: its measure_point needs objects of the "
+              f"kernel that cannot cross to a worker (on Ray: {', '.join(SUPPORTED)})", file=sys.stderr, flush=True)
+        return None
+    if config.device == "mps":
+        raise ParameterError("--ray: device mps cannot be scheduled on Ray (use cpu or cuda)")
+    ray = connect(address)
+    return RayExecutor(ray, experiment, config, run_dir)

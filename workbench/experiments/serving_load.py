@@ -1,0 +1,467 @@
+"""Experiment 08: serving under load (notebook ``08_serving_load``; issue 13, DESIGN.md section 7 item 8).
+
+Requests arrive at some rate; an engine (:mod:`workbench.serving.engines`: ``fifo``, ``static`` window,
+``continuous`` batching from ``transformers``) schedules them; TTFT, TPOT and goodput move as the offered
+load grows until the server saturates (the knee). Per engine the grid is a sweep
+(:mod:`workbench.serving.load`): ``synchronous`` (one at a time), ``throughput`` (every request at once),
+then ``sweep_points`` open-loop rates evenly between the two measured request rates, each with
+``requests_per_point`` requests of ``prompt_tokens`` prompt and ``max_new_tokens`` fixed-length output
+(greedy). Open-loop latencies count from the scheduled arrival (no coordinated omission); an over-saturated
+rate stops early by the recorded rule. Per point: the usual latency percentiles and throughput over the
+kept window, ``queue_s`` percentiles, SLO attainment and goodput per preset (:mod:`workbench.slo`), the
+time slices and the stop rule. :func:`recommend` gives, per SLO preset, the engine and the highest measured
+rate whose attainment reaches ``attainment_target``; :func:`search` finds that rate by bisection.
+
+Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
+server (:mod:`workbench.serving.server`) with the engine behind it and drives it with the load generator's
+``httpx`` client, token counts from the server's ``usage``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .. import checks, metrics, slo, sweeps
+from ..errors import ParameterError
+from ..generation import GenerationSettings
+from ..plots import label, ok_points
+from ..serving import engines as engines_mod
+from ..serving import load
+
+EXPERIMENT = "serving_load"
+ARRIVALS = ("constant", "poisson", "gamma")
+TRANSPORTS = ("inprocess", "http")
+
+
+@dataclasses.dataclass
+class Config(sweeps.SweepConfig):
+    """The serving-under-load sweep (notebook ``08_serving_load``).
+
+    Attributes:
+        engines: subset of ``fifo``, ``static``, ``continuous``.
+        transport: ``inprocess`` (engine directly) or ``http`` (through the server).
+        requests_per_point: requests sent per point (>= 2).
+        prompt_tokens: prompt length, chat template included (>= 32).
+        max_new_tokens: fixed output length per request (``ignore_eos``).
+        max_batch_size: the batch limit of ``static`` and ``continuous``.
+        batch_window_s: the ``static`` engine's batching window (seconds, >= 0).
+        sweep_points: open-loop rates between the synchronous and maximum rates (>= 1).
+        arrival: ``constant``, ``poisson`` or ``gamma`` for the swept rates.
+        burstiness: gamma shape (> 0; 1 is Poisson).
+        warmup_s, cooldown_s: excluded windows (seconds, >= 0).
+        slice_s: time-slice width (seconds, > 0).
+        max_in_flight, max_wait_s: the over-saturation stop rule.
+        slo_presets: named presets to evaluate (:data:`workbench.slo.PRESETS`).
+        slo_ttft_s, slo_tpot_s: the custom SLO (columns ``goodput_rps``, ``slo_attainment``).
+        attainment_target: share of requests that must meet an SLO (0, 1].
+        search: run the bisection search per engine after the sweep; ``search_slo`` its preset (or ``custom``);
+            ``search_steps`` measurements; ``search_tolerance`` relative width of the final bracket.
+    """
+
+    engines: list = dataclasses.field(default_factory=lambda: list(engines_mod.ENGINES))
+    transport: str = "inprocess"
+    requests_per_point: int = 12
+    prompt_tokens: int = 64
+    max_new_tokens: int = 16
+    max_batch_size: int = 8
+    batch_window_s: float = 0.05
+    sweep_points: int = 2
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    warmup_s: float = 0.0
+    cooldown_s: float = 0.0
+    slice_s: float = 2.0
+    max_in_flight: int = 32
+    max_wait_s: float = 60.0
+    slo_presets: list = dataclasses.field(default_factory=lambda: list(slo.PRESETS))
+    slo_ttft_s: float = 2.0
+    slo_tpot_s: float = 0.25
+    attainment_target: float = 0.9
+    search: bool = False
+    search_slo: str = "custom"
+    search_steps: int = 4
+    search_tolerance: float = 0.1
+
+    def __post_init__(self):
+        super().__post_init__()
+        checks.check_choice_list("engines", self.engines, engines_mod.ENGINES)
+        checks.check_choice("transport", self.transport, TRANSPORTS)
+        checks.check_int("requests_per_point", self.requests_per_point, lo=2)
+        checks.check_int("max_new_tokens", self.max_new_tokens, lo=1)
+        checks.check_int("prompt_tokens", self.prompt_tokens, lo=32, hi=self.max_context() - self.max_new_tokens)
+        checks.check_int("max_batch_size", self.max_batch_size, lo=1)
+        checks.check_float("batch_window_s", self.batch_window_s, lo=0)
+        checks.check_int("sweep_points", self.sweep_points, lo=1)
+        checks.check_choice("arrival", self.arrival, ARRIVALS)
+        checks.check_float("burstiness", self.burstiness, lo=0, lo_open=True)
+        checks.check_float("warmup_s", self.warmup_s, lo=0)
+        checks.check_float("cooldown_s", self.cooldown_s, lo=0)
+        checks.check_float("slice_s", self.slice_s, lo=0, lo_open=True)
+        checks.check_int("max_in_flight", self.max_in_flight, lo=1)
+        checks.check_float("max_wait_s", self.max_wait_s, lo=0, lo_open=True)
+        checks.check_choice_list("slo_presets", self.slo_presets, tuple(slo.PRESETS), allow_empty=True)
+        checks.check_float("slo_ttft_s", self.slo_ttft_s, lo=0, lo_open=True)
+        checks.check_float("slo_tpot_s", self.slo_tpot_s, lo=0, lo_open=True)
+        checks.check_float("attainment_target", self.attainment_target, lo=0, hi=1, lo_open=True)
+        checks.check_bool("search", self.search)
+        checks.check_choice("search_slo", self.search_slo, tuple(slo.PRESETS) + ("custom",))
+        checks.check_int("search_steps", self.search_steps, lo=2)
+        checks.check_float("search_tolerance", self.search_tolerance, lo=0, lo_open=True)
+
+    def settings(self) -> GenerationSettings:
+        """Every request: greedy, fixed length ``max_new_tokens``."""
+        return GenerationSettings(max_new_tokens=self.max_new_tokens, ignore_eos=True, seed=self.seed)
+
+    def grid(self) -> list[dict]:
+        """Per engine: synchronous, throughput, then ``sweep_points`` open-loop steps (engine outermost)."""
+        pts = []
+        for e in self.engines:
+            pts += [{"engine": e, "profile": "synchronous", "step": 0}, {"engine": e, "profile": "throughput", "step": 0}]
+            pts += [{"engine": e, "profile": self.arrival, "step": i + 1} for i in range(self.sweep_points)]
+        return pts
+
+    def slos(self) -> list:
+        return [slo.get(n) for n in self.slo_presets] + [slo.get("custom", self.slo_ttft_s, self.slo_tpot_s)]
+
+
+class _Bench:
+    """The live engine (and server) of the current engine name, the prompts and the measured rates."""
+
+    def __init__(self, cfg: Config, loaded):
+        from ..prompts import build_batch
+
+        self.cfg, self.loaded = cfg, loaded
+        texts = build_batch(loaded.tokenizer, cfg.requests_per_point, cfg.prompt_tokens)
+        self.specs = [load.RequestSpec(t, cfg.max_new_tokens, cfg.prompt_tokens) for t in texts]
+        self.name = self.engine = self.server = self.send = None
+        self.rates: dict = {}
+
+    def open(self, name: str) -> float:
+        """Start engine ``name`` (stopping the previous one) and warm it up; returns the warm-up seconds."""
+        import time
+
+        if self.name == name:
+            return 0.0
+        self.close()
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        max_seq = cfg.prompt_tokens + cfg.max_new_tokens + 8
+        if cfg.transport == "http":
+            from ..serving.server import ServerThread
+
+            self.server = ServerThread(self.loaded, engine=name, max_batch_size=cfg.max_batch_size, early_headers=True,
+                                       batch_window_s=cfg.batch_window_s).start()
+            self.send = load.http_sender(self.server.base_url, timeout=600.0)
+        else:
+            self.engine = engines_mod.make_engine(name, self.loaded, cfg.max_batch_size, cfg.batch_window_s,
+                                                  cfg.settings(), max_seq)
+            self.send = load.engine_sender(self.engine, self.loaded.tokenizer, cfg.settings())
+        self.name = name
+        for _ in range(cfg.warmup):  # untimed: first calls, and a batch of the largest shape
+            load.run_load(self.send, self.specs[: min(len(self.specs), cfg.max_batch_size)], "throughput")
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        if self.engine is not None:
+            self.engine.stop()
+        self.name = self.engine = self.server = self.send = None
+
+
+def measure_point(bench: _Bench, cfg: Config, point: dict, last_of_engine: bool = False) -> dict:
+    """One load point: run its profile on the point's engine and summarise the kept window.
+
+    Returns:
+        The :func:`workbench.sweeps.run_sweep` measure dict: kept request rows, ``wall_s`` of the kept
+        window, ``warmup_s`` and ``extra`` (offered rate, window, stop rule, queue percentiles, SLO
+        attainment / goodput / percentile checks per preset, time slices as JSON).
+    """
+    e, prof = point["engine"], point["profile"]
+    warm = bench.open(e)
+    rate = None
+    if prof in ARRIVALS:
+        r = bench.rates.get(e, {})
+        if "synchronous" not in r or "throughput" not in r:
+            raise ParameterError(f"{e}: the swept rates need this engine's synchronous and throughput points first")
+        rate = load.sweep_rates(r["synchronous"], r["throughput"], cfg.sweep_points)[point["step"] - 1]
+    res = load.run_load(bench.send, bench.specs, prof, rate=rate, burstiness=cfg.burstiness, seed=cfg.seed,
+                        warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s, slice_s=cfg.slice_s,
+                        max_in_flight=cfg.max_in_flight, max_wait_s=cfg.max_wait_s)
+    kept = res.kept()
+    wall = res.summary["wall_s"]
+    done = int((kept["output_tokens"] >= 1).sum()) if len(kept) else 0
+    achieved = done / wall if wall and wall > 0 else float("nan")
+    if prof in ("synchronous", "throughput"):
+        bench.rates.setdefault(e, {})[prof] = achieved
+    rows = []
+    for r in kept.to_dict("records"):
+        r.pop("t_scheduled", None)
+        r.pop("t_sent", None)
+        r.pop("t_done", None)
+        r.pop("t_headers", None)
+        r["engine_batch"] = r.pop("batch_size", None)
+        rows.append(dict(r, max_new_tokens=cfg.max_new_tokens, temperature=0.0, context_tokens=cfg.prompt_tokens))
+    extra = {k: v for k, v in res.summary.items() if k not in ("wall_s", "rate", "concurrency", "profile")}
+    extra.update(offered_rps=rate if rate is not None else achieved, rate_rps=rate,
+                 **{f"queue_s_{k}": v for k, v in metrics.percentiles(kept.get("queue_s", []), (50, 90, 99)).items()},
+                 slo_attainment=metrics.slo_attainment(kept, cfg.slo_ttft_s, cfg.slo_tpot_s),
+                 slices_json=res.slices.to_json(orient="records"))
+    for s in cfg.slos():
+        ev = slo.evaluate(kept, s, wall)
+        extra.update({f"slo_attainment_{s.name}": ev["slo_attainment"], f"goodput_rps_{s.name}": ev["goodput_rps"],
+                      f"percentiles_ok_{s.name}": ev["percentiles_ok"]})
+    if last_of_engine:
+        bench.close()
+    return {"requests": rows, "wall_s": wall, "warmup_s": warm, "extra": extra}
+
+
+def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
+    """The load sweep of ``cfg`` on every engine; then the SLO search when ``cfg.search``.
+
+    Returns:
+        The experiment's points DataFrame (:func:`workbench.sweeps.run_sweep`).
+    """
+    grid = cfg.grid()
+    last = {p["engine"]: i for i, p in enumerate(grid)}
+    index = {sweeps.point_id(EXPERIMENT, p): i for i, p in enumerate(grid)}
+    bench = _Bench(cfg, loaded)
+
+    def measure(p):
+        return measure_point(bench, cfg, p, last_of_engine=last[p["engine"]] == index[sweeps.point_id(EXPERIMENT, p)])
+
+    try:
+        points = sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
+                                  slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
+        if cfg.search:
+            from .. import results
+
+            found = search(cfg, bench, points)
+            results.save_text(run_dir, f"{EXPERIMENT}_search.json", found.to_json(orient="records", indent=1))
+    finally:
+        bench.close()
+    return points
+
+
+def search(cfg: Config, bench: _Bench, points: pd.DataFrame) -> pd.DataFrame:
+    """Per engine: the highest offered rate (``cfg.arrival``) whose attainment of ``cfg.search_slo`` reaches
+    ``cfg.attainment_target``, by bisection (:func:`workbench.slo.search_rate`) between half the synchronous
+    rate and the maximum throughput, ``cfg.search_steps`` measurements of ``requests_per_point`` requests each,
+    relative tolerance ``cfg.search_tolerance``."""
+    target = slo.get(cfg.search_slo, cfg.slo_ttft_s, cfg.slo_tpot_s)
+    out = []
+    for e in cfg.engines:
+        r = bench.rates.get(e) or {}
+        if "synchronous" not in r or "throughput" not in r:
+            continue
+        bench.open(e)
+
+        def attainment_at(rate):
+            res = load.run_load(bench.send, bench.specs, cfg.arrival, rate=rate, burstiness=cfg.burstiness,
+                                seed=cfg.seed, warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s,
+                                max_in_flight=cfg.max_in_flight, max_wait_s=cfg.max_wait_s)
+            if res.summary["stopped_early"]:
+                return 0.0  # over-saturated: the rate fails
+            return metrics.slo_attainment(res.kept(), target.ttft_s, target.tpot_s)
+
+        lo, hi = r["synchronous"] * 0.5, max(r["throughput"], r["synchronous"] * 1.1)
+        found = slo.search_rate(attainment_at, lo, hi, cfg.attainment_target, cfg.search_tolerance, cfg.search_steps)
+        out.append({"engine": e, "slo": target.name, "max_batch_size": cfg.max_batch_size,
+                    "max_rate_rps": found["rate"], "bracket_low_rps": found["bracket"][0],
+                    "bracket_high_rps": found["bracket"][1], "bracketed": found["bracketed"],
+                    "measurements": found["steps"], "tolerance": cfg.search_tolerance,
+                    "requests_per_measurement": cfg.requests_per_point})
+        bench.close()
+    return pd.DataFrame(out)
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def knees(points: pd.DataFrame, tolerance: float = 0.1) -> dict:
+    """Per engine: :func:`workbench.metrics.saturation_knee` over its open-loop points (offered vs achieved)."""
+    df = ok_points(points)
+    out = {}
+    for e, g in df[df["profile"].isin(ARRIVALS)].groupby("engine"):
+        out[e] = metrics.saturation_knee(g["offered_rps"], g["request_throughput_rps"], tolerance)
+    return out
+
+
+def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
+    """Per SLO preset (and ``custom``): the engine and the highest measured offered rate whose attainment
+    reaches ``target`` (ties: higher goodput), with its goodput; ``engine`` empty when none does."""
+    df = ok_points(points)
+    names = sorted({c[len("slo_attainment_"):] for c in df.columns if c.startswith("slo_attainment_")})
+    rows = []
+    for n in names:
+        ok = df[df[f"slo_attainment_{n}"] >= target]
+        if ok.empty:
+            rows.append({"slo": n, "engine": "", "max_rate_rps": 0.0, "goodput_rps": 0.0, "attainment": np.nan,
+                         "source": slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"})
+            continue
+        best = ok.sort_values(["offered_rps", f"goodput_rps_{n}"], ascending=False).iloc[0]
+        rows.append({"slo": n, "engine": best["engine"], "max_rate_rps": float(best["offered_rps"]),
+                     "goodput_rps": float(best[f"goodput_rps_{n}"]), "attainment": float(best[f"slo_attainment_{n}"]),
+                     "source": slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"})
+    return pd.DataFrame(rows)
+
+
+def headline(points: pd.DataFrame, target: float = 0.9) -> str:
+    """One paragraph: the knee per engine and the best engine for the custom SLO."""
+    k = knees(points)
+    parts = [f"{e}: knee {v:.2f} req/s" if v == v else f"{e}: no open-loop rate kept up" for e, v in k.items()]
+    rec = recommend(points, target)
+    custom = rec[rec["slo"] == "custom"]
+    if not custom.empty and custom.iloc[0]["engine"]:
+        c = custom.iloc[0]
+        parts.append(f"custom SLO: {c['engine']} up to {c['max_rate_rps']:.2f} req/s ({c['goodput_rps']:.2f} req/s goodput)")
+    elif not custom.empty:
+        parts.append("no engine met the custom SLO at any measured rate")
+    return "; ".join(parts) if parts else "No load point finished."
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _colours():
+    import plotly.express as px
+
+    return dict(zip(engines_mod.ENGINES, px.colors.qualitative.Safe))
+
+
+def latency_vs_throughput(points: pd.DataFrame) -> go.Figure:
+    """TTFT p50 (solid) and p90/p99 (dashed/dotted, where enough samples) and TPOT p50 versus achieved output
+    throughput, one curve per engine; hover shows the profile and offered rate."""
+    df = ok_points(points).sort_values(["engine", "output_throughput_tps"])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT", "TPOT p50"))
+    col = _colours()
+    for e, g in df.groupby("engine"):
+        hover = [f"{p} @ {o:.2f} req/s offered" for p, o in zip(g["profile"], g["offered_rps"])]
+        for stat, dash in (("p50", "solid"), ("p90", "dash"), ("p99", "dot")):
+            y = g.get(f"ttft_s_{stat}")
+            if y is None or y.isna().all():
+                continue
+            fig.add_trace(go.Scatter(x=g["output_throughput_tps"], y=y, mode="lines+markers", name=f"{e} TTFT {stat}",
+                                     line=dict(color=col.get(e), dash=dash), hovertext=hover), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["output_throughput_tps"], y=g["tpot_s_p50"], mode="lines+markers",
+                                 name=f"{e} TPOT p50", line=dict(color=col.get(e)), hovertext=hover,
+                                 showlegend=True), row=1, col=2)
+    fig.update_xaxes(title_text=label("output_throughput_tps"))
+    fig.update_yaxes(title_text=label("ttft_s"), row=1, col=1)
+    fig.update_yaxes(title_text=label("tpot_s"), row=1, col=2)
+    fig.update_layout(title="Latency vs achieved output throughput, per engine")
+    return fig
+
+
+def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
+    """Goodput (custom SLO) and SLO attainment versus offered rate per engine, the knee marked."""
+    df = ok_points(points).sort_values(["engine", "offered_rps"])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("goodput (custom SLO)", "SLO attainment (custom SLO)"))
+    col = _colours()
+    kn = knees(points)
+    for e, g in df.groupby("engine"):
+        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["goodput_rps"], mode="lines+markers", name=f"{e} goodput",
+                                 line=dict(color=col.get(e)), hovertext=g["profile"]), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["slo_attainment"], mode="lines+markers",
+                                 name=f"{e} attainment", line=dict(color=col.get(e), dash="dash"),
+                                 hovertext=g["profile"]), row=1, col=2)
+        if kn.get(e) == kn.get(e):
+            for c in (1, 2):
+                fig.add_vline(x=kn[e], line=dict(color=col.get(e), dash="dot"), row=1, col=c)
+    fig.update_xaxes(title_text="offered rate (requests/s)")
+    fig.update_yaxes(title_text=label("goodput_rps"), row=1, col=1)
+    fig.update_yaxes(title_text=label("slo_attainment"), range=[0, 1.05], row=1, col=2)
+    fig.update_layout(title="Goodput and SLO attainment vs offered rate (dotted: the knee)")
+    return fig
+
+
+def queue_vs_rate(points: pd.DataFrame) -> go.Figure:
+    """Engine-side queue time p50 (solid) and p90 (dashed) versus offered rate, per engine."""
+    df = ok_points(points).sort_values(["engine", "offered_rps"])
+    fig = go.Figure()
+    col = _colours()
+    for e, g in df.groupby("engine"):
+        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p50"], mode="lines+markers", name=f"{e} p50",
+                                 line=dict(color=col.get(e))))
+        if g["queue_s_p90"].notna().any():
+            fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p90"], mode="lines+markers", name=f"{e} p90",
+                                     line=dict(color=col.get(e), dash="dash")))
+    fig.update_layout(title="Queue time (arrival to admission) vs offered rate", xaxis_title="offered rate (requests/s)",
+                      yaxis_title=label("queue_s"))
+    return fig
+
+
+def _pick_point(points: pd.DataFrame) -> pd.DataFrame:
+    """The highest open-loop step of each engine (the busiest swept rate)."""
+    df = ok_points(points)
+    sw = df[df["profile"].isin(ARRIVALS)]
+    return sw.sort_values("step").groupby("engine").tail(1) if not sw.empty else df.groupby("engine").tail(1)
+
+
+def gantt(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
+    """Per-request timeline at the busiest swept rate, one panel per engine: grey from arrival to admission
+    (queue), coloured from admission to the last token."""
+    pick = _pick_point(points)
+    fig = make_subplots(rows=max(1, len(pick)), cols=1, shared_xaxes=True,
+                        subplot_titles=[f"{r.engine}, {r.profile} {r.offered_rps:.2f} req/s" for r in pick.itertuples()])
+    col = _colours()
+    for i, r in enumerate(pick.itertuples(), 1):
+        q = requests[requests["point_id"] == r.point_id].sort_values("request_id")
+        if q.empty:
+            continue
+        start = q["t_scheduled_s"]
+        queue = q["queue_s"].fillna(0).clip(lower=0) + (q["t_start_s"] - q["t_scheduled_s"])
+        end = start + q["e2e_s"]
+        fig.add_trace(go.Bar(y=q["request_id"], x=queue, base=start, orientation="h", marker_color="lightgrey",
+                             name="queued", showlegend=i == 1), row=i, col=1)
+        fig.add_trace(go.Bar(y=q["request_id"], x=end - start - queue, base=start + queue, orientation="h",
+                             marker_color=col.get(r.engine), name=f"{r.engine} served"), row=i, col=1)
+    fig.update_layout(barmode="overlay", title="Per-request timeline (queued, then served)", height=250 * max(1, len(pick)))
+    fig.update_xaxes(title_text="seconds after the first arrival")
+    return fig
+
+
+def time_slices(points: pd.DataFrame) -> go.Figure:
+    """Requests in flight and completed per time slice at the busiest swept rate, per engine (steady state?)."""
+    pick = _pick_point(points)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("in flight at slice end", "completed per slice"))
+    col = _colours()
+    for r in pick.itertuples():
+        sl = pd.DataFrame(json.loads(r.slices_json)) if isinstance(r.slices_json, str) else pd.DataFrame()
+        if sl.empty:
+            continue
+        fig.add_trace(go.Scatter(x=sl["slice_start_s"], y=sl["in_flight"], mode="lines+markers", name=f"{r.engine}",
+                                 line=dict(color=col.get(r.engine))), row=1, col=1)
+        fig.add_trace(go.Bar(x=sl["slice_start_s"], y=sl["completed"], name=f"{r.engine} completed",
+                             marker_color=col.get(r.engine)), row=1, col=2)
+    fig.update_xaxes(title_text="slice start (s after the first arrival)")
+    fig.update_layout(title="Time slices at the busiest swept rate")
+    return fig
+
+
+def recommendation_table(points: pd.DataFrame, target: float = 0.9) -> go.Figure:
+    """The :func:`recommend` table as a figure."""
+    rec = recommend(points, target)
+    cols = ["slo", "engine", "max_rate_rps", "goodput_rps", "attainment", "source"]
+    cells = [rec[c].map(lambda v: f"{v:.3g}" if isinstance(v, float) else (v or "none")) if c in rec else [] for c in cols]
+    fig = go.Figure(go.Table(header=dict(values=cols), cells=dict(values=cells)))
+    fig.update_layout(title=f"Recommended engine per SLO (attainment >= {target:.0%} at the highest measured rate)")
+    return fig
+
+
+def figures(points: pd.DataFrame, requests: pd.DataFrame, target: float = 0.9) -> dict[str, go.Figure]:
+    """All figures of the serving-load notebook, by file name."""
+    return {
+        "load_latency_vs_throughput": latency_vs_throughput(points),
+        "load_goodput_vs_rate": goodput_vs_rate(points),
+        "load_queue_vs_rate": queue_vs_rate(points),
+        "load_gantt": gantt(points, requests),
+        "load_time_slices": time_slices(points),
+        "load_recommendation": recommendation_table(points, target),
+    }

@@ -1,0 +1,609 @@
+"""Predict, then measure: a calibrated per-machine roofline for every sweep point.
+
+The model (one home of these formulas; the per-point utilisation figures MBU/MFU of
+:mod:`workbench.metrics` use the same byte and FLOP counts):
+
+- **Decode is memory-bound.** Each decode step reads every weight once plus every row's KV cache
+  (Databricks, "LLM Inference Performance Engineering: Best Practices", 2023; Pope et al., "Efficiently
+  Scaling Transformer Inference", MLSys 2023, section 2): ``memory_s = (weight_bytes + kv_bytes_per_token x
+  batch x context) / bandwidth``. Its arithmetic is ``2 (N + V h)`` FLOPs per row (Kaplan et al. 2020, table 1;
+  the LM head ``V x h`` runs every step) plus ``4 n_layers x context x attn_dim`` for the attention products
+  over the cache.
+- **Prefill is compute-bound.** ``compute_s = prefill_flops / FLOP/s`` with PaLM's count
+  (Chowdhery et al. 2022, appendix B; :func:`workbench.metrics.prefill_flops`) plus one LM-head row per sequence.
+- **Roofline.** Williams, Waterman & Patterson, "Roofline: an insightful visual performance model for
+  multicore architectures" (CACM 2009): a phase takes ``max(memory_s, compute_s)`` when data movement and math
+  overlap (GPUs); on a CPU the same cores do both, so the terms add (the no-overlap bound); :class:`Device`
+  ``overlap`` chooses.
+- **Calibration** (:func:`calibrate`, ~10-20 s on a 2-core CPU): a few measured prefills and decode steps fit,
+  per phase, a fixed per-call overhead ``o`` (kernel launches, Python, sampling, the ``generate`` loop) and the
+  achieved fraction ``eta`` of the probed matmul FLOP/s; the probed copy bandwidth is taken as achievable.
+  Calibrated phase time: ``o + combine(memory_s, compute_s / eta)``. TTFT adds the measured templating,
+  tokenisation and first-sampling time (``ttft_s - prefill_s`` of the calibration runs).
+- **Bound** of a point: the largest of its overhead, memory and compute seconds over the whole request.
+
+Inputs come from the model's ``config.json`` only (:class:`ModelShape`: parameter counts computed from the
+config, no weights load) and from :func:`workbench.metrics.probe_device` (bandwidth, FLOP/s). A calibration is
+cached per (model, device, dtype, threads) in ``<cache>/roofline/`` so ``workbench plan`` can use it without
+loading the model.
+
+Assumptions stated where they bite: FLOP/s scale with ``torch_threads / probe threads``; bandwidth is taken as
+saturated by any thread count; engine choices (attention kernel, static cache, compilation) do not enter the
+prediction, so their effect shows as the residual ``measured / predicted``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import metrics
+from .errors import ParameterError
+
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
+BOUNDS = ("overhead", "memory", "compute")
+
+
+# ----------------------------------------------------------------------------- model shape (config only)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """What the roofline needs from a model, read from its config (no weights).
+
+    Attributes:
+        num_layers, num_heads, num_kv_heads, head_dim, hidden_size, intermediate_size, vocab_size: config.
+        num_params: all parameters (tied embeddings counted once).
+        num_non_embedding_params: parameters outside the input embedding and LM head (Kaplan's ``N``).
+        dtype: the weights' dtype name.
+    """
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    num_params: int
+    num_non_embedding_params: int
+    dtype: str = "float32"
+
+    @property
+    def bytes_per_element(self) -> int:
+        return BYTES_PER_ELEMENT[self.dtype]
+
+    @property
+    def attn_dim(self) -> int:
+        """Query heads x head dim (as :attr:`workbench.models.ModelInfo.attn_dim`)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.bytes_per_element
+
+    @property
+    def head_params(self) -> int:
+        """The LM head's ``V x h`` matmul, computed for one position per row and step."""
+        return self.vocab_size * self.hidden_size
+
+    def kv_cache_bytes_per_token(self) -> int:
+        """2 (K and V) x layers x kv_heads x head_dim x bytes/element (as ``ModelInfo``)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.bytes_per_element
+
+    def with_dtype(self, dtype: str) -> "ModelShape":
+        if dtype not in BYTES_PER_ELEMENT:
+            raise ParameterError(f"dtype: must be one of {', '.join(BYTES_PER_ELEMENT)} (got {dtype!r})")
+        return dataclasses.replace(self, dtype=dtype)
+
+    @classmethod
+    def from_config(cls, cfg: dict, dtype: str = "float32") -> "ModelShape":
+        """Shape and parameter counts of a Llama-style decoder (Llama, Mistral, Qwen2/3, SmolLM) from its config.
+
+        Per layer: ``q``/``o`` projections ``h x H d`` each, ``k``/``v`` ``h x H_kv d`` each (plus biases when
+        ``attention_bias``), a gated MLP ``3 h I`` (``2 h I`` without a gate, ``hidden_act`` gelu-style GPT MLPs),
+        two RMSNorms ``2 h`` (plus ``2 d`` for Qwen3's q/k norms); a final norm ``h``; the embedding ``V h``,
+        and an LM head ``V h`` unless ``tie_word_embeddings``.
+        """
+        cfg = dict(cfg.get("text_config") or cfg)
+        h = int(cfg["hidden_size"])
+        H = int(cfg["num_attention_heads"])
+        kv = int(cfg.get("num_key_value_heads") or H)
+        d = int(cfg.get("head_dim") or h // H)
+        L = int(cfg["num_hidden_layers"])
+        inter = int(cfg.get("intermediate_size") or 4 * h)
+        V = int(cfg["vocab_size"])
+        gated = cfg.get("model_type") not in ("gpt2", "gpt_neox", "opt", "phi")
+        attn = 2 * h * H * d + 2 * h * kv * d
+        if cfg.get("attention_bias"):
+            attn += H * d + 2 * kv * d + h
+        mlp = (3 if gated else 2) * h * inter
+        norms = 2 * h + (2 * d if cfg.get("model_type") == "qwen3" else 0)
+        non_emb = L * (attn + mlp + norms) + h
+        emb = V * h
+        head = 0 if cfg.get("tie_word_embeddings", True) else V * h
+        return cls(L, H, kv, d, h, inter, V, non_emb + emb + head, non_emb, dtype)
+
+    @classmethod
+    def from_model(cls, spec: str, dtype: str = "float32") -> "ModelShape":
+        """:meth:`from_config` of a model spec (``default``, a folder, a cached hub id); reads config.json only."""
+        from . import models
+
+        return cls.from_config(models.read_model_config(spec), dtype)
+
+
+# ----------------------------------------------------------------------------- device and calibration
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """Probed peaks of a device (:func:`workbench.metrics.probe_device`).
+
+    Attributes:
+        bandwidth_bytes_per_s: copy bandwidth.
+        flops_per_s: matmul FLOP/s in the probed dtype.
+        threads: torch threads the probe ran with (CPU FLOP/s scale with threads / this).
+        overlap: memory and compute time overlap (``max``, accelerators) or add (``sum``, CPUs).
+        name, dtype: what was probed.
+    """
+
+    bandwidth_bytes_per_s: float
+    flops_per_s: float
+    threads: int = 1
+    overlap: bool = False
+    name: str = "cpu"
+    dtype: str = "float32"
+
+    @classmethod
+    def probe(cls, device: str = "cpu", dtype: str = "float32") -> "Device":
+        import torch
+
+        p = metrics.probe_device(device, dtype)
+        return cls(p["bandwidth_bytes_per_s"], p["flops_per_s"], torch.get_num_threads(),
+                   overlap=not device.startswith("cpu"), name=device, dtype=dtype)
+
+    def flops_at(self, threads: int | None) -> float:
+        if threads is None or not self.name.startswith("cpu"):
+            return self.flops_per_s
+        return self.flops_per_s * min(int(threads), self.threads) / max(self.threads, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Fitted fixed overheads and achieved fractions of the roofline (see the module docstring).
+
+    Attributes:
+        prefill_overhead_s: fixed seconds per prefill forward pass.
+        prefill_efficiency: achieved fraction of the probed FLOP/s in prefill.
+        step_overhead_s: fixed seconds per decode step.
+        decode_efficiency: achieved fraction of the probed FLOP/s in decode.
+        ttft_overhead_s: templating, tokenisation and first sampling (``ttft_s - prefill_s``).
+        calibrated: False for the uncalibrated defaults (pure roofline).
+        calibration_s: wall seconds the calibration took.
+    """
+
+    prefill_overhead_s: float = 0.0
+    prefill_efficiency: float = 1.0
+    step_overhead_s: float = 0.0
+    decode_efficiency: float = 1.0
+    ttft_overhead_s: float = 0.0
+    calibrated: bool = False
+    calibration_s: float = 0.0
+
+
+# ----------------------------------------------------------------------------- the formulas
+
+
+def prefill_terms(shape: ModelShape, batch_size: int, prompt_tokens: int) -> tuple[float, float]:
+    """``(bytes, flops)`` of one prefill: weights read once plus the KV cache written; PaLM's FLOPs plus one
+    LM-head row per sequence."""
+    B, L = int(batch_size), int(prompt_tokens)
+    nbytes = shape.weight_bytes + shape.kv_cache_bytes_per_token() * B * L
+    flops = metrics.prefill_flops(shape.num_non_embedding_params, shape.num_layers, shape.attn_dim, L, B)
+    return float(nbytes), float(flops + 2.0 * shape.head_params * B)
+
+
+def decode_terms(shape: ModelShape, batch_size: int, context_tokens: float) -> tuple[float, float]:
+    """``(bytes, flops)`` of one decode step at ``context_tokens`` cached tokens per row."""
+    B, c = int(batch_size), float(context_tokens)
+    nbytes = shape.weight_bytes + shape.kv_cache_bytes_per_token() * B * c
+    flops = B * (2.0 * (shape.num_non_embedding_params + shape.head_params) + 4.0 * shape.num_layers * c * shape.attn_dim)
+    return float(nbytes), float(flops)
+
+
+def _phase(mem_s: float, comp_s: float, overhead_s: float, overlap: bool) -> tuple[float, dict]:
+    """Phase time and its split ``{overhead, memory, compute}`` (with overlap only the larger term counts)."""
+    if overlap:
+        split = {"overhead": overhead_s, "memory": mem_s if mem_s >= comp_s else 0.0,
+                 "compute": comp_s if comp_s > mem_s else 0.0}
+    else:
+        split = {"overhead": overhead_s, "memory": mem_s, "compute": comp_s}
+    return sum(split.values()), split
+
+
+def predict(shape: ModelShape, device: Device, calib: Calibration, batch_size: int, prompt_tokens: int,
+            output_tokens: int, threads: int | None = None) -> dict:
+    """Predicted cost of one batch: ``batch_size`` requests of ``prompt_tokens``, ``output_tokens`` each.
+
+    Returns:
+        ``predicted_prefill_s``, ``predicted_ttft_s`` (``ttft_overhead + prefill``), ``predicted_tpot_s`` (a decode
+        step at the mean context ``prompt + output / 2``), ``predicted_e2e_s``, ``predicted_output_throughput_tps``
+        (``batch x output / e2e``), ``predicted_kv_cache_bytes`` (at the end), ``predicted_peak_memory_bytes``
+        (weights + KV + the prefill working set: activations, eager attention scores, logits; the runtime's
+        own baseline is not included), ``bound`` (of the whole request), ``prefill_bound``, ``decode_bound``.
+    """
+    B, L, n = int(batch_size), int(prompt_tokens), max(int(output_tokens), 1)
+    flops = device.flops_at(threads)
+    bw = device.bandwidth_bytes_per_s
+    pb, pf = prefill_terms(shape, B, L)
+    prefill_s, psplit = _phase(pb / bw, pf / flops / calib.prefill_efficiency, calib.prefill_overhead_s, device.overlap)
+    db, df = decode_terms(shape, B, L + n / 2)
+    tpot_s, dsplit = _phase(db / bw, df / flops / calib.decode_efficiency, calib.step_overhead_s, device.overlap)
+    ttft = calib.ttft_overhead_s + prefill_s
+    e2e = ttft + (n - 1) * tpot_s
+    total = {k: psplit[k] + (n - 1) * dsplit[k] for k in BOUNDS}
+    total["overhead"] += calib.ttft_overhead_s
+    kv = shape.kv_cache_bytes_per_token() * B * (L + n)
+    bpe = shape.bytes_per_element
+    working = B * L * (4 * shape.hidden_size + 2 * shape.intermediate_size) * bpe \
+        + B * shape.num_heads * L * L * bpe + B * shape.vocab_size * 4
+    return {
+        "predicted_prefill_s": prefill_s,
+        "predicted_ttft_s": ttft,
+        "predicted_tpot_s": tpot_s if n > 1 else float("nan"),
+        "predicted_e2e_s": e2e,
+        "predicted_output_throughput_tps": B * n / e2e if e2e > 0 else float("nan"),
+        "predicted_kv_cache_bytes": int(kv),
+        "predicted_peak_memory_bytes": int(shape.weight_bytes + kv + working),
+        "bound": max(BOUNDS, key=lambda k: total[k]),
+        "prefill_bound": max(BOUNDS, key=lambda k: psplit[k]),
+        "decode_bound": max(BOUNDS, key=lambda k: dsplit[k]),
+    }
+
+
+# ----------------------------------------------------------------------------- calibration
+
+
+def _fit(roof_mem: Sequence[float], roof_comp: Sequence[float], measured: Sequence[float], overlap: bool
+         ) -> tuple[float, float]:
+    """``(overhead_s, efficiency)`` minimising the squared error of ``o + combine(mem, comp / eta)``.
+
+    ``eta`` on a log grid in [0.01, 2]; for each, ``o`` is the mean residual clamped at 0 (an overhead is never
+    negative).
+    """
+    mem, comp, y = (np.asarray(v, dtype=float) for v in (roof_mem, roof_comp, measured))
+    keep = np.isfinite(y)
+    mem, comp, y = mem[keep], comp[keep], y[keep]
+    if y.size == 0:
+        return 0.0, 1.0
+    if not overlap and comp.any():
+        # y - mem = o + k comp is linear: least squares, then o >= 0 and k > 0 enforced
+        X = np.column_stack([np.ones_like(comp), comp])
+        (o, k), *_ = np.linalg.lstsq(X, y - mem, rcond=None)
+        if o < 0:
+            o, k = 0.0, float((comp * (y - mem)).sum() / (comp**2).sum())
+        if k > 0:
+            return float(o), float(min(1.0 / k, 2.0))
+    best = (math.inf, 0.0, 1.0)
+    for grid in (np.geomspace(0.01, 2.0, 200), None):
+        if grid is None:  # refine around the coarse optimum
+            grid = np.geomspace(best[2] / 1.05, min(best[2] * 1.05, 2.0), 200)
+        for eta in grid:
+            core = np.maximum(mem, comp / eta) if overlap else mem + comp / eta
+            o = max(0.0, float(np.mean(y - core)))
+            sse = float(((o + core - y) ** 2).sum())
+            if sse < best[0]:
+                best = (sse, o, float(eta))
+    return best[1], best[2]
+
+
+def fit_calibration(shape: ModelShape, device: Device, runs: pd.DataFrame) -> Calibration:
+    """Fit a :class:`Calibration` from measured runs.
+
+    Args:
+        runs: one row per measured request with ``batch_size``, ``prompt_tokens``, ``output_tokens``,
+            ``prefill_s``, ``ttft_s``, ``tpot_s``.
+    """
+    bw, fl = device.bandwidth_bytes_per_s, device.flops_per_s
+    pre = [prefill_terms(shape, r.batch_size, r.prompt_tokens) for r in runs.itertuples()]
+    dec = [decode_terms(shape, r.batch_size, r.prompt_tokens + r.output_tokens / 2) for r in runs.itertuples()]
+    po, pe = _fit([b / bw for b, _ in pre], [f / fl for _, f in pre], runs["prefill_s"], device.overlap)
+    do, de = _fit([b / bw for b, _ in dec], [f / fl for _, f in dec], runs["tpot_s"], device.overlap)
+    tt = float(np.nanmedian(runs["ttft_s"] - runs["prefill_s"])) if len(runs) else 0.0
+    return Calibration(po, pe, do, de, max(tt, 0.0), True)
+
+
+#: The calibration workload: (batch, prompt tokens); short prompts pin the overheads, a long one and a batch
+#: the compute slope. 8 new tokens each, one warm-up and two timed repeats: ~10-20 s on 2 CPU cores.
+CALIBRATION_RUNS = ((1, 32), (1, 256), (8, 64))
+CALIBRATION_NEW_TOKENS = 8
+
+
+def cache_path(model_path: str, device: str, dtype: str, threads: int) -> Path:
+    """Where the calibration of this (model folder, device, dtype, threads) is cached."""
+    import hashlib
+
+    from .models import cache_root
+
+    key = hashlib.sha256(f"{Path(model_path).resolve()}|{device}|{dtype}|{threads}".encode()).hexdigest()[:16]
+    return cache_root() / "roofline" / f"{key}.json"
+
+
+def calibrate(loaded, repeats: int = 2, save: bool = True) -> tuple[Device, Calibration]:
+    """Probe the device and fit the overheads on the loaded model (:data:`CALIBRATION_RUNS`), in ~10-20 s.
+
+    Returns:
+        ``(device, calibration)``; saved to :func:`cache_path` when ``save`` (read back by :func:`load_cached`).
+    """
+    import torch
+
+    from .generation import GenerationSettings, generate_measured, warm_up
+    from .prompts import build_batch
+
+    t0 = time.perf_counter()
+    info = loaded.info
+    dev = Device.probe(info.device.split(":")[0] if info.device.startswith("cpu") else info.device, info.dtype)
+    shape = shape_of(info)
+    settings = GenerationSettings(max_new_tokens=CALIBRATION_NEW_TOKENS, ignore_eos=True)
+    rows = []
+    for B, L in CALIBRATION_RUNS:
+        prompts = build_batch(loaded.tokenizer, B, L)
+        warm_up(loaded, prompts, settings, 1)
+        for _ in range(repeats):
+            rec = generate_measured(loaded, prompts, settings).records[0]
+            rows.append({"batch_size": B, "prompt_tokens": rec["prompt_tokens"], "output_tokens": rec["output_tokens"],
+                         "prefill_s": rec["prefill_s"], "ttft_s": rec["ttft_s"], "tpot_s": rec["tpot_s"]})
+    calib = dataclasses.replace(fit_calibration(shape, dev, pd.DataFrame(rows)),
+                                calibration_s=time.perf_counter() - t0)
+    if save:
+        path = cache_path(info.path, dev.name, info.dtype, torch.get_num_threads())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(calib),
+                                    "runs": rows}, indent=1))
+    return dev, calib
+
+
+def load_cached(model_path: str, device: str, dtype: str, threads: int) -> tuple[Device, Calibration] | None:
+    """A saved calibration of this (model folder, device, dtype, threads), or None."""
+    path = cache_path(model_path, device, dtype, threads)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return Device(**data["device"]), Calibration(**data["calibration"])
+
+
+def shape_of(info) -> ModelShape:
+    """A :class:`ModelShape` from a loaded model's :class:`workbench.models.ModelInfo`."""
+    from . import models
+
+    cfg = models.read_model_config(info.path)
+    base = ModelShape.from_config(cfg, info.dtype if info.dtype in BYTES_PER_ELEMENT else "float32")
+    return dataclasses.replace(base, num_params=int(info.num_params),
+                               num_non_embedding_params=int(info.num_non_embedding_params))
+
+
+# ----------------------------------------------------------------------------- the planner
+
+
+@dataclasses.dataclass
+class Predictor:
+    """Predictions for one model on this machine: the shape, the probed device and a calibration."""
+
+    shape: ModelShape
+    device: Device
+    calib: Calibration
+    _devices: dict = dataclasses.field(default_factory=dict)
+
+    def predict(self, batch_size: int, prompt_tokens: int, output_tokens: int, dtype: str | None = None,
+                threads: int | None = None) -> dict:
+        """:func:`predict` for a point; another ``dtype`` re-reads the weight bytes and probes its FLOP/s."""
+        shape, dev = self.shape, self.device
+        if dtype and dtype not in ("auto", self.shape.dtype):
+            shape = shape.with_dtype(dtype)
+            if dtype not in self._devices:
+                p = Device.probe(dev.name, dtype)
+                self._devices[dtype] = dataclasses.replace(p, threads=dev.threads)
+            dev = self._devices[dtype]
+        return predict(shape, dev, self.calib, batch_size, prompt_tokens, output_tokens, threads)
+
+    @classmethod
+    def for_model(cls, spec: str = "default", device: str = "cpu", dtype: str = "float32",
+                  probe: bool = True) -> "Predictor":
+        """Config-only predictor (no weights load): the cached calibration when there is one, else the pure
+        roofline on a fresh probe (``probe=False``: nominal 10 GB/s and 50 GFLOP/s, for tests)."""
+        import torch
+
+        from . import models
+
+        dtype = "float32" if dtype == "auto" and device == "cpu" else dtype
+        dtype = "bfloat16" if dtype == "auto" else dtype
+        shape = ModelShape.from_model(spec, dtype)
+        path = str(models.resolve_model_path(spec))
+        cached = load_cached(path, device, dtype, torch.get_num_threads())
+        if cached is not None:
+            return cls(shape, *cached)
+        dev = Device.probe(device, dtype) if probe else Device(10e9, 50e9, torch.get_num_threads(),
+                                                                overlap=device != "cpu", name=device, dtype=dtype)
+        return cls(shape, dev, Calibration())
+
+
+_BATCH_KEYS = ("batch_size", "batch_sizes", "max_batch_size")
+_PROMPT_KEYS = ("prompt_tokens", "context_tokens", "context_lengths", "chat_lengths")
+_OUTPUT_KEYS = ("max_new_tokens", "output_tokens", "budget_tokens", "answer_tokens", "http_tokens")
+
+
+def _first(point: dict, cfg, keys, default):
+    for k in keys:
+        v = point.get(k, getattr(cfg, k, None))
+        if isinstance(v, (list, tuple)):
+            v = max(v) if v else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return int(v)
+    return default
+
+
+def workload_of(cfg, point: dict) -> dict:
+    """``{batch_size, prompt_tokens, output_tokens}`` of a point, from its keys or the config's fields (the
+    largest value of a list); ``exact`` is False when a default had to stand in."""
+    B = _first(point, cfg, _BATCH_KEYS, None)
+    L = _first(point, cfg, _PROMPT_KEYS, None)
+    n = _first(point, cfg, _OUTPUT_KEYS, None)
+    exact = None not in (B, L, n)
+    if "reasoning_budget" in point and n is not None:
+        n += int(point["reasoning_budget"] or 0)
+    return {"batch_size": B or 1, "prompt_tokens": L or 128, "output_tokens": n or 32, "exact": exact}
+
+
+def plan_entries(entries: list[dict], predictor: Predictor | None = None, load_s: float = 2.0) -> pd.DataFrame:
+    """The points of suite entries with their predictions and estimated wall time; nothing is measured.
+
+    Args:
+        entries: ``[{"notebook": path, "parameters": dict}]`` (:func:`workbench.notebooks.load_suite`).
+        predictor: default :meth:`Predictor.for_model` of the first entry's model on its device.
+        load_s: seconds charged per notebook for kernel start and model load.
+
+    Returns:
+        One row per point: ``notebook``, ``point_id``, the workload, the :func:`predict` columns and
+        ``estimated_wall_s`` (``(warmup + repeats) x e2e`` of the point, plus the compile time of compiled
+        points is not known in advance and is not included).
+    """
+    from . import models, notebooks
+    from .sweeps import point_id
+
+    rows = []
+    for e in entries:
+        merged = notebooks.validate_parameters(e["notebook"], e.get("parameters", {}))
+        cls = notebooks.notebook_config_class(e["notebook"])
+        name = Path(e["notebook"]).stem
+        if cls is None:
+            rows.append({"notebook": name, "point_id": f"{name}/(no config)", "estimated_wall_s": load_s})
+            continue
+        cfg = cls.from_namespace(merged)
+        if predictor is None:
+            dev = models.pick_device(getattr(cfg, "device", "auto"))
+            predictor = Predictor.for_model(getattr(cfg, "model", "default"), dev, getattr(cfg, "dtype", "auto"))
+        points = cfg.grid() if hasattr(cfg, "grid") else [{}]
+        exp = getattr(sys.modules[cls.__module__], "EXPERIMENT", name)
+        runs = int(getattr(cfg, "warmup", 0) or 0) + int(getattr(cfg, "repeats", 1) or 1)
+        for i, p in enumerate(points):
+            w = workload_of(cfg, p)
+            pr = predictor.predict(w["batch_size"], w["prompt_tokens"], w["output_tokens"],
+                                   dtype=p.get("dtype"), threads=p.get("torch_threads"))
+            rows.append({"notebook": name, "point_id": point_id(exp, p) if p else f"{exp}/(single)",
+                         **{k: w[k] for k in ("batch_size", "prompt_tokens", "output_tokens")},
+                         "workload_exact": w["exact"], **pr,
+                         "estimated_wall_s": runs * pr["predicted_e2e_s"] + (load_s if i == 0 else 0.0)})
+    return pd.DataFrame(rows)
+
+
+def format_plan(plan: pd.DataFrame, calibrated: bool) -> str:
+    """A text table of :func:`plan_entries` and the total estimated wall time."""
+    if plan.empty:
+        return "no points"
+    cols = ["point_id", "batch_size", "prompt_tokens", "output_tokens", "predicted_ttft_s", "predicted_tpot_s",
+            "predicted_output_throughput_tps", "bound", "estimated_wall_s"]
+    cols = [c for c in cols if c in plan]
+    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 70):
+        text = plan[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}")
+    total = float(plan["estimated_wall_s"].sum())
+    note = ("calibrated on this machine" if calibrated else
+            "UNCALIBRATED pure roofline (run `workbench plan --calibrate` once to fit this machine's overheads)")
+    return (f"{text}\n\n{len(plan)} points; estimated wall time {total:.0f} s ({total / 60:.1f} min) "
+            f"before reports; predictions {note}")
+
+
+# ----------------------------------------------------------------------------- prediction beside measurement
+
+
+def with_predictions(points: pd.DataFrame, info, predictor: Predictor | None = None) -> pd.DataFrame:
+    """``points`` plus the prediction columns and the residual ratios ``ttft_ratio`` / ``tpot_ratio``
+    (measured p50 / predicted) for every ``ok`` point with a batch size and prompt length."""
+    if predictor is None:
+        cached = load_cached(info.path, info.device.split(":")[0], info.dtype, _threads())
+        predictor = Predictor(shape_of(info), *cached) if cached else Predictor(
+            shape_of(info), Device.probe(info.device.split(":")[0], info.dtype), Calibration())
+    out = points.copy()
+    preds = []
+    for _, r in out.iterrows():
+        B = r.get("batch_size")
+        L = r.get("prompt_tokens")
+        if L is None or (isinstance(L, float) and math.isnan(L)):
+            L = r.get("context_tokens")
+        n = r.get("max_new_tokens", None)
+        if n is None or (isinstance(n, float) and math.isnan(n)):
+            n = r["output_tokens"] / max(r.get("requests", 1) or 1, 1) if "output_tokens" in r else 8
+        if B is None or L is None or (isinstance(L, float) and math.isnan(L)):
+            preds.append({})
+            continue
+        preds.append(predictor.predict(int(B), int(L), int(n), threads=r.get("torch_threads")))
+    pred = pd.DataFrame(preds, index=out.index)
+    for c in pred:
+        out[c] = pred[c]
+    if "predicted_ttft_s" in out and "ttft_s_p50" in out:
+        out["ttft_ratio"] = out["ttft_s_p50"] / out["predicted_ttft_s"]
+    if "predicted_tpot_s" in out and "tpot_s_p50" in out:
+        out["tpot_ratio"] = out["tpot_s_p50"] / out["predicted_tpot_s"]
+    return out
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def residual_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Measured / predicted per point (``point_id``, measured and predicted TTFT/TPOT, ratios, bound)."""
+    cols = ["point_id", "ttft_s_p50", "predicted_ttft_s", "ttft_ratio", "tpot_s_p50", "predicted_tpot_s",
+            "tpot_ratio", "bound"]
+    return points[[c for c in cols if c in points]].copy()
+
+
+def residual_summary(table: pd.DataFrame, limit: float = 0.30) -> str:
+    """Median ``|measured / predicted - 1|`` for TTFT and TPOT, and the points outside ``limit`` with their bound."""
+    parts = []
+    for q in ("ttft", "tpot"):
+        col = f"{q}_ratio"
+        if col not in table:
+            continue
+        dev = (table[col] - 1).abs().dropna()
+        if dev.empty:
+            continue
+        parts.append(f"{q.upper()} median |measured/predicted - 1| = {dev.median():.1%}")
+        out = table[(table[col] - 1).abs() > limit]
+        for _, r in out.iterrows():
+            parts.append(f"  {q.upper()} outside {limit:.0%}: {r['point_id']} ratio {r[col]:.2f} "
+                         f"(model says {r.get('bound', '?')}-bound)")
+    return "\n".join(parts) if parts else "no point to compare"
+
+
+def save_residuals(run_dir, experiment: str, points: pd.DataFrame) -> Path:
+    """Write the residual table and its summary as ``residuals/<experiment>.txt`` in the run folder."""
+    from . import results
+
+    table = residual_table(points)
+    text = table.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n\n" + residual_summary(table) + "\n"
+    return results.save_text(run_dir, f"residuals/{experiment}.txt", text)
+
+
+def add_predicted_line(fig, points: pd.DataFrame, x: str, y: str, group: str | None = None, name: str = "predicted"):
+    """Add dotted predicted lines (column ``y``, e.g. ``predicted_ttft_s``) versus ``x`` to a plotly figure,
+    one per ``group`` value; a no-op when the column is absent."""
+    import plotly.graph_objects as go
+
+    if y not in points or x not in points or points[y].isna().all():
+        return fig
+    groups = points.groupby(group) if group and group in points else [(None, points)]
+    for key, g in groups:
+        g = g.sort_values(x)
+        fig.add_trace(go.Scatter(x=g[x], y=g[y], mode="lines", line=dict(dash="dot", color="#555"),
+                                 name=f"{name}" + (f", {key}" if key is not None else "")))
+    return fig

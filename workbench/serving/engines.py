@@ -1,0 +1,542 @@
+"""Serving engines: how queued requests share the model (issue 13; DESIGN.md section 7, item 8).
+
+Three schedulers behind one interface (:class:`BaseEngine`: ``submit``, ``stop``, ``wait_idle``):
+
+- ``fifo`` (:class:`FifoEngine`): one request at a time, in arrival order; one
+  :func:`workbench.generation.generate_measured` call per request (the baseline).
+- ``static`` (:class:`StaticEngine`): a batching window. The worker takes the oldest waiting request,
+  then collects more until ``max_batch_size`` are waiting or ``batch_window_s`` has passed since it
+  took the first, and runs them as one left-padded ``generate`` batch; requests arriving meanwhile wait
+  for the next batch. Rows stop at their own ``max_new_tokens`` (a per-row stopping criterion) but keep
+  their place until the whole batch ends, which is the cost of static batching.
+- ``continuous`` (:class:`ContinuousEngine`): ``transformers``' own continuous batching
+  (``model.init_continuous_batching`` -> ``ContinuousBatchingManager`` with its paged-attention cache and
+  its FIFO scheduler). New requests join at the next step, finished ones leave; nothing here schedules.
+  Per-token times are the library's own ``record_timestamps`` stamps (``perf_counter``, taken as each
+  token id is appended). One sampling setting per engine (the manager's ``GenerationConfig``): requests
+  with other sampling settings are refused with a one-line error.
+
+Per request (:meth:`EngineRequest.result`): ``queue_s`` (arrival to admission into a batch), and
+:func:`workbench.metrics.request_timing` over the per-token stamps from the arrival time (``ttft_s``,
+``itl_s``, ``tpot_s``, ``e2e_s``, ``decode_tps``, ``output_tokens``), ``prompt_tokens``,
+``output_ids``, ``finish_reason`` (``stop`` / ``length`` / ``cancelled``), ``batch_size`` (rows that
+shared the request's batch; for ``continuous`` the most requests the manager held at once while it ran)
+and ``engine``.
+
+Greedy outputs equal batch-1 ``generate`` outputs for all three engines on the embedded model in
+float32 (tests/serving/test_engines.py); batched attention may in general change the last bits of
+logits and so a near-tie argmax, which the test would report as the first divergent token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import queue
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+from .. import checks, metrics
+from ..errors import ParameterError
+from ..generation import GenerationSettings, eos_token_ids, generate_measured
+
+ENGINES = ("fifo", "static", "continuous")
+_ids = itertools.count()
+
+
+@dataclasses.dataclass
+class EngineRequest:
+    """One request handed to an engine.
+
+    Attributes:
+        input_ids: the templated, tokenised prompt.
+        settings: its :class:`~workbench.generation.GenerationSettings`.
+        t_arrival: ``perf_counter`` when the request reached the engine (or the server's handler).
+        on_token: ``callable(token_id, t)`` called from the engine's thread for each generated id.
+        on_done: ``callable(result_dict)`` called once at the end (also on error or cancel).
+        cancel: set it to stop the request (while queued: it never starts).
+    """
+
+    input_ids: list
+    settings: GenerationSettings
+    t_arrival: float = dataclasses.field(default_factory=time.perf_counter)
+    on_token: Callable | None = None
+    on_done: Callable | None = None
+    cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
+    id: str = dataclasses.field(default_factory=lambda: f"r{next(_ids)}")
+    t_admit: float | None = None
+    stamps: list = dataclasses.field(default_factory=list)
+    output_ids: list = dataclasses.field(default_factory=list)
+    finish_reason: str | None = None
+    error: str | None = None
+    batch_size: int = 1
+    engine: str = ""
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def token(self, tok: int, t: float) -> None:
+        self.output_ids.append(int(tok))
+        self.stamps.append(t)
+        if self.on_token is not None:
+            self.on_token(int(tok), t)
+
+    def result(self) -> dict:
+        """The request's engine-side figures (see the module docstring)."""
+        timing = metrics.request_timing(self.stamps, self.t_arrival)
+        return {"id": self.id, "engine": self.engine, "t_arrival": self.t_arrival, "t_admit": self.t_admit,
+                "queue_s": (self.t_admit - self.t_arrival) if self.t_admit is not None else float("nan"),
+                **timing, "prompt_tokens": len(self.input_ids), "output_ids": list(self.output_ids),
+                "finish_reason": self.finish_reason, "batch_size": self.batch_size, "error": self.error}
+
+    def finish(self, reason: str | None = None, error: str | None = None) -> None:
+        if self.done.is_set():
+            return
+        if self.cancel.is_set() and error is None:
+            reason = "cancelled"
+        self.finish_reason, self.error = reason, error
+        self.done.set()
+        if self.on_done is not None:
+            self.on_done(self.result())
+
+
+def _key(s: GenerationSettings) -> tuple:
+    """Settings that must agree within one ``generate`` batch (``max_new_tokens`` may differ per row)."""
+    return (s.do_sample, s.temperature if s.do_sample else 0.0, s.top_p if s.do_sample else 1.0, s.ignore_eos,
+            s.min_new_tokens, s.seed)
+
+
+class BaseEngine:
+    """A worker thread over a queue of :class:`EngineRequest` s; subclasses implement :meth:`_serve`."""
+
+    name = "base"
+
+    def __init__(self, loaded):
+        self.loaded = loaded
+        self.eos = eos_token_ids(loaded)
+        self.queue: queue.Queue = queue.Queue()
+        self.history: deque = deque(maxlen=1024)
+        self.busy = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=f"workbench-{self.name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, req: EngineRequest) -> EngineRequest:
+        """Queue a request (returns at once)."""
+        if self._stopping:
+            raise RuntimeError(f"{self.name} engine: stopped")
+        req.engine = self.name
+        self.queue.put(req)
+        return req
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.queue.put(None)
+        self._thread.join(timeout=60)
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        end = time.perf_counter() + timeout
+        while time.perf_counter() < end:
+            if self.queue.empty() and not self.busy.is_set():
+                return True
+            time.sleep(0.01)
+        return False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def _loop(self) -> None:
+        while True:
+            first = self.queue.get()
+            if first is None:
+                return
+            self.busy.set()
+            try:
+                batch = self._collect(first)
+                live = [r for r in batch if not r.cancel.is_set()]
+                for r in batch:
+                    if r.cancel.is_set():
+                        r.t_admit = time.perf_counter()
+                        r.finish("cancelled")
+                if live:
+                    try:
+                        self._serve(live)
+                    except Exception as exc:  # every request of the batch fails with the reason
+                        for r in live:
+                            r.finish("error", f"{type(exc).__name__}: {exc}")
+                for r in batch:
+                    self.history.append(r.result())
+            finally:
+                self.busy.clear()
+            if getattr(self, "_stop_after", False):
+                return
+
+    def _collect(self, first: EngineRequest) -> list:
+        return [first]
+
+    def _serve(self, batch: list) -> None:
+        raise NotImplementedError
+
+
+class _RowCriteria:
+    """Per-row stop: the row's own ``max_new_tokens`` reached, or its request cancelled."""
+
+    def __init__(self, reqs, prompt_len: int):
+        self.reqs, self.prompt_len = reqs, prompt_len
+
+    def __call__(self, input_ids, scores=None, **kwargs):
+        import torch
+
+        n = input_ids.shape[1] - self.prompt_len
+        flags = [r.cancel.is_set() or n >= r.settings.max_new_tokens for r in self.reqs]
+        return torch.tensor(flags, dtype=torch.bool, device=input_ids.device)
+
+
+def _stopping(reqs, prompt_len):
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class _Rows(_RowCriteria, StoppingCriteria):
+        pass
+
+    return StoppingCriteriaList([_Rows(reqs, prompt_len)])
+
+
+class FifoEngine(BaseEngine):
+    """One request at a time in arrival order (the server's historical behaviour)."""
+
+    name = "fifo"
+
+    def _serve(self, batch):
+        self._generate(batch)
+
+    def _generate(self, batch: list) -> None:
+        settings = batch[0].settings
+        if len(batch) > 1:
+            settings = dataclasses.replace(settings, max_new_tokens=max(r.settings.max_new_tokens for r in batch),
+                                           min_new_tokens=min(r.settings.min_new_tokens for r in batch))
+        t_admit = time.perf_counter()
+        finished = [False] * len(batch)
+        for r in batch:
+            r.t_admit, r.batch_size = t_admit, len(batch)
+        prompt_len = max(len(r.input_ids) for r in batch)
+
+        def on_step(ids, t):
+            for row, tok in enumerate(ids.tolist()):
+                r = batch[row]
+                if finished[row] or r.cancel.is_set():
+                    continue
+                r.token(tok, t)
+                if (tok in self.eos and not r.settings.ignore_eos and len(r.output_ids) > r.settings.min_new_tokens) \
+                        or len(r.output_ids) >= r.settings.max_new_tokens:
+                    finished[row] = True
+
+        generate_measured(self.loaded, [None] * len(batch), settings, input_ids=[r.input_ids for r in batch],
+                          on_step=on_step, stopping_criteria=_stopping(batch, prompt_len), t_submit=t_admit)
+        for r in batch:
+            hit_eos = bool(r.output_ids) and r.output_ids[-1] in self.eos and not r.settings.ignore_eos
+            r.finish("stop" if hit_eos else "length")
+
+
+class StaticEngine(FifoEngine):
+    """A batching window: up to ``max_batch_size`` requests or ``batch_window_s`` seconds, then one batch."""
+
+    name = "static"
+
+    def __init__(self, loaded, max_batch_size: int = 8, batch_window_s: float = 0.05):
+        self.max_batch_size = checks.check_int("max_batch_size", max_batch_size, lo=1)
+        self.batch_window_s = checks.check_float("batch_window_s", batch_window_s, lo=0)
+        self._held: deque = deque()  # taken from the queue but not batchable with the current batch
+        super().__init__(loaded)
+
+    def _collect(self, first):
+        batch, key = [first], _key(first.settings)
+        deadline = time.perf_counter() + self.batch_window_s
+        while len(batch) < self.max_batch_size:
+            if self._held:
+                r = self._held.popleft()
+            else:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
+                try:
+                    r = self.queue.get(timeout=left)
+                except queue.Empty:
+                    break
+            if r is None:
+                self._stop_after = True
+                break
+            if _key(r.settings) == key:
+                batch.append(r)
+            else:
+                self._held.append(r)
+        while self._held:  # requeue what did not fit, keeping its order ahead of later arrivals
+            self.queue.queue.appendleft(self._held.pop())
+        return batch
+
+
+class ContinuousEngine(BaseEngine):
+    """``transformers`` continuous batching (``init_continuous_batching``), fed from the queue.
+
+    Args:
+        loaded: the model (its attention implementation must be one the manager accepts: ``sdpa``,
+            ``eager`` (switched to ``paged|eager``) or a flash implementation).
+        settings: the sampling settings every request must share (greedy by default).
+        max_batch_size: ``max_requests_per_batch`` of the manager.
+        max_seq_tokens: the longest prompt + output one request may need (sizes the paged cache).
+        max_batch_tokens: tokens per forward step (prefill chunks beyond this are split by the library).
+        page_size: tokens per cache page.
+
+    Raises:
+        ParameterError: bad sizes; RuntimeError: the library refuses to run here (the reason, one line).
+    """
+
+    name = "continuous"
+
+    def __init__(self, loaded, settings: GenerationSettings | None = None, max_batch_size: int = 8,
+                 max_seq_tokens: int = 1024, max_batch_tokens: int = 512, page_size: int = 32):
+        from transformers import ContinuousBatchingConfig
+
+        self.settings = settings or GenerationSettings(max_new_tokens=256)
+        self.max_batch_size = checks.check_int("max_batch_size", max_batch_size, lo=1)
+        checks.check_int("max_seq_tokens", max_seq_tokens, lo=2)
+        checks.check_int("max_batch_tokens", max_batch_tokens, lo=1)
+        checks.check_int("page_size", page_size, lo=1)
+        model = loaded.model
+        if not hasattr(model, "init_continuous_batching"):
+            raise RuntimeError("continuous engine: this transformers has no init_continuous_batching "
+                               "(continuous batching needs transformers >= 4.56)")
+        gc = self.settings.generation_config(model.generation_config)
+        gc.eos_token_id = sorted(eos_token_ids(loaded))
+        num_blocks = max_batch_size * (math.ceil(max_seq_tokens / page_size) + 1) + 2
+        cbc = ContinuousBatchingConfig(page_size=page_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
+                                       max_requests_per_batch=max_batch_size, allow_block_sharing=False,
+                                       auto_switch_to_flash=False, seed=self.settings.seed)
+        try:
+            self.manager = model.init_continuous_batching(generation_config=gc, continuous_batching_config=cbc)
+            self.manager.start()
+        except Exception as exc:
+            raise RuntimeError(f"continuous engine: transformers refused to start continuous batching here "
+                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        self._live: dict[str, EngineRequest] = {}
+        self._lock = threading.Lock()
+        self.peak_live = 0
+        super().__init__(loaded)
+        self._router = threading.Thread(target=self._route, name="workbench-cb-router", daemon=True)
+        self._router.start()
+
+    def submit(self, req):
+        s, e = req.settings, self.settings
+        if _key(dataclasses.replace(s, ignore_eos=False, min_new_tokens=0, seed=0)) != \
+                _key(dataclasses.replace(e, ignore_eos=False, min_new_tokens=0, seed=0)):
+            raise ParameterError(f"continuous engine: serves one sampling setting (temperature {e.temperature}, "
+                                 f"top_p {e.top_p}); got temperature {s.temperature}, top_p {s.top_p}")
+        if 0 < s.min_new_tokens < s.max_new_tokens and not s.ignore_eos:
+            raise ParameterError("continuous engine: min_tokens other than 0 or max_tokens (ignore_eos) is not supported")
+        return super().submit(req)
+
+    def _serve(self, batch):  # called from the feeder thread: hand the requests to the manager and return
+        for r in batch:
+            with self._lock:
+                self._live[r.id] = r
+                self.peak_live = max(self.peak_live, len(self._live))
+            eos = [-1] if r.settings.ignore_eos else sorted(self.eos)
+            rid = self.manager.add_request(list(r.input_ids), request_id=r.id, max_new_tokens=r.settings.max_new_tokens,
+                                           streaming=True, record_timestamps=True, eos_token_id=eos)
+            if rid is None:
+                with self._lock:
+                    self._live.pop(r.id, None)
+                r.finish("error", "continuous engine: the manager dropped the request (stopping)")
+
+    def _route(self) -> None:
+        """Deliver the manager's streamed outputs to their requests (new tokens with the library's stamps)."""
+        while True:
+            if self._stopping and not self._live:
+                return
+            for r in [r for r in list(self._live.values()) if r.cancel.is_set() and not r.done.is_set()]:
+                self.manager.cancel_request(r.id)
+                self._close(r, "cancelled")
+            out = self.manager.get_result(timeout=0.05)
+            if out is None:
+                if not self.manager.is_running() and self._live:
+                    for r in list(self._live.values()):
+                        self._close(r, "error", "continuous engine: the generation loop stopped")
+                continue
+            r = self._live.get(out.request_id)
+            if r is None:
+                continue
+            if r.t_admit is None and out.lifespan and out.lifespan[0] > 0:
+                r.t_admit = out.lifespan[0]
+            stamps = out.timestamps or []
+            for i in range(len(r.output_ids), len(out.generated_tokens)):
+                r.token(out.generated_tokens[i], stamps[i] if i < len(stamps) else time.perf_counter())
+            if out.error is not None:
+                self._close(r, "error", f"continuous engine: {out.error}")
+            elif out.is_finished():
+                hit = bool(r.output_ids) and r.output_ids[-1] in self.eos and not r.settings.ignore_eos
+                self._close(r, "stop" if hit else "length")
+
+    def _close(self, r, reason, error=None):
+        with self._lock:
+            self._live.pop(r.id, None)
+            r.batch_size = max(r.batch_size, self.peak_live)
+        if r.t_admit is None:
+            r.t_admit = time.perf_counter()
+        r.finish(reason, error)
+        self.history.append(r.result())
+
+    def _loop(self) -> None:  # the feeder: admission is the manager's (its scheduler picks from its own queue)
+        while True:
+            r = self.queue.get()
+            if r is None:
+                return
+            if r.cancel.is_set():
+                r.t_admit = time.perf_counter()
+                r.finish("cancelled")
+                continue
+            try:
+                self._serve([r])
+            except Exception as exc:
+                r.finish("error", f"{type(exc).__name__}: {exc}")
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        end = time.perf_counter() + timeout
+        while time.perf_counter() < end:
+            if self.queue.empty() and not self._live:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.queue.put(None)
+        self._thread.join(timeout=60)
+        end = time.perf_counter() + 60
+        while self._live and time.perf_counter() < end:
+            time.sleep(0.02)
+        self._router.join(timeout=5)
+        self.manager.stop(block=True, timeout=30)
+
+
+def make_engine(name: str, loaded, max_batch_size: int = 8, batch_window_s: float = 0.05,
+                settings: GenerationSettings | None = None, max_seq_tokens: int = 1024) -> BaseEngine:
+    """The engine called ``name`` (:data:`ENGINES`) over ``loaded``, started."""
+    checks.check_choice("engine", name, ENGINES)
+    if name == "fifo":
+        return FifoEngine(loaded)
+    if name == "static":
+        return StaticEngine(loaded, max_batch_size, batch_window_s)
+    return ContinuousEngine(loaded, settings, max_batch_size, max_seq_tokens)
+
+
+def run_requests(engine: BaseEngine, requests: list, timeout: float = 600.0) -> list[dict]:
+    """Submit ``requests`` together and wait for all; their results in order (a test and warm-up helper)."""
+    for r in requests:
+        engine.submit(r)
+    for r in requests:
+        if not r.done.wait(timeout):
+            raise TimeoutError(f"{engine.name} engine: request {r.id} not finished within {timeout} s")
+    return [r.result() for r in requests]
+
+
+class _JobCancel:
+    """A server job's stop signal as an engine request's ``cancel``: the client left, a stop string was
+    seen or the deadline passed (``job.halted()``), or the engine side set it."""
+
+    def __init__(self, job):
+        self.job, self.flag = job, threading.Event()
+
+    def is_set(self) -> bool:
+        return self.flag.is_set() or self.job.cancel.is_set() or self.job.halted()
+
+    def set(self) -> None:
+        self.flag.set()
+
+
+class ServerEngine:
+    """Adapter giving an engine of this module the interface of :class:`workbench.serving.server.Engine`
+    (``submit(job, max_pending)``, ``stop``, ``wait_idle``, ``history``, ``pending``), for the server's
+    ``--engine`` option.
+
+    Each job's messages are templated and tokenised here (in the caller's thread), its text goes through
+    the job's display tap and stop filter as tokens arrive, and its final ``info`` carries the engine's
+    figures (``queue_s``, ``engine_ttft_s``, ``ttft_s``, ``itl_s``, ``tpot_s``, ``e2e_s``, ``decode_tps``,
+    ``batch_size``, ``engine``), all from the server's arrival time.
+    """
+
+    def __init__(self, loaded, name: str, max_batch_size: int = 8, batch_window_s: float = 0.05,
+                 settings: GenerationSettings | None = None, max_seq_tokens: int | None = None):
+        self.loaded, self.name = loaded, name
+        ctx = int(getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
+        self.engine = make_engine(name, loaded, max_batch_size, batch_window_s,
+                                  settings or GenerationSettings(max_new_tokens=ctx), max_seq_tokens or ctx)
+        self.history: deque = deque(maxlen=256)
+        self.pending = 0
+        self._lock = threading.Lock()
+        self.busy = self.engine.busy
+
+    def submit(self, job, max_pending: int | None = None) -> bool:
+        from ..detokenize import StreamTap
+        from ..generation import encode_prompts
+
+        with self._lock:
+            if max_pending is not None and self.pending >= max_pending:
+                return False
+            self.pending += 1
+        enc = encode_prompts(self.loaded.tokenizer, [job.messages])
+        ids = enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
+        tap = StreamTap(self.loaded.tokenizer, 1, ["token"], self.engine.eos,
+                        on_update=lambda row, lab, text, t: job.text(text))
+
+        def on_token(tok, t):
+            import torch
+
+            job.steps += 1
+            if job.t_first is None:
+                job.t_first = t
+            tap(torch.tensor([tok]), t)
+
+        def on_done(res):
+            try:
+                tap.close()
+                rest = job.stop_filter.flush() if job.stop_filter is not None else ""
+                if rest:
+                    job.text(rest)
+            except Exception:  # noqa: BLE001 - the figures still go out
+                pass
+            stopped = job.stop_filter is not None and job.stop_filter.hit
+            finish = ("stop" if stopped else "timeout" if job.timed_out else
+                      "cancelled" if job.cancel.is_set() else res["finish_reason"])
+            info = {k: res[k] for k in ("queue_s", "ttft_s", "itl_s", "tpot_s", "e2e_s", "decode_tps", "output_tokens",
+                                         "prompt_tokens", "batch_size", "output_ids")}
+            info.update(id=job.id, steps=job.steps, cancelled=finish == "cancelled", finish_reason=finish,
+                        engine=self.name, engine_ttft_s=res["ttft_s"], prefill_s=float("nan"),
+                        engine_first_text_s=(job.t_first_text - job.t_arrival) if job.t_first_text else float("nan"),
+                        text=self.loaded.tokenizer.decode(res["output_ids"], skip_special_tokens=True))
+            with self._lock:
+                self.pending -= 1
+            self.history.append(info)
+            if res.get("error") and finish not in ("cancelled", "stop", "timeout"):
+                job.emit("error", res["error"])
+            else:
+                job.emit("done", info)
+
+        # continuous: one sampling setting per manager (greedy); other requests get an error naming why
+        req = EngineRequest(ids, job.settings, t_arrival=job.t_arrival, on_token=on_token, on_done=on_done,
+                            cancel=_JobCancel(job), id=job.id)
+        try:
+            self.engine.submit(req)
+        except Exception as exc:
+            with self._lock:
+                self.pending -= 1
+            job.emit("error", f"{type(exc).__name__}: {exc}")
+        return True
+
+    def stop(self) -> None:
+        self.engine.stop()
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        return self.engine.wait_idle(timeout)

@@ -1,0 +1,298 @@
+"""Resumable Server-Sent Events: numbered events, ``Last-Event-ID`` replay, streams that outlive a connection.
+
+Server side (:class:`StreamRegistry`, one per app): every streaming response of
+:mod:`workbench.serving.server` is *pumped* by a task of its own into an :class:`EventLog`, and each HTTP
+connection is only a *reader* of that log. Each event goes out as ``id: <stream>:<n>`` (``n`` counts from 1)
+followed by its ``data:`` line; comments (``: keep-alive``) carry no id (the SSE standard gives comments no
+fields). A client that lost its connection sends ``GET /v1/streams/<stream>`` with the header
+``Last-Event-ID: <stream>:<n>`` (what the browser ``EventSource`` sends by itself) and receives events
+``n+1 ...`` from the log, then the live ones: nothing lost, nothing repeated.
+
+- **Without** ``stream_options.resumable`` a stream whose last reader disconnects is stopped at once (the
+  pump is cancelled, which sets the request's cancel flag: decoding stops, as before). Its log stays
+  readable for ``retention_s`` (it ends where decoding stopped, without a finish chunk).
+- **With** ``resumable: true`` the pump keeps generating while no reader is attached, for at most
+  ``resume_timeout_s`` after the last reader left; a reader that comes back within that time resets it.
+  Past it, the stream is cancelled as above. The server's ``request_timeout_s`` still bounds the request.
+- Bounded: a finished stream's log is kept ``retention_s`` seconds, then dropped (its id is remembered as
+  expired: 410); at most ``max_streams`` logs are kept (the oldest finished ones go first).
+- Bad resume requests get a 4xx JSON error: an unknown stream (404), an expired one (410), a
+  ``Last-Event-ID`` that is malformed, names another stream, or names an event never sent (400).
+- ``keepalive_s``: while no event arrives for that long, a reader sends the comment ``: keep-alive``, so a
+  client (or proxy) read timeout does not fire on a request that waits in the queue or decodes slowly.
+
+Client side: :func:`iter_sse` parses an SSE byte/line stream into :class:`SSEEvent` s (``id``, ``data``,
+``comment``); :func:`event_number` splits an id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable, Iterable, Iterator
+
+from starlette.requests import Request  # module level: FastAPI resolves string annotations here
+
+from ..checks import check_float, check_int
+
+RESUME_TIMEOUT_S = 60.0   # a resumable stream keeps generating this long with no reader attached
+RETENTION_S = 300.0       # a finished stream's events stay replayable this long
+MAX_STREAMS = 256         # event logs kept at most (finished ones are dropped oldest first)
+KEEPALIVE_COMMENT = ": keep-alive\n\n"
+
+
+class StreamError(Exception):
+    """A resume request that cannot be served: ``status`` (4xx), ``message``, ``param``."""
+
+    def __init__(self, status: int, message: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+
+def event_id(sid: str, n: int) -> str:
+    """The SSE id of event ``n`` (from 1) of stream ``sid``."""
+    return f"{sid}:{n}"
+
+
+def event_number(last_event_id: str) -> tuple[str, int]:
+    """``"<stream>:<n>"`` -> ``(stream, n)``.
+
+    Raises:
+        StreamError: (400) anything else.
+    """
+    sid, sep, n = (last_event_id or "").strip().rpartition(":")
+    if not sep or not sid or not n.isdigit() or len(n) > 12:
+        raise StreamError(400, f"Last-Event-ID: must be '<stream id>:<event number>' (got {last_event_id!r:.80})",
+                          param="Last-Event-ID")
+    return sid, int(n)
+
+
+class EventLog:
+    """The numbered events of one stream (SSE text blocks without their ``id:`` line), in order.
+
+    Attributes:
+        sid: the stream id (the chat completion id).
+        events: every event so far; event ``n`` is ``events[n - 1]``.
+        done: the stream ended (finished, failed or cancelled); no event follows.
+        resumable: keeps generating without a reader (for ``resume_timeout_s``).
+        readers: connections reading it now.
+    """
+
+    def __init__(self, sid: str, resumable: bool, cancel: Callable[[], None] | None = None):
+        self.sid = sid
+        self.resumable = resumable
+        self.events: list[str] = []
+        self.done = False
+        self.t_done: float | None = None
+        self.t_detached: float | None = None
+        self.readers = 0
+        self.cancelled = False
+        self._cancel = cancel
+        self._changed = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    def append(self, text: str) -> None:
+        self.events.append(text)
+        self._changed.set()
+
+    def finish(self) -> None:
+        if not self.done:
+            self.done, self.t_done = True, time.monotonic()
+            self._changed.set()
+
+    def cancel(self) -> None:
+        """Stop generating: cancel the pump and set the request's cancel flag."""
+        self.cancelled = True
+        if self._cancel is not None:
+            self._cancel()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    async def wait(self, seen: int, timeout: float | None) -> bool:
+        """Wait until there is an event after ``seen`` or the stream ended; False on timeout."""
+        while len(self.events) <= seen and not self.done:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except asyncio.TimeoutError:
+                return False
+        return True
+
+
+class StreamRegistry:
+    """Every stream of one app: pumps, event logs, readers, resume look-ups (see the module docstring).
+
+    Args:
+        resume_timeout_s: how long a resumable stream generates with no reader attached.
+        retention_s: how long a finished stream stays replayable.
+        max_streams: event logs kept at most.
+        keepalive_s: send ``: keep-alive`` after this many idle seconds (None: never).
+    """
+
+    def __init__(self, resume_timeout_s: float = RESUME_TIMEOUT_S, retention_s: float = RETENTION_S,
+                 max_streams: int = MAX_STREAMS, keepalive_s: float | None = None):
+        self.resume_timeout_s = check_float("resume_timeout_s", resume_timeout_s, lo=0, lo_open=True)
+        self.retention_s = check_float("retention_s", retention_s, lo=0)
+        self.max_streams = check_int("max_streams", max_streams, lo=1)
+        self.keepalive_s = None if keepalive_s is None else check_float("keepalive_s", keepalive_s, lo=0, lo_open=True)
+        self.logs: OrderedDict[str, EventLog] = OrderedDict()
+        self.expired: deque = deque(maxlen=4096)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _evict(self) -> None:
+        now = time.monotonic()
+        for sid, log in list(self.logs.items()):
+            if log.done and log.readers == 0 and now - log.t_done > self.retention_s:
+                self._drop(sid)
+        finished = [sid for sid, log in self.logs.items() if log.done and log.readers == 0]
+        while len(self.logs) >= self.max_streams and finished:
+            self._drop(finished.pop(0))
+
+    def _drop(self, sid: str) -> None:
+        self.logs.pop(sid, None)
+        self.expired.append(sid)
+
+    def start(self, sid: str, source: AsyncIterator[str], cancel: Callable[[], None] | None = None,
+              resumable: bool = False) -> EventLog:
+        """Pump ``source`` (SSE text blocks) into a new log in a task of its own; return the log."""
+        self._evict()
+        log = EventLog(sid, resumable, cancel)
+        self.logs[sid] = log
+
+        async def pump():
+            try:
+                async for text in source:
+                    log.append(text)
+            finally:
+                log.finish()
+                await source.aclose()
+
+        log.task = asyncio.get_running_loop().create_task(pump(), name=f"sse-pump-{sid}")
+        return log
+
+    def lookup(self, sid: str, last_event_id: str | None) -> tuple[EventLog, int]:
+        """The log of ``sid`` and the number of the last event its client saw (0: from the start).
+
+        Raises:
+            StreamError: unknown (404) or expired (410) stream; a bad ``Last-Event-ID`` (400).
+        """
+        self._evict()
+        log = self.logs.get(sid)
+        if log is None:
+            if sid in self.expired:
+                raise StreamError(410, f"stream {sid!r:.80}: expired (finished streams are kept {self.retention_s:g} s)",
+                                  param="stream")
+            raise StreamError(404, f"stream {sid!r:.80}: unknown", param="stream")
+        if not last_event_id:
+            return log, 0
+        other, n = event_number(last_event_id)
+        if other != sid:
+            raise StreamError(400, f"Last-Event-ID: names stream {other!r:.80}, not {sid!r:.80}", param="Last-Event-ID")
+        if n > len(log.events):
+            raise StreamError(400, f"Last-Event-ID: event {n} of {sid!r:.80} was never sent "
+                                   f"({len(log.events)} so far)", param="Last-Event-ID")
+        return log, n
+
+    # ------------------------------------------------------------------ readers
+
+    def _detach(self, log: EventLog) -> None:
+        log.readers -= 1
+        if log.done or log.readers > 0:
+            return
+        if not log.resumable:
+            log.cancel()  # no reader, not resumable: stop decoding, as a plain stream does
+            return
+        log.t_detached = t = time.monotonic()
+
+        def check():
+            if not log.done and log.readers == 0 and log.t_detached == t:
+                log.cancel()
+
+        asyncio.get_running_loop().call_later(self.resume_timeout_s, check)
+
+    async def read(self, log: EventLog, after: int = 0) -> AsyncIterator[str]:
+        """The SSE text of events ``after + 1 ...`` with their ids, live ones included; keep-alive comments."""
+        log.readers += 1
+        log.t_detached = None
+        seen = after
+        try:
+            while True:
+                while seen < len(log.events):
+                    seen += 1
+                    yield f"id: {event_id(log.sid, seen)}\n" + log.events[seen - 1]
+                if log.done:
+                    return
+                if not await log.wait(seen, self.keepalive_s):
+                    yield KEEPALIVE_COMMENT
+        finally:
+            self._detach(log)
+
+    def respond(self, log: EventLog, after: int = 0, headers: dict | None = None):
+        """A ``StreamingResponse`` reading ``log`` from event ``after + 1``."""
+        from fastapi.responses import StreamingResponse
+
+        h = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Stream-Id": log.sid, **(headers or {})}
+        return StreamingResponse(self.read(log, after), media_type="text/event-stream", headers=h)
+
+    def close(self) -> None:
+        """Cancel every stream still generating (server shutdown)."""
+        for log in self.logs.values():
+            if not log.done:
+                log.cancel()
+
+
+def install(app, registry: StreamRegistry, error) -> None:
+    """Add ``GET /v1/streams/{sid}`` (resume with ``Last-Event-ID``) to ``app``; ``error(status, msg, param)``."""
+    @app.get("/v1/streams/{sid}")
+    async def resume_stream(sid: str, request: Request):
+        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        try:
+            log, after = registry.lookup(sid, last)
+        except StreamError as exc:
+            return error(exc.status, exc.message, param=exc.param)
+        return registry.respond(log, after)
+
+
+# --------------------------------------------------------------------------- client side
+
+
+@dataclass
+class SSEEvent:
+    """One parsed SSE block: ``id`` (None when the block set none), ``data`` (lines joined by ``\\n``),
+    ``comment`` (True for a comment-only block such as ``: keep-alive``); ``t`` (perf_counter on arrival)."""
+
+    id: str | None
+    data: str | None
+    comment: bool = False
+    t: float = 0.0
+
+
+def iter_sse(lines: Iterable[str]) -> Iterator[SSEEvent]:
+    """Parse SSE lines (e.g. ``httpx.Response.iter_lines()``) into events, stamped on arrival of their end.
+
+    Follows the WHATWG event-stream rules for ``id``, ``data`` and comments; ``event`` and ``retry`` fields
+    are ignored. A comment-only block yields an event with ``comment=True``.
+    """
+    eid, data, comment = None, [], False
+    for line in lines:
+        if line == "":
+            if data or eid is not None:
+                yield SSEEvent(eid, "\n".join(data) if data else None, False, time.perf_counter())
+            elif comment:
+                yield SSEEvent(None, None, True, time.perf_counter())
+            eid, data, comment = None, [], False
+            continue
+        if line.startswith(":"):
+            comment = True
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "id" and "\x00" not in value:
+            eid = value
+    if data or eid is not None:
+        yield SSEEvent(eid, "\n".join(data) if data else None, False, time.perf_counter())

@@ -1,0 +1,448 @@
+"""The load generator: arrival processes, coordinated-omission-free timing, windows, slices, saturation.
+
+Profiles (:data:`PROFILES`; vLLM ``bench serve``, GuideLLM and AIPerf use the same names and meanings):
+
+Closed loop (the next request waits for a previous one to finish; the client's pace follows the server):
+    ``synchronous``  one request at a time.
+    ``concurrency``  ``concurrency`` requests in flight at all times (N workers, each sending its next request
+                     when its previous one ends).
+    ``throughput``   every request at once (concurrency = number of requests): the maximum throughput.
+
+Open loop (requests are sent at their scheduled times whatever the server does):
+    ``constant``     a fixed gap of ``1 / rate`` seconds.
+    ``poisson``      exponential gaps with mean ``1 / rate`` (a Poisson process).
+    ``gamma``        gamma gaps with shape ``burstiness`` and scale ``1 / (rate * burstiness)`` (vLLM's
+                     definition): mean rate ``rate`` whatever the burstiness; burstiness 1 is Poisson,
+                     below 1 burstier (coefficient of variation ``1 / sqrt(burstiness)``), above 1 steadier.
+    ``replay``       the arrival offsets of a JSONL trace (:func:`read_trace`), each with its own prompt and
+                     output length.
+    ``sweep``        not one run but a plan (:func:`sweep_rates`): ``synchronous`` and ``throughput`` first,
+                     then ``k`` open-loop rates evenly between the two measured request rates.
+
+Coordinated omission: in open loop every latency (``ttft_s``, ``e2e_s``) counts from the **scheduled**
+time, not from when the client managed to send, and a request is sent at its time even while earlier ones
+are still waiting (one thread per request), so a stalled server cannot slow the arrivals and hide its
+queue. ``late_s`` (send minus scheduled time) records how far the client itself fell behind.
+
+Warm-up and cool-down: requests that started before ``warmup_s`` (after the first scheduled arrival) or
+finished in the last ``cooldown_s`` seconds before the last completion are excluded; the kept window
+(``window_start_s``, ``window_end_s``) and the excluded counts are recorded. Per-time-slice figures
+(:func:`time_slices`) show whether the run reached a steady state.
+
+Over-saturation (open loop): the run stops sending when the requests in flight exceed ``max_in_flight``
+or the oldest one has been in flight longer than ``max_wait_s``: past the knee the queue grows without
+bound and every later request only measures the backlog. The rule and whether it fired are recorded
+(``stopped_early``, ``stop_reason``, ``saturation_rule``); requests never sent are not rows.
+
+Token counts come from the server's ``usage`` (or the engine's token ids in process), never from the
+number of streamed chunks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import checks, metrics
+from ..errors import ParameterError
+
+PROFILES = ("synchronous", "concurrency", "throughput", "constant", "poisson", "gamma", "replay", "sweep")
+OPEN_LOOP = ("constant", "poisson", "gamma", "replay")
+CLOSED_LOOP = ("synchronous", "concurrency", "throughput")
+TRACE_FIELDS = ("offset_s", "prompt_tokens", "output_tokens")
+
+
+@dataclasses.dataclass
+class RequestSpec:
+    """One request to send: a prompt (text or messages), its output cap, and its trace offset if replayed."""
+
+    prompt: object
+    max_tokens: int
+    prompt_tokens: int | None = None
+    offset_s: float | None = None
+
+
+def check_profile(profile: str, rate: float | None = None, concurrency: int | None = None,
+                  burstiness: float = 1.0) -> None:
+    """One-line errors for a profile and its parameters (before anything loads or is sent)."""
+    checks.check_choice("profile", profile, PROFILES)
+    if profile in ("constant", "poisson", "gamma"):
+        if rate is None:
+            raise ParameterError(f"rate: the {profile} profile needs a rate in requests/s (got None)")
+        checks.check_float("rate", rate, lo=0, lo_open=True)
+    if profile == "gamma":
+        checks.check_float("burstiness", burstiness, lo=0, lo_open=True)
+    if profile == "concurrency":
+        checks.check_int("concurrency", concurrency, lo=1)
+
+
+def arrival_offsets(profile: str, n: int, rate: float | None = None, burstiness: float = 1.0, seed: int = 0,
+                    trace_offsets: Sequence[float] | None = None) -> np.ndarray:
+    """Scheduled send times (seconds after the first) of ``n`` open-loop requests; the first is at 0.
+
+    ``constant``: ``i / rate``; ``poisson``: exponential gaps (mean ``1 / rate``); ``gamma``: gamma gaps of
+    shape ``burstiness`` and scale ``1 / (rate * burstiness)``; ``replay``: the trace's offsets, shifted to
+    start at 0. A fixed ``seed`` gives the same schedule.
+    """
+    check_profile(profile, rate, None, burstiness)
+    checks.check_int("n", n, lo=1)
+    if profile not in OPEN_LOOP:
+        raise ParameterError(f"profile: {profile} is closed loop and has no schedule")
+    if profile == "replay":
+        if trace_offsets is None:
+            raise ParameterError("trace: the replay profile needs a trace")
+        off = np.asarray(trace_offsets[:n], dtype=float)
+        return off - off[0]
+    rng = np.random.default_rng(seed)
+    if profile == "constant":
+        gaps = np.full(n - 1, 1.0 / rate)
+    elif profile == "poisson":
+        gaps = rng.exponential(1.0 / rate, n - 1)
+    else:
+        gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), n - 1)
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+def sweep_rates(sync_rps: float, max_rps: float, k: int) -> list[float]:
+    """``k`` rates evenly between the synchronous and the maximum request rate, both ends excluded
+    (GuideLLM's sweep). When the maximum is not above the synchronous rate the k rates spread from
+    half to twice it, so the plan still brackets the knee."""
+    checks.check_int("k", k, lo=1)
+    checks.check_float("sync_rps", sync_rps, lo=0, lo_open=True)
+    checks.check_float("max_rps", max_rps, lo=0, lo_open=True)
+    lo, hi = (sync_rps, max_rps) if max_rps > sync_rps * 1.05 else (sync_rps * 0.5, sync_rps * 2.0)
+    return [lo + (hi - lo) * (i + 1) / (k + 1) for i in range(k)]
+
+
+def read_trace(path) -> list[dict]:
+    """A JSONL trace: one object per line with ``offset_s`` (seconds, non-decreasing), ``prompt_tokens`` and
+    ``output_tokens`` (integers >= 1). Blank lines are skipped.
+
+    Raises:
+        ParameterError: a missing file or field, a bad value, or an offset before the previous one (one line).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ParameterError(f"trace: no such file {str(p)!r}")
+    rows, last = [], -math.inf
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise ParameterError(f"trace: line {i}: not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise ParameterError(f"trace: line {i}: must be a JSON object")
+        missing = [f for f in TRACE_FIELDS if f not in obj]
+        if missing:
+            raise ParameterError(f"trace: line {i}: missing field {', '.join(missing)}")
+        off = checks.check_float(f"trace: line {i}: offset_s", obj["offset_s"], lo=0)
+        checks.check_int(f"trace: line {i}: prompt_tokens", obj["prompt_tokens"], lo=1)
+        checks.check_int(f"trace: line {i}: output_tokens", obj["output_tokens"], lo=1)
+        if off < last:
+            raise ParameterError(f"trace: line {i}: offset_s {off} is before the previous one ({last}); "
+                                 "arrival times must not decrease")
+        last = off
+        rows.append({f: obj[f] for f in TRACE_FIELDS})
+    if not rows:
+        raise ParameterError(f"trace: {str(p)!r} has no requests")
+    return rows
+
+
+# ----------------------------------------------------------------------------- senders
+
+
+def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0, temperature: float = 0.0,
+                ignore_eos: bool = True, client=None) -> Callable:
+    """A ``send(spec, t_scheduled) -> row`` over an OpenAI-compatible streaming endpoint (``httpx``).
+
+    Client-side ``ttft_s`` / ``e2e_s`` are from the scheduled time to the first / last content chunk
+    (:func:`workbench.metrics.request_timing` over chunk arrival times); ``chunk_itl_s`` are chunk gaps
+    (a chunk is not a token). ``output_tokens`` is the server's ``usage.completion_tokens``; ``tpot_s``,
+    ``itl_s`` and ``queue_s`` are the engine's per-token-id figures from the final chunk's ``engine`` field
+    when the server sends them. ``t_headers`` is when the response headers arrived.
+    """
+    import httpx
+
+    from .server import SERVED_MODEL
+
+    http = client or httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=1024,
+                                                                       max_keepalive_connections=64))
+    url = base_url.rstrip("/") + "/v1/chat/completions"
+
+    def send(spec: RequestSpec, t_scheduled: float) -> dict:
+        messages = [{"role": "user", "content": spec.prompt}] if isinstance(spec.prompt, str) else list(spec.prompt)
+        body = {"model": model or SERVED_MODEL, "messages": messages, "max_tokens": spec.max_tokens,
+                "temperature": temperature, "stream": True, "stream_options": {"include_usage": True},
+                "ignore_eos": ignore_eos}
+        row = {"t_sent": time.perf_counter()}
+        stamps, engine, usage, finish = [], {}, None, None
+        try:
+            with http.stream("POST", url, json=body) as resp:
+                row["t_headers"] = time.perf_counter()
+                if resp.status_code != 200:
+                    resp.read()
+                    raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                for line in resp.iter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    t = time.perf_counter()
+                    obj = json.loads(line[6:])
+                    if "error" in obj:
+                        raise RuntimeError(f"server error: {obj['error'].get('message')}")
+                    engine = obj.get("engine") or engine
+                    usage = obj.get("usage") or usage
+                    for c in obj.get("choices", []):
+                        if (c.get("delta") or {}).get("content"):
+                            stamps.append(t)
+                        finish = c.get("finish_reason") or finish
+        except Exception as exc:  # a failed request is a row (an SLO miss), never a crash of the run
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        row["t_done"] = time.perf_counter()
+        row.setdefault("error", None)
+        timing = metrics.request_timing(stamps, t_scheduled)
+        n_out = usage.get("completion_tokens") if usage else None
+        nan = float("nan")
+        row.update(ttft_s=timing["ttft_s"], e2e_s=row["t_done"] - t_scheduled, chunk_itl_s=timing["itl_s"],
+                   chunks=len(stamps), output_tokens=int(n_out) if n_out is not None else 0,
+                   prompt_tokens=usage.get("prompt_tokens") if usage else spec.prompt_tokens, finish_reason=finish,
+                   tpot_s=engine.get("tpot_s", nan) if engine else nan, itl_s=engine.get("itl_s") or [],
+                   queue_s=engine.get("queue_s", nan) if engine else nan,
+                   engine_ttft_s=engine.get("engine_ttft_s", engine.get("ttft_s", nan)) if engine else nan)
+        if row.get("error") or n_out is None:
+            row["output_tokens"] = 0 if row.get("error") else row["output_tokens"]
+        for k in ("tpot_s", "queue_s", "engine_ttft_s"):
+            row[k] = nan if row[k] is None else row[k]
+        return row
+
+    return send
+
+
+def engine_sender(engine, tokenizer, settings) -> Callable:
+    """A ``send(spec, t_scheduled) -> row`` straight into a :mod:`workbench.serving.engines` engine (no HTTP).
+
+    ``settings``: the :class:`~workbench.generation.GenerationSettings` of every request (its
+    ``max_new_tokens`` is replaced by the spec's ``max_tokens``). Latencies count from the scheduled time
+    through per-token-id stamps; ``queue_s`` is the engine's.
+    """
+    from ..generation import encode_prompts
+    from .engines import EngineRequest
+
+    def send(spec: RequestSpec, t_scheduled: float) -> dict:
+        row = {"t_sent": time.perf_counter()}
+        if isinstance(spec.prompt, (list, tuple)) and spec.prompt and isinstance(spec.prompt[0], int):
+            ids = list(spec.prompt)
+        else:
+            enc = encode_prompts(tokenizer, [spec.prompt])
+            ids = enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
+        req = EngineRequest(ids, dataclasses.replace(settings, max_new_tokens=spec.max_tokens),
+                            t_arrival=row["t_sent"])
+        row["t_headers"] = row["t_sent"]
+        try:
+            engine.submit(req)
+            req.done.wait()
+            res = req.result()
+        except Exception as exc:
+            res = {"error": f"{type(exc).__name__}: {exc}", "output_tokens": 0}
+        row["t_done"] = time.perf_counter()
+        stamps = list(req.stamps)
+        timing = metrics.request_timing(stamps, t_scheduled)
+        err = res.get("error")
+        row.update(ttft_s=timing["ttft_s"], e2e_s=(stamps[-1] if stamps else row["t_done"]) - t_scheduled,
+                   itl_s=timing["itl_s"], tpot_s=timing["tpot_s"], output_tokens=0 if err else len(stamps),
+                   prompt_tokens=len(ids), finish_reason=res.get("finish_reason"), queue_s=res.get("queue_s"),
+                   batch_size=res.get("batch_size"), chunks=len(stamps), error=err)
+        return row
+
+    return send
+
+
+# ----------------------------------------------------------------------------- running a profile
+
+
+@dataclasses.dataclass
+class LoadResult:
+    """One profile run: ``rows`` (one dict per sent request), ``summary`` (dict) and ``slices`` (DataFrame)."""
+
+    rows: list
+    summary: dict
+    slices: pd.DataFrame
+
+    def kept(self) -> pd.DataFrame:
+        """The rows inside the kept window (warm-up and cool-down excluded)."""
+        df = pd.DataFrame(self.rows)
+        return df[df["kept"]].copy() if not df.empty else df
+
+
+def run_load(send: Callable, specs: Sequence[RequestSpec], profile: str, rate: float | None = None,
+             concurrency: int | None = None, burstiness: float = 1.0, seed: int = 0, warmup_s: float = 0.0,
+             cooldown_s: float = 0.0, slice_s: float = 5.0, max_in_flight: int | None = None,
+             max_wait_s: float | None = None, join_timeout_s: float = 600.0) -> LoadResult:
+    """Send ``specs`` under ``profile`` and collect one row per sent request.
+
+    Args:
+        send: ``send(spec, t_scheduled) -> row`` (:func:`http_sender`, :func:`engine_sender` or a fake).
+        specs: the requests, in order; ``replay`` uses their ``offset_s``.
+        profile: one of :data:`PROFILES` except ``sweep`` (a plan of several runs, see :func:`sweep_rates`).
+        rate, concurrency, burstiness, seed: the profile's parameters.
+        warmup_s, cooldown_s: excluded windows (seconds), see the module docstring.
+        slice_s: width of the per-time-slice figures.
+        max_in_flight, max_wait_s: the over-saturation stop rule (open loop); None disables a part.
+
+    Returns:
+        :class:`LoadResult`. Row times ``t_scheduled_s``, ``t_start_s`` (sent), ``t_end_s`` are seconds after
+        the first scheduled arrival; ``late_s`` is send minus scheduled time; ``kept`` marks the window.
+    """
+    check_profile(profile, rate, concurrency, burstiness)
+    if profile == "sweep":
+        raise ParameterError("profile: sweep is a plan of several runs; run synchronous, throughput and the "
+                             "rates of sweep_rates() one by one")
+    if not specs:
+        raise ParameterError("specs: need at least one request")
+    checks.check_float("warmup_s", warmup_s, lo=0)
+    checks.check_float("cooldown_s", cooldown_s, lo=0)
+    checks.check_float("slice_s", slice_s, lo=0, lo_open=True)
+    if max_in_flight is not None:
+        checks.check_int("max_in_flight", max_in_flight, lo=1)
+    if max_wait_s is not None:
+        checks.check_float("max_wait_s", max_wait_s, lo=0, lo_open=True)
+    rows: list = [None] * len(specs)
+    in_flight: dict[int, float] = {}
+    lock = threading.Lock()
+    stop = {"reason": ""}
+    t0 = time.perf_counter() + 0.01
+
+    def one(i, t_sched):
+        try:
+            row = send(specs[i], t_sched)
+        except Exception as exc:  # the sender should not raise; if it does, the request failed
+            row = {"error": f"{type(exc).__name__}: {exc}", "output_tokens": 0, "t_sent": t_sched,
+                   "t_done": time.perf_counter(), "ttft_s": float("nan"), "e2e_s": time.perf_counter() - t_sched}
+        row.update(request_id=i, t_scheduled=t_sched)
+        rows[i] = row
+        with lock:
+            in_flight.pop(i, None)
+
+    threads = []
+    if profile in OPEN_LOOP:
+        offs = arrival_offsets(profile, len(specs), rate, burstiness, seed,
+                               [s.offset_s for s in specs] if profile == "replay" else None)
+        rule = []
+        if max_in_flight is not None:
+            rule.append(f"in flight > {max_in_flight}")
+        if max_wait_s is not None:
+            rule.append(f"oldest in flight > {max_wait_s:g} s")
+        for i, off in enumerate(offs):
+            t_sched = t0 + float(off)
+            while True:  # sleep until the scheduled time, checking the saturation rule meanwhile
+                now = time.perf_counter()
+                with lock:
+                    n_fly = len(in_flight)
+                    oldest = min(in_flight.values()) if in_flight else None
+                if max_in_flight is not None and n_fly > max_in_flight:
+                    stop["reason"] = f"{n_fly} requests in flight > max_in_flight {max_in_flight}"
+                elif max_wait_s is not None and oldest is not None and now - oldest > max_wait_s:
+                    stop["reason"] = f"a request in flight for {now - oldest:.1f} s > max_wait_s {max_wait_s:g}"
+                if stop["reason"] or now >= t_sched:
+                    break
+                time.sleep(min(0.005, t_sched - now))
+            if stop["reason"]:
+                break
+            with lock:
+                in_flight[i] = t_sched
+            th = threading.Thread(target=one, args=(i, t_sched), daemon=True)
+            th.start()
+            threads.append(th)
+        saturation_rule = " or ".join(rule) or "none"
+    else:
+        n_workers = {"synchronous": 1, "throughput": len(specs)}.get(profile, concurrency)
+        n_workers = min(n_workers, len(specs))
+        it = iter(range(len(specs)))
+        it_lock = threading.Lock()
+
+        def worker():
+            while True:
+                with it_lock:
+                    i = next(it, None)
+                if i is None:
+                    return
+                t_sched = max(t0, time.perf_counter())  # closed loop: scheduled when the worker is free
+                while time.perf_counter() < t_sched:
+                    time.sleep(0.001)
+                with lock:
+                    in_flight[i] = t_sched
+                one(i, t_sched)
+
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(n_workers)]
+        for th in threads:
+            th.start()
+        saturation_rule = "none (closed loop)"
+    end = time.perf_counter() + join_timeout_s
+    for th in threads:
+        th.join(timeout=max(0.0, end - time.perf_counter()))
+    sent = [r for r in rows if r is not None]
+    for r in sent:
+        r["t_scheduled_s"] = r["t_scheduled"] - t0
+        r["t_start_s"] = r.get("t_sent", r["t_scheduled"]) - t0
+        r["t_end_s"] = r.get("t_done", r["t_scheduled"]) - t0
+        r["late_s"] = r.get("t_sent", r["t_scheduled"]) - r["t_scheduled"]
+        r.setdefault("error", None)
+    summary = dict(profile=profile, rate=rate, concurrency=concurrency, burstiness=burstiness if profile == "gamma"
+                   else None, requests_planned=len(specs), requests_sent=len(sent), stopped_early=bool(stop["reason"]),
+                   stop_reason=stop["reason"], saturation_rule=saturation_rule,
+                   client_late_s_max=max((r["late_s"] for r in sent), default=float("nan")))
+    summary.update(apply_window(sent, warmup_s, cooldown_s))
+    return LoadResult(sent, summary, time_slices(sent, slice_s))
+
+
+def apply_window(rows: list, warmup_s: float, cooldown_s: float) -> dict:
+    """Mark ``kept`` on each row: started at or after ``warmup_s`` and finished at or before the last
+    finish minus ``cooldown_s``; returns the window and counts (``window_start_s``, ``window_end_s``,
+    ``excluded_warmup``, ``excluded_cooldown``, ``wall_s``: first kept start to last kept finish)."""
+    if not rows:
+        return dict(window_start_s=float("nan"), window_end_s=float("nan"), excluded_warmup=0, excluded_cooldown=0,
+                    wall_s=float("nan"))
+    last = max(r["t_end_s"] for r in rows)
+    lo, hi = warmup_s, last - cooldown_s
+    n_w = n_c = 0
+    for r in rows:
+        early, late = r["t_start_s"] < lo - 1e-9, r["t_end_s"] > hi + 1e-9
+        r["kept"] = not (early or late)
+        n_w += early
+        n_c += late and not early
+    kept = [r for r in rows if r["kept"]]
+    wall = (max(r["t_end_s"] for r in kept) - min(r["t_start_s"] for r in kept)) if kept else float("nan")
+    return dict(window_start_s=lo, window_end_s=hi, excluded_warmup=int(n_w), excluded_cooldown=int(n_c),
+                wall_s=wall)
+
+
+def time_slices(rows: list, slice_s: float = 5.0) -> pd.DataFrame:
+    """Per ``slice_s`` window after the first arrival: ``started``, ``completed``, ``failed``, ``in_flight``
+    (at the slice's end), ``output_tokens`` of the requests completed in it (server counts),
+    ``output_throughput_tps`` and ``ttft_s_p50`` of those requests."""
+    if not rows:
+        return pd.DataFrame(columns=["slice_start_s", "started", "completed", "failed", "in_flight", "output_tokens",
+                                     "output_throughput_tps", "ttft_s_p50"])
+    last = max(r["t_end_s"] for r in rows)
+    out = []
+    for k in range(int(math.ceil(max(last, 1e-9) / slice_s))):
+        a, b = k * slice_s, (k + 1) * slice_s
+        done = [r for r in rows if a <= r["t_end_s"] < b or (k == 0 and r["t_end_s"] < a)]
+        tokens = sum(int(r.get("output_tokens") or 0) for r in done)
+        out.append({"slice_start_s": a, "started": sum(a <= r["t_start_s"] < b for r in rows),
+                    "completed": sum(not r.get("error") for r in done),
+                    "failed": sum(bool(r.get("error")) for r in done),
+                    "in_flight": sum(r["t_start_s"] < b <= r["t_end_s"] for r in rows),
+                    "output_tokens": tokens, "output_throughput_tps": tokens / slice_s,
+                    "ttft_s_p50": metrics.percentiles([r.get("ttft_s") for r in done if not r.get("error")],
+                                                      (50,))["p50"]})
+    return pd.DataFrame(out)

@@ -1,0 +1,127 @@
+"""SLO presets with their sources, per-point attainment and goodput, and the SLO search.
+
+A preset is a pair of per-request limits (TTFT and TPOT, seconds) plus the percentile at which its source
+states them (MLPerf states p99 limits; the others are per-request targets). Per point:
+``slo_attainment`` (:func:`workbench.metrics.slo_attainment`: share of requests meeting every limit,
+failed requests count as misses), ``goodput_rps`` (meeting requests per second of the kept window) and
+``percentiles_ok`` (TTFT and TPOT at the stated percentile within the limits).
+
+The limits are the sources' figures for data-centre GPUs and 7B-70B models; on a CPU with the embedded
+135M model most are out of reach, which is itself the finding; ``custom`` takes any pair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import pandas as pd
+
+from . import checks, metrics
+from .errors import ParameterError
+
+
+@dataclasses.dataclass(frozen=True)
+class SLO:
+    """Per-request limits: ``ttft_s`` and ``tpot_s`` (None: no limit), at ``percentile`` (the source's)."""
+
+    name: str
+    ttft_s: float | None
+    tpot_s: float | None
+    percentile: int = 99
+    source: str = ""
+
+
+PRESETS: dict[str, SLO] = {s.name: s for s in [
+    SLO("interactive_chat", 0.25, 0.10, 90,
+        "DistServe (Zhong et al., OSDI 2024), chatbot workload (ShareGPT): TTFT 0.25 s, TPOT 0.1 s, 90% attainment"),
+    SLO("code_completion", 0.125, 0.20, 90,
+        "DistServe (Zhong et al., OSDI 2024), code completion (HumanEval): TTFT 0.125 s, TPOT 0.2 s"),
+    SLO("rag", 15.0, 0.15, 90,
+        "DistServe (Zhong et al., OSDI 2024), summarization (LongBench, long prompts as in RAG): TTFT 15 s, "
+        "TPOT 0.15 s"),
+    SLO("batch_offline", None, None, 99,
+        "MLPerf Inference Offline scenario: throughput only, no latency limit (every completed request counts)"),
+    SLO("mlperf_server", 2.0, 0.20, 99,
+        "MLPerf Inference Llama-2-70B Server scenario: TTFT p99 <= 2 s, TPOT p99 <= 200 ms"),
+    SLO("mlperf_interactive", 0.45, 0.04, 99,
+        "MLPerf Inference Llama-2-70B Interactive scenario (v5.0): TTFT p99 <= 450 ms, TPOT p99 <= 40 ms"),
+]}
+
+
+def get(name: str, ttft_s: float | None = None, tpot_s: float | None = None) -> SLO:
+    """A preset by name, or ``custom`` with the given limits (seconds, > 0; at least one).
+
+    Raises:
+        ParameterError: an unknown preset or a bad custom limit (one line).
+    """
+    if name == "custom":
+        if ttft_s is None and tpot_s is None:
+            raise ParameterError("slo: custom needs slo_ttft_s and/or slo_tpot_s")
+        if ttft_s is not None:
+            checks.check_float("slo_ttft_s", ttft_s, lo=0, lo_open=True)
+        if tpot_s is not None:
+            checks.check_float("slo_tpot_s", tpot_s, lo=0, lo_open=True)
+        return SLO("custom", ttft_s, tpot_s, 99, "custom limits")
+    checks.check_choice("slo", name, tuple(PRESETS) + ("custom",))
+    return PRESETS[name]
+
+
+def evaluate(requests: pd.DataFrame, slo: SLO, wall_s: float) -> dict:
+    """``slo_attainment``, ``goodput_rps`` and ``percentiles_ok`` of one point's kept requests under ``slo``."""
+    att = metrics.slo_attainment(requests, slo.ttft_s, slo.tpot_s)
+    good = att * len(requests) if att == att else 0.0
+    ok = True
+    done = requests[requests["output_tokens"] >= 1] if len(requests) else requests
+    for col, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s)):
+        if limit is None:
+            continue
+        v = metrics.percentiles(done[col].tolist() if col in done else [], (slo.percentile,))[f"p{slo.percentile}"]
+        ok = ok and v == v and v <= limit
+    if len(requests) and (requests["output_tokens"] < 1).any():
+        ok = False  # a failed request breaks any percentile limit
+    return {"slo_attainment": att, "goodput_rps": good / wall_s if wall_s and wall_s > 0 else float("nan"),
+            "percentiles_ok": bool(ok)}
+
+
+def search_rate(attainment_at: Callable[[float], float], lo: float, hi: float, target: float = 0.99,
+                tolerance: float = 0.05, max_steps: int = 8) -> dict:
+    """The highest rate whose attainment stays >= ``target``, by bisection between ``lo`` and ``hi``.
+
+    ``attainment_at(rate)`` measures one point (one measurement per step). The search keeps a bracket
+    ``[good, bad]`` (``good`` met the target, ``bad`` did not) and halves it until ``bad - good <=
+    tolerance * good`` (relative tolerance) or ``max_steps`` measurements. If ``hi`` meets the target the
+    answer is ``hi`` (not bracketed); if ``lo`` misses it the answer is 0 (nothing meets it).
+
+    Returns:
+        ``{"rate": highest rate found meeting the target, "bracket": (good, bad), "steps": measurements,
+        "bracketed": bool, "history": [(rate, attainment), ...], "tolerance": tolerance}``.
+    """
+    checks.check_float("lo", lo, lo=0, lo_open=True)
+    checks.check_float("hi", hi, lo=lo, lo_open=True)
+    checks.check_float("target", target, lo=0, hi=1, lo_open=True)
+    checks.check_float("tolerance", tolerance, lo=0, lo_open=True)
+    checks.check_int("max_steps", max_steps, lo=2)
+    hist = []
+
+    def meets(rate):
+        a = attainment_at(rate)
+        hist.append((rate, a))
+        return a == a and a >= target
+
+    if not meets(lo):
+        return {"rate": 0.0, "bracket": (0.0, lo), "steps": 1, "bracketed": False, "history": hist,
+                "tolerance": tolerance}
+    if meets(hi):
+        return {"rate": hi, "bracket": (hi, math.inf), "steps": 2, "bracketed": False, "history": hist,
+                "tolerance": tolerance}
+    good, bad = lo, hi
+    while len(hist) < max_steps and bad - good > tolerance * good:
+        mid = (good + bad) / 2
+        if meets(mid):
+            good = mid
+        else:
+            bad = mid
+    return {"rate": good, "bracket": (good, bad), "steps": len(hist), "bracketed": True, "history": hist,
+            "tolerance": tolerance}
