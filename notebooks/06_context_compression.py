@@ -58,6 +58,7 @@ run
 # %%
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points, chat_points = context_compression.run(cfg, run, loaded, resume=resume)
+results.save_finding(run, context_compression.EXPERIMENT, context_compression.finding(points))
 points[["point_id", "status", "achieved_ratio_p50", "compressor_s_p50", "ttft_s_p50", "total_s_p50",
         "substring_match_mean", "gold_logprob_mean", "rouge_l_mean"]]
 

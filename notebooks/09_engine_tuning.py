@@ -23,7 +23,7 @@
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
 device: str = "auto"  # auto | cpu | cuda | mps
 dtype: str = "auto"  # dtype of the notebook's model (drift probe, roofline calibration); the axis is dtypes
-dtypes: list = ["float32", "bfloat16"]  # float32 / bfloat16 on CPU; bfloat16 / float16 on CUDA (first = baseline)
+dtypes: list = ["float32", "bfloat16"]  # float32, bfloat16 on CPU; bfloat16, float16 on CUDA (the first is the baseline)
 attn_implementations: list = ["sdpa", "eager"]  # attention kernels (eager, sdpa; flash/flex on CUDA)
 cache_implementations: list = ["dynamic", "static"]  # KV cache: dynamic and/or static
 compile: list = [False]  # [False], [True] or both: torch.compile the decode forward (needs static)
@@ -38,7 +38,7 @@ max_logprob_drift: float = 0.05  # guard: mean |log-prob drift| of the reference
 slo_preset: str = "custom"  # a workbench.slo preset, or custom (slo_ttft_s / slo_tpot_s)
 slo_ttft_s: float = 2.0  # custom SLO on TTFT p50, seconds
 slo_tpot_s: float = 0.25  # custom SLO on TPOT p50, seconds
-search: str = "grid"  # grid (every configuration) | adaptive (coordinate descent, <= 1/3 of the grid)
+search: str = "grid"  # grid (every configuration) or adaptive (coordinate descent, at most a third of the grid)
 calibrate: bool = True  # fit the roofline on this machine when no calibration is cached (~15 s)
 repeats: int = 2  # timed repetitions per point
 warmup: int = 1  # untimed warm-up runs per point

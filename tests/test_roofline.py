@@ -88,7 +88,7 @@ def test_residual_summary_names_points_outside_the_limit():
                           "bound": ["memory", "overhead"]})
     text = roofline.residual_summary(table)
     assert "TTFT median |measured/predicted - 1| = 55.0%" in text
-    assert "b ratio 2.00 (model says overhead-bound)" in text and "TPOT median" in text
+    assert "b ratio 2.00 (model says prefill is overhead-bound)" in text and "TPOT median" in text
 
 
 def test_workload_of_reads_points_and_config_fields():

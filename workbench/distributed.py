@@ -344,6 +344,9 @@ class _Pool:
             self.threads = max(1, int(self.per))
         if os.environ.get(MAX_WORKERS_ENV):
             self.capacity = min(self.capacity, int(os.environ[MAX_WORKERS_ENV]))
+        if self.capacity < 1:
+            print(f"ray: no free {'GPU' if self.gpu else 'CPU'} on the cluster now (other jobs hold them); "
+                  "the worker waits until one frees", file=sys.stderr, flush=True)
         self.capacity = max(1, self.capacity)
         self.slots: list[_Slot] = []
         self.spawned = 0
@@ -378,6 +381,14 @@ class _Pool:
 
 
 _POOLS: dict[tuple, _Pool] = {}
+
+
+def release_workers() -> None:
+    """End this process's workers (they otherwise live as long as the driver), freeing their CPUs / GPUs."""
+    for pool in _POOLS.values():
+        for slot in pool.live():
+            pool.kill(slot)
+    _POOLS.clear()
 
 
 class RayExecutor:

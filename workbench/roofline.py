@@ -163,10 +163,10 @@ class Device:
     dtype: str = "float32"
 
     @classmethod
-    def probe(cls, device: str = "cpu", dtype: str = "float32") -> "Device":
+    def probe(cls, device: str = "cpu", dtype: str = "float32", trials: int = 7) -> "Device":
         import torch
 
-        p = metrics.probe_device(device, dtype)
+        p = metrics.probe_device(device, dtype) if trials == 7 else metrics.probe_device(device, dtype, trials)
         return cls(p["bandwidth_bytes_per_s"], p["flops_per_s"], torch.get_num_threads(),
                    overlap=not device.startswith("cpu"), name=device, dtype=dtype)
 
@@ -400,6 +400,7 @@ class Predictor:
     shape: ModelShape
     device: Device
     calib: Calibration
+    probe: bool = True
     _devices: dict = dataclasses.field(default_factory=dict)
 
     def predict(self, batch_size: int, prompt_tokens: int, output_tokens: int, dtype: str | None = None,
@@ -408,9 +409,10 @@ class Predictor:
         shape, dev = self.shape, self.device
         if dtype and dtype not in ("auto", self.shape.dtype):
             shape = shape.with_dtype(dtype)
-            if dtype not in self._devices:
-                p = Device.probe(dev.name, dtype)
-                self._devices[dtype] = dataclasses.replace(p, threads=dev.threads)
+            if dtype not in self._devices:  # this dtype's matmul FLOP/s (2 trials: plan stays quick)
+                p = Device.probe(dev.name, dtype, trials=2) if self.probe else dataclasses.replace(dev, dtype=dtype)
+                self._devices[dtype] = dataclasses.replace(p, bandwidth_bytes_per_s=dev.bandwidth_bytes_per_s,
+                                                           threads=dev.threads)
             dev = self._devices[dtype]
         return predict(shape, dev, self.calib, batch_size, prompt_tokens, output_tokens, threads)
 
@@ -429,10 +431,10 @@ class Predictor:
         path = str(models.resolve_model_path(spec))
         cached = load_cached(path, device, dtype, torch.get_num_threads())
         if cached is not None:
-            return cls(shape, *cached)
+            return cls(shape, *cached, probe=probe)
         dev = Device.probe(device, dtype) if probe else Device(10e9, 50e9, torch.get_num_threads(),
                                                                 overlap=device != "cpu", name=device, dtype=dtype)
-        return cls(shape, dev, Calibration())
+        return cls(shape, dev, Calibration(), probe=probe)
 
 
 _BATCH_KEYS = ("batch_size", "batch_sizes", "max_batch_size")
@@ -563,7 +565,7 @@ def _threads() -> int:
 def residual_table(points: pd.DataFrame) -> pd.DataFrame:
     """Measured / predicted per point (``point_id``, measured and predicted TTFT/TPOT, ratios, bound)."""
     cols = ["point_id", "ttft_s_p50", "predicted_ttft_s", "ttft_ratio", "tpot_s_p50", "predicted_tpot_s",
-            "tpot_ratio", "bound"]
+            "tpot_ratio", "bound", "prefill_bound", "decode_bound"]
     return points[[c for c in cols if c in points]].copy()
 
 
@@ -579,9 +581,11 @@ def residual_summary(table: pd.DataFrame, limit: float = 0.30) -> str:
             continue
         parts.append(f"{q.upper()} median |measured/predicted - 1| = {dev.median():.1%}")
         out = table[(table[col] - 1).abs() > limit]
+        phase = "prefill_bound" if q == "ttft" else "decode_bound"
         for _, r in out.iterrows():
+            bound = r.get(phase) if isinstance(r.get(phase), str) else r.get("bound", "?")
             parts.append(f"  {q.upper()} outside {limit:.0%}: {r['point_id']} ratio {r[col]:.2f} "
-                         f"(model says {r.get('bound', '?')}-bound)")
+                         f"(model says {'prefill' if q == 'ttft' else 'decode'} is {bound}-bound)")
     return "\n".join(parts) if parts else "no point to compare"
 
 

@@ -376,6 +376,21 @@ def best_strategy(points):
     return pd.DataFrame(rows)
 
 
+def finding(points) -> str:
+    """One sentence per context length: the best strategy (answer match, then likelihood, then total time)."""
+    best = best_strategy(points)
+    if best.empty:
+        return "No compression point finished."
+    parts = []
+    for _, r in best.iterrows():
+        ratio = f" at ratio {r['ratio']:g}" if r["ratio"] == r["ratio"] and r["strategy"] not in LOSSLESS else ""
+        base = (f"; 'none' takes {r['none_' + TOTAL]:.2f} s" if r["none_" + TOTAL] is not None
+                and r["none_" + TOTAL] == r["none_" + TOTAL] else "")
+        parts.append(f"{int(r['context_tokens'])} tokens: {r['strategy']}{ratio} (match {r[MATCH]:.0%}, "
+                     f"total {r[TOTAL]:.2f} s{base})")
+    return "Best strategy per context length - " + "; ".join(parts) + "."
+
+
 # ----------------------------------------------------------------------------- figures
 
 

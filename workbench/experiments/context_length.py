@@ -36,7 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import plots
+from .. import plots, roofline
 from ..checks import check_bool, check_choice, check_int, check_int_list
 from ..errors import ParameterError
 from ..generation import GenerationSettings, warm_up
@@ -229,7 +229,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Every (batch_size, context_tokens) point of ``cfg`` through :func:`workbench.sweeps.run_sweep`.
 
     Returns:
-        The ``context_length`` points DataFrame.
+        The ``context_length`` points DataFrame, with the roofline's prediction per point and
+        ``ttft_ratio`` / ``tpot_ratio`` (residuals saved as ``residuals/context_length.txt``).
     """
     warmed: set[int] = set()
 
@@ -238,7 +239,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
         warmed.add(p["batch_size"])
         return measure_point(loaded, cfg, p, warm)
 
-    return run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, info=loaded.info, loaded=loaded, config=cfg)
+    points = run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, info=loaded.info, loaded=loaded,
+                       config=cfg)
+    points = roofline.with_predictions(points, loaded.info)
+    roofline.save_residuals(run_dir, EXPERIMENT, points)
+    return points
 
 
 # ----------------------------------------------------------------------------- figures
@@ -300,6 +305,8 @@ def fig_tpot_vs_context(points):
                   labels={"context_tokens": _l_label(), "tpot_s_p50": plots.label("tpot_s_p50"),
                           "color": plots.label("batch_size")},
                   title="Decode time per output token vs context length")
+    roofline.add_predicted_line(fig, df, "context_tokens", "predicted_tpot_s", group="batch_size",
+                                name="predicted, batch")
     return plots.legend_below(fig)
 
 

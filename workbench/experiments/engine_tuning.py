@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import os
 import time
@@ -146,7 +147,10 @@ class Config(SweepConfig):
             raise ParameterError("compile: torch.compile needs a static cache (fixed shapes); "
                                  "add 'static' to cache_implementations or set compile: [false]")
         cores = usable_cores()
-        checks.check_int_list("torch_threads", self.torch_threads, lo=1, hi=cores, allow_empty=True)
+        checks.check_int_list("torch_threads", self.torch_threads, lo=1, allow_empty=True)
+        if any(t > cores for t in self.torch_threads):
+            raise ParameterError(f"torch_threads: {max(self.torch_threads)} exceeds the {cores} CPU cores this "
+                                 f"process may use (got {self.torch_threads})")
         if self.torch_threads and dev != "cpu":
             raise ParameterError(f"torch_threads: only a CPU axis (device is {dev}); leave it empty")
         checks.check_int_list("batch_sizes", self.batch_sizes, lo=1)
@@ -356,11 +360,15 @@ def measure_point(cfg: Config, point: dict, ref: dict, predictor: roofline.Predi
 # ----------------------------------------------------------------------------- search and recommendation
 
 
+JOINT = ("cache_implementation", "compile")  # searched as one axis: compile only exists with a static cache
+
+
 def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], start: dict | None = None,
                       budget: int | None = None, is_valid: Callable[[dict], bool] = valid) -> tuple[dict, dict]:
     """Coordinate descent over a configuration grid: from ``start`` (default: the first value of each axis),
     try every value of one axis while holding the others, keep the best, go to the next axis; repeat passes
-    until a pass changes nothing or the budget is spent.
+    until a pass changes nothing or the budget is spent. ``cache_implementation`` and ``compile`` are one
+    joint axis (``dynamic``, ``static``, ``static+compile``), since compile only exists with a static cache.
 
     Args:
         axes: ``{axis: [values]}``.
@@ -373,30 +381,47 @@ def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], 
     names = list(axes)
     grid = [c for c in sweeps.expand_grid(**axes) if is_valid(c)]
     budget = max(1, len(grid) // 3) if budget is None else budget
+    joint = [a for a in JOINT if a in axes]
+    search_axes: dict[str, list] = {}
+    for a in names:
+        if a in joint and len(joint) == len(JOINT):
+            if a == joint[0]:
+                search_axes["+".join(joint)] = [v for v in itertools.product(*(axes[j] for j in joint))
+                                                if is_valid(dict(zip(joint, v)))]
+        else:
+            search_axes[a] = list(axes[a])
+
+    def expand(c: dict) -> dict:
+        out = {}
+        for a, v in c.items():
+            out.update(dict(zip(joint, v)) if "+" in a else {a: v})
+        return out
+
     seen: dict = {}
 
     def cost(c):
-        key = tuple(c[a] for a in names)
+        full = expand(c)
+        key = tuple(full[a] for a in names)
         if key not in seen:
-            if len(seen) >= budget or not is_valid(c):
+            if len(seen) >= budget or not is_valid(full):
                 return math.inf
-            seen[key] = evaluate(dict(c))
+            seen[key] = evaluate(dict(full))
         return seen[key]
 
-    current = dict(start or {a: v[0] for a, v in axes.items()})
-    if not is_valid(current):
-        current = dict(grid[0])
+    current = {a: v[0] for a, v in search_axes.items()}
+    if start:
+        current = {a: (tuple(start[j] for j in joint) if "+" in a else start[a]) for a in search_axes}
     best = cost(current)
     changed = True
     while changed and len(seen) < budget:
         changed = False
-        for a in names:
-            for v in axes[a]:
+        for a, values in search_axes.items():
+            for v in values:
                 cand = {**current, a: v}
                 c = cost(cand)
                 if c < best:
                     current, best, changed = cand, c, True
-    return current, seen
+    return expand(current), seen
 
 
 def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.DataFrame:
@@ -413,7 +438,7 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
     rows = []
     for key, g in df.groupby(list(AXES), dropna=False, sort=False):
         ok = g[g["status"] == "ok"] if "status" in g else g
-        r = dict(zip(AXES, key))
+        r = {a: (None if isinstance(v, float) and math.isnan(v) else v) for a, v in zip(AXES, key)}  # groupby: None -> NaN
         r["config"] = config_name(r)
         r["status"] = "ok" if len(ok) == len(g) else str(g["status"][g["status"] != "ok"].iloc[0])
         for col, how in (("e2e_s_p50", "mean"), ("ttft_s_p50", "max"), ("tpot_s_p50", "max"),

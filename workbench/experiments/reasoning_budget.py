@@ -172,6 +172,19 @@ def quality_summary(requests, by=("reasoning_budget", "batch_size"), confidence:
     return quality.summarize(df, list(by), metrics=list(QUALITY_METRICS), confidence=confidence)
 
 
+def finding(points) -> str:
+    """One sentence: accuracy and TTFAT at the smallest and largest thinking budget (greedy)."""
+    ok = points[points["status"] == "ok"] if "status" in points else points
+    if ok.empty or "reasoning_budget" not in ok:
+        return "No reasoning point finished."
+    by = ok.groupby("reasoning_budget")[["exact_match_mean", "ttfat_s_p50", "thinking_tokens_mean"]].mean()
+    lo, hi = by.index.min(), by.index.max()
+    return (f"Thinking budget {lo} -> {hi}: accuracy {by.loc[lo, 'exact_match_mean']:.0%} -> "
+            f"{by.loc[hi, 'exact_match_mean']:.0%}, time to first answer token {by.loc[lo, 'ttfat_s_p50']:.2f} -> "
+            f"{by.loc[hi, 'ttfat_s_p50']:.2f} s, thinking tokens {by.loc[lo, 'thinking_tokens_mean']:.0f} -> "
+            f"{by.loc[hi, 'thinking_tokens_mean']:.0f} (means over batch sizes).")
+
+
 def latency_table(requests):
     """Long table of per-request TTFT, TTFAT and e2e (seconds) by budget and batch size, for box plots."""
     cols = ["reasoning_budget", "batch_size", "ttft_s", "ttfat_s", "e2e_s"]

@@ -523,7 +523,7 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse
     from pydantic import ValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
 

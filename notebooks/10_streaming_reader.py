@@ -1,0 +1,67 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+#     pygments_lexer: ipython3
+#   workbench:
+#     config: workbench.experiments.streaming_reader:Config
+# ---
+
+# %% [markdown]
+# # 10 Streaming to a reader: proxies, keep-alive, and what the reader sees
+# The reader part times each greedy answer as displayed at several granularities: time to first word and to
+# first complete sentence, stalls over 250 ms, the longest stall, and the margin over a stated reading speed
+# (English 238 words/min, Brysbaert 2019; Chinese 255 characters/min, IReST 2012). The proxy part puts a real
+# nginx between client and server: buffering on, off, and on with the server's `X-Accel-Buffering: no`;
+# buffering turns TTFT into end-to-end latency, the header restores it. The keep-alive part shows a client
+# read timeout on a queued request, with and without SSE `: keep-alive` comments.
+
+# %% tags=["parameters"]
+model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
+device: str = "auto"  # auto | cpu | cuda | mps
+dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+max_new_tokens: int = 64  # tokens per request (greedy, fixed length)
+languages: list = ["en", "zh"]  # prompts of the reader part
+granularities: list = ["token", "4 tokens", "100 ms"]  # display granularities of the reader part
+proxy_modes: list = ["direct", "buffering_on", "buffering_off", "header"]  # paths: direct and through nginx
+client_timeout_s: float = 1.0  # the keep-alive part's client read timeout, seconds
+keepalive_s: float = 0.25  # the server's keep-alive comment interval in that part, seconds
+blocker_tokens: int = 48  # length of the request the probe queues behind (0: skip the keep-alive part)
+stall_s: float = 0.25  # a gap between display updates longer than this is a stall, seconds
+repeats: int = 2  # timed requests per point
+warmup: int = 1  # untimed warm-up requests per proxy path
+seed: int = 0  # base seed
+run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
+resume: bool = False  # skip points this run already finished
+
+# %%
+from workbench import models, results
+from workbench.experiments import streaming_reader
+
+cfg = streaming_reader.Config.from_namespace(globals())
+run = results.open_run(run_dir)
+nginx, reason = streaming_reader.nginx_status()
+print(f"nginx: {nginx}" if nginx else f"nginx part skipped: {reason}")
+run
+
+# %%
+loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
+points = streaming_reader.run(cfg, run, loaded, resume=resume)
+requests = results.read_requests(run, experiment=streaming_reader.EXPERIMENT)
+streaming_reader.proxy_table(requests)
+
+# %%
+for name, fig in streaming_reader.figures(points, requests).items():
+    results.save_figure(run, name, fig)
+    fig.show()
+
+# %%
+finding = streaming_reader.headline(requests)
+results.save_finding(run, streaming_reader.EXPERIMENT, finding)
+print(finding)

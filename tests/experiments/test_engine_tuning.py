@@ -1,0 +1,218 @@
+"""Experiment 09 (engine tuning): one-line errors before any model loads, the adaptive search on a synthetic
+cost surface, the quality guard against a noise processor, compile time kept out of the timed repeats, and a
+tiny real sweep."""
+import itertools
+import math
+import random
+import time
+
+import pytest
+
+from workbench import ParameterError, models, results
+from workbench.experiments import engine_tuning as et
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded before validation finished")
+
+    monkeypatch.setattr(models, "load_model", boom)
+
+
+@pytest.mark.parametrize("kwargs,name,words", [
+    ({"dtypes": ["float16"]}, "dtypes", "not supported on cpu"),
+    ({"dtypes": ["int8"]}, "dtypes", "not supported on cpu"),
+    ({"attn_implementations": ["flash_attention_2"]}, "attn_implementations", "not supported on cpu"),
+    ({"compile": [True], "cache_implementations": ["dynamic"]}, "compile", "static cache"),
+    ({"torch_threads": [et.usable_cores() + 1]}, "torch_threads", "CPU cores"),
+    ({"torch_threads": [0]}, "torch_threads", ">= 1"),
+    ({"cache_implementations": ["paged"]}, "cache_implementations", ""),
+    ({"search": "optuna"}, "search", ""),
+    ({"min_token_agreement": 1.5}, "min_token_agreement", ""),
+    ({"slo_preset": "nope"}, "slo", ""),
+])
+def test_bad_input_is_one_line_before_any_model_loads(no_weights, kwargs, name, words):
+    with pytest.raises(ParameterError) as err:
+        et.Config(device="cpu", **kwargs)
+    msg = str(err.value)
+    assert msg.startswith(name + ":") and "\n" not in msg and words in msg
+
+
+def test_grid_skips_compiled_dynamic_cache_and_orders_configurations(no_weights):
+    cfg = et.Config(device="cpu", compile=[False, True], torch_threads=[1, 2], prompt_tokens=[64, 128])
+    confs = cfg.configurations()
+    assert len(confs) == 2 * 2 * 3 * 2 and all(et.valid(c) for c in confs)
+    assert len(cfg.grid()) == 2 * len(confs) and cfg.grid()[0]["dtype"] == "float32"
+    with pytest.raises(ParameterError, match="^compile:"):
+        et.generate_kwargs({"cache_implementation": "dynamic", "compile": True})
+    assert et.generate_kwargs({"cache_implementation": "dynamic", "compile": False}) == {"disable_compile": True}
+    kw = et.generate_kwargs({"cache_implementation": "static", "compile": True})
+    assert kw["cache_implementation"] == "static" and kw["compile_config"]._compile_all_devices
+
+
+def test_agreement_share_and_first_divergence():
+    assert et.agreement([[1, 2, 3, 4]], [[1, 2, 3, 4]]) == (1.0, 4)
+    share, first = et.agreement([[1, 2, 3, 4], [5, 6, 7, 8]], [[1, 2, 9, 4], [5, 6, 7]])
+    assert share == pytest.approx(6 / 8) and first == 2
+
+
+# ----------------------------------------------------------------------------- adaptive search
+
+DEFAULT_AXES = {"dtype": ["float32", "bfloat16"], "attn_implementation": ["sdpa", "eager"],
+                "cache_implementation": ["dynamic", "static"], "compile": [False, True], "torch_threads": [1, 2]}
+
+
+def _surface(factors: dict, fails=lambda c: False):
+    def cost(c):
+        if fails(c):
+            return math.inf
+        return math.prod(factors[a][c[a]] for a in factors)
+    return cost
+
+
+def _grid_best(axes, cost):
+    grid = [dict(zip(axes, v)) for v in itertools.product(*axes.values())]
+    grid = [c for c in grid if et.valid(c)]
+    return min(grid, key=cost), len(grid)
+
+
+def test_adaptive_search_finds_the_grid_optimum_with_a_third_of_the_evaluations():
+    # a CPU-like surface: bf16 slower (no AMX), sdpa a bit faster, static+compile fastest, 2 threads faster;
+    # bf16 with eager fails the quality guard
+    factors = {"dtype": {"float32": 1.0, "bfloat16": 1.4}, "attn_implementation": {"sdpa": 0.95, "eager": 1.0},
+               "cache_implementation": {"dynamic": 1.0, "static": 1.05}, "compile": {False: 1.0, True: 0.7},
+               "torch_threads": {1: 1.8, 2: 1.0}}
+    cost = _surface(factors, fails=lambda c: c["dtype"] == "bfloat16" and c["attn_implementation"] == "eager")
+    calls = []
+    best, seen = et.coordinate_search(DEFAULT_AXES, lambda c: calls.append(c) or cost(c))
+    want, n = _grid_best(DEFAULT_AXES, cost)
+    assert best == want and len(calls) == len(seen) <= n // 3
+
+
+def test_adaptive_search_on_random_separable_surfaces():
+    rng = random.Random(0)
+    hits = 0
+    for _ in range(50):
+        factors = {a: {v: rng.uniform(0.5, 2.0) for v in vs} for a, vs in DEFAULT_AXES.items()}
+        cost = _surface(factors)
+        best, seen = et.coordinate_search(DEFAULT_AXES, cost)
+        want, n = _grid_best(DEFAULT_AXES, cost)
+        assert len(seen) <= n // 3
+        hits += cost(best) == pytest.approx(cost(want))
+    assert hits >= 48  # compile only with static couples two axes; the budget allows one pass
+
+
+def test_replay_search_agrees_with_the_full_grid_recommendation():
+    import pandas as pd
+
+    axes = {"dtype": ["float32", "bfloat16"], "attn_implementation": ["sdpa", "eager"],
+            "cache_implementation": ["dynamic", "static"], "compile": [False], "torch_threads": [1, 2]}
+    factors = {"dtype": {"float32": 1.0, "bfloat16": 0.8}, "attn_implementation": {"sdpa": 0.9, "eager": 1.0},
+               "cache_implementation": {"dynamic": 1.0, "static": 1.1}, "compile": {False: 1.0},
+               "torch_threads": {1: 1.7, 2: 1.0}}
+    rows = []
+    for c in (dict(zip(axes, v)) for v in itertools.product(*axes.values())):
+        e2e = math.prod(factors[a][c[a]] for a in axes)
+        guard = c["dtype"] == "float32"  # bf16 is faster but fails the guard
+        rows.append({**c, "status": "ok", "e2e_s_p50": e2e, "ttft_s_p50": 0.1, "tpot_s_p50": 0.05,
+                     "guard_passed": guard, "guard_reason": "" if guard else "token agreement 0.5 < 0.9",
+                     "slo_ttft_s": 2.0, "slo_tpot_s": 0.25})
+    configs = et.configurations(pd.DataFrame(rows))
+    best = et.recommend(configs)
+    assert best["config"] == "float32/sdpa/dynamic/2t"
+    replay = et.replay_search(configs, axes)
+    assert replay["same"] and replay["evaluated"] <= replay["grid"] // 3
+    assert "guard FAILED" in et.headline(configs, replay)
+
+
+# ----------------------------------------------------------------------------- on the real model
+
+
+class Noise:
+    """A logits processor that perturbs the scores (a configuration that changes the model's output)."""
+
+    def __init__(self, scale=50.0):
+        import torch
+
+        self.gen = torch.Generator().manual_seed(0)
+        self.scale = scale
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        return scores + self.scale * torch.randn(scores.shape, generator=self.gen)
+
+
+@pytest.mark.model
+def test_quality_guard_flags_a_configuration_that_perturbs_logits():
+    from transformers import LogitsProcessorList
+
+    cfg = et.Config(device="cpu", dtypes=["float32"], attn_implementations=["eager"], cache_implementations=["dynamic"],
+                    guard_prompts=2, guard_tokens=6)
+    ref = et.reference(cfg)
+    loaded = models.load_model("default", "cpu", "float32", attn_implementation="eager")
+    clean = et.quality_guard(loaded, ref, cfg, {"disable_compile": True})
+    assert clean["guard_passed"] and clean["token_agreement"] == 1.0 and clean["logprob_drift"] == pytest.approx(0, abs=1e-4)
+    noisy = et.quality_guard(loaded, ref, cfg, {"disable_compile": True}, LogitsProcessorList([Noise()]))
+    assert not noisy["guard_passed"] and noisy["token_agreement"] < 0.9 and "token agreement" in noisy["guard_reason"]
+
+
+@pytest.mark.model
+def test_compile_time_is_recorded_apart_and_kept_out_of_the_timed_repeats(monkeypatch):
+    """A compiled point's first (compiling) call is timed into compile_s; every timed repeat starts after it."""
+    from workbench import sweeps
+
+    cfg = et.Config(device="cpu", dtypes=["float32"], attn_implementations=["sdpa"], cache_implementations=["static"],
+                    compile=[True], prompt_tokens=[32], max_new_tokens=3, guard_prompts=1, guard_tokens=3,
+                    repeats=2, warmup=1, calibrate=False)
+    # stand-in for torch.compile: the static cache runs for real, the first call sleeps like a compile would
+    monkeypatch.setattr(et, "generate_kwargs", lambda p, d="cpu": {"cache_implementation": "static",
+                                                                   "disable_compile": True})
+    spans, timed = [], []
+    real_et, real_sweeps = et.generate_measured, sweeps.generate_measured
+
+    def compiling(*a, **k):
+        t0 = time.perf_counter()
+        if not spans:
+            time.sleep(1.0)
+        out = real_et(*a, **k)
+        spans.append((t0, time.perf_counter()))
+        return out
+
+    def timed_call(*a, **k):
+        t0 = time.perf_counter()
+        out = real_sweeps(*a, **k)
+        timed.append((t0, out.wall_s))
+        return out
+
+    monkeypatch.setattr(et, "generate_measured", compiling)
+    monkeypatch.setattr(sweeps, "generate_measured", timed_call)
+    ref = {"prompts": ["hi"], "contexts": [[1, 2]], "outputs": [[3, 4, 5]], "logprobs": [[-1.0, -1.0, -1.0]]}
+    point = {**cfg.configurations()[0], "batch_size": 1, "prompt_tokens": 32}
+    out = et.measure_point(cfg, point, ref)
+    compile_end = spans[0][1]
+    assert out["extra"]["compile_s"] >= 1.0 and out["extra"]["compile_s"] == pytest.approx(spans[0][1] - spans[0][0], rel=0.05)
+    assert len(timed) == cfg.repeats  # the compile run is the warm-up: no 4-token warm-up recompiles the graph
+    assert all(t0 >= compile_end for t0, _ in timed)
+    assert out["wall_s"] == pytest.approx(sum(w for _, w in timed))
+    assert {r["repeat"] for r in out["requests"]} == {0, 1}
+
+
+@pytest.mark.model
+def test_tiny_engine_sweep_on_the_real_model(loaded):
+    cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
+                    cache_implementations=["dynamic"], prompt_tokens=[32], max_new_tokens=3, guard_prompts=1,
+                    guard_tokens=4, repeats=1, warmup=0, calibrate=False)
+    run = results.create_run()
+    points = et.run(cfg, run, loaded)
+    assert len(points) == 2 and (points["status"] == "ok").all(), points.get("status")
+    for col in ("predicted_ttft_s", "predicted_tpot_s", "ttft_ratio", "token_agreement", "logprob_drift", "guard_passed"):
+        assert col in points
+    f32 = points[points["dtype"] == "float32"].iloc[0]
+    assert f32["token_agreement"] == 1.0  # sdpa vs eager in float32: same greedy tokens
+    configs = et.configurations(points, cfg.slo())
+    assert list(configs["config"]) == ["float32/sdpa/dynamic", "bfloat16/sdpa/dynamic"]
+    assert set(et.figures(points, configs)) == {"engine_speed", "engine_prediction", "engine_guard"}
+    assert (run / "residuals" / "engine_tuning.txt").exists()
+    assert isinstance(et.headline(configs), str)

@@ -1,0 +1,453 @@
+"""Experiment 10, streaming to a reader: what a reader sees, a real nginx in the path, client timeouts.
+
+Three parts, each a set of sweep points (``part`` column):
+
+- ``reader``: per language, greedy generations on the model in process; each token timeline goes through
+  the display path at each display granularity and :mod:`workbench.reading` gives time to first word and
+  first sentence, stalls (> 250 ms), the longest stall and the reading-speed margin (one request row per
+  granularity).
+- ``proxy``: streaming chat requests to the OpenAI-compatible server (:mod:`workbench.serving.server`),
+  either directly or through a real nginx (the Debian package) started on a loopback port from a generated
+  config: ``buffering_on`` (``proxy_buffering on`` and ``proxy_ignore_headers X-Accel-Buffering``, i.e. a
+  server that does not send the header), ``buffering_off`` (``proxy_buffering off``) and ``header``
+  (``proxy_buffering on``, the server's ``X-Accel-Buffering: no`` honoured). Per request: client TTFT
+  (send to the first content chunk), e2e, every chunk's arrival time and the reader metrics of the chunks
+  as they arrived (granularity ``http chunks``). Without nginx (not installed, cannot start) the nginx
+  modes are left out with the reason (:func:`nginx_status`); ``direct`` still runs.
+- ``keepalive``: a client with a read timeout (``client_timeout_s``) streams a request that waits in the
+  queue behind a longer one (``blocker_tokens``). Without keep-alive the server sends nothing until the
+  first token and the client times out; with ``keepalive_s`` the response starts at once and ``: keep-alive``
+  comments arrive while it waits, so the same client gets its answer.
+
+Timings come from :func:`workbench.metrics.request_timing` over content-chunk arrival stamps (chunk gaps are
+``chunk_itl_s``, never ``itl_s``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .. import checks, metrics, reading, sweeps
+from ..errors import ParameterError
+from ..generation import GenerationSettings, eos_token_ids, generate_measured
+from ..plots import label, ok_points
+
+EXPERIMENT = "streaming_reader"
+PROXY_MODES = ("direct", "buffering_on", "buffering_off", "header")
+NGINX_MODES = PROXY_MODES[1:]
+PROMPTS = {
+    "en": "Explain in a few sentences why the sky is blue.",
+    "zh": "请用几句话解释为什么天空是蓝色的。",
+}
+
+
+@dataclasses.dataclass
+class Config(sweeps.SweepConfig):
+    """Parameters of notebook 10 (see the module docstring).
+
+    Attributes:
+        max_new_tokens: tokens per request (greedy, ignore_eos so every request has the same length).
+        languages: prompts for the reader part (``en``, ``zh``).
+        granularities: display granularities for the reader part.
+        proxy_modes: ``direct`` and the nginx modes to measure.
+        client_timeout_s: the keep-alive part's client read timeout.
+        keepalive_s: the server's keep-alive comment interval in that part (below ``client_timeout_s``).
+        blocker_tokens: length of the request the probe waits behind (0: skip the keep-alive part).
+        stall_s: a gap between display updates longer than this is a stall.
+    """
+
+    max_new_tokens: int = 64
+    languages: list = dataclasses.field(default_factory=lambda: ["en", "zh"])
+    granularities: list = dataclasses.field(default_factory=lambda: ["token", "4 tokens", "100 ms"])
+    proxy_modes: list = dataclasses.field(default_factory=lambda: list(PROXY_MODES))
+    client_timeout_s: float = 1.0
+    keepalive_s: float = 0.25
+    blocker_tokens: int = 48
+    stall_s: float = reading.STALL_S
+
+    def __post_init__(self):
+        super().__post_init__()
+        checks.check_int("max_new_tokens", self.max_new_tokens, lo=1, hi=4096)
+        checks.check_choice_list("languages", self.languages, sorted(PROMPTS), allow_empty=True)
+        checks.check_str_list("granularities", self.granularities, allow_empty=True)
+        from ..detokenize import Granularity
+
+        for g in self.granularities:
+            Granularity.parse(g)
+        checks.check_choice_list("proxy_modes", self.proxy_modes, PROXY_MODES, allow_empty=True)
+        checks.check_float("client_timeout_s", self.client_timeout_s, lo=0, lo_open=True)
+        checks.check_float("keepalive_s", self.keepalive_s, lo=0, lo_open=True)
+        if self.keepalive_s >= self.client_timeout_s:
+            raise ParameterError(f"keepalive_s: must be below client_timeout_s ({self.client_timeout_s:g}) "
+                                 f"to keep the client alive (got {self.keepalive_s:g})")
+        checks.check_int("blocker_tokens", self.blocker_tokens, lo=0, hi=4096)
+        checks.check_float("stall_s", self.stall_s, lo=0, lo_open=True)
+
+    def grid(self, nginx_ok: bool = True) -> list[dict]:
+        pts = [{"part": "reader", "language": lang, "proxy": "none", "keepalive": False} for lang in self.languages]
+        pts += [{"part": "proxy", "language": "en", "proxy": m, "keepalive": False} for m in self.proxy_modes
+                if m == "direct" or nginx_ok]
+        if self.blocker_tokens:
+            pts += [{"part": "keepalive", "language": "en", "proxy": "direct", "keepalive": k} for k in (False, True)]
+        return pts
+
+
+# ----------------------------------------------------------------------------- nginx
+
+
+def nginx_status() -> tuple[str | None, str]:
+    """``(path of the nginx binary, "")``, or ``(None, reason)`` when it is not installed."""
+    for cand in (shutil.which("nginx"), "/usr/sbin/nginx"):
+        if cand and os.access(cand, os.X_OK):
+            return cand, ""
+    return None, "nginx is not installed (Debian: apt-get install -y nginx; `make browser` tries it)"
+
+
+def nginx_config(mode: str, port: int, upstream_port: int, prefix: str) -> str:
+    """An nginx config proxying ``127.0.0.1:port`` to ``127.0.0.1:upstream_port`` in one buffering ``mode``."""
+    checks.check_choice("mode", mode, NGINX_MODES)
+    buffering = "off" if mode == "buffering_off" else "on"
+    ignore = "        proxy_ignore_headers X-Accel-Buffering;\n" if mode == "buffering_on" else ""
+    temp = "\n".join(f"    {k}_temp_path {prefix}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    return f"""# generated by workbench.experiments.streaming_reader ({mode})
+worker_processes 1;
+daemon off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+{temp}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://127.0.0.1:{upstream_port};
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_read_timeout 300s;
+            proxy_buffering {buffering};
+{ignore}        }}
+    }}
+}}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Nginx:
+    """A real nginx on a loopback port in front of ``upstream_port`` (context manager; ``base_url``)."""
+
+    def __init__(self, mode: str, upstream_port: int, binary: str | None = None):
+        self.binary = binary or nginx_status()[0]
+        if self.binary is None:
+            raise RuntimeError(nginx_status()[1])
+        self.mode, self.upstream_port = mode, upstream_port
+        self.prefix = tempfile.mkdtemp(prefix="wb-nginx-")
+        os.chmod(self.prefix, 0o755)  # workers run as an unprivileged user when started by root
+        for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            os.makedirs(f"{self.prefix}/{k}", mode=0o777)
+            os.chmod(f"{self.prefix}/{k}", 0o777)
+        self.port = _free_port()
+        self.conf = Path(self.prefix) / "nginx.conf"
+        self.conf.write_text(nginx_config(mode, self.port, upstream_port, self.prefix))
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 15.0) -> "Nginx":
+        self.proc = subprocess.Popen([self.binary, "-p", self.prefix, "-c", str(self.conf), "-e",
+                                      f"{self.prefix}/early.log"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode(errors="replace").strip().splitlines()
+                raise RuntimeError(f"nginx did not start: {err[-1] if err else 'exit ' + str(self.proc.returncode)}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"nginx did not listen on 127.0.0.1:{self.port} within {timeout:g} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
+        shutil.rmtree(self.prefix, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ----------------------------------------------------------------------------- client
+
+
+def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float = 600.0, stall_s: float = reading.STALL_S,
+                   read_timeout: float | None = None) -> dict:
+    """One streaming chat request over raw SSE; client timing of its content chunks and their reader metrics.
+
+    Returns:
+        ``ttft_s``, ``e2e_s``, ``chunk_itl_s``, ``chunk_offsets_s`` (each content chunk's arrival after the
+        send), ``chunks``, ``keepalives`` (comments received), ``text``, ``engine_ttft_s``, ``outcome``
+        (``ok`` or ``timeout``), ``error``, and :func:`workbench.reading.reader_metrics` of the chunks.
+    """
+    import json
+
+    import httpx
+
+    from ..serving.events import iter_sse
+
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True}
+    t_send = time.perf_counter()
+    stamps, parts, keepalives, engine, outcome, error = [], [], 0, {}, "ok", None
+    tmo = httpx.Timeout(timeout, read=read_timeout) if read_timeout else httpx.Timeout(timeout)
+    try:
+        with httpx.Client(trust_env=False, timeout=tmo) as client:
+            with client.stream("POST", base_url + "/v1/chat/completions", json=body) as r:
+                if r.status_code != 200:
+                    raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
+                for ev in iter_sse(r.iter_lines()):
+                    if ev.comment:
+                        keepalives += 1
+                        continue
+                    if not ev.data or ev.data == "[DONE]":
+                        continue
+                    ch = json.loads(ev.data)
+                    engine = ch.get("engine") or engine
+                    for c in ch.get("choices", []):
+                        if c["delta"].get("content"):
+                            stamps.append(ev.t)
+                            parts.append(c["delta"]["content"])
+    except httpx.TimeoutException as exc:
+        outcome, error = "timeout", f"{type(exc).__name__} after {time.perf_counter() - t_send:.2f} s"
+    t_end = time.perf_counter()
+    tm = metrics.request_timing(stamps, t_send)
+    nan = float("nan")
+    return {
+        "ttft_s": tm["ttft_s"], "e2e_s": tm["e2e_s"] if stamps else t_end - t_send, "chunk_itl_s": tm["itl_s"],
+        "chunk_offsets_s": [t - t_send for t in stamps], "chunks": len(stamps), "keepalives": keepalives,
+        "text": "".join(parts), "output_tokens": (engine or {}).get("output_tokens"),
+        "engine_ttft_s": (engine or {}).get("engine_ttft_s") or nan, "outcome": outcome, "error": error,
+        **reading.reader_metrics(list(zip(stamps, parts)), t_send, stall_s),
+    }
+
+
+# ----------------------------------------------------------------------------- measurement
+
+
+class _Bench:
+    """The servers (and nginx) of one run, started on first use."""
+
+    def __init__(self, cfg: Config, loaded):
+        self.cfg, self.loaded = cfg, loaded
+        self.server = None
+        self.keepalive_server = None
+        self.proxies: dict[str, Nginx] = {}
+
+    def base(self, mode: str) -> str:
+        from ..serving.server import ServerThread
+
+        if self.server is None:
+            self.server = ServerThread(self.loaded).start()
+        if mode == "direct":
+            return self.server.base_url
+        if mode not in self.proxies:
+            self.proxies[mode] = Nginx(mode, self.server.port).start()
+        return self.proxies[mode].base_url
+
+    def keepalive_base(self, on: bool) -> str:
+        from ..serving.server import ServerThread
+
+        if on:
+            if self.keepalive_server is None:
+                self.keepalive_server = ServerThread(self.loaded, keepalive_s=self.cfg.keepalive_s).start()
+            return self.keepalive_server.base_url
+        return self.base("direct")
+
+    def close(self) -> None:
+        for p in self.proxies.values():
+            p.stop()
+        for s in (self.server, self.keepalive_server):
+            if s is not None:
+                s.stop()
+
+
+def _reader_rows(cfg: Config, loaded, lang: str, repeat: int) -> list[dict]:
+    stamps: list[float] = []
+    settings = GenerationSettings(max_new_tokens=cfg.max_new_tokens, temperature=0.0, seed=cfg.seed + repeat)
+    batch = generate_measured(loaded, [PROMPTS[lang]], settings, on_step=lambda ids, t: stamps.append(t))
+    rec = batch.records[0]
+    n = rec["output_tokens"]
+    rows = reading.reader_rows(loaded.tokenizer, rec["output_ids"], stamps[:n], batch.t_submit, cfg.granularities,
+                               eos_token_ids(loaded), cfg.stall_s)
+    base = {k: rec[k] for k in ("ttft_s", "e2e_s", "tpot_s", "decode_tps", "output_tokens", "prompt_tokens",
+                                "finish_reason", "itl_s")}
+    return [{**base, **r, "repeat": repeat, "request_id": i} for i, r in enumerate(rows)]
+
+
+def measure_point(bench: _Bench, cfg: Config, point: dict) -> dict:
+    """One point of the grid (``part`` reader / proxy / keepalive); ``run_sweep``'s measure dict."""
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+    if point["part"] == "reader":
+        for r in range(cfg.repeats):
+            rows += _reader_rows(cfg, bench.loaded, point["language"], r)
+    elif point["part"] == "proxy":
+        base = bench.base(point["proxy"])
+        for r in range(cfg.warmup):
+            stream_request(base, PROMPTS["en"], 2)
+        t0 = time.perf_counter()
+        for r in range(cfg.repeats):
+            row = stream_request(base, PROMPTS["en"], cfg.max_new_tokens, stall_s=cfg.stall_s)
+            rows.append({**row, "granularity": "http chunks", "repeat": r, "request_id": r})
+    else:
+        base = bench.keepalive_base(point["keepalive"])
+        for r in range(cfg.repeats):
+            blocker = threading.Thread(target=stream_request, args=(base, PROMPTS["en"], cfg.blocker_tokens))
+            blocker.start()
+            time.sleep(0.1)  # the blocker is in the engine before the probe arrives
+            row = stream_request(base, PROMPTS["en"], 4, read_timeout=cfg.client_timeout_s, stall_s=cfg.stall_s)
+            blocker.join()
+            rows.append({**row, "repeat": r, "request_id": r, "client_timeout_s": cfg.client_timeout_s,
+                         "keepalive_s": cfg.keepalive_s if point["keepalive"] else None})
+    for row in rows:
+        row.setdefault("max_new_tokens", cfg.max_new_tokens)
+    return {"requests": rows, "wall_s": time.perf_counter() - t0}
+
+
+def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
+    """The three parts of ``cfg``; nginx modes are left out (reason in ``streaming_reader_nginx.txt``) without nginx."""
+    from .. import results
+
+    binary, reason = nginx_status()
+    results.save_text(run_dir, f"{EXPERIMENT}_nginx.txt", f"nginx: {binary}\n" if binary else f"skipped: {reason}\n")
+    bench = _Bench(cfg, loaded)
+    try:
+        return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(nginx_ok=binary is not None),
+                                lambda p: measure_point(bench, cfg, p), resume=resume, info=loaded.info, config=cfg)
+    finally:
+        bench.close()
+
+
+# ----------------------------------------------------------------------------- summaries and figures
+
+
+def proxy_table(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per proxy mode: median client TTFT, e2e, first chunk share of e2e, chunks per request."""
+    req = requests[requests.get("part", pd.Series(dtype=str)) == "proxy"] if "part" in requests else requests.iloc[0:0]
+    if req.empty:
+        return pd.DataFrame()
+    req = req.assign(transport_ttft_s=req["ttft_s"] - req["engine_ttft_s"])  # the path's share of the client TTFT
+    out = req.groupby("proxy").agg(ttft_s_p50=("ttft_s", "median"), e2e_s_p50=("e2e_s", "median"),
+                                   transport_ttft_s_p50=("transport_ttft_s", "median"),
+                                   chunks_mean=("chunks", "mean"), first_word_s_p50=("first_word_s", "median"),
+                                   longest_stall_s_max=("longest_stall_s", "max"), n=("ttft_s", "size"))
+    out["ttft_share_of_e2e"] = out["ttft_s_p50"] / out["e2e_s_p50"]
+    return out.reindex([m for m in PROXY_MODES if m in out.index]).reset_index()
+
+
+def headline(requests: pd.DataFrame) -> str:
+    """The closing note: client TTFT through nginx with buffering on vs off vs the header (and direct)."""
+    t = proxy_table(requests)
+    if t.empty:
+        return "streaming_reader: no proxy measurements."
+    by = t.set_index("proxy")
+    parts = [f"{m}: TTFT {by.loc[m, 'ttft_s_p50']:.3f} s, of which path {by.loc[m, 'transport_ttft_s_p50']:.3f} s "
+             f"(e2e {by.loc[m, 'e2e_s_p50']:.3f} s, TTFT/e2e {by.loc[m, 'ttft_share_of_e2e']:.0%})" for m in by.index]
+    note = "Client TTFT p50 by path (path = client TTFT minus the engine's): " + "; ".join(parts) + "."
+    if "buffering_on" in by.index:
+        held = by.loc["buffering_on", "transport_ttft_s_p50"] > 0.5 * by.loc["buffering_on", "e2e_s_p50"]
+        note += (" nginx buffering held the first chunk back for most of the answer." if held else
+                 " nginx buffering did not hold the first chunk back at this token rate and answer size.")
+    elif not any(m in by.index for m in NGINX_MODES):
+        note += f" nginx part skipped: {nginx_status()[1] or 'not measured'}."
+    return note + " (workbench run default, notebook 10_streaming_reader)"
+
+
+def proxy_ttft_figure(requests: pd.DataFrame) -> go.Figure:
+    req = requests[requests["part"] == "proxy"] if "part" in requests else requests.iloc[0:0]
+    fig = go.Figure()
+    for col in ("ttft_s", "e2e_s"):
+        fig.add_trace(go.Box(x=req["proxy"], y=req[col], name=label(col), boxpoints="all"))
+    fig.update_layout(title="Client TTFT and e2e through nginx: buffering on, off, and on with X-Accel-Buffering: no",
+                      xaxis_title="path", yaxis_title="seconds", boxmode="group")
+    return fig
+
+
+def chunk_arrival_figure(requests: pd.DataFrame) -> go.Figure:
+    req = requests[(requests["part"] == "proxy") & (requests["repeat"] == 0)] if "part" in requests else requests.iloc[0:0]
+    fig = go.Figure()
+    for _, r in req.iterrows():
+        offs = list(r["chunk_offsets_s"]) if r["chunk_offsets_s"] is not None else []
+        fig.add_trace(go.Scatter(x=offs, y=list(range(1, len(offs) + 1)), mode="lines+markers", name=r["proxy"],
+                                 line={"shape": "hv"}))
+    fig.update_layout(title="Chunk arrival at the client (repeat 0)", xaxis_title="time since send (s)",
+                      yaxis_title=label("chunks"))
+    return fig
+
+
+def reader_figure(requests: pd.DataFrame) -> go.Figure:
+    req = requests[requests["part"] == "reader"] if "part" in requests else requests.iloc[0:0]
+    cols = ("first_word_s", "first_sentence_s", "longest_stall_s", "reading_margin")
+    fig = make_subplots(rows=1, cols=len(cols), subplot_titles=[label(c) for c in cols])
+    if not req.empty:
+        g = req.groupby(["language", "granularity"], sort=False)[list(cols)].median().reset_index()
+        for lang in g["language"].unique():
+            sub = g[g["language"] == lang]
+            for i, c in enumerate(cols, 1):
+                fig.add_trace(go.Bar(x=sub["granularity"], y=sub[c], name=lang, legendgroup=lang, showlegend=i == 1),
+                              row=1, col=i)
+    fig.update_layout(title="What the reader sees, per display granularity (medians; margin > 1: faster than reading)",
+                      barmode="group")
+    return fig
+
+
+def keepalive_figure(requests: pd.DataFrame) -> go.Figure:
+    req = requests[requests["part"] == "keepalive"] if "part" in requests else requests.iloc[0:0]
+    fig = go.Figure()
+    if not req.empty:
+        req = req.assign(setting=req["keepalive"].map({True: "keep-alive comments", False: "no keep-alive"}))
+        g = req.groupby(["setting", "outcome"]).size().reset_index(name="requests")
+        for outcome in g["outcome"].unique():
+            sub = g[g["outcome"] == outcome]
+            fig.add_trace(go.Bar(x=sub["setting"], y=sub["requests"], name=outcome))
+    fig.update_layout(title="A client read timeout on a queued request, with and without SSE keep-alive comments",
+                      yaxis_title="requests", barmode="stack")
+    return fig
+
+
+def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure]:
+    """The experiment's figures from its points and request rows."""
+    ok = set(ok_points(points)["point_id"]) if not points.empty else set()
+    req = requests[requests["point_id"].isin(ok)] if "point_id" in requests else requests
+    return {"reader_proxy_ttft": proxy_ttft_figure(req), "reader_chunk_arrival": chunk_arrival_figure(req),
+            "reader_metrics": reader_figure(req), "reader_keepalive": keepalive_figure(req)}
