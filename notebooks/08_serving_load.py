@@ -33,7 +33,7 @@ max_batch_size: int = 8  # batch limit of the static and continuous engines
 batch_window_s: float = 0.05  # the static engine's batching window, seconds
 sweep_points: int = 2  # open-loop rates between the synchronous and the maximum rate
 arrival: str = "poisson"  # constant | poisson | gamma, for the swept rates
-burstiness: float = 1.0  # gamma shape (1 = Poisson, < 1 burstier)
+burstiness: float = 1.0  # gamma shape: 1 is Poisson, below 1 is burstier
 warmup_s: float = 0.0  # requests starting earlier than this are excluded, seconds
 cooldown_s: float = 0.0  # requests finishing in the last seconds are excluded
 slice_s: float = 2.0  # width of the time slices, seconds

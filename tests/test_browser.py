@@ -110,7 +110,7 @@ def jupyterlab(tmp_path):
     root = tmp_path / "lab"
     root.mkdir()
     _explorer_copy(root)
-    env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}
+    env = {k: v for k, v in os.environ.items() if k not in ("JPY_SESSION_NAME", "WORKBENCH_HEADLESS")}  # a real frontend
     env.update(JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
                HF_HUB_OFFLINE="1", PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""))
     log = open(tmp_path / "jupyterlab.log", "w")

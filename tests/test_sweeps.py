@@ -122,7 +122,7 @@ def test_peak_memory_is_per_point_not_a_running_maximum(monkeypatch):
             del big
         return _fake_measure(p)
 
-    info = SimpleNamespace(device="cpu", name="fake", dtype="float32", to_dict=lambda: {})
+    info = SimpleNamespace(device="cpu", device_name="cpu", name="fake", dtype="float32", to_dict=lambda: {})
     monkeypatch.setattr(sweeps.results, "environment", lambda *a, **k: {})
     run = results.create_run()
     pts = sweeps.run_sweep(run, "mem", sweeps.expand_grid(batch_size=[1, 2]), measure, info=info)

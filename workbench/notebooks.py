@@ -192,20 +192,31 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
     path = Path(path).resolve()
     out = Path(run_dir) / "notebooks" / path.name
     out.parent.mkdir(parents=True, exist_ok=True)
-    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
-    os.environ["WORKBENCH_HEADLESS"] = "1"  # kernels started here have no frontend (explorer.has_frontend)
     if log_output:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         logging.getLogger("papermill").setLevel(logging.INFO)
-    pm.execute_notebook(
-        str(path),
-        str(out),
-        parameters={**params, "run_dir": str(Path(run_dir).resolve())},
-        cwd=str(path.parent),
-        log_output=log_output,
-        progress_bar=False,
-        kernel_name="python3",
-    )
+    # the kernel inherits this process's environment when it starts: set what it needs for this call only,
+    # so the caller (a test session, a JupyterLab started later) keeps its own
+    kernel_env = {"PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+                  "WORKBENCH_HEADLESS": "1"}  # kernels started here have no frontend (explorer.has_frontend)
+    saved = {k: os.environ.get(k) for k in kernel_env}
+    os.environ.update(kernel_env)
+    try:
+        pm.execute_notebook(
+            str(path),
+            str(out),
+            parameters={**params, "run_dir": str(Path(run_dir).resolve())},
+            cwd=str(path.parent),
+            log_output=log_output,
+            progress_bar=False,
+            kernel_name="python3",
+        )
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return out
 
 

@@ -542,8 +542,9 @@ def with_predictions(points: pd.DataFrame, info, predictor: Predictor | None = N
         n = r.get("max_new_tokens", None)
         if n is None or (isinstance(n, float) and math.isnan(n)):
             n = r["output_tokens"] / max(r.get("requests", 1) or 1, 1) if "output_tokens" in r else 8
-        if B is None or L is None or (isinstance(L, float) and math.isnan(L)):
-            preds.append({})
+        failed = str(r.get("status", "ok")) != "ok"
+        if failed or any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (B, L, n)):
+            preds.append({})   # a failed point, or one without a batch, prompt or output length: no prediction
             continue
         preds.append(predictor.predict(int(B), int(L), int(n), threads=r.get("torch_threads")))
     pred = pd.DataFrame(preds, index=out.index)
