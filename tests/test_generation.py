@@ -290,3 +290,20 @@ def test_real_batch_row_with_early_eos_stops_counting_while_padding_follows(load
     tail = res.sequences[0, width + r0["output_tokens"]:].tolist()
     assert tail and set(tail) == {tok.pad_token_id}               # generate padded row 0: none of it counted
     assert r0["e2e_s"] < r1["e2e_s"]
+
+
+def test_timers_synchronise_cuda_and_mps_before_reading_the_clock(monkeypatch):
+    """Apple MPS is asynchronous like CUDA: the timers wait for it (the old timers synchronised CUDA only)."""
+    from workbench import generation
+
+    calls = []
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("cuda"))
+    generation.synchronize("mps")
+    generation.synchronize("cuda:0")
+    generation.synchronize("cpu")
+    assert calls == ["mps", "cuda"]
+    timer = generation.TokenTimer("mps")
+    timer.put(torch.tensor([[1, 2]]))
+    timer.put(torch.tensor([3]))
+    assert calls == ["mps", "cuda", "mps"]

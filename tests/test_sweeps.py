@@ -1,6 +1,7 @@
 """The point loop: grids, failure handling and resume (fake measurements, no model)."""
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from workbench import ParameterError, results, sweeps
@@ -129,3 +130,24 @@ def test_peak_memory_is_per_point_not_a_running_maximum(monkeypatch):
     peaks = pts.set_index("batch_size")["peak_memory_bytes"]
     assert (pts["peak_memory_method"] == "vmhwm").all()
     assert peaks[1] - peaks[2] > 300e6
+
+
+def test_utilisation_uses_the_recorded_batch_not_rows_per_repeat():
+    """8 requests run one at a time (batch_size 1) in one repeat: MFU and MBU of batch 1, not 8."""
+    from types import SimpleNamespace
+
+    from workbench import metrics
+
+    info = SimpleNamespace(weight_bytes=10**8, num_non_embedding_params=10**8, num_layers=30, attn_dim=576,
+                           kv_cache_bytes_per_token=lambda: 46080)
+    env = {"bandwidth_bytes_per_s": 2e10, "flops_per_s": 1e11}
+    req = pd.DataFrame({"repeat": [0] * 8, "batch_size": [1] * 8, "prompt_tokens": [100] * 8,
+                        "output_tokens": [10] * 8})
+    summary = {"tpot_s_p50": 0.05, "prefill_s_p50": 0.2}
+    got = sweeps._utilisation(req, summary, info, env)
+    want_mfu = metrics.mfu(metrics.prefill_flops(10**8, 30, 576, 100, 1), 0.2, 1e11)
+    assert got["mfu"] == pytest.approx(want_mfu)
+    assert got["mbu"] == pytest.approx(metrics.mbu(10**8, 46080, 1, 105, 0.05, 2e10))
+    batched = sweeps._utilisation(req.assign(batch_size=8), summary, info, env)
+    assert batched["mfu"] == pytest.approx(8 * want_mfu)
+    assert sweeps._utilisation(req.drop(columns="batch_size"), summary, info, env) == {}   # never guessed
