@@ -36,8 +36,10 @@ quick: setup nginx    ## the quick profile (about a minute)
 test: setup browser nginx ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
-benchmark: setup      ## measurement overhead vs plain generate, and MBU at batch 1
+benchmark: setup      ## overhead vs plain generate, serving ratios (engines, server, openai client), roofline error
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/serving.py
+	$(PY) benchmarks/roofline.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

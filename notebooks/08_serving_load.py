@@ -19,34 +19,31 @@
 # batching from `transformers`) schedules them. Per engine: synchronous, maximum throughput, then open-loop
 # rates between; TTFT and TPOT against achieved throughput, goodput and SLO attainment against offered rate
 # with the knee, queue time, a per-request timeline and time slices, and the engine to pick per SLO preset.
+# Set through `serving_load.Config` only (defaults): `burstiness` 1.0 (gamma shape), `warmup_s` / `cooldown_s` 0
+# (excluded windows), `search_steps` 4, `search_tolerance` 0.1. `benchmarks/serving.py` runs the SLO search.
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
 device: str = "auto"  # auto | cpu | cuda | mps
 dtype: str = "auto"  # auto | float32 | bfloat16 | float16
 engines: list = ["fifo", "static", "continuous"]  # schedulers to compare
-transport: str = "inprocess"  # inprocess (engine directly) | http (through the OpenAI-compatible server)
-requests_per_point: int = 12  # requests sent per load point
-prompt_tokens: int = 64  # prompt length in tokens, chat template included
-max_new_tokens: int = 16  # fixed output length per request (ignore_eos)
-max_batch_size: int = 8  # batch limit of the static and continuous engines
-batch_window_s: float = 0.05  # the static engine's batching window, seconds
-sweep_points: int = 2  # open-loop rates between the synchronous and the maximum rate
-arrival: str = "poisson"  # constant | poisson | gamma, for the swept rates
-burstiness: float = 1.0  # gamma shape: 1 is Poisson, below 1 is burstier
-warmup_s: float = 0.0  # requests starting earlier than this are excluded, seconds
-cooldown_s: float = 0.0  # requests finishing in the last seconds are excluded
-slice_s: float = 2.0  # width of the time slices, seconds
-max_in_flight: int = 32  # over-saturation: stop a rate when more requests are in flight
-max_wait_s: float = 60.0  # over-saturation: stop a rate when a request waits longer, seconds
-slo_presets: list = ["interactive_chat", "code_completion", "rag", "batch_offline", "mlperf_server", "mlperf_interactive"]  # presets to evaluate
-slo_ttft_s: float = 2.0  # custom SLO on time to first token, seconds
-slo_tpot_s: float = 0.25  # custom SLO on time per output token, seconds
+transport: str = "inprocess"  # inprocess (engine directly) | http (through the server)
+requests_per_point: int = 12  # requests per load point
+prompt_tokens: int = 64  # prompt tokens, chat template included
+max_new_tokens: int = 16  # fixed output length (ignore_eos)
+max_batch_size: int = 8  # batch limit of static and continuous
+batch_window_s: float = 0.05  # static batching window, seconds
+sweep_points: int = 2  # open-loop rates between synchronous and maximum
+arrival: str = "poisson"  # constant | poisson | gamma
+slice_s: float = 2.0  # time-slice width, seconds
+max_in_flight: int = 32  # over-saturation: stop above this many in flight
+max_wait_s: float = 60.0  # over-saturation: stop when one waits longer, seconds
+slo_presets: list = ["interactive_chat", "code_completion", "rag", "batch_offline", "mlperf_server", "mlperf_interactive"]  # workbench/slo.py
+slo_ttft_s: float = 2.0  # custom SLO: TTFT limit, seconds
+slo_tpot_s: float = 0.25  # custom SLO: TPOT limit, seconds
 attainment_target: float = 0.9  # share of requests that must meet an SLO
-search: bool = False  # bisection search of the highest rate meeting search_slo, per engine
+search: bool = False  # bisection search for the highest rate meeting search_slo
 search_slo: str = "custom"  # preset for the search (or custom)
-search_steps: int = 4  # measurements per search
-search_tolerance: float = 0.1  # relative width of the final bracket
 warmup: int = 1  # untimed warm-up batches per engine
 seed: int = 0  # arrival-schedule seed
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/

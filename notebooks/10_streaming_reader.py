@@ -18,9 +18,12 @@
 # The reader part times each greedy answer as displayed at several granularities: time to first word and to
 # first complete sentence, stalls over 250 ms, the longest stall, and the margin over a stated reading speed
 # (English 238 words/min, Brysbaert 2019; Chinese 255 characters/min, IReST 2012). The proxy part puts a real
-# nginx between client and server: buffering on, off, and on with the server's `X-Accel-Buffering: no`;
-# buffering turns TTFT into end-to-end latency, the header restores it. The keep-alive part shows a client
-# read timeout on a queued request, with and without SSE `: keep-alive` comments.
+# nginx between client and server: buffering on (buffers of `nginx_buffer_kb`, larger than the answer, as a
+# production config with large `proxy_buffers` has), on with nginx's default one-page buffers, off, and on
+# with the server's `X-Accel-Buffering: no`. nginx sends a buffer when it is full or the upstream ended, so
+# buffering turns TTFT into end-to-end latency (or into "a page of tokens"); the header restores it. That
+# needs nginx's default `proxy_http_version 1.0`: with 1.1 the chunked upstream is passed on chunk by chunk.
+# The keep-alive part shows a client read timeout on a queued request, with and without `: keep-alive`.
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
@@ -29,7 +32,9 @@ dtype: str = "auto"  # auto | float32 | bfloat16 | float16
 max_new_tokens: int = 64  # tokens per request (greedy, fixed length)
 languages: list = ["en", "zh"]  # prompts of the reader part
 granularities: list = ["token", "4 tokens", "100 ms"]  # display granularities of the reader part
-proxy_modes: list = ["direct", "buffering_on", "buffering_off", "header"]  # paths: direct and through nginx
+proxy_modes: list = ["direct", "buffering_default", "buffering_on", "buffering_off", "header"]  # paths
+nginx_buffer_kb: int = 64  # proxy_buffer_size and 8 proxy_buffers of this size (KiB), all modes but default
+nginx_upstream_http: str = "1.0"  # nginx proxy_http_version to the server: 1.0 (nginx default) | 1.1
 client_timeout_s: float = 1.0  # the keep-alive part's client read timeout, seconds
 keepalive_s: float = 0.25  # the server's keep-alive comment interval in that part, seconds
 blocker_tokens: int = 48  # length of the request the probe queues behind (0: skip the keep-alive part)

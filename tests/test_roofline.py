@@ -37,13 +37,13 @@ def test_predict_matches_hand_computed_values():
     s = roofline.ModelShape.from_config(TINY)
     dev = roofline.Device(bandwidth_bytes_per_s=1000.0, flops_per_s=1e4, threads=1, overlap=False)
     p = roofline.predict(s, dev, roofline.Calibration(), batch_size=1, prompt_tokens=4, output_tokens=3)
-    # prefill: bytes 5088 + 64x4 = 5344 -> 5.344 s; FLOPs 2x1192x4 + 4x2x4^2x8 + 2x80 = 10720 -> 1.072 s
-    assert p["predicted_prefill_s"] == pytest.approx(5.344 + 1.072)
+    # prefill: bytes 5088 + 64x4 = 5344 -> 5.344 s; FLOPs 2x1192x4 + (4x2x4^2x8) / 2 (causal) + 2x80 = 10208
+    assert p["predicted_prefill_s"] == pytest.approx(5.344 + 1.0208)
     # decode at context 4 + 3/2 = 5.5: bytes 5088 + 64x5.5 = 5440 -> 5.44 s; FLOPs 2x1272 + 4x2x5.5x8 = 2896
     assert p["predicted_tpot_s"] == pytest.approx(5.44 + 0.2896)
-    assert p["predicted_ttft_s"] == pytest.approx(6.416)
-    assert p["predicted_e2e_s"] == pytest.approx(6.416 + 2 * 5.7296)
-    assert p["predicted_output_throughput_tps"] == pytest.approx(3 / (6.416 + 2 * 5.7296))
+    assert p["predicted_ttft_s"] == pytest.approx(6.3648)
+    assert p["predicted_e2e_s"] == pytest.approx(6.3648 + 2 * 5.7296)
+    assert p["predicted_output_throughput_tps"] == pytest.approx(3 / (6.3648 + 2 * 5.7296))
     assert p["predicted_kv_cache_bytes"] == 64 * 7
     assert p["bound"] == "memory" and p["decode_bound"] == "memory"
     # overlapped device (GPU): a phase takes the larger term only
@@ -52,8 +52,8 @@ def test_predict_matches_hand_computed_values():
     # a big fixed per-step overhead makes the point overhead-bound; efficiency 0.5 doubles compute
     c = roofline.Calibration(step_overhead_s=100.0, prefill_efficiency=0.5, ttft_overhead_s=1.0)
     r = roofline.predict(s, dev, c, 1, 4, 3)
-    assert r["predicted_prefill_s"] == pytest.approx(5.344 + 2 * 1.072)
-    assert r["predicted_ttft_s"] == pytest.approx(1.0 + 5.344 + 2.144)
+    assert r["predicted_prefill_s"] == pytest.approx(5.344 + 2 * 1.0208)
+    assert r["predicted_ttft_s"] == pytest.approx(1.0 + 5.344 + 2 * 1.0208)
     assert r["bound"] == "overhead" and r["prefill_bound"] == "memory"
     # compute-bound prefill: a long prompt on a slow-FLOP device
     slow = roofline.Device(1e9, 1e3, 1)
@@ -61,26 +61,91 @@ def test_predict_matches_hand_computed_values():
     # threads scale FLOP/s on CPU
     two = roofline.Device(1000.0, 1e4, threads=2)
     assert roofline.predict(s, two, roofline.Calibration(), 1, 4, 3, threads=1)["predicted_prefill_s"] == \
-        pytest.approx(5.344 + 2 * 1.072)
+        pytest.approx(5.344 + 2 * 1.0208)
+
+
+def test_per_row_cost_and_kv_traffic_match_hand_computed_values():
+    s = roofline.ModelShape.from_config(TINY)
+    dev = roofline.Device(bandwidth_bytes_per_s=1000.0, flops_per_s=1e4, threads=1, overlap=False)
+    c = roofline.Calibration(step_overhead_s=0.5, step_row_overhead_s=0.25, kv_traffic=3.0)
+    p = roofline.predict(s, dev, c, batch_size=2, prompt_tokens=4, output_tokens=3)
+    # decode at context 5.5: bytes 5088 + 3 x 64 x 2 x 5.5 = 7200 -> 7.2 s; FLOPs 2 x 2896 = 5792 -> 0.5792 s;
+    # overheads 0.5 + 2 x 0.25 = 1.0 s
+    assert p["predicted_tpot_s"] == pytest.approx(7.2 + 0.5792 + 1.0)
+    assert roofline.decode_terms(s, 2, 5.5, kv_traffic=3.0) == (7200.0, 5792.0)
+
+
+def _runs(s, dev, truth, noise=0.0):
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    for B, L in roofline.CALIBRATION_RUNS:
+        for _ in range(2):
+            p = roofline.predict(s, dev, truth, B, L, 8)
+            jit = 1 + rng.uniform(-noise, noise)
+            rows.append({"batch_size": B, "prompt_tokens": L, "output_tokens": 8,
+                         "prefill_s": p["predicted_prefill_s"] * jit, "ttft_s": p["predicted_ttft_s"] * jit,
+                         "tpot_s": p["predicted_tpot_s"] * jit})
+    return pd.DataFrame(rows)
 
 
 def test_calibration_fit_recovers_known_overheads():
     s = roofline.ModelShape.from_config(TINY)
     dev = roofline.Device(1000.0, 1e4, 1)
     truth = roofline.Calibration(prefill_overhead_s=0.5, prefill_efficiency=0.4, step_overhead_s=0.2,
-                                 decode_efficiency=0.25, ttft_overhead_s=0.05, calibrated=True)
-    rows = []
-    for B, L in ((1, 32), (1, 256), (8, 64)):
-        p = roofline.predict(s, dev, truth, B, L, 8)
-        rows.append({"batch_size": B, "prompt_tokens": L, "output_tokens": 8, "prefill_s": p["predicted_prefill_s"],
-                     "ttft_s": p["predicted_ttft_s"], "tpot_s": p["predicted_tpot_s"]})
-    fit = roofline.fit_calibration(s, dev, pd.DataFrame(rows))
-    assert fit.calibrated
+                                 decode_efficiency=0.4, ttft_overhead_s=0.05, calibrated=True,
+                                 step_row_overhead_s=0.03, kv_traffic=3.0)
+    fit = roofline.fit_calibration(s, dev, _runs(s, dev, truth))
+    assert fit.calibrated and fit.version == roofline.CALIBRATION_VERSION
     assert fit.prefill_overhead_s == pytest.approx(0.5, rel=0.05)
     assert fit.prefill_efficiency == pytest.approx(0.4, rel=0.03)
     assert fit.step_overhead_s == pytest.approx(0.2, rel=0.05)
-    assert fit.decode_efficiency == pytest.approx(0.25, rel=0.03)
+    assert fit.decode_efficiency == pytest.approx(0.4, rel=0.03)  # decode matmuls at the prefill's efficiency
+    assert fit.step_row_overhead_s == pytest.approx(0.03, rel=0.05)
+    assert fit.kv_traffic == pytest.approx(3.0, rel=0.05)
     assert fit.ttft_overhead_s == pytest.approx(0.05)
+
+
+def test_calibrated_model_predicts_unseen_batches_and_contexts():
+    """Fitted on the three calibration workloads (with 3% noise), the model predicts the default CPU suite's
+    batch sizes and contexts of a machine that follows it within a few percent."""
+    s = roofline.ModelShape.from_config(TINY)
+    dev = roofline.Device(1e5, 1e7, 1)
+    truth = roofline.Calibration(0.1, 0.6, 0.05, 0.6, 0.01, True, step_row_overhead_s=0.004, kv_traffic=6.0)
+    fit = roofline.fit_calibration(s, dev, _runs(s, dev, truth, noise=0.03))
+    for B in (1, 2, 4, 8, 16):
+        for L in (128, 512, 2048):
+            want, got = (roofline.predict(s, dev, c, B, L, 32) for c in (truth, fit))
+            for k in ("predicted_ttft_s", "predicted_tpot_s"):
+                assert got[k] == pytest.approx(want[k], rel=0.1), (B, L, k)
+
+
+def test_each_dtype_uses_its_own_cached_calibration(tmp_path, monkeypatch):
+    import json
+    import dataclasses
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    s = roofline.ModelShape.from_config(TINY)
+    f32 = roofline.Device(1000.0, 1e4, 1)
+    base = roofline.Calibration(step_overhead_s=1.0, calibrated=True)
+    bf16_dev = roofline.Device(1000.0, 5e3, 1, dtype="bfloat16")
+    bf16 = roofline.Calibration(step_overhead_s=2.0, calibrated=True)
+    path = roofline.cache_path(str(tmp_path), "cpu", "bfloat16", roofline._threads())
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"device": dataclasses.asdict(bf16_dev), "calibration": dataclasses.asdict(bf16)}))
+    pred = roofline.Predictor(s, f32, base, probe=False, model_path=str(tmp_path))
+    shape, dev, calib = pred.for_dtype("bfloat16")
+    assert shape.weight_bytes == 1272 * 2 and dev.flops_per_s == 5e3 and calib.step_overhead_s == 2.0
+    assert pred.calibrated_dtype("bfloat16") == "bfloat16" and pred.calibrated_dtype("float32") == "float32"
+    assert pred.predict(1, 4, 3, dtype="bfloat16") == roofline.predict(shape, bf16_dev, bf16, 1, 4, 3)
+    # float16 has no calibration of its own: its probed FLOP/s with the float32 overheads
+    shape, dev, calib = pred.for_dtype("float16")
+    assert calib is base and dev.dtype == "float16" and pred.calibrated_dtype("float16") == "float32"
+    # a stale calibration (older fitted model) is not used
+    path.write_text(json.dumps({"device": dataclasses.asdict(bf16_dev),
+                                "calibration": {**dataclasses.asdict(bf16), "version": 1}}))
+    assert roofline.load_cached(str(tmp_path), "cpu", "bfloat16", roofline._threads()) is None
 
 
 def test_residual_summary_names_points_outside_the_limit():
@@ -148,3 +213,86 @@ def test_plan_entries_estimate_wall_time_from_predictions():
     runs = 1 + 2  # warm-up + repeats
     assert plan["estimated_wall_s"].iloc[0] == pytest.approx(runs * plan["predicted_e2e_s"].iloc[0])
     assert math.isfinite(plan["predicted_tpot_s"].iloc[1])
+
+
+def test_report_shows_the_residual_table_of_a_run_with_predictions():
+    import sys
+    from pathlib import Path
+
+    from workbench import report, results
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_report import fake_point, make_run
+
+    run = make_run([fake_point()])
+    exp = next(iter(results.read_manifest(run)["experiments"]))
+    points = results.read_points(run, exp).assign(predicted_ttft_s=0.1, predicted_tpot_s=0.2, prefill_bound="compute",
+                                                  decode_bound="overhead", bound="overhead")
+    points["ttft_ratio"] = points["ttft_s_p50"] / points["predicted_ttft_s"]
+    points["tpot_ratio"] = points["tpot_s_p50"] / points["predicted_tpot_s"]
+    roofline.save_residuals(run, exp, points)
+    html = report.build_report(run).read_text()
+    assert "Measured / predicted (calibrated roofline): TTFT median |measured/predicted - 1| = 100.0%" in html
+    assert "tpot_ratio" in html and "<td>0.5</td>" in html and "(model says prefill is compute-bound)" in html
+
+
+def _private_cache(monkeypatch, tmp_path):
+    """Calibrations under tmp_path (the model cache itself stays: the default model is not converted again)."""
+    monkeypatch.setattr(roofline, "cache_path", lambda model, device, dtype, threads:
+                        tmp_path / f"{abs(hash(str(model)))}-{device}-{dtype}-{threads}.json")
+
+
+def test_predict_rows_uses_the_cached_calibration_or_nothing(tmp_path, monkeypatch):
+    import dataclasses
+    import json
+
+    _private_cache(monkeypatch, tmp_path)
+    rows = pd.DataFrame({"model": ["default"] * 2, "device": ["cpu"] * 2, "dtype": ["float32"] * 2,
+                         "batch_size": [1, 4], "prompt_tokens": [64, 64], "output_tokens": [16, 16]})
+    assert roofline.predict_rows(rows)["predicted_tpot_s"].isna().all()  # no calibration: no prediction
+    from workbench import models
+
+    path = roofline.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", roofline._threads())
+    dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
+    path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(cal)}))
+    out = roofline.predict_rows(rows)
+    shape = roofline.ModelShape.from_model("default")
+    assert out["predicted_tpot_s"].tolist() == pytest.approx(
+        [roofline.predict(shape, dev, cal, B, 64, 16)["predicted_tpot_s"] for B in (1, 4)])
+    assert out["predicted_output_throughput_tps"].iloc[1] > out["predicted_output_throughput_tps"].iloc[0]
+
+
+@pytest.fixture
+def calibrated(tmp_path, monkeypatch):
+    """A cached calibration of the default model (float32, CPU) in a private cache folder."""
+    import dataclasses
+    import json
+
+    from workbench import models
+
+    _private_cache(monkeypatch, tmp_path)
+    path = roofline.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", roofline._threads())
+    dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
+    path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(cal)}))
+
+
+def test_experiment_figures_show_the_prediction_beside_the_measurement(calibrated):
+    from workbench.experiments import long_output, reasoning_budget, streaming_anatomy, temperature
+
+    run = {"model": "default", "device": "cpu", "dtype": "float32", "prompt_tokens": 64, "status": "ok"}
+    req = pd.DataFrame([{**run, "batch_size": 1, "max_new_tokens": n, "output_tokens": n, "ttft_s": 0.1,
+                         "first_display_s": 0.12, "e2e_s": 0.1 + 0.05 * n} for n in (8, 32)])
+    fig = streaming_anatomy.perceived_latency_figure(req)
+    assert {"predicted TTFT", "predicted whole answer"} <= {t.name for t in fig.data}
+    pts = pd.DataFrame([{**run, "reasoning_budget": b, "batch_size": 2, "ttft_s_p50": 0.1, "ttfat_s_p50": 0.2,
+                         "e2e_s_p50": 1.0, "output_throughput_tps": 10.0, "output_tokens_mean": 16 + b} for b in (0, 8)])
+    assert any(t.name.startswith("predicted") for t in reasoning_budget.fig_throughput_vs_budget(pts).data)
+    assert {"predicted TTFT, 2", "predicted e2e, 2"} <= {t.name for t in reasoning_budget.fig_latency_vs_budget(pts).data}
+    tp = pd.DataFrame([{**run, "family": "report", "temperature": t, "top_p": 1.0, "tpot_s_p50": 0.05, "e2e_s_p50": 1.0,
+                        "output_throughput_tps": 20.0, "output_tokens_mean": 20.0, "batch_size": 1} for t in (0.0, 0.7)])
+    assert any("(predicted)" in t.name for t in temperature.fig_speed_vs_temperature(tp).data)
+    lo = pd.DataFrame([{**run, "experiment": "long_output", "strategy": s, "language": "en", "first_text_s": 0.1,
+                        "first_section_s": 0.2, "wall_s": 1.0, "coverage": 1.0, "repetition": 0.0, "output_tokens": 40,
+                        "batch_size": 1} for s in ("one_shot", "outline_batch")])
+    names = {t.name for t in long_output.figures(lo)["long_output"].data}
+    assert "wall time, predicted (roofline, one generate)" in names

@@ -24,10 +24,15 @@ kernels it starts; :func:`workbench.sweeps.run_sweep` then asks :func:`executor_
 - The manifest's ``cluster`` entry records the Ray version, the nodes (CPUs, GPUs, accelerator type) and
   every worker (node, device, name, index, probed bandwidth / FLOP/s, energy availability).
 
-Ray is imported only here, and only once ``--ray`` (``$WORKBENCH_RAY``) asks for it. Drift of the
-reference point is not measured on Ray (it belongs to one device); each point's contamination is.
-Test hook: ``$WORKBENCH_INJECT_WORKER_DEATH=SUBSTRING[:N]`` kills the worker measuring a point whose id
-contains SUBSTRING (on its first N attempts; every attempt without N).
+- Drift: when the sweep measures its reference (``run_sweep(..., loaded=...)``, as the experiments do), each
+  worker measures :func:`workbench.sweeps.reference_tpot_s` on its own device before its first point of the
+  sweep and after its last one (``executor.references``); run_sweep marks that worker's points invalid when
+  it drifted beyond :data:`workbench.sweeps.DRIFT_LIMIT` (manifest: ``experiments.<name>.worker_drift``).
+  Each point's contamination is measured by its worker too.
+
+Ray is imported only here, and only once ``--ray`` (``$WORKBENCH_RAY``) asks for it.
+Test hook: ``$WORKBENCH_INJECT_WORKER_DEATH=SUBSTRING[:N][;SUBSTRING[:N]...]`` kills the worker measuring a
+point whose id contains SUBSTRING (on its first N attempts; every attempt without N).
 """
 
 from __future__ import annotations
@@ -219,12 +224,12 @@ def prepare(address: str, entries: list[dict]) -> str:
 
 
 def _inject_death(pid: str, attempt: int, spec: str) -> None:
-    spec = spec or ""
-    sub, _, n = spec.partition(":")
-    if sub and sub in pid and (not n or attempt <= int(n)):
-        import signal
+    for one in (spec or "").split(";"):
+        sub, _, n = one.partition(":")
+        if sub and sub in pid and (not n or attempt <= int(n)):
+            import signal
 
-        os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _Worker:
@@ -262,6 +267,12 @@ class _Worker:
                 "torch_threads": self.env.get("torch_threads"),
                 "bandwidth_bytes_per_s": self.env.get("bandwidth_bytes_per_s"),
                 "flops_per_s": self.env.get("flops_per_s"), "energy": energy.status(self.info.device)}
+
+    def reference(self) -> float:
+        """The drift probe on this worker's device (:func:`workbench.sweeps.reference_tpot_s`), in seconds."""
+        from . import sweeps
+
+        return sweeps.reference_tpot_s(self.loaded)
 
     def measure(self, experiment: str, cfg_dict: dict, point: dict, pid: str, attempt: int, inject: str = "") -> dict:
         """Measure one point with ``workbench.experiments.<experiment>.measure_point``; the measure-dict of
@@ -409,6 +420,8 @@ class RayExecutor:
             _POOLS[key] = _Pool(ray, *key)
         self.pool = _POOLS[key]
         self._results: dict = {}
+        self.measure_drift = False   # set by run_sweep: measure each worker's reference around its points
+        self.references: dict = {}   # worker label -> {"start", "end" (s), "points": [point ids]}
 
     # the measure of run_sweep
     def measure(self, point: dict) -> dict:
@@ -432,6 +445,7 @@ class RayExecutor:
         from ray.exceptions import RayActorError, RayTaskError
 
         queue = collections.deque((p, pid, 1) for p, pid in todo)
+        refs: dict = {}   # slot name -> {"slot", "start" (ObjectRef), "points"}: the drift reference per worker
         pool.ensure(len(queue))
         spawn_budget = pool.spawned + 2 * max(1, len(pool.live()))
         running: dict = {}   # ref -> (slot, point, pid, attempt)
@@ -446,6 +460,8 @@ class RayExecutor:
                     if slot.busy or slot.where is None or slot.device_key in busy_devices:
                         continue
                     p, pid, attempt = queue.popleft()
+                    if self.measure_drift and slot.name not in refs:  # runs before the point: actors run in order
+                        refs[slot.name] = {"slot": slot, "start": slot.handle.reference.remote(), "points": []}
                     ref = slot.handle.measure.remote(self.experiment, self.cfg_dict, p, pid, attempt,
                                                      os.environ.get(INJECT_ENV, ""))
                     running[ref] = (slot, p, pid, attempt)
@@ -477,6 +493,8 @@ class RayExecutor:
                 slot.busy = False
                 try:
                     self._results[pid] = ray.get(ref)
+                    if slot.name in refs:
+                        refs[slot.name]["points"].append(pid)
                 except RayTaskError as exc:  # measure_point raised: recorded as it would be locally
                     cause = getattr(exc, "cause", None)
                     self._results[pid] = cause if isinstance(cause, BaseException) else RuntimeError(_reason(exc))
@@ -494,9 +512,28 @@ class RayExecutor:
                     if pid not in self._results:
                         continue
                 yield p, pid
+            self.references = self._end_references(refs)
         finally:
             for slot, *_ in running.values():  # interrupted: stop work nobody will record
                 pool.kill(slot)
+
+    def _end_references(self, refs: dict) -> dict:
+        """Each worker's reference after its last point of the sweep (all workers at once), with its start."""
+        ends = {name: r["slot"].handle.reference.remote() for name, r in refs.items()
+                if r["points"] and not r["slot"].dead}
+        out = {}
+        for name, r in refs.items():
+            if not r["points"]:
+                continue
+            w = r["slot"].where or {}
+            label = f"{name} ({w.get('node')}, {w.get('device_name')} #{w.get('device_index')})"
+            try:
+                start, end = self.ray.get(r["start"]), self.ray.get(ends[name])
+            except Exception as exc:  # noqa: BLE001 - the worker died after its points: no verdict
+                print(f"ray: {label}: no drift reference ({_reason(exc)})", file=sys.stderr, flush=True)
+                start, end = None, None
+            out[label] = {"start": start, "end": end, "points": list(r["points"])}
+        return out
 
 
 def _reason(exc: BaseException) -> str:

@@ -156,6 +156,22 @@ DEFAULT_TOPICS = {
 }
 
 
+def one_shot_prompt(topic: str, n_sections: int, language: str = "en") -> str:
+    """The ``one_shot`` strategy's single user message (also what a ``one_shot`` background job sends)."""
+    check_choice("language", language, LANGUAGES)
+    return _PROMPTS[language]["one_shot"].format(topic=topic, n=n_sections)
+
+
+def outline_titles(outline: str, n_sections: int, language: str = "en") -> list[str]:
+    """Section titles of a generated outline (:func:`parse_outline`), or ``Part 1..n`` when it has none."""
+    return parse_outline(outline, n_sections) or [_PROMPTS[language]["fallback"].format(k=k + 1) for k in range(n_sections)]
+
+
+def section_piece(k: int, title: str, body: str) -> str:
+    """Section ``k`` (0-based) of the merged text: the pieces of all sections concatenate to the text."""
+    return ("\n\n" if k else "") + f"## {title}\n\n{body}"
+
+
 def extractive_summary(text: str, max_units: int = 40) -> str:
     """The first sentences of ``text``, up to about ``max_units`` words / CJK characters."""
     parts = re.split(r"(?<=[.!?。！？])\s*", text.strip())
@@ -274,6 +290,7 @@ def run_long_output(
     temperature: float = 0.0,
     seed: int = 0,
     generate: Callable | None = None,
+    on_section: Callable[[int, str], None] | None = None,
 ) -> LongOutputResult:
     """Generate one long text with one strategy and measure it.
 
@@ -286,6 +303,9 @@ def run_long_output(
         temperature, seed: sampling settings for every request.
         generate: ``callable(loaded, prompts, settings) -> BatchResult``
             (default :func:`generate_measured`; tests pass a fake).
+        on_section: outline strategies: ``callable(k, piece)`` as soon as section ``k`` (0-based, in order)
+            is written; the pieces (:func:`section_piece`) concatenate to the merged text (background jobs
+            stream them).
 
     Returns:
         :class:`LongOutputResult`. ``row`` has ``strategy``, ``language``,
@@ -322,7 +342,7 @@ def run_long_output(
     calls = 0
     done: list[tuple] = []  # (batch, record) of every request, in order
     if strategy == "one_shot":
-        b = gen(loaded, [P["one_shot"].format(topic=topic, n=n)], settings(plan.budget_tokens))
+        b = gen(loaded, [one_shot_prompt(topic, n, language)], settings(plan.budget_tokens))
         calls = 1
         rec = b.records[0]
         done.append((b, rec))
@@ -337,7 +357,7 @@ def run_long_output(
         orec = ob.records[0]
         done.append((ob, orec))
         outline = orec["text"]
-        titles = parse_outline(outline, n) or [P["fallback"].format(k=k + 1) for k in range(n)]
+        titles = outline_titles(outline, n, language)
         listed = "\n".join(f"{k + 1}. {t}" for k, t in enumerate(titles))
         prompts = [P["section"].format(topic=topic, outline=listed, k=k + 1, title=t) for k, t in enumerate(titles)]
         first_section = None
@@ -348,6 +368,9 @@ def run_long_output(
             recs = sorted(sb.records, key=lambda r: r["request_id"])
             done += [(sb, r) for r in recs]
             bodies = [_clean_body(r["text"]) for r in recs]
+            for k, (t, b) in enumerate(zip(titles, bodies)):
+                if on_section is not None:
+                    on_section(k, section_piece(k, t, b))
             at = [t for t in (_first_text_at(sb, r, tokenizer) for r in recs) if t is not None]
             first_section = min(at) - t0 if at else None
             shared = recs  # decoded together: one forward pass per step for all sections
@@ -360,11 +383,13 @@ def run_long_output(
                 r = sb.records[0]
                 done.append((sb, r))
                 bodies.append(_clean_body(r["text"]))
+                if on_section is not None:
+                    on_section(k, section_piece(k, titles[k], bodies[-1]))
                 if first_section is None:
                     at = _first_text_at(sb, r, tokenizer)
                     first_section = None if at is None else at - t0
             shared = [r for _, r in done]  # one request at a time, the outline included
-        text = "\n\n".join(f"## {t}\n\n{b}" for t, b in zip(titles, bodies))
+        text = "".join(section_piece(k, t, b) for k, (t, b) in enumerate(zip(titles, bodies)))
     wall = time.perf_counter() - t0
     firsts = [t for t in (_first_text_at(b, r, tokenizer) for b, r in done) if t is not None]
     tokens = sum(int(r["output_tokens"]) for _, r in done)

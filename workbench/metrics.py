@@ -384,7 +384,9 @@ def probe_device(device: str = "cpu", dtype: str = "float32", trials: int = 7) -
     Bandwidth: a copy between two 512 MiB buffers (far larger than any last-level cache, so the copy
     streams from memory; read + write = 2 x size bytes per copy), the median of ``trials`` copies after
     one untimed copy. FLOP/s: an ``n x n`` matmul in ``dtype`` (``2 n^3`` FLOPs; ``n = 2048`` on CPU and
-    MPS, 8192 on CUDA), the median of ``trials`` after a warm-up. Each figure's spread is
+    MPS, 8192 on CUDA) in ``nn.Linear``'s layout (``x @ W.T``, the layout every model layer runs; on CPUs
+    without bf16 units a bfloat16 ``a @ b`` falls to a path ~10x slower than the layers'), the median of
+    ``trials`` after a warm-up. Each figure's spread is
     ``(max - min) / median`` of the per-trial rates; above :data:`PROBE_SPREAD_LIMIT` the probe is
     ``noisy`` (other load ran) and MBU/MFU divided by it deserve doubt. Device synchronisation (CUDA,
     MPS) before every clock read.
@@ -405,8 +407,9 @@ def probe_device(device: str = "cpu", dtype: str = "float32", trials: int = 7) -
     n = 8192 if device.startswith("cuda") else 2048
     a = torch.randn(n, n, device=device).to(dt)
     b = torch.randn(n, n, device=device).to(dt)
-    a @ b
-    fl = 2 * n**3 / np.asarray(_timed_trials(lambda: a @ b, device, trials))
+    bt = b.t()
+    a @ bt
+    fl = 2 * n**3 / np.asarray(_timed_trials(lambda: a @ bt, device, trials))
 
     def spread(x):
         return float((x.max() - x.min()) / np.median(x))

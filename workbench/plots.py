@@ -78,6 +78,125 @@ def mark_invalid(fig: go.Figure, points: pd.DataFrame, x: str, y: str) -> go.Fig
     return fig
 
 
+DEVICE_COLUMN = "device_name"
+
+
+def device_names(*tables) -> list[str]:
+    """The device types (``device_name``) in the DataFrames among ``tables``, sorted; missing names count as
+    ``unknown device``."""
+    names: set[str] = set()
+    for t in tables:
+        if isinstance(t, pd.DataFrame) and DEVICE_COLUMN in t and len(t):
+            names |= set(t[DEVICE_COLUMN].fillna("unknown device").astype(str))
+    return sorted(names)
+
+
+def _on_device(table, name: str):
+    if isinstance(table, pd.DataFrame) and DEVICE_COLUMN in table:
+        return table[table[DEVICE_COLUMN].fillna("unknown device").astype(str) == name]
+    return table  # no device column (e.g. a quality summary, the same on every device): whole
+
+
+_DOMAIN_TRACES = ("table", "pie", "sunburst", "treemap", "indicator", "sankey", "parcoords")
+
+
+def _axis_names(fig: go.Figure) -> set[str]:
+    return {k for k in fig.layout.to_plotly_json() if k.startswith(("xaxis", "yaxis"))}
+
+
+def _remap_ref(ref, k: int):
+    """``x`` / ``y`` / ``x domain`` of a one-panel figure -> the same on panel ``k`` (1-based)."""
+    if not isinstance(ref, str) or k == 1 or not ref[:1] in ("x", "y") or ref[1:2] not in ("", " "):
+        return ref
+    return ref[0] + str(k) + ref[1:]
+
+
+def facet_by_device(figs: dict[str, go.Figure]) -> go.Figure:
+    """One figure from the same figure drawn per device type (``{device name: figure}``): one panel per device
+    (rows, titled ``on <device>``) so no curve mixes device types; a figure that already has several panels
+    is overlaid instead, each trace named ``<trace> · <device>`` and grouped by device in the legend.
+
+    Returns:
+        The combined figure (the single figure unchanged when there is one device).
+    """
+    names = list(figs)
+    first = figs[names[0]]
+    if len(names) == 1:
+        return first
+    if any(tr.type in _DOMAIN_TRACES for f in figs.values() for tr in f.data):  # tables: stacked, titled
+        out = go.Figure(layout=first.layout)
+        n = len(names)
+        for k, (dev, f) in enumerate(figs.items()):
+            top, bottom = 1 - k / n, 1 - (k + 1) / n + 0.06 / n
+            for tr in f.data:
+                out.add_trace(tr.to_plotly_json() | {"domain": {"x": [0, 1], "y": [bottom, top - 0.06 / n]}})
+            out.add_annotation(text=f"on {dev}", x=0, y=top, xref="paper", yref="paper", showarrow=False,
+                               xanchor="left", yanchor="top")
+        out.update_layout(height=max(450, 300 * n))
+        return out
+    if any(len(_axis_names(f)) > 2 for f in figs.values()):
+        out = go.Figure(layout=first.layout)
+        for dev, f in figs.items():
+            for tr in f.data:
+                out.add_trace(tr.to_plotly_json() | {"name": f"{tr.name} · {dev}" if tr.name else dev,
+                                                     "legendgroup": dev, "legendgrouptitle": {"text": dev}})
+        return out
+    from plotly.subplots import make_subplots
+
+    out = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.12 / len(names),
+                        subplot_titles=[f"on {d}" for d in names])
+    shown: set = set()
+    for k, (dev, f) in enumerate(figs.items(), 1):
+        for tr in f.data:
+            t = tr.to_plotly_json()
+            t.pop("xaxis", None), t.pop("yaxis", None)
+            key = t.get("name")
+            t["legendgroup"] = key if key else t.get("legendgroup")
+            if key in shown:
+                t["showlegend"] = False
+            shown.add(key)
+            out.add_trace(t, row=k, col=1)
+        axes = {a: f.layout[a].to_plotly_json() for a in ("xaxis", "yaxis")}
+        for a in axes.values():
+            for drop in ("anchor", "domain", "matches", "scaleanchor", "overlaying"):
+                a.pop(drop, None)
+        if k < len(names):
+            axes["xaxis"].pop("title", None)
+        out.update_xaxes(axes["xaxis"], row=k, col=1)
+        out.update_yaxes(axes["yaxis"], row=k, col=1)
+        for kind in ("shapes", "annotations"):
+            for item in f.layout[kind] or ():
+                d = item.to_plotly_json()
+                if "paper" in (d.get("xref"), d.get("yref")) and k > 1:
+                    continue  # drawn once
+                d["xref"], d["yref"] = _remap_ref(d.get("xref", "x"), k), _remap_ref(d.get("yref", "y"), k)
+                getattr(out, f"add_{kind[:-1]}")(d)
+    lay = first.layout.to_plotly_json()
+    out.update_layout({k: v for k, v in lay.items() if not k.startswith(("xaxis", "yaxis", "shapes", "annotations"))})
+    out.update_layout(height=max(450, 340 * len(names)))
+    return out
+
+
+def split_by_device(figures_fn):
+    """Decorate an experiment's ``figures(...) -> {name: figure}``: when its tables hold points of several device
+    types (a Ray cluster of mixed GPUs), draw every figure once per device and combine them with
+    :func:`facet_by_device`, so points of different device types are never averaged into one curve.
+    DataFrame arguments with a ``device_name`` column are split; other arguments go whole to every call."""
+    import functools
+
+    @functools.wraps(figures_fn)
+    def wrapper(*args, **kwargs):
+        names = device_names(*args, *kwargs.values())
+        if len(names) < 2:
+            return figures_fn(*args, **kwargs)
+        per = {n: figures_fn(*[_on_device(a, n) for a in args], **{k: _on_device(v, n) for k, v in kwargs.items()})
+               for n in names}
+        keys = list(dict.fromkeys(k for figs in per.values() for k in figs))
+        return {key: facet_by_device({n: per[n][key] for n in names if key in per[n]}) for key in keys}
+
+    return wrapper
+
+
 def error_y(df: pd.DataFrame, column: str) -> dict | None:
     """``error_y`` arrays for a ``<column>`` p50 from its bootstrap CI columns, or None when absent."""
     lo, hi = f"{column}_ci_low", f"{column}_ci_high"

@@ -148,6 +148,7 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
             for on, group in _by_device(pts):  # one table per device type: points are never pooled across them
                 parts += [f"<details><summary>{len(group)} points{html.escape(on)}</summary><div class='wide'>",
                           _table(group[cols]), "</div></details>"]
+            parts.append(_residuals_html(run, exp, pts))
         if meta.get("config"):
             parts += ["<details><summary>Configuration</summary>", _kv_table(meta["config"]), "</details>"]
     parts += ["<details><summary>Environment</summary>", _kv_table(manifest.get("environment", {})), "</details>"]
@@ -157,6 +158,21 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
                         for n in notebooks)
         parts.append(f"<p class='meta'>Executed notebooks:</p><ul>{links}</ul>")
     return "\n".join(p for p in parts if p)
+
+
+def _residuals_html(run: Path, exp: str, points: pd.DataFrame) -> str:
+    """Measured / predicted TTFT and TPOT per point with the bound the roofline gives (``residuals/<exp>.csv``,
+    else the points' own prediction columns); empty when the experiment has no predictions."""
+    from . import roofline
+
+    path = run / "residuals" / f"{exp}.csv"
+    table = pd.read_csv(path) if path.exists() else roofline.residual_table(points)
+    if table.empty or not {"ttft_ratio", "tpot_ratio"} & set(table.columns):
+        return ""
+    summary = roofline.residual_summary(table)
+    return (f"<details><summary>Measured / predicted (calibrated roofline): "
+            f"{html.escape(summary.splitlines()[0])}</summary><div class='wide'>{_table(table, None)}</div>"
+            f"<pre>{html.escape(summary)}</pre></details>")
 
 
 def _by_device(points: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:

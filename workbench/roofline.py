@@ -5,27 +5,44 @@ The model (one home of these formulas; the per-point utilisation figures MBU/MFU
 
 - **Decode is memory-bound.** Each decode step reads every weight once plus every row's KV cache
   (Databricks, "LLM Inference Performance Engineering: Best Practices", 2023; Pope et al., "Efficiently
-  Scaling Transformer Inference", MLSys 2023, section 2): ``memory_s = (weight_bytes + kv_bytes_per_token x
-  batch x context) / bandwidth``. Its arithmetic is ``2 (N + V h)`` FLOPs per row (Kaplan et al. 2020, table 1;
-  the LM head ``V x h`` runs every step) plus ``4 n_layers x context x attn_dim`` for the attention products
-  over the cache.
+  Scaling Transformer Inference", MLSys 2023, section 2; Yuan et al., "LLM Inference Unveiled: Survey and
+  Roofline Model Insights", 2024, section 2): ``memory_s = (weight_bytes + kv_traffic x kv_bytes_per_token x
+  batch x context) / bandwidth``; the KV term grows with the context every step. ``kv_traffic`` (fitted, >= 1
+  in practice) counts the cache bytes an eager engine moves per cached token and step beyond one read: the
+  dynamic cache's concatenation rewrites the cache, grouped-query attention's ``repeat_kv`` materialises
+  ``heads / kv_heads`` copies, the mask spans the context. Its arithmetic is ``2 (N + V h)`` FLOPs per row
+  (Kaplan et al. 2020, table 1; the LM head ``V x h`` runs every step) plus ``4 n_layers x context x attn_dim``
+  for the attention products over the cache.
+- **Per-row decode cost.** A batch of ``B`` rows turns each weight read into a ``B``-row GEMV/GEMM, and every
+  row pays its own sampling, logits processing and bookkeeping: ``step_row_overhead_s x B`` per step, fitted
+  (Kim et al., "Full Stack Optimization of Transformer Inference: a Survey", 2023: the non-matmul operations
+  take a sizeable share of runtime, more so at small batch where the matmuls are memory-bound).
 - **Prefill is compute-bound.** ``compute_s = prefill_flops / FLOP/s`` with PaLM's count
-  (Chowdhery et al. 2022, appendix B; :func:`workbench.metrics.prefill_flops`) plus one LM-head row per sequence.
+  (Chowdhery et al. 2022, appendix B; :func:`workbench.metrics.prefill_flops`), the attention products halved
+  (a causal kernel skips the masked upper triangle), plus one LM-head row per sequence.
 - **Roofline.** Williams, Waterman & Patterson, "Roofline: an insightful visual performance model for
   multicore architectures" (CACM 2009): a phase takes ``max(memory_s, compute_s)`` when data movement and math
   overlap (GPUs); on a CPU the same cores do both, so the terms add (the no-overlap bound); :class:`Device`
   ``overlap`` chooses.
-- **Calibration** (:func:`calibrate`, ~10-20 s on a 2-core CPU): a few measured prefills and decode steps fit,
-  per phase, a fixed per-call overhead ``o`` (kernel launches, Python, sampling, the ``generate`` loop) and the
-  achieved fraction ``eta`` of the probed matmul FLOP/s; the probed copy bandwidth is taken as achievable.
-  Calibrated phase time: ``o + combine(memory_s, compute_s / eta)``. TTFT adds the measured templating,
-  tokenisation and first-sampling time (``ttft_s - prefill_s`` of the calibration runs).
+- **Calibration** (:func:`calibrate`, ~15-20 s on a 2-core CPU): a few measured prefills and decode steps fit
+  a fixed per-call overhead ``o`` per phase (kernel launches, Python, the ``generate`` loop) and the achieved
+  fraction ``eta`` of the probed matmul FLOP/s (prefill); the probed copy bandwidth is taken as achievable.
+  Prefill: ``o_p + combine(memory_s, compute_s / eta_p)``. Decode on a CPU (no overlap), one non-negative
+  least-squares fit over the calibration runs of ``tpot - weight_bytes / bandwidth - compute_s / eta_p =
+  o_d + step_row_overhead_s x B + kv_traffic x kv_bytes / bandwidth`` (the matmuls run at the prefill's
+  efficiency; what rows add beyond it is the per-row term). On an accelerator (overlap) decode fits ``o_d`` and
+  ``eta_d`` of ``o_d + max(memory_s, compute_s / eta_d)``. TTFT adds the measured templating, tokenisation and
+  first-sampling time (``ttft_s - prefill_s`` of the calibration runs). The calibration runs span batch 1 and
+  8 and short and long contexts, so each fitted term has its own lever (overheads: short batch-1 runs; per-row
+  cost: the batch; KV traffic: the context).
 - **Bound** of a point: the largest of its overhead, memory and compute seconds over the whole request.
 
 Inputs come from the model's ``config.json`` only (:class:`ModelShape`: parameter counts computed from the
 config, no weights load) and from :func:`workbench.metrics.probe_device` (bandwidth, FLOP/s). A calibration is
 cached per (model, device, dtype, threads) in ``<cache>/roofline/`` so ``workbench plan`` can use it without
-loading the model.
+loading the model. Each dtype has its own probe (matmul FLOP/s differ: bfloat16 on a CPU without native bf16
+units is slower than float32) and its own calibration (:meth:`Predictor.for_dtype`); a dtype not calibrated
+yet borrows the overheads of the calibrated one with its own probed FLOP/s (``calibrated_dtype`` says which).
 
 Assumptions stated where they bite: FLOP/s scale with ``torch_threads / probe threads``; bandwidth is taken as
 saturated by any thread count; engine choices (attention kernel, static cache, compilation) do not enter the
@@ -171,7 +188,8 @@ class Device:
                    overlap=not device.startswith("cpu"), name=device, dtype=dtype)
 
     def flops_at(self, threads: int | None) -> float:
-        if threads is None or not self.name.startswith("cpu"):
+        no_threads = threads is None or (isinstance(threads, float) and math.isnan(threads))
+        if no_threads or not self.name.startswith("cpu"):
             return self.flops_per_s
         return self.flops_per_s * min(int(threads), self.threads) / max(self.threads, 1)
 
@@ -186,8 +204,13 @@ class Calibration:
         step_overhead_s: fixed seconds per decode step.
         decode_efficiency: achieved fraction of the probed FLOP/s in decode.
         ttft_overhead_s: templating, tokenisation and first sampling (``ttft_s - prefill_s``).
+        step_row_overhead_s: seconds per decode step per batch row beyond the roofline (sampling, logits
+            processing, the GEMV's shortfall from peak).
+        kv_traffic: KV-cache bytes moved per cached token, row and decode step, in units of
+            ``kv_bytes_per_token`` (1: read once).
         calibrated: False for the uncalibrated defaults (pure roofline).
         calibration_s: wall seconds the calibration took.
+        version: :data:`CALIBRATION_VERSION` of the fit (a cached calibration of another version is refitted).
     """
 
     prefill_overhead_s: float = 0.0
@@ -197,24 +220,35 @@ class Calibration:
     ttft_overhead_s: float = 0.0
     calibrated: bool = False
     calibration_s: float = 0.0
+    step_row_overhead_s: float = 0.0
+    kv_traffic: float = 1.0
+    version: int = 2
+
+
+#: Bumped when the fitted model changes; cached calibrations of another version are ignored.
+CALIBRATION_VERSION = 2
 
 
 # ----------------------------------------------------------------------------- the formulas
 
 
 def prefill_terms(shape: ModelShape, batch_size: int, prompt_tokens: int) -> tuple[float, float]:
-    """``(bytes, flops)`` of one prefill: weights read once plus the KV cache written; PaLM's FLOPs plus one
-    LM-head row per sequence."""
+    """``(bytes, flops)`` of one prefill: weights read once plus the KV cache written; PaLM's FLOPs less half
+    the attention products (a causal kernel, ``transformers``' default ``sdpa``, computes only the lower
+    triangle of the ``L x L`` scores; PaLM's MFU count takes the full matrix) plus one LM-head row per sequence."""
     B, L = int(batch_size), int(prompt_tokens)
     nbytes = shape.weight_bytes + shape.kv_cache_bytes_per_token() * B * L
     flops = metrics.prefill_flops(shape.num_non_embedding_params, shape.num_layers, shape.attn_dim, L, B)
-    return float(nbytes), float(flops + 2.0 * shape.head_params * B)
+    causal_skip = 2.0 * shape.num_layers * L * L * shape.attn_dim * B
+    return float(nbytes), float(flops - causal_skip + 2.0 * shape.head_params * B)
 
 
-def decode_terms(shape: ModelShape, batch_size: int, context_tokens: float) -> tuple[float, float]:
-    """``(bytes, flops)`` of one decode step at ``context_tokens`` cached tokens per row."""
+def decode_terms(shape: ModelShape, batch_size: int, context_tokens: float, kv_traffic: float = 1.0
+                 ) -> tuple[float, float]:
+    """``(bytes, flops)`` of one decode step at ``context_tokens`` cached tokens per row; the KV cache is read
+    ``kv_traffic`` times (:class:`Calibration`)."""
     B, c = int(batch_size), float(context_tokens)
-    nbytes = shape.weight_bytes + shape.kv_cache_bytes_per_token() * B * c
+    nbytes = shape.weight_bytes + kv_traffic * shape.kv_cache_bytes_per_token() * B * c
     flops = B * (2.0 * (shape.num_non_embedding_params + shape.head_params) + 4.0 * shape.num_layers * c * shape.attn_dim)
     return float(nbytes), float(flops)
 
@@ -235,7 +269,8 @@ def predict(shape: ModelShape, device: Device, calib: Calibration, batch_size: i
 
     Returns:
         ``predicted_prefill_s``, ``predicted_ttft_s`` (``ttft_overhead + prefill``), ``predicted_tpot_s`` (a decode
-        step at the mean context ``prompt + output / 2``), ``predicted_e2e_s``, ``predicted_output_throughput_tps``
+        step at the mean context ``prompt + output / 2``: every term is linear in the context, so this is the
+        mean step), ``predicted_e2e_s``, ``predicted_output_throughput_tps``
         (``batch x output / e2e``), ``predicted_kv_cache_bytes`` (at the end), ``predicted_peak_memory_bytes``
         (weights + KV + the prefill working set: activations, eager attention scores, logits; the runtime's
         own baseline is not included), ``bound`` (of the whole request), ``prefill_bound``, ``decode_bound``.
@@ -245,8 +280,9 @@ def predict(shape: ModelShape, device: Device, calib: Calibration, batch_size: i
     bw = device.bandwidth_bytes_per_s
     pb, pf = prefill_terms(shape, B, L)
     prefill_s, psplit = _phase(pb / bw, pf / flops / calib.prefill_efficiency, calib.prefill_overhead_s, device.overlap)
-    db, df = decode_terms(shape, B, L + n / 2)
-    tpot_s, dsplit = _phase(db / bw, df / flops / calib.decode_efficiency, calib.step_overhead_s, device.overlap)
+    db, df = decode_terms(shape, B, L + n / 2, calib.kv_traffic)
+    tpot_s, dsplit = _phase(db / bw, df / flops / calib.decode_efficiency,
+                            calib.step_overhead_s + calib.step_row_overhead_s * B, device.overlap)
     ttft = calib.ttft_overhead_s + prefill_s
     e2e = ttft + (n - 1) * tpot_s
     total = {k: psplit[k] + (n - 1) * dsplit[k] for k in BOUNDS}
@@ -314,16 +350,38 @@ def fit_calibration(shape: ModelShape, device: Device, runs: pd.DataFrame) -> Ca
     """
     bw, fl = device.bandwidth_bytes_per_s, device.flops_per_s
     pre = [prefill_terms(shape, r.batch_size, r.prompt_tokens) for r in runs.itertuples()]
-    dec = [decode_terms(shape, r.batch_size, r.prompt_tokens + r.output_tokens / 2) for r in runs.itertuples()]
     po, pe = _fit([b / bw for b, _ in pre], [f / fl for _, f in pre], runs["prefill_s"], device.overlap)
-    do, de = _fit([b / bw for b, _ in dec], [f / fl for _, f in dec], runs["tpot_s"], device.overlap)
     tt = float(np.nanmedian(runs["ttft_s"] - runs["prefill_s"])) if len(runs) else 0.0
-    return Calibration(po, pe, do, de, max(tt, 0.0), True)
+    ctx = [r.prompt_tokens + r.output_tokens / 2 for r in runs.itertuples()]
+    if device.overlap:
+        dec = [decode_terms(shape, r.batch_size, c) for r, c in zip(runs.itertuples(), ctx)]
+        do, de = _fit([b / bw for b, _ in dec], [f / fl for _, f in dec], runs["tpot_s"], True)
+        return Calibration(po, pe, do, de, max(tt, 0.0), True)
+    # CPU: tpot - weights/bw - compute/(eta_p F) = o + r B + m kv_bytes/bw, non-negative least squares
+    weights_s = shape.weight_bytes / bw
+    comp_s = np.array([decode_terms(shape, r.batch_size, c)[1] / fl / pe for r, c in zip(runs.itertuples(), ctx)])
+    kv_s = np.array([shape.kv_cache_bytes_per_token() * r.batch_size * c / bw for r, c in zip(runs.itertuples(), ctx)])
+    y = np.asarray(runs["tpot_s"], dtype=float) - weights_s - comp_s
+    keep = np.isfinite(y)
+    if not keep.any():
+        return Calibration(po, pe, 0.0, pe, max(tt, 0.0), True)
+    X = np.column_stack([np.ones(len(y)), np.asarray(runs["batch_size"], dtype=float), kv_s])[keep]
+    scale = np.maximum(np.abs(X).max(axis=0), 1e-30)  # nnls on unit-scaled columns (seconds vs bytes/bw)
+    from scipy.optimize import nnls
+
+    coef = nnls(X / scale, y[keep])[0] / scale
+    return Calibration(po, pe, float(coef[0]), pe, max(tt, 0.0), True, step_row_overhead_s=float(coef[1]),
+                       kv_traffic=float(coef[2]))
 
 
-#: The calibration workload: (batch, prompt tokens); short prompts pin the overheads, a long one and a batch
-#: the compute slope. 8 new tokens each, one warm-up and two timed repeats: ~10-20 s on 2 CPU cores.
-CALIBRATION_RUNS = ((1, 32), (1, 256), (8, 64))
+#: The calibration workload: (batch, prompt tokens); a short batch-1 prompt pins the fixed overheads, a long
+#: batch-1 prompt the prefill compute slope and the KV traffic (context), a batch of 8 the per-row cost (the
+#: default CPU suite's batches 1-16 are then inter- or mildly extrapolated). 8 new tokens each, one warm-up and
+#: two timed repeats: ~20 s on 2 quiet CPU cores (float32, SmolLM2-135M).
+CALIBRATION_RUNS = ((1, 32), (1, 384), (8, 96))
+#: Half the tokens, same levers: for a dtype the CPU runs without native units (bfloat16 without AVX512-BF16/AMX
+#: is ~2-3x slower than float32), so its calibration also stays under ~30 s (with ``repeats=1``).
+CALIBRATION_RUNS_SMALL = ((1, 32), (1, 192), (4, 64))
 CALIBRATION_NEW_TOKENS = 8
 
 
@@ -337,8 +395,12 @@ def cache_path(model_path: str, device: str, dtype: str, threads: int) -> Path:
     return cache_root() / "roofline" / f"{key}.json"
 
 
-def calibrate(loaded, repeats: int = 2, save: bool = True) -> tuple[Device, Calibration]:
-    """Probe the device and fit the overheads on the loaded model (:data:`CALIBRATION_RUNS`), in ~10-20 s.
+def calibrate(loaded, repeats: int = 2, save: bool = True, trials: int = 7,
+              runs: Sequence[tuple[int, int]] = CALIBRATION_RUNS) -> tuple[Device, Calibration]:
+    """Probe the device (``trials`` per figure) and fit the overheads on the loaded model (``runs``: (batch,
+    prompt tokens), ``repeats`` timed runs each), in ~20 s for float32 on 2 CPU cores (a dtype the CPU has no
+    native units for, e.g. bfloat16 without AVX512-BF16/AMX, is slower: use :data:`CALIBRATION_RUNS_SMALL`,
+    ``repeats=1, trials=3``).
 
     Returns:
         ``(device, calibration)``; saved to :func:`cache_path` when ``save`` (read back by :func:`load_cached`).
@@ -350,11 +412,12 @@ def calibrate(loaded, repeats: int = 2, save: bool = True) -> tuple[Device, Cali
 
     t0 = time.perf_counter()
     info = loaded.info
-    dev = Device.probe(info.device.split(":")[0] if info.device.startswith("cpu") else info.device, info.dtype)
+    dev = Device.probe(info.device.split(":")[0] if info.device.startswith("cpu") else info.device, info.dtype,
+                       trials)
     shape = shape_of(info)
     settings = GenerationSettings(max_new_tokens=CALIBRATION_NEW_TOKENS, ignore_eos=True)
     rows = []
-    for B, L in CALIBRATION_RUNS:
+    for B, L in runs:
         prompts = build_batch(loaded.tokenizer, B, L)
         warm_up(loaded, prompts, settings, 1)
         for _ in range(repeats):
@@ -377,6 +440,8 @@ def load_cached(model_path: str, device: str, dtype: str, threads: int) -> tuple
     if not path.exists():
         return None
     data = json.loads(path.read_text())
+    if data["calibration"].get("version") != CALIBRATION_VERSION:
+        return None  # fitted by an older model: refit
     return Device(**data["device"]), Calibration(**data["calibration"])
 
 
@@ -395,26 +460,53 @@ def shape_of(info) -> ModelShape:
 
 @dataclasses.dataclass
 class Predictor:
-    """Predictions for one model on this machine: the shape, the probed device and a calibration."""
+    """Predictions for one model on this machine: the shape, the probed device and a calibration (of
+    ``shape.dtype``); other dtypes through :meth:`for_dtype`.
+
+    Attributes:
+        model_path: the model folder, to find other dtypes' cached calibrations (None: none looked up).
+    """
 
     shape: ModelShape
     device: Device
     calib: Calibration
     probe: bool = True
+    model_path: str | None = None
     _devices: dict = dataclasses.field(default_factory=dict)
+
+    def add(self, dtype: str, device: Device, calib: Calibration) -> None:
+        """Use this probe and calibration for ``dtype`` points (e.g. a fresh :func:`calibrate` in that dtype)."""
+        self._devices[dtype] = (device, calib)
+
+    def for_dtype(self, dtype: str | None) -> tuple[ModelShape, Device, Calibration]:
+        """``(shape, device, calibration)`` for ``dtype`` points: the dtype's own cached calibration when there
+        is one (:func:`load_cached`), else its probed matmul FLOP/s (2 trials, so ``plan`` stays quick) with the
+        base calibration's overheads and the base probe's bandwidth."""
+        if not dtype or dtype in ("auto", self.shape.dtype):
+            return self.shape, self.device, self.calib
+        if dtype not in self._devices:
+            cached = load_cached(self.model_path, self.device.name, dtype, _threads()) if self.model_path else None
+            if cached is None:
+                dev = self.device
+                p = Device.probe(dev.name, dtype, trials=2) if self.probe else dataclasses.replace(dev, dtype=dtype)
+                cached = (dataclasses.replace(p, bandwidth_bytes_per_s=dev.bandwidth_bytes_per_s, threads=dev.threads),
+                          self.calib)
+            self._devices[dtype] = cached
+        dev, calib = self._devices[dtype]
+        return self.shape.with_dtype(dtype), dev, calib
+
+    def calibrated_dtype(self, dtype: str | None) -> str | None:
+        """The dtype whose calibration ``dtype`` points use (None: uncalibrated pure roofline)."""
+        _, dev, calib = self.for_dtype(dtype)
+        if not calib.calibrated:
+            return None
+        return self.shape.dtype if calib is self.calib else dtype
 
     def predict(self, batch_size: int, prompt_tokens: int, output_tokens: int, dtype: str | None = None,
                 threads: int | None = None) -> dict:
-        """:func:`predict` for a point; another ``dtype`` re-reads the weight bytes and probes its FLOP/s."""
-        shape, dev = self.shape, self.device
-        if dtype and dtype not in ("auto", self.shape.dtype):
-            shape = shape.with_dtype(dtype)
-            if dtype not in self._devices:  # this dtype's matmul FLOP/s (2 trials: plan stays quick)
-                p = Device.probe(dev.name, dtype, trials=2) if self.probe else dataclasses.replace(dev, dtype=dtype)
-                self._devices[dtype] = dataclasses.replace(p, bandwidth_bytes_per_s=dev.bandwidth_bytes_per_s,
-                                                           threads=dev.threads)
-            dev = self._devices[dtype]
-        return predict(shape, dev, self.calib, batch_size, prompt_tokens, output_tokens, threads)
+        """:func:`predict` for a point in ``dtype`` (default: the base dtype), see :meth:`for_dtype`."""
+        shape, dev, calib = self.for_dtype(dtype)
+        return predict(shape, dev, calib, batch_size, prompt_tokens, output_tokens, threads)
 
     @classmethod
     def for_model(cls, spec: str = "default", device: str = "cpu", dtype: str = "float32",
@@ -431,10 +523,10 @@ class Predictor:
         path = str(models.resolve_model_path(spec))
         cached = load_cached(path, device, dtype, torch.get_num_threads())
         if cached is not None:
-            return cls(shape, *cached, probe=probe)
+            return cls(shape, *cached, probe=probe, model_path=path)
         dev = Device.probe(device, dtype) if probe else Device(10e9, 50e9, torch.get_num_threads(),
                                                                 overlap=device != "cpu", name=device, dtype=dtype)
-        return cls(shape, dev, Calibration(), probe=probe)
+        return cls(shape, dev, Calibration(), probe=probe, model_path=path)
 
 
 _BATCH_KEYS = ("batch_size", "batch_sizes", "max_batch_size")
@@ -525,13 +617,22 @@ def format_plan(plan: pd.DataFrame, calibrated: bool) -> str:
 # ----------------------------------------------------------------------------- prediction beside measurement
 
 
+def calibrated_predictor(loaded) -> Predictor:
+    """The :class:`Predictor` for ``loaded``'s model on this machine: the cached calibration, else a fresh
+    :func:`calibrate` (~20 s once per machine, model, dtype and thread count; cached). Experiments call it
+    before their sweep, so every point's prediction exists before the point is measured."""
+    info = loaded.info
+    cached = load_cached(info.path, info.device.split(":")[0], info.dtype, _threads())
+    return Predictor(shape_of(info), *(cached or calibrate(loaded)), model_path=info.path)
+
+
 def with_predictions(points: pd.DataFrame, info, predictor: Predictor | None = None) -> pd.DataFrame:
     """``points`` plus the prediction columns and the residual ratios ``ttft_ratio`` / ``tpot_ratio``
     (measured p50 / predicted) for every ``ok`` point with a batch size and prompt length."""
     if predictor is None:
         cached = load_cached(info.path, info.device.split(":")[0], info.dtype, _threads())
-        predictor = Predictor(shape_of(info), *cached) if cached else Predictor(
-            shape_of(info), Device.probe(info.device.split(":")[0], info.dtype), Calibration())
+        predictor = Predictor(shape_of(info), *cached, model_path=info.path) if cached else Predictor(
+            shape_of(info), Device.probe(info.device.split(":")[0], info.dtype), Calibration(), model_path=info.path)
     out = points.copy()
     preds = []
     for _, r in out.iterrows():
@@ -563,6 +664,58 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
+def cached_predictor(model: str, device: str, dtype: str) -> Predictor | None:
+    """Config-only :class:`Predictor` on this machine's cached calibration of (model, device, dtype), or None
+    when there is none (figures then show no prediction rather than an uncalibrated one)."""
+    from . import models
+
+    try:
+        path = str(models.resolve_model_path(model))
+    except (OSError, ParameterError):
+        return None
+    dev = str(device).split(":")[0]
+    cached = load_cached(path, dev, dtype, _threads())
+    if cached is None:
+        return None
+    return Predictor(ModelShape.from_model(path, dtype), *cached, probe=False, model_path=path)
+
+
+def predict_rows(df: pd.DataFrame, output_tokens: str | None = None) -> pd.DataFrame:
+    """``df`` (points or requests) plus ``predicted_ttft_s``, ``predicted_tpot_s``, ``predicted_e2e_s`` and
+    ``predicted_output_throughput_tps`` per row, from its recorded ``model`` / ``device`` / ``dtype``,
+    ``batch_size`` (1 when absent), ``prompt_tokens`` and output length (``output_tokens``: the named column,
+    else ``output_tokens_mean``, else ``output_tokens / requests`` of a point, else a request's
+    ``output_tokens``). Rows without a cached calibration (:func:`cached_predictor`), a prompt length or an
+    output length get NaN; nothing is loaded or probed, so figure functions may call it."""
+    cols = ("predicted_ttft_s", "predicted_tpot_s", "predicted_e2e_s", "predicted_output_throughput_tps")
+    out = df.copy()
+    for c in cols:
+        out[c] = float("nan")
+    if out.empty or not {"model", "device", "dtype", "prompt_tokens"} <= set(out.columns):
+        return out
+    if output_tokens is None:
+        output_tokens = "output_tokens_mean" if "output_tokens_mean" in out else "output_tokens"
+    if output_tokens not in out:
+        return out
+    n = out[output_tokens].astype(float)
+    if output_tokens == "output_tokens" and "requests" in out:
+        n = n / out["requests"].astype(float).clip(lower=1)
+    predictors: dict = {}
+    for i, r in out.iterrows():
+        key = (r["model"], r["device"], r["dtype"])
+        if key not in predictors:
+            predictors[key] = cached_predictor(*key)
+        B = r.get("batch_size", 1)
+        B = 1 if B is None or pd.isna(B) else B
+        L, k = r["prompt_tokens"], n.loc[i]
+        if predictors[key] is None or pd.isna(L) or pd.isna(k) or k < 1:
+            continue
+        p = predictors[key].predict(int(B), int(L), int(round(k)), threads=r.get("torch_threads"))
+        for c in cols:
+            out.at[i, c] = p[c]
+    return out
+
+
 def residual_table(points: pd.DataFrame) -> pd.DataFrame:
     """Measured / predicted per point (``point_id``, measured and predicted TTFT/TPOT, ratios, bound)."""
     cols = ["point_id", "ttft_s_p50", "predicted_ttft_s", "ttft_ratio", "tpot_s_p50", "predicted_tpot_s",
@@ -591,12 +744,15 @@ def residual_summary(table: pd.DataFrame, limit: float = 0.30) -> str:
 
 
 def save_residuals(run_dir, experiment: str, points: pd.DataFrame) -> Path:
-    """Write the residual table and its summary as ``residuals/<experiment>.txt`` in the run folder."""
+    """Write the residual table and its summary as ``residuals/<experiment>.txt`` in the run folder, and the
+    table as ``residuals/<experiment>.csv`` (the report's residual table)."""
     from . import results
 
     table = residual_table(points)
     text = table.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n\n" + residual_summary(table) + "\n"
-    return results.save_text(run_dir, f"residuals/{experiment}.txt", text)
+    path = results.save_text(run_dir, f"residuals/{experiment}.txt", text)
+    table.to_csv(path.with_suffix(".csv"), index=False)
+    return path
 
 
 def add_predicted_line(fig, points: pd.DataFrame, x: str, y: str, group: str | None = None, name: str = "predicted"):

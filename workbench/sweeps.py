@@ -219,7 +219,8 @@ def run_sweep(
         info: :class:`workbench.models.ModelInfo`; enables the environment record, MBU and MFU.
         config: the experiment's config dataclass, recorded in the manifest.
         loaded: the model; when given, the drift reference (:func:`reference_tpot_s`) is measured before
-            and after the points, and a drift beyond :data:`DRIFT_LIMIT` marks them invalid.
+            and after the points, and a drift beyond :data:`DRIFT_LIMIT` marks them invalid (on Ray: each
+            worker's reference, before its first and after its last point, judges that worker's points).
         executor: measures the points elsewhere (:class:`workbench.distributed.RayExecutor`: its
             ``completed(todo)`` yields points as they finish, its ``measure(point)`` returns their results);
             by default :func:`workbench.distributed.executor_for` picks Ray when ``$WORKBENCH_RAY`` is set
@@ -266,8 +267,9 @@ def run_sweep(
         print(f"{experiment}: resuming, {len(points) - len(todo)} of {len(points)} points already done")
     if executor is None and todo and os.environ.get(distributed.ENV):
         executor = distributed.executor_for(experiment, config, run)  # None: this experiment runs here
-    if executor is not None:
-        measure, loaded = executor.measure, None  # no drift probe: it belongs to one device
+    if executor is not None:  # the drift reference belongs to one device: each Ray worker measures its own
+        executor.measure_drift = loaded is not None
+        measure, loaded = executor.measure, None
     ref_start = reference_tpot_s(loaded) if loaded is not None and todo else None
     bar = tqdm(todo if executor is None else executor.completed(todo), total=len(todo), desc=experiment,
                unit="point", file=sys.stderr, mininterval=1.0)
@@ -312,17 +314,28 @@ def run_sweep(
     bar.close()
     if ref_start is not None:
         _check_drift(run, experiment, ref_start, reference_tpot_s(loaded), rows)
+    for worker, ref in (getattr(executor, "references", None) or {}).items():  # per Ray worker, its own points
+        mine = [(pid, row) for pid, row in rows if pid in ref["points"]]
+        _check_drift(run, experiment, ref["start"], ref["end"], mine, worker)
     return results.read_points(run, experiment)
 
 
-def _check_drift(run: Path, experiment: str, start: float, end: float, rows: list) -> None:
-    """Record the reference TPOT before/after the sweep; mark its points invalid when it drifted."""
-    drift = abs(end / start - 1) if start and math.isfinite(start) and math.isfinite(end) else float("nan")
-    results.update_manifest(run, experiments={experiment: {**results.read_manifest(run)["experiments"][experiment],
-                                                           "reference_tpot_s": [start, end], "drift": drift}})
+def _check_drift(run: Path, experiment: str, start: float, end: float, rows: list, worker: str = "") -> None:
+    """Record the reference TPOT before/after the sweep (``worker``: a Ray worker's, before its first and after its
+    last point); mark those points invalid when it drifted beyond :data:`DRIFT_LIMIT`."""
+    ok = start and end and math.isfinite(start) and math.isfinite(end)
+    drift = abs(end / start - 1) if ok else float("nan")
+    entry = results.read_manifest(run)["experiments"][experiment]
+    if worker:
+        entry = {**entry, "worker_drift": {**entry.get("worker_drift", {}),
+                                           worker: {"reference_tpot_s": [start, end], "drift": drift}}}
+    else:
+        entry = {**entry, "reference_tpot_s": [start, end], "drift": drift}
+    results.update_manifest(run, experiments={experiment: entry})
     if not drift > DRIFT_LIMIT:
         return
-    reason = f"reference TPOT drifted {drift:.0%} during the sweep ({start * 1e3:.1f} -> {end * 1e3:.1f} ms)"
+    reason = (f"reference TPOT drifted {drift:.0%} during the sweep{' on ' + worker if worker else ''} "
+              f"({start * 1e3:.1f} -> {end * 1e3:.1f} ms)")
     print(f"{experiment}: {reason}; its points are marked invalid", file=sys.stderr)
     results.mark_invalid(run, [pid for pid, row in rows if row.get("status") == "ok"], reason)
 

@@ -3,6 +3,7 @@ cost surface, the quality guard against a noise processor, compile time kept out
 tiny real sweep."""
 import itertools
 import math
+import os
 import random
 import time
 
@@ -126,6 +127,39 @@ def test_replay_search_agrees_with_the_full_grid_recommendation():
     assert "guard FAILED" in et.headline(configs, replay)
 
 
+def test_make_predictor_calibrates_each_swept_dtype(monkeypatch, tmp_path):
+    """bfloat16 points are predicted from a bfloat16 calibration (its own FLOP/s and overheads), not float32's."""
+    from types import SimpleNamespace
+
+    from workbench import roofline
+
+    monkeypatch.setattr(roofline, "cache_path", lambda m, d, dtype, t: tmp_path / f"{dtype}.json")
+    path = str(models.resolve_model_path("default"))
+
+    def info(dtype):
+        return SimpleNamespace(path=path, device="cpu", dtype=dtype, num_params=134_515_008,
+                               num_non_embedding_params=106_203_456)
+
+    calls = []
+
+    def fake_calibrate(loaded, repeats=2, save=True, trials=7, runs=roofline.CALIBRATION_RUNS):
+        dtype = loaded.info.dtype
+        calls.append((dtype, runs))
+        return (roofline.Device(1e10, 1e11 if dtype == "float32" else 2e10, 2, dtype=dtype),
+                roofline.Calibration(step_overhead_s=0.01 if dtype == "float32" else 0.03, calibrated=True))
+
+    monkeypatch.setattr(roofline, "calibrate", fake_calibrate)
+    monkeypatch.setattr(models, "load_model", lambda spec, device, dtype, **k: SimpleNamespace(info=info(dtype)))
+    cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], calibrate=True)
+    pred = et.make_predictor(cfg, SimpleNamespace(info=info("float32")))
+    assert calls == [("float32", roofline.CALIBRATION_RUNS), ("bfloat16", roofline.CALIBRATION_RUNS_SMALL)]
+    shape, dev, calib = pred.for_dtype("bfloat16")
+    assert dev.flops_per_s == 2e10 and calib.step_overhead_s == 0.03 and shape.bytes_per_element == 2
+    assert pred.calibrated_dtype("bfloat16") == "bfloat16" and pred.calibrated_dtype("float32") == "float32"
+    bf, f32 = pred.predict(1, 128, 16, dtype="bfloat16"), pred.predict(1, 128, 16, dtype="float32")
+    assert bf["predicted_ttft_s"] > f32["predicted_ttft_s"]  # 5x fewer FLOP/s outweigh half the weight bytes
+
+
 # ----------------------------------------------------------------------------- on the real model
 
 
@@ -197,6 +231,45 @@ def test_compile_time_is_recorded_apart_and_kept_out_of_the_timed_repeats(monkey
     assert all(t0 >= compile_end for t0, _ in timed)
     assert out["wall_s"] == pytest.approx(sum(w for _, w in timed))
     assert {r["repeat"] for r in out["requests"]} == {0, 1}
+
+
+@pytest.mark.model
+@pytest.mark.skipif(not os.environ.get("WORKBENCH_TEST_COMPILE"),
+                    reason="a real torch.compile (inductor C++ codegen) of SmolLM2-135M takes minutes on a shared "
+                           "2-core CPU; run with WORKBENCH_TEST_COMPILE=1")
+def test_real_torch_compile_is_recorded_apart_and_kept_out_of_the_timed_repeats(monkeypatch):
+    """Static cache + torch.compile on the real default model (max_new_tokens 2): the compiling first call is
+    compile_s, the timed repeats start after it and run the compiled graph (no recompilation, much faster)."""
+    import torch
+
+    from workbench import sweeps
+
+    cfg = et.Config(device="cpu", dtypes=["float32"], attn_implementations=["sdpa"], cache_implementations=["static"],
+                    compile=[True], prompt_tokens=[32], max_new_tokens=2, guard_prompts=1, guard_tokens=2,
+                    repeats=2, warmup=1, calibrate=False)
+    timed = []
+    real = sweeps.generate_measured
+
+    def timed_call(*a, **k):
+        t0 = time.perf_counter()
+        out = real(*a, **k)
+        timed.append((t0, time.perf_counter(), k.get("generate_kwargs") or {}))
+        return out
+
+    monkeypatch.setattr(sweeps, "generate_measured", timed_call)
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    ref = {"prompts": ["hi"], "contexts": [[1, 2]], "outputs": [[3, 4]], "logprobs": [[-1.0, -1.0]]}
+    point = {**cfg.configurations()[0], "batch_size": 1, "prompt_tokens": 32}
+    t0 = time.perf_counter()
+    out = et.measure_point(cfg, point, ref)
+    compile_s = out["extra"]["compile_s"]
+    assert counters["stats"]["unique_graphs"] >= 1  # dynamo really compiled the forward
+    assert len(timed) == cfg.repeats and all("compile_config" in kw for *_, kw in timed)
+    assert all(start >= t0 + compile_s for start, _, _ in timed)  # every timed repeat starts after the compile
+    assert max(end - start for start, end, _ in timed) < compile_s / 2  # the compile is not in the timings
+    assert out["wall_s"] <= sum(end - start for start, end, _ in timed)
 
 
 @pytest.mark.model

@@ -60,3 +60,55 @@ def test_tiny_load_sweep_on_the_real_model(loaded):
     assert set(figs) == {"load_latency_vs_throughput", "load_goodput_vs_rate", "load_queue_vs_rate", "load_gantt",
                          "load_time_slices", "load_recommendation"}
     assert isinstance(serving_load.headline(points), str)
+
+
+class _FakeBench:
+    """Stands in for the experiment's engine holder: one worker serving each request in 0.04 s (no model)."""
+
+    def __init__(self, n):
+        import threading
+        import time
+
+        from workbench import metrics
+        from workbench.serving import load
+
+        self.specs = [load.RequestSpec("x", 2) for _ in range(n)]
+        self.rates, self.opened, self.closed = {}, [], 0
+        lock, state = threading.Lock(), {"free": 0.0}
+
+        def send(spec, t_sched):
+            t_sent = time.perf_counter()
+            with lock:
+                start = max(t_sent, state["free"])
+                state["free"] = start + 0.04
+            time.sleep(max(0.0, start + 0.04 - time.perf_counter()))
+            t = time.perf_counter()
+            timing = metrics.request_timing([t - 0.01, t], t_sched)
+            return {"t_sent": t_sent, "t_done": t, "ttft_s": timing["ttft_s"], "e2e_s": timing["e2e_s"],
+                    "tpot_s": timing["tpot_s"], "output_tokens": 2, "itl_s": timing["itl_s"]}
+
+        self.send = send
+
+    def open(self, name):
+        self.opened.append(name)
+
+    def close(self):
+        self.closed += 1
+
+
+def test_search_measures_missing_rates_and_reports_knee_and_history():
+    import json
+
+    cfg = serving_load.Config(engines=["fifo"], requests_per_point=6, arrival="constant", slo_ttft_s=0.1,
+                              slo_tpot_s=1.0, search_slo="custom", search_steps=3, attainment_target=0.9, device="cpu")
+    bench = _FakeBench(6)
+    out = serving_load.search(cfg, bench)
+    row = out.iloc[0]
+    assert bench.opened == ["fifo"] and bench.closed == 1
+    assert set(bench.rates["fifo"]) == {"synchronous", "throughput"}  # measured here: no sweep ran
+    assert row["sync_rps"] > 0 and row["max_throughput_rps"] > 0 and 1 <= row["measurements"] <= 3
+    hist = json.loads(row["history_json"])
+    assert len(hist) == row["measurements"]
+    assert {"rate_rps", "attainment", "arrival_rps", "completion_rps", "stopped_early"} <= set(hist[0])
+    assert row["max_rate_rps"] in [h["rate_rps"] for h in hist] + [0.0]
+    assert row["knee_rps"] != row["knee_rps"] or row["knee_rps"] > 0

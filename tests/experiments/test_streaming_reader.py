@@ -11,6 +11,8 @@ from workbench.experiments import streaming_reader as sr
     ({"granularities": ["sometimes"]}, "granularity"),
     ({"keepalive_s": 2.0, "client_timeout_s": 1.0}, "keepalive_s"),
     ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"nginx_buffer_kb": 2}, "nginx_buffer_kb"),
+    ({"nginx_upstream_http": "2"}, "nginx_upstream_http"),
 ])
 def test_invalid_config_one_line(kwargs, name):
     with pytest.raises(ParameterError) as err:
@@ -24,6 +26,11 @@ def test_nginx_config_per_mode_is_loopback_only():
     assert "proxy_buffering off;" in confs["buffering_off"]
     assert "proxy_buffering on;" in confs["header"] and "proxy_ignore_headers" not in confs["header"]
     assert "proxy_ignore_headers X-Accel-Buffering;" in confs["buffering_on"]
+    assert "proxy_ignore_headers X-Accel-Buffering;" in confs["buffering_default"]
+    assert all("proxy_buffers 8 64k;" in confs[m] for m in ("buffering_on", "buffering_off", "header"))
+    assert "proxy_buffers" not in confs["buffering_default"] and "proxy_buffer_size" not in confs["buffering_default"]
+    assert all("proxy_http_version 1.0;" in c for c in confs.values())
+    assert "proxy_http_version 1.1;" in sr.nginx_config("header", 1, 2, "/tmp/x", upstream_http="1.1")
 
 
 @pytest.mark.model
@@ -52,3 +59,105 @@ def test_tiny_run_measures_through_nginx_or_skips_with_the_reason(loaded):
     figs = sr.figures(points, req)
     assert set(figs) == {"reader_proxy_ttft", "reader_chunk_arrival", "reader_metrics", "reader_keepalive"}
     assert "buffering_on" in sr.headline(req)
+
+
+# ------------------------------------------------------------------ nginx buffering, shown (no model, no timed assertions)
+
+class _FakeChatSSE:
+    """A loopback HTTP/1.1 upstream streaming ``n`` chat chunks (~200 bytes each) ``gap_s`` apart, as the server does
+    (``X-Accel-Buffering: no``, chunked); ``emitted`` holds each content chunk's ``perf_counter`` write stamp."""
+
+    def __init__(self, n: int = 40, gap_s: float = 0.02):
+        import http.server
+        import json
+        import threading
+        import time
+
+        fake = self
+        self.emitted: list[float] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                chunked = self.request_version == "HTTP/1.1"  # an HTTP/1.0 client gets a close-delimited body
+                self.send_response(200)
+                for k, v in (("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"),
+                             ("X-Accel-Buffering", "no")):
+                    self.send_header(k, v)
+                self.send_header(*(("Transfer-Encoding", "chunked") if chunked else ("Connection", "close")))
+                self.end_headers()
+
+                def send(obj):
+                    data = ("data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n").encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+                    self.wfile.flush()
+
+                pad = "x" * 120  # the real chunk's id / model / created fields
+                for i in range(n):
+                    time.sleep(gap_s)
+                    send({"id": pad, "choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}]})
+                    fake.emitted.append(time.perf_counter())
+                send({"id": pad, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "engine": {}})
+                send("[DONE]")
+                if chunked:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                else:
+                    self.close_connection = True
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def nginx_binary():
+    binary, reason = sr.nginx_status()
+    if binary is None:
+        pytest.skip(f"nginx part skipped: {reason}")
+    return binary
+
+
+def _through_nginx(binary, upstream_http="1.0", modes=sr.NGINX_MODES):
+    """Per mode: (first chunk arrived after the upstream wrote its last one, chunks in that read, bytes by then)."""
+    seen = {}
+    with _FakeChatSSE(n=40) as up:
+        direct = sr.stream_request(f"http://127.0.0.1:{up.port}", "hi", 40)
+        assert direct["chunks"] == 40
+        for mode in modes:
+            up.emitted.clear()
+            with sr.Nginx(mode, up.port, binary=binary, upstream_http=upstream_http) as proxy:
+                row = sr.stream_request(proxy.base_url, "hi", 40)
+            assert row["chunks"] == 40 and row["text"] == direct["text"], mode
+            seen[mode] = (row["chunk_stamps"][0] > up.emitted[-1], row["first_read_chunks"], row["first_read_bytes"])
+    return seen
+
+
+def test_nginx_buffering_holds_the_first_chunk_until_the_last_and_the_header_restores_it(nginx_binary):
+    seen = _through_nginx(nginx_binary)
+    # buffering on, the header ignored, buffers (64 KiB) larger than the answer (~9 KB): nothing before the end
+    assert seen["buffering_on"][0] and seen["buffering_on"][1] == 40, seen
+    # the same buffers with the server's X-Accel-Buffering: no honoured, or buffering off: the first chunk first
+    assert not seen["header"][0] and not seen["buffering_off"][0], seen
+    assert seen["header"][1] < 40 and seen["buffering_off"][1] < 40, seen
+    # nginx's default one-page buffers: a page is sent when full, so the first read carries many chunks at once
+    assert seen["buffering_default"][1] > 1 and seen["buffering_default"][2] >= 2048, seen
+
+
+def test_nginx_http11_upstream_passes_each_chunk_on_even_when_buffering(nginx_binary):
+    # proxy_http_version 1.1: every SSE event is one HTTP chunk, which nginx hands on complete (see the module doc)
+    seen = _through_nginx(nginx_binary, "1.1", ("buffering_on",))
+    assert not seen["buffering_on"][0], seen

@@ -56,8 +56,13 @@ def test_engine_greedy_outputs_equal_batch_1(loaded, reference, name):
         assert res["output_ids"] == ref, f"{name}: first divergence at token {_first_divergence(res['output_ids'], ref)}"
         assert res["output_tokens"] == len(ref) == len(res["itl_s"]) + 1
         assert res["queue_s"] >= 0 and res["ttft_s"] >= res["queue_s"] and res["e2e_s"] >= res["ttft_s"]
-    if name == "static":  # one window: the three shared one batch
+    if name == "continuous":  # no per-request prefill exists: empty, with the reason
+        assert all(r["prefill_s"] != r["prefill_s"] and "shared forward steps" in r["prefill_note"] for r in out)
+    else:  # the prompt pass of the request's generate batch, part of its TTFT
+        assert all(0 < r["prefill_s"] < r["ttft_s"] and r["prefill_note"] == "" for r in out)
+    if name == "static":  # one window: the three shared one batch (and its one prompt pass)
         assert [r["batch_size"] for r in out] == [3, 3, 3]
+        assert len({r["prefill_s"] for r in out}) == 1
     if name == "fifo":  # one at a time: later requests queued behind earlier ones
         assert out[2]["queue_s"] >= out[0]["e2e_s"] * 0.5
 
@@ -124,4 +129,5 @@ def test_queued_request_gets_headers_promptly_and_engine_timings_over_http(loade
 
     eng = json.loads(final[-1][6:])["engine"]
     assert eng["queue_s"] > 0 and eng["ttft_s"] >= eng["queue_s"] and len(eng["itl_s"]) == eng["output_tokens"] - 1
+    assert 0 < eng["prefill_s"] < eng["ttft_s"] and 0 < long_row["prefill_s"] < long_row["engine_ttft_s"]
     assert long_row["queue_s"] >= 0 and len(long_row["itl_s"]) == 23 and long_row["tpot_s"] > 0

@@ -152,3 +152,66 @@ def test_unknown_job_id_is_404_json(loaded, tmp_path):
         _wait(srv, jid)
         r = httpx.get(f"{srv.base_url}/v1/jobs/{jid}/events", headers={"Last-Event-ID": f"{jid}:999"}, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == "Last-Event-ID"
+
+
+# ------------------------------------------------------------------ long-output strategies as jobs
+
+TOPIC = "Heat waves"
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"strategy": "outline_batch"}, "topic"),
+    ({"strategy": "saga", "topic": TOPIC}, "strategy"),
+    ({"strategy": "outline_batch", "topic": TOPIC, "max_tokens": 20, "n_sections": 4}, "max_tokens"),
+    ({"strategy": "one_shot", "topic": TOPIC, "messages": MESSAGES}, "messages"),
+    ({"messages": MESSAGES, "topic": TOPIC}, "topic"),
+    ({"strategy": "outline_sequential", "topic": TOPIC, "n_sections": 0}, "n_sections"),
+    ({"strategy": "one_shot", "topic": TOPIC, "ignore_eos": True}, "ignore_eos"),
+    ({"strategy": "one_shot", "topic": TOPIC, "language": "fr"}, "language"),
+    ({"strategy": "one_shot", "topic": TOPIC, "outline_tokens": 8}, "outline_tokens"),
+    ({"strategy": "outline_batch", "topic": "   "}, "topic"),
+])
+def test_malformed_long_output_jobs_name_the_field_and_store_nothing(loaded, tmp_path, body, param):
+    with ServerThread(loaded, jobs={"path": tmp_path / "j.sqlite3"}) as srv:
+        r = _post(srv, body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        assert httpx.get(srv.base_url + "/v1/jobs", timeout=30).json()["data"] == []
+
+
+def test_one_shot_job_is_the_strategy_prompt_streamed_token_by_token(loaded, tmp_path):
+    from workbench.long_form import one_shot_prompt
+
+    ref = generate_measured(loaded, [one_shot_prompt(TOPIC, 2, "zh")], GenerationSettings(max_new_tokens=4)).records[0]
+    with ServerThread(loaded, jobs={"path": tmp_path / "j.sqlite3", "flush_s": 0.0}) as srv:
+        jid = _post(srv, {"strategy": "one_shot", "topic": TOPIC, "n_sections": 2, "language": "zh",
+                          "max_tokens": 4}).json()["id"]
+        st = _wait(srv, jid)
+        assert st["status"] == "done" and st["strategy"] == "one_shot", st
+        res = httpx.get(f"{srv.base_url}/v1/jobs/{jid}/result", timeout=30).json()
+        assert res["output_ids"] == ref["output_ids"] and res["text"] == ref["text"]
+        assert _text(_events(srv, jid)) == ref["text"]
+
+
+@pytest.mark.parametrize("strategy", ["outline_batch", "outline_sequential"])
+def test_outline_job_streams_sections_survives_restart_and_equals_the_direct_run(loaded, tmp_path, strategy):
+    from workbench.long_form import LongOutputPlan, run_long_output
+
+    plan = LongOutputPlan.make(20, 2, outline_tokens=4)  # the smallest budget: 4 outline + 2 x 8 section tokens
+    ref = run_long_output(loaded, strategy, TOPIC, plan)
+    db = tmp_path / "j.sqlite3"
+    body = {"strategy": strategy, "topic": TOPIC, "n_sections": 2, "outline_tokens": 4, "max_tokens": 20}
+    with ServerThread(loaded, jobs={"path": db}) as a:
+        jid = _post(a, body).json()["id"]
+        st = _wait(a, jid, until=lambda s: s["stages"] >= 1)  # the outline is stored: stop the server now
+    with ServerThread(loaded, jobs={"path": db}) as b:
+        st = httpx.get(f"{b.base_url}/v1/jobs/{jid}", timeout=30).json()
+        assert st["status"] in ("interrupted", "done") and st["stages"] >= 1, st
+        if st["status"] == "interrupted":  # continued: the stored stages are reused, the cut one redone
+            assert httpx.post(f"{b.base_url}/v1/jobs/{jid}/continue", timeout=30).status_code == 200
+        st = _wait(b, jid)
+        assert st["status"] == "done" and st["strategy"] == strategy, st
+        res = httpx.get(f"{b.base_url}/v1/jobs/{jid}/result", timeout=30).json()
+        assert res["text"] == ref.text and res["outline"] == ref.outline
+        evs = [e for e in _events(b, jid) if e.id]
+        assert len(evs) == 2 and _text(evs) == ref.text  # one event per section, concatenating to the text
+        assert st["output_tokens"] == ref.row["output_tokens"]

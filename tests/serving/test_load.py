@@ -180,3 +180,71 @@ def test_knee_and_sweep_rates():
     assert metrics.saturation_knee([1, 2, 3, 4], [1, 1.95, 2.5, 2.6]) == 2
     rates = load.sweep_rates(1.0, 4.0, 2)
     assert rates == [2.0, 3.0]
+
+
+class _FakeSSE:
+    """A stdlib HTTP server answering ``POST /v1/chat/completions`` with a fixed SSE stream (no model): two
+    content chunks, a final chunk with the engine's figures, a usage chunk counting 3 tokens, ``[DONE]``."""
+
+    def __enter__(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                chunks = [{"choices": [{"delta": {"content": "Hel"}, "finish_reason": None}]},
+                          {"choices": [{"delta": {"content": "lo"}, "finish_reason": None}]},
+                          {"choices": [{"delta": {}, "finish_reason": "length"}],
+                           "engine": {"queue_s": 0.01, "prefill_s": 0.02, "tpot_s": 0.03, "itl_s": [0.03, 0.03],
+                                      "engine_ttft_s": 0.05}},
+                          {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}]
+                for c in chunks:
+                    self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_http_sender_ignores_a_dead_proxy_in_the_environment(monkeypatch):
+    """HTTP_PROXY / ALL_PROXY point at a port nothing listens on: a client trusting the environment fails, the
+    load generator's sender (trust_env=False) still reaches the loopback server; counts come from usage."""
+    import httpx
+
+    for k in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(k, raising=False)
+    for k in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(k, "http://127.0.0.1:9")
+    with _FakeSSE() as srv:
+        with pytest.raises(httpx.HTTPError):
+            httpx.post(srv.base_url + "/v1/chat/completions", json={}, timeout=5)
+        row = load.http_sender(srv.base_url, timeout=10)(RequestSpec("hi", 3), time.perf_counter())
+    assert row["error"] is None, row["error"]
+    assert row["text"] == "Hello" and row["chunks"] == 2 and row["output_tokens"] == 3  # usage, not chunks
+    assert row["prefill_s"] == 0.02 and row["queue_s"] == 0.01 and row["tpot_s"] == 0.03
+
+
+def test_flow_rates_tell_keeping_up_from_falling_behind():
+    """Arrivals every 0.5 s; a server that keeps up finishes every 0.5 s, a saturated one every 1 s."""
+    up = [{"t_scheduled_s": i * 0.5, "t_end_s": i * 0.5 + 0.3} for i in range(6)]
+    behind = [{"t_scheduled_s": i * 0.5, "t_end_s": 1.0 + i * 1.0} for i in range(6)]
+    assert load.flow_rates(up) == pytest.approx({"arrival_rps": 2.0, "completion_rps": 2.0})
+    assert load.flow_rates(behind) == pytest.approx({"arrival_rps": 2.0, "completion_rps": 1.0})
+    rows = [dict(r, error="HTTP 500" if i == 5 else None) for i, r in enumerate(behind)]
+    assert load.flow_rates(rows)["completion_rps"] == pytest.approx(1.0)  # failed requests did not complete
+    one = load.flow_rates(up[:1])
+    assert one["arrival_rps"] != one["arrival_rps"] and one["completion_rps"] != one["completion_rps"]  # NaN
+    assert metrics.saturation_knee([1.0, 2.0], [load.flow_rates(up)["completion_rps"] / 2,
+                                                load.flow_rates(behind)["completion_rps"]]) == 1.0

@@ -129,6 +129,7 @@ def test_sse_stream_parses_under_splitlines(server):
     body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 6, "temperature": 0, "stream": True}
     with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body, timeout=120) as r:
         raw = r.read().decode()
+        assert r.headers["x-accel-buffering"] == "no"  # what nginx's header mode honours (notebook 10)
     lines = _split_sse(raw)
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(ln[len("data: "):]) for ln in lines[:-1]]

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from .. import checks, metrics, roofline, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from ..plots import error_y, label, labels, mark_invalid, ok_points
+from ..plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
 from ..prompts import build_batch
 from ..sweeps import SweepConfig, expand_grid
 
@@ -100,9 +100,10 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         prediction per point and ``ttft_ratio`` / ``tpot_ratio`` (:func:`workbench.roofline.with_predictions`;
         the residual table is saved as ``residuals/batch_size.txt``).
     """
+    predictor = roofline.calibrated_predictor(loaded)  # predict before measuring
     points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p), resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                      slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
-    points = roofline.with_predictions(points, loaded.info)
+    points = roofline.with_predictions(points, loaded.info, predictor)
     roofline.save_residuals(run_dir, EXPERIMENT, points)
     return points
 
@@ -165,6 +166,7 @@ def throughput_vs_batch(points: pd.DataFrame) -> go.Figure:
     fig = px.line(df, x="batch_size", y="output_throughput_tps", color="prompt_tokens", markers=True,
                   labels=labels("batch_size", "output_throughput_tps", "goodput_rps", "prompt_tokens"), title="Output throughput vs batch size")
     roofline.add_predicted_line(fig, df, "batch_size", "predicted_output_throughput_tps", group="prompt_tokens")
+    mark_invalid(fig, df, "batch_size", "output_throughput_tps")
     fig.update_xaxes(type="log", dtick=0.30103)
     return fig
 
@@ -217,6 +219,7 @@ def goodput_vs_batch(points: pd.DataFrame, recommended: pd.Series | None = None)
     return fig
 
 
+@split_by_device
 def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure]:
     """All figures of the batch-size notebook, by file name."""
     rec = recommend(points)

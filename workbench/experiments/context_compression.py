@@ -408,6 +408,7 @@ def _table_figure(df, title: str):
     return fig
 
 
+@plots.split_by_device
 def figures(points, chat_points=None) -> dict:
     """The experiment's figures, by name, in report order.
 

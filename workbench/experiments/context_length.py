@@ -239,9 +239,10 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
         warmed.add(p["batch_size"])
         return measure_point(loaded, cfg, p, warm)
 
+    predictor = roofline.calibrated_predictor(loaded)  # predict before measuring
     points = run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, info=loaded.info, loaded=loaded,
                        config=cfg)
-    points = roofline.with_predictions(points, loaded.info)
+    points = roofline.with_predictions(points, loaded.info, predictor)
     roofline.save_residuals(run_dir, EXPERIMENT, points)
     return points
 
@@ -307,6 +308,7 @@ def fig_tpot_vs_context(points):
                   title="Decode time per output token vs context length")
     roofline.add_predicted_line(fig, df, "context_tokens", "predicted_tpot_s", group="batch_size",
                                 name="predicted, batch")
+    plots.mark_invalid(fig, df, "context_tokens", "tpot_s_p50")
     return plots.legend_below(fig)
 
 
@@ -342,6 +344,7 @@ def fig_heatmap(points, value: str, title: str, unit: str):
     return fig
 
 
+@plots.split_by_device
 def figures(points, requests, fits: dict) -> dict:
     """Every figure of the notebook, by name, in report order."""
     return {

@@ -42,7 +42,7 @@ import plotly.graph_objects as go
 from .. import checks, models, results, roofline, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings, encode_prompts, generate_measured
-from ..plots import label, legend_below
+from ..plots import label, legend_below, split_by_device
 from ..prompts import build_batch
 from ..quality import continuation_logprobs
 from ..sweeps import SweepConfig
@@ -351,6 +351,7 @@ def measure_point(cfg: Config, point: dict, ref: dict, predictor: roofline.Predi
     if predictor is not None:
         extra.update(predictor.predict(B, L, cfg.max_new_tokens, dtype=point["dtype"],
                                        threads=point.get("torch_threads")))
+        extra["calibrated_dtype"] = predictor.calibrated_dtype(point["dtype"])
     for rec in out["requests"]:
         rec.update(context_tokens=L)
     out["extra"] = extra
@@ -492,15 +493,25 @@ def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
 
 
 def make_predictor(cfg: Config, loaded) -> roofline.Predictor:
-    """The roofline for ``loaded``'s model: the cached calibration, else (``cfg.calibrate``) a fresh one."""
+    """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one, else
+    (``cfg.calibrate``) a fresh one on the model loaded in that dtype (the small workload, one repeat, 3 probe
+    trials; ~20 s once per machine and dtype); a dtype left uncalibrated uses its own probed FLOP/s with
+    ``loaded``'s overheads (:meth:`workbench.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
+    which calibration it used."""
     info = loaded.info
     dev = info.device.split(":")[0]
-    cached = roofline.load_cached(info.path, dev, info.dtype, roofline._threads())
+    threads = roofline._threads()
+    cached = roofline.load_cached(info.path, dev, info.dtype, threads)
     if cached is None and cfg.calibrate:
         cached = roofline.calibrate(loaded)
     if cached is None:
         cached = (roofline.Device.probe(dev, info.dtype), roofline.Calibration())
-    return roofline.Predictor(roofline.shape_of(info), *cached)
+    predictor = roofline.Predictor(roofline.shape_of(info), *cached, model_path=info.path)
+    for dtype in cfg.dtypes:
+        if dtype != info.dtype and cfg.calibrate and roofline.load_cached(info.path, dev, dtype, threads) is None:
+            predictor.add(dtype, *roofline.calibrate(models.load_model(cfg.model, cfg.device, dtype), repeats=1,
+                                                     trials=3, runs=roofline.CALIBRATION_RUNS_SMALL))
+    return predictor
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
@@ -626,6 +637,7 @@ def fig_guard(configs: pd.DataFrame, cfg_limits: tuple[float, float] | None = No
     return legend_below(fig)
 
 
+@split_by_device
 def figures(points: pd.DataFrame, configs: pd.DataFrame) -> dict[str, go.Figure]:
     """The notebook's figures by file name."""
     return {"engine_speed": fig_speed(configs, recommend(configs)),

@@ -21,7 +21,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import metrics, plots, results, sweeps  # noqa: F401  (plots registers the house template)
+from .. import metrics, plots, results, roofline, sweeps  # noqa: F401  (plots registers the house template)
 from ..checks import check_choice_list, check_int
 from ..generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
 from ..long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
@@ -158,11 +158,14 @@ def long_output_figure(requests: pd.DataFrame) -> go.Figure:
         first_text_s=("first_text_s", "median"), first_section_s=("first_section_s", "median"), wall_s=("wall_s", "median"),
         coverage=("coverage", "median"), repetition=("repetition", "median"),
         output_tokens=("output_tokens", "median"))
+    pred = roofline.predict_rows(requests).groupby(keys, as_index=False, sort=False)["predicted_e2e_s"].median()
     long = pd.concat([
         g.assign(measure="first visible text", seconds=g["first_text_s"]),
         g.assign(measure="first section text", seconds=g["first_section_s"]),
         g.assign(measure="wall time", seconds=g["wall_s"]),
-    ])
+    ] + ([g.merge(pred, on=keys).assign(measure="wall time, predicted (roofline, one generate)",
+                                         seconds=lambda d: d["predicted_e2e_s"])]
+         if pred["predicted_e2e_s"].notna().any() else []))
     return px.bar(long, x="strategy", y="seconds", color="measure", barmode="group",
                   facet_col="language" if "language" in long else None,
                   hover_data=["coverage", "repetition", "output_tokens"],
@@ -170,6 +173,7 @@ def long_output_figure(requests: pd.DataFrame) -> go.Figure:
                   title="Long output at equal token budget: wait and total time")
 
 
+@plots.split_by_device
 def figures(requests: pd.DataFrame) -> dict[str, go.Figure]:
     """The notebook's figures by file name, from the run's request rows (``results.read_requests(run)``)."""
     return {"long_output": long_output_figure(requests)}

@@ -10,7 +10,10 @@ then ``sweep_points`` open-loop rates evenly between the two measured request ra
 rate stops early by the recorded rule. Per point: the usual latency percentiles and throughput over the
 kept window, ``queue_s`` percentiles, SLO attainment and goodput per preset (:mod:`workbench.slo`), the
 time slices and the stop rule. :func:`recommend` gives, per SLO preset, the engine and the highest measured
-rate whose attainment reaches ``attainment_target``; :func:`search` finds that rate by bisection.
+rate whose attainment reaches ``attainment_target``; :func:`search` finds that rate by bisection
+(:func:`search_engines` runs it on its own, without the sweep: ``benchmarks/serving.py``). The knee
+(:func:`knees`) compares each open-loop point's arrival and completion rates
+(:func:`workbench.serving.load.flow_rates`).
 
 Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
 server (:mod:`workbench.serving.server`) with the engine behind it and drives it with the load generator's
@@ -30,7 +33,7 @@ from plotly.subplots import make_subplots
 from .. import checks, metrics, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from ..plots import label, ok_points
+from ..plots import label, ok_points, split_by_device
 from ..serving import engines as engines_mod
 from ..serving import load
 
@@ -191,13 +194,10 @@ def measure_point(bench: _Bench, cfg: Config, point: dict, last_of_engine: bool 
         if "synchronous" not in r or "throughput" not in r:
             raise ParameterError(f"{e}: the swept rates need this engine's synchronous and throughput points first")
         rate = load.sweep_rates(r["synchronous"], r["throughput"], cfg.sweep_points)[point["step"] - 1]
-    res = load.run_load(bench.send, bench.specs, prof, rate=rate, burstiness=cfg.burstiness, seed=cfg.seed,
-                        warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s, slice_s=cfg.slice_s,
-                        max_in_flight=cfg.max_in_flight, max_wait_s=cfg.max_wait_s)
+    res = _run_profile(bench, cfg, prof, rate)
     kept = res.kept()
     wall = res.summary["wall_s"]
-    done = int((kept["output_tokens"] >= 1).sum()) if len(kept) else 0
-    achieved = done / wall if wall and wall > 0 else float("nan")
+    achieved = _achieved_rps(res)
     if prof in ("synchronous", "throughput"):
         bench.rates.setdefault(e, {})[prof] = achieved
     rows = []
@@ -249,47 +249,93 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     return points
 
 
-def search(cfg: Config, bench: _Bench, points: pd.DataFrame) -> pd.DataFrame:
+def _run_profile(bench: _Bench, cfg: Config, profile: str, rate: float | None = None) -> load.LoadResult:
+    return load.run_load(bench.send, bench.specs, profile, rate=rate, burstiness=cfg.burstiness, seed=cfg.seed,
+                         warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s, slice_s=cfg.slice_s,
+                         max_in_flight=cfg.max_in_flight, max_wait_s=cfg.max_wait_s)
+
+
+def _achieved_rps(res: load.LoadResult) -> float:
+    """Completed requests of the kept window per second of it (the sweep's request rate of a closed-loop run)."""
+    kept, wall = res.kept(), res.summary["wall_s"]
+    done = int((kept["output_tokens"] >= 1).sum()) if len(kept) else 0
+    return done / wall if wall and wall > 0 else float("nan")
+
+
+def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per engine: the highest offered rate (``cfg.arrival``) whose attainment of ``cfg.search_slo`` reaches
     ``cfg.attainment_target``, by bisection (:func:`workbench.slo.search_rate`) between half the synchronous
     rate and the maximum throughput, ``cfg.search_steps`` measurements of ``requests_per_point`` requests each,
-    relative tolerance ``cfg.search_tolerance``."""
+    relative tolerance ``cfg.search_tolerance``. An over-saturated measurement (stopped early) fails.
+
+    The synchronous and maximum rates come from the sweep already run on ``bench`` or, when missing, are
+    measured here first (one ``synchronous`` and one ``throughput`` run). ``points`` is unused (kept for callers).
+
+    Returns:
+        One row per engine: ``engine``, ``slo``, ``max_batch_size``, ``max_rate_rps`` (0: even the lowest rate
+        failed), ``bracket_low_rps`` / ``bracket_high_rps`` (inf: the highest tried rate still met it),
+        ``bracketed``, ``measurements``, ``tolerance``, ``requests_per_measurement``, ``sync_rps``,
+        ``max_throughput_rps``, ``knee_rps`` (:func:`workbench.metrics.saturation_knee` over the search's own
+        open-loop measurements, arrival vs completion rate; NaN when even the lowest fell behind) and
+        ``history_json`` (per measurement: rate, attainment, arrival and completion rates, stopped early).
+    """
     target = slo.get(cfg.search_slo, cfg.slo_ttft_s, cfg.slo_tpot_s)
     out = []
     for e in cfg.engines:
-        r = bench.rates.get(e) or {}
-        if "synchronous" not in r or "throughput" not in r:
-            continue
         bench.open(e)
+        r = bench.rates.setdefault(e, {})
+        for prof in ("synchronous", "throughput"):
+            if prof not in r:
+                r[prof] = _achieved_rps(_run_profile(bench, cfg, prof))
+        hist: list = []
 
         def attainment_at(rate):
-            res = load.run_load(bench.send, bench.specs, cfg.arrival, rate=rate, burstiness=cfg.burstiness,
-                                seed=cfg.seed, warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s,
-                                max_in_flight=cfg.max_in_flight, max_wait_s=cfg.max_wait_s)
-            if res.summary["stopped_early"]:
-                return 0.0  # over-saturated: the rate fails
-            return metrics.slo_attainment(res.kept(), target.ttft_s, target.tpot_s)
+            res = _run_profile(bench, cfg, cfg.arrival, rate)
+            att = 0.0 if res.summary["stopped_early"] else metrics.slo_attainment(res.kept(), target.ttft_s,
+                                                                                   target.tpot_s)
+            hist.append({"rate_rps": rate, "attainment": att, "arrival_rps": res.summary["arrival_rps"],
+                         "completion_rps": res.summary["completion_rps"],
+                         "stopped_early": res.summary["stopped_early"]})
+            return att  # over-saturated: the rate fails
 
         lo, hi = r["synchronous"] * 0.5, max(r["throughput"], r["synchronous"] * 1.1)
         found = slo.search_rate(attainment_at, lo, hi, cfg.attainment_target, cfg.search_tolerance, cfg.search_steps)
+        knee = metrics.saturation_knee([h["arrival_rps"] for h in hist], [h["completion_rps"] for h in hist])
         out.append({"engine": e, "slo": target.name, "max_batch_size": cfg.max_batch_size,
                     "max_rate_rps": found["rate"], "bracket_low_rps": found["bracket"][0],
                     "bracket_high_rps": found["bracket"][1], "bracketed": found["bracketed"],
                     "measurements": found["steps"], "tolerance": cfg.search_tolerance,
-                    "requests_per_measurement": cfg.requests_per_point})
+                    "requests_per_measurement": cfg.requests_per_point, "sync_rps": r["synchronous"],
+                    "max_throughput_rps": r["throughput"], "knee_rps": knee, "history_json": json.dumps(hist)})
         bench.close()
     return pd.DataFrame(out)
+
+
+def search_engines(cfg: Config, loaded) -> pd.DataFrame:
+    """:func:`search` for every engine of ``cfg`` without a sweep (no run folder): the table it returns."""
+    bench = _Bench(cfg, loaded)
+    try:
+        return search(cfg, bench)
+    finally:
+        bench.close()
 
 
 # ----------------------------------------------------------------------------- summaries
 
 
 def knees(points: pd.DataFrame, tolerance: float = 0.1) -> dict:
-    """Per engine: :func:`workbench.metrics.saturation_knee` over its open-loop points (offered vs achieved)."""
+    """Per engine: :func:`workbench.metrics.saturation_knee` over its open-loop points: the realised arrival rate
+    against the completion rate (:func:`workbench.serving.load.flow_rates`; a short run's requests / wall time
+    is biased low by its last service time and would put the knee below every rate). Points without those
+    columns (older runs) use offered rate against request throughput."""
     df = ok_points(points)
     out = {}
+    flow = {"arrival_rps", "completion_rps"} <= set(df.columns)
     for e, g in df[df["profile"].isin(ARRIVALS)].groupby("engine"):
-        out[e] = metrics.saturation_knee(g["offered_rps"], g["request_throughput_rps"], tolerance)
+        if flow:
+            out[e] = metrics.saturation_knee(g["arrival_rps"], g["completion_rps"], tolerance)
+        else:
+            out[e] = metrics.saturation_knee(g["offered_rps"], g["request_throughput_rps"], tolerance)
     return out
 
 
@@ -455,6 +501,7 @@ def recommendation_table(points: pd.DataFrame, target: float = 0.9) -> go.Figure
     return fig
 
 
+@split_by_device
 def figures(points: pd.DataFrame, requests: pd.DataFrame, target: float = 0.9) -> dict[str, go.Figure]:
     """All figures of the serving-load notebook, by file name."""
     return {

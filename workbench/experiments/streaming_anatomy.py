@@ -39,7 +39,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import metrics, plots, sweeps  # noqa: F401  (plots registers the house template)
+from .. import metrics, plots, roofline, sweeps  # noqa: F401  (plots registers the house template)
 from ..checks import check_bool, check_int, check_int_list, check_str_list
 from ..detokenize import Granularity, StreamTap
 from ..errors import ParameterError
@@ -405,9 +405,15 @@ def perceived_latency_figure(requests: pd.DataFrame) -> go.Figure:
         g.assign(mode="streaming (first text at TTFT)", seconds=g["first_display_s"]),
         g.assign(mode="whole answer (text at e2e)", seconds=g["e2e_s"]),
     ])
-    return px.line(long, x="output_tokens", y="seconds", color="mode", markers=True,
-                   labels={"output_tokens": "output tokens (median)", "seconds": "time until the user sees text (s)"},
-                   title="Perceived latency: streaming vs waiting for the whole answer")
+    fig = px.line(long, x="output_tokens", y="seconds", color="mode", markers=True,
+                  labels={"output_tokens": "output tokens (median)", "seconds": "time until the user sees text (s)"},
+                  title="Perceived latency: streaming vs waiting for the whole answer")
+    pred = roofline.predict_rows(requests).groupby("max_new_tokens", as_index=False).agg(  # dotted: the roofline
+        output_tokens=("output_tokens", "median"), predicted_ttft_s=("predicted_ttft_s", "median"),
+        predicted_e2e_s=("predicted_e2e_s", "median"))
+    roofline.add_predicted_line(fig, pred, "output_tokens", "predicted_ttft_s", name="predicted TTFT")
+    roofline.add_predicted_line(fig, pred, "output_tokens", "predicted_e2e_s", name="predicted whole answer")
+    return fig
 
 
 def timeline_figure(requests: pd.DataFrame, title: str = "Per-request timeline") -> go.Figure:
@@ -473,6 +479,7 @@ def transport_figure(requests: pd.DataFrame) -> go.Figure:
     return fig
 
 
+@plots.split_by_device
 def figures(requests: pd.DataFrame) -> dict[str, go.Figure]:
     """Every figure of the notebook, by file name (the http ones only if that sweep ran).
 

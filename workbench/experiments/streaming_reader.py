@@ -6,14 +6,29 @@ Three parts, each a set of sweep points (``part`` column):
   the display path at each display granularity and :mod:`workbench.reading` gives time to first word and
   first sentence, stalls (> 250 ms), the longest stall and the reading-speed margin (one request row per
   granularity).
-- ``proxy``: streaming chat requests to the OpenAI-compatible server (:mod:`workbench.serving.server`),
-  either directly or through a real nginx (the Debian package) started on a loopback port from a generated
-  config: ``buffering_on`` (``proxy_buffering on`` and ``proxy_ignore_headers X-Accel-Buffering``, i.e. a
-  server that does not send the header), ``buffering_off`` (``proxy_buffering off``) and ``header``
-  (``proxy_buffering on``, the server's ``X-Accel-Buffering: no`` honoured). Per request: client TTFT
-  (send to the first content chunk), e2e, every chunk's arrival time and the reader metrics of the chunks
-  as they arrived (granularity ``http chunks``). Without nginx (not installed, cannot start) the nginx
-  modes are left out with the reason (:func:`nginx_status`); ``direct`` still runs.
+- ``proxy``: streaming chat requests to the OpenAI-compatible server (:mod:`workbench.serving.server`,
+  which sends ``X-Accel-Buffering: no`` on every stream), either directly or through a real nginx (the
+  Debian package) started on a loopback port from a generated config (:func:`nginx_config`):
+  ``buffering_on`` (``proxy_buffering on``, ``proxy_ignore_headers X-Accel-Buffering``, i.e. a server that
+  does not send the header, and buffers of ``nginx_buffer_kb`` KiB: ``proxy_buffer_size`` and 8
+  ``proxy_buffers`` of that size, what a production config with large ``proxy_buffers`` has),
+  ``buffering_default`` (the same with nginx's default buffers of one memory page, 4 KiB on x86-64 Linux),
+  ``buffering_off`` (``proxy_buffering off``) and ``header`` (``proxy_buffering on``, the server's header
+  honoured). With buffering, nginx reads the upstream into its buffers and writes a buffer to the client
+  only when it is full or the upstream has ended (Maxim Dounin, nginx mailing list, 2011-04-25,
+  https://nginx.org/pipermail/nginx/2011-April/026438.html): an SSE answer (~200 bytes a token) smaller
+  than the buffers arrives all at once at the end (client TTFT = e2e), one larger than a page arrives a
+  page at a time (the first chunk after ~20 tokens). That holds for nginx's default
+  ``proxy_http_version 1.0`` (``nginx_upstream_http``), where the upstream's body is close-delimited.
+  With ``proxy_http_version 1.1`` the upstream answers in HTTP chunks, and nginx (1.22.1, measured here
+  by ``tests/experiments/test_streaming_reader.py``) passes each complete chunk on as it arrives even
+  with buffering on: each SSE event is one HTTP chunk, so buffering then costs nothing visible. Per request: client TTFT (send to the first content
+  chunk), e2e, every chunk's arrival time, ``first_read_bytes`` / ``first_read_chunks`` (response bytes
+  and content chunks delivered by the socket read that brought the first content chunk), ``first_after_last``
+  (the first chunk arrived after the engine generated the last token: client TTFT >= engine e2e, an
+  ordering, not a threshold) and the reader metrics of the chunks as they arrived (granularity
+  ``http chunks``). Without nginx (not installed, cannot start) the nginx modes are left out with the
+  reason (:func:`nginx_status`); ``direct`` still runs.
 - ``keepalive``: a client with a read timeout (``client_timeout_s``) streams a request that waits in the
   queue behind a longer one (``blocker_tokens``). Without keep-alive the server sends nothing until the
   first token and the client times out; with ``keepalive_s`` the response starts at once and ``: keep-alive``
@@ -34,6 +49,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -42,10 +58,13 @@ from plotly.subplots import make_subplots
 from .. import checks, metrics, reading, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings, eos_token_ids, generate_measured
-from ..plots import label, ok_points
+from ..plots import label, ok_points, split_by_device
 
 EXPERIMENT = "streaming_reader"
-PROXY_MODES = ("direct", "buffering_on", "buffering_off", "header")
+PROXY_MODES = ("direct", "buffering_default", "buffering_on", "buffering_off", "header")
+#: nginx buffer size of the buffered modes (KiB): holds a whole answer of a few hundred tokens.
+NGINX_BUFFER_KB = 64
+UPSTREAM_HTTP = ("1.0", "1.1")
 NGINX_MODES = PROXY_MODES[1:]
 PROMPTS = {
     "en": "Explain in a few sentences why the sky is blue.",
@@ -62,6 +81,9 @@ class Config(sweeps.SweepConfig):
         languages: prompts for the reader part (``en``, ``zh``).
         granularities: display granularities for the reader part.
         proxy_modes: ``direct`` and the nginx modes to measure.
+        nginx_upstream_http: nginx's ``proxy_http_version`` to the server (``1.0``, nginx's default, or ``1.1``).
+        nginx_buffer_kb: ``proxy_buffer_size`` and each of 8 ``proxy_buffers`` (KiB) in every nginx mode but
+            ``buffering_default``.
         client_timeout_s: the keep-alive part's client read timeout.
         keepalive_s: the server's keep-alive comment interval in that part (below ``client_timeout_s``).
         blocker_tokens: length of the request the probe waits behind (0: skip the keep-alive part).
@@ -72,6 +94,8 @@ class Config(sweeps.SweepConfig):
     languages: list = dataclasses.field(default_factory=lambda: ["en", "zh"])
     granularities: list = dataclasses.field(default_factory=lambda: ["token", "4 tokens", "100 ms"])
     proxy_modes: list = dataclasses.field(default_factory=lambda: list(PROXY_MODES))
+    nginx_buffer_kb: int = NGINX_BUFFER_KB
+    nginx_upstream_http: str = "1.0"
     client_timeout_s: float = 1.0
     keepalive_s: float = 0.25
     blocker_tokens: int = 48
@@ -87,6 +111,8 @@ class Config(sweeps.SweepConfig):
         for g in self.granularities:
             Granularity.parse(g)
         checks.check_choice_list("proxy_modes", self.proxy_modes, PROXY_MODES, allow_empty=True)
+        checks.check_int("nginx_buffer_kb", self.nginx_buffer_kb, lo=4, hi=1 << 20)
+        checks.check_choice("nginx_upstream_http", self.nginx_upstream_http, UPSTREAM_HTTP)
         checks.check_float("client_timeout_s", self.client_timeout_s, lo=0, lo_open=True)
         checks.check_float("keepalive_s", self.keepalive_s, lo=0, lo_open=True)
         if self.keepalive_s >= self.client_timeout_s:
@@ -115,11 +141,25 @@ def nginx_status() -> tuple[str | None, str]:
     return None, "nginx is not installed (Debian: apt-get install -y nginx; `make browser` tries it)"
 
 
-def nginx_config(mode: str, port: int, upstream_port: int, prefix: str) -> str:
-    """An nginx config proxying ``127.0.0.1:port`` to ``127.0.0.1:upstream_port`` in one buffering ``mode``."""
+def nginx_config(mode: str, port: int, upstream_port: int, prefix: str, buffer_kb: int = NGINX_BUFFER_KB,
+                 upstream_http: str = "1.0") -> str:
+    """An nginx config proxying ``127.0.0.1:port`` to ``127.0.0.1:upstream_port`` in one buffering ``mode``.
+
+    ``buffering_on`` and ``buffering_default`` ignore the upstream's ``X-Accel-Buffering`` header (nginx
+    hides that header from the client in every mode); every mode but ``buffering_default`` sets
+    ``proxy_buffer_size`` and 8 ``proxy_buffers`` of ``buffer_kb`` KiB (busy buffers: two of them).
+    ``upstream_http`` is ``proxy_http_version`` (``1.1`` also keeps upstream connections alive).
+    """
     checks.check_choice("mode", mode, NGINX_MODES)
+    checks.check_int("buffer_kb", buffer_kb, lo=4, hi=1 << 20)
+    checks.check_choice("upstream_http", upstream_http, UPSTREAM_HTTP)
+    http = ("            proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n"
+            if upstream_http == "1.1" else "            proxy_http_version 1.0;\n")
     buffering = "off" if mode == "buffering_off" else "on"
-    ignore = "        proxy_ignore_headers X-Accel-Buffering;\n" if mode == "buffering_on" else ""
+    ignore = "            proxy_ignore_headers X-Accel-Buffering;\n" if mode in ("buffering_on", "buffering_default") else ""
+    sizes = "" if mode == "buffering_default" else (
+        f"            proxy_buffer_size {buffer_kb}k;\n            proxy_buffers 8 {buffer_kb}k;\n"
+        f"            proxy_busy_buffers_size {2 * buffer_kb}k;\n")
     temp = "\n".join(f"    {k}_temp_path {prefix}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     return f"""# generated by workbench.experiments.streaming_reader ({mode})
 worker_processes 1;
@@ -134,11 +174,9 @@ http {{
         listen 127.0.0.1:{port};
         location / {{
             proxy_pass http://127.0.0.1:{upstream_port};
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_read_timeout 300s;
+{http}            proxy_read_timeout 300s;
             proxy_buffering {buffering};
-{ignore}        }}
+{ignore}{sizes}        }}
     }}
 }}
 """
@@ -153,7 +191,8 @@ def _free_port() -> int:
 class Nginx:
     """A real nginx on a loopback port in front of ``upstream_port`` (context manager; ``base_url``)."""
 
-    def __init__(self, mode: str, upstream_port: int, binary: str | None = None):
+    def __init__(self, mode: str, upstream_port: int, binary: str | None = None, buffer_kb: int = NGINX_BUFFER_KB,
+                 upstream_http: str = "1.0"):
         self.binary = binary or nginx_status()[0]
         if self.binary is None:
             raise RuntimeError(nginx_status()[1])
@@ -165,7 +204,8 @@ class Nginx:
             os.chmod(f"{self.prefix}/{k}", 0o777)
         self.port = _free_port()
         self.conf = Path(self.prefix) / "nginx.conf"
-        self.conf.write_text(nginx_config(mode, self.port, upstream_port, self.prefix))
+        self.conf.write_text(nginx_config(mode, self.port, upstream_port, self.prefix, buffer_kb,
+                                            upstream_http))
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -210,14 +250,35 @@ class Nginx:
 # ----------------------------------------------------------------------------- client
 
 
+def _counted_lines(byte_chunks, reads: list) -> Iterator[str]:
+    """Text lines of a byte stream; ``reads`` gets each socket read's size as it is consumed (SSE uses ``\\n``)."""
+    import codecs
+
+    dec, buf = codecs.getincrementaldecoder("utf-8")(errors="replace"), ""
+    for b in byte_chunks:
+        reads.append(len(b))
+        buf += dec.decode(b)
+        *lines, buf = buf.split("\n")
+        for ln in lines:
+            yield ln.rstrip("\r")
+    buf += dec.decode(b"", final=True)
+    if buf:
+        yield buf.rstrip("\r")
+
+
 def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float = 600.0, stall_s: float = reading.STALL_S,
-                   read_timeout: float | None = None) -> dict:
+                   read_timeout: float | None = None, path: str = "/v1/chat/completions") -> dict:
     """One streaming chat request over raw SSE; client timing of its content chunks and their reader metrics.
 
     Returns:
         ``ttft_s``, ``e2e_s``, ``chunk_itl_s``, ``chunk_offsets_s`` (each content chunk's arrival after the
-        send), ``chunks``, ``keepalives`` (comments received), ``text``, ``engine_ttft_s``, ``outcome``
-        (``ok`` or ``timeout``), ``error``, and :func:`workbench.reading.reader_metrics` of the chunks.
+        send), ``chunk_stamps`` (their ``perf_counter`` stamps), ``chunks``, ``keepalives`` (comments
+        received), ``text``, ``engine_ttft_s`` and ``engine_e2e_s`` (the server's arrival to its first / last
+        token), ``first_after_last`` (client TTFT >= engine e2e: the first chunk reached the client only
+        after the last token was generated), ``first_read_bytes`` / ``first_read_chunks`` (response bytes
+        received up to and including the socket read that brought the first content chunk, and the content
+        chunks that read brought), ``response_bytes``, ``outcome`` (``ok`` or ``timeout``), ``error``, and
+        :func:`workbench.reading.reader_metrics` of the chunks.
     """
     import json
 
@@ -228,14 +289,14 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True}
     t_send = time.perf_counter()
-    stamps, parts, keepalives, engine, outcome, error = [], [], 0, {}, "ok", None
+    stamps, parts, reads, read_of, keepalives, engine, outcome, error = [], [], [], [], 0, {}, "ok", None
     tmo = httpx.Timeout(timeout, read=read_timeout) if read_timeout else httpx.Timeout(timeout)
     try:
         with httpx.Client(trust_env=False, timeout=tmo) as client:
-            with client.stream("POST", base_url + "/v1/chat/completions", json=body) as r:
+            with client.stream("POST", base_url + path, json=body) as r:
                 if r.status_code != 200:
                     raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
-                for ev in iter_sse(r.iter_lines()):
+                for ev in iter_sse(_counted_lines(r.iter_raw(), reads)):
                     if ev.comment:
                         keepalives += 1
                         continue
@@ -247,16 +308,22 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
                         if c["delta"].get("content"):
                             stamps.append(ev.t)
                             parts.append(c["delta"]["content"])
+                            read_of.append(len(reads))
     except httpx.TimeoutException as exc:
         outcome, error = "timeout", f"{type(exc).__name__} after {time.perf_counter() - t_send:.2f} s"
     t_end = time.perf_counter()
     tm = metrics.request_timing(stamps, t_send)
     nan = float("nan")
+    e2e_engine = (engine or {}).get("e2e_s") or nan
     return {
         "ttft_s": tm["ttft_s"], "e2e_s": tm["e2e_s"] if stamps else t_end - t_send, "chunk_itl_s": tm["itl_s"],
-        "chunk_offsets_s": [t - t_send for t in stamps], "chunks": len(stamps), "keepalives": keepalives,
-        "text": "".join(parts), "output_tokens": (engine or {}).get("output_tokens"),
-        "engine_ttft_s": (engine or {}).get("engine_ttft_s") or nan, "outcome": outcome, "error": error,
+        "chunk_offsets_s": [t - t_send for t in stamps], "chunk_stamps": stamps, "chunks": len(stamps),
+        "keepalives": keepalives, "text": "".join(parts), "output_tokens": (engine or {}).get("output_tokens"),
+        "engine_ttft_s": (engine or {}).get("engine_ttft_s") or nan, "engine_e2e_s": e2e_engine,
+        "first_after_last": bool(stamps) and tm["ttft_s"] >= e2e_engine,
+        "first_read_bytes": sum(reads[:read_of[0]]) if stamps else 0,
+        "first_read_chunks": read_of.count(read_of[0]) if stamps else 0, "response_bytes": sum(reads),
+        "outcome": outcome, "error": error,
         **reading.reader_metrics(list(zip(stamps, parts)), t_send, stall_s),
     }
 
@@ -281,7 +348,8 @@ class _Bench:
         if mode == "direct":
             return self.server.base_url
         if mode not in self.proxies:
-            self.proxies[mode] = Nginx(mode, self.server.port).start()
+            self.proxies[mode] = Nginx(mode, self.server.port, buffer_kb=self.cfg.nginx_buffer_kb,
+                                        upstream_http=self.cfg.nginx_upstream_http).start()
         return self.proxies[mode].base_url
 
     def keepalive_base(self, on: bool) -> str:
@@ -328,7 +396,10 @@ def measure_point(bench: _Bench, cfg: Config, point: dict) -> dict:
         t0 = time.perf_counter()
         for r in range(cfg.repeats):
             row = stream_request(base, PROMPTS["en"], cfg.max_new_tokens, stall_s=cfg.stall_s)
-            rows.append({**row, "granularity": "http chunks", "repeat": r, "request_id": r})
+            row.pop("chunk_stamps")
+            rows.append({**row, "granularity": "http chunks", "repeat": r, "request_id": r,
+                         "nginx_buffer_kb": None if point["proxy"] in ("direct", "buffering_default") else cfg.nginx_buffer_kb,
+                         "nginx_upstream_http": None if point["proxy"] == "direct" else cfg.nginx_upstream_http})
     else:
         base = bench.keepalive_base(point["keepalive"])
         for r in range(cfg.repeats):
@@ -336,6 +407,7 @@ def measure_point(bench: _Bench, cfg: Config, point: dict) -> dict:
             blocker.start()
             time.sleep(0.1)  # the blocker is in the engine before the probe arrives
             row = stream_request(base, PROMPTS["en"], 4, read_timeout=cfg.client_timeout_s, stall_s=cfg.stall_s)
+            row.pop("chunk_stamps")
             blocker.join()
             rows.append({**row, "repeat": r, "request_id": r, "client_timeout_s": cfg.client_timeout_s,
                          "keepalive_s": cfg.keepalive_s if point["keepalive"] else None})
@@ -366,10 +438,14 @@ def proxy_table(requests: pd.DataFrame) -> pd.DataFrame:
     req = requests[requests.get("part", pd.Series(dtype=str)) == "proxy"] if "part" in requests else requests.iloc[0:0]
     if req.empty:
         return pd.DataFrame()
-    req = req.assign(transport_ttft_s=req["ttft_s"] - req["engine_ttft_s"])  # the path's share of the client TTFT
+    req = req.assign(transport_ttft_s=req["ttft_s"] - req["engine_ttft_s"],  # the path's share of the client TTFT
+                     first_after_last=req["first_after_last"].astype(str).str.lower().eq("true").astype(float))
     out = req.groupby("proxy").agg(ttft_s_p50=("ttft_s", "median"), e2e_s_p50=("e2e_s", "median"),
                                    transport_ttft_s_p50=("transport_ttft_s", "median"),
                                    chunks_mean=("chunks", "mean"), first_word_s_p50=("first_word_s", "median"),
+                                   first_read_bytes_p50=("first_read_bytes", "median"),
+                                   first_read_chunks_p50=("first_read_chunks", "median"),
+                                   first_after_last_share=("first_after_last", "mean"),
                                    longest_stall_s_max=("longest_stall_s", "max"), n=("ttft_s", "size"))
     out["ttft_share_of_e2e"] = out["ttft_s_p50"] / out["e2e_s_p50"]
     return out.reindex([m for m in PROXY_MODES if m in out.index]).reset_index()
@@ -384,13 +460,19 @@ def headline(requests: pd.DataFrame) -> str:
     parts = [f"{m}: TTFT {by.loc[m, 'ttft_s_p50']:.3f} s, of which path {by.loc[m, 'transport_ttft_s_p50']:.3f} s "
              f"(e2e {by.loc[m, 'e2e_s_p50']:.3f} s, TTFT/e2e {by.loc[m, 'ttft_share_of_e2e']:.0%})" for m in by.index]
     note = "Client TTFT p50 by path (path = client TTFT minus the engine's): " + "; ".join(parts) + "."
-    if "buffering_on" in by.index:
-        held = by.loc["buffering_on", "transport_ttft_s_p50"] > 0.5 * by.loc["buffering_on", "e2e_s_p50"]
-        note += (" nginx buffering held the first chunk back for most of the answer." if held else
-                 " nginx buffering did not hold the first chunk back at this token rate and answer size.")
-    elif not any(m in by.index for m in NGINX_MODES):
+    held = [m for m in by.index if by.loc[m, "first_after_last_share"] >= 0.5]
+    early = [m for m in by.index if by.loc[m, "first_after_last_share"] < 0.5]
+    if held:
+        note += (f" First chunk only after the last token (buffering turned TTFT into e2e): {', '.join(held)};"
+                 f" before it: {', '.join(early) or 'none'}.")
+    if "buffering_default" in by.index:
+        note += (f" With nginx's default one-page buffers the first content arrived with "
+                 f"{by.loc['buffering_default', 'first_read_bytes_p50']:.0f} response bytes "
+                 f"({by.loc['buffering_default', 'first_read_chunks_p50']:.0f} chunks in that read).")
+    if not any(m in by.index for m in NGINX_MODES):
         note += f" nginx part skipped: {nginx_status()[1] or 'not measured'}."
-    return note + " (workbench run default, notebook 10_streaming_reader)"
+    return note + (" (workbench sweep 10_streaming_reader; nginx proxy_http_version 1.0 unless nginx_upstream_http "
+                   "says otherwise; nginx_buffer_kb KiB buffers in buffering_on / off / header)")
 
 
 def proxy_ttft_figure(requests: pd.DataFrame) -> go.Figure:
@@ -410,7 +492,11 @@ def chunk_arrival_figure(requests: pd.DataFrame) -> go.Figure:
         offs = list(r["chunk_offsets_s"]) if r["chunk_offsets_s"] is not None else []
         fig.add_trace(go.Scatter(x=offs, y=list(range(1, len(offs) + 1)), mode="lines+markers", name=r["proxy"],
                                  line={"shape": "hv"}))
-    fig.update_layout(title="Chunk arrival at the client (repeat 0)", xaxis_title="time since send (s)",
+        eng = r.get("engine_e2e_s")
+        if eng is not None and eng == eng:
+            fig.add_vline(x=eng, line={"dash": "dot", "width": 1})
+    fig.update_layout(title="Chunk arrival at the client (repeat 0; dotted: the engine's last token): a buffering "
+                            "proxy delivers the answer in buffer-sized bursts", xaxis_title="time since send (s)",
                       yaxis_title=label("chunks"))
     return fig
 
@@ -445,6 +531,7 @@ def keepalive_figure(requests: pd.DataFrame) -> go.Figure:
     return fig
 
 
+@split_by_device
 def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure]:
     """The experiment's figures from its points and request rows."""
     ok = set(ok_points(points)["point_id"]) if not points.empty else set()

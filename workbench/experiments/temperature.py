@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import plots, quality
+from .. import plots, quality, roofline
 from ..checks import check_bool, check_choice_list, check_float_list, check_int
 from ..errors import ParameterError
 from ..generation import GenerationSettings, encode_prompts
@@ -263,9 +263,13 @@ def fig_speed_vs_temperature(points):
     import pandas as pd
     import plotly.express as px
 
-    df = _greedy_on_every_top_p(plots.ok_points(points))
+    df = roofline.predict_rows(_greedy_on_every_top_p(plots.ok_points(points)))
     cols = {c: plots.label(c) for c in ("tpot_s_p50", "e2e_s_p50", "output_throughput_tps", "output_tokens_mean")}
-    long = pd.concat([df.assign(metric=label, value=df[c]) for c, label in cols.items() if c in df])
+    long = pd.concat([df.assign(metric=label, value=df[c]) for c, label in cols.items() if c in df]
+                     + [df.assign(metric=cols[c], value=df[f"predicted_{q}"], family=df["family"] + " (predicted)")
+                        for c, q in (("tpot_s_p50", "tpot_s"), ("e2e_s_p50", "e2e_s"),
+                                     ("output_throughput_tps", "output_throughput_tps"))
+                        if c in df and df[f"predicted_{q}"].notna().any()])  # the roofline's line per family
     long["top_p"] = long["top_p"].map(lambda p: f"top_p {p:g}")
     long = long.sort_values("temperature")
     orders = {"metric": [label for c, label in cols.items() if c in df], "family": list(FAMILIES),
@@ -280,6 +284,7 @@ def fig_speed_vs_temperature(points):
     return plots.legend_below(fig, y=-0.12, bottom=120)
 
 
+@plots.split_by_device
 def figures(summary, points) -> dict:
     """Every figure of the notebook, by name, in report order (families absent from the run are skipped)."""
     figs = {}

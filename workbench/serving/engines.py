@@ -23,6 +23,14 @@ Per request (:meth:`EngineRequest.result`): ``queue_s`` (arrival to admission in
 shared the request's batch; for ``continuous`` the most requests the manager held at once while it ran)
 and ``engine``.
 
+``prefill_s`` (the prompt forward pass, seconds): ``fifo`` and ``static`` take it from
+:func:`~workbench.generation.generate_measured` (the first forward call of the batch's ``generate``; for a
+``static`` batch it is the whole batch's padded prompt pass, shared by its rows). ``continuous`` leaves it
+empty (NaN) and says why in ``prefill_note``: the library's scheduler runs a request's prompt inside shared
+forward steps, split into chunks and mixed with other requests' decode tokens, so no forward pass belongs
+to one request's prefill; any figure (for example admission to first token) would include other requests'
+work and is not reported under this name.
+
 Greedy outputs equal batch-1 ``generate`` outputs for all three engines on the embedded model in
 float32 (tests/serving/test_engines.py); batched attention may in general change the last bits of
 logits and so a near-tie argmax, which the test would report as the first divergent token.
@@ -74,6 +82,8 @@ class EngineRequest:
     error: str | None = None
     batch_size: int = 1
     engine: str = ""
+    prefill_s: float | None = None
+    prefill_note: str = ""
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
 
     def token(self, tok: int, t: float) -> None:
@@ -88,6 +98,8 @@ class EngineRequest:
         return {"id": self.id, "engine": self.engine, "t_arrival": self.t_arrival, "t_admit": self.t_admit,
                 "queue_s": (self.t_admit - self.t_arrival) if self.t_admit is not None else float("nan"),
                 **timing, "prompt_tokens": len(self.input_ids), "output_ids": list(self.output_ids),
+                "prefill_s": float("nan") if self.prefill_s is None else self.prefill_s,
+                "prefill_note": self.prefill_note,
                 "finish_reason": self.finish_reason, "batch_size": self.batch_size, "error": self.error}
 
     def finish(self, reason: str | None = None, error: str | None = None) -> None:
@@ -234,9 +246,10 @@ class FifoEngine(BaseEngine):
                         or len(r.output_ids) >= r.settings.max_new_tokens:
                     finished[row] = True
 
-        generate_measured(self.loaded, [None] * len(batch), settings, input_ids=[r.input_ids for r in batch],
-                          on_step=on_step, stopping_criteria=_stopping(batch, prompt_len), t_submit=t_admit)
+        res = generate_measured(self.loaded, [None] * len(batch), settings, input_ids=[r.input_ids for r in batch],
+                                on_step=on_step, stopping_criteria=_stopping(batch, prompt_len), t_submit=t_admit)
         for r in batch:
+            r.prefill_s = res.prefill_s  # the batch's prompt pass (all rows, padded): shared by its rows
             hit_eos = bool(r.output_ids) and r.output_ids[-1] in self.eos and not r.settings.ignore_eos
             r.finish("stop" if hit_eos else "length")
 
@@ -295,6 +308,8 @@ class ContinuousEngine(BaseEngine):
     """
 
     name = "continuous"
+    PREFILL_NOTE = ("continuous: the prompt runs inside shared forward steps (chunked, mixed with other requests' "
+                    "decode tokens); no per-request prefill time exists")
 
     def __init__(self, loaded, settings: GenerationSettings | None = None, max_batch_size: int = 8,
                  max_seq_tokens: int = 1024, max_batch_tokens: int = 512, page_size: int = 32):
@@ -336,6 +351,7 @@ class ContinuousEngine(BaseEngine):
                                  f"top_p {e.top_p}); got temperature {s.temperature}, top_p {s.top_p}")
         if 0 < s.min_new_tokens < s.max_new_tokens and not s.ignore_eos:
             raise ParameterError("continuous engine: min_tokens other than 0 or max_tokens (ignore_eos) is not supported")
+        req.prefill_s, req.prefill_note = None, self.PREFILL_NOTE
         return super().submit(req)
 
     def _serve(self, batch):  # called from the feeder thread: hand the requests to the manager and return
@@ -464,7 +480,8 @@ class ServerEngine:
     Each job's messages are templated and tokenised here (in the caller's thread), its text goes through
     the job's display tap and stop filter as tokens arrive, and its final ``info`` carries the engine's
     figures (``queue_s``, ``engine_ttft_s``, ``ttft_s``, ``itl_s``, ``tpot_s``, ``e2e_s``, ``decode_tps``,
-    ``batch_size``, ``engine``), all from the server's arrival time.
+    ``batch_size``, ``engine``), all from the server's arrival time, and ``prefill_s`` (empty for
+    ``continuous``, with ``prefill_note`` saying why; see the module docstring).
     """
 
     def __init__(self, loaded, name: str, max_batch_size: int = 8, batch_window_s: float = 0.05,
@@ -513,7 +530,8 @@ class ServerEngine:
             info = {k: res[k] for k in ("queue_s", "ttft_s", "itl_s", "tpot_s", "e2e_s", "decode_tps", "output_tokens",
                                          "prompt_tokens", "batch_size", "output_ids")}
             info.update(id=job.id, steps=job.steps, cancelled=finish == "cancelled", finish_reason=finish,
-                        engine=self.name, engine_ttft_s=res["ttft_s"], prefill_s=float("nan"),
+                        engine=self.name, engine_ttft_s=res["ttft_s"], prefill_s=res["prefill_s"],
+                        prefill_note=res["prefill_note"],
                         engine_first_text_s=(job.t_first_text - job.t_arrival) if job.t_first_text else float("nan"),
                         text=self.loaded.tokenizer.decode(res["output_ids"], skip_special_tokens=True))
             with self._lock:

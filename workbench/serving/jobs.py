@@ -18,6 +18,16 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
 - ``POST /v1/jobs`` with ``{"messages": [...], "max_tokens": N, "temperature", "top_p", "seed",
   "ignore_eos", "min_tokens", "model"}`` -> 202 ``{"id", "status": "queued", ...}``. A malformed request
   (not JSON, unknown field, bad value, prompt over the context) gets 400 / 413 / 415 and stores nothing.
+- Long outputs: ``"strategy"`` names one of :data:`workbench.long_form.STRATEGIES` instead of ``messages``,
+  with ``"topic"`` (required), ``"n_sections"`` (default 4), ``"language"`` (``en`` / ``zh``) and, for the
+  outline strategies, ``"outline_tokens"``; ``max_tokens`` is the whole budget (split by
+  :class:`workbench.long_form.LongOutputPlan`; a budget too small for the sections is a 400 naming
+  ``max_tokens``). ``one_shot`` is one chat request with the strategy's prompt: streamed token by token and
+  continued from its stored tokens like any job. ``outline_batch`` / ``outline_sequential`` run
+  :func:`workbench.long_form.run_long_output`; each finished generation (the outline, the batch of sections,
+  or one section) is stored as a stage with its token ids, each section as one text event as soon as it is
+  written (the events concatenate to the merged text), and a continued job reuses its stored stages and
+  redoes only the generation that was cut (greedy: equal to the uninterrupted run).
 - ``GET /v1/jobs/{id}`` (status), ``GET /v1/jobs/{id}/result`` (text so far, ``complete``),
   ``GET /v1/jobs/{id}/events`` (SSE, ``id: <job>:<n>``, resumable with ``Last-Event-ID``; after the text
   events one ``{"status": ...}`` event without an id, then ``[DONE]``), ``POST /v1/jobs/{id}/continue``,
@@ -52,6 +62,15 @@ FLUSH_S = 0.2           # a running job's new tokens and text are written at lea
 MAX_BODY_BYTES = 1 << 20
 DB_NAME = "serving_jobs.sqlite3"
 FINISHED = ("done", "failed", "cancelled")
+#: ``chat`` (the request's ``messages``) and the long-output strategies of :mod:`workbench.long_form`.
+STRATEGIES = ("chat", "one_shot", "outline_batch", "outline_sequential")
+LANGUAGES = ("en", "zh")
+LONG_FORM_FIELDS = ("topic", "n_sections", "language", "outline_tokens")
+N_SECTIONS = 4
+
+
+class _Stopped(Exception):
+    """A long-output job stopped between or inside its generations (cancelled, deleted, server closing)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -67,7 +86,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     finish_reason TEXT,
     error TEXT,
     runs INTEGER NOT NULL DEFAULT 0,
-    bytes INTEGER NOT NULL DEFAULT 0
+    bytes INTEGER NOT NULL DEFAULT 0,
+    stages TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS job_events (
     job_id TEXT NOT NULL,
@@ -95,6 +115,8 @@ def default_path() -> Path:
 
 
 def _schema():
+    from typing import Literal
+
     from pydantic import BaseModel, ConfigDict, Field
 
     class Message(BaseModel):
@@ -104,8 +126,13 @@ def _schema():
 
     class JobRequest(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        messages: list[Message] = Field(min_length=1)
+        messages: list[Message] | None = Field(default=None, min_length=1)
         model: str | None = None
+        strategy: Literal[STRATEGIES] = "chat"
+        topic: str | None = Field(default=None, min_length=1, max_length=2000)
+        n_sections: int | None = Field(default=None, ge=1, le=64)
+        language: Literal[LANGUAGES] | None = None
+        outline_tokens: int | None = Field(default=None, ge=1)
         max_tokens: int = Field(default=256, ge=1)
         temperature: float = Field(default=0.0, ge=0, le=2)
         top_p: float = Field(default=1.0, gt=0, le=1)
@@ -150,6 +177,8 @@ class JobStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            if "stages" not in {c[1] for c in self._db.execute("PRAGMA table_info(jobs)")}:  # a store from before
+                self._db.execute("ALTER TABLE jobs ADD COLUMN stages TEXT NOT NULL DEFAULT '[]'")
             # jobs a previous server left unfinished (stopped or crashed mid-run) are interrupted, not lost
             self._db.execute("UPDATE jobs SET status='interrupted', updated=? WHERE status IN ('queued','running')",
                              (time.time(),))
@@ -228,15 +257,25 @@ class JobStore:
             raise JobError(400, f"max_tokens: must be <= {self.max_tokens_limit} (got {req.max_tokens})", "max_tokens")
         if req.min_tokens > req.max_tokens:
             raise JobError(400, f"min_tokens: must be <= max_tokens ({req.max_tokens})", "min_tokens")
-        messages = [m.model_dump() for m in req.messages]
+        messages = self._long_form(req) if req.strategy != "chat" else None
+        if req.strategy == "chat":
+            for f in LONG_FORM_FIELDS:
+                if f in req.model_fields_set:
+                    raise JobError(400, f"{f}: only with a long-output strategy ({', '.join(STRATEGIES[1:])})", f)
+            if req.messages is None:
+                raise JobError(400, "messages: required (or a long-output strategy with a topic)", "messages")
+            messages = [m.model_dump() for m in req.messages]
         try:
             enc = encode_prompts(self.loaded.tokenizer, [messages])
         except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
             raise JobError(400, f"messages: cannot apply the chat template ({exc})", "messages") from None
         prompt_ids = enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
         if len(prompt_ids) + req.max_tokens > self.context:
-            raise JobError(400, f"messages: prompt ({len(prompt_ids)} tokens) + max_tokens ({req.max_tokens}) "
-                                f"exceeds the context ({self.context})", "messages")
+            field = "topic" if req.strategy.startswith("outline") else "messages"
+            raise JobError(400, f"{field}: prompt ({len(prompt_ids)} tokens) + max_tokens ({req.max_tokens}) "
+                                f"exceeds the context ({self.context})", field)
+        if req.strategy.startswith("outline"):
+            messages = None  # it writes its own prompts (workbench.long_form)
         request = json.dumps({**req.model_dump(), "messages": messages}, ensure_ascii=False)
         size = len(request.encode()) + len(json.dumps(prompt_ids))
         jid = "job-" + uuid.uuid4().hex[:24]
@@ -257,6 +296,37 @@ class JobStore:
         self._enqueue(jid)
         return self.status(jid)
 
+    def _long_form(self, req) -> list[dict]:
+        """Check a long-output job (``strategy``, ``topic``, ``n_sections``, ``language``, ``outline_tokens``,
+        ``max_tokens`` the whole budget) and fill its defaults in ``req``; the messages of its first request.
+
+        Raises:
+            JobError: 400 naming the field.
+        """
+        from ..long_form import LongOutputPlan, one_shot_prompt
+
+        s = req.strategy
+        if req.messages is not None:
+            raise JobError(400, f"messages: not with strategy {s!r} (it writes its own prompts from topic)", "messages")
+        if not req.topic or not req.topic.strip():
+            raise JobError(400, f"topic: required with strategy {s!r}", "topic")
+        for f, default in (("ignore_eos", False), ("min_tokens", 0), ("top_p", 1.0)):
+            if getattr(req, f) != default:
+                raise JobError(400, f"{f}: not supported with strategy {s!r}", f)
+        req.n_sections = req.n_sections or N_SECTIONS
+        req.language = req.language or "en"
+        if s == "one_shot":
+            if req.outline_tokens is not None:
+                raise JobError(400, "outline_tokens: only with the outline strategies", "outline_tokens")
+            return [{"role": "user", "content": one_shot_prompt(req.topic, req.n_sections, req.language)}]
+        try:
+            plan = LongOutputPlan.make(req.max_tokens, req.n_sections, req.outline_tokens)
+        except ParameterError as exc:
+            msg = str(exc).replace("budget_tokens:", "max_tokens:", 1)
+            raise JobError(400, msg, msg.split(":", 1)[0]) from None
+        req.outline_tokens = plan.outline_tokens
+        return [{"role": "user", "content": req.topic}]  # for the context check; the job writes its own prompts
+
     def _enqueue(self, jid: str) -> None:
         self._cancel[jid] = threading.Event()
         self._queue.put(jid)
@@ -269,12 +339,18 @@ class JobStore:
                 "prompt_tokens": len(json.loads(r["prompt_ids"])), "output_tokens": len(out),
                 "max_tokens": req["max_tokens"], "finish_reason": r["finish_reason"], "error": r["error"],
                 "events": r["events"], "runs": r["runs"], "bytes": r["bytes"],
+                "strategy": req.get("strategy", "chat"), "stages": len(json.loads(r["stages"])),
                 "exact_resume": req["temperature"] == 0}
 
     def result(self, jid: str) -> dict:
         r = self._row(jid)
-        return {"id": jid, "object": "job.result", "status": r["status"], "complete": r["status"] == "done",
-                "text": r["text"], "output_ids": json.loads(r["output_ids"]), "finish_reason": r["finish_reason"]}
+        req, stages = json.loads(r["request"]), json.loads(r["stages"])
+        out = {"id": jid, "object": "job.result", "status": r["status"], "complete": r["status"] == "done",
+               "text": r["text"], "output_ids": json.loads(r["output_ids"]), "finish_reason": r["finish_reason"],
+               "strategy": req.get("strategy", "chat")}
+        if req.get("strategy", "chat").startswith("outline"):
+            out["outline"] = stages[0]["records"][0]["text"] if stages else None
+        return out
 
     def list(self) -> list[dict]:
         self._purge()
@@ -362,6 +438,10 @@ class JobStore:
             return
         cancel = self._cancel.get(jid) or threading.Event()
         req = json.loads(r["request"])
+        if req.get("strategy", "chat").startswith("outline"):
+            self._q("UPDATE jobs SET status='running', runs=runs+1, updated=? WHERE id=?", (time.time(), jid))
+            self._run_long_form(jid, r, req, cancel)
+            return
         prompt_ids = json.loads(r["prompt_ids"])
         stored = json.loads(r["output_ids"])
         eos = eos_token_ids(self.loaded)
@@ -380,27 +460,13 @@ class JobStore:
         def flush():
             if not state["ids"] and not state["pieces"]:
                 return
-            new_ids, pieces = state["ids"], [p for p in state["pieces"] if p]
+            new_ids, pieces = state["ids"], state["pieces"]
             state["ids"], state["pieces"] = [], []
-            with self._lock:
-                row = self._db.execute("SELECT output_ids, text, events, bytes FROM jobs WHERE id=?", (jid,)).fetchone()
-                if row is None:  # deleted while running
-                    cancel.set()
-                    return
-                ids = json.loads(row[0]) + new_ids
-                text = row[1] + "".join(pieces)
-                seq = row[2]
-                add = sum(len(p.encode()) * 2 + 16 for p in pieces) + 8 * len(new_ids)
-                self._db.execute("BEGIN")
-                for p in pieces:
-                    seq += 1
-                    self._db.execute("INSERT INTO job_events VALUES (?, ?, ?)", (jid, seq, p))
-                self._db.execute("UPDATE jobs SET output_ids=?, text=?, events=?, bytes=bytes+?, updated=? WHERE id=?",
-                                 (json.dumps(ids), text, seq, add, time.time(), jid))
-                self._db.execute("COMMIT")
-                if self.stored_bytes() > self.max_bytes:
-                    state["over"] = True
-                    cancel.set()
+            if not self._append(jid, new_ids, pieces):
+                cancel.set()
+            state["over"] = state["over"] or self.stored_bytes() > self.max_bytes
+            if state["over"]:
+                cancel.set()
             state["t_flush"] = time.perf_counter()
 
         def on_step(ids, t):
@@ -444,6 +510,76 @@ class JobStore:
             self._finish(jid, "cancelled", "cancelled")
         else:
             self._finish(jid, "done", rec["finish_reason"])
+
+    def _append(self, jid: str, new_ids: list[int], pieces: list[str], stage: dict | None = None) -> bool:
+        """Store a job's new token ids, text pieces (one numbered event each) and finished ``stage`` in one
+        transaction; False when the job was deleted meanwhile."""
+        pieces = [p for p in pieces if p]
+        with self._lock:
+            row = self._db.execute("SELECT output_ids, text, events, stages FROM jobs WHERE id=?", (jid,)).fetchone()
+            if row is None:
+                return False
+            ids, text, seq = json.loads(row[0]) + list(new_ids), row[1] + "".join(pieces), row[2]
+            stages = row[3] if stage is None else json.dumps(json.loads(row[3]) + [stage])
+            add = sum(len(p.encode()) * 2 + 16 for p in pieces) + 8 * len(new_ids) + len(stages) - len(row[3])
+            self._db.execute("BEGIN")
+            for p in pieces:
+                seq += 1
+                self._db.execute("INSERT INTO job_events VALUES (?, ?, ?)", (jid, seq, p))
+            self._db.execute("UPDATE jobs SET output_ids=?, text=?, events=?, stages=?, bytes=bytes+?, updated=? "
+                             "WHERE id=?", (json.dumps(ids), text, seq, stages, add, time.time(), jid))
+            self._db.execute("COMMIT")
+        return True
+
+    def _run_long_form(self, jid: str, r: dict, req: dict, cancel: threading.Event) -> None:
+        """An outline job: :func:`workbench.long_form.run_long_output` with every finished generation stored as a
+        stage (a continued job reuses its stages and redoes the one cut) and every section as a text event."""
+        from ..generation import BatchResult, GenerationSettings, generate_measured
+        from ..long_form import LongOutputPlan, run_long_output
+        from .server import _stopping
+
+        stages = json.loads(r["stages"])
+        sections_stored = r["events"]
+        calls = [0]
+
+        def generate(loaded, prompts, settings: GenerationSettings):
+            k = calls[0]
+            calls[0] += 1
+            if k < len(stages):  # done before the breakpoint
+                return BatchResult(**stages[k])
+            batch = generate_measured(loaded, prompts, settings,
+                                      stopping_criteria=_stopping(cancel, lambda: self._closing.is_set()))
+            if cancel.is_set() or self._closing.is_set():
+                raise _Stopped()
+            stage = {"records": [{k2: v for k2, v in rec.items() if k2 != "sequences"} for rec in batch.records],
+                     "t_submit": batch.t_submit, "wall_s": batch.wall_s, "preprocess_s": batch.preprocess_s,
+                     "prefill_s": batch.prefill_s}
+            ids = [t for rec in stage["records"] for t in rec["output_ids"]]
+            if not self._append(jid, ids, [], json.loads(json.dumps(stage, default=float))):
+                raise _Stopped()
+            if self.stored_bytes() > self.max_bytes:
+                raise _Stopped("storage_limit")
+            return batch
+
+        def on_section(k: int, piece: str) -> None:
+            if k >= sections_stored and not self._append(jid, [], [piece]):
+                raise _Stopped()
+
+        plan = LongOutputPlan.make(req["max_tokens"], req["n_sections"], req["outline_tokens"])
+        try:
+            res = run_long_output(self.loaded, req["strategy"], req["topic"], plan, req["language"],
+                                  float(req["temperature"]), int(req["seed"]), generate=generate, on_section=on_section)
+        except _Stopped as exc:
+            if str(exc) == "storage_limit":
+                self._finish(jid, "failed", "storage_limit",
+                             f"max_bytes: the store reached its limit of {self.max_bytes} bytes; the output so far is kept")
+            else:
+                self._finish(jid, "interrupted" if self._closing.is_set() else "cancelled",
+                             None if self._closing.is_set() else "cancelled")
+            return
+        reasons = {rec["finish_reason"] for st in json.loads(self._row(jid)["stages"])[1:] for rec in st["records"]}
+        self._finish(jid, "done", "length" if "length" in reasons else "stop")
+        del res  # its merged text is the stored one: the sections' pieces concatenate to it
 
     def _finish(self, jid: str, status: str, finish_reason: str | None, error: str | None = None) -> None:
         self._q("UPDATE jobs SET status=?, finish_reason=?, error=?, updated=? WHERE id=?",

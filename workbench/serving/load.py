@@ -34,6 +34,11 @@ or the oldest one has been in flight longer than ``max_wait_s``: past the knee t
 bound and every later request only measures the backlog. The rule and whether it fired are recorded
 (``stopped_early``, ``stop_reason``, ``saturation_rule``); requests never sent are not rows.
 
+Keeping up (:func:`flow_rates`): ``arrival_rps`` (requests scheduled per second over the arrival span) and
+``completion_rps`` (requests completed per second over the completion span), over the same number of
+intervals. A server that keeps up completes at the rate requests arrive; past the knee completions fall to its
+capacity. Unlike requests / wall time, neither is biased low by a short run's last service time.
+
 Token counts come from the server's ``usage`` (or the engine's token ids in process), never from the
 number of streamed chunks.
 """
@@ -168,15 +173,20 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     Client-side ``ttft_s`` / ``e2e_s`` are from the scheduled time to the first / last content chunk
     (:func:`workbench.metrics.request_timing` over chunk arrival times); ``chunk_itl_s`` are chunk gaps
     (a chunk is not a token). ``output_tokens`` is the server's ``usage.completion_tokens``; ``tpot_s``,
-    ``itl_s`` and ``queue_s`` are the engine's per-token-id figures from the final chunk's ``engine`` field
-    when the server sends them. ``t_headers`` is when the response headers arrived.
+    ``itl_s``, ``queue_s`` and ``prefill_s`` are the engine's per-token-id figures from the final chunk's
+    ``engine`` field when the server sends them (NaN when it does not). ``text`` is the streamed content
+    joined. ``t_headers`` is when the response headers arrived.
+
+    The ``httpx`` client ignores ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` (``trust_env=False``):
+    a proxy in the environment must not reroute or time loopback traffic. ``client``: an ``httpx.Client``
+    to use instead (its own settings apply).
     """
     import httpx
 
     from .server import SERVED_MODEL
 
-    http = client or httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=1024,
-                                                                       max_keepalive_connections=64))
+    http = client or httpx.Client(timeout=timeout, trust_env=False,
+                                  limits=httpx.Limits(max_connections=1024, max_keepalive_connections=64))
     url = base_url.rstrip("/") + "/v1/chat/completions"
 
     def send(spec: RequestSpec, t_scheduled: float) -> dict:
@@ -185,7 +195,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
                 "temperature": temperature, "stream": True, "stream_options": {"include_usage": True},
                 "ignore_eos": ignore_eos}
         row = {"t_sent": time.perf_counter()}
-        stamps, engine, usage, finish = [], {}, None, None
+        stamps, parts, engine, usage, finish = [], [], {}, None, None
         try:
             with http.stream("POST", url, json=body) as resp:
                 row["t_headers"] = time.perf_counter()
@@ -204,6 +214,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
                     for c in obj.get("choices", []):
                         if (c.get("delta") or {}).get("content"):
                             stamps.append(t)
+                            parts.append(c["delta"]["content"])
                         finish = c.get("finish_reason") or finish
         except Exception as exc:  # a failed request is a row (an SLO miss), never a crash of the run
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
@@ -216,11 +227,12 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
                    chunks=len(stamps), output_tokens=int(n_out) if n_out is not None else 0,
                    prompt_tokens=usage.get("prompt_tokens") if usage else spec.prompt_tokens, finish_reason=finish,
                    tpot_s=engine.get("tpot_s", nan) if engine else nan, itl_s=engine.get("itl_s") or [],
-                   queue_s=engine.get("queue_s", nan) if engine else nan,
+                   queue_s=engine.get("queue_s", nan) if engine else nan, text="".join(parts),
+                   prefill_s=engine.get("prefill_s", nan) if engine else nan,
                    engine_ttft_s=engine.get("engine_ttft_s", engine.get("ttft_s", nan)) if engine else nan)
         if row.get("error") or n_out is None:
             row["output_tokens"] = 0 if row.get("error") else row["output_tokens"]
-        for k in ("tpot_s", "queue_s", "engine_ttft_s"):
+        for k in ("tpot_s", "queue_s", "engine_ttft_s", "prefill_s"):
             row[k] = nan if row[k] is None else row[k]
         return row
 
@@ -260,6 +272,7 @@ def engine_sender(engine, tokenizer, settings) -> Callable:
         row.update(ttft_s=timing["ttft_s"], e2e_s=(stamps[-1] if stamps else row["t_done"]) - t_scheduled,
                    itl_s=timing["itl_s"], tpot_s=timing["tpot_s"], output_tokens=0 if err else len(stamps),
                    prompt_tokens=len(ids), finish_reason=res.get("finish_reason"), queue_s=res.get("queue_s"),
+                   prefill_s=res.get("prefill_s", float("nan")),
                    batch_size=res.get("batch_size"), chunks=len(stamps), error=err)
         return row
 
@@ -401,7 +414,21 @@ def run_load(send: Callable, specs: Sequence[RequestSpec], profile: str, rate: f
                    stop_reason=stop["reason"], saturation_rule=saturation_rule,
                    client_late_s_max=max((r["late_s"] for r in sent), default=float("nan")))
     summary.update(apply_window(sent, warmup_s, cooldown_s))
+    summary.update(flow_rates(sent))
     return LoadResult(sent, summary, time_slices(sent, slice_s))
+
+
+def flow_rates(rows: list) -> dict:
+    """``arrival_rps``: ``(sent - 1) / (last - first scheduled time)``; ``completion_rps``: ``(completed - 1) /
+    (last - first finish)`` over the requests that completed without error. NaN with fewer than two requests or a
+    zero span. In closed loop arrivals follow completions, so the two agree by construction."""
+    def rate(times):
+        times = sorted(times)
+        span = times[-1] - times[0] if len(times) >= 2 else 0.0
+        return (len(times) - 1) / span if span > 0 else float("nan")
+
+    return {"arrival_rps": rate([r["t_scheduled_s"] for r in rows]),
+            "completion_rps": rate([r["t_end_s"] for r in rows if not r.get("error")])}
 
 
 def apply_window(rows: list, warmup_s: float, cooldown_s: float) -> dict:

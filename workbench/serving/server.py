@@ -442,7 +442,7 @@ def _error(status: int, message: str, param: str | None = None, etype: str = "in
 
 def _public(info: dict) -> dict:
     keys = ("engine_ttft_s", "engine_first_text_s", "queue_s", "prefill_s", "e2e_s", "tpot_s", "output_tokens",
-            "steps", "batch_size", "ttft_s", "itl_s", "decode_tps", "engine")
+            "steps", "batch_size", "ttft_s", "itl_s", "decode_tps", "engine", "prefill_note")
     out = {}
     for k in keys:
         v = info.get(k)
@@ -611,6 +611,19 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
                     job.cancel.set()
                     raise _ClientGone()
 
+    async def guarded_event(job: Job, request: Request):
+        """``(next event, None)`` or ``(None, error response)``: 499 when the client left, 504 past the request
+        timeout (the job is cancelled either way); any other exception cancels the job and propagates."""
+        try:
+            return await next_event(job, request), None
+        except _ClientGone:
+            return None, _error(499, "client closed the request")
+        except _TimedOut:
+            return None, timed_out()
+        except BaseException:
+            job.cancel.set()
+            raise
+
     def too_busy():
         return _error(429, f"server busy: {max_queue} requests already wait; retry later",
                       etype="rate_limit_exceeded", headers={"Retry-After": "1"})
@@ -698,23 +711,18 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
 
         if not req.stream:
             parts = []
-            try:
-                while True:
-                    kind, data = await next_event(job, request)
-                    if kind == "text":
-                        parts.append(data)
-                    elif kind == "error":
-                        return _error(500, data, etype="server_error")
-                    else:
-                        info = data
-                        break
-            except _ClientGone:
-                return _error(499, "client closed the request")
-            except _TimedOut:
-                return timed_out()
-            except BaseException:
-                job.cancel.set()
-                raise
+            while True:
+                ev, failed = await guarded_event(job, request)
+                if failed is not None:
+                    return failed
+                kind, data = ev
+                if kind == "text":
+                    parts.append(data)
+                elif kind == "error":
+                    return _error(500, data, etype="server_error")
+                else:
+                    info = data
+                    break
             if info.get("finish_reason") == "timeout":
                 return timed_out()
             body = {
@@ -732,15 +740,9 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
             })
 
         # Start the response once the first text (or the end) exists, so headers carry the engine TTFT.
-        try:
-            first = None if (early_headers or keepalive_s) else await next_event(job, request)
-        except _ClientGone:
-            return _error(499, "client closed the request")
-        except _TimedOut:
-            return timed_out()
-        except BaseException:
-            job.cancel.set()
-            raise
+        first, failed = (None, None) if (early_headers or keepalive_s) else await guarded_event(job, request)
+        if failed is not None:
+            return failed
         if first is not None and first[0] == "error":
             return _error(500, first[1], etype="server_error")
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
