@@ -1,5 +1,6 @@
 """Shared fixtures: offline mode, a results root per test session, the real default model."""
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -22,3 +23,47 @@ def loaded():
     from workbench import models
 
     return models.load_model("default", device="cpu", dtype="float32")
+
+
+class Reached(BaseException):
+    """Raised by the stand-ins below: a model load or a kernel start was reached (no ``except Exception``
+    on the way may swallow it)."""
+
+
+def no_work(monkeypatch):
+    """Make reaching any model load, papermill kernel or run folder raise :class:`Reached`."""
+    import papermill
+
+    from workbench import models, notebooks, results
+
+    def reached(what):
+        def boom(*a, **k):
+            raise Reached(f"{what} was reached before the error")
+        return boom
+
+    monkeypatch.setattr(models, "load_model", reached("a model load"))
+    monkeypatch.setattr(notebooks, "execute_notebook", reached("a notebook kernel"))
+    monkeypatch.setattr(papermill, "execute_notebook", reached("a papermill kernel"))
+    monkeypatch.setattr(results, "create_run", reached("run folder creation"))
+
+
+@pytest.fixture
+def cli(capsys):
+    """``workbench ARGS`` in this process (``workbench.cli.main``, from the repo root), with every model load,
+    kernel start and run-folder creation made to raise during the call: returns ``(exit status, stdout,
+    stderr)``. The command's own exit path (``python -m workbench.cli``) is covered by the subprocess tests
+    that remain."""
+    from workbench import cli as cli_module
+
+    def call(*args):
+        capsys.readouterr()
+        with pytest.MonkeyPatch.context() as mp:
+            no_work(mp)
+            mp.chdir(Path(__file__).resolve().parents[1])  # the repo root, like the subprocess tests
+            try:
+                code = cli_module.main([str(a) for a in args])
+            except SystemExit as exc:  # argparse's own errors
+                code = exc.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return call

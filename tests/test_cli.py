@@ -38,16 +38,25 @@ def workbench(*args, env_extra=None, timeout=600):
     pytest.param(["sweep", "01_batch_size", "-p", "device", "cuda"], "error: device:",
                  marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")),
 ])
-def test_bad_parameters_fail_with_one_line_before_anything_runs(args, prefix):
-    proc = workbench(*args)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().startswith(prefix) and len(proc.stderr.strip().splitlines()) == 1
+def test_bad_parameters_fail_with_one_line_before_anything_runs(cli, args, prefix):
+    code, out, err = cli(*args)
+    assert code == 2
+    assert err.strip().startswith(prefix) and len(err.strip().splitlines()) == 1
     root = results.results_root()
     assert not root.exists() or not any(root.iterdir())     # no run folder was created
 
 
+def test_a_bad_parameter_exits_2_with_one_line_from_the_command():
+    """The real ``python -m workbench.cli`` process: exit status 2, one line on stderr, no run folder."""
+    proc = workbench("sweep", "01_batch_size.ipynb", "-p", "batch_sizes", "[0, 1]")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: batch_sizes:") and len(proc.stderr.strip().splitlines()) == 1
+    root = results.results_root()
+    assert not root.exists() or not any(root.iterdir())
+
+
 @pytest.mark.notebook
-def test_sweep_with_injected_failure_then_resume(tmp_path):
+def test_sweep_with_injected_failure_then_resume(tmp_path, cli):
     grid = tmp_path / "grid.yaml"
     grid.write_text("batch_sizes: [1, 2]\nprompt_tokens: [48]\nmax_new_tokens: 3\nrepeats: 1\n")
     proc = workbench("sweep", "notebooks/01_batch_size.ipynb", "-f", str(grid), "-p", "warmup", "0",
@@ -57,8 +66,8 @@ def test_sweep_with_injected_failure_then_resume(tmp_path):
     pts = pd.read_parquet(run / "points.parquet").set_index("batch_size")
     assert pts.loc[1, "status"] == "ok" and pts.loc[2, "status"].startswith("failed: RuntimeError: injected")
     assert (run / "notebooks" / "01_batch_size.ipynb").exists() and (run / "report.html").exists()
-    proc = workbench("sweep", "notebooks/01_batch_size.ipynb", "-p", "max_new_tokens", "5", "--resume", str(run))
-    assert proc.returncode == 2 and proc.stderr.startswith("error: --resume: 01_batch_size parameters differ")
+    code, _, err = cli("sweep", "notebooks/01_batch_size.ipynb", "-p", "max_new_tokens", "5", "--resume", str(run))
+    assert code == 2 and err.startswith("error: --resume: 01_batch_size parameters differ")   # before any work
     proc = workbench("sweep", "notebooks/01_batch_size.ipynb", "--resume", str(run))   # reuses the recorded ones
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "resuming, 1 of 2 points already done" in proc.stdout + proc.stderr
@@ -73,9 +82,9 @@ def test_sweep_with_injected_failure_then_resume(tmp_path):
     assert html.count("Plotly.newPlot") >= 4 and "batch_pareto" in html
 
 
-def test_report_rejects_non_runs(tmp_path):
-    proc = workbench("report", str(tmp_path))
-    assert proc.returncode == 2 and proc.stderr.startswith("error: RUN_DIR:")
+def test_report_rejects_non_runs(tmp_path, cli):
+    code, _, err = cli("report", str(tmp_path))
+    assert code == 2 and err.startswith("error: RUN_DIR:")
 
 
 def test_env_prints_models():
@@ -144,16 +153,16 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("build,prefix,needle", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS])
-def test_bad_input_gives_one_line_exit_2_before_any_work(build, prefix, needle, tmp_path):
+def test_bad_input_gives_one_line_exit_2_before_any_work(cli, build, prefix, needle, tmp_path):
     root = results.results_root()
     args = build(tmp_path, root)
     before = sorted(p.name for p in root.iterdir()) if root.exists() else []
-    proc = workbench(*args, timeout=120)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert len(lines) == 1 and lines[0].startswith(prefix) and needle in lines[0], proc.stderr
+    code, out, err = cli(*args)        # a model load, kernel start or new run folder would raise Reached
+    lines = err.strip().splitlines()
+    assert code == 2, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(prefix) and needle in lines[0], err
     assert (sorted(p.name for p in root.iterdir()) if root.exists() else []) == before   # no run folder made
-    assert "Executing" not in proc.stdout + proc.stderr                                   # no kernel started
+    assert "Executing" not in out + err                                                   # no kernel started
 
 
 def test_allow_switches_named_in_the_errors_exist(tmp_path, monkeypatch):

@@ -301,7 +301,13 @@ def ray_cluster():
                                         logging_level="WARNING", log_to_driver=False)
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"a local Ray cluster could not start on this machine: {exc}")
+    old = os.environ.get(distributed.CPUS_ENV)
+    os.environ[distributed.CPUS_ENV] = "1"  # two 1-core workers: the mechanics (retry on another worker) need two
     yield ray.get_runtime_context().gcs_address
+    if old is None:
+        os.environ.pop(distributed.CPUS_ENV, None)
+    else:
+        os.environ[distributed.CPUS_ENV] = old
     distributed.release_workers()
     ray.shutdown()
 

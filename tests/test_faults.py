@@ -49,7 +49,7 @@ def _assert_clean_run(run: Path, sizes=(1, 2, 4, 8), new_tokens=6, prompt=64):
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
-def test_kill_at_a_random_point_then_resume(sig, tmp_path, monkeypatch):
+def test_kill_at_a_random_point_then_resume(sig, tmp_path, monkeypatch, cli):
     """The issue's reproduction (smaller): kill after the first points, then the suggested bare --resume.
 
     The results root is reached through a symlink, so the kernel and the CLI must agree on the resolved path.
@@ -97,8 +97,8 @@ def test_kill_at_a_random_point_then_resume(sig, tmp_path, monkeypatch):
     assert not list(run.glob(".*.tmp"))
 
     # a different setting on resume is refused before anything runs
-    proc = workbench("sweep", "01_batch_size", "-p", "max_new_tokens", "7", "--resume", str(run))
-    assert proc.returncode == 2 and proc.stderr.startswith("error: --resume: 01_batch_size parameters differ")
+    code, _, err = cli("sweep", "01_batch_size", "-p", "max_new_tokens", "7", "--resume", str(run))
+    assert code == 2 and err.startswith("error: --resume: 01_batch_size parameters differ")
 
 
 _WRITER = r"""
@@ -145,16 +145,16 @@ def test_an_error_between_write_and_rename_keeps_the_old_table(monkeypatch):
     assert not list(run.glob(".*.tmp"))
 
 
-def test_a_second_writer_is_refused_with_the_owners_pid(tmp_path):
+def test_a_second_writer_is_refused_with_the_owners_pid(tmp_path, cli):
     run = results.create_run()
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom workbench import results\n"
                                "results.lock_run(sys.argv[1]); print('locked', flush=True); time.sleep(120)", str(run)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        proc = workbench(*SWEEP[:2], "--resume", str(run))
-        assert proc.returncode == 2, proc.stderr
-        line = proc.stderr.strip()
+        code, _, err = cli(*SWEEP[:2], "--resume", str(run))    # in this process: refused before any work
+        assert code == 2, err
+        line = err.strip()
         assert len(line.splitlines()) == 1 and line.startswith("error: --resume: run folder")
         assert f"in use by pid {holder.pid}" in line
         with pytest.raises(results.RunLockedError, match=f"pid {holder.pid}"):

@@ -112,8 +112,10 @@ def test_calibrated_model_predicts_unseen_batches_and_contexts():
     batch sizes and contexts of a machine that follows it within a few percent."""
     s = roofline.ModelShape.from_config(TINY)
     dev = roofline.Device(1e5, 1e7, 1)
-    truth = roofline.Calibration(0.1, 0.6, 0.05, 0.6, 0.01, True, step_row_overhead_s=0.004, kv_traffic=6.0)
+    truth = roofline.Calibration(0.1, 0.6, 0.05, 0.6, 0.01, True, step_row_overhead_s=0.004, kv_traffic=6.0,
+                                 batched_step_overhead_s=0.04)
     fit = roofline.fit_calibration(s, dev, _runs(s, dev, truth, noise=0.03))
+    assert fit.batched_step_overhead_s == pytest.approx(0.04, rel=0.3)  # the GEMV -> GEMM switch is recovered
     for B in (1, 2, 4, 8, 16):
         for L in (128, 512, 2048):
             want, got = (roofline.predict(s, dev, c, B, L, 32) for c in (truth, fit))

@@ -90,7 +90,7 @@ def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_th
 
     run = results.create_run()
     refs = iter([0.10, 0.20])
-    monkeypatch.setattr(sweeps, "reference_tpot_s", lambda loaded: next(refs))
+    monkeypatch.setattr(sweeps, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs))
     monkeypatch.setattr(sweeps.metrics, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
     fake = SimpleNamespace(info=None)
     pts = sweeps.run_sweep(run, "drift", sweeps.expand_grid(batch_size=[1, 2]), _fake_measure, loaded=fake)
@@ -101,7 +101,7 @@ def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_th
     assert results.finished_points(run) == set()                  # --rerun-invalid measures them again
     calls = []
     refs2 = iter([0.1, 0.1])
-    monkeypatch.setattr(sweeps, "reference_tpot_s", lambda loaded: next(refs2))
+    monkeypatch.setattr(sweeps, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs2))
     pts = sweeps.run_sweep(run, "drift", sweeps.expand_grid(batch_size=[1, 2]),
                            lambda p: calls.append(p) or _fake_measure(p), resume=True, loaded=fake)
     assert len(calls) == 2 and (pts["valid"] == True).all()  # noqa: E712
@@ -151,3 +151,49 @@ def test_utilisation_uses_the_recorded_batch_not_rows_per_repeat():
     batched = sweeps._utilisation(req.assign(batch_size=8), summary, info, env)
     assert batched["mfu"] == pytest.approx(8 * want_mfu)
     assert sweeps._utilisation(req.drop(columns="batch_size"), summary, info, env) == {}   # never guessed
+
+
+def test_back_to_back_sweeps_share_the_reference_between_them(monkeypatch):
+    """The end reference of one sweep is the start reference of the next when it was measured moments ago;
+    a stale one is measured again, and the warm-up runs once per model."""
+    from types import SimpleNamespace
+
+    calls = {"generate": 0, "warm": 0}
+
+    def fake_generate(loaded, prompts, settings):
+        calls["generate"] += 1
+        return SimpleNamespace(records=[{"tpot_s": 0.1}])
+
+    monkeypatch.setattr(sweeps, "generate_measured", fake_generate)
+    monkeypatch.setattr(sweeps, "warm_up", lambda *a, **k: calls.__setitem__("warm", calls["warm"] + 1))
+    monkeypatch.setattr("workbench.prompts.build_batch", lambda tok, b, n: ["x"])
+    fake = SimpleNamespace(tokenizer=None)
+    assert sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S) == 0.1   # first: warm-up + 3 runs
+    assert calls == {"generate": 3, "warm": 1}
+    sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S)                   # moments later: reused
+    assert calls == {"generate": 3, "warm": 1}
+    sweeps.reference_tpot_s(fake)                                             # an end reference: always measured
+    assert calls == {"generate": 6, "warm": 1}
+    monkeypatch.setitem(sweeps._LAST_REFERENCE, id(fake), (0.0, 0.1))        # long ago: measured again
+    sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S)
+    assert calls == {"generate": 9, "warm": 1}
+
+
+def test_the_notebooks_of_one_session_share_one_device_probe(monkeypatch):
+    from types import SimpleNamespace
+
+    probes = []
+    monkeypatch.setattr(sweeps.metrics, "probe_device", lambda dev, dtype: probes.append(dev) or {
+        "bandwidth_bytes_per_s": 1e10, "flops_per_s": 1e11, "bandwidth_spread": 0.0, "flops_spread": 0.0,
+        "probe_trials": 7, "probe_noisy": False})
+    info = SimpleNamespace(name="m", path="/m", weights_sha256="x", num_params=1, weight_bytes=4, dtype="float32",
+                           device="cpu", device_name="cpu")
+    run = results.create_run()
+    results.begin_session(run)
+    first = results.environment(info, probe=run)
+    results.update_manifest(run, environment=first)
+    second = results.environment(info, probe=run)
+    assert len(probes) == 1 and second["bandwidth_bytes_per_s"] == 1e10
+    other = SimpleNamespace(**{**vars(info), "dtype": "bfloat16"})
+    results.environment(other, probe=run)                                   # another dtype: probed
+    assert len(probes) == 2

@@ -7,7 +7,8 @@ kernels it starts; :func:`workbench.sweeps.run_sweep` then asks :func:`executor_
 - Workers are Ray actors (:class:`_Worker`), each loading the model once
   (:func:`workbench.models.load_model`) and measuring many points, one at a time. A worker asks for
   ``num_gpus`` (``$WORKBENCH_RAY_GPUS_PER_WORKER``, default 1; a fraction packs small models several to a
-  GPU) or, on CPU, ``num_cpus`` (``$WORKBENCH_RAY_CPUS_PER_WORKER``, default 1; torch threads = that).
+  GPU) or, on CPU, ``num_cpus`` (``$WORKBENCH_RAY_CPUS_PER_WORKER``, default: all CPUs of a node, so one
+  worker per node and no two points share a CPU; torch threads = that).
   The driver never sends a point to a GPU that is measuring another one, so workers sharing a GPU take
   turns. CPU workers of one node share its memory bandwidth: their points' ``others_cpu_load`` records
   that, and the verdict marks them invalid when it exceeds the limit.
@@ -335,6 +336,12 @@ class _Slot:
         return (w.get("node_id"), "cpu-worker", self.name)  # a CPU worker owns its num_cpus cores
 
 
+def _node_cpus(ray) -> float:
+    """CPUs of the largest live node: a CPU worker's default size, so one worker owns a whole node and no two
+    points are measured on one CPU at the same time (they would share its cores and memory bandwidth)."""
+    return max((n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=1) or 1
+
+
 class _Pool:
     """Workers for one (model, device, dtype), kept for the life of the driver process."""
 
@@ -349,7 +356,7 @@ class _Pool:
             self.options = {"num_gpus": self.per, "num_cpus": 1}
             self.threads = 0
         else:
-            self.per = float(os.environ.get(CPUS_ENV) or 1)
+            self.per = float(os.environ.get(CPUS_ENV) or _node_cpus(ray))
             self.capacity = int(resources.get("CPU", 1) / self.per + 1e-9)
             self.options = {"num_cpus": self.per}
             self.threads = max(1, int(self.per))

@@ -188,13 +188,26 @@ def split_by_device(figures_fn):
     def wrapper(*args, **kwargs):
         names = device_names(*args, *kwargs.values())
         if len(names) < 2:
-            return figures_fn(*args, **kwargs)
+            return {k: tidy_legend(f) for k, f in figures_fn(*args, **kwargs).items()}
         per = {n: figures_fn(*[_on_device(a, n) for a in args], **{k: _on_device(v, n) for k, v in kwargs.items()})
                for n in names}
         keys = list(dict.fromkeys(k for figs in per.values() for k in figs))
-        return {key: facet_by_device({n: per[n][key] for n in names if key in per[n]}) for key in keys}
+        return {key: tidy_legend(facet_by_device({n: per[n][key] for n in names if key in per[n]})) for key in keys}
 
     return wrapper
+
+
+def tidy_legend(fig):
+    """Move a figure's legend under the plot (:func:`legend_below`) when, at the top, it would cover the title
+    or the subplot titles: several entries on a figure with subplot titles, or long entry names. Other
+    figures (and non-figures) are returned unchanged."""
+    if not isinstance(fig, go.Figure) or (fig.layout.legend.y is not None and fig.layout.legend.y < 0):
+        return fig
+    names = [t.name for t in fig.data if t.name and t.showlegend is not False]
+    subplot_titles = any(a.yref == "paper" and (a.y or 0) >= 0.99 for a in fig.layout.annotations)
+    if len(names) >= 2 and (subplot_titles or sum(len(n) for n in names) > 70):
+        legend_below(fig)
+    return fig
 
 
 def error_y(df: pd.DataFrame, column: str) -> dict | None:

@@ -409,13 +409,15 @@ def git_commit() -> str | None:
         return None
 
 
-def environment(info=None, seed: int | None = None, probe: bool = True) -> dict:
+def environment(info=None, seed: int | None = None, probe: bool | str | Path = True) -> dict:
     """What a run ran on: versions, threads, git commit, device and its probed bandwidth / FLOP/s.
 
     Args:
         info: :class:`workbench.models.ModelInfo` of the loaded model, or None.
         seed: the run's base seed.
-        probe: run :func:`workbench.metrics.probe_device` (1-2 s, cached per process).
+        probe: run :func:`workbench.metrics.probe_device` (2-3 s, cached per process); a run folder: reuse the
+            probe its current session already recorded for the same device and dtype (the notebooks of one
+            ``workbench run`` share one probe), else probe.
     """
     import platform
 
@@ -448,12 +450,29 @@ def environment(info=None, seed: int | None = None, probe: bool = True) -> dict:
             device=info.device,
             device_name=info.device_name,
         )
-        if probe:
+        keys = ("bandwidth_bytes_per_s", "flops_per_s", "bandwidth_spread", "flops_spread", "probe_trials",
+                "probe_noisy")
+        prior = _session_probe(probe, info) if isinstance(probe, (str, Path)) else None
+        if prior is not None:
+            env.update(prior)
+        elif probe:
             dev = "cuda" if info.device.startswith("cuda") else info.device
             p = metrics.probe_device(dev, info.dtype)
-            env.update({k: p[k] for k in ("bandwidth_bytes_per_s", "flops_per_s", "bandwidth_spread", "flops_spread",
-                                          "probe_trials", "probe_noisy")})
+            env.update({k: p[k] for k in keys})
     return env
+
+
+def _session_probe(run_dir, info) -> dict | None:
+    """The probe figures the run's current session recorded for ``info``'s device and dtype, or None."""
+    try:
+        sessions = read_manifest(run_dir).get("sessions") or []
+    except (FileNotFoundError, ParameterError):
+        return None
+    env = (sessions[-1] if sessions else {}).get("environment") or {}
+    if env.get("device") != info.device or env.get("dtype") != info.dtype or not env.get("bandwidth_bytes_per_s"):
+        return None
+    return {k: env[k] for k in ("bandwidth_bytes_per_s", "flops_per_s", "bandwidth_spread", "flops_spread",
+                                "probe_trials", "probe_noisy") if k in env}
 
 
 def _rewrite_rows(path: Path, new: pd.DataFrame, point_id: str) -> None:

@@ -29,12 +29,14 @@ The model (one home of these formulas; the per-point utilisation figures MBU/MFU
   fraction ``eta`` of the probed matmul FLOP/s (prefill); the probed copy bandwidth is taken as achievable.
   Prefill: ``o_p + combine(memory_s, compute_s / eta_p)``. Decode on a CPU (no overlap), one non-negative
   least-squares fit over the calibration runs of ``tpot - weight_bytes / bandwidth - compute_s / eta_p =
-  o_d + step_row_overhead_s x B + kv_traffic x kv_bytes / bandwidth`` (the matmuls run at the prefill's
-  efficiency; what rows add beyond it is the per-row term). On an accelerator (overlap) decode fits ``o_d`` and
-  ``eta_d`` of ``o_d + max(memory_s, compute_s / eta_d)``. TTFT adds the measured templating, tokenisation and
-  first-sampling time (``ttft_s - prefill_s`` of the calibration runs). The calibration runs span batch 1 and
-  8 and short and long contexts, so each fitted term has its own lever (overheads: short batch-1 runs; per-row
-  cost: the batch; KV traffic: the context).
+  o_d + step_row_overhead_s x B + kv_traffic x kv_bytes / bandwidth + batched_step_overhead_s x [B > 1]``
+  (the matmuls run at the prefill's efficiency; what rows add beyond it is the per-row term; the last term is
+  the BLAS library's switch from matrix-vector to packed matrix-matrix kernels once a step has two rows). On an
+  accelerator (overlap) decode fits ``o_d`` and ``eta_d`` of ``o_d + max(memory_s, compute_s / eta_d)``. TTFT
+  adds the measured templating, tokenisation and first-sampling time (``ttft_s - prefill_s`` of the
+  calibration runs). The calibration runs span batch 1, 2 and 8 and short and long contexts, so each fitted
+  term has its own lever (overheads: short batch-1 runs; the kernel switch: batch 2; per-row cost: batch 8;
+  KV traffic: the context).
 - **Bound** of a point: the largest of its overhead, memory and compute seconds over the whole request.
 
 Inputs come from the model's ``config.json`` only (:class:`ModelShape`: parameter counts computed from the
@@ -208,6 +210,11 @@ class Calibration:
             processing, the GEMV's shortfall from peak).
         kv_traffic: KV-cache bytes moved per cached token, row and decode step, in units of
             ``kv_bytes_per_token`` (1: read once).
+        batched_step_overhead_s: extra seconds per decode step when the batch has more than one row (CPU):
+            at one row every linear layer is a matrix-vector product (a GEMV kernel streaming the weights
+            once); at two or more rows the BLAS library switches to GEMM kernels that pack the weight
+            panels each call, a fixed cost per step that per-row terms cannot express (measured on this
+            2-core EPYC: TPOT 107 ms at batch 1, 208 ms at batch 2, 246 ms at batch 8).
         calibrated: False for the uncalibrated defaults (pure roofline).
         calibration_s: wall seconds the calibration took.
         version: :data:`CALIBRATION_VERSION` of the fit (a cached calibration of another version is refitted).
@@ -222,11 +229,12 @@ class Calibration:
     calibration_s: float = 0.0
     step_row_overhead_s: float = 0.0
     kv_traffic: float = 1.0
-    version: int = 2
+    batched_step_overhead_s: float = 0.0
+    version: int = 3
 
 
 #: Bumped when the fitted model changes; cached calibrations of another version are ignored.
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 
 
 # ----------------------------------------------------------------------------- the formulas
@@ -282,7 +290,8 @@ def predict(shape: ModelShape, device: Device, calib: Calibration, batch_size: i
     prefill_s, psplit = _phase(pb / bw, pf / flops / calib.prefill_efficiency, calib.prefill_overhead_s, device.overlap)
     db, df = decode_terms(shape, B, L + n / 2, calib.kv_traffic)
     tpot_s, dsplit = _phase(db / bw, df / flops / calib.decode_efficiency,
-                            calib.step_overhead_s + calib.step_row_overhead_s * B, device.overlap)
+                            calib.step_overhead_s + calib.step_row_overhead_s * B
+                            + (calib.batched_step_overhead_s if B > 1 else 0.0), device.overlap)
     ttft = calib.ttft_overhead_s + prefill_s
     e2e = ttft + (n - 1) * tpot_s
     total = {k: psplit[k] + (n - 1) * dsplit[k] for k in BOUNDS}
@@ -365,23 +374,25 @@ def fit_calibration(shape: ModelShape, device: Device, runs: pd.DataFrame) -> Ca
     keep = np.isfinite(y)
     if not keep.any():
         return Calibration(po, pe, 0.0, pe, max(tt, 0.0), True)
-    X = np.column_stack([np.ones(len(y)), np.asarray(runs["batch_size"], dtype=float), kv_s])[keep]
+    batch = np.asarray(runs["batch_size"], dtype=float)
+    X = np.column_stack([np.ones(len(y)), batch, kv_s, (batch > 1).astype(float)])[keep]
     scale = np.maximum(np.abs(X).max(axis=0), 1e-30)  # nnls on unit-scaled columns (seconds vs bytes/bw)
     from scipy.optimize import nnls
 
     coef = nnls(X / scale, y[keep])[0] / scale
     return Calibration(po, pe, float(coef[0]), pe, max(tt, 0.0), True, step_row_overhead_s=float(coef[1]),
-                       kv_traffic=float(coef[2]))
+                       kv_traffic=float(coef[2]), batched_step_overhead_s=float(coef[3]))
 
 
 #: The calibration workload: (batch, prompt tokens); a short batch-1 prompt pins the fixed overheads, a long
-#: batch-1 prompt the prefill compute slope and the KV traffic (context), a batch of 8 the per-row cost (the
+#: batch-1 prompt the prefill compute slope and the KV traffic (context), a short batch of 2 the GEMV -> GEMM
+#: switch (``batched_step_overhead_s``), a batch of 8 the per-row cost (the
 #: default CPU suite's batches 1-16 are then inter- or mildly extrapolated). 8 new tokens each, one warm-up and
 #: two timed repeats: ~20 s on 2 quiet CPU cores (float32, SmolLM2-135M).
-CALIBRATION_RUNS = ((1, 32), (1, 384), (8, 96))
+CALIBRATION_RUNS = ((1, 32), (1, 384), (2, 32), (8, 96))
 #: Half the tokens, same levers: for a dtype the CPU runs without native units (bfloat16 without AVX512-BF16/AMX
 #: is ~2-3x slower than float32), so its calibration also stays under ~30 s (with ``repeats=1``).
-CALIBRATION_RUNS_SMALL = ((1, 32), (1, 192), (4, 64))
+CALIBRATION_RUNS_SMALL = ((1, 32), (1, 192), (2, 32), (4, 64))
 CALIBRATION_NEW_TOKENS = 8
 
 

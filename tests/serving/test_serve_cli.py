@@ -12,21 +12,48 @@ def _run(args, env=None, timeout=120):
                           env={**os.environ, **(env or {})})
 
 
+class Reached(BaseException):
+    """Raised by the stand-ins below: the model load (or the server start) was reached before the error."""
+
+
 @pytest.mark.parametrize("args,word", [
     (["--model", "/nonexistent/model"], "model"),
     (["--device", "cuda"], "device"),
     (["--host", "0.0.0.0"], "API key"),
 ])
-def test_serve_errors_in_one_line_before_loading(args, word):
+def test_serve_errors_in_one_line_before_loading(args, word, monkeypatch, capsys):
+    """In process (``workbench.cli.main``) with the model load and uvicorn made to raise; the real command's
+    exit status is checked by :func:`test_serve_error_exits_2_from_the_command`."""
     import torch
+    import uvicorn
+
+    from workbench import cli, models
 
     if "cuda" in args and torch.cuda.is_available():
         args = ["--device", "mps"] if not torch.backends.mps.is_available() else pytest.skip("every device exists")
         word = "device"
-    r = _run(["-m", "workbench.cli", "serve", *args], env={"WORKBENCH_API_KEY": ""})
+
+    def boom(*a, **k):
+        raise Reached("the model load or the server start was reached")
+
+    monkeypatch.setattr(models, "load_model", boom)
+    monkeypatch.setattr(uvicorn, "run", boom)
+    monkeypatch.setenv("WORKBENCH_API_KEY", "")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["serve", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and word in lines[0] and "Traceback" not in err
+
+
+def test_serve_error_exits_2_from_the_command():
+    """The real ``python -m workbench.cli serve`` process: exit status 2, one line, nothing loaded."""
+    r = _run(["-m", "workbench.cli", "serve", "--model", "/nonexistent/model"], env={"WORKBENCH_API_KEY": ""})
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and word in lines[0] and "Traceback" not in r.stderr
+    assert len(lines) == 1 and "model" in lines[0] and "Traceback" not in r.stderr
     assert "Loading weights" not in r.stderr
 
 
