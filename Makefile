@@ -34,7 +34,7 @@ quick: setup nginx    ## the quick profile (about a minute)
 	$(VENV)/bin/workbench run quick
 
 test: setup browser nginx ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=20
 
 benchmark: setup      ## overhead vs plain generate, serving ratios (engines, server, openai client), roofline error
 	$(PY) benchmarks/overhead.py
