@@ -298,3 +298,16 @@ def test_experiment_figures_show_the_prediction_beside_the_measurement(calibrate
                         "batch_size": 1} for s in ("one_shot", "outline_batch")])
     names = {t.name for t in long_output.figures(lo)["long_output"].data}
     assert "wall time, predicted (roofline, one generate)" in names
+
+
+def test_rows_recording_the_default_models_display_name_find_its_folder():
+    """Rows record ``info.name`` (e.g. SmolLM2-135M-Instruct), not a path: predictions beside the measured
+    points of every experiment depend on finding the model folder from it."""
+    from pathlib import Path
+
+    from workbench import models
+
+    folder = models.resolve_model_path("default")
+    name = "-".join(Path(folder).name.split("-")[:-1])
+    assert roofline._model_path(name) == str(folder)
+    assert roofline._model_path("not-a-model-anywhere") is None

@@ -675,14 +675,28 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
+def _model_path(model: str) -> str | None:
+    """The folder of a model spec, or of a model recorded by its display name (rows record ``info.name``,
+    e.g. ``SmolLM2-135M-Instruct``: the embedded default is recognised by it); None when unknown."""
+    from . import models
+
+    for spec in (model, "default"):
+        try:
+            path = models.resolve_model_path(spec)
+        except (OSError, ParameterError):
+            continue
+        if spec == model or Path(path).name.split("-")[:-1] == str(model).split("-"):
+            return str(path)
+    return None
+
+
 def cached_predictor(model: str, device: str, dtype: str) -> Predictor | None:
     """Config-only :class:`Predictor` on this machine's cached calibration of (model, device, dtype), or None
     when there is none (figures then show no prediction rather than an uncalibrated one)."""
     from . import models
 
-    try:
-        path = str(models.resolve_model_path(model))
-    except (OSError, ParameterError):
+    path = _model_path(model)
+    if path is None:
         return None
     dev = str(device).split(":")[0]
     cached = load_cached(path, dev, dtype, _threads())

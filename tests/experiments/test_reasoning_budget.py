@@ -79,7 +79,7 @@ def test_measure_point_aggregates_requests(monkeypatch):
         calls["batches"].append((len(batch), spec.budget, seed))
         return [dict(exact_match=1.0 if i == 0 else 0.0, gold_logprob=-2.0, thinking_tokens=spec.budget,
                      answer_truncated=False, forced_close=spec.budget > 0, thinking_mode="emulated",
-                     ttft_s=0.1, ttfat_s=0.1 + 0.01 * spec.budget) for i, _ in enumerate(batch)], 0.5
+                     ttft_s=0.1, ttfat_s=0.1 + 0.01 * spec.budget, prompt_tokens=40 + i) for i, _ in enumerate(batch)], 0.5
 
     from transformers import AutoTokenizer
 
@@ -101,6 +101,7 @@ def test_measure_point_aggregates_requests(monkeypatch):
     assert ex["exact_match_mean"] == pytest.approx(4 / 6) and ex["gold_logprob_mean"] == -2.0
     assert ex["thinking_tokens_mean"] == 8 and ex["forced_close_rate"] == 1.0 and ex["answer_truncated_rate"] == 0.0
     assert ex["ttfat_s_p50"] == pytest.approx(0.18) and "accuracy" not in ex
+    assert ex["prompt_tokens"] == 41  # the longest (padded) prompt of its batches, for the roofline
 
 
 @pytest.mark.notebook

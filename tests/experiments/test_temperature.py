@@ -68,6 +68,8 @@ def test_score_records_adds_quality_and_perplexity(loaded):
         assert r["family"] == "factual" and r["sample"] == 0 and r["substring_match"] in (0.0, 1.0)
         assert r["perplexity"] >= 1.0 and math.isnan(r["section_coverage"])
     assert 0 <= out["extra"]["truncated_rate"] <= 1
+    # the point records the shape its forward passes ran at, so the roofline can predict it
+    assert out["extra"]["batch_size"] == 2 and out["extra"]["prompt_tokens"] == max(r["prompt_tokens"] for r in recs)
 
 
 def test_summary_and_headline():

@@ -139,6 +139,8 @@ def measure_point(loaded, cfg: Config, point: dict, tasks: Sequence[Task]) -> di
         "forced_close_rate": sum(bool(x["forced_close"]) for x in requests) / n,
         "thinking_mode": requests[0]["thinking_mode"],
         **{f"ttfat_s_{k}": v for k, v in metrics.percentiles([x["ttfat_s"] for x in requests]).items()},
+        # the padded prompt length the batches' forward passes ran at: the roofline's input for the prediction
+        "prompt_tokens": max(x["prompt_tokens"] for x in requests),
     }
     return {"requests": requests, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
 

@@ -144,6 +144,10 @@ def measure_point(loaded, cfg: Config, point: dict) -> dict:
     out["extra"] = {
         "truncated_rate": sum(r["truncated"] for r in out["requests"]) / n if n else float("nan"),
         "output_tokens_mean": sum(r["output_tokens"] for r in out["requests"]) / n if n else float("nan"),
+        # the shape every forward pass of the family's batch ran at (left padding to the longest prompt):
+        # what the roofline's prediction beside the measured points needs
+        "batch_size": len(prompt_dicts),
+        "prompt_tokens": max((r["prompt_tokens"] for r in out["requests"]), default=float("nan")),
     }
     return out
 
