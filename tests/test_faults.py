@@ -60,7 +60,12 @@ def test_kill_at_a_random_point_then_resume(sig, tmp_path, monkeypatch, cli):
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path / "linked"))
     rng = random.Random(1200 + int(sig))
     after_points, extra_s = rng.randint(1, 2), rng.uniform(0.0, 0.3)  # points 3-4 take seconds: the kill lands mid-sweep
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *SWEEP], cwd=REPO, stdout=subprocess.PIPE,
+    # A child inherits an ignored SIGINT, and Python then never turns Ctrl-C into KeyboardInterrupt: an earlier
+    # test in this process (in a full run, not alone) leaves SIGINT ignored, so the command is started the way a
+    # terminal starts it, with Python's Ctrl-C handler (its own children then get the default disposition).
+    launch = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              "sys.argv = ['workbench'] + sys.argv[1:]; runpy.run_module('workbench.cli', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", launch, *SWEEP], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         run = None
