@@ -311,3 +311,16 @@ def test_rows_recording_the_default_models_display_name_find_its_folder():
     name = "-".join(Path(folder).name.split("-")[:-1])
     assert roofline._model_path(name) == str(folder)
     assert roofline._model_path("not-a-model-anywhere") is None
+
+
+def test_rows_with_a_model_path_find_their_calibration_whatever_the_display_name(calibrated):
+    """New rows record ``model_path`` beside the display name; the path wins, so a model whose display name
+    resolves to nothing (any model not the embedded default) still gets its prediction."""
+    from workbench import models
+
+    row = {"model": "renamed-model", "device": "cpu", "dtype": "float32", "batch_size": 1, "prompt_tokens": 64,
+           "output_tokens": 16}
+    assert roofline.predict_rows(pd.DataFrame([row]))["predicted_tpot_s"].isna().all()
+    row["model_path"] = str(models.resolve_model_path("default"))
+    assert roofline.predict_rows(pd.DataFrame([row]))["predicted_tpot_s"].notna().all()
+

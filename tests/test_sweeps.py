@@ -1,10 +1,11 @@
 """The point loop: grids, failure handling and resume (fake measurements, no model)."""
+import gc
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from workbench import ParameterError, results, sweeps
+from workbench import ParameterError, models, results, sweeps
 
 
 def test_expand_grid_order():
@@ -162,21 +163,28 @@ def test_back_to_back_sweeps_share_the_reference_between_them(monkeypatch):
 
     def fake_generate(loaded, prompts, settings):
         calls["generate"] += 1
-        return SimpleNamespace(records=[{"tpot_s": 0.1}])
+        return SimpleNamespace(records=[{"tpot_s": (0.3, 0.1, 0.2)[calls["generate"] % 3]}])
 
     monkeypatch.setattr(sweeps, "generate_measured", fake_generate)
     monkeypatch.setattr(sweeps, "warm_up", lambda *a, **k: calls.__setitem__("warm", calls["warm"] + 1))
     monkeypatch.setattr("workbench.prompts.build_batch", lambda tok, b, n: ["x"])
-    fake = SimpleNamespace(tokenizer=None)
-    assert sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S) == 0.1   # first: warm-up + 3 runs
+    before = len(sweeps._LAST_REFERENCE)
+    fake = models.LoadedModel(model=None, tokenizer=None, info=None)
+    assert sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S) == 0.1   # first: warm-up, fastest of 3 runs
     assert calls == {"generate": 3, "warm": 1}
     sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S)                   # moments later: reused
     assert calls == {"generate": 3, "warm": 1}
     sweeps.reference_tpot_s(fake)                                             # an end reference: always measured
     assert calls == {"generate": 6, "warm": 1}
-    monkeypatch.setitem(sweeps._LAST_REFERENCE, id(fake), (0.0, 0.1))        # long ago: measured again
+    sweeps._LAST_REFERENCE[fake] = (0.0, 0.1)                                # long ago: measured again
     sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S)
     assert calls == {"generate": 9, "warm": 1}
+    other = models.LoadedModel(model=None, tokenizer=None, info=None)      # another model: its own warm-up
+    sweeps.reference_tpot_s(other, sweeps.REFERENCE_REUSE_S)
+    assert calls == {"generate": 12, "warm": 2}
+    del fake, other
+    gc.collect()
+    assert len(sweeps._LAST_REFERENCE) == before                             # freed models leave no reference
 
 
 def test_the_notebooks_of_one_session_share_one_device_probe(monkeypatch):
@@ -197,3 +205,17 @@ def test_the_notebooks_of_one_session_share_one_device_probe(monkeypatch):
     other = SimpleNamespace(**{**vars(info), "dtype": "bfloat16"})
     results.environment(other, probe=run)                                   # another dtype: probed
     assert len(probes) == 2
+
+
+def test_sweep_rows_record_the_model_folder(monkeypatch):
+    """``model_path`` beside the display name: what the roofline predictions of figures look a model up by."""
+    from types import SimpleNamespace
+
+    info = SimpleNamespace(device="cpu", device_name="cpu", name="m", path="/models/m", dtype="float32",
+                           to_dict=lambda: {})
+    monkeypatch.setattr(sweeps.results, "environment", lambda *a, **k: {})
+    run = results.create_run()
+    sweeps.run_sweep(run, "x", sweeps.expand_grid(batch_size=[1]), _fake_measure, info=info)
+    req = results.read_requests(run, "x")
+    assert (req["model_path"] == "/models/m").all() and (req["model"] == "m").all()
+    assert (results.read_points(run, "x")["model_path"] == "/models/m").all()

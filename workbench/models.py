@@ -102,7 +102,7 @@ class ModelInfo:
         return asdict(self)
 
 
-@dataclass
+@dataclass(eq=False)  # identity equality and hash: a model is one object (weak keys in sweeps)
 class LoadedModel:
     """A model ready for :func:`workbench.generation.generate_measured`.
 

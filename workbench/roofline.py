@@ -707,7 +707,8 @@ def cached_predictor(model: str, device: str, dtype: str) -> Predictor | None:
 
 def predict_rows(df: pd.DataFrame, output_tokens: str | None = None) -> pd.DataFrame:
     """``df`` (points or requests) plus ``predicted_ttft_s``, ``predicted_tpot_s``, ``predicted_e2e_s`` and
-    ``predicted_output_throughput_tps`` per row, from its recorded ``model`` / ``device`` / ``dtype``,
+    ``predicted_output_throughput_tps`` per row, from its recorded ``model_path`` (else ``model``) / ``device`` /
+    ``dtype``,
     ``batch_size`` (1 when absent), ``prompt_tokens`` and output length (``output_tokens``: the named column,
     else ``output_tokens_mean``, else ``output_tokens / requests`` of a point, else a request's
     ``output_tokens``). Rows without a cached calibration (:func:`cached_predictor`), a prompt length or an
@@ -727,7 +728,8 @@ def predict_rows(df: pd.DataFrame, output_tokens: str | None = None) -> pd.DataF
         n = n / out["requests"].astype(float).clip(lower=1)
     predictors: dict = {}
     for i, r in out.iterrows():
-        key = (r["model"], r["device"], r["dtype"])
+        path = r.get("model_path")  # runs before 2026-12 record only the display name
+        key = (path if isinstance(path, str) and path else r["model"], r["device"], r["dtype"])
         if key not in predictors:
             predictors[key] = cached_predictor(*key)
         B = r.get("batch_size", 1)

@@ -20,6 +20,7 @@ import math
 import os
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -34,8 +35,8 @@ SUITES_DIR = REPO / "suites"
 
 #: Columns every request row carries (None when an experiment has no value for it).
 REQUEST_COLUMNS = (
-    "run_id", "experiment", "point_id", "repeat", "request_id", "model", "device", "dtype", "batch_size",
-    "context_tokens", "prompt_tokens", "max_new_tokens", "temperature", "top_p", "do_sample", "seed",
+    "run_id", "experiment", "point_id", "repeat", "request_id", "model", "model_path", "device", "dtype",
+    "batch_size", "context_tokens", "prompt_tokens", "max_new_tokens", "temperature", "top_p", "do_sample", "seed",
     "reasoning_budget", "compression", "compressed_tokens", "ttft_s", "prefill_s", "e2e_s", "tpot_s",
     "decode_tps", "output_tokens", "thinking_tokens", "answer_tokens", "ttfat_s", "finish_reason", "itl_s",
     "error",
@@ -180,13 +181,17 @@ def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
     """TPOT of a fixed small request (64-token prompt, 8 new tokens, batch 1, greedy): the drift probe.
 
     Measured at the start and the end of each sweep; a change beyond :data:`DRIFT_LIMIT` means the
-    machine's speed moved under the sweep (thermal, other load) and its points are marked invalid. One
+    machine's speed moved under the sweep (thermal, other load) and its points are marked invalid. The value is
+    the fastest of 3 runs (``timeit``'s rule: slower runs carry noise from elsewhere, the fastest is the
+    machine's speed). On the 2-core build VM, quiet, 15 references back to back spread 24 % (min/max) with the
+    fastest of 3 and 40 % with the median of 3 (worst consecutive pair 13 % vs 21 %), so the median
+    marked quiet sweeps invalid; other load on two cores slows decoding 5-25x, far beyond the limit. One
     untimed warm-up before the first reference of a model in this process; with ``max_age_s`` a reference
     of this model measured at most that many seconds ago is returned instead of a new one.
     """
     from .prompts import build_batch
 
-    last = _LAST_REFERENCE.get(id(loaded))
+    last = _LAST_REFERENCE.get(loaded)
     if last is not None and max_age_s > 0 and time.monotonic() - last[0] <= max_age_s:
         return last[1]
     prompts = build_batch(loaded.tokenizer, 1, 64)
@@ -194,13 +199,14 @@ def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
     if last is None:  # the first reference of this model in this process
         warm_up(loaded, prompts, settings, 1)
     runs = [generate_measured(loaded, prompts, settings).records[0]["tpot_s"] for _ in range(3)]
-    value = float(pd.Series(runs).median())
-    _LAST_REFERENCE[id(loaded)] = (time.monotonic(), value)
+    value = float(min(runs))
+    _LAST_REFERENCE[loaded] = (time.monotonic(), value)
     return value
 
 
-#: id(model) -> (monotonic time, TPOT) of the latest reference measured in this process.
-_LAST_REFERENCE: dict[int, tuple[float, float]] = {}
+#: model -> (monotonic time, TPOT) of the latest reference measured in this process; weakly keyed, so a model
+#: freed and another loaded at the same address never inherits its reference.
+_LAST_REFERENCE: "weakref.WeakKeyDictionary[object, tuple[float, float]]" = weakref.WeakKeyDictionary()
 #: A start reference may reuse the previous sweep's end reference when it is at most this old (seconds):
 #: back-to-back sweeps of one notebook share it instead of measuring the same thing twice.
 REFERENCE_REUSE_S = 15.0
@@ -274,7 +280,11 @@ def run_sweep(
         info = loaded.info
     done = results.finished_points(run) if resume else set()
     inject = os.environ.get("WORKBENCH_INJECT_FAILURE")
-    model_cols = {"model": info.name, "device": info.device, "dtype": info.dtype} if info is not None else {}
+    model_cols = {}
+    if info is not None:  # the display name for people, the folder for lookups (roofline predictions)
+        path = getattr(info, "path", None)
+        model_cols = {"model": info.name, "model_path": str(path) if path else None, "device": info.device,
+                      "dtype": info.dtype}
     if info is not None:  # where each row ran (node, device name, device index); Ray workers put their own
         model_cols.update(distributed.placement(info))
         results.update_manifest(run, energy={experiment: energy.status(info.device)})
