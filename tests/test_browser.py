@@ -77,6 +77,32 @@ def _check_figures(page, out: Path, name: str) -> int:
     return n
 
 
+def _boxes(page, selector: str) -> list[dict]:
+    return page.eval_on_selector_all(selector, "els => els.map(e => e.getBoundingClientRect().toJSON())")
+
+
+@pytest.mark.parametrize("categories", [["1", "2"], [f"bfloat16/eager/dynamic/{i}t" for i in range(8)]],
+                         ids=["short ticks", "long rotated ticks"])
+def test_a_legend_below_never_touches_tick_labels_or_axis_title(browser, tmp_path, categories):
+    """The engine-tuning bar chart once had its legend drawn over its rotated configuration names."""
+    import plotly.graph_objects as go
+
+    from workbench import plots
+
+    fig = go.Figure(layout=dict(title="t", xaxis_title="configuration (dtype / attention)"))  # house template
+    for name in ("measured (e2e p50)", "predicted (roofline)", "recommended"):
+        fig.add_bar(x=categories, y=[1.0] * len(categories), name=name)
+    out = tmp_path / "f.html"
+    plots.legend_below(fig).write_html(out, include_plotlyjs=True)
+    page = browser.new_page(viewport={"width": 1000, "height": 700})
+    page.goto(out.as_uri())
+    page.wait_for_selector(".legend .traces")
+    legend_top = min(b["top"] for b in _boxes(page, ".legend .traces"))
+    above = _boxes(page, ".xtick text") + _boxes(page, ".g-xtitle text")
+    page.screenshot(path=str(ARTIFACTS / f"legend_below_{len(categories)}.png"))
+    assert above and legend_top >= max(b["bottom"] for b in above) - 0.5, (legend_top, above)
+
+
 def test_reports_render_every_figure_offline(browser, tmp_path):
     a = _run("a", (1, 2), 0.1)
     b = _run("b", (1, 4), 0.2)                       # a different parameter set

@@ -14,7 +14,7 @@ def _two_panel(names):
 
 def test_a_legend_that_would_cover_subplot_titles_goes_below_the_plot():
     fig = plots.tidy_legend(_two_panel(["fifo TTFT p50", "static TTFT p50", "continuous TPOT p50"]))
-    assert fig.layout.legend.y < 0 and fig.layout.margin.b >= 140
+    assert plots.legend_is_below(fig)
 
 
 def test_a_short_legend_on_a_single_plot_stays_where_the_template_puts_it():
@@ -29,4 +29,4 @@ def test_every_experiment_figure_goes_through_the_tidy_legend():
         return {"two": _two_panel(["a", "b"])}
 
     out = figures(pd.DataFrame({"x": [1]}))
-    assert out["two"].layout.legend.y < 0
+    assert plots.legend_is_below(out["two"])

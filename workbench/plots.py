@@ -41,20 +41,28 @@ def ok_points(points: pd.DataFrame) -> pd.DataFrame:
     return points[points["status"] == "ok"].copy() if "status" in points else points.copy()
 
 
-def legend_below(fig: go.Figure, y: float = -0.18, bottom: int = 140) -> go.Figure:
-    """Put the legend under the plot (horizontal, left-aligned) so long trace names never cover the title.
+def legend_below(fig: go.Figure, bottom: int = 60) -> go.Figure:
+    """Put the legend at the bottom of the figure (horizontal, left-aligned), under the x tick labels and the
+    x axis title, so long trace names never cover the title and long or rotated category labels never run
+    into the legend: it is anchored to the figure's container (``yref="container"``), and plotly's automargin
+    makes the room the tick labels and axis title need above it.
 
     Args:
         fig: the figure (changed in place).
-        y: legend top in paper coordinates (below the x axis title).
-        bottom: bottom margin in pixels that makes room for it.
+        bottom: minimum bottom margin in pixels (the legend row itself).
 
     Returns:
         ``fig``.
     """
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=y, xanchor="left", x=0),
+    fig.update_layout(legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, xanchor="left", x=0),
                       margin=dict(b=bottom))
+    fig.update_xaxes(automargin=True)
     return fig
+
+
+def legend_is_below(fig: go.Figure) -> bool:
+    """Whether :func:`legend_below` placed ``fig``'s legend."""
+    return fig.layout.legend.yref == "container" and fig.layout.legend.y == 0
 
 
 def mark_invalid(fig: go.Figure, points: pd.DataFrame, x: str, y: str) -> go.Figure:
@@ -201,7 +209,7 @@ def tidy_legend(fig):
     """Move a figure's legend under the plot (:func:`legend_below`) when, at the top, it would cover the title
     or the subplot titles: several entries on a figure with subplot titles, or long entry names. Other
     figures (and non-figures) are returned unchanged."""
-    if not isinstance(fig, go.Figure) or (fig.layout.legend.y is not None and fig.layout.legend.y < 0):
+    if not isinstance(fig, go.Figure) or legend_is_below(fig):
         return fig
     names = [t.name for t in fig.data if t.name and t.showlegend is not False]
     subplot_titles = any(a.yref == "paper" and (a.y or 0) >= 0.99 for a in fig.layout.annotations)

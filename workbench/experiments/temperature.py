@@ -259,7 +259,7 @@ def fig_metrics_vs_temperature(summary, family: str, metrics: list[str], title: 
                   title=title)
     fig.update_yaxes(matches=None, showticklabels=True)
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
-    return plots.legend_below(fig, y=-0.12, bottom=120)
+    return plots.legend_below(fig)
 
 
 def fig_speed_vs_temperature(points):
@@ -285,7 +285,7 @@ def fig_speed_vs_temperature(points):
                   title="Speed vs temperature (sampling cost and output length)")
     fig.update_yaxes(matches=None, showticklabels=True)
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
-    return plots.legend_below(fig, y=-0.12, bottom=120)
+    return plots.legend_below(fig)
 
 
 @plots.split_by_device
