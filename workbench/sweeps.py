@@ -281,12 +281,11 @@ def run_sweep(
     done = results.finished_points(run) if resume else set()
     inject = os.environ.get("WORKBENCH_INJECT_FAILURE")
     model_cols = {}
-    if info is not None:  # the display name for people, the folder for lookups (roofline predictions)
+    if info is not None:  # the display name for people, the folder for lookups (roofline predictions), and
+        # where each row ran (node, device name, device index; Ray workers put their own)
         path = getattr(info, "path", None)
         model_cols = {"model": info.name, "model_path": str(path) if path else None, "device": info.device,
-                      "dtype": info.dtype}
-    if info is not None:  # where each row ran (node, device name, device index); Ray workers put their own
-        model_cols.update(distributed.placement(info))
+                      "dtype": info.dtype, **distributed.placement(info)}
         results.update_manifest(run, energy={experiment: energy.status(info.device)})
     todo = [(p, pid) for p, pid in zip(points, ids) if pid not in done]
     if len(todo) < len(points):
