@@ -9,6 +9,7 @@ import pytest
 
 from workbench.generation import GenerationSettings, generate_measured
 from workbench.serving import events
+from workbench.serving.engines import FifoEngine
 from workbench.serving.jobs import JobStore
 from workbench.serving.server import ServerThread
 
@@ -83,21 +84,22 @@ def test_job_survives_restart_and_continues_from_its_breakpoint(loaded, tmp_path
 
 def test_crashed_store_marks_running_jobs_interrupted(loaded, tmp_path):
     db = tmp_path / "jobs.sqlite3"
-    store = JobStore(loaded, path=db)
-    st = store.submit({"messages": MESSAGES, "max_tokens": 3})
-    store.wait(st["id"])
-    store.close()
-    con = sqlite3.connect(db)  # what a killed server leaves behind
-    con.execute("UPDATE jobs SET status='running' WHERE id=?", (st["id"],))
-    con.commit()
-    con.close()
-    store = JobStore(loaded, path=db)
-    try:
-        assert store.status(st["id"])["status"] == "interrupted"
-        store.continue_job(st["id"])
-        assert store.wait(st["id"])["status"] == "done"
-    finally:
+    with FifoEngine(loaded) as engine:
+        store = JobStore(engine, path=db)
+        st = store.submit({"messages": MESSAGES, "max_tokens": 3})
+        store.wait(st["id"])
         store.close()
+        con = sqlite3.connect(db)  # what a killed server leaves behind
+        con.execute("UPDATE jobs SET status='running' WHERE id=?", (st["id"],))
+        con.commit()
+        con.close()
+        store = JobStore(engine, path=db)
+        try:
+            assert store.status(st["id"])["status"] == "interrupted"
+            store.continue_job(st["id"])
+            assert store.wait(st["id"])["status"] == "done"
+        finally:
+            store.close()
 
 
 def test_limits_give_clear_errors(loaded, tmp_path):
