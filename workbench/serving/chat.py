@@ -32,7 +32,7 @@ from ..errors import ParameterError
 from ..generation import GenerationSettings
 from . import engines
 from .events import DONE, sse_data
-from .http import MAX_BODY_BYTES, MAX_STOP, UNSUPPORTED, ApiError, chat_schema, read_json_object, validate
+from .http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, read_json_object, validate
 from .protocol import SERVED_MODEL
 
 MAX_QUEUE = 64               # requests waiting behind the one being served; more get 429
@@ -50,7 +50,6 @@ class ChatConfig:
     model_name: str = SERVED_MODEL
     context: int = 8192
     max_tokens_limit: int = 8192
-    max_body_bytes: int = MAX_BODY_BYTES
     max_queue: int = MAX_QUEUE
     request_timeout_s: float = REQUEST_TIMEOUT_S
     early_headers: bool = False
@@ -240,7 +239,7 @@ async def chat_completions(request: Request):
     state = request.app.state
     cfg: ChatConfig = state.chat
     engine: engines.BaseEngine = state.engine
-    payload = await read_json_object(request, cfg.max_body_bytes)
+    payload = await read_json_object(request)
     req, stop, max_tokens = parse_chat_request(payload, cfg)
     if engine.pending > cfg.max_queue:  # cheap early refusal; submit() below decides atomically
         raise _too_busy(cfg)

@@ -204,7 +204,6 @@ class BaseEngine:
         self.observers: list[Callable] = []
         self.in_flight: dict[str, EngineRequest] = {}
         self.rejected = 0
-        self.busy = threading.Event()
         self._shutting_down = False
         self._count_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=f"workbench-{self.name}", daemon=True)
@@ -238,7 +237,7 @@ class BaseEngine:
         if self._shutting_down:
             raise RuntimeError(f"{self.name} engine: stopped")
         for r in reqs:
-            self._check(r)
+            self._prepare(r)
         with self._count_lock:
             if max_pending is not None and len(self.in_flight) + len(reqs) > max_pending:
                 self.rejected += len(reqs)
@@ -247,8 +246,9 @@ class BaseEngine:
                 r.engine, r._completed = self.name, self._completed
                 self.in_flight[r.id] = r
 
-    def _check(self, req: EngineRequest) -> None:
-        """Refuse a request this engine cannot serve (:class:`ParameterError`, one line); by default none."""
+    def _prepare(self, req: EngineRequest) -> None:
+        """Refuse a request this engine cannot serve (:class:`ParameterError`, one line) or fill in what the
+        engine sets on every request; by default nothing."""
 
     def _completed(self, req: EngineRequest, result: dict) -> None:
         self.history.append(result)
@@ -286,22 +286,18 @@ class BaseEngine:
             first = self.queue.get()
             if first is None:
                 return
-            self.busy.set()
-            try:
-                batch = list(first) if isinstance(first, list) else self._collect(first)
-                live = [r for r in batch if not r.stopped()]
-                for r in batch:
-                    if r.cancel.is_set():  # stopped while queued: it never starts
-                        r.t_admit = time.perf_counter()
-                        r.finish()
-                if live:
-                    try:
-                        self._serve(live)
-                    except Exception as exc:  # every request of the batch fails with the reason
-                        for r in live:
-                            r.finish("error", f"{type(exc).__name__}: {exc}")
-            finally:
-                self.busy.clear()
+            batch = list(first) if isinstance(first, list) else self._collect(first)
+            live = [r for r in batch if not r.stopped()]
+            for r in batch:
+                if r.cancel.is_set():  # stopped while queued: it never starts
+                    r.t_admit = time.perf_counter()
+                    r.finish()
+            if live:
+                try:
+                    self._serve(live)
+                except Exception as exc:  # every request of the batch fails with the reason
+                    for r in live:
+                        r.finish("error", f"{type(exc).__name__}: {exc}")
             if getattr(self, "_stop_after", False):
                 return
 
@@ -461,7 +457,7 @@ class ContinuousEngine(BaseEngine):
         self._router = threading.Thread(target=self._route, name="workbench-cb-router", daemon=True)
         self._router.start()
 
-    def _check(self, req):
+    def _prepare(self, req):
         s, e = req.settings, self.settings
         if batch_key(dataclasses.replace(s, ignore_eos=False, min_new_tokens=0, seed=0)) != \
                 batch_key(dataclasses.replace(e, ignore_eos=False, min_new_tokens=0, seed=0)):

@@ -183,13 +183,18 @@ def _too_deep() -> ApiError:
     return ApiError(400, f"request body: JSON nested deeper than {MAX_JSON_DEPTH} levels")
 
 
-async def read_json_object(request, max_body_bytes: int = MAX_BODY_BYTES) -> dict:
+async def read_json_object(request, max_body_bytes: int | None = None) -> dict:
     """The request's JSON object body, after the Content-Type, size, syntax and depth checks.
+
+    ``max_body_bytes``: default the app's ``app.state.max_body_bytes`` (one cap for every route), else
+    :data:`MAX_BODY_BYTES`.
 
     Raises:
         ApiError: 415 (not ``application/json``), 413 (over ``max_body_bytes``), 400 (not JSON, not an
             object, nested deeper than :data:`MAX_JSON_DEPTH`).
     """
+    if max_body_bytes is None:
+        max_body_bytes = getattr(request.app.state, "max_body_bytes", MAX_BODY_BYTES)
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise ApiError(415, f"Content-Type: must be application/json (got {ctype or 'none'!r})",

@@ -651,7 +651,7 @@ async def post_job(request: Request):
     """``POST /v1/jobs``: 202 with the new job's status (the body checks of :mod:`workbench.serving.http`)."""
     from fastapi.responses import JSONResponse
 
-    payload = await read_json_object(request, request.app.state.chat.max_body_bytes)
+    payload = await read_json_object(request)
     st = await asyncio.to_thread(_store(request).submit, payload)
     return JSONResponse(st, status_code=202, headers={"Location": f"/v1/jobs/{st['id']}"})
 

@@ -114,7 +114,7 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     Args:
         loaded: :class:`workbench.models.LoadedModel`.
         model_name: the id reported in responses and ``/v1/models``.
-        max_body_bytes: larger request bodies get 413.
+        max_body_bytes: larger request bodies (chat and jobs) get 413.
         max_tokens_limit: cap on ``max_tokens`` (default: the model's context).
         max_queue: requests that may wait behind the one being served; more get 429 with ``Retry-After``.
         request_timeout_s: a request still unfinished this long after arrival is stopped.
@@ -154,8 +154,9 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
 
     app = FastAPI(title="workbench OpenAI-compatible server", lifespan=lifespan)
     app.state.loaded, app.state.engine, app.state.streams = loaded, eng, streams
+    app.state.max_body_bytes = check_int("max_body_bytes", max_body_bytes, lo=1)  # every route's JSON body cap
     app.state.chat = chat.ChatConfig(model_name=model_name, context=context, max_tokens_limit=max_tokens_limit or context,
-                                     max_body_bytes=max_body_bytes, max_queue=max_queue,
+                                     max_queue=max_queue,
                                      request_timeout_s=request_timeout_s, early_headers=early_headers,
                                      keepalive_s=keepalive_s)
     http.install_error_handlers(app)
