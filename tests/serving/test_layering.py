@@ -75,3 +75,28 @@ def test_no_generation_outside_engines():
     for name in set(MODULES) - {"engines"}:
         src = (SERVING / f"{name}.py").read_text(encoding="utf-8")
         assert "generate_measured(" not in src and "threading.Thread(target=self._work" not in src, name
+
+
+def test_modules_import_only_modules_listed_above_them_in_the_package_docstring():
+    """serving/__init__.py lists every module, lowest first; an import of a module listed later is an arrow back up."""
+    import re
+
+    order = list(dict.fromkeys(re.findall(r":mod:`\.(\w+)`", workbench.serving.__doc__)))
+    assert sorted(order) == MODULES, f"the package docstring lists {sorted(order)}, the folder holds {MODULES}"
+    for i, name in enumerate(order):
+        later = _serving_imports(name) - set(order[:i])
+        assert not later, f"{name}.py imports {sorted(later)}, listed after it"
+
+
+def test_route_handlers_live_at_module_level():
+    """Handlers are module functions reading request.app.state (nanochat's chat_web.py), not closures in create_app."""
+    for name in MODULES:
+        for outer in ast.walk(_tree(name)):
+            if not isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for inner in ast.walk(outer):
+                if inner is outer or not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                routes = [d for d in inner.decorator_list if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+                          and d.func.attr in ("get", "post", "delete", "put", "exception_handler", "middleware")]
+                assert not routes, f"{name}.py: route {inner.name} is nested in {outer.name}"
