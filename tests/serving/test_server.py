@@ -257,15 +257,15 @@ def test_tokenisation_runs_off_the_event_loop(server, monkeypatch):
     import threading
     import time as _time
 
-    from workbench.serving import chat as chat_mod
+    from workbench.serving import engines as engines_mod
 
-    real = chat_mod.prompt_ids
+    real = engines_mod.prompt_ids
 
     def slow(tok, messages):
         _time.sleep(2.0)  # a huge prompt's templating
         return real(tok, messages)
 
-    monkeypatch.setattr(chat_mod, "prompt_ids", slow)
+    monkeypatch.setattr(engines_mod, "prompt_ids", slow)
     out = {}
     th = threading.Thread(target=lambda: out.update(r=_post(server, {"messages": [{"role": "user", "content": "hi"}],
                                                                       "max_tokens": 1})))

@@ -228,11 +228,6 @@ def parse_chat_request(payload: dict, cfg: ChatConfig):
     return req, stop, max_tokens
 
 
-def prompt_ids(tokenizer, messages) -> list[int]:
-    """The prompt's ids (:func:`workbench.serving.engines.prompt_ids`); run off the event loop."""
-    return engines.prompt_ids(tokenizer, messages)
-
-
 async def chat_completions(request: Request):
     """``POST /v1/chat/completions`` (see the module docstring and :mod:`workbench.serving.server`)."""
     t_arrival = time.perf_counter()
@@ -245,7 +240,7 @@ async def chat_completions(request: Request):
         raise _too_busy(cfg)
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
     try:  # templating a huge prompt takes a while: a worker thread keeps every other stream flowing
-        ids = await asyncio.to_thread(prompt_ids, state.loaded.tokenizer, messages)
+        ids = await asyncio.to_thread(engines.prompt_ids, state.loaded.tokenizer, messages)
     except Exception as exc:
         raise ApiError(400, f"messages: cannot apply the chat template ({exc})", param="messages") from None
     prompt_tokens = len(ids)
