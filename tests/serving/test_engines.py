@@ -131,3 +131,32 @@ def test_queued_request_gets_headers_promptly_and_engine_timings_over_http(loade
     assert eng["queue_s"] > 0 and eng["ttft_s"] >= eng["queue_s"] and len(eng["itl_s"]) == eng["output_tokens"] - 1
     assert 0 < eng["prefill_s"] < eng["ttft_s"] and 0 < long_row["prefill_s"] < long_row["engine_ttft_s"]
     assert long_row["queue_s"] >= 0 and len(long_row["itl_s"]) == 23 and long_row["tpot_s"] > 0
+
+
+@pytest.mark.model
+def test_observers_limits_and_stop_reasons(loaded):
+    """The engine interface: observers see each completion once; max_pending refuses (EngineFull, counted);
+    a stop reason becomes the finish reason; a deadline passed while queued is a timeout; nothing stays in flight."""
+    seen = []
+    release = threading.Event()
+    eng = engines.FifoEngine(loaded)
+    eng.observers.append(lambda req, res: seen.append((req.id, res["finish_reason"])))
+    try:
+        s = GenerationSettings(max_new_tokens=3, ignore_eos=True)
+        ids = _ids(loaded.tokenizer, PROMPTS[0])
+        hold = engines.EngineRequest(ids, s, on_token=lambda tok, t: release.wait(60))  # busy until released
+        eng.submit(hold)
+        with pytest.raises(engines.EngineFull):
+            eng.submit(engines.EngineRequest(ids, s), max_pending=1)
+        assert eng.rejected == 1
+        stopped = eng.submit(engines.EngineRequest(ids, s))
+        stopped.stop("client_left")
+        late = eng.submit(engines.EngineRequest(ids, s, deadline=0.0))
+        release.set()
+        assert eng.wait_idle(120)
+    finally:
+        release.set()
+        eng.stop()
+    assert sorted(seen) == sorted([(hold.id, "length"), (stopped.id, "client_left"), (late.id, "timeout")])
+    assert stopped.output_ids == [] and late.output_ids == [] and len(hold.output_ids) == 3
+    assert eng.in_flight == {} and [h["id"] for h in eng.history] == [hold.id, stopped.id, late.id]

@@ -90,7 +90,7 @@ def test_plain_stream_disconnect_still_stops_decoding(server):
         _read(r, limit=3)
     assert server.engine.wait_idle(60)
     info = server.engine.history[-1]
-    assert info["cancelled"] and info["steps"] < 400
+    assert info["finish_reason"] == "cancelled" and info["output_tokens"] < 400
 
 
 @pytest.mark.model
@@ -166,3 +166,19 @@ def test_iter_sse_parses_ids_comments_and_multiline_data():
     lines = ["id: a:1", "data: x", "data: y", "", ": keep-alive", "", "data: [DONE]", ""]
     evs = list(events.iter_sse(lines))
     assert [(e.id, e.data, e.comment) for e in evs] == [("a:1", "x\ny", False), (None, None, True), (None, "[DONE]", False)]
+
+
+@pytest.mark.parametrize("bad", ["s:\u0663", "s:\u00b2", "s:\uff11", "s:1\u0660", "s:-1", "s:", ":3", "s3"])
+def test_last_event_id_needs_ascii_digits(bad):
+    """str.isdigit() accepts Arabic-Indic, superscript and full-width digits; an event number is ASCII only."""
+    with pytest.raises(events.StreamError) as exc:
+        events.event_number(bad)
+    assert exc.value.status == 400 and exc.value.param == "Last-Event-ID"
+
+
+def test_check_last_event_id_names_the_stream_and_a_sent_event():
+    assert events.check_last_event_id(None, "s", 3) == 0 and events.check_last_event_id("s:3", "s", 3) == 3
+    for bad in ("t:1", "s:4", "s:\u0663"):
+        with pytest.raises(events.StreamError) as exc:
+            events.check_last_event_id(bad, "s", 3)
+        assert exc.value.status == 400 and exc.value.param == "Last-Event-ID"

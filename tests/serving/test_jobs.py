@@ -9,6 +9,7 @@ import pytest
 
 from workbench.generation import GenerationSettings, generate_measured
 from workbench.serving import events
+from workbench.serving.engines import FifoEngine
 from workbench.serving.jobs import JobStore
 from workbench.serving.server import ServerThread
 
@@ -81,23 +82,40 @@ def test_job_survives_restart_and_continues_from_its_breakpoint(loaded, tmp_path
         assert again.status_code == 409 and "already finished" in again.json()["error"]["message"]
 
 
+def test_jobs_run_on_the_servers_engine_and_reach_its_observers(loaded, tmp_path):
+    """One engine behind chat and jobs: a job's generation is an engine request (endpoint "jobs"), counted by
+    /metrics through the engine's completion observers."""
+    from workbench.serving.monitoring import scrape
+
+    with ServerThread(loaded, jobs={"path": tmp_path / "j.sqlite3"}) as srv:
+        jid = _post(srv, {"messages": MESSAGES, "max_tokens": 3, "ignore_eos": True}).json()["id"]
+        assert _wait(srv, jid)["status"] == "done"
+        assert srv.engine.wait_idle(60)
+        mine = [h for h in srv.engine.history if h["id"] == jid]
+        assert len(mine) == 1 and mine[0]["endpoint"] == "jobs" and mine[0]["output_tokens"] == 3
+        m = scrape(httpx.get(srv.base_url + "/metrics", timeout=30).text)
+    assert m['workbench_requests_total{endpoint="jobs",finish_reason="length"}'] == 1
+    assert m['workbench_generation_tokens_total{endpoint="jobs"}'] == 3
+
+
 def test_crashed_store_marks_running_jobs_interrupted(loaded, tmp_path):
     db = tmp_path / "jobs.sqlite3"
-    store = JobStore(loaded, path=db)
-    st = store.submit({"messages": MESSAGES, "max_tokens": 3})
-    store.wait(st["id"])
-    store.close()
-    con = sqlite3.connect(db)  # what a killed server leaves behind
-    con.execute("UPDATE jobs SET status='running' WHERE id=?", (st["id"],))
-    con.commit()
-    con.close()
-    store = JobStore(loaded, path=db)
-    try:
-        assert store.status(st["id"])["status"] == "interrupted"
-        store.continue_job(st["id"])
-        assert store.wait(st["id"])["status"] == "done"
-    finally:
+    with FifoEngine(loaded) as engine:
+        store = JobStore(engine, path=db)
+        st = store.submit({"messages": MESSAGES, "max_tokens": 3})
+        store.wait(st["id"])
         store.close()
+        con = sqlite3.connect(db)  # what a killed server leaves behind
+        con.execute("UPDATE jobs SET status='running' WHERE id=?", (st["id"],))
+        con.commit()
+        con.close()
+        store = JobStore(engine, path=db)
+        try:
+            assert store.status(st["id"])["status"] == "interrupted"
+            store.continue_job(st["id"])
+            assert store.wait(st["id"])["status"] == "done"
+        finally:
+            store.close()
 
 
 def test_limits_give_clear_errors(loaded, tmp_path):
@@ -152,6 +170,8 @@ def test_unknown_job_id_is_404_json(loaded, tmp_path):
         _wait(srv, jid)
         r = httpx.get(f"{srv.base_url}/v1/jobs/{jid}/events", headers={"Last-Event-ID": f"{jid}:999"}, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == "Last-Event-ID"
+        r = httpx.get(f"{srv.base_url}/v1/jobs/{jid}/events", params={"last_event_id": f"{jid}:\u0661"}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "Last-Event-ID"  # '١' is no ASCII digit
 
 
 # ------------------------------------------------------------------ long-output strategies as jobs

@@ -1,2 +1,20 @@
-"""Serving: :mod:`.server` (engines and the OpenAI-compatible app) and :mod:`.client` (the load
-generator and the SSE client)."""
+"""Serving: an OpenAI-compatible server over the workbench model, its engines, and the clients that load it.
+
+One concern per module, lowest first (a module imports only modules above it in this list):
+
+- :mod:`.protocol`: what clients and server agree on (the served model id, the default host and port).
+- :mod:`.http`: HTTP plumbing for every route: JSON errors, the guard (Host / loopback / API key), JSON
+  bodies with their caps and depth check, the chat request schema and the unsupported options.
+- :mod:`.events`: SSE framing (``data:`` lines, numbered ``id:`` events, ``[DONE]``), ``Last-Event-ID``
+  checks, resumable streams (``GET /v1/streams/{id}``), and the client-side SSE parser.
+- :mod:`.engines`: the one engine interface (:class:`~.engines.EngineRequest` in, token and completion
+  callbacks out, observers) with the ``fifo``, ``static`` and ``continuous`` schedulers behind it; the only
+  place that generates.
+- :mod:`.chat`: the ``/v1/chat/completions`` route (and ``/v1/models``, ``/health``), handlers at module
+  level reading ``app.state``.
+- :mod:`.jobs`: background jobs in SQLite and their ``/v1/jobs`` routes, run on the same engine.
+- :mod:`.monitoring`: Prometheus ``/metrics``, subscribed to the engine's completions.
+- :mod:`.server`: app assembly, the server thread (:class:`~.server.ServerThread`) and ``main``.
+- :mod:`.client` (the ``openai`` client, per-request timing) and :mod:`.load` (arrival profiles, load runs,
+  senders over HTTP or straight into an engine): they import nothing from the server.
+"""

@@ -33,7 +33,7 @@ from typing import Sequence
 from .. import metrics
 from ..checks import check_int
 from ..errors import ParameterError
-from .server import SERVED_MODEL
+from .protocol import SERVED_MODEL
 
 
 def openai_client(base_url: str, timeout: float = 600.0, api_key: str = "workbench"):

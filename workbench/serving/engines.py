@@ -1,6 +1,27 @@
 """Serving engines: how queued requests share the model (issue 13; DESIGN.md section 7, item 8).
 
-Three schedulers behind one interface (:class:`BaseEngine`: ``submit``, ``stop``, ``wait_idle``):
+**One engine interface** (:class:`BaseEngine`) for everything that generates: the chat route
+(:mod:`workbench.serving.chat`), the job store (:mod:`workbench.serving.jobs`) and the load study
+(:func:`workbench.serving.load.engine_sender`) all hand it :class:`EngineRequest` s, and nothing else in
+``serving/`` runs a generation thread.
+
+- A request is its templated prompt ids, its own :class:`~workbench.generation.GenerationSettings`
+  (per-request sampling: the engine decides what may share a batch, see :func:`batch_key`), an optional
+  ``deadline``, and two callbacks: ``on_token(token_id, t)`` for each generated id and ``on_done(result)``
+  once at the end. :meth:`EngineRequest.stop` stops it with a reason (``cancelled``: the client left;
+  ``stop``: a stop string was seen; ``timeout``; any other word a caller needs), while queued or running;
+  the reason becomes its ``finish_reason``.
+- :meth:`BaseEngine.submit` queues one request (``max_pending``: refuse with :class:`EngineFull` when that
+  many are already pending, the server's 429); :meth:`BaseEngine.submit_group` queues requests that must
+  share one batch (the sections of a long output). ``observers``: callables ``(request, result)`` run on
+  every completion (Prometheus monitoring subscribes here); ``in_flight``, ``pending``, ``rejected`` and
+  ``history`` (the last results) describe the engine's state. :meth:`BaseEngine.wait_idle`,
+  :meth:`BaseEngine.stop`.
+- A new scheduling policy is a subclass choosing the next batch (``_collect``) or serving it (``_serve``);
+  an external endpoint is a subclass whose ``_serve`` sends the request elsewhere and feeds
+  :meth:`EngineRequest.token` / :meth:`EngineRequest.finish` from the reply.
+
+Three schedulers behind the interface:
 
 - ``fifo`` (:class:`FifoEngine`): one request at a time, in arrival order; one
   :func:`workbench.generation.generate_measured` call per request (the baseline).
@@ -16,10 +37,11 @@ Three schedulers behind one interface (:class:`BaseEngine`: ``submit``, ``stop``
   token id is appended). One sampling setting per engine (the manager's ``GenerationConfig``): requests
   with other sampling settings are refused with a one-line error.
 
-Per request (:meth:`EngineRequest.result`): ``queue_s`` (arrival to admission into a batch), and
+Per request (:meth:`EngineRequest.result`): ``id``, ``endpoint``, ``queue_s`` (arrival to admission into a batch), and
 :func:`workbench.metrics.request_timing` over the per-token stamps from the arrival time (``ttft_s``,
 ``itl_s``, ``tpot_s``, ``e2e_s``, ``decode_tps``, ``output_tokens``), ``prompt_tokens``,
-``output_ids``, ``finish_reason`` (``stop`` / ``length`` / ``cancelled``), ``batch_size`` (rows that
+``output_ids``, ``finish_reason`` (``stop`` / ``length`` / ``error`` / the reason the request was
+stopped with, e.g. ``cancelled``), ``error``, ``batch_size`` (rows that
 shared the request's batch; for ``continuous`` the most requests the manager held at once while it ran)
 and ``engine``.
 
@@ -49,10 +71,22 @@ from typing import Callable
 
 from .. import checks, metrics
 from ..errors import ParameterError
-from ..generation import GenerationSettings, eos_token_ids, generate_measured
+from ..generation import GenerationSettings, encode_prompts, eos_token_ids, generate_measured
 
 ENGINES = ("fifo", "static", "continuous")
+HISTORY = 1024   # results kept in ``BaseEngine.history``
 _ids = itertools.count()
+
+
+class EngineFull(RuntimeError):
+    """:meth:`BaseEngine.submit` refused a request: ``max_pending`` requests are already pending."""
+
+
+def prompt_ids(tokenizer, prompt) -> list[int]:
+    """The templated, tokenised ids of one chat prompt (a user string or a list of messages), as engines take
+    them: :func:`~workbench.generation.encode_prompts` without the padding."""
+    enc = encode_prompts(tokenizer, [prompt])
+    return enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
 
 
 @dataclasses.dataclass
@@ -64,8 +98,11 @@ class EngineRequest:
         settings: its :class:`~workbench.generation.GenerationSettings`.
         t_arrival: ``perf_counter`` when the request reached the engine (or the server's handler).
         on_token: ``callable(token_id, t)`` called from the engine's thread for each generated id.
-        on_done: ``callable(result_dict)`` called once at the end (also on error or cancel).
-        cancel: set it to stop the request (while queued: it never starts).
+        on_done: ``callable(result_dict)`` called once at the end (also on error or stop).
+        cancel: set once the request is stopped (:meth:`stop`; while queued: it never starts).
+        id: the request's id (the chat completion or job id).
+        deadline: ``perf_counter`` time after which it stops with reason ``timeout`` (None: never).
+        endpoint: who sent it (``chat``, ``jobs``, ``load``...), for the observers' labels.
     """
 
     input_ids: list
@@ -75,6 +112,9 @@ class EngineRequest:
     on_done: Callable | None = None
     cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
     id: str = dataclasses.field(default_factory=lambda: f"r{next(_ids)}")
+    deadline: float | None = None
+    endpoint: str = ""
+    stop_reason: str | None = None
     t_admit: float | None = None
     stamps: list = dataclasses.field(default_factory=list)
     output_ids: list = dataclasses.field(default_factory=list)
@@ -85,6 +125,20 @@ class EngineRequest:
     prefill_s: float | None = None
     prefill_note: str = ""
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    _completed: Callable | None = dataclasses.field(default=None, repr=False)  # the engine's bookkeeping
+    _finishing: bool = dataclasses.field(default=False, repr=False)
+
+    def stop(self, reason: str = "cancelled") -> None:
+        """Stop generating (thread-safe; the first reason given wins and becomes the ``finish_reason``)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.cancel.set()
+
+    def stopped(self) -> bool:
+        """Stopped, or past its deadline (then stopped with reason ``timeout``): engines check this each step."""
+        if not self.cancel.is_set() and self.deadline is not None and time.perf_counter() > self.deadline:
+            self.stop("timeout")
+        return self.cancel.is_set()
 
     def token(self, tok: int, t: float) -> None:
         self.output_ids.append(int(tok))
@@ -95,7 +149,8 @@ class EngineRequest:
     def result(self) -> dict:
         """The request's engine-side figures (see the module docstring)."""
         timing = metrics.request_timing(self.stamps, self.t_arrival)
-        return {"id": self.id, "engine": self.engine, "t_arrival": self.t_arrival, "t_admit": self.t_admit,
+        return {"id": self.id, "engine": self.engine, "endpoint": self.endpoint, "t_arrival": self.t_arrival,
+                "t_admit": self.t_admit,
                 "queue_s": (self.t_admit - self.t_arrival) if self.t_admit is not None else float("nan"),
                 **timing, "prompt_tokens": len(self.input_ids), "output_ids": list(self.output_ids),
                 "prefill_s": float("nan") if self.prefill_s is None else self.prefill_s,
@@ -103,24 +158,41 @@ class EngineRequest:
                 "finish_reason": self.finish_reason, "batch_size": self.batch_size, "error": self.error}
 
     def finish(self, reason: str | None = None, error: str | None = None) -> None:
-        if self.done.is_set():
+        """End the request once: ``reason`` (the stop reason when it was stopped), ``on_done``, the engine's
+        bookkeeping and observers; then ``done`` is set."""
+        if self._finishing:
             return
+        self._finishing = True
         if self.cancel.is_set() and error is None:
-            reason = "cancelled"
+            reason = self.stop_reason or "cancelled"
         self.finish_reason, self.error = reason, error
-        self.done.set()
-        if self.on_done is not None:
-            self.on_done(self.result())
+        result = self.result()
+        try:
+            if self.on_done is not None:
+                self.on_done(result)
+        finally:
+            if self._completed is not None:
+                self._completed(self, result)
+            self.done.set()
 
 
-def _key(s: GenerationSettings) -> tuple:
+def batch_key(s: GenerationSettings) -> tuple:
     """Settings that must agree within one ``generate`` batch (``max_new_tokens`` may differ per row)."""
     return (s.do_sample, s.temperature if s.do_sample else 0.0, s.top_p if s.do_sample else 1.0, s.ignore_eos,
             s.min_new_tokens, s.seed)
 
 
 class BaseEngine:
-    """A worker thread over a queue of :class:`EngineRequest` s; subclasses implement :meth:`_serve`."""
+    """The engine interface (see the module docstring): a queue of :class:`EngineRequest` s served by a worker
+    thread; subclasses choose a batch (:meth:`_collect`) and serve it (:meth:`_serve`).
+
+    Attributes:
+        observers: callables ``(request, result)`` run after each request's ``on_done`` (from the engine's
+            thread; an observer's exception is swallowed: observing never breaks serving).
+        history: the results of the last :data:`HISTORY` finished requests, newest last.
+        in_flight: ``{id: request}`` of the requests submitted and not finished.
+        rejected: requests refused with :class:`EngineFull`.
+    """
 
     name = "base"
 
@@ -128,29 +200,77 @@ class BaseEngine:
         self.loaded = loaded
         self.eos = eos_token_ids(loaded)
         self.queue: queue.Queue = queue.Queue()
-        self.history: deque = deque(maxlen=1024)
-        self.busy = threading.Event()
-        self._stopping = False
+        self.history: deque = deque(maxlen=HISTORY)
+        self.observers: list[Callable] = []
+        self.in_flight: dict[str, EngineRequest] = {}
+        self.rejected = 0
+        self._shutting_down = False
+        self._count_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=f"workbench-{self.name}", daemon=True)
         self._thread.start()
 
-    def submit(self, req: EngineRequest) -> EngineRequest:
-        """Queue a request (returns at once)."""
-        if self._stopping:
-            raise RuntimeError(f"{self.name} engine: stopped")
-        req.engine = self.name
+    @property
+    def pending(self) -> int:
+        """Requests submitted and not finished (queued or running)."""
+        return len(self.in_flight)
+
+    def submit(self, req: EngineRequest, max_pending: int | None = None) -> EngineRequest:
+        """Queue one request (returns at once; its callbacks report from the engine's thread).
+
+        Raises:
+            EngineFull: ``max_pending`` requests are already pending (the request is not queued).
+            RuntimeError: the engine is stopped.
+            ParameterError: the engine cannot serve these settings (e.g. ``continuous``: other sampling).
+        """
+        self._admit([req], max_pending)
         self.queue.put(req)
         return req
 
+    def submit_group(self, reqs: list) -> list:
+        """Queue requests that must share one batch (one padded ``generate`` for ``fifo`` / ``static``; the
+        ``continuous`` manager admits them together). Raises as :meth:`submit` (never :class:`EngineFull`)."""
+        self._admit(reqs, None)
+        self.queue.put(list(reqs))
+        return reqs
+
+    def _admit(self, reqs: list, max_pending: int | None) -> None:
+        if self._shutting_down:
+            raise RuntimeError(f"{self.name} engine: stopped")
+        for r in reqs:
+            self._prepare(r)
+        with self._count_lock:
+            if max_pending is not None and len(self.in_flight) + len(reqs) > max_pending:
+                self.rejected += len(reqs)
+                raise EngineFull(f"{self.name} engine: {len(self.in_flight)} requests pending (limit {max_pending})")
+            for r in reqs:
+                r.engine, r._completed = self.name, self._completed
+                self.in_flight[r.id] = r
+
+    def _prepare(self, req: EngineRequest) -> None:
+        """Refuse a request this engine cannot serve (:class:`ParameterError`, one line) or fill in what the
+        engine sets on every request; by default nothing."""
+
+    def _completed(self, req: EngineRequest, result: dict) -> None:
+        self.history.append(result)
+        for obs in list(self.observers):
+            try:
+                obs(req, result)
+            except Exception:  # noqa: BLE001 - observing never breaks serving
+                pass
+        with self._count_lock:
+            self.in_flight.pop(req.id, None)
+
     def stop(self) -> None:
-        self._stopping = True
+        """Stop the worker after the requests already queued (daemon threads: never blocks past 60 s)."""
+        self._shutting_down = True
         self.queue.put(None)
         self._thread.join(timeout=60)
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Block until no request is pending (every ``on_done`` and observer has run); False on timeout."""
         end = time.perf_counter() + timeout
         while time.perf_counter() < end:
-            if self.queue.empty() and not self.busy.is_set():
+            if not self.in_flight:
                 return True
             time.sleep(0.01)
         return False
@@ -166,24 +286,18 @@ class BaseEngine:
             first = self.queue.get()
             if first is None:
                 return
-            self.busy.set()
-            try:
-                batch = self._collect(first)
-                live = [r for r in batch if not r.cancel.is_set()]
-                for r in batch:
-                    if r.cancel.is_set():
-                        r.t_admit = time.perf_counter()
-                        r.finish("cancelled")
-                if live:
-                    try:
-                        self._serve(live)
-                    except Exception as exc:  # every request of the batch fails with the reason
-                        for r in live:
-                            r.finish("error", f"{type(exc).__name__}: {exc}")
-                for r in batch:
-                    self.history.append(r.result())
-            finally:
-                self.busy.clear()
+            batch = list(first) if isinstance(first, list) else self._collect(first)
+            live = [r for r in batch if not r.stopped()]
+            for r in batch:
+                if r.cancel.is_set():  # stopped while queued: it never starts
+                    r.t_admit = time.perf_counter()
+                    r.finish()
+            if live:
+                try:
+                    self._serve(live)
+                except Exception as exc:  # every request of the batch fails with the reason
+                    for r in live:
+                        r.finish("error", f"{type(exc).__name__}: {exc}")
             if getattr(self, "_stop_after", False):
                 return
 
@@ -204,11 +318,11 @@ class _RowCriteria:
         import torch
 
         n = input_ids.shape[1] - self.prompt_len
-        flags = [r.cancel.is_set() or n >= r.settings.max_new_tokens for r in self.reqs]
+        flags = [r.stopped() or n >= r.settings.max_new_tokens for r in self.reqs]
         return torch.tensor(flags, dtype=torch.bool, device=input_ids.device)
 
 
-def _stopping(reqs, prompt_len):
+def _row_stopping_criteria(reqs, prompt_len):
     from transformers import StoppingCriteria, StoppingCriteriaList
 
     class _Rows(_RowCriteria, StoppingCriteria):
@@ -247,7 +361,7 @@ class FifoEngine(BaseEngine):
                     finished[row] = True
 
         res = generate_measured(self.loaded, [None] * len(batch), settings, input_ids=[r.input_ids for r in batch],
-                                on_step=on_step, stopping_criteria=_stopping(batch, prompt_len), t_submit=t_admit)
+                                on_step=on_step, stopping_criteria=_row_stopping_criteria(batch, prompt_len), t_submit=t_admit)
         for r in batch:
             r.prefill_s = res.prefill_s  # the batch's prompt pass (all rows, padded): shared by its rows
             hit_eos = bool(r.output_ids) and r.output_ids[-1] in self.eos and not r.settings.ignore_eos
@@ -266,7 +380,7 @@ class StaticEngine(FifoEngine):
         super().__init__(loaded)
 
     def _collect(self, first):
-        batch, key = [first], _key(first.settings)
+        batch, key = [first], batch_key(first.settings)
         deadline = time.perf_counter() + self.batch_window_s
         while len(batch) < self.max_batch_size:
             if self._held:
@@ -282,7 +396,7 @@ class StaticEngine(FifoEngine):
             if r is None:
                 self._stop_after = True
                 break
-            if _key(r.settings) == key:
+            if not isinstance(r, list) and batch_key(r.settings) == key:
                 batch.append(r)
             else:
                 self._held.append(r)
@@ -343,16 +457,15 @@ class ContinuousEngine(BaseEngine):
         self._router = threading.Thread(target=self._route, name="workbench-cb-router", daemon=True)
         self._router.start()
 
-    def submit(self, req):
+    def _prepare(self, req):
         s, e = req.settings, self.settings
-        if _key(dataclasses.replace(s, ignore_eos=False, min_new_tokens=0, seed=0)) != \
-                _key(dataclasses.replace(e, ignore_eos=False, min_new_tokens=0, seed=0)):
+        if batch_key(dataclasses.replace(s, ignore_eos=False, min_new_tokens=0, seed=0)) != \
+                batch_key(dataclasses.replace(e, ignore_eos=False, min_new_tokens=0, seed=0)):
             raise ParameterError(f"continuous engine: serves one sampling setting (temperature {e.temperature}, "
                                  f"top_p {e.top_p}); got temperature {s.temperature}, top_p {s.top_p}")
         if 0 < s.min_new_tokens < s.max_new_tokens and not s.ignore_eos:
             raise ParameterError("continuous engine: min_tokens other than 0 or max_tokens (ignore_eos) is not supported")
         req.prefill_s, req.prefill_note = None, self.PREFILL_NOTE
-        return super().submit(req)
 
     def _serve(self, batch):  # called from the feeder thread: hand the requests to the manager and return
         for r in batch:
@@ -370,9 +483,9 @@ class ContinuousEngine(BaseEngine):
     def _route(self) -> None:
         """Deliver the manager's streamed outputs to their requests (new tokens with the library's stamps)."""
         while True:
-            if self._stopping and not self._live:
+            if self._shutting_down and not self._live:
                 return
-            for r in [r for r in list(self._live.values()) if r.cancel.is_set() and not r.done.is_set()]:
+            for r in [r for r in list(self._live.values()) if r.stopped() and not r.done.is_set()]:
                 self.manager.cancel_request(r.id)
                 self._close(r, "cancelled")
             out = self.manager.get_result(timeout=0.05)
@@ -402,32 +515,24 @@ class ContinuousEngine(BaseEngine):
         if r.t_admit is None:
             r.t_admit = time.perf_counter()
         r.finish(reason, error)
-        self.history.append(r.result())
 
     def _loop(self) -> None:  # the feeder: admission is the manager's (its scheduler picks from its own queue)
         while True:
-            r = self.queue.get()
-            if r is None:
+            item = self.queue.get()
+            if item is None:
                 return
-            if r.cancel.is_set():
-                r.t_admit = time.perf_counter()
-                r.finish("cancelled")
-                continue
-            try:
-                self._serve([r])
-            except Exception as exc:
-                r.finish("error", f"{type(exc).__name__}: {exc}")
-
-    def wait_idle(self, timeout: float = 60.0) -> bool:
-        end = time.perf_counter() + timeout
-        while time.perf_counter() < end:
-            if self.queue.empty() and not self._live:
-                return True
-            time.sleep(0.01)
-        return False
+            for r in item if isinstance(item, list) else [item]:
+                if r.stopped():
+                    r.t_admit = time.perf_counter()
+                    r.finish()
+                    continue
+                try:
+                    self._serve([r])
+                except Exception as exc:
+                    r.finish("error", f"{type(exc).__name__}: {exc}")
 
     def stop(self) -> None:
-        self._stopping = True
+        self._shutting_down = True
         self.queue.put(None)
         self._thread.join(timeout=60)
         end = time.perf_counter() + 60
@@ -437,10 +542,15 @@ class ContinuousEngine(BaseEngine):
         self.manager.stop(block=True, timeout=30)
 
 
+def check_name(name: str) -> str:
+    """``name`` when it is one of :data:`ENGINES` (:class:`ParameterError`, one line, otherwise)."""
+    return checks.check_choice("engine", name, ENGINES)
+
+
 def make_engine(name: str, loaded, max_batch_size: int = 8, batch_window_s: float = 0.05,
                 settings: GenerationSettings | None = None, max_seq_tokens: int = 1024) -> BaseEngine:
     """The engine called ``name`` (:data:`ENGINES`) over ``loaded``, started."""
-    checks.check_choice("engine", name, ENGINES)
+    check_name(name)
     if name == "fifo":
         return FifoEngine(loaded)
     if name == "static":
@@ -456,105 +566,3 @@ def run_requests(engine: BaseEngine, requests: list, timeout: float = 600.0) -> 
         if not r.done.wait(timeout):
             raise TimeoutError(f"{engine.name} engine: request {r.id} not finished within {timeout} s")
     return [r.result() for r in requests]
-
-
-class _JobCancel:
-    """A server job's stop signal as an engine request's ``cancel``: the client left, a stop string was
-    seen or the deadline passed (``job.halted()``), or the engine side set it."""
-
-    def __init__(self, job):
-        self.job, self.flag = job, threading.Event()
-
-    def is_set(self) -> bool:
-        return self.flag.is_set() or self.job.cancel.is_set() or self.job.halted()
-
-    def set(self) -> None:
-        self.flag.set()
-
-
-class ServerEngine:
-    """Adapter giving an engine of this module the interface of :class:`workbench.serving.server.Engine`
-    (``submit(job, max_pending)``, ``stop``, ``wait_idle``, ``history``, ``pending``), for the server's
-    ``--engine`` option.
-
-    Each job's messages are templated and tokenised here (in the caller's thread), its text goes through
-    the job's display tap and stop filter as tokens arrive, and its final ``info`` carries the engine's
-    figures (``queue_s``, ``engine_ttft_s``, ``ttft_s``, ``itl_s``, ``tpot_s``, ``e2e_s``, ``decode_tps``,
-    ``batch_size``, ``engine``), all from the server's arrival time, and ``prefill_s`` (empty for
-    ``continuous``, with ``prefill_note`` saying why; see the module docstring).
-    """
-
-    def __init__(self, loaded, name: str, max_batch_size: int = 8, batch_window_s: float = 0.05,
-                 settings: GenerationSettings | None = None, max_seq_tokens: int | None = None):
-        self.loaded, self.name = loaded, name
-        ctx = int(getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
-        self.engine = make_engine(name, loaded, max_batch_size, batch_window_s,
-                                  settings or GenerationSettings(max_new_tokens=ctx), max_seq_tokens or ctx)
-        self.history: deque = deque(maxlen=256)
-        self.pending = 0
-        self._lock = threading.Lock()
-        self.busy = self.engine.busy
-
-    def submit(self, job, max_pending: int | None = None) -> bool:
-        from ..detokenize import StreamTap
-        from ..generation import encode_prompts
-
-        with self._lock:
-            if max_pending is not None and self.pending >= max_pending:
-                return False
-            self.pending += 1
-        enc = encode_prompts(self.loaded.tokenizer, [job.messages])
-        ids = enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
-        tap = StreamTap(self.loaded.tokenizer, 1, ["token"], self.engine.eos,
-                        on_update=lambda row, lab, text, t: job.text(text))
-
-        def on_token(tok, t):
-            import torch
-
-            job.steps += 1
-            if job.t_first is None:
-                job.t_first = t
-            tap(torch.tensor([tok]), t)
-
-        def on_done(res):
-            try:
-                tap.close()
-                rest = job.stop_filter.flush() if job.stop_filter is not None else ""
-                if rest:
-                    job.text(rest)
-            except Exception:  # noqa: BLE001 - the figures still go out
-                pass
-            stopped = job.stop_filter is not None and job.stop_filter.hit
-            finish = ("stop" if stopped else "timeout" if job.timed_out else
-                      "cancelled" if job.cancel.is_set() else res["finish_reason"])
-            info = {k: res[k] for k in ("queue_s", "ttft_s", "itl_s", "tpot_s", "e2e_s", "decode_tps", "output_tokens",
-                                         "prompt_tokens", "batch_size", "output_ids")}
-            info.update(id=job.id, steps=job.steps, cancelled=finish == "cancelled", finish_reason=finish,
-                        engine=self.name, engine_ttft_s=res["ttft_s"], prefill_s=res["prefill_s"],
-                        prefill_note=res["prefill_note"],
-                        engine_first_text_s=(job.t_first_text - job.t_arrival) if job.t_first_text else float("nan"),
-                        text=self.loaded.tokenizer.decode(res["output_ids"], skip_special_tokens=True))
-            with self._lock:
-                self.pending -= 1
-            self.history.append(info)
-            if res.get("error") and finish not in ("cancelled", "stop", "timeout"):
-                job.emit("error", res["error"])
-            else:
-                job.emit("done", info)
-
-        # continuous: one sampling setting per manager (greedy); other requests get an error naming why
-        req = EngineRequest(ids, job.settings, t_arrival=job.t_arrival, on_token=on_token, on_done=on_done,
-                            cancel=_JobCancel(job), id=job.id)
-        try:
-            self.engine.submit(req)
-        except Exception as exc:
-            with self._lock:
-                self.pending -= 1
-            job.emit("error", f"{type(exc).__name__}: {exc}")
-        return True
-
-    def stop(self) -> None:
-        self.engine.stop()
-
-    def wait_idle(self, timeout: float = 30.0) -> bool:
-        return self.engine.wait_idle(timeout)

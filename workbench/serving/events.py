@@ -1,7 +1,11 @@
 """Resumable Server-Sent Events: numbered events, ``Last-Event-ID`` replay, streams that outlive a connection.
 
+The one home of SSE framing (:func:`sse_data`, :func:`event_id`, :data:`DONE`, :func:`sse_response`) and of
+``Last-Event-ID`` parsing and checks (:func:`event_number`, :func:`check_last_event_id`): the chat stream, the
+stream resume route and the job event route (:mod:`workbench.serving.jobs`) all use them.
+
 Server side (:class:`StreamRegistry`, one per app): every streaming response of
-:mod:`workbench.serving.server` is *pumped* by a task of its own into an :class:`EventLog`, and each HTTP
+:mod:`workbench.serving.chat` is *pumped* by a task of its own into an :class:`EventLog`, and each HTTP
 connection is only a *reader* of that log. Each event goes out as ``id: <stream>:<n>`` (``n`` counts from 1)
 followed by its ``data:`` line; comments (``: keep-alive``) carry no id (the SSE standard gives comments no
 fields). A client that lost its connection sends ``GET /v1/streams/<stream>`` with the header
@@ -28,6 +32,7 @@ Client side: :func:`iter_sse` parses an SSE byte/line stream into :class:`SSEEve
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -36,19 +41,52 @@ from typing import AsyncIterator, Callable, Iterable, Iterator
 from starlette.requests import Request  # module level: FastAPI resolves string annotations here
 
 from ..checks import check_float, check_int
+from .http import ApiError
 
 RESUME_TIMEOUT_S = 60.0   # a resumable stream keeps generating this long with no reader attached
 RETENTION_S = 300.0       # a finished stream's events stay replayable this long
 MAX_STREAMS = 256         # event logs kept at most (finished ones are dropped oldest first)
 KEEPALIVE_COMMENT = ": keep-alive\n\n"
+DONE = "data: [DONE]\n\n"   # the OpenAI stream's last event
 
 
-class StreamError(Exception):
+class StreamError(ApiError):
     """A resume request that cannot be served: ``status`` (4xx), ``message``, ``param``."""
 
     def __init__(self, status: int, message: str, param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.param = status, message, param
+        super().__init__(status, message, param=param)
+
+
+def sse_data(obj) -> str:
+    """One SSE event ``data: <json>\\n\\n``; U+2028, U+2029 and U+0085 are escaped (``\\u2028`` ...).
+
+    JSON allows them raw, but ``str.splitlines`` (and some SSE clients) split lines on them, which
+    would cut a ``data:`` line in two. Inside JSON they can only occur in strings, where the escape
+    decodes to the same character, so the reassembled text is unchanged.
+    """
+    text = json.dumps(obj, ensure_ascii=False)
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085")
+    return "data: " + text + "\n\n"
+
+
+def numbered(sid: str, n: int, text: str) -> str:
+    """The SSE block ``text`` (``data: ...\\n\\n``) as event ``n`` of stream ``sid`` (an ``id:`` line first)."""
+    return f"id: {event_id(sid, n)}\n" + text
+
+
+def sse_response(source, headers: dict | None = None):
+    """A ``text/event-stream`` ``StreamingResponse`` over ``source`` with ``Cache-Control: no-cache`` and
+    ``X-Accel-Buffering: no`` (what nginx's header mode honours)."""
+    from fastapi.responses import StreamingResponse
+
+    h = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})}
+    return StreamingResponse(source, media_type="text/event-stream", headers=h)
+
+
+def last_event_id(request) -> str | None:
+    """The ``Last-Event-ID`` a resuming client sent: the header (what ``EventSource`` sends) or the
+    ``last_event_id`` query parameter."""
+    return request.headers.get("last-event-id") or request.query_params.get("last_event_id")
 
 
 def event_id(sid: str, n: int) -> str:
@@ -63,10 +101,32 @@ def event_number(last_event_id: str) -> tuple[str, int]:
         StreamError: (400) anything else.
     """
     sid, sep, n = (last_event_id or "").strip().rpartition(":")
-    if not sep or not sid or not n.isdigit() or len(n) > 12:
+    if not sep or not sid or not (n.isascii() and n.isdigit()) or len(n) > 12:  # str.isdigit() alone takes '٣'
         raise StreamError(400, f"Last-Event-ID: must be '<stream id>:<event number>' (got {last_event_id!r:.80})",
                           param="Last-Event-ID")
     return sid, int(n)
+
+
+def check_last_event_id(last_event_id: str | None, sid: str, sent: int) -> int:
+    """The number of the last event a client resuming stream ``sid`` saw (0: none, from the start).
+
+    Args:
+        last_event_id: what the client sent (None or empty: from the start).
+        sid: the stream (or job) being resumed.
+        sent: events of that stream sent so far.
+
+    Raises:
+        StreamError: (400) malformed, naming another stream, or naming an event never sent.
+    """
+    if not last_event_id:
+        return 0
+    other, n = event_number(last_event_id)
+    if other != sid:
+        raise StreamError(400, f"Last-Event-ID: names stream {other!r:.80}, not {sid!r:.80}", param="Last-Event-ID")
+    if n > sent:
+        raise StreamError(400, f"Last-Event-ID: event {n} of {sid!r:.80} was never sent ({sent} so far)",
+                          param="Last-Event-ID")
+    return n
 
 
 class EventLog:
@@ -186,15 +246,7 @@ class StreamRegistry:
                 raise StreamError(410, f"stream {sid!r:.80}: expired (finished streams are kept {self.retention_s:g} s)",
                                   param="stream")
             raise StreamError(404, f"stream {sid!r:.80}: unknown", param="stream")
-        if not last_event_id:
-            return log, 0
-        other, n = event_number(last_event_id)
-        if other != sid:
-            raise StreamError(400, f"Last-Event-ID: names stream {other!r:.80}, not {sid!r:.80}", param="Last-Event-ID")
-        if n > len(log.events):
-            raise StreamError(400, f"Last-Event-ID: event {n} of {sid!r:.80} was never sent "
-                                   f"({len(log.events)} so far)", param="Last-Event-ID")
-        return log, n
+        return log, check_last_event_id(last_event_id, sid, len(log.events))
 
     # ------------------------------------------------------------------ readers
 
@@ -222,7 +274,7 @@ class StreamRegistry:
             while True:
                 while seen < len(log.events):
                     seen += 1
-                    yield f"id: {event_id(log.sid, seen)}\n" + log.events[seen - 1]
+                    yield numbered(log.sid, seen, log.events[seen - 1])
                 if log.done:
                     return
                 if not await log.wait(seen, self.keepalive_s):
@@ -232,10 +284,7 @@ class StreamRegistry:
 
     def respond(self, log: EventLog, after: int = 0, headers: dict | None = None):
         """A ``StreamingResponse`` reading ``log`` from event ``after + 1``."""
-        from fastapi.responses import StreamingResponse
-
-        h = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Stream-Id": log.sid, **(headers or {})}
-        return StreamingResponse(self.read(log, after), media_type="text/event-stream", headers=h)
+        return sse_response(self.read(log, after), {"X-Stream-Id": log.sid, **(headers or {})})
 
     def close(self) -> None:
         """Cancel every stream still generating (server shutdown)."""
@@ -244,16 +293,17 @@ class StreamRegistry:
                 log.cancel()
 
 
-def install(app, registry: StreamRegistry, error) -> None:
-    """Add ``GET /v1/streams/{sid}`` (resume with ``Last-Event-ID``) to ``app``; ``error(status, msg, param)``."""
-    @app.get("/v1/streams/{sid}")
-    async def resume_stream(sid: str, request: Request):
-        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-        try:
-            log, after = registry.lookup(sid, last)
-        except StreamError as exc:
-            return error(exc.status, exc.message, param=exc.param)
-        return registry.respond(log, after)
+async def resume_stream(sid: str, request: Request):
+    """``GET /v1/streams/{sid}``: the stream's events after the client's ``Last-Event-ID`` (all without one),
+    then the live ones (``request.app.state.streams``: the app's :class:`StreamRegistry`)."""
+    registry: StreamRegistry = request.app.state.streams
+    log, after = registry.lookup(sid, last_event_id(request))
+    return registry.respond(log, after)
+
+
+def install(app) -> None:
+    """Add ``GET /v1/streams/{sid}`` (resume with ``Last-Event-ID``) to ``app``."""
+    app.add_api_route("/v1/streams/{sid}", resume_stream, methods=["GET"])
 
 
 # --------------------------------------------------------------------------- client side

@@ -1,8 +1,9 @@
 """Background generation jobs stored in SQLite: post, poll, stream resumably, survive a restart.
 
-A job is one long chat generation run off the request path by a worker thread of its own (one job at a
-time; :func:`workbench.generation.generate_measured` holds the model lock, so jobs and chat requests take
-turns on the model). Everything a job emits is written to one SQLite file (Python's ``sqlite3``; default
+A job is one long chat generation run off the request path: the store submits it to the app's engine (the
+same :class:`workbench.serving.engines.BaseEngine` the chat route uses, so jobs and chat requests share its
+queue and its scheduling) and writes what the engine's token and completion callbacks report; the store runs
+no generation of its own. Everything a job emits is written to one SQLite file (Python's ``sqlite3``; default
 ``<results root>/serving_jobs.sqlite3``) as it is produced, in one transaction per flush: the job's output
 token ids, its text so far and its numbered text events. So:
 
@@ -43,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import sqlite3
 import threading
 import time
@@ -54,12 +54,15 @@ from starlette.requests import Request  # module level: FastAPI resolves string 
 
 from ..checks import check_float, check_int
 from ..errors import ParameterError
+from . import engines
+from .events import DONE, KEEPALIVE_COMMENT, check_last_event_id, last_event_id, numbered, sse_data, sse_response
+from .http import SEED_MAX, ApiError, read_json_object, validate
 
 MAX_JOBS = 100
 RETENTION_S = 7 * 24 * 3600.0
 MAX_BYTES = 256 << 20
 FLUSH_S = 0.2           # a running job's new tokens and text are written at least this often
-MAX_BODY_BYTES = 1 << 20
+KEEPALIVE_S = 15.0      # an event stream with nothing new for this long sends ``: keep-alive``
 DB_NAME = "serving_jobs.sqlite3"
 FINISHED = ("done", "failed", "cancelled")
 #: ``chat`` (the request's ``messages``) and the long-output strategies of :mod:`workbench.long_form`.
@@ -71,6 +74,30 @@ N_SECTIONS = 4
 
 class _Stopped(Exception):
     """A long-output job stopped between or inside its generations (cancelled, deleted, server closing)."""
+
+
+class _Run:
+    """One run of a job: its stop reason (``cancelled``: deleted; ``interrupted``: the store is closing;
+    ``storage_limit``) and the engine requests it has in flight (stopped with it)."""
+
+    def __init__(self):
+        self.reason: str | None = None
+        self.requests: list = []
+        self.ended = threading.Event()
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        for r in list(self.requests):
+            r.stop(self.reason)
+
+    def submit(self, engine, reqs: list) -> None:
+        """Hand ``reqs`` to ``engine`` as one group; already stopped: they stop at once."""
+        self.requests = list(reqs)
+        if self.reason is not None:
+            for r in reqs:
+                r.stop(self.reason)
+        engine.submit_group(reqs)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -99,12 +126,8 @@ CREATE TABLE IF NOT EXISTS expired (id TEXT PRIMARY KEY, at REAL NOT NULL);
 """
 
 
-class JobError(Exception):
+class JobError(ApiError):
     """A job request that cannot be served: ``status`` (4xx), ``message``, ``param``, ``etype``."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, etype: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.etype = status, message, param, etype
 
 
 def default_path() -> Path:
@@ -136,7 +159,7 @@ def _schema():
         max_tokens: int = Field(default=256, ge=1)
         temperature: float = Field(default=0.0, ge=0, le=2)
         top_p: float = Field(default=1.0, gt=0, le=1)
-        seed: int = Field(default=0, ge=0, le=2**63 - 1)
+        seed: int = Field(default=0, ge=0, le=SEED_MAX)
         ignore_eos: bool = False
         min_tokens: int = Field(default=0, ge=0)
 
@@ -144,24 +167,25 @@ def _schema():
 
 
 class JobStore:
-    """The SQLite job table, its limits, and the worker that runs jobs (see the module docstring).
+    """The SQLite job table and its limits; jobs run on ``engine`` (see the module docstring).
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        engine: the :class:`workbench.serving.engines.BaseEngine` that generates (its ``loaded`` model is the
+            jobs' model); finished runs reach its observers with ``endpoint="jobs"``.
         path: the SQLite file (default :func:`default_path`); its folder is created.
         max_jobs: stored jobs at most.
         retention_s: finished / interrupted jobs are deleted this long after their last update.
         max_bytes: stored bytes at most (text, token ids and events of every job).
         context: the model's context in tokens (prompt + ``max_tokens`` must fit).
         max_tokens_limit: ceiling on a job's ``max_tokens``.
-        monitor: a :class:`workbench.serving.monitoring.Monitor` to report finished runs to.
         flush_s: write a running job's progress at least this often.
     """
 
-    def __init__(self, loaded, path=None, max_jobs: int = MAX_JOBS, retention_s: float = RETENTION_S,
+    def __init__(self, engine, path=None, max_jobs: int = MAX_JOBS, retention_s: float = RETENTION_S,
                  max_bytes: int = MAX_BYTES, context: int | None = None, max_tokens_limit: int | None = None,
-                 monitor=None, flush_s: float = FLUSH_S):
-        self.loaded = loaded
+                 flush_s: float = FLUSH_S):
+        self.engine = engine
+        self.loaded = loaded = engine.loaded
         self.path = Path(path) if path is not None else default_path()
         self.max_jobs = check_int("max_jobs", max_jobs, lo=1)
         self.retention_s = check_float("retention_s", retention_s, lo=0)
@@ -169,7 +193,6 @@ class JobStore:
         self.flush_s = check_float("flush_s", flush_s, lo=0)
         self.context = int(context or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 8192)
         self.max_tokens_limit = max_tokens_limit or self.context
-        self.monitor = monitor
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
@@ -183,11 +206,8 @@ class JobStore:
             self._db.execute("UPDATE jobs SET status='interrupted', updated=? WHERE status IN ('queued','running')",
                              (time.time(),))
         self.JobRequest = _schema()
-        self._queue: queue.Queue = queue.Queue()
-        self._cancel: dict[str, threading.Event] = {}
+        self._runs: dict[str, _Run] = {}
         self._closing = threading.Event()
-        self._thread = threading.Thread(target=self._work, name="workbench-jobs", daemon=True)
-        self._thread.start()
 
     # ------------------------------------------------------------------ storage
 
@@ -241,18 +261,9 @@ class JobStore:
         Raises:
             JobError: malformed request (400, nothing stored) or a limit reached (429).
         """
-        from pydantic import ValidationError
-
-        from ..generation import encode_prompts
-
         if not isinstance(payload, dict):
             raise JobError(400, "request body: must be a JSON object")
-        try:
-            req = self.JobRequest.model_validate(payload)
-        except ValidationError as exc:
-            e = exc.errors()[0]
-            param = ".".join(str(x) for x in e.get("loc", ()))
-            raise JobError(400, f"{param}: {e.get('msg')}", param=param or None) from None
+        req = validate(self.JobRequest, payload)
         if req.max_tokens > self.max_tokens_limit:
             raise JobError(400, f"max_tokens: must be <= {self.max_tokens_limit} (got {req.max_tokens})", "max_tokens")
         if req.min_tokens > req.max_tokens:
@@ -266,10 +277,9 @@ class JobStore:
                 raise JobError(400, "messages: required (or a long-output strategy with a topic)", "messages")
             messages = [m.model_dump() for m in req.messages]
         try:
-            enc = encode_prompts(self.loaded.tokenizer, [messages])
+            prompt_ids = engines.prompt_ids(self.loaded.tokenizer, messages)
         except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
             raise JobError(400, f"messages: cannot apply the chat template ({exc})", "messages") from None
-        prompt_ids = enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
         if len(prompt_ids) + req.max_tokens > self.context:
             field = "topic" if req.strategy.startswith("outline") else "messages"
             raise JobError(400, f"{field}: prompt ({len(prompt_ids)} tokens) + max_tokens ({req.max_tokens}) "
@@ -293,7 +303,7 @@ class JobStore:
                                     f"({used} bytes stored); delete finished jobs first", etype="job_limit")
             self._db.execute("INSERT INTO jobs (id, created, updated, status, request, prompt_ids, bytes) "
                              "VALUES (?, ?, ?, 'queued', ?, ?, ?)", (jid, now, now, request, json.dumps(prompt_ids), size))
-        self._enqueue(jid)
+        self._start(jid)
         return self.status(jid)
 
     def _long_form(self, req) -> list[dict]:
@@ -326,10 +336,6 @@ class JobStore:
             raise JobError(400, msg, msg.split(":", 1)[0]) from None
         req.outline_tokens = plan.outline_tokens
         return [{"role": "user", "content": req.topic}]  # for the context check; the job writes its own prompts
-
-    def _enqueue(self, jid: str) -> None:
-        self._cancel[jid] = threading.Event()
-        self._queue.put(jid)
 
     def status(self, jid: str) -> dict:
         r = self._row(jid)
@@ -368,14 +374,14 @@ class JobStore:
         if r["status"] == "done":
             raise JobError(409, f"job {jid}: already finished ({r['finish_reason']})", "job_id", "conflict")
         self._q("UPDATE jobs SET status='queued', error=NULL, updated=? WHERE id=?", (time.time(), jid))
-        self._enqueue(jid)
+        self._start(jid)
         return self.status(jid)
 
     def delete(self, jid: str) -> dict:
         self._row(jid)
-        ev = self._cancel.get(jid)
-        if ev is not None:
-            ev.set()
+        run = self._runs.get(jid)
+        if run is not None:
+            run.stop("cancelled")
         self._delete(jid)
         return {"id": jid, "object": "job", "deleted": True}
 
@@ -385,13 +391,18 @@ class JobStore:
         rows = self._q("SELECT seq, data FROM job_events WHERE job_id=? AND seq>? ORDER BY seq", (jid, after))
         return [(int(s), d) for s, d in rows], r
 
-    def close(self) -> None:
-        """Stop the worker; a job running now is left ``interrupted`` with what it stored."""
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop every running job (left ``interrupted`` with what it stored) and close the file.
+
+        Waits up to ``timeout`` seconds for their engine requests to end (the engine must still run).
+        """
         self._closing.set()
-        for ev in list(self._cancel.values()):
-            ev.set()
-        self._queue.put(None)
-        self._thread.join(timeout=60)
+        runs = list(self._runs.values())
+        for run in runs:
+            run.stop("interrupted")
+        end = time.monotonic() + timeout
+        for run in runs:
+            run.ended.wait(max(0.0, end - time.monotonic()))
         with self._lock:
             self._db.execute("UPDATE jobs SET status='interrupted', updated=? WHERE status IN ('queued','running')",
                              (time.time(),))
@@ -406,56 +417,66 @@ class JobStore:
                 return st
             time.sleep(0.05)
 
-    # ------------------------------------------------------------------ worker
+    # ------------------------------------------------------------------ running on the engine
 
-    def _work(self) -> None:
-        while True:
-            jid = self._queue.get()
-            if jid is None:
-                return
-            if self._closing.is_set():
-                continue
-            try:
-                self._run(jid)
-            except JobError:  # deleted meanwhile
-                pass
-            except Exception as exc:  # noqa: BLE001 - recorded on the job
-                try:
-                    self._q("UPDATE jobs SET status='failed', error=?, updated=? WHERE id=?",
-                            (f"{type(exc).__name__}: {exc}"[:500], time.time(), jid))
-                except sqlite3.Error:
-                    pass
-            finally:
-                self._cancel.pop(jid, None)
-
-    def _run(self, jid: str) -> None:
-        from ..detokenize import IncrementalDetokenizer
-        from ..generation import GenerationSettings, eos_token_ids, generate_measured
-        from .server import _stopping
-
+    def _start(self, jid: str) -> None:
+        """Submit a queued job's (next) run to the engine; an outline job gets a driver thread that submits its
+        generations one after the other (it waits on the engine; it generates nothing itself)."""
+        if self._closing.is_set():
+            return
         r = self._row(jid)
         if r["status"] != "queued":
             return
-        cancel = self._cancel.get(jid) or threading.Event()
+        run = self._runs[jid] = _Run()
         req = json.loads(r["request"])
+        self._q("UPDATE jobs SET runs=runs+1, updated=? WHERE id=?", (time.time(), jid))
         if req.get("strategy", "chat").startswith("outline"):
-            self._q("UPDATE jobs SET status='running', runs=runs+1, updated=? WHERE id=?", (time.time(), jid))
-            self._run_long_form(jid, r, req, cancel)
-            return
+            threading.Thread(target=self._guarded, args=(jid, run, self._run_long_form, r, req),
+                             name=f"workbench-job-{jid}", daemon=True).start()
+        else:
+            self._guarded(jid, run, self._submit_chat, r, req)
+
+    def _guarded(self, jid: str, run: _Run, fn, *args) -> None:
+        """``fn(jid, run, *args)``; an exception marks the job failed (a deleted job is left alone)."""
+        try:
+            fn(jid, run, *args)
+        except JobError:  # deleted meanwhile
+            self._ended(jid, run)
+        except Exception as exc:  # noqa: BLE001 - recorded on the job
+            self._fail(jid, f"{type(exc).__name__}: {exc}")
+            self._ended(jid, run)
+
+    def _fail(self, jid: str, error: str) -> None:
+        try:
+            self._q("UPDATE jobs SET status='failed', error=?, updated=? WHERE id=?", (error[:500], time.time(), jid))
+        except sqlite3.Error:
+            pass
+
+    def _ended(self, jid: str, run: _Run) -> None:
+        if self._runs.get(jid) is run:
+            self._runs.pop(jid, None)
+        run.ended.set()
+
+    def _submit_chat(self, jid: str, run: _Run, r: dict, req: dict) -> None:
+        """A chat (or ``one_shot``) job: its stored tokens are a prefix of the prompt; the engine's token
+        callback stores new tokens and text every ``flush_s``; the completion callback ends the job."""
+        from ..detokenize import IncrementalDetokenizer
+        from ..generation import GenerationSettings
+
         prompt_ids = json.loads(r["prompt_ids"])
         stored = json.loads(r["output_ids"])
-        eos = eos_token_ids(self.loaded)
+        eos = self.engine.eos
         detok = IncrementalDetokenizer(self.loaded.tokenizer)
         for tok in stored:  # the detokeniser's state at the breakpoint (its text is what was stored)
             detok.push(tok)
         remaining = req["max_tokens"] - len(stored)
-        now = time.time()
-        self._q("UPDATE jobs SET status='running', runs=runs+1, updated=? WHERE id=?", (now, jid))
         if remaining <= 0 or (stored and stored[-1] in eos):
+            self._q("UPDATE jobs SET status='running', updated=? WHERE id=?", (time.time(), jid))
             self._finish(jid, "done", "stop" if stored and stored[-1] in eos else "length")
+            self._ended(jid, run)
             return
-        state = {"ids": [], "pieces": [], "events": r["events"], "t_flush": time.perf_counter(),
-                 "bytes": r["bytes"], "over": False, "stamps": []}
+        state = {"ids": [], "pieces": [], "events": r["events"], "t_flush": time.perf_counter(), "ended": False,
+                 "started": False}
 
         def flush():
             if not state["ids"] and not state["pieces"]:
@@ -463,18 +484,18 @@ class JobStore:
             new_ids, pieces = state["ids"], state["pieces"]
             state["ids"], state["pieces"] = [], []
             if not self._append(jid, new_ids, pieces):
-                cancel.set()
-            state["over"] = state["over"] or self.stored_bytes() > self.max_bytes
-            if state["over"]:
-                cancel.set()
+                run.stop("cancelled")  # deleted meanwhile
+            if self.stored_bytes() > self.max_bytes:
+                run.stop("storage_limit")
             state["t_flush"] = time.perf_counter()
 
-        def on_step(ids, t):
-            tok = int(ids[0])
-            if state.get("ended"):
+        def on_token(tok, t):
+            if not state["started"]:
+                state["started"] = True
+                self._q("UPDATE jobs SET status='running', updated=? WHERE id=? AND status='queued'", (time.time(), jid))
+            if state["ended"]:
                 return
             state["ids"].append(tok)
-            state["stamps"].append(t)
             piece = detok.push(tok)
             if tok in eos:
                 piece += detok.finish()
@@ -483,33 +504,37 @@ class JobStore:
             if t - state["t_flush"] >= self.flush_s:
                 flush()
 
+        def on_done(res):
+            try:
+                if res.get("error") and res["finish_reason"] == "error":
+                    flush()
+                    self._fail(jid, res["error"])
+                    return
+                if not state["ended"] and run.reason is None:
+                    state["pieces"].append(detok.finish(cut=res["finish_reason"] == "length"))
+                flush()
+                self._end_run(jid, run, res["finish_reason"])
+            finally:
+                self._ended(jid, run)
+
         settings = GenerationSettings(
             max_new_tokens=remaining, ignore_eos=bool(req["ignore_eos"]),
             min_new_tokens=max(0, min(req["min_tokens"] - len(stored), remaining)),
             temperature=float(req["temperature"]), top_p=float(req["top_p"]), seed=int(req["seed"]) + len(stored))
-        t_start = time.perf_counter()
-        batch = generate_measured(self.loaded, [""], settings, input_ids=[prompt_ids + stored], on_step=on_step,
-                                  stopping_criteria=_stopping(cancel, lambda: self._closing.is_set()),
-                                  t_submit=t_start)
-        rec = batch.records[0]
-        if not state.get("ended") and not cancel.is_set() and not self._closing.is_set():
-            state["pieces"].append(detok.finish(cut=rec["finish_reason"] == "length"))
-        flush()
-        if self.monitor is not None and state["stamps"]:
-            from .. import metrics
+        run.submit(self.engine, [engines.EngineRequest(prompt_ids + stored, settings, on_token=on_token,
+                                                       on_done=on_done, id=jid, endpoint="jobs")])
 
-            tm = metrics.request_timing(state["stamps"], t_start)
-            self.monitor.observe(tm["ttft_s"], tm["itl_s"], tm["e2e_s"], tm["output_tokens"], rec["finish_reason"],
-                                 endpoint="jobs")
-        if state["over"]:
+    def _end_run(self, jid: str, run: _Run, finish_reason: str | None) -> None:
+        """Record how a run ended: its stop reason if it was stopped, else ``done`` with ``finish_reason``."""
+        if run.reason == "storage_limit":
             self._finish(jid, "failed", "storage_limit",
                          f"max_bytes: the store reached its limit of {self.max_bytes} bytes; the output so far is kept")
-        elif self._closing.is_set():
+        elif run.reason == "interrupted":
             self._finish(jid, "interrupted", None)
-        elif cancel.is_set():
+        elif run.reason is not None:
             self._finish(jid, "cancelled", "cancelled")
         else:
-            self._finish(jid, "done", rec["finish_reason"])
+            self._finish(jid, "done", finish_reason)
 
     def _append(self, jid: str, new_ids: list[int], pieces: list[str], stage: dict | None = None) -> bool:
         """Store a job's new token ids, text pieces (one numbered event each) and finished ``stage`` in one
@@ -531,152 +556,172 @@ class JobStore:
             self._db.execute("COMMIT")
         return True
 
-    def _run_long_form(self, jid: str, r: dict, req: dict, cancel: threading.Event) -> None:
-        """An outline job: :func:`workbench.long_form.run_long_output` with every finished generation stored as a
-        stage (a continued job reuses its stages and redoes the one cut) and every section as a text event."""
-        from ..generation import BatchResult, GenerationSettings, generate_measured
+    def _run_long_form(self, jid: str, run: _Run, r: dict, req: dict) -> None:
+        """An outline job: :func:`workbench.long_form.run_long_output` with every generation submitted to the
+        engine as one group (the sections of ``outline_batch`` share a batch) and stored as a stage (a continued
+        job reuses its stages and redoes the one cut), and every section stored as a text event."""
+        from ..generation import BatchResult
         from ..long_form import LongOutputPlan, run_long_output
-        from .server import _stopping
 
+        self._q("UPDATE jobs SET status='running', updated=? WHERE id=?", (time.time(), jid))
         stages = json.loads(r["stages"])
         sections_stored = r["events"]
         calls = [0]
 
-        def generate(loaded, prompts, settings: GenerationSettings):
+        def generate(loaded, prompts, settings):
             k = calls[0]
             calls[0] += 1
             if k < len(stages):  # done before the breakpoint
                 return BatchResult(**stages[k])
-            batch = generate_measured(loaded, prompts, settings,
-                                      stopping_criteria=_stopping(cancel, lambda: self._closing.is_set()))
-            if cancel.is_set() or self._closing.is_set():
+            if run.reason is not None:
                 raise _Stopped()
-            stage = {"records": [{k2: v for k2, v in rec.items() if k2 != "sequences"} for rec in batch.records],
-                     "t_submit": batch.t_submit, "wall_s": batch.wall_s, "preprocess_s": batch.preprocess_s,
-                     "prefill_s": batch.prefill_s}
+            reqs = [engines.EngineRequest(engines.prompt_ids(loaded.tokenizer, p), settings, endpoint="jobs")
+                    for p in prompts]
+            run.submit(self.engine, reqs)
+            for q in reqs:
+                q.done.wait()
+            if run.reason is not None:
+                raise _Stopped()
+            failed = next((q.error for q in reqs if q.error), None)
+            if failed:
+                raise RuntimeError(failed)
+            batch = _batch_result(loaded.tokenizer, reqs)
+            stage = {"records": batch.records, "t_submit": batch.t_submit, "wall_s": batch.wall_s,
+                     "preprocess_s": batch.preprocess_s, "prefill_s": batch.prefill_s}
             ids = [t for rec in stage["records"] for t in rec["output_ids"]]
             if not self._append(jid, ids, [], json.loads(json.dumps(stage, default=float))):
+                run.stop("cancelled")
                 raise _Stopped()
             if self.stored_bytes() > self.max_bytes:
-                raise _Stopped("storage_limit")
+                run.stop("storage_limit")
+                raise _Stopped()
             return batch
 
         def on_section(k: int, piece: str) -> None:
             if k >= sections_stored and not self._append(jid, [], [piece]):
+                run.stop("cancelled")
                 raise _Stopped()
 
         plan = LongOutputPlan.make(req["max_tokens"], req["n_sections"], req["outline_tokens"])
         try:
-            res = run_long_output(self.loaded, req["strategy"], req["topic"], plan, req["language"],
-                                  float(req["temperature"]), int(req["seed"]), generate=generate, on_section=on_section)
-        except _Stopped as exc:
-            if str(exc) == "storage_limit":
-                self._finish(jid, "failed", "storage_limit",
-                             f"max_bytes: the store reached its limit of {self.max_bytes} bytes; the output so far is kept")
-            else:
-                self._finish(jid, "interrupted" if self._closing.is_set() else "cancelled",
-                             None if self._closing.is_set() else "cancelled")
+            run_long_output(self.loaded, req["strategy"], req["topic"], plan, req["language"],
+                            float(req["temperature"]), int(req["seed"]), generate=generate, on_section=on_section)
+        except _Stopped:
+            self._end_run(jid, run, None)
+            self._ended(jid, run)
             return
         reasons = {rec["finish_reason"] for st in json.loads(self._row(jid)["stages"])[1:] for rec in st["records"]}
-        self._finish(jid, "done", "length" if "length" in reasons else "stop")
-        del res  # its merged text is the stored one: the sections' pieces concatenate to it
+        self._end_run(jid, run, "length" if "length" in reasons else "stop")
+        self._ended(jid, run)  # the merged text is the stored one: the sections' pieces concatenate to it
 
     def _finish(self, jid: str, status: str, finish_reason: str | None, error: str | None = None) -> None:
         self._q("UPDATE jobs SET status=?, finish_reason=?, error=?, updated=? WHERE id=?",
                 (status, finish_reason, error, time.time(), jid))
 
 
-def install(app, loaded, error, keepalive_s: float = 15.0, **store_kwargs) -> JobStore:
-    """Open the store and add the ``/v1/jobs`` routes to ``app``; ``error(status, msg, param, etype)``."""
-    from fastapi.responses import JSONResponse, StreamingResponse
-    from .events import StreamError, event_number
-    from .server import sse_data
 
+def _batch_result(tokenizer, reqs: list):
+    """A :class:`workbench.generation.BatchResult` (without ``sequences``) of engine requests run as one group:
+    per-request records with the text (decoded as :func:`~workbench.generation.generate_measured` does)."""
+    from ..generation import BatchResult, _decode
+
+    t_submit = min(q.t_arrival for q in reqs)
+    records = []
+    for i, q in enumerate(reqs):
+        res = q.result()
+        rec = {k: res[k] for k in ("prompt_tokens", "output_tokens", "ttft_s", "prefill_s", "e2e_s", "tpot_s",
+                                   "decode_tps", "itl_s", "finish_reason", "output_ids")}
+        rec.update(request_id=i, text=_decode(tokenizer, res["output_ids"], res["finish_reason"]),
+                   ttft_s=(q.t_arrival + res["ttft_s"]) - t_submit if res["output_tokens"] else float("nan"))
+        records.append(rec)
+    t_end = max([q.stamps[-1] for q in reqs if q.stamps] or [t_submit])
+    prefill = [q.prefill_s for q in reqs if q.prefill_s is not None]
+    return BatchResult(records=records, t_submit=t_submit, wall_s=t_end - t_submit, preprocess_s=0.0,
+                       prefill_s=max(prefill) if prefill else float("nan"))
+
+
+# --------------------------------------------------------------------------- routes (state: app.state.jobs)
+
+
+def _store(request: Request) -> JobStore:
+    return request.app.state.jobs
+
+
+async def post_job(request: Request):
+    """``POST /v1/jobs``: 202 with the new job's status (the body checks of :mod:`workbench.serving.http`)."""
+    from fastapi.responses import JSONResponse
+
+    payload = await read_json_object(request)
+    st = await asyncio.to_thread(_store(request).submit, payload)
+    return JSONResponse(st, status_code=202, headers={"Location": f"/v1/jobs/{st['id']}"})
+
+
+async def list_jobs(request: Request):
+    return {"object": "list", "data": _store(request).list()}
+
+
+async def job_status(job_id: str, request: Request):
+    return _store(request).status(job_id)
+
+
+async def job_result(job_id: str, request: Request):
+    return _store(request).result(job_id)
+
+
+async def continue_job(job_id: str, request: Request):
+    return _store(request).continue_job(job_id)
+
+
+async def delete_job(job_id: str, request: Request):
+    return _store(request).delete(job_id)
+
+
+async def job_events(job_id: str, request: Request):
+    """``GET /v1/jobs/{id}/events``: the job's stored text events as SSE (``id: <job>:<n>``), resumable with
+    ``Last-Event-ID``; after them one ``{"status": ...}`` event without an id, then ``[DONE]``."""
+    store = _store(request)
+    _, r = store.events_after(job_id, 0)
+    after = check_last_event_id(last_event_id(request), job_id, r["events"])
+
+    async def stream():
+        seen, idle = after, time.monotonic()
+        while True:
+            try:
+                rows, r = await asyncio.to_thread(store.events_after, job_id, seen)
+            except JobError:
+                return
+            for seq, data in rows:
+                seen = seq
+                idle = time.monotonic()
+                yield numbered(job_id, seq, sse_data({"text": data}))
+            if r["status"] not in ("queued", "running") and seen >= r["events"]:
+                # no id: a job continued later numbers its next text event r["events"] + 1
+                yield sse_data({"status": r["status"], "finish_reason": r["finish_reason"], "error": r["error"]})
+                yield DONE
+                return
+            if time.monotonic() - idle > KEEPALIVE_S:
+                idle = time.monotonic()
+                yield KEEPALIVE_COMMENT
+            await asyncio.sleep(0.05)
+
+    return sse_response(stream())
+
+
+def install(app, engine, **store_kwargs) -> JobStore:
+    """Open the store on ``engine`` (``app.state.jobs``) and add the ``/v1/jobs`` routes to ``app``.
+
+    Raises:
+        ParameterError: an unknown store keyword (one line).
+    """
     try:
-        store = JobStore(loaded, **store_kwargs)
+        app.state.jobs = JobStore(engine, **store_kwargs)
     except TypeError as exc:
         raise ParameterError(f"jobs: {exc}") from None
-
-    def fail(exc: JobError):
-        return error(exc.status, exc.message, param=exc.param, etype=exc.etype)
-
-    @app.post("/v1/jobs")
-    async def post_job(request: Request):
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype != "application/json":
-            return error(415, f"Content-Type: must be application/json (got {ctype or 'none'!r})",
-                         param="Content-Type", etype="unsupported_media_type")
-        raw = b""
-        async for part in request.stream():
-            raw += part
-            if len(raw) > MAX_BODY_BYTES:
-                return error(413, f"request body: must be at most {MAX_BODY_BYTES} bytes", etype="request_too_large")
-        try:
-            payload = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            return error(400, f"request body: must be JSON ({str(exc)[:200]})")
-        try:
-            st = await asyncio.to_thread(store.submit, payload)
-        except JobError as exc:
-            return fail(exc)
-        return JSONResponse(st, status_code=202, headers={"Location": f"/v1/jobs/{st['id']}"})
-
-    @app.get("/v1/jobs")
-    async def list_jobs():
-        return {"object": "list", "data": store.list()}
-
-    def route(fn):
-        async def handler(job_id: str):
-            try:
-                return fn(job_id)
-            except JobError as exc:
-                return fail(exc)
-        return handler
-
-    app.get("/v1/jobs/{job_id}")(route(store.status))
-    app.get("/v1/jobs/{job_id}/result")(route(store.result))
-    app.post("/v1/jobs/{job_id}/continue")(route(store.continue_job))
-    app.delete("/v1/jobs/{job_id}")(route(store.delete))
-
-    @app.get("/v1/jobs/{job_id}/events")
-    async def job_events(job_id: str, request: Request):
-        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-        try:
-            rows, r = store.events_after(job_id, 0)
-            after = 0
-            if last:
-                sid, after = event_number(last)
-                if sid != job_id:
-                    raise StreamError(400, f"Last-Event-ID: names {sid!r:.80}, not job {job_id!r:.80}", "Last-Event-ID")
-                if after > r["events"]:
-                    raise StreamError(400, f"Last-Event-ID: event {after} of {job_id} was never sent", "Last-Event-ID")
-        except JobError as exc:
-            return fail(exc)
-        except StreamError as exc:
-            return error(exc.status, exc.message, param=exc.param)
-
-        async def stream():
-            seen, idle = after, time.monotonic()
-            while True:
-                try:
-                    rows, r = await asyncio.to_thread(store.events_after, job_id, seen)
-                except JobError:
-                    return
-                for seq, data in rows:
-                    seen = seq
-                    idle = time.monotonic()
-                    yield f"id: {job_id}:{seq}\n" + sse_data({"text": data})
-                if r["status"] not in ("queued", "running") and seen >= r["events"]:
-                    # no id: a job continued later numbers its next text event r["events"] + 1
-                    yield sse_data({"status": r["status"], "finish_reason": r["finish_reason"], "error": r["error"]})
-                    yield "data: [DONE]\n\n"
-                    return
-                if time.monotonic() - idle > keepalive_s:
-                    idle = time.monotonic()
-                    yield ": keep-alive\n\n"
-                await asyncio.sleep(0.05)
-
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    return store
+    app.add_api_route("/v1/jobs", post_job, methods=["POST"])
+    app.add_api_route("/v1/jobs", list_jobs, methods=["GET"])
+    app.add_api_route("/v1/jobs/{job_id}", job_status, methods=["GET"])
+    app.add_api_route("/v1/jobs/{job_id}/result", job_result, methods=["GET"])
+    app.add_api_route("/v1/jobs/{job_id}/continue", continue_job, methods=["POST"])
+    app.add_api_route("/v1/jobs/{job_id}", delete_job, methods=["DELETE"])
+    app.add_api_route("/v1/jobs/{job_id}/events", job_events, methods=["GET"])
+    return app.state.jobs

@@ -183,7 +183,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     """
     import httpx
 
-    from .server import SERVED_MODEL
+    from .protocol import SERVED_MODEL
 
     http = client or httpx.Client(timeout=timeout, trust_env=False,
                                   limits=httpx.Limits(max_connections=1024, max_keepalive_connections=64))
@@ -246,18 +246,16 @@ def engine_sender(engine, tokenizer, settings) -> Callable:
     ``max_new_tokens`` is replaced by the spec's ``max_tokens``). Latencies count from the scheduled time
     through per-token-id stamps; ``queue_s`` is the engine's.
     """
-    from ..generation import encode_prompts
-    from .engines import EngineRequest
+    from .engines import EngineRequest, prompt_ids
 
     def send(spec: RequestSpec, t_scheduled: float) -> dict:
         row = {"t_sent": time.perf_counter()}
         if isinstance(spec.prompt, (list, tuple)) and spec.prompt and isinstance(spec.prompt[0], int):
             ids = list(spec.prompt)
         else:
-            enc = encode_prompts(tokenizer, [spec.prompt])
-            ids = enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
+            ids = prompt_ids(tokenizer, spec.prompt)
         req = EngineRequest(ids, dataclasses.replace(settings, max_new_tokens=spec.max_tokens),
-                            t_arrival=row["t_sent"])
+                            t_arrival=row["t_sent"], endpoint="load")
         row["t_headers"] = row["t_sent"]
         try:
             engine.submit(req)

@@ -17,16 +17,16 @@ share counts). Metric names follow vLLM's (``vllm:time_to_first_token_seconds`` 
   accepted requests that have produced a token / that have not yet (queued or in prefill);
   ``workbench_queue_length`` (gauge): requests in the engine's queue, not yet taken by its worker.
 
-Chat requests are observed by wrapping the engine's ``submit`` (every engine of the server has one):
-the wrapped job's final ``done`` event is counted once. Background jobs (:mod:`workbench.serving.jobs`)
-report through :meth:`Monitor.observe` with ``endpoint="jobs"``; chat requests are ``endpoint="chat"``.
+The monitor subscribes to the engine's completions (an observer in
+:attr:`workbench.serving.engines.BaseEngine.observers`): every finished engine request is counted once, under
+its ``endpoint`` label (``chat`` for ``/v1/chat/completions``, ``jobs`` for :mod:`workbench.serving.jobs`).
+The gauges and the rejected count are read from the engine at scrape time (``in_flight``, ``queue``,
+``rejected``).
 """
 
 from __future__ import annotations
 
-import threading
-
-from .. import metrics
+from starlette.requests import Request  # module level: FastAPI resolves string annotations here
 
 # seconds; TTFT and e2e buckets span loopback CPU runs to long generations, ITL buckets decode steps
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -38,11 +38,13 @@ class Monitor:
     """The Prometheus metrics of one app (see the module docstring).
 
     Args:
-        engine: the app's engine (``submit``; ``queue`` when it has one).
+        engine: the app's :class:`workbench.serving.engines.BaseEngine`; the monitor adds itself to its
+            ``observers``.
     """
 
-    def __init__(self, engine=None):
+    def __init__(self, engine):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client.core import CounterMetricFamily
 
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -56,10 +58,17 @@ class Monitor:
                               registry=r)
         self.requests = Counter("workbench_requests", "Finished requests by finish reason",
                                 ["endpoint", "finish_reason"], registry=r)
-        self.rejected = Counter("workbench_requests_rejected", "Requests refused with 429 (queue full)", registry=r)
-        self._lock = threading.Lock()
-        self._in_flight: dict[str, object] = {}
         self.engine = engine
+
+        class _Rejected:  # a counter owned by the engine, read at scrape time
+            def collect(self_inner):
+                yield CounterMetricFamily("workbench_requests_rejected", "Requests refused with 429 (queue full)",
+                                          value=engine.rejected)
+
+            def describe(self_inner):
+                return list(self_inner.collect())
+
+        r.register(_Rejected())
         running = Gauge("workbench_num_requests_running", "Accepted requests that have produced a token",
                         registry=r)
         waiting = Gauge("workbench_num_requests_waiting", "Accepted requests without a token yet (queued or prefill)",
@@ -68,18 +77,12 @@ class Monitor:
                      registry=r)
         running.set_function(lambda: self._count(True))
         waiting.set_function(lambda: self._count(False))
-        qlen.set_function(self._queue_length)
+        qlen.set_function(lambda: self.engine.queue.qsize())
+        engine.observers.append(self.on_complete)
 
     def _count(self, started: bool) -> int:
-        with self._lock:
-            jobs = list(self._in_flight.values())
-        return sum(1 for j in jobs if (getattr(j, "t_first", None) is not None) == started)
-
-    def _queue_length(self) -> int:
-        q = getattr(self.engine, "queue", None)
-        if q is not None and hasattr(q, "qsize"):
-            return q.qsize()
-        return self._count(False)
+        reqs = list(self.engine.in_flight.values())
+        return sum(1 for q in reqs if bool(q.stamps) == started)
 
     def observe(self, ttft_s: float | None, itl_s, e2e_s: float | None, output_tokens: int, finish_reason: str,
                 endpoint: str = "chat") -> None:
@@ -93,44 +96,16 @@ class Monitor:
         self.tokens.labels(endpoint).inc(int(output_tokens or 0))
         self.requests.labels(endpoint, finish_reason or "unknown").inc()
 
-    def track(self, job) -> None:
-        """Watch a server job (:class:`workbench.serving.server.Job`) until its ``done`` / ``error`` event."""
-        emit = job.emit
-        seen = threading.Event()
-
-        def watched(kind, payload):
-            if kind in ("done", "error") and not seen.is_set():
-                seen.set()
-                with self._lock:
-                    self._in_flight.pop(job.id, None)
-                try:
-                    self._observe_job(job, kind, payload)
-                except Exception:  # noqa: BLE001 - monitoring never breaks a response
-                    pass
-            return emit(kind, payload)
-
-        job.emit = watched
-        with self._lock:
-            self._in_flight[job.id] = job
-
-    def untrack(self, job) -> None:
-        with self._lock:
-            self._in_flight.pop(job.id, None)
-
-    def _observe_job(self, job, kind, info) -> None:
-        if kind == "error":
-            self.requests.labels("chat", "error").inc()
+    def on_complete(self, req, result: dict) -> None:
+        """The engine observer: count one finished engine request (``result``: its
+        :meth:`~workbench.serving.engines.EngineRequest.result`)."""
+        endpoint = req.endpoint or "chat"
+        if result.get("finish_reason") == "error":
+            self.requests.labels(endpoint, "error").inc()
             return
-        stamps = list(getattr(job, "stamps", None) or [])
-        timing = metrics.request_timing(stamps, job.t_arrival) if stamps else None
-        itl = info.get("itl_s") if isinstance(info.get("itl_s"), list) else (timing["itl_s"] if timing else [])
-        ttft = info.get("engine_ttft_s")
-        if ttft is None or ttft != ttft:
-            ttft = timing["ttft_s"] if timing else None
-        e2e = timing["e2e_s"] if timing else info.get("e2e_s")
-        if not info.get("output_tokens"):
-            ttft = e2e = None  # no token: nothing to time
-        self.observe(ttft, itl, e2e, info.get("output_tokens") or 0, info.get("finish_reason") or "stop", "chat")
+        n = result.get("output_tokens") or 0
+        ttft, e2e = (result.get("ttft_s"), result.get("e2e_s")) if n else (None, None)  # no token: nothing to time
+        self.observe(ttft, result.get("itl_s") or [], e2e, n, result.get("finish_reason") or "stop", endpoint)
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition and its content type."""
@@ -139,29 +114,19 @@ class Monitor:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-def install(app, engine) -> Monitor:
-    """Wrap ``engine.submit`` to observe every chat request and add ``GET /metrics`` to ``app``."""
+async def prometheus_metrics(request: Request):
+    """``GET /metrics``: the exposition of ``request.app.state.monitor``."""
     from fastapi.responses import Response
 
-    mon = Monitor(engine)
-    submit = engine.submit
+    body, ctype = request.app.state.monitor.exposition()
+    return Response(body, media_type=ctype.split(";")[0], headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
 
-    def monitored_submit(job, max_pending=None):
-        mon.track(job)
-        ok = submit(job, max_pending)
-        if not ok:
-            mon.untrack(job)
-            mon.rejected.inc()
-        return ok
 
-    engine.submit = monitored_submit
-
-    @app.get("/metrics")
-    async def prometheus_metrics():
-        body, ctype = mon.exposition()
-        return Response(body, media_type=ctype.split(";")[0], headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
-
-    return mon
+def install(app, engine) -> Monitor:
+    """Subscribe a :class:`Monitor` to ``engine`` (``app.state.monitor``) and add ``GET /metrics`` to ``app``."""
+    app.state.monitor = Monitor(engine)
+    app.add_api_route("/metrics", prometheus_metrics, methods=["GET"])
+    return app.state.monitor
 
 
 def scrape(text: str) -> dict[str, float]:

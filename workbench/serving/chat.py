@@ -1,0 +1,363 @@
+"""The OpenAI-compatible chat routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``.
+
+Route handlers live at module level and read the app's shared state from ``request.app.state`` (as
+nanochat's ``scripts/chat_web.py`` does): ``engine`` (the :class:`workbench.serving.engines.BaseEngine`),
+``chat`` (:class:`ChatConfig`), ``streams`` (:class:`workbench.serving.events.StreamRegistry`) and
+``loaded`` (the model). :func:`install` adds them to an app; :mod:`workbench.serving.server` assembles it.
+
+A served request is one :class:`~workbench.serving.engines.EngineRequest` whose token callback feeds a
+:class:`Reply`: the display tap (:class:`workbench.detokenize.StreamTap`), the stop filter
+(:class:`StopFilter`) and the asyncio queue the handler reads. Its completion callback sends the final
+figures. A stop string seen, the client gone or the request's deadline passed stop the engine request
+(:meth:`~workbench.serving.engines.EngineRequest.stop` with ``stop`` / ``cancelled`` / ``timeout``).
+
+The response: ``stream: true`` answers with Server-Sent Events (numbered and resumable, see
+:mod:`workbench.serving.events`), one ``data: {chunk}`` per display piece, ending with ``data: [DONE]``;
+``stream: false`` answers with one JSON body. Engine-side figures (:func:`public_figures`) go in an
+``engine`` field of the body or of the final chunk, and in the headers ``X-Engine-TTFT-S`` /
+``X-Engine-Queue-S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+
+from starlette.requests import Request  # module level: FastAPI resolves string annotations here
+
+from ..detokenize import StreamTap
+from ..errors import ParameterError
+from ..generation import GenerationSettings
+from . import engines
+from .events import DONE, sse_data
+from .http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, read_json_object, validate
+from .protocol import SERVED_MODEL
+
+MAX_QUEUE = 64               # requests waiting behind the one being served; more get 429
+REQUEST_TIMEOUT_S = 600.0    # a request still running after this is stopped
+
+#: the engine figures a response carries (``engine`` field), NaN sent as null
+PUBLIC_FIGURES = ("engine_ttft_s", "engine_first_text_s", "queue_s", "prefill_s", "e2e_s", "tpot_s", "output_tokens",
+                  "steps", "batch_size", "ttft_s", "itl_s", "decode_tps", "engine", "prefill_note")
+
+
+@dataclasses.dataclass
+class ChatConfig:
+    """The chat route's limits (``app.state.chat``); see :func:`workbench.serving.server.create_app`."""
+
+    model_name: str = SERVED_MODEL
+    context: int = 8192
+    max_tokens_limit: int = 8192
+    max_queue: int = MAX_QUEUE
+    request_timeout_s: float = REQUEST_TIMEOUT_S
+    early_headers: bool = False
+    keepalive_s: float | None = None
+    ChatRequest: type | None = dataclasses.field(default_factory=chat_schema, repr=False)
+
+
+class StopFilter:
+    """Cut a text stream at the first of some stop strings, holding back text that may start one.
+
+    :meth:`feed` returns the text safe to show now; once a stop string appears, ``hit`` is True and
+    nothing after the text before it is shown. :meth:`flush` returns what was held back (the end).
+    """
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.held = ""
+        self.hit = False
+
+    def feed(self, piece: str) -> str:
+        if self.hit:
+            return ""
+        if not self.stops:
+            return piece
+        s = self.held + piece
+        found = [i for i in (s.find(x) for x in self.stops) if i >= 0]
+        if found:
+            self.hit, self.held = True, ""
+            return s[:min(found)]
+        keep = 0
+        for x in self.stops:  # the longest tail of s that is a proper prefix of a stop string
+            for k in range(min(len(x) - 1, len(s)), keep, -1):
+                if s.endswith(x[:k]):
+                    keep = k
+                    break
+        self.held = s[len(s) - keep:] if keep else ""
+        return s[:len(s) - keep]
+
+    def flush(self) -> str:
+        out, self.held = ("" if self.hit else self.held), ""
+        return out
+
+
+def public_figures(info: dict) -> dict:
+    """The :data:`PUBLIC_FIGURES` of a reply's final ``info`` (NaN as None: NaN is not JSON)."""
+    out = {}
+    for k in PUBLIC_FIGURES:
+        v = info.get(k)
+        out[k] = None if isinstance(v, float) and v != v else v
+    return out
+
+
+class Reply:
+    """The bridge from one engine request (its thread) to its handler (the event loop).
+
+    ``events`` (an ``asyncio.Queue``) receives ``("text", str)`` (display text after the stop filter),
+    then ``("done", info)`` or ``("error", message)``. ``t_first`` / ``t_first_text``: ``perf_counter``
+    of the first token id and of the first text handed to the response.
+
+    Args:
+        loaded: the model (its tokenizer detokenises).
+        eos: the engine's end-of-sequence ids.
+        stop: the request's stop strings.
+        loop: the handler's event loop.
+    """
+
+    def __init__(self, loaded, eos, stop: list[str], loop):
+        self.loop = loop
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.filter = StopFilter(stop)
+        self.tap = StreamTap(loaded.tokenizer, 1, ["token"], eos, on_update=lambda row, lab, text, t: self.text(text))
+        self.t_first: float | None = None
+        self.t_first_text: float | None = None
+        self.request: engines.EngineRequest | None = None
+
+    def emit(self, kind: str, payload) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, payload))
+        except RuntimeError:  # the event loop is gone (server shut down): nobody is listening
+            self.request.stop("cancelled")
+
+    def text(self, piece: str) -> None:
+        """Emit display text through the stop filter; a stop string seen stops the engine request."""
+        out = self.filter.feed(piece)
+        if out:
+            if self.t_first_text is None:
+                self.t_first_text = time.perf_counter()
+            self.emit("text", out)
+        if self.filter.hit:
+            self.request.stop("stop")
+
+    def on_token(self, tok: int, t: float) -> None:
+        import numpy as np
+
+        if self.t_first is None:
+            self.t_first = t
+        self.tap(np.asarray([tok]), t)
+
+    def on_done(self, res: dict) -> None:
+        try:
+            self.tap.close()
+            rest = self.filter.flush()
+            if rest:
+                self.text(rest)  # held back in case it began a stop string; it did not
+        except Exception:  # noqa: BLE001 - the figures still go out
+            pass
+        info = {k: res[k] for k in ("id", "queue_s", "ttft_s", "itl_s", "tpot_s", "e2e_s", "decode_tps", "output_tokens",
+                                     "prompt_tokens", "batch_size", "prefill_s", "prefill_note", "engine",
+                                     "finish_reason")}
+        t0 = self.request.t_arrival
+        info.update(steps=res["output_tokens"], engine_ttft_s=res["ttft_s"],
+                    engine_first_text_s=(self.t_first_text - t0) if self.t_first_text else float("nan"))
+        if res.get("error") and res["finish_reason"] == "error":
+            self.emit("error", res["error"])
+        else:
+            self.emit("done", info)
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its response started."""
+
+
+def _too_busy(cfg: ChatConfig) -> ApiError:
+    return ApiError(429, f"server busy: {cfg.max_queue} requests already wait; retry later",
+                    etype="rate_limit_exceeded", headers={"Retry-After": "1"})
+
+
+def _timed_out(cfg: ChatConfig) -> ApiError:
+    return ApiError(504, f"request: not finished within the server's timeout ({cfg.request_timeout_s:g} s)",
+                    etype="timeout")
+
+
+async def _next_event(reply: Reply, request: Request, cfg: ChatConfig):
+    """The reply's next event before its response started; stops the engine request and raises 499 (the
+    client left) or 504 (past the request timeout) while it waits. Any other exception stops it too."""
+    req = reply.request
+    try:
+        while True:
+            left = req.deadline - time.perf_counter()
+            if left <= 0:
+                req.stop("timeout")
+                raise _timed_out(cfg)
+            try:
+                return await asyncio.wait_for(reply.events.get(), timeout=min(0.25, left))
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    raise _ClientGone() from None
+    except _ClientGone:
+        req.stop("cancelled")
+        raise ApiError(499, "client closed the request") from None
+    except BaseException:
+        req.stop("cancelled")
+        raise
+
+
+def parse_chat_request(payload: dict, cfg: ChatConfig):
+    """The validated request, its stop strings and its ``max_tokens``.
+
+    Raises:
+        ApiError: 400 naming the field (schema, ``n``, :data:`~workbench.serving.http.UNSUPPORTED` options,
+            ``stop``, ``max_tokens`` over the limit).
+    """
+    req = validate(cfg.ChatRequest, payload)
+    if req.n not in (None, 1):
+        raise ApiError(400, f"n: only 1 is supported (got {req.n})", param="n")
+    for key, neutral in UNSUPPORTED.items():
+        if key in payload and payload[key] not in neutral:
+            raise ApiError(400, f"{key}: not supported by this server (got {payload[key]!r:.80})", param=key)
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if len(stop) > MAX_STOP or any(not x for x in stop):
+        raise ApiError(400, f"stop: at most {MAX_STOP} non-empty strings (got {req.stop!r:.80})", param="stop")
+    cap = cfg.max_tokens_limit
+    max_tokens = req.max_completion_tokens or req.max_tokens or min(256, cap)
+    if max_tokens > cap:
+        raise ApiError(400, f"max_tokens: must be <= {cap} (got {max_tokens})", param="max_tokens")
+    return req, stop, max_tokens
+
+
+async def chat_completions(request: Request):
+    """``POST /v1/chat/completions`` (see the module docstring and :mod:`workbench.serving.server`)."""
+    t_arrival = time.perf_counter()
+    state = request.app.state
+    cfg: ChatConfig = state.chat
+    engine: engines.BaseEngine = state.engine
+    payload = await read_json_object(request)
+    req, stop, max_tokens = parse_chat_request(payload, cfg)
+    if engine.pending > cfg.max_queue:  # cheap early refusal; submit() below decides atomically
+        raise _too_busy(cfg)
+    messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+    try:  # templating a huge prompt takes a while: a worker thread keeps every other stream flowing
+        ids = await asyncio.to_thread(engines.prompt_ids, state.loaded.tokenizer, messages)
+    except Exception as exc:
+        raise ApiError(400, f"messages: cannot apply the chat template ({exc})", param="messages") from None
+    prompt_tokens = len(ids)
+    if prompt_tokens + max_tokens > cfg.context:
+        raise ApiError(400, f"messages: prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds "
+                            f"the context ({cfg.context})", param="messages")
+    try:
+        settings = GenerationSettings(
+            max_new_tokens=max_tokens, ignore_eos=req.ignore_eos, min_new_tokens=min(req.min_tokens, max_tokens),
+            temperature=1.0 if req.temperature is None else float(req.temperature),
+            top_p=1.0 if req.top_p is None else float(req.top_p), seed=0 if req.seed is None else int(req.seed),
+        )
+    except ParameterError as exc:
+        raise ApiError(400, str(exc)) from None
+    cid = "chatcmpl-" + uuid.uuid4().hex[:24]
+    created = int(time.time())
+    reply = Reply(state.loaded, engine.eos, stop, asyncio.get_running_loop())
+    ereq = reply.request = engines.EngineRequest(
+        ids, settings, t_arrival=t_arrival, on_token=reply.on_token, on_done=reply.on_done, id=cid,
+        deadline=t_arrival + cfg.request_timeout_s, endpoint="chat")
+    try:
+        engine.submit(ereq, max_pending=cfg.max_queue + 1)  # the one being served + max_queue waiting
+    except engines.EngineFull:
+        raise _too_busy(cfg) from None
+    except ParameterError as exc:  # this engine cannot serve these settings (continuous: one sampling setting)
+        raise ApiError(400, str(exc)) from None
+    name = req.model or cfg.model_name
+
+    def usage(info):
+        n_out = info.get("output_tokens", 0)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": n_out, "total_tokens": prompt_tokens + n_out}
+
+    def headers(info=None):
+        h = {"Cache-Control": "no-cache", "X-Request-Id": cid}
+        if reply.t_first is not None:
+            h["X-Engine-TTFT-S"] = f"{reply.t_first - t_arrival:.6f}"
+        if info and info.get("queue_s") is not None:
+            h["X-Engine-Queue-S"] = f"{info['queue_s']:.6f}"
+        return h
+
+    if not req.stream:
+        from fastapi.responses import JSONResponse
+
+        parts = []
+        while True:
+            kind, data = await _next_event(reply, request, cfg)
+            if kind == "text":
+                parts.append(data)
+            elif kind == "error":
+                raise ApiError(500, data, etype="server_error")
+            else:
+                info = data
+                break
+        if info.get("finish_reason") == "timeout":
+            raise _timed_out(cfg)
+        body = {
+            "id": cid, "object": "chat.completion", "created": created, "model": name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(parts)},
+                         "finish_reason": info.get("finish_reason", "stop"), "logprobs": None}],
+            "usage": usage(info), "engine": public_figures(info),
+        }
+        return JSONResponse(body, headers=headers(info))
+
+    def chunk(delta, finish=None, **extra):
+        return sse_data({
+            "id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra,
+        })
+
+    # Start the response once the first text (or the end) exists, so headers carry the engine TTFT.
+    first = None if (cfg.early_headers or cfg.keepalive_s) else await _next_event(reply, request, cfg)
+    if first is not None and first[0] == "error":
+        raise ApiError(500, first[1], etype="server_error")
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    async def events():
+        finished = False
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            kind, data = first if first is not None else await reply.events.get()
+            while True:
+                if kind == "text":
+                    yield chunk({"content": data})
+                elif kind == "error":
+                    yield sse_data({"error": {"message": data, "type": "server_error"}})
+                    break
+                else:
+                    yield chunk({}, data.get("finish_reason", "stop"), engine=public_figures(data))
+                    if include_usage:
+                        yield sse_data({
+                            "id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
+                            "choices": [], "usage": usage(data), "engine": public_figures(data)})
+                    break
+                kind, data = await reply.events.get()
+            yield DONE
+            finished = True
+        finally:
+            if not finished:  # client went away (or the server is shutting down): stop decoding
+                ereq.stop("cancelled")
+
+    resumable = bool(req.stream_options and req.stream_options.resumable)  # outlive the connection
+    streams = state.streams
+    return streams.respond(streams.start(cid, events(), ereq.stop, resumable),
+                           headers={**headers(), "X-Accel-Buffering": "no"})
+
+
+async def health():
+    return {"status": "ok"}
+
+
+async def list_models(request: Request):
+    name = request.app.state.chat.model_name
+    return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "workbench"}]}
+
+
+def install(app) -> None:
+    """Add the chat routes to ``app`` (their state: ``app.state.engine``, ``chat``, ``streams``, ``loaded``)."""
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/v1/models", list_models, methods=["GET"])
+    app.add_api_route("/v1/chat/completions", chat_completions, methods=["POST"])

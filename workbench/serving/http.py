@@ -1,0 +1,279 @@
+"""HTTP plumbing shared by every route of the server (chat, jobs, streams, metrics).
+
+- **Errors** in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``: a route raises
+  :class:`ApiError` (status, one-line message naming the field, ``param``, ``type``); the handlers that
+  :func:`install_error_handlers` registers turn it, starlette's 404/405 and any unexpected exception into
+  such a JSON body (a JSON 500, never a plain-text one). Every error carries ``Cache-Control: no-cache``.
+- **The guard** (:class:`Guard`, pure ASGI middleware, so streaming and disconnect detection are untouched):
+  a loopback-bound server answers only requests whose ``Host`` is a loopback name (421 otherwise: DNS
+  rebinding); with an API key every path except ``/health`` needs ``Authorization: Bearer KEY`` (401).
+  :func:`check_bind` refuses a non-loopback bind without a key (one line, before anything loads).
+- **Request bodies** (:func:`read_json_object`): ``Content-Type: application/json`` (415 otherwise), at most
+  ``max_body_bytes`` (413, checked on the declared length and while reading), JSON (400), an object (400),
+  nested at most :data:`MAX_JSON_DEPTH` levels (400; iterative check, so a deep value cannot overflow the
+  stack here).
+- **The chat request schema** (:func:`chat_schema`, pydantic, built lazily), :data:`UNSUPPORTED` OpenAI /
+  vLLM options with their neutral values, and :func:`validation_error` (a pydantic error as a 400 naming
+  the field).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from typing import Literal
+
+from ..errors import ParameterError
+from .protocol import API_KEY_ENV
+
+MAX_BODY_BYTES = 1 << 20
+MAX_JSON_DEPTH = 32          # deeper request bodies get 400
+MAX_STOP = 4                 # stop strings per request (OpenAI's limit)
+SEED_MAX = 2**63 - 1         # torch.manual_seed accepts [0, 2**63 - 1] here (workbench.checks.check_seed)
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+#: OpenAI / vLLM request options this server does not implement, with the values that mean "not used";
+#: any other value gets 400 naming the field (never silently ignored).
+UNSUPPORTED = {
+    "logprobs": (None, False), "top_logprobs": (None, 0), "tools": (None, []), "tool_choice": (None, "none"),
+    "functions": (None, []), "function_call": (None, "none"), "logit_bias": (None, {}),
+    "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0), "best_of": (None, 1),
+    "echo": (None, False), "suffix": (None,), "prediction": (None,), "audio": (None,),
+    "modalities": (None, ["text"]), "response_format": (None, {"type": "text"}), "use_beam_search": (None, False),
+    "repetition_penalty": (None, 1, 1.0), "top_k": (None, 0, -1), "min_p": (None, 0, 0.0),
+    "stop_token_ids": (None, []), "parallel_tool_calls": (None, True, False), "include_stop_str_in_output": (None, False),
+}
+
+
+class ApiError(Exception):
+    """A request that cannot be served: ``status`` (4xx/5xx), a one-line ``message`` naming the field,
+    ``param`` (the field, or None), ``etype`` (the OpenAI error ``type``) and extra response ``headers``."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, etype: str = "invalid_request_error",
+                 headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.etype, self.headers = status, message, param, etype, headers
+
+
+def error_response(status: int, message: str, param: str | None = None, etype: str = "invalid_request_error",
+                   headers: dict | None = None):
+    """A ``JSONResponse`` with the OpenAI error body and ``Cache-Control: no-cache``."""
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(
+        {"error": {"message": message, "type": etype, "param": param, "code": None}},
+        status_code=status, headers={"Cache-Control": "no-cache", **(headers or {})},
+    )
+
+
+def api_error_response(exc: ApiError):
+    """:func:`error_response` of an :class:`ApiError`."""
+    return error_response(exc.status, exc.message, param=exc.param, etype=exc.etype, headers=exc.headers)
+
+
+def install_error_handlers(app) -> None:
+    """Answer :class:`ApiError`, starlette's HTTP errors (404, 405) and any other exception as JSON errors."""
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    async def api_error(request, exc: ApiError):
+        return api_error_response(exc)
+
+    async def http_error(request, exc):
+        return error_response(exc.status_code, str(exc.detail),
+                              etype="not_found" if exc.status_code == 404 else "invalid_request_error")
+
+    async def server_error(request, exc):  # a JSON 500, never starlette's plain-text one
+        return error_response(500, f"{type(exc).__name__}: {exc}"[:500], etype="server_error")
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, server_error)
+
+
+# --------------------------------------------------------------------------- the guard
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is a loopback address or ``localhost``."""
+    h = host.strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name part of a ``Host`` header (``[::1]:8000`` -> ``::1``, ``127.0.0.1:80`` -> ``127.0.0.1``)."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+def check_bind(host: str, api_key: str | None) -> bool:
+    """Whether ``host`` is loopback; a non-loopback one without ``api_key`` is refused.
+
+    Raises:
+        ParameterError: (one line) binding a non-loopback address without an API key.
+    """
+    if is_loopback(host):
+        return True
+    if not api_key:
+        raise ParameterError(f"host: binding the non-loopback address {host!r} needs an API key "
+                             f"(--api-key KEY or {API_KEY_ENV}=KEY); clients then send 'Authorization: Bearer KEY'")
+    return False
+
+
+class Guard:
+    """ASGI middleware refusing other sites' requests before any route runs.
+
+    Loopback binds (``allowed_hosts`` set): a ``Host`` header naming anything but a loopback name
+    gets 421 (a DNS-rebinding page reaching 127.0.0.1 sends its own host name). With ``api_key``:
+    every path except ``/health`` needs ``Authorization: Bearer <key>`` (401 otherwise).
+    Pure ASGI (not ``BaseHTTPMiddleware``), so streaming and disconnect detection are untouched.
+    """
+
+    def __init__(self, app, allowed_hosts: set | None = None, api_key: str | None = None):
+        self.app = app
+        self.allowed_hosts = allowed_hosts
+        self.api_key = api_key
+
+    @staticmethod
+    def allowed_hosts_for(host: str) -> set | None:
+        """The ``Host`` names a server bound to ``host`` answers: loopback names and its own (None: any)."""
+        return set(LOOPBACK_NAMES | {host.strip("[]").lower()}) if is_loopback(host) else None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            if self.allowed_hosts is not None and host_name(headers.get("host", "")) not in self.allowed_hosts:
+                resp = error_response(421, f"Host: {headers.get('host', '')!r} is not this loopback server's "
+                                           "address (requests from other sites are refused)",
+                                      param="Host", etype="misdirected_request")
+                return await resp(scope, receive, send)
+            if self.api_key is not None and scope.get("path") != "/health":
+                given = headers.get("authorization", "")
+                if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+                    resp = error_response(401, "Authorization: this server needs 'Authorization: Bearer <API key>'",
+                                          param="Authorization", etype="authentication_error")
+                    return await resp(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+def json_depth(obj) -> int:
+    """Nesting depth of a parsed JSON value (iterative: a deep value cannot overflow the stack here)."""
+    depth, stack = 0, [(obj, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            depth = max(depth, d)
+            if d > MAX_JSON_DEPTH:
+                return d
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return depth
+
+
+def _too_deep() -> ApiError:
+    return ApiError(400, f"request body: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+async def read_json_object(request, max_body_bytes: int | None = None) -> dict:
+    """The request's JSON object body, after the Content-Type, size, syntax and depth checks.
+
+    ``max_body_bytes``: default the app's ``app.state.max_body_bytes`` (one cap for every route), else
+    :data:`MAX_BODY_BYTES`.
+
+    Raises:
+        ApiError: 415 (not ``application/json``), 413 (over ``max_body_bytes``), 400 (not JSON, not an
+            object, nested deeper than :data:`MAX_JSON_DEPTH`).
+    """
+    if max_body_bytes is None:
+        max_body_bytes = getattr(request.app.state, "max_body_bytes", MAX_BODY_BYTES)
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise ApiError(415, f"Content-Type: must be application/json (got {ctype or 'none'!r})",
+                       param="Content-Type", etype="unsupported_media_type")
+    too_large = ApiError(413, f"request body: must be at most {max_body_bytes} bytes", etype="request_too_large")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
+        raise too_large
+    chunks, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > max_body_bytes:
+            raise too_large
+        chunks.append(part)
+    try:
+        payload = json.loads(b"".join(chunks))
+    except RecursionError:
+        raise _too_deep() from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"request body: must be JSON ({str(exc)[:200]})") from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "request body: must be a JSON object")
+    if json_depth(payload) > MAX_JSON_DEPTH:
+        raise _too_deep()
+    return payload
+
+
+def validate(model, payload: dict):
+    """``model.model_validate(payload)``; a schema violation is a 400 naming the field (its dotted path).
+
+    Raises:
+        ApiError: 400.
+    """
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        param = ".".join(str(x) for x in e.get("loc", ()))
+        raise ApiError(400, f"{param}: {e.get('msg')}", param=param or None) from None
+    except RecursionError:
+        raise _too_deep() from None
+
+
+def chat_schema():
+    """The ``/v1/chat/completions`` request model (pydantic, built lazily so importing this module stays cheap)."""
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class TextPart(BaseModel):
+        type: Literal["text"]
+        text: str
+
+    class Message(BaseModel):
+        model_config = ConfigDict(extra="ignore")
+        role: Literal["system", "user", "assistant"]
+        content: str | list[TextPart]
+
+        def text(self) -> str:
+            return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+    class StreamOptions(BaseModel):
+        include_usage: bool = False
+        resumable: bool = False  # keep generating after a disconnect (workbench.serving.events)
+
+    class ChatRequest(BaseModel):
+        model_config = ConfigDict(extra="ignore")
+        messages: list[Message] = Field(min_length=1)
+        model: str | None = None
+        max_tokens: int | None = Field(default=None, ge=1)
+        max_completion_tokens: int | None = Field(default=None, ge=1)
+        temperature: float | None = Field(default=None, ge=0, le=2)
+        top_p: float | None = Field(default=None, gt=0, le=1)
+        seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
+        n: int | None = Field(default=None, ge=1)
+        stop: str | list[str] | None = None
+        stream: bool = False
+        stream_options: StreamOptions | None = None
+        ignore_eos: bool = False
+        min_tokens: int = Field(default=0, ge=0)
+
+    return ChatRequest
