@@ -676,7 +676,8 @@ def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
 
 
 def make_predictor(cfg: Config, loaded) -> roofline.Predictor:
-    """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one, else
+    """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one (checked against
+    today's probe and refitted when off by more than 15%, :func:`workbench.roofline.check_calibration`), else
     (``cfg.calibrate``) a fresh one on the model loaded in that dtype (the small workload, one repeat, 3 probe
     trials; ~20 s once per machine and dtype); a dtype left uncalibrated uses its own probed FLOP/s with
     ``loaded``'s overheads (:meth:`workbench.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
@@ -684,16 +685,19 @@ def make_predictor(cfg: Config, loaded) -> roofline.Predictor:
     info = loaded.info
     dev = info.device.split(":")[0]
     threads = roofline._threads()
-    cached = roofline.load_cached(info.path, dev, info.dtype, threads)
+    # a cached calibration is checked against today's probe and refitted (or, not calibrating, rescaled) when off
+    cached = roofline.checked_cached(info.path, dev, info.dtype, threads, loaded if cfg.calibrate else None)
     if cached is None and cfg.calibrate:
         cached = roofline.calibrate(loaded)
     if cached is None:
         cached = (roofline.Device.probe(dev, info.dtype), roofline.Calibration())
     predictor = roofline.Predictor(roofline.shape_of(info), *cached, model_path=info.path)
+    small = dict(repeats=1, trials=3, runs=roofline.CALIBRATION_RUNS_SMALL)
     for dtype in cfg.dtypes:
-        if dtype != info.dtype and cfg.calibrate and roofline.load_cached(info.path, dev, dtype, threads) is None:
-            predictor.add(dtype, *roofline.calibrate(models.load_model(cfg.model, cfg.device, dtype), repeats=1,
-                                                     trials=3, runs=roofline.CALIBRATION_RUNS_SMALL))
+        if dtype != info.dtype and cfg.calibrate:
+            other = models.load_model(cfg.model, cfg.device, dtype)
+            got = roofline.checked_cached(info.path, dev, dtype, threads, other, **small)
+            predictor.add(dtype, *(got or roofline.calibrate(other, **small)))
     return predictor
 
 
