@@ -791,8 +791,10 @@ def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
         parts.append(f"No configuration of {source} met the SLO and the quality guard on valid points: none is "
                      f"recommended.")
     else:
+        versus = ("it is the baseline" if best["config"] == base["config"] else
+                  f"{speedup_phrase(best)} against the baseline {base['config']}")
         parts.append(f"Recommended by {source}: {best['config']} ({best['e2e_s_p50']:.3f} s per request; "
-                     f"{speedup_phrase(best)} against the baseline {base['config']}; token agreement "
+                     f"{versus}; token agreement "
                      f"{best['token_agreement']:.2f}, log-prob drift {best['logprob_drift']:.3f} nats; SLO "
                      f"{best.get('slo_note', '')}).")
     for _, r in configs.iloc[1:].iterrows():
