@@ -307,3 +307,16 @@ def test_cut_rank_prefers_sentences_then_whitespace_and_never_splits_numbers():
     for inside in ("14,", ".14", "3.1", "432.", ",432", "'t", "Don"):
         assert C.cut_rank(text, at(inside) + 1) == 0, inside
     assert C.cut_rank("一二三。四五", 1) == 1 and C.cut_rank("一二三。四五", 4) == 3
+
+
+@pytest.mark.parametrize("strategy", ("head", "tail", "head_tail"))
+def test_truncation_never_cuts_inside_a_word_or_number(tok, strategy):
+    import re
+
+    context = "The pass key is 71432. " * 3 + "Lists support append, extend and pop, and many other methods."
+    for budget in range(6, C.count_tokens(tok, context), 3):
+        r = C.compress(context, "What is the pass key?", tok, strategy, budget=budget)
+        assert r.compressed_tokens <= budget
+        assert all(run == "71432" for run in re.findall(r"\d+", r.text)), (budget, r.text)
+        words = set(re.findall(r"[A-Za-z]+", context))
+        assert set(re.findall(r"[A-Za-z]+", r.text)) <= words, (budget, r.text)

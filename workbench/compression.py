@@ -20,7 +20,7 @@ Strategies (:data:`STRATEGIES`):
 
 - ``none``: the baseline, unchanged.
 - ``head`` / ``tail`` / ``head_tail``: truncation, keeping the start, the end,
-  or both halves (middle replaced by ``\\n...\\n``).
+  or both halves (middle replaced by ``\\n...\\n``), cut between words.
 - ``bm25`` / ``dense``: retrieval top-k. The context is split into chunks of
   at most ``chunk_tokens`` tokens, cut at sentence or paragraph ends (whole
   sentences packed together), a sentence longer than a chunk cut between
@@ -418,24 +418,33 @@ def compress(
 
 
 def _truncate(segs: list[_Segment], b: int, mode: str, as_chat: bool):
+    """Keep the head, the tail or both within ``b`` tokens; a cut backs off to the nearest boundary between words
+    (:func:`cut_rank`), so the kept text never ends inside a word or number (unless one word exceeds the budget)."""
     flat = [(si, ui, len(u)) for si, s in enumerate(segs) for ui, u in enumerate(s.units)]
     keep = [[False] * len(s.units) for s in segs]
+    ranks = [_unit_ranks(s) for s in segs]
 
-    def take(order, limit):
-        used = 0
+    def take(order, limit, forward):
+        used, taken, cut = 0, [], False
         for si, ui, n in order:
             if used + n > limit:
+                cut = True
                 break
-            keep[si][ui] = True
+            taken.append((si, ui))
             used += n
+        k = len(taken)
+        while cut and k and ranks[taken[k - 1][0]][taken[k - 1][1] + (1 if forward else 0)] == 0:
+            k -= 1
+        for si, ui in taken[:k] if k else taken:
+            keep[si][ui] = True
 
     if mode == "head":
-        take(flat, b)
+        take(flat, b, True)
     elif mode == "tail":
-        take(reversed(flat), b)
+        take(reversed(flat), b, False)
     else:
-        take(flat, b // 2)
-        take(reversed(flat), b - b // 2)
+        take(flat, b // 2, True)
+        take(reversed(flat), b - b // 2, False)
     return _render(segs, keep, _GAP, as_chat)
 
 
@@ -470,7 +479,7 @@ def cut_rank(text: str, pos: int) -> int:
     """
     if pos <= 0 or pos >= len(text):
         return 3
-    left, right = text[:pos], text[pos:]
+    left, right = text[max(0, pos - 64):pos], text[pos:pos + 2]  # a window: ranks of a long text stay linear
     x, y = left[-1], right[0]
     if x.isspace() or y.isspace():
         stripped = left.rstrip(" \t")
@@ -484,6 +493,16 @@ def cut_rank(text: str, pos: int) -> int:
     if y in _JOINERS and x.isalnum() and len(right) > 1 and right[1].isalnum() and not _is_cjk(x):
         return 0
     return 1
+
+
+def _unit_ranks(seg: _Segment) -> list[int]:
+    """:func:`cut_rank` of a cut before each unit of a segment, and after the last (``len(units) + 1`` values)."""
+    offsets, pos = [], 0
+    for t in seg.unit_texts:
+        offsets.append(pos)
+        pos += len(t)
+    full = "".join(seg.unit_texts)
+    return [cut_rank(full, o) for o in offsets] + [3]
 
 
 def _chunks(segs: list[_Segment], tokenizer, chunk_tokens: int) -> list[Chunk]:
@@ -511,12 +530,7 @@ def _chunks(segs: list[_Segment], tokenizer, chunk_tokens: int) -> list[Chunk]:
             out.append(Chunk(si, start, end, text, n))
 
     for si, seg in enumerate(segs):
-        offsets, pos = [], 0
-        for t in seg.unit_texts:
-            offsets.append(pos)
-            pos += len(t)
-        full = "".join(seg.unit_texts)
-        rank = [cut_rank(full, o) for o in offsets] + [3]  # rank[c]: a cut before unit c
+        rank = _unit_ranks(seg)
         start, n_units = 0, len(seg.units)
         while start < n_units:
             end, used = start, 0
