@@ -812,7 +812,7 @@ def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
             "converged (no single knob change improves its choice), which is the grid's optimum only if the knobs "
             "do not interact." if conv else
             "stopped on its budget before converging, so it could not establish the grid's optimum."))
-    elif search:
+    elif search and best is not None:
         if search["same"]:
             parts.append(f"The adaptive search, replayed on this grid, finds the same configuration with "
                          f"{search['evaluated']} of {search['grid']} measurements.")
