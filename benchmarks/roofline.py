@@ -6,7 +6,8 @@ output length) point of the default suite's batch-size and context-length notebo
 notebooks 01 and 02: the same grid the suite runs; ``--batch-sizes`` / ``--prompt-tokens`` replace it) with
 fixed-length greedy outputs (one warm-up, ``--repeats`` timed runs) and prints, per point, measured and
 predicted TTFT and TPOT, then the median ``|measured/predicted - 1|`` for TTFT and TPOT (target <= 15%) and the
-points outside 30% with the bound the model gives. Run it on a quiet machine (~3 min on 2 CPU cores):
+points outside 30% with the bound the model gives. The calibration's own error is quoted out of sample
+(leave-one-workload-out over its six workloads), with the in-sample figure beside it. Run it on a quiet machine (~3 min on 2 CPU cores):
 ``OMP_WAIT_POLICY=PASSIVE python benchmarks/roofline.py --recalibrate``
 (``--dtype bfloat16`` checks the bfloat16 calibration; ``--notebooks 01`` only the batch-size grid).
 """
@@ -58,15 +59,22 @@ def main() -> None:
         grid = suite_grid(tuple(args.notebooks))
     loaded = models.load_model("default", "cpu", args.dtype)
     info = loaded.info
-    cached = None if args.recalibrate else roofline.load_cached(info.path, "cpu", info.dtype, torch.get_num_threads())
     small = {} if args.dtype == "float32" else {"repeats": 1, "trials": 3, "runs": roofline.CALIBRATION_RUNS_SMALL}
+    # a cached calibration is checked against today's probe and refitted when off by more than 15%
+    cached = None if args.recalibrate else roofline.checked_cached(info.path, "cpu", info.dtype,
+                                                                   torch.get_num_threads(), loaded, **small)
     dev, calib = cached if cached else roofline.calibrate(loaded, **small)  # as engine_tuning calibrates bf16
     print(f"device {info.device_name}, {info.dtype}, threads {torch.get_num_threads()}, probe "
           f"{dev.bandwidth_bytes_per_s / 1e9:.1f} GB/s, {dev.flops_per_s / 1e9:.1f} GFLOP/s; calibration "
           f"{'cached' if cached else f'{calib.calibration_s:.1f} s (budget 30 s)'}: prefill "
           f"{calib.prefill_overhead_s * 1e3:.1f} ms + roofline/{calib.prefill_efficiency:.2f}; decode step "
           f"{calib.step_overhead_s * 1e3:.1f} ms + {calib.step_row_overhead_s * 1e3:.1f} ms/row + roofline with KV "
-          f"traffic {calib.kv_traffic:.1f}x; ttft extra {calib.ttft_overhead_s * 1e3:.1f} ms", flush=True)
+          f"traffic {calib.kv_traffic:.1f}x; ttft extra {calib.ttft_overhead_s * 1e3:.1f} ms"
+          f"{'; ' + calib.check if calib.check else ''}", flush=True)
+    print(f"calibration error over its {calib.workloads} workloads, median |predicted/measured - 1|: "
+          f"leave-one-workload-out TTFT {calib.loo_ttft_error:.1%}, TPOT {calib.loo_tpot_error:.1%} "
+          f"(in-sample, not a measure of accuracy: TTFT {calib.in_sample_ttft_error:.1%}, "
+          f"TPOT {calib.in_sample_tpot_error:.1%})", flush=True)
     pred = roofline.Predictor(roofline.shape_of(info), dev, calib)
     rows = []
     t0 = time.perf_counter()

@@ -268,3 +268,55 @@ def test_gold_logprob_matches_a_manual_computation(tok, loaded):
         total += float(torch.log_softmax(logits.float(), -1)[a])
     assert got["gold_tokens"] == len(a_ids)
     assert got["gold_logprob"] == pytest.approx(total, abs=1e-3)
+
+
+# ----------------------------------------------------------------------------- chunk boundaries
+
+PASS_KEY_CONTEXT = ("Lists support append, extend and pop, and many other methods.\n\n"
+                    "The pass key is 71432. Remember it.")
+
+
+@pytest.mark.parametrize("strategy", ("bm25", "dense"))
+def test_pass_key_stays_whole_after_retrieval(tok, strategy):
+    """Issue 21: fixed token windows split the key "7143" | "2." and bm25 kept "The pass key is 7143"."""
+    import re
+
+    r = C.compress(PASS_KEY_CONTEXT, "What is the pass key?", tok, strategy, ratio=1.6)
+    assert r.compressed_tokens <= r.budget_tokens
+    assert all(run == "71432" for run in re.findall(r"\d+", r.text)), r.text  # no piece of the key alone
+    if strategy == "bm25":
+        assert "The pass key is 71432." in r.text  # the sentence's pieces are ranked as the sentence
+
+
+@pytest.mark.parametrize("size", (8, 9, 16))
+def test_chunks_never_end_inside_a_word_or_number(tok, doc, zh_doc, size):
+    for text in (PASS_KEY_CONTEXT, doc.context, zh_doc.context):
+        chunks = C.retrieval_chunks(text, tok, size)
+        assert "".join(c.text for c in chunks) == text and all(c.n_tokens <= size for c in chunks)
+        pos = 0
+        for c in chunks[:-1]:
+            pos += len(c.text)
+            assert C.cut_rank(text, pos) > 0, (text[max(0, pos - 20):pos], text[pos:pos + 20])
+
+
+def test_cut_rank_prefers_sentences_then_whitespace_and_never_splits_numbers():
+    text = "Pi is 3.14, not 71,432. Don't stop.\n\nNext"
+    at = text.index
+    assert C.cut_rank(text, at(" Don't")) == 3 and C.cut_rank(text, at("Next")) == 3
+    assert C.cut_rank(text, at(" not")) == 2 and C.cut_rank(text, at("not")) == 2
+    for inside in ("14,", ".14", "3.1", "432.", ",432", "'t", "Don"):
+        assert C.cut_rank(text, at(inside) + 1) == 0, inside
+    assert C.cut_rank("一二三。四五", 1) == 1 and C.cut_rank("一二三。四五", 4) == 3
+
+
+@pytest.mark.parametrize("strategy", ("head", "tail", "head_tail"))
+def test_truncation_never_cuts_inside_a_word_or_number(tok, strategy):
+    import re
+
+    context = "The pass key is 71432. " * 3 + "Lists support append, extend and pop, and many other methods."
+    for budget in range(6, C.count_tokens(tok, context), 3):
+        r = C.compress(context, "What is the pass key?", tok, strategy, budget=budget)
+        assert r.compressed_tokens <= budget
+        assert all(run == "71432" for run in re.findall(r"\d+", r.text)), (budget, r.text)
+        words = set(re.findall(r"[A-Za-z]+", context))
+        assert set(re.findall(r"[A-Za-z]+", r.text)) <= words, (budget, r.text)

@@ -324,3 +324,99 @@ def test_rows_with_a_model_path_find_their_calibration_whatever_the_display_name
     row["model_path"] = str(models.resolve_model_path("default"))
     assert roofline.predict_rows(pd.DataFrame([row]))["predicted_tpot_s"].notna().all()
 
+
+
+# ----------------------------------------------------------------------------- out-of-sample error, cached calibration
+
+
+def _perturbed_runs(s, dev, truth, workloads, wobble):
+    """Noise-free runs of ``truth`` on ``workloads``, each workload's TPOT off the model by its own ``wobble``."""
+    rows = []
+    for (B, L), w in zip(workloads, wobble):
+        p = roofline.predict(s, dev, truth, B, L, 8)
+        for _ in range(2):
+            rows.append({"batch_size": B, "prompt_tokens": L, "output_tokens": 8, "prefill_s": p["predicted_prefill_s"],
+                         "ttft_s": p["predicted_ttft_s"], "tpot_s": p["predicted_tpot_s"] * (1 + w)})
+    return pd.DataFrame(rows)
+
+
+def test_calibration_quotes_its_error_out_of_sample():
+    """Issue 21: 4 decode coefficients fitted to 4 workloads is an exact fit, so its in-sample error is ~0 and says
+    nothing; the leave-one-workload-out error does not vanish, and the calibration has two spare workloads."""
+    s = roofline.ModelShape.from_config(TINY)
+    dev = roofline.Device(1e5, 1e7, 1)
+    truth = roofline.Calibration(0.1, 0.6, 0.05, 0.6, 0.01, True, step_row_overhead_s=0.004, kv_traffic=6.0,
+                                 batched_step_overhead_s=0.04)
+    four = ((1, 32), (1, 384), (2, 32), (8, 96))
+    exact = roofline.fit_calibration(s, dev, _perturbed_runs(s, dev, truth, four, (0.04, -0.03, 0.05, -0.02)))
+    assert exact.workloads == 4 and exact.in_sample_tpot_error < 1e-3
+    assert exact.loo_tpot_error > 10 * max(exact.in_sample_tpot_error, 1e-4)
+    assert len(set(roofline.CALIBRATION_RUNS)) >= roofline.DECODE_PARAMETERS + 2
+    assert len(set(roofline.CALIBRATION_RUNS_SMALL)) >= roofline.DECODE_PARAMETERS + 2
+    six = roofline.fit_calibration(s, dev, _perturbed_runs(s, dev, truth, roofline.CALIBRATION_RUNS,
+                                                           (0.04, -0.03, 0.05, -0.02, 0.03, -0.04)))
+    assert six.workloads == 6 and six.loo_tpot_error > six.in_sample_tpot_error > 0
+    assert math.isfinite(six.loo_ttft_error)
+
+
+def _days():
+    """A calibration fitted on a slow day, and the same machine on a fast day (1.6x the FLOP/s, 1.5x the
+    bandwidth, overheads 1.6x shorter)."""
+    s = roofline.ModelShape.from_config(TINY)
+    slow_dev = roofline.Device(1e5, 1e7, 1)
+    slow = roofline.Calibration(0.1, 0.6, 0.05, 0.6, 0.01, True, step_row_overhead_s=0.004, kv_traffic=6.0,
+                                batched_step_overhead_s=0.04)
+    fast_dev = roofline.Device(1.5e5, 1.6e7, 1)
+    k = 1 / 1.6
+    fast = roofline.Calibration(0.1 * k, 0.6, 0.05 * k, 0.6, 0.01 * k, True, step_row_overhead_s=0.004 * k,
+                                kv_traffic=6.0, batched_step_overhead_s=0.04 * k)
+    return s, (slow_dev, slow), (fast_dev, fast)
+
+
+def test_a_cached_calibration_off_todays_probe_is_rescaled():
+    s, (slow_dev, slow), (fast_dev, fast) = _days()
+    want = roofline.predict(s, fast_dev, fast, 4, 256, 32)["predicted_e2e_s"]
+    stale = roofline.predict(s, slow_dev, slow, 4, 256, 32)["predicted_e2e_s"]
+    assert stale > 1.3 * want  # the slow day's calibration over-predicts the fast day
+    dev, calib = roofline.check_calibration((slow_dev, slow), fast_dev)
+    assert calib.check.startswith("rescaled") and dev.flops_per_s == fast_dev.flops_per_s
+    assert roofline.predict(s, dev, calib, 4, 256, 32)["predicted_e2e_s"] == pytest.approx(want, rel=0.15)
+    # within 15%: kept as cached
+    near = roofline.Device(1.05e5, 1.1e7, 1)
+    dev, calib = roofline.check_calibration((slow_dev, slow), near)
+    assert dev is slow_dev and calib.check.startswith("kept") and calib.step_overhead_s == slow.step_overhead_s
+
+
+def test_a_cached_calibration_off_todays_probe_is_refit_when_the_model_is_loaded(tmp_path, monkeypatch):
+    import dataclasses
+    import json
+    from types import SimpleNamespace
+
+    s, (slow_dev, slow), (fast_dev, fast) = _days()
+    monkeypatch.setattr(roofline, "cache_path", lambda *a: tmp_path / "calib.json")
+    (tmp_path / "calib.json").write_text(json.dumps({"device": dataclasses.asdict(slow_dev),
+                                                     "calibration": dataclasses.asdict(slow)}))
+    monkeypatch.setattr(roofline.Device, "probe", classmethod(lambda cls, *a, **k: fast_dev))
+    refits = []
+    monkeypatch.setattr(roofline, "calibrate", lambda loaded, **k: refits.append(k) or (fast_dev, fast))
+    monkeypatch.setattr(roofline, "shape_of", lambda info: s)
+    loaded = SimpleNamespace(info=SimpleNamespace(path=str(tmp_path), device="cpu", dtype="float32"))
+    pred = roofline.calibrated_predictor(loaded)
+    assert refits and pred.calib.check.startswith("refit") and pred.device is fast_dev
+
+
+def test_plan_predictor_rescales_a_stale_cached_calibration(tmp_path, monkeypatch):
+    """The config-only predictor (``workbench plan``) probes today's device and rescales a calibration cached on
+    a slower day instead of over-predicting by its ratio."""
+    import dataclasses
+    import json
+
+    _, (slow_dev, slow), (fast_dev, fast) = _days()
+    monkeypatch.setattr(roofline, "cache_path", lambda *a: tmp_path / "calib.json")
+    (tmp_path / "calib.json").write_text(json.dumps({"device": dataclasses.asdict(slow_dev),
+                                                     "calibration": dataclasses.asdict(slow)}))
+    monkeypatch.setattr(roofline.Device, "probe", classmethod(lambda cls, *a, **k: fast_dev))
+    pred = roofline.Predictor.for_model("default", "cpu", "float32", probe=True)
+    want = roofline.predict(pred.shape, fast_dev, fast, 4, 256, 32)["predicted_e2e_s"]
+    assert pred.predict(4, 256, 32)["predicted_e2e_s"] == pytest.approx(want, rel=0.15)
+    assert pred.calib.check.startswith("rescaled")

@@ -20,10 +20,12 @@ Strategies (:data:`STRATEGIES`):
 
 - ``none``: the baseline, unchanged.
 - ``head`` / ``tail`` / ``head_tail``: truncation, keeping the start, the end,
-  or both halves (middle replaced by ``\\n...\\n``).
+  or both halves (middle replaced by ``\\n...\\n``), cut between words.
 - ``bm25`` / ``dense``: retrieval top-k. The context is split into chunks of
-  at most ``chunk_tokens`` tokens (packed from whole sentences, a chunk's own
-  tokenisation never longer than the chunk size, never crossing a message),
+  at most ``chunk_tokens`` tokens, cut at sentence or paragraph ends (whole
+  sentences packed together), a sentence longer than a chunk cut between
+  words, never inside a word or number (:func:`cut_rank`); a chunk's own
+  tokenisation is never longer than the chunk size and never crosses a message;
   ranked by BM25+ (Lv & Zhai 2011, "Lower-bounding term frequency
   normalization"; ``rank_bm25.BM25Plus``, IDF ``log((N + 1) / n)``) or by
   cosine similarity of all-MiniLM-L6-v2 embeddings (``sentence-transformers``,
@@ -391,6 +393,7 @@ def compress(
         chunks = _chunks(segs, tokenizer, size)
         details["chunk_tokens"] = size
         scores = _bm25_scores(chunks, question) if strategy == "bm25" else _dense_scores(chunks, question)
+        scores = _sentence_scores(chunks, scores)
         tied = max(scores) - min(scores) <= 1e-9 * max(1.0, abs(max(scores)))
         details["retrieval_fallback"] = "head" if tied else "none"  # all tied: document order, recorded
         if tied:
@@ -415,24 +418,33 @@ def compress(
 
 
 def _truncate(segs: list[_Segment], b: int, mode: str, as_chat: bool):
+    """Keep the head, the tail or both within ``b`` tokens; a cut backs off to the nearest boundary between words
+    (:func:`cut_rank`), so the kept text never ends inside a word or number (unless one word exceeds the budget)."""
     flat = [(si, ui, len(u)) for si, s in enumerate(segs) for ui, u in enumerate(s.units)]
     keep = [[False] * len(s.units) for s in segs]
+    ranks = [_unit_ranks(s) for s in segs]
 
-    def take(order, limit):
-        used = 0
+    def take(order, limit, forward):
+        used, taken, cut = 0, [], False
         for si, ui, n in order:
             if used + n > limit:
+                cut = True
                 break
-            keep[si][ui] = True
+            taken.append((si, ui))
             used += n
+        k = len(taken)
+        while cut and k and ranks[taken[k - 1][0]][taken[k - 1][1] + (1 if forward else 0)] == 0:
+            k -= 1
+        for si, ui in taken[:k] if k else taken:
+            keep[si][ui] = True
 
     if mode == "head":
-        take(flat, b)
+        take(flat, b, True)
     elif mode == "tail":
-        take(reversed(flat), b)
+        take(reversed(flat), b, False)
     else:
-        take(flat, b // 2)
-        take(reversed(flat), b - b // 2)
+        take(flat, b // 2, True)
+        take(reversed(flat), b - b // 2, False)
     return _render(segs, keep, _GAP, as_chat)
 
 
@@ -450,50 +462,87 @@ class Chunk:
     n_tokens: int
 
 
-def _chunks(segs: list[_Segment], tokenizer, chunk_tokens: int) -> list[Chunk]:
-    """Pack whole sentences into chunks of at most ``chunk_tokens`` tokens (a long sentence is split by units).
+def _is_cjk(ch: str) -> bool:
+    """A CJK ideograph, kana or Hangul syllable: each is a word of its own (no spaces between them)."""
+    o = ord(ch)
+    return 0x2E80 <= o <= 0x9FFF or 0xAC00 <= o <= 0xD7AF or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x2FA1F
 
-    Each chunk's text is tokenised on its own and split again if it exceeds the size, so no chunk is longer.
+
+#: Characters that join two word characters into one word or number (``3.14``, ``71,432``, ``don't``, ``e-mail``).
+_JOINERS = ".,:'\u2019-_/"
+
+
+def cut_rank(text: str, pos: int) -> int:
+    """How good a cut of ``text`` before character ``pos`` is: 3 at a sentence or paragraph end, 2 at
+    whitespace, 1 elsewhere between words (after punctuation, between CJK characters), 0 inside a word or
+    a number (``7143|2``, ``3.|14``, ``71,|432``, ``do|n't``); the ends of ``text`` rank 3.
+    """
+    if pos <= 0 or pos >= len(text):
+        return 3
+    left, right = text[max(0, pos - 64):pos], text[pos:pos + 2]  # a window: ranks of a long text stay linear
+    x, y = left[-1], right[0]
+    if x.isspace() or y.isspace():
+        stripped = left.rstrip(" \t")
+        return 3 if stripped and stripped[-1] in _SENT_END else 2
+    if x in "\u3002\uff01\uff1f":  # CJK full stops need no space after them
+        return 3
+    if x.isalnum() and y.isalnum():
+        return 1 if _is_cjk(x) or _is_cjk(y) else 0
+    if x in _JOINERS and y.isalnum() and len(left) > 1 and left[-2].isalnum() and not _is_cjk(left[-2]):
+        return 0
+    if y in _JOINERS and x.isalnum() and len(right) > 1 and right[1].isalnum() and not _is_cjk(x):
+        return 0
+    return 1
+
+
+def _unit_ranks(seg: _Segment) -> list[int]:
+    """:func:`cut_rank` of a cut before each unit of a segment, and after the last (``len(units) + 1`` values)."""
+    offsets, pos = [], 0
+    for t in seg.unit_texts:
+        offsets.append(pos)
+        pos += len(t)
+    full = "".join(seg.unit_texts)
+    return [cut_rank(full, o) for o in offsets] + [3]
+
+
+def _chunks(segs: list[_Segment], tokenizer, chunk_tokens: int) -> list[Chunk]:
+    """Cut each segment into chunks of at most ``chunk_tokens`` tokens at the best boundary inside the budget.
+
+    From the current position, the chunk takes as many units as fit and ends at the last cut of the highest
+    :func:`cut_rank` among them: a sentence or paragraph end when there is one (whole sentences are packed
+    together), else whitespace (a sentence longer than the chunk is split between words), else another
+    boundary between words. A chunk never ends inside a word or number unless that word alone is longer than
+    a chunk. Each chunk's text is tokenised on its own and cut again (at its best boundary nearest the
+    middle) if it exceeds the size, so no chunk is longer.
     """
     out: list[Chunk] = []
 
-    def emit(si, start, end):
+    def emit(si, start, end, rank):
         seg = segs[si]
         text = "".join(seg.unit_texts[start:end])
         n = count_tokens(tokenizer, text)
         if n > chunk_tokens and end - start > 1:
-            mid = (start + end) // 2
-            emit(si, start, mid)
-            emit(si, mid, end)
+            mid = (start + end) / 2
+            cut = max(range(start + 1, end), key=lambda c: (rank[c], -abs(c - mid)))
+            emit(si, start, cut, rank)
+            emit(si, cut, end, rank)
         elif text:
             out.append(Chunk(si, start, end, text, n))
 
     for si, seg in enumerate(segs):
-        sentences, start = [], 0
-        for ui, t in enumerate(seg.unit_texts):
-            if t.rstrip(" ").endswith(_SENT_END) or ui == len(seg.units) - 1:
-                sentences.append((start, ui + 1))
-                start = ui + 1
-        c_start, c_end, c_tok = 0, 0, 0
-        for s, e in sentences:
-            n = sum(len(u) for u in seg.units[s:e])
-            if c_tok and c_tok + n > chunk_tokens:
-                emit(si, c_start, c_end)
-                c_start, c_tok = s, 0
-            if n > chunk_tokens:  # a sentence longer than a chunk: cut it by units
-                if c_tok:
-                    emit(si, c_start, c_end)
-                pos, used = s, 0
-                for ui in range(s, e):
-                    if used + len(seg.units[ui]) > chunk_tokens and ui > pos:
-                        emit(si, pos, ui)
-                        pos, used = ui, 0
-                    used += len(seg.units[ui])
-                c_start, c_end, c_tok = pos, e, used
-                continue
-            c_end, c_tok = e, c_tok + n
-        if c_tok:
-            emit(si, c_start, c_end)
+        rank = _unit_ranks(seg)
+        start, n_units = 0, len(seg.units)
+        while start < n_units:
+            end, used = start, 0
+            while end < n_units and (end == start or used + len(seg.units[end]) <= chunk_tokens):
+                used += len(seg.units[end])
+                end += 1
+            if end < n_units:
+                best = max(rank[c] for c in range(start + 1, end + 1))
+                if best > 0:  # the last cut of the best rank; rank 0 (a word longer than a chunk): cut at the limit
+                    end = max(c for c in range(start + 1, end + 1) if rank[c] == best)
+            emit(si, start, end, rank)
+            start = end
     return out
 
 
@@ -536,6 +585,26 @@ def _dense_scores(chunks: list[Chunk], question: str) -> list[float]:
     emb = embedder().encode([question] + [c.text for c in chunks], normalize_embeddings=True,
                              batch_size=32, show_progress_bar=False)
     return [float(x) for x in emb[1:] @ emb[0]]
+
+
+def _sentence_scores(chunks: list[Chunk], scores: list[float]) -> list[float]:
+    """Give the pieces of one sentence (a sentence longer than a chunk, cut between words) the best score
+    among them, so a kept piece pulls in the rest of its sentence (``The pass key is`` | ``71432.``: the
+    number alone shares no term with the question)."""
+    out = list(scores)
+    run = [0]
+    for i in range(1, len(chunks) + 1):
+        a, b = chunks[i - 1], chunks[i] if i < len(chunks) else None
+        same = (b is not None and a.segment == b.segment and a.end == b.start
+                and cut_rank(a.text + b.text, len(a.text)) < 3)
+        if same:
+            run.append(i)
+            continue
+        best = max(scores[j] for j in run)
+        for j in run:
+            out[j] = best
+        run = [i]
+    return out
 
 
 def _retrieve(segs, chunks, scores, b, top_k, as_chat, details):

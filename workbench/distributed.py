@@ -300,7 +300,9 @@ class _Worker:
         util = {}
         if len(req):
             util = sweeps._utilisation(req, metrics.summarize_point(req, m["wall_s"]), self.info, self.env)
-        m["extra"] = {**m.get("extra", {}), **util, "peak_memory_bytes": peak, "peak_memory_method": method,
+        # an experiment's own MBU/MFU (engine tuning: of the model it measured, in the point's dtype) win over the
+        # worker model's
+        m["extra"] = {**util, **m.get("extra", {}), "peak_memory_bytes": peak, "peak_memory_method": method,
                       **self.where}
         m["contamination"] = contamination
         return m

@@ -38,6 +38,13 @@ The model (one home of these formulas; the per-point utilisation figures MBU/MFU
   term has its own lever (overheads: short batch-1 runs; the kernel switch: batch 2; per-row cost: batch 8;
   KV traffic: the context).
 - **Bound** of a point: the largest of its overhead, memory and compute seconds over the whole request.
+- **Its error, out of sample.** The decode fit has four coefficients; the calibration runs six workloads, so
+  the fit is not exact, and :func:`fit_calibration` quotes the leave-one-workload-out error (each workload
+  predicted by a fit on the others) beside the in-sample one (``Calibration.loo_*_error``).
+- **A cached calibration is checked** against today's device probe (:func:`check_calibration`): a calibration
+  from a slower day over-predicts a faster one by 30-60%, so when bandwidth or FLOP/s moved by more than 15% it
+  is refitted (model loaded) or rescaled (overheads by the FLOP/s ratio, today's probe); ``Calibration.check``
+  records which.
 
 Inputs come from the model's ``config.json`` only (:class:`ModelShape`: parameter counts computed from the
 config, no weights load) and from :func:`workbench.metrics.probe_device` (bandwidth, FLOP/s). A calibration is
@@ -218,6 +225,14 @@ class Calibration:
         calibrated: False for the uncalibrated defaults (pure roofline).
         calibration_s: wall seconds the calibration took.
         version: :data:`CALIBRATION_VERSION` of the fit (a cached calibration of another version is refitted).
+        workloads: distinct calibration workloads (batch, prompt) the fit saw (the decode fit has
+            :data:`DECODE_PARAMETERS` coefficients and needs at least two more).
+        in_sample_ttft_error, in_sample_tpot_error: median ``|predicted / measured - 1|`` over the calibration runs
+            with the fit that saw them (near 0 for an exact fit: not a measure of accuracy).
+        loo_ttft_error, loo_tpot_error: the same, each workload predicted by a fit on the others
+            (leave-one-workload-out): the error to quote.
+        check: what :func:`check_calibration` did with a cached calibration today (``kept``, ``rescaled``,
+            ``refit``, with the probe ratios); empty for a fresh fit.
     """
 
     prefill_overhead_s: float = 0.0
@@ -230,11 +245,22 @@ class Calibration:
     step_row_overhead_s: float = 0.0
     kv_traffic: float = 1.0
     batched_step_overhead_s: float = 0.0
-    version: int = 3
+    version: int = 4
+    workloads: int = 0
+    in_sample_ttft_error: float = float("nan")
+    in_sample_tpot_error: float = float("nan")
+    loo_ttft_error: float = float("nan")
+    loo_tpot_error: float = float("nan")
+    check: str = ""
 
 
-#: Bumped when the fitted model changes; cached calibrations of another version are ignored.
-CALIBRATION_VERSION = 3
+#: Bumped when the fitted model changes; cached calibrations of another version are ignored (4: six calibration
+#: workloads, out-of-sample error).
+CALIBRATION_VERSION = 4
+#: Coefficients of the CPU decode fit (``o_d``, per-row, KV traffic, the batched-kernel switch).
+DECODE_PARAMETERS = 4
+#: A cached calibration whose device probe differs from today's by more than this share is rescaled or refitted.
+RECALIBRATE_LIMIT = 0.15
 
 
 # ----------------------------------------------------------------------------- the formulas
@@ -351,12 +377,50 @@ def _fit(roof_mem: Sequence[float], roof_comp: Sequence[float], measured: Sequen
 
 
 def fit_calibration(shape: ModelShape, device: Device, runs: pd.DataFrame) -> Calibration:
-    """Fit a :class:`Calibration` from measured runs.
+    """Fit a :class:`Calibration` from measured runs, with its in-sample and out-of-sample error.
+
+    The out-of-sample error is leave-one-workload-out: each distinct (batch, prompt) workload is predicted by
+    a fit on the others, and the median ``|predicted / measured - 1|`` over those held-out runs is the error to
+    quote (with four workloads for the decode fit's four coefficients the fit is exact and its in-sample error
+    near 0 says nothing; :data:`CALIBRATION_RUNS` has six).
 
     Args:
         runs: one row per measured request with ``batch_size``, ``prompt_tokens``, ``output_tokens``,
             ``prefill_s``, ``ttft_s``, ``tpot_s``.
     """
+    calib = _fit_calibration(shape, device, runs)
+    keys = list(zip(runs["batch_size"], runs["prompt_tokens"])) if len(runs) else []
+    workloads = list(dict.fromkeys(keys))
+    ttft_in, tpot_in = _errors(shape, device, calib, runs)
+    held_ttft, held_tpot = [], []
+    if len(workloads) > 1:
+        for w in workloads:
+            out = np.array([k == w for k in keys])
+            fit = _fit_calibration(shape, device, runs[~out])
+            t, p = _errors(shape, device, fit, runs[out], median=False)
+            held_ttft += t
+            held_tpot += p
+    med = (lambda v: float(np.median(v)) if len(v) else float("nan"))
+    return dataclasses.replace(calib, workloads=len(workloads), in_sample_ttft_error=ttft_in,
+                               in_sample_tpot_error=tpot_in, loo_ttft_error=med(held_ttft),
+                               loo_tpot_error=med(held_tpot))
+
+
+def _errors(shape: ModelShape, device: Device, calib: Calibration, runs: pd.DataFrame, median: bool = True):
+    """``|predicted / measured - 1|`` of TTFT and TPOT over ``runs`` (their medians, or the lists)."""
+    ttft, tpot = [], []
+    for r in runs.itertuples():
+        p = predict(shape, device, calib, r.batch_size, r.prompt_tokens, r.output_tokens)
+        for out, m, q in ((ttft, r.ttft_s, p["predicted_ttft_s"]), (tpot, r.tpot_s, p["predicted_tpot_s"])):
+            if m and m > 0 and math.isfinite(m) and math.isfinite(q):
+                out.append(abs(q / m - 1))
+    if not median:
+        return ttft, tpot
+    return (float(np.median(ttft)) if ttft else float("nan")), (float(np.median(tpot)) if tpot else float("nan"))
+
+
+def _fit_calibration(shape: ModelShape, device: Device, runs: pd.DataFrame) -> Calibration:
+    """The fit itself (see :func:`fit_calibration`)."""
     bw, fl = device.bandwidth_bytes_per_s, device.flops_per_s
     pre = [prefill_terms(shape, r.batch_size, r.prompt_tokens) for r in runs.itertuples()]
     po, pe = _fit([b / bw for b, _ in pre], [f / fl for _, f in pre], runs["prefill_s"], device.overlap)
@@ -387,12 +451,15 @@ def fit_calibration(shape: ModelShape, device: Device, runs: pd.DataFrame) -> Ca
 #: The calibration workload: (batch, prompt tokens); a short batch-1 prompt pins the fixed overheads, a long
 #: batch-1 prompt the prefill compute slope and the KV traffic (context), a short batch of 2 the GEMV -> GEMM
 #: switch (``batched_step_overhead_s``), a batch of 8 the per-row cost (the
-#: default CPU suite's batches 1-16 are then inter- or mildly extrapolated). 8 new tokens each, one warm-up and
-#: two timed repeats: ~20 s on 2 quiet CPU cores (float32, SmolLM2-135M).
-CALIBRATION_RUNS = ((1, 32), (1, 384), (2, 32), (8, 96))
+#: default CPU suite's batches 1-16 are then inter- or mildly extrapolated); a pair of batch 1 and 2 at 64 tokens
+#: makes six workloads, two more than the decode fit's four coefficients, so the fit is not exact and each workload
+#: can be held out (:func:`fit_calibration`); of the pairs tried on synthetic data with 3% noise, a same-context
+#: batch 1/2 pair pinned the kernel-switch term best. 8 new tokens each, one warm-up and two timed repeats: ~25 s
+#: on 2 quiet CPU cores (float32, SmolLM2-135M).
+CALIBRATION_RUNS = ((1, 32), (1, 384), (2, 32), (8, 96), (1, 64), (2, 64))
 #: Half the tokens, same levers: for a dtype the CPU runs without native units (bfloat16 without AVX512-BF16/AMX
-#: is ~2-3x slower than float32), so its calibration also stays under ~30 s (with ``repeats=1``).
-CALIBRATION_RUNS_SMALL = ((1, 32), (1, 192), (2, 32), (4, 64))
+#: is ~2-3x slower than float32), so its calibration also stays under ~40 s (with ``repeats=1``).
+CALIBRATION_RUNS_SMALL = ((1, 32), (1, 192), (2, 32), (4, 64), (1, 64), (2, 64))
 CALIBRATION_NEW_TOKENS = 8
 
 
@@ -456,6 +523,57 @@ def load_cached(model_path: str, device: str, dtype: str, threads: int) -> tuple
     return Device(**data["device"]), Calibration(**data["calibration"])
 
 
+def check_calibration(cached: tuple[Device, Calibration], today: Device, loaded=None,
+                      limit: float = RECALIBRATE_LIMIT, **calibrate_kwargs) -> tuple[Device, Calibration]:
+    """Check a cached calibration against today's device probe, and rescale or refit it when the machine moved.
+
+    A calibration fitted on a slower day over-predicts a faster one by 30-60% (overheads and achieved
+    FLOP/s are the day's). When today's bandwidth or matmul FLOP/s differs from the cached probe's by more
+    than ``limit``: with ``loaded`` the calibration is refitted (:func:`calibrate`, cached again); without a
+    model it is rescaled: today's probe replaces the cached one and every fixed overhead (seconds of CPU work:
+    Python, dispatch, sampling) scales by ``cached FLOP/s / today's FLOP/s``. ``Calibration.check`` records
+    which happened (``kept``, ``rescaled``, ``refit``) with the probe ratios.
+
+    Args:
+        cached: ``(device, calibration)`` of :func:`load_cached`.
+        today: a fresh :meth:`Device.probe` in the same dtype.
+        loaded: the model, to refit (None: rescale).
+        calibrate_kwargs: passed to :func:`calibrate` when refitting.
+
+    Returns:
+        ``(device, calibration)`` to predict with.
+    """
+    dev, calib = cached
+    bw = today.bandwidth_bytes_per_s / dev.bandwidth_bytes_per_s if dev.bandwidth_bytes_per_s else float("nan")
+    fl = today.flops_per_s / dev.flops_per_s if dev.flops_per_s else float("nan")
+    ratios = f"today's probe / cached: bandwidth {bw:.2f}x, FLOP/s {fl:.2f}x"
+    if all(math.isfinite(x) and abs(x - 1) <= limit for x in (bw, fl)):
+        return dev, dataclasses.replace(calib, check=f"kept ({ratios}, within {limit:.0%})")
+    if loaded is not None:
+        new_dev, new = calibrate(loaded, **calibrate_kwargs)
+        note = f"refit ({ratios}, beyond {limit:.0%})"
+        print(f"roofline: cached calibration {note}", file=sys.stderr)
+        return new_dev, dataclasses.replace(new, check=note)
+    k = 1.0 / fl if math.isfinite(fl) and fl > 0 else 1.0
+    scaled = dataclasses.replace(
+        calib, prefill_overhead_s=calib.prefill_overhead_s * k, step_overhead_s=calib.step_overhead_s * k,
+        ttft_overhead_s=calib.ttft_overhead_s * k, step_row_overhead_s=calib.step_row_overhead_s * k,
+        batched_step_overhead_s=calib.batched_step_overhead_s * k,
+        check=f"rescaled ({ratios}, beyond {limit:.0%}; overheads x{k:.2f}, today's probe)")
+    print(f"roofline: cached calibration {scaled.check}", file=sys.stderr)
+    return dataclasses.replace(today, threads=dev.threads, overlap=dev.overlap, name=dev.name), scaled
+
+
+def checked_cached(model_path: str, device: str, dtype: str, threads: int, loaded=None,
+                   **calibrate_kwargs) -> tuple[Device, Calibration] | None:
+    """:func:`load_cached` checked against a fresh probe of today's device (:func:`check_calibration`; 3
+    probe trials, a few seconds), or None when nothing is cached."""
+    cached = load_cached(model_path, device, dtype, threads)
+    if cached is None:
+        return None
+    return check_calibration(cached, Device.probe(device, dtype, trials=3), loaded, **calibrate_kwargs)
+
+
 def shape_of(info) -> ModelShape:
     """A :class:`ModelShape` from a loaded model's :class:`workbench.models.ModelInfo`."""
     from . import models
@@ -497,6 +615,8 @@ class Predictor:
             return self.shape, self.device, self.calib
         if dtype not in self._devices:
             cached = load_cached(self.model_path, self.device.name, dtype, _threads()) if self.model_path else None
+            if cached is not None and self.probe:
+                cached = check_calibration(cached, Device.probe(self.device.name, dtype, trials=2))
             if cached is None:
                 dev = self.device
                 p = Device.probe(dev.name, dtype, trials=2) if self.probe else dataclasses.replace(dev, dtype=dtype)
@@ -533,6 +653,8 @@ class Predictor:
         shape = ModelShape.from_model(spec, dtype)
         path = str(models.resolve_model_path(spec))
         cached = load_cached(path, device, dtype, torch.get_num_threads())
+        if cached is not None and probe:
+            cached = check_calibration(cached, Device.probe(device, dtype, trials=3))
         if cached is not None:
             return cls(shape, *cached, probe=probe, model_path=path)
         dev = Device.probe(device, dtype) if probe else Device(10e9, 50e9, torch.get_num_threads(),
@@ -633,7 +755,7 @@ def calibrated_predictor(loaded) -> Predictor:
     :func:`calibrate` (~20 s once per machine, model, dtype and thread count; cached). Experiments call it
     before their sweep, so every point's prediction exists before the point is measured."""
     info = loaded.info
-    cached = load_cached(info.path, info.device.split(":")[0], info.dtype, _threads())
+    cached = checked_cached(info.path, info.device.split(":")[0], info.dtype, _threads(), loaded)
     return Predictor(shape_of(info), *(cached or calibrate(loaded)), model_path=info.path)
 
 
@@ -641,7 +763,7 @@ def with_predictions(points: pd.DataFrame, info, predictor: Predictor | None = N
     """``points`` plus the prediction columns and the residual ratios ``ttft_ratio`` / ``tpot_ratio``
     (measured p50 / predicted) for every ``ok`` point with a batch size and prompt length."""
     if predictor is None:
-        cached = load_cached(info.path, info.device.split(":")[0], info.dtype, _threads())
+        cached = checked_cached(info.path, info.device.split(":")[0], info.dtype, _threads())
         predictor = Predictor(shape_of(info), *cached, model_path=info.path) if cached else Predictor(
             shape_of(info), Device.probe(info.device.split(":")[0], info.dtype), Calibration(), model_path=info.path)
     out = points.copy()

@@ -16,12 +16,19 @@ Method:
   the reference continuation's per-token log-probability (:func:`workbench.quality.continuation_logprobs`,
   nats). A configuration passes when agreement >= ``min_token_agreement`` and drift <=
   ``max_logprob_drift``; one that fails is shown and marked, never recommended.
-- Recommendation: the fastest configuration (lowest mean ``e2e_s_p50`` over the workloads) that meets the SLO
-  (``ttft_s_p50`` and ``tpot_s_p50`` within the limits at every workload) and the guard.
+- Utilisation: MBU and MFU of a point count the bytes of the model it measured (the configuration's dtype) over
+  the peaks probed in that dtype (:func:`measured_utilisation`), not the notebook's float32 model.
+- Recommendation: the fastest configuration (lowest mean ``e2e_s_p50`` over the workloads) on valid points that
+  passes the guard and does not miss the SLO at the SLO's own percentile (p99 for MLPerf presets and ``custom``,
+  p90 for DistServe's), judged only where the point's samples support that percentile (:func:`slo_verdict`).
+  Its speed-up over the baseline comes with a 95% interval (Welch's t on log repeat latencies,
+  :func:`speedup_interval`), and "faster" / "slower" only when the interval excludes 1.
 - ``search="adaptive"``: coordinate descent (:func:`coordinate_search`; one axis at a time from the baseline,
   keeping the best value, the way a tuner bisects one knob while holding the rest) measuring at most a third
-  of the grid. :func:`replay_search` runs the same search over a measured grid to show whether it reaches the
-  full grid's recommendation.
+  of the grid (at least one full pass), with the drift reference measured around the whole search as around a
+  grid sweep; it says whether it converged. :func:`replay_search` runs the same search over a measured grid to
+  show whether it reaches the full grid's recommendation. The finding prints ONE recommendation, names the
+  search that produced it, and gives the other's disagreement as a caveat (:func:`headline`).
 
 The first value of each axis list is the baseline that ratios are taken against.
 """
@@ -39,7 +46,7 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import checks, models, results, roofline, slo, sweeps
+from .. import checks, metrics, models, results, roofline, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings, encode_prompts, generate_measured
 from ..plots import label, legend_below, split_by_device
@@ -354,8 +361,103 @@ def measure_point(cfg: Config, point: dict, ref: dict, predictor: roofline.Predi
         extra["calibrated_dtype"] = predictor.calibrated_dtype(point["dtype"])
     for rec in out["requests"]:
         rec.update(context_tokens=L)
+    extra.update(measured_utilisation(loaded, out["requests"], point, predictor))
+    extra.update(repeat_statistics(out["requests"]))
     out["extra"] = extra
     return out
+
+
+_PEAKS: dict = {}
+
+
+def dtype_peaks(device: str, dtype: str, threads: int | None = None,
+                predictor: roofline.Predictor | None = None) -> dict:
+    """Peak bandwidth and FLOP/s of ``device`` for a model in ``dtype``: the predictor's probe of that dtype
+    (:meth:`workbench.roofline.Predictor.for_dtype`), else a fresh :meth:`workbench.roofline.Device.probe` in
+    that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.roofline.Device.flops_at`).
+
+    Returns:
+        ``{"bandwidth_bytes_per_s", "flops_per_s"}``.
+    """
+    if predictor is not None:
+        dev = predictor.for_dtype(dtype)[1]
+    else:
+        key = (device, dtype)
+        if key not in _PEAKS:
+            _PEAKS[key] = roofline.Device.probe(device, dtype, trials=3)
+        dev = _PEAKS[key]
+    return {"bandwidth_bytes_per_s": dev.bandwidth_bytes_per_s, "flops_per_s": dev.flops_at(threads)}
+
+
+def measured_utilisation(loaded, requests: list[dict], point: dict,
+                         predictor: roofline.Predictor | None = None) -> dict:
+    """MBU and MFU of a point from the model it measured (``loaded``: the configuration's dtype, so its weight
+    and KV bytes) over the peaks probed in that dtype (:func:`dtype_peaks`), the formulas of
+    :func:`workbench.sweeps._utilisation`. The sweep's own figures use the notebook's model (float32): for a
+    bfloat16 point they counted twice the bytes and divided by float32's FLOP/s; these columns replace them.
+
+    Returns:
+        ``mbu``, ``mfu``, ``peak_bandwidth_bytes_per_s``, ``peak_flops_per_s`` (empty without requests).
+    """
+    req = pd.DataFrame(requests)
+    if req.empty:
+        return {}
+    done = req[req["output_tokens"] >= 1]
+    summary = {f"{c}_p50": metrics.percentiles(done[c].tolist() if c in done else [], (50,))["p50"]
+               for c in ("tpot_s", "prefill_s")}
+    peaks = dtype_peaks(loaded.info.device.split(":")[0], loaded.info.dtype, point.get("torch_threads"), predictor)
+    return sweeps._utilisation(req, summary, loaded.info, peaks)
+
+
+def repeat_statistics(requests: list[dict]) -> dict:
+    """Per-repeat spread of a point's request latency, the input of :func:`speedup_interval`: the repeats are
+    the independent units (rows of one batch share one clock).
+
+    Returns:
+        ``n_repeats``; ``log_e2e_s_mean`` and ``log_e2e_s_sd`` (mean and sample standard deviation over repeats
+        of ``ln`` of the repeat's mean ``e2e_s``; the SD is NaN with one repeat).
+    """
+    req = pd.DataFrame(requests)
+    if req.empty or "repeat" not in req:
+        return {"n_repeats": 0, "log_e2e_s_mean": float("nan"), "log_e2e_s_sd": float("nan")}
+    per = req[req["output_tokens"] >= 1].groupby("repeat")["e2e_s"].mean()
+    logs = [math.log(v) for v in per if v > 0]
+    n = len(logs)
+    mean = sum(logs) / n if n else float("nan")
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1)) if n > 1 else float("nan")
+    return {"n_repeats": n, "log_e2e_s_mean": mean, "log_e2e_s_sd": sd}
+
+
+def speedup_interval(base: list[tuple[float, float, int]], other: list[tuple[float, float, int]],
+                     confidence: float = 0.95) -> tuple[float, float, float]:
+    """Speed-up of ``other`` over ``base`` (``e2e_base / e2e_other``) with a confidence interval.
+
+    Each argument holds one ``(log_e2e_s_mean, log_e2e_s_sd, n_repeats)`` per workload (same order). The
+    log-ratio is the mean over workloads of the difference of log means; its interval is Welch's t
+    (Welch-Satterthwaite degrees of freedom) on the log scale, exponentiated: the geometric-mean speed-up.
+    Coverage holds at small repeat counts for log-normal latencies (a t interval, not a bootstrap over two
+    values; tests simulate it at 2 and 3 repeats). A local helper until the shared ratio-interval helper
+    (``workbench/evidence.py``) lands.
+
+    Returns:
+        ``(speedup, low, high)``; low and high NaN when a workload has fewer than 2 repeats on either side.
+    """
+    from scipy import stats
+
+    if not base or len(base) != len(other):
+        return float("nan"), float("nan"), float("nan")
+    w = len(base)
+    d = sum(b[0] - o[0] for b, o in zip(base, other)) / w
+    ratio = math.exp(d)
+    if any(n < 2 or not math.isfinite(sd) for _, sd, n in [*base, *other]):
+        return ratio, float("nan"), float("nan")
+    parts = [sd * sd / n for _, sd, n in [*base, *other]]
+    var = sum(parts) / (w * w)
+    if var <= 0:
+        return ratio, ratio, ratio
+    df = sum(parts) ** 2 / sum(p * p / (n - 1) for p, (_, _, n) in zip(parts, [*base, *other]))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var)
+    return ratio, math.exp(d - half), math.exp(d + half)
 
 
 # ----------------------------------------------------------------------------- search and recommendation
@@ -371,17 +473,21 @@ def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], 
     until a pass changes nothing or the budget is spent. ``cache_implementation`` and ``compile`` are one
     joint axis (``dynamic``, ``static``, ``static+compile``), since compile only exists with a static cache.
 
+    The result is the grid's optimum only when the knobs do not interact; ``converged`` says whether the last
+    pass tried every neighbour of the result (a coordinate-wise optimum) or the budget cut the search short
+    (then the result may be beaten by a configuration the search never measured).
+
     Args:
         axes: ``{axis: [values]}``.
         evaluate: cost of a configuration (lower is better; ``inf`` for one that fails the SLO or guard).
-        budget: most configurations evaluated (default: a third of the valid grid, at least 1).
+        budget: most configurations evaluated (default: a third of the valid grid, but at least one full pass,
+            the baseline plus every other value of every axis once).
 
     Returns:
-        ``(best configuration, {config key: cost} of every evaluated configuration)``.
+        ``(best configuration, {config key: cost} of every evaluated configuration, converged)``.
     """
     names = list(axes)
     grid = [c for c in sweeps.expand_grid(**axes) if is_valid(c)]
-    budget = max(1, len(grid) // 3) if budget is None else budget
     joint = [a for a in JOINT if a in axes]
     search_axes: dict[str, list] = {}
     for a in names:
@@ -391,6 +497,8 @@ def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], 
                                                 if is_valid(dict(zip(joint, v)))]
         else:
             search_axes[a] = list(axes[a])
+    if budget is None:
+        budget = max(1, len(grid) // 3, 1 + sum(len(v) - 1 for v in search_axes.values()))
 
     def expand(c: dict) -> dict:
         out = {}
@@ -399,12 +507,16 @@ def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], 
         return out
 
     seen: dict = {}
+    refused = [False]  # the budget refused a configuration in this pass
 
     def cost(c):
         full = expand(c)
         key = tuple(full[a] for a in names)
         if key not in seen:
-            if len(seen) >= budget or not is_valid(full):
+            if not is_valid(full):
+                return math.inf
+            if len(seen) >= budget:
+                refused[0] = True
                 return math.inf
             seen[key] = evaluate(dict(full))
         return seen[key]
@@ -414,21 +526,68 @@ def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], 
         current = {a: (tuple(start[j] for j in joint) if "+" in a else start[a]) for a in search_axes}
     best = cost(current)
     changed = True
-    while changed and len(seen) < budget:
-        changed = False
+    while changed:  # configurations already measured cost nothing; unmeasured ones past the budget are refused
+        changed, refused[0] = False, False
         for a, values in search_axes.items():
             for v in values:
                 cand = {**current, a: v}
                 c = cost(cand)
                 if c < best:
                     current, best, changed = cand, c, True
-    return expand(current), seen
+    return expand(current), seen, not refused[0]
+
+
+def slo_verdict(rows: pd.DataFrame, limits: dict[str, float | None], percentile: int) -> tuple[bool | None, str]:
+    """Whether every point of a configuration meets the SLO limits at the SLO's own percentile.
+
+    A percentile counts only where the point's ``n_samples`` supports it (:data:`workbench.metrics.MIN_SAMPLES`:
+    no p99 from a handful of values). Where the stated percentile is not supported, a supported lower one
+    (p50, p90) above the limit still proves a miss (the p99 is at least the p50); otherwise the verdict is
+    unknown.
+
+    Args:
+        rows: the configuration's points (``{col}_p50/_p90/_p99`` and ``n_samples``).
+        limits: ``{"ttft_s": limit or None, "tpot_s": limit or None}`` in seconds.
+        percentile: the SLO's percentile (90 or 99).
+
+    Returns:
+        ``(True | False | None, note)``: None when the sample cannot decide; the note says why.
+    """
+    key = f"p{int(percentile)}"
+    need = metrics.MIN_SAMPLES.get(key, 100)
+    lower = [q for q in metrics.MIN_SAMPLES if int(q[1:]) < int(percentile)]
+    verdict: bool | None = True
+    notes = []
+    for col, limit in limits.items():
+        if limit is None:
+            continue
+        for _, r in rows.iterrows():
+            n = r.get("n_samples", float("nan"))
+            n = 0 if n is None or (isinstance(n, float) and math.isnan(n)) else int(n)
+            v = r.get(f"{col}_{key}", float("nan"))
+            if n >= need and v == v:
+                if v > limit:
+                    return False, f"{col} {key} {v:.3g} s > {limit:g} s"
+                continue
+            bounds = [(q, r.get(f"{col}_{q}")) for q in lower if n >= metrics.MIN_SAMPLES[q]]
+            over = [(q, b) for q, b in bounds if b is not None and b == b and b > limit]
+            if over:
+                q, b = over[-1]
+                return False, f"{col} {q} {b:.3g} s > {limit:g} s, so its {key} is too"
+            verdict = None
+            notes.append(f"{key} needs {need} samples, a point has {n}")
+    if verdict is None:
+        return None, f"not checked at {key} ({sorted(set(notes))[0]}); lower percentiles within the limits"
+    return True, f"checked at {key}"
 
 
 def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.DataFrame:
     """One row per configuration: mean ``e2e_s_p50`` over workloads (the objective), worst TTFT/TPOT p50,
-    predictions, the guard, ``meets_slo``, ``eligible`` (ok, guard passed, SLO met) and the speed ratio to the
-    baseline (the first configuration measured in grid order)."""
+    predictions, the guard, the SLO verdict at the SLO's own percentile (:func:`slo_verdict`: ``meets_slo``
+    True, False or None when the sample cannot decide, ``slo_percentile``, ``slo_note``), ``valid`` (no point
+    marked invalid), ``eligible`` (ok, valid, guard passed, SLO not missed) and the speed-up over the baseline
+    (the first configuration measured in grid order) with its 95% interval (:func:`speedup_interval`:
+    ``speedup_vs_baseline``, ``speedup_low``, ``speedup_high``; NaN bounds with a single repeat)."""
     if points.empty:
         return pd.DataFrame()
     df = points.copy()
@@ -452,19 +611,43 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
             sorted(set(str(x) for x in ok.get("guard_reason", pd.Series(["not measured"])) if x))) or r["status"]
         lim_ttft = cfg_slo.ttft_s if cfg_slo else (ok["slo_ttft_s"].iloc[0] if "slo_ttft_s" in ok and len(ok) else None)
         lim_tpot = cfg_slo.tpot_s if cfg_slo else (ok["slo_tpot_s"].iloc[0] if "slo_tpot_s" in ok and len(ok) else None)
-        r["meets_slo"] = bool(len(ok)) and (lim_ttft is None or r["ttft_s_p50"] <= lim_ttft) and (
-            lim_tpot is None or r["tpot_s_p50"] <= lim_tpot)
-        r["eligible"] = r["status"] == "ok" and r["guard_passed"] and r["meets_slo"]
+        pct = cfg_slo.percentile if cfg_slo else 99
+        r["slo_percentile"] = int(pct)
+        if len(ok):
+            r["meets_slo"], r["slo_note"] = slo_verdict(ok, {"ttft_s": lim_ttft, "tpot_s": lim_tpot}, pct)
+        else:
+            r["meets_slo"], r["slo_note"] = False, "not measured"
+        invalid = (ok["valid"].astype(object) == False) if "valid" in ok else pd.Series(False, index=ok.index)  # noqa: E712
+        r["valid"] = bool(len(ok)) and not bool(invalid.any())
+        r["invalid_reason"] = "" if r["valid"] or not len(ok) else str(ok.loc[invalid, "invalid_reason"].iloc[0]) \
+            if "invalid_reason" in ok else "invalid"
+        r["eligible"] = r["status"] == "ok" and r["valid"] and r["guard_passed"] and r["meets_slo"] is not False
+        r["_workloads"] = {(w.get("batch_size"), w.get("prompt_tokens")):
+                           (w.get("log_e2e_s_mean", float("nan")), w.get("log_e2e_s_sd", float("nan")),
+                            int(w.get("n_repeats", 0) or 0)) for _, w in ok.iterrows()}
         rows.append(r)
     out = pd.DataFrame(rows)
-    base = out["e2e_s_p50"].iloc[0]
-    out["speedup_vs_baseline"] = base / out["e2e_s_p50"]
+    out["meets_slo"] = out["meets_slo"].astype(object)
+    base_e2e, base_w = out["e2e_s_p50"].iloc[0], out["_workloads"].iloc[0]
+    ratios = []
+    for _, r in out.iterrows():
+        common = [k for k in base_w if k in r["_workloads"]]
+        stats = [base_w[k] for k in common], [r["_workloads"][k] for k in common]
+        if common and all(math.isfinite(m) for m, _, _ in [*stats[0], *stats[1]]):
+            ratios.append(speedup_interval(*stats))
+        else:  # no repeat statistics (older runs): the ratio of mean e2e p50, no interval
+            ratios.append((base_e2e / r["e2e_s_p50"], float("nan"), float("nan")))
+    out["speedup_vs_baseline"], out["speedup_low"], out["speedup_high"] = zip(*ratios) if ratios else ((), (), ())
     out["e2e_ratio"] = out["e2e_s_p50"] / out["predicted_e2e_s"]
-    return out
+    for col in ("search", "search_evaluated", "search_grid", "search_converged"):  # set by an adaptive run
+        if col in points and len(points):
+            out[col] = points[col].iloc[0]
+    return out.drop(columns=["_workloads"])
 
 
 def recommend(configs: pd.DataFrame) -> pd.Series | None:
-    """The eligible configuration with the lowest mean ``e2e_s_p50``, or None."""
+    """The eligible configuration (ok and valid points, guard passed, SLO not missed) with the lowest mean
+    ``e2e_s_p50``, or None."""
     if configs.empty:
         return None
     ok = configs[configs["eligible"]]
@@ -478,22 +661,23 @@ def objective(row) -> float:
 
 def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
     """Run :func:`coordinate_search` over a measured grid (evaluation = a table lookup) and compare with the
-    full grid's :func:`recommend`: ``{"evaluated", "grid", "adaptive", "full", "same"}``."""
+    full grid's :func:`recommend`: ``{"evaluated", "grid", "adaptive", "full", "same", "converged"}``."""
     table = {config_key(r): objective(r) for _, r in configs.iterrows()}
     axes = {a: axes.get(a, [None]) for a in AXES}
-    best, seen = coordinate_search(axes, lambda c: table.get(config_key(c), math.inf))
+    best, seen, converged = coordinate_search(axes, lambda c: table.get(config_key(c), math.inf))
     full = recommend(configs)
     adaptive = config_name(best) if math.isfinite(seen.get(config_key(best), math.inf)) else None
     full_name = None if full is None else full["config"]
     return {"evaluated": len(seen), "grid": sum(1 for c in sweeps.expand_grid(**axes) if valid(c)),
-            "adaptive": adaptive, "full": full_name, "same": adaptive == full_name}
+            "adaptive": adaptive, "full": full_name, "same": adaptive == full_name, "converged": converged}
 
 
 # ----------------------------------------------------------------------------- the sweep
 
 
 def make_predictor(cfg: Config, loaded) -> roofline.Predictor:
-    """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one, else
+    """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one (checked against
+    today's probe and refitted when off by more than 15%, :func:`workbench.roofline.check_calibration`), else
     (``cfg.calibrate``) a fresh one on the model loaded in that dtype (the small workload, one repeat, 3 probe
     trials; ~20 s once per machine and dtype); a dtype left uncalibrated uses its own probed FLOP/s with
     ``loaded``'s overheads (:meth:`workbench.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
@@ -501,16 +685,19 @@ def make_predictor(cfg: Config, loaded) -> roofline.Predictor:
     info = loaded.info
     dev = info.device.split(":")[0]
     threads = roofline._threads()
-    cached = roofline.load_cached(info.path, dev, info.dtype, threads)
+    # a cached calibration is checked against today's probe and refitted (or, not calibrating, rescaled) when off
+    cached = roofline.checked_cached(info.path, dev, info.dtype, threads, loaded if cfg.calibrate else None)
     if cached is None and cfg.calibrate:
         cached = roofline.calibrate(loaded)
     if cached is None:
         cached = (roofline.Device.probe(dev, info.dtype), roofline.Calibration())
     predictor = roofline.Predictor(roofline.shape_of(info), *cached, model_path=info.path)
+    small = dict(repeats=1, trials=3, runs=roofline.CALIBRATION_RUNS_SMALL)
     for dtype in cfg.dtypes:
-        if dtype != info.dtype and cfg.calibrate and roofline.load_cached(info.path, dev, dtype, threads) is None:
-            predictor.add(dtype, *roofline.calibrate(models.load_model(cfg.model, cfg.device, dtype), repeats=1,
-                                                     trials=3, runs=roofline.CALIBRATION_RUNS_SMALL))
+        if dtype != info.dtype and cfg.calibrate:
+            other = models.load_model(cfg.model, cfg.device, dtype)
+            got = roofline.checked_cached(info.path, dev, dtype, threads, other, **small)
+            predictor.add(dtype, *(got or roofline.calibrate(other, **small)))
     return predictor
 
 
@@ -545,10 +732,22 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
             row = configurations(done, lim)
             return objective(row.iloc[0]) if len(row) else math.inf
 
-        coordinate_search(cfg.axes(), evaluate)
+        # the drift reference of the whole search, as run_sweep measures one around a grid: start, end, verdict
+        ref_start = sweeps.reference_tpot_s(loaded, sweeps.REFERENCE_REUSE_S)
+        _, seen, converged = coordinate_search(cfg.axes(), evaluate)
+        done = results.read_points(run_dir, EXPERIMENT)
+        done = done[done["point_id"].isin(ids)]
+        sweeps._check_drift(run_dir, EXPERIMENT, ref_start, sweeps.reference_tpot_s(loaded),
+                            [(r["point_id"], r) for r in done.to_dict("records")])
         exp = results.read_manifest(run_dir)["experiments"][EXPERIMENT]
-        results.update_manifest(run_dir, experiments={EXPERIMENT: {**exp, "points": ids, "search": "adaptive"}})
+        summary = {"search": "adaptive", "search_evaluated": len(seen), "search_grid": len(cfg.configurations()),
+                   "search_converged": bool(converged)}
+        results.update_manifest(run_dir, experiments={EXPERIMENT: {**exp, "points": ids, **summary}})
     points = results.read_points(run_dir, EXPERIMENT)
+    if cfg.search == "adaptive":
+        points = points[points["point_id"].isin(ids)].copy()
+        for k, v in summary.items():
+            points[k] = v
     if "predicted_ttft_s" in points:
         points["ttft_ratio"] = points["ttft_s_p50"] / points["predicted_ttft_s"]
         points["tpot_ratio"] = points["tpot_s_p50"] / points["predicted_tpot_s"]
@@ -559,30 +758,70 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- findings and figures
 
 
+def speedup_phrase(r) -> str:
+    """``1.59x (95% interval 1.41-1.79x: faster)``: a direction only when the interval excludes 1."""
+    x, lo, hi = r["speedup_vs_baseline"], r.get("speedup_low", float("nan")), r.get("speedup_high", float("nan"))
+    if not (lo == lo and hi == hi):
+        return f"{x:.2f}x (no interval: a single repeat, so no direction)"
+    verdict = "faster" if lo > 1 else ("slower" if hi < 1 else "no difference beyond noise")
+    return f"{x:.2f}x (95% interval {lo:.2f}-{hi:.2f}x: {verdict})"
+
+
 def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
-    """The recommendation and which knobs help (ratio to the baseline), in one paragraph."""
+    """ONE recommendation, the search that produced it, and what holds it up, in one paragraph.
+
+    The recommendation comes from the full grid (``search`` given: the :func:`replay_search` of a grid run,
+    whose disagreement becomes a caveat) or from the adaptive search (``configs`` of an adaptive run: then
+    the caveat says the rest of the grid was not measured and whether the search converged). Every
+    configuration's ratio to the baseline carries its interval (:func:`speedup_phrase`); the SLO verdict says
+    at which percentile it was checked.
+    """
     if configs.empty:
         return "No configuration measured."
     best = recommend(configs)
     base = configs.iloc[0]
+    adaptive_run = "search" in configs and configs["search"].iloc[0] == "adaptive"
+    if adaptive_run:
+        source = (f"the adaptive search ({int(configs['search_evaluated'].iloc[0])} of "
+                  f"{int(configs['search_grid'].iloc[0])} configurations measured)")
+    else:
+        source = f"the full grid ({len(configs)} configurations measured)"
     parts = []
     if best is None:
-        parts.append("No configuration met both the SLO and the quality guard: none is recommended.")
+        parts.append(f"No configuration of {source} met the SLO and the quality guard on valid points: none is "
+                     f"recommended.")
     else:
-        parts.append(f"Recommended: {best['config']} ({best['e2e_s_p50']:.3f} s per request, "
-                     f"{best['speedup_vs_baseline']:.2f}x the baseline {base['config']}; token agreement "
-                     f"{best['token_agreement']:.2f}, log-prob drift {best['logprob_drift']:.3f} nats).")
+        versus = ("it is the baseline" if best["config"] == base["config"] else
+                  f"{speedup_phrase(best)} against the baseline {base['config']}")
+        parts.append(f"Recommended by {source}: {best['config']} ({best['e2e_s_p50']:.3f} s per request; "
+                     f"{versus}; token agreement "
+                     f"{best['token_agreement']:.2f}, log-prob drift {best['logprob_drift']:.3f} nats; SLO "
+                     f"{best.get('slo_note', '')}).")
     for _, r in configs.iloc[1:].iterrows():
         if not math.isfinite(r["speedup_vs_baseline"]):
             continue
-        verdict = "helps" if r["speedup_vs_baseline"] > 1.05 else ("hurts" if r["speedup_vs_baseline"] < 0.95 else
-                                                                    "no clear change")
-        guard = "" if r["guard_passed"] else f" [guard FAILED: {r['guard_reason']}]"
-        parts.append(f"{r['config']}: {r['speedup_vs_baseline']:.2f}x ({verdict}){guard}.")
-    if search:
-        parts.append(f"Adaptive search on this grid: {search['evaluated']} of {search['grid']} configurations, "
-                     f"recommends {search['adaptive']} ({'same as' if search['same'] else 'differs from'} the full "
-                     f"grid's {search['full']}).")
+        flags = "" if r["guard_passed"] else f" [guard FAILED: {r['guard_reason']}]"
+        if r.get("valid") is False or r.get("valid") == False:  # noqa: E712
+            flags += f" [invalid: {r.get('invalid_reason', '')}]"
+        if r.get("meets_slo") is False:
+            flags += f" [misses the SLO: {r.get('slo_note', '')}]"
+        parts.append(f"{r['config']}: {speedup_phrase(r)}{flags}.")
+    if adaptive_run:
+        conv = bool(configs["search_converged"].iloc[0])
+        parts.append("Caveat: the rest of the grid was not measured; the search " + (
+            "converged (no single knob change improves its choice), which is the grid's optimum only if the knobs "
+            "do not interact." if conv else
+            "stopped on its budget before converging, so it could not establish the grid's optimum."))
+    elif search and best is not None:
+        if search["same"]:
+            parts.append(f"The adaptive search, replayed on this grid, finds the same configuration with "
+                         f"{search['evaluated']} of {search['grid']} measurements.")
+        else:
+            why = ("it converged on a different configuration: the knobs interact" if search.get("converged") else
+                   "it stopped on its budget before converging")
+            parts.append(f"Caveat: the adaptive search, replayed on this grid, could not find this optimum: after "
+                         f"{search['evaluated']} of {search['grid']} measurements it would pick "
+                         f"{search['adaptive'] or 'nothing'} ({why}).")
     return " ".join(parts)
 
 
