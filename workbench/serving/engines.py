@@ -131,6 +131,7 @@ class BaseEngine:
         self.history: deque = deque(maxlen=1024)
         self.busy = threading.Event()
         self._stopping = False
+        self._running = 0  # requests in the batch being served (read by running_requests / RunningSampler)
         self._thread = threading.Thread(target=self._loop, name=f"workbench-{self.name}", daemon=True)
         self._thread.start()
 
@@ -175,11 +176,14 @@ class BaseEngine:
                         r.t_admit = time.perf_counter()
                         r.finish("cancelled")
                 if live:
+                    self._running = len(live)
                     try:
                         self._serve(live)
                     except Exception as exc:  # every request of the batch fails with the reason
                         for r in live:
                             r.finish("error", f"{type(exc).__name__}: {exc}")
+                    finally:
+                        self._running = 0
                 for r in batch:
                     self.history.append(r.result())
             finally:
@@ -189,6 +193,10 @@ class BaseEngine:
 
     def _collect(self, first: EngineRequest) -> list:
         return [first]
+
+    def running_requests(self) -> int:
+        """Requests the engine is running now (admitted, not finished): the batch being served."""
+        return self._running
 
     def _serve(self, batch: list) -> None:
         raise NotImplementedError
@@ -418,6 +426,10 @@ class ContinuousEngine(BaseEngine):
             except Exception as exc:
                 r.finish("error", f"{type(exc).__name__}: {exc}")
 
+    def running_requests(self) -> int:
+        """Requests handed to the manager and not finished (its running batch and its own admission queue)."""
+        return len(self._live)
+
     def wait_idle(self, timeout: float = 60.0) -> bool:
         end = time.perf_counter() + timeout
         while time.perf_counter() < end:
@@ -446,6 +458,62 @@ def make_engine(name: str, loaded, max_batch_size: int = 8, batch_window_s: floa
     if name == "static":
         return StaticEngine(loaded, max_batch_size, batch_window_s)
     return ContinuousEngine(loaded, settings, max_batch_size, max_seq_tokens)
+
+
+class RunningSampler:
+    """Samples an engine's running requests (:meth:`BaseEngine.running_requests`) every ``interval_s`` seconds
+    in a daemon thread, so a load point can report the batch it actually ran (mean and max over its window)
+    rather than the engine's lifetime peak.
+
+    Use: ``with RunningSampler(engine) as s: ...`` (or :meth:`start` / :meth:`stop`), then :meth:`stats`.
+    ``samples`` holds ``(perf_counter, running)`` pairs.
+
+    Raises:
+        ParameterError: ``interval_s`` not > 0.
+    """
+
+    def __init__(self, engine, interval_s: float = 0.005):
+        self.engine = engine
+        self.interval_s = checks.check_float("interval_s", interval_s, lo=0, lo_open=True)
+        self.samples: list[tuple[float, int]] = []
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            self.samples.append((time.perf_counter(), int(self.engine.running_requests())))
+            self._halt.wait(self.interval_s)
+
+    def start(self) -> "RunningSampler":
+        self._thread = threading.Thread(target=self._run, name="workbench-running-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> "RunningSampler":
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.samples.append((time.perf_counter(), int(self.engine.running_requests())))
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def stats(self, t_from: float = -math.inf, t_to: float = math.inf) -> dict:
+        """``engine_batch_mean`` (time-weighted mean running requests: each sample holds until the next) and
+        ``engine_batch_max`` over ``[t_from, t_to]`` (``perf_counter`` seconds); NaN without samples in it."""
+        pts = [(t, n) for t, n in self.samples if t_from <= t <= t_to]
+        if not pts:
+            return {"engine_batch_mean": float("nan"), "engine_batch_max": float("nan")}
+        if len(pts) == 1:
+            return {"engine_batch_mean": float(pts[0][1]), "engine_batch_max": float(pts[0][1])}
+        area = sum(n * (t2 - t1) for (t1, n), (t2, _) in zip(pts, pts[1:]))
+        span = pts[-1][0] - pts[0][0]
+        return {"engine_batch_mean": area / span if span > 0 else float(pts[0][1]),
+                "engine_batch_max": float(max(n for _, n in pts))}
 
 
 def run_requests(engine: BaseEngine, requests: list, timeout: float = 600.0) -> list[dict]:
