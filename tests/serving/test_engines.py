@@ -131,3 +131,42 @@ def test_queued_request_gets_headers_promptly_and_engine_timings_over_http(loade
     assert eng["queue_s"] > 0 and eng["ttft_s"] >= eng["queue_s"] and len(eng["itl_s"]) == eng["output_tokens"] - 1
     assert 0 < eng["prefill_s"] < eng["ttft_s"] and 0 < long_row["prefill_s"] < long_row["engine_ttft_s"]
     assert long_row["queue_s"] >= 0 and len(long_row["itl_s"]) == 23 and long_row["tpot_s"] > 0
+
+
+class _Counter:
+    """An engine stand-in whose running requests the test sets."""
+
+    def __init__(self):
+        self.n = 0
+
+    def running_requests(self):
+        return self.n
+
+
+def test_running_sampler_reports_mean_and_max_over_a_window():
+    eng = _Counter()
+    s = engines.RunningSampler(eng, interval_s=0.001)
+    with s:
+        eng.n = 2
+        time.sleep(0.05)
+        t_mid = time.perf_counter()
+        eng.n = 4
+        time.sleep(0.05)
+        eng.n = 0
+    whole = s.stats()
+    assert whole["engine_batch_max"] == 4 and 0 < whole["engine_batch_mean"] < 4
+    early = s.stats(t_to=t_mid - 0.01)
+    assert early["engine_batch_max"] <= 2  # the window before the 4 excludes it
+    assert s.stats(t_from=1e18)["engine_batch_max"] != s.stats(t_from=1e18)["engine_batch_max"]  # NaN: no samples
+    with pytest.raises(ParameterError):
+        engines.RunningSampler(eng, interval_s=0)
+
+
+@pytest.mark.model
+def test_engines_report_their_running_requests(loaded):
+    """fifo runs one request at a time; the sampler sees at most one while three wait."""
+    tok = loaded.tokenizer
+    s = GenerationSettings(max_new_tokens=3, ignore_eos=True)
+    with engines.FifoEngine(loaded) as eng, engines.RunningSampler(eng) as sampler:
+        engines.run_requests(eng, [engines.EngineRequest(_ids(tok, p), s) for p in PROMPTS])
+    assert sampler.stats()["engine_batch_max"] == 1 and eng.running_requests() == 0
