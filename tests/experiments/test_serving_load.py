@@ -44,12 +44,14 @@ def test_recommend_and_knees_from_synthetic_points():
     assert serving_load.knees(pts) == {"continuous": 2.0, "fifo": 1.0}
 
 
-def _points(**extra):
+def _points(interval=True, **extra):
     """Synthetic serving points of one engine: open-loop rates 1 and 2 req/s that keep up and meet the SLO."""
     base = {"status": "ok", "valid": True, "engine": "fifo", "profile": "poisson", "stopped_early": False,
             "requests_unsent": 0, "requests_incomplete": 0, "requests_planned_window": 40,
-            "slo_attainment_custom": 1.0, "slo_attainment_low_custom": 0.91, "slo_attainment_high_custom": 1.0,
-            "goodput_rps_custom": 1.0, "slo_attainment": 1.0, "slo_attainment_low": 0.91, "slo_attainment_high": 1.0}
+            "slo_attainment_custom": 1.0, "goodput_rps_custom": 1.0, "slo_attainment": 1.0}
+    if interval:
+        base.update(slo_attainment_low_custom=0.91, slo_attainment_high_custom=1.0, slo_attainment_low=0.91,
+                    slo_attainment_high=1.0)
     rows = [dict(base, offered_rps=r, arrival_rps=r, completion_rps=r, goodput_rps_custom=r) for r in (1.0, 2.0)]
     rows += [dict(base, **x) for x in extra.get("more", [])]
     return pd.DataFrame(rows)
@@ -61,11 +63,14 @@ def _points(**extra):
     {"profile": "poisson", "offered_rps": 9.0, "valid": False},      # measured under other load
 ])
 def test_recommend_and_knee_ignore_invalid_closed_loop_and_early_stopped_points(bad):
-    pts = _points(more=[dict(bad, arrival_rps=9.0, completion_rps=9.0, goodput_rps_custom=9.0)])
+    more = [dict(bad, arrival_rps=9.0, completion_rps=9.0, goodput_rps_custom=9.0)]
+    pts = _points(interval=False, more=more)
     rec = serving_load.recommend(pts, target=0.9).set_index("slo")
     assert rec.loc["custom", "max_rate_rps"] == 2.0 and rec.loc["custom", "goodput_rps"] == 2.0
-    assert rec.loc["custom", "attainment_low"] == 0.91 and rec.loc["custom", "requests"] == 40
     assert serving_load.knees(pts) == {"fifo": 2.0}
+    rec = serving_load.recommend(_points(more=more), target=0.9).set_index("slo")  # with the interval columns
+    assert rec.loc["custom", "max_rate_rps"] == 2.0 and rec.loc["custom", "attainment_low"] == 0.91
+    assert rec.loc["custom", "requests"] == 40
 
 
 def test_kept_up_is_one_definition():
