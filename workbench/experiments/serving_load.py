@@ -558,9 +558,10 @@ def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["slo_attainment"], mode="lines+markers", error_y=err,
                                  name=f"{e} attainment", line=dict(color=col.get(e), dash="dash"),
                                  hovertext=hover), row=1, col=2)
-        if kn.get(e) == kn.get(e):
+        knee = kn.get(e, float("nan"))  # NaN: no usable point, or none kept up
+        if knee == knee:
             for c in (1, 2):
-                fig.add_vline(x=kn[e], line=dict(color=col.get(e), dash="dot"), row=1, col=c)
+                fig.add_vline(x=knee, line=dict(color=col.get(e), dash="dot"), row=1, col=c)
     fig.update_xaxes(title_text="offered rate (requests/s)")
     fig.update_yaxes(title_text=label("goodput_rps"), row=1, col=1)
     fig.update_yaxes(title_text=label("slo_attainment"), range=[0, 1.05], row=1, col=2)
