@@ -332,6 +332,7 @@ def test_http_sender_ignores_a_dead_proxy_in_the_environment(monkeypatch):
     assert row["error"] is None, row["error"]
     assert row["text"] == "Hello" and row["chunks"] == 2 and row["output_tokens"] == 3  # usage, not chunks
     assert row["prefill_s"] == 0.02 and row["queue_s"] == 0.01 and row["tpot_s"] == 0.03
+    assert row["decode_tps"] > 0  # the user's decode speed: 2 tokens after the first over the chunks' span
 
 
 def test_flow_rates_tell_keeping_up_from_falling_behind():

@@ -7,13 +7,18 @@ load grows until the server saturates (the knee). Per engine the grid is a sweep
 then ``sweep_points`` open-loop rates evenly between the two measured request rates, each with
 ``requests_per_point`` requests of ``prompt_tokens`` prompt and ``max_new_tokens`` fixed-length output
 (greedy). Open-loop latencies count from the scheduled arrival (no coordinated omission); an over-saturated
-rate stops early by the recorded rule. Per point: the usual latency percentiles and throughput over the
-kept window, ``queue_s`` percentiles, SLO attainment and goodput per preset (:mod:`workbench.slo`), the
-time slices and the stop rule. :func:`recommend` gives, per SLO preset, the engine and the highest measured
-rate whose attainment reaches ``attainment_target``; :func:`search` finds that rate by bisection
-(:func:`search_engines` runs it on its own, without the sweep: ``benchmarks/serving.py``). The knee
-(:func:`knees`) compares each open-loop point's arrival and completion rates
-(:func:`workbench.serving.load.flow_rates`).
+rate stops early by the recorded rule. Per point (:func:`point_columns`): the usual latency percentiles;
+request, output, input and total token throughput and goodput over the measured window (completions inside
+it per second of it, :func:`workbench.serving.load.apply_window`: not biased low by a short run); mean
+concurrency with its Little's-law check; ``queue_s`` percentiles; SLO attainment over the requests planned
+for the window (unsent and unfinished ones are misses) with its Wilson 95% interval, goodput and the
+percentile check per preset (:mod:`workbench.slo`); the engine's running requests over the window
+(``engine_batch_mean`` / ``_max``); the time slices and the stop rule. :func:`recommend` gives, per SLO
+preset, the engine and the highest measured rate whose attainment reaches ``attainment_target``;
+:func:`search` finds that rate by bisection (:func:`search_engines` runs it on its own, without the sweep:
+``benchmarks/serving.py``). The knee (:func:`knees`) is the highest open-loop rate that kept up
+(:func:`kept_up`, the one definition). Knees, recommendations and the finding use usable points only
+(:func:`workbench.plots.usable_points`: valid, open-loop, not stopped early).
 
 Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
 server (:mod:`workbench.serving.server`) with the engine behind it and drives it with the load generator's
@@ -483,8 +488,16 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
         knee = k.get(e, float("nan"))
         if knee == knee:
             at = g.iloc[int(np.argmin(np.abs(g.get("arrival_rps", g["offered_rps"]).fillna(g["offered_rps"]) - knee)))]
-            parts.append(f"{e}: kept up to {knee:.2f} req/s (custom SLO attainment there {at.get('slo_attainment', np.nan):.2f}, "
-                         f"{_interval(at.get('slo_attainment_low', np.nan), at.get('slo_attainment_high', np.nan))})")
+            txt = (f"{e}: kept up to {knee:.2f} req/s (custom SLO attainment there {at.get('slo_attainment', np.nan):.2f}, "
+                   f"{_interval(at.get('slo_attainment_low', np.nan), at.get('slo_attainment_high', np.nan))})")
+            behind = [(i, r) for i, r in g.iterrows() if kept_up(r) is False and r["offered_rps"] > at["offered_rps"]]
+            if behind:
+                i, r = behind[0]
+                comp = r.get("completion_rps", r.get("request_throughput_rps", np.nan))
+                txt += (f"; at {r['offered_rps']:.2f} req/s completions fell behind ({comp:.2f} req/s)"
+                        + (f" while attainment stayed {att[i]:.2f} ({_interval(lo[i], hi[i])}): the queue grew within "
+                           "the SLO's slack" if att[i] >= target else f", attainment {att[i]:.2f} ({_interval(lo[i], hi[i])})"))
+            parts.append(txt)
         else:
             txt = f"{e}: completions fell behind arrivals from its lowest open-loop rate ({g['offered_rps'].iloc[0]:.2f} req/s)"
             if (att >= target).any():

@@ -188,8 +188,9 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     (:func:`workbench.metrics.request_timing` over chunk arrival times); ``chunk_itl_s`` are chunk gaps
     (a chunk is not a token). ``output_tokens`` is the server's ``usage.completion_tokens``; ``tpot_s``,
     ``itl_s``, ``queue_s`` and ``prefill_s`` are the engine's per-token-id figures from the final chunk's
-    ``engine`` field when the server sends them (NaN when it does not). ``text`` is the streamed content
-    joined. ``t_headers`` is when the response headers arrived.
+    ``engine`` field when the server sends them (NaN when it does not). ``decode_tps`` (the user's decode
+    speed) is the ``usage`` tokens after the first over the client's first-to-last content chunk time. ``text``
+    is the streamed content joined. ``t_headers`` is when the response headers arrived.
 
     The ``httpx`` client ignores ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` (``trust_env=False``):
     a proxy in the environment must not reroute or time loopback traffic. ``client``: an ``httpx.Client``
@@ -237,6 +238,10 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         timing = metrics.request_timing(stamps, t_scheduled)
         n_out = usage.get("completion_tokens") if usage else None
         nan = float("nan")
+        # the user's decode speed: tokens after the first (usage) over the client's first-to-last chunk time
+        per_user = metrics.request_timing(stamps, t_scheduled, decode_steps=int(n_out) - 1) \
+            if n_out and stamps and not row.get("error") else {"decode_tps": nan}
+        row["decode_tps"] = per_user["decode_tps"]
         row.update(ttft_s=timing["ttft_s"], e2e_s=row["t_done"] - t_scheduled, chunk_itl_s=timing["itl_s"],
                    chunks=len(stamps), output_tokens=int(n_out) if n_out is not None else 0,
                    prompt_tokens=usage.get("prompt_tokens") if usage else spec.prompt_tokens, finish_reason=finish,
@@ -258,7 +263,7 @@ def engine_sender(engine, tokenizer, settings) -> Callable:
 
     ``settings``: the :class:`~workbench.generation.GenerationSettings` of every request (its
     ``max_new_tokens`` is replaced by the spec's ``max_tokens``). Latencies count from the scheduled time
-    through per-token-id stamps; ``queue_s`` is the engine's.
+    through per-token-id stamps (``ttft_s``, ``itl_s``, ``tpot_s``, ``decode_tps``); ``queue_s`` is the engine's.
     """
     from ..generation import encode_prompts
     from .engines import EngineRequest
@@ -284,7 +289,8 @@ def engine_sender(engine, tokenizer, settings) -> Callable:
         timing = metrics.request_timing(stamps, t_scheduled)
         err = res.get("error")
         row.update(ttft_s=timing["ttft_s"], e2e_s=(stamps[-1] if stamps else row["t_done"]) - t_scheduled,
-                   itl_s=timing["itl_s"], tpot_s=timing["tpot_s"], output_tokens=0 if err else len(stamps),
+                   itl_s=timing["itl_s"], tpot_s=timing["tpot_s"], decode_tps=timing["decode_tps"],
+                   output_tokens=0 if err else len(stamps),
                    prompt_tokens=len(ids), finish_reason=res.get("finish_reason"), queue_s=res.get("queue_s"),
                    prefill_s=res.get("prefill_s", float("nan")),
                    batch_size=res.get("batch_size"), chunks=len(stamps), error=err)
