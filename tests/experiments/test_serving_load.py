@@ -93,6 +93,7 @@ def test_headline_names_its_evidence_and_agrees_with_attainment():
     text = serving_load.headline(behind, 0.9)
     assert "fell behind" in text and "attainment of the custom SLO stayed 1.00" in text
     assert "no open-loop rate kept up" not in text
+    assert serving_load.recommend(behind, 0.9).iloc[0]["engine"] == ""  # a growing queue is not recommended
 
 
 def test_point_goodput_at_a_constant_rate_is_the_offered_rate():

@@ -441,9 +441,12 @@ def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
     """Per SLO preset (and ``custom``): the engine and the highest measured offered rate whose attainment
     reaches ``target`` (ties: higher goodput), with its goodput, its attainment's Wilson 95% interval and the
     requests planned for it; ``engine`` empty when none does. Only usable points
-    (:func:`workbench.plots.usable_points` with ``serving``: valid, open-loop, not stopped early): a closed-loop
-    burst, a point stopped for over-saturation or one measured under other load is never recommended."""
+    (:func:`workbench.plots.usable_points` with ``serving``: valid, open-loop, not stopped early) that kept up
+    (:func:`kept_up` not False): a closed-loop burst, a point stopped for over-saturation, one measured under
+    other load or one whose queue grew is never recommended."""
     df = usable_points(points, serving=True)
+    if not df.empty:  # a rate whose queue grew is not one the engine sustains, whatever its short-run attainment
+        df = df[[kept_up(r) is not False for _, r in df.iterrows()]]
     rows = []
     for n in _slo_names(df.columns):
         source = slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"
@@ -513,7 +516,7 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
                      f"goodput; attainment {c['attainment']:.2f}, {_interval(c['attainment_low'], c['attainment_high'])}, "
                      f"{c['requests']} requests)")
     elif not custom.empty:
-        parts.append(f"no engine met the custom SLO (attainment >= {target:.0%}) at any usable rate")
+        parts.append(f"no engine met the custom SLO (attainment >= {target:.0%}) at a usable rate it kept up with")
     left = len(ok_points(points)) - len(use)
     tail = (f" Evidence: {len(use)} usable open-loop points of {n_txt} planned requests each"
             + (f"; {left} closed-loop, stopped-early or invalid points left out" if left else "") + ".")
