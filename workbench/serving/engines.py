@@ -31,6 +31,11 @@ forward steps, split into chunks and mixed with other requests' decode tokens, s
 to one request's prefill; any figure (for example admission to first token) would include other requests'
 work and is not reported under this name.
 
+Running requests: :meth:`BaseEngine.running_requests` (the batch being served; for ``continuous`` the
+requests the manager holds) and :class:`RunningSampler`, which samples it in a thread so a load point reports
+the mean and max batch over its own window (``engine_batch_mean`` / ``engine_batch_max``), not the engine's
+lifetime peak.
+
 Greedy outputs equal batch-1 ``generate`` outputs for all three engines on the embedded model in
 float32 (tests/serving/test_engines.py); batched attention may in general change the last bits of
 logits and so a near-tie argmax, which the test would report as the first divergent token.
@@ -472,7 +477,7 @@ class RunningSampler:
         ParameterError: ``interval_s`` not > 0.
     """
 
-    def __init__(self, engine, interval_s: float = 0.005):
+    def __init__(self, engine, interval_s: float = 0.01):
         self.engine = engine
         self.interval_s = checks.check_float("interval_s", interval_s, lo=0, lo_open=True)
         self.samples: list[tuple[float, int]] = []
