@@ -91,7 +91,8 @@ def test_headline_names_its_evidence_and_agrees_with_attainment():
     assert "kept up to 2.00 req/s" in text and "95% Wilson interval 0.91-1.00" in text and "40 planned" in text
     behind = pts.assign(completion_rps=pts["arrival_rps"] * 0.5)
     text = serving_load.headline(behind, 0.9)
-    assert "fell behind" in text and "attainment of the custom SLO stayed 1.00" in text
+    assert "did not keep up even at its lowest" in text and "fell behind" in text
+    assert "custom-SLO attainment 1.00 (95% Wilson interval 0.91-1.00) stayed at target" in text
     assert "no open-loop rate kept up" not in text
     assert serving_load.recommend(behind, 0.9).iloc[0]["engine"] == ""  # a growing queue is not recommended
 

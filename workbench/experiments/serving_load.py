@@ -424,7 +424,7 @@ def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
         x = g["arrival_rps"] if "arrival_rps" in g and g["arrival_rps"].notna().all() else g["offered_rps"]
         knee = float("nan")
         for rate, (_, r) in sorted(zip(x, g.iterrows()), key=lambda t: t[0]):
-            if not kept_up(r, tolerance):
+            if kept_up(r, tolerance) is not True:  # fell behind, or not known
                 break
             knee = float(rate)
         out[e] = knee
@@ -465,58 +465,62 @@ def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _interval(lo, hi) -> str:
-    return f"95% Wilson interval {lo:.2f}-{hi:.2f}" if lo == lo and hi == hi else "no interval"
+def _attained(r, target: float) -> str:
+    """``custom-SLO attainment 1.00 (95% Wilson interval 0.76-1.00)`` of a point row."""
+    lo, hi = r.get("slo_attainment_low", np.nan), r.get("slo_attainment_high", np.nan)
+    ci = f"95% Wilson interval {lo:.2f}-{hi:.2f}" if lo == lo and hi == hi else "no interval"
+    return f"custom-SLO attainment {r.get('slo_attainment', np.nan):.2f} ({ci})"
+
+
+def _engine_sentence(e: str, g: pd.DataFrame, knee: float, target: float) -> str:
+    """One engine's part of the finding: how far it kept up, the attainment there and at the first rate past it."""
+    g = g.sort_values("offered_rps")
+    verdicts = [kept_up(r) for _, r in g.iterrows()]
+    if knee == knee:
+        at = g.iloc[max(i for i, v in enumerate(verdicts) if v) if any(verdicts) else 0]
+        text = f"{e}: kept up to {knee:.2f} req/s, {_attained(at, target)} there"
+        rest = [(r, v) for (_, r), v in zip(g.iterrows(), verdicts) if r["offered_rps"] > at["offered_rps"]]
+    elif verdicts and verdicts[0] is None:
+        return f"{e}: no arrival and completion rates recorded, so whether it kept up is not known"
+    else:
+        text = f"{e}: did not keep up even at its lowest open-loop rate"
+        rest = [(r, v) for (_, r), v in zip(g.iterrows(), verdicts)][:1]
+    if rest and rest[0][1] is False:
+        r = rest[0][0]
+        comp = r.get("completion_rps", r.get("request_throughput_rps", np.nan))
+        text += f"; at {r['offered_rps']:.2f} req/s completions fell behind ({comp:.2f} req/s completed)"
+        text += (f" while {_attained(r, target)} stayed at target: the queue grew within the SLO's slack"
+                 if r.get("slo_attainment", np.nan) >= target else f", {_attained(r, target)}")
+    return text
 
 
 def headline(points: pd.DataFrame, target: float = 0.9) -> str:
-    """The finding: per engine, the highest open-loop rate that kept up (:func:`kept_up`) and the custom SLO's
-    attainment there, and the recommended engine for the custom SLO; each with its evidence (requests planned
-    per point, attainment with its Wilson 95% interval). Only usable points count (valid, open-loop, not stopped
-    early); closed-loop, stopped and invalid points are named as left out."""
+    """The finding: per engine, the highest open-loop rate that kept up (:func:`kept_up`, the knee) with the
+    custom SLO's attainment there and at the first rate past it, and the recommended engine for the custom SLO
+    (:func:`recommend`); each with its evidence: requests planned per point and attainment with its Wilson 95%
+    interval. Only usable points count (valid, open-loop, not stopped early); how many others were left out
+    is said."""
     use = usable_points(points, serving=True)
     if use.empty:
         return ("No usable open-loop load point (valid, not stopped early): no knee or recommendation is "
                 "supported." if len(points) else "No load point finished.")
     k = knees(points)
-    n_req = use["requests_planned_window"] if "requests_planned_window" in use else use.get("requests")
-    n_txt = f"{int(n_req.min())}-{int(n_req.max())}" if n_req is not None and n_req.min() != n_req.max() \
-        else (f"{int(n_req.iloc[0])}" if n_req is not None else "?")
-    parts = []
-    for e, g in use.groupby("engine"):
-        g = g.sort_values("offered_rps")
-        att = g.get("slo_attainment", pd.Series(np.nan, index=g.index))
-        lo = g.get("slo_attainment_low", pd.Series(np.nan, index=g.index))
-        hi = g.get("slo_attainment_high", pd.Series(np.nan, index=g.index))
-        knee = k.get(e, float("nan"))
-        if knee == knee:
-            at = g.iloc[int(np.argmin(np.abs(g.get("arrival_rps", g["offered_rps"]).fillna(g["offered_rps"]) - knee)))]
-            txt = (f"{e}: kept up to {knee:.2f} req/s (custom SLO attainment there {at.get('slo_attainment', np.nan):.2f}, "
-                   f"{_interval(at.get('slo_attainment_low', np.nan), at.get('slo_attainment_high', np.nan))})")
-            behind = [(i, r) for i, r in g.iterrows() if kept_up(r) is False and r["offered_rps"] > at["offered_rps"]]
-            if behind:
-                i, r = behind[0]
-                comp = r.get("completion_rps", r.get("request_throughput_rps", np.nan))
-                txt += (f"; at {r['offered_rps']:.2f} req/s completions fell behind ({comp:.2f} req/s)"
-                        + (f" while attainment stayed {att[i]:.2f} ({_interval(lo[i], hi[i])}): the queue grew within "
-                           "the SLO's slack" if att[i] >= target else f", attainment {att[i]:.2f} ({_interval(lo[i], hi[i])})"))
-            parts.append(txt)
-        else:
-            txt = f"{e}: completions fell behind arrivals from its lowest open-loop rate ({g['offered_rps'].iloc[0]:.2f} req/s)"
-            if (att >= target).any():
-                j = att.idxmax()
-                txt += (f", though attainment of the custom SLO stayed {att[j]:.2f} ({_interval(lo[j], hi[j])}): "
-                        "the queue grew within the SLO's slack")
-            parts.append(txt)
+    parts = [_engine_sentence(e, g, k.get(e, float("nan")), target) for e, g in use.groupby("engine")]
     rec = recommend(points, target)
     custom = rec[rec["slo"] == "custom"] if not rec.empty else rec
     if not custom.empty and custom.iloc[0]["engine"]:
         c = custom.iloc[0]
+        ci = (f"95% Wilson interval {c['attainment_low']:.2f}-{c['attainment_high']:.2f}"
+              if c["attainment_low"] == c["attainment_low"] else "no interval")
         parts.append(f"custom SLO: {c['engine']} up to {c['max_rate_rps']:.2f} req/s ({c['goodput_rps']:.2f} req/s "
-                     f"goodput; attainment {c['attainment']:.2f}, {_interval(c['attainment_low'], c['attainment_high'])}, "
-                     f"{c['requests']} requests)")
+                     f"goodput; attainment {c['attainment']:.2f}, {ci}, {c['requests']} requests)")
     elif not custom.empty:
         parts.append(f"no engine met the custom SLO (attainment >= {target:.0%}) at a usable rate it kept up with")
+    n_req = use["requests_planned_window"] if "requests_planned_window" in use else use.get("requests")
+    if n_req is None or n_req.isna().all():
+        n_txt = "an unknown number of"
+    else:
+        n_txt = f"{int(n_req.min())}" + (f"-{int(n_req.max())}" if n_req.min() != n_req.max() else "")
     left = len(ok_points(points)) - len(use)
     tail = (f" Evidence: {len(use)} usable open-loop points of {n_txt} planned requests each"
             + (f"; {left} closed-loop, stopped-early or invalid points left out" if left else "") + ".")
