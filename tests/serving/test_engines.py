@@ -170,3 +170,15 @@ def test_engines_report_their_running_requests(loaded):
     with engines.FifoEngine(loaded) as eng, engines.RunningSampler(eng) as sampler:
         engines.run_requests(eng, [engines.EngineRequest(_ids(tok, p), s) for p in PROMPTS])
     assert sampler.stats()["engine_batch_max"] == 1 and eng.running_requests() == 0
+
+
+@pytest.mark.model
+def test_continuous_engine_running_requests_stay_within_its_batch(loaded):
+    """Six requests at once into a continuous engine of batch 2: the sampler never sees more than 2 running
+    (the requests waiting in the manager's own queue are not running), and sees them run together."""
+    tok = loaded.tokenizer
+    s = GenerationSettings(max_new_tokens=4, ignore_eos=True)
+    with engines.ContinuousEngine(loaded, s, max_batch_size=2, max_seq_tokens=64) as eng, \
+            engines.RunningSampler(eng, interval_s=0.002) as sampler:
+        engines.run_requests(eng, [engines.EngineRequest(_ids(tok, PROMPTS[i % 3]), s) for i in range(6)])
+    assert 1 <= sampler.stats()["engine_batch_max"] <= 2

@@ -32,7 +32,7 @@ to one request's prefill; any figure (for example admission to first token) woul
 work and is not reported under this name.
 
 Running requests: :meth:`BaseEngine.running_requests` (the batch being served; for ``continuous`` the
-requests the manager holds) and :class:`RunningSampler`, which samples it in a thread so a load point reports
+manager's running batch) and :class:`RunningSampler`, which samples it in a thread so a load point reports
 the mean and max batch over its own window (``engine_batch_mean`` / ``engine_batch_max``), not the engine's
 lifetime peak.
 
@@ -432,7 +432,14 @@ class ContinuousEngine(BaseEngine):
                 r.finish("error", f"{type(exc).__name__}: {exc}")
 
     def running_requests(self) -> int:
-        """Requests handed to the manager and not finished (its running batch and its own admission queue)."""
+        """Requests in the manager's running batch (its scheduler's ``active_requests``: admitted, prefilling or
+        decoding); where this ``transformers`` does not expose them, the requests handed to the manager and not
+        finished (its batch and its own waiting queue)."""
+        if hasattr(self.manager, "batch_processor"):
+            bp = self.manager.batch_processor  # None until the manager's loop has built it: nothing runs yet
+            active = getattr(getattr(bp, "scheduler", None), "active_requests", None)
+            if bp is None or isinstance(active, dict):
+                return len(active) if bp is not None else 0
         return len(self._live)
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
