@@ -136,6 +136,8 @@ def test_tiny_load_sweep_on_the_real_model(loaded):
     sync = points[points["profile"] == "synchronous"]
     assert (sync["engine_batch_max"] == 1).all(), sync[["engine", "engine_batch_max"]]
     assert (points["engine_batch_mean"] <= points["engine_batch_max"] + 1e-9).all()
+    sync_req = req[req["point_id"].isin(sync["point_id"])]
+    assert (sync_req["engine_batch"] == 1).all()  # each request's own batch, not the engine's lifetime peak
     figs = serving_load.figures(points, req)
     assert set(figs) == {"load_latency_vs_throughput", "load_goodput_vs_rate", "load_queue_vs_rate", "load_gantt",
                          "load_time_slices", "load_recommendation"}

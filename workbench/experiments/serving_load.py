@@ -265,13 +265,18 @@ def _engine_of(bench: "_Bench"):
 
 def _run_sampled(bench: "_Bench", cfg: Config, profile: str, rate: float | None) -> tuple[load.LoadResult, dict]:
     """Run one profile while sampling the engine's running requests; ``engine_batch_mean`` / ``_max`` over the
-    counting window (:class:`workbench.serving.engines.RunningSampler`; NaN when the engine cannot be read)."""
+    counting window (:class:`workbench.serving.engines.RunningSampler`; NaN when the engine cannot be read), and
+    each row's ``batch_size`` the most requests running while it was in flight."""
     eng = _engine_of(bench)
     if eng is None:
         return _run_profile(bench, cfg, profile, rate), {"engine_batch_mean": float("nan"),
                                                          "engine_batch_max": float("nan")}
     with engines_mod.RunningSampler(eng) as sampler:
         res = _run_profile(bench, cfg, profile, rate)
+    for r in res.rows:  # each request's batch: the most running while it was in flight (not a lifetime peak)
+        most = sampler.stats(res.t0 + r["t_start_s"], res.t0 + r["t_end_s"])["engine_batch_max"]
+        if most == most:
+            r["batch_size"] = int(most)
     a, b = res.summary.get("measure_start_s"), res.summary.get("measure_end_s")
     if a == a and b == b and b > a:
         return res, sampler.stats(res.t0 + a, res.t0 + b)
