@@ -262,15 +262,21 @@ def meets_slo(requests: pd.DataFrame, slo_ttft_s: float | None, slo_tpot_s: floa
     return ok
 
 
-def slo_attainment(requests: pd.DataFrame, slo_ttft_s: float | None, slo_tpot_s: float | None) -> float:
-    """Share of requests meeting every given SLO limit (:func:`meets_slo`); failed requests (an ``error``, or
-    no output token) count as misses. NaN when there are no requests."""
-    if requests is None or len(requests) == 0:
-        return float("nan")
+def slo_met(requests: pd.DataFrame, slo_ttft_s: float | None, slo_tpot_s: float | None) -> pd.Series:
+    """Boolean per request: :func:`meets_slo` and no ``error`` (a failed request is a miss)."""
     ok = meets_slo(requests, slo_ttft_s, slo_tpot_s)
     if "error" in requests:
         ok &= requests["error"].isna() | (requests["error"].astype(str) == "")
-    return float(ok.mean())
+    return ok
+
+
+def slo_attainment(requests: pd.DataFrame, slo_ttft_s: float | None, slo_tpot_s: float | None) -> float:
+    """Share of requests meeting every given SLO limit (:func:`slo_met`); failed requests (an ``error``, or
+    no output token) count as misses. NaN when there are no requests. Over the requests *planned* for a
+    serving window, with its interval: :func:`workbench.slo.attainment`."""
+    if requests is None or len(requests) == 0:
+        return float("nan")
+    return float(slo_met(requests, slo_ttft_s, slo_tpot_s).mean())
 
 
 def saturation_knee(offered_rps: Sequence[float], achieved_rps: Sequence[float], tolerance: float = 0.1) -> float:

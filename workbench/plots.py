@@ -37,8 +37,33 @@ def labels(*columns: str, **extra: str) -> dict[str, str]:
 
 
 def ok_points(points: pd.DataFrame) -> pd.DataFrame:
-    """Points whose status is ``ok`` (failed points carry no figures)."""
+    """Points whose status is ``ok`` (failed points carry no figures): what figures draw (invalid ones crossed
+    out with :func:`mark_invalid`). Fits, knees, recommendations and best-of choices use :func:`usable_points`."""
     return points[points["status"] == "ok"].copy() if "status" in points else points.copy()
+
+
+def usable_points(points: pd.DataFrame, *, serving: bool = False) -> pd.DataFrame:
+    """The one rule for the points a fit, knee, recommendation or best-of choice may rest on (DESIGN.md
+    section 4): status ``ok`` and not marked invalid (``valid`` False: other load or drift while measured);
+    with ``serving``, also open-loop (``profile`` in :data:`workbench.serving.load.OPEN_LOOP`: a closed-loop
+    ``throughput`` burst or ``synchronous`` run has no offered rate) and not stopped early by the
+    over-saturation rule (``stopped_early``: its requests measured a backlog, not the rate). A missing column
+    does not filter.
+
+    Returns:
+        A copy of the kept rows (possibly empty).
+    """
+    df = ok_points(points)
+    if "valid" in df:
+        df = df[~df["valid"].eq(False)]
+    if serving:
+        from .serving.load import OPEN_LOOP
+
+        if "profile" in df:
+            df = df[df["profile"].isin(OPEN_LOOP)]
+        if "stopped_early" in df:
+            df = df[~df["stopped_early"].fillna(False).astype(bool)]
+    return df.copy()
 
 
 def legend_below(fig: go.Figure, bottom: int = 60) -> go.Figure:

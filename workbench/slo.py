@@ -1,10 +1,13 @@
 """SLO presets with their sources, per-point attainment and goodput, and the SLO search.
 
 A preset is a pair of per-request limits (TTFT and TPOT, seconds) plus the percentile at which its source
-states them (MLPerf states p99 limits; the others are per-request targets). Per point:
-``slo_attainment`` (:func:`workbench.metrics.slo_attainment`: share of requests meeting every limit,
-failed requests count as misses), ``goodput_rps`` (meeting requests per second of the kept window) and
-``percentiles_ok`` (TTFT and TPOT at the stated percentile within the limits).
+states them (MLPerf states p99 limits; the others are per-request targets). Per point
+(:func:`evaluate`): ``slo_attainment`` (requests meeting every limit over the requests *planned* for the
+window: failed, unsent and incomplete ones count as misses) with its Wilson 95% interval
+(``slo_attainment_low`` / ``_high``, :func:`attainment`), ``goodput_rps`` (meeting requests completed inside
+the measured window per second of it, :func:`workbench.serving.load.apply_window`) and ``percentiles_ok`` (TTFT
+and TPOT at the preset's own percentile within the limits; None where the point's independent samples cannot
+support that percentile, :data:`workbench.metrics.MIN_SAMPLES`).
 
 The limits are the sources' figures for data-centre GPUs and 13B-405B models; on a CPU with the embedded
 135M model most are out of reach, which is itself the finding; ``custom`` takes any pair.
@@ -37,8 +40,9 @@ preset                        TTFT       TPOT       pct   source
 
 DistServe's chatbot limits grow with the model (OPT-175B: TTFT 4 s, TPOT 0.2 s); the preset takes the
 OPT-13B row, the smallest model. MLPerf states the limits at the 99th percentile over a 600 s
-Poisson run (Server/Interactive) with early stopping; here attainment is the share of a point's requests
-meeting both limits, and ``percentiles_ok`` checks the stated percentile directly.
+Poisson run (Server/Interactive) with early stopping; here attainment is the share of a point's planned
+requests meeting both limits, and ``percentiles_ok`` checks the stated percentile directly where the sample
+supports it (p99 needs 100 independent samples, p90 10).
 """
 
 from __future__ import annotations
@@ -100,21 +104,92 @@ def get(name: str, ttft_s: float | None = None, tpot_s: float | None = None) -> 
     return PRESETS[name]
 
 
-def evaluate(requests: pd.DataFrame, slo: SLO, wall_s: float) -> dict:
-    """``slo_attainment``, ``goodput_rps`` and ``percentiles_ok`` of one point's kept requests under ``slo``."""
-    att = metrics.slo_attainment(requests, slo.ttft_s, slo.tpot_s)
-    good = att * len(requests) if att == att else 0.0
-    ok = True
-    done = requests[requests["output_tokens"] >= 1] if len(requests) else requests
-    for col, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s)):
-        if limit is None:
-            continue
-        v = metrics.percentiles(done[col].tolist() if col in done else [], (slo.percentile,))[f"p{slo.percentile}"]
-        ok = ok and v == v and v <= limit
-    if len(requests) and (requests["output_tokens"] < 1).any():
-        ok = False  # a failed request breaks any percentile limit
-    return {"slo_attainment": att, "goodput_rps": good / wall_s if wall_s and wall_s > 0 else float("nan"),
-            "percentiles_ok": bool(ok)}
+def attainment(requests: pd.DataFrame, slo: SLO, planned: int | None = None, confidence: float = 0.95) -> dict:
+    """SLO attainment over the requests planned for a window, with a binomial interval.
+
+    Args:
+        requests: the window's request rows (``output_tokens``, ``ttft_s``, ``tpot_s``, ``error``).
+        slo: the limits (:func:`workbench.metrics.meets_slo`; failed requests are misses).
+        planned: requests planned for the window (default ``len(requests)``); requests without a row (never
+            sent after an early stop, or still in flight when the run stopped waiting) count as misses. Must be
+            at least the number of rows.
+        confidence: the interval's coverage (0-1).
+
+    Returns:
+        ``slo_attainment`` (met / planned), ``slo_attainment_low`` / ``slo_attainment_high`` (the Wilson score
+        interval, :meth:`scipy.stats.binomtest` ``proportion_ci(method="wilson")``; Wilson, J. Am. Stat. Assoc.
+        1927), ``slo_met`` and ``slo_planned``. NaN figures when nothing was planned.
+
+    Raises:
+        ParameterError: ``planned`` below the number of rows, or ``confidence`` outside (0, 1].
+    """
+    from scipy.stats import binomtest
+
+    checks.check_float("confidence", confidence, lo=0, hi=1, lo_open=True)
+    n_rows = 0 if requests is None else len(requests)
+    n = n_rows if planned is None else int(planned)
+    if n < n_rows:
+        raise ParameterError(f"planned: must be at least the {n_rows} request rows (got {n})")
+    met = int(metrics.slo_met(requests, slo.ttft_s, slo.tpot_s).sum()) if n_rows else 0
+    if n == 0:
+        nan = float("nan")
+        return {"slo_attainment": nan, "slo_attainment_low": nan, "slo_attainment_high": nan, "slo_met": 0,
+                "slo_planned": 0}
+    ci = binomtest(met, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return {"slo_attainment": met / n, "slo_attainment_low": float(ci.low), "slo_attainment_high": float(ci.high),
+            "slo_met": met, "slo_planned": n}
+
+
+def percentile_supported(percentile: float, n_samples: int) -> bool:
+    """Whether ``n_samples`` independent samples support a ``percentile`` (0-100): the rule of
+    :data:`workbench.metrics.MIN_SAMPLES` (p50 from 1, p90 from 10, p99 from 100; other percentiles
+    ``ceil(100 / (100 - percentile))``, the samples for one to lie beyond it)."""
+    need = metrics.MIN_SAMPLES.get(f"p{percentile:g}", math.ceil(100 / max(1e-9, 100 - percentile)))
+    return n_samples >= need
+
+
+def evaluate(requests: pd.DataFrame, slo: SLO, window_s: float, planned: int | None = None) -> dict:
+    """One point's figures under ``slo``.
+
+    Args:
+        requests: the kept request rows; an ``in_window`` column (:func:`workbench.serving.load.apply_window`)
+            marks the completions counted by the measured window (all rows count without it).
+        slo: the preset or custom limits.
+        window_s: the measured window's length (seconds).
+        planned: requests planned for the window (:func:`attainment`; default the number of rows).
+
+    Returns:
+        :func:`attainment`'s ``slo_attainment``, ``slo_attainment_low``, ``slo_attainment_high``;
+        ``goodput_rps`` (counted completions meeting the SLO / ``window_s``; NaN without a window) and
+        ``percentiles_ok``: TTFT and TPOT at ``slo.percentile`` within the limits (False when any request
+        failed), or None when the completed requests' independent samples (:func:`workbench.metrics.n_samples`)
+        do not support that percentile (:func:`percentile_supported`).
+    """
+    att = attainment(requests, slo, planned)
+    n_rows = 0 if requests is None else len(requests)
+    if n_rows:
+        counted = requests["in_window"].fillna(False).astype(bool) if "in_window" in requests else True
+        good = int((metrics.slo_met(requests, slo.ttft_s, slo.tpot_s) & counted).sum())
+    else:
+        good = 0
+    done = requests[requests["output_tokens"] >= 1] if n_rows else requests
+    ok: bool | None = True
+    if slo.ttft_s is not None or slo.tpot_s is not None:
+        if not percentile_supported(slo.percentile, metrics.n_samples(done) if n_rows else 0):
+            ok = None
+        else:
+            for col, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s)):
+                if limit is None:
+                    continue
+                v = metrics.percentiles(done[col].tolist() if col in done else [],
+                                        (slo.percentile,))[f"p{slo.percentile}"]
+                ok = ok and v == v and v <= limit
+            if (requests["output_tokens"] < 1).any() or (att["slo_planned"] > n_rows):
+                ok = False  # a failed or missing request breaks any percentile limit
+    return {"slo_attainment": att["slo_attainment"], "slo_attainment_low": att["slo_attainment_low"],
+            "slo_attainment_high": att["slo_attainment_high"],
+            "goodput_rps": good / window_s if window_s and window_s == window_s and window_s > 0 else float("nan"),
+            "percentiles_ok": None if ok is None else bool(ok)}
 
 
 def search_rate(attainment_at: Callable[[float], float], lo: float, hi: float, target: float = 0.99,

@@ -44,10 +44,85 @@ def test_recommend_and_knees_from_synthetic_points():
     assert serving_load.knees(pts) == {"continuous": 2.0, "fifo": 1.0}
 
 
+def _points(interval=True, **extra):
+    """Synthetic serving points of one engine: open-loop rates 1 and 2 req/s that keep up and meet the SLO."""
+    base = {"status": "ok", "valid": True, "engine": "fifo", "profile": "poisson", "stopped_early": False,
+            "requests_unsent": 0, "requests_incomplete": 0, "requests_planned_window": 40,
+            "slo_attainment_custom": 1.0, "goodput_rps_custom": 1.0, "slo_attainment": 1.0}
+    if interval:
+        base.update(slo_attainment_low_custom=0.91, slo_attainment_high_custom=1.0, slo_attainment_low=0.91,
+                    slo_attainment_high=1.0)
+    rows = [dict(base, offered_rps=r, arrival_rps=r, completion_rps=r, goodput_rps_custom=r) for r in (1.0, 2.0)]
+    rows += [dict(base, **x) for x in extra.get("more", [])]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("bad", [
+    {"profile": "throughput", "offered_rps": 9.0},                   # a closed-loop burst
+    {"profile": "poisson", "offered_rps": 9.0, "stopped_early": True},  # stopped for over-saturation
+    {"profile": "poisson", "offered_rps": 9.0, "valid": False},      # measured under other load
+])
+def test_recommend_and_knee_ignore_invalid_closed_loop_and_early_stopped_points(bad):
+    more = [dict(bad, arrival_rps=9.0, completion_rps=9.0, goodput_rps_custom=9.0)]
+    pts = _points(interval=False, more=more)
+    rec = serving_load.recommend(pts, target=0.9).set_index("slo")
+    assert rec.loc["custom", "max_rate_rps"] == 2.0 and rec.loc["custom", "goodput_rps"] == 2.0
+    assert serving_load.knees(pts) == {"fifo": 2.0}
+    rec = serving_load.recommend(_points(more=more), target=0.9).set_index("slo")  # with the interval columns
+    assert rec.loc["custom", "max_rate_rps"] == 2.0 and rec.loc["custom", "attainment_low"] == 0.91
+    assert rec.loc["custom", "requests"] == 40
+
+
+def test_kept_up_is_one_definition():
+    ok = {"profile": "poisson", "arrival_rps": 2.0, "completion_rps": 1.9, "stopped_early": False,
+          "requests_unsent": 0, "requests_incomplete": 0}
+    assert serving_load.kept_up(ok) is True
+    assert serving_load.kept_up(dict(ok, completion_rps=1.5)) is False
+    assert serving_load.kept_up(dict(ok, stopped_early=True)) is False
+    assert serving_load.kept_up(dict(ok, requests_unsent=3)) is False
+    assert serving_load.kept_up(dict(ok, requests_incomplete=1)) is False
+    assert serving_load.kept_up(dict(ok, profile="throughput")) is None
+
+
+def test_headline_names_its_evidence_and_agrees_with_attainment():
+    """Completions fell behind at every rate while every request met the SLO: the finding says both."""
+    pts = _points()
+    text = serving_load.headline(pts, 0.9)
+    assert "kept up to 2.00 req/s" in text and "95% Wilson interval 0.91-1.00" in text and "40 planned" in text
+    behind = pts.assign(completion_rps=pts["arrival_rps"] * 0.5)
+    text = serving_load.headline(behind, 0.9)
+    assert "did not keep up even at its lowest" in text and "fell behind" in text
+    assert "custom-SLO attainment 1.00 (95% Wilson interval 0.91-1.00) stayed at target" in text
+    assert "no open-loop rate kept up" not in text
+    assert serving_load.recommend(behind, 0.9).iloc[0]["engine"] == ""  # a growing queue is not recommended
+
+
+def test_point_goodput_at_a_constant_rate_is_the_offered_rate():
+    """A whole point's columns from a synthetic run at 3.0 req/s (5 requests of 0.8 s, all within the SLO):
+    goodput and request throughput within 5% of 3.0, attainment 1 with its interval, columns named with units."""
+    from workbench.serving import load
+
+    rows = [{"request_id": i, "t_scheduled_s": i / 3.0, "t_start_s": i / 3.0, "t_end_s": i / 3.0 + 0.8,
+             "ttft_s": 0.2, "tpot_s": 0.05, "e2e_s": 0.8, "output_tokens": 4, "prompt_tokens": 40, "error": None,
+             "queue_s": 0.0} for i in range(5)]
+    summary = {"profile": "constant", "rate": 3.0, "concurrency": None, "stopped_early": False}
+    summary.update(load.apply_window(rows, 0.0, 0.0, open_loop=True))
+    summary.update(load.flow_rates(rows))
+    res = load.LoadResult(rows, summary, load.time_slices(rows, 1.0))
+    cfg = serving_load.Config(engines=["fifo"], slo_ttft_s=1.0, slo_tpot_s=0.1, slo_presets=["mlperf_server"])
+    cols = serving_load.point_columns(res, cfg, 3.0, float("nan"))
+    for c in ("goodput_rps", "goodput_rps_custom", "request_throughput_rps"):
+        assert abs(cols[c] - 3.0) / 3.0 < 0.05, (c, cols[c])
+    assert cols["slo_attainment"] == 1.0 and 0.5 < cols["slo_attainment_low"] < 1.0 == cols["slo_attainment_high"]
+    assert cols["percentiles_ok_mlperf_server"] is None  # p99 from 5 requests is not supported
+    assert cols["kept_up"] is True and 0 < cols["littles_law_ratio"] <= 1.0  # 5 requests: the run drains inside
+    assert {"input_throughput_tps", "total_throughput_tps", "mean_concurrency"} <= set(cols)
+
+
 @pytest.mark.model
 def test_tiny_load_sweep_on_the_real_model(loaded):
     cfg = serving_load.Config(engines=["fifo", "continuous"], requests_per_point=3, prompt_tokens=40,
-                              max_new_tokens=3, max_batch_size=4, sweep_points=1, warmup=0, slice_s=1.0)
+                              max_new_tokens=3, max_batch_size=4, sweep_points=1, warmup=1, slice_s=1.0)
     run = results.create_run()
     points = serving_load.run(cfg, run, loaded)
     assert (points["status"] == "ok").all(), points["status"].tolist()
@@ -55,7 +130,14 @@ def test_tiny_load_sweep_on_the_real_model(loaded):
     req = results.read_requests(run, experiment="serving_load")
     assert (req["output_tokens"] == 3).all()
     assert (req["queue_s"] >= 0).all() and (req["ttft_s"] >= req["queue_s"] - 1e-6).all()
-    assert {"slo_attainment_mlperf_server", "goodput_rps_custom", "offered_rps", "saturation_rule"} <= set(points)
+    assert {"slo_attainment_mlperf_server", "goodput_rps_custom", "offered_rps", "saturation_rule",
+            "slo_attainment_low", "input_throughput_tps", "mean_concurrency", "engine_batch_max"} <= set(points)
+    # per point, not the engine's lifetime peak: the warm-up ran a batch of 3, synchronous requests run alone
+    sync = points[points["profile"] == "synchronous"]
+    assert (sync["engine_batch_max"] == 1).all(), sync[["engine", "engine_batch_max"]]
+    assert (points["engine_batch_mean"] <= points["engine_batch_max"] + 1e-9).all()
+    sync_req = req[req["point_id"].isin(sync["point_id"])]
+    assert (sync_req["engine_batch"] == 1).all()  # each request's own batch, not the engine's lifetime peak
     figs = serving_load.figures(points, req)
     assert set(figs) == {"load_latency_vs_throughput", "load_goodput_vs_rate", "load_queue_vs_rate", "load_gantt",
                          "load_time_slices", "load_recommendation"}

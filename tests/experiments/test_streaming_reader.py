@@ -41,6 +41,8 @@ def test_tiny_run_measures_through_nginx_or_skips_with_the_reason(loaded):
     run = results.create_run()
     points = sr.run(cfg, run, loaded)
     assert (points["status"] == "ok").all(), points["status"].tolist()
+    reader = points[points["part"] == "reader"]
+    assert (reader["requests"] == cfg.repeats).all()  # each generation once, not once per granularity
     req = results.read_requests(run, experiment=sr.EXPERIMENT)
     proxied = set(req.loc[req["part"] == "proxy", "proxy"])
     note = (run / f"{sr.EXPERIMENT}_nginx.txt").read_text()
@@ -161,3 +163,13 @@ def test_nginx_http11_upstream_passes_each_chunk_on_even_when_buffering(nginx_bi
     # proxy_http_version 1.1: every SSE event is one HTTP chunk, which nginx hands on complete (see the module doc)
     seen = _through_nginx(nginx_binary, "1.1", ("buffering_on",))
     assert not seen["buffering_on"][0], seen
+
+
+def test_reader_point_counts_each_generation_once():
+    """Two generations shown at three display granularities: 2 requests and their tokens once, not 6."""
+    rows = [{"repeat": r, "request_id": g, "granularity": gran, "output_tokens": 10, "ttft_s": 0.1 + r, "e2e_s": 1.0 + r,
+             "tpot_s": 0.1, "decode_tps": 10.0, "itl_s": [0.1] * 9}
+            for r in range(2) for g, gran in enumerate(["token", "4 tokens", "100 ms"])]
+    cols = sr.generation_columns(rows, wall_s=4.0)
+    assert cols["requests"] == 2 and cols["output_tokens"] == 20 and cols["output_throughput_tps"] == 5.0
+    assert cols["request_throughput_rps"] == 0.5 and cols["n_samples"] == 2

@@ -160,3 +160,54 @@ def test_observers_limits_and_stop_reasons(loaded):
     assert sorted(seen) == sorted([(hold.id, "length"), (stopped.id, "client_left"), (late.id, "timeout")])
     assert stopped.output_ids == [] and late.output_ids == [] and len(hold.output_ids) == 3
     assert eng.in_flight == {} and [h["id"] for h in eng.history] == [hold.id, stopped.id, late.id]
+
+
+class _Counter:
+    """An engine stand-in whose running requests the test sets."""
+
+    def __init__(self):
+        self.n = 0
+
+    def running_requests(self):
+        return self.n
+
+
+def test_running_sampler_reports_mean_and_max_over_a_window():
+    eng = _Counter()
+    s = engines.RunningSampler(eng, interval_s=0.001)
+    with s:
+        eng.n = 2
+        time.sleep(0.05)
+        t_mid = time.perf_counter()
+        eng.n = 4
+        time.sleep(0.05)
+        eng.n = 0
+    whole = s.stats()
+    assert whole["engine_batch_max"] == 4 and 0 < whole["engine_batch_mean"] < 4
+    early = s.stats(t_to=t_mid - 0.01)
+    assert early["engine_batch_max"] <= 2  # the window before the 4 excludes it
+    assert s.stats(t_from=1e18)["engine_batch_max"] != s.stats(t_from=1e18)["engine_batch_max"]  # NaN: no samples
+    with pytest.raises(ParameterError):
+        engines.RunningSampler(eng, interval_s=0)
+
+
+@pytest.mark.model
+def test_engines_report_their_running_requests(loaded):
+    """fifo runs one request at a time; the sampler sees at most one while three wait."""
+    tok = loaded.tokenizer
+    s = GenerationSettings(max_new_tokens=3, ignore_eos=True)
+    with engines.FifoEngine(loaded) as eng, engines.RunningSampler(eng) as sampler:
+        engines.run_requests(eng, [engines.EngineRequest(_ids(tok, p), s) for p in PROMPTS])
+    assert sampler.stats()["engine_batch_max"] == 1 and eng.running_requests() == 0
+
+
+@pytest.mark.model
+def test_continuous_engine_running_requests_stay_within_its_batch(loaded):
+    """Six requests at once into a continuous engine of batch 2: the sampler never sees more than 2 running
+    (the requests waiting in the manager's own queue are not running), and sees them run together."""
+    tok = loaded.tokenizer
+    s = GenerationSettings(max_new_tokens=4, ignore_eos=True)
+    with engines.ContinuousEngine(loaded, s, max_batch_size=2, max_seq_tokens=64) as eng, \
+            engines.RunningSampler(eng, interval_s=0.002) as sampler:
+        engines.run_requests(eng, [engines.EngineRequest(_ids(tok, PROMPTS[i % 3]), s) for i in range(6)])
+    assert 1 <= sampler.stats()["engine_batch_max"] <= 2

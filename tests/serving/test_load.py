@@ -1,4 +1,6 @@
-"""The load generator (issue 13): schedules, open loop under a stalled server, windows, saturation, bad input."""
+"""The load generator (issue 13): schedules, open loop under a stalled server, windows, saturation, bad input;
+windowed rates, attainment over planned requests and per-token time slices (issue 21)."""
+import dataclasses
 import json
 import threading
 import time
@@ -130,12 +132,97 @@ def test_closed_loop_waits_for_the_server():
     assert res.summary["saturation_rule"].startswith("none")
 
 
-def test_warmup_and_cooldown_exclusion_by_start_and_finish():
-    rows = [{"t_start_s": s, "t_end_s": e} for s, e in [(0.0, 1.0), (0.5, 1.5), (1.0, 2.0), (2.0, 3.0), (2.5, 4.0)]]
-    w = load.apply_window(rows, warmup_s=0.6, cooldown_s=1.5)
-    assert [r["kept"] for r in rows] == [False, False, True, False, False]
-    assert w["window_start_s"] == 0.6 and w["window_end_s"] == 2.5
-    assert w["excluded_warmup"] == 2 and w["excluded_cooldown"] == 2 and w["wall_s"] == 1.0
+def test_warmup_and_cooldown_exclusion_by_send_time():
+    """A slow request sent inside the window stays in it; warm-up and cool-down are decided by send time."""
+    rows = [{"t_start_s": s, "t_end_s": e} for s, e in [(0.0, 1.0), (0.5, 1.5), (1.0, 9.0), (1.2, 1.6), (2.0, 3.0),
+                                                       (2.5, 4.0)]]
+    w = load.apply_window(rows, warmup_s=0.6, cooldown_s=1.0)
+    assert [r["kept"] for r in rows] == [False, False, True, True, False, False]  # the slow one (finish 9.0) kept
+    assert w["window_start_s"] == 0.6 and w["window_end_s"] == 1.5
+    assert w["excluded_warmup"] == 2 and w["excluded_cooldown"] == 2 and w["wall_s"] == 8.0
+
+
+def _steady_rows(n, rate, latency, tokens=4, prompt=16):
+    """Synthetic open-loop rows: request i scheduled and sent at i / rate, finished ``latency`` later."""
+    return [{"request_id": i, "t_scheduled_s": i / rate, "t_start_s": i / rate, "t_end_s": i / rate + latency,
+             "ttft_s": 0.1, "tpot_s": 0.05, "e2e_s": latency, "output_tokens": tokens, "prompt_tokens": prompt,
+             "error": None} for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [5, 12])
+def test_goodput_at_a_constant_rate_is_the_offered_rate(n):
+    """3.0 req/s, every request meets the SLO: goodput and throughput are 3.0 req/s (within 5%), not
+    N / ((N - 1) / rate + one latency) (2.34 for 5 requests of 0.8 s)."""
+    rows = _steady_rows(n, 3.0, 0.8)
+    w = load.apply_window(rows, 0.0, 0.0, open_loop=True)
+    df = pd.DataFrame(rows)
+    ev = slo.evaluate(df, slo.get("custom", 1.0, 0.1), w["window_s"], w["requests_planned_window"])
+    assert ev["slo_attainment"] == 1.0
+    assert abs(ev["goodput_rps"] - 3.0) / 3.0 < 0.05, ev
+    fig = load.window_figures(rows, w)
+    assert abs(fig["request_throughput_rps"] - 3.0) / 3.0 < 0.05
+    assert fig["output_throughput_tps"] == pytest.approx(4 * fig["request_throughput_rps"])
+    assert fig["input_throughput_tps"] == pytest.approx(16 * fig["request_throughput_rps"])
+    assert fig["total_throughput_tps"] == pytest.approx(fig["input_throughput_tps"] + fig["output_throughput_tps"])
+
+
+def test_mean_concurrency_obeys_littles_law_in_a_steady_state():
+    """20 requests at 2 req/s, each 1.5 s in the system: L = lambda W = 3 requests, ratio 1."""
+    rows = _steady_rows(20, 2.0, 1.5)
+    fig = load.window_figures(rows, load.apply_window(rows, 0.0, 0.0))
+    assert fig["mean_concurrency"] == pytest.approx(3.0, rel=0.1)
+    assert fig["littles_law_ratio"] == pytest.approx(1.0, rel=0.1)
+
+
+def test_closed_loop_window_is_first_send_to_last_finish():
+    rows = [{"t_start_s": i * 0.5, "t_end_s": (i + 1) * 0.5, "output_tokens": 2, "error": None} for i in range(4)]
+    w = load.apply_window(rows, 0.0, 0.0, open_loop=False)
+    assert w["window_s"] == 2.0 and w["requests_in_window"] == 4  # 2 req/s, the synchronous rate
+
+
+def test_unsent_and_unfinished_requests_count_as_misses():
+    rows = _steady_rows(5, 3.0, 0.8)
+    missing = [{"request_id": 5 + i, "reason": "unsent", "t_scheduled_s": (5 + i) / 3.0} for i in range(2)]
+    missing.append({"request_id": 7, "reason": "incomplete", "t_scheduled_s": 1.0})
+    w = load.apply_window(rows, 0.0, 0.0, missing=missing)
+    assert w["requests_planned_window"] == 8 and w["requests_unsent"] == 2 and w["requests_incomplete"] == 1
+    att = slo.attainment(pd.DataFrame(rows), slo.get("custom", 1.0, 0.1), w["requests_planned_window"])
+    assert att["slo_attainment"] == 5 / 8 and att["slo_planned"] == 8
+    assert att["slo_attainment_low"] < 5 / 8 < att["slo_attainment_high"] < 1.0
+    with pytest.raises(ParameterError, match="^planned:"):
+        slo.attainment(pd.DataFrame(rows), slo.get("custom", 1.0, 0.1), 3)
+
+
+def test_an_early_stop_leaves_its_unsent_requests_as_misses():
+    """Every sent request meets a loose SLO, but the run stopped early: attainment counts the unsent ones."""
+    specs = [RequestSpec("x", 2) for _ in range(40)]
+    res = load.run_load(_fake_server(0.2), specs, "constant", rate=50.0, max_in_flight=5)
+    s = res.summary
+    assert s["stopped_early"] and s["requests_unsent"] == 40 - s["requests_sent"] > 0
+    assert {m["reason"] for m in res.missing} == {"unsent"} and len(res.missing) == s["requests_unsent"]
+    assert s["requests_planned_window"] == 40
+    att = slo.attainment(res.kept(), slo.get("custom", 600.0, None), s["requests_planned_window"])
+    assert att["slo_met"] == s["requests_sent"] and att["slo_attainment"] == s["requests_sent"] / 40
+
+
+def test_requests_in_flight_at_the_join_timeout_are_incomplete_misses():
+    specs = [RequestSpec("x", 2) for _ in range(3)]
+    res = load.run_load(_fake_server(2.0), specs, "throughput", join_timeout_s=0.2)
+    assert res.summary["requests_incomplete"] == 3 and res.summary["requests_planned_window"] == 3
+    assert slo.attainment(res.kept(), slo.get("custom", 600.0, None),
+                          res.summary["requests_planned_window"])["slo_attainment"] == 0.0
+
+
+def test_percentile_checks_need_the_samples_their_percentile_needs():
+    """p99 presets are checked at p99, and only with 100 independent samples; 5 requests cannot say."""
+    few = pd.DataFrame({"ttft_s": [0.1] * 5, "tpot_s": [0.01] * 5, "output_tokens": [4] * 5, "error": [None] * 5})
+    assert slo.get("mlperf_server").percentile == 99
+    assert slo.evaluate(few, slo.get("mlperf_server"), 1.0)["percentiles_ok"] is None
+    many = pd.concat([few] * 20, ignore_index=True)
+    assert slo.evaluate(many, slo.get("mlperf_server"), 1.0)["percentiles_ok"] is True
+    slow = many.assign(ttft_s=[0.1] * 98 + [5.0] * 2)  # 2% over the limit: p99 misses it, p90 would not
+    assert slo.evaluate(slow, slo.get("mlperf_server"), 1.0)["percentiles_ok"] is False
+    assert slo.evaluate(slow, dataclasses.replace(slo.get("mlperf_server"), percentile=90), 1.0)["percentiles_ok"]
 
 
 def test_oversaturation_stops_early_with_recorded_rule():
@@ -151,12 +238,23 @@ def test_time_slices_count_completions():
     assert list(sl["completed"]) == [2, 2, 2, 2] and sl["output_tokens"].sum() == 24
 
 
+def test_time_slices_credit_each_token_to_the_slice_it_was_produced_in():
+    """One request's 8 tokens every 0.25 s from 0.5 s: 2, 4 and 2 per 1 s slice, not 8 in the slice it ends in."""
+    row = {"t_scheduled_s": 0.0, "t_start_s": 0.0, "t_end_s": 2.25, "ttft_s": 0.5, "e2e_s": 2.25, "itl_s": [0.25] * 7,
+           "output_tokens": 8, "error": None}
+    sl = load.time_slices([row], slice_s=1.0)
+    assert list(sl["output_tokens"]) == [2, 4, 2] and list(sl["completed"]) == [0, 0, 1]
+    assert list(sl["output_throughput_tps"]) == [2.0, 4.0, 2.0]
+    no_gaps = dict(row, itl_s=[])  # an HTTP row without per-token gaps: spread from first token to e2e
+    assert load.token_times(no_gaps) == pytest.approx([0.5 + 0.25 * k for k in range(8)])
+
+
 def test_attainment_counts_failed_requests_as_misses():
     req = pd.DataFrame({"ttft_s": [0.1, 0.2, 5.0, float("nan")], "tpot_s": [0.01, 0.02, 0.01, float("nan")],
                         "output_tokens": [4, 4, 4, 0], "error": [None, None, None, "HTTP 500"]})
     assert metrics.slo_attainment(req, 1.0, 0.05) == 0.5
-    ev = slo.evaluate(req, slo.get("custom", 1.0, 0.05), wall_s=2.0)
-    assert ev["slo_attainment"] == 0.5 and ev["goodput_rps"] == 1.0 and ev["percentiles_ok"] is False
+    ev = slo.evaluate(req, slo.get("custom", 1.0, 0.05), window_s=2.0)
+    assert ev["slo_attainment"] == 0.5 and ev["goodput_rps"] == 1.0 and ev["percentiles_ok"] is None  # 4 samples
     assert slo.evaluate(req.iloc[:2], slo.get("batch_offline"), 1.0)["slo_attainment"] == 1.0
 
 
@@ -234,6 +332,7 @@ def test_http_sender_ignores_a_dead_proxy_in_the_environment(monkeypatch):
     assert row["error"] is None, row["error"]
     assert row["text"] == "Hello" and row["chunks"] == 2 and row["output_tokens"] == 3  # usage, not chunks
     assert row["prefill_s"] == 0.02 and row["queue_s"] == 0.01 and row["tpot_s"] == 0.03
+    assert row["decode_tps"] > 0  # the user's decode speed: 2 tokens after the first over the chunks' span
 
 
 def test_flow_rates_tell_keeping_up_from_falling_behind():

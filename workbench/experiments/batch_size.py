@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from .. import checks, metrics, roofline, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from ..plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
+from ..plots import error_y, label, labels, mark_invalid, ok_points, split_by_device, usable_points
 from ..prompts import build_batch
 from ..sweeps import SweepConfig, expand_grid
 
@@ -109,8 +109,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
 
 def recommend(points: pd.DataFrame) -> pd.Series | None:
-    """The ``ok`` point with the highest ``goodput_rps`` (ties: smaller batch, then higher throughput), among
-    the valid points when there are any.
+    """The usable point (:func:`workbench.plots.usable_points`: ``ok`` and not marked invalid) with the highest
+    ``goodput_rps`` (ties: smaller batch, then higher throughput).
 
     Args:
         points: this experiment's ``points.parquet`` rows.
@@ -118,9 +118,8 @@ def recommend(points: pd.DataFrame) -> pd.Series | None:
     Returns:
         That row, or None when no point has positive goodput.
     """
-    ok = points[(points["status"] == "ok") & (points["goodput_rps"] > 0)]
-    if "valid" in ok and ok["valid"].eq(True).any():
-        ok = ok[ok["valid"].eq(True)]   # never recommend from a contaminated point when a clean one exists
+    ok = usable_points(points)
+    ok = ok[ok["goodput_rps"] > 0]
     if ok.empty:
         return None
     ranked = ok.sort_values(["goodput_rps", "batch_size", "output_throughput_tps"], ascending=[False, True, False])

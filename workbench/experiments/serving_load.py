@@ -7,13 +7,18 @@ load grows until the server saturates (the knee). Per engine the grid is a sweep
 then ``sweep_points`` open-loop rates evenly between the two measured request rates, each with
 ``requests_per_point`` requests of ``prompt_tokens`` prompt and ``max_new_tokens`` fixed-length output
 (greedy). Open-loop latencies count from the scheduled arrival (no coordinated omission); an over-saturated
-rate stops early by the recorded rule. Per point: the usual latency percentiles and throughput over the
-kept window, ``queue_s`` percentiles, SLO attainment and goodput per preset (:mod:`workbench.slo`), the
-time slices and the stop rule. :func:`recommend` gives, per SLO preset, the engine and the highest measured
-rate whose attainment reaches ``attainment_target``; :func:`search` finds that rate by bisection
-(:func:`search_engines` runs it on its own, without the sweep: ``benchmarks/serving.py``). The knee
-(:func:`knees`) compares each open-loop point's arrival and completion rates
-(:func:`workbench.serving.load.flow_rates`).
+rate stops early by the recorded rule. Per point (:func:`point_columns`): the usual latency percentiles;
+request, output, input and total token throughput and goodput over the measured window (completions inside
+it per second of it, :func:`workbench.serving.load.apply_window`: not biased low by a short run); mean
+concurrency with its Little's-law check; ``queue_s`` percentiles; SLO attainment over the requests planned
+for the window (unsent and unfinished ones are misses) with its Wilson 95% interval, goodput and the
+percentile check per preset (:mod:`workbench.slo`); the engine's running requests over the window
+(``engine_batch_mean`` / ``_max``); the time slices and the stop rule. :func:`recommend` gives, per SLO
+preset, the engine and the highest measured rate whose attainment reaches ``attainment_target``;
+:func:`search` finds that rate by bisection (:func:`search_engines` runs it on its own, without the sweep:
+``benchmarks/serving.py``). The knee (:func:`knees`) is the highest open-loop rate that kept up
+(:func:`kept_up`, the one definition). Knees, recommendations and the finding use usable points only
+(:func:`workbench.plots.usable_points`: valid, open-loop, not stopped early).
 
 Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
 server (:mod:`workbench.serving.server`) with the engine behind it and drives it with the load generator's
@@ -33,7 +38,7 @@ from plotly.subplots import make_subplots
 from .. import checks, metrics, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from ..plots import label, ok_points, split_by_device
+from ..plots import label, ok_points, split_by_device, usable_points
 from ..serving import engines as engines_mod
 from ..serving import load
 
@@ -194,7 +199,7 @@ def measure_point(bench: _Bench, cfg: Config, point: dict, last_of_engine: bool 
         if "synchronous" not in r or "throughput" not in r:
             raise ParameterError(f"{e}: the swept rates need this engine's synchronous and throughput points first")
         rate = load.sweep_rates(r["synchronous"], r["throughput"], cfg.sweep_points)[point["step"] - 1]
-    res = _run_profile(bench, cfg, prof, rate)
+    res, engine_batch = _run_sampled(bench, cfg, prof, rate)
     kept = res.kept()
     wall = res.summary["wall_s"]
     achieved = _achieved_rps(res)
@@ -208,18 +213,74 @@ def measure_point(bench: _Bench, cfg: Config, point: dict, last_of_engine: bool 
         r.pop("t_headers", None)
         r["engine_batch"] = r.pop("batch_size", None)
         rows.append(dict(r, max_new_tokens=cfg.max_new_tokens, temperature=0.0, context_tokens=cfg.prompt_tokens))
-    extra = {k: v for k, v in res.summary.items() if k not in ("wall_s", "rate", "concurrency", "profile")}
-    extra.update(offered_rps=rate if rate is not None else achieved, rate_rps=rate,
-                 **{f"queue_s_{k}": v for k, v in metrics.percentiles(kept.get("queue_s", []), (50, 90, 99)).items()},
-                 slo_attainment=metrics.slo_attainment(kept, cfg.slo_ttft_s, cfg.slo_tpot_s),
-                 slices_json=res.slices.to_json(orient="records"))
-    for s in cfg.slos():
-        ev = slo.evaluate(kept, s, wall)
-        extra.update({f"slo_attainment_{s.name}": ev["slo_attainment"], f"goodput_rps_{s.name}": ev["goodput_rps"],
-                      f"percentiles_ok_{s.name}": ev["percentiles_ok"]})
+    extra = point_columns(res, cfg, rate, achieved)
+    extra.update(engine_batch)
     if last_of_engine:
         bench.close()
     return {"requests": rows, "wall_s": wall, "warmup_s": warm, "extra": extra}
+
+
+def point_columns(res: load.LoadResult, cfg: Config, rate: float | None, achieved_rps: float) -> dict:
+    """A load point's columns from its run (they replace the sweep's per-wall-time figures of the same name).
+
+    Returns:
+        The run's summary (send window, counting window ``window_s``, planned / unsent / incomplete requests,
+        stop rule, arrival and completion rates), ``offered_rps`` (the open-loop rate, else the achieved one),
+        ``rate_rps``, ``queue_s`` percentiles, the window figures of :func:`workbench.serving.load.window_figures`
+        (``request_throughput_rps``, ``output_throughput_tps``, ``input_throughput_tps``, ``total_throughput_tps``,
+        ``mean_concurrency``, ``littles_law_ratio``), per SLO preset ``slo_attainment_<name>``,
+        ``slo_attainment_low_<name>`` / ``_high_<name>``, ``goodput_rps_<name>`` and ``percentiles_ok_<name>``
+        (:func:`workbench.slo.evaluate` over the planned requests and the counting window), the custom SLO's
+        ``slo_attainment`` (with ``_low`` / ``_high``), ``goodput_rps`` and ``percentiles_ok``, ``kept_up``
+        (:func:`kept_up`) and ``slices_json``.
+    """
+    kept = res.kept()
+    summ = res.summary
+    extra = {k: v for k, v in summ.items() if k not in ("wall_s", "rate", "concurrency", "profile")}
+    extra.update(offered_rps=rate if rate is not None else achieved_rps, rate_rps=rate,
+                 **{f"queue_s_{k}": v for k, v in metrics.percentiles(kept.get("queue_s", []), (50, 90, 99)).items()},
+                 **load.window_figures(res.rows, summ), slices_json=res.slices.to_json(orient="records"))
+    planned, window_s = summ["requests_planned_window"], summ["window_s"]
+    for s in cfg.slos():
+        ev = slo.evaluate(kept, s, window_s, planned)
+        extra.update({f"slo_attainment_{s.name}": ev["slo_attainment"],
+                      f"slo_attainment_low_{s.name}": ev["slo_attainment_low"],
+                      f"slo_attainment_high_{s.name}": ev["slo_attainment_high"],
+                      f"goodput_rps_{s.name}": ev["goodput_rps"], f"percentiles_ok_{s.name}": ev["percentiles_ok"]})
+        if s.name == "custom":
+            extra.update({k: ev[k] for k in ("slo_attainment", "slo_attainment_low", "slo_attainment_high",
+                                             "goodput_rps", "percentiles_ok")})
+    extra["kept_up"] = kept_up(dict(extra, profile=summ["profile"]))
+    return extra
+
+
+def _engine_of(bench: "_Bench"):
+    """The engine running the point's requests (in process, or behind the server), or None."""
+    eng = bench.engine
+    if eng is None and bench.server is not None:
+        eng = getattr(bench.server, "engine", None)
+        eng = getattr(eng, "engine", eng)  # the server's adapter holds the engine
+    return eng if hasattr(eng, "running_requests") else None
+
+
+def _run_sampled(bench: "_Bench", cfg: Config, profile: str, rate: float | None) -> tuple[load.LoadResult, dict]:
+    """Run one profile while sampling the engine's running requests; ``engine_batch_mean`` / ``_max`` over the
+    counting window (:class:`workbench.serving.engines.RunningSampler`; NaN when the engine cannot be read), and
+    each row's ``batch_size`` the most requests running while it was in flight."""
+    eng = _engine_of(bench)
+    if eng is None:
+        return _run_profile(bench, cfg, profile, rate), {"engine_batch_mean": float("nan"),
+                                                         "engine_batch_max": float("nan")}
+    with engines_mod.RunningSampler(eng) as sampler:
+        res = _run_profile(bench, cfg, profile, rate)
+    for r in res.rows:  # each request's batch: the most running while it was in flight (not a lifetime peak)
+        most = sampler.stats(res.t0 + r["t_start_s"], res.t0 + r["t_end_s"])["engine_batch_max"]
+        if most == most:
+            r["batch_size"] = int(most)
+    a, b = res.summary.get("measure_start_s"), res.summary.get("measure_end_s")
+    if a == a and b == b and b > a:
+        return res, sampler.stats(res.t0 + a, res.t0 + b)
+    return res, sampler.stats()
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
@@ -291,8 +352,8 @@ def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd
 
         def attainment_at(rate):
             res = _run_profile(bench, cfg, cfg.arrival, rate)
-            att = 0.0 if res.summary["stopped_early"] else metrics.slo_attainment(res.kept(), target.ttft_s,
-                                                                                   target.tpot_s)
+            att = 0.0 if res.summary["stopped_early"] else \
+                slo.attainment(res.kept(), target, res.summary["requests_planned_window"])["slo_attainment"]
             hist.append({"rate_rps": rate, "attainment": att, "arrival_rps": res.summary["arrival_rps"],
                          "completion_rps": res.summary["completion_rps"],
                          "stopped_early": res.summary["stopped_early"]})
@@ -323,53 +384,152 @@ def search_engines(cfg: Config, loaded) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- summaries
 
 
-def knees(points: pd.DataFrame, tolerance: float = 0.1) -> dict:
-    """Per engine: :func:`workbench.metrics.saturation_knee` over its open-loop points: the realised arrival rate
-    against the completion rate (:func:`workbench.serving.load.flow_rates`; a short run's requests / wall time
-    is biased low by its last service time and would put the knee below every rate). Points without those
-    columns (older runs) use offered rate against request throughput."""
-    df = ok_points(points)
+KEPT_UP_TOLERANCE = 0.1  # completions may fall this far (relative) below arrivals and still keep up
+
+
+def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE) -> bool | None:
+    """Whether an open-loop point kept up with its arrivals: the one definition (knee, finding, figures).
+
+    Kept up: not stopped early by the over-saturation rule, every request planned for its window sent and
+    finished (``requests_unsent`` and ``requests_incomplete`` zero), and completions kept pace with arrivals
+    (``completion_rps >= (1 - tolerance) * arrival_rps``, :func:`workbench.serving.load.flow_rates`; older rows
+    without them: ``request_throughput_rps`` against ``offered_rps``). Attainment is a separate question (did
+    the requests meet the SLO), reported beside it with its interval.
+
+    Args:
+        point: a points row (Series or dict).
+
+    Returns:
+        True / False; None for a closed-loop point (no arrival process to keep up with) or one without rates.
+    """
+    get = point.get
+    if get("profile") not in load.OPEN_LOOP:
+        return None
+    if bool(get("stopped_early") or False):
+        return False
+    for col in ("requests_unsent", "requests_incomplete"):
+        v = get(col)
+        if v is not None and v == v and v > 0:
+            return False
+    arr, comp = get("arrival_rps"), get("completion_rps")
+    if arr is None or comp is None or not (arr == arr):
+        arr, comp = get("offered_rps"), get("request_throughput_rps")
+    if arr is None or comp is None or not (arr == arr and arr > 0):
+        return None
+    return bool(comp == comp and comp >= (1 - tolerance) * arr)
+
+
+def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
+    """Per engine: the highest open-loop rate (realised ``arrival_rps``, else ``offered_rps``) that kept up
+    (:func:`kept_up`), below the first that did not; NaN when even the lowest did not. Only usable points
+    (:func:`workbench.plots.usable_points` with ``serving``: valid, open-loop, not stopped early)."""
+    df = usable_points(points, serving=True)
     out = {}
-    flow = {"arrival_rps", "completion_rps"} <= set(df.columns)
-    for e, g in df[df["profile"].isin(ARRIVALS)].groupby("engine"):
-        if flow:
-            out[e] = metrics.saturation_knee(g["arrival_rps"], g["completion_rps"], tolerance)
-        else:
-            out[e] = metrics.saturation_knee(g["offered_rps"], g["request_throughput_rps"], tolerance)
+    for e, g in df.groupby("engine"):
+        x = g["arrival_rps"] if "arrival_rps" in g and g["arrival_rps"].notna().all() else g["offered_rps"]
+        knee = float("nan")
+        for rate, (_, r) in sorted(zip(x, g.iterrows()), key=lambda t: t[0]):
+            if kept_up(r, tolerance) is not True:  # fell behind, or not known
+                break
+            knee = float(rate)
+        out[e] = knee
     return out
+
+
+def _slo_names(columns) -> list[str]:
+    """SLO names of the ``slo_attainment_<name>`` columns (not the interval columns)."""
+    return sorted({c[len("slo_attainment_"):] for c in columns if c.startswith("slo_attainment_")
+                   and not c.startswith(("slo_attainment_low", "slo_attainment_high"))})
 
 
 def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
     """Per SLO preset (and ``custom``): the engine and the highest measured offered rate whose attainment
-    reaches ``target`` (ties: higher goodput), with its goodput; ``engine`` empty when none does."""
-    df = ok_points(points)
-    names = sorted({c[len("slo_attainment_"):] for c in df.columns if c.startswith("slo_attainment_")})
+    reaches ``target`` (ties: higher goodput), with its goodput, its attainment's Wilson 95% interval and the
+    requests planned for it; ``engine`` empty when none does. Only usable points
+    (:func:`workbench.plots.usable_points` with ``serving``: valid, open-loop, not stopped early) that kept up
+    (:func:`kept_up` not False): a closed-loop burst, a point stopped for over-saturation, one measured under
+    other load or one whose queue grew is never recommended."""
+    df = usable_points(points, serving=True)
+    if not df.empty:  # a rate whose queue grew is not one the engine sustains, whatever its short-run attainment
+        df = df[[kept_up(r) is not False for _, r in df.iterrows()]]
     rows = []
-    for n in names:
+    for n in _slo_names(df.columns):
+        source = slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"
         ok = df[df[f"slo_attainment_{n}"] >= target]
         if ok.empty:
             rows.append({"slo": n, "engine": "", "max_rate_rps": 0.0, "goodput_rps": 0.0, "attainment": np.nan,
-                         "source": slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"})
+                         "attainment_low": np.nan, "attainment_high": np.nan, "requests": 0, "source": source})
             continue
         best = ok.sort_values(["offered_rps", f"goodput_rps_{n}"], ascending=False).iloc[0]
+        planned = best.get("requests_planned_window", best.get("requests", np.nan))
         rows.append({"slo": n, "engine": best["engine"], "max_rate_rps": float(best["offered_rps"]),
                      "goodput_rps": float(best[f"goodput_rps_{n}"]), "attainment": float(best[f"slo_attainment_{n}"]),
-                     "source": slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"})
+                     "attainment_low": float(best.get(f"slo_attainment_low_{n}", np.nan)),
+                     "attainment_high": float(best.get(f"slo_attainment_high_{n}", np.nan)),
+                     "requests": int(planned) if planned == planned else 0, "source": source})
     return pd.DataFrame(rows)
 
 
+def _attained(r, target: float) -> str:
+    """``custom-SLO attainment 1.00 (95% Wilson interval 0.76-1.00)`` of a point row."""
+    lo, hi = r.get("slo_attainment_low", np.nan), r.get("slo_attainment_high", np.nan)
+    ci = f"95% Wilson interval {lo:.2f}-{hi:.2f}" if lo == lo and hi == hi else "no interval"
+    return f"custom-SLO attainment {r.get('slo_attainment', np.nan):.2f} ({ci})"
+
+
+def _engine_sentence(e: str, g: pd.DataFrame, knee: float, target: float) -> str:
+    """One engine's part of the finding: how far it kept up, the attainment there and at the first rate past it."""
+    g = g.sort_values("offered_rps")
+    verdicts = [kept_up(r) for _, r in g.iterrows()]
+    if knee == knee:
+        at = g.iloc[max(i for i, v in enumerate(verdicts) if v) if any(verdicts) else 0]
+        text = f"{e}: kept up to {knee:.2f} req/s, {_attained(at, target)} there"
+        rest = [(r, v) for (_, r), v in zip(g.iterrows(), verdicts) if r["offered_rps"] > at["offered_rps"]]
+    elif verdicts and verdicts[0] is None:
+        return f"{e}: no arrival and completion rates recorded, so whether it kept up is not known"
+    else:
+        text = f"{e}: did not keep up even at its lowest open-loop rate"
+        rest = [(r, v) for (_, r), v in zip(g.iterrows(), verdicts)][:1]
+    if rest and rest[0][1] is False:
+        r = rest[0][0]
+        comp = r.get("completion_rps", r.get("request_throughput_rps", np.nan))
+        text += f"; at {r['offered_rps']:.2f} req/s completions fell behind ({comp:.2f} req/s completed)"
+        text += (f" while {_attained(r, target)} stayed at target: the queue grew within the SLO's slack"
+                 if r.get("slo_attainment", np.nan) >= target else f", {_attained(r, target)}")
+    return text
+
+
 def headline(points: pd.DataFrame, target: float = 0.9) -> str:
-    """One paragraph: the knee per engine and the best engine for the custom SLO."""
+    """The finding: per engine, the highest open-loop rate that kept up (:func:`kept_up`, the knee) with the
+    custom SLO's attainment there and at the first rate past it, and the recommended engine for the custom SLO
+    (:func:`recommend`); each with its evidence: requests planned per point and attainment with its Wilson 95%
+    interval. Only usable points count (valid, open-loop, not stopped early); how many others were left out
+    is said."""
+    use = usable_points(points, serving=True)
+    if use.empty:
+        return ("No usable open-loop load point (valid, not stopped early): no knee or recommendation is "
+                "supported." if len(points) else "No load point finished.")
     k = knees(points)
-    parts = [f"{e}: knee {v:.2f} req/s" if v == v else f"{e}: no open-loop rate kept up" for e, v in k.items()]
+    parts = [_engine_sentence(e, g, k.get(e, float("nan")), target) for e, g in use.groupby("engine")]
     rec = recommend(points, target)
-    custom = rec[rec["slo"] == "custom"]
+    custom = rec[rec["slo"] == "custom"] if not rec.empty else rec
     if not custom.empty and custom.iloc[0]["engine"]:
         c = custom.iloc[0]
-        parts.append(f"custom SLO: {c['engine']} up to {c['max_rate_rps']:.2f} req/s ({c['goodput_rps']:.2f} req/s goodput)")
+        ci = (f"95% Wilson interval {c['attainment_low']:.2f}-{c['attainment_high']:.2f}"
+              if c["attainment_low"] == c["attainment_low"] else "no interval")
+        parts.append(f"custom SLO: {c['engine']} up to {c['max_rate_rps']:.2f} req/s ({c['goodput_rps']:.2f} req/s "
+                     f"goodput; attainment {c['attainment']:.2f}, {ci}, {c['requests']} requests)")
     elif not custom.empty:
-        parts.append("no engine met the custom SLO at any measured rate")
-    return "; ".join(parts) if parts else "No load point finished."
+        parts.append(f"no engine met the custom SLO (attainment >= {target:.0%}) at a usable rate it kept up with")
+    n_req = use["requests_planned_window"] if "requests_planned_window" in use else use.get("requests")
+    if n_req is None or n_req.isna().all():
+        n_txt = "an unknown number of"
+    else:
+        n_txt = f"{int(n_req.min())}" + (f"-{int(n_req.max())}" if n_req.min() != n_req.max() else "")
+    left = len(ok_points(points)) - len(use)
+    tail = (f" Evidence: {len(use)} usable open-loop points of {n_txt} planned requests each"
+            + (f"; {left} closed-loop, stopped-early or invalid points left out" if left else "") + ".")
+    return "; ".join(parts) + "." + tail
 
 
 # ----------------------------------------------------------------------------- figures
@@ -406,7 +566,8 @@ def latency_vs_throughput(points: pd.DataFrame) -> go.Figure:
 
 
 def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
-    """Goodput (custom SLO) and SLO attainment versus offered rate per engine, the knee marked."""
+    """Goodput (custom SLO) and SLO attainment (with its Wilson 95% interval over the planned requests) versus
+    offered rate per engine, the knee (:func:`knees`) marked."""
     df = ok_points(points).sort_values(["engine", "offered_rps"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=("goodput (custom SLO)", "SLO attainment (custom SLO)"))
     col = _colours()
@@ -414,16 +575,22 @@ def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
     for e, g in df.groupby("engine"):
         fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["goodput_rps"], mode="lines+markers", name=f"{e} goodput",
                                  line=dict(color=col.get(e)), hovertext=g["profile"]), row=1, col=1)
-        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["slo_attainment"], mode="lines+markers",
+        err = None
+        if {"slo_attainment_low", "slo_attainment_high"} <= set(g.columns):
+            err = dict(type="data", symmetric=False, array=(g["slo_attainment_high"] - g["slo_attainment"]).clip(lower=0),
+                       arrayminus=(g["slo_attainment"] - g["slo_attainment_low"]).clip(lower=0))
+        hover = [f"{p}; kept up: {kept_up(r)}" for p, (_, r) in zip(g["profile"], g.iterrows())]
+        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["slo_attainment"], mode="lines+markers", error_y=err,
                                  name=f"{e} attainment", line=dict(color=col.get(e), dash="dash"),
-                                 hovertext=g["profile"]), row=1, col=2)
-        if kn.get(e) == kn.get(e):
+                                 hovertext=hover), row=1, col=2)
+        knee = kn.get(e, float("nan"))  # NaN: no usable point, or none kept up
+        if knee == knee:
             for c in (1, 2):
-                fig.add_vline(x=kn[e], line=dict(color=col.get(e), dash="dot"), row=1, col=c)
+                fig.add_vline(x=knee, line=dict(color=col.get(e), dash="dot"), row=1, col=c)
     fig.update_xaxes(title_text="offered rate (requests/s)")
     fig.update_yaxes(title_text=label("goodput_rps"), row=1, col=1)
     fig.update_yaxes(title_text=label("slo_attainment"), range=[0, 1.05], row=1, col=2)
-    fig.update_layout(title="Goodput and SLO attainment vs offered rate (dotted: the knee)")
+    fig.update_layout(title="Goodput and SLO attainment (bars: 95% Wilson interval) vs offered rate (dotted: the knee)")
     return fig
 
 
@@ -494,7 +661,8 @@ def time_slices(points: pd.DataFrame) -> go.Figure:
 def recommendation_table(points: pd.DataFrame, target: float = 0.9) -> go.Figure:
     """The :func:`recommend` table as a figure."""
     rec = recommend(points, target)
-    cols = ["slo", "engine", "max_rate_rps", "goodput_rps", "attainment", "source"]
+    cols = ["slo", "engine", "max_rate_rps", "goodput_rps", "attainment", "attainment_low", "attainment_high",
+            "requests", "source"]
     cells = [rec[c].map(lambda v: f"{v:.3g}" if isinstance(v, float) else (v or "none")) if c in rec else [] for c in cols]
     fig = go.Figure(go.Table(header=dict(values=cols), cells=dict(values=cells)))
     fig.update_layout(title=f"Recommended engine per SLO (attainment >= {target:.0%} at the highest measured rate)")

@@ -413,7 +413,24 @@ def measure_point(bench: _Bench, cfg: Config, point: dict) -> dict:
                          "keepalive_s": cfg.keepalive_s if point["keepalive"] else None})
     for row in rows:
         row.setdefault("max_new_tokens", cfg.max_new_tokens)
-    return {"requests": rows, "wall_s": time.perf_counter() - t0}
+    wall = time.perf_counter() - t0
+    out = {"requests": rows, "wall_s": wall}
+    if point["part"] == "reader" and rows:
+        out["extra"] = generation_columns(rows, wall)
+    return out
+
+
+def generation_columns(rows: list[dict], wall_s: float) -> dict:
+    """A reader point's per-point figures with each generation counted once.
+
+    The reader part writes one request row per display granularity of each generation (same tokens, same
+    timing), so the sweep's own summary would count every generation once per granularity (throughput and
+    request counts times the number of granularities, percentiles over copies). This is
+    :func:`workbench.metrics.summarize_point` over one row per generation (``repeat``); its columns replace the
+    sweep's.
+    """
+    once = pd.DataFrame(rows).drop_duplicates("repeat")
+    return metrics.summarize_point(once, wall_s)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:

@@ -53,6 +53,11 @@ forward steps, split into chunks and mixed with other requests' decode tokens, s
 to one request's prefill; any figure (for example admission to first token) would include other requests'
 work and is not reported under this name.
 
+Running requests: :meth:`BaseEngine.running_requests` (the batch being served; for ``continuous`` the
+manager's running batch) and :class:`RunningSampler`, which samples it in a thread so a load point reports
+the mean and max batch over its own window (``engine_batch_mean`` / ``engine_batch_max``), not the engine's
+lifetime peak.
+
 Greedy outputs equal batch-1 ``generate`` outputs for all three engines on the embedded model in
 float32 (tests/serving/test_engines.py); batched attention may in general change the last bits of
 logits and so a near-tie argmax, which the test would report as the first divergent token.
@@ -206,6 +211,7 @@ class BaseEngine:
         self.rejected = 0
         self._shutting_down = False
         self._count_lock = threading.Lock()
+        self._running = 0  # requests in the batch being served (read by running_requests / RunningSampler)
         self._thread = threading.Thread(target=self._loop, name=f"workbench-{self.name}", daemon=True)
         self._thread.start()
 
@@ -293,16 +299,23 @@ class BaseEngine:
                     r.t_admit = time.perf_counter()
                     r.finish()
             if live:
+                self._running = len(live)
                 try:
                     self._serve(live)
                 except Exception as exc:  # every request of the batch fails with the reason
                     for r in live:
                         r.finish("error", f"{type(exc).__name__}: {exc}")
+                finally:
+                    self._running = 0
             if getattr(self, "_stop_after", False):
                 return
 
     def _collect(self, first: EngineRequest) -> list:
         return [first]
+
+    def running_requests(self) -> int:
+        """Requests the engine is running now (admitted, not finished): the batch being served."""
+        return self._running
 
     def _serve(self, batch: list) -> None:
         raise NotImplementedError
@@ -531,6 +544,17 @@ class ContinuousEngine(BaseEngine):
                 except Exception as exc:
                     r.finish("error", f"{type(exc).__name__}: {exc}")
 
+    def running_requests(self) -> int:
+        """Requests in the manager's running batch (its scheduler's ``active_requests``: admitted, prefilling or
+        decoding); where this ``transformers`` does not expose them, the requests handed to the manager and not
+        finished (its batch and its own waiting queue)."""
+        if hasattr(self.manager, "batch_processor"):
+            bp = self.manager.batch_processor  # None until the manager's loop has built it: nothing runs yet
+            active = getattr(getattr(bp, "scheduler", None), "active_requests", None)
+            if bp is None or isinstance(active, dict):
+                return len(active) if bp is not None else 0
+        return len(self._live)
+
     def stop(self) -> None:
         self._shutting_down = True
         self.queue.put(None)
@@ -556,6 +580,62 @@ def make_engine(name: str, loaded, max_batch_size: int = 8, batch_window_s: floa
     if name == "static":
         return StaticEngine(loaded, max_batch_size, batch_window_s)
     return ContinuousEngine(loaded, settings, max_batch_size, max_seq_tokens)
+
+
+class RunningSampler:
+    """Samples an engine's running requests (:meth:`BaseEngine.running_requests`) every ``interval_s`` seconds
+    in a daemon thread, so a load point can report the batch it actually ran (mean and max over its window)
+    rather than the engine's lifetime peak.
+
+    Use: ``with RunningSampler(engine) as s: ...`` (or :meth:`start` / :meth:`stop`), then :meth:`stats`.
+    ``samples`` holds ``(perf_counter, running)`` pairs.
+
+    Raises:
+        ParameterError: ``interval_s`` not > 0.
+    """
+
+    def __init__(self, engine, interval_s: float = 0.01):
+        self.engine = engine
+        self.interval_s = checks.check_float("interval_s", interval_s, lo=0, lo_open=True)
+        self.samples: list[tuple[float, int]] = []
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            self.samples.append((time.perf_counter(), int(self.engine.running_requests())))
+            self._halt.wait(self.interval_s)
+
+    def start(self) -> "RunningSampler":
+        self._thread = threading.Thread(target=self._run, name="workbench-running-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> "RunningSampler":
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.samples.append((time.perf_counter(), int(self.engine.running_requests())))
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def stats(self, t_from: float = -math.inf, t_to: float = math.inf) -> dict:
+        """``engine_batch_mean`` (time-weighted mean running requests: each sample holds until the next) and
+        ``engine_batch_max`` over ``[t_from, t_to]`` (``perf_counter`` seconds); NaN without samples in it."""
+        pts = [(t, n) for t, n in self.samples if t_from <= t <= t_to]
+        if not pts:
+            return {"engine_batch_mean": float("nan"), "engine_batch_max": float("nan")}
+        if len(pts) == 1:
+            return {"engine_batch_mean": float(pts[0][1]), "engine_batch_max": float(pts[0][1])}
+        area = sum(n * (t2 - t1) for (t1, n), (t2, _) in zip(pts, pts[1:]))
+        span = pts[-1][0] - pts[0][0]
+        return {"engine_batch_mean": area / span if span > 0 else float(pts[0][1]),
+                "engine_batch_max": float(max(n for _, n in pts))}
 
 
 def run_requests(engine: BaseEngine, requests: list, timeout: float = 600.0) -> list[dict]:

@@ -24,15 +24,29 @@ time, not from when the client managed to send, and a request is sent at its tim
 are still waiting (one thread per request), so a stalled server cannot slow the arrivals and hide its
 queue. ``late_s`` (send minus scheduled time) records how far the client itself fell behind.
 
-Warm-up and cool-down: requests that started before ``warmup_s`` (after the first scheduled arrival) or
-finished in the last ``cooldown_s`` seconds before the last completion are excluded; the kept window
-(``window_start_s``, ``window_end_s``) and the excluded counts are recorded. Per-time-slice figures
-(:func:`time_slices`) show whether the run reached a steady state.
+Warm-up and cool-down, by send time: requests sent before ``warmup_s`` (after the first scheduled arrival)
+or in the last ``cooldown_s`` seconds before the last send are excluded from the kept rows, whatever their
+latency (a slow request sent inside the window stays in it); the send window (``window_start_s``,
+``window_end_s``) and the excluded counts are recorded. Requests planned inside the send window but never sent
+(the over-saturation rule stopped the run) or still in flight when the run gave up waiting
+(``join_timeout_s``) are :attr:`LoadResult.missing`: they count as misses in SLO attainment
+(``requests_planned_window``, ``requests_unsent``, ``requests_incomplete``), never vanish.
+
+Rates over a measured window (:func:`apply_window`, :func:`window_figures`): completions inside the window
+divided by its length. Open loop: the window runs from the first to the last completion of the kept requests
+and counts the completions after its opening one (``n - 1`` intervals between ``n`` events: at a steady rate
+``r`` this is ``r``, whatever the run's length; ``requests / (first send .. last finish)`` would be
+``N / ((N - 1) / r + one latency)``, low for short runs). Closed loop: the next request leaves as one ends,
+so there is no arrival gap to bias the span: the window is the first kept send to the last kept finish and
+every kept completion counts (vLLM's ``request_throughput``). ``window_s`` is the window's length.
+Per-time-slice figures (:func:`time_slices`) credit each output token to the slice it was produced in and
+show whether the run reached a steady state.
 
 Over-saturation (open loop): the run stops sending when the requests in flight exceed ``max_in_flight``
 or the oldest one has been in flight longer than ``max_wait_s``: past the knee the queue grows without
 bound and every later request only measures the backlog. The rule and whether it fired are recorded
-(``stopped_early``, ``stop_reason``, ``saturation_rule``); requests never sent are not rows.
+(``stopped_early``, ``stop_reason``, ``saturation_rule``); requests never sent are not rows but
+:attr:`LoadResult.missing` entries (misses in attainment).
 
 Keeping up (:func:`flow_rates`): ``arrival_rps`` (requests scheduled per second over the arrival span) and
 ``completion_rps`` (requests completed per second over the completion span), over the same number of
@@ -174,8 +188,9 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     (:func:`workbench.metrics.request_timing` over chunk arrival times); ``chunk_itl_s`` are chunk gaps
     (a chunk is not a token). ``output_tokens`` is the server's ``usage.completion_tokens``; ``tpot_s``,
     ``itl_s``, ``queue_s`` and ``prefill_s`` are the engine's per-token-id figures from the final chunk's
-    ``engine`` field when the server sends them (NaN when it does not). ``text`` is the streamed content
-    joined. ``t_headers`` is when the response headers arrived.
+    ``engine`` field when the server sends them (NaN when it does not). ``decode_tps`` (the user's decode
+    speed) is the ``usage`` tokens after the first over the client's first-to-last content chunk time. ``text``
+    is the streamed content joined. ``t_headers`` is when the response headers arrived.
 
     The ``httpx`` client ignores ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` (``trust_env=False``):
     a proxy in the environment must not reroute or time loopback traffic. ``client``: an ``httpx.Client``
@@ -223,6 +238,10 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         timing = metrics.request_timing(stamps, t_scheduled)
         n_out = usage.get("completion_tokens") if usage else None
         nan = float("nan")
+        # the user's decode speed: tokens after the first (usage) over the client's first-to-last chunk time
+        per_user = metrics.request_timing(stamps, t_scheduled, decode_steps=int(n_out) - 1) \
+            if n_out and stamps and not row.get("error") else {"decode_tps": nan}
+        row["decode_tps"] = per_user["decode_tps"]
         row.update(ttft_s=timing["ttft_s"], e2e_s=row["t_done"] - t_scheduled, chunk_itl_s=timing["itl_s"],
                    chunks=len(stamps), output_tokens=int(n_out) if n_out is not None else 0,
                    prompt_tokens=usage.get("prompt_tokens") if usage else spec.prompt_tokens, finish_reason=finish,
@@ -244,7 +263,7 @@ def engine_sender(engine, tokenizer, settings) -> Callable:
 
     ``settings``: the :class:`~workbench.generation.GenerationSettings` of every request (its
     ``max_new_tokens`` is replaced by the spec's ``max_tokens``). Latencies count from the scheduled time
-    through per-token-id stamps; ``queue_s`` is the engine's.
+    through per-token-id stamps (``ttft_s``, ``itl_s``, ``tpot_s``, ``decode_tps``); ``queue_s`` is the engine's.
     """
     from .engines import EngineRequest, prompt_ids
 
@@ -268,7 +287,8 @@ def engine_sender(engine, tokenizer, settings) -> Callable:
         timing = metrics.request_timing(stamps, t_scheduled)
         err = res.get("error")
         row.update(ttft_s=timing["ttft_s"], e2e_s=(stamps[-1] if stamps else row["t_done"]) - t_scheduled,
-                   itl_s=timing["itl_s"], tpot_s=timing["tpot_s"], output_tokens=0 if err else len(stamps),
+                   itl_s=timing["itl_s"], tpot_s=timing["tpot_s"], decode_tps=timing["decode_tps"],
+                   output_tokens=0 if err else len(stamps),
                    prompt_tokens=len(ids), finish_reason=res.get("finish_reason"), queue_s=res.get("queue_s"),
                    prefill_s=res.get("prefill_s", float("nan")),
                    batch_size=res.get("batch_size"), chunks=len(stamps), error=err)
@@ -282,14 +302,19 @@ def engine_sender(engine, tokenizer, settings) -> Callable:
 
 @dataclasses.dataclass
 class LoadResult:
-    """One profile run: ``rows`` (one dict per sent request), ``summary`` (dict) and ``slices`` (DataFrame)."""
+    """One profile run: ``rows`` (one dict per sent request), ``summary`` (dict), ``slices`` (DataFrame),
+    ``missing`` (one dict per planned request without a row: ``request_id``, ``reason`` ``unsent`` /
+    ``incomplete``, ``t_scheduled_s`` (NaN when never scheduled) and ``in_window``) and ``t0`` (the
+    ``perf_counter`` reading that row times count from)."""
 
     rows: list
     summary: dict
     slices: pd.DataFrame
+    missing: list = dataclasses.field(default_factory=list)
+    t0: float = float("nan")
 
     def kept(self) -> pd.DataFrame:
-        """The rows inside the kept window (warm-up and cool-down excluded)."""
+        """The rows inside the kept window (warm-up and cool-down excluded, by send time)."""
         df = pd.DataFrame(self.rows)
         return df[df["kept"]].copy() if not df.empty else df
 
@@ -400,7 +425,18 @@ def run_load(send: Callable, specs: Sequence[RequestSpec], profile: str, rate: f
     end = time.perf_counter() + join_timeout_s
     for th in threads:
         th.join(timeout=max(0.0, end - time.perf_counter()))
-    sent = [r for r in rows if r is not None]
+    with lock:  # a request still in flight now is incomplete (its late row, if any, is not read)
+        snapshot, flying = list(rows), dict(in_flight)
+    sent = [r for r in snapshot if r is not None]
+    missing = []
+    for i, r in enumerate(snapshot):
+        if r is not None:
+            continue
+        if i in flying:
+            missing.append({"request_id": i, "reason": "incomplete", "t_scheduled_s": flying[i] - t0})
+        else:
+            planned = float(offs[i]) if profile in OPEN_LOOP else float("nan")
+            missing.append({"request_id": i, "reason": "unsent", "t_scheduled_s": planned})
     for r in sent:
         r["t_scheduled_s"] = r["t_scheduled"] - t0
         r["t_start_s"] = r.get("t_sent", r["t_scheduled"]) - t0
@@ -411,9 +447,9 @@ def run_load(send: Callable, specs: Sequence[RequestSpec], profile: str, rate: f
                    else None, requests_planned=len(specs), requests_sent=len(sent), stopped_early=bool(stop["reason"]),
                    stop_reason=stop["reason"], saturation_rule=saturation_rule,
                    client_late_s_max=max((r["late_s"] for r in sent), default=float("nan")))
-    summary.update(apply_window(sent, warmup_s, cooldown_s))
+    summary.update(apply_window(sent, warmup_s, cooldown_s, open_loop=profile in OPEN_LOOP, missing=missing))
     summary.update(flow_rates(sent))
-    return LoadResult(sent, summary, time_slices(sent, slice_s))
+    return LoadResult(sent, summary, time_slices(sent, slice_s), missing, t0)
 
 
 def flow_rates(rows: list) -> dict:
@@ -429,45 +465,156 @@ def flow_rates(rows: list) -> dict:
             "completion_rps": rate([r["t_end_s"] for r in rows if not r.get("error")])}
 
 
-def apply_window(rows: list, warmup_s: float, cooldown_s: float) -> dict:
-    """Mark ``kept`` on each row: started at or after ``warmup_s`` and finished at or before the last
-    finish minus ``cooldown_s``; returns the window and counts (``window_start_s``, ``window_end_s``,
-    ``excluded_warmup``, ``excluded_cooldown``, ``wall_s``: first kept start to last kept finish)."""
-    if not rows:
-        return dict(window_start_s=float("nan"), window_end_s=float("nan"), excluded_warmup=0, excluded_cooldown=0,
-                    wall_s=float("nan"))
-    last = max(r["t_end_s"] for r in rows)
-    lo, hi = warmup_s, last - cooldown_s
+def apply_window(rows: list, warmup_s: float, cooldown_s: float, open_loop: bool = True,
+                 missing: list | None = None) -> dict:
+    """Mark ``kept`` and ``in_window`` on each row and return the windows and counts (module docstring).
+
+    Args:
+        rows: sent requests with ``t_start_s`` (sent), ``t_end_s`` (finished), ``output_tokens`` and ``error``
+            (seconds after the first scheduled arrival).
+        warmup_s, cooldown_s: requests sent before ``warmup_s`` or after the last send minus ``cooldown_s``
+            are not kept (send time decides, never latency).
+        open_loop: the arrival process has its own schedule (opens the counting window at the first
+            completion); closed loop counts from the first kept send.
+        missing: :attr:`LoadResult.missing` (unsent: their planned time decides; NaN times count as inside).
+            Each gets ``in_window``.
+
+    Returns:
+        ``window_start_s`` / ``window_end_s`` (the send window), ``measure_start_s`` / ``measure_end_s`` and
+        ``window_s`` (the counting window and its length, NaN when it has no length), ``requests_in_window``
+        (completions counted), ``requests_planned_window`` (kept rows plus missing requests in the send
+        window: the denominator of SLO attainment), ``requests_unsent``, ``requests_incomplete``,
+        ``excluded_warmup``, ``excluded_cooldown`` and ``wall_s`` (first kept send to last kept finish).
+    """
+    missing = missing or []
+    nan = float("nan")
+    sends = [r["t_start_s"] for r in rows] + [m["t_scheduled_s"] for m in missing if m["t_scheduled_s"] == m["t_scheduled_s"]]
+    if not sends:
+        for m in missing:
+            m["in_window"] = True
+        return dict(window_start_s=nan, window_end_s=nan, measure_start_s=nan, measure_end_s=nan, window_s=nan,
+                    requests_in_window=0, requests_planned_window=len(missing),
+                    requests_unsent=sum(m["reason"] == "unsent" for m in missing),
+                    requests_incomplete=sum(m["reason"] == "incomplete" for m in missing),
+                    excluded_warmup=0, excluded_cooldown=0, wall_s=nan)
+    lo, hi = warmup_s, max(sends) - cooldown_s
     n_w = n_c = 0
     for r in rows:
-        early, late = r["t_start_s"] < lo - 1e-9, r["t_end_s"] > hi + 1e-9
+        early, late = r["t_start_s"] < lo - 1e-9, r["t_start_s"] > hi + 1e-9
         r["kept"] = not (early or late)
+        r["in_window"] = False
         n_w += early
         n_c += late and not early
+    for m in missing:
+        t = m["t_scheduled_s"]
+        m["in_window"] = not (t == t) or lo - 1e-9 <= t <= hi + 1e-9
     kept = [r for r in rows if r["kept"]]
-    wall = (max(r["t_end_s"] for r in kept) - min(r["t_start_s"] for r in kept)) if kept else float("nan")
-    return dict(window_start_s=lo, window_end_s=hi, excluded_warmup=int(n_w), excluded_cooldown=int(n_c),
-                wall_s=wall)
+    done = [r for r in kept if not r.get("error") and (r.get("output_tokens") or 0) >= 1]
+    wall = (max(r["t_end_s"] for r in kept) - min(r["t_start_s"] for r in kept)) if kept else nan
+    if open_loop:
+        a = min((r["t_end_s"] for r in done), default=nan)
+        b = max((r["t_end_s"] for r in done), default=nan)
+        for r in done:
+            r["in_window"] = a < r["t_end_s"] <= b
+    else:
+        a = min((r["t_start_s"] for r in kept), default=nan)
+        b = max((r["t_end_s"] for r in kept), default=nan)
+        for r in done:
+            r["in_window"] = True
+    span = b - a
+    return dict(window_start_s=lo, window_end_s=hi, measure_start_s=a, measure_end_s=b,
+                window_s=span if span == span and span > 0 else nan,
+                requests_in_window=sum(r["in_window"] for r in done),
+                requests_planned_window=len(kept) + sum(m["in_window"] for m in missing),
+                requests_unsent=sum(m["reason"] == "unsent" for m in missing),
+                requests_incomplete=sum(m["reason"] == "incomplete" for m in missing),
+                excluded_warmup=int(n_w), excluded_cooldown=int(n_c), wall_s=wall)
+
+
+def window_figures(rows, summary: dict) -> dict:
+    """Throughput and concurrency of one run over its counting window (:func:`apply_window`).
+
+    Args:
+        rows: the run's sent rows (list of dicts or a DataFrame) after :func:`apply_window` (``in_window``,
+            ``t_scheduled_s``, ``t_end_s``, ``e2e_s``, ``output_tokens``, ``prompt_tokens``).
+        summary: its ``measure_start_s``, ``measure_end_s`` and ``window_s``.
+
+    Returns:
+        ``request_throughput_rps``, ``output_throughput_tps``, ``input_throughput_tps`` and
+        ``total_throughput_tps`` (counted completions, their output / prompt / both token counts, per second of
+        the window); ``mean_concurrency`` (requests in the system, scheduled arrival to finish, averaged over
+        the window: the time integral of the in-system count over its length) and ``littles_law_ratio``
+        (``mean_concurrency / (request_throughput_rps * mean e2e_s of the counted requests)``: Little's law
+        L = lambda W says 1 in a steady state; far from 1, the window did not hold one). NaN without a window.
+    """
+    df = pd.DataFrame(rows)
+    nan = float("nan")
+    w, a, b = summary.get("window_s", nan), summary.get("measure_start_s", nan), summary.get("measure_end_s", nan)
+    out = dict(request_throughput_rps=nan, output_throughput_tps=nan, input_throughput_tps=nan,
+               total_throughput_tps=nan, mean_concurrency=nan, littles_law_ratio=nan)
+    if df.empty or not (w == w and w > 0) or "in_window" not in df:
+        return out
+    c = df[df["in_window"].fillna(False).astype(bool)]
+    out_tok = float(pd.to_numeric(c.get("output_tokens"), errors="coerce").fillna(0).sum()) if len(c) else 0.0
+    in_tok = float(pd.to_numeric(c.get("prompt_tokens"), errors="coerce").fillna(0).sum()) if len(c) else 0.0
+    lam = len(c) / w
+    start = pd.to_numeric(df.get("t_scheduled_s", df.get("t_start_s")), errors="coerce")
+    end = pd.to_numeric(df["t_end_s"], errors="coerce")
+    busy = float((np.minimum(end, b) - np.maximum(start, a)).clip(lower=0).fillna(0).sum())
+    conc = busy / w
+    e2e = float(pd.to_numeric(c.get("e2e_s"), errors="coerce").mean()) if len(c) else nan
+    out.update(request_throughput_rps=lam, output_throughput_tps=out_tok / w, input_throughput_tps=in_tok / w,
+               total_throughput_tps=(out_tok + in_tok) / w, mean_concurrency=conc,
+               littles_law_ratio=conc / (lam * e2e) if lam > 0 and e2e == e2e and e2e > 0 else nan)
+    return out
+
+
+def token_times(row: dict) -> list[float]:
+    """When each output token of a row was produced (seconds after the first scheduled arrival).
+
+    From the row's own stamps: ``t_scheduled_s`` (else ``t_start_s``) ``+ ttft_s`` for the first token, then the per-token gaps
+    ``itl_s`` when they cover every token (``output_tokens - 1`` of them); otherwise (an HTTP row whose server
+    sent no per-token gaps) the remaining tokens spread evenly up to ``t_scheduled_s + e2e_s``. Empty for a
+    failed row or one without a first token.
+    """
+    n = int(row.get("output_tokens") or 0)
+    t_sched, ttft = row.get("t_scheduled_s", row.get("t_start_s")), row.get("ttft_s")
+    if n < 1 or row.get("error") or t_sched is None or ttft is None or not (ttft == ttft):
+        return []
+    first = float(t_sched) + float(ttft)
+    gaps = row.get("itl_s")
+    gaps = list(gaps) if isinstance(gaps, (list, tuple, np.ndarray)) else []
+    if len(gaps) == n - 1:
+        return (first + np.concatenate([[0.0], np.cumsum(np.asarray(gaps, dtype=float))])).tolist()
+    e2e = row.get("e2e_s")
+    last = float(t_sched) + float(e2e) if e2e is not None and e2e == e2e else first
+    return np.linspace(first, max(first, last), n).tolist()
 
 
 def time_slices(rows: list, slice_s: float = 5.0) -> pd.DataFrame:
-    """Per ``slice_s`` window after the first arrival: ``started``, ``completed``, ``failed``, ``in_flight``
-    (at the slice's end), ``output_tokens`` of the requests completed in it (server counts),
-    ``output_throughput_tps`` and ``ttft_s_p50`` of those requests."""
+    """Per ``slice_s`` window after the first arrival: ``started``, ``completed``, ``failed`` (requests that
+    finished in it), ``in_flight`` (at the slice's end), ``output_tokens`` produced in it (each token credited
+    to the slice it was produced in, :func:`token_times`), ``output_throughput_tps`` (those tokens per second of
+    the slice) and ``ttft_s_p50`` of the requests completed in it."""
+    cols = ["slice_start_s", "started", "completed", "failed", "in_flight", "output_tokens", "output_throughput_tps",
+            "ttft_s_p50"]
     if not rows:
-        return pd.DataFrame(columns=["slice_start_s", "started", "completed", "failed", "in_flight", "output_tokens",
-                                     "output_throughput_tps", "ttft_s_p50"])
+        return pd.DataFrame(columns=cols)
     last = max(r["t_end_s"] for r in rows)
+    times = np.asarray([t for r in rows for t in token_times(r)], dtype=float)
+    last = max(last, float(times.max()) if times.size else last)
+    n_slices = int(math.floor(max(last, 0.0) / slice_s)) + 1  # the last finish falls inside the last slice
+    tokens = np.bincount(np.clip((times // slice_s).astype(int), 0, n_slices - 1), minlength=n_slices) \
+        if times.size else np.zeros(n_slices, dtype=int)
     out = []
-    for k in range(int(math.ceil(max(last, 1e-9) / slice_s))):
+    for k in range(n_slices):
         a, b = k * slice_s, (k + 1) * slice_s
         done = [r for r in rows if a <= r["t_end_s"] < b or (k == 0 and r["t_end_s"] < a)]
-        tokens = sum(int(r.get("output_tokens") or 0) for r in done)
         out.append({"slice_start_s": a, "started": sum(a <= r["t_start_s"] < b for r in rows),
                     "completed": sum(not r.get("error") for r in done),
                     "failed": sum(bool(r.get("error")) for r in done),
                     "in_flight": sum(r["t_start_s"] < b <= r["t_end_s"] for r in rows),
-                    "output_tokens": tokens, "output_throughput_tps": tokens / slice_s,
+                    "output_tokens": int(tokens[k]), "output_throughput_tps": int(tokens[k]) / slice_s,
                     "ttft_s_p50": metrics.percentiles([r.get("ttft_s") for r in done if not r.get("error")],
                                                       (50,))["p50"]})
     return pd.DataFrame(out)
