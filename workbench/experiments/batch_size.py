@@ -139,7 +139,7 @@ def headline(points: pd.DataFrame) -> str:
 
 
 def ttft_vs_batch(points: pd.DataFrame) -> go.Figure:
-    """TTFT p50 (solid, with its bootstrap CI over repeats) and p99 (dashed) versus batch size, a colour
+    """TTFT p50 (solid, with its 95% t-interval over repeat medians) and p99 (dashed) versus batch size, a colour
     per prompt length; invalid points crossed out in grey. p99 is absent where too few samples support it."""
     df = ok_points(points).sort_values(["prompt_tokens", "batch_size"])
     fig = go.Figure()
@@ -153,7 +153,7 @@ def ttft_vs_batch(points: pd.DataFrame) -> go.Figure:
                                      line=dict(color=c, dash="dash"), name=f"{length} tokens, p99"))
     mark_invalid(fig, df, "batch_size", "ttft_s_p50")
     roofline.add_predicted_line(fig, df, "batch_size", "predicted_ttft_s", group="prompt_tokens")
-    fig.update_layout(title="Time to first token vs batch size (error bars: 95% bootstrap CI over repeats)",
+    fig.update_layout(title="Time to first token vs batch size (error bars: 95% t-interval over repeat medians)",
                       xaxis_title=label("batch_size"), yaxis_title=label("ttft_s"))
     fig.update_xaxes(type="log", dtick=0.30103)
     return fig
