@@ -261,7 +261,7 @@ def effect_word(verdict: str, higher_is_better: bool) -> str:
 
 
 def describe_ratio(iv: Interval, name: str) -> str:
-    """``"<name> 1.59x, 95% interval 1.40-1.80x (Welch ...)"`` or ``"<name>: no difference beyond noise: 1.03x,
+    """``"<name>: 1.59x, 95% interval 1.40-1.80x (Welch ...)"`` or ``"<name>: no difference beyond noise: 1.03x,
     95% interval 0.94-1.12x (...)"``; ``"not supported"`` with the reason when there is no interval."""
     verdict = ratio_verdict(iv)
     body = iv.describe("{:.2f}", "x")
@@ -269,7 +269,7 @@ def describe_ratio(iv: Interval, name: str) -> str:
         return f"{name}: no difference beyond noise: {body}"
     if verdict == "not supported":
         return f"{name}: not supported: {body}"
-    return f"{name} {body}"
+    return f"{name}: {body}"
 
 
 # ----------------------------------------------------------------------------- findings
