@@ -15,6 +15,8 @@ The rules, each a plain function every experiment calls:
   two medians and covers the true value about half the time.
 - :func:`ratio_interval`: a speed-up ``a / b`` from two independent samples: Welch's t on the log values
   (Welch 1947; Satterthwaite degrees of freedom), back-transformed, i.e. the ratio of geometric means.
+- :func:`mean_difference_interval`: a difference of two means by Welch's t; :func:`mean_interval`: Wilson
+  for a share, else t.
 - :func:`wilson_interval`, :func:`difference_interval`: a share (accuracy, truncation) by Wilson's score
   interval (Wilson 1927) and the difference of two shares by Newcombe's hybrid score interval (Newcombe
   1998, method 10), both close to nominal at the small counts of a sweep point.
@@ -163,6 +165,19 @@ def t_interval(values: Iterable[float], confidence: float = CONFIDENCE, unit: st
     return Interval(mean, mean - half, mean + half, n, f"t over {n} {unit}, {n - 1} dof", confidence)
 
 
+def estimate_interval(estimate: float, std_error: float, dof: float, method: str,
+                      confidence: float = CONFIDENCE) -> Interval:
+    """``estimate +- t_dof * std_error`` (e.g. a least-squares coefficient with its standard error); no
+    interval when ``dof < 1`` (an exact fit has no residuals to estimate the error from)."""
+    from scipy import stats
+
+    if not dof >= 1 or not math.isfinite(std_error):
+        return Interval(estimate, float("nan"), float("nan"), 0, method, confidence,
+                        "no residual degrees of freedom")
+    half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * std_error
+    return Interval(estimate, estimate - half, estimate + half, int(dof), method, confidence)
+
+
 def ratio_interval(numerator: Iterable[float], denominator: Iterable[float], confidence: float = CONFIDENCE,
                    unit: str = "repeats") -> Interval:
     """Interval of ``a / b`` from two independent samples of positive values (e.g. repeat medians of two
@@ -196,6 +211,39 @@ def ratio_interval(numerator: Iterable[float], denominator: Iterable[float], con
     d = a.mean() - b.mean()
     return Interval(est, float(math.exp(d - half)), float(math.exp(d + half)), int(a.size + b.size),
                     f"{method}, {dof:.1f} dof", confidence)
+
+
+def mean_difference_interval(a: Iterable[float], b: Iterable[float], confidence: float = CONFIDENCE,
+                             unit: str = "values") -> Interval:
+    """Interval of ``mean(a) - mean(b)`` from two independent samples: Welch's t (Satterthwaite dof).
+
+    Returns:
+        :class:`Interval` of the difference; no interval when a side has fewer than 2 values.
+    """
+    from scipy import stats
+
+    a, b = _finite(a), _finite(b)
+    if a.size == 0 or b.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0, "", confidence, "no samples on one side")
+    d = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:
+        return Interval(d, float("nan"), float("nan"), int(a.size + b.size), "", confidence,
+                        f"{a.size}+{b.size} {unit}; an interval needs at least 2 on each side")
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    method = f"Welch t, {a.size}+{b.size} {unit}"
+    if va + vb == 0:
+        return Interval(d, d, d, int(a.size + b.size), method + ", no spread", confidence)
+    dof = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * math.sqrt(va + vb)
+    return Interval(d, d - half, d + half, int(a.size + b.size), f"{method}, {dof:.1f} dof", confidence)
+
+
+def mean_interval(values: Iterable[float], confidence: float = CONFIDENCE, unit: str = "values") -> Interval:
+    """Interval of a mean: Wilson's for a share (every value 0 or 1), else :func:`t_interval`."""
+    arr = _finite(values)
+    if arr.size and np.isin(arr, (0.0, 1.0)).all():
+        return wilson_interval(int(arr.sum()), int(arr.size), confidence)
+    return t_interval(arr, confidence, unit)
 
 
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> Interval:

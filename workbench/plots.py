@@ -219,7 +219,7 @@ def tidy_legend(fig):
 
 
 def error_y(df: pd.DataFrame, column: str) -> dict | None:
-    """``error_y`` arrays for a ``<column>`` p50 from its bootstrap CI columns, or None when absent."""
+    """``error_y`` arrays for a ``<column>`` p50 from its interval columns (``_ci_low`` / ``_ci_high``), or None when absent."""
     lo, hi = f"{column}_ci_low", f"{column}_ci_high"
     if lo not in df or hi not in df or df[[lo, hi]].isna().all().all():
         return None

@@ -122,8 +122,6 @@ def fit_quadratic(L: Sequence[float], y: Sequence[float], degree: int = 2) -> Qu
     Raises:
         ParameterError: fewer than ``degree + 1`` distinct lengths (the fit is underdetermined).
     """
-    from scipy import stats
-
     L = np.asarray(L, dtype=float)
     y = np.asarray(y, dtype=float)
     keep = np.isfinite(L) & np.isfinite(y)
@@ -143,8 +141,8 @@ def fit_quadratic(L: Sequence[float], y: Sequence[float], degree: int = 2) -> Qu
     b_low = b_high = float("nan")
     if dof > 0:
         cov = ss_res / dof * np.linalg.pinv(X.T @ X)
-        half = float(stats.t.ppf(0.975, dof) * math.sqrt(max(cov[1, 1], 0.0)))
-        b_low, b_high = float(coef[1]) - half, float(coef[1]) + half
+        iv = evidence.estimate_interval(float(coef[1]), math.sqrt(max(cov[1, 1], 0.0)), dof, "OLS")
+        b_low, b_high = iv.low, iv.high
     c = float(coef[2]) if degree >= 2 else 0.0
     return QuadraticFit(float(coef[0]), float(coef[1]), c, r2, int(len(L)), degree, distinct, b_low, b_high)
 

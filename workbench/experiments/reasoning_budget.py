@@ -10,7 +10,7 @@ answer, ``exact_match`` and the gold answer's log-likelihood; each point adds
 truncation and forced-close rates and ``ttfat_s`` percentiles to the usual
 latency and throughput summary (:func:`workbench.sweeps.run_sweep`).
 
-Quality is summarised with percentile-bootstrap intervals over tasks
+Quality is summarised with 95% intervals over tasks (Wilson for accuracy, t otherwise)
 (:func:`quality_summary`); :func:`figures` draws latency, quality, thinking
 tokens and throughput against the budget; :func:`examples_markdown` writes
 example outputs per budget.
@@ -162,7 +162,8 @@ QUALITY_METRICS = ("exact_match", "gold_logprob")
 
 
 def quality_summary(requests, by=("reasoning_budget", "batch_size"), confidence: float = 0.95):
-    """Mean and percentile-bootstrap CI (``scipy.stats.bootstrap``) of exact match and gold log-likelihood per group.
+    """Mean and 95% interval (Wilson for exact match, t for log-likelihood) of exact match and gold log-likelihood
+    per group.
 
     Returns:
         Long DataFrame: the ``by`` columns, ``metric``, ``n``, ``mean``, ``ci_low``, ``ci_high``.
@@ -216,7 +217,7 @@ def fig_latency_vs_budget(points):
 
 
 def fig_quality_vs_budget(summary):
-    """Accuracy and gold-answer log-likelihood vs budget with bootstrap CI error bars, colour = batch size."""
+    """Accuracy and gold-answer log-likelihood vs budget with 95% interval error bars, colour = batch size."""
     import plotly.express as px
 
     df = summary.copy()
@@ -227,7 +228,7 @@ def fig_quality_vs_budget(summary):
                                      "gold_logprob": "gold-answer log-likelihood (nats)"})
     fig = px.line(df.sort_values("reasoning_budget"), x="reasoning_budget", y="mean", color="batch_size",
                   facet_col="metric", error_y="err_plus", error_y_minus="err_minus", markers=True,
-                  labels=plots.labels("reasoning_budget", "batch_size", mean="mean (95% bootstrap CI)"),
+                  labels=plots.labels("reasoning_budget", "batch_size", mean="mean (95% interval)"),
                   title="Answer quality vs reasoning budget")
     fig.update_yaxes(matches=None, showticklabels=True)
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))

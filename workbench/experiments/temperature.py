@@ -162,7 +162,8 @@ QUALITY_BY = ("family", "language", "temperature", "top_p")
 
 
 def quality_summary(requests, by=QUALITY_BY, confidence: float = 0.95):
-    """Mean and bootstrap CI of every quality metric per (family, language, temperature, top_p)."""
+    """Mean and 95% interval (Wilson for shares, t otherwise) of every quality metric per (family, language,
+    temperature, top_p)."""
     return quality.summarize(requests, list(by), confidence=confidence)
 
 
@@ -238,7 +239,7 @@ def _greedy_on_every_top_p(df):
 
 
 def fig_metrics_vs_temperature(summary, family: str, metrics: list[str], title: str):
-    """Mean with bootstrap CI error bars vs temperature, one panel per metric, colour = language, dash = top_p.
+    """Mean with 95% interval error bars vs temperature, one panel per metric, colour = language, dash = top_p.
 
     The greedy (temperature 0) point is drawn on every top_p line.
     """
