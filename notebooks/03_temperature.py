@@ -67,7 +67,7 @@ points[["point_id", "status", "tpot_s_p50", "e2e_s_p50", "output_throughput_tps"
 # %%
 summary = temperature.quality_summary(requests)
 results.save_text(run, "quality_summary.csv", summary.to_csv(index=False))
-results.save_finding(run, temperature.EXPERIMENT, temperature.finding(summary))
+results.save_finding(run, temperature.EXPERIMENT, temperature.finding(summary, requests, points))
 temperature.headline(summary)
 
 # %%

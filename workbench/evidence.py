@@ -131,8 +131,9 @@ class Interval:
         est = fmt.format(self.estimate) + suffix
         if not self.shown:
             return f"{est} (no interval: {self.reason or 'too few samples'})"
-        return (f"{est}, {self.confidence:.0%} interval {fmt.format(self.low)}{suffix}-{fmt.format(self.high)}{suffix}"
-                f" ({self.method})")
+        sep = " to " if self.low < 0 or self.high < 0 or "+" in fmt else "-"
+        return (f"{est}, {self.confidence:.0%} interval {fmt.format(self.low)}{suffix}{sep}"
+                f"{fmt.format(self.high)}{suffix} ({self.method})")
 
 
 def _finite(values: Iterable) -> np.ndarray:
