@@ -17,6 +17,7 @@ The rules, each a plain function every experiment calls:
   (Welch 1947; Satterthwaite degrees of freedom), back-transformed, i.e. the ratio of geometric means.
 - :func:`mean_difference_interval`: a difference of two means by Welch's t; :func:`mean_interval`: Wilson
   for a share, else t.
+- :func:`paired_ratio_interval`: a ratio from matched pairs (t over the log ratios).
 - :func:`wilson_interval`, :func:`difference_interval`: a share (accuracy, truncation) by Wilson's score
   interval (Wilson 1927) and the difference of two shares by Newcombe's hybrid score interval (Newcombe
   1998, method 10), both close to nominal at the small counts of a sweep point.
@@ -245,6 +246,26 @@ def mean_interval(values: Iterable[float], confidence: float = CONFIDENCE, unit:
     if arr.size and np.isin(arr, (0.0, 1.0)).all():
         return wilson_interval(int(arr.sum()), int(arr.size), confidence)
     return t_interval(arr, confidence, unit)
+
+
+def paired_ratio_interval(numerator: Iterable[float], denominator: Iterable[float],
+                          confidence: float = CONFIDENCE, unit: str = "pairs") -> Interval:
+    """Interval of a ratio from matched pairs (the same repeat, language or prompt measured both ways): a
+    t-interval over the pairs' log ratios, back-transformed (the geometric mean ratio).
+
+    Returns:
+        :class:`Interval` of the ratio; no interval from fewer than 2 pairs.
+    """
+    num = np.asarray(list(numerator), dtype=float)
+    den = np.asarray(list(denominator), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(num / den)
+    iv = t_interval(logs[np.isfinite(logs)], confidence, unit)
+    return Interval(float(math.exp(iv.estimate)) if math.isfinite(iv.estimate) else float("nan"),
+                    float(math.exp(iv.low)) if iv.shown else float("nan"),
+                    float(math.exp(iv.high)) if iv.shown else float("nan"), iv.n,
+                    f"t over the log ratios of {iv.n} {unit}, {iv.n - 1} dof" if iv.shown else "", confidence,
+                    iv.reason)
 
 
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> Interval:

@@ -338,11 +338,8 @@ def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evide
     have = reqs is not None and {"point_id", "repeat"} <= set(reqs.columns)
     n_rep = int(reqs[reqs["point_id"] == hi["point_id"]]["repeat"].nunique()) if have else 0
     if have:
-        ratios = (_repeat_medians(reqs, hi["point_id"], "e2e_s") / _repeat_medians(reqs, hi["point_id"], "ttft_s"))
-        log_iv = evidence.t_interval(np.log(ratios.to_numpy(dtype=float)), unit="repeats")
-        sooner = evidence.Interval(float(np.exp(log_iv.estimate)), float(np.exp(log_iv.low)),
-                                   float(np.exp(log_iv.high)), log_iv.n, log_iv.method + " on log(e2e / TTFT)",
-                                   reason=log_iv.reason)
+        e2e, ttft = _repeat_medians(reqs, hi["point_id"], "e2e_s"), _repeat_medians(reqs, hi["point_id"], "ttft_s")
+        sooner = evidence.paired_ratio_interval(e2e, ttft.reindex(e2e.index), unit="repeats")
     else:
         sooner = evidence.Interval(float(hi["e2e_s_p50"] / hi["ttft_s_p50"]), float("nan"), float("nan"), 0, "",
                                    reason="per-repeat values not given")
