@@ -105,3 +105,21 @@ def test_finding_round_trips_and_reads_old_plain_strings():
     assert old.text == "A plain sentence from an old manifest." and old.evidence == "" and old.point_ids == ()
     both = evidence.join([f, evidence.Finding("Not this.", "1 sample", False, ("p2", "p3"))])
     assert both.supported and both.point_ids == ("p1", "p2", "p3") and both.evidence == "4 lengths; 1 sample"
+
+
+def test_paired_ratio_difference_and_coefficient_intervals_by_hand():
+    from scipy import stats
+
+    iv = evidence.paired_ratio_interval([2.0, 4.0, 8.0], [1.0, 2.0, 2.0])
+    logs = np.log([2.0, 2.0, 4.0])
+    half = stats.t.ppf(0.975, 2) * logs.std(ddof=1) / math.sqrt(3)
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx(tuple(np.exp([logs.mean(), logs.mean() - half,
+                                                                         logs.mean() + half])))
+    assert "t over the log ratios of 3 pairs, 2 dof" == iv.method
+    d = evidence.mean_difference_interval([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])
+    assert d.estimate == 2.0 and d.low == pytest.approx(2.0 - stats.t.ppf(0.975, 2) / math.sqrt(3))
+    c = evidence.estimate_interval(1.0, 0.1, 4, "OLS")
+    assert (c.low, c.high) == pytest.approx((1 - 0.1 * stats.t.ppf(0.975, 4), 1 + 0.1 * stats.t.ppf(0.975, 4)))
+    assert not evidence.estimate_interval(1.0, 0.1, 0, "OLS").shown
+    assert evidence.mean_interval([1, 0, 1]).method.startswith("Wilson")
+    assert evidence.mean_interval([1.5, 0.5]).method.startswith("t over 2")
