@@ -213,7 +213,7 @@ def throughput_vs_batch(points: pd.DataFrame) -> go.Figure:
 def pareto(points: pd.DataFrame) -> go.Figure:
     """TTFT p50 versus output throughput, one curve per prompt length, batch sizes as labels.
 
-    The Pareto-optimal points (no other point has both higher throughput and
+    The Pareto-optimal points among the valid ones (no other valid point has both higher throughput and
     lower TTFT) are drawn larger with a black outline.
     """
     df = ok_points(points).sort_values(["prompt_tokens", "batch_size"])
@@ -222,10 +222,10 @@ def pareto(points: pd.DataFrame) -> go.Figure:
                   text="batch_size", labels=labels("output_throughput_tps", "ttft_s_p50", prompt_tokens_label="prompt tokens"),
                   title="TTFT vs throughput trade-off (labels: batch size)")
     fig.update_traces(textposition="top center")
-    front = metrics.pareto_front(df)
+    front = metrics.pareto_front(evidence.usable_points(df))  # the front is a best-of choice: valid points only
     fig.add_trace(go.Scatter(x=front["output_throughput_tps"], y=front["ttft_s_p50"], mode="markers",
                              marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(width=2, color="black")),
-                             name="Pareto front", hovertext=front["point_id"]))
+                             name="Pareto front (valid points)", hovertext=front.get("point_id")))
     mark_invalid(fig, df, "output_throughput_tps", "ttft_s_p50")
     return fig
 
