@@ -307,7 +307,7 @@ def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
 
     A quadratic fit is a finding only over at least 5 distinct lengths (3 parameters + 2); with 4 lengths the
     straight line's per-token cost is the finding and the quadratic term is "not supported". A per-token
-    cost whose 95% interval includes 0 is "no growth beyond noise".
+    cost whose 95% interval includes 0 is "no difference from 0 beyond noise".
 
     Args:
         fits: ``{batch_size: QuadraticFit}`` of ``prefill_s`` (:func:`fit_by_batch`, over valid points).

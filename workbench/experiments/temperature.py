@@ -327,7 +327,7 @@ def fig_metrics_vs_temperature(summary, family: str, metrics: list[str], title: 
     fig = px.line(df, x="temperature", y="mean", color="language", line_dash="top_p", markers=True,
                   category_orders=orders,
                   error_y="err_plus", error_y_minus="err_minus", facet_col="metric", facet_col_wrap=3,
-                  facet_row_spacing=0.12, labels={"temperature": _T_LABEL, "mean": "mean, 95% CI"},
+                  facet_row_spacing=0.12, labels={"temperature": _T_LABEL, "mean": "mean, 95% interval (Wilson / t)"},
                   title=title)
     fig.update_yaxes(matches=None, showticklabels=True)
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
