@@ -376,7 +376,7 @@ def fig_latency_vs_context(requests, fits: dict, quantity: str = "prefill_s"):
             note = "" if f.support[0] else ", not supported"
             fig.add_scatter(x=xs, y=f.predict(xs), mode="lines", line=dict(color=col, dash="dash"),
                             name=f"fit b={bs}: {shape} (R²={f.r2:.3f}, {f.dof} dof{note})")
-    fig.update_layout(title="TTFT and prefill vs context length, with a + bL + cL² fit",
+    fig.update_layout(title="TTFT and prefill vs context length, with the fit over valid points",
                       xaxis_title=_l_label(), yaxis_title="seconds")
     return plots.legend_below(fig)
 
