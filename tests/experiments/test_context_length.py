@@ -87,6 +87,9 @@ def test_finding_says_not_supported_with_too_few_lengths_and_states_r2_and_dof()
     points3, requests3 = _points_and_requests([128, 512, 1024])
     f3 = context_length.finding(context_length.fit_by_batch(requests3, points=points3), 1024, points3)
     assert not f3.supported and "not supported: 3 lengths for 3 parameters" in f3.text
+    none_valid = context_length.finding(context_length.fit_by_batch(requests3, points=points3.assign(valid=False)),
+                                        1024, points3.assign(valid=False))
+    assert not none_valid.supported and "(0 of 3 points valid)" in none_valid.text
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -139,3 +142,7 @@ def test_notebook_runs_and_writes_points_and_figures(tmp_path):
     assert {"context_ttft_prefill_fit", "context_tpot", "context_kv_bytes", "context_heatmap_ttft",
             "context_heatmap_throughput"} <= set(figs)
     assert (run / "context_fit.json").exists()
+    finding = json.loads((run / "manifest.json").read_text())["findings"]["context_length"]
+    # 3 lengths carry no curve (and on a busy machine the points may be invalid: then there is no fit at all)
+    assert not finding["supported"] and "not supported: " in finding["text"]
+    assert set(finding["point_ids"]) <= set(points["point_id"])

@@ -319,8 +319,9 @@ def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
     """
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
     if not fits:
+        counts = f" ({len(ids)} of {len(points)} points valid)" if points is not None else ""
         return evidence.Finding("Prefill vs context length: not supported: fewer than 2 valid lengths per batch "
-                                "size.", "no fit", False, ids)
+                                f"size{counts}.", "no fit", False, ids)
     parts, notes, supported = [], [], False
     for bs, f in sorted(fits.items()):
         ok, why = f.support
