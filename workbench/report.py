@@ -147,12 +147,27 @@ def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
     return f"<{tag} class='finding'>{body}</{tag}>"
 
 
+def findings_table(run_dir) -> pd.DataFrame:
+    """The run's findings as the report prints them: one row per experiment with ``experiment``, ``finding``
+    (the sentence), ``evidence``, ``supported`` (None for an old manifest's plain sentence) and ``points``
+    (how many points it rests on)."""
+    rows = []
+    for exp, value in results.read_manifest(run_dir).get("findings", {}).items():
+        f = evidence.Finding.from_value(value)
+        rows.append({"experiment": exp, "finding": f.text, "evidence": f.evidence,
+                     "supported": None if isinstance(value, str) else f.supported, "points": len(f.point_ids)})
+    return pd.DataFrame(rows, columns=["experiment", "finding", "evidence", "supported", "points"])
+
+
 def _findings_html(manifest: dict, run: Path) -> str:
     findings = manifest.get("findings", {})
     if not findings:
         return ""
     items = "".join(_finding_html(run, exp, value) for exp, value in findings.items())
-    return f"<h2>Findings</h2><ul>{items}</ul>"
+    marked = [v for v in findings.values() if isinstance(v, dict)]
+    count = (f"<p class='meta'>{sum(bool(v.get('supported')) for v in marked)} of {len(marked)} findings are "
+             "supported by their evidence; the others say why not.</p>" if marked else "")
+    return f"<h2>Findings</h2>{count}<ul>{items}</ul>"
 
 
 def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir: Path | None = None) -> str:
