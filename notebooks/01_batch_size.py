@@ -56,6 +56,6 @@ for name, fig in batch_size.figures(points, requests).items():
     fig.show()
 
 # %%
-finding = batch_size.headline(points)
+finding = batch_size.headline(points, requests)
 results.save_finding(run, batch_size.EXPERIMENT, finding)
 print(finding)

@@ -51,11 +51,11 @@ points[["point_id", "status", "ttft_s_p50", "prefill_s_p50", "tpot_s_p50", "outp
 
 # %% [markdown]
 # ## Prefill fit
-# Least squares over every request of each batch size; the crossover `L = b/c` is where attention's quadratic cost equals the linear (weight) cost.
+# Least squares over the valid points of each batch size (one median per point and repeat); the crossover `L = b/c` is where attention's quadratic cost equals the linear (weight) cost. A quadratic needs 5 lengths (3 parameters + 2), a straight line 4; fewer are reported as not supported.
 
 # %%
-fits = context_length.fit_by_batch(requests, y="prefill_s")
-ttft_fits = context_length.fit_by_batch(requests, y="ttft_s")
+fits = context_length.fit_by_batch(requests, y="prefill_s", points=points)
+ttft_fits = context_length.fit_by_batch(requests, y="ttft_s", points=points)
 fit_table = pd.concat([context_length.fits_table(fits, "prefill_s"), context_length.fits_table(ttft_fits, "ttft_s")])
 results.save_text(run, "context_fit.json", fit_table.to_json(orient="records", indent=1))
 fit_table
@@ -77,9 +77,6 @@ kv["measured/computed"] = kv["kv_bytes_measured"] / kv["kv_bytes_computed"]
 kv
 
 # %%
-for bs, f in sorted(fits.items()):
-    cross = f"{f.crossover_tokens:.0f}" if f.crossover_tokens != float("inf") else "never (c <= 0)"
-    beyond = " (beyond the measured range)" if f.crossover_tokens > max(cfg.context_tokens) else ""
-    print(f"batch {bs}: prefill_s = {f.a:.4g} + {f.b:.4g}*L + {f.c:.4g}*L^2, R^2 = {f.r2:.4f}, "
-          f"quadratic term overtakes linear at L = {cross}{beyond}")
-results.save_finding(run, context_length.EXPERIMENT, context_length.finding(fits, max(cfg.context_tokens)))
+finding = context_length.finding(fits, max(cfg.context_tokens), points)
+results.save_finding(run, context_length.EXPERIMENT, finding)
+print(finding)

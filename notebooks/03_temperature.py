@@ -15,7 +15,7 @@
 
 # %% [markdown]
 # # 03 Temperature and top-p: length, repetition, quality and speed
-# How do temperature (0 means greedy) and top-p change how long answers get, how often `max_new_tokens` truncates them, how repetitive they are, whether factual answers stay right, and what sampling costs in time? Long-form reports and short factual questions, English and Chinese, several seeded samples each, 95% bootstrap confidence intervals.
+# How do temperature (0 means greedy) and top-p change how long answers get, how often `max_new_tokens` truncates them, how repetitive they are, whether factual answers stay right, and what sampling costs in time? Long-form reports and short factual questions, English and Chinese, several seeded samples each, 95% intervals (Wilson for shares, Student t for scores).
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
@@ -61,13 +61,13 @@ results.save_text(run, "texts/temperature_samples.md", temperature.samples_markd
 points[["point_id", "status", "tpot_s_p50", "e2e_s_p50", "output_throughput_tps", "truncated_rate", "output_tokens_mean"]]
 
 # %% [markdown]
-# ## Quality with 95% bootstrap CIs
+# ## Quality with 95% intervals (Wilson for shares, t for scores)
 # Per family, language, temperature and top_p; `truncated` is the share of answers cut by `max_new_tokens`.
 
 # %%
 summary = temperature.quality_summary(requests)
 results.save_text(run, "quality_summary.csv", summary.to_csv(index=False))
-results.save_finding(run, temperature.EXPERIMENT, temperature.finding(summary))
+results.save_finding(run, temperature.EXPERIMENT, temperature.finding(summary, requests, points))
 temperature.headline(summary)
 
 # %%

@@ -68,7 +68,7 @@ run
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points = streaming_anatomy.run(cfg, run, loaded, resume=resume)
 requests = results.read_requests(run)
-results.save_finding(run, streaming_anatomy.EXPERIMENT, streaming_anatomy.finding(points))
+results.save_finding(run, streaming_anatomy.EXPERIMENT, streaming_anatomy.finding(points, requests))
 streaming_anatomy.anatomy_table(points)
 
 # %%

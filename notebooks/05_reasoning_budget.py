@@ -49,13 +49,13 @@ run
 # %%
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points = exp.run(cfg, run, loaded, resume=resume)
-results.save_finding(run, exp.EXPERIMENT, exp.finding(points))
 requests = results.read_requests(run, experiment=exp.EXPERIMENT)
+results.save_finding(run, exp.EXPERIMENT, exp.finding(points, requests))
 points[["point_id", "status", "thinking_mode", "thinking_tokens_mean", "ttft_s_p50", "ttfat_s_p50", "e2e_s_p50",
         "output_throughput_tps", "exact_match_mean", "gold_logprob_mean", "answer_truncated_rate"]]
 
 # %% [markdown]
-# TTFAT and e2e should grow about linearly with B (each thinking token is one decode step); TTFT should not. Quality is shown with 95% percentile-bootstrap intervals over tasks.
+# TTFAT and e2e should grow about linearly with B (each thinking token is one decode step); TTFT should not. Quality is shown with 95% intervals over tasks (Wilson for accuracy, Student t for log-likelihood).
 
 # %%
 for name, fig in exp.figures(points, requests).items():

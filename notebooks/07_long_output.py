@@ -55,7 +55,7 @@ run, plan
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points = long_output.run(cfg, run, loaded, resume=resume)
 requests = results.read_requests(run)
-results.save_finding(run, long_output.EXPERIMENT, long_output.finding(requests))
+results.save_finding(run, long_output.EXPERIMENT, long_output.finding(requests, points))
 long_output.request_table(requests)
 
 # %%

@@ -58,13 +58,14 @@ def test_library_modules_do_not_import_experiments():
 # one home per formula: pattern -> the only file allowed to hold it
 HOMES = {
     r"^\s*def (exact_match|substring_match|rouge_l\w*|section_coverage|normalize_answer|units)\(": "quality.py",
-    r"^\s*def (continuation_logprobs|token_nlls|perplexity|bootstrap_ci)\(": "quality.py",
+    r"^\s*def (continuation_logprobs|token_nlls|perplexity|mean_ci)\(": "quality.py",
     r"^\s*def (request_timing|percentiles|_percentile)\(": "metrics.py",
     r"[\"']?(tpot_s|decode_tps)[\"']?\s*[:=]\s*[^=\n]*/": "metrics.py",
     r"^\s*def (_?eos_token_ids|_eos_ids|_?warm_up|cache_kwarg|_cache_kwarg)\(": "generation.py",
     r"\\u3400": "quality.py",
     r"^\s*def _?check_(int|float|list|int_list|float_list|choice|str_list)\(": "checks.py",
     r"np\.percentile\(|np\.quantile\(": "metrics.py",
+    r"^\s*def (t_interval|ratio_interval|wilson_interval|usable_points|fit_support)\(|stats\.t\.ppf\(": "evidence.py",
 }
 
 

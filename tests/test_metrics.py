@@ -43,11 +43,15 @@ def test_percentiles_need_enough_independent_samples():
     assert row["n_samples"] == 15 and math.isnan(row["ttft_s_p99"]) and row["ttft_s_p90"] == row["ttft_s_p90"]
 
 
-def test_repeat_bootstrap_ci_brackets_the_median_and_needs_two_repeats():
+def test_repeat_ci_is_a_t_interval_over_repeat_medians_and_needs_two_repeats():
+    from scipy import stats
+
     req = pd.DataFrame({"repeat": [0] * 5 + [1] * 5 + [2] * 5, "ttft_s": [1.0] * 5 + [1.2] * 5 + [1.4] * 5})
-    lo, hi = metrics.repeat_bootstrap_ci(req, "ttft_s")
-    assert 1.0 <= lo <= 1.2 <= hi <= 1.4 and lo < hi
-    assert all(math.isnan(v) for v in metrics.repeat_bootstrap_ci(req[req["repeat"] == 0], "ttft_s"))
+    lo, hi = metrics.repeat_ci(req, "ttft_s")
+    half = stats.t.ppf(0.975, 2) * np.std([1.0, 1.2, 1.4], ddof=1) / np.sqrt(3)  # by hand: mean 1.2
+    assert (lo, hi) == pytest.approx((1.2 - half, 1.2 + half))
+    assert lo < 1.0 and hi > 1.4  # wider than the range of the medians, which the bootstrap returned
+    assert all(math.isnan(v) for v in metrics.repeat_ci(req[req["repeat"] == 0], "ttft_s"))
 
 
 def test_verdict_marks_loaded_points_invalid():

@@ -2,6 +2,7 @@
 import gzip
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -122,15 +123,28 @@ def test_perplexity_of_greedy_text_is_low(loaded):
     assert 1.0 <= ppl < 10.0  # greedy picks high-probability tokens
 
 
-def test_bootstrap_ci_edge_cases_and_coverage():
-    mean, lo, hi = quality.bootstrap_ci([0, 1, 1, 0, 1, 1, 1, 0])
-    assert mean == pytest.approx(5 / 8) and 0 <= lo <= mean <= hi <= 1 and lo < hi
-    assert quality.bootstrap_ci([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)
-    m, lo, hi = quality.bootstrap_ci([3.0, float("nan")])
+def test_mean_ci_is_wilson_for_shares_and_t_otherwise():
+    from scipy import stats
+
+    mean, lo, hi = quality.mean_ci([0, 1, 1, 0, 1, 1, 1, 0])
+    w = stats.binomtest(5, 8).proportion_ci(method="wilson")
+    assert (mean, lo, hi) == pytest.approx((5 / 8, w.low, w.high))
+    assert quality.mean_ci([0, 0, 0, 0])[2] > 0.3  # no answer right out of 4 does not mean the share is 0
+    m, lo, hi = quality.mean_ci([1.0, 2.0, 3.0])
+    half = stats.t.ppf(0.975, 2) / math.sqrt(3)
+    assert (m, lo, hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
+    m, lo, hi = quality.mean_ci([3.0, float("nan")])
     assert m == 3.0 and math.isnan(lo) and math.isnan(hi)
-    assert all(math.isnan(v) for v in quality.bootstrap_ci([]))
-    # deterministic for a seed
-    assert quality.bootstrap_ci([1, 2, 3, 4], seed=1) == quality.bootstrap_ci([1, 2, 3, 4], seed=1)
+    assert all(math.isnan(v) for v in quality.mean_ci([]))
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_mean_ci_covers_at_least_90_percent_at_a_few_prompts(n):
+    rng = np.random.default_rng(3)
+    trials = 2000
+    shares = sum(lo <= 0.3 <= hi for _, lo, hi in (quality.mean_ci(rng.random(n) < 0.3) for _ in range(trials)))
+    scores = sum(lo <= 0.5 <= hi for _, lo, hi in (quality.mean_ci(rng.normal(0.5, 0.2, n)) for _ in range(trials)))
+    assert shares / trials >= 0.90 and scores / trials >= 0.90
 
 
 def test_summarize_groups_and_metrics():

@@ -140,3 +140,24 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised(tmp_path):
     assert ",=" not in raw and ",+" not in raw and ",@" not in raw
     assert report._neutralise("-2+3") == "'-2+3" and report._neutralise("@SUM(A1)") == "'@SUM(A1)"
     assert report._neutralise("plain") == "plain" and report._neutralise(-1.5) == -1.5
+
+
+def test_findings_show_their_evidence_and_link_to_the_points_they_rest_on():
+    from workbench import evidence
+
+    run = make_run([fake_point(batch_size=1), fake_point(ttfts=(0.2, 0.2), wall_s=2.0, batch_size=2)])
+    points = results.read_points(run)
+    exp = points["experiment"].iloc[0]
+    pid = str(points["point_id"].iloc[0])
+    results.save_finding(run, exp, evidence.Finding("Batch 2 is slower.", "2 points, 1 repeat each", False, (pid,)))
+    results.save_finding(run, "older", "A plain sentence from an old manifest.")
+    assert results.read_manifest(run)["findings"][exp]["supported"] is False
+    page = report.build_report(run).read_text()
+    assert "Batch 2 is slower." in page and "Evidence: 2 points, 1 repeat each" in page
+    assert "class='unsupported'>not supported<" in page
+    anchor = report._point_anchor(run, pid)
+    assert f"href='#{anchor}'" in page and f"<tr id='{anchor}'" in page  # the link lands on the point's row
+    assert "A plain sentence from an old manifest." in page and "0 of 1 findings are supported" in page
+    table = report.findings_table(run).set_index("experiment")
+    assert table.loc[exp, "supported"] is False and table.loc["older", "supported"] is None
+    assert table.loc[exp, "evidence"] == "2 points, 1 repeat each" and table.loc[exp, "points"] == 1

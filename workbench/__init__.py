@@ -16,7 +16,8 @@ Serving:      serving.server (OpenAI-compatible app), serving.engines (fifo / st
 Instruments:  generation (measured generate, eos_token_ids, warm_up), detokenize (incremental text,
               display granularity), memory (peak memory, KV-cache bytes), metrics (request_timing,
               percentiles, point summaries, MBU/MFU, the column table COLUMNS).
-Quality:      quality (every text and answer metric, continuation log-likelihood, bootstrap CIs).
+Quality:      quality (every text and answer metric, continuation log-likelihood, 95% intervals).
+Evidence:     evidence (usable points, fit support, t / ratio / Wilson intervals, verdicts, Finding).
 Checks:       checks (one-line parameter validators), errors (ParameterError).
 Models:       models (offline loading of the embedded default or a local model, model facts).
 Run machinery: sweeps (shared config fields, grids, the point loop), results (run folders, Parquet),

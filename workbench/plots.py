@@ -13,7 +13,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from . import metrics
+from . import evidence, metrics
 
 pio.templates["workbench"] = go.layout.Template(
     layout=dict(
@@ -43,27 +43,10 @@ def ok_points(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def usable_points(points: pd.DataFrame, *, serving: bool = False) -> pd.DataFrame:
-    """The one rule for the points a fit, knee, recommendation or best-of choice may rest on (DESIGN.md
-    section 4): status ``ok`` and not marked invalid (``valid`` False: other load or drift while measured);
-    with ``serving``, also open-loop (``profile`` in :data:`workbench.serving.load.OPEN_LOOP`: a closed-loop
-    ``throughput`` burst or ``synchronous`` run has no offered rate) and not stopped early by the
-    over-saturation rule (``stopped_early``: its requests measured a backlog, not the rate). A missing column
-    does not filter.
-
-    Returns:
-        A copy of the kept rows (possibly empty).
-    """
-    df = ok_points(points)
-    if "valid" in df:
-        df = df[~df["valid"].eq(False)]
-    if serving:
-        from .serving.load import OPEN_LOOP
-
-        if "profile" in df:
-            df = df[df["profile"].isin(OPEN_LOOP)]
-        if "stopped_early" in df:
-            df = df[~df["stopped_early"].fillna(False).astype(bool)]
-    return df.copy()
+    """The one rule for the points a fit, knee, recommendation or best-of choice may rest on: it lives in
+    :func:`workbench.evidence.usable_points` (status ``ok``, ``valid`` True; with ``serving``, open-loop and not
+    stopped early); this name is kept for the figure code that imports it from here."""
+    return evidence.usable_points(points, serving=serving)
 
 
 def legend_below(fig: go.Figure, bottom: int = 60) -> go.Figure:
@@ -244,7 +227,7 @@ def tidy_legend(fig):
 
 
 def error_y(df: pd.DataFrame, column: str) -> dict | None:
-    """``error_y`` arrays for a ``<column>`` p50 from its bootstrap CI columns, or None when absent."""
+    """``error_y`` arrays for a ``<column>`` p50 from its interval columns (``_ci_low`` / ``_ci_high``), or None when absent."""
     lo, hi = f"{column}_ci_low", f"{column}_ci_high"
     if lo not in df or hi not in df or df[[lo, hi]].isna().all().all():
         return None

@@ -24,13 +24,14 @@ import dataclasses
 import datetime as _dt
 import html
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
 import plotly.io as pio
 import plotly.offline
 
-from . import results
+from . import evidence, results
 from .errors import ParameterError
 
 HEADLINE = ["ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "output_throughput_tps", "goodput_rps"]
@@ -54,23 +55,27 @@ body{font-family:Inter,Helvetica,Arial,sans-serif;margin:2rem auto;max-width:120
 h1{font-size:1.6rem} h2{border-bottom:1px solid #ddd;padding-bottom:.3rem;margin-top:2.5rem}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0 1rem} td,th{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}
 th{background:#f5f5f5} td:first-child,th:first-child{text-align:left}
-.failed{background:#fde8e8} tr.invalid td{color:#999;background:#f4f4f4} .finding{font-size:1.05rem}
+.failed{background:#fde8e8} tr.invalid td{color:#999;background:#f4f4f4} .finding{font-size:1.05rem;margin:.4rem 0}
+.evidence{color:#555;font-size:.88rem;margin:.15rem 0} .supported,.unsupported{font-size:.75rem;padding:0 .35rem;border-radius:3px}
+.supported{background:#e3f4e3;color:#1f6b1f} .unsupported{background:#f4e3e3;color:#8b1f1f} tr:target td{background:#fff2b3}
 .warn{background:#fff6d6;padding:.5rem .8rem;border-left:4px solid #e0b000} .figure{margin:1rem 0 2rem} .meta{color:#666;font-size:.9rem}
 details{margin:.5rem 0} tr.diff td{background:#fff6d6} .wide{overflow-x:auto} .downloads a{margin-right:1rem}
 """
 
 
-def _table(df: pd.DataFrame, failed_col: str | None = "status") -> str:
+def _table(df: pd.DataFrame, failed_col: str | None = "status", row_ids: list[str] | None = None) -> str:
+    """An HTML table of ``df``; failed rows red, invalid rows grey; ``row_ids`` become the rows' ``id``s."""
     if df.empty:
         return "<p class='meta'>(none)</p>"
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     rows = []
-    for _, r in df.iterrows():
+    for i, (_, r) in enumerate(df.iterrows()):
         cls = " class='failed'" if failed_col in df and str(r[failed_col]).startswith("failed") else ""
         if not cls and "valid" in df and r["valid"] is not None and not pd.isna(r["valid"]) and not bool(r["valid"]):
             cls = " class='invalid'"
         cells = "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r)
-        rows.append(f"<tr{cls}>{cells}</tr>")
+        rid = f" id='{html.escape(row_ids[i])}'" if row_ids else ""
+        rows.append(f"<tr{rid}{cls}>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
@@ -115,13 +120,54 @@ def _validity_html(run: Path, points: pd.DataFrame) -> str:
             f"<details><summary>Invalid points</summary><ul>{items}</ul></details></div>")
 
 
-def _findings_html(manifest: dict) -> str:
+def _point_anchor(run: Path, point_id) -> str:
+    """The id of a point's row in the point table (what a finding links to)."""
+    return "pt-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{point_id}")
+
+
+def _exp_anchor(run: Path, exp: str) -> str:
+    """The id of an experiment's heading in a run's section."""
+    return "exp-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{exp}")
+
+
+def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
+    """One finding: its sentence, a supported / not supported mark, its evidence, and links to its points."""
+    f = evidence.Finding.from_value(value)
+    mark = ("<span class='supported'>supported</span>" if f.supported
+            else "<span class='unsupported'>not supported</span>")
+    if not f.evidence and not f.point_ids and isinstance(value, str):
+        mark = ""  # an old manifest's plain sentence: its support was never recorded
+    body = f"<b><a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a></b>: {html.escape(f.text)} {mark}"
+    if f.evidence:
+        body += f"<div class='evidence'>Evidence: {html.escape(f.evidence)}</div>"
+    if f.point_ids:
+        links = ", ".join(f"<a href='#{_point_anchor(run, p)}'>{html.escape(p)}</a>" for p in f.point_ids)
+        body += (f"<details class='evidence'><summary>rests on {len(f.point_ids)} point"
+                 f"{'s' if len(f.point_ids) != 1 else ''}</summary>{links}</details>")
+    return f"<{tag} class='finding'>{body}</{tag}>"
+
+
+def findings_table(run_dir) -> pd.DataFrame:
+    """The run's findings as the report prints them: one row per experiment with ``experiment``, ``finding``
+    (the sentence), ``evidence``, ``supported`` (None for an old manifest's plain sentence) and ``points``
+    (how many points it rests on)."""
+    rows = []
+    for exp, value in results.read_manifest(run_dir).get("findings", {}).items():
+        f = evidence.Finding.from_value(value)
+        rows.append({"experiment": exp, "finding": f.text, "evidence": f.evidence,
+                     "supported": None if isinstance(value, str) else f.supported, "points": len(f.point_ids)})
+    return pd.DataFrame(rows, columns=["experiment", "finding", "evidence", "supported", "points"])
+
+
+def _findings_html(manifest: dict, run: Path) -> str:
     findings = manifest.get("findings", {})
     if not findings:
         return ""
-    items = "".join(f"<li class='finding'><b>{html.escape(exp)}</b>: {html.escape(text)}</li>"
-                    for exp, text in findings.items())
-    return f"<h2>Findings</h2><ul>{items}</ul>"
+    items = "".join(_finding_html(run, exp, value) for exp, value in findings.items())
+    marked = [v for v in findings.values() if isinstance(v, dict)]
+    count = (f"<p class='meta'>{sum(bool(v.get('supported')) for v in marked)} of {len(marked)} findings are "
+             "supported by their evidence; the others say why not.</p>" if marked else "")
+    return f"<h2>Findings</h2>{count}<ul>{items}</ul>"
 
 
 def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir: Path | None = None) -> str:
@@ -132,22 +178,23 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
     parts = [f"<h2>Run {html.escape(label + ': ' if label else '')}{html.escape(run.name)}</h2>",
              f"<p class='meta'>created {html.escape(str(manifest.get('created_utc')))} · "
              f"status {html.escape(str(manifest.get('status')))}</p>",
-             _findings_html(manifest), _validity_html(run, points), _devices_html(points)]
+             _findings_html(manifest, run), _validity_html(run, points), _devices_html(points)]
     if with_figures:
         for name, div in _figures(run):
             parts.append(f"<div class='figure' id='fig-{html.escape(name)}'>{div}</div>")
     parts.append("<h2>Points</h2>")
     for exp, meta in manifest.get("experiments", {}).items():
         finding = manifest.get("findings", {}).get(exp)
-        parts.append(f"<h3>Experiment: {html.escape(exp)}</h3>")
+        parts.append(f"<h3 id='{_exp_anchor(run, exp)}'>Experiment: {html.escape(exp)}</h3>")
         if finding:
-            parts.append(f"<p class='finding'>{html.escape(finding)}</p>")
+            parts.append(_finding_html(run, exp, finding, tag="div"))
         if not points.empty and "experiment" in points:
             pts = points[points["experiment"] == exp]
             cols = [c for c in _POINT_COLUMNS if c in pts]
             for on, group in _by_device(pts):  # one table per device type: points are never pooled across them
                 parts += [f"<details><summary>{len(group)} points{html.escape(on)}</summary><div class='wide'>",
-                          _table(group[cols]), "</div></details>"]
+                          _table(group[cols], row_ids=[_point_anchor(run, p) for p in group["point_id"]]
+                                 if "point_id" in group else None), "</div></details>"]
             parts.append(_residuals_html(run, exp, pts))
         if meta.get("config"):
             parts += ["<details><summary>Configuration</summary>", _kv_table(meta["config"]), "</details>"]

@@ -523,9 +523,19 @@ def finished_points(run_dir) -> set[str]:
             if meta.get("status") == "ok" and not (rerun_invalid and meta.get("valid") is False)}
 
 
-def save_finding(run_dir, experiment: str, text: str) -> None:
-    """Record an experiment's headline result (a sentence or two) for the report's findings section."""
-    update_manifest(run_dir, findings={experiment: str(text)})
+def save_finding(run_dir, experiment: str, finding) -> None:
+    """Record an experiment's headline result for the report's findings section.
+
+    Args:
+        run_dir: the run folder.
+        experiment: the experiment's name.
+        finding: a :class:`workbench.evidence.Finding` (text, evidence, supported, point ids), stored as its
+            dict; or a plain sentence (stored as a string, as old manifests hold it: the report reads both).
+    """
+    from .evidence import Finding
+
+    value = finding.to_dict() if isinstance(finding, Finding) else str(finding)
+    update_manifest(run_dir, findings={experiment: value})
 
 
 def invalid_points(run_dir) -> dict[str, str]:

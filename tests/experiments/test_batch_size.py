@@ -33,6 +33,25 @@ def test_recommend_batch_size_prefers_goodput_then_smaller_batch():
     assert batch_size.recommend(pts) is None
 
 
+def test_recommend_and_headline_use_valid_points_only():
+    pts = pd.DataFrame({"point_id": ["b1", "b2", "b4"], "batch_size": [1, 2, 4], "prompt_tokens": [64] * 3,
+                        "goodput_rps": [1.0, 2.0, 9.0], "output_throughput_tps": [5.0, 9.0, 30.0],
+                        "ttft_s_p50": [0.1, 0.2, 0.3], "wall_s": [4.0, 2.0, 1.0], "requests": [4, 4, 9],
+                        "status": ["ok"] * 3, "valid": [True, True, False]})
+    assert batch_size.recommend(pts)["batch_size"] == 2  # the invalid batch 4 never wins, even when alone best
+    assert batch_size.recommend(pts.assign(valid=False)) is None
+    # two repeats per point, batch 2 twice as fast as batch 1 with a little noise
+    reqs = pd.DataFrame([{"point_id": pid, "repeat": r, "output_tokens": 10, "ttft_s": 0.1, "e2e_s": e}
+                         for pid, es in (("b1", (2.0, 2.1)), ("b2", (1.0, 1.02))) for r, e in enumerate(es)])
+    f = batch_size.headline(pts, reqs)
+    assert f.text.startswith("Recommended batch size: 2") and f.supported and f.point_ids == ("b2", "b1")
+    assert "Output throughput at batch 2 vs batch 1: 2.0" in f.text and "95% interval" in f.text
+    assert "2 valid points (1 invalid or failed excluded)" in f.evidence and "8 of" not in f.evidence
+    assert "4 requests at the recommended point, 4 met the SLO" in f.evidence
+    noisy = reqs.assign(e2e_s=[2.0, 1.0, 1.9, 1.1])
+    assert "no difference beyond noise" in batch_size.headline(pts, noisy).text
+
+
 @pytest.mark.model
 def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     """Two points on the real model: token counts, left padding equals batch-1 output, figures build."""
@@ -46,4 +65,4 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     assert (req["ttft_s"] <= req["e2e_s"]).all()
     assert set(batch_size.figures(points, req)) == {"batch_ttft", "batch_throughput", "batch_pareto",
                                                     "batch_decode_speed", "batch_goodput"}
-    assert isinstance(batch_size.headline(points), str)
+    assert batch_size.headline(points, req).text

@@ -115,3 +115,19 @@ def test_notebook_runs_with_quick_parameters(tmp_path, monkeypatch):
     assert {"substring_match_mean", "gold_logprob_mean", "rouge_l_mean", "total_s_p50"} <= set(points)
     figs = {p.stem for p in (run / "figures").glob("*.json")}
     assert {"quality_vs_ratio", "time_vs_ratio", "break_even", "depth_length_heatmap", "best_strategy"} <= figs
+
+
+def test_finding_uses_valid_points_and_states_evidence_against_none():
+    rows = []
+    for strategy, total, match, valid in (("none", 2.0, 1.0, True), ("tail", 1.0, 1.0, True),
+                                          ("bm25", 0.1, 1.0, False)):
+        for d, noise in zip((0.1, 0.5, 0.9), (0.0, 0.02, -0.02)):
+            rows.append(dict(point_id=f"{strategy}-{d}", strategy=strategy, ratio=1 if strategy == "none" else 4,
+                             context_tokens=512, depth=d, substring_match_mean=match, gold_logprob_mean=-1.0,
+                             total_s_p50=total + noise, valid=valid))
+    pts = _points(rows)
+    f = X.finding(pts)
+    assert "512 tokens: tail at ratio 4 (match 3 of 3 tasks, no different beyond noise from none's 3 of 3" in f.text
+    assert "total time vs none: 0.50x, 95% interval" in f.text and f.supported
+    assert not any(p.startswith("bm25") for p in f.point_ids)  # the invalid (fastest) strategy is never chosen
+    assert "3 and 3 tasks" in f.evidence

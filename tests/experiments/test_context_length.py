@@ -43,15 +43,53 @@ def test_fit_edge_cases():
     assert context_length.QuadraticFit(0, -1, 1e-3, 1, 3).crossover_tokens == 0.0
     nan_dropped = context_length.fit_quadratic([1, 2, 3, 4], [1, 4, 9, float("nan")])
     assert nan_dropped.n == 3 and nan_dropped.c == pytest.approx(1)
+    assert nan_dropped.dof == 0 and not nan_dropped.support[0] and math.isnan(nan_dropped.b_low)
 
 
 def test_fit_by_batch_and_table():
     rows = [{"batch_size": bs, "prompt_tokens": L, "prefill_s": bs * (0.01 + 1e-4 * L + 1e-8 * L * L)}
-            for bs in (1, 4) for L in (100, 200, 400, 800)] + [{"batch_size": 8, "prompt_tokens": 100, "prefill_s": 1}]
+            for bs in (1, 4) for L in (100, 200, 400, 800, 1600)] + [{"batch_size": 8, "prompt_tokens": 100, "prefill_s": 1}]
     fits = context_length.fit_by_batch(pd.DataFrame(rows))
-    assert set(fits) == {1, 4} and fits[4].b == pytest.approx(4e-4)
+    assert set(fits) == {1, 4} and fits[4].b == pytest.approx(4e-4) and fits[4].degree == 2
     table = context_length.fits_table(fits)
-    assert list(table["batch_size"]) == [1, 4] and "crossover_tokens" in table
+    assert list(table["batch_size"]) == [1, 4] and {"crossover_tokens", "dof", "supported"} <= set(table)
+
+
+def _points_and_requests(lengths, bad=None, seconds_per_token=1e-3):
+    """One point per length (2 rows each, batch 2, one shared stamp); the point at ``bad`` is invalid and slow."""
+    pts, reqs = [], []
+    for L in lengths:
+        pid = f"L{L}"
+        pts.append({"point_id": pid, "status": "ok", "valid": L != bad, "batch_size": 2, "context_tokens": L})
+        y = 0.02 + seconds_per_token * L + (1.0 if L == bad else 0.0)  # other load added a second
+        reqs += [{"point_id": pid, "repeat": 0, "batch_size": 2, "prompt_tokens": L, "prefill_s": y}] * 2
+    return pd.DataFrame(pts), pd.DataFrame(reqs)
+
+
+def test_fit_over_points_that_include_an_invalid_one_excludes_it():
+    points, requests = _points_and_requests([128, 256, 512, 1024, 1536, 2048], bad=128)
+    fit = context_length.fit_by_batch(requests, points=points)[2]
+    assert fit.n_lengths == 5 and fit.n == 5   # the invalid length is gone; a batch's 2 rows are one observation
+    assert fit.a == pytest.approx(0.02, abs=1e-9) and fit.b == pytest.approx(1e-3) and fit.r2 == pytest.approx(1)
+    polluted = context_length.fit_by_batch(requests)[2]  # without the points table nothing is excluded
+    assert polluted.a > 0.1
+
+
+def test_finding_says_not_supported_with_too_few_lengths_and_states_r2_and_dof():
+    points, requests = _points_and_requests([128, 512, 1024, 2048])  # the default suite's four lengths
+    rng = np.random.default_rng(1)
+    requests["prefill_s"] *= 1 + 0.01 * rng.standard_normal(len(requests))
+    fits = context_length.fit_by_batch(requests, points=points)
+    assert fits[2].degree == 1  # 4 lengths carry a straight line (2 parameters), not a quadratic
+    f = context_length.finding(fits, 2048, points)
+    assert "quadratic (attention) term is not supported: 4 lengths for 3 parameters" in f.text
+    assert f.supported and "R^2" in f.evidence and "2 dof" in f.evidence and f.point_ids == tuple(points["point_id"])
+    points3, requests3 = _points_and_requests([128, 512, 1024])
+    f3 = context_length.finding(context_length.fit_by_batch(requests3, points=points3), 1024, points3)
+    assert not f3.supported and "not supported: 3 lengths for 3 parameters" in f3.text
+    none_valid = context_length.finding(context_length.fit_by_batch(requests3, points=points3.assign(valid=False)),
+                                        1024, points3.assign(valid=False))
+    assert not none_valid.supported and "(0 of 3 points valid)" in none_valid.text
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -104,3 +142,7 @@ def test_notebook_runs_and_writes_points_and_figures(tmp_path):
     assert {"context_ttft_prefill_fit", "context_tpot", "context_kv_bytes", "context_heatmap_ttft",
             "context_heatmap_throughput"} <= set(figs)
     assert (run / "context_fit.json").exists()
+    finding = json.loads((run / "manifest.json").read_text())["findings"]["context_length"]
+    # 3 lengths carry no curve (and on a busy machine the points may be invalid: then there is no fit at all)
+    assert not finding["supported"] and "not supported: " in finding["text"]
+    assert set(finding["point_ids"]) <= set(points["point_id"])

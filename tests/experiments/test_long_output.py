@@ -67,3 +67,24 @@ def test_long_output_notebook(tmp_path, monkeypatch):
     assert (run / "figures" / "long_output.html").exists()
     texts = sorted(p.name for p in (run / "texts").iterdir())
     assert texts == sorted(f"long_output_{s}_en_r0.md" for s in QUICK_07["strategies"])
+
+
+def _long_rows(walls):
+    return pd.DataFrame([{"experiment": "long_output", "point_id": f"{s}-{lang}", "language": lang, "strategy": s,
+                          "repeat": r, "wall_s": w, "first_text_s": 0.5, "coverage": 1.0}
+                         for (s, lang), ws in walls.items() for r, w in enumerate(ws)])
+
+
+def test_finding_compares_strategies_over_matched_pairs_and_valid_points_only():
+    rows = _long_rows({("one_shot", "en"): [10.0, 10.2], ("one_shot", "zh"): [12.0, 12.1],
+                       ("outline_batch", "en"): [6.0, 6.1], ("outline_batch", "zh"): [7.0, 7.3]})
+    f = long_output.finding(rows)
+    assert "en: outline_batch has the shortest wall time" in f.text and f.supported
+    assert "outline_batch wall time vs one_shot: 0.60x" in f.text and "95% interval" in f.text
+    assert "4 matched (language, repeat) pairs" in f.evidence
+    noisy = _long_rows({("one_shot", "en"): [10.0], ("outline_batch", "en"): [9.0]})
+    g = long_output.finding(noisy)
+    assert not g.supported and "not supported" in g.text and "no interval" in g.text
+    pts = pd.DataFrame({"point_id": ["outline_batch-en", "outline_batch-zh", "one_shot-en", "one_shot-zh"],
+                        "status": "ok", "valid": [False, False, True, True]})
+    assert "outline_batch" not in long_output.finding(rows, pts).text

@@ -125,3 +125,36 @@ def test_notebook_runs_quick_and_writes_rows_and_figures():
         assert (run / "figures" / f"{name}.html").exists()
     assert (run / "reasoning" / "examples.md").exists()
     assert points["exact_match_mean"].between(0, 1).all() and (points["gold_logprob_mean"] < 0).all()
+
+
+def _reasoning_run(solved_lo, solved_hi, n_tasks=8, repeats=2, bs=4):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for b, solved in ((0, solved_lo), (64, solved_hi)):
+        for r in range(repeats):
+            for i in range(n_tasks):
+                rows.append(dict(point_id=f"b{b}", reasoning_budget=b, batch_size=bs, repeat=r, batch_index=i // bs,
+                                 exact_match=i < solved, thinking_tokens=b, ttfat_s=0.1 + b * 0.01 + rng.normal(0, .002)))
+    req = pd.DataFrame(rows)
+    pts = pd.DataFrame([dict(point_id=f"b{b}", reasoning_budget=b, batch_size=bs, status="ok", valid=True,
+                             exact_match_mean=req[req.point_id == f"b{b}"].exact_match.mean(),
+                             ttfat_s_p50=0.1 + b * 0.01, thinking_tokens_mean=b) for b in (0, 64)])
+    return pts, req
+
+
+def test_finding_says_not_supported_when_no_task_is_solved_and_gives_intervals():
+    pts, req = _reasoning_run(0, 0)
+    f = R.finding(pts, req)
+    assert "effect on accuracy: not supported: no task solved" in f.text and "accuracy rises" not in f.text
+    assert "time to first answer token: " in f.text and "95% interval" in f.text  # 4 batches each: an interval
+    assert f.supported  # the latency effect is beyond noise, and says so
+    assert "16 and 16 answers" in f.evidence and "accuracy change" in f.evidence
+    pts, req = _reasoning_run(1, 8)
+    assert "accuracy rises" in R.finding(pts, req).text
+    pts, req = _reasoning_run(4, 5)
+    assert "accuracy: no difference beyond noise" in R.finding(pts, req).text
+    assert not R.finding(pts.assign(valid=False), req).supported
+    assert "8 and 8 answers" in R.finding(pts, req.assign(temperature=0.0)).evidence  # greedy repeats count once

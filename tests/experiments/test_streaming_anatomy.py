@@ -85,3 +85,25 @@ def test_streaming_anatomy_notebook(tmp_path, monkeypatch):
     figs = {p.stem for p in (run / "figures").glob("*.html")}
     assert figs >= {"itl_histogram", "itl_vs_position", "perceived_latency", "granularity", "timeline_batch",
                     "http_ttft", "timeline_http"}
+
+
+def _stream_run(tpot_long=(0.10, 0.11, 0.10), tpot_short=(0.10, 0.10, 0.11), valid=True):
+    pts = pd.DataFrame({"experiment": "streaming", "point_id": ["s32", "s192"], "status": "ok", "valid": [True, valid],
+                        "max_new_tokens": [32, 192], "batch_size": 1, "ttft_s_p50": [0.1, 0.1],
+                        "e2e_s_p50": [3.2, 19.2], "tpot_s_p50": [0.1, 0.1]})
+    reqs = pd.DataFrame([{"experiment": "streaming", "point_id": pid, "repeat": r, "ttft_s": 0.1 + 0.01 * r,
+                          "tpot_s": t, "e2e_s": 0.1 + t * (n - 1)}
+                         for pid, n, ts in (("s32", 32, tpot_short), ("s192", 192, tpot_long))
+                         for r, t in enumerate(ts)])
+    return pts, reqs
+
+
+def test_finding_carries_its_intervals_and_needs_two_repeats():
+    pts, reqs = _stream_run()
+    f = streaming_anatomy.finding(pts, reqs)
+    assert f.supported and "x sooner)" in f.text and "3 repeat(s)" in f.evidence
+    assert "TPOT at 192 vs 32 tokens" in f.text and "no difference beyond noise" in f.text
+    one = streaming_anatomy.finding(pts, reqs[reqs["repeat"] == 0])
+    assert not one.supported and "not supported" in one.text and "no interval" in one.text
+    only_short = streaming_anatomy.finding(_stream_run(valid=False)[0], reqs)
+    assert "32-token answer" in only_short.text and only_short.point_ids == ("s32",)  # the invalid point is out

@@ -3,6 +3,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -104,3 +105,32 @@ def test_notebook_runs_and_writes_quality_and_figures(tmp_path):
     figs = json.loads((run / "manifest.json").read_text())["figures"]
     assert {"temperature_report_repetition", "temperature_factual_accuracy", "temperature_speed"} <= set(figs)
     assert (run / "quality_summary.csv").exists()
+
+
+def _answers(rng, temperature, n, truncated_share, repetition, repeats=1, point_id=None):
+    return [{"point_id": point_id or f"t{temperature}", "family": "report", "language": "en", "repeat": r,
+             "temperature": temperature, "top_p": 1.0, "truncated": bool(rng.random() < truncated_share),
+             "repeated_4gram_rate": max(0.0, rng.normal(repetition, 0.01)), "output_tokens": 100}
+            for r in range(repeats) for _ in range(n)]
+
+
+def test_finding_says_not_supported_when_most_greedy_answers_are_truncated():
+    rng = np.random.default_rng(0)
+    req = pd.DataFrame(_answers(rng, 0.0, 8, 1.0, 0.0) + _answers(rng, 1.2, 8, 1.0, 0.3))
+    f = temperature.finding(temperature.quality_summary(req), req)
+    assert not f.supported and "not supported: 100% of the answers at temperature 0" in f.text
+    assert "from temperature" not in f.text.lower()  # no direction stated
+
+
+def test_finding_states_a_direction_only_beyond_noise_and_counts_greedy_repeats_once():
+    rng = np.random.default_rng(1)
+    req = pd.DataFrame(_answers(rng, 0.0, 10, 0.0, 0.01, repeats=3) + _answers(rng, 1.2, 30, 0.0, 0.2))
+    f = temperature.finding(temperature.quality_summary(req), req)
+    assert f.supported and "the repeated 4-gram rate rises" in f.text
+    assert "10 answers at temperature 0, 30 at 1.2" in f.evidence  # 3 greedy repeats of 10 prompts are 10 answers
+    assert "share of answers cut by max_new_tokens: no difference beyond noise" in f.text
+    assert "answer length (tokens): no difference beyond noise" in f.text  # both 100: no spread, no difference
+    # an invalid point's answers are left out
+    pts = pd.DataFrame({"point_id": ["t0.0", "t1.2"], "status": ["ok", "ok"], "valid": [True, False]})
+    g = temperature.finding(temperature.quality_summary(req), req, pts)
+    assert not g.supported and g.point_ids == ("t0.0",)

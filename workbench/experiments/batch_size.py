@@ -16,10 +16,10 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import checks, metrics, roofline, sweeps
+from .. import checks, evidence, metrics, roofline, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from ..plots import error_y, label, labels, mark_invalid, ok_points, split_by_device, usable_points
+from ..plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
 from ..prompts import build_batch
 from ..sweeps import SweepConfig, expand_grid
 
@@ -109,16 +109,16 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
 
 def recommend(points: pd.DataFrame) -> pd.Series | None:
-    """The usable point (:func:`workbench.plots.usable_points`: ``ok`` and not marked invalid) with the highest
+    """The usable point (:func:`workbench.evidence.usable_points`: status ok and valid) with the highest
     ``goodput_rps`` (ties: smaller batch, then higher throughput).
 
     Args:
         points: this experiment's ``points.parquet`` rows.
 
     Returns:
-        That row, or None when no point has positive goodput.
+        That row, or None when no usable point has positive goodput.
     """
-    ok = usable_points(points)
+    ok = evidence.usable_points(points)
     ok = ok[ok["goodput_rps"] > 0]
     if ok.empty:
         return None
@@ -126,19 +126,59 @@ def recommend(points: pd.DataFrame) -> pd.Series | None:
     return ranked.iloc[0]
 
 
-def headline(points: pd.DataFrame) -> str:
-    """One sentence: the recommended batch size and its figures, or why there is none."""
+def repeat_throughputs(requests: pd.DataFrame, point_id: str) -> list[float]:
+    """Output throughput (tokens/s) of each repeat of a point: :func:`workbench.metrics.summarize_point` over
+    the repeat's rows, its wall time the longest ``e2e_s`` (one ``generate`` call per repeat: every row is
+    submitted together)."""
+    g = requests[requests["point_id"] == point_id]
+    return [metrics.summarize_point(r, wall_s=float(r["e2e_s"].max()))["output_throughput_tps"]
+            for _, r in g.groupby("repeat") if len(r)]
+
+
+def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evidence.Finding:
+    """The recommended batch size with its evidence, and (given the requests) its throughput against the
+    smallest batch as a ratio with a 95% interval over repeats, or why none is supported.
+
+    Args:
+        points: this experiment's points.
+        requests: its requests (for the per-repeat throughputs of the ratio); None skips the ratio.
+
+    Returns:
+        :class:`workbench.evidence.Finding`.
+    """
+    usable = evidence.usable_points(points)
+    excluded = len(points) - len(usable)
     best = recommend(points)
     if best is None:
-        return "No batch size met the SLO: relax slo_ttft_s / slo_tpot_s or shorten the prompts."
-    return (f"Recommended batch size: {int(best.batch_size)} at {int(best.prompt_tokens)} prompt tokens "
+        return evidence.Finding("No valid batch size met the SLO: relax slo_ttft_s / slo_tpot_s or shorten the "
+                                "prompts.", f"{len(usable)} valid points of {len(points)}", False,
+                                evidence.point_ids(usable))
+    text = (f"Recommended batch size: {int(best.batch_size)} at {int(best.prompt_tokens)} prompt tokens "
             f"({best.goodput_rps:.2f} req/s within the SLO, {best.output_throughput_tps:.1f} tok/s, "
-            f"TTFT p50 {best.ttft_s_p50:.2f} s)"
-            + (" - from a point marked invalid; re-measure with --rerun-invalid" if best.get("valid") is False else ""))
+            f"TTFT p50 {best.ttft_s_p50:.2f} s).")
+    n_req = int(best.get("requests", 0) or 0)
+    good = int(round(best.goodput_rps * best.wall_s)) if "wall_s" in best else 0
+    att = evidence.wilson_interval(good, n_req) if n_req else None
+    ci = (f"TTFT p50 95% interval {best.ttft_s_p50_ci_low:.3g}-{best.ttft_s_p50_ci_high:.3g} s (t over repeat "
+          f"medians)" if pd.notna(best.get("ttft_s_p50_ci_low")) else "TTFT p50: no interval (fewer than 2 repeats)")
+    parts = [f"highest goodput among {len(usable)} valid points ({excluded} invalid or failed excluded)",
+             f"{n_req} requests at the recommended point" + (f", {good} met the SLO, attainment "
+                                                             f"{att.describe('{:.2f}')}" if att else ""), ci]
+    ids = [str(best.point_id)] if "point_id" in best else []
+    if requests is not None and "point_id" in best and "point_id" in requests:
+        same = usable[usable["prompt_tokens"] == best.prompt_tokens].sort_values("batch_size")
+        if len(same) and int(same.iloc[0].batch_size) != int(best.batch_size):
+            base = same.iloc[0]
+            iv = evidence.ratio_interval(repeat_throughputs(requests, best.point_id),
+                                         repeat_throughputs(requests, base.point_id))
+            text += " " + evidence.describe_ratio(
+                iv, f"Output throughput at batch {int(best.batch_size)} vs batch {int(base.batch_size)}") + "."
+            ids.append(str(base.point_id))
+    return evidence.Finding(text, "; ".join(parts), True, tuple(ids))
 
 
 def ttft_vs_batch(points: pd.DataFrame) -> go.Figure:
-    """TTFT p50 (solid, with its bootstrap CI over repeats) and p99 (dashed) versus batch size, a colour
+    """TTFT p50 (solid, with its 95% t-interval over repeat medians) and p99 (dashed) versus batch size, a colour
     per prompt length; invalid points crossed out in grey. p99 is absent where too few samples support it."""
     df = ok_points(points).sort_values(["prompt_tokens", "batch_size"])
     fig = go.Figure()
@@ -152,7 +192,7 @@ def ttft_vs_batch(points: pd.DataFrame) -> go.Figure:
                                      line=dict(color=c, dash="dash"), name=f"{length} tokens, p99"))
     mark_invalid(fig, df, "batch_size", "ttft_s_p50")
     roofline.add_predicted_line(fig, df, "batch_size", "predicted_ttft_s", group="prompt_tokens")
-    fig.update_layout(title="Time to first token vs batch size (error bars: 95% bootstrap CI over repeats)",
+    fig.update_layout(title="Time to first token vs batch size (error bars: 95% t-interval over repeat medians)",
                       xaxis_title=label("batch_size"), yaxis_title=label("ttft_s"))
     fig.update_xaxes(type="log", dtick=0.30103)
     return fig
@@ -173,7 +213,7 @@ def throughput_vs_batch(points: pd.DataFrame) -> go.Figure:
 def pareto(points: pd.DataFrame) -> go.Figure:
     """TTFT p50 versus output throughput, one curve per prompt length, batch sizes as labels.
 
-    The Pareto-optimal points (no other point has both higher throughput and
+    The Pareto-optimal points among the valid ones (no other valid point has both higher throughput and
     lower TTFT) are drawn larger with a black outline.
     """
     df = ok_points(points).sort_values(["prompt_tokens", "batch_size"])
@@ -182,10 +222,10 @@ def pareto(points: pd.DataFrame) -> go.Figure:
                   text="batch_size", labels=labels("output_throughput_tps", "ttft_s_p50", prompt_tokens_label="prompt tokens"),
                   title="TTFT vs throughput trade-off (labels: batch size)")
     fig.update_traces(textposition="top center")
-    front = metrics.pareto_front(df)
+    front = metrics.pareto_front(evidence.usable_points(df))  # the front is a best-of choice: valid points only
     fig.add_trace(go.Scatter(x=front["output_throughput_tps"], y=front["ttft_s_p50"], mode="markers",
                              marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(width=2, color="black")),
-                             name="Pareto front", hovertext=front["point_id"]))
+                             name="Pareto front (valid points)", hovertext=front.get("point_id")))
     mark_invalid(fig, df, "output_throughput_tps", "ttft_s_p50")
     return fig
 

@@ -30,7 +30,7 @@ import dataclasses
 import math
 import statistics
 
-from .. import generation, plots, quality
+from .. import evidence, generation, plots, quality
 from ..checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
 from ..compression import LOSSLESS, STRATEGIES, answer, compress, embedder, gold_logprob
 from ..generation import GenerationSettings
@@ -294,7 +294,7 @@ def break_even(points):
 
     cols = ["strategy", "ratio", "achieved_ratio", "prefill_s_per_token", "compressor_s_per_token",
             "break_even_tokens", "measured", "direct_tokens"]
-    p = plots.ok_points(points)
+    p = evidence.usable_points(points)  # a fit uses valid points only
     need = {PREFILLED, TTFT, COMPRESSOR, ACHIEVED, "context_tokens"}
     if p.empty or not need <= set(p) or not (p["strategy"] == "none").any():
         return pd.DataFrame(columns=cols)
@@ -356,7 +356,8 @@ def quality_at(points, ratio: float = 4):
 
 def best_strategy(points):
     """Per context length: the lossy or lossless strategy with the best answer match, ties broken by the
-    higher gold log-likelihood, then the lower total time.
+    higher gold log-likelihood, then the lower total time; over valid points only
+    (:func:`workbench.evidence.usable_points`).
 
     Returns:
         DataFrame: context_tokens, strategy, ratio, substring_match_mean, gold_logprob_mean, total_s_p50,
@@ -364,7 +365,7 @@ def best_strategy(points):
     """
     import pandas as pd
 
-    s = summarise(points)
+    s = summarise(evidence.usable_points(points))  # a best-of choice uses valid points only
     rows = []
     for n, g in s.groupby("context_tokens"):
         g = g.sort_values([MATCH, LOGPROB, TOTAL], ascending=[False, False, True])
@@ -376,19 +377,44 @@ def best_strategy(points):
     return pd.DataFrame(rows)
 
 
-def finding(points) -> str:
-    """One sentence per context length: the best strategy (answer match, then likelihood, then total time)."""
-    best = best_strategy(points)
+def finding(points) -> "evidence.Finding":
+    """Per context length: the best strategy (answer match, then likelihood, then total time, valid points
+    only), with its evidence against ``none``: answer match over the tasks (one per depth; Newcombe interval of
+    the difference of shares) and total time (Welch ratio over the tasks); a direction only beyond noise.
+
+    Returns:
+        :class:`workbench.evidence.Finding`.
+    """
+    usable = evidence.usable_points(points)
+    best = best_strategy(usable)
     if best.empty:
-        return "No compression point finished."
-    parts = []
+        return evidence.Finding("No valid compression point finished.", "", False)
+    parts, ev, supported, ids = [], [], False, []
     for _, r in best.iterrows():
+        L = int(r["context_tokens"])
+        at = usable[usable["context_tokens"] == L]
+        mine = at[(at["strategy"] == r["strategy"]) & ((at["ratio"] == r["ratio"]) | at["strategy"].isin(LOSSLESS))]
+        none = at[at["strategy"] == "none"]
+        ids += list(evidence.point_ids(mine)) + list(evidence.point_ids(none))
         ratio = f" at ratio {r['ratio']:g}" if r["ratio"] == r["ratio"] and r["strategy"] not in LOSSLESS else ""
-        base = (f"; 'none' takes {r['none_' + TOTAL]:.2f} s" if r["none_" + TOTAL] is not None
-                and r["none_" + TOTAL] == r["none_" + TOTAL] else "")
-        parts.append(f"{int(r['context_tokens'])} tokens: {r['strategy']}{ratio} (match {r[MATCH]:.0%}, "
-                     f"total {r[TOTAL]:.2f} s{base})")
-    return "Best strategy per context length - " + "; ".join(parts) + "."
+        k, n = int(round(mine[MATCH].sum())), len(mine)  # one task per point: its answer matched or not
+        text = f"{L} tokens: {r['strategy']}{ratio} (match {k} of {n} tasks"
+        if r["strategy"] != "none" and len(none):
+            k0, n0 = int(round(none[MATCH].sum())), len(none)
+            diff = evidence.difference_interval(k, n, k0, n0)
+            t = evidence.ratio_interval(mine[TOTAL], none[TOTAL], unit="tasks")
+            tv = evidence.ratio_verdict(t)
+            mv = evidence.difference_verdict(diff)
+            supported |= tv in ("higher", "lower") or mv in ("higher", "lower")
+            match_word = {"higher": "better than", "lower": "worse than"}.get(mv, "no different beyond noise from")
+            text += f", {match_word} none's {k0} of {n0}; " + evidence.describe_ratio(t, "total time vs none") + ")"
+            ev.append(f"{L} tokens: match change {diff.describe('{:+.2f}')}; {n} and {n0} tasks (one per depth)")
+        else:
+            text += f", total {r[TOTAL]:.2f} s)"
+            ev.append(f"{L} tokens: {n} tasks; no strategy beat none on match")
+        parts.append(text)
+    return evidence.Finding("Best strategy per context length - " + "; ".join(parts) + ".",
+                            "valid points only; " + "; ".join(ev), supported, tuple(dict.fromkeys(ids)))
 
 
 # ----------------------------------------------------------------------------- figures

@@ -36,7 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import plots, roofline
+from .. import evidence, plots, roofline
 from ..checks import check_bool, check_choice, check_int, check_int_list
 from ..errors import ParameterError
 from ..generation import GenerationSettings, warm_up
@@ -51,14 +51,18 @@ EXPERIMENT = "context_length"
 
 @dataclasses.dataclass(frozen=True)
 class QuadraticFit:
-    """``y = a + b*L + c*L^2`` fitted by least squares.
+    """``y = a + b*L + c*L^2`` (or ``a + b*L`` when ``degree`` is 1, ``c`` then 0) fitted by least squares.
 
     Attributes:
         a: intercept (seconds).
         b: linear coefficient (seconds per token).
         c: quadratic coefficient (seconds per token^2).
         r2: coefficient of determination on the fitted points.
-        n: number of points.
+        n: number of fitted observations (one per point and repeat when fitted by :func:`fit_by_batch`).
+        degree: 2 (quadratic) or 1 (straight line).
+        n_lengths: distinct lengths behind the fit (0: not recorded, then ``n`` is used).
+        b_low, b_high: 95% interval of ``b`` (OLS standard error, Student t over :attr:`dof`); NaN when
+            ``dof`` is 0.
     """
 
     a: float
@@ -66,6 +70,20 @@ class QuadraticFit:
     c: float
     r2: float
     n: int
+    degree: int = 2
+    n_lengths: int = 0
+    b_low: float = float("nan")
+    b_high: float = float("nan")
+
+    @property
+    def dof(self) -> int:
+        """Residual degrees of freedom: observations minus parameters."""
+        return self.n - (self.degree + 1)
+
+    @property
+    def support(self) -> tuple[bool, str]:
+        """:func:`workbench.evidence.fit_support` over the distinct lengths: ``(supported, "not supported: ...")``."""
+        return evidence.fit_support(self.n_lengths or self.n, self.degree + 1)
 
     @property
     def crossover_tokens(self) -> float:
@@ -86,54 +104,88 @@ class QuadraticFit:
         return self.a + self.b * L + self.c * L**2
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "crossover_tokens": self.crossover_tokens}
+        return {**dataclasses.asdict(self), "dof": self.dof, "supported": self.support[0],
+                "crossover_tokens": self.crossover_tokens}
 
 
-def fit_quadratic(L: Sequence[float], y: Sequence[float]) -> QuadraticFit:
-    """Least-squares fit of ``y = a + b*L + c*L^2`` (non-finite pairs dropped).
+def fit_quadratic(L: Sequence[float], y: Sequence[float], degree: int = 2) -> QuadraticFit:
+    """Least-squares fit of ``y = a + b*L + c*L^2`` (``degree=1``: ``a + b*L``); non-finite pairs dropped.
 
     Args:
-        L: prompt lengths (tokens), at least 3 distinct values.
+        L: prompt lengths (tokens), at least ``degree + 1`` distinct values.
         y: seconds (e.g. ``prefill_s`` per request).
+        degree: 2 or 1.
 
     Returns:
-        :class:`QuadraticFit`.
+        :class:`QuadraticFit` with R^2, the observations, the distinct lengths and the 95% interval of ``b``.
 
     Raises:
-        ParameterError: fewer than 3 distinct lengths (the fit is underdetermined).
+        ParameterError: fewer than ``degree + 1`` distinct lengths (the fit is underdetermined).
     """
     L = np.asarray(L, dtype=float)
     y = np.asarray(y, dtype=float)
     keep = np.isfinite(L) & np.isfinite(y)
     L, y = L[keep], y[keep]
-    if len(np.unique(L)) < 3:
+    distinct = len(np.unique(L))
+    if distinct < degree + 1:
         raise ParameterError(
-            f"context_tokens: the quadratic fit needs at least 3 distinct lengths (got {len(np.unique(L))})"
+            f"context_tokens: the degree-{degree} fit needs at least {degree + 1} distinct lengths (got {distinct})"
         )
-    X = np.column_stack([np.ones_like(L), L, L**2])
+    X = np.column_stack([L**k for k in range(degree + 1)])
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
     resid = y - X @ coef
+    ss_res = float((resid**2).sum())
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else float("nan")
-    return QuadraticFit(float(coef[0]), float(coef[1]), float(coef[2]), r2, int(len(L)))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+    dof = len(L) - (degree + 1)
+    b_low = b_high = float("nan")
+    if dof > 0:
+        cov = ss_res / dof * np.linalg.pinv(X.T @ X)
+        iv = evidence.estimate_interval(float(coef[1]), math.sqrt(max(cov[1, 1], 0.0)), dof, "OLS")
+        b_low, b_high = iv.low, iv.high
+    c = float(coef[2]) if degree >= 2 else 0.0
+    return QuadraticFit(float(coef[0]), float(coef[1]), c, r2, int(len(L)), degree, distinct, b_low, b_high)
 
 
-def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens") -> dict:
-    """One :class:`QuadraticFit` of ``y`` on ``x`` per batch size, over every request row.
+def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", points=None) -> dict:
+    """One fit of ``y`` on ``x`` per batch size, over valid points only.
 
-    Batch sizes with fewer than 3 distinct lengths are skipped.
+    Rows of one batch share one stamp per step, so each (point, repeat) is one observation: the median of
+    its rows (when ``point_id`` and ``repeat`` are present). The quadratic is kept when the distinct lengths
+    support it (:func:`workbench.evidence.fit_support`: parameters + 2), else the straight line when they
+    support that, else the quadratic (or line) that can be computed, marked unsupported. Batch sizes with
+    fewer than 2 distinct lengths are skipped.
+
+    Args:
+        requests: one row per request with ``batch_size``, ``x`` and ``y`` (and ``point_id``, ``repeat``).
+        y, x: the columns fitted.
+        points: the points table; when given, only requests of its usable points
+            (:func:`workbench.evidence.usable_points`: status ok and valid) are fitted.
+
+    Returns:
+        ``{batch_size: QuadraticFit}``.
     """
+    if points is not None and "point_id" in requests:
+        usable = evidence.usable_points(points)
+        requests = requests[requests["point_id"].isin(usable["point_id"])]
+    if {"point_id", "repeat"} <= set(requests.columns):
+        requests = requests.groupby(["batch_size", "point_id", "repeat"], as_index=False)[[x, y]].median()
     fits = {}
     for bs, g in requests.groupby("batch_size"):
-        try:
-            fits[int(bs)] = fit_quadratic(g[x], g[y])
-        except ParameterError:
-            continue
+        candidates = []
+        for degree in (2, 1):
+            try:
+                candidates.append(fit_quadratic(g[x], g[y], degree))
+            except ParameterError:
+                continue
+        if candidates:
+            fits[int(bs)] = next((f for f in candidates if f.support[0]), candidates[0])
     return fits
 
 
 def fits_table(fits: dict, quantity: str = "prefill_s"):
-    """``pandas.DataFrame``: one row per batch size with a, b, c, r2, n, crossover_tokens."""
+    """``pandas.DataFrame``: one row per batch size with a, b, c, r2, n, degree, n_lengths, b_low, b_high, dof,
+    supported, crossover_tokens."""
     import pandas as pd
 
     return pd.DataFrame([{"quantity": quantity, "batch_size": bs, **f.to_dict()} for bs, f in sorted(fits.items())])
@@ -250,24 +302,54 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
 # ----------------------------------------------------------------------------- figures
 
 
-def finding(fits: dict, max_context: int) -> str:
-    """One sentence per batch size: the fitted prefill curve and where its quadratic term overtakes the linear.
+def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
+    """Per batch size: the fitted prefill curve, with its R^2 and degrees of freedom, or why it is not supported.
+
+    A quadratic fit is a finding only over at least 5 distinct lengths (3 parameters + 2); with 4 lengths the
+    straight line's per-token cost is the finding and the quadratic term is "not supported". A per-token
+    cost whose 95% interval includes 0 is "no difference from 0 beyond noise".
 
     Args:
-        fits: ``{batch_size: QuadraticFit}`` of ``prefill_s`` (:func:`fit_by_batch`).
+        fits: ``{batch_size: QuadraticFit}`` of ``prefill_s`` (:func:`fit_by_batch`, over valid points).
         max_context: the longest measured context (tokens), to say whether the crossover was reached.
+        points: the points table, for the ids of the usable points the fits rest on.
+
+    Returns:
+        :class:`workbench.evidence.Finding`.
     """
+    ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
     if not fits:
-        return "No fit: too few context lengths measured."
-    parts = []
+        counts = f" ({len(ids)} of {len(points)} points valid)" if points is not None else ""
+        return evidence.Finding("Prefill vs context length: not supported: fewer than 2 valid lengths per batch "
+                                f"size{counts}.", "no fit", False, ids)
+    parts, notes, supported = [], [], False
     for bs, f in sorted(fits.items()):
-        if f.crossover_tokens == float("inf"):
-            cross = "the quadratic term never overtakes the linear one (c <= 0)"
+        ok, why = f.support
+        kind = "quadratic" if f.degree == 2 else "straight-line"
+        notes.append(f"batch {bs}: {kind} fit over {f.n_lengths} lengths ({f.n} point-repeats): R^2 {f.r2:.3f}, "
+                     f"{f.dof} dof" + (f", per-token cost 95% interval {f.b_low * 1e6:.1f}-{f.b_high * 1e6:.1f} us "
+                                       f"(OLS, t over {f.dof} dof)" if math.isfinite(f.b_low) else ""))
+        if not ok:
+            parts.append(f"batch {bs}: prefill vs length {why}")
+            continue
+        grows = math.isfinite(f.b_low) and (f.b_low > 0 or f.b_high < 0)
+        if not grows:
+            parts.append(f"batch {bs}: prefill per token: no difference from 0 beyond noise "
+                         f"({f.b * 1e6:.1f} us/token)")
+            continue
+        supported = True
+        text = f"batch {bs}: prefill {f.a * 1e3:.1f} ms + {f.b * 1e6:.1f} us/token"
+        if f.degree == 1:
+            quad_ok, quad_why = evidence.fit_support(f.n_lengths, 3)
+            text += f"; the quadratic (attention) term is {quad_why}"
+        elif f.crossover_tokens == float("inf"):
+            text += "; the quadratic term never overtakes the linear one (c <= 0)"
         else:
             where = "beyond" if f.crossover_tokens > max_context else "within"
-            cross = f"attention's quadratic term overtakes the linear one at {f.crossover_tokens:,.0f} tokens ({where} the measured range)"
-        parts.append(f"batch {bs}: prefill {f.a * 1e3:.1f} ms + {f.b * 1e6:.1f} us/token (R^2 {f.r2:.3f}); {cross}")
-    return "; ".join(parts) + "."
+            text += (f"; attention's quadratic term overtakes the linear one at {f.crossover_tokens:,.0f} tokens "
+                     f"({where} the measured range)")
+        parts.append(text)
+    return evidence.Finding("; ".join(parts) + ".", "valid points only; " + "; ".join(notes), supported, ids)
 
 
 def _l_label() -> str:
@@ -275,7 +357,8 @@ def _l_label() -> str:
 
 
 def fig_latency_vs_context(requests, fits: dict, quantity: str = "prefill_s"):
-    """TTFT and ``quantity`` per request vs L (markers), with the fitted ``a + bL + cL^2`` curve per batch size."""
+    """TTFT and ``quantity`` per request vs L (markers), with the fitted ``a + bL + cL^2`` (or ``a + bL``) curve
+    per batch size, its R^2 and dof in the legend, "not supported" when too few lengths carry it."""
     import plotly.express as px
     import plotly.graph_objects as go
 
@@ -290,9 +373,11 @@ def fig_latency_vs_context(requests, fits: dict, quantity: str = "prefill_s"):
         f = fits.get(int(bs))
         if f is not None:
             xs = np.linspace(0, float(g["prompt_tokens"].max()), 100)
+            shape = f"{f.a:.3g} + {f.b:.3g}L + {f.c:.3g}L²" if f.degree == 2 else f"{f.a:.3g} + {f.b:.3g}L"
+            note = "" if f.support[0] else ", not supported"
             fig.add_scatter(x=xs, y=f.predict(xs), mode="lines", line=dict(color=col, dash="dash"),
-                            name=f"fit b={bs}: {f.a:.3g} + {f.b:.3g}L + {f.c:.3g}L² (R²={f.r2:.3f})")
-    fig.update_layout(title="TTFT and prefill vs context length, with a + bL + cL² fit",
+                            name=f"fit b={bs}: {shape} (R²={f.r2:.3f}, {f.dof} dof{note})")
+    fig.update_layout(title="TTFT and prefill vs context length, with the fit over valid points",
                       xaxis_title=_l_label(), yaxis_title="seconds")
     return plots.legend_below(fig)
 

@@ -21,7 +21,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import metrics, plots, results, roofline, sweeps  # noqa: F401  (plots registers the house template)
+from .. import evidence, metrics, plots, results, roofline, sweeps  # noqa: F401  (plots registers the house template)
 from ..checks import check_choice_list, check_int
 from ..generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
 from ..long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
@@ -134,20 +134,48 @@ def request_table(requests: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in REQUEST_COLUMNS if c in df]].reset_index(drop=True)
 
 
-def finding(requests: pd.DataFrame) -> str:
-    """One sentence per language: the strategy with the shortest wall time, and its first text and coverage."""
+def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
+    """Per language, the strategy with the shortest median wall time; then that strategy against each other
+    one as a wall-time ratio over matched (language, repeat) pairs (t over log ratios), with a direction only
+    where the interval excludes 1.
+
+    Args:
+        requests: this experiment's rows (one per text and repeat).
+        points: its points; when given, only rows of usable (valid) points count.
+
+    Returns:
+        :class:`workbench.evidence.Finding`.
+    """
     df = _only(requests)
+    if points is not None and "point_id" in df:
+        df = df[df["point_id"].isin(evidence.usable_points(points)["point_id"])]
     if df.empty or "wall_s" not in df:
-        return "No long-output request finished."
+        return evidence.Finding("No valid long-output request finished.", "", False)
+    ids = tuple(dict.fromkeys(str(p) for p in df["point_id"])) if "point_id" in df else ()
+    if "language" not in df:
+        df = df.assign(language="all")
     parts = []
-    for lang, g in df.groupby("language") if "language" in df else [("", df)]:
+    for lang, g in df.groupby("language"):
         med = g.groupby("strategy")[[c for c in ("wall_s", "first_text_s", "coverage") if c in g]].median()
         best = med["wall_s"].idxmin()
         row = med.loc[best]
         extra = f", coverage {row['coverage']:.0%}" if "coverage" in row and pd.notna(row["coverage"]) else ""
-        parts.append(f"{lang or 'all'}: {best} is fastest ({row['wall_s']:.1f} s wall, first text after "
+        parts.append(f"{lang}: {best} has the shortest wall time ({row['wall_s']:.1f} s, first text after "
                      f"{row.get('first_text_s', float('nan')):.2f} s{extra})")
-    return "; ".join(parts) + "."
+    overall = df.groupby("strategy")["wall_s"].median().idxmin()
+    key = [c for c in ("language", "repeat") if c in df]
+    wall = df.pivot_table(index=key, columns="strategy", values="wall_s", aggfunc="median")
+    comparisons, supported, ev = [], False, []
+    for other in [c for c in wall.columns if c != overall]:
+        pair = wall[[overall, other]].dropna()
+        iv = evidence.paired_ratio_interval(pair[overall], pair[other], unit="language-repeat pairs")
+        supported |= evidence.ratio_verdict(iv) == "lower"
+        comparisons.append(evidence.describe_ratio(iv, f"{overall} wall time vs {other}"))
+        ev.append(f"{overall} vs {other}: {len(pair)} matched (language, repeat) pairs")
+    text = "; ".join(parts) + "."
+    if comparisons:
+        text += " " + "; ".join(comparisons) + "."
+    return evidence.Finding(text, "; ".join(ev) or "one strategy only", supported, ids)
 
 
 def long_output_figure(requests: pd.DataFrame) -> go.Figure:

@@ -10,7 +10,7 @@ answer, ``exact_match`` and the gold answer's log-likelihood; each point adds
 truncation and forced-close rates and ``ttfat_s`` percentiles to the usual
 latency and throughput summary (:func:`workbench.sweeps.run_sweep`).
 
-Quality is summarised with percentile-bootstrap intervals over tasks
+Quality is summarised with 95% intervals over tasks (Wilson for accuracy, t otherwise)
 (:func:`quality_summary`); :func:`figures` draws latency, quality, thinking
 tokens and throughput against the budget; :func:`examples_markdown` writes
 example outputs per budget.
@@ -162,7 +162,8 @@ QUALITY_METRICS = ("exact_match", "gold_logprob")
 
 
 def quality_summary(requests, by=("reasoning_budget", "batch_size"), confidence: float = 0.95):
-    """Mean and percentile-bootstrap CI (``scipy.stats.bootstrap``) of exact match and gold log-likelihood per group.
+    """Mean and 95% interval (Wilson for exact match, t for log-likelihood) of exact match and gold log-likelihood
+    per group.
 
     Returns:
         Long DataFrame: the ``by`` columns, ``metric``, ``n``, ``mean``, ``ci_low``, ``ci_high``.
@@ -174,17 +175,59 @@ def quality_summary(requests, by=("reasoning_budget", "batch_size"), confidence:
     return quality.summarize(df, list(by), metrics=list(QUALITY_METRICS), confidence=confidence)
 
 
-def finding(points) -> str:
-    """One sentence: accuracy and TTFAT at the smallest and largest thinking budget (greedy)."""
-    ok = points[points["status"] == "ok"] if "status" in points else points
+def finding(points, requests=None):
+    """Smallest against largest thinking budget: accuracy (Newcombe interval of the two shares over tasks),
+    time to first answer token (Welch ratio over repeat medians) and thinking tokens; a direction only where
+    the interval excludes no change, "not supported" where the model solves none of the tasks at any
+    budget (the budget's effect on quality is then invisible).
+
+    Args:
+        points: this experiment's points (valid ones are used).
+        requests: its requests (one row per task and repeat); None: means without intervals.
+
+    Returns:
+        :class:`workbench.evidence.Finding`.
+    """
+    from .. import evidence
+
+    ok = evidence.usable_points(points)
     if ok.empty or "reasoning_budget" not in ok:
-        return "No reasoning point finished."
+        return evidence.Finding("No valid reasoning point finished.", "", False)
+    ids = evidence.point_ids(ok)
     by = ok.groupby("reasoning_budget")[["exact_match_mean", "ttfat_s_p50", "thinking_tokens_mean"]].mean()
     lo, hi = by.index.min(), by.index.max()
-    return (f"Thinking budget {lo} -> {hi}: accuracy {by.loc[lo, 'exact_match_mean']:.0%} -> "
+    text = (f"Thinking budget {lo} -> {hi}: accuracy {by.loc[lo, 'exact_match_mean']:.0%} -> "
             f"{by.loc[hi, 'exact_match_mean']:.0%}, time to first answer token {by.loc[lo, 'ttfat_s_p50']:.2f} -> "
             f"{by.loc[hi, 'ttfat_s_p50']:.2f} s, thinking tokens {by.loc[lo, 'thinking_tokens_mean']:.0f} -> "
-            f"{by.loc[hi, 'thinking_tokens_mean']:.0f} (means over batch sizes).")
+            f"{by.loc[hi, 'thinking_tokens_mean']:.0f}")
+    if requests is None or "point_id" not in requests or lo == hi:
+        return evidence.Finding(text + " (means over batch sizes).", "no per-task values given: no intervals",
+                                False, ids)
+    req = requests[requests["point_id"].isin(ok["point_id"])]
+    at = {b: req[req["reasoning_budget"] == b] for b in (lo, hi)}
+    # greedy repeats give the same answer again: each task counts once for accuracy
+    answers = {b: at[b][at[b]["repeat"] == at[b]["repeat"].min()] if "repeat" in at[b] and "temperature" in at[b]
+               and (at[b]["temperature"] == 0).all() else at[b] for b in (lo, hi)}
+    k = {b: int(answers[b]["exact_match"].astype(float).sum()) for b in (lo, hi)}
+    n = {b: int(answers[b]["exact_match"].notna().sum()) for b in (lo, hi)}
+    acc = evidence.difference_interval(k[hi], n[hi], k[lo], n[lo])
+    acc_v = evidence.difference_verdict(acc)
+    think = evidence.mean_difference_interval(answers[hi]["thinking_tokens"], answers[lo]["thinking_tokens"],
+                                              unit="answers")
+    unit_cols = [c for c in ("point_id", "repeat", "batch_index") if c in req]
+    med = {b: at[b].groupby(unit_cols)["ttfat_s"].median() for b in (lo, hi)}  # one value per generate call
+    ttfat = evidence.ratio_interval(med[hi], med[lo], unit="batches")
+    if k[lo] + k[hi] == 0:
+        claim = (f"the budget's effect on accuracy: not supported: no task solved at budget {lo} or {hi} "
+                 f"(0 of {n[lo]} and 0 of {n[hi]}); the tasks are beyond this model")
+    else:
+        claim = {"higher": "accuracy rises", "lower": "accuracy falls"}.get(acc_v, f"accuracy: {acc_v}")
+    sentences = [text + ".", f"From budget {lo} to {hi}, {claim};",
+                 evidence.describe_ratio(ttfat, "time to first answer token") + "."]
+    supported = acc_v in ("higher", "lower") or evidence.ratio_verdict(ttfat) in ("higher", "lower")
+    ev = [f"{n[lo]} and {n[hi]} answers at budgets {lo} and {hi} (greedy repeats counted once), valid points only",
+          f"accuracy change {acc.describe('{:+.2f}')}", f"thinking-token change {think.describe('{:+.1f}')}"]
+    return evidence.Finding(" ".join(sentences), "; ".join(ev), supported, ids)
 
 
 def latency_table(requests):
@@ -216,7 +259,7 @@ def fig_latency_vs_budget(points):
 
 
 def fig_quality_vs_budget(summary):
-    """Accuracy and gold-answer log-likelihood vs budget with bootstrap CI error bars, colour = batch size."""
+    """Accuracy and gold-answer log-likelihood vs budget with 95% interval error bars, colour = batch size."""
     import plotly.express as px
 
     df = summary.copy()
@@ -227,7 +270,7 @@ def fig_quality_vs_budget(summary):
                                      "gold_logprob": "gold-answer log-likelihood (nats)"})
     fig = px.line(df.sort_values("reasoning_budget"), x="reasoning_budget", y="mean", color="batch_size",
                   facet_col="metric", error_y="err_plus", error_y_minus="err_minus", markers=True,
-                  labels=plots.labels("reasoning_budget", "batch_size", mean="mean (95% bootstrap CI)"),
+                  labels=plots.labels("reasoning_budget", "batch_size", mean="mean (95% interval)"),
                   title="Answer quality vs reasoning budget")
     fig.update_yaxes(matches=None, showticklabels=True)
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))

@@ -39,7 +39,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import metrics, plots, roofline, sweeps  # noqa: F401  (plots registers the house template)
+from .. import evidence, metrics, plots, roofline, sweeps  # noqa: F401  (plots registers the house template)
 from ..checks import check_bool, check_int, check_int_list, check_str_list
 from ..detokenize import Granularity, StreamTap
 from ..errors import ParameterError
@@ -310,19 +310,55 @@ def anatomy_table(points: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in ANATOMY_COLUMNS if c in df]]
 
 
-def finding(points: pd.DataFrame) -> str:
-    """One sentence: TTFT and TPOT p50 of the shortest and longest outputs, and how much sooner streaming
-    shows the first token than waiting for the whole answer."""
-    df = _only(points, "streaming")
-    df = df[df["status"] == "ok"] if "status" in df else df
+def _repeat_medians(requests: pd.DataFrame, point_id: str, column: str) -> pd.Series:
+    """One median of ``column`` per repeat of a point (the independent units: a batch shares one stamp)."""
+    g = requests[requests["point_id"] == point_id]
+    return g.groupby("repeat")[column].median() if len(g) and column in g else pd.Series(dtype=float)
+
+
+def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evidence.Finding:
+    """TTFT against waiting for the whole answer at the longest output (the ratio e2e / TTFT, a t-interval over
+    the repeats' log ratios), and TPOT at the longest against the shortest output (Welch ratio interval over
+    repeat medians); a direction only where the interval carries it.
+
+    Args:
+        points: the points of :func:`run` (the ``streaming`` sweep is used).
+        requests: their requests (for the per-repeat values); None: figures without intervals.
+
+    Returns:
+        :class:`workbench.evidence.Finding`.
+    """
+    df = evidence.usable_points(_only(points, "streaming"))
     if df.empty:
-        return "No streaming point finished."
+        return evidence.Finding("No valid streaming point finished.", "", False)
     df = df.sort_values("max_new_tokens")
     lo, hi = df.iloc[0], df.iloc[-1]
-    return (f"Streaming shows the first token after {hi['ttft_s_p50']:.2f} s instead of {hi['e2e_s_p50']:.1f} s for "
-            f"a {int(hi['max_new_tokens'])}-token answer ({hi['e2e_s_p50'] / hi['ttft_s_p50']:.0f}x sooner); TPOT p50 "
-            f"{lo['tpot_s_p50'] * 1e3:.0f} ms at {int(lo['max_new_tokens'])} tokens and {hi['tpot_s_p50'] * 1e3:.0f} ms "
-            f"at {int(hi['max_new_tokens'])}.")
+    ids = evidence.point_ids(df)
+    reqs = _only(requests, "streaming") if requests is not None else None
+    have = reqs is not None and {"point_id", "repeat"} <= set(reqs.columns)
+    n_rep = int(reqs[reqs["point_id"] == hi["point_id"]]["repeat"].nunique()) if have else 0
+    if have:
+        e2e, ttft = _repeat_medians(reqs, hi["point_id"], "e2e_s"), _repeat_medians(reqs, hi["point_id"], "ttft_s")
+        sooner = evidence.paired_ratio_interval(e2e, ttft.reindex(e2e.index), unit="repeats")
+    else:
+        sooner = evidence.Interval(float(hi["e2e_s_p50"] / hi["ttft_s_p50"]), float("nan"), float("nan"), 0, "",
+                                   reason="per-repeat values not given")
+    verdict = evidence.ratio_verdict(sooner)
+    head = (f"Streaming shows the first token after {hi['ttft_s_p50']:.2f} s instead of {hi['e2e_s_p50']:.1f} s for a "
+            f"{int(hi['max_new_tokens'])}-token answer")
+    if verdict == "higher":
+        text = f"{head} ({sooner.estimate:.0f}x sooner)."
+    else:
+        text = f"{head}; how much sooner: {verdict}: {sooner.describe('{:.0f}', 'x')}."
+    parts = [f"{n_rep} repeat(s) of {int(hi.get('batch_size', 1) or 1)} request(s) per output length",
+             f"e2e / TTFT {sooner.describe('{:.1f}', 'x')}"]
+    if len(df) > 1 and have:
+        tpot = evidence.ratio_interval(_repeat_medians(reqs, hi["point_id"], "tpot_s"),
+                                       _repeat_medians(reqs, lo["point_id"], "tpot_s"), unit="repeat medians")
+        text += " " + evidence.describe_ratio(
+            tpot, f"TPOT at {int(hi['max_new_tokens'])} vs {int(lo['max_new_tokens'])} tokens "
+                  f"({hi['tpot_s_p50'] * 1e3:.0f} vs {lo['tpot_s_p50'] * 1e3:.0f} ms)") + "."
+    return evidence.Finding(text, "; ".join(parts), verdict == "higher", ids)
 
 
 def granularity_table(requests: pd.DataFrame) -> pd.DataFrame:

@@ -162,7 +162,8 @@ QUALITY_BY = ("family", "language", "temperature", "top_p")
 
 
 def quality_summary(requests, by=QUALITY_BY, confidence: float = 0.95):
-    """Mean and bootstrap CI of every quality metric per (family, language, temperature, top_p)."""
+    """Mean and 95% interval (Wilson for shares, t otherwise) of every quality metric per (family, language,
+    temperature, top_p)."""
     return quality.summarize(requests, list(by), confidence=confidence)
 
 
@@ -175,20 +176,91 @@ def headline(summary, metrics=("truncated", "repeated_4gram_rate", "distinct_2",
                           aggfunc="first")
 
 
-def finding(summary) -> str:
-    """One sentence: how repetition (repeated 4-grams) and truncation move from greedy to the hottest temperature."""
-    df = summary[summary["metric"].isin(["repeated_4gram_rate", "truncated"])]
-    if df.empty:
-        return "No quality metrics recorded."
-    by = df.groupby(["metric", "temperature"])["mean"].mean().unstack("temperature")
-    lo, hi = min(by.columns), max(by.columns)
-    rep = by.loc["repeated_4gram_rate"] if "repeated_4gram_rate" in by.index else None
-    text = f"From temperature {lo:g} to {hi:g}"
-    if rep is not None:
-        text += f", the repeated 4-gram rate moves {rep[lo]:.3f} -> {rep[hi]:.3f}"
-    if "truncated" in by.index:
-        text += f" and the share of answers cut by max_new_tokens {by.loc['truncated'][lo]:.0%} -> {by.loc['truncated'][hi]:.0%}"
-    return text + " (means over prompts; CIs in the quality table)."
+TRUNCATION_LIMIT = 0.5  # above this share of greedy answers cut by max_new_tokens, length and repetition say nothing
+
+
+def _samples(requests, points=None):
+    """Independent answers: rows of usable points only, one row per prompt at temperature 0 (greedy
+    repeats are the same answer again), the largest top_p per temperature (greedy ignores top_p)."""
+    from .. import evidence
+
+    df = requests
+    if points is not None and "point_id" in df:
+        df = df[df["point_id"].isin(evidence.usable_points(points)["point_id"])]
+    if "top_p" in df:
+        df = df[(df["temperature"] == 0) | (df["top_p"] == df.groupby("temperature")["top_p"].transform("max"))]
+    if "repeat" in df:
+        df = df[(df["temperature"] != 0) | (df["repeat"] == df["repeat"].min())]
+    return df
+
+
+def _change(name: str, verdict: str, before: str, after: str) -> str:
+    """``"<name> rises 0.01 -> 0.20"`` for a direction, else ``"<name>: no difference beyond noise (...)"``."""
+    move = {"higher": "rises", "lower": "falls"}.get(verdict)
+    return f"{name} {move} {before} -> {after}" if move else f"{name}: {verdict} ({before} -> {after})"
+
+
+def finding(summary, requests=None, points=None):
+    """From the lowest to the highest temperature: the change in truncation (Newcombe interval of two shares)
+    and in the repeated 4-gram rate and output length (Welch intervals), each with a direction only when
+    its interval excludes 0; "not supported" when most greedy answers are cut by ``max_new_tokens``
+    (:data:`TRUNCATION_LIMIT`: then the outputs cannot show what temperature does to length or repetition).
+
+    Args:
+        summary: :func:`quality_summary` (used when ``requests`` is None: truncation only).
+        requests: this experiment's requests with the quality columns (the independent answers).
+        points: its points, so that only usable (valid) points count.
+
+    Returns:
+        :class:`workbench.evidence.Finding`.
+    """
+    from .. import evidence
+
+    if requests is None or requests.empty or "truncated" not in requests:
+        df = summary[summary["metric"] == "truncated"]
+        if df.empty:
+            return evidence.Finding("No quality metrics recorded.", "", False)
+        k = (df["mean"] * df["n"]).groupby(df["temperature"]).sum().round().astype(int)
+        n = df.groupby("temperature")["n"].sum().astype(int)
+        samples = None
+    else:
+        samples = _samples(requests, points)
+        if samples.empty:
+            return evidence.Finding("No valid temperature point.", "", False)
+        trunc = samples["truncated"].astype(float)
+        k = trunc.groupby(samples["temperature"]).sum().round().astype(int)
+        n = trunc.groupby(samples["temperature"]).count().astype(int)
+    lo, hi = min(n.index), max(n.index)
+    ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
+    greedy_share = k[lo] / n[lo] if n[lo] else float("nan")
+    evidence_parts = [f"{n[lo]} answers at temperature {lo:g}, {n[hi]} at {hi:g}"
+                      + (" (greedy repeats counted once, valid points only)" if samples is not None else "")]
+    if not greedy_share <= TRUNCATION_LIMIT:
+        return evidence.Finding(
+            f"Temperature's effect on length and repetition: not supported: {greedy_share:.0%} of the answers at "
+            f"temperature {lo:g} ({k[lo]} of {n[lo]}) hit max_new_tokens, so the outputs are too short to show it; "
+            f"raise max_new_tokens.", "; ".join(evidence_parts), False, ids)
+    parts, supported = [], False
+    d = evidence.difference_interval(int(k[hi]), int(n[hi]), int(k[lo]), int(n[lo]))
+    v = evidence.difference_verdict(d)
+    supported |= v in ("higher", "lower")
+    parts.append(_change("the share of answers cut by max_new_tokens", v, f"{k[lo] / n[lo]:.0%}",
+                         f"{k[hi] / n[hi]:.0%}"))
+    evidence_parts.append(f"truncation change {d.describe('{:+.2f}')}")
+    if samples is not None:
+        for col, name, fmt in (("repeated_4gram_rate", "the repeated 4-gram rate", "{:.3f}"),
+                               ("output_tokens", "the answer length (tokens)", "{:.1f}")):
+            if col not in samples:
+                continue
+            a = samples.loc[samples["temperature"] == hi, col].astype(float)
+            b = samples.loc[samples["temperature"] == lo, col].astype(float)
+            iv = evidence.mean_difference_interval(a, b, unit="answers")
+            v = evidence.difference_verdict(iv)
+            supported |= v in ("higher", "lower")
+            parts.append(_change(name, v, fmt.format(b.mean()), fmt.format(a.mean())))
+            evidence_parts.append(f"{col} change {iv.describe(fmt.replace(':', ':+'))}")
+    return evidence.Finding(f"From temperature {lo:g} to {hi:g}, " + "; ".join(parts) + ".",
+                            "; ".join(evidence_parts), supported, ids)
 
 
 def length_targets(tokenizer, target_chars: int, languages=("en", "zh")):
@@ -238,7 +310,7 @@ def _greedy_on_every_top_p(df):
 
 
 def fig_metrics_vs_temperature(summary, family: str, metrics: list[str], title: str):
-    """Mean with bootstrap CI error bars vs temperature, one panel per metric, colour = language, dash = top_p.
+    """Mean with 95% interval error bars vs temperature, one panel per metric, colour = language, dash = top_p.
 
     The greedy (temperature 0) point is drawn on every top_p line.
     """
@@ -255,7 +327,7 @@ def fig_metrics_vs_temperature(summary, family: str, metrics: list[str], title: 
     fig = px.line(df, x="temperature", y="mean", color="language", line_dash="top_p", markers=True,
                   category_orders=orders,
                   error_y="err_plus", error_y_minus="err_minus", facet_col="metric", facet_col_wrap=3,
-                  facet_row_spacing=0.12, labels={"temperature": _T_LABEL, "mean": "mean, 95% CI"},
+                  facet_row_spacing=0.12, labels={"temperature": _T_LABEL, "mean": "mean, 95% interval (Wilson / t)"},
                   title=title)
     fig.update_yaxes(matches=None, showticklabels=True)
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))

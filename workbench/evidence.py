@@ -1,0 +1,391 @@
+"""What a finding may claim, in one place: usable points, fit support, intervals and their verdicts.
+
+DESIGN.md section 4: a finding names its evidence (samples or requests, the interval and its method, fit
+quality and degrees of freedom) and says "not supported" where that evidence cannot carry a direction.
+The rules, each a plain function every experiment calls:
+
+- :func:`usable_points`: the points a fit, knee, recommendation or best-of choice may use: ``status`` ok
+  and the validity verdict ``valid`` (and, for serving, open-loop points not stopped early).
+- :func:`fit_support`: a fit needs at least two more distinct x values than parameters (``dof >= 2``
+  beyond the parameters: with ``n == p`` the fit is exact, with ``n == p + 1`` one residual decides R^2).
+- :func:`t_interval`: a Student-t interval of a mean over independent units (repeat medians, prompts).
+  Exact under normality at any ``n >= 2`` and close to nominal for repeat medians, which are near-normal
+  even when single latencies are skewed (central limit for order statistics; tests/test_evidence.py
+  simulates it). It replaces the percentile bootstrap over repeats, which with two repeats is the range of
+  two medians and covers the true value about half the time.
+- :func:`ratio_interval`: a speed-up ``a / b`` from two independent samples: Welch's t on the log values
+  (Welch 1947; Satterthwaite degrees of freedom), back-transformed, i.e. the ratio of geometric means.
+- :func:`mean_difference_interval`: a difference of two means by Welch's t; :func:`mean_interval`: Wilson
+  for a share, else t.
+- :func:`paired_ratio_interval`: a ratio from matched pairs (t over the log ratios).
+- :func:`wilson_interval`, :func:`difference_interval`: a share (accuracy, truncation) by Wilson's score
+  interval (Wilson 1927) and the difference of two shares by Newcombe's hybrid score interval (Newcombe
+  1998, method 10), both close to nominal at the small counts of a sweep point.
+- :func:`ratio_verdict` / :func:`difference_verdict`: a direction only when the interval excludes 1 (a
+  ratio) or 0 (a difference), else "no difference beyond noise".
+- :class:`Finding`: text + evidence + supported flag + point ids, what ``results.save_finding`` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+CONFIDENCE = 0.95
+# the arrival profiles of a serving sweep that are closed-loop (a fixed number of requests in flight): their
+# throughput is a burst, not an offered rate a recommendation can name
+CLOSED_LOOP_PROFILES = ("synchronous", "concurrency", "throughput")
+
+
+# ----------------------------------------------------------------------------- which points
+
+
+def _true(v) -> bool:
+    """A verdict cell that is set and true (None / NaN count as not set)."""
+    return v is not None and not (isinstance(v, float) and math.isnan(v)) and bool(v)
+
+
+def usable_points(points: pd.DataFrame, *, serving: bool = False) -> pd.DataFrame:
+    """The points a fit, knee, recommendation or best-of choice may use.
+
+    Checks, each only where the column exists (older run folders lack some):
+    ``status == "ok"``; ``valid`` is True (the run's verdict: enough samples, no contamination by other load,
+    no drift; a point without a verdict, NaN, is not usable); with ``serving=True`` also ``profile`` not
+    closed-loop (:data:`CLOSED_LOOP_PROFILES`) and ``stopped_early`` not True (an over-saturated point).
+
+    Args:
+        points: a ``points.parquet`` table (any experiment).
+        serving: apply the serving rules as well.
+
+    Returns:
+        A copy of the usable rows, index kept (so callers can map back to the table).
+    """
+    keep = pd.Series(True, index=points.index)
+    if "status" in points:
+        keep &= points["status"].eq("ok")
+    if "valid" in points:
+        keep &= points["valid"].map(_true)
+    if serving:
+        if "profile" in points:
+            keep &= ~points["profile"].isin(CLOSED_LOOP_PROFILES)
+        if "stopped_early" in points:
+            keep &= ~points["stopped_early"].map(_true)
+    return points[keep].copy()
+
+
+def point_ids(points: pd.DataFrame) -> tuple[str, ...]:
+    """The ``point_id`` values of a table, as a tuple (empty when the column is absent)."""
+    return tuple(str(p) for p in points["point_id"]) if "point_id" in points else ()
+
+
+# ----------------------------------------------------------------------------- fits
+
+
+def fit_support(n_distinct: int, n_params: int, what: str = "lengths") -> tuple[bool, str]:
+    """Whether a fit of ``n_params`` parameters over ``n_distinct`` distinct x values can be a finding.
+
+    Rule: ``n_distinct >= n_params + 2`` (at least two residual degrees of freedom in the shape).
+
+    Returns:
+        ``(True, "")`` or ``(False, "not supported: 4 lengths for 3 parameters")``.
+    """
+    if n_distinct >= n_params + 2:
+        return True, ""
+    return False, f"not supported: {n_distinct} {what} for {n_params} parameters (needs {n_params + 2})"
+
+
+# ----------------------------------------------------------------------------- intervals
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """An estimate with its interval, or with the reason no interval is shown.
+
+    Attributes:
+        estimate: the point estimate (unit of the values; a ratio for :func:`ratio_interval`).
+        low, high: the interval bounds, NaN when not shown.
+        n: independent units behind it (for a ratio: ``"n_a+n_b"`` is in ``method``).
+        method: how it was computed, for the finding's evidence.
+        confidence: nominal coverage.
+        reason: why there is no interval (empty when there is one).
+    """
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+    method: str
+    confidence: float = CONFIDENCE
+    reason: str = ""
+
+    @property
+    def shown(self) -> bool:
+        """True when the interval exists (finite bounds)."""
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+    def describe(self, fmt: str = "{:.3g}", suffix: str = "") -> str:
+        """``"1.03x, 95% interval 0.94-1.12x (method)"`` or ``"1.03x (no interval: reason)"``."""
+        est = fmt.format(self.estimate) + suffix
+        if not self.shown:
+            return f"{est} (no interval: {self.reason or 'too few samples'})"
+        sep = " to " if self.low < 0 or self.high < 0 or "+" in fmt else "-"
+        return (f"{est}, {self.confidence:.0%} interval {fmt.format(self.low)}{suffix}{sep}"
+                f"{fmt.format(self.high)}{suffix} ({self.method})")
+
+
+def _finite(values: Iterable) -> np.ndarray:
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def t_interval(values: Iterable[float], confidence: float = CONFIDENCE, unit: str = "values") -> Interval:
+    """Student-t interval of the mean of independent values: ``mean +- t_{n-1} * sd / sqrt(n)``.
+
+    Args:
+        values: independent units (one median per repeat, one score per prompt); NaN and None dropped.
+        confidence: nominal coverage in (0, 1).
+        unit: what a value is, for the method text (``"repeat medians"``).
+
+    Returns:
+        :class:`Interval`; fewer than 2 values: no interval, with the reason.
+    """
+    from scipy import stats
+
+    arr = _finite(values)
+    n = int(arr.size)
+    if n == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0, "", confidence, "no samples")
+    mean = float(arr.mean())
+    if n < 2:
+        return Interval(mean, float("nan"), float("nan"), n, "", confidence,
+                        f"1 {unit.rstrip('s') if unit.endswith('s') else unit}, an interval needs at least 2")
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * arr.std(ddof=1) / math.sqrt(n))
+    return Interval(mean, mean - half, mean + half, n, f"t over {n} {unit}, {n - 1} dof", confidence)
+
+
+def estimate_interval(estimate: float, std_error: float, dof: float, method: str,
+                      confidence: float = CONFIDENCE) -> Interval:
+    """``estimate +- t_dof * std_error`` (e.g. a least-squares coefficient with its standard error); no
+    interval when ``dof < 1`` (an exact fit has no residuals to estimate the error from)."""
+    from scipy import stats
+
+    if not dof >= 1 or not math.isfinite(std_error):
+        return Interval(estimate, float("nan"), float("nan"), 0, method, confidence,
+                        "no residual degrees of freedom")
+    half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * std_error
+    return Interval(estimate, estimate - half, estimate + half, int(dof), method, confidence)
+
+
+def ratio_interval(numerator: Iterable[float], denominator: Iterable[float], confidence: float = CONFIDENCE,
+                   unit: str = "repeats") -> Interval:
+    """Interval of ``a / b`` from two independent samples of positive values (e.g. repeat medians of two
+    configurations): Welch's t on ``log a - log b``, back-transformed (the ratio of geometric means).
+
+    Args:
+        numerator, denominator: positive values; non-finite and non-positive ones dropped.
+        confidence: nominal coverage.
+        unit: what a value is, for the method text.
+
+    Returns:
+        :class:`Interval` of the ratio; no interval (with the reason) when a side has fewer than 2 values.
+    """
+    from scipy import stats
+
+    a, b = _finite(numerator), _finite(denominator)
+    a, b = np.log(a[a > 0]), np.log(b[b > 0])
+    if a.size == 0 or b.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0, "", confidence, "no samples on one side")
+    est = float(math.exp(a.mean() - b.mean()))
+    if a.size < 2 or b.size < 2:
+        return Interval(est, float("nan"), float("nan"), int(a.size + b.size), "", confidence,
+                        f"{a.size}+{b.size} {unit}; a ratio interval needs at least 2 on each side")
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    se = math.sqrt(va + vb)
+    method = f"Welch t on log values, {a.size}+{b.size} {unit}"
+    if se == 0:
+        return Interval(est, est, est, int(a.size + b.size), method + ", no spread", confidence)
+    dof = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * se
+    d = a.mean() - b.mean()
+    return Interval(est, float(math.exp(d - half)), float(math.exp(d + half)), int(a.size + b.size),
+                    f"{method}, {dof:.1f} dof", confidence)
+
+
+def mean_difference_interval(a: Iterable[float], b: Iterable[float], confidence: float = CONFIDENCE,
+                             unit: str = "values") -> Interval:
+    """Interval of ``mean(a) - mean(b)`` from two independent samples: Welch's t (Satterthwaite dof).
+
+    Returns:
+        :class:`Interval` of the difference; no interval when a side has fewer than 2 values.
+    """
+    from scipy import stats
+
+    a, b = _finite(a), _finite(b)
+    if a.size == 0 or b.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0, "", confidence, "no samples on one side")
+    d = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:
+        return Interval(d, float("nan"), float("nan"), int(a.size + b.size), "", confidence,
+                        f"{a.size}+{b.size} {unit}; an interval needs at least 2 on each side")
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    method = f"Welch t, {a.size}+{b.size} {unit}"
+    if va + vb == 0:
+        return Interval(d, d, d, int(a.size + b.size), method + ", no spread", confidence)
+    dof = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * math.sqrt(va + vb)
+    return Interval(d, d - half, d + half, int(a.size + b.size), f"{method}, {dof:.1f} dof", confidence)
+
+
+def mean_interval(values: Iterable[float], confidence: float = CONFIDENCE, unit: str = "values") -> Interval:
+    """Interval of a mean: Wilson's for a share (every value 0 or 1), else :func:`t_interval`."""
+    arr = _finite(values)
+    if arr.size and np.isin(arr, (0.0, 1.0)).all():
+        return wilson_interval(int(arr.sum()), int(arr.size), confidence)
+    return t_interval(arr, confidence, unit)
+
+
+def paired_ratio_interval(numerator: Iterable[float], denominator: Iterable[float],
+                          confidence: float = CONFIDENCE, unit: str = "pairs") -> Interval:
+    """Interval of a ratio from matched pairs (the same repeat, language or prompt measured both ways): a
+    t-interval over the pairs' log ratios, back-transformed (the geometric mean ratio).
+
+    Returns:
+        :class:`Interval` of the ratio; no interval from fewer than 2 pairs.
+    """
+    num = np.asarray(list(numerator), dtype=float)
+    den = np.asarray(list(denominator), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(num / den)
+    iv = t_interval(logs[np.isfinite(logs)], confidence, unit)
+    return Interval(float(math.exp(iv.estimate)) if math.isfinite(iv.estimate) else float("nan"),
+                    float(math.exp(iv.low)) if iv.shown else float("nan"),
+                    float(math.exp(iv.high)) if iv.shown else float("nan"), iv.n,
+                    f"t over the log ratios of {iv.n} {unit}, {iv.n - 1} dof" if iv.shown else "", confidence,
+                    iv.reason)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> Interval:
+    """Wilson score interval of a share ``successes / n`` (Wilson 1927; ``scipy.stats.binomtest``).
+
+    Returns:
+        :class:`Interval` of the share in [0, 1]; ``n == 0``: no interval.
+    """
+    from scipy import stats
+
+    if n <= 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0, "", confidence, "no samples")
+    ci = stats.binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return Interval(successes / n, float(ci.low), float(ci.high), int(n), f"Wilson over {n}", confidence)
+
+
+def difference_interval(k1: int, n1: int, k2: int, n2: int, confidence: float = CONFIDENCE) -> Interval:
+    """Interval of the difference of two shares ``k1/n1 - k2/n2`` (Newcombe 1998, hybrid score, method 10).
+
+    Returns:
+        :class:`Interval` of the difference in [-1, 1]; a side with ``n == 0``: no interval.
+    """
+    w1, w2 = wilson_interval(k1, n1, confidence), wilson_interval(k2, n2, confidence)
+    if not (w1.shown and w2.shown):
+        return Interval(float("nan"), float("nan"), float("nan"), 0, "", confidence, "no samples on one side")
+    d = w1.estimate - w2.estimate
+    lo = d - math.sqrt((w1.estimate - w1.low) ** 2 + (w2.high - w2.estimate) ** 2)
+    hi = d + math.sqrt((w1.high - w1.estimate) ** 2 + (w2.estimate - w2.low) ** 2)
+    return Interval(d, lo, hi, n1 + n2, f"Newcombe score interval, {n1}+{n2}", confidence)
+
+
+def ratio_verdict(iv: Interval) -> str:
+    """``"higher"`` / ``"lower"`` when the ratio's interval excludes 1, else ``"no difference beyond noise"``
+    (or ``"not supported"`` when there is no interval)."""
+    if not iv.shown:
+        return "not supported"
+    if iv.low > 1:
+        return "higher"
+    if iv.high < 1:
+        return "lower"
+    return "no difference beyond noise"
+
+
+def difference_verdict(iv: Interval) -> str:
+    """``"higher"`` / ``"lower"`` when the difference's interval excludes 0, else ``"no difference beyond
+    noise"`` (or ``"not supported"`` when there is no interval)."""
+    if not iv.shown:
+        return "not supported"
+    if iv.low > 0:
+        return "higher"
+    if iv.high < 0:
+        return "lower"
+    return "no difference beyond noise"
+
+
+def effect_word(verdict: str, higher_is_better: bool) -> str:
+    """``"helps"`` / ``"hurts"`` for a verdict of :func:`ratio_verdict` on a metric's direction, else the verdict."""
+    if verdict == "higher":
+        return "helps" if higher_is_better else "hurts"
+    if verdict == "lower":
+        return "hurts" if higher_is_better else "helps"
+    return verdict
+
+
+def describe_ratio(iv: Interval, name: str) -> str:
+    """``"<name>: 1.59x, 95% interval 1.40-1.80x (Welch ...)"`` or ``"<name>: no difference beyond noise: 1.03x,
+    95% interval 0.94-1.12x (...)"``; ``"not supported"`` with the reason when there is no interval."""
+    verdict = ratio_verdict(iv)
+    body = iv.describe("{:.2f}", "x")
+    if verdict == "no difference beyond noise":
+        return f"{name}: no difference beyond noise: {body}"
+    if verdict == "not supported":
+        return f"{name}: not supported: {body}"
+    return f"{name}: {body}"
+
+
+# ----------------------------------------------------------------------------- findings
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """An experiment's headline: the sentence, the evidence behind it, whether the evidence carries it.
+
+    Attributes:
+        text: the sentence the report leads with.
+        evidence: samples or requests, intervals and their method, fit quality and dof.
+        supported: False when the text says "not supported" / "no difference beyond noise" for its main claim.
+        point_ids: the points it rests on (the report links them to the point table).
+    """
+
+    text: str
+    evidence: str = ""
+    supported: bool = True
+    point_ids: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.text} Evidence: {self.evidence}" if self.evidence else self.text
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (what ``manifest.json`` stores)."""
+        return {"text": self.text, "evidence": self.evidence, "supported": bool(self.supported),
+                "point_ids": list(self.point_ids)}
+
+    @classmethod
+    def from_value(cls, value) -> "Finding":
+        """A :class:`Finding` from what a manifest holds: a dict of :meth:`to_dict`, or a plain string (old
+        manifests: its support unknown, recorded as supported with no evidence)."""
+        if isinstance(value, Finding):
+            return value
+        if isinstance(value, dict):
+            return cls(str(value.get("text", "")), str(value.get("evidence", "") or ""),
+                       bool(value.get("supported", True)), tuple(str(p) for p in value.get("point_ids", ()) or ()))
+        return cls(str(value))
+
+
+def join(findings: Sequence[Finding], sep: str = " ") -> Finding:
+    """One finding from several (e.g. one per language): texts and evidence joined, supported if any part is."""
+    findings = [f for f in findings if f is not None]
+    if not findings:
+        return Finding("Nothing measured.", "", False)
+    return Finding(sep.join(f.text for f in findings), "; ".join(f.evidence for f in findings if f.evidence),
+                   any(f.supported for f in findings),
+                   tuple(dict.fromkeys(p for f in findings for p in f.point_ids)))
