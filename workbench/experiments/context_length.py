@@ -155,8 +155,6 @@ class Config(SweepConfig):
             TPOT and throughput compare equal work.
         source: prompt text: ``en`` (Python docs), ``zh`` (Chinese essays) or
             ``random`` (random token ids, pure compute).
-        repeats: timed repetitions per point (default 3: the median outlasts one disturbed run; the
-            default 5 lengths leave the quadratic fit 2 points more than its 3 parameters).
     """
 
     context_tokens: list = dataclasses.field(default_factory=lambda: [128, 512, 1024, 1536, 2048])
@@ -164,7 +162,6 @@ class Config(SweepConfig):
     max_new_tokens: int = 8
     ignore_eos: bool = True
     source: str = "en"
-    repeats: int = 3
 
     def __post_init__(self):
         super().__post_init__()
