@@ -21,12 +21,12 @@
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
 device: str = "auto"  # auto | cpu | cuda | mps
 dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-context_tokens: list = [128, 512, 1024, 2048]  # prompt lengths L in tokens, chat template included
+context_tokens: list = [128, 512, 1024, 1536, 2048]  # prompt lengths L (template included); at least 5 for the quadratic fit
 batch_sizes: list = [1, 4]  # requests per generate call
 max_new_tokens: int = 8  # new tokens per request (at least 2, so TPOT exists)
 ignore_eos: bool = True  # fixed-length outputs : min_new_tokens set to max_new_tokens
 source: str = "en"  # prompt text: en (Python docs) | zh (Chinese essays) | random (token ids)
-repeats: int = 1  # timed repetitions per point
+repeats: int = 3  # timed repetitions per point (the median outlasts one disturbed run)
 warmup: int = 1  # untimed warm-up runs before the first point of each batch size
 seed: int = 0  # base seed (repeat r uses seed + r)
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/

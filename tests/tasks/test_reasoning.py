@@ -18,7 +18,7 @@ from workbench.tasks import reasoning as R
 def test_tasks_are_seeded_and_checkable():
     a, b = R.make_tasks(12, seed=3), R.make_tasks(12, seed=3)
     assert a == b and a != R.make_tasks(12, seed=4)
-    assert {t.language for t in a} == {"en", "zh"} and {t.kind for t in a} == set(R.TASK_KINDS)
+    assert {t.language for t in a} == {"en", "zh"} and {t.kind for t in a} == set(R.REASONING_KINDS)
     for t in a:
         if t.kind == "counting" and "letter" in t.question:
             letter, word = t.question.split("'")[1], t.question.split("'")[3]
@@ -29,6 +29,30 @@ def test_tasks_are_seeded_and_checkable():
         R.make_tasks(2, languages=["fr"])
     with pytest.raises(ParameterError, match="^num_tasks: "):
         R.make_tasks(0)
+
+
+def test_one_step_tasks_have_checkable_answers():
+    """lookup / copy / list_count: the gold answer follows from the question text alone, in both languages."""
+    import re
+
+    tasks = R.make_tasks(60, seed=7, kinds=["lookup", "copy", "list_count"])
+    assert {(t.kind, t.language) for t in tasks} == {(k, lang) for k in ("lookup", "copy", "list_count")
+                                                     for lang in ("en", "zh")}
+    for t in tasks:
+        if t.kind == "lookup":  # "key = value" pairs, then the key asked for
+            pairs = dict(re.findall(r"(\w+) = (\d)", t.question))
+            asked = re.search(r"for (\w+)\?$", t.question) or re.search(r"。(\w+?)的代码", t.question)
+            assert len(pairs) == 3 and len(set(pairs.values())) == 3 and t.answer == pairs[asked.group(1)]
+        elif t.kind == "copy":
+            assert re.findall(r"\d+", t.question) == [t.answer] and len(t.answer) == 5
+        else:
+            listed = re.split(r"[:：]", t.question)[1].rstrip("?？")
+            items = re.split(r", |、", listed)
+            assert t.answer == str(len(items)) and len(set(items)) == len(items) and 2 <= len(items) <= 5
+        assert R.extract_answer(f"\nAnswer: {t.answer}\n", t) == t.answer  # the answer format reads back
+    assert R.make_tasks(6, seed=1) == R.make_tasks(6, seed=1, kinds=R.REASONING_KINDS)  # old default unchanged
+    with pytest.raises(ParameterError, match="^task_kinds: "):
+        R.make_tasks(2, kinds=["poetry"])
 
 
 def test_extract_answer():
@@ -112,6 +136,21 @@ def test_default_model_emulated_budget(loaded):
             assert rec["ttfat_s"] >= rec["ttft_s"]
             assert rec["e2e_s"] == pytest.approx(rec["ttft_s"] + sum(rec["itl_s"]))
             assert rec["finish_reason"] in ("stop", "length") and rec["gold_logprob"] < 0
+
+
+@pytest.mark.model
+def test_default_suite_tasks_are_solved_some_of_the_time_at_budget_0(loaded):
+    """The default suite's tasks are neither beyond the embedded model nor trivial for it at budget 0, so
+    the budget curve can move (the multi-step kinds scored 0% at every budget)."""
+    from workbench import notebooks
+
+    entry = next(e for e in notebooks.load_suite("default")["notebooks"] if "05_reasoning" in e["notebook"])
+    merged = notebooks.validate_parameters(entry["notebook"], entry["parameters"])
+    cfg = notebooks.notebook_config_class(entry["notebook"]).from_namespace(merged)
+    assert 0 in cfg.budgets
+    recs, _ = R.run_reasoning_batch(loaded, cfg.tasks(), cfg.spec(0), cfg.thinking, score=False)
+    accuracy = sum(r["exact_match"] for r in recs) / len(recs)
+    assert 0 < accuracy < 1
 
 
 @pytest.mark.model

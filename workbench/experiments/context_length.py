@@ -209,7 +209,7 @@ class Config(SweepConfig):
             ``random`` (random token ids, pure compute).
     """
 
-    context_tokens: list = dataclasses.field(default_factory=lambda: [128, 512, 1024, 2048])
+    context_tokens: list = dataclasses.field(default_factory=lambda: [128, 512, 1024, 1536, 2048])
     batch_sizes: list = dataclasses.field(default_factory=lambda: [1, 4])
     max_new_tokens: int = 8
     ignore_eos: bool = True

@@ -26,7 +26,8 @@ from ..budget_forcing import PRE, THINKING_MODES, BudgetSpec, thinking_format
 from ..checks import check_choice, check_choice_list, check_int, check_int_list
 from ..errors import ParameterError
 from ..generation import GenerationSettings, warm_up
-from ..tasks.reasoning import LANGUAGES, TASK_KINDS, Task, make_tasks, run_reasoning_batch, task_inputs
+from ..tasks.reasoning import (LANGUAGES, REASONING_KINDS, TASK_KINDS, Task, make_tasks, run_reasoning_batch,
+                               task_inputs)
 
 EXPERIMENT = "reasoning"  # the experiment column and point-id prefix, as in earlier runs (comparable)
 
@@ -46,7 +47,9 @@ class Config(sweeps.SweepConfig):
         answer_tokens: answer allowance after the end of thinking (>= 1).
         num_tasks: tasks per point (the same tasks at every point), >= 1.
         languages: task languages, from ``en``, ``zh``.
-        task_kinds: from ``arithmetic``, ``counting``, ``logic``.
+        task_kinds: from :data:`workbench.tasks.reasoning.TASK_KINDS`; default the multi-step kinds
+            (``arithmetic``, ``counting``, ``logic``); the one-step ``lookup``, ``copy``, ``list_count`` are
+            what a ~100M model solves some of the time (the default suite's choice).
         thinking: ``auto`` (native if the tokenizer has ``<think>`` tokens),
             ``native`` or ``emulated``.
         temperature: 0 is greedy.
@@ -63,7 +66,7 @@ class Config(sweeps.SweepConfig):
     answer_tokens: int = 24
     num_tasks: int = 8
     languages: list = dataclasses.field(default_factory=lambda: list(LANGUAGES))
-    task_kinds: list = dataclasses.field(default_factory=lambda: list(TASK_KINDS))
+    task_kinds: list = dataclasses.field(default_factory=lambda: list(REASONING_KINDS))
     thinking: str = "auto"
     temperature: float = 0.0
     top_p: float = 1.0

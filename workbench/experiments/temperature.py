@@ -47,7 +47,8 @@ class Config(SweepConfig):
         n_sections: sections each report is asked for (>= 1).
         n_factual_prompts: factual questions per language (1..20).
         max_new_tokens: new-token cap of report answers (>= 1).
-        factual_max_new_tokens: new-token cap of factual answers (>= 1).
+        factual_max_new_tokens: new-token cap of factual answers (>= 1); the embedded model ends its
+            English answers within ~36 tokens (greedy), so 48 leaves room for sampled ones.
         repeats: samples per setting (seeds ``seed .. seed + repeats - 1``).
         perplexity: score each answer's perplexity under the model (one forward pass each).
         target_chars: a target answer length in characters, turned into a
@@ -62,7 +63,7 @@ class Config(SweepConfig):
     n_sections: int = 3
     n_factual_prompts: int = 2
     max_new_tokens: int = 48
-    factual_max_new_tokens: int = 24
+    factual_max_new_tokens: int = 48
     repeats: int = 2
     perplexity: bool = True
     target_chars: int = 2000

@@ -1,10 +1,23 @@
 """Reasoning tasks: short questions with one exact answer, generated offline from a seed.
 
-Three kinds, in English and Chinese, each a :class:`Task` (question, gold answer):
+Six kinds, in English and Chinese, each a :class:`Task` (question, gold answer). Three need a
+few steps of reasoning (for models of about a billion parameters and up):
 
 - ``arithmetic``: multi-step word problems (buy, give away, multiply);
 - ``counting``: letters in a word, or items in a list;
 - ``logic``: ordering questions over three names ("A is taller than B ... who is the tallest?").
+
+Three are one-step lookups and copies that a ~100M-parameter chat model solves some of the time
+without thinking, so a budget sweep on the embedded SmolLM2-135M can move its accuracy either way
+(the default suite's tasks; the hard kinds above stay at 0% on it at every budget):
+
+- ``lookup``: the value of one key in a three-entry table ("Codes: red = 4, blue = 7, green = 2.
+  What is the code for blue?");
+- ``copy``: repeat a five-digit number exactly;
+- ``list_count``: how many animals a list of two to five distinct ones holds.
+
+Exact match of the embedded model at budget 0 (greedy, ``make_tasks(36, seed=0, kinds=...)``,
+2026-12-01): copy 100%, lookup 50%, list_count 8%, overall 53%; the three multi-step kinds 4% of 24.
 
 :func:`task_prompt` adds the answer-format instruction ("Answer: <answer>"),
 :func:`extract_answer` reads the prediction back out of an answer segment, and
@@ -28,7 +41,9 @@ from ..budget_forcing import BudgetSpec, ThinkingFormat, build_inputs, generate_
 from ..checks import check_choice_list, check_int
 
 LANGUAGES = ("en", "zh")
-TASK_KINDS = ("arithmetic", "counting", "logic")
+TASK_KINDS = ("arithmetic", "counting", "logic", "lookup", "copy", "list_count")
+#: the multi-step kinds: a default for models that can reason (the notebook's default)
+REASONING_KINDS = ("arithmetic", "counting", "logic")
 
 
 @dataclass(frozen=True)
@@ -37,7 +52,7 @@ class Task:
 
     Attributes:
         task_id: ``<kind>-<language>-<index>``.
-        kind: ``arithmetic``, ``counting`` or ``logic``.
+        kind: one of :data:`TASK_KINDS`.
         language: ``en`` or ``zh``.
         question: the question text.
         answer: the gold answer as text (an integer, or one of ``choices``).
@@ -117,7 +132,45 @@ def _logic(rng: random.Random, lang: str) -> tuple[str, str, tuple]:
     return q, ans, tuple(sorted(names))
 
 
-def make_tasks(n: int, seed: int = 0, languages: Sequence[str] = LANGUAGES, kinds: Sequence[str] = TASK_KINDS) -> list[Task]:
+_COLOURS = {"en": ["red", "blue", "green", "black", "white", "yellow", "pink", "brown"],
+            "zh": ["红色", "蓝色", "绿色", "黑色", "白色", "黄色", "粉色", "棕色"]}
+_ANIMALS = {"en": ["cat", "dog", "bird", "fish", "horse", "cow", "duck", "sheep"],
+            "zh": ["猫", "狗", "鸟", "鱼", "马", "牛", "鸭", "羊"]}
+
+
+def _lookup(rng: random.Random, lang: str) -> tuple[str, str]:
+    """A three-entry table of colour -> one-digit code (distinct codes) and the code of one colour."""
+    keys = rng.sample(_COLOURS[lang], 3)
+    vals = rng.sample(range(1, 10), 3)
+    i = rng.randrange(3)
+    if lang == "en":
+        table = ", ".join(f"{k} = {v}" for k, v in zip(keys, vals))
+        q = f"Codes: {table}. What is the code for {keys[i]}?"
+    else:
+        table = "，".join(f"{k} = {v}" for k, v in zip(keys, vals))
+        q = f"代码：{table}。{keys[i]}的代码是多少？"
+    return q, str(vals[i])
+
+
+def _copy(rng: random.Random, lang: str) -> tuple[str, str]:
+    """A five-digit number to repeat exactly (the answer is the number)."""
+    number = str(rng.randint(10 ** 4, 10 ** 5 - 1))
+    q = {"en": f"Repeat this number exactly: {number}.", "zh": f"请原样写出这个数字：{number}。"}[lang]
+    return q, number
+
+
+def _list_count(rng: random.Random, lang: str) -> tuple[str, str]:
+    """Two to five distinct animals; the answer is how many."""
+    items = rng.sample(_ANIMALS[lang], rng.randint(2, 5))
+    if lang == "en":
+        q = f"How many animals are in this list: {', '.join(items)}?"
+    else:
+        q = f"这个列表里有几种动物：{'、'.join(items)}？"
+    return q, str(len(items))
+
+
+def make_tasks(n: int, seed: int = 0, languages: Sequence[str] = LANGUAGES,
+               kinds: Sequence[str] = REASONING_KINDS) -> list[Task]:
     """Generate ``n`` tasks offline, cycling kind and language, reproducibly from ``seed``.
 
     Raises:
@@ -136,8 +189,10 @@ def make_tasks(n: int, seed: int = 0, languages: Sequence[str] = LANGUAGES, kind
             q, a = _arithmetic(rng, lang)
         elif kind == "counting":
             q, a = _counting(rng, lang)
-        else:
+        elif kind == "logic":
             q, a, choices = _logic(rng, lang)
+        else:
+            q, a = {"lookup": _lookup, "copy": _copy, "list_count": _list_count}[kind](rng, lang)
         out.append(Task(f"{kind}-{lang}-{i}", kind, lang, q, a, choices))
     return out
 
