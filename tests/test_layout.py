@@ -36,9 +36,36 @@ def _imported_modules(path: Path) -> set[str]:
     return out
 
 
+NOTEBOOKS = PKG.parent / "notebooks"
+#: notebooks numbered from here on are run tools (compare runs, ...), not experiments: they have no module
+TOOLS_FROM = 90
+
+
+def _notebook_config(nb: Path) -> str:
+    """The ``workbench.config`` metadata (``module:Class``) of a committed notebook, or ''."""
+    import json
+
+    return json.loads(nb.read_text(encoding="utf-8"))["metadata"].get("workbench", {}).get("config", "")
+
+
 def test_there_is_one_module_per_numbered_notebook():
-    assert {"batch_size", "context_length", "temperature", "streaming_anatomy", "reasoning_budget",
-            "context_compression", "long_output", "explorer"} <= NAMES
+    """Discovered, not listed: each experiment notebook ``NN_name`` (NN < 90) has ``workbench/experiments/name.py``
+    and names its ``Config`` in its metadata; each experiment module has exactly one such notebook; the tools
+    (90 and above) have no experiment module."""
+    numbered = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    experiments = {nb.stem[3:]: nb for nb in numbered if int(nb.stem[:2]) < TOOLS_FROM}
+    assert experiments, f"no numbered notebooks found in {NOTEBOOKS}"
+    assert len({nb.stem[:2] for nb in numbered}) == len(numbered), "two notebooks share a number"
+    without_module = sorted(nb.name for name, nb in experiments.items() if name not in NAMES)
+    assert not without_module, f"experiment notebooks without a module in workbench/experiments/: {without_module}"
+    without_notebook = sorted(NAMES - set(experiments))
+    assert not without_notebook, f"experiment modules without a numbered notebook: {without_notebook}"
+    wrong = {nb.name: _notebook_config(nb) for name, nb in experiments.items()
+             if _notebook_config(nb) != f"workbench.experiments.{name}:Config"}
+    assert not wrong, f"notebooks whose metadata names another config: {wrong}"
+    tools = [nb.name for nb in numbered if int(nb.stem[:2]) >= TOOLS_FROM
+             and _notebook_config(nb).startswith("workbench.experiments.")]
+    assert not tools, f"run tools (numbered {TOOLS_FROM}+) naming an experiment config: {tools}"
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
