@@ -19,10 +19,26 @@ def _results_root(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def loaded():
-    """The embedded SmolLM2-135M-Instruct on CPU in float32 (converted once, then cached)."""
+    """The embedded SmolLM2-135M-Instruct on CPU in float32 (converted once, then cached): loaded once per test
+    run. Every later ``models.load_model("default", "cpu"/"auto", "float32"/"auto")`` in this process returns this
+    same object, even after the loader's small memo (2 entries) has moved on to other models (engine tuning loads
+    several variants); other models load as before."""
     from workbench import models
 
-    return models.load_model("default", device="cpu", dtype="float32")
+    model = models.load_model("default", device="cpu", dtype="float32")
+    real = models._load_cached
+    pinned_path = str(models.resolve_model_path("default"))
+
+    def load_cached(path, spec, dev, dtype_name, trust_remote_code, allow_pickle, attn_implementation=None):
+        if (path, spec, dev, dtype_name, trust_remote_code, allow_pickle, attn_implementation) == \
+                (pinned_path, "default", "cpu", "torch.float32", False, False, None):
+            return model
+        return real(path, spec, dev, dtype_name, trust_remote_code, allow_pickle, attn_implementation)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(models, "_load_cached", load_cached)
+    yield model
+    patch.undo()
 
 
 class Reached(BaseException):
