@@ -40,8 +40,27 @@ def test_memory_tracker_sees_allocation_on_cpu():
     assert tr.max_growth_bytes >= tr.first_step_growth_bytes and tr.peak_bytes == tr.max_growth_bytes
 
 
-def test_malloc_trim_is_safe_to_call():
-    memory.malloc_trim()  # glibc: returns freed heap; elsewhere a no-op
+def test_malloc_trim_calls_glibc_and_is_a_no_op_elsewhere(monkeypatch):
+    import ctypes
+
+    calls = []
+
+    class Libc:
+        def malloc_trim(self, pad):
+            calls.append(pad)
+            return 1
+
+    def cdll(name):
+        if name != "libc.so.6":
+            raise OSError(f"{name}: cannot open shared object file")
+        return Libc()
+
+    with monkeypatch.context() as mp:
+        mp.setattr(ctypes, "CDLL", cdll)
+        assert memory.malloc_trim() is None and calls == [0]      # glibc: malloc_trim(0) returns freed heap
+        mp.setattr(ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError("no glibc here")))
+        assert memory.malloc_trim() is None and calls == [0]      # elsewhere: nothing called, nothing raised
+    memory.malloc_trim()                                          # and the real call on this machine is safe
 
 
 @pytest.mark.model
