@@ -141,18 +141,19 @@ def test_every_notebook_is_thin_and_tagged():
 LAYERS = [
     ("ground floor", {"workbench", "errors", "checks", "device"}),
     ("instruments", {"models", "generation", "metrics", "detokenize", "memory", "energy", "quality", "slo",
-                     "reading"}),
-    # run folders and their tables: written by the sweeps, the job store and the experiments alike
-    ("records", {"results"}),
+                     "reading", "evidence"}),
     ("techniques and inputs", {"compression", "budget_forcing", "long_form", "prompts", "tasks", "tasks.haystack",
                                "tasks.reasoning"}),
+    # run folders, their tables and the verdicts on their rows (the drift reference, measured on a fixed prompt):
+    # written by the sweeps, the job store and the experiments alike
+    ("records", {"results", "drift"}),
     # serving, bottom up: HTTP plumbing, SSE framing and the clients (which import nothing from the server),
     # the engine interface and the monitoring it feeds, the routes and the load study, the app
-    ("serving plumbing", {"serving.http", "serving.events", "serving.client"}),
+    ("serving plumbing", {"serving.protocol", "serving.http", "serving.events", "serving.client"}),
     ("serving engines", {"serving.engines", "serving.monitoring"}),
     ("serving routes and load", {"serving.chat", "serving.jobs", "serving.load"}),
     ("serving app", {"serving", "serving.server"}),
-    ("run machinery", {"drift", "sweeps", "distributed", "roofline", "notebooks", "report", "plots"}),
+    ("run machinery", {"sweeps", "distributed", "roofline", "notebooks", "report", "plots"}),
     ("experiments", {"experiments"}),
     ("command line", {"cli", "__main__"}),
 ]
