@@ -36,11 +36,10 @@ def test_recommend_batch_size_prefers_goodput_then_smaller_batch():
 @pytest.mark.model
 def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     """Two points on the real model, greedy: token counts; each row of the batch-2 point generates the same ids as
-    its prompt alone at batch 1; a left-padded batch (prompts of different lengths, through the experiment's
-    measure path) equals each prompt alone; the figures build, one panel or trace set per device type."""
+    its prompt alone at batch 1; a left-padded batch (prompts of different lengths, the experiment's settings)
+    equals each prompt alone; the figures build, one panel or trace set per device type."""
     from workbench.generation import generate_measured
     from workbench.prompts import build_batch, build_prompt
-    from workbench.sweeps import measure_generation
 
     cfg = batch_size.Config(batch_sizes=[1, 2], prompt_tokens=[48], max_new_tokens=3, repeats=1, warmup=0)
     assert cfg.temperature == 0.0                      # greedy: equal ids are the expected outcome, not luck
@@ -61,9 +60,10 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     prompts = build_batch(loaded.tokenizer, 2, 48)
     assert two[1] == list(generate_measured(loaded, [prompts[1]], settings).records[0]["output_ids"])
 
-    # left padding: prompts of different lengths share the batch; each row equals its prompt alone
+    # left padding: prompts of different lengths share the batch (the experiment's measured generate, its
+    # settings); each row equals its prompt alone
     mixed = [build_prompt(loaded.tokenizer, 48), build_prompt(loaded.tokenizer, 36, offset=400)]
-    batched = measure_generation(loaded, mixed, settings, repeats=1, warmup=0)["requests"]
+    batched = generate_measured(loaded, mixed, settings).records
     assert [r["prompt_tokens"] for r in batched] == [48, 36]
     for p, rec in zip(mixed, batched):
         assert list(rec["output_ids"]) == list(generate_measured(loaded, [p], settings).records[0]["output_ids"])
