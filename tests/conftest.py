@@ -19,10 +19,26 @@ def _results_root(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def loaded():
-    """The embedded SmolLM2-135M-Instruct on CPU in float32 (converted once, then cached)."""
+    """The embedded SmolLM2-135M-Instruct on CPU in float32 (converted once, then cached): loaded once per test
+    run. Every later ``models.load_model("default", "cpu"/"auto", "float32"/"auto")`` in this process returns this
+    same object, even after the loader's small memo (2 entries) has moved on to other models (engine tuning loads
+    several variants); other models load as before."""
     from workbench import models
 
-    return models.load_model("default", device="cpu", dtype="float32")
+    model = models.load_model("default", device="cpu", dtype="float32")
+    real = models._load_cached
+    pinned_path = str(models.resolve_model_path("default"))
+
+    def load_cached(path, spec, dev, dtype_name, trust_remote_code, allow_pickle, attn_implementation=None):
+        if (path, spec, dev, dtype_name, trust_remote_code, allow_pickle, attn_implementation) == \
+                (pinned_path, "default", "cpu", "torch.float32", False, False, None):
+            return model
+        return real(path, spec, dev, dtype_name, trust_remote_code, allow_pickle, attn_implementation)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(models, "_load_cached", load_cached)
+    yield model
+    patch.undo()
 
 
 class Reached(BaseException):
@@ -67,3 +83,47 @@ def cli(capsys):
         out = capsys.readouterr()
         return code, out.out, out.err
     return call
+
+
+def execute_in_process(nb, params: dict, run_dir) -> dict:
+    """Run a notebook's code cells in this test process, the way papermill runs them in a kernel: the ``parameters``
+    cell, then ``params`` and ``run_dir`` (papermill's injected cell), then every other code cell in order, in the
+    notebook's folder, with ``WORKBENCH_HEADLESS=1`` (what :func:`workbench.notebooks.execute_notebook` gives its
+    kernels) and ``figure.show()`` drawing nothing.
+
+    For tests of what a notebook's cells do: they share this process's imports, its loaded default model (the
+    ``loaded`` fixture), its device probe and its drift reference instead of paying a kernel start, a fresh import
+    of everything and a model load each. The kernel path itself (papermill, parameter injection, the command line)
+    is tested through real kernels in ``test_cli.py``, ``test_faults.py`` and ``experiments/test_explorer.py``.
+
+    Returns:
+        The notebook's namespace after its last cell.
+
+    Raises:
+        AssertionError: a cell raised (the cell's number and first line, chained to the error).
+    """
+    import json
+
+    import plotly.basedatatypes
+    from IPython.display import display
+
+    nb = Path(nb)
+    cells = [c for c in json.loads(nb.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    namespace = {"__name__": "__main__", "display": display}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(nb.parent)
+        mp.setenv("WORKBENCH_HEADLESS", "1")
+        mp.setattr(plotly.basedatatypes.BaseFigure, "show", lambda self, *a, **k: None)
+        for i, cell in enumerate(cells, 1):
+            source = "".join(cell["source"])
+            exec(compile(source, f"{nb.name}[cell {i}]", "exec"), namespace)
+            if "parameters" in cell.get("metadata", {}).get("tags", []):
+                namespace.update(params, run_dir=str(Path(run_dir).resolve()))
+    return namespace
+
+
+@pytest.fixture
+def run_notebook(loaded):
+    """:func:`execute_in_process`, after the session's default model is loaded (the notebook's own
+    ``models.load_model`` then returns it)."""
+    return execute_in_process

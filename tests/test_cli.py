@@ -173,3 +173,28 @@ def test_allow_switches_named_in_the_errors_exist(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_TRUST_REMOTE_CODE", "1")
     assert models.resolve_model_path(str(pickle_dir)) == pickle_dir
     assert models.resolve_model_path(str(remote_dir)) == remote_dir
+
+
+def test_the_notebooks_of_a_run_share_one_kernel_block(monkeypatch):
+    """``workbench run`` executes its notebooks inside one :func:`notebooks.one_kernel` block (one kernel, so one
+    import of everything, one model load, one probe and one drift reference per run), closed when the run ends,
+    and a failed notebook does not stop the others."""
+    from workbench import cli as cli_module
+    from workbench import notebooks
+
+    blocks = []
+
+    def fake(path, params, run_dir, log_output=True):
+        blocks.append(notebooks._SHARED)
+        if Path(path).stem == "b":
+            raise RuntimeError("boom")
+        results.record_point(run_dir, Path(path).stem, pd.DataFrame(), {"point_id": Path(path).stem, "status": "ok"},
+                             {"status": "ok"})
+        return Path(path)
+
+    monkeypatch.setattr(notebooks, "execute_notebook", fake)
+    run = results.create_run()
+    entries = [{"notebook": f"/x/{n}.ipynb", "parameters": {}} for n in ("a", "b", "c")]
+    assert cli_module._execute(entries, run, resume=False) == ["b"]
+    assert len(blocks) == 3 and blocks[0] is not None and all(b is blocks[0] for b in blocks)
+    assert notebooks._SHARED is None

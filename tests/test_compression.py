@@ -21,11 +21,6 @@ def tok():
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    return models.load_model()
-
-
-@pytest.fixture(scope="module")
 def doc(tok):
     return tasks.needle_task(tok, 400, depth=0.5, seed=1)
 

@@ -47,25 +47,18 @@ def _assert_clean_run(run: Path, sizes=(1, 2, 4, 8), new_tokens=6, prompt=64):
     return manifest
 
 
-@pytest.mark.notebook
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
-def test_kill_at_a_random_point_then_resume(sig, tmp_path, monkeypatch, cli):
-    """The issue's reproduction (smaller): kill after the first points, then the suggested bare --resume.
+# A child inherits an ignored SIGINT, and Python then never turns Ctrl-C into KeyboardInterrupt: an earlier test in
+# this process (in a full run, not alone) leaves SIGINT ignored, so the command is started the way a terminal starts
+# it, with Python's Ctrl-C handler (its own children then get the default disposition).
+_LAUNCH = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+           "sys.argv = ['workbench'] + sys.argv[1:]; runpy.run_module('workbench.cli', run_name='__main__')")
 
-    The results root is reached through a symlink, so the kernel and the CLI must agree on the resolved path.
-    """
-    real = tmp_path / "real-results"
-    real.mkdir()
-    (tmp_path / "linked").symlink_to(real, target_is_directory=True)
-    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path / "linked"))
-    rng = random.Random(1200 + int(sig))
-    after_points, extra_s = rng.randint(1, 2), rng.uniform(0.0, 0.3)  # points 3-4 take seconds: the kill lands mid-sweep
-    # A child inherits an ignored SIGINT, and Python then never turns Ctrl-C into KeyboardInterrupt: an earlier
-    # test in this process (in a full run, not alone) leaves SIGINT ignored, so the command is started the way a
-    # terminal starts it, with Python's Ctrl-C handler (its own children then get the default disposition).
-    launch = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-              "sys.argv = ['workbench'] + sys.argv[1:]; runpy.run_module('workbench.cli', run_name='__main__')")
-    proc = subprocess.Popen([sys.executable, "-c", launch, *SWEEP], cwd=REPO, stdout=subprocess.PIPE,
+
+def _kill_after(args, env, real: Path, at_least: int, sig, extra_s: float):
+    """Start ``workbench ARGS`` as a terminal would, wait until the run under ``real`` has ``at_least`` finished
+    points, wait ``extra_s`` more (anywhere inside the next point), then send ``sig`` to its process group (like
+    Ctrl-C or kill -9 in a terminal). Returns ``(run folder, return code, output)``."""
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, *args], cwd=REPO, stdout=subprocess.PIPE, env=env,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         run = None
@@ -73,37 +66,129 @@ def test_kill_at_a_random_point_then_resume(sig, tmp_path, monkeypatch, cli):
         while time.monotonic() < deadline and proc.poll() is None:
             runs = list(real.glob("2*"))
             run = runs[0] if runs else None
-            if run is not None and _ok_points(run) >= after_points:
+            if run is not None and _ok_points(run) >= at_least:
                 break
             time.sleep(0.2)
         assert run is not None and proc.poll() is None, "the sweep ended before it could be interrupted"
-        time.sleep(extra_s)                                      # anywhere inside the next point
-        os.killpg(proc.pid, sig)                                 # like Ctrl-C (or kill -9) in a terminal
+        time.sleep(extra_s)
+        os.killpg(proc.pid, sig)
         out = proc.communicate(timeout=120)[0]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    if sig == signal.SIGINT:
-        assert proc.returncode == 130 and "--resume" in out, out[-2000:]
-        assert results.read_manifest(run)["status"] == "interrupted"
-    done_before = _ok_points(run)
-    assert 1 <= done_before < 4
-    pd.read_parquet(run / "points.parquet")                      # readable whatever the kill interrupted
+    return run, proc.returncode, out
 
-    proc = workbench("sweep", "01_batch_size", "--resume", str(tmp_path / "linked" / run.name))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"resuming, {done_before} of 4 points already done" in proc.stdout + proc.stderr
+
+def _stage(run: Path, **seen) -> dict:
+    """What a stage left on disk: finished points, the manifest, the points table (read whatever the kill
+    interrupted), plus ``seen``."""
+    manifest = results.read_manifest(run)
+    return {"ok": _ok_points(run), "manifest": manifest, "points": pd.read_parquet(run / "points.parquet"),
+            "records": {pid: m for pid, m in manifest["points"].items() if m.get("status") == "ok"}, **seen}
+
+
+@pytest.fixture(scope="module")
+def faulted_sweep(tmp_path_factory):
+    """One sweep of 4 points taken through every fault in turn, so the kernels, model loads and drift references
+    are paid once for the SIGINT, SIGKILL and full-disk cases instead of once per case:
+
+    1. started fresh; SIGINT after its first point (plus a random fraction of the next);
+    2. bare ``--resume``; SIGKILL (the whole process group, kernel included) after one more point;
+    3. bare ``--resume`` with a full disk: the write of the requests table of its second point (its first when only
+       one is left) fails with ENOSPC;
+    4. bare ``--resume`` to the end.
+
+    The results root is a relative ``WORKBENCH_RESULTS`` reached through a symlink: the kernel's working folder is
+    the notebook's, so the command must resolve the path once, and the kernel and the command must agree on it.
+    Returns ``{"run": the real run folder, "link": it through the symlink, stage number: what it left}``.
+    """
+    tmp = tmp_path_factory.mktemp("faults")
+    real = tmp / "real-results"
+    real.mkdir()
+    (tmp / "linked").symlink_to(real, target_is_directory=True)
+    env = {**os.environ, "WORKBENCH_RESULTS": os.path.relpath(tmp / "linked", REPO)}
+    env.pop("WORKBENCH_INJECT_WRITE_ERROR", None)
+    rng = random.Random(1200)
+    out = {}
+    run, code, text = _kill_after(SWEEP, env, real, 1, signal.SIGINT, rng.uniform(0.0, 0.3))
+    link = tmp / "linked" / run.name
+    out.update(run=run, link=link)
+    out[1] = _stage(run, returncode=code, output=text)
+    resume = ["sweep", "01_batch_size", "--resume", str(link)]
+    _, code, text = _kill_after(resume, env, real, out[1]["ok"] + 1, signal.SIGKILL, rng.uniform(0.0, 0.3))
+    out[2] = _stage(run, returncode=code, output=text)
+    nth = 2 if 4 - out[2]["ok"] >= 2 else 1
+    proc = workbench(*resume, env_extra={**env, "WORKBENCH_INJECT_WRITE_ERROR": f"requests.parquet:{nth}"})
+    out[3] = _stage(run, returncode=proc.returncode, output=proc.stdout + proc.stderr, stderr=proc.stderr, nth=nth)
+    proc = workbench(*resume, env_extra=env)
+    out[4] = _stage(run, returncode=proc.returncode, output=proc.stdout + proc.stderr, stderr=proc.stderr)
+    return out
+
+
+def _kept(before: dict, after: dict) -> None:
+    """Every point finished before is still there, with its first record (not measured again)."""
+    for pid, record in before["records"].items():
+        assert after["records"].get(pid) == record, pid
+
+
+@pytest.mark.notebook
+def test_sigint_at_a_random_point_then_resume(faulted_sweep, cli):
+    """The issue's reproduction (smaller): Ctrl-C after the first points, then the suggested bare --resume."""
+    first, last, run = faulted_sweep[1], faulted_sweep[4], faulted_sweep["run"]
+    assert first["returncode"] == 130 and "--resume" in first["output"], first["output"][-2000:]
+    assert first["manifest"]["status"] == "interrupted"
+    assert 1 <= first["ok"] < 4
+    assert len(first["points"]) >= first["ok"]                  # the table was readable after the interrupt
+    assert last["returncode"] == 0, last["stderr"][-3000:]
     manifest = _assert_clean_run(run)
+    for later in (2, 3, 4):
+        _kept(first, faulted_sweep[later])
     assert manifest["notebooks"]["01_batch_size"]["parameters"]["max_new_tokens"] == 6
     sessions = manifest["sessions"]
-    assert [s["resume"] for s in sessions] == [False, True]   # the first session's record is kept
+    assert [s["resume"] for s in sessions] == [False, True, True, True]   # the first session's record is kept
     assert "environment" in sessions[0] and manifest["environment"]["torch"]
     assert not list(run.glob(".*.tmp"))
 
     # a different setting on resume is refused before anything runs
-    code, _, err = cli("sweep", "01_batch_size", "-p", "max_new_tokens", "7", "--resume", str(run))
+    code, _, err = cli("sweep", "01_batch_size", "-p", "max_new_tokens", "7", "--resume", str(faulted_sweep["link"]))
     assert code == 2 and err.startswith("error: --resume: 01_batch_size parameters differ")
+
+
+@pytest.mark.notebook
+def test_sigkill_at_a_random_point_then_resume(faulted_sweep):
+    """kill -9 of the command and its kernel in the middle of a resumed sweep: the finished points stay, the table
+    stays readable, the dead owner's lock is taken over, and the next --resume finishes the run cleanly."""
+    before, killed, run = faulted_sweep[1], faulted_sweep[2], faulted_sweep["run"]
+    assert killed["returncode"] == -signal.SIGKILL
+    assert before["ok"] < killed["ok"] < 4, "the resumed sweep should be killed mid-sweep, after a point of its own"
+    assert len(killed["points"]) >= killed["ok"]                 # readable whatever the kill interrupted
+    _kept(before, killed)
+    for later in (3, 4):
+        _kept(killed, faulted_sweep[later])
+    assert faulted_sweep[4]["returncode"] == 0, faulted_sweep[4]["stderr"][-3000:]
+    _assert_clean_run(run)
+    assert f"resuming, {faulted_sweep[3]['ok']} of 4 points already done" in faulted_sweep[4]["output"]
+    assert not list(run.glob(".*.tmp"))
+
+
+@pytest.mark.notebook
+def test_a_full_disk_in_a_sweep_gives_one_line_and_a_resumable_run(faulted_sweep):
+    """Through the command line and a real kernel: ENOSPC on a requests write ends the sweep with one error line
+    suggesting --resume; the points finished before it stay, the failed one is not marked done, and the
+    suggested --resume completes the run."""
+    before, full, run = faulted_sweep[2], faulted_sweep[3], faulted_sweep["run"]
+    assert full["returncode"] == 1, full["stderr"][-3000:]
+    assert f"resuming, {before['ok']} of 4 points already done" in full["output"]
+    errors = [line for line in full["stderr"].splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "requests.parquet: No space left on device" in errors[0], full["stderr"][-3000:]
+    assert f"--resume {run}" in errors[0]
+    assert full["manifest"]["status"] == "interrupted"
+    assert full["ok"] == before["ok"] + full["nth"] - 1         # the point before the failed write is kept
+    assert sorted(full["points"]["batch_size"]) == [1, 2, 4, 8][:full["ok"]]
+    _kept(before, full)
+    assert faulted_sweep[4]["returncode"] == 0, faulted_sweep[4]["stderr"][-3000:]
+    _assert_clean_run(run)
 
 
 _WRITER = r"""
@@ -206,28 +291,6 @@ def test_a_full_disk_stops_the_sweep_with_earlier_points_intact(monkeypatch):
     assert sorted(results.read_points(run)["x"]) == [1, 2] and len(results.finished_points(run)) == 2
     sweeps.run_sweep(run, "fake", points, measure, resume=True)
     assert sorted(results.read_points(run)["x"]) == [1, 2, 3, 4] and len(results.read_requests(run)) == 4
-
-
-@pytest.mark.notebook
-def test_a_full_disk_in_a_sweep_gives_one_line_and_a_resumable_run(tmp_path):
-    """Through the command line and a real kernel, with a relative WORKBENCH_RESULTS (the kernel's working
-    folder is the notebook's, so the path must be resolved once, by the command)."""
-    env = {"WORKBENCH_RESULTS": os.path.relpath(tmp_path / "res", REPO), "WORKBENCH_INJECT_WRITE_ERROR":
-           "requests.parquet:2"}
-    grid = ["sweep", "01_batch_size", "-p", "batch_sizes", "[1, 2]", "-p", "prompt_tokens", "[64]",
-            "-p", "max_new_tokens", "4", "-p", "repeats", "1", "-p", "warmup", "0"]
-    proc = workbench(*grid, env_extra=env)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "requests.parquet: No space left on device" in errors[0], proc.stderr[-3000:]
-    run = next((tmp_path / "res").glob("2*"))
-    assert f"--resume {run}" in errors[0]
-    assert results.read_manifest(run)["status"] == "interrupted"
-    assert results.read_points(run)["batch_size"].tolist() == [1]
-    env.pop("WORKBENCH_INJECT_WRITE_ERROR")
-    proc = workbench("sweep", "01_batch_size", "--resume", str(run), env_extra=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _assert_clean_run(run, sizes=(1, 2), new_tokens=4)
 
 
 def test_paths_resolve_once_symlinked_and_relative(tmp_path, monkeypatch):

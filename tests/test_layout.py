@@ -36,9 +36,36 @@ def _imported_modules(path: Path) -> set[str]:
     return out
 
 
+NOTEBOOKS = PKG.parent / "notebooks"
+#: notebooks numbered from here on are run tools (compare runs, ...), not experiments: they have no module
+TOOLS_FROM = 90
+
+
+def _notebook_config(nb: Path) -> str:
+    """The ``workbench.config`` metadata (``module:Class``) of a committed notebook, or ''."""
+    import json
+
+    return json.loads(nb.read_text(encoding="utf-8"))["metadata"].get("workbench", {}).get("config", "")
+
+
 def test_there_is_one_module_per_numbered_notebook():
-    assert {"batch_size", "context_length", "temperature", "streaming_anatomy", "reasoning_budget",
-            "context_compression", "long_output", "explorer"} <= NAMES
+    """Discovered, not listed: each experiment notebook ``NN_name`` (NN < 90) has ``workbench/experiments/name.py``
+    and names its ``Config`` in its metadata; each experiment module has exactly one such notebook; the tools
+    (90 and above) have no experiment module."""
+    numbered = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    experiments = {nb.stem[3:]: nb for nb in numbered if int(nb.stem[:2]) < TOOLS_FROM}
+    assert experiments, f"no numbered notebooks found in {NOTEBOOKS}"
+    assert len({nb.stem[:2] for nb in numbered}) == len(numbered), "two notebooks share a number"
+    without_module = sorted(nb.name for name, nb in experiments.items() if name not in NAMES)
+    assert not without_module, f"experiment notebooks without a module in workbench/experiments/: {without_module}"
+    without_notebook = sorted(NAMES - set(experiments))
+    assert not without_notebook, f"experiment modules without a numbered notebook: {without_notebook}"
+    wrong = {nb.name: _notebook_config(nb) for name, nb in experiments.items()
+             if _notebook_config(nb) != f"workbench.experiments.{name}:Config"}
+    assert not wrong, f"notebooks whose metadata names another config: {wrong}"
+    tools = [nb.name for nb in numbered if int(nb.stem[:2]) >= TOOLS_FROM
+             and _notebook_config(nb).startswith("workbench.experiments.")]
+    assert not tools, f"run tools (numbered {TOOLS_FROM}+) naming an experiment config: {tools}"
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
@@ -104,3 +131,149 @@ def test_every_notebook_is_thin_and_tagged():
             assert not c.get("outputs"), f"{nb_path.name}: outputs committed"
             if "parameters" not in c["metadata"].get("tags", []):
                 assert len("".join(c["source"]).splitlines()) <= 20, f"{nb_path.name}: a cell longer than 20 lines"
+
+
+# ----------------------------------------------------------------------------- the import graph
+
+#: The layers of DESIGN.md section 2 / the package map in ``workbench/__init__.py``, lowest first. A module may
+#: import modules of its own layer or of a layer below, never one above; circles are refused separately, in any
+#: layer. A module in no layer fails the test (add it here); new files under ``serving/``, ``tasks/`` and
+#: ``experiments/`` take their folder's default layer (:data:`FOLDER_LAYERS`).
+LAYERS = [
+    ("ground floor", {"workbench", "errors", "checks", "device"}),
+    ("instruments", {"models", "generation", "metrics", "detokenize", "memory", "energy", "quality", "slo",
+                     "reading", "evidence"}),
+    ("techniques and inputs", {"compression", "budget_forcing", "long_form", "prompts", "tasks", "tasks.haystack",
+                               "tasks.reasoning"}),
+    # run folders, their tables and the verdicts on their rows (the drift reference, measured on a fixed prompt):
+    # written by the sweeps, the job store and the experiments alike
+    ("records", {"results", "drift"}),
+    # serving, bottom up: HTTP plumbing, SSE framing and the clients (which import nothing from the server),
+    # the engine interface and the monitoring it feeds, the routes and the load study, the app
+    ("serving plumbing", {"serving.protocol", "serving.http", "serving.events", "serving.client"}),
+    ("serving engines", {"serving.engines", "serving.monitoring"}),
+    ("serving routes and load", {"serving.chat", "serving.jobs", "serving.load"}),
+    ("serving app", {"serving", "serving.server"}),
+    ("run machinery", {"sweeps", "distributed", "roofline", "notebooks", "report", "plots"}),
+    ("experiments", {"experiments"}),
+    ("command line", {"cli", "__main__"}),
+]
+FOLDER_LAYERS = {"serving": "serving routes and load", "tasks": "techniques and inputs",
+                 "experiments": "experiments"}
+
+
+def _module_name(path: Path) -> str:
+    """``workbench/serving/jobs.py`` -> ``serving.jobs``; ``workbench/__init__.py`` -> ``workbench``."""
+    parts = list(path.relative_to(PKG).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "workbench"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: workbench modules it imports}`` from the source, with ``ast``: module- and function-level
+    imports, absolute (``workbench.x``) and relative (``from ..x import y``, ``from . import x``). Names are
+    relative to the package (``serving.jobs``); the package itself is ``workbench``."""
+    modules = {_module_name(p): p for p in PKG.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" and name != "workbench" else (
+            [] if name == "workbench" else name.split(".")[:-1])
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    up = node.level - 1
+                    if up > len(package):
+                        raise AssertionError(f"{path}: relative import beyond the package")
+                    base = package[:len(package) - up] + (node.module.split(".") if node.module else [])
+                elif node.module == "workbench" or (node.module or "").startswith("workbench."):
+                    base = node.module.split(".")[1:]
+                else:
+                    continue
+                for alias in node.names:  # from X import name: the submodule X.name when there is one
+                    sub = ".".join(base + [alias.name])
+                    deps.add(sub if sub in modules else (".".join(base) or "workbench"))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == "workbench" or alias.name.startswith("workbench."):
+                        deps.add(".".join(alias.name.split(".")[1:]) or "workbench")
+        deps = {d if d in modules else d.rsplit(".", 1)[0] for d in deps}  # an attribute import: its module
+        deps.discard(name)
+        graph[name] = deps
+    return graph
+
+
+def layer_of(module: str) -> int:
+    for i, (_, names) in enumerate(LAYERS):
+        if module in names:
+            return i
+    folder = module.split(".")[0]
+    if folder in FOLDER_LAYERS and "." in module:
+        return [n for n, _ in LAYERS].index(FOLDER_LAYERS[folder])
+    return -1
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as ``[a, b, ..., a]``, or None (depth-first search, sorted for a stable report)."""
+    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def test_the_import_graph_sees_function_level_and_relative_imports():
+    graph = import_graph()
+    assert "experiments.batch_size" in graph and "serving.server" in graph and "workbench" in graph
+    assert "errors" in graph["workbench"]                          # from .errors import ParameterError
+    assert "sweeps" in graph["experiments.batch_size"]             # from .. import sweeps (relative, two dots)
+    assert "prompts" in graph["compression"] or "generation" in graph["compression"]
+
+
+def test_find_cycle_reports_the_circle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_circles():
+    graph = import_graph()
+    circles = []
+    while (cycle := find_cycle(graph)) is not None:   # every circle, each reported once: break it and look again
+        circles.append(" -> ".join(cycle))
+        graph = {**graph, cycle[0]: graph[cycle[0]] - {cycle[1]}}
+    assert not circles, "import circles (each a function in the wrong file):\n" + "\n".join(circles)
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in import_graph() if layer_of(m) < 0)
+    assert not unplaced, f"modules in no layer of tests/test_layout.py LAYERS (add them where they belong): {unplaced}"
+
+
+def test_no_module_imports_one_above_its_layer():
+    names = [n for n, _ in LAYERS]
+    upward = []
+    for module, deps in sorted(import_graph().items()):
+        mine = layer_of(module)
+        for dep in sorted(deps):
+            if mine >= 0 and layer_of(dep) > mine:
+                upward.append(f"{module} ({names[mine]}) imports {dep} ({names[layer_of(dep)]})")
+    assert not upward, "imports pointing up the layers:\n" + "\n".join(upward)

@@ -66,3 +66,53 @@ def test_malformed_suites_are_one_line_errors(tmp_path, text, message):
     f.write_text(text)
     with pytest.raises(ParameterError, match="^suite: .*" + message):
         notebooks.load_suite(str(f))
+
+
+def _tiny_notebook(path: Path, body: str) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                   "language_info": {"name": "python"}}
+    params = nbformat.v4.new_code_cell('run_dir = ""')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.mark.notebook
+def test_notebooks_of_one_run_share_a_kernel_but_no_variables(tmp_path):
+    """Inside notebooks.one_kernel: one kernel process for every notebook (imports, model, probe and drift reference
+    paid once), the user namespace empty at the start of each, a fresh kernel after a failed notebook, and no
+    kernel left running after the block."""
+    import json
+
+    import papermill as pm
+
+    from workbench import notebooks
+
+    record = ("import json, os, sys\n"
+              "seen = 'leak' in globals()\n"
+              "leak = 1\n"
+              "open(os.path.join(run_dir, 'pids.jsonl'), 'a').write(json.dumps({'pid': os.getpid(), 'leak': seen,"
+              " 'modules': 'workbench_probe_marker' in sys.modules}) + chr(10))\n"
+              "sys.modules['workbench_probe_marker'] = sys\n")
+    nb = _tiny_notebook(tmp_path / "a.ipynb", record)
+    boom = _tiny_notebook(tmp_path / "b.ipynb", "raise RuntimeError('boom')")
+    run = tmp_path / "run"
+    run.mkdir()
+    with notebooks.one_kernel():
+        notebooks.execute_notebook(nb, {}, run, log_output=False)
+        notebooks.execute_notebook(nb, {}, run, log_output=False)
+        with pytest.raises(pm.PapermillExecutionError):
+            notebooks.execute_notebook(boom, {}, run, log_output=False)
+        notebooks.execute_notebook(nb, {}, run, log_output=False)
+        km = notebooks._SHARED["km"]
+    rows = [json.loads(line) for line in (run / "pids.jsonl").read_text().splitlines()]
+    assert rows[0]["pid"] == rows[1]["pid"] != rows[2]["pid"]      # shared; a fresh kernel after the failure
+    assert [r["leak"] for r in rows] == [False, False, False]      # no variable crosses notebooks
+    assert [r["modules"] for r in rows] == [False, True, False]   # imported modules do (the point of sharing)
+    assert notebooks._SHARED is None and not km.has_kernel
+    notebooks.execute_notebook(nb, {}, run, log_output=False)     # outside the block: a kernel of its own
+    assert json.loads((run / "pids.jsonl").read_text().splitlines()[-1])["pid"] not in {r["pid"] for r in rows}

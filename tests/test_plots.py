@@ -23,7 +23,7 @@ def test_a_short_legend_on_a_single_plot_stays_where_the_template_puts_it():
     assert plots.tidy_legend(fig).layout.legend.y is None
 
 
-def test_every_experiment_figure_goes_through_the_tidy_legend():
+def test_split_by_device_tidies_the_legend_of_each_figure():
     @plots.split_by_device
     def figures(points):
         return {"two": _two_panel(["a", "b"])}
@@ -54,3 +54,29 @@ def test_batch_size_recommendation_uses_the_same_rule():
     pts = _pts()
     assert batch_size.recommend(pts)["batch_size"] == 4
     assert batch_size.recommend(pts.assign(valid=False)) is None
+
+
+def _experiment_modules():
+    import importlib
+    import pkgutil
+
+    import workbench.experiments as pkg
+
+    return {m.name: importlib.import_module(f"workbench.experiments.{m.name}") for m in pkgutil.iter_modules(pkg.__path__)}
+
+
+# the explorer draws into one live widget (explorer_figure / update_figure), not a saved set of figures
+INTERACTIVE_ONLY = {"explorer"}
+
+
+def test_every_experiment_figure_goes_through_the_tidy_legend():
+    """Each experiment's real ``figures`` (what the notebooks save) is wrapped by :func:`plots.split_by_device`,
+    which draws each device type apart and passes every figure through :func:`plots.tidy_legend`."""
+    wrapper_code = plots.split_by_device(lambda: {}).__code__
+    modules = _experiment_modules()
+    assert len(modules) >= 11
+    missing = sorted(n for n, m in modules.items() if n not in INTERACTIVE_ONLY and not hasattr(m, "figures"))
+    assert not missing, f"experiments without figures(): {missing}"
+    bare = sorted(n for n, m in modules.items() if hasattr(m, "figures") and m.figures.__code__ is not wrapper_code)
+    assert not bare, f"figures() not decorated with plots.split_by_device in {bare}"
+

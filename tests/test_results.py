@@ -6,10 +6,27 @@ import pytest
 from workbench import ParameterError, results
 
 
-def test_run_ids_unique_sortable_and_labels_checked():
+def test_run_ids_unique_sortable_and_labels_checked(monkeypatch):
+    import datetime as dt
+
     ids = [results.new_run_id("x") for _ in range(50)]
     assert len(set(ids)) == 50
-    assert results.new_run_id() < results.new_run_id().replace("Z-", "Z-~", 1) or True
+    # sortable: ids made later sort later, across every field of the stamp (zero-padded, most significant first)
+    times = [dt.datetime(2026, 9, 9, 9, 9, 9), dt.datetime(2026, 9, 9, 9, 9, 10), dt.datetime(2026, 9, 9, 9, 10, 0),
+             dt.datetime(2026, 9, 9, 10, 0, 0), dt.datetime(2026, 9, 10, 0, 0, 0), dt.datetime(2026, 10, 1, 0, 0, 0),
+             dt.datetime(2027, 1, 1, 0, 0, 0)]
+    clock = iter(times)
+
+    class FakeDatetime(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return next(clock).replace(tzinfo=tz)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(results._dt, "datetime", FakeDatetime)
+        made = [results.new_run_id() for _ in times]
+    assert sorted(made) == made and len(set(made)) == len(made)
+    assert made[0].startswith("20260909T090909Z-")
     for bad in ["../escape", "a/b", "..", "/abs", ""[:0] + " space"]:
         with pytest.raises(ParameterError):
             results.new_run_id(bad)

@@ -54,39 +54,48 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
 
 
 def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
-    """Execute validated notebook entries into the run; return the names that failed."""
-    from . import notebooks, results
+    """Execute validated notebook entries into the run, all in one kernel (:func:`workbench.notebooks.one_kernel`);
+    return the names that failed."""
+    from . import notebooks
 
     failed = []
-    for i, e in enumerate(entries, 1):
-        name = Path(e["notebook"]).stem
-        print(f"== [{i}/{len(entries)}] {name}", flush=True)
-        t0 = time.perf_counter()
-        params = dict(e["parameters"])
-        if resume:
-            params["resume"] = True
-        # parameters are on disk before any point runs: an interrupted notebook resumes with the same ones
-        results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": e["parameters"]}})
-        before = len(results.read_manifest(run_dir).get("points", {}))
-        try:
-            notebooks.execute_notebook(e["notebook"], params, run_dir)
-            status = "ok"
-            recorded = len(results.read_manifest(run_dir).get("points", {})) - before
-            if recorded == 0 and not resume and not name.startswith("9"):  # 9x notebooks analyse, never measure
-                status = "failed: the notebook was asked to measure and recorded no point"
-                failed.append(name)
-        except Exception as exc:  # noqa: BLE001 - one failed notebook must not stop the suite
-            if isinstance(exc, results.RunWriteError) or getattr(exc, "ename", None) in ("RunWriteError",
-                                                                                         "RunLockedError"):
-                # the run folder cannot be written (disk full) or was taken over: stop, keep what is on disk
-                raise results.RunWriteError(str(getattr(exc, "evalue", None) or exc)) from exc
-            status = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:400]
-            failed.append(name)
-        wall = time.perf_counter() - t0
-        results.update_manifest(run_dir, notebooks={name: {"status": status, "wall_s": round(wall, 1),
-                                                            "parameters": e["parameters"]}})
-        print(f"== {name}: {status} ({wall:.0f} s)", flush=True)
+    with notebooks.one_kernel():  # one kernel for the run: imports, model, probe and drift reference paid once
+        for i, e in enumerate(entries, 1):
+            _execute_one(i, e, entries, run_dir, resume, failed)
     return failed
+
+
+def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bool, failed: list[str]) -> None:
+    """Execute the ``i``-th notebook entry into the run, recording its status; a failure is appended to ``failed``."""
+    from . import notebooks, results
+
+    name = Path(e["notebook"]).stem
+    print(f"== [{i}/{len(entries)}] {name}", flush=True)
+    t0 = time.perf_counter()
+    params = dict(e["parameters"])
+    if resume:
+        params["resume"] = True
+    # parameters are on disk before any point runs: an interrupted notebook resumes with the same ones
+    results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": e["parameters"]}})
+    before = len(results.read_manifest(run_dir).get("points", {}))
+    try:
+        notebooks.execute_notebook(e["notebook"], params, run_dir)
+        status = "ok"
+        recorded = len(results.read_manifest(run_dir).get("points", {})) - before
+        if recorded == 0 and not resume and not name.startswith("9"):  # 9x notebooks analyse, never measure
+            status = "failed: the notebook was asked to measure and recorded no point"
+            failed.append(name)
+    except Exception as exc:  # noqa: BLE001 - one failed notebook must not stop the suite
+        if isinstance(exc, results.RunWriteError) or getattr(exc, "ename", None) in ("RunWriteError",
+                                                                                     "RunLockedError"):
+            # the run folder cannot be written (disk full) or was taken over: stop, keep what is on disk
+            raise results.RunWriteError(str(getattr(exc, "evalue", None) or exc)) from exc
+        status = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:400]
+        failed.append(name)
+    wall = time.perf_counter() - t0
+    results.update_manifest(run_dir, notebooks={name: {"status": status, "wall_s": round(wall, 1),
+                                                        "parameters": e["parameters"]}})
+    print(f"== {name}: {status} ({wall:.0f} s)", flush=True)
 
 
 def _resume_parameters(entries: list[dict], resume_dir: str) -> None:

@@ -9,12 +9,14 @@
   names) and values with the notebook's typed config (metadata ``workbench.config = module:Class``).
 - :func:`load_yaml` reads parameter files, suites and ``-p`` values; unlike YAML 1.1 it reads ``5e-2``
   as a float (YAML 1.2's float rule), so scientific notation works everywhere.
-- :func:`execute_notebook` runs one with papermill into ``<run_dir>/notebooks/``.
+- :func:`execute_notebook` runs one with papermill into ``<run_dir>/notebooks/``; inside :func:`one_kernel` the
+  notebooks of a run share one kernel (imports, model, probe and drift reference paid once).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import json
 import os
@@ -173,11 +175,62 @@ def validate_parameters(path, params: dict) -> dict:
 # ----------------------------------------------------------------------------- execution and suites
 
 
+#: the kernel manager :func:`one_kernel` shares between the notebooks executed inside it (None: one kernel each)
+_SHARED: dict | None = None
+
+
+@contextlib.contextmanager
+def one_kernel():
+    """Within this block :func:`execute_notebook` runs every notebook in one ``python3`` kernel, started by the
+    first notebook and shut down when the block ends: the imports (torch, transformers: ~8 s a kernel on the
+    2-core build VM), the loaded model (:func:`workbench.models.load_model`'s memo), the device probe and the
+    drift reference are paid once per run instead of once per notebook. No variable crosses from one notebook
+    to the next: the kernel's user namespace is reset (``%reset -f``) after each one. After a notebook fails
+    its kernel is shut down, so the next one starts in a fresh process. Nested blocks share the outer kernel.
+    """
+    global _SHARED
+    if _SHARED is not None:
+        yield
+        return
+    _SHARED = {"km": None}
+    try:
+        yield
+    finally:
+        km, _SHARED = _SHARED["km"], None
+        _shutdown(km)
+
+
+def _shutdown(km) -> None:
+    if km is None:
+        return
+    from jupyter_core.utils import run_sync
+
+    try:
+        if run_sync(km.is_alive)():
+            run_sync(km.shutdown_kernel)(now=False)
+    except Exception:  # noqa: BLE001 - a kernel that is already gone needs no shutdown
+        pass
+
+
+def _reset_namespace(km) -> None:
+    """``%reset -f`` in the shared kernel: the next notebook starts with an empty user namespace (modules and
+    their memos stay imported)."""
+    kc = km.blocking_client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        kc.execute_interactive("get_ipython().run_line_magic('reset', '-f')\nimport gc as _gc; _gc.collect(); del _gc",
+                               store_history=False, timeout=120, output_hook=lambda msg: None)
+    finally:
+        kc.stop_channels()
+
+
 def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Path:
     """Execute a notebook with papermill into ``<run_dir>/notebooks/``, with ``run_dir`` injected.
 
     The kernel is the ``python3`` kernel of this interpreter (its folder goes
-    first on ``PATH``). Output is streamed to the console when ``log_output``.
+    first on ``PATH``): a new one per call, or inside :func:`one_kernel` the kernel shared by the calls in that
+    block. Output is streamed to the console when ``log_output``.
 
     Returns:
         The executed notebook's path.
@@ -201,6 +254,15 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
                   "WORKBENCH_HEADLESS": "1"}  # kernels started here have no frontend (explorer.has_frontend)
     saved = {k: os.environ.get(k) for k in kernel_env}
     os.environ.update(kernel_env)
+    shared = _SHARED
+    if shared is not None and shared["km"] is not None and shared["cwd"] != path.parent:
+        _shutdown(shared["km"])       # a notebook in another folder: the kernel's working folder must be its own
+        shared["km"] = None
+    if shared is not None and shared["km"] is None:  # the first notebook of the block starts the shared kernel
+        from jupyter_client.manager import AsyncKernelManager
+
+        shared.update(km=AsyncKernelManager(kernel_name="python3"), cwd=path.parent)
+    km = shared["km"] if shared is not None else None
     try:
         pm.execute_notebook(
             str(path),
@@ -210,7 +272,15 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
             log_output=log_output,
             progress_bar=False,
             kernel_name="python3",
+            **({"km": km} if km is not None else {}),
         )
+        if km is not None:
+            _reset_namespace(km)
+    except BaseException:
+        if km is not None:  # a failed or interrupted notebook: the next one gets a fresh kernel
+            shared["km"] = None
+            _shutdown(km)
+        raise
     finally:
         for k, v in saved.items():
             if v is None:

@@ -54,8 +54,14 @@ def test_recommend_and_headline_use_valid_points_only():
 
 @pytest.mark.model
 def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
-    """Two points on the real model: token counts, left padding equals batch-1 output, figures build."""
+    """Two points on the real model, greedy: token counts; each row of the batch-2 point generates the same ids as
+    its prompt alone at batch 1; a left-padded batch (prompts of different lengths, the experiment's settings)
+    equals each prompt alone; the figures build, one panel or trace set per device type."""
+    from workbench.generation import generate_measured
+    from workbench.prompts import build_batch, build_prompt
+
     cfg = batch_size.Config(batch_sizes=[1, 2], prompt_tokens=[48], max_new_tokens=3, repeats=1, warmup=0)
+    assert cfg.temperature == 0.0                      # greedy: equal ids are the expected outcome, not luck
     run = results.create_run()
     points = batch_size.run(cfg, run, loaded)
     assert (points["status"] == "ok").all() and len(points) == 2
@@ -63,6 +69,32 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     assert (req["output_tokens"] == 3).all() and (req["max_new_tokens"] == 3).all()
     assert all(len(itl) == n - 1 for itl, n in zip(req["itl_s"], req["output_tokens"]))
     assert (req["ttft_s"] <= req["e2e_s"]).all()
-    assert set(batch_size.figures(points, req)) == {"batch_ttft", "batch_throughput", "batch_pareto",
-                                                    "batch_decode_speed", "batch_goodput"}
+
+    # batch 2 equals batch 1, row by row: row 0 against the batch-1 point (same prompt), row 1 against its own run
+    settings = cfg.settings()
+    one = req[req["batch_size"] == 1].sort_values("request_id")["output_ids"].map(list).tolist()
+    two = req[req["batch_size"] == 2].sort_values("request_id")["output_ids"].map(list).tolist()
+    assert len(one) == 1 and len(two) == 2 and all(len(ids) == 3 for ids in one + two)
+    assert two[0] == one[0]
+    prompts = build_batch(loaded.tokenizer, 2, 48)
+    assert two[1] == list(generate_measured(loaded, [prompts[1]], settings).records[0]["output_ids"])
+
+    # left padding: prompts of different lengths share the batch (the experiment's measured generate, its
+    # settings); each row equals its prompt alone
+    mixed = [build_prompt(loaded.tokenizer, 48), build_prompt(loaded.tokenizer, 36, offset=400)]
+    batched = generate_measured(loaded, mixed, settings).records
+    assert [r["prompt_tokens"] for r in batched] == [48, 36]
+    for p, rec in zip(mixed, batched):
+        assert list(rec["output_ids"]) == list(generate_measured(loaded, [p], settings).records[0]["output_ids"])
+
+    names = {"batch_ttft", "batch_throughput", "batch_pareto", "batch_decode_speed", "batch_goodput"}
+    assert set(batch_size.figures(points, req)) == names
+    # points of two device types are never drawn as one curve: every figure names both
+    other = "Other Device 9000"
+    mixed_points = pd.concat([points, points.assign(device_name=other)], ignore_index=True)
+    mixed_req = pd.concat([req, req.assign(device_name=other)], ignore_index=True)
+    figs = batch_size.figures(mixed_points, mixed_req)
+    assert set(figs) == names
+    for name, fig in figs.items():
+        assert other in fig.to_json() and str(points["device_name"].iloc[0]) in fig.to_json(), name
     assert batch_size.headline(points, req).text

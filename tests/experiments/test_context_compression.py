@@ -99,12 +99,12 @@ def test_config_validation_and_grid():
 
 
 @pytest.mark.notebook
-def test_notebook_runs_with_quick_parameters(tmp_path, monkeypatch):
+def test_notebook_runs_with_quick_parameters(tmp_path, monkeypatch, run_notebook):
     from workbench import notebooks, results
 
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     run = results.create_run("nbtest")
-    notebooks.execute_notebook(NOTEBOOK, notebooks.validate_parameters(NOTEBOOK, QUICK), run, log_output=False)
+    run_notebook(NOTEBOOK, notebooks.validate_parameters(NOTEBOOK, QUICK), run)
     points = results.read_points(run, X.EXPERIMENT)
     assert set(points["strategy"]) == {"none", "bm25"} and (points["status"] == "ok").all()
     req = results.read_requests(run, X.EXPERIMENT)

@@ -126,13 +126,13 @@ def test_measure_point_random_ids(loaded):
 
 
 @pytest.mark.notebook
-def test_notebook_runs_and_writes_points_and_figures(tmp_path):
+def test_notebook_runs_and_writes_points_and_figures(tmp_path, run_notebook):
     from workbench import notebooks, results
 
     params = {"context_tokens": [64, 128, 256], "batch_sizes": [1, 2], "max_new_tokens": 2, "repeats": 1}
     notebooks.validate_parameters(NB, params)
     run = results.open_run()
-    notebooks.execute_notebook(NB, params, run, log_output=False)
+    run_notebook(NB, params, run)
     points = results.read_points(run, "context_length")
     assert len(points) == 6 and set(points["status"]) == {"ok"}
     assert (points["kv_bytes_computed"] > 0).all()

@@ -42,13 +42,13 @@ def test_figure_and_table_take_only_this_experiments_rows():
 
 
 @pytest.mark.notebook
-def test_long_output_notebook(tmp_path, monkeypatch):
+def test_long_output_notebook(tmp_path, monkeypatch, run_notebook):
     from workbench import notebooks, results
 
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     run = results.open_run("", label="nb07")
     nb = NOTEBOOKS / "07_long_output.ipynb"
-    notebooks.execute_notebook(nb, notebooks.validate_parameters(nb, QUICK_07), run, log_output=False)
+    run_notebook(nb, notebooks.validate_parameters(nb, QUICK_07), run)
     req = results.read_requests(run, experiment="long_output")
     assert sorted(req["strategy"]) == sorted(QUICK_07["strategies"])
     assert (req["output_tokens"] <= 48).all() and req["coverage"].between(0, 1).all()

@@ -105,14 +105,14 @@ def test_measure_point_aggregates_requests(monkeypatch):
 
 
 @pytest.mark.notebook
-def test_notebook_runs_quick_and_writes_rows_and_figures():
+def test_notebook_runs_quick_and_writes_rows_and_figures(run_notebook):
     from workbench import notebooks, results
 
     nb = NB
     params = {"budgets": [0, 8], "batch_sizes": [2], "num_tasks": 2, "answer_tokens": 8, "warmup": 0}
     notebooks.validate_parameters(nb, params)
     run = results.open_run()
-    notebooks.execute_notebook(nb, params, run, log_output=False)
+    run_notebook(nb, params, run)
     points = results.read_points(run, R.EXPERIMENT)
     assert sorted(points["reasoning_budget"]) == [0, 8] and set(points["status"]) == {"ok"}
     req = results.read_requests(run, R.EXPERIMENT)

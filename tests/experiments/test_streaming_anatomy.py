@@ -61,13 +61,13 @@ def test_measure_granularity_on_the_model(loaded):
 
 
 @pytest.mark.notebook
-def test_streaming_anatomy_notebook(tmp_path, monkeypatch):
+def test_streaming_anatomy_notebook(tmp_path, monkeypatch, run_notebook):
     from workbench import notebooks, results
 
     nb = NOTEBOOKS / "04_streaming_anatomy.ipynb"
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     run = results.open_run("", label="nb04")
-    notebooks.execute_notebook(nb, notebooks.validate_parameters(nb, QUICK_04), run, log_output=False)
+    run_notebook(nb, notebooks.validate_parameters(nb, QUICK_04), run)
     pts = results.read_points(run)
     assert set(pts["experiment"]) == {"streaming", "granularity", "http"} and (pts["status"] == "ok").all()
     assert {"itl_s_p50", "itl_s_p99", "itl_jitter"} <= set(pts.columns)

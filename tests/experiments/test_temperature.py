@@ -87,7 +87,7 @@ def test_summary_and_headline():
 
 
 @pytest.mark.notebook
-def test_notebook_runs_and_writes_quality_and_figures(tmp_path):
+def test_notebook_runs_and_writes_quality_and_figures(tmp_path, run_notebook):
     from workbench import notebooks, results
 
     params = {"temperatures": [0.0, 1.0], "top_ps": [1.0], "n_report_prompts": 1, "n_factual_prompts": 1,
@@ -95,7 +95,7 @@ def test_notebook_runs_and_writes_quality_and_figures(tmp_path):
               "warmup": 0}
     notebooks.validate_parameters(NB, params)
     run = results.open_run()
-    notebooks.execute_notebook(NB, params, run, log_output=False)
+    run_notebook(NB, params, run)
     points = results.read_points(run, "temperature")
     assert len(points) == 4 and set(points["status"]) == {"ok"}
     req = results.read_requests(run, "temperature")
