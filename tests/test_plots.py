@@ -2,7 +2,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench import plots
+from workbench import evidence, plots
 
 
 def _two_panel(names):
@@ -41,9 +41,9 @@ def _pts():
 
 def test_usable_points_is_one_rule_for_fits_and_recommendations():
     """Valid points only; for serving also open-loop and not stopped early (a missing column does not filter)."""
-    assert plots.usable_points(_pts())["goodput_rps"].tolist() == [1.0, 8.0, 6.0]
-    assert plots.usable_points(_pts(), serving=True)["goodput_rps"].tolist() == [1.0]
-    assert len(plots.usable_points(_pts().drop(columns=["valid", "profile", "stopped_early"]), serving=True)) == 4
+    assert evidence.usable_points(_pts())["goodput_rps"].tolist() == [1.0, 8.0, 6.0]
+    assert evidence.usable_points(_pts(), serving=True)["goodput_rps"].tolist() == [1.0]
+    assert len(evidence.usable_points(_pts().drop(columns=["valid", "profile", "stopped_early"]), serving=True)) == 4
 
 
 def test_batch_size_recommendation_uses_the_same_rule():

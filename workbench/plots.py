@@ -13,7 +13,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from . import evidence, metrics
+from . import metrics
 
 pio.templates["workbench"] = go.layout.Template(
     layout=dict(
@@ -38,15 +38,8 @@ def labels(*columns: str, **extra: str) -> dict[str, str]:
 
 def ok_points(points: pd.DataFrame) -> pd.DataFrame:
     """Points whose status is ``ok`` (failed points carry no figures): what figures draw (invalid ones crossed
-    out with :func:`mark_invalid`). Fits, knees, recommendations and best-of choices use :func:`usable_points`."""
+    out with :func:`mark_invalid`). Fits, knees, recommendations and best-of choices use :func:`workbench.evidence.usable_points`."""
     return points[points["status"] == "ok"].copy() if "status" in points else points.copy()
-
-
-def usable_points(points: pd.DataFrame, *, serving: bool = False) -> pd.DataFrame:
-    """The one rule for the points a fit, knee, recommendation or best-of choice may rest on: it lives in
-    :func:`workbench.evidence.usable_points` (status ``ok``, ``valid`` True; with ``serving``, open-loop and not
-    stopped early); this name is kept for the figure code that imports it from here."""
-    return evidence.usable_points(points, serving=serving)
 
 
 def legend_below(fig: go.Figure, bottom: int = 60) -> go.Figure:

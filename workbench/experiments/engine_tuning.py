@@ -46,7 +46,7 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import checks, metrics, models, results, roofline, slo, sweeps
+from .. import checks, evidence, metrics, models, results, roofline, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings, encode_prompts, generate_measured
 from ..plots import label, legend_below, split_by_device
@@ -428,36 +428,7 @@ def repeat_statistics(requests: list[dict]) -> dict:
     return {"n_repeats": n, "log_e2e_s_mean": mean, "log_e2e_s_sd": sd}
 
 
-def speedup_interval(base: list[tuple[float, float, int]], other: list[tuple[float, float, int]],
-                     confidence: float = 0.95) -> tuple[float, float, float]:
-    """Speed-up of ``other`` over ``base`` (``e2e_base / e2e_other``) with a confidence interval.
-
-    Each argument holds one ``(log_e2e_s_mean, log_e2e_s_sd, n_repeats)`` per workload (same order). The
-    log-ratio is the mean over workloads of the difference of log means; its interval is Welch's t
-    (Welch-Satterthwaite degrees of freedom) on the log scale, exponentiated: the geometric-mean speed-up.
-    Coverage holds at small repeat counts for log-normal latencies (a t interval, not a bootstrap over two
-    values; tests simulate it at 2 and 3 repeats). A local helper until the shared ratio-interval helper
-    (``workbench/evidence.py``) lands.
-
-    Returns:
-        ``(speedup, low, high)``; low and high NaN when a workload has fewer than 2 repeats on either side.
-    """
-    from scipy import stats
-
-    if not base or len(base) != len(other):
-        return float("nan"), float("nan"), float("nan")
-    w = len(base)
-    d = sum(b[0] - o[0] for b, o in zip(base, other)) / w
-    ratio = math.exp(d)
-    if any(n < 2 or not math.isfinite(sd) for _, sd, n in [*base, *other]):
-        return ratio, float("nan"), float("nan")
-    parts = [sd * sd / n for _, sd, n in [*base, *other]]
-    var = sum(parts) / (w * w)
-    if var <= 0:
-        return ratio, ratio, ratio
-    df = sum(parts) ** 2 / sum(p * p / (n - 1) for p, (_, _, n) in zip(parts, [*base, *other]))
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var)
-    return ratio, math.exp(d - half), math.exp(d + half)
+speedup_interval = evidence.summary_ratio_interval  # the formula's home is workbench.evidence
 
 
 # ----------------------------------------------------------------------------- search and recommendation

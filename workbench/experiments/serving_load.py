@@ -18,7 +18,7 @@ preset, the engine and the highest measured rate whose attainment reaches ``atta
 :func:`search` finds that rate by bisection (:func:`search_engines` runs it on its own, without the sweep:
 ``benchmarks/serving.py``). The knee (:func:`knees`) is the highest open-loop rate that kept up
 (:func:`kept_up`, the one definition). Knees, recommendations and the finding use usable points only
-(:func:`workbench.plots.usable_points`: valid, open-loop, not stopped early).
+(:func:`workbench.evidence.usable_points`: valid, open-loop, not stopped early).
 
 Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
 server (:mod:`workbench.serving.server`) with the engine behind it and drives it with the load generator's
@@ -35,10 +35,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, metrics, slo, sweeps
+from .. import checks, evidence, metrics, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from ..plots import label, ok_points, split_by_device, usable_points
+from ..plots import label, ok_points, split_by_device
 from ..serving import engines as engines_mod
 from ..serving import load
 
@@ -422,8 +422,8 @@ def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE) -> bool | None:
 def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
     """Per engine: the highest open-loop rate (realised ``arrival_rps``, else ``offered_rps``) that kept up
     (:func:`kept_up`), below the first that did not; NaN when even the lowest did not. Only usable points
-    (:func:`workbench.plots.usable_points` with ``serving``: valid, open-loop, not stopped early)."""
-    df = usable_points(points, serving=True)
+    (:func:`workbench.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early)."""
+    df = evidence.usable_points(points, serving=True)
     out = {}
     for e, g in df.groupby("engine"):
         x = g["arrival_rps"] if "arrival_rps" in g and g["arrival_rps"].notna().all() else g["offered_rps"]
@@ -446,10 +446,10 @@ def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
     """Per SLO preset (and ``custom``): the engine and the highest measured offered rate whose attainment
     reaches ``target`` (ties: higher goodput), with its goodput, its attainment's Wilson 95% interval and the
     requests planned for it; ``engine`` empty when none does. Only usable points
-    (:func:`workbench.plots.usable_points` with ``serving``: valid, open-loop, not stopped early) that kept up
+    (:func:`workbench.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that kept up
     (:func:`kept_up` not False): a closed-loop burst, a point stopped for over-saturation, one measured under
     other load or one whose queue grew is never recommended."""
-    df = usable_points(points, serving=True)
+    df = evidence.usable_points(points, serving=True)
     if not df.empty:  # a rate whose queue grew is not one the engine sustains, whatever its short-run attainment
         df = df[[kept_up(r) is not False for _, r in df.iterrows()]]
     rows = []
@@ -505,7 +505,7 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
     (:func:`recommend`); each with its evidence: requests planned per point and attainment with its Wilson 95%
     interval. Only usable points count (valid, open-loop, not stopped early); how many others were left out
     is said."""
-    use = usable_points(points, serving=True)
+    use = evidence.usable_points(points, serving=True)
     if use.empty:
         return ("No usable open-loop load point (valid, not stopped early): no knee or recommendation is "
                 "supported." if len(points) else "No load point finished.")
