@@ -53,7 +53,7 @@ def test_measure_granularity_on_the_model(loaded):
             assert q["text_equal"] and q["output_tokens"] == 8
             assert 1 <= q["updates"] <= 8
             assert q["first_display_s"] >= q["ttft_s"]
-    assert all(q["updates"] <= 2 for q in out["4 tokens"]["requests"])  # 8 / 4
+    assert all(q["updates"] <= 2 for q in out["4 tokens"].requests)  # 8 / 4
     with pytest.raises(ParameterError):
         measure_granularity(loaded, ["x"], settings, ["token", "1 token"])
     table = streaming_anatomy.granularity_table(pd.DataFrame([q for m in out.values() for q in m.requests]))
