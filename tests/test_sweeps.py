@@ -1,5 +1,4 @@
 """The point loop: grids, failure handling and resume (fake measurements, no model)."""
-import gc
 from pathlib import Path
 
 import pandas as pd

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from workbench import metrics, results, sweeps
+from workbench import metrics, results
 from workbench.experiments import explorer
 from workbench.errors import ParameterError
 from workbench.generation import StreamEvent
