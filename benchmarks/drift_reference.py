@@ -1,8 +1,8 @@
 """How noisy is the drift reference itself? Spread of back-to-back references on a quiet machine.
 
-The sweep loop (:func:`workbench.sweeps.reference_tpot_s`) measures a fixed request (64-token prompt,
+The sweep loop (:func:`workbench.drift.reference_tpot_s`) measures a fixed request (64-token prompt,
 8 new tokens, batch 1, greedy) 3 times before and after every sweep and marks the sweep invalid when the
-two differ by more than :data:`workbench.sweeps.DRIFT_LIMIT`. An estimator whose own spread on a quiet
+two differ by more than :data:`workbench.drift.DRIFT_LIMIT`. An estimator whose own spread on a quiet
 machine approaches that limit marks quiet sweeps invalid. This takes ``--references`` references back to
 back (5 runs each) and prints, per estimator, min/max spread, coefficient of variation and the worst
 consecutive pair (the drift a sweep of zero length would show). Run with nothing else on the machine:
@@ -13,7 +13,7 @@ import argparse
 import statistics
 import time
 
-from workbench import models, sweeps
+from workbench import drift, models
 from workbench.generation import GenerationSettings, generate_measured, warm_up
 from workbench.prompts import build_batch
 
@@ -37,7 +37,7 @@ def main() -> None:
         est["fastest of 3 TPOT (used)"].append(min(tpot[:3]))
         est["median of pooled ITL (3 runs)"].append(statistics.median([x for r in recs[:3] for x in r["itl_s"]]))
         est["fastest of 5 TPOT"].append(min(tpot))
-    print(f"{args.references} references in {time.perf_counter() - t0:.0f} s; drift limit {sweeps.DRIFT_LIMIT:.0%}")
+    print(f"{args.references} references in {time.perf_counter() - t0:.0f} s; drift limit {drift.DRIFT_LIMIT:.0%}")
     for name, v in est.items():
         pair = max(abs(b / a - 1) for a, b in zip(v, v[1:]))
         print(f"{name:32s} {min(v) * 1e3:6.1f}-{max(v) * 1e3:6.1f} ms  max/min-1 {max(v) / min(v) - 1:5.1%}  "

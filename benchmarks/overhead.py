@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from workbench import metrics, models, prompts
+from workbench import device, metrics, models, prompts
 from workbench.generation import GenerationSettings, encode_prompts, generate_measured
 
 
@@ -37,7 +37,7 @@ def main() -> None:
     args = ap.parse_args()
     loaded = models.load_model("default", "cpu", "float32")
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, ignore_eos=True)
-    probe = metrics.probe_device("cpu", "float32")
+    probe = device.probe_device("cpu", "float32")
     print(f"device {loaded.info.device_name}, threads {torch.get_num_threads()}, "
           f"probe {probe['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, {probe['flops_per_s'] / 1e9:.1f} GFLOP/s")
     for bs in args.batch_sizes:

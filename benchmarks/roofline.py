@@ -82,7 +82,7 @@ def main() -> None:
         batch = prompts.build_batch(loaded.tokenizer, B, L)
         out = sweeps.measure_generation(loaded, batch, GenerationSettings(max_new_tokens=n, ignore_eos=True),
                                         args.repeats, 1)
-        req = pd.DataFrame(out["requests"])
+        req = pd.DataFrame(out.requests)
         p = pred.predict(B, int(req["prompt_tokens"].mean()), n)
         row = {"point_id": f"prompt_tokens={L},batch_size={B},max_new_tokens={n}",
                "ttft_s_p50": metrics.percentiles(req["ttft_s"])["p50"],

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from workbench import cli, distributed, results
+from workbench.results import PointResult
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(batch_sizes=[1, 2], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0, device="cpu",
@@ -106,8 +107,8 @@ def test_drift_on_a_ray_worker_marks_its_points_invalid():
     from workbench import sweeps
 
     def measure(p):
-        return {"requests": [{"request_id": 0, "repeat": 0, "ttft_s": 0.1, "e2e_s": 0.2, "tpot_s": 0.01,
-                              "output_tokens": 11, "prompt_tokens": 16, "itl_s": [0.01] * 10}], "wall_s": 0.2}
+        return PointResult(requests=[{"request_id": 0, "repeat": 0, "ttft_s": 0.1, "e2e_s": 0.2, "tpot_s": 0.01,
+                                      "output_tokens": 11, "prompt_tokens": 16, "itl_s": [0.01] * 10}], wall_s=0.2)
 
     run = results.create_run("drift")
     points = [{"batch_size": b} for b in (1, 2, 3)]
@@ -198,9 +199,9 @@ def test_each_ray_worker_measures_its_drift_around_its_points(monkeypatch):
     from workbench.experiments import batch_size
 
     def measure(p):
-        return {"requests": [{"request_id": i, "repeat": 0, "ttft_s": 0.1, "e2e_s": 0.2, "tpot_s": 0.01,
-                              "output_tokens": 11, "prompt_tokens": 16, "itl_s": [0.01] * 10}
-                             for i in range(p["batch_size"])], "wall_s": 0.2}
+        return PointResult(requests=[{"request_id": i, "repeat": 0, "ttft_s": 0.1, "e2e_s": 0.2, "tpot_s": 0.01,
+                                      "output_tokens": 11, "prompt_tokens": 16, "itl_s": [0.01] * 10}
+                                     for i in range(p["batch_size"])], wall_s=0.2)
 
     ray = _FakeRay(measure, drift={1: 1.05, 2: 1.6})   # worker-2 slows down by 60 % during its points
     monkeypatch.setattr(distributed, "_POOLS", {})
@@ -222,6 +223,59 @@ def test_each_ray_worker_measures_its_drift_around_its_points(monkeypatch):
         assert not pts.loc[pid, "valid"]
         assert "drifted 60% during the sweep on worker-2" in pts.loc[pid, "invalid_reason"]
     assert len(results.read_manifest(run)["experiments"]["batch_size"]["worker_drift"]) == 2
+
+
+def test_ray_resolves_an_experiment_by_its_module_not_its_recorded_name(monkeypatch, capsys):
+    """The workers run the module that defines the sweep's config class: the context-compression notebook records
+    its sweeps as ``compression`` / ``compression_chat``, a module named ``context_compression`` (the old lookup,
+    ``workbench.experiments.<recorded name>``, imported a module that does not exist)."""
+    from workbench.experiments import batch_size, context_compression
+
+    cfg = context_compression.Config()
+    assert distributed.experiment_module(cfg) == "workbench.experiments.context_compression"
+    monkeypatch.setenv(distributed.ENV, "127.0.0.1:1")
+    monkeypatch.setattr(distributed, "connect", lambda address: pytest.fail("not a Ray experiment: no connection"))
+    assert distributed.executor_for("compression", cfg) is None
+    assert "compression is measured locally" in capsys.readouterr().err
+    monkeypatch.setattr(distributed, "_POOLS", {("default", "cpu", "float32"): object()})
+    monkeypatch.setattr(distributed, "connect", lambda address: object())
+    ex = distributed.executor_for("batch_size_renamed", batch_size.Config(**TINY))
+    assert ex.module == "workbench.experiments.batch_size" and ex.experiment == "batch_size_renamed"
+
+
+def test_a_worker_runs_measure_point_of_the_module_it_is_given_with_its_own_state(monkeypatch):
+    """``_Worker.measure`` imports the module named by the driver, rebuilds its Config once, keeps one ``state``
+    per (module, config) across points, and returns the PointResult with where it ran and its device's peaks."""
+    import dataclasses as dc
+
+    fake = types.ModuleType("workbench_fake_experiment")
+
+    @dc.dataclass
+    class Config:
+        n: int = 1
+
+    seen = []
+
+    def measure_point(loaded, cfg, point, state):
+        state["calls"] = state.get("calls", 0) + 1
+        seen.append((loaded, cfg.n, point["x"], state["calls"]))
+        return PointResult(requests=[{"request_id": 0, "output_tokens": 2}], wall_s=0.5)
+
+    fake.Config, fake.measure_point = Config, measure_point
+    monkeypatch.setitem(sys.modules, "workbench_fake_experiment", fake)
+    worker = object.__new__(distributed._Worker)   # no model load, no Ray
+    worker.loaded, worker.info = "the model", types.SimpleNamespace(device="cpu")
+    worker.where = {"node": "n1", "device_name": "CPU", "device_index": 0, "device": "cpu"}
+    worker.env, worker.configs, worker.state = {"bandwidth_bytes_per_s": 3e10, "flops_per_s": 2e11}, {}, {}
+    first = worker.measure("workbench_fake_experiment", {"n": 7}, {"x": 1}, "p/x=1", 1)
+    second = worker.measure("workbench_fake_experiment", {"n": 7}, {"x": 2}, "p/x=2", 1)
+    assert seen == [("the model", 7, 1, 1), ("the model", 7, 2, 2)] and len(worker.configs) == 1
+    assert isinstance(second, PointResult) and first.requests[0]["node"] == "n1"
+    assert first.device["bandwidth_bytes_per_s"] == 3e10 and first.device["device_name"] == "CPU"
+    assert "peak_memory_method" in first.device and "others_cpu_load" in first.contamination
+    _, row = results.point_rows(first, {"device": "driver-device", "node": "driver"},
+                                info=None, env={"bandwidth_bytes_per_s": 1.0})
+    assert row["node"] == "n1" and row["device"] == "cpu"   # the worker's placement wins over the driver's
 
 
 def test_worker_death_hook_takes_several_points(monkeypatch):
@@ -316,7 +370,7 @@ def _sweep(run, cfg, loaded, resume=False, drift=False):
     from workbench import sweeps
     from workbench.experiments import batch_size
 
-    return sweeps.run_sweep(run, "batch_size", cfg.grid(), lambda p: batch_size.measure_point(loaded, cfg, p),
+    return sweeps.run_sweep(run, "batch_size", cfg.grid(), lambda p: batch_size.measure_point(loaded, cfg, p, {}),
                             resume=resume, info=loaded.info, config=cfg, loaded=loaded if drift else None)
 
 
@@ -376,7 +430,7 @@ DRIVER = textwrap.dedent("""
                             device="cpu", dtype="float32")
     loaded = models.load_model("default", "cpu", "float32")
     run = results.open_run(sys.argv[1])
-    sweeps.run_sweep(run, "batch_size", cfg.grid(), lambda p: batch_size.measure_point(loaded, cfg, p),
+    sweeps.run_sweep(run, "batch_size", cfg.grid(), lambda p: batch_size.measure_point(loaded, cfg, p, {}),
                      resume=True, info=loaded.info, config=cfg)
 """)
 

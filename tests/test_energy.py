@@ -56,7 +56,7 @@ def test_missing_nvml_library_gives_reason(monkeypatch):
 
 
 def test_energy_per_token_over_timed_repeats_only(monkeypatch):
-    monkeypatch.setattr("workbench.generation.synchronize", lambda device_type: None)
+    monkeypatch.setattr("workbench.device.synchronize", lambda device_type: None)
     # reads: probe at construction (+999 J, ignored), then per timed repeat begin/end pairs;
     # warm-up energy happens between repeats (not read) and must not count.
     nvml = FakeNVML([999_000, 0, 2_000, 50_000, 3_000])
@@ -103,7 +103,7 @@ def test_measure_generation_reads_energy_around_timed_repeats(loaded, monkeypatc
     out = sweeps.measure_generation(loaded, prompts, GenerationSettings(max_new_tokens=2, ignore_eos=True),
                                     repeats=2, warmup=2)
     assert calls == ["begin", "end", "begin", "end"]
-    cols = energy.point_columns(out["energy"], pd.DataFrame(out["requests"]))
+    cols = energy.point_columns(out.energy, pd.DataFrame(out.requests))
     assert cols["energy_j_per_token"] == pytest.approx(4.0 / 4)   # 2 repeats x 2 tokens
 
 
@@ -115,7 +115,7 @@ def test_sweep_rows_have_empty_energy_and_manifest_reason_on_cpu(loaded, tmp_pat
     cfg = batch_size.Config(batch_sizes=[1], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0,
                             device="cpu", dtype="float32")
     run = results.create_run("energy")
-    pts = sweeps.run_sweep(run, "batch_size", cfg.grid(), lambda p: batch_size.measure_point(loaded, cfg, p),
+    pts = sweeps.run_sweep(run, "batch_size", cfg.grid(), lambda p: batch_size.measure_point(loaded, cfg, p, {}),
                            info=loaded.info, config=cfg)
     assert pts["energy_j"].isna().all() and pts["energy_j_per_token"].isna().all()
     assert {"node", "device_name", "device_index"} <= set(pts.columns)

@@ -294,14 +294,14 @@ def test_real_batch_row_with_early_eos_stops_counting_while_padding_follows(load
 
 def test_timers_synchronise_cuda_and_mps_before_reading_the_clock(monkeypatch):
     """Apple MPS is asynchronous like CUDA: the timers wait for it (the old timers synchronised CUDA only)."""
-    from workbench import generation
+    from workbench import device, generation
 
     calls = []
     monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("cuda"))
-    generation.synchronize("mps")
-    generation.synchronize("cuda:0")
-    generation.synchronize("cpu")
+    device.synchronize("mps")
+    device.synchronize("cuda:0")
+    device.synchronize("cpu")
     assert calls == ["mps", "cuda"]
     timer = generation.TokenTimer("mps")
     timer.put(torch.tensor([[1, 2]]))

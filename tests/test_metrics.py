@@ -95,14 +95,6 @@ def test_mbu_and_mfu_formulas():
     assert math.isnan(metrics.mbu(1, 1, 1, 1, float("nan"), 1.0))
 
 
-def test_probe_device_cpu_is_positive():
-    p = metrics.probe_device("cpu", "float32")
-    assert p["bandwidth_bytes_per_s"] > 1e8 and p["flops_per_s"] > 1e8
-    assert np.isfinite(p["bandwidth_bytes_per_s"])
-    assert p["probe_trials"] >= 5 and p["bandwidth_spread"] >= 0 and p["flops_spread"] >= 0
-    assert isinstance(p["probe_noisy"], bool)
-
-
 def test_request_timing_by_hand():
     t = metrics.request_timing([10.5, 10.7, 11.0, 11.1], t_submit=10.0)
     assert t["output_tokens"] == 4
@@ -140,3 +132,22 @@ def test_prefill_flops_match_an_independent_count_when_heads_times_head_dim_diff
     assert ours == pytest.approx(counter.get_total_flops(), rel=0.02)   # norms' weights are the only slack
     wrong = metrics.prefill_flops(non_embedding, 1, cfg.hidden_size, L, B)
     assert abs(wrong / counter.get_total_flops() - 1) > 0.05               # the old hidden-size count is off
+
+
+def test_utilisation_uses_the_recorded_batch_not_rows_per_repeat():
+    """8 requests run one at a time (batch_size 1) in one repeat: MFU and MBU of batch 1, not 8."""
+    from types import SimpleNamespace
+
+    info = SimpleNamespace(weight_bytes=10**8, num_non_embedding_params=10**8, num_layers=30, attn_dim=576,
+                           kv_cache_bytes_per_token=lambda: 46080)
+    env = {"bandwidth_bytes_per_s": 2e10, "flops_per_s": 1e11}
+    req = pd.DataFrame({"repeat": [0] * 8, "batch_size": [1] * 8, "prompt_tokens": [100] * 8,
+                        "output_tokens": [10] * 8})
+    summary = {"tpot_s_p50": 0.05, "prefill_s_p50": 0.2}
+    got = metrics.utilisation(req, summary, info, env)
+    want_mfu = metrics.mfu(metrics.prefill_flops(10**8, 30, 576, 100, 1), 0.2, 1e11)
+    assert got["mfu"] == pytest.approx(want_mfu)
+    assert got["mbu"] == pytest.approx(metrics.mbu(10**8, 46080, 1, 105, 0.05, 2e10))
+    batched = metrics.utilisation(req.assign(batch_size=8), summary, info, env)
+    assert batched["mfu"] == pytest.approx(8 * want_mfu)
+    assert metrics.utilisation(req.drop(columns="batch_size"), summary, info, env) == {}   # never guessed

@@ -1,11 +1,11 @@
 """The point loop: grids, failure handling and resume (fake measurements, no model)."""
-import gc
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from workbench import ParameterError, models, results, sweeps
+from workbench import ParameterError, device, drift, metrics, results, sweeps
+from workbench.results import PointResult
 
 
 def test_expand_grid_order():
@@ -18,7 +18,7 @@ def _fake_measure(point):
     n = point["batch_size"]
     reqs = [{"repeat": 0, "request_id": i, "prompt_tokens": 10, "output_tokens": 3, "ttft_s": 0.5, "prefill_s": 0.4,
              "tpot_s": 0.1, "e2e_s": 0.7, "decode_tps": 10.0, "itl_s": [0.1, 0.1]} for i in range(n)]
-    return {"requests": reqs, "wall_s": 1.0}
+    return PointResult(requests=reqs, wall_s=1.0)
 
 
 def test_failed_point_is_recorded_and_resume_completes(monkeypatch):
@@ -91,8 +91,8 @@ def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_th
 
     run = results.create_run()
     refs = iter([0.10, 0.20])
-    monkeypatch.setattr(sweeps, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs))
-    monkeypatch.setattr(sweeps.metrics, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
+    monkeypatch.setattr(drift, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs))
+    monkeypatch.setattr(metrics, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
     fake = SimpleNamespace(info=None)
     pts = sweeps.run_sweep(run, "drift", sweeps.expand_grid(batch_size=[1, 2]), _fake_measure, loaded=fake)
     assert (pts["valid"] == False).all() and pts["invalid_reason"].str.contains("drifted 100%").all()  # noqa: E712
@@ -102,7 +102,7 @@ def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_th
     assert results.finished_points(run) == set()                  # --rerun-invalid measures them again
     calls = []
     refs2 = iter([0.1, 0.1])
-    monkeypatch.setattr(sweeps, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs2))
+    monkeypatch.setattr(drift, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs2))
     pts = sweeps.run_sweep(run, "drift", sweeps.expand_grid(batch_size=[1, 2]),
                            lambda p: calls.append(p) or _fake_measure(p), resume=True, loaded=fake)
     assert len(calls) == 2 and (pts["valid"] == True).all()  # noqa: E712
@@ -133,65 +133,11 @@ def test_peak_memory_is_per_point_not_a_running_maximum(monkeypatch):
     assert peaks[1] - peaks[2] > 300e6
 
 
-def test_utilisation_uses_the_recorded_batch_not_rows_per_repeat():
-    """8 requests run one at a time (batch_size 1) in one repeat: MFU and MBU of batch 1, not 8."""
-    from types import SimpleNamespace
-
-    from workbench import metrics
-
-    info = SimpleNamespace(weight_bytes=10**8, num_non_embedding_params=10**8, num_layers=30, attn_dim=576,
-                           kv_cache_bytes_per_token=lambda: 46080)
-    env = {"bandwidth_bytes_per_s": 2e10, "flops_per_s": 1e11}
-    req = pd.DataFrame({"repeat": [0] * 8, "batch_size": [1] * 8, "prompt_tokens": [100] * 8,
-                        "output_tokens": [10] * 8})
-    summary = {"tpot_s_p50": 0.05, "prefill_s_p50": 0.2}
-    got = sweeps._utilisation(req, summary, info, env)
-    want_mfu = metrics.mfu(metrics.prefill_flops(10**8, 30, 576, 100, 1), 0.2, 1e11)
-    assert got["mfu"] == pytest.approx(want_mfu)
-    assert got["mbu"] == pytest.approx(metrics.mbu(10**8, 46080, 1, 105, 0.05, 2e10))
-    batched = sweeps._utilisation(req.assign(batch_size=8), summary, info, env)
-    assert batched["mfu"] == pytest.approx(8 * want_mfu)
-    assert sweeps._utilisation(req.drop(columns="batch_size"), summary, info, env) == {}   # never guessed
-
-
-def test_back_to_back_sweeps_share_the_reference_between_them(monkeypatch):
-    """The end reference of one sweep is the start reference of the next when it was measured moments ago;
-    a stale one is measured again, and the warm-up runs once per model."""
-    from types import SimpleNamespace
-
-    calls = {"generate": 0, "warm": 0}
-
-    def fake_generate(loaded, prompts, settings):
-        calls["generate"] += 1
-        return SimpleNamespace(records=[{"tpot_s": (0.3, 0.1, 0.2)[calls["generate"] % 3]}])
-
-    monkeypatch.setattr(sweeps, "generate_measured", fake_generate)
-    monkeypatch.setattr(sweeps, "warm_up", lambda *a, **k: calls.__setitem__("warm", calls["warm"] + 1))
-    monkeypatch.setattr("workbench.prompts.build_batch", lambda tok, b, n: ["x"])
-    before = len(sweeps._LAST_REFERENCE)
-    fake = models.LoadedModel(model=None, tokenizer=None, info=None)
-    assert sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S) == 0.1   # first: warm-up, fastest of 3 runs
-    assert calls == {"generate": 3, "warm": 1}
-    sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S)                   # moments later: reused
-    assert calls == {"generate": 3, "warm": 1}
-    sweeps.reference_tpot_s(fake)                                             # an end reference: always measured
-    assert calls == {"generate": 6, "warm": 1}
-    sweeps._LAST_REFERENCE[fake] = (0.0, 0.1)                                # long ago: measured again
-    sweeps.reference_tpot_s(fake, sweeps.REFERENCE_REUSE_S)
-    assert calls == {"generate": 9, "warm": 1}
-    other = models.LoadedModel(model=None, tokenizer=None, info=None)      # another model: its own warm-up
-    sweeps.reference_tpot_s(other, sweeps.REFERENCE_REUSE_S)
-    assert calls == {"generate": 12, "warm": 2}
-    del fake, other
-    gc.collect()
-    assert len(sweeps._LAST_REFERENCE) == before                             # freed models leave no reference
-
-
 def test_the_notebooks_of_one_session_share_one_device_probe(monkeypatch):
     from types import SimpleNamespace
 
     probes = []
-    monkeypatch.setattr(sweeps.metrics, "probe_device", lambda dev, dtype: probes.append(dev) or {
+    monkeypatch.setattr(device, "probe_device", lambda dev, dtype: probes.append(dev) or {
         "bandwidth_bytes_per_s": 1e10, "flops_per_s": 1e11, "bandwidth_spread": 0.0, "flops_spread": 0.0,
         "probe_trials": 7, "probe_noisy": False})
     info = SimpleNamespace(name="m", path="/m", weights_sha256="x", num_params=1, weight_bytes=4, dtype="float32",

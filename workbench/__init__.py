@@ -4,25 +4,33 @@
 The package on one screen (DESIGN.md section 2). Experiments sit on top and never import each other;
 everything below them is a plain library module with one concern, and each formula has one home.
 
-Experiments (:mod:`workbench.experiments`), one per numbered notebook:
-    batch_size, context_length, temperature, streaming_anatomy, reasoning_budget,
-    context_compression, long_output, serving_load, explorer (notebook 00).
+Experiments (:mod:`workbench.experiments`), one per numbered notebook, each with
+``measure_point(loaded, cfg, point, state) -> results.PointResult`` and ``run(cfg, run_dir, loaded)``:
+    explorer (notebook 00), batch_size, context_length, temperature, streaming_anatomy, reasoning_budget,
+    context_compression, long_output, serving_load, engine_tuning, streaming_reader.
 
+Serving:      serving.engines (the one engine interface: fifo / static / continuous), serving.http (errors,
+              guard, body reading, schema), serving.chat (chat routes), serving.jobs (resumable jobs),
+              serving.events (SSE framing, resumable streams), serving.monitoring (Prometheus, an engine observer),
+              serving.server (app assembly, server thread, main), serving.protocol (served-model constants),
+              serving.load (arrival profiles, load runs), serving.client (SSE client); slo (presets, search).
 Techniques:   compression (context compression strategies), budget_forcing (thinking budgets),
               long_form (outline + sections).
 Inputs:       prompts (exact-length prompts from real text), tasks.haystack, tasks.reasoning.
-Serving:      serving.server (OpenAI-compatible app), serving.engines (fifo / static / continuous),
-              serving.load (arrival profiles, load runs), serving.client (SSE client); slo (presets, search).
 Instruments:  generation (measured generate, eos_token_ids, warm_up), detokenize (incremental text,
-              display granularity), memory (peak memory, KV-cache bytes), metrics (request_timing,
-              percentiles, point summaries, MBU/MFU, the column table COLUMNS).
+              display granularity), memory (KV-cache bytes, memory tracker), energy (NVML energy),
+              metrics (request_timing, percentiles, point summaries, MBU/MFU, the column table COLUMNS),
+              roofline (predicted latency, plans), reading (reading speed).
 Quality:      quality (every text and answer metric, continuation log-likelihood, 95% intervals).
 Evidence:     evidence (usable points, fit support, t / ratio / Wilson intervals, verdicts, Finding).
-Checks:       checks (one-line parameter validators), errors (ParameterError).
 Models:       models (offline loading of the embedded default or a local model, model facts).
-Run machinery: sweeps (shared config fields, grids, the point loop), results (run folders, Parquet),
-              notebooks (jupytext sources, parameters, suites, papermill), report (HTML), plots
-              (house template, labels), cli (the ``workbench`` command).
+Ground floor: device (synchronize, device probe, peak memory, environment facts), checks (one-line
+              parameter validators), errors (ParameterError). They import nothing above them.
+Run machinery: sweeps (shared config fields, grids, the point loop), drift (the drift reference and its
+              verdict), distributed (Ray executor),
+              results (run folders, Parquet, point ids, PointResult -> rows), notebooks (jupytext sources,
+              parameters, suites, papermill), report (HTML), plots (house template, labels), cli (the
+              ``workbench`` command).
 """
 
 __version__ = "0.2.0"

@@ -644,7 +644,8 @@ def generate_with_budget(loaded, messages: Sequence[str], spec: BudgetSpec, mode
     """
     from transformers import LogitsProcessorList, StoppingCriteriaList
 
-    from .generation import GenerationSettings, eos_token_ids, generate_measured, synchronize
+    from .device import synchronize
+    from .generation import GenerationSettings, eos_token_ids, generate_measured
 
     tok = loaded.tokenizer
     fmt = thinking_format(tok, mode)

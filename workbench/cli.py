@@ -262,7 +262,7 @@ def cmd_report(args) -> int:
 def cmd_env(args) -> int:
     import torch
 
-    from . import metrics, models, results
+    from . import device, models, results
 
     dev = models.pick_device("auto")
     info = {
@@ -286,10 +286,10 @@ def cmd_env(args) -> int:
         info["model_path"] = str(models.resolve_model_path(args.model))
         info["model_max_context_tokens"] = models.max_context_tokens(args.model)
     if not args.no_probe:
-        p = metrics.probe_device(dev, "float32")
+        p = device.probe_device(dev, "float32")
         info["bandwidth_GBps"] = round(p["bandwidth_bytes_per_s"] / 1e9, 2)
         info["matmul_GFLOPs_fp32"] = round(p["flops_per_s"] / 1e9, 1)
-    info.update({k: v for k, v in results.environment(None, probe=False).items() if k not in info})
+    info.update({k: v for k, v in device.facts(None, probe=False).items() if k not in info})
     print(json.dumps(info, indent=2))
     return 0
 

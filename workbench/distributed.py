@@ -12,13 +12,16 @@ kernels it starts; :func:`workbench.sweeps.run_sweep` then asks :func:`executor_
   The driver never sends a point to a GPU that is measuring another one, so workers sharing a GPU take
   turns. CPU workers of one node share its memory bandwidth: their points' ``others_cpu_load`` records
   that, and the verdict marks them invalid when it exceeds the limit.
-- A worker calls the experiment's module-level ``measure_point(loaded, cfg, point, ...)`` by name: the
-  config travels as a dict and is rebuilt there. Supported: :data:`SUPPORTED`; other experiments run
+- A worker calls ``measure_point(loaded, cfg, point, state)`` of the experiment's module (the module that
+  defines the sweep config's class, :func:`experiment_module`): the config travels as a dict and is rebuilt
+  there; ``state`` lives in the worker. Supported: :data:`SUPPORTED`; other experiments run
   locally in the kernel, with a line saying so.
-- The driver alone writes the run folder: workers return request rows (tagged with ``node``,
-  ``device_name``, ``device_index``) and the point's device-side figures (peak memory, MBU/MFU against
-  that worker's own probed peaks, contamination, energy); :func:`workbench.sweeps.run_sweep` records each
-  point as it arrives, so ``--resume`` works as it does locally.
+- The driver alone writes the run folder: workers return the point's
+  :class:`~workbench.results.PointResult` (request rows tagged with ``node``, ``device_name``,
+  ``device_index``; the device-side figures: peak memory, contamination, energy, and the worker's probed
+  peaks, against which MBU/MFU are computed); :func:`workbench.sweeps.run_sweep` turns it into rows
+  (:func:`workbench.results.point_rows`) and records each point as it arrives, so ``--resume`` works as it
+  does locally.
 - A point whose worker dies (killed, out of memory) is retried once on another worker, then recorded
   ``failed: WorkerDied: ...``; a dead worker is replaced while points remain. An exception raised by
   ``measure_point`` itself is recorded as it would be locally (no retry).
@@ -26,9 +29,9 @@ kernels it starts; :func:`workbench.sweeps.run_sweep` then asks :func:`executor_
   every worker (node, device, name, index, probed bandwidth / FLOP/s, energy availability).
 
 - Drift: when the sweep measures its reference (``run_sweep(..., loaded=...)``, as the experiments do), each
-  worker measures :func:`workbench.sweeps.reference_tpot_s` on its own device before its first point of the
+  worker measures :func:`workbench.drift.reference_tpot_s` on its own device before its first point of the
   sweep and after its last one (``executor.references``); run_sweep marks that worker's points invalid when
-  it drifted beyond :data:`workbench.sweeps.DRIFT_LIMIT` (manifest: ``experiments.<name>.worker_drift``).
+  it drifted beyond :data:`workbench.drift.DRIFT_LIMIT` (manifest: ``experiments.<name>.worker_drift``).
   Each point's contamination is measured by its worker too.
 
 Ray is imported only here, and only once ``--ray`` (``$WORKBENCH_RAY``) asks for it.
@@ -47,6 +50,7 @@ import socket
 import sys
 
 from .errors import ParameterError
+from .results import point_id
 
 ENV = "WORKBENCH_RAY"
 CPUS_ENV = "WORKBENCH_RAY_CPUS_PER_WORKER"
@@ -54,9 +58,10 @@ GPUS_ENV = "WORKBENCH_RAY_GPUS_PER_WORKER"
 MAX_WORKERS_ENV = "WORKBENCH_RAY_MAX_WORKERS"
 INJECT_ENV = "WORKBENCH_INJECT_WORKER_DEATH"
 
-#: Experiments whose ``measure_point`` runs on a Ray worker (the others need objects of the kernel:
-#: a server, task lists, references, a run folder).
-SUPPORTED = ("batch_size", "context_length", "temperature")
+#: Experiment modules whose ``measure_point`` runs on a Ray worker (the others need objects of the kernel:
+#: a server, a run folder, a live display, or state shared with the kernel).
+SUPPORTED = ("workbench.experiments.batch_size", "workbench.experiments.context_length",
+             "workbench.experiments.temperature")
 
 #: Where a row was measured: these columns are on every request and point row.
 PLACEMENT_COLUMNS = ("node", "device_name", "device_index")
@@ -259,9 +264,9 @@ class _Worker:
 
     def ready(self) -> dict:
         """Probe the device (bandwidth / FLOP/s, once) and say where this worker is."""
-        from . import energy, results
+        from . import device, energy
 
-        self.env = results.environment(self.info, probe=True)
+        self.env = device.facts(self.info, probe=True)
         import ray
 
         return {**self.where, "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
@@ -270,52 +275,39 @@ class _Worker:
                 "flops_per_s": self.env.get("flops_per_s"), "energy": energy.status(self.info.device)}
 
     def reference(self) -> float:
-        """The drift probe on this worker's device (:func:`workbench.sweeps.reference_tpot_s`), in seconds."""
-        from . import sweeps
+        """The drift probe on this worker's device (:func:`workbench.drift.reference_tpot_s`), in seconds."""
+        from . import drift
 
-        return sweeps.reference_tpot_s(self.loaded)
+        return drift.reference_tpot_s(self.loaded)
 
-    def measure(self, experiment: str, cfg_dict: dict, point: dict, pid: str, attempt: int, inject: str = "") -> dict:
-        """Measure one point with ``workbench.experiments.<experiment>.measure_point``; the measure-dict of
-        :func:`workbench.sweeps.run_sweep`, plus ``contamination`` and the device-side figures in ``extra``."""
-        import pandas as pd
+    def measure(self, module: str, cfg_dict: dict, point: dict, pid: str, attempt: int, inject: str = ""):
+        """Measure one point with ``measure_point(loaded, cfg, point, state)`` of the experiment module
+        ``module`` (e.g. ``workbench.experiments.batch_size``; its ``Config`` is rebuilt from ``cfg_dict``
+        once, and ``state`` lives as long as this worker, per module and config).
 
-        from . import metrics, sweeps
+        Returns:
+            The :class:`workbench.results.PointResult`, measured with this worker's device readings
+            (:func:`workbench.results.measure_on_device`); its ``device`` also says where it ran and holds
+            this device's probed peaks (for MBU / MFU), and its requests are tagged with where they ran.
+        """
+        from . import results
 
-        mod = importlib.import_module(f"workbench.experiments.{experiment}")
-        key = (experiment, json.dumps(cfg_dict, sort_keys=True, default=str))
+        mod = importlib.import_module(module)
+        key = (module, json.dumps(cfg_dict, sort_keys=True, default=str))
         if key not in self.configs:
             self.configs[key] = mod.Config(**cfg_dict)
         cfg, state = self.configs[key], self.state.setdefault(key, {})
-        device = self.info.device
-        metrics.reset_peak_memory(device)
-        load = metrics.LoadMonitor()
-        _inject_death(pid, attempt, inject)
-        m = _call_measure_point(experiment, mod, self.loaded, cfg, point, state)
-        contamination = load.stop()
-        peak, method = metrics.peak_memory_bytes(device)
-        for rec in m["requests"]:
+
+        def measure():
+            _inject_death(pid, attempt, inject)
+            return mod.measure_point(self.loaded, cfg, point, state)
+
+        result = results.measure_on_device(measure, self.info.device)
+        for rec in result.requests:
             rec.update(self.where)
-        req = pd.DataFrame(m["requests"])
-        util = {}
-        if len(req):
-            util = sweeps._utilisation(req, metrics.summarize_point(req, m["wall_s"]), self.info, self.env)
-        # an experiment's own MBU/MFU (engine tuning: of the model it measured, in the point's dtype) win over the
-        # worker model's
-        m["extra"] = {**util, **m.get("extra", {}), "peak_memory_bytes": peak, "peak_memory_method": method,
-                      **self.where}
-        m["contamination"] = contamination
-        return m
-
-
-def _call_measure_point(experiment: str, mod, loaded, cfg, point: dict, state: dict) -> dict:
-    """The experiment's ``measure_point`` with what it needs besides (loaded, cfg, point)."""
-    if experiment == "context_length":  # warm each batch size once per worker, as the local loop does per sweep
-        warmed = state.setdefault("warmed", set())
-        warm = point["batch_size"] not in warmed
-        warmed.add(point["batch_size"])
-        return mod.measure_point(loaded, cfg, point, warm)
-    return mod.measure_point(loaded, cfg, point)
+        peaks = {k: self.env[k] for k in ("bandwidth_bytes_per_s", "flops_per_s") if k in self.env}
+        result.device.update(self.where, **peaks)
+        return result
 
 
 # ----------------------------------------------------------------------------- the driver side
@@ -415,15 +407,15 @@ class RayExecutor:
     """Measures a sweep's points on Ray workers; :func:`workbench.sweeps.run_sweep` consumes it.
 
     ``completed(todo)`` yields ``(point, point_id)`` as points finish (any order); ``measure(point)``
-    then returns that point's measure-dict, or raises what the worker raised (or :class:`WorkerDied`).
+    then returns that point's :class:`workbench.results.PointResult`, or raises what the worker raised (or
+    :class:`WorkerDied`). The workers run ``measure_point`` of the module that defines ``config``'s class
+    (:func:`experiment_module`), whatever the sweep's recorded experiment name.
     """
 
     def __init__(self, ray, experiment: str, config, run_dir=None):
-        from .sweeps import point_id
-
         self.ray, self.experiment, self.run_dir = ray, experiment, run_dir
+        self.module = experiment_module(config)
         self.cfg_dict = dataclasses.asdict(config)
-        self._point_id = point_id
         key = (config.model, config.device, config.dtype)
         if key not in _POOLS:
             _POOLS[key] = _Pool(ray, *key)
@@ -433,8 +425,8 @@ class RayExecutor:
         self.references: dict = {}   # worker label -> {"start", "end" (s), "points": [point ids]}
 
     # the measure of run_sweep
-    def measure(self, point: dict) -> dict:
-        out = self._results.pop(self._point_id(self.experiment, point))
+    def measure(self, point: dict):
+        out = self._results.pop(point_id(self.experiment, point))
         if isinstance(out, BaseException):
             raise out
         return out
@@ -471,7 +463,7 @@ class RayExecutor:
                     p, pid, attempt = queue.popleft()
                     if self.measure_drift and slot.name not in refs:  # runs before the point: actors run in order
                         refs[slot.name] = {"slot": slot, "start": slot.handle.reference.remote(), "points": []}
-                    ref = slot.handle.measure.remote(self.experiment, self.cfg_dict, p, pid, attempt,
+                    ref = slot.handle.measure.remote(self.module, self.cfg_dict, p, pid, attempt,
                                                      os.environ.get(INJECT_ENV, ""))
                     running[ref] = (slot, p, pid, attempt)
                     slot.busy = True
@@ -554,17 +546,31 @@ def _reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def experiment_module(config) -> str:
+    """The experiment module a sweep's ``config`` belongs to (the module defining its class, e.g.
+    ``workbench.experiments.context_compression``): what a Ray worker imports to call its ``measure_point``."""
+    return type(config).__module__
+
+
 def executor_for(experiment: str, config, run_dir=None):
     """The :class:`RayExecutor` for a sweep when ``$WORKBENCH_RAY`` is set, else None.
+
+    Args:
+        experiment: the sweep's recorded name (``experiment`` column; may differ from the module's, e.g.
+            ``compression`` of ``context_compression``).
+        config: the sweep's config dataclass; its class's module is the experiment the workers run.
+        run_dir: the run folder (the manifest's ``cluster`` entry).
 
     None, with a line saying why, when the experiment cannot run on Ray (see :data:`SUPPORTED`).
     """
     address = os.environ.get(ENV)
     if not address:
         return None
-    if experiment not in SUPPORTED or not dataclasses.is_dataclass(config):
+    module = experiment_module(config) if dataclasses.is_dataclass(config) else ""
+    if module not in SUPPORTED:
         print(f"ray: {experiment} is measured locally in this kernel: its measure_point needs objects of the "
-              f"kernel that cannot cross to a worker (on Ray: {', '.join(SUPPORTED)})", file=sys.stderr, flush=True)
+              f"kernel that cannot cross to a worker (on Ray: {', '.join(m.rsplit('.', 1)[-1] for m in SUPPORTED)})",
+              file=sys.stderr, flush=True)
         return None
     if config.device == "mps":
         raise ParameterError("--ray: device mps cannot be scheduled on Ray (use cpu or cuda)")

@@ -93,7 +93,7 @@ class EnergyMeter:
 
     def _read_mj(self) -> int:
         if self.device.startswith("cuda"):
-            from .generation import synchronize
+            from .device import synchronize
 
             synchronize("cuda")
         return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._h))

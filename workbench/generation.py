@@ -32,6 +32,7 @@ from typing import Iterator, Sequence
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from . import checks, metrics
+from .device import synchronize
 from .errors import ParameterError
 
 Prompt = "str | list[dict]"
@@ -104,18 +105,6 @@ class GenerationSettings:
         d["min_new_tokens"] = self.effective_min_new_tokens
         d["do_sample"] = self.do_sample
         return d
-
-
-def synchronize(device_type: str) -> None:
-    """Wait for queued device work before a clock is read: CUDA and Apple MPS are asynchronous; CPU is not."""
-    if device_type.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-    elif device_type.startswith("mps"):
-        import torch
-
-        torch.mps.synchronize()
 
 
 _MODEL_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

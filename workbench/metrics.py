@@ -1,4 +1,4 @@
-"""Aggregate per-request measurements into per-point figures, and probe the device.
+"""Aggregate per-request measurements into per-point figures: percentiles, summaries, MBU / MFU.
 
 Definitions follow vLLM's serving benchmark (``benchmarks/benchmark_serving.py``)
 and NVIDIA GenAI-Perf; DESIGN.md section 4 is the table. Percentiles are
@@ -17,7 +17,6 @@ measured peak matmul FLOP/s.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from typing import Sequence
@@ -233,7 +232,7 @@ def verdict(row: dict) -> dict:
 
     Invalid when other processes used more than :data:`OTHERS_LOAD_LIMIT` cores, or the hypervisor
     stole more than :data:`STEAL_LIMIT` of the CPU time, while it was measured. (Drift of the reference
-    point is judged after the sweep, see :func:`workbench.sweeps.run_sweep`.)
+    point is judged after the sweep, see :mod:`workbench.drift`.)
     """
     reasons = []
     load, steal = row.get("others_cpu_load"), row.get("steal_frac")
@@ -363,66 +362,6 @@ def pareto_front(points: pd.DataFrame, x: str = "output_throughput_tps", y: str 
     return df.loc[keep].sort_values(x)
 
 
-PROBE_SPREAD_LIMIT = 0.25  # a probe whose trials spread more than this (max-min over median) is flagged noisy
-
-
-def _timed_trials(fn, device: str, trials: int) -> list[float]:
-    from .generation import synchronize
-
-    out = []
-    for _ in range(trials):
-        synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        out.append(time.perf_counter() - t0)
-    return out
-
-
-@functools.lru_cache(maxsize=8)
-def probe_device(device: str = "cpu", dtype: str = "float32", trials: int = 7) -> dict:
-    """Measure peak memory bandwidth and matmul FLOP/s of a device: medians of several trials, with spread.
-
-    Bandwidth: a copy between two 512 MiB buffers (far larger than any last-level cache, so the copy
-    streams from memory; read + write = 2 x size bytes per copy), the median of ``trials`` copies after
-    one untimed copy. FLOP/s: an ``n x n`` matmul in ``dtype`` (``2 n^3`` FLOPs; ``n = 2048`` on CPU and
-    MPS, 8192 on CUDA) in ``nn.Linear``'s layout (``x @ W.T``, the layout every model layer runs; on CPUs
-    without bf16 units a bfloat16 ``a @ b`` falls to a path ~10x slower than the layers'), the median of
-    ``trials`` after a warm-up. Each figure's spread is
-    ``(max - min) / median`` of the per-trial rates; above :data:`PROBE_SPREAD_LIMIT` the probe is
-    ``noisy`` (other load ran) and MBU/MFU divided by it deserve doubt. Device synchronisation (CUDA,
-    MPS) before every clock read.
-
-    Returns:
-        ``{"bandwidth_bytes_per_s", "flops_per_s", "bandwidth_spread", "flops_spread", "probe_trials",
-        "probe_noisy" (bool), "device", "dtype"}``.
-    """
-    import numpy as np
-    import torch
-
-    dt = getattr(torch, dtype)
-    n_bytes = 512 << 20
-    src = torch.empty(n_bytes // 4, dtype=torch.float32, device=device).fill_(1.0)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    bw = 2 * n_bytes / np.asarray(_timed_trials(lambda: dst.copy_(src), device, trials))
-    n = 8192 if device.startswith("cuda") else 2048
-    a = torch.randn(n, n, device=device).to(dt)
-    b = torch.randn(n, n, device=device).to(dt)
-    bt = b.t()
-    a @ bt
-    fl = 2 * n**3 / np.asarray(_timed_trials(lambda: a @ bt, device, trials))
-
-    def spread(x):
-        return float((x.max() - x.min()) / np.median(x))
-
-    out = {"bandwidth_bytes_per_s": float(np.median(bw)), "flops_per_s": float(np.median(fl)),
-           "bandwidth_spread": spread(bw), "flops_spread": spread(fl), "probe_trials": trials,
-           "device": device, "dtype": dtype}
-    out["probe_noisy"] = max(out["bandwidth_spread"], out["flops_spread"]) > PROBE_SPREAD_LIMIT
-    return out
-
-
 def mbu(
     weight_bytes: int,
     kv_bytes_per_token: int,
@@ -464,41 +403,47 @@ def mfu(flops: float, prefill_s: float, peak_flops_per_s: float) -> float:
     return flops / prefill_s / peak_flops_per_s
 
 
-def reset_peak_memory(device: str) -> None:
-    """Start a new peak-memory window (call before a point's first run).
+def utilisation(requests: pd.DataFrame, summary: dict, info, env: dict) -> dict:
+    """MBU (decode) and MFU (prefill) of a point, from its medians and the probed device peaks.
 
-    CUDA: ``torch.cuda.reset_peak_memory_stats``. Linux CPU: writing ``5`` to ``/proc/self/clear_refs``
-    resets the process's resident high-water mark ``VmHWM`` (proc(5)). Elsewhere nothing can be reset.
-    """
-    if device.startswith("cuda"):
-        import torch
+    The batch is the recorded ``batch_size`` of the requests (how many shared one forward pass), never
+    the number of rows of a repeat: a point that runs 8 tasks one at a time is batch 1. Without a
+    recorded batch size the figures are left empty rather than guessed.
 
-        torch.cuda.reset_peak_memory_stats()
-        return
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def peak_memory_bytes(device: str) -> tuple[int | None, str]:
-    """Peak memory since :func:`reset_peak_memory`, and how it was measured.
+    Args:
+        requests: the point's request rows (``batch_size``, ``prompt_tokens``, ``output_tokens``; optional
+            ``n_requests`` for a row standing for several requests and ``prefilled_tokens`` for a reused
+            prefix cache).
+        summary: :func:`summarize_point` of those rows (``tpot_s_p50``, ``prefill_s_p50``).
+        info: :class:`workbench.models.ModelInfo` (weights, KV bytes per token, parameters, layers), or None.
+        env: the measuring device's probed peaks (``bandwidth_bytes_per_s``, ``flops_per_s``,
+            :func:`workbench.device.probe_device`).
 
     Returns:
-        ``(bytes, method)``: CUDA ``torch.cuda.max_memory_allocated`` (``cuda_max_allocated``); Linux CPU
-        the resident high-water mark ``VmHWM`` of ``/proc/self/status`` (``vmhwm``: the whole process,
-        weights included); else ``(None, "unavailable")`` - never the current size passed off as a peak.
+        ``{"mbu", "mfu", "peak_bandwidth_bytes_per_s", "peak_flops_per_s"}`` (:func:`mbu`, :func:`mfu`), or
+        ``{}`` without a model, a probe, rows or a recorded batch size.
     """
-    if device.startswith("cuda"):
-        import torch
-
-        return int(torch.cuda.max_memory_allocated()), "cuda_max_allocated"
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024, "vmhwm"
-    except OSError:
-        pass
-    return None, "unavailable"
+    req = requests
+    if info is None or "bandwidth_bytes_per_s" not in env or req.empty or "batch_size" not in req:
+        return {}
+    batch = pd.to_numeric(req["batch_size"], errors="coerce").median()
+    prompt = pd.to_numeric(req["prompt_tokens"], errors="coerce").mean()
+    if not (math.isfinite(prompt) and math.isfinite(batch) and batch >= 1):
+        return {}
+    batch = int(batch)
+    out = pd.to_numeric(req["output_tokens"], errors="coerce")
+    if "n_requests" in req:  # a row standing for several requests (long-output strategies): per-request output
+        out = out / pd.to_numeric(req["n_requests"], errors="coerce").fillna(1).clip(lower=1)
+    ctx = prompt + float(out.mean()) / 2
+    # with a reused prefix cache only the new tokens are prefilled (compression's kv_reuse)
+    prefilled = pd.to_numeric(req["prefilled_tokens"], errors="coerce").mean() if "prefilled_tokens" in req else math.nan
+    prefill_tokens = prefilled if math.isfinite(prefilled) else prompt
+    return {
+        "mbu": mbu(info.weight_bytes, info.kv_cache_bytes_per_token(), batch, ctx,
+                   summary.get("tpot_s_p50", float("nan")), env["bandwidth_bytes_per_s"]),
+        "mfu": mfu(prefill_flops(info.num_non_embedding_params, info.num_layers, info.attn_dim,
+                                 int(prefill_tokens), batch),
+                   summary.get("prefill_s_p50", float("nan")), env["flops_per_s"]),
+        "peak_bandwidth_bytes_per_s": env["bandwidth_bytes_per_s"],
+        "peak_flops_per_s": env["flops_per_s"],
+    }

@@ -47,7 +47,7 @@ The model (one home of these formulas; the per-point utilisation figures MBU/MFU
   records which.
 
 Inputs come from the model's ``config.json`` only (:class:`ModelShape`: parameter counts computed from the
-config, no weights load) and from :func:`workbench.metrics.probe_device` (bandwidth, FLOP/s). A calibration is
+config, no weights load) and from :func:`workbench.device.probe_device` (bandwidth, FLOP/s). A calibration is
 cached per (model, device, dtype, threads) in ``<cache>/roofline/`` so ``workbench plan`` can use it without
 loading the model. Each dtype has its own probe (matmul FLOP/s differ: bfloat16 on a CPU without native bf16
 units is slower than float32) and its own calibration (:meth:`Predictor.for_dtype`); a dtype not calibrated
@@ -72,6 +72,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics
+from .device import probe_device
 from .errors import ParameterError
 
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -171,7 +172,7 @@ class ModelShape:
 
 @dataclasses.dataclass(frozen=True)
 class Device:
-    """Probed peaks of a device (:func:`workbench.metrics.probe_device`).
+    """Probed peaks of a device (:func:`workbench.device.probe_device`).
 
     Attributes:
         bandwidth_bytes_per_s: copy bandwidth.
@@ -192,7 +193,7 @@ class Device:
     def probe(cls, device: str = "cpu", dtype: str = "float32", trials: int = 7) -> "Device":
         import torch
 
-        p = metrics.probe_device(device, dtype) if trials == 7 else metrics.probe_device(device, dtype, trials)
+        p = probe_device(device, dtype) if trials == 7 else probe_device(device, dtype, trials)
         return cls(p["bandwidth_bytes_per_s"], p["flops_per_s"], torch.get_num_threads(),
                    overlap=not device.startswith("cpu"), name=device, dtype=dtype)
 
@@ -703,7 +704,7 @@ def plan_entries(entries: list[dict], predictor: Predictor | None = None, load_s
         points is not known in advance and is not included).
     """
     from . import models, notebooks
-    from .sweeps import point_id
+    from .results import point_id
 
     rows = []
     for e in entries:

@@ -390,13 +390,13 @@ def test_compile_time_is_recorded_apart_and_kept_out_of_the_timed_repeats(monkey
     monkeypatch.setattr(sweeps, "generate_measured", timed_call)
     ref = {"prompts": ["hi"], "contexts": [[1, 2]], "outputs": [[3, 4, 5]], "logprobs": [[-1.0, -1.0, -1.0]]}
     point = {**cfg.configurations()[0], "batch_size": 1, "prompt_tokens": 32}
-    out = et.measure_point(cfg, point, ref)
+    out = et.measure_point(None, cfg, point, {"reference": ref})
     compile_end = spans[0][1]
-    assert out["extra"]["compile_s"] >= 1.0 and out["extra"]["compile_s"] == pytest.approx(spans[0][1] - spans[0][0], rel=0.05)
+    assert out.extra["compile_s"] >= 1.0 and out.extra["compile_s"] == pytest.approx(spans[0][1] - spans[0][0], rel=0.05)
     assert len(timed) == cfg.repeats  # the compile run is the warm-up: no 4-token warm-up recompiles the graph
     assert all(t0 >= compile_end for t0, _ in timed)
-    assert out["wall_s"] == pytest.approx(sum(w for _, w in timed))
-    assert {r["repeat"] for r in out["requests"]} == {0, 1}
+    assert out.wall_s == pytest.approx(sum(w for _, w in timed))
+    assert {r["repeat"] for r in out.requests} == {0, 1}
 
 
 @pytest.mark.model
@@ -429,13 +429,13 @@ def test_real_torch_compile_is_recorded_apart_and_kept_out_of_the_timed_repeats(
     ref = {"prompts": ["hi"], "contexts": [[1, 2]], "outputs": [[3, 4]], "logprobs": [[-1.0, -1.0]]}
     point = {**cfg.configurations()[0], "batch_size": 1, "prompt_tokens": 32}
     t0 = time.perf_counter()
-    out = et.measure_point(cfg, point, ref)
-    compile_s = out["extra"]["compile_s"]
+    out = et.measure_point(None, cfg, point, {"reference": ref})
+    compile_s = out.extra["compile_s"]
     assert counters["stats"]["unique_graphs"] >= 1  # dynamo really compiled the forward
     assert len(timed) == cfg.repeats and all("compile_config" in kw for *_, kw in timed)
     assert all(start >= t0 + compile_s for start, _, _ in timed)  # every timed repeat starts after the compile
     assert max(end - start for start, end, _ in timed) < compile_s / 2  # the compile is not in the timings
-    assert out["wall_s"] <= sum(end - start for start, end, _ in timed)
+    assert out.wall_s <= sum(end - start for start, end, _ in timed)
 
 
 @pytest.mark.model

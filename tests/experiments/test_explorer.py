@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from workbench import metrics, results, sweeps
+from workbench import metrics, results
 from workbench.experiments import explorer
 from workbench.errors import ParameterError
 from workbench.generation import StreamEvent
@@ -154,7 +154,7 @@ def test_saved_points_load_back_with_the_results_schema():
     run = ex.save()
     req = results.load(run)
     pts = results.load(run, table="points")
-    assert set(sweeps.REQUEST_COLUMNS) <= set(req.columns)
+    assert set(results.REQUEST_COLUMNS) <= set(req.columns)
     assert len(req) == 1 + 2 + 2 and len(pts) == 3 and (pts["status"] == "ok").all()
     assert set(req["experiment"]) == {"explorer"} and set(req["model"]) == {"fake-model"}
     p2 = pts.set_index("batch_size").loc[2].iloc[0]
@@ -187,16 +187,16 @@ def test_measure_point_real_model_batch_one_streams_and_batch_two(loaded):
     live = explorer.LiveState(render=snaps.append, min_interval_s=0.0,
                              decode=lambda ids: loaded.tokenizer.decode(ids, skip_special_tokens=True))
     cfg = explorer.Config(device="cpu", dtype="float32", prompt_tokens=48, max_new_tokens=4, ignore_eos=True)
-    m = explorer.measure_point(loaded, cfg, live, warmup=0)
-    rec = m["requests"][0]
-    assert len(m["requests"]) == 1 and rec["output_tokens"] == 4 and rec["prompt_tokens"] == 48
+    m = explorer.measure_point(loaded, cfg, {}, {"live": live, "warmup": 0})
+    rec = m.requests[0]
+    assert len(m.requests) == 1 and rec["output_tokens"] == 4 and rec["prompt_tokens"] == 48
     assert rec["context_tokens"] == 48 and rec["compression"] == "none" and rec["reasoning_budget"] is None
-    assert m["wall_s"] == rec["e2e_s"] and snaps[-1]["text"] == rec["text"] and snaps[-1]["output_tokens"] == 4
+    assert m.wall_s == rec["e2e_s"] and snaps[-1]["text"] == rec["text"] and snaps[-1]["output_tokens"] == 4
     assert max(s["output_tokens"] for s in snaps[:-1]) >= 1          # live counters from the step stamps
     m = explorer.measure_point(loaded, explorer.Config(prompt_tokens=48, max_new_tokens=3, ignore_eos=True,
-                                                             batch_size=2), live, warmup=0)
-    assert [r["output_tokens"] for r in m["requests"]] == [3, 3] and m["wall_s"] > 0
-    assert snaps[-1]["text"] == m["requests"][0]["text"]
+                                                             batch_size=2), {}, {"live": live, "warmup": 0})
+    assert [r["output_tokens"] for r in m.requests] == [3, 3] and m.wall_s > 0
+    assert snaps[-1]["text"] == m.requests[0]["text"]
 
 
 def _papermill(nb: Path, out: Path, params: dict, tmp_path: Path):
@@ -217,7 +217,7 @@ def test_explorer_notebook_headless_measures_once_and_saves(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     req, pts = results.read_requests(run), results.read_points(run)
     assert len(pts) == 1 and pts["status"].iloc[0] == "ok" and pts["batch_size"].iloc[0] == 2
-    assert len(req) == 2 and (req["prompt_tokens"] == 48).all() and set(sweeps.REQUEST_COLUMNS) <= set(req.columns)
+    assert len(req) == 2 and (req["prompt_tokens"] == 48).all() and set(results.REQUEST_COLUMNS) <= set(req.columns)
     assert (run / "figures" / "explorer_points.json").exists()
     assert results.read_manifest(run)["environment"]["model"] == "SmolLM2-135M-Instruct"
     assert "headless explorer: 1 point" in (tmp_path / "out.ipynb").read_text()

@@ -91,13 +91,14 @@ def test_measure_point_aggregates_requests(monkeypatch):
     monkeypatch.setattr(mod, "warm_up", fake_warm_up)
     monkeypatch.setattr(mod, "run_reasoning_batch", fake_batch)
     cfg = R.Config(budgets=[0, 8], batch_sizes=[2], num_tasks=3, repeats=2, warmup=1)
-    out = R.measure_point(Loaded(), cfg, {"reasoning_budget": 8, "batch_size": 2}, make_tasks(3))
-    assert calls["warm"] == 1 and out["warmup_s"] == 0.25
+    out = R.measure_point(Loaded(), cfg, {"reasoning_budget": 8, "batch_size": 2},
+                         {"tasks": make_tasks(3)})
+    assert calls["warm"] == 1 and out.warmup_s == 0.25
     assert calls["batches"] == [(2, 8, 0), (1, 8, 0), (2, 8, 1), (1, 8, 1)]
-    assert len(out["requests"]) == 6 and out["wall_s"] == pytest.approx(2.0)
-    assert [r["request_id"] for r in out["requests"]] == [0, 1, 2, 0, 1, 2]
-    assert [r["batch_size"] for r in out["requests"]] == [2, 2, 1, 2, 2, 1]  # requests that shared a forward pass
-    ex = out["extra"]
+    assert len(out.requests) == 6 and out.wall_s == pytest.approx(2.0)
+    assert [r["request_id"] for r in out.requests] == [0, 1, 2, 0, 1, 2]
+    assert [r["batch_size"] for r in out.requests] == [2, 2, 1, 2, 2, 1]  # requests that shared a forward pass
+    ex = out.extra
     assert ex["exact_match_mean"] == pytest.approx(4 / 6) and ex["gold_logprob_mean"] == -2.0
     assert ex["thinking_tokens_mean"] == 8 and ex["forced_close_rate"] == 1.0 and ex["answer_truncated_rate"] == 0.0
     assert ex["ttfat_s_p50"] == pytest.approx(0.18) and "accuracy" not in ex

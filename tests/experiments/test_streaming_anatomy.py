@@ -47,16 +47,16 @@ def test_measure_granularity_on_the_model(loaded):
                               ["token", "4 tokens", "50 ms"], repeats=1, warmup=0)
     assert list(out) == ["token", "4 tokens", "50 ms"]
     for lab, m in out.items():
-        assert m["extra"]["text_equal"] is True
-        assert set(m["extra"]) >= {"updates_p50", "display_lag_s_mean_p50", "added_first_display_s_p50"}
-        for q in m["requests"]:
+        assert m.extra["text_equal"] is True
+        assert set(m.extra) >= {"updates_p50", "display_lag_s_mean_p50", "added_first_display_s_p50"}
+        for q in m.requests:
             assert q["text_equal"] and q["output_tokens"] == 8
             assert 1 <= q["updates"] <= 8
             assert q["first_display_s"] >= q["ttft_s"]
-    assert all(q["updates"] <= 2 for q in out["4 tokens"]["requests"])  # 8 / 4
+    assert all(q["updates"] <= 2 for q in out["4 tokens"].requests)  # 8 / 4
     with pytest.raises(ParameterError):
         measure_granularity(loaded, ["x"], settings, ["token", "1 token"])
-    table = streaming_anatomy.granularity_table(pd.DataFrame([q for m in out.values() for q in m["requests"]]))
+    table = streaming_anatomy.granularity_table(pd.DataFrame([q for m in out.values() for q in m.requests]))
     assert list(table["granularity"]) == ["token", "4 tokens", "50 ms"] and table["text_equal"].all()
 
 

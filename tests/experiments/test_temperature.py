@@ -48,9 +48,9 @@ def test_greedy_rows_identical_across_repeats_and_seeds(loaded):
     cfg = temperature.Config(families=["factual"], languages=["en"], n_factual_prompts=1,
                                         factual_max_new_tokens=6, repeats=2, warmup=0, perplexity=False)
     point = {"family": "factual", "temperature": 0.0, "top_p": 1.0}
-    a = temperature.measure_point(loaded, cfg, point)["requests"]
+    a = temperature.measure_point(loaded, cfg, point, {}).requests
     cfg.seed, cfg.repeats = 7, 1
-    b = temperature.measure_point(loaded, cfg, point)["requests"]
+    b = temperature.measure_point(loaded, cfg, point, {}).requests
     ids = [tuple(r["output_ids"]) for r in a + b]
     assert len(ids) == 3 and len(set(ids)) == 1
     assert [r["seed"] for r in a + b] == [0, 1, 7]  # repeat r uses seed + r, recorded
@@ -62,15 +62,15 @@ def test_score_records_adds_quality_and_perplexity(loaded):
 
     cfg = temperature.Config(families=["factual"], languages=["en"], n_factual_prompts=2,
                                         factual_max_new_tokens=4, repeats=1, warmup=0)
-    out = temperature.measure_point(loaded, cfg, {"family": "factual", "temperature": 1.2, "top_p": 0.9})
-    recs = out["requests"]
+    out = temperature.measure_point(loaded, cfg, {"family": "factual", "temperature": 1.2, "top_p": 0.9}, {})
+    recs = out.requests
     assert [r["topic"] for r in recs] == [p["topic"] for p in factual_prompts(2, ["en"])]
     for r in recs:
         assert r["family"] == "factual" and r["sample"] == 0 and r["substring_match"] in (0.0, 1.0)
         assert r["perplexity"] >= 1.0 and math.isnan(r["section_coverage"])
-    assert 0 <= out["extra"]["truncated_rate"] <= 1
+    assert 0 <= out.extra["truncated_rate"] <= 1
     # the point records the shape its forward passes ran at, so the roofline can predict it
-    assert out["extra"]["batch_size"] == 2 and out["extra"]["prompt_tokens"] == max(r["prompt_tokens"] for r in recs)
+    assert out.extra["batch_size"] == 2 and out.extra["prompt_tokens"] == max(r["prompt_tokens"] for r in recs)
 
 
 def test_summary_and_headline():

@@ -21,6 +21,7 @@ from ..errors import ParameterError
 from ..generation import GenerationSettings
 from ..plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
 from ..prompts import build_batch
+from ..results import PointResult
 from ..sweeps import SweepConfig, expand_grid
 
 EXPERIMENT = "batch_size"
@@ -77,14 +78,20 @@ class Config(SweepConfig):
         return expand_grid(prompt_tokens=self.prompt_tokens, batch_size=self.batch_sizes)
 
 
-def measure_point(loaded, cfg: Config, point: dict) -> dict:
-    """One (prompt_tokens, batch_size) point: the measure-dict of :func:`workbench.sweeps.run_sweep`.
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
+    """One (prompt_tokens, batch_size) point (:func:`workbench.sweeps.measure_generation`).
 
     Each row of the batch gets a different window of real text of exactly ``prompt_tokens`` tokens.
+
+    Args:
+        loaded: :class:`workbench.models.LoadedModel`.
+        cfg: the sweep's config.
+        point: ``{"prompt_tokens": L, "batch_size": B}``.
+        state: the sweep's shared state (unused: every point warms up itself).
     """
     prompts = build_batch(loaded.tokenizer, point["batch_size"], point["prompt_tokens"])
     out = sweeps.measure_generation(loaded, prompts, cfg.settings(), cfg.repeats, cfg.warmup)
-    for rec in out["requests"]:
+    for rec in out.requests:
         rec["context_tokens"] = point["prompt_tokens"]
     return out
 
@@ -101,7 +108,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         the residual table is saved as ``residuals/batch_size.txt``).
     """
     predictor = roofline.calibrated_predictor(loaded)  # predict before measuring
-    points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p), resume=resume, slo_ttft_s=cfg.slo_ttft_s,
+    state: dict = {}
+    points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state), resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                      slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
     points = roofline.with_predictions(points, loaded.info, predictor)
     roofline.save_residuals(run_dir, EXPERIMENT, points)

@@ -34,6 +34,7 @@ from .. import evidence, generation, plots, quality
 from ..checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
 from ..compression import LOSSLESS, STRATEGIES, answer, compress, embedder, gold_logprob
 from ..generation import GenerationSettings
+from ..results import PointResult
 from ..sweeps import SweepConfig, run_sweep
 from ..tasks import haystack
 
@@ -186,22 +187,23 @@ def evaluate(loaded, task, strategy: str, ratio: float, settings: GenerationSett
     return rec
 
 
-def measure_point(loaded, cfg: Config, point: dict, kind: str, references: dict | None = None) -> dict:
-    """Measure one point: ``cfg.repeats`` requests (compress + answer + score), the measure-dict of ``run_sweep``.
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
+    """Measure one point: ``cfg.repeats`` requests (compress + answer + score).
 
     Args:
         loaded: the model.
         cfg: the sweep config.
         point: ``strategy``, ``ratio``, ``context_tokens``, ``depth``.
-        kind: task kind (``cfg.task`` or ``chat``).
-        references: uncompressed answers by task, shared across the points of one run (for ROUGE-L):
+        state: shared across the points of one run: ``state["task"]``, the task kind (``cfg.task``, the
+            default, or ``chat``), and ``state["references"]``, uncompressed answers by task (for ROUGE-L):
             taken from the ``none`` point when it ran first, else generated once, untimed.
 
     Returns:
-        ``requests``, ``wall_s`` and ``extra`` (:data:`QUALITY_COLUMNS` as ``_mean``,
+        :class:`workbench.results.PointResult`: ``requests``, ``wall_s`` and ``extra`` (:data:`QUALITY_COLUMNS` as ``_mean``,
         :data:`TIME_COLUMNS` as ``_p50``, and ``task``).
     """
-    references = {} if references is None else references
+    kind = state.get("task", cfg.task)
+    references = state.setdefault("references", {})
     task = haystack.make_task(kind, loaded.tokenizer, point["context_tokens"], point["depth"], seed=cfg.seed,
                               language=cfg.language)
     key = (task.key, cfg.max_new_tokens, cfg.ignore_eos, cfg.temperature, cfg.seed)
@@ -227,7 +229,7 @@ def measure_point(loaded, cfg: Config, point: dict, kind: str, references: dict 
     fallbacks = [x["detail_retrieval_fallback"] for x in requests if "detail_retrieval_fallback" in x]
     if fallbacks:  # retrieval whose chunks all scored the same fell back to head truncation (recorded)
         extra["retrieval_fallback_rate"] = sum(f != "none" for f in fallbacks) / len(fallbacks)
-    return {"requests": requests, "wall_s": wall, "extra": extra}
+    return PointResult(requests=requests, wall_s=wall, extra=extra)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
@@ -248,13 +250,15 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
         gold_logprob(loaded, hello, "Hello")
         if "dense" in cfg.strategies or "dense" in cfg.chat_strategies:
             embedder().encode(["warm up"], show_progress_bar=False)
-    references: dict = {}
-    doc = run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, cfg.task, references),
+    references: dict = {}  # shared by both sweeps
+    doc_state = {"task": cfg.task, "references": references}
+    doc = run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, doc_state),
                     resume=resume, info=loaded.info, loaded=loaded, config=cfg)
     chat = pd.DataFrame()
     if cfg.chat_lengths and cfg.chat_strategies:
+        chat_state = {"task": "chat", "references": references}
         chat = run_sweep(run_dir, CHAT_EXPERIMENT, cfg.chat_grid(),
-                         lambda p: measure_point(loaded, cfg, p, "chat", references), resume=resume,
+                         lambda p: measure_point(loaded, cfg, p, chat_state), resume=resume,
                          info=loaded.info, loaded=loaded, config=cfg)
     return doc, chat
 

@@ -41,6 +41,7 @@ from ..checks import check_bool, check_choice, check_int, check_int_list
 from ..errors import ParameterError
 from ..generation import GenerationSettings, warm_up
 from ..memory import MemoryTracker, kv_cache_bytes
+from ..results import PointResult
 from ..sweeps import SweepConfig, expand_grid, measure_generation, run_sweep
 
 EXPERIMENT = "context_length"
@@ -233,17 +234,19 @@ class Config(SweepConfig):
         return expand_grid(batch_size=self.batch_sizes, context_tokens=sorted(self.context_tokens))
 
 
-def measure_point(loaded, cfg: Config, point: dict, warm: bool) -> dict:
-    """Measure one (batch_size, context_tokens) point: the measure-dict of :func:`workbench.sweeps.run_sweep`.
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
+    """Measure one (batch_size, context_tokens) point.
 
     Args:
         loaded: :class:`workbench.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"batch_size": B, "context_tokens": L}``.
-        warm: run ``cfg.warmup`` untimed batches first (:func:`workbench.generation.warm_up`).
+        state: the sweep's shared state: ``state["warmed"]`` (a set of batch sizes) says which batch sizes
+            already ran their ``cfg.warmup`` untimed batches (:func:`workbench.generation.warm_up`); the first
+            point of each batch size warms up and adds its batch size.
 
     Returns:
-        ``requests`` (records with ``context_tokens`` and ``source``), ``wall_s``,
+        :class:`workbench.results.PointResult`: ``requests`` (records with ``context_tokens`` and ``source``), ``wall_s``,
         ``warmup_s`` and ``extra``: ``kv_bytes_computed`` (config formula at
         ``L x B`` tokens, the cache at the first generated step),
         ``kv_bytes_measured`` (memory growth at that step, see :class:`workbench.memory.MemoryTracker`),
@@ -259,14 +262,17 @@ def measure_point(loaded, cfg: Config, point: dict, warm: bool) -> dict:
         prompts = [""] * B
     else:
         kwargs, prompts = {}, build_batch(tok, B, L, source=cfg.source)
+    warmed = state.setdefault("warmed", set())
+    warm = B not in warmed
+    warmed.add(B)
     warmup_s = warm_up(loaded, prompts, cfg.settings(), n=cfg.warmup if warm else 0, **kwargs)
     tracker = MemoryTracker(loaded.info.device)
     tracker.start()
     out = measure_generation(loaded, prompts, cfg.settings(), cfg.repeats, 0, on_step=tracker.on_step, **kwargs)
-    for rec in out["requests"]:
+    for rec in out.requests:
         rec.update(context_tokens=L, source=cfg.source)
-    out["warmup_s"] = warmup_s
-    out["extra"] = {
+    out.warmup_s = warmup_s
+    out.extra = {
         "source": cfg.source,
         "kv_bytes_computed": kv_cache_bytes(loaded.info, L, B),
         "kv_bytes_measured": int(tracker.first_step_growth_bytes or 0),
@@ -284,12 +290,10 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
         The ``context_length`` points DataFrame, with the roofline's prediction per point and
         ``ttft_ratio`` / ``tpot_ratio`` (residuals saved as ``residuals/context_length.txt``).
     """
-    warmed: set[int] = set()
+    state: dict = {}
 
     def measure(p):
-        warm = p["batch_size"] not in warmed
-        warmed.add(p["batch_size"])
-        return measure_point(loaded, cfg, p, warm)
+        return measure_point(loaded, cfg, p, state)
 
     predictor = roofline.calibrated_predictor(loaded)  # predict before measuring
     points = run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, info=loaded.info, loaded=loaded,

@@ -52,6 +52,7 @@ from ..generation import GenerationSettings, encode_prompts, generate_measured
 from ..plots import label, legend_below, split_by_device
 from ..prompts import build_batch
 from ..quality import continuation_logprobs
+from ..results import PointResult
 from ..sweeps import SweepConfig
 
 EXPERIMENT = "engine_tuning"
@@ -332,13 +333,29 @@ def quality_guard(loaded, ref: dict, cfg: Config, gen_kwargs: dict | None = None
 # ----------------------------------------------------------------------------- one point
 
 
-def measure_point(cfg: Config, point: dict, ref: dict, predictor: roofline.Predictor | None = None,
-                  logits_processor=None) -> dict:
-    """Measure one (configuration, workload) point: the measure-dict of :func:`workbench.sweeps.run_sweep`.
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
+    """Measure one (configuration, workload) point.
 
     Compiled points run one full untimed request first (``compile_s``), which is their warm-up; the timed
-    repeats follow. ``logits_processor`` (tests) applies to the timed runs and the guard.
+    repeats follow.
+
+    Args:
+        loaded: the notebook's model (not measured here: each point runs the model loaded in its own dtype
+            and attention kernel, :func:`load_configuration`).
+        cfg: the sweep's config.
+        point: a configuration (:meth:`Config.configurations`) plus ``batch_size`` and ``prompt_tokens``.
+        state: shared by the points of one sweep: ``reference`` (:func:`reference`; computed on the first
+            point and kept when absent), ``predictor`` (:class:`workbench.roofline.Predictor`, optional: the
+            prediction columns) and ``logits_processor`` (optional, tests: applies to the timed runs and the
+            guard).
+
+    Returns:
+        :class:`workbench.results.PointResult`; ``extra`` holds the configuration's name, ``compile_s``, the
+        guard's columns (:func:`quality_guard`) and, with a predictor, its prediction.
     """
+    if "reference" not in state:
+        state["reference"] = reference(cfg)
+    ref, predictor, logits_processor = state["reference"], state.get("predictor"), state.get("logits_processor")
     gen_kwargs = generate_kwargs(point, models.pick_device(cfg.device))
     loaded = load_configuration(cfg, point)
     B, L = int(point["batch_size"]), int(point["prompt_tokens"])
@@ -359,11 +376,11 @@ def measure_point(cfg: Config, point: dict, ref: dict, predictor: roofline.Predi
         extra.update(predictor.predict(B, L, cfg.max_new_tokens, dtype=point["dtype"],
                                        threads=point.get("torch_threads")))
         extra["calibrated_dtype"] = predictor.calibrated_dtype(point["dtype"])
-    for rec in out["requests"]:
+    for rec in out.requests:
         rec.update(context_tokens=L)
-    extra.update(measured_utilisation(loaded, out["requests"], point, predictor))
-    extra.update(repeat_statistics(out["requests"]))
-    out["extra"] = extra
+    extra.update(measured_utilisation(loaded, out.requests, point, predictor))
+    extra.update(repeat_statistics(out.requests))
+    out.extra = extra
     return out
 
 
@@ -682,12 +699,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         The measured points (``engine_tuning``) with predictions, guard columns and ``ttft_ratio`` /
         ``tpot_ratio``; the residual table is saved as ``residuals/engine_tuning.txt``.
     """
-    ref = reference(cfg)
-    predictor = make_predictor(cfg, loaded)
+    state = {"reference": reference(cfg), "predictor": make_predictor(cfg, loaded)}
     lim = cfg.slo()
 
     def measure(p):
-        return measure_point(cfg, p, ref, predictor)
+        return measure_point(loaded, cfg, p, state)
 
     kw = dict(resume=resume, slo_ttft_s=lim.ttft_s, slo_tpot_s=lim.tpot_s, info=loaded.info, config=cfg)
     if cfg.search == "grid":
@@ -697,9 +713,9 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
         def evaluate(c):
             pts = [{**c, **w} for w in cfg.workloads()]
-            ids.extend(sweeps.point_id(EXPERIMENT, p) for p in pts)
+            ids.extend(results.point_id(EXPERIMENT, p) for p in pts)
             done = sweeps.run_sweep(run_dir, EXPERIMENT, pts, measure, **kw)
-            done = done[done["point_id"].isin([sweeps.point_id(EXPERIMENT, p) for p in pts])]
+            done = done[done["point_id"].isin([results.point_id(EXPERIMENT, p) for p in pts])]
             row = configurations(done, lim)
             return objective(row.iloc[0]) if len(row) else math.inf
 

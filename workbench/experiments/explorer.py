@@ -7,8 +7,8 @@ reasoning budget, compression strategy and ratio, a **Run** button, a live view
 and a plotly ``FigureWidget`` that accumulates every explored point as TTFT
 p50 versus output throughput, coloured by the parameter that varies
 (:func:`varied_parameter`). **Save** writes the explored points as a run folder
-in the sweep schema (``requests.parquet`` with :data:`workbench.sweeps.REQUEST_COLUMNS`,
-``points.parquet`` from :func:`workbench.metrics.summarize_point`), so
+in the sweep schema (``requests.parquet`` with :data:`workbench.results.REQUEST_COLUMNS`,
+``points.parquet`` from :func:`workbench.results.point_rows`, as every sweep), so
 ``workbench report`` and :func:`workbench.results.load` read it like any sweep.
 
 Responsiveness (plotly ``doc/python/figurewidget-app.md``; ipywidgets
@@ -287,7 +287,11 @@ def counters_html(snap: dict) -> str:
 
 @dataclasses.dataclass
 class ExploredPoint:
-    """One explored measurement: its parameters, raw request records and the point summary."""
+    """One explored measurement: its parameters, raw request records and the point summary.
+
+    ``contamination`` and ``device`` are the device-side readings of :class:`workbench.results.PointResult`
+    (:func:`workbench.results.measure_on_device`).
+    """
 
     params: dict
     requests: list
@@ -296,10 +300,17 @@ class ExploredPoint:
     resolved: dict = dataclasses.field(default_factory=dict)  # model / device / dtype actually used
     warmup_s: float = 0.0
     extra: dict = dataclasses.field(default_factory=dict)
+    contamination: dict = dataclasses.field(default_factory=dict)
+    device: dict = dataclasses.field(default_factory=dict)
 
     def row(self) -> dict:
         """Parameters + summary, for the figure and the table (``model``/``device``/``dtype`` resolved)."""
         return {**self.params, **self.resolved, **self.summary, **self.extra}
+
+    def result(self) -> results.PointResult:
+        """The measurement as the :class:`workbench.results.PointResult` a run folder records."""
+        return results.PointResult(requests=self.requests, wall_s=self.wall_s, warmup_s=self.warmup_s,
+                                   extra=self.extra, contamination=self.contamination, device=self.device)
 
 
 def _prompts(loaded, cfg: Config):
@@ -336,20 +347,25 @@ def _reasoning_batch(loaded, cfg: Config, seed: int):
                                                seed=seed, score=False)
 
 
-def measure_point(loaded, cfg: Config, live: LiveState | None = None, warmup: int | None = None) -> dict:
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> results.PointResult:
     """Measure one explorer point: ``warmup`` untimed runs, then ``cfg.repeats`` timed ones.
 
     Args:
         loaded: :class:`workbench.models.LoadedModel`.
-        cfg: the point.
-        live: receives streamed text and counters (None: no display).
-        warmup: untimed runs first (:func:`workbench.generation.warm_up`; default ``cfg.warmup``).
+        cfg: the explorer's config: its controls are the point.
+        point: control values (:data:`CONTROL_PARAMS`) overriding ``cfg``'s; ``{}`` measures ``cfg`` as it is.
+        state: ``live``, a :class:`LiveState` receiving streamed text and counters (absent or None: no
+            display), and ``warmup``, untimed runs first (:func:`workbench.generation.warm_up`; absent or
+            None: ``cfg.warmup``).
 
     Returns:
-        The measure-dict of :func:`workbench.sweeps.run_sweep`: ``requests`` (records with ``repeat``,
+        :class:`workbench.results.PointResult`: ``requests`` (records with ``repeat``,
         ``batch_size``, ``context_tokens``, ``reasoning_budget``, ``compression`` and the compressor's
         columns), ``wall_s``, ``warmup_s`` (compression included), ``extra`` (empty).
     """
+    if point:
+        cfg = dataclasses.replace(cfg, **point)
+    live, warmup = state.get("live"), state.get("warmup")
     t0 = time.perf_counter()
     prompts, comp_cols = _prompts(loaded, cfg)
     warm_up(loaded, prompts, cfg.settings(), n=cfg.warmup if warmup is None else warmup)
@@ -372,18 +388,19 @@ def measure_point(loaded, cfg: Config, live: LiveState | None = None, warmup: in
         wall += batch_wall
         if live is not None:
             live.finish(records[0], f"done (repeat {r + 1}/{cfg.repeats})")
-    return {"requests": requests, "wall_s": wall, "warmup_s": warmup_s, "extra": {}}
+    return results.PointResult(requests=requests, wall_s=wall, warmup_s=warmup_s)
 
 
 def explore(loaded, cfg: Config, live: LiveState | None = None, warmup: int | None = None) -> ExploredPoint:
-    """:func:`measure_point` summarised into an :class:`ExploredPoint` (SLO of ``cfg``)."""
-    m = measure_point(loaded, cfg, live, warmup)
-    req = pd.DataFrame(m["requests"])
-    summary = metrics.summarize_point(req, m["wall_s"], cfg.slo_ttft_s, cfg.slo_tpot_s)
+    """:func:`measure_point` of ``cfg`` (with the device-side readings of
+    :func:`workbench.results.measure_on_device`) summarised into an :class:`ExploredPoint` (SLO of ``cfg``)."""
     info = loaded.info
-    return ExploredPoint(params=cfg.params(), requests=m["requests"], wall_s=m["wall_s"], summary=summary,
+    m = results.measure_on_device(lambda: measure_point(loaded, cfg, {}, {"live": live, "warmup": warmup}),
+                                  info.device)
+    summary = metrics.summarize_point(pd.DataFrame(m.requests), m.wall_s, cfg.slo_ttft_s, cfg.slo_tpot_s)
+    return ExploredPoint(params=cfg.params(), requests=m.requests, wall_s=m.wall_s, summary=summary,
                          resolved={"model": info.name, "device": info.device, "dtype": info.dtype},
-                         warmup_s=m["warmup_s"], extra=m.get("extra", {}))
+                         warmup_s=m.warmup_s, extra=m.extra, contamination=m.contamination, device=m.device)
 
 
 # ----------------------------------------------------------------------------- points, figure, saving
@@ -503,22 +520,15 @@ def save_points(run_dir, points: list[ExploredPoint], info=None, label: str = ""
                                                                      probe=probe))
     ids = []
     for i, p in enumerate(points):
-        pid = sweeps.point_id(EXPERIMENT, {"n": i, **p.params})
+        pid = results.point_id(EXPERIMENT, {"n": i, **p.params})
         ids.append(pid)
         base = {"run_id": run.name, "experiment": EXPERIMENT, "point_id": pid, **p.params, **p.resolved}
-        req = pd.DataFrame(p.requests)
-        for col, val in base.items():  # as run_sweep: measured request values win over the parameters
-            if col not in req or col in ("run_id", "experiment", "point_id", "model", "device", "dtype"):
-                req[col] = [val] * len(req)
-        for col in sweeps.REQUEST_COLUMNS:
-            if col not in req:
-                req[col] = None
         slo = (p.summary.get("slo_ttft_s"), p.summary.get("slo_tpot_s"))
-        row = {**base, **metrics.summarize_point(req, p.wall_s, *slo), "warmup_s": p.warmup_s, **p.extra,
-               "status": "ok"}
+        # no MBU / MFU: the explored points may come from other models than ``info``'s
+        req, row = results.point_rows(p.result(), base, *slo)
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         results.record_point(run, pid, req, row, {"experiment": EXPERIMENT, "params": p.params, "status": "ok",
-                                                  "finished_utc": now})
+                                                  "finished_utc": now, "valid": row["valid"]})
     results.update_manifest(run, experiments={EXPERIMENT: {"config": config, "points": ids}})
     if points:
         results.save_figure(run, "explorer_points", explorer_figure(points_frame(points)))

@@ -25,6 +25,7 @@ from .. import evidence, metrics, plots, results, roofline, sweeps  # noqa: F401
 from ..checks import check_choice_list, check_int
 from ..generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
 from ..long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
+from ..results import PointResult
 
 EXPERIMENT = "long_output"
 
@@ -73,24 +74,27 @@ class Config(sweeps.SweepConfig):
 SUMMARY_COLUMNS = ("coverage", "repetition", "sections_found", "first_text_s", "first_section_s", "chars")
 
 
-def measure_point(loaded, cfg: Config, point: dict, run_dir=None, warmup: int = 0) -> dict:
-    """``run_sweep`` measure dict for one ``{"language", "strategy"}`` point.
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
+    """One ``{"language", "strategy"}`` point.
 
     Args:
         loaded: :class:`workbench.models.LoadedModel`.
         cfg: the notebook's :class:`Config` (plan, topic, repeats, temperature, seed).
         point: ``{"language": .., "strategy": ..}``.
-        run_dir: when given, each repeat's merged text (with outline) is saved as
-            ``texts/long_output_<strategy>_<language>_r<repeat>.md``.
-        warmup: untimed short generations of the topic before the timed runs
-            (:func:`workbench.generation.warm_up`).
+        state: shared by the points of one sweep: ``run_dir`` (optional): each repeat's merged text (with
+            outline) is saved as ``texts/long_output_<strategy>_<language>_r<repeat>.md``; ``warmed``: set
+            by the first point, which runs ``cfg.warmup`` untimed short generations of the topic before its
+            timed runs (:func:`workbench.generation.warm_up`), the later ones none.
 
     Returns:
-        ``{"requests": [row per repeat], "wall_s", "warmup_s", "extra": <column>_p50 of
-        :data:`SUMMARY_COLUMNS`}``.
+        :class:`workbench.results.PointResult`: a row per repeat, ``wall_s``, ``warmup_s`` and ``extra``
+        (``<column>_p50`` of :data:`SUMMARY_COLUMNS`).
     """
     strategy, language = point["strategy"], point["language"]
     plan, topic = cfg.plan(), cfg.topic(language)
+    run_dir = state.get("run_dir")
+    warmup = 0 if state.get("warmed") else cfg.warmup
+    state["warmed"] = True
     warmup_s = warm_up(loaded, [topic], GenerationSettings(max_new_tokens=WARMUP_NEW_TOKENS), warmup)
     rows, wall = [], 0.0
     for r in range(cfg.repeats):
@@ -103,7 +107,7 @@ def measure_point(loaded, cfg: Config, point: dict, run_dir=None, warmup: int = 
                 head += "## Outline (as generated)\n\n" + res.outline + "\n\n---\n\n"
             results.save_text(run_dir, f"texts/long_output_{strategy}_{language}_r{r}.md", head + res.text + "\n")
     extra = {f"{k}_p50": metrics.percentiles([q[k] for q in rows], (50,))["p50"] for k in SUMMARY_COLUMNS}
-    return {"requests": rows, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
+    return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=extra)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
@@ -113,10 +117,9 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         The ``long_output`` points.
     """
     points = sweeps.expand_grid(language=cfg.languages, strategy=cfg.strategies)
-    return sweeps.run_sweep(
-        run_dir, EXPERIMENT, points,
-        lambda p: measure_point(loaded, cfg, p, run_dir, warmup=cfg.warmup if p == points[0] else 0),
-        resume=resume, info=loaded.info, loaded=loaded, config=cfg)
+    state = {"run_dir": run_dir}
+    return sweeps.run_sweep(run_dir, EXPERIMENT, points, lambda p: measure_point(loaded, cfg, p, state),
+                            resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 
 REQUEST_COLUMNS = ("language", "strategy", "first_text_s", "first_section_s", "wall_s", "output_tokens", "batch_size",

@@ -26,6 +26,7 @@ from ..budget_forcing import PRE, THINKING_MODES, BudgetSpec, thinking_format
 from ..checks import check_choice, check_choice_list, check_int, check_int_list
 from ..errors import ParameterError
 from ..generation import GenerationSettings, warm_up
+from ..results import PointResult
 from ..tasks.reasoning import (LANGUAGES, REASONING_KINDS, TASK_KINDS, Task, make_tasks, run_reasoning_batch,
                                task_inputs)
 
@@ -104,19 +105,29 @@ class Config(sweeps.SweepConfig):
         return sweeps.expand_grid(reasoning_budget=self.budgets, batch_size=self.batch_sizes)
 
 
-def measure_point(loaded, cfg: Config, point: dict, tasks: Sequence[Task]) -> dict:
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """Measure one (budget, batch size) point over all tasks, in consecutive batches.
 
     ``cfg.warmup`` untimed runs of the first batch's prompts come first
     (:func:`workbench.generation.warm_up`); then ``cfg.repeats`` timed passes
     over the tasks, repeat ``r`` with seed ``cfg.seed + r``.
 
+    Args:
+        loaded: :class:`workbench.models.LoadedModel`.
+        cfg: the sweep's config.
+        point: ``{"reasoning_budget", "batch_size"}``.
+        state: shared by the points of one sweep: ``tasks``, the same seeded tasks for every point
+            (``cfg.tasks()`` on the first point when absent).
+
     Returns:
-        The measure-dict of :func:`workbench.sweeps.run_sweep`; ``extra`` holds
+        :class:`workbench.results.PointResult`; ``extra`` holds
         ``exact_match_mean``, ``gold_logprob_mean``, ``thinking_tokens_mean``,
         ``answer_truncated_rate``, ``forced_close_rate``, ``thinking_mode`` and
         ``ttfat_s_p50/p90/p99``.
     """
+    if "tasks" not in state:
+        state["tasks"] = cfg.tasks()
+    tasks: Sequence[Task] = state["tasks"]
     budget, bs = point["reasoning_budget"], point["batch_size"]
     spec = cfg.spec(budget)
     batches = [list(tasks[i:i + bs]) for i in range(0, len(tasks), bs)]
@@ -145,7 +156,7 @@ def measure_point(loaded, cfg: Config, point: dict, tasks: Sequence[Task]) -> di
         # the padded prompt length the batches' forward passes ran at: the roofline's input for the prediction
         "prompt_tokens": max(x["prompt_tokens"] for x in requests),
     }
-    return {"requests": requests, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
+    return PointResult(requests=requests, wall_s=wall, warmup_s=warmup_s, extra=extra)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
@@ -154,8 +165,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     Returns:
         The experiment's points DataFrame (see :func:`workbench.sweeps.run_sweep`).
     """
-    tasks = cfg.tasks()
-    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, tasks),
+    state = {"tasks": cfg.tasks()}
+    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
                             resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 

@@ -39,6 +39,7 @@ from .. import checks, evidence, metrics, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
 from ..plots import label, ok_points, split_by_device
+from ..results import PointResult
 from ..serving import engines as engines_mod
 from ..serving import load
 
@@ -183,14 +184,25 @@ class _Bench:
         self.name = self.engine = self.server = self.send = None
 
 
-def measure_point(bench: _Bench, cfg: Config, point: dict, last_of_engine: bool = False) -> dict:
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One load point: run its profile on the point's engine and summarise the kept window.
 
+    Args:
+        loaded: :class:`workbench.models.LoadedModel`.
+        cfg: the sweep's config.
+        point: ``{"engine", "profile"}`` (and ``step`` for the swept rates).
+        state: shared by the points of one sweep: ``bench``, the live engine (and server) with the rates
+            measured so far (a :class:`_Bench` is made on the first point when absent; the caller closes it),
+            and ``last_point``, ``{engine: its last point}``: the engine is stopped after that point.
+
     Returns:
-        The :func:`workbench.sweeps.run_sweep` measure dict: kept request rows, ``wall_s`` of the kept
+        :class:`workbench.results.PointResult`: kept request rows, ``wall_s`` of the kept
         window, ``warmup_s`` and ``extra`` (offered rate, window, stop rule, queue percentiles, SLO
         attainment / goodput / percentile checks per preset, time slices as JSON).
     """
+    if "bench" not in state:
+        state["bench"] = _Bench(cfg, loaded)
+    bench: _Bench = state["bench"]
     e, prof = point["engine"], point["profile"]
     warm = bench.open(e)
     rate = None
@@ -215,9 +227,9 @@ def measure_point(bench: _Bench, cfg: Config, point: dict, last_of_engine: bool 
         rows.append(dict(r, max_new_tokens=cfg.max_new_tokens, temperature=0.0, context_tokens=cfg.prompt_tokens))
     extra = point_columns(res, cfg, rate, achieved)
     extra.update(engine_batch)
-    if last_of_engine:
+    if state.get("last_point", {}).get(e) == point:
         bench.close()
-    return {"requests": rows, "wall_s": wall, "warmup_s": warm, "extra": extra}
+    return PointResult(requests=rows, wall_s=wall, warmup_s=warm, extra=extra)
 
 
 def point_columns(res: load.LoadResult, cfg: Config, rate: float | None, achieved_rps: float) -> dict:
@@ -290,12 +302,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         The experiment's points DataFrame (:func:`workbench.sweeps.run_sweep`).
     """
     grid = cfg.grid()
-    last = {p["engine"]: i for i, p in enumerate(grid)}
-    index = {sweeps.point_id(EXPERIMENT, p): i for i, p in enumerate(grid)}
     bench = _Bench(cfg, loaded)
+    state = {"bench": bench, "last_point": {p["engine"]: p for p in grid}}
 
     def measure(p):
-        return measure_point(bench, cfg, p, last_of_engine=last[p["engine"]] == index[sweeps.point_id(EXPERIMENT, p)])
+        return measure_point(loaded, cfg, p, state)
 
     try:
         points = sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,

@@ -44,6 +44,7 @@ from ..checks import check_bool, check_int, check_int_list, check_str_list
 from ..detokenize import Granularity, StreamTap
 from ..errors import ParameterError
 from ..generation import GenerationSettings, eos_token_ids, generate_measured, warm_up
+from ..results import PointResult
 from ..serving.client import measure_http
 from ..serving.server import ServerThread
 
@@ -147,7 +148,7 @@ def _run_tapped(loaded, prompts, settings, granularities, **kwargs):
 
 def measure_stream(
     loaded, prompts: Sequence, settings: GenerationSettings, repeats: int = 1, warmup: int = 1, **kwargs
-) -> dict:
+) -> PointResult:
     """Measure one batch per repeat, with every-token display attached.
 
     Args:
@@ -159,8 +160,7 @@ def measure_stream(
         **kwargs: passed to :func:`generate_measured`.
 
     Returns:
-        ``{"requests": [...], "wall_s": float, "warmup_s": float, "extra": {...}}``:
-        one row per request with the generation record, ``repeat``,
+        :class:`workbench.results.PointResult`: one row per request with the generation record, ``repeat``,
         ``batch_size``, ``t_start_s`` (0: all submitted together),
         ``first_display_s`` (submit to first visible text), and
         ``handler_s_per_token``; ``extra`` holds ``itl_jitter`` (ITL p99 / p50
@@ -181,7 +181,7 @@ def measure_stream(
             itls.extend(rec["itl_s"])
     p = metrics.percentiles(itls, (50, 99))
     extra = {"itl_jitter": p["p99"] / p["p50"] if p["p50"] > 0 else float("nan")}
-    return {"requests": rows, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
+    return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=extra)
 
 
 #: Per-request display columns of the granularity sweep, summarised per granularity.
@@ -196,7 +196,7 @@ def measure_granularity(
     granularities: Sequence = ("token", "4 tokens", "100 ms"),
     repeats: int = 1,
     warmup: int = 1,
-) -> dict[str, dict]:
+) -> dict[str, PointResult]:
     """Run the same batches once with every granularity attached side by side.
 
     One ``generate`` call per repeat feeds a :class:`~workbench.detokenize.DisplayBuffer`
@@ -204,7 +204,7 @@ def measure_granularity(
     handler time of each is measured separately.
 
     Returns:
-        ``{label: measure dict}`` (see :func:`measure_stream`), each request row
+        ``{label: PointResult}`` (see :func:`measure_stream`), each request row
         extended with ``granularity``, ``updates``, ``tokens_per_update``,
         ``display_lag_s_mean``, ``display_lag_s_p90``, ``display_lag_s_max``,
         ``first_display_s``, ``added_first_display_s`` (first display minus
@@ -219,38 +219,40 @@ def measure_granularity(
     if len(set(labels)) != len(labels):
         raise ParameterError(f"granularities: must be distinct (got {list(granularities)!r})")
     warmup_s = warm_up(loaded, prompts, settings, warmup)
-    out = {lab: {"requests": [], "wall_s": 0.0, "warmup_s": warmup_s} for lab in labels}
+    out = {lab: PointResult(requests=[], wall_s=0.0, warmup_s=warmup_s) for lab in labels}
     for r in range(repeats):
         batch, tap = _run_tapped(loaded, prompts, replace(settings, seed=settings.seed + r), labels)
         for lab in labels:
-            out[lab]["wall_s"] += batch.wall_s
+            out[lab].wall_s += batch.wall_s
             for rec in batch.records:
                 s = tap.row_summary(rec["request_id"], lab, batch.t_submit)
                 text = s.pop("display_text")
                 row = dict(rec, repeat=r, batch_size=len(prompts), t_start_s=0.0, **s)
                 row["added_first_display_s"] = s["first_display_s"] - rec["ttft_s"]
                 row["text_equal"] = text == rec["text"]
-                out[lab]["requests"].append(row)
+                out[lab].requests.append(row)
     for lab in labels:
-        reqs = out[lab]["requests"]
-        out[lab]["extra"] = {f"{c}_p50": metrics.percentiles([q[c] for q in reqs], (50,))["p50"]
-                             for c in GRANULARITY_COLUMNS}
-        out[lab]["extra"]["text_equal"] = all(q["text_equal"] for q in reqs)
+        reqs = out[lab].requests
+        out[lab].extra = {f"{c}_p50": metrics.percentiles([q[c] for q in reqs], (50,))["p50"]
+                          for c in GRANULARITY_COLUMNS}
+        out[lab].extra["text_equal"] = all(q["text_equal"] for q in reqs)
     return out
 
 
-def measure_point(loaded, cfg: Config, point: dict, base_url: str | None = None, cache: dict | None = None) -> dict:
-    """Measure one point of any of the three sweeps (the measure dict of ``run_sweep``).
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
+    """Measure one point of any of the three sweeps.
 
     Args:
         loaded: :class:`workbench.models.LoadedModel`.
         cfg: the notebook's :class:`Config`.
         point: ``{"max_new_tokens": n}`` (streaming), ``{"granularity": g}`` or ``{"concurrency": c}`` (http).
-        base_url: the server's URL, for http points.
-        cache: a dict shared by the granularity points of one run: the first
-            runs :func:`measure_granularity` once for every granularity (all
-            buffers on one ``generate`` per repeat), later ones reuse it, and a
-            fully resumed sweep runs nothing.
+        state: shared by the points of one sweep: ``base_url``, the server's URL, for http points;
+            ``granularity``, a cache of the granularity points: the first runs :func:`measure_granularity`
+            once for every granularity (all buffers on one ``generate`` per repeat), later ones reuse it,
+            and a fully resumed sweep runs nothing.
+
+    Returns:
+        :class:`workbench.results.PointResult`.
 
     Raises:
         ParameterError: a point of none of these kinds, or an http point without ``base_url``.
@@ -259,17 +261,18 @@ def measure_point(loaded, cfg: Config, point: dict, base_url: str | None = None,
         return measure_stream(loaded, [cfg.prompt] * cfg.batch_size, cfg.settings(point["max_new_tokens"]),
                               cfg.repeats, cfg.warmup)
     if "granularity" in point:
-        cache = {} if cache is None else cache
+        cache = state.setdefault("granularity", {})
         if not cache:
             cache.update(measure_granularity(loaded, cfg.timeline_prompts(),
                                              cfg.settings(cfg.granularity_tokens, ignore_eos=False),
                                              cfg.granularities, cfg.repeats, cfg.warmup))
         return cache[Granularity.parse(point["granularity"]).label]
     if "concurrency" in point:
+        base_url = state.get("base_url")
         if base_url is None:
             raise ParameterError("base_url: an http point needs a running server")
-        return measure_http(base_url, cfg.timeline_prompts(), point["concurrency"], cfg.http_tokens,
-                            cfg.repeats, cfg.warmup, cfg.temperature, cfg.seed, tokenizer=loaded.tokenizer)
+        return PointResult.of(measure_http(base_url, cfg.timeline_prompts(), point["concurrency"], cfg.http_tokens,
+                            cfg.repeats, cfg.warmup, cfg.temperature, cfg.seed, tokenizer=loaded.tokenizer))
     raise ParameterError(f"point: expected max_new_tokens, granularity or concurrency (got {point!r})")
 
 
@@ -280,15 +283,17 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         The points of the three sweeps (``experiment`` tells them apart).
     """
     common = dict(resume=resume, info=loaded.info, loaded=loaded, config=cfg)
+    streaming: dict = {}
     frames = [sweeps.run_sweep(run_dir, "streaming", sweeps.expand_grid(max_new_tokens=cfg.output_tokens),
-                               lambda p: measure_point(loaded, cfg, p), **common)]
-    cache: dict = {}
+                               lambda p: measure_point(loaded, cfg, p, streaming), **common)]
+    granularity: dict = {}
     frames.append(sweeps.run_sweep(run_dir, "granularity", sweeps.expand_grid(granularity=cfg.granularities),
-                                   lambda p: measure_point(loaded, cfg, p, cache=cache), **common))
+                                   lambda p: measure_point(loaded, cfg, p, granularity), **common))
     if cfg.http:
         with ServerThread(loaded) as srv:
+            http = {"base_url": srv.base_url}
             frames.append(sweeps.run_sweep(run_dir, "http", sweeps.expand_grid(concurrency=cfg.http_concurrency),
-                                           lambda p: measure_point(loaded, cfg, p, base_url=srv.base_url), **common))
+                                           lambda p: measure_point(loaded, cfg, p, http), **common))
     return pd.concat(frames, ignore_index=True)
 
 

@@ -59,6 +59,7 @@ from .. import checks, metrics, reading, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings, eos_token_ids, generate_measured
 from ..plots import label, ok_points, split_by_device
+from ..results import PointResult
 
 EXPERIMENT = "streaming_reader"
 PROXY_MODES = ("direct", "buffering_default", "buffering_on", "buffering_off", "header")
@@ -382,8 +383,22 @@ def _reader_rows(cfg: Config, loaded, lang: str, repeat: int) -> list[dict]:
     return [{**base, **r, "repeat": repeat, "request_id": i} for i, r in enumerate(rows)]
 
 
-def measure_point(bench: _Bench, cfg: Config, point: dict) -> dict:
-    """One point of the grid (``part`` reader / proxy / keepalive); ``run_sweep``'s measure dict."""
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
+    """One point of the grid (``part`` reader / proxy / keepalive).
+
+    Args:
+        loaded: :class:`workbench.models.LoadedModel`.
+        cfg: the sweep's config.
+        point: ``{"part", ...}`` (:meth:`Config.grid`).
+        state: shared by the points of one sweep: ``bench``, the servers and proxies (a :class:`_Bench` is
+            made on the first point when absent; the caller closes it).
+
+    Returns:
+        :class:`workbench.results.PointResult`: one row per request and the point's wall time.
+    """
+    if "bench" not in state:
+        state["bench"] = _Bench(cfg, loaded)
+    bench: _Bench = state["bench"]
     t0 = time.perf_counter()
     rows: list[dict] = []
     if point["part"] == "reader":
@@ -414,10 +429,8 @@ def measure_point(bench: _Bench, cfg: Config, point: dict) -> dict:
     for row in rows:
         row.setdefault("max_new_tokens", cfg.max_new_tokens)
     wall = time.perf_counter() - t0
-    out = {"requests": rows, "wall_s": wall}
-    if point["part"] == "reader" and rows:
-        out["extra"] = generation_columns(rows, wall)
-    return out
+    extra = generation_columns(rows, wall) if point["part"] == "reader" and rows else {}
+    return PointResult(requests=rows, wall_s=wall, extra=extra)
 
 
 def generation_columns(rows: list[dict], wall_s: float) -> dict:
@@ -440,9 +453,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     binary, reason = nginx_status()
     results.save_text(run_dir, f"{EXPERIMENT}_nginx.txt", f"nginx: {binary}\n" if binary else f"skipped: {reason}\n")
     bench = _Bench(cfg, loaded)
+    state = {"bench": bench}
     try:
         return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(nginx_ok=binary is not None),
-                                lambda p: measure_point(bench, cfg, p), resume=resume, info=loaded.info, config=cfg)
+                                lambda p: measure_point(loaded, cfg, p, state), resume=resume, info=loaded.info,
+                                config=cfg)
     finally:
         bench.close()
 

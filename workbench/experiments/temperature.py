@@ -28,6 +28,7 @@ from .. import plots, quality, roofline
 from ..checks import check_bool, check_choice_list, check_float_list, check_int
 from ..errors import ParameterError
 from ..generation import GenerationSettings, encode_prompts
+from ..results import PointResult
 from ..sweeps import SweepConfig, measure_generation, run_sweep
 
 EXPERIMENT = "temperature"
@@ -131,31 +132,38 @@ def score_records(loaded, records: list[dict], prompt_dicts: list[dict], with_pe
             rec["perplexity"] = float("nan")
 
 
-def measure_point(loaded, cfg: Config, point: dict) -> dict:
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One (family, temperature, top_p) point: ``repeats`` seeded samples of the family's batch, scored.
 
+    Args:
+        loaded: :class:`workbench.models.LoadedModel`.
+        cfg: the sweep's config.
+        point: ``{"family", "temperature", "top_p"}``.
+        state: the sweep's shared state (unused: every point warms up itself).
+
     Returns:
-        The measure-dict of :func:`workbench.sweeps.run_sweep`; ``extra`` holds ``truncated_rate`` (share of
+        :class:`workbench.results.PointResult`; ``extra`` holds ``truncated_rate`` (share of
         answers cut by ``max_new_tokens``) and ``output_tokens_mean``.
     """
     prompt_dicts = cfg.prompts(point["family"])
     out = measure_generation(loaded, [p["prompt"] for p in prompt_dicts], cfg.settings(point), cfg.repeats, cfg.warmup)
-    score_records(loaded, out["requests"], prompt_dicts, cfg.perplexity)
-    n = len(out["requests"])
-    out["extra"] = {
-        "truncated_rate": sum(r["truncated"] for r in out["requests"]) / n if n else float("nan"),
-        "output_tokens_mean": sum(r["output_tokens"] for r in out["requests"]) / n if n else float("nan"),
+    score_records(loaded, out.requests, prompt_dicts, cfg.perplexity)
+    n = len(out.requests)
+    out.extra = {
+        "truncated_rate": sum(r["truncated"] for r in out.requests) / n if n else float("nan"),
+        "output_tokens_mean": sum(r["output_tokens"] for r in out.requests) / n if n else float("nan"),
         # the shape every forward pass of the family's batch ran at (left padding to the longest prompt):
         # what the roofline's prediction beside the measured points needs
         "batch_size": len(prompt_dicts),
-        "prompt_tokens": max((r["prompt_tokens"] for r in out["requests"]), default=float("nan")),
+        "prompt_tokens": max((r["prompt_tokens"] for r in out.requests), default=float("nan")),
     }
     return out
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Every point of ``cfg.grid()`` through :func:`workbench.sweeps.run_sweep`; returns the points DataFrame."""
-    return run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p),
+    state: dict = {}
+    return run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
                      resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 

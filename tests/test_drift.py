@@ -1,0 +1,54 @@
+"""The drift reference (:mod:`workbench.drift`): reuse between sweeps, its verdict (fakes, no model)."""
+import gc
+from types import SimpleNamespace
+
+import pytest
+
+from workbench import drift, models, results
+
+
+def test_back_to_back_sweeps_share_the_reference_between_them(monkeypatch):
+    """The end reference of one sweep is the start reference of the next when it was measured moments ago;
+    a stale one is measured again, and the warm-up runs once per model."""
+    calls = {"generate": 0, "warm": 0}
+
+    def fake_generate(loaded, prompts, settings):
+        calls["generate"] += 1
+        return SimpleNamespace(records=[{"tpot_s": (0.3, 0.1, 0.2)[calls["generate"] % 3]}])
+
+    monkeypatch.setattr(drift, "generate_measured", fake_generate)
+    monkeypatch.setattr(drift, "warm_up", lambda *a, **k: calls.__setitem__("warm", calls["warm"] + 1))
+    monkeypatch.setattr("workbench.prompts.build_batch", lambda tok, b, n: ["x"])
+    before = len(drift._LAST_REFERENCE)
+    fake = models.LoadedModel(model=None, tokenizer=None, info=None)
+    assert drift.reference_tpot_s(fake, drift.REFERENCE_REUSE_S) == 0.1   # first: warm-up, fastest of 3 runs
+    assert calls == {"generate": 3, "warm": 1}
+    drift.reference_tpot_s(fake, drift.REFERENCE_REUSE_S)                   # moments later: reused
+    assert calls == {"generate": 3, "warm": 1}
+    drift.reference_tpot_s(fake)                                             # an end reference: always measured
+    assert calls == {"generate": 6, "warm": 1}
+    drift._LAST_REFERENCE[fake] = (0.0, 0.1)                                # long ago: measured again
+    drift.reference_tpot_s(fake, drift.REFERENCE_REUSE_S)
+    assert calls == {"generate": 9, "warm": 1}
+    other = models.LoadedModel(model=None, tokenizer=None, info=None)      # another model: its own warm-up
+    drift.reference_tpot_s(other, drift.REFERENCE_REUSE_S)
+    assert calls == {"generate": 12, "warm": 2}
+    del fake, other
+    gc.collect()
+    assert len(drift._LAST_REFERENCE) == before                             # freed models leave no reference
+
+
+def test_check_records_the_pair_and_marks_only_ok_points_beyond_the_limit(monkeypatch):
+    marked = []
+    monkeypatch.setattr(results, "mark_invalid", lambda run, ids, reason: marked.append((ids, reason)))
+    run = results.create_run()
+    results.update_manifest(run, experiments={"x": {"points": []}})
+    ok = ("x/a=1", {"status": "ok"})
+    failed = ("x/a=2", {"status": "failed: boom"})
+    drift.check(run, "x", 0.10, 0.10 * (1 + drift.DRIFT_LIMIT / 2), [ok, failed])
+    assert marked == []
+    entry = results.read_manifest(run)["experiments"]["x"]
+    assert entry["reference_tpot_s"] == [0.10, pytest.approx(0.10 * (1 + drift.DRIFT_LIMIT / 2))]
+    drift.check(run, "x", 0.10, 0.10 * (1 + 2 * drift.DRIFT_LIMIT), [ok, failed], worker="worker-1")
+    assert [ids for ids, _ in marked] == [["x/a=1"]] and "on worker-1" in marked[0][1]
+    assert "worker-1" in results.read_manifest(run)["experiments"]["x"]["worker_drift"]

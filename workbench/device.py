@@ -1,0 +1,208 @@
+"""The ground floor: device synchronisation, the device probe, peak memory and the environment facts.
+
+Everything here reads the machine and nothing of the workbench above it (it imports no other workbench
+module), so every instrument (:mod:`workbench.generation`, :mod:`workbench.metrics`,
+:mod:`workbench.energy`) and the run machinery can use it without an import circle.
+
+- :func:`synchronize`: wait for queued device work before a clock is read (CUDA and MPS are
+  asynchronous; nanochat's ``scripts/infer_bench.py`` does the same around every timed call).
+- :func:`probe_device`: peak copy bandwidth and matmul FLOP/s, the denominators of MBU / MFU.
+- :func:`reset_peak_memory` / :func:`peak_memory_bytes`: a point's peak-memory window.
+- :func:`facts` and :func:`git_commit`: versions, threads, code commit, model and probed peaks
+  (optimum-benchmark and lm-evaluation-harness record the same next to each run).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import time
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[1]
+
+PROBE_SPREAD_LIMIT = 0.25  # a probe whose trials spread more than this (max-min over median) is flagged noisy
+
+#: The probe figures recorded in the environment (:func:`facts`).
+PROBE_KEYS = ("bandwidth_bytes_per_s", "flops_per_s", "bandwidth_spread", "flops_spread", "probe_trials",
+              "probe_noisy")
+
+
+def synchronize(device_type: str) -> None:
+    """Wait for queued device work before a clock is read: CUDA and Apple MPS are asynchronous; CPU is not."""
+    if device_type.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+    elif device_type.startswith("mps"):
+        import torch
+
+        torch.mps.synchronize()
+
+
+def _timed_trials(fn, device: str, trials: int) -> list[float]:
+    out = []
+    for _ in range(trials):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def probe_device(device: str = "cpu", dtype: str = "float32", trials: int = 7) -> dict:
+    """Measure peak memory bandwidth and matmul FLOP/s of a device: medians of several trials, with spread.
+
+    Bandwidth: a copy between two 512 MiB buffers (far larger than any last-level cache, so the copy
+    streams from memory; read + write = 2 x size bytes per copy), the median of ``trials`` copies after
+    one untimed copy. FLOP/s: an ``n x n`` matmul in ``dtype`` (``2 n^3`` FLOPs; ``n = 2048`` on CPU and
+    MPS, 8192 on CUDA) in ``nn.Linear``'s layout (``x @ W.T``, the layout every model layer runs; on CPUs
+    without bf16 units a bfloat16 ``a @ b`` falls to a path ~10x slower than the layers'), the median of
+    ``trials`` after a warm-up. Each figure's spread is
+    ``(max - min) / median`` of the per-trial rates; above :data:`PROBE_SPREAD_LIMIT` the probe is
+    ``noisy`` (other load ran) and MBU/MFU divided by it deserve doubt. Device synchronisation (CUDA,
+    MPS) before every clock read.
+
+    Returns:
+        ``{"bandwidth_bytes_per_s", "flops_per_s", "bandwidth_spread", "flops_spread", "probe_trials",
+        "probe_noisy" (bool), "device", "dtype"}``.
+    """
+    import numpy as np
+    import torch
+
+    dt = getattr(torch, dtype)
+    n_bytes = 512 << 20
+    src = torch.empty(n_bytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    bw = 2 * n_bytes / np.asarray(_timed_trials(lambda: dst.copy_(src), device, trials))
+    n = 8192 if device.startswith("cuda") else 2048
+    a = torch.randn(n, n, device=device).to(dt)
+    b = torch.randn(n, n, device=device).to(dt)
+    bt = b.t()
+    a @ bt
+    fl = 2 * n**3 / np.asarray(_timed_trials(lambda: a @ bt, device, trials))
+
+    def spread(x):
+        return float((x.max() - x.min()) / np.median(x))
+
+    out = {"bandwidth_bytes_per_s": float(np.median(bw)), "flops_per_s": float(np.median(fl)),
+           "bandwidth_spread": spread(bw), "flops_spread": spread(fl), "probe_trials": trials,
+           "device": device, "dtype": dtype}
+    out["probe_noisy"] = max(out["bandwidth_spread"], out["flops_spread"]) > PROBE_SPREAD_LIMIT
+    return out
+
+
+def reset_peak_memory(device: str) -> None:
+    """Start a new peak-memory window (call before a point's first run).
+
+    CUDA: ``torch.cuda.reset_peak_memory_stats``. Linux CPU: writing ``5`` to ``/proc/self/clear_refs``
+    resets the process's resident high-water mark ``VmHWM`` (proc(5)). Elsewhere nothing can be reset.
+    """
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_memory_bytes(device: str) -> tuple[int | None, str]:
+    """Peak memory since :func:`reset_peak_memory`, and how it was measured.
+
+    Returns:
+        ``(bytes, method)``: CUDA ``torch.cuda.max_memory_allocated`` (``cuda_max_allocated``); Linux CPU
+        the resident high-water mark ``VmHWM`` of ``/proc/self/status`` (``vmhwm``: the whole process,
+        weights included); else ``(None, "unavailable")`` - never the current size passed off as a peak.
+    """
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.max_memory_allocated()), "cuda_max_allocated"
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024, "vmhwm"
+    except OSError:
+        pass
+    return None, "unavailable"
+
+
+def git_commit() -> str | None:
+    """The workbench's git commit (with ``-dirty`` when the tree has changes), or None outside git."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=_REPO, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=_REPO, capture_output=True, text=True,
+            timeout=5,
+        ).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except Exception:
+        return None
+
+
+def facts(info=None, seed: int | None = None, probe: bool = True, prior: dict | None = None) -> dict:
+    """What a measurement ran on: versions, threads, git commit, device and its probed bandwidth / FLOP/s.
+
+    Args:
+        info: :class:`workbench.models.ModelInfo` of the loaded model, or None (then no model, device or
+            probe figures).
+        seed: the run's base seed.
+        probe: run :func:`probe_device` (2-3 s, cached per process) when ``prior`` has no figures.
+        prior: probe figures (:data:`PROBE_KEYS`) already measured on this device and dtype (e.g. by the
+            run's current session, :func:`workbench.results.environment`); used instead of a new probe.
+
+    Returns:
+        A flat dict: ``python``, ``platform``, ``torch``, ``transformers``, ``workbench``, ``git_commit``,
+        ``torch_threads``, ``omp_num_threads``, ``omp_wait_policy``, ``cpu_count``, ``seed``; with ``info``
+        also the model facts (``model``, ``model_path``, ``model_sha256``, ``num_params``, ``weight_bytes``,
+        ``dtype``, ``device``, ``device_name``) and the probe figures.
+    """
+    import platform
+
+    import torch
+    import transformers
+
+    from . import __version__
+
+    env = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "workbench": __version__,
+        "git_commit": git_commit(),
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "cpu_count": os.cpu_count(),
+        "seed": seed,
+    }
+    if info is not None:
+        env.update(
+            model=info.name,
+            model_path=info.path,
+            model_sha256=info.weights_sha256,
+            num_params=info.num_params,
+            weight_bytes=info.weight_bytes,
+            dtype=info.dtype,
+            device=info.device,
+            device_name=info.device_name,
+        )
+        if prior:
+            env.update(prior)
+        elif probe:
+            dev = "cuda" if info.device.startswith("cuda") else info.device
+            p = probe_device(dev, info.dtype)
+            env.update({k: p[k] for k in PROBE_KEYS})
+    return env
