@@ -267,24 +267,24 @@ def test_adaptive_search_runs_with_a_drift_reference(monkeypatch):
     points valid. A fake measurement and a reference that doubles: every point of the search is invalid."""
     from types import SimpleNamespace
 
-    from workbench import roofline, sweeps
+    from workbench import drift, roofline, sweeps
 
     cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
                     cache_implementations=["dynamic", "static"], search="adaptive", repeats=2, calibrate=False)
     monkeypatch.setattr(et, "reference", lambda cfg: {})
     monkeypatch.setattr(et, "make_predictor", lambda cfg, loaded: None)
 
-    def fake_point(cfg, point, ref, predictor=None):
+    def fake_point(loaded, cfg, point, state):
         t = 1.0 if point["dtype"] == "float32" else 0.8
         reqs = [{"repeat": r, "batch_size": 1, "prompt_tokens": 128, "output_tokens": 16, "ttft_s": 0.1,
                  "prefill_s": 0.05, "tpot_s": (t - 0.1) / 15, "e2e_s": t, "itl_s": [0.05] * 15} for r in range(2)]
-        return {"requests": reqs, "wall_s": 2 * t, "extra": {"config": et.config_name(point), "guard_passed": True,
-                                                            "guard_reason": "", "token_agreement": 1.0,
-                                                            "logprob_drift": 0.0, "first_divergence": 16}}
+        return results.PointResult(requests=reqs, wall_s=2 * t,
+                                   extra={"config": et.config_name(point), "guard_passed": True, "guard_reason": "",
+                                          "token_agreement": 1.0, "logprob_drift": 0.0, "first_divergence": 16})
 
     monkeypatch.setattr(et, "measure_point", fake_point)
     refs = iter([0.05, 0.10])
-    monkeypatch.setattr(sweeps, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs))
+    monkeypatch.setattr(drift, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs))
     run = results.create_run()
     points = et.run(cfg, run, SimpleNamespace(info=None))
     entry = results.read_manifest(run)["experiments"]["engine_tuning"]

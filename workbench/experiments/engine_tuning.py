@@ -46,7 +46,7 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import checks, evidence, metrics, models, results, roofline, slo, sweeps
+from .. import checks, drift, evidence, metrics, models, results, roofline, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings, encode_prompts, generate_measured
 from ..plots import label, legend_below, split_by_device
@@ -410,7 +410,7 @@ def measured_utilisation(loaded, requests: list[dict], point: dict,
                          predictor: roofline.Predictor | None = None) -> dict:
     """MBU and MFU of a point from the model it measured (``loaded``: the configuration's dtype, so its weight
     and KV bytes) over the peaks probed in that dtype (:func:`dtype_peaks`), the formulas of
-    :func:`workbench.sweeps._utilisation`. The sweep's own figures use the notebook's model (float32): for a
+    :func:`workbench.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
     bfloat16 point they counted twice the bytes and divided by float32's FLOP/s; these columns replace them.
 
     Returns:
@@ -423,7 +423,7 @@ def measured_utilisation(loaded, requests: list[dict], point: dict,
     summary = {f"{c}_p50": metrics.percentiles(done[c].tolist() if c in done else [], (50,))["p50"]
                for c in ("tpot_s", "prefill_s")}
     peaks = dtype_peaks(loaded.info.device.split(":")[0], loaded.info.dtype, point.get("torch_threads"), predictor)
-    return sweeps._utilisation(req, summary, loaded.info, peaks)
+    return metrics.utilisation(req, summary, loaded.info, peaks)
 
 
 def repeat_statistics(requests: list[dict]) -> dict:
@@ -720,11 +720,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
             return objective(row.iloc[0]) if len(row) else math.inf
 
         # the drift reference of the whole search, as run_sweep measures one around a grid: start, end, verdict
-        ref_start = sweeps.reference_tpot_s(loaded, sweeps.REFERENCE_REUSE_S)
+        ref_start = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S)
         _, seen, converged = coordinate_search(cfg.axes(), evaluate)
         done = results.read_points(run_dir, EXPERIMENT)
         done = done[done["point_id"].isin(ids)]
-        sweeps._check_drift(run_dir, EXPERIMENT, ref_start, sweeps.reference_tpot_s(loaded),
+        drift.check(run_dir, EXPERIMENT, ref_start, drift.reference_tpot_s(loaded),
                             [(r["point_id"], r) for r in done.to_dict("records")])
         exp = results.read_manifest(run_dir)["experiments"][EXPERIMENT]
         summary = {"search": "adaptive", "search_evaluated": len(seen), "search_grid": len(cfg.configurations()),
