@@ -328,28 +328,26 @@ def difference_interval(k1: int, n1: int, k2: int, n2: int, confidence: float = 
     return Interval(d, lo, hi, n1 + n2, f"Newcombe score interval, {n1}+{n2}", confidence)
 
 
+def _verdict(iv: Interval, null: float) -> str:
+    if not iv.shown:
+        return "not supported"
+    if iv.low > null:
+        return "higher"
+    if iv.high < null:
+        return "lower"
+    return "no difference beyond noise"
+
+
 def ratio_verdict(iv: Interval) -> str:
     """``"higher"`` / ``"lower"`` when the ratio's interval excludes 1, else ``"no difference beyond noise"``
     (or ``"not supported"`` when there is no interval)."""
-    if not iv.shown:
-        return "not supported"
-    if iv.low > 1:
-        return "higher"
-    if iv.high < 1:
-        return "lower"
-    return "no difference beyond noise"
+    return _verdict(iv, 1.0)
 
 
 def difference_verdict(iv: Interval) -> str:
     """``"higher"`` / ``"lower"`` when the difference's interval excludes 0, else ``"no difference beyond
     noise"`` (or ``"not supported"`` when there is no interval)."""
-    if not iv.shown:
-        return "not supported"
-    if iv.low > 0:
-        return "higher"
-    if iv.high < 0:
-        return "lower"
-    return "no difference beyond noise"
+    return _verdict(iv, 0.0)
 
 
 def effect_word(verdict: str, higher_is_better: bool) -> str:
