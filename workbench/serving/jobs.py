@@ -78,7 +78,7 @@ from ..checks import check_float, check_int
 from ..errors import ParameterError
 from . import engines
 from .events import DONE, KEEPALIVE_COMMENT, check_last_event_id, last_event_id, numbered, sse_data, sse_response
-from .http import SEED_MAX, ApiError, read_json_object, validate
+from .http import SEED_MAX, ApiError, check_model, read_json_object, validate
 
 log = logging.getLogger(__name__)
 
@@ -780,6 +780,9 @@ async def post_job(request: Request):
     from fastapi.responses import JSONResponse
 
     payload = await read_json_object(request)
+    chat_cfg = getattr(request.app.state, "chat", None)
+    if chat_cfg is not None:
+        check_model(payload.get("model"), chat_cfg.model_names)
     st = await asyncio.to_thread(_store(request).submit, payload)
     return JSONResponse(st, status_code=202, headers={"Location": f"/v1/jobs/{st['id']}"})
 
