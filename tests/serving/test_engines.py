@@ -227,3 +227,25 @@ def test_continuous_engine_running_requests_stay_within_its_batch(loaded):
             engines.RunningSampler(eng, interval_s=0.002) as sampler:
         engines.run_requests(eng, [engines.EngineRequest(_ids(tok, PROMPTS[i % 3]), s) for i in range(6)])
     assert 1 <= sampler.stats()["engine_batch_max"] <= 2
+
+
+@pytest.mark.model
+def test_continuous_prefix_sharing_reports_cached_tokens(loaded):
+    """With prefix sharing a request repeating a served prompt reuses its full cache pages (cached_tokens > 0,
+    whole pages, less than the prompt) and its greedy output is unchanged; without it cached_tokens is 0."""
+    tok = loaded.tokenizer
+    s = GenerationSettings(max_new_tokens=4, ignore_eos=True)
+    ids = _ids(tok, "Describe the sea in detail: " + "waves and tides and salt and wind, " * 6)
+    out = {}
+    for sharing in (False, True):
+        with engines.ContinuousEngine(loaded, s, max_batch_size=2, max_seq_tokens=256, page_size=16,
+                                      prefix_sharing=sharing) as eng:
+            first = engines.run_requests(eng, [engines.EngineRequest(ids, s)])[0]
+            again = engines.run_requests(eng, [engines.EngineRequest(ids, s)])[0]
+        out[sharing] = (first, again)
+    assert [r["cached_tokens"] for r in out[False]] == [0, 0]
+    first, again = out[True]
+    assert first["cached_tokens"] == 0 and 0 < again["cached_tokens"] < len(ids) and again["cached_tokens"] % 16 == 0
+    assert again["output_ids"] == first["output_ids"] == out[False][0]["output_ids"]
+    with pytest.raises(ParameterError, match="^prefix_sharing:"):
+        engines.make_engine("fifo", loaded, prefix_sharing=True)
