@@ -28,8 +28,10 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
   streaming response starts once the first token exists, so its headers can
   carry its TTFT) and in an ``engine`` field of the body or of the final
   chunk (the one with ``finish_reason``).
-- **A client that disconnects stops its generation**: the stream's cleanup stops
-  the engine request (:meth:`workbench.serving.engines.EngineRequest.stop`), which the
+- **A client that disconnects stops its generation**, streaming or not, before or after the first byte:
+  until its response starts a task awaits the connection's ``http.disconnect``
+  (:class:`workbench.serving.chat.DisconnectWatch`), after it the stream's cleanup does; either stops
+  the engine request (:meth:`workbench.serving.engines.EngineRequest.stop`, reason ``cancelled``), which the
   engine checks after every decode step; a request stopped while queued never starts.
 - Malformed or deeply nested JSON, schema violations, out-of-range seeds,
   unsupported OpenAI options (``n`` > 1, ``logprobs``, ``tools``, penalties, ...;
@@ -69,7 +71,9 @@ This module assembles the app (:func:`create_app`: the engine, the routes of
 timing) is :mod:`workbench.serving.client`. Run from the command line with
 ``python -m workbench.serving.server [--model M] [--host H] [--port P]``
 (:func:`main`; ``--api-key``, ``--max-queue``, ``--max-tokens-limit``,
-``--request-timeout``). A missing model or an unavailable device is a one-line
+``--request-timeout``, ``--engine``, ``--prefix-sharing``, ``--served-model-name``, ``--model-alias``,
+``--jobs`` / ``--jobs-db``, ``--limit-concurrency``, ``--timeout-keep-alive``, ``--max-header-bytes``,
+``--body-read-timeout``). A missing model or an unavailable device is a one-line
 error (exit 2) before anything loads.
 """
 
