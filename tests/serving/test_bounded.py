@@ -120,3 +120,17 @@ def test_overload_is_503_and_a_slow_body_is_408(loaded):
                 assert other.recv(4096).split(b"\r\n")[0].endswith(b"503 Service Unavailable")
         assert srv.engine.wait_idle(120)
         assert httpx.get(srv.base_url + "/health", timeout=30).status_code == 200
+
+
+def test_a_server_fault_is_a_logged_json_500(loaded, caplog, monkeypatch):
+    import logging
+
+    with ServerThread(loaded) as srv:
+        def broken(req, max_pending=None):
+            raise RuntimeError("the engine's disk is on fire")
+
+        monkeypatch.setattr(srv.engine, "submit", broken)
+        with caplog.at_level(logging.ERROR, logger="workbench.serving"):
+            r = _post(srv, {"messages": MESSAGES, "max_tokens": 2})
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+    assert any("disk is on fire" in rec.getMessage() and rec.exc_info for rec in caplog.records)

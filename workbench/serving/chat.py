@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 import uuid
 
@@ -45,6 +46,8 @@ from . import engines
 from .events import DONE, sse_data
 from .http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, check_model, parameter_error, read_json_object, validate
 from .protocol import SERVED_MODEL
+
+log = logging.getLogger(__name__)
 
 MAX_QUEUE = 64               # requests waiting behind the one being served; more get 429
 REQUEST_TIMEOUT_S = 600.0    # a request still running after this is stopped
@@ -179,7 +182,8 @@ class Reply:
         t0 = self.request.t_arrival
         info.update(steps=res["output_tokens"], engine_ttft_s=res["ttft_s"],
                     engine_first_text_s=(self.t_first_text - t0) if self.t_first_text else float("nan"))
-        if res.get("error") and res["finish_reason"] == "error":
+        if res.get("error") and res["finish_reason"] == "error":  # a server fault: logged with its cause
+            log.error("chat request %s: the engine failed: %s", res.get("id"), res["error"])
             self.emit("error", res["error"])
         else:
             self.emit("done", info)
