@@ -4,7 +4,6 @@ field is checked, per-request sampling on the continuous engine over HTTP, disco
 import json
 import socket
 import threading
-import time
 
 import httpx
 import pytest

@@ -1,7 +1,6 @@
 """The job store loses nothing (issue 23): failed writes roll back, later writes survive a kill, one server
 per store. A stand-in engine (nothing generates) over the real default model's tokenizer."""
 
-import json
 import os
 import sqlite3
 import subprocess
