@@ -133,3 +133,16 @@ def test_a_server_fault_is_a_logged_json_500(loaded, caplog, monkeypatch):
             r = _post(srv, {"messages": MESSAGES, "max_tokens": 2})
     assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
     assert any("disk is on fire" in rec.getMessage() and rec.exc_info for rec in caplog.records)
+
+
+def test_a_slow_request_head_is_closed(loaded):
+    """A client sending its request head and never finishing it loses the connection; the server serves on."""
+    with ServerThread(loaded, limits=ServerLimits(header_read_timeout_s=0.3)) as srv:
+        with socket.create_connection((srv.host, srv.port)) as slow:
+            slow.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the head never ends
+            slow.settimeout(30)
+            assert slow.recv(4096) == b""  # closed by the server
+        with httpx.Client(timeout=30) as c:  # a kept-alive connection between requests is not cut mid-request
+            assert c.get(srv.base_url + "/health").status_code == 200
+            assert c.post(srv.base_url + "/v1/chat/completions",
+                          json={"messages": MESSAGES, "max_tokens": 40, "ignore_eos": True}).status_code == 200

@@ -59,8 +59,9 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
   Unavailable`` at once, before the app runs; a client retries later), idle keep-alive connections closed
   after ``timeout_keep_alive_s``, request heads larger than ``max_header_bytes`` refused by h11 (400), and
   request bodies not received within ``body_read_timeout_s`` answered 408
-  (:func:`workbench.serving.http.read_json_object`). uvicorn starts no timer while a new connection's
-  first request head arrives; ``limit_concurrency`` bounds how many such connections can be held.
+  (:func:`workbench.serving.http.read_json_object`), and a connection that sends no whole request head
+  within ``header_read_timeout_s`` closed (:func:`head_timeout_protocol`: uvicorn itself times nothing
+  while a head arrives).
 - **The model field** names the served model or one of ``model_aliases`` (404 ``NotFoundError`` otherwise,
   400 past :data:`workbench.serving.http.MAX_MODEL_NAME` characters).
 
@@ -102,6 +103,8 @@ class ServerLimits:
         limit_concurrency: open connections / running requests at most; past it uvicorn answers 503.
         timeout_keep_alive_s: an idle keep-alive connection is closed after this many seconds.
         max_header_bytes: the largest request head h11 accepts (``h11_max_incomplete_event_size``).
+        header_read_timeout_s: a connection that has not sent a whole request head this long after it opened
+            (or after its last response) is closed (:func:`head_timeout_protocol`).
 
     Raises:
         ParameterError: a value out of range (one line).
@@ -110,17 +113,53 @@ class ServerLimits:
     limit_concurrency: int = 256
     timeout_keep_alive_s: float = 5.0
     max_header_bytes: int = 16 * 1024
+    header_read_timeout_s: float = 10.0
 
     def __post_init__(self):
         check_int("limit_concurrency", self.limit_concurrency, lo=1)
         check_float("timeout_keep_alive_s", self.timeout_keep_alive_s, lo=0, lo_open=True)
         check_int("max_header_bytes", self.max_header_bytes, lo=1024)
+        check_float("header_read_timeout_s", self.header_read_timeout_s, lo=0, lo_open=True)
 
     def uvicorn_kwargs(self) -> dict:
-        """The ``uvicorn.Config`` keywords (the h11 protocol, so the head limit applies)."""
-        return {"http": "h11", "limit_concurrency": self.limit_concurrency,
+        """The ``uvicorn.Config`` keywords (uvicorn's h11 protocol with a head timeout, so the head limits apply)."""
+        return {"http": head_timeout_protocol(self.header_read_timeout_s), "limit_concurrency": self.limit_concurrency,
                 "timeout_keep_alive": self.timeout_keep_alive_s,
                 "h11_max_incomplete_event_size": self.max_header_bytes}
+
+
+def head_timeout_protocol(timeout_s: float):
+    """uvicorn's h11 protocol class, closing a connection that sends no whole request head within
+    ``timeout_s`` seconds of opening or of its last response (uvicorn itself times nothing while a head
+    arrives, so a client sending a head byte by byte would hold its connection forever). A request in
+    progress (head received) is never closed by it; its body has :data:`workbench.serving.http.BODY_READ_TIMEOUT_S`."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadTimeoutH11Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._waiting_since = self.loop.time()
+            self._head_timer = self.loop.call_later(timeout_s, self._check_head)
+
+        def _check_head(self) -> None:
+            if self.transport.is_closing():
+                return
+            waiting = self.cycle is None or self.cycle.response_complete
+            left = self._waiting_since + timeout_s - self.loop.time()
+            if waiting and left <= 0:
+                self.transport.close()
+                return
+            self._head_timer = self.loop.call_later(left if waiting else timeout_s, self._check_head)
+
+        def on_response_complete(self) -> None:
+            self._waiting_since = self.loop.time()
+            super().on_response_complete()
+
+        def connection_lost(self, exc) -> None:
+            self._head_timer.cancel()
+            super().connection_lost(exc)
+
+    return HeadTimeoutH11Protocol
 
 
 def make_server_engine(loaded, name: str, max_batch_size: int = 8, batch_window_s: float = 0.05,
@@ -370,11 +409,13 @@ def main(argv=None, prog: str | None = None) -> None:
                    help="seconds an idle keep-alive connection stays open")
     p.add_argument("--max-header-bytes", type=int, default=limits.max_header_bytes,
                    help="largest request head accepted (h11)")
+    p.add_argument("--header-read-timeout", type=float, default=limits.header_read_timeout_s,
+                   help="seconds a connection may take to send a request head (closed past it)")
     p.add_argument("--body-read-timeout", type=float, default=http.BODY_READ_TIMEOUT_S,
                    help="seconds a request body may take to arrive (408 past it)")
     a = p.parse_args(argv)
     try:
-        limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes)
+        limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes, a.header_read_timeout)
         jobs = {"path": a.jobs_db} if a.jobs_db else ({} if a.jobs else None)
         serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, api_key=a.api_key, max_queue=a.max_queue,
               max_tokens_limit=a.max_tokens_limit, request_timeout_s=a.request_timeout,
