@@ -146,3 +146,16 @@ def test_a_slow_request_head_is_closed(loaded):
             assert c.get(srv.base_url + "/health").status_code == 200
             assert c.post(srv.base_url + "/v1/chat/completions",
                           json={"messages": MESSAGES, "max_tokens": 40, "ignore_eos": True}).status_code == 200
+
+
+def test_job_routes_check_the_model_and_last_event_id(loaded, tmp_path):
+    with ServerThread(loaded, jobs={"path": tmp_path / "j.sqlite3"}) as srv:
+        r = httpx.post(srv.base_url + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": 2, "model": "nope"},
+                       timeout=60)
+        _error(r, 404, "model")
+        r = httpx.post(srv.base_url + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": 2}, timeout=60)
+        assert r.status_code == 202, r.text
+        jid = r.json()["id"]
+        r = httpx.get(f"{srv.base_url}/v1/jobs/{jid}/events", headers={"Last-Event-ID": f"{jid}:\u0663".encode()},
+                      timeout=60)
+        _error(r, 400, "Last-Event-ID")
