@@ -238,6 +238,53 @@ def _owner_text(owner: dict) -> str:
             + (f", since {owner['since_utc']}" if owner.get("since_utc") else ""))
 
 
+def take_owner_lock(path, refuse) -> tuple[int, dict, dict]:
+    """Take the exclusive owner lock ``path`` (a file naming its owner: pid, host, start time) for this process.
+
+    An OS advisory lock (``flock``) on an open file: the kernel releases it when the owner dies, so a lock left
+    by a killed process is stale and simply taken over; a second holder, even in this process, is refused.
+    Release by closing the returned descriptor (:func:`release_owner_lock`). The one lock of the project: run
+    folders (:func:`lock_run`) and the serving job store (:mod:`workbench.serving.jobs`) both take it.
+
+    Args:
+        path: the lock file (created).
+        refuse: ``callable(owner_text) -> Exception`` raised when another holder has it (``owner_text`` names
+            its pid, host and start time).
+
+    Returns:
+        ``(fd, me, previous)``: the open descriptor (-1 without ``flock``: Windows), this owner's record
+        ``{"pid", "host", "since_utc", "token"}`` and the previous owner's (``{}`` when released cleanly).
+    """
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "since_utc": _dt.datetime.now(_dt.timezone.utc)
+          .isoformat(timespec="seconds"), "token": secrets.token_hex(8)}
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): one owner is the user's responsibility
+        return -1, me, {}
+    path = Path(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise refuse(_owner_text(_read_lock(path))) from None
+    previous = _read_lock(path)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(me).encode(), 0)
+    os.fsync(fd)
+    return fd, me, previous
+
+
+def release_owner_lock(fd: int) -> None:
+    """Release a lock of :func:`take_owner_lock` (the file is emptied: released cleanly; a killed owner's
+    file keeps its name)."""
+    if fd < 0:
+        return
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    os.close(fd)  # closing the descriptor releases the flock
+
+
 def lock_run(run_dir) -> dict:
     """Become the one writer of a run folder until :func:`unlock_run` (or this process ends).
 
@@ -257,23 +304,11 @@ def lock_run(run_dir) -> dict:
         _HELD[run][2] += 1
         return _read_lock(run / LOCK_NAME)
     try:
-        import fcntl
+        import fcntl  # noqa: F401 - only whether it exists
     except ImportError:  # no flock (Windows): one writer is the user's responsibility
         return {}
-    path = run / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise RunLockedError(f"run folder {run} is in use by {_owner_text(_read_lock(path))}; "
-                             "wait for it to finish or stop it, then --resume") from None
-    previous = _read_lock(path)
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "since_utc": _dt.datetime.now(_dt.timezone.utc)
-          .isoformat(timespec="seconds"), "token": secrets.token_hex(8)}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(me).encode(), 0)
-    os.fsync(fd)
+    fd, me, previous = take_owner_lock(run / LOCK_NAME, lambda owner: RunLockedError(
+        f"run folder {run} is in use by {owner}; wait for it to finish or stop it, then --resume"))
     _HELD[run] = [fd, me["token"], 1]
     os.environ[_LOCK_ENV] = me["token"]
     for stale in run.glob(".*.tmp"):   # temporary files of a writer that was killed mid-write
@@ -292,9 +327,7 @@ def unlock_run(run_dir) -> None:
     if held[2] > 0:
         return
     del _HELD[run]
-    with contextlib.suppress(OSError):
-        os.ftruncate(held[0], 0)   # an empty lock file: released cleanly (a killed owner leaves its name)
-    os.close(held[0])  # closing the descriptor releases the flock
+    release_owner_lock(held[0])
     if os.environ.get(_LOCK_ENV) == held[1]:
         os.environ.pop(_LOCK_ENV, None)
 

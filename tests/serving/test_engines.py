@@ -68,13 +68,29 @@ def test_engine_greedy_outputs_equal_batch_1(loaded, reference, name):
 
 
 @pytest.mark.model
-def test_continuous_engine_refuses_other_sampling(loaded):
-    eng = engines.ContinuousEngine(loaded, GenerationSettings(max_new_tokens=4), max_batch_size=2, max_seq_tokens=64)
+def test_continuous_engine_serves_different_sampling_in_one_batch(loaded, reference):
+    """Issue 23: greedy rows, a near-greedy row (top_p 1e-6 keeps only the top token) and rows sampled at two
+    temperatures share one continuous batch; the greedy and top_p rows equal their batch-1 greedy output, so the
+    per-request settings reach the library's processors row by row."""
+    tok = loaded.tokenizer
+    greedy = GenerationSettings(max_new_tokens=6)
+    eng = engines.ContinuousEngine(loaded, greedy, max_batch_size=8, max_seq_tokens=128)
     try:
-        with pytest.raises(ParameterError, match="^continuous engine:"):
-            eng.submit(engines.EngineRequest([1, 2, 3], GenerationSettings(max_new_tokens=4, temperature=0.7)))
+        reqs = [engines.EngineRequest(_ids(tok, p), greedy) for p in PROMPTS]
+        reqs.append(engines.EngineRequest(_ids(tok, PROMPTS[0]), GenerationSettings(max_new_tokens=6, temperature=1.0,
+                                                                                    top_p=1e-6)))
+        reqs += [engines.EngineRequest(_ids(tok, PROMPTS[1]), GenerationSettings(max_new_tokens=6, temperature=t))
+                 for t in (0.7, 1.3)]
+        out = engines.run_requests(eng, reqs, timeout=300)
+        with pytest.raises(ParameterError, match="^seed:"):  # one generator serves the batch: said, not ignored
+            eng.submit(engines.EngineRequest([1, 2, 3], GenerationSettings(max_new_tokens=2, temperature=1.0, seed=9)))
     finally:
         eng.stop()
+    assert all(r["error"] is None and r["output_tokens"] >= 1 for r in out)
+    assert max(r["batch_size"] for r in out) >= 2  # they ran together
+    for p, res in zip(PROMPTS, out):
+        assert res["output_ids"] == reference[p], f"first divergence at {_first_divergence(res['output_ids'], reference[p])}"
+    assert out[3]["output_ids"] == reference[PROMPTS[0]]
 
 
 @pytest.mark.model
@@ -211,3 +227,25 @@ def test_continuous_engine_running_requests_stay_within_its_batch(loaded):
             engines.RunningSampler(eng, interval_s=0.002) as sampler:
         engines.run_requests(eng, [engines.EngineRequest(_ids(tok, PROMPTS[i % 3]), s) for i in range(6)])
     assert 1 <= sampler.stats()["engine_batch_max"] <= 2
+
+
+@pytest.mark.model
+def test_continuous_prefix_sharing_reports_cached_tokens(loaded):
+    """With prefix sharing a request repeating a served prompt reuses its full cache pages (cached_tokens > 0,
+    whole pages, less than the prompt) and its greedy output is unchanged; without it cached_tokens is 0."""
+    tok = loaded.tokenizer
+    s = GenerationSettings(max_new_tokens=4, ignore_eos=True)
+    ids = _ids(tok, "Describe the sea in detail: " + "waves and tides and salt and wind, " * 6)
+    out = {}
+    for sharing in (False, True):
+        with engines.ContinuousEngine(loaded, s, max_batch_size=2, max_seq_tokens=256, page_size=16,
+                                      prefix_sharing=sharing) as eng:
+            first = engines.run_requests(eng, [engines.EngineRequest(ids, s)])[0]
+            again = engines.run_requests(eng, [engines.EngineRequest(ids, s)])[0]
+        out[sharing] = (first, again)
+    assert [r["cached_tokens"] for r in out[False]] == [0, 0]
+    first, again = out[True]
+    assert first["cached_tokens"] == 0 and 0 < again["cached_tokens"] < len(ids) and again["cached_tokens"] % 16 == 0
+    assert again["output_ids"] == first["output_ids"] == out[False][0]["output_ids"]
+    with pytest.raises(ParameterError, match="^prefix_sharing:"):
+        engines.make_engine("fifo", loaded, prefix_sharing=True)

@@ -67,3 +67,32 @@ def test_offline_is_set_by_the_package_whatever_the_import_order():
     code = "import workbench.serving.server, huggingface_hub.constants as c; print(c.HF_HUB_OFFLINE)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.stdout.strip() == "True", r.stderr
+
+
+def test_a_second_server_on_an_owned_job_store_is_one_line_before_loading(tmp_path, monkeypatch, capsys):
+    """``workbench serve --jobs-db PATH`` while another server owns PATH: exit 2, one line naming the owner's
+    pid, before the model loads; flag values out of range likewise."""
+    import uvicorn
+
+    from workbench import cli, models, results
+    from workbench.serving import jobs
+
+    def boom(*a, **k):
+        raise Reached("the model load or the server start was reached")
+
+    monkeypatch.setattr(models, "load_model", boom)
+    monkeypatch.setattr(uvicorn, "run", boom)
+    monkeypatch.setenv("WORKBENCH_API_KEY", "")
+    db = tmp_path / "jobs.sqlite3"
+    fd = jobs.lock_store(db)  # "another server" owns it
+    try:
+        for args, word in ((["--jobs-db", str(db)], f"pid {os.getpid()}"), (["--limit-concurrency", "0"],
+                           "limit_concurrency"), (["--engine", "fifo", "--prefix-sharing"], "prefix_sharing")):
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as exc:
+                cli.main(["serve", *args])
+            err = capsys.readouterr().err
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            assert exc.value.code == 2 and len(lines) == 1 and word in lines[0], err
+    finally:
+        results.release_owner_lock(fd)

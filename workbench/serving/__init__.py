@@ -12,7 +12,8 @@ One concern per module, lowest first (a module imports only modules above it in 
   place that generates.
 - :mod:`.chat`: the ``/v1/chat/completions`` route (and ``/v1/models``, ``/health``), handlers at module
   level reading ``app.state``.
-- :mod:`.jobs`: background jobs in SQLite and their ``/v1/jobs`` routes, run on the same engine.
+- :mod:`.jobs`: background jobs in SQLite and their ``/v1/jobs`` routes, run on the same engine; every write
+  one transaction (rolled back on error, retried), one server per store (an owner lock).
 - :mod:`.monitoring`: Prometheus ``/metrics``, subscribed to the engine's completions.
 - :mod:`.server`: app assembly, the server thread (:class:`~.server.ServerThread`) and ``main``.
 - :mod:`.client` (the ``openai`` client, per-request timing) and :mod:`.load` (arrival profiles, load runs,

@@ -11,6 +11,17 @@ A served request is one :class:`~workbench.serving.engines.EngineRequest` whose 
 figures. A stop string seen, the client gone or the request's deadline passed stop the engine request
 (:meth:`~workbench.serving.engines.EngineRequest.stop` with ``stop`` / ``cancelled`` / ``timeout``).
 
+**Cancellation on every path** (issue 23; as vLLM's server does, ``listen_for_disconnect``): from the moment
+the request is submitted until its response starts (the whole request when not streaming), a task of its own
+(:class:`DisconnectWatch`) awaits the connection's ``http.disconnect`` message and stops the engine request
+the moment it comes, whether tokens are flowing or not; the engines check the stop after every decode step,
+so the slot is free within one step, and the engine history records ``cancelled``. Once a stream's
+response has started, the stream's reader notices the disconnect at its next send and cancels it
+(:mod:`workbench.serving.events`).
+
+**The model field**: a request naming a model must name the served one or an alias
+(:func:`workbench.serving.http.check_model`: 404 ``NotFoundError``, 400 when too long).
+
 The response: ``stream: true`` answers with Server-Sent Events (numbered and resumable, see
 :mod:`workbench.serving.events`), one ``data: {chunk}`` per display piece, ending with ``data: [DONE]``;
 ``stream: false`` answers with one JSON body. Engine-side figures (:func:`public_figures`) go in an
@@ -22,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 import uuid
 
@@ -32,8 +44,10 @@ from ..errors import ParameterError
 from ..generation import GenerationSettings
 from . import engines
 from .events import DONE, sse_data
-from .http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, read_json_object, validate
+from .http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, check_model, parameter_error, read_json_object, validate
 from .protocol import SERVED_MODEL
+
+log = logging.getLogger(__name__)
 
 MAX_QUEUE = 64               # requests waiting behind the one being served; more get 429
 REQUEST_TIMEOUT_S = 600.0    # a request still running after this is stopped
@@ -48,6 +62,7 @@ class ChatConfig:
     """The chat route's limits (``app.state.chat``); see :func:`workbench.serving.server.create_app`."""
 
     model_name: str = SERVED_MODEL
+    model_aliases: tuple = ()
     context: int = 8192
     max_tokens_limit: int = 8192
     max_queue: int = MAX_QUEUE
@@ -55,6 +70,11 @@ class ChatConfig:
     early_headers: bool = False
     keepalive_s: float | None = None
     ChatRequest: type | None = dataclasses.field(default_factory=chat_schema, repr=False)
+
+    @property
+    def model_names(self) -> tuple:
+        """The names a request's ``model`` may give: the served id, then its aliases."""
+        return (self.model_name, *self.model_aliases)
 
 
 class StopFilter:
@@ -158,18 +178,43 @@ class Reply:
             pass
         info = {k: res[k] for k in ("id", "queue_s", "ttft_s", "itl_s", "tpot_s", "e2e_s", "decode_tps", "output_tokens",
                                      "prompt_tokens", "batch_size", "prefill_s", "prefill_note", "engine",
-                                     "finish_reason")}
+                                     "finish_reason", "cached_tokens")}
         t0 = self.request.t_arrival
         info.update(steps=res["output_tokens"], engine_ttft_s=res["ttft_s"],
                     engine_first_text_s=(self.t_first_text - t0) if self.t_first_text else float("nan"))
-        if res.get("error") and res["finish_reason"] == "error":
+        if res.get("error") and res["finish_reason"] == "error":  # a server fault: logged with its cause
+            log.error("chat request %s: the engine failed: %s", res.get("id"), res["error"])
             self.emit("error", res["error"])
         else:
             self.emit("done", info)
 
 
-class _ClientGone(Exception):
-    """The client disconnected before its response started."""
+class DisconnectWatch:
+    """Stop an engine request the moment its client disconnects (a task awaiting ``http.disconnect``).
+
+    While it runs it is the connection's only reader of ASGI messages (the body is read already), so it is
+    stopped (:meth:`close`) before a streaming response starts (the response listens itself). On a disconnect
+    it stops the request with ``cancelled`` and puts ``("gone", None)`` in the reply's events, waking the
+    handler.
+    """
+
+    def __init__(self, request: Request, reply: Reply):
+        self.gone = False
+        self._request, self._reply = request, reply
+        self.task = asyncio.get_running_loop().create_task(self._watch(), name=f"disconnect-{reply.request.id}")
+
+    async def _watch(self) -> None:
+        while True:
+            message = await self._request.receive()
+            if message.get("type") == "http.disconnect":
+                break
+        self.gone = True
+        self._reply.request.stop("cancelled")
+        self._reply.events.put_nowait(("gone", None))
+
+    def close(self) -> None:
+        if not self.task.done():
+            self.task.cancel()
 
 
 def _too_busy(cfg: ChatConfig) -> ApiError:
@@ -182,27 +227,25 @@ def _timed_out(cfg: ChatConfig) -> ApiError:
                     etype="timeout")
 
 
-async def _next_event(reply: Reply, request: Request, cfg: ChatConfig):
-    """The reply's next event before its response started; stops the engine request and raises 499 (the
-    client left) or 504 (past the request timeout) while it waits. Any other exception stops it too."""
+async def _next_event(reply: Reply, cfg: ChatConfig):
+    """The reply's next event before its response started (a :class:`DisconnectWatch` runs meanwhile); stops
+    the engine request and raises 499 (the client left) or 504 (past the request timeout) while it waits. Any
+    other exception stops it too."""
     req = reply.request
     try:
-        while True:
-            left = req.deadline - time.perf_counter()
-            if left <= 0:
-                req.stop("timeout")
-                raise _timed_out(cfg)
-            try:
-                return await asyncio.wait_for(reply.events.get(), timeout=min(0.25, left))
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    raise _ClientGone() from None
-    except _ClientGone:
-        req.stop("cancelled")
-        raise ApiError(499, "client closed the request") from None
+        left = req.deadline - time.perf_counter()
+        if left <= 0:
+            raise asyncio.TimeoutError
+        event = await asyncio.wait_for(reply.events.get(), timeout=left)
+    except asyncio.TimeoutError:
+        req.stop("timeout")
+        raise _timed_out(cfg) from None
     except BaseException:
         req.stop("cancelled")
         raise
+    if event[0] == "gone":
+        raise ApiError(499, "client closed the request")
+    return event
 
 
 def parse_chat_request(payload: dict, cfg: ChatConfig):
@@ -236,6 +279,7 @@ async def chat_completions(request: Request):
     engine: engines.BaseEngine = state.engine
     payload = await read_json_object(request)
     req, stop, max_tokens = parse_chat_request(payload, cfg)
+    check_model(payload.get("model"), cfg.model_names)
     if engine.pending > cfg.max_queue:  # cheap early refusal; submit() below decides atomically
         raise _too_busy(cfg)
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
@@ -254,9 +298,8 @@ async def chat_completions(request: Request):
             top_p=1.0 if req.top_p is None else float(req.top_p), seed=0 if req.seed is None else int(req.seed),
         )
     except ParameterError as exc:
-        raise ApiError(400, str(exc)) from None
+        raise parameter_error(exc) from None
     cid = "chatcmpl-" + uuid.uuid4().hex[:24]
-    created = int(time.time())
     reply = Reply(state.loaded, engine.eos, stop, asyncio.get_running_loop())
     ereq = reply.request = engines.EngineRequest(
         ids, settings, t_arrival=t_arrival, on_token=reply.on_token, on_done=reply.on_done, id=cid,
@@ -265,13 +308,26 @@ async def chat_completions(request: Request):
         engine.submit(ereq, max_pending=cfg.max_queue + 1)  # the one being served + max_queue waiting
     except engines.EngineFull:
         raise _too_busy(cfg) from None
-    except ParameterError as exc:  # this engine cannot serve these settings (continuous: one sampling setting)
-        raise ApiError(400, str(exc)) from None
+    except ParameterError as exc:  # this engine cannot serve these settings (e.g. continuous: a per-request seed)
+        raise parameter_error(exc) from None
+    watch = DisconnectWatch(request, reply)
+    try:
+        return await _respond(request, req, reply, watch, cfg, cid, prompt_tokens, t_arrival)
+    finally:
+        watch.close()
+
+
+async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, cfg: ChatConfig, cid: str,
+                   prompt_tokens: int, t_arrival: float):
+    """The response of a submitted chat request (JSON body or SSE stream); ``watch`` runs until it starts."""
+    ereq = reply.request
+    created = int(time.time())
     name = req.model or cfg.model_name
 
     def usage(info):
         n_out = info.get("output_tokens", 0)
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": n_out, "total_tokens": prompt_tokens + n_out}
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": n_out, "total_tokens": prompt_tokens + n_out,
+                "prompt_tokens_details": {"cached_tokens": int(info.get("cached_tokens") or 0)}}
 
     def headers(info=None):
         h = {"Cache-Control": "no-cache", "X-Request-Id": cid}
@@ -286,7 +342,7 @@ async def chat_completions(request: Request):
 
         parts = []
         while True:
-            kind, data = await _next_event(reply, request, cfg)
+            kind, data = await _next_event(reply, cfg)
             if kind == "text":
                 parts.append(data)
             elif kind == "error":
@@ -311,9 +367,10 @@ async def chat_completions(request: Request):
         })
 
     # Start the response once the first text (or the end) exists, so headers carry the engine TTFT.
-    first = None if (cfg.early_headers or cfg.keepalive_s) else await _next_event(reply, request, cfg)
+    first = None if (cfg.early_headers or cfg.keepalive_s) else await _next_event(reply, cfg)
     if first is not None and first[0] == "error":
         raise ApiError(500, first[1], etype="server_error")
+    watch.close()  # the streaming response listens for the disconnect from here on
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
     async def events():
@@ -322,6 +379,8 @@ async def chat_completions(request: Request):
             yield chunk({"role": "assistant", "content": ""})
             kind, data = first if first is not None else await reply.events.get()
             while True:
+                if kind == "gone":  # the client left just before the response started
+                    return
                 if kind == "text":
                     yield chunk({"content": data})
                 elif kind == "error":
@@ -342,7 +401,7 @@ async def chat_completions(request: Request):
                 ereq.stop("cancelled")
 
     resumable = bool(req.stream_options and req.stream_options.resumable)  # outlive the connection
-    streams = state.streams
+    streams = request.app.state.streams
     return streams.respond(streams.start(cid, events(), ereq.stop, resumable),
                            headers={**headers(), "X-Accel-Buffering": "no"})
 

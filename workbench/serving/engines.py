@@ -34,13 +34,25 @@ Three schedulers behind the interface:
   (``model.init_continuous_batching`` -> ``ContinuousBatchingManager`` with its paged-attention cache and
   its FIFO scheduler). New requests join at the next step, finished ones leave; nothing here schedules.
   Per-token times are the library's own ``record_timestamps`` stamps (``perf_counter``, taken as each
-  token id is appended). One sampling setting per engine (the manager's ``GenerationConfig``): requests
-  with other sampling settings are refused with a one-line error.
+  token id is appended). **Per-request sampling**: the manager is built with ``per_request_processors`` and a
+  sampling ``GenerationConfig`` that makes the library create its temperature, top-k and top-p processors;
+  every request then sends its own ``temperature`` / ``top_p`` / ``top_k`` through
+  ``add_request(**logit_processor_kwargs)`` (the library's ``ContinuousBatchingLogitsProcessorList``), so
+  requests with different sampling share one batch. A greedy request is sent as ``top_k = 1`` (temperature 1,
+  top_p 1): only the largest logit survives and the library's ``multinomial`` draws it, so greedy rows equal
+  their batch-1 greedy output. The cost: every step runs softmax, two sorts and a draw over the vocabulary for
+  every row, greedy or not. What the library cannot do per request is refused (:class:`ParameterError`, one
+  line naming the parameter; the server's 400): a sampled request's ``seed`` other than the engine's (one
+  random generator serves the whole batch) and ``min_tokens`` between 0 and ``max_tokens``.
+  **Prefix sharing** (``prefix_sharing=True``): the library's block sharing (``allow_block_sharing``): full
+  cache pages whose tokens equal an earlier request's prefix are reused, not recomputed; each result's
+  ``cached_tokens`` says how many prompt tokens were served from the cache (0 when off).
 
 Per request (:meth:`EngineRequest.result`): ``id``, ``endpoint``, ``queue_s`` (arrival to admission into a batch), and
 :func:`workbench.metrics.request_timing` over the per-token stamps from the arrival time (``ttft_s``,
 ``itl_s``, ``tpot_s``, ``e2e_s``, ``decode_tps``, ``output_tokens``), ``prompt_tokens``,
-``output_ids``, ``finish_reason`` (``stop`` / ``length`` / ``error`` / the reason the request was
+``output_ids``, ``cached_tokens`` (prompt tokens served from a shared prefix cache: ``continuous`` with
+``prefix_sharing``; 0 otherwise), ``finish_reason`` (``stop`` / ``length`` / ``error`` / the reason the request was
 stopped with, e.g. ``cancelled``), ``error``, ``batch_size`` (rows that
 shared the request's batch; for ``continuous`` the most requests the manager held at once while it ran)
 and ``engine``.
@@ -129,6 +141,7 @@ class EngineRequest:
     engine: str = ""
     prefill_s: float | None = None
     prefill_note: str = ""
+    cached_tokens: int = 0
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     _completed: Callable | None = dataclasses.field(default=None, repr=False)  # the engine's bookkeeping
     _finishing: bool = dataclasses.field(default=False, repr=False)
@@ -159,7 +172,7 @@ class EngineRequest:
                 "queue_s": (self.t_admit - self.t_arrival) if self.t_admit is not None else float("nan"),
                 **timing, "prompt_tokens": len(self.input_ids), "output_ids": list(self.output_ids),
                 "prefill_s": float("nan") if self.prefill_s is None else self.prefill_s,
-                "prefill_note": self.prefill_note,
+                "prefill_note": self.prefill_note, "cached_tokens": int(self.cached_tokens),
                 "finish_reason": self.finish_reason, "batch_size": self.batch_size, "error": self.error}
 
     def finish(self, reason: str | None = None, error: str | None = None) -> None:
@@ -424,11 +437,13 @@ class ContinuousEngine(BaseEngine):
     Args:
         loaded: the model (its attention implementation must be one the manager accepts: ``sdpa``,
             ``eager`` (switched to ``paged|eager``) or a flash implementation).
-        settings: the sampling settings every request must share (greedy by default).
+        settings: the engine's defaults: ``max_new_tokens`` and ``seed`` (the one random generator of the
+            batch); requests bring their own sampling (see the module docstring).
         max_batch_size: ``max_requests_per_batch`` of the manager.
         max_seq_tokens: the longest prompt + output one request may need (sizes the paged cache).
         max_batch_tokens: tokens per forward step (prefill chunks beyond this are split by the library).
-        page_size: tokens per cache page.
+        page_size: tokens per cache page (also the unit of prefix sharing).
+        prefix_sharing: reuse cached pages of a shared prompt prefix (the library's ``allow_block_sharing``).
 
     Raises:
         ParameterError: bad sizes; RuntimeError: the library refuses to run here (the reason, one line).
@@ -437,9 +452,11 @@ class ContinuousEngine(BaseEngine):
     name = "continuous"
     PREFILL_NOTE = ("continuous: the prompt runs inside shared forward steps (chunked, mixed with other requests' "
                     "decode tokens); no per-request prefill time exists")
+    NO_TOP_K = 2**31 - 1   # top_k that keeps every token (the library clamps it to the vocabulary)
 
     def __init__(self, loaded, settings: GenerationSettings | None = None, max_batch_size: int = 8,
-                 max_seq_tokens: int = 1024, max_batch_tokens: int = 512, page_size: int = 32):
+                 max_seq_tokens: int = 1024, max_batch_tokens: int = 512, page_size: int = 32,
+                 prefix_sharing: bool = False):
         from transformers import ContinuousBatchingConfig
 
         self.settings = settings or GenerationSettings(max_new_tokens=256)
@@ -447,18 +464,31 @@ class ContinuousEngine(BaseEngine):
         checks.check_int("max_seq_tokens", max_seq_tokens, lo=2)
         checks.check_int("max_batch_tokens", max_batch_tokens, lo=1)
         checks.check_int("page_size", page_size, lo=1)
+        self.prefix_sharing = checks.check_bool("prefix_sharing", prefix_sharing)
         model = loaded.model
         if not hasattr(model, "init_continuous_batching"):
             raise RuntimeError("continuous engine: this transformers has no init_continuous_batching "
                                "(continuous batching needs transformers >= 4.56)")
-        gc = self.settings.generation_config(model.generation_config)
+        # A sampling config whose values (any but the neutral ones) make the library build its temperature,
+        # top-k and top-p processors; every request overrides all three (_sampling_kwargs).
+        gc = GenerationSettings(max_new_tokens=self.settings.max_new_tokens, temperature=0.5,
+                                top_p=0.5).generation_config(model.generation_config)
+        gc.top_k = self.NO_TOP_K
+        for extra in ("min_p", "top_h", "typical_p", "epsilon_cutoff", "eta_cutoff"):
+            if getattr(gc, extra, None) is not None:
+                setattr(gc, extra, None)
         gc.eos_token_id = sorted(eos_token_ids(loaded))
         num_blocks = max_batch_size * (math.ceil(max_seq_tokens / page_size) + 1) + 2
+        if prefix_sharing:
+            num_blocks *= 2  # pages kept for reuse (the library evicts them under pressure)
         cbc = ContinuousBatchingConfig(page_size=page_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
-                                       max_requests_per_batch=max_batch_size, allow_block_sharing=False,
-                                       auto_switch_to_flash=False, seed=self.settings.seed)
+                                       max_requests_per_batch=max_batch_size, allow_block_sharing=self.prefix_sharing,
+                                       auto_switch_to_flash=False, seed=self.settings.seed,
+                                       per_request_processors=True)
+        self._cached: dict[str, int] = {}
         try:
             self.manager = model.init_continuous_batching(generation_config=gc, continuous_batching_config=cbc)
+            self._watch_prefix_matches()
             self.manager.start()
         except Exception as exc:
             raise RuntimeError(f"continuous engine: transformers refused to start continuous batching here "
@@ -470,15 +500,43 @@ class ContinuousEngine(BaseEngine):
         self._router = threading.Thread(target=self._route, name="workbench-cb-router", daemon=True)
         self._router.start()
 
+    def _watch_prefix_matches(self) -> None:
+        """Record each request's prefix-cache hit (``cached_tokens``): wrap the cache's ``search_prefix_match``
+        (the library's one place that shares pages with a new request). The batch processor is built here, before
+        the loop starts (the loop reuses it), so the cache exists to be wrapped."""
+        if not self.prefix_sharing:
+            return
+        m = self.manager
+        if getattr(m, "batch_processor", None) is None and hasattr(m, "_create_batch_processor"):
+            m.batch_processor = m._create_batch_processor()
+        cache = getattr(getattr(m, "batch_processor", None), "cache", None)
+        if cache is None or not hasattr(cache, "search_prefix_match"):
+            return
+        search = cache.search_prefix_match
+
+        def recorded(request_id, prompt_ids):
+            n = search(request_id, prompt_ids)
+            self._cached[request_id] = self._cached.get(request_id, 0) + int(n)
+            return n
+
+        cache.search_prefix_match = recorded
+
     def _prepare(self, req):
-        s, e = req.settings, self.settings
-        if batch_key(dataclasses.replace(s, ignore_eos=False, min_new_tokens=0, seed=0)) != \
-                batch_key(dataclasses.replace(e, ignore_eos=False, min_new_tokens=0, seed=0)):
-            raise ParameterError(f"continuous engine: serves one sampling setting (temperature {e.temperature}, "
-                                 f"top_p {e.top_p}); got temperature {s.temperature}, top_p {s.top_p}")
+        s = req.settings
+        if s.do_sample and s.seed != self.settings.seed:
+            raise ParameterError(f"seed: the continuous engine samples every request from one random generator "
+                                 f"(seed {self.settings.seed}); a per-request seed is not supported (got {s.seed})")
         if 0 < s.min_new_tokens < s.max_new_tokens and not s.ignore_eos:
-            raise ParameterError("continuous engine: min_tokens other than 0 or max_tokens (ignore_eos) is not supported")
+            raise ParameterError("min_tokens: the continuous engine supports only 0 or max_tokens (with ignore_eos) "
+                                 f"(got {s.min_new_tokens})")
         req.prefill_s, req.prefill_note = None, self.PREFILL_NOTE
+
+    @classmethod
+    def _sampling_kwargs(cls, s: GenerationSettings) -> dict:
+        """The per-request ``temperature`` / ``top_p`` / ``top_k`` sent to the library (greedy: top_k 1)."""
+        if not s.do_sample:
+            return {"temperature": 1.0, "top_p": 1.0, "top_k": 1}
+        return {"temperature": float(s.temperature), "top_p": float(s.top_p), "top_k": cls.NO_TOP_K}
 
     def _serve(self, batch):  # called from the feeder thread: hand the requests to the manager and return
         for r in batch:
@@ -487,7 +545,8 @@ class ContinuousEngine(BaseEngine):
                 self.peak_live = max(self.peak_live, len(self._live))
             eos = [-1] if r.settings.ignore_eos else sorted(self.eos)
             rid = self.manager.add_request(list(r.input_ids), request_id=r.id, max_new_tokens=r.settings.max_new_tokens,
-                                           streaming=True, record_timestamps=True, eos_token_id=eos)
+                                           streaming=True, record_timestamps=True, eos_token_id=eos,
+                                           **self._sampling_kwargs(r.settings))
             if rid is None:
                 with self._lock:
                     self._live.pop(r.id, None)
@@ -525,6 +584,7 @@ class ContinuousEngine(BaseEngine):
         with self._lock:
             self._live.pop(r.id, None)
             r.batch_size = max(r.batch_size, self.peak_live)
+        r.cached_tokens = self._cached.pop(r.id, 0)
         if r.t_admit is None:
             r.t_admit = time.perf_counter()
         r.finish(reason, error)
@@ -572,14 +632,18 @@ def check_name(name: str) -> str:
 
 
 def make_engine(name: str, loaded, max_batch_size: int = 8, batch_window_s: float = 0.05,
-                settings: GenerationSettings | None = None, max_seq_tokens: int = 1024) -> BaseEngine:
-    """The engine called ``name`` (:data:`ENGINES`) over ``loaded``, started."""
+                settings: GenerationSettings | None = None, max_seq_tokens: int = 1024,
+                prefix_sharing: bool = False) -> BaseEngine:
+    """The engine called ``name`` (:data:`ENGINES`) over ``loaded``, started (``prefix_sharing``: the
+    ``continuous`` engine's; a :class:`ParameterError` with another engine)."""
     check_name(name)
+    if prefix_sharing and name != "continuous":
+        raise ParameterError(f"prefix_sharing: only the continuous engine shares prefix cache pages (engine {name!r})")
     if name == "fifo":
         return FifoEngine(loaded)
     if name == "static":
         return StaticEngine(loaded, max_batch_size, batch_window_s)
-    return ContinuousEngine(loaded, settings, max_batch_size, max_seq_tokens)
+    return ContinuousEngine(loaded, settings, max_batch_size, max_seq_tokens, prefix_sharing=prefix_sharing)
 
 
 class RunningSampler:

@@ -12,22 +12,38 @@
   ``max_body_bytes`` (413, checked on the declared length and while reading), JSON (400), an object (400),
   nested at most :data:`MAX_JSON_DEPTH` levels (400; iterative check, so a deep value cannot overflow the
   stack here).
+  The body is read within ``body_read_timeout_s`` (``app.state.body_read_timeout_s``; 408 past it), so a
+  client that sends its body slowly cannot hold a connection and a handler forever.
 - **The chat request schema** (:func:`chat_schema`, pydantic, built lazily), :data:`UNSUPPORTED` OpenAI /
   vLLM options with their neutral values, and :func:`validation_error` (a pydantic error as a 400 naming
   the field).
+- **The model field** (:func:`check_model`): a request naming a model must name the served one or one of
+  its aliases: 404 ``NotFoundError`` with ``param: "model"`` as vLLM answers, 400 when longer than
+  :data:`MAX_MODEL_NAME` characters. :func:`parameter_error`: a :class:`~workbench.errors.ParameterError`
+  raised on a client's values as a 400 naming the request field.
+- **Server faults** (5xx) are logged with their cause (``logging``, logger ``workbench.serving.http``); a
+  client-caused condition is never a 5xx.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
+import logging
 from typing import Literal
 
 from ..errors import ParameterError
 from .protocol import API_KEY_ENV
 
+log = logging.getLogger(__name__)
+
 MAX_BODY_BYTES = 1 << 20
+BODY_READ_TIMEOUT_S = 30.0   # a request body not fully received within this gets 408
+MAX_MODEL_NAME = 256         # a longer ``model`` field gets 400 (it is echoed into every chunk)
+#: request fields under the names :class:`~workbench.generation.GenerationSettings` checks them
+SETTING_FIELDS = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
 MAX_JSON_DEPTH = 32          # deeper request bodies get 400
 MAX_STOP = 4                 # stop strings per request (OpenAI's limit)
 SEED_MAX = 2**63 - 1         # torch.manual_seed accepts [0, 2**63 - 1] here (workbench.checks.check_seed)
@@ -77,13 +93,17 @@ def install_error_handlers(app) -> None:
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     async def api_error(request, exc: ApiError):
+        if exc.status >= 500:
+            log.error("%s %s: %d %s", request.method, request.url.path, exc.status, exc.message)
         return api_error_response(exc)
 
     async def http_error(request, exc):
         return error_response(exc.status_code, str(exc.detail),
                               etype="not_found" if exc.status_code == 404 else "invalid_request_error")
 
-    async def server_error(request, exc):  # a JSON 500, never starlette's plain-text one
+    async def server_error(request, exc):  # a JSON 500, never starlette's plain-text one; logged with its cause
+        log.error("%s %s: 500 %s: %s", request.method, request.url.path, type(exc).__name__, exc,
+                  exc_info=(type(exc), exc, exc.__traceback__))
         return error_response(500, f"{type(exc).__name__}: {exc}"[:500], etype="server_error")
 
     app.add_exception_handler(ApiError, api_error)
@@ -187,11 +207,12 @@ async def read_json_object(request, max_body_bytes: int | None = None) -> dict:
     """The request's JSON object body, after the Content-Type, size, syntax and depth checks.
 
     ``max_body_bytes``: default the app's ``app.state.max_body_bytes`` (one cap for every route), else
-    :data:`MAX_BODY_BYTES`.
+    :data:`MAX_BODY_BYTES`. The body must arrive within ``app.state.body_read_timeout_s`` (default
+    :data:`BODY_READ_TIMEOUT_S`).
 
     Raises:
-        ApiError: 415 (not ``application/json``), 413 (over ``max_body_bytes``), 400 (not JSON, not an
-            object, nested deeper than :data:`MAX_JSON_DEPTH`).
+        ApiError: 415 (not ``application/json``), 413 (over ``max_body_bytes``), 408 (body too slow), 400
+            (not JSON, not an object, nested deeper than :data:`MAX_JSON_DEPTH`).
     """
     if max_body_bytes is None:
         max_body_bytes = getattr(request.app.state, "max_body_bytes", MAX_BODY_BYTES)
@@ -203,12 +224,22 @@ async def read_json_object(request, max_body_bytes: int | None = None) -> dict:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
         raise too_large
-    chunks, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > max_body_bytes:
-            raise too_large
-        chunks.append(part)
+    chunks = []
+    timeout_s = getattr(request.app.state, "body_read_timeout_s", BODY_READ_TIMEOUT_S)
+
+    async def read():
+        size = 0
+        async for part in request.stream():
+            size += len(part)
+            if size > max_body_bytes:
+                raise too_large
+            chunks.append(part)
+
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"request body: not received within {timeout_s:g} s", etype="request_timeout",
+                       headers={"Connection": "close"}) from None
     try:
         payload = json.loads(b"".join(chunks))
     except RecursionError:
@@ -220,6 +251,37 @@ async def read_json_object(request, max_body_bytes: int | None = None) -> dict:
     if json_depth(payload) > MAX_JSON_DEPTH:
         raise _too_deep()
     return payload
+
+
+def check_model(name, served: tuple) -> str | None:
+    """The ``model`` a request names (None: not given) when it is one of ``served`` (the served id first,
+    then its aliases).
+
+    Raises:
+        ApiError: 400 (not a string, or longer than :data:`MAX_MODEL_NAME`), 404 ``NotFoundError`` (another
+            model; the message lists the served ones), both with ``param: "model"``.
+    """
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise ApiError(400, f"model: must be a string (got {type(name).__name__})", param="model")
+    if len(name) > MAX_MODEL_NAME:
+        raise ApiError(400, f"model: at most {MAX_MODEL_NAME} characters (got {len(name)})", param="model")
+    if name not in served:
+        raise ApiError(404, f"model: the model {name!r} does not exist; this server serves "
+                            f"{', '.join(repr(m) for m in served)}", param="model", etype="NotFoundError")
+    return name
+
+
+def parameter_error(exc: ParameterError) -> ApiError:
+    """A :class:`~workbench.errors.ParameterError` raised on a client's values as a 400 naming the request
+    field (its message starts ``name:``; settings names become request names, :data:`SETTING_FIELDS`)."""
+    msg = str(exc)
+    name = msg.split(":", 1)[0].strip() if ":" in msg else ""
+    param = SETTING_FIELDS.get(name, name) if name.isidentifier() else None
+    if param and name != param:
+        msg = param + msg[len(name):]
+    return ApiError(400, msg, param=param)
 
 
 def validate(model, payload: dict):

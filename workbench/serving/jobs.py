@@ -4,7 +4,8 @@ A job is one long chat generation run off the request path: the store submits it
 same :class:`workbench.serving.engines.BaseEngine` the chat route uses, so jobs and chat requests share its
 queue and its scheduling) and writes what the engine's token and completion callbacks report; the store runs
 no generation of its own. Everything a job emits is written to one SQLite file (Python's ``sqlite3``; default
-``<results root>/serving_jobs.sqlite3``) as it is produced, in one transaction per flush: the job's output
+:func:`default_path`: ``<results root>/serving_jobs/<server id>.sqlite3``, one file per server address, so two
+servers never share one by accident) as it is produced, in one transaction per flush: the job's output
 token ids, its text so far and its numbered text events. So:
 
 - a **server restart loses no finished output** (the row and its events are on disk);
@@ -34,6 +35,24 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
   events one ``{"status": ...}`` event without an id, then ``[DONE]``), ``POST /v1/jobs/{id}/continue``,
   ``DELETE /v1/jobs/{id}``, ``GET /v1/jobs`` (list). Unknown id: 404; expired id (deleted by retention): 410.
 
+**Nothing is lost** (issue 23):
+
+- Every write is one transaction (:meth:`JobStore._write`: ``BEGIN IMMEDIATE`` ... ``COMMIT``, ``ROLLBACK`` on
+  any error, so a failed write never leaves the connection inside an open transaction that would swallow
+  every later write). A write that fails with a transient error (``database is locked``, I/O) is retried
+  (:data:`WRITE_RETRIES` times, backing off); a job whose output still cannot be written keeps its unwritten
+  tokens in memory for the next flush, stops, and is marked ``failed`` with the reason.
+- Journal and sync: ``journal_mode=WAL`` with ``synchronous=FULL``. WAL lets the event readers (SSE
+  streams in other threads) read while a job writes; ``FULL`` makes every commit ``fsync`` the WAL, so an
+  event is on disk before any client can read it (events are served from the file, after their commit):
+  what a client has seen survives a process kill and a power loss. ``NORMAL`` (the old setting) survives a
+  kill but may lose the last commits on power loss. The cost is one ``fsync`` per flush (at most one per
+  ``flush_s`` per running job).
+- One server owns a store: ``<store>.lock`` (:func:`workbench.results.take_owner_lock`, the run folders'
+  lock) names the owner's pid and host; a second store opened on the same file, in this process or
+  another, is refused with a one-line :class:`StoreLockedError`. A killed owner's lock is released by the
+  kernel, so a restarted server takes its store back.
+
 Bounded: at most ``max_jobs`` stored jobs and ``max_bytes`` stored bytes (text + token ids + events); a new
 job beyond either gets 429 naming the limit; a running job that reaches ``max_bytes`` stops (status
 ``failed``, its output kept). Finished and interrupted jobs are deleted ``retention_s`` after their last
@@ -43,7 +62,10 @@ update.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
+import re
 import sqlite3
 import threading
 import time
@@ -56,14 +78,18 @@ from ..checks import check_float, check_int
 from ..errors import ParameterError
 from . import engines
 from .events import DONE, KEEPALIVE_COMMENT, check_last_event_id, last_event_id, numbered, sse_data, sse_response
-from .http import SEED_MAX, ApiError, read_json_object, validate
+from .http import SEED_MAX, ApiError, check_model, read_json_object, validate
+
+log = logging.getLogger(__name__)
 
 MAX_JOBS = 100
+WRITE_RETRIES = 3       # a write failing with a transient error is tried this many more times
+
 RETENTION_S = 7 * 24 * 3600.0
 MAX_BYTES = 256 << 20
 FLUSH_S = 0.2           # a running job's new tokens and text are written at least this often
 KEEPALIVE_S = 15.0      # an event stream with nothing new for this long sends ``: keep-alive``
-DB_NAME = "serving_jobs.sqlite3"
+DB_DIR = "serving_jobs"
 FINISHED = ("done", "failed", "cancelled")
 #: ``chat`` (the request's ``messages``) and the long-output strategies of :mod:`workbench.long_form`.
 STRATEGIES = ("chat", "one_shot", "outline_batch", "outline_sequential")
@@ -130,11 +156,44 @@ class JobError(ApiError):
     """A job request that cannot be served: ``status`` (4xx), ``message``, ``param``, ``etype``."""
 
 
-def default_path() -> Path:
-    """``<results root>/serving_jobs.sqlite3``."""
+class StoreLockedError(ParameterError):
+    """Another live server (this process or another) owns the job store (the message names its pid)."""
+
+
+def default_path(server_id: str) -> Path:
+    """``<results root>/serving_jobs/<server id>.sqlite3``: one store per server (``server_id``: e.g. its
+    ``host:port``; characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_``)."""
     from ..results import results_root
 
-    return results_root() / DB_NAME
+    return results_root() / DB_DIR / (re.sub(r"[^A-Za-z0-9._-]", "_", str(server_id)) + ".sqlite3")
+
+
+def lock_store(path) -> int:
+    """Own the store at ``path`` (its ``<path>.lock``); the lock's descriptor.
+
+    Raises:
+        StoreLockedError: another server owns it (one line naming its pid).
+    """
+    from ..results import take_owner_lock
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, _, _ = take_owner_lock(path.with_name(path.name + ".lock"), lambda owner: StoreLockedError(
+        f"jobs_db: the job store {path} is in use by another server ({owner}); give this server its own "
+        "store (--jobs-db PATH) or stop the other one"))
+    return fd
+
+
+def check_store_free(path) -> None:
+    """Refuse (one line, before a model loads) a store another server owns.
+
+    Raises:
+        StoreLockedError: as :func:`lock_store`.
+    """
+    from ..results import release_owner_lock
+
+    if Path(path).exists() or Path(str(path) + ".lock").exists():
+        release_owner_lock(lock_store(path))
 
 
 def _schema():
@@ -172,39 +231,52 @@ class JobStore:
     Args:
         engine: the :class:`workbench.serving.engines.BaseEngine` that generates (its ``loaded`` model is the
             jobs' model); finished runs reach its observers with ``endpoint="jobs"``.
-        path: the SQLite file (default :func:`default_path`); its folder is created.
+        path: the SQLite file (default :func:`default_path` of ``server_id``); its folder is created; the store
+            owns it (``<path>.lock``) until :meth:`close`.
+        server_id: names the default file (the server's ``host:port``; default: this process).
         max_jobs: stored jobs at most.
         retention_s: finished / interrupted jobs are deleted this long after their last update.
         max_bytes: stored bytes at most (text, token ids and events of every job).
         context: the model's context in tokens (prompt + ``max_tokens`` must fit).
         max_tokens_limit: ceiling on a job's ``max_tokens``.
         flush_s: write a running job's progress at least this often.
+
+    Raises:
+        ParameterError: a bad limit; :class:`StoreLockedError`: another server owns the file.
     """
 
     def __init__(self, engine, path=None, max_jobs: int = MAX_JOBS, retention_s: float = RETENTION_S,
                  max_bytes: int = MAX_BYTES, context: int | None = None, max_tokens_limit: int | None = None,
-                 flush_s: float = FLUSH_S):
+                 flush_s: float = FLUSH_S, server_id: str | None = None):
+        import os
+
         self.engine = engine
         self.loaded = loaded = engine.loaded
-        self.path = Path(path) if path is not None else default_path()
+        self.path = Path(path) if path is not None else default_path(server_id or f"pid{os.getpid()}")
         self.max_jobs = check_int("max_jobs", max_jobs, lo=1)
         self.retention_s = check_float("retention_s", retention_s, lo=0)
         self.max_bytes = check_int("max_bytes", max_bytes, lo=1)
         self.flush_s = check_float("flush_s", flush_s, lo=0)
         self.context = int(context or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 8192)
         self.max_tokens_limit = max_tokens_limit or self.context
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._lock = threading.RLock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            if "stages" not in {c[1] for c in self._db.execute("PRAGMA table_info(jobs)")}:  # a store from before
-                self._db.execute("ALTER TABLE jobs ADD COLUMN stages TEXT NOT NULL DEFAULT '[]'")
-            # jobs a previous server left unfinished (stopped or crashed mid-run) are interrupted, not lost
-            self._db.execute("UPDATE jobs SET status='interrupted', updated=? WHERE status IN ('queued','running')",
-                             (time.time(),))
+        self._owner_fd = lock_store(self.path)  # before touching the file: one server per store
+        try:
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
+            self._lock = threading.RLock()
+            with self._lock:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")  # see the module docstring
+                self._db.executescript(_SCHEMA)
+                if "stages" not in {c[1] for c in self._db.execute("PRAGMA table_info(jobs)")}:  # an older store
+                    self._db.execute("ALTER TABLE jobs ADD COLUMN stages TEXT NOT NULL DEFAULT '[]'")
+                # jobs a previous server left unfinished (stopped or crashed mid-run) are interrupted, not lost
+                self._db.execute("UPDATE jobs SET status='interrupted', updated=? "
+                                 "WHERE status IN ('queued','running')", (time.time(),))
+        except BaseException:
+            from ..results import release_owner_lock
+
+            release_owner_lock(self._owner_fd)
+            raise
         self.JobRequest = _schema()
         self._runs: dict[str, _Run] = {}
         self._closing = threading.Event()
@@ -212,9 +284,41 @@ class JobStore:
     # ------------------------------------------------------------------ storage
 
     def _q(self, sql: str, args=()) -> list[sqlite3.Row]:
+        """One statement: a read, or a write in its own transaction (:meth:`_write`)."""
+        if sql.lstrip().upper().startswith("SELECT"):
+            with self._lock:
+                return self._db.execute(sql, args).fetchall()
+        return self._write(lambda db: db.execute(sql, args).fetchall())
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``; any error (the commit's included) rolls back and propagates."""
         with self._lock:
-            cur = self._db.execute(sql, args)
-            return cur.fetchall()
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def _write(self, fn):
+        """``fn(db)`` in one transaction, retried :data:`WRITE_RETRIES` times on a transient error (locked,
+        busy, I/O); its result. A constraint violation (a bug) is not retried.
+
+        Raises:
+            sqlite3.Error: the last failure (the transaction rolled back: nothing of it was written).
+        """
+        for attempt in range(WRITE_RETRIES + 1):
+            try:
+                with self._transaction() as db:
+                    return fn(db)
+            except sqlite3.OperationalError as exc:
+                if attempt == WRITE_RETRIES:
+                    raise
+                log.warning("job store %s: write failed (%s); retrying", self.path, exc)
+                time.sleep(0.05 * 2 ** attempt)
 
     def _row(self, jid: str) -> dict:
         with self._lock:
@@ -241,14 +345,14 @@ class JobStore:
                 self._delete(jid, expired=True)
 
     def _delete(self, jid: str, expired: bool = False) -> None:
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._db.execute("DELETE FROM job_events WHERE job_id=?", (jid,))
-            self._db.execute("DELETE FROM jobs WHERE id=?", (jid,))
+        def delete(db):
+            db.execute("DELETE FROM job_events WHERE job_id=?", (jid,))
+            db.execute("DELETE FROM jobs WHERE id=?", (jid,))
             if expired:
-                self._db.execute("INSERT OR REPLACE INTO expired VALUES (?, ?)", (jid, time.time()))
-                self._db.execute("DELETE FROM expired WHERE id NOT IN (SELECT id FROM expired ORDER BY at DESC LIMIT 10000)")
-            self._db.execute("COMMIT")
+                db.execute("INSERT OR REPLACE INTO expired VALUES (?, ?)", (jid, time.time()))
+                db.execute("DELETE FROM expired WHERE id NOT IN (SELECT id FROM expired ORDER BY at DESC LIMIT 10000)")
+
+        self._write(delete)
 
     def stored_bytes(self) -> int:
         return int(self._q("SELECT COALESCE(SUM(bytes), 0) FROM jobs")[0][0])
@@ -301,8 +405,8 @@ class JobStore:
             if used + size > self.max_bytes:
                 raise JobError(429, f"jobs: stored output would exceed max_bytes = {self.max_bytes} "
                                     f"({used} bytes stored); delete finished jobs first", etype="job_limit")
-            self._db.execute("INSERT INTO jobs (id, created, updated, status, request, prompt_ids, bytes) "
-                             "VALUES (?, ?, ?, 'queued', ?, ?, ?)", (jid, now, now, request, json.dumps(prompt_ids), size))
+            self._q("INSERT INTO jobs (id, created, updated, status, request, prompt_ids, bytes) "
+                    "VALUES (?, ?, ?, 'queued', ?, ?, ?)", (jid, now, now, request, json.dumps(prompt_ids), size))
         self._start(jid)
         return self.status(jid)
 
@@ -403,10 +507,17 @@ class JobStore:
         end = time.monotonic() + timeout
         for run in runs:
             run.ended.wait(max(0.0, end - time.monotonic()))
+        from ..results import release_owner_lock
+
         with self._lock:
-            self._db.execute("UPDATE jobs SET status='interrupted', updated=? WHERE status IN ('queued','running')",
-                             (time.time(),))
-            self._db.close()
+            try:
+                self._q("UPDATE jobs SET status='interrupted', updated=? WHERE status IN ('queued','running')",
+                        (time.time(),))
+            except sqlite3.Error as exc:  # the next server marks them interrupted when it opens the store
+                log.error("job store %s: could not mark unfinished jobs interrupted at close (%s)", self.path, exc)
+            finally:
+                self._db.close()
+                release_owner_lock(self._owner_fd)
 
     def wait(self, jid: str, timeout: float = 120.0, statuses=FINISHED + ("interrupted",)) -> dict:
         """Block until the job reaches one of ``statuses`` (tests, notebooks)."""
@@ -449,8 +560,8 @@ class JobStore:
     def _fail(self, jid: str, error: str) -> None:
         try:
             self._q("UPDATE jobs SET status='failed', error=?, updated=? WHERE id=?", (error[:500], time.time(), jid))
-        except sqlite3.Error:
-            pass
+        except sqlite3.Error as exc:  # the store itself fails: logged; the next open marks the job interrupted
+            log.error("job store %s: could not mark job %s failed (%s; its error: %s)", self.path, jid, exc, error)
 
     def _ended(self, jid: str, run: _Run) -> None:
         if self._runs.get(jid) is run:
@@ -482,8 +593,15 @@ class JobStore:
             if not state["ids"] and not state["pieces"]:
                 return
             new_ids, pieces = state["ids"], state["pieces"]
+            try:
+                appended = self._append(jid, new_ids, pieces)
+            except sqlite3.Error as exc:  # kept in memory for the next flush; the job stops and fails
+                log.error("job store %s: job %s: writing its output failed (%s)", self.path, jid, exc)
+                state["write_error"] = f"{type(exc).__name__}: {exc}"
+                run.stop("write_failed")
+                return
             state["ids"], state["pieces"] = [], []
-            if not self._append(jid, new_ids, pieces):
+            if not appended:
                 run.stop("cancelled")  # deleted meanwhile
             if self.stored_bytes() > self.max_bytes:
                 run.stop("storage_limit")
@@ -512,7 +630,13 @@ class JobStore:
                     return
                 if not state["ended"] and run.reason is None:
                     state["pieces"].append(detok.finish(cut=res["finish_reason"] == "length"))
-                flush()
+                state.pop("write_error", None)
+                flush()  # also retries what an earlier failed write kept in memory
+                if state.get("write_error"):
+                    run.stop("write_failed")
+                    self._fail(jid, f"store: writing the job's output failed ({state['write_error']}); "
+                                    "the output stored before it is kept")
+                    return
                 self._end_run(jid, run, res["finish_reason"])
             finally:
                 self._ended(jid, run)
@@ -529,6 +653,9 @@ class JobStore:
         if run.reason == "storage_limit":
             self._finish(jid, "failed", "storage_limit",
                          f"max_bytes: the store reached its limit of {self.max_bytes} bytes; the output so far is kept")
+        elif run.reason == "write_failed":
+            self._finish(jid, "failed", "error", "store: a write failed and was retried; the job stopped with its "
+                                                 "output so far stored (POST /v1/jobs/<id>/continue resumes it)")
         elif run.reason == "interrupted":
             self._finish(jid, "interrupted", None)
         elif run.reason is not None:
@@ -540,21 +667,22 @@ class JobStore:
         """Store a job's new token ids, text pieces (one numbered event each) and finished ``stage`` in one
         transaction; False when the job was deleted meanwhile."""
         pieces = [p for p in pieces if p]
-        with self._lock:
-            row = self._db.execute("SELECT output_ids, text, events, stages FROM jobs WHERE id=?", (jid,)).fetchone()
+
+        def append(db) -> bool:
+            row = db.execute("SELECT output_ids, text, events, stages FROM jobs WHERE id=?", (jid,)).fetchone()
             if row is None:
                 return False
             ids, text, seq = json.loads(row[0]) + list(new_ids), row[1] + "".join(pieces), row[2]
             stages = row[3] if stage is None else json.dumps(json.loads(row[3]) + [stage])
             add = sum(len(p.encode()) * 2 + 16 for p in pieces) + 8 * len(new_ids) + len(stages) - len(row[3])
-            self._db.execute("BEGIN")
             for p in pieces:
                 seq += 1
-                self._db.execute("INSERT INTO job_events VALUES (?, ?, ?)", (jid, seq, p))
-            self._db.execute("UPDATE jobs SET output_ids=?, text=?, events=?, stages=?, bytes=bytes+?, updated=? "
-                             "WHERE id=?", (json.dumps(ids), text, seq, stages, add, time.time(), jid))
-            self._db.execute("COMMIT")
-        return True
+                db.execute("INSERT INTO job_events VALUES (?, ?, ?)", (jid, seq, p))
+            db.execute("UPDATE jobs SET output_ids=?, text=?, events=?, stages=?, bytes=bytes+?, updated=? "
+                       "WHERE id=?", (json.dumps(ids), text, seq, stages, add, time.time(), jid))
+            return True
+
+        return self._write(append)
 
     def _run_long_form(self, jid: str, run: _Run, r: dict, req: dict) -> None:
         """An outline job: :func:`workbench.long_form.run_long_output` with every generation submitted to the
@@ -652,6 +780,9 @@ async def post_job(request: Request):
     from fastapi.responses import JSONResponse
 
     payload = await read_json_object(request)
+    chat_cfg = getattr(request.app.state, "chat", None)
+    if chat_cfg is not None:
+        check_model(payload.get("model"), chat_cfg.model_names)
     st = await asyncio.to_thread(_store(request).submit, payload)
     return JSONResponse(st, status_code=202, headers={"Location": f"/v1/jobs/{st['id']}"})
 
@@ -711,7 +842,8 @@ def install(app, engine, **store_kwargs) -> JobStore:
     """Open the store on ``engine`` (``app.state.jobs``) and add the ``/v1/jobs`` routes to ``app``.
 
     Raises:
-        ParameterError: an unknown store keyword (one line).
+        ParameterError: an unknown store keyword (one line); :class:`StoreLockedError`: another server owns
+            the store.
     """
     try:
         app.state.jobs = JobStore(engine, **store_kwargs)

@@ -28,8 +28,10 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
   streaming response starts once the first token exists, so its headers can
   carry its TTFT) and in an ``engine`` field of the body or of the final
   chunk (the one with ``finish_reason``).
-- **A client that disconnects stops its generation**: the stream's cleanup stops
-  the engine request (:meth:`workbench.serving.engines.EngineRequest.stop`), which the
+- **A client that disconnects stops its generation**, streaming or not, before or after the first byte:
+  until its response starts a task awaits the connection's ``http.disconnect``
+  (:class:`workbench.serving.chat.DisconnectWatch`), after it the stream's cleanup does; either stops
+  the engine request (:meth:`workbench.serving.engines.EngineRequest.stop`, reason ``cancelled``), which the
   engine checks after every decode step; a request stopped while queued never starts.
 - Malformed or deeply nested JSON, schema violations, out-of-range seeds,
   unsupported OpenAI options (``n`` > 1, ``logprobs``, ``tools``, penalties, ...;
@@ -52,6 +54,16 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
   ``Authorization: Bearer KEY`` (401 otherwise).
 - SSE ``data:`` lines escape U+2028, U+2029 and U+0085 (``\\u2028`` ...), so a
   client splitting lines with ``str.splitlines`` still gets whole JSON lines.
+- **Bounded connections** (issue 23, :class:`ServerLimits`): at most ``limit_concurrency`` open connections
+  and running requests (uvicorn's ``limit_concurrency``: past it uvicorn answers **503** ``Service
+  Unavailable`` at once, before the app runs; a client retries later), idle keep-alive connections closed
+  after ``timeout_keep_alive_s``, request heads larger than ``max_header_bytes`` refused by h11 (400), and
+  request bodies not received within ``body_read_timeout_s`` answered 408
+  (:func:`workbench.serving.http.read_json_object`), and a connection that sends no whole request head
+  within ``header_read_timeout_s`` closed (:func:`head_timeout_protocol`: uvicorn itself times nothing
+  while a head arrives).
+- **The model field** names the served model or one of ``model_aliases`` (404 ``NotFoundError`` otherwise,
+  400 past :data:`workbench.serving.http.MAX_MODEL_NAME` characters).
 
 This module assembles the app (:func:`create_app`: the engine, the routes of
 :mod:`~workbench.serving.chat`, :mod:`~workbench.serving.events`, :mod:`~workbench.serving.jobs` and
@@ -60,12 +72,15 @@ This module assembles the app (:func:`create_app`: the engine, the routes of
 timing) is :mod:`workbench.serving.client`. Run from the command line with
 ``python -m workbench.serving.server [--model M] [--host H] [--port P]``
 (:func:`main`; ``--api-key``, ``--max-queue``, ``--max-tokens-limit``,
-``--request-timeout``). A missing model or an unavailable device is a one-line
+``--request-timeout``, ``--engine``, ``--prefix-sharing``, ``--served-model-name``, ``--model-alias``,
+``--jobs`` / ``--jobs-db``, ``--limit-concurrency``, ``--timeout-keep-alive``, ``--max-header-bytes``,
+``--body-read-timeout``). A missing model or an unavailable device is a one-line
 error (exit 2) before anything loads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -80,13 +95,80 @@ from .http import MAX_BODY_BYTES
 from .protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
 
 
+@dataclasses.dataclass
+class ServerLimits:
+    """uvicorn's connection limits (see the module docstring).
+
+    Attributes:
+        limit_concurrency: open connections / running requests at most; past it uvicorn answers 503.
+        timeout_keep_alive_s: an idle keep-alive connection is closed after this many seconds.
+        max_header_bytes: the largest request head h11 accepts (``h11_max_incomplete_event_size``).
+        header_read_timeout_s: a connection that has not sent a whole request head this long after it opened
+            (or after its last response) is closed (:func:`head_timeout_protocol`).
+
+    Raises:
+        ParameterError: a value out of range (one line).
+    """
+
+    limit_concurrency: int = 256
+    timeout_keep_alive_s: float = 5.0
+    max_header_bytes: int = 16 * 1024
+    header_read_timeout_s: float = 10.0
+
+    def __post_init__(self):
+        check_int("limit_concurrency", self.limit_concurrency, lo=1)
+        check_float("timeout_keep_alive_s", self.timeout_keep_alive_s, lo=0, lo_open=True)
+        check_int("max_header_bytes", self.max_header_bytes, lo=1024)
+        check_float("header_read_timeout_s", self.header_read_timeout_s, lo=0, lo_open=True)
+
+    def uvicorn_kwargs(self) -> dict:
+        """The ``uvicorn.Config`` keywords (uvicorn's h11 protocol with a head timeout, so the head limits apply)."""
+        return {"http": head_timeout_protocol(self.header_read_timeout_s), "limit_concurrency": self.limit_concurrency,
+                "timeout_keep_alive": self.timeout_keep_alive_s,
+                "h11_max_incomplete_event_size": self.max_header_bytes}
+
+
+def head_timeout_protocol(timeout_s: float):
+    """uvicorn's h11 protocol class, closing a connection that sends no whole request head within
+    ``timeout_s`` seconds of opening or of its last response (uvicorn itself times nothing while a head
+    arrives, so a client sending a head byte by byte would hold its connection forever). A request in
+    progress (head received) is never closed by it; its body has :data:`workbench.serving.http.BODY_READ_TIMEOUT_S`."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadTimeoutH11Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._waiting_since = self.loop.time()
+            self._head_timer = self.loop.call_later(timeout_s, self._check_head)
+
+        def _check_head(self) -> None:
+            if self.transport.is_closing():
+                return
+            waiting = self.cycle is None or self.cycle.response_complete
+            left = self._waiting_since + timeout_s - self.loop.time()
+            if waiting and left <= 0:
+                self.transport.close()
+                return
+            self._head_timer = self.loop.call_later(left if waiting else timeout_s, self._check_head)
+
+        def on_response_complete(self) -> None:
+            self._waiting_since = self.loop.time()
+            super().on_response_complete()
+
+        def connection_lost(self, exc) -> None:
+            self._head_timer.cancel()
+            super().connection_lost(exc)
+
+    return HeadTimeoutH11Protocol
+
+
 def make_server_engine(loaded, name: str, max_batch_size: int = 8, batch_window_s: float = 0.05,
-                       context: int | None = None) -> engines.BaseEngine:
+                       context: int | None = None, prefix_sharing: bool = False) -> engines.BaseEngine:
     """The engine behind an app: :func:`workbench.serving.engines.make_engine`, with the ``continuous``
-    manager sized for the model's context (one greedy setting, requests up to the context)."""
+    manager sized for the model's context (requests up to the context, per-request sampling)."""
     ctx = int(context or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
     return engines.make_engine(name, loaded, max_batch_size, batch_window_s, GenerationSettings(max_new_tokens=ctx),
-                               ctx)
+                               ctx, prefix_sharing=prefix_sharing)
 
 
 def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX_BODY_BYTES,
@@ -94,7 +176,9 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
                request_timeout_s: float = REQUEST_TIMEOUT_S, host: str = DEFAULT_HOST, api_key: str | None = None,
                engine: str = "fifo", max_batch_size: int = 8, batch_window_s: float = 0.05,
                early_headers: bool = False, keepalive_s: float | None = None,
-               resume_timeout_s: float = 60.0, stream_retention_s: float = 300.0, jobs: dict | None = None):
+               resume_timeout_s: float = 60.0, stream_retention_s: float = 300.0, jobs: dict | None = None,
+               model_aliases: tuple = (), prefix_sharing: bool = False,
+               body_read_timeout_s: float = http.BODY_READ_TIMEOUT_S, server_id: str | None = None):
     """Build the FastAPI app around one engine.
 
     Streams, jobs, metrics (issue 14): every SSE event carries an ``id:`` and ``GET /v1/streams/{id}`` with
@@ -121,6 +205,11 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
         host: the address the server binds: a loopback one makes the app accept only loopback
             ``Host`` headers; any other needs ``api_key``.
         api_key: when given, ``/v1`` requests need ``Authorization: Bearer <api_key>``.
+        model_aliases: other names a request's ``model`` may give (any other name: 404).
+        prefix_sharing: the ``continuous`` engine reuses cached pages of shared prompt prefixes
+            (``usage.prompt_tokens_details.cached_tokens`` says how many per request; 0 when off).
+        body_read_timeout_s: a request body not received within this gets 408.
+        server_id: names this server's default job store (its ``host:port``; default: this process).
 
     Returns:
         The app; ``app.state.engine`` is its engine (stopped on shutdown), ``app.state.chat`` its
@@ -128,7 +217,8 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
         (with ``jobs``) ``app.state.jobs``.
 
     Raises:
-        ParameterError: a non-loopback ``host`` without ``api_key``, an unknown engine, or a bad limit.
+        ParameterError: a non-loopback ``host`` without ``api_key``, an unknown engine, or a bad limit;
+            :class:`workbench.serving.jobs.StoreLockedError`: another server owns the job store.
     """
     from contextlib import asynccontextmanager
 
@@ -138,11 +228,18 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     check_float("request_timeout_s", request_timeout_s, lo=0, lo_open=True)
     if max_tokens_limit is not None:
         check_int("max_tokens_limit", max_tokens_limit, lo=1)
+    check_float("body_read_timeout_s", body_read_timeout_s, lo=0, lo_open=True)
+    aliases = tuple(model_aliases or ())
+    for a in (model_name, *aliases):
+        if not isinstance(a, str) or not a or len(a) > http.MAX_MODEL_NAME:
+            raise ParameterError(f"model_aliases: names of 1 to {http.MAX_MODEL_NAME} characters (got {a!r:.80})")
     http.check_bind(host, api_key)
     engines.check_name(engine)
+    if prefix_sharing and engine != "continuous":
+        raise ParameterError(f"prefix_sharing: only the continuous engine shares prefix cache pages (engine {engine!r})")
     context = int(getattr(loaded.info, "max_context_tokens", 0) or 8192)
     streams = events.StreamRegistry(resume_timeout_s, stream_retention_s, keepalive_s=keepalive_s)
-    eng = make_server_engine(loaded, engine, max_batch_size, batch_window_s)
+    eng = make_server_engine(loaded, engine, max_batch_size, batch_window_s, prefix_sharing=prefix_sharing)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -155,7 +252,9 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     app = FastAPI(title="workbench OpenAI-compatible server", lifespan=lifespan)
     app.state.loaded, app.state.engine, app.state.streams = loaded, eng, streams
     app.state.max_body_bytes = check_int("max_body_bytes", max_body_bytes, lo=1)  # every route's JSON body cap
-    app.state.chat = chat.ChatConfig(model_name=model_name, context=context, max_tokens_limit=max_tokens_limit or context,
+    app.state.body_read_timeout_s = body_read_timeout_s
+    app.state.chat = chat.ChatConfig(model_name=model_name, model_aliases=aliases, context=context,
+                                     max_tokens_limit=max_tokens_limit or context,
                                      max_queue=max_queue,
                                      request_timeout_s=request_timeout_s, early_headers=early_headers,
                                      keepalive_s=keepalive_s)
@@ -167,7 +266,12 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     if jobs is not None:
         from . import jobs as jobs_mod
 
-        jobs_mod.install(app, eng, context=context, max_tokens_limit=max_tokens_limit or context, **jobs)
+        try:
+            jobs_mod.install(app, eng, context=context, max_tokens_limit=max_tokens_limit or context,
+                             **{"server_id": server_id, **jobs})
+        except BaseException:
+            eng.stop()
+            raise
     return app
 
 
@@ -181,6 +285,7 @@ class ServerThread:
         loaded: :class:`workbench.models.LoadedModel`.
         host: bind address (loopback by default).
         port: 0 picks a free port.
+        limits: :class:`ServerLimits` (default: its defaults).
         **app_kwargs: passed to :func:`create_app`.
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
@@ -188,13 +293,18 @@ class ServerThread:
     (:class:`workbench.serving.engines.BaseEngine`).
     """
 
-    def __init__(self, loaded, host: str = DEFAULT_HOST, port: int = 0, **app_kwargs):
+    def __init__(self, loaded, host: str = DEFAULT_HOST, port: int = 0, limits: ServerLimits | None = None,
+                 **app_kwargs):
         import uvicorn
 
+        limits = limits or ServerLimits()
+        if port:
+            app_kwargs.setdefault("server_id", f"{host}:{port}")
         self.app = create_app(loaded, host=host, **app_kwargs)
         self.engine: engines.BaseEngine = self.app.state.engine
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
-                                                   lifespan="on", timeout_graceful_shutdown=2))
+                                                   lifespan="on", timeout_graceful_shutdown=2,
+                                                   **limits.uvicorn_kwargs()))
         self.host = host
         self.port = port
         self._thread = threading.Thread(target=self.server.run, name="workbench-uvicorn", daemon=True)
@@ -225,23 +335,33 @@ class ServerThread:
 
 
 def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, device: str = "auto",
-          dtype: str = "auto", **app_kwargs) -> None:
+          dtype: str = "auto", limits: ServerLimits | None = None, **app_kwargs) -> None:
     """Load a model and serve it until interrupted (blocking).
 
-    The model spec, device, dtype and the bind / API-key rule are checked before the model loads
-    (:class:`ParameterError`, one line). ``app_kwargs`` go to :func:`create_app`.
+    The model spec, device, dtype, the bind / API-key rule and the job store's owner are checked before the
+    model loads (:class:`ParameterError`, one line). ``app_kwargs`` go to :func:`create_app`; ``limits``
+    (:class:`ServerLimits`) to uvicorn.
     """
     import uvicorn
 
     from ..models import load_model, pick_device, pick_dtype, resolve_model_path
+    from . import jobs as jobs_mod
 
+    limits = limits or ServerLimits()
     check_int("port", port, lo=0, hi=65535)
     http.check_bind(host, app_kwargs.get("api_key"))
     engines.check_name(app_kwargs.get("engine", "fifo"))
+    app_kwargs.setdefault("server_id", f"{host}:{port}")
+    if app_kwargs.get("prefix_sharing") and app_kwargs.get("engine", "fifo") != "continuous":
+        raise ParameterError("prefix_sharing: only the continuous engine shares prefix cache pages "
+                             f"(engine {app_kwargs.get('engine', 'fifo')!r})")
+    if app_kwargs.get("jobs") is not None:  # another server owns it: say so before the model loads
+        jobs_mod.check_store_free(app_kwargs["jobs"].get("path") or jobs_mod.default_path(app_kwargs["server_id"]))
     pick_dtype(dtype, pick_device(device))
     resolve_model_path(model)
     loaded = load_model(model, device=device, dtype=dtype)
-    uvicorn.run(create_app(loaded, host=host, **app_kwargs), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(loaded, host=host, **app_kwargs), host=host, port=port, log_level="info",
+                **limits.uvicorn_kwargs())
 
 
 def main(argv=None, prog: str | None = None) -> None:
@@ -273,12 +393,35 @@ def main(argv=None, prog: str | None = None) -> None:
     p.add_argument("--batch-window", type=float, default=0.05, help="the static engine's batching window (s)")
     p.add_argument("--early-headers", action="store_true",
                    help="start streaming responses (headers) as soon as a request is accepted")
+    p.add_argument("--served-model-name", default=SERVED_MODEL,
+                   help=f"the model id in responses and /v1/models (default {SERVED_MODEL})")
+    p.add_argument("--model-alias", action="append", default=[],
+                   help="another name a request's model field may give (repeatable; any other name gets 404)")
+    p.add_argument("--prefix-sharing", action="store_true",
+                   help="continuous engine: reuse cached pages of shared prompt prefixes (usage reports cached_tokens)")
+    p.add_argument("--jobs", action="store_true",
+                   help="enable /v1/jobs with this server's own store (results/serving_jobs/<host>_<port>.sqlite3)")
+    p.add_argument("--jobs-db", default=None, help="enable /v1/jobs with the store at this path (one server per store)")
+    limits = ServerLimits()
+    p.add_argument("--limit-concurrency", type=int, default=limits.limit_concurrency,
+                   help="open connections / running requests at most; past it the server answers 503")
+    p.add_argument("--timeout-keep-alive", type=float, default=limits.timeout_keep_alive_s,
+                   help="seconds an idle keep-alive connection stays open")
+    p.add_argument("--max-header-bytes", type=int, default=limits.max_header_bytes,
+                   help="largest request head accepted (h11)")
+    p.add_argument("--header-read-timeout", type=float, default=limits.header_read_timeout_s,
+                   help="seconds a connection may take to send a request head (closed past it)")
+    p.add_argument("--body-read-timeout", type=float, default=http.BODY_READ_TIMEOUT_S,
+                   help="seconds a request body may take to arrive (408 past it)")
     a = p.parse_args(argv)
     try:
-        serve(a.model, a.host, a.port, a.device, a.dtype, api_key=a.api_key, max_queue=a.max_queue,
+        limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes, a.header_read_timeout)
+        jobs = {"path": a.jobs_db} if a.jobs_db else ({} if a.jobs else None)
+        serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, api_key=a.api_key, max_queue=a.max_queue,
               max_tokens_limit=a.max_tokens_limit, request_timeout_s=a.request_timeout,
               early_headers=a.early_headers, engine=a.engine, max_batch_size=a.max_batch_size,
-              batch_window_s=a.batch_window)
+              batch_window_s=a.batch_window, model_name=a.served_model_name, model_aliases=tuple(a.model_alias),
+              prefix_sharing=a.prefix_sharing, body_read_timeout_s=a.body_read_timeout, jobs=jobs)
     except ParameterError as exc:  # one line, before anything loads
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
