@@ -30,8 +30,8 @@ from starlette.requests import Request  # module level: FastAPI resolves string 
 from ..detokenize import StreamTap
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from . import engines
-from .events import DONE, sse_data
+from . import engines, scheduling
+from .events import DONE, queue_event, sse_data
 from .http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, read_json_object, validate
 from .protocol import SERVED_MODEL
 
@@ -54,6 +54,7 @@ class ChatConfig:
     request_timeout_s: float = REQUEST_TIMEOUT_S
     early_headers: bool = False
     keepalive_s: float | None = None
+    queue_event_s: float = 0.5   # stream_options.queue_events: a status event at most this often while waiting
     ChatRequest: type | None = dataclasses.field(default_factory=chat_schema, repr=False)
 
 
@@ -172,9 +173,13 @@ class _ClientGone(Exception):
     """The client disconnected before its response started."""
 
 
-def _too_busy(cfg: ChatConfig) -> ApiError:
-    return ApiError(429, f"server busy: {cfg.max_queue} requests already wait; retry later",
-                    etype="rate_limit_exceeded", headers={"Retry-After": "1"})
+def _too_busy(cfg: ChatConfig, engine=None) -> ApiError:
+    """429 with ``Retry-After`` from the backlog: the engine queue's estimate of the seconds until everything
+    waiting now is admitted, rounded up (:func:`workbench.serving.scheduling.retry_after_s`; 1 when unknown)."""
+    backlog = getattr(getattr(engine, "queue", None), "backlog_s", None)
+    wait = scheduling.retry_after_s(backlog() if callable(backlog) else float("nan"))
+    return ApiError(429, f"server busy: {cfg.max_queue} requests already wait; retry in {wait} s",
+                    etype="rate_limit_exceeded", headers={"Retry-After": str(wait)})
 
 
 def _timed_out(cfg: ChatConfig) -> ApiError:
@@ -237,7 +242,7 @@ async def chat_completions(request: Request):
     payload = await read_json_object(request)
     req, stop, max_tokens = parse_chat_request(payload, cfg)
     if engine.pending > cfg.max_queue:  # cheap early refusal; submit() below decides atomically
-        raise _too_busy(cfg)
+        raise _too_busy(cfg, engine)
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
     try:  # templating a huge prompt takes a while: a worker thread keeps every other stream flowing
         ids = await asyncio.to_thread(engines.prompt_ids, state.loaded.tokenizer, messages)
@@ -260,11 +265,11 @@ async def chat_completions(request: Request):
     reply = Reply(state.loaded, engine.eos, stop, asyncio.get_running_loop())
     ereq = reply.request = engines.EngineRequest(
         ids, settings, t_arrival=t_arrival, on_token=reply.on_token, on_done=reply.on_done, id=cid,
-        deadline=t_arrival + cfg.request_timeout_s, endpoint="chat")
+        deadline=t_arrival + cfg.request_timeout_s, endpoint="chat", priority=req.priority)
     try:
         engine.submit(ereq, max_pending=cfg.max_queue + 1)  # the one being served + max_queue waiting
     except engines.EngineFull:
-        raise _too_busy(cfg) from None
+        raise _too_busy(cfg, engine) from None
     except ParameterError as exc:  # this engine cannot serve these settings (continuous: one sampling setting)
         raise ApiError(400, str(exc)) from None
     name = req.model or cfg.model_name
@@ -310,8 +315,10 @@ async def chat_completions(request: Request):
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra,
         })
 
-    # Start the response once the first text (or the end) exists, so headers carry the engine TTFT.
-    first = None if (cfg.early_headers or cfg.keepalive_s) else await _next_event(reply, request, cfg)
+    # Start the response once the first text (or the end) exists, so headers carry the engine TTFT; a client
+    # asking for queue events gets its response at once (the events are what it waits for).
+    watch_queue = bool(req.stream_options and req.stream_options.queue_events) and hasattr(engine.queue, "status")
+    first = None if (cfg.early_headers or cfg.keepalive_s or watch_queue) else await _next_event(reply, request, cfg)
     if first is not None and first[0] == "error":
         raise ApiError(500, first[1], etype="server_error")
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -320,7 +327,22 @@ async def chat_completions(request: Request):
         finished = False
         try:
             yield chunk({"role": "assistant", "content": ""})
-            kind, data = first if first is not None else await reply.events.get()
+            pending = first
+            if watch_queue and pending is None:  # queue position / ETA while waiting, then one "admitted" event
+                last = None
+                while True:
+                    status = engine.queue.status(ereq)
+                    if status is None or pending is not None:
+                        yield queue_event(cid, 0, 0.0, True)
+                        break
+                    if status != last:
+                        yield queue_event(cid, status["queue_position"], status["eta_s"], False)
+                        last = status
+                    try:
+                        pending = await asyncio.wait_for(reply.events.get(), timeout=cfg.queue_event_s)
+                    except asyncio.TimeoutError:
+                        pass
+            kind, data = pending if pending is not None else await reply.events.get()
             while True:
                 if kind == "text":
                     yield chunk({"content": data})

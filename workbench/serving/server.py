@@ -74,19 +74,20 @@ import time
 from ..checks import check_float, check_int
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from . import chat, engines, events, http, monitoring
+from . import chat, engines, events, http, monitoring, scheduling
 from .chat import MAX_QUEUE, REQUEST_TIMEOUT_S
 from .http import MAX_BODY_BYTES
 from .protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
 
 
 def make_server_engine(loaded, name: str, max_batch_size: int = 8, batch_window_s: float = 0.05,
-                       context: int | None = None) -> engines.BaseEngine:
+                       context: int | None = None, policy: "str | scheduling.PolicyQueue" = "fcfs") -> engines.BaseEngine:
     """The engine behind an app: :func:`workbench.serving.engines.make_engine`, with the ``continuous``
-    manager sized for the model's context (one greedy setting, requests up to the context)."""
+    manager sized for the model's context (one greedy setting, requests up to the context); ``policy`` its
+    waiting queue's scheduling policy (:mod:`workbench.serving.scheduling`)."""
     ctx = int(context or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
     return engines.make_engine(name, loaded, max_batch_size, batch_window_s, GenerationSettings(max_new_tokens=ctx),
-                               ctx)
+                               ctx, policy=policy)
 
 
 def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX_BODY_BYTES,
@@ -94,7 +95,8 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
                request_timeout_s: float = REQUEST_TIMEOUT_S, host: str = DEFAULT_HOST, api_key: str | None = None,
                engine: str = "fifo", max_batch_size: int = 8, batch_window_s: float = 0.05,
                early_headers: bool = False, keepalive_s: float | None = None,
-               resume_timeout_s: float = 60.0, stream_retention_s: float = 300.0, jobs: dict | None = None):
+               resume_timeout_s: float = 60.0, stream_retention_s: float = 300.0, jobs: dict | None = None,
+               policy: str = "fcfs", policy_options: dict | None = None):
     """Build the FastAPI app around one engine.
 
     Streams, jobs, metrics (issue 14): every SSE event carries an ``id:`` and ``GET /v1/streams/{id}`` with
@@ -121,6 +123,9 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
         host: the address the server binds: a loopback one makes the app accept only loopback
             ``Host`` headers; any other needs ``api_key``.
         api_key: when given, ``/v1`` requests need ``Authorization: Bearer <api_key>``.
+        policy: the engine's scheduling policy (:data:`workbench.serving.scheduling.POLICIES`; a request's
+            ``priority`` field matters under ``priority``); ``policy_options``: keyword arguments of
+            :class:`~workbench.serving.scheduling.PolicyQueue` (``aging_s``, ``lane_threshold_tokens``, ``long_cap``).
 
     Returns:
         The app; ``app.state.engine`` is its engine (stopped on shutdown), ``app.state.chat`` its
@@ -140,9 +145,10 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
         check_int("max_tokens_limit", max_tokens_limit, lo=1)
     http.check_bind(host, api_key)
     engines.check_name(engine)
+    queue = scheduling.make_queue(policy, engine, **(policy_options or {}))
     context = int(getattr(loaded.info, "max_context_tokens", 0) or 8192)
     streams = events.StreamRegistry(resume_timeout_s, stream_retention_s, keepalive_s=keepalive_s)
-    eng = make_server_engine(loaded, engine, max_batch_size, batch_window_s)
+    eng = make_server_engine(loaded, engine, max_batch_size, batch_window_s, policy=queue)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -238,6 +244,8 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
     check_int("port", port, lo=0, hi=65535)
     http.check_bind(host, app_kwargs.get("api_key"))
     engines.check_name(app_kwargs.get("engine", "fifo"))
+    scheduling.make_queue(app_kwargs.get("policy", "fcfs"), app_kwargs.get("engine", "fifo"),
+                          **(app_kwargs.get("policy_options") or {}))  # bad policy options: before the model loads
     pick_dtype(dtype, pick_device(device))
     resolve_model_path(model)
     loaded = load_model(model, device=device, dtype=dtype)
@@ -273,12 +281,20 @@ def main(argv=None, prog: str | None = None) -> None:
     p.add_argument("--batch-window", type=float, default=0.05, help="the static engine's batching window (s)")
     p.add_argument("--early-headers", action="store_true",
                    help="start streaming responses (headers) as soon as a request is accepted")
+    p.add_argument("--policy", default="fcfs",
+                   help=f"scheduling policy of the engine's queue ({', '.join(scheduling.POLICIES)}; continuous: fcfs)")
+    p.add_argument("--aging-s", type=float, default=scheduling.AGING_S,
+                   help="sjf / lanes: a request waiting this long is served in arrival order (the wait bound)")
+    p.add_argument("--lane-threshold", type=int, default=scheduling.LANE_THRESHOLD_TOKENS,
+                   help="lanes: max_tokens at or above this is a long request")
+    p.add_argument("--long-cap", type=int, default=scheduling.LONG_CAP, help="lanes: long requests running at once")
     a = p.parse_args(argv)
     try:
         serve(a.model, a.host, a.port, a.device, a.dtype, api_key=a.api_key, max_queue=a.max_queue,
               max_tokens_limit=a.max_tokens_limit, request_timeout_s=a.request_timeout,
               early_headers=a.early_headers, engine=a.engine, max_batch_size=a.max_batch_size,
-              batch_window_s=a.batch_window)
+              batch_window_s=a.batch_window, policy=a.policy,
+              policy_options={"aging_s": a.aging_s, "lane_threshold_tokens": a.lane_threshold, "long_cap": a.long_cap})
     except ParameterError as exc:  # one line, before anything loads
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
