@@ -244,6 +244,17 @@ class BaseEngine:
         self.queue.put(req)
         return req
 
+    def withdraw(self, req: EngineRequest, reason: str = "abandoned") -> bool:
+        """Stop ``req`` with ``reason`` and, while it still waits in the queue, take it out and finish it now,
+        so it frees its place (``pending``, ``max_pending``) at once instead of when the worker reaches it.
+        Returns True when it was taken out of the queue (a running request stops at its next step)."""
+        req.stop(reason)
+        if not self.queue.remove(req):
+            return False
+        req.t_admit = time.perf_counter()
+        req.finish()
+        return True
+
     def submit_group(self, reqs: list) -> list:
         """Queue requests that must share one batch (one padded ``generate`` for ``fifo`` / ``static``; the
         ``continuous`` manager admits them together). Raises as :meth:`submit` (never :class:`EngineFull`)."""

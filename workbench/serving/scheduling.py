@@ -232,6 +232,14 @@ class PolicyQueue:
                     return None
                 self._cv.wait(timeout=0.05 if left is None else min(0.05, left))
 
+    def remove(self, req) -> bool:
+        """Take a single waiting request out of the queue; False when it is not waiting (running, or gone)."""
+        with self._cv:
+            kept = [(s, it) for s, it in self._items if it is not req]
+            found = len(kept) != len(self._items)
+            self._items = kept
+            return found
+
     def qsize(self) -> int:
         """Requests waiting (a group counts its members)."""
         with self._cv:
