@@ -112,6 +112,9 @@ class EngineRequest:
         deadline: ``perf_counter`` time after which it stops with reason ``timeout`` (None: never).
         endpoint: who sent it (``chat``, ``jobs``, ``load``...), for the observers' labels.
         priority: integer, lower is served first under the ``priority`` policy (:mod:`.scheduling`).
+        queue_position, eta_s: what the engine's queue told at arrival (requests ahead, estimated wait in
+            seconds; NaN: no estimate yet), set by :meth:`.scheduling.PolicyQueue.put`; the ETA's error is
+            ``eta_s - queue_s``.
     """
 
     input_ids: list
@@ -124,6 +127,8 @@ class EngineRequest:
     deadline: float | None = None
     endpoint: str = ""
     priority: int = 0
+    queue_position: int | None = None
+    eta_s: float | None = None
     stop_reason: str | None = None
     t_admit: float | None = None
     stamps: list = dataclasses.field(default_factory=list)

@@ -198,12 +198,17 @@ class PolicyQueue:
     # ------------------------------------------------------------------ queue interface
 
     def put(self, item) -> None:
-        """Queue a request, a group, or ``None`` (stop once nothing waits)."""
+        """Queue a request, a group, or ``None`` (stop once nothing waits). A single request's
+        ``queue_position`` and ``eta_s`` are set to what :meth:`status` tells at that moment."""
         with self._cv:
             if item is None:
                 self._stop = True
             else:
                 self._items.append((next(self._seq), item))
+                if not isinstance(item, list):
+                    told = self.status(item)
+                    if told is not None:
+                        item.queue_position, item.eta_s = told["queue_position"], told["eta_s"]
             self._cv.notify_all()
 
     def get(self, timeout: float | None = None, accept: Callable | None = None):
