@@ -245,7 +245,9 @@ def calibrate(loaded, cfg: Config) -> dict:
     return {"alone_s": alone, "rate_rps": cfg.load_factor / mean}
 
 
-def _trace(cfg: Config, rate: float) -> list[dict]:
+def trace_rows(cfg: Config, rate: float) -> list[dict]:
+    """The mixed workload of ``cfg``: its ``trace`` file (first ``requests_per_point`` rows) or :func:`mixed_trace`
+    at ``rate`` requests/s."""
     if cfg.trace:
         return read_mixed_trace(cfg.trace, cfg.class_slo_ttft_s)[: cfg.requests_per_point]
     return mixed_trace(cfg.requests_per_point, cfg.short_share, cfg.short_prompt_tokens, cfg.long_prompt_tokens,
@@ -270,15 +272,32 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     cal = state["calibration"]
     if point["workload"] == "multiturn":
         return _multiturn(loaded, cfg, cal)
-    rows_in = _trace(cfg, cal["rate_rps"])
+    rows_in = trace_rows(cfg, cal["rate_rps"])
+    rows, res, warmup_s = run_policy(loaded, cfg, point["policy"], rows_in, cal["alone_s"])
+    extra = {k: v for k, v in res.summary.items() if k not in ("wall_s", "rate", "concurrency")}
+    extra.update(offered_rps=cal["rate_rps"], **{f"alone_s_{c}": v for c, v in cal["alone_s"].items()},
+                 **class_columns(pd.DataFrame(rows), cfg.class_slo_ttft_s, res.summary["window_s"]))
+    return PointResult(requests=rows, wall_s=res.summary["wall_s"], warmup_s=warmup_s, extra=extra)
+
+
+def run_policy(loaded, cfg: Config, policy: str, rows_in: list[dict], alone_s: dict):
+    """Replay the trace rows ``rows_in`` (offsets, classes, priorities) on a fresh ``cfg.engine`` under ``policy``.
+
+    ``cfg.warmup`` x 2 of the requests run first, untimed (the service-rate estimate's first history); the
+    senders honour Retry-After (``max_retries``) and ``abandon_share`` of the clients have ``patience_s``.
+
+    Returns:
+        ``(rows, load_result, warmup_s)``: :func:`request_rows` of the run, its
+        :class:`~workbench.serving.load.LoadResult`, the warm-up seconds.
+    """
     specs = specs_of(loaded.tokenizer, rows_in)
     if cfg.abandon_share > 0:
         specs = load.with_patience(specs, cfg.abandon_share, cfg.patience_s, cfg.seed)
     t0 = time.perf_counter()
-    eng = _engine(loaded, cfg, point["policy"])
+    eng = _engine(loaded, cfg, policy)
     try:
         warm = load.engine_sender(eng, loaded.tokenizer, cfg.settings())
-        for s in specs[: cfg.warmup * 2]:  # untimed, and the service-rate estimate's first history
+        for s in specs[: cfg.warmup * 2]:
             warm(dataclasses.replace(s, patience_s=None), time.perf_counter())
         warmup_s = time.perf_counter() - t0
         send = load.retrying_sender(load.engine_sender(eng, loaded.tokenizer, cfg.settings(), cfg.max_pending),
@@ -286,11 +305,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         res = load.run_load(send, specs, "replay", max_wait_s=cfg.max_wait_s)
     finally:
         eng.stop()
-    rows = request_rows(res.rows, rows_in, cal["alone_s"])
-    extra = {k: v for k, v in res.summary.items() if k not in ("wall_s", "rate", "concurrency")}
-    extra.update(offered_rps=cal["rate_rps"], **{f"alone_s_{c}": v for c, v in cal["alone_s"].items()},
-                 **class_columns(pd.DataFrame(rows), cfg.class_slo_ttft_s, res.summary["window_s"]))
-    return PointResult(requests=rows, wall_s=res.summary["wall_s"], warmup_s=warmup_s, extra=extra)
+    return request_rows(res.rows, rows_in, alone_s), res, warmup_s
 
 
 def request_rows(rows: list[dict], trace_rows: list[dict], alone_s: dict) -> list[dict]:
