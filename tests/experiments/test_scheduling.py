@@ -121,13 +121,13 @@ def test_figures_draw_from_small_tables():
 
 
 @pytest.mark.model
-def test_a_tiny_real_run(loaded, tmp_path):
+def test_a_tiny_real_run(loaded):
     from workbench import results
 
     cfg = scheduling.Config(policies=["fcfs", "lanes"], engine="fifo", requests_per_point=4,
                             short_prompt_tokens=[32], long_prompt_tokens=[40], short_max_tokens=2, long_max_tokens=5,
                             lane_threshold_tokens=4, turns=2, conversations=1, warmup=0, abandon_share=0.25)
-    run = results.open_run(str(tmp_path / "run"))
+    run = results.open_run("")
     points = scheduling.run(cfg, run, loaded)
     req = results.read_requests(run, experiment=scheduling.EXPERIMENT)
     assert list(points["status"]) == ["ok"] * 3
