@@ -120,21 +120,30 @@ def test_figures_draw_from_small_tables():
     assert list(bars[0].y) == [3.0, 0.75]  # TTFT p50 of background, interactive under sjf
 
 
-@pytest.mark.model
-def test_a_tiny_real_run(loaded):
-    from workbench import results
+QUICK_11 = dict(policies=["fcfs", "lanes"], engine="fifo", requests_per_point=4, short_prompt_tokens=[32],
+                long_prompt_tokens=[40], short_max_tokens=2, long_max_tokens=5, lane_threshold_tokens=4, turns=2,
+                conversations=1, warmup=0)
 
-    cfg = scheduling.Config(policies=["fcfs", "lanes"], engine="fifo", requests_per_point=4,
-                            short_prompt_tokens=[32], long_prompt_tokens=[40], short_max_tokens=2, long_max_tokens=5,
-                            lane_threshold_tokens=4, turns=2, conversations=1, warmup=0, abandon_share=0.25)
-    run = results.open_run("")
-    points = scheduling.run(cfg, run, loaded)
+
+@pytest.mark.notebook
+def test_scheduling_notebook(tmp_path, monkeypatch, run_notebook):
+    from pathlib import Path
+
+    from workbench import notebooks, results
+
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    run = results.open_run("", label="nb11")
+    nb = Path(__file__).resolve().parents[2] / "notebooks" / "11_scheduling.ipynb"
+    ns = run_notebook(nb, notebooks.validate_parameters(nb, QUICK_11), run)
+    points = results.read_points(run, experiment=scheduling.EXPERIMENT)
     req = results.read_requests(run, experiment=scheduling.EXPERIMENT)
     assert list(points["status"]) == ["ok"] * 3
     mixed = req[req["workload"] == "mixed"]
     assert set(mixed["request_class"]) <= {"interactive", "background"} and len(mixed) == 8
-    done = mixed[mixed["error"].isna() & ~mixed["abandoned"].astype(bool)]
+    done = mixed[mixed["error"].isna()]
     assert (done["output_tokens"] == done["max_tokens"]).all()
+    # warmup 0: no service history for the first arrivals (ETA unknown, NaN), then an estimate
+    assert set(mixed["policy"]) == {"fcfs", "lanes"} and mixed["eta_s"].notna().any()
     turns = req[req["workload"] == "multiturn"].sort_values("turn")
     assert list(turns["turn"]) == [1, 2] and turns["prompt_tokens"].is_monotonic_increasing
-    assert isinstance(scheduling.finding(points, req).text, str)
+    assert isinstance(ns["finding"].text, str) and (run / "figures").exists()
