@@ -270,3 +270,32 @@ def test_queue_events_are_monotone_and_end_at_admission_and_priority_is_checked(
     assert pos == sorted(pos, reverse=True) and pos[0] >= 1
     first_text = next(i for i, e in enumerate(events) if e.get("choices") and e["choices"][0]["delta"].get("content"))
     assert events.index(status[-1]) < first_text  # admitted before any text
+
+
+def test_the_servers_429_carries_a_retry_after_from_the_backlog():
+    from workbench.serving import chat
+
+    class Busy:
+        queue = SimpleNamespace(backlog_s=lambda: 7.2)
+
+    err = chat._too_busy(chat.ChatConfig(ChatRequest=None), Busy())
+    assert err.status == 429 and err.headers["Retry-After"] == "8" and "8 s" in err.message
+    unknown = chat._too_busy(chat.ChatConfig(ChatRequest=None), SimpleNamespace(queue=SimpleNamespace(backlog_s=lambda: float("nan"))))
+    assert unknown.headers["Retry-After"] == "1"
+
+
+@pytest.mark.parametrize("args,name", [
+    (["--policy", "lottery"], "policy"),
+    (["--engine", "continuous", "--policy", "sjf"], "policy"),
+    (["--policy", "lanes", "--lane-threshold", "0"], "lane_threshold_tokens"),
+    (["--policy", "sjf", "--aging-s", "-1"], "aging_s"),
+])
+def test_serve_refuses_bad_policy_options_in_one_line_before_the_model_loads(args, name, monkeypatch, capsys):
+    from tests.conftest import no_work
+    from workbench.serving import server
+
+    no_work(monkeypatch)
+    with pytest.raises(SystemExit) as exit_:
+        server.main(args, prog="workbench serve")
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and err.startswith(f"workbench serve: error: {name}:") and "\n" not in err

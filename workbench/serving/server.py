@@ -41,10 +41,17 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
   contains one, the reply stops before it (text that might start a stop string
   is held back until it cannot), ``finish_reason`` is ``stop``.
 - **Bounded**: at most ``max_queue`` requests wait behind the one being served
-  (more get 429 with ``Retry-After``); ``max_tokens`` is capped at
+  (more get 429 with ``Retry-After``: the engine queue's backlog estimate in seconds, rounded up,
+  :mod:`workbench.serving.scheduling`); ``max_tokens`` is capped at
   ``max_tokens_limit``; a request not finished within ``request_timeout_s`` is
   stopped (504 before its response started, ``finish_reason`` ``timeout`` after).
   Prompts are templated and tokenised in a worker thread, off the event loop.
+- **Scheduling** (``--policy``, :mod:`workbench.serving.scheduling`): the engine's queue serves ``fcfs``,
+  ``priority`` (the request's integer ``priority`` field, lower first, in [-1000, 1000]; another value is a
+  400 naming ``priority``), ``sjf`` (aging bound ``--aging-s``) or ``lanes`` (``--lane-threshold``,
+  ``--long-cap``); the ``continuous`` engine admits in the library's FIFO order only. A streaming request with
+  ``stream_options.queue_events: true`` starts its response at once and, while it waits, receives
+  ``{"object": "queue.status", "queue_position", "eta_s", "admitted"}`` events, the last one ``admitted: true``.
 - **Not for other sites**: a POST needs ``Content-Type: application/json``
   (415 otherwise); a loopback-bound server answers only requests whose ``Host``
   is a loopback name (421 otherwise: DNS rebinding); binding a non-loopback
