@@ -14,8 +14,8 @@ each with the paired geometric-mean ratio over the same requests and its 95% int
 (:func:`workbench.evidence.paired_ratio_interval`; requests of one run share the engine, so the interval is a
 guide, not an independent-sample claim), plus the longest wait and the median ETA error per policy.
 
-Run on a quiet machine: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/scheduling.py`` (about 3-4 minutes on a
-2-core CPU) or ``--quick`` (about 1 minute; a smoke run, not a result). A negative result is a result: on 2 cores
+Run on a quiet machine: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/scheduling.py`` (estimated 3-6 minutes on a
+2-core CPU: 6 replays of 24 requests at about 0.5-1 request/s, plus the calibration) or ``--quick`` (about 1 minute; a smoke run, not a result). A negative result is a result: on 2 cores
 a static batch of short rows is not much faster than one long row's steps, so ``lanes`` can show no gain; the
 script says "no difference beyond noise" when the interval includes 1.
 """

@@ -13,7 +13,12 @@ figures. A stop string seen, the client gone or the request's deadline passed st
 
 The response: ``stream: true`` answers with Server-Sent Events (numbered and resumable, see
 :mod:`workbench.serving.events`), one ``data: {chunk}`` per display piece, ending with ``data: [DONE]``;
-``stream: false`` answers with one JSON body. Engine-side figures (:func:`public_figures`) go in an
+``stream: false`` answers with one JSON body. With ``stream_options.queue_events`` the stream starts at once
+and, while the request waits, carries ``queue.status`` events (:func:`workbench.serving.events.queue_event`:
+its queue position and ETA from the engine's policy queue, at most one per ``queue_event_s``, sent when they
+change), the last one ``admitted: true``. Under ``fcfs`` the position only falls; under ``priority`` / ``sjf`` /
+``lanes`` a later, more urgent arrival can move ahead, and the event says so. A full engine answers 429 with a
+``Retry-After`` from the queue's backlog estimate. Engine-side figures (:func:`public_figures`) go in an
 ``engine`` field of the body or of the final chunk, and in the headers ``X-Engine-TTFT-S`` /
 ``X-Engine-Queue-S``.
 """
