@@ -44,6 +44,7 @@ long_cap: int = 1  # lanes: long requests at once
 class_slo_ttft_s: dict = {"interactive": 2.0, "background": 30.0}  # TTFT SLO per class, seconds
 turns: int = 3  # multi-turn point: turns per conversation (0: none)
 conversations: int = 2  # multi-turn point: conversations at once
+multiturn_prefix_sharing: list = [False]  # multi-turn points; [false, true]: continuous engine, prefix sharing off / on
 warmup: int = 1  # untimed warm-up requests per class
 seed: int = 0  # trace seed
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/

@@ -30,6 +30,27 @@ def test_invalid_config_is_one_line_before_any_model(kwargs, name, monkeypatch):
     assert str(err.value).startswith(name + ":") and "\n" not in str(err.value)
 
 
+def test_grid_and_the_prefix_sharing_switch(monkeypatch):
+    cfg = scheduling.Config(policies=["fcfs", "sjf"], turns=2)
+    assert cfg.grid() == [{"workload": "mixed", "policy": "fcfs", "prefix_sharing": False},
+                          {"workload": "mixed", "policy": "sjf", "prefix_sharing": False},
+                          {"workload": "multiturn", "policy": "fcfs", "prefix_sharing": False}]
+    assert len(scheduling.Config(turns=0).grid()) == 4
+    no_work(monkeypatch)
+    with pytest.raises(ParameterError, match="^multiturn_prefix_sharing:"):
+        scheduling.Config(multiturn_prefix_sharing=[True, True])
+    if not scheduling.prefix_sharing_available():
+        with pytest.raises(ParameterError, match="^multiturn_prefix_sharing: this version"):
+            scheduling.Config(multiturn_prefix_sharing=[False, True])
+
+
+def test_cache_hit_rate_by_hand():
+    rows = pd.DataFrame({"prompt_tokens": [100, 200, 300], "cached_tokens": [0, 96, 288]})
+    assert scheduling.cache_columns(rows, True)["cache_hit_rate"] == pytest.approx(384 / 600)
+    none = scheduling.cache_columns(rows.assign(cached_tokens=None), False)
+    assert none["cache_hit_rate"] != none["cache_hit_rate"] and "not available" in none["cache_note"]
+
+
 def _write(tmp_path, rows):
     p = tmp_path / "t.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")

@@ -73,7 +73,10 @@ class Config(sweeps.SweepConfig):
         class_slo_ttft_s: per class TTFT limit in seconds (every class of the workload needs one).
         abandon_share, patience_s: share of clients that give up, and after how long without a token.
         max_pending: the engine's admission limit (None: unbounded), max_retries: Retry-After resends.
-        turns, conversations: the multi-turn point (turns 0: none).
+        turns, conversations: the multi-turn points (turns 0: none).
+        multiturn_prefix_sharing: one multi-turn point per value; any True runs them all on the ``continuous``
+            engine with its prefix sharing on / off (needs an engines module with that switch: ParameterError
+            otherwise), reporting ``cache_hit_rate`` next to the TTFT by turn.
         trace: a mixed trace JSONL (:func:`read_mixed_trace`); empty: generated (:func:`mixed_trace`).
         max_wait_s: over-saturation stop rule (seconds a request may be in flight).
     """
@@ -99,6 +102,7 @@ class Config(sweeps.SweepConfig):
     max_retries: int = 3
     turns: int = 3
     conversations: int = 2
+    multiturn_prefix_sharing: list = dataclasses.field(default_factory=lambda: [False])
     trace: str = ""
     max_wait_s: float = 120.0
 
@@ -127,6 +131,15 @@ class Config(sweeps.SweepConfig):
         checks.check_int("max_retries", self.max_retries, lo=0)
         checks.check_int("turns", self.turns, lo=0)
         checks.check_int("conversations", self.conversations, lo=1)
+        if not isinstance(self.multiturn_prefix_sharing, list) or not self.multiturn_prefix_sharing or \
+                len(set(map(bool, self.multiturn_prefix_sharing))) != len(self.multiturn_prefix_sharing):
+            raise ParameterError(f"multiturn_prefix_sharing: a non-empty list of distinct booleans "
+                                 f"(got {self.multiturn_prefix_sharing!r:.80})")
+        for v in self.multiturn_prefix_sharing:
+            checks.check_bool("multiturn_prefix_sharing", v)
+        if any(self.multiturn_prefix_sharing) and not prefix_sharing_available():
+            raise ParameterError("multiturn_prefix_sharing: this version's engines have no prefix-sharing switch "
+                                 "(make_engine(prefix_sharing=...)); use [false]")
         checks.check_float("max_wait_s", self.max_wait_s, lo=0, lo_open=True)
         if self.trace:
             read_mixed_trace(self.trace, self.class_slo_ttft_s)
@@ -136,9 +149,11 @@ class Config(sweeps.SweepConfig):
         return GenerationSettings(max_new_tokens=self.long_max_tokens, ignore_eos=True, seed=self.seed)
 
     def grid(self) -> list[dict]:
-        """One ``mixed`` point per policy, then the ``multiturn`` point (``fcfs``) when ``turns`` > 0."""
-        pts = [{"workload": "mixed", "policy": p} for p in self.policies]
-        return pts + ([{"workload": "multiturn", "policy": "fcfs"}] if self.turns else [])
+        """One ``mixed`` point per policy, then one ``multiturn`` point (``fcfs``) per ``multiturn_prefix_sharing``
+        value when ``turns`` > 0."""
+        pts = [{"workload": "mixed", "policy": p, "prefix_sharing": False} for p in self.policies]
+        return pts + ([{"workload": "multiturn", "policy": "fcfs", "prefix_sharing": bool(v)}
+                       for v in self.multiturn_prefix_sharing] if self.turns else [])
 
     def queue(self, policy: str) -> scheduling.PolicyQueue:
         return scheduling.make_queue(policy, self.engine, aging_s=self.aging_s,
@@ -146,6 +161,14 @@ class Config(sweeps.SweepConfig):
 
 
 # ----------------------------------------------------------------------------- workloads
+
+
+def prefix_sharing_available() -> bool:
+    """Whether :func:`workbench.serving.engines.make_engine` has the ``continuous`` engine's ``prefix_sharing``
+    switch (added by issue 23's prefix sharing)."""
+    import inspect
+
+    return "prefix_sharing" in inspect.signature(engines_mod.make_engine).parameters
 
 
 def check_class_slos(class_slo_ttft_s, classes) -> dict:
@@ -260,7 +283,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     Args:
         loaded: :class:`workbench.models.LoadedModel`.
         cfg: the study's config.
-        point: ``{"workload", "policy"}``.
+        point: ``{"workload", "policy", "prefix_sharing"}``.
         state: shared by the points of a run: ``calibration`` (:func:`calibrate`, measured on the first point).
 
     Returns:
@@ -271,7 +294,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         state["calibration"] = calibrate(loaded, cfg)
     cal = state["calibration"]
     if point["workload"] == "multiturn":
-        return _multiturn(loaded, cfg, cal)
+        return _multiturn(loaded, cfg, bool(point.get("prefix_sharing")))
     rows_in = trace_rows(cfg, cal["rate_rps"])
     rows, res, warmup_s = run_policy(loaded, cfg, point["policy"], rows_in, cal["alone_s"])
     extra = {k: v for k, v in res.summary.items() if k not in ("wall_s", "rate", "concurrency")}
@@ -351,14 +374,19 @@ def class_columns(rows: pd.DataFrame, class_slo_ttft_s: dict, window_s: float) -
     return out
 
 
-def _multiturn(loaded, cfg: Config, cal: dict) -> PointResult:
+def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult:
     """``conversations`` conversations at once, ``turns`` turns each: turn ``k`` sends the whole history (each
     earlier user message and a fixed assistant reply of ``short_max_tokens`` words), so its prompt grows turn
     by turn. Rows: ``conversation``, ``turn`` (from 1), the engine sender's figures."""
     from ..prompts import build_prompt
 
     tok = loaded.tokenizer
-    eng = _engine(loaded, cfg, "fcfs")
+    if any(cfg.multiturn_prefix_sharing):  # the continuous engine, sharing on or off: the same engine both ways
+        ctx = max(cfg.short_prompt_tokens) * (cfg.turns + 1) + cfg.short_max_tokens * (cfg.turns + 1) + 64
+        eng = engines_mod.make_engine("continuous", loaded, cfg.max_batch_size, cfg.batch_window_s, cfg.settings(),
+                                      ctx, prefix_sharing=prefix_sharing)
+    else:
+        eng = _engine(loaded, cfg, "fcfs")
     rows, lock = [], threading.Lock()
     send = load.engine_sender(eng, tok, cfg.settings())
     reply = " ".join(["ok"] * cfg.short_max_tokens)
@@ -389,9 +417,20 @@ def _multiturn(loaded, cfg: Config, cal: dict) -> PointResult:
     for r in rows:
         r["engine_batch"] = r.pop("batch_size", None)
     extra = {"profile": "multiturn", "stopped_early": False, "offered_rps": float("nan"),
-             "cache_hit_rate": float("nan"),
-             "cache_note": "not available: the built-in engines have no prefix-sharing switch in this version"}
+             **cache_columns(pd.DataFrame(rows), prefix_sharing)}
     return PointResult(requests=rows, wall_s=wall, warmup_s=None, extra=extra)
+
+
+def cache_columns(rows: pd.DataFrame, prefix_sharing: bool) -> dict:
+    """``cache_hit_rate`` (prompt tokens served from the prefix cache over all prompt tokens of the rows, from their
+    ``cached_tokens``) and ``cache_note``; NaN with the reason when the engine does not report cached tokens."""
+    cached = pd.to_numeric(rows.get("cached_tokens", pd.Series(dtype=float)), errors="coerce")
+    prompt = pd.to_numeric(rows.get("prompt_tokens", pd.Series(dtype=float)), errors="coerce")
+    if not cached.notna().any() or not prompt.sum() > 0:
+        return {"cache_hit_rate": float("nan"), "prefix_sharing": prefix_sharing,
+                "cache_note": "not available: the engine reports no cached_tokens"}
+    return {"cache_hit_rate": float(cached.fillna(0).sum() / prompt.sum()), "prefix_sharing": prefix_sharing,
+            "cache_note": "prefix sharing on" if prefix_sharing else "prefix sharing off"}
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
@@ -581,15 +620,22 @@ def goodput_per_class(points: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def ttft_by_turn(requests: pd.DataFrame) -> go.Figure:
-    """TTFT by turn index of the multi-turn conversations (the prompt grows with the history)."""
+def ttft_by_turn(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
+    """TTFT p50 by turn index of the multi-turn conversations (the prompt grows with the history), one line per
+    prefix-sharing setting, its cache hit rate in the legend ("n/a" where the engine reports none)."""
     df = requests[requests.get("workload", pd.Series(dtype=str)) == "multiturn"] if not requests.empty else requests
     fig = go.Figure()
+    hit = {}
+    if not points.empty and "cache_hit_rate" in points and "prefix_sharing" in points:
+        hit = {bool(r.prefix_sharing): r.cache_hit_rate for r in points.itertuples() if r.workload == "multiturn"}
     if not df.empty and "turn" in df:
-        g = df.groupby("turn")["ttft_s"].median()
-        fig.add_trace(go.Scatter(x=g.index, y=g.values, mode="lines+markers", name="TTFT p50"))
-    fig.update_layout(title="Multi-turn: TTFT by turn (prefix cache hit rate: not available on these engines)",
-                      xaxis_title="turn", yaxis_title="TTFT p50 (s)")
+        share = df["prefix_sharing"].fillna(False).astype(bool) if "prefix_sharing" in df else pd.Series(False, df.index)
+        for v, g in df.groupby(share):
+            med = g.groupby("turn")["ttft_s"].median()
+            h = hit.get(bool(v), float("nan"))
+            name = f"prefix sharing {'on' if v else 'off'} (hit rate {'n/a' if h != h else f'{h:.0%}'})"
+            fig.add_trace(go.Scatter(x=med.index, y=med.values, mode="lines+markers", name=name))
+    fig.update_layout(title="Multi-turn: TTFT by turn", xaxis_title="turn", yaxis_title="TTFT p50 (s)")
     return fig
 
 
@@ -612,6 +658,6 @@ def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure
         "sched_longest_wait": longest_wait(points),
         "sched_eta_error": eta_error(requests),
         "sched_goodput_per_class": goodput_per_class(points),
-        "sched_ttft_by_turn": ttft_by_turn(requests),
+        "sched_ttft_by_turn": ttft_by_turn(points, requests),
         "sched_recommendation": recommendation_table(points, requests),
     }

@@ -332,7 +332,8 @@ def engine_sender(engine, tokenizer, settings, max_pending: int | None = None) -
                    prefill_s=res.get("prefill_s", float("nan")),
                    batch_size=res.get("batch_size"), chunks=len(stamps), error=err)
         row.setdefault("abandoned", False)
-        row.update(queue_position=req.queue_position, eta_s=float("nan") if req.eta_s is None else req.eta_s)
+        row.update(queue_position=req.queue_position, eta_s=float("nan") if req.eta_s is None else req.eta_s,
+                   cached_tokens=res.get("cached_tokens"))  # None where the engine does not report a prefix cache
         return row
 
     return send
