@@ -174,6 +174,26 @@ class Reply:
             self.emit("done", info)
 
 
+async def queue_updates(queue, reply: Reply, cid: str, interval_s: float, got: list):
+    """The SSE ``queue.status`` events of a waiting request (:func:`workbench.serving.events.queue_event`): its
+    position and ETA from ``queue.status`` (:class:`workbench.serving.scheduling.PolicyQueue`) whenever they
+    change, checked every ``interval_s``, then one ``admitted`` event once it leaves the queue. A reply event
+    arriving meanwhile (the first text, the end, an error) also ends the wait and is appended to ``got``."""
+    last = None
+    while True:
+        status = queue.status(reply.request)
+        if status is None or got:
+            yield queue_event(cid, 0, 0.0, True)
+            return
+        if status != last:
+            yield queue_event(cid, status["queue_position"], status["eta_s"], False)
+            last = status
+        try:
+            got.append(await asyncio.wait_for(reply.events.get(), timeout=interval_s))
+        except asyncio.TimeoutError:
+            pass
+
+
 class _ClientGone(Exception):
     """The client disconnected before its response started."""
 
@@ -332,22 +352,11 @@ async def chat_completions(request: Request):
         finished = False
         try:
             yield chunk({"role": "assistant", "content": ""})
-            pending = first
-            if watch_queue and pending is None:  # queue position / ETA while waiting, then one "admitted" event
-                last = None
-                while True:
-                    status = engine.queue.status(ereq)
-                    if status is None or pending is not None:
-                        yield queue_event(cid, 0, 0.0, True)
-                        break
-                    if status != last:
-                        yield queue_event(cid, status["queue_position"], status["eta_s"], False)
-                        last = status
-                    try:
-                        pending = await asyncio.wait_for(reply.events.get(), timeout=cfg.queue_event_s)
-                    except asyncio.TimeoutError:
-                        pass
-            kind, data = pending if pending is not None else await reply.events.get()
+            got = [first] if first is not None else []
+            if watch_queue and not got:  # queue position / ETA while waiting, then one "admitted" event
+                async for text in queue_updates(engine.queue, reply, cid, cfg.queue_event_s, got):
+                    yield text
+            kind, data = got[0] if got else await reply.events.get()
             while True:
                 if kind == "text":
                     yield chunk({"content": data})
