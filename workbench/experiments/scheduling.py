@@ -15,10 +15,13 @@ its backlog, which the load generator honours (``max_retries``).
 
 **Points**: per policy (``fcfs``, ``priority``, ``sjf``, ``lanes``: :mod:`workbench.serving.scheduling`) one run of
 the mixed workload on ``engine`` (``fifo`` or ``static``; the ``continuous`` engine's admission is the library's
-own FIFO); with ``turns`` > 0 one ``multiturn`` point (``conversations`` concurrent conversations whose context
-grows turn by turn: each turn's prompt is the whole history). Shared-prefix caching is not measured here: the
-built-in engines have no prefix cache switch in this version (the continuous engine runs with
-``allow_block_sharing=False``), so its hit rate is reported as not available.
+own FIFO); with ``turns`` > 0 one ``multiturn`` point per ``multiturn_prefix_sharing`` value
+(``conversations`` concurrent conversations whose context grows turn by turn: each turn's prompt is the whole
+history). With prefix sharing in the list, the multi-turn points run on the ``continuous`` engine with its prefix
+cache on / off (:func:`prefix_sharing_available`: an engines module with ``make_engine(prefix_sharing=...)``), and
+``cache_hit_rate`` (cached over prompt tokens, from the rows' ``cached_tokens``) stands next to the TTFT by turn;
+without it the hit rate is NaN, "not available". The issue's shared-prefix groups (one system prompt or document
+shared by many requests) are not a workload of their own here.
 
 **Per request**: ``request_class``, ``priority``, ``max_tokens``, ``slowdown`` (``e2e_s`` over the class's
 service alone), ``queue_position`` / ``eta_s`` (what the queue told at arrival) and ``eta_error_s``
