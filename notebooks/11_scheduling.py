@@ -45,6 +45,7 @@ class_slo_ttft_s: dict = {"interactive": 2.0, "background": 30.0}  # TTFT SLO pe
 turns: int = 3  # multi-turn point: turns per conversation (0: none)
 conversations: int = 2  # multi-turn point: conversations at once
 multiturn_prefix_sharing: list = [False]  # multi-turn points; [false, true]: continuous engine, prefix sharing off / on
+shared_prefix_tokens: int = 0  # multi-turn: a system document of this many tokens shared by every conversation
 warmup: int = 1  # untimed warm-up requests per class
 seed: int = 0  # trace seed
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/

@@ -143,7 +143,7 @@ def test_figures_draw_from_small_tables():
 
 QUICK_11 = dict(policies=["fcfs", "lanes"], engine="fifo", requests_per_point=4, short_prompt_tokens=[32],
                 long_prompt_tokens=[40], short_max_tokens=2, long_max_tokens=5, lane_threshold_tokens=4, turns=2,
-                conversations=1, warmup=0)
+                conversations=1, warmup=0, shared_prefix_tokens=32)
 
 
 @pytest.mark.notebook
@@ -167,4 +167,5 @@ def test_scheduling_notebook(tmp_path, monkeypatch, run_notebook):
     assert set(mixed["policy"]) == {"fcfs", "lanes"} and mixed["eta_s"].notna().any()
     turns = req[req["workload"] == "multiturn"].sort_values("turn")
     assert list(turns["turn"]) == [1, 2] and turns["prompt_tokens"].is_monotonic_increasing
+    assert turns["prompt_tokens"].iloc[0] > 32 + 32  # the shared system document, then the first user turn
     assert isinstance(ns["finding"].text, str) and (run / "figures").exists()

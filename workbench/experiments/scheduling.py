@@ -20,8 +20,9 @@ own FIFO); with ``turns`` > 0 one ``multiturn`` point per ``multiturn_prefix_sha
 history). With prefix sharing in the list, the multi-turn points run on the ``continuous`` engine with its prefix
 cache on / off (:func:`prefix_sharing_available`: an engines module with ``make_engine(prefix_sharing=...)``), and
 ``cache_hit_rate`` (cached over prompt tokens, from the rows' ``cached_tokens``) stands next to the TTFT by turn;
-without it the hit rate is NaN, "not available". The issue's shared-prefix groups (one system prompt or document
-shared by many requests) are not a workload of their own here.
+without it the hit rate is NaN, "not available". Shared-prefix groups: with ``shared_prefix_tokens`` > 0 every
+conversation opens with the same system message (a document of that many tokens), so the conversations share a
+prefix as well as their own growing history.
 
 **Per request**: ``request_class``, ``priority``, ``max_tokens``, ``slowdown`` (``e2e_s`` over the class's
 service alone), ``queue_position`` / ``eta_s`` (what the queue told at arrival) and ``eta_error_s``
@@ -77,6 +78,7 @@ class Config(sweeps.SweepConfig):
         abandon_share, patience_s: share of clients that give up, and after how long without a token.
         max_pending: the engine's admission limit (None: unbounded), max_retries: Retry-After resends.
         turns, conversations: the multi-turn points (turns 0: none).
+        shared_prefix_tokens: a system message of this many tokens shared by every conversation (0: none).
         multiturn_prefix_sharing: one multi-turn point per value; any True runs them all on the ``continuous``
             engine with its prefix sharing on / off (needs an engines module with that switch: ParameterError
             otherwise), reporting ``cache_hit_rate`` next to the TTFT by turn.
@@ -106,6 +108,7 @@ class Config(sweeps.SweepConfig):
     turns: int = 3
     conversations: int = 2
     multiturn_prefix_sharing: list = dataclasses.field(default_factory=lambda: [False])
+    shared_prefix_tokens: int = 0
     trace: str = ""
     max_wait_s: float = 120.0
 
@@ -134,6 +137,7 @@ class Config(sweeps.SweepConfig):
         checks.check_int("max_retries", self.max_retries, lo=0)
         checks.check_int("turns", self.turns, lo=0)
         checks.check_int("conversations", self.conversations, lo=1)
+        checks.check_int("shared_prefix_tokens", self.shared_prefix_tokens, lo=0)
         if not isinstance(self.multiturn_prefix_sharing, list) or not self.multiturn_prefix_sharing or \
                 len(set(map(bool, self.multiturn_prefix_sharing))) != len(self.multiturn_prefix_sharing):
             raise ParameterError(f"multiturn_prefix_sharing: a non-empty list of distinct booleans "
@@ -385,7 +389,7 @@ def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult
 
     tok = loaded.tokenizer
     if any(cfg.multiturn_prefix_sharing):  # the continuous engine, sharing on or off: the same engine both ways
-        ctx = max(cfg.short_prompt_tokens) * (cfg.turns + 1) + cfg.short_max_tokens * (cfg.turns + 1) + 64
+        ctx = (max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 16) * (cfg.turns + 1) + cfg.shared_prefix_tokens + 64
         eng = engines_mod.make_engine("continuous", loaded, cfg.max_batch_size, cfg.batch_window_s, cfg.settings(),
                                       ctx, prefix_sharing=prefix_sharing)
     else:
@@ -393,9 +397,10 @@ def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult
     rows, lock = [], threading.Lock()
     send = load.engine_sender(eng, tok, cfg.settings())
     reply = " ".join(["ok"] * cfg.short_max_tokens)
+    shared = build_prompt(tok, cfg.shared_prefix_tokens, offset=10_000, chat=False) if cfg.shared_prefix_tokens else ""
 
     def talk(conv):
-        history = []
+        history = [{"role": "system", "content": shared}] if shared else []
         for turn in range(1, cfg.turns + 1):
             user = build_prompt(tok, cfg.short_prompt_tokens[0], offset=(conv * cfg.turns + turn) * 128, chat=False)
             history.append({"role": "user", "content": user})
