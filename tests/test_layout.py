@@ -150,7 +150,7 @@ LAYERS = [
     ("records", {"results", "drift"}),
     # serving, bottom up: HTTP plumbing, SSE framing and the clients (which import nothing from the server),
     # the engine interface and the monitoring it feeds, the routes and the load study, the app
-    ("serving plumbing", {"serving.protocol", "serving.http", "serving.events", "serving.client"}),
+    ("serving plumbing", {"serving.protocol", "serving.scheduling", "serving.http", "serving.events", "serving.client"}),
     ("serving engines", {"serving.engines", "serving.monitoring"}),
     ("serving routes and load", {"serving.chat", "serving.jobs", "serving.load"}),
     ("serving app", {"serving", "serving.server"}),

@@ -3,6 +3,8 @@
 One concern per module, lowest first (a module imports only modules above it in this list):
 
 - :mod:`.protocol`: what clients and server agree on (the served model id, the default host and port).
+- :mod:`.scheduling`: the waiting queue's policies (``fcfs``, ``priority``, ``sjf`` with aging, ``lanes`` with a
+  long-lane cap) and the service-rate estimate behind queue positions, ETAs and ``Retry-After``.
 - :mod:`.http`: HTTP plumbing for every route: JSON errors, the guard (Host / loopback / API key), JSON
   bodies with their caps and depth check, the chat request schema and the unsupported options.
 - :mod:`.events`: SSE framing (``data:`` lines, numbered ``id:`` events, ``[DONE]``), ``Last-Event-ID``

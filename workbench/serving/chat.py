@@ -24,7 +24,12 @@ response has started, the stream's reader notices the disconnect at its next sen
 
 The response: ``stream: true`` answers with Server-Sent Events (numbered and resumable, see
 :mod:`workbench.serving.events`), one ``data: {chunk}`` per display piece, ending with ``data: [DONE]``;
-``stream: false`` answers with one JSON body. Engine-side figures (:func:`public_figures`) go in an
+``stream: false`` answers with one JSON body. With ``stream_options.queue_events`` the stream starts at once
+and, while the request waits, carries ``queue.status`` events (:func:`workbench.serving.events.queue_event`:
+its queue position and ETA from the engine's policy queue, at most one per ``queue_event_s``, sent when they
+change), the last one ``admitted: true``. Under ``fcfs`` the position only falls; under ``priority`` / ``sjf`` /
+``lanes`` a later, more urgent arrival can move ahead, and the event says so. A full engine answers 429 with a
+``Retry-After`` from the queue's backlog estimate. Engine-side figures (:func:`public_figures`) go in an
 ``engine`` field of the body or of the final chunk, and in the headers ``X-Engine-TTFT-S`` /
 ``X-Engine-Queue-S``.
 """
@@ -42,8 +47,8 @@ from starlette.requests import Request  # module level: FastAPI resolves string 
 from ..detokenize import StreamTap
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from . import engines
-from .events import DONE, sse_data
+from . import engines, scheduling
+from .events import DONE, queue_event, sse_data
 from .http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, check_model, parameter_error, read_json_object, validate
 from .protocol import SERVED_MODEL
 
@@ -69,6 +74,7 @@ class ChatConfig:
     request_timeout_s: float = REQUEST_TIMEOUT_S
     early_headers: bool = False
     keepalive_s: float | None = None
+    queue_event_s: float = 0.5   # stream_options.queue_events: a status event at most this often while waiting
     ChatRequest: type | None = dataclasses.field(default_factory=chat_schema, repr=False)
 
     @property
@@ -217,9 +223,33 @@ class DisconnectWatch:
             self.task.cancel()
 
 
-def _too_busy(cfg: ChatConfig) -> ApiError:
-    return ApiError(429, f"server busy: {cfg.max_queue} requests already wait; retry later",
-                    etype="rate_limit_exceeded", headers={"Retry-After": "1"})
+async def queue_updates(queue, reply: Reply, cid: str, interval_s: float, got: list):
+    """The SSE ``queue.status`` events of a waiting request (:func:`workbench.serving.events.queue_event`): its
+    position and ETA from ``queue.status`` (:class:`workbench.serving.scheduling.PolicyQueue`) whenever they
+    change, checked every ``interval_s``, then one ``admitted`` event once it leaves the queue. A reply event
+    arriving meanwhile (the first text, the end, an error) also ends the wait and is appended to ``got``."""
+    last = None
+    while True:
+        status = queue.status(reply.request)
+        if status is None or got:
+            yield queue_event(cid, 0, 0.0, True)
+            return
+        if status != last:
+            yield queue_event(cid, status["queue_position"], status["eta_s"], False)
+            last = status
+        try:
+            got.append(await asyncio.wait_for(reply.events.get(), timeout=interval_s))
+        except asyncio.TimeoutError:
+            pass
+
+
+def _too_busy(cfg: ChatConfig, engine=None) -> ApiError:
+    """429 with ``Retry-After`` from the backlog: the engine queue's estimate of the seconds until everything
+    waiting now is admitted, rounded up (:func:`workbench.serving.scheduling.retry_after_s`; 1 when unknown)."""
+    backlog = getattr(getattr(engine, "queue", None), "backlog_s", None)
+    wait = scheduling.retry_after_s(backlog() if callable(backlog) else float("nan"))
+    return ApiError(429, f"server busy: {cfg.max_queue} requests already wait; retry in {wait} s",
+                    etype="rate_limit_exceeded", headers={"Retry-After": str(wait)})
 
 
 def _timed_out(cfg: ChatConfig) -> ApiError:
@@ -281,7 +311,7 @@ async def chat_completions(request: Request):
     req, stop, max_tokens = parse_chat_request(payload, cfg)
     check_model(payload.get("model"), cfg.model_names)
     if engine.pending > cfg.max_queue:  # cheap early refusal; submit() below decides atomically
-        raise _too_busy(cfg)
+        raise _too_busy(cfg, engine)
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
     try:  # templating a huge prompt takes a while: a worker thread keeps every other stream flowing
         ids = await asyncio.to_thread(engines.prompt_ids, state.loaded.tokenizer, messages)
@@ -303,11 +333,11 @@ async def chat_completions(request: Request):
     reply = Reply(state.loaded, engine.eos, stop, asyncio.get_running_loop())
     ereq = reply.request = engines.EngineRequest(
         ids, settings, t_arrival=t_arrival, on_token=reply.on_token, on_done=reply.on_done, id=cid,
-        deadline=t_arrival + cfg.request_timeout_s, endpoint="chat")
+        deadline=t_arrival + cfg.request_timeout_s, endpoint="chat", priority=req.priority)
     try:
         engine.submit(ereq, max_pending=cfg.max_queue + 1)  # the one being served + max_queue waiting
     except engines.EngineFull:
-        raise _too_busy(cfg) from None
+        raise _too_busy(cfg, engine) from None
     except ParameterError as exc:  # this engine cannot serve these settings (e.g. continuous: a per-request seed)
         raise parameter_error(exc) from None
     watch = DisconnectWatch(request, reply)
@@ -366,8 +396,11 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra,
         })
 
-    # Start the response once the first text (or the end) exists, so headers carry the engine TTFT.
-    first = None if (cfg.early_headers or cfg.keepalive_s) else await _next_event(reply, cfg)
+    # Start the response once the first text (or the end) exists, so headers carry the engine TTFT; a client
+    # asking for queue events gets its response at once (the events are what it waits for).
+    engine = request.app.state.engine
+    watch_queue = bool(req.stream_options and req.stream_options.queue_events) and hasattr(engine.queue, "status")
+    first = None if (cfg.early_headers or cfg.keepalive_s or watch_queue) else await _next_event(reply, cfg)
     if first is not None and first[0] == "error":
         raise ApiError(500, first[1], etype="server_error")
     watch.close()  # the streaming response listens for the disconnect from here on
@@ -377,7 +410,11 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
         finished = False
         try:
             yield chunk({"role": "assistant", "content": ""})
-            kind, data = first if first is not None else await reply.events.get()
+            got = [first] if first is not None else []
+            if watch_queue and not got:  # queue position / ETA while waiting, then one "admitted" event
+                async for text in queue_updates(engine.queue, reply, cid, cfg.queue_event_s, got):
+                    yield text
+            kind, data = got[0] if got else await reply.events.get()
             while True:
                 if kind == "gone":  # the client left just before the response started
                     return

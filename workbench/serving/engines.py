@@ -17,7 +17,10 @@
   every completion (Prometheus monitoring subscribes here); ``in_flight``, ``pending``, ``rejected`` and
   ``history`` (the last results) describe the engine's state. :meth:`BaseEngine.wait_idle`,
   :meth:`BaseEngine.stop`.
-- A new scheduling policy is a subclass choosing the next batch (``_collect``) or serving it (``_serve``);
+- The waiting queue is a :class:`~.scheduling.PolicyQueue` (``policy``: ``fcfs``, ``priority``, ``sjf`` with
+  aging, ``lanes``; :mod:`.scheduling`): ``_loop`` asks it for the next request, ``_collect`` for the batch's
+  companions; its :meth:`~.scheduling.PolicyQueue.status` is a waiting request's queue position and ETA.
+- A new batching scheme is a subclass choosing the next batch (``_collect``) or serving it (``_serve``);
   an external endpoint is a subclass whose ``_serve`` sends the request elsewhere and feeds
   :meth:`EngineRequest.token` / :meth:`EngineRequest.finish` from the reply.
 
@@ -80,7 +83,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import queue
 import threading
 import time
 from collections import deque
@@ -89,6 +91,7 @@ from typing import Callable
 from .. import checks, metrics
 from ..errors import ParameterError
 from ..generation import GenerationSettings, encode_prompts, eos_token_ids, generate_measured
+from . import scheduling
 
 ENGINES = ("fifo", "static", "continuous")
 HISTORY = 1024   # results kept in ``BaseEngine.history``
@@ -120,6 +123,10 @@ class EngineRequest:
         id: the request's id (the chat completion or job id).
         deadline: ``perf_counter`` time after which it stops with reason ``timeout`` (None: never).
         endpoint: who sent it (``chat``, ``jobs``, ``load``...), for the observers' labels.
+        priority: integer, lower is served first under the ``priority`` policy (:mod:`.scheduling`).
+        queue_position, eta_s: what the engine's queue told at arrival (requests ahead, estimated wait in
+            seconds; NaN: no estimate yet), set by :meth:`.scheduling.PolicyQueue.put`; the ETA's error is
+            ``eta_s - queue_s``.
     """
 
     input_ids: list
@@ -131,6 +138,9 @@ class EngineRequest:
     id: str = dataclasses.field(default_factory=lambda: f"r{next(_ids)}")
     deadline: float | None = None
     endpoint: str = ""
+    priority: int = 0
+    queue_position: int | None = None
+    eta_s: float | None = None
     stop_reason: str | None = None
     t_admit: float | None = None
     stamps: list = dataclasses.field(default_factory=list)
@@ -204,6 +214,11 @@ class BaseEngine:
     """The engine interface (see the module docstring): a queue of :class:`EngineRequest` s served by a worker
     thread; subclasses choose a batch (:meth:`_collect`) and serve it (:meth:`_serve`).
 
+    Args:
+        loaded: the model.
+        policy: the waiting queue's scheduling policy (:data:`.scheduling.POLICIES`) or a ready
+            :class:`.scheduling.PolicyQueue` (its aging, lane threshold and long cap); ``queue`` is it.
+
     Attributes:
         observers: callables ``(request, result)`` run after each request's ``on_done`` (from the engine's
             thread; an observer's exception is swallowed: observing never breaks serving).
@@ -214,12 +229,14 @@ class BaseEngine:
 
     name = "base"
 
-    def __init__(self, loaded):
+    def __init__(self, loaded, policy: "str | scheduling.PolicyQueue" = "fcfs"):
         self.loaded = loaded
         self.eos = eos_token_ids(loaded)
-        self.queue: queue.Queue = queue.Queue()
+        self.queue = policy if isinstance(policy, scheduling.PolicyQueue) else scheduling.PolicyQueue(policy)
+        scheduling.check_policy(self.queue.policy, self.name)
+        self.policy = self.queue.policy
         self.history: deque = deque(maxlen=HISTORY)
-        self.observers: list[Callable] = []
+        self.observers: list[Callable] = [self.queue.rate]  # the service-rate estimate behind queue ETAs
         self.in_flight: dict[str, EngineRequest] = {}
         self.rejected = 0
         self._shutting_down = False
@@ -244,6 +261,17 @@ class BaseEngine:
         self._admit([req], max_pending)
         self.queue.put(req)
         return req
+
+    def withdraw(self, req: EngineRequest, reason: str = "abandoned") -> bool:
+        """Stop ``req`` with ``reason`` and, while it still waits in the queue, take it out and finish it now,
+        so it frees its place (``pending``, ``max_pending``) at once instead of when the worker reaches it.
+        Returns True when it was taken out of the queue (a running request stops at its next step)."""
+        req.stop(reason)
+        if not self.queue.remove(req):
+            return False
+        req.t_admit = time.perf_counter()
+        req.finish()
+        return True
 
     def submit_group(self, reqs: list) -> list:
         """Queue requests that must share one batch (one padded ``generate`` for ``fifo`` / ``static``; the
@@ -312,16 +340,14 @@ class BaseEngine:
                     r.t_admit = time.perf_counter()
                     r.finish()
             if live:
-                self._running = len(live)
+                self._running, self.queue.running = len(live), live
                 try:
                     self._serve(live)
                 except Exception as exc:  # every request of the batch fails with the reason
                     for r in live:
                         r.finish("error", f"{type(exc).__name__}: {exc}")
                 finally:
-                    self._running = 0
-            if getattr(self, "_stop_after", False):
-                return
+                    self._running, self.queue.running = 0, []
 
     def _collect(self, first: EngineRequest) -> list:
         return [first]
@@ -399,35 +425,25 @@ class StaticEngine(FifoEngine):
 
     name = "static"
 
-    def __init__(self, loaded, max_batch_size: int = 8, batch_window_s: float = 0.05):
+    def __init__(self, loaded, max_batch_size: int = 8, batch_window_s: float = 0.05,
+                 policy: "str | scheduling.PolicyQueue" = "fcfs"):
         self.max_batch_size = checks.check_int("max_batch_size", max_batch_size, lo=1)
         self.batch_window_s = checks.check_float("batch_window_s", batch_window_s, lo=0)
-        self._held: deque = deque()  # taken from the queue but not batchable with the current batch
-        super().__init__(loaded)
+        super().__init__(loaded, policy)
 
     def _collect(self, first):
+        """``first`` and, until the batch is full or the window closes, the policy's best waiting requests that
+        may share its batch (same :func:`batch_key`; ``lanes``: same lane, long ones up to the cap)."""
         batch, key = [first], batch_key(first.settings)
         deadline = time.perf_counter() + self.batch_window_s
         while len(batch) < self.max_batch_size:
-            if self._held:
-                r = self._held.popleft()
-            else:
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    break
-                try:
-                    r = self.queue.get(timeout=left)
-                except queue.Empty:
-                    break
-            if r is None:
-                self._stop_after = True
+            left = deadline - time.perf_counter()
+            if left <= 0:
                 break
-            if not isinstance(r, list) and batch_key(r.settings) == key:
-                batch.append(r)
-            else:
-                self._held.append(r)
-        while self._held:  # requeue what did not fit, keeping its order ahead of later arrivals
-            self.queue.queue.appendleft(self._held.pop())
+            r = self.queue.get(timeout=left, accept=lambda r: batch_key(r.settings) == key and self.queue.joins(batch, r))
+            if r is None:
+                break
+            batch.append(r)
         return batch
 
 
@@ -633,16 +649,23 @@ def check_name(name: str) -> str:
 
 def make_engine(name: str, loaded, max_batch_size: int = 8, batch_window_s: float = 0.05,
                 settings: GenerationSettings | None = None, max_seq_tokens: int = 1024,
-                prefix_sharing: bool = False) -> BaseEngine:
-    """The engine called ``name`` (:data:`ENGINES`) over ``loaded``, started (``prefix_sharing``: the
-    ``continuous`` engine's; a :class:`ParameterError` with another engine)."""
+                prefix_sharing: bool = False, policy: "str | scheduling.PolicyQueue" = "fcfs") -> BaseEngine:
+    """The engine called ``name`` (:data:`ENGINES`) over ``loaded``, started, its waiting queue under ``policy``
+    (:mod:`.scheduling`; ``continuous``: ``fcfs`` only, the library's manager admits); ``prefix_sharing``: the
+    ``continuous`` engine's.
+
+    Raises:
+        ParameterError: an unknown engine or policy, a policy the engine cannot apply, or ``prefix_sharing`` on
+            another engine than ``continuous`` (before anything starts).
+    """
     check_name(name)
+    scheduling.check_policy(policy if isinstance(policy, str) else policy.policy, name)
     if prefix_sharing and name != "continuous":
         raise ParameterError(f"prefix_sharing: only the continuous engine shares prefix cache pages (engine {name!r})")
     if name == "fifo":
-        return FifoEngine(loaded)
+        return FifoEngine(loaded, policy)
     if name == "static":
-        return StaticEngine(loaded, max_batch_size, batch_window_s)
+        return StaticEngine(loaded, max_batch_size, batch_window_s, policy)
     return ContinuousEngine(loaded, settings, max_batch_size, max_seq_tokens, prefix_sharing=prefix_sharing)
 
 

@@ -69,6 +69,16 @@ def sse_data(obj) -> str:
     return "data: " + text + "\n\n"
 
 
+def queue_event(sid: str, queue_position: int | None, eta_s: float | None, admitted: bool) -> str:
+    """The SSE event telling a waiting client where it stands (``stream_options.queue_events``):
+    ``data: {"id", "object": "queue.status", "queue_position", "eta_s", "admitted"}``. ``queue_position``:
+    requests the engine's policy serves before this one (0 once admitted); ``eta_s``: the engine's estimate of
+    the wait left in seconds (null when unknown). The last one of a request has ``admitted: true``."""
+    eta = None if eta_s is None or eta_s != eta_s else round(float(eta_s), 3)
+    return sse_data({"id": sid, "object": "queue.status", "queue_position": queue_position, "eta_s": eta,
+                     "admitted": bool(admitted)})
+
+
 def numbered(sid: str, n: int, text: str) -> str:
     """The SSE block ``text`` (``data: ...\\n\\n``) as event ``n`` of stream ``sid`` (an ``id:`` line first)."""
     return f"id: {event_id(sid, n)}\n" + text

@@ -36,6 +36,7 @@ from typing import Literal
 
 from ..errors import ParameterError
 from .protocol import API_KEY_ENV
+from .scheduling import PRIORITY_MAX, PRIORITY_MIN
 
 log = logging.getLogger(__name__)
 
@@ -321,6 +322,7 @@ def chat_schema():
     class StreamOptions(BaseModel):
         include_usage: bool = False
         resumable: bool = False  # keep generating after a disconnect (workbench.serving.events)
+        queue_events: bool = False  # queue position / ETA events while waiting (workbench.serving.chat)
 
     class ChatRequest(BaseModel):
         model_config = ConfigDict(extra="ignore")
@@ -337,5 +339,6 @@ def chat_schema():
         stream_options: StreamOptions | None = None
         ignore_eos: bool = False
         min_tokens: int = Field(default=0, ge=0)
+        priority: int = Field(default=0, ge=PRIORITY_MIN, le=PRIORITY_MAX, strict=True)  # lower first (vLLM)
 
     return ChatRequest

@@ -81,12 +81,20 @@ TRACE_FIELDS = ("offset_s", "prompt_tokens", "output_tokens")
 
 @dataclasses.dataclass
 class RequestSpec:
-    """One request to send: a prompt (text or messages), its output cap, and its trace offset if replayed."""
+    """One request to send: a prompt (text or messages), its output cap, and its trace offset if replayed.
+
+    Scheduling workloads (issue 24) add ``priority`` (integer, lower first; sent as the request's ``priority``),
+    ``request_class`` (its class in a mixed trace, copied to the row) and ``patience_s`` (the client abandons the
+    request when no token has arrived this many seconds after its scheduled time; None: never).
+    """
 
     prompt: object
     max_tokens: int
     prompt_tokens: int | None = None
     offset_s: float | None = None
+    priority: int = 0
+    request_class: str | None = None
+    patience_s: float | None = None
 
 
 def check_profile(profile: str, rate: float | None = None, concurrency: int | None = None,
@@ -209,6 +217,8 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         body = {"model": model or SERVED_MODEL, "messages": messages, "max_tokens": spec.max_tokens,
                 "temperature": temperature, "stream": True, "stream_options": {"include_usage": True},
                 "ignore_eos": ignore_eos}
+        if getattr(spec, "priority", 0):
+            body["priority"] = spec.priority
         row = {"t_sent": time.perf_counter()}
         stamps, parts, engine, usage, finish = [], [], {}, None, None
         try:
@@ -216,6 +226,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
                 row["t_headers"] = time.perf_counter()
                 if resp.status_code != 200:
                     resp.read()
+                    row.update(_refusal(resp.status_code, resp.headers.get("retry-after")))
                     raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
                 for line in resp.iter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
@@ -258,12 +269,29 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     return send
 
 
-def engine_sender(engine, tokenizer, settings) -> Callable:
+def _refusal(status: int, retry_after) -> dict:
+    """``http_status`` and, for a 429 / 503 with a ``Retry-After`` in seconds, ``retry_after_s``."""
+    out = {"http_status": int(status)}
+    try:
+        if status in (429, 503) and retry_after is not None:
+            out["retry_after_s"] = max(0.0, float(retry_after))
+    except ValueError:  # an HTTP-date Retry-After: not honoured (bounded retries would still stop)
+        pass
+    return out
+
+
+def engine_sender(engine, tokenizer, settings, max_pending: int | None = None) -> Callable:
     """A ``send(spec, t_scheduled) -> row`` straight into a :mod:`workbench.serving.engines` engine (no HTTP).
 
     ``settings``: the :class:`~workbench.generation.GenerationSettings` of every request (its
     ``max_new_tokens`` is replaced by the spec's ``max_tokens``). Latencies count from the scheduled time
     through per-token-id stamps (``ttft_s``, ``itl_s``, ``tpot_s``, ``decode_tps``); ``queue_s`` is the engine's.
+
+    ``max_pending``: the engine's admission limit (a full engine answers like a 429: an error row with
+    ``retry_after_s`` from the engine queue's backlog estimate, which :func:`retrying_sender` honours). A spec's
+    ``priority`` goes on the engine request; its ``patience_s``: with no token by then the client gives up
+    (:meth:`~workbench.serving.engines.BaseEngine.withdraw` with reason ``abandoned``: a waiting request frees its
+    place at once) and the row has ``abandoned`` True.
     """
     from .engines import EngineRequest, prompt_ids
 
@@ -273,15 +301,26 @@ def engine_sender(engine, tokenizer, settings) -> Callable:
             ids = list(spec.prompt)
         else:
             ids = prompt_ids(tokenizer, spec.prompt)
+        first = threading.Event()
         req = EngineRequest(ids, dataclasses.replace(settings, max_new_tokens=spec.max_tokens),
-                            t_arrival=row["t_sent"], endpoint="load")
+                            t_arrival=row["t_sent"], endpoint="load", priority=getattr(spec, "priority", 0),
+                            on_token=lambda tok, t: first.set())
         row["t_headers"] = row["t_sent"]
+        patience = getattr(spec, "patience_s", None)
         try:
-            engine.submit(req)
+            engine.submit(req, max_pending=max_pending)
+            if patience is not None and not first.wait(max(0.0, t_scheduled + patience - time.perf_counter())) \
+                    and not req.done.is_set():
+                engine.withdraw(req, "abandoned")
+                row["abandoned"] = True
             req.done.wait()
             res = req.result()
         except Exception as exc:
             res = {"error": f"{type(exc).__name__}: {exc}", "output_tokens": 0}
+            if type(exc).__name__ == "EngineFull":
+                backlog = getattr(getattr(engine, "queue", None), "backlog_s", None)
+                est = backlog() if callable(backlog) else float("nan")
+                row.update(http_status=429, retry_after_s=float(math.ceil(est)) if est == est and est > 0 else 1.0)
         row["t_done"] = time.perf_counter()
         stamps = list(req.stamps)
         timing = metrics.request_timing(stamps, t_scheduled)
@@ -292,9 +331,60 @@ def engine_sender(engine, tokenizer, settings) -> Callable:
                    prompt_tokens=len(ids), finish_reason=res.get("finish_reason"), queue_s=res.get("queue_s"),
                    prefill_s=res.get("prefill_s", float("nan")),
                    batch_size=res.get("batch_size"), chunks=len(stamps), error=err)
+        row.setdefault("abandoned", False)
+        row.update(queue_position=req.queue_position, eta_s=float("nan") if req.eta_s is None else req.eta_s,
+                   cached_tokens=res.get("cached_tokens"))  # None where the engine does not report a prefix cache
         return row
 
     return send
+
+
+def retrying_sender(send: Callable, max_retries: int = 3, max_retry_wait_s: float = 60.0,
+                    sleep: Callable[[float], None] = time.sleep) -> Callable:
+    """``send`` that honours ``Retry-After``: a refused row (``retry_after_s`` set: a 429 / 503, or a full engine)
+    is sent again after that many seconds (capped at ``max_retry_wait_s``), at most ``max_retries`` times.
+
+    The latency of the request still counts from its first scheduled time (the retries are part of what the user
+    waits: no coordinated omission). The row records ``retries`` (resends), ``retry_wait_s`` (seconds slept on
+    ``Retry-After``) and, when the last try was refused too, its error.
+
+    Raises:
+        ParameterError: ``max_retries`` < 0 or ``max_retry_wait_s`` < 0 (one line).
+    """
+    checks.check_int("max_retries", max_retries, lo=0)
+    checks.check_float("max_retry_wait_s", max_retry_wait_s, lo=0)
+
+    def send_retrying(spec: RequestSpec, t_scheduled: float) -> dict:
+        retries, waited = 0, 0.0
+        while True:
+            row = send(spec, t_scheduled)
+            after = row.get("retry_after_s")
+            if after is None or after != after or retries >= max_retries:
+                break
+            pause = min(float(after), max_retry_wait_s)
+            sleep(pause)
+            retries, waited = retries + 1, waited + pause
+        t_sent = row.get("t_sent")
+        row.update(retries=retries, retry_wait_s=waited)
+        if retries and t_sent is not None:  # e2e counts from the first scheduled time: the send() row already does
+            row["t_sent_last"] = t_sent
+        return row
+
+    return send_retrying
+
+
+def with_patience(specs: Sequence[RequestSpec], share: float, patience_s: float, seed: int = 0) -> list[RequestSpec]:
+    """Copies of ``specs`` where a random ``share`` of clients (a fixed ``seed`` picks them) abandon their request
+    when no token arrived ``patience_s`` seconds after its scheduled time (AIPerf's request cancellation).
+
+    Raises:
+        ParameterError: ``share`` outside [0, 1] or ``patience_s`` <= 0 (one line).
+    """
+    checks.check_float("share", share, lo=0, hi=1)
+    checks.check_float("patience_s", patience_s, lo=0, lo_open=True)
+    rng = np.random.default_rng(seed)
+    pick = rng.random(len(specs)) < share
+    return [dataclasses.replace(s, patience_s=patience_s if p else None) for s, p in zip(specs, pick)]
 
 
 # ----------------------------------------------------------------------------- running a profile

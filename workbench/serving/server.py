@@ -43,10 +43,17 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
   contains one, the reply stops before it (text that might start a stop string
   is held back until it cannot), ``finish_reason`` is ``stop``.
 - **Bounded**: at most ``max_queue`` requests wait behind the one being served
-  (more get 429 with ``Retry-After``); ``max_tokens`` is capped at
+  (more get 429 with ``Retry-After``: the engine queue's backlog estimate in seconds, rounded up,
+  :mod:`workbench.serving.scheduling`); ``max_tokens`` is capped at
   ``max_tokens_limit``; a request not finished within ``request_timeout_s`` is
   stopped (504 before its response started, ``finish_reason`` ``timeout`` after).
   Prompts are templated and tokenised in a worker thread, off the event loop.
+- **Scheduling** (``--policy``, :mod:`workbench.serving.scheduling`): the engine's queue serves ``fcfs``,
+  ``priority`` (the request's integer ``priority`` field, lower first, in [-1000, 1000]; another value is a
+  400 naming ``priority``), ``sjf`` (aging bound ``--aging-s``) or ``lanes`` (``--lane-threshold``,
+  ``--long-cap``); the ``continuous`` engine admits in the library's FIFO order only. A streaming request with
+  ``stream_options.queue_events: true`` starts its response at once and, while it waits, receives
+  ``{"object": "queue.status", "queue_position", "eta_s", "admitted"}`` events, the last one ``admitted: true``.
 - **Not for other sites**: a POST needs ``Content-Type: application/json``
   (415 otherwise); a loopback-bound server answers only requests whose ``Host``
   is a loopback name (421 otherwise: DNS rebinding); binding a non-loopback
@@ -89,7 +96,7 @@ import time
 from ..checks import check_float, check_int
 from ..errors import ParameterError
 from ..generation import GenerationSettings
-from . import chat, engines, events, http, monitoring
+from . import chat, engines, events, http, monitoring, scheduling
 from .chat import MAX_QUEUE, REQUEST_TIMEOUT_S
 from .http import MAX_BODY_BYTES
 from .protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
@@ -163,12 +170,14 @@ def head_timeout_protocol(timeout_s: float):
 
 
 def make_server_engine(loaded, name: str, max_batch_size: int = 8, batch_window_s: float = 0.05,
-                       context: int | None = None, prefix_sharing: bool = False) -> engines.BaseEngine:
+                       context: int | None = None, prefix_sharing: bool = False,
+                       policy: "str | scheduling.PolicyQueue" = "fcfs") -> engines.BaseEngine:
     """The engine behind an app: :func:`workbench.serving.engines.make_engine`, with the ``continuous``
-    manager sized for the model's context (requests up to the context, per-request sampling)."""
+    manager sized for the model's context (requests up to the context, per-request sampling); ``policy`` its
+    waiting queue's scheduling policy (:mod:`workbench.serving.scheduling`)."""
     ctx = int(context or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
     return engines.make_engine(name, loaded, max_batch_size, batch_window_s, GenerationSettings(max_new_tokens=ctx),
-                               ctx, prefix_sharing=prefix_sharing)
+                               ctx, prefix_sharing=prefix_sharing, policy=policy)
 
 
 def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX_BODY_BYTES,
@@ -178,7 +187,8 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
                early_headers: bool = False, keepalive_s: float | None = None,
                resume_timeout_s: float = 60.0, stream_retention_s: float = 300.0, jobs: dict | None = None,
                model_aliases: tuple = (), prefix_sharing: bool = False,
-               body_read_timeout_s: float = http.BODY_READ_TIMEOUT_S, server_id: str | None = None):
+               body_read_timeout_s: float = http.BODY_READ_TIMEOUT_S, server_id: str | None = None,
+               policy: str = "fcfs", policy_options: dict | None = None):
     """Build the FastAPI app around one engine.
 
     Streams, jobs, metrics (issue 14): every SSE event carries an ``id:`` and ``GET /v1/streams/{id}`` with
@@ -210,6 +220,9 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
             (``usage.prompt_tokens_details.cached_tokens`` says how many per request; 0 when off).
         body_read_timeout_s: a request body not received within this gets 408.
         server_id: names this server's default job store (its ``host:port``; default: this process).
+        policy: the engine's scheduling policy (:data:`workbench.serving.scheduling.POLICIES`; a request's
+            ``priority`` field matters under ``priority``); ``policy_options``: keyword arguments of
+            :class:`~workbench.serving.scheduling.PolicyQueue` (``aging_s``, ``lane_threshold_tokens``, ``long_cap``).
 
     Returns:
         The app; ``app.state.engine`` is its engine (stopped on shutdown), ``app.state.chat`` its
@@ -237,9 +250,11 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     engines.check_name(engine)
     if prefix_sharing and engine != "continuous":
         raise ParameterError(f"prefix_sharing: only the continuous engine shares prefix cache pages (engine {engine!r})")
+    queue = scheduling.make_queue(policy, engine, **(policy_options or {}))
     context = int(getattr(loaded.info, "max_context_tokens", 0) or 8192)
     streams = events.StreamRegistry(resume_timeout_s, stream_retention_s, keepalive_s=keepalive_s)
-    eng = make_server_engine(loaded, engine, max_batch_size, batch_window_s, prefix_sharing=prefix_sharing)
+    eng = make_server_engine(loaded, engine, max_batch_size, batch_window_s, prefix_sharing=prefix_sharing,
+                             policy=queue)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -357,6 +372,8 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
                              f"(engine {app_kwargs.get('engine', 'fifo')!r})")
     if app_kwargs.get("jobs") is not None:  # another server owns it: say so before the model loads
         jobs_mod.check_store_free(app_kwargs["jobs"].get("path") or jobs_mod.default_path(app_kwargs["server_id"]))
+    scheduling.make_queue(app_kwargs.get("policy", "fcfs"), app_kwargs.get("engine", "fifo"),
+                          **(app_kwargs.get("policy_options") or {}))  # bad policy options: before the model loads
     pick_dtype(dtype, pick_device(device))
     resolve_model_path(model)
     loaded = load_model(model, device=device, dtype=dtype)
@@ -413,6 +430,13 @@ def main(argv=None, prog: str | None = None) -> None:
                    help="seconds a connection may take to send a request head (closed past it)")
     p.add_argument("--body-read-timeout", type=float, default=http.BODY_READ_TIMEOUT_S,
                    help="seconds a request body may take to arrive (408 past it)")
+    p.add_argument("--policy", default="fcfs",
+                   help=f"scheduling policy of the engine's queue ({', '.join(scheduling.POLICIES)}; continuous: fcfs)")
+    p.add_argument("--aging-s", type=float, default=scheduling.AGING_S,
+                   help="sjf / lanes: a request waiting this long is served in arrival order (the wait bound)")
+    p.add_argument("--lane-threshold", type=int, default=scheduling.LANE_THRESHOLD_TOKENS,
+                   help="lanes: max_tokens at or above this is a long request")
+    p.add_argument("--long-cap", type=int, default=scheduling.LONG_CAP, help="lanes: long requests running at once")
     a = p.parse_args(argv)
     try:
         limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes, a.header_read_timeout)
@@ -421,7 +445,8 @@ def main(argv=None, prog: str | None = None) -> None:
               max_tokens_limit=a.max_tokens_limit, request_timeout_s=a.request_timeout,
               early_headers=a.early_headers, engine=a.engine, max_batch_size=a.max_batch_size,
               batch_window_s=a.batch_window, model_name=a.served_model_name, model_aliases=tuple(a.model_alias),
-              prefix_sharing=a.prefix_sharing, body_read_timeout_s=a.body_read_timeout, jobs=jobs)
+              prefix_sharing=a.prefix_sharing, body_read_timeout_s=a.body_read_timeout, jobs=jobs, policy=a.policy,
+              policy_options={"aging_s": a.aging_s, "lane_threshold_tokens": a.lane_threshold, "long_cap": a.long_cap})
     except ParameterError as exc:  # one line, before anything loads
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -1,0 +1,100 @@
+"""Scheduling policies side by side in one run, at one offered load near the knee of the mixed workload (issue 24).
+
+The mixed workload of :mod:`workbench.experiments.scheduling` (interactive short chats and background long
+reports, Poisson arrivals): the service alone of each class is measured once on an idle engine, the offered rate
+is ``--load-factor`` times the one-at-a-time capacity on the mix (0.9: just under the knee of a ``fifo`` engine;
+a ``static`` engine's batching raises its knee, so ``--engine static`` needs a higher factor to queue). The same
+requests at the same times are then replayed under ``fcfs``, ``sjf`` and ``lanes``, ``--rounds`` times in
+rotating order (so drift of the shared machine does not favour one policy), and the script prints, over fcfs:
+
+- the interactive (short) requests' TTFT p90 under ``sjf`` and under ``lanes`` (the gain), and
+- the background (long) requests' e2e p50 under each (the cost),
+
+each with the paired geometric-mean ratio over the same requests and its 95% interval
+(:func:`workbench.evidence.paired_ratio_interval`; requests of one run share the engine, so the interval is a
+guide, not an independent-sample claim), plus the longest wait and the median ETA error per policy.
+
+Run on a quiet machine: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/scheduling.py`` (estimated 3-6 minutes on a
+2-core CPU: 6 replays of 24 requests at about 0.5-1 request/s, plus the calibration) or ``--quick`` (about 1 minute; a smoke run, not a result). A negative result is a result: on 2 cores
+a static batch of short rows is not much faster than one long row's steps, so ``lanes`` can show no gain; the
+script says "no difference beyond noise" when the interval includes 1.
+"""
+
+import argparse
+import os
+
+import numpy as np
+import pandas as pd
+
+from workbench import evidence, metrics, models
+from workbench.experiments import scheduling
+
+QUICK = dict(requests=8, rounds=1, long_max_tokens=16)
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="about 1 minute: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
+    ap.add_argument("--engine", default="fifo", choices=list(scheduling.ENGINES))
+    ap.add_argument("--requests", type=int, default=24, help="requests of the mixed workload per policy and round")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the three policies (rotating order)")
+    ap.add_argument("--load-factor", type=float, default=0.9, help="offered rate / one-at-a-time capacity on the mix")
+    ap.add_argument("--short-max-tokens", type=int, default=6)
+    ap.add_argument("--long-max-tokens", type=int, default=32)
+    ap.add_argument("--lane-threshold", type=int, default=16)
+    ap.add_argument("--aging-s", type=float, default=30.0)
+    ap.add_argument("--max-batch-size", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if a.quick:
+        for k, v in QUICK.items():
+            setattr(a, k, v)
+    return a
+
+
+def main():
+    a = parse_args()
+    policies = ["fcfs", "sjf", "lanes"]
+    cfg = scheduling.Config(policies=policies, engine=a.engine, requests_per_point=a.requests, load_factor=a.load_factor,
+                            short_max_tokens=a.short_max_tokens, long_max_tokens=a.long_max_tokens,
+                            lane_threshold_tokens=a.lane_threshold, aging_s=a.aging_s, max_batch_size=a.max_batch_size,
+                            turns=0, seed=a.seed, device="cpu", dtype="float32")
+    loaded = models.load_model("default", "cpu", "float32")
+    cal = scheduling.calibrate(loaded, cfg)
+    rows_in = scheduling.trace_rows(cfg, cal["rate_rps"])
+    print(f"engine {a.engine}; service alone: " + ", ".join(f"{c} {s:.2f} s" for c, s in cal["alone_s"].items())
+          + f"; offered {cal['rate_rps']:.2f} req/s (load factor {a.load_factor}); {len(rows_in)} requests "
+          f"({sum(r['request_class'] == 'interactive' for r in rows_in)} interactive) x {a.rounds} rounds")
+    tables = []
+    for k in range(a.rounds):
+        for p in policies[k % 3:] + policies[: k % 3]:
+            rows, res, _ = scheduling.run_policy(loaded, cfg, p, rows_in, cal["alone_s"])
+            df = pd.DataFrame(rows).assign(policy=p, workload="mixed", round=k,
+                                           request_id=lambda d: d["request_id"] + k * len(rows_in))
+            tables.append(df)
+            print(f"  round {k} {p}: stopped early: {res.summary['stopped_early']}, wall {res.summary['wall_s']:.1f} s")
+    req = pd.concat(tables, ignore_index=True)
+    summ = scheduling.class_summary(req).set_index(["policy", "request_class"])
+
+    def stat(p, c, col):
+        return summ.loc[(p, c), col] if (p, c) in summ.index else float("nan")
+
+    print("\nratio over fcfs        short TTFT p90   long e2e p50   short TTFT (paired, 95%)         long e2e (paired, 95%)")
+    for p in ("sjf", "lanes"):
+        short = scheduling.paired_ratio(req, p, "ttft_s", "interactive")
+        long = scheduling.paired_ratio(req, p, "e2e_s", "background")
+        print(f"  {p:<20} {stat(p, 'interactive', 'ttft_s_p90') / stat('fcfs', 'interactive', 'ttft_s_p90'):>14.2f}x"
+              f" {stat(p, 'background', 'e2e_s_p50') / stat('fcfs', 'background', 'e2e_s_p50'):>13.2f}x   "
+              f"{evidence.describe_ratio(short, 'short')}; {evidence.describe_ratio(long, 'long')}")
+    print("\nper policy: longest wait (s), median |ETA error| (s), short TTFT p90 (s), long e2e p50 (s)")
+    for p in policies:
+        g = req[req["policy"] == p]
+        err = metrics.percentiles(np.abs(pd.to_numeric(g["eta_error_s"], errors="coerce")), (50,))["p50"]
+        print(f"  {p:<6} {pd.to_numeric(g['queue_s'], errors='coerce').max():8.2f} {err:10.2f} "
+              f"{stat(p, 'interactive', 'ttft_s_p90'):10.2f} {stat(p, 'background', 'e2e_s_p50'):10.2f}")
+    print(f"\ncommand: OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')} python benchmarks/scheduling.py "
+          f"--engine {a.engine} --requests {a.requests} --rounds {a.rounds} --load-factor {a.load_factor}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+#     pygments_lexer: ipython3
+#   workbench:
+#     config: workbench.experiments.scheduling:Config
+# ---
+
+# %% [markdown]
+# # 11 Scheduling policies and what a waiting user sees
+# Interactive short chats and background long reports share one engine. Per policy (`fcfs`, `priority`,
+# `sjf` with aging, `lanes` with a long-lane cap) the same requests arrive at the same times near the knee;
+# TTFT and queue time per class, slowdown against length, the longest wait, the ETA each request was told
+# against its actual wait, goodput per class under its own SLO, TTFT by turn of multi-turn conversations,
+# and the policy to pick with its cost to the long requests. Set through `scheduling.Config` only
+# (defaults): `abandon_share` 0, `patience_s` 30, `max_pending` none, `max_retries` 3, `trace` "" (generated).
+# `benchmarks/scheduling.py` prints the short/long ratios side by side.
+
+# %% tags=["parameters"]
+model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
+device: str = "auto"  # auto | cpu | cuda | mps
+dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+policies: list = ["fcfs", "priority", "sjf", "lanes"]  # workbench/serving/scheduling.py
+engine: str = "static"  # fifo | static (continuous: the library's own FIFO admission)
+requests_per_point: int = 16  # requests of the mixed workload per policy
+short_share: float = 0.7  # share of interactive requests
+short_prompt_tokens: list = [32, 48]  # interactive prompt lengths (uniform)
+long_prompt_tokens: list = [64, 96]  # background prompt lengths (uniform)
+short_max_tokens: int = 6  # interactive output tokens
+long_max_tokens: int = 32  # background output tokens
+load_factor: float = 0.9  # offered rate / one-at-a-time capacity on the mix
+max_batch_size: int = 4  # static batch limit
+batch_window_s: float = 0.05  # static batching window, seconds
+aging_s: float = 20.0  # sjf / lanes: served in arrival order after this wait
+lane_threshold_tokens: int = 16  # lanes: max_tokens at or above is long
+long_cap: int = 1  # lanes: long requests at once
+class_slo_ttft_s: dict = {"interactive": 2.0, "background": 30.0}  # TTFT SLO per class, seconds
+turns: int = 3  # multi-turn point: turns per conversation (0: none)
+conversations: int = 2  # multi-turn point: conversations at once
+multiturn_prefix_sharing: list = [False]  # multi-turn points; [false, true]: continuous engine, prefix sharing off / on
+shared_prefix_tokens: int = 0  # multi-turn: a system document of this many tokens shared by every conversation
+warmup: int = 1  # untimed warm-up requests per class
+seed: int = 0  # trace seed
+run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
+resume: bool = False  # skip points this run already finished
+
+# %%
+from workbench import models, results
+from workbench.experiments import scheduling
+
+cfg = scheduling.Config.from_namespace(globals())
+run = results.open_run(run_dir)
+run
+
+# %%
+loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
+points = scheduling.run(cfg, run, loaded, resume=resume)
+requests = results.read_requests(run, experiment=scheduling.EXPERIMENT)
+scheduling.class_summary(requests)
+
+# %%
+for name, fig in scheduling.figures(points, requests).items():
+    results.save_figure(run, name, fig)
+    fig.show()
+
+# %%
+scheduling.recommend(points, requests)
+
+# %%
+finding = scheduling.finding(points, requests)
+results.save_finding(run, scheduling.EXPERIMENT, finding)
+print(finding)

@@ -1,0 +1,171 @@
+"""Experiment 11 (scheduling): bad input before any model, the mixed trace, per-class and per-bucket figures by
+hand on a small table, the recommendation and the finding, and a tiny real run."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import no_work
+from workbench import ParameterError
+from workbench.experiments import scheduling
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"policies": ["lottery"]}, "policies"),
+    ({"engine": "continuous"}, "engine"),
+    ({"lane_threshold_tokens": 0}, "lane_threshold_tokens"),
+    ({"aging_s": 0}, "aging_s"),
+    ({"long_cap": 0}, "long_cap"),
+    ({"short_share": 1.0}, "short_share"),
+    ({"long_max_tokens": 4, "short_max_tokens": 6}, "long_max_tokens"),
+    ({"class_slo_ttft_s": {"interactive": 2.0}}, "class_slo_ttft_s"),
+    ({"class_slo_ttft_s": {"interactive": 2.0, "background": 0}}, "class_slo_ttft_s[background]"),
+    ({"abandon_share": 2}, "abandon_share"),
+])
+def test_invalid_config_is_one_line_before_any_model(kwargs, name, monkeypatch):
+    no_work(monkeypatch)
+    with pytest.raises(ParameterError) as err:
+        scheduling.Config(**kwargs)
+    assert str(err.value).startswith(name + ":") and "\n" not in str(err.value)
+
+
+def test_grid_and_the_prefix_sharing_switch(monkeypatch):
+    cfg = scheduling.Config(policies=["fcfs", "sjf"], turns=2)
+    assert cfg.grid() == [{"workload": "mixed", "policy": "fcfs", "prefix_sharing": False},
+                          {"workload": "mixed", "policy": "sjf", "prefix_sharing": False},
+                          {"workload": "multiturn", "policy": "fcfs", "prefix_sharing": False}]
+    assert len(scheduling.Config(turns=0).grid()) == 4
+    no_work(monkeypatch)
+    with pytest.raises(ParameterError, match="^multiturn_prefix_sharing:"):
+        scheduling.Config(multiturn_prefix_sharing=[True, True])
+    if not scheduling.prefix_sharing_available():
+        with pytest.raises(ParameterError, match="^multiturn_prefix_sharing: this version"):
+            scheduling.Config(multiturn_prefix_sharing=[False, True])
+
+
+def test_cache_hit_rate_by_hand():
+    rows = pd.DataFrame({"prompt_tokens": [100, 200, 300], "cached_tokens": [0, 96, 288]})
+    assert scheduling.cache_columns(rows, True)["cache_hit_rate"] == pytest.approx(384 / 600)
+    none = scheduling.cache_columns(rows.assign(cached_tokens=None), False)
+    assert none["cache_hit_rate"] != none["cache_hit_rate"] and "not available" in none["cache_note"]
+
+
+def _write(tmp_path, rows):
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return p
+
+
+def test_a_trace_row_whose_class_has_no_slo_is_a_one_line_error(tmp_path, monkeypatch):
+    no_work(monkeypatch)
+    row = {"offset_s": 0, "prompt_tokens": 32, "output_tokens": 4, "request_class": "interactive"}
+    bad = _write(tmp_path, [row, dict(row, offset_s=1, request_class="batch")])
+    with pytest.raises(ParameterError) as err:
+        scheduling.Config(trace=str(bad))
+    assert str(err.value).startswith("trace: line 2: request_class 'batch' has no SLO") and "\n" not in str(err.value)
+    with pytest.raises(ParameterError, match=r"^trace: line 1: priority:"):
+        scheduling.read_mixed_trace(_write(tmp_path, [dict(row, priority=1.5)]), {"interactive": 1.0})
+    ok = scheduling.read_mixed_trace(_write(tmp_path, [dict(row, priority=-3)]), {"interactive": 1.0})
+    assert ok == [dict(row, priority=-3)]
+
+
+def test_the_sample_mixed_trace_reads_and_the_generator_follows_its_distributions():
+    rows = scheduling.read_mixed_trace("data/traces/mixed_trace.jsonl", {"interactive": 2.0, "background": 30.0})
+    assert {r["request_class"] for r in rows} == {"interactive", "background"}
+    gen = scheduling.mixed_trace(400, 0.7, [32, 48], [64, 96], 6, 32, 2.0, seed=3)
+    short = [r for r in gen if r["request_class"] == "interactive"]
+    assert 0.6 < len(short) / len(gen) < 0.8
+    assert {r["output_tokens"] for r in short} == {6} and {r["priority"] for r in short} == {0}
+    assert {r["prompt_tokens"] for r in gen if r["request_class"] == "background"} == {64, 96}
+    gaps = np.diff([r["offset_s"] for r in gen])
+    assert 0.4 < gaps.mean() < 0.6  # Poisson at 2 requests/s
+    assert gen == scheduling.mixed_trace(400, 0.7, [32, 48], [64, 96], 6, 32, 2.0, seed=3)
+
+
+def _table():
+    """Two policies, three requests each (two interactive of 4 tokens, one background of 16), paired by id."""
+    rows = []
+    for policy, ttft, queue, e2e in (("fcfs", [1.0, 3.0, 1.0], [0.5, 2.5, 0.0], [2.0, 4.0, 8.0]),
+                                     ("sjf", [0.5, 1.0, 3.0], [0.0, 0.5, 2.0], [1.0, 2.0, 10.0])):
+        for i, c in enumerate(("interactive", "interactive", "background")):
+            rows.append({"point_id": f"p/{policy}", "workload": "mixed", "policy": policy, "request_id": i,
+                         "request_class": c, "max_tokens": 4 if c == "interactive" else 16, "ttft_s": ttft[i],
+                         "queue_s": queue[i], "e2e_s": e2e[i], "slowdown": e2e[i] / (1.0 if i < 2 else 4.0),
+                         "error": None, "output_tokens": 4 if i < 2 else 16, "eta_s": queue[i] + 0.5,
+                         "eta_error_s": 0.5, "abandoned": i == 1 and policy == "fcfs", "retries": 0})
+    return pd.DataFrame(rows)
+
+
+def test_per_class_and_per_bucket_figures_by_hand():
+    summ = scheduling.class_summary(_table()).set_index(["policy", "request_class"])
+    fi = summ.loc[("fcfs", "interactive")]
+    assert fi["requests"] == 2 and fi["ttft_s_p50"] == pytest.approx(2.0) and fi["ttft_s_p90"] == pytest.approx(2.8)
+    assert fi["queue_s_p50"] == pytest.approx(1.5) and fi["queue_s_max"] == 2.5 and fi["e2e_s_p50"] == pytest.approx(3.0)
+    assert summ.loc[("sjf", "background"), "ttft_s_p50"] == 3.0
+    b = scheduling.bucket_summary(_table()).set_index(["policy", "max_tokens"])
+    assert b.loc[("fcfs", 4), "slowdown_p50"] == pytest.approx(3.0) and b.loc[("fcfs", 16), "slowdown_p50"] == 2.0
+    assert b.loc[("sjf", 16), "slowdown_p90"] == 2.5
+    cols = scheduling.class_columns(_table().query("policy == 'fcfs'"), {"interactive": 2.0, "background": 5.0}, 10.0)
+    assert cols["requests_interactive"] == 2 and cols["slo_attainment_interactive"] == 0.5
+    assert cols["goodput_rps_interactive"] == pytest.approx(0.1) and cols["goodput_rps_background"] == pytest.approx(0.1)
+    assert cols["queue_s_max"] == 2.5 and cols["eta_abs_error_s_p50"] == 0.5 and cols["abandoned"] == 1
+
+
+def _points(valid=True):
+    return pd.DataFrame({"point_id": ["p/fcfs", "p/sjf"], "status": ["ok", "ok"], "valid": [valid, valid],
+                         "workload": ["mixed", "mixed"], "policy": ["fcfs", "sjf"], "profile": ["replay", "replay"],
+                         "stopped_early": [False, False], "queue_s_max": [2.5, 2.0]})
+
+
+def test_recommendation_and_finding_name_the_gain_and_its_cost_or_say_not_supported():
+    rec = scheduling.recommend(_points(), _table()).set_index("policy")
+    # interactive TTFT, paired: sjf/fcfs = 0.5/1 and 1/3 -> geometric mean sqrt(1/6)
+    assert rec.loc["sjf", "interactive_ttft_ratio"] == pytest.approx((0.5 / 1.0 * 1.0 / 3.0) ** 0.5)
+    assert rec.loc["sjf", "background_e2e_ratio"] == pytest.approx(10 / 8)
+    assert rec.loc["sjf", "interactive_ttft_p90_ratio"] == pytest.approx(np.percentile([0.5, 1.0], 90) / 2.8)
+    f = scheduling.finding(_points(), _table())
+    assert "sjf" in f.text and f.point_ids == ("p/fcfs", "p/sjf")
+    # two pairs cannot carry a direction here: the interval is wide, so no recommendation and "not supported"
+    assert not rec.loc["sjf", "recommended"] and not f.supported and "not supported" in f.text
+    f = scheduling.finding(_points(valid=False), _table())
+    assert not f.supported and f.text.startswith("Scheduling: not supported")
+
+
+def test_figures_draw_from_small_tables():
+    pts = _points().assign(goodput_rps_interactive=[0.1, 0.2], goodput_rps_background=[0.1, 0.05])
+    figs = scheduling.figures(pts, _table())
+    assert set(figs) == {"sched_class_latency", "sched_slowdown_vs_length", "sched_longest_wait", "sched_eta_error",
+                         "sched_goodput_per_class", "sched_ttft_by_turn", "sched_recommendation"}
+    bars = [t for t in figs["sched_class_latency"].data if t.name == "sjf"]
+    assert list(bars[0].y) == [3.0, 0.75]  # TTFT p50 of background, interactive under sjf
+
+
+QUICK_11 = dict(policies=["fcfs", "lanes"], engine="fifo", requests_per_point=4, short_prompt_tokens=[32],
+                long_prompt_tokens=[40], short_max_tokens=2, long_max_tokens=5, lane_threshold_tokens=4, turns=2,
+                conversations=1, warmup=0, shared_prefix_tokens=32)
+
+
+@pytest.mark.notebook
+def test_scheduling_notebook(tmp_path, monkeypatch, run_notebook):
+    from pathlib import Path
+
+    from workbench import notebooks, results
+
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    run = results.open_run("", label="nb11")
+    nb = Path(__file__).resolve().parents[2] / "notebooks" / "11_scheduling.ipynb"
+    ns = run_notebook(nb, notebooks.validate_parameters(nb, QUICK_11), run)
+    points = results.read_points(run, experiment=scheduling.EXPERIMENT)
+    req = results.read_requests(run, experiment=scheduling.EXPERIMENT)
+    assert list(points["status"]) == ["ok"] * 3
+    mixed = req[req["workload"] == "mixed"]
+    assert set(mixed["request_class"]) <= {"interactive", "background"} and len(mixed) == 8
+    done = mixed[mixed["error"].isna()]
+    assert (done["output_tokens"] == done["max_tokens"]).all()
+    # warmup 0: no service history for the first arrivals (ETA unknown, NaN), then an estimate
+    assert set(mixed["policy"]) == {"fcfs", "lanes"} and mixed["eta_s"].notna().any()
+    turns = req[req["workload"] == "multiturn"].sort_values("turn")
+    assert list(turns["turn"]) == [1, 2] and turns["prompt_tokens"].is_monotonic_increasing
+    assert turns["prompt_tokens"].iloc[0] > 32 + 32  # the shared system document, then the first user turn
+    assert isinstance(ns["finding"].text, str) and (run / "figures").exists()
