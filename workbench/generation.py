@@ -15,7 +15,7 @@ DESIGN.md section 4):
 - Speculative decoding (``assistant_model`` / ``prompt_lookup_num_tokens`` in ``generate_kwargs``, batch 1
   in ``transformers``): one verification step emits ``k >= 1`` ids in one ``put()`` of shape ``(1, k)``; each
   id gets its own stamp, all ``k`` at the same time. So ``itl_s`` holds ``k - 1`` zeros for the ids of one
-  step and the step's whole gap on its first id; ``tpot_s = (e2e_s - ttft_s) / (output_tokens - 1)`` is
+  step and the step's whole gap on its first id; TPOT (:func:`workbench.metrics.request_timing`) is
   unchanged (the mean time per id after the first), and ``len(itl_s) == output_tokens - 1`` still holds.
   ``prefill_s`` is then the first target forward: the prompt plus the first step's draft tokens. Per step,
   the tokens the candidate generator proposed (the target forward's new positions minus one) and the ids
