@@ -217,7 +217,8 @@ def test_measure_points_and_the_speed_table(loaded):
     for i, point in enumerate(cfg.grid()):
         res = st.measure_point(loaded, cfg, point, state)
         pid = f"p{i}"
-        rows.append({**point, "point_id": pid, "status": "ok", "valid": True, **res.extra})
+        rows.append({**point, "point_id": pid, "status": "ok", "valid": True, **res.extra,
+                     "tpot_s_p50": metrics.percentiles([r["tpot_s"] for r in res.requests], (50,))["p50"]})
         reqs += [{**r, "point_id": pid} for r in res.requests]
         for r in res.requests:
             _timing_invariants(r)
@@ -263,5 +264,10 @@ def test_notebook_runs_and_writes_the_table_and_figures(tmp_path, run_notebook):
     run_notebook(NB, params, run)
     points = results.read_points(run, st.EXPERIMENT)
     assert len(points) == 2 and set(points["status"]) == {"ok"}
-    figs = json.loads((run / "manifest.json").read_text())["figures"]
-    assert "speed_techniques_speedup" in figs and (run / "speed_techniques.csv").exists()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "speed_techniques_tpot" in manifest["figures"] and (run / "speed_techniques.csv").exists()
+    finding = manifest["findings"][st.EXPERIMENT]
+    if len(evidence.usable_points(points)) == 2:  # both points valid: the comparison is drawn and stated
+        assert "speed_techniques_speedup" in manifest["figures"] and "prompt lookup (k=2)" in finding["text"]
+    else:  # a point measured under other load is invalid: no ratio is drawn from it
+        assert "speed_techniques_speedup" not in manifest["figures"] and not finding["supported"]

@@ -327,7 +327,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         acc = acceptance([r.get("draft_proposed", []) for r in out.requests],
                          [r.get("draft_emitted", []) for r in out.requests])
         c = draft.info.weight_bytes / loaded.info.weight_bytes if draft is not None else 0.0
-        extra.update({k: v for k, v in acc.items() if k != "acceptance_by_position"},
+        extra.update({k: v for k, v in acc.items() if k not in ("acceptance_by_position", "output_tokens")},
                      acceptance_by_position=",".join(f"{x:.3f}" for x in acc["acceptance_by_position"]),
                      draft_cost_ratio=c,
                      speedup_bound=speedup_bound(acc["acceptance_rate"], int(point["draft_tokens"]), c))
