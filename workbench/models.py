@@ -548,6 +548,12 @@ def quantize_int8(loaded: LoadedModel) -> LoadedModel:
     """A weight-int8 copy of a float32 CPU model: ``torch.ao.quantization.quantize_dynamic`` on every
     ``nn.Linear`` (LM head included; the embedding stays float32).
 
+    torch's dynamic kernels (fbgemm / onednn) also quantize each Linear's input activations per call (per
+    tensor, 7-bit range on x86 with ``reduce_range``), then accumulate in int32 and dequantize: weight-int8
+    with dynamic activation quantization, not pure weight-only. The activation rounding is most of its
+    log-prob drift; the per-call quantize / dequantize is extra work that a small memory-light model on a CPU
+    may not win back from reading a quarter of the weight bytes. Pure int8 weight-only needs torchao (absent).
+
     ``info.weight_bytes`` is what a decode step reads (:func:`quantized_weight_bytes`), so MBU counts the
     bytes the quantized model really moves; the KV cache and activations stay float32 (``info.dtype``).
 

@@ -15,7 +15,10 @@ Techniques, all through ``transformers``' own ``generate``:
 - ``int8_dynamic`` quantization (an engine-tuning-style axis, technique ``none``): ``torch.ao``'s
   ``quantize_dynamic`` on every ``nn.Linear`` (:func:`workbench.models.quantize_int8`), with engine tuning's
   quality guard (:func:`workbench.quality.quality_guard`: greedy agreement and log-prob drift against the
-  float32 model) and MBU from the bytes the quantized model reads per step.
+  float32 model) and MBU from the bytes the quantized model reads per step. torch's dynamic kernels quantize
+  each Linear's input activations per call as well (not pure weight-only; torchao's int8 weight-only is not
+  installed): that rounding drives the log-prob drift, and the per-call quantize / dequantize work is what can
+  make int8 slower than float32 on a CPU where a 135M model's decode is not purely memory bound.
 
 Assisted generation is batch 1 in ``transformers``: ``batch_size > 1`` with a technique is refused before
 any model loads, as are ``k <= 0``, a draft whose tokenizer differs from the target's, and a quantization
