@@ -104,7 +104,7 @@ class Config(SweepConfig):
 
     techniques: list = dataclasses.field(default_factory=lambda: ["none", "prompt_lookup", "draft"])
     draft_tokens: list = dataclasses.field(default_factory=lambda: [4])
-    tasks: list = dataclasses.field(default_factory=lambda: ["summarise", "free"])
+    tasks: list = dataclasses.field(default_factory=lambda: ["extract", "free"])
     languages: list = dataclasses.field(default_factory=lambda: ["en"])
     quantizations: list = dataclasses.field(default_factory=lambda: ["none", "int8_dynamic"])
     draft_model: str = TRUNCATED
