@@ -496,7 +496,8 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
     t_ready = time.perf_counter()
     gen_config = settings.generation_config(model.generation_config)
     prefill = _PrefillTimer(model, device_type)
-    verify = _VerifyCounter(model, enc["input_ids"].shape[1]) if is_speculative(generate_kwargs) else None
+    counted = is_speculative(generate_kwargs) and not (generate_kwargs or {}).get("assistant_early_exit")
+    verify = _VerifyCounter(model, enc["input_ids"].shape[1]) if counted else None  # early exit: draft == target
     row_stops = None
     if stopping_criteria is not None:
         row_stops = _RowStops(stopping_criteria, enc["input_ids"].shape[1])
