@@ -36,12 +36,13 @@ quick: setup nginx    ## the quick profile (about a minute)
 test: setup browser nginx ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
 	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=20
 
-benchmark: setup      ## overhead vs plain generate, serving ratios (engines, server, openai client), scheduling policies, roofline error, drift-reference noise
+benchmark: setup      ## overhead vs plain generate, serving ratios (engines, server, openai client), scheduling policies, roofline error, drift-reference noise, speed techniques
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/serving.py
 	$(PY) benchmarks/scheduling.py
 	$(PY) benchmarks/roofline.py
 	$(PY) benchmarks/drift_reference.py
+	$(PY) benchmarks/speed_techniques.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -12,6 +12,14 @@ DESIGN.md section 4):
   synchronises explicitly before reading the clock.
 - ``prefill_s`` is the duration of the model's first forward call inside
   ``generate`` (the prompt pass), from a forward pre-hook and hook on the model.
+- Speculative decoding (``assistant_model`` / ``prompt_lookup_num_tokens`` in ``generate_kwargs``, batch 1
+  in ``transformers``): one verification step emits ``k >= 1`` ids in one ``put()`` of shape ``(1, k)``; each
+  id gets its own stamp, all ``k`` at the same time. So ``itl_s`` holds ``k - 1`` zeros for the ids of one
+  step and the step's whole gap on its first id; TPOT (:func:`workbench.metrics.request_timing`) is
+  unchanged (the mean time per id after the first), and ``len(itl_s) == output_tokens - 1`` still holds.
+  ``prefill_s`` is then the first target forward: the prompt plus the first step's draft tokens. Per step,
+  the tokens the candidate generator proposed (the target forward's new positions minus one) and the ids
+  the step emitted are recorded as ``draft_proposed`` / ``draft_emitted`` (:class:`_VerifyCounter`).
 - A row stops counting at its first EOS id: ``generate`` pads finished rows, and
   padding is not output. EOS counts as an output token when emitted.
 - Per-request timings come from the token stamps through :func:`workbench.metrics.request_timing`
@@ -138,12 +146,15 @@ class _Cancel(StoppingCriteria):
 
 
 class TokenTimer:
-    """A ``generate`` streamer that stamps the time of every generated step.
+    """A ``generate`` streamer that stamps the time of every generated token id.
 
     ``put(value)``: the first call carries the prompt ids (shape ``(batch, seq)``)
-    and is skipped; each later call carries one step's ids (shape ``(batch,)``).
-    Stores ``times`` (perf_counter seconds, one per step) and ``steps`` (the id
-    tensors). ``on_step(ids, t)``, if given, is called for each step.
+    and is skipped; each later call carries one step's ids: shape ``(batch,)`` in
+    plain decoding, ``(1, k)`` in assisted / prompt-lookup decoding (``k`` ids
+    verified in one step). Stores ``times`` (perf_counter seconds, one per id
+    position: the ``k`` ids of one step share one stamp), ``steps`` (one
+    ``(batch,)`` tensor per id position) and ``step_sizes`` (ids per ``put``).
+    ``on_step(ids, t)``, if given, is called for each id position.
     """
 
     def __init__(self, device_type: str = "cpu", on_step=None):
@@ -152,6 +163,7 @@ class TokenTimer:
         self.prompt_seen = False
         self.times: list[float] = []
         self.steps: list = []
+        self.step_sizes: list[int] = []
         self.t_end: float | None = None
 
     def _now(self) -> float:
@@ -163,11 +175,13 @@ class TokenTimer:
             self.prompt_seen = True
             return
         t = self._now()
-        ids = value.reshape(-1)
-        self.times.append(t)
-        self.steps.append(ids)
-        if self.on_step is not None:
-            self.on_step(ids, t)
+        columns = [value.reshape(-1)] if value.dim() < 2 else [value[:, j] for j in range(value.shape[1])]
+        self.step_sizes.append(len(columns))
+        for ids in columns:
+            self.times.append(t)
+            self.steps.append(ids)
+            if self.on_step is not None:
+                self.on_step(ids, t)
 
     def end(self) -> None:
         self.t_end = self._now()
@@ -189,22 +203,22 @@ class StreamerGroup:
 
 
 class _RowStops(StoppingCriteria):
-    """Wraps ``generate``'s stopping criteria and records the step at which each row was stopped.
+    """Wraps ``generate``'s stopping criteria and records the output position at which each row was stopped.
 
-    ``generate`` pads a row after a criterion stops it; the recorded step lets
+    ``generate`` pads a row after a criterion stops it; the recorded position (index of the row's last
+    output id, from the sequence length, so a speculative step that adds several ids counts them all) lets
     :func:`generate_measured` end the row there instead of counting padding.
     """
 
-    def __init__(self, criteria):
+    def __init__(self, criteria, prompt_width: int):
         self.criteria = criteria
+        self.prompt_width = prompt_width
         self.stop_step: dict[int, int] = {}
-        self.step = 0
 
     def __call__(self, input_ids, scores, **kwargs):
         done = self.criteria(input_ids, scores, **kwargs)
         for row in done.nonzero().flatten().tolist():
-            self.stop_step.setdefault(row, self.step)
-        self.step += 1
+            self.stop_step.setdefault(row, input_ids.shape[1] - self.prompt_width - 1)
         return done
 
 
@@ -238,6 +252,56 @@ class _PrefillTimer:
     @property
     def seconds(self) -> float:
         return float("nan") if self.t1 is None else self.t1 - self.t0
+
+
+SPECULATIVE_KWARGS = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
+
+
+def is_speculative(generate_kwargs: dict | None) -> bool:
+    """True when ``generate_kwargs`` turn on ``transformers``' assisted generation (a draft model, prompt lookup
+    or early exit)."""
+    return any((generate_kwargs or {}).get(k) is not None for k in SPECULATIVE_KWARGS)
+
+
+def check_speculative(batch_size: int, generate_kwargs: dict | None) -> None:
+    """Refuse what assisted generation cannot do, with one line, before ``generate`` runs.
+
+    Raises:
+        ParameterError: ``batch_size`` > 1 with a speculative mode (``transformers`` supports batch 1 only), or
+            ``prompt_lookup_num_tokens`` not an integer >= 1.
+    """
+    kw = generate_kwargs or {}
+    if kw.get("prompt_lookup_num_tokens") is not None:
+        checks.check_int("prompt_lookup_num_tokens", kw["prompt_lookup_num_tokens"], 1)
+    if is_speculative(kw) and batch_size > 1:
+        raise ParameterError(f"batch_size: assisted generation (draft model / prompt lookup) runs at batch 1 in "
+                             f"transformers (got {batch_size})")
+
+
+class _VerifyCounter:
+    """Counts, per verification step of assisted generation, the draft tokens the target model checked.
+
+    A forward pre-hook on the target model reads each forward's new positions: the first forward holds the
+    prompt plus the step's candidates, every later one the last accepted id plus the candidates. So
+    ``proposed = new positions - 1`` (``- prompt width`` on the first), one entry per target forward, which is
+    one verification step (a step with no candidate, e.g. prompt lookup finding no match, proposes 0). Only
+    the target's own forwards are seen: a draft model is a different module.
+    """
+
+    def __init__(self, model, prompt_width: int):
+        self.prompt_width = prompt_width
+        self.proposed: list[int] = []
+        self.handle = model.register_forward_pre_hook(self._pre, with_kwargs=True)
+
+    def _pre(self, module, args, kwargs):
+        x = kwargs.get("input_ids")
+        if x is None:
+            x = kwargs.get("inputs_embeds", args[0] if args else None)
+        n = int(x.shape[1])
+        self.proposed.append(n - (self.prompt_width if not self.proposed else 1))
+
+    def remove(self):
+        self.handle.remove()
 
 
 @dataclass
@@ -403,6 +467,7 @@ def generate_measured(
     """
     if len(prompts) == 0:
         raise ParameterError("prompts: need at least one prompt")
+    check_speculative(len(prompts) if input_ids is None or callable(input_ids) else len(input_ids), generate_kwargs)
     timer = TokenTimer(loaded.model.device.type, on_step=on_step)
     lock = model_lock(loaded.model)
     lock.acquire()
@@ -431,9 +496,11 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
     t_ready = time.perf_counter()
     gen_config = settings.generation_config(model.generation_config)
     prefill = _PrefillTimer(model, device_type)
+    counted = is_speculative(generate_kwargs) and not (generate_kwargs or {}).get("assistant_early_exit")
+    verify = _VerifyCounter(model, enc["input_ids"].shape[1]) if counted else None  # early exit: draft == target
     row_stops = None
     if stopping_criteria is not None:
-        row_stops = _RowStops(stopping_criteria)
+        row_stops = _RowStops(stopping_criteria, enc["input_ids"].shape[1])
         stopping_criteria = StoppingCriteriaList([row_stops])
     torch.manual_seed(settings.seed)
     try:
@@ -449,10 +516,15 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
             )
     finally:
         prefill.remove()
+        if verify is not None:
+            verify.remove()
     synchronize(device_type)
     t_done = time.perf_counter()
     records = _records(timer, enc, tokenizer, eos_token_ids(loaded), t_submit, prefill.seconds, settings,
                        row_stops.stop_step if row_stops is not None else {})
+    if verify is not None:  # batch 1: one record
+        records[0]["draft_proposed"] = verify.proposed[:len(timer.step_sizes)]
+        records[0]["draft_emitted"] = _emitted(timer.step_sizes, records[0]["output_tokens"])
     return BatchResult(
         records=records,
         t_submit=t_submit,
@@ -461,6 +533,17 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
         prefill_s=prefill.seconds,
         sequences=sequences,
     )
+
+
+def _emitted(step_sizes: list[int], output_tokens: int) -> list[int]:
+    """Ids each step contributed to the output, the steps cut where the output ends (EOS or a stop)."""
+    out, left = [], output_tokens
+    for k in step_sizes:
+        if left <= 0:
+            break
+        out.append(min(k, left))
+        left -= k
+    return out
 
 
 def _decode(tokenizer, ids, finish_reason: str) -> str:

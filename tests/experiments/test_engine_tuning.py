@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from workbench import ParameterError, models, results
+from workbench import ParameterError, models, quality, results
 from workbench.experiments import engine_tuning as et
 
 
@@ -53,8 +53,8 @@ def test_grid_skips_compiled_dynamic_cache_and_orders_configurations(no_weights)
 
 
 def test_agreement_share_and_first_divergence():
-    assert et.agreement([[1, 2, 3, 4]], [[1, 2, 3, 4]]) == (1.0, 4)
-    share, first = et.agreement([[1, 2, 3, 4], [5, 6, 7, 8]], [[1, 2, 9, 4], [5, 6, 7]])
+    assert quality.token_agreement([[1, 2, 3, 4]], [[1, 2, 3, 4]]) == (1.0, 4)
+    share, first = quality.token_agreement([[1, 2, 3, 4], [5, 6, 7, 8]], [[1, 2, 9, 4], [5, 6, 7]])
     assert share == pytest.approx(6 / 8) and first == 2
 
 

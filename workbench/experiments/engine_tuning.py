@@ -46,12 +46,11 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import checks, drift, evidence, metrics, models, results, roofline, slo, sweeps
+from .. import checks, drift, evidence, metrics, models, quality, results, roofline, slo, sweeps
 from ..errors import ParameterError
-from ..generation import GenerationSettings, encode_prompts, generate_measured
+from ..generation import GenerationSettings, generate_measured
 from ..plots import label, legend_below, split_by_device
 from ..prompts import build_batch
-from ..quality import continuation_logprobs
 from ..results import PointResult
 from ..sweeps import SweepConfig
 
@@ -269,65 +268,19 @@ def guard_prompts(tokenizer, n: int) -> list[str]:
     return build_batch(tokenizer, n, 48)
 
 
-def _context_ids(tokenizer, prompts) -> list[list[int]]:
-    enc = encode_prompts(tokenizer, prompts)
-    return [[int(t) for t, m in zip(ids, mask) if m] for ids, mask in zip(enc["input_ids"].tolist(),
-                                                                            enc["attention_mask"].tolist())]
-
-
 def reference(cfg: Config) -> dict:
-    """The float32 ``eager`` reference on the guard prompts: prompts, context ids, greedy output ids, their
-    per-token log-probs."""
+    """The float32 ``eager`` reference on the guard prompts (:func:`workbench.quality.guard_reference`):
+    prompts, context ids, greedy output ids, their per-token log-probs."""
     ref = models.load_model(cfg.model, cfg.device, "float32", attn_implementation="eager")
-    prompts = guard_prompts(ref.tokenizer, cfg.guard_prompts)
-    res = generate_measured(ref, prompts, cfg.settings(cfg.guard_tokens), generate_kwargs={"disable_compile": True})
-    outputs = [r["output_ids"] for r in res.records]
-    contexts = _context_ids(ref.tokenizer, prompts)
-    return {"prompts": prompts, "contexts": contexts, "outputs": outputs,
-            "logprobs": continuation_logprobs(ref, contexts, outputs)}
-
-
-def agreement(reference_ids: list[list[int]], ids: list[list[int]]) -> tuple[float, int]:
-    """``(share of identical tokens, first divergence)``: position by position against the reference (a
-    missing token is a mismatch); the first divergence is the minimum over prompts (the reference length when
-    all agree)."""
-    same = total = 0
-    first = min((len(r) for r in reference_ids), default=0)
-    for r, o in zip(reference_ids, ids):
-        for i, t in enumerate(r):
-            total += 1
-            if i < len(o) and o[i] == t:
-                same += 1
-            else:
-                first = min(first, i)
-                break
-        else:
-            continue
-        total += len(r) - i - 1
-        same += sum(1 for j in range(i + 1, len(r)) if j < len(o) and o[j] == r[j])
-    return (same / total if total else float("nan")), int(first)
+    return quality.guard_reference(ref, guard_prompts(ref.tokenizer, cfg.guard_prompts), cfg.settings(cfg.guard_tokens),
+                                   {"disable_compile": True})
 
 
 def quality_guard(loaded, ref: dict, cfg: Config, gen_kwargs: dict | None = None, logits_processor=None) -> dict:
-    """The guard of one configuration (model already loaded in its dtype and kernel, threads already set).
-
-    Returns:
-        ``token_agreement``, ``first_divergence``, ``logprob_drift`` (mean |delta log-prob|, nats/token) and
-        ``guard_passed`` (bool) with ``guard_reason`` when it fails.
-    """
-    res = generate_measured(loaded, ref["prompts"], cfg.settings(cfg.guard_tokens), logits_processor=logits_processor,
-                            generate_kwargs=gen_kwargs)
-    share, first = agreement(ref["outputs"], [r["output_ids"] for r in res.records])
-    lps = continuation_logprobs(loaded, ref["contexts"], ref["outputs"])
-    diffs = [abs(a - b) for la, lb in zip(lps, ref["logprobs"]) for a, b in zip(la, lb)]
-    drift = sum(diffs) / len(diffs) if diffs else float("nan")
-    reasons = []
-    if not share >= cfg.min_token_agreement:
-        reasons.append(f"token agreement {share:.2f} < {cfg.min_token_agreement}")
-    if not drift <= cfg.max_logprob_drift:
-        reasons.append(f"log-prob drift {drift:.3f} > {cfg.max_logprob_drift} nats")
-    return {"token_agreement": share, "first_divergence": first, "logprob_drift": drift,
-            "guard_passed": not reasons, "guard_reason": "; ".join(reasons)}
+    """The guard of one configuration (model already loaded in its dtype and kernel, threads already set):
+    :func:`workbench.quality.quality_guard` with the config's guard length and limits."""
+    return quality.quality_guard(loaded, ref, cfg.settings(cfg.guard_tokens), cfg.min_token_agreement,
+                                 cfg.max_logprob_drift, gen_kwargs, logits_processor)
 
 
 # ----------------------------------------------------------------------------- one point

@@ -1,0 +1,68 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+#     pygments_lexer: ipython3
+#   workbench:
+#     config: workbench.experiments.speed_techniques:Config
+# ---
+
+# %% [markdown]
+# # 12 Speed techniques: prompt lookup, a draft model and int8 weights, each against its baseline
+# Which of the three levers practitioners reach for makes decoding faster here, by how much (a 95% interval over repeats), at what quality cost, and where does it stop paying? Prompt-lookup decoding and assisted generation with a draft model run through `transformers`' `generate` on copy-heavy tasks built from the shipped documentation (summarise, extract, edit) and on free generation; int8 weight-only dynamic quantization runs with the engine-tuning quality guard. Speculative greedy decoding is exact: its output must equal plain greedy token for token. On the embedded model the draft is a layer-truncated copy of the model itself (the smallest of its family), reported for what it is.
+
+# %% tags=["parameters"]
+model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
+device: str = "auto"  # auto | cpu | cuda | mps
+dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+techniques: list = ["none", "prompt_lookup", "draft"]  # none (baseline, always run) | prompt_lookup | draft
+draft_tokens: list = [4]  # draft tokens per verification step (k)
+tasks: list = ["extract", "free"]  # summarise | extract | edit (copy-heavy) | free
+languages: list = ["en"]  # en | zh
+quantizations: list = ["none", "int8_dynamic"]  # none | int8_dynamic (torch's CPU kernels)
+draft_model: str = "truncated"  # truncated (the model's first draft_layers layers) or a draft model with the same tokenizer
+draft_layers: int = 10  # layers of the truncated draft
+batch_size: int = 1  # assisted generation runs at batch 1 in transformers
+passage_chars: int = 600  # characters of documentation in a copy-heavy prompt (Chinese: a third)
+max_new_tokens: int = 32  # new-token cap (greedy)
+repeats: int = 3  # timed repeats per point (an interval needs 2)
+warmup: int = 1  # untimed warm-up runs per point
+seed: int = 0  # base seed
+guard_prompts: int = 2  # int8 quality-guard prompts
+guard_tokens: int = 16  # greedy tokens per guard prompt
+min_token_agreement: float = 0.9  # guard: share of tokens identical to float32
+max_logprob_drift: float = 0.05  # guard: mean |log-prob change| in nats
+run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
+resume: bool = False  # skip points this run already finished
+
+# %%
+from workbench import models, results
+from workbench.experiments import speed_techniques as st
+
+cfg = st.Config.from_namespace(globals())
+run = results.open_run(run_dir)
+loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
+points = st.run(cfg, run, loaded, resume=resume)
+requests = results.read_requests(run, experiment=st.EXPERIMENT)
+points[["point_id", "status", "task", "language", "technique", "draft_tokens", "quantization", "tpot_s_p50", "e2e_s_p50"]]
+
+# %% [markdown]
+# ## Each technique against plain greedy float32
+# Speed-up: baseline e2e over the technique's (int8: decode tokens/s ratio), ratio of geometric means over repeats with a Welch 95% interval; "faster" only when the interval excludes 1. `output_agreement` compares the output with plain greedy token for token; acceptance columns: accepted draft tokens / proposed, mean ids per verification step, target forwards per output id, and the Leviathan et al. (2023) upper bound on the speed-up.
+
+# %%
+table = st.speed_table(points, requests)
+results.save_text(run, "speed_techniques.csv", table.to_csv(index=False))
+results.save_finding(run, st.EXPERIMENT, st.finding(table, points))
+table
+
+# %%
+for name, fig in st.figures(points, table).items():
+    results.save_figure(run, name, fig)
+    fig.show()
