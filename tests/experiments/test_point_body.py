@@ -37,6 +37,8 @@ ELSEWHERE = {
     "reasoning_budget": "tests/experiments/test_reasoning_budget.py (fake generation)",
     "serving_load": "tests/experiments/test_serving_load.py (engines and servers)",
     "streaming_reader": "tests/experiments/test_streaming_reader.py (servers and proxies)",
+    "scheduling": "tests/experiments/test_scheduling.py (engines, traces and policies)",
+    "speed_techniques": "tests/experiments/test_speed_techniques.py (draft models and quantized copies)",
 }
 
 
