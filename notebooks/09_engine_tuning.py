@@ -68,6 +68,6 @@ for name, fig in engine_tuning.figures(points, configs).items():
 
 # %%
 search = engine_tuning.replay_search(configs, cfg.axes()) if cfg.search == "grid" else None
-finding = engine_tuning.headline(configs, search)
+finding = engine_tuning.finding(configs, search, points)
 results.save_finding(run, engine_tuning.EXPERIMENT, finding)
 print(finding)

@@ -458,3 +458,14 @@ def test_tiny_engine_sweep_on_the_real_model(loaded):
     # MBU counts the bytes of the model each point measured: a bfloat16 step reads about half the bytes
     step = {r["dtype"]: r["mbu"] * r["peak_bandwidth_bytes_per_s"] * r["tpot_s_p50"] for _, r in points.iterrows()}
     assert step["bfloat16"] / step["float32"] == pytest.approx(0.5, rel=0.1)
+
+
+def test_finding_is_supported_only_when_the_recommended_speedup_excludes_one():
+    """The report's finding carries its evidence: supported with a clear 1.59x over 3 repeats, not supported
+    when the same medians come from a single repeat (no interval), and nothing recommended on invalid points."""
+    axes, points = _issue_grid(repeats=[-0.01, 0.0, 0.01])
+    f = et.finding(et.configurations(points), None, points.assign(point_id=[f"p{i}" for i in range(len(points))]))
+    assert f.supported and "at least 3 repeats" in f.evidence and "Welch" in f.evidence and len(f.point_ids) == 8
+    axes, one = _issue_grid(repeats=[0.0])
+    assert not et.finding(et.configurations(one)).supported
+    assert not et.finding(et.configurations(points.assign(valid=False))).supported

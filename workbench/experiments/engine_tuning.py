@@ -765,6 +765,32 @@ def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
     return " ".join(parts)
 
 
+def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFrame | None = None) -> evidence.Finding:
+    """The report's finding: :func:`headline` as its text, with the evidence behind the recommendation.
+
+    Supported when a configuration is recommended and it is the baseline or its speed-up interval excludes 1
+    (a recommended configuration whose ratio is within noise is an equal choice, not a speed-up).
+
+    Returns:
+        :class:`workbench.evidence.Finding` (point ids: the usable points of ``points`` when given).
+    """
+    text = headline(configs, search)
+    if configs.empty:
+        return evidence.Finding(text, "no configuration measured", False)
+    best = recommend(configs)
+    src = points if points is not None and "n_repeats" in points else pd.DataFrame()
+    reps = pd.to_numeric(src.get("n_repeats", pd.Series(dtype=float)), errors="coerce")
+    n_rep = f"at least {int(reps.min())} repeats each" if reps.notna().any() else "repeats per point in the table"
+    ev = (f"{len(configs)} configurations, {n_rep}; speed-up vs the baseline "
+          f"{configs.iloc[0]['config']}: 95% Welch t interval on log e2e over repeats; quality guard (greedy "
+          f"agreement, log-prob drift vs float32); SLO at the preset's own percentile where the sample supports it")
+    supported = best is not None and (best["config"] == configs.iloc[0]["config"]
+                                      or best.get("speedup_low", float("nan")) > 1
+                                      or best.get("speedup_high", float("nan")) < 1)
+    ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
+    return evidence.Finding(text, ev, bool(supported), ids)
+
+
 def fig_speed(configs: pd.DataFrame, recommended: pd.Series | None = None) -> go.Figure:
     """Mean e2e p50 per configuration (bars; guard failures hatched grey) with the prediction (diamonds)."""
     df = configs
