@@ -73,6 +73,6 @@ for name, fig in serving_load.figures(points, requests, cfg.attainment_target).i
 serving_load.recommend(points, cfg.attainment_target)
 
 # %%
-finding = serving_load.headline(points, cfg.attainment_target)
+finding = serving_load.finding(points, cfg.attainment_target)
 results.save_finding(run, serving_load.EXPERIMENT, finding)
 print(finding)

@@ -67,6 +67,6 @@ for name, fig in streaming_reader.figures(points, requests).items():
     fig.show()
 
 # %%
-finding = streaming_reader.headline(requests)
+finding = streaming_reader.finding(requests)
 results.save_finding(run, streaming_reader.EXPERIMENT, finding)
 print(finding)

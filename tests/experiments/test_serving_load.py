@@ -97,6 +97,18 @@ def test_headline_names_its_evidence_and_agrees_with_attainment():
     assert serving_load.recommend(behind, 0.9).iloc[0]["engine"] == ""  # a growing queue is not recommended
 
 
+def test_finding_is_supported_only_with_a_narrow_attainment_interval_on_usable_points():
+    """40 planned requests give a Wilson interval 0.91-1.00 (+/-0.045): supported; the same figures with the
+    interval of 5 requests (0.57-1.00, +/-0.21) are not; no usable point (all closed-loop) is not supported either."""
+    pts = _points()
+    f = serving_load.finding(pts, 0.9)
+    assert f.supported and "40 planned" in f.evidence and "+/-0.04" in f.evidence
+    assert "Evidence:" not in f.text
+    wide = serving_load.finding(pts.assign(slo_attainment_low=0.57, slo_attainment_low_custom=0.57), 0.9)
+    assert not wide.supported and "+/-0.2" in wide.evidence
+    assert not serving_load.finding(pts.assign(profile="throughput"), 0.9).supported
+
+
 def test_point_goodput_at_a_constant_rate_is_the_offered_rate():
     """A whole point's columns from a synthetic run at 3.0 req/s (5 requests of 0.8 s, all within the SLO):
     goodput and request throughput within 5% of 3.0, attainment 1 with its interval, columns named with units."""

@@ -61,6 +61,28 @@ def test_tiny_run_measures_through_nginx_or_skips_with_the_reason(loaded):
     figs = sr.figures(points, req)
     assert set(figs) == {"reader_proxy_ttft", "reader_chunk_arrival", "reader_metrics", "reader_keepalive"}
     assert "buffering_on" in sr.headline(req)
+    f = sr.finding(req)
+    assert "buffering on / off" in f.evidence and f"buffering_on {cfg.repeats}" in f.evidence
+
+
+def test_reader_finding_claims_the_buffering_cost_only_beyond_noise(monkeypatch):
+    """Client TTFT with buffering on vs off, over the proxy requests: supported when the ratio's interval excludes
+    1; equal spreads around one mean are no difference; without nginx's modes it is not supported."""
+    import pandas as pd
+
+    monkeypatch.setattr(sr, "headline", lambda requests: "the headline")  # its table has a test of its own
+
+    def req(on, off):
+        rows = [{"part": "proxy", "proxy": m, "ttft_s": t, "e2e_s": t, "transport_ttft_s": 0.0,
+                 "first_after_last": m == "buffering_on"} for m, ts in (("buffering_on", on), ("buffering_off", off))
+                for t in ts]
+        return pd.DataFrame(rows)
+
+    assert sr.finding(req([0.80, 0.82, 0.81], [0.25, 0.26, 0.24])).supported
+    same = sr.finding(req([0.30, 0.20, 0.25], [0.26, 0.24, 0.29]))
+    assert not same.supported and "no difference beyond noise" in same.evidence
+    direct = pd.DataFrame([{"part": "proxy", "proxy": "direct", "ttft_s": 0.3}] * 3)
+    assert not sr.finding(direct).supported
 
 
 # ------------------------------------------------------------------ nginx buffering, shown (no model, no timed assertions)

@@ -691,3 +691,33 @@ def figures(points: pd.DataFrame, requests: pd.DataFrame, target: float = 0.9) -
         "load_time_slices": time_slices(points),
         "load_recommendation": recommendation_table(points, target),
     }
+
+
+def finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
+    """The report's finding: :func:`headline`'s sentences, its evidence apart, and whether they are supported.
+
+    Supported when a recommendation for the custom SLO rests on a usable point whose attainment interval (Wilson
+    95%) is at most +/-0.15 wide, or when no usable point met the SLO and that "no" rests on usable points; not
+    supported without usable points or with a wider interval (too few requests per point to place the knee).
+
+    Returns:
+        :class:`workbench.evidence.Finding` over the usable points' ids.
+    """
+    text = headline(points, target)
+    body, _, tail = text.partition(" Evidence: ")
+    use = evidence.usable_points(points, serving=True)
+    if use.empty:
+        return evidence.Finding(body, tail.rstrip("."), False)
+    rec = recommend(points, target)
+    custom = rec[rec["slo"] == "custom"] if not rec.empty else rec
+    supported, why = False, "no custom-SLO recommendation"
+    if not custom.empty and custom.iloc[0]["engine"]:
+        c = custom.iloc[0]
+        half = (c["attainment_high"] - c["attainment_low"]) / 2
+        supported = bool(half == half and half <= 0.15)
+        why = (f"attainment interval +/-{half:.2f} at the recommended rate" if half == half else
+               "no attainment interval at the recommended rate")
+    elif not custom.empty:
+        supported, why = True, "no usable rate met the custom SLO"
+    return evidence.Finding(body, f"{tail.rstrip('.')}; {why} (supported needs <= +/-0.15)", supported,
+                            evidence.point_ids(use))

@@ -55,7 +55,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, metrics, reading, sweeps
+from .. import checks, evidence, metrics, reading, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings, eos_token_ids, generate_measured
 from ..plots import label, ok_points, split_by_device
@@ -570,3 +570,27 @@ def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure
     req = requests[requests["point_id"].isin(ok)] if "point_id" in requests else requests
     return {"reader_proxy_ttft": proxy_ttft_figure(req), "reader_chunk_arrival": chunk_arrival_figure(req),
             "reader_metrics": reader_figure(req), "reader_keepalive": keepalive_figure(req)}
+
+
+def finding(requests: pd.DataFrame) -> evidence.Finding:
+    """The report's finding: :func:`headline` with its evidence.
+
+    The claim it carries is nginx buffering's cost to TTFT: client TTFT with buffering on over buffering off
+    (Welch interval on log TTFT over the proxy requests, :func:`workbench.evidence.ratio_interval`); supported
+    when that interval excludes 1. Without both nginx modes (nginx absent) the claim is not supported.
+
+    Returns:
+        :class:`workbench.evidence.Finding` (no point ids: the proxy part's requests are its evidence).
+    """
+    text = headline(requests)
+    req = requests[requests["part"] == "proxy"] if "part" in requests else requests.iloc[0:0]
+    n = req.groupby("proxy").size().to_dict() if len(req) else {}
+    counts = ", ".join(f"{m} {k}" for m, k in n.items()) or "none"
+    on, off = (req.loc[req["proxy"] == m, "ttft_s"] for m in ("buffering_on", "buffering_off"))
+    if len(on) and len(off):
+        iv = evidence.ratio_interval(on, off, unit="requests")
+        ratio = evidence.describe_ratio(iv, "client TTFT, buffering on / off")
+        supported = evidence.ratio_verdict(iv) in ("higher", "lower")
+    else:
+        ratio, supported = "buffering on / off not both measured (nginx absent): not supported", False
+    return evidence.Finding(text, f"proxy requests per path: {counts}; {ratio}", supported)
