@@ -181,7 +181,7 @@ def read_trace(path) -> list[dict]:
 
 
 def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0, temperature: float = 0.0,
-                ignore_eos: bool = True, client=None) -> Callable:
+                ignore_eos: bool = True, client=None, headers: dict | None = None) -> Callable:
     """A ``send(spec, t_scheduled) -> row`` over an OpenAI-compatible streaming endpoint (``httpx``).
 
     Client-side ``ttft_s`` / ``e2e_s`` are from the scheduled time to the first / last content chunk
@@ -194,7 +194,11 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
 
     The ``httpx`` client ignores ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` (``trust_env=False``):
     a proxy in the environment must not reroute or time loopback traffic. ``client``: an ``httpx.Client``
-    to use instead (its own settings apply).
+    to use instead (its own settings apply). ``headers``: sent with every request (an external endpoint's
+    ``Authorization``, :mod:`workbench.serving.endpoint`).
+
+    A server whose stream carries no ``usage`` (it ignores ``stream_options``): ``output_tokens`` falls back to
+    the number of content chunks and ``token_count_source`` says ``chunks`` (else ``usage``).
     """
     import httpx
 
@@ -212,7 +216,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         row = {"t_sent": time.perf_counter()}
         stamps, parts, engine, usage, finish = [], [], {}, None, None
         try:
-            with http.stream("POST", url, json=body) as resp:
+            with http.stream("POST", url, json=body, headers=headers or None) as resp:
                 row["t_headers"] = time.perf_counter()
                 if resp.status_code != 200:
                     resp.read()
@@ -237,6 +241,9 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         row.setdefault("error", None)
         timing = metrics.request_timing(stamps, t_scheduled)
         n_out = usage.get("completion_tokens") if usage else None
+        row["token_count_source"] = "usage" if n_out is not None else "chunks"
+        if n_out is None and stamps and not row.get("error"):  # no usage in the stream: count content chunks
+            n_out = len(stamps)
         nan = float("nan")
         # the user's decode speed: tokens after the first (usage) over the client's first-to-last chunk time
         per_user = metrics.request_timing(stamps, t_scheduled, decode_steps=int(n_out) - 1) \
