@@ -292,3 +292,40 @@ def test_load_monitor_counts_a_served_by_process_as_own(monkeypatch):
     finally:
         child.kill()
         child.wait()
+
+
+def test_streaming_reader_proxy_part_against_the_endpoint(served, keyed):
+    """Notebook 10's proxy part streams from the external endpoint (direct), token counts from its usage."""
+    from workbench import results
+    from workbench.experiments import serving_load, streaming_reader
+
+    ep = {"url": served, "model": SERVED_MODEL, "api_key_env": KEY_ENV, "name": "second-server"}
+    cfg = streaming_reader.Config(languages=[], proxy_modes=["direct"], blocker_tokens=0, max_new_tokens=3,
+                                  repeats=1, warmup=0, endpoint=ep)
+    loaded = serving_load.load_for(serving_load.Config(engines=["endpoint"], endpoint=ep))
+    run = results.open_run("")
+    points = streaming_reader.run(cfg, run, loaded)
+    assert (points["status"] == "ok").all() and list(points["proxy"]) == ["direct"]
+    req = results.read_requests(run, experiment=streaming_reader.EXPERIMENT)
+    assert (req["output_tokens"] == 3).all() and (req["target"] == "second-server").all()
+    assert (req["server_side_note"] == endpoint.REPORTED_NOTE).all()
+
+
+def test_streaming_reader_checks_the_endpoint_first(keyed):
+    from workbench import results
+    from workbench.experiments import streaming_reader
+
+    cfg = streaming_reader.Config(languages=[], proxy_modes=["direct"], blocker_tokens=0,
+                                  endpoint={"url": f"http://127.0.0.1:{_free_port()}", "model": "m"})
+    with pytest.raises(ParameterError, match="endpoint.url: cannot reach"):
+        streaming_reader.run(cfg, results.open_run(""), loaded=None)
+    with pytest.raises(ParameterError, match="nginx modes need an http://"):
+        streaming_reader.Config(proxy_modes=["direct", "buffering_off"], endpoint={"url": "https://h", "model": "m"})
+
+
+def test_nginx_config_proxies_to_an_endpoint_host():
+    from workbench.experiments import streaming_reader
+
+    conf = streaming_reader.nginx_config("buffering_off", 9000, "10.0.0.5:8080", "/tmp/x")
+    assert "proxy_pass http://10.0.0.5:8080;" in conf
+    assert "proxy_pass http://127.0.0.1:7000;" in streaming_reader.nginx_config("buffering_off", 9000, 7000, "/tmp/x")
