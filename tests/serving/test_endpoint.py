@@ -329,3 +329,13 @@ def test_nginx_config_proxies_to_an_endpoint_host():
     conf = streaming_reader.nginx_config("buffering_off", 9000, "10.0.0.5:8080", "/tmp/x")
     assert "proxy_pass http://10.0.0.5:8080;" in conf
     assert "proxy_pass http://127.0.0.1:7000;" in streaming_reader.nginx_config("buffering_off", 9000, 7000, "/tmp/x")
+
+
+def test_llamacpp_suite_validates():
+    """suites/llamacpp.yaml's parameters pass notebook 08's config (no network: the endpoint's shape only)."""
+    from workbench import notebooks
+
+    suite = notebooks.load_suite(str(REPO / "suites" / "llamacpp.yaml"))
+    for e in suite["notebooks"]:
+        notebooks.validate_parameters(e["notebook"], e["parameters"])
+        assert "endpoint" in e["parameters"]["engines"]
