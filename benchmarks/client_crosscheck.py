@@ -7,8 +7,12 @@ OpenAI default 1.0 applies; streaming chat, ``--concurrency`` workers, ``--reque
 (:class:`workbench.serving.server.ServerThread`, one per engine, in this process). Per engine it prints the
 client's errors, TTFT p50 and output-token total next to the server's own: the engine's TTFT p50 over the
 requests the client sent (its ``history``, arrival at the handler to the first token id) and the output tokens
-it generated (``workbench_generation_tokens_total`` of ``/metrics``, which must equal the ``usage`` totals the
-client received). Goal: 0 errors, TTFT p50 within 5%, output tokens equal.
+it generated (``workbench_generation_tokens_total`` of ``/metrics``, and its ``history``). AIPerf's token counts
+come from the server's ``usage`` (``--use-server-token-count``; sampling settings stay its defaults): by default
+AIPerf re-tokenizes the streamed text, which holds no end-of-sequence id and, for sampled text, need not split
+into the ids that made it (measured: 255 vs 256 and 246 vs 248 tokens), so only the usage total can equal the
+server's exactly (``--client-tokenizer-count`` shows the other). Goal: 0 errors, TTFT p50 within 5%, output tokens
+equal.
 
 ``continuous`` is in the default list; until per-request sampling lands in that engine it answers 400 to the
 client's temperature 1.0, and the script says so for that engine (it goes on with the others).
@@ -42,6 +46,9 @@ def parse_args():
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--output-tokens", type=int, default=16)
     ap.add_argument("--max-batch-size", type=int, default=8)
+    ap.add_argument("--client-tokenizer-count", action="store_true",
+                    help="AIPerf's own output-token count (its tokenizer over the streamed text) instead of the "
+                         "server's usage (--use-server-token-count, the default here)")
     return ap.parse_args()
 
 
@@ -84,11 +91,17 @@ def run_engine(args, loaded, engine: str) -> None:
                "--synthetic-input-tokens-mean", str(args.prompt_tokens), "--synthetic-input-tokens-stddev", "0",
                "--output-tokens-mean", str(args.output_tokens), "--output-tokens-stddev", "0",
                "--artifact-dir", str(out), "--ui-type", "none"]
+        if not args.client_tokenizer_count:
+            cmd.append("--use-server-token-count")
         print(f"\n[{engine}] {' '.join(cmd)}", flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
-                                                                         "HOME": str(Path.home())})
+        # no HF_HUB_OFFLINE: aiperf 0.13 then resolves every tokenizer name as a hub snapshot, a local folder too
+        # (HFValidationError); online mode reads the local folder directly and fetches nothing
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
         if proc.returncode != 0:
-            print(f"[{engine}] aiperf exited {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}")
+            hist = [h for h in list(eng.history)[seen:] if h.get("endpoint") == "chat"]
+            print(f"[{engine}] aiperf exited {proc.returncode} (the server finished {len(hist)} of its requests; "
+                  f"the continuous engine answers a temperature it cannot serve with an error until it samples per "
+                  f"request): {(proc.stderr or proc.stdout).strip().splitlines()[-1][:300]}")
             return
         export = find_export(out)
         hist = list(eng.history)[seen:]
@@ -106,8 +119,17 @@ def run_engine(args, loaded, engine: str) -> None:
         print(f"[{engine}] client errors {errors:g}; server requests {len(chat)} ({len(failed)} failed)")
         print(f"[{engine}] TTFT p50: client {client_ttft * 1e3:.1f} ms, server {server_ttft * 1e3:.1f} ms, "
               f"ratio {client_ttft / server_ttft:.3f} (goal within 5%)")
-        print(f"[{engine}] output tokens: client {client_tokens:g}, server {server_tokens:g} "
-              f"({'equal' if client_tokens == server_tokens else 'DIFFERENT'})")
+        history_tokens = sum(len(h.get("output_ids") or []) for h in chat)
+        if args.client_tokenizer_count:
+            # the client's tokenizer over the text: no end-of-sequence id, and sampled text need not re-tokenize
+            # into the ids that made it
+            eos = sum(h.get("finish_reason") == "stop" for h in chat)
+            print(f"[{engine}] output tokens: client (its tokenizer over the text) {client_tokens:g}; server "
+                  f"{server_tokens:g} (/metrics; history {history_tokens}), {server_tokens - eos:g} without the "
+                  f"{eos} end-of-sequence ids")
+        else:
+            print(f"[{engine}] output tokens: client (usage) {client_tokens:g}; server {server_tokens:g} (/metrics; "
+                  f"history {history_tokens}) -> {'equal' if client_tokens == server_tokens else 'DIFFERENT'}")
         shutil.rmtree(out, ignore_errors=True)
     finally:
         srv.stop()
