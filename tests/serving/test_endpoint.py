@@ -339,3 +339,24 @@ def test_llamacpp_suite_validates():
     for e in suite["notebooks"]:
         notebooks.validate_parameters(e["notebook"], e["parameters"])
         assert "endpoint" in e["parameters"]["engines"]
+
+
+def test_slo_search_against_the_endpoint(served, keyed):
+    """The SLO search (bisection over the offered rate) runs against the external endpoint unchanged."""
+    from workbench.experiments import serving_load
+
+    cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": served, "model": SERVED_MODEL,
+                                                              "api_key_env": KEY_ENV, "name": "second-server"},
+                              requests_per_point=2, prompt_tokens=32, max_new_tokens=2, warmup=0, slo_presets=[],
+                              search_steps=2, slo_ttft_s=60.0, slo_tpot_s=10.0)
+    table = serving_load.search_engines(cfg, serving_load.load_for(cfg))
+    assert list(table["engine"]) == ["second-server"] and table["measurements"].iloc[0] >= 1
+    assert table["sync_rps"].iloc[0] > 0 and table["max_rate_rps"].iloc[0] > 0  # limits no request can miss
+
+
+def test_slo_search_checks_the_endpoint_first(keyed):
+    from workbench.experiments import serving_load
+
+    cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": f"http://127.0.0.1:{_free_port()}", "model": "m"})
+    with pytest.raises(ParameterError, match="endpoint.url: cannot reach"):
+        serving_load.search_engines(cfg, loaded=None)

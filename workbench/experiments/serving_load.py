@@ -473,7 +473,9 @@ def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd
 
 
 def search_engines(cfg: Config, loaded) -> pd.DataFrame:
-    """:func:`search` for every engine of ``cfg`` without a sweep (no run folder): the table it returns."""
+    """:func:`search` for every engine of ``cfg`` (an external endpoint too, checked first: :func:`check_targets`)
+    without a sweep (no run folder): the table it returns."""
+    check_targets(cfg)
     bench = _Bench(cfg, loaded)
     try:
         return search(cfg, bench)
