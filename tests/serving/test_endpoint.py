@@ -99,6 +99,9 @@ def test_load_generator_drives_the_second_server(served, keyed):
     df = res.kept()
     assert len(df) == 2 and df["error"].isna().all(), df.get("error")
     assert (df["output_tokens"] == 3).all() and (df["token_count_source"] == "usage").all()
+    # extra_body reaches the server: the workbench server refuses a field it does not support (one line, 4xx)
+    bad = load.run_load(endpoint.sender(_ep(served, extra_body={"logprobs": True})), specs[:1], "synchronous").kept()
+    assert bad["error"].notna().all() and "logprobs" in bad["error"].iloc[0]
     assert (df["ttft_s"] > 0).all() and (df["e2e_s"] >= df["ttft_s"]).all()
     # the second server is a workbench server: it sends its engine figures in the final chunk
     assert (df["server_side_note"] == endpoint.REPORTED_NOTE).all() and df["queue_s"].notna().all()
@@ -220,6 +223,7 @@ def test_experiment_checks_the_endpoint_before_any_point(keyed, tmp_path, monkey
     ({"url": "http://h", "model": "m", "name": "static"}, "endpoint.name"),
     ({"url": "http://h", "model": "m", "key": "secret"}, "unknown key"),
     ("http://h", "must be a mapping"),
+    ({"url": "http://h", "model": "m", "extra_body": ["min_tokens"]}, "endpoint.extra_body"),
 ])
 def test_endpoint_parameter_errors(param, word):
     from workbench.experiments import serving_load

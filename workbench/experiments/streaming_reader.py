@@ -317,7 +317,7 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
             "ignore_eos": True, "stream": True}
     headers = None
     if ep is not None:
-        body.update(model=ep.model, stream_options={"include_usage": True})
+        body.update(model=ep.model, stream_options={"include_usage": True}, **ep.extra_body)
         headers = ep.headers() or None
     t_send = time.perf_counter()
     stamps, parts, reads, read_of, keepalives, engine, outcome, error = [], [], [], [], 0, {}, "ok", None

@@ -7,7 +7,9 @@ An endpoint is a plain mapping a YAML suite can carry (:class:`Endpoint` reads i
 ``url`` is the server's base address (``/v1`` is appended; a trailing ``/v1`` is accepted), ``model`` the
 ``model`` field every request sends (it must be one of the ids of ``GET /v1/models``), ``api_key_env`` the
 NAME of an environment variable holding the key (sent as ``Authorization: Bearer <key>``; the key itself never
-goes into a config, a run folder or a report), and ``name`` the label of its points (default ``endpoint``).
+goes into a config, a run folder or a report), ``name`` the label of its points (default ``endpoint``) and
+``extra_body`` fields merged into every request (a server's own extensions: llama.cpp has no ``ignore_eos`` but
+has ``min_tokens``, so ``extra_body: {min_tokens: 8}`` with ``max_new_tokens`` 8 keeps every reply full length).
 
 :func:`check_endpoint` answers, in one line and before any point runs, the four ways a target can be wrong:
 unreachable, a refused key (401/403), a model the endpoint does not serve, and a server that is not
@@ -29,7 +31,7 @@ from typing import Callable
 from ..errors import ParameterError
 
 ENDPOINT = "endpoint"  # the engines-list entry that stands for the configured external endpoint
-KEYS = ("url", "model", "api_key_env", "name")
+KEYS = ("url", "model", "api_key_env", "name", "extra_body")
 SERVER_SIDE_NOTE = ("external endpoint: it reports no engine-side figures (queue_s, prefill_s, engine_ttft_s, "
                     "engine_batch), so they are empty; latencies and token counts are the client's and usage's")
 REPORTED_NOTE = ("external endpoint: queue_s, prefill_s and engine_ttft_s as its server reported them; engine_batch "
@@ -52,12 +54,14 @@ class Endpoint:
         model: the ``model`` field of every request.
         api_key_env: name of the environment variable that holds the API key ("" for none).
         name: the label of its points and curves (must not be a built-in engine's name).
+        extra_body: fields added to every chat request (JSON values).
     """
 
     url: str
     model: str
     api_key_env: str = ""
     name: str = ENDPOINT
+    extra_body: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_param(cls, value, reserved=()) -> "Endpoint":
@@ -97,7 +101,14 @@ class Endpoint:
         if not isinstance(name, str) or name in reserved:
             raise ParameterError(f"endpoint.name: a label that is not a built-in engine "
                                  f"({', '.join(reserved)}) (got {name!r})")
-        return cls(url=url, model=model, api_key_env=env, name=name)
+        extra = value.get("extra_body") or {}
+        if not isinstance(extra, dict) or not all(isinstance(k, str) for k in extra):
+            raise ParameterError(f"endpoint.extra_body: must be a mapping of request fields (got {extra!r})")
+        try:
+            json.dumps(extra)
+        except (TypeError, ValueError):
+            raise ParameterError("endpoint.extra_body: its values must be JSON values") from None
+        return cls(url=url, model=model, api_key_env=env, name=name, extra_body=dict(extra))
 
     def api_key(self) -> str | None:
         """The key from ``$api_key_env`` (None when no variable is named).
@@ -234,11 +245,12 @@ def sender(ep: Endpoint, timeout: float = 600.0, temperature: float = 0.0, ignor
     """The load generator's ``send(spec, t_scheduled) -> row`` (:func:`workbench.serving.load.http_sender`)
     against ``ep``: its URL, model, key. Engine-side columns come back NaN (an external server sends none) and
     each row's ``server_side_note`` says so. ``ignore_eos`` is sent as the vLLM extension; a server without it
-    may stop early (``output_tokens`` is its ``usage`` count either way)."""
+    may stop early (``output_tokens`` is its ``usage`` count either way); ``ep.extra_body`` goes into every
+    request."""
     from .load import http_sender
 
     send = http_sender(ep.url, model=ep.model, timeout=timeout, temperature=temperature, ignore_eos=ignore_eos,
-                       headers=ep.headers())
+                       headers=ep.headers(), extra_body=ep.extra_body)
 
     def send_noted(spec, t_scheduled):
         row = send(spec, t_scheduled)

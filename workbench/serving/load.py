@@ -181,7 +181,8 @@ def read_trace(path) -> list[dict]:
 
 
 def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0, temperature: float = 0.0,
-                ignore_eos: bool = True, client=None, headers: dict | None = None) -> Callable:
+                ignore_eos: bool = True, client=None, headers: dict | None = None,
+                extra_body: dict | None = None) -> Callable:
     """A ``send(spec, t_scheduled) -> row`` over an OpenAI-compatible streaming endpoint (``httpx``).
 
     Client-side ``ttft_s`` / ``e2e_s`` are from the scheduled time to the first / last content chunk
@@ -195,7 +196,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     The ``httpx`` client ignores ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` (``trust_env=False``):
     a proxy in the environment must not reroute or time loopback traffic. ``client``: an ``httpx.Client``
     to use instead (its own settings apply). ``headers``: sent with every request (an external endpoint's
-    ``Authorization``, :mod:`workbench.serving.endpoint`).
+    ``Authorization``, :mod:`workbench.serving.endpoint`); ``extra_body``: fields merged into every request body.
 
     A server whose stream carries no ``usage`` (it ignores ``stream_options``): ``output_tokens`` falls back to
     the number of content chunks and ``token_count_source`` says ``chunks`` (else ``usage``).
@@ -212,7 +213,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         messages = [{"role": "user", "content": spec.prompt}] if isinstance(spec.prompt, str) else list(spec.prompt)
         body = {"model": model or SERVED_MODEL, "messages": messages, "max_tokens": spec.max_tokens,
                 "temperature": temperature, "stream": True, "stream_options": {"include_usage": True},
-                "ignore_eos": ignore_eos}
+                "ignore_eos": ignore_eos, **(extra_body or {})}
         row = {"t_sent": time.perf_counter()}
         stamps, parts, engine, usage, finish = [], [], {}, None, None
         try:
