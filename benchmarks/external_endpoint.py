@@ -95,8 +95,10 @@ def main() -> None:
         llama = start_llama(args.llama_python, args.port, args.threads, log)
         procs.append(llama)
         _wait(f"http://127.0.0.1:{args.port}/v1/models", llama)
+        # llama.cpp has no ignore_eos; min_tokens keeps its replies as long as the built-in engines' (ignore_eos)
         targets["llama.cpp"] = endpoint.Endpoint.from_param({"url": f"http://127.0.0.1:{args.port}", "model": ALIAS,
-                                                             "name": "llama.cpp"})
+                                                             "name": "llama.cpp",
+                                                             "extra_body": {"min_tokens": args.max_new_tokens}})
         for e in args.engines:
             port = _free_port()
             p = start_builtin(e, port, args.threads, log)
