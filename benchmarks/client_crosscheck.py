@@ -55,14 +55,16 @@ def parse_args():
 def scrape_tokens(base_url: str) -> float:
     """``workbench_generation_tokens_total`` summed over its labels, from ``/metrics``."""
     text = urllib.request.urlopen(base_url + "/metrics", timeout=10).read().decode()
-    return sum(float(m.group(1)) for m in re.finditer(r"^workbench_generation_tokens_total\{[^}]*\} (\S+)$", text, re.M))
+    pattern = r"^workbench_generation_tokens_total\{[^}]*\} (\S+)$"
+    return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
 
 
 def find_export(folder: Path) -> dict:
     """AIPerf's aggregate JSON export (``profile_export_aiperf.json``) under ``folder``."""
     found = sorted(folder.rglob("profile_export_aiperf.json"))
     if not found:
-        sys.exit(f"aiperf wrote no profile_export_aiperf.json under {folder}: {sorted(map(str, folder.rglob('*')))[:20]}")
+        files = sorted(map(str, folder.rglob("*")))[:20]
+        sys.exit(f"aiperf wrote no profile_export_aiperf.json under {folder}: {files}")
     return json.loads(found[0].read_text())
 
 
@@ -96,7 +98,8 @@ def run_engine(args, loaded, engine: str) -> None:
         print(f"\n[{engine}] {' '.join(cmd)}", flush=True)
         # no HF_HUB_OFFLINE: aiperf 0.13 then resolves every tokenizer name as a hub snapshot, a local folder too
         # (HFValidationError); online mode reads the local folder directly and fetches nothing
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
         if proc.returncode != 0:
             hist = [h for h in list(eng.history)[seen:] if h.get("endpoint") == "chat"]
             print(f"[{engine}] aiperf exited {proc.returncode} (the server finished {len(hist)} of its requests; "

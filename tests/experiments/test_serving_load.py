@@ -208,8 +208,9 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
     def fake_sender(ep, **kw):
         def send(spec, t_sched):
             now = time.perf_counter()
-            row = {"t_sent": now, "t_done": now + 0.01, "ttft_s": 0.005, "e2e_s": 0.01, "output_tokens": spec.max_tokens,
-                   "prompt_tokens": 32, "tpot_s": 0.001, "queue_s": float("nan"), "error": None, "itl_s": []}
+            row = {"t_sent": now, "t_done": now + 0.01, "ttft_s": 0.005, "e2e_s": 0.01,
+                   "output_tokens": spec.max_tokens, "prompt_tokens": 32, "tpot_s": 0.001, "queue_s": float("nan"),
+                   "error": None, "itl_s": []}
             row["server_side_note"] = endpoint.server_side_note(row)
             return row
         return send

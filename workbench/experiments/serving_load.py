@@ -401,7 +401,8 @@ def load_for(cfg: Config):
     hidden = int(mc.get("hidden_size", 0) or 0)
     info = models.ModelInfo(name=models.DEFAULT_MODEL_NAME if cfg.model == models.DEFAULT_MODEL else cfg.model,
                             path=str(path), weights_sha256="", num_params=0, num_non_embedding_params=0,
-                            weight_bytes=0, dtype=str(mc.get("torch_dtype") or mc.get("dtype") or "float32"), device="cpu", device_name="external endpoint (client on this cpu)",
+                            weight_bytes=0, dtype=str(mc.get("torch_dtype") or mc.get("dtype") or "float32"),
+                            device="cpu", device_name="external endpoint (client on this cpu)",
                             max_context_tokens=models.max_context_tokens(cfg.model),
                             num_layers=int(mc.get("num_hidden_layers", 0) or 0),
                             num_kv_heads=int(mc.get("num_key_value_heads", heads) or heads),
