@@ -267,6 +267,8 @@ def test_sender_counts_chunks_when_the_stream_has_no_usage():
     row = send(load.RequestSpec("hi", 3), time.perf_counter())
     assert row["error"] is None and row["output_tokens"] == 3 and row["token_count_source"] == "chunks"
     assert math.isnan(row["queue_s"]) and endpoint.server_side_note(row) == endpoint.SERVER_SIDE_NOTE
+    # no engine TPOT: the client's, over the 2 decode steps between the 3 chunks (the SLO needs one)
+    assert row["tpot_s"] >= 0 and row["decode_tps"] > 0
 
 
 def test_local_server_pid_finds_the_listener(served):

@@ -189,7 +189,8 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     (:func:`workbench.metrics.request_timing` over chunk arrival times); ``chunk_itl_s`` are chunk gaps
     (a chunk is not a token). ``output_tokens`` is the server's ``usage.completion_tokens``; ``tpot_s``,
     ``itl_s``, ``queue_s`` and ``prefill_s`` are the engine's per-token-id figures from the final chunk's
-    ``engine`` field when the server sends them (NaN when it does not). ``decode_tps`` (the user's decode
+    ``engine`` field when the server sends them (NaN when it does not; ``tpot_s`` is then the client's, over the
+    same decode steps as ``decode_tps``). ``decode_tps`` (the user's decode
     speed) is the ``usage`` tokens after the first over the client's first-to-last content chunk time. ``text``
     is the streamed content joined. ``t_headers`` is when the response headers arrived.
 
@@ -248,12 +249,15 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         nan = float("nan")
         # the user's decode speed: tokens after the first (usage) over the client's first-to-last chunk time
         per_user = metrics.request_timing(stamps, t_scheduled, decode_steps=int(n_out) - 1) \
-            if n_out and stamps and not row.get("error") else {"decode_tps": nan}
+            if n_out and stamps and not row.get("error") else {"decode_tps": nan, "tpot_s": nan}
         row["decode_tps"] = per_user["decode_tps"]
+        # a server without engine figures (an external endpoint): TPOT from the client, the usage tokens after the
+        # first over the first-to-last chunk time (the same decode steps as decode_tps)
+        client_tpot = per_user["tpot_s"]
         row.update(ttft_s=timing["ttft_s"], e2e_s=row["t_done"] - t_scheduled, chunk_itl_s=timing["itl_s"],
                    chunks=len(stamps), output_tokens=int(n_out) if n_out is not None else 0,
                    prompt_tokens=usage.get("prompt_tokens") if usage else spec.prompt_tokens, finish_reason=finish,
-                   tpot_s=engine.get("tpot_s", nan) if engine else nan, itl_s=engine.get("itl_s") or [],
+                   tpot_s=engine.get("tpot_s", nan) if engine else client_tpot, itl_s=engine.get("itl_s") or [],
                    queue_s=engine.get("queue_s", nan) if engine else nan, text="".join(parts),
                    prefill_s=engine.get("prefill_s", nan) if engine else nan,
                    engine_ttft_s=engine.get("engine_ttft_s", engine.get("ttft_s", nan)) if engine else nan)
