@@ -75,7 +75,10 @@ def start_llama(python: str, port: int, threads: int, log) -> subprocess.Popen:
         sys.exit(f"--llama-python: {python} does not exist; run `make llama-server` first")
     cmd = [python, "-m", "llama_cpp.server", "--model", str(models.default_gguf_path()), "--host", "127.0.0.1",
            "--port", str(port), "--model_alias", ALIAS, "--n_ctx", "2048", "--n_threads", str(threads),
-           "--n_threads_batch", str(threads)]
+           "--n_threads_batch", str(threads),
+           # its default (True) aborts the stream in progress when another request arrives: every concurrent
+           # request but the last failed (RemoteProtocolError); False queues them, as a server should
+           "--interrupt_requests", "False"]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
