@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup browser nginx run quick test benchmark clean
+.PHONY: setup browser nginx run quick test benchmark clean llama-server client-crosscheck
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,13 +36,39 @@ quick: setup nginx    ## the quick profile (about a minute)
 test: setup browser nginx ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
 	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=20
 
-benchmark: setup      ## overhead vs plain generate, serving ratios (engines, server, openai client), scheduling policies, roofline error, drift-reference noise, speed techniques
+# llama.cpp's OpenAI-compatible server, the third-party engine of the serving comparison (issue 23). Its own
+# virtual environment, so its dependencies never touch the project's; llama-cpp-python 0.3.36 has no wheel and
+# builds from source (about 5 minutes with Debian's compilers). Used by `make benchmark`, never by `make test`.
+LLAMA_VENV ?= .venv-llama
+$(LLAMA_VENV)/.installed:
+	test -x $(LLAMA_VENV)/bin/python || python3 -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LLAMA_VENV)/bin/python -m pip install -q 'llama-cpp-python[server]==0.3.36'
+	touch $@
+
+llama-server: $(LLAMA_VENV)/.installed   ## build llama.cpp's server into .venv-llama/ (once; source build)
+
+# A benchmark client of the field (AIPerf) in its own environment; torch 2.13.0 (the CPU build) goes in first so
+# the client does not pull a CUDA build. Then the cross-check of its TTFT p50 and output-token totals with the server's.
+CLIENT_VENV ?= .venv-client
+$(CLIENT_VENV)/.installed:
+	test -x $(CLIENT_VENV)/bin/python || python3 -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CLIENT_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(CLIENT_VENV)/bin/python -m pip install -q aiperf==0.13.0
+	touch $@
+
+client-crosscheck: setup $(CLIENT_VENV)/.installed   ## AIPerf at its defaults vs the server's own figures, per engine
+	$(PY) benchmarks/client_crosscheck.py --aiperf $(CLIENT_VENV)/bin/aiperf
+
+benchmark: setup llama-server      ## overhead vs plain generate, serving ratios (engines, server, openai client), scheduling policies, roofline error, drift-reference noise, speed techniques, llama.cpp side by side
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/serving.py
 	$(PY) benchmarks/scheduling.py
 	$(PY) benchmarks/roofline.py
 	$(PY) benchmarks/drift_reference.py
 	$(PY) benchmarks/speed_techniques.py
+	$(PY) benchmarks/external_endpoint.py --llama-python $(LLAMA_VENV)/bin/python
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) $(LLAMA_VENV) $(CLIENT_VENV) *.egg-info

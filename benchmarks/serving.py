@@ -41,6 +41,12 @@ QUICK = dict(requests=4, search_steps=2, overhead_prompts=2, overhead_tokens=16,
              crosscheck_requests=4, crosscheck_repeats=1)
 
 
+def _yaml_mapping(text: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(text)
+
+
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="about 1 minute: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
@@ -48,7 +54,11 @@ def parse_args():
     ap.add_argument("--ttft-s", type=float, default=None, help="custom SLO: TTFT limit (s)")
     ap.add_argument("--tpot-s", type=float, default=None, help="custom SLO: TPOT limit (s)")
     ap.add_argument("--target", type=float, default=0.9, help="SLO attainment to reach (share of requests)")
-    ap.add_argument("--engines", nargs="+", default=["fifo", "static", "continuous"])
+    ap.add_argument("--engines", nargs="+", default=["fifo", "static", "continuous"],
+                    help="(a) built-in engines, and 'endpoint' for --endpoint")
+    ap.add_argument("--endpoint", default=None, type=_yaml_mapping,
+                    help="(a) an external OpenAI-compatible server, a YAML mapping: "
+                         "'{url: http://host:8000, model: NAME, api_key_env: VAR, name: LABEL}'")
     ap.add_argument("--transport", default="inprocess", choices=list(serving_load.TRANSPORTS), help="for (a)")
     ap.add_argument("--arrival", default="poisson", choices=list(serving_load.ARRIVALS))
     ap.add_argument("--requests", type=int, default=8, help="(a) requests per search measurement")
@@ -79,7 +89,7 @@ def slo_capacity(loaded, args) -> None:
     """(a): the search per engine, then the ratios over fifo."""
     limits = slo.get(args.slo, args.ttft_s, args.tpot_s)
     cfg = serving_load.Config(
-        engines=args.engines, transport=args.transport, requests_per_point=args.requests,
+        engines=args.engines, endpoint=args.endpoint, transport=args.transport, requests_per_point=args.requests,
         prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens, max_batch_size=args.max_batch_size,
         arrival=args.arrival, slo_presets=[], slo_ttft_s=args.ttft_s or 2.0, slo_tpot_s=args.tpot_s or 0.2,
         attainment_target=args.target, search=True, search_slo=args.slo, search_steps=args.search_steps,

@@ -26,7 +26,8 @@
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
 device: str = "auto"  # auto | cpu | cuda | mps
 dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-engines: list = ["fifo", "static", "continuous"]  # schedulers to compare
+engines: list = ["fifo", "static", "continuous"]  # schedulers to compare; "endpoint": the external endpoint below
+endpoint: dict = None  # external OpenAI-compatible server: {url, model, api_key_env (a variable's NAME), name}
 transport: str = "inprocess"  # inprocess (engine directly) | http (through the server)
 requests_per_point: int = 12  # requests per load point
 prompt_tokens: int = 64  # prompt tokens, chat template included
@@ -50,7 +51,7 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import models, results
+from workbench import results
 from workbench.experiments import serving_load
 
 cfg = serving_load.Config.from_namespace(globals())
@@ -58,7 +59,8 @@ run = results.open_run(run_dir)
 run
 
 # %%
-loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
+serving_load.check_targets(cfg)  # an external endpoint: one-line errors before anything loads
+loaded = serving_load.load_for(cfg)  # the model, or the tokenizer alone for an endpoint-only run
 points = serving_load.run(cfg, run, loaded, resume=resume)
 requests = results.read_requests(run, experiment=serving_load.EXPERIMENT)
 points[["point_id", "status", "offered_rps", "request_throughput_rps", "ttft_s_p50", "tpot_s_p50", "queue_s_p50",

@@ -39,6 +39,7 @@ client_timeout_s: float = 1.0  # the keep-alive part's client read timeout, seco
 keepalive_s: float = 0.25  # the server's keep-alive comment interval in that part, seconds
 blocker_tokens: int = 48  # length of the request the probe queues behind (0: skip the keep-alive part)
 stall_s: float = 0.25  # a gap between display updates longer than this is a stall, seconds
+endpoint: dict = None  # proxy part against an external OpenAI-compatible server: {url, model, api_key_env, name}
 repeats: int = 2  # timed requests per point
 warmup: int = 1  # untimed warm-up requests per proxy path
 seed: int = 0  # base seed
@@ -56,6 +57,7 @@ print(f"nginx: {nginx}" if nginx else f"nginx part skipped: {reason}")
 run
 
 # %%
+streaming_reader.check_targets(cfg)  # an external endpoint: one-line errors before the model loads
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points = streaming_reader.run(cfg, run, loaded, resume=resume)
 requests = results.read_requests(run, experiment=streaming_reader.EXPERIMENT)

@@ -189,12 +189,17 @@ def _cpu_jiffies() -> tuple[int, int] | None:
     return user + nice + system + irq + softirq + steal, steal
 
 
+SERVED_BY_PIDS: set = set()  # processes whose CPU time is the measurement's own work (a loopback endpoint's server)
+
+
 class LoadMonitor:
     """CPU time that other processes (and the hypervisor) took while a point was measured.
 
     Reads ``/proc/stat`` (all CPUs' busy and steal jiffies) and this process tree's own CPU time
     (``psutil``, all threads, no child processes) at start and :meth:`stop`; others' load is the difference, in cores (CPU seconds per
     wall second). Elsewhere (no ``/proc``) the figures are NaN and no verdict is drawn from them.
+    The processes in :data:`SERVED_BY_PIDS` (a server on this machine that the point loads over HTTP, registered
+    by :mod:`workbench.serving.endpoint`) count as own work, not as other load.
     GPU: other processes on an NVIDIA device are not yet counted.
     """
 
@@ -205,14 +210,30 @@ class LoadMonitor:
 
         self._hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._proc = psutil.Process()
+        self._served = []
+        for pid in sorted(SERVED_BY_PIDS):
+            try:
+                self._served.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
         self._t0 = time.perf_counter()
         self._own0 = self._own()
         self._cpu0 = _cpu_jiffies()
 
     def _own(self) -> float:
-        """CPU seconds of this process (all its threads); child processes count as other load."""
+        """CPU seconds of this process (all its threads) and of the served-by processes; other child processes
+        count as other load."""
+        import psutil
+
         t = self._proc.cpu_times()
-        return t.user + t.system
+        own = t.user + t.system
+        for p in self._served:
+            try:
+                c = p.cpu_times()
+                own += c.user + c.system
+            except psutil.Error:  # it ended: its time so far is lost, the verdict errs towards "other load"
+                pass
+        return own
 
     def stop(self) -> dict:
         """``others_cpu_load`` (cores) and ``steal_frac`` (share of busy time) since construction."""

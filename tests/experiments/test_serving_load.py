@@ -206,3 +206,45 @@ def test_search_measures_missing_rates_and_reports_knee_and_history():
     assert {"rate_rps", "attainment", "arrival_rps", "completion_rps", "stopped_early"} <= set(hist[0])
     assert row["max_rate_rps"] in [h["rate_rps"] for h in hist] + [0.0]
     assert row["knee_rps"] != row["knee_rps"] or row["knee_rps"] > 0
+
+
+def test_endpoint_points_with_a_fake_sender(monkeypatch):
+    """An endpoint target's points: labelled with its name, no engine sampled (engine_batch NaN), the target
+    described (URL, model, the key's variable NAME) and ``server_side_note`` saying why the server-side columns
+    are empty; built-in engines' points carry an empty note. The sender is a fake (the real one is exercised
+    against a second server process in tests/serving/test_endpoint.py)."""
+    import time
+
+    from workbench.serving import endpoint
+
+    def fake_sender(ep, **kw):
+        def send(spec, t_sched):
+            now = time.perf_counter()
+            row = {"t_sent": now, "t_done": now + 0.01, "ttft_s": 0.005, "e2e_s": 0.01,
+                   "output_tokens": spec.max_tokens, "prompt_tokens": 32, "tpot_s": 0.001, "queue_s": float("nan"),
+                   "error": None, "itl_s": []}
+            row["server_side_note"] = endpoint.server_side_note(row)
+            return row
+        return send
+
+    monkeypatch.setattr(endpoint, "sender", fake_sender)
+    monkeypatch.setattr(endpoint, "local_server_pid", lambda ep: None)
+    cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": "http://h:1", "model": "m", "api_key_env": "K",
+                                                              "name": "ext"}, requests_per_point=3, prompt_tokens=32,
+                              max_new_tokens=2, sweep_points=1, warmup=0, slo_presets=[])
+
+
+    bench = serving_load._Bench.__new__(serving_load._Bench)
+    bench.cfg, bench.loaded = cfg, None
+    bench.specs = [serving_load.load.RequestSpec("hi", 2, 32) for _ in range(3)]
+    bench.name = bench.engine = bench.server = bench.send = bench.served_pid = None
+    bench.rates = {}
+    state = {"bench": bench}
+    res = [serving_load.measure_point(None, cfg, p, state) for p in cfg.grid()]
+    for r in res:
+        assert r.extra["server_side_note"] == endpoint.SERVER_SIDE_NOTE
+        assert r.extra["endpoint_name"] == "ext" and r.extra["endpoint_api_key_env"] == "K"
+        assert r.extra["engine_batch_mean"] != r.extra["engine_batch_mean"]  # NaN: no engine to sample
+        assert all(q["engine_batch"] is None for q in r.requests)
+    colours = serving_load._colours(["fifo", "ext"])
+    assert colours["ext"] not in (colours["fifo"], colours["static"], colours["continuous"])

@@ -23,6 +23,12 @@ preset, the engine and the highest measured rate whose attainment reaches ``atta
 Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
 server (:mod:`workbench.serving.server`) with the engine behind it and drives it with the load generator's
 ``httpx`` client, token counts from the server's ``usage``.
+
+External target (issue 23): ``"endpoint"`` in ``engines`` with ``endpoint: {url, model, api_key_env, name}``
+(:mod:`workbench.serving.endpoint`) runs the same grid against any OpenAI-compatible server (vLLM, SGLang, TGI,
+llama.cpp) over HTTP, its points labelled ``name``; :func:`check_targets` checks it in one line before any point
+runs. Its engine-side columns (``queue_s``, ``prefill_s``, ``engine_batch_*``) stay empty and ``server_side_note``
+says why. An endpoint-only run loads the tokenizer alone (:func:`load_for`), for the prompts.
 """
 
 from __future__ import annotations
@@ -40,12 +46,14 @@ from ..errors import ParameterError
 from ..generation import GenerationSettings
 from ..plots import label, ok_points, split_by_device
 from ..results import PointResult
+from ..serving import endpoint as endpoint_mod
 from ..serving import engines as engines_mod
 from ..serving import load
 
 EXPERIMENT = "serving_load"
 ARRIVALS = ("constant", "poisson", "gamma")
 TRANSPORTS = ("inprocess", "http")
+TARGETS = engines_mod.ENGINES + (endpoint_mod.ENDPOINT,)  # what ``engines`` may list
 
 
 @dataclasses.dataclass
@@ -53,8 +61,10 @@ class Config(sweeps.SweepConfig):
     """The serving-under-load sweep (notebook ``08_serving_load``).
 
     Attributes:
-        engines: subset of ``fifo``, ``static``, ``continuous``.
-        transport: ``inprocess`` (engine directly) or ``http`` (through the server).
+        engines: subset of ``fifo``, ``static``, ``continuous`` and ``endpoint`` (the external ``endpoint``).
+        endpoint: the external OpenAI-compatible target, ``{url, model, api_key_env, name}``
+            (:class:`workbench.serving.endpoint.Endpoint`); needed when ``engines`` lists ``endpoint``.
+        transport: ``inprocess`` (engine directly) or ``http`` (through the server); built-in engines only.
         requests_per_point: requests sent per point (>= 2).
         prompt_tokens: prompt length, chat template included (>= 32).
         max_new_tokens: fixed output length per request (``ignore_eos``).
@@ -74,6 +84,7 @@ class Config(sweeps.SweepConfig):
     """
 
     engines: list = dataclasses.field(default_factory=lambda: list(engines_mod.ENGINES))
+    endpoint: dict | None = None
     transport: str = "inprocess"
     requests_per_point: int = 12
     prompt_tokens: int = 64
@@ -99,7 +110,8 @@ class Config(sweeps.SweepConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.check_choice_list("engines", self.engines, engines_mod.ENGINES)
+        checks.check_choice_list("engines", self.engines, TARGETS)
+        self.target()  # the endpoint's shape (no network; check_targets reaches it)
         checks.check_choice("transport", self.transport, TRANSPORTS)
         checks.check_int("requests_per_point", self.requests_per_point, lo=2)
         checks.check_int("max_new_tokens", self.max_new_tokens, lo=1)
@@ -127,10 +139,34 @@ class Config(sweeps.SweepConfig):
         """Every request: greedy, fixed length ``max_new_tokens``."""
         return GenerationSettings(max_new_tokens=self.max_new_tokens, ignore_eos=True, seed=self.seed)
 
+    def target(self) -> "endpoint_mod.Endpoint | None":
+        """The external endpoint when ``engines`` lists ``endpoint``, else None.
+
+        Raises:
+            ParameterError: ``endpoint`` listed without an ``endpoint`` mapping, a mapping without ``endpoint``
+                listed, or a bad mapping (:meth:`workbench.serving.endpoint.Endpoint.from_param`).
+        """
+        listed = endpoint_mod.ENDPOINT in self.engines
+        if listed and self.endpoint is None:
+            raise ParameterError("endpoint: engines lists 'endpoint' but no endpoint {url, model} is given")
+        if not listed and self.endpoint is not None:
+            raise ParameterError("endpoint: given, but engines does not list 'endpoint' (add it to engines)")
+        return endpoint_mod.Endpoint.from_param(self.endpoint, engines_mod.ENGINES) if listed else None
+
+    def engine_names(self) -> list[str]:
+        """The point labels in order: built-in engine names, the endpoint as its ``name``."""
+        ep = self.target()
+        return [ep.name if e == endpoint_mod.ENDPOINT else e for e in self.engines]
+
+    def needs_model(self) -> bool:
+        """Whether a built-in engine runs (an endpoint-only run needs the tokenizer alone)."""
+        return any(e in engines_mod.ENGINES for e in self.engines)
+
     def grid(self) -> list[dict]:
-        """Per engine: synchronous, throughput, then ``sweep_points`` open-loop steps (engine outermost)."""
+        """Per engine: synchronous, throughput, then ``sweep_points`` open-loop steps (engine outermost); the
+        endpoint's points carry its ``name``."""
         pts = []
-        for e in self.engines:
+        for e in self.engine_names():
             pts += [{"engine": e, "profile": "synchronous", "step": 0}, {"engine": e, "profile": "throughput", "step": 0}]
             pts += [{"engine": e, "profile": self.arrival, "step": i + 1} for i in range(self.sweep_points)]
         return pts
@@ -148,7 +184,7 @@ class _Bench:
         self.cfg, self.loaded = cfg, loaded
         texts = build_batch(loaded.tokenizer, cfg.requests_per_point, cfg.prompt_tokens)
         self.specs = [load.RequestSpec(t, cfg.max_new_tokens, cfg.prompt_tokens) for t in texts]
-        self.name = self.engine = self.server = self.send = None
+        self.name = self.engine = self.server = self.send = self.served_pid = None
         self.rates: dict = {}
 
     def open(self, name: str) -> float:
@@ -161,7 +197,13 @@ class _Bench:
         cfg = self.cfg
         t0 = time.perf_counter()
         max_seq = cfg.prompt_tokens + cfg.max_new_tokens + 8
-        if cfg.transport == "http":
+        ep = cfg.target()
+        if ep is not None and name == ep.name:
+            self.send = endpoint_mod.sender(ep, timeout=600.0)
+            self.served_pid = endpoint_mod.local_server_pid(ep)  # a loopback server's CPU is the point's work
+            if self.served_pid is not None:
+                metrics.SERVED_BY_PIDS.add(self.served_pid)
+        elif cfg.transport == "http":
             from ..serving.server import ServerThread
 
             self.server = ServerThread(self.loaded, engine=name, max_batch_size=cfg.max_batch_size, early_headers=True,
@@ -181,7 +223,8 @@ class _Bench:
             self.server.stop()
         if self.engine is not None:
             self.engine.stop()
-        self.name = self.engine = self.server = self.send = None
+        metrics.SERVED_BY_PIDS.discard(self.served_pid)
+        self.name = self.engine = self.server = self.send = self.served_pid = None
 
 
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
@@ -227,6 +270,11 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         rows.append(dict(r, max_new_tokens=cfg.max_new_tokens, temperature=0.0, context_tokens=cfg.prompt_tokens))
     extra = point_columns(res, cfg, rate, achieved)
     extra.update(engine_batch)
+    ep = cfg.target()
+    external = ep is not None and e == ep.name
+    notes = sorted({r.get("server_side_note") or "" for r in rows}) if external else [""]
+    extra.update(server_side_note="; ".join(n for n in notes if n) if external else "",
+                 **(ep.describe() if external else {}))
     if state.get("last_point", {}).get(e) == point:
         bench.close()
     return PointResult(requests=rows, wall_s=wall, warmup_s=warm, extra=extra)
@@ -302,15 +350,17 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         The experiment's points DataFrame (:func:`workbench.sweeps.run_sweep`).
     """
     grid = cfg.grid()
+    check_targets(cfg)
     bench = _Bench(cfg, loaded)
     state = {"bench": bench, "last_point": {p["engine"]: p for p in grid}}
 
     def measure(p):
         return measure_point(loaded, cfg, p, state)
 
-    try:
+    try:  # a tokenizer-only load (endpoint-only run) has no model for the drift reference
         points = sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
-                                  slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
+                                  slo_tpot_s=cfg.slo_tpot_s, info=loaded.info,
+                                  loaded=loaded if loaded.model is not None else None, config=cfg)
         if cfg.search:
             from .. import results
 
@@ -319,6 +369,46 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     finally:
         bench.close()
     return points
+
+
+def check_targets(cfg: Config) -> dict | None:
+    """One-line errors for the external endpoint, before any point runs (and before the model loads, when
+    called first): :func:`workbench.serving.endpoint.check_endpoint`. None without an endpoint.
+
+    Raises:
+        ParameterError: unreachable, key refused, model not served, or not OpenAI-compatible.
+    """
+    ep = cfg.target()
+    return endpoint_mod.check_endpoint(ep) if ep is not None else None
+
+
+def load_for(cfg: Config):
+    """What the run needs loaded: the model (:func:`workbench.models.load_model`) when a built-in engine runs;
+    for an endpoint-only run the tokenizer alone (prompts are built with it), as a
+    :class:`workbench.models.LoadedModel` with ``model`` None and an ``info`` read from the model's config
+    (no weights: parameter and byte counts 0, device the client's ``cpu``, dtype the checkpoint's)."""
+    from .. import models
+
+    if cfg.needs_model():
+        return models.load_model(cfg.model, cfg.device, cfg.dtype)
+    from transformers import AutoTokenizer
+
+    path = models.resolve_model_path(cfg.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    mc = models.read_model_config(cfg.model)
+    heads = int(mc.get("num_attention_heads", 0) or 0)
+    hidden = int(mc.get("hidden_size", 0) or 0)
+    info = models.ModelInfo(name=models.DEFAULT_MODEL_NAME if cfg.model == models.DEFAULT_MODEL else cfg.model,
+                            path=str(path), weights_sha256="", num_params=0, num_non_embedding_params=0,
+                            weight_bytes=0, dtype=str(mc.get("torch_dtype") or mc.get("dtype") or "float32"),
+                            device="cpu", device_name="external endpoint (client on this cpu)",
+                            max_context_tokens=models.max_context_tokens(cfg.model),
+                            num_layers=int(mc.get("num_hidden_layers", 0) or 0),
+                            num_kv_heads=int(mc.get("num_key_value_heads", heads) or heads),
+                            head_dim=int(mc.get("head_dim", 0) or (hidden // heads if heads else 0)),
+                            hidden_size=hidden, num_heads=heads)
+    return models.LoadedModel(model=None, tokenizer=tok, info=info)
 
 
 def _run_profile(bench: _Bench, cfg: Config, profile: str, rate: float | None = None) -> load.LoadResult:
@@ -353,7 +443,7 @@ def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd
     """
     target = slo.get(cfg.search_slo, cfg.slo_ttft_s, cfg.slo_tpot_s)
     out = []
-    for e in cfg.engines:
+    for e in cfg.engine_names():
         bench.open(e)
         r = bench.rates.setdefault(e, {})
         for prof in ("synchronous", "throughput"):
@@ -384,7 +474,9 @@ def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd
 
 
 def search_engines(cfg: Config, loaded) -> pd.DataFrame:
-    """:func:`search` for every engine of ``cfg`` without a sweep (no run folder): the table it returns."""
+    """:func:`search` for every engine of ``cfg`` (an external endpoint too, checked first: :func:`check_targets`)
+    without a sweep (no run folder): the table it returns."""
+    check_targets(cfg)
     bench = _Bench(cfg, loaded)
     try:
         return search(cfg, bench)
@@ -546,10 +638,12 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
 # ----------------------------------------------------------------------------- figures
 
 
-def _colours():
+def _colours(names=()):
+    """A colour per built-in engine, then per other label (an external endpoint) in ``names``."""
     import plotly.express as px
 
-    return dict(zip(engines_mod.ENGINES, px.colors.qualitative.Safe))
+    labels = list(engines_mod.ENGINES) + sorted({str(n) for n in names} - set(engines_mod.ENGINES))
+    return dict(zip(labels, px.colors.qualitative.Safe))
 
 
 def latency_vs_throughput(points: pd.DataFrame) -> go.Figure:
@@ -557,7 +651,7 @@ def latency_vs_throughput(points: pd.DataFrame) -> go.Figure:
     throughput, one curve per engine; hover shows the profile and offered rate."""
     df = ok_points(points).sort_values(["engine", "output_throughput_tps"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT", "TPOT p50"))
-    col = _colours()
+    col = _colours(points.get("engine", ()))
     for e, g in df.groupby("engine"):
         hover = [f"{p} @ {o:.2f} req/s offered" for p, o in zip(g["profile"], g["offered_rps"])]
         for stat, dash in (("p50", "solid"), ("p90", "dash"), ("p99", "dot")):
@@ -581,7 +675,7 @@ def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
     offered rate per engine, the knee (:func:`knees`) marked."""
     df = ok_points(points).sort_values(["engine", "offered_rps"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=("goodput (custom SLO)", "SLO attainment (custom SLO)"))
-    col = _colours()
+    col = _colours(points.get("engine", ()))
     kn = knees(points)
     for e, g in df.groupby("engine"):
         fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["goodput_rps"], mode="lines+markers", name=f"{e} goodput",
@@ -609,7 +703,7 @@ def queue_vs_rate(points: pd.DataFrame) -> go.Figure:
     """Engine-side queue time p50 (solid) and p90 (dashed) versus offered rate, per engine."""
     df = ok_points(points).sort_values(["engine", "offered_rps"])
     fig = go.Figure()
-    col = _colours()
+    col = _colours(points.get("engine", ()))
     for e, g in df.groupby("engine"):
         fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p50"], mode="lines+markers", name=f"{e} p50",
                                  line=dict(color=col.get(e))))
@@ -634,7 +728,7 @@ def gantt(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
     pick = _pick_point(points)
     fig = make_subplots(rows=max(1, len(pick)), cols=1, shared_xaxes=True,
                         subplot_titles=[f"{r.engine}, {r.profile} {r.offered_rps:.2f} req/s" for r in pick.itertuples()])
-    col = _colours()
+    col = _colours(points.get("engine", ()))
     for i, r in enumerate(pick.itertuples(), 1):
         q = requests[requests["point_id"] == r.point_id].sort_values("request_id")
         if q.empty:
@@ -655,7 +749,7 @@ def time_slices(points: pd.DataFrame) -> go.Figure:
     """Requests in flight and completed per time slice at the busiest swept rate, per engine (steady state?)."""
     pick = _pick_point(points)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("in flight at slice end", "completed per slice"))
-    col = _colours()
+    col = _colours(points.get("engine", ()))
     for r in pick.itertuples():
         sl = pd.DataFrame(json.loads(r.slices_json)) if isinstance(r.slices_json, str) else pd.DataFrame()
         if sl.empty:

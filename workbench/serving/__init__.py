@@ -20,4 +20,6 @@ One concern per module, lowest first (a module imports only modules above it in 
 - :mod:`.server`: app assembly, the server thread (:class:`~.server.ServerThread`) and ``main``.
 - :mod:`.client` (the ``openai`` client, per-request timing) and :mod:`.load` (arrival profiles, load runs,
   senders over HTTP or straight into an engine): they import nothing from the server.
+- :mod:`.endpoint`: any external OpenAI-compatible server as a load target (its parameter, the one-line checks
+  before a run, its sender over :mod:`.load`); imports nothing from the server either.
 """

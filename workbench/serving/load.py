@@ -189,20 +189,26 @@ def read_trace(path) -> list[dict]:
 
 
 def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0, temperature: float = 0.0,
-                ignore_eos: bool = True, client=None) -> Callable:
+                ignore_eos: bool = True, client=None, headers: dict | None = None,
+                extra_body: dict | None = None) -> Callable:
     """A ``send(spec, t_scheduled) -> row`` over an OpenAI-compatible streaming endpoint (``httpx``).
 
     Client-side ``ttft_s`` / ``e2e_s`` are from the scheduled time to the first / last content chunk
     (:func:`workbench.metrics.request_timing` over chunk arrival times); ``chunk_itl_s`` are chunk gaps
     (a chunk is not a token). ``output_tokens`` is the server's ``usage.completion_tokens``; ``tpot_s``,
     ``itl_s``, ``queue_s`` and ``prefill_s`` are the engine's per-token-id figures from the final chunk's
-    ``engine`` field when the server sends them (NaN when it does not). ``decode_tps`` (the user's decode
+    ``engine`` field when the server sends them (NaN when it does not; ``tpot_s`` is then the client's, over the
+    same decode steps as ``decode_tps``). ``decode_tps`` (the user's decode
     speed) is the ``usage`` tokens after the first over the client's first-to-last content chunk time. ``text``
     is the streamed content joined. ``t_headers`` is when the response headers arrived.
 
     The ``httpx`` client ignores ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` (``trust_env=False``):
     a proxy in the environment must not reroute or time loopback traffic. ``client``: an ``httpx.Client``
-    to use instead (its own settings apply).
+    to use instead (its own settings apply). ``headers``: sent with every request (an external endpoint's
+    ``Authorization``, :mod:`workbench.serving.endpoint`); ``extra_body``: fields merged into every request body.
+
+    A server whose stream carries no ``usage`` (it ignores ``stream_options``): ``output_tokens`` falls back to
+    the number of content chunks and ``token_count_source`` says ``chunks`` (else ``usage``).
     """
     import httpx
 
@@ -216,13 +222,13 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         messages = [{"role": "user", "content": spec.prompt}] if isinstance(spec.prompt, str) else list(spec.prompt)
         body = {"model": model or SERVED_MODEL, "messages": messages, "max_tokens": spec.max_tokens,
                 "temperature": temperature, "stream": True, "stream_options": {"include_usage": True},
-                "ignore_eos": ignore_eos}
+                "ignore_eos": ignore_eos, **(extra_body or {})}
         if getattr(spec, "priority", 0):
             body["priority"] = spec.priority
         row = {"t_sent": time.perf_counter()}
         stamps, parts, engine, usage, finish = [], [], {}, None, None
         try:
-            with http.stream("POST", url, json=body) as resp:
+            with http.stream("POST", url, json=body, headers=headers or None) as resp:
                 row["t_headers"] = time.perf_counter()
                 if resp.status_code != 200:
                     resp.read()
@@ -248,15 +254,21 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         row.setdefault("error", None)
         timing = metrics.request_timing(stamps, t_scheduled)
         n_out = usage.get("completion_tokens") if usage else None
+        row["token_count_source"] = "usage" if n_out is not None else "chunks"
+        if n_out is None and stamps and not row.get("error"):  # no usage in the stream: count content chunks
+            n_out = len(stamps)
         nan = float("nan")
         # the user's decode speed: tokens after the first (usage) over the client's first-to-last chunk time
         per_user = metrics.request_timing(stamps, t_scheduled, decode_steps=int(n_out) - 1) \
-            if n_out and stamps and not row.get("error") else {"decode_tps": nan}
+            if n_out and stamps and not row.get("error") else {"decode_tps": nan, "tpot_s": nan}
         row["decode_tps"] = per_user["decode_tps"]
+        # a server without engine figures (an external endpoint): TPOT from the client, the usage tokens after the
+        # first over the first-to-last chunk time (the same decode steps as decode_tps)
+        client_tpot = per_user["tpot_s"]
         row.update(ttft_s=timing["ttft_s"], e2e_s=row["t_done"] - t_scheduled, chunk_itl_s=timing["itl_s"],
                    chunks=len(stamps), output_tokens=int(n_out) if n_out is not None else 0,
                    prompt_tokens=usage.get("prompt_tokens") if usage else spec.prompt_tokens, finish_reason=finish,
-                   tpot_s=engine.get("tpot_s", nan) if engine else nan, itl_s=engine.get("itl_s") or [],
+                   tpot_s=engine.get("tpot_s", nan) if engine else client_tpot, itl_s=engine.get("itl_s") or [],
                    queue_s=engine.get("queue_s", nan) if engine else nan, text="".join(parts),
                    prefill_s=engine.get("prefill_s", nan) if engine else nan,
                    engine_ttft_s=engine.get("engine_ttft_s", engine.get("ttft_s", nan)) if engine else nan)

@@ -1,0 +1,260 @@
+"""Any OpenAI-compatible server as a load target (vLLM, SGLang, TGI, llama.cpp, another workbench server).
+
+An endpoint is a plain mapping a YAML suite can carry (:class:`Endpoint` reads it)::
+
+    endpoint: {url: "http://127.0.0.1:8080", model: "smollm2", api_key_env: OPENAI_API_KEY, name: llama.cpp}
+
+``url`` is the server's base address (``/v1`` is appended; a trailing ``/v1`` is accepted), ``model`` the
+``model`` field every request sends (it must be one of the ids of ``GET /v1/models``), ``api_key_env`` the
+NAME of an environment variable holding the key (sent as ``Authorization: Bearer <key>``; the key itself never
+goes into a config, a run folder or a report), ``name`` the label of its points (default ``endpoint``) and
+``extra_body`` fields merged into every request (a server's own extensions: llama.cpp has no ``ignore_eos`` but
+has ``min_tokens``, so ``extra_body: {min_tokens: 8}`` with ``max_new_tokens`` 8 keeps every reply full length).
+
+:func:`check_endpoint` answers, in one line and before any point runs, the four ways a target can be wrong:
+unreachable, a refused key (401/403), a model the endpoint does not serve, and a server that is not
+OpenAI-compatible (``/v1/models`` not the OpenAI list, or a streamed chat completion not of the OpenAI chunk
+shape). :func:`sender` is the load generator's HTTP sender pointed at it.
+
+An external server reports no engine-side figures (its queue time, batch, prefill time): those columns stay
+empty (NaN) and :data:`SERVER_SIDE_NOTE` says why in the ``server_side_note`` column (a workbench server sends
+them in its final chunk: then :data:`REPORTED_NOTE`; the batch is never sampled across processes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Callable
+
+from ..errors import ParameterError
+
+ENDPOINT = "endpoint"  # the engines-list entry that stands for the configured external endpoint
+KEYS = ("url", "model", "api_key_env", "name", "extra_body")
+SERVER_SIDE_NOTE = ("external endpoint: it reports no engine-side figures (queue_s, prefill_s, engine_ttft_s, "
+                    "engine_batch), so they are empty; latencies and token counts are the client's and usage's")
+REPORTED_NOTE = ("external endpoint: queue_s, prefill_s and engine_ttft_s as its server reported them; engine_batch "
+                 "is empty (its engine runs in another process and is not sampled)")
+
+
+def server_side_note(row: dict) -> str:
+    """The ``server_side_note`` of an endpoint's request row: :data:`REPORTED_NOTE` when its server sent the
+    engine figures (a workbench server's final-chunk ``engine`` field), else :data:`SERVER_SIDE_NOTE`."""
+    q = row.get("queue_s")
+    return REPORTED_NOTE if q is not None and q == q else SERVER_SIDE_NOTE
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """An external OpenAI-compatible target.
+
+    Attributes:
+        url: base URL, ``http(s)://host[:port]`` (a trailing ``/`` or ``/v1`` is dropped).
+        model: the ``model`` field of every request.
+        api_key_env: name of the environment variable that holds the API key ("" for none).
+        name: the label of its points and curves (must not be a built-in engine's name).
+        extra_body: fields added to every chat request (JSON values).
+    """
+
+    url: str
+    model: str
+    api_key_env: str = ""
+    name: str = ENDPOINT
+    extra_body: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_param(cls, value, reserved=()) -> "Endpoint":
+        """Read the ``endpoint`` parameter (a mapping, or an :class:`Endpoint`); no network.
+
+        Args:
+            value: ``{url, model, api_key_env?, name?}``.
+            reserved: names the label may not take (the built-in engines).
+
+        Raises:
+            ParameterError: not a mapping, an unknown or missing key, a URL that is not http(s), an empty model,
+                a label that is a built-in engine's name (one line naming the key).
+        """
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, dict):
+            raise ParameterError(f"endpoint: must be a mapping {{url, model, api_key_env, name}} "
+                                 f"(got {type(value).__name__})")
+        extra = sorted(set(value) - set(KEYS))
+        if extra:
+            raise ParameterError(f"endpoint: unknown key {', '.join(map(str, extra))}; allowed: {', '.join(KEYS)}")
+        url = value.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ParameterError(f"endpoint.url: must be an http:// or https:// address (got {url!r})")
+        url = url.rstrip("/")
+        if url.endswith("/v1"):
+            url = url[:-3]
+        model = value.get("model")
+        if not isinstance(model, str) or not model.strip():
+            raise ParameterError(f"endpoint.model: must name the served model, as listed by GET /v1/models "
+                                 f"(got {model!r})")
+        env = value.get("api_key_env") or ""
+        if not isinstance(env, str) or (env and not env.replace("_", "").isalnum()):
+            raise ParameterError(f"endpoint.api_key_env: must be the NAME of an environment variable, "
+                                 f"e.g. OPENAI_API_KEY (got {env!r})")
+        name = value.get("name") or ENDPOINT
+        if not isinstance(name, str) or name in reserved:
+            raise ParameterError(f"endpoint.name: a label that is not a built-in engine "
+                                 f"({', '.join(reserved)}) (got {name!r})")
+        extra = value.get("extra_body") or {}
+        if not isinstance(extra, dict) or not all(isinstance(k, str) for k in extra):
+            raise ParameterError(f"endpoint.extra_body: must be a mapping of request fields (got {extra!r})")
+        try:
+            json.dumps(extra)
+        except (TypeError, ValueError):
+            raise ParameterError("endpoint.extra_body: its values must be JSON values") from None
+        return cls(url=url, model=model, api_key_env=env, name=name, extra_body=dict(extra))
+
+    def api_key(self) -> str | None:
+        """The key from ``$api_key_env`` (None when no variable is named).
+
+        Raises:
+            ParameterError: the variable is named but not set or empty.
+        """
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env, "")
+        if not key:
+            raise ParameterError(f"endpoint.api_key_env: environment variable {self.api_key_env} is not set")
+        return key
+
+    def headers(self) -> dict:
+        """``Authorization: Bearer <key>`` when a key is configured, else nothing."""
+        key = self.api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def describe(self) -> dict:
+        """What a run folder records about the target: url, model, label and the key's variable NAME (never
+        the key)."""
+        return {"endpoint_url": self.url, "endpoint_model": self.model, "endpoint_name": self.name,
+                "endpoint_api_key_env": self.api_key_env}
+
+
+def _client(timeout: float):
+    import httpx
+
+    return httpx.Client(timeout=timeout, trust_env=False)  # a proxy in the environment must not reroute it
+
+
+def _first_line(text: str, n: int = 120) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line[:n]
+
+
+def check_endpoint(ep: Endpoint, timeout: float = 30.0) -> dict:
+    """Check that ``ep`` is an OpenAI-compatible server that serves ``ep.model`` and accepts the key.
+
+    Two requests: ``GET /v1/models`` (reachable, key accepted, the OpenAI list shape ``{"data": [{"id"}]}``,
+    ``ep.model`` among the ids), then a streamed ``POST /v1/chat/completions`` of at most 2 tokens (``data:``
+    chunks with ``choices[].delta``, as the load generator reads them).
+
+    Returns:
+        ``{"models": [served ids], "usage_in_stream": bool}``: whether the stream carried ``usage``
+        (``stream_options.include_usage``); without it the load generator counts content chunks as tokens.
+
+    Raises:
+        ParameterError: one line: ``endpoint.url`` (unreachable, or not OpenAI-compatible),
+            ``endpoint.api_key_env`` (HTTP 401/403, or the variable unset), ``endpoint.model`` (not served).
+    """
+    import httpx
+
+    headers = ep.headers()
+    where = f"{ep.url}/v1"
+    with _client(timeout) as http:
+        try:
+            resp = http.get(f"{where}/models", headers=headers)
+        except httpx.HTTPError as exc:
+            raise ParameterError(f"endpoint.url: cannot reach {ep.url} ({type(exc).__name__}: "
+                                 f"{_first_line(str(exc)) or 'no answer'})") from None
+        _refused(resp, ep)
+        try:
+            body = resp.json() if resp.status_code == 200 else None
+        except ValueError:
+            body = None
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list) or not all(isinstance(m, dict) and "id" in m for m in data):
+            raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: GET /v1/models answered HTTP "
+                                 f"{resp.status_code} without the OpenAI model list {{\"data\": [{{\"id\": ...}}]}}")
+        ids = [str(m["id"]) for m in data]
+        if ep.model not in ids:
+            raise ParameterError(f"endpoint.model: {ep.model!r} is not served by {ep.url}; it serves: "
+                                 f"{', '.join(ids) or 'nothing'}")
+        body = {"model": ep.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+                "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+        chunks, usage = 0, False
+        try:
+            with http.stream("POST", f"{where}/chat/completions", json=body, headers=headers) as r:
+                if r.status_code != 200:
+                    r.read()
+                    _refused(r, ep)
+                    raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: a streamed chat "
+                                         f"completion answered HTTP {r.status_code}: {_first_line(r.text)}")
+                for line in r.iter_lines():
+                    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                        continue
+                    obj = json.loads(line[5:].strip())
+                    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+                        raise ValueError("a data: line without choices")
+                    for c in obj["choices"]:
+                        if not isinstance(c, dict) or not isinstance(c.get("delta", {}), dict):
+                            raise ValueError("a choice without delta")
+                    usage = usage or isinstance(obj.get("usage"), dict)
+                    chunks += 1
+        except (ValueError, httpx.HTTPError) as exc:
+            raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: its streamed chat completion "
+                                 f"is not of the OpenAI chunk shape ({_first_line(str(exc))})") from None
+        if not chunks:
+            raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: a streamed chat completion "
+                                 "sent no data: chunk")
+    return {"models": ids, "usage_in_stream": usage}
+
+
+def _refused(resp, ep: Endpoint) -> None:
+    if resp.status_code in (401, 403):
+        how = f"the key in ${ep.api_key_env}" if ep.api_key_env else "no API key (set endpoint.api_key_env)"
+        raise ParameterError(f"endpoint.api_key_env: {ep.url} refused {how} (HTTP {resp.status_code})")
+
+
+def local_server_pid(ep: Endpoint) -> int | None:
+    """The process listening on ``ep``'s port when its host is this machine's loopback, else None (a remote
+    server, or the listener cannot be read). Its CPU time is the point's own work, not other load
+    (:data:`workbench.metrics.SERVED_BY_PIDS`)."""
+    from urllib.parse import urlsplit
+
+    import psutil
+
+    u = urlsplit(ep.url)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return c.pid
+    except (psutil.Error, OSError):
+        return None
+    return None
+
+
+def sender(ep: Endpoint, timeout: float = 600.0, temperature: float = 0.0, ignore_eos: bool = True) -> Callable:
+    """The load generator's ``send(spec, t_scheduled) -> row`` (:func:`workbench.serving.load.http_sender`)
+    against ``ep``: its URL, model, key. Engine-side columns come back NaN (an external server sends none) and
+    each row's ``server_side_note`` says so. ``ignore_eos`` is sent as the vLLM extension; a server without it
+    may stop early (``output_tokens`` is its ``usage`` count either way); ``ep.extra_body`` goes into every
+    request."""
+    from .load import http_sender
+
+    send = http_sender(ep.url, model=ep.model, timeout=timeout, temperature=temperature, ignore_eos=ignore_eos,
+                       headers=ep.headers(), extra_body=ep.extra_body)
+
+    def send_noted(spec, t_scheduled):
+        row = send(spec, t_scheduled)
+        row["server_side_note"] = server_side_note(row)
+        return row
+
+    return send_noted
