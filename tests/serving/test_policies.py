@@ -291,7 +291,7 @@ def test_the_servers_429_carries_a_retry_after_from_the_backlog():
     (["--policy", "sjf", "--aging-s", "-1"], "aging_s"),
 ])
 def test_serve_refuses_bad_policy_options_in_one_line_before_the_model_loads(args, name, monkeypatch, capsys):
-    from tests.conftest import no_work
+    from conftest import no_work
     from workbench.serving import server
 
     no_work(monkeypatch)
