@@ -36,3 +36,13 @@ def test_good_values_pass_through():
     assert checks.check_int_list("xs", [1, 2], lo=1) == [1, 2]
     assert checks.check_choice_list("cs", ["a"], ("a", "b")) == ["a"]
     assert checks.check_int_list("xs", [], allow_empty=True) == []
+
+
+def test_int_or_takes_a_table_cell_with_nan_for_missing():
+    """A DataFrame row's missing cell is NaN (truthy): ``int(x or 1)`` raised on it in a streaming finding."""
+    import math
+
+    from workbench.checks import int_or
+
+    assert int_or(math.nan, 1) == 1 and int_or(None, 2) == 2 and int_or(0, 3) == 3
+    assert int_or(4.0, 1) == 4 and int_or(7, 1) == 7

@@ -122,3 +122,17 @@ def check_str_list(name: str, values, allow_empty: bool = False) -> list:
 def check_seed(name: str, value) -> int:
     """A seed ``torch.manual_seed`` accepts: an integer in ``[0, 2**63 - 1]``."""
     return check_int(name, value, 0, 2**63 - 1)
+
+
+def int_or(value, default: int) -> int:
+    """``int(value)`` of a table cell, ``default`` where it is missing (None, NaN, or 0/empty when falsy).
+
+    A cell read from a DataFrame row is NaN where its column is absent for that point, and NaN is truthy, so
+    ``int(row.get(c) or default)`` raises on it; this does not.
+    """
+    try:
+        if value is None or value != value or not value:
+            return int(default)
+    except (TypeError, ValueError):  # an array-like or odd object: treat as missing
+        return int(default)
+    return int(value)

@@ -71,7 +71,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from . import metrics
+from . import checks, metrics
 from .device import probe_device
 from .errors import ParameterError
 
@@ -686,7 +686,7 @@ def workload_of(cfg, point: dict) -> dict:
     n = _first(point, cfg, _OUTPUT_KEYS, None)
     exact = None not in (B, L, n)
     if "reasoning_budget" in point and n is not None:
-        n += int(point["reasoning_budget"] or 0)
+        n += checks.int_or(point["reasoning_budget"], 0)
     return {"batch_size": B or 1, "prompt_tokens": L or 128, "output_tokens": n or 32, "exact": exact}
 
 

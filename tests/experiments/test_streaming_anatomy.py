@@ -107,3 +107,22 @@ def test_finding_carries_its_intervals_and_needs_two_repeats():
     assert not one.supported and "not supported" in one.text and "no interval" in one.text
     only_short = streaming_anatomy.finding(_stream_run(valid=False)[0], reqs)
     assert "32-token answer" in only_short.text and only_short.point_ids == ("s32",)  # the invalid point is out
+
+
+def test_finding_with_points_of_other_parts_in_the_table():
+    """The run's points table also holds other sweeps' points, so a streaming point's batch_size can be NaN: the
+    finding still reads (it raised 'cannot convert float NaN to integer' in make run)."""
+    import math
+
+    import pandas as pd
+
+    from workbench.experiments import streaming_anatomy as sa
+
+    pts = pd.DataFrame([{"point_id": f"s{n}", "experiment": "streaming", "max_new_tokens": n, "batch_size": math.nan,
+                         "status": "ok", "valid": True, "ttft_s_p50": 0.1, "e2e_s_p50": 0.1 + n * 0.05,
+                         "tpot_s_p50": 0.05}
+                        for n in (8, 32)] + [{"point_id": "h1", "experiment": "streaming_http", "batch_size": 4}])
+    reqs = pd.DataFrame([{"point_id": f"s{n}", "experiment": "streaming", "repeat": r, "ttft_s": 0.1 + r * 0.01,
+                          "e2e_s": 0.1 + n * 0.05 + r * 0.01, "tpot_s": 0.05} for n in (8, 32) for r in range(3)])
+    f = sa.finding(pts, reqs)
+    assert "3 repeat(s) of 1 request(s) per output length" in f.evidence

@@ -164,7 +164,7 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evid
     text = (f"Recommended batch size: {int(best.batch_size)} at {int(best.prompt_tokens)} prompt tokens "
             f"({best.goodput_rps:.2f} req/s within the SLO, {best.output_throughput_tps:.1f} tok/s, "
             f"TTFT p50 {best.ttft_s_p50:.2f} s).")
-    n_req = int(best.get("requests", 0) or 0)
+    n_req = checks.int_or(best.get("requests"), 0)
     good = int(round(best.goodput_rps * best.wall_s)) if "wall_s" in best else 0
     att = evidence.wilson_interval(good, n_req) if n_req else None
     ci = (f"TTFT p50 95% interval {best.ttft_s_p50_ci_low:.3g}-{best.ttft_s_p50_ci_high:.3g} s (t over repeat "

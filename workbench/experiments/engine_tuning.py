@@ -565,7 +565,7 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
         r["eligible"] = r["status"] == "ok" and r["valid"] and r["guard_passed"] and r["meets_slo"] is not False
         r["_workloads"] = {(w.get("batch_size"), w.get("prompt_tokens")):
                            (w.get("log_e2e_s_mean", float("nan")), w.get("log_e2e_s_sd", float("nan")),
-                            int(w.get("n_repeats", 0) or 0)) for _, w in ok.iterrows()}
+                            checks.int_or(w.get("n_repeats"), 0)) for _, w in ok.iterrows()}
         rows.append(r)
     out = pd.DataFrame(rows)
     out["meets_slo"] = out["meets_slo"].astype(object)

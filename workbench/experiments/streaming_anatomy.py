@@ -39,7 +39,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import evidence, metrics, plots, roofline, sweeps  # noqa: F401  (plots registers the house template)
+from .. import checks, evidence, metrics, plots, roofline, sweeps  # noqa: F401  (plots registers the house template)
 from ..checks import check_bool, check_int, check_int_list, check_str_list
 from ..detokenize import Granularity, StreamTap
 from ..errors import ParameterError
@@ -355,7 +355,7 @@ def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evide
         text = f"{head} ({sooner.estimate:.0f}x sooner)."
     else:
         text = f"{head}; how much sooner: {verdict}: {sooner.describe('{:.0f}', 'x')}."
-    parts = [f"{n_rep} repeat(s) of {int(hi.get('batch_size', 1) or 1)} request(s) per output length",
+    parts = [f"{n_rep} repeat(s) of {checks.int_or(hi.get('batch_size'), 1)} request(s) per output length",
              f"e2e / TTFT {sooner.describe('{:.1f}', 'x')}"]
     if len(df) > 1 and have:
         tpot = evidence.ratio_interval(_repeat_medians(reqs, hi["point_id"], "tpot_s"),
