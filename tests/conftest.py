@@ -1,4 +1,5 @@
 """Shared fixtures: offline mode, a results root per test session, the real default model."""
+import contextlib
 import os
 from pathlib import Path
 
@@ -44,6 +45,25 @@ def loaded():
 class Reached(BaseException):
     """Raised by the stand-ins below: a model load or a kernel start was reached (no ``except Exception``
     on the way may swallow it)."""
+
+
+@contextlib.contextmanager
+def resident_bytes(nbytes: int):
+    """``nbytes`` of fresh anonymous pages (``mmap``), all touched, resident while the block runs and unmapped
+    after it. A plain ``np.ones`` is no such thing late in a test session: malloc serves it from free chunks the
+    heap already holds, so the process's resident size (and VmHWM) does not move at all."""
+    import mmap
+
+    import numpy as np
+
+    m = mmap.mmap(-1, nbytes)
+    view = np.frombuffer(m, dtype=np.uint8)
+    view[:] = 1
+    try:
+        yield
+    finally:
+        del view
+        m.close()
 
 
 def no_work(monkeypatch):

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import resident_bytes
 
 from workbench import device
 
@@ -18,10 +19,8 @@ def test_probe_device_cpu_is_positive():
 
 def _window_sees_and_resets():
     device.reset_peak_memory("cpu")
-    big = np.ones(300_000_000 // 8)
-    big.sum()
-    high, method = device.peak_memory_bytes("cpu")
-    del big
+    with resident_bytes(300_000_000):
+        high, method = device.peak_memory_bytes("cpu")
     device.reset_peak_memory("cpu")
     low, method_after = device.peak_memory_bytes("cpu")
     return high, low, method, method_after
@@ -35,14 +34,13 @@ def test_peak_memory_window_sees_a_large_allocation_and_resets():
 
 
 def test_a_reset_that_does_not_take_falls_back_to_sampling(monkeypatch, tmp_path):
-    """A kernel that accepts the clear_refs write and keeps VmHWM (CI's sandboxed kernel) gets the sampled resident
+    """A kernel that accepts the clear_refs write and keeps VmHWM (as some sandboxed kernels do) gets the sampled resident
     size, named ``rss_sampled``, never the lifetime high-water mark as the window's peak."""
     if not Path("/proc/self/status").exists():
         pytest.skip("needs /proc/self/status to read the lifetime high-water mark")
     monkeypatch.setattr(device, "CLEAR_REFS", str(tmp_path / "clear_refs"))   # the write lands, nothing resets
-    hog = np.ones(200_000_000 // 8)
-    hog.sum()
-    del hog                                           # the lifetime VmHWM now sits >= 200 MB above VmRSS
+    with resident_bytes(200_000_000):
+        pass                                          # the lifetime VmHWM now sits >= 200 MB above VmRSS
     high, low, method, method_after = _window_sees_and_resets()
     assert method == method_after == "rss_sampled"
     assert high - low > 200e6

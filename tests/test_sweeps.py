@@ -1,8 +1,10 @@
 """The point loop: grids, failure handling and resume (fake measurements, no model)."""
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import resident_bytes
 
 from workbench import ParameterError, device, drift, metrics, results, sweeps
 from workbench.results import PointResult
@@ -111,21 +113,17 @@ def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_th
 @pytest.mark.parametrize("reset_ignored", [False, True], ids=["this-kernel", "reset-ignored"])
 def test_peak_memory_is_per_point_not_a_running_maximum(monkeypatch, tmp_path, reset_ignored):
     """A point after a memory-hungry one reports its own peak (Linux VmHWM reset per point, or the sampled
-    resident size where the kernel ignores the reset, as CI's sandboxed kernel does)."""
-    import numpy as np
-
+    resident size where the kernel ignores the reset, as some sandboxed kernels do)."""
     if reset_ignored:
         monkeypatch.setattr(sweeps.results.device, "CLEAR_REFS", str(tmp_path / "clear_refs"))
-        hog = np.ones(100_000_000 // 8)
-        hog.sum()
-        del hog   # the lifetime high-water mark now sits well above today's size, as in a long test session
+        with resident_bytes(100_000_000):
+            pass  # the lifetime high-water mark now sits well above today's size, as in a long test session
     from types import SimpleNamespace
 
     def measure(p):
         if p["batch_size"] == 1:
-            big = np.ones(400_000_000 // 8)   # 400 MB touched
-            big.sum()
-            del big
+            with resident_bytes(400_000_000):   # 400 MB touched
+                time.sleep(0.05)                  # longer than the sampler's period
         return _fake_measure(p)
 
     info = SimpleNamespace(device="cpu", device_name="cpu", name="fake", dtype="float32", to_dict=lambda: {})

@@ -97,7 +97,7 @@ def probe_device(device: str = "cpu", dtype: str = "float32", trials: int = 7) -
 
 
 #: Linux files of the CPU peak-memory window (module constants so a test can stand in a kernel whose reset
-#: does nothing, as on CI's sandboxed kernel, which accepts the write to ``clear_refs`` and keeps ``VmHWM``).
+#: does nothing, as some sandboxed kernels do: they accept the write to ``clear_refs`` and keep ``VmHWM``).
 CLEAR_REFS = "/proc/self/clear_refs"
 PROC_STATUS = "/proc/self/status"
 RESET_SLACK_BYTES = 16 << 20  # after a reset that took, VmHWM is within this of VmRSS
