@@ -420,3 +420,56 @@ def test_plan_predictor_rescales_a_stale_cached_calibration(tmp_path, monkeypatc
     want = roofline.predict(pred.shape, fast_dev, fast, 4, 256, 32)["predicted_e2e_s"]
     assert pred.predict(4, 256, 32)["predicted_e2e_s"] == pytest.approx(want, rel=0.15)
     assert pred.calib.check.startswith("rescaled")
+
+
+def _stale_cache(tmp_path, monkeypatch, today):
+    """A slow day's calibration cached in ``tmp_path``; every probe of today answers ``today``; counts probes and
+    refits."""
+    import dataclasses
+    import json
+
+    s, (slow_dev, slow), _ = _days()
+    monkeypatch.setattr(roofline, "cache_path", lambda *a: tmp_path / "calib.json")
+    (tmp_path / "calib.json").write_text(json.dumps({"device": dataclasses.asdict(slow_dev),
+                                                     "calibration": dataclasses.asdict(slow)}))
+    calls = {"probe": 0, "refit": 0}
+
+    def probe(cls, *a, **k):
+        calls["probe"] += 1
+        return today
+
+    monkeypatch.setattr(roofline.Device, "probe", classmethod(probe))
+    monkeypatch.setattr(roofline, "calibrate", lambda loaded, **k: calls.__setitem__("refit", calls["refit"] + 1)
+                        or (today, dataclasses.replace(slow, check="")))
+    return calls
+
+
+def test_a_cached_calibration_is_checked_once_per_process_until_its_file_changes(tmp_path, monkeypatch):
+    """The notebooks of one run share a kernel: the second check reuses the first (no second probe, no second
+    refit); a calibration file written since is checked afresh."""
+    import os
+    from types import SimpleNamespace
+
+    _, _, (fast_dev, _) = _days()
+    calls = _stale_cache(tmp_path, monkeypatch, fast_dev)
+    loaded = SimpleNamespace()
+    first = roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, loaded)
+    again = roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, loaded)
+    assert again is first and calls == {"probe": 1, "refit": 1}
+    st = (tmp_path / "calib.json").stat()
+    os.utime(tmp_path / "calib.json", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))   # rewritten since
+    roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, loaded)
+    assert calls == {"probe": 2, "refit": 2}
+
+
+def test_a_noisy_probe_rescales_instead_of_refitting(tmp_path, monkeypatch):
+    """Today's probe spread beyond its limit (other load): the moved machine is rescaled, not refitted under load,
+    and the check says why."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    _, _, (fast_dev, _) = _days()
+    calls = _stale_cache(tmp_path, monkeypatch, dataclasses.replace(fast_dev, noisy=True))
+    dev, calib = roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, SimpleNamespace())
+    assert calls["refit"] == 0 and calib.check.startswith("rescaled") and "noisy: not refitted" in calib.check
+    assert dev.flops_per_s == fast_dev.flops_per_s
