@@ -85,6 +85,39 @@ def test_sjf_serves_the_shortest_prediction_first():
     assert [b[0] for b in _run_held(GatedEngine("sjf"), reqs)] == ["m4", "m8", "m20", "m40"]
 
 
+def _history(fit, sizes, s_per_token=0.01, fixed_s=0.05):
+    """Finished requests of ``(prompt, max_new)`` sizes whose service is ``fixed_s + s_per_token * (prompt + max_new)``
+    (a prompt token as dear as a decode step), fed to a :class:`ServiceFit`."""
+    for prompt, max_new in sizes:
+        r = _req(max_new=max_new, prompt=prompt)
+        r.t_admit, r.stamps = 0.0, [fixed_s + s_per_token * (prompt + max_new)]
+        fit(r, {"output_tokens": max_new})
+
+
+def test_sjf_with_the_fitted_predictor_orders_by_the_fit_of_the_engines_history():
+    """A long prompt with a short cap (200 + 8 tokens) and a short prompt with a longer cap (8 + 20): the proxy (a
+    prompt token at 1/32 of a step) serves the first first; once the history shows a prompt token costing as much
+    as a decode step, the fitted predictor serves the second first. Until the fit is determined it is the proxy."""
+    big_prompt, long_cap = _req(max_new=8, prompt=200, name="a"), _req(max_new=20, prompt=8, name="b")
+    fitted, proxy = scheduling.PolicyQueue("sjf", predictor="fitted"), scheduling.PolicyQueue("sjf")
+    for q in (fitted, proxy):
+        q.put(big_prompt)
+        q.put(long_cap)
+    assert fitted.status(big_prompt)["queue_position"] == 0 and fitted.fit.coefficients() is None
+    _history(fitted.fit, [(8, 4), (8, 16), (64, 4), (64, 16), (128, 8), (32, 32), (200, 2)])
+    assert fitted.fit.coefficients() is None  # 7 finished requests: fewer than min_history (8)
+    _history(fitted.fit, [(16, 24)])
+    assert list(fitted.fit.coefficients()) == pytest.approx([0.05, 0.01, 0.01])
+    assert fitted.status(long_cap)["queue_position"] == 0 and fitted.status(big_prompt)["queue_position"] == 1
+    assert proxy.status(big_prompt)["queue_position"] == 0  # the proxy's order is unchanged
+    one_length = scheduling.ServiceFit()
+    _history(one_length, [(8, m) for m in range(1, 20)])
+    assert one_length.coefficients() is None  # a single prompt length: the prompt's cost is not determined
+    eng = GatedEngine("sjf", predictor="fitted")
+    assert eng.queue.predictor == "fitted" and eng.queue.fit in eng.observers  # the engine feeds the fit
+    eng.stop()
+
+
 def test_aging_bounds_the_wait_of_a_long_job_under_a_stream_of_short_ones():
     """Fake clock: one long job, then a short job arriving every second; each service takes 1 s. Without aging it
     would wait for ever; with ``aging_s`` it is served within aging_s + one service (the stated bound)."""
@@ -122,6 +155,7 @@ def test_lanes_cap_long_requests_and_never_mix_lanes_in_a_batch():
     lambda: scheduling.make_queue("lanes", lane_threshold_tokens=0),
     lambda: scheduling.make_queue("sjf", aging_s=0),
     lambda: scheduling.make_queue("lanes", long_cap=0),
+    lambda: scheduling.make_queue("sjf", predictor="oracle"),
     lambda: scheduling.check_priority(1.5),
     lambda: scheduling.check_priority(10**6),
     lambda: engines.make_engine("continuous", None, policy="sjf"),
@@ -431,6 +465,7 @@ def test_the_servers_429_carries_a_retry_after_from_the_backlog():
     (["--engine", "continuous", "--policy", "sjf"], "policy"),
     (["--policy", "lanes", "--lane-threshold", "0"], "lane_threshold_tokens"),
     (["--policy", "sjf", "--aging-s", "-1"], "aging_s"),
+    (["--policy", "sjf", "--sjf-predictor", "oracle"], "predictor"),
 ])
 def test_serve_refuses_bad_policy_options_in_one_line_before_the_model_loads(args, name, monkeypatch, capsys):
     from conftest import no_work
