@@ -95,6 +95,9 @@ def test_prefix_savings_pair_requests_and_say_not_supported_when_the_interval_st
     sav = scheduling.prefix_savings(*_prefix_table(steady)).iloc[0]
     assert sav["verdict"] == "saves" and sav["ttft_saved_s_low"] > 0
     assert scheduling.prefix_savings(pts, req[~req["prefix_sharing"]]).empty  # one side only: nothing to pair
+    assert scheduling.prefix_finding(pts.iloc[:1], req) is None  # not measured both ways: nothing to say
+    invalid = scheduling.prefix_finding(pts.assign(valid=False), req)  # measured, not usable: said so
+    assert not invalid.supported and invalid.text.startswith("Prefix sharing: not supported")
     fig = scheduling.prefix_cache_savings(pts, req)
     assert list(fig.data[0].x) == [pytest.approx(192 / 600)] and list(fig.data[0].y) == [pytest.approx(np.mean(saved))]
 

@@ -634,10 +634,14 @@ def prefix_savings(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
 def prefix_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Finding | None:
     """The prefix-sharing part of the finding: per workload the cache hit rate next to the TTFT it saved, with its
     interval and the number of request pairs, "not supported" where the interval straddles 0 (:func:`prefix_savings`);
-    None when no workload was measured with sharing both off and on."""
+    "not supported" when sharing was measured off and on but no such pair of points is usable (invalid points);
+    None when no workload was measured both ways."""
     sav = prefix_savings(points, requests)
     if sav.empty:
-        return None
+        if not _measured_both_ways(points):
+            return None
+        return evidence.Finding("Prefix sharing: not supported: no usable pair of points with sharing off and on.",
+                                "the prefix points are invalid or failed", False, ())
     parts = []
     for r in sav.itertuples():
         iv = evidence.Interval(r.ttft_saved_s, r.ttft_saved_s_low, r.ttft_saved_s_high, r.pairs, r.method)
@@ -820,6 +824,14 @@ def ttft_by_turn(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def _measured_both_ways(points: pd.DataFrame) -> bool:
+    """Whether some prefix workload has points with sharing off and on (usable or not)."""
+    if points is None or points.empty or not {"workload", "prefix_sharing"} <= set(points.columns):
+        return False
+    pre = points[points["workload"].isin(PREFIX_WORKLOADS)]
+    return any(g["prefix_sharing"].fillna(False).astype(bool).nunique() == 2 for _, g in pre.groupby("workload"))
+
+
 def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
     """Cache hit rate with prefix sharing on against the TTFT it saved per request (off - on, paired; the bar is the
     95% interval), one marker per prefix workload, its verdict and pairs in the label (:func:`prefix_savings`)."""
@@ -834,6 +846,10 @@ def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Fig
             error_y=dict(type="data", symmetric=False, array=[r.ttft_saved_s_high - r.ttft_saved_s if shown else 0],
                          arrayminus=[r.ttft_saved_s - r.ttft_saved_s_low if shown else 0])))
     fig.add_hline(y=0, line=dict(color="grey", dash="dot"))
+    if sav.empty:
+        fig.add_annotation(text="no usable pair of points with sharing off and on" if _measured_both_ways(points)
+                           else "prefix sharing was not measured both ways", showarrow=False, xref="paper",
+                           yref="paper", x=0.5, y=0.5)
     fig.update_layout(title="Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, paired by request)",
                       xaxis_title="cache hit rate with sharing on (cached / prompt tokens)",
                       yaxis_title="TTFT saved per request (s, off - on)", xaxis=dict(tickformat=".0%"))
