@@ -448,6 +448,33 @@ def test_an_abandoned_http_request_frees_its_slot_on_the_server(loaded, engine):
     assert sum(h["output_tokens"] == 0 for h in done) == 1  # A never generated a token
 
 
+@pytest.mark.model
+def test_a_client_leaving_its_queue_events_stream_frees_its_place_at_once(loaded):
+    """A waiting client whose response already started (queue events) closes it: the stream's reader cancels the
+    request and takes it out of the queue while the running request goes on (history: cancelled, no token).
+    Before: it was only flagged, and kept its place until the worker reached it."""
+    import httpx
+
+    from workbench.serving.events import iter_sse
+    from workbench.serving.server import ServerThread
+
+    with ServerThread(loaded, engine="fifo") as srv:
+        url = srv.base_url + "/v1/chat/completions"
+        body = {"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 2000,
+                "ignore_eos": True, "temperature": 0, "stream": True}
+        with httpx.stream("POST", url, json=body, timeout=300) as held:
+            lines = held.iter_lines()  # kept: a dropped iterator closes the response
+            next(x for x in lines if '"content": "' in x and '"content": ""' not in x)  # it runs
+            waiting = dict(body, max_tokens=8, stream_options={"queue_events": True})
+            with httpx.stream("POST", url, json=waiting, timeout=300) as resp:
+                status = next(e for e in iter_sse(resp.iter_lines()) if e.data and '"queue.status"' in e.data)
+            assert json.loads(status.data)["queue_position"] == 0 and not json.loads(status.data)["admitted"]
+            _wait(lambda: srv.engine.pending == 1, 60)  # only the held request is left, still running
+            gone = list(srv.engine.history)[-1]
+            assert gone["finish_reason"] == "cancelled" and gone["output_tokens"] == 0
+        assert srv.engine.wait_idle(60)
+
+
 def test_the_servers_429_carries_a_retry_after_from_the_backlog():
     from workbench.serving import chat
 
