@@ -482,7 +482,9 @@ def retrying_sender(send: Callable, max_retries: int = 3, max_retry_wait_s: floa
 
 def with_patience(specs: Sequence[RequestSpec], share: float, patience_s: float, seed: int = 0) -> list[RequestSpec]:
     """Copies of ``specs`` where a random ``share`` of clients (a fixed ``seed`` picks them) abandon their request
-    when no token arrived ``patience_s`` seconds after its scheduled time (AIPerf's request cancellation).
+    when no token arrived ``patience_s`` seconds after its scheduled time (AIPerf's request cancellation). Both
+    senders honour it: :func:`engine_sender` withdraws the request from the engine, :func:`http_sender` closes its
+    connection (the server then withdraws it); either row has ``abandoned`` True.
 
     Raises:
         ParameterError: ``share`` outside [0, 1] or ``patience_s`` <= 0 (one line).
