@@ -17,7 +17,9 @@ guide, not an independent-sample claim), plus the longest wait and the median ET
 Run on a quiet machine: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/scheduling.py`` (estimated 3-6 minutes on a
 2-core CPU: 6 replays of 24 requests at about 0.5-1 request/s, plus the calibration) or ``--quick`` (about 1 minute; a smoke run, not a result). A negative result is a result: on 2 cores
 a static batch of short rows is not much faster than one long row's steps, so ``lanes`` can show no gain; the
-script says "no difference beyond noise" when the interval includes 1.
+script says "no difference beyond noise" when the interval includes 1. ``--sjf-predictor fitted`` orders ``sjf`` by a
+least-squares fit of the service time on prompt and output tokens from the engine's own finished requests
+(:class:`workbench.serving.scheduling.ServiceFit`) instead of the plain proxy: run both to compare them.
 """
 
 import argparse
@@ -43,6 +45,8 @@ def parse_args():
     ap.add_argument("--long-max-tokens", type=int, default=32)
     ap.add_argument("--lane-threshold", type=int, default=16)
     ap.add_argument("--aging-s", type=float, default=30.0)
+    ap.add_argument("--sjf-predictor", default="proxy", choices=["proxy", "fitted"],
+                    help="sjf's job size: max_tokens and prompt length, or a fit on the engine's own history")
     ap.add_argument("--max-batch-size", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -58,7 +62,7 @@ def main():
     cfg = scheduling.Config(policies=policies, engine=a.engine, requests_per_point=a.requests, load_factor=a.load_factor,
                             short_max_tokens=a.short_max_tokens, long_max_tokens=a.long_max_tokens,
                             lane_threshold_tokens=a.lane_threshold, aging_s=a.aging_s, max_batch_size=a.max_batch_size,
-                            turns=0, seed=a.seed, device="cpu", dtype="float32")
+                            sjf_predictor=a.sjf_predictor, turns=0, seed=a.seed, device="cpu", dtype="float32")
     loaded = models.load_model("default", "cpu", "float32")
     cal = scheduling.calibrate(loaded, cfg)
     rows_in = scheduling.trace_rows(cfg, cal["rate_rps"])
@@ -93,7 +97,8 @@ def main():
         print(f"  {p:<6} {pd.to_numeric(g['queue_s'], errors='coerce').max():8.2f} {err:10.2f} "
               f"{stat(p, 'interactive', 'ttft_s_p90'):10.2f} {stat(p, 'background', 'e2e_s_p50'):10.2f}")
     print(f"\ncommand: OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')} python benchmarks/scheduling.py "
-          f"--engine {a.engine} --requests {a.requests} --rounds {a.rounds} --load-factor {a.load_factor}")
+          f"--engine {a.engine} --requests {a.requests} --rounds {a.rounds} --load-factor {a.load_factor} "
+          f"--sjf-predictor {a.sjf_predictor}")
 
 
 if __name__ == "__main__":

@@ -19,16 +19,23 @@
 # `sjf` with aging, `lanes` with a long-lane cap) the same requests arrive at the same times near the knee;
 # TTFT and queue time per class, slowdown against length, the longest wait, the ETA each request was told
 # against its actual wait, goodput per class under its own SLO, TTFT by turn of multi-turn conversations,
-# and the policy to pick with its cost to the long requests. Set through `scheduling.Config` only
-# (defaults): `abandon_share` 0, `patience_s` 30, `max_pending` none, `max_retries` 3, `trace` "" (generated).
-# `benchmarks/scheduling.py` prints the short/long ratios side by side.
+# the cache hit rate of prefix sharing next to the TTFT it saved (multi-turn and a shared-prefix group, the
+# continuous engine with sharing off and on), and the policy to pick with its cost to the long requests.
+# Set through `scheduling.Config` only (defaults): `abandon_share` 0, `patience_s` 30, `max_pending` none,
+# `max_retries` 3, `trace` "" (generated). `benchmarks/scheduling.py` prints the short/long ratios side by side.
+#
+# Engine: `fifo` serves one request at a time, so near its knee a queue forms and the order a policy picks is
+# what the short requests wait for. A `static` engine batches up to `max_batch_size` waiting requests: at the
+# same load factor (of the one-at-a-time capacity) its batches raise the capacity, the queue rarely holds more
+# than one batch, every waiting request joins the next batch whatever the order, and a short row still waits
+# for the running batch's longest row, so the policies show no difference there (only a higher load would).
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
 device: str = "auto"  # auto | cpu | cuda | mps
 dtype: str = "auto"  # auto | float32 | bfloat16 | float16
 policies: list = ["fcfs", "priority", "sjf", "lanes"]  # workbench/serving/scheduling.py
-engine: str = "static"  # fifo | static (continuous: the library's own FIFO admission)
+engine: str = "fifo"  # fifo | static (continuous: the library's own FIFO admission)
 requests_per_point: int = 16  # requests of the mixed workload per policy
 short_share: float = 0.7  # share of interactive requests
 short_prompt_tokens: list = [32, 48]  # interactive prompt lengths (uniform)
@@ -41,11 +48,13 @@ batch_window_s: float = 0.05  # static batching window, seconds
 aging_s: float = 20.0  # sjf / lanes: served in arrival order after this wait
 lane_threshold_tokens: int = 16  # lanes: max_tokens at or above is long
 long_cap: int = 1  # lanes: long requests at once
+sjf_predictor: str = "proxy"  # sjf job size: proxy (max_tokens, prompt length) | fitted (on the engine's own history)
 class_slo_ttft_s: dict = {"interactive": 2.0, "background": 30.0}  # TTFT SLO per class, seconds
 turns: int = 3  # multi-turn point: turns per conversation (0: none)
 conversations: int = 2  # multi-turn point: conversations at once
-multiturn_prefix_sharing: list = [False]  # multi-turn points; [false, true]: continuous engine, prefix sharing off / on
-shared_prefix_tokens: int = 0  # multi-turn: a system document of this many tokens shared by every conversation
+multiturn_prefix_sharing: list = [False]  # multi-turn / shared-prefix points; [false, true]: continuous, off / on
+shared_prefix_tokens: int = 0  # a system document of this many tokens shared by every conversation and group request
+prefix_group_requests: int = 0  # shared-prefix group: requests sharing the document, one after another (0: none)
 warmup: int = 1  # untimed warm-up requests per class
 seed: int = 0  # trace seed
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -72,6 +81,9 @@ for name, fig in scheduling.figures(points, requests).items():
 
 # %%
 scheduling.recommend(points, requests)
+
+# %%
+scheduling.prefix_savings(points, requests)
 
 # %%
 finding = scheduling.finding(points, requests)

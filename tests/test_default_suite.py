@@ -99,3 +99,14 @@ def test_temperature_greedy_answers_mostly_end_before_the_cap(loaded):
         recs = generate_measured(loaded, [p["prompt"] for p in prompts], cfg.settings(point)).records
         truncated = sum(r["finish_reason"] == "length" for r in recs) / len(recs)
         assert truncated < 0.5, (point, [r["output_tokens"] for r in recs])
+
+
+def test_scheduling_runs_where_a_policy_shows_and_measures_prefix_sharing_both_ways():
+    """Notebook 11: the fifo engine (a static engine's batches absorb the queue at this load, so every policy
+    looked the same: experiments/scheduling.py); prefix sharing off and on, with enough request pairs per prefix
+    workload for a t interval with two degrees of freedom, and a shared document of at least two cache pages."""
+    cfg = suite_config("11_scheduling")
+    assert cfg.engine == "fifo" and {"fcfs", "sjf"} <= set(cfg.policies)
+    assert set(cfg.multiturn_prefix_sharing) == {False, True}
+    assert cfg.turns * cfg.conversations >= 3 and cfg.prefix_group_requests >= 3
+    assert cfg.shared_prefix_tokens >= 2 * 32  # the continuous engine's page: 32 tokens

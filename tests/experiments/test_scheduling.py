@@ -22,6 +22,9 @@ from workbench.experiments import scheduling
     ({"class_slo_ttft_s": {"interactive": 2.0}}, "class_slo_ttft_s"),
     ({"class_slo_ttft_s": {"interactive": 2.0, "background": 0}}, "class_slo_ttft_s[background]"),
     ({"abandon_share": 2}, "abandon_share"),
+    ({"sjf_predictor": "oracle"}, "sjf_predictor"),
+    ({"prefix_group_requests": 1, "shared_prefix_tokens": 64}, "prefix_group_requests"),
+    ({"prefix_group_requests": 4, "shared_prefix_tokens": 0}, "prefix_group_requests"),
 ])
 def test_invalid_config_is_one_line_before_any_model(kwargs, name, monkeypatch):
     no_work(monkeypatch)
@@ -36,6 +39,9 @@ def test_grid_and_the_prefix_sharing_switch(monkeypatch):
                           {"workload": "mixed", "policy": "sjf", "prefix_sharing": False},
                           {"workload": "multiturn", "policy": "fcfs", "prefix_sharing": False}]
     assert len(scheduling.Config(turns=0).grid()) == 4
+    group = scheduling.Config(policies=["fcfs"], turns=0, prefix_group_requests=3, shared_prefix_tokens=64).grid()
+    assert group == [{"workload": "mixed", "policy": "fcfs", "prefix_sharing": False},
+                     {"workload": "shared_prefix", "policy": "fcfs", "prefix_sharing": False}]
     no_work(monkeypatch)
     with pytest.raises(ParameterError, match="^multiturn_prefix_sharing:"):
         scheduling.Config(multiturn_prefix_sharing=[True, True])
@@ -49,6 +55,51 @@ def test_cache_hit_rate_by_hand():
     assert scheduling.cache_columns(rows, True)["cache_hit_rate"] == pytest.approx(384 / 600)
     none = scheduling.cache_columns(rows.assign(cached_tokens=None), False)
     assert none["cache_hit_rate"] != none["cache_hit_rate"] and "not available" in none["cache_note"]
+
+
+def _prefix_table(saved):
+    """A multi-turn point pair (sharing off / on): two conversations of two turns, prompts 100 and 200 tokens; with
+    sharing on turn 2 reuses 96 tokens; TTFT on = TTFT off - ``saved[i]`` for the i-th pair."""
+    rows, pts = [], []
+    off_ttft = [0.50, 0.90, 0.55, 1.00]
+    for share in (False, True):
+        pid = f"p/multiturn/{share}"
+        pts.append({"point_id": pid, "status": "ok", "valid": True, "workload": "multiturn", "policy": "fcfs",
+                    "prefix_sharing": share, "profile": "multiturn", "stopped_early": False})
+        for i, (conv, turn) in enumerate([(0, 1), (0, 2), (1, 1), (1, 2)]):
+            rows.append({"point_id": pid, "workload": "multiturn", "policy": "fcfs", "request_class": "interactive",
+                         "prefix_sharing": share, "conversation": conv,
+                         "turn": turn, "prompt_tokens": 100 * turn, "cached_tokens": 96 if share and turn == 2 else 0,
+                         "ttft_s": off_ttft[i] - (saved[i] if share else 0.0), "error": None, "output_tokens": 4})
+    # an abandoned request (no token) is left out of the pairs
+    rows.append(dict(rows[-1], conversation=9, ttft_s=float("nan"), output_tokens=0))
+    return pd.DataFrame(pts), pd.DataFrame(rows)
+
+
+def test_prefix_savings_pair_requests_and_say_not_supported_when_the_interval_straddles_0():
+    from scipy import stats
+
+    saved = [0.01, 0.30, 0.02, 0.40]
+    pts, req = _prefix_table(saved)
+    sav = scheduling.prefix_savings(pts, req).set_index("workload").loc["multiturn"]
+    half = stats.t.ppf(0.975, 3) * np.std(saved, ddof=1) / 2
+    assert sav["pairs"] == 4 and sav["ttft_saved_s"] == pytest.approx(np.mean(saved))
+    assert sav["ttft_saved_s_low"] == pytest.approx(np.mean(saved) - half)
+    assert sav["cache_hit_rate_on"] == pytest.approx(192 / 600) and sav["cache_hit_rate_off"] == 0
+    assert sav["ttft_s_p50_off"] == pytest.approx(np.median([0.50, 0.90, 0.55, 1.00]))
+    assert sav["verdict"] == "not supported: the interval straddles 0"  # 4 pairs spread 0.01..0.40
+    f = scheduling.finding(pts, req)
+    assert "Prefix sharing" in f.text and "hit rate 32%" in f.text and "straddles 0" in f.text
+    assert "multiturn: 4 request pairs" in f.evidence
+    steady = [0.20, 0.21, 0.19, 0.20]
+    sav = scheduling.prefix_savings(*_prefix_table(steady)).iloc[0]
+    assert sav["verdict"] == "saves" and sav["ttft_saved_s_low"] > 0
+    assert scheduling.prefix_savings(pts, req[~req["prefix_sharing"]]).empty  # one side only: nothing to pair
+    assert scheduling.prefix_finding(pts.iloc[:1], req) is None  # not measured both ways: nothing to say
+    invalid = scheduling.prefix_finding(pts.assign(valid=False), req)  # measured, not usable: said so
+    assert not invalid.supported and invalid.text.startswith("Prefix sharing: not supported")
+    fig = scheduling.prefix_cache_savings(pts, req)
+    assert list(fig.data[0].x) == [pytest.approx(192 / 600)] and list(fig.data[0].y) == [pytest.approx(np.mean(saved))]
 
 
 def _write(tmp_path, rows):
@@ -136,14 +187,15 @@ def test_figures_draw_from_small_tables():
     pts = _points().assign(goodput_rps_interactive=[0.1, 0.2], goodput_rps_background=[0.1, 0.05])
     figs = scheduling.figures(pts, _table())
     assert set(figs) == {"sched_class_latency", "sched_slowdown_vs_length", "sched_longest_wait", "sched_eta_error",
-                         "sched_goodput_per_class", "sched_ttft_by_turn", "sched_recommendation"}
+                         "sched_goodput_per_class", "sched_ttft_by_turn", "sched_prefix_savings",
+                         "sched_recommendation"}
     bars = [t for t in figs["sched_class_latency"].data if t.name == "sjf"]
     assert list(bars[0].y) == [3.0, 0.75]  # TTFT p50 of background, interactive under sjf
 
 
 QUICK_11 = dict(policies=["fcfs", "lanes"], engine="fifo", requests_per_point=4, short_prompt_tokens=[32],
                 long_prompt_tokens=[40], short_max_tokens=2, long_max_tokens=5, lane_threshold_tokens=4, turns=2,
-                conversations=1, warmup=0, shared_prefix_tokens=32)
+                conversations=1, warmup=0, shared_prefix_tokens=32, prefix_group_requests=2)
 
 
 @pytest.mark.notebook
@@ -158,7 +210,7 @@ def test_scheduling_notebook(tmp_path, monkeypatch, run_notebook):
     ns = run_notebook(nb, notebooks.validate_parameters(nb, QUICK_11), run)
     points = results.read_points(run, experiment=scheduling.EXPERIMENT)
     req = results.read_requests(run, experiment=scheduling.EXPERIMENT)
-    assert list(points["status"]) == ["ok"] * 3
+    assert list(points["status"]) == ["ok"] * 4
     mixed = req[req["workload"] == "mixed"]
     assert set(mixed["request_class"]) <= {"interactive", "background"} and len(mixed) == 8
     done = mixed[mixed["error"].isna()]
@@ -168,4 +220,29 @@ def test_scheduling_notebook(tmp_path, monkeypatch, run_notebook):
     turns = req[req["workload"] == "multiturn"].sort_values("turn")
     assert list(turns["turn"]) == [1, 2] and turns["prompt_tokens"].is_monotonic_increasing
     assert turns["prompt_tokens"].iloc[0] > 32 + 32  # the shared system document, then the first user turn
+    group = req[req["workload"] == "shared_prefix"]
+    assert len(group) == 2 and (group["prompt_tokens"] > 32 + 32).all() and (group["output_tokens"] == 2).all()
     assert isinstance(ns["finding"].text, str) and (run / "figures").exists()
+
+
+@pytest.mark.model
+def test_prefix_sharing_on_serves_the_shared_document_from_the_cache(loaded):
+    """The shared-prefix group on the continuous engine: with sharing on every request after the first reuses the
+    document's full pages (cached_tokens > 0, whole pages), with it off none does; the savings table pairs them."""
+    cfg = scheduling.Config(policies=["fcfs"], turns=0, shared_prefix_tokens=96, prefix_group_requests=3,
+                            short_prompt_tokens=[32], short_max_tokens=2, multiturn_prefix_sharing=[False, True],
+                            warmup=1)
+    rows, pts = [], []
+    for share in (False, True):
+        res = scheduling._shared_prefix(loaded, cfg, share)
+        pid = f"p/shared/{share}"
+        rows += [dict(r, point_id=pid, workload="shared_prefix", prefix_sharing=share) for r in res.requests]
+        pts.append({"point_id": pid, "status": "ok", "valid": True, "workload": "shared_prefix",
+                    "prefix_sharing": share, **res.extra})
+    req = pd.DataFrame(rows)
+    on = req[req["prefix_sharing"]].sort_values("conversation")
+    assert (req[~req["prefix_sharing"]]["cached_tokens"] == 0).all()
+    assert on["cached_tokens"].iloc[0] == 0 and (on["cached_tokens"].iloc[1:] >= 96 - 32).all()
+    assert (on["cached_tokens"] % 32 == 0).all() and (on["cached_tokens"] < on["prompt_tokens"]).all()
+    sav = scheduling.prefix_savings(pd.DataFrame(pts), req).iloc[0]
+    assert sav["pairs"] == 3 and 0 < sav["cache_hit_rate_on"] < 1 and sav["cache_hit_rate_off"] == 0

@@ -85,6 +85,39 @@ def test_sjf_serves_the_shortest_prediction_first():
     assert [b[0] for b in _run_held(GatedEngine("sjf"), reqs)] == ["m4", "m8", "m20", "m40"]
 
 
+def _history(fit, sizes, s_per_token=0.01, fixed_s=0.05):
+    """Finished requests of ``(prompt, max_new)`` sizes whose service is ``fixed_s + s_per_token * (prompt + max_new)``
+    (a prompt token as dear as a decode step), fed to a :class:`ServiceFit`."""
+    for prompt, max_new in sizes:
+        r = _req(max_new=max_new, prompt=prompt)
+        r.t_admit, r.stamps = 0.0, [fixed_s + s_per_token * (prompt + max_new)]
+        fit(r, {"output_tokens": max_new})
+
+
+def test_sjf_with_the_fitted_predictor_orders_by_the_fit_of_the_engines_history():
+    """A long prompt with a short cap (200 + 8 tokens) and a short prompt with a longer cap (8 + 20): the proxy (a
+    prompt token at 1/32 of a step) serves the first first; once the history shows a prompt token costing as much
+    as a decode step, the fitted predictor serves the second first. Until the fit is determined it is the proxy."""
+    big_prompt, long_cap = _req(max_new=8, prompt=200, name="a"), _req(max_new=20, prompt=8, name="b")
+    fitted, proxy = scheduling.PolicyQueue("sjf", predictor="fitted"), scheduling.PolicyQueue("sjf")
+    for q in (fitted, proxy):
+        q.put(big_prompt)
+        q.put(long_cap)
+    assert fitted.status(big_prompt)["queue_position"] == 0 and fitted.fit.coefficients() is None
+    _history(fitted.fit, [(8, 4), (8, 16), (64, 4), (64, 16), (128, 8), (32, 32), (200, 2)])
+    assert fitted.fit.coefficients() is None  # 7 finished requests: fewer than min_history (8)
+    _history(fitted.fit, [(16, 24)])
+    assert list(fitted.fit.coefficients()) == pytest.approx([0.05, 0.01, 0.01])
+    assert fitted.status(long_cap)["queue_position"] == 0 and fitted.status(big_prompt)["queue_position"] == 1
+    assert proxy.status(big_prompt)["queue_position"] == 0  # the proxy's order is unchanged
+    one_length = scheduling.ServiceFit()
+    _history(one_length, [(8, m) for m in range(1, 20)])
+    assert one_length.coefficients() is None  # a single prompt length: the prompt's cost is not determined
+    eng = GatedEngine("sjf", predictor="fitted")
+    assert eng.queue.predictor == "fitted" and eng.queue.fit in eng.observers  # the engine feeds the fit
+    eng.stop()
+
+
 def test_aging_bounds_the_wait_of_a_long_job_under_a_stream_of_short_ones():
     """Fake clock: one long job, then a short job arriving every second; each service takes 1 s. Without aging it
     would wait for ever; with ``aging_s`` it is served within aging_s + one service (the stated bound)."""
@@ -122,6 +155,7 @@ def test_lanes_cap_long_requests_and_never_mix_lanes_in_a_batch():
     lambda: scheduling.make_queue("lanes", lane_threshold_tokens=0),
     lambda: scheduling.make_queue("sjf", aging_s=0),
     lambda: scheduling.make_queue("lanes", long_cap=0),
+    lambda: scheduling.make_queue("sjf", predictor="oracle"),
     lambda: scheduling.check_priority(1.5),
     lambda: scheduling.check_priority(10**6),
     lambda: engines.make_engine("continuous", None, policy="sjf"),
@@ -229,6 +263,99 @@ def test_an_abandoned_request_frees_its_place_at_once():
     assert len(eng.batches) == 1  # it never ran
 
 
+class _SilentSSE:
+    """A stdlib HTTP server that accepts a chat request and sends no content token for ``hold_s`` seconds (then a
+    normal one-token answer, so a client that never gives up is not stuck). ``early_headers``: the headers, a role
+    chunk and keep-alive comments come at once (a server streaming while the request waits), else nothing until the
+    answer. ``closed`` is set when the client closes the connection while the server holds it."""
+
+    def __init__(self, hold_s=10.0, early_headers=False):
+        self.hold_s, self.early_headers = hold_s, early_headers
+        self.closed = threading.Event()
+
+    def __enter__(self):
+        import select
+        import socket
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _client_closed(self, wait_s):
+                ready, _, _ = select.select([self.connection], [], [], wait_s)
+                return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if outer.early_headers:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(b'data: {"choices": [{"delta": {"role": "assistant", "content": ""}}]}\n\n')
+                    self.wfile.flush()
+                end = time.perf_counter() + outer.hold_s
+                try:
+                    while time.perf_counter() < end:
+                        if self._client_closed(0.05):
+                            raise ConnectionAbortedError
+                        if outer.early_headers:
+                            self.wfile.write(b": keep-alive\n\n")
+                            self.wfile.flush()
+                except OSError:  # the client closed the connection (EOF, reset or a broken pipe)
+                    outer.closed.set()
+                    return
+                if not outer.early_headers:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                self.wfile.write(b'data: {"choices": [{"delta": {"content": "late"}, "finish_reason": "length"}]}\n\n'
+                                 b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}\n\n'
+                                 b"data: [DONE]\n\n")
+                self.wfile.flush()
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("early_headers", [False, True])
+def test_the_http_sender_abandons_after_its_patience_and_closes_the_connection(early_headers):
+    """No content token within the patience (waiting for the headers, or with headers and keep-alives but no
+    content): the client gives up and closes the connection; its row is abandoned like the in-process sender's
+    (before: the HTTP sender ignored patience_s and waited for the late answer)."""
+    with _SilentSSE(hold_s=10.0, early_headers=early_headers) as srv:
+        spec = load.with_patience([load.RequestSpec("hi", 4)], share=1.0, patience_s=0.2)[0]
+        row = load.http_sender(srv.base_url, timeout=30)(spec, time.perf_counter())
+        assert srv.closed.wait(10), "the server never saw the client close the connection"
+    assert row["abandoned"] is True and row["finish_reason"] == "abandoned" and row["error"] is None
+    assert row["output_tokens"] == 0 and row["text"] == "" and row["e2e_s"] >= 0.2
+    assert row["ttft_s"] != row["ttft_s"]  # no first token: NaN
+
+
+def test_a_patient_http_request_answered_in_time_is_not_abandoned():
+    """Content before the deadline: a normal row (abandoned False); a request without patience too."""
+    with _SilentSSE(hold_s=0.0) as srv:
+        send = load.http_sender(srv.base_url, timeout=30)
+        patient = send(load.RequestSpec("hi", 4, patience_s=30.0), time.perf_counter())
+        plain = send(load.RequestSpec("hi", 4), time.perf_counter())
+    for row in (patient, plain):
+        assert row["abandoned"] is False and row["error"] is None and row["text"] == "late"
+        assert row["output_tokens"] == 1 and row["finish_reason"] == "length"
+
+
 def test_with_patience_picks_the_share():
     specs = [load.RequestSpec("x", 2) for _ in range(200)]
     out = load.with_patience(specs, 0.25, 3.0, seed=1)
@@ -272,6 +399,82 @@ def test_queue_events_are_monotone_and_end_at_admission_and_priority_is_checked(
     assert events.index(status[-1]) < first_text  # admitted before any text
 
 
+@pytest.mark.model
+@pytest.mark.parametrize("engine", ["fifo", "continuous"])
+def test_an_abandoned_http_request_frees_its_slot_on_the_server(loaded, engine):
+    """One request runs (a held stream); A (patience 1.5 s) and B wait behind it. A's client gives up: the HTTP
+    sender closes its connection, the server's disconnect watch cancels A (history: cancelled, no token) and frees
+    its place while the held request still runs; B is served once the held one ends. Before: the HTTP sender
+    ignored the patience, so A waited its turn and ran."""
+    import httpx
+
+    from workbench.serving.server import ServerThread
+
+    rows = {}
+    with ServerThread(loaded, engine=engine, max_batch_size=1) as srv:
+        send = load.http_sender(srv.base_url, timeout=300)
+        assert send(load.RequestSpec("Hi.", 2), time.perf_counter())["error"] is None  # warm (continuous: its cache)
+        assert srv.engine.wait_idle(60)
+        n0 = len(srv.engine.history)
+
+        def go(name, spec):
+            rows[name] = send(spec, time.perf_counter())
+
+        body = {"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 2000,
+                "ignore_eos": True, "temperature": 0, "stream": True}
+        with httpx.stream("POST", srv.base_url + "/v1/chat/completions", json=body, timeout=300) as held:
+            lines = held.iter_lines()  # kept: a dropped iterator closes the response
+            next(x for x in lines if '"content": "' in x and '"content": ""' not in x)  # it runs
+            a = threading.Thread(target=go, args=("a", load.RequestSpec("Name a colour.", 16, patience_s=1.5)),
+                                 daemon=True)
+            b = threading.Thread(target=go, args=("b", load.RequestSpec("Name a fruit.", 4)), daemon=True)
+            a.start()
+            b.start()
+            a.join(60)
+            assert "a" in rows, "the abandoning client is still waiting"
+
+            def a_cancelled():
+                done = list(srv.engine.history)[n0:]
+                return [h for h in done if h["finish_reason"] == "cancelled"]
+
+            _wait(lambda: a_cancelled() and srv.engine.pending == 2, 60)  # the held request and B are left
+            assert srv.engine.pending == 2 and len(a_cancelled()) == 1 and a_cancelled()[0]["output_tokens"] == 0
+        b.join(120)  # the held stream is closed: B is served next
+        assert srv.engine.wait_idle(60)
+        done = list(srv.engine.history)[n0:]
+    assert rows["a"]["abandoned"] and rows["a"]["finish_reason"] == "abandoned" and rows["a"]["output_tokens"] == 0
+    assert rows["b"]["error"] is None and not rows["b"]["abandoned"] and rows["b"]["output_tokens"] == 4
+    assert sorted(h["finish_reason"] for h in done) == ["cancelled", "cancelled", "length"]  # A, the held one, B
+    assert sum(h["output_tokens"] == 0 for h in done) == 1  # A never generated a token
+
+
+@pytest.mark.model
+def test_a_client_leaving_its_queue_events_stream_frees_its_place_at_once(loaded):
+    """A waiting client whose response already started (queue events) closes it: the stream's reader cancels the
+    request and takes it out of the queue while the running request goes on (history: cancelled, no token).
+    Before: it was only flagged, and kept its place until the worker reached it."""
+    import httpx
+
+    from workbench.serving.events import iter_sse
+    from workbench.serving.server import ServerThread
+
+    with ServerThread(loaded, engine="fifo") as srv:
+        url = srv.base_url + "/v1/chat/completions"
+        body = {"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 2000,
+                "ignore_eos": True, "temperature": 0, "stream": True}
+        with httpx.stream("POST", url, json=body, timeout=300) as held:
+            lines = held.iter_lines()  # kept: a dropped iterator closes the response
+            next(x for x in lines if '"content": "' in x and '"content": ""' not in x)  # it runs
+            waiting = dict(body, max_tokens=8, stream_options={"queue_events": True})
+            with httpx.stream("POST", url, json=waiting, timeout=300) as resp:
+                status = next(e for e in iter_sse(resp.iter_lines()) if e.data and '"queue.status"' in e.data)
+            assert json.loads(status.data)["queue_position"] == 0 and not json.loads(status.data)["admitted"]
+            _wait(lambda: srv.engine.pending == 1, 60)  # only the held request is left, still running
+            gone = list(srv.engine.history)[-1]
+            assert gone["finish_reason"] == "cancelled" and gone["output_tokens"] == 0
+        assert srv.engine.wait_idle(60)
+
+
 def test_the_servers_429_carries_a_retry_after_from_the_backlog():
     from workbench.serving import chat
 
@@ -289,6 +492,7 @@ def test_the_servers_429_carries_a_retry_after_from_the_backlog():
     (["--engine", "continuous", "--policy", "sjf"], "policy"),
     (["--policy", "lanes", "--lane-threshold", "0"], "lane_threshold_tokens"),
     (["--policy", "sjf", "--aging-s", "-1"], "aging_s"),
+    (["--policy", "sjf", "--sjf-predictor", "oracle"], "predictor"),
 ])
 def test_serve_refuses_bad_policy_options_in_one_line_before_the_model_loads(args, name, monkeypatch, capsys):
     from conftest import no_work

@@ -17,12 +17,24 @@ its backlog, which the load generator honours (``max_retries``).
 the mixed workload on ``engine`` (``fifo`` or ``static``; the ``continuous`` engine's admission is the library's
 own FIFO); with ``turns`` > 0 one ``multiturn`` point per ``multiturn_prefix_sharing`` value
 (``conversations`` concurrent conversations whose context grows turn by turn: each turn's prompt is the whole
-history). With prefix sharing in the list, the multi-turn points run on the ``continuous`` engine with its prefix
-cache on / off (:func:`prefix_sharing_available`: an engines module with ``make_engine(prefix_sharing=...)``), and
-``cache_hit_rate`` (cached over prompt tokens, from the rows' ``cached_tokens``) stands next to the TTFT by turn;
-without it the hit rate is NaN, "not available". Shared-prefix groups: with ``shared_prefix_tokens`` > 0 every
-conversation opens with the same system message (a document of that many tokens), so the conversations share a
-prefix as well as their own growing history.
+history); with ``prefix_group_requests`` > 0 one ``shared_prefix`` point per value (a group of requests that open
+with the same system document of ``shared_prefix_tokens`` tokens, one after another: many users of one system
+prompt or document). With ``shared_prefix_tokens`` > 0 the conversations open with that document too, so they
+share a prefix as well as their own growing history. With prefix sharing in the list, these points run on the
+``continuous`` engine with its prefix cache on / off (:func:`prefix_sharing_available`: an engines module with
+``make_engine(prefix_sharing=...)``), and :func:`prefix_savings` puts the cache hit rate (cached over prompt
+tokens, from the rows' ``cached_tokens``) next to the TTFT it saved (off - on, paired by conversation and turn,
+with its interval; "not supported" when the interval straddles 0); without it the hit rate is NaN, "not
+available".
+
+**Which engine shows a policy** (``engine``): ``fifo`` serves one request at a time, so near its knee a queue
+forms and the order is what the short requests wait for (``benchmarks/scheduling.py --engine fifo``,
+results/LOG.md: short TTFT p90 0.22x of fcfs under ``sjf`` and ``lanes``). A ``static`` engine at the same load
+factor (of the one-at-a-time capacity) shows no difference between policies: its batches of up to
+``max_batch_size`` raise its capacity above the offered rate, so the queue rarely holds more than one batch
+when a batch forms, every waiting request joins it whatever the order, and a short row admitted next still waits
+for the running batch's longest row. A policy reorders a static engine's queue only at loads where more requests
+wait than a batch holds.
 
 **Per request**: ``request_class``, ``priority``, ``max_tokens``, ``slowdown`` (``e2e_s`` over the class's
 service alone), ``queue_position`` / ``eta_s`` (what the queue told at arrival) and ``eta_error_s``
@@ -54,7 +66,8 @@ from ..serving import load, scheduling
 
 EXPERIMENT = "scheduling"
 CLASSES = ("interactive", "background")
-WORKLOADS = ("mixed", "multiturn")
+WORKLOADS = ("mixed", "multiturn", "shared_prefix")
+PREFIX_WORKLOADS = ("multiturn", "shared_prefix")
 ENGINES = ("fifo", "static")
 TRACE_FIELDS = ("offset_s", "prompt_tokens", "output_tokens", "request_class")
 
@@ -65,7 +78,8 @@ class Config(sweeps.SweepConfig):
 
     Attributes:
         policies: subset of :data:`workbench.serving.scheduling.POLICIES`.
-        engine: ``fifo`` or ``static``.
+        engine: ``fifo`` (default: one request at a time, where the order shows) or ``static`` (see the module
+            docstring: at the same load factor its batches leave the policies nothing to reorder).
         requests_per_point: requests of the mixed workload (>= 4).
         short_share: share of interactive requests (0, 1).
         short_prompt_tokens, long_prompt_tokens: prompt lengths drawn uniformly per class (>= 32 each).
@@ -73,21 +87,26 @@ class Config(sweeps.SweepConfig):
         load_factor: offered rate over the one-at-a-time capacity on the mix (> 0; near 1: the knee).
         max_batch_size, batch_window_s: the ``static`` engine's batch limit and window.
         aging_s: ``sjf`` / ``lanes`` wait bound base (> 0); lane_threshold_tokens: ``lanes`` long threshold (> 0);
-            long_cap: ``lanes`` long requests at once (>= 1).
+            long_cap: ``lanes`` long requests at once (>= 1); sjf_predictor: ``sjf``'s job size, ``proxy``
+            (``max_tokens`` and prompt length) or ``fitted`` (a fit of the service time on them from the engine's own
+            finished requests: :class:`workbench.serving.scheduling.ServiceFit`).
         class_slo_ttft_s: per class TTFT limit in seconds (every class of the workload needs one).
         abandon_share, patience_s: share of clients that give up, and after how long without a token.
         max_pending: the engine's admission limit (None: unbounded), max_retries: Retry-After resends.
         turns, conversations: the multi-turn points (turns 0: none).
-        shared_prefix_tokens: a system message of this many tokens shared by every conversation (0: none).
-        multiturn_prefix_sharing: one multi-turn point per value; any True runs them all on the ``continuous``
-            engine with its prefix sharing on / off (needs an engines module with that switch: ParameterError
-            otherwise), reporting ``cache_hit_rate`` next to the TTFT by turn.
+        shared_prefix_tokens: a system message of this many tokens shared by every conversation and by every
+            request of the shared-prefix group (0: none).
+        prefix_group_requests: the shared-prefix group: requests sharing the ``shared_prefix_tokens`` document, one
+            after another (0: no such points; else >= 2, and ``shared_prefix_tokens`` >= 32).
+        multiturn_prefix_sharing: one multi-turn (and one shared-prefix) point per value; any True runs them all on
+            the ``continuous`` engine with its prefix sharing on / off (needs an engines module with that switch:
+            ParameterError otherwise), reporting ``cache_hit_rate`` next to the TTFT it saved (:func:`prefix_savings`).
         trace: a mixed trace JSONL (:func:`read_mixed_trace`); empty: generated (:func:`mixed_trace`).
         max_wait_s: over-saturation stop rule (seconds a request may be in flight).
     """
 
     policies: list = dataclasses.field(default_factory=lambda: list(scheduling.POLICIES))
-    engine: str = "static"
+    engine: str = "fifo"
     requests_per_point: int = 16
     short_share: float = 0.7
     short_prompt_tokens: list = dataclasses.field(default_factory=lambda: [32, 48])
@@ -100,6 +119,7 @@ class Config(sweeps.SweepConfig):
     aging_s: float = 20.0
     lane_threshold_tokens: int = 16
     long_cap: int = 1
+    sjf_predictor: str = "proxy"
     class_slo_ttft_s: dict = dataclasses.field(default_factory=lambda: {"interactive": 2.0, "background": 30.0})
     abandon_share: float = 0.0
     patience_s: float = 30.0
@@ -109,6 +129,7 @@ class Config(sweeps.SweepConfig):
     conversations: int = 2
     multiturn_prefix_sharing: list = dataclasses.field(default_factory=lambda: [False])
     shared_prefix_tokens: int = 0
+    prefix_group_requests: int = 0
     trace: str = ""
     max_wait_s: float = 120.0
 
@@ -127,8 +148,9 @@ class Config(sweeps.SweepConfig):
         checks.check_float("load_factor", self.load_factor, lo=0, lo_open=True)
         checks.check_int("max_batch_size", self.max_batch_size, lo=1)
         checks.check_float("batch_window_s", self.batch_window_s, lo=0)
+        checks.check_choice("sjf_predictor", self.sjf_predictor, scheduling.PREDICTORS)
         scheduling.make_queue("fcfs", self.engine, aging_s=self.aging_s, lane_threshold_tokens=self.lane_threshold_tokens,
-                              long_cap=self.long_cap)  # the policy options' one-line errors
+                              long_cap=self.long_cap, predictor=self.sjf_predictor)  # the options' one-line errors
         check_class_slos(self.class_slo_ttft_s, CLASSES)
         checks.check_float("abandon_share", self.abandon_share, lo=0, hi=1)
         checks.check_float("patience_s", self.patience_s, lo=0, lo_open=True)
@@ -138,6 +160,12 @@ class Config(sweeps.SweepConfig):
         checks.check_int("turns", self.turns, lo=0)
         checks.check_int("conversations", self.conversations, lo=1)
         checks.check_int("shared_prefix_tokens", self.shared_prefix_tokens, lo=0)
+        checks.check_int("prefix_group_requests", self.prefix_group_requests, lo=0)
+        if self.prefix_group_requests == 1:
+            raise ParameterError("prefix_group_requests: 0 (none) or at least 2 requests sharing the document (got 1)")
+        if self.prefix_group_requests and self.shared_prefix_tokens < 32:
+            raise ParameterError(f"prefix_group_requests: the shared-prefix group needs shared_prefix_tokens >= 32 "
+                                 f"(the document its requests share; got {self.shared_prefix_tokens})")
         if not isinstance(self.multiturn_prefix_sharing, list) or not self.multiturn_prefix_sharing or \
                 len(set(map(bool, self.multiturn_prefix_sharing))) != len(self.multiturn_prefix_sharing):
             raise ParameterError(f"multiturn_prefix_sharing: a non-empty list of distinct booleans "
@@ -157,14 +185,17 @@ class Config(sweeps.SweepConfig):
 
     def grid(self) -> list[dict]:
         """One ``mixed`` point per policy, then one ``multiturn`` point (``fcfs``) per ``multiturn_prefix_sharing``
-        value when ``turns`` > 0."""
+        value when ``turns`` > 0, then one ``shared_prefix`` point per value when ``prefix_group_requests`` > 0."""
         pts = [{"workload": "mixed", "policy": p, "prefix_sharing": False} for p in self.policies]
-        return pts + ([{"workload": "multiturn", "policy": "fcfs", "prefix_sharing": bool(v)}
-                       for v in self.multiturn_prefix_sharing] if self.turns else [])
+        for workload, on in (("multiturn", self.turns > 0), ("shared_prefix", self.prefix_group_requests > 0)):
+            pts += [{"workload": workload, "policy": "fcfs", "prefix_sharing": bool(v)}
+                    for v in self.multiturn_prefix_sharing] if on else []
+        return pts
 
     def queue(self, policy: str) -> scheduling.PolicyQueue:
         return scheduling.make_queue(policy, self.engine, aging_s=self.aging_s,
-                                     lane_threshold_tokens=self.lane_threshold_tokens, long_cap=self.long_cap)
+                                     lane_threshold_tokens=self.lane_threshold_tokens, long_cap=self.long_cap,
+                                     predictor=self.sjf_predictor)
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -302,6 +333,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     cal = state["calibration"]
     if point["workload"] == "multiturn":
         return _multiturn(loaded, cfg, bool(point.get("prefix_sharing")))
+    if point["workload"] == "shared_prefix":
+        return _shared_prefix(loaded, cfg, bool(point.get("prefix_sharing")))
     rows_in = trace_rows(cfg, cal["rate_rps"])
     rows, res, warmup_s = run_policy(loaded, cfg, point["policy"], rows_in, cal["alone_s"])
     extra = {k: v for k, v in res.summary.items() if k not in ("wall_s", "rate", "concurrency")}
@@ -381,6 +414,38 @@ def class_columns(rows: pd.DataFrame, class_slo_ttft_s: dict, window_s: float) -
     return out
 
 
+def _prefix_engine(loaded, cfg: Config, prefix_sharing: bool, max_seq_tokens: int):
+    """The engine of the multi-turn and shared-prefix points: with prefix sharing in ``multiturn_prefix_sharing`` the
+    ``continuous`` engine with its prefix cache on / off (the same engine both ways, so only the cache differs);
+    otherwise ``cfg.engine`` under ``fcfs``."""
+    if any(cfg.multiturn_prefix_sharing):
+        return engines_mod.make_engine("continuous", loaded, cfg.max_batch_size, cfg.batch_window_s, cfg.settings(),
+                                       max_seq_tokens, prefix_sharing=prefix_sharing)
+    return _engine(loaded, cfg, "fcfs")
+
+
+def _prime_engine(send, tokenizer, cfg: Config) -> None:
+    """``cfg.warmup`` untimed requests that share no cache page with the measured ones (a system message and a
+    source window of their own), so a fresh engine's first-call costs stay out of the first turn."""
+    from ..prompts import build_prompt
+
+    for i in range(cfg.warmup):
+        user = build_prompt(tokenizer, cfg.short_prompt_tokens[0], offset=20_000 + 128 * i, chat=False)
+        send(load.RequestSpec([{"role": "system", "content": "Warm-up."}, {"role": "user", "content": user}],
+                              cfg.short_max_tokens), time.perf_counter())
+
+
+def _turn_row(row: dict, cfg: Config, conversation: int, turn: int) -> dict:
+    """A multi-turn or shared-prefix row: the engine sender's figures (bookkeeping stamps dropped) with its
+    ``conversation`` and ``turn`` (the pairing key between prefix sharing on and off)."""
+    out = dict({k: v for k, v in row.items() if k not in ("t_sent", "t_done", "t_headers")},
+               conversation=conversation, turn=turn, request_class="interactive", priority=0,
+               max_tokens=cfg.short_max_tokens, max_new_tokens=cfg.short_max_tokens, temperature=0.0,
+               context_tokens=row.get("prompt_tokens"))
+    out["engine_batch"] = out.pop("batch_size", None)
+    return out
+
+
 def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult:
     """``conversations`` conversations at once, ``turns`` turns each: turn ``k`` sends the whole history (each
     earlier user message and a fixed assistant reply of ``short_max_tokens`` words), so its prompt grows turn
@@ -388,12 +453,8 @@ def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult
     from ..prompts import build_prompt
 
     tok = loaded.tokenizer
-    if any(cfg.multiturn_prefix_sharing):  # the continuous engine, sharing on or off: the same engine both ways
-        ctx = (max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 16) * (cfg.turns + 1) + cfg.shared_prefix_tokens + 64
-        eng = engines_mod.make_engine("continuous", loaded, cfg.max_batch_size, cfg.batch_window_s, cfg.settings(),
-                                      ctx, prefix_sharing=prefix_sharing)
-    else:
-        eng = _engine(loaded, cfg, "fcfs")
+    ctx = (max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 16) * (cfg.turns + 1) + cfg.shared_prefix_tokens + 64
+    eng = _prefix_engine(loaded, cfg, prefix_sharing, ctx)
     rows, lock = [], threading.Lock()
     send = load.engine_sender(eng, tok, cfg.settings())
     reply = " ".join(["ok"] * cfg.short_max_tokens)
@@ -407,13 +468,13 @@ def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult
             row = send(load.RequestSpec(list(history), cfg.short_max_tokens), time.perf_counter())
             history.append({"role": "assistant", "content": reply})
             with lock:
-                rows.append(dict({k: v for k, v in row.items() if k not in ("t_sent", "t_done", "t_headers")},
-                                 conversation=conv, turn=turn, request_class="interactive", priority=0,
-                                 max_tokens=cfg.short_max_tokens, max_new_tokens=cfg.short_max_tokens, temperature=0.0,
-                                 context_tokens=row.get("prompt_tokens")))
+                rows.append(_turn_row(row, cfg, conv, turn))
 
-    t0 = time.perf_counter()
     try:
+        t = time.perf_counter()
+        _prime_engine(send, tok, cfg)
+        t0 = time.perf_counter()
+        warmup_s = t0 - t
         threads = [threading.Thread(target=talk, args=(c,), daemon=True) for c in range(cfg.conversations)]
         for th in threads:
             th.start()
@@ -422,11 +483,41 @@ def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult
     finally:
         eng.stop()
     wall = time.perf_counter() - t0
-    for r in rows:
-        r["engine_batch"] = r.pop("batch_size", None)
     extra = {"profile": "multiturn", "stopped_early": False, "offered_rps": float("nan"),
              **cache_columns(pd.DataFrame(rows), prefix_sharing)}
-    return PointResult(requests=rows, wall_s=wall, warmup_s=None, extra=extra)
+    return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s if cfg.warmup else None, extra=extra)
+
+
+def _shared_prefix(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult:
+    """A shared-prefix group: ``prefix_group_requests`` requests, one after another (each sent when the previous
+    one ended: a closed loop, so a request's prefix pages are complete before the next one looks for them), each
+    opening with the same system document of ``shared_prefix_tokens`` tokens and asking its own question of
+    ``short_prompt_tokens[0]`` tokens (many users of one system prompt or one document). Rows: ``conversation``
+    (the request's index) and ``turn`` 1, the engine sender's figures."""
+    from ..prompts import build_prompt
+
+    tok = loaded.tokenizer
+    eng = _prefix_engine(loaded, cfg, prefix_sharing,
+                         cfg.shared_prefix_tokens + max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 64)
+    doc = build_prompt(tok, cfg.shared_prefix_tokens, offset=10_000, chat=False)
+    send = load.engine_sender(eng, tok, cfg.settings())
+    rows = []
+    try:
+        t = time.perf_counter()
+        _prime_engine(send, tok, cfg)
+        t0 = time.perf_counter()
+        warmup_s = t0 - t
+        for i in range(cfg.prefix_group_requests):
+            user = build_prompt(tok, cfg.short_prompt_tokens[0], offset=30_000 + 128 * i, chat=False)
+            spec = load.RequestSpec([{"role": "system", "content": doc}, {"role": "user", "content": user}],
+                                    cfg.short_max_tokens)
+            rows.append(_turn_row(send(spec, time.perf_counter()), cfg, i, 1))
+    finally:
+        eng.stop()
+    extra = {"profile": "shared_prefix", "stopped_early": False, "offered_rps": float("nan"),
+             **cache_columns(pd.DataFrame(rows), prefix_sharing)}
+    return PointResult(requests=rows, wall_s=time.perf_counter() - t0, warmup_s=warmup_s if cfg.warmup else None,
+                       extra=extra)
 
 
 def cache_columns(rows: pd.DataFrame, prefix_sharing: bool) -> dict:
@@ -487,6 +578,85 @@ def _mixed(requests: pd.DataFrame) -> pd.DataFrame:
     return requests[requests["workload"] == "mixed"]
 
 
+def _served(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows that produced at least one token without error (failed and abandoned ones left out)."""
+    err = rows["error"].isna() if "error" in rows else pd.Series(True, index=rows.index)
+    return rows[err & (pd.to_numeric(rows.get("output_tokens"), errors="coerce") >= 1)]
+
+
+def prefix_savings(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """What prefix sharing saved, per prefix workload (``multiturn``, ``shared_prefix``) measured with sharing off
+    and on (usable points only: :func:`workbench.evidence.usable_points`).
+
+    Requests are paired across the two points by ``conversation`` and ``turn`` (the same prompt both ways); failed
+    and abandoned ones are left out.
+
+    Returns:
+        One row per workload: ``workload``, ``pairs``, ``cache_hit_rate_off`` / ``cache_hit_rate_on`` (cached over
+        prompt tokens of the paired requests, :func:`cache_columns`), ``ttft_s_p50_off`` / ``ttft_s_p50_on``,
+        ``ttft_saved_s`` (the mean of the paired differences TTFT off - on, seconds) with ``ttft_saved_s_low`` /
+        ``ttft_saved_s_high`` (Student-t 95% interval over the pairs, :func:`workbench.evidence.t_interval`; the
+        pairs of one run share an engine, so it is a guide) and ``method``, and ``verdict``: ``saves`` / ``costs``
+        when the interval excludes 0, ``not supported: the interval straddles 0`` when it does not, ``not
+        supported: <reason>`` without an interval. Empty when no workload has both sides.
+    """
+    cols = ["workload", "pairs", "cache_hit_rate_off", "cache_hit_rate_on", "ttft_s_p50_off", "ttft_s_p50_on",
+            "ttft_saved_s", "ttft_saved_s_low", "ttft_saved_s_high", "method", "verdict"]
+    if points is None or points.empty or requests is None or requests.empty or "workload" not in requests:
+        return pd.DataFrame(columns=cols)
+    use = evidence.usable_points(points)
+    req = requests[requests["point_id"].isin(use.get("point_id", [])) & requests["workload"].isin(PREFIX_WORKLOADS)]
+    out = []
+    for w, g in _served(req).groupby("workload", sort=False):
+        share = g["prefix_sharing"].fillna(False).astype(bool)
+        on, off = (g[share].set_index(["conversation", "turn"]), g[~share].set_index(["conversation", "turn"]))
+        both = on.index.intersection(off.index)
+        if not len(both):
+            continue
+        on, off = on.loc[both], off.loc[both]
+        diff = (pd.to_numeric(off["ttft_s"], errors="coerce").to_numpy()
+                - pd.to_numeric(on["ttft_s"], errors="coerce").to_numpy())
+        iv = evidence.t_interval(diff, unit="request pairs")
+        verdict = evidence.difference_verdict(iv)
+        word = {"higher": "saves", "lower": "costs",
+                "no difference beyond noise": "not supported: the interval straddles 0"}.get(
+                    verdict, f"not supported: {iv.reason or 'no interval'}")
+        out.append({"workload": w, "pairs": int(len(both)),
+                    "cache_hit_rate_off": cache_columns(off.reset_index(), False)["cache_hit_rate"],
+                    "cache_hit_rate_on": cache_columns(on.reset_index(), True)["cache_hit_rate"],
+                    "ttft_s_p50_off": metrics.percentiles(off["ttft_s"], (50,))["p50"],
+                    "ttft_s_p50_on": metrics.percentiles(on["ttft_s"], (50,))["p50"],
+                    "ttft_saved_s": iv.estimate, "ttft_saved_s_low": iv.low, "ttft_saved_s_high": iv.high,
+                    "method": iv.method, "verdict": word})
+    return pd.DataFrame(out, columns=cols)
+
+
+def prefix_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Finding | None:
+    """The prefix-sharing part of the finding: per workload the cache hit rate next to the TTFT it saved, with its
+    interval and the number of request pairs, "not supported" where the interval straddles 0 (:func:`prefix_savings`);
+    "not supported" when sharing was measured off and on but no such pair of points is usable (invalid points);
+    None when no workload was measured both ways."""
+    sav = prefix_savings(points, requests)
+    if sav.empty:
+        if not _measured_both_ways(points):
+            return None
+        return evidence.Finding("Prefix sharing: not supported: no usable pair of points with sharing off and on.",
+                                "the prefix points are invalid or failed", False, ())
+    parts = []
+    for r in sav.itertuples():
+        iv = evidence.Interval(r.ttft_saved_s, r.ttft_saved_s_low, r.ttft_saved_s_high, r.pairs, r.method)
+        hit = "n/a" if r.cache_hit_rate_on != r.cache_hit_rate_on else f"{r.cache_hit_rate_on:.0%}"
+        tail = "" if r.verdict in ("saves", "costs") else f": {r.verdict}"
+        parts.append(f"{r.workload.replace('_', '-')}: cache hit rate {hit} with sharing on, TTFT saved per request "
+                     f"{iv.describe('{:+.3f}', ' s')}{tail}")
+    use = evidence.usable_points(points)
+    ids = evidence.point_ids(use[use.get("workload", pd.Series(dtype=str)).isin(PREFIX_WORKLOADS)])
+    return evidence.Finding("Prefix sharing (continuous engine, on vs off, paired by request): "
+                            + "; ".join(parts) + ".",
+                            ", ".join(f"{r.workload}: {r.pairs} request pairs" for r in sav.itertuples()),
+                            bool(sav["verdict"].isin(["saves", "costs"]).any()), ids)
+
+
 def paired_ratio(requests: pd.DataFrame, policy: str, column: str, request_class: str,
                  base: str = "fcfs") -> evidence.Interval:
     """``column`` under ``policy`` over ``base`` for the class's requests, matched by ``request_id`` (the same
@@ -528,7 +698,14 @@ def recommend(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
 
 def finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Finding:
     """The headline: which policy helps the interactive requests' TTFT over ``fcfs`` (paired ratio with its
-    interval) and what it costs the background requests' e2e; "not supported" where no interval excludes 1."""
+    interval) and what it costs the background requests' e2e, "not supported" where no interval excludes 1; then,
+    where sharing was measured off and on, what prefix sharing saved (:func:`prefix_finding`)."""
+    main = _policy_finding(points, requests)
+    prefix = prefix_finding(points, requests)
+    return main if prefix is None else evidence.join([main, prefix])
+
+
+def _policy_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Finding:
     rec = recommend(points, requests)
     use = evidence.usable_points(points, serving=True)
     ids = evidence.point_ids(use)
@@ -647,6 +824,38 @@ def ttft_by_turn(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def _measured_both_ways(points: pd.DataFrame) -> bool:
+    """Whether some prefix workload has points with sharing off and on (usable or not)."""
+    if points is None or points.empty or not {"workload", "prefix_sharing"} <= set(points.columns):
+        return False
+    pre = points[points["workload"].isin(PREFIX_WORKLOADS)]
+    return any(g["prefix_sharing"].fillna(False).astype(bool).nunique() == 2 for _, g in pre.groupby("workload"))
+
+
+def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
+    """Cache hit rate with prefix sharing on against the TTFT it saved per request (off - on, paired; the bar is the
+    95% interval), one marker per prefix workload, its verdict and pairs in the label (:func:`prefix_savings`)."""
+    sav = prefix_savings(points, requests)
+    fig = go.Figure()
+    for r in sav.itertuples():
+        shown = r.ttft_saved_s_low == r.ttft_saved_s_low
+        fig.add_trace(go.Scatter(
+            x=[r.cache_hit_rate_on], y=[r.ttft_saved_s], mode="markers+text", text=[r.verdict],
+            textposition="top center",
+            name=f"{r.workload} ({r.pairs} pairs)",
+            error_y=dict(type="data", symmetric=False, array=[r.ttft_saved_s_high - r.ttft_saved_s if shown else 0],
+                         arrayminus=[r.ttft_saved_s - r.ttft_saved_s_low if shown else 0])))
+    fig.add_hline(y=0, line=dict(color="grey", dash="dot"))
+    if sav.empty:
+        fig.add_annotation(text="no usable pair of points with sharing off and on" if _measured_both_ways(points)
+                           else "prefix sharing was not measured both ways", showarrow=False, xref="paper",
+                           yref="paper", x=0.5, y=0.5)
+    fig.update_layout(title="Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, paired by request)",
+                      xaxis_title="cache hit rate with sharing on (cached / prompt tokens)",
+                      yaxis_title="TTFT saved per request (s, off - on)", xaxis=dict(tickformat=".0%"))
+    return fig
+
+
 def recommendation_table(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
     """The :func:`recommend` table as a figure."""
     rec = recommend(points, requests)
@@ -667,5 +876,6 @@ def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure
         "sched_eta_error": eta_error(requests),
         "sched_goodput_per_class": goodput_per_class(points),
         "sched_ttft_by_turn": ttft_by_turn(points, requests),
+        "sched_prefix_savings": prefix_cache_savings(points, requests),
         "sched_recommendation": recommendation_table(points, requests),
     }

@@ -16,8 +16,10 @@ the request is submitted until its response starts (the whole request when not s
 (:class:`DisconnectWatch`) awaits the connection's ``http.disconnect`` message and stops the engine request
 the moment it comes, whether tokens are flowing or not; the engines check the stop after every decode step,
 so the slot is free within one step, and the engine history records ``cancelled``. Once a stream's
-response has started, the stream's reader notices the disconnect at its next send and cancels it
-(:mod:`workbench.serving.events`).
+response has started, the stream's reader notices the disconnect and cancels it (:mod:`workbench.serving.events`).
+Either way a request that still waits in the engine's queue (a client that gave up while queued, issue 24) is
+taken out of it at once (:func:`client_gone`: :meth:`~workbench.serving.engines.BaseEngine.withdraw`), so its place
+(``pending``, the 429 limit) is free before the worker would have reached it.
 
 **The model field**: a request naming a model must name the served one or an alias
 (:func:`workbench.serving.http.check_model`: 404 ``NotFoundError``, 400 when too long).
@@ -195,13 +197,19 @@ class Reply:
             self.emit("done", info)
 
 
+def client_gone(engine, req: engines.EngineRequest) -> None:
+    """The client of ``req`` left: stop it with ``cancelled`` and, while it still waits in ``engine``'s queue,
+    take it out and finish it now (:meth:`~workbench.serving.engines.BaseEngine.withdraw`), freeing its place."""
+    engine.withdraw(req, "cancelled")
+
+
 class DisconnectWatch:
     """Stop an engine request the moment its client disconnects (a task awaiting ``http.disconnect``).
 
     While it runs it is the connection's only reader of ASGI messages (the body is read already), so it is
     stopped (:meth:`close`) before a streaming response starts (the response listens itself). On a disconnect
-    it stops the request with ``cancelled`` and puts ``("gone", None)`` in the reply's events, waking the
-    handler.
+    it puts ``("gone", None)`` in the reply's events, waking the handler, and withdraws the request
+    (:func:`client_gone`: stopped with ``cancelled``, out of the queue at once if it still waits there).
     """
 
     def __init__(self, request: Request, reply: Reply):
@@ -215,8 +223,8 @@ class DisconnectWatch:
             if message.get("type") == "http.disconnect":
                 break
         self.gone = True
-        self._reply.request.stop("cancelled")
-        self._reply.events.put_nowait(("gone", None))
+        self._reply.events.put_nowait(("gone", None))  # before the "done" a withdrawn request's end emits
+        client_gone(self._request.app.state.engine, self._reply.request)
 
     def close(self) -> None:
         if not self.task.done():
@@ -434,8 +442,8 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
             yield DONE
             finished = True
         finally:
-            if not finished:  # client went away (or the server is shutting down): stop decoding
-                ereq.stop("cancelled")
+            if not finished:  # client went away (or the server is shutting down): stop decoding, free its place
+                client_gone(engine, ereq)
 
     resumable = bool(req.stream_options and req.stream_options.resumable)  # outlive the connection
     streams = request.app.state.streams

@@ -236,7 +236,8 @@ class BaseEngine:
         scheduling.check_policy(self.queue.policy, self.name)
         self.policy = self.queue.policy
         self.history: deque = deque(maxlen=HISTORY)
-        self.observers: list[Callable] = [self.queue.rate]  # the service-rate estimate behind queue ETAs
+        # the service-rate estimate behind queue ETAs, and the service-time fit of sjf's fitted predictor
+        self.observers: list[Callable] = [self.queue.rate, self.queue.fit]
         self.in_flight: dict[str, EngineRequest] = {}
         self.rejected = 0
         self._shutting_down = False

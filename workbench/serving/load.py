@@ -208,7 +208,17 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     ``Authorization``, :mod:`workbench.serving.endpoint`); ``extra_body``: fields merged into every request body.
 
     A server whose stream carries no ``usage`` (it ignores ``stream_options``): ``output_tokens`` falls back to
-    the number of content chunks and ``token_count_source`` says ``chunks`` (else ``usage``).
+    the number of content chunks and ``token_count_source`` says ``chunks`` (else ``usage``). ``cached_tokens`` is
+    ``usage.prompt_tokens_details.cached_tokens`` (None when the server sends none).
+
+    **Abandonment** (a spec's ``patience_s``, :func:`with_patience`; AIPerf's request cancellation): when no content
+    token has arrived ``patience_s`` seconds after the request's scheduled time, the client gives up and closes its
+    connection (:class:`_Patience`: the socket is shut down, which wakes the blocked read and tells the server, whose
+    disconnect watch cancels the request and frees its place). The row then has ``abandoned`` True,
+    ``finish_reason`` ``abandoned``, no error and no output tokens, as :func:`engine_sender` writes it (``abandoned``
+    is False on every other row). Such a request goes over a connection of its own (a client without keep-alive,
+    built like the default one), so exactly that connection is closed; with a caller's ``client`` a pooled
+    connection may be reused, and then it is closed at the first byte after the deadline instead.
     """
     import httpx
 
@@ -216,6 +226,9 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
 
     http = client or httpx.Client(timeout=timeout, trust_env=False,
                                   limits=httpx.Limits(max_connections=1024, max_keepalive_connections=64))
+    # a patient request's own connection: opened for it (the trace sees it), closed when it gives up
+    patient_http = client or httpx.Client(timeout=timeout, trust_env=False,
+                                          limits=httpx.Limits(max_connections=1024, max_keepalive_connections=0))
     url = base_url.rstrip("/") + "/v1/chat/completions"
 
     def send(spec: RequestSpec, t_scheduled: float) -> dict:
@@ -225,16 +238,24 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
                 "ignore_eos": ignore_eos, **(extra_body or {})}
         if getattr(spec, "priority", 0):
             body["priority"] = spec.priority
+        patience = getattr(spec, "patience_s", None)
         row = {"t_sent": time.perf_counter()}
+        give_up = _Patience(t_scheduled + patience) if patience is not None else None
         stamps, parts, engine, usage, finish = [], [], {}, None, None
         try:
-            with http.stream("POST", url, json=body, headers=headers or None) as resp:
+            with (patient_http if give_up else http).stream(
+                    "POST", url, json=body, headers=headers or None,
+                    extensions={"trace": give_up.trace} if give_up else None) as resp:
                 row["t_headers"] = time.perf_counter()
+                if give_up:
+                    give_up.attach(resp.extensions.get("network_stream"))
                 if resp.status_code != 200:
                     resp.read()
                     row.update(_refusal(resp.status_code, resp.headers.get("retry-after")))
                     raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
                 for line in resp.iter_lines():
+                    if give_up and give_up.abandoned:
+                        break  # leaving the block closes the connection
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
                     t = time.perf_counter()
@@ -243,7 +264,11 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
                         raise RuntimeError(f"server error: {obj['error'].get('message')}")
                     engine = obj.get("engine") or engine
                     usage = obj.get("usage") or usage
-                    for c in obj.get("choices", []):
+                    choices = obj.get("choices", [])
+                    if give_up and any((c.get("delta") or {}).get("content") for c in choices) \
+                            and not give_up.got_content():
+                        break  # it came after the client gave up
+                    for c in choices:
                         if (c.get("delta") or {}).get("content"):
                             stamps.append(t)
                             parts.append(c["delta"]["content"])
@@ -251,6 +276,11 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         except Exception as exc:  # a failed request is a row (an SLO miss), never a crash of the run
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
         row["t_done"] = time.perf_counter()
+        row["abandoned"] = bool(give_up and give_up.finish())
+        if row["abandoned"]:  # the client closed the connection: no error, nothing to retry, nothing received
+            row["error"], finish, usage, engine, stamps, parts = None, "abandoned", None, {}, [], []
+            for k in ("http_status", "retry_after_s"):
+                row.pop(k, None)
         row.setdefault("error", None)
         timing = metrics.request_timing(stamps, t_scheduled)
         n_out = usage.get("completion_tokens") if usage else None
@@ -271,7 +301,8 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
                    tpot_s=engine.get("tpot_s", nan) if engine else client_tpot, itl_s=engine.get("itl_s") or [],
                    queue_s=engine.get("queue_s", nan) if engine else nan, text="".join(parts),
                    prefill_s=engine.get("prefill_s", nan) if engine else nan,
-                   engine_ttft_s=engine.get("engine_ttft_s", engine.get("ttft_s", nan)) if engine else nan)
+                   engine_ttft_s=engine.get("engine_ttft_s", engine.get("ttft_s", nan)) if engine else nan,
+                   cached_tokens=((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens"))
         if row.get("error") or n_out is None:
             row["output_tokens"] = 0 if row.get("error") else row["output_tokens"]
         for k in ("tpot_s", "queue_s", "engine_ttft_s", "prefill_s"):
@@ -279,6 +310,70 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         return row
 
     return send
+
+
+class _Patience:
+    """A client's patience for one HTTP request (:func:`http_sender`): at ``deadline`` (``perf_counter``), unless a
+    content token came first, the client gives up: :attr:`abandoned` is set and the request's connection is shut
+    down (``socket.shutdown``: the blocked read wakes with an error and the server sees the disconnect).
+
+    The connection comes from ``httpcore``'s ``trace`` extension (:meth:`trace`, when the connection is opened) or
+    the response's ``network_stream`` (:meth:`attach`, when the headers came); one that is not known yet at the
+    deadline is shut down the moment it is. :meth:`finish` ends the wait (no abandonment after it).
+    """
+
+    def __init__(self, deadline: float):
+        self.abandoned = False
+        self._content = self._finished = False
+        self._stream = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, deadline - time.perf_counter()), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, event: str, info: dict) -> None:
+        """``httpcore``'s trace callback: keeps the network stream of a connection opened for the request."""
+        if event == "connection.connect_tcp.complete":
+            self.attach(info.get("return_value"))
+
+    def attach(self, stream) -> None:
+        """The request's network stream (shut down at once when the client already gave up)."""
+        with self._lock:
+            if stream is not None:
+                self._stream = stream
+            cut = self.abandoned
+        if cut:
+            self._cut()
+
+    def got_content(self) -> bool:
+        """A content token arrived: True when it counts (the client still waited), False when it came too late."""
+        with self._lock:
+            self._content = not self.abandoned
+            return self._content
+
+    def finish(self) -> bool:
+        """The request ended (answer, error or abandonment); True when the client gave up."""
+        self._timer.cancel()
+        with self._lock:
+            self._finished = True
+            return self.abandoned
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._content or self._finished:
+                return
+            self.abandoned = True
+        self._cut()
+
+    def _cut(self) -> None:
+        import socket
+
+        sock = self._stream.get_extra_info("socket") if self._stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed
+                pass
 
 
 def _refusal(status: int, retry_after) -> dict:
@@ -387,7 +482,9 @@ def retrying_sender(send: Callable, max_retries: int = 3, max_retry_wait_s: floa
 
 def with_patience(specs: Sequence[RequestSpec], share: float, patience_s: float, seed: int = 0) -> list[RequestSpec]:
     """Copies of ``specs`` where a random ``share`` of clients (a fixed ``seed`` picks them) abandon their request
-    when no token arrived ``patience_s`` seconds after its scheduled time (AIPerf's request cancellation).
+    when no token arrived ``patience_s`` seconds after its scheduled time (AIPerf's request cancellation). Both
+    senders honour it: :func:`engine_sender` withdraws the request from the engine, :func:`http_sender` closes its
+    connection (the server then withdraws it); either row has ``abandoned`` True.
 
     Raises:
         ParameterError: ``share`` outside [0, 1] or ``patience_s`` <= 0 (one line).

@@ -8,9 +8,14 @@ The waiting queue of a ``fifo`` or ``static`` engine (:class:`workbench.serving.
 
 - ``fcfs``: arrival order (the engines' historical behaviour).
 - ``priority``: the request's integer ``priority``, lower first (vLLM's convention); ties by arrival.
-- ``sjf``: shortest predicted job first. The prediction (:func:`predicted_tokens`) is the request's
-  ``max_new_tokens`` plus ``prefill_weight`` times its prompt tokens (a prompt token costs a fraction of a
-  decode step; the default 1/32 is a stated assumption, not a fit). **Aging**: a request that has waited
+- ``sjf``: shortest predicted job first. The prediction (``predictor``) is either the plain proxy
+  (``proxy``, :func:`predicted_tokens`): the request's ``max_new_tokens`` plus ``prefill_weight`` times its
+  prompt tokens (a prompt token costs a fraction of a decode step; the default 1/32 is a stated assumption, not a
+  fit), or a fit on the engine's own history (``fitted``, :class:`ServiceFit`): a least-squares line of the
+  service time of the last finished requests on their prompt tokens and ``max_new_tokens``, used once
+  ``min_history`` requests over at least two prompt lengths and two output caps have finished (the proxy until
+  then). The fit learns what the proxy assumes (the cost of a prompt token relative to a decode step, here and
+  now) and a fixed cost per request. **Aging**: a request that has waited
   ``aging_s`` or longer is *overdue*; overdue requests go first, in arrival order. The bound: a request
   waits at most ``aging_s`` plus the service of the batch running when it became overdue plus the service of
   the requests that arrived before it and are still waiting then. Requests arriving after it can never pass
@@ -46,6 +51,7 @@ from .. import checks
 from ..errors import ParameterError
 
 POLICIES = ("fcfs", "priority", "sjf", "lanes")
+PREDICTORS = ("proxy", "fitted")           # sjf: the plain proxy, or a fit on the engine's own history
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000   # the range a request's priority may take
 AGING_S = 30.0                              # sjf / lanes: a request waiting this long is served in arrival order
 LANE_THRESHOLD_TOKENS = 64                  # lanes: max_new_tokens at or above this is a long request
@@ -73,6 +79,53 @@ def predicted_tokens(req, prefill_weight: float = PREFILL_WEIGHT) -> float:
     if isinstance(req, list):
         return sum(predicted_tokens(r, prefill_weight) for r in req)
     return req.settings.max_new_tokens + prefill_weight * len(req.input_ids)
+
+
+class ServiceFit:
+    """Least squares of a request's service time on its size, over the engine's own recent history (an observer:
+    ``engine.observers.append(fit)``): ``service_s = c0 + c1 * prompt_tokens + c2 * max_new_tokens``.
+
+    The service time is admission to the last token (``stamps[-1] - t_admit``); requests without a token are not
+    used. The fit (``numpy.linalg.lstsq``) is made only when it is determined: at least ``min_history`` of the last
+    ``window`` finished requests, and their design matrix of full rank (two prompt lengths and two output caps at
+    least, not all in proportion); otherwise :meth:`coefficients` is None and ``sjf`` keeps the proxy.
+
+    Raises:
+        ParameterError: ``window`` < 1 or ``min_history`` < 4 (three parameters need a residual).
+    """
+
+    def __init__(self, window: int = 64, min_history: int = 8):
+        self.window = checks.check_int("window", window, lo=1)
+        self.min_history = checks.check_int("min_history", min_history, lo=4)
+        self._rows: deque = deque(maxlen=window)
+        self._lock = threading.Lock()
+
+    def __call__(self, req, result: dict) -> None:
+        if int(result.get("output_tokens") or 0) < 1 or req.t_admit is None or not req.stamps:
+            return
+        with self._lock:
+            self._rows.append((len(req.input_ids), req.settings.max_new_tokens, req.stamps[-1] - req.t_admit))
+
+    def coefficients(self):
+        """``numpy`` array ``[c0, c1, c2]`` (seconds, seconds per prompt token, seconds per output token of the cap),
+        or None while the fit is not determined (see the class docstring)."""
+        import numpy as np
+
+        with self._lock:
+            rows = list(self._rows)
+        if len(rows) < self.min_history:
+            return None
+        data = np.asarray(rows, dtype=float)
+        design = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
+        coef, _, rank, _ = np.linalg.lstsq(design, data[:, 2], rcond=None)
+        return coef if rank == 3 else None
+
+    @staticmethod
+    def predict_s(req, coef) -> float:
+        """The fitted service time of a request (a group: the sum) under coefficients ``coef``."""
+        if isinstance(req, list):
+            return sum(ServiceFit.predict_s(r, coef) for r in req)
+        return float(coef[0] + coef[1] * len(req.input_ids) + coef[2] * req.settings.max_new_tokens)
 
 
 def _first(item):
@@ -131,10 +184,13 @@ class PolicyQueue:
         aging_s: ``sjf`` / ``lanes``: the wait after which a request goes in arrival order (> 0).
         lane_threshold_tokens: ``lanes``: ``max_new_tokens`` at or above this is long (> 0).
         long_cap: ``lanes``: long requests per batch (>= 1).
+        predictor: ``sjf``'s prediction: ``proxy`` (:func:`predicted_tokens`) or ``fitted`` (:class:`ServiceFit`
+            on the engine's own history, the proxy until the fit is determined).
         clock: the time source (``time.perf_counter``; tests pass a fake).
 
     Attributes:
         rate: the :class:`ServiceRate` the ETAs use (the engine subscribes it to its completions).
+        fit: the :class:`ServiceFit` of ``predictor="fitted"`` (the engine subscribes it too).
         running: the requests being served now (the engine sets it; their remaining tokens enter ETAs).
 
     Raises:
@@ -143,13 +199,15 @@ class PolicyQueue:
 
     def __init__(self, policy: str = "fcfs", aging_s: float = AGING_S,
                  lane_threshold_tokens: int = LANE_THRESHOLD_TOKENS, long_cap: int = LONG_CAP,
-                 clock: Callable[[], float] = time.perf_counter):
+                 predictor: str = "proxy", clock: Callable[[], float] = time.perf_counter):
         self.policy = check_policy(policy)
         self.aging_s = checks.check_float("aging_s", aging_s, lo=0, lo_open=True)
         self.lane_threshold_tokens = checks.check_int("lane_threshold_tokens", lane_threshold_tokens, lo=1)
         self.long_cap = checks.check_int("long_cap", long_cap, lo=1)
+        self.predictor = checks.check_choice("predictor", predictor, PREDICTORS)
         self.clock = clock
         self.rate = ServiceRate()
+        self.fit = ServiceFit()
         self.running: list = []
         self._items: list = []          # (seq, item), arrival order
         self._seq = itertools.count()
@@ -167,14 +225,15 @@ class PolicyQueue:
     def _overdue(self, item, now: float) -> bool:
         return now - _first(item).t_arrival >= self.aging_s
 
-    def _key(self, seq: int, item, now: float) -> tuple:
+    def _key(self, seq: int, item, now: float, coef=None) -> tuple:
         r = _first(item)
         if self.policy == "priority":
             return (getattr(r, "priority", 0), r.t_arrival, seq)
         if self.policy == "sjf":
             if self._overdue(item, now):
                 return (0, r.t_arrival, seq)
-            return (1, predicted_tokens(item), r.t_arrival, seq)
+            size = predicted_tokens(item) if coef is None else ServiceFit.predict_s(item, coef)
+            return (1, size, r.t_arrival, seq)
         if self.policy == "lanes":  # overdue first (arrival order), then the short lane, then the long lane
             if self._overdue(item, now):
                 return (0, r.t_arrival, seq)
@@ -193,7 +252,9 @@ class PolicyQueue:
 
     def _order(self, now: float, accept=None) -> list:
         pool = [(s, it) for s, it in self._items if accept is None or (not isinstance(it, list) and accept(it))]
-        return [it for s, it in sorted(pool, key=lambda p: self._key(p[0], p[1], now))]
+        # one fit for the whole ordering (a completion may refit meanwhile): every item sized the same way
+        coef = self.fit.coefficients() if self.policy == "sjf" and self.predictor == "fitted" else None
+        return [it for s, it in sorted(pool, key=lambda p: self._key(p[0], p[1], now, coef))]
 
     # ------------------------------------------------------------------ queue interface
 
@@ -283,10 +344,10 @@ def make_queue(policy: str = "fcfs", engine: str | None = None, **options) -> Po
         ParameterError: an unknown policy, one the engine cannot apply, a bad option (one line).
     """
     check_policy(policy, engine)
-    unknown = set(options) - {"aging_s", "lane_threshold_tokens", "long_cap"}
+    unknown = set(options) - {"aging_s", "lane_threshold_tokens", "long_cap", "predictor"}
     if unknown:
         raise ParameterError(f"policy_options: unknown {', '.join(sorted(unknown))} "
-                             "(allowed: aging_s, lane_threshold_tokens, long_cap)")
+                             "(allowed: aging_s, lane_threshold_tokens, long_cap, predictor)")
     return PolicyQueue(policy, **options)
 
 

@@ -50,7 +50,8 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
   Prompts are templated and tokenised in a worker thread, off the event loop.
 - **Scheduling** (``--policy``, :mod:`workbench.serving.scheduling`): the engine's queue serves ``fcfs``,
   ``priority`` (the request's integer ``priority`` field, lower first, in [-1000, 1000]; another value is a
-  400 naming ``priority``), ``sjf`` (aging bound ``--aging-s``) or ``lanes`` (``--lane-threshold``,
+  400 naming ``priority``), ``sjf`` (aging bound ``--aging-s``; ``--sjf-predictor``: the plain proxy or a fit on
+  the engine's own history) or ``lanes`` (``--lane-threshold``,
   ``--long-cap``); the ``continuous`` engine admits in the library's FIFO order only. A streaming request with
   ``stream_options.queue_events: true`` starts its response at once and, while it waits, receives
   ``{"object": "queue.status", "queue_position", "eta_s", "admitted"}`` events, the last one ``admitted: true``.
@@ -222,7 +223,8 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
         server_id: names this server's default job store (its ``host:port``; default: this process).
         policy: the engine's scheduling policy (:data:`workbench.serving.scheduling.POLICIES`; a request's
             ``priority`` field matters under ``priority``); ``policy_options``: keyword arguments of
-            :class:`~workbench.serving.scheduling.PolicyQueue` (``aging_s``, ``lane_threshold_tokens``, ``long_cap``).
+            :class:`~workbench.serving.scheduling.PolicyQueue` (``aging_s``, ``lane_threshold_tokens``, ``long_cap``,
+            ``predictor``).
 
     Returns:
         The app; ``app.state.engine`` is its engine (stopped on shutdown), ``app.state.chat`` its
@@ -437,6 +439,9 @@ def main(argv=None, prog: str | None = None) -> None:
     p.add_argument("--lane-threshold", type=int, default=scheduling.LANE_THRESHOLD_TOKENS,
                    help="lanes: max_tokens at or above this is a long request")
     p.add_argument("--long-cap", type=int, default=scheduling.LONG_CAP, help="lanes: long requests running at once")
+    p.add_argument("--sjf-predictor", default="proxy",
+                   help=f"sjf: the predicted job size ({', '.join(scheduling.PREDICTORS)}: max_tokens and prompt "
+                        "length, or a least-squares fit of the service time on them from finished requests)")
     a = p.parse_args(argv)
     try:
         limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes, a.header_read_timeout)
@@ -446,7 +451,8 @@ def main(argv=None, prog: str | None = None) -> None:
               early_headers=a.early_headers, engine=a.engine, max_batch_size=a.max_batch_size,
               batch_window_s=a.batch_window, model_name=a.served_model_name, model_aliases=tuple(a.model_alias),
               prefix_sharing=a.prefix_sharing, body_read_timeout_s=a.body_read_timeout, jobs=jobs, policy=a.policy,
-              policy_options={"aging_s": a.aging_s, "lane_threshold_tokens": a.lane_threshold, "long_cap": a.long_cap})
+              policy_options={"aging_s": a.aging_s, "lane_threshold_tokens": a.lane_threshold, "long_cap": a.long_cap,
+                              "predictor": a.sjf_predictor})
     except ParameterError as exc:  # one line, before anything loads
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
