@@ -195,3 +195,24 @@ def test_reader_point_counts_each_generation_once():
     cols = sr.generation_columns(rows, wall_s=4.0)
     assert cols["requests"] == 2 and cols["output_tokens"] == 20 and cols["output_throughput_tps"] == 5.0
     assert cols["request_throughput_rps"] == 0.5 and cols["n_samples"] == 2
+
+
+def test_endpoint_grid_measures_the_server_as_it_is_and_needs_no_weights():
+    """With an endpoint every part runs against it: the keep-alive part is one point with ``keepalive`` empty (the
+    built-in server's on / off knob does not exist there), and the model's weights are not needed."""
+    ep = {"url": "http://127.0.0.1:9", "model": "m", "name": "ext"}
+    cfg = sr.Config(endpoint=ep, proxy_modes=["direct"])
+    ka = [p for p in cfg.grid() if p["part"] == "keepalive"]
+    assert ka == [{"part": "keepalive", "language": "en", "proxy": "direct", "keepalive": None}]
+    assert not cfg.needs_model() and sr.Config().needs_model()
+    assert [p["keepalive"] for p in sr.Config().grid() if p["part"] == "keepalive"] == [False, True]
+
+
+def test_keepalive_figure_labels_an_endpoint_measured_as_it_is():
+    import pandas as pd
+
+    req = pd.DataFrame([{"part": "keepalive", "keepalive": k, "outcome": o, "target": t}
+                        for k, o, t in ((False, "timeout", None), (True, "ok", None), (None, "timeout", "ext"))])
+    fig = sr.keepalive_figure(req)
+    settings = {x for tr in fig.data for x in tr.x}
+    assert settings == {"no keep-alive", "keep-alive comments", "ext as it is"}
