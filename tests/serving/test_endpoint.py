@@ -360,6 +360,27 @@ def test_streaming_reader_reader_and_keepalive_parts_against_the_endpoint(served
     assert {x for tr in figs["reader_keepalive"].data for x in tr.x} == {"second-server as it is"}
 
 
+def test_streaming_reader_notebook_against_the_endpoint_loads_no_weights(served, keyed, tmp_path, monkeypatch):
+    """Notebook 10's cells with ``endpoint`` set run end to end against the second server without loading the
+    model's weights here (``models.load_model`` is made to fail), and write its rows, figures and finding."""
+    from conftest import execute_in_process
+
+    from workbench import models, notebooks, results
+    from workbench.experiments import streaming_reader
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("notebook 10 loaded the model's weights"))
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    nb = REPO / "notebooks" / "10_streaming_reader.ipynb"
+    params = {"languages": ["en"], "granularities": ["token"], "proxy_modes": ["direct"], "blocker_tokens": 0,
+              "max_new_tokens": 3, "repeats": 1, "warmup": 0,
+              "endpoint": {"url": served, "model": SERVED_MODEL, "api_key_env": KEY_ENV, "name": "second-server"}}
+    run = results.open_run("", label="nb10")
+    execute_in_process(nb, notebooks.validate_parameters(nb, params), run)
+    req = results.read_requests(run, experiment=streaming_reader.EXPERIMENT)
+    assert set(req["part"]) == {"reader", "proxy"} and (req["target"] == "second-server").all()
+    assert (run / "figures").is_dir() and any((run / "figures").iterdir())
+
+
 def test_streaming_reader_checks_the_endpoint_first(keyed):
     from workbench import results
     from workbench.experiments import streaming_reader
