@@ -216,3 +216,15 @@ def test_keepalive_figure_labels_an_endpoint_measured_as_it_is():
     fig = sr.keepalive_figure(req)
     settings = {x for tr in fig.data for x in tr.x}
     assert settings == {"no keep-alive", "keep-alive comments", "ext as it is"}
+
+
+def test_headline_says_when_an_endpoint_reports_no_engine_ttft():
+    """An external server without engine figures: the path's share of TTFT is unknown, said so, never 'nan s'."""
+    import pandas as pd
+
+    nan = float("nan")
+    req = pd.DataFrame([{"part": "proxy", "proxy": "direct", "ttft_s": t, "e2e_s": 2 * t, "engine_ttft_s": nan,
+                         "engine_e2e_s": nan, "first_after_last": None, "chunks": 8, "first_word_s": t,
+                         "first_read_bytes": 300, "first_read_chunks": 1, "longest_stall_s": 0.1} for t in (0.2, 0.3)])
+    text = sr.headline(req)
+    assert "nan" not in text and "no engine TTFT reported" in text and "direct: TTFT 0.250 s" in text

@@ -656,7 +656,11 @@ def headline(requests: pd.DataFrame) -> str:
     if t.empty:
         return "streaming_reader: no proxy measurements."
     by = t.set_index("proxy")
-    parts = [f"{m}: TTFT {by.loc[m, 'ttft_s_p50']:.3f} s, of which path {by.loc[m, 'transport_ttft_s_p50']:.3f} s "
+    def path_share(m):
+        v = by.loc[m, "transport_ttft_s_p50"]
+        return f"of which path {v:.3f} s" if v == v else "path share unknown: no engine TTFT reported"
+
+    parts = [f"{m}: TTFT {by.loc[m, 'ttft_s_p50']:.3f} s, {path_share(m)} "
              f"(e2e {by.loc[m, 'e2e_s_p50']:.3f} s, TTFT/e2e {by.loc[m, 'ttft_share_of_e2e']:.0%})" for m in by.index]
     note = "Client TTFT p50 by path (path = client TTFT minus the engine's): " + "; ".join(parts) + "."
     held = [m for m in by.index if by.loc[m, "first_after_last_share"] >= 0.5]
