@@ -228,3 +228,31 @@ def test_headline_says_when_an_endpoint_reports_no_engine_ttft():
                          "first_read_bytes": 300, "first_read_chunks": 1, "longest_stall_s": 0.1} for t in (0.2, 0.3)])
     text = sr.headline(req)
     assert "nan" not in text and "no engine TTFT reported" in text and "direct: TTFT 0.250 s" in text
+
+
+def test_endpoint_reader_point_without_engine_figures_or_usage():
+    """An OpenAI-compatible stream with no engine figures and no usage (the fake upstream): the reader part's rows
+    count content chunks as tokens (said so), leave the server-side columns empty with the note, and show the
+    chunk timeline at each granularity."""
+    import math
+
+    from workbench.serving import endpoint
+
+    with _FakeChatSSE(n=12, gap_s=0.005) as up:
+        cfg = sr.Config(languages=["en"], granularities=["token", "4 tokens"], proxy_modes=[], blocker_tokens=0,
+                        max_new_tokens=12, repeats=1, endpoint={"url": f"http://127.0.0.1:{up.port}", "model": "m",
+                                                                "name": "fake"})
+        state = {}
+        try:
+            res = sr.measure_point(None, cfg, {"part": "reader", "language": "en", "proxy": "none",
+                                               "keepalive": False}, state)
+        finally:
+            state["bench"].close()
+    rows = {r["granularity"]: r for r in res.requests}
+    assert set(rows) == {"chunk", "4 chunks"} and rows["4 chunks"]["updates"] == 3
+    r = rows["chunk"]
+    assert r["updates"] == r["chunks"] == r["output_tokens"] == 12 and r["token_count_source"] == "chunks"
+    assert r["finish_reason"] == "length" and r["decode_steps"] == 11 and r["itl_s"] == []
+    assert len(r["chunk_itl_s"]) == 11 and r["target"] == "fake"
+    assert r["server_side_note"] == endpoint.SERVER_SIDE_NOTE and math.isnan(r["engine_ttft_s"])
+    assert res.extra["requests"] == 1  # one generation, shown at two granularities
