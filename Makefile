@@ -51,8 +51,9 @@ $(LLAMA_VENV)/.installed:
 
 llama-server: $(LLAMA_VENV)/.installed   ## build llama.cpp's server into .venv-llama/ (once; source build)
 
-# A benchmark client of the field (AIPerf) in its own environment; torch 2.13.0 (the CPU build) goes in first so
-# the client does not pull a CUDA build. Then the cross-check of its TTFT p50 and output-token totals with the server's.
+# Benchmark clients of the field (AIPerf, GuideLLM), each in its own environment; torch 2.13.0 (the CPU build) goes
+# in first so a client does not pull a CUDA build. Then the cross-check of their TTFT p50 and output-token totals
+# with the server's. Never part of `make test`.
 CLIENT_VENV ?= .venv-client
 $(CLIENT_VENV)/.installed:
 	test -x $(CLIENT_VENV)/bin/python || python3 -m venv $(CLIENT_VENV)
@@ -61,8 +62,16 @@ $(CLIENT_VENV)/.installed:
 	$(CLIENT_VENV)/bin/python -m pip install -q aiperf==0.13.0
 	touch $@
 
-client-crosscheck: setup $(CLIENT_VENV)/.installed   ## AIPerf at its defaults vs the server's own figures, per engine
-	$(PY) benchmarks/client_crosscheck.py --aiperf $(CLIENT_VENV)/bin/aiperf
+GUIDELLM_VENV ?= .venv-guidellm
+$(GUIDELLM_VENV)/.installed:
+	test -x $(GUIDELLM_VENV)/bin/python || python3 -m venv $(GUIDELLM_VENV)
+	$(GUIDELLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(GUIDELLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(GUIDELLM_VENV)/bin/python -m pip install -q guidellm==0.8.1
+	touch $@
+
+client-crosscheck: setup $(CLIENT_VENV)/.installed $(GUIDELLM_VENV)/.installed   ## AIPerf and GuideLLM at their defaults vs the server's own figures, per engine
+	$(PY) benchmarks/client_crosscheck.py --aiperf $(CLIENT_VENV)/bin/aiperf --guidellm $(GUIDELLM_VENV)/bin/guidellm
 
 benchmark: setup llama-server      ## overhead vs plain generate, serving ratios (engines, server, openai client), scheduling policies, roofline error, drift-reference noise, speed techniques, llama.cpp side by side
 	$(PY) benchmarks/overhead.py
@@ -74,4 +83,4 @@ benchmark: setup llama-server      ## overhead vs plain generate, serving ratios
 	$(PY) benchmarks/external_endpoint.py --llama-python $(LLAMA_VENV)/bin/python
 
 clean:
-	rm -rf $(VENV) $(LLAMA_VENV) $(CLIENT_VENV) *.egg-info
+	rm -rf $(VENV) $(LLAMA_VENV) $(CLIENT_VENV) $(GUIDELLM_VENV) *.egg-info

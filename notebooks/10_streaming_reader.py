@@ -24,6 +24,9 @@
 # buffering turns TTFT into end-to-end latency (or into "a page of tokens"); the header restores it. That
 # needs nginx's default `proxy_http_version 1.0`: with 1.1 the chunked upstream is passed on chunk by chunk.
 # The keep-alive part shows a client read timeout on a queued request, with and without `: keep-alive`.
+# With `endpoint` set, all three parts run against that OpenAI-compatible server and no weights load: the reader
+# part times the chunks it sends (a chunk may carry several tokens: granularity `chunk`, `N chunks`, `T ms`), the
+# keep-alive part measures it as it is, and the server-side columns it does not report stay empty, said so.
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
@@ -39,7 +42,7 @@ client_timeout_s: float = 1.0  # the keep-alive part's client read timeout, seco
 keepalive_s: float = 0.25  # the server's keep-alive comment interval in that part, seconds
 blocker_tokens: int = 48  # length of the request the probe queues behind (0: skip the keep-alive part)
 stall_s: float = 0.25  # a gap between display updates longer than this is a stall, seconds
-endpoint: dict = None  # proxy part against an external OpenAI-compatible server: {url, model, api_key_env, name}
+endpoint: dict = None  # every part against an external OpenAI-compatible server: {url, model, api_key_env, name}
 repeats: int = 2  # timed requests per point
 warmup: int = 1  # untimed warm-up requests per proxy path
 seed: int = 0  # base seed
@@ -47,7 +50,7 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import models, results
+from workbench import results
 from workbench.experiments import streaming_reader
 
 cfg = streaming_reader.Config.from_namespace(globals())
@@ -58,7 +61,7 @@ run
 
 # %%
 streaming_reader.check_targets(cfg)  # an external endpoint: one-line errors before the model loads
-loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
+loaded = streaming_reader.load_for(cfg)  # the model, or with an endpoint the tokenizer alone (no weights)
 points = streaming_reader.run(cfg, run, loaded, resume=resume)
 requests = results.read_requests(run, experiment=streaming_reader.EXPERIMENT)
 streaming_reader.proxy_table(requests)

@@ -57,3 +57,19 @@ def test_granularities_from_a_token_timeline(loaded):
     assert by["token"]["updates"] > by["4 tokens"]["updates"]
     assert by["token"]["first_word_s"] <= by["4 tokens"]["first_word_s"]
     assert by["300 ms"]["longest_stall_s"] >= 0.3 - 1e-9
+
+
+def test_chunk_timeline_granularities_count_chunks():
+    """An HTTP stream's chunks (one may hold several tokens) are the display units: ``chunk`` shows each chunk
+    as it arrives, ``2 chunks`` every second one (the rest at the end), ``100 ms`` the first chunk at least 100 ms
+    after the send and then the first one 100 ms after the previous update; the labels say chunks, not tokens."""
+    chunks = [(1.00, "The sky"), (1.02, " is"), (1.05, " blue"), (1.30, ". It")]
+    rows = {r["granularity"]: r for r in reading.chunk_reader_rows(chunks, 0.85, ["token", "2 tokens", "100 ms"])}
+    assert set(rows) == {"chunk", "2 chunks", "100 ms"}
+    assert rows["chunk"]["updates"] == 4 and rows["2 chunks"]["updates"] == 2 and rows["100 ms"]["updates"] == 2
+    assert rows["chunk"]["first_word_s"] == pytest.approx(0.15)  # "The" is complete in the first chunk
+    assert rows["2 chunks"]["first_word_s"] == pytest.approx(0.17)  # shown with the second chunk
+    assert rows["chunk"]["first_sentence_s"] == pytest.approx(0.45)
+    ups = reading.chunk_display_updates(chunks, "100 ms", 0.85)
+    assert [t for t, _ in ups] == [1.00, 1.30] and "".join(x for _, x in ups) == "The sky is blue. It"
+    assert reading.chunk_label("4 tokens") == "4 chunks" and reading.chunk_label("250 ms") == "250 ms"

@@ -383,6 +383,41 @@ def load_model(
     return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle, attn_implementation)
 
 
+def load_tokenizer_only(spec: str = DEFAULT_MODEL) -> LoadedModel:
+    """The tokenizer of ``spec`` with no weights: what a run against an external endpoint loads (its prompts and
+    run record need the tokenizer and the model's shape, the generation happens in another server).
+
+    Args:
+        spec: ``"default"``, a local directory or a cached hub id (as :func:`load_model`).
+
+    Returns:
+        :class:`LoadedModel` with ``model`` None, the tokenizer padding on the left, and an ``info`` read from the
+        model's config: parameter and byte counts 0 (no weights loaded), device the client's ``cpu``, dtype the
+        checkpoint's.
+
+    Raises:
+        ParameterError: bad spec (:func:`resolve_model_path`).
+    """
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(spec)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    mc = read_model_config(spec)
+    heads = int(mc.get("num_attention_heads", 0) or 0)
+    hidden = int(mc.get("hidden_size", 0) or 0)
+    info = ModelInfo(name=DEFAULT_MODEL_NAME if spec == DEFAULT_MODEL else spec,
+                     path=str(path), weights_sha256="", num_params=0, num_non_embedding_params=0,
+                     weight_bytes=0, dtype=str(mc.get("torch_dtype") or mc.get("dtype") or "float32"),
+                     device="cpu", device_name="external endpoint (client on this cpu)",
+                     max_context_tokens=max_context_tokens(spec),
+                     num_layers=int(mc.get("num_hidden_layers", 0) or 0),
+                     num_kv_heads=int(mc.get("num_key_value_heads", heads) or heads),
+                     head_dim=int(mc.get("head_dim", 0) or (hidden // heads if heads else 0)),
+                     hidden_size=hidden, num_heads=heads)
+    return LoadedModel(model=None, tokenizer=tok, info=info)
+
+
 def _non_embedding_params(model) -> int:
     skip = set()
     for mod in (model.get_input_embeddings(), model.get_output_embeddings()):

@@ -179,3 +179,44 @@ def reader_rows(tokenizer, token_ids: Sequence[int], stamps: Sequence[float], t_
         ups = display_updates(tokenizer, token_ids, stamps, gran, t_submit, eos_ids)
         rows.append({"granularity": gran.label, "updates": len(ups), **reader_metrics(ups, t_submit, stall_s)})
     return rows
+
+
+def chunk_label(granularity) -> str:
+    """A display granularity's label when its unit is an HTTP stream's content chunk, not a token: ``chunk``,
+    ``N chunks``, ``T ms`` (the same rule, counted in what the server sends)."""
+    gran = Granularity.parse(granularity)
+    if gran.mode == "token":
+        return "chunk"
+    if gran.mode == "tokens":
+        return f"{int(gran.every)} chunks"
+    return gran.label
+
+
+def chunk_display_updates(chunks: Sequence[tuple[float, str]], granularity="token",
+                          t0: float | None = None) -> list[tuple[float, str]]:
+    """The display updates of an HTTP stream's content chunks at one granularity.
+
+    Each chunk ``(t, text)`` (arrival stamp, its ``delta.content``) enters a
+    :class:`~workbench.detokenize.DisplayBuffer` as one unit, as a token id does in :func:`display_updates`: the
+    text is already decoded by the server, and a chunk may carry more than one token (llama.cpp, vLLM with
+    ``stream_interval``) or part of one character's tokens, so ``token`` means every chunk and ``N tokens`` every
+    N chunks. The updates' texts concatenate to the streamed text.
+    """
+    buf = DisplayBuffer(Granularity.parse(granularity), t0)
+    t = t0 or 0.0
+    for t, text in chunks:
+        buf.feed(text, t)
+    buf.close(t)
+    return [(u.t, u.text) for u in buf.updates]
+
+
+def chunk_reader_rows(chunks: Sequence[tuple[float, str]], t_submit: float, granularities=("token",),
+                      stall_s: float = STALL_S) -> list[dict]:
+    """:func:`reader_metrics` of one HTTP stream's chunk timeline at each display granularity (one dict each,
+    with ``granularity`` labelled in chunks, :func:`chunk_label`, and ``updates``); see
+    :func:`chunk_display_updates` for what differs from a token timeline."""
+    rows = []
+    for g in granularities:
+        ups = chunk_display_updates(chunks, g, t_submit)
+        rows.append({"granularity": chunk_label(g), "updates": len(ups), **reader_metrics(ups, t_submit, stall_s)})
+    return rows

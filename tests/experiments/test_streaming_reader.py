@@ -195,3 +195,64 @@ def test_reader_point_counts_each_generation_once():
     cols = sr.generation_columns(rows, wall_s=4.0)
     assert cols["requests"] == 2 and cols["output_tokens"] == 20 and cols["output_throughput_tps"] == 5.0
     assert cols["request_throughput_rps"] == 0.5 and cols["n_samples"] == 2
+
+
+def test_endpoint_grid_measures_the_server_as_it_is_and_needs_no_weights():
+    """With an endpoint every part runs against it: the keep-alive part is one point with ``keepalive`` empty (the
+    built-in server's on / off knob does not exist there), and the model's weights are not needed."""
+    ep = {"url": "http://127.0.0.1:9", "model": "m", "name": "ext"}
+    cfg = sr.Config(endpoint=ep, proxy_modes=["direct"])
+    ka = [p for p in cfg.grid() if p["part"] == "keepalive"]
+    assert ka == [{"part": "keepalive", "language": "en", "proxy": "direct", "keepalive": None}]
+    assert not cfg.needs_model() and sr.Config().needs_model()
+    assert [p["keepalive"] for p in sr.Config().grid() if p["part"] == "keepalive"] == [False, True]
+
+
+def test_keepalive_figure_labels_an_endpoint_measured_as_it_is():
+    import pandas as pd
+
+    req = pd.DataFrame([{"part": "keepalive", "keepalive": k, "outcome": o, "target": t}
+                        for k, o, t in ((False, "timeout", None), (True, "ok", None), (None, "timeout", "ext"))])
+    fig = sr.keepalive_figure(req)
+    settings = {x for tr in fig.data for x in tr.x}
+    assert settings == {"no keep-alive", "keep-alive comments", "ext as it is"}
+
+
+def test_headline_says_when_an_endpoint_reports_no_engine_ttft():
+    """An external server without engine figures: the path's share of TTFT is unknown, said so, never 'nan s'."""
+    import pandas as pd
+
+    nan = float("nan")
+    req = pd.DataFrame([{"part": "proxy", "proxy": "direct", "ttft_s": t, "e2e_s": 2 * t, "engine_ttft_s": nan,
+                         "engine_e2e_s": nan, "first_after_last": None, "chunks": 8, "first_word_s": t,
+                         "first_read_bytes": 300, "first_read_chunks": 1, "longest_stall_s": 0.1} for t in (0.2, 0.3)])
+    text = sr.headline(req)
+    assert "nan" not in text and "no engine TTFT reported" in text and "direct: TTFT 0.250 s" in text
+
+
+def test_endpoint_reader_point_without_engine_figures_or_usage():
+    """An OpenAI-compatible stream with no engine figures and no usage (the fake upstream): the reader part's rows
+    count content chunks as tokens (said so), leave the server-side columns empty with the note, and show the
+    chunk timeline at each granularity."""
+    import math
+
+    from workbench.serving import endpoint
+
+    with _FakeChatSSE(n=12, gap_s=0.005) as up:
+        cfg = sr.Config(languages=["en"], granularities=["token", "4 tokens"], proxy_modes=[], blocker_tokens=0,
+                        max_new_tokens=12, repeats=1, endpoint={"url": f"http://127.0.0.1:{up.port}", "model": "m",
+                                                                "name": "fake"})
+        state = {}
+        try:
+            res = sr.measure_point(None, cfg, {"part": "reader", "language": "en", "proxy": "none",
+                                               "keepalive": False}, state)
+        finally:
+            state["bench"].close()
+    rows = {r["granularity"]: r for r in res.requests}
+    assert set(rows) == {"chunk", "4 chunks"} and rows["4 chunks"]["updates"] == 3
+    r = rows["chunk"]
+    assert r["updates"] == r["chunks"] == r["output_tokens"] == 12 and r["token_count_source"] == "chunks"
+    assert r["finish_reason"] == "length" and r["decode_steps"] == 11 and r["itl_s"] == []
+    assert len(r["chunk_itl_s"]) == 11 and r["target"] == "fake"
+    assert r["server_side_note"] == endpoint.SERVER_SIDE_NOTE and math.isnan(r["engine_ttft_s"])
+    assert res.extra["requests"] == 1  # one generation, shown at two granularities

@@ -317,6 +317,70 @@ def test_streaming_reader_proxy_part_against_the_endpoint(served, keyed):
     assert (req["server_side_note"] == endpoint.REPORTED_NOTE).all()
 
 
+def test_streaming_reader_reader_and_keepalive_parts_against_the_endpoint(served, keyed):
+    """Notebook 10's reader and keep-alive parts run against the external endpoint, with no weights loaded here.
+
+    Reader: the greedy answers are streamed from the second server and their chunk arrivals are the timeline
+    (``chunk`` shows every chunk, so as many updates as chunks; ``2 chunks`` at most half of them plus one).
+    Keep-alive: the probe with a 0.3 s read timeout waits behind a 48-token blocker on the second server (fifo,
+    no keep-alive comments), measured once as that server is; the built-in on / off pair is left out."""
+    from workbench import results
+    from workbench.experiments import streaming_reader
+
+    ep = {"url": served, "model": SERVED_MODEL, "api_key_env": KEY_ENV, "name": "second-server"}
+    cfg = streaming_reader.Config(languages=["en", "zh"], granularities=["token", "2 tokens", "100 ms"],
+                                  proxy_modes=[], blocker_tokens=48, client_timeout_s=0.3, keepalive_s=0.1,
+                                  max_new_tokens=6, repeats=1, warmup=0, endpoint=ep)
+    loaded = streaming_reader.load_for(cfg)
+    assert loaded.model is None  # every point below ran on the second server
+    run = results.open_run("")
+    points = streaming_reader.run(cfg, run, loaded)
+    assert (points["status"] == "ok").all(), points["status"].tolist()
+    assert sorted(points["part"]) == ["keepalive", "reader", "reader"]
+    req = results.read_requests(run, experiment=streaming_reader.EXPERIMENT)
+    rd = req[req["part"] == "reader"]
+    assert len(rd) == 2 * 3 and set(rd["granularity"]) == {"chunk", "2 chunks", "100 ms"}
+    assert (rd["target"] == "second-server").all() and (rd["output_tokens"] == 6).all()
+    assert (rd["token_count_source"] == "usage").all() and rd["first_word_s"].notna().all()
+    by = rd.set_index(["language", "granularity"])
+    for lang in ("en", "zh"):
+        n = by.loc[(lang, "chunk"), "chunks"]
+        assert by.loc[(lang, "chunk"), "updates"] == n and by.loc[(lang, "2 chunks"), "updates"] <= n // 2 + 1
+    assert (rd["ttft_s"] > 0).all() and (rd["e2e_s"] >= rd["ttft_s"]).all()
+    assert (rd["decode_steps"] == 5).all() and (rd["tpot_s"] > 0).all() and (rd["decode_tps"] > 0).all()
+    assert rd["itl_s"].map(len).eq(0).all()  # no per-token-id stamps leave the server: chunk gaps only
+    # a workbench server reports its engine figures in the final chunk
+    assert (rd["server_side_note"] == endpoint.REPORTED_NOTE).all() and rd["engine_ttft_s"].notna().all()
+    ka = req[req["part"] == "keepalive"]
+    assert len(ka) == 1 and ka["keepalive"].isna().all() and (ka["target"] == "second-server").all()
+    assert (ka["keepalive_note"] == streaming_reader.ENDPOINT_KEEPALIVE_NOTE).all()
+    # fifo without keep-alive comments: the probe gets nothing while 47 decode steps run ahead of it
+    assert (ka["outcome"] == "timeout").all() and (ka["keepalives"] == 0).all()
+    figs = streaming_reader.figures(points, req)
+    assert {x for tr in figs["reader_keepalive"].data for x in tr.x} == {"second-server as it is"}
+
+
+def test_streaming_reader_notebook_against_the_endpoint_loads_no_weights(served, keyed, tmp_path, monkeypatch):
+    """Notebook 10's cells with ``endpoint`` set run end to end against the second server without loading the
+    model's weights here (``models.load_model`` is made to fail), and write its rows, figures and finding."""
+    from conftest import execute_in_process
+
+    from workbench import models, notebooks, results
+    from workbench.experiments import streaming_reader
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("notebook 10 loaded the model's weights"))
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    nb = REPO / "notebooks" / "10_streaming_reader.ipynb"
+    params = {"languages": ["en"], "granularities": ["token"], "proxy_modes": ["direct"], "blocker_tokens": 0,
+              "max_new_tokens": 3, "repeats": 1, "warmup": 0,
+              "endpoint": {"url": served, "model": SERVED_MODEL, "api_key_env": KEY_ENV, "name": "second-server"}}
+    run = results.open_run("", label="nb10")
+    execute_in_process(nb, notebooks.validate_parameters(nb, params), run)
+    req = results.read_requests(run, experiment=streaming_reader.EXPERIMENT)
+    assert set(req["part"]) == {"reader", "proxy"} and (req["target"] == "second-server").all()
+    assert (run / "figures").is_dir() and any((run / "figures").iterdir())
+
+
 def test_streaming_reader_checks_the_endpoint_first(keyed):
     from workbench import results
     from workbench.experiments import streaming_reader

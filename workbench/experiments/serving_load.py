@@ -384,31 +384,13 @@ def check_targets(cfg: Config) -> dict | None:
 
 def load_for(cfg: Config):
     """What the run needs loaded: the model (:func:`workbench.models.load_model`) when a built-in engine runs;
-    for an endpoint-only run the tokenizer alone (prompts are built with it), as a
-    :class:`workbench.models.LoadedModel` with ``model`` None and an ``info`` read from the model's config
-    (no weights: parameter and byte counts 0, device the client's ``cpu``, dtype the checkpoint's)."""
+    for an endpoint-only run the tokenizer alone (prompts are built with it;
+    :func:`workbench.models.load_tokenizer_only`: ``model`` None, no weights)."""
     from .. import models
 
     if cfg.needs_model():
         return models.load_model(cfg.model, cfg.device, cfg.dtype)
-    from transformers import AutoTokenizer
-
-    path = models.resolve_model_path(cfg.model)
-    tok = AutoTokenizer.from_pretrained(path)
-    tok.padding_side = "left"
-    mc = models.read_model_config(cfg.model)
-    heads = int(mc.get("num_attention_heads", 0) or 0)
-    hidden = int(mc.get("hidden_size", 0) or 0)
-    info = models.ModelInfo(name=models.DEFAULT_MODEL_NAME if cfg.model == models.DEFAULT_MODEL else cfg.model,
-                            path=str(path), weights_sha256="", num_params=0, num_non_embedding_params=0,
-                            weight_bytes=0, dtype=str(mc.get("torch_dtype") or mc.get("dtype") or "float32"),
-                            device="cpu", device_name="external endpoint (client on this cpu)",
-                            max_context_tokens=models.max_context_tokens(cfg.model),
-                            num_layers=int(mc.get("num_hidden_layers", 0) or 0),
-                            num_kv_heads=int(mc.get("num_key_value_heads", heads) or heads),
-                            head_dim=int(mc.get("head_dim", 0) or (hidden // heads if heads else 0)),
-                            hidden_size=hidden, num_heads=heads)
-    return models.LoadedModel(model=None, tokenizer=tok, info=info)
+    return models.load_tokenizer_only(cfg.model)
 
 
 def _run_profile(bench: _Bench, cfg: Config, profile: str, rate: float | None = None) -> load.LoadResult:

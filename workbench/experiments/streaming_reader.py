@@ -38,12 +38,27 @@ Timings come from :func:`workbench.metrics.request_timing` over content-chunk ar
 ``chunk_itl_s``, never ``itl_s``).
 
 External target (issue 23): with ``endpoint: {url, model, api_key_env, name}``
-(:mod:`workbench.serving.endpoint`) the ``proxy`` part streams from that OpenAI-compatible server (``direct``,
-and nginx in front of it for an ``http://`` endpoint) instead of the built-in one, checked in one line before
-any point runs (:func:`check_targets`); ``output_tokens`` then come from its ``usage``, the server-side columns
-(``engine_ttft_s``, ``engine_e2e_s``, ``first_after_last``) stay empty where it sends no engine figures, and
-``server_side_note`` says why. The ``reader`` part (the model in process) and the ``keepalive`` part (the
-built-in server's keep-alive setting) stay on the built-in model.
+(:mod:`workbench.serving.endpoint`) every part runs against that OpenAI-compatible server instead of the model
+in process, checked in one line before any point runs (:func:`check_targets`), and no weights load
+(:func:`load_for`: the tokenizer alone, for the run record). Rows carry ``target`` (the endpoint's ``name``);
+``output_tokens`` come from its ``usage`` (content chunks when it sends none: ``token_count_source``); the
+server-side columns (``engine_ttft_s``, ``engine_e2e_s``, ``first_after_last``) stay empty where it sends no
+engine figures, and ``server_side_note`` says why.
+
+- ``proxy``: streams from the endpoint ``direct``, and through nginx in front of it for an ``http://`` one.
+- ``reader``: the same greedy requests (temperature 0, ``ignore_eos``) streamed from the endpoint; the token
+  timeline is replaced by the content chunks' arrival times at the client, fed to the same display path one chunk
+  at a time (:func:`workbench.reading.chunk_reader_rows`). What differs: a chunk may carry more than one token
+  (or a character's worth of several), so the granularity ``token`` becomes "every chunk the server sends"
+  (labelled ``chunk``, ``N tokens`` becomes ``N chunks``, ``T ms`` stays), ``ttft_s`` / ``e2e_s`` are the
+  client's (send to first / last content chunk, so they include the transport), ``tpot_s`` / ``decode_tps``
+  count the ``usage`` tokens between the first and last chunk (:func:`workbench.serving.client.client_decode_steps`),
+  ``itl_s`` is empty (no per-token-id stamps leave the server) and ``chunk_itl_s`` holds the chunk gaps.
+- ``keepalive``: the same client with a read timeout, queued behind the same blocker, against the endpoint as
+  it is (``keepalive`` empty): whether it times out is the external server's own behaviour (its batching, and
+  any SSE comments it sends while a request waits, counted in ``keepalives``). The on / off pair is left out:
+  ``keepalive_s`` is the built-in server's setting and an external server has no such knob
+  (:data:`ENDPOINT_KEEPALIVE_NOTE`, in ``keepalive_note``).
 """
 
 from __future__ import annotations
@@ -76,6 +91,10 @@ PROXY_MODES = ("direct", "buffering_default", "buffering_on", "buffering_off", "
 NGINX_BUFFER_KB = 64
 UPSTREAM_HTTP = ("1.0", "1.1")
 NGINX_MODES = PROXY_MODES[1:]
+#: why an external endpoint's keep-alive part has one case, not the built-in server's on / off pair
+ENDPOINT_KEEPALIVE_NOTE = ("external endpoint measured as it is: keep-alive on / off is the built-in server's "
+                           "keepalive_s setting, which an external server does not expose; any SSE comments it sends "
+                           "while the request waits are counted in keepalives")
 PROMPTS = {
     "en": "Explain in a few sentences why the sky is blue.",
     "zh": "请用几句话解释为什么天空是蓝色的。",
@@ -98,8 +117,9 @@ class Config(sweeps.SweepConfig):
         keepalive_s: the server's keep-alive comment interval in that part (below ``client_timeout_s``).
         blocker_tokens: length of the request the probe waits behind (0: skip the keep-alive part).
         stall_s: a gap between display updates longer than this is a stall.
-        endpoint: an external OpenAI-compatible server for the ``proxy`` part, ``{url, model, api_key_env,
-            name}`` (:class:`workbench.serving.endpoint.Endpoint`); None: the built-in server.
+        endpoint: an external OpenAI-compatible server for every part, ``{url, model, api_key_env, name}``
+            (:class:`workbench.serving.endpoint.Endpoint`; see the module docstring for what changes); None: the
+            model in process and the built-in server.
     """
 
     max_new_tokens: int = 64
@@ -139,15 +159,23 @@ class Config(sweeps.SweepConfig):
                                  "HTTP); use proxy_modes [direct] for an https:// one")
 
     def target(self) -> "endpoint_mod.Endpoint | None":
-        """The external endpoint of the proxy part, or None (the built-in server)."""
+        """The external endpoint every part runs against, or None (the model in process, the built-in server)."""
         return None if self.endpoint is None else endpoint_mod.Endpoint.from_param(self.endpoint)
 
+    def needs_model(self) -> bool:
+        """Whether the model's weights are needed: not with an endpoint (every part then runs against it)."""
+        return self.endpoint is None
+
     def grid(self, nginx_ok: bool = True) -> list[dict]:
+        """The points: per language a ``reader`` point, per proxy mode a ``proxy`` point (nginx modes only when
+        ``nginx_ok``), and the ``keepalive`` points: keep-alive off and on for the built-in server, one point with
+        ``keepalive`` None (the server as it is) for an endpoint."""
         pts = [{"part": "reader", "language": lang, "proxy": "none", "keepalive": False} for lang in self.languages]
         pts += [{"part": "proxy", "language": "en", "proxy": m, "keepalive": False} for m in self.proxy_modes
                 if m == "direct" or nginx_ok]
         if self.blocker_tokens:
-            pts += [{"part": "keepalive", "language": "en", "proxy": "direct", "keepalive": k} for k in (False, True)]
+            modes = (None,) if self.endpoint is not None else (False, True)
+            pts += [{"part": "keepalive", "language": "en", "proxy": "direct", "keepalive": k} for k in modes]
         return pts
 
 
@@ -291,11 +319,12 @@ def _counted_lines(byte_chunks, reads: list) -> Iterator[str]:
 
 def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float = 600.0, stall_s: float = reading.STALL_S,
                    read_timeout: float | None = None, path: str = "/v1/chat/completions",
-                   ep: "endpoint_mod.Endpoint | None" = None) -> dict:
+                   ep: "endpoint_mod.Endpoint | None" = None, first_chunk: threading.Event | None = None) -> dict:
     """One streaming chat request over raw SSE; client timing of its content chunks and their reader metrics.
 
     ``ep``: an external endpoint (its model and key are sent, ``usage`` asked for; ``base_url`` is still where
-    the request goes: the endpoint itself or nginx in front of it).
+    the request goes: the endpoint itself or nginx in front of it). ``first_chunk``: set when the first content
+    chunk arrives (the request is then in the server's engine), or when the request ends without one.
 
     Returns:
         ``ttft_s``, ``e2e_s``, ``chunk_itl_s``, ``chunk_offsets_s`` (each content chunk's arrival after the
@@ -304,8 +333,10 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
         token), ``first_after_last`` (client TTFT >= engine e2e: the first chunk reached the client only
         after the last token was generated), ``first_read_bytes`` / ``first_read_chunks`` (response bytes
         received up to and including the socket read that brought the first content chunk, and the content
-        chunks that read brought), ``response_bytes``, ``outcome`` (``ok`` or ``timeout``), ``error``, and
-        :func:`workbench.reading.reader_metrics` of the chunks.
+        chunks that read brought), ``response_bytes``, ``outcome`` (``ok`` or ``timeout``), ``error``,
+        ``finish_reason`` and ``prompt_tokens`` (``usage``; None when absent), ``t_send`` (``perf_counter`` at the
+        send) and ``chunk_texts`` (each content chunk's text), and :func:`workbench.reading.reader_metrics` of the
+        chunks. ``chunk_stamps``, ``chunk_texts`` and ``t_send`` are for the caller, not for a table.
     """
     import json
 
@@ -321,7 +352,7 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
         headers = ep.headers() or None
     t_send = time.perf_counter()
     stamps, parts, reads, read_of, keepalives, engine, outcome, error = [], [], [], [], 0, {}, "ok", None
-    usage = None
+    usage, finish = None, None
     tmo = httpx.Timeout(timeout, read=read_timeout) if read_timeout else httpx.Timeout(timeout)
     try:
         with httpx.Client(trust_env=False, timeout=tmo) as client:
@@ -338,12 +369,18 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
                     engine = ch.get("engine") or engine
                     usage = ch.get("usage") or usage
                     for c in ch.get("choices", []):
-                        if c["delta"].get("content"):
+                        if (c.get("delta") or {}).get("content"):
                             stamps.append(ev.t)
                             parts.append(c["delta"]["content"])
                             read_of.append(len(reads))
+                            if first_chunk is not None:
+                                first_chunk.set()
+                        finish = c.get("finish_reason") or finish
     except httpx.TimeoutException as exc:
         outcome, error = "timeout", f"{type(exc).__name__} after {time.perf_counter() - t_send:.2f} s"
+    finally:
+        if first_chunk is not None:
+            first_chunk.set()
     t_end = time.perf_counter()
     tm = metrics.request_timing(stamps, t_send)
     nan = float("nan")
@@ -359,7 +396,8 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
         "first_after_last": bool(stamps) and tm["ttft_s"] >= e2e_engine if e2e_engine == e2e_engine else None,
         "first_read_bytes": sum(reads[:read_of[0]]) if stamps else 0,
         "first_read_chunks": read_of.count(read_of[0]) if stamps else 0, "response_bytes": sum(reads),
-        "outcome": outcome, "error": error,
+        "outcome": outcome, "error": error, "finish_reason": finish,
+        "prompt_tokens": (usage or {}).get("prompt_tokens"), "t_send": t_send, "chunk_texts": parts,
         **reading.reader_metrics(list(zip(stamps, parts)), t_send, stall_s),
     }
 
@@ -377,6 +415,16 @@ class _Bench:
         self.proxies: dict[str, Nginx] = {}
         self.served_pid = None
 
+    def endpoint_url(self) -> str:
+        """The external endpoint's base URL; a loopback server's CPU time counts as the point's own work, not as
+        other load (:data:`workbench.metrics.SERVED_BY_PIDS`), from the first use on."""
+        ep = self.cfg.target()
+        if self.served_pid is None:
+            self.served_pid = endpoint_mod.local_server_pid(ep)
+            if self.served_pid is not None:
+                metrics.SERVED_BY_PIDS.add(self.served_pid)
+        return ep.url
+
     def base(self, mode: str) -> str:
         from urllib.parse import urlsplit
 
@@ -384,12 +432,9 @@ class _Bench:
 
         ep = self.cfg.target()
         if ep is not None:  # the external endpoint, or nginx in front of it
-            if self.served_pid is None:  # a loopback server's CPU time is the point's work, not other load
-                self.served_pid = endpoint_mod.local_server_pid(ep)
-                if self.served_pid is not None:
-                    metrics.SERVED_BY_PIDS.add(self.served_pid)
+            url = self.endpoint_url()
             if mode == "direct":
-                return ep.url
+                return url
             if mode not in self.proxies:
                 u = urlsplit(ep.url)
                 self.proxies[mode] = Nginx(mode, f"{u.hostname}:{u.port or 80}", buffer_kb=self.cfg.nginx_buffer_kb,
@@ -404,9 +449,13 @@ class _Bench:
                                         upstream_http=self.cfg.nginx_upstream_http).start()
         return self.proxies[mode].base_url
 
-    def keepalive_base(self, on: bool) -> str:
+    def keepalive_base(self, on: bool | None) -> str:
+        """Where the keep-alive part's requests go: the endpoint (``on`` None), the built-in server with
+        keep-alive comments (``on``) or without."""
         from ..serving.server import ServerThread
 
+        if self.cfg.target() is not None:
+            return self.endpoint_url()
         if on:
             if self.keepalive_server is None:
                 self.keepalive_server = ServerThread(self.loaded, keepalive_s=self.cfg.keepalive_s).start()
@@ -414,12 +463,50 @@ class _Bench:
         return self.base("direct")
 
     def close(self) -> None:
-        metrics.SERVED_BY_PIDS.discard(self.served_pid)
+        if self.served_pid is not None:
+            metrics.SERVED_BY_PIDS.discard(self.served_pid)
         for p in self.proxies.values():
             p.stop()
         for s in (self.server, self.keepalive_server):
             if s is not None:
                 s.stop()
+
+
+def _endpoint_fields(row: dict, ep) -> dict:
+    """The columns every row of an endpoint run carries: ``target`` and ``server_side_note`` (engine figures
+    reported by its server or not, :mod:`workbench.serving.endpoint`)."""
+    e2e = row.get("engine_e2e_s")
+    reported = e2e is not None and e2e == e2e
+    return {"target": ep.name, "server_side_note": endpoint_mod.REPORTED_NOTE if reported
+            else endpoint_mod.SERVER_SIDE_NOTE}
+
+
+def _for_table(row: dict) -> dict:
+    """A :func:`stream_request` row without the caller-only fields (stamps, chunk texts, send time)."""
+    return {k: v for k, v in row.items() if k not in ("chunk_stamps", "chunk_texts", "t_send")}
+
+
+def _endpoint_reader_rows(cfg: Config, url: str, ep, lang: str, repeat: int) -> list[dict]:
+    """One greedy request streamed from the endpoint, its chunk timeline shown at each granularity (module
+    docstring: what differs from the in-process token timeline)."""
+    from ..serving.client import client_decode_steps
+
+    row = stream_request(url, PROMPTS[lang], cfg.max_new_tokens, stall_s=cfg.stall_s, ep=ep)
+    if row["error"] or not row["chunks"]:
+        raise RuntimeError(f"endpoint {ep.name}: no content streamed ({row['error'] or 'an empty answer'})")
+    stamps, texts = row["chunk_stamps"], row["chunk_texts"]
+    n_out, source = row["output_tokens"], "usage"
+    if n_out is None:  # no usage in the stream: count content chunks, and say so
+        n_out, source = len(stamps), "chunks"
+    steps = client_decode_steps(n_out, row["finish_reason"], texts[0])
+    tm = metrics.request_timing(stamps, row["t_send"], decode_steps=steps)
+    base = {"ttft_s": tm["ttft_s"], "e2e_s": tm["e2e_s"], "tpot_s": tm["tpot_s"], "decode_tps": tm["decode_tps"],
+            "output_tokens": int(n_out), "token_count_source": source, "prompt_tokens": row["prompt_tokens"],
+            "finish_reason": row["finish_reason"], "itl_s": [], "chunk_itl_s": tm["itl_s"], "chunks": len(stamps),
+            "decode_steps": steps, "text": row["text"], "engine_ttft_s": row["engine_ttft_s"],
+            "engine_e2e_s": row["engine_e2e_s"], **_endpoint_fields(row, ep)}
+    rows = reading.chunk_reader_rows(list(zip(stamps, texts)), row["t_send"], cfg.granularities, cfg.stall_s)
+    return [{**base, **r, "repeat": repeat, "request_id": i} for i, r in enumerate(rows)]
 
 
 def _reader_rows(cfg: Config, loaded, lang: str, repeat: int) -> list[dict]:
@@ -453,33 +540,38 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     bench: _Bench = state["bench"]
     t0 = time.perf_counter()
     rows: list[dict] = []
+    ep = cfg.target()
     if point["part"] == "reader":
         for r in range(cfg.repeats):
-            rows += _reader_rows(cfg, bench.loaded, point["language"], r)
+            rows += (_endpoint_reader_rows(cfg, bench.endpoint_url(), ep, point["language"], r) if ep is not None
+                     else _reader_rows(cfg, bench.loaded, point["language"], r))
     elif point["part"] == "proxy":
-        base, ep = bench.base(point["proxy"]), cfg.target()
+        base = bench.base(point["proxy"])
         for r in range(cfg.warmup):
             stream_request(base, PROMPTS["en"], 2, ep=ep)
         t0 = time.perf_counter()
         for r in range(cfg.repeats):
             row = stream_request(base, PROMPTS["en"], cfg.max_new_tokens, stall_s=cfg.stall_s, ep=ep)
-            row.pop("chunk_stamps")
             if ep is not None:
-                row.update(target=ep.name, server_side_note=endpoint_mod.SERVER_SIDE_NOTE
-                           if row["engine_e2e_s"] != row["engine_e2e_s"] else endpoint_mod.REPORTED_NOTE)
-            rows.append({**row, "granularity": "http chunks", "repeat": r, "request_id": r,
+                row.update(_endpoint_fields(row, ep))
+            rows.append({**_for_table(row), "granularity": "http chunks", "repeat": r, "request_id": r,
                          "nginx_buffer_kb": None if point["proxy"] in ("direct", "buffering_default") else cfg.nginx_buffer_kb,
                          "nginx_upstream_http": None if point["proxy"] == "direct" else cfg.nginx_upstream_http})
     else:
         base = bench.keepalive_base(point["keepalive"])
         for r in range(cfg.repeats):
-            blocker = threading.Thread(target=stream_request, args=(base, PROMPTS["en"], cfg.blocker_tokens))
+            started = threading.Event()
+            blocker = threading.Thread(target=stream_request, args=(base, PROMPTS["en"], cfg.blocker_tokens),
+                                       kwargs={"ep": ep, "first_chunk": started})
             blocker.start()
-            time.sleep(0.1)  # the blocker is in the engine before the probe arrives
-            row = stream_request(base, PROMPTS["en"], 4, read_timeout=cfg.client_timeout_s, stall_s=cfg.stall_s)
-            row.pop("chunk_stamps")
+            while not started.wait(0.05) and blocker.is_alive():
+                pass  # until its first content chunk (or its end): the blocker is in the engine before the probe
+            row = stream_request(base, PROMPTS["en"], 4, read_timeout=cfg.client_timeout_s, stall_s=cfg.stall_s,
+                                 ep=ep)
             blocker.join()
-            rows.append({**row, "repeat": r, "request_id": r, "client_timeout_s": cfg.client_timeout_s,
+            extra = {**_endpoint_fields(row, ep), "keepalive_note": ENDPOINT_KEEPALIVE_NOTE} if ep is not None else {}
+            rows.append({**_for_table(row), **extra, "repeat": r, "request_id": r,
+                         "client_timeout_s": cfg.client_timeout_s, "blocker_tokens": cfg.blocker_tokens,
                          "keepalive_s": cfg.keepalive_s if point["keepalive"] else None})
     for row in rows:
         row.setdefault("max_new_tokens", cfg.max_new_tokens)
@@ -501,8 +593,20 @@ def generation_columns(rows: list[dict], wall_s: float) -> dict:
     return metrics.summarize_point(once, wall_s)
 
 
+def load_for(cfg: Config):
+    """What the run needs loaded: the model (:func:`workbench.models.load_model`), or with an endpoint the
+    tokenizer alone (:func:`workbench.models.load_tokenizer_only`: no weights, ``model`` None), for the run record."""
+    from .. import models
+
+    if cfg.needs_model():
+        return models.load_model(cfg.model, cfg.device, cfg.dtype)
+    return models.load_tokenizer_only(cfg.model)
+
+
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """The three parts of ``cfg``; nginx modes are left out (reason in ``streaming_reader_nginx.txt``) without nginx."""
+    """The three parts of ``cfg``; nginx modes are left out (reason in ``streaming_reader_nginx.txt``) without nginx.
+
+    ``loaded``: from :func:`load_for` (with an endpoint the weights are not needed)."""
     from .. import results
 
     check_targets(cfg)
@@ -552,7 +656,11 @@ def headline(requests: pd.DataFrame) -> str:
     if t.empty:
         return "streaming_reader: no proxy measurements."
     by = t.set_index("proxy")
-    parts = [f"{m}: TTFT {by.loc[m, 'ttft_s_p50']:.3f} s, of which path {by.loc[m, 'transport_ttft_s_p50']:.3f} s "
+    def path_share(m):
+        v = by.loc[m, "transport_ttft_s_p50"]
+        return f"of which path {v:.3f} s" if v == v else "path share unknown: no engine TTFT reported"
+
+    parts = [f"{m}: TTFT {by.loc[m, 'ttft_s_p50']:.3f} s, {path_share(m)} "
              f"(e2e {by.loc[m, 'e2e_s_p50']:.3f} s, TTFT/e2e {by.loc[m, 'ttft_share_of_e2e']:.0%})" for m in by.index]
     note = "Client TTFT p50 by path (path = client TTFT minus the engine's): " + "; ".join(parts) + "."
     held = [m for m in by.index if by.loc[m, "first_after_last_share"] >= 0.5]
@@ -616,7 +724,9 @@ def keepalive_figure(requests: pd.DataFrame) -> go.Figure:
     req = requests[requests["part"] == "keepalive"] if "part" in requests else requests.iloc[0:0]
     fig = go.Figure()
     if not req.empty:
-        req = req.assign(setting=req["keepalive"].map({True: "keep-alive comments", False: "no keep-alive"}))
+        as_is = (req["target"] if "target" in req else pd.Series("endpoint", index=req.index)).fillna("endpoint")
+        setting = req["keepalive"].map({True: "keep-alive comments", False: "no keep-alive"})
+        req = req.assign(setting=setting.where(req["keepalive"].notna(), as_is.astype(str) + " as it is"))
         g = req.groupby(["setting", "outcome"]).size().reset_index(name="requests")
         for outcome in g["outcome"].unique():
             sub = g[g["outcome"] == outcome]
