@@ -23,6 +23,19 @@ def test_a_short_legend_on_a_single_plot_stays_where_the_template_puts_it():
     assert plots.tidy_legend(fig).layout.legend.y is None
 
 
+def test_a_legend_beside_a_long_title_goes_below_the_plot():
+    """The prefix-sharing figure: an 81-character title and two 20-character entries ran into each other."""
+    title = "Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, paired by request)"
+
+    def fig_with(t):
+        fig = go.Figure(go.Scatter(x=[0.6], y=[0.2], name="multiturn (6 pairs)"))
+        fig.add_scatter(x=[0.7], y=[0.5], name="shared_prefix (5 pairs)")
+        return fig.update_layout(title=t)
+
+    assert plots.legend_is_below(plots.tidy_legend(fig_with(title)))
+    assert not plots.legend_is_below(plots.tidy_legend(fig_with("Prefix sharing")))
+
+
 def test_split_by_device_tidies_the_legend_of_each_figure():
     @plots.split_by_device
     def figures(points):

@@ -208,13 +208,16 @@ def split_by_device(figures_fn):
 
 def tidy_legend(fig):
     """Move a figure's legend under the plot (:func:`legend_below`) when, at the top, it would cover the title
-    or the subplot titles: several entries on a figure with subplot titles, or long entry names. Other
+    or the subplot titles: several entries on a figure with subplot titles, long entry names, or a long title
+    beside them (over 110 characters together: the prefix-sharing figure's legend ran over its title). Other
     figures (and non-figures) are returned unchanged."""
     if not isinstance(fig, go.Figure) or legend_is_below(fig):
         return fig
     names = [t.name for t in fig.data if t.name and t.showlegend is not False]
     subplot_titles = any(a.yref == "paper" and (a.y or 0) >= 0.99 for a in fig.layout.annotations)
-    if len(names) >= 2 and (subplot_titles or sum(len(n) for n in names) > 70):
+    title = (fig.layout.title.text or "") if fig.layout.title else ""
+    legend_chars = sum(len(n) for n in names)
+    if len(names) >= 2 and (subplot_titles or legend_chars > 70 or len(title) + legend_chars > 110):
         legend_below(fig)
     return fig
 

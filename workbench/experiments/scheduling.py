@@ -820,7 +820,8 @@ def ttft_by_turn(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
             h = hit.get(bool(v), float("nan"))
             name = f"prefix sharing {'on' if v else 'off'} (hit rate {'n/a' if h != h else f'{h:.0%}'})"
             fig.add_trace(go.Scatter(x=med.index, y=med.values, mode="lines+markers", name=name))
-    fig.update_layout(title="Multi-turn: TTFT by turn", xaxis_title="turn", yaxis_title="TTFT p50 (s)")
+    fig.update_layout(title="Multi-turn: TTFT by turn", xaxis_title="turn", yaxis_title="TTFT p50 (s)",
+                      xaxis=dict(dtick=1, tick0=1))  # turns are whole numbers
     return fig
 
 
@@ -852,7 +853,7 @@ def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Fig
                            yref="paper", x=0.5, y=0.5)
     fig.update_layout(title="Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, paired by request)",
                       xaxis_title="cache hit rate with sharing on (cached / prompt tokens)",
-                      yaxis_title="TTFT saved per request (s, off - on)", xaxis=dict(tickformat=".0%"))
+                      yaxis_title="TTFT saved per request (s, off - on)", xaxis=dict(tickformat=".0%", range=[0, 1.02]))  # the whole 0-100% scale
     return fig
 
 
