@@ -66,6 +66,28 @@ def resident_bytes(nbytes: int):
         m.close()
 
 
+class LoopbackHTTPServer:
+    """A ``BaseHTTPRequestHandler`` class served on a free loopback port from a daemon thread, for the fake peers
+    of the tests (``with LoopbackHTTPServer(Handler) as srv: srv.base_url``); stopped and closed on exit."""
+
+    def __init__(self, handler):
+        from http.server import ThreadingHTTPServer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self):
+        import threading
+
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
 def no_work(monkeypatch):
     """Make reaching any model load, papermill kernel or run folder raise :class:`Reached`."""
     import papermill

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import LoopbackHTTPServer
 
 from workbench import ParameterError, metrics, slo
 from workbench.serving import load
@@ -285,7 +286,7 @@ class _FakeSSE:
     content chunks, a final chunk with the engine's figures, a usage chunk counting 3 tokens, ``[DONE]``."""
 
     def __enter__(self):
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
@@ -306,14 +307,12 @@ class _FakeSSE:
             def log_message(self, *a):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._server = LoopbackHTTPServer(Handler).__enter__()
+        self.base_url = self._server.base_url
         return self
 
     def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._server.__exit__(*exc)
 
 
 def test_http_sender_ignores_a_dead_proxy_in_the_environment(monkeypatch):

@@ -7,6 +7,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from conftest import LoopbackHTTPServer
 
 from workbench import ParameterError
 from workbench.generation import GenerationSettings
@@ -276,7 +277,7 @@ class _SilentSSE:
     def __enter__(self):
         import select
         import socket
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         outer = self
 
@@ -320,15 +321,12 @@ class _SilentSSE:
             def log_message(self, *a):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._server = LoopbackHTTPServer(Handler).__enter__()
+        self.base_url = self._server.base_url
         return self
 
     def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._server.__exit__(*exc)
 
 
 @pytest.mark.parametrize("early_headers", [False, True])
