@@ -473,3 +473,14 @@ def test_a_noisy_probe_rescales_instead_of_refitting(tmp_path, monkeypatch):
     dev, calib = roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, SimpleNamespace())
     assert calls["refit"] == 0 and calib.check.startswith("rescaled") and "noisy: not refitted" in calib.check
     assert dev.flops_per_s == fast_dev.flops_per_s
+
+
+def test_a_moderate_move_is_rescaled_even_with_the_model_loaded(tmp_path, monkeypatch):
+    """Today's FLOP/s 1.3x the cached probe's (within REFIT_LIMIT, beyond RECALIBRATE_LIMIT): rescaled without a
+    refit; the 1.6x day of the test above still refits."""
+    from types import SimpleNamespace
+
+    today = roofline.Device(1.05e5, 1.3e7, 1)
+    calls = _stale_cache(tmp_path, monkeypatch, today)
+    dev, calib = roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, SimpleNamespace())
+    assert calls["refit"] == 0 and calib.check.startswith("rescaled") and dev.flops_per_s == today.flops_per_s

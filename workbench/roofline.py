@@ -264,6 +264,11 @@ CALIBRATION_VERSION = 4
 DECODE_PARAMETERS = 4
 #: A cached calibration whose device probe differs from today's by more than this share is rescaled or refitted.
 RECALIBRATE_LIMIT = 0.15
+#: Beyond this (|today / cached - 1| of bandwidth or FLOP/s) a loaded model is refitted; between
+#: :data:`RECALIBRATE_LIMIT` and this the calibration is rescaled to today's probe (cheap, and within 15% of a
+#: refit at 1.6x the FLOP/s: ``tests/test_roofline.py``). On the 2-core build VM the matmul FLOP/s of a fresh
+#: process varies 112-189 GFLOP/s on a quiet machine, so a 15% refit rule refitted (~20 s) in most new processes.
+REFIT_LIMIT = 0.5
 
 
 # ----------------------------------------------------------------------------- the formulas
@@ -533,8 +538,8 @@ def check_calibration(cached: tuple[Device, Calibration], today: Device, loaded=
 
     A calibration fitted on a slower day over-predicts a faster one by 30-60% (overheads and achieved
     FLOP/s are the day's). When today's bandwidth or matmul FLOP/s differs from the cached probe's by more
-    than ``limit``: with ``loaded`` the calibration is refitted (:func:`calibrate`, cached again); without a
-    model it is rescaled: today's probe replaces the cached one and every fixed overhead (seconds of CPU work:
+    than ``limit``: beyond :data:`REFIT_LIMIT` and with ``loaded`` the calibration is refitted (:func:`calibrate`,
+    cached again); otherwise (or without a model) it is rescaled: today's probe replaces the cached one and every fixed overhead (seconds of CPU work:
     Python, dispatch, sampling) scales by ``cached FLOP/s / today's FLOP/s``. ``Calibration.check`` records
     which happened (``kept``, ``rescaled``, ``refit``) with the probe ratios.
 
@@ -553,7 +558,7 @@ def check_calibration(cached: tuple[Device, Calibration], today: Device, loaded=
     ratios = f"today's probe / cached: bandwidth {bw:.2f}x, FLOP/s {fl:.2f}x"
     if all(math.isfinite(x) and abs(x - 1) <= limit for x in (bw, fl)):
         return dev, dataclasses.replace(calib, check=f"kept ({ratios}, within {limit:.0%})")
-    if loaded is not None:
+    if loaded is not None and not all(math.isfinite(x) and abs(x - 1) <= REFIT_LIMIT for x in (bw, fl)):
         new_dev, new = calibrate(loaded, **calibrate_kwargs)
         note = f"refit ({ratios}, beyond {limit:.0%})"
         print(f"roofline: cached calibration {note}", file=sys.stderr)
