@@ -1,5 +1,6 @@
 """Shared fixtures: offline mode, a results root per test session, the real default model."""
 import contextlib
+import gc
 import os
 from pathlib import Path
 
@@ -10,6 +11,34 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
+
+
+def _share_one_tls_context() -> None:
+    """httpx builds a TLS context for every client (loading certifi's CA bundle: ~35 ms of CPU here), and
+    ``httpx.get/post/stream`` open a client per call: the tests' ~400 loopback calls spent ~13 s on it. The session
+    shares one default context, as the workbench's own clients do (:func:`workbench.serving.client.ssl_context`).
+    Only the default (``verify=True``, no client certificate) is shared; if httpx moves the name, nothing is
+    patched."""
+    import functools
+
+    try:
+        import httpx._transports.default as transports
+    except ImportError:
+        return
+    real = getattr(transports, "create_ssl_context", None)
+    if real is None:
+        return
+    shared = functools.lru_cache(maxsize=2)(lambda trust_env: real(verify=True, cert=None, trust_env=trust_env))
+
+    def create_ssl_context(verify=True, cert=None, trust_env=True):
+        if verify is True and cert is None:
+            return shared(bool(trust_env))
+        return real(verify=verify, cert=cert, trust_env=trust_env)
+
+    transports.create_ssl_context = create_ssl_context
+
+
+_share_one_tls_context()
 
 
 @pytest.fixture(autouse=True)
@@ -27,6 +56,11 @@ def loaded():
     from workbench import models
 
     model = models.load_model("default", device="cpu", dtype="float32")
+    # what lives for the whole session (imports, the model) is frozen out of the cycle collector, as a run's
+    # shared kernel does after its first notebook: each later gc.collect (a peak-memory window's, the continuous
+    # engine's stop) scans only what the tests made since (~0.4-0.5 s a collection otherwise)
+    gc.collect()
+    gc.freeze()
     real = models._load_cached
     pinned_path = str(models.resolve_model_path("default"))
 
@@ -86,6 +120,41 @@ class LoopbackHTTPServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class FakeSSE:
+    """A stdlib HTTP server answering ``POST /v1/chat/completions`` with a fixed SSE stream (no model): two
+    content chunks, a final chunk with the engine's figures, a usage chunk counting 3 tokens, ``[DONE]``."""
+
+    def __enter__(self):
+        import json
+        from http.server import BaseHTTPRequestHandler
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                chunks = [{"choices": [{"delta": {"content": "Hel"}, "finish_reason": None}]},
+                          {"choices": [{"delta": {"content": "lo"}, "finish_reason": None}]},
+                          {"choices": [{"delta": {}, "finish_reason": "length"}],
+                           "engine": {"queue_s": 0.01, "prefill_s": 0.02, "tpot_s": 0.03, "itl_s": [0.03, 0.03],
+                                      "engine_ttft_s": 0.05}},
+                          {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}]
+                for c in chunks:
+                    self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+
+            def log_message(self, *a):
+                pass
+
+        self._server = LoopbackHTTPServer(Handler).__enter__()
+        self.base_url = self._server.base_url
+        return self
+
+    def __exit__(self, *exc):
+        self._server.__exit__(*exc)
 
 
 def no_work(monkeypatch):

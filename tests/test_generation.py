@@ -212,8 +212,10 @@ def test_eos_ids_are_the_union_of_config_tokenizer_and_end_of_turn():
 
     from workbench.generation import eos_token_ids
 
-    tok = SimpleNamespace(eos_token_id=2, chat_template="{{ '<|im_end|>' }}",
-                          get_vocab=lambda: {"<|im_end|>": 7, "<|eot_id|>": 9})
+    vocab = {"<unk>": 0, "<|im_end|>": 7, "<|eot_id|>": 9}          # a tokenizer's one-token lookups: an unknown
+    names = {i: t for t, i in vocab.items()}                         # token maps to the unknown-token id
+    tok = SimpleNamespace(eos_token_id=2, chat_template="{{ '<|im_end|>' }}{{ '<end_of_turn>' }}",
+                          convert_tokens_to_ids=lambda t: vocab.get(t, 0), convert_ids_to_tokens=names.get)
     model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[5, None]))
     assert eos_token_ids(SimpleNamespace(model=model, tokenizer=tok)) == {2, 5, 7}
     model.generation_config.eos_token_id = None

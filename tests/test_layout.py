@@ -277,3 +277,19 @@ def test_no_module_imports_one_above_its_layer():
             if mine >= 0 and layer_of(dep) > mine:
                 upward.append(f"{module} ({names[mine]}) imports {dep} ({names[layer_of(dep)]})")
     assert not upward, "imports pointing up the layers:\n" + "\n".join(upward)
+
+
+def test_the_command_line_and_the_experiments_import_without_torch():
+    """The command line validates parameters (importing every experiment module) and runs notebooks in a kernel:
+    its own process imports neither torch nor transformers (~2 s on the 2-core build VM, paid by every
+    ``workbench run`` / ``sweep`` before its first notebook). They come with the first generation."""
+    import subprocess
+    import sys
+
+    code = ("import importlib, pkgutil, sys, workbench.cli, workbench.notebooks, workbench.report, "
+            "workbench.experiments as E\n"
+            "for m in pkgutil.iter_modules(E.__path__): importlib.import_module('workbench.experiments.' + m.name)\n"
+            "workbench.cli.build_parser().parse_args(['run', 'quick'])\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

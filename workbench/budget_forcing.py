@@ -243,10 +243,10 @@ def _encode(tokenizer, text: str) -> list[int]:
 
 def native_thinking_ids(tokenizer) -> tuple[int, int] | None:
     """The ids of ``<think>`` and ``</think>`` when both are single tokens of the vocabulary, else None."""
-    vocab = tokenizer.get_vocab()
-    if OPEN_TEXT in vocab and CLOSE_TEXT in vocab:
-        return int(vocab[OPEN_TEXT]), int(vocab[CLOSE_TEXT])
-    return None
+    from .generation import token_id
+
+    ids = token_id(tokenizer, OPEN_TEXT), token_id(tokenizer, CLOSE_TEXT)
+    return ids if None not in ids else None
 
 
 def token_texts(tokenizer) -> tuple:

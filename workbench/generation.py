@@ -31,13 +31,12 @@ Known limit: on Apple MPS, ``transformers`` streams each step one step late
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator, Sequence
-
-from transformers import StoppingCriteria, StoppingCriteriaList
 
 from . import checks, metrics
 from .device import synchronize
@@ -133,16 +132,44 @@ def model_lock(model) -> threading.RLock:
         return lock
 
 
-class _Cancel(StoppingCriteria):
-    """Stops every row once ``event`` is set (a closed stream stops its generation)."""
+@functools.cache
+def _criteria():
+    """The two ``transformers`` stopping criteria of this module, ``(Cancel, RowStops)``, built on first use:
+    ``transformers`` (and torch under it) is imported by the first generation, not by every importer of this
+    module (the command line validates parameters and runs notebooks without either)."""
+    from transformers import StoppingCriteria
 
-    def __init__(self, event: threading.Event):
-        self.event = event
+    class Cancel(StoppingCriteria):
+        """Stops every row once ``event`` is set (a closed stream stops its generation)."""
 
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
+        def __init__(self, event: threading.Event):
+            self.event = event
 
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+        def __call__(self, input_ids, scores, **kwargs):
+            import torch
+
+            return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+    class RowStops(StoppingCriteria):
+        """Wraps ``generate``'s stopping criteria and records the output position at which each row was stopped.
+
+        ``generate`` pads a row after a criterion stops it; the recorded position (index of the row's last
+        output id, from the sequence length, so a speculative step that adds several ids counts them all) lets
+        :func:`generate_measured` end the row there instead of counting padding.
+        """
+
+        def __init__(self, criteria, prompt_width: int):
+            self.criteria = criteria
+            self.prompt_width = prompt_width
+            self.stop_step: dict[int, int] = {}
+
+        def __call__(self, input_ids, scores, **kwargs):
+            done = self.criteria(input_ids, scores, **kwargs)
+            for row in done.nonzero().flatten().tolist():
+                self.stop_step.setdefault(row, input_ids.shape[1] - self.prompt_width - 1)
+            return done
+
+    return Cancel, RowStops
 
 
 class TokenTimer:
@@ -200,26 +227,6 @@ class StreamerGroup:
     def end(self) -> None:
         for s in self.streamers:
             s.end()
-
-
-class _RowStops(StoppingCriteria):
-    """Wraps ``generate``'s stopping criteria and records the output position at which each row was stopped.
-
-    ``generate`` pads a row after a criterion stops it; the recorded position (index of the row's last
-    output id, from the sequence length, so a speculative step that adds several ids counts them all) lets
-    :func:`generate_measured` end the row there instead of counting padding.
-    """
-
-    def __init__(self, criteria, prompt_width: int):
-        self.criteria = criteria
-        self.prompt_width = prompt_width
-        self.stop_step: dict[int, int] = {}
-
-    def __call__(self, input_ids, scores, **kwargs):
-        done = self.criteria(input_ids, scores, **kwargs)
-        for row in done.nonzero().flatten().tolist():
-            self.stop_step.setdefault(row, input_ids.shape[1] - self.prompt_width - 1)
-        return done
 
 
 class _PrefillTimer:
@@ -376,12 +383,22 @@ def eos_token_ids(loaded) -> set[int]:
     ids: set = set()
     for eos in (getattr(loaded.model.generation_config, "eos_token_id", None), loaded.tokenizer.eos_token_id):
         ids |= set(eos if isinstance(eos, (list, tuple)) else [eos])
-    vocab = loaded.tokenizer.get_vocab()
+    template = getattr(loaded.tokenizer, "chat_template", None) or ""
     for name in END_OF_TURN_TOKENS:
-        template = getattr(loaded.tokenizer, "chat_template", None) or ""
-        if name in vocab and name in template:
-            ids.add(vocab[name])
+        if name in template:
+            ids.add(token_id(loaded.tokenizer, name))
     return {int(i) for i in ids if i is not None}
+
+
+def token_id(tokenizer, text: str) -> int | None:
+    """The id of ``text`` when it is one token of the vocabulary (added tokens included), else None.
+
+    A lookup of that one token (``convert_tokens_to_ids``, checked back with ``convert_ids_to_tokens``: an unknown
+    token maps to the unknown-token id), not ``get_vocab()``: that builds the whole vocabulary dict, ~30 ms for a
+    49k-token vocabulary on the 2-core build VM, and the end ids are looked up after every ``generate``.
+    """
+    i = tokenizer.convert_tokens_to_ids(text)
+    return int(i) if i is not None and tokenizer.convert_ids_to_tokens(int(i)) == text else None
 
 
 def cache_kwarg(model) -> str:
@@ -500,7 +517,9 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
     verify = _VerifyCounter(model, enc["input_ids"].shape[1]) if counted else None  # early exit: draft == target
     row_stops = None
     if stopping_criteria is not None:
-        row_stops = _RowStops(stopping_criteria, enc["input_ids"].shape[1])
+        from transformers import StoppingCriteriaList
+
+        row_stops = _criteria()[1](stopping_criteria, enc["input_ids"].shape[1])
         stopping_criteria = StoppingCriteriaList([row_stops])
     torch.manual_seed(settings.seed)
     try:
@@ -627,7 +646,7 @@ def stream_generate(
     Yields:
         :class:`StreamEvent`; the last one has ``record`` set and empty ``text``.
     """
-    from transformers import TextIteratorStreamer
+    from transformers import StoppingCriteriaList, TextIteratorStreamer
 
     text_streamer = TextIteratorStreamer(loaded.tokenizer, skip_prompt=True, skip_special_tokens=True)
     counter = {"n": 0, "t_first": None}
@@ -643,7 +662,7 @@ def stream_generate(
     result: dict = {}
     t0 = time.perf_counter()
     closed = threading.Event()
-    stops = list(kwargs.pop("stopping_criteria", None) or []) + [_Cancel(closed)]
+    stops = list(kwargs.pop("stopping_criteria", None) or []) + [_criteria()[0](closed)]
 
     def work():
         try:

@@ -256,3 +256,40 @@ def test_endpoint_reader_point_without_engine_figures_or_usage():
     assert len(r["chunk_itl_s"]) == 11 and r["target"] == "fake"
     assert r["server_side_note"] == endpoint.SERVER_SIDE_NOTE and math.isnan(r["engine_ttft_s"])
     assert res.extra["requests"] == 1  # one generation, shown at two granularities
+
+
+def test_the_request_clock_starts_after_the_client_is_built(monkeypatch):
+    """TTFT is the send to the first content chunk: building the HTTP client (httpx loads the CA bundle for each
+    new client, ~35 ms of CPU here) happens before the clock starts. A client that takes 1 s to build must not
+    show in TTFT against a fake server that answers at once."""
+    import httpx
+    import time
+
+    from conftest import FakeSSE
+
+    real_init = httpx.Client.__init__
+
+    def slow_init(self, *a, **k):
+        time.sleep(1.0)
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(httpx.Client, "__init__", slow_init)
+    with FakeSSE() as srv:
+        row = sr.stream_request(srv.base_url, "hi", 3, timeout=10)
+    assert row["outcome"] == "ok" and row["text"] == "Hello" and row["chunks"] == 2
+    assert row["ttft_s"] < 1.0 and row["e2e_s"] < 1.0, row
+
+
+def test_clients_share_one_tls_context(monkeypatch):
+    """Every measurement client of a process uses the one TLS context (no CA bundle loaded per client)."""
+    import ssl
+
+    from workbench.serving import client
+
+    client.ssl_context()
+    loads = []
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", lambda self, *a, **k: loads.append(a))
+    for _ in range(3):
+        with client.http_client(5.0):
+            pass
+    assert loads == []

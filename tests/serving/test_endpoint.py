@@ -43,7 +43,7 @@ def _wait_http(url: str, proc, seconds: float = 240.0) -> None:
         except OSError:
             if proc.poll() is not None:
                 raise RuntimeError(f"the server process exited with {proc.returncode}")
-            time.sleep(0.5)
+            time.sleep(0.1)
     raise RuntimeError(f"{url} did not answer in {seconds:.0f} s")
 
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import LoopbackHTTPServer
+from conftest import FakeSSE
 
 from workbench import ParameterError, metrics, slo
 from workbench.serving import load
@@ -281,40 +281,6 @@ def test_knee_and_sweep_rates():
     assert rates == [2.0, 3.0]
 
 
-class _FakeSSE:
-    """A stdlib HTTP server answering ``POST /v1/chat/completions`` with a fixed SSE stream (no model): two
-    content chunks, a final chunk with the engine's figures, a usage chunk counting 3 tokens, ``[DONE]``."""
-
-    def __enter__(self):
-        from http.server import BaseHTTPRequestHandler
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                chunks = [{"choices": [{"delta": {"content": "Hel"}, "finish_reason": None}]},
-                          {"choices": [{"delta": {"content": "lo"}, "finish_reason": None}]},
-                          {"choices": [{"delta": {}, "finish_reason": "length"}],
-                           "engine": {"queue_s": 0.01, "prefill_s": 0.02, "tpot_s": 0.03, "itl_s": [0.03, 0.03],
-                                      "engine_ttft_s": 0.05}},
-                          {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}]
-                for c in chunks:
-                    self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-
-            def log_message(self, *a):
-                pass
-
-        self._server = LoopbackHTTPServer(Handler).__enter__()
-        self.base_url = self._server.base_url
-        return self
-
-    def __exit__(self, *exc):
-        self._server.__exit__(*exc)
-
-
 def test_http_sender_ignores_a_dead_proxy_in_the_environment(monkeypatch):
     """HTTP_PROXY / ALL_PROXY point at a port nothing listens on: a client trusting the environment fails, the
     load generator's sender (trust_env=False) still reaches the loopback server; counts come from usage."""
@@ -324,7 +290,7 @@ def test_http_sender_ignores_a_dead_proxy_in_the_environment(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     for k in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.setenv(k, "http://127.0.0.1:9")
-    with _FakeSSE() as srv:
+    with FakeSSE() as srv:
         with pytest.raises(httpx.HTTPError):
             httpx.post(srv.base_url + "/v1/chat/completions", json={}, timeout=5)
         row = load.http_sender(srv.base_url, timeout=10)(RequestSpec("hi", 3), time.perf_counter())

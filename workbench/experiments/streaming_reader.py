@@ -81,6 +81,7 @@ from plotly.subplots import make_subplots
 from .. import checks, evidence, metrics, reading, sweeps
 from ..errors import ParameterError
 from ..serving import endpoint as endpoint_mod
+from ..serving.client import http_client
 from ..generation import GenerationSettings, eos_token_ids, generate_measured
 from ..plots import label, ok_points, split_by_device
 from ..results import PointResult
@@ -350,12 +351,13 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
     if ep is not None:
         body.update(model=ep.model, stream_options={"include_usage": True}, **ep.extra_body)
         headers = ep.headers() or None
-    t_send = time.perf_counter()
     stamps, parts, reads, read_of, keepalives, engine, outcome, error = [], [], [], [], 0, {}, "ok", None
     usage, finish = None, None
     tmo = httpx.Timeout(timeout, read=read_timeout) if read_timeout else httpx.Timeout(timeout)
+    client = http_client(tmo)  # built before the clock starts: the send is what is timed, not the client
+    t_send = time.perf_counter()
     try:
-        with httpx.Client(trust_env=False, timeout=tmo) as client:
+        with client:
             with client.stream("POST", base_url + path, json=body, headers=headers) as r:
                 if r.status_code != 200:
                     raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")

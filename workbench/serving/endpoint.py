@@ -136,9 +136,9 @@ class Endpoint:
 
 
 def _client(timeout: float):
-    import httpx
+    from .client import http_client
 
-    return httpx.Client(timeout=timeout, trust_env=False)  # a proxy in the environment must not reroute it
+    return http_client(timeout)  # a proxy in the environment must not reroute it
 
 
 def _first_line(text: str, n: int = 120) -> str:

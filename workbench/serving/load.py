@@ -222,13 +222,13 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     """
     import httpx
 
+    from .client import http_client
     from .protocol import SERVED_MODEL
 
-    http = client or httpx.Client(timeout=timeout, trust_env=False,
-                                  limits=httpx.Limits(max_connections=1024, max_keepalive_connections=64))
+    http = client or http_client(timeout, limits=httpx.Limits(max_connections=1024, max_keepalive_connections=64))
     # a patient request's own connection: opened for it (the trace sees it), closed when it gives up
-    patient_http = client or httpx.Client(timeout=timeout, trust_env=False,
-                                          limits=httpx.Limits(max_connections=1024, max_keepalive_connections=0))
+    patient_http = client or http_client(timeout, limits=httpx.Limits(max_connections=1024,
+                                                                      max_keepalive_connections=0))
     url = base_url.rstrip("/") + "/v1/chat/completions"
 
     def send(spec: RequestSpec, t_scheduled: float) -> dict:
