@@ -592,8 +592,9 @@ def _checked_key(model_path, device: str, dtype: str, threads: int) -> tuple:
 
 def checked_cached(model_path: str, device: str, dtype: str, threads: int, loaded=None,
                    **calibrate_kwargs) -> tuple[Device, Calibration] | None:
-    """:func:`load_cached` checked against a fresh probe of today's device (:func:`check_calibration`; 3
-    probe trials, a few seconds), or None when nothing is cached.
+    """:func:`load_cached` checked against today's probe of the device (:func:`check_calibration`): the process's
+    one :func:`workbench.device.probe_device` (7 trials, ~1 s), the same the run's environment record takes, or
+    None when nothing is cached.
 
     Once per process: a later call for the same model, device, dtype and threads returns the first one's result
     (or the calibration :func:`calibrate` fitted since). When today's probe is itself noisy (its trials spread
@@ -606,7 +607,7 @@ def checked_cached(model_path: str, device: str, dtype: str, threads: int, loade
     cached = load_cached(model_path, device, dtype, threads)
     if cached is None:
         return None
-    today = Device.probe(device, dtype, trials=3)
+    today = Device.probe(device, dtype)
     noisy = bool(getattr(today, "noisy", False))
     out = check_calibration(cached, today, None if noisy else loaded, **calibrate_kwargs)
     if noisy and loaded is not None and out[1].check.startswith("rescaled"):
@@ -695,7 +696,7 @@ class Predictor:
         path = str(models.resolve_model_path(spec))
         cached = load_cached(path, device, dtype, torch.get_num_threads())
         if cached is not None and probe:
-            cached = check_calibration(cached, Device.probe(device, dtype, trials=3))
+            cached = check_calibration(cached, Device.probe(device, dtype))
         if cached is not None:
             return cls(shape, *cached, probe=probe, model_path=path)
         dev = Device.probe(device, dtype) if probe else Device(10e9, 50e9, torch.get_num_threads(),

@@ -354,7 +354,7 @@ def dtype_peaks(device: str, dtype: str, threads: int | None = None,
     else:
         key = (device, dtype)
         if key not in _PEAKS:
-            _PEAKS[key] = roofline.Device.probe(device, dtype, trials=3)
+            _PEAKS[key] = roofline.Device.probe(device, dtype)
         dev = _PEAKS[key]
     return {"bandwidth_bytes_per_s": dev.bandwidth_bytes_per_s, "flops_per_s": dev.flops_at(threads)}
 

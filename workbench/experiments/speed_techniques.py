@@ -292,7 +292,7 @@ def generate_kwargs(point: dict, draft=None) -> dict:
 
 def _peaks(loaded, state: dict) -> dict:
     if "peaks" not in state:
-        dev = roofline.Device.probe(loaded.info.device.split(":")[0], loaded.info.dtype, trials=3)
+        dev = roofline.Device.probe(loaded.info.device.split(":")[0], loaded.info.dtype)
         state["peaks"] = {"bandwidth_bytes_per_s": dev.bandwidth_bytes_per_s, "flops_per_s": dev.flops_at(None)}
     return state["peaks"]
 
