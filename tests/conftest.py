@@ -122,11 +122,12 @@ class LoopbackHTTPServer:
         self.httpd.server_close()
 
 
-class FakeSSE:
+class FakeSSE(LoopbackHTTPServer):
     """A stdlib HTTP server answering ``POST /v1/chat/completions`` with a fixed SSE stream (no model): two
-    content chunks, a final chunk with the engine's figures, a usage chunk counting 3 tokens, ``[DONE]``."""
+    content chunks, a final chunk with the engine's figures, a usage chunk counting 3 tokens, ``[DONE]``
+    (``with FakeSSE() as srv: srv.base_url``)."""
 
-    def __enter__(self):
+    def __init__(self):
         import json
         from http.server import BaseHTTPRequestHandler
 
@@ -149,12 +150,7 @@ class FakeSSE:
             def log_message(self, *a):
                 pass
 
-        self._server = LoopbackHTTPServer(Handler).__enter__()
-        self.base_url = self._server.base_url
-        return self
-
-    def __exit__(self, *exc):
-        self._server.__exit__(*exc)
+        super().__init__(Handler)
 
 
 def no_work(monkeypatch):

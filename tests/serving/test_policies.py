@@ -264,17 +264,13 @@ def test_an_abandoned_request_frees_its_place_at_once():
     assert len(eng.batches) == 1  # it never ran
 
 
-class _SilentSSE:
+class _SilentSSE(LoopbackHTTPServer):
     """A stdlib HTTP server that accepts a chat request and sends no content token for ``hold_s`` seconds (then a
     normal one-token answer, so a client that never gives up is not stuck). ``early_headers``: the headers, a role
     chunk and keep-alive comments come at once (a server streaming while the request waits), else nothing until the
     answer. ``closed`` is set when the client closes the connection while the server holds it."""
 
     def __init__(self, hold_s=10.0, early_headers=False):
-        self.hold_s, self.early_headers = hold_s, early_headers
-        self.closed = threading.Event()
-
-    def __enter__(self):
         import select
         import socket
         from http.server import BaseHTTPRequestHandler
@@ -321,12 +317,9 @@ class _SilentSSE:
             def log_message(self, *a):
                 pass
 
-        self._server = LoopbackHTTPServer(Handler).__enter__()
-        self.base_url = self._server.base_url
-        return self
-
-    def __exit__(self, *exc):
-        self._server.__exit__(*exc)
+        self.hold_s, self.early_headers = hold_s, early_headers
+        self.closed = threading.Event()
+        super().__init__(Handler)
 
 
 @pytest.mark.parametrize("early_headers", [False, True])
