@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from workbench import metrics, models, prompts, roofline, sweeps
+from workbench import metrics, models, predictions, prompts, roofline, sweeps
 from workbench.generation import GenerationSettings
 
 SUITE = Path(__file__).resolve().parents[1] / "suites" / "default.yaml"
@@ -95,7 +95,7 @@ def main() -> None:
               f"vs {p['predicted_tpot_s'] * 1e3:.1f} ({row['tpot_ratio']:.2f}x, decode {p['decode_bound']}-bound)",
               flush=True)
     print(f"\n{len(rows)} points measured in {time.perf_counter() - t0:.0f} s")
-    print(roofline.residual_summary(roofline.residual_table(pd.DataFrame(rows))))
+    print(predictions.residual_summary(predictions.residual_table(pd.DataFrame(rows))))
 
 
 if __name__ == "__main__":

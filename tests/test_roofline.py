@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from workbench import roofline
+from workbench import predictions, roofline
 
 TINY = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
         "head_dim": 4, "num_hidden_layers": 2, "intermediate_size": 16, "vocab_size": 10,
@@ -153,7 +153,7 @@ def test_each_dtype_uses_its_own_cached_calibration(tmp_path, monkeypatch):
 def test_residual_summary_names_points_outside_the_limit():
     table = pd.DataFrame({"point_id": ["a", "b"], "ttft_ratio": [1.1, 2.0], "tpot_ratio": [0.95, 1.0],
                           "bound": ["memory", "overhead"]})
-    text = roofline.residual_summary(table)
+    text = predictions.residual_summary(table)
     assert "TTFT median |measured/predicted - 1| = 55.0%" in text
     assert "b ratio 2.00 (model says prefill is overhead-bound)" in text and "TPOT median" in text
 
@@ -163,9 +163,9 @@ def test_workload_of_reads_points_and_config_fields():
         max_new_tokens = 16
         batch_sizes = [1, 4]
 
-    assert roofline.workload_of(Cfg(), {"prompt_tokens": 64, "batch_size": 2}) == \
+    assert predictions.workload_of(Cfg(), {"prompt_tokens": 64, "batch_size": 2}) == \
         {"batch_size": 2, "prompt_tokens": 64, "output_tokens": 16, "exact": True}
-    assert roofline.workload_of(Cfg(), {})["batch_size"] == 4
+    assert predictions.workload_of(Cfg(), {})["batch_size"] == 4
 
 
 @pytest.fixture
@@ -208,9 +208,9 @@ def test_plan_entries_estimate_wall_time_from_predictions():
     pred = roofline.Predictor(s, roofline.Device(1e9, 1e10, 1), roofline.Calibration(step_overhead_s=0.01))
     from workbench import notebooks
 
-    plan = roofline.plan_entries([{"notebook": str(notebooks.NOTEBOOKS_DIR / "01_batch_size.ipynb"),
-                                   "parameters": {"batch_sizes": [1, 2], "prompt_tokens": [64], "repeats": 2}}], pred,
-                                 load_s=0.0)
+    plan = predictions.plan_entries([{"notebook": str(notebooks.NOTEBOOKS_DIR / "01_batch_size.ipynb"),
+                                      "parameters": {"batch_sizes": [1, 2], "prompt_tokens": [64], "repeats": 2}}],
+                                    pred, load_s=0.0)
     assert len(plan) == 2 and (plan["estimated_wall_s"] > 0).all()
     runs = 1 + 2  # warm-up + repeats
     assert plan["estimated_wall_s"].iloc[0] == pytest.approx(runs * plan["predicted_e2e_s"].iloc[0])
@@ -232,7 +232,7 @@ def test_report_shows_the_residual_table_of_a_run_with_predictions():
                                                   decode_bound="overhead", bound="overhead")
     points["ttft_ratio"] = points["ttft_s_p50"] / points["predicted_ttft_s"]
     points["tpot_ratio"] = points["tpot_s_p50"] / points["predicted_tpot_s"]
-    roofline.save_residuals(run, exp, points)
+    predictions.save_residuals(run, exp, points)
     html = report.build_report(run).read_text()
     assert "Measured / predicted (calibrated roofline): TTFT median |measured/predicted - 1| = 100.0%" in html
     assert "tpot_ratio" in html and "<td>0.5</td>" in html and "(model says prefill is compute-bound)" in html
@@ -251,13 +251,13 @@ def test_predict_rows_uses_the_cached_calibration_or_nothing(tmp_path, monkeypat
     _private_cache(monkeypatch, tmp_path)
     rows = pd.DataFrame({"model": ["default"] * 2, "device": ["cpu"] * 2, "dtype": ["float32"] * 2,
                          "batch_size": [1, 4], "prompt_tokens": [64, 64], "output_tokens": [16, 16]})
-    assert roofline.predict_rows(rows)["predicted_tpot_s"].isna().all()  # no calibration: no prediction
+    assert predictions.predict_rows(rows)["predicted_tpot_s"].isna().all()  # no calibration: no prediction
     from workbench import models
 
     path = roofline.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", roofline._threads())
     dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(cal)}))
-    out = roofline.predict_rows(rows)
+    out = predictions.predict_rows(rows)
     shape = roofline.ModelShape.from_model("default")
     assert out["predicted_tpot_s"].tolist() == pytest.approx(
         [roofline.predict(shape, dev, cal, B, 64, 16)["predicted_tpot_s"] for B in (1, 4)])
@@ -309,8 +309,8 @@ def test_rows_recording_the_default_models_display_name_find_its_folder():
 
     folder = models.resolve_model_path("default")
     name = "-".join(Path(folder).name.split("-")[:-1])
-    assert roofline._model_path(name) == str(folder)
-    assert roofline._model_path("not-a-model-anywhere") is None
+    assert predictions._model_path(name) == str(folder)
+    assert predictions._model_path("not-a-model-anywhere") is None
 
 
 def test_rows_with_a_model_path_find_their_calibration_whatever_the_display_name(calibrated):
@@ -320,9 +320,9 @@ def test_rows_with_a_model_path_find_their_calibration_whatever_the_display_name
 
     row = {"model": "renamed-model", "device": "cpu", "dtype": "float32", "batch_size": 1, "prompt_tokens": 64,
            "output_tokens": 16}
-    assert roofline.predict_rows(pd.DataFrame([row]))["predicted_tpot_s"].isna().all()
+    assert predictions.predict_rows(pd.DataFrame([row]))["predicted_tpot_s"].isna().all()
     row["model_path"] = str(models.resolve_model_path("default"))
-    assert roofline.predict_rows(pd.DataFrame([row]))["predicted_tpot_s"].notna().all()
+    assert predictions.predict_rows(pd.DataFrame([row]))["predicted_tpot_s"].notna().all()
 
 
 
@@ -401,7 +401,7 @@ def test_a_cached_calibration_off_todays_probe_is_refit_when_the_model_is_loaded
     monkeypatch.setattr(roofline, "calibrate", lambda loaded, **k: refits.append(k) or (fast_dev, fast))
     monkeypatch.setattr(roofline, "shape_of", lambda info: s)
     loaded = SimpleNamespace(info=SimpleNamespace(path=str(tmp_path), device="cpu", dtype="float32"))
-    pred = roofline.calibrated_predictor(loaded)
+    pred = predictions.calibrated_predictor(loaded)
     assert refits and pred.calib.check.startswith("refit") and pred.device is fast_dev
 
 

@@ -20,14 +20,16 @@ Inputs:       prompts (exact-length prompts from real text), tasks.haystack, tas
 Instruments:  generation (measured generate, eos_token_ids, warm_up), detokenize (incremental text,
               display granularity), memory (KV-cache bytes, memory tracker), energy (NVML energy),
               metrics (request_timing, percentiles, point summaries, MBU/MFU, the column table COLUMNS),
-              roofline (predicted latency, plans), reading (reading speed).
+              roofline (the latency model: formulas, device probe figures, calibration), reading
+              (reading speed).
 Quality:      quality (every text and answer metric, continuation log-likelihood, 95% intervals).
 Evidence:     evidence (usable points, fit support, t / ratio / Wilson intervals, verdicts, Finding).
 Models:       models (offline loading of the embedded default or a local model, model facts).
 Ground floor: device (synchronize, device probe, peak memory, environment facts), checks (one-line
               parameter validators), errors (ParameterError). They import nothing above them.
 Run machinery: sweeps (shared config fields, grids, the point loop), drift (the drift reference and its
-              verdict), distributed (Ray executor),
+              verdict), distributed (Ray executor), predictions (the roofline applied: suite plans,
+              predictions beside measurements, residuals),
               results (run folders, Parquet, point ids, PointResult -> rows), notebooks (jupytext sources,
               parameters, suites, papermill), report (HTML), plots (house template, labels), cli (the
               ``workbench`` command).

@@ -297,7 +297,7 @@ def cmd_env(args) -> int:
 def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False) -> int:
     """``workbench plan`` / ``--dry-run``: the points, their predicted cost and the estimated wall time
     (:mod:`workbench.roofline`); nothing is measured and no weights load unless ``calibrate``."""
-    from . import models, notebooks, roofline
+    from . import models, notebooks, predictions, roofline
 
     first = notebooks.validate_parameters(entries[0]["notebook"], entries[0]["parameters"]) if entries else {}
     spec, dev = first.get("model", "default"), models.pick_device(first.get("device", "auto"))
@@ -307,8 +307,8 @@ def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False
         device, calib = roofline.calibrate(loaded)
         print(f"calibrated in {calib.calibration_s:.1f} s: {calib}", flush=True)
     predictor = roofline.Predictor.for_model(spec, dev, dtype, probe=probe)
-    plan = roofline.plan_entries(entries, predictor)
-    print(roofline.format_plan(plan, predictor.calib.calibrated))
+    plan = predictions.plan_entries(entries, predictor)
+    print(predictions.format_plan(plan, predictor.calib.calibrated))
     return 0
 
 

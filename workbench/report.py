@@ -210,13 +210,13 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
 def _residuals_html(run: Path, exp: str, points: pd.DataFrame) -> str:
     """Measured / predicted TTFT and TPOT per point with the bound the roofline gives (``residuals/<exp>.csv``,
     else the points' own prediction columns); empty when the experiment has no predictions."""
-    from . import roofline
+    from . import predictions
 
     path = run / "residuals" / f"{exp}.csv"
-    table = pd.read_csv(path) if path.exists() else roofline.residual_table(points)
+    table = pd.read_csv(path) if path.exists() else predictions.residual_table(points)
     if table.empty or not {"ttft_ratio", "tpot_ratio"} & set(table.columns):
         return ""
-    summary = roofline.residual_summary(table)
+    summary = predictions.residual_summary(table)
     return (f"<details><summary>Measured / predicted (calibrated roofline): "
             f"{html.escape(summary.splitlines()[0])}</summary><div class='wide'>{_table(table, None)}</div>"
             f"<pre>{html.escape(summary)}</pre></details>")

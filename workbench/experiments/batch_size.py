@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import checks, evidence, metrics, roofline, sweeps
+from .. import checks, evidence, metrics, predictions, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
 from ..plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
@@ -104,15 +104,15 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
     Returns:
         The experiment's points DataFrame (see :func:`workbench.sweeps.run_sweep`), with the roofline's
-        prediction per point and ``ttft_ratio`` / ``tpot_ratio`` (:func:`workbench.roofline.with_predictions`;
+        prediction per point and ``ttft_ratio`` / ``tpot_ratio`` (:func:`workbench.predictions.with_predictions`;
         the residual table is saved as ``residuals/batch_size.txt``).
     """
-    predictor = roofline.calibrated_predictor(loaded)  # predict before measuring
+    predictor = predictions.calibrated_predictor(loaded)  # predict before measuring
     state: dict = {}
     points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state), resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                      slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
-    points = roofline.with_predictions(points, loaded.info, predictor)
-    roofline.save_residuals(run_dir, EXPERIMENT, points)
+    points = predictions.with_predictions(points, loaded.info, predictor)
+    predictions.save_residuals(run_dir, EXPERIMENT, points)
     return points
 
 
@@ -199,7 +199,7 @@ def ttft_vs_batch(points: pd.DataFrame) -> go.Figure:
             fig.add_trace(go.Scatter(x=g["batch_size"], y=g["ttft_s_p99"], mode="lines+markers",
                                      line=dict(color=c, dash="dash"), name=f"{length} tokens, p99"))
     mark_invalid(fig, df, "batch_size", "ttft_s_p50")
-    roofline.add_predicted_line(fig, df, "batch_size", "predicted_ttft_s", group="prompt_tokens")
+    predictions.add_predicted_line(fig, df, "batch_size", "predicted_ttft_s", group="prompt_tokens")
     fig.update_layout(title="Time to first token vs batch size (error bars: 95% t-interval over repeat medians)",
                       xaxis_title=label("batch_size"), yaxis_title=label("ttft_s"))
     fig.update_xaxes(type="log", dtick=0.30103)
@@ -212,7 +212,7 @@ def throughput_vs_batch(points: pd.DataFrame) -> go.Figure:
     df["prompt_tokens"] = df["prompt_tokens"].astype(str)
     fig = px.line(df, x="batch_size", y="output_throughput_tps", color="prompt_tokens", markers=True,
                   labels=labels("batch_size", "output_throughput_tps", "goodput_rps", "prompt_tokens"), title="Output throughput vs batch size")
-    roofline.add_predicted_line(fig, df, "batch_size", "predicted_output_throughput_tps", group="prompt_tokens")
+    predictions.add_predicted_line(fig, df, "batch_size", "predicted_output_throughput_tps", group="prompt_tokens")
     mark_invalid(fig, df, "batch_size", "output_throughput_tps")
     fig.update_xaxes(type="log", dtick=0.30103)
     return fig

@@ -36,7 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import evidence, plots, roofline
+from .. import evidence, plots, predictions
 from ..checks import check_bool, check_choice, check_int, check_int_list
 from ..errors import ParameterError
 from ..generation import GenerationSettings, warm_up
@@ -295,11 +295,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     def measure(p):
         return measure_point(loaded, cfg, p, state)
 
-    predictor = roofline.calibrated_predictor(loaded)  # predict before measuring
+    predictor = predictions.calibrated_predictor(loaded)  # predict before measuring
     points = run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, info=loaded.info, loaded=loaded,
                        config=cfg)
-    points = roofline.with_predictions(points, loaded.info, predictor)
-    roofline.save_residuals(run_dir, EXPERIMENT, points)
+    points = predictions.with_predictions(points, loaded.info, predictor)
+    predictions.save_residuals(run_dir, EXPERIMENT, points)
     return points
 
 
@@ -395,7 +395,7 @@ def fig_tpot_vs_context(points):
                   labels={"context_tokens": _l_label(), "tpot_s_p50": plots.label("tpot_s_p50"),
                           "color": plots.label("batch_size")},
                   title="Decode time per output token vs context length")
-    roofline.add_predicted_line(fig, df, "context_tokens", "predicted_tpot_s", group="batch_size",
+    predictions.add_predicted_line(fig, df, "context_tokens", "predicted_tpot_s", group="batch_size",
                                 name="predicted, batch")
     plots.mark_invalid(fig, df, "context_tokens", "tpot_s_p50")
     return plots.legend_below(fig)

@@ -46,7 +46,7 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import checks, drift, evidence, metrics, models, quality, results, roofline, slo, sweeps
+from .. import checks, drift, evidence, metrics, models, predictions, quality, results, roofline, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings, generate_measured
 from ..plots import label, legend_below, split_by_device
@@ -691,7 +691,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     if "predicted_ttft_s" in points:
         points["ttft_ratio"] = points["ttft_s_p50"] / points["predicted_ttft_s"]
         points["tpot_ratio"] = points["tpot_s_p50"] / points["predicted_tpot_s"]
-        roofline.save_residuals(run_dir, EXPERIMENT, points)
+        predictions.save_residuals(run_dir, EXPERIMENT, points)
     return points
 
 

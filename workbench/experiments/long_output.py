@@ -21,7 +21,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import evidence, metrics, plots, results, roofline, sweeps  # noqa: F401  (plots registers the house template)
+from .. import evidence, metrics, plots, predictions, results, sweeps  # noqa: F401  (plots registers the house template)
 from ..checks import check_choice_list, check_int
 from ..generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
 from ..long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
@@ -189,7 +189,7 @@ def long_output_figure(requests: pd.DataFrame) -> go.Figure:
         first_text_s=("first_text_s", "median"), first_section_s=("first_section_s", "median"), wall_s=("wall_s", "median"),
         coverage=("coverage", "median"), repetition=("repetition", "median"),
         output_tokens=("output_tokens", "median"))
-    pred = roofline.predict_rows(requests).groupby(keys, as_index=False, sort=False)["predicted_e2e_s"].median()
+    pred = predictions.predict_rows(requests).groupby(keys, as_index=False, sort=False)["predicted_e2e_s"].median()
     long = pd.concat([
         g.assign(measure="first visible text", seconds=g["first_text_s"]),
         g.assign(measure="first section text", seconds=g["first_section_s"]),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from .. import metrics, plots, roofline, sweeps
+from .. import metrics, plots, predictions, sweeps
 from ..budget_forcing import PRE, THINKING_MODES, BudgetSpec, thinking_format
 from ..checks import check_choice, check_choice_list, check_int, check_int_list
 from ..errors import ParameterError
@@ -265,9 +265,9 @@ def fig_latency_vs_budget(points):
                   line_dash="batch_size", markers=True,
                   labels=plots.labels("reasoning_budget", "batch_size", value="latency p50 (s)"),
                   title="Latency vs reasoning budget (p50 over requests)")
-    pred = roofline.predict_rows(pts)
+    pred = predictions.predict_rows(pts)
     for col, name in (("predicted_ttft_s", "predicted TTFT"), ("predicted_e2e_s", "predicted e2e")):
-        roofline.add_predicted_line(fig, pred, "reasoning_budget", col, group="batch_size", name=name)
+        predictions.add_predicted_line(fig, pred, "reasoning_budget", col, group="batch_size", name=name)
     plots.mark_invalid(fig, pts, "reasoning_budget", "e2e_s_p50")
     return fig
 
@@ -307,13 +307,13 @@ def fig_throughput_vs_budget(points):
     import plotly.express as px
 
     pts = plots.ok_points(points)
-    pts = roofline.predict_rows(pts)
+    pts = predictions.predict_rows(pts)
     pts["batch_size"] = pts["batch_size"].astype(str)
     fig = px.line(pts.sort_values("reasoning_budget"), x="reasoning_budget", y="output_throughput_tps",
                   color="batch_size", markers=True,
                   labels=plots.labels("reasoning_budget", "batch_size", "output_throughput_tps"),
                   title="Output throughput vs reasoning budget, per batch size")
-    return roofline.add_predicted_line(fig, pts, "reasoning_budget", "predicted_output_throughput_tps",
+    return predictions.add_predicted_line(fig, pts, "reasoning_budget", "predicted_output_throughput_tps",
                                        group="batch_size")
 
 

@@ -39,7 +39,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, evidence, metrics, plots, roofline, sweeps  # noqa: F401  (plots registers the house template)
+from .. import checks, evidence, metrics, plots, predictions, sweeps  # noqa: F401  (plots registers the house template)
 from ..checks import check_bool, check_int, check_int_list, check_str_list
 from ..detokenize import Granularity, StreamTap
 from ..errors import ParameterError
@@ -449,11 +449,11 @@ def perceived_latency_figure(requests: pd.DataFrame) -> go.Figure:
     fig = px.line(long, x="output_tokens", y="seconds", color="mode", markers=True,
                   labels={"output_tokens": "output tokens (median)", "seconds": "time until the user sees text (s)"},
                   title="Perceived latency: streaming vs waiting for the whole answer")
-    pred = roofline.predict_rows(requests).groupby("max_new_tokens", as_index=False).agg(  # dotted: the roofline
+    pred = predictions.predict_rows(requests).groupby("max_new_tokens", as_index=False).agg(  # dotted: the roofline
         output_tokens=("output_tokens", "median"), predicted_ttft_s=("predicted_ttft_s", "median"),
         predicted_e2e_s=("predicted_e2e_s", "median"))
-    roofline.add_predicted_line(fig, pred, "output_tokens", "predicted_ttft_s", name="predicted TTFT")
-    roofline.add_predicted_line(fig, pred, "output_tokens", "predicted_e2e_s", name="predicted whole answer")
+    predictions.add_predicted_line(fig, pred, "output_tokens", "predicted_ttft_s", name="predicted TTFT")
+    predictions.add_predicted_line(fig, pred, "output_tokens", "predicted_e2e_s", name="predicted whole answer")
     return fig
 
 

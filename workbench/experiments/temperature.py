@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import plots, quality, roofline
+from .. import plots, predictions, quality
 from ..checks import check_bool, check_choice_list, check_float_list, check_int
 from ..errors import ParameterError
 from ..generation import GenerationSettings, encode_prompts
@@ -348,7 +348,7 @@ def fig_speed_vs_temperature(points):
     import pandas as pd
     import plotly.express as px
 
-    df = roofline.predict_rows(_greedy_on_every_top_p(plots.ok_points(points)))
+    df = predictions.predict_rows(_greedy_on_every_top_p(plots.ok_points(points)))
     cols = {c: plots.label(c) for c in ("tpot_s_p50", "e2e_s_p50", "output_throughput_tps", "output_tokens_mean")}
     long = pd.concat([df.assign(metric=label, value=df[c]) for c, label in cols.items() if c in df]
                      + [df.assign(metric=cols[c], value=df[f"predicted_{q}"], family=df["family"] + " (predicted)")
