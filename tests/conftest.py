@@ -234,3 +234,20 @@ def run_notebook(loaded):
     """:func:`execute_in_process`, after the session's default model is loaded (the notebook's own
     ``models.load_model`` then returns it)."""
     return execute_in_process
+
+
+#: Rough seconds a test of each mark takes here, for ordering only (see pytest_collection_modifyitems).
+_MARK_COST_S = {"notebook": 15.0, "ray": 10.0, "browser": 5.0, "model": 1.0}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Test files in order of their expected cost, the dearest first (a stable sort: tests keep their order
+    within a file). With ``make test``'s workers (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``) the
+    long files - the faulted sweep, the Ray cluster, the notebooks - start at once instead of last, so no
+    worker is left running one of them alone at the end. The cost of a file is the sum over its tests of the
+    dearest mark's :data:`_MARK_COST_S` (0.05 s unmarked)."""
+    cost: dict = {}
+    for item in items:
+        marks = [_MARK_COST_S[m.name] for m in item.iter_markers() if m.name in _MARK_COST_S]
+        cost[item.path] = cost.get(item.path, 0.0) + max(marks, default=0.05)
+    items.sort(key=lambda item: -cost[item.path])

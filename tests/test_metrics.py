@@ -60,6 +60,24 @@ def test_verdict_marks_loaded_points_invalid():
     assert bad["valid"] is False and "0.90 CPU cores" in bad["invalid_reason"]
 
 
+def test_a_window_too_short_for_the_tick_counts_draws_no_verdict(monkeypatch):
+    """/proc/stat counts 10 ms ticks: five ticks of somebody's work in a window of microseconds would read as
+    thousands of cores (seen: a fake point of a few ms marked invalid for "82 CPU cores"); no figure is read
+    below MIN_LOAD_WINDOW_S, and over a window long enough the same kind of count is read as load."""
+    import time
+
+    ticks = iter([(100, 0), (105, 0)])
+    monkeypatch.setattr(metrics, "_cpu_jiffies", lambda: next(ticks))
+    short = metrics.LoadMonitor().stop()
+    assert math.isnan(short["others_cpu_load"]) and math.isnan(short["steal_frac"])
+    assert metrics.verdict(short)["valid"]
+    ticks = iter([(100, 0), (160, 0)])
+    monitor = metrics.LoadMonitor()
+    time.sleep(metrics.MIN_LOAD_WINDOW_S)
+    loaded = monitor.stop()
+    assert loaded["others_cpu_load"] > metrics.OTHERS_LOAD_LIMIT and not metrics.verdict(loaded)["valid"]
+
+
 def test_throughput_and_goodput_by_hand():
     row = metrics.summarize_point(_requests(), wall_s=5.0, slo_ttft_s=2.0, slo_tpot_s=0.2)
     assert row["output_throughput_tps"] == pytest.approx(7 / 5.0)

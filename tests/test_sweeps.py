@@ -62,6 +62,7 @@ def _sleep_measure(seconds):
     return measure
 
 
+@pytest.mark.quiet
 def test_a_busy_process_during_a_point_marks_it_invalid_and_a_quiet_point_stays_valid():
     import subprocess
     import sys

@@ -176,6 +176,10 @@ def repeat_ci(requests: pd.DataFrame, column: str, confidence: float = 0.95) -> 
 
 OTHERS_LOAD_LIMIT = 0.25  # cores' worth of CPU time used by other processes while a point ran
 STEAL_LIMIT = 0.05        # share of CPU time stolen by the hypervisor
+#: The shortest window whose contamination figures are read: ``/proc/stat`` counts in clock ticks (10 ms at
+#: the usual 100 Hz), so over a few milliseconds one tick of anybody's work reads as tens of cores. Shorter
+#: points get NaN figures and no verdict from them (a 0.2 s window resolves about 0.1 core).
+MIN_LOAD_WINDOW_S = 0.2
 
 
 def _cpu_jiffies() -> tuple[int, int] | None:
@@ -197,7 +201,8 @@ class LoadMonitor:
 
     Reads ``/proc/stat`` (all CPUs' busy and steal jiffies) and this process tree's own CPU time
     (``psutil``, all threads, no child processes) at start and :meth:`stop`; others' load is the difference, in cores (CPU seconds per
-    wall second). Elsewhere (no ``/proc``) the figures are NaN and no verdict is drawn from them.
+    wall second). Elsewhere (no ``/proc``), and over windows too short for the tick counts to resolve
+    (:data:`MIN_LOAD_WINDOW_S`), the figures are NaN and no verdict is drawn from them.
     The processes in :data:`SERVED_BY_PIDS` (a server on this machine that the point loads over HTTP, registered
     by :mod:`workbench.serving.endpoint`) count as own work, not as other load.
     GPU: other processes on an NVIDIA device are not yet counted.
@@ -236,10 +241,11 @@ class LoadMonitor:
         return own
 
     def stop(self) -> dict:
-        """``others_cpu_load`` (cores) and ``steal_frac`` (share of busy time) since construction."""
+        """``others_cpu_load`` (cores) and ``steal_frac`` (share of busy time) since construction; both NaN
+        (no verdict) without ``/proc/stat`` or over a window shorter than :data:`MIN_LOAD_WINDOW_S`."""
         wall = time.perf_counter() - self._t0
         cpu1 = _cpu_jiffies()
-        if self._cpu0 is None or cpu1 is None or wall <= 0:
+        if self._cpu0 is None or cpu1 is None or wall < MIN_LOAD_WINDOW_S:
             return {"others_cpu_load": float("nan"), "steal_frac": float("nan")}
         busy_s = (cpu1[0] - self._cpu0[0]) / self._hz
         steal_s = (cpu1[1] - self._cpu0[1]) / self._hz

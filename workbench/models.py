@@ -123,6 +123,36 @@ def cache_root() -> Path:
     return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
 
 
+def write_cache_text(path: Path, text: str) -> Path:
+    """Write a cache file so that a concurrent reader (another process starting at the same moment: a second
+    sweep, a Ray worker, a parallel test worker) sees no file or the whole file, never a torn or empty one:
+    a unique temporary file beside it, then ``os.replace``. Creates the folder. Returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def publish_folder(tmp: Path, target: Path, marker: str) -> Path:
+    """Move a folder written under the temporary name ``tmp`` to ``target`` (one ``rename``: a reader never sees
+    a half folder). When another process published ``target`` first (it holds ``marker``), its copy wins and
+    ``tmp`` is removed. Returns ``target``. Raises the ``OSError`` of the rename when ``target`` exists
+    without ``marker`` (a foreign folder: not overwritten)."""
+    import shutil
+
+    try:
+        tmp.rename(target)
+    except OSError:
+        if not (target / marker).exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def _package_file(package: str, suffix: str) -> Path:
     """Find a file shipped by an installed distribution without importing it."""
     try:
@@ -158,7 +188,8 @@ def default_model_dir() -> Path:
 
     The folder name carries a hash of the GGUF file's size and name, so a new
     package version converts again. Conversion writes to a temporary folder and
-    renames it, so an interrupted conversion never leaves a half folder.
+    renames it (:func:`publish_folder`), so an interrupted conversion never leaves a half folder, and two
+    processes converting at once both end with the folder the first one published.
     """
     gguf = default_gguf_path()
     key = hashlib.sha256(f"{gguf.name}:{gguf.stat().st_size}".encode()).hexdigest()[:12]
@@ -177,8 +208,7 @@ def default_model_dir() -> Path:
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / "workbench_source.json").write_text(json.dumps({"gguf": str(gguf), "package": _GGUF_PACKAGE}))
-    tmp.rename(target)
-    return target
+    return publish_folder(tmp, target, "model.safetensors")
 
 
 def resolve_model_path(spec: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> Path:
@@ -341,8 +371,7 @@ def _weights_hash(path: Path) -> str:
     for p in files:
         _sha256_file(p, h)
     digest = h.hexdigest()[:16]
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    memo.write_text(digest)
+    write_cache_text(memo, digest)
     return digest
 
 

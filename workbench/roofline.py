@@ -513,10 +513,11 @@ def calibrate(loaded, repeats: int = 2, save: bool = True, trials: int = 7,
     calib = dataclasses.replace(fit_calibration(shape, dev, pd.DataFrame(rows)),
                                 calibration_s=time.perf_counter() - t0)
     if save:
+        from .models import write_cache_text
+
         path = cache_path(info.path, dev.name, info.dtype, torch.get_num_threads())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(calib),
-                                    "runs": rows}, indent=1))
+        write_cache_text(path, json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(calib),
+                                           "runs": rows}, indent=1))
         _CHECKED[_checked_key(info.path, dev.name, info.dtype, torch.get_num_threads())] = (dev, calib)
     return dev, calib
 

@@ -1,0 +1,79 @@
+"""The model cache under concurrent processes: two sweeps, Ray workers or parallel test workers may start at
+the same moment on an empty cache; each must end with a whole cache entry, never a torn file or a crash."""
+import threading
+from pathlib import Path
+
+import pytest
+
+from workbench import models
+
+
+def test_two_processes_converting_the_default_model_at_once_both_end_with_the_published_folder(tmp_path, monkeypatch):
+    """The other process publishes its conversion while this one is still writing its own: this one's rename
+    fails on the non-empty folder, and its result is the other's folder (its temporary copy removed)."""
+    import transformers
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    gguf = tmp_path / "pkg" / "model.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"gguf")
+    monkeypatch.setattr(models, "default_gguf_path", lambda: gguf)
+    winner = {}
+
+    class Fake:
+        config = object()
+        hf_quantizer = "gguf"
+
+        def save_pretrained(self, folder, **kw):
+            folder = Path(folder)
+            folder.mkdir(parents=True)
+            (folder / "model.safetensors").write_text("mine")
+            other = folder.with_name(folder.name.split(".tmp")[0])        # the other process got there first
+            other.mkdir()
+            (other / "model.safetensors").write_text("theirs")
+            winner["target"] = other
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(lambda cls, *a, **k: Fake()))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        classmethod(lambda cls, *a, **k: type("T", (), {"save_pretrained": lambda self, f: None})()))
+    folder = models.default_model_dir()
+    assert folder == winner["target"] and (folder / "model.safetensors").read_text() == "theirs"
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]        # no temporary copy left behind
+    assert models.default_model_dir() == folder                              # and the next call just finds it
+
+
+def test_a_foreign_folder_in_the_way_is_not_overwritten(tmp_path):
+    tmp, target = tmp_path / "x.tmp1", tmp_path / "x"
+    tmp.mkdir()
+    (tmp / "model.safetensors").write_text("new")
+    target.mkdir()
+    (target / "notes.txt").write_text("someone's")
+    with pytest.raises(OSError):
+        models.publish_folder(tmp, target, "model.safetensors")
+    assert (target / "notes.txt").exists() and (tmp / "model.safetensors").exists()
+
+
+def test_a_cache_file_is_never_seen_torn_or_empty_by_a_concurrent_reader(tmp_path):
+    """The roofline calibration and the weights-hash memo are read by processes that start while another
+    writes them: every read sees no file or a whole one."""
+    path = tmp_path / "c" / "calibration.json"
+    texts = [f'{{"n": {i}, "pad": "{"x" * 20000}"}}' for i in range(2)]
+    seen, stop = set(), threading.Event()
+
+    def read():
+        while not stop.is_set():
+            try:
+                seen.add(len(path.read_text()))
+            except FileNotFoundError:
+                seen.add(None)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(300):
+            models.write_cache_text(path, texts[i % 2])
+    finally:
+        stop.set()
+        reader.join()
+    assert seen - {None} <= {len(t) for t in texts}, sorted(s for s in seen if s is not None)[:5]
+    assert path.read_text() == texts[1] and [p.name for p in path.parent.iterdir()] == [path.name]
