@@ -13,6 +13,28 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest  # noqa: E402
 
 
+def _tests_own_cache() -> None:
+    """The tests keep their cache files apart from the user's: ``$WORKBENCH_CACHE/tests`` (``~/.cache/workbench/
+    tests`` by default) becomes the cache root of this process and of every process it starts (kernels,
+    commands, Ray workers). A roofline calibration fitted here is measured while the other test worker loads
+    the CPU (``make test`` runs two), and the user's next ``make run`` would have to refit it; the converted
+    models are shared (``models`` links to the user's folder: the conversion is the same, and written
+    atomically by whichever process gets there first)."""
+    real = Path(os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "workbench")
+    if os.environ.get("WORKBENCH_TESTS_CACHE") == str(real):   # already set up (an xdist worker's parent)
+        return
+    ours = real / "tests"
+    (real / "models").mkdir(parents=True, exist_ok=True)
+    ours.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # the other worker may link it at the same moment
+        if not (ours / "models").is_symlink():
+            (ours / "models").symlink_to(real / "models", target_is_directory=True)
+    os.environ["WORKBENCH_CACHE"] = os.environ["WORKBENCH_TESTS_CACHE"] = str(ours)
+
+
+_tests_own_cache()
+
+
 def _share_one_tls_context() -> None:
     """httpx builds a TLS context for every client (loading certifi's CA bundle: ~35 ms of CPU here), and
     ``httpx.get/post/stream`` open a client per call: the tests' ~400 loopback calls spent ~13 s on it. The session
