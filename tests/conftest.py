@@ -273,3 +273,16 @@ def pytest_collection_modifyitems(session, config, items):
         marks = [_MARK_COST_S[m.name] for m in item.iter_markers() if m.name in _MARK_COST_S]
         cost[item.path] = cost.get(item.path, 0.0) + max(marks, default=0.05)
     items.sort(key=lambda item: -cost[item.path])
+
+
+def fake_references(monkeypatch, values, age_s: float = 60.0) -> None:
+    """Stand-ins for the drift reference: each sweep's start reference is the next of ``values``, measured
+    ``age_s`` ago (beyond ``REFERENCE_REUSE_S``: the sweep gets an end reference), and its end reference the
+    next one after it."""
+    import time
+
+    from workbench import drift
+
+    refs = iter(values)
+    monkeypatch.setattr(drift, "start", lambda loaded: drift.Start(next(refs), time.monotonic() - age_s))
+    monkeypatch.setattr(drift, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs))

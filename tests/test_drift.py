@@ -52,3 +52,42 @@ def test_check_records_the_pair_and_marks_only_ok_points_beyond_the_limit(monkey
     drift.check(run, "x", 0.10, 0.10 * (1 + 2 * drift.DRIFT_LIMIT), [ok, failed], worker="worker-1")
     assert [ids for ids, _ in marked] == [["x/a=1"]] and "on worker-1" in marked[0][1]
     assert "worker-1" in results.read_manifest(run)["experiments"]["x"]["worker_drift"]
+
+
+def test_a_sweep_ending_within_the_reuse_window_gets_no_end_reference(monkeypatch):
+    """Within REFERENCE_REUSE_S a reference stands for the machine's speed (as a start reference is reused):
+    a sweep ending inside that window records [start, NaN], no drift and why, marks nothing and measures no
+    end reference; one ending after it measures the end reference and is judged."""
+    import math
+    import time
+
+    marked, measured = [], []
+    monkeypatch.setattr(results, "mark_invalid", lambda run, ids, reason: marked.append(ids))
+    monkeypatch.setattr(drift, "reference_tpot_s", lambda loaded, max_age_s=0.0: measured.append(1) or 0.2)
+    run = results.create_run()
+    results.update_manifest(run, experiments={"x": {"points": []}})
+    ok = ("x/a=1", {"status": "ok"})
+    drift.finish(run, "x", None, drift.Start(0.1, time.monotonic() - 2.0), [ok])
+    entry = results.read_manifest(run)["experiments"]["x"]
+    assert measured == [] and marked == [] and math.isnan(entry["drift"])
+    assert entry["reference_tpot_s"][0] == 0.1 and math.isnan(entry["reference_tpot_s"][1])
+    assert entry["drift_note"].startswith("no end reference: the sweep ended 2.0 s after its start reference")
+    drift.finish(run, "x", None, drift.Start(0.1, time.monotonic() - drift.REFERENCE_REUSE_S - 1), [ok])
+    entry = results.read_manifest(run)["experiments"]["x"]
+    assert measured == [1] and marked == [["x/a=1"]] and entry["drift"] == pytest.approx(1.0)
+    assert "drift_note" not in entry                                           # the older note does not linger
+
+
+def test_the_start_reference_carries_when_it_was_measured(monkeypatch):
+    """A reused start reference keeps its own time, so a chain of short sweeps does not stretch one
+    reference beyond the window."""
+    monkeypatch.setattr(drift, "generate_measured",
+                        lambda loaded, prompts, settings: SimpleNamespace(records=[{"tpot_s": 0.1}]))
+    monkeypatch.setattr(drift, "warm_up", lambda *a, **k: None)
+    monkeypatch.setattr("workbench.prompts.build_batch", lambda tok, b, n: ["x"])
+    fake = models.LoadedModel(model=None, tokenizer=None, info=None)
+    first = drift.start(fake)
+    again = drift.start(fake)
+    assert again == first
+    drift._LAST_REFERENCE[fake] = (first.measured_at - drift.REFERENCE_REUSE_S - 1, 0.1)
+    assert drift.start(fake).measured_at > first.measured_at                   # too old: measured anew

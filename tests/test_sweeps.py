@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import resident_bytes
+from conftest import fake_references, resident_bytes
 
 from workbench import ParameterError, device, drift, metrics, results, sweeps
 from workbench.results import PointResult
@@ -97,8 +97,7 @@ def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_th
     from types import SimpleNamespace
 
     run = results.create_run()
-    refs = iter([0.10, 0.20])
-    monkeypatch.setattr(drift, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs))
+    fake_references(monkeypatch, [0.10, 0.20])
     monkeypatch.setattr(metrics, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
     fake = SimpleNamespace(info=None)
     pts = sweeps.run_sweep(run, "drift", sweeps.expand_grid(batch_size=[1, 2]), _fake_measure, loaded=fake)
@@ -108,8 +107,7 @@ def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_th
     monkeypatch.setenv("WORKBENCH_RERUN_INVALID", "1")
     assert results.finished_points(run) == set()                  # --rerun-invalid measures them again
     calls = []
-    refs2 = iter([0.1, 0.1])
-    monkeypatch.setattr(drift, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs2))
+    fake_references(monkeypatch, [0.1, 0.1])
     pts = sweeps.run_sweep(run, "drift", sweeps.expand_grid(batch_size=[1, 2]),
                            lambda p: calls.append(p) or _fake_measure(p), resume=True, loaded=fake)
     assert len(calls) == 2 and (pts["valid"] == True).all()  # noqa: E712

@@ -3,12 +3,14 @@
 :func:`reference_tpot_s` measures a fixed small request before and after a sweep's points (on Ray, each
 worker on its own device, before its first point and after its last); :func:`check` records the pair in
 the run's manifest and marks the points invalid when the two differ by more than :data:`DRIFT_LIMIT`.
+:func:`start` and :func:`finish` bracket a local sweep (no end reference within :data:`REFERENCE_REUSE_S`).
 The estimator (fastest of 3) and the limit come from ``benchmarks/drift_reference.py`` (README: "what the
 drift reference is").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -20,8 +22,10 @@ from .generation import GenerationSettings, generate_measured, warm_up
 
 #: A drift of the reference TPOT (|end / start - 1|) beyond this marks the sweep's points invalid.
 DRIFT_LIMIT = 0.25
-#: A start reference may reuse the previous sweep's end reference when it is at most this old (seconds):
-#: back-to-back sweeps of one notebook share it instead of measuring the same thing twice.
+#: A reference stands for the machine's speed for this long (seconds): a start reference may reuse the previous
+#: sweep's end reference when it is at most this old (back-to-back sweeps share it instead of measuring the same
+#: thing twice), and a sweep that ends within this long of its start reference is not given an end reference
+#: (:func:`finish`): its whole window is covered by the same reference.
 REFERENCE_REUSE_S = 15.0
 #: model -> (monotonic time, TPOT) of the latest reference measured in this process; weakly keyed, so a model
 #: freed and another loaded at the same address never inherits its reference.
@@ -62,7 +66,39 @@ def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
     return value
 
 
-def check(run: Path, experiment: str, start: float, end: float, rows: list, worker: str = "") -> None:
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """A sweep's start reference: ``tpot_s`` (seconds) measured at ``measured_at`` (``time.monotonic()``)."""
+
+    tpot_s: float
+    measured_at: float
+
+
+def start(loaded) -> Start:
+    """The start reference of a sweep: :func:`reference_tpot_s` reusing one at most :data:`REFERENCE_REUSE_S`
+    old, with the time it was measured (for :func:`finish`)."""
+    value = reference_tpot_s(loaded, REFERENCE_REUSE_S)
+    return Start(value, _LAST_REFERENCE[loaded][0])
+
+
+def finish(run: Path, experiment: str, loaded, begun: Start, rows: list) -> None:
+    """End of a sweep: measure the end reference and :func:`check` the pair, unless the sweep ended within
+    :data:`REFERENCE_REUSE_S` of its start reference - the window in which a reference is taken to stand for the
+    machine's speed (as when it is reused as a start reference) - when the pair is recorded as
+    ``[start, NaN]`` with ``drift`` NaN and a ``drift_note`` saying why (no verdict from drift: the points keep
+    the one from their contamination figures). Short sweeps - the quick profile's, most of them a few seconds -
+    thus share one reference instead of paying ~1.5 s for a pair each (on the 2-core build VM)."""
+    age = time.monotonic() - begun.measured_at
+    if age <= REFERENCE_REUSE_S:
+        check(run, experiment, begun.tpot_s, float("nan"), rows,
+              note=f"no end reference: the sweep ended {age:.1f} s after its start reference, within the "
+                   f"{REFERENCE_REUSE_S:.0f} s a reference stands for the machine's speed")
+        return
+    check(run, experiment, begun.tpot_s, reference_tpot_s(loaded), rows)
+
+
+def check(run: Path, experiment: str, start: float, end: float, rows: list, worker: str = "",
+          note: str = "") -> None:
     """Record the reference TPOT before/after a sweep and mark its points invalid when it drifted too far.
 
     Args:
@@ -73,6 +109,7 @@ def check(run: Path, experiment: str, start: float, end: float, rows: list, work
         rows: ``(point_id, row)`` of the points measured between them; those with status ``ok`` are marked
             invalid (:func:`workbench.results.mark_invalid`) when ``|end / start - 1| >`` :data:`DRIFT_LIMIT`.
         worker: a Ray worker's label: its own reference, before its first and after its last point.
+        note: why there is no verdict (recorded as ``drift_note``; :func:`finish`).
     """
     ok = start and end and math.isfinite(start) and math.isfinite(end)
     drift = abs(end / start - 1) if ok else float("nan")
@@ -81,7 +118,8 @@ def check(run: Path, experiment: str, start: float, end: float, rows: list, work
         entry = {**entry, "worker_drift": {**entry.get("worker_drift", {}),
                                            worker: {"reference_tpot_s": [start, end], "drift": drift}}}
     else:
-        entry = {**entry, "reference_tpot_s": [start, end], "drift": drift}
+        entry = {**{k: v for k, v in entry.items() if k != "drift_note"}, "reference_tpot_s": [start, end],
+                 "drift": drift, **({"drift_note": note} if note else {})}
     results.update_manifest(run, experiments={experiment: entry})
     if not drift > DRIFT_LIMIT:
         return

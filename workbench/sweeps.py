@@ -158,8 +158,9 @@ def run_sweep(
         config: the experiment's config dataclass, recorded in the manifest; on Ray its class's module is the
             experiment the workers run (:func:`workbench.distributed.executor_for`).
         loaded: the model; when given, the drift reference (:func:`workbench.drift.reference_tpot_s`) is
-            measured before and after the points, and a drift beyond :data:`workbench.drift.DRIFT_LIMIT` marks
-            them invalid (on Ray: each worker's reference, before its first and after its last point, judges
+            measured before and after the points (:func:`workbench.drift.start` / :func:`~workbench.drift.finish`:
+            no end reference for a sweep ending within ``REFERENCE_REUSE_S`` of its start reference), and a
+            drift beyond :data:`workbench.drift.DRIFT_LIMIT` marks them invalid (on Ray: each worker's reference, before its first and after its last point, judges
             that worker's points).
         executor: measures the points elsewhere (:class:`workbench.distributed.RayExecutor`: its
             ``completed(todo)`` yields points as they finish, its ``measure(point)`` returns their results);
@@ -213,7 +214,7 @@ def run_sweep(
     if executor is not None:  # the drift reference belongs to one device: each Ray worker measures its own
         executor.measure_drift = loaded is not None
         measure, loaded = executor.measure, None
-    ref_start = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S) if loaded is not None and todo else None
+    ref_start = drift.start(loaded) if loaded is not None and todo else None
     bar = tqdm(todo if executor is None else executor.completed(todo), total=len(todo), desc=experiment,
                unit="point", file=sys.stderr, mininterval=1.0)
     rows = []
@@ -240,7 +241,7 @@ def run_sweep(
         bar.write(_headline(i, len(todo), pid, row))
     bar.close()
     if ref_start is not None:
-        drift.check(run, experiment, ref_start, drift.reference_tpot_s(loaded), rows)
+        drift.finish(run, experiment, loaded, ref_start, rows)
     for worker, ref in (getattr(executor, "references", None) or {}).items():  # per Ray worker, its own points
         mine = [(pid, row) for pid, row in rows if pid in ref["points"]]
         drift.check(run, experiment, ref["start"], ref["end"], mine, worker)

@@ -8,6 +8,7 @@ import random
 import time
 
 import pytest
+from conftest import fake_references
 
 from workbench import ParameterError, models, quality, results
 from workbench.experiments import engine_tuning as et
@@ -267,7 +268,7 @@ def test_adaptive_search_runs_with_a_drift_reference(monkeypatch):
     points valid. A fake measurement and a reference that doubles: every point of the search is invalid."""
     from types import SimpleNamespace
 
-    from workbench import drift, roofline, sweeps
+    from workbench import roofline, sweeps
 
     cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
                     cache_implementations=["dynamic", "static"], search="adaptive", repeats=2, calibrate=False)
@@ -283,8 +284,7 @@ def test_adaptive_search_runs_with_a_drift_reference(monkeypatch):
                                           "token_agreement": 1.0, "logprob_drift": 0.0, "first_divergence": 16})
 
     monkeypatch.setattr(et, "measure_point", fake_point)
-    refs = iter([0.05, 0.10])
-    monkeypatch.setattr(drift, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs))
+    fake_references(monkeypatch, [0.05, 0.10])
     run = results.create_run()
     points = et.run(cfg, run, SimpleNamespace(info=None))
     entry = results.read_manifest(run)["experiments"]["engine_tuning"]

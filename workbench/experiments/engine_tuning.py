@@ -673,12 +673,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
             return objective(row.iloc[0]) if len(row) else math.inf
 
         # the drift reference of the whole search, as run_sweep measures one around a grid: start, end, verdict
-        ref_start = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S)
+        ref_start = drift.start(loaded)
         _, seen, converged = coordinate_search(cfg.axes(), evaluate)
         done = results.read_points(run_dir, EXPERIMENT)
         done = done[done["point_id"].isin(ids)]
-        drift.check(run_dir, EXPERIMENT, ref_start, drift.reference_tpot_s(loaded),
-                            [(r["point_id"], r) for r in done.to_dict("records")])
+        drift.finish(run_dir, EXPERIMENT, loaded, ref_start, [(r["point_id"], r) for r in done.to_dict("records")])
         exp = results.read_manifest(run_dir)["experiments"][EXPERIMENT]
         summary = {"search": "adaptive", "search_evaluated": len(seen), "search_grid": len(cfg.configurations()),
                    "search_converged": bool(converged)}
