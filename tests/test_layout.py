@@ -293,3 +293,17 @@ def test_the_command_line_and_the_experiments_import_without_torch():
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_validating_the_quick_suite_on_cpu_imports_no_transformers():
+    """Before its first notebook, ``workbench run quick`` validates every notebook's parameters (torch comes in
+    to resolve ``device: auto``); transformers' import (~2 s here) waits for the kernel, on CPU at least."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom workbench import notebooks\n"
+            "for e in notebooks.load_suite('quick')['notebooks']:\n"
+            "    notebooks.validate_parameters(e['notebook'], e['parameters'])\n"
+            "print('transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr[-2000:]

@@ -85,12 +85,12 @@ def supported_attention(device: str) -> tuple[str, ...]:
     """Attention kernels the installed ``transformers`` offers on a device: ``eager`` and ``sdpa`` everywhere;
     on CUDA also ``flex_attention`` and ``flash_attention_2``/``_3`` when the ``flash_attn`` package is
     installed (FlashAttention kernels are CUDA-only)."""
-    import importlib.util
-
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
     out = ["eager", "sdpa"]
-    if device == "cuda":
+    if device == "cuda":  # transformers' registry only here: the command line validates without importing it (~2 s)
+        import importlib.util
+
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
         out += [k for k in ("flex_attention",) if k in ALL_ATTENTION_FUNCTIONS]
         if importlib.util.find_spec("flash_attn") is not None:
             out += [k for k in ("flash_attention_2", "flash_attention_3") if k in ALL_ATTENTION_FUNCTIONS]
