@@ -5,7 +5,7 @@ import math
 import pytest
 
 from workbench import compression as C
-from workbench import models
+from workbench import models, retrieval
 from workbench.errors import ParameterError
 from workbench.generation import GenerationSettings
 from workbench.tasks import haystack as tasks
@@ -108,7 +108,7 @@ def test_bm25_with_two_chunks_ranks_by_the_question_not_by_position(tok):
     question = "What is the code word?"
     chunks = C.retrieval_chunks(context, tok, 8)
     assert [c.text for c in chunks] == ["Rain fell on the hills.", " Our code word is pineapple."]
-    scores = C._bm25_scores(chunks, question)
+    scores = retrieval.bm25_scores(chunks, question)
     assert scores[1] > scores[0]
     r = C.compress(context, question, tok, "bm25", ratio=1.4)
     assert r.details["chunks"] == 2 and r.details["kept_chunk_ids"] == "1"

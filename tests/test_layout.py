@@ -143,7 +143,7 @@ LAYERS = [
     ("ground floor", {"workbench", "errors", "checks", "device"}),
     ("instruments", {"models", "generation", "metrics", "detokenize", "memory", "energy", "quality", "slo",
                      "reading", "evidence"}),
-    ("techniques and inputs", {"compression", "budget_forcing", "long_form", "prompts", "tasks", "tasks.haystack",
+    ("techniques and inputs", {"segments", "retrieval", "compression", "budget_forcing", "long_form", "prompts", "tasks", "tasks.haystack",
                                "tasks.reasoning"}),
     # run folders, their tables and the verdicts on their rows (the drift reference, measured on a fixed prompt):
     # written by the sweeps, the job store and the experiments alike

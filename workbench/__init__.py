@@ -14,7 +14,8 @@ Serving:      serving.engines (the one engine interface: fifo / static / continu
               serving.events (SSE framing, resumable streams), serving.monitoring (Prometheus, an engine observer),
               serving.server (app assembly, server thread, main), serving.protocol (served-model constants),
               serving.load (arrival profiles, load runs), serving.client (SSE client); slo (presets, search).
-Techniques:   compression (context compression strategies), budget_forcing (thinking budgets),
+Techniques:   compression (context compression strategies), retrieval (BM25+ / dense chunk ranking),
+              segments (a context in whole-character units, cuts, chunks), budget_forcing (thinking budgets),
               long_form (outline + sections).
 Inputs:       prompts (exact-length prompts from real text), tasks.haystack, tasks.reasoning.
 Instruments:  generation (measured generate, eos_token_ids, warm_up), detokenize (incremental text,

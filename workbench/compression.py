@@ -70,26 +70,23 @@ that sweeps these strategies (notebook 06) is
 from __future__ import annotations
 
 import copy
-import functools
-import itertools
 import math
 import time
-import unicodedata
 from dataclasses import dataclass, field
 
 from . import quality
 from .checks import check_choice, check_float, check_int
 from .errors import ParameterError
 from .generation import GenerationSettings, cache_kwarg, encode_prompts, generate_measured
+from .retrieval import bm25_scores, dense_scores, embedder, lexical_tokens, retrieve, sentence_scores
+from .segments import Chunk, Segment, count_tokens, cut_chunks, cut_rank, fit, render, segments, unit_ranks
 
 STRATEGIES = ("none", "head", "tail", "head_tail", "bm25", "dense", "summary", "prune", "kv_reuse")
 LOSSLESS = ("none", "kv_reuse")
 NEEDS_MODEL = ("summary", "prune", "kv_reuse")
 
 _GAP = "\n...\n"  # marks removed middle text (truncation)
-_CHUNK_GAP = "\n"  # between non-adjacent retrieved chunks
 _SUMMARY_PREFIX = {"en": "Summary of the earlier conversation: ", "zh": "之前对话的摘要："}
-_SENT_END = tuple(".!?。！？\n")
 
 
 # ----------------------------------------------------------------------------- results
@@ -173,95 +170,6 @@ def prompt_messages(context, question: str) -> list[dict]:
     label = "问题：" if _language(question) == "zh" else "Question: "
     body = f"{context}\n\n{label}{question}" if context else f"{label}{question}"
     return [{"role": "user", "content": body}]
-
-
-# ----------------------------------------------------------------------------- units and counting
-
-
-def count_tokens(tokenizer, context) -> int:
-    """Tokens of a context: a string's ids, or the sum over a chat history's message contents."""
-    if isinstance(context, list):
-        return sum(count_tokens(tokenizer, m["content"]) for m in context)
-    return len(tokenizer(context, add_special_tokens=False)["input_ids"]) if context else 0
-
-
-@dataclass
-class _Segment:
-    role: "str | None"
-    text: str
-    units: list  # list of lists of token ids, each decoding to whole characters
-    unit_texts: list
-
-    @property
-    def n_tokens(self) -> int:
-        return sum(len(u) for u in self.units)
-
-
-def _units(tokenizer, text: str) -> tuple[list, list]:
-    """Group a text's token ids into units that decode to complete characters (no U+FFFD)."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
-    pieces = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
-    units, texts, cur = [], [], []
-    for i, piece in zip(ids, pieces):
-        cur.append(i)
-        t = piece if len(cur) == 1 else tokenizer.decode(cur, clean_up_tokenization_spaces=False)
-        if "\ufffd" in t and len(cur) < 8:  # a split multi-byte character: wait for its other bytes
-            continue
-        units.append(cur)
-        texts.append(t)
-        cur = []
-    if cur:
-        units.append(cur)
-        texts.append(tokenizer.decode(cur, clean_up_tokenization_spaces=False))
-    return units, texts
-
-
-def _segments(tokenizer, context) -> list[_Segment]:
-    if isinstance(context, list):
-        return [_Segment(m["role"], m["content"], *_units(tokenizer, m["content"])) for m in context]
-    return [_Segment(None, context, *_units(tokenizer, context))]
-
-
-def _glue(left: str, right: str, gap: str) -> str:
-    """What goes between two non-adjacent kept pieces: ``gap``, or one space between Latin letters/digits."""
-    if gap:
-        return gap
-    a, b = left[-1:], right[:1]
-    return " " if a.isascii() and b.isascii() and a.isalnum() and b.isalnum() else ""
-
-
-def _render(segs: list[_Segment], keep: list[list[bool]], gap: str, as_chat: bool):
-    """Rebuild the context from per-unit keep flags; removed runs become ``gap``."""
-    texts = []
-    for seg, flags in zip(segs, keep):
-        out, prev = [], None
-        for i, kept in enumerate(flags):
-            if not kept:
-                continue
-            piece = seg.unit_texts[i]
-            if prev is not None and i != prev + 1:
-                out.append(_glue(out[-1], piece, gap))
-            out.append(piece)
-            prev = i
-        texts.append("".join(out))
-    if as_chat:
-        return [{"role": s.role, "content": t} for s, t in zip(segs, texts) if t.strip()]
-    return texts[0]
-
-
-def _fit(select, tokenizer, budget: int):
-    """Call ``select(b)`` with a shrinking inner budget until the output counts at most ``budget`` tokens."""
-    b = budget
-    for _ in range(16):
-        out = select(b)
-        n = count_tokens(tokenizer, out)
-        if n <= budget:
-            return out, n
-        b -= max(1, n - budget)
-        if b <= 0:
-            break
-    out = select(0)
-    return out, count_tokens(tokenizer, out)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -383,27 +291,27 @@ def compress(
         details = {} if strategy == "none" else {"note": "already within budget"}
         return CompressionResult(context=context, compressed_tokens=original,
                                  compressor_s=time.perf_counter() - t0, details=details, **common)
-    segs = _segments(tokenizer, context)
+    segs = segments(tokenizer, context)
     as_chat = isinstance(context, list)
     details: dict = {}
     if strategy in ("head", "tail", "head_tail"):
-        out, n = _fit(lambda b: _truncate(segs, b, strategy, as_chat), tokenizer, budget)
+        out, n = fit(lambda b: _truncate(segs, b, strategy, as_chat), tokenizer, budget)
     elif strategy in ("bm25", "dense"):
         size = min(chunk_tokens, max(8, budget // 2))  # at least two chunks fit the budget
-        chunks = _chunks(segs, tokenizer, size)
+        chunks = cut_chunks(segs, tokenizer, size)
         details["chunk_tokens"] = size
-        scores = _bm25_scores(chunks, question) if strategy == "bm25" else _dense_scores(chunks, question)
-        scores = _sentence_scores(chunks, scores)
+        scores = bm25_scores(chunks, question) if strategy == "bm25" else dense_scores(chunks, question)
+        scores = sentence_scores(chunks, scores)
         tied = max(scores) - min(scores) <= 1e-9 * max(1.0, abs(max(scores)))
         details["retrieval_fallback"] = "head" if tied else "none"  # all tied: document order, recorded
         if tied:
             scores = [0.0] * len(chunks)
-        out, n = _fit(lambda b: _retrieve(segs, chunks, scores, b, top_k, as_chat, details), tokenizer, budget)
+        out, n = fit(lambda b: retrieve(segs, chunks, scores, b, top_k, as_chat, details), tokenizer, budget)
         details["chunks"] = len(chunks)
     elif strategy == "prune":
         info = [_self_information(loaded, [i for u in s.units for i in u], window) for s in segs]
         words = _words(segs, info)
-        out, n = _fit(lambda b: _prune(segs, words, b, as_chat), tokenizer, budget)
+        out, n = fit(lambda b: _prune(segs, words, b, as_chat), tokenizer, budget)
         details["words"] = len(words)
     else:  # summary
         if as_chat:
@@ -417,12 +325,12 @@ def compress(
 # ----------------------------------------------------------------------------- truncation
 
 
-def _truncate(segs: list[_Segment], b: int, mode: str, as_chat: bool):
+def _truncate(segs: list[Segment], b: int, mode: str, as_chat: bool):
     """Keep the head, the tail or both within ``b`` tokens; a cut backs off to the nearest boundary between words
     (:func:`cut_rank`), so the kept text never ends inside a word or number (unless one word exceeds the budget)."""
     flat = [(si, ui, len(u)) for si, s in enumerate(segs) for ui, u in enumerate(s.units)]
     keep = [[False] * len(s.units) for s in segs]
-    ranks = [_unit_ranks(s) for s in segs]
+    ranks = [unit_ranks(s) for s in segs]
 
     def take(order, limit, forward):
         used, taken, cut = 0, [], False
@@ -445,192 +353,16 @@ def _truncate(segs: list[_Segment], b: int, mode: str, as_chat: bool):
     else:
         take(flat, b // 2, True)
         take(reversed(flat), b - b // 2, False)
-    return _render(segs, keep, _GAP, as_chat)
+    return render(segs, keep, _GAP, as_chat)
 
 
 # ----------------------------------------------------------------------------- retrieval
 
 
-@dataclass
-class Chunk:
-    """A retrieval chunk: units ``[start, end)`` of segment ``segment``; ``n_tokens`` counted on its own text."""
-
-    segment: int
-    start: int
-    end: int
-    text: str
-    n_tokens: int
-
-
-def _is_cjk(ch: str) -> bool:
-    """A CJK ideograph, kana or Hangul syllable: each is a word of its own (no spaces between them)."""
-    o = ord(ch)
-    return 0x2E80 <= o <= 0x9FFF or 0xAC00 <= o <= 0xD7AF or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x2FA1F
-
-
-#: Characters that join two word characters into one word or number (``3.14``, ``71,432``, ``don't``, ``e-mail``).
-_JOINERS = ".,:'\u2019-_/"
-
-
-def cut_rank(text: str, pos: int) -> int:
-    """How good a cut of ``text`` before character ``pos`` is: 3 at a sentence or paragraph end, 2 at
-    whitespace, 1 elsewhere between words (after punctuation, between CJK characters), 0 inside a word or
-    a number (``7143|2``, ``3.|14``, ``71,|432``, ``do|n't``); the ends of ``text`` rank 3.
-    """
-    if pos <= 0 or pos >= len(text):
-        return 3
-    left, right = text[max(0, pos - 64):pos], text[pos:pos + 2]  # a window: ranks of a long text stay linear
-    x, y = left[-1], right[0]
-    if x.isspace() or y.isspace():
-        stripped = left.rstrip(" \t")
-        return 3 if stripped and stripped[-1] in _SENT_END else 2
-    if x in "\u3002\uff01\uff1f":  # CJK full stops need no space after them
-        return 3
-    if x.isalnum() and y.isalnum():
-        return 1 if _is_cjk(x) or _is_cjk(y) else 0
-    if x in _JOINERS and y.isalnum() and len(left) > 1 and left[-2].isalnum() and not _is_cjk(left[-2]):
-        return 0
-    if y in _JOINERS and x.isalnum() and len(right) > 1 and right[1].isalnum() and not _is_cjk(x):
-        return 0
-    return 1
-
-
-def _unit_ranks(seg: _Segment) -> list[int]:
-    """:func:`cut_rank` of a cut before each unit of a segment, and after the last (``len(units) + 1`` values)."""
-    offsets, pos = [], 0
-    for t in seg.unit_texts:
-        offsets.append(pos)
-        pos += len(t)
-    full = "".join(seg.unit_texts)
-    return [cut_rank(full, o) for o in offsets] + [3]
-
-
-def _chunks(segs: list[_Segment], tokenizer, chunk_tokens: int) -> list[Chunk]:
-    """Cut each segment into chunks of at most ``chunk_tokens`` tokens at the best boundary inside the budget.
-
-    From the current position, the chunk takes as many units as fit and ends at the last cut of the highest
-    :func:`cut_rank` among them: a sentence or paragraph end when there is one (whole sentences are packed
-    together), else whitespace (a sentence longer than the chunk is split between words), else another
-    boundary between words. A chunk never ends inside a word or number unless that word alone is longer than
-    a chunk. Each chunk's text is tokenised on its own and cut again (at its best boundary nearest the
-    middle) if it exceeds the size, so no chunk is longer.
-    """
-    out: list[Chunk] = []
-
-    def emit(si, start, end, rank):
-        seg = segs[si]
-        text = "".join(seg.unit_texts[start:end])
-        n = count_tokens(tokenizer, text)
-        if n > chunk_tokens and end - start > 1:
-            mid = (start + end) / 2
-            cut = max(range(start + 1, end), key=lambda c: (rank[c], -abs(c - mid)))
-            emit(si, start, cut, rank)
-            emit(si, cut, end, rank)
-        elif text:
-            out.append(Chunk(si, start, end, text, n))
-
-    for si, seg in enumerate(segs):
-        rank = _unit_ranks(seg)
-        start, n_units = 0, len(seg.units)
-        while start < n_units:
-            end, used = start, 0
-            while end < n_units and (end == start or used + len(seg.units[end]) <= chunk_tokens):
-                used += len(seg.units[end])
-                end += 1
-            if end < n_units:
-                best = max(rank[c] for c in range(start + 1, end + 1))
-                if best > 0:  # the last cut of the best rank; rank 0 (a word longer than a chunk): cut at the limit
-                    end = max(c for c in range(start + 1, end + 1) if rank[c] == best)
-            emit(si, start, end, rank)
-            start = end
-    return out
-
-
-def lexical_tokens(text: str) -> list[str]:
-    """BM25 terms: the words of :func:`workbench.quality.units` outside CJK text, then, for each run of
-    adjacent CJK characters, its characters and its character bigrams (Chinese has no spaces, so bigrams
-    stand in for words)."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    words, cjk = [], []
-    for is_cjk, group in itertools.groupby(text, key=quality.is_cjk):
-        run = "".join(group)
-        if is_cjk:
-            cjk.extend(run)
-            cjk.extend(run[i:i + 2] for i in range(len(run) - 1))
-        else:
-            words.extend(quality.units(run))
-    return words + cjk
-
-
-def _bm25_scores(chunks: list[Chunk], question: str) -> list[float]:
-    """BM25+ scores of the chunks for the question (``rank_bm25.BM25Plus``: an IDF that stays positive,
-    so a term in half of two chunks still counts)."""
-    from rank_bm25 import BM25Plus
-
-    corpus = [lexical_tokens(c.text) or ["\x00"] for c in chunks]
-    return [float(s) for s in BM25Plus(corpus).get_scores(lexical_tokens(question))]
-
-
-@functools.lru_cache(maxsize=1)
-def embedder():
-    """The shipped all-MiniLM-L6-v2 as a ``SentenceTransformer`` on CPU (loaded once per process)."""
-    from sentence_transformers import SentenceTransformer
-
-    from .models import default_embedder_path
-
-    return SentenceTransformer(str(default_embedder_path()), device="cpu")
-
-
-def _dense_scores(chunks: list[Chunk], question: str) -> list[float]:
-    emb = embedder().encode([question] + [c.text for c in chunks], normalize_embeddings=True,
-                             batch_size=32, show_progress_bar=False)
-    return [float(x) for x in emb[1:] @ emb[0]]
-
-
-def _sentence_scores(chunks: list[Chunk], scores: list[float]) -> list[float]:
-    """Give the pieces of one sentence (a sentence longer than a chunk, cut between words) the best score
-    among them, so a kept piece pulls in the rest of its sentence (``The pass key is`` | ``71432.``: the
-    number alone shares no term with the question)."""
-    out = list(scores)
-    run = [0]
-    for i in range(1, len(chunks) + 1):
-        a, b = chunks[i - 1], chunks[i] if i < len(chunks) else None
-        same = (b is not None and a.segment == b.segment and a.end == b.start
-                and cut_rank(a.text + b.text, len(a.text)) < 3)
-        if same:
-            run.append(i)
-            continue
-        best = max(scores[j] for j in run)
-        for j in run:
-            out[j] = best
-        run = [i]
-    return out
-
-
-def _retrieve(segs, chunks, scores, b, top_k, as_chat, details):
-    order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
-    chosen, used = set(), 0
-    for i in order:
-        if top_k is not None and len(chosen) >= top_k:
-            break
-        cost = chunks[i].n_tokens + (1 if chosen else 0)  # a separator token before all but the first
-        if used + cost <= b:
-            chosen.add(i)
-            used += cost
-    keep = [[False] * len(s.units) for s in segs]
-    for i in chosen:
-        c = chunks[i]
-        for ui in range(c.start, c.end):
-            keep[c.segment][ui] = True
-    details["chunks_kept"] = len(chosen)
-    details["kept_chunk_ids"] = ",".join(str(i) for i in sorted(chosen))
-    return _render(segs, keep, _CHUNK_GAP, as_chat)
-
-
 def retrieval_chunks(context, tokenizer, chunk_tokens: int = 64) -> list[Chunk]:
     """The chunks ``bm25``/``dense`` rank (public for inspection and tests)."""
     _check_context(context)
-    return _chunks(_segments(tokenizer, context), tokenizer, chunk_tokens)
+    return cut_chunks(segments(tokenizer, context), tokenizer, chunk_tokens)
 
 
 # ----------------------------------------------------------------------------- pruning
@@ -657,7 +389,7 @@ def _self_information(loaded, ids: list[int], window: int, left: int = 32) -> li
     return out
 
 
-def _words(segs: list[_Segment], info: list[list[float]]) -> list[tuple[int, list[int], int, float]]:
+def _words(segs: list[Segment], info: list[list[float]]) -> list[tuple[int, list[int], int, float]]:
     """Words as (segment, unit indices, tokens, mean self-information); sub-word pieces of Latin words joined."""
     words = []
     for si, seg in enumerate(segs):
@@ -690,7 +422,7 @@ def _prune(segs, words, b, as_chat):
         used += n
         for ui in units:
             keep[si][ui] = True
-    return _render(segs, keep, "", as_chat)
+    return render(segs, keep, "", as_chat)
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -708,8 +440,8 @@ def _clip(tokenizer, text: str, budget: int) -> str:
     """Keep the head of ``text`` within ``budget`` tokens, on whole characters."""
     if budget <= 0:
         return ""
-    segs = _segments(tokenizer, text)
-    out, _ = _fit(lambda b: _truncate(segs, b, "head", False), tokenizer, budget)
+    segs = segments(tokenizer, text)
+    out, _ = fit(lambda b: _truncate(segs, b, "head", False), tokenizer, budget)
     return out
 
 
@@ -721,7 +453,7 @@ _ROLL_PROMPT = ("Here is a summary of a conversation so far:\n{summary}\n\nHere 
 
 
 def _map_reduce_summary(segs, tokenizer, loaded, budget, chunk_tokens, details):
-    pieces = [c.text for c in _chunks(segs, tokenizer, chunk_tokens)]
+    pieces = [c.text for c in cut_chunks(segs, tokenizer, chunk_tokens)]
     level = 0
     while True:
         level += 1
@@ -762,7 +494,7 @@ def _rolling_summary(segs, tokenizer, loaded, budget, chunk_tokens, recent_share
     details["recent_turns"] = len(recent)
     if room < 8:
         details["note"] = "no room for a summary; recent turns only"
-        out, n = _fit(lambda b: _truncate(_segments(tokenizer, recent or msgs), b, "tail", True), tokenizer, budget)
+        out, n = fit(lambda b: _truncate(segments(tokenizer, recent or msgs), b, "tail", True), tokenizer, budget)
         return out, n
     groups, cur = [], ""
     for m in older:
@@ -925,6 +657,7 @@ def gold_logprob(loaded, messages, gold: str, cache=None, prefix_ids=None) -> di
 
 __all__ = [
     "STRATEGIES", "LOSSLESS", "NEEDS_MODEL", "CompressionResult", "Chunk", "compress", "count_tokens",
-    "prompt_messages", "retrieval_chunks", "lexical_tokens", "build_prefix_cache", "generate_with_prefix_cache",
+    "prompt_messages", "retrieval_chunks", "lexical_tokens", "cut_rank", "build_prefix_cache",
+    "generate_with_prefix_cache",
     "check_fits", "answer", "gold_logprob", "embedder", "check_ratio", "check_budget", "check_strategy",
 ]
