@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench import ParameterError, results, sweeps
+from workbench import ParameterError
+from workbench.run import results, sweeps
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = ["sweep", "01_batch_size", "-p", "batch_sizes", "[1, 2, 4, 8]", "-p", "prompt_tokens", "[64]",
@@ -260,7 +261,7 @@ def test_an_error_between_write_and_rename_keeps_the_old_table(monkeypatch):
 
 def test_a_second_writer_is_refused_with_the_owners_pid(tmp_path, cli):
     run = results.create_run()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom workbench import results\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom workbench.run import results\n"
                                "results.lock_run(sys.argv[1]); print('locked', flush=True); time.sleep(120)", str(run)],
                               stdout=subprocess.PIPE, text=True)
     try:

@@ -84,15 +84,15 @@ def test_library_modules_do_not_import_experiments():
 
 # one home per formula: pattern -> the only file allowed to hold it
 HOMES = {
-    r"^\s*def (exact_match|substring_match|rouge_l\w*|section_coverage|normalize_answer|units)\(": "quality.py",
-    r"^\s*def (continuation_logprobs|token_nlls|perplexity|mean_ci)\(": "quality.py",
-    r"^\s*def (request_timing|percentiles|_percentile)\(": "metrics.py",
-    r"[\"']?(tpot_s|decode_tps)[\"']?\s*[:=]\s*[^=\n]*/": "metrics.py",
-    r"^\s*def (_?eos_token_ids|_eos_ids|_?warm_up|cache_kwarg|_cache_kwarg)\(": "generation.py",
-    r"\\u3400": "quality.py",
+    r"^\s*def (exact_match|substring_match|rouge_l\w*|section_coverage|normalize_answer|units)\(": "measure/quality.py",
+    r"^\s*def (continuation_logprobs|token_nlls|perplexity|mean_ci)\(": "measure/quality.py",
+    r"^\s*def (request_timing|percentiles|_percentile)\(": "stats/metrics.py",
+    r"[\"']?(tpot_s|decode_tps)[\"']?\s*[:=]\s*[^=\n]*/": "stats/metrics.py",
+    r"^\s*def (_?eos_token_ids|_eos_ids|_?warm_up|cache_kwarg|_cache_kwarg)\(": "measure/generation.py",
+    r"\\u3400": "measure/quality.py",
     r"^\s*def _?check_(int|float|list|int_list|float_list|choice|str_list)\(": "checks.py",
-    r"np\.percentile\(|np\.quantile\(": "metrics.py",
-    r"^\s*def (t_interval|ratio_interval|wilson_interval|usable_points|fit_support)\(|stats\.t\.ppf\(": "evidence.py",
+    r"np\.percentile\(|np\.quantile\(": "stats/metrics.py",
+    r"^\s*def (t_interval|ratio_interval|wilson_interval|usable_points|fit_support)\(|stats\.t\.ppf\(": "stats/evidence.py",
 }
 
 
@@ -100,7 +100,7 @@ HOMES = {
 def test_each_formula_has_one_home(pattern, home):
     offenders = []
     for path in PKG.rglob("*.py"):
-        if path.name == home and path.parent == PKG:
+        if path == PKG / home:
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if re.search(pattern, line, re.M):
@@ -109,10 +109,10 @@ def test_each_formula_has_one_home(pattern, home):
 
 
 def test_committed_notebooks_equal_their_sources():
-    from workbench import notebooks
+    from workbench.run import notebooks
 
     assert notebooks.sources(), "no notebook sources found"
-    assert notebooks.out_of_sync() == [], "run: python -m workbench.notebooks"
+    assert notebooks.out_of_sync() == [], "run: python -m workbench.run.notebooks"
     for src in notebooks.sources():
         assert src.with_suffix(".ipynb").exists()
     assert not list(notebooks.NOTEBOOKS_DIR.glob("_build_*.py")), "notebook builders replaced by jupytext sources"
@@ -135,31 +135,13 @@ def test_every_notebook_is_thin_and_tagged():
 
 # ----------------------------------------------------------------------------- the import graph
 
-#: The layers of DESIGN.md section 2 / the package map in ``workbench/__init__.py``, lowest first. A module may
-#: import modules of its own layer or of a layer below, never one above; circles are refused separately, in any
-#: layer. A module in no layer fails the test (add it here); new files under ``serving/``, ``tasks/`` and
-#: ``experiments/`` take their folder's default layer (:data:`FOLDER_LAYERS`).
-LAYERS = [
-    ("ground floor", {"workbench", "errors", "checks", "device"}),
-    ("instruments", {"models", "generation", "metrics", "detokenize", "memory", "energy", "quality", "slo",
-                     "reading", "evidence"}),
-    ("techniques and inputs", {"segments", "retrieval", "compression", "budget_forcing", "long_form", "prompts", "tasks", "tasks.haystack",
-                               "tasks.reasoning"}),
-    # run folders, their tables and the verdicts on their rows (the drift reference, measured on a fixed prompt):
-    # written by the sweeps, the job store and the experiments alike
-    ("records", {"results", "drift"}),
-    # serving, bottom up: HTTP plumbing, SSE framing and the clients (which import nothing from the server),
-    # the engine interface and the monitoring it feeds, the routes and the load study, the app
-    ("serving plumbing", {"serving.protocol", "serving.scheduling", "serving.http", "serving.events", "serving.client"}),
-    ("serving engines", {"serving.engines", "serving.monitoring"}),
-    ("serving routes and load", {"serving.chat", "serving.jobs", "serving.load"}),
-    ("serving app", {"serving", "serving.server"}),
-    ("run machinery", {"sweeps", "distributed", "roofline", "predictions", "notebooks", "report", "plots"}),
-    ("experiments", {"experiments"}),
-    ("command line", {"cli", "__main__"}),
-]
-FOLDER_LAYERS = {"serving": "serving routes and load", "tasks": "techniques and inputs",
-                 "experiments": "experiments"}
+#: The layers, lowest first, by folder (``docs/design.md`` section 2 and the package map in ``workbench/__init__.py``).
+#: A module may import its own folder or a folder below, never one above; circles are refused separately, in any
+#: folder. The root holds the ground floor (``errors``, ``checks``, the package itself) and ``__main__`` (the command
+#: line's alias). A new folder fails :func:`test_every_module_has_a_layer` until it is placed here.
+LAYERS = ["ground", "stats", "measure", "techniques", "inputs", "run", "serving", "predict", "share", "experiments",
+          "cli"]
+ROOT_LAYERS = {"workbench": "ground", "errors": "ground", "checks": "ground", "__main__": "cli"}
 
 
 def _module_name(path: Path) -> str:
@@ -205,13 +187,10 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def layer_of(module: str) -> int:
-    for i, (_, names) in enumerate(LAYERS):
-        if module in names:
-            return i
+    """The index in :data:`LAYERS` of a module (``stats.metrics`` -> its folder ``stats``), or -1."""
     folder = module.split(".")[0]
-    if folder in FOLDER_LAYERS and "." in module:
-        return [n for n, _ in LAYERS].index(FOLDER_LAYERS[folder])
-    return -1
+    name = ROOT_LAYERS.get(module) if "." not in module and module not in LAYERS else folder
+    return LAYERS.index(name) if name in LAYERS else -1
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -244,9 +223,21 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_import_graph_sees_function_level_and_relative_imports():
     graph = import_graph()
     assert "experiments.batch_size" in graph and "serving.server" in graph and "workbench" in graph
-    assert "errors" in graph["workbench"]                          # from .errors import ParameterError
-    assert "sweeps" in graph["experiments.batch_size"]             # from .. import sweeps (relative, two dots)
-    assert "prompts" in graph["compression"] or "generation" in graph["compression"]
+    assert "errors" in graph["workbench"]                          # from workbench.errors import ParameterError
+    assert "run.sweeps" in graph["experiments.batch_size"]         # from workbench.run import sweeps
+    assert "serving.chat" in graph["serving.server"]               # from . import chat (relative)
+    assert "techniques.retrieval" in graph["techniques.compression"]
+
+
+def test_the_folders_are_the_layers():
+    """Each folder of the package is a layer, and an import up the folders is found (a synthetic one)."""
+    folders = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(LAYERS) - {"ground"}, f"folders without a layer, or layers without a folder: {folders ^ set(LAYERS)}"
+    for folder in folders:
+        doc = ast.get_docstring(ast.parse((PKG / folder / "__init__.py").read_text(encoding="utf-8"))) or ""
+        assert len(doc.split()) >= 25, f"workbench/{folder}/__init__.py needs its one-paragraph docstring"
+    assert layer_of("stats.metrics") < layer_of("measure.generation") < layer_of("run.sweeps") < layer_of("experiments.x")
+    assert layer_of("errors") == 0 and layer_of("nowhere.x") == -1
 
 
 def test_find_cycle_reports_the_circle():
@@ -269,7 +260,7 @@ def test_every_module_has_a_layer():
 
 
 def test_no_module_imports_one_above_its_layer():
-    names = [n for n, _ in LAYERS]
+    names = LAYERS
     upward = []
     for module, deps in sorted(import_graph().items()):
         mine = layer_of(module)
@@ -286,7 +277,7 @@ def test_the_command_line_and_the_experiments_import_without_torch():
     import subprocess
     import sys
 
-    code = ("import importlib, pkgutil, sys, workbench.cli, workbench.notebooks, workbench.report, "
+    code = ("import importlib, pkgutil, sys, workbench.cli, workbench.run.notebooks, workbench.share.report, "
             "workbench.experiments as E\n"
             "for m in pkgutil.iter_modules(E.__path__): importlib.import_module('workbench.experiments.' + m.name)\n"
             "workbench.cli.build_parser().parse_args(['run', 'quick'])\n"
@@ -301,7 +292,7 @@ def test_validating_the_quick_suite_on_cpu_imports_no_transformers():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom workbench import notebooks\n"
+    code = ("import sys\nfrom workbench.run import notebooks\n"
             "for e in notebooks.load_suite('quick')['notebooks']:\n"
             "    notebooks.validate_parameters(e['notebook'], e['parameters'])\n"
             "print('transformers' in sys.modules)")

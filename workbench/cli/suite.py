@@ -1,0 +1,167 @@
+"""The suite runner behind ``workbench run`` and ``workbench sweep``: validate every notebook's parameters, open
+(or resume) one run folder under its lock, execute the notebooks in one kernel, record each notebook's status,
+build the report.
+
+``run_entries(entries, resume_dir, label, suite) -> exit status`` and ``rerun_invalid_entries(run_dir) -> entries``
+are the two entry points; an entry is ``{"notebook": path, "parameters": {name: value}}``. Errors: a bad parameter,
+a foreign run folder or a locked run is :class:`~workbench.errors.ParameterError` (one line, exit 2); a run folder
+that cannot be written is :class:`~workbench.run.results.RunWriteError` (exit 1, finished points kept).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from workbench.errors import ParameterError
+
+
+def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
+    """Execute validated notebook entries into the run, all in one kernel (:func:`workbench.run.notebooks.one_kernel`);
+    return the names that failed."""
+    from workbench.run import notebooks
+
+    failed = []
+    with notebooks.one_kernel():  # one kernel for the run: imports, model, probe and drift reference paid once
+        for i, e in enumerate(entries, 1):
+            _execute_one(i, e, entries, run_dir, resume, failed)
+    return failed
+
+
+def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bool, failed: list[str]) -> None:
+    """Execute the ``i``-th notebook entry into the run, recording its status; a failure is appended to ``failed``."""
+    from workbench.run import notebooks, results
+
+    name = Path(e["notebook"]).stem
+    print(f"== [{i}/{len(entries)}] {name}", flush=True)
+    t0 = time.perf_counter()
+    params = dict(e["parameters"])
+    if resume:
+        params["resume"] = True
+    # parameters are on disk before any point runs: an interrupted notebook resumes with the same ones
+    results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": e["parameters"]}})
+    before = len(results.read_manifest(run_dir).get("points", {}))
+    try:
+        notebooks.execute_notebook(e["notebook"], params, run_dir)
+        status = "ok"
+        recorded = len(results.read_manifest(run_dir).get("points", {})) - before
+        if recorded == 0 and not resume and not name.startswith("9"):  # 9x notebooks analyse, never measure
+            status = "failed: the notebook was asked to measure and recorded no point"
+            failed.append(name)
+    except Exception as exc:  # noqa: BLE001 - one failed notebook must not stop the suite
+        if isinstance(exc, results.RunWriteError) or getattr(exc, "ename", None) in ("RunWriteError",
+                                                                                     "RunLockedError"):
+            # the run folder cannot be written (disk full) or was taken over: stop, keep what is on disk
+            raise results.RunWriteError(str(getattr(exc, "evalue", None) or exc)) from exc
+        status = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:400]
+        failed.append(name)
+    wall = time.perf_counter() - t0
+    results.update_manifest(run_dir, notebooks={name: {"status": status, "wall_s": round(wall, 1),
+                                                        "parameters": e["parameters"]}})
+    print(f"== {name}: {status} ({wall:.0f} s)", flush=True)
+
+
+def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
+    """On ``--resume``, reuse the parameters the run recorded; refuse different ones.
+
+    A resumed point must be measured with the settings of the points already
+    on disk, so a notebook given no parameters takes the recorded ones and a
+    notebook given others is an error.
+    """
+    from workbench.run import results
+
+    if not (Path(resume_dir) / "manifest.json").exists():
+        raise ParameterError(f"--resume: {resume_dir!r} is not a run folder (no manifest.json)")
+    recorded = results.read_manifest(resume_dir).get("notebooks", {})
+    for e in entries:
+        name = Path(e["notebook"]).stem
+        if name not in recorded:
+            continue
+        before = recorded[name].get("parameters", {})
+        if not e["parameters"]:
+            e["parameters"] = dict(before)
+        elif e["parameters"] != before:
+            raise ParameterError(f"--resume: {name} parameters differ from the run's {before}; "
+                                 "give the same ones (or none) to resume")
+
+
+def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None) -> int:
+    from workbench.run import notebooks, results
+
+    if resume_dir:
+        _resume_parameters(entries, resume_dir)
+    for e in entries:  # every notebook validated before any runs
+        e["parameters"] = {k: v for k, v in notebooks.validate_parameters(e["notebook"], e["parameters"]).items()
+                           if k in e["parameters"]}
+    try:
+        run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
+        owner = results.lock_run(run_dir)   # one writer per run folder; a second resume is refused here
+    except results.RunLockedError as exc:
+        raise ParameterError(f"--resume: {exc}") from None
+    try:
+        return _run_locked(entries, run_dir, bool(resume_dir), suite, owner)
+    finally:
+        results.unlock_run(run_dir)
+
+
+def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | None, owner: dict) -> int:
+    from workbench.share import report
+    from workbench.run import results
+
+    recorded_suite = results.read_manifest(run_dir).get("suite") if resume else None
+    if resume and suite and recorded_suite and Path(recorded_suite).resolve() != Path(suite).resolve():
+        raise ParameterError(f"--resume: the run was started with suite {recorded_suite}, not {suite}; "
+                             "give the same suite to resume")
+    if owner.get("stale"):
+        print(f"run folder: took over the lock left by pid {owner['stale'].get('pid')} (no longer running)",
+              file=sys.stderr)
+    results.begin_session(run_dir, resume=resume)
+    results.update_manifest(run_dir, status="running", suite=suite or recorded_suite)
+    print(f"run folder: {run_dir}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        failed = _execute(entries, run_dir, resume=resume)
+    except KeyboardInterrupt:
+        _mark_interrupted(run_dir)
+        print(f"\ninterrupted: finished points are on disk; continue with --resume {run_dir}", file=sys.stderr)
+        return 130
+    except results.RunWriteError as exc:
+        _mark_interrupted(run_dir)
+        print(f"error: {str(exc).strip().splitlines()[-1]}; finished points are kept: free the space, then "
+              f"--resume {run_dir}", file=sys.stderr)
+        return 1
+    wall = time.perf_counter() - t0
+    status = "ok" if not failed else f"failed: {', '.join(failed)}"
+    results.update_manifest(run_dir, status=status, wall_s=round(wall, 1))
+    out = report.build_report(run_dir)
+    print(f"done in {wall:.0f} s: {status}\nreport: {out}", flush=True)
+    return 0 if not failed else 1
+
+
+def _mark_interrupted(run_dir: Path) -> None:
+    """Best effort: the manifest says ``interrupted`` (it may itself be unwritable when the disk is full)."""
+    from workbench.run import results
+
+    try:
+        results.update_manifest(run_dir, status="interrupted")
+    except (OSError, ParameterError):
+        pass
+
+
+def rerun_invalid_entries(run_dir: str) -> list[dict]:
+    """The notebooks a run recorded, with their recorded parameters (``--rerun-invalid``)."""
+    import os
+
+    from workbench.run import notebooks, results
+
+    if not (Path(run_dir) / "manifest.json").exists():
+        raise ParameterError(f"--rerun-invalid: {run_dir!r} is not a run folder (no manifest.json)")
+    bad = results.invalid_points(run_dir)
+    if not bad:
+        raise ParameterError(f"--rerun-invalid: {run_dir!r} has no point marked invalid")
+    print(f"re-measuring {len(bad)} invalid point(s): " + ", ".join(sorted(bad)), flush=True)
+    os.environ["WORKBENCH_RERUN_INVALID"] = "1"  # inherited by the kernels: invalid points count as unfinished
+    recorded = results.read_manifest(run_dir).get("notebooks", {})
+    return [{"notebook": str(notebooks.NOTEBOOKS_DIR / f"{name}.ipynb"), "parameters": dict(rec.get("parameters", {}))}
+            for name, rec in recorded.items()]

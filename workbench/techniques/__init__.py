@@ -1,0 +1,7 @@
+"""Techniques: what a user applies to make generation faster or shorter, each behind a small interface.
+
+``compression`` (context compression strategies), ``retrieval`` (BM25+ / dense chunk ranking), ``segments`` (a
+context in whole-character units, cuts and chunks), ``budget_forcing`` (thinking budgets), ``long_form``
+(outline then sections), ``speed`` (the speed techniques' model builders: a draft model, int8 dynamic
+quantization). Built on :mod:`workbench.measure`; never imports inputs, run machinery or experiments.
+"""
