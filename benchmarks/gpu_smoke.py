@@ -2,7 +2,7 @@
 
 Builds a Qwen3-style model with random weights (no download: the config is written here, the tokenizer is
 the embedded default model's), runs a small batch-size sweep and a context-length sweep through the
-experiments' own ``run`` into a run folder, then checks DESIGN.md section 4's invariants:
+experiments' own ``run`` into a run folder, then checks docs/design.md section 4's invariants:
 
 - token counts: every request produced ``max_new_tokens`` ids (fixed length) and ``len(itl_s) == output_tokens - 1``;
 - ``ttft_s <= e2e_s``, and ``ttft_s + sum(itl_s) == e2e_s`` (within 1 ms);
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     req = results.read_requests(run)
 
     failures: list[str] = []
-    print("invariants (DESIGN.md section 4):")
+    print("invariants (docs/design.md section 4):")
     check(bool((bs_pts["status"] == "ok").all() and (cl_pts["status"] == "ok").all()), "every point ok", failures)
     want = req["experiment"].map({"batch_size": bs_cfg.max_new_tokens, "context_length": cl_cfg.max_new_tokens})
     check(bool((req["output_tokens"] == want).all()), "output_tokens == max_new_tokens (fixed length)", failures)
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     if not energy.get("available"):
         print(f"  energy: not measured ({energy.get('reason')})")
 
-    # TTFT with vs without CUDA synchronisation before the clock (the rule of DESIGN.md section 4)
+    # TTFT with vs without CUDA synchronisation before the clock (the rule of docs/design.md section 4)
     from workbench.measure.generation import GenerationSettings, generate_measured
     from workbench.inputs.prompts import build_batch
 

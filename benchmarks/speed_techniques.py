@@ -21,6 +21,7 @@ import torch
 from workbench.stats import evidence
 from workbench.measure import models, quality
 from workbench.experiments import speed_techniques as st
+from workbench.techniques import speed
 from workbench.measure.generation import GenerationSettings, generate_measured
 from workbench.inputs.prompts import build_batch
 

@@ -47,6 +47,7 @@ search: bool = False  # bisection search for the highest rate meeting search_slo
 search_slo: str = "custom"  # preset for the search (or custom)
 warmup: int = 1  # untimed warm-up batches per engine
 seed: int = 0  # arrival-schedule seed
+engine_options: dict = {}  # other EngineOptions fields (workbench/serving/options.py), e.g. {max_seq_tokens: 512}
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
 resume: bool = False  # skip points this run already finished
 

@@ -57,6 +57,8 @@ shared_prefix_tokens: int = 0  # a system document of this many tokens shared by
 prefix_group_requests: int = 0  # shared-prefix group: requests sharing the document, one after another (0: none)
 warmup: int = 1  # untimed warm-up requests per class
 seed: int = 0  # trace seed
+engine_options: dict = {}  # other EngineOptions fields (workbench/serving/options.py), e.g. {max_seq_tokens: 512}
+policy_options: dict = {}  # other PolicyOptions fields (workbench/serving/options.py)
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
 resume: bool = False  # skip points this run already finished
 

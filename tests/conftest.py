@@ -33,6 +33,8 @@ def _tests_own_cache() -> None:
 
 
 _tests_own_cache()
+# every point a test records must carry only registered columns (workbench/stats/columns.csv); kernels inherit it
+os.environ["WORKBENCH_STRICT_COLUMNS"] = "1"
 
 
 def _share_one_tls_context() -> None:

@@ -12,7 +12,7 @@ so lowering a count below what its evidence needs fails here:
 - temperature (real model): under half of the greedy answers are cut by ``max_new_tokens``.
 
 The reasoning tasks' budget-0 accuracy on the real model is tested with the tasks
-(``tests/tasks/test_reasoning.py``).
+(``tests/inputs/test_reasoning.py``).
 """
 
 from __future__ import annotations

@@ -305,16 +305,16 @@ def test_a_full_disk_stops_the_sweep_with_earlier_points_intact(monkeypatch):
         return {"requests": [{"request_id": 0, "ttft_s": 0.1, "e2e_s": 0.2, "tpot_s": 0.01, "output_tokens": 5,
                               "prompt_tokens": 8, "itl_s": [0.01] * 4}], "wall_s": 0.2}
 
-    points = sweeps.expand_grid(x=[1, 2, 3, 4])
+    points = sweeps.expand_grid(seed=[1, 2, 3, 4])
     monkeypatch.setattr(pd.DataFrame, "to_parquet", full_disk)
     with pytest.raises(results.RunWriteError) as info:
         sweeps.run_sweep(run, "fake", points, measure)
     assert str(info.value).startswith(f"cannot write {run / 'requests.parquet'}: No space left on device")
     assert len(str(info.value).splitlines()) == 1
     monkeypatch.setattr(pd.DataFrame, "to_parquet", real)
-    assert sorted(results.read_points(run)["x"]) == [1, 2] and len(results.finished_points(run)) == 2
+    assert sorted(results.read_points(run)["seed"]) == [1, 2] and len(results.finished_points(run)) == 2
     sweeps.run_sweep(run, "fake", points, measure, resume=True)
-    assert sorted(results.read_points(run)["x"]) == [1, 2, 3, 4] and len(results.read_requests(run)) == 4
+    assert sorted(results.read_points(run)["seed"]) == [1, 2, 3, 4] and len(results.read_requests(run)) == 4
 
 
 def test_paths_resolve_once_symlinked_and_relative(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Measured generation on the real default model: DESIGN.md section 4 invariants."""
+"""Measured generation on the real default model: docs/design.md section 4 invariants."""
 import math
 
 import pytest
@@ -6,7 +6,8 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from workbench import ParameterError
-from workbench.measure.generation import GenerationSettings, TokenTimer, generate_measured, stream_generate
+from workbench.measure.generation import GenerationSettings, TokenTimer, generate_measured
+from workbench.measure.streaming import stream_generate
 
 pytestmark = pytest.mark.model
 
@@ -225,7 +226,8 @@ def test_eos_ids_are_the_union_of_config_tokenizer_and_end_of_turn():
 @pytest.mark.model
 def test_closing_a_stream_stops_its_generation(loaded):
     """An abandoned stream does not keep decoding in its thread (and frees the model for the next call)."""
-    from workbench.measure.generation import GenerationSettings, generate_measured, model_lock, stream_generate
+    from workbench.measure.generation import GenerationSettings, generate_measured, model_lock
+    from workbench.measure.streaming import stream_generate
 
     steps = []
     stream = stream_generate(loaded, "Write a long story about a lighthouse.",

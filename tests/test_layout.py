@@ -1,4 +1,4 @@
-"""The rules that keep the package's shape (DESIGN.md section 2), checked on the source text.
+"""The rules that keep the package's shape (docs/design.md section 2), checked on the source text.
 
 - No module in ``workbench/experiments/`` imports another experiment module.
 - No module outside a formula's home defines it again (``def exact_match``, ``tpot_s =`` arithmetic, ...).

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from workbench.measure import contention
-from workbench.stats import metrics
+from workbench.stats import columns, metrics
 
 
 def _requests():
@@ -128,10 +128,10 @@ def test_request_timing_by_hand():
 
 
 def test_labels_come_from_the_column_table():
-    assert metrics.label("ttft_s_p50") == "TTFT p50 (s)"
-    assert metrics.label("output_throughput_tps") == "output throughput (tokens/s)"
-    assert metrics.base_column("itl_s_p99") == ("itl_s", "p99")
-    assert metrics.label("unknown_thing") == "unknown thing"
+    assert columns.label("ttft_s_p50") == "TTFT p50 (s)"
+    assert columns.label("output_throughput_tps") == "output throughput (tokens/s)"
+    assert columns.base_column("itl_s_p99") == ("itl_s", "p99")
+    assert columns.label("unknown_thing") == "unknown thing"
 
 
 def test_prefill_flops_match_an_independent_count_when_heads_times_head_dim_differs_from_hidden():

@@ -13,7 +13,7 @@ from workbench.stats import metrics
 from workbench.run import results
 from workbench.experiments import explorer
 from workbench.errors import ParameterError
-from workbench.measure.generation import StreamEvent
+from workbench.measure.streaming import StreamEvent
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,6 +12,7 @@ import torch
 from workbench import ParameterError
 from workbench.stats import evidence, metrics
 from workbench.measure import generation, models, quality
+from workbench.techniques import speed
 from workbench.experiments import speed_techniques as st
 from workbench.measure.generation import GenerationSettings, TokenTimer, generate_measured
 

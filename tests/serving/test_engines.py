@@ -7,6 +7,7 @@ import pytest
 from workbench import ParameterError
 from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured
 from workbench.serving import engines
+from workbench.serving.options import EngineOptions
 
 PROMPTS = ["Tell me about the sea.", "What is 2+2?", "Write a haiku about autumn leaves."]
 
@@ -18,7 +19,7 @@ def _ids(tok, prompt):
 
 def test_unknown_engine_is_one_line_before_any_model():
     with pytest.raises(ParameterError) as err:
-        engines.make_engine("vllm", loaded=None)
+        engines.make_engine(EngineOptions(engine="vllm"), None)
     assert str(err.value).startswith("engine:") and "\n" not in str(err.value)
 
 
@@ -44,7 +45,8 @@ def _first_divergence(a, b):
 def test_engine_greedy_outputs_equal_batch_1(loaded, reference, name):
     """Every request's tokens under each engine equal its greedy batch-1 generate output."""
     s = GenerationSettings(max_new_tokens=6)
-    eng = engines.make_engine(name, loaded, max_batch_size=4, batch_window_s=0.5, settings=s, max_seq_tokens=128)
+    eng = engines.make_engine(EngineOptions(engine=name, max_batch_size=4, batch_window_s=0.5, max_seq_tokens=128), loaded,
+                              settings=s)
     try:
         reqs = [engines.EngineRequest(_ids(loaded.tokenizer, p), s) for p in PROMPTS]
         out = engines.run_requests(eng, reqs, timeout=300)
@@ -248,4 +250,4 @@ def test_continuous_prefix_sharing_reports_cached_tokens(loaded):
     assert first["cached_tokens"] == 0 and 0 < again["cached_tokens"] < len(ids) and again["cached_tokens"] % 16 == 0
     assert again["output_ids"] == first["output_ids"] == out[False][0]["output_ids"]
     with pytest.raises(ParameterError, match="^prefix_sharing:"):
-        engines.make_engine("fifo", loaded, prefix_sharing=True)
+        engines.make_engine(EngineOptions(engine="fifo", prefix_sharing=True), loaded)

@@ -11,7 +11,7 @@ from conftest import LoopbackHTTPServer
 
 from workbench import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import engines, load, scheduling
+from workbench.serving import engines, load, options, scheduling
 
 FAKE = SimpleNamespace(model=SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=0)),
                        tokenizer=SimpleNamespace(eos_token_id=0, get_vocab=lambda: {}, chat_template=""))
@@ -23,7 +23,7 @@ class GatedEngine(engines.StaticEngine):
     def __init__(self, policy="fcfs", max_batch_size=1, batch_window_s=0.0, **opts):
         self.gate = threading.Semaphore(0)
         self.batches: list = []
-        queue = scheduling.make_queue(policy, "static", **opts)
+        queue = options.PolicyOptions(policy=policy, **opts).make_queue("static")
         super().__init__(FAKE, max_batch_size, batch_window_s, queue)
 
     def _serve(self, batch):
@@ -152,15 +152,17 @@ def test_lanes_cap_long_requests_and_never_mix_lanes_in_a_batch():
 
 
 @pytest.mark.parametrize("call", [
-    lambda: scheduling.make_queue("lottery"),
-    lambda: scheduling.make_queue("lanes", lane_threshold_tokens=0),
-    lambda: scheduling.make_queue("sjf", aging_s=0),
-    lambda: scheduling.make_queue("lanes", long_cap=0),
-    lambda: scheduling.make_queue("sjf", predictor="oracle"),
+    lambda: options.PolicyOptions(policy="lottery"),
+    lambda: options.PolicyOptions(policy="lanes", lane_threshold_tokens=0),
+    lambda: options.PolicyOptions(policy="sjf", aging_s=0),
+    lambda: options.PolicyOptions(policy="lanes", long_cap=0),
+    lambda: options.PolicyOptions(policy="sjf", predictor="oracle"),
+    lambda: options.from_mapping(options.PolicyOptions, {"aging": 1}, "policy_options"),
+    lambda: options.EngineOptions(engine="static", prefix_sharing=True),
     lambda: scheduling.check_priority(1.5),
     lambda: scheduling.check_priority(10**6),
-    lambda: engines.make_engine("continuous", None, policy="sjf"),
-    lambda: engines.make_engine("fifo", None, policy="nope"),
+    lambda: engines.make_engine(options.EngineOptions(engine="continuous"), None, options.PolicyOptions(policy="sjf")),
+    lambda: options.PolicyOptions(policy="sjf").make_queue("continuous"),
 ])
 def test_bad_scheduling_input_is_one_line_before_any_model(call):
     with pytest.raises(ParameterError) as err:

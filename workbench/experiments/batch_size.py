@@ -4,7 +4,7 @@ How many requests should share one ``generate`` call? Each point is a (prompt le
 every row of a batch gets its own window of real text of exactly ``prompt_tokens`` tokens, outputs have
 a fixed length (``ignore_eos``), and each point is repeated. Figures: TTFT p50/p99, output throughput,
 per-request decode speed and goodput versus batch size, and the TTFT-vs-throughput Pareto front
-(vLLM's benchmark conventions; DESIGN.md section 7). :func:`recommend` picks the batch size with the
+(vLLM's benchmark conventions; docs/design.md section 7). :func:`recommend` picks the batch size with the
 highest goodput under the SLO.
 """
 

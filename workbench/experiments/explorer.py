@@ -19,7 +19,7 @@ kernel's output channel is never flooded; figure changes happen inside one
 ``batch_update()``. Each callback calls one tested function of this module.
 
 Measurement (:func:`measure_point`): batch 1 streams through
-:func:`workbench.measure.generation.stream_generate` (word-level text pieces, per-token
+:func:`workbench.measure.streaming.stream_generate` (word-level text pieces, per-token
 timing); larger batches run :func:`workbench.measure.generation.generate_measured` with
 an ``on_step`` hook and show row 0. Either way the live counters come from the
 stamp of every generated step through :func:`workbench.stats.metrics.request_timing`
@@ -65,7 +65,8 @@ from workbench.share import plots
 from workbench.run import results, sweeps
 from workbench.checks import check_bool, check_choice, check_float, check_int
 from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings, generate_measured, stream_generate, warm_up
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.measure.streaming import stream_generate
 from workbench.inputs import reasoning as reasoning_tasks
 
 EXPERIMENT = "explorer"
@@ -225,7 +226,7 @@ class LiveState:
         self.refresh(force=True)
 
     def on_event(self, ev) -> None:
-        """A :class:`workbench.measure.generation.StreamEvent` (batch 1): its text piece."""
+        """A :class:`workbench.measure.streaming.StreamEvent` (batch 1): its text piece."""
         with self.lock:
             if ev.text:
                 self.pieces.append(ev.text)

@@ -1,5 +1,5 @@
 """Experiment 11: scheduling policies and what a waiting user sees (notebook ``11_scheduling``; issue 24,
-DESIGN.md section 7 item 11).
+docs/design.md section 7 item 11).
 
 **Workload** (:func:`mixed_trace`, or a JSONL trace with :func:`read_mixed_trace`): a mix of interactive short
 chats and background long reports. Stated distributions: each request is ``interactive`` with probability
@@ -22,7 +22,7 @@ with the same system document of ``shared_prefix_tokens`` tokens, one after anot
 prompt or document). With ``shared_prefix_tokens`` > 0 the conversations open with that document too, so they
 share a prefix as well as their own growing history. With prefix sharing in the list, these points run on the
 ``continuous`` engine with its prefix cache on / off (:func:`prefix_sharing_available`: an engines module with
-``make_engine(prefix_sharing=...)``), and :func:`prefix_savings` puts the cache hit rate (cached over prompt
+``EngineOptions(prefix_sharing=...)``), and :func:`prefix_savings` puts the cache hit rate (cached over prompt
 tokens, from the rows' ``cached_tokens``) next to the TTFT it saved (off - on, paired by conversation and turn,
 with its interval; "not supported" when the interval straddles 0); without it the hit rate is NaN, "not
 available".
@@ -64,13 +64,14 @@ from workbench.measure.generation import GenerationSettings
 from workbench.share.plots import ok_points, split_by_device
 from workbench.run.point_result import PointResult
 from workbench.serving import engines as engines_mod
-from workbench.serving import load, scheduling
+from workbench.serving import load, options, scheduling
 
 EXPERIMENT = "scheduling"
 CLASSES = ("interactive", "background")
 WORKLOADS = ("mixed", "multiturn", "shared_prefix")
 PREFIX_WORKLOADS = ("multiturn", "shared_prefix")
-ENGINES = ("fifo", "static")
+#: the engines that can apply every policy (:func:`workbench.serving.options.engines_taking`)
+ENGINES = options.engines_taking("sjf")
 TRACE_FIELDS = ("offset_s", "prompt_tokens", "output_tokens", "request_class")
 
 
@@ -105,6 +106,8 @@ class Config(sweeps.SweepConfig):
             ParameterError otherwise), reporting ``cache_hit_rate`` next to the TTFT it saved (:func:`prefix_savings`).
         trace: a mixed trace JSONL (:func:`read_mixed_trace`); empty: generated (:func:`mixed_trace`).
         max_wait_s: over-saturation stop rule (seconds a request may be in flight).
+        engine_options, policy_options: any other field of :class:`workbench.serving.options.EngineOptions` /
+            :class:`~workbench.serving.options.PolicyOptions` (the named fields above win).
     """
 
     policies: list = dataclasses.field(default_factory=lambda: list(scheduling.POLICIES))
@@ -134,6 +137,8 @@ class Config(sweeps.SweepConfig):
     prefix_group_requests: int = 0
     trace: str = ""
     max_wait_s: float = 120.0
+    engine_options: dict = dataclasses.field(default_factory=dict)
+    policy_options: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         super().__post_init__()
@@ -151,8 +156,7 @@ class Config(sweeps.SweepConfig):
         checks.check_int("max_batch_size", self.max_batch_size, lo=1)
         checks.check_float("batch_window_s", self.batch_window_s, lo=0)
         checks.check_choice("sjf_predictor", self.sjf_predictor, scheduling.PREDICTORS)
-        scheduling.make_queue("fcfs", self.engine, aging_s=self.aging_s, lane_threshold_tokens=self.lane_threshold_tokens,
-                              long_cap=self.long_cap, predictor=self.sjf_predictor)  # the options' one-line errors
+        self.policy_options_for("fcfs").make_queue(self.engine_options_for(self.engine))  # the options' one-line errors
         check_class_slos(self.class_slo_ttft_s, CLASSES)
         checks.check_float("abandon_share", self.abandon_share, lo=0, hi=1)
         checks.check_float("patience_s", self.patience_s, lo=0, lo_open=True)
@@ -176,7 +180,7 @@ class Config(sweeps.SweepConfig):
             checks.check_bool("multiturn_prefix_sharing", v)
         if any(self.multiturn_prefix_sharing) and not prefix_sharing_available():
             raise ParameterError("multiturn_prefix_sharing: this version's engines have no prefix-sharing switch "
-                                 "(make_engine(prefix_sharing=...)); use [false]")
+                                 "(EngineOptions.prefix_sharing); use [false]")
         checks.check_float("max_wait_s", self.max_wait_s, lo=0, lo_open=True)
         if self.trace:
             read_mixed_trace(self.trace, self.class_slo_ttft_s)
@@ -194,21 +198,28 @@ class Config(sweeps.SweepConfig):
                     for v in self.multiturn_prefix_sharing] if on else []
         return pts
 
+    def engine_options_for(self, engine: str, **fixed) -> options.EngineOptions:
+        """The engine's options: ``engine_options`` with this notebook's own engine fields (they win)."""
+        return options.from_mapping(options.EngineOptions, self.engine_options, "engine_options", engine=engine,
+                                    max_batch_size=self.max_batch_size, batch_window_s=self.batch_window_s, **fixed)
+
+    def policy_options_for(self, policy: str) -> options.PolicyOptions:
+        """The queue's options: ``policy_options`` with this notebook's own policy fields (they win)."""
+        return options.from_mapping(options.PolicyOptions, self.policy_options, "policy_options", policy=policy,
+                                    aging_s=self.aging_s, lane_threshold_tokens=self.lane_threshold_tokens,
+                                    long_cap=self.long_cap, predictor=self.sjf_predictor)
+
     def queue(self, policy: str) -> scheduling.PolicyQueue:
-        return scheduling.make_queue(policy, self.engine, aging_s=self.aging_s,
-                                     lane_threshold_tokens=self.lane_threshold_tokens, long_cap=self.long_cap,
-                                     predictor=self.sjf_predictor)
+        return self.policy_options_for(policy).make_queue(self.engine_options_for(self.engine))
 
 
 # ----------------------------------------------------------------------------- workloads
 
 
 def prefix_sharing_available() -> bool:
-    """Whether :func:`workbench.serving.engines.make_engine` has the ``continuous`` engine's ``prefix_sharing``
-    switch (added by issue 23's prefix sharing)."""
-    import inspect
-
-    return "prefix_sharing" in inspect.signature(engines_mod.make_engine).parameters
+    """Whether the engine options have the ``continuous`` engine's ``prefix_sharing`` switch
+    (:class:`workbench.serving.options.EngineOptions`; added by issue 23's prefix sharing)."""
+    return "prefix_sharing" in {f.name for f in dataclasses.fields(options.EngineOptions)}
 
 
 def check_class_slos(class_slo_ttft_s, classes) -> dict:
@@ -281,8 +292,8 @@ def specs_of(tokenizer, rows: list[dict]) -> list[load.RequestSpec]:
 
 def _engine(loaded, cfg: Config, policy: str):
     max_seq = max(cfg.long_prompt_tokens + cfg.short_prompt_tokens) + cfg.long_max_tokens + 8
-    return engines_mod.make_engine(cfg.engine, loaded, cfg.max_batch_size, cfg.batch_window_s, cfg.settings(),
-                                   max_seq, policy=cfg.queue(policy))
+    return engines_mod.make_engine(cfg.engine_options_for(cfg.engine, max_seq_tokens=max_seq), loaded, cfg.queue(policy),
+                                   cfg.settings())
 
 
 def calibrate(loaded, cfg: Config) -> dict:
@@ -421,8 +432,8 @@ def _prefix_engine(loaded, cfg: Config, prefix_sharing: bool, max_seq_tokens: in
     ``continuous`` engine with its prefix cache on / off (the same engine both ways, so only the cache differs);
     otherwise ``cfg.engine`` under ``fcfs``."""
     if any(cfg.multiturn_prefix_sharing):
-        return engines_mod.make_engine("continuous", loaded, cfg.max_batch_size, cfg.batch_window_s, cfg.settings(),
-                                       max_seq_tokens, prefix_sharing=prefix_sharing)
+        return engines_mod.make_engine(cfg.engine_options_for("continuous", max_seq_tokens=max_seq_tokens,
+                                                              prefix_sharing=prefix_sharing), loaded, None, cfg.settings())
     return _engine(loaded, cfg, "fcfs")
 
 

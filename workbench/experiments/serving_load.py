@@ -1,4 +1,4 @@
-"""Experiment 08: serving under load (notebook ``08_serving_load``; issue 13, DESIGN.md section 7 item 8).
+"""Experiment 08: serving under load (notebook ``08_serving_load``; issue 13, docs/design.md section 7 item 8).
 
 Requests arrive at some rate; an engine (:mod:`workbench.serving.engines`: ``fifo``, ``static`` window,
 ``continuous`` batching from ``transformers``) schedules them; TTFT, TPOT and goodput move as the offered
@@ -51,7 +51,7 @@ from workbench.share.plots import label, ok_points, split_by_device
 from workbench.run.point_result import PointResult
 from workbench.serving import endpoint as endpoint_mod
 from workbench.serving import engines as engines_mod
-from workbench.serving import load
+from workbench.serving import load, options
 
 EXPERIMENT = "serving_load"
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -110,6 +110,12 @@ class Config(sweeps.SweepConfig):
     search_slo: str = "custom"
     search_steps: int = 4
     search_tolerance: float = 0.1
+    engine_options: dict = dataclasses.field(default_factory=dict)
+
+    def engine_options_for(self, engine: str, **fixed) -> options.EngineOptions:
+        """The engine's options: ``engine_options`` with this notebook's own engine fields (they win)."""
+        return options.from_mapping(options.EngineOptions, self.engine_options, "engine_options", engine=engine,
+                                    max_batch_size=self.max_batch_size, batch_window_s=self.batch_window_s, **fixed)
 
     def __post_init__(self):
         super().__post_init__()
@@ -121,6 +127,9 @@ class Config(sweeps.SweepConfig):
         checks.check_int("prompt_tokens", self.prompt_tokens, lo=32, hi=self.max_context() - self.max_new_tokens)
         checks.check_int("max_batch_size", self.max_batch_size, lo=1)
         checks.check_float("batch_window_s", self.batch_window_s, lo=0)
+        for e in self.engines:
+            if e in engines_mod.ENGINES:
+                self.engine_options_for(e)  # the options' one-line errors, before any model loads
         checks.check_int("sweep_points", self.sweep_points, lo=1)
         checks.check_choice("arrival", self.arrival, ARRIVALS)
         checks.check_float("burstiness", self.burstiness, lo=0, lo_open=True)
@@ -209,12 +218,11 @@ class _Bench:
         elif cfg.transport == "http":
             from workbench.serving.server import ServerThread
 
-            self.server = ServerThread(self.loaded, engine=name, max_batch_size=cfg.max_batch_size, early_headers=True,
-                                       batch_window_s=cfg.batch_window_s).start()
+            self.server = ServerThread(self.loaded, engine=cfg.engine_options_for(name), early_headers=True).start()
             self.send = load.http_sender(self.server.base_url, timeout=600.0)
         else:
-            self.engine = engines_mod.make_engine(name, self.loaded, cfg.max_batch_size, cfg.batch_window_s,
-                                                  cfg.settings(), max_seq)
+            self.engine = engines_mod.make_engine(cfg.engine_options_for(name, max_seq_tokens=max_seq), self.loaded,
+                                                  None, cfg.settings())
             self.send = load.engine_sender(self.engine, self.loaded.tokenizer, cfg.settings())
         self.name = name
         for _ in range(cfg.warmup):  # untimed: first calls, and a batch of the largest shape

@@ -280,7 +280,7 @@ def random_batch(tokenizer, batch_size: int, n_tokens: int, seed: int = 0, chat:
     The random bodies are drawn now (they are the request's content: random ids have no text to
     tokenise); the chat template is applied and tokenised around them each time the returned callable
     runs. Pass it as ``input_ids`` to :func:`workbench.measure.generation.generate_measured`, which calls it
-    after ``t_submit``, so templating counts in TTFT as it does for text prompts (DESIGN.md section 4).
+    after ``t_submit``, so templating counts in TTFT as it does for text prompts (docs/design.md section 4).
     ``random_batch(...)()`` equals :func:`build_batch_ids` with ``source="random"``.
 
     Raises:

@@ -2,7 +2,7 @@
 
 ``device`` (synchronize, the bandwidth / FLOP/s probe, peak memory, environment facts), ``models`` (offline
 loading of the embedded default or a local model, model facts), ``generation`` (measured ``generate``,
-``stream_generate``, end-of-turn ids, warm-up), ``detokenize`` (incremental text, display granularity),
+end-of-turn ids, warm-up), ``streaming`` (``stream_generate``: text as it arrives), ``detokenize`` (incremental text, display granularity),
 ``memory`` (KV-cache bytes, memory tracker), ``energy`` (NVML energy), ``contention`` (other load on the
 machine during a point, from ``/proc/stat``), ``quality`` (text and answer metrics, continuation
 log-likelihood), ``reading`` (reading speed). Built on :mod:`workbench.stats`; nothing here knows about

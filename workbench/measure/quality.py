@@ -178,7 +178,7 @@ def section_coverage(text: str, sections, split=None, min_body_units: int = 10) 
 
     Returns:
         Found / requested, in [0, 1]. Definition: this project's (the
-        "section coverage" of DESIGN.md section 7); it measures whether a
+        "section coverage" of docs/design.md section 7); it measures whether a
         truncated or rambling answer delivered the structure it was asked for.
     """
     if isinstance(sections, int):

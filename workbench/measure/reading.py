@@ -4,7 +4,7 @@ Input is what reaches the screen: display updates ``(t, text)`` (perf_counter se
 adds). They come from a token timeline pushed through the display path of :mod:`workbench.measure.detokenize`
 at a display granularity (:func:`display_updates`), or straight from an HTTP client's chunk arrivals.
 
-Per stream (:func:`reader_metrics`; the columns are in :data:`workbench.stats.metrics.COLUMNS`):
+Per stream (:func:`reader_metrics`; the columns are in :data:`workbench.stats.columns.COLUMNS`):
 
 - ``first_word_s``: submit to the first update showing a complete word: a CJK character counts at once;
   a word of letters or digits once a character that cannot continue it follows, or the stream ended

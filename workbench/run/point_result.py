@@ -13,17 +13,11 @@ import dataclasses
 import pandas as pd
 
 from workbench.measure import contention, device, energy
-from workbench.stats import metrics
+from workbench.stats import columns, metrics
 
 
-#: Columns every request row carries (None when an experiment has no value for it).
-REQUEST_COLUMNS = (
-    "run_id", "experiment", "point_id", "repeat", "request_id", "model", "model_path", "device", "dtype",
-    "batch_size", "context_tokens", "prompt_tokens", "max_new_tokens", "temperature", "top_p", "do_sample", "seed",
-    "reasoning_budget", "compression", "compressed_tokens", "ttft_s", "prefill_s", "e2e_s", "tpot_s",
-    "decode_tps", "output_tokens", "thinking_tokens", "answer_tokens", "ttfat_s", "finish_reason", "itl_s",
-    "error",
-)
+#: Columns every request row carries (None when an experiment has no value for it): the registry's ``row = request``.
+REQUEST_COLUMNS = columns.REQUEST_COLUMNS
 #: The run's own columns: on a request row they are always the run's, never a measured record's.
 _RUN_COLUMNS = ("run_id", "experiment", "point_id")
 #: Where a point was measured (a Ray worker's :attr:`PointResult.device`): these win over the run's columns.

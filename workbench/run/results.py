@@ -1,6 +1,6 @@
 """Run folders: what ran, where, with which code, and what came out.
 
-Layout (DESIGN.md section 5)::
+Layout (docs/design.md section 5)::
 
     results/<run_id>/
       manifest.json      experiment parameters, environment, status of each point
@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.measure import device, energy
-from workbench.stats import metrics
+from workbench.stats import columns
 from workbench.errors import ParameterError
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -480,6 +480,7 @@ def record_point(run_dir, point_id: str, requests: pd.DataFrame, point: dict, me
     """
     run = Path(run_dir)
     check_writer(run)
+    columns.check_registered([*requests.columns, *point], f"point {point_id}")
     _rewrite_rows(run / "requests.parquet", requests, point_id)
     _rewrite_rows(run / "points.parquet", pd.DataFrame([point]), point_id)
     manifest = read_manifest(run)

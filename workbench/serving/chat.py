@@ -50,14 +50,13 @@ from workbench.measure.detokenize import StreamTap
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import engines, scheduling
+from workbench.serving.options import MAX_QUEUE, REQUEST_TIMEOUT_S
 from workbench.serving.events import DONE, queue_event, sse_data
 from workbench.serving.http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, check_model, parameter_error, read_json_object, validate
 from workbench.serving.protocol import SERVED_MODEL
 
 log = logging.getLogger(__name__)
 
-MAX_QUEUE = 64               # requests waiting behind the one being served; more get 429
-REQUEST_TIMEOUT_S = 600.0    # a request still running after this is stopped
 
 #: the engine figures a response carries (``engine`` field), NaN sent as null
 PUBLIC_FIGURES = ("engine_ttft_s", "engine_first_text_s", "queue_s", "prefill_s", "e2e_s", "tpot_s", "output_tokens",

@@ -1,4 +1,4 @@
-"""Serving engines: how queued requests share the model (issue 13; DESIGN.md section 7, item 8).
+"""Serving engines: how queued requests share the model (issue 13; docs/design.md section 7, item 8).
 
 **One engine interface** (:class:`BaseEngine`) for everything that generates: the chat route
 (:mod:`workbench.serving.chat`), the job store (:mod:`workbench.serving.jobs`) and the load study
@@ -93,8 +93,8 @@ from workbench.stats import metrics
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, encode_prompts, eos_token_ids, generate_measured
 from workbench.serving import scheduling
+from workbench.serving.options import ENGINES, EngineOptions, PolicyOptions, check_compatible
 
-ENGINES = ("fifo", "static", "continuous")
 HISTORY = 1024   # results kept in ``BaseEngine.history``
 _ids = itertools.count()
 
@@ -234,7 +234,8 @@ class BaseEngine:
         self.loaded = loaded
         self.eos = eos_token_ids(loaded)
         self.queue = policy if isinstance(policy, scheduling.PolicyQueue) else scheduling.PolicyQueue(policy)
-        scheduling.check_policy(self.queue.policy, self.name)
+        check_compatible(EngineOptions(engine=self.name) if self.name in ENGINES else EngineOptions(), self.queue.policy)
+        self.options = EngineOptions(engine=self.name) if self.name in ENGINES else EngineOptions()
         self.policy = self.queue.policy
         self.history: deque = deque(maxlen=HISTORY)
         # the service-rate estimate behind queue ETAs, and the service-time fit of sjf's fitted predictor
@@ -649,26 +650,28 @@ def check_name(name: str) -> str:
     return checks.check_choice("engine", name, ENGINES)
 
 
-def make_engine(name: str, loaded, max_batch_size: int = 8, batch_window_s: float = 0.05,
-                settings: GenerationSettings | None = None, max_seq_tokens: int = 1024,
-                prefix_sharing: bool = False, policy: "str | scheduling.PolicyQueue" = "fcfs") -> BaseEngine:
-    """The engine called ``name`` (:data:`ENGINES`) over ``loaded``, started, its waiting queue under ``policy``
-    (:mod:`.scheduling`; ``continuous``: ``fcfs`` only, the library's manager admits); ``prefix_sharing``: the
-    ``continuous`` engine's.
+def make_engine(options: EngineOptions, loaded, policy: "PolicyOptions | scheduling.PolicyQueue | None" = None,
+                settings: GenerationSettings | None = None) -> BaseEngine:
+    """The engine ``options.engine`` (:data:`ENGINES`) over ``loaded``, started, with ``options`` as its
+    ``engine.options``; its waiting queue under ``policy`` (:class:`~workbench.serving.options.PolicyOptions`, or a
+    queue already made; default fcfs); ``settings``: the continuous manager's generation defaults.
 
     Raises:
-        ParameterError: an unknown engine or policy, a policy the engine cannot apply, or ``prefix_sharing`` on
-            another engine than ``continuous`` (before anything starts).
+        ParameterError: a policy the engine cannot apply (:func:`~workbench.serving.options.check_compatible`),
+            before anything starts.
     """
-    check_name(name)
-    scheduling.check_policy(policy if isinstance(policy, str) else policy.policy, name)
-    if prefix_sharing and name != "continuous":
-        raise ParameterError(f"prefix_sharing: only the continuous engine shares prefix cache pages (engine {name!r})")
-    if name == "fifo":
-        return FifoEngine(loaded, policy)
-    if name == "static":
-        return StaticEngine(loaded, max_batch_size, batch_window_s, policy)
-    return ContinuousEngine(loaded, settings, max_batch_size, max_seq_tokens, prefix_sharing=prefix_sharing)
+    policy = policy if policy is not None else PolicyOptions()
+    check_compatible(options, policy if isinstance(policy, PolicyOptions) else policy.policy)
+    queue = policy.make_queue(options) if isinstance(policy, PolicyOptions) else policy
+    if options.engine == "fifo":
+        eng = FifoEngine(loaded, queue)
+    elif options.engine == "static":
+        eng = StaticEngine(loaded, options.max_batch_size, options.batch_window_s, queue)
+    else:
+        eng = ContinuousEngine(loaded, settings, options.max_batch_size, options.max_seq_tokens or 1024,
+                               prefix_sharing=options.prefix_sharing)
+    eng.options = options
+    return eng
 
 
 class RunningSampler:

@@ -1,5 +1,5 @@
 """Scheduling policies for the built-in engines, and the service-rate estimate behind queue ETAs (issue 24;
-DESIGN.md section 7 item 11).
+docs/design.md section 7 item 11).
 
 The waiting queue of a ``fifo`` or ``static`` engine (:class:`workbench.serving.engines.BaseEngine`) is a
 :class:`PolicyQueue`: the engine's worker asks it for the next request (:meth:`PolicyQueue.get`), and the
@@ -27,7 +27,7 @@ The waiting queue of a ``fifo`` or ``static`` engine (:class:`workbench.serving.
   the long lane's head is overdue (waited ``aging_s``), the same aging bound as ``sjf``.
 
 The ``continuous`` engine's admission is ``transformers``' ``ContinuousBatchingManager`` (its own FIFO
-scheduler over its own waiting queue): only ``fcfs`` is offered there (:func:`check_policy`).
+scheduler over its own waiting queue): only ``fcfs`` is offered there (:func:`workbench.serving.options.check_compatible`).
 
 **ETA** (:class:`ServiceRate`): an observer of the engine's completions keeps, over the last ``window``
 finished requests, seconds per generated token of service (admission to last token, summed over requests,
@@ -59,13 +59,10 @@ LONG_CAP = 1                                # lanes: long requests running at on
 PREFILL_WEIGHT = 1 / 32                     # sjf: a prompt token's cost in decode steps (assumption)
 
 
-def check_policy(policy: str, engine: str | None = None) -> str:
-    """``policy`` when it is one of :data:`POLICIES` and ``engine`` can apply it (one-line ParameterError)."""
-    checks.check_choice("policy", policy, POLICIES)
-    if engine == "continuous" and policy != "fcfs":
-        raise ParameterError(f"policy: the continuous engine's admission is transformers' ContinuousBatchingManager "
-                             f"(FIFO); only fcfs is supported there (got {policy!r})")
-    return policy
+def check_policy(policy: str) -> str:
+    """``policy`` when it is one of :data:`POLICIES` (one-line ParameterError); which engine can apply it is
+    :func:`workbench.serving.options.check_compatible`'s rule."""
+    return checks.check_choice("policy", policy, POLICIES)
 
 
 def check_priority(priority) -> int:
@@ -335,20 +332,6 @@ class PolicyQueue:
         with self._cv:
             ahead = sum(predicted_tokens(it, 0.0) for _, it in self._items)
         return self.rate.eta_s(ahead, self._running_left())
-
-
-def make_queue(policy: str = "fcfs", engine: str | None = None, **options) -> PolicyQueue:
-    """A :class:`PolicyQueue` for ``engine`` (checked: :func:`check_policy`); ``options`` its keyword arguments.
-
-    Raises:
-        ParameterError: an unknown policy, one the engine cannot apply, a bad option (one line).
-    """
-    check_policy(policy, engine)
-    unknown = set(options) - {"aging_s", "lane_threshold_tokens", "long_cap", "predictor"}
-    if unknown:
-        raise ParameterError(f"policy_options: unknown {', '.join(sorted(unknown))} "
-                             "(allowed: aging_s, lane_threshold_tokens, long_cap, predictor)")
-    return PolicyQueue(policy, **options)
 
 
 def retry_after_s(backlog_s: float, floor_s: int = 1) -> int:

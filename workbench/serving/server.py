@@ -97,9 +97,8 @@ import time
 from workbench.checks import check_float, check_int
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import chat, engines, events, http, monitoring, scheduling
-from workbench.serving.chat import MAX_QUEUE, REQUEST_TIMEOUT_S
-from workbench.serving.http import MAX_BODY_BYTES
+from workbench.serving import chat, engines, events, http, monitoring, options
+from workbench.serving.options import EngineOptions, PolicyOptions, ServerOptions
 from workbench.serving.protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
 
 
@@ -170,61 +169,39 @@ def head_timeout_protocol(timeout_s: float):
     return HeadTimeoutH11Protocol
 
 
-def make_server_engine(loaded, name: str, max_batch_size: int = 8, batch_window_s: float = 0.05,
-                       context: int | None = None, prefix_sharing: bool = False,
-                       policy: "str | scheduling.PolicyQueue" = "fcfs") -> engines.BaseEngine:
-    """The engine behind an app: :func:`workbench.serving.engines.make_engine`, with the ``continuous``
-    manager sized for the model's context (requests up to the context, per-request sampling); ``policy`` its
-    waiting queue's scheduling policy (:mod:`workbench.serving.scheduling`)."""
-    ctx = int(context or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
-    return engines.make_engine(name, loaded, max_batch_size, batch_window_s, GenerationSettings(max_new_tokens=ctx),
-                               ctx, prefix_sharing=prefix_sharing, policy=policy)
+def make_server_engine(loaded, engine: EngineOptions, policy: PolicyOptions | None = None) -> engines.BaseEngine:
+    """The engine behind an app: :func:`workbench.serving.engines.make_engine`, with the ``continuous`` manager sized
+    for the model's context (``engine.max_seq_tokens`` when given: requests up to it, per-request sampling)."""
+    ctx = int(engine.max_seq_tokens or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
+    if engine.max_seq_tokens is None:
+        engine = dataclasses.replace(engine, max_seq_tokens=ctx)
+    return engines.make_engine(engine, loaded, policy, GenerationSettings(max_new_tokens=ctx))
 
 
-def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX_BODY_BYTES,
-               max_tokens_limit: int | None = None, max_queue: int = MAX_QUEUE,
-               request_timeout_s: float = REQUEST_TIMEOUT_S, host: str = DEFAULT_HOST, api_key: str | None = None,
-               engine: str = "fifo", max_batch_size: int = 8, batch_window_s: float = 0.05,
-               early_headers: bool = False, keepalive_s: float | None = None,
-               resume_timeout_s: float = 60.0, stream_retention_s: float = 300.0, jobs: dict | None = None,
-               model_aliases: tuple = (), prefix_sharing: bool = False,
-               body_read_timeout_s: float = http.BODY_READ_TIMEOUT_S, server_id: str | None = None,
-               policy: str = "fcfs", policy_options: dict | None = None):
+def create_app(loaded, engine: EngineOptions | None = None, policy: PolicyOptions | None = None,
+               server: ServerOptions | None = None, host: str = DEFAULT_HOST, api_key: str | None = None,
+               jobs: dict | None = None, server_id: str | None = None):
     """Build the FastAPI app around one engine.
 
     Streams, jobs, metrics (issue 14): every SSE event carries an ``id:`` and ``GET /v1/streams/{id}`` with
     ``Last-Event-ID`` replays the missed ones (:mod:`workbench.serving.events`; ``stream_options.resumable``
-    keeps a stream generating ``resume_timeout_s`` after its reader left; finished streams stay replayable
-    ``stream_retention_s``); ``keepalive_s`` starts streaming responses at once and sends ``: keep-alive``
-    comments while idle. ``jobs``: keyword arguments of :class:`workbench.serving.jobs.JobStore` (``path``,
-    ``max_jobs``, ``retention_s``, ``max_bytes``, ...) enabling ``/v1/jobs``. ``GET /metrics`` is the
+    keeps a stream generating ``server.resume_timeout_s`` after its reader left; finished streams stay replayable
+    ``server.stream_retention_s``); ``server.keepalive_s`` starts streaming responses at once and sends
+    ``: keep-alive`` comments while idle. ``jobs``: keyword arguments of :class:`workbench.serving.jobs.JobStore`
+    (``path``, ``max_jobs``, ``retention_s``, ``max_bytes``, ...) enabling ``/v1/jobs``. ``GET /metrics`` is the
     Prometheus exposition (:mod:`workbench.serving.monitoring`).
 
-    ``engine`` (``fifo``, ``static`` or ``continuous``) names the engine of :mod:`workbench.serving.engines`
-    behind the app (``max_batch_size`` and ``batch_window_s`` are its limits); every final chunk carries its
-    ``queue_s``, ``ttft_s``, ``itl_s``, ``tpot_s``, ``e2e_s`` and ``batch_size``. ``early_headers``: a
-    streaming response starts (headers out) as soon as the request is accepted, without the engine TTFT
-    header, so a client with a first-byte timeout is not dropped while its request is queued.
+    Every final chunk carries its ``queue_s``, ``ttft_s``, ``itl_s``, ``tpot_s``, ``e2e_s`` and ``batch_size``.
 
     Args:
         loaded: :class:`workbench.measure.models.LoadedModel`.
-        model_name: the id reported in responses and ``/v1/models``.
-        max_body_bytes: larger request bodies (chat and jobs) get 413.
-        max_tokens_limit: cap on ``max_tokens`` (default: the model's context).
-        max_queue: requests that may wait behind the one being served; more get 429 with ``Retry-After``.
-        request_timeout_s: a request still unfinished this long after arrival is stopped.
+        engine: :class:`~workbench.serving.options.EngineOptions` (default: fifo).
+        policy: :class:`~workbench.serving.options.PolicyOptions` of the engine's queue (default: fcfs).
+        server: :class:`~workbench.serving.options.ServerOptions` (caps, timeouts, served names).
         host: the address the server binds: a loopback one makes the app accept only loopback
             ``Host`` headers; any other needs ``api_key``.
         api_key: when given, ``/v1`` requests need ``Authorization: Bearer <api_key>``.
-        model_aliases: other names a request's ``model`` may give (any other name: 404).
-        prefix_sharing: the ``continuous`` engine reuses cached pages of shared prompt prefixes
-            (``usage.prompt_tokens_details.cached_tokens`` says how many per request; 0 when off).
-        body_read_timeout_s: a request body not received within this gets 408.
         server_id: names this server's default job store (its ``host:port``; default: this process).
-        policy: the engine's scheduling policy (:data:`workbench.serving.scheduling.POLICIES`; a request's
-            ``priority`` field matters under ``priority``); ``policy_options``: keyword arguments of
-            :class:`~workbench.serving.scheduling.PolicyQueue` (``aging_s``, ``lane_threshold_tokens``, ``long_cap``,
-            ``predictor``).
 
     Returns:
         The app; ``app.state.engine`` is its engine (stopped on shutdown), ``app.state.chat`` its
@@ -232,31 +209,23 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
         (with ``jobs``) ``app.state.jobs``.
 
     Raises:
-        ParameterError: a non-loopback ``host`` without ``api_key``, an unknown engine, or a bad limit;
-            :class:`workbench.serving.jobs.StoreLockedError`: another server owns the job store.
+        ParameterError: a non-loopback ``host`` without ``api_key``, a policy the engine cannot apply, a bad
+            served name; :class:`workbench.serving.jobs.StoreLockedError`: another server owns the job store.
     """
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
 
-    check_int("max_queue", max_queue, lo=0)
-    check_float("request_timeout_s", request_timeout_s, lo=0, lo_open=True)
-    if max_tokens_limit is not None:
-        check_int("max_tokens_limit", max_tokens_limit, lo=1)
-    check_float("body_read_timeout_s", body_read_timeout_s, lo=0, lo_open=True)
-    aliases = tuple(model_aliases or ())
-    for a in (model_name, *aliases):
+    engine, policy, server = engine or EngineOptions(), policy or PolicyOptions(), server or ServerOptions()
+    aliases = server.model_aliases
+    for a in (server.model_name, *aliases):
         if not isinstance(a, str) or not a or len(a) > http.MAX_MODEL_NAME:
             raise ParameterError(f"model_aliases: names of 1 to {http.MAX_MODEL_NAME} characters (got {a!r:.80})")
     http.check_bind(host, api_key)
-    engines.check_name(engine)
-    if prefix_sharing and engine != "continuous":
-        raise ParameterError(f"prefix_sharing: only the continuous engine shares prefix cache pages (engine {engine!r})")
-    queue = scheduling.make_queue(policy, engine, **(policy_options or {}))
+    options.check_compatible(engine, policy)
     context = int(getattr(loaded.info, "max_context_tokens", 0) or 8192)
-    streams = events.StreamRegistry(resume_timeout_s, stream_retention_s, keepalive_s=keepalive_s)
-    eng = make_server_engine(loaded, engine, max_batch_size, batch_window_s, prefix_sharing=prefix_sharing,
-                             policy=queue)
+    streams = events.StreamRegistry(server.resume_timeout_s, server.stream_retention_s, keepalive_s=server.keepalive_s)
+    eng = make_server_engine(loaded, engine, policy)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -268,13 +237,14 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
 
     app = FastAPI(title="workbench OpenAI-compatible server", lifespan=lifespan)
     app.state.loaded, app.state.engine, app.state.streams = loaded, eng, streams
-    app.state.max_body_bytes = check_int("max_body_bytes", max_body_bytes, lo=1)  # every route's JSON body cap
-    app.state.body_read_timeout_s = body_read_timeout_s
-    app.state.chat = chat.ChatConfig(model_name=model_name, model_aliases=aliases, context=context,
-                                     max_tokens_limit=max_tokens_limit or context,
-                                     max_queue=max_queue,
-                                     request_timeout_s=request_timeout_s, early_headers=early_headers,
-                                     keepalive_s=keepalive_s)
+    app.state.max_body_bytes = server.max_body_bytes  # every route's JSON body cap
+    app.state.body_read_timeout_s = server.body_read_timeout_s
+    app.state.options = {"engine": engine, "policy": policy, "server": server}
+    app.state.chat = chat.ChatConfig(model_name=server.model_name, model_aliases=aliases, context=context,
+                                     max_tokens_limit=server.max_tokens_limit or context,
+                                     max_queue=server.max_queue,
+                                     request_timeout_s=server.request_timeout_s, early_headers=server.early_headers,
+                                     keepalive_s=server.keepalive_s)
     http.install_error_handlers(app)
     app.add_middleware(http.Guard, allowed_hosts=http.Guard.allowed_hosts_for(host), api_key=api_key or None)
     chat.install(app)
@@ -284,7 +254,7 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
         from workbench.serving import jobs as jobs_mod
 
         try:
-            jobs_mod.install(app, eng, context=context, max_tokens_limit=max_tokens_limit or context,
+            jobs_mod.install(app, eng, context=context, max_tokens_limit=server.max_tokens_limit or context,
                              **{"server_id": server_id, **jobs})
         except BaseException:
             eng.stop()
@@ -295,6 +265,14 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
 # --------------------------------------------------------------------------- running it
 
 
+def _app_options(kwargs: dict) -> dict:
+    """:func:`create_app`'s keywords from flat ones (``options.split``) or from option objects given whole."""
+    given = {k: kwargs.pop(k) for k in ("engine", "policy", "server") if not isinstance(kwargs.get(k, ""), str)}
+    eng, pol, srv, rest = options.split(**kwargs)
+    return {"engine": given.get("engine", eng), "policy": given.get("policy", pol),
+            "server": given.get("server", srv), **rest}
+
+
 class ServerThread:
     """Run the app with uvicorn in a background thread (for notebooks and tests).
 
@@ -303,7 +281,9 @@ class ServerThread:
         host: bind address (loopback by default).
         port: 0 picks a free port.
         limits: :class:`ServerLimits` (default: its defaults).
-        **app_kwargs: passed to :func:`create_app`.
+        **app_kwargs: :func:`create_app`'s ``api_key``, ``jobs``, ``server_id``, and the fields of the three option
+            objects as flat keywords (``engine="static", max_batch_size=4, policy="sjf", max_queue=0``), routed to
+            them by :func:`workbench.serving.options.split`; or the objects themselves (``engine=EngineOptions(...)``).
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
     ``base_url`` is ``http://host:port``; ``engine`` the app's engine
@@ -317,7 +297,7 @@ class ServerThread:
         limits = limits or ServerLimits()
         if port:
             app_kwargs.setdefault("server_id", f"{host}:{port}")
-        self.app = create_app(loaded, host=host, **app_kwargs)
+        self.app = create_app(loaded, host=host, **_app_options(app_kwargs))
         self.engine: engines.BaseEngine = self.app.state.engine
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
                                                    lifespan="on", timeout_graceful_shutdown=2,
@@ -352,12 +332,14 @@ class ServerThread:
 
 
 def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, device: str = "auto",
-          dtype: str = "auto", limits: ServerLimits | None = None, **app_kwargs) -> None:
+          dtype: str = "auto", limits: ServerLimits | None = None, engine: EngineOptions | None = None,
+          policy: PolicyOptions | None = None, server: ServerOptions | None = None, api_key: str | None = None,
+          jobs: dict | None = None) -> None:
     """Load a model and serve it until interrupted (blocking).
 
-    The model spec, device, dtype, the bind / API-key rule and the job store's owner are checked before the
-    model loads (:class:`ParameterError`, one line). ``app_kwargs`` go to :func:`create_app`; ``limits``
-    (:class:`ServerLimits`) to uvicorn.
+    The model spec, device, dtype, the options (already validated objects: engine, policy, server), the bind /
+    API-key rule and the job store's owner are checked before the model loads (:class:`ParameterError`, one
+    line); ``limits`` (:class:`ServerLimits`) go to uvicorn.
     """
     import uvicorn
 
@@ -365,26 +347,27 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
     from workbench.serving import jobs as jobs_mod
 
     limits = limits or ServerLimits()
+    engine, policy, server = engine or EngineOptions(), policy or PolicyOptions(), server or ServerOptions()
     check_int("port", port, lo=0, hi=65535)
-    http.check_bind(host, app_kwargs.get("api_key"))
-    engines.check_name(app_kwargs.get("engine", "fifo"))
-    app_kwargs.setdefault("server_id", f"{host}:{port}")
-    if app_kwargs.get("prefix_sharing") and app_kwargs.get("engine", "fifo") != "continuous":
-        raise ParameterError("prefix_sharing: only the continuous engine shares prefix cache pages "
-                             f"(engine {app_kwargs.get('engine', 'fifo')!r})")
-    if app_kwargs.get("jobs") is not None:  # another server owns it: say so before the model loads
-        jobs_mod.check_store_free(app_kwargs["jobs"].get("path") or jobs_mod.default_path(app_kwargs["server_id"]))
-    scheduling.make_queue(app_kwargs.get("policy", "fcfs"), app_kwargs.get("engine", "fifo"),
-                          **(app_kwargs.get("policy_options") or {}))  # bad policy options: before the model loads
+    http.check_bind(host, api_key)
+    options.check_compatible(engine, policy)
+    server_id = f"{host}:{port}"
+    if jobs is not None:  # another server owns it: say so before the model loads
+        jobs_mod.check_store_free(jobs.get("path") or jobs_mod.default_path(server_id))
     pick_dtype(dtype, pick_device(device))
     resolve_model_path(model)
     loaded = load_model(model, device=device, dtype=dtype)
-    uvicorn.run(create_app(loaded, host=host, **app_kwargs), host=host, port=port, log_level="info",
-                **limits.uvicorn_kwargs())
+    app = create_app(loaded, engine, policy, server, host=host, api_key=api_key, jobs=jobs, server_id=server_id)
+    uvicorn.run(app, host=host, port=port, log_level="info", **limits.uvicorn_kwargs())
 
 
 def main(argv=None, prog: str | None = None) -> None:
     """``workbench serve`` / ``python -m workbench.serving.server [--model M] [--host H] [--port P]``.
+
+    The engine, policy and server flags are those of the option objects' fields
+    (:func:`workbench.serving.options.add_arguments`): ``--engine``, ``--max-batch-size``, ``--batch-window``,
+    ``--prefix-sharing``, ``--policy``, ``--aging-s``, ``--lane-threshold``, ``--long-cap``, ``--sjf-predictor``,
+    ``--max-queue``, ``--request-timeout``, ``--served-model-name``, ``--model-alias``, ...
 
     Args:
         argv: the arguments after the command (default ``sys.argv[1:]``).
@@ -401,23 +384,8 @@ def main(argv=None, prog: str | None = None) -> None:
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"Bearer key every /v1 request must send; required for a non-loopback --host "
                         f"(default: ${API_KEY_ENV})")
-    p.add_argument("--max-queue", type=int, default=MAX_QUEUE,
-                   help="requests that may wait behind the one being served (more get 429)")
-    p.add_argument("--max-tokens-limit", type=int, default=None, help="ceiling on max_tokens (default: the context)")
-    p.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT_S,
-                   help="seconds after which an unfinished request is stopped")
-    p.add_argument("--engine", choices=engines.ENGINES, default="fifo",
-                   help="scheduler behind the app (workbench.serving.engines; default: fifo, one request at a time)")
-    p.add_argument("--max-batch-size", type=int, default=8, help="batch limit of the static and continuous engines")
-    p.add_argument("--batch-window", type=float, default=0.05, help="the static engine's batching window (s)")
-    p.add_argument("--early-headers", action="store_true",
-                   help="start streaming responses (headers) as soon as a request is accepted")
-    p.add_argument("--served-model-name", default=SERVED_MODEL,
-                   help=f"the model id in responses and /v1/models (default {SERVED_MODEL})")
-    p.add_argument("--model-alias", action="append", default=[],
-                   help="another name a request's model field may give (repeatable; any other name gets 404)")
-    p.add_argument("--prefix-sharing", action="store_true",
-                   help="continuous engine: reuse cached pages of shared prompt prefixes (usage reports cached_tokens)")
+    for cls in (EngineOptions, PolicyOptions, ServerOptions):
+        options.add_arguments(p.add_argument_group(cls.__name__), cls)
     p.add_argument("--jobs", action="store_true",
                    help="enable /v1/jobs with this server's own store (results/serving_jobs/<host>_<port>.sqlite3)")
     p.add_argument("--jobs-db", default=None, help="enable /v1/jobs with the store at this path (one server per store)")
@@ -430,29 +398,13 @@ def main(argv=None, prog: str | None = None) -> None:
                    help="largest request head accepted (h11)")
     p.add_argument("--header-read-timeout", type=float, default=limits.header_read_timeout_s,
                    help="seconds a connection may take to send a request head (closed past it)")
-    p.add_argument("--body-read-timeout", type=float, default=http.BODY_READ_TIMEOUT_S,
-                   help="seconds a request body may take to arrive (408 past it)")
-    p.add_argument("--policy", default="fcfs",
-                   help=f"scheduling policy of the engine's queue ({', '.join(scheduling.POLICIES)}; continuous: fcfs)")
-    p.add_argument("--aging-s", type=float, default=scheduling.AGING_S,
-                   help="sjf / lanes: a request waiting this long is served in arrival order (the wait bound)")
-    p.add_argument("--lane-threshold", type=int, default=scheduling.LANE_THRESHOLD_TOKENS,
-                   help="lanes: max_tokens at or above this is a long request")
-    p.add_argument("--long-cap", type=int, default=scheduling.LONG_CAP, help="lanes: long requests running at once")
-    p.add_argument("--sjf-predictor", default="proxy",
-                   help=f"sjf: the predicted job size ({', '.join(scheduling.PREDICTORS)}: max_tokens and prompt "
-                        "length, or a least-squares fit of the service time on them from finished requests)")
     a = p.parse_args(argv)
     try:
         limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes, a.header_read_timeout)
         jobs = {"path": a.jobs_db} if a.jobs_db else ({} if a.jobs else None)
-        serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, api_key=a.api_key, max_queue=a.max_queue,
-              max_tokens_limit=a.max_tokens_limit, request_timeout_s=a.request_timeout,
-              early_headers=a.early_headers, engine=a.engine, max_batch_size=a.max_batch_size,
-              batch_window_s=a.batch_window, model_name=a.served_model_name, model_aliases=tuple(a.model_alias),
-              prefix_sharing=a.prefix_sharing, body_read_timeout_s=a.body_read_timeout, jobs=jobs, policy=a.policy,
-              policy_options={"aging_s": a.aging_s, "lane_threshold_tokens": a.lane_threshold, "long_cap": a.long_cap,
-                              "predictor": a.sjf_predictor})
+        engine, policy, server = (options.from_args(cls, a) for cls in (EngineOptions, PolicyOptions, ServerOptions))
+        serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, engine=engine, policy=policy, server=server,
+              api_key=a.api_key, jobs=jobs)
     except ParameterError as exc:  # one line, before anything loads
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

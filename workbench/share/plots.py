@@ -2,8 +2,8 @@
 
 Importing this module registers the ``workbench`` template (plotly ``doc/python/templates.md``) and
 makes it the default. Axis labels and units come from the column table
-(:data:`workbench.stats.metrics.COLUMNS`) through :func:`label`; each experiment module builds its own
-figures from tidy point and request tables (DESIGN.md section 5).
+(:data:`workbench.stats.columns.COLUMNS`) through :func:`label`; each experiment module builds its own
+figures from tidy point and request tables (docs/design.md section 5).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from workbench.stats import metrics
+from workbench.stats import columns
 
 pio.templates["workbench"] = go.layout.Template(
     layout=dict(
@@ -27,8 +27,8 @@ pio.templates["workbench"] = go.layout.Template(
 pio.templates.default = "plotly_white+workbench"
 
 def label(column: str) -> str:
-    """Axis label with unit of a column or aggregate, from the one column table (:data:`workbench.stats.metrics.COLUMNS`)."""
-    return metrics.label(column)
+    """Axis label with unit of a column or aggregate, from the one column table (:data:`workbench.stats.columns.COLUMNS`)."""
+    return columns.label(column)
 
 
 def labels(*columns: str, **extra: str) -> dict[str, str]:

@@ -31,11 +31,10 @@ import pandas as pd
 import plotly.io as pio
 import plotly.offline
 
-from workbench.stats import evidence
+from workbench.stats import columns, evidence
 from workbench.run import results
 from workbench.errors import ParameterError
 
-HEADLINE = ["ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "output_throughput_tps", "goodput_rps"]
 #: The metrics of the comparison's delta table.
 DELTA_METRICS = ["ttft_s_p50", "ttft_s_p99", "output_throughput_tps", "goodput_rps"]
 #: Environment keys shown first in the side-by-side table (any other keys follow).
@@ -46,10 +45,8 @@ ENV_KEYS = ["model", "model_sha256", "device", "device_name", "dtype", "torch", 
 _OVERLAY_TYPES = {"scatter", "scattergl", "bar", "box", "violin", "histogram"}
 _DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 _SYMBOLS = ["circle", "diamond", "square", "x", "triangle-up", "cross"]
-_POINT_COLUMNS = ["point_id", "status", "valid", "n_samples", "ttft_s_p50", "ttft_s_p50_ci_low",
-                  "ttft_s_p50_ci_high", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "output_throughput_tps",
-                  "request_throughput_rps", "goodput_rps", "mbu", "mfu", "peak_memory_bytes", "others_cpu_load",
-                  "invalid_reason"]
+#: The point table's columns: the registry's ``report`` entries (``workbench/stats/columns.csv``).
+_POINT_COLUMNS = list(columns.REPORT_POINT_COLUMNS)
 
 _CSS = """
 body{font-family:Inter,Helvetica,Arial,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}

@@ -1,6 +1,6 @@
 """What a finding may claim, in one place: usable points, fit support, intervals and their verdicts.
 
-DESIGN.md section 4: a finding names its evidence (samples or requests, the interval and its method, fit
+docs/design.md section 4: a finding names its evidence (samples or requests, the interval and its method, fit
 quality and degrees of freedom) and says "not supported" where that evidence cannot carry a direction.
 The rules, each a plain function every experiment calls:
 

@@ -1,7 +1,7 @@
 """Aggregate per-request measurements into per-point figures: percentiles, summaries, MBU / MFU.
 
 Definitions follow vLLM's serving benchmark (``benchmarks/benchmark_serving.py``)
-and NVIDIA GenAI-Perf; DESIGN.md section 4 is the table. Percentiles are
+and NVIDIA GenAI-Perf; docs/design.md section 4 is the table. Percentiles are
 ``numpy.percentile`` (linear interpolation) over requests that produced at least
 one token; ITL percentiles pool every gap of every such request.
 
@@ -24,62 +24,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+
 PERCENTILES = (50, 90, 99)
 # a percentile is reported only from enough independent samples: p99 from fewer than 100 values is one value
 MIN_SAMPLES = {"p50": 1, "p90": 10, "p99": 100}
 LATENCY_COLUMNS = ("ttft_s", "prefill_s", "tpot_s", "e2e_s", "itl_s", "decode_tps")
-STATS = ("p50", "p90", "p99", "mean", "rate", "min", "max")
-
-
-@dataclasses.dataclass(frozen=True)
-class Column:
-    """One measured column: its unit, definition, direction and axis label (llmperf ``common_metrics.py``)."""
-
-    name: str
-    unit: str
-    definition: str
-    higher_is_better: bool | None
-    label: str
-
-
-def _read_columns() -> dict[str, Column]:
-    """The column table, ``workbench/stats/columns.csv`` (name, unit, higher_is_better yes/no/blank, label, definition)."""
-    import csv
-    from importlib import resources
-
-    text = resources.files("workbench.stats").joinpath("columns.csv").read_text(encoding="utf-8")
-    out = {}
-    for r in csv.DictReader(text.splitlines()):
-        higher = {"yes": True, "no": False}.get(r["higher_is_better"])
-        out[r["name"]] = Column(r["name"], r["unit"], r["definition"], higher, r["label"])
-    return out
-
-
-# The column table: every figure label and report unit comes from here (DESIGN.md section 4). A new
-# column is one line of columns.csv.
-COLUMNS: dict[str, Column] = _read_columns()
-
-
-def base_column(name: str) -> tuple[str, str | None]:
-    """Split an aggregate name ``<column>_<stat>`` into ``(column, stat)``; ``(name, None)`` otherwise."""
-    for stat in STATS:
-        if name.endswith("_" + stat) and name[: -len(stat) - 1] in COLUMNS:
-            return name[: -len(stat) - 1], stat
-    return name, None
-
-
-def label(name: str) -> str:
-    """Axis label of a column or aggregate (``ttft_s_p50`` -> ``TTFT p50 (s)``); the name itself if unknown."""
-    col, stat = base_column(name)
-    if col not in COLUMNS:
-        return name.replace("_", " ")
-    lab = COLUMNS[col].label
-    if stat is None:
-        return lab
-    if "(" in lab:
-        head, tail = lab.split("(", 1)
-        return f"{head.rstrip()} {stat} ({tail}"
-    return f"{lab} {stat}"
 
 
 def request_timing(stamps: Sequence[float], t_submit: float, decode_steps: int | None = None) -> dict:
@@ -98,7 +47,7 @@ def request_timing(stamps: Sequence[float], t_submit: float, decode_steps: int |
         ``output_tokens`` (``len(stamps)``), ``ttft_s`` (``stamps[0] - t_submit``), ``e2e_s``
         (``stamps[-1] - t_submit``), ``itl_s`` (list of the ``n - 1`` gaps), ``tpot_s``
         (``(e2e_s - ttft_s) / (n - 1)``) and ``decode_tps`` (``(n - 1) / (e2e_s - ttft_s)``); definitions
-        of vLLM's ``benchmarks/serve.py`` ``calculate_metrics`` and DESIGN.md section 4. Times are NaN
+        of vLLM's ``benchmarks/serve.py`` ``calculate_metrics`` and docs/design.md section 4. Times are NaN
         where undefined (no token; TPOT of one token), never zero.
     """
     stamps = [float(t) for t in stamps]
