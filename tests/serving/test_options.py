@@ -93,3 +93,18 @@ def test_notebook_configs_take_other_options_as_a_mapping():
         sched_exp.Config(engine_options={"nope": 1})
     with pytest.raises(ParameterError, match="^engine_options: unknown"):
         serving_load.Config(engines=["static"], engine_options={"nope": 1})
+
+
+@pytest.mark.model
+def test_the_continuous_engines_step_budget_travels_from_the_flag_to_the_engine(loaded):
+    """``--max-batch-tokens`` (an EngineOptions field: the continuous engine's tokens per forward step, the chunk
+    a long prompt is prefilled in) reaches the engine the server builds."""
+    from workbench.serving import server
+
+    a = _parser(EngineOptions).parse_args(["--engine", "continuous", "--max-batch-tokens", "64"])
+    opts = options.from_args(EngineOptions, a)
+    eng = server.make_server_engine(loaded, dataclasses.replace(opts, max_seq_tokens=128))
+    try:
+        assert eng.options.max_batch_tokens == 64 and eng.max_batch_tokens == 64
+    finally:
+        eng.stop()

@@ -481,7 +481,7 @@ class ContinuousEngine(BaseEngine):
         self.settings = settings or GenerationSettings(max_new_tokens=256)
         self.max_batch_size = checks.check_int("max_batch_size", max_batch_size, lo=1)
         checks.check_int("max_seq_tokens", max_seq_tokens, lo=2)
-        checks.check_int("max_batch_tokens", max_batch_tokens, lo=1)
+        self.max_batch_tokens = checks.check_int("max_batch_tokens", max_batch_tokens, lo=1)
         checks.check_int("page_size", page_size, lo=1)
         self.prefix_sharing = checks.check_bool("prefix_sharing", prefix_sharing)
         model = loaded.model
@@ -669,7 +669,7 @@ def make_engine(options: EngineOptions, loaded, policy: "PolicyOptions | schedul
         eng = StaticEngine(loaded, options.max_batch_size, options.batch_window_s, queue)
     else:
         eng = ContinuousEngine(loaded, settings, options.max_batch_size, options.max_seq_tokens or 1024,
-                               prefix_sharing=options.prefix_sharing)
+                               max_batch_tokens=options.max_batch_tokens, prefix_sharing=options.prefix_sharing)
     eng.options = options
     return eng
 

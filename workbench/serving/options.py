@@ -78,6 +78,8 @@ class EngineOptions:
                                          "(usage reports cached_tokens)")
     max_seq_tokens: int | None = option(None, "continuous engine: the longest request (prompt + output) in tokens "
                                               "(default: the model's context)", lo=2)
+    max_batch_tokens: int = option(512, "continuous engine: tokens per forward step (a long prompt is prefilled in "
+                                        "chunks of this size, mixed with other requests' decode tokens)", lo=1)
 
     def __post_init__(self):
         _validate(self)
