@@ -108,3 +108,16 @@ def test_the_continuous_engines_step_budget_travels_from_the_flag_to_the_engine(
         assert eng.options.max_batch_tokens == 64 and eng.max_batch_tokens == 64
     finally:
         eng.stop()
+
+
+def test_the_fitted_predictors_window_travels_from_the_flag_and_the_notebook_to_the_queue():
+    """``--fit-window`` (a PolicyOptions field: the finished requests sjf's fitted predictor fits on) reaches the
+    queue, from the command line and from notebook 11's ``policy_options``."""
+    from workbench.experiments import scheduling as sched_exp
+
+    a = _parser(PolicyOptions).parse_args(["--policy", "sjf", "--sjf-predictor", "fitted", "--fit-window", "16"])
+    assert options.from_args(PolicyOptions, a).make_queue("fifo").fit.window == 16
+    cfg = sched_exp.Config(sjf_predictor="fitted", policy_options={"fit_window": 12})
+    assert cfg.queue("sjf").fit.window == 12
+    with pytest.raises(ParameterError, match="^fit_window:"):
+        PolicyOptions(fit_window=0)

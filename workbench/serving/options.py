@@ -105,6 +105,7 @@ class PolicyOptions:
     predictor: str = option("proxy", "sjf: the predicted job size (proxy: max_tokens and prompt length; fitted: a "
                                      "least-squares fit of the service time on them)", flag="--sjf-predictor",
                             choices=scheduling.PREDICTORS)
+    fit_window: int = option(64, "sjf fitted: the finished requests the service-time fit uses (newest)", lo=1)
 
     def __post_init__(self):
         _validate(self)

@@ -183,6 +183,7 @@ class PolicyQueue:
         long_cap: ``lanes``: long requests per batch (>= 1).
         predictor: ``sjf``'s prediction: ``proxy`` (:func:`predicted_tokens`) or ``fitted`` (:class:`ServiceFit`
             on the engine's own history, the proxy until the fit is determined).
+        fit_window: the finished requests :class:`ServiceFit` fits on (the newest; >= 1).
         clock: the time source (``time.perf_counter``; tests pass a fake).
 
     Attributes:
@@ -196,7 +197,7 @@ class PolicyQueue:
 
     def __init__(self, policy: str = "fcfs", aging_s: float = AGING_S,
                  lane_threshold_tokens: int = LANE_THRESHOLD_TOKENS, long_cap: int = LONG_CAP,
-                 predictor: str = "proxy", clock: Callable[[], float] = time.perf_counter):
+                 predictor: str = "proxy", fit_window: int = 64, clock: Callable[[], float] = time.perf_counter):
         self.policy = check_policy(policy)
         self.aging_s = checks.check_float("aging_s", aging_s, lo=0, lo_open=True)
         self.lane_threshold_tokens = checks.check_int("lane_threshold_tokens", lane_threshold_tokens, lo=1)
@@ -204,7 +205,7 @@ class PolicyQueue:
         self.predictor = checks.check_choice("predictor", predictor, PREDICTORS)
         self.clock = clock
         self.rate = ServiceRate()
-        self.fit = ServiceFit()
+        self.fit = ServiceFit(window=fit_window)
         self.running: list = []
         self._items: list = []          # (seq, item), arrival order
         self._seq = itertools.count()
