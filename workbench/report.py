@@ -31,7 +31,7 @@ import pandas as pd
 import plotly.io as pio
 import plotly.offline
 
-from . import evidence, results
+from . import evidence, plots, results
 from .errors import ParameterError
 
 HEADLINE = ["ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "output_throughput_tps", "goodput_rps"]
@@ -47,8 +47,12 @@ _DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 _SYMBOLS = ["circle", "diamond", "square", "x", "triangle-up", "cross"]
 _POINT_COLUMNS = ["point_id", "status", "valid", "n_samples", "ttft_s_p50", "ttft_s_p50_ci_low",
                   "ttft_s_p50_ci_high", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "output_throughput_tps",
-                  "request_throughput_rps", "goodput_rps", "mbu", "mfu", "peak_memory_bytes", "others_cpu_load",
+                  "request_throughput_rps", "goodput_rps", "output_tps_per_user", "output_tps_per_device",
+                  "usd_per_mtok_input", "usd_per_mtok_output", "mbu", "mfu", "peak_memory_bytes", "others_cpu_load",
                   "invalid_reason"]
+#: Static figure formats a run's report writes by default (``$WORKBENCH_FIGURES`` overrides: ``png,svg,pdf`` or
+#: ``none``).
+DEFAULT_FIGURE_FORMATS = "png,svg"
 
 _CSS = """
 body{font-family:Inter,Helvetica,Arial,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
@@ -100,7 +104,7 @@ def _figures(run: Path) -> list[tuple[str, str]]:
     for name in names:
         path = run / "figures" / f"{name}.json"
         if path.exists():
-            fig = pio.from_json(path.read_text())
+            fig = plots.consistent_colours(pio.from_json(path.read_text()))
             out.append((name, pio.to_html(fig, full_html=False, include_plotlyjs=False, default_width="100%")))
     return out
 
@@ -174,7 +178,7 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
     """One run: findings first (each experiment's headline), validity, figures; then point tables, configs
     and the environment, collapsed."""
     manifest = results.read_manifest(run)
-    points = results.read_points(run)
+    points = _points_with_cost(run, manifest)
     parts = [f"<h2>Run {html.escape(label + ': ' if label else '')}{html.escape(run.name)}</h2>",
              f"<p class='meta'>created {html.escape(str(manifest.get('created_utc')))} · "
              f"status {html.escape(str(manifest.get('status')))}</p>",
@@ -205,6 +209,46 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
                         for n in notebooks)
         parts.append(f"<p class='meta'>Executed notebooks:</p><ul>{links}</ul>")
     return "\n".join(p for p in parts if p)
+
+
+def _points_with_cost(run: Path, manifest: dict | None = None) -> pd.DataFrame:
+    """The run's points with the cost and interactivity columns (:func:`workbench.cost.add_columns`, at the
+    price the manifest records as ``price_per_hour_usd``)."""
+    from . import cost
+
+    manifest = manifest if manifest is not None else results.read_manifest(run)
+    points = results.read_points(run)
+    if points.empty:
+        return points
+    return cost.add_columns(points, results.read_requests(run), manifest.get("price_per_hour_usd"))
+
+
+def _share_run(run: Path, figures, price_per_hour) -> str:
+    """What a run's report writes into the run for people outside the workbench: the price (if given) in the
+    manifest, the interactivity Pareto figure, static figures, and ``metrics.json``. Returns a one-line note
+    when static figures could not be written (also printed to stderr), else ""."""
+    import os
+    import sys
+
+    from . import cost, run_summary, static_figures
+
+    formats = static_figures.parse_formats(os.environ.get("WORKBENCH_FIGURES", DEFAULT_FIGURE_FORMATS)
+                                           if figures is None else figures)
+    price = cost.check_price(price_per_hour)
+    if price is not None:
+        results.update_manifest(run, price_per_hour_usd=price)
+    points = _points_with_cost(run)
+    fig = cost.pareto_figure(points)
+    if fig is not None:
+        results.save_figure(run, cost.PARETO_FIGURE, fig)
+    note = ""
+    if formats:
+        _, problem = static_figures.write_static(run, formats)
+        if problem:
+            note = problem
+            print(problem, file=sys.stderr)
+    run_summary.write_metrics(run, points)
+    return note
 
 
 def _residuals_html(run: Path, exp: str, points: pd.DataFrame) -> str:
@@ -484,8 +528,13 @@ def _downloads(paths: dict[str, Path], page_dir: Path, label: str = "") -> str:
     return f"<p class='downloads meta'>Data: {links}</p>"
 
 
-def build_report(run_dirs, out: str | Path | None = None) -> Path:
+def build_report(run_dirs, out: str | Path | None = None, figures=None, price_per_hour=None) -> Path:
     """Write a self-contained HTML report, and export the data as CSV / JSON (:func:`export`).
+
+    A one-run report also writes into the run (:func:`_share_run`): ``metrics.json``
+    (:mod:`workbench.run_summary`), the interactivity Pareto figure and cost columns (:mod:`workbench.cost`), and
+    every figure as ``figures/NAME.png`` / ``.svg`` (:mod:`workbench.static_figures`; where no renderer is
+    present, a one-line reason and the HTML figures alone).
 
     Args:
         run_dirs: one run folder, or a list (a comparison report).
@@ -493,14 +542,22 @@ def build_report(run_dirs, out: str | Path | None = None) -> Path:
             ``<results>/comparisons/compare-<id>.html`` for several. A comparison writes only its
             output (the page and ``<stem>.requests.csv`` / ``<stem>.points.json`` beside it), never
             into the runs it compares.
+        figures: static formats for a one-run report (``"png,svg,pdf"``, a list, or ``"none"``); default
+            ``$WORKBENCH_FIGURES`` else :data:`DEFAULT_FIGURE_FORMATS`.
+        price_per_hour: USD per device-hour for the cost columns of a one-run report (recorded in the
+            manifest); default: the price the run recorded, if any.
 
     Returns:
         The report path.
 
     Raises:
         ParameterError: the output would be written into one of the compared runs, or through a symlink
-            out of the results folder.
+            out of the results folder; an unknown figure format or a negative price.
     """
+    from . import cost, static_figures
+
+    static_figures.parse_formats(figures if figures is not None else "")   # bad input: refused before any write
+    cost.check_price(price_per_hour)
     runs = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(r) for r in run_dirs]
     if out is None:
         out = (runs[0] / "report.html" if len(runs) == 1
@@ -513,7 +570,9 @@ def build_report(run_dirs, out: str | Path | None = None) -> Path:
                                  "writes into its inputs (choose another -o)")
     results.check_write_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    share_note = ""
     if len(runs) == 1:
+        share_note = _share_run(runs[0], figures, price_per_hour)
         exports = {runs[0]: export(runs[0])}
     else:   # link each run's own exports where they exist; write nothing into the runs
         exports = {r: {k: r / name for k, name in (("requests_csv", "requests.csv"), ("points_json", "points.json"))
@@ -524,6 +583,8 @@ def build_report(run_dirs, out: str | Path | None = None) -> Path:
             "Latencies in seconds; throughput in tokens/s; goodput in requests/s meeting the SLO.</p>"]
     if len(runs) == 1:
         body.append(_downloads(exports[runs[0]], out.parent))
+        if share_note:
+            body.append(f"<p class='meta'>{html.escape(share_note)}</p>")
         body.append(_run_section(runs[0], page_dir=out.parent))
     else:
         labels = run_labels(runs)
