@@ -2,7 +2,8 @@
 
     workbench run [SUITE] [--resume RUN_DIR] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR] [--label NAME]
-    workbench report RUN_DIR [RUN_DIR ...] [-o OUT.html]
+    workbench report RUN_DIR|FILE [RUN_DIR|FILE ...] [-o OUT.html] [--figures png,svg,pdf] [--price-per-hour USD]
+    workbench export RUN_DIR --to mlflow|br0.2|vllm-json [--tracking-uri URI] [-o OUT]
     workbench env [--model SPEC] [--no-probe]
     workbench plan [SUITE] [--calibrate] [--no-probe]   (also --dry-run on run / sweep)
     workbench serve [--model SPEC] [--host 127.0.0.1] [--port 8000] ...
@@ -122,7 +123,8 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
                                  "give the same ones (or none) to resume")
 
 
-def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None) -> int:
+def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None,
+                 price_per_hour: float | None = None) -> int:
     from . import notebooks, results
 
     if resume_dir:
@@ -136,6 +138,8 @@ def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite:
     except results.RunLockedError as exc:
         raise ParameterError(f"--resume: {exc}") from None
     try:
+        if price_per_hour is not None:
+            results.update_manifest(run_dir, price_per_hour_usd=price_per_hour)
         return _run_locked(entries, run_dir, bool(resume_dir), suite, owner)
     finally:
         results.unlock_run(run_dir)
@@ -208,13 +212,17 @@ def cmd_run(args) -> int:
     if args.rerun_invalid:
         return _run_entries(_rerun_invalid_entries(args.rerun_invalid), args.rerun_invalid, args.label)
     suite = notebooks.load_suite(args.suite)
+    from .cost import check_price
+
+    price = check_price(args.price_per_hour if getattr(args, "price_per_hour", None) is not None
+                        else suite.get("price_per_hour"))
     if getattr(args, "dry_run", False):
         return _print_plan(suite["notebooks"])
     if getattr(args, "ray", None):  # connect, check the suite fits the cluster; kernels inherit $WORKBENCH_RAY
         from .distributed import prepare
 
         prepare(args.ray, suite["notebooks"])
-    return _run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"])
+    return _run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"], price_per_hour=price)
 
 
 def cmd_sweep(args) -> int:
@@ -255,7 +263,15 @@ def cmd_report(args) -> int:
         if key in seen:
             raise ParameterError(f"RUN_DIR: {str(r)!r} is given twice (as {seen[key]!r}); compare different runs")
         seen[key] = str(r)
-    print(report.build_report(runs, args.output))
+    print(report.build_report(runs, args.output, figures=args.figures, price_per_hour=args.price_per_hour))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from . import export
+
+    for line in export.export_run(args.run, args.to, tracking_uri=args.tracking_uri, out=args.output):
+        print(line, flush=True)
     return 0
 
 
@@ -337,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--rerun-invalid", metavar="RUN_DIR",
                    help="re-measure only the points of RUN_DIR marked invalid (other load, drift), in place")
     r.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
+    r.add_argument("--price-per-hour", type=float, default=None, metavar="USD",
+                   help="price of one device-hour in USD (else the suite's price_per_hour): $/Mtok in the report")
     r.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
                    help="measure the points on Ray workers: a running cluster (auto: found, else started here) "
                         "or a head node's HOST:PORT; needs the [ray] extra")
@@ -364,7 +382,21 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="(re)build the HTML report of one run, or a comparison of several")
     rep.add_argument("runs", nargs="+", metavar="RUN_DIR")
     rep.add_argument("-o", "--output", help="output HTML file")
+    rep.add_argument("--figures", default=None, metavar="png,svg,pdf",
+                     help="static figure formats written beside the HTML ones for a one-run report "
+                          "(default png,svg when a renderer is present; none to skip)")
+    rep.add_argument("--price-per-hour", type=float, default=None, metavar="USD",
+                     help="price of one device-hour in USD: adds $/Mtok (input and output) to the points")
     rep.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("export", help="export a run to MLflow, llm-d's Benchmark Report v0.2 or vLLM bench JSON")
+    ex.add_argument("run", metavar="RUN_DIR")
+    ex.add_argument("--to", required=True, metavar="mlflow|br0.2|vllm-json", help="target format")
+    ex.add_argument("--tracking-uri", default=None, metavar="URI",
+                    help="MLflow tracking URI or folder (default: a local store in <results>/mlflow)")
+    ex.add_argument("-o", "--output", default=None, metavar="DIR",
+                    help="folder for br0.2 / vllm-json files (default: <run>/exports/<format>)")
+    ex.set_defaults(func=cmd_export)
 
     e = sub.add_parser("env", help="print device, dtype support, measured bandwidth and models found")
     e.add_argument("--model", help="also resolve this model spec")

@@ -106,7 +106,8 @@ def paper_figure(fig):
     lines = 1 + (_wrap(title or "").count("<br>") if title else 0)
     out.update_layout(width=WIDTH_PX, height=height, autosize=False,
                       font=dict(size=FONT_PX), title=dict(text=_wrap(title or ""), font=dict(size=FONT_PX + 1),
-                                                          x=0, xanchor="left", y=0.98, yanchor="top"),
+                                                          x=0, xref="paper", xanchor="left", y=0.98,
+                                                          yanchor="top"),
                       margin=dict(l=60, r=15, t=25 + 20 * lines if title else 15, b=50))
     out.update_xaxes(automargin=True, title_font=dict(size=FONT_PX), tickfont=dict(size=FONT_PX - 2))
     out.update_yaxes(automargin=True, title_font=dict(size=FONT_PX), tickfont=dict(size=FONT_PX - 2))
