@@ -250,7 +250,11 @@ def cmd_report(args) -> int:
 
     from . import results
 
-    runs = [Path(r) for r in args.runs]
+    from . import formats
+
+    runs, imported = formats.resolve_inputs(args.runs)   # result files of other tools become runs of their own
+    for line in imported:
+        print(line, flush=True)
     seen: dict[Path, str] = {}
     for r in runs:
         if not (r / "manifest.json").is_file():
@@ -263,6 +267,9 @@ def cmd_report(args) -> int:
         if key in seen:
             raise ParameterError(f"RUN_DIR: {str(r)!r} is given twice (as {seen[key]!r}); compare different runs")
         seen[key] = str(r)
+    if len(runs) > 1:
+        for line in formats.comparability(runs)[0]:   # printed before any comparison
+            print(line, flush=True)
     print(report.build_report(runs, args.output, figures=args.figures, price_per_hour=args.price_per_hour))
     return 0
 

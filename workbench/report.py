@@ -496,7 +496,7 @@ def export(run_dir, out_dir=None) -> dict[str, Path]:
     return paths
 
 
-def _export_many(runs: list[Path], out: Path) -> dict[str, Path]:
+def _export_many(runs: list[Path], out: Path, metrics: list[str] | None = None) -> dict[str, Path]:
     """Combined export of several runs next to a comparison page: ``<stem>.requests.csv`` / ``.points.json``."""
     req = [results.read_requests(r).assign(run_id=r.name) for r in runs]
     req = [d for d in req if not d.empty]
@@ -509,7 +509,7 @@ def _export_many(runs: list[Path], out: Path) -> dict[str, Path]:
         pts = results.read_points(r)
         runs_json.append({"run_id": r.name, "environment": m.get("environment"), "experiments": m.get("experiments"),
                           "points": json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []})
-    deltas = compare_points(runs)
+    deltas = compare_points(runs, metrics)
     _write_text(paths["points_json"], json.dumps(
         {"runs": runs_json, "deltas": json.loads(deltas.to_json(orient="records")) if not deltas.empty else []},
         indent=2, default=str))
@@ -590,11 +590,16 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
         labels = run_labels(runs)
         body.append("<ul>" + "".join(f"<li><b>{html.escape(labels[r.name])}</b>: {html.escape(str(r))}</li>"
                                      for r in runs) + "</ul>")
-        body.append(_downloads(_export_many(runs, out), out.parent, "all runs: "))
-        body += ["<h2>Headline deltas (vs run A)</h2>",
-                 "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput; "
-                 "Δ is the relative change vs run A. Points missing from a run are blank there.</p>",
-                 _delta_table_html(compare_points(runs), runs),
+        from . import formats
+
+        check, left_out = formats.comparability(runs)
+        body.append(_downloads(_export_many(runs, out, formats.comparable_metrics(left_out)), out.parent,
+                               "all runs: "))
+        body += [formats.table_html(check), "<h2>Headline deltas (vs run A)</h2>",
+                 "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput, "
+                 "those the comparability check above keeps; Δ is the relative change vs run A. Points missing "
+                 "from a run are blank there.</p>",
+                 _delta_table_html(compare_points(runs, formats.comparable_metrics(left_out)), runs),
                  "<h2>Environments</h2>", _env_table_html(environments(runs)),
                  "<h2>Figures, runs overlaid</h2>"]
         for name, figs in overlay_figures(runs):
