@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from workbench import cli, cost, report, results, run_summary
+from workbench import cli, cost, plots, report, results, run_summary
 from workbench.errors import ParameterError
 
 from test_report import fake_point, make_run
@@ -54,7 +54,9 @@ def test_pareto_figure_for_batch_size_and_serving(exp, extra):
     marker_traces = [t for t in fig.data if t.mode and "markers" in t.mode]
     assert sum(len(t.x) for t in marker_traces) == 4
     if exp == "serving_load":
-        assert {t.name for t in marker_traces} == {"serving_load · fifo", "serving_load · continuous"}
+        assert {t.legendgroup for t in marker_traces} == {"serving_load · fifo", "serving_load · continuous"}
+        colours = {t.legendgroup: t.marker.color for t in marker_traces}
+        assert colours["serving_load · fifo"] == plots.COLOUR_MAP["fifo"]        # the engine's house colour
 
 
 def test_pareto_ignores_other_experiments_and_invalid_points():

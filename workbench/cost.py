@@ -168,10 +168,10 @@ def pareto_figure(points: pd.DataFrame):
     for arm, g in df.groupby("_arm", sort=True):
         colour = plots.colour_for(arm)
         tag = next((c for c in ("batch_size", "rate_rps", "concurrency") if c in g and g[c].notna().any()), None)
-        text = [f"{tag}={v:g}" if isinstance(v, (int, float)) and not pd.isna(v) else "" for v in g[tag]] \
-            if tag else None
+        text = [f"{v:g}" if isinstance(v, (int, float)) and not pd.isna(v) else "" for v in g[tag]] if tag else None
         fig.add_trace(go.Scatter(x=g["output_tps_per_user"], y=g["output_tps_per_device"], mode="markers+text",
-                                 name=arm, text=text, textposition="top center", legendgroup=arm,
+                                 name=f"{arm} (point labels: {tag})" if tag else arm, text=text,
+                                 textposition="top right", legendgroup=arm, cliponaxis=False,
                                  marker=dict(color=colour, size=9), hovertext=g.get("point_id")))
         front = g[pareto_front(g)].sort_values("output_tps_per_user")
         if len(front) > 1:
@@ -179,7 +179,9 @@ def pareto_figure(points: pd.DataFrame):
                                      name=f"{arm} front", legendgroup=arm, showlegend=False,
                                      line=dict(color=colour, dash="dot")))
     fig.update_layout(title="Interactivity vs throughput: tokens/s per user against tokens/s per device "
-                            "(Pareto front dotted)")
-    fig.update_xaxes(title_text=plots.label("output_tps_per_user"))
-    fig.update_yaxes(title_text=plots.label("output_tps_per_device"))
+                            "(valid points; Pareto front dotted)")
+    for axis, col in (("x", "output_tps_per_user"), ("y", "output_tps_per_device")):
+        lo, hi = float(df[col].min()), float(df[col].max())
+        pad = 0.12 * (hi - lo) if hi > lo else 0.12 * max(abs(hi), 1.0)   # room for the point labels
+        getattr(fig, f"update_{axis}axes")(title_text=plots.label(col), range=[max(lo - pad, 0), hi + pad])
     return plots.legend_below(fig)

@@ -104,11 +104,15 @@ def paper_figure(fig):
         height = min(int(out.layout.height * 0.75), 3 * HEIGHT_PX)
     title = out.layout.title.text if out.layout.title else None
     lines = 1 + (_wrap(title or "").count("<br>") if title else 0)
+    # subplot titles sit on the top panel's edge: the figure title goes one line above them
+    lift = 22 if any(a.yref == "paper" and (a.y or 0) >= 0.99 for a in out.layout.annotations) else 0
     out.update_layout(width=WIDTH_PX, height=height, autosize=False,
-                      font=dict(size=FONT_PX), title=dict(text=_wrap(title or ""), font=dict(size=FONT_PX + 1),
-                                                          x=0, xref="paper", xanchor="left", y=0.98,
-                                                          yanchor="top"),
-                      margin=dict(l=60, r=15, t=25 + 20 * lines if title else 15, b=50))
+                      font=dict(size=FONT_PX), title=dict(text=""),
+                      margin=dict(l=60, r=20, t=16 + 20 * lines + lift if title else 15 + lift, b=50))
+    if title:  # the title as an annotation: a wrapped block whose bottom sits on the plot's top (a multi-line
+        # plotly title grows downward into the plot)
+        out.add_annotation(text=_wrap(title), x=0, xref="paper", xanchor="left", y=1, yref="paper", yanchor="bottom",
+                           yshift=6 + lift, showarrow=False, align="left", font=dict(size=FONT_PX + 1))
     out.update_xaxes(automargin=True, title_font=dict(size=FONT_PX), tickfont=dict(size=FONT_PX - 2))
     out.update_yaxes(automargin=True, title_font=dict(size=FONT_PX), tickfont=dict(size=FONT_PX - 2))
     shown = [t for t in out.data if t.name and t.showlegend is not False]
