@@ -76,3 +76,14 @@ def test_a_bad_price_is_one_line_and_nothing_is_written(price, capsys):
     assert cli.main(["report", str(run), "--price-per-hour", "-2"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: price_per_hour:") and "\n" not in err
+
+
+def test_run_refuses_a_negative_price_from_the_flag_or_the_suite_before_anything_runs(tmp_path, capsys):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("price_per_hour: -3\nnotebooks:\n- notebook: notebooks/01_batch_size.ipynb\n")
+    root = results.results_root()
+    for args in (["run", "quick", "--price-per-hour", "-1"], ["run", str(suite)]):
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: price_per_hour:") and "\n" not in err
+        assert not root.exists() or not any(root.iterdir())
