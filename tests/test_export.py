@@ -1,7 +1,6 @@
 """Exports: a real (small) run into a local MLflow store read back with MLflow's client; BR0.2 against its schema;
 vLLM bench JSON; bad input is one line and writes nothing."""
 import json
-import os
 
 import pytest
 

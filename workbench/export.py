@@ -525,7 +525,7 @@ def to_mlflow(run_dir, tracking_uri: str | None = None, experiment: str = "workb
     from . import run_summary
 
     try:
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Metric, Param
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise ParameterError("--to mlflow: mlflow is not installed (pip install mlflow-skinny)") from None
