@@ -320,6 +320,12 @@ def _share_run(run: Path, figures, price_per_hour) -> str:
     formats = static_figures.parse_formats(os.environ.get("WORKBENCH_FIGURES", DEFAULT_FIGURE_FORMATS)
                                            if figures is None else figures)
     price = cost.check_price(price_per_hour)
+    try:
+        results.check_writer(run)   # a run another process is measuring keeps its manifest to itself
+    except results.RunLockedError as exc:
+        note = f"metrics.json, the Pareto figure and static figures not written now: {exc}"
+        print(note, file=sys.stderr)
+        return note
     if price is not None:
         results.update_manifest(run, price_per_hour_usd=price)
     points = _points_with_cost(run)
