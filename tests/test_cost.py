@@ -2,7 +2,9 @@
 import pandas as pd
 import pytest
 
-from workbench import cli, cost, plots, report, results, run_summary
+from workbench import cli
+from workbench.share import cost, plots, report, run_summary
+from workbench.run import results
 from workbench.errors import ParameterError
 
 from test_report import fake_point, make_run

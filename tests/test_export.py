@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from workbench import cli, export, report, results
+from workbench import cli
+from workbench.share import export, report
+from workbench.run import results
 from workbench.errors import ParameterError
 
 from test_report import fake_point, make_run

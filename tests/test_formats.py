@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench import cli, export, formats, report, results
+from workbench import cli
+from workbench.share import export, formats, report
+from workbench.run import results
 from workbench.errors import ParameterError
 
 from test_report import fake_point, make_run

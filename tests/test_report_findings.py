@@ -1,5 +1,7 @@
 """Findings a reader can scan: one claim sentence with its mark, per-arm figures in a table, a summary first."""
-from workbench import evidence, report, results
+from workbench.stats import evidence
+from workbench.share import report
+from workbench.run import results
 
 from test_report import fake_point, make_run
 

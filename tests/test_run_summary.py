@@ -3,7 +3,9 @@ import json
 
 import pytest
 
-from workbench import evidence, report, results, run_summary
+from workbench.stats import evidence
+from workbench.share import report, run_summary
+from workbench.run import results
 from workbench.errors import ParameterError
 
 from test_report import fake_point, make_run
@@ -16,7 +18,7 @@ def test_metrics_json_written_with_the_report_and_keeps_merged_keys():
     run_summary.merge_metrics(run, {"mape_e2e_p50": 0.125, "twin": {"points": 3}})   # another developer's keys
     report.build_report(run, figures="none")
     data = json.loads((run / "metrics.json").read_text())
-    assert data["schema"] == "workbench.metrics/1" and data["run_id"] == run.name
+    assert data["schema"] == "workbench.stats.metrics/1" and data["run_id"] == run.name
     assert data["points"] == {"total": 2, "ok": 2, "failed": 0, "valid": 2, "invalid": 0}
     e = data["experiments"][exp]
     assert e["finding"] == {"text": "Batch 2 is slower.", "supported": False, "evidence": "2 points", "points": 0}

@@ -5,7 +5,7 @@ import struct
 import plotly.graph_objects as go
 import pytest
 
-from workbench import plots, report, static_figures
+from workbench.share import plots, report, static_figures
 from workbench.errors import ParameterError
 
 from test_report import fake_point, make_run
