@@ -9,6 +9,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # OpenMP threads sleep instead of spinning between parallel regions: on a shared 2-core CI machine the test
 # process and a papermill kernel would otherwise spin against each other (measured ~10x slower generation).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Reports skip the static PNG/SVG figures (a Chromium start per report) unless a test asks for them.
+os.environ.setdefault("WORKBENCH_FIGURES", "none")
 
 import pytest  # noqa: E402
 

@@ -2,7 +2,8 @@
 
     workbench run [SUITE] [--resume RUN_DIR] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR] [--label NAME]
-    workbench report RUN_DIR [RUN_DIR ...] [-o OUT.html]
+    workbench report RUN_DIR|FILE [RUN_DIR|FILE ...] [-o OUT.html] [--figures png,svg,pdf] [--price-per-hour USD]
+    workbench export RUN_DIR --to mlflow|br0.2|vllm-json [--tracking-uri URI] [-o OUT]
     workbench env [--model SPEC] [--no-probe]
     workbench plan [SUITE] [--calibrate] [--no-probe]   (also --dry-run on run / sweep)
     workbench serve [--model SPEC] [--host 127.0.0.1] [--port 8000] ...
@@ -21,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from workbench.cli import suite
+from workbench.cli import suite as suite_runner
 from workbench.errors import ParameterError
 
 
@@ -58,15 +59,21 @@ def cmd_run(args) -> int:
     from workbench.run import notebooks
 
     if args.rerun_invalid:
-        return suite.run_entries(suite.rerun_invalid_entries(args.rerun_invalid), args.rerun_invalid, args.label)
+        return suite_runner.run_entries(suite_runner.rerun_invalid_entries(args.rerun_invalid), args.rerun_invalid,
+                                        args.label)
     suite = notebooks.load_suite(args.suite)
+    from workbench.share.cost import check_price
+
+    price = check_price(args.price_per_hour if getattr(args, "price_per_hour", None) is not None
+                        else suite.get("price_per_hour"))
     if getattr(args, "dry_run", False):
         return _print_plan(suite["notebooks"])
     if getattr(args, "ray", None):  # connect, check the suite fits the cluster; kernels inherit $WORKBENCH_RAY
         from workbench.run.distributed import prepare
 
         prepare(args.ray, suite["notebooks"])
-    return suite.run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"])
+    return suite_runner.run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"],
+                                    price_per_hour=price)
 
 
 def cmd_sweep(args) -> int:
@@ -86,7 +93,7 @@ def cmd_sweep(args) -> int:
         from workbench.run.distributed import prepare
 
         prepare(args.ray, [{"notebook": str(nb), "parameters": params}])
-    return suite.run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label)
+    return suite_runner.run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label)
 
 
 def cmd_report(args) -> int:
@@ -94,7 +101,11 @@ def cmd_report(args) -> int:
 
     from workbench.run import results
 
-    runs = [Path(r) for r in args.runs]
+    from workbench.share import formats
+
+    runs, imported = formats.resolve_inputs(args.runs)   # result files of other tools become runs of their own
+    for line in imported:
+        print(line, flush=True)
     seen: dict[Path, str] = {}
     for r in runs:
         if not (r / "manifest.json").is_file():
@@ -107,7 +118,18 @@ def cmd_report(args) -> int:
         if key in seen:
             raise ParameterError(f"RUN_DIR: {str(r)!r} is given twice (as {seen[key]!r}); compare different runs")
         seen[key] = str(r)
-    print(report.build_report(runs, args.output))
+    if len(runs) > 1:
+        for line in formats.comparability(runs)[0]:   # printed before any comparison
+            print(line, flush=True)
+    print(report.build_report(runs, args.output, figures=args.figures, price_per_hour=args.price_per_hour))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from workbench.share import export
+
+    for line in export.export_run(args.run, args.to, tracking_uri=args.tracking_uri, out=args.output):
+        print(line, flush=True)
     return 0
 
 
@@ -192,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--rerun-invalid", metavar="RUN_DIR",
                    help="re-measure only the points of RUN_DIR marked invalid (other load, drift), in place")
     r.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
+    r.add_argument("--price-per-hour", type=float, default=None, metavar="USD",
+                   help="price of one device-hour in USD (else the suite's price_per_hour): $/Mtok in the report")
     r.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
                    help="measure the points on Ray workers: a running cluster (auto: found, else started here) "
                         "or a head node's HOST:PORT; needs the [ray] extra")
@@ -219,7 +243,21 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="(re)build the HTML report of one run, or a comparison of several")
     rep.add_argument("runs", nargs="+", metavar="RUN_DIR")
     rep.add_argument("-o", "--output", help="output HTML file")
+    rep.add_argument("--figures", default=None, metavar="png,svg,pdf",
+                     help="static figure formats written beside the HTML ones for a one-run report "
+                          "(default png,svg when a renderer is present; none to skip)")
+    rep.add_argument("--price-per-hour", type=float, default=None, metavar="USD",
+                     help="price of one device-hour in USD: adds $/Mtok (input and output) to the points")
     rep.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("export", help="export a run to MLflow, llm-d's Benchmark Report v0.2 or vLLM bench JSON")
+    ex.add_argument("run", metavar="RUN_DIR")
+    ex.add_argument("--to", required=True, metavar="mlflow|br0.2|vllm-json", help="target format")
+    ex.add_argument("--tracking-uri", default=None, metavar="URI",
+                    help="MLflow tracking URI or folder (default: a local store in <results>/mlflow)")
+    ex.add_argument("-o", "--output", default=None, metavar="DIR",
+                    help="folder for br0.2 / vllm-json files (default: <run>/exports/<format>)")
+    ex.set_defaults(func=cmd_export)
 
     e = sub.add_parser("env", help="print device, dtype support, measured bandwidth and models found")
     e.add_argument("--model", help="also resolve this model spec")

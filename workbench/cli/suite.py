@@ -86,7 +86,8 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
                                  "give the same ones (or none) to resume")
 
 
-def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None) -> int:
+def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None,
+                price_per_hour: float | None = None) -> int:
     from workbench.run import notebooks, results
 
     if resume_dir:
@@ -100,6 +101,8 @@ def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: 
     except results.RunLockedError as exc:
         raise ParameterError(f"--resume: {exc}") from None
     try:
+        if price_per_hour is not None:
+            results.update_manifest(run_dir, price_per_hour_usd=price_per_hour)
         return _run_locked(entries, run_dir, bool(resume_dir), suite, owner)
     finally:
         results.unlock_run(run_dir)

@@ -26,6 +26,57 @@ pio.templates["workbench"] = go.layout.Template(
 )
 pio.templates.default = "plotly_white+workbench"
 
+#: One colour per engine / configuration, the same in every figure (the house colorway, plotly's ``Safe``
+#: qualitative palette, colour-blind safe). Names not listed get a palette colour from a stable hash of the name.
+COLOUR_MAP = {"fifo": "#88CCEE", "static": "#CC6677", "continuous": "#117733", "vllm": "#332288",
+              "llama.cpp": "#DDCC77", "llama-cpp": "#DDCC77", "sglang": "#AA4499", "tgi": "#44AA99",
+              "float32": "#88CCEE", "bfloat16": "#CC6677", "float16": "#DDCC77", "none": "#888888"}
+
+
+def colour_for(name) -> str:
+    """The house colour of an engine / configuration name (:data:`COLOUR_MAP`, else a stable palette pick).
+
+    A name that starts or ends with a mapped key (``"serving_load · fifo"``, ``"fifo TTFT p50"``) takes that
+    key's colour, so one engine keeps its colour across figures whatever the figure calls its traces.
+    """
+    import zlib
+
+    text = str(name).strip()
+    low = text.lower()
+    for key in sorted(COLOUR_MAP, key=len, reverse=True):
+        if low == key or low.startswith(key + " ") or low.endswith(" " + key):
+            return COLOUR_MAP[key]
+    palette = px.colors.qualitative.Safe
+    return palette[zlib.crc32(text.encode("utf-8")) % len(palette)]
+
+
+_RECOLOURED = ("scatter", "scattergl", "bar", "box", "violin", "histogram")
+
+
+def consistent_colours(fig: go.Figure) -> go.Figure:
+    """Recolour ``fig``'s named traces by :func:`colour_for` of their legend group (else name), so the same
+    engine / configuration has the same colour in every figure. Traces with an explicit colour outside the
+    house palette (the grey crosses of invalid points), per-point colour arrays or colour scales keep theirs.
+
+    Returns:
+        ``fig`` (changed in place).
+    """
+    palette = {c.lower() for c in px.colors.qualitative.Safe} | {c.lower() for c in px.colors.qualitative.Plotly}
+    for tr in fig.data:
+        if tr.type not in _RECOLOURED or not (tr.legendgroup or tr.name):
+            continue
+        marker = getattr(tr, "marker", None)
+        current = marker.color if marker is not None else None
+        if current is not None and (not isinstance(current, str) or current.lower() not in palette):
+            continue
+        colour = colour_for(tr.legendgroup or tr.name)
+        tr.update(marker_color=colour)
+        if tr.type in ("scatter", "scattergl", "box", "violin"):
+            line = getattr(tr, "line", None)
+            if line is None or line.color is None or str(line.color).lower() in palette:
+                tr.update(line_color=colour)
+    return fig
+
 def label(column: str) -> str:
     """Axis label with unit of a column or aggregate, from the one column table (:data:`workbench.stats.columns.COLUMNS`)."""
     return columns.label(column)

@@ -32,6 +32,7 @@ import plotly.io as pio
 import plotly.offline
 
 from workbench.stats import columns, evidence
+from workbench.share import plots
 from workbench.run import results
 from workbench.errors import ParameterError
 
@@ -47,6 +48,9 @@ _DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 _SYMBOLS = ["circle", "diamond", "square", "x", "triangle-up", "cross"]
 #: The point table's columns: the registry's ``report`` entries (``workbench/stats/columns.csv``).
 _POINT_COLUMNS = list(columns.REPORT_POINT_COLUMNS)
+#: Static figure formats a run's report writes by default (``$WORKBENCH_FIGURES`` overrides: ``png,svg,pdf`` or
+#: ``none``).
+DEFAULT_FIGURE_FORMATS = "png,svg"
 
 _CSS = """
 body{font-family:Inter,Helvetica,Arial,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
@@ -58,6 +62,7 @@ th{background:#f5f5f5} td:first-child,th:first-child{text-align:left}
 .supported{background:#e3f4e3;color:#1f6b1f} .unsupported{background:#f4e3e3;color:#8b1f1f} tr:target td{background:#fff2b3}
 .warn{background:#fff6d6;padding:.5rem .8rem;border-left:4px solid #e0b000} .figure{margin:1rem 0 2rem} .meta{color:#666;font-size:.9rem}
 details{margin:.5rem 0} tr.diff td{background:#fff6d6} .wide{overflow-x:auto} .downloads a{margin-right:1rem}
+table.arms{font-size:.8rem;margin:.3rem 0 .4rem 1rem} .summary ul{margin:.3rem 0} .summary li{margin:.2rem 0}
 """
 
 
@@ -98,7 +103,7 @@ def _figures(run: Path) -> list[tuple[str, str]]:
     for name in names:
         path = run / "figures" / f"{name}.json"
         if path.exists():
-            fig = pio.from_json(path.read_text())
+            fig = plots.consistent_colours(pio.from_json(path.read_text()))
             out.append((name, pio.to_html(fig, full_html=False, include_plotlyjs=False, default_width="100%")))
     return out
 
@@ -128,14 +133,73 @@ def _exp_anchor(run: Path, exp: str) -> str:
     return "exp-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{exp}")
 
 
+_SENTENCE_END = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s+(?=\S)")
+_ITEM_SPLIT = re.compile(r"(?<=[.;])\s+(?=[A-Za-z\[(])")
+_ARM = re.compile(r"^([A-Za-z0-9_][\w .+/=,()\-]{0,60}?):\s+(.+)$", re.S)
+_ESTIMATE = re.compile(r"x?(\d+(?:\.\d+)?)x?")
+_INTERVAL = re.compile(r"(\d+(?:\.\d+)?)\s*[-–]\s*(\d+(?:\.\d+)?)x?")
+_VERDICTS = ("guard FAILED", "invalid", "misses the SLO", "no difference beyond noise", "not supported", "faster",
+             "slower", "helps", "hurts", "lower", "higher", "no interval")
+
+
+def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
+    """A finding's text as the report shows it: the claim (its first sentence), the per-arm figures the rest
+    lists as ``ARM: figures`` items (``[{"arm", "estimate", "interval", "verdict", "detail"}]``, estimate and
+    interval as written, e.g. ``1.59x`` and ``1.41-1.79x``), and the other sentences (caveats) as notes.
+    Presentation only: the text is the experiment's own, nothing is recomputed."""
+    text = " ".join(str(text).split())
+    parts = _SENTENCE_END.split(text, maxsplit=1)
+    claim, rest = parts[0], parts[1] if len(parts) > 1 else ""
+    rows, notes = [], []
+    for item in (i.strip().rstrip(".;") for i in _ITEM_SPLIT.split(rest) if i.strip()):
+        m = _ARM.match(item)
+        if not m or m.group(1).lower().startswith(("caveat", "note", "evidence")):
+            notes.append(item + ".")
+            continue
+        arm, detail = m.group(1), m.group(2)
+        group = arm
+        inner = _ARM.match(detail)
+        if inner and " vs " in inner.group(1):                 # "policy: metric vs base: figures"
+            arm, detail = f"{arm} · {inner.group(1)}", inner.group(2)
+        elif " vs " in arm and rows and rows[-1].get("group"):  # "metric vs base: figures" of the same policy
+            group = rows[-1]["group"]
+            arm = f"{group} · {arm}"
+        est = _ESTIMATE.search(detail)
+        iv = _INTERVAL.search(detail)
+        verdict = next((v for v in _VERDICTS if v in detail), "")
+        if not verdict and iv:   # as written: which side of 1 the stated interval lies
+            lo, hi = float(iv.group(1)), float(iv.group(2))
+            verdict = "below 1" if hi < 1 else "above 1" if lo > 1 else "includes 1"
+        rows.append({"arm": arm, "group": group, "estimate": (est.group(0) if est else ""),
+                     "interval": (iv.group(0) if iv else ""), "verdict": verdict, "detail": detail})
+    return claim, rows, notes
+
+
+def _arms_table(rows: list[dict]) -> str:
+    """The per-arm figures of a finding: arm, estimate, interval, verdict (the full phrase on hover)."""
+    body = "".join(f"<tr title='{html.escape(r['detail'])}'><td>{html.escape(r['arm'])}</td>"
+                   f"<td>{html.escape(r['estimate'])}</td><td>{html.escape(r['interval'])}</td>"
+                   f"<td>{html.escape(r['verdict'])}</td></tr>" for r in rows)
+    return ("<table class='arms'><thead><tr><th>arm</th><th>estimate</th><th>interval</th><th>verdict</th></tr>"
+            f"</thead><tbody>{body}</tbody></table>")
+
+
 def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
-    """One finding: its sentence, a supported / not supported mark, its evidence, and links to its points."""
+    """One finding: one claim sentence and its supported / not supported mark, the per-arm figures in a small
+    table beneath (:func:`split_finding`), other sentences as notes, its evidence, and links to its points."""
     f = evidence.Finding.from_value(value)
     mark = ("<span class='supported'>supported</span>" if f.supported
             else "<span class='unsupported'>not supported</span>")
     if not f.evidence and not f.point_ids and isinstance(value, str):
         mark = ""  # an old manifest's plain sentence: its support was never recorded
-    body = f"<b><a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a></b>: {html.escape(f.text)} {mark}"
+    claim, rows, notes = split_finding(f.text)
+    if len(rows) < 2:   # one item is not a table: keep the sentence whole
+        claim, rows, notes = f.text, [], []
+    body = f"<b><a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a></b>: {mark} {html.escape(claim)}"
+    if rows:
+        body += _arms_table(rows)
+    if notes:
+        body += f"<div class='evidence'>{html.escape(' '.join(notes))}</div>"
     if f.evidence:
         body += f"<div class='evidence'>Evidence: {html.escape(f.evidence)}</div>"
     if f.point_ids:
@@ -143,6 +207,31 @@ def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
         body += (f"<details class='evidence'><summary>rests on {len(f.point_ids)} point"
                  f"{'s' if len(f.point_ids) != 1 else ''}</summary>{links}</details>")
     return f"<{tag} class='finding'>{body}</{tag}>"
+
+
+def _summary_html(run: Path) -> str:
+    """The report's opening screen: per experiment the recommendation (the claim of a supported finding) or
+    "no supported effect", each linking to its section."""
+    manifest = results.read_manifest(run)
+    findings = manifest.get("findings", {}) or {}
+    exps = list(dict.fromkeys(list(manifest.get("experiments", {})) + list(findings)))
+    if not exps:
+        return ""
+    items = []
+    for exp in exps:
+        value = findings.get(exp)
+        link = f"<a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a>"
+        if value is None:
+            items.append(f"<li>{link}: <span class='meta'>no finding recorded</span></li>")
+            continue
+        f = evidence.Finding.from_value(value)
+        claim = split_finding(f.text)[0]
+        if f.supported or isinstance(value, str):
+            items.append(f"<li>{link}: {html.escape(claim)}</li>")
+        else:
+            items.append(f"<li>{link}: <span class='unsupported'>no supported effect</span> "
+                         f"<span class='meta'>{html.escape(claim)}</span></li>")
+    return f"<div class='summary'><h2>Summary</h2><ul>{''.join(items)}</ul></div>"
 
 
 def findings_table(run_dir) -> pd.DataFrame:
@@ -172,7 +261,7 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
     """One run: findings first (each experiment's headline), validity, figures; then point tables, configs
     and the environment, collapsed."""
     manifest = results.read_manifest(run)
-    points = results.read_points(run)
+    points = _points_with_cost(run, manifest)
     parts = [f"<h2>Run {html.escape(label + ': ' if label else '')}{html.escape(run.name)}</h2>",
              f"<p class='meta'>created {html.escape(str(manifest.get('created_utc')))} · "
              f"status {html.escape(str(manifest.get('status')))}</p>",
@@ -203,6 +292,52 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
                         for n in notebooks)
         parts.append(f"<p class='meta'>Executed notebooks:</p><ul>{links}</ul>")
     return "\n".join(p for p in parts if p)
+
+
+def _points_with_cost(run: Path, manifest: dict | None = None) -> pd.DataFrame:
+    """The run's points with the cost and interactivity columns (:func:`workbench.share.cost.add_columns`, at the
+    price the manifest records as ``price_per_hour_usd``)."""
+    from workbench.share import cost
+
+    manifest = manifest if manifest is not None else results.read_manifest(run)
+    points = results.read_points(run)
+    if points.empty:
+        return points
+    return cost.add_columns(points, results.read_requests(run), manifest.get("price_per_hour_usd"))
+
+
+def _share_run(run: Path, figures, price_per_hour) -> str:
+    """What a run's report writes into the run for people outside the workbench: the price (if given) in the
+    manifest, the interactivity Pareto figure, static figures, and ``metrics.json``. Returns a one-line note
+    when static figures could not be written (also printed to stderr), else ""."""
+    import os
+    import sys
+
+    from workbench.share import cost, run_summary, static_figures
+
+    formats = static_figures.parse_formats(os.environ.get("WORKBENCH_FIGURES", DEFAULT_FIGURE_FORMATS)
+                                           if figures is None else figures)
+    price = cost.check_price(price_per_hour)
+    try:
+        results.check_writer(run)   # a run another process is measuring keeps its manifest to itself
+    except results.RunLockedError as exc:
+        note = f"metrics.json, the Pareto figure and static figures not written now: {exc}"
+        print(note, file=sys.stderr)
+        return note
+    if price is not None:
+        results.update_manifest(run, price_per_hour_usd=price)
+    points = _points_with_cost(run)
+    fig = cost.pareto_figure(points)
+    if fig is not None:
+        results.save_figure(run, cost.PARETO_FIGURE, fig)
+    note = ""
+    if formats:
+        _, problem = static_figures.write_static(run, formats)
+        if problem:
+            note = problem
+            print(problem, file=sys.stderr)
+    run_summary.write_metrics(run, points)
+    return note
 
 
 def _residuals_html(run: Path, exp: str, points: pd.DataFrame) -> str:
@@ -450,7 +585,7 @@ def export(run_dir, out_dir=None) -> dict[str, Path]:
     return paths
 
 
-def _export_many(runs: list[Path], out: Path) -> dict[str, Path]:
+def _export_many(runs: list[Path], out: Path, metrics: list[str] | None = None) -> dict[str, Path]:
     """Combined export of several runs next to a comparison page: ``<stem>.requests.csv`` / ``.points.json``."""
     req = [results.read_requests(r).assign(run_id=r.name) for r in runs]
     req = [d for d in req if not d.empty]
@@ -463,7 +598,7 @@ def _export_many(runs: list[Path], out: Path) -> dict[str, Path]:
         pts = results.read_points(r)
         runs_json.append({"run_id": r.name, "environment": m.get("environment"), "experiments": m.get("experiments"),
                           "points": json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []})
-    deltas = compare_points(runs)
+    deltas = compare_points(runs, metrics)
     _write_text(paths["points_json"], json.dumps(
         {"runs": runs_json, "deltas": json.loads(deltas.to_json(orient="records")) if not deltas.empty else []},
         indent=2, default=str))
@@ -482,8 +617,13 @@ def _downloads(paths: dict[str, Path], page_dir: Path, label: str = "") -> str:
     return f"<p class='downloads meta'>Data: {links}</p>"
 
 
-def build_report(run_dirs, out: str | Path | None = None) -> Path:
+def build_report(run_dirs, out: str | Path | None = None, figures=None, price_per_hour=None) -> Path:
     """Write a self-contained HTML report, and export the data as CSV / JSON (:func:`export`).
+
+    A one-run report also writes into the run (:func:`_share_run`): ``metrics.json``
+    (:mod:`workbench.share.run_summary`), the interactivity Pareto figure and cost columns (:mod:`workbench.share.cost`), and
+    every figure as ``figures/NAME.png`` / ``.svg`` (:mod:`workbench.share.static_figures`; where no renderer is
+    present, a one-line reason and the HTML figures alone).
 
     Args:
         run_dirs: one run folder, or a list (a comparison report).
@@ -491,14 +631,22 @@ def build_report(run_dirs, out: str | Path | None = None) -> Path:
             ``<results>/comparisons/compare-<id>.html`` for several. A comparison writes only its
             output (the page and ``<stem>.requests.csv`` / ``<stem>.points.json`` beside it), never
             into the runs it compares.
+        figures: static formats for a one-run report (``"png,svg,pdf"``, a list, or ``"none"``); default
+            ``$WORKBENCH_FIGURES`` else :data:`DEFAULT_FIGURE_FORMATS`.
+        price_per_hour: USD per device-hour for the cost columns of a one-run report (recorded in the
+            manifest); default: the price the run recorded, if any.
 
     Returns:
         The report path.
 
     Raises:
         ParameterError: the output would be written into one of the compared runs, or through a symlink
-            out of the results folder.
+            out of the results folder; an unknown figure format or a negative price.
     """
+    from workbench.share import cost, static_figures
+
+    static_figures.parse_formats(figures if figures is not None else "")   # bad input: refused before any write
+    cost.check_price(price_per_hour)
     runs = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(r) for r in run_dirs]
     if out is None:
         out = (runs[0] / "report.html" if len(runs) == 1
@@ -511,7 +659,9 @@ def build_report(run_dirs, out: str | Path | None = None) -> Path:
                                  "writes into its inputs (choose another -o)")
     results.check_write_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    share_note = ""
     if len(runs) == 1:
+        share_note = _share_run(runs[0], figures, price_per_hour)
         exports = {runs[0]: export(runs[0])}
     else:   # link each run's own exports where they exist; write nothing into the runs
         exports = {r: {k: r / name for k, name in (("requests_csv", "requests.csv"), ("points_json", "points.json"))
@@ -521,17 +671,25 @@ def build_report(run_dirs, out: str | Path | None = None) -> Path:
             f"<p class='meta'>built {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}. "
             "Latencies in seconds; throughput in tokens/s; goodput in requests/s meeting the SLO.</p>"]
     if len(runs) == 1:
+        body.append(_summary_html(runs[0]))
         body.append(_downloads(exports[runs[0]], out.parent))
+        if share_note:
+            body.append(f"<p class='meta'>{html.escape(share_note)}</p>")
         body.append(_run_section(runs[0], page_dir=out.parent))
     else:
         labels = run_labels(runs)
         body.append("<ul>" + "".join(f"<li><b>{html.escape(labels[r.name])}</b>: {html.escape(str(r))}</li>"
                                      for r in runs) + "</ul>")
-        body.append(_downloads(_export_many(runs, out), out.parent, "all runs: "))
-        body += ["<h2>Headline deltas (vs run A)</h2>",
-                 "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput; "
-                 "Δ is the relative change vs run A. Points missing from a run are blank there.</p>",
-                 _delta_table_html(compare_points(runs), runs),
+        from workbench.share import formats
+
+        check, left_out = formats.comparability(runs)
+        body.append(_downloads(_export_many(runs, out, formats.comparable_metrics(left_out)), out.parent,
+                               "all runs: "))
+        body += [formats.table_html(check), "<h2>Headline deltas (vs run A)</h2>",
+                 "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput, "
+                 "those the comparability check above keeps; Δ is the relative change vs run A. Points missing "
+                 "from a run are blank there.</p>",
+                 _delta_table_html(compare_points(runs, formats.comparable_metrics(left_out)), runs),
                  "<h2>Environments</h2>", _env_table_html(environments(runs)),
                  "<h2>Figures, runs overlaid</h2>"]
         for name, figs in overlay_figures(runs):

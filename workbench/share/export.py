@@ -1,0 +1,590 @@
+"""Export a run to the tools the field uses: MLflow, llm-d's Benchmark Report v0.2, ``vllm bench serve`` JSON.
+
+``workbench export RUN --to mlflow|br0.2|vllm-json`` (:func:`export_run`):
+
+- ``mlflow``: one parent run per suite run (the run folder) and one child run per point, as AIPerf logs a
+  sweep. A child holds the point's parameters, its numeric columns as metrics (the workbench's names, units in
+  the name: ``ttft_s_p50``, ``output_throughput_tps``, ``usd_per_mtok_output``), its validity as tags
+  (``valid``, ``invalid_reason``, ``status``); the parent holds the manifest's environment as tags
+  (``env.<key>``), ``metrics.json``'s counts as metrics, and the report, figures, ``metrics.json``,
+  ``manifest.json`` and the parquet tables as artifacts. The default store is local and works offline: an
+  sqlite database ``<results>/mlflow/mlflow.db`` with artifacts under ``<results>/mlflow/artifacts``
+  (MLflow 3 keeps its ``./mlruns`` file store in maintenance mode). ``--tracking-uri`` takes a folder (the same
+  layout there), an ``sqlite:///`` / ``file:`` / ``http(s)://`` URI. A local store that cannot be written is
+  refused before anything is created; a failure part-way deletes the runs it created.
+- ``br0.2``: one Benchmark Report v0.2 per point (the format inference-perf emits; schema vendored in
+  ``workbench/schemas/``, from llm-d/llm-d-benchmark), each validated with ``jsonschema`` before any is written.
+- ``vllm-json``: one file per point with the fields ``vllm bench serve --save-result --save-detailed`` writes
+  (``vllm/benchmarks/serve.py``: ``duration``, ``completed``, ``total_input_tokens``, ``request_throughput``,
+  ``output_throughput``, ``mean_ttft_ms`` / ``median_ttft_ms`` / ``std_ttft_ms`` / ``p99_ttft_ms`` and the same
+  for ``tpot``, ``itl``, ``e2el``, the per-request lists), plus ``workbench_*`` keys for what vLLM has no field
+  for (point id, validity, ignore_eos). A percentile the samples cannot support (DESIGN.md section 4: p99 needs
+  100) is null, with ``workbench_percentile_note`` saying so.
+
+Every export says first what it exports: points finished, valid, invalid and failed, and the run's status when
+it is not finished (an interrupted run exports the points on disk). File exports are written into a
+temporary folder and moved into place whole.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench.run import results
+from workbench.errors import ParameterError
+
+FORMATS = ("mlflow", "br0.2", "vllm-json")
+SCHEMA_BR02 = Path(__file__).with_name("schemas") / "br_v0_2_json_schema.json"
+#: Point columns that are parameters of the point (logged as MLflow params), when present.
+PARAM_COLUMNS = ("experiment", "model", "device", "device_name", "dtype", "batch_size", "prompt_tokens",
+                 "context_tokens", "max_new_tokens", "ignore_eos", "temperature", "top_p", "reasoning_budget",
+                 "compression", "compression_ratio", "engine", "policy", "arrival", "rate_rps", "concurrency")
+_MS = 1000.0
+
+
+# ---------------------------------------------------------------------------------------------- the run
+
+
+def _check_run(run_dir) -> Path:
+    run = Path(run_dir)
+    if not (run / "manifest.json").is_file():
+        raise ParameterError(f"RUN_DIR: {str(run)!r} is not a run folder (no manifest.json)")
+    results.read_manifest(run)
+    return run
+
+
+def _tables(run: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """Manifest, points (with cost columns at the recorded price) and requests of a run."""
+    from workbench.share import cost
+
+    manifest = results.read_manifest(run)
+    points = results.read_points(run)
+    requests = results.read_requests(run)
+    if not points.empty:
+        points = cost.add_columns(points, requests, manifest.get("price_per_hour_usd"))
+    return manifest, points, requests
+
+
+def describe(run_dir) -> list[str]:
+    """What an export of the run carries, one line each: the counts, and a warning when the run is unfinished
+    or most of its measured points are invalid."""
+    run = _check_run(run_dir)
+    manifest, points, _ = _tables(run)
+    status = str(manifest.get("status"))
+    n = len(points)
+    ok = points[points["status"] == "ok"] if "status" in points else points
+    valid = int(ok["valid"].fillna(True).astype(bool).sum()) if "valid" in ok else len(ok)
+    lines = [f"exporting {n} point(s) of {run.name}: {len(ok)} measured ({valid} valid, {len(ok) - valid} invalid), "
+             f"{n - len(ok)} failed"]
+    if status != "ok":
+        lines.append(f"note: the run's status is {status!r}: only the points on disk are exported "
+                     f"({'resume it with workbench run --resume ' + str(run) if status in ('running', 'interrupted') else 'failed notebooks have no points'})")
+    if len(ok) and (len(ok) - valid) * 2 > len(ok):
+        lines.append(f"note: {len(ok) - valid} of {len(ok)} measured points are invalid (other load or drift); "
+                     "they are exported with valid=false; re-measure with workbench run --rerun-invalid")
+    if n == 0:
+        lines.append("note: the run has no points; only its manifest and report are exported")
+    return lines
+
+
+def export_run(run_dir, to: str, tracking_uri: str | None = None, out=None) -> list[str]:
+    """Export a run; returns the lines to print (what is exported, then where it went).
+
+    Args:
+        run_dir: the run folder.
+        to: one of :data:`FORMATS`.
+        tracking_uri: MLflow only: a folder or URI (default ``<results>/mlflow``).
+        out: br0.2 / vllm-json only: the folder to write (default ``<run>/exports/<format>``).
+
+    Raises:
+        ParameterError: unknown format, not a run folder, a tracking URI that cannot be written, an output
+            folder that exists and is not empty, a report the BR0.2 schema rejects.
+    """
+    if to not in FORMATS:
+        raise ParameterError(f"--to: unknown format {to!r} (allowed: {', '.join(FORMATS)})")
+    if tracking_uri is not None and to != "mlflow":
+        raise ParameterError("--tracking-uri: only for --to mlflow")
+    run = _check_run(run_dir)
+    lines = describe(run)
+    if to == "mlflow":
+        parent, uri = to_mlflow(run, tracking_uri)
+        lines.append(f"mlflow: parent run {parent} in {uri}")
+    else:
+        docs = br02_reports(run) if to == "br0.2" else vllm_results(run)
+        folder = write_documents(run, docs, to, out)
+        lines.append(f"{to}: {len(docs)} file(s) in {folder}")
+    return lines
+
+
+def _safe_name(point_id: str) -> str:
+    digest = hashlib.sha1(point_id.encode("utf-8")).hexdigest()[:8]
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", point_id)[:80].strip("._") or "point"
+    return f"{stem}-{digest}"
+
+
+def write_documents(run: Path, docs: dict[str, dict], fmt: str, out=None) -> Path:
+    """Write ``{point_id: document}`` as ``<folder>/<safe point id>.json``, whole or not at all.
+
+    Raises:
+        ParameterError: the folder exists and is not empty, or cannot be written.
+    """
+    folder = Path(out) if out else run / "exports" / fmt
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ParameterError(f"-o: {folder} exists and is not an empty folder (choose another, or remove it)")
+    if not out:
+        results.check_write_target(folder)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
+    except OSError as exc:
+        raise ParameterError(f"-o: {folder} cannot be written ({exc.strerror or exc})") from None
+    try:
+        for pid, doc in docs.items():
+            (tmp / f"{_safe_name(pid)}.json").write_text(json.dumps(doc, indent=2, allow_nan=False), encoding="utf-8")
+        if folder.exists():
+            folder.rmdir()
+        os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+# ---------------------------------------------------------------------------------------- per point data
+
+
+def _num(v):
+    """A finite float, or None."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _completed(req: pd.DataFrame) -> pd.DataFrame:
+    if "error" in req:
+        req = req[req["error"].isna() | (req["error"].astype(str) == "")]
+    if "output_tokens" in req:
+        req = req[pd.to_numeric(req["output_tokens"], errors="coerce").fillna(0) > 0]
+    return req
+
+
+def _values(req: pd.DataFrame, col: str) -> np.ndarray:
+    if col not in req:
+        return np.array([])
+    if col == "itl_s":
+        flat = [float(x) for v in req[col] if v is not None and not (isinstance(v, float) and math.isnan(v))
+                for x in (list(v) if not isinstance(v, str) else json.loads(v))]
+        return np.array(flat, dtype=float)
+    vals = pd.to_numeric(req[col], errors="coerce").to_numpy(dtype=float)
+    return vals[np.isfinite(vals)]
+
+
+def _min_n(q: float) -> int:
+    """Independent samples a percentile needs (DESIGN.md section 4: p90 needs 10, p99 needs 100): 1 / tail."""
+    tail = min(q, 100 - q) / 100
+    return 1 if tail >= 0.5 else int(math.ceil(1 / tail - 1e-9))
+
+
+def _point_requests(requests: pd.DataFrame, pid: str) -> pd.DataFrame:
+    if requests.empty or "point_id" not in requests:
+        return requests.iloc[0:0]
+    return requests[requests["point_id"] == pid]
+
+
+# ---------------------------------------------------------------------------------------------- BR v0.2
+
+
+_BR_QUANTILES = {"p0p1": 0.1, "p1": 1, "p5": 5, "p10": 10, "p25": 25, "p50": 50, "p75": 75, "p90": 90, "p95": 95,
+                 "p99": 99, "p99p9": 99.9}
+
+
+def _br_stats(values: np.ndarray, units: str, scale: float = 1.0) -> dict | None:
+    """A BR0.2 ``Statistics`` object: mean, stddev, min, max and the percentiles the sample count supports."""
+    if values.size == 0:
+        return None
+    v = values * scale
+    out = {"units": units, "mean": float(v.mean()), "min": float(v.min()), "max": float(v.max())}
+    if v.size >= 2:
+        out["stddev"] = float(v.std(ddof=1))
+    for key, q in _BR_QUANTILES.items():
+        if v.size >= _min_n(q):
+            out[key] = float(np.percentile(v, q))
+    return out
+
+
+def _br_rate(value, units: str) -> dict | None:
+    f = _num(value)
+    return None if f is None else {"units": units, "mean": f}
+
+
+def _duration(seconds) -> str | None:
+    f = _num(seconds)
+    return None if f is None else f"PT{f:.6f}S"
+
+
+def br02_report(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFrame) -> dict:
+    """One Benchmark Report v0.2 for one point (see ``workbench/schemas/README.md``).
+
+    Latencies in seconds (``s``, TPOT / ITL ``s/token``), rates as point figures (``mean`` only: the workbench
+    measures one rate per point). The workbench's own columns go to ``scenario.load.native.config``.
+    """
+    pid = str(point["point_id"])
+    env = manifest.get("environment", {}) or {}
+    req = _point_requests(requests, pid)
+    done = _completed(req)
+    finished = (manifest.get("points", {}).get(pid, {}) or {}).get("finished_utc")
+    wall = _num(point.get("wall_s"))
+    start = None
+    if finished and wall is not None:
+        try:
+            start = (_dt.datetime.fromisoformat(finished) - _dt.timedelta(seconds=wall)).isoformat()
+        except ValueError:
+            start = None
+    prompt = _values(done, "prompt_tokens")
+    ignore_eos = point.get("ignore_eos")
+    config = {k: _jsonable(point.get(k)) for k in point.index}
+    n_req = int(_num(point.get("requests")) or len(req))
+    n_done = int(_num(point.get("completed")) or len(done))
+    accel = str(point.get("device_name") or env.get("device_name") or point.get("device") or env.get("device") or "unknown")
+    report = {
+        "version": "0.2",
+        "run": {"uid": hashlib.sha1(f"{run.name}/{pid}".encode()).hexdigest(), "eid": run.name,
+                "time": {"start": start, "end": finished, "duration": _duration(wall)},
+                "description": f"workbench {point.get('experiment')} point {pid}",
+                "keywords": ["workbench", str(point.get("experiment"))]},
+        "scenario": {
+            "stack": [{"metadata": {"label": "workbench-engine-0", "cfg_id": hashlib.sha1(
+                json.dumps(env, sort_keys=True, default=str).encode()).hexdigest()[:32],
+                "description": "the workbench's in-process transformers engine"},
+                "standardized": {"kind": "inference_engine", "tool": "workbench",
+                                 "tool_version": str(env.get("workbench") or env.get("git_commit") or "unknown"),
+                                 "role": "replica", "replicas": 1,
+                                 "model": {"name": str(point.get("model") or env.get("model") or "unknown")},
+                                 "accelerator": {"model": accel, "count": 1, "parallelism": {"tp": 1}}},
+                "native": {"args": None, "envars": None, "config": _jsonable(env)}}],
+            "load": {"metadata": {"schema_version": "0.0.1", "cfg_id": hashlib.sha1(pid.encode()).hexdigest()[:32],
+                                  "description": f"ignore_eos={ignore_eos}"},
+                     "standardized": {"tool": "workbench", "tool_version": str(env.get("workbench") or "unknown"),
+                                      "source": "random" if "prompt_tokens" in point.index else "unknown",
+                                      "input_seq_len": _seq_len(prompt, point.get("prompt_tokens")),
+                                      "output_seq_len": _seq_len(_values(done, "output_tokens"),
+                                                                 point.get("max_new_tokens")),
+                                      **({"rate_qps": _num(point.get("rate_rps"))}
+                                         if _num(point.get("rate_rps")) is not None else {}),
+                                      **({"concurrency": int(point["batch_size"])}
+                                         if _num(point.get("batch_size")) is not None else {})},
+                     "native": {"args": None, "envars": None, "config": config}}},
+        "results": {"request_performance": {"aggregate": {
+            "requests": {"total": n_req, "failures": max(n_req - n_done, 0),
+                         "input_length": _br_stats(prompt, "count"),
+                         "output_length": _br_stats(_values(done, "output_tokens"), "count")},
+            "latency": {"time_to_first_token": _br_stats(_values(done, "ttft_s"), "s"),
+                        "time_per_output_token": _br_stats(_values(done, "tpot_s"), "s/token"),
+                        "inter_token_latency": _br_stats(_values(done, "itl_s"), "s/token"),
+                        "request_latency": _br_stats(_values(done, "e2e_s"), "s")},
+            "throughput": {"output_token_rate": _br_rate(point.get("output_throughput_tps"), "tokens/s"),
+                           "input_token_rate": _br_rate(point.get("input_throughput_tps"), "tokens/s"),
+                           "request_rate": _br_rate(point.get("request_throughput_rps"), "queries/s")}}}},
+    }
+    return report
+
+
+def _seq_len(values: np.ndarray, fallback) -> dict:
+    if values.size:
+        if np.all(values == values[0]):
+            return {"distribution": "fixed", "value": int(values[0])}
+        return {"distribution": "other", "value": float(values.mean()), "std_dev": float(values.std()),
+                "min": int(values.min()), "max": int(values.max())}
+    f = _num(fallback)
+    return {"distribution": "fixed" if f is not None else "other", "value": int(f) if f is not None else 0}
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+        return _jsonable(v.tolist())
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    try:
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return str(v)
+
+
+def br02_validator():
+    """A ``jsonschema`` validator of the vendored Benchmark Report v0.2 schema."""
+    import jsonschema
+
+    schema = json.loads(SCHEMA_BR02.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def br02_reports(run_dir) -> dict[str, dict]:
+    """``{point_id: BR0.2 report}`` for every point of the run, each validated against the schema.
+
+    Raises:
+        ParameterError: a report the schema rejects (names the point and the first error).
+    """
+    run = _check_run(run_dir)
+    manifest, points, requests = _tables(run)
+    validator = br02_validator()
+    out = {}
+    for _, p in points.iterrows():
+        doc = _strip_none(br02_report(run, manifest, p, requests))
+        errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
+        if errors:
+            e = errors[0]
+            raise ParameterError(f"br0.2: point {p['point_id']} does not match the schema at "
+                                 f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message[:200]}")
+        out[str(p["point_id"])] = doc
+    return out
+
+
+def _strip_none(d):
+    """Drop None values from nested dicts (the schema's optional fields may be absent or null; absent reads better)."""
+    if isinstance(d, dict):
+        return {k: _strip_none(v) for k, v in d.items() if v is not None}
+    if isinstance(d, list):
+        return [_strip_none(v) for v in d]
+    return d
+
+
+# ------------------------------------------------------------------------------------------ vLLM bench JSON
+
+
+_VLLM_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_s", "e2el": "e2e_s"}
+
+
+def vllm_result(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFrame) -> dict:
+    """One point as ``vllm bench serve --save-result --save-detailed`` writes it (times in ms in the summary,
+    seconds in the per-request lists, as vLLM does)."""
+    pid = str(point["point_id"])
+    req = _point_requests(requests, pid)
+    done = _completed(req)
+    finished = (manifest.get("points", {}).get(pid, {}) or {}).get("finished_utc")
+    date = ""
+    if finished:
+        try:
+            date = _dt.datetime.fromisoformat(finished).strftime("%Y%m%d-%H%M%S")
+        except ValueError:
+            date = ""
+    rate = _num(point.get("rate_rps"))
+    inputs = _values(done, "prompt_tokens")
+    outputs = _values(done, "output_tokens")
+    wall = _num(point.get("wall_s"))
+    doc = {"date": date, "endpoint_type": "workbench", "backend": "workbench", "label": str(point.get("experiment")),
+           "model_id": str(point.get("model")), "tokenizer_id": str(point.get("model")),
+           "num_prompts": int(_num(point.get("requests")) or len(req)),
+           "request_rate": rate if rate is not None else "inf", "burstiness": _num(point.get("burstiness")) or 1.0,
+           "max_concurrency": int(point["batch_size"]) if _num(point.get("batch_size")) is not None else None,
+           "ignore_eos": bool(point.get("ignore_eos")) if point.get("ignore_eos") is not None else None,
+           "duration": wall, "completed": int(len(done)), "failed": int(len(req) - len(done)),
+           "total_input_tokens": int(inputs.sum()), "total_output_tokens": int(outputs.sum()),
+           "request_throughput": _num(point.get("request_throughput_rps")),
+           "request_goodput": _num(point.get("goodput_rps")),
+           "output_throughput": _num(point.get("output_throughput_tps")),
+           "total_token_throughput": (_num(point.get("output_throughput_tps")) or 0)
+           + (_num(point.get("input_throughput_tps")) or 0) if _num(point.get("output_throughput_tps")) else None,
+           "input_lens": [int(x) for x in inputs], "output_lens": [int(x) for x in outputs],
+           "ttfts": [float(x) for x in _values(done, "ttft_s")],
+           "itls": [[float(x) for x in (v if not isinstance(v, str) else json.loads(v))] for v in done["itl_s"]]
+           if "itl_s" in done else [],
+           "generated_texts": [str(t) for t in done["text"]] if "text" in done else [],
+           "errors": [str(e) for e in req["error"].dropna()] if "error" in req else []}
+    note = []
+    for short, col in _VLLM_METRICS.items():
+        v = _values(done, col)
+        doc[f"mean_{short}_ms"] = float(v.mean() * _MS) if v.size else None
+        doc[f"median_{short}_ms"] = float(np.median(v) * _MS) if v.size else None
+        doc[f"std_{short}_ms"] = float(v.std() * _MS) if v.size else None
+        ok = v.size >= _min_n(99)
+        doc[f"p99_{short}_ms"] = float(np.percentile(v, 99) * _MS) if ok else None
+        if v.size and not ok:
+            note.append(f"p99_{short}_ms")
+    doc["workbench_point_id"] = pid
+    doc["workbench_valid"] = None if point.get("valid") is None or pd.isna(point.get("valid")) else bool(point["valid"])
+    doc["workbench_invalid_reason"] = str(point.get("invalid_reason") or "")
+    doc["workbench_itl_definition"] = "gaps between generated token ids (vLLM: between streamed chunks)"
+    if note:
+        doc["workbench_percentile_note"] = (f"left null, too few samples for p99 (needs {_min_n(99)}): "
+                                            + ", ".join(note))
+    return _jsonable(doc)
+
+
+def vllm_results(run_dir) -> dict[str, dict]:
+    """``{point_id: vLLM bench result}`` for every point of the run."""
+    run = _check_run(run_dir)
+    manifest, points, requests = _tables(run)
+    return {str(p["point_id"]): vllm_result(run, manifest, p, requests) for _, p in points.iterrows()}
+
+
+# --------------------------------------------------------------------------------------------------- MLflow
+
+
+def _local_store(path: Path) -> tuple[str, str]:
+    """``(tracking URI, artifact location)`` of a local store in folder ``path``, after checking it is writable.
+
+    Raises:
+        ParameterError: the folder cannot be created or written.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-", delete=True)
+        probe.close()
+    except OSError as exc:
+        raise ParameterError(f"--tracking-uri: {path} cannot be written ({exc.strerror or exc})") from None
+    return f"sqlite:///{path.resolve() / 'mlflow.db'}", (path.resolve() / "artifacts").as_uri()
+
+
+def resolve_tracking_uri(uri: str | None) -> tuple[str, str | None]:
+    """The tracking URI and artifact location an export uses (see the module docstring).
+
+    Raises:
+        ParameterError: a local store that cannot be written.
+    """
+    if not uri:
+        return _local_store(results.results_root() / "mlflow")
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        folder, _ = _local_store(db.parent)
+        return uri, (db.parent.resolve() / "artifacts").as_uri()
+    if uri.startswith("file:"):
+        from urllib.parse import urlparse
+
+        _local_store(Path(urlparse(uri).path))
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")   # MLflow 3: the file store is opt-in
+        return uri, None
+    if re.match(r"^[a-z][a-z0-9+.-]*://", uri):
+        return uri, None  # a server (http, https, databricks...): checked by MLflow itself
+    return _local_store(Path(uri))
+
+
+def _metric_name(col: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_\-. /]", "_", col)[:250]
+
+
+def _child_payload(point: pd.Series, manifest: dict):
+    """``(params, metrics, tags)`` of one point's child run."""
+    pid = str(point["point_id"])
+    recorded = (manifest.get("points", {}).get(pid, {}) or {}).get("params") or {}
+    params = {str(k): v for k, v in recorded.items()}
+    for col in PARAM_COLUMNS:
+        if col in point.index and col not in params and point[col] is not None and not (
+                isinstance(point[col], float) and math.isnan(point[col])):
+            params[col] = point[col]
+    params = {k: (json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v))[:6000]
+              for k, v in params.items()}
+    metrics = {}
+    for col, v in point.items():
+        if col in params or isinstance(v, (bool, np.bool_)) or col in ("valid",):
+            continue
+        f = _num(v) if isinstance(v, (int, float, np.integer, np.floating)) else None
+        if f is not None:
+            metrics[_metric_name(col)] = f
+    valid = point.get("valid")
+    tags = {"workbench.point_id": pid[:5000], "workbench.experiment": str(point.get("experiment")),
+            "status": str(point.get("status", "ok")),
+            "valid": "unknown" if valid is None or pd.isna(valid) else str(bool(valid)).lower(),
+            "invalid_reason": str(point.get("invalid_reason") or "")[:5000]}
+    return params, metrics, tags
+
+
+def to_mlflow(run_dir, tracking_uri: str | None = None, experiment: str = "workbench") -> tuple[str, str]:
+    """Log a run to MLflow: a parent run and a child per point (see the module docstring).
+
+    Returns:
+        ``(parent run id, tracking URI)``.
+
+    Raises:
+        ParameterError: a tracking URI that cannot be written, or MLflow failing part-way (the runs it had
+            created are deleted first).
+    """
+    run = _check_run(run_dir)
+    uri, artifacts = resolve_tracking_uri(tracking_uri)
+    from workbench.share import run_summary
+
+    try:
+        from mlflow.entities import Metric, Param
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        raise ParameterError("--to mlflow: mlflow is not installed (pip install mlflow-skinny)") from None
+    manifest, points, _ = _tables(run)
+    summary = run_summary.read_metrics(run) or run_summary.build_metrics(run, points)
+    created: list[str] = []
+    client = None
+    try:
+        import logging
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        client = MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(experiment, artifact_location=artifacts)
+        env = manifest.get("environment", {}) or {}
+        tags = {f"env.{k}": (json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v))[:5000]
+                for k, v in env.items()}
+        tags.update({"workbench.run_id": run.name, "workbench.status": str(manifest.get("status")),
+                     "workbench.suite": str(manifest.get("suite") or "")})
+        parent = client.create_run(exp_id, run_name=run.name, tags=tags)
+        pid_parent = parent.info.run_id
+        created.append(pid_parent)
+        now = int(_dt.datetime.now().timestamp() * 1000)
+        counts = {f"points_{k}": float(v) for k, v in (summary.get("points") or {}).items()}
+        counts.update({f"findings_{k}": float(v) for k, v in (summary.get("findings") or {}).items()})
+        client.log_batch(pid_parent, metrics=[Metric(k, v, now, 0) for k, v in counts.items()])
+        if manifest.get("price_per_hour_usd") is not None:
+            client.log_param(pid_parent, "price_per_hour_usd", manifest["price_per_hour_usd"])
+        for _, p in points.iterrows():
+            params, mets, ctags = _child_payload(p, manifest)
+            ctags["mlflow.parentRunId"] = pid_parent
+            child = client.create_run(exp_id, run_name=str(p["point_id"])[:250], tags=ctags)
+            created.append(child.info.run_id)
+            items = [Param(k, v) for k, v in params.items()]
+            mlist = [Metric(k, v, now, 0) for k, v in mets.items()]
+            for i in range(0, max(len(items), len(mlist), 1), 100):
+                client.log_batch(child.info.run_id, metrics=mlist[i:i + 100], params=items[i:i + 100])
+            client.set_terminated(child.info.run_id, "FINISHED" if p.get("status", "ok") == "ok" else "FAILED")
+        for name, sub in (("report.html", "report"), ("metrics.json", ""), ("manifest.json", ""),
+                          ("points.parquet", "tables"), ("requests.parquet", "tables")):
+            if (run / name).is_file():
+                client.log_artifact(pid_parent, str(run / name), sub or None)
+        figs = run / "figures"
+        if figs.is_dir():
+            for f in sorted(figs.iterdir()):
+                if f.is_file() and f.suffix in (".png", ".svg", ".pdf", ".html", ".js"):
+                    client.log_artifact(pid_parent, str(f), "figures")
+        status = "FINISHED" if manifest.get("status") == "ok" else "KILLED"
+        client.set_terminated(pid_parent, status)
+    except ParameterError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - MLflow's errors (store, network) become one line, runs rolled back
+        for rid in reversed(created):
+            try:
+                client.delete_run(rid)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ParameterError(f"--tracking-uri: MLflow export to {uri} failed ({type(exc).__name__}: {first}); "
+                             "the runs it had created were deleted") from None
+    return pid_parent, uri

@@ -1,0 +1,183 @@
+"""Every figure of a run also as PNG, SVG and PDF, sized for a paper column, beside the HTML ones.
+
+``write_static(run_dir, formats)`` reads each saved figure (``figures/NAME.json``) and writes
+``figures/NAME.png`` / ``.svg`` / ``.pdf`` with plotly's static export: Kaleido 1.x (plotly
+``doc/python/static-image-export.md``) driving a local Chromium (Debian's ``chromium``, which ``make system``
+installs); nothing is downloaded. All of a run's figures go through one browser session
+(:func:`plotly.io.write_images`).
+
+Paper layout (:data:`WIDTH_PX` x :data:`HEIGHT_PX` CSS pixels, fonts :data:`FONT_PX`): set 3.5 in wide (one
+column of a two-column paper) the text is 7 pt; the PNG is rendered at :data:`DPI` dpi for that width. Titles
+longer than a line are wrapped, the legend goes under the plot, and every engine / configuration takes its
+house colour (:func:`workbench.share.plots.consistent_colours`), so one engine has one colour across figures.
+
+Where no renderer is present (Kaleido not installed, no Chromium found) :func:`renderer_problem` says why in
+one line, nothing is written, and the HTML figures stay as they are. Files are rendered into a temporary
+folder and moved into place, so an interrupted export leaves no half-written image.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import textwrap
+from pathlib import Path
+
+import plotly.io as pio
+
+from workbench.share import plots
+from workbench.run import results
+from workbench.errors import ParameterError
+
+FORMATS = ("png", "svg", "pdf")
+#: Paper column: 3.5 in at 300 dpi.
+COLUMN_IN = 3.5
+DPI = 300
+WIDTH_PX = 504
+HEIGHT_PX = 378
+FONT_PX = 14
+_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+def parse_formats(text) -> tuple[str, ...]:
+    """``"png,svg"`` (or a list) -> ``("png", "svg")``; ``""`` / ``"none"`` -> ``()``.
+
+    Raises:
+        ParameterError: a format other than png, svg, pdf.
+    """
+    if text is None:
+        return ()
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out = []
+    for item in (str(i).strip().lower() for i in items):
+        if not item or item == "none":
+            continue
+        if item not in FORMATS:
+            raise ParameterError(f"--figures: unknown format {item!r} (allowed: {', '.join(FORMATS)}, or none)")
+        if item not in out:
+            out.append(item)
+    return tuple(out)
+
+
+def _browser() -> str | None:
+    env = os.environ.get("BROWSER_PATH")
+    if env and Path(env).is_file():
+        return env
+    for name in _BROWSERS:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def renderer_problem() -> str | None:
+    """Why static figures cannot be written here, in one line; None when Kaleido and a Chromium are present."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "static figures skipped: kaleido is not installed (pip install 'kaleido>=1.0')"
+    if _browser() is None:
+        return ("static figures skipped: no Chromium found for Kaleido (make system installs Debian's chromium; "
+                "or set BROWSER_PATH)")
+    return None
+
+
+def _wrap(title: str, width: int = 58) -> str:
+    if not title or "<br>" in title or len(title) <= width:
+        return title
+    return "<br>".join(textwrap.wrap(title, width))
+
+
+def paper_figure(fig):
+    """A copy of ``fig`` laid out for a paper column: fixed size, readable fonts, wrapped title, legend
+    below the plot when it has several entries, house colours per engine / configuration.
+
+    Returns:
+        ``(figure, width_px, height_px)``.
+    """
+    import plotly.graph_objects as go
+
+    out = go.Figure(fig)
+    plots.consistent_colours(out)
+    height = HEIGHT_PX
+    if out.layout.height and out.layout.height > 500:  # stacked panels (one per device type): keep them legible
+        height = min(int(out.layout.height * 0.75), 3 * HEIGHT_PX)
+    title = out.layout.title.text if out.layout.title else None
+    lines = 1 + (_wrap(title or "").count("<br>") if title else 0)
+    # subplot titles sit on the top panel's edge: the figure title goes one line above them
+    lift = 22 if any(a.yref == "paper" and (a.y or 0) >= 0.99 for a in out.layout.annotations) else 0
+    out.update_layout(width=WIDTH_PX, height=height, autosize=False,
+                      font=dict(size=FONT_PX), title=dict(text=""),
+                      margin=dict(l=60, r=20, t=16 + 20 * lines + lift if title else 15 + lift, b=50))
+    if title:  # the title as an annotation: a wrapped block whose bottom sits on the plot's top (a multi-line
+        # plotly title grows downward into the plot)
+        out.add_annotation(text=_wrap(title), x=0, xref="paper", xanchor="left", y=1, yref="paper", yanchor="bottom",
+                           yshift=6 + lift, showarrow=False, align="left", font=dict(size=FONT_PX + 1))
+    out.update_xaxes(automargin=True, title_font=dict(size=FONT_PX), tickfont=dict(size=FONT_PX - 2))
+    out.update_yaxes(automargin=True, title_font=dict(size=FONT_PX), tickfont=dict(size=FONT_PX - 2))
+    shown = [t for t in out.data if t.name and t.showlegend is not False]
+    if len(shown) >= 2:
+        plots.legend_below(out, bottom=40)
+        out.update_layout(legend=dict(font=dict(size=FONT_PX - 2)))
+    return out, WIDTH_PX, height
+
+
+def figure_names(run_dir) -> list[str]:
+    """The run's figure names in report order (``manifest["figures"]``, then any other ``figures/*.json``)."""
+    run = Path(run_dir)
+    names = list(results.read_manifest(run).get("figures", []))
+    return names + sorted(p.stem for p in (run / "figures").glob("*.json") if p.stem not in names)
+
+
+def write_static(run_dir, formats=("png", "svg"), names: list[str] | None = None) -> tuple[list[Path], str | None]:
+    """Write each figure of a run as ``figures/NAME.<format>`` beside ``NAME.html``.
+
+    Args:
+        run_dir: the run folder.
+        formats: any of :data:`FORMATS` (a string ``"png,svg"`` is parsed).
+        names: the figures to write (default: all, :func:`figure_names`).
+
+    Returns:
+        ``(paths written, problem)``: ``problem`` is None, or the one-line reason nothing was written
+        (no renderer) or why the export stopped (the files written before it stay; none is partial).
+
+    Raises:
+        ParameterError: an unknown format.
+    """
+    formats = parse_formats(formats) if isinstance(formats, str) else parse_formats(list(formats))
+    run = Path(run_dir)
+    names = figure_names(run) if names is None else names
+    if not formats or not names:
+        return [], None
+    problem = renderer_problem()
+    if problem:
+        return [], problem
+    figs_dir = results.check_write_target(run / "figures")
+    if "BROWSER_PATH" not in os.environ:
+        os.environ["BROWSER_PATH"] = _browser()
+    jobs = []
+    for name in names:
+        src = figs_dir / f"{name}.json"
+        if not src.is_file():
+            continue
+        fig, w, h = paper_figure(pio.from_json(src.read_text(encoding="utf-8")))
+        for fmt in formats:
+            jobs.append((name, fmt, fig, w, h))
+    written: list[Path] = []
+    with tempfile.TemporaryDirectory(dir=figs_dir, prefix=".static-") as tmp:
+        tmp = Path(tmp)
+        try:
+            pio.write_images([j[2] for j in jobs], [tmp / f"{j[0]}.{j[1]}" for j in jobs],
+                             format=[j[1] for j in jobs], width=[j[3] for j in jobs], height=[j[4] for j in jobs],
+                             scale=[DPI * COLUMN_IN / WIDTH_PX if j[1] == "png" else 1 for j in jobs])
+        except Exception as exc:  # noqa: BLE001 - the renderer's own errors (browser crash, timeout) become one line
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return written, f"static figures failed: {type(exc).__name__}: {first}"[:300]
+        for name, fmt, *_ in jobs:
+            part = tmp / f"{name}.{fmt}"
+            if part.is_file() and part.stat().st_size > 0:
+                target = results.check_write_target(figs_dir / f"{name}.{fmt}")
+                os.replace(part, target)
+                written.append(target)
+    return written, None
