@@ -35,6 +35,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from workbench.serving.options import ENGINES
 from workbench.stats import metrics
 from workbench.measure import models
 from workbench.serving.protocol import SERVED_MODEL
@@ -46,8 +47,8 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--aiperf", default=str(REPO / ".venv-client" / "bin" / "aiperf"))
     ap.add_argument("--guidellm", default=str(REPO / ".venv-guidellm" / "bin" / "guidellm"))
-    ap.add_argument("--engines", nargs="+", default=["fifo", "static", "continuous"],
-                    choices=["fifo", "static", "continuous"])
+    ap.add_argument("--engines", nargs="+", default=list(ENGINES),
+                    choices=list(ENGINES))
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--prompt-tokens", type=int, default=64)

@@ -27,13 +27,14 @@ from pathlib import Path
 
 import torch
 
+from workbench.serving.options import ENGINES
 from workbench.measure import models
 from workbench.serving import endpoint, load
 from workbench.serving.protocol import SERVED_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 ALIAS = "smollm2-135m-q4_1"  # the model id llama.cpp's server reports (suites/llamacpp.yaml uses it)
-BUILTIN = ("fifo", "static", "continuous")
+BUILTIN = ENGINES
 
 
 def parse_args():

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from workbench.serving.options import ENGINES
 from workbench.stats import metrics, slo
 from workbench.measure import models
 from workbench.inputs import prompts
@@ -56,7 +57,7 @@ def parse_args():
     ap.add_argument("--ttft-s", type=float, default=None, help="custom SLO: TTFT limit (s)")
     ap.add_argument("--tpot-s", type=float, default=None, help="custom SLO: TPOT limit (s)")
     ap.add_argument("--target", type=float, default=0.9, help="SLO attainment to reach (share of requests)")
-    ap.add_argument("--engines", nargs="+", default=["fifo", "static", "continuous"],
+    ap.add_argument("--engines", nargs="+", default=list(ENGINES),
                     help="(a) built-in engines, and 'endpoint' for --endpoint")
     ap.add_argument("--endpoint", default=None, type=_yaml_mapping,
                     help="(a) an external OpenAI-compatible server, a YAML mapping: "
