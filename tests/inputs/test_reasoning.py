@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from workbench.techniques import budget_batch
 from workbench.techniques import budget_forcing
 from workbench.measure import quality
 from workbench.techniques.budget_forcing import BudgetSpec
@@ -110,7 +111,7 @@ def test_gold_logprob_is_the_summed_continuation_logprob(tiny_emulated):
     tasks = R.make_tasks(2, seed=5)
     spec = BudgetSpec(budget=3, answer_tokens=4)
     recs, _ = R.run_reasoning_batch(tiny_emulated, tasks, spec)
-    batch = budget_forcing.generate_with_budget(
+    batch = budget_batch.generate_with_budget(
         tiny_emulated, [R.task_prompt(t, budget_forcing.thinking_format(tiny_emulated.tokenizer)) for t in tasks], spec)
     tok = tiny_emulated.tokenizer
     golds = [tok.encode(" " + t.answer, add_special_tokens=False) for t in tasks]

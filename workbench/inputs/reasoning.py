@@ -22,7 +22,7 @@ Exact match of the embedded model at budget 0 (greedy, ``make_tasks(36, seed=0, 
 :func:`task_prompt` adds the answer-format instruction ("Answer: <answer>"),
 :func:`extract_answer` reads the prediction back out of an answer segment, and
 :func:`run_reasoning_batch` answers a batch of tasks under a thinking budget
-(:func:`workbench.techniques.budget_forcing.generate_with_budget`) and scores each request:
+(:func:`workbench.techniques.budget_batch.generate_with_budget`) and scores each request:
 ``prediction``, ``exact_match`` (:func:`workbench.measure.quality.exact_match`) and
 ``gold_logprob``, the log-likelihood (nats) of the gold answer's tokens given the
 question, the thinking and the hand-off phrase
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from workbench.measure import quality
-from workbench.techniques.budget_forcing import BudgetSpec, ThinkingFormat, build_inputs, generate_with_budget, thinking_format
+from workbench.techniques.budget_forcing import BudgetSpec, ThinkingFormat, thinking_format
+from workbench.techniques.budget_batch import build_inputs, generate_with_budget
 from workbench.checks import check_choice_list, check_int
 
 LANGUAGES = ("en", "zh")
@@ -213,7 +214,7 @@ def task_prompt(task: Task, fmt: ThinkingFormat) -> str:
 def task_inputs(tokenizer, tasks: Sequence[Task], fmt: ThinkingFormat,
                 budget: int) -> tuple[list[list[int]], list[str]]:
     """Templated token ids and initial phases of the tasks' prompts for one budget (see
-    :func:`workbench.techniques.budget_forcing.build_inputs`)."""
+    :func:`workbench.techniques.budget_batch.build_inputs`)."""
     return build_inputs(tokenizer, [task_prompt(t, fmt) for t in tasks], fmt, budget)
 
 
@@ -254,7 +255,7 @@ def run_reasoning_batch(loaded, tasks: Sequence[Task], spec: BudgetSpec, mode: s
             them as a scripted stand-in for a model's preferences).
 
     Returns:
-        (records, wall_s): the :func:`~workbench.techniques.budget_forcing.generate_with_budget` records with
+        (records, wall_s): the :func:`~workbench.techniques.budget_batch.generate_with_budget` records with
         ``task_id``, ``task_kind``, ``language``, ``gold``, ``prediction``, ``exact_match`` (and
         ``gold_logprob``, ``gold_tokens`` when scored) added, and the batch's wall time in seconds.
     """

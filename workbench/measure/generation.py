@@ -474,7 +474,7 @@ def generate_measured(
             prefix KV cache, see :func:`workbench.techniques.compression.generate_with_prefix_cache`).
         t_submit: ``time.perf_counter()`` read by a caller that templates and
             tokenises the prompts itself before calling (e.g.
-            :func:`workbench.techniques.budget_forcing.generate_with_budget`), before it did so;
+            :func:`workbench.techniques.budget_batch.generate_with_budget`), before it did so;
             TTFT, e2e and wall time then start there. Default: read here, before templating.
 
     Returns:

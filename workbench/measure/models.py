@@ -22,7 +22,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 

@@ -21,7 +21,6 @@ the results root (``$WORKBENCH_RESULTS``, else ``results/`` of the repository).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
 import errno as _errno
 import glob as _glob
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.measure import device, energy
+from workbench.measure import device
 from workbench.stats import columns
 from workbench.errors import ParameterError
 

@@ -99,7 +99,7 @@ from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import chat, engines, events, http, monitoring, options
 from workbench.serving.options import EngineOptions, PolicyOptions, ServerOptions
-from workbench.serving.protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
+from workbench.serving.protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT
 
 
 @dataclasses.dataclass

@@ -16,9 +16,7 @@ measured peak matmul FLOP/s.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import time
 from typing import Sequence
 
 import numpy as np

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from workbench.errors import ParameterError
-from workbench.measure.models import LoadedModel, resolve_model_path
+from workbench.measure.models import LoadedModel, _non_embedding_params, resolve_model_path
 
 
 def truncated_draft(loaded: LoadedModel, layers: int) -> LoadedModel:
