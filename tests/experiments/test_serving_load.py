@@ -1,4 +1,5 @@
 """Experiment 08 (serving under load): config validation, summaries, and a tiny real sweep."""
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -140,6 +141,26 @@ def test_mlperf_preset_is_judged_at_p99_with_the_sample_size_rule():
     assert rec.loc["mlperf_server", "engine"] == "fifo"
     rec = serving_load.recommend(pts.assign(percentiles_ok_mlperf_server=False), 0.9).set_index("slo")
     assert rec.loc["mlperf_server", "verdict"] == "missed"
+
+
+def test_replicate_grid_and_the_aa_control():
+    """rounds 2 with the A/A control: the open-loop points once per round and arm (a seed per round), the A/A ratio
+    paired by (rate step, round); a control that moved makes the finding not supported."""
+    cfg = serving_load.Config(engines=["static"], sweep_points=1, rounds=2, aa_control=True)
+    assert [(p["profile"], p.get("replicate"), p.get("arm")) for p in cfg.grid()] == [
+        ("synchronous", None, None), ("throughput", None, None), ("poisson", 0, "main"), ("poisson", 0, "aa"),
+        ("poisson", 1, "aa"), ("poisson", 1, "main")]
+    pts = pd.concat([_points().assign(step=[1, 2], replicate=k, arm=arm, ttft_s_p90=[0.5 * f, 0.6 * f])
+                     for k, (arm, f) in enumerate([("main", 1.0), ("aa", 1.02), ("main", 1.1), ("aa", 1.08)])])
+    pts["replicate"] = [0, 0, 0, 0, 1, 1, 1, 1]
+    aa = serving_load.aa_control(pts)
+    assert aa["rounds"] == 4 and aa["aa_low"] < 1 < aa["aa_high"] and aa["design"] == "replicates"
+    f = serving_load.finding(pts, 0.9)
+    assert f.supported and "A/A control (4 run pairs" in f.evidence
+    moved = pts.assign(ttft_s_p90=np.where(pts["arm"] == "aa", pts["ttft_s_p90"] * 1.5, pts["ttft_s_p90"]))
+    f = serving_load.finding(moved, 0.9)
+    assert not f.supported and "the A/A control moved" in f.evidence
+    assert serving_load.aa_control(_points()) is None
 
 
 def test_headline_names_its_evidence_and_agrees_with_attainment():

@@ -45,7 +45,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, evidence, metrics, slo, sweeps
+from .. import checks, evidence, metrics, replicates, slo, sweeps
 from ..errors import ParameterError
 from ..generation import GenerationSettings
 from ..plots import label, ok_points, split_by_device
@@ -85,6 +85,11 @@ class Config(sweeps.SweepConfig):
         attainment_target: share of requests that must meet an SLO (0, 1].
         search: run the bisection search per engine after the sweep; ``search_slo`` its preset (or ``custom``);
             ``search_steps`` measurements; ``search_tolerance`` relative width of the final bracket.
+        rounds: replicate runs of the open-loop points (>= 1): round ``k`` uses arrival seed ``seed + k`` and a
+            fresh engine per run (the run is the unit under a queue: :mod:`workbench.replicates`).
+        aa_control: measure the first engine's open-loop points twice per round (arm ``aa``, the same seeds, the
+            arm order alternating by round): the A/A control, its TTFT p90 ratio paired by (rate, round) the
+            experiment's noise floor (:func:`aa_control`).
     """
 
     engines: list = dataclasses.field(default_factory=lambda: list(engines_mod.ENGINES))
@@ -111,6 +116,8 @@ class Config(sweeps.SweepConfig):
     search_slo: str = "custom"
     search_steps: int = 4
     search_tolerance: float = 0.1
+    rounds: int = 1
+    aa_control: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -138,6 +145,8 @@ class Config(sweeps.SweepConfig):
         checks.check_choice("search_slo", self.search_slo, tuple(slo.PRESETS) + ("custom",))
         checks.check_int("search_steps", self.search_steps, lo=2)
         checks.check_float("search_tolerance", self.search_tolerance, lo=0, lo_open=True)
+        checks.check_int("rounds", self.rounds, lo=1)
+        checks.check_bool("aa_control", self.aa_control)
 
     def settings(self) -> GenerationSettings:
         """Every request: greedy, fixed length ``max_new_tokens``."""
@@ -170,9 +179,17 @@ class Config(sweeps.SweepConfig):
         """Per engine: synchronous, throughput, then ``sweep_points`` open-loop steps (engine outermost); the
         endpoint's points carry its ``name``."""
         pts = []
-        for e in self.engine_names():
+        names = self.engine_names()
+        for e in names:
             pts += [{"engine": e, "profile": "synchronous", "step": 0}, {"engine": e, "profile": "throughput", "step": 0}]
-            pts += [{"engine": e, "profile": self.arrival, "step": i + 1} for i in range(self.sweep_points)]
+            if self.rounds == 1 and not self.aa_control:
+                pts += [{"engine": e, "profile": self.arrival, "step": i + 1} for i in range(self.sweep_points)]
+                continue
+            for k in range(self.rounds):  # replicate runs: a seed per round, the A/A arm alternating with the main
+                arms = ["main", "aa"] if self.aa_control and e == names[0] else ["main"]
+                for arm in arms[:: -1 if k % 2 else 1]:
+                    pts += [{"engine": e, "profile": self.arrival, "step": i + 1, "replicate": k, "arm": arm}
+                            for i in range(self.sweep_points)]
         return pts
 
     def slos(self) -> list:
@@ -251,6 +268,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         state["bench"] = _Bench(cfg, loaded)
     bench: _Bench = state["bench"]
     e, prof = point["engine"], point["profile"]
+    if "replicate" in point:
+        bench.close()  # a replicate run gets a fresh engine (a queue's state never carries over)
     warm = bench.open(e)
     rate = None
     if prof in ARRIVALS:
@@ -258,7 +277,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         if "synchronous" not in r or "throughput" not in r:
             raise ParameterError(f"{e}: the swept rates need this engine's synchronous and throughput points first")
         rate = load.sweep_rates(r["synchronous"], r["throughput"], cfg.sweep_points)[point["step"] - 1]
-    res, engine_batch = _run_sampled(bench, cfg, prof, rate)
+    res, engine_batch = _run_sampled(bench, cfg, prof, rate, cfg.seed + int(point.get("replicate", 0)))
     kept = res.kept()
     wall = res.summary["wall_s"]
     achieved = _achieved_rps(res)
@@ -332,16 +351,17 @@ def _engine_of(bench: "_Bench"):
     return eng if hasattr(eng, "running_requests") else None
 
 
-def _run_sampled(bench: "_Bench", cfg: Config, profile: str, rate: float | None) -> tuple[load.LoadResult, dict]:
+def _run_sampled(bench: "_Bench", cfg: Config, profile: str, rate: float | None,
+                 seed: int | None = None) -> tuple[load.LoadResult, dict]:
     """Run one profile while sampling the engine's running requests; ``engine_batch_mean`` / ``_max`` over the
     counting window (:class:`workbench.serving.engines.RunningSampler`; NaN when the engine cannot be read), and
     each row's ``batch_size`` the most requests running while it was in flight."""
     eng = _engine_of(bench)
     if eng is None:
-        return _run_profile(bench, cfg, profile, rate), {"engine_batch_mean": float("nan"),
+        return _run_profile(bench, cfg, profile, rate, seed), {"engine_batch_mean": float("nan"),
                                                          "engine_batch_max": float("nan")}
     with engines_mod.RunningSampler(eng) as sampler:
-        res = _run_profile(bench, cfg, profile, rate)
+        res = _run_profile(bench, cfg, profile, rate, seed)
     for r in res.rows:  # each request's batch: the most running while it was in flight (not a lifetime peak)
         most = sampler.stats(res.t0 + r["t_start_s"], res.t0 + r["t_end_s"])["engine_batch_max"]
         if most == most:
@@ -402,8 +422,10 @@ def load_for(cfg: Config):
     return models.load_tokenizer_only(cfg.model)
 
 
-def _run_profile(bench: _Bench, cfg: Config, profile: str, rate: float | None = None) -> load.LoadResult:
-    return load.run_load(bench.send, bench.specs, profile, rate=rate, burstiness=cfg.burstiness, seed=cfg.seed,
+def _run_profile(bench: _Bench, cfg: Config, profile: str, rate: float | None = None,
+                 seed: int | None = None) -> load.LoadResult:
+    return load.run_load(bench.send, bench.specs, profile, rate=rate, burstiness=cfg.burstiness,
+                         seed=cfg.seed if seed is None else seed,
                          warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s, slice_s=cfg.slice_s,
                          max_in_flight=cfg.max_in_flight, max_wait_s=cfg.max_wait_s)
 
@@ -514,6 +536,24 @@ def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
     (:func:`kept_up`), below the first that fell behind or is undetermined; NaN when the lowest did not keep up.
     Valid open-loop points, stopped-early ones counted as fell behind (:func:`knee_scan`)."""
     return {e: k for e, (k, _) in knee_scan(points, tolerance).items()}
+
+
+def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
+    """The A/A control: the first engine's open-loop points measured twice per round (arms ``main`` and ``aa``, the
+    same rates and seeds, a fresh engine per run), ``column`` (a per-run statistic) paired by (rate step, round):
+    :func:`workbench.replicates.aa_columns` (``aa_ratio``, ``aa_low``, ``aa_high``, ``design`` ``replicates``,
+    ``rounds`` the pairs). None without an A/A arm. Valid open-loop points only (stopped-early ones included: the
+    statistic of a run is what it is)."""
+    if points is None or points.empty or "arm" not in points or column not in points:
+        return None
+    df = _knee_points(points)
+    if not (df["arm"] == "aa").any():
+        return None
+    key = ["engine", "step", "replicate"]
+    a = df[df["arm"] == "aa"].groupby(key)[column].first().dropna()
+    b = df[df["arm"] == "main"].groupby(key)[column].first().dropna()
+    both = a.index.intersection(b.index)
+    return replicates.aa_columns(a.loc[both], b.loc[both], "replicates")
 
 
 def _slo_names(columns) -> list[str]:
@@ -816,6 +856,12 @@ def finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
         supported = bool(c["engine"]) or verdict.startswith("missed")
         why = (f"recommended rate {verdict}" if c["engine"] else
                "every usable rate shown to miss the custom SLO" if supported else f"not supported: {verdict}")
+    aa = aa_control(points)
+    if aa is not None:
+        why += (f"; A/A control ({aa['rounds']} run pairs, TTFT p90): "
+                f"{replicates.describe(aa['aa_ratio'], aa['aa_low'], aa['aa_high'])}")
+        if replicates.aa_moved(aa):
+            supported, why = False, why + ": the A/A control moved"
     return evidence.Finding(body if supported or body.startswith("No ") else f"Not supported: {body}",
                             f"{tail.rstrip('.')}; {why} (a rate qualifies on attainment's one-sided 95% lower bound)",
                             supported, evidence.point_ids(use))
