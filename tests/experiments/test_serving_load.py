@@ -156,7 +156,7 @@ def test_replicate_grid_and_the_aa_control():
     aa = serving_load.aa_control(pts)
     assert aa["rounds"] == 4 and aa["aa_low"] < 1 < aa["aa_high"] and aa["design"] == "replicates"
     f = serving_load.finding(pts, 0.9)
-    assert f.supported and "A/A control (4 run pairs" in f.evidence
+    assert f.supported and "A/A control (4 run pairs, ttft_s_p90)" in f.evidence
     moved = pts.assign(ttft_s_p90=np.where(pts["arm"] == "aa", pts["ttft_s_p90"] * 1.5, pts["ttft_s_p90"]))
     f = serving_load.finding(moved, 0.9)
     assert not f.supported and "the A/A control moved" in f.evidence

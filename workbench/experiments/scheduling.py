@@ -560,11 +560,19 @@ def cache_columns(rows: pd.DataFrame, prefix_sharing: bool) -> dict:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """Every point of ``cfg.grid()`` (:func:`workbench.sweeps.run_sweep`); the points DataFrame."""
+    """Every point of ``cfg.grid()`` (:func:`workbench.sweeps.run_sweep`); the points DataFrame. With the A/A
+    control its columns (:func:`aa_control`) are saved as ``scheduling_aa.json`` in the run folder."""
+    from .. import results
+
     state: dict = {}
-    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
-                            resume=resume, slo_ttft_s=cfg.class_slo_ttft_s.get("interactive"), info=loaded.info,
-                            loaded=loaded, config=cfg)
+    points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
+                              resume=resume, slo_ttft_s=cfg.class_slo_ttft_s.get("interactive"), info=loaded.info,
+                              loaded=loaded, config=cfg)
+    if cfg.aa_control:
+        aa = aa_control(points, results.read_requests(run_dir, experiment=EXPERIMENT))
+        if aa is not None:
+            results.save_text(run_dir, f"{EXPERIMENT}_aa.json", json.dumps(aa, default=float))
+    return points
 
 
 # ----------------------------------------------------------------------------- tables
@@ -852,7 +860,8 @@ def _policy_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Fi
     return evidence.Finding(lead + " " + "; ".join(parts) + ".",
                             f"{len(use)} usable runs, {n} requests; {rounds} rounds (arrival seeds) per arm, a fresh "
                             f"engine per run, runs paired by round (t over the rounds' log ratios of the run "
-                            f"statistic, {conf:.1%} intervals: Bonferroni over {len(rec)} policies); {aa_text}"
+                            f"statistic, {conf:.1%} intervals: Bonferroni over {len(rec)} "
+                            f"{'policy' if len(rec) == 1 else 'policies'}); {aa_text}"
                             + ("; " + "; ".join(ev) if ev else ""), not best.empty, ids)
 
 

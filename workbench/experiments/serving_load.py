@@ -373,7 +373,8 @@ def _run_sampled(bench: "_Bench", cfg: Config, profile: str, rate: float | None,
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """The load sweep of ``cfg`` on every engine; then the SLO search when ``cfg.search``.
+    """The load sweep of ``cfg`` on every engine; then the SLO search when ``cfg.search``. With the A/A control its
+    columns (:func:`aa_control`) are saved as ``serving_load_aa.json`` in the run folder.
 
     Returns:
         The experiment's points DataFrame (:func:`workbench.sweeps.run_sweep`).
@@ -390,6 +391,10 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         points = sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                                   slo_tpot_s=cfg.slo_tpot_s, info=loaded.info,
                                   loaded=loaded if loaded.model is not None else None, config=cfg)
+        if cfg.aa_control and aa_control(points) is not None:
+            from .. import results
+
+            results.save_text(run_dir, f"{EXPERIMENT}_aa.json", json.dumps(aa_control(points), default=float))
         if cfg.search:
             from .. import results
 
@@ -540,20 +545,23 @@ def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
 
 def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
     """The A/A control: the first engine's open-loop points measured twice per round (arms ``main`` and ``aa``, the
-    same rates and seeds, a fresh engine per run), ``column`` (a per-run statistic) paired by (rate step, round):
-    :func:`workbench.replicates.aa_columns` (``aa_ratio``, ``aa_low``, ``aa_high``, ``design`` ``replicates``,
-    ``rounds`` the pairs). None without an A/A arm. Valid open-loop points only (stopped-early ones included: the
+    same rates and seeds, a fresh engine per run), ``column`` (a per-run statistic; ``ttft_s_p50`` when no run has
+    the samples for a p90) paired by (rate step, round): :func:`workbench.replicates.aa_columns` (``aa_ratio``,
+    ``aa_low``, ``aa_high``, ``design`` ``replicates``, ``rounds`` the pairs) and ``statistic``. None without an
+    A/A arm. Valid open-loop points only (stopped-early ones included: the
     statistic of a run is what it is)."""
     if points is None or points.empty or "arm" not in points or column not in points:
         return None
     df = _knee_points(points)
     if not (df["arm"] == "aa").any():
         return None
+    if df[column].isna().all() and column == "ttft_s_p90" and "ttft_s_p50" in df:
+        column = "ttft_s_p50"  # p90 needs 10 independent samples per run
     key = ["engine", "step", "replicate"]
     a = df[df["arm"] == "aa"].groupby(key)[column].first().dropna()
     b = df[df["arm"] == "main"].groupby(key)[column].first().dropna()
     both = a.index.intersection(b.index)
-    return replicates.aa_columns(a.loc[both], b.loc[both], "replicates")
+    return dict(replicates.aa_columns(a.loc[both], b.loc[both], "replicates"), statistic=column)
 
 
 def _slo_names(columns) -> list[str]:
@@ -858,7 +866,7 @@ def finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
                "every usable rate shown to miss the custom SLO" if supported else f"not supported: {verdict}")
     aa = aa_control(points)
     if aa is not None:
-        why += (f"; A/A control ({aa['rounds']} run pairs, TTFT p90): "
+        why += (f"; A/A control ({aa['rounds']} run pairs, {aa['statistic']}): "
                 f"{replicates.describe(aa['aa_ratio'], aa['aa_low'], aa['aa_high'])}")
         if replicates.aa_moved(aa):
             supported, why = False, why + ": the A/A control moved"
