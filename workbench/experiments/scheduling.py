@@ -8,8 +8,17 @@ chats and background long reports. Stated distributions: each request is ``inter
 interactive requests have priority 0, background ones priority 1; arrivals are a Poisson process (exponential
 gaps, :func:`workbench.serving.load.arrival_offsets`) at ``load_factor`` times the engine's one-at-a-time
 capacity on this mix (``1 / E[service alone]``, the service alone of each class measured once per run on an
-idle engine: :func:`calibrate`). Every policy replays the same requests at the same times (a paired
-comparison). A share ``abandon_share`` of clients gives up when no token came ``patience_s`` after arrival
+idle engine: :func:`calibrate`). Every policy replays the same requests at the same times.
+
+**The run is the unit** (issue 32): under a queue one request's delay carries into every later request of the run,
+so requests paired across two runs are not independent samples (an A/A of the same trace twice claimed a direction
+in 22-80% of simulated designs: ``benchmarks/aa_queue.py``). With ``rounds`` > 1 every arm runs once per round on
+arrival seed ``seed + k`` with a fresh engine (the arm order rotated by round), one statistic is taken per run
+(:func:`run_statistics`: the interactive class's TTFT p90, the background class's e2e p50) and runs are paired by
+round (:func:`compare_runs`, :func:`workbench.replicates.paired_log_ratio`); a best-of-m choice uses Bonferroni
+intervals over the m policies. ``aa_control`` runs ``fcfs`` a second time per round (:data:`AA_ARM`): its ratio
+interval (:func:`aa_control`: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``) is the noise floor, and
+when it moved no policy is recommended. One round: "one run: not supported". A share ``abandon_share`` of clients gives up when no token came ``patience_s`` after arrival
 (the request is withdrawn and frees its place); a full engine (``max_pending``) answers with a Retry-After from
 its backlog, which the load generator honours (``max_retries``).
 
@@ -23,9 +32,9 @@ prompt or document). With ``shared_prefix_tokens`` > 0 the conversations open wi
 share a prefix as well as their own growing history. With prefix sharing in the list, these points run on the
 ``continuous`` engine with its prefix cache on / off (:func:`prefix_sharing_available`: an engines module with
 ``make_engine(prefix_sharing=...)``), and :func:`prefix_savings` puts the cache hit rate (cached over prompt
-tokens, from the rows' ``cached_tokens``) next to the TTFT it saved (off - on, paired by conversation and turn,
-with its interval; "not supported" when the interval straddles 0); without it the hit rate is NaN, "not
-available".
+tokens, from the rows' ``cached_tokens``) next to the TTFT it saved (the run TTFT p50 off and on, runs paired by
+round, with its interval; "not supported" when the interval straddles 1, "one run" with one round); without it the
+hit rate is NaN, "not available".
 
 **Which engine shows a policy** (``engine``): ``fifo`` serves one request at a time, so near its knee a queue
 forms and the order is what the short requests wait for (``benchmarks/scheduling.py --engine fifo``,
