@@ -142,7 +142,7 @@ def test_every_notebook_is_thin_and_tagged():
 LAYERS = [
     ("ground floor", {"workbench", "errors", "checks", "device"}),
     ("instruments", {"models", "generation", "metrics", "detokenize", "memory", "energy", "quality", "slo",
-                     "reading", "evidence"}),
+                     "reading", "evidence", "replicates"}),
     ("techniques and inputs", {"segments", "retrieval", "compression", "budget_forcing", "long_form", "prompts", "tasks", "tasks.haystack",
                                "tasks.reasoning"}),
     # run folders, their tables and the verdicts on their rows (the drift reference, measured on a fixed prompt):

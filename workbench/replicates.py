@@ -19,7 +19,6 @@ Kept small and general on purpose: the lead merges it with the generation half's
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -47,24 +46,16 @@ def paired_log_ratio(a: Sequence[float], b: Sequence[float], confidence: float =
     Raises:
         ParameterError: ``a`` and ``b`` of different lengths, or ``confidence`` outside (0, 1).
     """
-    from scipy import stats
+    from .evidence import paired_ratio_interval
 
     if not 0 < confidence < 1:
         raise ParameterError(f"confidence: must be in (0, 1) (got {confidence})")
     x, y = np.asarray(list(a), dtype=float), np.asarray(list(b), dtype=float)
     if x.shape != y.shape:
         raise ParameterError(f"a, b: must pair unit by unit (got {x.size} and {y.size} values)")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.log(x / y)
-    logs = logs[np.isfinite(logs) & (x > 0) & (y > 0)]
-    n = int(logs.size)
-    if n == 0:
-        return float("nan"), float("nan"), float("nan")
-    mean = float(logs.mean())
-    if n < 2:
-        return math.exp(mean), float("nan"), float("nan")
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * logs.std(ddof=1) / math.sqrt(n))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    iv = paired_ratio_interval(x[keep], y[keep], confidence, unit="runs")  # t over the log ratios (one home)
+    return float(iv.estimate), float(iv.low), float(iv.high)
 
 
 def verdict(low: float, high: float, lower_is_better: bool = True) -> str:
