@@ -5,8 +5,10 @@ so lowering a count below what its evidence needs fails here:
 
 - context length: enough distinct lengths for the quadratic fit (two more than its three parameters) and
   repeats for a stable median;
-- serving: enough requests per point that the Wilson 95% interval of an attainment near the target is within
-  +/-0.15 of it (``scipy.stats.binomtest``);
+- serving: enough requests per point that attainment's one-sided 95% lower bound can reach a 0.90 target
+  (every request meeting the SLO) while 90% of them cannot (``workbench.slo.one_sided_bounds``);
+- scheduling: at least 2 rounds (the run is the unit under a queue) with the A/A control, at no more requests
+  than before;
 - engine tuning: enough repeats that a t-interval of a speed ratio tells 1.1x from 1.0x at this CPU's
   run-to-run spread (seeded simulation);
 - temperature (real model): under half of the greedy answers are cut by ``max_new_tokens``.

@@ -976,8 +976,9 @@ def _measured_both_ways(points: pd.DataFrame) -> bool:
 
 
 def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
-    """Cache hit rate with prefix sharing on against the TTFT it saved per request (off - on, paired; the bar is the
-    95% interval), one marker per prefix workload, its verdict and pairs in the label (:func:`prefix_savings`)."""
+    """Cache hit rate with prefix sharing on against the run TTFT p50 it saved (off - on, runs paired by round; the bar
+    is the 95% t interval over rounds), one marker per prefix workload, its verdict and rounds in the label
+    (:func:`prefix_savings`)."""
     sav = prefix_savings(points, requests)
     fig = go.Figure()
     for r in sav.itertuples():
@@ -985,7 +986,7 @@ def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Fig
         fig.add_trace(go.Scatter(
             x=[r.cache_hit_rate_on], y=[r.ttft_saved_s], mode="markers+text", text=[r.verdict],
             textposition="top center",
-            name=f"{r.workload} ({r.pairs} pairs)",
+            name=f"{r.workload} ({r.rounds} rounds)",
             error_y=dict(type="data", symmetric=False, array=[r.ttft_saved_s_high - r.ttft_saved_s if shown else 0],
                          arrayminus=[r.ttft_saved_s - r.ttft_saved_s_low if shown else 0])))
     fig.add_hline(y=0, line=dict(color="grey", dash="dot"))
@@ -993,9 +994,9 @@ def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Fig
         fig.add_annotation(text="no usable pair of points with sharing off and on" if _measured_both_ways(points)
                            else "prefix sharing was not measured both ways", showarrow=False, xref="paper",
                            yref="paper", x=0.5, y=0.5)
-    fig.update_layout(title="Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, paired by request)",
+    fig.update_layout(title="Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, runs paired by round)",
                       xaxis_title="cache hit rate with sharing on (cached / prompt tokens)",
-                      yaxis_title="TTFT saved per request (s, off - on)", xaxis=dict(tickformat=".0%", range=[0, 1.02]))  # the whole 0-100% scale
+                      yaxis_title="run TTFT p50 saved (s, off - on)", xaxis=dict(tickformat=".0%", range=[0, 1.02]))  # the whole 0-100% scale
     return fig
 
 
