@@ -8,7 +8,7 @@ design: the share of trials that claimed a direction under
 
 - old: one run per arm, requests paired across the two runs (t over request log ratios), and
 - new: ``--rounds`` arrival seeds, one run per arm and seed, the interactive TTFT p90 per run, runs paired by
-  seed (:func:`workbench.replicates.paired_log_ratio`).
+  seed (:func:`workbench.stats.replicates.paired_log_ratio`).
 
 The new design should claim about 5% (at most 10%). No model is loaded and nothing is timed: a few seconds per
 design. ``python benchmarks/aa_queue.py [--trials 200] [--rounds 5]``.

@@ -7,7 +7,7 @@ a ``static`` engine's batching raises its knee, so ``--engine static`` needs a h
 requests at the same times are then replayed under ``fcfs``, ``sjf`` and ``lanes``, once per round on that round's
 arrival seed (a fresh engine per run, the order rotating so drift of the shared machine does not favour one
 policy), and the script prints, over fcfs, with the run as the unit (one statistic per run, runs paired by round,
-:func:`workbench.replicates.paired_log_ratio`):
+:func:`workbench.stats.replicates.paired_log_ratio`):
 
 - the interactive (short) requests' TTFT p90 under ``sjf`` and under ``lanes`` (the gain), and
 - the background (long) requests' e2e p50 under each (the cost),
@@ -30,7 +30,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from workbench import evidence, metrics, models, replicates
+from workbench.stats import evidence, metrics, replicates
+from workbench.measure import models
 from workbench.experiments import scheduling
 
 QUICK = dict(requests=6, rounds=2, long_max_tokens=16)
@@ -94,7 +95,7 @@ def main():
     def by_round(p, col):
         return per_run[per_run["policy"] == p].set_index("round")[col].sort_index()
 
-    # the run is the unit: one statistic per run, runs paired by round (workbench.replicates); the requests of one
+    # the run is the unit: one statistic per run, runs paired by round (workbench.stats.replicates); the requests of one
     # run paired across policies are not independent (benchmarks/aa_queue.py), shown beside it for comparison only
     print("\nratio over fcfs   short TTFT p90 (runs paired by round, 95%)   long e2e p50 (runs paired, 95%)   "
           "[old: short TTFT paired by request]")

@@ -6,7 +6,7 @@ so lowering a count below what its evidence needs fails here:
 - context length: enough distinct lengths for the quadratic fit (two more than its three parameters) and
   repeats for a stable median;
 - serving: enough requests per point that attainment's one-sided 95% lower bound can reach a 0.90 target
-  (every request meeting the SLO) while 90% of them cannot (``workbench.slo.one_sided_bounds``);
+  (every request meeting the SLO) while 90% of them cannot (``workbench.stats.slo.one_sided_bounds``);
 - scheduling: at least 2 rounds (the run is the unit under a queue) with the A/A control, at no more requests
   than before;
 - engine tuning: enough repeats that a t-interval of a speed ratio tells 1.1x from 1.0x at this CPU's
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from workbench import notebooks
+from workbench.run import notebooks
 
 
 def suite_config(stem: str):
@@ -53,9 +53,9 @@ def test_notebook_02_default_lengths_support_a_quadratic_fit():
 
 
 def test_serving_points_can_show_a_090_target_met():
-    """A rate qualifies when attainment's one-sided 95% lower bound reaches the target (workbench.slo): at the suite's
+    """A rate qualifies when attainment's one-sided 95% lower bound reaches the target (workbench.stats.slo): at the suite's
     requests per point every request meeting the SLO shows a 0.90 target met, 90% of them does not."""
-    from workbench import slo
+    from workbench.stats import slo
 
     n = suite_config("08_serving_load").requests_per_point
     assert slo.one_sided_bounds(n, n)[0] >= 0.9
@@ -90,7 +90,7 @@ def test_engine_tuning_repeats_tell_1_1x_from_1x():
 def test_temperature_greedy_answers_mostly_end_before_the_cap(loaded):
     """The suite's temperature prompts, greedy (temperature 0) in one batch: under half are cut by
     ``max_new_tokens`` (reports and Chinese questions at 12-24 tokens were cut 88-94% of the time)."""
-    from workbench.generation import generate_measured
+    from workbench.measure.generation import generate_measured
 
     cfg = suite_config("03_temperature")
     greedy = [p for p in cfg.grid() if p["temperature"] == 0]

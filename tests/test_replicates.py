@@ -1,4 +1,4 @@
-"""The run as the unit (workbench/replicates.py) and the queue A/A designs on the real scheduling code
+"""The run as the unit (workbench/stats/replicates.py) and the queue A/A designs on the real scheduling code
 (workbench/serving/aa_sim.py): identical arms, paired by seed, claim a direction at about the nominal rate."""
 import math
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from workbench import ParameterError, replicates
+from workbench import ParameterError
+from workbench.stats import replicates
 from workbench.serving import aa_sim
 
 

@@ -2,7 +2,7 @@
 
 What it measures (notebook ``02_context_length``): for each (batch size,
 context length L) point, prompts of exactly L tokens (chat template included,
-:mod:`workbench.prompts`), a fixed number of new tokens, and the usual
+:mod:`workbench.inputs.prompts`), a fixed number of new tokens, and the usual
 TTFT / prefill / TPOT records; plus the KV cache the model's config predicts and
 the memory actually measured while it is live.
 
@@ -17,11 +17,11 @@ Methods:
   median of its repeats: the repeats of a point share its moment on the machine),
   with 95% intervals of ``b`` and ``c`` (OLS standard errors, t over the residual
   dof); a crossover is stated only when the interval of ``c`` excludes 0.
-- KV cache from the config (:func:`workbench.memory.kv_cache_bytes`) at ``L x
+- KV cache from the config (:func:`workbench.measure.memory.kv_cache_bytes`) at ``L x
   batch`` tokens, compared with the memory growth measured at the first
-  generated step (:class:`workbench.memory.MemoryTracker`: CUDA allocated bytes,
+  generated step (:class:`workbench.measure.memory.MemoryTracker`: CUDA allocated bytes,
   or process RSS after ``malloc_trim`` on CPU, a few MiB above the cache).
-- Warm-up: :func:`workbench.generation.warm_up` (``warmup`` untimed runs) before
+- Warm-up: :func:`workbench.measure.generation.warm_up` (``warmup`` untimed runs) before
   the first point of each batch size only. Eager PyTorch has no per-shape
   compilation, so warming every context length would double the sweep's time
   for nothing.
@@ -39,13 +39,15 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import evidence, plots, predictions
-from ..checks import check_bool, check_choice, check_int, check_int_list
-from ..errors import ParameterError
-from ..generation import GenerationSettings, warm_up
-from ..memory import MemoryTracker, kv_cache_bytes
-from ..results import PointResult
-from ..sweeps import SweepConfig, expand_grid, measure_generation, run_sweep
+from workbench.stats import evidence
+from workbench.share import plots
+from workbench.predict import predictions
+from workbench.checks import check_bool, check_choice, check_int, check_int_list
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, warm_up
+from workbench.measure.memory import MemoryTracker, kv_cache_bytes
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig, expand_grid, measure_generation, run_sweep
 
 EXPERIMENT = "context_length"
 
@@ -90,7 +92,7 @@ class QuadraticFit:
 
     @property
     def support(self) -> tuple[bool, str]:
-        """:func:`workbench.evidence.fit_support` over the distinct lengths: ``(supported, "not supported: ...")``."""
+        """:func:`workbench.stats.evidence.fit_support` over the distinct lengths: ``(supported, "not supported: ...")``."""
         return evidence.fit_support(self.n_lengths or self.n, self.degree + 1)
 
     @property
@@ -173,7 +175,7 @@ def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", point
     (they run back to back), so each point is one observation: the median over its repeats of each repeat's
     median row (when ``point_id`` and ``repeat`` are present; ``point_id`` alone: the median of its rows). Fitting
     the repeats as independent observations would count one length's drift three times and narrow the intervals. The quadratic is kept when the distinct lengths
-    support it (:func:`workbench.evidence.fit_support`: parameters + 2), else the straight line when they
+    support it (:func:`workbench.stats.evidence.fit_support`: parameters + 2), else the straight line when they
     support that, else the quadratic (or line) that can be computed, marked unsupported. Batch sizes with
     fewer than 2 distinct lengths are skipped.
 
@@ -181,7 +183,7 @@ def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", point
         requests: one row per request with ``batch_size``, ``x`` and ``y`` (and ``point_id``, ``repeat``).
         y, x: the columns fitted.
         points: the points table; when given, only requests of its usable points
-            (:func:`workbench.evidence.usable_points`: status ok and valid) are fitted.
+            (:func:`workbench.stats.evidence.usable_points`: status ok and valid) are fitted.
 
     Returns:
         ``{batch_size: QuadraticFit}``.
@@ -260,22 +262,22 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """Measure one (batch_size, context_tokens) point.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"batch_size": B, "context_tokens": L}``.
         state: the sweep's shared state: ``state["warmed"]`` (a set of batch sizes) says which batch sizes
-            already ran their ``cfg.warmup`` untimed batches (:func:`workbench.generation.warm_up`); the first
+            already ran their ``cfg.warmup`` untimed batches (:func:`workbench.measure.generation.warm_up`); the first
             point of each batch size warms up and adds its batch size.
 
     Returns:
-        :class:`workbench.results.PointResult`: ``requests`` (records with ``context_tokens`` and ``source``), ``wall_s``,
+        :class:`workbench.run.point_result.PointResult`: ``requests`` (records with ``context_tokens`` and ``source``), ``wall_s``,
         ``warmup_s`` and ``extra``: ``kv_bytes_computed`` (config formula at
         ``L x B`` tokens, the cache at the first generated step),
-        ``kv_bytes_measured`` (memory growth at that step, see :class:`workbench.memory.MemoryTracker`),
+        ``kv_bytes_measured`` (memory growth at that step, see :class:`workbench.measure.memory.MemoryTracker`),
         ``memory_max_growth_bytes`` (over all steps), ``memory_peak_growth_bytes``
         (CUDA: allocator peak, prefill included) and ``memory_kind``.
     """
-    from ..prompts import build_batch, random_batch
+    from workbench.inputs.prompts import build_batch, random_batch
 
     B, L = int(point["batch_size"]), int(point["context_tokens"])
     tok = loaded.tokenizer
@@ -306,7 +308,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
-    """Every (batch_size, context_tokens) point of ``cfg`` through :func:`workbench.sweeps.run_sweep`.
+    """Every (batch_size, context_tokens) point of ``cfg`` through :func:`workbench.run.sweeps.run_sweep`.
 
     Returns:
         The ``context_length`` points DataFrame, with the roofline's prediction per point and
@@ -341,7 +343,7 @@ def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
         points: the points table, for the ids of the usable points the fits rest on.
 
     Returns:
-        :class:`workbench.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding`.
     """
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
     if not fits:

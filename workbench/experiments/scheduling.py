@@ -15,7 +15,7 @@ so requests paired across two runs are not independent samples (an A/A of the sa
 in 22-80% of simulated designs: ``benchmarks/aa_queue.py``). With ``rounds`` > 1 every arm runs once per round on
 arrival seed ``seed + k`` with a fresh engine (the arm order rotated by round), one statistic is taken per run
 (:func:`run_statistics`: the interactive class's TTFT p90, the background class's e2e p50) and runs are paired by
-round (:func:`compare_runs`, :func:`workbench.replicates.paired_log_ratio`); a best-of-m choice uses Bonferroni
+round (:func:`compare_runs`, :func:`workbench.stats.replicates.paired_log_ratio`); a best-of-m choice uses Bonferroni
 intervals over the m policies. ``aa_control`` runs ``fcfs`` a second time per round (:data:`AA_ARM`): its ratio
 interval (:func:`aa_control`: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``) is the noise floor, and
 when it moved no policy is recommended. One round: "one run: not supported". A share ``abandon_share`` of clients gives up when no token came ``patience_s`` after arrival
@@ -65,13 +65,15 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, evidence, metrics, replicates, slo, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings
-from ..plots import ok_points, split_by_device
-from ..results import PointResult
-from ..serving import engines as engines_mod
-from ..serving import load, scheduling
+from workbench import checks
+from workbench.stats import evidence, metrics, replicates, slo
+from workbench.run import sweeps
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.share.plots import ok_points, split_by_device
+from workbench.run.point_result import PointResult
+from workbench.serving import engines as engines_mod
+from workbench.serving import load, scheduling
 
 EXPERIMENT = "scheduling"
 AA_ARM = "fcfs_aa"           # the A/A control's second fcfs arm
@@ -116,7 +118,7 @@ class Config(sweeps.SweepConfig):
         max_wait_s: over-saturation stop rule (seconds a request may be in flight).
         rounds: replicate runs per arm (>= 1): round ``k`` replays the trace of arrival seed ``seed + k`` under every
             arm (a fresh engine each, the arm order rotated by round), and the prefix points run once per round;
-            comparisons pair runs by round (:mod:`workbench.replicates`). 1: "one run: not supported".
+            comparisons pair runs by round (:mod:`workbench.stats.replicates`). 1: "one run: not supported".
         aa_control: run the baseline ``fcfs`` twice per round (arm :data:`AA_ARM`, the same seeds): the A/A control,
             whose ratio interval is the experiment's noise floor (``aa_ratio``, ``aa_low``, ``aa_high``).
     """
@@ -303,7 +305,7 @@ def read_mixed_trace(path, class_slo_ttft_s: dict) -> list[dict]:
 def specs_of(tokenizer, rows: list[dict]) -> list[load.RequestSpec]:
     """Request specs of trace rows: prompts of exactly ``prompt_tokens`` (chat template included), disjoint
     source windows."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     return [load.RequestSpec(build_prompt(tokenizer, r["prompt_tokens"], offset=i * 128), r["output_tokens"],
                              r["prompt_tokens"], r["offset_s"], priority=r.get("priority", 0),
@@ -323,7 +325,7 @@ def calibrate(loaded, cfg: Config) -> dict:
     """The service alone of each class on an idle ``cfg.engine``: ``{class: seconds}`` (median e2e of two
     requests one at a time, after ``cfg.warmup`` untimed ones), and ``rate_rps``, ``load_factor / E[service]``
     over the mix."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     eng = _engine(loaded, cfg, "fcfs")
     tok = loaded.tokenizer
@@ -355,13 +357,13 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One point: the mixed workload under ``point["policy"]``, or the multi-turn conversations.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the study's config.
         point: ``{"workload", "policy", "prefix_sharing"}``.
         state: shared by the points of a run: ``calibration`` (:func:`calibrate`, measured on the first point).
 
     Returns:
-        :class:`workbench.results.PointResult` with the request rows (module docstring) and ``extra``
+        :class:`workbench.run.point_result.PointResult` with the request rows (module docstring) and ``extra``
         (:func:`class_columns`, the load run's summary, ``offered_rps``, ``alone_s_<class>``).
     """
     if "calibration" not in state:
@@ -429,7 +431,7 @@ def request_rows(rows: list[dict], trace_rows: list[dict], alone_s: dict) -> lis
 def class_columns(rows: pd.DataFrame, class_slo_ttft_s: dict, window_s: float) -> dict:
     """A point's per-class columns: ``ttft_s_p50_<c>``, ``ttft_s_p90_<c>``, ``queue_s_p50_<c>``, ``queue_s_p90_<c>``,
     ``e2e_s_p50_<c>``, ``requests_<c>``, ``slo_attainment_<c>`` and ``goodput_rps_<c>`` (the class's TTFT SLO,
-    :func:`workbench.slo.evaluate` over its rows and the window); and ``queue_s_max`` (the longest wait),
+    :func:`workbench.stats.slo.evaluate` over its rows and the window); and ``queue_s_max`` (the longest wait),
     ``eta_abs_error_s_p50``, ``abandoned`` and ``retried`` over all rows."""
     out = {}
     for c, g in rows.groupby("request_class") if not rows.empty else []:
@@ -463,7 +465,7 @@ def _prefix_engine(loaded, cfg: Config, prefix_sharing: bool, max_seq_tokens: in
 def _prime_engine(send, tokenizer, cfg: Config) -> None:
     """``cfg.warmup`` untimed requests that share no cache page with the measured ones (a system message and a
     source window of their own), so a fresh engine's first-call costs stay out of the first turn."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     for i in range(cfg.warmup):
         user = build_prompt(tokenizer, cfg.short_prompt_tokens[0], offset=20_000 + 128 * i, chat=False)
@@ -486,7 +488,7 @@ def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult
     """``conversations`` conversations at once, ``turns`` turns each: turn ``k`` sends the whole history (each
     earlier user message and a fixed assistant reply of ``short_max_tokens`` words), so its prompt grows turn
     by turn. Rows: ``conversation``, ``turn`` (from 1), the engine sender's figures."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     tok = loaded.tokenizer
     ctx = (max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 16) * (cfg.turns + 1) + cfg.shared_prefix_tokens + 64
@@ -530,7 +532,7 @@ def _shared_prefix(loaded, cfg: Config, prefix_sharing: bool = False) -> PointRe
     opening with the same system document of ``shared_prefix_tokens`` tokens and asking its own question of
     ``short_prompt_tokens[0]`` tokens (many users of one system prompt or one document). Rows: ``conversation``
     (the request's index) and ``turn`` 1, the engine sender's figures."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     tok = loaded.tokenizer
     eng = _prefix_engine(loaded, cfg, prefix_sharing,
@@ -569,9 +571,9 @@ def cache_columns(rows: pd.DataFrame, prefix_sharing: bool) -> dict:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """Every point of ``cfg.grid()`` (:func:`workbench.sweeps.run_sweep`); the points DataFrame. With the A/A
+    """Every point of ``cfg.grid()`` (:func:`workbench.run.sweeps.run_sweep`); the points DataFrame. With the A/A
     control its columns (:func:`aa_control`) are saved as ``scheduling_aa.json`` in the run folder."""
-    from .. import results
+    from workbench.run import results
 
     state: dict = {}
     points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
@@ -633,7 +635,7 @@ def _p(values, pct: int) -> float:
 
 
 def run_statistics(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """One row per usable run (point; :func:`workbench.evidence.usable_points`, serving rules for the mixed
+    """One row per usable run (point; :func:`workbench.stats.evidence.usable_points`, serving rules for the mixed
     workload): ``point_id``, ``workload``, ``arm`` (the policy, :data:`AA_ARM`, or ``off`` / ``on`` for prefix
     sharing), ``replicate`` (its round, 0 in runs before rounds), ``prefix_sharing`` and the per-run statistics the
     comparisons pair: ``ttft_s_p90_interactive``, ``e2e_s_p50_background`` and ``ttft_s_p50`` (over the run's
@@ -664,7 +666,7 @@ def run_statistics(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
 
 def compare_runs(stats: pd.DataFrame, arm: str, base: str, column: str, workload: str = "mixed",
                  confidence: float = replicates.CONFIDENCE) -> dict:
-    """``column`` of arm ``arm`` over arm ``base``, runs paired by round: :func:`workbench.replicates.paired_log_ratio`.
+    """``column`` of arm ``arm`` over arm ``base``, runs paired by round: :func:`workbench.stats.replicates.paired_log_ratio`.
 
     Returns:
         ``{"ratio", "low", "high", "rounds"}`` (NaN bounds with one paired round: "one run: not supported").
@@ -679,7 +681,7 @@ def compare_runs(stats: pd.DataFrame, arm: str, base: str, column: str, workload
 
 def aa_control(points: pd.DataFrame, requests: pd.DataFrame, stats: pd.DataFrame | None = None) -> dict | None:
     """The A/A control of the mixed workload: :data:`AA_ARM` over ``fcfs`` on the interactive TTFT p90, paired by
-    round (:func:`workbench.replicates.aa_columns`: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``);
+    round (:func:`workbench.stats.replicates.aa_columns`: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``);
     None when the run had no A/A arm."""
     stats = run_statistics(points, requests) if stats is None else stats
     m = stats[stats["workload"] == "mixed"]
@@ -693,11 +695,11 @@ def aa_control(points: pd.DataFrame, requests: pd.DataFrame, stats: pd.DataFrame
 
 def prefix_savings(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """What prefix sharing saved, per prefix workload (``multiturn``, ``shared_prefix``) measured with sharing off
-    and on (usable points only: :func:`workbench.evidence.usable_points`).
+    and on (usable points only: :func:`workbench.stats.evidence.usable_points`).
 
     The run is the unit: each round runs the workload once with sharing off and once on (a fresh engine each), the
     per-run statistic is the TTFT p50 of its requests (failed and abandoned ones left out), and the two runs of a
-    round are paired (:func:`workbench.replicates.paired_log_ratio`).
+    round are paired (:func:`workbench.stats.replicates.paired_log_ratio`).
 
     Returns:
         One row per workload: ``workload``, ``pairs`` and ``rounds`` (paired rounds), ``cache_hit_rate_off`` /
@@ -769,7 +771,7 @@ def prefix_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Fin
 def paired_ratio(requests: pd.DataFrame, policy: str, column: str, request_class: str,
                  base: str = "fcfs") -> evidence.Interval:
     """``column`` under ``policy`` over ``base`` for the class's requests, matched by ``request_id`` (the same
-    request at the same arrival time): :func:`workbench.evidence.paired_ratio_interval`. Requests within one run
+    request at the same arrival time): :func:`workbench.stats.evidence.paired_ratio_interval`. Requests within one run
     share the engine, so they are not fully independent: the interval is a guide, the method says so."""
     df = _mixed(requests)
     df = df[df["request_class"] == request_class]
@@ -785,7 +787,7 @@ def recommend(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     engine each), the longest wait, the A/A control and a verdict. A policy is recommended when its interactive
     ratio's interval lies below 1 at the Bonferroni level over the m policies compared (``1 - 0.05 / m``: a best
     of m is not tested as if it were one) and the A/A control did not move. One round: "one run: not supported".
-    Usable points only (:func:`workbench.evidence.usable_points`, serving rules).
+    Usable points only (:func:`workbench.stats.evidence.usable_points`, serving rules).
 
     Returns:
         One row per policy: ``policy``, ``interactive_ttft_p90_ratio`` / ``interactive_ttft_ratio`` (the

@@ -12,9 +12,9 @@ request, output, input and total token throughput and goodput over the measured 
 it per second of it, :func:`workbench.serving.load.apply_window`: not biased low by a short run); mean
 concurrency with its Little's-law check; ``queue_s`` percentiles; SLO attainment over the requests planned
 for the window (unsent and unfinished ones are misses) with its Wilson 95% interval, goodput and the
-percentile check per preset (:mod:`workbench.slo`); the engine's running requests over the window
+percentile check per preset (:mod:`workbench.stats.slo`); the engine's running requests over the window
 (``engine_batch_mean`` / ``_max``); the time slices and the stop rule. :func:`recommend` gives, per SLO
-preset, the engine and the highest measured rate that met it (:func:`workbench.slo.verdict`: attainment's one-sided
+preset, the engine and the highest measured rate that met it (:func:`workbench.stats.slo.verdict`: attainment's one-sided
 95% lower bound reaches ``attainment_target``; the MLPerf presets at their stated p99, undetermined below 100
 requests);
 :func:`search` finds that rate by bisection (:func:`search_engines` runs it on its own, without the sweep:
@@ -22,7 +22,7 @@ requests);
 (:func:`kept_up`, the one definition, three-valued: kept up / fell behind / undetermined from the noise band of the
 arrival and completion counts, :mod:`workbench.serving.saturation`), below the first that did not; stopped-early
 points take part in that scan as "fell behind". Recommendations use usable points only
-(:func:`workbench.evidence.usable_points`: valid, open-loop, not stopped early).
+(:func:`workbench.stats.evidence.usable_points`: valid, open-loop, not stopped early).
 
 Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
 server (:mod:`workbench.serving.server`) with the engine behind it and drives it with the load generator's
@@ -45,14 +45,17 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, evidence, metrics, replicates, slo, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings
-from ..plots import label, ok_points, split_by_device
-from ..results import PointResult
-from ..serving import endpoint as endpoint_mod
-from ..serving import engines as engines_mod
-from ..serving import load, saturation
+from workbench.measure import contention
+from workbench import checks
+from workbench.stats import evidence, metrics, replicates, slo
+from workbench.run import sweeps
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.share.plots import label, ok_points, split_by_device
+from workbench.run.point_result import PointResult
+from workbench.serving import endpoint as endpoint_mod
+from workbench.serving import engines as engines_mod
+from workbench.serving import load, saturation
 
 EXPERIMENT = "serving_load"
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -80,13 +83,13 @@ class Config(sweeps.SweepConfig):
         warmup_s, cooldown_s: excluded windows (seconds, >= 0).
         slice_s: time-slice width (seconds, > 0).
         max_in_flight, max_wait_s: the over-saturation stop rule.
-        slo_presets: named presets to evaluate (:data:`workbench.slo.PRESETS`).
+        slo_presets: named presets to evaluate (:data:`workbench.stats.slo.PRESETS`).
         slo_ttft_s, slo_tpot_s: the custom SLO (columns ``goodput_rps``, ``slo_attainment``).
         attainment_target: share of requests that must meet an SLO (0, 1].
         search: run the bisection search per engine after the sweep; ``search_slo`` its preset (or ``custom``);
             ``search_steps`` measurements; ``search_tolerance`` relative width of the final bracket.
         rounds: replicate runs of the open-loop points (>= 1): round ``k`` uses arrival seed ``seed + k`` and a
-            fresh engine per run (the run is the unit under a queue: :mod:`workbench.replicates`).
+            fresh engine per run (the run is the unit under a queue: :mod:`workbench.stats.replicates`).
         aa_control: measure the first engine's open-loop points twice per round (arm ``aa``, the same seeds, the
             arm order alternating by round): the A/A control, its TTFT p90 ratio paired by (rate, round) the
             experiment's noise floor (:func:`aa_control`).
@@ -200,7 +203,7 @@ class _Bench:
     """The live engine (and server) of the current engine name, the prompts and the measured rates."""
 
     def __init__(self, cfg: Config, loaded):
-        from ..prompts import build_batch
+        from workbench.inputs.prompts import build_batch
 
         self.cfg, self.loaded = cfg, loaded
         texts = build_batch(loaded.tokenizer, cfg.requests_per_point, cfg.prompt_tokens)
@@ -223,9 +226,9 @@ class _Bench:
             self.send = endpoint_mod.sender(ep, timeout=600.0)
             self.served_pid = endpoint_mod.local_server_pid(ep)  # a loopback server's CPU is the point's work
             if self.served_pid is not None:
-                metrics.SERVED_BY_PIDS.add(self.served_pid)
+                contention.SERVED_BY_PIDS.add(self.served_pid)
         elif cfg.transport == "http":
-            from ..serving.server import ServerThread
+            from workbench.serving.server import ServerThread
 
             self.server = ServerThread(self.loaded, engine=name, max_batch_size=cfg.max_batch_size, early_headers=True,
                                        batch_window_s=cfg.batch_window_s).start()
@@ -244,7 +247,7 @@ class _Bench:
             self.server.stop()
         if self.engine is not None:
             self.engine.stop()
-        metrics.SERVED_BY_PIDS.discard(self.served_pid)
+        contention.SERVED_BY_PIDS.discard(self.served_pid)
         self.name = self.engine = self.server = self.send = self.served_pid = None
 
 
@@ -252,7 +255,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One load point: run its profile on the point's engine and summarise the kept window.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"engine", "profile"}`` (and ``step`` for the swept rates).
         state: shared by the points of one sweep: ``bench``, the live engine (and server) with the rates
@@ -260,7 +263,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
             and ``last_point``, ``{engine: its last point}``: the engine is stopped after that point.
 
     Returns:
-        :class:`workbench.results.PointResult`: kept request rows, ``wall_s`` of the kept
+        :class:`workbench.run.point_result.PointResult`: kept request rows, ``wall_s`` of the kept
         window, ``warmup_s`` and ``extra`` (offered rate, window, stop rule, queue percentiles, SLO
         attainment / goodput / percentile checks per preset, time slices as JSON).
     """
@@ -313,9 +316,9 @@ def point_columns(res: load.LoadResult, cfg: Config, rate: float | None, achieve
         (``request_throughput_rps``, ``output_throughput_tps``, ``input_throughput_tps``, ``total_throughput_tps``,
         ``mean_concurrency``, ``littles_law_ratio``), per SLO preset ``slo_attainment_<name>``,
         ``slo_attainment_low_<name>`` / ``_high_<name>`` (two-sided Wilson 95%), ``slo_attainment_lower_<name>`` /
-        ``_upper_<name>`` (one-sided 95% bounds, :func:`workbench.slo.one_sided_bounds`), ``goodput_rps_<name>`` and
+        ``_upper_<name>`` (one-sided 95% bounds, :func:`workbench.stats.slo.one_sided_bounds`), ``goodput_rps_<name>`` and
         ``percentiles_ok_<name>``
-        (:func:`workbench.slo.evaluate` over the planned requests and the counting window), the custom SLO's
+        (:func:`workbench.stats.slo.evaluate` over the planned requests and the counting window), the custom SLO's
         ``slo_attainment`` (with ``_low`` / ``_high``), ``goodput_rps`` and ``percentiles_ok``, ``kept_up``
         (:func:`kept_up`) and ``slices_json``.
     """
@@ -377,7 +380,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     columns (:func:`aa_control`) are saved as ``serving_load_aa.json`` in the run folder.
 
     Returns:
-        The experiment's points DataFrame (:func:`workbench.sweeps.run_sweep`).
+        The experiment's points DataFrame (:func:`workbench.run.sweeps.run_sweep`).
     """
     grid = cfg.grid()
     check_targets(cfg)
@@ -392,11 +395,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
                                   slo_tpot_s=cfg.slo_tpot_s, info=loaded.info,
                                   loaded=loaded if loaded.model is not None else None, config=cfg)
         if cfg.aa_control and aa_control(points) is not None:
-            from .. import results
+            from workbench.run import results
 
             results.save_text(run_dir, f"{EXPERIMENT}_aa.json", json.dumps(aa_control(points), default=float))
         if cfg.search:
-            from .. import results
+            from workbench.run import results
 
             found = search(cfg, bench, points)
             results.save_text(run_dir, f"{EXPERIMENT}_search.json", found.to_json(orient="records", indent=1))
@@ -417,10 +420,10 @@ def check_targets(cfg: Config) -> dict | None:
 
 
 def load_for(cfg: Config):
-    """What the run needs loaded: the model (:func:`workbench.models.load_model`) when a built-in engine runs;
+    """What the run needs loaded: the model (:func:`workbench.measure.models.load_model`) when a built-in engine runs;
     for an endpoint-only run the tokenizer alone (prompts are built with it;
-    :func:`workbench.models.load_tokenizer_only`: ``model`` None, no weights)."""
-    from .. import models
+    :func:`workbench.measure.models.load_tokenizer_only`: ``model`` None, no weights)."""
+    from workbench.measure import models
 
     if cfg.needs_model():
         return models.load_model(cfg.model, cfg.device, cfg.dtype)
@@ -444,8 +447,8 @@ def _achieved_rps(res: load.LoadResult) -> float:
 
 def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per engine: the highest offered rate (``cfg.arrival``) whose attainment of ``cfg.search_slo`` reaches
-    ``cfg.attainment_target`` (its one-sided 95% lower bound: :func:`workbench.slo.one_sided_bounds`; a rate that
-    fell behind, :func:`kept_up`, fails), by bisection (:func:`workbench.slo.search_rate`) between half the synchronous
+    ``cfg.attainment_target`` (its one-sided 95% lower bound: :func:`workbench.stats.slo.one_sided_bounds`; a rate that
+    fell behind, :func:`kept_up`, fails), by bisection (:func:`workbench.stats.slo.search_rate`) between half the synchronous
     rate and the maximum throughput, ``cfg.search_steps`` measurements of ``requests_per_point`` requests each,
     relative tolerance ``cfg.search_tolerance``. An over-saturated measurement (stopped early) fails.
 
@@ -546,7 +549,7 @@ def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
 def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
     """The A/A control: the first engine's open-loop points measured twice per round (arms ``main`` and ``aa``, the
     same rates and seeds, a fresh engine per run), ``column`` (a per-run statistic; ``ttft_s_p50`` when no run has
-    the samples for a p90) paired by (rate step, round): :func:`workbench.replicates.aa_columns` (``aa_ratio``,
+    the samples for a p90) paired by (rate step, round): :func:`workbench.stats.replicates.aa_columns` (``aa_ratio``,
     ``aa_low``, ``aa_high``, ``design`` ``replicates``, ``rounds`` the pairs) and ``statistic``. None without an
     A/A arm. Valid open-loop points only (stopped-early ones included: the
     statistic of a run is what it is)."""
@@ -572,12 +575,12 @@ def _slo_names(columns) -> list[str]:
 
 def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
     """Per SLO preset (and ``custom``): the engine and the highest measured offered rate that met it
-    (:func:`workbench.slo.verdict`: attainment's one-sided 95% lower bound reaches ``target``; the MLPerf presets
+    (:func:`workbench.stats.slo.verdict`: attainment's one-sided 95% lower bound reaches ``target``; the MLPerf presets
     at their stated p99 with the sample-size rule), ties by higher goodput, with its goodput, its attainment's
     Wilson 95% interval and one-sided lower bound and the requests planned for it; ``engine`` empty when none
     does, and ``verdict`` saying why (``missed``: every usable rate shown to miss it; ``undetermined``: some rate
     could not be judged with the requests it had). Only usable points
-    (:func:`workbench.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that did not
+    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that did not
     fall behind (:func:`kept_up`): a closed-loop burst, a point stopped for over-saturation, one measured under
     other load or one whose queue grew is never recommended."""
     df = evidence.usable_points(points, serving=True)
@@ -848,7 +851,7 @@ def finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
     bound below the target); not supported without usable points or when no rate could be judged either way.
 
     Returns:
-        :class:`workbench.evidence.Finding` over the usable points' ids.
+        :class:`workbench.stats.evidence.Finding` over the usable points' ids.
     """
     text = headline(points, target)
     body, _, tail = text.partition(" Evidence: ")

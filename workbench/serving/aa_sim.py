@@ -17,7 +17,7 @@ identical arms (an A/A test: every claimed direction is a false one):
   independent.
 - ``new``: ``rounds`` arrival seeds, each arm run once per seed (a fresh engine each; the arm order alternating
   between seeds), one statistic per run (the interactive TTFT p90), runs paired by seed:
-  :func:`workbench.replicates.paired_log_ratio`.
+  :func:`workbench.stats.replicates.paired_log_ratio`.
 
 :func:`aa_share` runs many such trials and returns the share that claimed a direction for each design
 (``benchmarks/aa_queue.py`` prints it; ``tests/test_replicates.py`` asserts new <= 10%, old far above).
@@ -31,8 +31,9 @@ import types
 
 import numpy as np
 
-from .. import checks, evidence, metrics, replicates
-from . import scheduling
+from workbench import checks
+from workbench.stats import evidence, metrics, replicates
+from workbench.serving import scheduling
 
 
 @dataclasses.dataclass(frozen=True)

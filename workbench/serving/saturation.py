@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from . import load
+from workbench.serving import load
 
 KEPT_UP = "kept up"
 FELL_BEHIND = "fell behind"
