@@ -28,7 +28,7 @@ def test_every_design_reference_names_a_section_the_repository_has():
             if int(m.group(1)) not in sections:
                 bad.append(f"{path.relative_to(ROOT)}: section {m.group(1)}")
         for m in re.finditer(r"(?<![\w/])DESIGN\.md", text):
-            bad.append(f"{path.relative_to(ROOT)}: DESIGN.md (not in a clone; cite docs/design.md)")
+            bad.append(f"{path.relative_to(ROOT)}: docs/design.md (not in a clone; cite docs/design.md)")
     assert not bad, "\n".join(bad)
 
 

@@ -53,6 +53,19 @@ def test_recommend_and_headline_use_valid_points_only():
     assert "no difference beyond noise" in batch_size.headline(pts, noisy).text
 
 
+def test_batch_attainment_counts_batches_not_rows():
+    """Batch 16 x 2 repeats, all 32 rows within the SLO: 2 independent units, Wilson 0.34-1.00 (not 0.89-1.00 over
+    32 rows); one repeat (1 unit) leaves the finding not supported, whatever it says."""
+    pts = pd.DataFrame({"point_id": ["b16"], "batch_size": [16], "prompt_tokens": [64], "goodput_rps": [8.0],
+                        "output_throughput_tps": [100.0], "ttft_s_p50": [0.5], "wall_s": [4.0], "requests": [32],
+                        "n_samples": [2], "status": ["ok"], "valid": [True]})
+    f = batch_size.headline(pts)
+    assert "2/2" in f.evidence and "0.34-1.00" in f.evidence and "0.89" not in f.evidence
+    assert f.supported
+    one = batch_size.headline(pts.assign(requests=16, n_samples=1, goodput_rps=4.0))
+    assert not one.supported and one.text.startswith("Not supported")
+
+
 @pytest.mark.model
 def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     """Two points on the real model, greedy: token counts; each row of the batch-2 point generates the same ids as

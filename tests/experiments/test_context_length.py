@@ -92,6 +92,28 @@ def test_finding_says_not_supported_with_too_few_lengths_and_states_r2_and_dof()
     assert not none_valid.supported and "(0 of 3 points valid)" in none_valid.text
 
 
+def test_fit_is_over_per_point_medians_and_states_no_crossover_when_the_quadratic_interval_includes_0():
+    """5 lengths x 3 repeats, linear truth plus noise: one observation per point (n = 5, not 15), the quadratic term's
+    interval includes 0, and the finding states no crossover (the old fit over 15 repeats named one)."""
+    rng = np.random.default_rng(3)
+    lengths = [128, 512, 1024, 1536, 2048]
+    pts = pd.DataFrame([{"point_id": f"L{L}", "status": "ok", "valid": True, "batch_size": 1, "context_tokens": L}
+                        for L in lengths])
+    shift = {L: 1 + 0.03 * rng.standard_normal() for L in lengths}  # one disturbance per point, shared by repeats
+    reqs = pd.DataFrame([{"point_id": f"L{L}", "repeat": r, "batch_size": 1, "prompt_tokens": L,
+                          "prefill_s": (0.02 + 1e-4 * L) * shift[L] * (1 + 0.002 * rng.standard_normal())}
+                         for L in lengths for r in range(3)])
+    fit = context_length.fit_by_batch(reqs, points=pts)[1]
+    assert fit.n == 5 and fit.degree == 2 and fit.dof == 2
+    assert fit.c_low < 0 < fit.c_high and not fit.crossover_shown
+    f = context_length.finding({1: fit}, 2048, pts)
+    assert "overtakes the linear one at" not in f.text and "interval includes 0" in f.text
+    assert "quadratic term 95% interval" in f.evidence
+    exact = context_length.fit_quadratic(np.array(lengths), 0.02 + 1e-4 * np.array(lengths) + 1e-7 * np.array(lengths) ** 2
+                                         * (1 + 0.001 * rng.standard_normal(5)))
+    assert exact.crossover_shown and "overtakes the linear one at" in context_length.finding({1: exact}, 2048).text
+
+
 @pytest.mark.parametrize("kwargs,name", [
     ({"context_tokens": []}, "context_tokens"),
     ({"context_tokens": [100000]}, "context_tokens"),

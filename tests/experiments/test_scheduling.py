@@ -35,13 +35,18 @@ def test_invalid_config_is_one_line_before_any_model(kwargs, name, monkeypatch):
 
 def test_grid_and_the_prefix_sharing_switch(monkeypatch):
     cfg = scheduling.Config(policies=["fcfs", "sjf"], turns=2)
-    assert cfg.grid() == [{"workload": "mixed", "policy": "fcfs", "prefix_sharing": False},
-                          {"workload": "mixed", "policy": "sjf", "prefix_sharing": False},
-                          {"workload": "multiturn", "policy": "fcfs", "prefix_sharing": False}]
+    assert cfg.grid() == [{"workload": "mixed", "policy": "fcfs", "prefix_sharing": False, "replicate": 0, "arm": "fcfs"},
+                          {"workload": "mixed", "policy": "sjf", "prefix_sharing": False, "replicate": 0, "arm": "sjf"},
+                          {"workload": "multiturn", "policy": "fcfs", "prefix_sharing": False, "replicate": 0,
+                           "arm": "off"}]
     assert len(scheduling.Config(turns=0).grid()) == 4
     group = scheduling.Config(policies=["fcfs"], turns=0, prefix_group_requests=3, shared_prefix_tokens=64).grid()
-    assert group == [{"workload": "mixed", "policy": "fcfs", "prefix_sharing": False},
-                     {"workload": "shared_prefix", "policy": "fcfs", "prefix_sharing": False}]
+    assert [(p["workload"], p["arm"]) for p in group] == [("mixed", "fcfs"), ("shared_prefix", "off")]
+    # rounds: every arm once per round (the order rotated), the A/A arm runs fcfs again with the same seeds
+    two = scheduling.Config(policies=["fcfs", "sjf"], turns=0, rounds=2, aa_control=True).grid()
+    assert [(p["replicate"], p["arm"], p["policy"]) for p in two] == [
+        (0, "fcfs", "fcfs"), (0, "sjf", "sjf"), (0, "fcfs_aa", "fcfs"),
+        (1, "sjf", "sjf"), (1, "fcfs_aa", "fcfs"), (1, "fcfs", "fcfs")]
     no_work(monkeypatch)
     with pytest.raises(ParameterError, match="^multiturn_prefix_sharing:"):
         scheduling.Config(multiturn_prefix_sharing=[True, True])
@@ -57,49 +62,56 @@ def test_cache_hit_rate_by_hand():
     assert none["cache_hit_rate"] != none["cache_hit_rate"] and "not available" in none["cache_note"]
 
 
-def _prefix_table(saved):
-    """A multi-turn point pair (sharing off / on): two conversations of two turns, prompts 100 and 200 tokens; with
-    sharing on turn 2 reuses 96 tokens; TTFT on = TTFT off - ``saved[i]`` for the i-th pair."""
+def _prefix_table(saved, rounds=4):
+    """Multi-turn point pairs (sharing off / on) over ``rounds`` rounds: two conversations of two turns, prompts 100
+    and 200 tokens; with sharing on turn 2 reuses 96 tokens; in round k every TTFT with sharing on is the off one
+    minus ``saved[k]``."""
     rows, pts = [], []
     off_ttft = [0.50, 0.90, 0.55, 1.00]
-    for share in (False, True):
-        pid = f"p/multiturn/{share}"
-        pts.append({"point_id": pid, "status": "ok", "valid": True, "workload": "multiturn", "policy": "fcfs",
-                    "prefix_sharing": share, "profile": "multiturn", "stopped_early": False})
-        for i, (conv, turn) in enumerate([(0, 1), (0, 2), (1, 1), (1, 2)]):
-            rows.append({"point_id": pid, "workload": "multiturn", "policy": "fcfs", "request_class": "interactive",
-                         "prefix_sharing": share, "conversation": conv,
-                         "turn": turn, "prompt_tokens": 100 * turn, "cached_tokens": 96 if share and turn == 2 else 0,
-                         "ttft_s": off_ttft[i] - (saved[i] if share else 0.0), "error": None, "output_tokens": 4})
-    # an abandoned request (no token) is left out of the pairs
-    rows.append(dict(rows[-1], conversation=9, ttft_s=float("nan"), output_tokens=0))
+    for k in range(rounds):
+        for share in (False, True):
+            pid = f"p/multiturn/{share}/{k}"
+            pts.append({"point_id": pid, "status": "ok", "valid": True, "workload": "multiturn", "policy": "fcfs",
+                        "prefix_sharing": share, "profile": "multiturn", "stopped_early": False, "replicate": k,
+                        "arm": "on" if share else "off"})
+            for i, (conv, turn) in enumerate([(0, 1), (0, 2), (1, 1), (1, 2)]):
+                rows.append({"point_id": pid, "workload": "multiturn", "policy": "fcfs", "request_class": "interactive",
+                             "prefix_sharing": share, "conversation": conv, "turn": turn, "prompt_tokens": 100 * turn,
+                             "cached_tokens": 96 if share and turn == 2 else 0,
+                             "ttft_s": off_ttft[i] - (saved[k] if share else 0.0), "error": None, "output_tokens": 4})
+            # an abandoned request (no token) is left out
+            rows.append(dict(rows[-1], conversation=9, ttft_s=float("nan"), output_tokens=0))
     return pd.DataFrame(pts), pd.DataFrame(rows)
 
 
-def test_prefix_savings_pair_requests_and_say_not_supported_when_the_interval_straddles_0():
+def test_prefix_savings_pair_runs_by_round_and_say_not_supported_when_the_interval_straddles_1():
     from scipy import stats
 
-    saved = [0.01, 0.30, 0.02, 0.40]
+    saved = [0.01, 0.30, -0.25, 0.40]
     pts, req = _prefix_table(saved)
     sav = scheduling.prefix_savings(pts, req).set_index("workload").loc["multiturn"]
+    p50_off = np.median([0.50, 0.90, 0.55, 1.00])
     half = stats.t.ppf(0.975, 3) * np.std(saved, ddof=1) / 2
-    assert sav["pairs"] == 4 and sav["ttft_saved_s"] == pytest.approx(np.mean(saved))
+    assert sav["rounds"] == 4 and sav["ttft_saved_s"] == pytest.approx(np.mean(saved))
     assert sav["ttft_saved_s_low"] == pytest.approx(np.mean(saved) - half)
-    assert sav["cache_hit_rate_on"] == pytest.approx(192 / 600) and sav["cache_hit_rate_off"] == 0
-    assert sav["ttft_s_p50_off"] == pytest.approx(np.median([0.50, 0.90, 0.55, 1.00]))
-    assert sav["verdict"] == "not supported: the interval straddles 0"  # 4 pairs spread 0.01..0.40
+    logs = np.log((p50_off - np.array(saved)) / p50_off)
+    assert sav["ttft_ratio"] == pytest.approx(np.exp(logs.mean()))
+    assert sav["cache_hit_rate_on"] == pytest.approx(4 * 192 / (4 * 600)) and sav["cache_hit_rate_off"] == 0
+    assert sav["verdict"] == "not supported: the interval straddles 1" and sav["design"] == "replicates"
     f = scheduling.finding(pts, req)
-    assert "Prefix sharing" in f.text and "hit rate 32%" in f.text and "straddles 0" in f.text
-    assert "multiturn: 4 request pairs" in f.evidence
+    assert "Prefix sharing: not supported" in f.text and "hit rate 32%" in f.text and "straddles 1" in f.text
+    assert "multiturn: 4 rounds" in f.evidence
     steady = [0.20, 0.21, 0.19, 0.20]
     sav = scheduling.prefix_savings(*_prefix_table(steady)).iloc[0]
-    assert sav["verdict"] == "saves" and sav["ttft_saved_s_low"] > 0
+    assert sav["verdict"] == "saves" and sav["ttft_saved_s_low"] > 0 and sav["ttft_ratio_high"] < 1
+    one = scheduling.prefix_savings(*_prefix_table(steady, rounds=1)).iloc[0]
+    assert one["verdict"] == "one run: not supported"  # requests of one run are not independent samples
     assert scheduling.prefix_savings(pts, req[~req["prefix_sharing"]]).empty  # one side only: nothing to pair
     assert scheduling.prefix_finding(pts.iloc[:1], req) is None  # not measured both ways: nothing to say
     invalid = scheduling.prefix_finding(pts.assign(valid=False), req)  # measured, not usable: said so
     assert not invalid.supported and invalid.text.startswith("Prefix sharing: not supported")
     fig = scheduling.prefix_cache_savings(pts, req)
-    assert list(fig.data[0].x) == [pytest.approx(192 / 600)] and list(fig.data[0].y) == [pytest.approx(np.mean(saved))]
+    assert list(fig.data[0].x) == [pytest.approx(0.32)] and list(fig.data[0].y) == [pytest.approx(np.mean(saved))]
 
 
 def _write(tmp_path, rows):
@@ -169,18 +181,55 @@ def _points(valid=True):
                          "stopped_early": [False, False], "queue_s_max": [2.5, 2.0]})
 
 
-def test_recommendation_and_finding_name_the_gain_and_its_cost_or_say_not_supported():
+def test_recommendation_with_one_run_per_policy_says_one_run_not_supported():
+    """One run per policy: the ratio of the runs' statistics, no interval, "one run: not supported"."""
     rec = scheduling.recommend(_points(), _table()).set_index("policy")
-    # interactive TTFT, paired: sjf/fcfs = 0.5/1 and 1/3 -> geometric mean sqrt(1/6)
-    assert rec.loc["sjf", "interactive_ttft_ratio"] == pytest.approx((0.5 / 1.0 * 1.0 / 3.0) ** 0.5)
+    # interactive TTFT p90 per run: sjf p90(0.5, 1.0) over fcfs p90(1.0, 3.0); background e2e 10 / 8
+    assert rec.loc["sjf", "interactive_ttft_ratio"] == pytest.approx(np.percentile([0.5, 1.0], 90) / 2.8)
     assert rec.loc["sjf", "background_e2e_ratio"] == pytest.approx(10 / 8)
-    assert rec.loc["sjf", "interactive_ttft_p90_ratio"] == pytest.approx(np.percentile([0.5, 1.0], 90) / 2.8)
+    assert rec.loc["sjf", "verdict"] == "one run: not supported" and not rec.loc["sjf", "recommended"]
     f = scheduling.finding(_points(), _table())
     assert "sjf" in f.text and f.point_ids == ("p/fcfs", "p/sjf")
-    # two pairs cannot carry a direction here: the interval is wide, so no recommendation and "not supported"
-    assert not rec.loc["sjf", "recommended"] and not f.supported and "not supported" in f.text
+    assert not f.supported and f.text.startswith("Scheduling: one run: not supported")
     f = scheduling.finding(_points(valid=False), _table())
     assert not f.supported and f.text.startswith("Scheduling: not supported")
+
+
+def _replicated(gain, aa_shift=None, rounds=4):
+    """Mixed-workload runs over ``rounds`` seeds: fcfs, sjf (interactive TTFT x ``gain[k]`` of fcfs in round k) and
+    the A/A arm (fcfs again, x ``aa_shift[k]``); one interactive and one background request per run."""
+    aa_shift = aa_shift or [1.0] * rounds
+    pts, rows = [], []
+    for k in range(rounds):
+        base = 1.0 + 0.3 * k  # the seeds differ; the pairing removes it
+        for arm, f in (("fcfs", 1.0), ("sjf", gain[k]), ("fcfs_aa", aa_shift[k])):
+            pid = f"p/{arm}/{k}"
+            pts.append({"point_id": pid, "status": "ok", "valid": True, "workload": "mixed",
+                        "policy": "fcfs" if arm == "fcfs_aa" else arm, "arm": arm, "replicate": k,
+                        "profile": "replay", "stopped_early": False, "queue_s_max": 1.0})
+            rows += [{"point_id": pid, "workload": "mixed", "request_id": 0, "request_class": "interactive",
+                      "ttft_s": base * f, "e2e_s": base * f + 0.5, "error": None, "output_tokens": 4},
+                     {"point_id": pid, "workload": "mixed", "request_id": 1, "request_class": "background",
+                      "ttft_s": 2.0, "e2e_s": 8.0, "error": None, "output_tokens": 16}]
+    return pd.DataFrame(pts), pd.DataFrame(rows)
+
+
+def test_policies_compared_over_rounds_with_an_aa_control():
+    """The run as the unit: sjf x0.5 of fcfs in every round, A/A flat: recommended, A/A columns reported; the same
+    gain with an A/A control that moved (x1.3 every round): not supported."""
+    pts, req = _replicated([0.5, 0.52, 0.48, 0.5])
+    rec = scheduling.recommend(pts, req).set_index("policy")
+    assert list(rec.index) == ["sjf"] and rec.loc["sjf", "rounds"] == 4 and rec.loc["sjf", "recommended"]
+    assert rec.loc["sjf", "interactive_ttft_ratio_high"] < 1 and rec.loc["sjf", "design"] == "replicates"
+    assert rec.loc["sjf", "aa_ratio"] == pytest.approx(1.0) and rec.loc["sjf", "aa_low"] <= 1 <= rec.loc["sjf", "aa_high"]
+    aa = scheduling.aa_control(pts, req)
+    assert aa["rounds"] == 4 and aa["design"] == "replicates"
+    f = scheduling.finding(pts, req)
+    assert f.supported and f.text.startswith("For interactive traffic") and "4 rounds" in f.evidence
+    pts, req = _replicated([0.5, 0.52, 0.48, 0.5], aa_shift=[1.3, 1.32, 1.28, 1.3])
+    rec = scheduling.recommend(pts, req).set_index("policy")
+    assert rec.loc["sjf", "verdict"] == "not supported: the A/A control moved" and not rec.loc["sjf", "recommended"]
+    assert scheduling.finding(pts, req).text.startswith("Scheduling: not supported: the A/A control moved")
 
 
 def test_figures_draw_from_small_tables():

@@ -291,7 +291,7 @@ def test_load_monitor_counts_a_served_by_process_as_own(monkeypatch):
     try:
         assert child.stdout.readline().strip() == "done"  # it has burned 0.3 CPU s and now sleeps
         plain = contention.LoadMonitor()
-        monkeypatch.setattr(contention, "SERVED_BY_PIDS", {child.pid})
+        monkeypatch.setattr(metrics, "SERVED_BY_PIDS", {child.pid})
         served = contention.LoadMonitor()
         burned = sum(psutil.Process(child.pid).cpu_times()[:2])
         assert burned >= 0.3
@@ -420,10 +420,11 @@ def test_slo_search_against_the_endpoint(served, keyed):
     cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": served, "model": SERVED_MODEL,
                                                               "api_key_env": KEY_ENV, "name": "second-server"},
                               requests_per_point=2, prompt_tokens=32, max_new_tokens=2, warmup=0, slo_presets=[],
-                              search_steps=2, slo_ttft_s=60.0, slo_tpot_s=10.0)
+                              search_steps=2, slo_ttft_s=60.0, slo_tpot_s=10.0, attainment_target=0.4)
     table = serving_load.search_engines(cfg, serving_load.load_for(cfg))
     assert list(table["engine"]) == ["second-server"] and table["measurements"].iloc[0] >= 1
-    assert table["sync_rps"].iloc[0] > 0 and table["max_rate_rps"].iloc[0] > 0  # limits no request can miss
+    # limits no request can miss, at a target 2 of 2 can show (one-sided 95% lower bound 0.42)
+    assert table["sync_rps"].iloc[0] > 0 and table["max_rate_rps"].iloc[0] > 0
 
 
 def test_slo_search_checks_the_endpoint_first(keyed):

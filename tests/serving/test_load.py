@@ -305,8 +305,10 @@ def test_flow_rates_tell_keeping_up_from_falling_behind():
     """Arrivals every 0.5 s; a server that keeps up finishes every 0.5 s, a saturated one every 1 s."""
     up = [{"t_scheduled_s": i * 0.5, "t_end_s": i * 0.5 + 0.3} for i in range(6)]
     behind = [{"t_scheduled_s": i * 0.5, "t_end_s": 1.0 + i * 1.0} for i in range(6)]
-    assert load.flow_rates(up) == pytest.approx({"arrival_rps": 2.0, "completion_rps": 2.0})
-    assert load.flow_rates(behind) == pytest.approx({"arrival_rps": 2.0, "completion_rps": 1.0})
+    assert load.flow_rates(up) == pytest.approx({"arrival_rps": 2.0, "completion_rps": 2.0, "arrival_count": 6,
+                                                 "completion_count": 6})
+    assert load.flow_rates(behind) == pytest.approx({"arrival_rps": 2.0, "completion_rps": 1.0, "arrival_count": 6,
+                                                     "completion_count": 6})
     rows = [dict(r, error="HTTP 500" if i == 5 else None) for i, r in enumerate(behind)]
     assert load.flow_rates(rows)["completion_rps"] == pytest.approx(1.0)  # failed requests did not complete
     one = load.flow_rates(up[:1])

@@ -169,13 +169,16 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evid
             f"TTFT p50 {best.ttft_s_p50:.2f} s).")
     n_req = checks.int_or(best.get("requests"), 0)
     good = int(round(best.goodput_rps * best.wall_s)) if "wall_s" in best else 0
-    att = evidence.wilson_interval(good, n_req) if n_req else None
+    units, good_units = attainment_units(best, n_req, good)
+    att = evidence.wilson_interval(good_units, units) if units else None
     ci = (f"TTFT p50 95% interval {best.ttft_s_p50_ci_low:.3g}-{best.ttft_s_p50_ci_high:.3g} s (t over repeat "
           f"medians)" if pd.notna(best.get("ttft_s_p50_ci_low")) else "TTFT p50: no interval (fewer than 2 repeats)")
     parts = [f"highest goodput among {len(usable)} valid points ({excluded} invalid or failed excluded)",
-             f"{n_req} requests at the recommended point" + (f", {good} met the SLO, attainment "
-                                                             f"{att.describe('{:.2f}')}" if att else ""), ci]
+             f"{n_req} requests at the recommended point" + (
+                 f", {good} met the SLO; attainment over {units} independent batches (the rows of one batch share "
+                 f"one timing) {good_units}/{units}, {att.describe('{:.2f}')}" if att else ""), ci]
     ids = [str(best.point_id)] if "point_id" in best else []
+    why = "" if units >= 2 else f"attainment rests on {units} independent batch (an interval needs 2)"
     if requests is not None and "point_id" in best and "point_id" in requests:
         same = usable[usable["prompt_tokens"] == best.prompt_tokens].sort_values("batch_size")
         if len(same) and int(same.iloc[0].batch_size) != int(best.batch_size):
@@ -185,7 +188,34 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evid
             text += " " + evidence.describe_ratio(
                 iv, f"Output throughput at batch {int(best.batch_size)} vs batch {int(base.batch_size)}") + "."
             ids.append(str(base.point_id))
-    return evidence.Finding(text, "; ".join(parts), True, tuple(ids))
+            if not why and not (iv.shown and iv.low > 1):
+                why = (f"the throughput gain over batch {int(base.batch_size)} is not beyond noise" if iv.shown
+                       else f"no throughput interval against batch {int(base.batch_size)} ({iv.reason})")
+    supported = not why
+    if why:
+        text = f"Not supported ({why}): {text}"
+    return evidence.Finding(text, "; ".join(parts), supported, tuple(ids))
+
+
+def attainment_units(best, n_req: int, good: int) -> tuple[int, int]:
+    """The independent units behind a batch point's SLO attainment, and how many met the SLO.
+
+    The rows of one batch share one timing (one ``generate`` call: one TTFT stamp, one stamp per step), so a
+    batch is one unit, not ``batch_size`` (batch 16 x 2 repeats: 2 units, Wilson [0.34, 1.00] for 2 of 2, not
+    [0.89, 1.00] over 32 rows). Units: the point's ``n_samples`` (:func:`workbench.stats.metrics.n_samples`), else
+    ``round(requests / batch_size)``; units met: ``round(good / batch_size)`` (the rows of a batch meet or miss
+    together), at most the units.
+
+    Args:
+        best: a points row with ``batch_size`` (and ``n_samples`` when recorded).
+        n_req: the point's requests; good: its requests that met the SLO.
+
+    Returns:
+        ``(units, units_met)``.
+    """
+    b = max(1, checks.int_or(best.get("batch_size"), 1))
+    units = checks.int_or(best.get("n_samples"), 0) or int(round(n_req / b))
+    return units, min(units, int(round(good / b)))
 
 
 def ttft_vs_batch(points: pd.DataFrame) -> go.Figure:

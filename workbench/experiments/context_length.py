@@ -13,7 +13,10 @@ Methods:
   coefficient of determination ``R^2 = 1 - SS_res / SS_tot``. The linear term is
   the weight matmuls (``2 N`` FLOPs per token, Kaplan et al. 2020), the
   quadratic term attention over the prompt; they are equal at ``L = b / c`` (the
-  crossover: beyond it attention dominates prefill).
+  crossover: beyond it attention dominates prefill). One observation per point (the
+  median of its repeats: the repeats of a point share its moment on the machine),
+  with 95% intervals of ``b`` and ``c`` (OLS standard errors, t over the residual
+  dof); a crossover is stated only when the interval of ``c`` excludes 0.
 - KV cache from the config (:func:`workbench.measure.memory.kv_cache_bytes`) at ``L x
   batch`` tokens, compared with the memory growth measured at the first
   generated step (:class:`workbench.measure.memory.MemoryTracker`: CUDA allocated bytes,
@@ -66,6 +69,8 @@ class QuadraticFit:
         n_lengths: distinct lengths behind the fit (0: not recorded, then ``n`` is used).
         b_low, b_high: 95% interval of ``b`` (OLS standard error, Student t over :attr:`dof`); NaN when
             ``dof`` is 0.
+        c_low, c_high: the same interval of ``c`` (NaN for the straight line or without dof): a crossover is
+            stated only when it excludes 0 (:attr:`crossover_shown`).
     """
 
     a: float
@@ -77,6 +82,8 @@ class QuadraticFit:
     n_lengths: int = 0
     b_low: float = float("nan")
     b_high: float = float("nan")
+    c_low: float = float("nan")
+    c_high: float = float("nan")
 
     @property
     def dof(self) -> int:
@@ -101,6 +108,12 @@ class QuadraticFit:
             return 0.0
         return self.b / self.c
 
+    @property
+    def crossover_shown(self) -> bool:
+        """Whether the fit carries a crossover: a quadratic whose ``c`` interval lies above 0 (an interval that
+        includes 0 cannot say the quadratic term exists, let alone where it overtakes the linear one)."""
+        return self.degree == 2 and math.isfinite(self.c_low) and self.c_low > 0
+
     def predict(self, L) -> np.ndarray:
         """Fitted values at ``L`` (scalar or array of tokens)."""
         L = np.asarray(L, dtype=float)
@@ -120,7 +133,8 @@ def fit_quadratic(L: Sequence[float], y: Sequence[float], degree: int = 2) -> Qu
         degree: 2 or 1.
 
     Returns:
-        :class:`QuadraticFit` with R^2, the observations, the distinct lengths and the 95% interval of ``b``.
+        :class:`QuadraticFit` with R^2, the observations, the distinct lengths and the 95% intervals of ``b`` and
+        ``c`` (OLS standard errors, Student t over the residual dof).
 
     Raises:
         ParameterError: fewer than ``degree + 1`` distinct lengths (the fit is underdetermined).
@@ -141,20 +155,26 @@ def fit_quadratic(L: Sequence[float], y: Sequence[float], degree: int = 2) -> Qu
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
     dof = len(L) - (degree + 1)
-    b_low = b_high = float("nan")
+    b_low = b_high = c_low = c_high = float("nan")
     if dof > 0:
         cov = ss_res / dof * np.linalg.pinv(X.T @ X)
         iv = evidence.estimate_interval(float(coef[1]), math.sqrt(max(cov[1, 1], 0.0)), dof, "OLS")
         b_low, b_high = iv.low, iv.high
+        if degree >= 2:
+            iv = evidence.estimate_interval(float(coef[2]), math.sqrt(max(cov[2, 2], 0.0)), dof, "OLS")
+            c_low, c_high = iv.low, iv.high
     c = float(coef[2]) if degree >= 2 else 0.0
-    return QuadraticFit(float(coef[0]), float(coef[1]), c, r2, int(len(L)), degree, distinct, b_low, b_high)
+    return QuadraticFit(float(coef[0]), float(coef[1]), c, r2, int(len(L)), degree, distinct, b_low, b_high,
+                        c_low, c_high)
 
 
 def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", points=None) -> dict:
     """One fit of ``y`` on ``x`` per batch size, over valid points only.
 
-    Rows of one batch share one stamp per step, so each (point, repeat) is one observation: the median of
-    its rows (when ``point_id`` and ``repeat`` are present). The quadratic is kept when the distinct lengths
+    Rows of one batch share one stamp per step, and the repeats of one point share its moment on the machine
+    (they run back to back), so each point is one observation: the median over its repeats of each repeat's
+    median row (when ``point_id`` and ``repeat`` are present; ``point_id`` alone: the median of its rows). Fitting
+    the repeats as independent observations would count one length's drift three times and narrow the intervals. The quadratic is kept when the distinct lengths
     support it (:func:`workbench.stats.evidence.fit_support`: parameters + 2), else the straight line when they
     support that, else the quadratic (or line) that can be computed, marked unsupported. Batch sizes with
     fewer than 2 distinct lengths are skipped.
@@ -173,6 +193,8 @@ def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", point
         requests = requests[requests["point_id"].isin(usable["point_id"])]
     if {"point_id", "repeat"} <= set(requests.columns):
         requests = requests.groupby(["batch_size", "point_id", "repeat"], as_index=False)[[x, y]].median()
+    if "point_id" in requests.columns:
+        requests = requests.groupby(["batch_size", "point_id"], as_index=False)[[x, y]].median()
     fits = {}
     for bs, g in requests.groupby("batch_size"):
         candidates = []
@@ -187,8 +209,8 @@ def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", point
 
 
 def fits_table(fits: dict, quantity: str = "prefill_s"):
-    """``pandas.DataFrame``: one row per batch size with a, b, c, r2, n, degree, n_lengths, b_low, b_high, dof,
-    supported, crossover_tokens."""
+    """``pandas.DataFrame``: one row per batch size with a, b, c, r2, n, degree, n_lengths, b_low, b_high, c_low,
+    c_high, dof, supported, crossover_tokens."""
     import pandas as pd
 
     return pd.DataFrame([{"quantity": quantity, "batch_size": bs, **f.to_dict()} for bs, f in sorted(fits.items())])
@@ -332,9 +354,11 @@ def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
     for bs, f in sorted(fits.items()):
         ok, why = f.support
         kind = "quadratic" if f.degree == 2 else "straight-line"
-        notes.append(f"batch {bs}: {kind} fit over {f.n_lengths} lengths ({f.n} point-repeats): R^2 {f.r2:.3f}, "
+        notes.append(f"batch {bs}: {kind} fit over {f.n_lengths} lengths ({f.n} per-point medians): R^2 {f.r2:.3f}, "
                      f"{f.dof} dof" + (f", per-token cost 95% interval {f.b_low * 1e6:.1f}-{f.b_high * 1e6:.1f} us "
-                                       f"(OLS, t over {f.dof} dof)" if math.isfinite(f.b_low) else ""))
+                                       f"(OLS, t over {f.dof} dof)" if math.isfinite(f.b_low) else "")
+                     + (f", quadratic term 95% interval {f.c_low * 1e9:.3g}-{f.c_high * 1e9:.3g} ns/token^2"
+                        if math.isfinite(f.c_low) else ""))
         if not ok:
             parts.append(f"batch {bs}: prefill vs length {why}")
             continue
@@ -348,6 +372,10 @@ def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
         if f.degree == 1:
             quad_ok, quad_why = evidence.fit_support(f.n_lengths, 3)
             text += f"; the quadratic (attention) term is {quad_why}"
+        elif not f.crossover_shown:
+            text += ("; the quadratic term's 95% interval includes 0 (no crossover with the linear term is supported)"
+                     if not (math.isfinite(f.c_high) and f.c_high < 0) else
+                     "; the quadratic term is below 0 beyond noise (it never overtakes the linear one here)")
         elif f.crossover_tokens == float("inf"):
             text += "; the quadratic term never overtakes the linear one (c <= 0)"
         else:

@@ -8,8 +8,17 @@ chats and background long reports. Stated distributions: each request is ``inter
 interactive requests have priority 0, background ones priority 1; arrivals are a Poisson process (exponential
 gaps, :func:`workbench.serving.load.arrival_offsets`) at ``load_factor`` times the engine's one-at-a-time
 capacity on this mix (``1 / E[service alone]``, the service alone of each class measured once per run on an
-idle engine: :func:`calibrate`). Every policy replays the same requests at the same times (a paired
-comparison). A share ``abandon_share`` of clients gives up when no token came ``patience_s`` after arrival
+idle engine: :func:`calibrate`). Every policy replays the same requests at the same times.
+
+**The run is the unit** (issue 32): under a queue one request's delay carries into every later request of the run,
+so requests paired across two runs are not independent samples (an A/A of the same trace twice claimed a direction
+in 22-80% of simulated designs: ``benchmarks/aa_queue.py``). With ``rounds`` > 1 every arm runs once per round on
+arrival seed ``seed + k`` with a fresh engine (the arm order rotated by round), one statistic is taken per run
+(:func:`run_statistics`: the interactive class's TTFT p90, the background class's e2e p50) and runs are paired by
+round (:func:`compare_runs`, :func:`workbench.stats.replicates.paired_log_ratio`); a best-of-m choice uses Bonferroni
+intervals over the m policies. ``aa_control`` runs ``fcfs`` a second time per round (:data:`AA_ARM`): its ratio
+interval (:func:`aa_control`: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``) is the noise floor, and
+when it moved no policy is recommended. One round: "one run: not supported". A share ``abandon_share`` of clients gives up when no token came ``patience_s`` after arrival
 (the request is withdrawn and frees its place); a full engine (``max_pending``) answers with a Retry-After from
 its backlog, which the load generator honours (``max_retries``).
 
@@ -23,9 +32,9 @@ prompt or document). With ``shared_prefix_tokens`` > 0 the conversations open wi
 share a prefix as well as their own growing history. With prefix sharing in the list, these points run on the
 ``continuous`` engine with its prefix cache on / off (:func:`prefix_sharing_available`: an engines module with
 ``EngineOptions(prefix_sharing=...)``), and :func:`prefix_savings` puts the cache hit rate (cached over prompt
-tokens, from the rows' ``cached_tokens``) next to the TTFT it saved (off - on, paired by conversation and turn,
-with its interval; "not supported" when the interval straddles 0); without it the hit rate is NaN, "not
-available".
+tokens, from the rows' ``cached_tokens``) next to the TTFT it saved (the run TTFT p50 off and on, runs paired by
+round, with its interval; "not supported" when the interval straddles 1, "one run" with one round); without it the
+hit rate is NaN, "not available".
 
 **Which engine shows a policy** (``engine``): ``fifo`` serves one request at a time, so near its knee a queue
 forms and the order is what the short requests wait for (``benchmarks/scheduling.py --engine fifo``,
@@ -57,7 +66,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench import checks
-from workbench.stats import evidence, metrics, slo
+from workbench.stats import evidence, metrics, replicates, slo
 from workbench.run import sweeps
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
@@ -67,6 +76,8 @@ from workbench.serving import engines as engines_mod
 from workbench.serving import load, options, scheduling
 
 EXPERIMENT = "scheduling"
+AA_ARM = "fcfs_aa"           # the A/A control's second fcfs arm
+DESIGN = "replicates"        # one run per arm and arrival seed, paired by seed (docs/design.md section 10)
 CLASSES = ("interactive", "background")
 WORKLOADS = ("mixed", "multiturn", "shared_prefix")
 PREFIX_WORKLOADS = ("multiturn", "shared_prefix")
@@ -107,7 +118,12 @@ class Config(sweeps.SweepConfig):
         trace: a mixed trace JSONL (:func:`read_mixed_trace`); empty: generated (:func:`mixed_trace`).
         max_wait_s: over-saturation stop rule (seconds a request may be in flight).
         engine_options, policy_options: any other field of :class:`workbench.serving.options.EngineOptions` /
-            :class:`~workbench.serving.options.PolicyOptions` (the named fields above win).
+            :class:`~workbench.serving.options.PolicyOptions` (a field with a parameter of its own here is refused).
+        rounds: replicate runs per arm (>= 1): round ``k`` replays the trace of arrival seed ``seed + k`` under every
+            arm (a fresh engine each, the arm order rotated by round), and the prefix points run once per round;
+            comparisons pair runs by round (:mod:`workbench.stats.replicates`). 1: "one run: not supported".
+        aa_control: run the baseline ``fcfs`` twice per round (arm :data:`AA_ARM`, the same seeds): the A/A control,
+            whose ratio interval is the experiment's noise floor (``aa_ratio``, ``aa_low``, ``aa_high``).
     """
 
     policies: list = dataclasses.field(default_factory=lambda: list(scheduling.POLICIES))
@@ -139,6 +155,8 @@ class Config(sweeps.SweepConfig):
     max_wait_s: float = 120.0
     engine_options: dict = dataclasses.field(default_factory=dict)
     policy_options: dict = dataclasses.field(default_factory=dict)
+    rounds: int = 1
+    aa_control: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -182,6 +200,8 @@ class Config(sweeps.SweepConfig):
             raise ParameterError("multiturn_prefix_sharing: this version's engines have no prefix-sharing switch "
                                  "(EngineOptions.prefix_sharing); use [false]")
         checks.check_float("max_wait_s", self.max_wait_s, lo=0, lo_open=True)
+        checks.check_int("rounds", self.rounds, lo=1)
+        checks.check_bool("aa_control", self.aa_control)
         if self.trace:
             read_mixed_trace(self.trace, self.class_slo_ttft_s)
 
@@ -189,28 +209,44 @@ class Config(sweeps.SweepConfig):
         """Every request: greedy, fixed length (its class's ``max_tokens``)."""
         return GenerationSettings(max_new_tokens=self.long_max_tokens, ignore_eos=True, seed=self.seed)
 
+    def arms(self) -> list[str]:
+        """The mixed workload's arms: the policies, then :data:`AA_ARM` (``fcfs`` again) with ``aa_control``."""
+        return list(self.policies) + ([AA_ARM] if self.aa_control else [])
+
     def grid(self) -> list[dict]:
-        """One ``mixed`` point per policy, then one ``multiturn`` point (``fcfs``) per ``multiturn_prefix_sharing``
-        value when ``turns`` > 0, then one ``shared_prefix`` point per value when ``prefix_group_requests`` > 0."""
-        pts = [{"workload": "mixed", "policy": p, "prefix_sharing": False} for p in self.policies]
-        for workload, on in (("multiturn", self.turns > 0), ("shared_prefix", self.prefix_group_requests > 0)):
-            pts += [{"workload": workload, "policy": "fcfs", "prefix_sharing": bool(v)}
-                    for v in self.multiturn_prefix_sharing] if on else []
+        """Per round ``k`` (``replicate``): one ``mixed`` point per arm (the order rotated by ``k``), then one
+        ``multiturn`` point (``fcfs``) per ``multiturn_prefix_sharing`` value when ``turns`` > 0, then one
+        ``shared_prefix`` point per value when ``prefix_group_requests`` > 0 (their order reversed in odd rounds)."""
+        pts = []
+        arms = self.arms()
+        for k in range(self.rounds):
+            r = k % len(arms)
+            pts += [{"workload": "mixed", "policy": _policy_of(a), "prefix_sharing": False, "replicate": k, "arm": a}
+                    for a in arms[r:] + arms[:r]]
+            values = list(self.multiturn_prefix_sharing)[:: -1 if k % 2 else 1]
+            for workload, on in (("multiturn", self.turns > 0), ("shared_prefix", self.prefix_group_requests > 0)):
+                pts += [{"workload": workload, "policy": "fcfs", "prefix_sharing": bool(v), "replicate": k,
+                         "arm": "on" if v else "off"} for v in values] if on else []
         return pts
 
     def engine_options_for(self, engine: str, **fixed) -> options.EngineOptions:
-        """The engine's options: ``engine_options`` with this notebook's own engine fields (they win)."""
+        """The engine's options: ``engine_options`` with this notebook's own engine fields."""
         return options.from_mapping(options.EngineOptions, self.engine_options, "engine_options", engine=engine,
                                     max_batch_size=self.max_batch_size, batch_window_s=self.batch_window_s, **fixed)
 
     def policy_options_for(self, policy: str) -> options.PolicyOptions:
-        """The queue's options: ``policy_options`` with this notebook's own policy fields (they win)."""
+        """The queue's options: ``policy_options`` with this notebook's own policy fields."""
         return options.from_mapping(options.PolicyOptions, self.policy_options, "policy_options", policy=policy,
                                     aging_s=self.aging_s, lane_threshold_tokens=self.lane_threshold_tokens,
                                     long_cap=self.long_cap, predictor=self.sjf_predictor)
 
     def queue(self, policy: str) -> scheduling.PolicyQueue:
         return self.policy_options_for(policy).make_queue(self.engine_options_for(self.engine))
+
+
+def _policy_of(arm: str) -> str:
+    """The policy an arm runs (:data:`AA_ARM` runs ``fcfs``)."""
+    return "fcfs" if arm == AA_ARM else arm
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -319,13 +355,13 @@ def calibrate(loaded, cfg: Config) -> dict:
     return {"alone_s": alone, "rate_rps": cfg.load_factor / mean}
 
 
-def trace_rows(cfg: Config, rate: float) -> list[dict]:
-    """The mixed workload of ``cfg``: its ``trace`` file (first ``requests_per_point`` rows) or :func:`mixed_trace`
-    at ``rate`` requests/s."""
+def trace_rows(cfg: Config, rate: float, replicate: int = 0) -> list[dict]:
+    """The mixed workload of ``cfg``: its ``trace`` file (first ``requests_per_point`` rows; the same in every
+    round) or :func:`mixed_trace` at ``rate`` requests/s with arrival seed ``cfg.seed + replicate``."""
     if cfg.trace:
         return read_mixed_trace(cfg.trace, cfg.class_slo_ttft_s)[: cfg.requests_per_point]
     return mixed_trace(cfg.requests_per_point, cfg.short_share, cfg.short_prompt_tokens, cfg.long_prompt_tokens,
-                       cfg.short_max_tokens, cfg.long_max_tokens, rate, cfg.seed)
+                       cfg.short_max_tokens, cfg.long_max_tokens, rate, cfg.seed + replicate)
 
 
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
@@ -348,7 +384,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         return _multiturn(loaded, cfg, bool(point.get("prefix_sharing")))
     if point["workload"] == "shared_prefix":
         return _shared_prefix(loaded, cfg, bool(point.get("prefix_sharing")))
-    rows_in = trace_rows(cfg, cal["rate_rps"])
+    rows_in = trace_rows(cfg, cal["rate_rps"], int(point.get("replicate", 0)))
     rows, res, warmup_s = run_policy(loaded, cfg, point["policy"], rows_in, cal["alone_s"])
     extra = {k: v for k, v in res.summary.items() if k not in ("wall_s", "rate", "concurrency")}
     extra.update(offered_rps=cal["rate_rps"], **{f"alone_s_{c}": v for c, v in cal["alone_s"].items()},
@@ -546,11 +582,19 @@ def cache_columns(rows: pd.DataFrame, prefix_sharing: bool) -> dict:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """Every point of ``cfg.grid()`` (:func:`workbench.run.sweeps.run_sweep`); the points DataFrame."""
+    """Every point of ``cfg.grid()`` (:func:`workbench.run.sweeps.run_sweep`); the points DataFrame. With the A/A
+    control its columns (:func:`aa_control`) are saved as ``scheduling_aa.json`` in the run folder."""
+    from workbench.run import results
+
     state: dict = {}
-    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
-                            resume=resume, slo_ttft_s=cfg.class_slo_ttft_s.get("interactive"), info=loaded.info,
-                            loaded=loaded, config=cfg)
+    points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
+                              resume=resume, slo_ttft_s=cfg.class_slo_ttft_s.get("interactive"), info=loaded.info,
+                              loaded=loaded, config=cfg)
+    if cfg.aa_control:
+        aa = aa_control(points, results.read_requests(run_dir, experiment=EXPERIMENT))
+        if aa is not None:
+            results.save_text(run_dir, f"{EXPERIMENT}_aa.json", json.dumps(aa, default=float))
+    return points
 
 
 # ----------------------------------------------------------------------------- tables
@@ -597,58 +641,122 @@ def _served(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[err & (pd.to_numeric(rows.get("output_tokens"), errors="coerce") >= 1)]
 
 
+def _p(values, pct: int) -> float:
+    return metrics.percentiles(pd.to_numeric(values, errors="coerce"), (pct,))[f"p{pct}"]
+
+
+def run_statistics(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per usable run (point; :func:`workbench.stats.evidence.usable_points`, serving rules for the mixed
+    workload): ``point_id``, ``workload``, ``arm`` (the policy, :data:`AA_ARM`, or ``off`` / ``on`` for prefix
+    sharing), ``replicate`` (its round, 0 in runs before rounds), ``prefix_sharing`` and the per-run statistics the
+    comparisons pair: ``ttft_s_p90_interactive``, ``e2e_s_p50_background`` and ``ttft_s_p50`` (over the run's
+    requests that produced a token without error)."""
+    cols = ["point_id", "workload", "arm", "replicate", "prefix_sharing", "ttft_s_p90_interactive",
+            "e2e_s_p50_background", "ttft_s_p50"]
+    if points is None or points.empty or requests is None or requests.empty or "point_id" not in requests:
+        return pd.DataFrame(columns=cols)
+    use = evidence.usable_points(points)
+    mixed = use.get("workload", pd.Series("mixed", index=use.index)) == "mixed"
+    use = pd.concat([evidence.usable_points(use[mixed], serving=True), use[~mixed]])
+    out = []
+    for r in use.to_dict("records"):
+        g = _served(requests[requests["point_id"] == r["point_id"]])
+        cls = g["request_class"] if "request_class" in g else pd.Series("interactive", index=g.index)
+        share = bool(r.get("prefix_sharing") or False) if r.get("prefix_sharing") == r.get("prefix_sharing") else False
+        arm = r.get("arm")
+        if not isinstance(arm, str) or not arm:
+            arm = ("on" if share else "off") if r.get("workload") in PREFIX_WORKLOADS else r.get("policy")
+        rep = r.get("replicate")
+        out.append({"point_id": r["point_id"], "workload": r.get("workload", "mixed"), "arm": arm,
+                    "replicate": int(rep) if rep is not None and rep == rep else 0, "prefix_sharing": share,
+                    "ttft_s_p90_interactive": _p(g.loc[cls == "interactive", "ttft_s"], 90) if "ttft_s" in g else np.nan,
+                    "e2e_s_p50_background": _p(g.loc[cls == "background", "e2e_s"], 50) if "e2e_s" in g else np.nan,
+                    "ttft_s_p50": _p(g["ttft_s"], 50) if "ttft_s" in g else np.nan})
+    return pd.DataFrame(out, columns=cols)
+
+
+def compare_runs(stats: pd.DataFrame, arm: str, base: str, column: str, workload: str = "mixed",
+                 confidence: float = replicates.CONFIDENCE) -> dict:
+    """``column`` of arm ``arm`` over arm ``base``, runs paired by round: :func:`workbench.stats.replicates.paired_log_ratio`.
+
+    Returns:
+        ``{"ratio", "low", "high", "rounds"}`` (NaN bounds with one paired round: "one run: not supported").
+    """
+    g = stats[stats["workload"] == workload]
+    a = g[g["arm"] == arm].groupby("replicate")[column].first().dropna()
+    b = g[g["arm"] == base].groupby("replicate")[column].first().dropna()
+    both = a.index.intersection(b.index)
+    ratio, low, high = replicates.paired_log_ratio(a.loc[both], b.loc[both], confidence)
+    return {"ratio": ratio, "low": low, "high": high, "rounds": int(len(both))}
+
+
+def aa_control(points: pd.DataFrame, requests: pd.DataFrame, stats: pd.DataFrame | None = None) -> dict | None:
+    """The A/A control of the mixed workload: :data:`AA_ARM` over ``fcfs`` on the interactive TTFT p90, paired by
+    round (:func:`workbench.stats.replicates.aa_columns`: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``);
+    None when the run had no A/A arm."""
+    stats = run_statistics(points, requests) if stats is None else stats
+    m = stats[stats["workload"] == "mixed"]
+    if not (m["arm"] == AA_ARM).any():
+        return None
+    a = m[m["arm"] == AA_ARM].groupby("replicate")["ttft_s_p90_interactive"].first().dropna()
+    b = m[m["arm"] == "fcfs"].groupby("replicate")["ttft_s_p90_interactive"].first().dropna()
+    both = a.index.intersection(b.index)
+    return replicates.aa_columns(a.loc[both], b.loc[both], DESIGN)
+
+
 def prefix_savings(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """What prefix sharing saved, per prefix workload (``multiturn``, ``shared_prefix``) measured with sharing off
     and on (usable points only: :func:`workbench.stats.evidence.usable_points`).
 
-    Requests are paired across the two points by ``conversation`` and ``turn`` (the same prompt both ways); failed
-    and abandoned ones are left out.
+    The run is the unit: each round runs the workload once with sharing off and once on (a fresh engine each), the
+    per-run statistic is the TTFT p50 of its requests (failed and abandoned ones left out), and the two runs of a
+    round are paired (:func:`workbench.stats.replicates.paired_log_ratio`).
 
     Returns:
-        One row per workload: ``workload``, ``pairs``, ``cache_hit_rate_off`` / ``cache_hit_rate_on`` (cached over
-        prompt tokens of the paired requests, :func:`cache_columns`), ``ttft_s_p50_off`` / ``ttft_s_p50_on``,
-        ``ttft_saved_s`` (the mean of the paired differences TTFT off - on, seconds) with ``ttft_saved_s_low`` /
-        ``ttft_saved_s_high`` (Student-t 95% interval over the pairs, :func:`workbench.stats.evidence.t_interval`; the
-        pairs of one run share an engine, so it is a guide) and ``method``, and ``verdict``: ``saves`` / ``costs``
-        when the interval excludes 0, ``not supported: the interval straddles 0`` when it does not, ``not
-        supported: <reason>`` without an interval. Empty when no workload has both sides.
+        One row per workload: ``workload``, ``pairs`` and ``rounds`` (paired rounds), ``cache_hit_rate_off`` /
+        ``cache_hit_rate_on`` (cached over prompt tokens of all its runs, :func:`cache_columns`), ``ttft_s_p50_off``
+        / ``ttft_s_p50_on`` (median over the rounds' run statistics), ``ttft_saved_s`` (mean over rounds of p50 off
+        - p50 on, seconds) with ``ttft_saved_s_low`` / ``ttft_saved_s_high`` (Student-t 95% over rounds),
+        ``ttft_ratio`` (on / off) with ``ttft_ratio_low`` / ``ttft_ratio_high``, ``method``, ``design`` and
+        ``verdict``: ``saves`` / ``costs`` when the ratio's interval excludes 1, ``not supported: the interval
+        straddles 1``, or ``one run: not supported``. Empty when no workload has both sides.
     """
-    cols = ["workload", "pairs", "cache_hit_rate_off", "cache_hit_rate_on", "ttft_s_p50_off", "ttft_s_p50_on",
-            "ttft_saved_s", "ttft_saved_s_low", "ttft_saved_s_high", "method", "verdict"]
-    if points is None or points.empty or requests is None or requests.empty or "workload" not in requests:
-        return pd.DataFrame(columns=cols)
-    use = evidence.usable_points(points)
-    req = requests[requests["point_id"].isin(use.get("point_id", [])) & requests["workload"].isin(PREFIX_WORKLOADS)]
+    cols = ["workload", "pairs", "rounds", "cache_hit_rate_off", "cache_hit_rate_on", "ttft_s_p50_off",
+            "ttft_s_p50_on", "ttft_saved_s", "ttft_saved_s_low", "ttft_saved_s_high", "ttft_ratio", "ttft_ratio_low",
+            "ttft_ratio_high", "method", "design", "verdict"]
+    stats = run_statistics(points, requests)
+    stats = stats[stats["workload"].isin(PREFIX_WORKLOADS)]
     out = []
-    for w, g in _served(req).groupby("workload", sort=False):
-        share = g["prefix_sharing"].fillna(False).astype(bool)
-        on, off = (g[share].set_index(["conversation", "turn"]), g[~share].set_index(["conversation", "turn"]))
+    for w, g in stats.groupby("workload", sort=False):
+        on = g[g["arm"] == "on"].groupby("replicate")["ttft_s_p50"].first().dropna()
+        off = g[g["arm"] == "off"].groupby("replicate")["ttft_s_p50"].first().dropna()
         both = on.index.intersection(off.index)
         if not len(both):
             continue
         on, off = on.loc[both], off.loc[both]
-        diff = (pd.to_numeric(off["ttft_s"], errors="coerce").to_numpy()
-                - pd.to_numeric(on["ttft_s"], errors="coerce").to_numpy())
-        iv = evidence.t_interval(diff, unit="request pairs")
-        verdict = evidence.difference_verdict(iv)
-        word = {"higher": "saves", "lower": "costs",
-                "no difference beyond noise": "not supported: the interval straddles 0"}.get(
-                    verdict, f"not supported: {iv.reason or 'no interval'}")
-        out.append({"workload": w, "pairs": int(len(both)),
-                    "cache_hit_rate_off": cache_columns(off.reset_index(), False)["cache_hit_rate"],
-                    "cache_hit_rate_on": cache_columns(on.reset_index(), True)["cache_hit_rate"],
-                    "ttft_s_p50_off": metrics.percentiles(off["ttft_s"], (50,))["p50"],
-                    "ttft_s_p50_on": metrics.percentiles(on["ttft_s"], (50,))["p50"],
+        ratio, low, high = replicates.paired_log_ratio(on, off)
+        iv = evidence.t_interval((off - on).to_numpy(), unit="rounds")
+        verdict = replicates.verdict(low, high)
+        word = {"faster": "saves", "slower": "costs",
+                "no difference beyond noise": "not supported: the interval straddles 1"}.get(verdict, verdict)
+        req = _served(requests[requests["point_id"].isin(g["point_id"])])
+        share = req["prefix_sharing"].fillna(False).astype(bool) if "prefix_sharing" in req else False
+        out.append({"workload": w, "pairs": int(len(both)), "rounds": int(len(both)),
+                    "cache_hit_rate_off": cache_columns(req[~share], False)["cache_hit_rate"],
+                    "cache_hit_rate_on": cache_columns(req[share], True)["cache_hit_rate"],
+                    "ttft_s_p50_off": float(off.median()), "ttft_s_p50_on": float(on.median()),
                     "ttft_saved_s": iv.estimate, "ttft_saved_s_low": iv.low, "ttft_saved_s_high": iv.high,
-                    "method": iv.method, "verdict": word})
+                    "ttft_ratio": ratio, "ttft_ratio_low": low, "ttft_ratio_high": high,
+                    "method": f"runs paired by round: t over {len(both)} rounds' log ratios of the run TTFT p50"
+                    if len(both) > 1 else "one round", "design": DESIGN, "verdict": word})
     return pd.DataFrame(out, columns=cols)
 
 
 def prefix_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Finding | None:
-    """The prefix-sharing part of the finding: per workload the cache hit rate next to the TTFT it saved, with its
-    interval and the number of request pairs, "not supported" where the interval straddles 0 (:func:`prefix_savings`);
-    "not supported" when sharing was measured off and on but no such pair of points is usable (invalid points);
-    None when no workload was measured both ways."""
+    """The prefix-sharing part of the finding: per workload the cache hit rate next to the run TTFT p50 ratio (on /
+    off, runs paired by round) with its interval, "not supported" where it straddles 1 and "one run: not supported"
+    with one round (:func:`prefix_savings`); "not supported" when sharing was measured off and on but no such pair
+    of points is usable (invalid points); None when no workload was measured both ways."""
     sav = prefix_savings(points, requests)
     if sav.empty:
         if not _measured_both_ways(points):
@@ -657,17 +765,18 @@ def prefix_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Fin
                                 "the prefix points are invalid or failed", False, ())
     parts = []
     for r in sav.itertuples():
-        iv = evidence.Interval(r.ttft_saved_s, r.ttft_saved_s_low, r.ttft_saved_s_high, r.pairs, r.method)
         hit = "n/a" if r.cache_hit_rate_on != r.cache_hit_rate_on else f"{r.cache_hit_rate_on:.0%}"
         tail = "" if r.verdict in ("saves", "costs") else f": {r.verdict}"
-        parts.append(f"{r.workload.replace('_', '-')}: cache hit rate {hit} with sharing on, TTFT saved per request "
-                     f"{iv.describe('{:+.3f}', ' s')}{tail}")
+        parts.append(f"{r.workload.replace('_', '-')}: cache hit rate {hit} with sharing on, run TTFT p50 on/off "
+                     f"{replicates.describe(r.ttft_ratio, r.ttft_ratio_low, r.ttft_ratio_high)}{tail}")
     use = evidence.usable_points(points)
     ids = evidence.point_ids(use[use.get("workload", pd.Series(dtype=str)).isin(PREFIX_WORKLOADS)])
-    return evidence.Finding("Prefix sharing (continuous engine, on vs off, paired by request): "
+    supported = bool(sav["verdict"].isin(["saves", "costs"]).any())
+    return evidence.Finding(("Prefix sharing (continuous engine, on vs off, runs paired by round): " if supported else
+                             "Prefix sharing: not supported (continuous engine, on vs off, runs paired by round): ")
                             + "; ".join(parts) + ".",
-                            ", ".join(f"{r.workload}: {r.pairs} request pairs" for r in sav.itertuples()),
-                            bool(sav["verdict"].isin(["saves", "costs"]).any()), ids)
+                            ", ".join(f"{r.workload}: {r.rounds} rounds (one run per side each, t over the rounds)"
+                                      for r in sav.itertuples()), supported, ids)
 
 
 def paired_ratio(requests: pd.DataFrame, policy: str, column: str, request_class: str,
@@ -684,35 +793,53 @@ def paired_ratio(requests: pd.DataFrame, policy: str, column: str, request_class
 
 
 def recommend(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """The closing table: per policy the interactive TTFT p90 and the background e2e p50 as ratios over
-    ``fcfs`` (paired by request), the longest wait, and a verdict: a policy is recommended for the mixed
-    workload when its interactive TTFT interval is below 1 (it helps the short requests); its cost is the
-    background e2e ratio. Usable points only (:func:`workbench.stats.evidence.usable_points`, serving rules)."""
+    """The closing table: per policy the interactive requests' TTFT p90 and the background requests' e2e p50 as
+    ratios over ``fcfs``, the run as the unit (one statistic per run, runs paired by round: arrival seed; a fresh
+    engine each), the longest wait, the A/A control and a verdict. A policy is recommended when its interactive
+    ratio's interval lies below 1 at the Bonferroni level over the m policies compared (``1 - 0.05 / m``: a best
+    of m is not tested as if it were one) and the A/A control did not move. One round: "one run: not supported".
+    Usable points only (:func:`workbench.stats.evidence.usable_points`, serving rules).
+
+    Returns:
+        One row per policy: ``policy``, ``interactive_ttft_p90_ratio`` / ``interactive_ttft_ratio`` (the
+        geometric-mean ratio over rounds) with ``_low`` / ``_high``, ``background_e2e_ratio`` with ``_low`` /
+        ``_high``, ``queue_s_max``, ``rounds``, ``confidence``, ``recommended``, ``verdict`` and the A/A columns
+        ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``.
+    """
+    stats = run_statistics(points, requests)
+    mixed = stats[stats["workload"] == "mixed"]
+    policies = [a for a in dict.fromkeys(mixed["arm"]) if a not in ("fcfs", AA_ARM)]
+    if "fcfs" not in set(mixed["arm"]):
+        policies = []
+    conf = 1 - (1 - replicates.CONFIDENCE) / max(1, len(policies))
+    aa = aa_control(points, requests, stats) or {"aa_ratio": np.nan, "aa_low": np.nan, "aa_high": np.nan,
+                                                 "design": DESIGN, "rounds": 0}
+    moved = replicates.aa_moved(aa)
     use = evidence.usable_points(points, serving=True)
-    use = use[use.get("workload", pd.Series(dtype=str)) == "mixed"] if not use.empty else use
-    ok = requests[requests["point_id"].isin(use["point_id"])] if not use.empty else requests.iloc[0:0]
-    summ = class_summary(ok)
     out = []
-    for p in [p for p in use.get("policy", []) if p != "fcfs"]:
-        short = paired_ratio(ok, p, "ttft_s", "interactive")
-        long = paired_ratio(ok, p, "e2e_s", "background")
-        s = summ[(summ["policy"] == p) & (summ["request_class"] == "interactive")]
-        f = summ[(summ["policy"] == "fcfs") & (summ["request_class"] == "interactive")]
-        p90 = float(s["ttft_s_p90"].iloc[0] / f["ttft_s_p90"].iloc[0]) if len(s) and len(f) else float("nan")
-        verdict = evidence.ratio_verdict(short)
-        out.append({"policy": p, "interactive_ttft_p90_ratio": p90, "interactive_ttft_ratio": short.estimate,
-                    "interactive_ttft_ratio_low": short.low, "interactive_ttft_ratio_high": short.high,
-                    "background_e2e_ratio": long.estimate, "background_e2e_ratio_low": long.low,
-                    "background_e2e_ratio_high": long.high,
-                    "queue_s_max": float(summ[summ["policy"] == p]["queue_s_max"].max()) if len(summ) else float("nan"),
-                    "recommended": verdict == "lower", "verdict": evidence.effect_word(verdict, False)})
+    for p in policies:
+        short = compare_runs(stats, p, "fcfs", "ttft_s_p90_interactive", confidence=conf)
+        long = compare_runs(stats, p, "fcfs", "e2e_s_p50_background", confidence=conf)
+        verdict = replicates.verdict(short["low"], short["high"])
+        if moved:
+            verdict = "not supported: the A/A control moved"
+        qmax = pd.to_numeric(use[use.get("policy", pd.Series(dtype=str)) == p].get("queue_s_max"), errors="coerce")
+        out.append({"policy": p, "interactive_ttft_p90_ratio": short["ratio"], "interactive_ttft_ratio": short["ratio"],
+                    "interactive_ttft_ratio_low": short["low"], "interactive_ttft_ratio_high": short["high"],
+                    "background_e2e_ratio": long["ratio"], "background_e2e_ratio_low": long["low"],
+                    "background_e2e_ratio_high": long["high"],
+                    "queue_s_max": float(qmax.max()) if qmax is not None and qmax.notna().any() else float("nan"),
+                    "rounds": short["rounds"], "confidence": conf, "recommended": verdict == "faster",
+                    "verdict": verdict, "aa_ratio": aa["aa_ratio"], "aa_low": aa["aa_low"], "aa_high": aa["aa_high"],
+                    "design": DESIGN})
     return pd.DataFrame(out)
 
 
 def finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Finding:
-    """The headline: which policy helps the interactive requests' TTFT over ``fcfs`` (paired ratio with its
-    interval) and what it costs the background requests' e2e, "not supported" where no interval excludes 1; then,
-    where sharing was measured off and on, what prefix sharing saved (:func:`prefix_finding`)."""
+    """The headline: which policy helps the interactive requests' TTFT p90 over ``fcfs`` (runs paired by round, with
+    its interval) and what it costs the background requests' e2e p50, "not supported" where no interval lies below
+    1, with one round, or when the A/A control moved; then, where sharing was measured off and on, what prefix
+    sharing saved (:func:`prefix_finding`)."""
     main = _policy_finding(points, requests)
     prefix = prefix_finding(points, requests)
     return main if prefix is None else evidence.join([main, prefix])
@@ -721,28 +848,43 @@ def finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Finding:
 def _policy_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Finding:
     rec = recommend(points, requests)
     use = evidence.usable_points(points, serving=True)
+    use = use[use.get("workload", pd.Series("mixed", index=use.index)) == "mixed"] if not use.empty else use
     ids = evidence.point_ids(use)
     if rec.empty:
         return evidence.Finding("Scheduling: not supported: no usable fcfs and policy points to compare.",
                                 f"{len(use)} usable points", False, ids)
+    conf = float(rec["confidence"].iloc[0])
     parts, ev = [], []
     for r in rec.itertuples():
-        short = evidence.Interval(r.interactive_ttft_ratio, r.interactive_ttft_ratio_low,
-                                  r.interactive_ttft_ratio_high, 0, "paired t on log ratios")
-        long = evidence.Interval(r.background_e2e_ratio, r.background_e2e_ratio_low, r.background_e2e_ratio_high,
-                                 0, "paired t on log ratios")
-        parts.append(f"{r.policy}: {evidence.describe_ratio(short, 'interactive TTFT vs fcfs')}; "
-                     f"{evidence.describe_ratio(long, 'background e2e vs fcfs')}")
-        ev.append(f"{r.policy}: longest wait {r.queue_s_max:.2f} s")
+        parts.append(f"{r.policy}: interactive TTFT p90 vs fcfs "
+                     f"{replicates.describe(r.interactive_ttft_ratio, r.interactive_ttft_ratio_low, r.interactive_ttft_ratio_high)}"
+                     f", {r.verdict}; background e2e p50 vs fcfs "
+                     f"{replicates.describe(r.background_e2e_ratio, r.background_e2e_ratio_low, r.background_e2e_ratio_high)}")
+        if r.queue_s_max == r.queue_s_max:
+            ev.append(f"{r.policy}: longest wait {r.queue_s_max:.2f} s")
+    aa = rec.iloc[0]
+    aa_text = (f"A/A control (fcfs twice, the same seeds): {replicates.describe(aa.aa_ratio, aa.aa_low, aa.aa_high)}"
+               + (" - moved" if replicates.aa_moved(aa) else "") if aa.aa_ratio == aa.aa_ratio else "no A/A control")
+    rounds = int(rec["rounds"].max())
     best = rec[rec["recommended"]].sort_values("interactive_ttft_ratio")
-    lead = (f"For interactive traffic mixed with long reports, {best.iloc[0]['policy']} lowers the short requests' "
-            f"TTFT (x{best.iloc[0]['interactive_ttft_ratio']:.2f} of fcfs) at x{best.iloc[0]['background_e2e_ratio']:.2f} "
-            "background e2e." if not best.empty else
-            "Scheduling: not supported: no policy's interactive TTFT interval is below fcfs here.")
+    if not best.empty:
+        b = best.iloc[0]
+        lead = (f"For interactive traffic mixed with long reports, {b['policy']} lowers the short requests' TTFT p90 "
+                f"(x{b['interactive_ttft_ratio']:.2f} of fcfs over {rounds} rounds) at "
+                f"x{b['background_e2e_ratio']:.2f} background e2e.")
+    elif rounds < 2:
+        lead = "Scheduling: one run: not supported (each policy ran once; the run is the unit under a queue)."
+    elif replicates.aa_moved(aa):
+        lead = "Scheduling: not supported: the A/A control moved."
+    else:
+        lead = "Scheduling: not supported: no policy's interactive TTFT p90 interval is below fcfs here."
     n = int(len(requests[requests["point_id"].isin(use["point_id"])])) if "point_id" in requests else 0
     return evidence.Finding(lead + " " + "; ".join(parts) + ".",
-                            f"{len(use)} usable points, {n} requests (paired by request across policies); "
-                            + "; ".join(ev), not best.empty, ids)
+                            f"{len(use)} usable runs, {n} requests; {rounds} rounds (arrival seeds) per arm, a fresh "
+                            f"engine per run, runs paired by round (t over the rounds' log ratios of the run "
+                            f"statistic, {conf:.1%} intervals: Bonferroni over {len(rec)} "
+                            f"{'policy' if len(rec) == 1 else 'policies'}); {aa_text}"
+                            + ("; " + "; ".join(ev) if ev else ""), not best.empty, ids)
 
 
 # ----------------------------------------------------------------------------- figures
@@ -847,8 +989,9 @@ def _measured_both_ways(points: pd.DataFrame) -> bool:
 
 
 def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
-    """Cache hit rate with prefix sharing on against the TTFT it saved per request (off - on, paired; the bar is the
-    95% interval), one marker per prefix workload, its verdict and pairs in the label (:func:`prefix_savings`)."""
+    """Cache hit rate with prefix sharing on against the run TTFT p50 it saved (off - on, runs paired by round; the bar
+    is the 95% t interval over rounds), one marker per prefix workload, its verdict and rounds in the label
+    (:func:`prefix_savings`)."""
     sav = prefix_savings(points, requests)
     fig = go.Figure()
     for r in sav.itertuples():
@@ -856,7 +999,7 @@ def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Fig
         fig.add_trace(go.Scatter(
             x=[r.cache_hit_rate_on], y=[r.ttft_saved_s], mode="markers+text", text=[r.verdict],
             textposition="top center",
-            name=f"{r.workload} ({r.pairs} pairs)",
+            name=f"{r.workload} ({r.rounds} rounds)",
             error_y=dict(type="data", symmetric=False, array=[r.ttft_saved_s_high - r.ttft_saved_s if shown else 0],
                          arrayminus=[r.ttft_saved_s - r.ttft_saved_s_low if shown else 0])))
     fig.add_hline(y=0, line=dict(color="grey", dash="dot"))
@@ -864,9 +1007,9 @@ def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Fig
         fig.add_annotation(text="no usable pair of points with sharing off and on" if _measured_both_ways(points)
                            else "prefix sharing was not measured both ways", showarrow=False, xref="paper",
                            yref="paper", x=0.5, y=0.5)
-    fig.update_layout(title="Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, paired by request)",
+    fig.update_layout(title="Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, runs paired by round)",
                       xaxis_title="cache hit rate with sharing on (cached / prompt tokens)",
-                      yaxis_title="TTFT saved per request (s, off - on)", xaxis=dict(tickformat=".0%", range=[0, 1.02]))  # the whole 0-100% scale
+                      yaxis_title="run TTFT p50 saved (s, off - on)", xaxis=dict(tickformat=".0%", range=[0, 1.02]))  # the whole 0-100% scale
     return fig
 
 

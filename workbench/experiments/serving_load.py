@@ -14,10 +14,14 @@ concurrency with its Little's-law check; ``queue_s`` percentiles; SLO attainment
 for the window (unsent and unfinished ones are misses) with its Wilson 95% interval, goodput and the
 percentile check per preset (:mod:`workbench.stats.slo`); the engine's running requests over the window
 (``engine_batch_mean`` / ``_max``); the time slices and the stop rule. :func:`recommend` gives, per SLO
-preset, the engine and the highest measured rate whose attainment reaches ``attainment_target``;
+preset, the engine and the highest measured rate that met it (:func:`workbench.stats.slo.verdict`: attainment's one-sided
+95% lower bound reaches ``attainment_target``; the MLPerf presets at their stated p99, undetermined below 100
+requests);
 :func:`search` finds that rate by bisection (:func:`search_engines` runs it on its own, without the sweep:
 ``benchmarks/serving.py``). The knee (:func:`knees`) is the highest open-loop rate that kept up
-(:func:`kept_up`, the one definition). Knees, recommendations and the finding use usable points only
+(:func:`kept_up`, the one definition, three-valued: kept up / fell behind / undetermined from the noise band of the
+arrival and completion counts, :mod:`workbench.serving.saturation`), below the first that did not; stopped-early
+points take part in that scan as "fell behind". Recommendations use usable points only
 (:func:`workbench.stats.evidence.usable_points`: valid, open-loop, not stopped early).
 
 Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
@@ -43,7 +47,7 @@ from plotly.subplots import make_subplots
 
 from workbench.measure import contention
 from workbench import checks
-from workbench.stats import evidence, metrics, slo
+from workbench.stats import evidence, metrics, replicates, slo
 from workbench.run import sweeps
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
@@ -51,7 +55,7 @@ from workbench.share.plots import label, ok_points, split_by_device
 from workbench.run.point_result import PointResult
 from workbench.serving import endpoint as endpoint_mod
 from workbench.serving import engines as engines_mod
-from workbench.serving import load, options
+from workbench.serving import load, options, saturation
 
 EXPERIMENT = "serving_load"
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -84,6 +88,11 @@ class Config(sweeps.SweepConfig):
         attainment_target: share of requests that must meet an SLO (0, 1].
         search: run the bisection search per engine after the sweep; ``search_slo`` its preset (or ``custom``);
             ``search_steps`` measurements; ``search_tolerance`` relative width of the final bracket.
+        rounds: replicate runs of the open-loop points (>= 1): round ``k`` uses arrival seed ``seed + k`` and a
+            fresh engine per run (the run is the unit under a queue: :mod:`workbench.stats.replicates`).
+        aa_control: measure the first engine's open-loop points twice per round (arm ``aa``, the same seeds, the
+            arm order alternating by round): the A/A control, its TTFT p90 ratio paired by (rate, round) the
+            experiment's noise floor (:func:`aa_control`).
     """
 
     engines: list = dataclasses.field(default_factory=lambda: list(engines_mod.ENGINES))
@@ -110,10 +119,12 @@ class Config(sweeps.SweepConfig):
     search_slo: str = "custom"
     search_steps: int = 4
     search_tolerance: float = 0.1
+    rounds: int = 1
+    aa_control: bool = False
     engine_options: dict = dataclasses.field(default_factory=dict)
 
     def engine_options_for(self, engine: str, **fixed) -> options.EngineOptions:
-        """The engine's options: ``engine_options`` with this notebook's own engine fields (they win)."""
+        """The engine's options: ``engine_options`` with this notebook's own engine fields."""
         return options.from_mapping(options.EngineOptions, self.engine_options, "engine_options", engine=engine,
                                     max_batch_size=self.max_batch_size, batch_window_s=self.batch_window_s, **fixed)
 
@@ -146,6 +157,8 @@ class Config(sweeps.SweepConfig):
         checks.check_choice("search_slo", self.search_slo, tuple(slo.PRESETS) + ("custom",))
         checks.check_int("search_steps", self.search_steps, lo=2)
         checks.check_float("search_tolerance", self.search_tolerance, lo=0, lo_open=True)
+        checks.check_int("rounds", self.rounds, lo=1)
+        checks.check_bool("aa_control", self.aa_control)
 
     def settings(self) -> GenerationSettings:
         """Every request: greedy, fixed length ``max_new_tokens``."""
@@ -178,9 +191,17 @@ class Config(sweeps.SweepConfig):
         """Per engine: synchronous, throughput, then ``sweep_points`` open-loop steps (engine outermost); the
         endpoint's points carry its ``name``."""
         pts = []
-        for e in self.engine_names():
+        names = self.engine_names()
+        for e in names:
             pts += [{"engine": e, "profile": "synchronous", "step": 0}, {"engine": e, "profile": "throughput", "step": 0}]
-            pts += [{"engine": e, "profile": self.arrival, "step": i + 1} for i in range(self.sweep_points)]
+            if self.rounds == 1 and not self.aa_control:
+                pts += [{"engine": e, "profile": self.arrival, "step": i + 1} for i in range(self.sweep_points)]
+                continue
+            for k in range(self.rounds):  # replicate runs: a seed per round, the A/A arm alternating with the main
+                arms = ["main", "aa"] if self.aa_control and e == names[0] else ["main"]
+                for arm in arms[:: -1 if k % 2 else 1]:
+                    pts += [{"engine": e, "profile": self.arrival, "step": i + 1, "replicate": k, "arm": arm}
+                            for i in range(self.sweep_points)]
         return pts
 
     def slos(self) -> list:
@@ -258,6 +279,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         state["bench"] = _Bench(cfg, loaded)
     bench: _Bench = state["bench"]
     e, prof = point["engine"], point["profile"]
+    if "replicate" in point:
+        bench.close()  # a replicate run gets a fresh engine (a queue's state never carries over)
     warm = bench.open(e)
     rate = None
     if prof in ARRIVALS:
@@ -265,7 +288,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         if "synchronous" not in r or "throughput" not in r:
             raise ParameterError(f"{e}: the swept rates need this engine's synchronous and throughput points first")
         rate = load.sweep_rates(r["synchronous"], r["throughput"], cfg.sweep_points)[point["step"] - 1]
-    res, engine_batch = _run_sampled(bench, cfg, prof, rate)
+    res, engine_batch = _run_sampled(bench, cfg, prof, rate, cfg.seed + int(point.get("replicate", 0)))
     kept = res.kept()
     wall = res.summary["wall_s"]
     achieved = _achieved_rps(res)
@@ -300,7 +323,9 @@ def point_columns(res: load.LoadResult, cfg: Config, rate: float | None, achieve
         ``rate_rps``, ``queue_s`` percentiles, the window figures of :func:`workbench.serving.load.window_figures`
         (``request_throughput_rps``, ``output_throughput_tps``, ``input_throughput_tps``, ``total_throughput_tps``,
         ``mean_concurrency``, ``littles_law_ratio``), per SLO preset ``slo_attainment_<name>``,
-        ``slo_attainment_low_<name>`` / ``_high_<name>``, ``goodput_rps_<name>`` and ``percentiles_ok_<name>``
+        ``slo_attainment_low_<name>`` / ``_high_<name>`` (two-sided Wilson 95%), ``slo_attainment_lower_<name>`` /
+        ``_upper_<name>`` (one-sided 95% bounds, :func:`workbench.stats.slo.one_sided_bounds`), ``goodput_rps_<name>`` and
+        ``percentiles_ok_<name>``
         (:func:`workbench.stats.slo.evaluate` over the planned requests and the counting window), the custom SLO's
         ``slo_attainment`` (with ``_low`` / ``_high``), ``goodput_rps`` and ``percentiles_ok``, ``kept_up``
         (:func:`kept_up`) and ``slices_json``.
@@ -317,10 +342,13 @@ def point_columns(res: load.LoadResult, cfg: Config, rate: float | None, achieve
         extra.update({f"slo_attainment_{s.name}": ev["slo_attainment"],
                       f"slo_attainment_low_{s.name}": ev["slo_attainment_low"],
                       f"slo_attainment_high_{s.name}": ev["slo_attainment_high"],
+                      f"slo_attainment_lower_{s.name}": ev["slo_attainment_lower"],
+                      f"slo_attainment_upper_{s.name}": ev["slo_attainment_upper"],
                       f"goodput_rps_{s.name}": ev["goodput_rps"], f"percentiles_ok_{s.name}": ev["percentiles_ok"]})
         if s.name == "custom":
             extra.update({k: ev[k] for k in ("slo_attainment", "slo_attainment_low", "slo_attainment_high",
-                                             "goodput_rps", "percentiles_ok")})
+                                             "slo_attainment_lower", "slo_attainment_upper", "goodput_rps",
+                                             "percentiles_ok")})
     extra["kept_up"] = kept_up(dict(extra, profile=summ["profile"]))
     return extra
 
@@ -334,16 +362,17 @@ def _engine_of(bench: "_Bench"):
     return eng if hasattr(eng, "running_requests") else None
 
 
-def _run_sampled(bench: "_Bench", cfg: Config, profile: str, rate: float | None) -> tuple[load.LoadResult, dict]:
+def _run_sampled(bench: "_Bench", cfg: Config, profile: str, rate: float | None,
+                 seed: int | None = None) -> tuple[load.LoadResult, dict]:
     """Run one profile while sampling the engine's running requests; ``engine_batch_mean`` / ``_max`` over the
     counting window (:class:`workbench.serving.engines.RunningSampler`; NaN when the engine cannot be read), and
     each row's ``batch_size`` the most requests running while it was in flight."""
     eng = _engine_of(bench)
     if eng is None:
-        return _run_profile(bench, cfg, profile, rate), {"engine_batch_mean": float("nan"),
+        return _run_profile(bench, cfg, profile, rate, seed), {"engine_batch_mean": float("nan"),
                                                          "engine_batch_max": float("nan")}
     with engines_mod.RunningSampler(eng) as sampler:
-        res = _run_profile(bench, cfg, profile, rate)
+        res = _run_profile(bench, cfg, profile, rate, seed)
     for r in res.rows:  # each request's batch: the most running while it was in flight (not a lifetime peak)
         most = sampler.stats(res.t0 + r["t_start_s"], res.t0 + r["t_end_s"])["engine_batch_max"]
         if most == most:
@@ -355,7 +384,8 @@ def _run_sampled(bench: "_Bench", cfg: Config, profile: str, rate: float | None)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """The load sweep of ``cfg`` on every engine; then the SLO search when ``cfg.search``.
+    """The load sweep of ``cfg`` on every engine; then the SLO search when ``cfg.search``. With the A/A control its
+    columns (:func:`aa_control`) are saved as ``serving_load_aa.json`` in the run folder.
 
     Returns:
         The experiment's points DataFrame (:func:`workbench.run.sweeps.run_sweep`).
@@ -372,6 +402,10 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         points = sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                                   slo_tpot_s=cfg.slo_tpot_s, info=loaded.info,
                                   loaded=loaded if loaded.model is not None else None, config=cfg)
+        if cfg.aa_control and aa_control(points) is not None:
+            from workbench.run import results
+
+            results.save_text(run_dir, f"{EXPERIMENT}_aa.json", json.dumps(aa_control(points), default=float))
         if cfg.search:
             from workbench.run import results
 
@@ -404,8 +438,10 @@ def load_for(cfg: Config):
     return models.load_tokenizer_only(cfg.model)
 
 
-def _run_profile(bench: _Bench, cfg: Config, profile: str, rate: float | None = None) -> load.LoadResult:
-    return load.run_load(bench.send, bench.specs, profile, rate=rate, burstiness=cfg.burstiness, seed=cfg.seed,
+def _run_profile(bench: _Bench, cfg: Config, profile: str, rate: float | None = None,
+                 seed: int | None = None) -> load.LoadResult:
+    return load.run_load(bench.send, bench.specs, profile, rate=rate, burstiness=cfg.burstiness,
+                         seed=cfg.seed if seed is None else seed,
                          warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s, slice_s=cfg.slice_s,
                          max_in_flight=cfg.max_in_flight, max_wait_s=cfg.max_wait_s)
 
@@ -419,7 +455,8 @@ def _achieved_rps(res: load.LoadResult) -> float:
 
 def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per engine: the highest offered rate (``cfg.arrival``) whose attainment of ``cfg.search_slo`` reaches
-    ``cfg.attainment_target``, by bisection (:func:`workbench.stats.slo.search_rate`) between half the synchronous
+    ``cfg.attainment_target`` (its one-sided 95% lower bound: :func:`workbench.stats.slo.one_sided_bounds`; a rate that
+    fell behind, :func:`kept_up`, fails), by bisection (:func:`workbench.stats.slo.search_rate`) between half the synchronous
     rate and the maximum throughput, ``cfg.search_steps`` measurements of ``requests_per_point`` requests each,
     relative tolerance ``cfg.search_tolerance``. An over-saturated measurement (stopped early) fails.
 
@@ -430,9 +467,9 @@ def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd
         One row per engine: ``engine``, ``slo``, ``max_batch_size``, ``max_rate_rps`` (0: even the lowest rate
         failed), ``bracket_low_rps`` / ``bracket_high_rps`` (inf: the highest tried rate still met it),
         ``bracketed``, ``measurements``, ``tolerance``, ``requests_per_measurement``, ``sync_rps``,
-        ``max_throughput_rps``, ``knee_rps`` (:func:`workbench.stats.metrics.saturation_knee` over the search's own
-        open-loop measurements, arrival vs completion rate; NaN when even the lowest fell behind) and
-        ``history_json`` (per measurement: rate, attainment, arrival and completion rates, stopped early).
+        ``max_throughput_rps``, ``knee_rps`` (:func:`workbench.serving.saturation.knee` over the search's own
+        open-loop measurements with :func:`kept_up`; NaN when the lowest did not keep up) and ``history_json`` (per
+        measurement: rate, attainment and its lower bound, arrival and completion rates, kept up, stopped early).
     """
     target = slo.get(cfg.search_slo, cfg.slo_ttft_s, cfg.slo_tpot_s)
     out = []
@@ -446,16 +483,19 @@ def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd
 
         def attainment_at(rate):
             res = _run_profile(bench, cfg, cfg.arrival, rate)
-            att = 0.0 if res.summary["stopped_early"] else \
-                slo.attainment(res.kept(), target, res.summary["requests_planned_window"])["slo_attainment"]
-            hist.append({"rate_rps": rate, "attainment": att, "arrival_rps": res.summary["arrival_rps"],
-                         "completion_rps": res.summary["completion_rps"],
+            att = slo.attainment(res.kept(), target, res.summary["requests_planned_window"])
+            verdict = kept_up(res.summary)
+            hist.append({"rate_rps": rate, "attainment": att["slo_attainment"],
+                         "attainment_lower": att["slo_attainment_lower"], "arrival_rps": res.summary["arrival_rps"],
+                         "completion_rps": res.summary["completion_rps"], "kept_up": verdict,
                          "stopped_early": res.summary["stopped_early"]})
-            return att  # over-saturated: the rate fails
+            # a rate passes on attainment's one-sided 95% lower bound, and only if it did not fall behind (the
+            # same kept_up as the knee scan; stopped early is fell behind)
+            return 0.0 if verdict == saturation.FELL_BEHIND else att["slo_attainment_lower"]
 
         lo, hi = r["synchronous"] * 0.5, max(r["throughput"], r["synchronous"] * 1.1)
         found = slo.search_rate(attainment_at, lo, hi, cfg.attainment_target, cfg.search_tolerance, cfg.search_steps)
-        knee = metrics.saturation_knee([h["arrival_rps"] for h in hist], [h["completion_rps"] for h in hist])
+        knee, _ = saturation.knee([h["rate_rps"] for h in hist], [h["kept_up"] for h in hist])
         out.append({"engine": e, "slo": target.name, "max_batch_size": cfg.max_batch_size,
                     "max_rate_rps": found["rate"], "bracket_low_rps": found["bracket"][0],
                     "bracket_high_rps": found["bracket"][1], "bracketed": found["bracketed"],
@@ -480,89 +520,107 @@ def search_engines(cfg: Config, loaded) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- summaries
 
 
-KEPT_UP_TOLERANCE = 0.1  # completions may fall this far (relative) below arrivals and still keep up
+KEPT_UP_TOLERANCE = saturation.KEPT_UP_TOLERANCE
+kept_up = saturation.kept_up  # the one definition (knee, recommendation, finding, figures, search)
 
 
-def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE) -> bool | None:
-    """Whether an open-loop point kept up with its arrivals: the one definition (knee, finding, figures).
+def _knee_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The points a knee scan may use: valid open-loop points, stopped-early ones included (they fell behind)."""
+    df = evidence.usable_points(points)
+    if "profile" in df:
+        df = df[df["profile"].isin(load.OPEN_LOOP)]
+    return df
 
-    Kept up: not stopped early by the over-saturation rule, every request planned for its window sent and
-    finished (``requests_unsent`` and ``requests_incomplete`` zero), and completions kept pace with arrivals
-    (``completion_rps >= (1 - tolerance) * arrival_rps``, :func:`workbench.serving.load.flow_rates`; older rows
-    without them: ``request_throughput_rps`` against ``offered_rps``). Attainment is a separate question (did
-    the requests meet the SLO), reported beside it with its interval.
 
-    Args:
-        point: a points row (Series or dict).
+def _rates(g: pd.DataFrame) -> pd.Series:
+    """A point's rate for the scan: the realised ``arrival_rps`` where every point has one, else ``offered_rps``."""
+    return g["arrival_rps"] if "arrival_rps" in g and g["arrival_rps"].notna().all() else g["offered_rps"]
 
-    Returns:
-        True / False; None for a closed-loop point (no arrival process to keep up with) or one without rates.
-    """
-    get = point.get
-    if get("profile") not in load.OPEN_LOOP:
-        return None
-    if bool(get("stopped_early") or False):
-        return False
-    for col in ("requests_unsent", "requests_incomplete"):
-        v = get(col)
-        if v is not None and v == v and v > 0:
-            return False
-    arr, comp = get("arrival_rps"), get("completion_rps")
-    if arr is None or comp is None or not (arr == arr):
-        arr, comp = get("offered_rps"), get("request_throughput_rps")
-    if arr is None or comp is None or not (arr == arr and arr > 0):
-        return None
-    return bool(comp == comp and comp >= (1 - tolerance) * arr)
+
+def knee_scan(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
+    """Per engine: ``(knee, why)`` of :func:`workbench.serving.saturation.knee` over its valid open-loop points
+    (stopped-early points included, as "fell behind": rates 1 kept up, 2 stopped early, 3 kept up by chance give a
+    knee of 1, not 3)."""
+    out = {}
+    for e, g in _knee_points(points).groupby("engine"):
+        out[e] = saturation.knee(list(_rates(g)), [kept_up(r, tolerance) for _, r in g.iterrows()])
+    return out
 
 
 def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
     """Per engine: the highest open-loop rate (realised ``arrival_rps``, else ``offered_rps``) that kept up
-    (:func:`kept_up`), below the first that did not; NaN when even the lowest did not. Only usable points
-    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early)."""
-    df = evidence.usable_points(points, serving=True)
-    out = {}
-    for e, g in df.groupby("engine"):
-        x = g["arrival_rps"] if "arrival_rps" in g and g["arrival_rps"].notna().all() else g["offered_rps"]
-        knee = float("nan")
-        for rate, (_, r) in sorted(zip(x, g.iterrows()), key=lambda t: t[0]):
-            if kept_up(r, tolerance) is not True:  # fell behind, or not known
-                break
-            knee = float(rate)
-        out[e] = knee
-    return out
+    (:func:`kept_up`), below the first that fell behind or is undetermined; NaN when the lowest did not keep up.
+    Valid open-loop points, stopped-early ones counted as fell behind (:func:`knee_scan`)."""
+    return {e: k for e, (k, _) in knee_scan(points, tolerance).items()}
+
+
+def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
+    """The A/A control: the first engine's open-loop points measured twice per round (arms ``main`` and ``aa``, the
+    same rates and seeds, a fresh engine per run), ``column`` (a per-run statistic; ``ttft_s_p50`` when no run has
+    the samples for a p90) paired by (rate step, round): :func:`workbench.stats.replicates.aa_columns` (``aa_ratio``,
+    ``aa_low``, ``aa_high``, ``design`` ``replicates``, ``rounds`` the pairs) and ``statistic``. None without an
+    A/A arm. Valid open-loop points only (stopped-early ones included: the
+    statistic of a run is what it is)."""
+    if points is None or points.empty or "arm" not in points or column not in points:
+        return None
+    df = _knee_points(points)
+    if not (df["arm"] == "aa").any():
+        return None
+    if df[column].isna().all() and column == "ttft_s_p90" and "ttft_s_p50" in df:
+        column = "ttft_s_p50"  # p90 needs 10 independent samples per run
+    key = ["engine", "step", "replicate"]
+    a = df[df["arm"] == "aa"].groupby(key)[column].first().dropna()
+    b = df[df["arm"] == "main"].groupby(key)[column].first().dropna()
+    both = a.index.intersection(b.index)
+    return dict(replicates.aa_columns(a.loc[both], b.loc[both], "replicates"), statistic=column)
 
 
 def _slo_names(columns) -> list[str]:
     """SLO names of the ``slo_attainment_<name>`` columns (not the interval columns)."""
     return sorted({c[len("slo_attainment_"):] for c in columns if c.startswith("slo_attainment_")
-                   and not c.startswith(("slo_attainment_low", "slo_attainment_high"))})
+                   and not c.startswith(("slo_attainment_low", "slo_attainment_high", "slo_attainment_upper"))})
 
 
 def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
-    """Per SLO preset (and ``custom``): the engine and the highest measured offered rate whose attainment
-    reaches ``target`` (ties: higher goodput), with its goodput, its attainment's Wilson 95% interval and the
-    requests planned for it; ``engine`` empty when none does. Only usable points
-    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that kept up
-    (:func:`kept_up` not False): a closed-loop burst, a point stopped for over-saturation, one measured under
+    """Per SLO preset (and ``custom``): the engine and the highest measured offered rate that met it
+    (:func:`workbench.stats.slo.verdict`: attainment's one-sided 95% lower bound reaches ``target``; the MLPerf presets
+    at their stated p99 with the sample-size rule), ties by higher goodput, with its goodput, its attainment's
+    Wilson 95% interval and one-sided lower bound and the requests planned for it; ``engine`` empty when none
+    does, and ``verdict`` saying why (``missed``: every usable rate shown to miss it; ``undetermined``: some rate
+    could not be judged with the requests it had). Only usable points
+    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that did not
+    fall behind (:func:`kept_up`): a closed-loop burst, a point stopped for over-saturation, one measured under
     other load or one whose queue grew is never recommended."""
     df = evidence.usable_points(points, serving=True)
     if not df.empty:  # a rate whose queue grew is not one the engine sustains, whatever its short-run attainment
-        df = df[[kept_up(r) is not False for _, r in df.iterrows()]]
+        df = df[[kept_up(r) != saturation.FELL_BEHIND for _, r in df.iterrows()]]
     rows = []
     for n in _slo_names(df.columns):
         source = slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"
-        ok = df[df[f"slo_attainment_{n}"] >= target]
+        judged = [slo.verdict(r, n, target) for _, r in df.iterrows()]
+        met = [v == slo.MET for v, _ in judged]
+        ok = df[met] if len(df) else df
         if ok.empty:
+            undet = [why for v, why in judged if v == slo.UNDETERMINED]
+            verdict = (f"undetermined: {undet[0]}" if undet else
+                       "missed" if judged else "no usable point")
             rows.append({"slo": n, "engine": "", "max_rate_rps": 0.0, "goodput_rps": 0.0, "attainment": np.nan,
-                         "attainment_low": np.nan, "attainment_high": np.nan, "requests": 0, "source": source})
+                         "attainment_low": np.nan, "attainment_high": np.nan, "attainment_lower": np.nan,
+                         "requests": 0, "verdict": verdict, "source": source})
             continue
         best = ok.sort_values(["offered_rps", f"goodput_rps_{n}"], ascending=False).iloc[0]
         planned = best.get("requests_planned_window", best.get("requests", np.nan))
+        why = slo.verdict(best, n, target)[1]
+        lower = best.get(f"slo_attainment_lower_{n}", np.nan)
+        if (lower is None or lower != lower) and planned == planned and planned:
+            lower = slo.one_sided_bounds(int(round(float(best[f"slo_attainment_{n}"]) * int(planned))), int(planned))[0]
         rows.append({"slo": n, "engine": best["engine"], "max_rate_rps": float(best["offered_rps"]),
                      "goodput_rps": float(best[f"goodput_rps_{n}"]), "attainment": float(best[f"slo_attainment_{n}"]),
                      "attainment_low": float(best.get(f"slo_attainment_low_{n}", np.nan)),
                      "attainment_high": float(best.get(f"slo_attainment_high_{n}", np.nan)),
-                     "requests": int(planned) if planned == planned else 0, "source": source})
+                     "attainment_lower": float(lower) if lower is not None else np.nan,
+                     "requests": int(planned) if planned == planned else 0, "verdict": f"met: {why}",
+                     "source": source})
     return pd.DataFrame(rows)
 
 
@@ -573,25 +631,31 @@ def _attained(r, target: float) -> str:
     return f"custom-SLO attainment {r.get('slo_attainment', np.nan):.2f} ({ci})"
 
 
-def _engine_sentence(e: str, g: pd.DataFrame, knee: float, target: float) -> str:
-    """One engine's part of the finding: how far it kept up, the attainment there and at the first rate past it."""
-    g = g.sort_values("offered_rps")
+def _engine_sentence(e: str, g: pd.DataFrame, knee: float, why: str, target: float) -> str:
+    """One engine's part of the finding: how far it kept up (three-valued, :func:`kept_up`), the attainment there
+    and at the rate that stopped the scan."""
+    g = g.assign(_rate=_rates(g)).sort_values("_rate")
     verdicts = [kept_up(r) for _, r in g.iterrows()]
     if knee == knee:
-        at = g.iloc[max(i for i, v in enumerate(verdicts) if v) if any(verdicts) else 0]
+        at = g[g["_rate"] == knee].iloc[-1]
         text = f"{e}: kept up to {knee:.2f} req/s, {_attained(at, target)} there"
-        rest = [(r, v) for (_, r), v in zip(g.iterrows(), verdicts) if r["offered_rps"] > at["offered_rps"]]
-    elif verdicts and verdicts[0] is None:
-        return f"{e}: no arrival and completion rates recorded, so whether it kept up is not known"
+    elif verdicts and verdicts[0] == saturation.UNDETERMINED:
+        text = f"{e}: whether it kept up is undetermined even at its lowest open-loop rate (too few requests " \
+               f"per point to tell completions from arrivals)"
     else:
         text = f"{e}: did not keep up even at its lowest open-loop rate"
-        rest = [(r, v) for (_, r), v in zip(g.iterrows(), verdicts)][:1]
-    if rest and rest[0][1] is False:
-        r = rest[0][0]
+    nxt = [(r, v) for (_, r), v in zip(g.iterrows(), verdicts) if knee != knee or r["_rate"] > knee][:1]
+    if nxt and nxt[0][1] == saturation.FELL_BEHIND:
+        r = nxt[0][0]
         comp = r.get("completion_rps", r.get("request_throughput_rps", np.nan))
-        text += f"; at {r['offered_rps']:.2f} req/s completions fell behind ({comp:.2f} req/s completed)"
-        text += (f" while {_attained(r, target)} stayed at target: the queue grew within the SLO's slack"
-                 if r.get("slo_attainment", np.nan) >= target else f", {_attained(r, target)}")
+        how = "stopped early (over-saturated)" if bool(r.get("stopped_early") or False) else \
+            f"completions fell behind ({comp:.2f} req/s completed)"
+        text += f"; at {r['offered_rps']:.2f} req/s {how}"
+        if not bool(r.get("stopped_early") or False):
+            text += (f" while {_attained(r, target)} stayed at target: the queue grew within the SLO's slack"
+                     if r.get("slo_attainment", np.nan) >= target else f", {_attained(r, target)}")
+    elif nxt and knee == knee:
+        text += f"; undetermined at {nxt[0][0]['offered_rps']:.2f} req/s"
     return text
 
 
@@ -605,8 +669,9 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
     if use.empty:
         return ("No usable open-loop load point (valid, not stopped early): no knee or recommendation is "
                 "supported." if len(points) else "No load point finished.")
-    k = knees(points)
-    parts = [_engine_sentence(e, g, k.get(e, float("nan")), target) for e, g in use.groupby("engine")]
+    k = knee_scan(points)
+    parts = [_engine_sentence(e, g, *k.get(e, (float("nan"), "")), target)
+             for e, g in _knee_points(points).groupby("engine")]
     rec = recommend(points, target)
     custom = rec[rec["slo"] == "custom"] if not rec.empty else rec
     if not custom.empty and custom.iloc[0]["engine"]:
@@ -614,9 +679,14 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
         ci = (f"95% Wilson interval {c['attainment_low']:.2f}-{c['attainment_high']:.2f}"
               if c["attainment_low"] == c["attainment_low"] else "no interval")
         parts.append(f"custom SLO: {c['engine']} up to {c['max_rate_rps']:.2f} req/s ({c['goodput_rps']:.2f} req/s "
-                     f"goodput; attainment {c['attainment']:.2f}, {ci}, {c['requests']} requests)")
+                     f"goodput; attainment {c['attainment']:.2f}, {ci}, one-sided 95% lower bound "
+                     f"{c['attainment_lower']:.2f} >= {target:.2f}, {c['requests']} requests)")
+    elif not custom.empty and str(custom.iloc[0]["verdict"]).startswith("missed"):
+        parts.append(f"no engine met the custom SLO (attainment >= {target:.0%}: every usable rate's one-sided 95% "
+                     f"upper bound below it)")
     elif not custom.empty:
-        parts.append(f"no engine met the custom SLO (attainment >= {target:.0%}) at a usable rate it kept up with")
+        parts.append(f"no rate is shown to meet the custom SLO (attainment's one-sided 95% lower bound >= "
+                     f"{target:.0%}): {custom.iloc[0]['verdict']}")
     n_req = use["requests_planned_window"] if "requests_planned_window" in use else use.get("requests")
     if n_req is None or n_req.isna().all():
         n_txt = "an unknown number of"
@@ -760,10 +830,11 @@ def recommendation_table(points: pd.DataFrame, target: float = 0.9) -> go.Figure
     """The :func:`recommend` table as a figure."""
     rec = recommend(points, target)
     cols = ["slo", "engine", "max_rate_rps", "goodput_rps", "attainment", "attainment_low", "attainment_high",
-            "requests", "source"]
+            "attainment_lower", "requests", "verdict", "source"]
     cells = [rec[c].map(lambda v: f"{v:.3g}" if isinstance(v, float) else (v or "none")) if c in rec else [] for c in cols]
     fig = go.Figure(go.Table(header=dict(values=cols), cells=dict(values=cells)))
-    fig.update_layout(title=f"Recommended engine per SLO (attainment >= {target:.0%} at the highest measured rate)")
+    fig.update_layout(title=f"Recommended engine per SLO (one-sided 95% lower bound of attainment >= {target:.0%}; "
+                            "MLPerf presets at p99 from >= 100 requests)")
     return fig
 
 
@@ -783,9 +854,9 @@ def figures(points: pd.DataFrame, requests: pd.DataFrame, target: float = 0.9) -
 def finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
     """The report's finding: :func:`headline`'s sentences, its evidence apart, and whether they are supported.
 
-    Supported when a recommendation for the custom SLO rests on a usable point whose attainment interval (Wilson
-    95%) is at most +/-0.15 wide, or when no usable point met the SLO and that "no" rests on usable points; not
-    supported without usable points or with a wider interval (too few requests per point to place the knee).
+    Supported when a recommendation for the custom SLO rests on a usable point whose attainment's one-sided 95%
+    lower bound reaches the target (:func:`recommend`), or when every usable point is shown to miss it (upper
+    bound below the target); not supported without usable points or when no rate could be judged either way.
 
     Returns:
         :class:`workbench.stats.evidence.Finding` over the usable points' ids.
@@ -798,13 +869,18 @@ def finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
     rec = recommend(points, target)
     custom = rec[rec["slo"] == "custom"] if not rec.empty else rec
     supported, why = False, "no custom-SLO recommendation"
-    if not custom.empty and custom.iloc[0]["engine"]:
+    if not custom.empty:
         c = custom.iloc[0]
-        half = (c["attainment_high"] - c["attainment_low"]) / 2
-        supported = bool(half == half and half <= 0.15)
-        why = (f"attainment interval +/-{half:.2f} at the recommended rate" if half == half else
-               "no attainment interval at the recommended rate")
-    elif not custom.empty:
-        supported, why = True, "no usable rate met the custom SLO"
-    return evidence.Finding(body, f"{tail.rstrip('.')}; {why} (supported needs <= +/-0.15)", supported,
-                            evidence.point_ids(use))
+        verdict = str(c["verdict"])
+        supported = bool(c["engine"]) or verdict.startswith("missed")
+        why = (f"recommended rate {verdict}" if c["engine"] else
+               "every usable rate shown to miss the custom SLO" if supported else f"not supported: {verdict}")
+    aa = aa_control(points)
+    if aa is not None:
+        why += (f"; A/A control ({aa['rounds']} run pairs, {aa['statistic']}): "
+                f"{replicates.describe(aa['aa_ratio'], aa['aa_low'], aa['aa_high'])}")
+        if replicates.aa_moved(aa):
+            supported, why = False, why + ": the A/A control moved"
+    return evidence.Finding(body if supported or body.startswith("No ") else f"Not supported: {body}",
+                            f"{tail.rstrip('.')}; {why} (a rate qualifies on attainment's one-sided 95% lower bound)",
+                            supported, evidence.point_ids(use))

@@ -22,4 +22,8 @@ One concern per module, lowest first (a module imports only modules above it in 
   senders over HTTP or straight into an engine): they import nothing from the server.
 - :mod:`.endpoint`: any external OpenAI-compatible server as a load target (its parameter, the one-line checks
   before a run, its sender over :mod:`.load`); imports nothing from the server either.
+- :mod:`.saturation`: whether an open-loop load point kept up (kept up / fell behind / undetermined, from the
+  noise band of :mod:`.load`'s arrival and completion counts) and the knee those verdicts place.
+- :mod:`.aa_sim`: A/A designs for queue experiments on a virtual clock: a one-at-a-time fake engine whose queue is
+  :mod:`.scheduling`'s real ``PolicyQueue``, with measured-like service times (tests and ``benchmarks/aa_queue.py``).
 """

@@ -654,15 +654,18 @@ def run_load(send: Callable, specs: Sequence[RequestSpec], profile: str, rate: f
 
 def flow_rates(rows: list) -> dict:
     """``arrival_rps``: ``(sent - 1) / (last - first scheduled time)``; ``completion_rps``: ``(completed - 1) /
-    (last - first finish)`` over the requests that completed without error. NaN with fewer than two requests or a
-    zero span. In closed loop arrivals follow completions, so the two agree by construction."""
+    (last - first finish)`` over the requests that completed without error; ``arrival_count`` /
+    ``completion_count`` the timestamps behind each (their noise band: :mod:`workbench.serving.saturation`). NaN
+    rates with fewer than two requests or a zero span. In closed loop arrivals follow completions, so the two agree by construction."""
     def rate(times):
         times = sorted(times)
         span = times[-1] - times[0] if len(times) >= 2 else 0.0
         return (len(times) - 1) / span if span > 0 else float("nan")
 
-    return {"arrival_rps": rate([r["t_scheduled_s"] for r in rows]),
-            "completion_rps": rate([r["t_end_s"] for r in rows if not r.get("error")])}
+    arrivals = [r["t_scheduled_s"] for r in rows]
+    completions = [r["t_end_s"] for r in rows if not r.get("error")]
+    return {"arrival_rps": rate(arrivals), "completion_rps": rate(completions),
+            "arrival_count": len(arrivals), "completion_count": len(completions)}
 
 
 def apply_window(rows: list, warmup_s: float, cooldown_s: float, open_loop: bool = True,

@@ -18,7 +18,7 @@
   (``vllm/benchmarks/serve.py``: ``duration``, ``completed``, ``total_input_tokens``, ``request_throughput``,
   ``output_throughput``, ``mean_ttft_ms`` / ``median_ttft_ms`` / ``std_ttft_ms`` / ``p99_ttft_ms`` and the same
   for ``tpot``, ``itl``, ``e2el``, the per-request lists), plus ``workbench_*`` keys for what vLLM has no field
-  for (point id, validity, ignore_eos). A percentile the samples cannot support (DESIGN.md section 4: p99 needs
+  for (point id, validity, ignore_eos). A percentile the samples cannot support (docs/design.md section 4: p99 needs
   100) is null, with ``workbench_percentile_note`` saying so.
 
 Every export says first what it exports: points finished, valid, invalid and failed, and the run's status when
@@ -193,7 +193,7 @@ def _values(req: pd.DataFrame, col: str) -> np.ndarray:
 
 
 def _min_n(q: float) -> int:
-    """Independent samples a percentile needs (DESIGN.md section 4: p90 needs 10, p99 needs 100): 1 / tail."""
+    """Independent samples a percentile needs (docs/design.md section 4: p90 needs 10, p99 needs 100): 1 / tail."""
     tail = min(q, 100 - q) / 100
     return 1 if tail >= 0.5 else int(math.ceil(1 / tail - 1e-9))
 

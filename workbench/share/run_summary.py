@@ -1,6 +1,6 @@
 """``metrics.json``: a run's machine-readable summary, so Make, DVC or CI can depend on a run.
 
-Written at the run folder's root (DESIGN.md section 10) every time the run's report is built
+Written at the run folder's root (docs/design.md section 10) every time the run's report is built
 (:func:`workbench.share.report.build_report` calls :func:`write_metrics`). It holds the headline figures of each
 experiment (over its valid points) and every finding, supported or not, with its evidence. Other parts of the
 workbench add their own keys with :func:`merge_metrics` (e.g. the twin's ``mape_e2e_p50`` / ``mape_ttft_p50``):

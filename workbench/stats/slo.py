@@ -119,7 +119,8 @@ def attainment(requests: pd.DataFrame, slo: SLO, planned: int | None = None, con
     Returns:
         ``slo_attainment`` (met / planned), ``slo_attainment_low`` / ``slo_attainment_high`` (the Wilson score
         interval, :meth:`scipy.stats.binomtest` ``proportion_ci(method="wilson")``; Wilson, J. Am. Stat. Assoc.
-        1927), ``slo_met`` and ``slo_planned``. NaN figures when nothing was planned.
+        1927), ``slo_attainment_lower`` / ``_upper`` (the one-sided 95% bounds, :func:`one_sided_bounds`),
+        ``slo_met`` and ``slo_planned``. NaN figures when nothing was planned.
 
     Raises:
         ParameterError: ``planned`` below the number of rows, or ``confidence`` outside (0, 1].
@@ -134,11 +135,92 @@ def attainment(requests: pd.DataFrame, slo: SLO, planned: int | None = None, con
     met = int(metrics.slo_met(requests, slo.ttft_s, slo.tpot_s).sum()) if n_rows else 0
     if n == 0:
         nan = float("nan")
-        return {"slo_attainment": nan, "slo_attainment_low": nan, "slo_attainment_high": nan, "slo_met": 0,
-                "slo_planned": 0}
+        return {"slo_attainment": nan, "slo_attainment_low": nan, "slo_attainment_high": nan,
+                "slo_attainment_lower": nan, "slo_attainment_upper": nan, "slo_met": 0, "slo_planned": 0}
     ci = binomtest(met, n).proportion_ci(confidence_level=confidence, method="wilson")
+    lower, upper = one_sided_bounds(met, n)
     return {"slo_attainment": met / n, "slo_attainment_low": float(ci.low), "slo_attainment_high": float(ci.high),
-            "slo_met": met, "slo_planned": n}
+            "slo_attainment_lower": lower, "slo_attainment_upper": upper, "slo_met": met, "slo_planned": n}
+
+
+ONE_SIDED = 0.95  # a rate qualifies when attainment's one-sided 95% lower bound reaches the target
+
+
+def one_sided_bounds(met: int, planned: int, confidence: float = ONE_SIDED) -> tuple[float, float]:
+    """One-sided Wilson score bounds of an attainment ``met / planned``: the lower bound a qualifying rate must
+    bring to its target, and the upper bound below which "the target was missed" is shown.
+
+    Each is the matching end of the two-sided Wilson interval at ``2 * confidence - 1`` (the 90% interval's ends
+    are the one-sided 95% bounds; Wilson 1927, :meth:`scipy.stats.binomtest` ``proportion_ci``). 36 of 40 at a
+    0.90 target: lower bound 0.79, not qualified; 40 of 40: 0.94.
+
+    Returns:
+        ``(lower, upper)`` in [0, 1]; NaN both with nothing planned.
+
+    Raises:
+        ParameterError: ``met`` outside [0, ``planned``] or ``confidence`` outside (0.5, 1).
+    """
+    from scipy.stats import binomtest
+
+    checks.check_float("confidence", confidence, lo=0.5, hi=1, lo_open=True)
+    if confidence >= 1:
+        raise ParameterError(f"confidence: must be in (0.5, 1) (got {confidence})")
+    met, planned = int(met), int(planned)
+    if planned <= 0:
+        return float("nan"), float("nan")
+    checks.check_int("met", met, lo=0, hi=planned)
+    ci = binomtest(met, planned).proportion_ci(confidence_level=2 * confidence - 1, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+MET, MISSED, UNDETERMINED = "met", "missed", "undetermined"
+
+
+def judged_at_percentile(s: SLO) -> bool:
+    """Whether a preset is judged at its stated percentile (the MLPerf p99 presets: TTFT and TPOT at p99 within
+    the limits) rather than by attainment against a target (DistServe's 90% presets, ``custom``,
+    ``batch_offline`` without limits)."""
+    return s.name != "custom" and s.percentile >= 99 and (s.ttft_s is not None or s.tpot_s is not None)
+
+
+def verdict(point, name: str, target: float) -> tuple[str, str]:
+    """Whether a load point met SLO ``name``: :data:`MET`, :data:`MISSED` or :data:`UNDETERMINED`, with why.
+
+    Rules: a preset judged at its stated percentile (:func:`judged_at_percentile`) is met when
+    ``percentiles_ok_<name>`` is True (its percentile of TTFT and TPOT within the limits, from enough independent
+    samples: :func:`percentile_supported`), missed when False, undetermined when None (p99 needs 100 requests).
+    Every other SLO is met when attainment's one-sided 95% lower bound reaches ``target``, missed when its
+    upper bound is below ``target``, else undetermined (:func:`one_sided_bounds` from ``slo_attainment_<name>`` x
+    ``requests_planned_window``, or the stored ``slo_attainment_lower_<name>`` / ``_upper_<name>``).
+
+    Args:
+        point: a points row (Series or dict) of :mod:`workbench.experiments.serving_load`.
+        name: the SLO's name (a preset or ``custom``).
+        target: the attainment target (0-1).
+
+    Returns:
+        ``(verdict, reason)``.
+    """
+    get = point.get
+    s = PRESETS.get(name)
+    if s is not None and judged_at_percentile(s):
+        ok = get(f"percentiles_ok_{name}")
+        if ok is None or ok != ok:
+            return UNDETERMINED, f"p{s.percentile} needs {metrics.MIN_SAMPLES.get(f'p{s.percentile}', 100)} " \
+                                 f"independent requests"
+        return (MET, f"p{s.percentile} within the limits") if bool(ok) else \
+            (MISSED, f"p{s.percentile} beyond a limit")
+    lower, upper = get(f"slo_attainment_lower_{name}"), get(f"slo_attainment_upper_{name}")
+    if lower is None or upper is None or lower != lower:
+        att, planned = get(f"slo_attainment_{name}"), get("requests_planned_window", get("requests"))
+        if att is None or planned is None or att != att or planned != planned or int(planned) <= 0:
+            return UNDETERMINED, "no attainment"
+        lower, upper = one_sided_bounds(int(round(float(att) * int(planned))), int(planned))
+    if lower >= target:
+        return MET, f"one-sided 95% lower bound {lower:.2f} >= {target:.2f}"
+    if upper < target:
+        return MISSED, f"one-sided 95% upper bound {upper:.2f} < {target:.2f}"
+    return UNDETERMINED, f"one-sided 95% bounds {lower:.2f}-{upper:.2f} straddle {target:.2f}"
 
 
 def percentile_supported(percentile: float, n_samples: int) -> bool:
@@ -160,7 +242,8 @@ def evaluate(requests: pd.DataFrame, slo: SLO, window_s: float, planned: int | N
         planned: requests planned for the window (:func:`attainment`; default the number of rows).
 
     Returns:
-        :func:`attainment`'s ``slo_attainment``, ``slo_attainment_low``, ``slo_attainment_high``;
+        :func:`attainment`'s ``slo_attainment``, ``slo_attainment_low``, ``slo_attainment_high``,
+        ``slo_attainment_lower``, ``slo_attainment_upper``;
         ``goodput_rps`` (counted completions meeting the SLO / ``window_s``; NaN without a window) and
         ``percentiles_ok``: TTFT and TPOT at ``slo.percentile`` within the limits (False when any request
         failed), or None when the completed requests' independent samples (:func:`workbench.stats.metrics.n_samples`)
@@ -188,7 +271,8 @@ def evaluate(requests: pd.DataFrame, slo: SLO, window_s: float, planned: int | N
             if (requests["output_tokens"] < 1).any() or (att["slo_planned"] > n_rows):
                 ok = False  # a failed or missing request breaks any percentile limit
     return {"slo_attainment": att["slo_attainment"], "slo_attainment_low": att["slo_attainment_low"],
-            "slo_attainment_high": att["slo_attainment_high"],
+            "slo_attainment_high": att["slo_attainment_high"], "slo_attainment_lower": att["slo_attainment_lower"],
+            "slo_attainment_upper": att["slo_attainment_upper"],
             "goodput_rps": good / window_s if window_s and window_s == window_s and window_s > 0 else float("nan"),
             "percentiles_ok": None if ok is None else bool(ok)}
 

@@ -1,0 +1,135 @@
+"""Did an open-loop load point keep up with its arrivals? Three answers, and the knee they place (issue 32).
+
+A server keeps up when it completes requests as fast as they arrive; past its capacity completions fall to that
+capacity and the queue grows. Both rates are estimated from a few dozen events, so comparing them with a fixed
+tolerance answers at random near the knee (at 40 requests a 10% tolerance said "fell behind" 24% of the time at
+90% load and "kept up" 36% of the time at 110%). :func:`kept_up` answers with the noise band instead:
+
+- the ratio ``completion_rps / arrival_rps`` gets an interval from the two event counts
+  (:func:`rate_ratio_interval`: each count treated as Poisson over its span, the ratio of two Poisson rates by
+  the conditional binomial, Clopper-Pearson bounds; Cox 1953, Przyborowski & Wilenski 1940 - conservative for a
+  constant-rate arrival process, whose count is not random);
+- **fell behind** when its one-sided 95% upper bound is below 1 (completions slower than arrivals beyond the
+  noise), or the point stopped early by the over-saturation rule, or a planned request went unsent or unfinished;
+- **kept up** when its one-sided 95% lower bound reaches ``1 - tolerance`` (completions within the tolerance of
+  arrivals beyond the noise);
+- **undetermined** otherwise: the run is too short to tell (at 40 requests a ratio of 1.0 has bounds of about
+  0.68-1.47, so a point at 40 requests is rarely "kept up" at a 10% tolerance: a longer point decides).
+
+:func:`knee` scans rates upwards: the highest rate that kept up below the first that did not (fell behind or
+undetermined). Stopped-early points take part (as "fell behind"): dropping them before the scan would let a rate
+above an over-saturated one, kept up by chance, be the knee. They are still never recommended.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from workbench.serving import load
+
+KEPT_UP = "kept up"
+FELL_BEHIND = "fell behind"
+UNDETERMINED = "undetermined"
+VERDICTS = (KEPT_UP, FELL_BEHIND, UNDETERMINED)
+KEPT_UP_TOLERANCE = 0.1   # kept up: completions at least (1 - this) x arrivals, beyond the noise
+CONFIDENCE = 0.95         # one-sided, each way
+
+
+def rate_ratio_interval(arrivals: int, arrival_rps: float, completions: int, completion_rps: float,
+                        confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """``completion_rps / arrival_rps`` with one-sided ``confidence`` bounds each way.
+
+    Args:
+        arrivals, completions: the events behind each rate (timestamps; the rate spans ``count - 1`` intervals,
+            :func:`workbench.serving.load.flow_rates`).
+        arrival_rps, completion_rps: the two rates (requests/s).
+        confidence: one-sided coverage of each bound (0.95: the two together a 90% interval).
+
+    Returns:
+        ``(ratio, low, high)``; NaN bounds when a count has no interval behind it (fewer than 2 events) or a
+        rate is not positive.
+    """
+    from scipy.stats import binomtest
+
+    nan = float("nan")
+    x_a, x_c = int(arrivals) - 1, int(completions) - 1
+    if not (arrival_rps == arrival_rps and arrival_rps > 0 and completion_rps == completion_rps):
+        return nan, nan, nan
+    ratio = completion_rps / arrival_rps
+    if x_a < 1 or x_c < 1 or completion_rps <= 0:
+        return ratio, nan, nan
+    t_a, t_c = x_a / arrival_rps, x_c / completion_rps        # the spans (seconds)
+    ci = binomtest(x_c, x_a + x_c).proportion_ci(confidence_level=1 - 2 * (1 - confidence), method="exact")
+
+    def rho(p):
+        return math.inf if p >= 1 else p / (1 - p) * t_a / t_c
+
+    return ratio, rho(float(ci.low)), rho(float(ci.high))
+
+
+def _num(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE, confidence: float = CONFIDENCE) -> str | None:
+    """Whether an open-loop point kept up with its arrivals: the one definition (knee, recommendation, search).
+
+    Args:
+        point: a points row or a run summary (Series or dict): ``profile``, ``stopped_early``,
+            ``requests_unsent``, ``requests_incomplete``, ``arrival_rps`` / ``completion_rps`` with
+            ``arrival_count`` / ``completion_count`` (:func:`workbench.serving.load.flow_rates`); rows without
+            the counts use ``requests_planned_window`` for both, without the rates ``offered_rps`` and
+            ``request_throughput_rps``.
+        tolerance: kept up needs the ratio's lower bound at ``1 - tolerance`` or above (0-1).
+        confidence: one-sided coverage of each bound.
+
+    Returns:
+        :data:`KEPT_UP`, :data:`FELL_BEHIND` or :data:`UNDETERMINED` (module docstring); None for a closed-loop
+        point (no arrival process to keep up with).
+    """
+    get = point.get
+    if get("profile") not in load.OPEN_LOOP:
+        return None
+    if bool(get("stopped_early") or False):
+        return FELL_BEHIND
+    for col in ("requests_unsent", "requests_incomplete"):
+        v = _num(get(col))
+        if v == v and v > 0:
+            return FELL_BEHIND
+    arr, comp = _num(get("arrival_rps")), _num(get("completion_rps"))
+    if not (arr == arr and comp == comp):
+        arr, comp = _num(get("offered_rps")), _num(get("request_throughput_rps"))
+    n_a, n_c = _num(get("arrival_count")), _num(get("completion_count"))
+    if not (n_a == n_a and n_c == n_c):
+        n_a = n_c = _num(get("requests_planned_window"))
+    if not (arr == arr and arr > 0 and comp == comp and n_a == n_a):
+        return UNDETERMINED
+    _, low, high = rate_ratio_interval(int(n_a), arr, int(n_c), comp, confidence)
+    if high == high and high < 1:
+        return FELL_BEHIND
+    if low == low and low >= 1 - tolerance:
+        return KEPT_UP
+    return UNDETERMINED
+
+
+def knee(rates: Sequence[float], verdicts: Sequence[str | None]) -> tuple[float, str]:
+    """The highest rate that kept up, below the first rate that did not.
+
+    Args:
+        rates: the open-loop rates (requests/s), any order; stopped-early points included.
+        verdicts: :func:`kept_up` of each (a stopped-early point's is :data:`FELL_BEHIND`).
+
+    Returns:
+        ``(knee, why)``: the knee (NaN when the lowest rate did not keep up) and what stopped the scan:
+        ``"fell behind at R req/s"``, ``"undetermined at R req/s"`` or ``""`` (every rate kept up).
+    """
+    k = float("nan")
+    for rate, v in sorted(zip(rates, verdicts), key=lambda t: float(t[0])):
+        if v != KEPT_UP:
+            return k, f"{v or UNDETERMINED} at {float(rate):.2f} req/s"
+        k = float(rate)
+    return k, ""
