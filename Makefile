@@ -83,6 +83,7 @@ client-crosscheck: setup $(CLIENT_VENV)/.installed $(GUIDELLM_VENV)/.installed  
 	$(PY) benchmarks/client_crosscheck.py --aiperf $(CLIENT_VENV)/bin/aiperf --guidellm $(GUIDELLM_VENV)/bin/guidellm
 
 benchmark: setup llama-server      ## the loop's fixed costs (old vs now), overhead vs plain generate, serving ratios (engines, server, openai client), scheduling policies, queue A/A (old vs new design), roofline error, drift-reference noise, speed techniques, llama.cpp side by side
+	$(PY) benchmarks/twin_speed.py
 	$(PY) benchmarks/loop.py
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/serving.py

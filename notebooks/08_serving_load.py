@@ -81,3 +81,19 @@ serving_load.recommend(points, cfg.attainment_target)
 finding = serving_load.finding(points, cfg.attainment_target)
 results.save_finding(run, serving_load.EXPERIMENT, finding)
 print(finding)
+
+# %% [markdown]
+# ## The serving twin beside the measurement
+# `workbench.predict.twin` replays each measured point's requests through the engines' own scheduling code on a
+# virtual clock, a cost model fitted on this run's batch-size and context-length rows (`workbench.predict.twin_cost`)
+# in place of the model: its prediction (`source` simulated) beside the measured points, and its error per point
+# (`twin_validation.csv`; `mape_e2e_p50`, `mape_ttft_p50` in `metrics.json`). `workbench simulate` runs it past
+# this machine (rates, replicas, a device profile). Without such rows in the run this cell says so.
+
+# %%
+from workbench.cli import simulate as twin_study
+
+twin_table, twin_fig, twin_text = twin_study.notebook_section(run, serving_load.EXPERIMENT)
+if twin_fig is not None:
+    twin_fig.show()
+print(twin_text)

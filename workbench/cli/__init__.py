@@ -195,6 +195,12 @@ def cmd_plan(args) -> int:
     return _print_plan(suite["notebooks"], probe=not args.no_probe, calibrate=args.calibrate)
 
 
+def cmd_simulate(args) -> int:
+    from workbench.cli.simulate import command
+
+    return command(args)
+
+
 def cmd_serve(args) -> int:
     from workbench.serving.server import main as serve_main
 
@@ -262,6 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", help="also resolve this model spec")
     e.add_argument("--no-probe", action="store_true", help="skip the bandwidth / FLOP/s probe")
     e.set_defaults(func=cmd_env)
+
+    sim = sub.add_parser("simulate", help="the serving twin: notebooks 08/11's points, capacity per SLO and what-ifs "
+                         "simulated (source=simulated), or --validate RUN_DIR against its measured points")
+    from workbench.cli.simulate_args import add_arguments
+
+    add_arguments(sim)
+    sim.set_defaults(func=cmd_simulate)
 
     sv = sub.add_parser("serve", add_help=False, help="the OpenAI-compatible server (workbench serve --help)")
     sv.set_defaults(func=cmd_serve)

@@ -18,6 +18,8 @@ from workbench.stats import columns, metrics
 
 #: Columns every request row carries (None when an experiment has no value for it): the registry's ``row = request``.
 REQUEST_COLUMNS = columns.REQUEST_COLUMNS
+#: ``source`` of a measured row and point (the serving twin's are ``simulated``: docs/design.md section 10).
+MEASURED = "measured"
 #: The run's own columns: on a request row they are always the run's, never a measured record's.
 _RUN_COLUMNS = ("run_id", "experiment", "point_id")
 #: Where a point was measured (a Ray worker's :attr:`PointResult.device`): these win over the run's columns.
@@ -131,10 +133,12 @@ def point_rows(result: PointResult, base: dict, slo_ttft_s: float | None = None,
     for col in REQUEST_COLUMNS:
         if col not in req:
             req[col] = None
+    if "source" not in req:
+        req["source"] = MEASURED  # the serving twin's rows say "simulated" (workbench.predict.twin)
     summary = metrics.summarize_point(req, result.wall_s, slo_ttft_s, slo_tpot_s)
     dev = result.device
     peaks = {**(env or {}), **{k: dev[k] for k in _PEAK_KEYS if k in dev}}
-    row = {**base, **summary, **metrics.utilisation(req, summary, info, peaks),
+    row = {"source": MEASURED, **base, **summary, **metrics.utilisation(req, summary, info, peaks),
            "peak_memory_bytes": dev.get("peak_memory_bytes"),
            "peak_memory_method": dev.get("peak_memory_method", "unavailable"),
            "warmup_s": result.warmup_s, **energy.point_columns(result.energy, req), **result.extra,

@@ -33,7 +33,7 @@ import numpy as np
 
 from workbench import checks
 from workbench.stats import evidence, metrics, replicates
-from workbench.serving import scheduling
+from workbench.serving import options, scheduling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +97,7 @@ def run(trace: list[dict], policy: str, workload: Workload, seed: int, **policy_
         policy: one of :data:`workbench.serving.scheduling.POLICIES`.
         workload: the service-time model.
         seed: the run's noise (its speed factor and per-request jitter).
-        policy_options: :func:`workbench.serving.scheduling.make_queue` options (``lane_threshold_tokens`` ...).
+        policy_options: other :class:`workbench.serving.options.PolicyOptions` fields (``lane_threshold_tokens`` ...).
 
     Returns:
         One row per request: ``request_id``, ``request_class``, ``ttft_s``, ``queue_s``, ``e2e_s`` (seconds).
@@ -105,7 +105,7 @@ def run(trace: list[dict], policy: str, workload: Workload, seed: int, **policy_
     rng = np.random.default_rng(seed)
     speed = math.exp(rng.normal(0.0, workload.drift))
     now = [0.0]
-    q = scheduling.make_queue(policy, "fifo", **policy_options)
+    q = options.PolicyOptions(policy=policy, **policy_options).make_queue("fifo")
     q.clock = lambda: now[0]
     reqs = []
     for i, r in enumerate(trace):

@@ -211,6 +211,19 @@ def batch_key(s: GenerationSettings) -> tuple:
             s.min_new_tokens, s.seed)
 
 
+def may_join(queue: "scheduling.PolicyQueue", batch: list, req) -> bool:
+    """Whether waiting ``req`` may join the ``static`` batch ``batch`` (its first request taken): the same
+    :func:`batch_key` and the queue's policy lets it (``lanes``: same lane, long ones up to the cap). The one home
+    of the static window's companion rule: :class:`StaticEngine` and the serving twin (:mod:`workbench.predict.twin`)."""
+    return batch_key(req.settings) == batch_key(batch[0].settings) and queue.joins(batch, req)
+
+
+def is_full(pending: int, adding: int, max_pending: int | None) -> bool:
+    """Whether an engine with ``pending`` requests refuses ``adding`` more under ``max_pending`` (None: never): the
+    admission rule behind :class:`EngineFull` (the server's 429), shared with the serving twin."""
+    return max_pending is not None and pending + adding > max_pending
+
+
 class BaseEngine:
     """The engine interface (see the module docstring): a queue of :class:`EngineRequest` s served by a worker
     thread; subclasses choose a batch (:meth:`_collect`) and serve it (:meth:`_serve`).
@@ -289,7 +302,7 @@ class BaseEngine:
         for r in reqs:
             self._prepare(r)
         with self._count_lock:
-            if max_pending is not None and len(self.in_flight) + len(reqs) > max_pending:
+            if is_full(len(self.in_flight), len(reqs), max_pending):
                 self.rejected += len(reqs)
                 raise EngineFull(f"{self.name} engine: {len(self.in_flight)} requests pending (limit {max_pending})")
             for r in reqs:
@@ -437,13 +450,13 @@ class StaticEngine(FifoEngine):
     def _collect(self, first):
         """``first`` and, until the batch is full or the window closes, the policy's best waiting requests that
         may share its batch (same :func:`batch_key`; ``lanes``: same lane, long ones up to the cap)."""
-        batch, key = [first], batch_key(first.settings)
+        batch = [first]
         deadline = time.perf_counter() + self.batch_window_s
         while len(batch) < self.max_batch_size:
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
-            r = self.queue.get(timeout=left, accept=lambda r: batch_key(r.settings) == key and self.queue.joins(batch, r))
+            r = self.queue.get(timeout=left, accept=lambda r: may_join(self.queue, batch, r))
             if r is None:
                 break
             batch.append(r)

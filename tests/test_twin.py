@@ -1,0 +1,309 @@
+"""The serving twin (issue 34): closed-form queueing, determinism, one home for the policy, one-line errors."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.predict import twin, twin_cost
+from workbench.errors import ParameterError
+from workbench.serving import scheduling
+
+CONST = twin_cost.StepCost(a0=1.0, b0=1.0)  # one-token requests: service = the prefill = 1 s exactly
+COST = twin_cost.StepCost(a0=0.02, a1=2e-4, b0=0.05, b1=0.004, b2=1e-6, b3=0.02, first_token_overhead_s=0.01)
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.5, 0.7])
+def test_md1_waiting_time_matches_pollaczek_khinchine(rho):
+    # M/D/1: Poisson arrivals at rate rho (service 1 s), Wq = rho / (2 (1 - rho)) (Pollaczek-Khinchine). 30,000
+    # requests: the sample mean's own error at rho 0.7 is a few percent (a fixed seed keeps the test repeatable)
+    specs = twin.open_loop("poisson", 30000, rho, 8, 1, seed=0)
+    res = twin.simulate(CONST, specs, twin.TwinConfig(engine="fifo"), "poisson", slos=[])
+    wq = res.rows["queue_s"].mean()
+    assert wq == pytest.approx(rho / (2 * (1 - rho)), rel=0.06)
+    assert res.rows["e2e_s"].mean() == pytest.approx(wq + 1.0, rel=1e-9)
+
+
+def test_fifo_at_a_vanishing_rate_is_the_service_time():
+    specs = twin.open_loop("constant", 20, 0.01, 64, 16)
+    res = twin.simulate(COST, specs, twin.TwinConfig(engine="fifo"), "constant", rate=0.01)
+    alone = COST.service_s(64, 16)
+    assert np.allclose(res.rows["e2e_s"], alone)
+    assert np.allclose(res.rows["ttft_s"], COST.prefill_s(1, 64) + COST.first_token_overhead_s)
+    assert (res.rows["queue_s"] == 0).all()
+
+
+def test_same_seed_same_trace_and_result():
+    def one(seed):
+        specs = twin.open_loop("gamma", 300, 4.0, 64, 16, burstiness=0.5, seed=seed)
+        return specs, twin.simulate(COST, specs, twin.TwinConfig(engine="static", replicas=2,
+                                                                router="least_outstanding"), "gamma", rate=4.0)
+
+    (s1, r1), (s2, r2), (s3, r3) = one(7), one(7), one(8)
+    assert s1 == s2 and s1 != s3
+    pd.testing.assert_frame_equal(r1.rows, r2.rows)
+    assert not r1.rows["e2e_s"].equals(r3.rows["e2e_s"])
+
+
+def _mixed():
+    rows = [{"offset_s": 0.25 * i, "prompt_tokens": 32 if i % 3 else 96, "output_tokens": 6 if i % 3 else 32,
+             "priority": 0 if i % 3 else 1, "request_class": "interactive" if i % 3 else "background"}
+            for i in range(60)]
+    return twin.trace_specs(rows)
+
+
+def test_policies_reorder_the_queue():
+    ttft = {}
+    for pol in scheduling.POLICIES:
+        res = twin.simulate(COST, _mixed(), twin.TwinConfig(engine="fifo", policy=pol, lane_threshold_tokens=16))
+        ttft[pol] = res.rows.groupby("request_class")["ttft_s"].median()
+    for pol in ("priority", "sjf", "lanes"):
+        assert ttft[pol]["interactive"] < 0.5 * ttft["fcfs"]["interactive"]
+
+
+def test_a_policy_change_in_scheduling_changes_the_twin(monkeypatch):
+    before = twin.simulate(COST, _mixed(), twin.TwinConfig(engine="fifo", policy="priority")).rows
+    real_key = scheduling.PolicyQueue._key
+
+    def inverted(self, seq, item, now, coef=None):  # a different policy, in its one home
+        k = real_key(self, seq, item, now, coef)
+        return (-k[0],) + tuple(k[1:]) if self.policy == "priority" else k
+
+    monkeypatch.setattr(scheduling.PolicyQueue, "_key", inverted)
+    after = twin.simulate(COST, _mixed(), twin.TwinConfig(engine="fifo", policy="priority")).rows
+    b = before.groupby("request_class")["ttft_s"].median()
+    a = after.groupby("request_class")["ttft_s"].median()
+    assert a["background"] < b["background"] and a["interactive"] > b["interactive"]
+
+
+def test_static_window_batches_and_lanes_cap():
+    specs = twin.trace_specs([{"offset_s": 0.001 * i, "prompt_tokens": 32, "output_tokens": 8} for i in range(8)])
+    res = twin.simulate(COST, specs, twin.TwinConfig(engine="static", max_batch_size=4, batch_window_s=0.05))
+    assert sorted(res.rows["batch_size"].tolist()) == [4] * 8
+    long = twin.trace_specs([{"offset_s": 0.0, "prompt_tokens": 32, "output_tokens": 64} for _ in range(4)])
+    res = twin.simulate(COST, long, twin.TwinConfig(engine="static", policy="lanes", max_batch_size=4, long_cap=1,
+                                                    lane_threshold_tokens=16))
+    assert (res.rows["batch_size"] == 1).all()  # the long cap: one long request at a time
+
+
+def test_admission_limit_refuses_with_retry_after_and_patience_abandons():
+    specs = twin.trace_specs([{"offset_s": 0.0, "prompt_tokens": 32, "output_tokens": 16} for _ in range(10)])
+    res = twin.simulate(COST, specs, twin.TwinConfig(engine="fifo", max_pending=3, max_retries=0))
+    assert (res.rows["http_status"] == 429).sum() == 7 and res.summary["refused"] == 7
+    again = twin.simulate(COST, specs, twin.TwinConfig(engine="fifo", max_pending=3, max_retries=50))
+    assert (again.rows["output_tokens"] == 16).all() and again.rows["retries"].max() > 0
+    impatient = [twin.TwinSpec(0.0, 32, 16, patience_s=1.0) for _ in range(10)]
+    res = twin.simulate(COST, impatient, twin.TwinConfig(engine="fifo"))
+    assert res.rows["abandoned"].sum() > 0
+    assert (res.rows.loc[res.rows["abandoned"], "output_tokens"] == 0).all()
+    assert res.rows.loc[res.rows["abandoned"], "e2e_s"].max() == pytest.approx(1.0)
+
+
+def test_prefix_sharing_hits_and_multiturn():
+    specs = twin.multiturn(2, 3, 32, 6, shared_prefix_tokens=100)
+    on = twin.simulate(COST, specs, twin.TwinConfig(engine="continuous", prefix_sharing=True)).rows
+    off = twin.simulate(COST, specs, twin.TwinConfig(engine="continuous")).rows
+    assert (off["cached_tokens"] == 0).all()
+    later = on[on["turn"] > 1]
+    assert (later["cached_tokens"] > 0).all() and (later["cached_tokens"] % 32 == 0).all()
+    assert later["ttft_s"].mean() < off[off["turn"] > 1]["ttft_s"].mean()
+    turns = on.sort_values(["conversation", "turn"]).groupby("conversation")["t_scheduled_s"]
+    assert turns.is_monotonic_increasing.all()
+
+
+def test_replicas_and_routers():
+    specs = twin.open_loop("poisson", 400, 30.0, 64, 16, seed=1)
+    one = twin.simulate(COST, specs, twin.TwinConfig(engine="continuous"), "poisson", rate=30.0)
+    for router in twin.ROUTERS:
+        eight = twin.simulate(COST, specs, twin.TwinConfig(engine="continuous", replicas=8, router=router), "poisson",
+                              rate=30.0)
+        assert set(eight.rows["replica"]) == set(range(8))
+        assert eight.summary["e2e_s_p50"] < one.summary["e2e_s_p50"]
+
+
+def test_capacity_search_brackets_the_knee():
+    from workbench.stats import slo
+
+    found = twin.capacity(COST, twin.TwinConfig(engine="fifo"), slo.get("custom", 5.0, None), 64, 16, n=120)
+    alone = COST.service_s(64, 16)
+    # one server of capacity 1 / alone: the answer lies below it (plus kept_up's 10% tolerance on a short run)
+    assert found["bracketed"] and 0.3 / alone < found["rate"] <= 1.1 / alone
+    assert found["steps"] <= 14
+
+
+@pytest.mark.parametrize("call, word", [
+    (lambda: twin.open_loop("poisson", 10, 0.0, 64, 16), "rate"),
+    (lambda: twin.open_loop("poisson", 10, -1.0, 64, 16), "rate"),
+    (lambda: twin.TwinConfig(replicas=0), "replicas"),
+    (lambda: twin.trace_specs([{"offset_s": -1.0, "prompt_tokens": 8, "output_tokens": 4}]), "offset_s"),
+    (lambda: twin_cost.device_profile("flops=1e15"), "bandwidth"),
+    (lambda: twin.TwinConfig(engine="continuous", policy="sjf"), "policy"),
+    (lambda: twin.TwinConfig(router="random"), "router"),
+])
+def test_bad_input_is_one_line(call, word):
+    with pytest.raises(ParameterError) as e:
+        call()
+    assert word in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cost_fit_recovers_coefficients_and_round_trips(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = []
+    for b in (1, 2, 4, 8):
+        for p in (32, 128, 512):
+            for _ in range(3):
+                n = 16
+                rows.append({"batch_size": b, "prompt_tokens": p, "output_tokens": n,
+                             "prefill_s": COST.prefill_s(b, p) * rng.normal(1, 0.01),
+                             "tpot_s": COST.step_s(b, b * (p + n / 2)) * rng.normal(1, 0.01)})
+    fitted = twin_cost.fit(pd.DataFrame(rows), source="synthetic")
+    assert fitted.loo_step_error < 0.05 and fitted.loo_prefill_error < 0.05
+    assert fitted.step_s(4, 4 * 300) == pytest.approx(COST.step_s(4, 4 * 300), rel=0.05)
+    run = tmp_path / "results" / "run1"
+    run.mkdir(parents=True)
+    twin_cost.save(run, fitted)
+    assert twin_cost.load(run) == fitted
+    with pytest.raises(ParameterError):
+        twin_cost.fit(pd.DataFrame(rows[:2]))
+
+
+def test_roofline_what_if_profile(tmp_path):
+    from workbench.predict.roofline import ModelShape
+
+    cfg = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+           "intermediate_size": 14336, "vocab_size": 128256, "model_type": "llama", "tie_word_embeddings": False}
+    dev = twin_cost.device_profile("bandwidth=4.8e12,flops=9.9e14,name=h200")
+    cost = twin_cost.from_roofline(ModelShape.from_config(cfg, "bfloat16"), dev)
+    assert 1e-3 < cost.step_s(1, 512) < 1e-2  # ~16 GB of weights at 4.8 TB/s: a few ms per step
+
+
+def test_bulk_decode_steps_equal_step_by_step(monkeypatch):
+    specs = twin.open_loop("poisson", 150, 3.0, 64, 24, seed=2)
+    cfg = twin.TwinConfig(engine="continuous", max_batch_size=4, max_batch_tokens=96)
+    fast = twin.simulate(COST, specs, cfg, "poisson")
+    monkeypatch.setattr(twin.EngineTwin, "bulk_decode", False)
+    slow = twin.simulate(COST, specs, cfg, "poisson")
+    pd.testing.assert_frame_equal(fast.rows, slow.rows, rtol=1e-9)
+    assert fast.summary["busy_share"] == pytest.approx(slow.summary["busy_share"], rel=1e-9)
+
+
+def _measured_run(tmp_path, cost):
+    """A run folder whose serving_load points are 'measured' by the twin itself under ``cost``."""
+    import dataclasses
+
+    from workbench.run import results
+
+    run = results.create_run("twinval")
+    pts, reqs = [], []
+    for i, (prof, rate) in enumerate([("synchronous", None), ("poisson", 0.5), ("poisson", 0.9), ("poisson", 1.6)]):
+        specs = twin.open_loop("poisson" if rate else "constant", 40, rate or 1.0, 64, 16, seed=i)
+        res = twin.simulate(cost, specs, twin.TwinConfig(engine="fifo"), prof, rate=rate)
+        pid = f"serving_load/engine=fifo,profile={prof},step={i}"
+        pts.append({**res.summary, "experiment": "serving_load", "point_id": pid, "engine": "fifo", "status": "ok",
+                    "valid": True, "source": "measured"})
+        reqs.append(res.rows.assign(experiment="serving_load", point_id=pid, source="measured"))
+    results.write_table(run / "points.parquet", pd.DataFrame(pts))
+    results.write_table(run / "requests.parquet", pd.concat(reqs, ignore_index=True))
+    results.update_manifest(run, experiments={"serving_load": {"config": {"max_batch_size": 8, "batch_window_s": 0.05,
+                                                                         "prompt_tokens": 64, "max_new_tokens": 16}}})
+    return run
+
+
+def test_validation_table_and_metrics(tmp_path):
+    from workbench.cli import simulate as twin_study
+
+    run = _measured_run(tmp_path, COST)
+    twin_cost.save(run, COST)
+    table, summ = twin_study.validate(run)
+    assert len(table) == 4 and summ["mape_e2e_p50_points"] == 4
+    assert summ["mape_e2e_p50"] < 1e-6 and summ["mape_ttft_p50"] < 1e-6   # the same cost: the same decisions
+    assert summ["knee_measured"] == summ["knee_simulated"]
+    on_disk = pd.read_csv(run / twin.VALIDATION_FILE)
+    assert {"ape_e2e_s_p50", "ape_ttft_s_p50", "measured_e2e_s_p50", "simulated_e2e_s_p50"} <= set(on_disk.columns)
+    assert json.loads((run / "metrics.json").read_text())["twin_points"] == 4
+    table2, fig, text = twin_study.notebook_section(run, "serving_load")
+    assert fig is not None and "MAPE e2e p50 0%" in text and (run / "figures" / "twin_serving_load.json").is_file()
+    slower = twin_cost.StepCost(**{k: 1.3 * getattr(COST, k) for k in twin_cost.PREFILL_TERMS + twin_cost.STEP_TERMS})
+    _, off = twin_study.validate(run, slower, write=False)
+    assert off["mape_e2e_p50"] > 0.25   # a wrong cost model shows in the error
+    assert "The larger miss" in twin_study.sentence(off)
+
+
+def test_simulate_command_writes_simulated_rows(cli, tmp_path, capsys):
+    from workbench import cli as cli_module
+    from workbench.cli import simulate as twin_study
+    from workbench.run import results
+
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps(COST.to_dict()))
+    out = results.results_root() / "sim1"
+    args = cli_module.build_parser().parse_args([
+        "simulate", "--calibration", str(cal), "--engines", "fifo,continuous", "--requests", "30", "--rates", "0.5,1",
+        "--replicas", "2", "--router", "least_outstanding", "--policies", "fcfs,sjf", "--out", str(out)])
+    assert twin_study.command(args) == 0 and "PREDICTION" in capsys.readouterr().out
+    pts = pd.read_parquet(out / "points.parquet")
+    assert (pts["source"] == "simulated").all() and {"fifo", "continuous"} <= set(pts["engine"])
+    back = twin_cost.load(out)
+    assert all(getattr(back, k) == getattr(COST, k) for k in twin_cost.PREFILL_TERMS + twin_cost.STEP_TERMS)
+    code, _, err = cli("simulate", "--calibration", str(cal), "--replicas", "0")
+    assert code == 2 and err.strip() == "error: replicas: must be an integer >= 1 (got 0)"
+    code, _, err = cli("simulate", "--calibration", str(cal), "--trace", str(tmp_path / "none.jsonl"))
+    assert code == 2 and "trace" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_static_companion_rule_has_one_home(monkeypatch):
+    from workbench.serving import engines
+
+    specs = twin.trace_specs([{"offset_s": 0.001 * i, "prompt_tokens": 32, "output_tokens": 8} for i in range(6)])
+    cfg = twin.TwinConfig(engine="static", max_batch_size=4, batch_window_s=0.05)
+    assert twin.simulate(COST, specs, cfg).rows["batch_size"].max() == 4
+    monkeypatch.setattr(engines, "may_join", lambda queue, batch, req: False)
+    assert (twin.simulate(COST, specs, cfg).rows["batch_size"] == 1).all()
+
+
+def test_thousands_of_requests_per_second_on_eight_gpu_replicas():
+    from workbench.predict.roofline import ModelShape
+
+    cfg = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+           "intermediate_size": 14336, "vocab_size": 128256, "model_type": "llama", "tie_word_embeddings": False}
+    cost = twin_cost.from_roofline(ModelShape.from_config(cfg, "bfloat16"),
+                                   twin_cost.device_profile("bandwidth=4.8e12,flops=9.9e14"))
+    specs = twin.open_loop("poisson", 3000, 1000.0, 256, 32, seed=0)
+    res = twin.simulate(cost, specs, twin.TwinConfig(engine="continuous", max_batch_size=64, max_batch_tokens=8192,
+                                                     replicas=8, router="least_outstanding"), "poisson", rate=1000.0)
+    assert res.summary["kept_up"] and set(res.rows["replica"]) == set(range(8))
+    assert res.summary["request_throughput_rps"] == pytest.approx(1000, rel=0.1)
+
+
+def test_interesting_points_are_the_knee_then_past_it():
+    from workbench.cli import simulate as twin_study
+
+    pts = pd.DataFrame({"engine": ["fifo"] * 3 + ["static"] * 3, "profile": ["poisson"] * 6,
+                        "offered_rps": [1.0, 2.0, 3.0, 1.0, 2.0, 3.0],
+                        "kept_up": [True, False, False, True, True, False]})
+    assert twin_study.interesting(pts, 3) == [("fifo", 1.0), ("static", 2.0), ("fifo", 2.0)]
+
+
+@pytest.mark.model
+def test_confirm_measures_the_picked_point_and_prints_the_twin_error(loaded):
+    from workbench.cli import simulate as twin_study
+    from workbench.experiments import serving_load
+
+    cfg = serving_load.Config(engines=["fifo"], requests_per_point=4, prompt_tokens=32, max_new_tokens=4, warmup=0)
+    cost = twin_cost.StepCost(a0=0.05, a1=1e-3, b0=0.05)
+    conf = twin_study.confirm(cost, loaded, [("fifo", 0.5)], cfg)
+    assert len(conf) == 1 and conf["measured_e2e_s_p50"].iloc[0] > 0 and conf["ape_e2e_s_p50"].notna().all()
+
+
+def test_a_trace_keeps_its_classes_and_refuses_a_bad_line_in_one_line(tmp_path):
+    from workbench.cli import simulate as twin_study
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"offset_s": 0, "prompt_tokens": 32, "output_tokens": 4, "priority": 1, "request_class": "bg"}\n'
+                    '{"offset_s": 0.5, "prompt_tokens": 32, "output_tokens": 4}\n')
+    rows = twin_study.read_trace(path)
+    assert rows[0]["priority"] == 1 and rows[0]["request_class"] == "bg" and "priority" not in rows[1]
+    path.write_text('{"offset_s": 0, "prompt_tokens": 32, "output_tokens": 4, "patience_s": -1}\n')
+    with pytest.raises(ParameterError, match="trace: line 1: patience_s"):
+        twin_study.read_trace(path)

@@ -1,0 +1,790 @@
+"""The serving twin (issue 34): the workbench's own engines' decisions on a virtual clock, a cost model in place
+of the model.
+
+**The decisions are the real ones.** Each replica's waiting queue is a
+:class:`workbench.serving.scheduling.PolicyQueue` (``fcfs``, ``priority``, ``sjf`` with aging and its ``proxy`` /
+``fitted`` predictor, ``lanes`` with the long cap) whose clock is the simulation's; the worker asks it for the next
+request (``get``), a ``static`` window asks it for companions through
+:func:`workbench.serving.engines.may_join`, admission is :func:`workbench.serving.engines.is_full` (``max_pending``:
+a 429), the Retry-After is :meth:`~workbench.serving.scheduling.PolicyQueue.backlog_s` through
+:func:`~workbench.serving.scheduling.retry_after_s`, and the queue's own observers (the ETA's
+:class:`~workbench.serving.scheduling.ServiceRate`, ``sjf``'s :class:`~workbench.serving.scheduling.ServiceFit`) see
+every completion. A policy changed in ``serving/scheduling.py`` changes the twin with it.
+
+What the twin models in place of code it cannot run without a model:
+
+- ``fifo`` / ``static`` serving (:class:`workbench.serving.engines.FifoEngine`): one left-padded ``generate`` of the
+  batch: a prefill of ``B`` rows of the longest prompt, then one decode step per token up to the longest
+  ``max_new_tokens`` (rows keep their place until the whole batch ends); each request finishes when the batch does.
+- ``continuous``: ``transformers``' ``ContinuousBatchingManager``, whose scheduler is the library's: here FIFO
+  admission up to ``max_batch_size`` running requests, steps of at most ``max_batch_tokens`` tokens (each decoding
+  row one token, prompt chunks in admission order with the rest), a request's first token at the end of the step
+  that finishes its prompt, leaving at its ``max_new_tokens``. **Prefix sharing**: a request whose leading
+  ``prefix_tokens`` equal those cached under its ``prefix_key`` (a conversation's history, a shared document)
+  reuses the full pages of them (``page_size``; at least one prompt token is computed); no eviction.
+- clients (:func:`workbench.serving.load.engine_sender` and :func:`~workbench.serving.load.retrying_sender`):
+  latencies from the scheduled time; a refused request is resent after ``min(Retry-After, max_retry_wait_s)`` up
+  to ``max_retries`` times; ``patience_s`` with no token withdraws it (a waiting request frees its place at once,
+  a running one gets no more tokens); closed loops (``synchronous``, ``concurrency``, ``throughput``) and
+  multi-turn conversations send the next request when the previous one ends.
+- replicas behind a router (:data:`ROUTERS`): ``round_robin``, ``least_outstanding`` (fewest pending requests,
+  lowest index on ties), ``prefix_affinity`` (a request's ``prefix_key`` hashed to a replica; without a key, least
+  outstanding).
+
+The event loop is a heap of ``(time, sequence, callback)`` (the whole model is three kinds of event: an arrival, a
+batch or step end, a patience deadline), small enough that a library (SimPy) would add more than it saves.
+
+Every row and point the twin writes has ``source = "simulated"``; what it predicts rests on the cost model's
+calibration (:mod:`workbench.twin_cost`, ``cost_source`` on each point).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import heapq
+import itertools
+import json
+import math
+import zlib
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from workbench import checks
+from workbench.stats import metrics, slo
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.serving import engines, load, options, saturation, scheduling
+from workbench.predict.twin_cost import StepCost
+
+ROUTERS = ("round_robin", "least_outstanding", "prefix_affinity")
+SOURCE = "simulated"
+VALIDATION_FILE = "twin_validation.csv"
+
+
+# ----------------------------------------------------------------------------- the virtual clock
+
+
+class Clock:
+    """A discrete-event loop on virtual seconds: :meth:`at` schedules ``fn(*args)`` at time ``t``; :meth:`run` runs
+    the events in time order (ties in scheduling order) until none is left."""
+
+    def __init__(self):
+        self.now = 0.0
+        self._heap: list = []
+        self._seq = itertools.count()
+
+    def __call__(self) -> float:  # the PolicyQueue's clock
+        return self.now
+
+    def at(self, t: float, fn: Callable, *args) -> None:
+        heapq.heappush(self._heap, (max(t, self.now), next(self._seq), fn, args))
+
+    def run(self) -> None:
+        while self._heap:
+            t, _, fn, args = heapq.heappop(self._heap)
+            self.now = t
+            fn(*args)
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+@dataclasses.dataclass
+class TwinSpec:
+    """One request to simulate.
+
+    Attributes:
+        offset_s: scheduled arrival (seconds after the first); closed loops and later turns ignore it.
+        prompt_tokens, max_tokens: prompt length and output length (fixed, as the workbench's ``ignore_eos`` loads).
+        priority, request_class, patience_s: as :class:`workbench.serving.load.RequestSpec`.
+        prefix_key, prefix_tokens: the leading ``prefix_tokens`` of the prompt equal those cached under
+            ``prefix_key`` (prefix sharing); ``store_tokens``: what this request leaves cached under that key.
+        after: index of the request whose end sends this one (a conversation's previous turn); None: on schedule.
+        conversation, turn: multi-turn labels (None outside).
+    """
+
+    offset_s: float
+    prompt_tokens: int
+    max_tokens: int
+    priority: int = 0
+    request_class: str | None = None
+    patience_s: float | None = None
+    prefix_key: str | None = None
+    prefix_tokens: int = 0
+    store_tokens: int = 0
+    after: int | None = None
+    conversation: int | None = None
+    turn: int | None = None
+
+
+class _Produced:
+    """``len()`` = tokens produced by now (the queue's ETA reads a running request's ``len(output_ids)``)."""
+
+    __slots__ = ("req",)
+
+    def __init__(self, req):
+        self.req = req
+
+    def __len__(self):
+        return bisect.bisect_right(self.req.stamps, self.req.clock.now)
+
+
+_SETTINGS: dict = {}
+
+
+def _settings(max_tokens: int) -> GenerationSettings:
+    s = _SETTINGS.get(max_tokens)
+    if s is None:
+        s = _SETTINGS[max_tokens] = GenerationSettings(max_new_tokens=max_tokens, ignore_eos=True)
+    return s
+
+
+class TwinRequest:
+    """What an engine's queue and observers read of a request (the attributes of
+    :class:`workbench.serving.engines.EngineRequest` they use), plus the twin's bookkeeping."""
+
+    def __init__(self, index: int, spec: TwinSpec, clock: Clock):
+        self.index, self.id, self.spec, self.clock = index, f"t{index}", spec, clock
+        self.input_ids = range(spec.prompt_tokens)
+        self.settings = _settings(spec.max_tokens)
+        self.priority = spec.priority
+        self.t_arrival = self.t_scheduled = self.t_first_sent = math.nan
+        self.t_admit = None
+        self.t_done = math.nan
+        self.stamps: list = []
+        self.output_ids = _Produced(self)
+        self.queue_position = self.eta_s = None
+        self.batch_size = 1
+        self.cached_tokens = 0
+        self.replica = -1
+        self.retries, self.retry_wait_s = 0, 0.0
+        self.abandoned = self.stopped = self.done = self.refused = False
+        self.http_status = None
+        self.retry_after_s = math.nan
+        self.error = None
+        self.prefill_left = 0
+
+    def result(self) -> dict:
+        """What the engine's observers receive (``output_tokens``, ``batch_size``)."""
+        return {"output_tokens": len(self.stamps), "batch_size": self.batch_size}
+
+
+# ----------------------------------------------------------------------------- one engine replica
+
+
+class EngineTwin:
+    """One engine replica on the virtual clock (module docstring).
+
+    Args:
+        clock: the :class:`Clock`.
+        engine: one of :data:`workbench.serving.engines.ENGINES`.
+        cost: the :class:`~workbench.twin_cost.StepCost`.
+        queue: the replica's :class:`~workbench.serving.scheduling.PolicyQueue` (its clock is ``clock``).
+        max_batch_size, batch_window_s, max_pending, prefix_sharing, page_size, max_batch_tokens: as the engines'.
+        on_done: ``callable(request)`` when a request ends (served, abandoned).
+    """
+
+    bulk_decode = True   # take a run of decode-only steps as one event (the same times; tests compare both)
+
+    def __init__(self, clock: Clock, engine: str, cost: StepCost, queue: scheduling.PolicyQueue,
+                 max_batch_size: int = 8,
+                 batch_window_s: float = 0.05, max_pending: int | None = None, prefix_sharing: bool = False,
+                 page_size: int = 32, max_batch_tokens: int = 512, on_done: Callable | None = None):
+        self.clock, self.name, self.cost, self.queue = clock, engine, cost, queue
+        self.max_batch_size = 1 if engine == "fifo" else max_batch_size
+        self.batch_window_s = batch_window_s
+        self.max_pending, self.prefix_sharing = max_pending, prefix_sharing
+        self.page_size, self.max_batch_tokens = page_size, max_batch_tokens
+        self.on_done = on_done
+        self.observers = [queue.rate, queue.fit]   # as BaseEngine: the ETA's rate and sjf's fit see completions
+        self.in_flight: dict = {}
+        self.rejected = 0
+        self.busy = False
+        self._collecting: list | None = None
+        self._deadline = 0.0
+        self._batch: list = []
+        self._version = 0
+        self._waiting: list = []      # continuous: the manager's own FIFO queue
+        self._running: list = []
+        self._cache: dict = {}        # prefix_key -> cached tokens
+        self._segment = None          # continuous: a run of decode steps taken at once (rows, stamps, start)
+        self.busy_s = 0.0
+
+    @property
+    def pending(self) -> int:
+        return len(self.in_flight)
+
+    # ------------------------------------------------------------------ admission
+
+    def submit(self, req: TwinRequest) -> bool:
+        """Queue ``req`` (its ``t_arrival`` now); False when the engine is full (:func:`engines.is_full`)."""
+        if engines.is_full(len(self.in_flight), 1, self.max_pending):
+            self.rejected += 1
+            return False
+        req.t_arrival = self.clock.now
+        self.in_flight[req.id] = req
+        self.queue.put(req)
+        self._wake()
+        return True
+
+    def withdraw(self, req: TwinRequest) -> None:
+        """The client gave up: a waiting request leaves at once, a running one gets no more tokens."""
+        req.stopped = True
+        if self.queue.remove(req):
+            req.t_admit = self.clock.now
+            self._finish(req)
+        elif req in self._waiting:
+            self._waiting.remove(req)
+            req.t_admit = self.clock.now
+            self._finish(req)
+        elif self.name != "continuous" and req in self._batch:
+            now = self.clock.now
+            req.stamps = [t for t in req.stamps if t <= now]
+            self._reschedule_end()
+
+    def _finish(self, req: TwinRequest) -> None:
+        req.done, req.t_done = True, self.clock.now
+        self.in_flight.pop(req.id, None)
+        if req.stamps:
+            res = req.result()
+            for obs in self.observers:
+                obs(req, res)
+        if self.on_done is not None:
+            self.on_done(req)
+
+    # ------------------------------------------------------------------ fifo / static
+
+    def _wake(self) -> None:
+        if self.name == "continuous":
+            while True:   # the feeder hands every queued request to the manager at once
+                r = self.queue.get(timeout=0)
+                if r is None:
+                    break
+                self._waiting.append(r)
+            if not self.busy:
+                self._step()
+            elif self._segment is not None and self._waiting and len(self._running) < self.max_batch_size:
+                self._cut_segment()
+            return
+        if self.busy:
+            return
+        if self._collecting is not None:
+            self._fill()
+            return
+        first = self.queue.get(timeout=0)
+        if first is None:
+            return
+        self._collecting = [first]
+        self._deadline = self.clock.now + (self.batch_window_s if self.name == "static" else 0.0)
+        self._fill()
+        if self._collecting is not None:
+            if self.clock.now >= self._deadline:
+                self._serve()
+            else:
+                self.clock.at(self._deadline, self._window_closes, self._collecting)
+
+    def _fill(self) -> None:
+        batch = self._collecting
+        while len(batch) < self.max_batch_size and self.clock.now < self._deadline:
+            r = self.queue.get(timeout=0, accept=lambda r: engines.may_join(self.queue, batch, r))
+            if r is None:
+                return
+            batch.append(r)
+        if len(batch) >= self.max_batch_size:
+            self._serve()
+
+    def _window_closes(self, batch) -> None:
+        if self._collecting is batch:
+            self._serve()
+
+    def _serve(self) -> None:
+        batch, self._collecting = self._collecting, None
+        now = self.clock.now
+        self.busy, self._batch = True, batch
+        B = len(batch)
+        L = max(r.spec.prompt_tokens for r in batch)
+        N = max(r.spec.max_tokens for r in batch)
+        for r in batch:
+            r.t_admit, r.batch_size = now, B
+        self.queue.running = batch
+        t1 = now + self.cost.prefill_s(B, L) + self.cost.first_token_overhead_s
+        times = np.concatenate([[t1], t1 + np.cumsum(self.cost.steps_s(B, L, N - 1))]) if N > 1 else np.array([t1])
+        for r in batch:
+            r.stamps = [] if r.stopped else times[: r.spec.max_tokens].tolist()
+        self._times = times
+        self._end_at = math.inf
+        self._reschedule_end()
+
+    def _reschedule_end(self) -> None:
+        live = [len(r.stamps) for r in self._batch if r.stamps]
+        end = float(self._times[max(live) - 1]) if live else float(self._times[0])
+        if end < self._end_at:
+            self._end_at = end
+            self._version += 1
+            self.clock.at(end, self._batch_ends, self._version)
+
+    def _batch_ends(self, version: int) -> None:
+        if version != self._version:
+            return
+        batch, self._batch = self._batch, []
+        self.busy_s += self.clock.now - batch[0].t_admit
+        self.queue.running = []
+        self.busy = False
+        for r in batch:
+            self._finish(r)
+        self._wake()
+
+    # ------------------------------------------------------------------ continuous
+
+    def _prefix_hit(self, r: TwinRequest) -> int:
+        if not self.prefix_sharing or r.spec.prefix_key is None:
+            return 0
+        match = min(r.spec.prefix_tokens, self._cache.get(r.spec.prefix_key, 0), r.spec.prompt_tokens - 1)
+        return max(0, match // self.page_size * self.page_size)
+
+    def _step(self) -> None:
+        while self._waiting and len(self._running) < self.max_batch_size:
+            r = self._waiting.pop(0)
+            r.t_admit = self.clock.now
+            r.cached_tokens = self._prefix_hit(r)
+            r.prefill_left = r.spec.prompt_tokens - r.cached_tokens
+            self._running.append(r)
+        if not self._running:
+            self.busy = False
+            return
+        self.busy = True
+        budget = self.max_batch_tokens
+        decode = [r for r in self._running if r.prefill_left == 0 and not r.stopped]
+        budget -= len(decode)
+        chunks = []
+        for r in self._running:
+            if r.prefill_left > 0 and not r.stopped and budget > 0:
+                c = min(r.prefill_left, budget)
+                chunks.append((r, c))
+                budget -= c
+        ctx = sum(r.spec.prompt_tokens + len(r.stamps) for r in decode)
+        n = len(self._running)
+        for r in self._running:
+            r.batch_size = max(r.batch_size, n)
+        if self.bulk_decode and not chunks and len(decode) == n:
+            # decode only: the steps until a row finishes or the next event (an arrival may join the step after
+            # it) are known in advance: take them at once (the same step times, one event)
+            k_max = min(r.spec.max_tokens - len(r.stamps) for r in decode)
+            dts = self.cost.steps_s(n, 0, k_max) + self.cost.b2 * (ctx - n)  # step j: context ctx + (j - 1) n
+            stamps = (self.clock.now + np.cumsum(dts)).tolist()
+            for r in decode:
+                r.stamps.extend(stamps)
+            self._segment = (decode, stamps, self.clock.now)
+            self._version += 1
+            self.clock.at(stamps[-1], self._step_ends, [], chunks, self._version)
+            return
+        self._segment = None
+        ctok = sum(c for _, c in chunks)
+        pairs = sum(c * (r.spec.prompt_tokens - r.prefill_left + c) for r, c in chunks)
+        dt = self.cost.mixed_step_s(len(decode), ctx, ctok, pairs)
+        self.busy_s += dt
+        self._version += 1
+        self.clock.at(self.clock.now + dt, self._step_ends, decode, chunks, self._version)
+
+    def _cut_segment(self) -> None:
+        """A request arrived during a run of decode steps taken at once: the run ends with the step in progress
+        (the manager admits the newcomer at the next step), its later steps are taken back."""
+        decode, stamps, start = self._segment
+        j = bisect.bisect_left(stamps, self.clock.now)   # the step in progress ends at stamps[j]
+        drop = len(stamps) - (j + 1)
+        if drop > 0:
+            for r in decode:
+                del r.stamps[-drop:]
+            self._segment = (decode, stamps[: j + 1], start)
+            self._version += 1
+            self.clock.at(stamps[j], self._step_ends, [], [], self._version)
+
+    def _step_ends(self, decode, chunks, version) -> None:
+        if version != self._version:
+            return
+        now = self.clock.now
+        if self._segment is not None:
+            self.busy_s += now - self._segment[2]
+            self._segment = None
+        for r in decode:
+            if not r.stopped:
+                r.stamps.append(now)
+        for r, c in chunks:
+            if r.stopped:
+                continue
+            r.prefill_left -= c
+            if r.prefill_left == 0:
+                r.stamps.append(now)
+                if self.prefix_sharing and r.spec.prefix_key is not None:
+                    key = r.spec.prefix_key
+                    self._cache[key] = max(self._cache.get(key, 0), r.spec.store_tokens or r.spec.prompt_tokens)
+        left = []
+        for r in self._running:
+            if r.stopped or len(r.stamps) >= r.spec.max_tokens:
+                self._finish(r)
+            else:
+                left.append(r)
+        self._running = left
+        self._step()
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+@dataclasses.dataclass
+class TwinConfig:
+    """The simulated deployment (the parameters of notebooks 08 and 11, plus the what-ifs).
+
+    Attributes:
+        engine: ``fifo``, ``static`` or ``continuous``.
+        policy: :data:`workbench.serving.scheduling.POLICIES` (``continuous``: ``fcfs``, as the real engine).
+        aging_s, lane_threshold_tokens, long_cap, predictor, fit_window: the policy's options
+            (:class:`workbench.serving.options.PolicyOptions`).
+        max_batch_size, batch_window_s: the batch limit and the ``static`` window (seconds).
+        max_pending: admission limit per replica (None: unbounded); max_retries, max_retry_wait_s: the client's
+            Retry-After resends.
+        prefix_sharing, page_size, max_batch_tokens: the ``continuous`` engine's.
+        replicas: engines behind the router (>= 1); router: :data:`ROUTERS`.
+    """
+
+    engine: str = "fifo"
+    policy: str = "fcfs"
+    aging_s: float = scheduling.AGING_S
+    lane_threshold_tokens: int = scheduling.LANE_THRESHOLD_TOKENS
+    long_cap: int = scheduling.LONG_CAP
+    predictor: str = "proxy"
+    fit_window: int = 64
+    max_batch_size: int = 8
+    batch_window_s: float = 0.05
+    max_pending: int | None = None
+    max_retries: int = 3
+    max_retry_wait_s: float = 60.0
+    prefix_sharing: bool = False
+    page_size: int = 32
+    max_batch_tokens: int = 512
+    replicas: int = 1
+    router: str = "round_robin"
+
+    def __post_init__(self):
+        checks.check_int("replicas", self.replicas, lo=1)
+        checks.check_choice("router", self.router, ROUTERS)
+        if self.max_pending is not None:
+            checks.check_int("max_pending", self.max_pending, lo=1)
+        checks.check_int("max_retries", self.max_retries, lo=0)
+        checks.check_float("max_retry_wait_s", self.max_retry_wait_s, lo=0)
+        checks.check_int("page_size", self.page_size, lo=1)
+        self.queue(None)  # the engine, the policy and their options: one-line errors now (serving.options' rules)
+
+    def engine_options(self) -> options.EngineOptions:
+        """The real engine's options (:class:`workbench.serving.options.EngineOptions`): its checks and rules."""
+        return options.EngineOptions(engine=self.engine, max_batch_size=self.max_batch_size,
+                                     batch_window_s=self.batch_window_s, prefix_sharing=self.prefix_sharing,
+                                     max_batch_tokens=self.max_batch_tokens)
+
+    def policy_options(self) -> options.PolicyOptions:
+        """The real queue's options (:class:`workbench.serving.options.PolicyOptions`)."""
+        return options.PolicyOptions(policy=self.policy, aging_s=self.aging_s,
+                                     lane_threshold_tokens=self.lane_threshold_tokens, long_cap=self.long_cap,
+                                     predictor=self.predictor, fit_window=self.fit_window)
+
+    def queue(self, clock) -> scheduling.PolicyQueue:
+        """A fresh waiting queue under the policy (the real one, :meth:`PolicyOptions.make_queue`), on ``clock``."""
+        q = self.policy_options().make_queue(self.engine_options())
+        if clock is not None:
+            q.clock = clock
+        return q
+
+
+# ----------------------------------------------------------------------------- workloads
+
+
+def check_specs(specs: Sequence[TwinSpec]) -> list:
+    """``specs`` when every offset is finite and >= 0 and sizes are >= 1 (one-line ParameterError)."""
+    if not specs:
+        raise ParameterError("requests: need at least one request")
+    for i, s in enumerate(specs):
+        if not (s.offset_s == s.offset_s) or s.offset_s < 0 or math.isinf(s.offset_s):
+            raise ParameterError(f"trace: request {i}: offset_s must be finite and >= 0 (got {s.offset_s})")
+        checks.check_int(f"trace: request {i}: prompt_tokens", s.prompt_tokens, lo=1)
+        checks.check_int(f"trace: request {i}: output_tokens", s.max_tokens, lo=1)
+        if s.patience_s is not None:
+            checks.check_float(f"trace: request {i}: patience_s", s.patience_s, lo=0, lo_open=True)
+    return list(specs)
+
+
+def open_loop(profile: str, n: int, rate: float | None, prompt_tokens: int, max_tokens: int, burstiness: float = 1.0,
+              seed: int = 0) -> list[TwinSpec]:
+    """``n`` identical requests on the schedule of :func:`workbench.serving.load.arrival_offsets` (``constant``,
+    ``poisson``, ``gamma``; the same seed, the same schedule)."""
+    checks.check_int("prompt_tokens", prompt_tokens, lo=1)
+    checks.check_int("max_new_tokens", max_tokens, lo=1)
+    offs = load.arrival_offsets(profile, n, rate, burstiness, seed)
+    return [TwinSpec(float(o), prompt_tokens, max_tokens) for o in offs]
+
+
+def trace_specs(rows: Sequence[dict]) -> list[TwinSpec]:
+    """Specs from trace rows (:func:`workbench.serving.load.read_trace` fields, plus the optional ``priority``,
+    ``request_class``, ``patience_s``, ``prefix_key``, ``prefix_tokens``); offsets shifted to start at 0."""
+    if not rows:
+        raise ParameterError("trace: has no requests")
+    for i, r in enumerate(rows):
+        off = r.get("offset_s")
+        if not isinstance(off, (int, float)) or isinstance(off, bool) or not (off == off) or off < 0:
+            raise ParameterError(f"trace: request {i}: offset_s must be a number >= 0 (got {off!r})")
+    t0 = min(float(r["offset_s"]) for r in rows)
+    return check_specs([TwinSpec(float(r["offset_s"]) - t0, int(r["prompt_tokens"]), int(r["output_tokens"]),
+                                 int(r.get("priority", 0) or 0), r.get("request_class"), r.get("patience_s"),
+                                 r.get("prefix_key"), int(r.get("prefix_tokens", 0) or 0)) for r in rows])
+
+
+def multiturn(conversations: int, turns: int, user_tokens: int, reply_tokens: int, shared_prefix_tokens: int = 0,
+              template_tokens: int = 16) -> list[TwinSpec]:
+    """Multi-turn conversations as notebook 11 runs them: all start at 0; turn ``k`` is sent when turn ``k - 1``
+    ends and carries the whole history (the shared document, each earlier user message and reply); its leading
+    tokens are the previous turn's prompt (prefix key ``conv<c>``)."""
+    checks.check_int("conversations", conversations, lo=1)
+    checks.check_int("turns", turns, lo=1)
+    specs = []
+    for c in range(conversations):
+        prev, prompt = None, shared_prefix_tokens
+        for t in range(1, turns + 1):
+            shared = prompt
+            prompt = prompt + user_tokens + template_tokens + (reply_tokens if t > 1 else 0)
+            specs.append(TwinSpec(0.0, prompt, reply_tokens, prefix_key=f"conv{c}", prefix_tokens=shared,
+                                  store_tokens=prompt, after=prev, conversation=c, turn=t))
+            prev = len(specs) - 1
+    return specs
+
+
+def shared_prefix(requests: int, shared_prefix_tokens: int, user_tokens: int, reply_tokens: int) -> list[TwinSpec]:
+    """A shared-prefix group as notebook 11 runs it: one request after another, each opening with the same
+    document (prefix key ``doc``)."""
+    specs = []
+    for i in range(checks.check_int("requests", requests, lo=1)):
+        specs.append(TwinSpec(0.0, shared_prefix_tokens + user_tokens, reply_tokens, prefix_key="doc",
+                              prefix_tokens=shared_prefix_tokens, store_tokens=shared_prefix_tokens,
+                              after=i - 1 if i else None, conversation=i, turn=1))
+    return specs
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclasses.dataclass
+class TwinResult:
+    """One simulated point: ``rows`` (one per request, the columns of a measured load row plus ``replica`` and
+    ``source``), ``summary`` (the point's columns) and ``simulated_s`` (virtual seconds simulated, first arrival
+    to last event)."""
+
+    rows: pd.DataFrame
+    summary: dict
+    simulated_s: float
+
+
+def simulate(cost: StepCost, specs: Sequence[TwinSpec], cfg: TwinConfig | None = None, profile: str = "replay",
+             concurrency: int | None = None, slos: Sequence | None = None, rate: float | None = None) -> TwinResult:
+    """Simulate ``specs`` on ``cfg``'s replicas with ``cost`` (module docstring).
+
+    Args:
+        cost: the per-step :class:`~workbench.twin_cost.StepCost`.
+        specs: the requests (:func:`open_loop`, :func:`trace_specs`, :func:`multiturn`, :func:`shared_prefix`).
+        cfg: the deployment (default :class:`TwinConfig`).
+        profile: ``replay`` / ``constant`` / ``poisson`` / ``gamma`` (open loop: each spec at its ``offset_s``, or
+            after the request it follows), or ``synchronous``, ``concurrency``, ``throughput`` (closed loop).
+        concurrency: the ``concurrency`` profile's workers.
+        slos: :class:`workbench.slo.SLO` s evaluated per point (default: every preset).
+        rate: the offered rate recorded as ``offered_rps`` / ``rate_rps`` (open loop).
+
+    Returns:
+        :class:`TwinResult`; its summary has the columns of a measured serving point (:func:`summarize`).
+
+    Raises:
+        ParameterError: a bad profile, concurrency or request (one line, before anything runs).
+    """
+    cfg = cfg or TwinConfig()
+    specs = check_specs(specs)
+    checks.check_choice("profile", profile, load.PROFILES)
+    if profile == "sweep":
+        raise ParameterError("profile: sweep is a plan of several points (workbench simulate --rates)")
+    if profile == "concurrency":
+        checks.check_int("concurrency", concurrency, lo=1)
+    clock = Clock()
+    reqs = [TwinRequest(i, s, clock) for i, s in enumerate(specs)]
+    followers: dict = {}
+    for r in reqs:
+        if r.spec.after is not None:
+            followers.setdefault(r.spec.after, []).append(r)
+    closed = profile in load.CLOSED_LOOP
+    workers = {"synchronous": 1, "concurrency": concurrency, "throughput": len(reqs)}.get(profile)
+    nxt = itertools.count(workers or 0)
+
+    def done(req: TwinRequest) -> None:
+        if closed:
+            i = next(nxt)
+            if i < len(reqs):
+                send(reqs[i], clock.now)
+        for f in followers.get(req.index, []):
+            send(f, clock.now)
+
+    replicas = [EngineTwin(clock, cfg.engine, cost, cfg.queue(clock), cfg.max_batch_size, cfg.batch_window_s,
+                           cfg.max_pending, cfg.prefix_sharing, cfg.page_size, cfg.max_batch_tokens, done)
+                for _ in range(cfg.replicas)]
+    rr = itertools.count()
+
+    def route(req: TwinRequest) -> EngineTwin:
+        if cfg.replicas == 1:
+            return replicas[0]
+        if cfg.router == "round_robin":
+            return replicas[next(rr) % cfg.replicas]
+        if cfg.router == "prefix_affinity" and req.spec.prefix_key is not None:
+            return replicas[zlib.crc32(req.spec.prefix_key.encode()) % cfg.replicas]
+        return min(replicas, key=lambda e: e.pending)
+
+    def attempt(req: TwinRequest) -> None:
+        if req.abandoned:
+            return
+        eng = route(req) if req.replica < 0 or cfg.router != "prefix_affinity" else replicas[req.replica]
+        req.replica = replicas.index(eng)
+        if eng.submit(req):
+            return
+        # refused: a 429 whose Retry-After is the queue's backlog estimate (load.engine_sender's)
+        after = float(scheduling.retry_after_s(eng.queue.backlog_s()))
+        req.http_status, req.retry_after_s = 429, after
+        if req.retries >= cfg.max_retries:
+            req.refused, req.error = True, f"EngineFull: {eng.name} engine: {eng.pending} requests pending " \
+                                           f"(limit {cfg.max_pending})"
+            req.done, req.t_done = True, clock.now
+            done(req)
+            return
+        pause = min(after, cfg.max_retry_wait_s)
+        req.retries += 1
+        req.retry_wait_s += pause
+        clock.at(clock.now + pause, attempt, req)
+
+    def patience(req: TwinRequest) -> None:
+        if req.done or (req.stamps and req.stamps[0] <= clock.now):
+            return
+        req.abandoned = True
+        if req.t_arrival == req.t_arrival and req.replica >= 0 and req.id in replicas[req.replica].in_flight:
+            replicas[req.replica].withdraw(req)
+        elif not req.done:  # between retries: the client stops trying
+            req.done, req.t_done = True, clock.now
+            done(req)
+
+    def send(req: TwinRequest, t: float) -> None:
+        req.t_scheduled = req.t_first_sent = t
+        if req.spec.patience_s is not None:
+            clock.at(t + req.spec.patience_s, patience, req)
+        clock.at(t, attempt, req)
+
+    if closed:
+        for r in reqs[:workers]:
+            send(r, 0.0)
+    else:
+        for r in reqs:
+            if r.spec.after is None:
+                send(r, r.spec.offset_s)
+    clock.run()
+    rows = _rows(reqs)
+    summary = summarize(rows, profile, slos, rate=rate)
+    summary.update(busy_share=float(np.mean([e.busy_s for e in replicas]) / clock.now) if clock.now > 0 else math.nan,
+                   rejected=int(sum(e.rejected for e in replicas)), replicas=cfg.replicas, router=cfg.router,
+                   engine=cfg.engine, policy=cfg.policy, cost_source=cost.source, source=SOURCE)
+    return TwinResult(rows, summary, clock.now)
+
+
+def _rows(reqs: list) -> pd.DataFrame:
+    out = []
+    for r in reqs:
+        s = r.stamps
+        n = len(s)
+        t0 = r.t_scheduled
+        ttft = s[0] - t0 if n else math.nan
+        e2e = (s[-1] if n else r.t_done) - t0
+        tpot = (s[-1] - s[0]) / (n - 1) if n > 1 else math.nan
+        served = n > 0 and r.error is None
+        out.append({"request_id": r.index, "replica": r.replica, "t_scheduled_s": t0, "t_start_s": r.t_first_sent,
+                    "t_end_s": r.t_done, "ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot,
+                    "decode_tps": 1.0 / tpot if tpot == tpot and tpot > 0 else math.nan,
+                    "queue_s": (r.t_admit - r.t_arrival) if r.t_admit is not None else math.nan,
+                    "output_tokens": n if served else 0, "prompt_tokens": r.spec.prompt_tokens,
+                    "max_new_tokens": r.spec.max_tokens, "max_tokens": r.spec.max_tokens,
+                    "cached_tokens": r.cached_tokens, "batch_size": r.batch_size, "abandoned": r.abandoned,
+                    "retries": r.retries, "retry_wait_s": r.retry_wait_s, "http_status": r.http_status,
+                    "error": r.error if r.error else ("abandoned" if r.abandoned and not n else None),
+                    "finish_reason": "abandoned" if r.abandoned else ("length" if n else None),
+                    "request_class": r.spec.request_class, "priority": r.spec.priority,
+                    "conversation": r.spec.conversation, "turn": r.spec.turn,
+                    "queue_position": r.queue_position,
+                    "eta_s": math.nan if r.eta_s is None else r.eta_s, "source": SOURCE})
+    df = pd.DataFrame(out)
+    df["eta_error_s"] = df["eta_s"] - df["queue_s"]
+    return df
+
+
+def summarize(rows: pd.DataFrame, profile: str, slos: Sequence | None = None, rate: float | None = None) -> dict:
+    """A simulated point's columns, with the workbench's own definitions: the window and throughputs
+    (:func:`workbench.serving.load.apply_window`, :func:`~workbench.serving.load.window_figures`,
+    :func:`~workbench.serving.load.flow_rates`), TTFT / TPOT / e2e / queue percentiles
+    (:func:`workbench.metrics.percentiles`), per SLO ``slo_attainment_<name>`` and ``goodput_rps_<name>``
+    (:func:`workbench.slo.evaluate`), ``kept_up`` (:func:`workbench.serving.saturation.kept_up`)."""
+    from workbench.serving.saturation import kept_up
+
+    recs = rows.to_dict("records")
+    summ = {"profile": profile}
+    summ.update(load.apply_window(recs, 0.0, 0.0, open_loop=profile not in load.CLOSED_LOOP))
+    summ.update(load.flow_rates(recs))
+    df = pd.DataFrame(recs)
+    summ.update(load.window_figures(df, summ))
+    done = df[df["output_tokens"] >= 1]
+    for col in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        for k, v in metrics.percentiles(done[col].tolist(), (50, 90, 99)).items():
+            summ[f"{col}_{k}"] = v
+    summ.update(offered_rps=rate if rate is not None else summ.get("request_throughput_rps"), rate_rps=rate,
+                requests=int(len(df)), abandoned=int(df["abandoned"].sum()), retried=int((df["retries"] > 0).sum()),
+                refused=int((df["http_status"] == 429).sum()),
+                cache_hit_rate=float(df["cached_tokens"].sum() / df["prompt_tokens"].sum()))
+    for s in (list(slos) if slos is not None else list(slo.PRESETS.values())):
+        ev = slo.evaluate(df, s, summ["window_s"], summ["requests_planned_window"])
+        summ.update({f"slo_attainment_{s.name}": ev["slo_attainment"], f"goodput_rps_{s.name}": ev["goodput_rps"],
+                     f"percentiles_ok_{s.name}": ev["percentiles_ok"]})
+    summ["stopped_early"] = False
+    summ["kept_up"] = kept_up(summ)
+    return summ
+
+
+# ----------------------------------------------------------------------------- sweeps and the capacity search
+
+
+def capacity(cost: StepCost, cfg: TwinConfig, objective: "slo.SLO", prompt_tokens: int, max_tokens: int,
+             n: int = 200, arrival: str = "poisson", target: float = 0.9, seed: int = 0,
+             tolerance: float = 0.02, max_steps: int = 14) -> dict:
+    """The highest offered rate whose simulated attainment of ``objective`` reaches ``target`` and that keeps up
+    (:func:`workbench.slo.search_rate`'s bisection, each step one simulation of ``n`` requests): seconds, not the
+    minutes per step of a measured search. The bracket starts at ``[0.05, 2] x`` the simulated ``throughput``
+    (every request at once) rate.
+
+    Returns:
+        :func:`workbench.slo.search_rate`'s dict plus ``slo`` and ``throughput_rps``.
+    """
+    checks.check_int("n", n, lo=2)
+    burst = simulate(cost, open_loop("constant", n, 1.0, prompt_tokens, max_tokens), cfg, "throughput",
+                     slos=[objective])
+    top = burst.summary["request_throughput_rps"]
+    if not (top == top and top > 0):
+        top = n / max(burst.simulated_s, 1e-9)
+
+    def attainment_at(rate: float) -> float:
+        res = simulate(cost, open_loop(arrival, n, rate, prompt_tokens, max_tokens, seed=seed), cfg, arrival,
+                       slos=[objective], rate=rate)
+        a = res.summary[f"slo_attainment_{objective.name}"]
+        return a if res.summary["kept_up"] != saturation.FELL_BEHIND else 0.0
+
+    out = slo.search_rate(attainment_at, 0.05 * top, 2.0 * top, target, tolerance, max_steps)
+    out.update(slo=objective.name, throughput_rps=top)
+    return out
+

@@ -1,0 +1,336 @@
+"""The serving twin's per-step cost model (issue 34): seconds of one prefill and one decode step, in place of the
+model, calibrated on this machine from the workbench's own measurements.
+
+**Form** (linear in features the roofline names; :mod:`workbench.roofline` gives their physics):
+
+- prefill of ``B`` left-padded rows of ``L`` computed tokens (``fifo`` / ``static``; a ``continuous`` chunk is
+  ``B = 1``): ``prefill_s = a0 + a1 * B * L + a2 * B * L**2``. ``a0`` is the fixed cost of a ``generate`` call
+  (launch, templating already done, first sampling), ``a1`` the weight FLOPs and KV writes per token (compute
+  bound), ``a2`` the attention scores' quadratic term (PaLM's count, Chowdhery et al. 2022 appendix B).
+- decode step over ``B`` rows holding ``C`` cached tokens in all: ``step_s = b0 + b1 * B + b2 * C + b3 * [B > 1]``:
+  ``b0`` the weights read once per step (memory bound: Pope et al., MLSys 2023), ``b1`` each row's sampling and
+  GEMV share, ``b2`` the KV-cache traffic per cached token, ``b3`` the CPU BLAS switch from matrix-vector to
+  packed matrix-matrix kernels at two rows (:class:`workbench.roofline.Calibration` ``batched_step_overhead_s``).
+- a ``continuous`` step mixes both (:meth:`StepCost.mixed_step_s`): the decode step of its decoding rows plus
+  ``a1`` per prefill-chunk token and ``a2`` per (chunk token x context) pair, one fixed ``b0``.
+
+**Calibration** (:func:`fit`): non-negative least squares (``scipy.optimize.nnls``: a cost never runs
+backwards) of ``prefill_s`` on the prefill features and of ``tpot_s`` (the mean decode step) on the step features
+at the request's mean context ``prompt + output / 2`` (every step term is linear in the context, so this is the
+mean step), over measured request rows with ``batch_size``, ``prompt_tokens``, ``output_tokens``, ``prefill_s``
+and ``tpot_s`` (experiments 01 batch size and 02 context length, and the serving sweeps' ``synchronous``
+points). Its **out-of-sample error**: each workload (a distinct ``(batch_size, prompt_tokens)``) predicted by a fit
+on the others (leave-one-workload-out), median ``|predicted / measured - 1|`` (``loo_prefill_error``,
+``loo_step_error``), beside the in-sample error. Or :func:`from_roofline`: the roofline's prediction for a
+device and a model config (a what-if past this machine), sampled on a grid and fitted the same way (its error
+against the roofline is ``in_sample_*``; it inherits the roofline's own error).
+
+A run folder carries its calibration as ``twin_calibration.json`` (:func:`save`, :func:`load`), so a twin can be
+built from someone else's shared run without its model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench import checks
+from workbench.errors import ParameterError
+
+CALIBRATION_FILE = "twin_calibration.json"
+VERSION = 1
+PREFILL_TERMS = ("a0", "a1", "a2")
+STEP_TERMS = ("b0", "b1", "b2", "b3")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCost:
+    """Per-step costs (module docstring), in seconds.
+
+    Attributes:
+        a0, a1, a2: prefill: fixed, per row-token, per row-token squared.
+        b0, b1, b2, b3: decode step: fixed, per row, per cached token (all rows), two-rows-or-more switch.
+        first_token_overhead_s: a ``generate`` call's time from admission to its first token beyond the prompt's
+            forward pass (setup, logits processing, the first sampling; the roofline's ``ttft_overhead_s``), paid
+            once per ``fifo`` / ``static`` batch.
+        source: where the coefficients come from (``fit:<run>``, ``roofline:<device>/<model>``, ``given``).
+        n_rows: measured rows the fit saw (0: not a fit on measurements).
+        in_sample_prefill_error, in_sample_step_error, loo_prefill_error, loo_step_error: median
+            ``|predicted / measured - 1|``; ``loo_*`` leave-one-workload-out (the error to quote); NaN when unknown.
+    """
+
+    a0: float = 0.0
+    a1: float = 0.0
+    a2: float = 0.0
+    b0: float = 0.0
+    b1: float = 0.0
+    b2: float = 0.0
+    b3: float = 0.0
+    first_token_overhead_s: float = 0.0
+    source: str = "given"
+    n_rows: int = 0
+    in_sample_prefill_error: float = float("nan")
+    in_sample_step_error: float = float("nan")
+    loo_prefill_error: float = float("nan")
+    loo_step_error: float = float("nan")
+
+    def __post_init__(self):
+        for k in PREFILL_TERMS + STEP_TERMS + ("first_token_overhead_s",):
+            checks.check_float(k, getattr(self, k), lo=0)
+        if self.a0 + self.a1 + self.a2 <= 0 or self.b0 + self.b1 + self.b2 + self.b3 <= 0:
+            raise ParameterError("cost: prefill and decode step both need a positive cost (all coefficients 0)")
+
+    def prefill_s(self, batch: int, tokens: float) -> float:
+        """One padded prefill of ``batch`` rows of ``tokens`` computed prompt tokens each."""
+        return self.a0 + self.a1 * batch * tokens + self.a2 * batch * tokens * tokens
+
+    def step_s(self, batch: int, context_tokens: float) -> float:
+        """One decode step of ``batch`` rows holding ``context_tokens`` cached tokens in all."""
+        return self.b0 + self.b1 * batch + self.b2 * context_tokens + (self.b3 if batch > 1 else 0.0)
+
+    def steps_s(self, batch: int, prompt_tokens: int, steps: int) -> np.ndarray:
+        """The durations of ``steps`` consecutive decode steps of a padded batch (row context ``prompt_tokens + k``
+        at step ``k`` = 1..steps): a numpy array of seconds."""
+        k = np.arange(1, steps + 1, dtype=float)
+        return self.b0 + self.b1 * batch + self.b2 * batch * (prompt_tokens + k) + (self.b3 if batch > 1 else 0.0)
+
+    def mixed_step_s(self, decode_rows: int, context_tokens: float, chunk_tokens: float, chunk_pairs: float) -> float:
+        """One ``continuous`` step: ``decode_rows`` decoding rows over ``context_tokens`` cached tokens, plus
+        prefill chunks of ``chunk_tokens`` tokens in all that attend to ``chunk_pairs`` (token x context) pairs."""
+        rows = decode_rows + (1 if chunk_tokens else 0)
+        return (self.b0 + self.b1 * decode_rows + self.b2 * context_tokens + (self.b3 if rows > 1 else 0.0)
+                + self.a1 * chunk_tokens + self.a2 * chunk_pairs)
+
+    def service_s(self, prompt_tokens: int, output_tokens: int) -> float:
+        """One request alone (batch 1, a ``generate`` call): prefill, the first-token overhead and
+        ``output_tokens - 1`` decode steps."""
+        return (self.prefill_s(1, prompt_tokens) + self.first_token_overhead_s
+                + float(self.steps_s(1, prompt_tokens, max(output_tokens - 1, 0)).sum()))
+
+    def describe(self) -> str:
+        """One line: the source and the out-of-sample errors."""
+        err = (f"leave-one-workload-out error prefill {self.loo_prefill_error:.0%}, step {self.loo_step_error:.0%}"
+               if self.loo_step_error == self.loo_step_error else "no out-of-sample error (not fitted on measurements)")
+        return f"cost model {self.source} ({self.n_rows} rows; {err})"
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepCost":
+        """From :meth:`to_dict` output (ParameterError, one line, on a bad or foreign file)."""
+        if not isinstance(d, dict) or d.get("version") != VERSION:
+            raise ParameterError(f"calibration: not a twin calibration of version {VERSION}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        vals = {k: (float("nan") if v is None else v) for k, v in d.items() if k in fields}
+        return cls(**vals)
+
+
+# ----------------------------------------------------------------------------- fitting
+
+
+def _nnls(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    from scipy.optimize import nnls
+
+    # relative least squares: each row scaled by 1/y, so short and long workloads weigh alike
+    w = 1.0 / np.maximum(y, 1e-9)
+    coef, _ = nnls(X * w[:, None], y * w)
+    return coef
+
+
+def _prefill_X(b, l):
+    return np.column_stack([np.ones(len(b)), b * l, b * l * l])
+
+
+def _step_X(b, c):
+    return np.column_stack([np.ones(len(b)), b, c, (b > 1).astype(float)])
+
+
+def _ape(pred, y) -> float:
+    return float(np.median(np.abs(pred / y - 1))) if len(y) else float("nan")
+
+
+def _loo(X, y, groups) -> float:
+    keys = sorted(set(groups))
+    if len(keys) < 2:
+        return float("nan")
+    errs = []
+    for k in keys:
+        out = np.asarray([g == k for g in groups])
+        coef = _nnls(X[~out], y[~out])
+        errs += list(np.abs(X[out] @ coef / y[out] - 1))
+    return float(np.median(errs))
+
+
+def rows_for_fit(requests: pd.DataFrame) -> pd.DataFrame:
+    """The measured rows a fit can use: ``batch`` (``batch_size``, else ``engine_batch``), ``prompt_tokens``,
+    ``output_tokens``, ``prefill_s``, ``tpot_s`` numeric; errored rows dropped."""
+    df = requests.copy()
+    if "error" in df:
+        df = df[df["error"].isna() | (df["error"].astype(str) == "")]
+    batch = pd.to_numeric(df.get("batch_size", pd.Series(np.nan, index=df.index)), errors="coerce")
+    if "engine_batch" in df:
+        batch = batch.fillna(pd.to_numeric(df["engine_batch"], errors="coerce"))
+    out = pd.DataFrame({"batch": batch.fillna(1.0)})
+    for col in ("prompt_tokens", "output_tokens", "prefill_s", "tpot_s", "ttft_s", "queue_s"):
+        out[col] = pd.to_numeric(df.get(col, pd.Series(np.nan, index=df.index)), errors="coerce")
+    return out[out["prompt_tokens"] > 0]
+
+
+def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
+    """:class:`StepCost` fitted on measured request rows (module docstring), with its out-of-sample error.
+
+    Args:
+        requests: rows of a run's ``requests.parquet`` (any experiments; :func:`rows_for_fit` picks the usable).
+        source: the label kept in :attr:`StepCost.source`.
+
+    Raises:
+        ParameterError: fewer than 3 rows with ``prefill_s`` or 4 with ``tpot_s`` (one line).
+    """
+    df = rows_for_fit(requests)
+    pre = df[np.isfinite(df["prefill_s"]) & (df["prefill_s"] > 0)]
+    dec = df[np.isfinite(df["tpot_s"]) & (df["tpot_s"] > 0) & (df["output_tokens"] > 1)]
+    if len(pre) < 3 or len(dec) < 4:
+        raise ParameterError(f"calibration: a twin needs measured prefill_s and tpot_s rows (>= 3 and >= 4; got "
+                             f"{len(pre)} and {len(dec)}): a batch-size / context-length or serving run")
+    b, l, y = (pre[c].to_numpy(float) for c in ("batch", "prompt_tokens", "prefill_s"))
+    Xp = _prefill_X(b, l)
+    a = _nnls(Xp, y)
+    gp = list(zip(b, l))
+    bd, ld, nd, yd = (dec[c].to_numpy(float) for c in ("batch", "prompt_tokens", "output_tokens", "tpot_s"))
+    Xd = _step_X(bd, bd * (ld + nd / 2))
+    bb = _nnls(Xd, yd)
+    gd = list(zip(bd, ld))
+    if a.sum() <= 0:
+        a[0] = float(np.median(y))
+    # the first-token overhead: admission to first token beyond the forward pass, where the rows say it (serving
+    # rows: ttft - queue - prefill); else batch-1 rows' ttft - prefill (which also holds their templating)
+    over = (df["ttft_s"] - df["queue_s"] - df["prefill_s"]).dropna()
+    if over.empty:
+        one = df[df["batch"] == 1]
+        over = (one["ttft_s"] - one["prefill_s"]).dropna()
+    first = max(0.0, float(over.median())) if len(over) else 0.0
+    if bb.sum() <= 0:
+        bb[0] = float(np.median(yd))
+    return StepCost(*map(float, a), *map(float, bb), first_token_overhead_s=first, source=source, n_rows=int(len(df)),
+                    in_sample_prefill_error=_ape(Xp @ a, y), in_sample_step_error=_ape(Xd @ bb, yd),
+                    loo_prefill_error=_loo(Xp, y, gp), loo_step_error=_loo(Xd, yd, gd))
+
+
+def from_roofline(shape, device, calib=None, threads: int | None = None, max_batch: int = 64,
+                  max_tokens: int = 8192, source: str = "") -> StepCost:
+    """:class:`StepCost` from the roofline (:func:`workbench.roofline.predict` terms) of ``shape`` on ``device``:
+    prefill and step times sampled over batches 1..``max_batch`` and contexts 16..``max_tokens`` and fitted as in
+    :func:`fit` (on an accelerator the roofline is a max of memory and compute, which the linear form
+    approximates; ``in_sample_*`` says how well).
+
+    Args:
+        shape: :class:`workbench.roofline.ModelShape` (e.g. ``ModelShape.from_config(config_json)``).
+        device: :class:`workbench.roofline.Device` (bandwidth and FLOP/s of the what-if device).
+        calib: :class:`workbench.roofline.Calibration` (default: uncalibrated, the pure roofline).
+
+    Raises:
+        ParameterError: a device without a positive bandwidth or FLOP/s (one line).
+    """
+    from workbench.predict import roofline
+
+    if not (device.bandwidth_bytes_per_s and device.bandwidth_bytes_per_s > 0):
+        raise ParameterError("device: the profile needs bandwidth_bytes_per_s > 0")
+    if not (device.flops_per_s and device.flops_per_s > 0):
+        raise ParameterError("device: the profile needs flops_per_s > 0")
+    calib = calib or roofline.Calibration()
+    flops, bw = device.flops_at(threads), device.bandwidth_bytes_per_s
+    batches = sorted({int(x) for x in np.geomspace(1, max_batch, 7)})
+    lens = sorted({int(x) for x in np.geomspace(16, max_tokens, 8)})
+    pb, pl, py, db, dc, dy = [], [], [], [], [], []
+    for B in batches:
+        for L in lens:
+            nb, nf = roofline.prefill_terms(shape, B, L)
+            t, _ = roofline._phase(nb / bw, nf / flops / calib.prefill_efficiency, calib.prefill_overhead_s,
+                                   device.overlap)
+            pb.append(B), pl.append(L), py.append(t)
+            nb, nf = roofline.decode_terms(shape, B, L, calib.kv_traffic)
+            t, _ = roofline._phase(nb / bw, nf / flops / calib.decode_efficiency,
+                                   calib.step_overhead_s + calib.step_row_overhead_s * B
+                                   + (calib.batched_step_overhead_s if B > 1 else 0.0), device.overlap)
+            db.append(B), dc.append(B * L), dy.append(t)
+    pb, pl, py, db, dc, dy = map(np.asarray, (pb, pl, py, db, dc, dy))
+    Xp, Xd = _prefill_X(pb.astype(float), pl.astype(float)), _step_X(db.astype(float), dc.astype(float))
+    a, bb = _nnls(Xp, py), _nnls(Xd, dy)
+    return StepCost(*map(float, a), *map(float, bb), source=source or f"roofline:{device.name}",
+                    in_sample_prefill_error=_ape(Xp @ a, py), in_sample_step_error=_ape(Xd @ bb, dy))
+
+
+def device_profile(text: str, dtype: str = "bfloat16"):
+    """A what-if :class:`workbench.roofline.Device` from ``"bandwidth=3.35e12,flops=9.9e14[,name=h100]"``
+    (bytes/s and FLOP/s; ``overlap`` True: an accelerator) or from a JSON file with those keys.
+
+    Raises:
+        ParameterError: a missing or non-positive bandwidth or FLOP/s, an unknown key (one line).
+    """
+    from workbench.predict import roofline
+
+    p = Path(text)
+    if p.suffix == ".json" and p.is_file():
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    else:
+        raw = {}
+        for part in filter(None, (x.strip() for x in str(text).split(","))):
+            k, _, v = part.partition("=")
+            raw[k.strip()] = v.strip()
+    unknown = set(raw) - {"bandwidth", "flops", "name", "overlap"}
+    if unknown:
+        raise ParameterError(f"device_profile: unknown key {', '.join(sorted(unknown))} "
+                             "(allowed: bandwidth, flops, name, overlap)")
+    vals = {}
+    for k in ("bandwidth", "flops"):
+        if k not in raw:
+            raise ParameterError(f"device_profile: needs {k} (bytes/s and FLOP/s), e.g. bandwidth=3.35e12,flops=9.9e14")
+        try:
+            vals[k] = float(raw[k])
+        except (TypeError, ValueError):
+            raise ParameterError(f"device_profile: {k} must be a number (got {raw[k]!r})") from None
+        if not (vals[k] > 0 and math.isfinite(vals[k])):
+            raise ParameterError(f"device_profile: {k} must be > 0 (got {raw[k]!r})")
+    overlap = str(raw.get("overlap", "true")).lower() not in ("0", "false", "no")
+    return roofline.Device(vals["bandwidth"], vals["flops"], threads=1, overlap=overlap,
+                           name=str(raw.get("name", "profile")), dtype=dtype)
+
+
+# ----------------------------------------------------------------------------- a run folder's calibration
+
+
+def save(run_dir, cost: StepCost) -> Path:
+    """Write ``cost`` as ``<run_dir>/twin_calibration.json`` (atomic); returns the path."""
+    from workbench.run import results
+
+    path = Path(run_dir) / CALIBRATION_FILE
+    text = json.dumps(cost.to_dict(), indent=1, allow_nan=True)
+    return results.atomic_write(path, lambda f: f.write(text), text=True)
+
+
+def load(run_dir) -> StepCost:
+    """The run folder's calibration: its ``twin_calibration.json`` when present, else a fit on its
+    ``requests.parquet`` (:func:`fit`).
+
+    Raises:
+        ParameterError: no such folder, or neither file usable (one line).
+    """
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ParameterError(f"calibration: no such run folder {str(run)!r}")
+    f = run / CALIBRATION_FILE
+    if f.is_file():
+        try:
+            return StepCost.from_dict(json.loads(f.read_text(encoding="utf-8")))
+        except ValueError as exc:
+            raise ParameterError(f"calibration: {f} is not JSON ({exc})") from None
+    req = run / "requests.parquet"
+    if not req.is_file():
+        raise ParameterError(f"calibration: {str(run)!r} has neither {CALIBRATION_FILE} nor requests.parquet")
+    return fit(pd.read_parquet(req), source=f"fit:{run.name}")
