@@ -7,6 +7,9 @@ One concern per module, lowest first (a module imports only modules above it in 
   long-lane cap) and the service-rate estimate behind queue positions, ETAs and ``Retry-After``.
 - :mod:`.http`: HTTP plumbing for every route: JSON errors, the guard (Host / loopback / API key), JSON
   bodies with their caps and depth check, the chat request schema and the unsupported options.
+- :mod:`.options`: engine, policy and server options as typed objects (:class:`~.options.EngineOptions`,
+  :class:`~.options.PolicyOptions`, :class:`~.options.ServerOptions`): the one list of engines and policies, the
+  flags of ``workbench serve`` written from their fields, the rule between engine and policy.
 - :mod:`.events`: SSE framing (``data:`` lines, numbered ``id:`` events, ``[DONE]``), ``Last-Event-ID``
   checks, resumable streams (``GET /v1/streams/{id}``), and the client-side SSE parser.
 - :mod:`.engines`: the one engine interface (:class:`~.engines.EngineRequest` in, token and completion
