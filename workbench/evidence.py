@@ -418,3 +418,63 @@ def join(findings: Sequence[Finding], sep: str = " ") -> Finding:
     return Finding(sep.join(f.text for f in findings), "; ".join(f.evidence for f in findings if f.evidence),
                    any(f.supported for f in findings),
                    tuple(dict.fromkeys(p for f in findings for p in f.point_ids)))
+
+
+# ----------------------------------------------------------------------------- multiplicity
+
+
+def paired_log_ratio_pvalue(numerator: Iterable[float], denominator: Iterable[float]) -> float:
+    """Two-sided p-value of "the geometric-mean ratio is 1" from matched pairs: the one-sample t test on the
+    pairs' log ratios (the test dual to :func:`paired_ratio_interval`; what ``scipy.stats.ttest_1samp`` computes,
+    without its per-call overhead).
+
+    Returns:
+        The p-value in [0, 1]; NaN from fewer than 2 finite pairs; 0 or 1 when the log ratios have no spread
+        (all equal: 1 when they are 0, else 0).
+    """
+    from scipy import stats
+
+    num = np.asarray(list(numerator), dtype=float)
+    den = np.asarray(list(denominator), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(num / den)
+    logs = logs[np.isfinite(logs)]
+    if logs.size < 2:
+        return float("nan")
+    if np.ptp(logs) == 0:
+        return 1.0 if logs[0] == 0 else 0.0
+    t = float(logs.mean() / (logs.std(ddof=1) / math.sqrt(logs.size)))
+    return float(2 * stats.t.sf(abs(t), logs.size - 1))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially rejective multiple test
+    procedure"): sort ascending, ``p_(i) * (m - i + 1)``, running maximum, capped at 1. Rejecting where the
+    adjusted value is below alpha holds the family-wise error at alpha over the ``m`` comparisons.
+
+    Args:
+        pvalues: one p-value per comparison; NaN ones are kept NaN and not counted in ``m``.
+
+    Returns:
+        Adjusted p-values in the input order.
+    """
+    p = np.asarray(list(pvalues), dtype=float)
+    out = np.full(p.shape, np.nan)
+    idx = [i for i in np.argsort(p, kind="stable") if np.isfinite(p[i])]
+    m, running = len(idx), 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, float(p[i]) * (m - rank)))
+        out[i] = running
+    return [float(x) for x in out]
+
+
+def holm_levels(pvalues: Sequence[float], alpha: float = 1 - CONFIDENCE) -> list[float]:
+    """The confidence level Holm's procedure tests each comparison at: the comparison ranked ``i`` (0-based,
+    ascending p) at ``1 - alpha / (m - i)``; an interval at that level excludes the null exactly when that
+    step rejects. NaN p-values get the plain level ``1 - alpha``."""
+    p = np.asarray(list(pvalues), dtype=float)
+    out = [1 - alpha] * len(p)
+    idx = [i for i in np.argsort(p, kind="stable") if np.isfinite(p[i])]
+    for rank, i in enumerate(idx):
+        out[i] = 1 - alpha / (len(idx) - rank)
+    return out
