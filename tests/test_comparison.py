@@ -141,3 +141,19 @@ def test_engine_tuning_points_carry_the_aa_control(loaded):
     configs = et.configurations(points, cfg.slo())
     assert configs["speedup_p_holm"].notna().sum() == 1 and configs["design"].eq("interleaved").all()
     assert "A/A noise floor" in et.finding(configs, None, points).text
+
+
+def test_joined_finding_mark_agrees_with_its_headline():
+    """Issue 32: a joined finding was supported when any part was ("Scheduling: not supported: ..." joined with
+    a supported prefix-sharing part was marked supported); now its mark is its headline's."""
+    main = evidence.Finding("Scheduling: not supported: no policy's interactive TTFT interval is below fcfs.",
+                            "8 requests", False, ("a",))
+    prefix = evidence.Finding("Prefix sharing: 1.4x faster TTFT.", "5 requests", True, ("b",))
+    joined = evidence.join([main, prefix])
+    assert not joined.supported and joined.point_ids == ("a", "b")
+    assert evidence.join([prefix, main]).supported
+    # a first sentence that says no difference is never marked supported, whatever the caller passed
+    f = evidence.Finding("Accuracy 50% -> 42%: no difference beyond noise. Thinking makes the answer later.",
+                         "", True)
+    assert not f.supported and not evidence.Finding.from_value({"text": f.text, "supported": True}).supported
+    assert evidence.Finding("Budget 0 -> 32: accuracy rises 0.42 -> 0.60. Later answers: not supported.").supported

@@ -381,7 +381,8 @@ class Finding:
     Attributes:
         text: the sentence the report leads with.
         evidence: samples or requests, intervals and their method, fit quality and dof.
-        supported: False when the text says "not supported" / "no difference beyond noise" for its main claim.
+        supported: False when the text says "not supported" / "no difference beyond noise" for its main claim;
+            forced False when the first sentence says so (:func:`headline_supported`).
         point_ids: the points it rests on (the report links them to the point table).
     """
 
@@ -389,6 +390,12 @@ class Finding:
     evidence: str = ""
     supported: bool = True
     point_ids: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        # the mark agrees with the headline: a first sentence that says "not supported" or "no difference
+        # beyond noise" is never marked supported, whatever a later part of the text carries (issue 32)
+        if self.supported and not headline_supported(self.text):
+            object.__setattr__(self, "supported", False)
 
     def __str__(self) -> str:
         return f"{self.text} Evidence: {self.evidence}" if self.evidence else self.text
@@ -410,13 +417,33 @@ class Finding:
         return cls(str(value))
 
 
+NOT_SUPPORTED_PHRASES = ("not supported", "no difference beyond noise")
+
+
+def first_sentence(text: str) -> str:
+    """A finding's headline: its text up to the first sentence end (``". "``, ``"; "`` does not end one; the
+    decimal point of ``0.96x`` does not either)."""
+    text = text.strip()
+    i = text.find(". ")
+    return text if i < 0 else text[: i + 1]
+
+
+def headline_supported(text: str) -> bool:
+    """False when a finding's first sentence (:func:`first_sentence`) says its claim is not supported or finds
+    no difference beyond noise (:data:`NOT_SUPPORTED_PHRASES`): such a finding must not be marked supported."""
+    head = first_sentence(text).lower()
+    return not any(p in head for p in NOT_SUPPORTED_PHRASES)
+
+
 def join(findings: Sequence[Finding], sep: str = " ") -> Finding:
-    """One finding from several (e.g. one per language): texts and evidence joined, supported if any part is."""
+    """One finding from several (e.g. a main claim and a secondary one): texts and evidence joined; supported
+    only when its headline is: the first part is supported (the later parts ride along, marked in their own
+    words), and its first sentence does not say otherwise (:class:`Finding` checks that)."""
     findings = [f for f in findings if f is not None]
     if not findings:
         return Finding("Nothing measured.", "", False)
     return Finding(sep.join(f.text for f in findings), "; ".join(f.evidence for f in findings if f.evidence),
-                   any(f.supported for f in findings),
+                   bool(findings[0].supported),
                    tuple(dict.fromkeys(p for f in findings for p in f.point_ids)))
 
 
