@@ -382,7 +382,7 @@ class Finding:
         text: the sentence the report leads with.
         evidence: samples or requests, intervals and their method, fit quality and dof.
         supported: False when the text says "not supported" / "no difference beyond noise" for its main claim;
-            forced False when the first sentence says so (:func:`headline_supported`).
+            forced False when its headline (first claim) says so (:func:`headline_supported`).
         point_ids: the points it rests on (the report links them to the point table).
     """
 
@@ -392,8 +392,8 @@ class Finding:
     point_ids: tuple[str, ...] = ()
 
     def __post_init__(self):
-        # the mark agrees with the headline: a first sentence that says "not supported" or "no difference
-        # beyond noise" is never marked supported, whatever a later part of the text carries (issue 32)
+        # the mark agrees with the headline: a first claim that says "not supported" or "no difference beyond
+        # noise" is never marked supported, whatever a later part of the text carries (issue 32)
         if self.supported and not headline_supported(self.text):
             object.__setattr__(self, "supported", False)
 
@@ -420,25 +420,26 @@ class Finding:
 NOT_SUPPORTED_PHRASES = ("not supported", "no difference beyond noise")
 
 
-def first_sentence(text: str) -> str:
-    """A finding's headline: its text up to the first sentence end (``". "``, ``"; "`` does not end one; the
-    decimal point of ``0.96x`` does not either)."""
+def headline(text: str) -> str:
+    """A finding's headline claim: its text up to the first sentence end (``". "``) or clause end (``"; "``),
+    whichever comes first (the decimal point of ``0.96x`` ends neither). Findings lead with their main claim
+    and add caveats and secondary claims after it."""
     text = text.strip()
-    i = text.find(". ")
-    return text if i < 0 else text[: i + 1]
+    ends = [i for i in (text.find(". "), text.find("; ")) if i >= 0]
+    return text if not ends else text[: min(ends) + 1]
 
 
 def headline_supported(text: str) -> bool:
-    """False when a finding's first sentence (:func:`first_sentence`) says its claim is not supported or finds
-    no difference beyond noise (:data:`NOT_SUPPORTED_PHRASES`): such a finding must not be marked supported."""
-    head = first_sentence(text).lower()
+    """False when a finding's headline (:func:`headline`) says its claim is not supported or finds no
+    difference beyond noise (:data:`NOT_SUPPORTED_PHRASES`): such a finding must not be marked supported."""
+    head = headline(text).lower()
     return not any(p in head for p in NOT_SUPPORTED_PHRASES)
 
 
 def join(findings: Sequence[Finding], sep: str = " ") -> Finding:
     """One finding from several (e.g. a main claim and a secondary one): texts and evidence joined; supported
     only when its headline is: the first part is supported (the later parts ride along, marked in their own
-    words), and its first sentence does not say otherwise (:class:`Finding` checks that)."""
+    words), and its first claim does not say otherwise (:class:`Finding` checks that)."""
     findings = [f for f in findings if f is not None]
     if not findings:
         return Finding("Nothing measured.", "", False)
