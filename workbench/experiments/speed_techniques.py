@@ -40,16 +40,19 @@ each step, from the target's forward; ``draft_emitted``: ids the step added):
 - ``speedup`` (:func:`speed_table`): baseline ``e2e_s`` over the technique's, the ratio of geometric means
   over repeats with a Welch interval (:func:`workbench.evidence.ratio_interval`); int8 is judged on decode
   tokens/s (``decode_tps``) against float32.
-- ``speedup_bound``: the simple upper bound of Leviathan et al. 2023 (eq. 1 and theorem 3.8): with
-  acceptance ``a`` and ``k`` draft tokens a step yields ``(1 - a^(k+1)) / (1 - a)`` tokens for ``1 + k c``
-  target-step costs, ``c`` the draft / target cost ratio. Decode is memory bound, so ``c`` is the draft's
+- ``speedup_bound``: the simple upper bound of Leviathan et al. 2023 (eq. 1 and theorem 3.8) from the measured
+  mean acceptance length ``tau`` over steps that proposed (vLLM's and AIPerf's definition): a step yields
+  ``tau`` tokens for ``1 + k c`` target-step costs, ``k`` the mean draft tokens proposed, ``c`` the draft /
+  target cost ratio (:func:`speedup_bound`). Decode is memory bound, so ``c`` is the draft's
   weight bytes read per step over the target's (0 for prompt lookup) and a verification of ``k + 1`` tokens
   is assumed to cost one decode step; real verification costs more on a CPU, so the measured speed-up sits
   below the bound.
 
-Timing stays per generated token id: the ``k`` ids of one verification step share one stamp, so ``itl_s``
-holds zeros between ids of one step and the step's whole time on its first id; TPOT is e2e minus TTFT over
-output ids minus one, as everywhere (:func:`workbench.metrics.request_timing`). ``prefill_s`` of a speculative point is the first target forward, which
+Timing: the ``k`` ids of one verification step share one stamp; ``itl_s`` holds the gaps between
+verification steps (:func:`workbench.metrics.step_gaps`, vLLM's and AIPerf's definition); TPOT is e2e minus
+TTFT over output ids minus one, as everywhere (:func:`workbench.metrics.request_timing`). Outputs have a fixed
+length (``ignore_eos``), so the speed-ups compare equal work. MBU of a speculative point is per verification
+step (:func:`verification_mbu`). ``prefill_s`` of a speculative point is the first target forward, which
 also verifies the first step's candidates.
 
 Entry points: :class:`Config`, :func:`measure_point`, :func:`run`, :func:`speed_table`, :func:`finding`,
@@ -160,8 +163,11 @@ class Config(SweepConfig):
         return out
 
     def settings(self, max_new_tokens: int | None = None) -> GenerationSettings:
-        """Greedy settings (speculative greedy decoding is exact, so outputs are comparable token for token)."""
-        return GenerationSettings(max_new_tokens=max_new_tokens or self.max_new_tokens, seed=self.seed)
+        """Greedy settings at a fixed output length (``ignore_eos``: every technique decodes ``max_new_tokens``
+        ids, so an e2e ratio compares equal work; speculative greedy decoding is exact, so outputs are
+        comparable token for token)."""
+        return GenerationSettings(max_new_tokens=max_new_tokens or self.max_new_tokens, seed=self.seed,
+                                  ignore_eos=True)  # a fixed output length: speed-ups compare equal work
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -227,15 +233,19 @@ def acceptance(proposed: list[list[int]], emitted: list[list[int]]) -> dict:
         ``output_tokens``; ``acceptance_rate`` (accepted / proposed, NaN with no proposal), ``accepted_length``
         (output ids / steps: mean ids per verification step), ``verify_steps_per_token`` (steps / output ids)
         and ``acceptance_by_position`` (list: position ``i`` accepted / proposed, over steps that proposed
-        at least ``i + 1`` tokens).
+        at least ``i + 1`` tokens); ``drafting_steps`` (steps that proposed at least one token),
+        ``mean_acceptance_length`` (``1 + accepted / drafting_steps``: vLLM's ``mean_acceptance_length`` and
+        AIPerf's acceptance length, over the steps that proposed; NaN with none) and ``mean_draft_tokens``
+        (``proposed / drafting_steps``: ``transformers`` adapts the number of draft tokens step by step).
     """
-    prop = acc = steps = out = 0
+    prop = acc = steps = out = drafting = 0
     by_prop: list[int] = []
     by_acc: list[int] = []
     for p_req, e_req in zip(proposed, emitted):
         for p, e in zip(p_req, e_req):
             a = max(0, min(e - 1, p))
             prop, acc, steps, out = prop + p, acc + a, steps + 1, out + e
+            drafting += p > 0
             while len(by_prop) < p:
                 by_prop.append(0)
                 by_acc.append(0)
@@ -247,22 +257,33 @@ def acceptance(proposed: list[list[int]], emitted: list[list[int]]) -> dict:
             "acceptance_rate": acc / prop if prop else nan,
             "accepted_length": out / steps if steps else nan,
             "verify_steps_per_token": steps / out if out else nan,
-            "acceptance_by_position": [a / p for a, p in zip(by_acc, by_prop)]}
+            "acceptance_by_position": [a / p for a, p in zip(by_acc, by_prop)],
+            "drafting_steps": drafting,
+            "mean_acceptance_length": 1 + acc / drafting if drafting else nan,
+            "mean_draft_tokens": prop / drafting if drafting else nan}
 
 
-def speedup_bound(acceptance_rate: float, draft_tokens: int, cost_ratio: float) -> float:
-    """Upper bound of the speed-up of speculative decoding (Leviathan et al. 2023, "Fast Inference from
-    Transformers via Speculative Decoding", eq. 1 and theorem 3.8).
+def speedup_bound(mean_acceptance_length: float, draft_tokens: float, cost_ratio: float) -> float:
+    """Upper bound of the speed-up of speculative decoding from the measured acceptance length (Leviathan et al.
+    2023, "Fast Inference from Transformers via Speculative Decoding", eq. 1 and theorem 3.8, with the measured
+    tokens per step in place of their ``(1 - a^(k+1)) / (1 - a)``).
 
-    ``(1 - a^(k+1)) / ((1 - a) (1 + k c))``: expected tokens per verification step over its cost in target
-    decode steps (``k`` draft steps at ``c`` each plus one verification, assumed to cost one decode step).
-    ``a = 1`` gives ``(k + 1) / (1 + k c)``. NaN on missing input.
+    ``tau / (1 + k c)``: ``tau`` the mean ids a drafting step yields (:func:`acceptance`'s
+    ``mean_acceptance_length``, vLLM's and AIPerf's definition), over its cost in target decode steps (``k``
+    draft forwards at ``c`` each plus one verification, assumed to cost one decode step). ``k`` is the mean
+    number of draft tokens a step proposed (``transformers`` changes it step by step). The closed form with
+    the acceptance rate ``a = accepted / proposed`` assumes each position is accepted independently with
+    probability ``a``; real acceptance is all-or-nothing far more often, and that form fell 13-36% below
+    speed-ups actually measured (issue 32). Steps that proposed nothing emit one id at one step's cost, so
+    ``tau`` is at least the tokens per step achieved over all steps.
+
+    Returns:
+        The bound (x); NaN on missing input or ``k`` < 0.
     """
-    a, k, c = acceptance_rate, draft_tokens, cost_ratio
-    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (a, k, c)) or k < 1:
+    t, k, c = mean_acceptance_length, draft_tokens, cost_ratio
+    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (t, k, c)) or k < 0:
         return float("nan")
-    tokens = k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
-    return tokens / (1 + k * c)
+    return t / (1 + k * c)
 
 
 # ----------------------------------------------------------------------------- models of a point
@@ -288,6 +309,36 @@ def generate_kwargs(point: dict, draft=None) -> dict:
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = k, "constant", 0.0
         return {"assistant_model": draft.model}
     return {}
+
+
+def verification_mbu(loaded, requests: list[dict], acc: dict, draft, peaks: dict) -> dict:
+    """MBU of a speculative point per verification step: each step reads the target's weights and its KV cache
+    once and runs the draft ``mean_draft_tokens`` times (its weights each time; prompt lookup reads none), in
+    the median time of a decode verification step (``(e2e_s - ttft_s) / (steps - 1)`` of each request). The
+    draft's own KV reads are left out (a lower bound on the bytes). Counting one weight read per output id, as
+    a plain point does, overstated it by about the acceptance length (issue 32).
+
+    Returns:
+        ``mbu``, ``mbu_note``, ``peak_bandwidth_bytes_per_s``; ``mbu`` NaN (with the note) when no request had
+        two verification steps.
+    """
+    nan = float("nan")
+    step_s = []
+    for r in requests:
+        steps = len(r.get("draft_emitted") or [])
+        if steps >= 2 and r.get("e2e_s") == r.get("e2e_s") and r.get("ttft_s") == r.get("ttft_s"):
+            step_s.append((r["e2e_s"] - r["ttft_s"]) / (steps - 1))
+    note = "per verification step: target weights + KV + the draft's weight reads (its KV left out)"
+    if not step_s:
+        return {"mbu": nan, "mbu_note": "no request with two verification steps: not computed"}
+    info = loaded.info
+    prompt = sum(r.get("prompt_tokens", 0) or 0 for r in requests) / len(requests)
+    out = sum(r.get("output_tokens", 0) or 0 for r in requests) / len(requests)
+    k = acc.get("mean_draft_tokens", nan)
+    draft_bytes = (draft.info.weight_bytes * k) if draft is not None and k == k else 0.0
+    return {"mbu": metrics.mbu(info.weight_bytes + draft_bytes, info.kv_cache_bytes_per_token(), 1,
+                               prompt + out / 2, float(pd.Series(step_s).median()), peaks["bandwidth_bytes_per_s"]),
+            "mbu_note": note, "peak_bandwidth_bytes_per_s": peaks["bandwidth_bytes_per_s"]}
 
 
 def _peaks(loaded, state: dict) -> dict:
@@ -333,7 +384,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         extra.update({k: v for k, v in acc.items() if k not in ("acceptance_by_position", "output_tokens")},
                      acceptance_by_position=",".join(f"{x:.3f}" for x in acc["acceptance_by_position"]),
                      draft_cost_ratio=c,
-                     speedup_bound=speedup_bound(acc["acceptance_rate"], int(point["draft_tokens"]), c))
+                     speedup_bound=speedup_bound(acc["mean_acceptance_length"], acc["mean_draft_tokens"], c))
+        extra.update(verification_mbu(loaded, out.requests, acc, draft, _peaks(loaded, state)))
         if draft is not None:
             extra["draft_name"] = draft.info.name
     if point["quantization"] != "none":
@@ -381,7 +433,8 @@ def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """
     ok = evidence.usable_points(points)
     rows = []
-    keep = ["acceptance_rate", "accepted_length", "verify_steps_per_token", "acceptance_by_position",
+    keep = ["acceptance_rate", "accepted_length", "mean_acceptance_length", "mean_draft_tokens", "mbu_note",
+            "verify_steps_per_token", "acceptance_by_position",
             "speedup_bound", "draft_cost_ratio", "token_agreement", "logprob_drift", "guard_passed", "guard_reason",
             "mbu", "weight_bytes"]
     for _, p in ok.iterrows():
