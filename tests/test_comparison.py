@@ -157,3 +157,52 @@ def test_joined_finding_mark_agrees_with_its_headline():
                          "", True)
     assert not f.supported and not evidence.Finding.from_value({"text": f.text, "supported": True}).supported
     assert evidence.Finding("Budget 0 -> 32: accuracy rises 0.42 -> 0.60. Later answers: not supported.").supported
+
+
+def test_speed_techniques_measures_arms_interleaved_with_the_aa_control(monkeypatch):
+    """Speed techniques' grid measured interleaved on a fake model: every round measures every point once plus
+    the A/A baseline; prompt lookup 2x faster on extract (and equal on free) is found through a drift that
+    moves whole rounds; the points carry the A/A columns and the table the paired verdicts."""
+    import types
+
+    from workbench.experiments import speed_techniques as st
+
+    cfg = st.Config(device="cpu", techniques=["none", "prompt_lookup"], draft_tokens=[2], tasks=["extract", "free"],
+                    quantizations=["none"], repeats=6, warmup=0)
+    calls = []
+    rng = random.Random(3)
+    drift = {}
+
+    def fake_generate(model, prompts, settings, generate_kwargs=None):
+        r = settings.seed - cfg.seed
+        drift.setdefault(r, rng.uniform(0.8, 1.25))  # a round's speed offset, shared by its arms
+        fast = bool(generate_kwargs) and model == "extract"
+        e2e = drift[r] * (0.5 if fast else 1.0) * rng.uniform(0.99, 1.01)
+        calls.append((r, model, bool(generate_kwargs)))
+        rec = {"e2e_s": e2e, "output_tokens": 16, "decode_tps": 15 / e2e}
+        return types.SimpleNamespace(records=[rec], wall_s=e2e)
+
+    monkeypatch.setattr(st, "arm_setup", lambda loaded, cfg, p, state: (p["task"], None,
+                                                                        st.generate_kwargs(p), ["prompt"]))
+    monkeypatch.setattr(st, "warm_up", lambda *a, **k: 0.0)
+    monkeypatch.setattr(st, "generate_measured", fake_generate)
+    monkeypatch.setattr(st, "point_extra", lambda *a, **k: {})
+    got = st.measure_interleaved(None, cfg, cfg.grid(), {})
+    assert len(calls) == 6 * (len(cfg.grid()) + 1)  # every point and the A/A baseline once a round
+    assert [sum(1 for c in calls if c[0] == r) for r in range(6)] == [5] * 6
+    rows = []
+    for pid, res in got.items():
+        p = next(p for p in cfg.grid() if st.results.point_id(st.EXPERIMENT, p) == pid)
+        rows.append({**p, "point_id": pid, "status": "ok", "valid": True, **res.extra})
+        assert {r["repeat"] for r in res.requests} == set(range(6))
+        for col in comparison.COLUMNS:
+            assert col in res.extra
+    points = pd.DataFrame(rows)
+    assert points["aa_low"].notna().all() and (points["design"] == "interleaved").all()
+    reqs = pd.DataFrame([{**r, "point_id": pid, "request_id": 0, "output_ids": [1, 2]}
+                         for pid, res in got.items() for r in res.requests])
+    table = st.speed_table(points, reqs).set_index("task")
+    assert table.loc["extract", "verdict"] == "higher" and table.loc["extract", "speedup"] == pytest.approx(2, rel=0.05)
+    assert table.loc["free", "verdict"] == "no difference beyond noise"
+    f = st.finding(table.reset_index(), points)
+    assert f.supported and "A/A noise floor" in f.text and f.text.startswith("prompt lookup (k=2): extract/en")

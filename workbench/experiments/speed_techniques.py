@@ -68,9 +68,9 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import checks, evidence, metrics, models, quality, roofline, sweeps
+from .. import checks, comparison, evidence, metrics, models, quality, results, roofline, sweeps
 from ..errors import ParameterError
-from ..generation import GenerationSettings, check_speculative
+from ..generation import GenerationSettings, check_speculative, generate_measured, warm_up
 from ..plots import label, legend_below, split_by_device
 from ..prompts import build_batch, source_text
 from ..results import PointResult
@@ -363,29 +363,45 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         (``acceptance_by_position`` as comma-separated text), ``draft_cost_ratio`` and ``speedup_bound``; for
         a quantized point, the guard's columns, ``weight_bytes`` read per step and ``mbu`` from them.
     """
+    model, draft, gen_kwargs, prompts = arm_setup(loaded, cfg, point, state)
+    out = sweeps.measure_generation(model, prompts, cfg.settings(), cfg.repeats, cfg.warmup,
+                                    generate_kwargs=gen_kwargs or None)
+    out.extra = point_extra(loaded, cfg, point, state, out.requests)
+    return out
+
+
+def arm_setup(loaded, cfg: Config, point: dict, state: dict) -> tuple:
+    """What measuring a point needs: ``(model, draft or None, generate kwargs, prompts)``; the int8 model and
+    the draft are built once per sweep (kept in ``state``)."""
     prompts = task_prompts(point["task"], point["language"], cfg.batch_size, cfg.passage_chars)
-    model, extra, draft = loaded, {}, None
+    model, draft = loaded, None
     if point["quantization"] != "none":
         model = state.setdefault("quantized", {}).get(point["quantization"])
         if model is None:
             model = state["quantized"][point["quantization"]] = models.quantize_int8(loaded)
     if point["technique"] == "draft":
         draft = draft_of(loaded, cfg, state)
-    gen_kwargs = generate_kwargs(point, draft)
-    out = sweeps.measure_generation(model, prompts, cfg.settings(), cfg.repeats, cfg.warmup,
-                                    generate_kwargs=gen_kwargs or None)
-    for rec in out.requests:
+    return model, draft, generate_kwargs(point, draft), prompts
+
+
+def point_extra(loaded, cfg: Config, point: dict, state: dict, requests: list[dict]) -> dict:
+    """A point's own columns from its measured requests (tagged here with the point's keys): acceptance, the
+    bound and MBU per verification step for a speculative point; the guard, weight bytes and MBU for a
+    quantized one."""
+    model, draft, _, _ = arm_setup(loaded, cfg, point, state)
+    extra: dict = {}
+    for rec in requests:
         rec.update(task=point["task"], language=point["language"], technique=point["technique"],
                    quantization=point["quantization"])
     if point["technique"] != "none":
-        acc = acceptance([r.get("draft_proposed", []) for r in out.requests],
-                         [r.get("draft_emitted", []) for r in out.requests])
+        acc = acceptance([r.get("draft_proposed", []) for r in requests],
+                         [r.get("draft_emitted", []) for r in requests])
         c = draft.info.weight_bytes / loaded.info.weight_bytes if draft is not None else 0.0
         extra.update({k: v for k, v in acc.items() if k not in ("acceptance_by_position", "output_tokens")},
                      acceptance_by_position=",".join(f"{x:.3f}" for x in acc["acceptance_by_position"]),
                      draft_cost_ratio=c,
                      speedup_bound=speedup_bound(acc["mean_acceptance_length"], acc["mean_draft_tokens"], c))
-        extra.update(verification_mbu(loaded, out.requests, acc, draft, _peaks(loaded, state)))
+        extra.update(verification_mbu(loaded, requests, acc, draft, _peaks(loaded, state)))
         if draft is not None:
             extra["draft_name"] = draft.info.name
     if point["quantization"] != "none":
@@ -395,20 +411,121 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         extra.update(quality.quality_guard(model, state["guard_reference"], cfg.settings(cfg.guard_tokens),
                                            cfg.min_token_agreement, cfg.max_logprob_drift))
         extra["weight_bytes"] = model.info.weight_bytes
-        req = pd.DataFrame(out.requests)
+        req = pd.DataFrame(requests)
         done = req[req["output_tokens"] >= 2]
         summary = {f"{c}_p50": metrics.percentiles(done[c].tolist(), (50,))["p50"] for c in ("tpot_s", "prefill_s")}
         extra.update(metrics.utilisation(req, summary, model.info, _peaks(loaded, state)))
     else:
         extra["weight_bytes"] = loaded.info.weight_bytes
-    out.extra = extra
+    return extra
+
+
+def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
+    """Measure every point of the grid as interleaved arms (:mod:`workbench.comparison`), with the A/A control.
+
+    Every round measures every point once (each workload's baseline, techniques and quantizations, across
+    workloads) plus the first workload's baseline a second time (:data:`workbench.comparison.AA`: the
+    experiment's noise floor), in an order shuffled per round from ``cfg.seed``; ``cfg.repeats`` rounds, round
+    ``r`` at seed ``cfg.seed + r``. Each arm warms up ``cfg.warmup`` times before round 0. Per workload, each
+    arm is judged against its baseline from the paired within-round ratios, Holm over that workload's arms:
+    speculative arms on request speed (baseline ``e2e_s`` / the arm's, a fixed output length), quantized ones
+    on ``decode_tps``.
+
+    Returns:
+        ``{point_id: PointResult}``: requests (``repeat`` = round), ``extra`` with :func:`point_extra`'s columns,
+        ``speedup`` / ``speedup_low`` / ``speedup_high`` / ``speedup_p_holm`` (NaN for a baseline) and the A/A
+        columns (:data:`workbench.comparison.COLUMNS`); ``contamination`` over all rounds.
+    """
+    settings = cfg.settings()
+    pids = [results.point_id(EXPERIMENT, p) for p in points]
+    by_pid = dict(zip(pids, points))
+    is_base = {pid: p["technique"] == "none" and p["quantization"] == "none" for pid, p in by_pid.items()}
+    first_base = next((pid for pid in pids if is_base[pid]), None)
+    arms = pids + ([comparison.AA] if first_base else [])
+    monitor = metrics.LoadMonitor()
+    setup, got = {}, {pid: {"requests": [], "wall_s": 0.0} for pid in pids}
+    for pid in pids:
+        setup[pid] = arm_setup(loaded, cfg, by_pid[pid], state)
+        model, _, kw, prompts = setup[pid]
+        got[pid]["warmup_s"] = warm_up(model, prompts, settings, cfg.warmup, generate_kwargs=kw or None)
+    rows = []
+    for rnd, arm in comparison.schedule(arms, cfg.repeats, cfg.seed):
+        pid = first_base if arm == comparison.AA else arm
+        model, _, kw, prompts = setup[pid]
+        res = generate_measured(model, prompts, dataclasses.replace(settings, seed=cfg.seed + rnd),
+                                generate_kwargs=kw or None)
+        done = [r for r in res.records if r.get("output_tokens", 0) >= 1]
+        e2e = sum(r["e2e_s"] for r in done) / len(done) if done else float("nan")
+        tps = [r["decode_tps"] for r in done if r.get("decode_tps") == r.get("decode_tps")]
+        rows.append({"arm": arm, "round": rnd, "speed": 1.0 / e2e if e2e > 0 else float("nan"),
+                     "decode_tps": sum(tps) / len(tps) if tps else float("nan")})
+        if arm != comparison.AA:
+            for rec in res.records:
+                rec.update(repeat=rnd, batch_size=len(prompts), batch_wall_s=res.wall_s)
+            got[pid]["requests"] += res.records
+            got[pid]["wall_s"] += res.wall_s
+    contamination = monitor.stop()
+    table = pd.DataFrame(rows)
+    verdicts, aa_cols = {}, {}
+    for key in dict.fromkeys((p["task"], p["language"]) for p in points):
+        mine = [pid for pid in pids if (by_pid[pid]["task"], by_pid[pid]["language"]) == key]
+        base = next((pid for pid in mine if is_base[pid]), None)
+        if base is None:
+            continue
+        spec = [pid for pid in mine if by_pid[pid]["technique"] != "none"]
+        quant = [pid for pid in mine if by_pid[pid]["technique"] == "none" and not is_base[pid]]
+        aa = comparison.AA if base == first_base else None
+        # one family per workload: speculative arms on speed, quantized ones on decode tokens/s, Holm over both
+        sub = table[table["arm"].isin([base, *spec, *quant, comparison.AA])]
+        both = pd.concat([sub[sub["arm"].isin([base, *spec, comparison.AA])].assign(value=lambda d: d["speed"]),
+                          sub[sub["arm"].isin(quant)].assign(value=lambda d: d["decode_tps"])])
+        if quant:  # the baseline's decode tokens/s under another name, so each quantized arm pairs with it
+            both = pd.concat([both, sub[sub["arm"] == base].assign(arm="_base_tps", value=lambda d: d["decode_tps"])])
+        c_speed = comparison.compare(both[both["arm"].isin([base, *spec, comparison.AA])], base, aa, adjust=False)
+        c_quant = (comparison.compare(both[both["arm"].isin(["_base_tps", *quant])], "_base_tps", None, adjust=False)
+                   if quant else None)
+        results_ = {**c_speed.arms, **(c_quant.arms if c_quant else {})}
+        ps = [results_[pid].p for pid in [*spec, *quant]]
+        adjusted, levels = evidence.holm(ps), evidence.holm_levels(ps)
+        for pid, pa, level in zip([*spec, *quant], adjusted, levels):
+            num, den = _pairs(both, pid, "_base_tps" if pid in quant else base)
+            iv = evidence.paired_ratio_interval(num, den, level, "rounds")
+            verdicts[pid] = (iv, pa)
+        if aa is not None:
+            aa_cols = c_speed.columns()
+    out = {}
+    for pid, p in by_pid.items():
+        iv, pa = verdicts.get(pid, (None, float("nan")))
+        nan = float("nan")
+        sp = {"speedup": iv.estimate if iv else nan, "speedup_low": iv.low if iv else nan,
+              "speedup_high": iv.high if iv else nan, "speedup_p_holm": pa,
+              "speedup_method": (f"{iv.method}, Holm-adjusted p {pa:.3g}" if iv and iv.shown else
+                                 (iv.reason if iv else ""))}
+        no_aa = {"aa_ratio": nan, "aa_low": nan, "aa_high": nan, "design": "interleaved", "rounds": cfg.repeats}
+        extra = {**point_extra(loaded, cfg, p, state, got[pid]["requests"]), **sp, **(aa_cols or no_aa)}
+        out[pid] = PointResult(requests=got[pid]["requests"], wall_s=got[pid]["wall_s"],
+                               warmup_s=got[pid]["warmup_s"], extra=extra, contamination=contamination)
     return out
+
+
+def _pairs(both: pd.DataFrame, arm, base) -> tuple:
+    """Per round, an arm's value and its baseline's (rounds where both were measured)."""
+    a = both[both["arm"] == arm].groupby("round")["value"].mean()
+    b = both[both["arm"] == base].groupby("round")["value"].mean()
+    common = a.index.intersection(b.index)
+    return a.loc[common].to_numpy(), b.loc[common].to_numpy()
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Every point of ``cfg.grid()`` through :func:`workbench.sweeps.run_sweep`; returns the points DataFrame."""
     state: dict = {}
-    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
+
+    def measure(p):  # the first point measures every point interleaved by round (issue 32)
+        if "interleaved" not in state:
+            state["interleaved"] = measure_interleaved(loaded, cfg, cfg.grid(), state)
+        return state["interleaved"][results.point_id(EXPERIMENT, p)]
+
+    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure,
                             resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 
@@ -422,8 +539,10 @@ def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """Each technique or quantization point against the float baseline of its (task, language).
 
     Usable points only (:func:`workbench.evidence.usable_points`). Speculative points: ``speedup`` = baseline
-    ``e2e_s`` / the point's (per repeat, batch 1), Welch interval on log values; int8 points: the point's
-    ``decode_tps`` / the baseline's. ``output_agreement``: share of output ids equal to the baseline's greedy
+    ``e2e_s`` / the point's (batch 1, a fixed output length); int8 points: the point's ``decode_tps`` / the
+    baseline's. A run measured interleaved (:func:`measure_interleaved`) carries the paired within-round
+    interval at its Holm level (the verdict from the Holm-adjusted p) and the A/A columns; older runs: a Welch
+    interval on log values over repeats. ``output_agreement``: share of output ids equal to the baseline's greedy
     output, position by position (:func:`workbench.quality.token_agreement`), with the first divergence.
 
     Returns:
@@ -446,21 +565,49 @@ def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
             continue
         r_p = requests[requests["point_id"] == p["point_id"]].sort_values(["repeat", "request_id"])
         r_b = requests[requests["point_id"] == base["point_id"].iloc[0]].sort_values(["repeat", "request_id"])
-        if p["technique"] != "none":
+        what = "e2e speed-up" if p["technique"] != "none" else "decode tokens/s ratio"
+        holm_p = float("nan")
+        if isinstance(p.get("design"), str) and p.get("speedup") == p.get("speedup"):  # interleaved (issue 32)
+            holm_p = float(p.get("speedup_p_holm", float("nan")))
+            iv = evidence.Interval(float(p["speedup"]), float(p["speedup_low"]), float(p["speedup_high"]),
+                                   int(p.get("rounds") or 0), str(p.get("speedup_method") or ""),
+                                   reason="" if p["speedup_low"] == p["speedup_low"] else "1 round")
+        elif p["technique"] != "none":
             iv = evidence.ratio_interval(r_b["e2e_s"], r_p["e2e_s"])
-            what = "e2e speed-up"
         else:
             iv = evidence.ratio_interval(r_p["decode_tps"], r_b["decode_tps"])
-            what = "decode tokens/s ratio"
+        verdict = evidence.ratio_verdict(iv)
+        if holm_p == holm_p and holm_p >= 1 - evidence.CONFIDENCE and verdict in ("higher", "lower"):
+            verdict = "no difference beyond noise"  # a later Holm step did not reject
         share, first = quality.token_agreement([list(x) for x in r_b["output_ids"]],
                                                [list(x) for x in r_p["output_ids"]])
         rows.append({"point_id": p["point_id"], **{k: p[k] for k in ("task", "language", "technique",
                                                                       "draft_tokens", "quantization")},
                      "ratio_of": what, "speedup": iv.estimate, "speedup_low": iv.low, "speedup_high": iv.high,
-                     "speedup_method": iv.method or iv.reason, "verdict": evidence.ratio_verdict(iv),
+                     "speedup_method": iv.method or iv.reason, "verdict": verdict,
                      "speedup_text": evidence.describe_ratio(iv, what), "output_agreement": share,
-                     "first_divergence": first, **{k: p[k] for k in keep if k in p}})
+                     "first_divergence": first, **{k: p[k] for k in keep if k in p},
+                     **{k: p[k] for k in comparison.COLUMNS if k in p}})
     return pd.DataFrame(rows)
+
+
+def aa_moved(table: pd.DataFrame) -> bool:
+    """True when the speed table carries an A/A control whose interval excludes 1."""
+    if table is None or table.empty or "aa_low" not in table:
+        return False
+    lo, hi = table["aa_low"].dropna(), table["aa_high"].dropna()
+    return bool(len(lo) and (lo.iloc[0] > 1 or hi.iloc[0] < 1))
+
+
+def noise_floor(table: pd.DataFrame) -> str:
+    """The A/A noise floor sentence of the finding (empty without the control)."""
+    if table is None or table.empty or "aa_low" not in table or not table["design"].notna().any():
+        return ""
+    r = table[table["design"].notna()].iloc[0]
+    aa = evidence.Interval(r["aa_ratio"], r["aa_low"], r["aa_high"], int(r["rounds"]), "", reason="1 round")
+    moved = f" Comparisons: {comparison.AA_MOVED}." if aa_moved(table) else ""
+    return (f"{comparison.noise_floor_text(aa, str(r['design']), int(r['rounds']))}; intervals Holm-adjusted over "
+            f"each workload's arms.{moved}")
 
 
 def _name(r) -> str:
@@ -504,11 +651,17 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
         if "acceptance_rate" in g and g["acceptance_rate"].notna().any():
             quality_cost += "; acceptance " + ", ".join(
                 f"{r['task']}/{r['language']} {r['acceptance_rate']:.2f}" for _, r in g.iterrows())
-        text = f"{name}: " + ("; ".join(pays) if pays else "faster on no workload")
+        text = f"{name}: " + ("; ".join(pays) if pays else "not supported: faster on no workload")
         if not_pays:
             text += "; stops paying on " + "; ".join(not_pays)
         parts.append(f"{text} ({quality_cost}).")
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else tuple(table["point_id"])
+    floor = noise_floor(table)
+    if floor:
+        parts.append(floor)
+    supported = supported and not aa_moved(table)
+    # the headline is the technique that pays (if any) first
+    parts = sorted(parts, key=lambda t: "faster on no workload" in t)
     return evidence.Finding(" ".join(parts), "; ".join(ev), supported, ids)
 
 
@@ -529,7 +682,9 @@ def fig_speedup(table: pd.DataFrame) -> go.Figure:
             fig.add_trace(go.Scatter(x=g["workload"], y=g["speedup_bound"], mode="markers", name=f"{name} bound",
                                      marker=dict(symbol="line-ew-open", size=28, color=c, line=dict(width=3))))
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="baseline")
-    fig.update_layout(barmode="group", title="Speed-up over plain greedy float32 (95% interval) and the upper bound",
+    if "aa_low" in df and df["aa_low"].notna().any():  # the A/A noise floor a speed-up must clear
+        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig.update_layout(barmode="group", title="Speed-up over plain greedy float32 (interval; grey band: the A/A noise floor) and the upper bound",
                       xaxis_title="task / language", yaxis_title="speed-up (x)")
     return legend_below(fig)
 
