@@ -269,3 +269,13 @@ def test_batch_size_throughput_ratio_pairs_rounds_and_prints_the_noise_floor():
     assert "Output throughput at batch 4 vs batch 1: 4.00x" in f.text and "A/A noise floor 0.97-1.03x" in f.text
     moved = batch_size.headline(pts.assign(aa_low=1.05, aa_high=1.2), pd.DataFrame(rows))
     assert comparison.AA_MOVED in moved.text
+
+
+def test_drift_between_neighbouring_rounds_is_reported():
+    """A baseline that jumps 40% from one round to the next is reported beside the ratios it does not bias."""
+    rows = [{"arm": a, "round": r, "value": (1.4 if r == 2 else 1.0) * (0.5 if a == "x" else 1.0)}
+            for r in range(4) for a in ("base", "x", comparison.AA)]
+    c = comparison.compare(pd.DataFrame(rows), "base")
+    assert c.columns()["round_drift"] == pytest.approx(0.4) and c.drift_moved
+    assert "moved 40% between neighbouring rounds" in comparison.drift_text(c.columns()["round_drift"])
+    assert comparison.drift_text(0.05) == ""

@@ -40,7 +40,7 @@ from .errors import ParameterError
 DESIGNS = ("interleaved", "blocks")
 AA = "A/A"  # the A/A control arm: the baseline measured a second time, interleaved like the other arms
 AA_MOVED = "not supported: the A/A control moved"
-COLUMNS = ("aa_ratio", "aa_low", "aa_high", "design", "rounds")
+COLUMNS = ("aa_ratio", "aa_low", "aa_high", "design", "rounds", "round_drift")
 
 
 # ----------------------------------------------------------------------------- scheduling
@@ -157,11 +157,13 @@ class Comparison:
         return math.isfinite(self.neighbour_drift) and self.neighbour_drift > math.log1p(drift.DRIFT_LIMIT)
 
     def columns(self) -> dict:
-        """The point columns of DESIGN.md section 10: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``."""
+        """The point columns of DESIGN.md section 10: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``;
+        and ``round_drift``, the baseline's largest change between neighbouring rounds (a ratio - 1)."""
         nan = float("nan")
         aa = self.aa
         return {"aa_ratio": aa.estimate if aa is not None else nan, "aa_low": aa.low if aa is not None else nan,
-                "aa_high": aa.high if aa is not None else nan, "design": self.design, "rounds": int(self.rounds)}
+                "aa_high": aa.high if aa is not None else nan, "design": self.design, "rounds": int(self.rounds),
+                "round_drift": math.expm1(self.neighbour_drift) if math.isfinite(self.neighbour_drift) else nan}
 
     def supported(self, arm) -> bool:
         """Whether a comparative claim about ``arm`` stands: a direction after adjustment, the A/A control not
@@ -195,6 +197,18 @@ def invert_interval(iv: evidence.Interval) -> evidence.Interval:
     """The interval of ``1 / ratio`` (bounds swapped)."""
     f = (lambda x: 1.0 / x if x and math.isfinite(x) else float("nan"))
     return dataclasses.replace(iv, estimate=f(iv.estimate), low=f(iv.high), high=f(iv.low))
+
+
+def drift_text(round_drift: float) -> str:
+    """A caveat when the baseline moved between neighbouring rounds by more than
+    :data:`workbench.drift.DRIFT_LIMIT` (empty otherwise): the paired ratios absorb a drift shared by a round,
+    the absolute figures (latencies, throughputs) do not."""
+    from . import drift
+
+    if round_drift is None or not math.isfinite(round_drift) or round_drift <= drift.DRIFT_LIMIT:
+        return ""
+    return (f"The baseline moved {round_drift:.0%} between neighbouring rounds (limit {drift.DRIFT_LIMIT:.0%}): "
+            f"ratios are paired within rounds, absolute figures are not.")
 
 
 def noise_floor_text(aa: evidence.Interval | None, design: str = "interleaved", rounds: int | None = None) -> str:

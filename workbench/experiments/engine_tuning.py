@@ -860,8 +860,9 @@ def aa_sentence(configs: pd.DataFrame) -> str:
     else:
         floor = f"{r['aa_ratio']:.2f}x, 95% interval {r['aa_low']:.2f}-{r['aa_high']:.2f}x"
     moved = f" {comparison.AA_MOVED}: no comparison here is supported." if aa_moved(configs) else ""
+    drifted = comparison.drift_text(r.get("round_drift", float("nan")))
     return (f"A/A noise floor (the baseline against itself, {int(r['rounds'])} {r['design']} rounds): {floor}; "
-            f"intervals Holm-adjusted over {m} comparisons.{moved}")
+            f"intervals Holm-adjusted over {m} comparisons.{moved}" + (f" {drifted}" if drifted else ""))
 
 
 def speedup_phrase(r) -> str:

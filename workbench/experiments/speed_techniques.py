@@ -501,7 +501,8 @@ def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) ->
               "speedup_high": iv.high if iv else nan, "speedup_p_holm": pa,
               "speedup_method": (f"{iv.method}, Holm-adjusted p {pa:.3g}" if iv and iv.shown else
                                  (iv.reason if iv else ""))}
-        no_aa = {"aa_ratio": nan, "aa_low": nan, "aa_high": nan, "design": "interleaved", "rounds": cfg.repeats}
+        no_aa = {"aa_ratio": nan, "aa_low": nan, "aa_high": nan, "design": "interleaved", "rounds": cfg.repeats,
+                 "round_drift": nan}
         extra = {**point_extra(loaded, cfg, p, state, got[pid]["requests"]), **sp, **(aa_cols or no_aa)}
         out[pid] = PointResult(requests=got[pid]["requests"], wall_s=got[pid]["wall_s"],
                                warmup_s=got[pid]["warmup_s"], extra=extra, contamination=contamination)
