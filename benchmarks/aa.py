@@ -68,6 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=20, help="A/A trials per design (>= 20 for the closing note)")
     ap.add_argument("--repeats", type=int, default=10, help="requests per arm per trial (rounds in the new design)")
+    ap.add_argument("--designs", nargs="*", default=None, help="designs to run (default: all)")
     ap.add_argument("--device", default="auto")
     args = ap.parse_args()
     loaded = models.load_model("default", args.device, "float32")
@@ -75,6 +76,8 @@ def main() -> None:
           f"claimed when the 95% interval of B / A excludes 1 (nominal 5%)")
     print(f"{'design':18s} {'old: blocked, Welch':>22s} {'new: interleaved, paired':>26s}   time")
     for name, arm in designs(loaded).items():
+        if args.designs and name not in args.designs:
+            continue
         warm_up(arm[0], arm[1], arm[2], 2, generate_kwargs=arm[3])
         t0, old, new = time.perf_counter(), 0, 0
         for t in range(args.trials):
