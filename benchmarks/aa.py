@@ -4,11 +4,11 @@ Each generation design of the workbench (engine tuning, speed techniques) is run
 real default model, ``--trials`` times, two ways (issue 32):
 
 - old, blocked: arm A's ``--repeats`` requests back to back, then arm B's; Welch's t over the repeats as
-  independent samples (:func:`workbench.comparison.blocked_interval`), what engine tuning and speed
+  independent samples (:func:`workbench.stats.comparison.blocked_interval`), what engine tuning and speed
   techniques did before: its interval sees only the noise inside a block, so drift between the blocks reads
   as an effect;
 - new, interleaved: ``--repeats`` rounds of A and B in an order shuffled per round, the paired within-round
-  log ratios, t over rounds (:func:`workbench.comparison.compare`).
+  log ratios, t over rounds (:func:`workbench.stats.comparison.compare`).
 
 A trial "claims a direction" when its 95% interval of B / A excludes 1; a design that works does so in about
 5% of trials. Prints, per design, the share for old and new side by side. Each request is tiny: engine tuning
@@ -25,11 +25,12 @@ import time
 
 import pandas as pd
 
-from workbench import comparison, models
+from workbench.stats import comparison
+from workbench.measure import models
 from workbench.experiments import engine_tuning as et
 from workbench.experiments import speed_techniques as st
-from workbench.generation import GenerationSettings, generate_measured, warm_up
-from workbench.prompts import build_batch
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.inputs.prompts import build_batch
 
 
 def designs(loaded) -> dict:

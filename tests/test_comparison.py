@@ -1,4 +1,4 @@
-"""Comparison designs (workbench/comparison.py): A/A trials under injected drift, best-of-m, the schedule.
+"""Comparison designs (workbench/stats/comparison.py): A/A trials under injected drift, best-of-m, the schedule.
 
 A fake measurement source drifts by a per-block speed offset of 4-7% (the size seen between back-to-back drift
 references on this machine, issue 32): the old blocked design (each arm's repeats back to back, Welch over the
@@ -14,7 +14,7 @@ import random
 import pandas as pd
 import pytest
 
-from workbench import comparison, evidence
+from workbench.stats import comparison, evidence
 from workbench.errors import ParameterError
 
 
@@ -126,7 +126,7 @@ def test_paired_pvalue_is_scipys_t_test():
 def test_engine_tuning_points_carry_the_aa_control(loaded):
     """A tiny interleaved engine-tuning grid on the real model: every point carries the A/A columns and the
     design, the configurations table its paired speed-up, the finding its noise floor."""
-    from workbench import results
+    from workbench.run import results
     from workbench.experiments import engine_tuning as et
 
     cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],

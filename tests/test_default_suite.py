@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from workbench import notebooks
+from workbench.run import notebooks
 
 
 def suite_config(stem: str):
@@ -70,7 +70,7 @@ def test_engine_tuning_rounds_tell_1_25x_from_1x_after_holm():
     the slower configuration is called slower at least half the time, the A/A interval covers 1 about 95% of
     the time, and no equal configuration is called different in more than 5% of runs (issue 32: the blocked
     design's 10 repeats told 1.1x from 1.0x on paper, but only in a machine without drift)."""
-    from workbench import comparison
+    from workbench.stats import comparison
 
     cfg = suite_config("09_engine_tuning")
     names = [et_config_name(c) for c in cfg.configurations()]
@@ -102,7 +102,7 @@ def et_config_name(c):
 def test_temperature_greedy_answers_mostly_end_before_the_cap(loaded):
     """The suite's temperature prompts, greedy (temperature 0) in one batch: under half are cut by
     ``max_new_tokens`` (reports and Chinese questions at 12-24 tokens were cut 88-94% of the time)."""
-    from workbench.generation import generate_measured
+    from workbench.measure.generation import generate_measured
 
     cfg = suite_config("03_temperature")
     greedy = [p for p in cfg.grid() if p["temperature"] == 0]

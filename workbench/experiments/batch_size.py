@@ -16,13 +16,17 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import checks, comparison, evidence, metrics, predictions, results, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings, generate_measured, warm_up
-from ..plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
-from ..prompts import build_batch
-from ..results import PointResult
-from ..sweeps import SweepConfig, expand_grid
+from workbench.run import point_result
+from workbench import checks
+from workbench.stats import comparison, evidence, metrics
+from workbench.predict import predictions
+from workbench.run import results, sweeps
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.share.plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
+from workbench.inputs.prompts import build_batch
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig, expand_grid
 
 EXPERIMENT = "batch_size"
 
@@ -79,12 +83,12 @@ class Config(SweepConfig):
 
 
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
-    """One (prompt_tokens, batch_size) point (:func:`workbench.sweeps.measure_generation`).
+    """One (prompt_tokens, batch_size) point (:func:`workbench.run.sweeps.measure_generation`).
 
     Each row of the batch gets a different window of real text of exactly ``prompt_tokens`` tokens.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"prompt_tokens": L, "batch_size": B}``.
         state: the sweep's shared state (unused: every point warms up itself).
@@ -97,18 +101,18 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 
 
 def measure_interleaved(loaded, cfg: Config, points: list[dict]) -> dict[str, PointResult]:
-    """Every (prompt_tokens, batch_size) point as an interleaved arm (:mod:`workbench.comparison`): each round
+    """Every (prompt_tokens, batch_size) point as an interleaved arm (:mod:`workbench.stats.comparison`): each round
     runs one batch of every point plus the first point (the smallest batch) a second time, the A/A control of
     the throughput ratio, in an order shuffled per round from ``cfg.seed``; ``cfg.repeats`` rounds, round ``r``
     at seed ``cfg.seed + r``, each point warmed up ``cfg.warmup`` times first. Rows are those of
     :func:`measure_point` with ``repeat`` = round, so ratios of two points pair their batches by round.
 
     Returns:
-        ``{point_id: PointResult}``; every ``extra`` holds the A/A columns (:data:`workbench.comparison.COLUMNS`:
+        ``{point_id: PointResult}``; every ``extra`` holds the A/A columns (:data:`workbench.stats.comparison.COLUMNS`:
         the second smallest-batch throughput over the first, t over rounds).
     """
     settings = cfg.settings()
-    pids = [results.point_id(EXPERIMENT, p) for p in points]
+    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
     by_pid = dict(zip(pids, points))
     prompts = {pid: build_batch(loaded.tokenizer, p["batch_size"], p["prompt_tokens"]) for pid, p in by_pid.items()}
     got = {pid: {"requests": [], "wall_s": 0.0, "warmup_s": warm_up(loaded, prompts[pid], settings, cfg.warmup)}
@@ -134,11 +138,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The batch-size trade-off: every (prompt_tokens, batch_size) point of ``cfg``.
 
     Each row of a batch gets a different window of real text of exactly
-    ``prompt_tokens`` tokens (:func:`workbench.prompts.build_batch`).
+    ``prompt_tokens`` tokens (:func:`workbench.inputs.prompts.build_batch`).
 
     Returns:
-        The experiment's points DataFrame (see :func:`workbench.sweeps.run_sweep`), with the roofline's
-        prediction per point and ``ttft_ratio`` / ``tpot_ratio`` (:func:`workbench.predictions.with_predictions`;
+        The experiment's points DataFrame (see :func:`workbench.run.sweeps.run_sweep`), with the roofline's
+        prediction per point and ``ttft_ratio`` / ``tpot_ratio`` (:func:`workbench.predict.predictions.with_predictions`;
         the residual table is saved as ``residuals/batch_size.txt``).
     """
     predictor = predictions.calibrated_predictor(loaded)  # predict before measuring
@@ -149,7 +153,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
             return measure_point(loaded, cfg, p, state)
         if "interleaved" not in state:
             state["interleaved"] = measure_interleaved(loaded, cfg, cfg.grid())
-        return state["interleaved"][results.point_id(EXPERIMENT, p)]
+        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
 
     points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                      slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
@@ -159,7 +163,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
 
 def recommend(points: pd.DataFrame) -> pd.Series | None:
-    """The usable point (:func:`workbench.evidence.usable_points`: status ok and valid) with the highest
+    """The usable point (:func:`workbench.stats.evidence.usable_points`: status ok and valid) with the highest
     ``goodput_rps`` (ties: smaller batch, then higher throughput).
 
     Args:
@@ -177,7 +181,7 @@ def recommend(points: pd.DataFrame) -> pd.Series | None:
 
 
 def repeat_throughputs(requests: pd.DataFrame, point_id: str, by_repeat: bool = False):
-    """Output throughput (tokens/s) of each repeat of a point: :func:`workbench.metrics.summarize_point` over
+    """Output throughput (tokens/s) of each repeat of a point: :func:`workbench.stats.metrics.summarize_point` over
     the repeat's rows, its wall time the longest ``e2e_s`` (one ``generate`` call per repeat: every row is
     submitted together). ``by_repeat``: a Series indexed by repeat (round), for pairing by round."""
     g = requests[requests["point_id"] == point_id]
@@ -195,7 +199,7 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evid
         requests: its requests (for the per-repeat throughputs of the ratio); None skips the ratio.
 
     Returns:
-        :class:`workbench.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding`.
     """
     usable = evidence.usable_points(points)
     excluded = len(points) - len(usable)

@@ -4,7 +4,7 @@ Knobs that change speed without changing the model: ``dtype``, ``attn_implementa
 attention kernel), ``cache_implementation`` (``dynamic`` / ``static``) with ``compile`` (``torch.compile`` of
 the decode forward, which needs the static cache's fixed shapes) and ``torch_threads`` (CPU). Each
 configuration is measured at one or two workloads (batch size x prompt length, fixed-length greedy outputs)
-with the calibrated roofline's prediction beside it (:mod:`workbench.roofline`).
+with the calibrated roofline's prediction beside it (:mod:`workbench.predict.roofline`).
 
 Method:
 
@@ -13,7 +13,7 @@ Method:
 - Quality guard (per configuration, on ``guard_prompts`` fixed prompts of real text): greedy output against the
   float32 ``eager`` reference (``token_agreement``: share of identical tokens position by position;
   ``first_divergence``: the first differing position, minimum over prompts) and the mean absolute drift of
-  the reference continuation's per-token log-probability (:func:`workbench.quality.continuation_logprobs`,
+  the reference continuation's per-token log-probability (:func:`workbench.measure.quality.continuation_logprobs`,
   nats). A configuration passes when agreement >= ``min_token_agreement`` and drift <=
   ``max_logprob_drift``; one that fails is shown and marked, never recommended.
 - Utilisation: MBU and MFU of a point count the bytes of the model it measured (the configuration's dtype) over
@@ -22,7 +22,7 @@ Method:
   passes the guard and does not miss the SLO at the SLO's own percentile (p99 for MLPerf presets and ``custom``,
   p90 for DistServe's), judged only where the point's samples support that percentile (:func:`slo_verdict`).
   Its speed-up over the baseline comes with an interval, and "faster" / "slower" only when it excludes 1. A grid
-  is measured interleaved (:func:`measure_configurations`, :mod:`workbench.comparison`): every round measures
+  is measured interleaved (:func:`measure_configurations`, :mod:`workbench.stats.comparison`): every round measures
   every configuration once plus the baseline a second time (the A/A control), the order shuffled per round;
   the speed-up is the t interval over rounds of the paired within-round log ratios, each configuration at its
   Holm level over the configurations compared (the recommendation is the best of ``m``). The A/A interval is
@@ -52,13 +52,19 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import checks, comparison, drift, evidence, metrics, models, predictions, quality, results, roofline, slo, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings, generate_measured, warm_up
-from ..plots import label, legend_below, split_by_device
-from ..prompts import build_batch
-from ..results import PointResult
-from ..sweeps import SweepConfig
+from workbench.measure import contention
+from workbench.run import point_result
+from workbench import checks
+from workbench.stats import comparison, evidence, metrics, slo
+from workbench.run import drift, results, sweeps
+from workbench.measure import models, quality
+from workbench.predict import predictions, roofline
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.share.plots import label, legend_below, split_by_device
+from workbench.inputs.prompts import build_batch
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "engine_tuning"
 AXES = ("dtype", "attn_implementation", "cache_implementation", "compile", "torch_threads")
@@ -118,7 +124,7 @@ class Config(SweepConfig):
         max_new_tokens: fixed-length greedy outputs (>= 2).
         guard_prompts, guard_tokens: quality-guard prompts and greedy tokens per prompt.
         min_token_agreement, max_logprob_drift: the guard's limits.
-        slo_preset: a :mod:`workbench.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
+        slo_preset: a :mod:`workbench.stats.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
         search: ``grid`` (every configuration) or ``adaptive`` (:func:`coordinate_search`, <= 1/3 of the grid).
         calibrate: fit the roofline's overheads on this machine first when no calibration is cached (~15 s).
     """
@@ -262,7 +268,7 @@ def generate_kwargs(point: dict, device: str = "cpu") -> dict:
 
 
 def load_configuration(cfg: Config, point: dict):
-    """The model in the point's dtype and attention kernel (memoised by :func:`workbench.models.load_model`)."""
+    """The model in the point's dtype and attention kernel (memoised by :func:`workbench.measure.models.load_model`)."""
     return models.load_model(cfg.model, cfg.device, point["dtype"], attn_implementation=point["attn_implementation"])
 
 
@@ -275,7 +281,7 @@ def guard_prompts(tokenizer, n: int) -> list[str]:
 
 
 def reference(cfg: Config) -> dict:
-    """The float32 ``eager`` reference on the guard prompts (:func:`workbench.quality.guard_reference`):
+    """The float32 ``eager`` reference on the guard prompts (:func:`workbench.measure.quality.guard_reference`):
     prompts, context ids, greedy output ids, their per-token log-probs."""
     ref = models.load_model(cfg.model, cfg.device, "float32", attn_implementation="eager")
     return quality.guard_reference(ref, guard_prompts(ref.tokenizer, cfg.guard_prompts), cfg.settings(cfg.guard_tokens),
@@ -284,7 +290,7 @@ def reference(cfg: Config) -> dict:
 
 def quality_guard(loaded, ref: dict, cfg: Config, gen_kwargs: dict | None = None, logits_processor=None) -> dict:
     """The guard of one configuration (model already loaded in its dtype and kernel, threads already set):
-    :func:`workbench.quality.quality_guard` with the config's guard length and limits."""
+    :func:`workbench.measure.quality.quality_guard` with the config's guard length and limits."""
     return quality.quality_guard(loaded, ref, cfg.settings(cfg.guard_tokens), cfg.min_token_agreement,
                                  cfg.max_logprob_drift, gen_kwargs, logits_processor)
 
@@ -304,12 +310,12 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: a configuration (:meth:`Config.configurations`) plus ``batch_size`` and ``prompt_tokens``.
         state: shared by the points of one sweep: ``reference`` (:func:`reference`; computed on the first
-            point and kept when absent), ``predictor`` (:class:`workbench.roofline.Predictor`, optional: the
+            point and kept when absent), ``predictor`` (:class:`workbench.predict.roofline.Predictor`, optional: the
             prediction columns) and ``logits_processor`` (optional, tests: applies to the timed runs and the
             guard).
 
     Returns:
-        :class:`workbench.results.PointResult`; ``extra`` holds the configuration's name, ``compile_s``, the
+        :class:`workbench.run.point_result.PointResult`; ``extra`` holds the configuration's name, ``compile_s``, the
         guard's columns (:func:`quality_guard`) and, with a predictor, its prediction.
     """
     if "reference" not in state:
@@ -344,10 +350,10 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 
 
 def measure_configurations(loaded, cfg: Config, configurations: list[dict], state: dict) -> dict[str, PointResult]:
-    """Measure configurations as interleaved arms (:mod:`workbench.comparison`) with the A/A control.
+    """Measure configurations as interleaved arms (:mod:`workbench.stats.comparison`) with the A/A control.
 
     Every round measures every configuration once at every workload, plus the baseline (the first configuration)
-    a second time as the A/A control (:data:`workbench.comparison.AA`), in an order shuffled per round from
+    a second time as the A/A control (:data:`workbench.stats.comparison.AA`), in an order shuffled per round from
     ``cfg.seed``; ``cfg.repeats`` rounds. All configurations stay loaded (:func:`load_configuration` is
     memoised), so switching costs nothing. Before round 0 each configuration warms up at each workload
     (``cfg.warmup`` batches; a compiled one runs one full untimed request instead: ``compile_s``). Round ``r``
@@ -355,7 +361,7 @@ def measure_configurations(loaded, cfg: Config, configurations: list[dict], stat
 
     The speed-up of each configuration over the baseline is judged from the paired within-round ratios of the
     request latency (mean ``e2e_s`` of a round's batch, geometric mean over workloads), Holm over the
-    configurations compared (:func:`workbench.comparison.compare`).
+    configurations compared (:func:`workbench.stats.comparison.compare`).
 
     Args:
         loaded: the notebook's model (unused for timing; each configuration runs its own).
@@ -382,7 +388,7 @@ def measure_configurations(loaded, cfg: Config, configurations: list[dict], stat
     settings = cfg.settings()
     by_name = dict(zip(names, configurations))
     arms = names + ([comparison.AA] if len(names) else [])
-    monitor = metrics.LoadMonitor()
+    monitor = contention.LoadMonitor()
     prep: dict = {}
     for name, c in by_name.items():  # warm-up (or compile) of every configuration at every workload
         model, kw = load_configuration(cfg, c), generate_kwargs(c, dev)
@@ -430,7 +436,7 @@ def measure_configurations(loaded, cfg: Config, configurations: list[dict], stat
             iv = comparison.invert_interval(comp.arms[name].interval)
             sp = dict(speedup_vs_baseline=iv.estimate, speedup_low=iv.low, speedup_high=iv.high,
                       speedup_p_holm=comp.arms[name].p_adjusted)
-        pid = results.point_id(EXPERIMENT, {**c, "batch_size": B, "prompt_tokens": L})
+        pid = point_result.point_id(EXPERIMENT, {**c, "batch_size": B, "prompt_tokens": L})
         out[pid] = PointResult(requests=p["requests"], wall_s=p["wall_s"], warmup_s=p["warmup_s"],
                                extra={"config": name, "compile_s": p["compile_s"], **sp, **cols},
                                contamination=contamination)
@@ -443,14 +449,14 @@ def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> 
     prediction, utilisation and repeat statistics (as :func:`measure_point` does for a point measured alone).
 
     Returns:
-        :class:`workbench.results.PointResult` of the point.
+        :class:`workbench.run.point_result.PointResult` of the point.
     """
     if "interleaved" not in state:
         state["interleaved"] = measure_configurations(loaded, cfg, state.get("configurations") or cfg.configurations(),
                                                       state)
     if "reference" not in state:
         state["reference"] = reference(cfg)
-    out = state["interleaved"][results.point_id(EXPERIMENT, point)]
+    out = state["interleaved"][point_result.point_id(EXPERIMENT, point)]
     predictor, lp = state.get("predictor"), state.get("logits_processor")
     model = load_configuration(cfg, point)
     B, L = int(point["batch_size"]), int(point["prompt_tokens"])
@@ -478,8 +484,8 @@ _PEAKS: dict = {}
 def dtype_peaks(device: str, dtype: str, threads: int | None = None,
                 predictor: roofline.Predictor | None = None) -> dict:
     """Peak bandwidth and FLOP/s of ``device`` for a model in ``dtype``: the predictor's probe of that dtype
-    (:meth:`workbench.roofline.Predictor.for_dtype`), else a fresh :meth:`workbench.roofline.Device.probe` in
-    that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.roofline.Device.flops_at`).
+    (:meth:`workbench.predict.roofline.Predictor.for_dtype`), else a fresh :meth:`workbench.predict.roofline.Device.probe` in
+    that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.predict.roofline.Device.flops_at`).
 
     Returns:
         ``{"bandwidth_bytes_per_s", "flops_per_s"}``.
@@ -498,7 +504,7 @@ def measured_utilisation(loaded, requests: list[dict], point: dict,
                          predictor: roofline.Predictor | None = None) -> dict:
     """MBU and MFU of a point from the model it measured (``loaded``: the configuration's dtype, so its weight
     and KV bytes) over the peaks probed in that dtype (:func:`dtype_peaks`), the formulas of
-    :func:`workbench.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
+    :func:`workbench.stats.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
     bfloat16 point they counted twice the bytes and divided by float32's FLOP/s; these columns replace them.
 
     Returns:
@@ -533,7 +539,7 @@ def repeat_statistics(requests: list[dict]) -> dict:
     return {"n_repeats": n, "log_e2e_s_mean": mean, "log_e2e_s_sd": sd}
 
 
-speedup_interval = evidence.summary_ratio_interval  # the formula's home is workbench.evidence
+speedup_interval = evidence.summary_ratio_interval  # the formula's home is workbench.stats.evidence
 
 
 # ----------------------------------------------------------------------------- search and recommendation
@@ -616,7 +622,7 @@ def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], 
 def slo_verdict(rows: pd.DataFrame, limits: dict[str, float | None], percentile: int) -> tuple[bool | None, str]:
     """Whether every point of a configuration meets the SLO limits at the SLO's own percentile.
 
-    A percentile counts only where the point's ``n_samples`` supports it (:data:`workbench.metrics.MIN_SAMPLES`:
+    A percentile counts only where the point's ``n_samples`` supports it (:data:`workbench.stats.metrics.MIN_SAMPLES`:
     no p99 from a handful of values). Where the stated percentile is not supported, a supported lower one
     (p50, p90) above the limit still proves a miss (the p99 is at least the p50); otherwise the verdict is
     unknown.
@@ -760,10 +766,10 @@ def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
 
 def make_predictor(cfg: Config, loaded) -> roofline.Predictor:
     """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one (checked against
-    today's probe and refitted when off by more than 15%, :func:`workbench.roofline.check_calibration`), else
+    today's probe and refitted when off by more than 15%, :func:`workbench.predict.roofline.check_calibration`), else
     (``cfg.calibrate``) a fresh one on the model loaded in that dtype (the small workload, one repeat, 3 probe
     trials; ~20 s once per machine and dtype); a dtype left uncalibrated uses its own probed FLOP/s with
-    ``loaded``'s overheads (:meth:`workbench.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
+    ``loaded``'s overheads (:meth:`workbench.predict.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
     which calibration it used."""
     info = loaded.info
     dev = info.device.split(":")[0]
@@ -809,9 +815,9 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
         def evaluate(c):
             pts = [{**c, **w} for w in cfg.workloads()]
-            ids.extend(results.point_id(EXPERIMENT, p) for p in pts)
+            ids.extend(point_result.point_id(EXPERIMENT, p) for p in pts)
             done = sweeps.run_sweep(run_dir, EXPERIMENT, pts, measure, **kw)
-            done = done[done["point_id"].isin([results.point_id(EXPERIMENT, p) for p in pts])]
+            done = done[done["point_id"].isin([point_result.point_id(EXPERIMENT, p) for p in pts])]
             row = configurations(done, lim)
             return objective(row.iloc[0]) if len(row) else math.inf
 
@@ -950,7 +956,7 @@ def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFr
     (a recommended configuration whose ratio is within noise is an equal choice, not a speed-up).
 
     Returns:
-        :class:`workbench.evidence.Finding` (point ids: the usable points of ``points`` when given).
+        :class:`workbench.stats.evidence.Finding` (point ids: the usable points of ``points`` when given).
     """
     text = headline(configs, search)
     if configs.empty:
@@ -995,7 +1001,7 @@ def fig_speed(configs: pd.DataFrame, recommended: pd.Series | None = None) -> go
 
 def fig_speedup(configs: pd.DataFrame) -> go.Figure:
     """Speed-up over the baseline per configuration with its interval (error bars), and the A/A control's
-    interval shaded: the noise floor a speed-up must clear (:func:`workbench.comparison.add_noise_band`)."""
+    interval shaded: the noise floor a speed-up must clear (:func:`workbench.stats.comparison.add_noise_band`)."""
     df = configs
     lo = df.get("speedup_low", pd.Series(float("nan"), index=df.index))
     hi = df.get("speedup_high", pd.Series(float("nan"), index=df.index))

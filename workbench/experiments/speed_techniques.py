@@ -9,12 +9,12 @@ Techniques, all through ``transformers``' own ``generate``:
 - ``draft``: assisted generation (``assistant_model``) with ``k`` draft tokens per step (constant schedule,
   no confidence cut-off, so every step proposes ``k`` unless the length cap is near). On the embedded
   SmolLM2-135M, the smallest of its family, the draft is a layer-truncated copy of the model sharing its
-  embedding, head and tokenizer (:func:`workbench.models.truncated_draft`, ``draft_model = "truncated"``);
+  embedding, head and tokenizer (:func:`workbench.techniques.speed.truncated_draft`, ``draft_model = "truncated"``);
   it was not trained to exit early, so its acceptance is low and reported as such. A GPU suite names a real
   pair (``draft_model: Qwen/Qwen3-0.6B`` for ``model: Qwen/Qwen3-4B``).
 - ``int8_dynamic`` quantization (an engine-tuning-style axis, technique ``none``): ``torch.ao``'s
-  ``quantize_dynamic`` on every ``nn.Linear`` (:func:`workbench.models.quantize_int8`), with engine tuning's
-  quality guard (:func:`workbench.quality.quality_guard`: greedy agreement and log-prob drift against the
+  ``quantize_dynamic`` on every ``nn.Linear`` (:func:`workbench.techniques.speed.quantize_int8`), with engine tuning's
+  quality guard (:func:`workbench.measure.quality.quality_guard`: greedy agreement and log-prob drift against the
   float32 model) and MBU from the bytes the quantized model reads per step. torch's dynamic kernels quantize
   each Linear's input activations per call as well (not pure weight-only; torchao's int8 weight-only is not
   installed): that rounding drives the log-prob drift, and the per-call quantize / dequantize work is what can
@@ -29,7 +29,7 @@ Workloads (:func:`task_prompts`): copy-heavy tasks built from the shipped docume
 Chinese (``data/zh`` essays), next to ``free`` generation (a short story), where there is nothing to copy.
 
 Metrics of a speculative point (:func:`acceptance`), from the per-step counts that
-:func:`workbench.generation.generate_measured` records (``draft_proposed``: candidates the target verified in
+:func:`workbench.measure.generation.generate_measured` records (``draft_proposed``: candidates the target verified in
 each step, from the target's forward; ``draft_emitted``: ids the step added):
 
 - ``acceptance_rate``: accepted draft tokens / proposed (accepted = emitted - 1 per step: the last id of a
@@ -38,7 +38,7 @@ each step, from the target's forward; ``draft_emitted``: ids the step added):
 - ``acceptance_by_position``: for draft position ``i``, steps that accepted it / steps that proposed it;
 - ``verify_steps_per_token``: target forwards per output id (1 for plain decoding);
 - ``speedup`` (:func:`speed_table`): baseline ``e2e_s`` over the technique's, the ratio of geometric means
-  over repeats with a Welch interval (:func:`workbench.evidence.ratio_interval`); int8 is judged on decode
+  over repeats with a Welch interval (:func:`workbench.stats.evidence.ratio_interval`); int8 is judged on decode
   tokens/s (``decode_tps``) against float32.
 - ``speedup_bound``: the simple upper bound of Leviathan et al. 2023 (eq. 1 and theorem 3.8) from the measured
   mean acceptance length ``tau`` over steps that proposed (vLLM's and AIPerf's definition): a step yields
@@ -49,8 +49,8 @@ each step, from the target's forward; ``draft_emitted``: ids the step added):
   below the bound.
 
 Timing: the ``k`` ids of one verification step share one stamp; ``itl_s`` holds the gaps between
-verification steps (:func:`workbench.metrics.step_gaps`, vLLM's and AIPerf's definition); TPOT is e2e minus
-TTFT over output ids minus one, as everywhere (:func:`workbench.metrics.request_timing`). Outputs have a fixed
+verification steps (:func:`workbench.stats.metrics.step_gaps`, vLLM's and AIPerf's definition); TPOT is e2e minus
+TTFT over output ids minus one, as everywhere (:func:`workbench.stats.metrics.request_timing`). Outputs have a fixed
 length (``ignore_eos``), so the speed-ups compare equal work. MBU of a speculative point is per verification
 step (:func:`verification_mbu`). ``prefill_s`` of a speculative point is the first target forward, which
 also verifies the first step's candidates.
@@ -68,13 +68,20 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import checks, comparison, evidence, metrics, models, quality, results, roofline, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings, check_speculative, generate_measured, warm_up
-from ..plots import label, legend_below, split_by_device
-from ..prompts import build_batch, source_text
-from ..results import PointResult
-from ..sweeps import SweepConfig
+from workbench.techniques import speed
+from workbench.measure import contention
+from workbench.run import point_result
+from workbench import checks
+from workbench.stats import comparison, evidence, metrics
+from workbench.measure import models, quality
+from workbench.run import results, sweeps
+from workbench.predict import roofline
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, check_speculative, generate_measured, warm_up
+from workbench.share.plots import label, legend_below, split_by_device
+from workbench.inputs.prompts import build_batch, source_text
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "speed_techniques"
 TECHNIQUES = ("none", "prompt_lookup", "draft")
@@ -93,7 +100,7 @@ class Config(SweepConfig):
         draft_tokens: draft tokens per verification step ``k`` (each >= 1), for both techniques.
         tasks: from ``summarise``, ``extract``, ``edit`` (copy-heavy) and ``free``.
         languages: ``en`` and / or ``zh``.
-        quantizations: from :data:`workbench.models.QUANTIZATIONS`; ``none`` is float (the baseline), others
+        quantizations: from :data:`workbench.techniques.speed.QUANTIZATIONS`; ``none`` is float (the baseline), others
             are measured with technique ``none`` on every task.
         draft_model: ``truncated`` (the target's first ``draft_layers`` layers) or a model spec with the
             target's tokenizer.
@@ -131,7 +138,7 @@ class Config(SweepConfig):
             raise ParameterError(f"quantizations: must be a non-empty list (got {self.quantizations!r})")
         dev = models.pick_device(self.device)
         for q in self.quantizations:
-            models.check_quantization(q, dev)
+            speed.check_quantization(q, dev)
         checks.check_int("batch_size", self.batch_size, 1)
         for t in self.techniques:
             if t != "none":
@@ -147,7 +154,7 @@ class Config(SweepConfig):
         if not isinstance(self.draft_model, str) or not self.draft_model:
             raise ParameterError("draft_model: 'truncated' or a model directory / cached hub id")
         if "draft" in self.techniques and self.draft_model != TRUNCATED:
-            models.check_draft_tokenizer(self.model, self.draft_model)
+            speed.check_draft_tokenizer(self.model, self.draft_model)
 
     def grid(self) -> list[dict]:
         """Per (task, language): the float baseline first, then each technique x ``k``, then each quantization."""
@@ -293,7 +300,7 @@ def draft_of(loaded, cfg: Config, state: dict):
     """The draft model (memoised in ``state``): the truncated copy or ``cfg.draft_model`` loaded beside the target."""
     if "draft" not in state:
         if cfg.draft_model == TRUNCATED:
-            state["draft"] = models.truncated_draft(loaded, cfg.draft_layers)
+            state["draft"] = speed.truncated_draft(loaded, cfg.draft_layers)
         else:
             state["draft"] = models.load_model(cfg.draft_model, cfg.device, cfg.dtype)
     return state["draft"]
@@ -356,10 +363,10 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: a :meth:`Config.grid` entry.
         state: shared by the sweep's points: ``draft`` (:func:`draft_of`), ``quantized`` (per scheme),
-            ``guard_reference`` (:func:`workbench.quality.guard_reference` of the float model), ``peaks``.
+            ``guard_reference`` (:func:`workbench.measure.quality.guard_reference` of the float model), ``peaks``.
 
     Returns:
-        :class:`workbench.results.PointResult`; ``extra`` holds, for a speculative point, :func:`acceptance`
+        :class:`workbench.run.point_result.PointResult`; ``extra`` holds, for a speculative point, :func:`acceptance`
         (``acceptance_by_position`` as comma-separated text), ``draft_cost_ratio`` and ``speedup_bound``; for
         a quantized point, the guard's columns, ``weight_bytes`` read per step and ``mbu`` from them.
     """
@@ -378,7 +385,7 @@ def arm_setup(loaded, cfg: Config, point: dict, state: dict) -> tuple:
     if point["quantization"] != "none":
         model = state.setdefault("quantized", {}).get(point["quantization"])
         if model is None:
-            model = state["quantized"][point["quantization"]] = models.quantize_int8(loaded)
+            model = state["quantized"][point["quantization"]] = speed.quantize_int8(loaded)
     if point["technique"] == "draft":
         draft = draft_of(loaded, cfg, state)
     return model, draft, generate_kwargs(point, draft), prompts
@@ -421,10 +428,10 @@ def point_extra(loaded, cfg: Config, point: dict, state: dict, requests: list[di
 
 
 def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
-    """Measure every point of the grid as interleaved arms (:mod:`workbench.comparison`), with the A/A control.
+    """Measure every point of the grid as interleaved arms (:mod:`workbench.stats.comparison`), with the A/A control.
 
     Every round measures every point once (each workload's baseline, techniques and quantizations, across
-    workloads) plus the first workload's baseline a second time (:data:`workbench.comparison.AA`: the
+    workloads) plus the first workload's baseline a second time (:data:`workbench.stats.comparison.AA`: the
     experiment's noise floor), in an order shuffled per round from ``cfg.seed``; ``cfg.repeats`` rounds, round
     ``r`` at seed ``cfg.seed + r``. Each arm warms up ``cfg.warmup`` times before round 0. Per workload, each
     arm is judged against its baseline from the paired within-round ratios, Holm over that workload's arms:
@@ -434,15 +441,15 @@ def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) ->
     Returns:
         ``{point_id: PointResult}``: requests (``repeat`` = round), ``extra`` with :func:`point_extra`'s columns,
         ``speedup`` / ``speedup_low`` / ``speedup_high`` / ``speedup_p_holm`` (NaN for a baseline) and the A/A
-        columns (:data:`workbench.comparison.COLUMNS`); ``contamination`` over all rounds.
+        columns (:data:`workbench.stats.comparison.COLUMNS`); ``contamination`` over all rounds.
     """
     settings = cfg.settings()
-    pids = [results.point_id(EXPERIMENT, p) for p in points]
+    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
     by_pid = dict(zip(pids, points))
     is_base = {pid: p["technique"] == "none" and p["quantization"] == "none" for pid, p in by_pid.items()}
     first_base = next((pid for pid in pids if is_base[pid]), None)
     arms = pids + ([comparison.AA] if first_base else [])
-    monitor = metrics.LoadMonitor()
+    monitor = contention.LoadMonitor()
     setup, got = {}, {pid: {"requests": [], "wall_s": 0.0} for pid in pids}
     for pid in pids:
         setup[pid] = arm_setup(loaded, cfg, by_pid[pid], state)
@@ -518,13 +525,13 @@ def _pairs(both: pd.DataFrame, arm, base) -> tuple:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
-    """Every point of ``cfg.grid()`` through :func:`workbench.sweeps.run_sweep`; returns the points DataFrame."""
+    """Every point of ``cfg.grid()`` through :func:`workbench.run.sweeps.run_sweep`; returns the points DataFrame."""
     state: dict = {}
 
     def measure(p):  # the first point measures every point interleaved by round (issue 32)
         if "interleaved" not in state:
             state["interleaved"] = measure_interleaved(loaded, cfg, cfg.grid(), state)
-        return state["interleaved"][results.point_id(EXPERIMENT, p)]
+        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
 
     return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure,
                             resume=resume, info=loaded.info, loaded=loaded, config=cfg)
@@ -539,16 +546,16 @@ KEYS = ("task", "language")
 def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """Each technique or quantization point against the float baseline of its (task, language).
 
-    Usable points only (:func:`workbench.evidence.usable_points`). Speculative points: ``speedup`` = baseline
+    Usable points only (:func:`workbench.stats.evidence.usable_points`). Speculative points: ``speedup`` = baseline
     ``e2e_s`` / the point's (batch 1, a fixed output length); int8 points: the point's ``decode_tps`` / the
     baseline's. A run measured interleaved (:func:`measure_interleaved`) carries the paired within-round
     interval at its Holm level (the verdict from the Holm-adjusted p) and the A/A columns; older runs: a Welch
     interval on log values over repeats. ``output_agreement``: share of output ids equal to the baseline's greedy
-    output, position by position (:func:`workbench.quality.token_agreement`), with the first divergence.
+    output, position by position (:func:`workbench.measure.quality.token_agreement`), with the first divergence.
 
     Returns:
         one row per non-baseline point: the point's keys, ``speedup``, ``speedup_low``, ``speedup_high``,
-        ``speedup_method``, ``verdict`` (:func:`workbench.evidence.ratio_verdict`), ``output_agreement``,
+        ``speedup_method``, ``verdict`` (:func:`workbench.stats.evidence.ratio_verdict`), ``output_agreement``,
         ``first_divergence`` and the point's acceptance / guard columns where present.
     """
     ok = evidence.usable_points(points)
@@ -620,7 +627,7 @@ def _name(r) -> str:
 def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
     """Per technique: the speed-up with its interval on each task, the quality cost, and where it stops paying.
 
-    "faster" / "slower" only when the speed-up's 95% interval excludes 1 (:func:`workbench.evidence.ratio_verdict`);
+    "faster" / "slower" only when the speed-up's 95% interval excludes 1 (:func:`workbench.stats.evidence.ratio_verdict`);
     a technique "stops paying" on the tasks (and ``k``) where its interval does not lie above 1.
 
     Args:
@@ -628,7 +635,7 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
         points: the run's points (their ids are the evidence).
 
     Returns:
-        :class:`workbench.evidence.Finding`; supported when at least one verdict carries a direction.
+        :class:`workbench.stats.evidence.Finding`; supported when at least one verdict carries a direction.
     """
     if table is None or table.empty:
         return evidence.Finding("Speed techniques: not supported: no usable technique point beside its baseline.",
