@@ -9,7 +9,8 @@ so lowering a count below what its evidence needs fails here:
   (every request meeting the SLO) while 90% of them cannot (``workbench.stats.slo.one_sided_bounds``);
 - scheduling: at least 2 rounds (the run is the unit under a queue) with the A/A control, at no more requests
   than before;
-- engine tuning: enough repeats that a t-interval of a speed ratio tells 1.1x from 1.0x at this CPU's
+- engine tuning: enough interleaved rounds that the paired, Holm-adjusted speed ratio tells 1.25x from 1.0x at
+  this CPU's
   run-to-run spread (seeded simulation);
 - temperature (real model): under half of the greedy answers are cut by ``max_new_tokens``.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -62,28 +64,40 @@ def test_serving_points_can_show_a_090_target_met():
     assert slo.one_sided_bounds(round(0.9 * n), n)[0] < 0.9
 
 
-def test_engine_tuning_repeats_tell_1_1x_from_1x():
-    """Two configurations, the second 1.1x slower, each run ``repeats`` times with a 9% run-to-run spread
-    (lognormal; results/LOG.md: fastest-of-3 drift references spread 24% over 15, sd ~7%): the 95%
-    t-interval of the ratio of geometric means (Welch) is narrower than +/-ln(1.1) in most simulated runs,
-    and it excludes 1 at least half the time, while at a true 1.0x it covers 1 about 95% of the time."""
-    n = suite_config("09_engine_tuning").repeats
-    rng = np.random.default_rng(0)
-    sd = 0.09
+def test_engine_tuning_rounds_tell_1_25x_from_1x_after_holm():
+    """The suite's configurations plus the A/A control, interleaved over ``repeats`` rounds, one configuration
+    1.25x slower: every run has its own 9% spread (lognormal; results/LOG.md: fastest-of-3 drift references
+    spread 24% over 15, sd ~7%, so ~9% for one run; taken as all per-run, the worst case for pairing) on top of
+    a 7% drift shared by a round. With Holm over the suite's comparisons (the recommendation is a best of m),
+    the slower configuration is called slower at least half the time, the A/A interval covers 1 about 95% of
+    the time, and no equal configuration is called different in more than 5% of runs (issue 32: the blocked
+    design's 10 repeats told 1.1x from 1.0x on paper, but only in a machine without drift)."""
+    from workbench.stats import comparison
 
-    def interval(ratio):
-        a = rng.normal(0.0, sd, n)
-        b = rng.normal(math.log(ratio), sd, n)
-        res = stats.ttest_ind(b, a, equal_var=False)
-        return res.confidence_interval(0.95)
+    cfg = suite_config("09_engine_tuning")
+    names = [et_config_name(c) for c in cfg.configurations()]
+    n, rng, sims = cfg.repeats, np.random.default_rng(0), 300
+    slow, covered, false = 0, 0, 0
+    for _ in range(sims):
+        rows = []
+        for r in range(n):
+            shared = rng.normal(0.0, 0.07)
+            for arm in [*names, comparison.AA]:
+                effect = math.log(1.25) if arm == names[1] else 0.0
+                rows.append({"arm": arm, "round": r, "value": math.exp(shared + effect + rng.normal(0.0, 0.09))})
+        c = comparison.compare(pd.DataFrame(rows), names[0])
+        slow += c.arms[names[1]].verdict == "higher"
+        covered += c.aa.low <= 1 <= c.aa.high
+        false += any(c.arms[a].verdict != "no difference beyond noise" for a in names[2:])
+    assert slow / sims >= 0.5
+    assert covered / sims >= 0.93
+    assert false / sims <= 0.05
 
-    sims = 2000
-    slower = [interval(1.1) for _ in range(sims)]
-    half = np.array([(c.high - c.low) / 2 for c in slower])
-    assert np.median(half) < math.log(1.1)
-    assert np.mean([c.low > 0 for c in slower]) >= 0.5
-    same = [interval(1.0) for _ in range(sims)]
-    assert np.mean([c.low <= 0 <= c.high for c in same]) >= 0.93
+
+def et_config_name(c):
+    from workbench.experiments import engine_tuning
+
+    return engine_tuning.config_name(c)
 
 
 @pytest.mark.model

@@ -36,7 +36,7 @@ from workbench.errors import ParameterError  # noqa: F401
 
 
 #: Flat names of the layout before the layer folders, still importable as ``from workbench import NAME`` for notebooks
-#: written against it (PEP 562 module ``__getattr__``; ``import workbench.results`` itself is gone).
+#: written against it (PEP 562 module ``__getattr__``; ``import workbench.run.results`` itself is gone).
 _MOVED = {"models": "workbench.measure.models", "results": "workbench.run.results", "plots": "workbench.share.plots",
           "report": "workbench.share.report"}
 

@@ -79,6 +79,7 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     run = results.create_run()
     points = batch_size.run(cfg, run, loaded)
     assert (points["status"] == "ok").all() and len(points) == 2
+    assert (points["design"] == "interleaved").all() and "aa_low" in points  # measured by round (issue 32)
     req = results.read_requests(run, experiment="batch_size")
     assert (req["output_tokens"] == 3).all() and (req["max_new_tokens"] == 3).all()
     assert all(len(itl) == n - 1 for itl, n in zip(req["itl_s"], req["output_tokens"]))

@@ -457,7 +457,7 @@ def test_tiny_engine_sweep_on_the_real_model(loaded):
     assert f32["token_agreement"] == 1.0  # sdpa vs eager in float32: same greedy tokens
     configs = et.configurations(points, cfg.slo())
     assert list(configs["config"]) == ["float32/sdpa/dynamic", "bfloat16/sdpa/dynamic"]
-    assert set(et.figures(points, configs)) == {"engine_speed", "engine_prediction", "engine_guard"}
+    assert set(et.figures(points, configs)) == {"engine_speed", "engine_speedup", "engine_prediction", "engine_guard"}
     assert (run / "residuals" / "engine_tuning.txt").exists()
     assert isinstance(et.headline(configs), str)
     # MBU counts the bytes of the model each point measured: a bfloat16 step reads about half the bytes

@@ -5,7 +5,7 @@
   :func:`workbench.serving.load.sweep_rates`, as the notebook).
 - :func:`scheduling_points`: notebook 11's mixed workload (:func:`workbench.experiments.scheduling.mixed_trace`, the
   same seed and distributions) under each policy, at ``load_factor`` of the simulated one-at-a-time capacity.
-- :func:`capacities`: per SLO preset the highest rate meeting it (:func:`workbench.twin.capacity`).
+- :func:`capacities`: per SLO preset the highest rate meeting it (:func:`workbench.predict.twin.capacity`).
 - :func:`validate`: for every measured serving and scheduling point of a run, the twin's prediction of the same
   requests (their scheduled times, sizes, classes, priorities; the point's engine, policy and limits) beside the
   measurement: ``twin_validation.csv`` (one row per point, ``measured_*``, ``simulated_*`` and ``ape_*`` columns:
@@ -119,8 +119,8 @@ def scheduling_points(cost, cfg: twin.TwinConfig, policies, n: int = 200, load_f
 
 def capacities(cost, cfg: twin.TwinConfig, presets, prompt_tokens: int, max_tokens: int, n: int = 200,
                target: float = 0.9, seed: int = 0) -> pd.DataFrame:
-    """Per SLO preset (:data:`workbench.slo.PRESETS` names or ``custom`` objects): ``max_rate_rps`` meeting it
-    (:func:`workbench.twin.capacity`), the bracket and the simulations it took."""
+    """Per SLO preset (:data:`workbench.stats.slo.PRESETS` names or ``custom`` objects): ``max_rate_rps`` meeting it
+    (:func:`workbench.predict.twin.capacity`), the bracket and the simulations it took."""
     rows = []
     for p in presets:
         s = p if isinstance(p, slo.SLO) else slo.get(p)
@@ -443,7 +443,7 @@ def confirm(cost, loaded, picks, cfg) -> pd.DataFrame:
 
 
 def metrics_p50(rows: pd.DataFrame, col: str) -> float:
-    """The median of a column over the rows that produced tokens (:func:`workbench.metrics.percentiles`)."""
+    """The median of a column over the rows that produced tokens (:func:`workbench.stats.metrics.percentiles`)."""
     from workbench.stats import metrics
 
     done = rows[pd.to_numeric(rows.get("output_tokens"), errors="coerce") >= 1] if len(rows) else rows

@@ -1,4 +1,4 @@
-"""The ``workbench simulate`` arguments (issue 34), apart from :mod:`workbench.twin_study` so that building the
+"""The ``workbench simulate`` arguments (issue 34), apart from :mod:`workbench.cli.simulate` so that building the
 command line's parser imports nothing heavy (no pandas)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def add_arguments(p) -> None:
     p.add_argument("--page-size", type=int, default=32, help="continuous: cache page tokens (prefix sharing's unit)")
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--router", default="round_robin",
-                   help="round_robin, least_outstanding or prefix_affinity (workbench.twin.ROUTERS)")
+                   help="round_robin, least_outstanding or prefix_affinity (workbench.predict.twin.ROUTERS)")
     p.add_argument("--capacity", action="store_true", help="search the max rate per SLO preset (--slo)")
     p.add_argument("--slo", default="", help="comma-separated presets (default: all)")
     p.add_argument("--target", type=float, default=0.9, help="SLO attainment target")

@@ -16,12 +16,13 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from workbench.run import point_result
 from workbench import checks
-from workbench.stats import evidence, metrics
+from workbench.stats import comparison, evidence, metrics
 from workbench.predict import predictions
-from workbench.run import sweeps
+from workbench.run import results, sweeps
 from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.share.plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
 from workbench.inputs.prompts import build_batch
 from workbench.run.point_result import PointResult
@@ -99,6 +100,40 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     return out
 
 
+def measure_interleaved(loaded, cfg: Config, points: list[dict]) -> dict[str, PointResult]:
+    """Every (prompt_tokens, batch_size) point as an interleaved arm (:mod:`workbench.stats.comparison`): each round
+    runs one batch of every point plus the first point (the smallest batch) a second time, the A/A control of
+    the throughput ratio, in an order shuffled per round from ``cfg.seed``; ``cfg.repeats`` rounds, round ``r``
+    at seed ``cfg.seed + r``, each point warmed up ``cfg.warmup`` times first. Rows are those of
+    :func:`measure_point` with ``repeat`` = round, so ratios of two points pair their batches by round.
+
+    Returns:
+        ``{point_id: PointResult}``; every ``extra`` holds the A/A columns (:data:`workbench.stats.comparison.COLUMNS`:
+        the second smallest-batch throughput over the first, t over rounds).
+    """
+    settings = cfg.settings()
+    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
+    by_pid = dict(zip(pids, points))
+    prompts = {pid: build_batch(loaded.tokenizer, p["batch_size"], p["prompt_tokens"]) for pid, p in by_pid.items()}
+    got = {pid: {"requests": [], "wall_s": 0.0, "warmup_s": warm_up(loaded, prompts[pid], settings, cfg.warmup)}
+           for pid in pids}
+    rows = []
+    for rnd, arm in comparison.schedule([*pids, comparison.AA], cfg.repeats, cfg.seed):
+        pid = pids[0] if arm == comparison.AA else arm
+        res = generate_measured(loaded, prompts[pid], dataclasses.replace(settings, seed=settings.seed + rnd))
+        for rec in res.records:
+            rec.update(repeat=rnd, batch_size=len(prompts[pid]), batch_wall_s=res.wall_s,
+                       context_tokens=by_pid[pid]["prompt_tokens"])
+        tps = metrics.summarize_point(pd.DataFrame(res.records), wall_s=max(r["e2e_s"] for r in res.records))
+        rows.append({"arm": arm, "round": rnd, "value": tps["output_throughput_tps"]})
+        if arm != comparison.AA:
+            got[pid]["requests"] += res.records
+            got[pid]["wall_s"] += res.wall_s
+    cols = comparison.compare(pd.DataFrame(rows), pids[0], comparison.AA, adjust=False).columns()
+    return {pid: PointResult(requests=g["requests"], wall_s=g["wall_s"], warmup_s=g["warmup_s"], extra=dict(cols))
+            for pid, g in got.items()}
+
+
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The batch-size trade-off: every (prompt_tokens, batch_size) point of ``cfg``.
 
@@ -112,7 +147,15 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """
     predictor = predictions.calibrated_predictor(loaded)  # predict before measuring
     state: dict = {}
-    points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state), resume=resume, slo_ttft_s=cfg.slo_ttft_s,
+
+    def measure(p):  # the first point measures every point interleaved by round (issue 32); on Ray, blocks
+        if len(cfg.grid()) < 2:
+            return measure_point(loaded, cfg, p, state)
+        if "interleaved" not in state:
+            state["interleaved"] = measure_interleaved(loaded, cfg, cfg.grid())
+        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
+
+    points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                      slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
     points = predictions.with_predictions(points, loaded.info, predictor)
     predictions.save_residuals(run_dir, EXPERIMENT, points)
@@ -137,13 +180,14 @@ def recommend(points: pd.DataFrame) -> pd.Series | None:
     return ranked.iloc[0]
 
 
-def repeat_throughputs(requests: pd.DataFrame, point_id: str) -> list[float]:
+def repeat_throughputs(requests: pd.DataFrame, point_id: str, by_repeat: bool = False):
     """Output throughput (tokens/s) of each repeat of a point: :func:`workbench.stats.metrics.summarize_point` over
     the repeat's rows, its wall time the longest ``e2e_s`` (one ``generate`` call per repeat: every row is
-    submitted together)."""
+    submitted together). ``by_repeat``: a Series indexed by repeat (round), for pairing by round."""
     g = requests[requests["point_id"] == point_id]
-    return [metrics.summarize_point(r, wall_s=float(r["e2e_s"].max()))["output_throughput_tps"]
-            for _, r in g.groupby("repeat") if len(r)]
+    out = {rep: metrics.summarize_point(r, wall_s=float(r["e2e_s"].max()))["output_throughput_tps"]
+           for rep, r in g.groupby("repeat") if len(r)}
+    return pd.Series(out, dtype=float) if by_repeat else list(out.values())
 
 
 def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evidence.Finding:
@@ -183,10 +227,21 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evid
         same = usable[usable["prompt_tokens"] == best.prompt_tokens].sort_values("batch_size")
         if len(same) and int(same.iloc[0].batch_size) != int(best.batch_size):
             base = same.iloc[0]
-            iv = evidence.ratio_interval(repeat_throughputs(requests, best.point_id),
-                                         repeat_throughputs(requests, base.point_id))
-            text += " " + evidence.describe_ratio(
-                iv, f"Output throughput at batch {int(best.batch_size)} vs batch {int(base.batch_size)}") + "."
+            if isinstance(best.get("design"), str):  # interleaved: pair the two batches of a round (issue 32)
+                a, b = repeat_throughputs(requests, best.point_id, True), repeat_throughputs(requests, base.point_id, True)
+                iv = evidence.paired_ratio_interval(a, b.reindex(a.index), unit="rounds")
+                aa = evidence.Interval(float(best["aa_ratio"]), float(best["aa_low"]), float(best["aa_high"]),
+                                       checks.int_or(best.get("rounds"), 0), "", reason="too few rounds")
+                floor = f" ({comparison.noise_floor_text(aa, 'interleaved', aa.n)})"
+                moved = aa.shown and (aa.low > 1 or aa.high < 1)
+            else:
+                iv = evidence.ratio_interval(repeat_throughputs(requests, best.point_id),
+                                             repeat_throughputs(requests, base.point_id))
+                floor, moved = "", False
+            name = f"Output throughput at batch {int(best.batch_size)} vs batch {int(base.batch_size)}"
+            said = (f"{name}: {comparison.AA_MOVED}: {iv.describe('{:.2f}', 'x')}" if moved
+                    else evidence.describe_ratio(iv, name))
+            text += " " + said + floor + "."
             ids.append(str(base.point_id))
             if not why and not (iv.shown and iv.low > 1):
                 why = (f"the throughput gain over batch {int(base.batch_size)} is not beyond noise" if iv.shown

@@ -386,7 +386,9 @@ def best_strategy(points):
 def finding(points) -> "evidence.Finding":
     """Per context length: the best strategy (answer match, then likelihood, then total time, valid points
     only), with its evidence against ``none``: answer match over the tasks (one per depth; Newcombe interval of
-    the difference of shares) and total time (Welch ratio over the tasks); a direction only beyond noise.
+    the difference of shares) and total time (Welch ratio over the tasks); a direction only beyond noise. The
+    best is a pick of the ``m`` strategies measured beside ``none``, so both intervals are at ``1 - 0.05 / m``
+    (Holm's first step, issue 32).
 
     Returns:
         :class:`workbench.stats.evidence.Finding`.
@@ -407,14 +409,18 @@ def finding(points) -> "evidence.Finding":
         text = f"{L} tokens: {r['strategy']}{ratio} (match {k} of {n} tasks"
         if r["strategy"] != "none" and len(none):
             k0, n0 = int(round(none[MATCH].sum())), len(none)
-            diff = evidence.difference_interval(k, n, k0, n0)
-            t = evidence.ratio_interval(mine[TOTAL], none[TOTAL], unit="tasks")
+            # the best of m strategies: its comparison with none is tested at Holm's first level, 1 - alpha / m
+            m = max(1, int(at.loc[at["strategy"] != "none", "strategy"].nunique()))
+            level = 1 - (1 - evidence.CONFIDENCE) / m
+            diff = evidence.difference_interval(k, n, k0, n0, level)
+            t = evidence.ratio_interval(mine[TOTAL], none[TOTAL], level, unit="tasks")
             tv = evidence.ratio_verdict(t)
             mv = evidence.difference_verdict(diff)
             supported |= tv in ("higher", "lower") or mv in ("higher", "lower")
             match_word = {"higher": "better than", "lower": "worse than"}.get(mv, "no different beyond noise from")
             text += f", {match_word} none's {k0} of {n0}; " + evidence.describe_ratio(t, "total time vs none") + ")"
-            ev.append(f"{L} tokens: match change {diff.describe('{:+.2f}')}; {n} and {n0} tasks (one per depth)")
+            ev.append(f"{L} tokens: match change {diff.describe('{:+.2f}')}; {n} and {n0} tasks (one per depth); "
+                      f"the best of {m} strategies, so both intervals at {level:.1%} (Holm's first step)")
         else:
             text += f", total {r[TOTAL]:.2f} s)"
             ev.append(f"{L} tokens: {n} tasks; no strategy beat none on match")

@@ -21,8 +21,14 @@ Method:
 - Recommendation: the fastest configuration (lowest mean ``e2e_s_p50`` over the workloads) on valid points that
   passes the guard and does not miss the SLO at the SLO's own percentile (p99 for MLPerf presets and ``custom``,
   p90 for DistServe's), judged only where the point's samples support that percentile (:func:`slo_verdict`).
-  Its speed-up over the baseline comes with a 95% interval (Welch's t on log repeat latencies,
-  :func:`speedup_interval`), and "faster" / "slower" only when the interval excludes 1.
+  Its speed-up over the baseline comes with an interval, and "faster" / "slower" only when it excludes 1. A grid
+  is measured interleaved (:func:`measure_configurations`, :mod:`workbench.stats.comparison`): every round measures
+  every configuration once plus the baseline a second time (the A/A control), the order shuffled per round;
+  the speed-up is the t interval over rounds of the paired within-round log ratios, each configuration at its
+  Holm level over the configurations compared (the recommendation is the best of ``m``). The A/A interval is
+  the noise floor printed beside the finding and shaded on ``engine_speedup``; when it excludes 1 the
+  comparative claims are "not supported: the A/A control moved". (Older runs and the adaptive search, whose
+  configurations are measured one after another: Welch's t on log repeat latencies, :func:`speedup_interval`.)
 - ``search="adaptive"``: coordinate descent (:func:`coordinate_search`; one axis at a time from the baseline,
   keeping the best value, the way a tuner bisects one knob while holding the rest) measuring at most a third
   of the grid (at least one full pass), with the drift reference measured around the whole search as around a
@@ -46,14 +52,15 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
+from workbench.measure import contention
 from workbench.run import point_result
 from workbench import checks
+from workbench.stats import comparison, evidence, metrics, slo
 from workbench.run import drift, results, sweeps
-from workbench.stats import evidence, metrics, slo
 from workbench.measure import models, quality
 from workbench.predict import predictions, roofline
 from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.share.plots import label, legend_below, split_by_device
 from workbench.inputs.prompts import build_batch
 from workbench.run.point_result import PointResult
@@ -342,6 +349,135 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     return out
 
 
+def measure_configurations(loaded, cfg: Config, configurations: list[dict], state: dict) -> dict[str, PointResult]:
+    """Measure configurations as interleaved arms (:mod:`workbench.stats.comparison`) with the A/A control.
+
+    Every round measures every configuration once at every workload, plus the baseline (the first configuration)
+    a second time as the A/A control (:data:`workbench.stats.comparison.AA`), in an order shuffled per round from
+    ``cfg.seed``; ``cfg.repeats`` rounds. All configurations stay loaded (:func:`load_configuration` is
+    memoised), so switching costs nothing. Before round 0 each configuration warms up at each workload
+    (``cfg.warmup`` batches; a compiled one runs one full untimed request instead: ``compile_s``). Round ``r``
+    uses seed ``cfg.seed + r`` for every arm, so a round's arms see the same inputs.
+
+    The speed-up of each configuration over the baseline is judged from the paired within-round ratios of the
+    request latency (mean ``e2e_s`` of a round's batch, geometric mean over workloads), Holm over the
+    configurations compared (:func:`workbench.stats.comparison.compare`).
+
+    Args:
+        loaded: the notebook's model (unused for timing; each configuration runs its own).
+        configurations: configuration dicts (:meth:`Config.configurations`); the first is the baseline.
+        state: the sweep's shared state (``logits_processor`` applies here too).
+
+    Returns:
+        ``{point_id: PointResult}`` per configuration x workload: ``requests`` with ``repeat`` = round,
+        ``extra`` with ``config``, ``compile_s``, ``speedup_vs_baseline`` / ``speedup_low`` / ``speedup_high``
+        (baseline e2e / configuration e2e, at the configuration's Holm level), ``speedup_p_holm`` and the
+        A/A columns (``aa_ratio``, ``aa_low``, ``aa_high``: speed-up of the second baseline over the first,
+        ``design``, ``rounds``); ``contamination``: the load of other processes over all rounds.
+
+    Raises:
+        ParameterError: no configurations, or duplicate ones.
+    """
+    if not configurations:
+        raise ParameterError("configurations: at least one configuration to measure (got none)")
+    names = [config_name(c) for c in configurations]
+    if len(set(names)) != len(names):
+        raise ParameterError(f"configurations: duplicates in {names}")
+    dev = models.pick_device(cfg.device)
+    lp = state.get("logits_processor")
+    settings = cfg.settings()
+    by_name = dict(zip(names, configurations))
+    arms = names + ([comparison.AA] if len(names) else [])
+    monitor = contention.LoadMonitor()
+    prep: dict = {}
+    for name, c in by_name.items():  # warm-up (or compile) of every configuration at every workload
+        model, kw = load_configuration(cfg, c), generate_kwargs(c, dev)
+        for w in cfg.workloads():
+            prompts = build_batch(model.tokenizer, int(w["batch_size"]), int(w["prompt_tokens"]))
+            with threads(c.get("torch_threads")):
+                t0, compile_s = time.perf_counter(), float("nan")
+                if c.get("compile"):
+                    generate_measured(model, prompts, settings, generate_kwargs=kw, logits_processor=lp)
+                    compile_s = time.perf_counter() - t0
+                else:
+                    warm_up(model, prompts, settings, cfg.warmup, generate_kwargs=kw, logits_processor=lp)
+            prep[(name, w["batch_size"], w["prompt_tokens"])] = dict(
+                model=model, kw=kw, prompts=prompts, compile_s=compile_s, warmup_s=time.perf_counter() - t0,
+                requests=[], wall_s=0.0)
+    rows = []
+    for rnd, arm in comparison.schedule(arms, cfg.repeats, cfg.seed):
+        name = names[0] if arm == comparison.AA else arm
+        for w in cfg.workloads():
+            p = prep[(name, w["batch_size"], w["prompt_tokens"])]
+            with threads(by_name[name].get("torch_threads")):
+                res = generate_measured(p["model"], p["prompts"], dataclasses.replace(settings, seed=cfg.seed + rnd),
+                                        generate_kwargs=p["kw"], logits_processor=lp)
+            done = [r["e2e_s"] for r in res.records if r.get("output_tokens", 0) >= 1 and r.get("e2e_s")]
+            rows.append({"arm": arm, "round": rnd, "value": sum(done) / len(done) if done else float("nan")})
+            if arm != comparison.AA:
+                for rec in res.records:
+                    rec.update(repeat=rnd, batch_size=len(p["prompts"]), batch_wall_s=res.wall_s)
+                p["requests"] += res.records
+                p["wall_s"] += res.wall_s
+    contamination = monitor.stop()
+    comp = comparison.compare(pd.DataFrame(rows), names[0], comparison.AA)
+    cols = comp.columns()
+    if comp.aa is not None:  # the A/A as a speed-up (first baseline / second), like the configurations' ratios
+        inv = comparison.invert_interval(comp.aa)
+        cols.update(aa_ratio=inv.estimate, aa_low=inv.low, aa_high=inv.high)
+    state["comparison"] = comp
+    out = {}
+    for (name, B, L), p in prep.items():
+        c = by_name[name]
+        if name == names[0]:
+            sp = dict(speedup_vs_baseline=1.0, speedup_low=float("nan"), speedup_high=float("nan"),
+                      speedup_p_holm=float("nan"))
+        else:
+            iv = comparison.invert_interval(comp.arms[name].interval)
+            sp = dict(speedup_vs_baseline=iv.estimate, speedup_low=iv.low, speedup_high=iv.high,
+                      speedup_p_holm=comp.arms[name].p_adjusted)
+        pid = point_result.point_id(EXPERIMENT, {**c, "batch_size": B, "prompt_tokens": L})
+        out[pid] = PointResult(requests=p["requests"], wall_s=p["wall_s"], warmup_s=p["warmup_s"],
+                               extra={"config": name, "compile_s": p["compile_s"], **sp, **cols},
+                               contamination=contamination)
+    return out
+
+
+def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
+    """One point of an interleaved grid: the first call measures every configuration of ``cfg`` at once
+    (:func:`measure_configurations`, kept in ``state``); each call then adds its point's quality guard,
+    prediction, utilisation and repeat statistics (as :func:`measure_point` does for a point measured alone).
+
+    Returns:
+        :class:`workbench.run.point_result.PointResult` of the point.
+    """
+    if "interleaved" not in state:
+        state["interleaved"] = measure_configurations(loaded, cfg, state.get("configurations") or cfg.configurations(),
+                                                      state)
+    if "reference" not in state:
+        state["reference"] = reference(cfg)
+    out = state["interleaved"][point_result.point_id(EXPERIMENT, point)]
+    predictor, lp = state.get("predictor"), state.get("logits_processor")
+    model = load_configuration(cfg, point)
+    B, L = int(point["batch_size"]), int(point["prompt_tokens"])
+    extra = dict(out.extra)
+    guards = state.setdefault("guards", {})
+    if config_key(point) not in guards:
+        with threads(point.get("torch_threads")):
+            guards[config_key(point)] = quality_guard(model, state["reference"], cfg,
+                                                      generate_kwargs(point, models.pick_device(cfg.device)), lp)
+    extra.update(guards[config_key(point)])
+    if predictor is not None:
+        extra.update(predictor.predict(B, L, cfg.max_new_tokens, dtype=point["dtype"],
+                                       threads=point.get("torch_threads")))
+        extra["calibrated_dtype"] = predictor.calibrated_dtype(point["dtype"])
+    for rec in out.requests:
+        rec.update(context_tokens=L)
+    extra.update(measured_utilisation(model, out.requests, point, predictor))
+    extra.update(repeat_statistics(out.requests))
+    return dataclasses.replace(out, extra=extra)
+
+
 _PEAKS: dict = {}
 
 
@@ -568,6 +704,9 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
         r["invalid_reason"] = "" if r["valid"] or not len(ok) else str(ok.loc[invalid, "invalid_reason"].iloc[0]) \
             if "invalid_reason" in ok else "invalid"
         r["eligible"] = r["status"] == "ok" and r["valid"] and r["guard_passed"] and r["meets_slo"] is not False
+        for col in ("speedup_vs_baseline", "speedup_low", "speedup_high", "speedup_p_holm", *comparison.COLUMNS):
+            if "design" in ok and len(ok) and isinstance(ok["design"].iloc[0], str) and col in ok:
+                r["_" + col] = ok[col].iloc[0]  # the interleaved design's verdict (measure_configurations)
         r["_workloads"] = {(w.get("batch_size"), w.get("prompt_tokens")):
                            (w.get("log_e2e_s_mean", float("nan")), w.get("log_e2e_s_sd", float("nan")),
                             checks.int_or(w.get("n_repeats"), 0)) for _, w in ok.iterrows()}
@@ -584,6 +723,10 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
         else:  # no repeat statistics (older runs): the ratio of mean e2e p50, no interval
             ratios.append((base_e2e / r["e2e_s_p50"], float("nan"), float("nan")))
     out["speedup_vs_baseline"], out["speedup_low"], out["speedup_high"] = zip(*ratios) if ratios else ((), (), ())
+    if "_design" in out and out["_design"].notna().all():  # interleaved: paired by round, Holm, the A/A control
+        for col in ("speedup_vs_baseline", "speedup_low", "speedup_high", "speedup_p_holm", *comparison.COLUMNS):
+            out[col] = out["_" + col]
+    out = out.drop(columns=[c for c in out if c.startswith("_") and c != "_workloads"])
     out["e2e_ratio"] = out["e2e_s_p50"] / out["predicted_e2e_s"]
     for col in ("search", "search_evaluated", "search_grid", "search_converged"):  # set by an adaptive run
         if col in points and len(points):
@@ -664,8 +807,9 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         return measure_point(loaded, cfg, p, state)
 
     kw = dict(resume=resume, slo_ttft_s=lim.ttft_s, slo_tpot_s=lim.tpot_s, info=loaded.info, config=cfg)
-    if cfg.search == "grid":
-        sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, loaded=loaded, **kw)
+    if cfg.search == "grid":  # every configuration interleaved by round with the A/A control (issue 32)
+        sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_interleaved_point(loaded, cfg, p, state),
+                         loaded=loaded, **kw)
     else:
         ids: list[str] = []
 
@@ -702,13 +846,46 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- findings and figures
 
 
+def aa_moved(configs: pd.DataFrame) -> bool:
+    """True when the configurations carry an A/A control whose interval excludes 1 (the design moved)."""
+    if configs.empty or "aa_low" not in configs:
+        return False
+    lo, hi = configs["aa_low"].iloc[0], configs["aa_high"].iloc[0]
+    return bool(lo == lo and hi == hi and (lo > 1 or hi < 1))
+
+
+def aa_sentence(configs: pd.DataFrame) -> str:
+    """The noise floor beside the finding: ``"A/A control (the baseline against itself, 8 interleaved rounds):
+    1.00x, interval 0.97-1.03x; Holm over 7 comparisons."``; empty for a run without the control."""
+    if configs.empty or "aa_ratio" not in configs or not isinstance(configs["design"].iloc[0], str):
+        return ""
+    r = configs.iloc[0]
+    m = len(configs) - 1
+    if not (r["aa_low"] == r["aa_low"]):
+        floor = f"{r['aa_ratio']:.2f}x (no interval: {int(r['rounds'])} round)"
+    else:
+        floor = f"{r['aa_ratio']:.2f}x, 95% interval {r['aa_low']:.2f}-{r['aa_high']:.2f}x"
+    moved = f" {comparison.AA_MOVED}: no comparison here is supported." if aa_moved(configs) else ""
+    drifted = comparison.drift_text(r.get("round_drift", float("nan")))
+    return (f"A/A noise floor (the baseline against itself, {int(r['rounds'])} {r['design']} rounds): {floor}; "
+            f"intervals Holm-adjusted over {m} comparisons.{moved}" + (f" {drifted}" if drifted else ""))
+
+
 def speedup_phrase(r) -> str:
-    """``1.59x (95% interval 1.41-1.79x: faster)``: a direction only when the interval excludes 1."""
+    """``1.59x (95% interval 1.41-1.79x: faster)``: a direction only when the interval excludes 1 (an interleaved
+    run: at the configuration's Holm level, the direction from its Holm-adjusted p-value)."""
     x, lo, hi = r["speedup_vs_baseline"], r.get("speedup_low", float("nan")), r.get("speedup_high", float("nan"))
     if not (lo == lo and hi == hi):
         return f"{x:.2f}x (no interval: a single repeat, so no direction)"
     verdict = "faster" if lo > 1 else ("slower" if hi < 1 else "no difference beyond noise")
-    return f"{x:.2f}x (95% interval {lo:.2f}-{hi:.2f}x: {verdict})"
+    p = r.get("speedup_p_holm", float("nan"))
+    if p == p and p is not None:
+        level = "Holm-adjusted interval"
+        if p >= 1 - evidence.CONFIDENCE:
+            verdict = "no difference beyond noise"
+    else:
+        level = "95% interval"
+    return f"{x:.2f}x ({level} {lo:.2f}-{hi:.2f}x: {verdict})"
 
 
 def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
@@ -750,6 +927,9 @@ def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
         if r.get("meets_slo") is False:
             flags += f" [misses the SLO: {r.get('slo_note', '')}]"
         parts.append(f"{r['config']}: {speedup_phrase(r)}{flags}.")
+    floor = aa_sentence(configs)  # the noise floor beside the comparisons it judges
+    if floor:
+        parts.append(floor)
     if adaptive_run:
         conv = bool(configs["search_converged"].iloc[0])
         parts.append("Caveat: the rest of the grid was not measured; the search " + (
@@ -785,12 +965,17 @@ def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFr
     src = points if points is not None and "n_repeats" in points else pd.DataFrame()
     reps = pd.to_numeric(src.get("n_repeats", pd.Series(dtype=float)), errors="coerce")
     n_rep = f"at least {int(reps.min())} repeats each" if reps.notna().any() else "repeats per point in the table"
+    interleaved = bool(aa_sentence(configs))
+    how = (f"paired t over {int(configs.iloc[0]['rounds'])} interleaved rounds of the within-round log e2e ratios, "
+           f"Holm over {len(configs) - 1} comparisons, A/A control {configs.iloc[0]['aa_low']:.2f}-"
+           f"{configs.iloc[0]['aa_high']:.2f}x" if interleaved else "95% Welch t interval on log e2e over repeats")
     ev = (f"{len(configs)} configurations, {n_rep}; speed-up vs the baseline "
-          f"{configs.iloc[0]['config']}: 95% Welch t interval on log e2e over repeats; quality guard (greedy "
+          f"{configs.iloc[0]['config']}: {how}; quality guard (greedy "
           f"agreement, log-prob drift vs float32); SLO at the preset's own percentile where the sample supports it")
-    supported = best is not None and (best["config"] == configs.iloc[0]["config"]
-                                      or best.get("speedup_low", float("nan")) > 1
-                                      or best.get("speedup_high", float("nan")) < 1)
+    direction = best is not None and "no difference" not in speedup_phrase(best) and (
+        best.get("speedup_low", float("nan")) > 1 or best.get("speedup_high", float("nan")) < 1)
+    supported = best is not None and not aa_moved(configs) and (best["config"] == configs.iloc[0]["config"]
+                                                                or direction)
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
     return evidence.Finding(text, ev, bool(supported), ids)
 
@@ -811,6 +996,26 @@ def fig_speed(configs: pd.DataFrame, recommended: pd.Series | None = None) -> go
                                                         line=dict(width=1, color="black")))
     fig.update_layout(title="Request latency per engine configuration (grey, crossed: quality guard failed)",
                       xaxis_title="configuration (dtype / attention / cache / threads)", yaxis_title=label("e2e_s"))
+    return legend_below(fig)
+
+
+def fig_speedup(configs: pd.DataFrame) -> go.Figure:
+    """Speed-up over the baseline per configuration with its interval (error bars), and the A/A control's
+    interval shaded: the noise floor a speed-up must clear (:func:`workbench.stats.comparison.add_noise_band`)."""
+    df = configs
+    lo = df.get("speedup_low", pd.Series(float("nan"), index=df.index))
+    hi = df.get("speedup_high", pd.Series(float("nan"), index=df.index))
+    fig = go.Figure()
+    fig.add_scatter(x=df["config"], y=df["speedup_vs_baseline"], mode="markers", name="speed-up",
+                    marker=dict(size=11, color="#4c78a8"),
+                    error_y=dict(type="data", symmetric=False, array=(hi - df["speedup_vs_baseline"]).tolist(),
+                                 arrayminus=(df["speedup_vs_baseline"] - lo).tolist()))
+    fig.add_hline(y=1.0, line=dict(dash="dot", color="#555"))
+    if "aa_low" in df and len(df):
+        comparison.add_noise_band(fig, low=df["aa_low"].iloc[0], high=df["aa_high"].iloc[0])
+    fig.update_layout(title="Speed-up over the baseline (interval; grey band: the A/A noise floor)",
+                      xaxis_title="configuration (dtype / attention / cache / threads)",
+                      yaxis_title="speed-up (baseline e2e / configuration e2e)")
     return legend_below(fig)
 
 
@@ -850,5 +1055,6 @@ def fig_guard(configs: pd.DataFrame, cfg_limits: tuple[float, float] | None = No
 def figures(points: pd.DataFrame, configs: pd.DataFrame) -> dict[str, go.Figure]:
     """The notebook's figures by file name."""
     return {"engine_speed": fig_speed(configs, recommend(configs)),
+            "engine_speedup": fig_speedup(configs),
             "engine_prediction": fig_prediction(points),
             "engine_guard": fig_guard(configs)}

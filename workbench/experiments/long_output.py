@@ -143,7 +143,8 @@ def request_table(requests: pd.DataFrame) -> pd.DataFrame:
 def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
     """Per language, the strategy with the shortest median wall time; then that strategy against each other
     one as a wall-time ratio over matched (language, repeat) pairs (t over log ratios), with a direction only
-    where the interval excludes 1.
+    where the interval excludes 1; with more than one other strategy the best is a pick of m, so the
+    intervals are at their Holm levels and a direction needs the Holm-adjusted p below 0.05.
 
     Args:
         requests: this experiment's rows (one per text and repeat).
@@ -172,12 +173,22 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evide
     key = [c for c in ("language", "repeat") if c in df]
     wall = df.pivot_table(index=key, columns="strategy", values="wall_s", aggfunc="median")
     comparisons, supported, ev = [], False, []
-    for other in [c for c in wall.columns if c != overall]:
+    others = [c for c in wall.columns if c != overall]
+    # the fastest of m strategies is m - 1 comparisons: Holm over them (issue 32), each interval at its Holm level
+    ps = [evidence.paired_log_ratio_pvalue(*(wall[[overall, o]].dropna()[c] for c in (overall, o))) for o in others]
+    adjusted, levels = evidence.holm(ps), evidence.holm_levels(ps)
+    for other, pa, level in zip(others, adjusted, levels):
         pair = wall[[overall, other]].dropna()
-        iv = evidence.paired_ratio_interval(pair[overall], pair[other], unit="language-repeat pairs")
+        iv = evidence.paired_ratio_interval(pair[overall], pair[other], level, unit="language-repeat pairs")
+        name = f"{overall} wall time vs {other}"
+        ev.append(f"{overall} vs {other}: {len(pair)} matched (language, repeat) pairs"
+                  + (f", Holm over {len(others)} comparisons (adjusted p {pa:.3g})" if len(others) > 1 else ""))
+        if evidence.ratio_verdict(iv) in ("higher", "lower") and not (pa == pa and pa < 1 - evidence.CONFIDENCE):
+            comparisons.append(f"{name}: no difference beyond noise (an earlier Holm step did not reject): "
+                               f"{iv.describe('{:.2f}', 'x')}")  # Holm stops at its first non-rejection
+            continue
         supported |= evidence.ratio_verdict(iv) == "lower"
-        comparisons.append(evidence.describe_ratio(iv, f"{overall} wall time vs {other}"))
-        ev.append(f"{overall} vs {other}: {len(pair)} matched (language, repeat) pairs")
+        comparisons.append(evidence.describe_ratio(iv, name))
     text = "; ".join(parts) + "."
     if comparisons:
         text += " " + "; ".join(comparisons) + "."

@@ -40,16 +40,19 @@ each step, from the target's forward; ``draft_emitted``: ids the step added):
 - ``speedup`` (:func:`speed_table`): baseline ``e2e_s`` over the technique's, the ratio of geometric means
   over repeats with a Welch interval (:func:`workbench.stats.evidence.ratio_interval`); int8 is judged on decode
   tokens/s (``decode_tps``) against float32.
-- ``speedup_bound``: the simple upper bound of Leviathan et al. 2023 (eq. 1 and theorem 3.8): with
-  acceptance ``a`` and ``k`` draft tokens a step yields ``(1 - a^(k+1)) / (1 - a)`` tokens for ``1 + k c``
-  target-step costs, ``c`` the draft / target cost ratio. Decode is memory bound, so ``c`` is the draft's
+- ``speedup_bound``: the simple upper bound of Leviathan et al. 2023 (eq. 1 and theorem 3.8) from the measured
+  mean acceptance length ``tau`` over steps that proposed (vLLM's and AIPerf's definition): a step yields
+  ``tau`` tokens for ``1 + k c`` target-step costs, ``k`` the mean draft tokens proposed, ``c`` the draft /
+  target cost ratio (:func:`speedup_bound`). Decode is memory bound, so ``c`` is the draft's
   weight bytes read per step over the target's (0 for prompt lookup) and a verification of ``k + 1`` tokens
   is assumed to cost one decode step; real verification costs more on a CPU, so the measured speed-up sits
   below the bound.
 
-Timing stays per generated token id: the ``k`` ids of one verification step share one stamp, so ``itl_s``
-holds zeros between ids of one step and the step's whole time on its first id; TPOT is e2e minus TTFT over
-output ids minus one, as everywhere (:func:`workbench.stats.metrics.request_timing`). ``prefill_s`` of a speculative point is the first target forward, which
+Timing: the ``k`` ids of one verification step share one stamp; ``itl_s`` holds the gaps between
+verification steps (:func:`workbench.stats.metrics.step_gaps`, vLLM's and AIPerf's definition); TPOT is e2e minus
+TTFT over output ids minus one, as everywhere (:func:`workbench.stats.metrics.request_timing`). Outputs have a fixed
+length (``ignore_eos``), so the speed-ups compare equal work. MBU of a speculative point is per verification
+step (:func:`verification_mbu`). ``prefill_s`` of a speculative point is the first target forward, which
 also verifies the first step's candidates.
 
 Entry points: :class:`Config`, :func:`measure_point`, :func:`run`, :func:`speed_table`, :func:`finding`,
@@ -66,13 +69,15 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from workbench.techniques import speed
+from workbench.measure import contention
+from workbench.run import point_result
 from workbench import checks
-from workbench.stats import evidence, metrics
+from workbench.stats import comparison, evidence, metrics
 from workbench.measure import models, quality
+from workbench.run import results, sweeps
 from workbench.predict import roofline
-from workbench.run import sweeps
 from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings, check_speculative
+from workbench.measure.generation import GenerationSettings, check_speculative, generate_measured, warm_up
 from workbench.share.plots import label, legend_below, split_by_device
 from workbench.inputs.prompts import build_batch, source_text
 from workbench.run.point_result import PointResult
@@ -165,8 +170,11 @@ class Config(SweepConfig):
         return out
 
     def settings(self, max_new_tokens: int | None = None) -> GenerationSettings:
-        """Greedy settings (speculative greedy decoding is exact, so outputs are comparable token for token)."""
-        return GenerationSettings(max_new_tokens=max_new_tokens or self.max_new_tokens, seed=self.seed)
+        """Greedy settings at a fixed output length (``ignore_eos``: every technique decodes ``max_new_tokens``
+        ids, so an e2e ratio compares equal work; speculative greedy decoding is exact, so outputs are
+        comparable token for token)."""
+        return GenerationSettings(max_new_tokens=max_new_tokens or self.max_new_tokens, seed=self.seed,
+                                  ignore_eos=True)  # a fixed output length: speed-ups compare equal work
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -232,15 +240,19 @@ def acceptance(proposed: list[list[int]], emitted: list[list[int]]) -> dict:
         ``output_tokens``; ``acceptance_rate`` (accepted / proposed, NaN with no proposal), ``accepted_length``
         (output ids / steps: mean ids per verification step), ``verify_steps_per_token`` (steps / output ids)
         and ``acceptance_by_position`` (list: position ``i`` accepted / proposed, over steps that proposed
-        at least ``i + 1`` tokens).
+        at least ``i + 1`` tokens); ``drafting_steps`` (steps that proposed at least one token),
+        ``mean_acceptance_length`` (``1 + accepted / drafting_steps``: vLLM's ``mean_acceptance_length`` and
+        AIPerf's acceptance length, over the steps that proposed; NaN with none) and ``mean_draft_tokens``
+        (``proposed / drafting_steps``: ``transformers`` adapts the number of draft tokens step by step).
     """
-    prop = acc = steps = out = 0
+    prop = acc = steps = out = drafting = 0
     by_prop: list[int] = []
     by_acc: list[int] = []
     for p_req, e_req in zip(proposed, emitted):
         for p, e in zip(p_req, e_req):
             a = max(0, min(e - 1, p))
             prop, acc, steps, out = prop + p, acc + a, steps + 1, out + e
+            drafting += p > 0
             while len(by_prop) < p:
                 by_prop.append(0)
                 by_acc.append(0)
@@ -252,22 +264,33 @@ def acceptance(proposed: list[list[int]], emitted: list[list[int]]) -> dict:
             "acceptance_rate": acc / prop if prop else nan,
             "accepted_length": out / steps if steps else nan,
             "verify_steps_per_token": steps / out if out else nan,
-            "acceptance_by_position": [a / p for a, p in zip(by_acc, by_prop)]}
+            "acceptance_by_position": [a / p for a, p in zip(by_acc, by_prop)],
+            "drafting_steps": drafting,
+            "mean_acceptance_length": 1 + acc / drafting if drafting else nan,
+            "mean_draft_tokens": prop / drafting if drafting else nan}
 
 
-def speedup_bound(acceptance_rate: float, draft_tokens: int, cost_ratio: float) -> float:
-    """Upper bound of the speed-up of speculative decoding (Leviathan et al. 2023, "Fast Inference from
-    Transformers via Speculative Decoding", eq. 1 and theorem 3.8).
+def speedup_bound(mean_acceptance_length: float, draft_tokens: float, cost_ratio: float) -> float:
+    """Upper bound of the speed-up of speculative decoding from the measured acceptance length (Leviathan et al.
+    2023, "Fast Inference from Transformers via Speculative Decoding", eq. 1 and theorem 3.8, with the measured
+    tokens per step in place of their ``(1 - a^(k+1)) / (1 - a)``).
 
-    ``(1 - a^(k+1)) / ((1 - a) (1 + k c))``: expected tokens per verification step over its cost in target
-    decode steps (``k`` draft steps at ``c`` each plus one verification, assumed to cost one decode step).
-    ``a = 1`` gives ``(k + 1) / (1 + k c)``. NaN on missing input.
+    ``tau / (1 + k c)``: ``tau`` the mean ids a drafting step yields (:func:`acceptance`'s
+    ``mean_acceptance_length``, vLLM's and AIPerf's definition), over its cost in target decode steps (``k``
+    draft forwards at ``c`` each plus one verification, assumed to cost one decode step). ``k`` is the mean
+    number of draft tokens a step proposed (``transformers`` changes it step by step). The closed form with
+    the acceptance rate ``a = accepted / proposed`` assumes each position is accepted independently with
+    probability ``a``; real acceptance is all-or-nothing far more often, and that form fell 13-36% below
+    speed-ups actually measured (issue 32). Steps that proposed nothing emit one id at one step's cost, so
+    ``tau`` is at least the tokens per step achieved over all steps.
+
+    Returns:
+        The bound (x); NaN on missing input or ``k`` < 0.
     """
-    a, k, c = acceptance_rate, draft_tokens, cost_ratio
-    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (a, k, c)) or k < 1:
+    t, k, c = mean_acceptance_length, draft_tokens, cost_ratio
+    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (t, k, c)) or k < 0:
         return float("nan")
-    tokens = k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
-    return tokens / (1 + k * c)
+    return t / (1 + k * c)
 
 
 # ----------------------------------------------------------------------------- models of a point
@@ -295,6 +318,36 @@ def generate_kwargs(point: dict, draft=None) -> dict:
     return {}
 
 
+def verification_mbu(loaded, requests: list[dict], acc: dict, draft, peaks: dict) -> dict:
+    """MBU of a speculative point per verification step: each step reads the target's weights and its KV cache
+    once and runs the draft ``mean_draft_tokens`` times (its weights each time; prompt lookup reads none), in
+    the median time of a decode verification step (``(e2e_s - ttft_s) / (steps - 1)`` of each request). The
+    draft's own KV reads are left out (a lower bound on the bytes). Counting one weight read per output id, as
+    a plain point does, overstated it by about the acceptance length (issue 32).
+
+    Returns:
+        ``mbu``, ``mbu_note``, ``peak_bandwidth_bytes_per_s``; ``mbu`` NaN (with the note) when no request had
+        two verification steps.
+    """
+    nan = float("nan")
+    step_s = []
+    for r in requests:
+        steps = len(r.get("draft_emitted") or [])
+        if steps >= 2 and r.get("e2e_s") == r.get("e2e_s") and r.get("ttft_s") == r.get("ttft_s"):
+            step_s.append((r["e2e_s"] - r["ttft_s"]) / (steps - 1))
+    note = "per verification step: target weights + KV + the draft's weight reads (its KV left out)"
+    if not step_s:
+        return {"mbu": nan, "mbu_note": "no request with two verification steps: not computed"}
+    info = loaded.info
+    prompt = sum(r.get("prompt_tokens", 0) or 0 for r in requests) / len(requests)
+    out = sum(r.get("output_tokens", 0) or 0 for r in requests) / len(requests)
+    k = acc.get("mean_draft_tokens", nan)
+    draft_bytes = (draft.info.weight_bytes * k) if draft is not None and k == k else 0.0
+    return {"mbu": metrics.mbu(info.weight_bytes + draft_bytes, info.kv_cache_bytes_per_token(), 1,
+                               prompt + out / 2, float(pd.Series(step_s).median()), peaks["bandwidth_bytes_per_s"]),
+            "mbu_note": note, "peak_bandwidth_bytes_per_s": peaks["bandwidth_bytes_per_s"]}
+
+
 def _peaks(loaded, state: dict) -> dict:
     if "peaks" not in state:
         dev = roofline.Device.probe(loaded.info.device.split(":")[0], loaded.info.dtype)
@@ -317,28 +370,45 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         (``acceptance_by_position`` as comma-separated text), ``draft_cost_ratio`` and ``speedup_bound``; for
         a quantized point, the guard's columns, ``weight_bytes`` read per step and ``mbu`` from them.
     """
+    model, draft, gen_kwargs, prompts = arm_setup(loaded, cfg, point, state)
+    out = sweeps.measure_generation(model, prompts, cfg.settings(), cfg.repeats, cfg.warmup,
+                                    generate_kwargs=gen_kwargs or None)
+    out.extra = point_extra(loaded, cfg, point, state, out.requests)
+    return out
+
+
+def arm_setup(loaded, cfg: Config, point: dict, state: dict) -> tuple:
+    """What measuring a point needs: ``(model, draft or None, generate kwargs, prompts)``; the int8 model and
+    the draft are built once per sweep (kept in ``state``)."""
     prompts = task_prompts(point["task"], point["language"], cfg.batch_size, cfg.passage_chars)
-    model, extra, draft = loaded, {}, None
+    model, draft = loaded, None
     if point["quantization"] != "none":
         model = state.setdefault("quantized", {}).get(point["quantization"])
         if model is None:
             model = state["quantized"][point["quantization"]] = speed.quantize_int8(loaded)
     if point["technique"] == "draft":
         draft = draft_of(loaded, cfg, state)
-    gen_kwargs = generate_kwargs(point, draft)
-    out = sweeps.measure_generation(model, prompts, cfg.settings(), cfg.repeats, cfg.warmup,
-                                    generate_kwargs=gen_kwargs or None)
-    for rec in out.requests:
+    return model, draft, generate_kwargs(point, draft), prompts
+
+
+def point_extra(loaded, cfg: Config, point: dict, state: dict, requests: list[dict]) -> dict:
+    """A point's own columns from its measured requests (tagged here with the point's keys): acceptance, the
+    bound and MBU per verification step for a speculative point; the guard, weight bytes and MBU for a
+    quantized one."""
+    model, draft, _, _ = arm_setup(loaded, cfg, point, state)
+    extra: dict = {}
+    for rec in requests:
         rec.update(task=point["task"], language=point["language"], technique=point["technique"],
                    quantization=point["quantization"])
     if point["technique"] != "none":
-        acc = acceptance([r.get("draft_proposed", []) for r in out.requests],
-                         [r.get("draft_emitted", []) for r in out.requests])
+        acc = acceptance([r.get("draft_proposed", []) for r in requests],
+                         [r.get("draft_emitted", []) for r in requests])
         c = draft.info.weight_bytes / loaded.info.weight_bytes if draft is not None else 0.0
         extra.update({k: v for k, v in acc.items() if k not in ("acceptance_by_position", "output_tokens")},
                      acceptance_by_position=",".join(f"{x:.3f}" for x in acc["acceptance_by_position"]),
                      draft_cost_ratio=c,
-                     speedup_bound=speedup_bound(acc["acceptance_rate"], int(point["draft_tokens"]), c))
+                     speedup_bound=speedup_bound(acc["mean_acceptance_length"], acc["mean_draft_tokens"], c))
+        extra.update(verification_mbu(loaded, requests, acc, draft, _peaks(loaded, state)))
         if draft is not None:
             extra["draft_name"] = draft.info.name
     if point["quantization"] != "none":
@@ -348,20 +418,122 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         extra.update(quality.quality_guard(model, state["guard_reference"], cfg.settings(cfg.guard_tokens),
                                            cfg.min_token_agreement, cfg.max_logprob_drift))
         extra["weight_bytes"] = model.info.weight_bytes
-        req = pd.DataFrame(out.requests)
+        req = pd.DataFrame(requests)
         done = req[req["output_tokens"] >= 2]
         summary = {f"{c}_p50": metrics.percentiles(done[c].tolist(), (50,))["p50"] for c in ("tpot_s", "prefill_s")}
         extra.update(metrics.utilisation(req, summary, model.info, _peaks(loaded, state)))
     else:
         extra["weight_bytes"] = loaded.info.weight_bytes
-    out.extra = extra
+    return extra
+
+
+def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
+    """Measure every point of the grid as interleaved arms (:mod:`workbench.stats.comparison`), with the A/A control.
+
+    Every round measures every point once (each workload's baseline, techniques and quantizations, across
+    workloads) plus the first workload's baseline a second time (:data:`workbench.stats.comparison.AA`: the
+    experiment's noise floor), in an order shuffled per round from ``cfg.seed``; ``cfg.repeats`` rounds, round
+    ``r`` at seed ``cfg.seed + r``. Each arm warms up ``cfg.warmup`` times before round 0. Per workload, each
+    arm is judged against its baseline from the paired within-round ratios, Holm over that workload's arms:
+    speculative arms on request speed (baseline ``e2e_s`` / the arm's, a fixed output length), quantized ones
+    on ``decode_tps``.
+
+    Returns:
+        ``{point_id: PointResult}``: requests (``repeat`` = round), ``extra`` with :func:`point_extra`'s columns,
+        ``speedup`` / ``speedup_low`` / ``speedup_high`` / ``speedup_p_holm`` (NaN for a baseline) and the A/A
+        columns (:data:`workbench.stats.comparison.COLUMNS`); ``contamination`` over all rounds.
+    """
+    settings = cfg.settings()
+    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
+    by_pid = dict(zip(pids, points))
+    is_base = {pid: p["technique"] == "none" and p["quantization"] == "none" for pid, p in by_pid.items()}
+    first_base = next((pid for pid in pids if is_base[pid]), None)
+    arms = pids + ([comparison.AA] if first_base else [])
+    monitor = contention.LoadMonitor()
+    setup, got = {}, {pid: {"requests": [], "wall_s": 0.0} for pid in pids}
+    for pid in pids:
+        setup[pid] = arm_setup(loaded, cfg, by_pid[pid], state)
+        model, _, kw, prompts = setup[pid]
+        got[pid]["warmup_s"] = warm_up(model, prompts, settings, cfg.warmup, generate_kwargs=kw or None)
+    rows = []
+    for rnd, arm in comparison.schedule(arms, cfg.repeats, cfg.seed):
+        pid = first_base if arm == comparison.AA else arm
+        model, _, kw, prompts = setup[pid]
+        res = generate_measured(model, prompts, dataclasses.replace(settings, seed=cfg.seed + rnd),
+                                generate_kwargs=kw or None)
+        done = [r for r in res.records if r.get("output_tokens", 0) >= 1]
+        e2e = sum(r["e2e_s"] for r in done) / len(done) if done else float("nan")
+        tps = [r["decode_tps"] for r in done if r.get("decode_tps") == r.get("decode_tps")]
+        rows.append({"arm": arm, "round": rnd, "speed": 1.0 / e2e if e2e > 0 else float("nan"),
+                     "decode_tps": sum(tps) / len(tps) if tps else float("nan")})
+        if arm != comparison.AA:
+            for rec in res.records:
+                rec.update(repeat=rnd, batch_size=len(prompts), batch_wall_s=res.wall_s)
+            got[pid]["requests"] += res.records
+            got[pid]["wall_s"] += res.wall_s
+    contamination = monitor.stop()
+    table = pd.DataFrame(rows)
+    verdicts, aa_cols = {}, {}
+    for key in dict.fromkeys((p["task"], p["language"]) for p in points):
+        mine = [pid for pid in pids if (by_pid[pid]["task"], by_pid[pid]["language"]) == key]
+        base = next((pid for pid in mine if is_base[pid]), None)
+        if base is None:
+            continue
+        spec = [pid for pid in mine if by_pid[pid]["technique"] != "none"]
+        quant = [pid for pid in mine if by_pid[pid]["technique"] == "none" and not is_base[pid]]
+        aa = comparison.AA if base == first_base else None
+        # one family per workload: speculative arms on speed, quantized ones on decode tokens/s, Holm over both
+        sub = table[table["arm"].isin([base, *spec, *quant, comparison.AA])]
+        both = pd.concat([sub[sub["arm"].isin([base, *spec, comparison.AA])].assign(value=lambda d: d["speed"]),
+                          sub[sub["arm"].isin(quant)].assign(value=lambda d: d["decode_tps"])])
+        if quant:  # the baseline's decode tokens/s under another name, so each quantized arm pairs with it
+            both = pd.concat([both, sub[sub["arm"] == base].assign(arm="_base_tps", value=lambda d: d["decode_tps"])])
+        c_speed = comparison.compare(both[both["arm"].isin([base, *spec, comparison.AA])], base, aa, adjust=False)
+        c_quant = (comparison.compare(both[both["arm"].isin(["_base_tps", *quant])], "_base_tps", None, adjust=False)
+                   if quant else None)
+        results_ = {**c_speed.arms, **(c_quant.arms if c_quant else {})}
+        ps = [results_[pid].p for pid in [*spec, *quant]]
+        adjusted, levels = evidence.holm(ps), evidence.holm_levels(ps)
+        for pid, pa, level in zip([*spec, *quant], adjusted, levels):
+            num, den = _pairs(both, pid, "_base_tps" if pid in quant else base)
+            iv = evidence.paired_ratio_interval(num, den, level, "rounds")
+            verdicts[pid] = (iv, pa)
+        if aa is not None:
+            aa_cols = c_speed.columns()
+    out = {}
+    for pid, p in by_pid.items():
+        iv, pa = verdicts.get(pid, (None, float("nan")))
+        nan = float("nan")
+        sp = {"speedup": iv.estimate if iv else nan, "speedup_low": iv.low if iv else nan,
+              "speedup_high": iv.high if iv else nan, "speedup_p_holm": pa,
+              "speedup_method": (f"{iv.method}, Holm-adjusted p {pa:.3g}" if iv and iv.shown else
+                                 (iv.reason if iv else ""))}
+        no_aa = {"aa_ratio": nan, "aa_low": nan, "aa_high": nan, "design": "interleaved", "rounds": cfg.repeats,
+                 "round_drift": nan}
+        extra = {**point_extra(loaded, cfg, p, state, got[pid]["requests"]), **sp, **(aa_cols or no_aa)}
+        out[pid] = PointResult(requests=got[pid]["requests"], wall_s=got[pid]["wall_s"],
+                               warmup_s=got[pid]["warmup_s"], extra=extra, contamination=contamination)
     return out
+
+
+def _pairs(both: pd.DataFrame, arm, base) -> tuple:
+    """Per round, an arm's value and its baseline's (rounds where both were measured)."""
+    a = both[both["arm"] == arm].groupby("round")["value"].mean()
+    b = both[both["arm"] == base].groupby("round")["value"].mean()
+    common = a.index.intersection(b.index)
+    return a.loc[common].to_numpy(), b.loc[common].to_numpy()
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Every point of ``cfg.grid()`` through :func:`workbench.run.sweeps.run_sweep`; returns the points DataFrame."""
     state: dict = {}
-    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
+
+    def measure(p):  # the first point measures every point interleaved by round (issue 32)
+        if "interleaved" not in state:
+            state["interleaved"] = measure_interleaved(loaded, cfg, cfg.grid(), state)
+        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
+
+    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure,
                             resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 
@@ -375,8 +547,10 @@ def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """Each technique or quantization point against the float baseline of its (task, language).
 
     Usable points only (:func:`workbench.stats.evidence.usable_points`). Speculative points: ``speedup`` = baseline
-    ``e2e_s`` / the point's (per repeat, batch 1), Welch interval on log values; int8 points: the point's
-    ``decode_tps`` / the baseline's. ``output_agreement``: share of output ids equal to the baseline's greedy
+    ``e2e_s`` / the point's (batch 1, a fixed output length); int8 points: the point's ``decode_tps`` / the
+    baseline's. A run measured interleaved (:func:`measure_interleaved`) carries the paired within-round
+    interval at its Holm level (the verdict from the Holm-adjusted p) and the A/A columns; older runs: a Welch
+    interval on log values over repeats. ``output_agreement``: share of output ids equal to the baseline's greedy
     output, position by position (:func:`workbench.measure.quality.token_agreement`), with the first divergence.
 
     Returns:
@@ -386,7 +560,8 @@ def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """
     ok = evidence.usable_points(points)
     rows = []
-    keep = ["acceptance_rate", "accepted_length", "verify_steps_per_token", "acceptance_by_position",
+    keep = ["acceptance_rate", "accepted_length", "mean_acceptance_length", "mean_draft_tokens", "mbu_note",
+            "verify_steps_per_token", "acceptance_by_position",
             "speedup_bound", "draft_cost_ratio", "token_agreement", "logprob_drift", "guard_passed", "guard_reason",
             "mbu", "weight_bytes"]
     for _, p in ok.iterrows():
@@ -398,21 +573,49 @@ def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
             continue
         r_p = requests[requests["point_id"] == p["point_id"]].sort_values(["repeat", "request_id"])
         r_b = requests[requests["point_id"] == base["point_id"].iloc[0]].sort_values(["repeat", "request_id"])
-        if p["technique"] != "none":
+        what = "e2e speed-up" if p["technique"] != "none" else "decode tokens/s ratio"
+        holm_p = float("nan")
+        if isinstance(p.get("design"), str) and p.get("speedup") == p.get("speedup"):  # interleaved (issue 32)
+            holm_p = float(p.get("speedup_p_holm", float("nan")))
+            iv = evidence.Interval(float(p["speedup"]), float(p["speedup_low"]), float(p["speedup_high"]),
+                                   int(p.get("rounds") or 0), str(p.get("speedup_method") or ""),
+                                   reason="" if p["speedup_low"] == p["speedup_low"] else "1 round")
+        elif p["technique"] != "none":
             iv = evidence.ratio_interval(r_b["e2e_s"], r_p["e2e_s"])
-            what = "e2e speed-up"
         else:
             iv = evidence.ratio_interval(r_p["decode_tps"], r_b["decode_tps"])
-            what = "decode tokens/s ratio"
+        verdict = evidence.ratio_verdict(iv)
+        if holm_p == holm_p and holm_p >= 1 - evidence.CONFIDENCE and verdict in ("higher", "lower"):
+            verdict = "no difference beyond noise"  # a later Holm step did not reject
         share, first = quality.token_agreement([list(x) for x in r_b["output_ids"]],
                                                [list(x) for x in r_p["output_ids"]])
         rows.append({"point_id": p["point_id"], **{k: p[k] for k in ("task", "language", "technique",
                                                                       "draft_tokens", "quantization")},
                      "ratio_of": what, "speedup": iv.estimate, "speedup_low": iv.low, "speedup_high": iv.high,
-                     "speedup_method": iv.method or iv.reason, "verdict": evidence.ratio_verdict(iv),
+                     "speedup_method": iv.method or iv.reason, "verdict": verdict,
                      "speedup_text": evidence.describe_ratio(iv, what), "output_agreement": share,
-                     "first_divergence": first, **{k: p[k] for k in keep if k in p}})
+                     "first_divergence": first, **{k: p[k] for k in keep if k in p},
+                     **{k: p[k] for k in comparison.COLUMNS if k in p}})
     return pd.DataFrame(rows)
+
+
+def aa_moved(table: pd.DataFrame) -> bool:
+    """True when the speed table carries an A/A control whose interval excludes 1."""
+    if table is None or table.empty or "aa_low" not in table:
+        return False
+    lo, hi = table["aa_low"].dropna(), table["aa_high"].dropna()
+    return bool(len(lo) and (lo.iloc[0] > 1 or hi.iloc[0] < 1))
+
+
+def noise_floor(table: pd.DataFrame) -> str:
+    """The A/A noise floor sentence of the finding (empty without the control)."""
+    if table is None or table.empty or "aa_low" not in table or not table["design"].notna().any():
+        return ""
+    r = table[table["design"].notna()].iloc[0]
+    aa = evidence.Interval(r["aa_ratio"], r["aa_low"], r["aa_high"], int(r["rounds"]), "", reason="1 round")
+    moved = f" Comparisons: {comparison.AA_MOVED}." if aa_moved(table) else ""
+    return (f"{comparison.noise_floor_text(aa, str(r['design']), int(r['rounds']))}; intervals Holm-adjusted over "
+            f"each workload's arms.{moved}")
 
 
 def _name(r) -> str:
@@ -456,11 +659,17 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
         if "acceptance_rate" in g and g["acceptance_rate"].notna().any():
             quality_cost += "; acceptance " + ", ".join(
                 f"{r['task']}/{r['language']} {r['acceptance_rate']:.2f}" for _, r in g.iterrows())
-        text = f"{name}: " + ("; ".join(pays) if pays else "faster on no workload")
+        text = f"{name}: " + ("; ".join(pays) if pays else "not supported: faster on no workload")
         if not_pays:
             text += "; stops paying on " + "; ".join(not_pays)
         parts.append(f"{text} ({quality_cost}).")
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else tuple(table["point_id"])
+    floor = noise_floor(table)
+    if floor:
+        parts.append(floor)
+    supported = supported and not aa_moved(table)
+    # the headline is the technique that pays (if any) first
+    parts = sorted(parts, key=lambda t: "faster on no workload" in t)
     return evidence.Finding(" ".join(parts), "; ".join(ev), supported, ids)
 
 
@@ -481,7 +690,9 @@ def fig_speedup(table: pd.DataFrame) -> go.Figure:
             fig.add_trace(go.Scatter(x=g["workload"], y=g["speedup_bound"], mode="markers", name=f"{name} bound",
                                      marker=dict(symbol="line-ew-open", size=28, color=c, line=dict(width=3))))
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="baseline")
-    fig.update_layout(barmode="group", title="Speed-up over plain greedy float32 (95% interval) and the upper bound",
+    if "aa_low" in df and df["aa_low"].notna().any():  # the A/A noise floor a speed-up must clear
+        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig.update_layout(barmode="group", title="Speed-up over plain greedy float32 (interval; grey band: the A/A noise floor) and the upper bound",
                       xaxis_title="task / language", yaxis_title="speed-up (x)")
     return legend_below(fig)
 

@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench import checks
-from workbench.stats import evidence, metrics
+from workbench.stats import comparison, evidence, metrics
 from workbench.share import plots
 from workbench.predict import predictions
 from workbench.run import sweeps  # noqa: F401  (plots registers the house template)
@@ -188,6 +188,50 @@ def measure_stream(
     return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=extra)
 
 
+def measure_streams_interleaved(loaded, cfg: "Config", lengths: Sequence[int]) -> dict:
+    """The streaming sweep's output lengths measured as interleaved arms (:mod:`workbench.stats.comparison`): every
+    round runs one batch of each length plus the shortest length a second time (the A/A control,
+    :data:`workbench.stats.comparison.AA`), in an order shuffled per round from ``cfg.seed``; ``cfg.repeats`` rounds,
+    round ``r`` at seed ``cfg.seed + r``, each length warmed up ``cfg.warmup`` times first. Rows are those of
+    :func:`measure_stream` with ``repeat`` = round, so the TPOT ratio of two lengths pairs their batches by
+    round. The A/A control's TPOT ratio (second shortest batch / first, t over rounds of the per-round median
+    ratios) is the noise floor of that ratio.
+
+    Returns:
+        ``{max_new_tokens: PointResult}``; every result's ``extra`` holds ``itl_jitter`` and the A/A columns
+        (:data:`workbench.stats.comparison.COLUMNS`).
+    """
+    lengths = sorted(int(n) for n in lengths)
+    prompts = [cfg.prompt] * cfg.batch_size
+    got = {n: {"rows": [], "wall": 0.0, "itls": [], "warmup_s": warm_up(loaded, prompts, cfg.settings(n), cfg.warmup)}
+           for n in lengths}
+    arms = [*lengths, comparison.AA]
+    tpot_rows = []
+    for rnd, arm in comparison.schedule(arms, cfg.repeats, cfg.seed):
+        n = lengths[0] if arm == comparison.AA else arm
+        settings = cfg.settings(n)
+        batch, tap = _run_tapped(loaded, prompts, replace(settings, seed=settings.seed + rnd), ["token"])
+        tpots = [r["tpot_s"] for r in batch.records if r.get("tpot_s") == r.get("tpot_s")]
+        tpot_rows.append({"arm": arm, "round": rnd, "value": float(np.median(tpots)) if tpots else float("nan")})
+        if arm == comparison.AA:
+            continue
+        g = got[n]
+        g["wall"] += batch.wall_s
+        for rec in batch.records:
+            sm = tap.row_summary(rec["request_id"], "token", batch.t_submit)
+            g["rows"].append(dict(rec, repeat=rnd, batch_size=len(prompts), t_start_s=0.0,
+                                  first_display_s=sm["first_display_s"],
+                                  handler_s_per_token=sm["handler_s_per_token"]))
+            g["itls"].extend(rec["itl_s"])
+    cols = comparison.compare(pd.DataFrame(tpot_rows), lengths[0], comparison.AA, adjust=False).columns()
+    out = {}
+    for n, g in got.items():
+        p = metrics.percentiles(g["itls"], (50, 99))
+        extra = {"itl_jitter": p["p99"] / p["p50"] if p["p50"] > 0 else float("nan"), **cols}
+        out[n] = PointResult(requests=g["rows"], wall_s=g["wall"], warmup_s=g["warmup_s"], extra=extra)
+    return out
+
+
 #: Per-request display columns of the granularity sweep, summarised per granularity.
 GRANULARITY_COLUMNS = ("updates", "tokens_per_update", "display_lag_s_mean", "display_lag_s_p90",
                        "added_first_display_s", "handler_s_per_token")
@@ -250,7 +294,9 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the notebook's :class:`Config`.
         point: ``{"max_new_tokens": n}`` (streaming), ``{"granularity": g}`` or ``{"concurrency": c}`` (http).
-        state: shared by the points of one sweep: ``base_url``, the server's URL, for http points;
+        state: shared by the points of one sweep: ``interleave``, the output lengths of a streaming sweep
+            measured as interleaved arms (the first streaming point runs :func:`measure_streams_interleaved`,
+            kept under ``streams``); ``base_url``, the server's URL, for http points;
             ``granularity``, a cache of the granularity points: the first runs :func:`measure_granularity`
             once for every granularity (all buffers on one ``generate`` per repeat), later ones reuse it,
             and a fully resumed sweep runs nothing.
@@ -262,6 +308,11 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         ParameterError: a point of none of these kinds, or an http point without ``base_url``.
     """
     if "max_new_tokens" in point:
+        if state.get("interleave"):  # the sweep's lengths as interleaved arms with the A/A control (issue 32)
+            cache = state.setdefault("streams", {})
+            if not cache:
+                cache.update(measure_streams_interleaved(loaded, cfg, state["interleave"]))
+            return cache[int(point["max_new_tokens"])]
         return measure_stream(loaded, [cfg.prompt] * cfg.batch_size, cfg.settings(point["max_new_tokens"]),
                               cfg.repeats, cfg.warmup)
     if "granularity" in point:
@@ -287,7 +338,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         The points of the three sweeps (``experiment`` tells them apart).
     """
     common = dict(resume=resume, info=loaded.info, loaded=loaded, config=cfg)
-    streaming: dict = {}
+    streaming: dict = {"interleave": list(cfg.output_tokens)} if len(cfg.output_tokens) > 1 else {}
     frames = [sweeps.run_sweep(run_dir, "streaming", sweeps.expand_grid(max_new_tokens=cfg.output_tokens),
                                lambda p: measure_point(loaded, cfg, p, streaming), **common)]
     granularity: dict = {}
@@ -362,11 +413,22 @@ def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evide
     parts = [f"{n_rep} repeat(s) of {checks.int_or(hi.get('batch_size'), 1)} request(s) per output length",
              f"e2e / TTFT {sooner.describe('{:.1f}', 'x')}"]
     if len(df) > 1 and have:
-        tpot = evidence.ratio_interval(_repeat_medians(reqs, hi["point_id"], "tpot_s"),
-                                       _repeat_medians(reqs, lo["point_id"], "tpot_s"), unit="repeat medians")
-        text += " " + evidence.describe_ratio(
-            tpot, f"TPOT at {int(hi['max_new_tokens'])} vs {int(lo['max_new_tokens'])} tokens "
-                  f"({hi['tpot_s_p50'] * 1e3:.0f} vs {lo['tpot_s_p50'] * 1e3:.0f} ms)") + "."
+        a, b = _repeat_medians(reqs, hi["point_id"], "tpot_s"), _repeat_medians(reqs, lo["point_id"], "tpot_s")
+        interleaved = isinstance(hi.get("design"), str)
+        if interleaved:  # measured by round: pair the two lengths' batches of one round (issue 32)
+            tpot = evidence.paired_ratio_interval(a, b.reindex(a.index), unit="rounds")
+        else:
+            tpot = evidence.ratio_interval(a, b, unit="repeat medians")
+        name = (f"TPOT at {int(hi['max_new_tokens'])} vs {int(lo['max_new_tokens'])} tokens "
+                f"({hi['tpot_s_p50'] * 1e3:.0f} vs {lo['tpot_s_p50'] * 1e3:.0f} ms)")
+        aa = (evidence.Interval(float(hi["aa_ratio"]), float(hi["aa_low"]), float(hi["aa_high"]),
+                                checks.int_or(hi.get("rounds"), 0), "", reason="1 round") if interleaved else None)
+        moved = aa is not None and aa.shown and (aa.low > 1 or aa.high < 1)
+        said = (f"{name}: {comparison.AA_MOVED}: {tpot.describe('{:.2f}', 'x')}" if moved
+                else evidence.describe_ratio(tpot, name))
+        text += " " + said + (f" ({comparison.noise_floor_text(aa, 'interleaved', aa.n)})" if aa is not None
+                              else "") + "."
+        parts.append(f"TPOT ratio: {'t over rounds of the paired log ratios' if interleaved else 'Welch over repeat medians'}")
     return evidence.Finding(text, "; ".join(parts), verdict == "higher", ids)
 
 

@@ -251,10 +251,11 @@ def finding(summary, requests=None, points=None):
             f"Temperature's effect on length and repetition: not supported: {greedy_share:.0%} of the answers at "
             f"temperature {lo:g} ({k[lo]} of {n[lo]}) hit max_new_tokens, so the outputs are too short to show it; "
             f"raise max_new_tokens.", "; ".join(evidence_parts), False, ids)
-    parts, supported = [], False
+    parts, supported, moved = [], False, []
     d = evidence.difference_interval(int(k[hi]), int(n[hi]), int(k[lo]), int(n[lo]))
     v = evidence.difference_verdict(d)
     supported |= v in ("higher", "lower")
+    moved.append(v in ("higher", "lower"))
     parts.append(_change("the share of answers cut by max_new_tokens", v, f"{k[lo] / n[lo]:.0%}",
                          f"{k[hi] / n[hi]:.0%}"))
     evidence_parts.append(f"truncation change {d.describe('{:+.2f}')}")
@@ -268,8 +269,10 @@ def finding(summary, requests=None, points=None):
             iv = evidence.mean_difference_interval(a, b, unit="answers")
             v = evidence.difference_verdict(iv)
             supported |= v in ("higher", "lower")
+            moved.append(v in ("higher", "lower"))
             parts.append(_change(name, v, fmt.format(b.mean()), fmt.format(a.mean())))
             evidence_parts.append(f"{col} change {iv.describe(fmt.replace(':', ':+'))}")
+    parts = [p for _, p in sorted(zip(moved, parts), key=lambda mp: not mp[0])]  # a change beyond noise leads
     return evidence.Finding(f"From temperature {lo:g} to {hi:g}, " + "; ".join(parts) + ".",
                             "; ".join(evidence_parts), supported, ids)
 

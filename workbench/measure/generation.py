@@ -14,9 +14,11 @@ docs/design.md section 4):
   ``generate`` (the prompt pass), from a forward pre-hook and hook on the model.
 - Speculative decoding (``assistant_model`` / ``prompt_lookup_num_tokens`` in ``generate_kwargs``, batch 1
   in ``transformers``): one verification step emits ``k >= 1`` ids in one ``put()`` of shape ``(1, k)``; each
-  id gets its own stamp, all ``k`` at the same time. So ``itl_s`` holds ``k - 1`` zeros for the ids of one
-  step and the step's whole gap on its first id; TPOT (:func:`workbench.stats.metrics.request_timing`) is
-  unchanged (the mean time per id after the first), and ``len(itl_s) == output_tokens - 1`` still holds.
+  id gets its own stamp, all ``k`` at the same time. ``itl_s`` of such a request holds the gaps between
+  verification steps (:func:`workbench.stats.metrics.step_gaps`, vLLM's and AIPerf's definition: no ``k - 1``
+  zeros per step), so ``len(itl_s) == len(draft_emitted) - 1``; ``ttft_s + sum(itl_s) == e2e_s`` still
+  holds and TPOT (:func:`workbench.stats.metrics.request_timing`) is unchanged (the mean time per id after the
+  first).
   ``prefill_s`` is then the first target forward: the prompt plus the first step's draft tokens. Per step,
   the tokens the candidate generator proposed (the target forward's new positions minus one) and the ids
   the step emitted are recorded as ``draft_proposed`` / ``draft_emitted`` (:class:`_VerifyCounter`).
@@ -545,6 +547,8 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
     if verify is not None:  # batch 1: one record
         records[0]["draft_proposed"] = verify.proposed[:len(timer.step_sizes)]
         records[0]["draft_emitted"] = _emitted(timer.step_sizes, records[0]["output_tokens"])
+        if records[0]["output_tokens"] >= 1:  # ITL as gaps between verification steps (vLLM, AIPerf)
+            records[0]["itl_s"] = metrics.step_gaps(records[0]["itl_s"], records[0]["draft_emitted"])
     return BatchResult(
         records=records,
         t_submit=t_submit,

@@ -35,7 +35,7 @@ The event loop is a heap of ``(time, sequence, callback)`` (the whole model is t
 batch or step end, a patience deadline), small enough that a library (SimPy) would add more than it saves.
 
 Every row and point the twin writes has ``source = "simulated"``; what it predicts rests on the cost model's
-calibration (:mod:`workbench.twin_cost`, ``cost_source`` on each point).
+calibration (:mod:`workbench.predict.twin_cost`, ``cost_source`` on each point).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ class EngineTwin:
     Args:
         clock: the :class:`Clock`.
         engine: one of :data:`workbench.serving.engines.ENGINES`.
-        cost: the :class:`~workbench.twin_cost.StepCost`.
+        cost: the :class:`~workbench.predict.twin_cost.StepCost`.
         queue: the replica's :class:`~workbench.serving.scheduling.PolicyQueue` (its clock is ``clock``).
         max_batch_size, batch_window_s, max_pending, prefix_sharing, page_size, max_batch_tokens: as the engines'.
         on_done: ``callable(request)`` when a request ends (served, abandoned).
@@ -590,13 +590,13 @@ def simulate(cost: StepCost, specs: Sequence[TwinSpec], cfg: TwinConfig | None =
     """Simulate ``specs`` on ``cfg``'s replicas with ``cost`` (module docstring).
 
     Args:
-        cost: the per-step :class:`~workbench.twin_cost.StepCost`.
+        cost: the per-step :class:`~workbench.predict.twin_cost.StepCost`.
         specs: the requests (:func:`open_loop`, :func:`trace_specs`, :func:`multiturn`, :func:`shared_prefix`).
         cfg: the deployment (default :class:`TwinConfig`).
         profile: ``replay`` / ``constant`` / ``poisson`` / ``gamma`` (open loop: each spec at its ``offset_s``, or
             after the request it follows), or ``synchronous``, ``concurrency``, ``throughput`` (closed loop).
         concurrency: the ``concurrency`` profile's workers.
-        slos: :class:`workbench.slo.SLO` s evaluated per point (default: every preset).
+        slos: :class:`workbench.stats.slo.SLO` s evaluated per point (default: every preset).
         rate: the offered rate recorded as ``offered_rps`` / ``rate_rps`` (open loop).
 
     Returns:
@@ -730,8 +730,8 @@ def summarize(rows: pd.DataFrame, profile: str, slos: Sequence | None = None, ra
     """A simulated point's columns, with the workbench's own definitions: the window and throughputs
     (:func:`workbench.serving.load.apply_window`, :func:`~workbench.serving.load.window_figures`,
     :func:`~workbench.serving.load.flow_rates`), TTFT / TPOT / e2e / queue percentiles
-    (:func:`workbench.metrics.percentiles`), per SLO ``slo_attainment_<name>`` and ``goodput_rps_<name>``
-    (:func:`workbench.slo.evaluate`), ``kept_up`` (:func:`workbench.serving.saturation.kept_up`)."""
+    (:func:`workbench.stats.metrics.percentiles`), per SLO ``slo_attainment_<name>`` and ``goodput_rps_<name>``
+    (:func:`workbench.stats.slo.evaluate`), ``kept_up`` (:func:`workbench.serving.saturation.kept_up`)."""
     from workbench.serving.saturation import kept_up
 
     recs = rows.to_dict("records")
@@ -764,12 +764,12 @@ def capacity(cost: StepCost, cfg: TwinConfig, objective: "slo.SLO", prompt_token
              n: int = 200, arrival: str = "poisson", target: float = 0.9, seed: int = 0,
              tolerance: float = 0.02, max_steps: int = 14) -> dict:
     """The highest offered rate whose simulated attainment of ``objective`` reaches ``target`` and that keeps up
-    (:func:`workbench.slo.search_rate`'s bisection, each step one simulation of ``n`` requests): seconds, not the
+    (:func:`workbench.stats.slo.search_rate`'s bisection, each step one simulation of ``n`` requests): seconds, not the
     minutes per step of a measured search. The bracket starts at ``[0.05, 2] x`` the simulated ``throughput``
     (every request at once) rate.
 
     Returns:
-        :func:`workbench.slo.search_rate`'s dict plus ``slo`` and ``throughput_rps``.
+        :func:`workbench.stats.slo.search_rate`'s dict plus ``slo`` and ``throughput_rps``.
     """
     checks.check_int("n", n, lo=2)
     burst = simulate(cost, open_loop("constant", n, 1.0, prompt_tokens, max_tokens), cfg, "throughput",

@@ -1,7 +1,7 @@
 """The serving twin's per-step cost model (issue 34): seconds of one prefill and one decode step, in place of the
 model, calibrated on this machine from the workbench's own measurements.
 
-**Form** (linear in features the roofline names; :mod:`workbench.roofline` gives their physics):
+**Form** (linear in features the roofline names; :mod:`workbench.predict.roofline` gives their physics):
 
 - prefill of ``B`` left-padded rows of ``L`` computed tokens (``fifo`` / ``static``; a ``continuous`` chunk is
   ``B = 1``): ``prefill_s = a0 + a1 * B * L + a2 * B * L**2``. ``a0`` is the fixed cost of a ``generate`` call
@@ -10,7 +10,7 @@ model, calibrated on this machine from the workbench's own measurements.
 - decode step over ``B`` rows holding ``C`` cached tokens in all: ``step_s = b0 + b1 * B + b2 * C + b3 * [B > 1]``:
   ``b0`` the weights read once per step (memory bound: Pope et al., MLSys 2023), ``b1`` each row's sampling and
   GEMV share, ``b2`` the KV-cache traffic per cached token, ``b3`` the CPU BLAS switch from matrix-vector to
-  packed matrix-matrix kernels at two rows (:class:`workbench.roofline.Calibration` ``batched_step_overhead_s``).
+  packed matrix-matrix kernels at two rows (:class:`workbench.predict.roofline.Calibration` ``batched_step_overhead_s``).
 - a ``continuous`` step mixes both (:meth:`StepCost.mixed_step_s`): the decode step of its decoding rows plus
   ``a1`` per prefill-chunk token and ``a2`` per (chunk token x context) pair, one fixed ``b0``.
 
@@ -224,15 +224,15 @@ def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
 
 def from_roofline(shape, device, calib=None, threads: int | None = None, max_batch: int = 64,
                   max_tokens: int = 8192, source: str = "") -> StepCost:
-    """:class:`StepCost` from the roofline (:func:`workbench.roofline.predict` terms) of ``shape`` on ``device``:
+    """:class:`StepCost` from the roofline (:func:`workbench.predict.roofline.predict` terms) of ``shape`` on ``device``:
     prefill and step times sampled over batches 1..``max_batch`` and contexts 16..``max_tokens`` and fitted as in
     :func:`fit` (on an accelerator the roofline is a max of memory and compute, which the linear form
     approximates; ``in_sample_*`` says how well).
 
     Args:
-        shape: :class:`workbench.roofline.ModelShape` (e.g. ``ModelShape.from_config(config_json)``).
-        device: :class:`workbench.roofline.Device` (bandwidth and FLOP/s of the what-if device).
-        calib: :class:`workbench.roofline.Calibration` (default: uncalibrated, the pure roofline).
+        shape: :class:`workbench.predict.roofline.ModelShape` (e.g. ``ModelShape.from_config(config_json)``).
+        device: :class:`workbench.predict.roofline.Device` (bandwidth and FLOP/s of the what-if device).
+        calib: :class:`workbench.predict.roofline.Calibration` (default: uncalibrated, the pure roofline).
 
     Raises:
         ParameterError: a device without a positive bandwidth or FLOP/s (one line).
@@ -267,7 +267,7 @@ def from_roofline(shape, device, calib=None, threads: int | None = None, max_bat
 
 
 def device_profile(text: str, dtype: str = "bfloat16"):
-    """A what-if :class:`workbench.roofline.Device` from ``"bandwidth=3.35e12,flops=9.9e14[,name=h100]"``
+    """A what-if :class:`workbench.predict.roofline.Device` from ``"bandwidth=3.35e12,flops=9.9e14[,name=h100]"``
     (bytes/s and FLOP/s; ``overlap`` True: an accelerator) or from a JSON file with those keys.
 
     Raises:

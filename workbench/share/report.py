@@ -252,7 +252,8 @@ def _findings_html(manifest: dict, run: Path) -> str:
         return ""
     items = "".join(_finding_html(run, exp, value) for exp, value in findings.items())
     marked = [v for v in findings.values() if isinstance(v, dict)]
-    count = (f"<p class='meta'>{sum(bool(v.get('supported')) for v in marked)} of {len(marked)} findings are "
+    supported = sum(evidence.Finding.from_value(v).supported for v in marked)  # the mark agrees with the headline
+    count = (f"<p class='meta'>{supported} of {len(marked)} findings are "
              "supported by their evidence; the others say why not.</p>" if marked else "")
     return f"<h2>Findings</h2>{count}<ul>{items}</ul>"
 

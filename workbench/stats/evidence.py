@@ -381,7 +381,8 @@ class Finding:
     Attributes:
         text: the sentence the report leads with.
         evidence: samples or requests, intervals and their method, fit quality and dof.
-        supported: False when the text says "not supported" / "no difference beyond noise" for its main claim.
+        supported: False when the text says "not supported" / "no difference beyond noise" for its main claim;
+            forced False when its headline (first claim) says so (:func:`headline_supported`).
         point_ids: the points it rests on (the report links them to the point table).
     """
 
@@ -389,6 +390,12 @@ class Finding:
     evidence: str = ""
     supported: bool = True
     point_ids: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        # the mark agrees with the headline: a first claim that says "not supported" or "no difference beyond
+        # noise" is never marked supported, whatever a later part of the text carries (issue 32)
+        if self.supported and not headline_supported(self.text):
+            object.__setattr__(self, "supported", False)
 
     def __str__(self) -> str:
         return f"{self.text} Evidence: {self.evidence}" if self.evidence else self.text
@@ -410,11 +417,92 @@ class Finding:
         return cls(str(value))
 
 
+NOT_SUPPORTED_PHRASES = ("not supported", "no difference beyond noise")
+
+
+def headline(text: str) -> str:
+    """A finding's headline claim: its text up to the first sentence end (``". "``) or clause end (``"; "``),
+    whichever comes first (the decimal point of ``0.96x`` ends neither). Findings lead with their main claim
+    and add caveats and secondary claims after it."""
+    text = text.strip()
+    ends = [i for i in (text.find(". "), text.find("; ")) if i >= 0]
+    return text if not ends else text[: min(ends) + 1]
+
+
+def headline_supported(text: str) -> bool:
+    """False when a finding's headline (:func:`headline`) says its claim is not supported or finds no
+    difference beyond noise (:data:`NOT_SUPPORTED_PHRASES`): such a finding must not be marked supported."""
+    head = headline(text).lower()
+    return not any(p in head for p in NOT_SUPPORTED_PHRASES)
+
+
 def join(findings: Sequence[Finding], sep: str = " ") -> Finding:
-    """One finding from several (e.g. one per language): texts and evidence joined, supported if any part is."""
+    """One finding from several (e.g. a main claim and a secondary one): texts and evidence joined; supported
+    only when its headline is: the first part is supported (the later parts ride along, marked in their own
+    words), and its first claim does not say otherwise (:class:`Finding` checks that)."""
     findings = [f for f in findings if f is not None]
     if not findings:
         return Finding("Nothing measured.", "", False)
     return Finding(sep.join(f.text for f in findings), "; ".join(f.evidence for f in findings if f.evidence),
-                   any(f.supported for f in findings),
+                   bool(findings[0].supported),
                    tuple(dict.fromkeys(p for f in findings for p in f.point_ids)))
+
+
+# ----------------------------------------------------------------------------- multiplicity
+
+
+def paired_log_ratio_pvalue(numerator: Iterable[float], denominator: Iterable[float]) -> float:
+    """Two-sided p-value of "the geometric-mean ratio is 1" from matched pairs: the one-sample t test on the
+    pairs' log ratios (the test dual to :func:`paired_ratio_interval`; what ``scipy.stats.ttest_1samp`` computes,
+    without its per-call overhead).
+
+    Returns:
+        The p-value in [0, 1]; NaN from fewer than 2 finite pairs; 0 or 1 when the log ratios have no spread
+        (all equal: 1 when they are 0, else 0).
+    """
+    from scipy import stats
+
+    num = np.asarray(list(numerator), dtype=float)
+    den = np.asarray(list(denominator), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(num / den)
+    logs = logs[np.isfinite(logs)]
+    if logs.size < 2:
+        return float("nan")
+    if np.ptp(logs) == 0:
+        return 1.0 if logs[0] == 0 else 0.0
+    t = float(logs.mean() / (logs.std(ddof=1) / math.sqrt(logs.size)))
+    return float(2 * stats.t.sf(abs(t), logs.size - 1))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially rejective multiple test
+    procedure"): sort ascending, ``p_(i) * (m - i + 1)``, running maximum, capped at 1. Rejecting where the
+    adjusted value is below alpha holds the family-wise error at alpha over the ``m`` comparisons.
+
+    Args:
+        pvalues: one p-value per comparison; NaN ones are kept NaN and not counted in ``m``.
+
+    Returns:
+        Adjusted p-values in the input order.
+    """
+    p = np.asarray(list(pvalues), dtype=float)
+    out = np.full(p.shape, np.nan)
+    idx = [i for i in np.argsort(p, kind="stable") if np.isfinite(p[i])]
+    m, running = len(idx), 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, float(p[i]) * (m - rank)))
+        out[i] = running
+    return [float(x) for x in out]
+
+
+def holm_levels(pvalues: Sequence[float], alpha: float = 1 - CONFIDENCE) -> list[float]:
+    """The confidence level Holm's procedure tests each comparison at: the comparison ranked ``i`` (0-based,
+    ascending p) at ``1 - alpha / (m - i)``; an interval at that level excludes the null exactly when that
+    step rejects. NaN p-values get the plain level ``1 - alpha``."""
+    p = np.asarray(list(pvalues), dtype=float)
+    out = [1 - alpha] * len(p)
+    idx = [i for i in np.argsort(p, kind="stable") if np.isfinite(p[i])]
+    for rank, i in enumerate(idx):
+        out[i] = 1 - alpha / (len(idx) - rank)
+    return out

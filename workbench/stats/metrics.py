@@ -65,6 +65,33 @@ def request_timing(stamps: Sequence[float], t_submit: float, decode_steps: int |
     }
 
 
+def step_gaps(itl_s: Sequence[float], step_sizes: Sequence[int]) -> list[float]:
+    """Inter-token latency of a speculative request as gaps between verification steps (the definition of
+    vLLM's and AIPerf's speculative ITL): a step emitting ``k`` ids stamps them at once, so its ``k - 1`` zero
+    gaps are dropped and each remaining gap is the time from one step's output to the next.
+
+    Args:
+        itl_s: the per-id gaps of :func:`request_timing` (``output_tokens - 1`` values).
+        step_sizes: ids each step emitted, in order (summing to ``output_tokens``; ``draft_emitted``).
+
+    Returns:
+        ``len(step_sizes) - 1`` gaps in seconds; their sum equals ``sum(itl_s)`` (``ttft_s + sum == e2e_s``).
+
+    Raises:
+        ParameterError: step sizes that do not add up to the ids behind ``itl_s``.
+    """
+    from workbench.errors import ParameterError
+
+    sizes = [int(k) for k in step_sizes]
+    if any(k < 1 for k in sizes) or sum(sizes) != len(itl_s) + 1:
+        raise ParameterError(f"step_sizes: each >= 1 and summing to output_tokens ({len(itl_s) + 1}); got {sizes}")
+    out, i = [], 0
+    for k in sizes[:-1]:  # the gap from a step's first id to the next step's first id
+        out.append(float(sum(itl_s[i:i + k])))
+        i += k
+    return out
+
+
 def percentiles(values, qs=PERCENTILES) -> dict:
     """Percentiles of finite values: ``{"p50": .., "p90": .., "p99": ..}``; NaN when there are none."""
     arr = np.asarray([v for v in values if v is not None], dtype=float)
