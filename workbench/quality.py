@@ -389,7 +389,13 @@ def perplexity(loaded, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> 
         prompt_ids: the templated prompt's ids (no padding), >= 1 id.
         output_ids: the generated ids (EOS included when emitted).
     """
-    nll = token_nlls(loaded, prompt_ids, output_ids)
+    return perplexity_from_nll(token_nlls(loaded, prompt_ids, output_ids))
+
+
+def perplexity_from_nll(nll: Sequence[float]) -> float:
+    """``exp(mean NLL)`` of per-token negative log-likelihoods (nats): the one perplexity formula (NaN when
+    empty). :func:`perplexity` and the quality guard (:mod:`workbench.guard`) both use it."""
+    nll = list(nll)
     return math.exp(sum(nll) / len(nll)) if nll else float("nan")
 
 
