@@ -68,6 +68,8 @@ class ModelInfo:
         max_context_tokens: ``config.max_position_embeddings``.
         num_layers, num_kv_heads, head_dim, hidden_size, num_heads: for KV-cache and
             attention-FLOP formulas (:attr:`attn_dim`).
+        random_weights: built from a ``config.json`` with random weights (``model: config:PATH``,
+            :mod:`workbench.config_models`): speed only, no quality metric means anything.
     """
 
     name: str
@@ -85,6 +87,7 @@ class ModelInfo:
     head_dim: int
     hidden_size: int
     num_heads: int = 0
+    random_weights: bool = False
 
     @property
     def attn_dim(self) -> int:
@@ -232,6 +235,10 @@ def resolve_model_path(spec: str, allow_pickle: bool = False, trust_remote_code:
         raise ParameterError("model: must be 'default', a local model directory or a cached hub id")
     if spec == DEFAULT_MODEL:
         return default_model_dir()
+    if spec.startswith("config:"):  # a config.json alone: random weights (workbench.config_models)
+        from .config_models import config_path
+
+        return config_path(spec).parent
     path = Path(spec).expanduser()
     if not path.is_dir():
         path = _cached_hub_snapshot(spec)
@@ -284,6 +291,10 @@ def _cached_hub_snapshot(spec: str) -> Path:
 
 def read_model_config(spec: str) -> dict:
     """Read a model's ``config.json`` as a dict without loading weights (for validation)."""
+    if spec.startswith("config:") or spec.endswith(".json"):  # a random-weight model's info.path is its config
+        from .config_models import read_config
+
+        return read_config(spec if spec.startswith("config:") else "config:" + spec)
     return json.loads((resolve_model_path(spec) / "config.json").read_text())
 
 
@@ -409,6 +420,10 @@ def load_model(
     path = resolve_model_path(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
+    if spec.startswith("config:"):
+        from . import config_models
+
+        return config_models.load(spec, dev, str(torch_dtype), attn_implementation)
     return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle, attn_implementation)
 
 

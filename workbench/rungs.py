@@ -143,6 +143,27 @@ def linear_in_features(config: dict) -> dict[str, int]:
     return out
 
 
+def model_widths(spec: str) -> dict[str, int] | None:
+    """:func:`linear_in_features` of a model spec read without loading weights (``config:PATH`` included);
+    None when the config is not on disk yet (the embedded default before its first conversion: :func:`build`
+    checks the loaded layers then)."""
+    import json
+
+    from . import models
+
+    try:
+        if spec.startswith("config:"):
+            from .config_models import read_config
+
+            return linear_in_features(read_config(spec))
+        if spec == models.DEFAULT_MODEL:
+            found = list((models.cache_root() / "models").glob(f"{models.DEFAULT_MODEL_NAME}-*/config.json"))
+            return linear_in_features(json.loads(found[0].read_text())) if found else None
+        return linear_in_features(models.read_model_config(spec))
+    except (OSError, KeyError, ValueError, ParameterError):
+        return None
+
+
 def fitting_group_sizes(widths) -> list[int]:
     """The group sizes of :data:`GROUP_SIZES` that divide every width."""
     return [g for g in GROUP_SIZES if all(w % g == 0 for w in widths)]
@@ -354,6 +375,21 @@ def generate_kwargs(cache_implementation: str = "dynamic", compile: bool = False
     return out
 
 
+def set_generation_defaults(loaded, cache_implementation: str = "dynamic", compile: bool = False) -> None:
+    """Make a rung's cache and compile choice the model's own ``generation_config`` defaults, for callers that
+    do not pass :func:`generate_kwargs` (the server's engines). Mutates ``loaded.model.generation_config``.
+
+    Raises:
+        ParameterError: ``compile`` without a static cache.
+    """
+    kw = generate_kwargs(cache_implementation, compile, str(loaded.info.device).split(":")[0])
+    gc = loaded.model.generation_config
+    gc.cache_implementation = kw.get("cache_implementation")
+    if compile:
+        gc.compile_config = kw["compile_config"]
+    gc.disable_compile = not compile
+
+
 def compiled_graphs() -> int:
     """Graphs ``torch._dynamo`` has compiled in this process so far (its ``unique_graphs`` counter)."""
     try:
@@ -383,7 +419,7 @@ def measure(loaded, prompts, settings, repeats: int, warmup: int, gen_kwargs: di
         ``recompiles`` the graphs dynamo compiled during the timed repeats (0 expected; NaN uncompiled);
         ``compile_graphs`` those compiled by the compile call and warm-up. The compile call's time is in neither ``requests`` nor ``wall_s``.
     """
-    from .generation import generate_measured
+    from . import generation
     from .sweeps import measure_generation
 
     extra = {"compile_s": float("nan"), "recompiles": float("nan")}
@@ -392,12 +428,14 @@ def measure(loaded, prompts, settings, repeats: int, warmup: int, gen_kwargs: di
                                   logits_processor=logits_processor), extra
     before = compiled_graphs()
     t0 = clock()
-    generate_measured(loaded, prompts, settings, generate_kwargs=gen_kwargs, logits_processor=logits_processor)
+    generation.generate_measured(loaded, prompts, settings, generate_kwargs=gen_kwargs,
+                                 logits_processor=logits_processor)
     extra["compile_s"] = clock() - t0
     # one more full-length untimed call: warm-up at the timed runs' own static-cache shape (a shorter warm-up
     # would size the cache differently and compile again inside the first timed repeat)
     t1 = clock()
-    generate_measured(loaded, prompts, settings, generate_kwargs=gen_kwargs, logits_processor=logits_processor)
+    generation.generate_measured(loaded, prompts, settings, generate_kwargs=gen_kwargs,
+                                 logits_processor=logits_processor)
     warmup_s = clock() - t1
     mid = compiled_graphs()
     out = measure_generation(loaded, prompts, settings, repeats, 0, generate_kwargs=gen_kwargs,

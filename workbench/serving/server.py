@@ -352,12 +352,13 @@ class ServerThread:
 
 
 def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, device: str = "auto",
-          dtype: str = "auto", limits: ServerLimits | None = None, **app_kwargs) -> None:
+          dtype: str = "auto", limits: ServerLimits | None = None, rung=None, **app_kwargs) -> None:
     """Load a model and serve it until interrupted (blocking).
 
     The model spec, device, dtype, the bind / API-key rule and the job store's owner are checked before the
     model loads (:class:`ParameterError`, one line). ``app_kwargs`` go to :func:`create_app`; ``limits``
-    (:class:`ServerLimits`) to uvicorn.
+    (:class:`ServerLimits`) to uvicorn. ``rung`` (:class:`workbench.rungs.Rung`, optional): the speed ladder's
+    quantization and static cache + compile applied to the served model (engine tuning's recommendation).
     """
     import uvicorn
 
@@ -377,8 +378,18 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
     scheduling.make_queue(app_kwargs.get("policy", "fcfs"), app_kwargs.get("engine", "fifo"),
                           **(app_kwargs.get("policy_options") or {}))  # bad policy options: before the model loads
     pick_dtype(dtype, pick_device(device))
+    if rung is not None:
+        from .. import rungs
+
+        rungs.check_device(rung.quantization, pick_device(device))
+        if rung.compile and app_kwargs.get("engine", "fifo") == "continuous":
+            raise ParameterError("compile: the continuous engine runs transformers' paged cache, not a static "
+                                 "cache; use --engine fifo or static with --compile")
     resolve_model_path(model)
     loaded = load_model(model, device=device, dtype=dtype)
+    if rung is not None:
+        loaded = rungs.build(loaded, rung).loaded
+        rungs.set_generation_defaults(loaded, rung.cache_implementation, rung.compile)
     uvicorn.run(create_app(loaded, host=host, **app_kwargs), host=host, port=port, log_level="info",
                 **limits.uvicorn_kwargs())
 
@@ -442,11 +453,22 @@ def main(argv=None, prog: str | None = None) -> None:
     p.add_argument("--sjf-predictor", default="proxy",
                    help=f"sjf: the predicted job size ({', '.join(scheduling.PREDICTORS)}: max_tokens and prompt "
                         "length, or a least-squares fit of the service time on them from finished requests)")
+    p.add_argument("--quantization", default="none",
+                   help="weights: none, int8_weight_only, int4_weight_only (torchao), int8_dynamic (torch.ao reference)")
+    p.add_argument("--group-size", type=int, default=64, help="int4 weights per scale group (32, 64, 128, 256)")
+    p.add_argument("--lm-head", default="float", help="float (head kept in float) or quantize")
+    p.add_argument("--compile", action="store_true",
+                   help="static KV cache + torch.compile of the decode step (fifo / static engines)")
     a = p.parse_args(argv)
     try:
+        from ..rungs import Rung
+
+        rung = Rung(quantization=a.quantization, group_size=a.group_size, lm_head=a.lm_head,
+                    cache_implementation="static" if a.compile else "dynamic", compile=a.compile)
         limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes, a.header_read_timeout)
         jobs = {"path": a.jobs_db} if a.jobs_db else ({} if a.jobs else None)
-        serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, api_key=a.api_key, max_queue=a.max_queue,
+        serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, rung=rung, api_key=a.api_key,
+              max_queue=a.max_queue,
               max_tokens_limit=a.max_tokens_limit, request_timeout_s=a.request_timeout,
               early_headers=a.early_headers, engine=a.engine, max_batch_size=a.max_batch_size,
               batch_window_s=a.batch_window, model_name=a.served_model_name, model_aliases=tuple(a.model_alias),

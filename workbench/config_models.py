@@ -1,0 +1,146 @@
+"""Any architecture without its weights: ``model: config:PATH`` builds a causal LM from a ``config.json`` with
+deterministic random weights, so sweeps run on a real model's shapes where its weights are not on disk.
+
+Speed on random weights is speed on the real shapes (the same matrices, cache and kernels; a decode step's
+cost does not depend on the weights' values), but every quality figure is meaningless: the model is marked
+(``ModelInfo.random_weights``, the ``random_weights`` row column, ``(random weights)`` in its name) and
+quality metrics are switched off by the callers that compute them (:func:`is_random`).
+
+Weights: ``transformers``' own initialisation of the architecture (normal with the config's
+``initializer_range``), under ``torch.manual_seed(seed)``: the same config and seed give the same weights on
+every machine of one torch version. Tokenizer: the config folder's own when it holds one, else the embedded
+default model's (SmolLM2, 49,152 ids), which needs the config's vocabulary to be at least that large.
+Shipped configs: ``data/configs/*/config.json`` (:func:`shipped`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+
+from .errors import ParameterError
+
+PREFIX = "config:"
+SEED = 0
+
+
+def is_config_spec(spec) -> bool:
+    """True for a ``config:PATH`` model spec."""
+    return isinstance(spec, str) and spec.startswith(PREFIX)
+
+
+def is_random(loaded_or_info) -> bool:
+    """True when a loaded model (or its ``info``) has random weights: quality metrics must be off."""
+    info = getattr(loaded_or_info, "info", loaded_or_info)
+    return bool(getattr(info, "random_weights", False))
+
+
+def shipped() -> dict[str, Path]:
+    """The configs shipped in ``data/configs``: ``{name: path to config.json}``."""
+    from .prompts import data_dir
+
+    return {p.parent.name: p for p in sorted((Path(data_dir()) / "configs").glob("*/config.json"))}
+
+
+def config_path(spec: str) -> Path:
+    """The ``config.json`` a ``config:PATH`` spec names: a file, a folder holding one, or a shipped name
+    (``config:Qwen3-0.6B``).
+
+    Raises:
+        ParameterError: nothing there, unreadable JSON, or no ``model_type``.
+    """
+    raw = spec[len(PREFIX):].strip()
+    if not raw:
+        raise ParameterError("model: config: needs a path to a config.json (e.g. config:data/configs/Qwen3-0.6B)")
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.exists() and raw in shipped():
+        path = shipped()[raw]
+    if not path.is_file():
+        raise ParameterError(f"model: {spec!r} names no config.json (shipped: {', '.join(shipped()) or 'none'})")
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ParameterError(f"model: {spec!r} is not a readable JSON config ({exc})") from None
+    if not isinstance(cfg, dict) or "model_type" not in cfg:
+        raise ParameterError(f"model: {spec!r} has no model_type (not a transformers config.json)")
+    return path
+
+
+def read_config(spec: str) -> dict:
+    """The config of a ``config:PATH`` spec as a dict (:func:`config_path`)."""
+    return json.loads(config_path(spec).read_text())
+
+
+def _tokenizer(folder: Path, vocab: int):
+    from transformers import AutoTokenizer
+
+    from . import models
+
+    if any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        tok = AutoTokenizer.from_pretrained(folder)
+    else:
+        tok = AutoTokenizer.from_pretrained(models.resolve_model_path(models.DEFAULT_MODEL))
+        if len(tok) > vocab:
+            raise ParameterError(f"model: the config's vocabulary ({vocab}) is smaller than the stand-in tokenizer's "
+                                 f"({len(tok)}); put the model's tokenizer files beside its config.json")
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+@functools.lru_cache(maxsize=1)
+def load(spec: str, device: str, dtype_name: str, attn_implementation: str | None = None, seed: int = SEED):
+    """Build the model of a ``config:PATH`` spec with deterministic random weights (memoised, one at a time).
+
+    Args:
+        spec: ``config:PATH``.
+        device: a resolved device (``cpu``, ``cuda``, ``mps``).
+        dtype_name: torch dtype name (``float32``, ``bfloat16``, ``float16``).
+        attn_implementation: ``transformers``' attention kernel, or None.
+        seed: the weights' seed.
+
+    Returns:
+        :class:`workbench.models.LoadedModel` whose ``info`` has ``random_weights=True``, a name ending in
+        ``(random weights)`` and ``weights_sha256`` = ``random-`` + the config's hash and the seed.
+
+    Raises:
+        ParameterError: a bad spec (:func:`config_path`) or a vocabulary smaller than the stand-in tokenizer.
+    """
+    import dataclasses
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from . import models
+
+    path = config_path(spec)
+    config = AutoConfig.from_pretrained(path.parent if path.name == "config.json" else path)
+    tok = _tokenizer(path.parent, int(getattr(config, "vocab_size", 0) or 0))
+    dtype = getattr(torch, dtype_name.replace("torch.", ""))
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+    model.eval()
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tok.pad_token_id
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    heads = int(config.num_attention_heads)
+    info = models.ModelInfo(
+        name=f"{path.parent.name} (random weights)", path=str(path), weights_sha256=f"random-{digest}-seed{seed}",
+        num_params=sum(p.numel() for p in model.parameters()),
+        num_non_embedding_params=models._non_embedding_params(model),
+        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters())
+        + sum(b.numel() * b.element_size() for b in model.buffers()),
+        dtype=str(dtype).replace("torch.", ""), device=str(next(model.parameters()).device),
+        device_name=models.device_name(device), max_context_tokens=int(getattr(config, "max_position_embeddings", 2048)),
+        num_layers=int(config.num_hidden_layers), num_kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
+        head_dim=int(getattr(config, "head_dim", None) or config.hidden_size // heads),
+        hidden_size=int(config.hidden_size), num_heads=heads)
+    info = dataclasses.replace(info, random_weights=True)
+    return models.LoadedModel(model=model, tokenizer=tok, info=info)
