@@ -48,14 +48,16 @@ from workbench.prompts import build_batch
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RUNGS = ["float32", "float32+static", "float32+static+compile", "bfloat16", "int8_weight_only",
-                 "int8_weight_only+static+compile", "int4_weight_only/g64", "int4_weight_only/g32", "int8_dynamic"]
+                 "int8_weight_only+head", "int8_weight_only+head+static+compile", "int4_weight_only/g64",
+                 "int4_weight_only/g64+head", "int4_weight_only/g32", "int8_dynamic", "int8_dynamic+head"]
 TINY_RUNGS = ["float32", "float32+static+compile", "bfloat16", "int8_weight_only", "int4_weight_only/g64",
               "int8_dynamic"]
 
 
 def parse_rung(text: str) -> tuple[str, rungs.Rung]:
-    """``float32``, ``bfloat16+static``, ``int8_weight_only+static+compile``, ``int4_weight_only/g32`` ->
-    ``(dtype, Rung)``; quantized rungs run on float32 weights."""
+    """``float32``, ``bfloat16+static``, ``int8_weight_only+head+static+compile``, ``int4_weight_only/g32`` ->
+    ``(dtype, Rung)``; ``+head`` quantizes ``lm_head`` too (else it stays float); quantized rungs run on float32
+    weights."""
     parts = text.split("+")
     head, flags = parts[0], set(parts[1:])
     group = 64
@@ -63,12 +65,12 @@ def parse_rung(text: str) -> tuple[str, rungs.Rung]:
         head, g = head.split("/g")
         group = int(g)
     dtype, quant = (head, "none") if head in ("float32", "bfloat16") else ("float32", head)
-    unknown = flags - {"static", "compile"}
+    unknown = flags - {"static", "compile", "head"}
     if unknown:
-        raise ParameterError(f"--rungs: {text!r}: unknown flag(s) {', '.join(sorted(unknown))} (static, compile)")
+        raise ParameterError(f"--rungs: {text!r}: unknown flag(s) {', '.join(sorted(unknown))} (static, compile, head)")
     cache = "static" if flags & {"static", "compile"} else "dynamic"
     return dtype, rungs.Rung(quantization=quant, group_size=group, cache_implementation=cache,
-                             compile="compile" in flags)
+                             compile="compile" in flags, lm_head="quantize" if "head" in flags else "float")
 
 
 def parse_args():
@@ -191,7 +193,8 @@ def main() -> None:
     for name, row in info.items():
         b, kw = built[name]
         iv = evidence.paired_ratio_interval(tps[name], tps["float32"], unit="rounds")
-        key = (row["dtype"], row["quantization"], row["group_size"] if row["quantization"] == "int4_weight_only" else 0)
+        key = (row["dtype"], row["quantization"], row["lm_head"],
+               row["group_size"] if row["quantization"] == "int4_weight_only" else 0)
         if key not in judged:
             judged[key] = guard.judge(b.loaded, ref)
         g = judged[key]

@@ -279,8 +279,9 @@ def build(loaded, rung: Rung) -> Built:
         rung: :class:`Rung`.
 
     Returns:
-        :class:`Built`; every ``Linear`` is either in ``quantized_layers`` or in ``skipped_layers`` with its
-        reason (``lm_head kept float``), never silently left in float.
+        :class:`Built`; under a quantization every ``Linear`` is either in ``quantized_layers`` or in
+        ``skipped_layers`` with its reason (``lm_head kept float``), never silently left in float (``none``:
+        both empty).
 
     Raises:
         ParameterError: a group size some layer cannot take (:func:`check_group_size`), ``int8_dynamic`` on
@@ -294,7 +295,7 @@ def build(loaded, rung: Rung) -> Built:
     head = loaded.model.get_output_embeddings()
     head_names = {n for n, m in lin.items() if m is head}
     if rung.quantization == "none":
-        return Built(loaded, rung, [], {n: "no quantization" for n in lin})
+        return Built(loaded, rung, [], {})
     targets = {n for n in lin if rung.lm_head == "quantize" or n not in head_names}
     skipped = {n: "lm_head kept float (lm_head='float')" for n in lin if n not in targets}
     if rung.quantization == "int4_weight_only":
@@ -417,7 +418,8 @@ def measure(loaded, prompts, settings, repeats: int, warmup: int, gen_kwargs: di
     Returns:
         ``(PointResult, {"compile_s", "recompiles", "compile_graphs"})``: ``compile_s`` NaN uncompiled;
         ``recompiles`` the graphs dynamo compiled during the timed repeats (0 expected; NaN uncompiled);
-        ``compile_graphs`` those compiled by the compile call and warm-up. The compile call's time is in neither ``requests`` nor ``wall_s``.
+        ``compile_graphs`` those compiled by the compile call and warm-up. The compile call's time is in
+        neither ``requests`` nor ``wall_s``.
     """
     from . import generation
     from .sweeps import measure_generation

@@ -48,7 +48,8 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import checks, config_models, drift, evidence, guard, metrics, models, predictions, results, roofline, rungs, slo, sweeps
+from .. import (checks, config_models, drift, evidence, guard, metrics, models, predictions, results, roofline,
+               rungs, slo, sweeps)
 from ..errors import ParameterError
 from ..generation import GenerationSettings
 from ..plots import label, legend_below, split_by_device
@@ -816,7 +817,8 @@ def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFr
     n_rep = f"at least {int(reps.min())} repeats each" if reps.notna().any() else "repeats per point in the table"
     ev = (f"{len(configs)} configurations, {n_rep}; speed-up vs the baseline "
           f"{configs.iloc[0]['config']}: 95% Welch t interval on log e2e over repeats; quality guard (perplexity "
-          f"ratio and mean KL vs float32 on held-out text, upper 95% bounds over windows); SLO at the preset's own percentile where the sample supports it")
+          f"ratio and mean KL vs float32 on held-out text, upper 95% bounds over windows); SLO at the preset's own "
+          f"percentile where the sample supports it")
     supported = best is not None and (best["config"] == configs.iloc[0]["config"]
                                       or best.get("speedup_low", float("nan")) > 1
                                       or best.get("speedup_high", float("nan")) < 1)
@@ -870,7 +872,8 @@ def fig_guard(configs: pd.DataFrame, cfg_limits: tuple[float, float] | None = No
     ratio = configs.get("perplexity_ratio", pd.Series(float("nan"), index=configs.index))
     high = configs.get("perplexity_ratio_high", ratio)
     fig.add_bar(x=configs["config"], y=ratio, name=label("perplexity_ratio"),
-                error_y=dict(type="data", symmetric=False, array=(high - ratio).clip(lower=0), arrayminus=[0] * len(ratio)))
+                error_y=dict(type="data", symmetric=False, array=(high - ratio).clip(lower=0),
+                             arrayminus=[0] * len(ratio)))
     fig.add_scatter(x=configs["config"], y=configs.get("kl_mean"), mode="markers", yaxis="y2",
                     name=label("kl_mean"), marker=dict(symbol="diamond", size=11))
     if cfg_limits:
