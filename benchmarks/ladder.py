@@ -232,7 +232,7 @@ def main() -> None:
         prof_rows.append({"rung": name, **p})
     prof = pd.DataFrame(prof_rows)
     print("\nwhere one decode step goes (ms):")
-    print((prof.set_index("rung")[list(profile_step.COMPONENTS) + ["step_s", "roofline_s"]] * 1e3).to_string(
+    print((prof.set_index("rung")[list(profile_step.COMPONENTS) + ["profiled_step_s", "step_s", "roofline_s"]] * 1e3).to_string(
         float_format=lambda v: f"{v:.2f}"))
     if best is not None and best["ratio_low"] > 1:
         print(f"\nrecommended: {best['rung']}, {best['ratio']:.2f}x float32 eager "

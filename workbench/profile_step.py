@@ -15,9 +15,10 @@ token selection of ``generate``). Each operator's self CPU time is put in one co
   ``cpp_fused_*`` kernels of a compiled rung land here);
 - ``sampling``: the logits processors and token choice (``argmax``, ``topk``, ``sort``, ``multinomial``,
   ``isin``, ``where``...);
-- ``overhead``: the step's unprofiled wall time minus the operators' self time: Python, ``generate``'s loop
-  and operator dispatch, and whatever the profiler cannot see. The wall time comes from the same two-call
-  difference run without the profiler (the profiler's own cost would otherwise land here).
+- ``overhead``: the profiled step's wall time minus the operators' self time: Python, ``generate``'s loop
+  and operator dispatch, whatever the profiler cannot see, and the profiler's own cost (so the components
+  add up to the profiled step, ``profiled_step_s``). ``step_s`` is the same two-call difference run without
+  the profiler: ``profiled_step_s - step_s`` is what profiling added.
 
 ``roofline_s``: the bytes a step must read (weights as stored, :attr:`ModelInfo.weight_bytes`, plus the KV
 cache at the step's context) over the probed copy bandwidth (:meth:`workbench.roofline.Device.probe`): the
@@ -61,16 +62,20 @@ def component(name: str) -> str | None:
 
 
 def _self_times(fn) -> dict[str, float]:
-    """Seconds of operator self CPU time per component while ``fn()`` runs under ``torch.profiler``."""
+    """Seconds of operator self CPU time per component while ``fn()`` runs under ``torch.profiler``, and the
+    call's wall time (``wall``)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
         fn()
+        wall = time.perf_counter() - t0
     out = {c: 0.0 for c in COMPONENTS if c != "overhead"}
     for evt in prof.key_averages():
         comp = component(evt.key)
         if comp is not None:
             out[comp] += evt.self_cpu_time_total / 1e6
+    out["wall"] = wall
     return out
 
 
@@ -87,8 +92,8 @@ def profile_decode_step(loaded, prompt_tokens: int = 32, steps: int = 8, gen_kwa
         repeats: unprofiled repeats of each call for the wall time (median).
 
     Returns:
-        ``{component: seconds per step}`` plus ``step_s`` (unprofiled wall time per step) and ``profiled_s``
-        (operator self time per step); ``overhead`` is ``step_s`` minus the operators' time (>= 0).
+        ``{component: seconds per step}`` (the five add up to ``profiled_step_s``, the profiled step's wall
+        time), ``profiled_s`` (operator self time per step) and ``step_s`` (the unprofiled step).
 
     Raises:
         ParameterError: ``prompt_tokens`` < 8 or ``steps`` < 2.
@@ -121,9 +126,11 @@ def profile_decode_step(loaded, prompt_tokens: int = 32, steps: int = 8, gen_kwa
 
     step_s = max(0.0, (wall(long) - wall(short)) / steps)
     a, b = _self_times(short), _self_times(long)
+    wall = max(0.0, (b.pop("wall") - a.pop("wall")) / steps)
     out = {c: max(0.0, (b[c] - a[c]) / steps) for c in a}
     out["profiled_s"] = sum(out.values())
-    out["overhead"] = max(0.0, step_s - out["profiled_s"])
+    out["overhead"] = max(0.0, wall - out["profiled_s"])
+    out["profiled_step_s"] = out["profiled_s"] + out["overhead"]
     out["step_s"] = step_s
     return out
 

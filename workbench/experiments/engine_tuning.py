@@ -779,6 +779,10 @@ def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
             flags += f" [invalid: {r.get('invalid_reason', '')}]"
         if r.get("meets_slo") is False:
             flags += f" [misses the SLO: {r.get('slo_note', '')}]"
+        if r.get("recompiles", 0) > 0:  # NaN (uncompiled) compares False
+            flags += f" [torch.compile built {int(r['recompiles'])} more graph(s) during the timed repeats]"
+        if math.isfinite(r.get("compile_s", float("nan"))):
+            flags += f" [compile {r['compile_s']:.0f} s, not in the timings]"
         parts.append(f"{r['config']}: {speedup_phrase(r)}{flags}.")
     if adaptive_run:
         conv = bool(configs["search_converged"].iloc[0])
