@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench import ParameterError, config_models, generation, models, results, rungs, sweeps
+from workbench import ParameterError, config_models, generation, models, results, rung_timing, rungs, sweeps
 from workbench.experiments import engine_tuning as et
 from workbench.generation import GenerationSettings
 
@@ -86,13 +86,13 @@ def test_compile_time_never_enters_a_decode_timing(monkeypatch):
 
     monkeypatch.setattr(generation, "generate_measured", fake_generate)
     monkeypatch.setattr(sweeps, "measure_generation", fake_measure)
-    out, extra = rungs.measure(None, ["p"], GenerationSettings(max_new_tokens=4), 3, 1,
+    out, extra = rung_timing.measure(None, ["p"], GenerationSettings(max_new_tokens=4), 3, 1,
                                {"cache_implementation": "static"}, True, clock=lambda: clock[0])
     assert extra["compile_s"] == 100.0 and calls == ["compile", "warm-up"]
     assert timed == [(3, 0, 100.5)]  # the timed repeats start after compile and warm-up, with no warm-up of theirs
     assert out.wall_s == 1.5 and max(r["e2e_s"] for r in out.requests) < extra["compile_s"]
     assert out.warmup_s == 0.5 and extra["recompiles"] == 0
-    plain, extra = rungs.measure(None, ["p"], GenerationSettings(max_new_tokens=4), 2, 1, {}, False)
+    plain, extra = rung_timing.measure(None, ["p"], GenerationSettings(max_new_tokens=4), 2, 1, {}, False)
     assert math.isnan(extra["compile_s"]) and timed[-1][:2] == (2, 1) and len(calls) == 2
 
 
@@ -120,7 +120,7 @@ def test_random_weights_are_deterministic_and_marked():
     assert a.info.random_weights and "(random weights)" in a.info.name and a.info.weights_sha256.startswith("random-")
     assert a.info.num_layers == 30 and a.info.num_kv_heads == 3 and a.info.head_dim == 64
     w = a.model.model.layers[3].mlp.down_proj.weight[:2, :4].clone()
-    config_models.load.cache_clear()
+    models._load_config_model.cache_clear()
     b = models.load_model("config:SmolLM2-135M", "cpu", "float32")
     assert b is not a and torch.equal(b.model.model.layers[3].mlp.down_proj.weight[:2, :4], w)
 

@@ -142,9 +142,9 @@ def test_every_notebook_is_thin_and_tagged():
 LAYERS = [
     ("ground floor", {"workbench", "errors", "checks", "device"}),
     ("instruments", {"models", "generation", "metrics", "detokenize", "memory", "energy", "quality", "slo",
-                     "reading", "evidence"}),
+                     "reading", "evidence", "config_models"}),
     ("techniques and inputs", {"segments", "retrieval", "compression", "budget_forcing", "long_form", "prompts", "tasks", "tasks.haystack",
-                               "tasks.reasoning"}),
+                               "tasks.reasoning", "guard", "rungs"}),
     # run folders, their tables and the verdicts on their rows (the drift reference, measured on a fixed prompt):
     # written by the sweeps, the job store and the experiments alike
     ("records", {"results", "drift"}),
@@ -154,7 +154,9 @@ LAYERS = [
     ("serving engines", {"serving.engines", "serving.monitoring"}),
     ("serving routes and load", {"serving.chat", "serving.jobs", "serving.load"}),
     ("serving app", {"serving", "serving.server"}),
-    ("run machinery", {"sweeps", "distributed", "roofline", "predictions", "notebooks", "report", "plots"}),
+    # rung_timing times a rung with sweeps' measurement; profile_step draws with plots
+    ("run machinery", {"sweeps", "distributed", "roofline", "predictions", "notebooks", "report", "plots", "rung_timing",
+                       "profile_step"}),
     ("experiments", {"experiments"}),
     ("command line", {"cli", "__main__"}),
 ]

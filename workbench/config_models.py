@@ -15,9 +15,9 @@ Shipped configs: ``data/configs/*/config.json`` (:func:`shipped`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from .errors import ParameterError
@@ -38,10 +38,12 @@ def is_random(loaded_or_info) -> bool:
 
 
 def shipped() -> dict[str, Path]:
-    """The configs shipped in ``data/configs``: ``{name: path to config.json}``."""
-    from .prompts import data_dir
-
-    return {p.parent.name: p for p in sorted((Path(data_dir()) / "configs").glob("*/config.json"))}
+    """The configs shipped in ``data/configs``: ``{name: path to config.json}`` (the data folder of
+    :func:`workbench.prompts.data_dir`: ``$WORKBENCH_DATA`` or the repository's ``data/``; read here directly,
+    since this module sits below ``prompts``)."""
+    env = os.environ.get("WORKBENCH_DATA")
+    data = Path(env) if env else Path(__file__).resolve().parent.parent / "data"
+    return {p.parent.name: p for p in sorted((data / "configs").glob("*/config.json"))}
 
 
 def config_path(spec: str) -> Path:
@@ -75,15 +77,13 @@ def read_config(spec: str) -> dict:
     return json.loads(config_path(spec).read_text())
 
 
-def _tokenizer(folder: Path, vocab: int):
+def _tokenizer(folder: Path, vocab: int, stand_in):
     from transformers import AutoTokenizer
-
-    from . import models
 
     if any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         tok = AutoTokenizer.from_pretrained(folder)
     else:
-        tok = AutoTokenizer.from_pretrained(models.resolve_model_path(models.DEFAULT_MODEL))
+        tok = AutoTokenizer.from_pretrained(stand_in())
         if len(tok) > vocab:
             raise ParameterError(f"model: the config's vocabulary ({vocab}) is smaller than the stand-in tokenizer's "
                                  f"({len(tok)}); put the model's tokenizer files beside its config.json")
@@ -93,34 +93,32 @@ def _tokenizer(folder: Path, vocab: int):
     return tok
 
 
-@functools.lru_cache(maxsize=1)
-def load(spec: str, device: str, dtype_name: str, attn_implementation: str | None = None, seed: int = SEED):
-    """Build the model of a ``config:PATH`` spec with deterministic random weights (memoised, one at a time).
+def build(spec: str, device: str, dtype_name: str, attn_implementation: str | None, stand_in, seed: int = SEED):
+    """Build the model of a ``config:PATH`` spec with deterministic random weights.
 
     Args:
         spec: ``config:PATH``.
         device: a resolved device (``cpu``, ``cuda``, ``mps``).
         dtype_name: torch dtype name (``float32``, ``bfloat16``, ``float16``).
         attn_implementation: ``transformers``' attention kernel, or None.
+        stand_in: a callable returning the folder of the stand-in tokenizer (the embedded default model's),
+            called only when the config's folder has no tokenizer.
         seed: the weights' seed.
 
     Returns:
-        :class:`workbench.models.LoadedModel` whose ``info`` has ``random_weights=True``, a name ending in
-        ``(random weights)`` and ``weights_sha256`` = ``random-`` + the config's hash and the seed.
+        ``(model, tokenizer, config_path, weights_id)``: the model in eval mode on ``device``, its tokenizer
+        padding on the left, and ``random-<config hash>-seed<seed>`` standing in for a weights hash.
+        :func:`workbench.models.load_model` wraps them in a ``LoadedModel`` marked ``random_weights``.
 
     Raises:
         ParameterError: a bad spec (:func:`config_path`) or a vocabulary smaller than the stand-in tokenizer.
     """
-    import dataclasses
-
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from . import models
-
     path = config_path(spec)
-    config = AutoConfig.from_pretrained(path.parent if path.name == "config.json" else path)
-    tok = _tokenizer(path.parent, int(getattr(config, "vocab_size", 0) or 0))
+    config = AutoConfig.from_pretrained(path.parent)
+    tok = _tokenizer(path.parent, int(getattr(config, "vocab_size", 0) or 0), stand_in)
     dtype = getattr(torch, dtype_name.replace("torch.", ""))
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     torch.manual_seed(seed)
@@ -130,17 +128,4 @@ def load(spec: str, device: str, dtype_name: str, attn_implementation: str | Non
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tok.pad_token_id
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    heads = int(config.num_attention_heads)
-    info = models.ModelInfo(
-        name=f"{path.parent.name} (random weights)", path=str(path), weights_sha256=f"random-{digest}-seed{seed}",
-        num_params=sum(p.numel() for p in model.parameters()),
-        num_non_embedding_params=models._non_embedding_params(model),
-        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters())
-        + sum(b.numel() * b.element_size() for b in model.buffers()),
-        dtype=str(dtype).replace("torch.", ""), device=str(next(model.parameters()).device),
-        device_name=models.device_name(device), max_context_tokens=int(getattr(config, "max_position_embeddings", 2048)),
-        num_layers=int(config.num_hidden_layers), num_kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
-        head_dim=int(getattr(config, "head_dim", None) or config.hidden_size // heads),
-        hidden_size=int(config.hidden_size), num_heads=heads)
-    info = dataclasses.replace(info, random_weights=True)
-    return models.LoadedModel(model=model, tokenizer=tok, info=info)
+    return model, tok, path, f"random-{digest}-seed{seed}"

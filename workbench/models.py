@@ -420,10 +420,8 @@ def load_model(
     path = resolve_model_path(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
-    if spec.startswith("config:"):
-        from . import config_models
-
-        return config_models.load(spec, dev, str(torch_dtype), attn_implementation)
+    if spec.startswith("config:"):  # random weights on a shipped config's shapes (workbench.config_models)
+        return _load_config_model(spec, dev, str(torch_dtype), attn_implementation)
     return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle, attn_implementation)
 
 
@@ -491,12 +489,33 @@ def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_c
         tokenizer.pad_token = tokenizer.eos_token
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+    info = _model_info(model, DEFAULT_MODEL_NAME if spec == DEFAULT_MODEL else spec, path,
+                       _weights_hash(Path(path)), dev, torch_dtype)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+@functools.lru_cache(maxsize=1)
+def _load_config_model(spec: str, dev: str, dtype_name: str, attn_implementation: str | None = None):
+    """A ``config:PATH`` model with deterministic random weights (:func:`workbench.config_models.build`),
+    marked ``random_weights`` and named ``<config folder> (random weights)``; memoised, one at a time."""
+    import torch
+
+    from . import config_models
+
+    model, tok, path, weights_id = config_models.build(spec, dev, dtype_name, attn_implementation, default_model_dir)
+    info = _model_info(model, f"{path.parent.name} (random weights)", str(path), weights_id, dev,
+                       getattr(torch, dtype_name.replace("torch.", "")), random_weights=True)
+    return LoadedModel(model=model, tokenizer=tok, info=info)
+
+
+def _model_info(model, name: str, path: str, weights_sha256: str, dev: str, torch_dtype,
+                random_weights: bool = False) -> ModelInfo:
     cfg = model.config
     heads = cfg.num_attention_heads
-    info = ModelInfo(
-        name=DEFAULT_MODEL_NAME if spec == DEFAULT_MODEL else spec,
+    return ModelInfo(
+        name=name,
         path=path,
-        weights_sha256=_weights_hash(Path(path)),
+        weights_sha256=weights_sha256,
         num_params=sum(p.numel() for p in model.parameters()),
         num_non_embedding_params=_non_embedding_params(model),
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters())
@@ -510,8 +529,8 @@ def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_c
         head_dim=int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
         hidden_size=int(cfg.hidden_size),
         num_heads=int(heads),
+        random_weights=random_weights,
     )
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
 
 
 # ----------------------------------------------------------------------------- draft and quantized models

@@ -4,8 +4,8 @@ bfloat16 and threads, built on a loaded model and measured with compile time kep
 A rung (:class:`Rung`) is one configuration of the same model. :func:`build` applies its quantization to a
 copy of a loaded model and says what it did (:class:`Built`: the layers quantized, the layers left in float
 and why); :func:`generate_kwargs` turns its cache and compile choice into ``generate`` keywords;
-:func:`measure` times it, with the first compiled call timed apart as ``compile_s`` and never mixed into the
-timed repeats, and counts graphs compiled after that call (``recompiles``, 0 expected).
+:func:`workbench.rung_timing.measure` times it, with the first compiled call timed apart as ``compile_s`` and
+never mixed into the timed repeats, and counts graphs compiled after that call (``recompiles``, 0 expected).
 
 Quantization schemes (``quantization``; DESIGN.md section 10's names):
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import time
 import warnings
 from pathlib import Path
 
@@ -399,50 +398,3 @@ def compiled_graphs() -> int:
         return int(counters["stats"]["unique_graphs"])
     except Exception:  # noqa: BLE001 - no dynamo: nothing compiled
         return 0
-
-
-def measure(loaded, prompts, settings, repeats: int, warmup: int, gen_kwargs: dict, compiled: bool,
-            logits_processor=None, clock=time.perf_counter):
-    """Time a rung: a compiled rung's first call alone is timed as ``compile_s`` and doubles as its warm-up;
-    then :func:`workbench.sweeps.measure_generation` runs the (remaining) warm-up and the timed repeats.
-
-    Args:
-        loaded, prompts, settings: as :func:`workbench.generation.generate_measured`.
-        repeats, warmup: timed repeats and untimed warm-up runs (uncompiled; a compiled rung runs exactly one
-            full-length warm-up after its compile call).
-        gen_kwargs: :func:`generate_kwargs`.
-        compiled: whether the rung compiles.
-        logits_processor: optional, passed through.
-        clock: the clock of ``compile_s``.
-
-    Returns:
-        ``(PointResult, {"compile_s", "recompiles", "compile_graphs"})``: ``compile_s`` NaN uncompiled;
-        ``recompiles`` the graphs dynamo compiled during the timed repeats (0 expected; NaN uncompiled);
-        ``compile_graphs`` those compiled by the compile call and warm-up. The compile call's time is in
-        neither ``requests`` nor ``wall_s``.
-    """
-    from . import generation
-    from .sweeps import measure_generation
-
-    extra = {"compile_s": float("nan"), "recompiles": float("nan")}
-    if not compiled:
-        return measure_generation(loaded, prompts, settings, repeats, warmup, generate_kwargs=gen_kwargs,
-                                  logits_processor=logits_processor), extra
-    before = compiled_graphs()
-    t0 = clock()
-    generation.generate_measured(loaded, prompts, settings, generate_kwargs=gen_kwargs,
-                                 logits_processor=logits_processor)
-    extra["compile_s"] = clock() - t0
-    # one more full-length untimed call: warm-up at the timed runs' own static-cache shape (a shorter warm-up
-    # would size the cache differently and compile again inside the first timed repeat)
-    t1 = clock()
-    generation.generate_measured(loaded, prompts, settings, generate_kwargs=gen_kwargs,
-                                 logits_processor=logits_processor)
-    warmup_s = clock() - t1
-    mid = compiled_graphs()
-    out = measure_generation(loaded, prompts, settings, repeats, 0, generate_kwargs=gen_kwargs,
-                             logits_processor=logits_processor)
-    out.warmup_s = warmup_s
-    extra["recompiles"] = compiled_graphs() - mid
-    extra["compile_graphs"] = mid - before
-    return out, extra

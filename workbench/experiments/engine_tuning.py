@@ -12,7 +12,7 @@ Method:
 
 - Compile time: a compiled point first runs one full request untimed (``compile_s``: the first compiled call,
   recorded separately), then one full-length warm-up; the timed repeats come after both, and graphs compiled
-  during them are counted (``recompiles``; :func:`workbench.rungs.measure`).
+  during them are counted (``recompiles``; :func:`workbench.rung_timing.measure`).
 - Quality guard (per configuration; :mod:`workbench.guard`, the one guard of every technique): perplexity and
   mean KL divergence against the float32 ``eager`` reference on shipped held-out English and Chinese text
   (``guard_text_tokens`` per language in windows of ``guard_window``), teacher-forced top-1 agreement, and the
@@ -49,7 +49,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import (checks, config_models, drift, evidence, guard, metrics, models, predictions, results, roofline,
-               rungs, slo, sweeps)
+               rung_timing, rungs, slo, sweeps)
 from ..errors import ParameterError
 from ..generation import GenerationSettings
 from ..plots import label, legend_below, split_by_device
@@ -349,7 +349,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     if point["dtype"] == "bfloat16" and models.pick_device(cfg.device) == "cpu":
         extra["dtype_note"] = rungs.bf16_support("cpu")[1]
     with threads(point.get("torch_threads")):
-        out, timing = rungs.measure(loaded, prompts, settings, cfg.repeats, cfg.warmup, gen_kwargs,
+        out, timing = rung_timing.measure(loaded, prompts, settings, cfg.repeats, cfg.warmup, gen_kwargs,
                                     bool(point.get("compile")), logits_processor)
         extra.update(timing)
         guard_kwargs = rungs.generate_kwargs(point.get("cache_implementation", "dynamic"), False)
