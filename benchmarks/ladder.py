@@ -1,6 +1,6 @@
 """The speed ladder on this machine: every rung side by side in one run (issue 33).
 
-Rungs (``--rungs``, :mod:`workbench.rungs`): float32 eager (the baseline), static cache, static cache +
+Rungs (``--rungs``, :mod:`workbench.techniques.rungs`): float32 eager (the baseline), static cache, static cache +
 ``torch.compile``, bfloat16 (where the CPU computes it natively; said when not), torchao int8 weight-only
 (+ compile), torchao int4 weight-only at group sizes the model's widths take, and ``torch.ao``'s dynamic int8
 as a labelled reference. Batch 1, ``--max-new-tokens`` greedy tokens with ``ignore_eos``.
@@ -10,14 +10,14 @@ Method:
 - Speed: interleaved rounds (every rung once per round, in a fresh seeded order each round, after each
   compiled rung's compile call and warm-up, which are timed apart as ``compile_s``); a rung's decode tok/s
   ratio over float32 eager is the geometric mean of its per-round ratios with a t-interval over rounds
-  (:func:`workbench.evidence.paired_ratio_interval`). An A/A arm (float32 eager measured twice per round)
+  (:func:`workbench.stats.evidence.paired_ratio_interval`). An A/A arm (float32 eager measured twice per round)
   gives the noise floor (``aa``): a ratio inside it says nothing.
-- MBU: the bytes each rung really reads per step (weights as stored, :func:`workbench.rungs.step_weight_bytes`,
+- MBU: the bytes each rung really reads per step (weights as stored, :func:`workbench.techniques.rungs.step_weight_bytes`,
   plus the KV cache) x steps/s / the probed copy bandwidth.
-- Quality (:mod:`workbench.guard`): perplexity ratio and mean KL divergence against float32 on the shipped
+- Quality (:mod:`workbench.measure.guard`): perplexity ratio and mean KL divergence against float32 on the shipped
   held-out English and Chinese text, teacher-forced top-1 agreement, greedy agreement; a compiled rung shares
   its uncompiled twin's weights, so its figures are the twin's.
-- Where the time goes (:mod:`workbench.profile_step`): one decode step of the float32, best-quantized and
+- Where the time goes (:mod:`workbench.predict.profile_step`): one decode step of the float32, best-quantized and
   compiled rungs split into matrix-vector work, attention, norms/activations, sampling and overhead, beside
   the roofline's bytes-at-bandwidth time; written as a stacked bar (``--out``).
 - llama.cpp: when its server is built (``make llama-server``), its batch-1 decode tok/s on the same GGUF
@@ -41,10 +41,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from workbench import evidence, guard, models, profile_step, roofline, rungs
+from workbench.stats import evidence
+from workbench.measure import guard, models
+from workbench.predict import profile_step, roofline
+from workbench.techniques import rungs
 from workbench.errors import ParameterError
-from workbench.generation import GenerationSettings, generate_measured
-from workbench.prompts import build_batch
+from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.inputs.prompts import build_batch
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RUNGS = ["float32", "float32+static", "float32+static+compile", "bfloat16", "int8_weight_only",

@@ -40,7 +40,7 @@ guard_text_tokens: int = 512  # held-out tokens per language (English, Chinese) 
 guard_window: int = 128  # tokens per window (the intervals are over windows)
 max_perplexity_ratio: float = 1.05  # guard: upper 95% bound of perplexity / float32 perplexity
 max_kl_mean: float = 0.05  # guard: upper 95% bound of mean KL(float32 || config), nats/token
-slo_preset: str = "custom"  # a workbench.slo preset, or custom (slo_ttft_s / slo_tpot_s)
+slo_preset: str = "custom"  # a workbench.stats.slo preset, or custom (slo_ttft_s / slo_tpot_s)
 slo_ttft_s: float = 2.0  # custom SLO on TTFT p50, seconds
 slo_tpot_s: float = 0.25  # custom SLO on TPOT p50, seconds
 search: str = "grid"  # grid (every configuration) or adaptive (coordinate descent, at most a third of the grid)
@@ -52,7 +52,8 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import models, results
+from workbench.measure import models
+from workbench.run import results
 from workbench.experiments import engine_tuning
 
 cfg = engine_tuning.Config.from_namespace(globals())

@@ -1,4 +1,4 @@
-"""The quality guard (workbench.guard): perplexity / KL against float32 on shipped held-out text."""
+"""The quality guard (workbench.measure.guard): perplexity / KL against float32 on shipped held-out text."""
 
 import copy
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from workbench import guard, models, quality
+from workbench.measure import guard, models, quality
 from workbench.errors import ParameterError
 
 
@@ -71,7 +71,7 @@ def test_guard_fails_a_perturbation_that_raises_perplexity(loaded, ref):
 
 
 def test_guard_passes_torchao_int8_weight_only_on_the_real_model(loaded, ref):
-    from workbench import rungs
+    from workbench.techniques import rungs
 
     q = rungs.build(loaded, rungs.Rung(quantization="int8_weight_only")).loaded
     row = guard.judge(q, ref)

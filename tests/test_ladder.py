@@ -1,4 +1,4 @@
-"""The speed ladder (workbench.rungs, workbench.config_models): rungs built and refused, compile time kept out
+"""The speed ladder (workbench.techniques.rungs, workbench.measure.config_models): rungs built and refused, compile time kept out
 of decode timings, the served rung's flags, and a random-weight model from a shipped config in a sweep."""
 
 import math
@@ -7,9 +7,13 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench import ParameterError, config_models, generation, models, results, rung_timing, rungs, sweeps
+from workbench.run import point_result
+from workbench import ParameterError
+from workbench.measure import config_models, generation, models
+from workbench.run import results, rung_timing, sweeps
+from workbench.techniques import rungs
 from workbench.experiments import engine_tuning as et
-from workbench.generation import GenerationSettings
+from workbench.measure.generation import GenerationSettings
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +86,7 @@ def test_compile_time_never_enters_a_decode_timing(monkeypatch):
     def fake_measure(loaded, prompts, settings, repeats, warmup, **kw):
         timed.append((repeats, warmup, clock[0]))
         reqs = [{"repeat": r, "e2e_s": 0.5, "output_tokens": 4} for r in range(repeats)]
-        return results.PointResult(requests=reqs, wall_s=0.5 * repeats)
+        return point_result.PointResult(requests=reqs, wall_s=0.5 * repeats)
 
     monkeypatch.setattr(generation, "generate_measured", fake_generate)
     monkeypatch.setattr(sweeps, "measure_generation", fake_measure)

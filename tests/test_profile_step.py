@@ -1,8 +1,9 @@
-"""Where a decode step's time goes (workbench.profile_step): operator classes and a real profile."""
+"""Where a decode step's time goes (workbench.predict.profile_step): operator classes and a real profile."""
 
 import pytest
 
-from workbench import models, profile_step
+from workbench.measure import models
+from workbench.predict import profile_step
 from workbench.errors import ParameterError
 
 

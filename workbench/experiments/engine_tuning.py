@@ -3,17 +3,17 @@
 Knobs that change speed: ``dtype``, ``attn_implementation`` (``transformers``' attention kernel),
 ``cache_implementation`` (``dynamic`` / ``static``) with ``compile`` (``torch.compile`` of the decode forward,
 which needs the static cache's fixed shapes), ``torch_threads`` (CPU) and ``quantization`` (the speed ladder's
-weight schemes, :mod:`workbench.rungs`: torchao int8 / int4 weight-only, torch.ao ``int8_dynamic`` as a labelled
+weight schemes, :mod:`workbench.techniques.rungs`: torchao int8 / int4 weight-only, torch.ao ``int8_dynamic`` as a labelled
 reference; ``group_size`` and ``lm_head`` apply to every quantized configuration). Each
 configuration is measured at one or two workloads (batch size x prompt length, fixed-length greedy outputs)
-with the calibrated roofline's prediction beside it (:mod:`workbench.roofline`).
+with the calibrated roofline's prediction beside it (:mod:`workbench.predict.roofline`).
 
 Method:
 
 - Compile time: a compiled point first runs one full request untimed (``compile_s``: the first compiled call,
   recorded separately), then one full-length warm-up; the timed repeats come after both, and graphs compiled
-  during them are counted (``recompiles``; :func:`workbench.rung_timing.measure`).
-- Quality guard (per configuration; :mod:`workbench.guard`, the one guard of every technique): perplexity and
+  during them are counted (``recompiles``; :func:`workbench.run.rung_timing.measure`).
+- Quality guard (per configuration; :mod:`workbench.measure.guard`, the one guard of every technique): perplexity and
   mean KL divergence against the float32 ``eager`` reference on shipped held-out English and Chinese text
   (``guard_text_tokens`` per language in windows of ``guard_window``), teacher-forced top-1 agreement, and the
   greedy view (``token_agreement`` / ``first_divergence`` over ``guard_prompts`` x ``guard_tokens``; reported,
@@ -48,14 +48,19 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import (checks, config_models, drift, evidence, guard, metrics, models, predictions, results, roofline,
-               rung_timing, rungs, slo, sweeps)
-from ..errors import ParameterError
-from ..generation import GenerationSettings
-from ..plots import label, legend_below, split_by_device
-from ..prompts import build_batch
-from ..results import PointResult
-from ..sweeps import SweepConfig
+from workbench.run import point_result
+from workbench import checks
+from workbench.measure import config_models, guard, models
+from workbench.run import drift, results, rung_timing, sweeps
+from workbench.stats import evidence, metrics, slo
+from workbench.predict import predictions, roofline
+from workbench.techniques import rungs
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.share.plots import label, legend_below, split_by_device
+from workbench.inputs.prompts import build_batch
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "engine_tuning"
 AXES = ("dtype", "attn_implementation", "cache_implementation", "compile", "torch_threads", "quantization")
@@ -114,13 +119,13 @@ class Config(SweepConfig):
         torch_threads: intra-op threads (1..usable cores); empty: this process's setting, not an axis.
         batch_sizes, prompt_tokens: the workloads (every pair).
         max_new_tokens: fixed-length greedy outputs (>= 2).
-        quantizations: weight schemes (:data:`workbench.rungs.QUANTIZATIONS`; ``none`` first for the baseline).
+        quantizations: weight schemes (:data:`workbench.techniques.rungs.QUANTIZATIONS`; ``none`` first for the baseline).
         group_size: int4 weights per scale group (checked against the model's layer widths).
         lm_head: ``float`` (kept float) or ``quantize`` (quantized with the rest).
         guard_prompts, guard_tokens: the guard's greedy view: held-out prefixes and greedy tokens per prefix.
         guard_text_tokens, guard_window: held-out tokens per language and tokens per window of the guard.
-        max_perplexity_ratio, max_kl_mean: the guard's limits on the upper 95% bounds (:class:`workbench.guard.Limits`).
-        slo_preset: a :mod:`workbench.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
+        max_perplexity_ratio, max_kl_mean: the guard's limits on the upper 95% bounds (:class:`workbench.measure.guard.Limits`).
+        slo_preset: a :mod:`workbench.stats.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
         search: ``grid`` (every configuration) or ``adaptive`` (:func:`coordinate_search`, <= 1/3 of the grid).
         calibrate: fit the roofline's overheads on this machine first when no calibration is cached (~15 s).
     """
@@ -266,7 +271,7 @@ def threads(n: int | None):
 
 
 def generate_kwargs(point: dict, device: str = "cpu") -> dict:
-    """``generate`` keywords of a configuration's cache and compile choice (:func:`workbench.rungs.generate_kwargs`).
+    """``generate`` keywords of a configuration's cache and compile choice (:func:`workbench.techniques.rungs.generate_kwargs`).
 
     Raises:
         ParameterError: ``compile`` without a static cache.
@@ -278,14 +283,14 @@ _BUILT: dict = {}
 
 
 def load_configuration(cfg: Config, point: dict):
-    """The model in the point's dtype and attention kernel (memoised by :func:`workbench.models.load_model`)
-    with the point's quantization applied (:func:`workbench.rungs.build`; the last build is kept, so the
-    points of one configuration share it). Returns the :class:`workbench.models.LoadedModel`."""
+    """The model in the point's dtype and attention kernel (memoised by :func:`workbench.measure.models.load_model`)
+    with the point's quantization applied (:func:`workbench.techniques.rungs.build`; the last build is kept, so the
+    points of one configuration share it). Returns the :class:`workbench.measure.models.LoadedModel`."""
     return build_configuration(cfg, point).loaded
 
 
 def build_configuration(cfg: Config, point: dict) -> rungs.Built:
-    """:func:`load_configuration` with what the build did (:class:`workbench.rungs.Built`)."""
+    """:func:`load_configuration` with what the build did (:class:`workbench.techniques.rungs.Built`)."""
     loaded = models.load_model(cfg.model, cfg.device, point["dtype"], attn_implementation=point["attn_implementation"])
     rung = rungs.Rung(quantization=point.get("quantization") or "none", group_size=cfg.group_size, lm_head=cfg.lm_head)
     key = (id(loaded), rung.quantization, rung.group_size, rung.lm_head)
@@ -299,7 +304,7 @@ def build_configuration(cfg: Config, point: dict) -> rungs.Built:
 
 
 def reference(cfg: Config) -> guard.Reference:
-    """The float32 ``eager`` reference of the guard (:func:`workbench.guard.reference`) on the shipped
+    """The float32 ``eager`` reference of the guard (:func:`workbench.measure.guard.reference`) on the shipped
     held-out text, with the config's window and greedy-view sizes."""
     ref = models.load_model(cfg.model, cfg.device, "float32", attn_implementation="eager")
     return guard.reference(ref, tokens=cfg.guard_text_tokens, window=cfg.guard_window,
@@ -307,7 +312,7 @@ def reference(cfg: Config) -> guard.Reference:
 
 
 def quality_guard(loaded, ref: guard.Reference, cfg: Config, gen_kwargs: dict | None = None) -> dict:
-    """The guard of one configuration (model already built, threads already set): :func:`workbench.guard.judge`
+    """The guard of one configuration (model already built, threads already set): :func:`workbench.measure.guard.judge`
     with the config's limits; ``gen_kwargs`` (its cache / compile keywords) apply to the greedy view."""
     return guard.judge(loaded, ref, cfg.limits(), gen_kwargs)
 
@@ -327,13 +332,13 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: a configuration (:meth:`Config.configurations`) plus ``batch_size`` and ``prompt_tokens``.
         state: shared by the points of one sweep: ``reference`` (:func:`reference`; computed on the first
-            point and kept when absent), ``predictor`` (:class:`workbench.roofline.Predictor`, optional: the
+            point and kept when absent), ``predictor`` (:class:`workbench.predict.roofline.Predictor`, optional: the
             prediction columns) and ``logits_processor`` (optional, tests: applies to the timed runs and the
             guard).
 
     Returns:
-        :class:`workbench.results.PointResult`; ``extra`` holds the configuration's name, ``compile_s``, the
-        ``recompiles``, the build's columns (:meth:`workbench.rungs.Built.columns`), the guard's columns
+        :class:`workbench.run.point_result.PointResult`; ``extra`` holds the configuration's name, ``compile_s``, the
+        ``recompiles``, the build's columns (:meth:`workbench.techniques.rungs.Built.columns`), the guard's columns
         (:func:`quality_guard`) and, with a predictor, its prediction.
     """
     if "reference" not in state:  # none for a random-weight model (model: config:PATH): quality is off
@@ -376,8 +381,8 @@ _PEAKS: dict = {}
 def dtype_peaks(device: str, dtype: str, threads: int | None = None,
                 predictor: roofline.Predictor | None = None) -> dict:
     """Peak bandwidth and FLOP/s of ``device`` for a model in ``dtype``: the predictor's probe of that dtype
-    (:meth:`workbench.roofline.Predictor.for_dtype`), else a fresh :meth:`workbench.roofline.Device.probe` in
-    that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.roofline.Device.flops_at`).
+    (:meth:`workbench.predict.roofline.Predictor.for_dtype`), else a fresh :meth:`workbench.predict.roofline.Device.probe` in
+    that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.predict.roofline.Device.flops_at`).
 
     Returns:
         ``{"bandwidth_bytes_per_s", "flops_per_s"}``.
@@ -396,7 +401,7 @@ def measured_utilisation(loaded, requests: list[dict], point: dict,
                          predictor: roofline.Predictor | None = None) -> dict:
     """MBU and MFU of a point from the model it measured (``loaded``: the configuration's dtype, so its weight
     and KV bytes) over the peaks probed in that dtype (:func:`dtype_peaks`), the formulas of
-    :func:`workbench.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
+    :func:`workbench.stats.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
     bfloat16 point they counted twice the bytes and divided by float32's FLOP/s; these columns replace them.
 
     Returns:
@@ -431,7 +436,7 @@ def repeat_statistics(requests: list[dict]) -> dict:
     return {"n_repeats": n, "log_e2e_s_mean": mean, "log_e2e_s_sd": sd}
 
 
-speedup_interval = evidence.summary_ratio_interval  # the formula's home is workbench.evidence
+speedup_interval = evidence.summary_ratio_interval  # the formula's home is workbench.stats.evidence
 
 
 # ----------------------------------------------------------------------------- search and recommendation
@@ -514,7 +519,7 @@ def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], 
 def slo_verdict(rows: pd.DataFrame, limits: dict[str, float | None], percentile: int) -> tuple[bool | None, str]:
     """Whether every point of a configuration meets the SLO limits at the SLO's own percentile.
 
-    A percentile counts only where the point's ``n_samples`` supports it (:data:`workbench.metrics.MIN_SAMPLES`:
+    A percentile counts only where the point's ``n_samples`` supports it (:data:`workbench.stats.metrics.MIN_SAMPLES`:
     no p99 from a handful of values). Where the stated percentile is not supported, a supported lower one
     (p50, p90) above the limit still proves a miss (the p99 is at least the p50); otherwise the verdict is
     unknown.
@@ -653,10 +658,10 @@ def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
 
 def make_predictor(cfg: Config, loaded) -> roofline.Predictor:
     """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one (checked against
-    today's probe and refitted when off by more than 15%, :func:`workbench.roofline.check_calibration`), else
+    today's probe and refitted when off by more than 15%, :func:`workbench.predict.roofline.check_calibration`), else
     (``cfg.calibrate``) a fresh one on the model loaded in that dtype (the small workload, one repeat, 3 probe
     trials; ~20 s once per machine and dtype); a dtype left uncalibrated uses its own probed FLOP/s with
-    ``loaded``'s overheads (:meth:`workbench.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
+    ``loaded``'s overheads (:meth:`workbench.predict.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
     which calibration it used."""
     info = loaded.info
     dev = info.device.split(":")[0]
@@ -701,9 +706,9 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
         def evaluate(c):
             pts = [{**c, **w} for w in cfg.workloads()]
-            ids.extend(results.point_id(EXPERIMENT, p) for p in pts)
+            ids.extend(point_result.point_id(EXPERIMENT, p) for p in pts)
             done = sweeps.run_sweep(run_dir, EXPERIMENT, pts, measure, **kw)
-            done = done[done["point_id"].isin([results.point_id(EXPERIMENT, p) for p in pts])]
+            done = done[done["point_id"].isin([point_result.point_id(EXPERIMENT, p) for p in pts])]
             row = configurations(done, lim)
             return objective(row.iloc[0]) if len(row) else math.inf
 
@@ -810,7 +815,7 @@ def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFr
     (a recommended configuration whose ratio is within noise is an equal choice, not a speed-up).
 
     Returns:
-        :class:`workbench.evidence.Finding` (point ids: the usable points of ``points`` when given).
+        :class:`workbench.stats.evidence.Finding` (point ids: the usable points of ``points`` when given).
     """
     text = headline(configs, search)
     if configs.empty:
@@ -871,7 +876,7 @@ def fig_prediction(points: pd.DataFrame) -> go.Figure:
 
 def fig_guard(configs: pd.DataFrame, cfg_limits: tuple[float, float] | None = None) -> go.Figure:
     """Perplexity ratio (bars, with the upper 95% bound) and mean KL (diamonds) per configuration against the
-    float32 eager reference (:mod:`workbench.guard`)."""
+    float32 eager reference (:mod:`workbench.measure.guard`)."""
     fig = go.Figure()
     ratio = configs.get("perplexity_ratio", pd.Series(float("nan"), index=configs.index))
     high = configs.get("perplexity_ratio_high", ratio)

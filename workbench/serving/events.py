@@ -40,8 +40,8 @@ from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from starlette.requests import Request  # module level: FastAPI resolves string annotations here
 
-from ..checks import check_float, check_int
-from .http import ApiError
+from workbench.checks import check_float, check_int
+from workbench.serving.http import ApiError
 
 RESUME_TIMEOUT_S = 60.0   # a resumable stream keeps generating this long with no reader attached
 RETENTION_S = 300.0       # a finished stream's events stay replayable this long

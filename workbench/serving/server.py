@@ -94,13 +94,13 @@ import sys
 import threading
 import time
 
-from ..checks import check_float, check_int
-from ..errors import ParameterError
-from ..generation import GenerationSettings
-from . import chat, engines, events, http, monitoring, scheduling
-from .chat import MAX_QUEUE, REQUEST_TIMEOUT_S
-from .http import MAX_BODY_BYTES
-from .protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
+from workbench.checks import check_float, check_int
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.serving import chat, engines, events, http, monitoring, scheduling
+from workbench.serving.chat import MAX_QUEUE, REQUEST_TIMEOUT_S
+from workbench.serving.http import MAX_BODY_BYTES
+from workbench.serving.protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
 
 
 @dataclasses.dataclass
@@ -207,7 +207,7 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     header, so a client with a first-byte timeout is not dropped while its request is queued.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         model_name: the id reported in responses and ``/v1/models``.
         max_body_bytes: larger request bodies (chat and jobs) get 413.
         max_tokens_limit: cap on ``max_tokens`` (default: the model's context).
@@ -281,7 +281,7 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     events.install(app)
     monitoring.install(app, eng)
     if jobs is not None:
-        from . import jobs as jobs_mod
+        from workbench.serving import jobs as jobs_mod
 
         try:
             jobs_mod.install(app, eng, context=context, max_tokens_limit=max_tokens_limit or context,
@@ -299,7 +299,7 @@ class ServerThread:
     """Run the app with uvicorn in a background thread (for notebooks and tests).
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         host: bind address (loopback by default).
         port: 0 picks a free port.
         limits: :class:`ServerLimits` (default: its defaults).
@@ -357,13 +357,13 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
 
     The model spec, device, dtype, the bind / API-key rule and the job store's owner are checked before the
     model loads (:class:`ParameterError`, one line). ``app_kwargs`` go to :func:`create_app`; ``limits``
-    (:class:`ServerLimits`) to uvicorn. ``rung`` (:class:`workbench.rungs.Rung`, optional): the speed ladder's
+    (:class:`ServerLimits`) to uvicorn. ``rung`` (:class:`workbench.techniques.rungs.Rung`, optional): the speed ladder's
     quantization and static cache + compile applied to the served model (engine tuning's recommendation).
     """
     import uvicorn
 
-    from ..models import load_model, pick_device, pick_dtype, resolve_model_path
-    from . import jobs as jobs_mod
+    from workbench.measure.models import load_model, pick_device, pick_dtype, resolve_model_path
+    from workbench.serving import jobs as jobs_mod
 
     limits = limits or ServerLimits()
     check_int("port", port, lo=0, hi=65535)
@@ -379,7 +379,7 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
                           **(app_kwargs.get("policy_options") or {}))  # bad policy options: before the model loads
     pick_dtype(dtype, pick_device(device))
     if rung is not None:
-        from .. import rungs
+        from workbench.techniques import rungs
 
         rungs.check_device(rung.quantization, pick_device(device))
         if rung.compile and app_kwargs.get("engine", "fifo") == "continuous":
@@ -461,7 +461,7 @@ def main(argv=None, prog: str | None = None) -> None:
                    help="static KV cache + torch.compile of the decode step (fifo / static engines)")
     a = p.parse_args(argv)
     try:
-        from ..rungs import Rung
+        from workbench.techniques.rungs import Rung
 
         rung = Rung(quantization=a.quantization, group_size=a.group_size, lm_head=a.lm_head,
                     cache_implementation="static" if a.compile else "dynamic", compile=a.compile)
