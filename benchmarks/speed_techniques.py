@@ -8,8 +8,8 @@ Welch 95% interval (:func:`workbench.stats.evidence.ratio_interval`), "faster" /
   documentation) and on free generation: e2e speed-up, acceptance, and whether the output equals plain greedy;
 - the draft model (the model's first ``--draft-layers`` layers, :func:`workbench.techniques.speed.truncated_draft`) vs
   plain, on the copy-heavy task: the same figures plus the Leviathan bound;
-- int8 dynamic quantization vs float32: decode tokens/s ratio and the quality guard's verdict (greedy
-  agreement and log-prob drift against float32, :func:`workbench.measure.quality.quality_guard`).
+- int8 dynamic quantization vs float32: decode tokens/s ratio and the quality guard's verdict (perplexity
+  ratio and mean KL against float32 on held-out text, :mod:`workbench.measure.guard`).
 
 Run: ``make benchmark`` or ``python benchmarks/speed_techniques.py --max-new-tokens 48 --repeats 5``.
 """
@@ -19,7 +19,7 @@ import argparse
 import torch
 
 from workbench.stats import evidence
-from workbench.measure import models, quality
+from workbench.measure import guard, models, quality
 from workbench.experiments import speed_techniques as st
 from workbench.techniques import speed
 from workbench.measure.generation import GenerationSettings, generate_measured
@@ -77,13 +77,12 @@ def main() -> None:
     int8 = speed.quantize_int8(loaded)
     base, q = side_by_side(loaded, free_prompt, settings, args.repeats, None, None, loaded, int8)
     iv = evidence.ratio_interval([r["decode_tps"] for r in q], [r["decode_tps"] for r in base])
-    guard_settings = GenerationSettings(max_new_tokens=args.guard_tokens)
-    ref = quality.guard_reference(loaded, build_batch(loaded.tokenizer, args.guard_prompts, 48), guard_settings)
-    g = quality.quality_guard(int8, ref, guard_settings, 0.9, 0.05)
+    ref = guard.reference(loaded, greedy_prompts=args.guard_prompts, greedy_tokens=args.guard_tokens)
+    g = guard.judge(int8, ref)
     verdict = "passed" if g["guard_passed"] else f"FAILED ({g['guard_reason']})"
     print(f"{'int8 dynamic vs float32':34s} {evidence.describe_ratio(iv, 'decode tokens/s ratio')}; weights read "
           f"{int8.info.weight_bytes / 1e6:.0f} vs {loaded.info.weight_bytes / 1e6:.0f} MB per step; guard {verdict}: "
-          f"agreement {g['token_agreement']:.2f}, log-prob drift {g['logprob_drift']:.3f} nats", flush=True)
+          f"{guard.describe(g)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@
 # ---
 
 # %% [markdown]
-# # 09 Engine tuning: dtype, attention kernel, static cache + compile, threads
-# Knobs that change speed without changing the model, each measured beside its calibrated roofline prediction
-# and checked by a quality guard (greedy agreement and log-prob drift against the float32 eager reference).
+# # 09 Engine tuning: dtype, attention kernel, quantization, static cache + compile, threads
+# The speed ladder's knobs, each measured beside its calibrated roofline prediction and checked by the quality
+# guard (perplexity and KL divergence against the float32 eager reference on held-out English and Chinese text).
 # A configuration that fails the guard is shown, marked, and never recommended.
 
 # %% tags=["parameters"]
@@ -28,13 +28,18 @@ attn_implementations: list = ["sdpa", "eager"]  # attention kernels (eager, sdpa
 cache_implementations: list = ["dynamic", "static"]  # KV cache: dynamic and/or static
 compile: list = [False]  # [False], [True] or both: torch.compile the decode forward (needs static)
 torch_threads: list = []  # intra-op threads to sweep on CPU (1..cores); empty: not an axis
+quantizations: list = ["none"]  # none, int8_weight_only, int4_weight_only (torchao), int8_dynamic (torch.ao reference)
+group_size: int = 64  # int4 weights per scale group (32, 64, 128, 256; must divide every layer's input width)
+lm_head: str = "float"  # float (head kept in float) or quantize
 batch_sizes: list = [1]  # workloads: batch sizes
 prompt_tokens: list = [128]  # workloads: prompt lengths in tokens
 max_new_tokens: int = 16  # fixed-length greedy outputs
-guard_prompts: int = 3  # quality-guard prompts
-guard_tokens: int = 16  # greedy tokens per guard prompt
-min_token_agreement: float = 0.9  # guard: share of tokens identical to the reference
-max_logprob_drift: float = 0.05  # guard: mean |log-prob drift| of the reference continuation, nats
+guard_prompts: int = 2  # guard's greedy view: held-out prefixes (reported, not judged)
+guard_tokens: int = 16  # greedy tokens per prefix
+guard_text_tokens: int = 512  # held-out tokens per language (English, Chinese) for perplexity and KL
+guard_window: int = 128  # tokens per window (the intervals are over windows)
+max_perplexity_ratio: float = 1.05  # guard: upper 95% bound of perplexity / float32 perplexity
+max_kl_mean: float = 0.05  # guard: upper 95% bound of mean KL(float32 || config), nats/token
 slo_preset: str = "custom"  # a workbench.stats.slo preset, or custom (slo_ttft_s / slo_tpot_s)
 slo_ttft_s: float = 2.0  # custom SLO on TTFT p50, seconds
 slo_tpot_s: float = 0.25  # custom SLO on TPOT p50, seconds
@@ -59,8 +64,9 @@ run
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points = engine_tuning.run(cfg, run, loaded, resume=resume)
 configs = engine_tuning.configurations(points, cfg.slo())
-configs[["config", "status", "e2e_s_p50", "predicted_e2e_s", "speedup_vs_baseline", "compile_s",
-         "token_agreement", "first_divergence", "logprob_drift", "guard_passed", "meets_slo", "eligible"]]
+configs[["config", "status", "e2e_s_p50", "predicted_e2e_s", "speedup_vs_baseline", "compile_s", "recompiles",
+         "perplexity_ratio", "perplexity_ratio_high", "kl_mean", "top1_agreement", "token_agreement", "guard_passed",
+         "meets_slo", "eligible"]]
 
 # %%
 for name, fig in engine_tuning.figures(points, configs).items():

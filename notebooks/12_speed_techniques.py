@@ -15,7 +15,7 @@
 
 # %% [markdown]
 # # 12 Speed techniques: prompt lookup, a draft model and int8 weights, each against its baseline
-# Which of the three levers practitioners reach for makes decoding faster here, by how much (a 95% interval over repeats), at what quality cost, and where does it stop paying? Prompt-lookup decoding and assisted generation with a draft model run through `transformers`' `generate` on copy-heavy tasks built from the shipped documentation (summarise, extract, edit) and on free generation; int8 weight-only dynamic quantization runs with the engine-tuning quality guard. Speculative greedy decoding is exact: its output must equal plain greedy token for token. On the embedded model the draft is a layer-truncated copy of the model itself (the smallest of its family), reported for what it is.
+# Which of the three levers practitioners reach for makes decoding faster here, by how much (a 95% interval over repeats), at what quality cost, and where does it stop paying? Prompt-lookup decoding and assisted generation with a draft model run through `transformers`' `generate` on copy-heavy tasks built from the shipped documentation (summarise, extract, edit) and on free generation; int8 dynamic quantization runs with the quality guard (perplexity and KL divergence against float32 on held-out text). Speculative greedy decoding is exact: its output must equal plain greedy token for token. On the embedded model the draft is a layer-truncated copy of the model itself (the smallest of its family), reported for what it is.
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
@@ -36,8 +36,10 @@ warmup: int = 1  # untimed warm-up runs per point
 seed: int = 0  # base seed
 guard_prompts: int = 2  # int8 quality-guard prompts
 guard_tokens: int = 16  # greedy tokens per guard prompt
-min_token_agreement: float = 0.9  # guard: share of tokens identical to float32
-max_logprob_drift: float = 0.05  # guard: mean |log-prob change| in nats
+guard_text_tokens: int = 512  # held-out tokens per language (English, Chinese) for perplexity and KL
+guard_window: int = 128  # tokens per window (the guard's intervals are over windows)
+max_perplexity_ratio: float = 1.05  # guard: upper 95% bound of perplexity / float32 perplexity
+max_kl_mean: float = 0.05  # guard: upper 95% bound of mean KL(float32 || quantized), nats/token
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
 resume: bool = False  # skip points this run already finished
 

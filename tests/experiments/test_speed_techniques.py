@@ -224,13 +224,13 @@ class _NoisyHead:
 @pytest.mark.model
 def test_quality_guard_fails_a_quantization_that_perturbs_logits(loaded):
     from workbench.inputs.prompts import build_batch
+    from workbench.measure import guard
 
-    settings = GenerationSettings(max_new_tokens=6)
-    ref = quality.guard_reference(loaded, build_batch(loaded.tokenizer, 2, 48), settings)
-    clean = quality.quality_guard(loaded, ref, settings, 0.9, 0.05)
+    ref = guard.reference(loaded, tokens=128, window=64, greedy_prompts=1, greedy_tokens=4)
+    clean = guard.judge(loaded, ref)
     assert clean["guard_passed"] and clean["token_agreement"] == 1.0
-    noisy = quality.quality_guard(_NoisyHead(loaded, 4.0), ref, settings, 0.9, 0.05)
-    assert not noisy["guard_passed"] and noisy["logprob_drift"] > 0.05 and "log-prob drift" in noisy["guard_reason"]
+    noisy = guard.judge(_NoisyHead(loaded, 4.0), ref)
+    assert not noisy["guard_passed"] and noisy["kl_mean"] > guard.MAX_KL_MEAN and "mean KL" in noisy["guard_reason"]
 
 
 @pytest.mark.model
@@ -248,7 +248,7 @@ def test_int8_weights_read_fewer_bytes(loaded):
 def test_measure_points_and_the_speed_table(loaded):
     cfg = st.Config(techniques=["none", "prompt_lookup", "draft"], draft_tokens=[2], tasks=["extract"],
                     quantizations=["none", "int8_dynamic"], draft_layers=4, passage_chars=200, max_new_tokens=5,
-                    repeats=2, warmup=0, guard_prompts=1, guard_tokens=4)
+                    repeats=2, warmup=0, guard_prompts=1, guard_tokens=4, guard_text_tokens=128, guard_window=64)
     state, rows, reqs = {}, [], []
     for i, point in enumerate(cfg.grid()):
         res = st.measure_point(loaded, cfg, point, state)
@@ -263,7 +263,7 @@ def test_measure_points_and_the_speed_table(loaded):
     assert spec["acceptance_rate"].between(0, 1).all() and (spec["accepted_length"] >= 1).all()
     assert (spec.loc[spec["technique"] == "prompt_lookup", "draft_cost_ratio"] == 0).all()
     int8 = points[points["quantization"] == "int8_dynamic"].iloc[0]
-    assert {"token_agreement", "logprob_drift", "guard_passed", "mbu"} <= set(int8.index)
+    assert {"token_agreement", "perplexity_ratio", "kl_mean", "top1_agreement", "guard_passed", "mbu"} <= set(int8.index)
     table = st.speed_table(points, requests)
     assert len(table) == 3 and table["speedup"].gt(0).all()
     assert (table.loc[table["technique"] != "none", "output_agreement"] == 1.0).all()  # exact greedy

@@ -1,4 +1,6 @@
-"""The ``workbench`` command: run suites, sweep one notebook, build reports, show the environment.
+"""The ``workbench`` command: run suites, sweep one notebook, build reports, export and simulate, show the environment.
+
+The suite runner is :mod:`workbench.cli.suite`; the serving twin's command and study :mod:`workbench.cli.simulate`.
 
     workbench run [SUITE] [--resume RUN_DIR] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR] [--label NAME]

@@ -1,21 +1,24 @@
 """Experiment 09: engine tuning with a quality guard and a recommendation (notebook ``09_engine_tuning``).
 
-Knobs that change speed without changing the model: ``dtype``, ``attn_implementation`` (``transformers``'
-attention kernel), ``cache_implementation`` (``dynamic`` / ``static``) with ``compile`` (``torch.compile`` of
-the decode forward, which needs the static cache's fixed shapes) and ``torch_threads`` (CPU). Each
+Knobs that change speed: ``dtype``, ``attn_implementation`` (``transformers``' attention kernel),
+``cache_implementation`` (``dynamic`` / ``static``) with ``compile`` (``torch.compile`` of the decode forward,
+which needs the static cache's fixed shapes), ``torch_threads`` (CPU) and ``quantization`` (the speed ladder's
+weight schemes, :mod:`workbench.techniques.rungs`: torchao int8 / int4 weight-only, torch.ao ``int8_dynamic`` as a labelled
+reference; ``group_size`` and ``lm_head`` apply to every quantized configuration). Each
 configuration is measured at one or two workloads (batch size x prompt length, fixed-length greedy outputs)
 with the calibrated roofline's prediction beside it (:mod:`workbench.predict.roofline`).
 
 Method:
 
 - Compile time: a compiled point first runs one full request untimed (``compile_s``: the first compiled call,
-  recorded separately); that run is the warm-up, and the timed repeats come after it.
-- Quality guard (per configuration, on ``guard_prompts`` fixed prompts of real text): greedy output against the
-  float32 ``eager`` reference (``token_agreement``: share of identical tokens position by position;
-  ``first_divergence``: the first differing position, minimum over prompts) and the mean absolute drift of
-  the reference continuation's per-token log-probability (:func:`workbench.measure.quality.continuation_logprobs`,
-  nats). A configuration passes when agreement >= ``min_token_agreement`` and drift <=
-  ``max_logprob_drift``; one that fails is shown and marked, never recommended.
+  recorded separately), then one full-length warm-up; the timed repeats come after both, and graphs compiled
+  during them are counted (``recompiles``; :func:`workbench.run.rung_timing.measure`).
+- Quality guard (per configuration; :mod:`workbench.measure.guard`, the one guard of every technique): perplexity and
+  mean KL divergence against the float32 ``eager`` reference on shipped held-out English and Chinese text
+  (``guard_text_tokens`` per language in windows of ``guard_window``), teacher-forced top-1 agreement, and the
+  greedy view (``token_agreement`` / ``first_divergence`` over ``guard_prompts`` x ``guard_tokens``; reported,
+  not judged). A configuration passes when the upper 95% bounds of ``perplexity_ratio`` and ``kl_mean`` are
+  within ``max_perplexity_ratio`` and ``max_kl_mean``; one that fails is shown and marked, never recommended.
 - Utilisation: MBU and MFU of a point count the bytes of the model it measured (the configuration's dtype) over
   the peaks probed in that dtype (:func:`measured_utilisation`), not the notebook's float32 model.
 - Recommendation: the fastest configuration (lowest mean ``e2e_s_p50`` over the workloads) on valid points that
@@ -56,9 +59,10 @@ from workbench.measure import contention
 from workbench.run import point_result
 from workbench import checks
 from workbench.stats import comparison, evidence, metrics, slo
-from workbench.run import drift, results, sweeps
-from workbench.measure import models, quality
+from workbench.run import drift, results, rung_timing, sweeps
+from workbench.measure import config_models, guard, models, quality
 from workbench.predict import predictions, roofline
+from workbench.techniques import rungs
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.share.plots import label, legend_below, split_by_device
@@ -67,10 +71,11 @@ from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "engine_tuning"
-AXES = ("dtype", "attn_implementation", "cache_implementation", "compile", "torch_threads")
+AXES = ("dtype", "attn_implementation", "cache_implementation", "compile", "torch_threads", "quantization")
 CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 SEARCHES = ("grid", "adaptive")
-REFERENCE = {"dtype": "float32", "attn_implementation": "eager", "cache_implementation": "dynamic", "compile": False}
+REFERENCE = {"dtype": "float32", "attn_implementation": "eager", "cache_implementation": "dynamic", "compile": False,
+             "quantization": "none"}
 
 
 def usable_cores() -> int:
@@ -122,8 +127,12 @@ class Config(SweepConfig):
         torch_threads: intra-op threads (1..usable cores); empty: this process's setting, not an axis.
         batch_sizes, prompt_tokens: the workloads (every pair).
         max_new_tokens: fixed-length greedy outputs (>= 2).
-        guard_prompts, guard_tokens: quality-guard prompts and greedy tokens per prompt.
-        min_token_agreement, max_logprob_drift: the guard's limits.
+        quantizations: weight schemes (:data:`workbench.techniques.rungs.QUANTIZATIONS`; ``none`` first for the baseline).
+        group_size: int4 weights per scale group (checked against the model's layer widths).
+        lm_head: ``float`` (kept float) or ``quantize`` (quantized with the rest).
+        guard_prompts, guard_tokens: the guard's greedy view: held-out prefixes and greedy tokens per prefix.
+        guard_text_tokens, guard_window: held-out tokens per language and tokens per window of the guard.
+        max_perplexity_ratio, max_kl_mean: the guard's limits on the upper 95% bounds (:class:`workbench.measure.guard.Limits`).
         slo_preset: a :mod:`workbench.stats.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
         search: ``grid`` (every configuration) or ``adaptive`` (:func:`coordinate_search`, <= 1/3 of the grid).
         calibrate: fit the roofline's overheads on this machine first when no calibration is cached (~15 s).
@@ -137,10 +146,15 @@ class Config(SweepConfig):
     batch_sizes: list = dataclasses.field(default_factory=lambda: [1])
     prompt_tokens: list = dataclasses.field(default_factory=lambda: [128])
     max_new_tokens: int = 16
-    guard_prompts: int = 3
+    quantizations: list = dataclasses.field(default_factory=lambda: ["none"])
+    group_size: int = 64
+    lm_head: str = "float"
+    guard_prompts: int = 2
     guard_tokens: int = 16
-    min_token_agreement: float = 0.9
-    max_logprob_drift: float = 0.05
+    guard_text_tokens: int = 512
+    guard_window: int = 128
+    max_perplexity_ratio: float = guard.MAX_PERPLEXITY_RATIO
+    max_kl_mean: float = guard.MAX_KL_MEAN
     slo_preset: str = "custom"
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.25
@@ -175,13 +189,25 @@ class Config(SweepConfig):
         checks.check_int_list("batch_sizes", self.batch_sizes, lo=1)
         checks.check_int("max_new_tokens", self.max_new_tokens, 2)
         checks.check_int_list("prompt_tokens", self.prompt_tokens, lo=32, hi=self.max_context() - self.max_new_tokens)
-        checks.check_int("guard_prompts", self.guard_prompts, 1)
+        checks.check_choice_list("quantizations", self.quantizations, rungs.QUANTIZATIONS)
+        for q in self.quantizations:
+            rungs.check_device(q, dev)
+        rungs.Rung(group_size=self.group_size, lm_head=self.lm_head)  # one-line errors for both
+        if "int4_weight_only" in self.quantizations:
+            widths = rungs.model_widths(self.model)
+            if widths:
+                rungs.check_group_size(self.group_size, widths, self.lm_head)
+        checks.check_int("guard_prompts", self.guard_prompts, 0)
         checks.check_int("guard_tokens", self.guard_tokens, 1)
-        checks.check_float("min_token_agreement", self.min_token_agreement, 0, 1)
-        checks.check_float("max_logprob_drift", self.max_logprob_drift, 0)
+        checks.check_int("guard_text_tokens", self.guard_text_tokens, 32)
+        checks.check_int("guard_window", self.guard_window, 16, self.guard_text_tokens)
+        self.limits()
         self.slo()
         checks.check_choice("search", self.search, SEARCHES)
         checks.check_bool("calibrate", self.calibrate)
+
+    def limits(self) -> guard.Limits:
+        return guard.Limits(self.max_perplexity_ratio, self.max_kl_mean)
 
     def slo(self) -> slo.SLO:
         return slo.get(self.slo_preset, self.slo_ttft_s, self.slo_tpot_s)
@@ -193,6 +219,7 @@ class Config(SweepConfig):
     def axes(self) -> dict[str, list]:
         """The configuration axes (``torch_threads`` is ``[None]`` when not swept)."""
         return {"dtype": list(self.dtypes), "attn_implementation": list(self.attn_implementations),
+                "quantization": list(self.quantizations),
                 "cache_implementation": list(self.cache_implementations), "compile": list(self.compile),
                 "torch_threads": list(self.torch_threads) or [None]}
 
@@ -209,7 +236,10 @@ class Config(SweepConfig):
 
 
 def valid(config: dict) -> bool:
-    """False for a compiled dynamic-cache configuration (``torch.compile`` needs static shapes)."""
+    """False for a compiled dynamic-cache configuration (``torch.compile`` needs static shapes) and for
+    ``int8_dynamic`` off float32 (torch.ao quantizes float32 models only)."""
+    if config.get("quantization") == "int8_dynamic" and config.get("dtype") not in (None, "float32"):
+        return False
     return not (config.get("compile") and config.get("cache_implementation") != "static")
 
 
@@ -223,7 +253,12 @@ def config_name(point) -> str:
     cache = g("cache_implementation") + ("+compile" if bool(g("compile")) else "")
     threads = g("torch_threads")
     t = "" if threads is None or (isinstance(threads, float) and math.isnan(threads)) else f"/{int(threads)}t"
-    return f"{g('dtype')}/{g('attn_implementation')}/{cache}{t}"
+    try:
+        q = g("quantization")
+    except (KeyError, IndexError):
+        q = None
+    q = "" if q in (None, "none") or (isinstance(q, float) and math.isnan(q)) else f"+{q}"
+    return f"{g('dtype')}{q}/{g('attn_implementation')}/{cache}{t}"
 
 
 # ----------------------------------------------------------------------------- applying a configuration
@@ -244,55 +279,50 @@ def threads(n: int | None):
 
 
 def generate_kwargs(point: dict, device: str = "cpu") -> dict:
-    """``generate`` keywords of a configuration: the cache implementation, and either a ``CompileConfig``
-    (compile; on CPU with ``_compile_all_devices``, since ``transformers`` auto-compiles only on accelerators)
-    or ``disable_compile=True`` (a static cache alone must not compile behind our back).
+    """``generate`` keywords of a configuration's cache and compile choice (:func:`workbench.techniques.rungs.generate_kwargs`).
 
     Raises:
         ParameterError: ``compile`` without a static cache.
     """
-    if not valid(point):
-        raise ParameterError("compile: torch.compile needs cache_implementation 'static'")
-    out: dict = {}
-    if point.get("cache_implementation") == "static":
-        out["cache_implementation"] = "static"
-    if point.get("compile"):
-        from transformers import CompileConfig
+    return rungs.generate_kwargs(point.get("cache_implementation") or "dynamic", bool(point.get("compile")), device)
 
-        cc = CompileConfig(mode="default" if device == "cpu" else "reduce-overhead")
-        cc._compile_all_devices = True
-        out["compile_config"] = cc
-    else:
-        out["disable_compile"] = True
-    return out
+
+_BUILT: dict = {}
 
 
 def load_configuration(cfg: Config, point: dict):
-    """The model in the point's dtype and attention kernel (memoised by :func:`workbench.measure.models.load_model`)."""
-    return models.load_model(cfg.model, cfg.device, point["dtype"], attn_implementation=point["attn_implementation"])
+    """The model in the point's dtype and attention kernel (memoised by :func:`workbench.measure.models.load_model`)
+    with the point's quantization applied (:func:`workbench.techniques.rungs.build`; the last build is kept, so the
+    points of one configuration share it). Returns the :class:`workbench.measure.models.LoadedModel`."""
+    return build_configuration(cfg, point).loaded
+
+
+def build_configuration(cfg: Config, point: dict) -> rungs.Built:
+    """:func:`load_configuration` with what the build did (:class:`workbench.techniques.rungs.Built`)."""
+    loaded = models.load_model(cfg.model, cfg.device, point["dtype"], attn_implementation=point["attn_implementation"])
+    rung = rungs.Rung(quantization=point.get("quantization") or "none", group_size=cfg.group_size, lm_head=cfg.lm_head)
+    key = (id(loaded), rung.quantization, rung.group_size, rung.lm_head)
+    if key not in _BUILT:
+        _BUILT.clear()
+        _BUILT[key] = rungs.build(loaded, rung)
+    return _BUILT[key]
 
 
 # ----------------------------------------------------------------------------- quality guard
 
 
-def guard_prompts(tokenizer, n: int) -> list[str]:
-    """The guard's fixed prompts: ``n`` windows of real text, 48 tokens each."""
-    return build_batch(tokenizer, n, 48)
-
-
-def reference(cfg: Config) -> dict:
-    """The float32 ``eager`` reference on the guard prompts (:func:`workbench.measure.quality.guard_reference`):
-    prompts, context ids, greedy output ids, their per-token log-probs."""
+def reference(cfg: Config) -> guard.Reference:
+    """The float32 ``eager`` reference of the guard (:func:`workbench.measure.guard.reference`) on the shipped
+    held-out text, with the config's window and greedy-view sizes."""
     ref = models.load_model(cfg.model, cfg.device, "float32", attn_implementation="eager")
-    return quality.guard_reference(ref, guard_prompts(ref.tokenizer, cfg.guard_prompts), cfg.settings(cfg.guard_tokens),
-                                   {"disable_compile": True})
+    return guard.reference(ref, tokens=cfg.guard_text_tokens, window=cfg.guard_window,
+                           greedy_prompts=cfg.guard_prompts, greedy_tokens=cfg.guard_tokens)
 
 
-def quality_guard(loaded, ref: dict, cfg: Config, gen_kwargs: dict | None = None, logits_processor=None) -> dict:
-    """The guard of one configuration (model already loaded in its dtype and kernel, threads already set):
-    :func:`workbench.measure.quality.quality_guard` with the config's guard length and limits."""
-    return quality.quality_guard(loaded, ref, cfg.settings(cfg.guard_tokens), cfg.min_token_agreement,
-                                 cfg.max_logprob_drift, gen_kwargs, logits_processor)
+def quality_guard(loaded, ref: guard.Reference, cfg: Config, gen_kwargs: dict | None = None) -> dict:
+    """The guard of one configuration (model already built, threads already set): :func:`workbench.measure.guard.judge`
+    with the config's limits; ``gen_kwargs`` (its cache / compile keywords) apply to the greedy view."""
+    return guard.judge(loaded, ref, cfg.limits(), gen_kwargs)
 
 
 # ----------------------------------------------------------------------------- one point
@@ -316,27 +346,31 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 
     Returns:
         :class:`workbench.run.point_result.PointResult`; ``extra`` holds the configuration's name, ``compile_s``, the
-        guard's columns (:func:`quality_guard`) and, with a predictor, its prediction.
+        ``recompiles``, the build's columns (:meth:`workbench.techniques.rungs.Built.columns`), the guard's columns
+        (:func:`quality_guard`) and, with a predictor, its prediction.
     """
-    if "reference" not in state:
-        state["reference"] = reference(cfg)
+    if "reference" not in state:  # none for a random-weight model (model: config:PATH): quality is off
+        state["reference"] = None if config_models.is_config_spec(cfg.model) else reference(cfg)
     ref, predictor, logits_processor = state["reference"], state.get("predictor"), state.get("logits_processor")
     gen_kwargs = generate_kwargs(point, models.pick_device(cfg.device))
-    loaded = load_configuration(cfg, point)
+    built = build_configuration(cfg, point)
+    loaded = built.loaded
     B, L = int(point["batch_size"]), int(point["prompt_tokens"])
     prompts = build_batch(loaded.tokenizer, B, L)
     settings = cfg.settings()
-    extra: dict = {"config": config_name(point), "compile_s": float("nan")}
+    extra: dict = {"config": config_name(point), **built.columns()}
+    if point["dtype"] == "bfloat16" and models.pick_device(cfg.device) == "cpu":
+        extra["dtype_note"] = rungs.bf16_support("cpu")[1]
     with threads(point.get("torch_threads")):
-        warmup = cfg.warmup
-        if point.get("compile"):
-            t0 = time.perf_counter()
-            generate_measured(loaded, prompts, settings, generate_kwargs=gen_kwargs, logits_processor=logits_processor)
-            extra["compile_s"] = time.perf_counter() - t0
-            warmup = 0
-        out = sweeps.measure_generation(loaded, prompts, settings, cfg.repeats, warmup, generate_kwargs=gen_kwargs,
-                                        logits_processor=logits_processor)
-        extra.update(quality_guard(loaded, ref, cfg, gen_kwargs, logits_processor))
+        out, timing = rung_timing.measure(loaded, prompts, settings, cfg.repeats, cfg.warmup, gen_kwargs,
+                                    bool(point.get("compile")), logits_processor)
+        extra.update(timing)
+        guard_kwargs = rungs.generate_kwargs(point.get("cache_implementation", "dynamic"), False)
+        if ref is None:
+            extra.update({c: float("nan") for c in guard.COLUMNS},
+                         guard_passed=True, guard_reason="not judged: random weights (quality off)")
+        else:
+            extra.update(quality_guard(loaded, ref, cfg, guard_kwargs))
     if predictor is not None:
         extra.update(predictor.predict(B, L, cfg.max_new_tokens, dtype=point["dtype"],
                                        threads=point.get("torch_threads")))
@@ -454,18 +488,23 @@ def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> 
     if "interleaved" not in state:
         state["interleaved"] = measure_configurations(loaded, cfg, state.get("configurations") or cfg.configurations(),
                                                       state)
-    if "reference" not in state:
-        state["reference"] = reference(cfg)
+    if "reference" not in state:  # a random-weight model has no quality to guard
+        state["reference"] = None if config_models.is_config_spec(cfg.model) else reference(cfg)
     out = state["interleaved"][point_result.point_id(EXPERIMENT, point)]
-    predictor, lp = state.get("predictor"), state.get("logits_processor")
-    model = load_configuration(cfg, point)
+    predictor = state.get("predictor")
+    built = build_configuration(cfg, point)
+    model = built.loaded
     B, L = int(point["batch_size"]), int(point["prompt_tokens"])
-    extra = dict(out.extra)
+    extra = {**built.columns(), **out.extra}
     guards = state.setdefault("guards", {})
     if config_key(point) not in guards:
-        with threads(point.get("torch_threads")):
-            guards[config_key(point)] = quality_guard(model, state["reference"], cfg,
-                                                      generate_kwargs(point, models.pick_device(cfg.device)), lp)
+        if state["reference"] is None:
+            guards[config_key(point)] = {**{c: float("nan") for c in guard.COLUMNS}, "guard_passed": True,
+                                         "guard_reason": "not judged: random weights (quality off)"}
+        else:
+            with threads(point.get("torch_threads")):
+                guard_kwargs = rungs.generate_kwargs(point.get("cache_implementation", "dynamic"), False)
+                guards[config_key(point)] = quality_guard(model, state["reference"], cfg, guard_kwargs)
     extra.update(guards[config_key(point)])
     if predictor is not None:
         extra.update(predictor.predict(B, L, cfg.max_new_tokens, dtype=point["dtype"],
@@ -686,7 +725,9 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
         for col, how in (("e2e_s_p50", "mean"), ("ttft_s_p50", "max"), ("tpot_s_p50", "max"),
                          ("output_throughput_tps", "mean"), ("predicted_e2e_s", "mean"),
                          ("predicted_ttft_s", "max"), ("predicted_tpot_s", "max"), ("compile_s", "mean"),
-                         ("token_agreement", "min"), ("first_divergence", "min"), ("logprob_drift", "max")):
+                         ("perplexity_ratio", "max"), ("perplexity_ratio_high", "max"), ("kl_mean", "max"),
+                         ("kl_mean_high", "max"), ("top1_agreement", "min"), ("token_agreement", "min"),
+                         ("first_divergence", "min"), ("recompiles", "max")):
             r[col] = float(getattr(ok[col], how)()) if col in ok and len(ok) else float("nan")
         r["guard_passed"] = bool(len(ok) and ok.get("guard_passed", pd.Series([False])).astype(bool).all())
         r["guard_reason"] = "" if r["guard_passed"] else "; ".join(
@@ -915,8 +956,8 @@ def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
         versus = ("it is the baseline" if best["config"] == base["config"] else
                   f"{speedup_phrase(best)} against the baseline {base['config']}")
         parts.append(f"Recommended by {source}: {best['config']} ({best['e2e_s_p50']:.3f} s per request; "
-                     f"{versus}; token agreement "
-                     f"{best['token_agreement']:.2f}, log-prob drift {best['logprob_drift']:.3f} nats; SLO "
+                     f"{versus}; perplexity x{best['perplexity_ratio']:.4g} (95% upper "
+                     f"{best['perplexity_ratio_high']:.4g}), mean KL {best['kl_mean']:.3g} nats vs float32; SLO "
                      f"{best.get('slo_note', '')}).")
     for _, r in configs.iloc[1:].iterrows():
         if not math.isfinite(r["speedup_vs_baseline"]):
@@ -926,6 +967,10 @@ def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
             flags += f" [invalid: {r.get('invalid_reason', '')}]"
         if r.get("meets_slo") is False:
             flags += f" [misses the SLO: {r.get('slo_note', '')}]"
+        if r.get("recompiles", 0) > 0:  # NaN (uncompiled) compares False
+            flags += f" [torch.compile built {int(r['recompiles'])} more graph(s) during the timed repeats]"
+        if math.isfinite(r.get("compile_s", float("nan"))):
+            flags += f" [compile {r['compile_s']:.0f} s, not in the timings]"
         parts.append(f"{r['config']}: {speedup_phrase(r)}{flags}.")
     floor = aa_sentence(configs)  # the noise floor beside the comparisons it judges
     if floor:
@@ -970,8 +1015,9 @@ def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFr
            f"Holm over {len(configs) - 1} comparisons, A/A control {configs.iloc[0]['aa_low']:.2f}-"
            f"{configs.iloc[0]['aa_high']:.2f}x" if interleaved else "95% Welch t interval on log e2e over repeats")
     ev = (f"{len(configs)} configurations, {n_rep}; speed-up vs the baseline "
-          f"{configs.iloc[0]['config']}: {how}; quality guard (greedy "
-          f"agreement, log-prob drift vs float32); SLO at the preset's own percentile where the sample supports it")
+          f"{configs.iloc[0]['config']}: {how}; quality guard (perplexity "
+          f"ratio and mean KL vs float32 on held-out text, upper 95% bounds over windows); SLO at the preset's own "
+          f"percentile where the sample supports it")
     direction = best is not None and "no difference" not in speedup_phrase(best) and (
         best.get("speedup_low", float("nan")) > 1 or best.get("speedup_high", float("nan")) < 1)
     supported = best is not None and not aa_moved(configs) and (best["config"] == configs.iloc[0]["config"]
@@ -1040,14 +1086,21 @@ def fig_prediction(points: pd.DataFrame) -> go.Figure:
 
 
 def fig_guard(configs: pd.DataFrame, cfg_limits: tuple[float, float] | None = None) -> go.Figure:
-    """Greedy token agreement and log-prob drift per configuration against the float32 eager reference."""
+    """Perplexity ratio (bars, with the upper 95% bound) and mean KL (diamonds) per configuration against the
+    float32 eager reference (:mod:`workbench.measure.guard`)."""
     fig = go.Figure()
-    fig.add_bar(x=configs["config"], y=configs["token_agreement"], name=label("token_agreement"))
-    fig.add_scatter(x=configs["config"], y=configs["logprob_drift"], mode="markers", yaxis="y2",
-                    name=label("logprob_drift"), marker=dict(symbol="diamond", size=11))
-    fig.update_layout(title="Quality guard: agreement with the float32 eager reference",
-                      yaxis=dict(title=label("token_agreement"), range=[0, 1.05]),
-                      yaxis2=dict(title=label("logprob_drift"), overlaying="y", side="right"))
+    ratio = configs.get("perplexity_ratio", pd.Series(float("nan"), index=configs.index))
+    high = configs.get("perplexity_ratio_high", ratio)
+    fig.add_bar(x=configs["config"], y=ratio, name=label("perplexity_ratio"),
+                error_y=dict(type="data", symmetric=False, array=(high - ratio).clip(lower=0),
+                             arrayminus=[0] * len(ratio)))
+    fig.add_scatter(x=configs["config"], y=configs.get("kl_mean"), mode="markers", yaxis="y2",
+                    name=label("kl_mean"), marker=dict(symbol="diamond", size=11))
+    if cfg_limits:
+        fig.add_hline(y=cfg_limits[0], line_dash="dot", annotation_text="perplexity tolerance")
+    fig.update_layout(title="Quality guard: perplexity and KL divergence against the float32 eager reference",
+                      yaxis=dict(title=label("perplexity_ratio")),
+                      yaxis2=dict(title=label("kl_mean"), overlaying="y", side="right"))
     return legend_below(fig)
 
 

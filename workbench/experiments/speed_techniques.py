@@ -14,8 +14,8 @@ Techniques, all through ``transformers``' own ``generate``:
   pair (``draft_model: Qwen/Qwen3-0.6B`` for ``model: Qwen/Qwen3-4B``).
 - ``int8_dynamic`` quantization (an engine-tuning-style axis, technique ``none``): ``torch.ao``'s
   ``quantize_dynamic`` on every ``nn.Linear`` (:func:`workbench.techniques.speed.quantize_int8`), with engine tuning's
-  quality guard (:func:`workbench.measure.quality.quality_guard`: greedy agreement and log-prob drift against the
-  float32 model) and MBU from the bytes the quantized model reads per step. torch's dynamic kernels quantize
+  quality guard (:mod:`workbench.measure.guard`: perplexity ratio and mean KL divergence against the float32 model on
+  held-out text, greedy agreement as the strict view) and MBU from the bytes the quantized model reads per step. torch's dynamic kernels quantize
   each Linear's input activations per call as well (not pure weight-only; torchao's int8 weight-only is not
   installed): that rounding drives the log-prob drift, and the per-call quantize / dequantize work is what can
   make int8 slower than float32 on a CPU where a 135M model's decode is not purely memory bound.
@@ -64,6 +64,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
@@ -73,7 +74,7 @@ from workbench.measure import contention
 from workbench.run import point_result
 from workbench import checks
 from workbench.stats import comparison, evidence, metrics
-from workbench.measure import models, quality
+from workbench.measure import guard, models, quality
 from workbench.run import results, sweeps
 from workbench.predict import roofline
 from workbench.errors import ParameterError
@@ -109,7 +110,8 @@ class Config(SweepConfig):
         passage_chars: characters of source text in a copy-heavy prompt (Chinese: a third of it).
         max_new_tokens: new-token cap (>= 2).
         guard_prompts, guard_tokens: the int8 guard's prompts and greedy tokens per prompt.
-        min_token_agreement, max_logprob_drift: the guard's limits (engine tuning's defaults).
+        guard_text_tokens, guard_window: held-out tokens per language and per window of the guard.
+        max_perplexity_ratio, max_kl_mean: the guard's limits (:class:`workbench.measure.guard.Limits`).
     """
 
     techniques: list = dataclasses.field(default_factory=lambda: ["none", "prompt_lookup", "draft"])
@@ -125,8 +127,10 @@ class Config(SweepConfig):
     repeats: int = 3
     guard_prompts: int = 2
     guard_tokens: int = 16
-    min_token_agreement: float = 0.9
-    max_logprob_drift: float = 0.05
+    guard_text_tokens: int = 512
+    guard_window: int = 128
+    max_perplexity_ratio: float = guard.MAX_PERPLEXITY_RATIO
+    max_kl_mean: float = guard.MAX_KL_MEAN
 
     def __post_init__(self):
         super().__post_init__()
@@ -149,8 +153,9 @@ class Config(SweepConfig):
         checks.check_int("max_new_tokens", self.max_new_tokens, 2)
         checks.check_int("guard_prompts", self.guard_prompts, 1, 8)
         checks.check_int("guard_tokens", self.guard_tokens, 1)
-        checks.check_float("min_token_agreement", self.min_token_agreement, 0, 1)
-        checks.check_float("max_logprob_drift", self.max_logprob_drift, 0)
+        checks.check_int("guard_text_tokens", self.guard_text_tokens, 32)
+        checks.check_int("guard_window", self.guard_window, 16, self.guard_text_tokens)
+        guard.Limits(self.max_perplexity_ratio, self.max_kl_mean)
         if not isinstance(self.draft_model, str) or not self.draft_model:
             raise ParameterError("draft_model: 'truncated' or a model directory / cached hub id")
         if "draft" in self.techniques and self.draft_model != TRUNCATED:
@@ -363,7 +368,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: a :meth:`Config.grid` entry.
         state: shared by the sweep's points: ``draft`` (:func:`draft_of`), ``quantized`` (per scheme),
-            ``guard_reference`` (:func:`workbench.measure.quality.guard_reference` of the float model), ``peaks``.
+            ``guard_reference`` (:func:`workbench.measure.guard.reference` of the float model), ``peaks``.
 
     Returns:
         :class:`workbench.run.point_result.PointResult`; ``extra`` holds, for a speculative point, :func:`acceptance`
@@ -413,10 +418,10 @@ def point_extra(loaded, cfg: Config, point: dict, state: dict, requests: list[di
             extra["draft_name"] = draft.info.name
     if point["quantization"] != "none":
         if "guard_reference" not in state:
-            state["guard_reference"] = quality.guard_reference(
-                loaded, build_batch(loaded.tokenizer, cfg.guard_prompts, 48), cfg.settings(cfg.guard_tokens))
-        extra.update(quality.quality_guard(model, state["guard_reference"], cfg.settings(cfg.guard_tokens),
-                                           cfg.min_token_agreement, cfg.max_logprob_drift))
+            state["guard_reference"] = guard.reference(loaded, tokens=cfg.guard_text_tokens, window=cfg.guard_window,
+                                                       greedy_prompts=cfg.guard_prompts, greedy_tokens=cfg.guard_tokens)
+        extra.update(guard.judge(model, state["guard_reference"],
+                                 guard.Limits(cfg.max_perplexity_ratio, cfg.max_kl_mean)))
         extra["weight_bytes"] = model.info.weight_bytes
         req = pd.DataFrame(requests)
         done = req[req["output_tokens"] >= 2]
@@ -465,7 +470,7 @@ def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) ->
         e2e = sum(r["e2e_s"] for r in done) / len(done) if done else float("nan")
         tps = [r["decode_tps"] for r in done if r.get("decode_tps") == r.get("decode_tps")]
         rows.append({"arm": arm, "round": rnd, "speed": 1.0 / e2e if e2e > 0 else float("nan"),
-                     "decode_tps": sum(tps) / len(tps) if tps else float("nan")})
+                     "decode_tps": float(np.mean(tps)) if tps else float("nan")})
         if arm != comparison.AA:
             for rec in res.records:
                 rec.update(repeat=rnd, batch_size=len(prompts), batch_wall_s=res.wall_s)
@@ -562,7 +567,8 @@ def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     rows = []
     keep = ["acceptance_rate", "accepted_length", "mean_acceptance_length", "mean_draft_tokens", "mbu_note",
             "verify_steps_per_token", "acceptance_by_position",
-            "speedup_bound", "draft_cost_ratio", "token_agreement", "logprob_drift", "guard_passed", "guard_reason",
+            "speedup_bound", "draft_cost_ratio", "token_agreement", "perplexity_ratio", "perplexity_ratio_high",
+            "kl_mean", "top1_agreement", "guard_passed", "guard_reason",
             "mbu", "weight_bytes"]
     for _, p in ok.iterrows():
         if p["technique"] == "none" and p["quantization"] == "none":
@@ -654,8 +660,10 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
                         f"{len(g)} workloads")
         if "guard_passed" in g and g["guard_passed"].notna().any():
             gp = g[g["guard_passed"].notna()]
-            quality_cost += (f"; guard {'passed' if gp['guard_passed'].astype(bool).all() else 'FAILED'} (agreement "
-                             f"{gp['token_agreement'].min():.2f}, log-prob drift {gp['logprob_drift'].max():.3f} nats)")
+            quality_cost += (f"; guard {'passed' if gp['guard_passed'].astype(bool).all() else 'FAILED'} (perplexity "
+                             f"x{gp['perplexity_ratio'].max():.4g}, upper 95% bound "
+                             f"{gp['perplexity_ratio_high'].max():.4g}; mean KL {gp['kl_mean'].max():.3g} nats vs "
+                             f"float32; greedy agreement {gp['token_agreement'].min():.2f})")
         if "acceptance_rate" in g and g["acceptance_rate"].notna().any():
             quality_cost += "; acceptance " + ", ".join(
                 f"{r['task']}/{r['language']} {r['acceptance_rate']:.2f}" for _, r in g.iterrows())

@@ -35,23 +35,17 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from pathlib import Path
 from typing import Callable
 
 from workbench.checks import check_int
 from workbench.errors import ParameterError
+from workbench.paths import data_dir  # noqa: F401 - prompts.data_dir, read by its callers
 from workbench.measure.generation import count_prompt_tokens
 
 SOURCES = ("en", "zh", "random")
 TEXT_SOURCES = ("en", "zh")
 LANGUAGES = ("en", "zh")
-
-
-def data_dir() -> Path:
-    """The repository's ``data/`` folder (``$WORKBENCH_DATA`` overrides it)."""
-    env = os.environ.get("WORKBENCH_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "data"
 
 
 def _check_source(source: str, allowed=SOURCES) -> None:

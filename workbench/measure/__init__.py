@@ -5,6 +5,8 @@ loading of the embedded default or a local model, model facts), ``generation`` (
 end-of-turn ids, warm-up), ``streaming`` (``stream_generate``: text as it arrives), ``detokenize`` (incremental text, display granularity),
 ``memory`` (KV-cache bytes, memory tracker), ``energy`` (NVML energy), ``contention`` (other load on the
 machine during a point, from ``/proc/stat``), ``quality`` (text and answer metrics, continuation
-log-likelihood), ``reading`` (reading speed). Built on :mod:`workbench.stats`; nothing here knows about
+log-likelihood), ``guard`` (the quality guard of every technique: perplexity ratio, mean KL and top-1 agreement
+against float32 on held-out text), ``config_models`` (``model: config:PATH``: shipped shapes, random weights),
+``reading`` (reading speed). Built on :mod:`workbench.stats`; nothing here knows about
 techniques, inputs, run folders or experiments.
 """

@@ -67,6 +67,8 @@ class ModelInfo:
         max_context_tokens: ``config.max_position_embeddings``.
         num_layers, num_kv_heads, head_dim, hidden_size, num_heads: for KV-cache and
             attention-FLOP formulas (:attr:`attn_dim`).
+        random_weights: built from a ``config.json`` with random weights (``model: config:PATH``,
+            :mod:`workbench.measure.config_models`): speed only, no quality metric means anything.
     """
 
     name: str
@@ -84,6 +86,7 @@ class ModelInfo:
     head_dim: int
     hidden_size: int
     num_heads: int = 0
+    random_weights: bool = False
 
     @property
     def attn_dim(self) -> int:
@@ -231,6 +234,10 @@ def resolve_model_path(spec: str, allow_pickle: bool = False, trust_remote_code:
         raise ParameterError("model: must be 'default', a local model directory or a cached hub id")
     if spec == DEFAULT_MODEL:
         return default_model_dir()
+    if spec.startswith("config:"):  # a config.json alone: random weights (workbench.measure.config_models)
+        from workbench.measure.config_models import config_path
+
+        return config_path(spec).parent
     path = Path(spec).expanduser()
     if not path.is_dir():
         path = _cached_hub_snapshot(spec)
@@ -283,6 +290,10 @@ def _cached_hub_snapshot(spec: str) -> Path:
 
 def read_model_config(spec: str) -> dict:
     """Read a model's ``config.json`` as a dict without loading weights (for validation)."""
+    if spec.startswith("config:") or spec.endswith(".json"):  # a random-weight model's info.path is its config
+        from workbench.measure.config_models import read_config
+
+        return read_config(spec if spec.startswith("config:") else "config:" + spec)
     return json.loads((resolve_model_path(spec) / "config.json").read_text())
 
 
@@ -408,6 +419,8 @@ def load_model(
     path = resolve_model_path(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
+    if spec.startswith("config:"):  # random weights on a shipped config's shapes (workbench.measure.config_models)
+        return _load_config_model(spec, dev, str(torch_dtype), attn_implementation)
     return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle, attn_implementation)
 
 
@@ -475,12 +488,33 @@ def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_c
         tokenizer.pad_token = tokenizer.eos_token
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+    info = _model_info(model, DEFAULT_MODEL_NAME if spec == DEFAULT_MODEL else spec, path,
+                       _weights_hash(Path(path)), dev, torch_dtype)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+@functools.lru_cache(maxsize=1)
+def _load_config_model(spec: str, dev: str, dtype_name: str, attn_implementation: str | None = None):
+    """A ``config:PATH`` model with deterministic random weights (:func:`workbench.measure.config_models.build`),
+    marked ``random_weights`` and named ``<config folder> (random weights)``; memoised, one at a time."""
+    import torch
+
+    from workbench.measure import config_models
+
+    model, tok, path, weights_id = config_models.build(spec, dev, dtype_name, attn_implementation, default_model_dir)
+    info = _model_info(model, f"{path.parent.name} (random weights)", str(path), weights_id, dev,
+                       getattr(torch, dtype_name.replace("torch.", "")), random_weights=True)
+    return LoadedModel(model=model, tokenizer=tok, info=info)
+
+
+def _model_info(model, name: str, path: str, weights_sha256: str, dev: str, torch_dtype,
+                random_weights: bool = False) -> ModelInfo:
     cfg = model.config
     heads = cfg.num_attention_heads
-    info = ModelInfo(
-        name=DEFAULT_MODEL_NAME if spec == DEFAULT_MODEL else spec,
+    return ModelInfo(
+        name=name,
         path=path,
-        weights_sha256=_weights_hash(Path(path)),
+        weights_sha256=weights_sha256,
         num_params=sum(p.numel() for p in model.parameters()),
         num_non_embedding_params=_non_embedding_params(model),
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters())
@@ -494,5 +528,5 @@ def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_c
         head_dim=int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
         hidden_size=int(cfg.hidden_size),
         num_heads=int(heads),
+        random_weights=random_weights,
     )
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info)

@@ -13,9 +13,8 @@ and BLEU for Chinese summarisation and translation are computed on characters).
 
 Nothing here loads a model except :func:`perplexity`, which takes one.
 
-The quality guard of a speed technique (:func:`guard_reference`, :func:`quality_guard`, :func:`token_agreement`)
-lives here too: engine tuning and the speed-techniques experiment both judge a faster configuration by greedy
-agreement and log-prob drift against a float32 reference.
+The quality guard of a speed technique lives in :mod:`workbench.measure.guard` (perplexity and KL divergence against
+the float32 reference); :func:`token_agreement`, its strict greedy view, and :func:`perplexity_from_nll` are here.
 """
 
 from __future__ import annotations
@@ -389,7 +388,13 @@ def perplexity(loaded, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> 
         prompt_ids: the templated prompt's ids (no padding), >= 1 id.
         output_ids: the generated ids (EOS included when emitted).
     """
-    nll = token_nlls(loaded, prompt_ids, output_ids)
+    return perplexity_from_nll(token_nlls(loaded, prompt_ids, output_ids))
+
+
+def perplexity_from_nll(nll: Sequence[float]) -> float:
+    """``exp(mean NLL)`` of per-token negative log-likelihoods (nats): the one perplexity formula (NaN when
+    empty). :func:`perplexity` and the quality guard (:mod:`workbench.measure.guard`) both use it."""
+    nll = list(nll)
     return math.exp(sum(nll) / len(nll)) if nll else float("nan")
 
 
@@ -436,37 +441,7 @@ def summarize(df, by: Sequence[str], metrics: Sequence[str] | None = None, confi
     return pd.DataFrame(rows)
 
 
-# ----------------------------------------------------------------------------- the quality guard of a speed technique
-
-
-def _context_ids(tokenizer, prompts) -> list[list[int]]:
-    from workbench.measure.generation import encode_prompts
-
-    enc = encode_prompts(tokenizer, prompts)
-    return [[int(t) for t, m in zip(ids, mask) if m] for ids, mask in zip(enc["input_ids"].tolist(),
-                                                                            enc["attention_mask"].tolist())]
-
-
-def guard_reference(reference, prompts: Sequence[str], settings, gen_kwargs: dict | None = None) -> dict:
-    """The reference a guard compares against: greedy outputs of ``reference`` (the float32 model) on
-    ``prompts`` and the per-token log-probs of those outputs under it.
-
-    Args:
-        reference: :class:`workbench.measure.models.LoadedModel` of the reference configuration.
-        prompts: the guard's fixed prompts (real text).
-        settings: :class:`workbench.measure.generation.GenerationSettings` (greedy, the guard's length).
-        gen_kwargs: further ``generate`` keywords for the reference run.
-
-    Returns:
-        ``{"prompts", "contexts" (templated ids), "outputs" (greedy ids), "logprobs" (nats per token)}``.
-    """
-    from workbench.measure.generation import generate_measured
-
-    res = generate_measured(reference, list(prompts), settings, generate_kwargs=gen_kwargs)
-    outputs = [r["output_ids"] for r in res.records]
-    contexts = _context_ids(reference.tokenizer, prompts)
-    return {"prompts": list(prompts), "contexts": contexts, "outputs": outputs,
-            "logprobs": continuation_logprobs(reference, contexts, outputs)}
+# ----------------------------------------------------------------------------- the guard's strict view (workbench.measure.guard)
 
 
 def token_agreement(reference_ids: list[list[int]], ids: list[list[int]]) -> tuple[float, int]:
@@ -488,40 +463,3 @@ def token_agreement(reference_ids: list[list[int]], ids: list[list[int]]) -> tup
         total += len(r) - i - 1
         same += sum(1 for j in range(i + 1, len(r)) if j < len(o) and o[j] == r[j])
     return (same / total if total else float("nan")), int(first)
-
-
-def quality_guard(loaded, ref: dict, settings, min_token_agreement: float, max_logprob_drift: float,
-                  gen_kwargs: dict | None = None, logits_processor=None) -> dict:
-    """Judge a configuration (``loaded``: the model as configured) against :func:`guard_reference`.
-
-    Greedy output on the reference prompts is compared token by token (:func:`token_agreement`), and the
-    reference continuation is scored under ``loaded`` (:func:`continuation_logprobs`): the drift is the mean
-    absolute difference of per-token log-probs, nats/token. Passes when agreement >= ``min_token_agreement``
-    and drift <= ``max_logprob_drift``.
-
-    Args:
-        loaded: the configuration's model (dtype, kernel, quantization already applied).
-        ref: :func:`guard_reference`.
-        settings: the guard's :class:`workbench.measure.generation.GenerationSettings`.
-        min_token_agreement: share in [0, 1]; max_logprob_drift: nats/token.
-        gen_kwargs, logits_processor: for the configuration's ``generate`` (tests perturb logits here).
-
-    Returns:
-        ``token_agreement``, ``first_divergence``, ``logprob_drift`` and ``guard_passed`` (bool) with
-        ``guard_reason`` when it fails.
-    """
-    from workbench.measure.generation import generate_measured
-
-    res = generate_measured(loaded, ref["prompts"], settings, logits_processor=logits_processor,
-                            generate_kwargs=gen_kwargs)
-    share, first = token_agreement(ref["outputs"], [r["output_ids"] for r in res.records])
-    lps = continuation_logprobs(loaded, ref["contexts"], ref["outputs"])
-    diffs = [abs(a - b) for la, lb in zip(lps, ref["logprobs"]) for a, b in zip(la, lb)]
-    drift = sum(diffs) / len(diffs) if diffs else float("nan")
-    reasons = []
-    if not share >= min_token_agreement:
-        reasons.append(f"token agreement {share:.2f} < {min_token_agreement}")
-    if not drift <= max_logprob_drift:
-        reasons.append(f"log-prob drift {drift:.3f} > {max_logprob_drift} nats")
-    return {"token_agreement": share, "first_divergence": first, "logprob_drift": drift,
-            "guard_passed": not reasons, "guard_reason": "; ".join(reasons)}

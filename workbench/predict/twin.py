@@ -709,7 +709,7 @@ def _rows(reqs: list) -> pd.DataFrame:
         served = n > 0 and r.error is None
         out.append({"request_id": r.index, "replica": r.replica, "t_scheduled_s": t0, "t_start_s": r.t_first_sent,
                     "t_end_s": r.t_done, "ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot,
-                    "decode_tps": 1.0 / tpot if tpot == tpot and tpot > 0 else math.nan,
+                    "decode_tps": metrics.decode_tps_of(tpot),
                     "queue_s": (r.t_admit - r.t_arrival) if r.t_admit is not None else math.nan,
                     "output_tokens": n if served else 0, "prompt_tokens": r.spec.prompt_tokens,
                     "max_new_tokens": r.spec.max_tokens, "max_tokens": r.spec.max_tokens,

@@ -1,8 +1,9 @@
 """Run machinery and records: how points are measured in order and where they land.
 
-``point`` (a point's typed result, :class:`~workbench.run.point.PointResult`, and its rows), ``results`` (run
-folders: ids, locks, manifests, Parquet tables written atomically, ``load``), ``drift`` (the drift reference and its
-verdict), ``sweeps`` (shared config fields, grids, the point loop), ``distributed`` (the Ray executor, passed in by
-the caller), ``notebooks`` (jupytext sources, parameters cells, suites, papermill in a shared kernel). Used by the
-serving job store and by every experiment; knows nothing of serving, predictions or reports.
+``point_result`` (a point's typed result, :class:`~workbench.run.point_result.PointResult`, and its rows),
+``results`` (run folders: ids, locks, manifests, Parquet tables written atomically, ``load``), ``drift`` (the drift
+reference and its verdict), ``sweeps`` (shared config fields, grids, the point loop), ``distributed`` (the Ray
+executor, passed in by the caller), ``notebooks`` (jupytext sources, parameters cells, suites, papermill in a shared
+kernel), ``rung_timing`` (a rung's timed repeats with compile time apart and recompiles counted). Used by the serving
+job store and by every experiment; knows nothing of serving, predictions or reports.
 """

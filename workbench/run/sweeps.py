@@ -207,7 +207,8 @@ def run_sweep(
         # where each row ran (node, device name, device index; Ray workers put their own)
         path = getattr(info, "path", None)
         model_cols = {"model": info.name, "model_path": str(path) if path else None, "device": info.device,
-                      "dtype": info.dtype, **distributed.placement(info)}
+                      "dtype": info.dtype, "random_weights": bool(getattr(info, "random_weights", False)),
+                      **distributed.placement(info)}
         results.update_manifest(run, energy={experiment: energy.status(info.device)})
     todo = [(p, pid) for p, pid in zip(points, ids) if pid not in done]
     if len(todo) < len(points):
@@ -230,6 +231,8 @@ def run_sweep(
             # on Ray the worker's own readings (device, placement, contamination) win over these
             result = point_result.measure_on_device(lambda: measure(p), info.device if info is not None else None)
             req, row = point_result.point_rows(result, base, slo_ttft_s, slo_tpot_s, info, env)
+            if model_cols.get("random_weights"):
+                req, row = _quality_off(req, row)
             meta.update(status="ok")
         except Exception as exc:  # noqa: BLE001 - a failed point is data, not a crash
             reason = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
@@ -249,6 +252,22 @@ def run_sweep(
         mine = [(pid, row) for pid, row in rows if pid in ref["points"]]
         drift.check(run, experiment, ref["start"], ref["end"], mine, worker)
     return results.read_points(run, experiment)
+
+
+def _quality_off(req: pd.DataFrame, row: dict) -> tuple[pd.DataFrame, dict]:
+    """Blank the quality columns of a random-weight model's rows (``model: config:PATH``): the columns stay, so
+    its tables have a real model's columns, with NaN where a quality figure would mean nothing."""
+    from workbench.measure.guard import COLUMNS as GUARD_COLUMNS
+    from workbench.measure.quality import HIGHER_IS_BETTER
+
+    cols = [c for c in HIGHER_IS_BETTER if c not in ("output_tokens", "output_chars", "truncated")]
+    cols += [c for c in GUARD_COLUMNS if c not in ("guard_passed", "guard_reason")]
+    for c in cols:
+        if c in row:
+            row[c] = float("nan")
+        if c in req:
+            req[c] = float("nan")
+    return req, row
 
 
 def _headline(i: int, n: int, pid: str, row: dict) -> str:

@@ -163,6 +163,18 @@ def check_compatible(engine: EngineOptions, policy: PolicyOptions | str) -> None
                              f"(FIFO); only fcfs is supported there (got {name!r})")
 
 
+def check_compile(engine: EngineOptions, compile: bool) -> None:
+    """The rule between an engine and a compiled model: static cache + ``torch.compile`` needs the fifo or static
+    engine (the continuous engine runs transformers' paged cache).
+
+    Raises:
+        ParameterError: naming ``compile`` and the engine.
+    """
+    if compile and engine.engine == "continuous":
+        raise ParameterError("compile: the continuous engine runs transformers' paged cache, not a static "
+                             "cache; use --engine fifo or static with --compile")
+
+
 def engines_taking(policy: str) -> tuple[str, ...]:
     """The engines of :data:`ENGINES` that can apply ``policy`` (:func:`check_compatible`)."""
     out = []

@@ -334,12 +334,14 @@ class ServerThread:
 def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, device: str = "auto",
           dtype: str = "auto", limits: ServerLimits | None = None, engine: EngineOptions | None = None,
           policy: PolicyOptions | None = None, server: ServerOptions | None = None, api_key: str | None = None,
-          jobs: dict | None = None) -> None:
+          jobs: dict | None = None, rung=None) -> None:
     """Load a model and serve it until interrupted (blocking).
 
     The model spec, device, dtype, the options (already validated objects: engine, policy, server), the bind /
     API-key rule and the job store's owner are checked before the model loads (:class:`ParameterError`, one
-    line); ``limits`` (:class:`ServerLimits`) go to uvicorn.
+    line); ``limits`` (:class:`ServerLimits`) go to uvicorn. ``rung`` (:class:`workbench.techniques.rungs.Rung`,
+    optional): the speed ladder's quantization and static cache + compile applied to the served model (engine
+    tuning's recommendation).
     """
     import uvicorn
 
@@ -351,12 +353,22 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
     check_int("port", port, lo=0, hi=65535)
     http.check_bind(host, api_key)
     options.check_compatible(engine, policy)
+    if rung is not None:
+        from workbench.techniques import rungs
+
+        rungs.check_device(rung.quantization, pick_device(device))
+        options.check_compile(engine, rung.compile)
     server_id = f"{host}:{port}"
     if jobs is not None:  # another server owns it: say so before the model loads
         jobs_mod.check_store_free(jobs.get("path") or jobs_mod.default_path(server_id))
     pick_dtype(dtype, pick_device(device))
     resolve_model_path(model)
     loaded = load_model(model, device=device, dtype=dtype)
+    if rung is not None:
+        from workbench.techniques import rungs
+
+        loaded = rungs.build(loaded, rung).loaded
+        rungs.set_generation_defaults(loaded, rung.cache_implementation, rung.compile)
     app = create_app(loaded, engine, policy, server, host=host, api_key=api_key, jobs=jobs, server_id=server_id)
     uvicorn.run(app, host=host, port=port, log_level="info", **limits.uvicorn_kwargs())
 
@@ -398,13 +410,25 @@ def main(argv=None, prog: str | None = None) -> None:
                    help="largest request head accepted (h11)")
     p.add_argument("--header-read-timeout", type=float, default=limits.header_read_timeout_s,
                    help="seconds a connection may take to send a request head (closed past it)")
+    p.add_argument("--quantization", default="none",
+                   help="weights: none, int8_weight_only, int4_weight_only (torchao), int8_dynamic (torch.ao reference)")
+    p.add_argument("--group-size", type=int, default=64, help="int4 weights per scale group (32, 64, 128, 256)")
+    p.add_argument("--lm-head", default="float", help="float (head kept in float) or quantize")
+    p.add_argument("--compile", action="store_true",
+                   help="static KV cache + torch.compile of the decode step (fifo / static engines)")
     a = p.parse_args(argv)
     try:
         limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes, a.header_read_timeout)
         jobs = {"path": a.jobs_db} if a.jobs_db else ({} if a.jobs else None)
         engine, policy, server = (options.from_args(cls, a) for cls in (EngineOptions, PolicyOptions, ServerOptions))
+        rung = None
+        if a.quantization != "none" or a.compile or a.lm_head != "float":
+            from workbench.techniques.rungs import Rung
+
+            rung = Rung(quantization=a.quantization, group_size=a.group_size, lm_head=a.lm_head,
+                        cache_implementation="static" if a.compile else "dynamic", compile=a.compile)
         serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, engine=engine, policy=policy, server=server,
-              api_key=a.api_key, jobs=jobs)
+              api_key=a.api_key, jobs=jobs, rung=rung)
     except ParameterError as exc:  # one line, before anything loads
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -5,6 +5,7 @@ self-contained HTML report of one run or a comparison of runs, its findings and 
 (every figure as PNG / SVG / PDF at a paper-column size), ``run_summary`` (``metrics.json``: headline figures and
 findings a pipeline can depend on), ``cost`` ($/Mtok from a device-hour price; tokens/s per user vs per device),
 ``export`` (MLflow, llm-d's Benchmark Report v0.2, ``vllm bench serve`` JSON) and ``formats`` (GuideLLM, AIPerf and
-vLLM results read in as runs of their own, with a comparability check). Reads run folders and predictions; the
+vLLM results read in as runs of their own, with a comparability check), ``ladder`` (the speed ladder's profile
+figure). Reads run folders and predictions; the
 experiments draw their figures with ``plots``.
 """

@@ -43,6 +43,7 @@ import pandas as pd
 
 from workbench.run import results
 from workbench.errors import ParameterError
+from workbench.stats import metrics
 
 FORMATS = ("mlflow", "br0.2", "vllm-json")
 SCHEMA_BR02 = Path(__file__).with_name("schemas") / "br_v0_2_json_schema.json"
@@ -221,7 +222,7 @@ def _br_stats(values: np.ndarray, units: str, scale: float = 1.0) -> dict | None
         out["stddev"] = float(v.std(ddof=1))
     for key, q in _BR_QUANTILES.items():
         if v.size >= _min_n(q):
-            out[key] = float(np.percentile(v, q))
+            out[key] = metrics.percentiles(v, (q,))[f"p{q}"]
     return out
 
 
@@ -419,7 +420,7 @@ def vllm_result(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
         doc[f"median_{short}_ms"] = float(np.median(v) * _MS) if v.size else None
         doc[f"std_{short}_ms"] = float(v.std() * _MS) if v.size else None
         ok = v.size >= _min_n(99)
-        doc[f"p99_{short}_ms"] = float(np.percentile(v, 99) * _MS) if ok else None
+        doc[f"p99_{short}_ms"] = metrics.percentiles(v, (99,))["p99"] * _MS if ok else None
         if v.size and not ok:
             note.append(f"p99_{short}_ms")
     doc["workbench_point_id"] = pid

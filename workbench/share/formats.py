@@ -42,6 +42,9 @@ import pandas as pd
 from workbench.run import results
 from workbench.errors import ParameterError
 
+#: The metrics of a comparison's delta table (the report's and an imported run's).
+DELTA_METRICS = ["ttft_s_p50", "ttft_s_p99", "output_throughput_tps", "goodput_rps"]
+
 KINDS = ("guidellm", "aiperf", "vllm-json")
 #: Metrics the comparison shows (those not left out by :func:`comparability`).
 COMPARED = ["ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "itl_s_p50", "output_throughput_tps",
@@ -445,6 +448,5 @@ def table_html(lines: list[str]) -> str:
 
 def comparable_metrics(left_out: dict) -> list[str]:
     """The metrics of the delta table that survive the check."""
-    from workbench.share.report import DELTA_METRICS
 
     return [m for m in list(dict.fromkeys(DELTA_METRICS + ["tpot_s_p50", "e2e_s_p50"])) if m not in left_out]

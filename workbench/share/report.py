@@ -33,11 +33,11 @@ import plotly.offline
 
 from workbench.stats import columns, evidence
 from workbench.share import plots
+from workbench.share.formats import DELTA_METRICS
 from workbench.run import results
 from workbench.errors import ParameterError
 
 #: The metrics of the comparison's delta table.
-DELTA_METRICS = ["ttft_s_p50", "ttft_s_p99", "output_throughput_tps", "goodput_rps"]
 #: Environment keys shown first in the side-by-side table (any other keys follow).
 ENV_KEYS = ["model", "model_sha256", "device", "device_name", "dtype", "torch", "transformers", "workbench",
             "git_commit", "python", "platform", "torch_threads", "cpu_count", "bandwidth_bytes_per_s",

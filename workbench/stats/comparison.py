@@ -17,7 +17,7 @@ so that the machine's drift cannot turn into an effect (issue 32; docs/design.md
   (:func:`workbench.stats.evidence.holm`); each arm's interval is shown at the level its Holm step tests it at
   (:func:`workbench.stats.evidence.holm_levels`), so an interval excluding 1 and a direction agree.
 - Drift between neighbouring rounds (blocks): the largest change of the baseline's value from one round to
-  the next (:attr:`Comparison.neighbour_drift`), checked against :data:`workbench.run.drift.DRIFT_LIMIT`.
+  the next (:attr:`Comparison.neighbour_drift`), checked against :data:`workbench.stats.evidence.DRIFT_LIMIT`.
 - :func:`add_noise_band`: the A/A interval as a shaded band on a comparison figure.
 
 The formulas (paired t on log ratios, Holm) live in :mod:`workbench.stats.evidence`; this module decides which
@@ -151,10 +151,8 @@ class Comparison:
 
     @property
     def drift_moved(self) -> bool:
-        """True when the baseline moved by more than :data:`workbench.run.drift.DRIFT_LIMIT` between neighbours."""
-        from workbench.run import drift
-
-        return math.isfinite(self.neighbour_drift) and self.neighbour_drift > math.log1p(drift.DRIFT_LIMIT)
+        """True when the baseline moved by more than :data:`workbench.stats.evidence.DRIFT_LIMIT` between neighbours."""
+        return math.isfinite(self.neighbour_drift) and self.neighbour_drift > math.log1p(evidence.DRIFT_LIMIT)
 
     def columns(self) -> dict:
         """The point columns of docs/design.md section 10: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``;
@@ -201,13 +199,11 @@ def invert_interval(iv: evidence.Interval) -> evidence.Interval:
 
 def drift_text(round_drift: float) -> str:
     """A caveat when the baseline moved between neighbouring rounds by more than
-    :data:`workbench.run.drift.DRIFT_LIMIT` (empty otherwise): the paired ratios absorb a drift shared by a round,
+    :data:`workbench.stats.evidence.DRIFT_LIMIT` (empty otherwise): the paired ratios absorb a drift shared by a round,
     the absolute figures (latencies, throughputs) do not."""
-    from workbench.run import drift
-
-    if round_drift is None or not math.isfinite(round_drift) or round_drift <= drift.DRIFT_LIMIT:
+    if round_drift is None or not math.isfinite(round_drift) or round_drift <= evidence.DRIFT_LIMIT:
         return ""
-    return (f"The baseline moved {round_drift:.0%} between neighbouring rounds (limit {drift.DRIFT_LIMIT:.0%}): "
+    return (f"The baseline moved {round_drift:.0%} between neighbouring rounds (limit {evidence.DRIFT_LIMIT:.0%}): "
             f"ratios are paired within rounds, absolute figures are not.")
 
 

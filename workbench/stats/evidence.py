@@ -35,6 +35,10 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+#: The largest move of a drift reference (or of a comparison's baseline between neighbouring rounds) a verdict
+#: accepts, as a ratio - 1 (:mod:`workbench.run.drift`, :mod:`workbench.stats.comparison`).
+DRIFT_LIMIT = 0.25
+
 CONFIDENCE = 0.95
 # the arrival profiles of a serving sweep that are closed-loop (a fixed number of requests in flight): their
 # throughput is a burst, not an offered rate a recommendation can name

@@ -92,6 +92,12 @@ def step_gaps(itl_s: Sequence[float], step_sizes: Sequence[int]) -> list[float]:
     return out
 
 
+def decode_tps_of(tpot_s: float) -> float:
+    """One request's decode speed from its TPOT: ``1 / tpot_s`` tokens/s (docs/design.md section 4's ``decode_tps``
+    equals ``(output_tokens - 1) / (e2e_s - ttft_s)`` = ``1 / tpot_s``); NaN for a missing or non-positive TPOT."""
+    return 1.0 / tpot_s if tpot_s == tpot_s and tpot_s is not None and tpot_s > 0 else float("nan")
+
+
 def percentiles(values, qs=PERCENTILES) -> dict:
     """Percentiles of finite values: ``{"p50": .., "p90": .., "p99": ..}``; NaN when there are none."""
     arr = np.asarray([v for v in values if v is not None], dtype=float)

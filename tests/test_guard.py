@@ -1,0 +1,87 @@
+"""The quality guard (workbench.measure.guard): perplexity / KL against float32 on shipped held-out text."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from workbench.measure import guard, models, quality
+from workbench.errors import ParameterError
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return models.load_model("default", "cpu", "float32")
+
+
+@pytest.fixture(scope="module")
+def ref(loaded):
+    return guard.reference(loaded, tokens=256, window=64, greedy_prompts=1, greedy_tokens=6)
+
+
+def _perturbed(loaded, rel: float):
+    """A copy of the model with Gaussian noise of ``rel`` x each weight's std added to every attention
+    and MLP projection: a stand-in for a quantization that damages the model."""
+    model = copy.deepcopy(loaded.model)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if isinstance(mod, torch.nn.Linear) and "lm_head" not in name:
+                w = mod.weight
+                w.add_(torch.randn(w.shape, generator=gen) * w.std() * rel)
+    return models.LoadedModel(model, loaded.tokenizer, loaded.info)
+
+
+def test_held_out_text_ships_both_languages(loaded):
+    wins = guard.windows(loaded.tokenizer, ("en", "zh"), tokens=2048, window=256)
+    assert [w[0] for w in wins].count("en") == 7 and [w[0] for w in wins].count("zh") == 8  # en ~2,000 ids
+    assert all(len(ids) == 256 for _, ids in wins)
+    with pytest.raises(ParameterError, match="guard_languages"):
+        guard.held_out_text("fr")
+    with pytest.raises(ParameterError, match="guard_window"):
+        guard.windows(loaded.tokenizer, ("en",), tokens=64, window=128)
+
+
+def test_limits_are_validated():
+    with pytest.raises(ParameterError, match="max_perplexity_ratio"):
+        guard.Limits(max_perplexity_ratio=0.9)
+    with pytest.raises(ParameterError, match="max_kl_mean"):
+        guard.Limits(max_kl_mean=0)
+
+
+def test_perplexity_has_one_formula():
+    assert quality.perplexity_from_nll([1.0, 3.0]) == pytest.approx(math.exp(2.0))
+    assert math.isnan(quality.perplexity_from_nll([]))
+
+
+def test_the_reference_judged_against_itself_passes_exactly(loaded, ref):
+    row = guard.judge(loaded, ref)
+    assert set(guard.COLUMNS) <= set(row)
+    assert row["perplexity_ratio"] == pytest.approx(1.0) and row["kl_mean"] == pytest.approx(0.0, abs=1e-6)
+    assert row["top1_agreement"] == 1.0 and row["token_agreement"] == 1.0 and row["guard_passed"]
+    assert row["perplexity"] == pytest.approx(row["perplexity_ref"]) and row["guard_windows"] == 8
+
+
+def test_guard_fails_a_perturbation_that_raises_perplexity(loaded, ref):
+    row = guard.judge(_perturbed(loaded, 0.3), ref)
+    assert row["perplexity_ratio"] > guard.MAX_PERPLEXITY_RATIO  # the perturbation really hurts
+    assert not row["guard_passed"] and "perplexity ratio" in row["guard_reason"]
+    assert row["kl_mean"] > 0 and row["top1_agreement"] < 1.0
+
+
+def test_guard_passes_torchao_int8_weight_only_on_the_real_model(loaded, ref):
+    from workbench.techniques import rungs
+
+    q = rungs.build(loaded, rungs.Rung(quantization="int8_weight_only")).loaded
+    row = guard.judge(q, ref)
+    assert row["guard_passed"], row["guard_reason"]
+    assert 0 < row["kl_mean"] < guard.MAX_KL_MEAN and row["perplexity_ratio_high"] < guard.MAX_PERPLEXITY_RATIO
+
+
+def test_verdict_uses_the_upper_bound_not_the_estimate():
+    row = {"perplexity_ratio": 1.02, "perplexity_ratio_high": 1.08, "kl_mean": 0.01, "kl_mean_high": 0.02}
+    v = guard.verdict(row, guard.Limits())
+    assert not v["guard_passed"] and "upper 95% bound 1.08" in v["guard_reason"]
+    row["perplexity_ratio_high"] = 1.04
+    assert guard.verdict(row, guard.Limits())["guard_passed"]

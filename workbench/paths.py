@@ -1,0 +1,18 @@
+"""Where the repository's shipped files are: the one home of the ``data/`` folder's location (ground floor).
+
+``data_dir()`` is ``$WORKBENCH_DATA`` when set, else the repository's ``data/`` (prompts' source text, the guard's
+held-out text, shipped model configs, tasks).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def data_dir() -> Path:
+    """The repository's ``data/`` folder (``$WORKBENCH_DATA`` overrides it)."""
+    env = os.environ.get("WORKBENCH_DATA")
+    return Path(env) if env else REPO / "data"
