@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 import threading
 import time
@@ -95,11 +96,24 @@ from . import scheduling
 
 ENGINES = ("fifo", "static", "continuous")
 HISTORY = 1024   # results kept in ``BaseEngine.history``
+#: a busy engine (requests running) that delivers no token for this many seconds is reported stuck (``health``)
+STALL_S = 300.0
 _ids = itertools.count()
+log = logging.getLogger(__name__)
 
 
 class EngineFull(RuntimeError):
     """:meth:`BaseEngine.submit` refused a request: ``max_pending`` requests are already pending."""
+
+
+class EngineDead(RuntimeError):
+    """:meth:`BaseEngine.submit` refused a request: the engine's thread has stopped (the server's 503)."""
+
+
+def _reason(exc: BaseException) -> str:
+    """``Type: first line of the message`` (one line, at most 300 characters)."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:300]
 
 
 def prompt_ids(tokenizer, prompt) -> list[int]:
@@ -153,6 +167,7 @@ class EngineRequest:
     prefill_note: str = ""
     cached_tokens: int = 0
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    callback_error: str | None = None
     _completed: Callable | None = dataclasses.field(default=None, repr=False)  # the engine's bookkeeping
     _finishing: bool = dataclasses.field(default=False, repr=False)
 
@@ -169,10 +184,17 @@ class EngineRequest:
         return self.cancel.is_set()
 
     def token(self, tok: int, t: float) -> None:
+        """Record one generated id at ``t`` and call ``on_token``. A raising ``on_token`` fails this request only:
+        it is stopped and finishes ``error`` with the reason (``callback_error``); the engine goes on."""
         self.output_ids.append(int(tok))
         self.stamps.append(t)
-        if self.on_token is not None:
-            self.on_token(int(tok), t)
+        if self.on_token is not None and self.callback_error is None:
+            try:
+                self.on_token(int(tok), t)
+            except Exception as exc:  # noqa: BLE001 - one failure fails one request (the engine boundary)
+                self.callback_error = f"on_token: {_reason(exc)}"
+                log.error("request %s: its token callback failed (%s); the request stops", self.id, self.callback_error)
+                self.stop("error")
 
     def result(self) -> dict:
         """The request's engine-side figures (see the module docstring)."""
@@ -187,20 +209,36 @@ class EngineRequest:
 
     def finish(self, reason: str | None = None, error: str | None = None) -> None:
         """End the request once: ``reason`` (the stop reason when it was stopped), ``on_done``, the engine's
-        bookkeeping and observers; then ``done`` is set."""
+        bookkeeping and observers; then ``done`` is set. Never raises: a failed callback (``on_token`` earlier,
+        or ``on_done`` now) makes the request's ``finish_reason`` ``error`` with the reason, and the engine that
+        called it goes on."""
         if self._finishing:
             return
         self._finishing = True
-        if self.cancel.is_set() and error is None:
+        if self.callback_error is not None and error is None:
+            reason, error = "error", self.callback_error
+        elif self.cancel.is_set() and error is None:
             reason = self.stop_reason or "cancelled"
         self.finish_reason, self.error = reason, error
-        result = self.result()
         try:
+            result = self.result()
             if self.on_done is not None:
                 self.on_done(result)
-        finally:
+        except Exception as exc:  # noqa: BLE001 - one failure fails one request (the engine boundary)
+            self.callback_error = f"on_done: {_reason(exc)}"
+            log.error("request %s: its completion callback failed (%s)", self.id, self.callback_error)
+            self.finish_reason, self.error = "error", self.callback_error
+            try:
+                result = self.result()
+            except Exception:  # noqa: BLE001
+                result = {"id": self.id, "engine": self.engine, "endpoint": self.endpoint,
+                          "finish_reason": "error", "error": self.error}
+        try:
             if self._completed is not None:
                 self._completed(self, result)
+        except Exception as exc:  # noqa: BLE001 - bookkeeping must not take the engine down either
+            log.error("request %s: engine bookkeeping failed (%s)", self.id, _reason(exc))
+        finally:
             self.done.set()
 
 
@@ -240,11 +278,54 @@ class BaseEngine:
         self.observers: list[Callable] = [self.queue.rate, self.queue.fit]
         self.in_flight: dict[str, EngineRequest] = {}
         self.rejected = 0
+        self.stall_s = STALL_S
+        self.fatal: str | None = None  # why the engine's thread stopped, when it did (health)
         self._shutting_down = False
         self._count_lock = threading.Lock()
         self._running = 0  # requests in the batch being served (read by running_requests / RunningSampler)
-        self._thread = threading.Thread(target=self._loop, name=f"workbench-{self.name}", daemon=True)
+        self._t_progress = time.perf_counter()  # the last batch start or generated token (health's stall check)
+        self._thread = threading.Thread(target=self._guarded_loop, args=(self._loop,), name=f"workbench-{self.name}",
+                                        daemon=True)
         self._thread.start()
+
+    def _guarded_loop(self, loop) -> None:
+        """Run a worker loop; if it ever ends by an exception (a fault outside any one request: every request's own
+        failure is caught inside), say why in ``fatal`` (``health`` reports it) and fail what is in flight."""
+        try:
+            loop()
+        except BaseException as exc:  # noqa: BLE001 - recorded; the server's watchdog exits non-zero
+            self.fatal = f"{threading.current_thread().name}: {_reason(exc)}"
+            log.critical("%s engine: its worker stopped (%s)", self.name, self.fatal)
+            for r in list(self.in_flight.values()):
+                r.stop("error")
+                r.finish("error", f"{self.name} engine: its worker stopped ({self.fatal})")
+
+    def _threads(self) -> list:
+        """The engine's worker threads (all must be alive)."""
+        return [self._thread]
+
+    def _busy(self) -> bool:
+        return self._running > 0
+
+    def health(self) -> tuple[bool, str]:
+        """Is the engine serving? ``(True, "ok")``, or ``(False, reason)`` when it is stopping, a worker thread has
+        stopped (``fatal`` says why), or it has requests running and delivered no token for ``stall_s`` seconds.
+        The server answers ``GET /health`` from it (503 with the reason; vLLM does the same for a dead engine)."""
+        if self._shutting_down:
+            return False, f"{self.name} engine: stopping"
+        for t in self._threads():
+            if not t.is_alive():
+                return False, f"{self.name} engine: its thread {t.name} has stopped ({self.fatal or 'no reason recorded'})"
+        idle = time.perf_counter() - self._t_progress
+        if self._busy() and idle > self.stall_s:
+            return False, (f"{self.name} engine: stuck (requests running, no token for {idle:.0f} s; "
+                           f"bound {self.stall_s:g} s)")
+        return True, "ok"
+
+    @property
+    def dead(self) -> bool:
+        """A worker thread has stopped while the engine was not stopping: it cannot recover (the process exits)."""
+        return not self._shutting_down and any(not t.is_alive() for t in self._threads())
 
     @property
     def pending(self) -> int:
@@ -284,6 +365,8 @@ class BaseEngine:
     def _admit(self, reqs: list, max_pending: int | None) -> None:
         if self._shutting_down:
             raise RuntimeError(f"{self.name} engine: stopped")
+        if self.dead:
+            raise EngineDead(self.health()[1])
         for r in reqs:
             self._prepare(r)
         with self._count_lock:
@@ -334,19 +417,27 @@ class BaseEngine:
             first = self.queue.get()
             if first is None:
                 return
-            batch = list(first) if isinstance(first, list) else self._collect(first)
-            live = [r for r in batch if not r.stopped()]
-            for r in batch:
-                if r.cancel.is_set():  # stopped while queued: it never starts
-                    r.t_admit = time.perf_counter()
-                    r.finish()
+            batch = list(first) if isinstance(first, list) else [first]
+            try:
+                if not isinstance(first, list):
+                    batch = self._collect(first)
+                live = [r for r in batch if not r.stopped()]
+                for r in batch:
+                    if r.cancel.is_set():  # stopped while queued: it never starts
+                        r.t_admit = time.perf_counter()
+                        r.finish()
+            except Exception as exc:  # noqa: BLE001 - a fault choosing the batch fails that batch, not the engine
+                for r in batch:
+                    r.finish("error", f"{self.name} engine: {_reason(exc)}")
+                continue
             if live:
                 self._running, self.queue.running = len(live), live
+                self._t_progress = time.perf_counter()
                 try:
                     self._serve(live)
-                except Exception as exc:  # every request of the batch fails with the reason
+                except Exception as exc:  # every request of the batch not finished yet fails with the reason
                     for r in live:
-                        r.finish("error", f"{type(exc).__name__}: {exc}")
+                        r.finish("error", _reason(exc))
                 finally:
                     self._running, self.queue.running = 0, []
 
@@ -404,6 +495,7 @@ class FifoEngine(BaseEngine):
         prompt_len = max(len(r.input_ids) for r in batch)
 
         def on_step(ids, t):
+            self._t_progress = t
             for row, tok in enumerate(ids.tolist()):
                 r = batch[row]
                 if finished[row] or r.cancel.is_set():
@@ -470,6 +562,7 @@ class ContinuousEngine(BaseEngine):
     PREFILL_NOTE = ("continuous: the prompt runs inside shared forward steps (chunked, mixed with other requests' "
                     "decode tokens); no per-request prefill time exists")
     NO_TOP_K = 2**31 - 1   # top_k that keeps every token (the library clamps it to the vocabulary)
+    ROUTER_FAULTS = 20     # faults outside any request in a row after which the router gives up (fatal)
 
     def __init__(self, loaded, settings: GenerationSettings | None = None, max_batch_size: int = 8,
                  max_seq_tokens: int = 1024, max_batch_tokens: int = 512, page_size: int = 32,
@@ -514,8 +607,21 @@ class ContinuousEngine(BaseEngine):
         self._lock = threading.Lock()
         self.peak_live = 0
         super().__init__(loaded)
-        self._router = threading.Thread(target=self._route, name="workbench-cb-router", daemon=True)
+        self._router = threading.Thread(target=self._guarded_loop, args=(self._route,), name="workbench-cb-router",
+                                        daemon=True)
         self._router.start()
+
+    def _threads(self) -> list:
+        return [self._thread, self._router]
+
+    def _busy(self) -> bool:
+        return bool(self._live)
+
+    def health(self) -> tuple[bool, str]:
+        ok, why = super().health()
+        if ok and not self.manager.is_running():
+            return False, "continuous engine: the library's generation loop has stopped"
+        return ok, why
 
     def _watch_prefix_matches(self) -> None:
         """Record each request's prefix-cache hit (``cached_tokens``): wrap the cache's ``search_prefix_match``
@@ -558,6 +664,8 @@ class ContinuousEngine(BaseEngine):
     def _serve(self, batch):  # called from the feeder thread: hand the requests to the manager and return
         for r in batch:
             with self._lock:
+                if not self._live:
+                    self._t_progress = time.perf_counter()  # busy from now: the stall clock starts
                 self._live[r.id] = r
                 self.peak_live = max(self.peak_live, len(self._live))
             eos = [-1] if r.settings.ignore_eos else sorted(self.eos)
@@ -570,32 +678,61 @@ class ContinuousEngine(BaseEngine):
                 r.finish("error", "continuous engine: the manager dropped the request (stopping)")
 
     def _route(self) -> None:
-        """Deliver the manager's streamed outputs to their requests (new tokens with the library's stamps)."""
+        """Deliver the manager's streamed outputs to their requests (new tokens with the library's stamps).
+
+        Guarded at the engine boundary: a fault while delivering one request's output (its callbacks, a malformed
+        output) fails that request with the reason and the router goes on; a fault outside any request (the
+        manager's own calls) is logged and retried, and after :attr:`ROUTER_FAULTS` in a row the router stops with
+        ``fatal`` set (``health`` reports it; the server exits)."""
+        faults = 0
         while True:
             if self._shutting_down and not self._live:
                 return
-            for r in [r for r in list(self._live.values()) if r.stopped() and not r.done.is_set()]:
-                self.manager.cancel_request(r.id)
-                self._close(r, "cancelled")
-            out = self.manager.get_result(timeout=0.05)
-            if out is None:
-                if not self.manager.is_running() and self._live:
-                    for r in list(self._live.values()):
-                        self._close(r, "error", "continuous engine: the generation loop stopped")
-                continue
-            r = self._live.get(out.request_id)
-            if r is None:
-                continue
-            if r.t_admit is None and out.lifespan and out.lifespan[0] > 0:
-                r.t_admit = out.lifespan[0]
-            stamps = out.timestamps or []
-            for i in range(len(r.output_ids), len(out.generated_tokens)):
-                r.token(out.generated_tokens[i], stamps[i] if i < len(stamps) else time.perf_counter())
-            if out.error is not None:
-                self._close(r, "error", f"continuous engine: {out.error}")
-            elif out.is_finished():
-                hit = bool(r.output_ids) and r.output_ids[-1] in self.eos and not r.settings.ignore_eos
-                self._close(r, "stop" if hit else "length")
+            r = None
+            try:
+                for r in [r for r in list(self._live.values()) if r.stopped() and not r.done.is_set()]:
+                    self.manager.cancel_request(r.id)
+                    self._close(r, "cancelled")
+                r = None
+                out = self.manager.get_result(timeout=0.05)
+                if out is None:
+                    if not self.manager.is_running() and self._live:
+                        for r in list(self._live.values()):
+                            self._close(r, "error", "continuous engine: the generation loop stopped")
+                    faults = 0
+                    continue
+                self._t_progress = time.perf_counter()
+                r = self._live.get(out.request_id)
+                if r is None:
+                    continue
+                self._deliver(r, out)
+                faults = 0
+            except Exception as exc:  # noqa: BLE001 - one failure fails one request
+                if r is not None:
+                    log.error("continuous engine: request %s failed in delivery (%s)", r.id, _reason(exc))
+                    self._close(r, "error", f"continuous engine: {_reason(exc)}")
+                    continue
+                faults += 1
+                log.error("continuous engine: router fault %d/%d (%s)", faults, self.ROUTER_FAULTS, _reason(exc))
+                if faults >= self.ROUTER_FAULTS:
+                    raise
+                time.sleep(0.05)
+
+    def _deliver(self, r, out) -> None:
+        """One streamed output of the manager for ``r``: its new tokens, then its end when it ended."""
+        if r.t_admit is None and out.lifespan and out.lifespan[0] > 0:
+            r.t_admit = out.lifespan[0]
+        stamps = out.timestamps or []
+        for i in range(len(r.output_ids), len(out.generated_tokens)):
+            r.token(out.generated_tokens[i], stamps[i] if i < len(stamps) else time.perf_counter())
+        if r.callback_error is not None:  # its own callback failed: it ends now, the manager drops it
+            self.manager.cancel_request(r.id)
+            self._close(r, "error")
+        elif out.error is not None:
+            self._close(r, "error", f"continuous engine: {out.error}")
+        elif out.is_finished():
+            hit = bool(r.output_ids) and r.output_ids[-1] in self.eos and not r.settings.ignore_eos
+            self._close(r, "stop" if hit else "length")
 
     def _close(self, r, reason, error=None):
         with self._lock:

@@ -48,6 +48,13 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
   what a client has seen survives a process kill and a power loss. ``NORMAL`` (the old setting) survives a
   kill but may lose the last commits on power loss. The cost is one ``fsync`` per flush (at most one per
   ``flush_s`` per running job).
+- **Writes leave the engine's thread** (issue 36): the engine's token and completion callbacks only buffer a job's
+  tokens and text and hand the write to the store's writer thread (:class:`_Writer`, one per store, in order; a
+  job has at most one flush waiting, which writes everything buffered when it runs). A slow or locked store
+  (another process holding its write lock, a full disk) delays the job's events, never generation. Reads (status,
+  results, event streams) use a connection of their own and never wait behind a write; an event stream reads only
+  the events after the last one it sent (:meth:`JobStore.events_after`), and every route runs its store work in a
+  worker thread, off the event loop.
 - One server owns a store: ``<store>.lock`` (:func:`workbench.results.take_owner_lock`, the run folders'
   lock) names the owner's pid and host; a second store opened on the same file, in this process or
   another, is refused with a one-line :class:`StoreLockedError`. A killed owner's lock is released by the
@@ -65,6 +72,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import queue
 import re
 import sqlite3
 import threading
@@ -262,7 +270,7 @@ class JobStore:
         self._owner_fd = lock_store(self.path)  # before touching the file: one server per store
         try:
             self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
-            self._lock = threading.RLock()
+            self._lock = threading.RLock()  # the write connection's (writes, and reads that must be atomic with one)
             with self._lock:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")  # see the module docstring
@@ -277,18 +285,27 @@ class JobStore:
 
             release_owner_lock(self._owner_fd)
             raise
+        # Reads go through a connection of their own (WAL: never blocked by a write, nor by another process
+        # holding the file's write lock), so status and event readers never wait behind a slow write.
+        self._rdb = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
+        self._rlock = threading.Lock()
         self.JobRequest = _schema()
         self._runs: dict[str, _Run] = {}
         self._closing = threading.Event()
+        self._writer = _Writer(f"workbench-jobs-writer-{self.path.name}")
 
     # ------------------------------------------------------------------ storage
 
     def _q(self, sql: str, args=()) -> list[sqlite3.Row]:
         """One statement: a read, or a write in its own transaction (:meth:`_write`)."""
         if sql.lstrip().upper().startswith("SELECT"):
-            with self._lock:
-                return self._db.execute(sql, args).fetchall()
+            with self._rlock:
+                return self._rdb.execute(sql, args).fetchall()
         return self._write(lambda db: db.execute(sql, args).fetchall())
+
+    def drain(self, timeout: float = 60.0) -> bool:
+        """Wait until the writer thread has written everything handed to it so far; False on timeout."""
+        return self._writer.drain(timeout)
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -320,14 +337,19 @@ class JobStore:
                 log.warning("job store %s: write failed (%s); retrying", self.path, exc)
                 time.sleep(0.05 * 2 ** attempt)
 
-    def _row(self, jid: str) -> dict:
-        with self._lock:
+    def _row(self, jid: str, columns: str = "*", purge: bool = True) -> dict:
+        """The job's row (``columns``: an SQL column list), after deleting expired jobs (``purge``).
+
+        Raises:
+            JobError: 404 unknown, 410 expired."""
+        if purge:
             self._purge()
-            cur = self._db.execute("SELECT * FROM jobs WHERE id=?", (jid,))
+        with self._rlock:
+            cur = self._rdb.execute(f"SELECT {columns} FROM jobs WHERE id=?", (jid,))
             r = cur.fetchone()
             names = [d[0] for d in cur.description]
             if r is None:
-                gone = self._db.execute("SELECT 1 FROM expired WHERE id=?", (jid,)).fetchone()
+                gone = self._rdb.execute("SELECT 1 FROM expired WHERE id=?", (jid,)).fetchone()
         if r is None:
             if gone:
                 raise JobError(410, f"job {jid!r:.80}: expired (finished jobs are kept {self.retention_s:g} s)",
@@ -338,11 +360,10 @@ class JobStore:
     def _purge(self) -> None:
         """Delete finished / interrupted jobs past their retention (remembered as expired)."""
         cutoff = time.time() - self.retention_s
-        with self._lock:
-            old = [r[0] for r in self._db.execute(
-                "SELECT id FROM jobs WHERE status NOT IN ('queued','running') AND updated < ?", (cutoff,))]
-            for jid in old:
-                self._delete(jid, expired=True)
+        old = [r[0] for r in self._q(
+            "SELECT id FROM jobs WHERE status NOT IN ('queued','running') AND updated < ?", (cutoff,))]
+        for jid in old:
+            self._delete(jid, expired=True)
 
     def _delete(self, jid: str, expired: bool = False) -> None:
         def delete(db):
@@ -490,8 +511,10 @@ class JobStore:
         return {"id": jid, "object": "job", "deleted": True}
 
     def events_after(self, jid: str, after: int) -> tuple[list[tuple[int, str]], dict]:
-        """Stored text events after number ``after`` and the job's current row (404/410 as :meth:`status`)."""
-        r = self._row(jid)
+        """Stored text events after number ``after`` and the job's ``status``, ``events``, ``finish_reason`` and
+        ``error`` (404/410 as :meth:`status`): reads only the new events by their index, never the job's text or
+        token ids (an SSE reader polls this)."""
+        r = self._row(jid, "status, events, finish_reason, error", purge=False)
         rows = self._q("SELECT seq, data FROM job_events WHERE job_id=? AND seq>? ORDER BY seq", (jid, after))
         return [(int(s), d) for s, d in rows], r
 
@@ -507,6 +530,7 @@ class JobStore:
         end = time.monotonic() + timeout
         for run in runs:
             run.ended.wait(max(0.0, end - time.monotonic()))
+        self._writer.stop(max(1.0, end - time.monotonic()))
         from ..results import release_owner_lock
 
         with self._lock:
@@ -517,6 +541,8 @@ class JobStore:
                 log.error("job store %s: could not mark unfinished jobs interrupted at close (%s)", self.path, exc)
             finally:
                 self._db.close()
+                with self._rlock:
+                    self._rdb.close()
                 release_owner_lock(self._owner_fd)
 
     def wait(self, jid: str, timeout: float = 120.0, statuses=FINISHED + ("interrupted",)) -> dict:
@@ -586,50 +612,60 @@ class JobStore:
             self._finish(jid, "done", "stop" if stored and stored[-1] in eos else "length")
             self._ended(jid, run)
             return
+        # The engine's callbacks (its thread) only buffer and hand writes to the store's writer thread: a slow or
+        # locked store delays the job's events, never generation (issue 36).
         state = {"ids": [], "pieces": [], "events": r["events"], "t_flush": time.perf_counter(), "ended": False,
-                 "started": False}
+                 "started": False, "queued": False}
+        buf = threading.Lock()
 
-        def flush():
-            if not state["ids"] and not state["pieces"]:
+        def flush():  # the writer thread
+            with buf:
+                new_ids, pieces = state["ids"], state["pieces"]
+                state["ids"], state["pieces"], state["queued"] = [], [], False
+            if not new_ids and not pieces:
                 return
-            new_ids, pieces = state["ids"], state["pieces"]
             try:
                 appended = self._append(jid, new_ids, pieces)
             except sqlite3.Error as exc:  # kept in memory for the next flush; the job stops and fails
                 log.error("job store %s: job %s: writing its output failed (%s)", self.path, jid, exc)
+                with buf:
+                    state["ids"], state["pieces"] = new_ids + state["ids"], pieces + state["pieces"]
                 state["write_error"] = f"{type(exc).__name__}: {exc}"
                 run.stop("write_failed")
                 return
-            state["ids"], state["pieces"] = [], []
             if not appended:
                 run.stop("cancelled")  # deleted meanwhile
             if self.stored_bytes() > self.max_bytes:
                 run.stop("storage_limit")
-            state["t_flush"] = time.perf_counter()
 
-        def on_token(tok, t):
+        def mark_running():  # the writer thread
+            self._q("UPDATE jobs SET status='running', updated=? WHERE id=? AND status='queued'", (time.time(), jid))
+
+        def on_token(tok, t):  # the engine's thread: no store access
             if not state["started"]:
                 state["started"] = True
-                self._q("UPDATE jobs SET status='running', updated=? WHERE id=? AND status='queued'", (time.time(), jid))
+                self._writer.put(mark_running)
             if state["ended"]:
                 return
-            state["ids"].append(tok)
             piece = detok.push(tok)
             if tok in eos:
                 piece += detok.finish()
                 state["ended"] = True
-            state["pieces"].append(piece)
-            if t - state["t_flush"] >= self.flush_s:
-                flush()
+            with buf:
+                state["ids"].append(tok)
+                state["pieces"].append(piece)
+                due = not state["queued"] and t - state["t_flush"] >= self.flush_s
+                if due:
+                    state["queued"], state["t_flush"] = True, t
+            if due:
+                self._writer.put(flush)
 
-        def on_done(res):
+        def finish_job(res):  # the writer thread
             try:
                 if res.get("error") and res["finish_reason"] == "error":
                     flush()
                     self._fail(jid, res["error"])
                     return
-                if not state["ended"] and run.reason is None:
-                    state["pieces"].append(detok.finish(cut=res["finish_reason"] == "length"))
                 state.pop("write_error", None)
                 flush()  # also retries what an earlier failed write kept in memory
                 if state.get("write_error"):
@@ -640,6 +676,13 @@ class JobStore:
                 self._end_run(jid, run, res["finish_reason"])
             finally:
                 self._ended(jid, run)
+
+        def on_done(res):  # the engine's thread: the last piece, then the writer ends the job
+            if not (res.get("error") and res["finish_reason"] == "error") and not state["ended"] \
+                    and run.reason is None:
+                with buf:
+                    state["pieces"].append(detok.finish(cut=res["finish_reason"] == "length"))
+            self._writer.put(lambda: finish_job(res))
 
         settings = GenerationSettings(
             max_new_tokens=remaining, ignore_eos=bool(req["ignore_eos"]),
@@ -748,6 +791,44 @@ class JobStore:
 
 
 
+class _Writer:
+    """A store's writer thread: the job writes the engine's callbacks hand it (:meth:`put`), in order, one at a time.
+    Batched: a running job has at most one flush waiting, which writes every token and text piece buffered when it
+    runs, so while the store is slow or locked the job's tokens accumulate and go out in one transaction after it.
+    A write that raises is logged (the job's own code records failures on the job)."""
+
+    def __init__(self, name: str):
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, fn) -> None:
+        self._q.put(fn)
+
+    def _run(self) -> None:
+        while True:
+            fn = self._q.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - never stop writing the other jobs
+                log.exception("job store writer: a write failed")
+
+    def drain(self, timeout: float) -> bool:
+        """Block until what was put before this call is written (False after ``timeout`` seconds)."""
+        if not self._thread.is_alive():
+            return True
+        done = threading.Event()
+        self._q.put(done.set)
+        return done.wait(timeout)
+
+    def stop(self, timeout: float) -> None:
+        """Write what is queued, then end the thread (waits ``timeout`` seconds at most)."""
+        self._q.put(None)
+        self._thread.join(timeout)
+
+
 def _batch_result(tokenizer, reqs: list):
     """A :class:`workbench.generation.BatchResult` (without ``sequences``) of engine requests run as one group:
     per-request records with the text (decoded as :func:`~workbench.generation.generate_measured` does)."""
@@ -787,31 +868,32 @@ async def post_job(request: Request):
     return JSONResponse(st, status_code=202, headers={"Location": f"/v1/jobs/{st['id']}"})
 
 
+# Every route's store work runs in a worker thread: a slow store never holds the event loop (the chat streams).
 async def list_jobs(request: Request):
-    return {"object": "list", "data": _store(request).list()}
+    return {"object": "list", "data": await asyncio.to_thread(_store(request).list)}
 
 
 async def job_status(job_id: str, request: Request):
-    return _store(request).status(job_id)
+    return await asyncio.to_thread(_store(request).status, job_id)
 
 
 async def job_result(job_id: str, request: Request):
-    return _store(request).result(job_id)
+    return await asyncio.to_thread(_store(request).result, job_id)
 
 
 async def continue_job(job_id: str, request: Request):
-    return _store(request).continue_job(job_id)
+    return await asyncio.to_thread(_store(request).continue_job, job_id)
 
 
 async def delete_job(job_id: str, request: Request):
-    return _store(request).delete(job_id)
+    return await asyncio.to_thread(_store(request).delete, job_id)
 
 
 async def job_events(job_id: str, request: Request):
     """``GET /v1/jobs/{id}/events``: the job's stored text events as SSE (``id: <job>:<n>``), resumable with
     ``Last-Event-ID``; after them one ``{"status": ...}`` event without an id, then ``[DONE]``."""
     store = _store(request)
-    _, r = store.events_after(job_id, 0)
+    _, r = await asyncio.to_thread(store.events_after, job_id, 0)
     after = check_last_event_id(last_event_id(request), job_id, r["events"])
 
     async def stream():

@@ -73,6 +73,12 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
 - **The model field** names the served model or one of ``model_aliases`` (404 ``NotFoundError`` otherwise,
   400 past :data:`workbench.serving.http.MAX_MODEL_NAME` characters).
 
+- **A dead engine is not healthy** (issue 36): ``GET /health`` answers 503 ``{"status": "unhealthy", "reason"}``
+  when the engine's thread has stopped or it is stuck (requests running, no token for
+  :data:`workbench.serving.engines.STALL_S`); a request reaching a dead engine gets 503; :func:`serve` stops and
+  exits with status 1 once the engine is dead (:class:`EngineWatch`). A failing callback fails its own request only
+  (:meth:`workbench.serving.engines.EngineRequest.finish`).
+
 This module assembles the app (:func:`create_app`: the engine, the routes of
 :mod:`~workbench.serving.chat`, :mod:`~workbench.serving.events`, :mod:`~workbench.serving.jobs` and
 :mod:`~workbench.serving.monitoring`, the guard and the JSON error handlers of
@@ -379,8 +385,46 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
     pick_dtype(dtype, pick_device(device))
     resolve_model_path(model)
     loaded = load_model(model, device=device, dtype=dtype)
-    uvicorn.run(create_app(loaded, host=host, **app_kwargs), host=host, port=port, log_level="info",
-                **limits.uvicorn_kwargs())
+    app = create_app(loaded, host=host, **app_kwargs)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", **limits.uvicorn_kwargs()))
+    watch = EngineWatch(app.state.engine, server).start()
+    try:
+        server.run()
+    finally:
+        watch.stop()
+    if watch.reason is not None:  # the engine cannot recover: a supervisor restarts the process
+        print(f"workbench serve: error: {watch.reason}; the server stopped", file=sys.stderr)
+        raise SystemExit(1)
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's own startup failure code
+
+
+class EngineWatch:
+    """Watch an engine every ``interval_s`` seconds and stop the uvicorn ``server`` once the engine is dead
+    (:attr:`workbench.serving.engines.BaseEngine.dead`: a worker thread stopped, nothing can serve again); its
+    ``reason`` is then the engine's health reason and :func:`serve` exits with status 1. A stuck (not dead) engine
+    is only reported by ``/health`` (503): it may recover, and the supervisor decides."""
+
+    def __init__(self, engine, server, interval_s: float = 1.0):
+        self.engine, self.server = engine, server
+        self.interval_s = check_float("interval_s", interval_s, lo=0, lo_open=True)
+        self.reason: str | None = None
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="workbench-engine-watch", daemon=True)
+
+    def _run(self) -> None:
+        while not self._halt.wait(self.interval_s):
+            if self.engine.dead:
+                self.reason = self.engine.health()[1]
+                self.server.should_exit = True
+                return
+
+    def start(self) -> "EngineWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._halt.set()
 
 
 def main(argv=None, prog: str | None = None) -> None:
