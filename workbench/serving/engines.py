@@ -381,6 +381,19 @@ class BaseEngine:
         """Refuse a request this engine cannot serve (:class:`ParameterError`, one line) or fill in what the
         engine sets on every request; by default nothing."""
 
+    #: a sampled request's own ``seed`` is honoured (``continuous``: one generator, the engine's ``seed_default``)
+    per_request_seed = True
+
+    def check_settings(self, settings: GenerationSettings) -> None:
+        """Refuse settings this engine cannot serve, before any work (:class:`ParameterError`, one line naming the
+        field), as :meth:`submit` would."""
+        self._prepare(EngineRequest([0], settings))
+
+    @property
+    def seed_default(self) -> int | None:
+        """The seed every sampled request gets when the engine cannot take one per request (None: it can)."""
+        return None
+
     def _completed(self, req: EngineRequest, result: dict) -> None:
         self.history.append(result)
         for obs in list(self.observers):
@@ -622,6 +635,12 @@ class ContinuousEngine(BaseEngine):
         if ok and not self.manager.is_running():
             return False, "continuous engine: the library's generation loop has stopped"
         return ok, why
+
+    per_request_seed = False
+
+    @property
+    def seed_default(self) -> int | None:
+        return int(self.settings.seed)
 
     def _watch_prefix_matches(self) -> None:
         """Record each request's prefix-cache hit (``cached_tokens``): wrap the cache's ``search_prefix_match``

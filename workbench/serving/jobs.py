@@ -14,6 +14,13 @@ token ids, its text so far and its numbered text events. So:
   tokens as a prefix of the prompt ("resume from breakpoint"). For a greedy job (``temperature`` 0) the
   continuation is the one an uninterrupted greedy run produces (the model is a function of the prefix);
   a sampled job continues with fresh randomness (``exact_resume`` false in its status).
+- **A job continues only on the model that wrote it** (issue 36): each job records the server's
+  :func:`model_identity` (model path, weights hash, tokenizer, dtype, engine); ``continue`` on a server with any
+  other answers 409 naming each difference (``weights_sha256 'ab..' -> 'cd..'``), and a job written before
+  identities were recorded is 409 too. Settings the engine cannot honour (the ``continuous`` engine's one random
+  generator: a per-request ``seed``, a sampled ``outline_sequential``) are a 400 naming the field at ``POST`` or
+  ``continue``, before anything is stored or queued; a sampled continuation draws with ``seed + stored tokens``, or
+  with the engine's seed where it has only one.
 
 HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
 
@@ -148,7 +155,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     error TEXT,
     runs INTEGER NOT NULL DEFAULT 0,
     bytes INTEGER NOT NULL DEFAULT 0,
-    stages TEXT NOT NULL DEFAULT '[]'
+    stages TEXT NOT NULL DEFAULT '[]',
+    model TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS job_events (
     job_id TEXT NOT NULL,
@@ -275,8 +283,11 @@ class JobStore:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")  # see the module docstring
                 self._db.executescript(_SCHEMA)
-                if "stages" not in {c[1] for c in self._db.execute("PRAGMA table_info(jobs)")}:  # an older store
+                columns = {c[1] for c in self._db.execute("PRAGMA table_info(jobs)")}
+                if "stages" not in columns:  # an older store
                     self._db.execute("ALTER TABLE jobs ADD COLUMN stages TEXT NOT NULL DEFAULT '[]'")
+                if "model" not in columns:  # a store from before model identities (issue 36)
+                    self._db.execute("ALTER TABLE jobs ADD COLUMN model TEXT NOT NULL DEFAULT ''")
                 # jobs a previous server left unfinished (stopped or crashed mid-run) are interrupted, not lost
                 self._db.execute("UPDATE jobs SET status='interrupted', updated=? "
                                  "WHERE status IN ('queued','running')", (time.time(),))
@@ -290,6 +301,7 @@ class JobStore:
         self._rdb = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
         self._rlock = threading.Lock()
         self.JobRequest = _schema()
+        self.identity = model_identity(loaded, engine)
         self._runs: dict[str, _Run] = {}
         self._closing = threading.Event()
         self._writer = _Writer(f"workbench-jobs-writer-{self.path.name}")
@@ -409,6 +421,7 @@ class JobStore:
             field = "topic" if req.strategy.startswith("outline") else "messages"
             raise JobError(400, f"{field}: prompt ({len(prompt_ids)} tokens) + max_tokens ({req.max_tokens}) "
                                 f"exceeds the context ({self.context})", field)
+        self._check_engine(req.model_dump(), 0)  # 400 naming the field the engine cannot honour: nothing stored
         if req.strategy.startswith("outline"):
             messages = None  # it writes its own prompts (workbench.long_form)
         request = json.dumps({**req.model_dump(), "messages": messages}, ensure_ascii=False)
@@ -426,8 +439,9 @@ class JobStore:
             if used + size > self.max_bytes:
                 raise JobError(429, f"jobs: stored output would exceed max_bytes = {self.max_bytes} "
                                     f"({used} bytes stored); delete finished jobs first", etype="job_limit")
-            self._q("INSERT INTO jobs (id, created, updated, status, request, prompt_ids, bytes) "
-                    "VALUES (?, ?, ?, 'queued', ?, ?, ?)", (jid, now, now, request, json.dumps(prompt_ids), size))
+            self._q("INSERT INTO jobs (id, created, updated, status, request, prompt_ids, bytes, model) "
+                    "VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
+                    (jid, now, now, request, json.dumps(prompt_ids), size, json.dumps(self.identity)))
         self._start(jid)
         return self.status(jid)
 
@@ -471,7 +485,10 @@ class JobStore:
                 "max_tokens": req["max_tokens"], "finish_reason": r["finish_reason"], "error": r["error"],
                 "events": r["events"], "runs": r["runs"], "bytes": r["bytes"],
                 "strategy": req.get("strategy", "chat"), "stages": len(json.loads(r["stages"])),
-                "exact_resume": req["temperature"] == 0}
+                "model": json.loads(r["model"]) if r["model"] else None,
+                # greedy on the model that wrote it (a continuation on another is refused): the uninterrupted run
+                # exactly; a sampled job continues with other random draws than the uninterrupted run would take
+                "exact_resume": req["temperature"] == 0 and r["model"] == json.dumps(self.identity)}
 
     def result(self, jid: str) -> dict:
         r = self._row(jid)
@@ -498,9 +515,55 @@ class JobStore:
             raise JobError(409, f"job {jid}: is {r['status']}, nothing to continue", "job_id", "conflict")
         if r["status"] == "done":
             raise JobError(409, f"job {jid}: already finished ({r['finish_reason']})", "job_id", "conflict")
+        self._check_model(jid, r["model"])
+        self._check_engine(json.loads(r["request"]), len(json.loads(r["output_ids"])))
         self._q("UPDATE jobs SET status='queued', error=NULL, updated=? WHERE id=?", (time.time(), jid))
         self._start(jid)
         return self.status(jid)
+
+    def _check_model(self, jid: str, stored: str) -> None:
+        """Refuse (409 naming each difference) continuing a job on another model, tokenizer, dtype or engine than
+        the one that wrote its stored token ids: they would be fed to a model they do not belong to."""
+        if not stored:
+            raise JobError(409, f"job {jid}: written before the store recorded each job's model; it cannot be "
+                                "checked to continue on the model that wrote it", "job_id", "conflict")
+        old = json.loads(stored)
+        diff = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in self.identity.items() if old.get(k) != v]
+        if diff:
+            raise JobError(409, f"job {jid}: written by another model than this server's ({'; '.join(diff)}); "
+                                "continue it on a server running the model that wrote it", "job_id", "conflict")
+
+    def _check_engine(self, req: dict, n_stored: int) -> None:
+        """Refuse, before any work, settings of a job (its first run, or a continuation after ``n_stored`` tokens)
+        that the engine cannot honour: 400 naming the field."""
+        check = getattr(self.engine, "check_settings", None)
+        if check is None:
+            return
+        strategy = req.get("strategy", "chat")
+        if strategy == "outline_sequential" and req["temperature"] > 0 and not self.engine.per_request_seed:
+            raise JobError(400, f"temperature: a sampled outline_sequential job draws each section with its own seed; "
+                                f"the {self.engine.name} engine samples every request from one generator "
+                                "(use temperature 0, outline_batch, or another engine)", "temperature")
+        remaining = max(1, req["max_tokens"] - n_stored)
+        try:
+            check(self._settings(req, n_stored, remaining))
+        except ParameterError as exc:
+            field = str(exc).split(":", 1)[0]
+            raise JobError(400, str(exc), field) from None
+
+    def _settings(self, req: dict, n_stored: int, remaining: int):
+        """The generation settings of a chat job's run after ``n_stored`` stored tokens. A sampled continuation
+        draws with the seed ``seed + n_stored`` where the engine takes a seed per request, else with the engine's
+        own (``continuous``); either way not the draws of the uninterrupted run (``exact_resume`` false)."""
+        from ..generation import GenerationSettings
+
+        seed = int(req["seed"])
+        if n_stored and float(req["temperature"]) > 0:
+            seed = seed + n_stored if self.engine.per_request_seed else self.engine.seed_default
+        return GenerationSettings(
+            max_new_tokens=remaining, ignore_eos=bool(req["ignore_eos"]),
+            min_new_tokens=max(0, min(req["min_tokens"] - n_stored, remaining)),
+            temperature=float(req["temperature"]), top_p=float(req["top_p"]), seed=seed)
 
     def delete(self, jid: str) -> dict:
         self._row(jid)
@@ -598,7 +661,6 @@ class JobStore:
         """A chat (or ``one_shot``) job: its stored tokens are a prefix of the prompt; the engine's token
         callback stores new tokens and text every ``flush_s``; the completion callback ends the job."""
         from ..detokenize import IncrementalDetokenizer
-        from ..generation import GenerationSettings
 
         prompt_ids = json.loads(r["prompt_ids"])
         stored = json.loads(r["output_ids"])
@@ -684,10 +746,7 @@ class JobStore:
                     state["pieces"].append(detok.finish(cut=res["finish_reason"] == "length"))
             self._writer.put(lambda: finish_job(res))
 
-        settings = GenerationSettings(
-            max_new_tokens=remaining, ignore_eos=bool(req["ignore_eos"]),
-            min_new_tokens=max(0, min(req["min_tokens"] - len(stored), remaining)),
-            temperature=float(req["temperature"]), top_p=float(req["top_p"]), seed=int(req["seed"]) + len(stored))
+        settings = self._settings(req, len(stored), remaining)
         run.submit(self.engine, [engines.EngineRequest(prompt_ids + stored, settings, on_token=on_token,
                                                        on_done=on_done, id=jid, endpoint="jobs")])
 
@@ -827,6 +886,25 @@ class _Writer:
         """Write what is queued, then end the thread (waits ``timeout`` seconds at most)."""
         self._q.put(None)
         self._thread.join(timeout)
+
+
+def model_identity(loaded, engine) -> dict:
+    """What a job's stored token ids belong to: ``model_path``, ``weights_sha256`` (:class:`workbench.models.ModelInfo`),
+    ``tokenizer`` (its class, size and the first 16 hex digits of SHA-256 over its vocabulary, added tokens
+    included), ``dtype`` and ``engine`` (its name). Empty strings where ``loaded`` does not say."""
+    import hashlib
+
+    info = getattr(loaded, "info", None)
+    tok = loaded.tokenizer
+    try:
+        vocab = sorted(tok.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))
+        digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+        tokenizer = f"{type(tok).__name__}:{len(tok)}:{digest}"
+    except Exception:  # noqa: BLE001 - a tokenizer without a vocabulary listing: its class and size
+        tokenizer = f"{type(tok).__name__}:{getattr(tok, 'vocab_size', '')}"
+    return {"model_path": str(getattr(info, "path", "") or ""), "weights_sha256": str(getattr(info, "weights_sha256", "") or ""),
+            "tokenizer": tokenizer, "dtype": str(getattr(info, "dtype", "") or ""),
+            "engine": str(getattr(engine, "name", "") or "")}
 
 
 def _batch_result(tokenizer, reqs: list):
