@@ -1,7 +1,7 @@
 """The ``workbench`` command: run suites, sweep one notebook, build reports, show the environment.
 
-    workbench run [SUITE] [--resume RUN_DIR] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
-    workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR] [--label NAME]
+    workbench run [SUITE] [--resume RUN_DIR [--allow-changed]] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
+    workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR [--allow-changed]] [--label NAME]
     workbench report RUN_DIR [RUN_DIR ...] [-o OUT.html]
     workbench env [--model SPEC] [--no-probe]
     workbench plan [SUITE] [--calibrate] [--no-probe]   (also --dry-run on run / sweep)
@@ -10,13 +10,16 @@
 Parameter values are data: ``-f`` files and ``-p`` values are parsed as YAML
 (``-p batch_sizes "[1, 2, 4]"`` arrives as a list), never evaluated. Every
 notebook's parameters are validated before any kernel starts or model loads;
-a bad one prints ``error: <one line>`` and exits with status 2.
+a bad one prints ``error: <one line>`` and exits with status 2. A resumed run whose model, device, dtype,
+package versions or any notebook's effective config (defaults included) differ from the run's is refused the same
+way, naming each difference, unless ``--allow-changed`` (:mod:`workbench.resume_check`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -122,14 +125,21 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
                                  "give the same ones (or none) to resume")
 
 
-def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None) -> int:
-    from . import notebooks, results
+def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None,
+                 allow_changed: bool = False) -> int:
+    from . import notebooks, results, resume_check
 
     if resume_dir:
         _resume_parameters(entries, resume_dir)
     for e in entries:  # every notebook validated before any runs
         e["parameters"] = {k: v for k, v in notebooks.validate_parameters(e["notebook"], e["parameters"]).items()
                            if k in e["parameters"]}
+    if resume_dir:  # model, device, dtype, packages, every notebook's effective config: the same, or exit 2
+        changed = resume_check.check_resume(resume_dir, entries, allow_changed)
+        if changed:
+            print(f"--allow-changed: measuring again under new ids what changed: {'; '.join(changed)}", flush=True)
+    if allow_changed:
+        os.environ[resume_check.ALLOW_ENV] = "1"  # inherited by the kernels (workbench.sweeps.run_sweep)
     try:
         run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
         owner = results.lock_run(run_dir)   # one writer per run folder; a second resume is refused here
@@ -142,7 +152,7 @@ def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite:
 
 
 def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | None, owner: dict) -> int:
-    from . import report, results
+    from . import report, results, resume_check
 
     recorded_suite = results.read_manifest(run_dir).get("suite") if resume else None
     if resume and suite and recorded_suite and Path(recorded_suite).resolve() != Path(suite).resolve():
@@ -152,6 +162,7 @@ def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | N
         print(f"run folder: took over the lock left by pid {owner['stale'].get('pid')} (no longer running)",
               file=sys.stderr)
     results.begin_session(run_dir, resume=resume)
+    resume_check.record(run_dir, entries, resume)
     results.update_manifest(run_dir, status="running", suite=suite or recorded_suite)
     print(f"run folder: {run_dir}", flush=True)
     t0 = time.perf_counter()
@@ -214,7 +225,8 @@ def cmd_run(args) -> int:
         from .distributed import prepare
 
         prepare(args.ray, suite["notebooks"])
-    return _run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"])
+    return _run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"],
+                        allow_changed=args.allow_changed)
 
 
 def cmd_sweep(args) -> int:
@@ -234,7 +246,8 @@ def cmd_sweep(args) -> int:
         from .distributed import prepare
 
         prepare(args.ray, [{"notebook": str(nb), "parameters": params}])
-    return _run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label)
+    return _run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label,
+                        allow_changed=args.allow_changed)
 
 
 def cmd_report(args) -> int:
@@ -334,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("suite", nargs="?", default="default", help="suite name in suites/ (default, quick) or a YAML path")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
     r.add_argument("--label", default="", help="suffix of the new run id (letters, digits, _.-)")
+    r.add_argument("--allow-changed", action="store_true",
+                   help="with --resume: accept settings that differ from the run's (model, device, dtype, packages, "
+                        "notebook configs); the changed points are measured again under new ids")
     r.add_argument("--rerun-invalid", metavar="RUN_DIR",
                    help="re-measure only the points of RUN_DIR marked invalid (other load, drift), in place")
     r.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
@@ -349,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one parameter; VALUE is parsed as YAML (lists, numbers, booleans)")
     s.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
     s.add_argument("--label", default="", help="suffix of the new run id")
+    s.add_argument("--allow-changed", action="store_true",
+                   help="with --resume: accept settings that differ from the run's (model, device, dtype, packages, "
+                        "notebook configs); the changed points are measured again under new ids")
     s.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
     s.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
                    help="measure the points on Ray workers (see workbench run --help)")

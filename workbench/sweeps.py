@@ -25,7 +25,7 @@ from typing import Callable
 
 import pandas as pd
 
-from . import checks, distributed, drift, energy, models, results
+from . import checks, distributed, drift, energy, models, results, resume_check
 from .errors import ParameterError
 from .generation import GenerationSettings, generate_measured, warm_up
 from .results import PointResult
@@ -180,21 +180,22 @@ def run_sweep(
 
     run = Path(run_dir)
     run_id = run.name
-    ids = [results.point_id(experiment, p) for p in points]
+    recorded = (results.read_manifest(run).get("experiments") or {}).get(experiment) or {} if resume else {}
+    # a config changed since the run's first session (allowed with --allow-changed): its points get new ids
+    suffix = resume_check.point_suffix(recorded.get("config"), config) if resume else ""
+    ids = [results.point_id(experiment, p) + suffix for p in points]
     if len(set(ids)) != len(ids):
         raise ParameterError(f"points: duplicate points in the {experiment} grid")
     env = {}
     if info is not None:
         env = results.environment(info, seed=getattr(config, "seed", None), probe=run)
         results.update_manifest(run, environment=env)
-    results.update_manifest(
-        run,
-        experiments={experiment: {
-            "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
-            "model": info.to_dict() if info is not None else None,
-            "points": ids,
-        }},
-    )
+    this = {"config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
+            "model": info.to_dict() if info is not None else None, "points": ids}
+    if suffix:  # the manifest keeps both configs: the run's first, and each changed one with its points
+        changed = [c for c in recorded.get("changed_configs") or [] if c.get("suffix") != suffix]
+        this = {**recorded, "changed_configs": changed + [{**this, "suffix": suffix}]}
+    results.update_manifest(run, experiments={experiment: this})
     if info is None and loaded is not None:
         info = loaded.info
     done = results.finished_points(run) if resume else set()
