@@ -404,11 +404,18 @@ class BaseEngine:
         with self._count_lock:
             self.in_flight.pop(req.id, None)
 
-    def stop(self) -> None:
-        """Stop the worker after the requests already queued (daemon threads: never blocks past 60 s)."""
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the worker after the requests already queued (daemon threads: never blocks past ``timeout`` s)."""
         self._shutting_down = True
         self.queue.put(None)
-        self._thread.join(timeout=60)
+        self._thread.join(timeout=timeout)
+
+    def interrupt(self, reason: str = "shutdown") -> int:
+        """Stop every request in flight with ``reason`` (queued ones leave the queue at once); how many."""
+        reqs = list(self.in_flight.values())
+        for r in reqs:
+            self.withdraw(r, reason)
+        return len(reqs)
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Block until no request is pending (every ``on_done`` and observer has run); False on timeout."""
@@ -788,15 +795,15 @@ class ContinuousEngine(BaseEngine):
                 return len(active) if bp is not None else 0
         return len(self._live)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
         self._shutting_down = True
+        end = time.perf_counter() + timeout
         self.queue.put(None)
-        self._thread.join(timeout=60)
-        end = time.perf_counter() + 60
+        self._thread.join(timeout=timeout)
         while self._live and time.perf_counter() < end:
             time.sleep(0.02)
-        self._router.join(timeout=5)
-        self.manager.stop(block=True, timeout=30)
+        self._router.join(timeout=max(0.1, min(5.0, end - time.perf_counter())))
+        self.manager.stop(block=True, timeout=max(0.1, min(30.0, end - time.perf_counter())))
 
 
 def check_name(name: str) -> str:

@@ -109,6 +109,33 @@ from .http import MAX_BODY_BYTES
 from .protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
 
 
+SHUTDOWN_TIMEOUT_S = 10.0   # a shutdown's bound: open streams, running jobs and the engine get this long
+_shutdown_lock = threading.Lock()
+
+
+def shutdown_app(app, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+    """Stop an app's work within about ``timeout_s`` seconds; once (later calls return at once).
+
+    Closes the resumable streams, stops every running job (``interrupted``, with what it stored) and closes the job
+    store (its lock released), stops every engine request still in flight (reason ``shutdown``), then the engine.
+    Run by the app's lifespan and again by :func:`serve` after uvicorn returns, so a second Ctrl+C (uvicorn's force
+    exit skips the lifespan's shutdown) still closes the store and stops the engine."""
+    with _shutdown_lock:
+        if getattr(app.state, "shut_down", False):
+            return
+        app.state.shut_down = True
+    end = time.monotonic() + timeout_s
+    try:
+        app.state.streams.close()
+    finally:
+        try:
+            if getattr(app.state, "jobs", None) is not None:
+                app.state.jobs.close(timeout=max(0.5, timeout_s / 2))
+        finally:
+            app.state.engine.interrupt("shutdown")
+            app.state.engine.stop(timeout=max(0.5, end - time.monotonic()))
+
+
 @dataclasses.dataclass
 class ServerLimits:
     """uvicorn's connection limits (see the module docstring).
@@ -267,10 +294,9 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     @asynccontextmanager
     async def lifespan(app):
         yield
-        app.state.streams.close()
-        if getattr(app.state, "jobs", None) is not None:
-            app.state.jobs.close()
-        app.state.engine.stop()
+        import asyncio
+
+        await asyncio.to_thread(shutdown_app, app, getattr(app.state, "shutdown_timeout_s", SHUTDOWN_TIMEOUT_S))
 
     app = FastAPI(title="workbench OpenAI-compatible server", lifespan=lifespan)
     app.state.loaded, app.state.engine, app.state.streams = loaded, eng, streams
@@ -349,6 +375,7 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self._thread.join(timeout=30)
+        shutdown_app(self.app, getattr(self.app.state, "shutdown_timeout_s", SHUTDOWN_TIMEOUT_S))
 
     def __enter__(self):
         return self.start()
@@ -358,12 +385,15 @@ class ServerThread:
 
 
 def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, device: str = "auto",
-          dtype: str = "auto", limits: ServerLimits | None = None, **app_kwargs) -> None:
+          dtype: str = "auto", limits: ServerLimits | None = None, shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
+          **app_kwargs) -> None:
     """Load a model and serve it until interrupted (blocking).
 
     The model spec, device, dtype, the bind / API-key rule and the job store's owner are checked before the
     model loads (:class:`ParameterError`, one line). ``app_kwargs`` go to :func:`create_app`; ``limits``
-    (:class:`ServerLimits`) to uvicorn.
+    (:class:`ServerLimits`) to uvicorn. ``shutdown_timeout_s`` bounds a shutdown: open connections get that long
+    to finish (uvicorn's ``timeout_graceful_shutdown``), then :func:`shutdown_app` as long again; a second Ctrl+C
+    skips the wait, never the store's close.
     """
     import uvicorn
 
@@ -372,6 +402,7 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
 
     limits = limits or ServerLimits()
     check_int("port", port, lo=0, hi=65535)
+    check_float("shutdown_timeout_s", shutdown_timeout_s, lo=0, lo_open=True)
     http.check_bind(host, app_kwargs.get("api_key"))
     engines.check_name(app_kwargs.get("engine", "fifo"))
     app_kwargs.setdefault("server_id", f"{host}:{port}")
@@ -386,12 +417,15 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
     resolve_model_path(model)
     loaded = load_model(model, device=device, dtype=dtype)
     app = create_app(loaded, host=host, **app_kwargs)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", **limits.uvicorn_kwargs()))
+    app.state.shutdown_timeout_s = shutdown_timeout_s
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info",
+                                           timeout_graceful_shutdown=shutdown_timeout_s, **limits.uvicorn_kwargs()))
     watch = EngineWatch(app.state.engine, server).start()
     try:
         server.run()
     finally:
         watch.stop()
+        shutdown_app(app, shutdown_timeout_s)  # done already unless a second Ctrl+C skipped the lifespan's
     if watch.reason is not None:  # the engine cannot recover: a supervisor restarts the process
         print(f"workbench serve: error: {watch.reason}; the server stopped", file=sys.stderr)
         raise SystemExit(1)
@@ -476,6 +510,9 @@ def main(argv=None, prog: str | None = None) -> None:
                    help="seconds a connection may take to send a request head (closed past it)")
     p.add_argument("--body-read-timeout", type=float, default=http.BODY_READ_TIMEOUT_S,
                    help="seconds a request body may take to arrive (408 past it)")
+    p.add_argument("--shutdown-timeout", type=float, default=SHUTDOWN_TIMEOUT_S,
+                   help="seconds a shutdown waits for open streams, then for jobs and the engine to stop (running "
+                        "jobs are left interrupted); a second Ctrl+C skips the wait but still closes the job store")
     p.add_argument("--policy", default="fcfs",
                    help=f"scheduling policy of the engine's queue ({', '.join(scheduling.POLICIES)}; continuous: fcfs)")
     p.add_argument("--aging-s", type=float, default=scheduling.AGING_S,
@@ -490,7 +527,8 @@ def main(argv=None, prog: str | None = None) -> None:
     try:
         limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes, a.header_read_timeout)
         jobs = {"path": a.jobs_db} if a.jobs_db else ({} if a.jobs else None)
-        serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, api_key=a.api_key, max_queue=a.max_queue,
+        serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, shutdown_timeout_s=a.shutdown_timeout,
+              api_key=a.api_key, max_queue=a.max_queue,
               max_tokens_limit=a.max_tokens_limit, request_timeout_s=a.request_timeout,
               early_headers=a.early_headers, engine=a.engine, max_batch_size=a.max_batch_size,
               batch_window_s=a.batch_window, model_name=a.served_model_name, model_aliases=tuple(a.model_alias),
