@@ -319,6 +319,8 @@ async def chat_completions(request: Request):
     req, stop, max_tokens = parse_chat_request(payload, cfg)
     check_model(payload.get("model"), cfg.model_names)
     if engine.pending > cfg.max_queue:  # cheap early refusal; submit() below decides atomically
+        with engine._count_lock:
+            engine.rejected += 1  # every 429 counts (workbench_requests_rejected_total)
         raise _too_busy(cfg, engine)
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
     try:  # templating a huge prompt takes a while: a worker thread keeps every other stream flowing

@@ -287,6 +287,22 @@ class BaseEngine:
         self._thread = threading.Thread(target=self._guarded_loop, args=(self._loop,), name=f"workbench-{self.name}",
                                         daemon=True)
         self._thread.start()
+        threading.Thread(target=self._reap, name=f"workbench-{self.name}-deadlines", daemon=True).start()
+
+    REAP_S = 0.1  # how often waiting requests' deadlines are checked
+
+    def _reap(self) -> None:
+        """A request whose deadline passes while it waits leaves the queue then (finished ``timeout``), not when the
+        worker reaches it: it no longer holds a place (``max_pending``: no spurious 429s behind it)."""
+        while not self._shutting_down:
+            time.sleep(self.REAP_S)
+            try:
+                now = time.perf_counter()
+                for r in self.queue.waiting():
+                    if r.deadline is not None and now > r.deadline:
+                        self.withdraw(r, "timeout")
+            except Exception as exc:  # noqa: BLE001 - never stop checking
+                log.error("%s engine: deadline check failed (%s)", self.name, _reason(exc))
 
     def _guarded_loop(self, loop) -> None:
         """Run a worker loop; if it ever ends by an exception (a fault outside any one request: every request's own
