@@ -51,3 +51,38 @@ def test_every_429_is_counted(loaded):
         m = scrape(httpx.get(srv.base_url + "/metrics", timeout=30).text)
         assert m["workbench_requests_rejected_total"] == 3
         srv.engine.interrupt()
+
+
+@pytest.mark.parametrize("call,word", [
+    (lambda: __import__("workbench.serving.load", fromlist=["x"]).time_slices(
+        [{"t_start_s": 0.0, "t_end_s": 10.0}], 1e-6), "slice_s"),
+    (lambda: __import__("workbench.serving.load", fromlist=["x"]).arrival_offsets("constant", 3, rate=1e-300), "rate"),
+    (lambda: __import__("workbench.serving.load", fromlist=["x"]).arrival_offsets("poisson", 5, rate=1e-9), "rate"),
+    (lambda: __import__("workbench.serving.load", fromlist=["x"]).arrival_offsets(
+        "replay", 2, trace_offsets=[0.0, 1e9]), "trace"),
+])
+def test_schedules_that_would_hang_a_run_are_one_line_errors(call, word):
+    from workbench.errors import ParameterError
+
+    with pytest.raises(ParameterError) as exc:
+        call()
+    assert str(exc.value).startswith(word) and "\n" not in str(exc.value)
+
+
+def test_a_trace_offset_of_1e9_s_is_refused(tmp_path):
+    from workbench.errors import ParameterError
+    from workbench.serving import load
+
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"offset_s": 0, "prompt_tokens": 8, "output_tokens": 2}\n'
+                 '{"offset_s": 1e9, "prompt_tokens": 8, "output_tokens": 2}\n')
+    with pytest.raises(ParameterError, match="offset_s"):
+        load.read_trace(p)
+
+
+def test_slice_s_of_a_microsecond_is_refused_by_the_config():
+    from workbench.errors import ParameterError
+    from workbench.experiments import serving_load
+
+    with pytest.raises(ParameterError, match="slice_s"):
+        serving_load.Config(slice_s=1e-6)
