@@ -86,3 +86,21 @@ def test_slice_s_of_a_microsecond_is_refused_by_the_config():
 
     with pytest.raises(ParameterError, match="slice_s"):
         serving_load.Config(slice_s=1e-6)
+
+
+def test_a_client_disconnecting_mid_body_is_not_a_logged_500(loaded, caplog):
+    import logging
+    import socket
+
+    with caplog.at_level(logging.INFO):
+        with ServerThread(loaded, engine="fifo") as srv:
+            for path in ("/v1/chat/completions", "/v1/jobs"):
+                s = socket.create_connection((srv.host, srv.port))
+                s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Content-Length: 1000\r\n\r\n{\"model\": ".encode())
+                time.sleep(0.3)
+                s.close()
+            time.sleep(0.5)
+            assert httpx.get(srv.base_url + "/health", timeout=30).status_code == 200
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
