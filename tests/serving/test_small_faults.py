@@ -104,3 +104,24 @@ def test_a_client_disconnecting_mid_body_is_not_a_logged_500(loaded, caplog):
             assert httpx.get(srv.base_url + "/health", timeout=30).status_code == 200
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
+
+
+def test_the_servers_continuous_kv_pool_is_sized_to_context_and_memory(loaded, monkeypatch):
+    """Before: max_batch_size x context tokens zero-filled at start (~3 GB for the 135M model at batch 8)."""
+    ctx = loaded.info.max_context_tokens
+    tokens = engines.kv_cache_tokens_for(loaded, 8, ctx)
+    assert ctx <= tokens <= max(ctx, 8 * engines.KV_TOKENS_PER_ROW) < 8 * ctx
+    monkeypatch.setattr(engines, "KV_MEMORY_FRACTION", 1e-9)
+    with pytest.raises(RuntimeError) as exc:
+        engines.kv_cache_tokens_for(loaded, 8, ctx)
+    assert "does not fit" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_rows_sharing_a_small_kv_pool_all_finish(loaded):
+    eng = engines.make_engine("continuous", loaded, max_batch_size=3, max_seq_tokens=160,
+                              settings=GenerationSettings(max_new_tokens=8), kv_cache_tokens=160)
+    try:
+        res = engines.run_requests(eng, [_req(loaded, 100) for _ in range(3)], timeout=600)
+    finally:
+        eng.stop()
+    assert [(r["finish_reason"], r["output_tokens"]) for r in res] == [("length", 100)] * 3

@@ -589,6 +589,9 @@ class ContinuousEngine(BaseEngine):
         max_batch_tokens: tokens per forward step (prefill chunks beyond this are split by the library).
         page_size: tokens per cache page (also the unit of prefix sharing).
         prefix_sharing: reuse cached pages of a shared prompt prefix (the library's ``allow_block_sharing``).
+        kv_cache_tokens: tokens of paged KV cache the rows share (at least ``max_seq_tokens``: one request at its
+            longest); None: ``max_batch_size`` rows at ``max_seq_tokens`` each (the library allocates, zero-filled,
+            all of it at start: :func:`kv_cache_tokens_for` sizes a server's).
 
     Raises:
         ParameterError: bad sizes; RuntimeError: the library refuses to run here (the reason, one line).
@@ -602,7 +605,7 @@ class ContinuousEngine(BaseEngine):
 
     def __init__(self, loaded, settings: GenerationSettings | None = None, max_batch_size: int = 8,
                  max_seq_tokens: int = 1024, max_batch_tokens: int = 512, page_size: int = 32,
-                 prefix_sharing: bool = False):
+                 prefix_sharing: bool = False, kv_cache_tokens: int | None = None):
         from transformers import ContinuousBatchingConfig
 
         self.settings = settings or GenerationSettings(max_new_tokens=256)
@@ -624,7 +627,11 @@ class ContinuousEngine(BaseEngine):
             if getattr(gc, extra, None) is not None:
                 setattr(gc, extra, None)
         gc.eos_token_id = sorted(eos_token_ids(loaded))
-        num_blocks = max_batch_size * (math.ceil(max_seq_tokens / page_size) + 1) + 2
+        if kv_cache_tokens is None:  # every row at its longest at once
+            num_blocks = max_batch_size * (math.ceil(max_seq_tokens / page_size) + 1) + 2
+        else:  # a pool the rows share (the library's scheduler admits a request when its pages are free)
+            checks.check_int("kv_cache_tokens", kv_cache_tokens, lo=max_seq_tokens)
+            num_blocks = math.ceil(kv_cache_tokens / page_size) + max_batch_size + 2
         if prefix_sharing:
             num_blocks *= 2  # pages kept for reuse (the library evicts them under pressure)
         cbc = ContinuousBatchingConfig(page_size=page_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
@@ -822,6 +829,45 @@ class ContinuousEngine(BaseEngine):
         self.manager.stop(block=True, timeout=max(0.1, min(30.0, end - time.perf_counter())))
 
 
+KV_TOKENS_PER_ROW = 2048   # a server's KV pool: this many tokens per batch row (one request may still use the context)
+KV_MEMORY_FRACTION = 0.25  # at most this share of the memory available at start
+
+
+def kv_cache_tokens_for(loaded, max_batch_size: int, context: int) -> int:
+    """The continuous engine's KV pool for a server (issue 36: ``max_batch_size`` x the context zero-filled ~3 GB
+    for the 135M model at start): ``max(context, max_batch_size * KV_TOKENS_PER_ROW)`` tokens, never more than
+    ``max_batch_size * context``, nor than :data:`KV_MEMORY_FRACTION` of the memory available now (the device's free
+    memory on CUDA, the host's otherwise) at the model's bytes per token
+    (:meth:`workbench.models.ModelInfo.kv_cache_bytes_per_token`); at least one request at the full context.
+
+    Raises:
+        RuntimeError: one full-context request does not fit in that memory (one line)."""
+    want = min(max_batch_size * context, max(context, max_batch_size * KV_TOKENS_PER_ROW))
+    info = getattr(loaded, "info", None)
+    try:
+        per_token = int(info.kv_cache_bytes_per_token())
+    except Exception:  # noqa: BLE001 - a stand-in model without shape facts: the plain pool
+        return want
+    free = None
+    try:
+        if str(getattr(info, "device", "cpu")).startswith("cuda"):
+            import torch
+
+            free = torch.cuda.mem_get_info(torch.device(info.device))[0]
+        else:
+            import psutil
+
+            free = psutil.virtual_memory().available
+    except Exception:  # noqa: BLE001 - unknown: the plain pool
+        return want
+    cap = int(free * KV_MEMORY_FRACTION) // max(per_token, 1)
+    if cap < context:
+        raise RuntimeError(f"continuous engine: one request at the context ({context} tokens, "
+                           f"{context * per_token / 2**20:.0f} MiB of KV cache) does not fit in "
+                           f"{KV_MEMORY_FRACTION:.0%} of the {free / 2**30:.1f} GiB available")
+    return min(want, cap)
+
+
 def check_name(name: str) -> str:
     """``name`` when it is one of :data:`ENGINES` (:class:`ParameterError`, one line, otherwise)."""
     return checks.check_choice("engine", name, ENGINES)
@@ -829,7 +875,8 @@ def check_name(name: str) -> str:
 
 def make_engine(name: str, loaded, max_batch_size: int = 8, batch_window_s: float = 0.05,
                 settings: GenerationSettings | None = None, max_seq_tokens: int = 1024,
-                prefix_sharing: bool = False, policy: "str | scheduling.PolicyQueue" = "fcfs") -> BaseEngine:
+                prefix_sharing: bool = False, policy: "str | scheduling.PolicyQueue" = "fcfs",
+                kv_cache_tokens: int | None = None) -> BaseEngine:
     """The engine called ``name`` (:data:`ENGINES`) over ``loaded``, started, its waiting queue under ``policy``
     (:mod:`.scheduling`; ``continuous``: ``fcfs`` only, the library's manager admits); ``prefix_sharing``: the
     ``continuous`` engine's.
@@ -846,7 +893,8 @@ def make_engine(name: str, loaded, max_batch_size: int = 8, batch_window_s: floa
         return FifoEngine(loaded, policy)
     if name == "static":
         return StaticEngine(loaded, max_batch_size, batch_window_s, policy)
-    return ContinuousEngine(loaded, settings, max_batch_size, max_seq_tokens, prefix_sharing=prefix_sharing)
+    return ContinuousEngine(loaded, settings, max_batch_size, max_seq_tokens, prefix_sharing=prefix_sharing,
+                            kv_cache_tokens=kv_cache_tokens)
 
 
 class RunningSampler:

@@ -207,11 +207,13 @@ def make_server_engine(loaded, name: str, max_batch_size: int = 8, batch_window_
                        context: int | None = None, prefix_sharing: bool = False,
                        policy: "str | scheduling.PolicyQueue" = "fcfs") -> engines.BaseEngine:
     """The engine behind an app: :func:`workbench.serving.engines.make_engine`, with the ``continuous``
-    manager sized for the model's context (requests up to the context, per-request sampling); ``policy`` its
+    manager sized for the model's context (requests up to the context, per-request sampling) and its KV pool to the
+    context and the memory (:func:`workbench.serving.engines.kv_cache_tokens_for`); ``policy`` its
     waiting queue's scheduling policy (:mod:`workbench.serving.scheduling`)."""
     ctx = int(context or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
+    kv = engines.kv_cache_tokens_for(loaded, max_batch_size, ctx) if name == "continuous" else None
     return engines.make_engine(name, loaded, max_batch_size, batch_window_s, GenerationSettings(max_new_tokens=ctx),
-                               ctx, prefix_sharing=prefix_sharing, policy=policy)
+                               ctx, prefix_sharing=prefix_sharing, policy=policy, kv_cache_tokens=kv)
 
 
 def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX_BODY_BYTES,
