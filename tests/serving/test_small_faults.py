@@ -125,3 +125,36 @@ def test_rows_sharing_a_small_kv_pool_all_finish(loaded):
     finally:
         eng.stop()
     assert [(r["finish_reason"], r["output_tokens"]) for r in res] == [("length", 100)] * 3
+
+
+def test_a_client_leaving_before_its_response_starts_stops_the_generation():
+    """The chat stream's pump starts with the first token; a client gone before the response read its first event
+    never started the reader whose cleanup stops the request: it generated to max_tokens with no reader."""
+    import asyncio
+
+    from workbench.serving.events import StreamRegistry
+
+    stopped = []
+
+    async def scenario():
+        async def source():
+            while True:
+                await asyncio.sleep(0.01)
+                yield "data: x\n\n"
+
+        reg = StreamRegistry()
+        log = reg.start("s1", source(), cancel=lambda: stopped.append(True))
+        response = reg.respond(log)
+
+        async def receive():
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            await asyncio.sleep(0)
+
+        await response({"type": "http", "asgi": {"spec_version": "2.3"}}, receive, send)
+        await asyncio.sleep(0.05)
+        return log
+
+    log = asyncio.run(scenario())
+    assert stopped and log.cancelled

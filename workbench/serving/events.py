@@ -293,8 +293,32 @@ class StreamRegistry:
             self._detach(log)
 
     def respond(self, log: EventLog, after: int = 0, headers: dict | None = None):
-        """A ``StreamingResponse`` reading ``log`` from event ``after + 1``."""
-        return sse_response(self.read(log, after), {"X-Stream-Id": log.sid, **(headers or {})})
+        """A ``StreamingResponse`` reading ``log`` from event ``after + 1``.
+
+        A client that leaves before the response starts reading (between its first token and the response start)
+        never starts the reader, whose ``finally`` would detach it: the response detaches it when it ends, so a
+        stream nobody reads stops decoding (unless resumable) instead of generating to ``max_tokens``."""
+        started = []
+
+        async def reader():
+            started.append(True)
+            async for text in self.read(log, after):
+                yield text
+
+        response = sse_response(reader(), {"X-Stream-Id": log.sid, **(headers or {})})
+        registry = self
+
+        class _DetachingResponse(type(response)):
+            async def __call__(self, scope, receive, send):
+                try:
+                    await super().__call__(scope, receive, send)
+                finally:
+                    if not started:  # never read: as if its reader had come and gone
+                        log.readers += 1
+                        registry._detach(log)
+
+        response.__class__ = _DetachingResponse
+        return response
 
     def close(self) -> None:
         """Cancel every stream still generating (server shutdown)."""
