@@ -88,7 +88,7 @@ timing) is :mod:`workbench.serving.client`. Run from the command line with
 (:func:`main`; ``--api-key``, ``--max-queue``, ``--max-tokens-limit``,
 ``--request-timeout``, ``--engine``, ``--prefix-sharing``, ``--served-model-name``, ``--model-alias``,
 ``--jobs`` / ``--jobs-db``, ``--limit-concurrency``, ``--timeout-keep-alive``, ``--max-header-bytes``,
-``--body-read-timeout``). A missing model or an unavailable device is a one-line
+``--body-read-timeout``, ``--shutdown-timeout``). A missing model or an unavailable device is a one-line
 error (exit 2) before anything loads.
 """
 
