@@ -154,7 +154,8 @@ LAYERS = [
     ("serving engines", {"serving.engines", "serving.monitoring"}),
     ("serving routes and load", {"serving.chat", "serving.jobs", "serving.load"}),
     ("serving app", {"serving", "serving.server"}),
-    ("run machinery", {"sweeps", "distributed", "roofline", "predictions", "notebooks", "report", "plots"}),
+    ("run machinery", {"sweeps", "distributed", "roofline", "predictions", "notebooks", "report", "plots",
+                       "resume_check"}),
     ("experiments", {"experiments"}),
     ("command line", {"cli", "__main__"}),
 ]

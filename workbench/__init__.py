@@ -30,7 +30,8 @@ Ground floor: device (synchronize, device probe, peak memory, environment facts)
               parameter validators), errors (ParameterError). They import nothing above them.
 Run machinery: sweeps (shared config fields, grids, the point loop), drift (the drift reference and its
               verdict), distributed (Ray executor), predictions (the roofline applied: suite plans,
-              predictions beside measurements, residuals),
+              predictions beside measurements, residuals), resume_check (what a resumed session must share
+              with its run: packages, model, device, dtype, effective notebook configs),
               results (run folders, Parquet, point ids, PointResult -> rows), notebooks (jupytext sources,
               parameters, suites, papermill), report (HTML), plots (house template, labels), cli (the
               ``workbench`` command).
