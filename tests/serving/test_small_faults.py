@@ -158,3 +158,39 @@ def test_a_client_leaving_before_its_response_starts_stops_the_generation():
 
     log = asyncio.run(scenario())
     assert stopped and log.cancelled
+
+
+def test_a_client_that_never_reads_is_dropped_and_its_stream_stops(monkeypatch):
+    """No write-side timeout: a client whose socket takes no bytes pinned its connection and its event log (and
+    kept a plain stream generating) forever."""
+    import asyncio
+
+    from workbench.serving import events
+
+    monkeypatch.setattr(events, "WRITE_TIMEOUT_S", 0.2, raising=False)
+    stopped = []
+
+    async def scenario():
+        async def source():
+            while True:
+                await asyncio.sleep(0.01)
+                yield "data: x\n\n"
+
+        reg = events.StreamRegistry()
+        log = reg.start("s1", source(), cancel=lambda: stopped.append(True))
+        response = reg.respond(log)
+        forever = asyncio.Event()
+
+        async def receive():
+            await forever.wait()  # the client never disconnects...
+
+        async def send(message):
+            if message["type"] == "http.response.body":
+                await forever.wait()  # ...and never takes a byte
+
+        await asyncio.wait_for(response({"type": "http", "asgi": {"spec_version": "2.3"}}, receive, send), 10)
+        await asyncio.sleep(0.05)
+        return log
+
+    log = asyncio.run(scenario())
+    assert stopped and log.cancelled and log.readers == 0
