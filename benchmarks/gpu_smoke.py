@@ -43,7 +43,7 @@ def build_model(folder: Path, layers: int, device: str = "cuda") -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    from workbench import models
+    from workbench.measure import models
 
     tok = AutoTokenizer.from_pretrained(models.default_model_dir())
     cfg = Qwen3Config(vocab_size=len(tok), num_hidden_layers=layers, **SHAPES[device], max_position_embeddings=16384,
@@ -78,7 +78,8 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="workbench-gpu-smoke-"))
     os.environ["WORKBENCH_RESULTS"] = str(tmp / "results")
-    from workbench import generation, models, results
+    from workbench.measure import generation, models
+    from workbench.run import results
     from workbench.experiments import batch_size, context_length
 
     layers = args.layers if gpu else min(args.layers, 2)
@@ -127,8 +128,8 @@ def main(argv=None) -> int:
         print(f"  energy: not measured ({energy.get('reason')})")
 
     # TTFT with vs without CUDA synchronisation before the clock (the rule of DESIGN.md section 4)
-    from workbench.generation import GenerationSettings, generate_measured
-    from workbench.prompts import build_batch
+    from workbench.measure.generation import GenerationSettings, generate_measured
+    from workbench.inputs.prompts import build_batch
 
     prompts = build_batch(loaded.tokenizer, 16, 2048) if gpu else build_batch(loaded.tokenizer, 2, 64)
     settings = GenerationSettings(max_new_tokens=4, ignore_eos=True)

@@ -6,12 +6,12 @@ Side by side in one process, each the median of ``--repeats`` (run with nothing 
   time; the streaming reader built one per request inside the request's clock) vs
   :func:`workbench.serving.client.http_client` (one TLS context per process);
 - the end-of-sequence ids looked up after every ``generate``: ``tokenizer.get_vocab()`` (the whole 49k-entry dict)
-  vs :func:`workbench.generation.token_id` (one token);
+  vs :func:`workbench.measure.generation.token_id` (one token);
 - the command line's own imports before its first notebook: every experiment module (torch and transformers came
   with them; now they come with the first generation, in the kernel);
 - the shared kernel's reset between notebooks: ``%reset -f`` and a full collection, without and with ``gc.freeze``
-  (:func:`workbench.notebooks._reset_namespace`), in a kernel holding the model and the experiment modules;
-- stopping a kernel holding the model: a polite shutdown vs at once (:func:`workbench.notebooks._shutdown`).
+  (:func:`workbench.run.notebooks._reset_namespace`), in a kernel holding the model and the experiment modules;
+- stopping a kernel holding the model: a polite shutdown vs at once (:func:`workbench.run.notebooks._shutdown`).
 
 ``python benchmarks/loop.py`` (~40 s on the 2-core build VM).
 """
@@ -86,8 +86,8 @@ def main() -> None:
 
     import httpx
 
-    from workbench import models
-    from workbench.generation import END_OF_TURN_TOKENS, token_id
+    from workbench.measure import models
+    from workbench.measure.generation import END_OF_TURN_TOKENS, token_id
     from workbench.serving.client import http_client, ssl_context
 
     print(f"{'fixed cost':<52} {'old':>13} {'now':>13} {'ratio':>9}")
@@ -104,7 +104,7 @@ def main() -> None:
     _row("end-of-turn ids after a generate",
          _median_s(lambda: [vocab.get(n) for vocab in [tok.get_vocab()] for n in END_OF_TURN_TOKENS], args.repeats),
          _median_s(lambda: [token_id(tok, n) for n in END_OF_TURN_TOKENS], args.repeats))
-    experiments = ("import importlib, pkgutil, workbench.cli, workbench.notebooks, workbench.experiments as E\n"
+    experiments = ("import importlib, pkgutil, workbench.cli, workbench.run.notebooks, workbench.experiments as E\n"
                    "for m in pkgutil.iter_modules(E.__path__): importlib.import_module('workbench.experiments.' + m.name)")
     _row("command line imports (every experiment module)",
          statistics.median(_imports_s(experiments + "\nimport torch, transformers") for _ in range(3)),

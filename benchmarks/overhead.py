@@ -1,7 +1,7 @@
 """Does measuring slow what it measures? Workbench tokens/s versus plain ``model.generate``.
 
 For each batch size, runs the same prompts and settings (fixed-length greedy
-outputs) alternately through :func:`workbench.generation.generate_measured`
+outputs) alternately through :func:`workbench.measure.generation.generate_measured`
 (streamer + prefill hooks) and through ``model.generate`` with no streamer,
 and prints the ratio of median output tokens/s (goal: >= 0.97), plus the MBU
 measured at batch 1. Run: ``make benchmark`` or
@@ -14,8 +14,10 @@ import time
 
 import torch
 
-from workbench import device, metrics, models, prompts
-from workbench.generation import GenerationSettings, encode_prompts, generate_measured
+from workbench.measure import device, models
+from workbench.stats import metrics
+from workbench.inputs import prompts
+from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured
 
 
 def plain_tps(loaded, batch, settings) -> float:

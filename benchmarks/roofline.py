@@ -1,6 +1,6 @@
 """How well does the calibrated roofline predict this machine? Measured / predicted over the default CPU suite.
 
-Calibrates (:func:`workbench.roofline.calibrate`, cached per model/device/dtype/threads; ``--recalibrate``
+Calibrates (:func:`workbench.predict.roofline.calibrate`, cached per model/device/dtype/threads; ``--recalibrate``
 forces a fresh fit and prints its wall time, budget < 30 s), then measures every (batch size, prompt length,
 output length) point of the default suite's batch-size and context-length notebooks (``suites/default.yaml``,
 notebooks 01 and 02: the same grid the suite runs; ``--batch-sizes`` / ``--prompt-tokens`` replace it) with
@@ -19,8 +19,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from workbench import metrics, models, predictions, prompts, roofline, sweeps
-from workbench.generation import GenerationSettings
+from workbench.stats import metrics
+from workbench.measure import models
+from workbench.predict import predictions, roofline
+from workbench.inputs import prompts
+from workbench.run import sweeps
+from workbench.measure.generation import GenerationSettings
 
 SUITE = Path(__file__).resolve().parents[1] / "suites" / "default.yaml"
 NOTEBOOKS = {"01": ("batch_sizes", "prompt_tokens"), "02": ("batch_sizes", "context_tokens")}

@@ -11,7 +11,7 @@ rotating order (so drift of the shared machine does not favour one policy), and 
 - the background (long) requests' e2e p50 under each (the cost),
 
 each with the paired geometric-mean ratio over the same requests and its 95% interval
-(:func:`workbench.evidence.paired_ratio_interval`; requests of one run share the engine, so the interval is a
+(:func:`workbench.stats.evidence.paired_ratio_interval`; requests of one run share the engine, so the interval is a
 guide, not an independent-sample claim), plus the longest wait and the median ETA error per policy.
 
 Run on a quiet machine: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/scheduling.py`` (estimated 3-6 minutes on a
@@ -28,7 +28,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from workbench import evidence, metrics, models
+from workbench.stats import evidence, metrics
+from workbench.measure import models
 from workbench.experiments import scheduling
 
 QUICK = dict(requests=8, rounds=1, long_max_tokens=16)

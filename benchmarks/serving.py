@@ -2,14 +2,14 @@
 
 (a) SLO capacity: per engine (``fifo``, ``static``, ``continuous``), the highest Poisson arrival rate whose
     SLO attainment stays >= the target, by bisection (:func:`workbench.experiments.serving_load.search_engines`,
-    :func:`workbench.slo.search_rate`), printed with the synchronous and maximum request rates, the knee (arrival
+    :func:`workbench.stats.slo.search_rate`), printed with the synchronous and maximum request rates, the knee (arrival
     vs completion rate of the search's own measurements) and the ratios ``static / fifo`` and
     ``continuous / fifo``. The default SLO is MLPerf's Llama-2-70B Server limit (TTFT 2 s, TPOT 200 ms), one
     the 135M model on a CPU can meet at low rates; ``--slo custom --ttft-s X --tpot-s Y`` takes any pair.
 (b) Server overhead at concurrency 1: output tokens/s through the OpenAI-compatible server (``fifo`` engine,
     streaming, loopback HTTP, the load generator's ``synchronous`` profile; the server runs in its own process,
     ``python -m workbench.serving.server``, so the client's parsing does not share its interpreter lock) over in-process
-    :func:`workbench.generation.generate_measured` on the same prompts and ``max_new_tokens``, alternated per
+    :func:`workbench.measure.generation.generate_measured` on the same prompts and ``max_new_tokens``, alternated per
     repeat (goal: >= 0.95). ``benchmarks/overhead.py`` measures ``generate_measured`` against plain
     ``model.generate``.
 (c) Client cross-check: the official ``openai`` client (:func:`workbench.serving.client.stream_chat`, a thread
@@ -17,8 +17,8 @@
     profile, :func:`workbench.serving.load.http_sender`) on the same server and prompts: TTFT p50 ratio (goal:
     within 5%) and output token totals and texts (must be equal: greedy, ``ignore_eos``).
 
-Every figure comes from the library (:func:`workbench.metrics.percentiles`, request rows built by
-:func:`workbench.metrics.request_timing`). Run on a quiet machine (nothing else on the cores):
+Every figure comes from the library (:func:`workbench.stats.metrics.percentiles`, request rows built by
+:func:`workbench.stats.metrics.request_timing`). Run on a quiet machine (nothing else on the cores):
 ``OMP_WAIT_POLICY=PASSIVE python benchmarks/serving.py`` (estimated 4 minutes on a 2-core CPU, at most 6) or
 ``--quick`` (about 1 minute; two search measurements per engine, one repeat: a smoke run, not a result).
 """
@@ -31,9 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from workbench import metrics, models, prompts, slo
+from workbench.stats import metrics, slo
+from workbench.measure import models
+from workbench.inputs import prompts
 from workbench.experiments import serving_load
-from workbench.generation import GenerationSettings, generate_measured
+from workbench.measure.generation import GenerationSettings, generate_measured
 from workbench.serving import load
 from workbench.serving.client import openai_client, stream_chat
 

@@ -2,14 +2,14 @@
 
 Batch 1, greedy, the embedded model in float32 on the CPU. Each comparison alternates the baseline and the
 technique ``--repeats`` times (so drift hits both alike) and prints the ratio of geometric means with a
-Welch 95% interval (:func:`workbench.evidence.ratio_interval`), "faster" / "slower" only when it excludes 1:
+Welch 95% interval (:func:`workbench.stats.evidence.ratio_interval`), "faster" / "slower" only when it excludes 1:
 
 - prompt lookup (``prompt_lookup_num_tokens = k``) vs plain greedy, on a copy-heavy task (quote the
   documentation) and on free generation: e2e speed-up, acceptance, and whether the output equals plain greedy;
-- the draft model (the model's first ``--draft-layers`` layers, :func:`workbench.models.truncated_draft`) vs
+- the draft model (the model's first ``--draft-layers`` layers, :func:`workbench.techniques.speed.truncated_draft`) vs
   plain, on the copy-heavy task: the same figures plus the Leviathan bound;
 - int8 dynamic quantization vs float32: decode tokens/s ratio and the quality guard's verdict (greedy
-  agreement and log-prob drift against float32, :func:`workbench.quality.quality_guard`).
+  agreement and log-prob drift against float32, :func:`workbench.measure.quality.quality_guard`).
 
 Run: ``make benchmark`` or ``python benchmarks/speed_techniques.py --max-new-tokens 48 --repeats 5``.
 """
@@ -18,10 +18,12 @@ import argparse
 
 import torch
 
-from workbench import evidence, models, quality
+from workbench.techniques import speed
+from workbench.stats import evidence
+from workbench.measure import models, quality
 from workbench.experiments import speed_techniques as st
-from workbench.generation import GenerationSettings, generate_measured
-from workbench.prompts import build_batch
+from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.inputs.prompts import build_batch
 
 
 def side_by_side(loaded, prompt, settings, repeats, base_kwargs, kwargs, base_model=None, model=None):
@@ -67,12 +69,12 @@ def main() -> None:
     for task, prompt in (("copy-heavy (extract)", copy_prompt), ("free generation", free_prompt)):
         base, spec = side_by_side(loaded, prompt, settings, args.repeats, None, lookup)
         print(speculative_line(f"prompt lookup, {task}", base, spec, k, 0.0), flush=True)
-    draft = models.truncated_draft(loaded, args.draft_layers)
+    draft = speed.truncated_draft(loaded, args.draft_layers)
     kwargs = st.generate_kwargs({"technique": "draft", "draft_tokens": k}, draft)
     base, spec = side_by_side(loaded, copy_prompt, settings, args.repeats, None, kwargs)
     print(speculative_line(f"draft ({args.draft_layers} layers), copy-heavy", base, spec, k,
                            draft.info.weight_bytes / loaded.info.weight_bytes), flush=True)
-    int8 = models.quantize_int8(loaded)
+    int8 = speed.quantize_int8(loaded)
     base, q = side_by_side(loaded, free_prompt, settings, args.repeats, None, None, loaded, int8)
     iv = evidence.ratio_interval([r["decode_tps"] for r in q], [r["decode_tps"] for r in base])
     guard_settings = GenerationSettings(max_new_tokens=args.guard_tokens)

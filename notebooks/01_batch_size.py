@@ -37,7 +37,8 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import models, results
+from workbench.measure import models
+from workbench.run import results
 from workbench.experiments import batch_size
 
 cfg = batch_size.Config.from_namespace(globals())

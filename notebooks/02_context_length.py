@@ -35,7 +35,8 @@ resume: bool = False  # skip points this run already finished
 # %%
 import pandas as pd
 
-from workbench import models, results
+from workbench.measure import models
+from workbench.run import results
 from workbench.experiments import context_length
 
 cfg = context_length.Config.from_namespace(globals())

@@ -44,7 +44,8 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import models, results
+from workbench.measure import models
+from workbench.run import results
 from workbench.experiments import streaming_anatomy
 
 cfg = streaming_anatomy.Config.from_namespace(globals())

@@ -39,7 +39,8 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import models, results
+from workbench.measure import models
+from workbench.run import results
 from workbench.experiments import reasoning_budget as exp
 
 cfg = exp.Config.from_namespace(globals())

@@ -43,7 +43,8 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import models, results
+from workbench.measure import models
+from workbench.run import results
 from workbench.experiments import context_compression
 
 cfg = context_compression.Config.from_namespace(globals())

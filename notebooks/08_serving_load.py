@@ -39,7 +39,7 @@ arrival: str = "poisson"  # constant | poisson | gamma
 slice_s: float = 2.0  # time-slice width, seconds
 max_in_flight: int = 32  # over-saturation: stop above this many in flight
 max_wait_s: float = 60.0  # over-saturation: stop when one waits longer, seconds
-slo_presets: list = ["interactive_chat", "code_completion", "rag", "batch_offline", "mlperf_server", "mlperf_interactive"]  # workbench/slo.py
+slo_presets: list = ["interactive_chat", "code_completion", "rag", "batch_offline", "mlperf_server", "mlperf_interactive"]  # workbench/stats/slo.py
 slo_ttft_s: float = 2.0  # custom SLO: TTFT limit, seconds
 slo_tpot_s: float = 0.25  # custom SLO: TPOT limit, seconds
 attainment_target: float = 0.9  # share of requests that must meet an SLO
@@ -51,7 +51,7 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import results
+from workbench.run import results
 from workbench.experiments import serving_load
 
 cfg = serving_load.Config.from_namespace(globals())

@@ -35,7 +35,7 @@ guard_prompts: int = 3  # quality-guard prompts
 guard_tokens: int = 16  # greedy tokens per guard prompt
 min_token_agreement: float = 0.9  # guard: share of tokens identical to the reference
 max_logprob_drift: float = 0.05  # guard: mean |log-prob drift| of the reference continuation, nats
-slo_preset: str = "custom"  # a workbench.slo preset, or custom (slo_ttft_s / slo_tpot_s)
+slo_preset: str = "custom"  # a workbench.stats.slo preset, or custom (slo_ttft_s / slo_tpot_s)
 slo_ttft_s: float = 2.0  # custom SLO on TTFT p50, seconds
 slo_tpot_s: float = 0.25  # custom SLO on TPOT p50, seconds
 search: str = "grid"  # grid (every configuration) or adaptive (coordinate descent, at most a third of the grid)
@@ -47,7 +47,8 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import models, results
+from workbench.measure import models
+from workbench.run import results
 from workbench.experiments import engine_tuning
 
 cfg = engine_tuning.Config.from_namespace(globals())

@@ -50,7 +50,7 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
-from workbench import results
+from workbench.run import results
 from workbench.experiments import streaming_reader
 
 cfg = streaming_reader.Config.from_namespace(globals())

@@ -10,7 +10,7 @@
 #     name: python
 #     pygments_lexer: ipython3
 #   workbench:
-#     config: workbench.report:CompareConfig
+#     config: workbench.share.report:CompareConfig
 # ---
 
 # %% [markdown]
@@ -26,7 +26,8 @@ resume: bool = False  # unused; kept for the CLI
 # %%
 import plotly.express as px
 
-from workbench import plots, report, results
+from workbench.share import plots, report
+from workbench.run import results
 
 cfg = report.CompareConfig.from_namespace(globals())
 run_dirs = cfg.run_dirs()  # reads only: a comparison opens no run folder

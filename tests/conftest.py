@@ -75,7 +75,7 @@ def loaded():
     run. Every later ``models.load_model("default", "cpu"/"auto", "float32"/"auto")`` in this process returns this
     same object, even after the loader's small memo (2 entries) has moved on to other models (engine tuning loads
     several variants); other models load as before."""
-    from workbench import models
+    from workbench.measure import models
 
     model = models.load_model("default", device="cpu", dtype="float32")
     # what lives for the whole session (imports, the model) is frozen out of the cycle collector, as a run's
@@ -179,7 +179,8 @@ def no_work(monkeypatch):
     """Make reaching any model load, papermill kernel or run folder raise :class:`Reached`."""
     import papermill
 
-    from workbench import models, notebooks, results
+    from workbench.measure import models
+    from workbench.run import notebooks, results
 
     def reached(what):
         def boom(*a, **k):
@@ -217,7 +218,7 @@ def cli(capsys):
 def execute_in_process(nb, params: dict, run_dir) -> dict:
     """Run a notebook's code cells in this test process, the way papermill runs them in a kernel: the ``parameters``
     cell, then ``params`` and ``run_dir`` (papermill's injected cell), then every other code cell in order, in the
-    notebook's folder, with ``WORKBENCH_HEADLESS=1`` (what :func:`workbench.notebooks.execute_notebook` gives its
+    notebook's folder, with ``WORKBENCH_HEADLESS=1`` (what :func:`workbench.run.notebooks.execute_notebook` gives its
     kernels) and ``figure.show()`` drawing nothing.
 
     For tests of what a notebook's cells do: they share this process's imports, its loaded default model (the
@@ -281,7 +282,7 @@ def fake_references(monkeypatch, values, age_s: float = 60.0) -> None:
     next one after it."""
     import time
 
-    from workbench import drift
+    from workbench.run import drift
 
     refs = iter(values)
     monkeypatch.setattr(drift, "start", lambda loaded: drift.Start(next(refs), time.monotonic() - age_s))

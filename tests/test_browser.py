@@ -20,7 +20,9 @@ import pandas as pd
 import plotly.express as px
 import pytest
 
-from workbench import metrics, report, results
+from workbench.stats import metrics
+from workbench.share import report
+from workbench.run import results
 from workbench.experiments import explorer
 
 pytestmark = pytest.mark.browser
@@ -87,7 +89,7 @@ def test_a_legend_below_never_touches_tick_labels_or_axis_title(browser, tmp_pat
     """The engine-tuning bar chart once had its legend drawn over its rotated configuration names."""
     import plotly.graph_objects as go
 
-    from workbench import plots
+    from workbench.share import plots
 
     fig = go.Figure(layout=dict(title="t", xaxis_title="configuration (dtype / attention)"))  # house template
     for name in ("measured (e2e p50)", "predicted (roofline)", "recommended"):

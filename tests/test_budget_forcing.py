@@ -1,4 +1,4 @@
-"""Tests for workbench.budget_forcing: budget forcing, thinking detection, splitting, a measured batch.
+"""Tests for workbench.techniques.budget_forcing: budget forcing, thinking detection, splitting, a measured batch.
 
 The processor is driven by a scripted stand-in for a model (a greedy loop that
 mirrors ``generate``: argmax of the processed scores, padding once a row is
@@ -15,7 +15,7 @@ import random
 import pytest
 import torch
 
-from workbench import budget_forcing as R
+from workbench.techniques import budget_forcing as R
 from workbench.errors import ParameterError
 
 V = 64
@@ -205,7 +205,7 @@ def test_budget_spec_sizes_max_new_tokens():
 def default_tokenizer():
     from transformers import AutoTokenizer
 
-    from workbench.models import default_model_dir
+    from workbench.measure.models import default_model_dir
 
     return AutoTokenizer.from_pretrained(default_model_dir())
 
@@ -269,7 +269,7 @@ class PreferOpenFirst:
 def tiny_native(think_tokenizer):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from workbench.models import LoadedModel
+    from workbench.measure.models import LoadedModel
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(think_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -315,7 +315,7 @@ def test_native_budget_zero_has_no_thinking(tiny_native):
 
 def test_trim_recomputes_timings_with_request_timing():
     """A record cut to its first ids gets the timings request_timing gives for those ids' stamps."""
-    from workbench import metrics
+    from workbench.stats import metrics
 
     stamps = [0.5, 0.7, 1.0, 1.6, 2.0]
     rec = {**metrics.request_timing(stamps, 0.0), "output_ids": [5, 6, 7, 8, 9], "finish_reason": "length",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench import results
+from workbench.run import results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -139,7 +139,7 @@ def test_bad_input_gives_one_line_exit_2_before_any_work(cli, build, prefix, nee
 
 
 def test_allow_switches_named_in_the_errors_exist(tmp_path, monkeypatch):
-    from workbench import models
+    from workbench.measure import models
 
     pickle_dir, remote_dir = _model_folder(tmp_path, "pickle"), _model_folder(tmp_path, "remote")
     monkeypatch.setenv("WORKBENCH_ALLOW_PICKLE", "1")
@@ -153,7 +153,7 @@ def test_the_notebooks_of_a_run_share_one_kernel_block(monkeypatch):
     import of everything, one model load, one probe and one drift reference per run), closed when the run ends,
     and a failed notebook does not stop the others."""
     from workbench import cli as cli_module
-    from workbench import notebooks
+    from workbench.run import notebooks
 
     blocks = []
 

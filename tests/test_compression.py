@@ -1,14 +1,15 @@
-"""Tests for workbench.compression: budgets, retrieval, Chinese, edge cases, model-based strategies, KV reuse."""
+"""Tests for workbench.techniques.compression: budgets, retrieval, Chinese, edge cases, model-based strategies, KV reuse."""
 
 import math
 
 import pytest
 
-from workbench import compression as C
-from workbench import models, retrieval
+from workbench.techniques import compression as C
+from workbench.measure import models
+from workbench.techniques import retrieval
 from workbench.errors import ParameterError
-from workbench.generation import GenerationSettings
-from workbench.tasks import haystack as tasks
+from workbench.measure.generation import GenerationSettings
+from workbench.inputs import haystack as tasks
 
 NO_MODEL = ("head", "tail", "head_tail", "bm25", "dense")
 

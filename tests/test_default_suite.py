@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from workbench import notebooks
+from workbench.run import notebooks
 
 
 def suite_config(stem: str):
@@ -89,7 +89,7 @@ def test_engine_tuning_repeats_tell_1_1x_from_1x():
 def test_temperature_greedy_answers_mostly_end_before_the_cap(loaded):
     """The suite's temperature prompts, greedy (temperature 0) in one batch: under half are cut by
     ``max_new_tokens`` (reports and Chinese questions at 12-24 tokens were cut 88-94% of the time)."""
-    from workbench.generation import generate_measured
+    from workbench.measure.generation import generate_measured
 
     cfg = suite_config("03_temperature")
     greedy = [p for p in cfg.grid() if p["temperature"] == 0]

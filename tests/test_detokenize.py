@@ -1,9 +1,9 @@
-"""Tests for workbench.detokenize: incremental detokenising and display granularity."""
+"""Tests for workbench.measure.detokenize: incremental detokenising and display granularity."""
 
 import pytest
 import torch
 
-from workbench.detokenize import DisplayBuffer, Granularity, IncrementalDetokenizer, StreamTap
+from workbench.measure.detokenize import DisplayBuffer, Granularity, IncrementalDetokenizer, StreamTap
 from workbench.errors import ParameterError
 
 
@@ -105,7 +105,7 @@ def test_stream_cut_inside_a_character_matches_the_record_text(loaded):
 
 @pytest.mark.model
 def test_first_text_index_waits_for_a_whole_character(loaded):
-    from workbench.detokenize import first_text_index
+    from workbench.measure.detokenize import first_text_index
 
     tok = loaded.tokenizer
     ids = tok.encode("长城", add_special_tokens=False)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import resident_bytes
 
-from workbench import device
+from workbench.measure import device
 
 
 def test_probe_device_cpu_is_positive():

@@ -1,4 +1,4 @@
-"""Sweeps on Ray (workbench.distributed): same points as locally, worker death, resume, bad input, devices apart,
+"""Sweeps on Ray (workbench.run.distributed): same points as locally, worker death, resume, bad input, devices apart,
 drift per worker, figures split by device and invalid points crossed out.
 
 The Ray tests share one local cluster (2 CPUs, no dashboard) for the module and its workers (actors are reused
@@ -20,8 +20,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import cli, distributed, results
-from workbench.results import PointResult
+from workbench.run import point_result
+from workbench import cli
+from workbench.run import distributed, results
+from workbench.run.point_result import PointResult
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(batch_sizes=[1, 2], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0, device="cpu",
@@ -33,8 +35,8 @@ PID = "batch_size/prompt_tokens=32,batch_size={}".format
 
 
 def test_ray_is_not_imported_without_ray():
-    code = ("import sys, workbench.cli, workbench.sweeps, workbench.report, workbench.distributed, "
-            "workbench.energy, workbench.experiments.batch_size; "
+    code = ("import sys, workbench.cli, workbench.run.sweeps, workbench.share.report, workbench.run.distributed, "
+            "workbench.measure.energy, workbench.experiments.batch_size; "
             "workbench.cli.build_parser().parse_args(['run', 'quick']); assert 'ray' not in sys.modules, 'ray'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=300)
 
@@ -61,7 +63,7 @@ def test_gpu_suite_on_a_cluster_without_gpus(monkeypatch, capsys, tmp_path):
 
 
 def test_report_keeps_device_types_apart():
-    from workbench import report
+    from workbench.share import report
 
     run = results.create_run("devices")
     for i, dev in enumerate(["CPU-A", "GPU-B", "GPU-B"]):
@@ -104,7 +106,7 @@ class FakeExecutor:
 
 
 def test_drift_on_a_ray_worker_marks_its_points_invalid():
-    from workbench import sweeps
+    from workbench.run import sweeps
 
     def measure(p):
         return PointResult(requests=[{"request_id": 0, "repeat": 0, "ttft_s": 0.1, "e2e_s": 0.2, "tpot_s": 0.01,
@@ -195,7 +197,7 @@ class _FakeRay:
 
 def test_each_ray_worker_measures_its_drift_around_its_points(monkeypatch):
     pytest.importorskip("ray")   # ray.exceptions only: no cluster starts
-    from workbench import sweeps
+    from workbench.run import sweeps
     from workbench.experiments import batch_size
 
     def measure(p):
@@ -273,7 +275,7 @@ def test_a_worker_runs_measure_point_of_the_module_it_is_given_with_its_own_stat
     assert isinstance(second, PointResult) and first.requests[0]["node"] == "n1"
     assert first.device["bandwidth_bytes_per_s"] == 3e10 and first.device["device_name"] == "CPU"
     assert "peak_memory_method" in first.device and "others_cpu_load" in first.contamination
-    _, row = results.point_rows(first, {"device": "driver-device", "node": "driver"},
+    _, row = point_result.point_rows(first, {"device": "driver-device", "node": "driver"},
                                 info=None, env={"bandwidth_bytes_per_s": 1.0})
     assert row["node"] == "n1" and row["device"] == "cpu"   # the worker's placement wins over the driver's
 
@@ -309,7 +311,7 @@ def _two_device_points() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_every_figure_of_a_two_device_run_is_split_by_device():
-    from workbench import report
+    from workbench.share import report
     from workbench.experiments import batch_size, context_length
 
     pts, req = _two_device_points()
@@ -367,7 +369,7 @@ def ray_cluster():
 
 
 def _sweep(run, cfg, loaded, resume=False, drift=False):
-    from workbench import sweeps
+    from workbench.run import sweeps
     from workbench.experiments import batch_size
 
     return sweeps.run_sweep(run, "batch_size", cfg.grid(), lambda p: batch_size.measure_point(loaded, cfg, p, {}),

@@ -1,10 +1,11 @@
-"""The drift reference (:mod:`workbench.drift`): reuse between sweeps, its verdict (fakes, no model)."""
+"""The drift reference (:mod:`workbench.run.drift`): reuse between sweeps, its verdict (fakes, no model)."""
 import gc
 from types import SimpleNamespace
 
 import pytest
 
-from workbench import drift, models, results
+from workbench.run import drift, results
+from workbench.measure import models
 
 
 def test_back_to_back_sweeps_share_the_reference_between_them(monkeypatch):
@@ -18,7 +19,7 @@ def test_back_to_back_sweeps_share_the_reference_between_them(monkeypatch):
 
     monkeypatch.setattr(drift, "generate_measured", fake_generate)
     monkeypatch.setattr(drift, "warm_up", lambda *a, **k: calls.__setitem__("warm", calls["warm"] + 1))
-    monkeypatch.setattr("workbench.prompts.build_batch", lambda tok, b, n: ["x"])
+    monkeypatch.setattr("workbench.inputs.prompts.build_batch", lambda tok, b, n: ["x"])
     before = len(drift._LAST_REFERENCE)
     fake = models.LoadedModel(model=None, tokenizer=None, info=None)
     assert drift.reference_tpot_s(fake, drift.REFERENCE_REUSE_S) == 0.1   # first: warm-up, fastest of 3 runs
@@ -84,7 +85,7 @@ def test_the_start_reference_carries_when_it_was_measured(monkeypatch):
     monkeypatch.setattr(drift, "generate_measured",
                         lambda loaded, prompts, settings: SimpleNamespace(records=[{"tpot_s": 0.1}]))
     monkeypatch.setattr(drift, "warm_up", lambda *a, **k: None)
-    monkeypatch.setattr("workbench.prompts.build_batch", lambda tok, b, n: ["x"])
+    monkeypatch.setattr("workbench.inputs.prompts.build_batch", lambda tok, b, n: ["x"])
     fake = models.LoadedModel(model=None, tokenizer=None, info=None)
     first = drift.start(fake)
     again = drift.start(fake)

@@ -6,7 +6,7 @@ import types
 import pandas as pd
 import pytest
 
-from workbench import energy
+from workbench.measure import energy
 
 
 class FakeNVML:
@@ -56,7 +56,7 @@ def test_missing_nvml_library_gives_reason(monkeypatch):
 
 
 def test_energy_per_token_over_timed_repeats_only(monkeypatch):
-    monkeypatch.setattr("workbench.device.synchronize", lambda device_type: None)
+    monkeypatch.setattr("workbench.measure.device.synchronize", lambda device_type: None)
     # reads: probe at construction (+999 J, ignored), then per timed repeat begin/end pairs;
     # warm-up energy happens between repeats (not read) and must not count.
     nvml = FakeNVML([999_000, 0, 2_000, 50_000, 3_000])
@@ -79,9 +79,9 @@ def test_energy_per_token_over_timed_repeats_only(monkeypatch):
 @pytest.mark.model
 def test_measure_generation_reads_energy_around_timed_repeats(loaded, monkeypatch):
     """Warm-up runs are outside the meter: with 2 warm-ups and 2 timed repeats, 2 begin/end pairs are read."""
-    from workbench import sweeps
-    from workbench.generation import GenerationSettings
-    from workbench.prompts import build_batch
+    from workbench.run import sweeps
+    from workbench.measure.generation import GenerationSettings
+    from workbench.inputs.prompts import build_batch
 
     calls = []
 
@@ -109,7 +109,7 @@ def test_measure_generation_reads_energy_around_timed_repeats(loaded, monkeypatc
 
 @pytest.mark.model
 def test_sweep_rows_have_empty_energy_and_manifest_reason_on_cpu(loaded, tmp_path):
-    from workbench import results, sweeps
+    from workbench.run import results, sweeps
     from workbench.experiments import batch_size
 
     cfg = batch_size.Config(batch_sizes=[1], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0,

@@ -1,4 +1,4 @@
-"""The rules of what a finding may claim (workbench/evidence.py), and the coverage of the intervals shown."""
+"""The rules of what a finding may claim (workbench/stats/evidence.py), and the coverage of the intervals shown."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import evidence, metrics
+from workbench.stats import evidence, metrics
 
 # the repeat counts the suites use (suites/*.yaml: 1 gives no interval, 2 default, 3 and 5 on GPU)
 SUITE_REPEATS = (2, 3, 5)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench import ParameterError, results, sweeps
+from workbench import ParameterError
+from workbench.run import results, sweeps
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = ["sweep", "01_batch_size", "-p", "batch_sizes", "[1, 2, 4, 8]", "-p", "prompt_tokens", "[64]",

@@ -6,7 +6,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from workbench import ParameterError
-from workbench.generation import GenerationSettings, TokenTimer, generate_measured, stream_generate
+from workbench.measure.generation import GenerationSettings, TokenTimer, generate_measured, stream_generate
 
 pytestmark = pytest.mark.model
 
@@ -175,7 +175,7 @@ def test_templating_time_is_in_ttft_not_in_prefill(loaded, monkeypatch):
     """A chat template that sleeps 0.2 s shows in ttft_s (clock starts before templating), not in prefill_s."""
     import time as _time
 
-    from workbench.generation import GenerationSettings, generate_measured
+    from workbench.measure.generation import GenerationSettings, generate_measured
 
     settings = GenerationSettings(max_new_tokens=3, ignore_eos=True)
     base = generate_measured(loaded, ["Say hi."], settings).records[0]
@@ -196,7 +196,7 @@ def test_templating_time_is_in_ttft_not_in_prefill(loaded, monkeypatch):
 @pytest.mark.model
 def test_stamps_match_generated_ids_and_gaps_fit_in_the_wall_time(loaded):
     """One stamp per generated id; the gaps lie within the batch's wall time after prefill."""
-    from workbench.generation import GenerationSettings, generate_measured
+    from workbench.measure.generation import GenerationSettings, generate_measured
 
     res = generate_measured(loaded, ["Count to ten.", "Name a colour."], GenerationSettings(max_new_tokens=6))
     for rec in res.records:
@@ -210,7 +210,7 @@ def test_eos_ids_are_the_union_of_config_tokenizer_and_end_of_turn():
     """Configs that disagree still stop: generation config, tokenizer and chat-template end-of-turn ids."""
     from types import SimpleNamespace
 
-    from workbench.generation import eos_token_ids
+    from workbench.measure.generation import eos_token_ids
 
     vocab = {"<unk>": 0, "<|im_end|>": 7, "<|eot_id|>": 9}          # a tokenizer's one-token lookups: an unknown
     names = {i: t for t, i in vocab.items()}                         # token maps to the unknown-token id
@@ -225,7 +225,7 @@ def test_eos_ids_are_the_union_of_config_tokenizer_and_end_of_turn():
 @pytest.mark.model
 def test_closing_a_stream_stops_its_generation(loaded):
     """An abandoned stream does not keep decoding in its thread (and frees the model for the next call)."""
-    from workbench.generation import GenerationSettings, generate_measured, model_lock, stream_generate
+    from workbench.measure.generation import GenerationSettings, generate_measured, model_lock, stream_generate
 
     steps = []
     stream = stream_generate(loaded, "Write a long story about a lighthouse.",
@@ -245,7 +245,7 @@ def test_measured_generate_calls_on_one_model_are_serialised():
     """The model lock is re-entrant for its holder, exclusive for other threads, and per model."""
     import threading
 
-    from workbench.generation import model_lock
+    from workbench.measure.generation import model_lock
 
     class M:
         pass
@@ -280,7 +280,7 @@ def test_real_batch_row_with_early_eos_stops_counting_while_padding_follows(load
     tok = loaded.tokenizer
     short = tok("Paris", add_special_tokens=False)["input_ids"]
     prompts = ["Name a city.", "Describe the sea in a long sentence."]
-    from workbench.generation import encode_prompts
+    from workbench.measure.generation import encode_prompts
 
     width = encode_prompts(tok, prompts)["input_ids"].shape[1]
     s = GenerationSettings(max_new_tokens=8, min_new_tokens=0)
@@ -296,7 +296,7 @@ def test_real_batch_row_with_early_eos_stops_counting_while_padding_follows(load
 
 def test_timers_synchronise_cuda_and_mps_before_reading_the_clock(monkeypatch):
     """Apple MPS is asynchronous like CUDA: the timers wait for it (the old timers synchronised CUDA only)."""
-    from workbench import device, generation
+    from workbench.measure import device, generation
 
     calls = []
     monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))

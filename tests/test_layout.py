@@ -109,10 +109,10 @@ def test_each_formula_has_one_home(pattern, home):
 
 
 def test_committed_notebooks_equal_their_sources():
-    from workbench import notebooks
+    from workbench.run import notebooks
 
     assert notebooks.sources(), "no notebook sources found"
-    assert notebooks.out_of_sync() == [], "run: python -m workbench.notebooks"
+    assert notebooks.out_of_sync() == [], "run: python -m workbench.run.notebooks"
     for src in notebooks.sources():
         assert src.with_suffix(".ipynb").exists()
     assert not list(notebooks.NOTEBOOKS_DIR.glob("_build_*.py")), "notebook builders replaced by jupytext sources"
@@ -287,7 +287,7 @@ def test_the_command_line_and_the_experiments_import_without_torch():
     import subprocess
     import sys
 
-    code = ("import importlib, pkgutil, sys, workbench.cli, workbench.notebooks, workbench.report, "
+    code = ("import importlib, pkgutil, sys, workbench.cli, workbench.run.notebooks, workbench.share.report, "
             "workbench.experiments as E\n"
             "for m in pkgutil.iter_modules(E.__path__): importlib.import_module('workbench.experiments.' + m.name)\n"
             "workbench.cli.build_parser().parse_args(['run', 'quick'])\n"

@@ -1,13 +1,13 @@
-"""Tests for workbench.long_form: outlines, sections and the long-output strategies (a fake generator)."""
+"""Tests for workbench.techniques.long_form: outlines, sections and the long-output strategies (a fake generator)."""
 
 import time
 
 import pytest
 
-from workbench import quality
+from workbench.measure import quality
 from workbench.errors import ParameterError
-from workbench.generation import BatchResult
-from workbench.long_form import LongOutputPlan, parse_outline, run_long_output, split_sections, token_stamps
+from workbench.measure.generation import BatchResult
+from workbench.techniques.long_form import LongOutputPlan, parse_outline, run_long_output, split_sections, token_stamps
 
 # ------------------------------------------------------------------ outlines and quality proxies
 
@@ -134,7 +134,7 @@ def test_token_stamps_rebuild_the_clock_of_each_token():
 @pytest.mark.parametrize("strategy", ["one_shot", "outline_batch", "outline_sequential"])
 def test_long_output_rows_name_their_quantities_on_the_model(loaded, strategy):
     """Issue 11 fault 3: multi-request quantities get their own names; itl_s only where it is one request's."""
-    from workbench.generation import generate_measured
+    from workbench.measure.generation import generate_measured
 
     calls = []
 

@@ -4,11 +4,11 @@ import json
 import numpy as np
 import pytest
 
-from workbench import memory, models
+from workbench.measure import memory, models
 
 
 def _default_info(dtype: str) -> models.ModelInfo:
-    """The real :class:`~workbench.models.ModelInfo` of the embedded SmolLM2-135M, its shape read from the shipped
+    """The real :class:`~workbench.measure.models.ModelInfo` of the embedded SmolLM2-135M, its shape read from the shipped
     ``config.json`` (no weights loaded), in ``dtype``."""
     cfg = json.loads((models.default_model_dir() / "config.json").read_text())
     return models.ModelInfo(
@@ -68,7 +68,7 @@ def test_kv_bytes_from_the_config_equal_the_cache_generate_allocates(loaded):
     """Computed KV bytes equal the bytes of the key/value tensors of the cache generate returns."""
     import torch
 
-    from workbench.generation import encode_prompts
+    from workbench.measure.generation import encode_prompts
 
     enc = encode_prompts(loaded.tokenizer, ["Hello there, how are you?", "Hi"])
     with torch.inference_mode():

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import metrics
+from workbench.measure import contention
+from workbench.stats import metrics
 
 
 def _requests():
@@ -55,8 +56,8 @@ def test_repeat_ci_is_a_t_interval_over_repeat_medians_and_needs_two_repeats():
 
 
 def test_verdict_marks_loaded_points_invalid():
-    assert metrics.verdict({"others_cpu_load": 0.02, "steal_frac": 0.0}) == {"valid": True, "invalid_reason": ""}
-    bad = metrics.verdict({"others_cpu_load": 0.9, "steal_frac": 0.0})
+    assert contention.verdict({"others_cpu_load": 0.02, "steal_frac": 0.0}) == {"valid": True, "invalid_reason": ""}
+    bad = contention.verdict({"others_cpu_load": 0.9, "steal_frac": 0.0})
     assert bad["valid"] is False and "0.90 CPU cores" in bad["invalid_reason"]
 
 
@@ -68,14 +69,14 @@ def test_a_window_too_short_for_the_tick_counts_draws_no_verdict(monkeypatch):
 
     ticks = iter([(100, 0), (105, 0)])
     monkeypatch.setattr(metrics, "_cpu_jiffies", lambda: next(ticks))
-    short = metrics.LoadMonitor().stop()
+    short = contention.LoadMonitor().stop()
     assert math.isnan(short["others_cpu_load"]) and math.isnan(short["steal_frac"])
-    assert metrics.verdict(short)["valid"]
+    assert contention.verdict(short)["valid"]
     ticks = iter([(100, 0), (160, 0)])
-    monitor = metrics.LoadMonitor()
-    time.sleep(metrics.MIN_LOAD_WINDOW_S)
+    monitor = contention.LoadMonitor()
+    time.sleep(contention.MIN_LOAD_WINDOW_S)
     loaded = monitor.stop()
-    assert loaded["others_cpu_load"] > metrics.OTHERS_LOAD_LIMIT and not metrics.verdict(loaded)["valid"]
+    assert loaded["others_cpu_load"] > contention.OTHERS_LOAD_LIMIT and not contention.verdict(loaded)["valid"]
 
 
 def test_throughput_and_goodput_by_hand():

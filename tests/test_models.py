@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import models
+from workbench.measure import models
 
 
 def test_two_processes_converting_the_default_model_at_once_both_end_with_the_published_folder(tmp_path, monkeypatch):
@@ -82,7 +82,7 @@ def test_a_cache_file_is_never_seen_torn_or_empty_by_a_concurrent_reader(tmp_pat
 def test_the_tests_calibrate_in_their_own_cache_and_share_the_converted_models():
     """A roofline calibration fitted under the test workers' load never becomes the user's (their next
     `make run` would refit it); the converted default model is the user's own folder, not a second copy."""
-    from workbench import roofline
+    from workbench.predict import roofline
 
     root = models.cache_root()
     assert root.name == "tests" and (root / "models").resolve() == (root.parent / "models").resolve()

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench import ParameterError, notebooks
+from workbench import ParameterError
+from workbench.run import notebooks
 
 NB = Path(__file__).resolve().parents[1] / "notebooks" / "01_batch_size.ipynb"
 
@@ -90,7 +91,7 @@ def test_notebooks_of_one_run_share_a_kernel_but_no_variables(tmp_path):
 
     import papermill as pm
 
-    from workbench import notebooks
+    from workbench.run import notebooks
 
     record = ("import json, os, sys\n"
               "seen = 'leak' in globals()\n"

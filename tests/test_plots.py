@@ -2,7 +2,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench import evidence, plots
+from workbench.stats import evidence
+from workbench.share import plots
 
 
 def _two_panel(names):

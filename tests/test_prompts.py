@@ -3,8 +3,9 @@ import math
 
 import pytest
 
-from workbench import ParameterError, prompts
-from workbench.generation import count_prompt_tokens
+from workbench import ParameterError
+from workbench.inputs import prompts
+from workbench.measure.generation import count_prompt_tokens
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_random_batch_is_templated_inside_the_clock(loaded, monkeypatch):
     (0.2 s) shows in TTFT. Built eagerly (build_batch_ids), the template ran before the clock started."""
     import time
 
-    from workbench.generation import GenerationSettings, generate_measured
+    from workbench.measure.generation import GenerationSettings, generate_measured
 
     tok = loaded.tokenizer
     batch = prompts.random_batch(tok, 2, 60, seed=3)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import quality
+from workbench.measure import quality
 
 
 def test_units_words_and_cjk_characters():
@@ -115,7 +115,7 @@ def test_perplexity_uniform_model_is_vocab_size():
 
 @pytest.mark.model
 def test_perplexity_of_greedy_text_is_low(loaded):
-    from workbench.generation import GenerationSettings, encode_prompts, generate_measured
+    from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured
 
     rec = generate_measured(loaded, ["Name three colours."], GenerationSettings(max_new_tokens=8)).records[0]
     ids = encode_prompts(loaded.tokenizer, ["Name three colours."])["input_ids"][0].tolist()
@@ -183,7 +183,7 @@ def test_continuation_logprobs_batched_equals_alone_and_prefix_cache(loaded):
     k = len(ctx[0]) - 2
     cache = DynamicCache()
     with torch.inference_mode():
-        from workbench.generation import cache_kwarg
+        from workbench.measure.generation import cache_kwarg
 
         loaded.model(input_ids=torch.tensor([ctx[0][:k]]), use_cache=True, **{cache_kwarg(loaded.model): cache})
     cached = quality.continuation_logprobs(loaded, [ctx[0]], [cont[0]], past_key_values=cache, prefix_len=k)[0]

@@ -1,10 +1,10 @@
-"""Tests for workbench.reading: reader metrics from display updates (English, Chinese), per granularity."""
+"""Tests for workbench.measure.reading: reader metrics from display updates (English, Chinese), per granularity."""
 
 import math
 
 import pytest
 
-from workbench import reading
+from workbench.measure import reading
 
 
 def test_first_word_and_sentence_english():

@@ -3,7 +3,9 @@ import json
 
 import pandas as pd
 
-from workbench import metrics, report, results
+from workbench.stats import metrics
+from workbench.share import report
+from workbench.run import results
 from workbench.experiments import explorer
 
 
@@ -143,7 +145,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised(tmp_path):
 
 
 def test_findings_show_their_evidence_and_link_to_the_points_they_rest_on():
-    from workbench import evidence
+    from workbench.stats import evidence
 
     run = make_run([fake_point(batch_size=1), fake_point(ttfts=(0.2, 0.2), wall_s=2.0, batch_size=2)])
     points = results.read_points(run)

@@ -3,7 +3,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from workbench import ParameterError, results
+from workbench import ParameterError
+from workbench.run import results
 
 
 def test_run_ids_unique_sortable_and_labels_checked(monkeypatch):

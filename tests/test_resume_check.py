@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from workbench import cli, results, resume_check, sweeps
+from workbench import cli
+from workbench.run import results, resume_check, sweeps
 from workbench.errors import ParameterError
-from workbench.results import PointResult
+from workbench.run.point_result import PointResult
 
 REPO = Path(__file__).resolve().parents[1]
 

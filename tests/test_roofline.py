@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from workbench import predictions, roofline
+from workbench.predict import predictions, roofline
 
 TINY = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
         "head_dim": 4, "num_hidden_layers": 2, "intermediate_size": 16, "vocab_size": 10,
@@ -173,7 +173,7 @@ def no_weights(monkeypatch):
     """Any attempt to load weights fails the test."""
     import transformers
 
-    from workbench import models
+    from workbench.measure import models
 
     def boom(*a, **k):
         raise AssertionError("weights were loaded")
@@ -194,7 +194,8 @@ def test_plan_runs_without_loading_weights(no_weights, capsys, monkeypatch, tmp_
 
 
 def test_dry_run_on_sweep_measures_nothing(no_weights, capsys, monkeypatch):
-    from workbench import cli, roofline as rl
+    from workbench import cli
+    from workbench.predict import roofline as rl
 
     real = rl.Predictor.for_model
     monkeypatch.setattr(rl.Predictor, "for_model", classmethod(lambda cls, *a, **k: real(*a, **{**k, "probe": False})))
@@ -206,7 +207,7 @@ def test_dry_run_on_sweep_measures_nothing(no_weights, capsys, monkeypatch):
 def test_plan_entries_estimate_wall_time_from_predictions():
     s = roofline.ModelShape.from_config(TINY)
     pred = roofline.Predictor(s, roofline.Device(1e9, 1e10, 1), roofline.Calibration(step_overhead_s=0.01))
-    from workbench import notebooks
+    from workbench.run import notebooks
 
     plan = predictions.plan_entries([{"notebook": str(notebooks.NOTEBOOKS_DIR / "01_batch_size.ipynb"),
                                       "parameters": {"batch_sizes": [1, 2], "prompt_tokens": [64], "repeats": 2}}],
@@ -221,7 +222,8 @@ def test_report_shows_the_residual_table_of_a_run_with_predictions():
     import sys
     from pathlib import Path
 
-    from workbench import report, results
+    from workbench.share import report
+    from workbench.run import results
 
     sys.path.insert(0, str(Path(__file__).parent))
     from test_report import fake_point, make_run
@@ -252,7 +254,7 @@ def test_predict_rows_uses_the_cached_calibration_or_nothing(tmp_path, monkeypat
     rows = pd.DataFrame({"model": ["default"] * 2, "device": ["cpu"] * 2, "dtype": ["float32"] * 2,
                          "batch_size": [1, 4], "prompt_tokens": [64, 64], "output_tokens": [16, 16]})
     assert predictions.predict_rows(rows)["predicted_tpot_s"].isna().all()  # no calibration: no prediction
-    from workbench import models
+    from workbench.measure import models
 
     path = roofline.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", roofline._threads())
     dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
@@ -270,7 +272,7 @@ def calibrated(tmp_path, monkeypatch):
     import dataclasses
     import json
 
-    from workbench import models
+    from workbench.measure import models
 
     _private_cache(monkeypatch, tmp_path)
     path = roofline.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", roofline._threads())
@@ -305,7 +307,7 @@ def test_rows_recording_the_default_models_display_name_find_its_folder():
     points of every experiment depend on finding the model folder from it."""
     from pathlib import Path
 
-    from workbench import models
+    from workbench.measure import models
 
     folder = models.resolve_model_path("default")
     name = "-".join(Path(folder).name.split("-")[:-1])
@@ -316,7 +318,7 @@ def test_rows_recording_the_default_models_display_name_find_its_folder():
 def test_rows_with_a_model_path_find_their_calibration_whatever_the_display_name(calibrated):
     """New rows record ``model_path`` beside the display name; the path wins, so a model whose display name
     resolves to nothing (any model not the embedded default) still gets its prediction."""
-    from workbench import models
+    from workbench.measure import models
 
     row = {"model": "renamed-model", "device": "cpu", "dtype": "float32", "batch_size": 1, "prompt_tokens": 64,
            "output_tokens": 16}

@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-from workbench import report, results
+from workbench.share import report
+from workbench.run import results
 
 _HOLDER = textwrap.dedent('''
     import sys

@@ -6,8 +6,12 @@ import pandas as pd
 import pytest
 from conftest import fake_references, resident_bytes
 
-from workbench import ParameterError, device, drift, metrics, results, sweeps
-from workbench.results import PointResult
+from workbench.measure import contention
+from workbench import ParameterError
+from workbench.measure import device
+from workbench.run import drift, results, sweeps
+from workbench.stats import metrics
+from workbench.run.point_result import PointResult
 
 
 def test_expand_grid_order():
@@ -69,11 +73,11 @@ def test_a_busy_process_during_a_point_marks_it_invalid_and_a_quiet_point_stays_
 
     import time
 
-    from workbench import metrics
+    from workbench.stats import metrics
 
-    probe = metrics.LoadMonitor()
+    probe = contention.LoadMonitor()
     time.sleep(0.5)
-    if probe.stop()["others_cpu_load"] > metrics.OTHERS_LOAD_LIMIT / 2:
+    if probe.stop()["others_cpu_load"] > contention.OTHERS_LOAD_LIMIT / 2:
         pytest.skip("other processes are loading this machine now: a quiet point cannot be shown quiet")
     run = results.create_run()
     quiet = sweeps.run_sweep(run, "quiet", sweeps.expand_grid(batch_size=[1]), _sleep_measure(1.0))

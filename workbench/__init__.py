@@ -5,7 +5,7 @@ The package on one screen (DESIGN.md section 2). Experiments sit on top and neve
 everything below them is a plain library module with one concern, and each formula has one home.
 
 Experiments (:mod:`workbench.experiments`), one per numbered notebook, each with
-``measure_point(loaded, cfg, point, state) -> results.PointResult`` and ``run(cfg, run_dir, loaded)``:
+``measure_point(loaded, cfg, point, state) -> point_result.PointResult`` and ``run(cfg, run_dir, loaded)``:
     explorer (notebook 00), batch_size, context_length, temperature, streaming_anatomy, reasoning_budget,
     context_compression, long_output, serving_load, engine_tuning, streaming_reader.
 
@@ -49,4 +49,5 @@ if _os.environ["HF_HUB_OFFLINE"].strip().upper() in ("1", "ON", "YES", "TRUE") \
         and "huggingface_hub.constants" in _sys.modules:
     _sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
 
-from .errors import ParameterError  # noqa: F401
+from workbench.run import point_result
+from workbench.errors import ParameterError  # noqa: F401

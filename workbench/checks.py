@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
-from .errors import ParameterError
+from workbench.errors import ParameterError
 
 
 def _range_text(lo, hi, lo_open: bool = False) -> str:

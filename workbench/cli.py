@@ -12,7 +12,7 @@ Parameter values are data: ``-f`` files and ``-p`` values are parsed as YAML
 notebook's parameters are validated before any kernel starts or model loads;
 a bad one prints ``error: <one line>`` and exits with status 2. A resumed run whose model, device, dtype,
 package versions or any notebook's effective config (defaults included) differ from the run's is refused the same
-way, naming each difference, unless ``--allow-changed`` (:mod:`workbench.resume_check`).
+way, naming each difference, unless ``--allow-changed`` (:mod:`workbench.run.resume_check`).
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import ParameterError
+from workbench.errors import ParameterError
 
 
 def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dict:
     """Parameters from ``-f`` YAML files, then ``-p NAME VALUE`` pairs (later wins), parsed as YAML 1.2 data."""
     import yaml
 
-    from .notebooks import load_yaml
+    from workbench.run.notebooks import load_yaml
 
     params: dict = {}
     for f in files or []:
@@ -57,9 +57,9 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
 
 
 def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
-    """Execute validated notebook entries into the run, all in one kernel (:func:`workbench.notebooks.one_kernel`);
+    """Execute validated notebook entries into the run, all in one kernel (:func:`workbench.run.notebooks.one_kernel`);
     return the names that failed."""
-    from . import notebooks
+    from workbench.run import notebooks
 
     failed = []
     with notebooks.one_kernel():  # one kernel for the run: imports, model, probe and drift reference paid once
@@ -70,7 +70,7 @@ def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
 
 def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bool, failed: list[str]) -> None:
     """Execute the ``i``-th notebook entry into the run, recording its status; a failure is appended to ``failed``."""
-    from . import notebooks, results
+    from workbench.run import notebooks, results
 
     name = Path(e["notebook"]).stem
     print(f"== [{i}/{len(entries)}] {name}", flush=True)
@@ -108,7 +108,7 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
     on disk, so a notebook given no parameters takes the recorded ones and a
     notebook given others is an error.
     """
-    from . import results
+    from workbench.run import results
 
     if not (Path(resume_dir) / "manifest.json").exists():
         raise ParameterError(f"--resume: {resume_dir!r} is not a run folder (no manifest.json)")
@@ -127,7 +127,7 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
 
 def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None,
                  allow_changed: bool = False) -> int:
-    from . import notebooks, results, resume_check
+    from workbench.run import notebooks, results, resume_check
 
     if resume_dir:
         _resume_parameters(entries, resume_dir)
@@ -139,7 +139,7 @@ def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite:
         if changed:
             print(f"--allow-changed: measuring again under new ids what changed: {'; '.join(changed)}", flush=True)
     if allow_changed:
-        os.environ[resume_check.ALLOW_ENV] = "1"  # inherited by the kernels (workbench.sweeps.run_sweep)
+        os.environ[resume_check.ALLOW_ENV] = "1"  # inherited by the kernels (workbench.run.sweeps.run_sweep)
     try:
         run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
         owner = results.lock_run(run_dir)   # one writer per run folder; a second resume is refused here
@@ -152,7 +152,8 @@ def _run_entries(entries: list[dict], resume_dir: str | None, label: str, suite:
 
 
 def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | None, owner: dict) -> int:
-    from . import report, results, resume_check
+    from workbench.share import report
+    from workbench.run import results, resume_check
 
     recorded_suite = results.read_manifest(run_dir).get("suite") if resume else None
     if resume and suite and recorded_suite and Path(recorded_suite).resolve() != Path(suite).resolve():
@@ -187,7 +188,7 @@ def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | N
 
 def _mark_interrupted(run_dir: Path) -> None:
     """Best effort: the manifest says ``interrupted`` (it may itself be unwritable when the disk is full)."""
-    from . import results
+    from workbench.run import results
 
     try:
         results.update_manifest(run_dir, status="interrupted")
@@ -199,7 +200,7 @@ def _rerun_invalid_entries(run_dir: str) -> list[dict]:
     """The notebooks a run recorded, with their recorded parameters (``--rerun-invalid``)."""
     import os
 
-    from . import notebooks, results
+    from workbench.run import notebooks, results
 
     if not (Path(run_dir) / "manifest.json").exists():
         raise ParameterError(f"--rerun-invalid: {run_dir!r} is not a run folder (no manifest.json)")
@@ -214,7 +215,7 @@ def _rerun_invalid_entries(run_dir: str) -> list[dict]:
 
 
 def cmd_run(args) -> int:
-    from . import notebooks
+    from workbench.run import notebooks
 
     if args.rerun_invalid:
         return _run_entries(_rerun_invalid_entries(args.rerun_invalid), args.rerun_invalid, args.label)
@@ -222,7 +223,7 @@ def cmd_run(args) -> int:
     if getattr(args, "dry_run", False):
         return _print_plan(suite["notebooks"])
     if getattr(args, "ray", None):  # connect, check the suite fits the cluster; kernels inherit $WORKBENCH_RAY
-        from .distributed import prepare
+        from workbench.run.distributed import prepare
 
         prepare(args.ray, suite["notebooks"])
     return _run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"],
@@ -230,7 +231,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from . import notebooks
+    from workbench.run import notebooks
 
     nb = Path(args.notebook)
     for candidate in (notebooks.NOTEBOOKS_DIR / nb, notebooks.NOTEBOOKS_DIR / f"{nb}.ipynb"):
@@ -243,7 +244,7 @@ def cmd_sweep(args) -> int:
     if getattr(args, "dry_run", False):
         return _print_plan([{"notebook": str(nb.resolve()), "parameters": params}])
     if getattr(args, "ray", None):
-        from .distributed import prepare
+        from workbench.run.distributed import prepare
 
         prepare(args.ray, [{"notebook": str(nb), "parameters": params}])
     return _run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label,
@@ -251,9 +252,9 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from . import report
+    from workbench.share import report
 
-    from . import results
+    from workbench.run import results
 
     runs = [Path(r) for r in args.runs]
     seen: dict[Path, str] = {}
@@ -275,7 +276,8 @@ def cmd_report(args) -> int:
 def cmd_env(args) -> int:
     import torch
 
-    from . import device, models, results
+    from workbench.measure import device, models
+    from workbench.run import results
 
     dev = models.pick_device("auto")
     info = {
@@ -309,8 +311,10 @@ def cmd_env(args) -> int:
 
 def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False) -> int:
     """``workbench plan`` / ``--dry-run``: the points, their predicted cost and the estimated wall time
-    (:mod:`workbench.roofline`); nothing is measured and no weights load unless ``calibrate``."""
-    from . import models, notebooks, predictions, roofline
+    (:mod:`workbench.predict.roofline`); nothing is measured and no weights load unless ``calibrate``."""
+    from workbench.measure import models
+    from workbench.run import notebooks
+    from workbench.predict import predictions, roofline
 
     first = notebooks.validate_parameters(entries[0]["notebook"], entries[0]["parameters"]) if entries else {}
     spec, dev = first.get("model", "default"), models.pick_device(first.get("device", "auto"))
@@ -326,14 +330,14 @@ def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False
 
 
 def cmd_plan(args) -> int:
-    from . import notebooks
+    from workbench.run import notebooks
 
     suite = notebooks.load_suite(args.suite)
     return _print_plan(suite["notebooks"], probe=not args.no_probe, calibrate=args.calibrate)
 
 
 def cmd_serve(args) -> int:
-    from .serving.server import main as serve_main
+    from workbench.serving.server import main as serve_main
 
     serve_main(args.rest, prog="workbench serve")
     return 0
@@ -400,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "serve" and rest:
         build_parser().parse_args(argv)  # the usual error for unknown arguments
     args.rest = rest
-    from . import results
+    from workbench.run import results
 
     results.results_root()  # resolved once here; kernels inherit the absolute $WORKBENCH_RESULTS
     try:

@@ -6,7 +6,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench import compression, quality
+from workbench.techniques import compression
+from workbench.measure import quality
 from workbench.errors import ParameterError
 from workbench.experiments import context_compression as X
 
@@ -22,7 +23,7 @@ QUICK = {
 
 
 def test_answer_scores():
-    # scored by workbench.quality (SQuAD-normalised exact match, whole-word substring match)
+    # scored by workbench.measure.quality (SQuAD-normalised exact match, whole-word substring match)
     assert X.answer_scores("The passkey is 48213.", "48213") == {"substring_match": 1.0, "exact_match": 0.0}
     assert X.answer_scores(" 48213. ", "48213") == {"substring_match": 1.0, "exact_match": 1.0}
     assert X.answer_scores("It is 148213", "48213")["substring_match"] == 0.0
@@ -32,7 +33,7 @@ def test_answer_scores():
 
 def test_rouge_l_by_hand():
     # LCS("the cat sat", "the cat sat on the mat") = 3: P = 3/3, R = 3/6, F = 2PR/(P+R) = 2/3
-    # (the experiment's rouge_l column is workbench.quality.rouge_l against the uncompressed answer)
+    # (the experiment's rouge_l column is workbench.measure.quality.rouge_l against the uncompressed answer)
     assert quality.rouge_l("the cat sat", "the cat sat on the mat") == pytest.approx(2 / 3)
     # CJK characters are tokens: LCS(天气很好, 天气不好) = 3 of 4 -> F = 0.75
     assert quality.rouge_l("天气很好", "天气不好") == pytest.approx(0.75)
@@ -100,7 +101,7 @@ def test_config_validation_and_grid():
 
 @pytest.mark.notebook
 def test_notebook_runs_with_quick_parameters(tmp_path, monkeypatch, run_notebook):
-    from workbench import notebooks, results
+    from workbench.run import notebooks, results
 
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     run = results.create_run("nbtest")

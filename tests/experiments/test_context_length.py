@@ -127,7 +127,7 @@ def test_measure_point_random_ids(loaded):
 
 @pytest.mark.notebook
 def test_notebook_runs_and_writes_points_and_figures(tmp_path, run_notebook):
-    from workbench import notebooks, results
+    from workbench.run import notebooks, results
 
     params = {"context_tokens": [64, 128, 256], "batch_sizes": [1, 2], "max_new_tokens": 2, "repeats": 1}
     notebooks.validate_parameters(NB, params)

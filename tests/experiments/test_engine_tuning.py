@@ -10,7 +10,10 @@ import time
 import pytest
 from conftest import fake_references
 
-from workbench import ParameterError, models, quality, results
+from workbench.run import point_result
+from workbench import ParameterError
+from workbench.measure import models, quality
+from workbench.run import results
 from workbench.experiments import engine_tuning as et
 
 
@@ -211,7 +214,7 @@ def test_slo_is_checked_at_the_presets_percentile_where_the_sample_supports_it()
     """Issue 21: the check used p50 while the presets state p99 limits."""
     import pandas as pd
 
-    from workbench import slo
+    from workbench.stats import slo
 
     preset = slo.get("mlperf_server")  # TTFT 2 s, TPOT 200 ms at p99
     assert preset.percentile == 99
@@ -245,7 +248,8 @@ def test_measured_utilisation_counts_the_measured_models_bytes_and_peak():
     """Issue 21: MBU/MFU of bfloat16 points used the float32 model's bytes and float32's peaks (~2x off)."""
     from types import SimpleNamespace
 
-    from workbench import metrics, roofline
+    from workbench.stats import metrics
+    from workbench.predict import roofline
 
     def info(dtype, nbytes):
         return SimpleNamespace(device="cpu", dtype=dtype, weight_bytes=nbytes, num_non_embedding_params=1e8,
@@ -268,7 +272,8 @@ def test_adaptive_search_runs_with_a_drift_reference(monkeypatch):
     points valid. A fake measurement and a reference that doubles: every point of the search is invalid."""
     from types import SimpleNamespace
 
-    from workbench import roofline, sweeps
+    from workbench.predict import roofline
+    from workbench.run import sweeps
 
     cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
                     cache_implementations=["dynamic", "static"], search="adaptive", repeats=2, calibrate=False)
@@ -279,7 +284,7 @@ def test_adaptive_search_runs_with_a_drift_reference(monkeypatch):
         t = 1.0 if point["dtype"] == "float32" else 0.8
         reqs = [{"repeat": r, "batch_size": 1, "prompt_tokens": 128, "output_tokens": 16, "ttft_s": 0.1,
                  "prefill_s": 0.05, "tpot_s": (t - 0.1) / 15, "e2e_s": t, "itl_s": [0.05] * 15} for r in range(2)]
-        return results.PointResult(requests=reqs, wall_s=2 * t,
+        return point_result.PointResult(requests=reqs, wall_s=2 * t,
                                    extra={"config": et.config_name(point), "guard_passed": True, "guard_reason": "",
                                           "token_agreement": 1.0, "logprob_drift": 0.0, "first_divergence": 16})
 
@@ -297,7 +302,7 @@ def test_make_predictor_calibrates_each_swept_dtype(monkeypatch, tmp_path):
     """bfloat16 points are predicted from a bfloat16 calibration (its own FLOP/s and overheads), not float32's."""
     from types import SimpleNamespace
 
-    from workbench import roofline
+    from workbench.predict import roofline
 
     monkeypatch.setattr(roofline, "cache_path", lambda m, d, dtype, t: tmp_path / f"{dtype}.json")
     path = str(models.resolve_model_path("default"))
@@ -361,7 +366,7 @@ def test_quality_guard_flags_a_configuration_that_perturbs_logits():
 @pytest.mark.model
 def test_compile_time_is_recorded_apart_and_kept_out_of_the_timed_repeats(monkeypatch):
     """A compiled point's first (compiling) call is timed into compile_s; every timed repeat starts after it."""
-    from workbench import sweeps
+    from workbench.run import sweeps
 
     cfg = et.Config(device="cpu", dtypes=["float32"], attn_implementations=["sdpa"], cache_implementations=["static"],
                     compile=[True], prompt_tokens=[32], max_new_tokens=3, guard_prompts=1, guard_tokens=3,
@@ -408,7 +413,7 @@ def test_real_torch_compile_is_recorded_apart_and_kept_out_of_the_timed_repeats(
     compile_s, the timed repeats start after it and run the compiled graph (no recompilation, much faster)."""
     import torch
 
-    from workbench import sweeps
+    from workbench.run import sweeps
 
     cfg = et.Config(device="cpu", dtypes=["float32"], attn_implementations=["sdpa"], cache_implementations=["static"],
                     compile=[True], prompt_tokens=[32], max_new_tokens=2, guard_prompts=1, guard_tokens=2,

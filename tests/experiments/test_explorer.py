@@ -8,10 +8,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from workbench import metrics, results
+from workbench.run import point_result
+from workbench.stats import metrics
+from workbench.run import results
 from workbench.experiments import explorer
 from workbench.errors import ParameterError
-from workbench.generation import StreamEvent
+from workbench.measure.generation import StreamEvent
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -154,7 +156,7 @@ def test_saved_points_load_back_with_the_results_schema():
     run = ex.save()
     req = results.load(run)
     pts = results.load(run, table="points")
-    assert set(results.REQUEST_COLUMNS) <= set(req.columns)
+    assert set(point_result.REQUEST_COLUMNS) <= set(req.columns)
     assert len(req) == 1 + 2 + 2 and len(pts) == 3 and (pts["status"] == "ok").all()
     assert set(req["experiment"]) == {"explorer"} and set(req["model"]) == {"fake-model"}
     p2 = pts.set_index("batch_size").loc[2].iloc[0]
@@ -217,7 +219,7 @@ def test_explorer_notebook_headless_measures_once_and_saves(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     req, pts = results.read_requests(run), results.read_points(run)
     assert len(pts) == 1 and pts["status"].iloc[0] == "ok" and pts["batch_size"].iloc[0] == 2
-    assert len(req) == 2 and (req["prompt_tokens"] == 48).all() and set(results.REQUEST_COLUMNS) <= set(req.columns)
+    assert len(req) == 2 and (req["prompt_tokens"] == 48).all() and set(point_result.REQUEST_COLUMNS) <= set(req.columns)
     assert (run / "figures" / "explorer_points.json").exists()
     assert results.read_manifest(run)["environment"]["model"] == "SmolLM2-135M-Instruct"
     assert "headless explorer: 1 point" in (tmp_path / "out.ipynb").read_text()
@@ -227,7 +229,7 @@ def test_explorer_notebook_headless_measures_once_and_saves(tmp_path):
 def test_runner_kernel_is_headless_even_under_a_jupyter_session(tmp_path, monkeypatch):
     """A run launched from a JupyterLab terminal or cell inherits JPY_SESSION_NAME; the kernel the runner starts
     must still measure its point (it used to show widgets, record nothing and end "ok")."""
-    from workbench import notebooks
+    from workbench.run import notebooks
 
     monkeypatch.setenv("JPY_SESSION_NAME", "x")
     monkeypatch.delenv("WORKBENCH_EXPLORER_MODE", raising=False)

@@ -43,7 +43,7 @@ def test_figure_and_table_take_only_this_experiments_rows():
 
 @pytest.mark.notebook
 def test_long_output_notebook(tmp_path, monkeypatch, run_notebook):
-    from workbench import notebooks, results
+    from workbench.run import notebooks, results
 
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     run = results.open_run("", label="nb07")

@@ -1,5 +1,5 @@
 """One point body: every experiment's ``measure_point(loaded, cfg, point, state) -> PointResult``, and one function
-(:func:`workbench.results.point_rows`) turning a result into rows for local sweeps, Ray workers and the explorer."""
+(:func:`workbench.run.point_result.point_rows`) turning a result into rows for local sweeps, Ray workers and the explorer."""
 import importlib
 import inspect
 import pkgutil
@@ -10,9 +10,11 @@ import typing
 import pandas as pd
 import pytest
 
+from workbench.run import point_result
 import workbench.experiments
-from workbench import distributed, metrics, results, sweeps
-from workbench.results import PointResult
+from workbench.run import distributed, results, sweeps
+from workbench.stats import metrics
+from workbench.run.point_result import PointResult
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(workbench.experiments.__path__))
 
@@ -65,9 +67,9 @@ def test_measure_point_returns_a_point_result_on_the_model(name, loaded):
     out = mod.measure_point(loaded, cfg, point, state)
     assert isinstance(out, PointResult)
     assert out.requests and all(isinstance(r, dict) for r in out.requests) and out.wall_s > 0
-    req, row = results.point_rows(out, {"run_id": "r", "experiment": name, "point_id": "p", **point})
+    req, row = point_result.point_rows(out, {"run_id": "r", "experiment": name, "point_id": "p", **point})
     assert row["status"] == "ok" and row["valid"] in (True, False) and len(req) == len(out.requests)
-    assert set(results.REQUEST_COLUMNS) <= set(req.columns) and row["output_throughput_tps"] > 0
+    assert set(point_result.REQUEST_COLUMNS) <= set(req.columns) and row["output_throughput_tps"] > 0
 
 
 def test_point_result_of_takes_a_result_or_a_dict_of_its_fields_only():
@@ -90,14 +92,14 @@ def test_point_rows_fills_the_run_columns_and_judges_contamination():
     base = {"run_id": "r1", "experiment": "x", "point_id": "x/a=1", "a": 1, "batch_size": 99, "model": "m"}
     quiet = _result(warmup_s=0.3, extra={"q": 7}, contamination={"others_cpu_load": 0.0, "steal_frac": 0.0},
                     device={"peak_memory_bytes": 123, "peak_memory_method": "vmhwm"})
-    req, row = results.point_rows(quiet, base)
+    req, row = point_result.point_rows(quiet, base)
     assert (req["run_id"] == "r1").all() and (req["point_id"] == "x/a=1").all() and (req["a"] == 1).all()
     assert (req["batch_size"] == 2).all()                # a measured value wins over the point's parameter
     assert req["thinking_tokens"].isna().all()           # every request column, None where missing
     assert row["q"] == 7 and row["warmup_s"] == 0.3 and row["peak_memory_bytes"] == 123
     assert row["requests"] == 2 and row["status"] == "ok" and row["valid"] is True
     busy = _result(contamination={"others_cpu_load": 3.0, "steal_frac": 0.0})
-    _, row = results.point_rows(busy, base)
+    _, row = point_result.point_rows(busy, base)
     assert row["valid"] is False and "other processes used" in row["invalid_reason"]
     assert row["peak_memory_method"] == "unavailable" and row["peak_memory_bytes"] is None
 
@@ -106,22 +108,22 @@ def test_point_rows_take_mbu_from_the_measuring_devices_peaks():
     info = types.SimpleNamespace(weight_bytes=10**8, num_non_embedding_params=10**8, num_layers=30, attn_dim=576,
                                  kv_cache_bytes_per_token=lambda: 46080)
     run_env = {"bandwidth_bytes_per_s": 1e10, "flops_per_s": 1e11}
-    _, here = results.point_rows(_result(), {}, info=info, env=run_env)
-    _, there = results.point_rows(_result(device={"bandwidth_bytes_per_s": 2e10, "flops_per_s": 1e11}), {},
+    _, here = point_result.point_rows(_result(), {}, info=info, env=run_env)
+    _, there = point_result.point_rows(_result(device={"bandwidth_bytes_per_s": 2e10, "flops_per_s": 1e11}), {},
                                   info=info, env=run_env)
     assert here["peak_bandwidth_bytes_per_s"] == 1e10 and there["peak_bandwidth_bytes_per_s"] == 2e10
     assert there["mbu"] == pytest.approx(here["mbu"] / 2)
-    _, none = results.point_rows(_result(), {}, info=None, env=run_env)
+    _, none = point_result.point_rows(_result(), {}, info=None, env=run_env)
     assert "mbu" not in none
 
 
 def test_local_sweeps_ray_workers_and_the_explorer_all_make_rows_with_point_rows(monkeypatch):
-    """The one point body: each of the three writers goes through results.point_rows (the run_sweep loop on the
+    """The one point body: each of the three writers goes through point_result.point_rows (the run_sweep loop on the
     driver, for local and Ray points alike; explorer.save_points for explored points)."""
     from workbench.experiments import explorer
 
     calls = []
-    real = results.point_rows
+    real = point_result.point_rows
 
     def spy(result, base, *a, **k):
         calls.append(base["experiment"])

@@ -66,7 +66,7 @@ def test_figures_from_tables():
 def test_measure_point_aggregates_requests(monkeypatch):
     """measure_point batches the tasks, warms up once, and names its aggregates <column>_<stat>."""
     import workbench.experiments.reasoning_budget as mod
-    from workbench.tasks.reasoning import make_tasks
+    from workbench.inputs.reasoning import make_tasks
 
     calls = {"warm": 0, "batches": []}
 
@@ -83,7 +83,7 @@ def test_measure_point_aggregates_requests(monkeypatch):
 
     from transformers import AutoTokenizer
 
-    from workbench.models import default_model_dir
+    from workbench.measure.models import default_model_dir
 
     class Loaded:  # the default tokenizer (emulated thinking); generation is faked above
         tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
@@ -107,7 +107,7 @@ def test_measure_point_aggregates_requests(monkeypatch):
 
 @pytest.mark.notebook
 def test_notebook_runs_quick_and_writes_rows_and_figures(run_notebook):
-    from workbench import notebooks, results
+    from workbench.run import notebooks, results
 
     nb = NB
     params = {"budgets": [0, 8], "batch_sizes": [2], "num_tasks": 2, "answer_tokens": 8, "warmup": 0}

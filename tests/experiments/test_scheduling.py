@@ -202,7 +202,7 @@ QUICK_11 = dict(policies=["fcfs", "lanes"], engine="fifo", requests_per_point=4,
 def test_scheduling_notebook(tmp_path, monkeypatch, run_notebook):
     from pathlib import Path
 
-    from workbench import notebooks, results
+    from workbench.run import notebooks, results
 
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     run = results.open_run("", label="nb11")

@@ -2,7 +2,8 @@
 import pandas as pd
 import pytest
 
-from workbench import ParameterError, results
+from workbench import ParameterError
+from workbench.run import results
 from workbench.experiments import serving_load
 
 
@@ -163,7 +164,7 @@ class _FakeBench:
         import threading
         import time
 
-        from workbench import metrics
+        from workbench.stats import metrics
         from workbench.serving import load
 
         self.specs = [load.RequestSpec("x", 2) for _ in range(n)]

@@ -9,9 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench import ParameterError, evidence, generation, metrics, models, quality
+from workbench.techniques import speed
+from workbench import ParameterError
+from workbench.stats import evidence, metrics
+from workbench.measure import generation, models, quality
 from workbench.experiments import speed_techniques as st
-from workbench.generation import GenerationSettings, TokenTimer, generate_measured
+from workbench.measure.generation import GenerationSettings, TokenTimer, generate_measured
 
 NB = Path(__file__).resolve().parents[2] / "notebooks" / "12_speed_techniques.ipynb"
 
@@ -61,7 +64,7 @@ def test_token_timer_gives_every_id_of_a_multi_token_step_its_own_stamp():
 
 
 def test_task_prompts_quote_the_shipped_text():
-    from workbench.prompts import source_text
+    from workbench.inputs.prompts import source_text
 
     for lang in ("en", "zh"):
         p = st.task_prompts("extract", lang, 2, 300)
@@ -148,7 +151,7 @@ def test_greedy_with_prompt_lookup_and_a_draft_equals_plain_greedy(loaded):
     prompt = st.task_prompts("extract", "en", 1, 300)
     settings = GenerationSettings(max_new_tokens=12)
     plain = generate_measured(loaded, prompt, settings).records[0]
-    draft = models.truncated_draft(loaded, 6)
+    draft = speed.truncated_draft(loaded, 6)
     for kwargs in ({"prompt_lookup_num_tokens": 4}, st.generate_kwargs({"technique": "draft", "draft_tokens": 3},
                                                                         draft)):
         rec = generate_measured(loaded, prompt, settings, generate_kwargs=kwargs).records[0]
@@ -165,13 +168,13 @@ def test_greedy_with_prompt_lookup_and_a_draft_equals_plain_greedy(loaded):
 
 @pytest.mark.model
 def test_truncated_draft_shares_the_targets_modules(loaded):
-    draft = models.truncated_draft(loaded, 3)
+    draft = speed.truncated_draft(loaded, 3)
     assert draft.model.lm_head is loaded.model.lm_head
     assert draft.model.model.layers[2] is loaded.model.model.layers[2] and len(draft.model.model.layers) == 3
     assert draft.tokenizer is loaded.tokenizer
     assert 0 < draft.info.weight_bytes < loaded.info.weight_bytes and draft.info.num_layers == 3
     with pytest.raises(ParameterError, match="^draft_layers"):
-        models.truncated_draft(loaded, loaded.info.num_layers)
+        speed.truncated_draft(loaded, loaded.info.num_layers)
 
 
 class _NoisyHead:
@@ -187,7 +190,7 @@ class _NoisyHead:
 
 @pytest.mark.model
 def test_quality_guard_fails_a_quantization_that_perturbs_logits(loaded):
-    from workbench.prompts import build_batch
+    from workbench.inputs.prompts import build_batch
 
     settings = GenerationSettings(max_new_tokens=6)
     ref = quality.guard_reference(loaded, build_batch(loaded.tokenizer, 2, 48), settings)
@@ -199,7 +202,7 @@ def test_quality_guard_fails_a_quantization_that_perturbs_logits(loaded):
 
 @pytest.mark.model
 def test_int8_weights_read_fewer_bytes(loaded):
-    q = models.quantize_int8(loaded)
+    q = speed.quantize_int8(loaded)
     assert isinstance(q.model.lm_head, torch.ao.nn.quantized.dynamic.Linear)
     # int8 linear weights: about a quarter of the float32 bytes a step reads (embedding excluded on both sides)
     emb = loaded.model.get_input_embeddings().weight
@@ -255,7 +258,7 @@ def test_finding_says_faster_only_when_the_interval_excludes_one():
 
 @pytest.mark.notebook
 def test_notebook_runs_and_writes_the_table_and_figures(tmp_path, run_notebook):
-    from workbench import notebooks, results
+    from workbench.run import notebooks, results
 
     params = {"techniques": ["none", "prompt_lookup"], "draft_tokens": [2], "tasks": ["summarise"],
               "quantizations": ["none"], "passage_chars": 200, "max_new_tokens": 3, "repeats": 2, "warmup": 0}

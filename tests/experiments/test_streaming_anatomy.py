@@ -8,7 +8,7 @@ import pytest
 from workbench.errors import ParameterError
 from workbench.experiments import streaming_anatomy
 from workbench.experiments.streaming_anatomy import measure_granularity
-from workbench.generation import GenerationSettings
+from workbench.measure.generation import GenerationSettings
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 QUICK_04 = {"output_tokens": [4, 8], "granularities": ["token", "4 tokens", "100 ms"], "granularity_tokens": 8,
@@ -62,7 +62,7 @@ def test_measure_granularity_on_the_model(loaded):
 
 @pytest.mark.notebook
 def test_streaming_anatomy_notebook(tmp_path, monkeypatch, run_notebook):
-    from workbench import notebooks, results
+    from workbench.run import notebooks, results
 
     nb = NOTEBOOKS / "04_streaming_anatomy.ipynb"
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))

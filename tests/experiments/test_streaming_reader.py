@@ -1,7 +1,8 @@
 """Experiment 10 (streaming to a reader): config, the generated nginx config, and a tiny real run (nginx or skip)."""
 import pytest
 
-from workbench import ParameterError, results
+from workbench import ParameterError
+from workbench.run import results
 from workbench.experiments import streaming_reader as sr
 
 

@@ -58,7 +58,7 @@ def test_greedy_rows_identical_across_repeats_and_seeds(loaded):
 
 @pytest.mark.model
 def test_score_records_adds_quality_and_perplexity(loaded):
-    from workbench.prompts import factual_prompts
+    from workbench.inputs.prompts import factual_prompts
 
     cfg = temperature.Config(families=["factual"], languages=["en"], n_factual_prompts=2,
                                         factual_max_new_tokens=4, repeats=1, warmup=0)
@@ -88,7 +88,7 @@ def test_summary_and_headline():
 
 @pytest.mark.notebook
 def test_notebook_runs_and_writes_quality_and_figures(tmp_path, run_notebook):
-    from workbench import notebooks, results
+    from workbench.run import notebooks, results
 
     params = {"temperatures": [0.0, 1.0], "top_ps": [1.0], "n_report_prompts": 1, "n_factual_prompts": 1,
               "languages": ["en", "zh"], "max_new_tokens": 6, "factual_max_new_tokens": 3, "repeats": 2,

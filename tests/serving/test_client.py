@@ -2,8 +2,8 @@
 
 import pytest
 
-from workbench import metrics
-from workbench.generation import count_prompt_tokens
+from workbench.stats import metrics
+from workbench.measure.generation import count_prompt_tokens
 from workbench.serving.client import client_decode_steps, measure_http, openai_client, stream_chat
 from workbench.serving.server import ServerThread
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.measure import contention
 from workbench.errors import ParameterError
 from workbench.serving import endpoint, load
 from workbench.serving.protocol import SERVED_MODEL
@@ -109,7 +110,7 @@ def test_load_generator_drives_the_second_server(served, keyed):
 
 def test_serving_load_experiment_against_the_endpoint(served, keyed, tmp_path):
     """The experiment's grid, columns and figures for an endpoint-only run (the tokenizer alone loads)."""
-    from workbench import results
+    from workbench.run import results
     from workbench.experiments import serving_load
 
     cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": served + "/v1", "model": SERVED_MODEL,
@@ -206,7 +207,7 @@ def test_models_list_but_no_openai_chat(plain_http, keyed, tmp_path):
 
 def test_experiment_checks_the_endpoint_before_any_point(keyed, tmp_path, monkeypatch):
     """An unreachable endpoint stops serving_load.run before the first point is measured."""
-    from workbench import results
+    from workbench.run import results
     from workbench.experiments import serving_load
 
     cfg = serving_load.Config(engines=["endpoint"], requests_per_point=2, prompt_tokens=32, max_new_tokens=2,
@@ -279,19 +280,19 @@ def test_local_server_pid_finds_the_listener(served):
 
 
 def test_load_monitor_counts_a_served_by_process_as_own(monkeypatch):
-    """A loopback endpoint's server (metrics.SERVED_BY_PIDS) is the point's own work, not other load."""
+    """A loopback endpoint's server (contention.SERVED_BY_PIDS) is the point's own work, not other load."""
     import psutil
 
-    from workbench import metrics
+    from workbench.stats import metrics
 
     child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
                               "while time.process_time() - t < 0.3: pass\nprint('done', flush=True)\n"
                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "done"  # it has burned 0.3 CPU s and now sleeps
-        plain = metrics.LoadMonitor()
+        plain = contention.LoadMonitor()
         monkeypatch.setattr(metrics, "SERVED_BY_PIDS", {child.pid})
-        served = metrics.LoadMonitor()
+        served = contention.LoadMonitor()
         burned = sum(psutil.Process(child.pid).cpu_times()[:2])
         assert burned >= 0.3
         assert served._own() - plain._own() >= burned - 0.05  # less only by this process's own time between reads
@@ -302,7 +303,7 @@ def test_load_monitor_counts_a_served_by_process_as_own(monkeypatch):
 
 def test_streaming_reader_proxy_part_against_the_endpoint(served, keyed):
     """Notebook 10's proxy part streams from the external endpoint (direct), token counts from its usage."""
-    from workbench import results
+    from workbench.run import results
     from workbench.experiments import serving_load, streaming_reader
 
     ep = {"url": served, "model": SERVED_MODEL, "api_key_env": KEY_ENV, "name": "second-server"}
@@ -324,7 +325,7 @@ def test_streaming_reader_reader_and_keepalive_parts_against_the_endpoint(served
     (``chunk`` shows every chunk, so as many updates as chunks; ``2 chunks`` at most half of them plus one).
     Keep-alive: the probe with a 0.3 s read timeout waits behind a 48-token blocker on the second server (fifo,
     no keep-alive comments), measured once as that server is; the built-in on / off pair is left out."""
-    from workbench import results
+    from workbench.run import results
     from workbench.experiments import streaming_reader
 
     ep = {"url": served, "model": SERVED_MODEL, "api_key_env": KEY_ENV, "name": "second-server"}
@@ -365,7 +366,8 @@ def test_streaming_reader_notebook_against_the_endpoint_loads_no_weights(served,
     model's weights here (``models.load_model`` is made to fail), and write its rows, figures and finding."""
     from conftest import execute_in_process
 
-    from workbench import models, notebooks, results
+    from workbench.measure import models
+    from workbench.run import notebooks, results
     from workbench.experiments import streaming_reader
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("notebook 10 loaded the model's weights"))
@@ -382,7 +384,7 @@ def test_streaming_reader_notebook_against_the_endpoint_loads_no_weights(served,
 
 
 def test_streaming_reader_checks_the_endpoint_first(keyed):
-    from workbench import results
+    from workbench.run import results
     from workbench.experiments import streaming_reader
 
     cfg = streaming_reader.Config(languages=[], proxy_modes=["direct"], blocker_tokens=0,
@@ -403,7 +405,7 @@ def test_nginx_config_proxies_to_an_endpoint_host():
 
 def test_llamacpp_suite_validates():
     """suites/llamacpp.yaml's parameters pass notebook 08's config (no network: the endpoint's shape only)."""
-    from workbench import notebooks
+    from workbench.run import notebooks
 
     suite = notebooks.load_suite(str(REPO / "suites" / "llamacpp.yaml"))
     for e in suite["notebooks"]:

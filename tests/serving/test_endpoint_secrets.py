@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from workbench import distributed
+from workbench.run import distributed
 from workbench.errors import ParameterError
 from workbench.serving import endpoint
 

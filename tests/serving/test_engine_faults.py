@@ -14,7 +14,7 @@ import types
 import httpx
 import pytest
 
-from workbench.generation import GenerationSettings
+from workbench.measure.generation import GenerationSettings
 from workbench.serving import engines
 from workbench.serving.server import EngineWatch, ServerThread
 

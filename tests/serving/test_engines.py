@@ -5,7 +5,7 @@ import time
 import pytest
 
 from workbench import ParameterError
-from workbench.generation import GenerationSettings, encode_prompts, generate_measured
+from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured
 from workbench.serving import engines
 
 PROMPTS = ["Tell me about the sea.", "What is 2+2?", "Write a haiku about autumn leaves."]

@@ -10,7 +10,7 @@ import types
 import httpx
 import pytest
 
-from workbench.generation import GenerationSettings
+from workbench.measure.generation import GenerationSettings
 from workbench.serving import engines
 from workbench.serving.jobs import JobError, JobStore, model_identity
 from workbench.serving.server import ServerThread

@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from workbench.generation import GenerationSettings, generate_measured
+from workbench.measure.generation import GenerationSettings, generate_measured
 from workbench.serving import events
 from workbench.serving.engines import FifoEngine
 from workbench.serving.jobs import JobStore
@@ -199,7 +199,7 @@ def test_malformed_long_output_jobs_name_the_field_and_store_nothing(loaded, tmp
 
 
 def test_one_shot_job_is_the_strategy_prompt_streamed_token_by_token(loaded, tmp_path):
-    from workbench.long_form import one_shot_prompt
+    from workbench.techniques.long_form import one_shot_prompt
 
     ref = generate_measured(loaded, [one_shot_prompt(TOPIC, 2, "zh")], GenerationSettings(max_new_tokens=4)).records[0]
     with ServerThread(loaded, jobs={"path": tmp_path / "j.sqlite3", "flush_s": 0.0}) as srv:
@@ -214,7 +214,7 @@ def test_one_shot_job_is_the_strategy_prompt_streamed_token_by_token(loaded, tmp
 
 @pytest.mark.parametrize("strategy", ["outline_batch", "outline_sequential"])
 def test_outline_job_streams_sections_survives_restart_and_equals_the_direct_run(loaded, tmp_path, strategy):
-    from workbench.long_form import LongOutputPlan, run_long_output
+    from workbench.techniques.long_form import LongOutputPlan, run_long_output
 
     plan = LongOutputPlan.make(20, 2, outline_tokens=4)  # the smallest budget: 4 outline + 2 x 8 section tokens
     ref = run_long_output(loaded, strategy, TOPIC, plan)

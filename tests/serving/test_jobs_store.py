@@ -20,7 +20,7 @@ MESSAGES = [{"role": "user", "content": "Hi"}]
 def _tokenizer():
     from transformers import AutoTokenizer
 
-    from workbench.models import resolve_model_path
+    from workbench.measure.models import resolve_model_path
 
     return AutoTokenizer.from_pretrained(str(resolve_model_path("default")))
 

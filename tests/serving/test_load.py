@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from conftest import FakeSSE
 
-from workbench import ParameterError, metrics, slo
+from workbench import ParameterError
+from workbench.stats import metrics, slo
 from workbench.serving import load
 from workbench.serving.load import RequestSpec
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import LoopbackHTTPServer
 
 from workbench import ParameterError
-from workbench.generation import GenerationSettings
+from workbench.measure.generation import GenerationSettings
 from workbench.serving import engines, load, scheduling
 
 FAKE = SimpleNamespace(model=SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=0)),

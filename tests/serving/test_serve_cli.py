@@ -27,7 +27,8 @@ def test_serve_errors_in_one_line_before_loading(args, word, monkeypatch, capsys
     import torch
     import uvicorn
 
-    from workbench import cli, models
+    from workbench import cli
+    from workbench.measure import models
 
     if "cuda" in args and torch.cuda.is_available():
         args = ["--device", "mps"] if not torch.backends.mps.is_available() else pytest.skip("every device exists")
@@ -74,7 +75,9 @@ def test_a_second_server_on_an_owned_job_store_is_one_line_before_loading(tmp_pa
     pid, before the model loads; flag values out of range likewise."""
     import uvicorn
 
-    from workbench import cli, models, results
+    from workbench import cli
+    from workbench.measure import models
+    from workbench.run import results
     from workbench.serving import jobs
 
     def boom(*a, **k):

@@ -6,7 +6,7 @@ import time
 import httpx
 import pytest
 
-from workbench.generation import GenerationSettings
+from workbench.measure.generation import GenerationSettings
 from workbench.serving import engines
 from workbench.serving.monitoring import scrape
 from workbench.serving.server import ServerThread

@@ -1,9 +1,9 @@
-"""Tests for workbench.tasks.haystack: seeded long-context tasks over real text (tokenizer only, no model)."""
+"""Tests for workbench.inputs.haystack: seeded long-context tasks over real text (tokenizer only, no model)."""
 
 import pytest
 
-from workbench import models
-from workbench.tasks import haystack as tasks
+from workbench.measure import models
+from workbench.inputs import haystack as tasks
 from workbench.errors import ParameterError
 
 

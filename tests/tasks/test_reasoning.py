@@ -1,4 +1,4 @@
-"""Tests for workbench.tasks.reasoning: seeded tasks, answer extraction, scoring a batch under a budget.
+"""Tests for workbench.inputs.reasoning: seeded tasks, answer extraction, scoring a batch under a budget.
 
 A tiny random Llama on the default tokenizer (emulated thinking) checks the
 scoring columns in seconds; the real default model runs under ``@pytest.mark.model``.
@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench import budget_forcing, quality
-from workbench.budget_forcing import BudgetSpec
+from workbench.techniques import budget_forcing
+from workbench.measure import quality
+from workbench.techniques.budget_forcing import BudgetSpec
 from workbench.errors import ParameterError
-from workbench.tasks import reasoning as R
+from workbench.inputs import reasoning as R
 
 
 def test_tasks_are_seeded_and_checkable():
@@ -77,7 +78,7 @@ def tiny_emulated():
     """A 1-layer random Llama with the default tokenizer: emulated thinking, fast on CPU."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from workbench.models import LoadedModel, default_model_dir
+    from workbench.measure.models import LoadedModel, default_model_dir
 
     tok = AutoTokenizer.from_pretrained(default_model_dir())
     tok.padding_side = "left"
@@ -142,7 +143,7 @@ def test_default_model_emulated_budget(loaded):
 def test_default_suite_tasks_are_solved_some_of_the_time_at_budget_0(loaded):
     """The default suite's tasks are neither beyond the embedded model nor trivial for it at budget 0, so
     the budget curve can move (the multi-step kinds scored 0% at every budget)."""
-    from workbench import notebooks
+    from workbench.run import notebooks
 
     entry = next(e for e in notebooks.load_suite("default")["notebooks"] if "05_reasoning" in e["notebook"])
     merged = notebooks.validate_parameters(entry["notebook"], entry["parameters"])
@@ -159,7 +160,7 @@ def test_templating_counts_in_ttft_and_rows_record_their_batch(loaded, monkeypat
     every row's TTFT (templating used to happen before the clock). Each row records the batch it shared."""
     import time
 
-    from workbench import generation
+    from workbench.measure import generation
 
     tok = loaded.tokenizer
     real_template, real_generate = tok.apply_chat_template, generation.generate_measured

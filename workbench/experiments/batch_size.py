@@ -16,13 +16,16 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import checks, evidence, metrics, predictions, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings
-from ..plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
-from ..prompts import build_batch
-from ..results import PointResult
-from ..sweeps import SweepConfig, expand_grid
+from workbench import checks
+from workbench.stats import evidence, metrics
+from workbench.predict import predictions
+from workbench.run import sweeps
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.share.plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
+from workbench.inputs.prompts import build_batch
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig, expand_grid
 
 EXPERIMENT = "batch_size"
 
@@ -79,12 +82,12 @@ class Config(SweepConfig):
 
 
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
-    """One (prompt_tokens, batch_size) point (:func:`workbench.sweeps.measure_generation`).
+    """One (prompt_tokens, batch_size) point (:func:`workbench.run.sweeps.measure_generation`).
 
     Each row of the batch gets a different window of real text of exactly ``prompt_tokens`` tokens.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"prompt_tokens": L, "batch_size": B}``.
         state: the sweep's shared state (unused: every point warms up itself).
@@ -100,11 +103,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The batch-size trade-off: every (prompt_tokens, batch_size) point of ``cfg``.
 
     Each row of a batch gets a different window of real text of exactly
-    ``prompt_tokens`` tokens (:func:`workbench.prompts.build_batch`).
+    ``prompt_tokens`` tokens (:func:`workbench.inputs.prompts.build_batch`).
 
     Returns:
-        The experiment's points DataFrame (see :func:`workbench.sweeps.run_sweep`), with the roofline's
-        prediction per point and ``ttft_ratio`` / ``tpot_ratio`` (:func:`workbench.predictions.with_predictions`;
+        The experiment's points DataFrame (see :func:`workbench.run.sweeps.run_sweep`), with the roofline's
+        prediction per point and ``ttft_ratio`` / ``tpot_ratio`` (:func:`workbench.predict.predictions.with_predictions`;
         the residual table is saved as ``residuals/batch_size.txt``).
     """
     predictor = predictions.calibrated_predictor(loaded)  # predict before measuring
@@ -117,7 +120,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
 
 def recommend(points: pd.DataFrame) -> pd.Series | None:
-    """The usable point (:func:`workbench.evidence.usable_points`: status ok and valid) with the highest
+    """The usable point (:func:`workbench.stats.evidence.usable_points`: status ok and valid) with the highest
     ``goodput_rps`` (ties: smaller batch, then higher throughput).
 
     Args:
@@ -135,7 +138,7 @@ def recommend(points: pd.DataFrame) -> pd.Series | None:
 
 
 def repeat_throughputs(requests: pd.DataFrame, point_id: str) -> list[float]:
-    """Output throughput (tokens/s) of each repeat of a point: :func:`workbench.metrics.summarize_point` over
+    """Output throughput (tokens/s) of each repeat of a point: :func:`workbench.stats.metrics.summarize_point` over
     the repeat's rows, its wall time the longest ``e2e_s`` (one ``generate`` call per repeat: every row is
     submitted together)."""
     g = requests[requests["point_id"] == point_id]
@@ -152,7 +155,7 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evid
         requests: its requests (for the per-repeat throughputs of the ratio); None skips the ratio.
 
     Returns:
-        :class:`workbench.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding`.
     """
     usable = evidence.usable_points(points)
     excluded = len(points) - len(usable)

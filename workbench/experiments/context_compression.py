@@ -2,18 +2,18 @@
 
 What it measures (notebook ``06_context_compression``): strategy x target
 ratio x context length x needle depth on seeded passkey tasks over real text
-(:mod:`workbench.tasks.haystack`). Each request compresses its task with
-:func:`workbench.compression.compress` (``compressor_s``), answers it with the
+(:mod:`workbench.inputs.haystack`). Each request compresses its task with
+:func:`workbench.techniques.compression.compress` (``compressor_s``), answers it with the
 model (TTFT, end-to-end; fixed-length answers so total times compare like for
 like) and scores the answer: substring and exact match
-(:func:`workbench.quality.substring_match`, :func:`workbench.quality.exact_match`),
-the gold answer's log-likelihood (:func:`workbench.compression.gold_logprob`)
-and ROUGE-L against the uncompressed run's answer (:func:`workbench.quality.rouge_l`).
+(:func:`workbench.measure.quality.substring_match`, :func:`workbench.measure.quality.exact_match`),
+the gold answer's log-likelihood (:func:`workbench.techniques.compression.gold_logprob`)
+and ROUGE-L against the uncompressed run's answer (:func:`workbench.measure.quality.rouge_l`).
 A chat experiment compares lossless KV prefix reuse with compression of a chat
 history whose fact sits in an early turn.
 
 Two experiments are written to the run: ``compression`` (documents) and
-``compression_chat``. Point columns beyond :func:`workbench.metrics.summarize_point`:
+``compression_chat``. Point columns beyond :func:`workbench.stats.metrics.summarize_point`:
 ``<quality>_mean`` over the repeats (``substring_match``, ``exact_match``,
 ``gold_logprob``, ``gold_logprob_per_token``, ``rouge_l``, ``needle_kept``) and
 ``<time or count>_p50`` (``compressor_s``, ``total_s``, ``ttft_total_s``,
@@ -30,13 +30,15 @@ import dataclasses
 import math
 import statistics
 
-from .. import evidence, generation, plots, quality
-from ..checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
-from ..compression import LOSSLESS, STRATEGIES, answer, compress, embedder, gold_logprob
-from ..generation import GenerationSettings
-from ..results import PointResult
-from ..sweeps import SweepConfig, run_sweep
-from ..tasks import haystack
+from workbench.stats import evidence
+from workbench.measure import generation, quality
+from workbench.share import plots
+from workbench.checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
+from workbench.techniques.compression import LOSSLESS, STRATEGIES, answer, compress, embedder, gold_logprob
+from workbench.measure.generation import GenerationSettings
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig, run_sweep
+from workbench.inputs import haystack
 
 EXPERIMENT = "compression"
 CHAT_EXPERIMENT = "compression_chat"
@@ -62,7 +64,7 @@ class Config(SweepConfig):
     """The context-compression sweep (notebook ``06_context_compression``).
 
     Attributes:
-        strategies: strategies over the document task (from :data:`workbench.compression.STRATEGIES`;
+        strategies: strategies over the document task (from :data:`workbench.techniques.compression.STRATEGIES`;
             ``summary`` is run only at ``summary_lengths``).
         ratios: target compression ratios (each >= 1); lossless strategies run once at ratio 1.
         context_lengths: context lengths in tokens (>= 64).
@@ -151,7 +153,7 @@ class Config(SweepConfig):
 
 
 def answer_scores(prediction: str, gold: str) -> dict:
-    """``substring_match`` and ``exact_match`` of an answer against the one gold answer (:mod:`workbench.quality`)."""
+    """``substring_match`` and ``exact_match`` of an answer against the one gold answer (:mod:`workbench.measure.quality`)."""
     return {"substring_match": quality.substring_match(prediction, [gold]),
             "exact_match": quality.exact_match(prediction, [gold])}
 
@@ -162,11 +164,11 @@ def evaluate(loaded, task, strategy: str, ratio: float, settings: GenerationSett
 
     Args:
         loaded: the model.
-        task: :class:`workbench.tasks.haystack.Task`.
-        strategy, ratio: see :func:`workbench.compression.compress` (ratio ignored by lossless strategies).
+        task: :class:`workbench.inputs.haystack.Task`.
+        strategy, ratio: see :func:`workbench.techniques.compression.compress` (ratio ignored by lossless strategies).
         settings: generation settings of the answer.
         reference: the uncompressed run's answer text, for ``rouge_l`` (NaN when None).
-        options: passed to :func:`workbench.compression.compress`.
+        options: passed to :func:`workbench.techniques.compression.compress`.
 
     Returns:
         The request record plus the result's columns, ``total_s`` (compressor +
@@ -199,7 +201,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
             taken from the ``none`` point when it ran first, else generated once, untimed.
 
     Returns:
-        :class:`workbench.results.PointResult`: ``requests``, ``wall_s`` and ``extra`` (:data:`QUALITY_COLUMNS` as ``_mean``,
+        :class:`workbench.run.point_result.PointResult`: ``requests``, ``wall_s`` and ``extra`` (:data:`QUALITY_COLUMNS` as ``_mean``,
         :data:`TIME_COLUMNS` as ``_p50``, and ``task``).
     """
     kind = state.get("task", cfg.task)
@@ -235,7 +237,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Run the document experiment (``compression``) and the chat experiment (``compression_chat``).
 
-    First ``cfg.warmup`` untimed warm-ups (:func:`workbench.generation.warm_up`, a scoring pass, and the
+    First ``cfg.warmup`` untimed warm-ups (:func:`workbench.measure.generation.warm_up`, a scoring pass, and the
     embedder when ``dense`` runs).
 
     Returns:
@@ -361,7 +363,7 @@ def quality_at(points, ratio: float = 4):
 def best_strategy(points):
     """Per context length: the lossy or lossless strategy with the best answer match, ties broken by the
     higher gold log-likelihood, then the lower total time; over valid points only
-    (:func:`workbench.evidence.usable_points`).
+    (:func:`workbench.stats.evidence.usable_points`).
 
     Returns:
         DataFrame: context_tokens, strategy, ratio, substring_match_mean, gold_logprob_mean, total_s_p50,
@@ -387,7 +389,7 @@ def finding(points) -> "evidence.Finding":
     the difference of shares) and total time (Welch ratio over the tasks); a direction only beyond noise.
 
     Returns:
-        :class:`workbench.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding`.
     """
     usable = evidence.usable_points(points)
     best = best_strategy(usable)

@@ -2,7 +2,7 @@
 
 What it measures (notebook ``02_context_length``): for each (batch size,
 context length L) point, prompts of exactly L tokens (chat template included,
-:mod:`workbench.prompts`), a fixed number of new tokens, and the usual
+:mod:`workbench.inputs.prompts`), a fixed number of new tokens, and the usual
 TTFT / prefill / TPOT records; plus the KV cache the model's config predicts and
 the memory actually measured while it is live.
 
@@ -14,11 +14,11 @@ Methods:
   the weight matmuls (``2 N`` FLOPs per token, Kaplan et al. 2020), the
   quadratic term attention over the prompt; they are equal at ``L = b / c`` (the
   crossover: beyond it attention dominates prefill).
-- KV cache from the config (:func:`workbench.memory.kv_cache_bytes`) at ``L x
+- KV cache from the config (:func:`workbench.measure.memory.kv_cache_bytes`) at ``L x
   batch`` tokens, compared with the memory growth measured at the first
-  generated step (:class:`workbench.memory.MemoryTracker`: CUDA allocated bytes,
+  generated step (:class:`workbench.measure.memory.MemoryTracker`: CUDA allocated bytes,
   or process RSS after ``malloc_trim`` on CPU, a few MiB above the cache).
-- Warm-up: :func:`workbench.generation.warm_up` (``warmup`` untimed runs) before
+- Warm-up: :func:`workbench.measure.generation.warm_up` (``warmup`` untimed runs) before
   the first point of each batch size only. Eager PyTorch has no per-shape
   compilation, so warming every context length would double the sweep's time
   for nothing.
@@ -36,13 +36,15 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import evidence, plots, predictions
-from ..checks import check_bool, check_choice, check_int, check_int_list
-from ..errors import ParameterError
-from ..generation import GenerationSettings, warm_up
-from ..memory import MemoryTracker, kv_cache_bytes
-from ..results import PointResult
-from ..sweeps import SweepConfig, expand_grid, measure_generation, run_sweep
+from workbench.stats import evidence
+from workbench.share import plots
+from workbench.predict import predictions
+from workbench.checks import check_bool, check_choice, check_int, check_int_list
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, warm_up
+from workbench.measure.memory import MemoryTracker, kv_cache_bytes
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig, expand_grid, measure_generation, run_sweep
 
 EXPERIMENT = "context_length"
 
@@ -83,7 +85,7 @@ class QuadraticFit:
 
     @property
     def support(self) -> tuple[bool, str]:
-        """:func:`workbench.evidence.fit_support` over the distinct lengths: ``(supported, "not supported: ...")``."""
+        """:func:`workbench.stats.evidence.fit_support` over the distinct lengths: ``(supported, "not supported: ...")``."""
         return evidence.fit_support(self.n_lengths or self.n, self.degree + 1)
 
     @property
@@ -153,7 +155,7 @@ def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", point
 
     Rows of one batch share one stamp per step, so each (point, repeat) is one observation: the median of
     its rows (when ``point_id`` and ``repeat`` are present). The quadratic is kept when the distinct lengths
-    support it (:func:`workbench.evidence.fit_support`: parameters + 2), else the straight line when they
+    support it (:func:`workbench.stats.evidence.fit_support`: parameters + 2), else the straight line when they
     support that, else the quadratic (or line) that can be computed, marked unsupported. Batch sizes with
     fewer than 2 distinct lengths are skipped.
 
@@ -161,7 +163,7 @@ def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", point
         requests: one row per request with ``batch_size``, ``x`` and ``y`` (and ``point_id``, ``repeat``).
         y, x: the columns fitted.
         points: the points table; when given, only requests of its usable points
-            (:func:`workbench.evidence.usable_points`: status ok and valid) are fitted.
+            (:func:`workbench.stats.evidence.usable_points`: status ok and valid) are fitted.
 
     Returns:
         ``{batch_size: QuadraticFit}``.
@@ -238,22 +240,22 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """Measure one (batch_size, context_tokens) point.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"batch_size": B, "context_tokens": L}``.
         state: the sweep's shared state: ``state["warmed"]`` (a set of batch sizes) says which batch sizes
-            already ran their ``cfg.warmup`` untimed batches (:func:`workbench.generation.warm_up`); the first
+            already ran their ``cfg.warmup`` untimed batches (:func:`workbench.measure.generation.warm_up`); the first
             point of each batch size warms up and adds its batch size.
 
     Returns:
-        :class:`workbench.results.PointResult`: ``requests`` (records with ``context_tokens`` and ``source``), ``wall_s``,
+        :class:`workbench.run.point_result.PointResult`: ``requests`` (records with ``context_tokens`` and ``source``), ``wall_s``,
         ``warmup_s`` and ``extra``: ``kv_bytes_computed`` (config formula at
         ``L x B`` tokens, the cache at the first generated step),
-        ``kv_bytes_measured`` (memory growth at that step, see :class:`workbench.memory.MemoryTracker`),
+        ``kv_bytes_measured`` (memory growth at that step, see :class:`workbench.measure.memory.MemoryTracker`),
         ``memory_max_growth_bytes`` (over all steps), ``memory_peak_growth_bytes``
         (CUDA: allocator peak, prefill included) and ``memory_kind``.
     """
-    from ..prompts import build_batch, random_batch
+    from workbench.inputs.prompts import build_batch, random_batch
 
     B, L = int(point["batch_size"]), int(point["context_tokens"])
     tok = loaded.tokenizer
@@ -284,7 +286,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
-    """Every (batch_size, context_tokens) point of ``cfg`` through :func:`workbench.sweeps.run_sweep`.
+    """Every (batch_size, context_tokens) point of ``cfg`` through :func:`workbench.run.sweeps.run_sweep`.
 
     Returns:
         The ``context_length`` points DataFrame, with the roofline's prediction per point and
@@ -319,7 +321,7 @@ def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
         points: the points table, for the ids of the usable points the fits rest on.
 
     Returns:
-        :class:`workbench.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding`.
     """
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
     if not fits:

@@ -4,7 +4,7 @@ Knobs that change speed without changing the model: ``dtype``, ``attn_implementa
 attention kernel), ``cache_implementation`` (``dynamic`` / ``static``) with ``compile`` (``torch.compile`` of
 the decode forward, which needs the static cache's fixed shapes) and ``torch_threads`` (CPU). Each
 configuration is measured at one or two workloads (batch size x prompt length, fixed-length greedy outputs)
-with the calibrated roofline's prediction beside it (:mod:`workbench.roofline`).
+with the calibrated roofline's prediction beside it (:mod:`workbench.predict.roofline`).
 
 Method:
 
@@ -13,7 +13,7 @@ Method:
 - Quality guard (per configuration, on ``guard_prompts`` fixed prompts of real text): greedy output against the
   float32 ``eager`` reference (``token_agreement``: share of identical tokens position by position;
   ``first_divergence``: the first differing position, minimum over prompts) and the mean absolute drift of
-  the reference continuation's per-token log-probability (:func:`workbench.quality.continuation_logprobs`,
+  the reference continuation's per-token log-probability (:func:`workbench.measure.quality.continuation_logprobs`,
   nats). A configuration passes when agreement >= ``min_token_agreement`` and drift <=
   ``max_logprob_drift``; one that fails is shown and marked, never recommended.
 - Utilisation: MBU and MFU of a point count the bytes of the model it measured (the configuration's dtype) over
@@ -46,13 +46,18 @@ from typing import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import checks, drift, evidence, metrics, models, predictions, quality, results, roofline, slo, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings, generate_measured
-from ..plots import label, legend_below, split_by_device
-from ..prompts import build_batch
-from ..results import PointResult
-from ..sweeps import SweepConfig
+from workbench.run import point_result
+from workbench import checks
+from workbench.run import drift, results, sweeps
+from workbench.stats import evidence, metrics, slo
+from workbench.measure import models, quality
+from workbench.predict import predictions, roofline
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.share.plots import label, legend_below, split_by_device
+from workbench.inputs.prompts import build_batch
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "engine_tuning"
 AXES = ("dtype", "attn_implementation", "cache_implementation", "compile", "torch_threads")
@@ -112,7 +117,7 @@ class Config(SweepConfig):
         max_new_tokens: fixed-length greedy outputs (>= 2).
         guard_prompts, guard_tokens: quality-guard prompts and greedy tokens per prompt.
         min_token_agreement, max_logprob_drift: the guard's limits.
-        slo_preset: a :mod:`workbench.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
+        slo_preset: a :mod:`workbench.stats.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
         search: ``grid`` (every configuration) or ``adaptive`` (:func:`coordinate_search`, <= 1/3 of the grid).
         calibrate: fit the roofline's overheads on this machine first when no calibration is cached (~15 s).
     """
@@ -256,7 +261,7 @@ def generate_kwargs(point: dict, device: str = "cpu") -> dict:
 
 
 def load_configuration(cfg: Config, point: dict):
-    """The model in the point's dtype and attention kernel (memoised by :func:`workbench.models.load_model`)."""
+    """The model in the point's dtype and attention kernel (memoised by :func:`workbench.measure.models.load_model`)."""
     return models.load_model(cfg.model, cfg.device, point["dtype"], attn_implementation=point["attn_implementation"])
 
 
@@ -269,7 +274,7 @@ def guard_prompts(tokenizer, n: int) -> list[str]:
 
 
 def reference(cfg: Config) -> dict:
-    """The float32 ``eager`` reference on the guard prompts (:func:`workbench.quality.guard_reference`):
+    """The float32 ``eager`` reference on the guard prompts (:func:`workbench.measure.quality.guard_reference`):
     prompts, context ids, greedy output ids, their per-token log-probs."""
     ref = models.load_model(cfg.model, cfg.device, "float32", attn_implementation="eager")
     return quality.guard_reference(ref, guard_prompts(ref.tokenizer, cfg.guard_prompts), cfg.settings(cfg.guard_tokens),
@@ -278,7 +283,7 @@ def reference(cfg: Config) -> dict:
 
 def quality_guard(loaded, ref: dict, cfg: Config, gen_kwargs: dict | None = None, logits_processor=None) -> dict:
     """The guard of one configuration (model already loaded in its dtype and kernel, threads already set):
-    :func:`workbench.quality.quality_guard` with the config's guard length and limits."""
+    :func:`workbench.measure.quality.quality_guard` with the config's guard length and limits."""
     return quality.quality_guard(loaded, ref, cfg.settings(cfg.guard_tokens), cfg.min_token_agreement,
                                  cfg.max_logprob_drift, gen_kwargs, logits_processor)
 
@@ -298,12 +303,12 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: a configuration (:meth:`Config.configurations`) plus ``batch_size`` and ``prompt_tokens``.
         state: shared by the points of one sweep: ``reference`` (:func:`reference`; computed on the first
-            point and kept when absent), ``predictor`` (:class:`workbench.roofline.Predictor`, optional: the
+            point and kept when absent), ``predictor`` (:class:`workbench.predict.roofline.Predictor`, optional: the
             prediction columns) and ``logits_processor`` (optional, tests: applies to the timed runs and the
             guard).
 
     Returns:
-        :class:`workbench.results.PointResult`; ``extra`` holds the configuration's name, ``compile_s``, the
+        :class:`workbench.run.point_result.PointResult`; ``extra`` holds the configuration's name, ``compile_s``, the
         guard's columns (:func:`quality_guard`) and, with a predictor, its prediction.
     """
     if "reference" not in state:
@@ -343,8 +348,8 @@ _PEAKS: dict = {}
 def dtype_peaks(device: str, dtype: str, threads: int | None = None,
                 predictor: roofline.Predictor | None = None) -> dict:
     """Peak bandwidth and FLOP/s of ``device`` for a model in ``dtype``: the predictor's probe of that dtype
-    (:meth:`workbench.roofline.Predictor.for_dtype`), else a fresh :meth:`workbench.roofline.Device.probe` in
-    that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.roofline.Device.flops_at`).
+    (:meth:`workbench.predict.roofline.Predictor.for_dtype`), else a fresh :meth:`workbench.predict.roofline.Device.probe` in
+    that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.predict.roofline.Device.flops_at`).
 
     Returns:
         ``{"bandwidth_bytes_per_s", "flops_per_s"}``.
@@ -363,7 +368,7 @@ def measured_utilisation(loaded, requests: list[dict], point: dict,
                          predictor: roofline.Predictor | None = None) -> dict:
     """MBU and MFU of a point from the model it measured (``loaded``: the configuration's dtype, so its weight
     and KV bytes) over the peaks probed in that dtype (:func:`dtype_peaks`), the formulas of
-    :func:`workbench.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
+    :func:`workbench.stats.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
     bfloat16 point they counted twice the bytes and divided by float32's FLOP/s; these columns replace them.
 
     Returns:
@@ -398,7 +403,7 @@ def repeat_statistics(requests: list[dict]) -> dict:
     return {"n_repeats": n, "log_e2e_s_mean": mean, "log_e2e_s_sd": sd}
 
 
-speedup_interval = evidence.summary_ratio_interval  # the formula's home is workbench.evidence
+speedup_interval = evidence.summary_ratio_interval  # the formula's home is workbench.stats.evidence
 
 
 # ----------------------------------------------------------------------------- search and recommendation
@@ -481,7 +486,7 @@ def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], 
 def slo_verdict(rows: pd.DataFrame, limits: dict[str, float | None], percentile: int) -> tuple[bool | None, str]:
     """Whether every point of a configuration meets the SLO limits at the SLO's own percentile.
 
-    A percentile counts only where the point's ``n_samples`` supports it (:data:`workbench.metrics.MIN_SAMPLES`:
+    A percentile counts only where the point's ``n_samples`` supports it (:data:`workbench.stats.metrics.MIN_SAMPLES`:
     no p99 from a handful of values). Where the stated percentile is not supported, a supported lower one
     (p50, p90) above the limit still proves a miss (the p99 is at least the p50); otherwise the verdict is
     unknown.
@@ -618,10 +623,10 @@ def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
 
 def make_predictor(cfg: Config, loaded) -> roofline.Predictor:
     """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one (checked against
-    today's probe and refitted when off by more than 15%, :func:`workbench.roofline.check_calibration`), else
+    today's probe and refitted when off by more than 15%, :func:`workbench.predict.roofline.check_calibration`), else
     (``cfg.calibrate``) a fresh one on the model loaded in that dtype (the small workload, one repeat, 3 probe
     trials; ~20 s once per machine and dtype); a dtype left uncalibrated uses its own probed FLOP/s with
-    ``loaded``'s overheads (:meth:`workbench.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
+    ``loaded``'s overheads (:meth:`workbench.predict.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
     which calibration it used."""
     info = loaded.info
     dev = info.device.split(":")[0]
@@ -666,9 +671,9 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
         def evaluate(c):
             pts = [{**c, **w} for w in cfg.workloads()]
-            ids.extend(results.point_id(EXPERIMENT, p) for p in pts)
+            ids.extend(point_result.point_id(EXPERIMENT, p) for p in pts)
             done = sweeps.run_sweep(run_dir, EXPERIMENT, pts, measure, **kw)
-            done = done[done["point_id"].isin([results.point_id(EXPERIMENT, p) for p in pts])]
+            done = done[done["point_id"].isin([point_result.point_id(EXPERIMENT, p) for p in pts])]
             row = configurations(done, lim)
             return objective(row.iloc[0]) if len(row) else math.inf
 
@@ -771,7 +776,7 @@ def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFr
     (a recommended configuration whose ratio is within noise is an equal choice, not a speed-up).
 
     Returns:
-        :class:`workbench.evidence.Finding` (point ids: the usable points of ``points`` when given).
+        :class:`workbench.stats.evidence.Finding` (point ids: the usable points of ``points`` when given).
     """
     text = headline(configs, search)
     if configs.empty:

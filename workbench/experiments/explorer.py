@@ -7,9 +7,9 @@ reasoning budget, compression strategy and ratio, a **Run** button, a live view
 and a plotly ``FigureWidget`` that accumulates every explored point as TTFT
 p50 versus output throughput, coloured by the parameter that varies
 (:func:`varied_parameter`). **Save** writes the explored points as a run folder
-in the sweep schema (``requests.parquet`` with :data:`workbench.results.REQUEST_COLUMNS`,
-``points.parquet`` from :func:`workbench.results.point_rows`, as every sweep), so
-``workbench report`` and :func:`workbench.results.load` read it like any sweep.
+in the sweep schema (``requests.parquet`` with :data:`workbench.run.point_result.REQUEST_COLUMNS`,
+``points.parquet`` from :func:`workbench.run.point_result.point_rows`, as every sweep), so
+``workbench report`` and :func:`workbench.run.results.load` read it like any sweep.
 
 Responsiveness (plotly ``doc/python/figurewidget-app.md``; ipywidgets
 "Asynchronous widgets"): a measurement runs in a background thread, never in a
@@ -19,24 +19,24 @@ kernel's output channel is never flooded; figure changes happen inside one
 ``batch_update()``. Each callback calls one tested function of this module.
 
 Measurement (:func:`measure_point`): batch 1 streams through
-:func:`workbench.generation.stream_generate` (word-level text pieces, per-token
-timing); larger batches run :func:`workbench.generation.generate_measured` with
+:func:`workbench.measure.generation.stream_generate` (word-level text pieces, per-token
+timing); larger batches run :func:`workbench.measure.generation.generate_measured` with
 an ``on_step`` hook and show row 0. Either way the live counters come from the
-stamp of every generated step through :func:`workbench.metrics.request_timing`
+stamp of every generated step through :func:`workbench.stats.metrics.request_timing`
 (the formulas of the final records). The first measurement of each (model,
 batch size, prompt length) is preceded by ``warmup`` untimed runs
-(:func:`workbench.generation.warm_up`). A reasoning budget runs
-:func:`workbench.tasks.reasoning.run_reasoning_batch` on generated tasks
-(budget forcing, :mod:`workbench.budget_forcing`; no live text, the answer
+(:func:`workbench.measure.generation.warm_up`). A reasoning budget runs
+:func:`workbench.inputs.reasoning.run_reasoning_batch` on generated tasks
+(budget forcing, :mod:`workbench.techniques.budget_forcing`; no live text, the answer
 appears at the end); a compression strategy compresses each prompt with
-:func:`workbench.compression.compress` before generation.
+:func:`workbench.techniques.compression.compress` before generation.
 
 Headless (papermill, no frontend): :meth:`Explorer.show` measures the notebook's
 parameters once, writes the point to the run folder, and renders a static
 figure and table instead of widgets. :func:`has_frontend` decides: the
 ``mode`` parameter (``widgets`` / ``static``) wins; ``auto`` is headless when
 ``WORKBENCH_HEADLESS=1`` (set by the runner for every kernel it starts,
-:func:`workbench.notebooks.execute_notebook`), else looks for
+:func:`workbench.run.notebooks.execute_notebook`), else looks for
 ``JPY_SESSION_NAME``, which jupyter-server (JupyterLab, Notebook 7) sets for
 kernels it starts. ``JPY_SESSION_NAME`` alone is not enough: a kernel started
 by papermill inherits it from a JupyterLab terminal or cell, and would then
@@ -57,11 +57,16 @@ from typing import Callable
 
 import pandas as pd
 
-from .. import budget_forcing, compression, metrics, models, plots, results, sweeps
-from ..checks import check_bool, check_choice, check_float, check_int
-from ..errors import ParameterError
-from ..generation import GenerationSettings, generate_measured, stream_generate, warm_up
-from ..tasks import reasoning as reasoning_tasks
+from workbench.run import point_result
+from workbench.techniques import budget_forcing, compression
+from workbench.stats import metrics
+from workbench.measure import models
+from workbench.share import plots
+from workbench.run import results, sweeps
+from workbench.checks import check_bool, check_choice, check_float, check_int
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, generate_measured, stream_generate, warm_up
+from workbench.inputs import reasoning as reasoning_tasks
 
 EXPERIMENT = "explorer"
 MODES = ("auto", "widgets", "static")
@@ -77,7 +82,7 @@ CONTROL_PARAMS = (
 
 
 def compression_strategies() -> tuple[str, ...]:
-    """Strategies :func:`workbench.compression.compress` offers for one request (``kv_reuse`` excluded: it
+    """Strategies :func:`workbench.techniques.compression.compress` offers for one request (``kv_reuse`` excluded: it
     needs its own generation path)."""
     return tuple(s for s in compression.STRATEGIES if s != "kv_reuse")
 
@@ -191,7 +196,7 @@ class LiveState:
     """Text and counters of the request being shown, written by the worker thread, rendered throttled.
 
     Counters come from the clock reading of every generated step (:meth:`on_step`, both paths) through
-    :func:`workbench.metrics.request_timing`, with ``t_submit`` the time of :meth:`reset`; text comes
+    :func:`workbench.stats.metrics.request_timing`, with ``t_submit`` the time of :meth:`reset`; text comes
     from the streamed pieces (batch 1, :meth:`on_event`) or from decoding row 0's ids (batches).
 
     Args:
@@ -220,7 +225,7 @@ class LiveState:
         self.refresh(force=True)
 
     def on_event(self, ev) -> None:
-        """A :class:`workbench.generation.StreamEvent` (batch 1): its text piece."""
+        """A :class:`workbench.measure.generation.StreamEvent` (batch 1): its text piece."""
         with self.lock:
             if ev.text:
                 self.pieces.append(ev.text)
@@ -250,7 +255,7 @@ class LiveState:
     def snapshot(self) -> dict:
         """``text``, ``output_tokens``, ``ttft_s``, ``elapsed_s``, ``tokens_per_s`` (decode speed so far), ``status``.
 
-        Before :meth:`finish`: :func:`workbench.metrics.request_timing` of the steps stamped so far
+        Before :meth:`finish`: :func:`workbench.stats.metrics.request_timing` of the steps stamped so far
         (``elapsed_s`` is the last step's time since :meth:`reset`); after it, the record's own values.
         """
         with self.lock:
@@ -289,8 +294,8 @@ def counters_html(snap: dict) -> str:
 class ExploredPoint:
     """One explored measurement: its parameters, raw request records and the point summary.
 
-    ``contamination`` and ``device`` are the device-side readings of :class:`workbench.results.PointResult`
-    (:func:`workbench.results.measure_on_device`).
+    ``contamination`` and ``device`` are the device-side readings of :class:`workbench.run.point_result.PointResult`
+    (:func:`workbench.run.point_result.measure_on_device`).
     """
 
     params: dict
@@ -307,15 +312,15 @@ class ExploredPoint:
         """Parameters + summary, for the figure and the table (``model``/``device``/``dtype`` resolved)."""
         return {**self.params, **self.resolved, **self.summary, **self.extra}
 
-    def result(self) -> results.PointResult:
-        """The measurement as the :class:`workbench.results.PointResult` a run folder records."""
-        return results.PointResult(requests=self.requests, wall_s=self.wall_s, warmup_s=self.warmup_s,
+    def result(self) -> point_result.PointResult:
+        """The measurement as the :class:`workbench.run.point_result.PointResult` a run folder records."""
+        return point_result.PointResult(requests=self.requests, wall_s=self.wall_s, warmup_s=self.warmup_s,
                                    extra=self.extra, contamination=self.contamination, device=self.device)
 
 
 def _prompts(loaded, cfg: Config):
     """The batch's prompts: real text of ``prompt_tokens`` tokens, compressed when asked."""
-    from ..prompts import build_batch
+    from workbench.inputs.prompts import build_batch
 
     tok = loaded.tokenizer
     if cfg.compression == "none":
@@ -347,19 +352,19 @@ def _reasoning_batch(loaded, cfg: Config, seed: int):
                                                seed=seed, score=False)
 
 
-def measure_point(loaded, cfg: Config, point: dict, state: dict) -> results.PointResult:
+def measure_point(loaded, cfg: Config, point: dict, state: dict) -> point_result.PointResult:
     """Measure one explorer point: ``warmup`` untimed runs, then ``cfg.repeats`` timed ones.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the explorer's config: its controls are the point.
         point: control values (:data:`CONTROL_PARAMS`) overriding ``cfg``'s; ``{}`` measures ``cfg`` as it is.
         state: ``live``, a :class:`LiveState` receiving streamed text and counters (absent or None: no
-            display), and ``warmup``, untimed runs first (:func:`workbench.generation.warm_up`; absent or
+            display), and ``warmup``, untimed runs first (:func:`workbench.measure.generation.warm_up`; absent or
             None: ``cfg.warmup``).
 
     Returns:
-        :class:`workbench.results.PointResult`: ``requests`` (records with ``repeat``,
+        :class:`workbench.run.point_result.PointResult`: ``requests`` (records with ``repeat``,
         ``batch_size``, ``context_tokens``, ``reasoning_budget``, ``compression`` and the compressor's
         columns), ``wall_s``, ``warmup_s`` (compression included), ``extra`` (empty).
     """
@@ -388,14 +393,14 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> results.Poin
         wall += batch_wall
         if live is not None:
             live.finish(records[0], f"done (repeat {r + 1}/{cfg.repeats})")
-    return results.PointResult(requests=requests, wall_s=wall, warmup_s=warmup_s)
+    return point_result.PointResult(requests=requests, wall_s=wall, warmup_s=warmup_s)
 
 
 def explore(loaded, cfg: Config, live: LiveState | None = None, warmup: int | None = None) -> ExploredPoint:
     """:func:`measure_point` of ``cfg`` (with the device-side readings of
-    :func:`workbench.results.measure_on_device`) summarised into an :class:`ExploredPoint` (SLO of ``cfg``)."""
+    :func:`workbench.run.point_result.measure_on_device`) summarised into an :class:`ExploredPoint` (SLO of ``cfg``)."""
     info = loaded.info
-    m = results.measure_on_device(lambda: measure_point(loaded, cfg, {}, {"live": live, "warmup": warmup}),
+    m = point_result.measure_on_device(lambda: measure_point(loaded, cfg, {}, {"live": live, "warmup": warmup}),
                                   info.device)
     summary = metrics.summarize_point(pd.DataFrame(m.requests), m.wall_s, cfg.slo_ttft_s, cfg.slo_tpot_s)
     return ExploredPoint(params=cfg.params(), requests=m.requests, wall_s=m.wall_s, summary=summary,
@@ -505,7 +510,7 @@ def save_points(run_dir, points: list[ExploredPoint], info=None, label: str = ""
     Args:
         run_dir: a run folder (reused; rows of the same point are replaced), or "" for a new run.
         points: the explored points; point ``i`` gets id ``explorer/n=i,<parameters>``.
-        info: :class:`workbench.models.ModelInfo`; records the environment in the manifest.
+        info: :class:`workbench.measure.models.ModelInfo`; records the environment in the manifest.
         label: run id suffix for a new run.
         probe: probe device bandwidth / FLOP/s for the environment record.
         finish: mark the run ``ok`` (False when a suite runner owns the status).
@@ -520,12 +525,12 @@ def save_points(run_dir, points: list[ExploredPoint], info=None, label: str = ""
                                                                      probe=probe))
     ids = []
     for i, p in enumerate(points):
-        pid = results.point_id(EXPERIMENT, {"n": i, **p.params})
+        pid = point_result.point_id(EXPERIMENT, {"n": i, **p.params})
         ids.append(pid)
         base = {"run_id": run.name, "experiment": EXPERIMENT, "point_id": pid, **p.params, **p.resolved}
         slo = (p.summary.get("slo_ttft_s"), p.summary.get("slo_tpot_s"))
         # no MBU / MFU: the explored points may come from other models than ``info``'s
-        req, row = results.point_rows(p.result(), base, *slo)
+        req, row = point_result.point_rows(p.result(), base, *slo)
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         results.record_point(run, pid, req, row, {"experiment": EXPERIMENT, "params": p.params, "status": "ok",
                                                   "finished_utc": now, "valid": row["valid"]})
@@ -546,7 +551,7 @@ class Explorer:
     Args:
         cfg: initial control values (and the headless point).
         run_dir: where Save writes ("" creates a new run on the first save, then reuses it).
-        load: ``load(model, device, dtype) -> LoadedModel`` (default :func:`workbench.models.load_model`).
+        load: ``load(model, device, dtype) -> LoadedModel`` (default :func:`workbench.measure.models.load_model`).
         measure: ``measure(loaded, cfg, live, warmup) -> ExploredPoint`` (default :func:`explore`).
     """
 

@@ -1,6 +1,6 @@
 """Long output (notebook ``07_long_output``): one shot, or outline then sections, at one token budget.
 
-One point per (language, strategy): :func:`workbench.long_form.run_long_output`
+One point per (language, strategy): :func:`workbench.techniques.long_form.run_long_output`
 writes the same article with ``one_shot``, ``outline_batch`` or
 ``outline_sequential`` under one total token budget and records time to first
 visible text (``first_text_s``), to first section text, wall time (``wall_s``),
@@ -21,11 +21,14 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import evidence, metrics, plots, predictions, results, sweeps  # noqa: F401  (plots registers the house template)
-from ..checks import check_choice_list, check_int
-from ..generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
-from ..long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
-from ..results import PointResult
+from workbench.stats import evidence, metrics
+from workbench.share import plots
+from workbench.predict import predictions
+from workbench.run import results, sweeps  # noqa: F401  (plots registers the house template)
+from workbench.checks import check_choice_list, check_int
+from workbench.measure.generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
+from workbench.techniques.long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
+from workbench.run.point_result import PointResult
 
 EXPERIMENT = "long_output"
 
@@ -78,16 +81,16 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One ``{"language", "strategy"}`` point.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the notebook's :class:`Config` (plan, topic, repeats, temperature, seed).
         point: ``{"language": .., "strategy": ..}``.
         state: shared by the points of one sweep: ``run_dir`` (optional): each repeat's merged text (with
             outline) is saved as ``texts/long_output_<strategy>_<language>_r<repeat>.md``; ``warmed``: set
             by the first point, which runs ``cfg.warmup`` untimed short generations of the topic before its
-            timed runs (:func:`workbench.generation.warm_up`), the later ones none.
+            timed runs (:func:`workbench.measure.generation.warm_up`), the later ones none.
 
     Returns:
-        :class:`workbench.results.PointResult`: a row per repeat, ``wall_s``, ``warmup_s`` and ``extra``
+        :class:`workbench.run.point_result.PointResult`: a row per repeat, ``wall_s``, ``warmup_s`` and ``extra``
         (``<column>_p50`` of :data:`SUMMARY_COLUMNS`).
     """
     strategy, language = point["strategy"], point["language"]
@@ -147,7 +150,7 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evide
         points: its points; when given, only rows of usable (valid) points count.
 
     Returns:
-        :class:`workbench.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding`.
     """
     df = _only(requests)
     if points is not None and "point_id" in df:

@@ -1,14 +1,14 @@
 """Reasoning budget: what each thinking-token budget costs in latency and buys in answer quality.
 
 What it measures (notebook ``05_reasoning_budget``): for every (reasoning
-budget B, batch size) point, the same seeded tasks (:mod:`workbench.tasks.reasoning`)
-answered under budget forcing (:mod:`workbench.budget_forcing`), in consecutive
+budget B, batch size) point, the same seeded tasks (:mod:`workbench.inputs.reasoning`)
+answered under budget forcing (:mod:`workbench.techniques.budget_forcing`), in consecutive
 batches, ``repeats`` times with seeds ``seed + r``. Each request records its
 thinking / answer split, time to first answer token (``ttfat_s``), the predicted
 answer, ``exact_match`` and the gold answer's log-likelihood; each point adds
 ``exact_match_mean``, ``gold_logprob_mean``, ``thinking_tokens_mean``, the
 truncation and forced-close rates and ``ttfat_s`` percentiles to the usual
-latency and throughput summary (:func:`workbench.sweeps.run_sweep`).
+latency and throughput summary (:func:`workbench.run.sweeps.run_sweep`).
 
 Quality is summarised with 95% intervals over tasks (Wilson for accuracy, t otherwise)
 (:func:`quality_summary`); :func:`figures` draws latency, quality, thinking
@@ -21,14 +21,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from .. import metrics, plots, predictions, sweeps
-from ..budget_forcing import PRE, THINKING_MODES, BudgetSpec, thinking_format
-from ..checks import check_choice, check_choice_list, check_int, check_int_list
-from ..errors import ParameterError
-from ..generation import GenerationSettings, warm_up
-from ..results import PointResult
-from ..tasks.reasoning import (LANGUAGES, REASONING_KINDS, TASK_KINDS, Task, make_tasks, run_reasoning_batch,
-                               task_inputs)
+from workbench.stats import metrics
+from workbench.share import plots
+from workbench.predict import predictions
+from workbench.run import sweeps
+from workbench.techniques.budget_forcing import PRE, THINKING_MODES, BudgetSpec, thinking_format
+from workbench.checks import check_choice, check_choice_list, check_int, check_int_list
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, warm_up
+from workbench.run.point_result import PointResult
+from workbench.inputs.reasoning import LANGUAGES, REASONING_KINDS, TASK_KINDS, Task, make_tasks, run_reasoning_batch, task_inputs
 
 EXPERIMENT = "reasoning"  # the experiment column and point-id prefix, as in earlier runs (comparable)
 
@@ -48,7 +50,7 @@ class Config(sweeps.SweepConfig):
         answer_tokens: answer allowance after the end of thinking (>= 1).
         num_tasks: tasks per point (the same tasks at every point), >= 1.
         languages: task languages, from ``en``, ``zh``.
-        task_kinds: from :data:`workbench.tasks.reasoning.TASK_KINDS`; default the multi-step kinds
+        task_kinds: from :data:`workbench.inputs.reasoning.TASK_KINDS`; default the multi-step kinds
             (``arithmetic``, ``counting``, ``logic``); the one-step ``lookup``, ``copy``, ``list_count`` are
             what a ~100M model solves some of the time (the default suite's choice).
         thinking: ``auto`` (native if the tokenizer has ``<think>`` tokens),
@@ -93,7 +95,7 @@ class Config(sweeps.SweepConfig):
                                  f"context (got {max(self.budgets)})")
 
     def spec(self, budget: int) -> BudgetSpec:
-        """The :class:`~workbench.budget_forcing.BudgetSpec` of one budget (``min_budget`` applies to budgets > 0)."""
+        """The :class:`~workbench.techniques.budget_forcing.BudgetSpec` of one budget (``min_budget`` applies to budgets > 0)."""
         return BudgetSpec(budget=budget, min_budget=self.min_budget if budget > 0 else 0,
                           answer_tokens=self.answer_tokens, stop_at_newline=self.stop_at_newline)
 
@@ -109,18 +111,18 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """Measure one (budget, batch size) point over all tasks, in consecutive batches.
 
     ``cfg.warmup`` untimed runs of the first batch's prompts come first
-    (:func:`workbench.generation.warm_up`); then ``cfg.repeats`` timed passes
+    (:func:`workbench.measure.generation.warm_up`); then ``cfg.repeats`` timed passes
     over the tasks, repeat ``r`` with seed ``cfg.seed + r``.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"reasoning_budget", "batch_size"}``.
         state: shared by the points of one sweep: ``tasks``, the same seeded tasks for every point
             (``cfg.tasks()`` on the first point when absent).
 
     Returns:
-        :class:`workbench.results.PointResult`; ``extra`` holds
+        :class:`workbench.run.point_result.PointResult`; ``extra`` holds
         ``exact_match_mean``, ``gold_logprob_mean``, ``thinking_tokens_mean``,
         ``answer_truncated_rate``, ``forced_close_rate``, ``thinking_mode`` and
         ``ttfat_s_p50/p90/p99``.
@@ -163,7 +165,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Every (budget, batch size) point of ``cfg`` on the same seeded tasks (experiment ``reasoning``).
 
     Returns:
-        The experiment's points DataFrame (see :func:`workbench.sweeps.run_sweep`).
+        The experiment's points DataFrame (see :func:`workbench.run.sweeps.run_sweep`).
     """
     state = {"tasks": cfg.tasks()}
     return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
@@ -182,7 +184,7 @@ def quality_summary(requests, by=("reasoning_budget", "batch_size"), confidence:
     Returns:
         Long DataFrame: the ``by`` columns, ``metric``, ``n``, ``mean``, ``ci_low``, ``ci_high``.
     """
-    from .. import quality
+    from workbench.measure import quality
 
     df = requests.copy()
     df["exact_match"] = df["exact_match"].astype(float)
@@ -200,9 +202,9 @@ def finding(points, requests=None):
         requests: its requests (one row per task and repeat); None: means without intervals.
 
     Returns:
-        :class:`workbench.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding`.
     """
-    from .. import evidence
+    from workbench.stats import evidence
 
     ok = evidence.usable_points(points)
     if ok.empty or "reasoning_budget" not in ok:

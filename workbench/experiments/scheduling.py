@@ -56,13 +56,15 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, evidence, metrics, slo, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings
-from ..plots import ok_points, split_by_device
-from ..results import PointResult
-from ..serving import engines as engines_mod
-from ..serving import load, scheduling
+from workbench import checks
+from workbench.stats import evidence, metrics, slo
+from workbench.run import sweeps
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.share.plots import ok_points, split_by_device
+from workbench.run.point_result import PointResult
+from workbench.serving import engines as engines_mod
+from workbench.serving import load, scheduling
 
 EXPERIMENT = "scheduling"
 CLASSES = ("interactive", "background")
@@ -267,7 +269,7 @@ def read_mixed_trace(path, class_slo_ttft_s: dict) -> list[dict]:
 def specs_of(tokenizer, rows: list[dict]) -> list[load.RequestSpec]:
     """Request specs of trace rows: prompts of exactly ``prompt_tokens`` (chat template included), disjoint
     source windows."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     return [load.RequestSpec(build_prompt(tokenizer, r["prompt_tokens"], offset=i * 128), r["output_tokens"],
                              r["prompt_tokens"], r["offset_s"], priority=r.get("priority", 0),
@@ -287,7 +289,7 @@ def calibrate(loaded, cfg: Config) -> dict:
     """The service alone of each class on an idle ``cfg.engine``: ``{class: seconds}`` (median e2e of two
     requests one at a time, after ``cfg.warmup`` untimed ones), and ``rate_rps``, ``load_factor / E[service]``
     over the mix."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     eng = _engine(loaded, cfg, "fcfs")
     tok = loaded.tokenizer
@@ -319,13 +321,13 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One point: the mixed workload under ``point["policy"]``, or the multi-turn conversations.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the study's config.
         point: ``{"workload", "policy", "prefix_sharing"}``.
         state: shared by the points of a run: ``calibration`` (:func:`calibrate`, measured on the first point).
 
     Returns:
-        :class:`workbench.results.PointResult` with the request rows (module docstring) and ``extra``
+        :class:`workbench.run.point_result.PointResult` with the request rows (module docstring) and ``extra``
         (:func:`class_columns`, the load run's summary, ``offered_rps``, ``alone_s_<class>``).
     """
     if "calibration" not in state:
@@ -393,7 +395,7 @@ def request_rows(rows: list[dict], trace_rows: list[dict], alone_s: dict) -> lis
 def class_columns(rows: pd.DataFrame, class_slo_ttft_s: dict, window_s: float) -> dict:
     """A point's per-class columns: ``ttft_s_p50_<c>``, ``ttft_s_p90_<c>``, ``queue_s_p50_<c>``, ``queue_s_p90_<c>``,
     ``e2e_s_p50_<c>``, ``requests_<c>``, ``slo_attainment_<c>`` and ``goodput_rps_<c>`` (the class's TTFT SLO,
-    :func:`workbench.slo.evaluate` over its rows and the window); and ``queue_s_max`` (the longest wait),
+    :func:`workbench.stats.slo.evaluate` over its rows and the window); and ``queue_s_max`` (the longest wait),
     ``eta_abs_error_s_p50``, ``abandoned`` and ``retried`` over all rows."""
     out = {}
     for c, g in rows.groupby("request_class") if not rows.empty else []:
@@ -427,7 +429,7 @@ def _prefix_engine(loaded, cfg: Config, prefix_sharing: bool, max_seq_tokens: in
 def _prime_engine(send, tokenizer, cfg: Config) -> None:
     """``cfg.warmup`` untimed requests that share no cache page with the measured ones (a system message and a
     source window of their own), so a fresh engine's first-call costs stay out of the first turn."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     for i in range(cfg.warmup):
         user = build_prompt(tokenizer, cfg.short_prompt_tokens[0], offset=20_000 + 128 * i, chat=False)
@@ -450,7 +452,7 @@ def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult
     """``conversations`` conversations at once, ``turns`` turns each: turn ``k`` sends the whole history (each
     earlier user message and a fixed assistant reply of ``short_max_tokens`` words), so its prompt grows turn
     by turn. Rows: ``conversation``, ``turn`` (from 1), the engine sender's figures."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     tok = loaded.tokenizer
     ctx = (max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 16) * (cfg.turns + 1) + cfg.shared_prefix_tokens + 64
@@ -494,7 +496,7 @@ def _shared_prefix(loaded, cfg: Config, prefix_sharing: bool = False) -> PointRe
     opening with the same system document of ``shared_prefix_tokens`` tokens and asking its own question of
     ``short_prompt_tokens[0]`` tokens (many users of one system prompt or one document). Rows: ``conversation``
     (the request's index) and ``turn`` 1, the engine sender's figures."""
-    from ..prompts import build_prompt
+    from workbench.inputs.prompts import build_prompt
 
     tok = loaded.tokenizer
     eng = _prefix_engine(loaded, cfg, prefix_sharing,
@@ -533,7 +535,7 @@ def cache_columns(rows: pd.DataFrame, prefix_sharing: bool) -> dict:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """Every point of ``cfg.grid()`` (:func:`workbench.sweeps.run_sweep`); the points DataFrame."""
+    """Every point of ``cfg.grid()`` (:func:`workbench.run.sweeps.run_sweep`); the points DataFrame."""
     state: dict = {}
     return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
                             resume=resume, slo_ttft_s=cfg.class_slo_ttft_s.get("interactive"), info=loaded.info,
@@ -586,7 +588,7 @@ def _served(rows: pd.DataFrame) -> pd.DataFrame:
 
 def prefix_savings(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """What prefix sharing saved, per prefix workload (``multiturn``, ``shared_prefix``) measured with sharing off
-    and on (usable points only: :func:`workbench.evidence.usable_points`).
+    and on (usable points only: :func:`workbench.stats.evidence.usable_points`).
 
     Requests are paired across the two points by ``conversation`` and ``turn`` (the same prompt both ways); failed
     and abandoned ones are left out.
@@ -595,7 +597,7 @@ def prefix_savings(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
         One row per workload: ``workload``, ``pairs``, ``cache_hit_rate_off`` / ``cache_hit_rate_on`` (cached over
         prompt tokens of the paired requests, :func:`cache_columns`), ``ttft_s_p50_off`` / ``ttft_s_p50_on``,
         ``ttft_saved_s`` (the mean of the paired differences TTFT off - on, seconds) with ``ttft_saved_s_low`` /
-        ``ttft_saved_s_high`` (Student-t 95% interval over the pairs, :func:`workbench.evidence.t_interval`; the
+        ``ttft_saved_s_high`` (Student-t 95% interval over the pairs, :func:`workbench.stats.evidence.t_interval`; the
         pairs of one run share an engine, so it is a guide) and ``method``, and ``verdict``: ``saves`` / ``costs``
         when the interval excludes 0, ``not supported: the interval straddles 0`` when it does not, ``not
         supported: <reason>`` without an interval. Empty when no workload has both sides.
@@ -660,7 +662,7 @@ def prefix_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Fin
 def paired_ratio(requests: pd.DataFrame, policy: str, column: str, request_class: str,
                  base: str = "fcfs") -> evidence.Interval:
     """``column`` under ``policy`` over ``base`` for the class's requests, matched by ``request_id`` (the same
-    request at the same arrival time): :func:`workbench.evidence.paired_ratio_interval`. Requests within one run
+    request at the same arrival time): :func:`workbench.stats.evidence.paired_ratio_interval`. Requests within one run
     share the engine, so they are not fully independent: the interval is a guide, the method says so."""
     df = _mixed(requests)
     df = df[df["request_class"] == request_class]
@@ -674,7 +676,7 @@ def recommend(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """The closing table: per policy the interactive TTFT p90 and the background e2e p50 as ratios over
     ``fcfs`` (paired by request), the longest wait, and a verdict: a policy is recommended for the mixed
     workload when its interactive TTFT interval is below 1 (it helps the short requests); its cost is the
-    background e2e ratio. Usable points only (:func:`workbench.evidence.usable_points`, serving rules)."""
+    background e2e ratio. Usable points only (:func:`workbench.stats.evidence.usable_points`, serving rules)."""
     use = evidence.usable_points(points, serving=True)
     use = use[use.get("workload", pd.Series(dtype=str)) == "mixed"] if not use.empty else use
     ok = requests[requests["point_id"].isin(use["point_id"])] if not use.empty else requests.iloc[0:0]

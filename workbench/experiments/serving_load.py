@@ -12,13 +12,13 @@ request, output, input and total token throughput and goodput over the measured 
 it per second of it, :func:`workbench.serving.load.apply_window`: not biased low by a short run); mean
 concurrency with its Little's-law check; ``queue_s`` percentiles; SLO attainment over the requests planned
 for the window (unsent and unfinished ones are misses) with its Wilson 95% interval, goodput and the
-percentile check per preset (:mod:`workbench.slo`); the engine's running requests over the window
+percentile check per preset (:mod:`workbench.stats.slo`); the engine's running requests over the window
 (``engine_batch_mean`` / ``_max``); the time slices and the stop rule. :func:`recommend` gives, per SLO
 preset, the engine and the highest measured rate whose attainment reaches ``attainment_target``;
 :func:`search` finds that rate by bisection (:func:`search_engines` runs it on its own, without the sweep:
 ``benchmarks/serving.py``). The knee (:func:`knees`) is the highest open-loop rate that kept up
 (:func:`kept_up`, the one definition). Knees, recommendations and the finding use usable points only
-(:func:`workbench.evidence.usable_points`: valid, open-loop, not stopped early).
+(:func:`workbench.stats.evidence.usable_points`: valid, open-loop, not stopped early).
 
 Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
 server (:mod:`workbench.serving.server`) with the engine behind it and drives it with the load generator's
@@ -41,14 +41,17 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, evidence, metrics, slo, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings
-from ..plots import label, ok_points, split_by_device
-from ..results import PointResult
-from ..serving import endpoint as endpoint_mod
-from ..serving import engines as engines_mod
-from ..serving import load
+from workbench.measure import contention
+from workbench import checks
+from workbench.stats import evidence, metrics, slo
+from workbench.run import sweeps
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.share.plots import label, ok_points, split_by_device
+from workbench.run.point_result import PointResult
+from workbench.serving import endpoint as endpoint_mod
+from workbench.serving import engines as engines_mod
+from workbench.serving import load
 
 EXPERIMENT = "serving_load"
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -76,7 +79,7 @@ class Config(sweeps.SweepConfig):
         warmup_s, cooldown_s: excluded windows (seconds, >= 0).
         slice_s: time-slice width (seconds, > 0).
         max_in_flight, max_wait_s: the over-saturation stop rule.
-        slo_presets: named presets to evaluate (:data:`workbench.slo.PRESETS`).
+        slo_presets: named presets to evaluate (:data:`workbench.stats.slo.PRESETS`).
         slo_ttft_s, slo_tpot_s: the custom SLO (columns ``goodput_rps``, ``slo_attainment``).
         attainment_target: share of requests that must meet an SLO (0, 1].
         search: run the bisection search per engine after the sweep; ``search_slo`` its preset (or ``custom``);
@@ -179,7 +182,7 @@ class _Bench:
     """The live engine (and server) of the current engine name, the prompts and the measured rates."""
 
     def __init__(self, cfg: Config, loaded):
-        from ..prompts import build_batch
+        from workbench.inputs.prompts import build_batch
 
         self.cfg, self.loaded = cfg, loaded
         texts = build_batch(loaded.tokenizer, cfg.requests_per_point, cfg.prompt_tokens)
@@ -202,9 +205,9 @@ class _Bench:
             self.send = endpoint_mod.sender(ep, timeout=600.0)
             self.served_pid = endpoint_mod.local_server_pid(ep)  # a loopback server's CPU is the point's work
             if self.served_pid is not None:
-                metrics.SERVED_BY_PIDS.add(self.served_pid)
+                contention.SERVED_BY_PIDS.add(self.served_pid)
         elif cfg.transport == "http":
-            from ..serving.server import ServerThread
+            from workbench.serving.server import ServerThread
 
             self.server = ServerThread(self.loaded, engine=name, max_batch_size=cfg.max_batch_size, early_headers=True,
                                        batch_window_s=cfg.batch_window_s).start()
@@ -223,7 +226,7 @@ class _Bench:
             self.server.stop()
         if self.engine is not None:
             self.engine.stop()
-        metrics.SERVED_BY_PIDS.discard(self.served_pid)
+        contention.SERVED_BY_PIDS.discard(self.served_pid)
         self.name = self.engine = self.server = self.send = self.served_pid = None
 
 
@@ -231,7 +234,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One load point: run its profile on the point's engine and summarise the kept window.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"engine", "profile"}`` (and ``step`` for the swept rates).
         state: shared by the points of one sweep: ``bench``, the live engine (and server) with the rates
@@ -239,7 +242,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
             and ``last_point``, ``{engine: its last point}``: the engine is stopped after that point.
 
     Returns:
-        :class:`workbench.results.PointResult`: kept request rows, ``wall_s`` of the kept
+        :class:`workbench.run.point_result.PointResult`: kept request rows, ``wall_s`` of the kept
         window, ``warmup_s`` and ``extra`` (offered rate, window, stop rule, queue percentiles, SLO
         attainment / goodput / percentile checks per preset, time slices as JSON).
     """
@@ -290,7 +293,7 @@ def point_columns(res: load.LoadResult, cfg: Config, rate: float | None, achieve
         (``request_throughput_rps``, ``output_throughput_tps``, ``input_throughput_tps``, ``total_throughput_tps``,
         ``mean_concurrency``, ``littles_law_ratio``), per SLO preset ``slo_attainment_<name>``,
         ``slo_attainment_low_<name>`` / ``_high_<name>``, ``goodput_rps_<name>`` and ``percentiles_ok_<name>``
-        (:func:`workbench.slo.evaluate` over the planned requests and the counting window), the custom SLO's
+        (:func:`workbench.stats.slo.evaluate` over the planned requests and the counting window), the custom SLO's
         ``slo_attainment`` (with ``_low`` / ``_high``), ``goodput_rps`` and ``percentiles_ok``, ``kept_up``
         (:func:`kept_up`) and ``slices_json``.
     """
@@ -347,7 +350,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The load sweep of ``cfg`` on every engine; then the SLO search when ``cfg.search``.
 
     Returns:
-        The experiment's points DataFrame (:func:`workbench.sweeps.run_sweep`).
+        The experiment's points DataFrame (:func:`workbench.run.sweeps.run_sweep`).
     """
     grid = cfg.grid()
     check_targets(cfg)
@@ -362,7 +365,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
                                   slo_tpot_s=cfg.slo_tpot_s, info=loaded.info,
                                   loaded=loaded if loaded.model is not None else None, config=cfg)
         if cfg.search:
-            from .. import results
+            from workbench.run import results
 
             found = search(cfg, bench, points)
             results.save_text(run_dir, f"{EXPERIMENT}_search.json", found.to_json(orient="records", indent=1))
@@ -383,10 +386,10 @@ def check_targets(cfg: Config) -> dict | None:
 
 
 def load_for(cfg: Config):
-    """What the run needs loaded: the model (:func:`workbench.models.load_model`) when a built-in engine runs;
+    """What the run needs loaded: the model (:func:`workbench.measure.models.load_model`) when a built-in engine runs;
     for an endpoint-only run the tokenizer alone (prompts are built with it;
-    :func:`workbench.models.load_tokenizer_only`: ``model`` None, no weights)."""
-    from .. import models
+    :func:`workbench.measure.models.load_tokenizer_only`: ``model`` None, no weights)."""
+    from workbench.measure import models
 
     if cfg.needs_model():
         return models.load_model(cfg.model, cfg.device, cfg.dtype)
@@ -408,7 +411,7 @@ def _achieved_rps(res: load.LoadResult) -> float:
 
 def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per engine: the highest offered rate (``cfg.arrival``) whose attainment of ``cfg.search_slo`` reaches
-    ``cfg.attainment_target``, by bisection (:func:`workbench.slo.search_rate`) between half the synchronous
+    ``cfg.attainment_target``, by bisection (:func:`workbench.stats.slo.search_rate`) between half the synchronous
     rate and the maximum throughput, ``cfg.search_steps`` measurements of ``requests_per_point`` requests each,
     relative tolerance ``cfg.search_tolerance``. An over-saturated measurement (stopped early) fails.
 
@@ -419,7 +422,7 @@ def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd
         One row per engine: ``engine``, ``slo``, ``max_batch_size``, ``max_rate_rps`` (0: even the lowest rate
         failed), ``bracket_low_rps`` / ``bracket_high_rps`` (inf: the highest tried rate still met it),
         ``bracketed``, ``measurements``, ``tolerance``, ``requests_per_measurement``, ``sync_rps``,
-        ``max_throughput_rps``, ``knee_rps`` (:func:`workbench.metrics.saturation_knee` over the search's own
+        ``max_throughput_rps``, ``knee_rps`` (:func:`workbench.stats.metrics.saturation_knee` over the search's own
         open-loop measurements, arrival vs completion rate; NaN when even the lowest fell behind) and
         ``history_json`` (per measurement: rate, attainment, arrival and completion rates, stopped early).
     """
@@ -507,7 +510,7 @@ def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE) -> bool | None:
 def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
     """Per engine: the highest open-loop rate (realised ``arrival_rps``, else ``offered_rps``) that kept up
     (:func:`kept_up`), below the first that did not; NaN when even the lowest did not. Only usable points
-    (:func:`workbench.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early)."""
+    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early)."""
     df = evidence.usable_points(points, serving=True)
     out = {}
     for e, g in df.groupby("engine"):
@@ -531,7 +534,7 @@ def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
     """Per SLO preset (and ``custom``): the engine and the highest measured offered rate whose attainment
     reaches ``target`` (ties: higher goodput), with its goodput, its attainment's Wilson 95% interval and the
     requests planned for it; ``engine`` empty when none does. Only usable points
-    (:func:`workbench.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that kept up
+    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that kept up
     (:func:`kept_up` not False): a closed-loop burst, a point stopped for over-saturation, one measured under
     other load or one whose queue grew is never recommended."""
     df = evidence.usable_points(points, serving=True)
@@ -777,7 +780,7 @@ def finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
     supported without usable points or with a wider interval (too few requests per point to place the knee).
 
     Returns:
-        :class:`workbench.evidence.Finding` over the usable points' ids.
+        :class:`workbench.stats.evidence.Finding` over the usable points' ids.
     """
     text = headline(points, target)
     body, _, tail = text.partition(" Evidence: ")

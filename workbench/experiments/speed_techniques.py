@@ -9,12 +9,12 @@ Techniques, all through ``transformers``' own ``generate``:
 - ``draft``: assisted generation (``assistant_model``) with ``k`` draft tokens per step (constant schedule,
   no confidence cut-off, so every step proposes ``k`` unless the length cap is near). On the embedded
   SmolLM2-135M, the smallest of its family, the draft is a layer-truncated copy of the model sharing its
-  embedding, head and tokenizer (:func:`workbench.models.truncated_draft`, ``draft_model = "truncated"``);
+  embedding, head and tokenizer (:func:`workbench.techniques.speed.truncated_draft`, ``draft_model = "truncated"``);
   it was not trained to exit early, so its acceptance is low and reported as such. A GPU suite names a real
   pair (``draft_model: Qwen/Qwen3-0.6B`` for ``model: Qwen/Qwen3-4B``).
 - ``int8_dynamic`` quantization (an engine-tuning-style axis, technique ``none``): ``torch.ao``'s
-  ``quantize_dynamic`` on every ``nn.Linear`` (:func:`workbench.models.quantize_int8`), with engine tuning's
-  quality guard (:func:`workbench.quality.quality_guard`: greedy agreement and log-prob drift against the
+  ``quantize_dynamic`` on every ``nn.Linear`` (:func:`workbench.techniques.speed.quantize_int8`), with engine tuning's
+  quality guard (:func:`workbench.measure.quality.quality_guard`: greedy agreement and log-prob drift against the
   float32 model) and MBU from the bytes the quantized model reads per step. torch's dynamic kernels quantize
   each Linear's input activations per call as well (not pure weight-only; torchao's int8 weight-only is not
   installed): that rounding drives the log-prob drift, and the per-call quantize / dequantize work is what can
@@ -29,7 +29,7 @@ Workloads (:func:`task_prompts`): copy-heavy tasks built from the shipped docume
 Chinese (``data/zh`` essays), next to ``free`` generation (a short story), where there is nothing to copy.
 
 Metrics of a speculative point (:func:`acceptance`), from the per-step counts that
-:func:`workbench.generation.generate_measured` records (``draft_proposed``: candidates the target verified in
+:func:`workbench.measure.generation.generate_measured` records (``draft_proposed``: candidates the target verified in
 each step, from the target's forward; ``draft_emitted``: ids the step added):
 
 - ``acceptance_rate``: accepted draft tokens / proposed (accepted = emitted - 1 per step: the last id of a
@@ -38,7 +38,7 @@ each step, from the target's forward; ``draft_emitted``: ids the step added):
 - ``acceptance_by_position``: for draft position ``i``, steps that accepted it / steps that proposed it;
 - ``verify_steps_per_token``: target forwards per output id (1 for plain decoding);
 - ``speedup`` (:func:`speed_table`): baseline ``e2e_s`` over the technique's, the ratio of geometric means
-  over repeats with a Welch interval (:func:`workbench.evidence.ratio_interval`); int8 is judged on decode
+  over repeats with a Welch interval (:func:`workbench.stats.evidence.ratio_interval`); int8 is judged on decode
   tokens/s (``decode_tps``) against float32.
 - ``speedup_bound``: the simple upper bound of Leviathan et al. 2023 (eq. 1 and theorem 3.8): with
   acceptance ``a`` and ``k`` draft tokens a step yields ``(1 - a^(k+1)) / (1 - a)`` tokens for ``1 + k c``
@@ -49,7 +49,7 @@ each step, from the target's forward; ``draft_emitted``: ids the step added):
 
 Timing stays per generated token id: the ``k`` ids of one verification step share one stamp, so ``itl_s``
 holds zeros between ids of one step and the step's whole time on its first id; TPOT is e2e minus TTFT over
-output ids minus one, as everywhere (:func:`workbench.metrics.request_timing`). ``prefill_s`` of a speculative point is the first target forward, which
+output ids minus one, as everywhere (:func:`workbench.stats.metrics.request_timing`). ``prefill_s`` of a speculative point is the first target forward, which
 also verifies the first step's candidates.
 
 Entry points: :class:`Config`, :func:`measure_point`, :func:`run`, :func:`speed_table`, :func:`finding`,
@@ -65,13 +65,18 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .. import checks, evidence, metrics, models, quality, roofline, sweeps
-from ..errors import ParameterError
-from ..generation import GenerationSettings, check_speculative
-from ..plots import label, legend_below, split_by_device
-from ..prompts import build_batch, source_text
-from ..results import PointResult
-from ..sweeps import SweepConfig
+from workbench.techniques import speed
+from workbench import checks
+from workbench.stats import evidence, metrics
+from workbench.measure import models, quality
+from workbench.predict import roofline
+from workbench.run import sweeps
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, check_speculative
+from workbench.share.plots import label, legend_below, split_by_device
+from workbench.inputs.prompts import build_batch, source_text
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "speed_techniques"
 TECHNIQUES = ("none", "prompt_lookup", "draft")
@@ -90,7 +95,7 @@ class Config(SweepConfig):
         draft_tokens: draft tokens per verification step ``k`` (each >= 1), for both techniques.
         tasks: from ``summarise``, ``extract``, ``edit`` (copy-heavy) and ``free``.
         languages: ``en`` and / or ``zh``.
-        quantizations: from :data:`workbench.models.QUANTIZATIONS`; ``none`` is float (the baseline), others
+        quantizations: from :data:`workbench.techniques.speed.QUANTIZATIONS`; ``none`` is float (the baseline), others
             are measured with technique ``none`` on every task.
         draft_model: ``truncated`` (the target's first ``draft_layers`` layers) or a model spec with the
             target's tokenizer.
@@ -128,7 +133,7 @@ class Config(SweepConfig):
             raise ParameterError(f"quantizations: must be a non-empty list (got {self.quantizations!r})")
         dev = models.pick_device(self.device)
         for q in self.quantizations:
-            models.check_quantization(q, dev)
+            speed.check_quantization(q, dev)
         checks.check_int("batch_size", self.batch_size, 1)
         for t in self.techniques:
             if t != "none":
@@ -144,7 +149,7 @@ class Config(SweepConfig):
         if not isinstance(self.draft_model, str) or not self.draft_model:
             raise ParameterError("draft_model: 'truncated' or a model directory / cached hub id")
         if "draft" in self.techniques and self.draft_model != TRUNCATED:
-            models.check_draft_tokenizer(self.model, self.draft_model)
+            speed.check_draft_tokenizer(self.model, self.draft_model)
 
     def grid(self) -> list[dict]:
         """Per (task, language): the float baseline first, then each technique x ``k``, then each quantization."""
@@ -272,7 +277,7 @@ def draft_of(loaded, cfg: Config, state: dict):
     """The draft model (memoised in ``state``): the truncated copy or ``cfg.draft_model`` loaded beside the target."""
     if "draft" not in state:
         if cfg.draft_model == TRUNCATED:
-            state["draft"] = models.truncated_draft(loaded, cfg.draft_layers)
+            state["draft"] = speed.truncated_draft(loaded, cfg.draft_layers)
         else:
             state["draft"] = models.load_model(cfg.draft_model, cfg.device, cfg.dtype)
     return state["draft"]
@@ -305,10 +310,10 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: a :meth:`Config.grid` entry.
         state: shared by the sweep's points: ``draft`` (:func:`draft_of`), ``quantized`` (per scheme),
-            ``guard_reference`` (:func:`workbench.quality.guard_reference` of the float model), ``peaks``.
+            ``guard_reference`` (:func:`workbench.measure.quality.guard_reference` of the float model), ``peaks``.
 
     Returns:
-        :class:`workbench.results.PointResult`; ``extra`` holds, for a speculative point, :func:`acceptance`
+        :class:`workbench.run.point_result.PointResult`; ``extra`` holds, for a speculative point, :func:`acceptance`
         (``acceptance_by_position`` as comma-separated text), ``draft_cost_ratio`` and ``speedup_bound``; for
         a quantized point, the guard's columns, ``weight_bytes`` read per step and ``mbu`` from them.
     """
@@ -317,7 +322,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     if point["quantization"] != "none":
         model = state.setdefault("quantized", {}).get(point["quantization"])
         if model is None:
-            model = state["quantized"][point["quantization"]] = models.quantize_int8(loaded)
+            model = state["quantized"][point["quantization"]] = speed.quantize_int8(loaded)
     if point["technique"] == "draft":
         draft = draft_of(loaded, cfg, state)
     gen_kwargs = generate_kwargs(point, draft)
@@ -354,7 +359,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
-    """Every point of ``cfg.grid()`` through :func:`workbench.sweeps.run_sweep`; returns the points DataFrame."""
+    """Every point of ``cfg.grid()`` through :func:`workbench.run.sweeps.run_sweep`; returns the points DataFrame."""
     state: dict = {}
     return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
                             resume=resume, info=loaded.info, loaded=loaded, config=cfg)
@@ -369,14 +374,14 @@ KEYS = ("task", "language")
 def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """Each technique or quantization point against the float baseline of its (task, language).
 
-    Usable points only (:func:`workbench.evidence.usable_points`). Speculative points: ``speedup`` = baseline
+    Usable points only (:func:`workbench.stats.evidence.usable_points`). Speculative points: ``speedup`` = baseline
     ``e2e_s`` / the point's (per repeat, batch 1), Welch interval on log values; int8 points: the point's
     ``decode_tps`` / the baseline's. ``output_agreement``: share of output ids equal to the baseline's greedy
-    output, position by position (:func:`workbench.quality.token_agreement`), with the first divergence.
+    output, position by position (:func:`workbench.measure.quality.token_agreement`), with the first divergence.
 
     Returns:
         one row per non-baseline point: the point's keys, ``speedup``, ``speedup_low``, ``speedup_high``,
-        ``speedup_method``, ``verdict`` (:func:`workbench.evidence.ratio_verdict`), ``output_agreement``,
+        ``speedup_method``, ``verdict`` (:func:`workbench.stats.evidence.ratio_verdict`), ``output_agreement``,
         ``first_divergence`` and the point's acceptance / guard columns where present.
     """
     ok = evidence.usable_points(points)
@@ -419,7 +424,7 @@ def _name(r) -> str:
 def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
     """Per technique: the speed-up with its interval on each task, the quality cost, and where it stops paying.
 
-    "faster" / "slower" only when the speed-up's 95% interval excludes 1 (:func:`workbench.evidence.ratio_verdict`);
+    "faster" / "slower" only when the speed-up's 95% interval excludes 1 (:func:`workbench.stats.evidence.ratio_verdict`);
     a technique "stops paying" on the tasks (and ``k``) where its interval does not lie above 1.
 
     Args:
@@ -427,7 +432,7 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
         points: the run's points (their ids are the evidence).
 
     Returns:
-        :class:`workbench.evidence.Finding`; supported when at least one verdict carries a direction.
+        :class:`workbench.stats.evidence.Finding`; supported when at least one verdict carries a direction.
     """
     if table is None or table.empty:
         return evidence.Finding("Speed techniques: not supported: no usable technique point beside its baseline.",

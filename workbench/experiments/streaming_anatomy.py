@@ -1,10 +1,10 @@
 """Streaming anatomy (notebook ``04_streaming_anatomy``): what the user waits for, and when.
 
-Three sweeps into one run folder, each a ``workbench.sweeps.run_sweep`` experiment:
+Three sweeps into one run folder, each a ``workbench.run.sweeps.run_sweep`` experiment:
 
 - ``streaming``: one point per output length (short / medium / long). Every
-  token id is timed as :func:`workbench.generation.generate_measured` produces
-  it, and an every-token display (:class:`workbench.detokenize.StreamTap`) is
+  token id is timed as :func:`workbench.measure.generation.generate_measured` produces
+  it, and an every-token display (:class:`workbench.measure.detokenize.StreamTap`) is
   attached to record when text first becomes visible (``first_display_s``) and
   what the display path costs per token (``handler_s_per_token``).
 - ``granularity``: one batch displayed every token, every N tokens and every T
@@ -39,14 +39,18 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, evidence, metrics, plots, predictions, sweeps  # noqa: F401  (plots registers the house template)
-from ..checks import check_bool, check_int, check_int_list, check_str_list
-from ..detokenize import Granularity, StreamTap
-from ..errors import ParameterError
-from ..generation import GenerationSettings, eos_token_ids, generate_measured, warm_up
-from ..results import PointResult
-from ..serving.client import measure_http
-from ..serving.server import ServerThread
+from workbench import checks
+from workbench.stats import evidence, metrics
+from workbench.share import plots
+from workbench.predict import predictions
+from workbench.run import sweeps  # noqa: F401  (plots registers the house template)
+from workbench.checks import check_bool, check_int, check_int_list, check_str_list
+from workbench.measure.detokenize import Granularity, StreamTap
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured, warm_up
+from workbench.run.point_result import PointResult
+from workbench.serving.client import measure_http
+from workbench.serving.server import ServerThread
 
 EXPERIMENT = "streaming_anatomy"
 #: The run_sweep experiment names this notebook writes.
@@ -152,20 +156,20 @@ def measure_stream(
     """Measure one batch per repeat, with every-token display attached.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         prompts: the batch's prompts.
         settings: generation settings; repeat ``r`` uses ``seed + r``.
         repeats: timed batches.
-        warmup: untimed batches first (:func:`workbench.generation.warm_up`).
+        warmup: untimed batches first (:func:`workbench.measure.generation.warm_up`).
         **kwargs: passed to :func:`generate_measured`.
 
     Returns:
-        :class:`workbench.results.PointResult`: one row per request with the generation record, ``repeat``,
+        :class:`workbench.run.point_result.PointResult`: one row per request with the generation record, ``repeat``,
         ``batch_size``, ``t_start_s`` (0: all submitted together),
         ``first_display_s`` (submit to first visible text), and
         ``handler_s_per_token``; ``extra`` holds ``itl_jitter`` (ITL p99 / p50
         over all requests; the point's ``itl_s_p50`` / ``itl_s_p99`` come from
-        :func:`workbench.metrics.summarize_point`).
+        :func:`workbench.stats.metrics.summarize_point`).
     """
     warmup_s = warm_up(loaded, prompts, settings, warmup, **kwargs)
     rows, wall, itls = [], 0.0, []
@@ -199,7 +203,7 @@ def measure_granularity(
 ) -> dict[str, PointResult]:
     """Run the same batches once with every granularity attached side by side.
 
-    One ``generate`` call per repeat feeds a :class:`~workbench.detokenize.DisplayBuffer`
+    One ``generate`` call per repeat feeds a :class:`~workbench.measure.detokenize.DisplayBuffer`
     per granularity, so every granularity sees the same token stamps; the
     handler time of each is measured separately.
 
@@ -243,7 +247,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """Measure one point of any of the three sweeps.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the notebook's :class:`Config`.
         point: ``{"max_new_tokens": n}`` (streaming), ``{"granularity": g}`` or ``{"concurrency": c}`` (http).
         state: shared by the points of one sweep: ``base_url``, the server's URL, for http points;
@@ -252,7 +256,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
             and a fully resumed sweep runs nothing.
 
     Returns:
-        :class:`workbench.results.PointResult`.
+        :class:`workbench.run.point_result.PointResult`.
 
     Raises:
         ParameterError: a point of none of these kinds, or an http point without ``base_url``.
@@ -331,7 +335,7 @@ def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evide
         requests: their requests (for the per-repeat values); None: figures without intervals.
 
     Returns:
-        :class:`workbench.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding`.
     """
     df = evidence.usable_points(_only(points, "streaming"))
     if df.empty:

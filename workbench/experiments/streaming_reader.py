@@ -3,7 +3,7 @@
 Three parts, each a set of sweep points (``part`` column):
 
 - ``reader``: per language, greedy generations on the model in process; each token timeline goes through
-  the display path at each display granularity and :mod:`workbench.reading` gives time to first word and
+  the display path at each display granularity and :mod:`workbench.measure.reading` gives time to first word and
   first sentence, stalls (> 250 ms), the longest stall and the reading-speed margin (one request row per
   granularity).
 - ``proxy``: streaming chat requests to the OpenAI-compatible server (:mod:`workbench.serving.server`,
@@ -34,7 +34,7 @@ Three parts, each a set of sweep points (``part`` column):
   first token and the client times out; with ``keepalive_s`` the response starts at once and ``: keep-alive``
   comments arrive while it waits, so the same client gets its answer.
 
-Timings come from :func:`workbench.metrics.request_timing` over content-chunk arrival stamps (chunk gaps are
+Timings come from :func:`workbench.stats.metrics.request_timing` over content-chunk arrival stamps (chunk gaps are
 ``chunk_itl_s``, never ``itl_s``).
 
 External target (issue 23): with ``endpoint: {url, model, api_key_env, name}``
@@ -48,7 +48,7 @@ engine figures, and ``server_side_note`` says why.
 - ``proxy``: streams from the endpoint ``direct``, and through nginx in front of it for an ``http://`` one.
 - ``reader``: the same greedy requests (temperature 0, ``ignore_eos``) streamed from the endpoint; the token
   timeline is replaced by the content chunks' arrival times at the client, fed to the same display path one chunk
-  at a time (:func:`workbench.reading.chunk_reader_rows`). What differs: a chunk may carry more than one token
+  at a time (:func:`workbench.measure.reading.chunk_reader_rows`). What differs: a chunk may carry more than one token
   (or a character's worth of several), so the granularity ``token`` becomes "every chunk the server sends"
   (labelled ``chunk``, ``N tokens`` becomes ``N chunks``, ``T ms`` stays), ``ttft_s`` / ``e2e_s`` are the
   client's (send to first / last content chunk, so they include the transport), ``tpot_s`` / ``decode_tps``
@@ -78,13 +78,17 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import checks, evidence, metrics, reading, sweeps
-from ..errors import ParameterError
-from ..serving import endpoint as endpoint_mod
-from ..serving.client import http_client
-from ..generation import GenerationSettings, eos_token_ids, generate_measured
-from ..plots import label, ok_points, split_by_device
-from ..results import PointResult
+from workbench.measure import contention
+from workbench import checks
+from workbench.stats import evidence, metrics
+from workbench.measure import reading
+from workbench.run import sweeps
+from workbench.errors import ParameterError
+from workbench.serving import endpoint as endpoint_mod
+from workbench.serving.client import http_client
+from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured
+from workbench.share.plots import label, ok_points, split_by_device
+from workbench.run.point_result import PointResult
 
 EXPERIMENT = "streaming_reader"
 PROXY_MODES = ("direct", "buffering_default", "buffering_on", "buffering_off", "header")
@@ -140,7 +144,7 @@ class Config(sweeps.SweepConfig):
         checks.check_int("max_new_tokens", self.max_new_tokens, lo=1, hi=4096)
         checks.check_choice_list("languages", self.languages, sorted(PROMPTS), allow_empty=True)
         checks.check_str_list("granularities", self.granularities, allow_empty=True)
-        from ..detokenize import Granularity
+        from workbench.measure.detokenize import Granularity
 
         for g in self.granularities:
             Granularity.parse(g)
@@ -336,14 +340,14 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
         received up to and including the socket read that brought the first content chunk, and the content
         chunks that read brought), ``response_bytes``, ``outcome`` (``ok`` or ``timeout``), ``error``,
         ``finish_reason`` and ``prompt_tokens`` (``usage``; None when absent), ``t_send`` (``perf_counter`` at the
-        send) and ``chunk_texts`` (each content chunk's text), and :func:`workbench.reading.reader_metrics` of the
+        send) and ``chunk_texts`` (each content chunk's text), and :func:`workbench.measure.reading.reader_metrics` of the
         chunks. ``chunk_stamps``, ``chunk_texts`` and ``t_send`` are for the caller, not for a table.
     """
     import json
 
     import httpx
 
-    from ..serving.events import iter_sse
+    from workbench.serving.events import iter_sse
 
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True}
@@ -419,18 +423,18 @@ class _Bench:
 
     def endpoint_url(self) -> str:
         """The external endpoint's base URL; a loopback server's CPU time counts as the point's own work, not as
-        other load (:data:`workbench.metrics.SERVED_BY_PIDS`), from the first use on."""
+        other load (:data:`workbench.measure.contention.SERVED_BY_PIDS`), from the first use on."""
         ep = self.cfg.target()
         if self.served_pid is None:
             self.served_pid = endpoint_mod.local_server_pid(ep)
             if self.served_pid is not None:
-                metrics.SERVED_BY_PIDS.add(self.served_pid)
+                contention.SERVED_BY_PIDS.add(self.served_pid)
         return ep.url
 
     def base(self, mode: str) -> str:
         from urllib.parse import urlsplit
 
-        from ..serving.server import ServerThread
+        from workbench.serving.server import ServerThread
 
         ep = self.cfg.target()
         if ep is not None:  # the external endpoint, or nginx in front of it
@@ -454,7 +458,7 @@ class _Bench:
     def keepalive_base(self, on: bool | None) -> str:
         """Where the keep-alive part's requests go: the endpoint (``on`` None), the built-in server with
         keep-alive comments (``on``) or without."""
-        from ..serving.server import ServerThread
+        from workbench.serving.server import ServerThread
 
         if self.cfg.target() is not None:
             return self.endpoint_url()
@@ -466,7 +470,7 @@ class _Bench:
 
     def close(self) -> None:
         if self.served_pid is not None:
-            metrics.SERVED_BY_PIDS.discard(self.served_pid)
+            contention.SERVED_BY_PIDS.discard(self.served_pid)
         for p in self.proxies.values():
             p.stop()
         for s in (self.server, self.keepalive_server):
@@ -491,7 +495,7 @@ def _for_table(row: dict) -> dict:
 def _endpoint_reader_rows(cfg: Config, url: str, ep, lang: str, repeat: int) -> list[dict]:
     """One greedy request streamed from the endpoint, its chunk timeline shown at each granularity (module
     docstring: what differs from the in-process token timeline)."""
-    from ..serving.client import client_decode_steps
+    from workbench.serving.client import client_decode_steps
 
     row = stream_request(url, PROMPTS[lang], cfg.max_new_tokens, stall_s=cfg.stall_s, ep=ep)
     if row["error"] or not row["chunks"]:
@@ -528,14 +532,14 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One point of the grid (``part`` reader / proxy / keepalive).
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"part", ...}`` (:meth:`Config.grid`).
         state: shared by the points of one sweep: ``bench``, the servers and proxies (a :class:`_Bench` is
             made on the first point when absent; the caller closes it).
 
     Returns:
-        :class:`workbench.results.PointResult`: one row per request and the point's wall time.
+        :class:`workbench.run.point_result.PointResult`: one row per request and the point's wall time.
     """
     if "bench" not in state:
         state["bench"] = _Bench(cfg, loaded)
@@ -588,7 +592,7 @@ def generation_columns(rows: list[dict], wall_s: float) -> dict:
     The reader part writes one request row per display granularity of each generation (same tokens, same
     timing), so the sweep's own summary would count every generation once per granularity (throughput and
     request counts times the number of granularities, percentiles over copies). This is
-    :func:`workbench.metrics.summarize_point` over one row per generation (``repeat``); its columns replace the
+    :func:`workbench.stats.metrics.summarize_point` over one row per generation (``repeat``); its columns replace the
     sweep's.
     """
     once = pd.DataFrame(rows).drop_duplicates("repeat")
@@ -596,9 +600,9 @@ def generation_columns(rows: list[dict], wall_s: float) -> dict:
 
 
 def load_for(cfg: Config):
-    """What the run needs loaded: the model (:func:`workbench.models.load_model`), or with an endpoint the
-    tokenizer alone (:func:`workbench.models.load_tokenizer_only`: no weights, ``model`` None), for the run record."""
-    from .. import models
+    """What the run needs loaded: the model (:func:`workbench.measure.models.load_model`), or with an endpoint the
+    tokenizer alone (:func:`workbench.measure.models.load_tokenizer_only`: no weights, ``model`` None), for the run record."""
+    from workbench.measure import models
 
     if cfg.needs_model():
         return models.load_model(cfg.model, cfg.device, cfg.dtype)
@@ -609,7 +613,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The three parts of ``cfg``; nginx modes are left out (reason in ``streaming_reader_nginx.txt``) without nginx.
 
     ``loaded``: from :func:`load_for` (with an endpoint the weights are not needed)."""
-    from .. import results
+    from workbench.run import results
 
     check_targets(cfg)
     binary, reason = nginx_status()
@@ -751,11 +755,11 @@ def finding(requests: pd.DataFrame) -> evidence.Finding:
     """The report's finding: :func:`headline` with its evidence.
 
     The claim it carries is nginx buffering's cost to TTFT: client TTFT with buffering on over buffering off
-    (Welch interval on log TTFT over the proxy requests, :func:`workbench.evidence.ratio_interval`); supported
+    (Welch interval on log TTFT over the proxy requests, :func:`workbench.stats.evidence.ratio_interval`); supported
     when that interval excludes 1. Without both nginx modes (nginx absent) the claim is not supported.
 
     Returns:
-        :class:`workbench.evidence.Finding` (no point ids: the proxy part's requests are its evidence).
+        :class:`workbench.stats.evidence.Finding` (no point ids: the proxy part's requests are its evidence).
     """
     text = headline(requests)
     req = requests[requests["part"] == "proxy"] if "part" in requests else requests.iloc[0:0]

@@ -3,13 +3,13 @@
 What it measures (notebook ``03_temperature``): for every (prompt family,
 temperature, top_p) point, one batch of prompts of that family (English and
 Chinese) generated ``repeats`` times with seeds ``seed + r`` (the samples), and
-for each answer the metrics of :mod:`workbench.quality` (length, truncation,
+for each answer the metrics of :mod:`workbench.measure.quality` (length, truncation,
 distinct-n, repeated 4-gram rate, gzip ratio, section coverage for reports,
 exact / substring match and ROUGE-L for factual questions, perplexity under the
 model at temperature 1). Speed comes from the same records (TPOT, e2e,
 throughput per point).
 
-Families (:mod:`workbench.prompts`): ``report`` ("write a report in N sections
+Families (:mod:`workbench.inputs.prompts`): ``report`` ("write a report in N sections
 on TOPIC", long-form) and ``factual`` (short questions with known answers from
 ``data/factual_qa.jsonl``).
 
@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import plots, predictions, quality
-from ..checks import check_bool, check_choice_list, check_float_list, check_int
-from ..errors import ParameterError
-from ..generation import GenerationSettings, encode_prompts
-from ..results import PointResult
-from ..sweeps import SweepConfig, measure_generation, run_sweep
+from workbench.share import plots
+from workbench.predict import predictions
+from workbench.measure import quality
+from workbench.checks import check_bool, check_choice_list, check_float_list, check_int
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, encode_prompts
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig, measure_generation, run_sweep
 
 EXPERIMENT = "temperature"
 FAMILIES = ("report", "factual")
@@ -98,8 +100,8 @@ class Config(SweepConfig):
         return out
 
     def prompts(self, family: str) -> list[dict]:
-        """The prompt dicts of a family (see :func:`workbench.prompts.report_prompts`)."""
-        from ..prompts import factual_prompts, report_prompts
+        """The prompt dicts of a family (see :func:`workbench.inputs.prompts.report_prompts`)."""
+        from workbench.inputs.prompts import factual_prompts, report_prompts
 
         if family == "report":
             return report_prompts(self.n_report_prompts, self.n_sections, self.languages)
@@ -112,7 +114,7 @@ class Config(SweepConfig):
 
 
 def score_records(loaded, records: list[dict], prompt_dicts: list[dict], with_perplexity: bool = True) -> None:
-    """Add the prompt's columns and :func:`workbench.quality.score_output` (+ ``perplexity``) to each record, in place.
+    """Add the prompt's columns and :func:`workbench.measure.quality.score_output` (+ ``perplexity``) to each record, in place.
 
     ``record["request_id"]`` indexes ``prompt_dicts``; the prompt text itself is
     not stored (family, language and topic identify it).
@@ -136,13 +138,13 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One (family, temperature, top_p) point: ``repeats`` seeded samples of the family's batch, scored.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"family", "temperature", "top_p"}``.
         state: the sweep's shared state (unused: every point warms up itself).
 
     Returns:
-        :class:`workbench.results.PointResult`; ``extra`` holds ``truncated_rate`` (share of
+        :class:`workbench.run.point_result.PointResult`; ``extra`` holds ``truncated_rate`` (share of
         answers cut by ``max_new_tokens``) and ``output_tokens_mean``.
     """
     prompt_dicts = cfg.prompts(point["family"])
@@ -161,7 +163,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
-    """Every point of ``cfg.grid()`` through :func:`workbench.sweeps.run_sweep`; returns the points DataFrame."""
+    """Every point of ``cfg.grid()`` through :func:`workbench.run.sweeps.run_sweep`; returns the points DataFrame."""
     state: dict = {}
     return run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
                      resume=resume, info=loaded.info, loaded=loaded, config=cfg)
@@ -191,7 +193,7 @@ TRUNCATION_LIMIT = 0.5  # above this share of greedy answers cut by max_new_toke
 def _samples(requests, points=None):
     """Independent answers: rows of usable points only, one row per prompt at temperature 0 (greedy
     repeats are the same answer again), the largest top_p per temperature (greedy ignores top_p)."""
-    from .. import evidence
+    from workbench.stats import evidence
 
     df = requests
     if points is not None and "point_id" in df:
@@ -221,9 +223,9 @@ def finding(summary, requests=None, points=None):
         points: its points, so that only usable (valid) points count.
 
     Returns:
-        :class:`workbench.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding`.
     """
-    from .. import evidence
+    from workbench.stats import evidence
 
     if requests is None or requests.empty or "truncated" not in requests:
         df = summary[summary["metric"] == "truncated"]
@@ -277,11 +279,11 @@ def length_targets(tokenizer, target_chars: int, languages=("en", "zh")):
 
     Returns:
         ``pandas.DataFrame``: language, chars_per_token, target_chars, max_new_tokens
-        (:func:`workbench.prompts.max_new_tokens_for_chars`, 10% margin).
+        (:func:`workbench.inputs.prompts.max_new_tokens_for_chars`, 10% margin).
     """
     import pandas as pd
 
-    from ..prompts import chars_per_token, max_new_tokens_for_chars
+    from workbench.inputs.prompts import chars_per_token, max_new_tokens_for_chars
 
     return pd.DataFrame([
         {"language": lang, "chars_per_token": chars_per_token(tokenizer, lang), "target_chars": target_chars,

@@ -6,7 +6,7 @@ nanochat's ``scripts/chat_web.py`` does): ``engine`` (the :class:`workbench.serv
 ``loaded`` (the model). :func:`install` adds them to an app; :mod:`workbench.serving.server` assembles it.
 
 A served request is one :class:`~workbench.serving.engines.EngineRequest` whose token callback feeds a
-:class:`Reply`: the display tap (:class:`workbench.detokenize.StreamTap`), the stop filter
+:class:`Reply`: the display tap (:class:`workbench.measure.detokenize.StreamTap`), the stop filter
 (:class:`StopFilter`) and the asyncio queue the handler reads. Its completion callback sends the final
 figures. A stop string seen, the client gone or the request's deadline passed stop the engine request
 (:meth:`~workbench.serving.engines.EngineRequest.stop` with ``stop`` / ``cancelled`` / ``timeout``).
@@ -46,13 +46,13 @@ import uuid
 
 from starlette.requests import Request  # module level: FastAPI resolves string annotations here
 
-from ..detokenize import StreamTap
-from ..errors import ParameterError
-from ..generation import GenerationSettings
-from . import engines, scheduling
-from .events import DONE, queue_event, sse_data
-from .http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, check_model, parameter_error, read_json_object, validate
-from .protocol import SERVED_MODEL
+from workbench.measure.detokenize import StreamTap
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.serving import engines, scheduling
+from workbench.serving.events import DONE, queue_event, sse_data
+from workbench.serving.http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, check_model, parameter_error, read_json_object, validate
+from workbench.serving.protocol import SERVED_MODEL
 
 log = logging.getLogger(__name__)
 

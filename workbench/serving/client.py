@@ -4,7 +4,7 @@
 server (:mod:`workbench.serving.server`, or any other) and stamps each content
 chunk with ``perf_counter`` on arrival (vLLM's request functions in
 ``vllm/benchmarks/lib/endpoint_request_func.py`` stamp the same way); the
-timing columns come from :func:`workbench.metrics.request_timing` over those
+timing columns come from :func:`workbench.stats.metrics.request_timing` over those
 stamps. **A chunk is not a token**: a character split across tokens arrives as
 one chunk, a first token that makes no visible text (common in Chinese) sends
 none, and an end-of-sequence id sends none. So the gaps between chunks are
@@ -22,7 +22,7 @@ Loopback measurement traffic ignores ``HTTP_PROXY`` / ``HTTPS_PROXY`` (every
 every client of the process shares one TLS context (:func:`ssl_context`).
 
 :func:`measure_http` sends ``concurrency`` streaming requests together from
-threads and returns the measure dict of :func:`workbench.sweeps.run_sweep`.
+threads and returns the measure dict of :func:`workbench.run.sweeps.run_sweep`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import threading
 import time
 from typing import Sequence
 
-from .. import metrics
-from ..checks import check_int
-from ..errors import ParameterError
-from .protocol import SERVED_MODEL
+from workbench.stats import metrics
+from workbench.checks import check_int
+from workbench.errors import ParameterError
+from workbench.serving.protocol import SERVED_MODEL
 
 
 @functools.cache

@@ -34,8 +34,8 @@ import json
 import os
 from typing import Callable
 
-from ..checks import secret_name
-from ..errors import ParameterError
+from workbench.checks import secret_name
+from workbench.errors import ParameterError
 
 ENDPOINT = "endpoint"  # the engines-list entry that stands for the configured external endpoint
 KEYS = ("url", "model", "api_key_env", "name", "extra_body", "allow_plain_http_key")
@@ -215,7 +215,7 @@ class Endpoint:
 
 
 def _client(timeout: float):
-    from .client import http_client
+    from workbench.serving.client import http_client
 
     return http_client(timeout)  # a proxy in the environment must not reroute it
 
@@ -302,7 +302,7 @@ def _refused(resp, ep: Endpoint) -> None:
 def local_server_pid(ep: Endpoint) -> int | None:
     """The process listening on ``ep``'s port when its host is this machine's loopback, else None (a remote
     server, or the listener cannot be read). Its CPU time is the point's own work, not other load
-    (:data:`workbench.metrics.SERVED_BY_PIDS`)."""
+    (:data:`workbench.measure.contention.SERVED_BY_PIDS`)."""
     from urllib.parse import urlsplit
 
     import psutil
@@ -326,7 +326,7 @@ def sender(ep: Endpoint, timeout: float = 600.0, temperature: float = 0.0, ignor
     each row's ``server_side_note`` says so. ``ignore_eos`` is sent as the vLLM extension; a server without it
     may stop early (``output_tokens`` is its ``usage`` count either way); ``ep.extra_body`` goes into every
     request."""
-    from .load import http_sender
+    from workbench.serving.load import http_sender
 
     send = http_sender(ep.url, model=ep.model, timeout=timeout, temperature=temperature, ignore_eos=ignore_eos,
                        headers=ep.headers(), extra_body=ep.extra_body)

@@ -5,7 +5,7 @@
 (:func:`workbench.serving.load.engine_sender`) all hand it :class:`EngineRequest` s, and nothing else in
 ``serving/`` runs a generation thread.
 
-- A request is its templated prompt ids, its own :class:`~workbench.generation.GenerationSettings`
+- A request is its templated prompt ids, its own :class:`~workbench.measure.generation.GenerationSettings`
   (per-request sampling: the engine decides what may share a batch, see :func:`batch_key`), an optional
   ``deadline``, and two callbacks: ``on_token(token_id, t)`` for each generated id and ``on_done(result)``
   once at the end. :meth:`EngineRequest.stop` stops it with a reason (``cancelled``: the client left;
@@ -27,7 +27,7 @@
 Three schedulers behind the interface:
 
 - ``fifo`` (:class:`FifoEngine`): one request at a time, in arrival order; one
-  :func:`workbench.generation.generate_measured` call per request (the baseline).
+  :func:`workbench.measure.generation.generate_measured` call per request (the baseline).
 - ``static`` (:class:`StaticEngine`): a batching window. The worker takes the oldest waiting request,
   then collects more until ``max_batch_size`` are waiting or ``batch_window_s`` has passed since it
   took the first, and runs them as one left-padded ``generate`` batch; requests arriving meanwhile wait
@@ -52,7 +52,7 @@ Three schedulers behind the interface:
   ``cached_tokens`` says how many prompt tokens were served from the cache (0 when off).
 
 Per request (:meth:`EngineRequest.result`): ``id``, ``endpoint``, ``queue_s`` (arrival to admission into a batch), and
-:func:`workbench.metrics.request_timing` over the per-token stamps from the arrival time (``ttft_s``,
+:func:`workbench.stats.metrics.request_timing` over the per-token stamps from the arrival time (``ttft_s``,
 ``itl_s``, ``tpot_s``, ``e2e_s``, ``decode_tps``, ``output_tokens``), ``prompt_tokens``,
 ``output_ids``, ``cached_tokens`` (prompt tokens served from a shared prefix cache: ``continuous`` with
 ``prefix_sharing``; 0 otherwise), ``finish_reason`` (``stop`` / ``length`` / ``error`` / the reason the request was
@@ -61,7 +61,7 @@ shared the request's batch; for ``continuous`` the most requests the manager hel
 and ``engine``.
 
 ``prefill_s`` (the prompt forward pass, seconds): ``fifo`` and ``static`` take it from
-:func:`~workbench.generation.generate_measured` (the first forward call of the batch's ``generate``; for a
+:func:`~workbench.measure.generation.generate_measured` (the first forward call of the batch's ``generate``; for a
 ``static`` batch it is the whole batch's padded prompt pass, shared by its rows). ``continuous`` leaves it
 empty (NaN) and says why in ``prefill_note``: the library's scheduler runs a request's prompt inside shared
 forward steps, split into chunks and mixed with other requests' decode tokens, so no forward pass belongs
@@ -89,10 +89,11 @@ import time
 from collections import deque
 from typing import Callable
 
-from .. import checks, metrics
-from ..errors import ParameterError
-from ..generation import GenerationSettings, encode_prompts, eos_token_ids, generate_measured
-from . import scheduling
+from workbench import checks
+from workbench.stats import metrics
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings, encode_prompts, eos_token_ids, generate_measured
+from workbench.serving import scheduling
 
 ENGINES = ("fifo", "static", "continuous")
 HISTORY = 1024   # results kept in ``BaseEngine.history``
@@ -118,7 +119,7 @@ def _reason(exc: BaseException) -> str:
 
 def prompt_ids(tokenizer, prompt) -> list[int]:
     """The templated, tokenised ids of one chat prompt (a user string or a list of messages), as engines take
-    them: :func:`~workbench.generation.encode_prompts` without the padding."""
+    them: :func:`~workbench.measure.generation.encode_prompts` without the padding."""
     enc = encode_prompts(tokenizer, [prompt])
     return enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist()
 
@@ -129,7 +130,7 @@ class EngineRequest:
 
     Attributes:
         input_ids: the templated, tokenised prompt.
-        settings: its :class:`~workbench.generation.GenerationSettings`.
+        settings: its :class:`~workbench.measure.generation.GenerationSettings`.
         t_arrival: ``perf_counter`` when the request reached the engine (or the server's handler).
         on_token: ``callable(token_id, t)`` called from the engine's thread for each generated id.
         on_done: ``callable(result_dict)`` called once at the end (also on error or stop).
@@ -838,7 +839,7 @@ def kv_cache_tokens_for(loaded, max_batch_size: int, context: int) -> int:
     for the 135M model at start): ``max(context, max_batch_size * KV_TOKENS_PER_ROW)`` tokens, never more than
     ``max_batch_size * context``, nor than :data:`KV_MEMORY_FRACTION` of the memory available now (the device's free
     memory on CUDA, the host's otherwise) at the model's bytes per token
-    (:meth:`workbench.models.ModelInfo.kv_cache_bytes_per_token`); at least one request at the full context.
+    (:meth:`workbench.measure.models.ModelInfo.kv_cache_bytes_per_token`); at least one request at the full context.
 
     Raises:
         RuntimeError: one full-context request does not fit in that memory (one line)."""

@@ -41,8 +41,8 @@ from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from starlette.requests import Request  # module level: FastAPI resolves string annotations here
 
-from ..checks import check_float, check_int
-from .http import ApiError
+from workbench.checks import check_float, check_int
+from workbench.serving.http import ApiError
 
 _log = logging.getLogger(__name__)
 

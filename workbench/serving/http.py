@@ -34,16 +34,16 @@ import json
 import logging
 from typing import Literal
 
-from ..errors import ParameterError
-from .protocol import API_KEY_ENV
-from .scheduling import PRIORITY_MAX, PRIORITY_MIN
+from workbench.errors import ParameterError
+from workbench.serving.protocol import API_KEY_ENV
+from workbench.serving.scheduling import PRIORITY_MAX, PRIORITY_MIN
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 BODY_READ_TIMEOUT_S = 30.0   # a request body not fully received within this gets 408
 MAX_MODEL_NAME = 256         # a longer ``model`` field gets 400 (it is echoed into every chunk)
-#: request fields under the names :class:`~workbench.generation.GenerationSettings` checks them
+#: request fields under the names :class:`~workbench.measure.generation.GenerationSettings` checks them
 SETTING_FIELDS = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
 MAX_JSON_DEPTH = 32          # deeper request bodies get 400
 MAX_STOP = 4                 # stop strings per request (OpenAI's limit)

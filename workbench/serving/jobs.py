@@ -27,13 +27,13 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
 - ``POST /v1/jobs`` with ``{"messages": [...], "max_tokens": N, "temperature", "top_p", "seed",
   "ignore_eos", "min_tokens", "model"}`` -> 202 ``{"id", "status": "queued", ...}``. A malformed request
   (not JSON, unknown field, bad value, prompt over the context) gets 400 / 413 / 415 and stores nothing.
-- Long outputs: ``"strategy"`` names one of :data:`workbench.long_form.STRATEGIES` instead of ``messages``,
+- Long outputs: ``"strategy"`` names one of :data:`workbench.techniques.long_form.STRATEGIES` instead of ``messages``,
   with ``"topic"`` (required), ``"n_sections"`` (default 4), ``"language"`` (``en`` / ``zh``) and, for the
   outline strategies, ``"outline_tokens"``; ``max_tokens`` is the whole budget (split by
-  :class:`workbench.long_form.LongOutputPlan`; a budget too small for the sections is a 400 naming
+  :class:`workbench.techniques.long_form.LongOutputPlan`; a budget too small for the sections is a 400 naming
   ``max_tokens``). ``one_shot`` is one chat request with the strategy's prompt: streamed token by token and
   continued from its stored tokens like any job. ``outline_batch`` / ``outline_sequential`` run
-  :func:`workbench.long_form.run_long_output`; each finished generation (the outline, the batch of sections,
+  :func:`workbench.techniques.long_form.run_long_output`; each finished generation (the outline, the batch of sections,
   or one section) is stored as a stage with its token ids, each section as one text event as soon as it is
   written (the events concatenate to the merged text), and a continued job reuses its stored stages and
   redoes only the generation that was cut (greedy: equal to the uninterrupted run).
@@ -62,7 +62,7 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
   results, event streams) use a connection of their own and never wait behind a write; an event stream reads only
   the events after the last one it sent (:meth:`JobStore.events_after`), and every route runs its store work in a
   worker thread, off the event loop.
-- One server owns a store: ``<store>.lock`` (:func:`workbench.results.take_owner_lock`, the run folders'
+- One server owns a store: ``<store>.lock`` (:func:`workbench.run.results.take_owner_lock`, the run folders'
   lock) names the owner's pid and host; a second store opened on the same file, in this process or
   another, is refused with a one-line :class:`StoreLockedError`. A killed owner's lock is released by the
   kernel, so a restarted server takes its store back.
@@ -89,11 +89,11 @@ from pathlib import Path
 
 from starlette.requests import Request  # module level: FastAPI resolves string annotations here
 
-from ..checks import check_float, check_int
-from ..errors import ParameterError
-from . import engines
-from .events import DONE, KEEPALIVE_COMMENT, check_last_event_id, last_event_id, numbered, sse_data, sse_response
-from .http import SEED_MAX, ApiError, check_model, read_json_object, validate
+from workbench.checks import check_float, check_int
+from workbench.errors import ParameterError
+from workbench.serving import engines
+from workbench.serving.events import DONE, KEEPALIVE_COMMENT, check_last_event_id, last_event_id, numbered, sse_data, sse_response
+from workbench.serving.http import SEED_MAX, ApiError, check_model, read_json_object, validate
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ FLUSH_S = 0.2           # a running job's new tokens and text are written at lea
 KEEPALIVE_S = 15.0      # an event stream with nothing new for this long sends ``: keep-alive``
 DB_DIR = "serving_jobs"
 FINISHED = ("done", "failed", "cancelled")
-#: ``chat`` (the request's ``messages``) and the long-output strategies of :mod:`workbench.long_form`.
+#: ``chat`` (the request's ``messages``) and the long-output strategies of :mod:`workbench.techniques.long_form`.
 STRATEGIES = ("chat", "one_shot", "outline_batch", "outline_sequential")
 LANGUAGES = ("en", "zh")
 LONG_FORM_FIELDS = ("topic", "n_sections", "language", "outline_tokens")
@@ -179,7 +179,7 @@ class StoreLockedError(ParameterError):
 def default_path(server_id: str) -> Path:
     """``<results root>/serving_jobs/<server id>.sqlite3``: one store per server (``server_id``: e.g. its
     ``host:port``; characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_``)."""
-    from ..results import results_root
+    from workbench.run.results import results_root
 
     return results_root() / DB_DIR / (re.sub(r"[^A-Za-z0-9._-]", "_", str(server_id)) + ".sqlite3")
 
@@ -190,7 +190,7 @@ def lock_store(path) -> int:
     Raises:
         StoreLockedError: another server owns it (one line naming its pid).
     """
-    from ..results import take_owner_lock
+    from workbench.run.results import take_owner_lock
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -206,7 +206,7 @@ def check_store_free(path) -> None:
     Raises:
         StoreLockedError: as :func:`lock_store`.
     """
-    from ..results import release_owner_lock
+    from workbench.run.results import release_owner_lock
 
     if Path(path).exists() or Path(str(path) + ".lock").exists():
         release_owner_lock(lock_store(path))
@@ -292,7 +292,7 @@ class JobStore:
                 self._db.execute("UPDATE jobs SET status='interrupted', updated=? "
                                  "WHERE status IN ('queued','running')", (time.time(),))
         except BaseException:
-            from ..results import release_owner_lock
+            from workbench.run.results import release_owner_lock
 
             release_owner_lock(self._owner_fd)
             raise
@@ -423,7 +423,7 @@ class JobStore:
                                 f"exceeds the context ({self.context})", field)
         self._check_engine(req.model_dump(), 0)  # 400 naming the field the engine cannot honour: nothing stored
         if req.strategy.startswith("outline"):
-            messages = None  # it writes its own prompts (workbench.long_form)
+            messages = None  # it writes its own prompts (workbench.techniques.long_form)
         request = json.dumps({**req.model_dump(), "messages": messages}, ensure_ascii=False)
         size = len(request.encode()) + len(json.dumps(prompt_ids))
         jid = "job-" + uuid.uuid4().hex[:24]
@@ -452,7 +452,7 @@ class JobStore:
         Raises:
             JobError: 400 naming the field.
         """
-        from ..long_form import LongOutputPlan, one_shot_prompt
+        from workbench.techniques.long_form import LongOutputPlan, one_shot_prompt
 
         s = req.strategy
         if req.messages is not None:
@@ -555,7 +555,7 @@ class JobStore:
         """The generation settings of a chat job's run after ``n_stored`` stored tokens. A sampled continuation
         draws with the seed ``seed + n_stored`` where the engine takes a seed per request, else with the engine's
         own (``continuous``); either way not the draws of the uninterrupted run (``exact_resume`` false)."""
-        from ..generation import GenerationSettings
+        from workbench.measure.generation import GenerationSettings
 
         seed = int(req["seed"])
         if n_stored and float(req["temperature"]) > 0:
@@ -594,7 +594,7 @@ class JobStore:
         for run in runs:
             run.ended.wait(max(0.0, end - time.monotonic()))
         self._writer.stop(max(1.0, end - time.monotonic()))
-        from ..results import release_owner_lock
+        from workbench.run.results import release_owner_lock
 
         with self._lock:
             try:
@@ -660,7 +660,7 @@ class JobStore:
     def _submit_chat(self, jid: str, run: _Run, r: dict, req: dict) -> None:
         """A chat (or ``one_shot``) job: its stored tokens are a prefix of the prompt; the engine's token
         callback stores new tokens and text every ``flush_s``; the completion callback ends the job."""
-        from ..detokenize import IncrementalDetokenizer
+        from workbench.measure.detokenize import IncrementalDetokenizer
 
         prompt_ids = json.loads(r["prompt_ids"])
         stored = json.loads(r["output_ids"])
@@ -787,11 +787,11 @@ class JobStore:
         return self._write(append)
 
     def _run_long_form(self, jid: str, run: _Run, r: dict, req: dict) -> None:
-        """An outline job: :func:`workbench.long_form.run_long_output` with every generation submitted to the
+        """An outline job: :func:`workbench.techniques.long_form.run_long_output` with every generation submitted to the
         engine as one group (the sections of ``outline_batch`` share a batch) and stored as a stage (a continued
         job reuses its stages and redoes the one cut), and every section stored as a text event."""
-        from ..generation import BatchResult
-        from ..long_form import LongOutputPlan, run_long_output
+        from workbench.measure.generation import BatchResult
+        from workbench.techniques.long_form import LongOutputPlan, run_long_output
 
         self._q("UPDATE jobs SET status='running', updated=? WHERE id=?", (time.time(), jid))
         stages = json.loads(r["stages"])
@@ -889,7 +889,7 @@ class _Writer:
 
 
 def model_identity(loaded, engine) -> dict:
-    """What a job's stored token ids belong to: ``model_path``, ``weights_sha256`` (:class:`workbench.models.ModelInfo`),
+    """What a job's stored token ids belong to: ``model_path``, ``weights_sha256`` (:class:`workbench.measure.models.ModelInfo`),
     ``tokenizer`` (its class, size and the first 16 hex digits of SHA-256 over its vocabulary, added tokens
     included), ``dtype`` and ``engine`` (its name). Empty strings where ``loaded`` does not say."""
     import hashlib
@@ -908,9 +908,9 @@ def model_identity(loaded, engine) -> dict:
 
 
 def _batch_result(tokenizer, reqs: list):
-    """A :class:`workbench.generation.BatchResult` (without ``sequences``) of engine requests run as one group:
-    per-request records with the text (decoded as :func:`~workbench.generation.generate_measured` does)."""
-    from ..generation import BatchResult, _decode
+    """A :class:`workbench.measure.generation.BatchResult` (without ``sequences``) of engine requests run as one group:
+    per-request records with the text (decoded as :func:`~workbench.measure.generation.generate_measured` does)."""
+    from workbench.measure.generation import BatchResult, _decode
 
     t_submit = min(q.t_arrival for q in reqs)
     records = []

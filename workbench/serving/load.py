@@ -70,8 +70,9 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import checks, metrics
-from ..errors import ParameterError
+from workbench import checks
+from workbench.stats import metrics
+from workbench.errors import ParameterError
 
 PROFILES = ("synchronous", "concurrency", "throughput", "constant", "poisson", "gamma", "replay", "sweep")
 OPEN_LOOP = ("constant", "poisson", "gamma", "replay")
@@ -204,7 +205,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     """A ``send(spec, t_scheduled) -> row`` over an OpenAI-compatible streaming endpoint (``httpx``).
 
     Client-side ``ttft_s`` / ``e2e_s`` are from the scheduled time to the first / last content chunk
-    (:func:`workbench.metrics.request_timing` over chunk arrival times); ``chunk_itl_s`` are chunk gaps
+    (:func:`workbench.stats.metrics.request_timing` over chunk arrival times); ``chunk_itl_s`` are chunk gaps
     (a chunk is not a token). ``output_tokens`` is the server's ``usage.completion_tokens``; ``tpot_s``,
     ``itl_s``, ``queue_s`` and ``prefill_s`` are the engine's per-token-id figures from the final chunk's
     ``engine`` field when the server sends them (NaN when it does not; ``tpot_s`` is then the client's, over the
@@ -232,8 +233,8 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     """
     import httpx
 
-    from .client import http_client
-    from .protocol import SERVED_MODEL
+    from workbench.serving.client import http_client
+    from workbench.serving.protocol import SERVED_MODEL
 
     http = client or http_client(timeout, limits=httpx.Limits(max_connections=1024, max_keepalive_connections=64))
     # a patient request's own connection: opened for it (the trace sees it), closed when it gives up
@@ -400,7 +401,7 @@ def _refusal(status: int, retry_after) -> dict:
 def engine_sender(engine, tokenizer, settings, max_pending: int | None = None) -> Callable:
     """A ``send(spec, t_scheduled) -> row`` straight into a :mod:`workbench.serving.engines` engine (no HTTP).
 
-    ``settings``: the :class:`~workbench.generation.GenerationSettings` of every request (its
+    ``settings``: the :class:`~workbench.measure.generation.GenerationSettings` of every request (its
     ``max_new_tokens`` is replaced by the spec's ``max_tokens``). Latencies count from the scheduled time
     through per-token-id stamps (``ttft_s``, ``itl_s``, ``tpot_s``, ``decode_tps``); ``queue_s`` is the engine's.
 
@@ -410,7 +411,7 @@ def engine_sender(engine, tokenizer, settings, max_pending: int | None = None) -
     (:meth:`~workbench.serving.engines.BaseEngine.withdraw` with reason ``abandoned``: a waiting request frees its
     place at once) and the row has ``abandoned`` True.
     """
-    from .engines import EngineRequest, prompt_ids
+    from workbench.serving.engines import EngineRequest, prompt_ids
 
     def send(spec: RequestSpec, t_scheduled: float) -> dict:
         row = {"t_sent": time.perf_counter()}

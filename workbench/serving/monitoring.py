@@ -7,7 +7,7 @@ share counts). Metric names follow vLLM's (``vllm:time_to_first_token_seconds`` 
 - ``workbench_time_to_first_token_seconds`` (histogram): request arrival at the handler to the first
   generated token id (the engine TTFT, queueing included);
 - ``workbench_inter_token_latency_seconds`` (histogram): every gap between consecutive generated token ids
-  (:func:`workbench.metrics.request_timing` over the request's token stamps);
+  (:func:`workbench.stats.metrics.request_timing` over the request's token stamps);
 - ``workbench_e2e_request_latency_seconds`` (histogram): arrival to the last token;
 - ``workbench_generation_tokens_total`` (counter): generated token ids, EOS included;
 - ``workbench_requests_total{finish_reason}`` (counter): finished requests by finish reason (``length``,

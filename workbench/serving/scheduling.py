@@ -47,8 +47,8 @@ import time
 from collections import deque
 from typing import Callable
 
-from .. import checks
-from ..errors import ParameterError
+from workbench import checks
+from workbench.errors import ParameterError
 
 POLICIES = ("fcfs", "priority", "sjf", "lanes")
 PREDICTORS = ("proxy", "fitted")           # sjf: the plain proxy, or a fit on the engine's own history

@@ -100,13 +100,13 @@ import sys
 import threading
 import time
 
-from ..checks import check_float, check_int
-from ..errors import ParameterError
-from ..generation import GenerationSettings
-from . import chat, engines, events, http, monitoring, scheduling
-from .chat import MAX_QUEUE, REQUEST_TIMEOUT_S
-from .http import MAX_BODY_BYTES
-from .protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
+from workbench.checks import check_float, check_int
+from workbench.errors import ParameterError
+from workbench.measure.generation import GenerationSettings
+from workbench.serving import chat, engines, events, http, monitoring, scheduling
+from workbench.serving.chat import MAX_QUEUE, REQUEST_TIMEOUT_S
+from workbench.serving.http import MAX_BODY_BYTES
+from workbench.serving.protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT, SERVED_MODEL
 
 
 SHUTDOWN_TIMEOUT_S = 10.0   # a shutdown's bound: open streams, running jobs and the engine get this long
@@ -242,7 +242,7 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     header, so a client with a first-byte timeout is not dropped while its request is queued.
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         model_name: the id reported in responses and ``/v1/models``.
         max_body_bytes: larger request bodies (chat and jobs) get 413.
         max_tokens_limit: cap on ``max_tokens`` (default: the model's context).
@@ -315,7 +315,7 @@ def create_app(loaded, model_name: str = SERVED_MODEL, max_body_bytes: int = MAX
     events.install(app)
     monitoring.install(app, eng)
     if jobs is not None:
-        from . import jobs as jobs_mod
+        from workbench.serving import jobs as jobs_mod
 
         try:
             jobs_mod.install(app, eng, context=context, max_tokens_limit=max_tokens_limit or context,
@@ -333,7 +333,7 @@ class ServerThread:
     """Run the app with uvicorn in a background thread (for notebooks and tests).
 
     Args:
-        loaded: :class:`workbench.models.LoadedModel`.
+        loaded: :class:`workbench.measure.models.LoadedModel`.
         host: bind address (loopback by default).
         port: 0 picks a free port.
         limits: :class:`ServerLimits` (default: its defaults).
@@ -399,8 +399,8 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
     """
     import uvicorn
 
-    from ..models import load_model, pick_device, pick_dtype, resolve_model_path
-    from . import jobs as jobs_mod
+    from workbench.measure.models import load_model, pick_device, pick_dtype, resolve_model_path
+    from workbench.serving import jobs as jobs_mod
 
     limits = limits or ServerLimits()
     check_int("port", port, lo=0, hi=65535)

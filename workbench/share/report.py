@@ -1,0 +1,597 @@
+"""A self-contained HTML report of one run, or a comparison of several.
+
+``build_report(run_dir)`` writes ``<run_dir>/report.html``: the run's
+environment, each experiment's configuration and point table (failed points
+flagged), and every figure the notebooks saved (``figures/*.json``, in saved
+order), interactive, with plotly.js embedded once (plotly
+``doc/python/interactive-html-export.md``). It opens offline in any browser.
+Given several runs, it writes one comparison page: figures of the same name
+overlaid (one line style and marker per run, legend "A · trace"), a table of
+headline deltas per point (median TTFT, p99 TTFT, output throughput, goodput;
+points present in only some runs are listed, not dropped), and the runs'
+environments side by side with differing rows marked.
+
+Every build also exports each run for people outside Python
+(:func:`export`): ``requests.csv`` (list columns such as ``itl_s`` as JSON) and
+``points.json`` (manifest environment, experiments and point rows), next to the
+run's ``report.html``; a comparison writes the combined ``<name>.requests.csv``
+and ``<name>.points.json`` next to its HTML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import html
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import plotly.io as pio
+import plotly.offline
+
+from workbench.stats import evidence
+from workbench.run import results
+from workbench.errors import ParameterError
+
+HEADLINE = ["ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "output_throughput_tps", "goodput_rps"]
+#: The metrics of the comparison's delta table.
+DELTA_METRICS = ["ttft_s_p50", "ttft_s_p99", "output_throughput_tps", "goodput_rps"]
+#: Environment keys shown first in the side-by-side table (any other keys follow).
+ENV_KEYS = ["model", "model_sha256", "device", "device_name", "dtype", "torch", "transformers", "workbench",
+            "git_commit", "python", "platform", "torch_threads", "cpu_count", "bandwidth_bytes_per_s",
+            "flops_per_s", "seed"]
+#: Trace types that can be overlaid on shared axes (others, e.g. tables, are shown per run).
+_OVERLAY_TYPES = {"scatter", "scattergl", "bar", "box", "violin", "histogram"}
+_DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+_SYMBOLS = ["circle", "diamond", "square", "x", "triangle-up", "cross"]
+_POINT_COLUMNS = ["point_id", "status", "valid", "n_samples", "ttft_s_p50", "ttft_s_p50_ci_low",
+                  "ttft_s_p50_ci_high", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "output_throughput_tps",
+                  "request_throughput_rps", "goodput_rps", "mbu", "mfu", "peak_memory_bytes", "others_cpu_load",
+                  "invalid_reason"]
+
+_CSS = """
+body{font-family:Inter,Helvetica,Arial,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
+h1{font-size:1.6rem} h2{border-bottom:1px solid #ddd;padding-bottom:.3rem;margin-top:2.5rem}
+table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0 1rem} td,th{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}
+th{background:#f5f5f5} td:first-child,th:first-child{text-align:left}
+.failed{background:#fde8e8} tr.invalid td{color:#999;background:#f4f4f4} .finding{font-size:1.05rem;margin:.4rem 0}
+.evidence{color:#555;font-size:.88rem;margin:.15rem 0} .supported,.unsupported{font-size:.75rem;padding:0 .35rem;border-radius:3px}
+.supported{background:#e3f4e3;color:#1f6b1f} .unsupported{background:#f4e3e3;color:#8b1f1f} tr:target td{background:#fff2b3}
+.warn{background:#fff6d6;padding:.5rem .8rem;border-left:4px solid #e0b000} .figure{margin:1rem 0 2rem} .meta{color:#666;font-size:.9rem}
+details{margin:.5rem 0} tr.diff td{background:#fff6d6} .wide{overflow-x:auto} .downloads a{margin-right:1rem}
+"""
+
+
+def _table(df: pd.DataFrame, failed_col: str | None = "status", row_ids: list[str] | None = None) -> str:
+    """An HTML table of ``df``; failed rows red, invalid rows grey; ``row_ids`` become the rows' ``id``s."""
+    if df.empty:
+        return "<p class='meta'>(none)</p>"
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    rows = []
+    for i, (_, r) in enumerate(df.iterrows()):
+        cls = " class='failed'" if failed_col in df and str(r[failed_col]).startswith("failed") else ""
+        if not cls and "valid" in df and r["valid"] is not None and not pd.isna(r["valid"]) and not bool(r["valid"]):
+            cls = " class='invalid'"
+        cells = "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r)
+        rid = f" id='{html.escape(row_ids[i])}'" if row_ids else ""
+        rows.append(f"<tr{rid}{cls}>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        if pd.isna(v):
+            return ""
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _kv_table(d: dict) -> str:
+    return _table(pd.DataFrame({"key": list(d), "value": [json.dumps(v) if isinstance(v, (list, dict)) else v
+                                                          for v in d.values()]}), failed_col=None)
+
+
+def _figures(run: Path) -> list[tuple[str, str]]:
+    names = _figure_names(run)
+    out = []
+    for name in names:
+        path = run / "figures" / f"{name}.json"
+        if path.exists():
+            fig = pio.from_json(path.read_text())
+            out.append((name, pio.to_html(fig, full_html=False, include_plotlyjs=False, default_width="100%")))
+    return out
+
+
+def _validity_html(run: Path, points: pd.DataFrame) -> str:
+    """How many points are valid, and the invalid ones with their reasons (greyed in the tables below)."""
+    if points.empty or "valid" not in points:
+        return ""
+    ok = points[points.get("status", "ok") == "ok"] if "status" in points else points
+    bad = results.invalid_points(run)
+    text = f"{int(ok['valid'].eq(True).sum())} valid and {len(bad)} invalid of {len(ok)} measured points."
+    if not bad:
+        return f"<p class='meta'>{html.escape(text)}</p>"
+    items = "".join(f"<li><code>{html.escape(pid)}</code>: {html.escape(reason)}</li>" for pid, reason in bad.items())
+    return (f"<div class='warn'>{html.escape(text)} Invalid points (other load or drift while measured) are greyed "
+            f"below; re-measure them with <code>workbench run --rerun-invalid {html.escape(str(run))}</code>."
+            f"<details><summary>Invalid points</summary><ul>{items}</ul></details></div>")
+
+
+def _point_anchor(run: Path, point_id) -> str:
+    """The id of a point's row in the point table (what a finding links to)."""
+    return "pt-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{point_id}")
+
+
+def _exp_anchor(run: Path, exp: str) -> str:
+    """The id of an experiment's heading in a run's section."""
+    return "exp-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{exp}")
+
+
+def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
+    """One finding: its sentence, a supported / not supported mark, its evidence, and links to its points."""
+    f = evidence.Finding.from_value(value)
+    mark = ("<span class='supported'>supported</span>" if f.supported
+            else "<span class='unsupported'>not supported</span>")
+    if not f.evidence and not f.point_ids and isinstance(value, str):
+        mark = ""  # an old manifest's plain sentence: its support was never recorded
+    body = f"<b><a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a></b>: {html.escape(f.text)} {mark}"
+    if f.evidence:
+        body += f"<div class='evidence'>Evidence: {html.escape(f.evidence)}</div>"
+    if f.point_ids:
+        links = ", ".join(f"<a href='#{_point_anchor(run, p)}'>{html.escape(p)}</a>" for p in f.point_ids)
+        body += (f"<details class='evidence'><summary>rests on {len(f.point_ids)} point"
+                 f"{'s' if len(f.point_ids) != 1 else ''}</summary>{links}</details>")
+    return f"<{tag} class='finding'>{body}</{tag}>"
+
+
+def findings_table(run_dir) -> pd.DataFrame:
+    """The run's findings as the report prints them: one row per experiment with ``experiment``, ``finding``
+    (the sentence), ``evidence``, ``supported`` (None for an old manifest's plain sentence) and ``points``
+    (how many points it rests on)."""
+    rows = []
+    for exp, value in results.read_manifest(run_dir).get("findings", {}).items():
+        f = evidence.Finding.from_value(value)
+        rows.append({"experiment": exp, "finding": f.text, "evidence": f.evidence,
+                     "supported": None if isinstance(value, str) else f.supported, "points": len(f.point_ids)})
+    return pd.DataFrame(rows, columns=["experiment", "finding", "evidence", "supported", "points"])
+
+
+def _findings_html(manifest: dict, run: Path) -> str:
+    findings = manifest.get("findings", {})
+    if not findings:
+        return ""
+    items = "".join(_finding_html(run, exp, value) for exp, value in findings.items())
+    marked = [v for v in findings.values() if isinstance(v, dict)]
+    count = (f"<p class='meta'>{sum(bool(v.get('supported')) for v in marked)} of {len(marked)} findings are "
+             "supported by their evidence; the others say why not.</p>" if marked else "")
+    return f"<h2>Findings</h2>{count}<ul>{items}</ul>"
+
+
+def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir: Path | None = None) -> str:
+    """One run: findings first (each experiment's headline), validity, figures; then point tables, configs
+    and the environment, collapsed."""
+    manifest = results.read_manifest(run)
+    points = results.read_points(run)
+    parts = [f"<h2>Run {html.escape(label + ': ' if label else '')}{html.escape(run.name)}</h2>",
+             f"<p class='meta'>created {html.escape(str(manifest.get('created_utc')))} · "
+             f"status {html.escape(str(manifest.get('status')))}</p>",
+             _findings_html(manifest, run), _validity_html(run, points), _devices_html(points)]
+    if with_figures:
+        for name, div in _figures(run):
+            parts.append(f"<div class='figure' id='fig-{html.escape(name)}'>{div}</div>")
+    parts.append("<h2>Points</h2>")
+    for exp, meta in manifest.get("experiments", {}).items():
+        finding = manifest.get("findings", {}).get(exp)
+        parts.append(f"<h3 id='{_exp_anchor(run, exp)}'>Experiment: {html.escape(exp)}</h3>")
+        if finding:
+            parts.append(_finding_html(run, exp, finding, tag="div"))
+        if not points.empty and "experiment" in points:
+            pts = points[points["experiment"] == exp]
+            cols = [c for c in _POINT_COLUMNS if c in pts]
+            for on, group in _by_device(pts):  # one table per device type: points are never pooled across them
+                parts += [f"<details><summary>{len(group)} points{html.escape(on)}</summary><div class='wide'>",
+                          _table(group[cols], row_ids=[_point_anchor(run, p) for p in group["point_id"]]
+                                 if "point_id" in group else None), "</div></details>"]
+            parts.append(_residuals_html(run, exp, pts))
+        if meta.get("config"):
+            parts += ["<details><summary>Configuration</summary>", _kv_table(meta["config"]), "</details>"]
+    parts += ["<details><summary>Environment</summary>", _kv_table(manifest.get("environment", {})), "</details>"]
+    notebooks = sorted((run / "notebooks").glob("*.ipynb"))
+    if notebooks:
+        links = "".join(f"<li><a href='{html.escape(_rel(n, page_dir or run))}'>{html.escape(n.name)}</a></li>"
+                        for n in notebooks)
+        parts.append(f"<p class='meta'>Executed notebooks:</p><ul>{links}</ul>")
+    return "\n".join(p for p in parts if p)
+
+
+def _residuals_html(run: Path, exp: str, points: pd.DataFrame) -> str:
+    """Measured / predicted TTFT and TPOT per point with the bound the roofline gives (``residuals/<exp>.csv``,
+    else the points' own prediction columns); empty when the experiment has no predictions."""
+    from workbench.predict import predictions
+
+    path = run / "residuals" / f"{exp}.csv"
+    table = pd.read_csv(path) if results.safe_name(exp) and path.exists() else predictions.residual_table(points)
+    if table.empty or not {"ttft_ratio", "tpot_ratio"} & set(table.columns):
+        return ""
+    summary = predictions.residual_summary(table)
+    return (f"<details><summary>Measured / predicted (calibrated roofline): "
+            f"{html.escape(summary.splitlines()[0])}</summary><div class='wide'>{_table(table, None)}</div>"
+            f"<pre>{html.escape(summary)}</pre></details>")
+
+
+def _by_device(points: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """``[(" on <device name>", rows), ...]`` when the points ran on several device types, else ``[("", points)]``."""
+    if "device_name" not in points or points["device_name"].dropna().nunique() < 2:
+        return [("", points)]
+    return [(f" on {name}", g) for name, g in points.groupby(points["device_name"].fillna("unknown device"), sort=True)]
+
+
+def _devices_html(points: pd.DataFrame) -> str:
+    """A warning when a run's points were measured on several device types (a Ray cluster of mixed GPUs)."""
+    groups = _by_device(points)
+    if len(groups) < 2:
+        return ""
+    names = ", ".join(f"{on[4:]} ({len(g)} points)" for on, g in groups)
+    return (f"<p class='warn'>Measured on {len(groups)} device types: {html.escape(names)}. The point tables below "
+            "are per device; never average a figure across device types (compare curves of one device).</p>")
+
+
+def run_labels(runs: list[Path]) -> dict[str, str]:
+    """Short labels ``A (suffix)``, ``B (suffix)``... per run id (suffix: the run id after its timestamp)."""
+    out = {}
+    for i, run in enumerate(runs):
+        letter = chr(ord("A") + i) if i < 26 else f"R{i}"
+        out[run.name] = f"{letter} ({run.name.split('-', 1)[-1]})"
+    return out
+
+
+def compare_points(runs: list[Path], metrics: list[str] | None = None) -> pd.DataFrame:
+    """Headline metrics per point across runs, with the relative change of each later run vs the first.
+
+    Points are matched by ``point_id`` (experiment + parameters); a point missing from a run keeps
+    NaN there and ``present_in`` says which runs have it, so runs with different parameter sets
+    still compare.
+
+    Args:
+        runs: run folders; the first is the baseline.
+        metrics: point columns to compare (default :data:`DELTA_METRICS`).
+
+    Returns:
+        One row per ``point_id``: ``present_in``, ``<metric>@<run_id>`` per run and
+        ``<metric> change@<run_id>`` (fraction, that run vs the first) for each later run.
+        Empty when fewer than two runs have points.
+    """
+    metrics = metrics or DELTA_METRICS
+    frames, names = [], []
+    for run in runs:
+        pts = results.read_points(run)
+        if pts.empty or "point_id" not in pts:
+            continue
+        pts = pts[pts["status"] == "ok"].drop_duplicates("point_id", keep="last").set_index("point_id")
+        cols = pts.reindex(columns=metrics)
+        frames.append(cols.add_suffix(f"@{run.name}"))
+        names.append(run.name)
+    if len(frames) < 2:
+        return pd.DataFrame()
+    table = pd.concat(frames, axis=1, join="outer")
+    labels = run_labels([Path(n) for n in names])
+    present = [table[[f"{m}@{n}" for m in metrics]].notna().any(axis=1) for n in names]
+    table.insert(0, "present_in", [", ".join(labels[n].split(" ")[0] for n, p in zip(names, row) if p)
+                                   for row in zip(*present)])
+    first = names[0]
+    for n in names[1:]:
+        for m in metrics:
+            table[f"{m} change@{n}"] = table[f"{m}@{n}"] / table[f"{m}@{first}"] - 1
+    return table.reset_index().rename(columns={"index": "point_id"})
+
+
+def _delta_table_html(table: pd.DataFrame, runs: list[Path]) -> str:
+    """The delta table with run labels in the headers and changes as signed percentages."""
+    if table.empty:
+        return "<p class='meta'>(fewer than two runs with points)</p>"
+    labels = run_labels(runs)
+    view = table.copy()
+    for col in list(view.columns):
+        if " change@" in col:
+            view[col] = view[col].map(lambda v: "" if pd.isna(v) else f"{v:+.1%}")
+    rename = {}
+    for col in view.columns:
+        for rid, lab in labels.items():
+            letter = lab.split(" ")[0]
+            if col.endswith(f" change@{rid}"):
+                rename[col] = f"{col.split(' change@')[0]} Δ {letter} vs A"
+            elif col.endswith(f"@{rid}"):
+                rename[col] = f"{col.split('@')[0]} [{letter}]"
+    return f"<div class='wide'>{_table(view.rename(columns=rename), failed_col=None)}</div>"
+
+
+def environments(runs: list[Path]) -> pd.DataFrame:
+    """The runs' recorded environments side by side: one row per key, one column per run label,
+    ``differs`` True where the runs disagree. :data:`ENV_KEYS` first, then any other key."""
+    labels = run_labels(runs)
+    envs = {labels[r.name]: results.read_manifest(r).get("environment", {}) for r in runs}
+    keys = [k for k in ENV_KEYS if any(k in e for e in envs.values())]
+    keys += sorted({k for e in envs.values() for k in e} - set(keys))
+    df = pd.DataFrame({lab: [e.get(k) for k in keys] for lab, e in envs.items()}, index=keys)
+    df["differs"] = [len({json.dumps(v, sort_keys=True, default=str) for v in row}) > 1
+                     for row in df.itertuples(index=False)]
+    return df.rename_axis("key").reset_index()
+
+
+def _env_table_html(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "<p class='meta'>(no environment recorded)</p>"
+    cols = [c for c in df.columns if c != "differs"]
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+    rows = []
+    for _, r in df.iterrows():
+        cls = " class='diff'" if r["differs"] else ""
+        rows.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_fmt(r[c]))}</td>" for c in cols) + "</tr>")
+    return (f"<p class='meta'>Highlighted rows differ between runs.</p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _figure_names(run: Path) -> list[str]:
+    """The run's figure names in saving order (the manifest's ``figures``, then any other saved one); a manifest
+    name that is not a plain file name (:func:`workbench.run.results.safe_name`: ``../..``) is never read."""
+    manifest = results.read_manifest(run)
+    listed = manifest.get("figures", [])
+    names = [n for n in (listed if isinstance(listed, list) else []) if results.safe_name(n)]
+    return names + sorted(p.stem for p in (run / "figures").glob("*.json") if p.stem not in names)
+
+
+def overlay_figures(runs: list[Path]) -> list[tuple[str, list]]:
+    """The runs' figures grouped by name: ``(name, [figure, ...])``.
+
+    Figures whose traces are all cartesian (scatter, bar, box, ...) become one figure with every
+    run's traces (legend ``A (suffix) · trace``, one dash / marker symbol per run); others (tables)
+    stay one figure per run.
+    """
+    import plotly.graph_objects as go
+
+    labels = run_labels(runs)
+    order: list[str] = []
+    for run in runs:
+        order += [n for n in _figure_names(run) if n not in order]
+    out = []
+    for name in order:
+        figs = [(run, pio.from_json((run / "figures" / f"{name}.json").read_text()))
+                for run in runs if (run / "figures" / f"{name}.json").exists()]
+        types = {t.type for _, f in figs for t in f.data}
+        if len(figs) < 2 or not types <= _OVERLAY_TYPES:
+            out.append((name, [f.update_layout(title_text=f"{labels[r.name]} · {f.layout.title.text or name}")
+                               if len(runs) > 1 else f for r, f in figs]))
+            continue
+        base = go.Figure(layout=figs[0][1].layout)
+        for i, (run, fig) in enumerate(figs):
+            lab = labels[run.name]
+            for tr in fig.data:
+                tr.name = f"{lab} · {tr.name}" if tr.name else lab
+                tr.legendgroup = lab
+                tr.showlegend = True
+                if tr.type in ("scatter", "scattergl"):
+                    tr.update(line_dash=_DASHES[i % len(_DASHES)], marker_symbol=_SYMBOLS[i % len(_SYMBOLS)])
+                else:  # bar, box, violin, histogram: side by side per run; bars also hatched per run
+                    tr.update(offsetgroup=f"{lab}{tr.offsetgroup or ''}")
+                    if tr.type in ("bar", "histogram"):
+                        tr.update(marker_pattern_shape=["", "/", "x", "."][i % 4])
+                base.add_trace(tr)
+        title = figs[0][1].layout.title.text or name
+        base.update_layout(title_text=f"{title} (runs overlaid)",  # legend below: colour bars keep the right side
+                           legend=dict(orientation="h", x=0, y=-0.18, xanchor="left", yanchor="top"),
+                           margin=dict(b=110))
+        if "box" in types:
+            base.update_layout(boxmode="group")
+        out.append((name, [base]))
+    return out
+
+
+def _flat(v):
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v, default=str)
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+        return json.dumps(v.tolist(), default=str)
+    return v
+
+
+#: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection").
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _neutralise(v):
+    """A text cell a spreadsheet would run as a formula gets a leading ``'`` (shown as text, not run)."""
+    if isinstance(v, str) and v.startswith(_FORMULA_START):
+        return "'" + v
+    return v
+
+
+def _csv_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` ready for CSV: list / dict cells as JSON, formula-like text cells neutralised."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
+            out[col] = out[col].map(_flat).map(_neutralise)
+    out.columns = [_neutralise(str(c)) for c in out.columns]
+    return out
+
+
+def _write_csv(path: Path, df: pd.DataFrame) -> Path:
+    return results.atomic_write(path, lambda f: _csv_frame(df).to_csv(f, index=False), text=True)
+
+
+def _write_text(path: Path, text: str) -> Path:
+    return results.atomic_write(path, lambda f: f.write(text), text=True)
+
+
+def export(run_dir, out_dir=None) -> dict[str, Path]:
+    """Export one run for people outside Python: ``requests.csv`` and ``points.json``.
+
+    ``requests.csv``: every ``requests.parquet`` row; list columns (``itl_s``) as JSON arrays.
+    ``points.json``: ``{"run_id", "created_utc", "status", "environment", "experiments",
+    "points": [point rows]}`` (NaN as null).
+
+    Args:
+        run_dir: the run folder.
+        out_dir: where to write (default: the run folder, next to ``report.html``).
+
+    Returns:
+        ``{"requests_csv": path, "points_json": path}``.
+    """
+    run = Path(run_dir)
+    out = Path(out_dir) if out_dir else run
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = results.read_manifest(run)
+    req = results.read_requests(run)
+    pts = results.read_points(run)
+    paths = {"requests_csv": out / "requests.csv", "points_json": out / "points.json"}
+    _write_csv(paths["requests_csv"], req)
+    summary = {k: manifest.get(k) for k in ("run_id", "created_utc", "status", "environment", "sessions",
+                                            "experiments")}
+    summary["points"] = json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []
+    _write_text(paths["points_json"], json.dumps(summary, indent=2, default=str))
+    return paths
+
+
+def _export_many(runs: list[Path], out: Path) -> dict[str, Path]:
+    """Combined export of several runs next to a comparison page: ``<stem>.requests.csv`` / ``.points.json``."""
+    req = [results.read_requests(r).assign(run_id=r.name) for r in runs]
+    req = [d for d in req if not d.empty]
+    paths = {"requests_csv": out.with_name(out.stem + ".requests.csv"),
+             "points_json": out.with_name(out.stem + ".points.json")}
+    _write_csv(paths["requests_csv"], pd.concat(req, ignore_index=True) if req else pd.DataFrame())
+    runs_json = []
+    for r in runs:
+        m = results.read_manifest(r)
+        pts = results.read_points(r)
+        runs_json.append({"run_id": r.name, "environment": m.get("environment"), "experiments": m.get("experiments"),
+                          "points": json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []})
+    deltas = compare_points(runs)
+    _write_text(paths["points_json"], json.dumps(
+        {"runs": runs_json, "deltas": json.loads(deltas.to_json(orient="records")) if not deltas.empty else []},
+        indent=2, default=str))
+    return paths
+
+
+def _rel(target: Path, base: Path) -> str:
+    import os
+
+    return os.path.relpath(target, base).replace(os.sep, "/")
+
+
+def _downloads(paths: dict[str, Path], page_dir: Path, label: str = "") -> str:
+    links = "".join(f"<a href='{html.escape(_rel(p, page_dir))}'>{html.escape(label + p.name)}</a>"
+                    for p in paths.values())
+    return f"<p class='downloads meta'>Data: {links}</p>"
+
+
+def build_report(run_dirs, out: str | Path | None = None) -> Path:
+    """Write a self-contained HTML report, and export the data as CSV / JSON (:func:`export`).
+
+    Args:
+        run_dirs: one run folder, or a list (a comparison report).
+        out: output file; default ``<run>/report.html`` for one run, and
+            ``<results>/comparisons/compare-<id>.html`` for several. A comparison writes only its
+            output (the page and ``<stem>.requests.csv`` / ``<stem>.points.json`` beside it), never
+            into the runs it compares.
+
+    Returns:
+        The report path.
+
+    Raises:
+        ParameterError: the output would be written into one of the compared runs, or through a symlink
+            out of the results folder.
+    """
+    runs = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(r) for r in run_dirs]
+    if out is None:
+        out = (runs[0] / "report.html" if len(runs) == 1
+               else results.results_root() / "comparisons" / f"compare-{results.new_run_id()}.html")
+    out = Path(out)
+    if len(runs) > 1:
+        inside = [r for r in runs if out.resolve().parent == r.resolve() or r.resolve() in out.resolve().parents]
+        if inside:
+            raise ParameterError(f"output: {out} is inside the compared run {inside[0]}; a comparison never "
+                                 "writes into its inputs (choose another -o)")
+    results.check_write_target(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if len(runs) == 1:
+        exports = {runs[0]: export(runs[0])}
+    else:   # link each run's own exports where they exist; write nothing into the runs
+        exports = {r: {k: r / name for k, name in (("requests_csv", "requests.csv"), ("points_json", "points.json"))
+                       if (r / name).is_file()} for r in runs}
+    title = f"Workbench report: {runs[0].name}" if len(runs) == 1 else f"Workbench comparison of {len(runs)} runs"
+    body = [f"<h1>{html.escape(title)}</h1>",
+            f"<p class='meta'>built {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}. "
+            "Latencies in seconds; throughput in tokens/s; goodput in requests/s meeting the SLO.</p>"]
+    if len(runs) == 1:
+        body.append(_downloads(exports[runs[0]], out.parent))
+        body.append(_run_section(runs[0], page_dir=out.parent))
+    else:
+        labels = run_labels(runs)
+        body.append("<ul>" + "".join(f"<li><b>{html.escape(labels[r.name])}</b>: {html.escape(str(r))}</li>"
+                                     for r in runs) + "</ul>")
+        body.append(_downloads(_export_many(runs, out), out.parent, "all runs: "))
+        body += ["<h2>Headline deltas (vs run A)</h2>",
+                 "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput; "
+                 "Δ is the relative change vs run A. Points missing from a run are blank there.</p>",
+                 _delta_table_html(compare_points(runs), runs),
+                 "<h2>Environments</h2>", _env_table_html(environments(runs)),
+                 "<h2>Figures, runs overlaid</h2>"]
+        for name, figs in overlay_figures(runs):
+            for i, fig in enumerate(figs):
+                div = pio.to_html(fig, full_html=False, include_plotlyjs=False, default_width="100%")
+                body.append(f"<div class='figure' id='fig-{html.escape(name)}{'-' + str(i) if i else ''}'>{div}</div>")
+        for r in runs:
+            body.append(_run_section(r, with_figures=False, label=labels[r.name], page_dir=out.parent))
+            if exports[r]:
+                body.append(_downloads(exports[r], out.parent))
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
+            f"</head><body>{''.join(body)}</body></html>")
+    _write_text(out, page)
+    return out
+
+
+@dataclasses.dataclass
+class CompareConfig:
+    """Parameters of ``notebooks/90_compare_runs``.
+
+    Attributes:
+        runs: run folders or globs (``results/2026*``); empty: the two newest runs with points.
+        experiment: restrict to one experiment ("" for all).
+
+    Raises:
+        ParameterError: not a list of strings, or a path that is not a run folder.
+    """
+
+    runs: list = dataclasses.field(default_factory=list)
+    experiment: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.runs, list) or not all(isinstance(r, str) for r in self.runs):
+            raise ParameterError(f"runs: must be a list of run folders (got {self.runs!r})")
+        for r in self.run_dirs() if self.runs else []:
+            if not (r / "manifest.json").exists():
+                raise ParameterError(f"runs: {str(r)!r} is not a run folder (no manifest.json)")
+        if not isinstance(self.experiment, str):
+            raise ParameterError(f"experiment: must be a string (got {self.experiment!r})")
+
+    @classmethod
+    def from_namespace(cls, ns: dict):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in ns.items() if k in names})
+
+    def run_dirs(self) -> list[Path]:
+        """The runs to compare, in the given order (globs sorted); default: the two newest with points.
+
+        Raises:
+            ParameterError: fewer than two runs found.
+        """
+        if self.runs:
+            found = results._expand(self.runs)
+        else:
+            found = sorted(p.parent for p in results.results_root().glob("*/points.parquet"))[-2:]
+        if len(found) < 2:
+            raise ParameterError(f"runs: need at least two runs to compare (found {len(found)})")
+        return found
