@@ -117,3 +117,22 @@ def test_notebooks_of_one_run_share_a_kernel_but_no_variables(tmp_path):
     assert notebooks._SHARED is None and not km.has_kernel
     notebooks.execute_notebook(nb, {}, run, log_output=False)     # outside the block: a kernel of its own
     assert json.loads((run / "pids.jsonl").read_text().splitlines()[-1])["pid"] not in {r["pid"] for r in rows}
+
+
+@pytest.mark.parametrize("entry", ["/etc/passwd", "../../tmp/x.ipynb", "notebooks/../README.md", "/tmp/other.ipynb"])
+def test_a_suite_names_only_the_repos_notebooks(tmp_path, entry):
+    """Issue 36: a suite could name any .ipynb on disk (or any file)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"notebooks:\n- notebook: {entry}\n")
+    with pytest.raises(ParameterError, match="^suite: .*notebooks/ folder") as exc:
+        notebooks.load_suite(str(f))
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("content", [b"not json at all", b"\xff\xfe\x00", b"[1, 2]"])
+def test_a_non_json_notebook_is_one_line(tmp_path, content):
+    p = tmp_path / "x.ipynb"
+    p.write_bytes(content)
+    with pytest.raises(ParameterError) as exc:
+        notebooks.notebook_parameters(p)
+    assert str(exc.value).startswith("notebook:") and "\n" not in str(exc.value)

@@ -136,3 +136,15 @@ def int_or(value, default: int) -> int:
     except (TypeError, ValueError):  # an array-like or odd object: treat as missing
         return int(default)
     return int(value)
+
+
+_SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth",
+                 "authorization", "cookie", "bearer"}
+
+
+def secret_name(name) -> bool:
+    """A field or variable name that says it holds a secret: one of its ``_`` / ``-`` / ``.`` separated words is
+    ``key``, ``token``, ``secret``, ``password``, ``auth``, ... (``api_key``, ``HF_TOKEN``; not ``max_tokens``)."""
+    import re
+
+    return any(w in _SECRET_WORDS for w in re.split(r"[_\-.\s]+", str(name).lower()))

@@ -126,8 +126,10 @@ def test_a_job_whose_output_cannot_be_written_fails_with_the_reason(tmp_path, to
         real = store._append
         monkeypatch.setattr(store, "_append", lambda *a, **k: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error")))
         req.on_token(42, time.perf_counter() + 1)
+        assert store.drain(30)  # the engine's callback only hands the write to the store's writer thread
         assert req.cancel.is_set() and req.stop_reason == "write_failed"
         req.on_done({"finish_reason": "write_failed", "error": None})
+        assert store.drain(30)
         st = store.status(jid)
         assert st["status"] == "failed" and "disk I/O error" in st["error"]
         monkeypatch.setattr(store, "_append", real)

@@ -2,8 +2,8 @@
 
 The suite runner is :mod:`workbench.cli.suite`; the serving twin's command and study :mod:`workbench.cli.simulate`.
 
-    workbench run [SUITE] [--resume RUN_DIR] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
-    workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR] [--label NAME]
+    workbench run [SUITE] [--resume RUN_DIR [--allow-changed]] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
+    workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR [--allow-changed]] [--label NAME]
     workbench report RUN_DIR|FILE [RUN_DIR|FILE ...] [-o OUT.html] [--figures png,svg,pdf] [--price-per-hour USD]
     workbench export RUN_DIR --to mlflow|br0.2|vllm-json [--tracking-uri URI] [-o OUT]
     workbench env [--model SPEC] [--no-probe]
@@ -13,7 +13,9 @@ The suite runner is :mod:`workbench.cli.suite`; the serving twin's command and s
 Parameter values are data: ``-f`` files and ``-p`` values are parsed as YAML
 (``-p batch_sizes "[1, 2, 4]"`` arrives as a list), never evaluated. Every
 notebook's parameters are validated before any kernel starts or model loads;
-a bad one prints ``error: <one line>`` and exits with status 2.
+a bad one prints ``error: <one line>`` and exits with status 2. A resumed run whose model, device, dtype,
+package versions or any notebook's effective config (defaults included) differ from the run's is refused the same
+way, naming each difference, unless ``--allow-changed`` (:mod:`workbench.run.resume_check`).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def cmd_run(args) -> int:
 
         prepare(args.ray, suite["notebooks"])
     return suite_runner.run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"],
-                                    price_per_hour=price)
+                                    price_per_hour=price, allow_changed=args.allow_changed)
 
 
 def cmd_sweep(args) -> int:
@@ -94,7 +96,8 @@ def cmd_sweep(args) -> int:
         from workbench.run.distributed import prepare
 
         prepare(args.ray, [{"notebook": str(nb), "parameters": params}])
-    return suite_runner.run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label)
+    return suite_runner.run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label,
+                                    allow_changed=args.allow_changed)
 
 
 def cmd_report(args) -> int:
@@ -218,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("suite", nargs="?", default="default", help="suite name in suites/ (default, quick) or a YAML path")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
     r.add_argument("--label", default="", help="suffix of the new run id (letters, digits, _.-)")
+    r.add_argument("--allow-changed", action="store_true",
+                   help="with --resume: accept settings that differ from the run's (model, device, dtype, packages, "
+                        "notebook configs); the changed points are measured again under new ids")
     r.add_argument("--rerun-invalid", metavar="RUN_DIR",
                    help="re-measure only the points of RUN_DIR marked invalid (other load, drift), in place")
     r.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
@@ -235,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one parameter; VALUE is parsed as YAML (lists, numbers, booleans)")
     s.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
     s.add_argument("--label", default="", help="suffix of the new run id")
+    s.add_argument("--allow-changed", action="store_true",
+                   help="with --resume: accept settings that differ from the run's (model, device, dtype, packages, "
+                        "notebook configs); the changed points are measured again under new ids")
     s.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
     s.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
                    help="measure the points on Ray workers (see workbench run --help)")

@@ -87,14 +87,25 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
 
 
 def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None,
-                price_per_hour: float | None = None) -> int:
-    from workbench.run import notebooks, results
+                price_per_hour: float | None = None, allow_changed: bool = False) -> int:
+    """Validate, open (or resume) the run folder under its lock, execute ``entries``, build the report; the exit
+    status. A resume whose model, device, dtype, packages or effective notebook configs differ from the run's is a
+    one-line :class:`~workbench.errors.ParameterError` unless ``allow_changed`` (:mod:`workbench.run.resume_check`)."""
+    import os
+
+    from workbench.run import notebooks, results, resume_check
 
     if resume_dir:
         _resume_parameters(entries, resume_dir)
     for e in entries:  # every notebook validated before any runs
         e["parameters"] = {k: v for k, v in notebooks.validate_parameters(e["notebook"], e["parameters"]).items()
                            if k in e["parameters"]}
+    if resume_dir:  # model, device, dtype, packages, every notebook's effective config: the same, or exit 2
+        changed = resume_check.check_resume(resume_dir, entries, allow_changed)
+        if changed:
+            print(f"--allow-changed: measuring again under new ids what changed: {'; '.join(changed)}", flush=True)
+    if allow_changed:
+        os.environ[resume_check.ALLOW_ENV] = "1"  # inherited by the kernels (workbench.run.sweeps.run_sweep)
     try:
         run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
         owner = results.lock_run(run_dir)   # one writer per run folder; a second resume is refused here
@@ -110,7 +121,7 @@ def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: 
 
 def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | None, owner: dict) -> int:
     from workbench.share import report
-    from workbench.run import results
+    from workbench.run import results, resume_check
 
     recorded_suite = results.read_manifest(run_dir).get("suite") if resume else None
     if resume and suite and recorded_suite and Path(recorded_suite).resolve() != Path(suite).resolve():
@@ -120,6 +131,7 @@ def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | N
         print(f"run folder: took over the lock left by pid {owner['stale'].get('pid')} (no longer running)",
               file=sys.stderr)
     results.begin_session(run_dir, resume=resume)
+    resume_check.record(run_dir, entries, resume)
     results.update_manifest(run_dir, status="running", suite=suite or recorded_suite)
     print(f"run folder: {run_dir}", flush=True)
     t0 = time.perf_counter()

@@ -146,7 +146,7 @@ class Config(sweeps.SweepConfig):
         checks.check_float("burstiness", self.burstiness, lo=0, lo_open=True)
         checks.check_float("warmup_s", self.warmup_s, lo=0)
         checks.check_float("cooldown_s", self.cooldown_s, lo=0)
-        checks.check_float("slice_s", self.slice_s, lo=0, lo_open=True)
+        checks.check_float("slice_s", self.slice_s, lo=load.MIN_SLICE_S)
         checks.check_int("max_in_flight", self.max_in_flight, lo=1)
         checks.check_float("max_wait_s", self.max_wait_s, lo=0, lo_open=True)
         checks.check_choice_list("slo_presets", self.slo_presets, tuple(slo.PRESETS), allow_empty=True)

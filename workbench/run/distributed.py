@@ -16,6 +16,8 @@ kernels it starts; :func:`workbench.run.sweeps.run_sweep` then asks :func:`execu
   defines the sweep config's class, :func:`experiment_module`): the config travels as a dict and is rebuilt
   there; ``state`` lives in the worker. Supported: :data:`SUPPORTED`; other experiments run
   locally in the kernel, with a line saying so.
+- Workers get only the environment variables of :data:`WORKER_ENV` (:func:`worker_env`), never a key or token
+  (``WORKBENCH_API_KEY``, ``HF_TOKEN``): a cluster ``auto`` finds may not be the user's own.
 - The driver alone writes the run folder: workers return the point's
   :class:`~workbench.run.point_result.PointResult` (request rows tagged with ``node``, ``device_name``,
   ``device_index``; the device-side figures: peak memory, contamination, energy, and the worker's probed
@@ -58,6 +60,24 @@ CPUS_ENV = "WORKBENCH_RAY_CPUS_PER_WORKER"
 GPUS_ENV = "WORKBENCH_RAY_GPUS_PER_WORKER"
 MAX_WORKERS_ENV = "WORKBENCH_RAY_MAX_WORKERS"
 INJECT_ENV = "WORKBENCH_INJECT_WORKER_DEATH"
+#: the only environment variables a Ray worker gets from the driver (issue 36): what measuring a point needs (the
+#: cache and data folders, the trust switches, offline mode, the test hooks), never a key or token (the server's
+#: ``WORKBENCH_API_KEY``, ``HF_TOKEN``): a cluster found by ``auto`` may not be the user's own.
+WORKER_ENV = ("WORKBENCH_CACHE", "WORKBENCH_TESTS_CACHE", "WORKBENCH_RESULTS", "WORKBENCH_DATA",
+              "WORKBENCH_TRUST_REMOTE_CODE", "WORKBENCH_ALLOW_PICKLE", "WORKBENCH_RERUN_INVALID",
+              "WORKBENCH_INJECT_FAILURE", "WORKBENCH_INJECT_WRITE_ERROR", INJECT_ENV,
+              "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "HF_HUB_CACHE",
+              "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS")
+
+
+def worker_env(environ=None) -> dict:
+    """The variables of ``environ`` (default ``os.environ``) a Ray worker is given: those of :data:`WORKER_ENV`,
+    never one whose name says it holds a secret (:func:`workbench.checks.secret_name`: ``KEY``, ``TOKEN``,
+    ``SECRET``, ...)."""
+    from workbench.checks import secret_name
+
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in WORKER_ENV if k in environ and not secret_name(k)}
 
 #: Experiment modules whose ``measure_point`` runs on a Ray worker (the others need objects of the kernel:
 #: a server, a run folder, a live display, or state shared with the kernel).
@@ -368,7 +388,7 @@ class _Pool:
 
     def spawn(self) -> _Slot:
         self.spawned += 1
-        env = {k: v for k, v in os.environ.items() if k.startswith(("WORKBENCH_", "HF_")) and k != ENV}
+        env = worker_env()
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         handle = self._cls.options(**self.options).remote(self.model, self.device if not self.gpu else "cuda",
                                                           self.dtype, self.threads, env)

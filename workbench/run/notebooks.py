@@ -109,10 +109,21 @@ def out_of_sync(directory: Path = NOTEBOOKS_DIR) -> list[str]:
 
 
 def _read(path) -> dict:
+    """The notebook's JSON.
+
+    Raises:
+        ParameterError: it does not exist, is not a file, or is not notebook JSON (one line naming it)."""
     path = Path(path)
     if not path.exists():
         raise ParameterError(f"notebook: {str(path)!r} does not exist")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ParameterError(f"notebook: {str(path)!r} is not a Jupyter notebook (not UTF-8 JSON: {first})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise ParameterError(f"notebook: {str(path)!r} is not a Jupyter notebook (no cells list)")
+    return nb
 
 
 def notebook_parameters(path) -> dict:
@@ -330,7 +341,11 @@ def load_suite(suite: str) -> dict:
         if not isinstance(params, dict):
             raise ParameterError(f"suite: parameters of {entry['notebook']} must be a mapping (got {params!r})")
         entry["parameters"] = params
-        entry["notebook"] = str((REPO / entry["notebook"]).resolve())
+        entry["notebook"] = str((REPO / str(entry["notebook"])).resolve())
+        nb = Path(entry["notebook"])
+        if nb.parent != NOTEBOOKS_DIR.resolve() or nb.suffix != ".ipynb":  # a suite runs the repo's notebooks only
+            raise ParameterError(f"suite: entry {i + 1} of {path.name}: {entry['notebook']} is not a notebook of "
+                                 f"the repository's notebooks/ folder (a suite may name only those)")
         if entry["notebook"] in seen:
             raise ParameterError(f"suite: {Path(entry['notebook']).name} appears twice in {path.name}")
         seen.add(entry["notebook"])

@@ -371,6 +371,7 @@ def begin_session(run_dir, resume: bool = False) -> dict:
     """
     import sys
 
+    check_writer(run_dir)
     session = {"started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                "pid": os.getpid(), "host": socket.gethostname(), "git_commit": device.git_commit(),
                "argv": sys.argv[1:], "resume": bool(resume)}
@@ -487,6 +488,12 @@ def record_point(run_dir, point_id: str, requests: pd.DataFrame, point: dict, me
     _write_json(run / "manifest.json", manifest)
 
 
+def safe_name(name) -> bool:
+    """``name`` may become a file name inside a run folder (a figure, an experiment's residuals): it matches
+    ``[A-Za-z0-9][A-Za-z0-9_.-]*`` without ``..``. The report reads no path built from any other manifest value."""
+    return isinstance(name, str) and bool(_LABEL_RE.match(name)) and ".." not in name
+
+
 def finished_points(run_dir) -> set[str]:
     """Point ids recorded with status ``ok`` (what ``--resume`` skips).
 
@@ -532,6 +539,7 @@ def mark_invalid(run_dir, point_ids: list[str], reason: str) -> None:
     if not point_ids:
         return
     run = Path(run_dir)
+    check_writer(run)
     pts = read_points(run)
     sel = pts["point_id"].isin(point_ids)
     if "invalid_reason" not in pts:
@@ -615,6 +623,7 @@ def save_figure(run_dir, name: str, fig) -> Path:
     """
     if not _LABEL_RE.match(name) or ".." in name:
         raise ParameterError(f"figure name: must match [A-Za-z0-9][A-Za-z0-9_.-]* (got {name!r})")
+    check_writer(run_dir)
     figs = check_write_target(Path(run_dir) / "figures")
     figs.mkdir(parents=True, exist_ok=True)
     atomic_write(figs / f"{name}.json", lambda f: f.write(fig.to_json()), text=True)
@@ -644,6 +653,7 @@ def save_text(run_dir, relpath: str, text: str) -> Path:
     target = (run / relpath).resolve()
     if Path(relpath).is_absolute() or run not in target.parents:
         raise ParameterError(f"relpath: must stay inside the run folder (got {relpath!r})")
+    check_writer(run)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, lambda f: f.write(text), text=True)
     return target

@@ -27,7 +27,7 @@ import pandas as pd
 
 from workbench.run import point_result
 from workbench import checks
-from workbench.run import distributed, drift, results
+from workbench.run import distributed, drift, results, resume_check
 from workbench.measure import energy, models
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
@@ -183,21 +183,22 @@ def run_sweep(
 
     run = Path(run_dir)
     run_id = run.name
-    ids = [point_result.point_id(experiment, p) for p in points]
+    recorded = (results.read_manifest(run).get("experiments") or {}).get(experiment) or {} if resume else {}
+    # a config changed since the run's first session (allowed with --allow-changed): its points get new ids
+    suffix = resume_check.point_suffix(recorded.get("config"), config) if resume else ""
+    ids = [point_result.point_id(experiment, p) + suffix for p in points]
     if len(set(ids)) != len(ids):
         raise ParameterError(f"points: duplicate points in the {experiment} grid")
     env = {}
     if info is not None:
         env = results.environment(info, seed=getattr(config, "seed", None), probe=run)
         results.update_manifest(run, environment=env)
-    results.update_manifest(
-        run,
-        experiments={experiment: {
-            "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
-            "model": info.to_dict() if info is not None else None,
-            "points": ids,
-        }},
-    )
+    this = {"config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
+            "model": info.to_dict() if info is not None else None, "points": ids}
+    if suffix:  # the manifest keeps both configs: the run's first, and each changed one with its points
+        changed = [c for c in recorded.get("changed_configs") or [] if c.get("suffix") != suffix]
+        this = {**recorded, "changed_configs": changed + [{**this, "suffix": suffix}]}
+    results.update_manifest(run, experiments={experiment: this})
     if info is None and loaded is not None:
         info = loaded.info
     done = results.finished_points(run) if resume else set()

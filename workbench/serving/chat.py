@@ -318,6 +318,8 @@ async def chat_completions(request: Request):
     req, stop, max_tokens = parse_chat_request(payload, cfg)
     check_model(payload.get("model"), cfg.model_names)
     if engine.pending > cfg.max_queue:  # cheap early refusal; submit() below decides atomically
+        with engine._count_lock:
+            engine.rejected += 1  # every 429 counts (workbench_requests_rejected_total)
         raise _too_busy(cfg, engine)
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
     try:  # templating a huge prompt takes a while: a worker thread keeps every other stream flowing
@@ -345,6 +347,8 @@ async def chat_completions(request: Request):
         engine.submit(ereq, max_pending=cfg.max_queue + 1)  # the one being served + max_queue waiting
     except engines.EngineFull:
         raise _too_busy(cfg, engine) from None
+    except engines.EngineDead as exc:  # nothing will ever serve it: say so (the process is about to exit)
+        raise ApiError(503, str(exc), etype="server_error") from None
     except ParameterError as exc:  # this engine cannot serve these settings (e.g. continuous: a per-request seed)
         raise parameter_error(exc) from None
     watch = DisconnectWatch(request, reply)
@@ -450,8 +454,17 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
                            headers={**headers(), "X-Accel-Buffering": "no"})
 
 
-async def health():
-    return {"status": "ok"}
+async def health(request: Request):
+    """``GET /health``: 200 ``{"status": "ok"}`` while the engine serves; 503 ``{"status": "unhealthy", "reason"}``
+    when its thread has stopped, it is stuck past its bound or it is stopping
+    (:meth:`workbench.serving.engines.BaseEngine.health`), so a supervisor can restart the server."""
+    from fastapi.responses import JSONResponse
+
+    engine = getattr(request.app.state, "engine", None)
+    ok, reason = engine.health() if engine is not None else (True, "ok")
+    if ok:
+        return {"status": "ok"}
+    return JSONResponse({"status": "unhealthy", "reason": reason}, status_code=503)
 
 
 async def list_models(request: Request):

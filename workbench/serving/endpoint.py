@@ -11,6 +11,12 @@ goes into a config, a run folder or a report), ``name`` the label of its points 
 ``extra_body`` fields merged into every request (a server's own extensions: llama.cpp has no ``ignore_eos`` but
 has ``min_tokens``, so ``extra_body: {min_tokens: 8}`` with ``max_new_tokens`` 8 keeps every reply full length).
 
+**Secrets stay home** (issue 36): the key is sent only over ``https://`` or to a loopback address, unless the
+mapping says ``allow_plain_http_key: true`` (the error names it); a URL with credentials (``user:pass@``) is
+refused; ``extra_body`` may not override a field the load generator sets and records (:data:`MEASURED_FIELDS`:
+``max_tokens``, ``temperature``, ``stream``, ...) nor carry a secret-named field (the mapping is recorded with the
+run), and the run records it masked (:func:`masked`, ``endpoint_extra_body``).
+
 :func:`check_endpoint` answers, in one line and before any point runs, the four ways a target can be wrong:
 unreachable, a refused key (401/403), a model the endpoint does not serve, and a server that is not
 OpenAI-compatible (``/v1/models`` not the OpenAI list, or a streamed chat completion not of the OpenAI chunk
@@ -28,10 +34,43 @@ import json
 import os
 from typing import Callable
 
+from workbench.checks import secret_name
 from workbench.errors import ParameterError
 
 ENDPOINT = "endpoint"  # the engines-list entry that stands for the configured external endpoint
-KEYS = ("url", "model", "api_key_env", "name", "extra_body")
+KEYS = ("url", "model", "api_key_env", "name", "extra_body", "allow_plain_http_key")
+#: request fields the load generator sets and measures by: ``extra_body`` may not override them (what was measured
+#: would not be what was recorded)
+MEASURED_FIELDS = ("model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+                   "stream", "stream_options", "ignore_eos", "n", "seed", "priority", "stop")
+MASK = "***"
+
+
+def is_loopback(host: str | None) -> bool:
+    """``host`` names this machine's loopback (``localhost``, ``127.0.0.0/8``, ``::1``)."""
+    import ipaddress
+
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def masked(body: dict) -> dict:
+    """``body`` with the value of every key whose name suggests a secret (``key``, ``token``, ``password``, ...,
+    at any depth) replaced by :data:`MASK`: what a run folder may record of ``extra_body``."""
+    def walk(v):
+        if isinstance(v, dict):
+            return {k: MASK if secret_name(k) else walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(body)
 SERVER_SIDE_NOTE = ("external endpoint: it reports no engine-side figures (queue_s, prefill_s, engine_ttft_s, "
                     "engine_batch), so they are empty; latencies and token counts are the client's and usage's")
 REPORTED_NOTE = ("external endpoint: queue_s, prefill_s and engine_ttft_s as its server reported them; engine_batch "
@@ -62,6 +101,7 @@ class Endpoint:
     api_key_env: str = ""
     name: str = ENDPOINT
     extra_body: dict = dataclasses.field(default_factory=dict)
+    allow_plain_http_key: bool = False
 
     @classmethod
     def from_param(cls, value, reserved=()) -> "Endpoint":
@@ -83,9 +123,19 @@ class Endpoint:
         extra = sorted(set(value) - set(KEYS))
         if extra:
             raise ParameterError(f"endpoint: unknown key {', '.join(map(str, extra))}; allowed: {', '.join(KEYS)}")
+        from urllib.parse import urlsplit
+
         url = value.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ParameterError(f"endpoint.url: must be an http:// or https:// address (got {url!r})")
+            raise ParameterError(f"endpoint.url: must be an http:// or https:// address (got {str(url)[:8]!r}...)")
+        try:
+            parts = urlsplit(url)
+            userinfo, host = "@" in parts.netloc, parts.hostname
+        except ValueError:
+            raise ParameterError("endpoint.url: not a valid URL") from None
+        if userinfo:  # never echo it: it is a credential
+            raise ParameterError("endpoint.url: credentials in the URL (user:password@host) are refused (a run "
+                                 "records its URL); give the key's variable name in endpoint.api_key_env")
         url = url.rstrip("/")
         if url.endswith("/v1"):
             url = url[:-3]
@@ -103,12 +153,30 @@ class Endpoint:
                                  f"({', '.join(reserved)}) (got {name!r})")
         extra = value.get("extra_body") or {}
         if not isinstance(extra, dict) or not all(isinstance(k, str) for k in extra):
-            raise ParameterError(f"endpoint.extra_body: must be a mapping of request fields (got {extra!r})")
+            raise ParameterError(f"endpoint.extra_body: must be a mapping of request fields "
+                                 f"(got {type(extra).__name__})")
+        overrides = sorted(set(extra) & set(MEASURED_FIELDS))
+        if overrides:
+            raise ParameterError(f"endpoint.extra_body: {', '.join(overrides)} is set by the load generator and "
+                                 f"recorded with each point; extra_body may not override it "
+                                 f"(measured fields: {', '.join(MEASURED_FIELDS)})")
+        secret = sorted(k for k in extra if secret_name(k))
+        if secret:
+            raise ParameterError(f"endpoint.extra_body: {', '.join(secret)} looks like a secret, and the endpoint "
+                                 "mapping is recorded with the run (its notebook parameters); send a key through "
+                                 "endpoint.api_key_env")
+        allow = value.get("allow_plain_http_key", False)
+        if not isinstance(allow, bool):
+            raise ParameterError(f"endpoint.allow_plain_http_key: must be true or false (got {allow!r})")
+        if env and parts.scheme == "http" and not is_loopback(host) and not allow:
+            raise ParameterError(f"endpoint.url: the key in ${env} would be sent in clear over http:// to {host}; "
+                                 "use https://, a loopback address, or set endpoint.allow_plain_http_key: true")
         try:
             json.dumps(extra)
         except (TypeError, ValueError):
             raise ParameterError("endpoint.extra_body: its values must be JSON values") from None
-        return cls(url=url, model=model, api_key_env=env, name=name, extra_body=dict(extra))
+        return cls(url=url, model=model, api_key_env=env, name=name, extra_body=dict(extra),
+                   allow_plain_http_key=allow)
 
     def api_key(self) -> str | None:
         """The key from ``$api_key_env`` (None when no variable is named).
@@ -124,7 +192,18 @@ class Endpoint:
         return key
 
     def headers(self) -> dict:
-        """``Authorization: Bearer <key>`` when a key is configured, else nothing."""
+        """``Authorization: Bearer <key>`` when a key is configured, else nothing.
+
+        Raises:
+            ParameterError: a key for a non-loopback ``http://`` URL without ``allow_plain_http_key`` (an
+                :class:`Endpoint` built directly, not through :meth:`from_param`)."""
+        from urllib.parse import urlsplit
+
+        u = urlsplit(self.url)
+        if self.api_key_env and u.scheme != "https" and not is_loopback(u.hostname) and not self.allow_plain_http_key:
+            raise ParameterError(f"endpoint.url: the key in ${self.api_key_env} would be sent in clear over http:// "
+                                 f"to {u.hostname}; use https://, a loopback address, or set "
+                                 "endpoint.allow_plain_http_key: true")
         key = self.api_key()
         return {"Authorization": f"Bearer {key}"} if key else {}
 
@@ -132,7 +211,7 @@ class Endpoint:
         """What a run folder records about the target: url, model, label and the key's variable NAME (never
         the key)."""
         return {"endpoint_url": self.url, "endpoint_model": self.model, "endpoint_name": self.name,
-                "endpoint_api_key_env": self.api_key_env}
+                "endpoint_api_key_env": self.api_key_env, "endpoint_extra_body": json.dumps(masked(self.extra_body))}
 
 
 def _client(timeout: float):

@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 import threading
 import time
@@ -96,11 +97,24 @@ from workbench.serving import scheduling
 from workbench.serving.options import ENGINES, EngineOptions, PolicyOptions, check_compatible
 
 HISTORY = 1024   # results kept in ``BaseEngine.history``
+#: a busy engine (requests running) that delivers no token for this many seconds is reported stuck (``health``)
+STALL_S = 300.0
 _ids = itertools.count()
+log = logging.getLogger(__name__)
 
 
 class EngineFull(RuntimeError):
     """:meth:`BaseEngine.submit` refused a request: ``max_pending`` requests are already pending."""
+
+
+class EngineDead(RuntimeError):
+    """:meth:`BaseEngine.submit` refused a request: the engine's thread has stopped (the server's 503)."""
+
+
+def _reason(exc: BaseException) -> str:
+    """``Type: first line of the message`` (one line, at most 300 characters)."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:300]
 
 
 def prompt_ids(tokenizer, prompt) -> list[int]:
@@ -154,6 +168,7 @@ class EngineRequest:
     prefill_note: str = ""
     cached_tokens: int = 0
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    callback_error: str | None = None
     _completed: Callable | None = dataclasses.field(default=None, repr=False)  # the engine's bookkeeping
     _finishing: bool = dataclasses.field(default=False, repr=False)
 
@@ -170,10 +185,17 @@ class EngineRequest:
         return self.cancel.is_set()
 
     def token(self, tok: int, t: float) -> None:
+        """Record one generated id at ``t`` and call ``on_token``. A raising ``on_token`` fails this request only:
+        it is stopped and finishes ``error`` with the reason (``callback_error``); the engine goes on."""
         self.output_ids.append(int(tok))
         self.stamps.append(t)
-        if self.on_token is not None:
-            self.on_token(int(tok), t)
+        if self.on_token is not None and self.callback_error is None:
+            try:
+                self.on_token(int(tok), t)
+            except Exception as exc:  # noqa: BLE001 - one failure fails one request (the engine boundary)
+                self.callback_error = f"on_token: {_reason(exc)}"
+                log.error("request %s: its token callback failed (%s); the request stops", self.id, self.callback_error)
+                self.stop("error")
 
     def result(self) -> dict:
         """The request's engine-side figures (see the module docstring)."""
@@ -188,20 +210,36 @@ class EngineRequest:
 
     def finish(self, reason: str | None = None, error: str | None = None) -> None:
         """End the request once: ``reason`` (the stop reason when it was stopped), ``on_done``, the engine's
-        bookkeeping and observers; then ``done`` is set."""
+        bookkeeping and observers; then ``done`` is set. Never raises: a failed callback (``on_token`` earlier,
+        or ``on_done`` now) makes the request's ``finish_reason`` ``error`` with the reason, and the engine that
+        called it goes on."""
         if self._finishing:
             return
         self._finishing = True
-        if self.cancel.is_set() and error is None:
+        if self.callback_error is not None and error is None:
+            reason, error = "error", self.callback_error
+        elif self.cancel.is_set() and error is None:
             reason = self.stop_reason or "cancelled"
         self.finish_reason, self.error = reason, error
-        result = self.result()
         try:
+            result = self.result()
             if self.on_done is not None:
                 self.on_done(result)
-        finally:
+        except Exception as exc:  # noqa: BLE001 - one failure fails one request (the engine boundary)
+            self.callback_error = f"on_done: {_reason(exc)}"
+            log.error("request %s: its completion callback failed (%s)", self.id, self.callback_error)
+            self.finish_reason, self.error = "error", self.callback_error
+            try:
+                result = self.result()
+            except Exception:  # noqa: BLE001
+                result = {"id": self.id, "engine": self.engine, "endpoint": self.endpoint,
+                          "finish_reason": "error", "error": self.error}
+        try:
             if self._completed is not None:
                 self._completed(self, result)
+        except Exception as exc:  # noqa: BLE001 - bookkeeping must not take the engine down either
+            log.error("request %s: engine bookkeeping failed (%s)", self.id, _reason(exc))
+        finally:
             self.done.set()
 
 
@@ -255,11 +293,70 @@ class BaseEngine:
         self.observers: list[Callable] = [self.queue.rate, self.queue.fit]
         self.in_flight: dict[str, EngineRequest] = {}
         self.rejected = 0
+        self.stall_s = STALL_S
+        self.fatal: str | None = None  # why the engine's thread stopped, when it did (health)
         self._shutting_down = False
         self._count_lock = threading.Lock()
         self._running = 0  # requests in the batch being served (read by running_requests / RunningSampler)
-        self._thread = threading.Thread(target=self._loop, name=f"workbench-{self.name}", daemon=True)
+        self._t_progress = time.perf_counter()  # the last batch start or generated token (health's stall check)
+        self._thread = threading.Thread(target=self._guarded_loop, args=(self._loop,), name=f"workbench-{self.name}",
+                                        daemon=True)
         self._thread.start()
+        threading.Thread(target=self._reap, name=f"workbench-{self.name}-deadlines", daemon=True).start()
+
+    REAP_S = 0.1  # how often waiting requests' deadlines are checked
+
+    def _reap(self) -> None:
+        """A request whose deadline passes while it waits leaves the queue then (finished ``timeout``), not when the
+        worker reaches it: it no longer holds a place (``max_pending``: no spurious 429s behind it)."""
+        while not self._shutting_down:
+            time.sleep(self.REAP_S)
+            try:
+                now = time.perf_counter()
+                for r in self.queue.waiting():
+                    if r.deadline is not None and now > r.deadline:
+                        self.withdraw(r, "timeout")
+            except Exception as exc:  # noqa: BLE001 - never stop checking
+                log.error("%s engine: deadline check failed (%s)", self.name, _reason(exc))
+
+    def _guarded_loop(self, loop) -> None:
+        """Run a worker loop; if it ever ends by an exception (a fault outside any one request: every request's own
+        failure is caught inside), say why in ``fatal`` (``health`` reports it) and fail what is in flight."""
+        try:
+            loop()
+        except BaseException as exc:  # noqa: BLE001 - recorded; the server's watchdog exits non-zero
+            self.fatal = f"{threading.current_thread().name}: {_reason(exc)}"
+            log.critical("%s engine: its worker stopped (%s)", self.name, self.fatal)
+            for r in list(self.in_flight.values()):
+                r.stop("error")
+                r.finish("error", f"{self.name} engine: its worker stopped ({self.fatal})")
+
+    def _threads(self) -> list:
+        """The engine's worker threads (all must be alive)."""
+        return [self._thread]
+
+    def _busy(self) -> bool:
+        return self._running > 0
+
+    def health(self) -> tuple[bool, str]:
+        """Is the engine serving? ``(True, "ok")``, or ``(False, reason)`` when it is stopping, a worker thread has
+        stopped (``fatal`` says why), or it has requests running and delivered no token for ``stall_s`` seconds.
+        The server answers ``GET /health`` from it (503 with the reason; vLLM does the same for a dead engine)."""
+        if self._shutting_down:
+            return False, f"{self.name} engine: stopping"
+        for t in self._threads():
+            if not t.is_alive():
+                return False, f"{self.name} engine: its thread {t.name} has stopped ({self.fatal or 'no reason recorded'})"
+        idle = time.perf_counter() - self._t_progress
+        if self._busy() and idle > self.stall_s:
+            return False, (f"{self.name} engine: stuck (requests running, no token for {idle:.0f} s; "
+                           f"bound {self.stall_s:g} s)")
+        return True, "ok"
+
+    @property
+    def dead(self) -> bool:
+        """A worker thread has stopped while the engine was not stopping: it cannot recover (the process exits)."""
+        return not self._shutting_down and any(not t.is_alive() for t in self._threads())
 
     @property
     def pending(self) -> int:
@@ -299,6 +396,8 @@ class BaseEngine:
     def _admit(self, reqs: list, max_pending: int | None) -> None:
         if self._shutting_down:
             raise RuntimeError(f"{self.name} engine: stopped")
+        if self.dead:
+            raise EngineDead(self.health()[1])
         for r in reqs:
             self._prepare(r)
         with self._count_lock:
@@ -313,6 +412,19 @@ class BaseEngine:
         """Refuse a request this engine cannot serve (:class:`ParameterError`, one line) or fill in what the
         engine sets on every request; by default nothing."""
 
+    #: a sampled request's own ``seed`` is honoured (``continuous``: one generator, the engine's ``seed_default``)
+    per_request_seed = True
+
+    def check_settings(self, settings: GenerationSettings) -> None:
+        """Refuse settings this engine cannot serve, before any work (:class:`ParameterError`, one line naming the
+        field), as :meth:`submit` would."""
+        self._prepare(EngineRequest([0], settings))
+
+    @property
+    def seed_default(self) -> int | None:
+        """The seed every sampled request gets when the engine cannot take one per request (None: it can)."""
+        return None
+
     def _completed(self, req: EngineRequest, result: dict) -> None:
         self.history.append(result)
         for obs in list(self.observers):
@@ -323,11 +435,18 @@ class BaseEngine:
         with self._count_lock:
             self.in_flight.pop(req.id, None)
 
-    def stop(self) -> None:
-        """Stop the worker after the requests already queued (daemon threads: never blocks past 60 s)."""
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the worker after the requests already queued (daemon threads: never blocks past ``timeout`` s)."""
         self._shutting_down = True
         self.queue.put(None)
-        self._thread.join(timeout=60)
+        self._thread.join(timeout=timeout)
+
+    def interrupt(self, reason: str = "shutdown") -> int:
+        """Stop every request in flight with ``reason`` (queued ones leave the queue at once); how many."""
+        reqs = list(self.in_flight.values())
+        for r in reqs:
+            self.withdraw(r, reason)
+        return len(reqs)
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Block until no request is pending (every ``on_done`` and observer has run); False on timeout."""
@@ -349,19 +468,27 @@ class BaseEngine:
             first = self.queue.get()
             if first is None:
                 return
-            batch = list(first) if isinstance(first, list) else self._collect(first)
-            live = [r for r in batch if not r.stopped()]
-            for r in batch:
-                if r.cancel.is_set():  # stopped while queued: it never starts
-                    r.t_admit = time.perf_counter()
-                    r.finish()
+            batch = list(first) if isinstance(first, list) else [first]
+            try:
+                if not isinstance(first, list):
+                    batch = self._collect(first)
+                live = [r for r in batch if not r.stopped()]
+                for r in batch:
+                    if r.cancel.is_set():  # stopped while queued: it never starts
+                        r.t_admit = time.perf_counter()
+                        r.finish()
+            except Exception as exc:  # noqa: BLE001 - a fault choosing the batch fails that batch, not the engine
+                for r in batch:
+                    r.finish("error", f"{self.name} engine: {_reason(exc)}")
+                continue
             if live:
                 self._running, self.queue.running = len(live), live
+                self._t_progress = time.perf_counter()
                 try:
                     self._serve(live)
-                except Exception as exc:  # every request of the batch fails with the reason
+                except Exception as exc:  # every request of the batch not finished yet fails with the reason
                     for r in live:
-                        r.finish("error", f"{type(exc).__name__}: {exc}")
+                        r.finish("error", _reason(exc))
                 finally:
                     self._running, self.queue.running = 0, []
 
@@ -419,6 +546,7 @@ class FifoEngine(BaseEngine):
         prompt_len = max(len(r.input_ids) for r in batch)
 
         def on_step(ids, t):
+            self._t_progress = t
             for row, tok in enumerate(ids.tolist()):
                 r = batch[row]
                 if finished[row] or r.cancel.is_set():
@@ -476,6 +604,9 @@ class ContinuousEngine(BaseEngine):
         max_batch_tokens: tokens per forward step (prefill chunks beyond this are split by the library).
         page_size: tokens per cache page (also the unit of prefix sharing).
         prefix_sharing: reuse cached pages of a shared prompt prefix (the library's ``allow_block_sharing``).
+        kv_cache_tokens: tokens of paged KV cache the rows share (at least ``max_seq_tokens``: one request at its
+            longest); None: ``max_batch_size`` rows at ``max_seq_tokens`` each (the library allocates, zero-filled,
+            all of it at start: :func:`kv_cache_tokens_for` sizes a server's).
 
     Raises:
         ParameterError: bad sizes; RuntimeError: the library refuses to run here (the reason, one line).
@@ -485,10 +616,11 @@ class ContinuousEngine(BaseEngine):
     PREFILL_NOTE = ("continuous: the prompt runs inside shared forward steps (chunked, mixed with other requests' "
                     "decode tokens); no per-request prefill time exists")
     NO_TOP_K = 2**31 - 1   # top_k that keeps every token (the library clamps it to the vocabulary)
+    ROUTER_FAULTS = 20     # faults outside any request in a row after which the router gives up (fatal)
 
     def __init__(self, loaded, settings: GenerationSettings | None = None, max_batch_size: int = 8,
                  max_seq_tokens: int = 1024, max_batch_tokens: int = 512, page_size: int = 32,
-                 prefix_sharing: bool = False):
+                 prefix_sharing: bool = False, kv_cache_tokens: int | None = None):
         from transformers import ContinuousBatchingConfig
 
         self.settings = settings or GenerationSettings(max_new_tokens=256)
@@ -510,7 +642,11 @@ class ContinuousEngine(BaseEngine):
             if getattr(gc, extra, None) is not None:
                 setattr(gc, extra, None)
         gc.eos_token_id = sorted(eos_token_ids(loaded))
-        num_blocks = max_batch_size * (math.ceil(max_seq_tokens / page_size) + 1) + 2
+        if kv_cache_tokens is None:  # every row at its longest at once
+            num_blocks = max_batch_size * (math.ceil(max_seq_tokens / page_size) + 1) + 2
+        else:  # a pool the rows share (the library's scheduler admits a request when its pages are free)
+            checks.check_int("kv_cache_tokens", kv_cache_tokens, lo=max_seq_tokens)
+            num_blocks = math.ceil(kv_cache_tokens / page_size) + max_batch_size + 2
         if prefix_sharing:
             num_blocks *= 2  # pages kept for reuse (the library evicts them under pressure)
         cbc = ContinuousBatchingConfig(page_size=page_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
@@ -529,8 +665,27 @@ class ContinuousEngine(BaseEngine):
         self._lock = threading.Lock()
         self.peak_live = 0
         super().__init__(loaded)
-        self._router = threading.Thread(target=self._route, name="workbench-cb-router", daemon=True)
+        self._router = threading.Thread(target=self._guarded_loop, args=(self._route,), name="workbench-cb-router",
+                                        daemon=True)
         self._router.start()
+
+    def _threads(self) -> list:
+        return [self._thread, self._router]
+
+    def _busy(self) -> bool:
+        return bool(self._live)
+
+    def health(self) -> tuple[bool, str]:
+        ok, why = super().health()
+        if ok and not self.manager.is_running():
+            return False, "continuous engine: the library's generation loop has stopped"
+        return ok, why
+
+    per_request_seed = False
+
+    @property
+    def seed_default(self) -> int | None:
+        return int(self.settings.seed)
 
     def _watch_prefix_matches(self) -> None:
         """Record each request's prefix-cache hit (``cached_tokens``): wrap the cache's ``search_prefix_match``
@@ -573,6 +728,8 @@ class ContinuousEngine(BaseEngine):
     def _serve(self, batch):  # called from the feeder thread: hand the requests to the manager and return
         for r in batch:
             with self._lock:
+                if not self._live:
+                    self._t_progress = time.perf_counter()  # busy from now: the stall clock starts
                 self._live[r.id] = r
                 self.peak_live = max(self.peak_live, len(self._live))
             eos = [-1] if r.settings.ignore_eos else sorted(self.eos)
@@ -585,32 +742,61 @@ class ContinuousEngine(BaseEngine):
                 r.finish("error", "continuous engine: the manager dropped the request (stopping)")
 
     def _route(self) -> None:
-        """Deliver the manager's streamed outputs to their requests (new tokens with the library's stamps)."""
+        """Deliver the manager's streamed outputs to their requests (new tokens with the library's stamps).
+
+        Guarded at the engine boundary: a fault while delivering one request's output (its callbacks, a malformed
+        output) fails that request with the reason and the router goes on; a fault outside any request (the
+        manager's own calls) is logged and retried, and after :attr:`ROUTER_FAULTS` in a row the router stops with
+        ``fatal`` set (``health`` reports it; the server exits)."""
+        faults = 0
         while True:
             if self._shutting_down and not self._live:
                 return
-            for r in [r for r in list(self._live.values()) if r.stopped() and not r.done.is_set()]:
-                self.manager.cancel_request(r.id)
-                self._close(r, "cancelled")
-            out = self.manager.get_result(timeout=0.05)
-            if out is None:
-                if not self.manager.is_running() and self._live:
-                    for r in list(self._live.values()):
-                        self._close(r, "error", "continuous engine: the generation loop stopped")
-                continue
-            r = self._live.get(out.request_id)
-            if r is None:
-                continue
-            if r.t_admit is None and out.lifespan and out.lifespan[0] > 0:
-                r.t_admit = out.lifespan[0]
-            stamps = out.timestamps or []
-            for i in range(len(r.output_ids), len(out.generated_tokens)):
-                r.token(out.generated_tokens[i], stamps[i] if i < len(stamps) else time.perf_counter())
-            if out.error is not None:
-                self._close(r, "error", f"continuous engine: {out.error}")
-            elif out.is_finished():
-                hit = bool(r.output_ids) and r.output_ids[-1] in self.eos and not r.settings.ignore_eos
-                self._close(r, "stop" if hit else "length")
+            r = None
+            try:
+                for r in [r for r in list(self._live.values()) if r.stopped() and not r.done.is_set()]:
+                    self.manager.cancel_request(r.id)
+                    self._close(r, "cancelled")
+                r = None
+                out = self.manager.get_result(timeout=0.05)
+                if out is None:
+                    if not self.manager.is_running() and self._live:
+                        for r in list(self._live.values()):
+                            self._close(r, "error", "continuous engine: the generation loop stopped")
+                    faults = 0
+                    continue
+                self._t_progress = time.perf_counter()
+                r = self._live.get(out.request_id)
+                if r is None:
+                    continue
+                self._deliver(r, out)
+                faults = 0
+            except Exception as exc:  # noqa: BLE001 - one failure fails one request
+                if r is not None:
+                    log.error("continuous engine: request %s failed in delivery (%s)", r.id, _reason(exc))
+                    self._close(r, "error", f"continuous engine: {_reason(exc)}")
+                    continue
+                faults += 1
+                log.error("continuous engine: router fault %d/%d (%s)", faults, self.ROUTER_FAULTS, _reason(exc))
+                if faults >= self.ROUTER_FAULTS:
+                    raise
+                time.sleep(0.05)
+
+    def _deliver(self, r, out) -> None:
+        """One streamed output of the manager for ``r``: its new tokens, then its end when it ended."""
+        if r.t_admit is None and out.lifespan and out.lifespan[0] > 0:
+            r.t_admit = out.lifespan[0]
+        stamps = out.timestamps or []
+        for i in range(len(r.output_ids), len(out.generated_tokens)):
+            r.token(out.generated_tokens[i], stamps[i] if i < len(stamps) else time.perf_counter())
+        if r.callback_error is not None:  # its own callback failed: it ends now, the manager drops it
+            self.manager.cancel_request(r.id)
+            self._close(r, "error")
+        elif out.error is not None:
+            self._close(r, "error", f"continuous engine: {out.error}")
+        elif out.is_finished():
+            hit = bool(r.output_ids) and r.output_ids[-1] in self.eos and not r.settings.ignore_eos
+            self._close(r, "stop" if hit else "length")
 
     def _close(self, r, reason, error=None):
         with self._lock:
@@ -647,15 +833,54 @@ class ContinuousEngine(BaseEngine):
                 return len(active) if bp is not None else 0
         return len(self._live)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
         self._shutting_down = True
+        end = time.perf_counter() + timeout
         self.queue.put(None)
-        self._thread.join(timeout=60)
-        end = time.perf_counter() + 60
+        self._thread.join(timeout=timeout)
         while self._live and time.perf_counter() < end:
             time.sleep(0.02)
-        self._router.join(timeout=5)
-        self.manager.stop(block=True, timeout=30)
+        self._router.join(timeout=max(0.1, min(5.0, end - time.perf_counter())))
+        self.manager.stop(block=True, timeout=max(0.1, min(30.0, end - time.perf_counter())))
+
+
+KV_TOKENS_PER_ROW = 2048   # a server's KV pool: this many tokens per batch row (one request may still use the context)
+KV_MEMORY_FRACTION = 0.25  # at most this share of the memory available at start
+
+
+def kv_cache_tokens_for(loaded, max_batch_size: int, context: int) -> int:
+    """The continuous engine's KV pool for a server (issue 36: ``max_batch_size`` x the context zero-filled ~3 GB
+    for the 135M model at start): ``max(context, max_batch_size * KV_TOKENS_PER_ROW)`` tokens, never more than
+    ``max_batch_size * context``, nor than :data:`KV_MEMORY_FRACTION` of the memory available now (the device's free
+    memory on CUDA, the host's otherwise) at the model's bytes per token
+    (:meth:`workbench.measure.models.ModelInfo.kv_cache_bytes_per_token`); at least one request at the full context.
+
+    Raises:
+        RuntimeError: one full-context request does not fit in that memory (one line)."""
+    want = min(max_batch_size * context, max(context, max_batch_size * KV_TOKENS_PER_ROW))
+    info = getattr(loaded, "info", None)
+    try:
+        per_token = int(info.kv_cache_bytes_per_token())
+    except Exception:  # noqa: BLE001 - a stand-in model without shape facts: the plain pool
+        return want
+    free = None
+    try:
+        if str(getattr(info, "device", "cpu")).startswith("cuda"):
+            import torch
+
+            free = torch.cuda.mem_get_info(torch.device(info.device))[0]
+        else:
+            import psutil
+
+            free = psutil.virtual_memory().available
+    except Exception:  # noqa: BLE001 - unknown: the plain pool
+        return want
+    cap = int(free * KV_MEMORY_FRACTION) // max(per_token, 1)
+    if cap < context:
+        raise RuntimeError(f"continuous engine: one request at the context ({context} tokens, "
+                           f"{context * per_token / 2**20:.0f} MiB of KV cache) does not fit in "
+                           f"{KV_MEMORY_FRACTION:.0%} of the {free / 2**30:.1f} GiB available")
+    return min(want, cap)
 
 
 def check_name(name: str) -> str:
@@ -682,7 +907,8 @@ def make_engine(options: EngineOptions, loaded, policy: "PolicyOptions | schedul
         eng = StaticEngine(loaded, options.max_batch_size, options.batch_window_s, queue)
     else:
         eng = ContinuousEngine(loaded, settings, options.max_batch_size, options.max_seq_tokens or 1024,
-                               max_batch_tokens=options.max_batch_tokens, prefix_sharing=options.prefix_sharing)
+                               max_batch_tokens=options.max_batch_tokens, prefix_sharing=options.prefix_sharing,
+                               kv_cache_tokens=options.kv_cache_tokens)
     eng.options = options
     return eng
 

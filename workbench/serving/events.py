@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from starlette.requests import Request  # module level: FastAPI resolves string 
 
 from workbench.checks import check_float, check_int
 from workbench.serving.http import ApiError
+
+_log = logging.getLogger(__name__)
 
 RESUME_TIMEOUT_S = 60.0   # a resumable stream keeps generating this long with no reader attached
 RETENTION_S = 300.0       # a finished stream's events stay replayable this long
@@ -84,13 +87,55 @@ def numbered(sid: str, n: int, text: str) -> str:
     return f"id: {event_id(sid, n)}\n" + text
 
 
-def sse_response(source, headers: dict | None = None):
-    """A ``text/event-stream`` ``StreamingResponse`` over ``source`` with ``Cache-Control: no-cache`` and
-    ``X-Accel-Buffering: no`` (what nginx's header mode honours)."""
+WRITE_TIMEOUT_S = 30.0   # a stream whose client takes no bytes for this long is closed (it never reads)
+
+
+class _NotReading(Exception):
+    """A write to the client did not complete within :data:`WRITE_TIMEOUT_S`."""
+
+
+def _contains(exc: BaseException, kind) -> bool:
+    if isinstance(exc, kind):
+        return True
+    return any(_contains(e, kind) for e in getattr(exc, "exceptions", ()) or ())
+
+
+def _bounded_streaming_response():
     from fastapi.responses import StreamingResponse
 
+    class BoundedStreamingResponse(StreamingResponse):
+        """A ``StreamingResponse`` with a write-side timeout: a client that takes no bytes for
+        :data:`WRITE_TIMEOUT_S` (its socket buffers full: it never reads) is dropped, its source closed (so a
+        stream reader detaches and a plain stream stops generating), instead of pinning its connection and its
+        event log forever. The source is closed however the response ends."""
+
+        async def __call__(self, scope, receive, send):
+            async def timed_send(message):
+                try:
+                    await asyncio.wait_for(send(message), WRITE_TIMEOUT_S)
+                except asyncio.TimeoutError:
+                    raise _NotReading() from None
+
+            try:
+                await super().__call__(scope, receive, timed_send)
+            except Exception as exc:  # noqa: BLE001 - only the write timeout is ours to swallow
+                if not _contains(exc, _NotReading):
+                    raise
+                _log.warning("SSE client took no bytes for %g s: dropped", WRITE_TIMEOUT_S)
+            finally:
+                aclose = getattr(self.body_iterator, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+    return BoundedStreamingResponse
+
+
+def sse_response(source, headers: dict | None = None):
+    """A ``text/event-stream`` streaming response over ``source`` with ``Cache-Control: no-cache`` and
+    ``X-Accel-Buffering: no`` (what nginx's header mode honours), bounded on the write side
+    (:data:`WRITE_TIMEOUT_S`: a client that never reads is dropped)."""
     h = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})}
-    return StreamingResponse(source, media_type="text/event-stream", headers=h)
+    return _bounded_streaming_response()(source, media_type="text/event-stream", headers=h)
 
 
 def last_event_id(request) -> str | None:
@@ -293,8 +338,36 @@ class StreamRegistry:
             self._detach(log)
 
     def respond(self, log: EventLog, after: int = 0, headers: dict | None = None):
-        """A ``StreamingResponse`` reading ``log`` from event ``after + 1``."""
-        return sse_response(self.read(log, after), {"X-Stream-Id": log.sid, **(headers or {})})
+        """A ``StreamingResponse`` reading ``log`` from event ``after + 1``.
+
+        A client that leaves before the response starts reading (between its first token and the response start)
+        never starts the reader, whose ``finally`` would detach it: the response detaches it when it ends, so a
+        stream nobody reads stops decoding (unless resumable) instead of generating to ``max_tokens``."""
+        started = []
+
+        async def reader():
+            started.append(True)
+            inner = self.read(log, after)
+            try:
+                async for text in inner:
+                    yield text
+            finally:
+                await inner.aclose()  # its reader detaches now, not when the generator is collected
+
+        response = sse_response(reader(), {"X-Stream-Id": log.sid, **(headers or {})})
+        registry = self
+
+        class _DetachingResponse(type(response)):
+            async def __call__(self, scope, receive, send):
+                try:
+                    await super().__call__(scope, receive, send)
+                finally:
+                    if not started:  # never read: as if its reader had come and gone
+                        log.readers += 1
+                        registry._detach(log)
+
+        response.__class__ = _DetachingResponse
+        return response
 
     def close(self) -> None:
         """Cancel every stream still generating (server shutdown)."""

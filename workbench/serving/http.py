@@ -89,6 +89,9 @@ def api_error_response(exc: ApiError):
     return error_response(exc.status, exc.message, param=exc.param, etype=exc.etype, headers=exc.headers)
 
 
+CLIENT_GONE = 499  # nginx's "client closed request": the status a request whose client left is recorded with
+
+
 def install_error_handlers(app) -> None:
     """Answer :class:`ApiError`, starlette's HTTP errors (404, 405) and any other exception as JSON errors."""
     from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -103,6 +106,11 @@ def install_error_handlers(app) -> None:
                               etype="not_found" if exc.status_code == 404 else "invalid_request_error")
 
     async def server_error(request, exc):  # a JSON 500, never starlette's plain-text one; logged with its cause
+        from starlette.requests import ClientDisconnect
+
+        if isinstance(exc, ClientDisconnect):  # the client left while its request was read: not a server fault
+            log.info("%s %s: the client disconnected", request.method, request.url.path)
+            return error_response(CLIENT_GONE, "the client disconnected", etype="client_disconnected")
         log.error("%s %s: 500 %s: %s", request.method, request.url.path, type(exc).__name__, exc,
                   exc_info=(type(exc), exc, exc.__traceback__))
         return error_response(500, f"{type(exc).__name__}: {exc}"[:500], etype="server_error")
@@ -236,8 +244,13 @@ async def read_json_object(request, max_body_bytes: int | None = None) -> dict:
                 raise too_large
             chunks.append(part)
 
+    from starlette.requests import ClientDisconnect
+
     try:
         await asyncio.wait_for(read(), timeout_s)
+    except ClientDisconnect:  # the client left mid-body: nobody to answer, and no server fault to log
+        raise ApiError(CLIENT_GONE, "request body: the client disconnected before sending all of it",
+                       etype="client_disconnected") from None
     except asyncio.TimeoutError:
         raise ApiError(408, f"request body: not received within {timeout_s:g} s", etype="request_timeout",
                        headers={"Connection": "close"}) from None

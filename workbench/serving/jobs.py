@@ -14,6 +14,13 @@ token ids, its text so far and its numbered text events. So:
   tokens as a prefix of the prompt ("resume from breakpoint"). For a greedy job (``temperature`` 0) the
   continuation is the one an uninterrupted greedy run produces (the model is a function of the prefix);
   a sampled job continues with fresh randomness (``exact_resume`` false in its status).
+- **A job continues only on the model that wrote it** (issue 36): each job records the server's
+  :func:`model_identity` (model path, weights hash, tokenizer, dtype, engine); ``continue`` on a server with any
+  other answers 409 naming each difference (``weights_sha256 'ab..' -> 'cd..'``), and a job written before
+  identities were recorded is 409 too. Settings the engine cannot honour (the ``continuous`` engine's one random
+  generator: a per-request ``seed``, a sampled ``outline_sequential``) are a 400 naming the field at ``POST`` or
+  ``continue``, before anything is stored or queued; a sampled continuation draws with ``seed + stored tokens``, or
+  with the engine's seed where it has only one.
 
 HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
 
@@ -48,6 +55,13 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
   what a client has seen survives a process kill and a power loss. ``NORMAL`` (the old setting) survives a
   kill but may lose the last commits on power loss. The cost is one ``fsync`` per flush (at most one per
   ``flush_s`` per running job).
+- **Writes leave the engine's thread** (issue 36): the engine's token and completion callbacks only buffer a job's
+  tokens and text and hand the write to the store's writer thread (:class:`_Writer`, one per store, in order; a
+  job has at most one flush waiting, which writes everything buffered when it runs). A slow or locked store
+  (another process holding its write lock, a full disk) delays the job's events, never generation. Reads (status,
+  results, event streams) use a connection of their own and never wait behind a write; an event stream reads only
+  the events after the last one it sent (:meth:`JobStore.events_after`), and every route runs its store work in a
+  worker thread, off the event loop.
 - One server owns a store: ``<store>.lock`` (:func:`workbench.run.results.take_owner_lock`, the run folders'
   lock) names the owner's pid and host; a second store opened on the same file, in this process or
   another, is refused with a one-line :class:`StoreLockedError`. A killed owner's lock is released by the
@@ -65,6 +79,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import queue
 import re
 import sqlite3
 import threading
@@ -140,7 +155,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     error TEXT,
     runs INTEGER NOT NULL DEFAULT 0,
     bytes INTEGER NOT NULL DEFAULT 0,
-    stages TEXT NOT NULL DEFAULT '[]'
+    stages TEXT NOT NULL DEFAULT '[]',
+    model TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS job_events (
     job_id TEXT NOT NULL,
@@ -262,13 +278,16 @@ class JobStore:
         self._owner_fd = lock_store(self.path)  # before touching the file: one server per store
         try:
             self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
-            self._lock = threading.RLock()
+            self._lock = threading.RLock()  # the write connection's (writes, and reads that must be atomic with one)
             with self._lock:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")  # see the module docstring
                 self._db.executescript(_SCHEMA)
-                if "stages" not in {c[1] for c in self._db.execute("PRAGMA table_info(jobs)")}:  # an older store
+                columns = {c[1] for c in self._db.execute("PRAGMA table_info(jobs)")}
+                if "stages" not in columns:  # an older store
                     self._db.execute("ALTER TABLE jobs ADD COLUMN stages TEXT NOT NULL DEFAULT '[]'")
+                if "model" not in columns:  # a store from before model identities (issue 36)
+                    self._db.execute("ALTER TABLE jobs ADD COLUMN model TEXT NOT NULL DEFAULT ''")
                 # jobs a previous server left unfinished (stopped or crashed mid-run) are interrupted, not lost
                 self._db.execute("UPDATE jobs SET status='interrupted', updated=? "
                                  "WHERE status IN ('queued','running')", (time.time(),))
@@ -277,18 +296,28 @@ class JobStore:
 
             release_owner_lock(self._owner_fd)
             raise
+        # Reads go through a connection of their own (WAL: never blocked by a write, nor by another process
+        # holding the file's write lock), so status and event readers never wait behind a slow write.
+        self._rdb = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
+        self._rlock = threading.Lock()
         self.JobRequest = _schema()
+        self.identity = model_identity(loaded, engine)
         self._runs: dict[str, _Run] = {}
         self._closing = threading.Event()
+        self._writer = _Writer(f"workbench-jobs-writer-{self.path.name}")
 
     # ------------------------------------------------------------------ storage
 
     def _q(self, sql: str, args=()) -> list[sqlite3.Row]:
         """One statement: a read, or a write in its own transaction (:meth:`_write`)."""
         if sql.lstrip().upper().startswith("SELECT"):
-            with self._lock:
-                return self._db.execute(sql, args).fetchall()
+            with self._rlock:
+                return self._rdb.execute(sql, args).fetchall()
         return self._write(lambda db: db.execute(sql, args).fetchall())
+
+    def drain(self, timeout: float = 60.0) -> bool:
+        """Wait until the writer thread has written everything handed to it so far; False on timeout."""
+        return self._writer.drain(timeout)
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -320,14 +349,19 @@ class JobStore:
                 log.warning("job store %s: write failed (%s); retrying", self.path, exc)
                 time.sleep(0.05 * 2 ** attempt)
 
-    def _row(self, jid: str) -> dict:
-        with self._lock:
+    def _row(self, jid: str, columns: str = "*", purge: bool = True) -> dict:
+        """The job's row (``columns``: an SQL column list), after deleting expired jobs (``purge``).
+
+        Raises:
+            JobError: 404 unknown, 410 expired."""
+        if purge:
             self._purge()
-            cur = self._db.execute("SELECT * FROM jobs WHERE id=?", (jid,))
+        with self._rlock:
+            cur = self._rdb.execute(f"SELECT {columns} FROM jobs WHERE id=?", (jid,))
             r = cur.fetchone()
             names = [d[0] for d in cur.description]
             if r is None:
-                gone = self._db.execute("SELECT 1 FROM expired WHERE id=?", (jid,)).fetchone()
+                gone = self._rdb.execute("SELECT 1 FROM expired WHERE id=?", (jid,)).fetchone()
         if r is None:
             if gone:
                 raise JobError(410, f"job {jid!r:.80}: expired (finished jobs are kept {self.retention_s:g} s)",
@@ -338,11 +372,10 @@ class JobStore:
     def _purge(self) -> None:
         """Delete finished / interrupted jobs past their retention (remembered as expired)."""
         cutoff = time.time() - self.retention_s
-        with self._lock:
-            old = [r[0] for r in self._db.execute(
-                "SELECT id FROM jobs WHERE status NOT IN ('queued','running') AND updated < ?", (cutoff,))]
-            for jid in old:
-                self._delete(jid, expired=True)
+        old = [r[0] for r in self._q(
+            "SELECT id FROM jobs WHERE status NOT IN ('queued','running') AND updated < ?", (cutoff,))]
+        for jid in old:
+            self._delete(jid, expired=True)
 
     def _delete(self, jid: str, expired: bool = False) -> None:
         def delete(db):
@@ -388,6 +421,7 @@ class JobStore:
             field = "topic" if req.strategy.startswith("outline") else "messages"
             raise JobError(400, f"{field}: prompt ({len(prompt_ids)} tokens) + max_tokens ({req.max_tokens}) "
                                 f"exceeds the context ({self.context})", field)
+        self._check_engine(req.model_dump(), 0)  # 400 naming the field the engine cannot honour: nothing stored
         if req.strategy.startswith("outline"):
             messages = None  # it writes its own prompts (workbench.techniques.long_form)
         request = json.dumps({**req.model_dump(), "messages": messages}, ensure_ascii=False)
@@ -405,8 +439,9 @@ class JobStore:
             if used + size > self.max_bytes:
                 raise JobError(429, f"jobs: stored output would exceed max_bytes = {self.max_bytes} "
                                     f"({used} bytes stored); delete finished jobs first", etype="job_limit")
-            self._q("INSERT INTO jobs (id, created, updated, status, request, prompt_ids, bytes) "
-                    "VALUES (?, ?, ?, 'queued', ?, ?, ?)", (jid, now, now, request, json.dumps(prompt_ids), size))
+            self._q("INSERT INTO jobs (id, created, updated, status, request, prompt_ids, bytes, model) "
+                    "VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
+                    (jid, now, now, request, json.dumps(prompt_ids), size, json.dumps(self.identity)))
         self._start(jid)
         return self.status(jid)
 
@@ -450,7 +485,10 @@ class JobStore:
                 "max_tokens": req["max_tokens"], "finish_reason": r["finish_reason"], "error": r["error"],
                 "events": r["events"], "runs": r["runs"], "bytes": r["bytes"],
                 "strategy": req.get("strategy", "chat"), "stages": len(json.loads(r["stages"])),
-                "exact_resume": req["temperature"] == 0}
+                "model": json.loads(r["model"]) if r["model"] else None,
+                # greedy on the model that wrote it (a continuation on another is refused): the uninterrupted run
+                # exactly; a sampled job continues with other random draws than the uninterrupted run would take
+                "exact_resume": req["temperature"] == 0 and r["model"] == json.dumps(self.identity)}
 
     def result(self, jid: str) -> dict:
         r = self._row(jid)
@@ -477,9 +515,55 @@ class JobStore:
             raise JobError(409, f"job {jid}: is {r['status']}, nothing to continue", "job_id", "conflict")
         if r["status"] == "done":
             raise JobError(409, f"job {jid}: already finished ({r['finish_reason']})", "job_id", "conflict")
+        self._check_model(jid, r["model"])
+        self._check_engine(json.loads(r["request"]), len(json.loads(r["output_ids"])))
         self._q("UPDATE jobs SET status='queued', error=NULL, updated=? WHERE id=?", (time.time(), jid))
         self._start(jid)
         return self.status(jid)
+
+    def _check_model(self, jid: str, stored: str) -> None:
+        """Refuse (409 naming each difference) continuing a job on another model, tokenizer, dtype or engine than
+        the one that wrote its stored token ids: they would be fed to a model they do not belong to."""
+        if not stored:
+            raise JobError(409, f"job {jid}: written before the store recorded each job's model; it cannot be "
+                                "checked to continue on the model that wrote it", "job_id", "conflict")
+        old = json.loads(stored)
+        diff = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in self.identity.items() if old.get(k) != v]
+        if diff:
+            raise JobError(409, f"job {jid}: written by another model than this server's ({'; '.join(diff)}); "
+                                "continue it on a server running the model that wrote it", "job_id", "conflict")
+
+    def _check_engine(self, req: dict, n_stored: int) -> None:
+        """Refuse, before any work, settings of a job (its first run, or a continuation after ``n_stored`` tokens)
+        that the engine cannot honour: 400 naming the field."""
+        check = getattr(self.engine, "check_settings", None)
+        if check is None:
+            return
+        strategy = req.get("strategy", "chat")
+        if strategy == "outline_sequential" and req["temperature"] > 0 and not self.engine.per_request_seed:
+            raise JobError(400, f"temperature: a sampled outline_sequential job draws each section with its own seed; "
+                                f"the {self.engine.name} engine samples every request from one generator "
+                                "(use temperature 0, outline_batch, or another engine)", "temperature")
+        remaining = max(1, req["max_tokens"] - n_stored)
+        try:
+            check(self._settings(req, n_stored, remaining))
+        except ParameterError as exc:
+            field = str(exc).split(":", 1)[0]
+            raise JobError(400, str(exc), field) from None
+
+    def _settings(self, req: dict, n_stored: int, remaining: int):
+        """The generation settings of a chat job's run after ``n_stored`` stored tokens. A sampled continuation
+        draws with the seed ``seed + n_stored`` where the engine takes a seed per request, else with the engine's
+        own (``continuous``); either way not the draws of the uninterrupted run (``exact_resume`` false)."""
+        from workbench.measure.generation import GenerationSettings
+
+        seed = int(req["seed"])
+        if n_stored and float(req["temperature"]) > 0:
+            seed = seed + n_stored if self.engine.per_request_seed else self.engine.seed_default
+        return GenerationSettings(
+            max_new_tokens=remaining, ignore_eos=bool(req["ignore_eos"]),
+            min_new_tokens=max(0, min(req["min_tokens"] - n_stored, remaining)),
+            temperature=float(req["temperature"]), top_p=float(req["top_p"]), seed=seed)
 
     def delete(self, jid: str) -> dict:
         self._row(jid)
@@ -490,8 +574,10 @@ class JobStore:
         return {"id": jid, "object": "job", "deleted": True}
 
     def events_after(self, jid: str, after: int) -> tuple[list[tuple[int, str]], dict]:
-        """Stored text events after number ``after`` and the job's current row (404/410 as :meth:`status`)."""
-        r = self._row(jid)
+        """Stored text events after number ``after`` and the job's ``status``, ``events``, ``finish_reason`` and
+        ``error`` (404/410 as :meth:`status`): reads only the new events by their index, never the job's text or
+        token ids (an SSE reader polls this)."""
+        r = self._row(jid, "status, events, finish_reason, error", purge=False)
         rows = self._q("SELECT seq, data FROM job_events WHERE job_id=? AND seq>? ORDER BY seq", (jid, after))
         return [(int(s), d) for s, d in rows], r
 
@@ -507,6 +593,7 @@ class JobStore:
         end = time.monotonic() + timeout
         for run in runs:
             run.ended.wait(max(0.0, end - time.monotonic()))
+        self._writer.stop(max(1.0, end - time.monotonic()))
         from workbench.run.results import release_owner_lock
 
         with self._lock:
@@ -517,6 +604,8 @@ class JobStore:
                 log.error("job store %s: could not mark unfinished jobs interrupted at close (%s)", self.path, exc)
             finally:
                 self._db.close()
+                with self._rlock:
+                    self._rdb.close()
                 release_owner_lock(self._owner_fd)
 
     def wait(self, jid: str, timeout: float = 120.0, statuses=FINISHED + ("interrupted",)) -> dict:
@@ -572,7 +661,6 @@ class JobStore:
         """A chat (or ``one_shot``) job: its stored tokens are a prefix of the prompt; the engine's token
         callback stores new tokens and text every ``flush_s``; the completion callback ends the job."""
         from workbench.measure.detokenize import IncrementalDetokenizer
-        from workbench.measure.generation import GenerationSettings
 
         prompt_ids = json.loads(r["prompt_ids"])
         stored = json.loads(r["output_ids"])
@@ -586,50 +674,60 @@ class JobStore:
             self._finish(jid, "done", "stop" if stored and stored[-1] in eos else "length")
             self._ended(jid, run)
             return
+        # The engine's callbacks (its thread) only buffer and hand writes to the store's writer thread: a slow or
+        # locked store delays the job's events, never generation (issue 36).
         state = {"ids": [], "pieces": [], "events": r["events"], "t_flush": time.perf_counter(), "ended": False,
-                 "started": False}
+                 "started": False, "queued": False}
+        buf = threading.Lock()
 
-        def flush():
-            if not state["ids"] and not state["pieces"]:
+        def flush():  # the writer thread
+            with buf:
+                new_ids, pieces = state["ids"], state["pieces"]
+                state["ids"], state["pieces"], state["queued"] = [], [], False
+            if not new_ids and not pieces:
                 return
-            new_ids, pieces = state["ids"], state["pieces"]
             try:
                 appended = self._append(jid, new_ids, pieces)
             except sqlite3.Error as exc:  # kept in memory for the next flush; the job stops and fails
                 log.error("job store %s: job %s: writing its output failed (%s)", self.path, jid, exc)
+                with buf:
+                    state["ids"], state["pieces"] = new_ids + state["ids"], pieces + state["pieces"]
                 state["write_error"] = f"{type(exc).__name__}: {exc}"
                 run.stop("write_failed")
                 return
-            state["ids"], state["pieces"] = [], []
             if not appended:
                 run.stop("cancelled")  # deleted meanwhile
             if self.stored_bytes() > self.max_bytes:
                 run.stop("storage_limit")
-            state["t_flush"] = time.perf_counter()
 
-        def on_token(tok, t):
+        def mark_running():  # the writer thread
+            self._q("UPDATE jobs SET status='running', updated=? WHERE id=? AND status='queued'", (time.time(), jid))
+
+        def on_token(tok, t):  # the engine's thread: no store access
             if not state["started"]:
                 state["started"] = True
-                self._q("UPDATE jobs SET status='running', updated=? WHERE id=? AND status='queued'", (time.time(), jid))
+                self._writer.put(mark_running)
             if state["ended"]:
                 return
-            state["ids"].append(tok)
             piece = detok.push(tok)
             if tok in eos:
                 piece += detok.finish()
                 state["ended"] = True
-            state["pieces"].append(piece)
-            if t - state["t_flush"] >= self.flush_s:
-                flush()
+            with buf:
+                state["ids"].append(tok)
+                state["pieces"].append(piece)
+                due = not state["queued"] and t - state["t_flush"] >= self.flush_s
+                if due:
+                    state["queued"], state["t_flush"] = True, t
+            if due:
+                self._writer.put(flush)
 
-        def on_done(res):
+        def finish_job(res):  # the writer thread
             try:
                 if res.get("error") and res["finish_reason"] == "error":
                     flush()
                     self._fail(jid, res["error"])
                     return
-                if not state["ended"] and run.reason is None:
-                    state["pieces"].append(detok.finish(cut=res["finish_reason"] == "length"))
                 state.pop("write_error", None)
                 flush()  # also retries what an earlier failed write kept in memory
                 if state.get("write_error"):
@@ -641,10 +739,14 @@ class JobStore:
             finally:
                 self._ended(jid, run)
 
-        settings = GenerationSettings(
-            max_new_tokens=remaining, ignore_eos=bool(req["ignore_eos"]),
-            min_new_tokens=max(0, min(req["min_tokens"] - len(stored), remaining)),
-            temperature=float(req["temperature"]), top_p=float(req["top_p"]), seed=int(req["seed"]) + len(stored))
+        def on_done(res):  # the engine's thread: the last piece, then the writer ends the job
+            if not (res.get("error") and res["finish_reason"] == "error") and not state["ended"] \
+                    and run.reason is None:
+                with buf:
+                    state["pieces"].append(detok.finish(cut=res["finish_reason"] == "length"))
+            self._writer.put(lambda: finish_job(res))
+
+        settings = self._settings(req, len(stored), remaining)
         run.submit(self.engine, [engines.EngineRequest(prompt_ids + stored, settings, on_token=on_token,
                                                        on_done=on_done, id=jid, endpoint="jobs")])
 
@@ -748,6 +850,63 @@ class JobStore:
 
 
 
+class _Writer:
+    """A store's writer thread: the job writes the engine's callbacks hand it (:meth:`put`), in order, one at a time.
+    Batched: a running job has at most one flush waiting, which writes every token and text piece buffered when it
+    runs, so while the store is slow or locked the job's tokens accumulate and go out in one transaction after it.
+    A write that raises is logged (the job's own code records failures on the job)."""
+
+    def __init__(self, name: str):
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, fn) -> None:
+        self._q.put(fn)
+
+    def _run(self) -> None:
+        while True:
+            fn = self._q.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - never stop writing the other jobs
+                log.exception("job store writer: a write failed")
+
+    def drain(self, timeout: float) -> bool:
+        """Block until what was put before this call is written (False after ``timeout`` seconds)."""
+        if not self._thread.is_alive():
+            return True
+        done = threading.Event()
+        self._q.put(done.set)
+        return done.wait(timeout)
+
+    def stop(self, timeout: float) -> None:
+        """Write what is queued, then end the thread (waits ``timeout`` seconds at most)."""
+        self._q.put(None)
+        self._thread.join(timeout)
+
+
+def model_identity(loaded, engine) -> dict:
+    """What a job's stored token ids belong to: ``model_path``, ``weights_sha256`` (:class:`workbench.measure.models.ModelInfo`),
+    ``tokenizer`` (its class, size and the first 16 hex digits of SHA-256 over its vocabulary, added tokens
+    included), ``dtype`` and ``engine`` (its name). Empty strings where ``loaded`` does not say."""
+    import hashlib
+
+    info = getattr(loaded, "info", None)
+    tok = loaded.tokenizer
+    try:
+        vocab = sorted(tok.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))
+        digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+        tokenizer = f"{type(tok).__name__}:{len(tok)}:{digest}"
+    except Exception:  # noqa: BLE001 - a tokenizer without a vocabulary listing: its class and size
+        tokenizer = f"{type(tok).__name__}:{getattr(tok, 'vocab_size', '')}"
+    return {"model_path": str(getattr(info, "path", "") or ""), "weights_sha256": str(getattr(info, "weights_sha256", "") or ""),
+            "tokenizer": tokenizer, "dtype": str(getattr(info, "dtype", "") or ""),
+            "engine": str(getattr(engine, "name", "") or "")}
+
+
 def _batch_result(tokenizer, reqs: list):
     """A :class:`workbench.measure.generation.BatchResult` (without ``sequences``) of engine requests run as one group:
     per-request records with the text (decoded as :func:`~workbench.measure.generation.generate_measured` does)."""
@@ -787,31 +946,32 @@ async def post_job(request: Request):
     return JSONResponse(st, status_code=202, headers={"Location": f"/v1/jobs/{st['id']}"})
 
 
+# Every route's store work runs in a worker thread: a slow store never holds the event loop (the chat streams).
 async def list_jobs(request: Request):
-    return {"object": "list", "data": _store(request).list()}
+    return {"object": "list", "data": await asyncio.to_thread(_store(request).list)}
 
 
 async def job_status(job_id: str, request: Request):
-    return _store(request).status(job_id)
+    return await asyncio.to_thread(_store(request).status, job_id)
 
 
 async def job_result(job_id: str, request: Request):
-    return _store(request).result(job_id)
+    return await asyncio.to_thread(_store(request).result, job_id)
 
 
 async def continue_job(job_id: str, request: Request):
-    return _store(request).continue_job(job_id)
+    return await asyncio.to_thread(_store(request).continue_job, job_id)
 
 
 async def delete_job(job_id: str, request: Request):
-    return _store(request).delete(job_id)
+    return await asyncio.to_thread(_store(request).delete, job_id)
 
 
 async def job_events(job_id: str, request: Request):
     """``GET /v1/jobs/{id}/events``: the job's stored text events as SSE (``id: <job>:<n>``), resumable with
     ``Last-Event-ID``; after them one ``{"status": ...}`` event without an id, then ``[DONE]``."""
     store = _store(request)
-    _, r = store.events_after(job_id, 0)
+    _, r = await asyncio.to_thread(store.events_after, job_id, 0)
     after = check_last_event_id(last_event_id(request), job_id, r["events"])
 
     async def stream():

@@ -78,6 +78,9 @@ PROFILES = ("synchronous", "concurrency", "throughput", "constant", "poisson", "
 OPEN_LOOP = ("constant", "poisson", "gamma", "replay")
 CLOSED_LOOP = ("synchronous", "concurrency", "throughput")
 TRACE_FIELDS = ("offset_s", "prompt_tokens", "output_tokens")
+MAX_SPAN_S = 86400.0     # a schedule (trace offsets, n / rate) longer than a day is a mistake, not a load test
+MIN_SLICE_S = 1e-3       # narrower time slices are noise (and millions of rows)
+MAX_SLICES = 100_000     # slices of one run at most
 
 
 @dataclasses.dataclass
@@ -128,7 +131,10 @@ def arrival_offsets(profile: str, n: int, rate: float | None = None, burstiness:
         if trace_offsets is None:
             raise ParameterError("trace: the replay profile needs a trace")
         off = np.asarray(trace_offsets[:n], dtype=float)
-        return off - off[0]
+        off = off - off[0]
+        if len(off) and off[-1] > MAX_SPAN_S:
+            raise ParameterError(f"trace: its offsets span {off[-1]:.3g} s, over the {MAX_SPAN_S:g} s a run may take")
+        return off
     rng = np.random.default_rng(seed)
     if profile == "constant":
         gaps = np.full(n - 1, 1.0 / rate)
@@ -136,7 +142,11 @@ def arrival_offsets(profile: str, n: int, rate: float | None = None, burstiness:
         gaps = rng.exponential(1.0 / rate, n - 1)
     else:
         gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), n - 1)
-    return np.concatenate([[0.0], np.cumsum(gaps)])
+    out = np.concatenate([[0.0], np.cumsum(gaps)])
+    if not np.isfinite(out[-1]) or out[-1] > MAX_SPAN_S:  # a vanishing rate would schedule requests days apart
+        raise ParameterError(f"rate: {n} requests at {rate:.3g}/s span {out[-1]:.3g} s, over the {MAX_SPAN_S:g} s "
+                             f"a run may take; use a rate of at least {n / MAX_SPAN_S:.3g}/s")
+    return out
 
 
 def sweep_rates(sync_rps: float, max_rps: float, k: int) -> list[float]:
@@ -173,7 +183,7 @@ def read_trace(path) -> list[dict]:
         missing = [f for f in TRACE_FIELDS if f not in obj]
         if missing:
             raise ParameterError(f"trace: line {i}: missing field {', '.join(missing)}")
-        off = checks.check_float(f"trace: line {i}: offset_s", obj["offset_s"], lo=0)
+        off = checks.check_float(f"trace: line {i}: offset_s", obj["offset_s"], lo=0, hi=MAX_SPAN_S)
         checks.check_int(f"trace: line {i}: prompt_tokens", obj["prompt_tokens"], lo=1)
         checks.check_int(f"trace: line {i}: output_tokens", obj["output_tokens"], lo=1)
         if off < last:
@@ -546,7 +556,7 @@ def run_load(send: Callable, specs: Sequence[RequestSpec], profile: str, rate: f
         raise ParameterError("specs: need at least one request")
     checks.check_float("warmup_s", warmup_s, lo=0)
     checks.check_float("cooldown_s", cooldown_s, lo=0)
-    checks.check_float("slice_s", slice_s, lo=0, lo_open=True)
+    checks.check_float("slice_s", slice_s, lo=MIN_SLICE_S)
     if max_in_flight is not None:
         checks.check_int("max_in_flight", max_in_flight, lo=1)
     if max_wait_s is not None:
@@ -801,12 +811,16 @@ def time_slices(rows: list, slice_s: float = 5.0) -> pd.DataFrame:
     the slice) and ``ttft_s_p50`` of the requests completed in it."""
     cols = ["slice_start_s", "started", "completed", "failed", "in_flight", "output_tokens", "output_throughput_tps",
             "ttft_s_p50"]
+    checks.check_float("slice_s", slice_s, lo=MIN_SLICE_S)
     if not rows:
         return pd.DataFrame(columns=cols)
     last = max(r["t_end_s"] for r in rows)
     times = np.asarray([t for r in rows for t in token_times(r)], dtype=float)
     last = max(last, float(times.max()) if times.size else last)
     n_slices = int(math.floor(max(last, 0.0) / slice_s)) + 1  # the last finish falls inside the last slice
+    if n_slices > MAX_SLICES:
+        raise ParameterError(f"slice_s: {slice_s:g} s makes {n_slices} slices of this run's {last:.3g} s; "
+                             f"at most {MAX_SLICES} (slice_s >= {last / MAX_SLICES:.3g})")
     tokens = np.bincount(np.clip((times // slice_s).astype(int), 0, n_slices - 1), minlength=n_slices) \
         if times.size else np.zeros(n_slices, dtype=int)
     out = []

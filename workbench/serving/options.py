@@ -32,6 +32,7 @@ ENGINES = ("fifo", "static", "continuous")
 POLICIES = scheduling.POLICIES
 MAX_QUEUE = 64               # requests waiting behind the one being served; more get 429
 REQUEST_TIMEOUT_S = 600.0    # a request still running after this is stopped
+SHUTDOWN_TIMEOUT_S = 10.0    # a shutdown's bound: open streams, running jobs and the engine get this long
 
 
 def option(default: Any, help: str, *, flag: str | None = None, choices: tuple | None = None, lo: float | None = None,
@@ -80,6 +81,9 @@ class EngineOptions:
                                               "(default: the model's context)", lo=2)
     max_batch_tokens: int = option(512, "continuous engine: tokens per forward step (a long prompt is prefilled in "
                                         "chunks of this size, mixed with other requests' decode tokens)", lo=1)
+    kv_cache_tokens: int | None = option(None, "continuous engine: tokens of paged KV cache the rows share (default: "
+                                               "sized to the context and the memory, not every row at its longest)",
+                                         lo=2)
 
     def __post_init__(self):
         _validate(self)
@@ -141,6 +145,10 @@ class ServerOptions:
     resume_timeout_s: float = option(60.0, "a resumable stream keeps generating this long after its reader left",
                                      cli=False, lo=0)
     stream_retention_s: float = option(300.0, "finished streams stay replayable this long", cli=False, lo=0)
+    shutdown_timeout_s: float = option(SHUTDOWN_TIMEOUT_S, "seconds a shutdown waits for open streams, then for jobs and the engine "
+                                             "to stop (running jobs are left interrupted); a second Ctrl+C skips the "
+                                             "wait but still closes the job store", flag="--shutdown-timeout",
+                                       lo=0, lo_open=True)
     body_read_timeout_s: float = option(http.BODY_READ_TIMEOUT_S, "seconds a request body may take to arrive (408 past it)",
                                         flag="--body-read-timeout", lo=0, lo_open=True)
 

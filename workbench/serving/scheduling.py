@@ -296,6 +296,11 @@ class PolicyQueue:
                     return None
                 self._cv.wait(timeout=0.05 if left is None else min(0.05, left))
 
+    def waiting(self) -> list:
+        """The single requests waiting now (groups excluded: their members share one batch), in arrival order."""
+        with self._cv:
+            return [it for _, it in self._items if it is not None and not isinstance(it, list)]
+
     def remove(self, req) -> bool:
         """Take a single waiting request out of the queue; False when it is not waiting (running, or gone)."""
         with self._cv:

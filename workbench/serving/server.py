@@ -73,6 +73,12 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
 - **The model field** names the served model or one of ``model_aliases`` (404 ``NotFoundError`` otherwise,
   400 past :data:`workbench.serving.http.MAX_MODEL_NAME` characters).
 
+- **A dead engine is not healthy** (issue 36): ``GET /health`` answers 503 ``{"status": "unhealthy", "reason"}``
+  when the engine's thread has stopped or it is stuck (requests running, no token for
+  :data:`workbench.serving.engines.STALL_S`); a request reaching a dead engine gets 503; :func:`serve` stops and
+  exits with status 1 once the engine is dead (:class:`EngineWatch`). A failing callback fails its own request only
+  (:meth:`workbench.serving.engines.EngineRequest.finish`).
+
 This module assembles the app (:func:`create_app`: the engine, the routes of
 :mod:`~workbench.serving.chat`, :mod:`~workbench.serving.events`, :mod:`~workbench.serving.jobs` and
 :mod:`~workbench.serving.monitoring`, the guard and the JSON error handlers of
@@ -82,7 +88,7 @@ timing) is :mod:`workbench.serving.client`. Run from the command line with
 (:func:`main`; ``--api-key``, ``--max-queue``, ``--max-tokens-limit``,
 ``--request-timeout``, ``--engine``, ``--prefix-sharing``, ``--served-model-name``, ``--model-alias``,
 ``--jobs`` / ``--jobs-db``, ``--limit-concurrency``, ``--timeout-keep-alive``, ``--max-header-bytes``,
-``--body-read-timeout``). A missing model or an unavailable device is a one-line
+``--body-read-timeout``, ``--shutdown-timeout``). A missing model or an unavailable device is a one-line
 error (exit 2) before anything loads.
 """
 
@@ -98,8 +104,34 @@ from workbench.checks import check_float, check_int
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import chat, engines, events, http, monitoring, options
-from workbench.serving.options import EngineOptions, PolicyOptions, ServerOptions
+from workbench.serving.options import SHUTDOWN_TIMEOUT_S, EngineOptions, PolicyOptions, ServerOptions
 from workbench.serving.protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT
+
+
+_shutdown_lock = threading.Lock()
+
+
+def shutdown_app(app, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+    """Stop an app's work within about ``timeout_s`` seconds; once (later calls return at once).
+
+    Closes the resumable streams, stops every running job (``interrupted``, with what it stored) and closes the job
+    store (its lock released), stops every engine request still in flight (reason ``shutdown``), then the engine.
+    Run by the app's lifespan and again by :func:`serve` after uvicorn returns, so a second Ctrl+C (uvicorn's force
+    exit skips the lifespan's shutdown) still closes the store and stops the engine."""
+    with _shutdown_lock:
+        if getattr(app.state, "shut_down", False):
+            return
+        app.state.shut_down = True
+    end = time.monotonic() + timeout_s
+    try:
+        app.state.streams.close()
+    finally:
+        try:
+            if getattr(app.state, "jobs", None) is not None:
+                app.state.jobs.close(timeout=max(0.5, timeout_s / 2))
+        finally:
+            app.state.engine.interrupt("shutdown")
+            app.state.engine.stop(timeout=max(0.5, end - time.monotonic()))
 
 
 @dataclasses.dataclass
@@ -171,10 +203,15 @@ def head_timeout_protocol(timeout_s: float):
 
 def make_server_engine(loaded, engine: EngineOptions, policy: PolicyOptions | None = None) -> engines.BaseEngine:
     """The engine behind an app: :func:`workbench.serving.engines.make_engine`, with the ``continuous`` manager sized
-    for the model's context (``engine.max_seq_tokens`` when given: requests up to it, per-request sampling)."""
+    for the model's context (``engine.max_seq_tokens`` when given: requests up to it, per-request sampling) and its
+    KV pool to the context and the memory (``engine.kv_cache_tokens`` when given, else
+    :func:`workbench.serving.engines.kv_cache_tokens_for`)."""
     ctx = int(engine.max_seq_tokens or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
     if engine.max_seq_tokens is None:
         engine = dataclasses.replace(engine, max_seq_tokens=ctx)
+    if engine.engine == "continuous" and engine.kv_cache_tokens is None:  # sized to the context and the memory
+        engine = dataclasses.replace(engine, kv_cache_tokens=engines.kv_cache_tokens_for(loaded, engine.max_batch_size,
+                                                                                         ctx))
     return engines.make_engine(engine, loaded, policy, GenerationSettings(max_new_tokens=ctx))
 
 
@@ -230,16 +267,16 @@ def create_app(loaded, engine: EngineOptions | None = None, policy: PolicyOption
     @asynccontextmanager
     async def lifespan(app):
         yield
-        app.state.streams.close()
-        if getattr(app.state, "jobs", None) is not None:
-            app.state.jobs.close()
-        app.state.engine.stop()
+        import asyncio
+
+        await asyncio.to_thread(shutdown_app, app, getattr(app.state, "shutdown_timeout_s", SHUTDOWN_TIMEOUT_S))
 
     app = FastAPI(title="workbench OpenAI-compatible server", lifespan=lifespan)
     app.state.loaded, app.state.engine, app.state.streams = loaded, eng, streams
     app.state.max_body_bytes = server.max_body_bytes  # every route's JSON body cap
     app.state.body_read_timeout_s = server.body_read_timeout_s
     app.state.options = {"engine": engine, "policy": policy, "server": server}
+    app.state.shutdown_timeout_s = server.shutdown_timeout_s
     app.state.chat = chat.ChatConfig(model_name=server.model_name, model_aliases=aliases, context=context,
                                      max_tokens_limit=server.max_tokens_limit or context,
                                      max_queue=server.max_queue,
@@ -323,6 +360,7 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self._thread.join(timeout=30)
+        shutdown_app(self.app, getattr(self.app.state, "shutdown_timeout_s", SHUTDOWN_TIMEOUT_S))
 
     def __enter__(self):
         return self.start()
@@ -339,7 +377,10 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
 
     The model spec, device, dtype, the options (already validated objects: engine, policy, server), the bind /
     API-key rule and the job store's owner are checked before the model loads (:class:`ParameterError`, one
-    line); ``limits`` (:class:`ServerLimits`) go to uvicorn. ``rung`` (:class:`workbench.techniques.rungs.Rung`,
+    line); ``limits`` (:class:`ServerLimits`) go to uvicorn. ``server.shutdown_timeout_s`` bounds a shutdown: open
+    connections get that long to finish (uvicorn's ``timeout_graceful_shutdown``), then :func:`shutdown_app` as long
+    again; a second Ctrl+C skips the wait, never the store's close. The process exits with status 1 once the engine
+    is dead (:class:`EngineWatch`). ``rung`` (:class:`workbench.techniques.rungs.Rung`,
     optional): the speed ladder's quantization and static cache + compile applied to the served model (engine
     tuning's recommendation).
     """
@@ -370,7 +411,48 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
         loaded = rungs.build(loaded, rung).loaded
         rungs.set_generation_defaults(loaded, rung.cache_implementation, rung.compile)
     app = create_app(loaded, engine, policy, server, host=host, api_key=api_key, jobs=jobs, server_id=server_id)
-    uvicorn.run(app, host=host, port=port, log_level="info", **limits.uvicorn_kwargs())
+    timeout_s = server.shutdown_timeout_s
+    uv = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info",
+                                       timeout_graceful_shutdown=timeout_s, **limits.uvicorn_kwargs()))
+    watch = EngineWatch(app.state.engine, uv).start()
+    try:
+        uv.run()
+    finally:
+        watch.stop()
+        shutdown_app(app, timeout_s)  # done already unless a second Ctrl+C skipped the lifespan's
+    if watch.reason is not None:  # the engine cannot recover: a supervisor restarts the process
+        print(f"workbench serve: error: {watch.reason}; the server stopped", file=sys.stderr)
+        raise SystemExit(1)
+    if not uv.started:
+        raise SystemExit(3)  # uvicorn's own startup failure code
+
+
+class EngineWatch:
+    """Watch an engine every ``interval_s`` seconds and stop the uvicorn ``server`` once the engine is dead
+    (:attr:`workbench.serving.engines.BaseEngine.dead`: a worker thread stopped, nothing can serve again); its
+    ``reason`` is then the engine's health reason and :func:`serve` exits with status 1. A stuck (not dead) engine
+    is only reported by ``/health`` (503): it may recover, and the supervisor decides."""
+
+    def __init__(self, engine, server, interval_s: float = 1.0):
+        self.engine, self.server = engine, server
+        self.interval_s = check_float("interval_s", interval_s, lo=0, lo_open=True)
+        self.reason: str | None = None
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="workbench-engine-watch", daemon=True)
+
+    def _run(self) -> None:
+        while not self._halt.wait(self.interval_s):
+            if self.engine.dead:
+                self.reason = self.engine.health()[1]
+                self.server.should_exit = True
+                return
+
+    def start(self) -> "EngineWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._halt.set()
 
 
 def main(argv=None, prog: str | None = None) -> None:

@@ -96,9 +96,7 @@ def _kv_table(d: dict) -> str:
 
 
 def _figures(run: Path) -> list[tuple[str, str]]:
-    manifest = results.read_manifest(run)
-    names = list(manifest.get("figures", []))
-    names += sorted(p.stem for p in (run / "figures").glob("*.json") if p.stem not in names)
+    names = _figure_names(run)
     out = []
     for name in names:
         path = run / "figures" / f"{name}.json"
@@ -347,7 +345,7 @@ def _residuals_html(run: Path, exp: str, points: pd.DataFrame) -> str:
     from workbench.predict import predictions
 
     path = run / "residuals" / f"{exp}.csv"
-    table = pd.read_csv(path) if path.exists() else predictions.residual_table(points)
+    table = pd.read_csv(path) if results.safe_name(exp) and path.exists() else predictions.residual_table(points)
     if table.empty or not {"ttft_ratio", "tpot_ratio"} & set(table.columns):
         return ""
     summary = predictions.residual_summary(table)
@@ -469,8 +467,11 @@ def _env_table_html(df: pd.DataFrame) -> str:
 
 
 def _figure_names(run: Path) -> list[str]:
+    """The run's figure names in saving order (the manifest's ``figures``, then any other saved one); a manifest
+    name that is not a plain file name (:func:`workbench.results.safe_name`: ``../..``) is never read."""
     manifest = results.read_manifest(run)
-    names = list(manifest.get("figures", []))
+    listed = manifest.get("figures", [])
+    names = [n for n in (listed if isinstance(listed, list) else []) if results.safe_name(n)]
     return names + sorted(p.stem for p in (run / "figures").glob("*.json") if p.stem not in names)
 
 

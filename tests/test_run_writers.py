@@ -1,0 +1,59 @@
+"""Every results writer takes the run lock, and the report reads no path built from manifest names (issue 36)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from workbench.share import report
+from workbench.run import results
+
+_HOLDER = textwrap.dedent('''
+    import sys
+    from workbench import results
+    results.lock_run(sys.argv[1])
+    print("locked", flush=True)
+    sys.stdin.readline()
+''')
+
+
+def test_every_writer_refuses_a_run_another_process_owns():
+    run = results.create_run()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(run)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        import plotly.graph_objects as go
+
+        writers = {
+            "save_figure": lambda: results.save_figure(run, "f", go.Figure()),
+            "save_text": lambda: results.save_text(run, "answers/a.txt", "x"),
+            "mark_invalid": lambda: results.mark_invalid(run, ["p"], "why"),
+            "begin_session": lambda: results.begin_session(run),
+            "save_finding": lambda: results.save_finding(run, "e", "a sentence"),
+            "update_manifest": lambda: results.update_manifest(run, status="x"),
+        }
+        for name, write in writers.items():
+            with pytest.raises(results.RunLockedError):
+                write()
+                pytest.fail(f"{name} wrote a run another process owns")
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(30)
+
+
+def test_the_report_never_reads_a_path_built_from_a_manifest_name(tmp_path):
+    import plotly.graph_objects as go
+
+    run = results.create_run()
+    outside = run.parent / "outside.json"
+    outside.write_text(go.Figure(layout={"title": {"text": "SECRET-OUTSIDE"}}).to_json())
+    m = results.read_manifest(run)
+    m["figures"] = ["../../outside", "../outside", {"x": 1}]
+    (run / "manifest.json").write_text(json.dumps(m))
+    assert report._figure_names(run) == []
+    html_path = report.build_report(run)
+    assert "SECRET-OUTSIDE" not in html_path.read_text()
