@@ -218,7 +218,8 @@ def test_validation_table_and_metrics(tmp_path):
     table, summ = twin_study.validate(run)
     assert len(table) == 4 and summ["mape_e2e_p50_points"] == 4
     assert summ["mape_e2e_p50"] < 1e-6 and summ["mape_ttft_p50"] < 1e-6   # the same cost: the same decisions
-    assert summ["knee_measured"] == summ["knee_simulated"]
+    # the same knee per engine; NaN on both sides where kept_up is undetermined at this many requests
+    assert {e: repr(k) for e, k in summ["knee_measured"].items()} == {e: repr(k) for e, k in summ["knee_simulated"].items()}
     on_disk = pd.read_csv(run / twin.VALIDATION_FILE)
     assert {"ape_e2e_s_p50", "ape_ttft_s_p50", "measured_e2e_s_p50", "simulated_e2e_s_p50"} <= set(on_disk.columns)
     assert json.loads((run / "metrics.json").read_text())["twin_points"] == 4

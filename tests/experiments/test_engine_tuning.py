@@ -289,7 +289,7 @@ def test_adaptive_search_runs_with_a_drift_reference(monkeypatch):
                  "prefill_s": 0.05, "tpot_s": (t - 0.1) / 15, "e2e_s": t, "itl_s": [0.05] * 15} for r in range(2)]
         return point_result.PointResult(requests=reqs, wall_s=2 * t,
                                    extra={"config": et.config_name(point), "guard_passed": True, "guard_reason": "",
-                                          "token_agreement": 1.0, "logprob_drift": 0.0, "first_divergence": 16})
+                                          "token_agreement": 1.0, "kl_mean": 0.0, "first_divergence": 16})
 
     monkeypatch.setattr(et, "measure_point", fake_point)
     fake_references(monkeypatch, [0.05, 0.10])

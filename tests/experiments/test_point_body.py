@@ -129,7 +129,7 @@ def test_local_sweeps_ray_workers_and_the_explorer_all_make_rows_with_point_rows
         calls.append(base["experiment"])
         return real(result, base, *a, **k)
 
-    monkeypatch.setattr(results, "point_rows", spy)
+    monkeypatch.setattr(point_result, "point_rows", spy)
     run = results.create_run()
     sweeps.run_sweep(run, "local", sweeps.expand_grid(batch_size=[1, 2]), lambda p: _result(p["batch_size"]))
 

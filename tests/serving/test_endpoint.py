@@ -291,7 +291,7 @@ def test_load_monitor_counts_a_served_by_process_as_own(monkeypatch):
     try:
         assert child.stdout.readline().strip() == "done"  # it has burned 0.3 CPU s and now sleeps
         plain = contention.LoadMonitor()
-        monkeypatch.setattr(metrics, "SERVED_BY_PIDS", {child.pid})
+        monkeypatch.setattr(contention, "SERVED_BY_PIDS", {child.pid})
         served = contention.LoadMonitor()
         burned = sum(psutil.Process(child.pid).cpu_times()[:2])
         assert burned >= 0.3

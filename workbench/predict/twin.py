@@ -522,7 +522,7 @@ def open_loop(profile: str, n: int, rate: float | None, prompt_tokens: int, max_
     ``poisson``, ``gamma``; the same seed, the same schedule)."""
     checks.check_int("prompt_tokens", prompt_tokens, lo=1)
     checks.check_int("max_new_tokens", max_tokens, lo=1)
-    offs = load.arrival_offsets(profile, n, rate, burstiness, seed)
+    offs = load.arrival_offsets(profile, n, rate, burstiness, seed, max_span_s=math.inf)  # virtual time: no day cap
     return [TwinSpec(float(o), prompt_tokens, max_tokens) for o in offs]
 
 

@@ -116,12 +116,13 @@ def check_profile(profile: str, rate: float | None = None, concurrency: int | No
 
 
 def arrival_offsets(profile: str, n: int, rate: float | None = None, burstiness: float = 1.0, seed: int = 0,
-                    trace_offsets: Sequence[float] | None = None) -> np.ndarray:
+                    trace_offsets: Sequence[float] | None = None, max_span_s: float = MAX_SPAN_S) -> np.ndarray:
     """Scheduled send times (seconds after the first) of ``n`` open-loop requests; the first is at 0.
 
     ``constant``: ``i / rate``; ``poisson``: exponential gaps (mean ``1 / rate``); ``gamma``: gamma gaps of
     shape ``burstiness`` and scale ``1 / (rate * burstiness)``; ``replay``: the trace's offsets, shifted to
-    start at 0. A fixed ``seed`` gives the same schedule.
+    start at 0. A fixed ``seed`` gives the same schedule. A schedule longer than ``max_span_s`` (a day: a run that
+    would hang) is a one-line error; the serving twin, which simulates it in seconds, passes ``math.inf``.
     """
     check_profile(profile, rate, None, burstiness)
     checks.check_int("n", n, lo=1)
@@ -132,8 +133,8 @@ def arrival_offsets(profile: str, n: int, rate: float | None = None, burstiness:
             raise ParameterError("trace: the replay profile needs a trace")
         off = np.asarray(trace_offsets[:n], dtype=float)
         off = off - off[0]
-        if len(off) and off[-1] > MAX_SPAN_S:
-            raise ParameterError(f"trace: its offsets span {off[-1]:.3g} s, over the {MAX_SPAN_S:g} s a run may take")
+        if len(off) and off[-1] > max_span_s:
+            raise ParameterError(f"trace: its offsets span {off[-1]:.3g} s, over the {max_span_s:g} s a run may take")
         return off
     rng = np.random.default_rng(seed)
     if profile == "constant":
@@ -143,9 +144,9 @@ def arrival_offsets(profile: str, n: int, rate: float | None = None, burstiness:
     else:
         gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), n - 1)
     out = np.concatenate([[0.0], np.cumsum(gaps)])
-    if not np.isfinite(out[-1]) or out[-1] > MAX_SPAN_S:  # a vanishing rate would schedule requests days apart
-        raise ParameterError(f"rate: {n} requests at {rate:.3g}/s span {out[-1]:.3g} s, over the {MAX_SPAN_S:g} s "
-                             f"a run may take; use a rate of at least {n / MAX_SPAN_S:.3g}/s")
+    if not np.isfinite(out[-1]) or out[-1] > max_span_s:  # a vanishing rate would schedule requests days apart
+        raise ParameterError(f"rate: {n} requests at {rate:.3g}/s span {out[-1]:.3g} s, over the {max_span_s:g} s "
+                             f"a run may take; use a rate of at least {n / max_span_s:.3g}/s")
     return out
 
 

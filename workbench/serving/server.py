@@ -503,12 +503,10 @@ def main(argv=None, prog: str | None = None) -> None:
         limits = ServerLimits(a.limit_concurrency, a.timeout_keep_alive, a.max_header_bytes, a.header_read_timeout)
         jobs = {"path": a.jobs_db} if a.jobs_db else ({} if a.jobs else None)
         engine, policy, server = (options.from_args(cls, a) for cls in (EngineOptions, PolicyOptions, ServerOptions))
-        rung = None
-        if a.quantization != "none" or a.compile or a.lm_head != "float":
-            from workbench.techniques.rungs import Rung
+        from workbench.techniques.rungs import Rung
 
-            rung = Rung(quantization=a.quantization, group_size=a.group_size, lm_head=a.lm_head,
-                        cache_implementation="static" if a.compile else "dynamic", compile=a.compile)
+        rung = Rung(quantization=a.quantization, group_size=a.group_size, lm_head=a.lm_head,
+                    cache_implementation="static" if a.compile else "dynamic", compile=a.compile)
         serve(a.model, a.host, a.port, a.device, a.dtype, limits=limits, engine=engine, policy=policy, server=server,
               api_key=a.api_key, jobs=jobs, rung=rung)
     except ParameterError as exc:  # one line, before anything loads

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.stats import evidence, metrics
+from workbench.stats import columns, evidence
 from workbench.run import results
 from workbench.errors import ParameterError
 
@@ -148,7 +148,7 @@ def _headline(points: pd.DataFrame) -> dict:
         ok = col.notna()
         if not ok.any():
             continue
-        col_def = metrics.COLUMNS.get(metrics.base_column(m)[0]) or metrics.COLUMNS.get(m)
+        col_def = columns.COLUMNS.get(columns.base_column(m)[0]) or columns.COLUMNS.get(m)
         higher = col_def.higher_is_better if col_def is not None else None
         if higher is None:
             higher = not m.startswith(("ttft", "tpot", "e2e", "itl", "usd"))

@@ -21,6 +21,8 @@ STATS = ("p50", "p90", "p99", "mean", "rate", "min", "max", "sd", "median")
 #: suffixes of an interval's bounds around any registered column or aggregate
 BOUNDS = ("_ci_low", "_ci_high", "_low", "_high")
 STRICT_ENV = "WORKBENCH_STRICT_COLUMNS"
+#: the request classes of a mixed workload: ``<column>_<class>`` is that column over one class (``ttft_s_p90_interactive``)
+REQUEST_CLASSES = ("interactive", "background")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,15 +83,37 @@ REPORT_POINT_COLUMNS: tuple[str, ...] = tuple(
 
 
 def base_column(name: str) -> tuple[str, str | None]:
-    """Split an aggregate name ``<column>_<stat>`` into ``(column, stat)``; ``(name, None)`` otherwise."""
+    """Split an aggregate name ``<column>_<stat>`` into ``(column, stat)``; ``(name, None)`` otherwise. A per-request
+    aggregate aggregated again over the point (``display_lag_s_mean_p50``) resolves to its column too."""
     for stat in STATS:
-        if name.endswith("_" + stat) and name[: -len(stat) - 1] in COLUMNS:
-            return name[: -len(stat) - 1], stat
+        if name.endswith("_" + stat):
+            stem = name[: -len(stat) - 1]
+            if stem in COLUMNS:
+                return stem, stat
+            inner, inner_stat = base_column(stem) if any(stem.endswith("_" + s) for s in STATS) else (stem, None)
+            if inner_stat is not None and inner in COLUMNS:
+                return inner, f"{inner_stat} {stat}"
     return name, None
 
 
+def qualifiers() -> tuple[str, ...]:
+    """Suffixes that qualify a registered column: an SLO preset's name or ``custom`` (``slo_attainment_rag``, the
+    attainment under that preset) and a request class (:data:`REQUEST_CLASSES`)."""
+    from workbench.stats import slo
+
+    return tuple(slo.PRESETS) + ("custom",) + REQUEST_CLASSES
+
+
 def is_registered(name: str) -> bool:
-    """Whether ``name`` is a registered column, an aggregate of one, or an interval bound of either."""
+    """Whether ``name`` is a registered column, an aggregate of one, an interval bound of either, or any of those
+    qualified by an SLO preset or a request class (:func:`qualifiers`)."""
+    for q in qualifiers():
+        if name.endswith("_" + q) and len(name) > len(q) + 1 and _registered(name[: -len(q) - 1]):
+            return True
+    return _registered(name)
+
+
+def _registered(name: str) -> bool:
     if name in COLUMNS or base_column(name)[0] in COLUMNS:
         return True
     for suffix in BOUNDS:
