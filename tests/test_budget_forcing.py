@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from workbench.techniques import budget_forcing as R
+from workbench.techniques import budget_batch as B
 from workbench.errors import ParameterError
 
 V = 64
@@ -242,12 +243,12 @@ MESSAGES = ["What is 2 + 3? Answer on one line.", "小明有3个苹果，又买�
 def test_build_inputs_sets_phases(default_tokenizer, think_tokenizer):
     msgs = MESSAGES[:2]
     nat = R.thinking_format(think_tokenizer)
-    _, phases = R.build_inputs(think_tokenizer, msgs, nat, budget=8)
+    _, phases = B.build_inputs(think_tokenizer, msgs, nat, budget=8)
     assert phases == [R.PRE, R.PRE]
-    ids, phases = R.build_inputs(think_tokenizer, msgs, nat, budget=0)
+    ids, phases = B.build_inputs(think_tokenizer, msgs, nat, budget=0)
     assert phases == [R.ANSWER, R.ANSWER] and nat.close_ids[0] in ids[0]
     emu = R.thinking_format(default_tokenizer)
-    ids, phases = R.build_inputs(default_tokenizer, msgs, emu, budget=8)
+    ids, phases = B.build_inputs(default_tokenizer, msgs, emu, budget=8)
     assert phases == [R.THINK] * 2 and default_tokenizer.decode(ids[0]).endswith("<think>\n")
 
 
@@ -286,7 +287,7 @@ def test_native_budget_holds_through_generate(tiny_native, temperature):
     vocab = tiny_native.tokenizer.get_vocab()
     o, c = vocab["<think>"], vocab["</think>"]
     spec = R.BudgetSpec(budget=7, answer_tokens=6)
-    batch = R.generate_with_budget(tiny_native, MESSAGES, spec, temperature=temperature,
+    batch = B.generate_with_budget(tiny_native, MESSAGES, spec, temperature=temperature,
                                    extra_processors=[PreferOpenFirst(o, c)])
     assert batch.wall_s > 0 and batch.fmt.mode == "native"
     handoff = tiny_native.tokenizer.encode(spec.handoff, add_special_tokens=False)
@@ -306,7 +307,7 @@ def test_native_budget_holds_through_generate(tiny_native, temperature):
 
 def test_native_budget_zero_has_no_thinking(tiny_native):
     vocab = tiny_native.tokenizer.get_vocab()
-    batch = R.generate_with_budget(tiny_native, MESSAGES[:2], R.BudgetSpec(budget=0, answer_tokens=5),
+    batch = B.generate_with_budget(tiny_native, MESSAGES[:2], R.BudgetSpec(budget=0, answer_tokens=5),
                                    extra_processors=[PreferOpenFirst(vocab["<think>"], vocab["</think>"])])
     for rec in batch.records:
         assert rec["thinking_tokens"] == 0 and rec["answer_tokens"] == rec["output_tokens"] > 0
@@ -320,7 +321,7 @@ def test_trim_recomputes_timings_with_request_timing():
     stamps = [0.5, 0.7, 1.0, 1.6, 2.0]
     rec = {**metrics.request_timing(stamps, 0.0), "output_ids": [5, 6, 7, 8, 9], "finish_reason": "length",
            "text": "xxxxx"}
-    R._trim(rec, 3, "stop", FakeTok())
+    B._trim(rec, 3, "stop", FakeTok())
     want = metrics.request_timing(stamps[:3], 0.0)
     assert rec["output_ids"] == [5, 6, 7] and rec["finish_reason"] == "stop"
     assert rec["text"] == "xx\n"  # FakeTok decodes id 7 as a newline
@@ -328,7 +329,7 @@ def test_trim_recomputes_timings_with_request_timing():
         assert rec[key] == pytest.approx(want[key])
     assert rec["itl_s"] == pytest.approx(want["itl_s"])
     rec2 = {**metrics.request_timing(stamps, 0.0), "output_ids": [1] * 5, "finish_reason": "length", "text": ""}
-    R._trim(rec2, 5, "stop", FakeTok())
+    B._trim(rec2, 5, "stop", FakeTok())
     assert rec2["output_tokens"] == 5 and rec2["finish_reason"] == "stop"  # nothing to cut: only the reason
 
 

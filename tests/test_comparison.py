@@ -192,7 +192,7 @@ def test_speed_techniques_measures_arms_interleaved_with_the_aa_control(monkeypa
     assert [sum(1 for c in calls if c[0] == r) for r in range(6)] == [5] * 6
     rows = []
     for pid, res in got.items():
-        p = next(p for p in cfg.grid() if st.results.point_id(st.EXPERIMENT, p) == pid)
+        p = next(p for p in cfg.grid() if st.point_result.point_id(st.EXPERIMENT, p) == pid)
         rows.append({**p, "point_id": pid, "status": "ok", "valid": True, **res.extra})
         assert {r["repeat"] for r in res.requests} == set(range(6))
         for col in comparison.COLUMNS:

@@ -426,7 +426,8 @@ def test_worker_death_retried_once_then_failed(ray_cluster, loaded, monkeypatch)
 
 DRIVER = textwrap.dedent("""
     import sys
-    from workbench import models, results, sweeps
+    from workbench.measure import models
+    from workbench.run import results, sweeps
     from workbench.experiments import batch_size
     cfg = batch_size.Config(batch_sizes=[1, 2, 3, 4], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0,
                             device="cpu", dtype="float32")
@@ -451,7 +452,7 @@ def test_resume_after_killing_the_driver(ray_cluster, loaded, monkeypatch, tmp_p
     script.write_text(DRIVER)
     env = {**os.environ, distributed.ENV: ray_cluster, distributed.MAX_WORKERS_ENV: "1"}
     proc = subprocess.Popen([sys.executable, str(script), str(run)], env=env, cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 400
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -459,8 +460,11 @@ def test_resume_after_killing_the_driver(ray_cluster, loaded, monkeypatch, tmp_p
                 break
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)   # the driver and nothing else: its own process group
-        proc.wait()
+        died = proc.poll()
+        if died is None:
+            os.killpg(proc.pid, signal.SIGKILL)   # the driver and nothing else: its own process group
+        _, err = proc.communicate()
+    assert died is None, f"the driver ended by itself ({died}) before it could be killed: {err[-2000:]}"
     before = set(results.read_manifest(run).get("points", {}))
     assert 1 <= len(before) < 4, "the driver should be killed mid-sweep"
     # resume in this process, on the module's warm worker (Ray ends the killed driver's own worker)

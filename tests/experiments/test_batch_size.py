@@ -74,19 +74,21 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     from workbench.measure.generation import generate_measured
     from workbench.inputs.prompts import build_batch, build_prompt
 
-    cfg = batch_size.Config(batch_sizes=[1, 2], prompt_tokens=[48], max_new_tokens=3, repeats=1, warmup=0)
+    cfg = batch_size.Config(batch_sizes=[1, 2], prompt_tokens=[48], max_new_tokens=3, repeats=2, warmup=0)
     assert cfg.temperature == 0.0                      # greedy: equal ids are the expected outcome, not luck
     run = results.create_run()
     points = batch_size.run(cfg, run, loaded)
     assert (points["status"] == "ok").all() and len(points) == 2
     assert (points["design"] == "interleaved").all() and "aa_low" in points  # measured by round (issue 32)
     req = results.read_requests(run, experiment="batch_size")
+    assert sorted(req["repeat"].unique()) == [0, 1] and len(req) == 2 * (1 + 2)
     assert (req["output_tokens"] == 3).all() and (req["max_new_tokens"] == 3).all()
     assert all(len(itl) == n - 1 for itl, n in zip(req["itl_s"], req["output_tokens"]))
     assert (req["ttft_s"] <= req["e2e_s"]).all()
 
     # batch 2 equals batch 1, row by row: row 0 against the batch-1 point (same prompt), row 1 against its own run
     settings = cfg.settings()
+    req = req[req["repeat"] == 0]
     one = req[req["batch_size"] == 1].sort_values("request_id")["output_ids"].map(list).tolist()
     two = req[req["batch_size"] == 2].sort_values("request_id")["output_ids"].map(list).tolist()
     assert len(one) == 1 and len(two) == 2 and all(len(ids) == 3 for ids in one + two)
@@ -113,3 +115,17 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     for name, fig in figs.items():
         assert other in fig.to_json() and str(points["device_name"].iloc[0]) in fig.to_json(), name
     assert batch_size.headline(points, req).text
+
+
+@pytest.mark.model
+def test_one_repeat_measures_point_by_point(loaded, monkeypatch):
+    """With one round there is nothing to pair: each point is measured (and written) on its own, so an interrupted
+    one-repeat sweep keeps the points finished before it; with two rounds every point comes from the interleaved
+    block."""
+    calls = []
+    real = batch_size.measure_interleaved
+    monkeypatch.setattr(batch_size, "measure_interleaved", lambda *a: calls.append(a) or real(*a))
+    cfg = batch_size.Config(batch_sizes=[1, 2], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0)
+    points = batch_size.run(cfg, results.create_run(), loaded)
+    assert (points["status"] == "ok").all() and len(points) == 2 and not calls
+    assert "design" not in points or points["design"].isna().all()

@@ -12,6 +12,7 @@ import pytest
 
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import engines
+from workbench.serving.options import EngineOptions
 from workbench.serving.jobs import JobError, JobStore, model_identity
 from workbench.serving.server import ServerThread
 
@@ -103,7 +104,7 @@ def test_continuous_engine_seeded_job_is_400_and_a_sampled_job_continues(loaded,
     """Before: a seeded job was 202 then failed, and a sampled job could never be continued on the continuous
     engine (its continuation's seed, seed + stored tokens, is not the engine's one generator's)."""
     db = tmp_path / "jobs.sqlite3"
-    eng = engines.make_engine("continuous", loaded, max_batch_size=2, max_seq_tokens=512,
+    eng = engines.make_engine(EngineOptions(engine="continuous", max_batch_size=2, max_seq_tokens=512), loaded,
                               settings=GenerationSettings(max_new_tokens=8))
     store = JobStore(eng, path=db)
     try:

@@ -8,6 +8,7 @@ import pytest
 
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import engines
+from workbench.serving.options import EngineOptions
 from workbench.serving.monitoring import scrape
 from workbench.serving.server import ServerThread
 
@@ -22,7 +23,7 @@ def _req(loaded, n, **kw):
 
 
 def test_a_request_whose_deadline_passes_while_queued_leaves_the_queue(loaded):
-    eng = engines.make_engine("fifo", loaded)
+    eng = engines.make_engine(EngineOptions(engine="fifo"), loaded)
     try:
         long = eng.submit(_req(loaded, 400))
         while not long.output_ids:
@@ -118,8 +119,8 @@ def test_the_servers_continuous_kv_pool_is_sized_to_context_and_memory(loaded, m
 
 
 def test_rows_sharing_a_small_kv_pool_all_finish(loaded):
-    eng = engines.make_engine("continuous", loaded, max_batch_size=3, max_seq_tokens=160,
-                              settings=GenerationSettings(max_new_tokens=8), kv_cache_tokens=160)
+    eng = engines.make_engine(EngineOptions(engine="continuous", max_batch_size=3, max_seq_tokens=160, kv_cache_tokens=160),
+                              loaded, settings=GenerationSettings(max_new_tokens=8))
     try:
         res = engines.run_requests(eng, [_req(loaded, 100) for _ in range(3)], timeout=600)
     finally:

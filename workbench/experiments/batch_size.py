@@ -138,7 +138,10 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The batch-size trade-off: every (prompt_tokens, batch_size) point of ``cfg``.
 
     Each row of a batch gets a different window of real text of exactly
-    ``prompt_tokens`` tokens (:func:`workbench.inputs.prompts.build_batch`).
+    ``prompt_tokens`` tokens (:func:`workbench.inputs.prompts.build_batch`). With 2+ points and ``repeats`` >= 2
+    every point is measured interleaved by round (:func:`measure_interleaved`), so the points reach the disk
+    together when the last round ends (an interrupt before that keeps none of them); with one repeat there is
+    nothing to pair and each point is measured, and written, on its own.
 
     Returns:
         The experiment's points DataFrame (see :func:`workbench.run.sweeps.run_sweep`), with the roofline's
@@ -149,7 +152,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     state: dict = {}
 
     def measure(p):  # the first point measures every point interleaved by round (issue 32); on Ray, blocks
-        if len(cfg.grid()) < 2:
+        if len(cfg.grid()) < 2 or cfg.repeats < 2:  # one round pairs nothing: point by point, each on disk when done
             return measure_point(loaded, cfg, p, state)
         if "interleaved" not in state:
             state["interleaved"] = measure_interleaved(loaded, cfg, cfg.grid())

@@ -468,7 +468,7 @@ def _env_table_html(df: pd.DataFrame) -> str:
 
 def _figure_names(run: Path) -> list[str]:
     """The run's figure names in saving order (the manifest's ``figures``, then any other saved one); a manifest
-    name that is not a plain file name (:func:`workbench.results.safe_name`: ``../..``) is never read."""
+    name that is not a plain file name (:func:`workbench.run.results.safe_name`: ``../..``) is never read."""
     manifest = results.read_manifest(run)
     listed = manifest.get("figures", [])
     names = [n for n in (listed if isinstance(listed, list) else []) if results.safe_name(n)]
