@@ -14,7 +14,7 @@
     ``model.generate``.
 (c) Client cross-check: the official ``openai`` client (:func:`workbench.serving.client.stream_chat`, a thread
     pool of ``--concurrency`` workers: a closed loop) against the built-in load generator (``concurrency``
-    profile, :func:`workbench.serving.load.http_sender`) on the same server and prompts: TTFT p50 ratio (goal:
+    profile, :func:`workbench.serving.senders.http_sender`) on the same server and prompts: TTFT p50 ratio (goal:
     within 5%) and output token totals and texts (must be equal: greedy, ``ignore_eos``).
 
 Every figure comes from the library (:func:`workbench.stats.metrics.percentiles`, request rows built by
@@ -37,7 +37,7 @@ from workbench.measure import models
 from workbench.inputs import prompts
 from workbench.experiments import serving_load
 from workbench.measure.generation import GenerationSettings, generate_measured
-from workbench.serving import load
+from workbench.serving import load, senders
 from workbench.serving.client import openai_client, stream_chat
 
 QUICK = dict(requests=4, search_steps=2, overhead_prompts=2, overhead_tokens=16, overhead_repeats=1,
@@ -171,7 +171,7 @@ def server_overhead(loaded, srv, args) -> None:
     texts = prompts.build_batch(loaded.tokenizer, args.overhead_prompts, args.prompt_tokens)
     n_new = args.overhead_tokens
     settings = GenerationSettings(max_new_tokens=n_new, ignore_eos=True)
-    send = load.http_sender(srv.base_url)
+    send = senders.http_sender(srv.base_url)
     specs = [load.RequestSpec(t, n_new) for t in texts]
     generate_measured(loaded, [texts[0]], settings)  # warm-up, both paths
     load.run_load(send, specs[:1], "synchronous")
@@ -197,7 +197,7 @@ def client_crosscheck(loaded, srv, args) -> None:
     texts = prompts.build_batch(loaded.tokenizer, args.crosscheck_requests, args.prompt_tokens)
     n_new, conc = args.max_new_tokens, args.concurrency
     client = openai_client(srv.base_url)
-    send = load.http_sender(srv.base_url)
+    send = senders.http_sender(srv.base_url)
     specs = [load.RequestSpec(t, n_new) for t in texts]
 
     def with_openai():

@@ -19,7 +19,7 @@ import pytest
 
 from workbench.measure import contention
 from workbench.errors import ParameterError
-from workbench.serving import endpoint, load
+from workbench.serving import endpoint, load, senders
 from workbench.serving.protocol import SERVED_MODEL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -264,7 +264,7 @@ def test_sender_counts_chunks_when_the_stream_has_no_usage():
         "data: [DONE]\n\n"
     transport = httpx.MockTransport(lambda req: httpx.Response(200, text=sse,
                                                                headers={"content-type": "text/event-stream"}))
-    send = load.http_sender("http://x", client=httpx.Client(transport=transport))
+    send = senders.http_sender("http://x", client=httpx.Client(transport=transport))
     row = send(load.RequestSpec("hi", 3), time.perf_counter())
     assert row["error"] is None and row["output_tokens"] == 3 and row["token_count_source"] == "chunks"
     assert math.isnan(row["queue_s"]) and endpoint.server_side_note(row) == endpoint.SERVER_SIDE_NOTE

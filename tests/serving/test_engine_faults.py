@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import engines
+from workbench.serving import engine_kinds, engines
 from workbench.serving.options import EngineOptions
 from workbench.serving.server import EngineWatch, ServerThread
 
@@ -36,7 +36,7 @@ def _raise(*_):
 @pytest.mark.parametrize("name", ["fifo", "continuous"])
 def test_a_raising_token_callback_fails_its_request_only(loaded, name):
     """The continuous engine's router had no guard: a raising on_token killed it and every later request hung."""
-    eng = engines.make_engine(EngineOptions(engine=name, max_batch_size=2, max_seq_tokens=256), loaded,
+    eng = engine_kinds.make_engine(EngineOptions(engine=name, max_batch_size=2, max_seq_tokens=256), loaded,
                               settings=GenerationSettings(max_new_tokens=8))
     try:
         bad = eng.submit(_req(loaded, 6, on_token=_raise))
@@ -55,7 +55,7 @@ def test_a_raising_token_callback_fails_its_request_only(loaded, name):
 def test_a_raising_done_callback_of_a_request_stopped_while_queued_fails_only_it(loaded, name):
     """BaseEngine._loop called r.finish() of a request stopped while queued outside any guard: a raising on_done
     (the job store's write) killed the fifo / static worker."""
-    eng = engines.make_engine(EngineOptions(engine=name, max_batch_size=1, max_seq_tokens=256, batch_window_s=0.0), loaded,
+    eng = engine_kinds.make_engine(EngineOptions(engine=name, max_batch_size=1, max_seq_tokens=256, batch_window_s=0.0), loaded,
                               settings=GenerationSettings(max_new_tokens=8))
     try:
         first = eng.submit(_req(loaded, 6))
@@ -98,7 +98,7 @@ def test_a_dead_engine_is_503_on_health_and_on_requests(loaded):
 
 
 def test_engine_watch_stops_the_server_when_the_engine_is_dead(loaded):
-    eng = engines.make_engine(EngineOptions(engine="fifo"), loaded)
+    eng = engine_kinds.make_engine(EngineOptions(engine="fifo"), loaded)
     server = types.SimpleNamespace(should_exit=False)
     watch = EngineWatch(eng, server, interval_s=0.05).start()
     try:
@@ -114,7 +114,7 @@ def test_engine_watch_stops_the_server_when_the_engine_is_dead(loaded):
 
 
 def test_a_stuck_engine_is_unhealthy(loaded):
-    eng = engines.make_engine(EngineOptions(engine="fifo"), loaded)
+    eng = engine_kinds.make_engine(EngineOptions(engine="fifo"), loaded)
     try:
         eng.stall_s = 0.0
         assert eng.health()[0]  # idle: not stuck

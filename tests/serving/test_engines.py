@@ -6,7 +6,7 @@ import pytest
 
 from workbench import ParameterError
 from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured
-from workbench.serving import engines
+from workbench.serving import engine_kinds, engines
 from workbench.serving.options import EngineOptions
 
 PROMPTS = ["Tell me about the sea.", "What is 2+2?", "Write a haiku about autumn leaves."]
@@ -19,15 +19,15 @@ def _ids(tok, prompt):
 
 def test_unknown_engine_is_one_line_before_any_model():
     with pytest.raises(ParameterError) as err:
-        engines.make_engine(EngineOptions(engine="vllm"), None)
+        engine_kinds.make_engine(EngineOptions(engine="vllm"), None)
     assert str(err.value).startswith("engine:") and "\n" not in str(err.value)
 
 
 def test_static_window_bounds_are_checked():
     with pytest.raises(ParameterError, match="^max_batch_size:"):
-        engines.StaticEngine(None, max_batch_size=0)
+        engine_kinds.StaticEngine(None, max_batch_size=0)
     with pytest.raises(ParameterError, match="^batch_window_s:"):
-        engines.StaticEngine(None, batch_window_s=-1)
+        engine_kinds.StaticEngine(None, batch_window_s=-1)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def _first_divergence(a, b):
 def test_engine_greedy_outputs_equal_batch_1(loaded, reference, name):
     """Every request's tokens under each engine equal its greedy batch-1 generate output."""
     s = GenerationSettings(max_new_tokens=6)
-    eng = engines.make_engine(EngineOptions(engine=name, max_batch_size=4, batch_window_s=0.5, max_seq_tokens=128), loaded,
+    eng = engine_kinds.make_engine(EngineOptions(engine=name, max_batch_size=4, batch_window_s=0.5, max_seq_tokens=128), loaded,
                               settings=s)
     try:
         reqs = [engines.EngineRequest(_ids(loaded.tokenizer, p), s) for p in PROMPTS]
@@ -76,7 +76,7 @@ def test_continuous_engine_serves_different_sampling_in_one_batch(loaded, refere
     per-request settings reach the library's processors row by row."""
     tok = loaded.tokenizer
     greedy = GenerationSettings(max_new_tokens=6)
-    eng = engines.ContinuousEngine(loaded, greedy, max_batch_size=8, max_seq_tokens=128)
+    eng = engine_kinds.ContinuousEngine(loaded, greedy, max_batch_size=8, max_seq_tokens=128)
     try:
         reqs = [engines.EngineRequest(_ids(tok, p), greedy) for p in PROMPTS]
         reqs.append(engines.EngineRequest(_ids(tok, PROMPTS[0]), GenerationSettings(max_new_tokens=6, temperature=1.0,
@@ -97,7 +97,7 @@ def test_continuous_engine_serves_different_sampling_in_one_batch(loaded, refere
 
 @pytest.mark.model
 def test_cancelled_while_queued_never_starts(loaded):
-    eng = engines.FifoEngine(loaded)
+    eng = engine_kinds.FifoEngine(loaded)
     try:
         s = GenerationSettings(max_new_tokens=4)
         a = engines.EngineRequest(_ids(loaded.tokenizer, PROMPTS[0]), s)
@@ -116,11 +116,11 @@ def test_queued_request_gets_headers_promptly_and_engine_timings_over_http(loade
     carries the engine's queue_s, ttft_s, itl_s and tpot_s; token counts come from usage."""
     import httpx
 
-    from workbench.serving import load
+    from workbench.serving import load, senders
     from workbench.serving.server import ServerThread
 
     with ServerThread(loaded, engine="fifo", early_headers=True) as srv:
-        send = load.http_sender(srv.base_url, timeout=300)
+        send = senders.http_sender(srv.base_url, timeout=300)
         out = {}
 
         def long():
@@ -157,7 +157,7 @@ def test_observers_limits_and_stop_reasons(loaded):
     a stop reason becomes the finish reason; a deadline passed while queued is a timeout; nothing stays in flight."""
     seen = []
     release = threading.Event()
-    eng = engines.FifoEngine(loaded)
+    eng = engine_kinds.FifoEngine(loaded)
     eng.observers.append(lambda req, res: seen.append((req.id, res["finish_reason"])))
     try:
         s = GenerationSettings(max_new_tokens=3, ignore_eos=True)
@@ -216,7 +216,7 @@ def test_engines_report_their_running_requests(loaded):
     """fifo runs one request at a time; the sampler sees at most one while three wait."""
     tok = loaded.tokenizer
     s = GenerationSettings(max_new_tokens=3, ignore_eos=True)
-    with engines.FifoEngine(loaded) as eng, engines.RunningSampler(eng) as sampler:
+    with engine_kinds.FifoEngine(loaded) as eng, engines.RunningSampler(eng) as sampler:
         engines.run_requests(eng, [engines.EngineRequest(_ids(tok, p), s) for p in PROMPTS])
     assert sampler.stats()["engine_batch_max"] == 1 and eng.running_requests() == 0
 
@@ -227,7 +227,7 @@ def test_continuous_engine_running_requests_stay_within_its_batch(loaded):
     (the requests waiting in the manager's own queue are not running), and sees them run together."""
     tok = loaded.tokenizer
     s = GenerationSettings(max_new_tokens=4, ignore_eos=True)
-    with engines.ContinuousEngine(loaded, s, max_batch_size=2, max_seq_tokens=64) as eng, \
+    with engine_kinds.ContinuousEngine(loaded, s, max_batch_size=2, max_seq_tokens=64) as eng, \
             engines.RunningSampler(eng, interval_s=0.002) as sampler:
         engines.run_requests(eng, [engines.EngineRequest(_ids(tok, PROMPTS[i % 3]), s) for i in range(6)])
     assert 1 <= sampler.stats()["engine_batch_max"] <= 2
@@ -242,7 +242,7 @@ def test_continuous_prefix_sharing_reports_cached_tokens(loaded):
     ids = _ids(tok, "Describe the sea in detail: " + "waves and tides and salt and wind, " * 6)
     out = {}
     for sharing in (False, True):
-        with engines.ContinuousEngine(loaded, s, max_batch_size=2, max_seq_tokens=256, page_size=16,
+        with engine_kinds.ContinuousEngine(loaded, s, max_batch_size=2, max_seq_tokens=256, page_size=16,
                                       prefix_sharing=sharing) as eng:
             first = engines.run_requests(eng, [engines.EngineRequest(ids, s)])[0]
             again = engines.run_requests(eng, [engines.EngineRequest(ids, s)])[0]
@@ -252,4 +252,4 @@ def test_continuous_prefix_sharing_reports_cached_tokens(loaded):
     assert first["cached_tokens"] == 0 and 0 < again["cached_tokens"] < len(ids) and again["cached_tokens"] % 16 == 0
     assert again["output_ids"] == first["output_ids"] == out[False][0]["output_ids"]
     with pytest.raises(ParameterError, match="^prefix_sharing:"):
-        engines.make_engine(EngineOptions(engine="fifo", prefix_sharing=True), loaded)
+        engine_kinds.make_engine(EngineOptions(engine="fifo", prefix_sharing=True), loaded)

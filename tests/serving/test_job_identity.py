@@ -11,9 +11,10 @@ import httpx
 import pytest
 
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import engines
+from workbench.serving import engine_kinds
 from workbench.serving.options import EngineOptions
-from workbench.serving.jobs import JobError, JobStore, model_identity
+from workbench.serving.job_store import JobError
+from workbench.serving.jobs import JobStore, model_identity
 from workbench.serving.server import ServerThread
 
 pytestmark = pytest.mark.model
@@ -53,7 +54,7 @@ def test_a_job_written_on_one_engine_is_not_continued_on_another(loaded, tmp_pat
 
 def test_a_job_written_by_other_weights_is_refused_naming_them(loaded, tmp_path):
     db = tmp_path / "jobs.sqlite3"
-    with engines.FifoEngine(loaded) as eng:
+    with engine_kinds.FifoEngine(loaded) as eng:
         store = JobStore(eng, path=db)
         jid = store.submit({"messages": MESSAGES, "max_tokens": 3})["id"]
         store.wait(jid)
@@ -61,7 +62,7 @@ def test_a_job_written_by_other_weights_is_refused_naming_them(loaded, tmp_path)
     _interrupt(db, jid)
     other = types.SimpleNamespace(model=loaded.model, tokenizer=loaded.tokenizer,
                                   info=dataclasses.replace(loaded.info, weights_sha256="0" * 16, dtype="bfloat16"))
-    with engines.FifoEngine(other) as eng:
+    with engine_kinds.FifoEngine(other) as eng:
         store = JobStore(eng, path=db)
         try:
             with pytest.raises(JobError) as err:
@@ -75,7 +76,7 @@ def test_a_job_written_by_other_weights_is_refused_naming_them(loaded, tmp_path)
 
 def test_a_job_from_before_identities_is_refused(loaded, tmp_path):
     db = tmp_path / "jobs.sqlite3"
-    with engines.FifoEngine(loaded) as eng:
+    with engine_kinds.FifoEngine(loaded) as eng:
         store = JobStore(eng, path=db)
         jid = store.submit({"messages": MESSAGES, "max_tokens": 2})["id"]
         store.wait(jid)
@@ -94,7 +95,7 @@ def test_a_job_from_before_identities_is_refused(loaded, tmp_path):
 
 
 def test_model_identity_names_path_weights_tokenizer_dtype_engine(loaded):
-    with engines.FifoEngine(loaded) as eng:
+    with engine_kinds.FifoEngine(loaded) as eng:
         ident = model_identity(loaded, eng)
     assert set(ident) == {"model_path", "weights_sha256", "tokenizer", "dtype", "engine"}
     assert ident["engine"] == "fifo" and ident["dtype"] == "float32" and ident["tokenizer"].count(":") == 2
@@ -104,7 +105,7 @@ def test_continuous_engine_seeded_job_is_400_and_a_sampled_job_continues(loaded,
     """Before: a seeded job was 202 then failed, and a sampled job could never be continued on the continuous
     engine (its continuation's seed, seed + stored tokens, is not the engine's one generator's)."""
     db = tmp_path / "jobs.sqlite3"
-    eng = engines.make_engine(EngineOptions(engine="continuous", max_batch_size=2, max_seq_tokens=512), loaded,
+    eng = engine_kinds.make_engine(EngineOptions(engine="continuous", max_batch_size=2, max_seq_tokens=512), loaded,
                               settings=GenerationSettings(max_new_tokens=8))
     store = JobStore(eng, path=db)
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from workbench.measure.generation import GenerationSettings, generate_measured
 from workbench.serving import events
-from workbench.serving.engines import FifoEngine
+from workbench.serving.engine_kinds import FifoEngine
 from workbench.serving.jobs import JobStore
 from workbench.serving.server import ServerThread
 

@@ -12,7 +12,7 @@ import types
 import pytest
 
 from workbench.errors import ParameterError
-from workbench.serving import jobs
+from workbench.serving import job_store, jobs
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 
@@ -122,7 +122,7 @@ def test_a_job_whose_output_cannot_be_written_fails_with_the_reason(tmp_path, to
     try:
         jid = store.submit({"messages": MESSAGES, "max_tokens": 4})["id"]
         (req,) = eng.groups[-1]
-        monkeypatch.setattr(jobs, "WRITE_RETRIES", 0)
+        monkeypatch.setattr(job_store, "WRITE_RETRIES", 0)
         real = store._append
         monkeypatch.setattr(store, "_append", lambda *a, **k: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error")))
         req.on_token(42, time.perf_counter() + 1)
@@ -141,21 +141,21 @@ def test_a_second_server_refuses_an_owned_store(tmp_path, tokenizer):
     path = tmp_path / "j.sqlite3"
     first = jobs.JobStore(StandIn(tokenizer), path=path)
     try:
-        with pytest.raises(jobs.StoreLockedError) as err:
+        with pytest.raises(job_store.StoreLockedError) as err:
             jobs.JobStore(StandIn(tokenizer), path=path)
         msg = str(err.value)
         assert isinstance(err.value, ParameterError) and "\n" not in msg
         assert msg.startswith("jobs_db:") and f"pid {os.getpid()}" in msg
-        with pytest.raises(jobs.StoreLockedError):
-            jobs.check_store_free(path)
+        with pytest.raises(job_store.StoreLockedError):
+            job_store.check_store_free(path)
     finally:
         first.close(timeout=1)
-    jobs.check_store_free(path)  # released at close: a restarted server takes it back
+    job_store.check_store_free(path)  # released at close: a restarted server takes it back
     jobs.JobStore(StandIn(tokenizer), path=path).close(timeout=1)
 
 
 def test_default_store_is_per_server(tmp_path):
-    a, b = jobs.default_path("127.0.0.1:8000"), jobs.default_path("127.0.0.1:8001")
+    a, b = job_store.default_path("127.0.0.1:8000"), job_store.default_path("127.0.0.1:8001")
     assert a != b and a.parent == b.parent and a.name == "127.0.0.1_8000.sqlite3"
 
 

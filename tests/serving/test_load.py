@@ -12,7 +12,7 @@ from conftest import FakeSSE
 
 from workbench import ParameterError
 from workbench.stats import metrics, slo
-from workbench.serving import load
+from workbench.serving import load, senders
 from workbench.serving.load import RequestSpec
 
 SPECS = [RequestSpec("hi", 4) for _ in range(12)]
@@ -294,7 +294,7 @@ def test_http_sender_ignores_a_dead_proxy_in_the_environment(monkeypatch):
     with FakeSSE() as srv:
         with pytest.raises(httpx.HTTPError):
             httpx.post(srv.base_url + "/v1/chat/completions", json={}, timeout=5)
-        row = load.http_sender(srv.base_url, timeout=10)(RequestSpec("hi", 3), time.perf_counter())
+        row = senders.http_sender(srv.base_url, timeout=10)(RequestSpec("hi", 3), time.perf_counter())
     assert row["error"] is None, row["error"]
     assert row["text"] == "Hello" and row["chunks"] == 2 and row["output_tokens"] == 3  # usage, not chunks
     assert row["prefill_s"] == 0.02 and row["queue_s"] == 0.01 and row["tpot_s"] == 0.03

@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from workbench.serving import load
+from workbench.serving import load, senders
 from workbench.serving.client import openai_client, stream_chat
 from workbench.serving.server import ServerThread
 
@@ -22,7 +22,7 @@ def test_openai_client_and_load_generator_agree_on_tokens_and_texts(loaded):
         with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:  # a closed loop of 2 workers
             oa = list(pool.map(lambda p: stream_chat(client, p, MAX_TOKENS, ignore_eos=True, tokenizer=loaded.tokenizer),
                                PROMPTS))
-        res = load.run_load(load.http_sender(srv.base_url), [load.RequestSpec(p, MAX_TOKENS) for p in PROMPTS],
+        res = load.run_load(senders.http_sender(srv.base_url), [load.RequestSpec(p, MAX_TOKENS) for p in PROMPTS],
                             "concurrency", concurrency=CONCURRENCY)
     bi = sorted(res.rows, key=lambda r: r["request_id"])
     assert [r["error"] for r in bi] == [None] * len(PROMPTS)

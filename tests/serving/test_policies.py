@@ -11,13 +11,13 @@ from conftest import LoopbackHTTPServer
 
 from workbench import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import engines, load, options, scheduling
+from workbench.serving import engine_kinds, engines, load, options, scheduling, senders
 
 FAKE = SimpleNamespace(model=SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=0)),
                        tokenizer=SimpleNamespace(eos_token_id=0, get_vocab=lambda: {}, chat_template=""))
 
 
-class GatedEngine(engines.StaticEngine):
+class GatedEngine(engine_kinds.StaticEngine):
     """A static engine whose batches "generate" only when the test releases them (one ``gate`` per batch)."""
 
     def __init__(self, policy="fcfs", max_batch_size=1, batch_window_s=0.0, **opts):
@@ -161,7 +161,7 @@ def test_lanes_cap_long_requests_and_never_mix_lanes_in_a_batch():
     lambda: options.EngineOptions(engine="static", prefix_sharing=True),
     lambda: scheduling.check_priority(1.5),
     lambda: scheduling.check_priority(10**6),
-    lambda: engines.make_engine(options.EngineOptions(engine="continuous"), None, options.PolicyOptions(policy="sjf")),
+    lambda: engine_kinds.make_engine(options.EngineOptions(engine="continuous"), None, options.PolicyOptions(policy="sjf")),
     lambda: options.PolicyOptions(policy="sjf").make_queue("continuous"),
 ])
 def test_bad_scheduling_input_is_one_line_before_any_model(call):
@@ -221,10 +221,10 @@ def test_the_load_generator_waits_for_retry_after_and_records_it():
             return {"t_sent": time.perf_counter(), "error": "HTTP 429", "retry_after_s": 3.0 * len(calls)}
         return {"t_sent": time.perf_counter(), "error": None}
 
-    row = load.retrying_sender(send, max_retries=5, sleep=slept.append)(load.RequestSpec("hi", 2), 0.0)
+    row = senders.retrying_sender(send, max_retries=5, sleep=slept.append)(load.RequestSpec("hi", 2), 0.0)
     assert slept == [3.0, 6.0] and row["retries"] == 2 and row["retry_wait_s"] == 9.0 and row["error"] is None
     calls.clear()
-    row = load.retrying_sender(send, max_retries=1, sleep=slept.append)(load.RequestSpec("hi", 2), 0.0)
+    row = senders.retrying_sender(send, max_retries=1, sleep=slept.append)(load.RequestSpec("hi", 2), 0.0)
     assert row["retries"] == 1 and row["error"] == "HTTP 429"  # bounded: gives up with the refusal
 
 
@@ -234,7 +234,7 @@ def test_a_full_engine_answers_with_a_retry_after_that_the_sender_honours():
     eng.submit(_req(name="blocker"))
     _wait(lambda: len(eng.batches) == 1)
     eng.submit(_req(max_new=10))
-    send = load.engine_sender(eng, None, GenerationSettings(max_new_tokens=10), max_pending=2)
+    send = senders.engine_sender(eng, None, GenerationSettings(max_new_tokens=10), max_pending=2)
     row = send(load.RequestSpec([5] * 8, 10), time.perf_counter())
     # backlog: the blocker's 4 tokens left + 10 waiting, at 0.1 s per token: 1.4 s, rounded up
     assert row["http_status"] == 429 and row["retry_after_s"] == 2.0 and row["error"]
@@ -246,7 +246,7 @@ def test_a_full_engine_answers_with_a_retry_after_that_the_sender_honours():
             eng.gate.release()
         _wait(lambda: eng.pending == 0)
 
-    row = load.retrying_sender(send, sleep=sleep)(load.RequestSpec([5] * 8, 3), time.perf_counter())
+    row = senders.retrying_sender(send, sleep=sleep)(load.RequestSpec([5] * 8, 3), time.perf_counter())
     assert slept == [2.0] and row["retries"] == 1 and row["error"] is None and row["output_tokens"] == 3
     eng.stop()
 
@@ -255,8 +255,8 @@ def test_an_abandoned_request_frees_its_place_at_once():
     eng = GatedEngine("fcfs")
     eng.submit(_req(name="blocker"))
     _wait(lambda: len(eng.batches) == 1)
-    send = load.engine_sender(eng, None, GenerationSettings(max_new_tokens=4), max_pending=2)
-    spec = load.with_patience([load.RequestSpec([5] * 8, 4)], share=1.0, patience_s=0.05)[0]
+    send = senders.engine_sender(eng, None, GenerationSettings(max_new_tokens=4), max_pending=2)
+    spec = senders.with_patience([load.RequestSpec([5] * 8, 4)], share=1.0, patience_s=0.05)[0]
     row = send(spec, time.perf_counter())  # the blocker never finishes while this waits: it gives up
     assert row["abandoned"] and row["finish_reason"] == "abandoned" and row["output_tokens"] == 0
     assert eng.pending == 1 and eng.queue.qsize() == 0  # its place is free although the worker never reached it
@@ -330,8 +330,8 @@ def test_the_http_sender_abandons_after_its_patience_and_closes_the_connection(e
     content): the client gives up and closes the connection; its row is abandoned like the in-process sender's
     (before: the HTTP sender ignored patience_s and waited for the late answer)."""
     with _SilentSSE(hold_s=10.0, early_headers=early_headers) as srv:
-        spec = load.with_patience([load.RequestSpec("hi", 4)], share=1.0, patience_s=0.2)[0]
-        row = load.http_sender(srv.base_url, timeout=30)(spec, time.perf_counter())
+        spec = senders.with_patience([load.RequestSpec("hi", 4)], share=1.0, patience_s=0.2)[0]
+        row = senders.http_sender(srv.base_url, timeout=30)(spec, time.perf_counter())
         assert srv.closed.wait(10), "the server never saw the client close the connection"
     assert row["abandoned"] is True and row["finish_reason"] == "abandoned" and row["error"] is None
     assert row["output_tokens"] == 0 and row["text"] == "" and row["e2e_s"] >= 0.2
@@ -341,7 +341,7 @@ def test_the_http_sender_abandons_after_its_patience_and_closes_the_connection(e
 def test_a_patient_http_request_answered_in_time_is_not_abandoned():
     """Content before the deadline: a normal row (abandoned False); a request without patience too."""
     with _SilentSSE(hold_s=0.0) as srv:
-        send = load.http_sender(srv.base_url, timeout=30)
+        send = senders.http_sender(srv.base_url, timeout=30)
         patient = send(load.RequestSpec("hi", 4, patience_s=30.0), time.perf_counter())
         plain = send(load.RequestSpec("hi", 4), time.perf_counter())
     for row in (patient, plain):
@@ -351,11 +351,11 @@ def test_a_patient_http_request_answered_in_time_is_not_abandoned():
 
 def test_with_patience_picks_the_share():
     specs = [load.RequestSpec("x", 2) for _ in range(200)]
-    out = load.with_patience(specs, 0.25, 3.0, seed=1)
+    out = senders.with_patience(specs, 0.25, 3.0, seed=1)
     n = sum(s.patience_s == 3.0 for s in out)
     assert 25 < n < 75 and all(s.patience_s is None for s in specs)
     with pytest.raises(ParameterError, match="^share:"):
-        load.with_patience(specs, 1.5, 3.0)
+        senders.with_patience(specs, 1.5, 3.0)
 
 
 # ----------------------------------------------------------------------------- over HTTP, the real model
@@ -405,7 +405,7 @@ def test_an_abandoned_http_request_frees_its_slot_on_the_server(loaded, engine):
 
     rows = {}
     with ServerThread(loaded, engine=engine, max_batch_size=1) as srv:
-        send = load.http_sender(srv.base_url, timeout=300)
+        send = senders.http_sender(srv.base_url, timeout=300)
         assert send(load.RequestSpec("Hi.", 2), time.perf_counter())["error"] is None  # warm (continuous: its cache)
         assert srv.engine.wait_idle(60)
         n0 = len(srv.engine.history)

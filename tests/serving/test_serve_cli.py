@@ -78,7 +78,7 @@ def test_a_second_server_on_an_owned_job_store_is_one_line_before_loading(tmp_pa
     from workbench import cli
     from workbench.measure import models
     from workbench.run import results
-    from workbench.serving import jobs
+    from workbench.serving import job_store
 
     def boom(*a, **k):
         raise Reached("the model load or the server start was reached")
@@ -87,7 +87,7 @@ def test_a_second_server_on_an_owned_job_store_is_one_line_before_loading(tmp_pa
     monkeypatch.setattr(uvicorn, "run", boom)
     monkeypatch.setenv("WORKBENCH_API_KEY", "")
     db = tmp_path / "jobs.sqlite3"
-    fd = jobs.lock_store(db)  # "another server" owns it
+    fd = job_store.lock_store(db)  # "another server" owns it
     try:
         for args, word in ((["--jobs-db", str(db)], f"pid {os.getpid()}"), (["--limit-concurrency", "0"],
                            "limit_concurrency"), (["--engine", "fifo", "--prefix-sharing"], "prefix_sharing")):

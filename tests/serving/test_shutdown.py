@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from workbench.serving import jobs
+from workbench.serving import job_store
 from workbench.serving.server import ServerThread, shutdown_app
 
 pytestmark = pytest.mark.model
@@ -49,7 +49,7 @@ def test_a_forced_exit_still_closes_the_store_and_stops_the_engine(loaded, tmp_p
     t0 = time.monotonic()
     srv.stop()
     assert time.monotonic() - t0 < 60
-    jobs.check_store_free(db)  # the store's lock is released: a restarted server takes it
+    job_store.check_store_free(db)  # the store's lock is released: a restarted server takes it
     assert _status_in_file(db, jid) == "interrupted"
     assert not srv.engine._thread.is_alive()
     shutdown_app(srv.app)  # once only: a second call returns at once
@@ -67,4 +67,4 @@ def test_a_graceful_shutdown_is_bounded_with_an_open_job_stream(loaded, tmp_path
     srv.stop()
     assert time.monotonic() - t0 < 30, "the shutdown waited for the job's stream"
     assert _status_in_file(db, jid) == "interrupted"
-    jobs.check_store_free(db)
+    job_store.check_store_free(db)

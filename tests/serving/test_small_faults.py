@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import engines
+from workbench.serving import engine_kinds, engines
 from workbench.serving.options import EngineOptions
 from workbench.serving.monitoring import scrape
 from workbench.serving.server import ServerThread
@@ -23,7 +23,7 @@ def _req(loaded, n, **kw):
 
 
 def test_a_request_whose_deadline_passes_while_queued_leaves_the_queue(loaded):
-    eng = engines.make_engine(EngineOptions(engine="fifo"), loaded)
+    eng = engine_kinds.make_engine(EngineOptions(engine="fifo"), loaded)
     try:
         long = eng.submit(_req(loaded, 400))
         while not long.output_ids:
@@ -110,16 +110,16 @@ def test_a_client_disconnecting_mid_body_is_not_a_logged_500(loaded, caplog):
 def test_the_servers_continuous_kv_pool_is_sized_to_context_and_memory(loaded, monkeypatch):
     """Before: max_batch_size x context tokens zero-filled at start (~3 GB for the 135M model at batch 8)."""
     ctx = loaded.info.max_context_tokens
-    tokens = engines.kv_cache_tokens_for(loaded, 8, ctx)
-    assert ctx <= tokens <= max(ctx, 8 * engines.KV_TOKENS_PER_ROW) < 8 * ctx
-    monkeypatch.setattr(engines, "KV_MEMORY_FRACTION", 1e-9)
+    tokens = engine_kinds.kv_cache_tokens_for(loaded, 8, ctx)
+    assert ctx <= tokens <= max(ctx, 8 * engine_kinds.KV_TOKENS_PER_ROW) < 8 * ctx
+    monkeypatch.setattr(engine_kinds, "KV_MEMORY_FRACTION", 1e-9)
     with pytest.raises(RuntimeError) as exc:
-        engines.kv_cache_tokens_for(loaded, 8, ctx)
+        engine_kinds.kv_cache_tokens_for(loaded, 8, ctx)
     assert "does not fit" in str(exc.value) and "\n" not in str(exc.value)
 
 
 def test_rows_sharing_a_small_kv_pool_all_finish(loaded):
-    eng = engines.make_engine(EngineOptions(engine="continuous", max_batch_size=3, max_seq_tokens=160, kv_cache_tokens=160),
+    eng = engine_kinds.make_engine(EngineOptions(engine="continuous", max_batch_size=3, max_seq_tokens=160, kv_cache_tokens=160),
                               loaded, settings=GenerationSettings(max_new_tokens=8))
     try:
         res = engines.run_requests(eng, [_req(loaded, 100) for _ in range(3)], timeout=600)

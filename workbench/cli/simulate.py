@@ -33,7 +33,7 @@ from workbench.stats import slo
 from workbench.predict import twin, twin_cost
 from workbench.share import run_summary
 from workbench.errors import ParameterError
-from workbench.serving import engines, load, scheduling
+from workbench.serving import engines, load, scheduling, senders
 
 SERVING_EXPERIMENTS = ("serving_load", "scheduling")
 COMPARED = ("ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "e2e_s_p50", "e2e_s_p90", "queue_s_p50",
@@ -179,7 +179,7 @@ def _specs_from_rows(rows: pd.DataFrame, cfg: dict, experiment: str) -> list:
                                    if _num(r.get("priority")) == _num(r.get("priority")) else 0,
                                    r.get("request_class")))
     if experiment == "scheduling" and _num(cfg.get("abandon_share")) > 0:  # the same clients lose patience
-        picked = load.with_patience([load.RequestSpec("", 1)] * len(specs), float(cfg["abandon_share"]),
+        picked = senders.with_patience([load.RequestSpec("", 1)] * len(specs), float(cfg["abandon_share"]),
                                     float(cfg["patience_s"]), int(cfg.get("seed", 0)))
         specs = [dataclasses.replace(s, patience_s=p.patience_s) for s, p in zip(specs, picked)]
     return specs

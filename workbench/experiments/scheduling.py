@@ -72,8 +72,7 @@ from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
 from workbench.share.plots import ok_points, split_by_device
 from workbench.run.point_result import PointResult
-from workbench.serving import engines as engines_mod
-from workbench.serving import load, options, scheduling
+from workbench.serving import engine_kinds, load, options, scheduling, senders
 
 EXPERIMENT = "scheduling"
 AA_ARM = "fcfs_aa"           # the A/A control's second fcfs arm
@@ -328,7 +327,7 @@ def specs_of(tokenizer, rows: list[dict]) -> list[load.RequestSpec]:
 
 def _engine(loaded, cfg: Config, policy: str):
     max_seq = max(cfg.long_prompt_tokens + cfg.short_prompt_tokens) + cfg.long_max_tokens + 8
-    return engines_mod.make_engine(cfg.engine_options_for(cfg.engine, max_seq_tokens=max_seq), loaded, cfg.queue(policy),
+    return engine_kinds.make_engine(cfg.engine_options_for(cfg.engine, max_seq_tokens=max_seq), loaded, cfg.queue(policy),
                                    cfg.settings())
 
 
@@ -340,7 +339,7 @@ def calibrate(loaded, cfg: Config) -> dict:
 
     eng = _engine(loaded, cfg, "fcfs")
     tok = loaded.tokenizer
-    send = load.engine_sender(eng, tok, cfg.settings())
+    send = senders.engine_sender(eng, tok, cfg.settings())
     alone = {}
     try:
         for c, p, m in (("interactive", cfg.short_prompt_tokens[0], cfg.short_max_tokens),
@@ -404,15 +403,15 @@ def run_policy(loaded, cfg: Config, policy: str, rows_in: list[dict], alone_s: d
     """
     specs = specs_of(loaded.tokenizer, rows_in)
     if cfg.abandon_share > 0:
-        specs = load.with_patience(specs, cfg.abandon_share, cfg.patience_s, cfg.seed)
+        specs = senders.with_patience(specs, cfg.abandon_share, cfg.patience_s, cfg.seed)
     t0 = time.perf_counter()
     eng = _engine(loaded, cfg, policy)
     try:
-        warm = load.engine_sender(eng, loaded.tokenizer, cfg.settings())
+        warm = senders.engine_sender(eng, loaded.tokenizer, cfg.settings())
         for s in specs[: cfg.warmup * 2]:
             warm(dataclasses.replace(s, patience_s=None), time.perf_counter())
         warmup_s = time.perf_counter() - t0
-        send = load.retrying_sender(load.engine_sender(eng, loaded.tokenizer, cfg.settings(), cfg.max_pending),
+        send = senders.retrying_sender(senders.engine_sender(eng, loaded.tokenizer, cfg.settings(), cfg.max_pending),
                                     cfg.max_retries)
         res = load.run_load(send, specs, "replay", max_wait_s=cfg.max_wait_s)
     finally:
@@ -468,7 +467,7 @@ def _prefix_engine(loaded, cfg: Config, prefix_sharing: bool, max_seq_tokens: in
     ``continuous`` engine with its prefix cache on / off (the same engine both ways, so only the cache differs);
     otherwise ``cfg.engine`` under ``fcfs``."""
     if any(cfg.multiturn_prefix_sharing):
-        return engines_mod.make_engine(cfg.engine_options_for("continuous", max_seq_tokens=max_seq_tokens,
+        return engine_kinds.make_engine(cfg.engine_options_for("continuous", max_seq_tokens=max_seq_tokens,
                                                               prefix_sharing=prefix_sharing), loaded, None, cfg.settings())
     return _engine(loaded, cfg, "fcfs")
 
@@ -505,7 +504,7 @@ def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult
     ctx = (max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 16) * (cfg.turns + 1) + cfg.shared_prefix_tokens + 64
     eng = _prefix_engine(loaded, cfg, prefix_sharing, ctx)
     rows, lock = [], threading.Lock()
-    send = load.engine_sender(eng, tok, cfg.settings())
+    send = senders.engine_sender(eng, tok, cfg.settings())
     reply = " ".join(["ok"] * cfg.short_max_tokens)
     shared = build_prompt(tok, cfg.shared_prefix_tokens, offset=10_000, chat=False) if cfg.shared_prefix_tokens else ""
 
@@ -549,7 +548,7 @@ def _shared_prefix(loaded, cfg: Config, prefix_sharing: bool = False) -> PointRe
     eng = _prefix_engine(loaded, cfg, prefix_sharing,
                          cfg.shared_prefix_tokens + max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 64)
     doc = build_prompt(tok, cfg.shared_prefix_tokens, offset=10_000, chat=False)
-    send = load.engine_sender(eng, tok, cfg.settings())
+    send = senders.engine_sender(eng, tok, cfg.settings())
     rows = []
     try:
         t = time.perf_counter()

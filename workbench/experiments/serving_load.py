@@ -55,7 +55,7 @@ from workbench.share.plots import label, ok_points, split_by_device
 from workbench.run.point_result import PointResult
 from workbench.serving import endpoint as endpoint_mod
 from workbench.serving import engines as engines_mod
-from workbench.serving import load, options, saturation
+from workbench.serving import engine_kinds, load, options, saturation, senders
 
 EXPERIMENT = "serving_load"
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -240,11 +240,11 @@ class _Bench:
             from workbench.serving.server import ServerThread
 
             self.server = ServerThread(self.loaded, engine=cfg.engine_options_for(name), early_headers=True).start()
-            self.send = load.http_sender(self.server.base_url, timeout=600.0)
+            self.send = senders.http_sender(self.server.base_url, timeout=600.0)
         else:
-            self.engine = engines_mod.make_engine(cfg.engine_options_for(name, max_seq_tokens=max_seq), self.loaded,
+            self.engine = engine_kinds.make_engine(cfg.engine_options_for(name, max_seq_tokens=max_seq), self.loaded,
                                                   None, cfg.settings())
-            self.send = load.engine_sender(self.engine, self.loaded.tokenizer, cfg.settings())
+            self.send = senders.engine_sender(self.engine, self.loaded.tokenizer, cfg.settings())
         self.name = name
         for _ in range(cfg.warmup):  # untimed: first calls, and a batch of the largest shape
             load.run_load(self.send, self.specs[: min(len(self.specs), cfg.max_batch_size)], "throughput")

@@ -13,7 +13,7 @@ every completion. A policy changed in ``serving/scheduling.py`` changes the twin
 
 What the twin models in place of code it cannot run without a model:
 
-- ``fifo`` / ``static`` serving (:class:`workbench.serving.engines.FifoEngine`): one left-padded ``generate`` of the
+- ``fifo`` / ``static`` serving (:class:`workbench.serving.engine_kinds.FifoEngine`): one left-padded ``generate`` of the
   batch: a prefill of ``B`` rows of the longest prompt, then one decode step per token up to the longest
   ``max_new_tokens`` (rows keep their place until the whole batch ends); each request finishes when the batch does.
 - ``continuous``: ``transformers``' ``ContinuousBatchingManager``, whose scheduler is the library's: here FIFO
@@ -22,7 +22,7 @@ What the twin models in place of code it cannot run without a model:
   that finishes its prompt, leaving at its ``max_new_tokens``. **Prefix sharing**: a request whose leading
   ``prefix_tokens`` equal those cached under its ``prefix_key`` (a conversation's history, a shared document)
   reuses the full pages of them (``page_size``; at least one prompt token is computed); no eviction.
-- clients (:func:`workbench.serving.load.engine_sender` and :func:`~workbench.serving.load.retrying_sender`):
+- clients (:func:`workbench.serving.senders.engine_sender` and :func:`~workbench.serving.senders.retrying_sender`):
   latencies from the scheduled time; a refused request is resent after ``min(Retry-After, max_retry_wait_s)`` up
   to ``max_retries`` times; ``patience_s`` with no token withdraws it (a waiting request frees its place at once,
   a running one gets no more tokens); closed loops (``synchronous``, ``concurrency``, ``throughput``) and
@@ -651,7 +651,7 @@ def simulate(cost: StepCost, specs: Sequence[TwinSpec], cfg: TwinConfig | None =
         req.replica = replicas.index(eng)
         if eng.submit(req):
             return
-        # refused: a 429 whose Retry-After is the queue's backlog estimate (load.engine_sender's)
+        # refused: a 429 whose Retry-After is the queue's backlog estimate (senders.engine_sender's)
         after = float(scheduling.retry_after_s(eng.queue.backlog_s()))
         req.http_status, req.retry_after_s = 429, after
         if req.retries >= cfg.max_retries:

@@ -13,18 +13,22 @@ One concern per module, lowest first (a module imports only modules above it in 
 - :mod:`.events`: SSE framing (``data:`` lines, numbered ``id:`` events, ``[DONE]``), ``Last-Event-ID``
   checks, resumable streams (``GET /v1/streams/{id}``), and the client-side SSE parser.
 - :mod:`.engines`: the one engine interface (:class:`~.engines.EngineRequest` in, token and completion
-  callbacks out, observers) with the ``fifo``, ``static`` and ``continuous`` schedulers behind it; the only
+  callbacks out, observers) with the ``fifo``, ``static`` and ``continuous`` schedulers behind it
+  (:mod:`.engine_kinds`: those schedulers, the continuous engine's KV pool and ``make_engine``); the only
   place that generates.
 - :mod:`.chat`: the ``/v1/chat/completions`` route (and ``/v1/models``, ``/health``), handlers at module
   level reading ``app.state``.
 - :mod:`.jobs`: background jobs in SQLite and their ``/v1/jobs`` routes, run on the same engine; every write
   one transaction (rolled back on error, retried), one server per store (an owner lock).
+  :mod:`.job_store` holds its SQLite side (file, owner lock, tables, retried one-transaction writes, the writer
+  thread), :mod:`.job_runs` how a job runs on the engine (its requests, callbacks, stages, how a run ends).
 - :mod:`.monitoring`: Prometheus ``/metrics``, subscribed to the engine's completions.
 - :mod:`.server`: app assembly, the server thread (:class:`~.server.ServerThread`) and ``main``.
-- :mod:`.client` (the ``openai`` client, per-request timing) and :mod:`.load` (arrival profiles, load runs,
-  senders over HTTP or straight into an engine): they import nothing from the server.
+- :mod:`.client` (the ``openai`` client, per-request timing), :mod:`.load` (arrival profiles, load runs, windows)
+  and :mod:`.senders` (a load run's senders over HTTP or straight into an engine, retries, patience): they import
+  nothing from the server.
 - :mod:`.endpoint`: any external OpenAI-compatible server as a load target (its parameter, the one-line checks
-  before a run, its sender over :mod:`.load`); imports nothing from the server either.
+  before a run, its sender over :mod:`.senders`); imports nothing from the server either.
 - :mod:`.saturation`: whether an open-loop load point kept up (kept up / fell behind / undetermined, from the
   noise band of :mod:`.load`'s arrival and completion counts) and the knee those verdicts place.
 - :mod:`.aa_sim`: A/A designs for queue experiments on a virtual clock: a one-at-a-time fake engine whose queue is

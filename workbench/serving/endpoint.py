@@ -321,12 +321,12 @@ def local_server_pid(ep: Endpoint) -> int | None:
 
 
 def sender(ep: Endpoint, timeout: float = 600.0, temperature: float = 0.0, ignore_eos: bool = True) -> Callable:
-    """The load generator's ``send(spec, t_scheduled) -> row`` (:func:`workbench.serving.load.http_sender`)
+    """The load generator's ``send(spec, t_scheduled) -> row`` (:func:`workbench.serving.senders.http_sender`)
     against ``ep``: its URL, model, key. Engine-side columns come back NaN (an external server sends none) and
     each row's ``server_side_note`` says so. ``ignore_eos`` is sent as the vLLM extension; a server without it
     may stop early (``output_tokens`` is its ``usage`` count either way); ``ep.extra_body`` goes into every
     request."""
-    from workbench.serving.load import http_sender
+    from workbench.serving.senders import http_sender
 
     send = http_sender(ep.url, model=ep.model, timeout=timeout, temperature=temperature, ignore_eos=ignore_eos,
                        headers=ep.headers(), extra_body=ep.extra_body)

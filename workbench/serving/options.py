@@ -1,7 +1,7 @@
 """Engine, policy and server options as typed objects: built once (from flags, a suite, a notebook or keywords),
 validated once, passed whole from the command line to the engine.
 
-- :class:`EngineOptions`: which engine (:data:`ENGINES`) and its limits; read by :func:`workbench.serving.engines.make_engine`
+- :class:`EngineOptions`: which engine (:data:`ENGINES`) and its limits; read by :func:`workbench.serving.engine_kinds.make_engine`
   and the engines (``engine.options``).
 - :class:`PolicyOptions`: the waiting queue's scheduling policy (:data:`POLICIES`) and its parameters; it makes the
   :class:`~workbench.serving.scheduling.PolicyQueue`.

@@ -103,7 +103,7 @@ import time
 from workbench.checks import check_float, check_int
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import chat, engines, events, http, monitoring, options
+from workbench.serving import chat, engine_kinds, engines, events, http, monitoring, options
 from workbench.serving.options import SHUTDOWN_TIMEOUT_S, EngineOptions, PolicyOptions, ServerOptions
 from workbench.serving.protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT
 
@@ -202,17 +202,17 @@ def head_timeout_protocol(timeout_s: float):
 
 
 def make_server_engine(loaded, engine: EngineOptions, policy: PolicyOptions | None = None) -> engines.BaseEngine:
-    """The engine behind an app: :func:`workbench.serving.engines.make_engine`, with the ``continuous`` manager sized
+    """The engine behind an app: :func:`workbench.serving.engine_kinds.make_engine`, with the ``continuous`` manager sized
     for the model's context (``engine.max_seq_tokens`` when given: requests up to it, per-request sampling) and its
     KV pool to the context and the memory (``engine.kv_cache_tokens`` when given, else
-    :func:`workbench.serving.engines.kv_cache_tokens_for`)."""
+    :func:`workbench.serving.engine_kinds.kv_cache_tokens_for`)."""
     ctx = int(engine.max_seq_tokens or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 2048)
     if engine.max_seq_tokens is None:
         engine = dataclasses.replace(engine, max_seq_tokens=ctx)
     if engine.engine == "continuous" and engine.kv_cache_tokens is None:  # sized to the context and the memory
-        engine = dataclasses.replace(engine, kv_cache_tokens=engines.kv_cache_tokens_for(loaded, engine.max_batch_size,
+        engine = dataclasses.replace(engine, kv_cache_tokens=engine_kinds.kv_cache_tokens_for(loaded, engine.max_batch_size,
                                                                                          ctx))
-    return engines.make_engine(engine, loaded, policy, GenerationSettings(max_new_tokens=ctx))
+    return engine_kinds.make_engine(engine, loaded, policy, GenerationSettings(max_new_tokens=ctx))
 
 
 def create_app(loaded, engine: EngineOptions | None = None, policy: PolicyOptions | None = None,
@@ -247,7 +247,7 @@ def create_app(loaded, engine: EngineOptions | None = None, policy: PolicyOption
 
     Raises:
         ParameterError: a non-loopback ``host`` without ``api_key``, a policy the engine cannot apply, a bad
-            served name; :class:`workbench.serving.jobs.StoreLockedError`: another server owns the job store.
+            served name; :class:`workbench.serving.job_store.StoreLockedError`: another server owns the job store.
     """
     from contextlib import asynccontextmanager
 
@@ -387,7 +387,7 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
     import uvicorn
 
     from workbench.measure.models import load_model, pick_device, pick_dtype, resolve_model_path
-    from workbench.serving import jobs as jobs_mod
+    from workbench.serving import job_store
 
     limits = limits or ServerLimits()
     engine, policy, server = engine or EngineOptions(), policy or PolicyOptions(), server or ServerOptions()
@@ -401,7 +401,7 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
         options.check_compile(engine, rung.compile)
     server_id = f"{host}:{port}"
     if jobs is not None:  # another server owns it: say so before the model loads
-        jobs_mod.check_store_free(jobs.get("path") or jobs_mod.default_path(server_id))
+        job_store.check_store_free(jobs.get("path") or job_store.default_path(server_id))
     pick_dtype(dtype, pick_device(device))
     resolve_model_path(model)
     loaded = load_model(model, device=device, dtype=dtype)
