@@ -1,7 +1,7 @@
 """How well does the calibrated roofline predict this machine? Measured / predicted over the default CPU suite.
 
-Calibrates (:func:`workbench.predict.roofline.calibrate`, cached per model/device/dtype/threads; ``--recalibrate``
-forces a fresh fit and prints its wall time, budget < 30 s), then measures every (batch size, prompt length,
+Calibrates (:func:`workbench.predict.roofline_calibration.calibrate`, cached per model/device/dtype/threads;
+``--recalibrate`` forces a fresh fit and prints its wall time, budget < 30 s), then measures every (batch size, prompt length,
 output length) point of the default suite's batch-size and context-length notebooks (``suites/default.yaml``,
 notebooks 01 and 02: the same grid the suite runs; ``--batch-sizes`` / ``--prompt-tokens`` replace it) with
 fixed-length greedy outputs (one warm-up, ``--repeats`` timed runs) and prints, per point, measured and
@@ -21,7 +21,7 @@ import torch
 
 from workbench.stats import metrics
 from workbench.measure import models
-from workbench.predict import predictions, roofline
+from workbench.predict import predictions, roofline_calibration
 from workbench.inputs import prompts
 from workbench.run import sweeps
 from workbench.measure.generation import GenerationSettings
@@ -63,11 +63,13 @@ def main() -> None:
         grid = suite_grid(tuple(args.notebooks))
     loaded = models.load_model("default", "cpu", args.dtype)
     info = loaded.info
-    small = {} if args.dtype == "float32" else {"repeats": 1, "trials": 3, "runs": roofline.CALIBRATION_RUNS_SMALL}
+    small = ({} if args.dtype == "float32"
+             else {"repeats": 1, "trials": 3, "runs": roofline_calibration.CALIBRATION_RUNS_SMALL})
     # a cached calibration is checked against today's probe and refitted when off by more than 15%
-    cached = None if args.recalibrate else roofline.checked_cached(info.path, "cpu", info.dtype,
-                                                                   torch.get_num_threads(), loaded, **small)
-    dev, calib = cached if cached else roofline.calibrate(loaded, **small)  # as engine_tuning calibrates bf16
+    cached = None if args.recalibrate else roofline_calibration.checked_cached(info.path, "cpu", info.dtype,
+                                                                               torch.get_num_threads(), loaded, **small)
+    # as engine_tuning calibrates bf16
+    dev, calib = cached if cached else roofline_calibration.calibrate(loaded, **small)
     print(f"device {info.device_name}, {info.dtype}, threads {torch.get_num_threads()}, probe "
           f"{dev.bandwidth_bytes_per_s / 1e9:.1f} GB/s, {dev.flops_per_s / 1e9:.1f} GFLOP/s; calibration "
           f"{'cached' if cached else f'{calib.calibration_s:.1f} s (budget 30 s)'}: prefill "
@@ -79,7 +81,7 @@ def main() -> None:
           f"leave-one-workload-out TTFT {calib.loo_ttft_error:.1%}, TPOT {calib.loo_tpot_error:.1%} "
           f"(in-sample, not a measure of accuracy: TTFT {calib.in_sample_ttft_error:.1%}, "
           f"TPOT {calib.in_sample_tpot_error:.1%})", flush=True)
-    pred = roofline.Predictor(roofline.shape_of(info), dev, calib)
+    pred = roofline_calibration.Predictor(roofline_calibration.shape_of(info), dev, calib)
     rows = []
     t0 = time.perf_counter()
     for B, L, n in grid:

@@ -82,10 +82,10 @@ def test_a_cache_file_is_never_seen_torn_or_empty_by_a_concurrent_reader(tmp_pat
 def test_the_tests_calibrate_in_their_own_cache_and_share_the_converted_models():
     """A roofline calibration fitted under the test workers' load never becomes the user's (their next
     `make run` would refit it); the converted default model is the user's own folder, not a second copy."""
-    from workbench.predict import roofline
+    from workbench.predict import roofline_calibration
 
     root = models.cache_root()
     assert root.name == "tests" and (root / "models").resolve() == (root.parent / "models").resolve()
-    path = roofline.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", 2)
+    path = roofline_calibration.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", 2)
     assert path.is_relative_to(root) and not path.is_relative_to(root.parent / "roofline")
     assert models.resolve_model_path("default").resolve().is_relative_to((root.parent / "models").resolve())

@@ -4,7 +4,7 @@ import json
 import pandas as pd
 
 from workbench.stats import metrics
-from workbench.share import report
+from workbench.share import csv_export, findings, report
 from workbench.run import results
 from workbench.experiments import explorer
 
@@ -134,14 +134,14 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised(tmp_path):
     for r, text in zip(point.requests, ["=HYPERLINK(\"http://x\")", "+1+1"]):
         r["text"] = text
     run = make_run([point])
-    paths = report.export(run)
+    paths = csv_export.export(run)
     csv = pd.read_csv(paths["requests_csv"])
     assert sorted(csv["text"]) == ["'+1+1", "'=HYPERLINK(\"http://x\")"]
     assert csv["ttft_s"].dtype.kind == "f"                    # numbers (even negative) stay numbers
     raw = paths["requests_csv"].read_text()
     assert ",=" not in raw and ",+" not in raw and ",@" not in raw
-    assert report._neutralise("-2+3") == "'-2+3" and report._neutralise("@SUM(A1)") == "'@SUM(A1)"
-    assert report._neutralise("plain") == "plain" and report._neutralise(-1.5) == -1.5
+    assert csv_export._neutralise("-2+3") == "'-2+3" and csv_export._neutralise("@SUM(A1)") == "'@SUM(A1)"
+    assert csv_export._neutralise("plain") == "plain" and csv_export._neutralise(-1.5) == -1.5
 
 
 def test_findings_show_their_evidence_and_link_to_the_points_they_rest_on():
@@ -157,9 +157,9 @@ def test_findings_show_their_evidence_and_link_to_the_points_they_rest_on():
     page = report.build_report(run).read_text()
     assert "Batch 2 is slower." in page and "Evidence: 2 points, 1 repeat each" in page
     assert "class='unsupported'>not supported<" in page
-    anchor = report._point_anchor(run, pid)
+    anchor = findings._point_anchor(run, pid)
     assert f"href='#{anchor}'" in page and f"<tr id='{anchor}'" in page  # the link lands on the point's row
     assert "A plain sentence from an old manifest." in page and "0 of 1 findings are supported" in page
-    table = report.findings_table(run).set_index("experiment")
+    table = findings.findings_table(run).set_index("experiment")
     assert table.loc[exp, "supported"] is False and table.loc["older", "supported"] is None
     assert table.loc[exp, "evidence"] == "2 points, 1 repeat each" and table.loc[exp, "points"] == 1

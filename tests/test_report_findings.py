@@ -1,6 +1,6 @@
 """Findings a reader can scan: one claim sentence with its mark, per-arm figures in a table, a summary first."""
 from workbench.stats import evidence
-from workbench.share import report
+from workbench.share import findings, report
 from workbench.run import results
 
 from test_report import fake_point, make_run
@@ -15,14 +15,14 @@ TUNING = ("Recommended: bfloat16 sdpa (1.45x faster than float32 eager). float32
 
 
 def test_split_finding_claim_arms_and_notes():
-    claim, rows, notes = report.split_finding(SCHEDULING)
+    claim, rows, notes = findings.split_finding(SCHEDULING)
     assert claim.startswith("For interactive traffic") and claim.endswith("background e2e.")
     assert [r["arm"] for r in rows] == ["priority · interactive TTFT vs fcfs", "priority · background e2e vs fcfs",
                                         "sjf · interactive TTFT vs fcfs"]
     assert [(r["estimate"], r["interval"], r["verdict"]) for r in rows] == [
         ("0.62x", "0.50-0.77x", "below 1"), ("1.10x", "0.95-1.27x", "no difference beyond noise"),
         ("0.91x", "", "not supported")]
-    claim, rows, notes = report.split_finding(TUNING)
+    claim, rows, notes = findings.split_finding(TUNING)
     assert claim == "Recommended: bfloat16 sdpa (1.45x faster than float32 eager)."
     assert [r["verdict"] for r in rows] == ["no difference beyond noise", "faster"]
     assert notes == ["Caveat: the adaptive search, replayed on this grid, finds the same configuration with 4 of 8 "
@@ -37,8 +37,8 @@ def test_report_opens_with_a_summary_and_tables_the_arms():
     summary = page.index("<h2>Summary</h2>")
     assert summary < page.index("<h2>Findings</h2>") and summary < page.index("class='downloads meta'>Data:")
     block = page[summary:page.index("</div>", summary)]
-    assert f"href='#{report._exp_anchor(run, 'scheduling')}'" in block and "priority lowers" in block
-    assert "no supported effect" in block and f"href='#{report._exp_anchor(run, 'engine_tuning')}'" in block
+    assert f"href='#{findings._exp_anchor(run, 'scheduling')}'" in block and "priority lowers" in block
+    assert "no supported effect" in block and f"href='#{findings._exp_anchor(run, 'engine_tuning')}'" in block
     assert "explorer" in block and "no finding recorded" in block
     assert page.count("<table class='arms'>") >= 2 and "<td>priority · interactive TTFT vs fcfs</td>" in page
     assert "<td>0.50-0.77x</td>" in page

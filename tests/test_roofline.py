@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from workbench.predict import predictions, roofline
+from workbench.predict import predictions, roofline, roofline_calibration
 
 TINY = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
         "head_dim": 4, "num_hidden_layers": 2, "intermediate_size": 16, "vocab_size": 10,
@@ -80,7 +80,7 @@ def _runs(s, dev, truth, noise=0.0):
 
     rng = random.Random(0)
     rows = []
-    for B, L in roofline.CALIBRATION_RUNS:
+    for B, L in roofline_calibration.CALIBRATION_RUNS:
         for _ in range(2):
             p = roofline.predict(s, dev, truth, B, L, 8)
             jit = 1 + rng.uniform(-noise, noise)
@@ -96,7 +96,7 @@ def test_calibration_fit_recovers_known_overheads():
     truth = roofline.Calibration(prefill_overhead_s=0.5, prefill_efficiency=0.4, step_overhead_s=0.2,
                                  decode_efficiency=0.4, ttft_overhead_s=0.05, calibrated=True,
                                  step_row_overhead_s=0.03, kv_traffic=3.0)
-    fit = roofline.fit_calibration(s, dev, _runs(s, dev, truth))
+    fit = roofline_calibration.fit_calibration(s, dev, _runs(s, dev, truth))
     assert fit.calibrated and fit.version == roofline.CALIBRATION_VERSION
     assert fit.prefill_overhead_s == pytest.approx(0.5, rel=0.05)
     assert fit.prefill_efficiency == pytest.approx(0.4, rel=0.03)
@@ -114,7 +114,7 @@ def test_calibrated_model_predicts_unseen_batches_and_contexts():
     dev = roofline.Device(1e5, 1e7, 1)
     truth = roofline.Calibration(0.1, 0.6, 0.05, 0.6, 0.01, True, step_row_overhead_s=0.004, kv_traffic=6.0,
                                  batched_step_overhead_s=0.04)
-    fit = roofline.fit_calibration(s, dev, _runs(s, dev, truth, noise=0.03))
+    fit = roofline_calibration.fit_calibration(s, dev, _runs(s, dev, truth, noise=0.03))
     assert fit.batched_step_overhead_s == pytest.approx(0.04, rel=0.3)  # the GEMV -> GEMM switch is recovered
     for B in (1, 2, 4, 8, 16):
         for L in (128, 512, 2048):
@@ -133,10 +133,10 @@ def test_each_dtype_uses_its_own_cached_calibration(tmp_path, monkeypatch):
     base = roofline.Calibration(step_overhead_s=1.0, calibrated=True)
     bf16_dev = roofline.Device(1000.0, 5e3, 1, dtype="bfloat16")
     bf16 = roofline.Calibration(step_overhead_s=2.0, calibrated=True)
-    path = roofline.cache_path(str(tmp_path), "cpu", "bfloat16", roofline._threads())
+    path = roofline_calibration.cache_path(str(tmp_path), "cpu", "bfloat16", roofline_calibration._threads())
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(bf16_dev), "calibration": dataclasses.asdict(bf16)}))
-    pred = roofline.Predictor(s, f32, base, probe=False, model_path=str(tmp_path))
+    pred = roofline_calibration.Predictor(s, f32, base, probe=False, model_path=str(tmp_path))
     shape, dev, calib = pred.for_dtype("bfloat16")
     assert shape.weight_bytes == 1272 * 2 and dev.flops_per_s == 5e3 and calib.step_overhead_s == 2.0
     assert pred.calibrated_dtype("bfloat16") == "bfloat16" and pred.calibrated_dtype("float32") == "float32"
@@ -147,7 +147,7 @@ def test_each_dtype_uses_its_own_cached_calibration(tmp_path, monkeypatch):
     # a stale calibration (older fitted model) is not used
     path.write_text(json.dumps({"device": dataclasses.asdict(bf16_dev),
                                 "calibration": {**dataclasses.asdict(bf16), "version": 1}}))
-    assert roofline.load_cached(str(tmp_path), "cpu", "bfloat16", roofline._threads()) is None
+    assert roofline_calibration.load_cached(str(tmp_path), "cpu", "bfloat16", roofline_calibration._threads()) is None
 
 
 def test_residual_summary_names_points_outside_the_limit():
@@ -195,7 +195,7 @@ def test_plan_runs_without_loading_weights(no_weights, capsys, monkeypatch, tmp_
 
 def test_dry_run_on_sweep_measures_nothing(no_weights, capsys, monkeypatch):
     from workbench import cli
-    from workbench.predict import roofline as rl
+    from workbench.predict import roofline_calibration as rl
 
     real = rl.Predictor.for_model
     monkeypatch.setattr(rl.Predictor, "for_model", classmethod(lambda cls, *a, **k: real(*a, **{**k, "probe": False})))
@@ -206,7 +206,7 @@ def test_dry_run_on_sweep_measures_nothing(no_weights, capsys, monkeypatch):
 
 def test_plan_entries_estimate_wall_time_from_predictions():
     s = roofline.ModelShape.from_config(TINY)
-    pred = roofline.Predictor(s, roofline.Device(1e9, 1e10, 1), roofline.Calibration(step_overhead_s=0.01))
+    pred = roofline_calibration.Predictor(s, roofline.Device(1e9, 1e10, 1), roofline.Calibration(step_overhead_s=0.01))
     from workbench.run import notebooks
 
     plan = predictions.plan_entries([{"notebook": str(notebooks.NOTEBOOKS_DIR / "01_batch_size.ipynb"),
@@ -242,7 +242,7 @@ def test_report_shows_the_residual_table_of_a_run_with_predictions():
 
 def _private_cache(monkeypatch, tmp_path):
     """Calibrations under tmp_path (the model cache itself stays: the default model is not converted again)."""
-    monkeypatch.setattr(roofline, "cache_path", lambda model, device, dtype, threads:
+    monkeypatch.setattr(roofline_calibration, "cache_path", lambda model, device, dtype, threads:
                         tmp_path / f"{abs(hash(str(model)))}-{device}-{dtype}-{threads}.json")
 
 
@@ -256,7 +256,8 @@ def test_predict_rows_uses_the_cached_calibration_or_nothing(tmp_path, monkeypat
     assert predictions.predict_rows(rows)["predicted_tpot_s"].isna().all()  # no calibration: no prediction
     from workbench.measure import models
 
-    path = roofline.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", roofline._threads())
+    path = roofline_calibration.cache_path(str(models.resolve_model_path("default")), "cpu", "float32",
+                                           roofline_calibration._threads())
     dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(cal)}))
     out = predictions.predict_rows(rows)
@@ -275,7 +276,8 @@ def calibrated(tmp_path, monkeypatch):
     from workbench.measure import models
 
     _private_cache(monkeypatch, tmp_path)
-    path = roofline.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", roofline._threads())
+    path = roofline_calibration.cache_path(str(models.resolve_model_path("default")), "cpu", "float32",
+                                           roofline_calibration._threads())
     dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(cal)}))
 
@@ -350,13 +352,14 @@ def test_calibration_quotes_its_error_out_of_sample():
     truth = roofline.Calibration(0.1, 0.6, 0.05, 0.6, 0.01, True, step_row_overhead_s=0.004, kv_traffic=6.0,
                                  batched_step_overhead_s=0.04)
     four = ((1, 32), (1, 384), (2, 32), (8, 96))
-    exact = roofline.fit_calibration(s, dev, _perturbed_runs(s, dev, truth, four, (0.04, -0.03, 0.05, -0.02)))
+    exact = roofline_calibration.fit_calibration(s, dev, _perturbed_runs(s, dev, truth, four,
+                                                                          (0.04, -0.03, 0.05, -0.02)))
     assert exact.workloads == 4 and exact.in_sample_tpot_error < 1e-3
     assert exact.loo_tpot_error > 10 * max(exact.in_sample_tpot_error, 1e-4)
-    assert len(set(roofline.CALIBRATION_RUNS)) >= roofline.DECODE_PARAMETERS + 2
-    assert len(set(roofline.CALIBRATION_RUNS_SMALL)) >= roofline.DECODE_PARAMETERS + 2
-    six = roofline.fit_calibration(s, dev, _perturbed_runs(s, dev, truth, roofline.CALIBRATION_RUNS,
-                                                           (0.04, -0.03, 0.05, -0.02, 0.03, -0.04)))
+    assert len(set(roofline_calibration.CALIBRATION_RUNS)) >= roofline.DECODE_PARAMETERS + 2
+    assert len(set(roofline_calibration.CALIBRATION_RUNS_SMALL)) >= roofline.DECODE_PARAMETERS + 2
+    six = roofline_calibration.fit_calibration(s, dev, _perturbed_runs(
+        s, dev, truth, roofline_calibration.CALIBRATION_RUNS, (0.04, -0.03, 0.05, -0.02, 0.03, -0.04)))
     assert six.workloads == 6 and six.loo_tpot_error > six.in_sample_tpot_error > 0
     assert math.isfinite(six.loo_ttft_error)
 
@@ -380,12 +383,12 @@ def test_a_cached_calibration_off_todays_probe_is_rescaled():
     want = roofline.predict(s, fast_dev, fast, 4, 256, 32)["predicted_e2e_s"]
     stale = roofline.predict(s, slow_dev, slow, 4, 256, 32)["predicted_e2e_s"]
     assert stale > 1.3 * want  # the slow day's calibration over-predicts the fast day
-    dev, calib = roofline.check_calibration((slow_dev, slow), fast_dev)
+    dev, calib = roofline_calibration.check_calibration((slow_dev, slow), fast_dev)
     assert calib.check.startswith("rescaled") and dev.flops_per_s == fast_dev.flops_per_s
     assert roofline.predict(s, dev, calib, 4, 256, 32)["predicted_e2e_s"] == pytest.approx(want, rel=0.15)
     # within 15%: kept as cached
     near = roofline.Device(1.05e5, 1.1e7, 1)
-    dev, calib = roofline.check_calibration((slow_dev, slow), near)
+    dev, calib = roofline_calibration.check_calibration((slow_dev, slow), near)
     assert dev is slow_dev and calib.check.startswith("kept") and calib.step_overhead_s == slow.step_overhead_s
 
 
@@ -395,13 +398,13 @@ def test_a_cached_calibration_off_todays_probe_is_refit_when_the_model_is_loaded
     from types import SimpleNamespace
 
     s, (slow_dev, slow), (fast_dev, fast) = _days()
-    monkeypatch.setattr(roofline, "cache_path", lambda *a: tmp_path / "calib.json")
+    monkeypatch.setattr(roofline_calibration, "cache_path", lambda *a: tmp_path / "calib.json")
     (tmp_path / "calib.json").write_text(json.dumps({"device": dataclasses.asdict(slow_dev),
                                                      "calibration": dataclasses.asdict(slow)}))
     monkeypatch.setattr(roofline.Device, "probe", classmethod(lambda cls, *a, **k: fast_dev))
     refits = []
-    monkeypatch.setattr(roofline, "calibrate", lambda loaded, **k: refits.append(k) or (fast_dev, fast))
-    monkeypatch.setattr(roofline, "shape_of", lambda info: s)
+    monkeypatch.setattr(roofline_calibration, "calibrate", lambda loaded, **k: refits.append(k) or (fast_dev, fast))
+    monkeypatch.setattr(roofline_calibration, "shape_of", lambda info: s)
     loaded = SimpleNamespace(info=SimpleNamespace(path=str(tmp_path), device="cpu", dtype="float32"))
     pred = predictions.calibrated_predictor(loaded)
     assert refits and pred.calib.check.startswith("refit") and pred.device is fast_dev
@@ -414,11 +417,11 @@ def test_plan_predictor_rescales_a_stale_cached_calibration(tmp_path, monkeypatc
     import json
 
     _, (slow_dev, slow), (fast_dev, fast) = _days()
-    monkeypatch.setattr(roofline, "cache_path", lambda *a: tmp_path / "calib.json")
+    monkeypatch.setattr(roofline_calibration, "cache_path", lambda *a: tmp_path / "calib.json")
     (tmp_path / "calib.json").write_text(json.dumps({"device": dataclasses.asdict(slow_dev),
                                                      "calibration": dataclasses.asdict(slow)}))
     monkeypatch.setattr(roofline.Device, "probe", classmethod(lambda cls, *a, **k: fast_dev))
-    pred = roofline.Predictor.for_model("default", "cpu", "float32", probe=True)
+    pred = roofline_calibration.Predictor.for_model("default", "cpu", "float32", probe=True)
     want = roofline.predict(pred.shape, fast_dev, fast, 4, 256, 32)["predicted_e2e_s"]
     assert pred.predict(4, 256, 32)["predicted_e2e_s"] == pytest.approx(want, rel=0.15)
     assert pred.calib.check.startswith("rescaled")
@@ -431,7 +434,7 @@ def _stale_cache(tmp_path, monkeypatch, today):
     import json
 
     s, (slow_dev, slow), _ = _days()
-    monkeypatch.setattr(roofline, "cache_path", lambda *a: tmp_path / "calib.json")
+    monkeypatch.setattr(roofline_calibration, "cache_path", lambda *a: tmp_path / "calib.json")
     (tmp_path / "calib.json").write_text(json.dumps({"device": dataclasses.asdict(slow_dev),
                                                      "calibration": dataclasses.asdict(slow)}))
     calls = {"probe": 0, "refit": 0}
@@ -441,7 +444,8 @@ def _stale_cache(tmp_path, monkeypatch, today):
         return today
 
     monkeypatch.setattr(roofline.Device, "probe", classmethod(probe))
-    monkeypatch.setattr(roofline, "calibrate", lambda loaded, **k: calls.__setitem__("refit", calls["refit"] + 1)
+    monkeypatch.setattr(roofline_calibration, "calibrate",
+                        lambda loaded, **k: calls.__setitem__("refit", calls["refit"] + 1)
                         or (today, dataclasses.replace(slow, check="")))
     return calls
 
@@ -455,12 +459,12 @@ def test_a_cached_calibration_is_checked_once_per_process_until_its_file_changes
     _, _, (fast_dev, _) = _days()
     calls = _stale_cache(tmp_path, monkeypatch, fast_dev)
     loaded = SimpleNamespace()
-    first = roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, loaded)
-    again = roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, loaded)
+    first = roofline_calibration.checked_cached(str(tmp_path), "cpu", "float32", 1, loaded)
+    again = roofline_calibration.checked_cached(str(tmp_path), "cpu", "float32", 1, loaded)
     assert again is first and calls == {"probe": 1, "refit": 1}
     st = (tmp_path / "calib.json").stat()
     os.utime(tmp_path / "calib.json", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))   # rewritten since
-    roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, loaded)
+    roofline_calibration.checked_cached(str(tmp_path), "cpu", "float32", 1, loaded)
     assert calls == {"probe": 2, "refit": 2}
 
 
@@ -472,7 +476,7 @@ def test_a_noisy_probe_rescales_instead_of_refitting(tmp_path, monkeypatch):
 
     _, _, (fast_dev, _) = _days()
     calls = _stale_cache(tmp_path, monkeypatch, dataclasses.replace(fast_dev, noisy=True))
-    dev, calib = roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, SimpleNamespace())
+    dev, calib = roofline_calibration.checked_cached(str(tmp_path), "cpu", "float32", 1, SimpleNamespace())
     assert calls["refit"] == 0 and calib.check.startswith("rescaled") and "noisy: not refitted" in calib.check
     assert dev.flops_per_s == fast_dev.flops_per_s
 
@@ -484,5 +488,5 @@ def test_a_moderate_move_is_rescaled_even_with_the_model_loaded(tmp_path, monkey
 
     today = roofline.Device(1.05e5, 1.3e7, 1)
     calls = _stale_cache(tmp_path, monkeypatch, today)
-    dev, calib = roofline.checked_cached(str(tmp_path), "cpu", "float32", 1, SimpleNamespace())
+    dev, calib = roofline_calibration.checked_cached(str(tmp_path), "cpu", "float32", 1, SimpleNamespace())
     assert calls["refit"] == 0 and calib.check.startswith("rescaled") and dev.flops_per_s == today.flops_per_s

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.predict import twin, twin_cost
+from workbench.predict import twin, twin_cost, twin_engine
 from workbench.errors import ParameterError
 from workbench.serving import scheduling
 
@@ -182,7 +182,7 @@ def test_bulk_decode_steps_equal_step_by_step(monkeypatch):
     specs = twin.open_loop("poisson", 150, 3.0, 64, 24, seed=2)
     cfg = twin.TwinConfig(engine="continuous", max_batch_size=4, max_batch_tokens=96)
     fast = twin.simulate(COST, specs, cfg, "poisson")
-    monkeypatch.setattr(twin.EngineTwin, "bulk_decode", False)
+    monkeypatch.setattr(twin_engine.EngineTwin, "bulk_decode", False)
     slow = twin.simulate(COST, specs, cfg, "poisson")
     pd.testing.assert_frame_equal(fast.rows, slow.rows, rtol=1e-9)
     assert fast.summary["busy_share"] == pytest.approx(slow.summary["busy_share"], rel=1e-9)

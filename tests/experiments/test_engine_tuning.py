@@ -305,9 +305,9 @@ def test_make_predictor_calibrates_each_swept_dtype(monkeypatch, tmp_path):
     """bfloat16 points are predicted from a bfloat16 calibration (its own FLOP/s and overheads), not float32's."""
     from types import SimpleNamespace
 
-    from workbench.predict import roofline
+    from workbench.predict import roofline, roofline_calibration
 
-    monkeypatch.setattr(roofline, "cache_path", lambda m, d, dtype, t: tmp_path / f"{dtype}.json")
+    monkeypatch.setattr(roofline_calibration, "cache_path", lambda m, d, dtype, t: tmp_path / f"{dtype}.json")
     path = str(models.resolve_model_path("default"))
 
     def info(dtype):
@@ -316,17 +316,18 @@ def test_make_predictor_calibrates_each_swept_dtype(monkeypatch, tmp_path):
 
     calls = []
 
-    def fake_calibrate(loaded, repeats=2, save=True, trials=7, runs=roofline.CALIBRATION_RUNS):
+    def fake_calibrate(loaded, repeats=2, save=True, trials=7, runs=roofline_calibration.CALIBRATION_RUNS):
         dtype = loaded.info.dtype
         calls.append((dtype, runs))
         return (roofline.Device(1e10, 1e11 if dtype == "float32" else 2e10, 2, dtype=dtype),
                 roofline.Calibration(step_overhead_s=0.01 if dtype == "float32" else 0.03, calibrated=True))
 
-    monkeypatch.setattr(roofline, "calibrate", fake_calibrate)
+    monkeypatch.setattr(roofline_calibration, "calibrate", fake_calibrate)
     monkeypatch.setattr(models, "load_model", lambda spec, device, dtype, **k: SimpleNamespace(info=info(dtype)))
     cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], calibrate=True)
     pred = et.make_predictor(cfg, SimpleNamespace(info=info("float32")))
-    assert calls == [("float32", roofline.CALIBRATION_RUNS), ("bfloat16", roofline.CALIBRATION_RUNS_SMALL)]
+    assert calls == [("float32", roofline_calibration.CALIBRATION_RUNS),
+                     ("bfloat16", roofline_calibration.CALIBRATION_RUNS_SMALL)]
     shape, dev, calib = pred.for_dtype("bfloat16")
     assert dev.flops_per_s == 2e10 and calib.step_overhead_s == 0.03 and shape.bytes_per_element == 2
     assert pred.calibrated_dtype("bfloat16") == "bfloat16" and pred.calibrated_dtype("float32") == "float32"

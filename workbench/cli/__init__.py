@@ -178,16 +178,16 @@ def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False
     (:mod:`workbench.predict.roofline`); nothing is measured and no weights load unless ``calibrate``."""
     from workbench.measure import models
     from workbench.run import notebooks
-    from workbench.predict import predictions, roofline
+    from workbench.predict import predictions, roofline_calibration
 
     first = notebooks.validate_parameters(entries[0]["notebook"], entries[0]["parameters"]) if entries else {}
     spec, dev = first.get("model", "default"), models.pick_device(first.get("device", "auto"))
     dtype = first.get("dtype", "auto")
     if calibrate:
         loaded = models.load_model(spec, dev, dtype)
-        device, calib = roofline.calibrate(loaded)
+        device, calib = roofline_calibration.calibrate(loaded)
         print(f"calibrated in {calib.calibration_s:.1f} s: {calib}", flush=True)
-    predictor = roofline.Predictor.for_model(spec, dev, dtype, probe=probe)
+    predictor = roofline_calibration.Predictor.for_model(spec, dev, dtype, probe=probe)
     plan = predictions.plan_entries(entries, predictor)
     print(predictions.format_plan(plan, predictor.calib.calibrated))
     return 0

@@ -61,7 +61,7 @@ from workbench import checks
 from workbench.stats import comparison, evidence, metrics, slo
 from workbench.run import drift, results, rung_timing, sweeps
 from workbench.measure import config_models, guard, models, quality
-from workbench.predict import predictions, roofline
+from workbench.predict import predictions, roofline, roofline_calibration
 from workbench.techniques import rungs
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
@@ -340,8 +340,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: a configuration (:meth:`Config.configurations`) plus ``batch_size`` and ``prompt_tokens``.
         state: shared by the points of one sweep: ``reference`` (:func:`reference`; computed on the first
-            point and kept when absent), ``predictor`` (:class:`workbench.predict.roofline.Predictor`, optional: the
-            prediction columns) and ``logits_processor`` (optional, tests: applies to the timed runs and the
+            point and kept when absent), ``predictor`` (:class:`workbench.predict.roofline_calibration.Predictor`,
+            optional: the prediction columns) and ``logits_processor`` (optional, tests: applies to the timed runs and the
             guard).
 
     Returns:
@@ -521,10 +521,10 @@ _PEAKS: dict = {}
 
 
 def dtype_peaks(device: str, dtype: str, threads: int | None = None,
-                predictor: roofline.Predictor | None = None) -> dict:
+                predictor: roofline_calibration.Predictor | None = None) -> dict:
     """Peak bandwidth and FLOP/s of ``device`` for a model in ``dtype``: the predictor's probe of that dtype
-    (:meth:`workbench.predict.roofline.Predictor.for_dtype`), else a fresh :meth:`workbench.predict.roofline.Device.probe` in
-    that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.predict.roofline.Device.flops_at`).
+    (:meth:`workbench.predict.roofline_calibration.Predictor.for_dtype`), else a fresh
+    :meth:`workbench.predict.roofline.Device.probe` in that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.predict.roofline.Device.flops_at`).
 
     Returns:
         ``{"bandwidth_bytes_per_s", "flops_per_s"}``.
@@ -540,7 +540,7 @@ def dtype_peaks(device: str, dtype: str, threads: int | None = None,
 
 
 def measured_utilisation(loaded, requests: list[dict], point: dict,
-                         predictor: roofline.Predictor | None = None) -> dict:
+                         predictor: roofline_calibration.Predictor | None = None) -> dict:
     """MBU and MFU of a point from the model it measured (``loaded``: the configuration's dtype, so its weight
     and KV bytes) over the peaks probed in that dtype (:func:`dtype_peaks`), the formulas of
     :func:`workbench.stats.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
@@ -805,29 +805,30 @@ def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
 # ----------------------------------------------------------------------------- the sweep
 
 
-def make_predictor(cfg: Config, loaded) -> roofline.Predictor:
+def make_predictor(cfg: Config, loaded) -> roofline_calibration.Predictor:
     """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one (checked against
-    today's probe and refitted when off by more than 15%, :func:`workbench.predict.roofline.check_calibration`), else
-    (``cfg.calibrate``) a fresh one on the model loaded in that dtype (the small workload, one repeat, 3 probe
-    trials; ~20 s once per machine and dtype); a dtype left uncalibrated uses its own probed FLOP/s with
-    ``loaded``'s overheads (:meth:`workbench.predict.roofline.Predictor.for_dtype`); a point's ``calibrated_dtype`` says
-    which calibration it used."""
+    today's probe and refitted when off by more than 15%,
+    :func:`workbench.predict.roofline_calibration.check_calibration`), else (``cfg.calibrate``) a fresh one on the
+    model loaded in that dtype (the small workload, one repeat, 3 probe trials; ~20 s once per machine and dtype); a
+    dtype left uncalibrated uses its own probed FLOP/s with ``loaded``'s overheads
+    (:meth:`workbench.predict.roofline_calibration.Predictor.for_dtype`); a point's ``calibrated_dtype`` says which
+    calibration it used."""
     info = loaded.info
     dev = info.device.split(":")[0]
-    threads = roofline._threads()
+    threads = roofline_calibration._threads()
     # a cached calibration is checked against today's probe and refitted (or, not calibrating, rescaled) when off
-    cached = roofline.checked_cached(info.path, dev, info.dtype, threads, loaded if cfg.calibrate else None)
+    cached = roofline_calibration.checked_cached(info.path, dev, info.dtype, threads, loaded if cfg.calibrate else None)
     if cached is None and cfg.calibrate:
-        cached = roofline.calibrate(loaded)
+        cached = roofline_calibration.calibrate(loaded)
     if cached is None:
         cached = (roofline.Device.probe(dev, info.dtype), roofline.Calibration())
-    predictor = roofline.Predictor(roofline.shape_of(info), *cached, model_path=info.path)
-    small = dict(repeats=1, trials=3, runs=roofline.CALIBRATION_RUNS_SMALL)
+    predictor = roofline_calibration.Predictor(roofline_calibration.shape_of(info), *cached, model_path=info.path)
+    small = dict(repeats=1, trials=3, runs=roofline_calibration.CALIBRATION_RUNS_SMALL)
     for dtype in cfg.dtypes:
         if dtype != info.dtype and cfg.calibrate:
             other = models.load_model(cfg.model, cfg.device, dtype)
-            got = roofline.checked_cached(info.path, dev, dtype, threads, other, **small)
-            predictor.add(dtype, *(got or roofline.calibrate(other, **small)))
+            got = roofline_calibration.checked_cached(info.path, dev, dtype, threads, other, **small)
+            predictor.add(dtype, *(got or roofline_calibration.calibrate(other, **small)))
     return predictor
 
 

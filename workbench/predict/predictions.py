@@ -9,8 +9,9 @@ the residuals ``measured / predicted``.
 - :func:`predict_rows` / :func:`add_predicted_line`: figure functions draw the prediction beside the measurement
   from the cached calibration alone (nothing loaded or probed).
 
-The model, its formulas and its calibration are :mod:`workbench.predict.roofline`'s; this module only applies them, and
-calls its functions through the module (``roofline.checked_cached``), so one stand-in there reaches both.
+The model and its formulas are :mod:`workbench.predict.roofline`'s, its calibration
+:mod:`workbench.predict.roofline_calibration`'s; this module only applies them, and calls the calibration's functions
+through its module (``roofline_calibration.checked_cached``), so one stand-in there reaches both.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from pathlib import Path
 import pandas as pd
 
 from workbench import checks
-from workbench.predict import roofline
+from workbench.predict import roofline_calibration
 from workbench.errors import ParameterError
-from workbench.predict.roofline import Calibration, Device, ModelShape, Predictor
+from workbench.predict.roofline import Calibration, Device, ModelShape
+from workbench.predict.roofline_calibration import Predictor
 
 
 _BATCH_KEYS = ("batch_size", "batch_sizes", "max_batch_size")
@@ -118,8 +120,10 @@ def calibrated_predictor(loaded) -> Predictor:
     :func:`calibrate` (~20 s once per machine, model, dtype and thread count; cached). Experiments call it
     before their sweep, so every point's prediction exists before the point is measured."""
     info = loaded.info
-    cached = roofline.checked_cached(info.path, info.device.split(":")[0], info.dtype, roofline._threads(), loaded)
-    return Predictor(roofline.shape_of(info), *(cached or roofline.calibrate(loaded)), model_path=info.path)
+    cached = roofline_calibration.checked_cached(info.path, info.device.split(":")[0], info.dtype,
+                                                 roofline_calibration._threads(), loaded)
+    return Predictor(roofline_calibration.shape_of(info), *(cached or roofline_calibration.calibrate(loaded)),
+                     model_path=info.path)
 
 
 def with_predictions(points: pd.DataFrame, info, predictor: Predictor | None = None) -> pd.DataFrame:
@@ -127,9 +131,9 @@ def with_predictions(points: pd.DataFrame, info, predictor: Predictor | None = N
     (measured p50 / predicted) for every ``ok`` point with a batch size and prompt length."""
     if predictor is None:
         dev = info.device.split(":")[0]
-        cached = roofline.checked_cached(info.path, dev, info.dtype, roofline._threads())
+        cached = roofline_calibration.checked_cached(info.path, dev, info.dtype, roofline_calibration._threads())
         cached = cached or (Device.probe(dev, info.dtype), Calibration())
-        predictor = Predictor(roofline.shape_of(info), *cached, model_path=info.path)
+        predictor = Predictor(roofline_calibration.shape_of(info), *cached, model_path=info.path)
     out = points.copy()
     preds = []
     for _, r in out.iterrows():
@@ -179,7 +183,7 @@ def cached_predictor(model: str, device: str, dtype: str) -> Predictor | None:
     if path is None:
         return None
     dev = str(device).split(":")[0]
-    cached = roofline.load_cached(path, dev, dtype, roofline._threads())
+    cached = roofline_calibration.load_cached(path, dev, dtype, roofline_calibration._threads())
     if cached is None:
         return None
     return Predictor(ModelShape.from_model(path, dtype), *cached, probe=False, model_path=path)

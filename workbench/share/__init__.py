@@ -1,11 +1,11 @@
 """What leaves the run folder: figures, the report, and the forms researchers share a run in.
 
 ``plots`` (the house plotly template, labels with units, one colour per engine / configuration), ``report`` (the
-self-contained HTML report of one run or a comparison of runs, its findings and evidence), ``static_figures``
-(every figure as PNG / SVG / PDF at a paper-column size), ``run_summary`` (``metrics.json``: headline figures and
-findings a pipeline can depend on), ``cost`` ($/Mtok from a device-hour price; tokens/s per user vs per device),
-``export`` (MLflow, llm-d's Benchmark Report v0.2, ``vllm bench serve`` JSON) and ``formats`` (GuideLLM, AIPerf and
-vLLM results read in as runs of their own, with a comparability check), ``ladder`` (the speed ladder's profile
-figure). Reads run folders and predictions; the
-experiments draw their figures with ``plots``.
+self-contained HTML report of one run or a comparison of runs), ``findings`` (the report's findings: claim, per-arm
+figures, evidence, links to the points), ``csv_export`` (``requests.csv`` and ``points.json`` beside the report),
+``static_figures`` (every figure as PNG / SVG / PDF at a paper-column size), ``run_summary`` (``metrics.json``:
+headline figures and findings a pipeline can depend on), ``cost`` ($/Mtok from a device-hour price; tokens/s per
+user vs per device), ``export`` (MLflow, llm-d's Benchmark Report v0.2, ``vllm bench serve`` JSON) and ``formats``
+(GuideLLM, AIPerf and vLLM results read in as runs of their own, with a comparability check), ``ladder`` (the speed
+ladder's profile figure). Reads run folders and predictions; the experiments draw their figures with ``plots``.
 """

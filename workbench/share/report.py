@@ -12,7 +12,7 @@ points present in only some runs are listed, not dropped), and the runs'
 environments side by side with differing rows marked.
 
 Every build also exports each run for people outside Python
-(:func:`export`): ``requests.csv`` (list columns such as ``itl_s`` as JSON) and
+(:func:`workbench.share.csv_export.export`): ``requests.csv`` (list columns such as ``itl_s`` as JSON) and
 ``points.json`` (manifest environment, experiments and point rows), next to the
 run's ``report.html``; a comparison writes the combined ``<name>.requests.csv``
 and ``<name>.points.json`` next to its HTML.
@@ -24,15 +24,16 @@ import dataclasses
 import datetime as _dt
 import html
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 import plotly.io as pio
 import plotly.offline
 
-from workbench.stats import columns, evidence
+from workbench.stats import columns
 from workbench.share import plots
+from workbench.share.csv_export import _write_csv, _write_text, export
+from workbench.share.findings import _exp_anchor, _finding_html, _findings_html, _point_anchor, _summary_html
 from workbench.share.formats import DELTA_METRICS
 from workbench.run import results
 from workbench.errors import ParameterError
@@ -119,141 +120,6 @@ def _validity_html(run: Path, points: pd.DataFrame) -> str:
     return (f"<div class='warn'>{html.escape(text)} Invalid points (other load or drift while measured) are greyed "
             f"below; re-measure them with <code>workbench run --rerun-invalid {html.escape(str(run))}</code>."
             f"<details><summary>Invalid points</summary><ul>{items}</ul></details></div>")
-
-
-def _point_anchor(run: Path, point_id) -> str:
-    """The id of a point's row in the point table (what a finding links to)."""
-    return "pt-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{point_id}")
-
-
-def _exp_anchor(run: Path, exp: str) -> str:
-    """The id of an experiment's heading in a run's section."""
-    return "exp-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{exp}")
-
-
-_SENTENCE_END = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s+(?=\S)")
-_ITEM_SPLIT = re.compile(r"(?<=[.;])\s+(?=[A-Za-z\[(])")
-_ARM = re.compile(r"^([A-Za-z0-9_][\w .+/=,()\-]{0,60}?):\s+(.+)$", re.S)
-_ESTIMATE = re.compile(r"x?(\d+(?:\.\d+)?)x?")
-_INTERVAL = re.compile(r"(\d+(?:\.\d+)?)\s*[-–]\s*(\d+(?:\.\d+)?)x?")
-_VERDICTS = ("guard FAILED", "invalid", "misses the SLO", "no difference beyond noise", "not supported", "faster",
-             "slower", "helps", "hurts", "lower", "higher", "no interval")
-
-
-def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
-    """A finding's text as the report shows it: the claim (its first sentence), the per-arm figures the rest
-    lists as ``ARM: figures`` items (``[{"arm", "estimate", "interval", "verdict", "detail"}]``, estimate and
-    interval as written, e.g. ``1.59x`` and ``1.41-1.79x``), and the other sentences (caveats) as notes.
-    Presentation only: the text is the experiment's own, nothing is recomputed."""
-    text = " ".join(str(text).split())
-    parts = _SENTENCE_END.split(text, maxsplit=1)
-    claim, rest = parts[0], parts[1] if len(parts) > 1 else ""
-    rows, notes = [], []
-    for item in (i.strip().rstrip(".;") for i in _ITEM_SPLIT.split(rest) if i.strip()):
-        m = _ARM.match(item)
-        if not m or m.group(1).lower().startswith(("caveat", "note", "evidence")):
-            notes.append(item + ".")
-            continue
-        arm, detail = m.group(1), m.group(2)
-        group = arm
-        inner = _ARM.match(detail)
-        if inner and " vs " in inner.group(1):                 # "policy: metric vs base: figures"
-            arm, detail = f"{arm} · {inner.group(1)}", inner.group(2)
-        elif " vs " in arm and rows and rows[-1].get("group"):  # "metric vs base: figures" of the same policy
-            group = rows[-1]["group"]
-            arm = f"{group} · {arm}"
-        est = _ESTIMATE.search(detail)
-        iv = _INTERVAL.search(detail)
-        verdict = next((v for v in _VERDICTS if v in detail), "")
-        if not verdict and iv:   # as written: which side of 1 the stated interval lies
-            lo, hi = float(iv.group(1)), float(iv.group(2))
-            verdict = "below 1" if hi < 1 else "above 1" if lo > 1 else "includes 1"
-        rows.append({"arm": arm, "group": group, "estimate": (est.group(0) if est else ""),
-                     "interval": (iv.group(0) if iv else ""), "verdict": verdict, "detail": detail})
-    return claim, rows, notes
-
-
-def _arms_table(rows: list[dict]) -> str:
-    """The per-arm figures of a finding: arm, estimate, interval, verdict (the full phrase on hover)."""
-    body = "".join(f"<tr title='{html.escape(r['detail'])}'><td>{html.escape(r['arm'])}</td>"
-                   f"<td>{html.escape(r['estimate'])}</td><td>{html.escape(r['interval'])}</td>"
-                   f"<td>{html.escape(r['verdict'])}</td></tr>" for r in rows)
-    return ("<table class='arms'><thead><tr><th>arm</th><th>estimate</th><th>interval</th><th>verdict</th></tr>"
-            f"</thead><tbody>{body}</tbody></table>")
-
-
-def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
-    """One finding: one claim sentence and its supported / not supported mark, the per-arm figures in a small
-    table beneath (:func:`split_finding`), other sentences as notes, its evidence, and links to its points."""
-    f = evidence.Finding.from_value(value)
-    mark = ("<span class='supported'>supported</span>" if f.supported
-            else "<span class='unsupported'>not supported</span>")
-    if not f.evidence and not f.point_ids and isinstance(value, str):
-        mark = ""  # an old manifest's plain sentence: its support was never recorded
-    claim, rows, notes = split_finding(f.text)
-    if len(rows) < 2:   # one item is not a table: keep the sentence whole
-        claim, rows, notes = f.text, [], []
-    body = f"<b><a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a></b>: {mark} {html.escape(claim)}"
-    if rows:
-        body += _arms_table(rows)
-    if notes:
-        body += f"<div class='evidence'>{html.escape(' '.join(notes))}</div>"
-    if f.evidence:
-        body += f"<div class='evidence'>Evidence: {html.escape(f.evidence)}</div>"
-    if f.point_ids:
-        links = ", ".join(f"<a href='#{_point_anchor(run, p)}'>{html.escape(p)}</a>" for p in f.point_ids)
-        body += (f"<details class='evidence'><summary>rests on {len(f.point_ids)} point"
-                 f"{'s' if len(f.point_ids) != 1 else ''}</summary>{links}</details>")
-    return f"<{tag} class='finding'>{body}</{tag}>"
-
-
-def _summary_html(run: Path) -> str:
-    """The report's opening screen: per experiment the recommendation (the claim of a supported finding) or
-    "no supported effect", each linking to its section."""
-    manifest = results.read_manifest(run)
-    findings = manifest.get("findings", {}) or {}
-    exps = list(dict.fromkeys(list(manifest.get("experiments", {})) + list(findings)))
-    if not exps:
-        return ""
-    items = []
-    for exp in exps:
-        value = findings.get(exp)
-        link = f"<a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a>"
-        if value is None:
-            items.append(f"<li>{link}: <span class='meta'>no finding recorded</span></li>")
-            continue
-        f = evidence.Finding.from_value(value)
-        claim = split_finding(f.text)[0]
-        if f.supported or isinstance(value, str):
-            items.append(f"<li>{link}: {html.escape(claim)}</li>")
-        else:
-            items.append(f"<li>{link}: <span class='unsupported'>no supported effect</span> "
-                         f"<span class='meta'>{html.escape(claim)}</span></li>")
-    return f"<div class='summary'><h2>Summary</h2><ul>{''.join(items)}</ul></div>"
-
-
-def findings_table(run_dir) -> pd.DataFrame:
-    """The run's findings as the report prints them: one row per experiment with ``experiment``, ``finding``
-    (the sentence), ``evidence``, ``supported`` (None for an old manifest's plain sentence) and ``points``
-    (how many points it rests on)."""
-    rows = []
-    for exp, value in results.read_manifest(run_dir).get("findings", {}).items():
-        f = evidence.Finding.from_value(value)
-        rows.append({"experiment": exp, "finding": f.text, "evidence": f.evidence,
-                     "supported": None if isinstance(value, str) else f.supported, "points": len(f.point_ids)})
-    return pd.DataFrame(rows, columns=["experiment", "finding", "evidence", "supported", "points"])
-
-
-def _findings_html(manifest: dict, run: Path) -> str:
-    findings = manifest.get("findings", {})
-    if not findings:
-        return ""
-    items = "".join(_finding_html(run, exp, value) for exp, value in findings.items())
-    marked = [v for v in findings.values() if isinstance(v, dict)]
-    supported = sum(evidence.Finding.from_value(v).supported for v in marked)  # the mark agrees with the headline
-    count = (f"<p class='meta'>{supported} of {len(marked)} findings are "
-             "supported by their evidence; the others say why not.</p>" if marked else "")
-    return f"<h2>Findings</h2>{count}<ul>{items}</ul>"
 
 
 def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir: Path | None = None) -> str:
@@ -521,72 +387,6 @@ def overlay_figures(runs: list[Path]) -> list[tuple[str, list]]:
     return out
 
 
-def _flat(v):
-    if isinstance(v, (list, tuple, dict)):
-        return json.dumps(v, default=str)
-    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
-        return json.dumps(v.tolist(), default=str)
-    return v
-
-
-#: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection").
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _neutralise(v):
-    """A text cell a spreadsheet would run as a formula gets a leading ``'`` (shown as text, not run)."""
-    if isinstance(v, str) and v.startswith(_FORMULA_START):
-        return "'" + v
-    return v
-
-
-def _csv_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` ready for CSV: list / dict cells as JSON, formula-like text cells neutralised."""
-    out = df.copy()
-    for col in out.columns:
-        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
-            out[col] = out[col].map(_flat).map(_neutralise)
-    out.columns = [_neutralise(str(c)) for c in out.columns]
-    return out
-
-
-def _write_csv(path: Path, df: pd.DataFrame) -> Path:
-    return results.atomic_write(path, lambda f: _csv_frame(df).to_csv(f, index=False), text=True)
-
-
-def _write_text(path: Path, text: str) -> Path:
-    return results.atomic_write(path, lambda f: f.write(text), text=True)
-
-
-def export(run_dir, out_dir=None) -> dict[str, Path]:
-    """Export one run for people outside Python: ``requests.csv`` and ``points.json``.
-
-    ``requests.csv``: every ``requests.parquet`` row; list columns (``itl_s``) as JSON arrays.
-    ``points.json``: ``{"run_id", "created_utc", "status", "environment", "experiments",
-    "points": [point rows]}`` (NaN as null).
-
-    Args:
-        run_dir: the run folder.
-        out_dir: where to write (default: the run folder, next to ``report.html``).
-
-    Returns:
-        ``{"requests_csv": path, "points_json": path}``.
-    """
-    run = Path(run_dir)
-    out = Path(out_dir) if out_dir else run
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = results.read_manifest(run)
-    req = results.read_requests(run)
-    pts = results.read_points(run)
-    paths = {"requests_csv": out / "requests.csv", "points_json": out / "points.json"}
-    _write_csv(paths["requests_csv"], req)
-    summary = {k: manifest.get(k) for k in ("run_id", "created_utc", "status", "environment", "sessions",
-                                            "experiments")}
-    summary["points"] = json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []
-    _write_text(paths["points_json"], json.dumps(summary, indent=2, default=str))
-    return paths
-
-
 def _export_many(runs: list[Path], out: Path, metrics: list[str] | None = None) -> dict[str, Path]:
     """Combined export of several runs next to a comparison page: ``<stem>.requests.csv`` / ``.points.json``."""
     req = [results.read_requests(r).assign(run_id=r.name) for r in runs]
@@ -620,7 +420,8 @@ def _downloads(paths: dict[str, Path], page_dir: Path, label: str = "") -> str:
 
 
 def build_report(run_dirs, out: str | Path | None = None, figures=None, price_per_hour=None) -> Path:
-    """Write a self-contained HTML report, and export the data as CSV / JSON (:func:`export`).
+    """Write a self-contained HTML report, and export the data as CSV / JSON
+    (:func:`workbench.share.csv_export.export`).
 
     A one-run report also writes into the run (:func:`_share_run`): ``metrics.json``
     (:mod:`workbench.share.run_summary`), the interactivity Pareto figure and cost columns (:mod:`workbench.share.cost`), and
