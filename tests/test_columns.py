@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.run import point_result, results
+from workbench.run import locks, point_result, results
 from workbench.share import report
 from workbench.stats import columns
 
@@ -40,7 +40,7 @@ def test_aggregates_and_interval_bounds_of_registered_columns_are_registered():
 def test_recording_a_point_with_an_unregistered_column_fails_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path / "results"))
     run = results.create_run()
-    results.lock_run(run)
+    locks.lock_run(run)
     try:
         ok = pd.DataFrame([{"request_id": 0, "ttft_s": 0.1}])
         results.record_point(run, "p/seed=1", ok, {"point_id": "p/seed=1", "status": "ok"}, {"status": "ok"})
@@ -50,7 +50,7 @@ def test_recording_a_point_with_an_unregistered_column_fails_naming_it(tmp_path,
         monkeypatch.delenv(columns.STRICT_ENV)   # a user's run records it anyway
         results.record_point(run, "p/seed=3", pd.DataFrame([{"ttft_ms": 100}]), {"point_id": "p/seed=3"}, {})
     finally:
-        results.unlock_run(run)
+        locks.unlock_run(run)
 
 
 def test_the_registry_lists_no_column_that_no_code_produces():

@@ -1,9 +1,11 @@
-"""Tests for workbench.techniques.compression: budgets, retrieval, Chinese, edge cases, model-based strategies, KV reuse."""
+"""Tests for workbench.techniques.compression and .answering: budgets, retrieval, Chinese, edge cases, model-based
+strategies, KV reuse."""
 
 import math
 
 import pytest
 
+from workbench.techniques import answering as A
 from workbench.techniques import compression as C
 from workbench.measure import models
 from workbench.techniques import retrieval
@@ -166,7 +168,7 @@ def test_over_long_context(tok, loaded):
     r = C.compress(t.context, t.question, tok, "bm25", ratio=4)
     assert r.compressed_tokens <= r.budget_tokens and t.answer in r.context
     with pytest.raises(ParameterError, match=r"^context: the prompt has \d+ tokens.*ratio >= 1\.\d") as err:
-        C.answer(loaded, C.compress(t.context, t.question, tok), GenerationSettings(max_new_tokens=4))
+        A.answer(loaded, C.compress(t.context, t.question, tok), GenerationSettings(max_new_tokens=4))
     assert "\n" not in str(err.value)
     with pytest.raises(ParameterError, match="^context: the prompt has"):
         C.compress(t.context, t.question, tok, "kv_reuse", loaded=loaded)
@@ -233,16 +235,16 @@ def test_kv_reuse_same_greedy_answer_fewer_prefilled_tokens(tok, loaded):
         full = C.compress(t.context, t.question, tok, "none")
         reuse = C.compress(t.context, t.question, tok, "kv_reuse", loaded=loaded)
         assert reuse.context == t.context and reuse.compressed_tokens == t.context_tokens
-        a = C.answer(loaded, full, settings)
-        b = C.answer(loaded, reuse, settings)
+        a = A.answer(loaded, full, settings)
+        b = A.answer(loaded, reuse, settings)
         assert b["output_ids"] == a["output_ids"] and b["text"] == a["text"]
         assert b["prompt_tokens"] == a["prompt_tokens"]
         assert b["prefilled_tokens"] == a["prompt_tokens"] - reuse.details["cached_tokens"] < a["prefilled_tokens"]
         assert reuse.details["cached_tokens"] >= t.context_tokens
         if t.is_chat:  # the cache is copied per use: a second request gives the same answer
-            assert C.answer(loaded, reuse, settings)["output_ids"] == a["output_ids"]
-        g_full = C.gold_logprob(loaded, full.messages(), t.answer)
-        g_reuse = C.gold_logprob(loaded, reuse.messages(), t.answer, reuse.prefix_cache, reuse.prefix_ids)
+            assert A.answer(loaded, reuse, settings)["output_ids"] == a["output_ids"]
+        g_full = A.gold_logprob(loaded, full.messages(), t.answer)
+        g_reuse = A.gold_logprob(loaded, reuse.messages(), t.answer, reuse.prefix_cache, reuse.prefix_ids)
         assert g_reuse["gold_logprob"] == pytest.approx(g_full["gold_logprob"], abs=1e-3)
         print(f"benchmark: TTFT full prefill {a['ttft_s']:.3f} s, with KV prefix reuse {b['ttft_s']:.3f} s "
               f"({a['prefilled_tokens']} vs {b['prefilled_tokens']} prefilled tokens)")
@@ -253,7 +255,7 @@ def test_gold_logprob_matches_a_manual_computation(tok, loaded):
     import torch
 
     msgs = [{"role": "user", "content": "Say 42."}]
-    got = C.gold_logprob(loaded, msgs, "42")
+    got = A.gold_logprob(loaded, msgs, "42")
     prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
     p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
     a_ids = tok("42", add_special_tokens=False)["input_ids"]

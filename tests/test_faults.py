@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from workbench import ParameterError
-from workbench.run import results, sweeps
+from workbench.run import locks, results, sweeps
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = ["sweep", "01_batch_size", "-p", "batch_sizes", "[1, 2, 4, 8]", "-p", "prompt_tokens", "[64]",
@@ -241,8 +241,8 @@ def test_a_kill_during_a_table_write_leaves_a_readable_table(tmp_path):
         df = pd.read_parquet(table)                            # the old table or a new one, never torn
         assert list(df.columns) == ["point_id", "x"] or list(df.columns) == ["point_id", "x", "s"]
         assert df["x"].nunique() == 1
-    results.lock_run(run)                                      # the next writer clears temporary leftovers
-    results.unlock_run(run)
+    locks.lock_run(run)                                        # the next writer clears temporary leftovers
+    locks.unlock_run(run)
     assert not list(run.glob(".*.tmp"))
 
 
@@ -261,8 +261,8 @@ def test_an_error_between_write_and_rename_keeps_the_old_table(monkeypatch):
 
 def test_a_second_writer_is_refused_with_the_owners_pid(tmp_path, cli):
     run = results.create_run()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom workbench.run import results\n"
-                               "results.lock_run(sys.argv[1]); print('locked', flush=True); time.sleep(120)", str(run)],
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom workbench.run import locks\n"
+                               "locks.lock_run(sys.argv[1]); print('locked', flush=True); time.sleep(120)", str(run)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -271,22 +271,22 @@ def test_a_second_writer_is_refused_with_the_owners_pid(tmp_path, cli):
         line = err.strip()
         assert len(line.splitlines()) == 1 and line.startswith("error: --resume: run folder")
         assert f"in use by pid {holder.pid}" in line
-        with pytest.raises(results.RunLockedError, match=f"pid {holder.pid}"):
-            results.lock_run(run)
-        with pytest.raises(results.RunLockedError):              # a kernel of another owner may not write
+        with pytest.raises(locks.RunLockedError, match=f"pid {holder.pid}"):
+            locks.lock_run(run)
+        with pytest.raises(locks.RunLockedError):                # a kernel of another owner may not write
             results.record_point(run, "p", pd.DataFrame(), {"point_id": "p", "status": "ok"}, {"status": "ok"})
     finally:
         holder.kill()
         holder.wait()
-    owner = results.lock_run(run)                               # the dead owner's lock is stale: taken over
+    owner = locks.lock_run(run)                                 # the dead owner's lock is stale: taken over
     try:
         assert owner["pid"] == os.getpid() and owner["stale"]["pid"] == holder.pid
-        assert results.lock_run(run)["pid"] == os.getpid()       # re-entrant in the owner
-        results.unlock_run(run)
+        assert locks.lock_run(run)["pid"] == os.getpid()         # re-entrant in the owner
+        locks.unlock_run(run)
     finally:
-        results.unlock_run(run)
-    assert results.lock_run(run)["stale"] is None               # released cleanly: nothing stale
-    results.unlock_run(run)
+        locks.unlock_run(run)
+    assert locks.lock_run(run)["stale"] is None                 # released cleanly: nothing stale
+    locks.unlock_run(run)
 
 
 def test_a_full_disk_stops_the_sweep_with_earlier_points_intact(monkeypatch):

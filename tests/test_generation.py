@@ -6,7 +6,8 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from workbench import ParameterError
-from workbench.measure.generation import GenerationSettings, TokenTimer, generate_measured
+from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.measure.timers import TokenTimer
 from workbench.measure.streaming import stream_generate
 
 pytestmark = pytest.mark.model
@@ -298,7 +299,7 @@ def test_real_batch_row_with_early_eos_stops_counting_while_padding_follows(load
 
 def test_timers_synchronise_cuda_and_mps_before_reading_the_clock(monkeypatch):
     """Apple MPS is asynchronous like CUDA: the timers wait for it (the old timers synchronised CUDA only)."""
-    from workbench.measure import device, generation
+    from workbench.measure import device, timers
 
     calls = []
     monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))
@@ -307,7 +308,7 @@ def test_timers_synchronise_cuda_and_mps_before_reading_the_clock(monkeypatch):
     device.synchronize("cuda:0")
     device.synchronize("cpu")
     assert calls == ["mps", "cuda"]
-    timer = generation.TokenTimer("mps")
+    timer = timers.TokenTimer("mps")
     timer.put(torch.tensor([[1, 2]]))
     timer.put(torch.tensor([3]))
     assert calls == ["mps", "cuda", "mps"]

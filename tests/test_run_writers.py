@@ -8,12 +8,12 @@ import textwrap
 import pytest
 
 from workbench.share import report
-from workbench.run import results
+from workbench.run import locks, results
 
 _HOLDER = textwrap.dedent('''
     import sys
-    from workbench import results
-    results.lock_run(sys.argv[1])
+    from workbench.run import locks
+    locks.lock_run(sys.argv[1])
     print("locked", flush=True)
     sys.stdin.readline()
 ''')
@@ -36,7 +36,7 @@ def test_every_writer_refuses_a_run_another_process_owns():
             "update_manifest": lambda: results.update_manifest(run, status="x"),
         }
         for name, write in writers.items():
-            with pytest.raises(results.RunLockedError):
+            with pytest.raises(locks.RunLockedError):
                 write()
                 pytest.fail(f"{name} wrote a run another process owns")
     finally:

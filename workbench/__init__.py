@@ -6,8 +6,10 @@ imports a folder above its own):
 
     errors, checks   the ground floor: ParameterError and the one-line parameter validators
     stats/           formulas and statistics: metrics, evidence, slo, the column registry
-    measure/         instruments: device, models, generation, detokenize, memory, energy, contention, quality, reading
-    techniques/      compression, retrieval, segments, budget_forcing, long_form, speed (draft / int8 builders)
+    measure/         instruments: device, models, generation, timers, detokenize, memory, energy, contention, quality,
+                     reading
+    techniques/      compression, answering, retrieval, segments, budget_forcing, long_form, speed (draft / int8
+                     builders)
     inputs/          prompts, haystack and reasoning tasks
     run/             point results, run folders, drift, sweeps, the Ray executor, notebooks and suites
     serving/         the OpenAI-compatible server: options, engines, scheduling, routes, jobs, load and clients

@@ -14,7 +14,8 @@ from workbench import ParameterError
 from workbench.stats import evidence, metrics
 from workbench.measure import generation, models, quality
 from workbench.experiments import speed_techniques as st
-from workbench.measure.generation import GenerationSettings, TokenTimer, generate_measured
+from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.measure.timers import TokenTimer
 
 NB = Path(__file__).resolve().parents[2] / "notebooks" / "12_speed_techniques.ipynb"
 

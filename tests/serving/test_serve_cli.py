@@ -77,7 +77,7 @@ def test_a_second_server_on_an_owned_job_store_is_one_line_before_loading(tmp_pa
 
     from workbench import cli
     from workbench.measure import models
-    from workbench.run import results
+    from workbench.run import locks
     from workbench.serving import job_store
 
     def boom(*a, **k):
@@ -98,4 +98,4 @@ def test_a_second_server_on_an_owned_job_store_is_one_line_before_loading(tmp_pa
             lines = [ln for ln in err.splitlines() if ln.strip()]
             assert exc.value.code == 2 and len(lines) == 1 and word in lines[0], err
     finally:
-        results.release_owner_lock(fd)
+        locks.release_owner_lock(fd)

@@ -93,7 +93,7 @@ def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: 
     one-line :class:`~workbench.errors.ParameterError` unless ``allow_changed`` (:mod:`workbench.run.resume_check`)."""
     import os
 
-    from workbench.run import notebooks, results, resume_check
+    from workbench.run import locks, notebooks, results, resume_check
 
     if resume_dir:
         _resume_parameters(entries, resume_dir)
@@ -108,15 +108,15 @@ def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: 
         os.environ[resume_check.ALLOW_ENV] = "1"  # inherited by the kernels (workbench.run.sweeps.run_sweep)
     try:
         run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
-        owner = results.lock_run(run_dir)   # one writer per run folder; a second resume is refused here
-    except results.RunLockedError as exc:
+        owner = locks.lock_run(run_dir)   # one writer per run folder; a second resume is refused here
+    except locks.RunLockedError as exc:
         raise ParameterError(f"--resume: {exc}") from None
     try:
         if price_per_hour is not None:
             results.update_manifest(run_dir, price_per_hour_usd=price_per_hour)
         return _run_locked(entries, run_dir, bool(resume_dir), suite, owner)
     finally:
-        results.unlock_run(run_dir)
+        locks.unlock_run(run_dir)
 
 
 def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | None, owner: dict) -> int:

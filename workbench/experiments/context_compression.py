@@ -7,7 +7,7 @@ ratio x context length x needle depth on seeded passkey tasks over real text
 model (TTFT, end-to-end; fixed-length answers so total times compare like for
 like) and scores the answer: substring and exact match
 (:func:`workbench.measure.quality.substring_match`, :func:`workbench.measure.quality.exact_match`),
-the gold answer's log-likelihood (:func:`workbench.techniques.compression.gold_logprob`)
+the gold answer's log-likelihood (:func:`workbench.techniques.answering.gold_logprob`)
 and ROUGE-L against the uncompressed run's answer (:func:`workbench.measure.quality.rouge_l`).
 A chat experiment compares lossless KV prefix reuse with compression of a chat
 history whose fact sits in an early turn.
@@ -34,7 +34,8 @@ from workbench.stats import evidence
 from workbench.measure import generation, quality
 from workbench.share import plots
 from workbench.checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
-from workbench.techniques.compression import LOSSLESS, STRATEGIES, answer, compress, embedder, gold_logprob
+from workbench.techniques.answering import answer, gold_logprob
+from workbench.techniques.compression import LOSSLESS, STRATEGIES, compress, embedder
 from workbench.measure.generation import GenerationSettings
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, run_sweep

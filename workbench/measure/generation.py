@@ -4,7 +4,7 @@ Method (the conventions of vLLM's serving benchmark and NVIDIA GenAI-Perf, see
 docs/design.md section 4):
 
 - ``t_submit`` is read before chat templating and tokenisation.
-- A :class:`TokenTimer` (a ``transformers`` ``BaseStreamer``) stamps
+- A :class:`workbench.measure.timers.TokenTimer` (a ``transformers`` ``BaseStreamer``) stamps
   ``time.perf_counter()`` each time ``generate`` hands it a step's token ids.
   ``generate`` calls ``put()`` once with the prompt before prefill: that call is
   not a token and is skipped. ``generate`` moves each step's ids to the host
@@ -21,7 +21,8 @@ docs/design.md section 4):
   first).
   ``prefill_s`` is then the first target forward: the prompt plus the first step's draft tokens. Per step,
   the tokens the candidate generator proposed (the target forward's new positions minus one) and the ids
-  the step emitted are recorded as ``draft_proposed`` / ``draft_emitted`` (:class:`_VerifyCounter`).
+  the step emitted are recorded as ``draft_proposed`` / ``draft_emitted``
+  (:class:`workbench.measure.timers.VerifyCounter`).
 - A row stops counting at its first EOS id: ``generate`` pads finished rows, and
   padding is not output. EOS counts as an output token when emitted.
 - Per-request timings come from the token stamps through :func:`workbench.stats.metrics.request_timing`
@@ -43,6 +44,7 @@ from typing import Sequence
 from workbench import checks
 from workbench.stats import metrics
 from workbench.measure.device import synchronize
+from workbench.measure.timers import PrefillTimer, StreamerGroup, TokenTimer, VerifyCounter
 from workbench.errors import ParameterError
 
 Prompt = "str | list[dict]"
@@ -175,95 +177,6 @@ def _criteria():
     return Cancel, RowStops
 
 
-class TokenTimer:
-    """A ``generate`` streamer that stamps the time of every generated token id.
-
-    ``put(value)``: the first call carries the prompt ids (shape ``(batch, seq)``)
-    and is skipped; each later call carries one step's ids: shape ``(batch,)`` in
-    plain decoding, ``(1, k)`` in assisted / prompt-lookup decoding (``k`` ids
-    verified in one step). Stores ``times`` (perf_counter seconds, one per id
-    position: the ``k`` ids of one step share one stamp), ``steps`` (one
-    ``(batch,)`` tensor per id position) and ``step_sizes`` (ids per ``put``).
-    ``on_step(ids, t)``, if given, is called for each id position.
-    """
-
-    def __init__(self, device_type: str = "cpu", on_step=None):
-        self.device_type = device_type
-        self.on_step = on_step
-        self.prompt_seen = False
-        self.times: list[float] = []
-        self.steps: list = []
-        self.step_sizes: list[int] = []
-        self.t_end: float | None = None
-
-    def _now(self) -> float:
-        synchronize(self.device_type)
-        return time.perf_counter()
-
-    def put(self, value) -> None:
-        if not self.prompt_seen:
-            self.prompt_seen = True
-            return
-        t = self._now()
-        columns = [value.reshape(-1)] if value.dim() < 2 else [value[:, j] for j in range(value.shape[1])]
-        self.step_sizes.append(len(columns))
-        for ids in columns:
-            self.times.append(t)
-            self.steps.append(ids)
-            if self.on_step is not None:
-                self.on_step(ids, t)
-
-    def end(self) -> None:
-        self.t_end = self._now()
-
-
-class StreamerGroup:
-    """Forward ``put``/``end`` to several streamers (``generate`` takes only one)."""
-
-    def __init__(self, *streamers):
-        self.streamers = [s for s in streamers if s is not None]
-
-    def put(self, value) -> None:
-        for s in self.streamers:
-            s.put(value)
-
-    def end(self) -> None:
-        for s in self.streamers:
-            s.end()
-
-
-class _PrefillTimer:
-    """Times the model's first forward call (the prompt pass) with forward hooks."""
-
-    def __init__(self, model, device_type: str):
-        self.device_type = device_type
-        self.t0 = self.t1 = None
-        self.handles = [
-            model.register_forward_pre_hook(self._pre),
-            model.register_forward_hook(self._post),
-        ]
-
-    def _pre(self, module, args):
-        if self.t0 is None:
-            synchronize(self.device_type)
-            self.t0 = time.perf_counter()
-
-    def _post(self, module, args, output):
-        if self.t1 is None:
-            synchronize(self.device_type)
-            self.t1 = time.perf_counter()
-            self.remove()
-
-    def remove(self):
-        for h in self.handles:
-            h.remove()
-        self.handles = []
-
-    @property
-    def seconds(self) -> float:
-        return float("nan") if self.t1 is None else self.t1 - self.t0
-
-
 SPECULATIVE_KWARGS = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
 
 
@@ -286,32 +199,6 @@ def check_speculative(batch_size: int, generate_kwargs: dict | None) -> None:
     if is_speculative(kw) and batch_size > 1:
         raise ParameterError(f"batch_size: assisted generation (draft model / prompt lookup) runs at batch 1 in "
                              f"transformers (got {batch_size})")
-
-
-class _VerifyCounter:
-    """Counts, per verification step of assisted generation, the draft tokens the target model checked.
-
-    A forward pre-hook on the target model reads each forward's new positions: the first forward holds the
-    prompt plus the step's candidates, every later one the last accepted id plus the candidates. So
-    ``proposed = new positions - 1`` (``- prompt width`` on the first), one entry per target forward, which is
-    one verification step (a step with no candidate, e.g. prompt lookup finding no match, proposes 0). Only
-    the target's own forwards are seen: a draft model is a different module.
-    """
-
-    def __init__(self, model, prompt_width: int):
-        self.prompt_width = prompt_width
-        self.proposed: list[int] = []
-        self.handle = model.register_forward_pre_hook(self._pre, with_kwargs=True)
-
-    def _pre(self, module, args, kwargs):
-        x = kwargs.get("input_ids")
-        if x is None:
-            x = kwargs.get("inputs_embeds", args[0] if args else None)
-        n = int(x.shape[1])
-        self.proposed.append(n - (self.prompt_width if not self.proposed else 1))
-
-    def remove(self):
-        self.handle.remove()
 
 
 @dataclass
@@ -473,7 +360,7 @@ def generate_measured(
             templating and tokenisation count in TTFT (e.g.
             :func:`workbench.inputs.prompts.random_batch`).
         generate_kwargs: further ``generate`` keyword arguments (e.g. a
-            prefix KV cache, see :func:`workbench.techniques.compression.generate_with_prefix_cache`).
+            prefix KV cache, see :func:`workbench.techniques.answering.generate_with_prefix_cache`).
         t_submit: ``time.perf_counter()`` read by a caller that templates and
             tokenises the prompts itself before calling (e.g.
             :func:`workbench.techniques.budget_batch.generate_with_budget`), before it did so;
@@ -515,9 +402,9 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
     enc = enc.to(model.device)
     t_ready = time.perf_counter()
     gen_config = settings.generation_config(model.generation_config)
-    prefill = _PrefillTimer(model, device_type)
+    prefill = PrefillTimer(model, device_type)
     counted = is_speculative(generate_kwargs) and not (generate_kwargs or {}).get("assistant_early_exit")
-    verify = _VerifyCounter(model, enc["input_ids"].shape[1]) if counted else None  # early exit: draft == target
+    verify = VerifyCounter(model, enc["input_ids"].shape[1]) if counted else None  # early exit: draft == target
     row_stops = None
     if stopping_criteria is not None:
         from transformers import StoppingCriteriaList

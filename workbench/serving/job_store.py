@@ -77,7 +77,7 @@ def lock_store(path) -> int:
     Raises:
         StoreLockedError: another server owns it (one line naming its pid).
     """
-    from workbench.run.results import take_owner_lock
+    from workbench.run.locks import take_owner_lock
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +93,7 @@ def check_store_free(path) -> None:
     Raises:
         StoreLockedError: as :func:`lock_store`.
     """
-    from workbench.run.results import release_owner_lock
+    from workbench.run.locks import release_owner_lock
 
     if Path(path).exists() or Path(str(path) + ".lock").exists():
         release_owner_lock(lock_store(path))
@@ -131,7 +131,7 @@ class JobTable:
                 self._db.execute("UPDATE jobs SET status='interrupted', updated=? "
                                  "WHERE status IN ('queued','running')", (time.time(),))
         except BaseException:
-            from workbench.run.results import release_owner_lock
+            from workbench.run.locks import release_owner_lock
 
             release_owner_lock(self._owner_fd)
             raise

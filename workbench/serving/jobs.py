@@ -62,7 +62,7 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
   results, event streams) use a connection of their own and never wait behind a write; an event stream reads only
   the events after the last one it sent (:meth:`JobStore.events_after`), and every route runs its store work in a
   worker thread, off the event loop.
-- One server owns a store: ``<store>.lock`` (:func:`workbench.run.results.take_owner_lock`, the run folders'
+- One server owns a store: ``<store>.lock`` (:func:`workbench.run.locks.take_owner_lock`, the run folders'
   lock) names the owner's pid and host; a second store opened on the same file, in this process or
   another, is refused with a one-line :class:`~workbench.serving.job_store.StoreLockedError`. A killed owner's lock is released by the
   kernel, so a restarted server takes its store back.
@@ -384,7 +384,7 @@ class JobStore(JobTable, JobRuns):
         for run in runs:
             run.ended.wait(max(0.0, end - time.monotonic()))
         self._writer.stop(max(1.0, end - time.monotonic()))
-        from workbench.run.results import release_owner_lock
+        from workbench.run.locks import release_owner_lock
 
         with self._lock:
             try:

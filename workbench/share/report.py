@@ -35,7 +35,7 @@ from workbench.share import plots
 from workbench.share.csv_export import _write_csv, _write_text, export
 from workbench.share.findings import _exp_anchor, _finding_html, _findings_html, _point_anchor, _summary_html
 from workbench.share.formats import DELTA_METRICS
-from workbench.run import results
+from workbench.run import locks, results
 from workbench.errors import ParameterError
 
 #: The metrics of the comparison's delta table.
@@ -184,8 +184,8 @@ def _share_run(run: Path, figures, price_per_hour) -> str:
                                            if figures is None else figures)
     price = cost.check_price(price_per_hour)
     try:
-        results.check_writer(run)   # a run another process is measuring keeps its manifest to itself
-    except results.RunLockedError as exc:
+        locks.check_writer(run)   # a run another process is measuring keeps its manifest to itself
+    except locks.RunLockedError as exc:
         note = f"metrics.json, the Pareto figure and static figures not written now: {exc}"
         print(note, file=sys.stderr)
         return note
