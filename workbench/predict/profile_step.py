@@ -87,7 +87,7 @@ def profile_decode_step(loaded, prompt_tokens: int = 32, steps: int = 8, gen_kwa
         steps: decode steps in the difference (>= 2).
         gen_kwargs: the rung's ``generate`` keywords (:func:`workbench.techniques.rungs.generate_kwargs`); a compiled rung
             must have compiled already (call it once before), or its compile lands in the first call.
-        repeats: unprofiled repeats of each call for the wall time (median).
+        repeats: repeats of each call, unprofiled for the wall time and profiled for the components (medians).
 
     Returns:
         ``{component: seconds per step}`` (the five add up to ``profiled_step_s``, the profiled step's wall
@@ -123,7 +123,11 @@ def profile_decode_step(loaded, prompt_tokens: int = 32, steps: int = 8, gen_kwa
         return statistics.median(vals)
 
     step_s = max(0.0, (wall(long) - wall(short)) / steps)
-    a, b = _self_times(short), _self_times(long)
+    def profiled(fn):  # the median of ``repeats`` profiles per component: one profile a side is one sample of a
+        runs = [_self_times(fn) for _ in range(repeats)]  # difference that contention can turn negative
+        return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+    a, b = profiled(short), profiled(long)
     wall = max(0.0, (b.pop("wall") - a.pop("wall")) / steps)
     out = {c: max(0.0, (b[c] - a[c]) / steps) for c in a}
     out["profiled_s"] = sum(out.values())

@@ -18,10 +18,11 @@ One concern per module, lowest first (a module imports only modules above it in 
   place that generates.
 - :mod:`.chat`: the ``/v1/chat/completions`` route (and ``/v1/models``, ``/health``), handlers at module
   level reading ``app.state``.
+- :mod:`.job_store`: the job store's SQLite side (file, owner lock, tables, retried one-transaction writes, the
+  writer thread).
+- :mod:`.job_runs`: how a job runs on the engine (its requests, callbacks, stages, how a run ends).
 - :mod:`.jobs`: background jobs in SQLite and their ``/v1/jobs`` routes, run on the same engine; every write
   one transaction (rolled back on error, retried), one server per store (an owner lock).
-  :mod:`.job_store` holds its SQLite side (file, owner lock, tables, retried one-transaction writes, the writer
-  thread), :mod:`.job_runs` how a job runs on the engine (its requests, callbacks, stages, how a run ends).
 - :mod:`.monitoring`: Prometheus ``/metrics``, subscribed to the engine's completions.
 - :mod:`.server`: app assembly, the server thread (:class:`~.server.ServerThread`) and ``main``.
 - :mod:`.client` (the ``openai`` client, per-request timing), :mod:`.load` (arrival profiles, load runs, windows)
