@@ -18,6 +18,7 @@ folder and moved into place, so an interrupted export leaves no half-written ima
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -154,6 +155,9 @@ def write_static(run_dir, formats=("png", "svg"), names: list[str] | None = None
     if problem:
         return [], problem
     figs_dir = results.check_write_target(run / "figures")
+    for logger in ("kaleido", "choreographer"):  # their INFO lines (tabs, temp folders) would fill a run's log
+        if logging.getLogger(logger).level == logging.NOTSET:
+            logging.getLogger(logger).setLevel(logging.WARNING)
     if "BROWSER_PATH" not in os.environ:
         os.environ["BROWSER_PATH"] = _browser()
     jobs = []
