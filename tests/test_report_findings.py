@@ -45,3 +45,14 @@ def test_report_opens_with_a_summary_and_tables_the_arms():
     # the claim sentence comes right after the mark; the per-arm phrases are not repeated as a paragraph
     assert "class='supported'>supported</span> For interactive traffic" in page
     assert "(paired t on log ratios); background" not in page
+
+
+def test_an_arms_estimate_is_its_ratio_not_a_digit_of_a_name():
+    """The default run's scheduling table showed '90' as sjf's estimate (the 90 of 'TTFT p90')."""
+    from workbench.share.findings import split_finding
+
+    text = ("Scheduling: not supported: no policy is below fcfs here. sjf: interactive TTFT p90 vs fcfs 1.06x "
+            "(0.01-128.13x), no difference beyond noise; lanes: interactive TTFT p90 vs fcfs 1.04x (0.02-44.93x).")
+    rows = split_finding(text)[1]
+    assert [(r["arm"], r["estimate"], r["interval"]) for r in rows] == [
+        ("sjf", "1.06x", "0.01-128.13x"), ("lanes", "1.04x", "0.02-44.93x")]

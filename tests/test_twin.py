@@ -229,6 +229,16 @@ def test_validation_table_and_metrics(tmp_path):
     _, off = twin_study.validate(run, slower, write=False)
     assert off["mape_e2e_p50"] > 0.25   # a wrong cost model shows in the error
     assert "The larger miss" in twin_study.sentence(off)
+    # an invalid point (contended: it measured the machine, not the engine) stays in the table, out of the errors
+    from workbench.run import results
+
+    pts = results.read_points(run)
+    bad = pts["point_id"] == pts["point_id"].iloc[0]
+    results.write_table(run / "points.parquet", pts.assign(valid=~bad, e2e_s_p50=pts["e2e_s_p50"].where(~bad, 99.0)))
+    table3, summ3 = twin_study.validate(run, write=False)
+    assert len(table3) == 4 and summ3["twin_points"] == 3 and summ3["twin_points_invalid"] == 1
+    assert summ3["mape_e2e_p50_points"] == 3 and summ3["mape_e2e_p50"] < 1e-6
+    assert "3 valid points (1 invalid left out)" in twin_study.sentence(summ3)
 
 
 def test_simulate_command_writes_simulated_rows(cli, tmp_path, capsys):

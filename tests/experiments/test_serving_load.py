@@ -183,6 +183,7 @@ def test_finding_is_supported_only_when_the_lower_bound_reaches_the_target_on_us
     pts = _points()
     f = serving_load.finding(pts, 0.9)
     assert f.supported and "40 planned" in f.evidence and "lower bound 0.94" in f.evidence
+    assert f.text.startswith("custom SLO: ")  # the claim the mark rests on is the first clause (issue 32)
     assert "Evidence:" not in f.text
     few = serving_load.finding(pts.assign(requests_planned_window=5), 0.9)
     assert not few.supported
@@ -328,3 +329,19 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
         assert all(q["engine_batch"] is None for q in r.requests)
     colours = serving_load._colours(["fifo", "ext"])
     assert colours["ext"] not in (colours["fifo"], colours["static"], colours["continuous"])
+
+
+def test_a_rerun_places_swept_rates_from_the_recorded_closed_loop_points():
+    """--rerun-invalid of a swept point alone: its engine's synchronous and throughput rates come from the run's
+    earlier session (before: 'the swept rates need this engine's synchronous and throughput points first')."""
+    from workbench.run import results
+
+    run = results.create_run("rates")
+    rows = [{"experiment": "serving_load", "point_id": f"serving_load/engine=static,profile={p}", "engine": "static",
+             "profile": p, "status": s, "offered_rps": v}
+            for p, s, v in (("synchronous", "ok", 1.5), ("throughput", "ok", 3.0), ("poisson", "ok", 2.0),
+                            ("throughput", "failed: x", 9.0))]
+    rows.append({**rows[0], "engine": "fifo", "status": "failed: y"})
+    results.write_table(run / "points.parquet", pd.DataFrame(rows))
+    assert serving_load.recorded_rates({}, run) == {"static": {"synchronous": 1.5, "throughput": 3.0}}
+    assert serving_load.recorded_rates({}, results.create_run("empty")) == {}

@@ -290,6 +290,24 @@ def test_finding_says_faster_only_when_the_interval_excludes_one():
     assert not none.supported and "faster on no workload" in none.text
 
 
+def test_a_faster_technique_that_fails_the_guard_does_not_pay_nor_lead():
+    """The default run's finding led with 'int8_dynamic quantization: 2.97x (faster)' marked supported while its
+    guard FAILED (perplexity x4.06): a speed-up at a quality the guard refuses does not pay."""
+    guard = {"guard_passed": False, "perplexity_ratio": 4.06, "perplexity_ratio_high": 7.5, "kl_mean": 1.68,
+             "token_agreement": 0.0}
+    int8 = {"point_id": "q", "task": "extract", "language": "en", "technique": "none", "draft_tokens": 0,
+            "quantization": "int8_dynamic", "speedup": 2.97, "speedup_low": 2.5, "speedup_high": 3.4, "verdict": "higher",
+            "speedup_text": "e2e speed-up: 2.97x", "output_agreement": 0.0, **guard}
+    f = st.finding(pd.DataFrame([int8]))
+    assert f.text.startswith("Speed techniques: none is faster within the quality guard here.")
+    assert "faster (extract/en 2.97x (faster)) but fails the quality guard: does not pay" in f.text
+    lookup = {**int8, "point_id": "l", "technique": "prompt_lookup", "draft_tokens": 4, "quantization": "none",
+              "speedup": 1.3, "speedup_low": 1.1, "speedup_high": 1.5, "output_agreement": 1.0,
+              **{k: None for k in guard}}
+    both = st.finding(pd.DataFrame([int8, lookup]))
+    assert both.text.startswith("prompt lookup (k=4): extract/en 1.30x (faster)") and both.supported
+
+
 @pytest.mark.notebook
 def test_notebook_runs_and_writes_the_table_and_figures(tmp_path, run_notebook):
     from workbench.run import notebooks, results

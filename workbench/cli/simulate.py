@@ -286,12 +286,15 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         sim_points.append({**p.to_dict(), **{k: v for k, v in sim.items() if k in p.index or k.startswith("slo_")},
                            "source": twin.SOURCE})
     df = pd.DataFrame(table)
-    summary = {"twin_points": int(len(df)), "twin_cost_source": cost.source,
+    # errors over valid points only: an invalid point (contended, drifted) measured the machine, not the engine; its
+    # row stays in the table with valid=False
+    valid = df["valid"].fillna(False).astype(bool) if "valid" in df else pd.Series(True, index=df.index)
+    summary = {"twin_points": int(valid.sum()), "twin_points_invalid": int((~valid).sum()), "twin_cost_source": cost.source,
                "twin_cost_loo_step_error": cost.loo_step_error, "twin_cost_loo_prefill_error": cost.loo_prefill_error}
     for key, col in (("mape_e2e_p50", "ape_e2e_s_p50"), ("mape_ttft_p50", "ape_ttft_s_p50"),
                      ("mape_e2e_p90", "ape_e2e_s_p90"), ("mape_ttft_p90", "ape_ttft_s_p90"),
                      ("mape_tpot_p50", "ape_tpot_s_p50"), ("mape_queue_p50", "ape_queue_s_p50")):
-        v = pd.to_numeric(df.get(col, pd.Series(dtype=float)), errors="coerce").dropna()
+        v = pd.to_numeric(df[valid].get(col, pd.Series(dtype=float)), errors="coerce").dropna()
         summary[key], summary[f"{key}_points"] = (float(v.mean()) if len(v) else math.nan), int(len(v))
     measured_sl = points[points["experiment"] == "serving_load"]
     simulated_sl = pd.DataFrame([p for p in sim_points if p.get("experiment") == "serving_load"])
@@ -318,13 +321,16 @@ def sentence(summary: dict) -> str:
     time: the scheduling, which the twin runs as the real code, so its error follows the service times)."""
     n = summary.get("twin_points", 0)
     if not n:
-        return "twin: no measured serving or scheduling point to compare with."
+        return ("twin: no valid measured serving or scheduling point to compare with"
+                + (f" ({summary['twin_points_invalid']} invalid)." if summary.get("twin_points_invalid") else "."))
 
     def pct(k):
         v = summary.get(k)
         return "n/a" if v is None or v != v else f"{v:.0%}"
 
-    text = (f"Twin vs measurement over {n} points (cost model {summary.get('twin_cost_source')}): MAPE e2e p50 "
+    left = summary.get("twin_points_invalid") or 0
+    text = (f"Twin vs measurement over {n} valid points{f' ({left} invalid left out)' if left else ''} "
+            f"(cost model {summary.get('twin_cost_source')}): MAPE e2e p50 "
             f"{pct('mape_e2e_p50')} ({summary.get('mape_e2e_p50_points', 0)} points), TTFT p50 {pct('mape_ttft_p50')} "
             f"({summary.get('mape_ttft_p50_points', 0)}), TPOT p50 {pct('mape_tpot_p50')}, queue p50 "
             f"{pct('mape_queue_p50')}.")

@@ -634,7 +634,9 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
     """Per technique: the speed-up with its interval on each task, the quality cost, and where it stops paying.
 
     "faster" / "slower" only when the speed-up's 95% interval excludes 1 (:func:`workbench.stats.evidence.ratio_verdict`);
-    a technique "stops paying" on the tasks (and ``k``) where its interval does not lie above 1.
+    a technique "stops paying" on the tasks (and ``k``) where its interval does not lie above 1, and does not pay
+    where it is faster but fails the quality guard (:mod:`workbench.measure.guard`). The headline is a technique that
+    pays, or "none is faster within the quality guard here".
 
     Args:
         table: :func:`speed_table`.
@@ -667,17 +669,24 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
         if "acceptance_rate" in g and g["acceptance_rate"].notna().any():
             quality_cost += "; acceptance " + ", ".join(
                 f"{r['task']}/{r['language']} {r['acceptance_rate']:.2f}" for _, r in g.iterrows())
-        text = f"{name}: " + ("; ".join(pays) if pays else "not supported: faster on no workload")
+        guard_failed = "guard FAILED" in quality_cost
+        if pays and guard_failed:  # faster, at a quality the guard refuses: it does not pay
+            text = f"{name}: faster ({'; '.join(pays)}) but fails the quality guard: does not pay"
+        else:
+            text = f"{name}: " + ("; ".join(pays) if pays else "not supported: faster on no workload")
         if not_pays:
             text += "; stops paying on " + "; ".join(not_pays)
-        parts.append(f"{text} ({quality_cost}).")
+        parts.append((bool(pays) and not guard_failed, f"{text} ({quality_cost})."))
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else tuple(table["point_id"])
+    # the headline is the technique that pays (faster within the quality guard) first; when none does, saying so
+    paying = any(pays for pays, _ in parts)
+    parts = [t for _, t in sorted(parts, key=lambda pt: not pt[0])]
+    if not paying:
+        parts.insert(0, "Speed techniques: none is faster within the quality guard here.")
     floor = noise_floor(table)
     if floor:
         parts.append(floor)
     supported = supported and not aa_moved(table)
-    # the headline is the technique that pays (if any) first
-    parts = sorted(parts, key=lambda t: "faster on no workload" in t)
     return evidence.Finding(" ".join(parts), "; ".join(ev), supported, ids)
 
 

@@ -32,7 +32,9 @@ def _exp_anchor(run: Path, exp: str) -> str:
 _SENTENCE_END = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s+(?=\S)")
 _ITEM_SPLIT = re.compile(r"(?<=[.;])\s+(?=[A-Za-z\[(])")
 _ARM = re.compile(r"^([A-Za-z0-9_][\w .+/=,()\-]{0,60}?):\s+(.+)$", re.S)
-_ESTIMATE = re.compile(r"x?(\d+(?:\.\d+)?)x?")
+# an estimate as written: a ratio (1.59x, x4.06) first, else the first number that is not part of a name (p90, k=4)
+_RATIO = re.compile(r"(?<![\w.])(?:x\d+(?:\.\d+)?|\d+(?:\.\d+)?x)(?![\w-])")
+_ESTIMATE = re.compile(r"(?<![\w.=\-])\d+(?:\.\d+)?x?")
 _INTERVAL = re.compile(r"(\d+(?:\.\d+)?)\s*[-–]\s*(\d+(?:\.\d+)?)x?")
 _VERDICTS = ("guard FAILED", "invalid", "misses the SLO", "no difference beyond noise", "not supported", "faster",
              "slower", "helps", "hurts", "lower", "higher", "no interval")
@@ -60,7 +62,7 @@ def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
         elif " vs " in arm and rows and rows[-1].get("group"):  # "metric vs base: figures" of the same policy
             group = rows[-1]["group"]
             arm = f"{group} · {arm}"
-        est = _ESTIMATE.search(detail)
+        est = _RATIO.search(detail) or _ESTIMATE.search(detail)
         iv = _INTERVAL.search(detail)
         verdict = next((v for v in _VERDICTS if v in detail), "")
         if not verdict and iv:   # as written: which side of 1 the stated interval lies
