@@ -1042,7 +1042,7 @@ def fig_speed(configs: pd.DataFrame, recommended: pd.Series | None = None) -> go
                         name="recommended", marker=dict(symbol="star", size=20, color="gold",
                                                         line=dict(width=1, color="black")))
     fig.update_layout(title="Request latency per engine configuration (grey, crossed: quality guard failed)",
-                      xaxis_title="configuration (dtype / attention / cache / threads)", yaxis_title=label("e2e_s"))
+                      xaxis_title="configuration (dtype+quant / attn / cache)", yaxis_title=label("e2e_s"))
     return legend_below(fig)
 
 
@@ -1061,8 +1061,8 @@ def fig_speedup(configs: pd.DataFrame) -> go.Figure:
     if "aa_low" in df and len(df):
         comparison.add_noise_band(fig, low=df["aa_low"].iloc[0], high=df["aa_high"].iloc[0])
     fig.update_layout(title="Speed-up over the baseline (interval; grey band: the A/A noise floor)",
-                      xaxis_title="configuration (dtype / attention / cache / threads)",
-                      yaxis_title="speed-up (baseline e2e / configuration e2e)")
+                      xaxis_title="configuration (dtype+quant / attn / cache)",
+                      yaxis_title="speed-up (baseline e2e / its e2e)")
     return legend_below(fig)
 
 

@@ -325,12 +325,16 @@ def add_noise_band(fig, aa: evidence.Interval | None = None, low: float | None =
         low, high = aa.low, aa.high
     if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)) or low <= 0:
         return fig
+    import plotly.graph_objects as go
+
     if invert:
         low, high = 1.0 / high, 1.0 / low
-    kw = dict(fillcolor="#888888", opacity=0.18, line_width=0, annotation_text=f"{label} {low:.2f}-{high:.2f}x",
-              annotation_position="top left")
+    kw = dict(fillcolor="#888888", opacity=0.18, line_width=0)
     if axis == "y":
         fig.add_hrect(y0=low, y1=high, **kw)
     else:
         fig.add_vrect(x0=low, x1=high, **kw)
+    # named in the legend, not written on the plot (a label on the band sat on the baseline's marker and the "1" tick)
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", name=f"{label} {low:.2f}-{high:.2f}x",
+                             marker=dict(symbol="square", size=14, color="#888888", opacity=0.35)))
     return fig
