@@ -59,6 +59,11 @@ def test_pareto_figure_for_batch_size_and_serving(exp, extra):
         assert {t.legendgroup for t in marker_traces} == {"serving_load · fifo", "serving_load · continuous"}
         colours = {t.legendgroup: t.marker.color for t in marker_traces}
         assert colours["serving_load · fifo"] == plots.COLOUR_MAP["fifo"]        # the engine's house colour
+        # labelled by offered rate at 3 significant figures; a closed-loop point (no rate_rps) by its achieved rate
+        sync = _points(exp, output_throughput_tps=[10.0, 18.0], decode_tps_p50=[10.0, 9.0], engine=["static"] * 2,
+                       rate_rps=[None, 3.4630751], offered_rps=[1.4142857, 3.4630751])
+        labels = [t.text for t in cost.pareto_figure(cost.add_columns(sync, None, 1.0)).data if t.text is not None]
+        assert list(labels[0]) == ["1.41", "3.46"]
 
 
 def test_pareto_ignores_other_experiments_and_invalid_points():

@@ -167,8 +167,10 @@ def pareto_figure(points: pd.DataFrame):
     fig = go.Figure()
     for arm, g in df.groupby("_arm", sort=True):
         colour = plots.colour_for(arm)
-        tag = next((c for c in ("batch_size", "rate_rps", "concurrency") if c in g and g[c].notna().any()), None)
-        text = [f"{v:g}" if isinstance(v, (int, float)) and not pd.isna(v) else "" for v in g[tag]] if tag else None
+        # serving points by their offered rate (a closed-loop point's is the rate it achieved), 3 significant figures
+        tag = next((c for c in ("batch_size", "offered_rps", "rate_rps", "concurrency") if c in g and g[c].notna().any()),
+                   None)
+        text = [f"{v:.3g}" if isinstance(v, (int, float)) and not pd.isna(v) else "" for v in g[tag]] if tag else None
         fig.add_trace(go.Scatter(x=g["output_tps_per_user"], y=g["output_tps_per_device"], mode="markers+text",
                                  name=f"{arm} (point labels: {tag})" if tag else arm, text=text,
                                  textposition="top right", legendgroup=arm, cliponaxis=False,
