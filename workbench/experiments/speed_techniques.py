@@ -660,16 +660,17 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
             ev.append(f"{name} {where}: {r['speedup_text']}")
         quality_cost = (f"greedy output identical to plain greedy on {int((g['output_agreement'] == 1).sum())} of "
                         f"{len(g)} workloads")
+        guard_failed = False
         if "guard_passed" in g and g["guard_passed"].notna().any():
             gp = g[g["guard_passed"].notna()]
-            quality_cost += (f"; guard {'passed' if gp['guard_passed'].astype(bool).all() else 'FAILED'} (perplexity "
+            guard_failed = not gp["guard_passed"].astype(bool).all()
+            quality_cost += (f"; guard {'FAILED' if guard_failed else 'passed'} (perplexity "
                              f"x{gp['perplexity_ratio'].max():.4g}, upper 95% bound "
                              f"{gp['perplexity_ratio_high'].max():.4g}; mean KL {gp['kl_mean'].max():.3g} nats vs "
                              f"float32; greedy agreement {gp['token_agreement'].min():.2f})")
         if "acceptance_rate" in g and g["acceptance_rate"].notna().any():
             quality_cost += "; acceptance " + ", ".join(
                 f"{r['task']}/{r['language']} {r['acceptance_rate']:.2f}" for _, r in g.iterrows())
-        guard_failed = "guard FAILED" in quality_cost
         if pays and guard_failed:  # faster, at a quality the guard refuses: it does not pay
             text = f"{name}: faster ({'; '.join(pays)}) but fails the quality guard: does not pay"
         else:
