@@ -318,3 +318,32 @@ def test_a_trace_keeps_its_classes_and_refuses_a_bad_line_in_one_line(tmp_path):
     path.write_text('{"offset_s": 0, "prompt_tokens": 32, "output_tokens": 4, "patience_s": -1}\n')
     with pytest.raises(ParameterError, match="trace: line 1: patience_s"):
         twin_study.read_trace(path)
+
+
+def test_served_request_terms_come_from_the_synchronous_point_and_leave_it_out_of_the_errors(tmp_path):
+    """A served request pays a fixed cost before its first token and one per decode step that bare ``generate`` rows
+    do not show: fitted on the synchronous point alone, they close the gap on the other points, and that point
+    (in-sample) is left out of the errors."""
+    import dataclasses
+
+    from workbench.cli import simulate as twin_study
+
+    served = dataclasses.replace(COST, first_token_overhead_s=COST.first_token_overhead_s + 0.08, b0=COST.b0 + 0.01)
+    run = _measured_run(tmp_path, served)
+    from workbench.run import results
+
+    reqs, pts = results.read_requests(run), results.read_points(run)
+    sync = pts.loc[pts["profile"] == "synchronous", "point_id"]
+    fitted = twin_cost.with_serving(COST, reqs, sync)
+    assert fitted.serving_first_s == pytest.approx(0.08, rel=0.02)
+    assert fitted.serving_step_s == pytest.approx(0.01, rel=0.05)
+    assert fitted.serving_points == tuple(sync) and "from the synchronous serving point" in fitted.describe()
+    twin_cost.save(run, fitted)
+    assert repr(twin_cost.load(run)) == repr(fitted)   # (NaN errors: compared as text) the served terms travel with the run's calibration
+    _, bare = twin_study.validate(run, COST, write=False)
+    _, summ = twin_study.validate(run, fitted, write=False)
+    assert summ["twin_points"] == 3 and summ["twin_points_calibration"] == 1
+    assert summ["mape_ttft_p50"] < 0.02 < bare["mape_ttft_p50"]
+    assert "1 calibration point left out" in twin_study.sentence(summ)
+    # no usable served row: the cost is returned as it was
+    assert twin_cost.with_serving(COST, reqs, ["no-such-point"]) is COST

@@ -153,9 +153,20 @@ def cost_for(run_dir) -> twin_cost.StepCost:
     if "experiment" in req:
         other = req[~req["experiment"].isin(SERVING_EXPERIMENTS)]
         try:
-            return twin_cost.fit(other, source=f"fit:{run.name} (non-serving rows)")
+            cost = twin_cost.fit(other, source=f"fit:{run.name} (non-serving rows)")
         except ParameterError:
-            pass
+            return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
+        # the served request's own costs, from the run's synchronous serving points (twin_cost.with_serving)
+        points = results.read_points(run) if (run / "points.parquet").is_file() else pd.DataFrame()
+        if {"experiment", "profile", "point_id"} <= set(points.columns):
+            sync = points[(points["experiment"] == "serving_load") & (points["profile"] == "synchronous")]
+            if "status" in sync:
+                sync = sync[sync["status"].eq("ok")]
+            if "engine" in sync:
+                sync = sync[sync["engine"].isin(engines.ENGINES)]
+            if len(sync):
+                return twin_cost.with_serving(cost, req, sync["point_id"])
+        return cost
     return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
 
 
@@ -289,7 +300,14 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     # errors over valid points only: an invalid point (contended, drifted) measured the machine, not the engine; its
     # row stays in the table with valid=False
     valid = df["valid"].fillna(False).astype(bool) if "valid" in df else pd.Series(True, index=df.index)
-    summary = {"twin_points": int(valid.sum()), "twin_points_invalid": int((~valid).sum()), "twin_cost_source": cost.source,
+    # a point the served-request terms were fitted on is in-sample: in the table (calibration=True), not in the errors
+    calib = set(cost.serving_points)
+    df["calibration"] = df["point_id"].astype(str).isin(calib) if len(df) else pd.Series(dtype=bool)
+    in_sample = df["calibration"].astype(bool)
+    valid_all = valid
+    valid = valid & ~in_sample
+    summary = {"twin_points": int(valid.sum()), "twin_points_invalid": int((~valid_all).sum()),
+               "twin_points_calibration": int((in_sample & valid_all).sum()), "twin_cost_source": cost.source,
                "twin_cost_loo_step_error": cost.loo_step_error, "twin_cost_loo_prefill_error": cost.loo_prefill_error}
     for key, col in (("mape_e2e_p50", "ape_e2e_s_p50"), ("mape_ttft_p50", "ape_ttft_s_p50"),
                      ("mape_e2e_p90", "ape_e2e_s_p90"), ("mape_ttft_p90", "ape_ttft_s_p90"),
@@ -329,7 +347,11 @@ def sentence(summary: dict) -> str:
         return "n/a" if v is None or v != v else f"{v:.0%}"
 
     left = summary.get("twin_points_invalid") or 0
-    text = (f"Twin vs measurement over {n} valid points{f' ({left} invalid left out)' if left else ''} "
+    calib = summary.get("twin_points_calibration") or 0
+    out = [f"{left} invalid"] if left else []
+    out += [f"{calib} calibration point{'s' if calib > 1 else ''}"] if calib else []
+    gone = f" ({', '.join(out)} left out)" if out else ""
+    text = (f"Twin vs measurement over {n} valid points{gone} "
             f"(cost model {summary.get('twin_cost_source')}): MAPE e2e p50 "
             f"{pct('mape_e2e_p50')} ({summary.get('mape_e2e_p50_points', 0)} points), TTFT p50 {pct('mape_ttft_p50')} "
             f"({summary.get('mape_ttft_p50_points', 0)}), TPOT p50 {pct('mape_tpot_p50')}, queue p50 "

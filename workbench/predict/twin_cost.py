@@ -25,6 +25,16 @@ on the others (leave-one-workload-out), median ``|predicted / measured - 1|`` (`
 device and a model config (a what-if past this machine), sampled on a grid and fitted the same way (its error
 against the roofline is ``in_sample_*``; it inherits the roofline's own error).
 
+**Served requests** (:func:`with_serving`): a request through ``workbench serve`` also pays what a bare ``generate``
+call does not: the chat template and tokenisation, the engine's admission, the HTTP and SSE path before its first
+token, and per streamed token the incremental detokenisation and one event. Two additive terms carry them,
+``serving_first_s`` (per request, to the first token) and ``serving_step_s`` (per decode step: the streamer's
+hand-off and the event loop's wake-up are paid once per step, not per row, on this CPU), fitted
+on the run's *synchronous* serving point (one request at a time: no queue, no batch) as the median of the measured
+``ttft_s - queue_s`` and ``tpot_s`` over the generate-fitted model's predictions; the twin folds them into
+``first_token_overhead_s`` and ``b0``. The calibration point is then in-sample, and the validation leaves it out
+of its errors (:func:`workbench.cli.simulate.validate`).
+
 A run folder carries its calibration as ``twin_calibration.json`` (:func:`save`, :func:`load`), so a twin can be
 built from someone else's shared run without its model.
 """
@@ -59,6 +69,9 @@ class StepCost:
             forward pass (setup, logits processing, the first sampling; the roofline's ``ttft_overhead_s``), paid
             once per ``fifo`` / ``static`` batch.
         source: where the coefficients come from (``fit:<run>``, ``roofline:<device>/<model>``, ``given``).
+        serving_first_s, serving_step_s: the served request's own costs (:func:`with_serving`), already
+            included in ``first_token_overhead_s`` and ``b0``; 0 when not calibrated on served rows.
+        serving_points: the point ids the serving terms were fitted on (empty when none).
         n_rows: measured rows the fit saw (0: not a fit on measurements).
         in_sample_prefill_error, in_sample_step_error, loo_prefill_error, loo_step_error: median
             ``|predicted / measured - 1|``; ``loo_*`` leave-one-workload-out (the error to quote); NaN when unknown.
@@ -74,6 +87,9 @@ class StepCost:
     first_token_overhead_s: float = 0.0
     source: str = "given"
     n_rows: int = 0
+    serving_first_s: float = 0.0
+    serving_step_s: float = 0.0
+    serving_points: tuple = ()
     in_sample_prefill_error: float = float("nan")
     in_sample_step_error: float = float("nan")
     loo_prefill_error: float = float("nan")
@@ -116,7 +132,10 @@ class StepCost:
         """One line: the source and the out-of-sample errors."""
         err = (f"leave-one-workload-out error prefill {self.loo_prefill_error:.0%}, step {self.loo_step_error:.0%}"
                if self.loo_step_error == self.loo_step_error else "no out-of-sample error (not fitted on measurements)")
-        return f"cost model {self.source} ({self.n_rows} rows; {err})"
+        served = (f"; served-request terms {self.serving_first_s * 1e3:.0f} ms to first token, "
+                  f"{self.serving_step_s * 1e3:.1f} ms per decode step, from the synchronous serving point"
+                  if self.serving_points else "")
+        return f"cost model {self.source} ({self.n_rows} rows; {err}{served})"
 
     def to_dict(self) -> dict:
         return {"version": VERSION, **dataclasses.asdict(self)}
@@ -128,6 +147,7 @@ class StepCost:
             raise ParameterError(f"calibration: not a twin calibration of version {VERSION}")
         fields = {f.name for f in dataclasses.fields(cls)}
         vals = {k: (float("nan") if v is None else v) for k, v in d.items() if k in fields}
+        vals["serving_points"] = tuple(str(x) for x in (d.get("serving_points") or ()))
         return cls(**vals)
 
 
@@ -220,6 +240,41 @@ def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
     return StepCost(*map(float, a), *map(float, bb), first_token_overhead_s=first, source=source, n_rows=int(len(df)),
                     in_sample_prefill_error=_ape(Xp @ a, y), in_sample_step_error=_ape(Xd @ bb, yd),
                     loo_prefill_error=_loo(Xp, y, gp), loo_step_error=_loo(Xd, yd, gd))
+
+
+def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
+    """``cost`` plus the served request's own costs (module docstring), fitted on the request rows of the
+    ``point_ids`` points (one request at a time: a ``synchronous`` serving point).
+
+    Args:
+        cost: a cost fitted on bare ``generate`` rows (:func:`fit`).
+        requests: request rows with ``point_id``, ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``queue_s``,
+            ``tpot_s`` (``queue_s`` absent: 0).
+        point_ids: the calibration points' ids.
+
+    Returns:
+        A :class:`StepCost` whose ``first_token_overhead_s`` and ``b0`` include the two terms (each the median
+        excess over ``cost``'s prediction, floored at 0), ``serving_points`` naming the points; ``cost`` itself
+        when no usable row is there.
+    """
+    ids = [str(p) for p in point_ids]
+    rows = requests[requests["point_id"].astype(str).isin(ids)] if "point_id" in requests else requests.iloc[:0]
+    df = rows_for_fit(rows)
+    df = df[np.isfinite(df["ttft_s"])]
+    if df.empty:
+        return cost
+    queue = df["queue_s"].fillna(0.0)
+    alone = np.array([cost.prefill_s(1, float(L)) for L in df["prompt_tokens"]]) + cost.first_token_overhead_s
+    first = max(0.0, float(np.median(df["ttft_s"] - queue - alone)))
+    dec = df[np.isfinite(df["tpot_s"]) & (df["output_tokens"] > 1)]
+    per_step = 0.0
+    if not dec.empty:
+        step = np.array([cost.step_s(1, float(L) + float(N) / 2) for L, N in zip(dec["prompt_tokens"],
+                                                                              dec["output_tokens"])])
+        per_step = max(0.0, float(np.median(dec["tpot_s"] - step)))
+    return dataclasses.replace(cost, first_token_overhead_s=cost.first_token_overhead_s + first,
+                               b0=cost.b0 + per_step, serving_first_s=first, serving_step_s=per_step,
+                               serving_points=tuple(sorted(set(ids) & set(rows["point_id"].astype(str)))))
 
 
 def from_roofline(shape, device, calib=None, threads: int | None = None, max_batch: int = 64,

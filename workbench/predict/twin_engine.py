@@ -218,8 +218,9 @@ class EngineTwin:
             k_max = min(r.spec.max_tokens - len(r.stamps) for r in decode)
             dts = self.cost.steps_s(n, 0, k_max) + self.cost.b2 * (ctx - n)  # step j: context ctx + (j - 1) n
             stamps = (self.clock.now + np.cumsum(dts)).tolist()
+            lag = self.cost.serving_first_s
             for r in decode:
-                r.stamps.extend(stamps)
+                r.stamps.extend([t + lag for t in stamps])
             self._segment = (decode, stamps, self.clock.now)
             self._version += 1
             self.clock.at(stamps[-1], self._step_ends, [], chunks, self._version)
@@ -252,15 +253,18 @@ class EngineTwin:
         if self._segment is not None:
             self.busy_s += now - self._segment[2]
             self._segment = None
+        # every token reaches the client the served request's own cost later (template, tokenisation, the HTTP /
+        # SSE path: twin_cost.with_serving); the engine goes on meanwhile
+        lag = self.cost.serving_first_s
         for r in decode:
             if not r.stopped:
-                r.stamps.append(now)
+                r.stamps.append(now + lag)
         for r, c in chunks:
             if r.stopped:
                 continue
             r.prefill_left -= c
             if r.prefill_left == 0:
-                r.stamps.append(now)
+                r.stamps.append(now + lag)
                 if self.prefix_sharing and r.spec.prefix_key is not None:
                     key = r.spec.prefix_key
                     self._cache[key] = max(self._cache.get(key, 0), r.spec.store_tokens or r.spec.prompt_tokens)
