@@ -16,6 +16,8 @@
 # %% [markdown]
 # # 03 Temperature and top-p: length, repetition, quality and speed
 # How do temperature (0 means greedy) and top-p change how long answers get, how often `max_new_tokens` truncates them, how repetitive they are, whether factual answers stay right, and what sampling costs in time? Long-form reports and short factual questions, English and Chinese, several seeded samples each, 95% intervals (Wilson for shares, Student t for scores).
+#
+# The settings are measured interleaved by round: each round answers the same prompts once per setting (same seed), plus greedy a second time as the A/A control, in a shuffled order. The time per answer is then a ratio to the lowest temperature paired within rounds (a drift of the machine moves both sides and cancels), Holm-adjusted over the settings, with the A/A interval beside it as the noise floor; the text outcomes (truncation, repetition, length) keep their intervals over answers.
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id

@@ -16,6 +16,8 @@
 # %% [markdown]
 # # 05 Reasoning budget: thinking tokens versus latency and answer quality
 # Cap (and optionally extend) the thinking segment with budget forcing, then measure what each budget B costs in time to first answer token, end-to-end latency and throughput, and what it buys in accuracy and gold-answer likelihood.
+#
+# The budgets are measured interleaved by round: a round is one chunk of the tasks that every budget answers once (same tasks, same seed), plus budget 0 a second time as the A/A control, in a shuffled order. The time to first answer token is then a ratio to the smallest budget paired within rounds (a drift of the machine cancels), Holm-adjusted over the budgets, with the A/A interval beside it as the noise floor; accuracy keeps its interval over tasks.
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id

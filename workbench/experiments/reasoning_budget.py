@@ -14,14 +14,26 @@ Quality is summarised with 95% intervals over tasks (Wilson for accuracy, t othe
 (:func:`quality_summary`); :func:`figures` draws latency, quality, thinking
 tokens and throughput against the budget; :func:`examples_markdown` writes
 example outputs per budget.
+
+Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ points and 2+ rounds the points are measured
+interleaved by round (:func:`measure_interleaved`). A round is one chunk of the tasks (:func:`chunk_size`: the
+batches of every batch size fall inside it) in one repeat: every point answers that chunk once, in its own
+batches, at seed ``seed + repeat``, plus the first batch size's baseline (the smallest budget) a second time,
+the A/A control, in an order shuffled per round from the seed. Per batch size, each budget's time to first
+answer token over the baseline's is the paired within-round ratio, Holm over the budgets compared
+(``time_ratio`` columns); every point carries the A/A columns (:data:`workbench.stats.comparison.COLUMNS`), the
+noise floor the finding prints beside the ratio. Accuracy and the gold log-likelihood keep their intervals
+over tasks: a machine's drift does not change an answer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
-from workbench.stats import metrics
+from workbench.run import point_result
+from workbench.stats import comparison, metrics
 from workbench.share import plots
 from workbench.predict import predictions
 from workbench.run import sweeps
@@ -146,8 +158,13 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
                 rec.update(repeat=r, request_id=b * bs + i, batch_index=b, batch_size=len(batch), batch_wall_s=w)
             requests.extend(recs)
             wall += w
+    return PointResult(requests=requests, wall_s=wall, warmup_s=warmup_s, extra=_point_extra(requests))
+
+
+def _point_extra(requests: list[dict]) -> dict:
+    """A point's ``extra``: the quality and thinking means, rates and ``ttfat_s`` percentiles of its requests."""
     n = len(requests)
-    extra = {
+    return {
         "exact_match_mean": sum(float(x["exact_match"]) for x in requests) / n,
         "gold_logprob_mean": sum(x["gold_logprob"] for x in requests) / n,
         "thinking_tokens_mean": sum(x["thinking_tokens"] for x in requests) / n,
@@ -158,18 +175,128 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         # the padded prompt length the batches' forward passes ran at: the roofline's input for the prediction
         "prompt_tokens": max(x["prompt_tokens"] for x in requests),
     }
-    return PointResult(requests=requests, wall_s=wall, warmup_s=warmup_s, extra=extra)
+
+
+def chunk_size(cfg: Config) -> int:
+    """Tasks per round: the least common multiple of the batch sizes (every batch of every batch size falls
+    inside one chunk, so the batches are those :func:`measure_point` runs), all the tasks when that is more."""
+    lcm = math.lcm(*cfg.batch_sizes)
+    return lcm if lcm <= cfg.num_tasks else cfg.num_tasks
+
+
+def n_rounds(cfg: Config) -> int:
+    """Rounds of the interleaved design: ``repeats`` x the chunks of :func:`chunk_size`."""
+    return cfg.repeats * math.ceil(cfg.num_tasks / chunk_size(cfg))
+
+
+def _baselines(points: list[dict]) -> dict[int, dict]:
+    """Per batch size, its baseline: the smallest budget."""
+    out = {}
+    for p in points:
+        b = out.get(p["batch_size"])
+        if b is None or p["reasoning_budget"] < b["reasoning_budget"]:
+            out[p["batch_size"]] = p
+    return out
+
+
+def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
+    """Every (budget, batch size) point as an interleaved arm (:mod:`workbench.stats.comparison`), with the A/A control.
+
+    Each point is warmed up ``cfg.warmup`` times on its first batch; then :func:`n_rounds` rounds. Round ``u`` is
+    repeat ``u // chunks`` and chunk ``u % chunks`` of the tasks (:func:`chunk_size`): every point answers that
+    chunk in its own batches at seed ``cfg.seed + repeat`` (the same tasks and seed for every arm of a round),
+    plus the first batch size's baseline (the smallest budget) a second time (:data:`workbench.stats.comparison.AA`,
+    timed, neither scored nor stored), in an order shuffled per round from ``cfg.seed``. A point's value in a
+    round is the geometric mean over its batches of the batch's median time to first answer token; per batch
+    size, each budget is judged against the baseline from the paired within-round ratios, Holm over the budgets
+    compared (:func:`workbench.stats.comparison.compare`).
+
+    Returns:
+        ``{point_id: PointResult}``: requests as :func:`measure_point` records them (``repeat``, ``request_id`` = the
+        task's index, ``batch_index``), ``extra`` with its columns, the ``time_ratio`` columns
+        (:func:`workbench.stats.comparison.arm_columns`) and the A/A columns (:data:`workbench.stats.comparison.COLUMNS`).
+    """
+    import pandas as pd
+
+    if "tasks" not in state:
+        state["tasks"] = cfg.tasks()
+    tasks: Sequence[Task] = state["tasks"]
+    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
+    by_pid = dict(zip(pids, points))
+    base_pid = {bs: point_result.point_id(EXPERIMENT, p) for bs, p in _baselines(points).items()}
+    first_base = base_pid[points[0]["batch_size"]]
+    fmt = thinking_format(loaded.tokenizer, cfg.thinking)
+    got = {}
+    for pid, p in by_pid.items():
+        bs, spec = p["batch_size"], cfg.spec(p["reasoning_budget"])
+        first = list(tasks[:bs])
+        ids, phases = task_inputs(loaded.tokenizer, first, fmt, p["reasoning_budget"])
+        settings = GenerationSettings(max_new_tokens=spec.total_new_tokens(fmt, PRE in phases),
+                                      temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
+        got[pid] = {"requests": [], "wall_s": 0.0,
+                    "warmup_s": warm_up(loaded, [t.question for t in first], settings, n=cfg.warmup, input_ids=ids)}
+    size = chunk_size(cfg)
+    chunks = math.ceil(len(tasks) / size)
+    rows = []
+    for rnd, arm in comparison.schedule([*pids, comparison.AA], n_rounds(cfg), cfg.seed):
+        pid = first_base if arm == comparison.AA else arm
+        rep, c = divmod(rnd, chunks)
+        bs, budget = by_pid[pid]["batch_size"], by_pid[pid]["reasoning_budget"]
+        for start in range(c * size, min((c + 1) * size, len(tasks)), bs):
+            batch = list(tasks[start:min(start + bs, (c + 1) * size, len(tasks))])
+            recs, w = run_reasoning_batch(loaded, batch, cfg.spec(budget), cfg.thinking, cfg.temperature, cfg.top_p,
+                                          cfg.seed + rep, score=arm != comparison.AA)
+            ttfat = [x["ttfat_s"] for x in recs if x.get("ttfat_s") == x.get("ttfat_s")]
+            rows.append({"arm": arm, "round": rnd, "value": metrics.percentiles(ttfat, (50,))["p50"] if ttfat
+                         else float("nan")})
+            if arm == comparison.AA:
+                continue
+            for i, rec in enumerate(recs):
+                rec.update(repeat=rep, request_id=start + i, batch_index=start // bs, batch_size=len(batch),
+                           batch_wall_s=w)
+            got[pid]["requests"] += recs
+            got[pid]["wall_s"] += w
+    table = pd.DataFrame(rows)
+    ratio_cols, aa_cols = {}, {}
+    for bs, base in base_pid.items():
+        mine = [pid for pid in pids if by_pid[pid]["batch_size"] == bs]
+        aa = comparison.AA if base == first_base else None
+        comp = comparison.compare(table[table["arm"].isin([*mine, *([aa] if aa else [])])], base, aa, adjust=True)
+        for pid in mine:
+            ratio_cols[pid] = comparison.arm_columns(comp, pid)
+        if aa is not None:
+            aa_cols = comp.columns()
+    out = {}
+    for pid in pids:
+        g = got[pid]
+        g["requests"].sort(key=lambda x: (x["repeat"], x["request_id"]))
+        out[pid] = PointResult(requests=g["requests"], wall_s=g["wall_s"], warmup_s=g["warmup_s"],
+                               extra={**_point_extra(g["requests"]), **ratio_cols[pid], **aa_cols})
+    return out
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Every (budget, batch size) point of ``cfg`` on the same seeded tasks (experiment ``reasoning``).
 
+    With 2+ points and 2+ rounds (:func:`n_rounds`) the points are measured interleaved by round with the A/A
+    control (:func:`measure_interleaved`) and reach the disk together when the last round ends; otherwise each
+    point is measured, and written, on its own (:func:`measure_point`).
+
     Returns:
         The experiment's points DataFrame (see :func:`workbench.run.sweeps.run_sweep`).
     """
     state = {"tasks": cfg.tasks()}
-    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
-                            resume=resume, info=loaded.info, loaded=loaded, config=cfg)
+    grid = cfg.grid()
+
+    def measure(p):
+        if len(grid) < 2 or n_rounds(cfg) < 2:
+            return measure_point(loaded, cfg, p, state)
+        if "interleaved" not in state:
+            state["interleaved"] = measure_interleaved(loaded, cfg, grid, state)
+        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
+
+    return sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded,
+                            config=cfg)
 
 
 # ----------------------------------------------------------------------------- summaries and figures
@@ -194,7 +321,9 @@ def quality_summary(requests, by=("reasoning_budget", "batch_size"), confidence:
 def finding(points, requests=None):
     """Smallest against largest thinking budget: accuracy (Newcombe interval of the two shares over tasks; the
     headline, and the finding's mark: supported only when accuracy moves beyond noise),
-    time to first answer token (Welch ratio over repeat medians) and thinking tokens; a direction only where
+    time to first answer token (interleaved runs: the paired within-round ratio, Holm over the budgets, with the
+    A/A noise floor beside it, :func:`time_clauses`; point by point: a Welch ratio over the batches' medians) and
+    thinking tokens; a direction only where
     the interval excludes no change, "not supported" where the model solves none of the tasks at any
     budget (the budget's effect on quality is then invisible).
 
@@ -231,21 +360,54 @@ def finding(points, requests=None):
     acc_v = evidence.difference_verdict(acc)
     think = evidence.mean_difference_interval(answers[hi]["thinking_tokens"], answers[lo]["thinking_tokens"],
                                               unit="answers")
-    unit_cols = [c for c in ("point_id", "repeat", "batch_index") if c in req]
-    med = {b: at[b].groupby(unit_cols)["ttfat_s"].median() for b in (lo, hi)}  # one value per generate call
-    ttfat = evidence.ratio_interval(med[hi], med[lo], unit="batches")
+    paired = time_clauses(ok, lo, hi)
+    if paired is None:  # measured point by point (one round): Welch over the batches' medians, no A/A control
+        unit_cols = [c for c in ("point_id", "repeat", "batch_index") if c in req]
+        med = {b: at[b].groupby(unit_cols)["ttfat_s"].median() for b in (lo, hi)}  # one value per generate call
+        timing = evidence.describe_ratio(evidence.ratio_interval(med[hi], med[lo], unit="batches"),
+                                         "time to first answer token") + "."
+        timing_ev = []
+    else:
+        timing, timing_ev = paired
     if k[lo] + k[hi] == 0:
         claim = (f"the budget's effect on accuracy: not supported: no task solved at budget {lo} or {hi} "
                  f"(0 of {n[lo]} and 0 of {n[hi]}); the tasks are beyond this model")
     else:
         claim = {"higher": "accuracy rises", "lower": "accuracy falls"}.get(acc_v, f"accuracy: {acc_v}")
     # the headline is the accuracy claim (what a thinking budget is for); the time it costs rides along
-    sentences = [f"From budget {lo} to {hi}, {claim}.", text + ".",
-                 evidence.describe_ratio(ttfat, "time to first answer token") + "."]
+    sentences = [f"From budget {lo} to {hi}, {claim}.", text + ".", timing]
     supported = acc_v in ("higher", "lower")
     ev = [f"{n[lo]} and {n[hi]} answers at budgets {lo} and {hi} (greedy repeats counted once), valid points only",
-          f"accuracy change {acc.describe('{:+.2f}')}", f"thinking-token change {think.describe('{:+.1f}')}"]
+          f"accuracy change {acc.describe('{:+.2f}')}", f"thinking-token change {think.describe('{:+.1f}')}",
+          *timing_ev]
     return evidence.Finding(" ".join(sentences), "; ".join(ev), supported, ids)
+
+
+def time_clauses(ok, lo, hi) -> tuple[str, list[str]] | None:
+    """The time to first answer token at budget ``hi`` over budget ``lo``, per batch size, from the usable points'
+    ``time_ratio`` and A/A columns (interleaved runs: paired within rounds, Holm over the budgets, the A/A noise
+    floor beside it; "not supported: the A/A control moved" when the control's interval excludes 1,
+    :func:`workbench.stats.comparison.describe_columns`). None when the points were not measured interleaved.
+    Returns ``("sentences.", evidence parts)``."""
+    if "time_ratio" not in ok or "design" not in ok or not ok["design"].notna().any():
+        return None
+    clauses, ev = [], []
+    sizes = sorted(set(ok["batch_size"]))
+    for bs in sizes:
+        g = ok[ok["batch_size"] == bs]
+        top = g[g["reasoning_budget"] == hi]
+        if top.empty or not (g["reasoning_budget"] == lo).any():
+            continue
+        row = top.iloc[0]
+        name = f"Time to first answer token at budget {hi} vs {lo}" + (f" (batch {bs})" if len(sizes) > 1 else "")
+        clauses.append(comparison.describe_columns(row, name) + ".")
+        rounds = row.get("rounds")
+        ev.append(f"time to first answer token paired within {int(rounds)} interleaved rounds (the batches' median)"
+                  if rounds == rounds and rounds is not None else "time to first answer token paired within rounds")
+    if not clauses:
+        aa = comparison.aa_from_columns(ok[ok["design"].notna()].iloc[0])
+        return f"{comparison.noise_floor_text(aa, 'interleaved', aa.n if aa else None)}.", ev
+    return " ".join(clauses), ev
 
 
 def latency_table(requests):
@@ -321,15 +483,39 @@ def fig_throughput_vs_budget(points):
                                        group="batch_size")
 
 
+def fig_time_ratio(points):
+    """Time to first answer token of every budget over its batch size's baseline (paired within rounds, its
+    interval at the budget's Holm level), with the A/A noise floor shaded."""
+    import plotly.graph_objects as go
+
+    df = plots.ok_points(points).sort_values("reasoning_budget")
+    fig = go.Figure()
+    for bs, g in df.groupby("batch_size", sort=True):
+        fig.add_trace(go.Scatter(
+            x=g["reasoning_budget"], y=g["time_ratio"], mode="lines+markers", name=f"batch {bs}",
+            error_y=dict(type="data", symmetric=False, array=(g["time_ratio_high"] - g["time_ratio"]).fillna(0),
+                         arrayminus=(g["time_ratio"] - g["time_ratio_low"]).fillna(0))))
+    fig.add_hline(y=1.0, line_dash="dot")
+    if "aa_low" in df and df["aa_low"].notna().any():
+        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig.update_layout(title="Time to first answer token over the smallest budget (paired within rounds; grey band: "
+                            "the A/A noise floor)", xaxis_title=plots.label("reasoning_budget"),
+                      yaxis_title="TTFAT ratio vs baseline (x)")
+    return plots.legend_below(fig)
+
+
 @plots.split_by_device
 def figures(points, requests) -> dict:
-    """All figures of the notebook, in report order: ``{name: figure}``."""
-    return {
+    """All figures of the notebook, in report order: ``{name: figure}`` (the time ratio only from interleaved runs)."""
+    figs = {
         "reasoning_latency_vs_budget": fig_latency_vs_budget(points),
         "reasoning_quality_vs_budget": fig_quality_vs_budget(quality_summary(requests)),
         "reasoning_thinking_tokens": fig_thinking_distribution(requests),
         "reasoning_throughput_vs_budget": fig_throughput_vs_budget(points),
     }
+    if "time_ratio" in points and points["time_ratio"].notna().any():  # interleaved rounds (issue 32)
+        figs["reasoning_time_ratio"] = fig_time_ratio(points)
+    return figs
 
 
 def examples_markdown(requests, per_budget: int = 2) -> str:

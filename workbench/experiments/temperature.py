@@ -9,6 +9,16 @@ exact / substring match and ROUGE-L for factual questions, perplexity under the
 model at temperature 1). Speed comes from the same records (TPOT, e2e,
 throughput per point).
 
+Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ points and ``repeats`` >= 2 the points are
+measured interleaved by round (:func:`measure_interleaved`): round ``r`` generates the family's batch once
+for every point, at seed ``seed + r`` (the same prompts and seed for every arm of a round), plus the first
+family's greedy point a second time, the A/A control, in an order shuffled per round from the seed. Each
+point's time per answer (e2e) over its family's baseline (the lowest temperature) is the paired
+within-round ratio, Holm over the family's arms (``time_ratio`` columns), and every point carries the A/A
+columns (:data:`workbench.stats.comparison.COLUMNS`): the noise floor the finding prints beside the ratio.
+The text outcomes (truncation, repetition, length) keep their intervals over answers: a machine's drift
+does not change a text.
+
 Families (:mod:`workbench.inputs.prompts`): ``report`` ("write a report in N sections
 on TOPIC", long-form) and ``factual`` (short questions with known answers from
 ``data/factual_qa.jsonl``).
@@ -24,14 +34,17 @@ from __future__ import annotations
 
 import dataclasses
 
+from workbench.run import point_result
 from workbench.share import plots
 from workbench.predict import predictions
 from workbench.measure import quality
 from workbench.checks import check_bool, check_choice_list, check_float_list, check_int
 from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings, encode_prompts
+from workbench.measure import energy
+from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured, warm_up
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, measure_generation, run_sweep
+from workbench.stats import comparison
 
 EXPERIMENT = "temperature"
 FAMILIES = ("report", "factual")
@@ -134,6 +147,19 @@ def score_records(loaded, records: list[dict], prompt_dicts: list[dict], with_pe
             rec["perplexity"] = float("nan")
 
 
+def _point_extra(requests: list[dict], n_prompts: int) -> dict:
+    """A point's ``extra``: ``truncated_rate``, ``output_tokens_mean`` and the batch's shape."""
+    n = len(requests)
+    return {
+        "truncated_rate": sum(r["truncated"] for r in requests) / n if n else float("nan"),
+        "output_tokens_mean": sum(r["output_tokens"] for r in requests) / n if n else float("nan"),
+        # the shape every forward pass of the family's batch ran at (left padding to the longest prompt):
+        # what the roofline's prediction beside the measured points needs
+        "batch_size": n_prompts,
+        "prompt_tokens": max((r["prompt_tokens"] for r in requests), default=float("nan")),
+    }
+
+
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One (family, temperature, top_p) point: ``repeats`` seeded samples of the family's batch, scored.
 
@@ -150,23 +176,110 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     prompt_dicts = cfg.prompts(point["family"])
     out = measure_generation(loaded, [p["prompt"] for p in prompt_dicts], cfg.settings(point), cfg.repeats, cfg.warmup)
     score_records(loaded, out.requests, prompt_dicts, cfg.perplexity)
-    n = len(out.requests)
-    out.extra = {
-        "truncated_rate": sum(r["truncated"] for r in out.requests) / n if n else float("nan"),
-        "output_tokens_mean": sum(r["output_tokens"] for r in out.requests) / n if n else float("nan"),
-        # the shape every forward pass of the family's batch ran at (left padding to the longest prompt):
-        # what the roofline's prediction beside the measured points needs
-        "batch_size": len(prompt_dicts),
-        "prompt_tokens": max((r["prompt_tokens"] for r in out.requests), default=float("nan")),
-    }
+    out.extra = _point_extra(out.requests, len(prompt_dicts))
+    return out
+
+
+def baselines(points: list[dict]) -> dict[str, dict]:
+    """Per family, its baseline point: the lowest temperature (greedy when the grid holds 0), the largest top_p."""
+    out = {}
+    for p in points:
+        b = out.get(p["family"])
+        if b is None or (p["temperature"], -p["top_p"]) < (b["temperature"], -b["top_p"]):
+            out[p["family"]] = p
+    return out
+
+
+def _mean_e2e(records: list[dict]) -> float:
+    """The time per answer of one batch: the mean e2e over its answers (NaN when none produced a token)."""
+    done = [r["e2e_s"] for r in records if r.get("output_tokens", 0) >= 1 and r.get("e2e_s") == r.get("e2e_s")]
+    return sum(done) / len(done) if done else float("nan")
+
+
+def measure_interleaved(loaded, cfg: Config, points: list[dict]) -> dict[str, PointResult]:
+    """Every point as an interleaved arm (:mod:`workbench.stats.comparison`), with the A/A control.
+
+    Each point is warmed up ``cfg.warmup`` times, then ``cfg.repeats`` rounds: round ``r`` generates its family's
+    batch once for every point at seed ``cfg.seed + r`` (every arm of a round answers the same prompts with the
+    same seed), plus the first family's baseline (:func:`baselines`: greedy) a second time
+    (:data:`workbench.stats.comparison.AA`), in an order shuffled per round from ``cfg.seed``. The A/A batches
+    are timed, never scored nor stored. Per family, every point's time per answer (mean e2e of a batch) is
+    judged against the family's baseline from the paired within-round ratios, Holm over the family's arms
+    (:func:`workbench.stats.comparison.compare`).
+
+    Returns:
+        ``{point_id: PointResult}``: requests scored as in :func:`measure_point` (``repeat`` = round), ``extra`` with
+        its columns, the ``time_ratio`` columns (:func:`workbench.stats.comparison.arm_columns`) and the A/A columns
+        (:data:`workbench.stats.comparison.COLUMNS`, the first family's control, the experiment's noise floor).
+    """
+    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
+    by_pid = dict(zip(pids, points))
+    base_pid = {fam: point_result.point_id(EXPERIMENT, p) for fam, p in baselines(points).items()}
+    first_base = base_pid[points[0]["family"]]
+    dicts = {fam: cfg.prompts(fam) for fam in base_pid}
+    texts = {fam: [d["prompt"] for d in ds] for fam, ds in dicts.items()}
+    settings = {pid: cfg.settings(p) for pid, p in by_pid.items()}
+    got = {pid: {"requests": [], "wall_s": 0.0, "meter": energy.EnergyMeter(loaded.info.device),
+                 "warmup_s": warm_up(loaded, texts[p["family"]], settings[pid], cfg.warmup)}
+           for pid, p in by_pid.items()}
+    rows = []
+    for rnd, arm in comparison.schedule([*pids, comparison.AA], cfg.repeats, cfg.seed):
+        pid = first_base if arm == comparison.AA else arm
+        s = settings[pid]
+        prompts = texts[by_pid[pid]["family"]]
+        meter = got[pid]["meter"] if arm != comparison.AA else None
+        if meter is not None:
+            meter.begin()
+        res = generate_measured(loaded, prompts, dataclasses.replace(s, seed=s.seed + rnd))
+        if meter is not None:
+            meter.end(res.wall_s)
+        rows.append({"arm": arm, "round": rnd, "value": _mean_e2e(res.records)})
+        if arm != comparison.AA:
+            for rec in res.records:
+                rec.update(repeat=rnd, batch_size=len(prompts), batch_wall_s=res.wall_s)
+            got[pid]["requests"] += res.records
+            got[pid]["wall_s"] += res.wall_s
+    import pandas as pd
+
+    table = pd.DataFrame(rows)
+    ratio_cols, aa_cols = {}, {}
+    for fam, base in base_pid.items():
+        mine = [pid for pid in pids if by_pid[pid]["family"] == fam]
+        aa = comparison.AA if base == first_base else None
+        comp = comparison.compare(table[table["arm"].isin([*mine, *([aa] if aa else [])])], base, aa, adjust=True)
+        for pid in mine:
+            ratio_cols[pid] = comparison.arm_columns(comp, pid)
+        if aa is not None:
+            aa_cols = comp.columns()
+    out = {}
+    for pid, p in by_pid.items():
+        g = got[pid]
+        score_records(loaded, g["requests"], dicts[p["family"]], cfg.perplexity)
+        extra = {**_point_extra(g["requests"], len(dicts[p["family"]])), **ratio_cols[pid], **aa_cols}
+        out[pid] = PointResult(requests=g["requests"], wall_s=g["wall_s"], warmup_s=g["warmup_s"],
+                               energy=g["meter"].result(), extra=extra)
     return out
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
-    """Every point of ``cfg.grid()`` through :func:`workbench.run.sweeps.run_sweep`; returns the points DataFrame."""
+    """Every point of ``cfg.grid()`` through :func:`workbench.run.sweeps.run_sweep`; returns the points DataFrame.
+
+    With 2+ points and ``repeats`` >= 2 the points are measured interleaved by round with the A/A control
+    (:func:`measure_interleaved`) and reach the disk together when the last round ends (an interrupt before that
+    keeps none of them); with one repeat there is nothing to pair and each point is measured, and written, on
+    its own (:func:`measure_point`).
+    """
     state: dict = {}
-    return run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
-                     resume=resume, info=loaded.info, loaded=loaded, config=cfg)
+    grid = cfg.grid()
+
+    def measure(p):
+        if len(grid) < 2 or cfg.repeats < 2:
+            return measure_point(loaded, cfg, p, state)
+        if "interleaved" not in state:
+            state["interleaved"] = measure_interleaved(loaded, cfg, grid)
+        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
+
+    return run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 
 
 QUALITY_BY = ("family", "language", "temperature", "top_p")
@@ -216,6 +329,8 @@ def finding(summary, requests=None, points=None):
     and in the repeated 4-gram rate and output length (Welch intervals), each with a direction only when
     its interval excludes 0; "not supported" when most greedy answers are cut by ``max_new_tokens``
     (:data:`TRUNCATION_LIMIT`: then the outputs cannot show what temperature does to length or repetition).
+    Interleaved runs add the time per answer's paired ratio with the A/A noise floor (:func:`time_clauses`), after
+    the text outcomes: it never sets the mark.
 
     Args:
         summary: :func:`quality_summary` (used when ``requests`` is None: truncation only).
@@ -246,11 +361,13 @@ def finding(summary, requests=None, points=None):
     greedy_share = k[lo] / n[lo] if n[lo] else float("nan")
     evidence_parts = [f"{n[lo]} answers at temperature {lo:g}, {n[hi]} at {hi:g}"
                       + (" (greedy repeats counted once, valid points only)" if samples is not None else "")]
+    timing, timing_ev = time_clauses(points)
+    evidence_parts += timing_ev
     if not greedy_share <= TRUNCATION_LIMIT:
         return evidence.Finding(
             f"Temperature's effect on length and repetition: not supported: {greedy_share:.0%} of the answers at "
             f"temperature {lo:g} ({k[lo]} of {n[lo]}) hit max_new_tokens, so the outputs are too short to show it; "
-            f"raise max_new_tokens.", "; ".join(evidence_parts), False, ids)
+            f"raise max_new_tokens." + timing, "; ".join(evidence_parts), False, ids)
     parts, supported, moved = [], False, []
     d = evidence.difference_interval(int(k[hi]), int(n[hi]), int(k[lo]), int(n[lo]))
     v = evidence.difference_verdict(d)
@@ -273,8 +390,41 @@ def finding(summary, requests=None, points=None):
             parts.append(_change(name, v, fmt.format(b.mean()), fmt.format(a.mean())))
             evidence_parts.append(f"{col} change {iv.describe(fmt.replace(':', ':+'))}")
     parts = [p for _, p in sorted(zip(moved, parts), key=lambda mp: not mp[0])]  # a change beyond noise leads
-    return evidence.Finding(f"From temperature {lo:g} to {hi:g}, " + "; ".join(parts) + ".",
+    return evidence.Finding(f"From temperature {lo:g} to {hi:g}, " + "; ".join(parts) + "." + timing,
                             "; ".join(evidence_parts), supported, ids)
+
+
+def time_clauses(points) -> tuple[str, list[str]]:
+    """The timing part of the finding, from the points' ``time_ratio`` and A/A columns (interleaved runs):
+    per family, the time per answer (e2e) at its highest temperature (largest top_p) over its baseline, with
+    the A/A noise floor beside it (:func:`workbench.stats.comparison.describe_columns`: "not supported: the A/A
+    control moved" when the control's interval excludes 1). It follows the text outcomes and never sets the
+    finding's mark. Returns ``(" sentence." or "", evidence parts)``."""
+    from workbench.stats import evidence
+
+    if points is None or len(points) == 0 or "time_ratio" not in points or "design" not in points:
+        return "", []
+    ok = evidence.usable_points(points)
+    ok = ok[ok["design"].notna()] if "design" in ok else ok.iloc[0:0]
+    if ok.empty:
+        return "", []
+    clauses, ev = [], []
+    fams = list(dict.fromkeys(ok["family"]))
+    for fam in fams:
+        g = ok[ok["family"] == fam]
+        base = baselines(g.to_dict("records"))[fam]
+        top = g[g["temperature"] == g["temperature"].max()].sort_values("top_p").iloc[-1]
+        if top["temperature"] == base["temperature"]:
+            continue
+        name = (f"time per answer (e2e) at temperature {top['temperature']:g} vs {base['temperature']:g}"
+                + (f" ({fam})" if len(fams) > 1 else ""))
+        clauses.append(comparison.describe_columns(top, name[0].upper() + name[1:]))
+        ev.append(f"{fam} e2e ratios paired within {int(top['rounds'])} interleaved rounds"
+                  if top.get("rounds") == top.get("rounds") else f"{fam} e2e ratios paired within rounds")
+    if not clauses:
+        aa = comparison.aa_from_columns(ok.iloc[0])
+        return f" {comparison.noise_floor_text(aa, 'interleaved', aa.n if aa else None)}.", ev
+    return " " + " ".join(c + "." for c in clauses), ev
 
 
 def length_targets(tokenizer, target_chars: int, languages=("en", "zh")):
@@ -374,6 +524,26 @@ def fig_speed_vs_temperature(points):
     return plots.legend_below(fig)
 
 
+def fig_time_ratio(points):
+    """Time per answer (e2e) of every point over its family's baseline (paired within rounds, its interval at
+    the point's Holm level) vs temperature, with the A/A noise floor shaded."""
+    import plotly.graph_objects as go
+
+    df = plots.ok_points(points).sort_values("temperature")
+    fig = go.Figure()
+    for i, ((fam, top_p), g) in enumerate(df.groupby(["family", "top_p"], sort=True)):
+        fig.add_trace(go.Scatter(
+            x=g["temperature"], y=g["time_ratio"], mode="lines+markers", name=f"{fam}, top_p {top_p:g}",
+            error_y=dict(type="data", symmetric=False, array=(g["time_ratio_high"] - g["time_ratio"]).fillna(0),
+                         arrayminus=(g["time_ratio"] - g["time_ratio_low"]).fillna(0))))
+    fig.add_hline(y=1.0, line_dash="dot")
+    if "aa_low" in df and df["aa_low"].notna().any():
+        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig.update_layout(title="Time per answer over the lowest temperature (paired within rounds; grey band: the A/A "
+                            "noise floor)", xaxis_title=_T_LABEL, yaxis_title="e2e ratio vs baseline (x)")
+    return plots.legend_below(fig)
+
+
 @plots.split_by_device
 def figures(summary, points) -> dict:
     """Every figure of the notebook, by name, in report order (families absent from the run are skipped)."""
@@ -391,4 +561,6 @@ def figures(summary, points) -> dict:
             summary, "factual", ["substring_match", "exact_match", "rouge_l", "perplexity", "truncated"],
             "Factual questions: accuracy vs temperature")
     figs["temperature_speed"] = fig_speed_vs_temperature(points)
+    if "time_ratio" in points and points["time_ratio"].notna().any():  # interleaved rounds (issue 32)
+        figs["temperature_time_ratio"] = fig_time_ratio(points)
     return figs

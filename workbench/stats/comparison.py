@@ -338,3 +338,106 @@ def add_noise_band(fig, aa: evidence.Interval | None = None, low: float | None =
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", name=f"{label} {low:.2f}-{high:.2f}x",
                              marker=dict(symbol="square", size=14, color="#888888", opacity=0.35)))
     return fig
+
+
+# ----------------------------------------------------------------------------- an arm's ratio as point columns
+
+
+#: the point columns of :func:`arm_columns` with its default prefix (an arm's time over its baseline's)
+TIME_RATIO_COLUMNS = ("time_ratio", "time_ratio_low", "time_ratio_high", "time_ratio_level", "time_ratio_p_holm",
+                      "time_ratio_method")
+
+
+def arm_columns(comp: Comparison, arm, prefix: str = "time_ratio") -> dict:
+    """One arm's ratio over the baseline as point columns, so that a finding and a figure read it back from the
+    points (:func:`interval_from_columns`): ``<prefix>`` (the ratio), ``<prefix>_low`` / ``_high`` (its interval at
+    the arm's Holm level), ``<prefix>_level`` (that level), ``<prefix>_p_holm`` and ``<prefix>_method``. The baseline
+    itself: ratio 1, no interval; an arm the comparison does not hold: NaN."""
+    nan = float("nan")
+    if arm == comp.baseline:
+        return {prefix: 1.0, f"{prefix}_low": nan, f"{prefix}_high": nan, f"{prefix}_level": nan,
+                f"{prefix}_p_holm": nan, f"{prefix}_method": "the baseline"}
+    r = comp.arms.get(arm)
+    if r is None:
+        return {prefix: nan, f"{prefix}_low": nan, f"{prefix}_high": nan, f"{prefix}_level": nan,
+                f"{prefix}_p_holm": nan, f"{prefix}_method": "not compared"}
+    iv = r.interval
+    how = iv.method if iv.shown else (iv.reason or "too few rounds")
+    if comp.m > 1:
+        how += f"; Holm over {comp.m} comparisons"
+    return {prefix: iv.estimate, f"{prefix}_low": iv.low, f"{prefix}_high": iv.high, f"{prefix}_level": iv.confidence,
+            f"{prefix}_p_holm": r.p_adjusted, f"{prefix}_method": how}
+
+
+def _num(row, key) -> float:
+    try:
+        v = float(row.get(key, float("nan")))
+    except (TypeError, ValueError):
+        return float("nan")
+    return v
+
+
+def interval_from_columns(row, prefix: str = "time_ratio") -> evidence.Interval:
+    """The ratio interval a point row carries (:func:`arm_columns`)."""
+    level = _num(row, f"{prefix}_level")
+    rounds = _num(row, "rounds")
+    iv = evidence.Interval(_num(row, prefix), _num(row, f"{prefix}_low"), _num(row, f"{prefix}_high"),
+                           int(rounds) if math.isfinite(rounds) else 0, "", level if math.isfinite(level)
+                           else evidence.CONFIDENCE)
+    method = str(row.get(f"{prefix}_method") or "")
+    return dataclasses.replace(iv, method=method) if iv.shown else dataclasses.replace(iv, reason=method or "too few rounds")
+
+
+def aa_from_columns(row) -> evidence.Interval | None:
+    """The A/A control's interval a point row carries (:data:`COLUMNS`), None where the point has no control."""
+    if not isinstance(row.get("design"), str) or not math.isfinite(_num(row, "aa_ratio")):
+        return None
+    rounds = _num(row, "rounds")
+    n = int(rounds) if math.isfinite(rounds) else 0
+    return evidence.Interval(_num(row, "aa_ratio"), _num(row, "aa_low"), _num(row, "aa_high"), n,
+                             f"t over the log ratios of {n} rounds", reason="too few rounds")
+
+
+def aa_moved_columns(row) -> bool:
+    """True when a point row's A/A interval excludes 1."""
+    aa = aa_from_columns(row)
+    return aa is not None and aa.shown and (aa.low > 1 or aa.high < 1)
+
+
+def describe_columns(row, name: str, prefix: str = "time_ratio") -> str:
+    """A point's ratio over its baseline as a finding's clause, from its columns: ``"<name>: 1.31x, 97.5% interval
+    1.10-1.56x (...; Holm over 2 comparisons), adjusted p 0.01; A/A noise floor 0.96-1.04x (4 interleaved rounds)"``;
+    ``"<name>: not supported: the A/A control moved: ..."`` when the control's interval excludes 1, the verdict
+    (``no difference beyond noise``, ``not supported``) before the figures when there is no direction."""
+    iv = interval_from_columns(row, prefix)
+    p = _num(row, f"{prefix}_p_holm")
+    body = iv.describe("{:.2f}", "x")
+    if math.isfinite(p) and "Holm" in iv.method:
+        body += f", adjusted p {p:.3g}"
+    if not iv.shown:
+        verdict = "not supported"
+    elif math.isfinite(p) and p < 1 - evidence.CONFIDENCE:
+        verdict = "higher" if iv.estimate > 1 else "lower"
+    else:
+        verdict = "no difference beyond noise"
+    if aa_moved_columns(row):
+        head = f"{name}: {AA_MOVED}: {body}"
+    elif verdict in ("higher", "lower"):
+        head = f"{name}: {body}"
+    else:
+        head = f"{name}: {verdict}: {body}"
+    aa = aa_from_columns(row)
+    rounds = _num(row, "rounds")
+    return f"{head}; {noise_floor_text(aa, str(row.get('design') or 'interleaved'), int(rounds) if math.isfinite(rounds) else None)}"
+
+
+def verdict_columns(row, prefix: str = "time_ratio") -> str:
+    """``higher`` / ``lower`` (the adjusted p below 0.05, the A/A control not moved), ``no difference beyond
+    noise`` or ``not supported`` from a point row's ratio columns."""
+    iv = interval_from_columns(row, prefix)
+    p = _num(row, f"{prefix}_p_holm")
+    if not iv.shown or aa_moved_columns(row):
+        return "not supported"
+    if math.isfinite(p) and p < 1 - evidence.CONFIDENCE:
+        return "higher" if iv.estimate > 1 else "lower"
+    return "no difference beyond noise"
