@@ -92,22 +92,3 @@ def test_the_start_reference_carries_when_it_was_measured(monkeypatch):
     assert again == first
     drift._LAST_REFERENCE[fake] = (first.measured_at - drift.REFERENCE_REUSE_S - 1, 0.1)
     assert drift.start(fake).measured_at > first.measured_at                   # too old: measured anew
-
-
-def test_a_moved_aa_control_marks_the_sweeps_points_for_rerun_invalid(monkeypatch):
-    """An interleaved comparison whose A/A interval excludes 1 measured the machine, not its arms: its ok points
-    are marked invalid (so ``--rerun-invalid`` measures them again), naming the interval; one whose A/A holds 1,
-    or a point without A/A columns, is left alone."""
-    marked = []
-    monkeypatch.setattr(results, "mark_invalid", lambda run, ids, reason: marked.append((ids, reason)))
-    run = results.create_run()
-    results.update_manifest(run, experiments={"x": {"points": []}})
-    steady = [("x/a=1", {"status": "ok", "aa_low": 0.95, "aa_high": 1.04}), ("x/a=2", {"status": "ok"})]
-    drift.check(run, "x", 0.10, 0.10, steady)
-    assert marked == []
-    moved = [("x/a=1", {"status": "ok", "aa_ratio": 1.08, "aa_low": 1.03, "aa_high": 1.13}),
-             ("x/a=2", {"status": "ok", "aa_ratio": 1.08, "aa_low": 1.03, "aa_high": 1.13}),
-             ("x/a=3", {"status": "failed: boom"})]
-    drift.check(run, "x", 0.10, 0.10, moved)
-    assert marked == [(["x/a=1", "x/a=2"], "the A/A control moved (baseline twice: 1.03-1.13x, excludes 1)")]
-    assert drift.aa_moved({"aa_low": 0.8, "aa_high": 0.97}) and not drift.aa_moved({"aa_low": float("nan")})

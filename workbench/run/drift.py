@@ -121,34 +121,9 @@ def check(run: Path, experiment: str, start: float, end: float, rows: list, work
         entry = {**{k: v for k, v in entry.items() if k != "drift_note"}, "reference_tpot_s": [start, end],
                  "drift": drift, **({"drift_note": note} if note else {})}
     results.update_manifest(run, experiments={experiment: entry})
-    aa_check(run, experiment, rows)
     if not drift > DRIFT_LIMIT:
         return
     reason = (f"reference TPOT drifted {drift:.0%} during the sweep{' on ' + worker if worker else ''} "
               f"({start * 1e3:.1f} -> {end * 1e3:.1f} ms)")
-    print(f"{experiment}: {reason}; its points are marked invalid", file=sys.stderr)
-    results.mark_invalid(run, [pid for pid, row in rows if row.get("status") == "ok"], reason)
-
-
-def aa_moved(row: dict) -> bool:
-    """Whether a point's A/A control moved: its ``aa_low`` / ``aa_high`` (the ratio interval of the baseline
-    measured twice, interleaved: :mod:`workbench.stats.comparison`) exclude 1. False when the point has none."""
-    try:
-        lo, hi = float(row.get("aa_low")), float(row.get("aa_high"))
-    except (TypeError, ValueError):
-        return False
-    return math.isfinite(lo) and math.isfinite(hi) and (lo > 1 or hi < 1)
-
-
-def aa_check(run: Path, experiment: str, rows: list) -> None:
-    """Mark a sweep's points invalid when its A/A control moved (:func:`aa_moved` on any of them): the
-    comparison they belong to measured the machine, not the arms, so ``workbench run --rerun-invalid`` measures
-    them again (issue 32). ``rows``: ``(point_id, row)`` as in :func:`check`; only ``ok`` rows are marked."""
-    moved = [row for _, row in rows if row.get("status") == "ok" and aa_moved(row)]
-    if not moved:
-        return
-    r = moved[0]
-    reason = (f"the A/A control moved (baseline twice: {float(r['aa_low']):.2f}-{float(r['aa_high']):.2f}x, "
-              f"excludes 1)")
     print(f"{experiment}: {reason}; its points are marked invalid", file=sys.stderr)
     results.mark_invalid(run, [pid for pid, row in rows if row.get("status") == "ok"], reason)
