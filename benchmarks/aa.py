@@ -30,7 +30,7 @@ from workbench.measure import models
 from workbench.experiments import engine_tuning as et
 from workbench.experiments import speed_techniques as st
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
-from workbench.inputs.prompts import build_batch
+from workbench.inputs.prompts import build_batch, task_prompts
 
 
 def designs(loaded) -> dict:
@@ -40,7 +40,7 @@ def designs(loaded) -> dict:
     return {
         "engine tuning": (loaded, build_batch(loaded.tokenizer, 1, 32), GenerationSettings(max_new_tokens=8, ignore_eos=True),
                           et.generate_kwargs(engine, dev)),
-        "speed techniques": (loaded, st.task_prompts("extract", "en", 1, 300),
+        "speed techniques": (loaded, task_prompts("extract", "en", 1, 300),
                              GenerationSettings(max_new_tokens=16, ignore_eos=True),
                              st.generate_kwargs({"technique": "prompt_lookup", "draft_tokens": 4}, None)),
     }

@@ -18,12 +18,12 @@ import argparse
 
 import torch
 
-from workbench.stats import evidence
+from workbench.stats import evidence, metrics
 from workbench.measure import guard, models, quality
 from workbench.experiments import speed_techniques as st
 from workbench.techniques import speed
 from workbench.measure.generation import GenerationSettings, generate_measured
-from workbench.inputs.prompts import build_batch
+from workbench.inputs.prompts import build_batch, task_prompts
 
 
 def side_by_side(loaded, prompt, settings, repeats, base_kwargs, kwargs, base_model=None, model=None):
@@ -40,10 +40,10 @@ def side_by_side(loaded, prompt, settings, repeats, base_kwargs, kwargs, base_mo
 
 def speculative_line(name, base, spec, k, cost_ratio) -> str:
     iv = evidence.ratio_interval([r["e2e_s"] for r in base], [r["e2e_s"] for r in spec])
-    acc = st.acceptance([r["draft_proposed"] for r in spec], [r["draft_emitted"] for r in spec])
+    acc = metrics.acceptance([r["draft_proposed"] for r in spec], [r["draft_emitted"] for r in spec])
     same, first = quality.token_agreement([r["output_ids"] for r in base], [r["output_ids"] for r in spec])
     exact = "identical to plain greedy" if same == 1 else f"DIVERGES at token {first} (agreement {same:.2f})"
-    bound = st.speedup_bound(acc["acceptance_rate"], k, cost_ratio)
+    bound = metrics.speedup_bound(acc["acceptance_rate"], k, cost_ratio)
     return (f"{name:34s} {evidence.describe_ratio(iv, 'e2e speed-up')}; acceptance {acc['acceptance_rate']:.2f}, "
             f"{acc['accepted_length']:.2f} ids/step, bound {bound:.2f}x; output {exact}")
 
@@ -63,8 +63,8 @@ def main() -> None:
     k = args.draft_tokens
     print(f"{loaded.info.name} float32 on {loaded.info.device_name}, threads {torch.get_num_threads()}, batch 1, "
           f"greedy, {args.max_new_tokens} new tokens, {args.repeats} alternating repeats, k = {k}")
-    copy_prompt = st.task_prompts("extract", "en", 1, args.passage_chars)
-    free_prompt = st.task_prompts("free", "en")
+    copy_prompt = task_prompts("extract", "en", 1, args.passage_chars)
+    free_prompt = task_prompts("free", "en")
     lookup = {"prompt_lookup_num_tokens": k}
     for task, prompt in (("copy-heavy (extract)", copy_prompt), ("free generation", free_prompt)):
         base, spec = side_by_side(loaded, prompt, settings, args.repeats, None, lookup)

@@ -13,6 +13,9 @@ from conftest import fake_references
 from workbench.run import point_result
 from workbench import ParameterError
 from workbench.measure import models, quality
+from workbench.measure import device
+from workbench.predict import roofline_calibration
+from workbench.run.search import coordinate_search
 from workbench.run import results
 from workbench.experiments import engine_tuning as et
 
@@ -30,7 +33,7 @@ def no_weights(monkeypatch):
     ({"dtypes": ["int8"]}, "dtypes", "not supported on cpu"),
     ({"attn_implementations": ["flash_attention_2"]}, "attn_implementations", "not supported on cpu"),
     ({"compile": [True], "cache_implementations": ["dynamic"]}, "compile", "static cache"),
-    ({"torch_threads": [et.usable_cores() + 1]}, "torch_threads", "CPU cores"),
+    ({"torch_threads": [device.usable_cores() + 1]}, "torch_threads", "CPU cores"),
     ({"torch_threads": [0]}, "torch_threads", ">= 1"),
     ({"cache_implementations": ["paged"]}, "cache_implementations", ""),
     ({"search": "optuna"}, "search", ""),
@@ -93,7 +96,7 @@ def test_adaptive_search_finds_the_grid_optimum_with_a_third_of_the_evaluations(
                "torch_threads": {1: 1.8, 2: 1.0}}
     cost = _surface(factors, fails=lambda c: c["dtype"] == "bfloat16" and c["attn_implementation"] == "eager")
     calls = []
-    best, seen, _ = et.coordinate_search(DEFAULT_AXES, lambda c: calls.append(c) or cost(c))
+    best, seen, _ = coordinate_search(DEFAULT_AXES, lambda c: calls.append(c) or cost(c), is_valid=et.valid, joint=et.JOINT)
     want, n = _grid_best(DEFAULT_AXES, cost)
     assert best == want and len(calls) == len(seen) <= n // 3  # found, though the budget ended before it could confirm it
 
@@ -104,7 +107,7 @@ def test_adaptive_search_on_random_separable_surfaces():
     for _ in range(50):
         factors = {a: {v: rng.uniform(0.5, 2.0) for v in vs} for a, vs in DEFAULT_AXES.items()}
         cost = _surface(factors)
-        best, seen, _ = et.coordinate_search(DEFAULT_AXES, cost)
+        best, seen, _ = coordinate_search(DEFAULT_AXES, cost, is_valid=et.valid, joint=et.JOINT)
         want, n = _grid_best(DEFAULT_AXES, cost)
         assert len(seen) <= n // 3
         hits += cost(best) == pytest.approx(cost(want))
@@ -262,7 +265,7 @@ def test_measured_utilisation_counts_the_measured_models_bytes_and_peak():
     pred = SimpleNamespace(for_dtype=lambda d: (None, peaks[d], None))
     reqs = [{"repeat": 0, "batch_size": 1, "prompt_tokens": 64, "output_tokens": 9, "tpot_s": 0.05,
              "prefill_s": 0.2, "e2e_s": 0.6}]
-    bf16 = et.measured_utilisation(SimpleNamespace(info=info("bfloat16", 2 * 10**8)), reqs,
+    bf16 = roofline_calibration.measured_utilisation(SimpleNamespace(info=info("bfloat16", 2 * 10**8)), reqs,
                                    {"dtype": "bfloat16"}, pred)
     want = metrics.mbu(2 * 10**8, 2000, 1, 64 + 4.5, 0.05, 20e9)
     assert bf16["mbu"] == pytest.approx(want) and bf16["peak_flops_per_s"] == 25e9

@@ -12,6 +12,7 @@ from workbench.run import point_result
 from workbench.stats import metrics
 from workbench.run import results
 from workbench.experiments import explorer
+from workbench.share.live import LiveState, Throttle, counters_html, has_frontend, headless
 from workbench.errors import ParameterError
 from workbench.measure.streaming import StreamEvent
 
@@ -27,7 +28,7 @@ class FakeClock:
 
 
 def test_throttle_lets_at_most_one_update_per_interval():
-    th = explorer.Throttle(0.1, clock=None)
+    th = Throttle(0.1, clock=None)
     stamps = [0.0, 0.05, 0.099, 0.1, 0.15, 0.21, 0.25, 0.31]
     assert [th.due(now=t) for t in stamps] == [True, False, False, True, False, True, False, True]
     assert th.due(force=True, now=0.32) is True
@@ -37,7 +38,7 @@ def test_live_state_throttles_renders_and_counts_tokens():
     renders = []
     # times in 1/128 s keep the arithmetic exact; __init__ and reset each read the clock twice (t0, render)
     clock = FakeClock([0.0] * 4 + [i / 128 for i in range(1, 101)] + [1.0])
-    live = explorer.LiveState(render=renders.append, min_interval_s=10 / 128, clock=clock)
+    live = LiveState(render=renders.append, min_interval_s=10 / 128, clock=clock)
     live.reset("running")
     before = len(renders)
     for i in range(1, 101):                                   # 100 tokens: a display update every 10th
@@ -51,11 +52,11 @@ def test_live_state_throttles_renders_and_counts_tokens():
     assert snap["text"] == "".join(f"t{i} " for i in range(1, 101))
     assert snap["tokens_per_s"] == pytest.approx(99 / (99 / 128))   # (n - 1) / (e2e - ttft), request_timing
     assert snap["ttft_s"] == pytest.approx(1 / 128) and snap["elapsed_s"] == pytest.approx(100 / 128)
-    assert "TTFT</b> 0.008 s" in explorer.counters_html(snap)
+    assert "TTFT</b> 0.008 s" in counters_html(snap)
 
 
 def test_live_state_on_step_decodes_row_zero():
-    live = explorer.LiveState(render=None, decode=lambda ids: "-".join(map(str, ids)), clock=lambda: 10.0)
+    live = LiveState(render=None, decode=lambda ids: "-".join(map(str, ids)), clock=lambda: 10.0)
     live.reset("running")
     for step, t in ([7, 8], 10.5), ([9, 1], 10.75), ([4, 2], 11.0):
         live.on_step(step, t)
@@ -107,15 +108,15 @@ def test_has_frontend(monkeypatch):
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     monkeypatch.delenv("WORKBENCH_EXPLORER_MODE", raising=False)
     monkeypatch.delenv("WORKBENCH_HEADLESS", raising=False)
-    assert not explorer.has_frontend("auto") and explorer.has_frontend("widgets")
+    assert not has_frontend("auto") and has_frontend("widgets")
     monkeypatch.setenv("JPY_SESSION_NAME", "/x/00_explorer.ipynb")
-    assert explorer.has_frontend("auto") and not explorer.has_frontend("static")
+    assert has_frontend("auto") and not has_frontend("static")
     monkeypatch.setenv("WORKBENCH_HEADLESS", "1")  # the runner's kernels: JPY_SESSION_NAME inherited, no frontend
-    assert not explorer.has_frontend("auto") and explorer.headless()
+    assert not has_frontend("auto") and headless()
     monkeypatch.setenv("WORKBENCH_HEADLESS", "0")
-    assert explorer.has_frontend("auto")
+    assert has_frontend("auto")
     monkeypatch.setenv("WORKBENCH_EXPLORER_MODE", "static")
-    assert not explorer.has_frontend("auto")
+    assert not has_frontend("auto")
 
 
 def test_headless_kernel_asked_for_widgets_fails_instead_of_recording_nothing(monkeypatch):
@@ -193,7 +194,7 @@ def test_ui_runs_off_the_calling_thread_and_reports_bad_input():
 @pytest.mark.model
 def test_measure_point_real_model_batch_one_streams_and_batch_two(loaded):
     snaps = []
-    live = explorer.LiveState(render=snaps.append, min_interval_s=0.0,
+    live = LiveState(render=snaps.append, min_interval_s=0.0,
                              decode=lambda ids: loaded.tokenizer.decode(ids, skip_special_tokens=True))
     cfg = explorer.Config(device="cpu", dtype="float32", prompt_tokens=48, max_new_tokens=4, ignore_eos=True)
     m = explorer.measure_point(loaded, cfg, {}, {"live": live, "warmup": 0})

@@ -9,6 +9,7 @@ import pytest
 from conftest import no_work
 from workbench import ParameterError
 from workbench.experiments import scheduling
+from workbench.serving import traces
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -128,22 +129,22 @@ def test_a_trace_row_whose_class_has_no_slo_is_a_one_line_error(tmp_path, monkey
         scheduling.Config(trace=str(bad))
     assert str(err.value).startswith("trace: line 2: request_class 'batch' has no SLO") and "\n" not in str(err.value)
     with pytest.raises(ParameterError, match=r"^trace: line 1: priority:"):
-        scheduling.read_mixed_trace(_write(tmp_path, [dict(row, priority=1.5)]), {"interactive": 1.0})
-    ok = scheduling.read_mixed_trace(_write(tmp_path, [dict(row, priority=-3)]), {"interactive": 1.0})
+        traces.read_mixed_trace(_write(tmp_path, [dict(row, priority=1.5)]), {"interactive": 1.0})
+    ok = traces.read_mixed_trace(_write(tmp_path, [dict(row, priority=-3)]), {"interactive": 1.0})
     assert ok == [dict(row, priority=-3)]
 
 
 def test_the_sample_mixed_trace_reads_and_the_generator_follows_its_distributions():
-    rows = scheduling.read_mixed_trace("data/traces/mixed_trace.jsonl", {"interactive": 2.0, "background": 30.0})
+    rows = traces.read_mixed_trace("data/traces/mixed_trace.jsonl", {"interactive": 2.0, "background": 30.0})
     assert {r["request_class"] for r in rows} == {"interactive", "background"}
-    gen = scheduling.mixed_trace(400, 0.7, [32, 48], [64, 96], 6, 32, 2.0, seed=3)
+    gen = traces.mixed_trace(400, 0.7, [32, 48], [64, 96], 6, 32, 2.0, seed=3)
     short = [r for r in gen if r["request_class"] == "interactive"]
     assert 0.6 < len(short) / len(gen) < 0.8
     assert {r["output_tokens"] for r in short} == {6} and {r["priority"] for r in short} == {0}
     assert {r["prompt_tokens"] for r in gen if r["request_class"] == "background"} == {64, 96}
     gaps = np.diff([r["offset_s"] for r in gen])
     assert 0.4 < gaps.mean() < 0.6  # Poisson at 2 requests/s
-    assert gen == scheduling.mixed_trace(400, 0.7, [32, 48], [64, 96], 6, 32, 2.0, seed=3)
+    assert gen == traces.mixed_trace(400, 0.7, [32, 48], [64, 96], 6, 32, 2.0, seed=3)
 
 
 def _table():

@@ -6,6 +6,7 @@ import pytest
 from workbench import ParameterError
 from workbench.run import results
 from workbench.experiments import serving_load
+from workbench.serving import saturation
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -45,7 +46,7 @@ def test_recommend_and_knees_from_synthetic_points():
         "slo_attainment_custom": [1.0, 0.5, 1.0, 0.95], "goodput_rps_custom": [1.0, 0.6, 1.0, 1.9]})
     rec = serving_load.recommend(pts, target=0.9).set_index("slo")
     assert rec.loc["custom", "engine"] == "continuous" and rec.loc["custom", "max_rate_rps"] == 2.0
-    assert serving_load.knees(pts) == {"continuous": 2.0, "fifo": 1.0}
+    assert saturation.knees(pts) == {"continuous": 2.0, "fifo": 1.0}
 
 
 def _points(interval=True, **extra):
@@ -72,7 +73,7 @@ def test_recommend_and_knee_ignore_invalid_closed_loop_and_early_stopped_points(
     pts = _points(interval=False, more=more)
     rec = serving_load.recommend(pts, target=0.9).set_index("slo")
     assert rec.loc["custom", "max_rate_rps"] == 2.0 and rec.loc["custom", "goodput_rps"] == 2.0
-    assert serving_load.knees(pts) == {"fifo": 2.0}
+    assert saturation.knees(pts) == {"fifo": 2.0}
     rec = serving_load.recommend(_points(more=more), target=0.9).set_index("slo")  # with the interval columns
     assert rec.loc["custom", "max_rate_rps"] == 2.0 and rec.loc["custom", "attainment_low"] == 0.91
     assert rec.loc["custom", "requests"] == 40
@@ -112,7 +113,7 @@ def test_stopped_early_point_ends_the_knee_scan():
         pts[c] = 0
     pts["arrival_count"] = pts["completion_count"] = 4000
     pts["requests_planned_window"] = 40
-    assert serving_load.knees(pts) == {"fifo": 1.0}
+    assert saturation.knees(pts) == {"fifo": 1.0}
     assert "stopped early" in serving_load.headline(pts, 0.9)
     assert 2.0 not in serving_load.recommend(pts, 0.9)["max_rate_rps"].tolist()
 

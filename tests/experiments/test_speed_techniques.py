@@ -16,6 +16,7 @@ from workbench.measure import generation, models, quality
 from workbench.experiments import speed_techniques as st
 from workbench.measure.generation import GenerationSettings, generate_measured
 from workbench.measure.timers import TokenTimer
+from workbench.inputs import prompts
 
 NB = Path(__file__).resolve().parents[2] / "notebooks" / "12_speed_techniques.ipynb"
 
@@ -26,7 +27,7 @@ NB = Path(__file__).resolve().parents[2] / "notebooks" / "12_speed_techniques.ip
 def test_acceptance_counted_by_hand():
     # request 1: step 1 proposes 4, emits 3 (2 accepted + the target's token); step 2 proposes 4, emits 5 (all 4);
     # step 3 proposes 0 (no match), emits 1. request 2: one step proposes 2, emits 1 (none accepted).
-    acc = st.acceptance([[4, 4, 0], [2]], [[3, 5, 1], [1]])
+    acc = metrics.acceptance([[4, 4, 0], [2]], [[3, 5, 1], [1]])
     assert acc["proposed_tokens"] == 10 and acc["accepted_tokens"] == 6
     assert acc["acceptance_rate"] == pytest.approx(0.6)
     assert acc["verify_steps"] == 4 and acc["output_tokens"] == 10
@@ -37,18 +38,18 @@ def test_acceptance_counted_by_hand():
 
 
 def test_acceptance_of_plain_decoding_and_of_nothing():
-    acc = st.acceptance([[0, 0, 0]], [[1, 1, 1]])
+    acc = metrics.acceptance([[0, 0, 0]], [[1, 1, 1]])
     assert math.isnan(acc["acceptance_rate"]) and acc["accepted_length"] == 1 and acc["verify_steps_per_token"] == 1
     assert acc["acceptance_by_position"] == []
 
 
 def test_speedup_bound_follows_leviathan_with_the_measured_acceptance_length():
-    assert st.speedup_bound(1.0, 4, 0.0) == pytest.approx(1.0)
-    assert st.speedup_bound(5.0, 4, 0.0) == pytest.approx(5.0)
-    assert st.speedup_bound(5.0, 4, 0.25) == pytest.approx(2.5)
-    assert math.isnan(st.speedup_bound(float("nan"), 4, 0.0))
+    assert metrics.speedup_bound(1.0, 4, 0.0) == pytest.approx(1.0)
+    assert metrics.speedup_bound(5.0, 4, 0.0) == pytest.approx(5.0)
+    assert metrics.speedup_bound(5.0, 4, 0.25) == pytest.approx(2.5)
+    assert math.isnan(metrics.speedup_bound(float("nan"), 4, 0.0))
     # vLLM's mean acceptance length: 1 + accepted / steps that proposed (the request's no-match step left out)
-    acc = st.acceptance([[4, 4, 0], [2]], [[3, 5, 1], [1]])
+    acc = metrics.acceptance([[4, 4, 0], [2]], [[3, 5, 1], [1]])
     assert acc["drafting_steps"] == 3 and acc["mean_acceptance_length"] == pytest.approx(1 + 6 / 3)
     assert acc["mean_draft_tokens"] == pytest.approx(10 / 3)
 
@@ -57,20 +58,20 @@ def test_speedup_bound_is_never_below_the_tokens_per_step_achieved():
     """Issue 32: with all-or-nothing acceptance (common: a copied span matches or it does not) the closed form
     on the acceptance rate, ``(1 - a^(k+1)) / (1 - a)``, gave 1.94 tokens per step where 3 were achieved; the
     bound from the measured acceptance length (cost ratio 0: prompt lookup) is never below what was achieved."""
-    acc = st.acceptance([[4, 4]], [[5, 1]])
+    acc = metrics.acceptance([[4, 4]], [[5, 1]])
     a = acc["acceptance_rate"]
     old = (1 - a ** 5) / (1 - a)
     achieved = acc["output_tokens"] / acc["verify_steps"]
-    assert old < achieved <= st.speedup_bound(acc["mean_acceptance_length"], acc["mean_draft_tokens"], 0.0)
+    assert old < achieved <= metrics.speedup_bound(acc["mean_acceptance_length"], acc["mean_draft_tokens"], 0.0)
     import random
 
     rng = random.Random(0)
     for _ in range(500):
         proposed = [[rng.choice((0, 1, 2, 3, 4)) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 3))]
         emitted = [[rng.randint(1, p + 1) for p in req] for req in proposed]
-        acc = st.acceptance(proposed, emitted)
+        acc = metrics.acceptance(proposed, emitted)
         if acc["drafting_steps"]:
-            bound = st.speedup_bound(acc["mean_acceptance_length"], acc["mean_draft_tokens"], 0.0)
+            bound = metrics.speedup_bound(acc["mean_acceptance_length"], acc["mean_draft_tokens"], 0.0)
             assert bound >= acc["output_tokens"] / acc["verify_steps"] - 1e-12
 
 
@@ -100,11 +101,11 @@ def test_task_prompts_quote_the_shipped_text():
     from workbench.inputs.prompts import source_text
 
     for lang in ("en", "zh"):
-        p = st.task_prompts("extract", lang, 2, 300)
+        p = prompts.task_prompts("extract", lang, 2, 300)
         assert len(p) == 2 and p[0] != p[1]
         body = p[0].split("\n\n", 1)[1]
         assert body[:40] in source_text(lang)
-    assert st.task_prompts("free", "en") == [st.FREE["en"]]
+    assert prompts.task_prompts("free", "en") == [prompts.FREE["en"]]
 
 
 def test_grid_runs_the_baseline_first_and_quantization_without_speculation():
@@ -182,7 +183,7 @@ def _timing_invariants(rec):
 
 @pytest.mark.model
 def test_greedy_with_prompt_lookup_and_a_draft_equals_plain_greedy(loaded):
-    prompt = st.task_prompts("extract", "en", 1, 300)
+    prompt = prompts.task_prompts("extract", "en", 1, 300)
     settings = GenerationSettings(max_new_tokens=12)
     plain = generate_measured(loaded, prompt, settings).records[0]
     draft = speed.truncated_draft(loaded, 6)

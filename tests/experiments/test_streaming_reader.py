@@ -4,6 +4,8 @@ import pytest
 from workbench import ParameterError
 from workbench.run import results
 from workbench.experiments import streaming_reader as sr
+from workbench.serving import client
+from workbench.serving.proxy import NGINX_MODES, Nginx, nginx_config, nginx_status
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -22,7 +24,7 @@ def test_invalid_config_one_line(kwargs, name):
 
 
 def test_nginx_config_per_mode_is_loopback_only():
-    confs = {m: sr.nginx_config(m, 18080, 18000, "/tmp/x") for m in sr.NGINX_MODES}
+    confs = {m: nginx_config(m, 18080, 18000, "/tmp/x") for m in NGINX_MODES}
     assert all("listen 127.0.0.1:18080;" in c and "proxy_pass http://127.0.0.1:18000;" in c for c in confs.values())
     assert "proxy_buffering off;" in confs["buffering_off"]
     assert "proxy_buffering on;" in confs["header"] and "proxy_ignore_headers" not in confs["header"]
@@ -31,14 +33,14 @@ def test_nginx_config_per_mode_is_loopback_only():
     assert all("proxy_buffers 8 64k;" in confs[m] for m in ("buffering_on", "buffering_off", "header"))
     assert "proxy_buffers" not in confs["buffering_default"] and "proxy_buffer_size" not in confs["buffering_default"]
     assert all("proxy_http_version 1.0;" in c for c in confs.values())
-    assert "proxy_http_version 1.1;" in sr.nginx_config("header", 1, 2, "/tmp/x", upstream_http="1.1")
+    assert "proxy_http_version 1.1;" in nginx_config("header", 1, 2, "/tmp/x", upstream_http="1.1")
 
 
 @pytest.mark.model
 def test_tiny_run_measures_through_nginx_or_skips_with_the_reason(loaded):
     cfg = sr.Config(max_new_tokens=6, languages=["en"], granularities=["token", "100 ms"], warmup=0,
                     client_timeout_s=0.3, keepalive_s=0.1, blocker_tokens=16)
-    binary, reason = sr.nginx_status()
+    binary, reason = nginx_status()
     run = results.create_run()
     points = sr.run(cfg, run, loaded)
     assert (points["status"] == "ok").all(), points["status"].tolist()
@@ -150,22 +152,22 @@ class _FakeChatSSE:
 
 @pytest.fixture(scope="module")
 def nginx_binary():
-    binary, reason = sr.nginx_status()
+    binary, reason = nginx_status()
     if binary is None:
         pytest.skip(f"nginx part skipped: {reason}")
     return binary
 
 
-def _through_nginx(binary, upstream_http="1.0", modes=sr.NGINX_MODES):
+def _through_nginx(binary, upstream_http="1.0", modes=NGINX_MODES):
     """Per mode: (first chunk arrived after the upstream wrote its last one, chunks in that read, bytes by then)."""
     seen = {}
     with _FakeChatSSE(n=40) as up:
-        direct = sr.stream_request(f"http://127.0.0.1:{up.port}", "hi", 40)
+        direct = client.stream_request(f"http://127.0.0.1:{up.port}", "hi", 40)
         assert direct["chunks"] == 40
         for mode in modes:
             up.emitted.clear()
-            with sr.Nginx(mode, up.port, binary=binary, upstream_http=upstream_http) as proxy:
-                row = sr.stream_request(proxy.base_url, "hi", 40)
+            with Nginx(mode, up.port, binary=binary, upstream_http=upstream_http) as proxy:
+                row = client.stream_request(proxy.base_url, "hi", 40)
             assert row["chunks"] == 40 and row["text"] == direct["text"], mode
             seen[mode] = (row["chunk_stamps"][0] > up.emitted[-1], row["first_read_chunks"], row["first_read_bytes"])
     return seen
@@ -276,7 +278,7 @@ def test_the_request_clock_starts_after_the_client_is_built(monkeypatch):
 
     monkeypatch.setattr(httpx.Client, "__init__", slow_init)
     with FakeSSE() as srv:
-        row = sr.stream_request(srv.base_url, "hi", 3, timeout=10)
+        row = client.stream_request(srv.base_url, "hi", 3, timeout=10)
     assert row["outcome"] == "ok" and row["text"] == "Hello" and row["chunks"] == 2
     assert row["ttft_s"] < 1.0 and row["e2e_s"] < 1.0, row
 

@@ -396,11 +396,11 @@ def test_streaming_reader_checks_the_endpoint_first(keyed):
 
 
 def test_nginx_config_proxies_to_an_endpoint_host():
-    from workbench.experiments import streaming_reader
+    from workbench.serving import proxy
 
-    conf = streaming_reader.nginx_config("buffering_off", 9000, "10.0.0.5:8080", "/tmp/x")
+    conf = proxy.nginx_config("buffering_off", 9000, "10.0.0.5:8080", "/tmp/x")
     assert "proxy_pass http://10.0.0.5:8080;" in conf
-    assert "proxy_pass http://127.0.0.1:7000;" in streaming_reader.nginx_config("buffering_off", 9000, 7000, "/tmp/x")
+    assert "proxy_pass http://127.0.0.1:7000;" in proxy.nginx_config("buffering_off", 9000, 7000, "/tmp/x")
 
 
 def test_llamacpp_suite_validates():

@@ -3,7 +3,7 @@
 - :func:`serving_points`: notebook 08's grid simulated: per engine ``synchronous``, ``throughput``, then open-loop
   rates (given, or ``sweep_points`` evenly between the simulated synchronous and throughput rates:
   :func:`workbench.serving.load.sweep_rates`, as the notebook).
-- :func:`scheduling_points`: notebook 11's mixed workload (:func:`workbench.experiments.scheduling.mixed_trace`, the
+- :func:`scheduling_points`: notebook 11's mixed workload (:func:`workbench.serving.traces.mixed_trace`, the
   same seed and distributions) under each policy, at ``load_factor`` of the simulated one-at-a-time capacity.
 - :func:`capacities`: per SLO preset the highest rate meeting it (:func:`workbench.predict.twin.capacity`).
 - :func:`validate`: for every measured serving and scheduling point of a run, the twin's prediction of the same
@@ -11,7 +11,7 @@
   measurement: ``twin_validation.csv`` (one row per point, ``measured_*``, ``simulated_*`` and ``ape_*`` columns:
   ``|simulated / measured - 1|``) and, merged into the run's ``metrics.json``, ``mape_e2e_p50``, ``mape_ttft_p50``
   (means over the points, as BLIS reports), their point counts, and the knee and recommendation per SLO preset
-  measured vs simulated (:func:`workbench.experiments.serving_load.knees` / ``recommend`` on both tables).
+  measured vs simulated (:func:`workbench.serving.saturation.knees` / ``recommend`` on both tables).
 
 The cost model of a run (:func:`cost_for`): its ``twin_calibration.json``, else a fit on its own request rows
 outside the serving experiments (so the validation is out of sample), else on all of them.
@@ -33,7 +33,7 @@ from workbench.stats import slo
 from workbench.predict import twin, twin_cost
 from workbench.share import run_summary
 from workbench.errors import ParameterError
-from workbench.serving import engines, load, scheduling, senders
+from workbench.serving import engines, load, saturation, scheduling, senders, traces
 
 SERVING_EXPERIMENTS = ("serving_load", "scheduling")
 COMPARED = ("ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "e2e_s_p50", "e2e_s_p90", "queue_s_p50",
@@ -106,8 +106,8 @@ def scheduling_points(cost, cfg: twin.TwinConfig, policies, n: int = 200, load_f
     alone = {"interactive": cost.service_s(short_prompt_tokens[0], short_max_tokens),
              "background": cost.service_s(long_prompt_tokens[0], long_max_tokens)}
     rate = load_factor / (short_share * alone["interactive"] + (1 - short_share) * alone["background"])
-    rows = sched_exp.mixed_trace(n, short_share, list(short_prompt_tokens), list(long_prompt_tokens),
-                                 short_max_tokens, long_max_tokens, rate, seed)
+    rows = traces.mixed_trace(n, short_share, list(short_prompt_tokens), list(long_prompt_tokens),
+                              short_max_tokens, long_max_tokens, rate, seed)
     pts, reqs = [], []
     for p in policies:
         r = twin.simulate(cost, twin.trace_specs(rows), dataclasses.replace(cfg, policy=p), "replay", rate=rate)
@@ -317,8 +317,8 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     measured_sl = points[points["experiment"] == "serving_load"]
     simulated_sl = pd.DataFrame([p for p in sim_points if p.get("experiment") == "serving_load"])
     if not measured_sl.empty and not simulated_sl.empty:
-        summary["knee_measured"] = {k: _num(v) for k, v in serving_load.knees(measured_sl).items()}
-        summary["knee_simulated"] = {k: _num(v) for k, v in serving_load.knees(simulated_sl).items()}
+        summary["knee_measured"] = {k: _num(v) for k, v in saturation.knees(measured_sl).items()}
+        summary["knee_simulated"] = {k: _num(v) for k, v in saturation.knees(simulated_sl).items()}
         rm, rs = serving_load.recommend(measured_sl), serving_load.recommend(simulated_sl)
         if not rm.empty and not rs.empty:
             summary["recommendation_measured"] = dict(zip(rm["slo"], rm["max_rate_rps"].map(float)))

@@ -20,10 +20,10 @@ Method:
   not judged). A configuration passes when the upper 95% bounds of ``perplexity_ratio`` and ``kl_mean`` are
   within ``max_perplexity_ratio`` and ``max_kl_mean``; one that fails is shown and marked, never recommended.
 - Utilisation: MBU and MFU of a point count the bytes of the model it measured (the configuration's dtype) over
-  the peaks probed in that dtype (:func:`measured_utilisation`), not the notebook's float32 model.
+  the peaks probed in that dtype (:func:`workbench.predict.roofline_calibration.measured_utilisation`), not the notebook's float32 model.
 - Recommendation: the fastest configuration (lowest mean ``e2e_s_p50`` over the workloads) on valid points that
   passes the guard and does not miss the SLO at the SLO's own percentile (p99 for MLPerf presets and ``custom``,
-  p90 for DistServe's), judged only where the point's samples support that percentile (:func:`slo_verdict`).
+  p90 for DistServe's), judged only where the point's samples support that percentile (:func:`workbench.stats.slo.slo_verdict`).
   Its speed-up over the baseline comes with an interval, and "faster" / "slower" only when it excludes 1. A grid
   is measured interleaved (:func:`measure_configurations`, :mod:`workbench.stats.comparison`): every round measures
   every configuration once plus the baseline a second time (the A/A control), the order shuffled per round;
@@ -32,7 +32,7 @@ Method:
   the noise floor printed beside the finding and shaded on ``engine_speedup``; when it excludes 1 the
   comparative claims are "not supported: the A/A control moved". (Older runs and the adaptive search, whose
   configurations are measured one after another: Welch's t on log repeat latencies, :func:`speedup_interval`.)
-- ``search="adaptive"``: coordinate descent (:func:`coordinate_search`; one axis at a time from the baseline,
+- ``search="adaptive"``: coordinate descent (:func:`workbench.run.search.coordinate_search`; one axis at a time from the baseline,
   keeping the best value, the way a tuner bisects one knob while holding the rest) measuring at most a third
   of the grid (at least one full pass), with the drift reference measured around the whole search as around a
   grid sweep; it says whether it converged. :func:`replay_search` runs the same search over a measured grid to
@@ -44,13 +44,9 @@ The first value of each axis list is the baseline that ratios are taken against.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import itertools
 import math
-import os
 import time
-from typing import Callable
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -58,16 +54,21 @@ import plotly.graph_objects as go
 from workbench.measure import contention
 from workbench.run import point_result
 from workbench import checks
-from workbench.stats import comparison, evidence, metrics, slo
+from workbench.stats import comparison, evidence, slo
+from workbench.stats.evidence import repeat_statistics
+from workbench.stats.slo import slo_verdict
 from workbench.run import drift, results, rung_timing, sweeps
 from workbench.measure import config_models, guard, models, quality
+from workbench.measure.device import supported_attention, supported_dtypes, threads, usable_cores
 from workbench.predict import predictions, roofline, roofline_calibration
+from workbench.predict.roofline_calibration import measured_utilisation
 from workbench.techniques import rungs
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.share.plots import label, legend_below, split_by_device
 from workbench.inputs.prompts import build_batch
 from workbench.run.point_result import PointResult
+from workbench.run.search import coordinate_search
 from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "engine_tuning"
@@ -78,49 +79,13 @@ REFERENCE = {"dtype": "float32", "attn_implementation": "eager", "cache_implemen
              "quantization": "none"}
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask), the ceiling of ``torch_threads``."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def supported_dtypes(device: str) -> tuple[str, ...]:
-    """Dtypes worth tuning on a device: float32 and bfloat16 on CPU; plus float16 on CUDA and MPS (bfloat16 on
-    CUDA only where the GPU supports it)."""
-    if device == "cpu":
-        return ("float32", "bfloat16")
-    if device == "cuda":
-        import torch
-
-        return ("float32", "bfloat16", "float16") if torch.cuda.is_bf16_supported() else ("float32", "float16")
-    return ("float32", "float16")
-
-
-def supported_attention(device: str) -> tuple[str, ...]:
-    """Attention kernels the installed ``transformers`` offers on a device: ``eager`` and ``sdpa`` everywhere;
-    on CUDA also ``flex_attention`` and ``flash_attention_2``/``_3`` when the ``flash_attn`` package is
-    installed (FlashAttention kernels are CUDA-only)."""
-    out = ["eager", "sdpa"]
-    if device == "cuda":  # transformers' registry only here: the command line validates without importing it (~2 s)
-        import importlib.util
-
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-        out += [k for k in ("flex_attention",) if k in ALL_ATTENTION_FUNCTIONS]
-        if importlib.util.find_spec("flash_attn") is not None:
-            out += [k for k in ("flash_attention_2", "flash_attention_3") if k in ALL_ATTENTION_FUNCTIONS]
-    return tuple(out)
-
-
 @dataclasses.dataclass
 class Config(SweepConfig):
     """The engine-tuning sweep (notebook ``09_engine_tuning``).
 
     Attributes:
-        dtypes: weight/compute dtypes (:func:`supported_dtypes` of the device).
-        attn_implementations: attention kernels (:func:`supported_attention`).
+        dtypes: weight/compute dtypes (:func:`workbench.measure.device.supported_dtypes` of the device).
+        attn_implementations: attention kernels (:func:`workbench.measure.device.supported_attention`).
         cache_implementations: ``dynamic`` and/or ``static`` KV cache.
         compile: ``[False]``, ``[True]`` or both; ``True`` compiles the decode forward of static-cache points
             (dynamic-cache points always run uncompiled) and needs ``static`` in ``cache_implementations``.
@@ -134,7 +99,7 @@ class Config(SweepConfig):
         guard_text_tokens, guard_window: held-out tokens per language and tokens per window of the guard.
         max_perplexity_ratio, max_kl_mean: the guard's limits on the upper 95% bounds (:class:`workbench.measure.guard.Limits`).
         slo_preset: a :mod:`workbench.stats.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
-        search: ``grid`` (every configuration) or ``adaptive`` (:func:`coordinate_search`, <= 1/3 of the grid).
+        search: ``grid`` (every configuration) or ``adaptive`` (:func:`workbench.run.search.coordinate_search`, <= 1/3 of the grid).
         calibrate: fit the roofline's overheads on this machine first when no calibration is cached (~15 s).
     """
 
@@ -262,20 +227,6 @@ def config_name(point) -> str:
 
 
 # ----------------------------------------------------------------------------- applying a configuration
-
-
-@contextlib.contextmanager
-def threads(n: int | None):
-    """Run the body with ``torch.set_num_threads(n)`` (None: unchanged), restoring the previous count."""
-    import torch
-
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def generate_kwargs(point: dict, device: str = "cpu") -> dict:
@@ -517,67 +468,6 @@ def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> 
     return dataclasses.replace(out, extra=extra)
 
 
-_PEAKS: dict = {}
-
-
-def dtype_peaks(device: str, dtype: str, threads: int | None = None,
-                predictor: roofline_calibration.Predictor | None = None) -> dict:
-    """Peak bandwidth and FLOP/s of ``device`` for a model in ``dtype``: the predictor's probe of that dtype
-    (:meth:`workbench.predict.roofline_calibration.Predictor.for_dtype`), else a fresh
-    :meth:`workbench.predict.roofline.Device.probe` in that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.predict.roofline.Device.flops_at`).
-
-    Returns:
-        ``{"bandwidth_bytes_per_s", "flops_per_s"}``.
-    """
-    if predictor is not None:
-        dev = predictor.for_dtype(dtype)[1]
-    else:
-        key = (device, dtype)
-        if key not in _PEAKS:
-            _PEAKS[key] = roofline.Device.probe(device, dtype)
-        dev = _PEAKS[key]
-    return {"bandwidth_bytes_per_s": dev.bandwidth_bytes_per_s, "flops_per_s": dev.flops_at(threads)}
-
-
-def measured_utilisation(loaded, requests: list[dict], point: dict,
-                         predictor: roofline_calibration.Predictor | None = None) -> dict:
-    """MBU and MFU of a point from the model it measured (``loaded``: the configuration's dtype, so its weight
-    and KV bytes) over the peaks probed in that dtype (:func:`dtype_peaks`), the formulas of
-    :func:`workbench.stats.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
-    bfloat16 point they counted twice the bytes and divided by float32's FLOP/s; these columns replace them.
-
-    Returns:
-        ``mbu``, ``mfu``, ``peak_bandwidth_bytes_per_s``, ``peak_flops_per_s`` (empty without requests).
-    """
-    req = pd.DataFrame(requests)
-    if req.empty:
-        return {}
-    done = req[req["output_tokens"] >= 1]
-    summary = {f"{c}_p50": metrics.percentiles(done[c].tolist() if c in done else [], (50,))["p50"]
-               for c in ("tpot_s", "prefill_s")}
-    peaks = dtype_peaks(loaded.info.device.split(":")[0], loaded.info.dtype, point.get("torch_threads"), predictor)
-    return metrics.utilisation(req, summary, loaded.info, peaks)
-
-
-def repeat_statistics(requests: list[dict]) -> dict:
-    """Per-repeat spread of a point's request latency, the input of :func:`speedup_interval`: the repeats are
-    the independent units (rows of one batch share one clock).
-
-    Returns:
-        ``n_repeats``; ``log_e2e_s_mean`` and ``log_e2e_s_sd`` (mean and sample standard deviation over repeats
-        of ``ln`` of the repeat's mean ``e2e_s``; the SD is NaN with one repeat).
-    """
-    req = pd.DataFrame(requests)
-    if req.empty or "repeat" not in req:
-        return {"n_repeats": 0, "log_e2e_s_mean": float("nan"), "log_e2e_s_sd": float("nan")}
-    per = req[req["output_tokens"] >= 1].groupby("repeat")["e2e_s"].mean()
-    logs = [math.log(v) for v in per if v > 0]
-    n = len(logs)
-    mean = sum(logs) / n if n else float("nan")
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1)) if n > 1 else float("nan")
-    return {"n_repeats": n, "log_e2e_s_mean": mean, "log_e2e_s_sd": sd}
-
-
 speedup_interval = evidence.summary_ratio_interval  # the formula's home is workbench.stats.evidence
 
 
@@ -587,124 +477,9 @@ speedup_interval = evidence.summary_ratio_interval  # the formula's home is work
 JOINT = ("cache_implementation", "compile")  # searched as one axis: compile only exists with a static cache
 
 
-def coordinate_search(axes: dict[str, list], evaluate: Callable[[dict], float], start: dict | None = None,
-                      budget: int | None = None, is_valid: Callable[[dict], bool] = valid) -> tuple[dict, dict]:
-    """Coordinate descent over a configuration grid: from ``start`` (default: the first value of each axis),
-    try every value of one axis while holding the others, keep the best, go to the next axis; repeat passes
-    until a pass changes nothing or the budget is spent. ``cache_implementation`` and ``compile`` are one
-    joint axis (``dynamic``, ``static``, ``static+compile``), since compile only exists with a static cache.
-
-    The result is the grid's optimum only when the knobs do not interact; ``converged`` says whether the last
-    pass tried every neighbour of the result (a coordinate-wise optimum) or the budget cut the search short
-    (then the result may be beaten by a configuration the search never measured).
-
-    Args:
-        axes: ``{axis: [values]}``.
-        evaluate: cost of a configuration (lower is better; ``inf`` for one that fails the SLO or guard).
-        budget: most configurations evaluated (default: a third of the valid grid, but at least one full pass,
-            the baseline plus every other value of every axis once).
-
-    Returns:
-        ``(best configuration, {config key: cost} of every evaluated configuration, converged)``.
-    """
-    names = list(axes)
-    grid = [c for c in sweeps.expand_grid(**axes) if is_valid(c)]
-    joint = [a for a in JOINT if a in axes]
-    search_axes: dict[str, list] = {}
-    for a in names:
-        if a in joint and len(joint) == len(JOINT):
-            if a == joint[0]:
-                search_axes["+".join(joint)] = [v for v in itertools.product(*(axes[j] for j in joint))
-                                                if is_valid(dict(zip(joint, v)))]
-        else:
-            search_axes[a] = list(axes[a])
-    if budget is None:
-        budget = max(1, len(grid) // 3, 1 + sum(len(v) - 1 for v in search_axes.values()))
-
-    def expand(c: dict) -> dict:
-        out = {}
-        for a, v in c.items():
-            out.update(dict(zip(joint, v)) if "+" in a else {a: v})
-        return out
-
-    seen: dict = {}
-    refused = [False]  # the budget refused a configuration in this pass
-
-    def cost(c):
-        full = expand(c)
-        key = tuple(full[a] for a in names)
-        if key not in seen:
-            if not is_valid(full):
-                return math.inf
-            if len(seen) >= budget:
-                refused[0] = True
-                return math.inf
-            seen[key] = evaluate(dict(full))
-        return seen[key]
-
-    current = {a: v[0] for a, v in search_axes.items()}
-    if start:
-        current = {a: (tuple(start[j] for j in joint) if "+" in a else start[a]) for a in search_axes}
-    best = cost(current)
-    changed = True
-    while changed:  # configurations already measured cost nothing; unmeasured ones past the budget are refused
-        changed, refused[0] = False, False
-        for a, values in search_axes.items():
-            for v in values:
-                cand = {**current, a: v}
-                c = cost(cand)
-                if c < best:
-                    current, best, changed = cand, c, True
-    return expand(current), seen, not refused[0]
-
-
-def slo_verdict(rows: pd.DataFrame, limits: dict[str, float | None], percentile: int) -> tuple[bool | None, str]:
-    """Whether every point of a configuration meets the SLO limits at the SLO's own percentile.
-
-    A percentile counts only where the point's ``n_samples`` supports it (:data:`workbench.stats.metrics.MIN_SAMPLES`:
-    no p99 from a handful of values). Where the stated percentile is not supported, a supported lower one
-    (p50, p90) above the limit still proves a miss (the p99 is at least the p50); otherwise the verdict is
-    unknown.
-
-    Args:
-        rows: the configuration's points (``{col}_p50/_p90/_p99`` and ``n_samples``).
-        limits: ``{"ttft_s": limit or None, "tpot_s": limit or None}`` in seconds.
-        percentile: the SLO's percentile (90 or 99).
-
-    Returns:
-        ``(True | False | None, note)``: None when the sample cannot decide; the note says why.
-    """
-    key = f"p{int(percentile)}"
-    need = metrics.MIN_SAMPLES.get(key, 100)
-    lower = [q for q in metrics.MIN_SAMPLES if int(q[1:]) < int(percentile)]
-    verdict: bool | None = True
-    notes = []
-    for col, limit in limits.items():
-        if limit is None:
-            continue
-        for _, r in rows.iterrows():
-            n = r.get("n_samples", float("nan"))
-            n = 0 if n is None or (isinstance(n, float) and math.isnan(n)) else int(n)
-            v = r.get(f"{col}_{key}", float("nan"))
-            if n >= need and v == v:
-                if v > limit:
-                    return False, f"{col} {key} {v:.3g} s > {limit:g} s"
-                continue
-            bounds = [(q, r.get(f"{col}_{q}")) for q in lower if n >= metrics.MIN_SAMPLES[q]]
-            over = [(q, b) for q, b in bounds if b is not None and b == b and b > limit]
-            if over:
-                q, b = over[-1]
-                return False, f"{col} {q} {b:.3g} s > {limit:g} s, so its {key} is too"
-            verdict = None
-            notes.append(f"{key} needs {need} samples, a point has {n}")
-    if verdict is None:
-        return None, f"not checked at {key} ({sorted(set(notes))[0]}); lower percentiles within the limits"
-    return True, f"checked at {key}"
-
-
 def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.DataFrame:
     """One row per configuration: mean ``e2e_s_p50`` over workloads (the objective), worst TTFT/TPOT p50,
-    predictions, the guard, the SLO verdict at the SLO's own percentile (:func:`slo_verdict`: ``meets_slo``
+    predictions, the guard, the SLO verdict at the SLO's own percentile (:func:`workbench.stats.slo.slo_verdict`: ``meets_slo``
     True, False or None when the sample cannot decide, ``slo_percentile``, ``slo_note``), ``valid`` (no point
     marked invalid), ``eligible`` (ok, valid, guard passed, SLO not missed) and the speed-up over the baseline
     (the first configuration measured in grid order) with its 95% interval (:func:`speedup_interval`:
@@ -790,11 +565,12 @@ def objective(row) -> float:
 
 
 def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
-    """Run :func:`coordinate_search` over a measured grid (evaluation = a table lookup) and compare with the
+    """Run :func:`workbench.run.search.coordinate_search` over a measured grid (evaluation = a table lookup) and compare with the
     full grid's :func:`recommend`: ``{"evaluated", "grid", "adaptive", "full", "same", "converged"}``."""
     table = {config_key(r): objective(r) for _, r in configs.iterrows()}
     axes = {a: axes.get(a, [None]) for a in AXES}
-    best, seen, converged = coordinate_search(axes, lambda c: table.get(config_key(c), math.inf))
+    best, seen, converged = coordinate_search(axes, lambda c: table.get(config_key(c), math.inf), is_valid=valid,
+                                              joint=JOINT)
     full = recommend(configs)
     adaptive = config_name(best) if math.isfinite(seen.get(config_key(best), math.inf)) else None
     full_name = None if full is None else full["config"]
@@ -865,7 +641,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
         # the drift reference of the whole search, as run_sweep measures one around a grid: start, end, verdict
         ref_start = drift.start(loaded)
-        _, seen, converged = coordinate_search(cfg.axes(), evaluate)
+        _, seen, converged = coordinate_search(cfg.axes(), evaluate, is_valid=valid, joint=JOINT)
         done = results.read_points(run_dir, EXPERIMENT)
         done = done[done["point_id"].isin(ids)]
         drift.finish(run_dir, EXPERIMENT, loaded, ref_start, [(r["point_id"], r) for r in done.to_dict("records")])

@@ -1,7 +1,8 @@
 """Experiment 11: scheduling policies and what a waiting user sees (notebook ``11_scheduling``; issue 24,
 docs/design.md section 7 item 11).
 
-**Workload** (:func:`mixed_trace`, or a JSONL trace with :func:`read_mixed_trace`): a mix of interactive short
+**Workload** (:func:`workbench.serving.traces.mixed_trace`, or a JSONL trace with
+:func:`workbench.serving.traces.read_mixed_trace`): a mix of interactive short
 chats and background long reports. Stated distributions: each request is ``interactive`` with probability
 ``short_share`` (else ``background``); its prompt length is drawn uniformly from the class's
 ``*_prompt_tokens`` list; its output is fixed at the class's ``*_max_tokens`` (greedy, ``ignore_eos``);
@@ -15,7 +16,7 @@ so requests paired across two runs are not independent samples (an A/A of the sa
 in 22-80% of simulated designs: ``benchmarks/aa_queue.py``). With ``rounds`` > 1 every arm runs once per round on
 arrival seed ``seed + k`` with a fresh engine (the arm order rotated by round), one statistic is taken per run
 (:func:`run_statistics`: the interactive class's TTFT p90, the background class's e2e p50) and runs are paired by
-round (:func:`compare_runs`, :func:`workbench.stats.replicates.paired_log_ratio`); a best-of-m choice uses Bonferroni
+round (:func:`workbench.stats.replicates.compare_runs`, :func:`workbench.stats.replicates.paired_log_ratio`); a best-of-m choice uses Bonferroni
 intervals over the m policies. ``aa_control`` runs ``fcfs`` a second time per round (:data:`AA_ARM`): its ratio
 interval (:func:`aa_control`: ``aa_ratio``, ``aa_low``, ``aa_high``, ``design``, ``rounds``) is the noise floor, and
 when it moved no policy is recommended. One round: "one run: not supported". A share ``abandon_share`` of clients gives up when no token came ``patience_s`` after arrival
@@ -58,7 +59,6 @@ import dataclasses
 import json
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -67,12 +67,14 @@ from plotly.subplots import make_subplots
 
 from workbench import checks
 from workbench.stats import evidence, metrics, replicates, slo
+from workbench.stats.replicates import compare_runs
 from workbench.run import sweeps
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
 from workbench.share.plots import ok_points, split_by_device
 from workbench.run.point_result import PointResult
 from workbench.serving import engine_kinds, load, options, scheduling, senders
+from workbench.serving.traces import check_class_slos, mixed_trace, read_mixed_trace, specs_of
 
 EXPERIMENT = "scheduling"
 AA_ARM = "fcfs_aa"           # the A/A control's second fcfs arm
@@ -114,7 +116,8 @@ class Config(sweeps.SweepConfig):
         multiturn_prefix_sharing: one multi-turn (and one shared-prefix) point per value; any True runs them all on
             the ``continuous`` engine with its prefix sharing on / off (needs an engines module with that switch:
             ParameterError otherwise), reporting ``cache_hit_rate`` next to the TTFT it saved (:func:`prefix_savings`).
-        trace: a mixed trace JSONL (:func:`read_mixed_trace`); empty: generated (:func:`mixed_trace`).
+        trace: a mixed trace JSONL (:func:`workbench.serving.traces.read_mixed_trace`); empty: generated
+            (:func:`workbench.serving.traces.mixed_trace`).
         max_wait_s: over-saturation stop rule (seconds a request may be in flight).
         engine_options, policy_options: any other field of :class:`workbench.serving.options.EngineOptions` /
             :class:`~workbench.serving.options.PolicyOptions` (a field with a parameter of its own here is refused).
@@ -257,71 +260,6 @@ def prefix_sharing_available() -> bool:
     return "prefix_sharing" in {f.name for f in dataclasses.fields(options.EngineOptions)}
 
 
-def check_class_slos(class_slo_ttft_s, classes) -> dict:
-    """Every class in ``classes`` has a TTFT SLO in ``class_slo_ttft_s`` (seconds > 0); one-line ParameterError."""
-    if not isinstance(class_slo_ttft_s, dict):
-        raise ParameterError(f"class_slo_ttft_s: must be a mapping class -> seconds (got {class_slo_ttft_s!r:.80})")
-    for c in classes:
-        if c not in class_slo_ttft_s:
-            raise ParameterError(f"class_slo_ttft_s: class {c!r} has no SLO (classes with one: "
-                                 f"{', '.join(map(str, class_slo_ttft_s)) or 'none'})")
-        checks.check_float(f"class_slo_ttft_s[{c}]", class_slo_ttft_s[c], lo=0, lo_open=True)
-    return class_slo_ttft_s
-
-
-def mixed_trace(n: int, short_share: float, short_prompt_tokens, long_prompt_tokens, short_max_tokens: int,
-                long_max_tokens: int, rate_rps: float, seed: int = 0) -> list[dict]:
-    """``n`` rows of a mixed trace (module docstring's distributions): ``offset_s`` (Poisson arrivals at
-    ``rate_rps``), ``prompt_tokens``, ``output_tokens``, ``request_class`` and ``priority`` (0 interactive, 1
-    background). A fixed ``seed`` gives the same trace."""
-    rng = np.random.default_rng(seed)
-    offs = load.arrival_offsets("poisson", n, rate_rps, seed=seed)
-    rows = []
-    for off in offs:
-        short = bool(rng.random() < short_share)
-        rows.append({"offset_s": round(float(off), 3),
-                     "prompt_tokens": int(rng.choice(short_prompt_tokens if short else long_prompt_tokens)),
-                     "output_tokens": int(short_max_tokens if short else long_max_tokens),
-                     "request_class": "interactive" if short else "background", "priority": 0 if short else 1})
-    return rows
-
-
-def read_mixed_trace(path, class_slo_ttft_s: dict) -> list[dict]:
-    """A mixed trace: the :func:`workbench.serving.load.read_trace` fields plus ``request_class`` (one with a
-    TTFT SLO in ``class_slo_ttft_s``) and an integer ``priority`` (default 0).
-
-    Raises:
-        ParameterError: what ``read_trace`` refuses, a missing class, a class with no SLO, a bad priority (one line).
-    """
-    base = load.read_trace(path)
-    lines = [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
-    out = []
-    for i, (row, obj) in enumerate(zip(base, lines), 1):
-        c = obj.get("request_class")
-        if not isinstance(c, str) or not c:
-            raise ParameterError(f"trace: line {i}: missing field request_class")
-        if c not in class_slo_ttft_s:
-            raise ParameterError(f"trace: line {i}: request_class {c!r} has no SLO in class_slo_ttft_s "
-                                 f"({', '.join(map(str, class_slo_ttft_s))})")
-        prio = obj.get("priority", 0)
-        try:
-            scheduling.check_priority(prio)
-        except ParameterError as exc:
-            raise ParameterError(f"trace: line {i}: {exc}") from None
-        out.append(dict(row, request_class=c, priority=int(prio)))
-    return out
-
-
-def specs_of(tokenizer, rows: list[dict]) -> list[load.RequestSpec]:
-    """Request specs of trace rows: prompts of exactly ``prompt_tokens`` (chat template included), disjoint
-    source windows."""
-    from workbench.inputs.prompts import build_prompt
-
-    return [load.RequestSpec(build_prompt(tokenizer, r["prompt_tokens"], offset=i * 128), r["output_tokens"],
-                             r["prompt_tokens"], r["offset_s"], priority=r.get("priority", 0),
-                             request_class=r["request_class"]) for i, r in enumerate(rows)]
-
-
 # ----------------------------------------------------------------------------- measuring
 
 
@@ -356,7 +294,7 @@ def calibrate(loaded, cfg: Config) -> dict:
 
 def trace_rows(cfg: Config, rate: float, replicate: int = 0) -> list[dict]:
     """The mixed workload of ``cfg``: its ``trace`` file (first ``requests_per_point`` rows; the same in every
-    round) or :func:`mixed_trace` at ``rate`` requests/s with arrival seed ``cfg.seed + replicate``."""
+    round) or :func:`workbench.serving.traces.mixed_trace` at ``rate`` requests/s with arrival seed ``cfg.seed + replicate``."""
     if cfg.trace:
         return read_mixed_trace(cfg.trace, cfg.class_slo_ttft_s)[: cfg.requests_per_point]
     return mixed_trace(cfg.requests_per_point, cfg.short_share, cfg.short_prompt_tokens, cfg.long_prompt_tokens,
@@ -672,21 +610,6 @@ def run_statistics(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
                     "e2e_s_p50_background": _p(g.loc[cls == "background", "e2e_s"], 50) if "e2e_s" in g else np.nan,
                     "ttft_s_p50": _p(g["ttft_s"], 50) if "ttft_s" in g else np.nan})
     return pd.DataFrame(out, columns=cols)
-
-
-def compare_runs(stats: pd.DataFrame, arm: str, base: str, column: str, workload: str = "mixed",
-                 confidence: float = replicates.CONFIDENCE) -> dict:
-    """``column`` of arm ``arm`` over arm ``base``, runs paired by round: :func:`workbench.stats.replicates.paired_log_ratio`.
-
-    Returns:
-        ``{"ratio", "low", "high", "rounds"}`` (NaN bounds with one paired round: "one run: not supported").
-    """
-    g = stats[stats["workload"] == workload]
-    a = g[g["arm"] == arm].groupby("replicate")[column].first().dropna()
-    b = g[g["arm"] == base].groupby("replicate")[column].first().dropna()
-    both = a.index.intersection(b.index)
-    ratio, low, high = replicates.paired_log_ratio(a.loc[both], b.loc[both], confidence)
-    return {"ratio": ratio, "low": low, "high": high, "rounds": int(len(both))}
 
 
 def aa_control(points: pd.DataFrame, requests: pd.DataFrame, stats: pd.DataFrame | None = None) -> dict | None:

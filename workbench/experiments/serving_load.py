@@ -18,7 +18,7 @@ preset, the engine and the highest measured rate that met it (:func:`workbench.s
 95% lower bound reaches ``attainment_target``; the MLPerf presets at their stated p99, undetermined below 100
 requests);
 :func:`search` finds that rate by bisection (:func:`search_engines` runs it on its own, without the sweep:
-``benchmarks/serving.py``). The knee (:func:`knees`) is the highest open-loop rate that kept up
+``benchmarks/serving.py``). The knee (:func:`workbench.serving.saturation.knees`) is the highest open-loop rate that kept up
 (:func:`kept_up`, the one definition, three-valued: kept up / fell behind / undetermined from the noise band of the
 arrival and completion counts, :mod:`workbench.serving.saturation`), below the first that did not; stopped-early
 points take part in that scan as "fell behind". Recommendations use usable points only
@@ -56,6 +56,7 @@ from workbench.run.point_result import PointResult
 from workbench.serving import endpoint as endpoint_mod
 from workbench.serving import engines as engines_mod
 from workbench.serving import engine_kinds, load, options, saturation, senders
+from workbench.serving.saturation import knee_points, knee_scan, knees, point_rates
 
 EXPERIMENT = "serving_load"
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -547,36 +548,6 @@ KEPT_UP_TOLERANCE = saturation.KEPT_UP_TOLERANCE
 kept_up = saturation.kept_up  # the one definition (knee, recommendation, finding, figures, search)
 
 
-def _knee_points(points: pd.DataFrame) -> pd.DataFrame:
-    """The points a knee scan may use: valid open-loop points, stopped-early ones included (they fell behind)."""
-    df = evidence.usable_points(points)
-    if "profile" in df:
-        df = df[df["profile"].isin(load.OPEN_LOOP)]
-    return df
-
-
-def _rates(g: pd.DataFrame) -> pd.Series:
-    """A point's rate for the scan: the realised ``arrival_rps`` where every point has one, else ``offered_rps``."""
-    return g["arrival_rps"] if "arrival_rps" in g and g["arrival_rps"].notna().all() else g["offered_rps"]
-
-
-def knee_scan(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
-    """Per engine: ``(knee, why)`` of :func:`workbench.serving.saturation.knee` over its valid open-loop points
-    (stopped-early points included, as "fell behind": rates 1 kept up, 2 stopped early, 3 kept up by chance give a
-    knee of 1, not 3)."""
-    out = {}
-    for e, g in _knee_points(points).groupby("engine"):
-        out[e] = saturation.knee(list(_rates(g)), [kept_up(r, tolerance) for _, r in g.iterrows()])
-    return out
-
-
-def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
-    """Per engine: the highest open-loop rate (realised ``arrival_rps``, else ``offered_rps``) that kept up
-    (:func:`kept_up`), below the first that fell behind or is undetermined; NaN when the lowest did not keep up.
-    Valid open-loop points, stopped-early ones counted as fell behind (:func:`knee_scan`)."""
-    return {e: k for e, (k, _) in knee_scan(points, tolerance).items()}
-
-
 def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
     """The A/A control: the first engine's open-loop points measured twice per round (arms ``main`` and ``aa``, the
     same rates and seeds, a fresh engine per run), ``column`` (a per-run statistic; ``ttft_s_p50`` when no run has
@@ -586,7 +557,7 @@ def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
     statistic of a run is what it is)."""
     if points is None or points.empty or "arm" not in points or column not in points:
         return None
-    df = _knee_points(points)
+    df = knee_points(points)
     if not (df["arm"] == "aa").any():
         return None
     if df[column].isna().all() and column == "ttft_s_p90" and "ttft_s_p50" in df:
@@ -657,7 +628,7 @@ def _attained(r, target: float) -> str:
 def _engine_sentence(e: str, g: pd.DataFrame, knee: float, why: str, target: float) -> str:
     """One engine's part of the finding: how far it kept up (three-valued, :func:`kept_up`), the attainment there
     and at the rate that stopped the scan."""
-    g = g.assign(_rate=_rates(g)).sort_values("_rate")
+    g = g.assign(_rate=point_rates(g)).sort_values("_rate")
     verdicts = [kept_up(r) for _, r in g.iterrows()]
     if knee == knee:
         at = g[g["_rate"] == knee].iloc[-1]
@@ -694,7 +665,7 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
                 "supported." if len(points) else "No load point finished.")
     k = knee_scan(points)
     parts = [_engine_sentence(e, g, *k.get(e, (float("nan"), "")), target)
-             for e, g in _knee_points(points).groupby("engine")]
+             for e, g in knee_points(points).groupby("engine")]
     rec = recommend(points, target)
     custom = rec[rec["slo"] == "custom"] if not rec.empty else rec
     if not custom.empty and custom.iloc[0]["engine"]:
@@ -759,7 +730,7 @@ def latency_vs_throughput(points: pd.DataFrame) -> go.Figure:
 
 def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
     """Goodput (custom SLO) and SLO attainment (with its Wilson 95% interval over the planned requests) versus
-    offered rate per engine, the knee (:func:`knees`) marked."""
+    offered rate per engine, the knee (:func:`workbench.serving.saturation.knees`) marked."""
     df = ok_points(points).sort_values(["engine", "offered_rps"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=("goodput (custom SLO)", "SLO attainment (custom SLO)"))
     col = _colours(points.get("engine", ()))

@@ -24,11 +24,11 @@ Assisted generation is batch 1 in ``transformers``: ``batch_size > 1`` with a te
 any model loads, as are ``k <= 0``, a draft whose tokenizer differs from the target's, and a quantization
 scheme without a CPU kernel here.
 
-Workloads (:func:`task_prompts`): copy-heavy tasks built from the shipped documentation text (``summarise``,
+Workloads (:func:`workbench.inputs.prompts.task_prompts`): copy-heavy tasks built from the shipped documentation text (``summarise``,
 ``extract``: quote sentences, ``edit``: rewrite with one small change), English (Python's pydoc topics) and
 Chinese (``data/zh`` essays), next to ``free`` generation (a short story), where there is nothing to copy.
 
-Metrics of a speculative point (:func:`acceptance`), from the per-step counts that
+Metrics of a speculative point (:func:`workbench.stats.metrics.acceptance`), from the per-step counts that
 :func:`workbench.measure.generation.generate_measured` records (``draft_proposed``: candidates the target verified in
 each step, from the target's forward; ``draft_emitted``: ids the step added):
 
@@ -43,7 +43,7 @@ each step, from the target's forward; ``draft_emitted``: ids the step added):
 - ``speedup_bound``: the simple upper bound of Leviathan et al. 2023 (eq. 1 and theorem 3.8) from the measured
   mean acceptance length ``tau`` over steps that proposed (vLLM's and AIPerf's definition): a step yields
   ``tau`` tokens for ``1 + k c`` target-step costs, ``k`` the mean draft tokens proposed, ``c`` the draft /
-  target cost ratio (:func:`speedup_bound`). Decode is memory bound, so ``c`` is the draft's
+  target cost ratio (:func:`workbench.stats.metrics.speedup_bound`). Decode is memory bound, so ``c`` is the draft's
   weight bytes read per step over the target's (0 for prompt lookup) and a verification of ``k + 1`` tokens
   is assumed to cost one decode step; real verification costs more on a CPU, so the measured speed-up sits
   below the bound.
@@ -52,7 +52,7 @@ Timing: the ``k`` ids of one verification step share one stamp; ``itl_s`` holds 
 verification steps (:func:`workbench.stats.metrics.step_gaps`, vLLM's and AIPerf's definition); TPOT is e2e minus
 TTFT over output ids minus one, as everywhere (:func:`workbench.stats.metrics.request_timing`). Outputs have a fixed
 length (``ignore_eos``), so the speed-ups compare equal work. MBU of a speculative point is per verification
-step (:func:`verification_mbu`). ``prefill_s`` of a speculative point is the first target forward, which
+step (:func:`workbench.stats.metrics.verification_mbu`). ``prefill_s`` of a speculative point is the first target forward, which
 also verifies the first step's candidates.
 
 Entry points: :class:`Config`, :func:`measure_point`, :func:`run`, :func:`speed_table`, :func:`finding`,
@@ -62,7 +62,6 @@ Entry points: :class:`Config`, :func:`measure_point`, :func:`run`, :func:`speed_
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import pandas as pd
@@ -74,21 +73,20 @@ from workbench.measure import contention
 from workbench.run import point_result
 from workbench import checks
 from workbench.stats import comparison, evidence, metrics
+from workbench.stats.metrics import acceptance, speedup_bound, verification_mbu
 from workbench.measure import guard, models, quality
 from workbench.run import results, sweeps
 from workbench.predict import roofline
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, check_speculative, generate_measured, warm_up
 from workbench.share.plots import label, legend_below, split_by_device
-from workbench.inputs.prompts import build_batch, source_text
+from workbench.inputs.prompts import LANGUAGES, TASKS, build_batch, task_prompts
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "speed_techniques"
 TECHNIQUES = ("none", "prompt_lookup", "draft")
-TASKS = ("summarise", "extract", "edit", "free")
 COPY_TASKS = ("summarise", "extract", "edit")
-LANGUAGES = ("en", "zh")
 TRUNCATED = "truncated"
 
 
@@ -182,122 +180,6 @@ class Config(SweepConfig):
                                   ignore_eos=True)  # a fixed output length: speed-ups compare equal work
 
 
-# ----------------------------------------------------------------------------- workloads
-
-
-INSTRUCTIONS = {
-    "summarise": {"en": "Summarise the following text in two or three sentences, reusing its own wording.",
-                  "zh": "用两三句话概括下面的文字，尽量使用原文的词句。"},
-    "extract": {"en": "Quote, word for word, the first three sentences of the following text.",
-                "zh": "逐字摘录下面文字的前三句话。"},
-    "edit": {"en": "Rewrite the following text exactly, changing only \"the\" to \"THE\".",
-             "zh": "原样重写下面的文字，只把“的”改成“之”。"},
-}
-FREE = {"en": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
-        "zh": "写一个短故事：一位灯塔看守人捡到了一个漂流瓶。"}
-
-
-def passages(language: str, n: int, chars: int) -> list[str]:
-    """``n`` passages of the shipped text (whole paragraphs, at most ``chars`` characters; Chinese ``chars // 3``),
-    taken evenly through the source so different prompts quote different text."""
-    limit = chars if language == "en" else max(20, chars // 3)
-    paras = [p.strip() for p in source_text(language).split("\n\n") if len(p.strip()) >= limit // 3]
-    picked = []
-    step = max(1, len(paras) // max(n, 1))
-    for i in range(0, len(paras), step):
-        text = ""
-        for p in paras[i:]:
-            if len(text) + len(p) > limit:
-                break
-            text = f"{text}\n\n{p}" if text else p
-        picked.append(text or paras[i][:limit])
-        if len(picked) == n:
-            break
-    return picked
-
-
-def task_prompts(task: str, language: str, n: int = 1, passage_chars: int = 600) -> list[str]:
-    """``n`` prompts of a task: an instruction over a passage of documentation (copy-heavy) or a free request.
-
-    Raises:
-        ParameterError: an unknown task or language.
-    """
-    checks.check_choice("task", task, TASKS)
-    checks.check_choice("language", language, LANGUAGES)
-    if task == "free":
-        return [FREE[language]] * n
-    return [f"{INSTRUCTIONS[task][language]}\n\n{p}" for p in passages(language, n, passage_chars)]
-
-
-# ----------------------------------------------------------------------------- acceptance and the bound
-
-
-def acceptance(proposed: list[list[int]], emitted: list[list[int]]) -> dict:
-    """Acceptance figures of speculative requests from their per-step counts.
-
-    Args:
-        proposed: per request, the draft tokens each verification step checked (>= 0 each).
-        emitted: per request, the ids each step added to the output (>= 1 each; the last step may be cut at
-            EOS or the length cap).
-
-    Returns:
-        ``proposed_tokens``, ``accepted_tokens`` (per step ``min(emitted - 1, proposed)``), ``verify_steps``,
-        ``output_tokens``; ``acceptance_rate`` (accepted / proposed, NaN with no proposal), ``accepted_length``
-        (output ids / steps: mean ids per verification step), ``verify_steps_per_token`` (steps / output ids)
-        and ``acceptance_by_position`` (list: position ``i`` accepted / proposed, over steps that proposed
-        at least ``i + 1`` tokens); ``drafting_steps`` (steps that proposed at least one token),
-        ``mean_acceptance_length`` (``1 + accepted / drafting_steps``: vLLM's ``mean_acceptance_length`` and
-        AIPerf's acceptance length, over the steps that proposed; NaN with none) and ``mean_draft_tokens``
-        (``proposed / drafting_steps``: ``transformers`` adapts the number of draft tokens step by step).
-    """
-    prop = acc = steps = out = drafting = 0
-    by_prop: list[int] = []
-    by_acc: list[int] = []
-    for p_req, e_req in zip(proposed, emitted):
-        for p, e in zip(p_req, e_req):
-            a = max(0, min(e - 1, p))
-            prop, acc, steps, out = prop + p, acc + a, steps + 1, out + e
-            drafting += p > 0
-            while len(by_prop) < p:
-                by_prop.append(0)
-                by_acc.append(0)
-            for i in range(p):
-                by_prop[i] += 1
-                by_acc[i] += i < a
-    nan = float("nan")
-    return {"proposed_tokens": prop, "accepted_tokens": acc, "verify_steps": steps, "output_tokens": out,
-            "acceptance_rate": acc / prop if prop else nan,
-            "accepted_length": out / steps if steps else nan,
-            "verify_steps_per_token": steps / out if out else nan,
-            "acceptance_by_position": [a / p for a, p in zip(by_acc, by_prop)],
-            "drafting_steps": drafting,
-            "mean_acceptance_length": 1 + acc / drafting if drafting else nan,
-            "mean_draft_tokens": prop / drafting if drafting else nan}
-
-
-def speedup_bound(mean_acceptance_length: float, draft_tokens: float, cost_ratio: float) -> float:
-    """Upper bound of the speed-up of speculative decoding from the measured acceptance length (Leviathan et al.
-    2023, "Fast Inference from Transformers via Speculative Decoding", eq. 1 and theorem 3.8, with the measured
-    tokens per step in place of their ``(1 - a^(k+1)) / (1 - a)``).
-
-    ``tau / (1 + k c)``: ``tau`` the mean ids a drafting step yields (:func:`acceptance`'s
-    ``mean_acceptance_length``, vLLM's and AIPerf's definition), over its cost in target decode steps (``k``
-    draft forwards at ``c`` each plus one verification, assumed to cost one decode step). ``k`` is the mean
-    number of draft tokens a step proposed (``transformers`` changes it step by step). The closed form with
-    the acceptance rate ``a = accepted / proposed`` assumes each position is accepted independently with
-    probability ``a``; real acceptance is all-or-nothing far more often, and that form fell 13-36% below
-    speed-ups actually measured (issue 32). Steps that proposed nothing emit one id at one step's cost, so
-    ``tau`` is at least the tokens per step achieved over all steps.
-
-    Returns:
-        The bound (x); NaN on missing input or ``k`` < 0.
-    """
-    t, k, c = mean_acceptance_length, draft_tokens, cost_ratio
-    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (t, k, c)) or k < 0:
-        return float("nan")
-    return t / (1 + k * c)
-
-
 # ----------------------------------------------------------------------------- models of a point
 
 
@@ -323,36 +205,6 @@ def generate_kwargs(point: dict, draft=None) -> dict:
     return {}
 
 
-def verification_mbu(loaded, requests: list[dict], acc: dict, draft, peaks: dict) -> dict:
-    """MBU of a speculative point per verification step: each step reads the target's weights and its KV cache
-    once and runs the draft ``mean_draft_tokens`` times (its weights each time; prompt lookup reads none), in
-    the median time of a decode verification step (``(e2e_s - ttft_s) / (steps - 1)`` of each request). The
-    draft's own KV reads are left out (a lower bound on the bytes). Counting one weight read per output id, as
-    a plain point does, overstated it by about the acceptance length (issue 32).
-
-    Returns:
-        ``mbu``, ``mbu_note``, ``peak_bandwidth_bytes_per_s``; ``mbu`` NaN (with the note) when no request had
-        two verification steps.
-    """
-    nan = float("nan")
-    step_s = []
-    for r in requests:
-        steps = len(r.get("draft_emitted") or [])
-        if steps >= 2 and r.get("e2e_s") == r.get("e2e_s") and r.get("ttft_s") == r.get("ttft_s"):
-            step_s.append((r["e2e_s"] - r["ttft_s"]) / (steps - 1))
-    note = "per verification step: target weights + KV + the draft's weight reads (its KV left out)"
-    if not step_s:
-        return {"mbu": nan, "mbu_note": "no request with two verification steps: not computed"}
-    info = loaded.info
-    prompt = sum(r.get("prompt_tokens", 0) or 0 for r in requests) / len(requests)
-    out = sum(r.get("output_tokens", 0) or 0 for r in requests) / len(requests)
-    k = acc.get("mean_draft_tokens", nan)
-    draft_bytes = (draft.info.weight_bytes * k) if draft is not None and k == k else 0.0
-    return {"mbu": metrics.mbu(info.weight_bytes + draft_bytes, info.kv_cache_bytes_per_token(), 1,
-                               prompt + out / 2, float(pd.Series(step_s).median()), peaks["bandwidth_bytes_per_s"]),
-            "mbu_note": note, "peak_bandwidth_bytes_per_s": peaks["bandwidth_bytes_per_s"]}
-
-
 def _peaks(loaded, state: dict) -> dict:
     if "peaks" not in state:
         dev = roofline.Device.probe(loaded.info.device.split(":")[0], loaded.info.dtype)
@@ -371,7 +223,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
             ``guard_reference`` (:func:`workbench.measure.guard.reference` of the float model), ``peaks``.
 
     Returns:
-        :class:`workbench.run.point_result.PointResult`; ``extra`` holds, for a speculative point, :func:`acceptance`
+        :class:`workbench.run.point_result.PointResult`; ``extra`` holds, for a speculative point, :func:`workbench.stats.metrics.acceptance`
         (``acceptance_by_position`` as comma-separated text), ``draft_cost_ratio`` and ``speedup_bound``; for
         a quantized point, the guard's columns, ``weight_bytes`` read per step and ``mbu`` from them.
     """

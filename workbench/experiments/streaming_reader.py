@@ -8,7 +8,7 @@ Three parts, each a set of sweep points (``part`` column):
   granularity).
 - ``proxy``: streaming chat requests to the OpenAI-compatible server (:mod:`workbench.serving.server`,
   which sends ``X-Accel-Buffering: no`` on every stream), either directly or through a real nginx (the
-  Debian package) started on a loopback port from a generated config (:func:`nginx_config`):
+  Debian package) started on a loopback port from a generated config (:func:`workbench.serving.proxy.nginx_config`):
   ``buffering_on`` (``proxy_buffering on``, ``proxy_ignore_headers X-Accel-Buffering``, i.e. a server that
   does not send the header, and buffers of ``nginx_buffer_kb`` KiB: ``proxy_buffer_size`` and 8
   ``proxy_buffers`` of that size, what a production config with large ``proxy_buffers`` has),
@@ -28,7 +28,7 @@ Three parts, each a set of sweep points (``part`` column):
   (the first chunk arrived after the engine generated the last token: client TTFT >= engine e2e, an
   ordering, not a threshold) and the reader metrics of the chunks as they arrived (granularity
   ``http chunks``). Without nginx (not installed, cannot start) the nginx modes are left out with the
-  reason (:func:`nginx_status`); ``direct`` still runs.
+  reason (:func:`workbench.serving.proxy.nginx_status`); ``direct`` still runs.
 - ``keepalive``: a client with a read timeout (``client_timeout_s``) streams a request that waits in the
   queue behind a longer one (``blocker_tokens``). Without keep-alive the server sends nothing until the
   first token and the client times out; with ``keepalive_s`` the response starts at once and ``: keep-alive``
@@ -64,15 +64,8 @@ engine figures, and ``server_side_note`` says why.
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
-from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -85,17 +78,14 @@ from workbench.measure import reading
 from workbench.run import sweeps
 from workbench.errors import ParameterError
 from workbench.serving import endpoint as endpoint_mod
-from workbench.serving.client import http_client
+from workbench.serving.client import stream_request
+from workbench.serving.proxy import NGINX_BUFFER_KB, NGINX_MODES, UPSTREAM_HTTP, Nginx, nginx_status
 from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured
 from workbench.share.plots import label, ok_points, split_by_device
 from workbench.run.point_result import PointResult
 
 EXPERIMENT = "streaming_reader"
-PROXY_MODES = ("direct", "buffering_default", "buffering_on", "buffering_off", "header")
-#: nginx buffer size of the buffered modes (KiB): holds a whole answer of a few hundred tokens.
-NGINX_BUFFER_KB = 64
-UPSTREAM_HTTP = ("1.0", "1.1")
-NGINX_MODES = PROXY_MODES[1:]
+PROXY_MODES = ("direct",) + NGINX_MODES
 #: why an external endpoint's keep-alive part has one case, not the built-in server's on / off pair
 ENDPOINT_KEEPALIVE_NOTE = ("external endpoint measured as it is: keep-alive on / off is the built-in server's "
                            "keepalive_s setting, which an external server does not expose; any SSE comments it sends "
@@ -187,225 +177,7 @@ class Config(sweeps.SweepConfig):
 # ----------------------------------------------------------------------------- nginx
 
 
-def nginx_status() -> tuple[str | None, str]:
-    """``(path of the nginx binary, "")``, or ``(None, reason)`` when it is not installed."""
-    for cand in (shutil.which("nginx"), "/usr/sbin/nginx"):
-        if cand and os.access(cand, os.X_OK):
-            return cand, ""
-    return None, "nginx is not installed (Debian: apt-get install -y nginx; `make browser` tries it)"
-
-
-def nginx_config(mode: str, port: int, upstream_port, prefix: str, buffer_kb: int = NGINX_BUFFER_KB,
-                 upstream_http: str = "1.0") -> str:
-    """An nginx config proxying ``127.0.0.1:port`` to ``127.0.0.1:upstream_port`` in one buffering ``mode``
-    (``upstream_port`` may be a ``host:port`` string: an external endpoint).
-
-    ``buffering_on`` and ``buffering_default`` ignore the upstream's ``X-Accel-Buffering`` header (nginx
-    hides that header from the client in every mode); every mode but ``buffering_default`` sets
-    ``proxy_buffer_size`` and 8 ``proxy_buffers`` of ``buffer_kb`` KiB (busy buffers: two of them).
-    ``upstream_http`` is ``proxy_http_version`` (``1.1`` also keeps upstream connections alive).
-    """
-    checks.check_choice("mode", mode, NGINX_MODES)
-    checks.check_int("buffer_kb", buffer_kb, lo=4, hi=1 << 20)
-    checks.check_choice("upstream_http", upstream_http, UPSTREAM_HTTP)
-    http = ("            proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n"
-            if upstream_http == "1.1" else "            proxy_http_version 1.0;\n")
-    buffering = "off" if mode == "buffering_off" else "on"
-    ignore = "            proxy_ignore_headers X-Accel-Buffering;\n" if mode in ("buffering_on", "buffering_default") else ""
-    sizes = "" if mode == "buffering_default" else (
-        f"            proxy_buffer_size {buffer_kb}k;\n            proxy_buffers 8 {buffer_kb}k;\n"
-        f"            proxy_busy_buffers_size {2 * buffer_kb}k;\n")
-    temp = "\n".join(f"    {k}_temp_path {prefix}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    upstream = upstream_port if isinstance(upstream_port, str) else f"127.0.0.1:{upstream_port}"
-    return f"""# generated by workbench.experiments.streaming_reader ({mode})
-worker_processes 1;
-daemon off;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-{temp}
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://{upstream};
-{http}            proxy_read_timeout 300s;
-            proxy_buffering {buffering};
-{ignore}{sizes}        }}
-    }}
-}}
-"""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Nginx:
-    """A real nginx on a loopback port in front of ``upstream_port`` (context manager; ``base_url``)."""
-
-    def __init__(self, mode: str, upstream_port: int, binary: str | None = None, buffer_kb: int = NGINX_BUFFER_KB,
-                 upstream_http: str = "1.0"):
-        self.binary = binary or nginx_status()[0]
-        if self.binary is None:
-            raise RuntimeError(nginx_status()[1])
-        self.mode, self.upstream_port = mode, upstream_port
-        self.prefix = tempfile.mkdtemp(prefix="wb-nginx-")
-        os.chmod(self.prefix, 0o755)  # workers run as an unprivileged user when started by root
-        for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
-            os.makedirs(f"{self.prefix}/{k}", mode=0o777)
-            os.chmod(f"{self.prefix}/{k}", 0o777)
-        self.port = _free_port()
-        self.conf = Path(self.prefix) / "nginx.conf"
-        self.conf.write_text(nginx_config(mode, self.port, upstream_port, self.prefix, buffer_kb,
-                                            upstream_http))
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 15.0) -> "Nginx":
-        self.proc = subprocess.Popen([self.binary, "-p", self.prefix, "-c", str(self.conf), "-e",
-                                      f"{self.prefix}/early.log"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode(errors="replace").strip().splitlines()
-                raise RuntimeError(f"nginx did not start: {err[-1] if err else 'exit ' + str(self.proc.returncode)}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"nginx did not listen on 127.0.0.1:{self.port} within {timeout:g} s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc is not None and self.proc.stderr is not None:
-            self.proc.stderr.close()
-        shutil.rmtree(self.prefix, ignore_errors=True)
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-
-
 # ----------------------------------------------------------------------------- client
-
-
-def _counted_lines(byte_chunks, reads: list) -> Iterator[str]:
-    """Text lines of a byte stream; ``reads`` gets each socket read's size as it is consumed (SSE uses ``\\n``)."""
-    import codecs
-
-    dec, buf = codecs.getincrementaldecoder("utf-8")(errors="replace"), ""
-    for b in byte_chunks:
-        reads.append(len(b))
-        buf += dec.decode(b)
-        *lines, buf = buf.split("\n")
-        for ln in lines:
-            yield ln.rstrip("\r")
-    buf += dec.decode(b"", final=True)
-    if buf:
-        yield buf.rstrip("\r")
-
-
-def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float = 600.0, stall_s: float = reading.STALL_S,
-                   read_timeout: float | None = None, path: str = "/v1/chat/completions",
-                   ep: "endpoint_mod.Endpoint | None" = None, first_chunk: threading.Event | None = None) -> dict:
-    """One streaming chat request over raw SSE; client timing of its content chunks and their reader metrics.
-
-    ``ep``: an external endpoint (its model and key are sent, ``usage`` asked for; ``base_url`` is still where
-    the request goes: the endpoint itself or nginx in front of it). ``first_chunk``: set when the first content
-    chunk arrives (the request is then in the server's engine), or when the request ends without one.
-
-    Returns:
-        ``ttft_s``, ``e2e_s``, ``chunk_itl_s``, ``chunk_offsets_s`` (each content chunk's arrival after the
-        send), ``chunk_stamps`` (their ``perf_counter`` stamps), ``chunks``, ``keepalives`` (comments
-        received), ``text``, ``engine_ttft_s`` and ``engine_e2e_s`` (the server's arrival to its first / last
-        token), ``first_after_last`` (client TTFT >= engine e2e: the first chunk reached the client only
-        after the last token was generated), ``first_read_bytes`` / ``first_read_chunks`` (response bytes
-        received up to and including the socket read that brought the first content chunk, and the content
-        chunks that read brought), ``response_bytes``, ``outcome`` (``ok`` or ``timeout``), ``error``,
-        ``finish_reason`` and ``prompt_tokens`` (``usage``; None when absent), ``t_send`` (``perf_counter`` at the
-        send) and ``chunk_texts`` (each content chunk's text), and :func:`workbench.measure.reading.reader_metrics` of the
-        chunks. ``chunk_stamps``, ``chunk_texts`` and ``t_send`` are for the caller, not for a table.
-    """
-    import json
-
-    import httpx
-
-    from workbench.serving.events import iter_sse
-
-    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True}
-    headers = None
-    if ep is not None:
-        body.update(model=ep.model, stream_options={"include_usage": True}, **ep.extra_body)
-        headers = ep.headers() or None
-    stamps, parts, reads, read_of, keepalives, engine, outcome, error = [], [], [], [], 0, {}, "ok", None
-    usage, finish = None, None
-    tmo = httpx.Timeout(timeout, read=read_timeout) if read_timeout else httpx.Timeout(timeout)
-    client = http_client(tmo)  # built before the clock starts: the send is what is timed, not the client
-    t_send = time.perf_counter()
-    try:
-        with client:
-            with client.stream("POST", base_url + path, json=body, headers=headers) as r:
-                if r.status_code != 200:
-                    raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
-                for ev in iter_sse(_counted_lines(r.iter_raw(), reads)):
-                    if ev.comment:
-                        keepalives += 1
-                        continue
-                    if not ev.data or ev.data == "[DONE]":
-                        continue
-                    ch = json.loads(ev.data)
-                    engine = ch.get("engine") or engine
-                    usage = ch.get("usage") or usage
-                    for c in ch.get("choices", []):
-                        if (c.get("delta") or {}).get("content"):
-                            stamps.append(ev.t)
-                            parts.append(c["delta"]["content"])
-                            read_of.append(len(reads))
-                            if first_chunk is not None:
-                                first_chunk.set()
-                        finish = c.get("finish_reason") or finish
-    except httpx.TimeoutException as exc:
-        outcome, error = "timeout", f"{type(exc).__name__} after {time.perf_counter() - t_send:.2f} s"
-    finally:
-        if first_chunk is not None:
-            first_chunk.set()
-    t_end = time.perf_counter()
-    tm = metrics.request_timing(stamps, t_send)
-    nan = float("nan")
-    e2e_engine = (engine or {}).get("e2e_s") or nan
-    out_tok = (engine or {}).get("output_tokens")
-    if out_tok is None and usage:
-        out_tok = usage.get("completion_tokens")
-    return {
-        "ttft_s": tm["ttft_s"], "e2e_s": tm["e2e_s"] if stamps else t_end - t_send, "chunk_itl_s": tm["itl_s"],
-        "chunk_offsets_s": [t - t_send for t in stamps], "chunk_stamps": stamps, "chunks": len(stamps),
-        "keepalives": keepalives, "text": "".join(parts), "output_tokens": out_tok,
-        "engine_ttft_s": (engine or {}).get("engine_ttft_s") or nan, "engine_e2e_s": e2e_engine,
-        "first_after_last": bool(stamps) and tm["ttft_s"] >= e2e_engine if e2e_engine == e2e_engine else None,
-        "first_read_bytes": sum(reads[:read_of[0]]) if stamps else 0,
-        "first_read_chunks": read_of.count(read_of[0]) if stamps else 0, "response_bytes": sum(reads),
-        "outcome": outcome, "error": error, "finish_reason": finish,
-        "prompt_tokens": (usage or {}).get("prompt_tokens"), "t_send": t_send, "chunk_texts": parts,
-        **reading.reader_metrics(list(zip(stamps, parts)), t_send, stall_s),
-    }
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -488,7 +260,7 @@ def _endpoint_fields(row: dict, ep) -> dict:
 
 
 def _for_table(row: dict) -> dict:
-    """A :func:`stream_request` row without the caller-only fields (stamps, chunk texts, send time)."""
+    """A :func:`workbench.serving.client.stream_request` row without the caller-only fields (stamps, chunk texts, send time)."""
     return {k: v for k, v in row.items() if k not in ("chunk_stamps", "chunk_texts", "t_send")}
 
 

@@ -27,7 +27,8 @@ Also here: characters-per-token of a tokenizer (:func:`chars_per_token`) and
 the ``max_new_tokens`` a target length in characters needs
 (:func:`max_new_tokens_for_chars`); the long-form report prompts
 (:func:`report_prompt`) and the factual questions (:func:`load_factual_qa`) of
-the temperature sweep.
+the temperature sweep; the speed techniques' task prompts (:func:`task_prompts`: an instruction over passages of
+the shipped text, :func:`passages`, or a free request).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from workbench.checks import check_int
+from workbench.checks import check_choice, check_int
 from workbench.errors import ParameterError
 from workbench.paths import data_dir  # noqa: F401 - prompts.data_dir, read by its callers
 from workbench.measure.generation import count_prompt_tokens
@@ -460,3 +461,54 @@ def factual_prompts(n_per_language: int, languages=LANGUAGES, path=None) -> list
                  "prompt": f"{r['question']} {QA_INSTRUCTION[lang]}", "answers": list(r["answers"])}
             )
     return out
+
+
+# ----------------------------------------------------------------------------- the speed techniques' tasks
+
+
+#: tasks of :func:`task_prompts`: three copy-heavy ones (an instruction over a passage) and a free request
+TASKS = ("summarise", "extract", "edit", "free")
+INSTRUCTIONS = {
+    "summarise": {"en": "Summarise the following text in two or three sentences, reusing its own wording.",
+                  "zh": "用两三句话概括下面的文字，尽量使用原文的词句。"},
+    "extract": {"en": "Quote, word for word, the first three sentences of the following text.",
+                "zh": "逐字摘录下面文字的前三句话。"},
+    "edit": {"en": "Rewrite the following text exactly, changing only \"the\" to \"THE\".",
+             "zh": "原样重写下面的文字，只把“的”改成“之”。"},
+}
+
+
+FREE = {"en": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+        "zh": "写一个短故事：一位灯塔看守人捡到了一个漂流瓶。"}
+
+
+def passages(language: str, n: int, chars: int) -> list[str]:
+    """``n`` passages of the shipped text (whole paragraphs, at most ``chars`` characters; Chinese ``chars // 3``),
+    taken evenly through the source so different prompts quote different text."""
+    limit = chars if language == "en" else max(20, chars // 3)
+    paras = [p.strip() for p in source_text(language).split("\n\n") if len(p.strip()) >= limit // 3]
+    picked = []
+    step = max(1, len(paras) // max(n, 1))
+    for i in range(0, len(paras), step):
+        text = ""
+        for p in paras[i:]:
+            if len(text) + len(p) > limit:
+                break
+            text = f"{text}\n\n{p}" if text else p
+        picked.append(text or paras[i][:limit])
+        if len(picked) == n:
+            break
+    return picked
+
+
+def task_prompts(task: str, language: str, n: int = 1, passage_chars: int = 600) -> list[str]:
+    """``n`` prompts of a task: an instruction over a passage of documentation (copy-heavy) or a free request.
+
+    Raises:
+        ParameterError: an unknown task or language.
+    """
+    check_choice("task", task, TASKS)
+    check_choice("language", language, LANGUAGES)
+    if task == "free":
+        return [FREE[language]] * n
+    return [f"{INSTRUCTIONS[task][language]}\n\n{p}" for p in passages(language, n, passage_chars)]

@@ -1,6 +1,7 @@
 """Instruments: what touches the model and the device, and what a measurement reads.
 
-``device`` (synchronize, the bandwidth / FLOP/s probe, peak memory, environment facts), ``models`` (offline
+``device`` (synchronize, the bandwidth / FLOP/s probe, peak memory, environment facts, the cores, dtypes and
+attention kernels a device can be tuned over, a body run at a thread count), ``models`` (offline
 loading of the embedded default or a local model, model facts), ``generation`` (measured ``generate``,
 end-of-turn ids, warm-up), ``streaming`` (``stream_generate``: text as it arrives), ``detokenize`` (incremental text, display granularity),
 ``memory`` (KV-cache bytes, memory tracker), ``energy`` (NVML energy), ``contention`` (other load on the

@@ -8,12 +8,15 @@ module), so every instrument (:mod:`workbench.measure.generation`, :mod:`workben
   asynchronous; nanochat's ``scripts/infer_bench.py`` does the same around every timed call).
 - :func:`probe_device`: peak copy bandwidth and matmul FLOP/s, the denominators of MBU / MFU.
 - :func:`reset_peak_memory` / :func:`peak_memory_bytes`: a point's peak-memory window.
+- :func:`usable_cores`, :func:`supported_dtypes`, :func:`supported_attention` and :func:`threads`: what a
+  device can be tuned over (cores, dtypes, attention kernels) and a body run at a thread count.
 - :func:`facts` and :func:`git_commit`: versions, threads, code commit, model and probed peaks
   (optimum-benchmark and lm-evaluation-harness record the same next to each run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
@@ -291,3 +294,53 @@ def facts(info=None, seed: int | None = None, probe: bool = True, prior: dict | 
             p = probe_device(dev, info.dtype)
             env.update({k: p[k] for k in PROBE_KEYS})
     return env
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask), the ceiling of ``torch_threads``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def supported_dtypes(device: str) -> tuple[str, ...]:
+    """Dtypes worth tuning on a device: float32 and bfloat16 on CPU; plus float16 on CUDA and MPS (bfloat16 on
+    CUDA only where the GPU supports it)."""
+    if device == "cpu":
+        return ("float32", "bfloat16")
+    if device == "cuda":
+        import torch
+
+        return ("float32", "bfloat16", "float16") if torch.cuda.is_bf16_supported() else ("float32", "float16")
+    return ("float32", "float16")
+
+
+def supported_attention(device: str) -> tuple[str, ...]:
+    """Attention kernels the installed ``transformers`` offers on a device: ``eager`` and ``sdpa`` everywhere;
+    on CUDA also ``flex_attention`` and ``flash_attention_2``/``_3`` when the ``flash_attn`` package is
+    installed (FlashAttention kernels are CUDA-only)."""
+    out = ["eager", "sdpa"]
+    if device == "cuda":  # transformers' registry only here: the command line validates without importing it (~2 s)
+        import importlib.util
+
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        out += [k for k in ("flex_attention",) if k in ALL_ATTENTION_FUNCTIONS]
+        if importlib.util.find_spec("flash_attn") is not None:
+            out += [k for k in ("flash_attention_2", "flash_attention_3") if k in ALL_ATTENTION_FUNCTIONS]
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def threads(n: int | None):
+    """Run the body with ``torch.set_num_threads(n)`` (None: unchanged), restoring the previous count."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,7 +1,8 @@
 """Predictions: models of cost that say what a measurement should find before it is made.
 
 ``roofline`` (the latency model: bytes and FLOPs per step, the device probe's figures, the calibration record),
-``roofline_calibration`` (its fit, the per-machine cache and today's check, the ``Predictor``) and ``predictions``
+``roofline_calibration`` (its fit, the per-machine cache and today's check, the ``Predictor``, MBU / MFU over the
+peaks of a point's own dtype) and ``predictions``
 (the roofline applied: suite plans, predictions beside measurements, residuals), ``twin``, ``twin_engine`` and
 ``twin_cost`` (the serving twin: the engines' own scheduling code on a virtual clock with a calibrated per-step cost
 model; ``twin_engine`` is one engine replica), ``profile_step`` (where one decode step's time goes, beside the

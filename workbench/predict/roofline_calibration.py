@@ -3,8 +3,10 @@
 error), the calibration workload and its measurement on a loaded model (:func:`calibrate`), the per-machine cache
 (:func:`cache_path`, :func:`load_cached`), the check of a cached calibration against today's device probe
 (:func:`check_calibration`, :func:`checked_cached`: kept, rescaled or refitted), and :class:`Predictor`, one
-model's shape, probe and calibration per dtype for the planner and the experiments. The formulas, the model shape,
-the device and the :class:`~workbench.predict.roofline.Calibration` record are :mod:`workbench.predict.roofline`'s.
+model's shape, probe and calibration per dtype for the planner and the experiments; :func:`dtype_peaks` and
+:func:`measured_utilisation` give a point's MBU / MFU over the peaks of the dtype it ran in. The formulas, the model
+shape, the device and the :class:`~workbench.predict.roofline.Calibration` record are
+:mod:`workbench.predict.roofline`'s.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from workbench.stats import metrics
 from workbench.predict.roofline import (BYTES_PER_ELEMENT, CALIBRATION_VERSION, RECALIBRATE_LIMIT, REFIT_LIMIT,
                                         Calibration, Device, ModelShape, decode_terms, predict, prefill_terms)
 
@@ -388,3 +391,48 @@ def _threads() -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+# ----------------------------------------------------------------------------- utilisation in a point's own dtype
+
+
+_PEAKS: dict = {}
+
+
+def dtype_peaks(device: str, dtype: str, threads: int | None = None,
+                predictor: Predictor | None = None) -> dict:
+    """Peak bandwidth and FLOP/s of ``device`` for a model in ``dtype``: the predictor's probe of that dtype
+    (:meth:`Predictor.for_dtype`), else a fresh
+    :meth:`workbench.predict.roofline.Device.probe` in that dtype (3 trials, memoised); FLOP/s scaled to ``threads`` (:meth:`~workbench.predict.roofline.Device.flops_at`).
+
+    Returns:
+        ``{"bandwidth_bytes_per_s", "flops_per_s"}``.
+    """
+    if predictor is not None:
+        dev = predictor.for_dtype(dtype)[1]
+    else:
+        key = (device, dtype)
+        if key not in _PEAKS:
+            _PEAKS[key] = Device.probe(device, dtype)
+        dev = _PEAKS[key]
+    return {"bandwidth_bytes_per_s": dev.bandwidth_bytes_per_s, "flops_per_s": dev.flops_at(threads)}
+
+
+def measured_utilisation(loaded, requests: list[dict], point: dict,
+                         predictor: Predictor | None = None) -> dict:
+    """MBU and MFU of a point from the model it measured (``loaded``: the configuration's dtype, so its weight
+    and KV bytes) over the peaks probed in that dtype (:func:`dtype_peaks`), the formulas of
+    :func:`workbench.stats.metrics.utilisation`. The sweep's own figures use the notebook's model (float32): for a
+    bfloat16 point they counted twice the bytes and divided by float32's FLOP/s; these columns replace them.
+
+    Returns:
+        ``mbu``, ``mfu``, ``peak_bandwidth_bytes_per_s``, ``peak_flops_per_s`` (empty without requests).
+    """
+    req = pd.DataFrame(requests)
+    if req.empty:
+        return {}
+    done = req[req["output_tokens"] >= 1]
+    summary = {f"{c}_p50": metrics.percentiles(done[c].tolist() if c in done else [], (50,))["p50"]
+               for c in ("tpot_s", "prefill_s")}
+    peaks = dtype_peaks(loaded.info.device.split(":")[0], loaded.info.dtype, point.get("torch_threads"), predictor)
+    return metrics.utilisation(req, summary, loaded.info, peaks)

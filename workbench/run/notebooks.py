@@ -268,7 +268,7 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
     # the kernel inherits this process's environment when it starts: set what it needs for this call only,
     # so the caller (a test session, a JupyterLab started later) keeps its own
     kernel_env = {"PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
-                  "WORKBENCH_HEADLESS": "1"}  # kernels started here have no frontend (explorer.has_frontend)
+                  "WORKBENCH_HEADLESS": "1"}  # kernels started here have no frontend (workbench.share.live.has_frontend)
     saved = {k: os.environ.get(k) for k in kernel_env}
     os.environ.update(kernel_env)
     shared = _SHARED

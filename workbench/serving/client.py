@@ -23,6 +23,11 @@ every client of the process shares one TLS context (:func:`ssl_context`).
 
 :func:`measure_http` sends ``concurrency`` streaming requests together from
 threads and returns the measure dict of :func:`workbench.run.sweeps.run_sweep`.
+
+:func:`stream_request` reads one streaming chat reply over raw SSE with ``httpx`` instead (no ``openai``
+client): every content chunk's arrival, ``: keep-alive`` comments, the socket reads that brought the first
+chunk, a read timeout as an outcome, and :func:`workbench.measure.reading.reader_metrics` of the chunks; what
+a reader sees through a proxy or a client timeout (notebook ``10_streaming_reader``).
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from workbench.stats import metrics
+from workbench.measure import reading
 from workbench.checks import check_int
 from workbench.errors import ParameterError
 from workbench.serving.protocol import SERVED_MODEL
@@ -226,3 +232,105 @@ def measure_http(base_url: str, prompts: Sequence, concurrency: int, max_tokens:
     extra = {f"{col}_p50": metrics.percentiles([q[col] for q in rows], (50,))["p50"]
              for col in ("transport_ttft_s", "engine_ttft_s", "engine_queue_s")}
     return {"requests": rows, "wall_s": wall, "warmup_s": warmup_s, "extra": extra}
+
+
+def _counted_lines(byte_chunks, reads: list) -> Iterator[str]:
+    """Text lines of a byte stream; ``reads`` gets each socket read's size as it is consumed (SSE uses ``\\n``)."""
+    import codecs
+
+    dec, buf = codecs.getincrementaldecoder("utf-8")(errors="replace"), ""
+    for b in byte_chunks:
+        reads.append(len(b))
+        buf += dec.decode(b)
+        *lines, buf = buf.split("\n")
+        for ln in lines:
+            yield ln.rstrip("\r")
+    buf += dec.decode(b"", final=True)
+    if buf:
+        yield buf.rstrip("\r")
+
+
+def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float = 600.0, stall_s: float = reading.STALL_S,
+                   read_timeout: float | None = None, path: str = "/v1/chat/completions",
+                   ep: "workbench.serving.endpoint.Endpoint | None" = None, first_chunk: threading.Event | None = None) -> dict:
+    """One streaming chat request over raw SSE; client timing of its content chunks and their reader metrics.
+
+    ``ep``: an external endpoint (its model and key are sent, ``usage`` asked for; ``base_url`` is still where
+    the request goes: the endpoint itself or nginx in front of it). ``first_chunk``: set when the first content
+    chunk arrives (the request is then in the server's engine), or when the request ends without one.
+
+    Returns:
+        ``ttft_s``, ``e2e_s``, ``chunk_itl_s``, ``chunk_offsets_s`` (each content chunk's arrival after the
+        send), ``chunk_stamps`` (their ``perf_counter`` stamps), ``chunks``, ``keepalives`` (comments
+        received), ``text``, ``engine_ttft_s`` and ``engine_e2e_s`` (the server's arrival to its first / last
+        token), ``first_after_last`` (client TTFT >= engine e2e: the first chunk reached the client only
+        after the last token was generated), ``first_read_bytes`` / ``first_read_chunks`` (response bytes
+        received up to and including the socket read that brought the first content chunk, and the content
+        chunks that read brought), ``response_bytes``, ``outcome`` (``ok`` or ``timeout``), ``error``,
+        ``finish_reason`` and ``prompt_tokens`` (``usage``; None when absent), ``t_send`` (``perf_counter`` at the
+        send) and ``chunk_texts`` (each content chunk's text), and :func:`workbench.measure.reading.reader_metrics` of the
+        chunks. ``chunk_stamps``, ``chunk_texts`` and ``t_send`` are for the caller, not for a table.
+    """
+    import json
+
+    import httpx
+
+    from workbench.serving.events import iter_sse
+
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True}
+    headers = None
+    if ep is not None:
+        body.update(model=ep.model, stream_options={"include_usage": True}, **ep.extra_body)
+        headers = ep.headers() or None
+    stamps, parts, reads, read_of, keepalives, engine, outcome, error = [], [], [], [], 0, {}, "ok", None
+    usage, finish = None, None
+    tmo = httpx.Timeout(timeout, read=read_timeout) if read_timeout else httpx.Timeout(timeout)
+    client = http_client(tmo)  # built before the clock starts: the send is what is timed, not the client
+    t_send = time.perf_counter()
+    try:
+        with client:
+            with client.stream("POST", base_url + path, json=body, headers=headers) as r:
+                if r.status_code != 200:
+                    raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
+                for ev in iter_sse(_counted_lines(r.iter_raw(), reads)):
+                    if ev.comment:
+                        keepalives += 1
+                        continue
+                    if not ev.data or ev.data == "[DONE]":
+                        continue
+                    ch = json.loads(ev.data)
+                    engine = ch.get("engine") or engine
+                    usage = ch.get("usage") or usage
+                    for c in ch.get("choices", []):
+                        if (c.get("delta") or {}).get("content"):
+                            stamps.append(ev.t)
+                            parts.append(c["delta"]["content"])
+                            read_of.append(len(reads))
+                            if first_chunk is not None:
+                                first_chunk.set()
+                        finish = c.get("finish_reason") or finish
+    except httpx.TimeoutException as exc:
+        outcome, error = "timeout", f"{type(exc).__name__} after {time.perf_counter() - t_send:.2f} s"
+    finally:
+        if first_chunk is not None:
+            first_chunk.set()
+    t_end = time.perf_counter()
+    tm = metrics.request_timing(stamps, t_send)
+    nan = float("nan")
+    e2e_engine = (engine or {}).get("e2e_s") or nan
+    out_tok = (engine or {}).get("output_tokens")
+    if out_tok is None and usage:
+        out_tok = usage.get("completion_tokens")
+    return {
+        "ttft_s": tm["ttft_s"], "e2e_s": tm["e2e_s"] if stamps else t_end - t_send, "chunk_itl_s": tm["itl_s"],
+        "chunk_offsets_s": [t - t_send for t in stamps], "chunk_stamps": stamps, "chunks": len(stamps),
+        "keepalives": keepalives, "text": "".join(parts), "output_tokens": out_tok,
+        "engine_ttft_s": (engine or {}).get("engine_ttft_s") or nan, "engine_e2e_s": e2e_engine,
+        "first_after_last": bool(stamps) and tm["ttft_s"] >= e2e_engine if e2e_engine == e2e_engine else None,
+        "first_read_bytes": sum(reads[:read_of[0]]) if stamps else 0,
+        "first_read_chunks": read_of.count(read_of[0]) if stamps else 0, "response_bytes": sum(reads),
+        "outcome": outcome, "error": error, "finish_reason": finish,
+        "prompt_tokens": (usage or {}).get("prompt_tokens"), "t_send": t_send, "chunk_texts": parts,
+        **reading.reader_metrics(list(zip(stamps, parts)), t_send, stall_s),
+    }

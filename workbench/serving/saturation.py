@@ -18,7 +18,9 @@ tolerance answers at random near the knee (at 40 requests a 10% tolerance said "
 
 :func:`knee` scans rates upwards: the highest rate that kept up below the first that did not (fell behind or
 undetermined). Stopped-early points take part (as "fell behind"): dropping them before the scan would let a rate
-above an over-saturated one, kept up by chance, be the knee. They are still never recommended.
+above an over-saturated one, kept up by chance, be the knee. They are still never recommended. Over a table of
+points (one row per point, an ``engine`` column): :func:`knee_points` (the points a scan may use), :func:`point_rates`
+(the rate a point is scanned at), :func:`knee_scan` (per engine the knee and why) and :func:`knees`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import pandas as pd
+
+from workbench.stats import evidence
 from workbench.serving import load
 
 KEPT_UP = "kept up"
@@ -133,3 +138,36 @@ def knee(rates: Sequence[float], verdicts: Sequence[str | None]) -> tuple[float,
             return k, f"{v or UNDETERMINED} at {float(rate):.2f} req/s"
         k = float(rate)
     return k, ""
+
+
+# ----------------------------------------------------------------------------- knees over a table of points
+
+
+def knee_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The points a knee scan may use: valid open-loop points, stopped-early ones included (they fell behind)."""
+    df = evidence.usable_points(points)
+    if "profile" in df:
+        df = df[df["profile"].isin(load.OPEN_LOOP)]
+    return df
+
+
+def point_rates(g: pd.DataFrame) -> pd.Series:
+    """A point's rate for the scan: the realised ``arrival_rps`` where every point has one, else ``offered_rps``."""
+    return g["arrival_rps"] if "arrival_rps" in g and g["arrival_rps"].notna().all() else g["offered_rps"]
+
+
+def knee_scan(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
+    """Per engine: ``(knee, why)`` of :func:`knee` over its valid open-loop points
+    (stopped-early points included, as "fell behind": rates 1 kept up, 2 stopped early, 3 kept up by chance give a
+    knee of 1, not 3)."""
+    out = {}
+    for e, g in knee_points(points).groupby("engine"):
+        out[e] = knee(list(point_rates(g)), [kept_up(r, tolerance) for _, r in g.iterrows()])
+    return out
+
+
+def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
+    """Per engine: the highest open-loop rate (realised ``arrival_rps``, else ``offered_rps``) that kept up
+    (:func:`kept_up`), below the first that fell behind or is undetermined; NaN when the lowest did not keep up.
+    Valid open-loop points, stopped-early ones counted as fell behind (:func:`knee_scan`)."""
+    return {e: k for e, (k, _) in knee_scan(points, tolerance).items()}

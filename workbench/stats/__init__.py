@@ -1,8 +1,9 @@
 """Numbers in, numbers out: the field's formulas and the statistics behind every verdict.
 
-``metrics`` (request timing - TTFT, ITL, TPOT, e2e -, percentiles, point summaries, MBU/MFU), ``evidence``
-(usable points, fit support, t / ratio / Wilson intervals, verdicts, :class:`~workbench.stats.evidence.Finding`),
-``slo`` (SLO presets, attainment, the rate search), ``columns`` (the one column registry, read from
+``metrics`` (request timing - TTFT, ITL, TPOT, e2e -, percentiles, point summaries, MBU/MFU, speculative acceptance
+and its speed-up bound), ``evidence`` (usable points, fit support, t / ratio / Wilson intervals, verdicts,
+:class:`~workbench.stats.evidence.Finding`, repeat statistics), ``slo`` (SLO presets, attainment, the rate search, a
+configuration's verdict at the SLO's percentile), ``columns`` (the one column registry, read from
 ``columns.csv``), ``comparison`` (interleaved designs, the A/A control, Holm over arms), ``replicates`` (queue
 experiments: runs paired by arrival seed). Nothing here loads a model, touches a device or reads a clock of its own: each formula has one
 home here and every path calls it. Imports only the ground floor (``workbench.errors``, ``workbench.checks``).

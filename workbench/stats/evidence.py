@@ -18,6 +18,8 @@ The rules, each a plain function every experiment calls:
 - :func:`mean_difference_interval`: a difference of two means by Welch's t; :func:`mean_interval`: Wilson
   for a share, else t.
 - :func:`paired_ratio_interval`: a ratio from matched pairs (t over the log ratios).
+- :func:`repeat_statistics`: a point's per-repeat log-latency mean and SD, the input of
+  :func:`summary_ratio_interval` when two points' repeats are compared afterwards.
 - :func:`wilson_interval`, :func:`difference_interval`: a share (accuracy, truncation) by Wilson's score
   interval (Wilson 1927) and the difference of two shares by Newcombe's hybrid score interval (Newcombe
   1998, method 10), both close to nominal at the small counts of a sweep point.
@@ -510,3 +512,22 @@ def holm_levels(pvalues: Sequence[float], alpha: float = 1 - CONFIDENCE) -> list
     for rank, i in enumerate(idx):
         out[i] = 1 - alpha / (len(idx) - rank)
     return out
+
+
+def repeat_statistics(requests: list[dict]) -> dict:
+    """Per-repeat spread of a point's request latency, the input of :func:`summary_ratio_interval`: the repeats are
+    the independent units (rows of one batch share one clock).
+
+    Returns:
+        ``n_repeats``; ``log_e2e_s_mean`` and ``log_e2e_s_sd`` (mean and sample standard deviation over repeats
+        of ``ln`` of the repeat's mean ``e2e_s``; the SD is NaN with one repeat).
+    """
+    req = pd.DataFrame(requests)
+    if req.empty or "repeat" not in req:
+        return {"n_repeats": 0, "log_e2e_s_mean": float("nan"), "log_e2e_s_sd": float("nan")}
+    per = req[req["output_tokens"] >= 1].groupby("repeat")["e2e_s"].mean()
+    logs = [math.log(v) for v in per if v > 0]
+    n = len(logs)
+    mean = sum(logs) / n if n else float("nan")
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1)) if n > 1 else float("nan")
+    return {"n_repeats": n, "log_e2e_s_mean": mean, "log_e2e_s_sd": sd}

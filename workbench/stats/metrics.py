@@ -11,7 +11,9 @@ must read (all weights + the KV cache of every row) times decode steps per
 second, over the measured peak bandwidth. MFU (model FLOPs utilisation) follows
 PaLM (Chowdhery et al. 2022, appendix B): ``2 N`` FLOPs per token (Kaplan et al.
 2020, table 1) plus ``4 n_layers L attn_dim`` for the attention products, over the
-measured peak matmul FLOP/s.
+measured peak matmul FLOP/s. A speculative point's MBU counts per verification step instead
+(:func:`verification_mbu`), and its acceptance figures and speed-up bound are :func:`acceptance` and
+:func:`speedup_bound`.
 """
 
 from __future__ import annotations
@@ -358,3 +360,99 @@ def utilisation(requests: pd.DataFrame, summary: dict, info, env: dict) -> dict:
         "peak_bandwidth_bytes_per_s": env["bandwidth_bytes_per_s"],
         "peak_flops_per_s": env["flops_per_s"],
     }
+
+
+def acceptance(proposed: list[list[int]], emitted: list[list[int]]) -> dict:
+    """Acceptance figures of speculative requests from their per-step counts.
+
+    Args:
+        proposed: per request, the draft tokens each verification step checked (>= 0 each).
+        emitted: per request, the ids each step added to the output (>= 1 each; the last step may be cut at
+            EOS or the length cap).
+
+    Returns:
+        ``proposed_tokens``, ``accepted_tokens`` (per step ``min(emitted - 1, proposed)``), ``verify_steps``,
+        ``output_tokens``; ``acceptance_rate`` (accepted / proposed, NaN with no proposal), ``accepted_length``
+        (output ids / steps: mean ids per verification step), ``verify_steps_per_token`` (steps / output ids)
+        and ``acceptance_by_position`` (list: position ``i`` accepted / proposed, over steps that proposed
+        at least ``i + 1`` tokens); ``drafting_steps`` (steps that proposed at least one token),
+        ``mean_acceptance_length`` (``1 + accepted / drafting_steps``: vLLM's ``mean_acceptance_length`` and
+        AIPerf's acceptance length, over the steps that proposed; NaN with none) and ``mean_draft_tokens``
+        (``proposed / drafting_steps``: ``transformers`` adapts the number of draft tokens step by step).
+    """
+    prop = acc = steps = out = drafting = 0
+    by_prop: list[int] = []
+    by_acc: list[int] = []
+    for p_req, e_req in zip(proposed, emitted):
+        for p, e in zip(p_req, e_req):
+            a = max(0, min(e - 1, p))
+            prop, acc, steps, out = prop + p, acc + a, steps + 1, out + e
+            drafting += p > 0
+            while len(by_prop) < p:
+                by_prop.append(0)
+                by_acc.append(0)
+            for i in range(p):
+                by_prop[i] += 1
+                by_acc[i] += i < a
+    nan = float("nan")
+    return {"proposed_tokens": prop, "accepted_tokens": acc, "verify_steps": steps, "output_tokens": out,
+            "acceptance_rate": acc / prop if prop else nan,
+            "accepted_length": out / steps if steps else nan,
+            "verify_steps_per_token": steps / out if out else nan,
+            "acceptance_by_position": [a / p for a, p in zip(by_acc, by_prop)],
+            "drafting_steps": drafting,
+            "mean_acceptance_length": 1 + acc / drafting if drafting else nan,
+            "mean_draft_tokens": prop / drafting if drafting else nan}
+
+
+def speedup_bound(mean_acceptance_length: float, draft_tokens: float, cost_ratio: float) -> float:
+    """Upper bound of the speed-up of speculative decoding from the measured acceptance length (Leviathan et al.
+    2023, "Fast Inference from Transformers via Speculative Decoding", eq. 1 and theorem 3.8, with the measured
+    tokens per step in place of their ``(1 - a^(k+1)) / (1 - a)``).
+
+    ``tau / (1 + k c)``: ``tau`` the mean ids a drafting step yields (:func:`acceptance`'s
+    ``mean_acceptance_length``, vLLM's and AIPerf's definition), over its cost in target decode steps (``k``
+    draft forwards at ``c`` each plus one verification, assumed to cost one decode step). ``k`` is the mean
+    number of draft tokens a step proposed (``transformers`` changes it step by step). The closed form with
+    the acceptance rate ``a = accepted / proposed`` assumes each position is accepted independently with
+    probability ``a``; real acceptance is all-or-nothing far more often, and that form fell 13-36% below
+    speed-ups actually measured (issue 32). Steps that proposed nothing emit one id at one step's cost, so
+    ``tau`` is at least the tokens per step achieved over all steps.
+
+    Returns:
+        The bound (x); NaN on missing input or ``k`` < 0.
+    """
+    t, k, c = mean_acceptance_length, draft_tokens, cost_ratio
+    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (t, k, c)) or k < 0:
+        return float("nan")
+    return t / (1 + k * c)
+
+
+def verification_mbu(loaded, requests: list[dict], acc: dict, draft, peaks: dict) -> dict:
+    """MBU of a speculative point per verification step: each step reads the target's weights and its KV cache
+    once and runs the draft ``mean_draft_tokens`` times (its weights each time; prompt lookup reads none), in
+    the median time of a decode verification step (``(e2e_s - ttft_s) / (steps - 1)`` of each request). The
+    draft's own KV reads are left out (a lower bound on the bytes). Counting one weight read per output id, as
+    a plain point does, overstated it by about the acceptance length (issue 32).
+
+    Returns:
+        ``mbu``, ``mbu_note``, ``peak_bandwidth_bytes_per_s``; ``mbu`` NaN (with the note) when no request had
+        two verification steps.
+    """
+    nan = float("nan")
+    step_s = []
+    for r in requests:
+        steps = len(r.get("draft_emitted") or [])
+        if steps >= 2 and r.get("e2e_s") == r.get("e2e_s") and r.get("ttft_s") == r.get("ttft_s"):
+            step_s.append((r["e2e_s"] - r["ttft_s"]) / (steps - 1))
+    note = "per verification step: target weights + KV + the draft's weight reads (its KV left out)"
+    if not step_s:
+        return {"mbu": nan, "mbu_note": "no request with two verification steps: not computed"}
+    info = loaded.info
+    prompt = sum(r.get("prompt_tokens", 0) or 0 for r in requests) / len(requests)
+    out = sum(r.get("output_tokens", 0) or 0 for r in requests) / len(requests)
+    k = acc.get("mean_draft_tokens", nan)
+    draft_bytes = (draft.info.weight_bytes * k) if draft is not None and k == k else 0.0
+    return {"mbu": mbu(info.weight_bytes + draft_bytes, info.kv_cache_bytes_per_token(), 1,
+                       prompt + out / 2, float(pd.Series(step_s).median()), peaks["bandwidth_bytes_per_s"]),
+            "mbu_note": note, "peak_bandwidth_bytes_per_s": peaks["bandwidth_bytes_per_s"]}

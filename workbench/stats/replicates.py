@@ -10,6 +10,8 @@ p90, a point's goodput), and the two arms are paired by replicate.
 - :func:`paired_log_ratio`: ``(ratio, low, high)`` of arm ``a`` over arm ``b`` from per-unit values paired by
   index: a Student-t interval over the units' log ratios, back-transformed (the geometric-mean ratio; the paired
   t-test of Student 1908 on the log scale). NaN bounds with fewer than two units: one run supports no interval.
+- :func:`compare_runs`: one column of two arms of a table of per-run statistics (``workload``, ``arm``,
+  ``replicate``), paired by replicate through :func:`paired_log_ratio`.
 - :func:`verdict`: ``faster`` / ``slower`` / ``no difference beyond noise`` / ``one run: not supported``.
 - :func:`aa_columns`: the A/A control's ``aa_ratio``, ``aa_low``, ``aa_high`` with ``design`` and ``rounds``
   (docs/design.md section 10), and :func:`aa_moved`: whether the control itself shows a direction.
@@ -22,6 +24,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 
 from workbench.errors import ParameterError
 
@@ -114,3 +117,18 @@ def describe(ratio: float, low: float, high: float, fmt: str = "{:.2f}") -> str:
     if low == low and high == high:
         return f"{fmt.format(ratio)}x ({fmt.format(low)}-{fmt.format(high)}x)"
     return f"{fmt.format(ratio)}x (one run: no interval)"
+
+
+def compare_runs(stats: pd.DataFrame, arm: str, base: str, column: str, workload: str = "mixed",
+                 confidence: float = CONFIDENCE) -> dict:
+    """``column`` of arm ``arm`` over arm ``base``, runs paired by round: :func:`paired_log_ratio`.
+
+    Returns:
+        ``{"ratio", "low", "high", "rounds"}`` (NaN bounds with one paired round: "one run: not supported").
+    """
+    g = stats[stats["workload"] == workload]
+    a = g[g["arm"] == arm].groupby("replicate")[column].first().dropna()
+    b = g[g["arm"] == base].groupby("replicate")[column].first().dropna()
+    both = a.index.intersection(b.index)
+    ratio, low, high = paired_log_ratio(a.loc[both], b.loc[both], confidence)
+    return {"ratio": ratio, "low": low, "high": high, "rounds": int(len(both))}

@@ -9,6 +9,9 @@ the measured window per second of it, :func:`workbench.serving.load.apply_window
 and TPOT at the preset's own percentile within the limits; None where the point's independent samples cannot
 support that percentile, :data:`workbench.stats.metrics.MIN_SAMPLES`).
 
+:func:`slo_verdict` judges a group of points (one configuration's) at the SLO's own percentile the same way:
+met, missed, or unknown where no point has the samples for it and no lower percentile already proves a miss.
+
 The limits are the sources' figures for data-centre GPUs and 13B-405B models; on a CPU with the embedded
 135M model most are out of reach, which is itself the finding; ``custom`` takes any pair.
 
@@ -317,3 +320,47 @@ def search_rate(attainment_at: Callable[[float], float], lo: float, hi: float, t
             bad = mid
     return {"rate": good, "bracket": (good, bad), "steps": len(hist), "bracketed": True, "history": hist,
             "tolerance": tolerance}
+
+
+def slo_verdict(rows: pd.DataFrame, limits: dict[str, float | None], percentile: int) -> tuple[bool | None, str]:
+    """Whether every point of a configuration meets the SLO limits at the SLO's own percentile.
+
+    A percentile counts only where the point's ``n_samples`` supports it (:data:`workbench.stats.metrics.MIN_SAMPLES`:
+    no p99 from a handful of values). Where the stated percentile is not supported, a supported lower one
+    (p50, p90) above the limit still proves a miss (the p99 is at least the p50); otherwise the verdict is
+    unknown.
+
+    Args:
+        rows: the configuration's points (``{col}_p50/_p90/_p99`` and ``n_samples``).
+        limits: ``{"ttft_s": limit or None, "tpot_s": limit or None}`` in seconds.
+        percentile: the SLO's percentile (90 or 99).
+
+    Returns:
+        ``(True | False | None, note)``: None when the sample cannot decide; the note says why.
+    """
+    key = f"p{int(percentile)}"
+    need = metrics.MIN_SAMPLES.get(key, 100)
+    lower = [q for q in metrics.MIN_SAMPLES if int(q[1:]) < int(percentile)]
+    verdict: bool | None = True
+    notes = []
+    for col, limit in limits.items():
+        if limit is None:
+            continue
+        for _, r in rows.iterrows():
+            n = r.get("n_samples", float("nan"))
+            n = 0 if n is None or (isinstance(n, float) and math.isnan(n)) else int(n)
+            v = r.get(f"{col}_{key}", float("nan"))
+            if n >= need and v == v:
+                if v > limit:
+                    return False, f"{col} {key} {v:.3g} s > {limit:g} s"
+                continue
+            bounds = [(q, r.get(f"{col}_{q}")) for q in lower if n >= metrics.MIN_SAMPLES[q]]
+            over = [(q, b) for q, b in bounds if b is not None and b == b and b > limit]
+            if over:
+                q, b = over[-1]
+                return False, f"{col} {q} {b:.3g} s > {limit:g} s, so its {key} is too"
+            verdict = None
+            notes.append(f"{key} needs {need} samples, a point has {n}")
+    if verdict is None:
+        return None, f"not checked at {key} ({sorted(set(notes))[0]}); lower percentiles within the limits"
+    return True, f"checked at {key}"
