@@ -279,3 +279,22 @@ def test_drift_between_neighbouring_rounds_is_reported():
     assert c.columns()["round_drift"] == pytest.approx(0.4) and c.drift_moved
     assert "moved 40% between neighbouring rounds" in comparison.drift_text(c.columns()["round_drift"])
     assert comparison.drift_text(0.05) == ""
+
+
+def test_compare_groups_judges_each_group_against_its_own_baseline_and_the_aa_only_with_the_first():
+    """Two families: family b's arm is 2x its own baseline, which is itself 3x family a's baseline. Judged against
+    its own baseline the arm's ratio is ~2 (against a's it would be ~6); the A/A columns come from the first group."""
+    rng = random.Random(3)
+    rows = []
+    for rnd in range(8):
+        drift = rng.uniform(0.95, 1.05)
+        for arm, v in (("a0", 1.0), ("a1", 1.0), (comparison.AA, 1.0), ("b0", 3.0), ("b1", 6.0)):
+            rows.append({"arm": arm, "round": rnd, "value": v * drift * rng.uniform(0.99, 1.01)})
+    ratios, aa = comparison.compare_groups(pd.DataFrame(rows), {"a0": ["a0", "a1"], "b0": ["b0", "b1"]})
+    assert set(ratios) == {"a0", "a1", "b0", "b1"}
+    assert ratios["a0"]["time_ratio"] == 1.0 and ratios["b0"]["time_ratio"] == 1.0
+    assert ratios["b1"]["time_ratio"] == pytest.approx(2.0, rel=0.03)
+    assert ratios["a1"]["time_ratio_low"] < 1 < ratios["a1"]["time_ratio_high"]
+    assert aa and math.isfinite(aa["aa_ratio"]) and aa["aa_low"] < 1 < aa["aa_high"]
+    _, none = comparison.compare_groups(pd.DataFrame(rows), {"b0": ["b0", "b1"]}, aa=None)
+    assert none == {}

@@ -257,15 +257,9 @@ def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) ->
             got[pid]["requests"] += recs
             got[pid]["wall_s"] += w
     table = pd.DataFrame(rows)
-    ratio_cols, aa_cols = {}, {}
-    for bs, base in base_pid.items():
-        mine = [pid for pid in pids if by_pid[pid]["batch_size"] == bs]
-        aa = comparison.AA if base == first_base else None
-        comp = comparison.compare(table[table["arm"].isin([*mine, *([aa] if aa else [])])], base, aa, adjust=True)
-        for pid in mine:
-            ratio_cols[pid] = comparison.arm_columns(comp, pid)
-        if aa is not None:
-            aa_cols = comp.columns()
+    groups = {base: [pid for pid in pids if by_pid[pid]["batch_size"] == bs]  # the A/A's group first
+              for bs, base in sorted(base_pid.items(), key=lambda kv: kv[1] != first_base)}
+    ratio_cols, aa_cols = comparison.compare_groups(table, groups)
     out = {}
     for pid in pids:
         g = got[pid]

@@ -242,15 +242,9 @@ def measure_interleaved(loaded, cfg: Config, points: list[dict]) -> dict[str, Po
     import pandas as pd
 
     table = pd.DataFrame(rows)
-    ratio_cols, aa_cols = {}, {}
-    for fam, base in base_pid.items():
-        mine = [pid for pid in pids if by_pid[pid]["family"] == fam]
-        aa = comparison.AA if base == first_base else None
-        comp = comparison.compare(table[table["arm"].isin([*mine, *([aa] if aa else [])])], base, aa, adjust=True)
-        for pid in mine:
-            ratio_cols[pid] = comparison.arm_columns(comp, pid)
-        if aa is not None:
-            aa_cols = comp.columns()
+    groups = {base: [pid for pid in pids if by_pid[pid]["family"] == fam]  # the A/A's group first
+              for fam, base in sorted(base_pid.items(), key=lambda kv: kv[1] != first_base)}
+    ratio_cols, aa_cols = comparison.compare_groups(table, groups)
     out = {}
     for pid, p in by_pid.items():
         g = got[pid]

@@ -369,6 +369,39 @@ def arm_columns(comp: Comparison, arm, prefix: str = "time_ratio") -> dict:
             f"{prefix}_p_holm": r.p_adjusted, f"{prefix}_method": how}
 
 
+def compare_groups(measurements: pd.DataFrame, groups: dict, aa=AA, *, prefix: str = "time_ratio",
+                   adjust: bool = True) -> tuple[dict, dict]:
+    """Each group of arms judged against its own baseline, the A/A control only with the group it copies.
+
+    An experiment with several families (temperature: one per prompt family; reasoning budgets: one per batch
+    size) compares each family's arms with that family's baseline; the A/A arm repeats one baseline, so it belongs
+    to that group's comparison only, and its interval is the experiment's noise floor.
+
+    Args:
+        measurements: long table for :func:`compare` (``arm``, ``round``, ``value``), every group's arms and the
+            A/A control's rows.
+        groups: ``{baseline: [arms of its group, the baseline included]}``; the A/A control repeats the first
+            baseline (the dict's first key).
+        aa: the A/A control's arm name.
+        prefix: the column prefix of :func:`arm_columns`.
+        adjust: Holm within each group (:func:`compare`).
+
+    Returns:
+        ``(ratio_columns, aa_columns)``: ``{arm: arm_columns(...)}`` for every arm of every group, and the first
+        group's :meth:`Comparison.columns` (the A/A noise floor; empty when no group was compared).
+    """
+    ratio_cols, aa_cols = {}, {}
+    for i, (base, mine) in enumerate(groups.items()):
+        arm_aa = aa if i == 0 else None
+        keep = [*mine, *([arm_aa] if arm_aa is not None else [])]
+        comp = compare(measurements[measurements["arm"].isin(keep)], base, arm_aa, adjust=adjust)
+        for a in mine:
+            ratio_cols[a] = arm_columns(comp, a, prefix)
+        if arm_aa is not None:
+            aa_cols = comp.columns()
+    return ratio_cols, aa_cols
+
+
 def _num(row, key) -> float:
     try:
         v = float(row.get(key, float("nan")))
