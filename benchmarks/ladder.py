@@ -217,6 +217,10 @@ def main() -> None:
     print(table[["rung", "decode_tps", "ratio", "ratio_low", "ratio_high", "mbu", "compile_s", "recompiles",
                  "perplexity_ratio", "perplexity_ratio_high", "kl_mean", "top1_agreement", "token_agreement",
                  "guard_passed"]].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    for name in info:
+        note = rungs.grid_note(f32, built[name][0].rung)
+        if note:
+            print(f"{name}: {note}")
     if llama_one:
         lv = evidence.paired_ratio_interval(tps["llama.cpp"], tps["float32"], unit="rounds")
         print(f"llama.cpp (Q4_1 GGUF, its HTTP server) / float32 eager (in process): {lv.describe('{:.2f}', 'x')}")

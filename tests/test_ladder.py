@@ -146,3 +146,28 @@ def test_a_random_weight_model_runs_a_one_point_sweep_with_a_real_models_columns
     assert rand["perplexity_ratio"].isna().all() and real["perplexity_ratio"].notna().all()  # quality off
     assert rand["tpot_s_p50"].iloc[0] > 0
     assert "random weights" in str(manifest)
+
+
+def test_int4_group_32_reproduces_the_default_models_q4_1_weights_and_group_64_does_not(loaded):
+    """The default model is a Q4_1 GGUF (32-weight blocks, scale + min) dequantized on load: its weights already lie
+    on torchao's asymmetric int4 grid at group 32, so that rung is lossless (the ladder's ppl x1.000, KL ~0) and says
+    why; at group 64 two blocks share one grid and the rung loses quality."""
+    ids = loaded.tokenizer("In 1905 Albert Einstein published four papers that", return_tensors="pt").input_ids
+    with torch.no_grad():
+        ref = loaded.model(ids).logits.float()
+    kl = {}
+    for g in (32, 64):
+        rung = rungs.Rung(quantization="int4_weight_only", group_size=g)
+        b = rungs.build(loaded, rung)
+        with torch.no_grad():
+            out = b.loaded.model(ids).logits.float()
+        kl[g] = torch.nn.functional.kl_div(out.log_softmax(-1), ref.log_softmax(-1), log_target=True,
+                                           reduction="batchmean").item() / ids.shape[1]
+        assert bool(rungs.grid_note(loaded, rung)) == (g == 32)
+    assert kl[32] < 1e-5 < 1e-2 < kl[64]
+    w = torch.randn(4, 64)
+    assert not rungs.on_int4_grid(w, 32)
+    lo = w.reshape(4, 2, 32).amin(-1, keepdim=True)
+    step = (w.reshape(4, 2, 32).amax(-1, keepdim=True) - lo) / 15
+    snapped = (((w.reshape(4, 2, 32) - lo) / step).round() * step + lo).reshape(4, 64)
+    assert rungs.on_int4_grid(snapped, 32) and not rungs.on_int4_grid(snapped, 64)

@@ -188,6 +188,46 @@ def check_group_size(group_size: int, widths: dict[str, int], lm_head: str = "fl
                              f"them in float. Sizes that fit every layer: {', '.join(map(str, fit)) or 'none'}")
 
 
+def on_int4_grid(weight, group_size: int, levels: int = 16, tol: float = 1e-3) -> bool:
+    """Whether a float weight already lies on an asymmetric int4 grid of ``group_size`` weights per group, so that
+    int4 quantization at that group size reproduces it (up to float rounding) and costs no quality.
+
+    That is the case for a model loaded from a GGUF file of 4-bit blocks: ``Q4_1`` stores 32 weights per block as
+    ``d * q + m`` with ``q`` in 0..15 (ggml's ``block_q4_1``, ggml-common.h), the grid torchao's asymmetric int4
+    at group 32 quantizes onto (minimum and maximum per group); the default model is such a file, so its int4
+    group-32 rung measures the kernels' speed with the quality of float.
+
+    Args:
+        weight: ``(out_features, in_features)`` float tensor; ``in_features`` divisible by ``group_size``.
+        group_size: weights per group.
+        levels: grid levels (16 for 4 bits).
+        tol: tolerance in grid steps (float rounding of ``d * q + m``).
+
+    Returns:
+        True when every weight is within ``tol`` steps of its group's grid.
+    """
+    import torch
+
+    w = weight.detach().float().reshape(weight.shape[0], -1, group_size)
+    lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
+    step = ((hi - lo) / (levels - 1)).clamp_min(torch.finfo(torch.float32).tiny)
+    q = (w - lo) / step
+    return bool(((q - q.round()).abs() <= tol).all())
+
+
+def grid_note(loaded, rung: "Rung") -> str:
+    """A sentence for an int4 rung whose model already lies on its grid (:func:`on_int4_grid`, checked on every
+    decoder ``Linear`` the rung quantizes by default), else ``""``."""
+    if rung.quantization != "int4_weight_only":
+        return ""
+    head = loaded.model.get_output_embeddings()
+    lin = [m for m in _linears(loaded.model).values() if m is not head]
+    if lin and all(m.in_features % rung.group_size == 0 and on_int4_grid(m.weight, rung.group_size) for m in lin):
+        return (f"the model's weights already lie on an int4 grid of {rung.group_size} (a 4-bit GGUF such as Q4_1, "
+                f"dequantized on load): this rung loses no quality, and measures the int4 kernels' speed alone")
+    return ""
+
+
 # ----------------------------------------------------------------------------- hardware
 
 
