@@ -174,3 +174,47 @@ def test_sweep_rows_record_the_model_folder(monkeypatch):
     req = results.read_requests(run, "x")
     assert (req["model_path"] == "/models/m").all() and (req["model"] == "m").all()
     assert (results.read_points(run, "x")["model_path"] == "/models/m").all()
+
+
+def test_a_moved_aa_control_is_remeasured_by_rerun_invalid_and_a_steady_one_is_not(monkeypatch):
+    """A comparison whose A/A interval excludes 1 keeps its points valid (its finding says "the A/A control moved"),
+    and --rerun-invalid counts exactly its points as unfinished, names them, and measures them again."""
+    from types import SimpleNamespace
+
+    from workbench.cli import suite
+
+    monkeypatch.setattr(contention, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
+    fake_references(monkeypatch, [0.1] * 6)
+    fake = SimpleNamespace(info=None)
+    aa_cols = {"design": "interleaved", "rounds": 4, "round_drift": 0.01}
+
+    def measure(aa_low, aa_high):
+        def m(point):
+            r = _fake_measure(point)
+            r.extra = {**aa_cols, "aa_ratio": (aa_low + aa_high) / 2, "aa_low": aa_low, "aa_high": aa_high}
+            return r
+        return m
+
+    run = results.create_run()
+    results.begin_session(run)
+    sweeps.run_sweep(run, "moved", sweeps.expand_grid(batch_size=[1, 2]), measure(1.06, 1.12), loaded=fake)
+    steady = sweeps.run_sweep(run, "steady", sweeps.expand_grid(batch_size=[1, 2]), measure(0.97, 1.03), loaded=fake)
+    moved_ids = set(results.read_points(run, "moved")["point_id"])
+    assert set(results.aa_moved_points(run)) == moved_ids
+    assert results.invalid_points(run) == {}                       # the numbers stand; the comparison does not
+    from workbench.share import report
+    warn = report._validity_html(run, results.read_points(run))
+    assert "1 comparison(s) whose A/A control moved (moved: the A/A control moved (1.06-1.12x))" in warn
+    assert "--rerun-invalid" in warn
+    assert results.finished_points(run) == moved_ids | set(steady["point_id"])
+    monkeypatch.setenv("WORKBENCH_RERUN_INVALID", "1")
+    assert results.finished_points(run) == set(steady["point_id"])
+    monkeypatch.delenv("WORKBENCH_RERUN_INVALID")
+    entries = suite.rerun_invalid_entries(str(run))              # sets WORKBENCH_RERUN_INVALID for the kernels
+    assert isinstance(entries, list)
+    calls = []
+    pts = sweeps.run_sweep(run, "moved", sweeps.expand_grid(batch_size=[1, 2]),
+                           lambda p: calls.append(p) or measure(0.98, 1.02)(p), resume=True, loaded=fake)
+    assert len(calls) == 2 and results.aa_moved_points(run) == {}
+    with pytest.raises(ParameterError, match="A/A control moved"):
+        suite.rerun_invalid_entries(str(run))

@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --resume: accept settings that differ from the run's (model, device, dtype, packages, "
                         "notebook configs); the changed points are measured again under new ids")
     r.add_argument("--rerun-invalid", metavar="RUN_DIR",
-                   help="re-measure only the points of RUN_DIR marked invalid (other load, drift), in place")
+                   help="re-measure only the points of RUN_DIR marked invalid (other load, drift) and the comparisons "
+                        "whose A/A control moved, in place")
     r.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
     r.add_argument("--price-per-hour", type=float, default=None, metavar="USD",
                    help="price of one device-hour in USD (else the suite's price_per_hour): $/Mtok in the report")

@@ -165,7 +165,13 @@ def _mark_interrupted(run_dir: Path) -> None:
 
 
 def rerun_invalid_entries(run_dir: str) -> list[dict]:
-    """The notebooks a run recorded, with their recorded parameters (``--rerun-invalid``)."""
+    """The notebooks a run recorded, with their recorded parameters (``--rerun-invalid``): the kernels re-measure
+    the points marked invalid and the points of a comparison whose A/A control moved
+    (:func:`workbench.run.results.aa_moved_points`).
+
+    Raises:
+        ParameterError: ``run_dir`` is not a run folder, or it has nothing to re-measure.
+    """
     import os
 
     from workbench.run import notebooks, results
@@ -173,9 +179,15 @@ def rerun_invalid_entries(run_dir: str) -> list[dict]:
     if not (Path(run_dir) / "manifest.json").exists():
         raise ParameterError(f"--rerun-invalid: {run_dir!r} is not a run folder (no manifest.json)")
     bad = results.invalid_points(run_dir)
-    if not bad:
-        raise ParameterError(f"--rerun-invalid: {run_dir!r} has no point marked invalid")
-    print(f"re-measuring {len(bad)} invalid point(s): " + ", ".join(sorted(bad)), flush=True)
+    moved = {pid: why for pid, why in results.aa_moved_points(run_dir).items() if pid not in bad}
+    if not bad and not moved:
+        raise ParameterError(f"--rerun-invalid: {run_dir!r} has no point marked invalid and no comparison whose "
+                             f"A/A control moved")
+    if bad:
+        print(f"re-measuring {len(bad)} invalid point(s): " + ", ".join(sorted(bad)), flush=True)
+    if moved:
+        print(f"re-measuring {len(moved)} point(s) whose comparison's A/A control moved: "
+              + "; ".join(sorted(set(moved.values()))), flush=True)
     os.environ["WORKBENCH_RERUN_INVALID"] = "1"  # inherited by the kernels: invalid points count as unfinished
     recorded = results.read_manifest(run_dir).get("notebooks", {})
     return [{"notebook": str(notebooks.NOTEBOOKS_DIR / f"{name}.ipynb"), "parameters": dict(rec.get("parameters", {}))}

@@ -354,16 +354,17 @@ def finished_points(run_dir) -> set[str]:
     """Point ids recorded with status ``ok`` (what ``--resume`` skips).
 
     With ``WORKBENCH_RERUN_INVALID=1`` in the environment (``workbench run --rerun-invalid RUN_DIR`` sets
-    it for the kernels it starts), points marked invalid are not counted as finished, so a resume
-    re-measures exactly those.
+    it for the kernels it starts), points marked invalid, and the points of a comparison whose A/A control
+    moved (:func:`aa_moved_points`), are not counted as finished, so a resume re-measures exactly those.
     """
     try:
         points = read_manifest(run_dir)["points"]
     except FileNotFoundError:
         return set()
     rerun_invalid = os.environ.get("WORKBENCH_RERUN_INVALID") == "1"
+    moved = set(aa_moved_points(run_dir)) if rerun_invalid else set()
     return {pid for pid, meta in points.items()
-            if meta.get("status") == "ok" and not (rerun_invalid and meta.get("valid") is False)}
+            if meta.get("status") == "ok" and not (rerun_invalid and meta.get("valid") is False) and pid not in moved}
 
 
 def save_finding(run_dir, experiment: str, finding) -> None:
@@ -388,6 +389,24 @@ def invalid_points(run_dir) -> dict[str, str]:
         return {}
     bad = pts[pts["valid"].eq(False)]
     return dict(zip(bad["point_id"], bad["invalid_reason"].fillna("")))
+
+
+def aa_moved_points(run_dir) -> dict[str, str]:
+    """``{point_id: reason}`` of the points whose comparison's A/A control moved (its ratio interval excludes 1,
+    :func:`workbench.stats.comparison.aa_moved_columns`): their findings say "not supported: the A/A control
+    moved", and ``--rerun-invalid`` measures their comparison again. The points stay valid (their numbers are what
+    was measured; it is the comparison between them that the control does not carry)."""
+    from workbench.stats import comparison
+
+    pts = read_points(run_dir)
+    if pts.empty or "aa_ratio" not in pts:
+        return {}
+    out = {}
+    for row in pts.to_dict("records"):
+        if comparison.aa_moved_columns(row):
+            out[row["point_id"]] = (f"{row.get('experiment', '')}: the A/A control moved "
+                                    f"({row['aa_low']:.3g}-{row['aa_high']:.3g}x)")
+    return out
 
 
 def mark_invalid(run_dir, point_ids: list[str], reason: str) -> None:

@@ -113,13 +113,20 @@ def _validity_html(run: Path, points: pd.DataFrame) -> str:
         return ""
     ok = points[points.get("status", "ok") == "ok"] if "status" in points else points
     bad = results.invalid_points(run)
+    moved = sorted(set(results.aa_moved_points(run).values()))
     text = f"{int(ok['valid'].eq(True).sum())} valid and {len(bad)} invalid of {len(ok)} measured points."
-    if not bad:
+    if not bad and not moved:
         return f"<p class='meta'>{html.escape(text)}</p>"
-    items = "".join(f"<li><code>{html.escape(pid)}</code>: {html.escape(reason)}</li>" for pid, reason in bad.items())
-    return (f"<div class='warn'>{html.escape(text)} Invalid points (other load or drift while measured) are greyed "
-            f"below; re-measure them with <code>workbench run --rerun-invalid {html.escape(str(run))}</code>."
-            f"<details><summary>Invalid points</summary><ul>{items}</ul></details></div>")
+    again = f"<code>workbench run --rerun-invalid {html.escape(str(run))}</code>"
+    out = f"<div class='warn'>{html.escape(text)}"
+    if bad:
+        items = "".join(f"<li><code>{html.escape(pid)}</code>: {html.escape(reason)}</li>" for pid, reason in bad.items())
+        out += (f" Invalid points (other load or drift while measured) are greyed below; re-measure them with {again}."
+                f"<details><summary>Invalid points</summary><ul>{items}</ul></details>")
+    if moved:
+        out += (f" {len(moved)} comparison(s) whose A/A control moved ({html.escape('; '.join(moved))}): their "
+                f"findings are not supported; {again} measures them again.")
+    return out + "</div>"
 
 
 def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir: Path | None = None) -> str:
