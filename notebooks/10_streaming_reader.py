@@ -23,6 +23,10 @@
 # with the server's `X-Accel-Buffering: no`. nginx sends a buffer when it is full or the upstream ended, so
 # buffering turns TTFT into end-to-end latency (or into "a page of tokens"); the header restores it. That
 # needs nginx's default `proxy_http_version 1.0`: with 1.1 the chunked upstream is passed on chunk by chunk.
+# The paths are measured interleaved by round (with 2 or more `repeats`): each round streams the same request along
+# every path, and `direct` a second time as the A/A control, in a shuffled order. Each mode's client TTFT over
+# direct is paired within rounds (Holm over the modes), printed beside the A/A noise floor; a moved A/A control
+# makes the comparison "not supported". One repeat measures each path on its own and claims nothing.
 # The keep-alive part shows a client read timeout on a queued request, with and without `: keep-alive`.
 # With `endpoint` set, all three parts run against that OpenAI-compatible server and no weights load: the reader
 # part times the chunks it sends (a chunk may carry several tokens: granularity `chunk`, `N chunks`, `T ms`), the
@@ -43,7 +47,7 @@ keepalive_s: float = 0.25  # the server's keep-alive comment interval in that pa
 blocker_tokens: int = 48  # length of the request the probe queues behind (0: skip the keep-alive part)
 stall_s: float = 0.25  # a gap between display updates longer than this is a stall, seconds
 endpoint: dict = None  # every part against an external OpenAI-compatible server: {url, model, api_key_env, name}
-repeats: int = 2  # timed requests per point
+repeats: int = 2  # timed requests per point (proxy part: interleaved rounds, 2 or more to compare the paths)
 warmup: int = 1  # untimed warm-up requests per proxy path
 seed: int = 0  # base seed
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -72,6 +76,6 @@ for name, fig in streaming_reader.figures(points, requests).items():
     fig.show()
 
 # %%
-finding = streaming_reader.finding(requests)
+finding = streaming_reader.finding(requests, points)
 results.save_finding(run, streaming_reader.EXPERIMENT, finding)
 print(finding)

@@ -64,28 +64,166 @@ def test_tiny_run_measures_through_nginx_or_skips_with_the_reason(loaded):
     figs = sr.figures(points, req)
     assert set(figs) == {"reader_proxy_ttft", "reader_chunk_arrival", "reader_metrics", "reader_keepalive"}
     assert "buffering_on" in sr.headline(req)
-    f = sr.finding(req)
-    assert "buffering on / off" in f.evidence and f"buffering_on {cfg.repeats}" in f.evidence
+    f = sr.finding(req, points)
+    assert f"buffering_on {cfg.repeats}" in f.evidence
+    if cfg.repeats < 2:  # one round pairs nothing: each path on its own, the comparison not claimed
+        assert not f.supported and "one round pairs nothing" in f.text
 
 
-def test_reader_finding_claims_the_buffering_cost_only_beyond_noise(monkeypatch):
-    """Client TTFT with buffering on vs off, over the proxy requests: supported when the ratio's interval excludes
-    1; equal spreads around one mean are no difference; without nginx's modes it is not supported."""
+# ------------------------------------------------------------------ the proxy points interleaved by round (issue 32)
+
+#: each path's client TTFT (s) in the fake: buffering on holds the first chunk until the end, the others do not
+_TTFT = {"direct": 0.10, "buffering_default": 0.40, "buffering_on": 0.90, "buffering_off": 0.10, "header": 0.10}
+
+
+def _fake_proxy_run(monkeypatch, aa_shift=1.0, repeats=6, modes=sr.PROXY_MODES):
+    """:func:`sr.run` over the proxy part alone with nginx faked present and a fake client: whole rounds 10% slow or
+    fast (machine drift), each path's TTFT from :data:`_TTFT`, and the baseline's second request of a round (the A/A
+    arm) ``aa_shift`` times slower. Returns (cfg, timed calls as (round, path), points, requests)."""
+    import random
+    import types
+
+    from workbench.measure import reading
+    from workbench.stats import comparison
+
+    cfg = sr.Config(languages=[], blocker_tokens=0, proxy_modes=list(modes), repeats=repeats, warmup=1,
+                    max_new_tokens=8)
+    rng, drift, calls, order = random.Random(5), {}, [], []
+    schedule = comparison.schedule
+
+    def recorded_schedule(*a, **k):  # the arms in measuring order, so the fake knows which request is the A/A arm's
+        order.extend(schedule(*a, **k))
+        return list(order)
+
+    def fake_stream(base, prompt, max_tokens, **kw):
+        mode = base.split("//", 1)[1]
+        if max_tokens == 2:  # a warm-up
+            return {}
+        if order:
+            rnd, arm = order[len(calls)]
+        else:  # measured point by point: no schedule
+            rnd, arm = sum(m == mode for _, m in calls), mode
+        calls.append((rnd, mode))
+        drift.setdefault(rnd, rng.choice((0.9, 1.1)))
+        ttft = _TTFT[mode] * drift[rnd] * rng.uniform(0.99, 1.01) * (aa_shift if arm == comparison.AA else 1)
+        e2e = max(ttft, 0.9 * drift[rnd])
+        return {"ttft_s": ttft, "e2e_s": e2e, "chunk_itl_s": [e2e - ttft], "chunk_offsets_s": [ttft, e2e],
+                "chunk_stamps": [ttft, e2e], "chunks": 2, "keepalives": 0, "text": "Hello world.", "output_tokens": 2,
+                "engine_ttft_s": 0.05, "engine_e2e_s": 0.85, "first_after_last": ttft >= 0.85,
+                "first_read_bytes": 300, "first_read_chunks": 1, "response_bytes": 600, "outcome": "ok",
+                "error": None, "finish_reason": "length", "prompt_tokens": 12, "t_send": 0.0,
+                "chunk_texts": ["Hello", " world."], **reading.reader_metrics([(ttft, "Hello"), (e2e, " world.")], 0.0)}
+
+    paths = types.SimpleNamespace(base=lambda mode: f"http://{mode}", close=lambda: None, loaded=None)
+    monkeypatch.setattr(comparison, "schedule", recorded_schedule)
+    monkeypatch.setattr(sr, "stream_request", fake_stream)
+    monkeypatch.setattr(sr, "_paths", lambda cfg, loaded: paths)
+    monkeypatch.setattr(sr, "nginx_status", lambda: ("/usr/sbin/nginx", ""))
+    run = results.create_run()
+    points = sr.run(cfg, run, types.SimpleNamespace(info=None))
+    req = results.read_requests(run, experiment=sr.EXPERIMENT)
+    # (valid forced: a loaded test machine may mark points invalid for other load, and the finding uses valid ones)
+    return cfg, calls, points.assign(valid=True), req
+
+
+def test_proxy_points_interleave_by_round_with_the_aa_control_and_the_finding_prints_the_noise_floor(monkeypatch):
+    """Every round streams along every path once and direct a second time (the A/A arm), in a shuffled order; the
+    proxy points carry the TTFT ratio over direct and the A/A columns; the finding leads with buffering on's ratio,
+    the noise floor beside it, its mark agreeing with its first sentence; the ratio figure shades the band."""
+    from workbench.stats import comparison, evidence
+
+    cfg, calls, pts, req = _fake_proxy_run(monkeypatch)
+    rounds = [r for r, _ in calls]
+    assert rounds == sorted(rounds) and set(rounds) == set(range(cfg.repeats))  # round after round
+    for r in range(cfg.repeats):
+        assert sorted(m for rr, m in calls if rr == r) == sorted([*sr.PROXY_MODES, "direct"])  # direct twice
+    assert len({tuple(m for rr, m in calls if rr == r) for r in range(cfg.repeats)}) > 1  # shuffled per round
+    assert (pts["part"] == "proxy").all() and len(pts) == len(sr.PROXY_MODES)
+    assert set(comparison.COLUMNS) <= set(pts.columns) and set(comparison.TIME_RATIO_COLUMNS) <= set(pts.columns)
+    assert (pts["design"] == "interleaved").all() and (pts["rounds"] == cfg.repeats).all()
+    assert pts["aa_low"].notna().all() and not comparison.aa_moved_columns(pts.iloc[0])
+    by = pts.set_index("proxy")
+    assert by.loc["direct", "time_ratio"] == 1 and by.loc["direct", "time_ratio_method"] == "the baseline"
+    assert by.loc["buffering_on", "time_ratio_low"] > 1 and "Holm over 4 comparisons" in by.loc[
+        "buffering_on", "time_ratio_method"]
+    # the A/A requests are timed, never stored: each path's requests, one per round
+    assert len(req) == len(sr.PROXY_MODES) * cfg.repeats and set(req["repeat"]) == set(range(cfg.repeats))
+    f = sr.finding(req, pts)
+    assert f.text.startswith("Client TTFT through nginx buffering_on vs direct: ") and f.supported
+    assert f.text.count("A/A noise floor") == len(sr.NGINX_MODES) and comparison.AA_MOVED not in f.text
+    assert all(f"{m} vs direct: " in f.text for m in sr.NGINX_MODES)
+    assert f.supported == evidence.headline_supported(f.text)
+    assert f"paired within {cfg.repeats} interleaved rounds" in f.evidence and set(f.point_ids) == set(pts["point_id"])
+    assert f.text.startswith(sr.headline(req, pts)[:60])
+    figs = sr.figures(pts, req)
+    band = [t for t in figs["reader_proxy_ttft_ratio"].data if (t.name or "").startswith("A/A noise floor")]
+    assert len(band) == 1
+
+
+def test_finding_says_the_aa_control_moved(monkeypatch):
+    """direct's second request 30% slower in every round: the A/A interval excludes 1, the points say so, and every
+    mode's ratio is "not supported: the A/A control moved", the finding marked not supported."""
+    from workbench.stats import comparison, evidence
+
+    _, _, pts, req = _fake_proxy_run(monkeypatch, aa_shift=1.3)
+    assert comparison.aa_moved_columns(pts.iloc[0]) and (pts["aa_low"] > 1).all()
+    f = sr.finding(req, pts)
+    assert f.text.startswith(f"Client TTFT through nginx buffering_on vs direct: {comparison.AA_MOVED}")
+    assert all(f"{m} vs direct: {comparison.AA_MOVED}" in f.text for m in sr.NGINX_MODES if m != "buffering_on")
+    assert "(moved: excludes 1)" in f.text and not f.supported and not evidence.headline_supported(f.text)
+
+
+def test_one_round_measures_each_path_on_its_own_and_claims_nothing(monkeypatch):
+    """One repeat pairs nothing: each path measured on its own, back to back, no A/A control, and the finding says
+    the comparison is not supported because of it."""
+    cfg, calls, pts, req = _fake_proxy_run(monkeypatch, repeats=1)
+    assert [m for _, m in calls] == list(sr.PROXY_MODES)  # each path once, in grid order, no second direct
+    assert "design" not in pts or pts["design"].isna().all()
+    f = sr.finding(req, pts)
+    assert not f.supported and "not supported: one round pairs nothing" in f.text
+    assert "reader_proxy_ttft_ratio" not in sr.figures(pts, req)
+
+
+@pytest.mark.model
+def test_tiny_run_interleaves_the_real_paths_or_skips(loaded):
+    """Two rounds through the real server and nginx: every proxy point carries the A/A and ratio columns and the
+    finding prints each mode's ratio beside the noise floor (no figure asserted: two rounds on a shared machine)."""
+    from workbench.stats import comparison, evidence
+
+    binary, reason = nginx_status()
+    if binary is None:
+        pytest.skip(f"nginx part skipped: {reason}")
+    cfg = sr.Config(max_new_tokens=6, languages=[], blocker_tokens=0, repeats=2, warmup=0,
+                    proxy_modes=["direct", "buffering_on", "header"])
+    run = results.create_run()
+    points = sr.run(cfg, run, loaded)
+    assert (points["status"] == "ok").all() and (points["design"] == "interleaved").all()
+    assert (points["rounds"] == 2).all() and points["time_ratio"].notna().all()
+    req = results.read_requests(run, experiment=sr.EXPERIMENT)
+    assert req.groupby("proxy").size().to_dict() == {"direct": 2, "buffering_on": 2, "header": 2}
+    f = sr.finding(req, points.assign(valid=True))
+    assert f.text.startswith("Client TTFT through nginx buffering_on vs direct: ") and "header vs direct: " in f.text
+    assert "A/A noise floor" in f.text and f.supported == evidence.headline_supported(f.text)
+    assert set(comparison.COLUMNS) <= set(points.columns)
+
+
+def test_finding_without_interleaved_points_is_not_supported_with_the_reason(monkeypatch):
+    """Without the interleaved columns the comparison is not supported: nginx absent (direct alone), one round, or
+    the paths measured point by point (an older blocked run, no points given)."""
     import pandas as pd
 
-    monkeypatch.setattr(sr, "headline", lambda requests: "the headline")  # its table has a test of its own
+    def req(modes, n):
+        return pd.DataFrame([{"part": "proxy", "proxy": m, "ttft_s": _TTFT[m], "e2e_s": 1.0, "engine_ttft_s": 0.05,
+                              "chunks": 2, "first_word_s": 0.1, "first_read_bytes": 300, "first_read_chunks": 1,
+                              "first_after_last": False, "longest_stall_s": 0.1} for m in modes for _ in range(n)])
 
-    def req(on, off):
-        rows = [{"part": "proxy", "proxy": m, "ttft_s": t, "e2e_s": t, "transport_ttft_s": 0.0,
-                 "first_after_last": m == "buffering_on"} for m, ts in (("buffering_on", on), ("buffering_off", off))
-                for t in ts]
-        return pd.DataFrame(rows)
-
-    assert sr.finding(req([0.80, 0.82, 0.81], [0.25, 0.26, 0.24])).supported
-    same = sr.finding(req([0.30, 0.20, 0.25], [0.26, 0.24, 0.29]))
-    assert not same.supported and "no difference beyond noise" in same.evidence
-    direct = pd.DataFrame([{"part": "proxy", "proxy": "direct", "ttft_s": 0.3}] * 3)
-    assert not sr.finding(direct).supported
+    monkeypatch.setattr(sr, "nginx_status", lambda: (None, "nginx is not installed"))
+    direct = sr.finding(req(["direct"], 3))
+    assert not direct.supported and "nginx modes not measured (nginx is not installed)" in direct.text
+    one = sr.finding(req(sr.PROXY_MODES, 1))
+    assert not one.supported and "one round pairs nothing" in one.text
+    blocked = sr.finding(req(sr.PROXY_MODES, 3))
+    assert not blocked.supported and "measured point by point" in blocked.text
 
 
 # ------------------------------------------------------------------ nginx buffering, shown (no model, no timed assertions)

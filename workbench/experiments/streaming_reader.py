@@ -29,6 +29,15 @@ Three parts, each a set of sweep points (``part`` column):
   ordering, not a threshold) and the reader metrics of the chunks as they arrived (granularity
   ``http chunks``). Without nginx (not installed, cannot start) the nginx modes are left out with the
   reason (:func:`workbench.serving.proxy.nginx_status`); ``direct`` still runs.
+
+  Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ paths and ``repeats`` >= 2 the proxy points are
+  measured interleaved by round (:func:`measure_proxy_interleaved`): each round streams the same request along
+  every path and ``direct`` again (the A/A control), order shuffled per round from the seed. The statistic is a
+  round's mean client TTFT (what buffering changes); each mode's TTFT over ``direct`` is the paired within-round
+  ratio, Holm over the modes (``time_ratio`` columns), beside the A/A columns' noise floor in the finding
+  (:func:`ttft_ratio_claim`: "not supported: the A/A control moved" when its interval excludes 1). One repeat
+  pairs nothing: each path is measured on its own, the comparison "not supported". Reader and keep-alive points
+  are measured point by point.
 - ``keepalive``: a client with a read timeout (``client_timeout_s``) streams a request that waits in the
   queue behind a longer one (``blocker_tokens``). Without keep-alive the server sends nothing until the
   first token and the client times out; with ``keepalive_s`` the response starts at once and ``: keep-alive``
@@ -71,18 +80,17 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.measure import contention
 from workbench import checks
-from workbench.stats import evidence, metrics
+from workbench.stats import comparison, evidence, metrics
 from workbench.measure import reading
 from workbench.run import sweeps
 from workbench.errors import ParameterError
 from workbench.serving import endpoint as endpoint_mod
-from workbench.serving.client import stream_request
-from workbench.serving.proxy import NGINX_BUFFER_KB, NGINX_MODES, UPSTREAM_HTTP, Nginx, nginx_status
+from workbench.serving.client import stream_request, table_row
+from workbench.serving.proxy import NGINX_BUFFER_KB, NGINX_MODES, UPSTREAM_HTTP, Paths, nginx_status
 from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured
 from workbench.share.plots import label, ok_points, split_by_device
-from workbench.run.point_result import PointResult
+from workbench.run.point_result import PointResult, point_id
 
 EXPERIMENT = "streaming_reader"
 PROXY_MODES = ("direct",) + NGINX_MODES
@@ -174,117 +182,12 @@ class Config(sweeps.SweepConfig):
         return pts
 
 
-# ----------------------------------------------------------------------------- nginx
-
-
-# ----------------------------------------------------------------------------- client
-
-
 # ----------------------------------------------------------------------------- measurement
 
 
-class _Bench:
-    """The servers (and nginx) of one run, started on first use."""
-
-    def __init__(self, cfg: Config, loaded):
-        self.cfg, self.loaded = cfg, loaded
-        self.server = None
-        self.keepalive_server = None
-        self.proxies: dict[str, Nginx] = {}
-        self.served_pid = None
-
-    def endpoint_url(self) -> str:
-        """The external endpoint's base URL; a loopback server's CPU time counts as the point's own work, not as
-        other load (:data:`workbench.measure.contention.SERVED_BY_PIDS`), from the first use on."""
-        ep = self.cfg.target()
-        if self.served_pid is None:
-            self.served_pid = endpoint_mod.local_server_pid(ep)
-            if self.served_pid is not None:
-                contention.SERVED_BY_PIDS.add(self.served_pid)
-        return ep.url
-
-    def base(self, mode: str) -> str:
-        from urllib.parse import urlsplit
-
-        from workbench.serving.server import ServerThread
-
-        ep = self.cfg.target()
-        if ep is not None:  # the external endpoint, or nginx in front of it
-            url = self.endpoint_url()
-            if mode == "direct":
-                return url
-            if mode not in self.proxies:
-                u = urlsplit(ep.url)
-                self.proxies[mode] = Nginx(mode, f"{u.hostname}:{u.port or 80}", buffer_kb=self.cfg.nginx_buffer_kb,
-                                            upstream_http=self.cfg.nginx_upstream_http).start()
-            return self.proxies[mode].base_url
-        if self.server is None:
-            self.server = ServerThread(self.loaded).start()
-        if mode == "direct":
-            return self.server.base_url
-        if mode not in self.proxies:
-            self.proxies[mode] = Nginx(mode, self.server.port, buffer_kb=self.cfg.nginx_buffer_kb,
-                                        upstream_http=self.cfg.nginx_upstream_http).start()
-        return self.proxies[mode].base_url
-
-    def keepalive_base(self, on: bool | None) -> str:
-        """Where the keep-alive part's requests go: the endpoint (``on`` None), the built-in server with
-        keep-alive comments (``on``) or without."""
-        from workbench.serving.server import ServerThread
-
-        if self.cfg.target() is not None:
-            return self.endpoint_url()
-        if on:
-            if self.keepalive_server is None:
-                self.keepalive_server = ServerThread(self.loaded, keepalive_s=self.cfg.keepalive_s).start()
-            return self.keepalive_server.base_url
-        return self.base("direct")
-
-    def close(self) -> None:
-        if self.served_pid is not None:
-            contention.SERVED_BY_PIDS.discard(self.served_pid)
-        for p in self.proxies.values():
-            p.stop()
-        for s in (self.server, self.keepalive_server):
-            if s is not None:
-                s.stop()
-
-
-def _endpoint_fields(row: dict, ep) -> dict:
-    """The columns every row of an endpoint run carries: ``target`` and ``server_side_note`` (engine figures
-    reported by its server or not, :mod:`workbench.serving.endpoint`)."""
-    e2e = row.get("engine_e2e_s")
-    reported = e2e is not None and e2e == e2e
-    return {"target": ep.name, "server_side_note": endpoint_mod.REPORTED_NOTE if reported
-            else endpoint_mod.SERVER_SIDE_NOTE}
-
-
-def _for_table(row: dict) -> dict:
-    """A :func:`workbench.serving.client.stream_request` row without the caller-only fields (stamps, chunk texts, send time)."""
-    return {k: v for k, v in row.items() if k not in ("chunk_stamps", "chunk_texts", "t_send")}
-
-
-def _endpoint_reader_rows(cfg: Config, url: str, ep, lang: str, repeat: int) -> list[dict]:
-    """One greedy request streamed from the endpoint, its chunk timeline shown at each granularity (module
-    docstring: what differs from the in-process token timeline)."""
-    from workbench.serving.client import client_decode_steps
-
-    row = stream_request(url, PROMPTS[lang], cfg.max_new_tokens, stall_s=cfg.stall_s, ep=ep)
-    if row["error"] or not row["chunks"]:
-        raise RuntimeError(f"endpoint {ep.name}: no content streamed ({row['error'] or 'an empty answer'})")
-    stamps, texts = row["chunk_stamps"], row["chunk_texts"]
-    n_out, source = row["output_tokens"], "usage"
-    if n_out is None:  # no usage in the stream: count content chunks, and say so
-        n_out, source = len(stamps), "chunks"
-    steps = client_decode_steps(n_out, row["finish_reason"], texts[0])
-    tm = metrics.request_timing(stamps, row["t_send"], decode_steps=steps)
-    base = {"ttft_s": tm["ttft_s"], "e2e_s": tm["e2e_s"], "tpot_s": tm["tpot_s"], "decode_tps": tm["decode_tps"],
-            "output_tokens": int(n_out), "token_count_source": source, "prompt_tokens": row["prompt_tokens"],
-            "finish_reason": row["finish_reason"], "itl_s": [], "chunk_itl_s": tm["itl_s"], "chunks": len(stamps),
-            "decode_steps": steps, "text": row["text"], "engine_ttft_s": row["engine_ttft_s"],
-            "engine_e2e_s": row["engine_e2e_s"], **_endpoint_fields(row, ep)}
-    rows = reading.chunk_reader_rows(list(zip(stamps, texts)), row["t_send"], cfg.granularities, cfg.stall_s)
-    return [{**base, **r, "repeat": repeat, "request_id": i} for i, r in enumerate(rows)]
+def _paths(cfg: Config, loaded) -> Paths:
+    """The run's streaming paths (:class:`workbench.serving.proxy.Paths`) for ``cfg``."""
+    return Paths(loaded, cfg.target(), cfg.nginx_buffer_kb, cfg.nginx_upstream_http, cfg.keepalive_s)
 
 
 def _reader_rows(cfg: Config, loaded, lang: str, repeat: int) -> list[dict]:
@@ -300,6 +203,75 @@ def _reader_rows(cfg: Config, loaded, lang: str, repeat: int) -> list[dict]:
     return [{**base, **r, "repeat": repeat, "request_id": i} for i, r in enumerate(rows)]
 
 
+def _proxy_row(cfg: Config, paths: Paths, mode: str, r: int) -> dict:
+    """One timed streaming request along path ``mode`` as a request row (``repeat`` and ``request_id`` ``r``)."""
+    ep = cfg.target()
+    row = stream_request(paths.base(mode), PROMPTS["en"], cfg.max_new_tokens, stall_s=cfg.stall_s, ep=ep)
+    if ep is not None:
+        row.update(endpoint_mod.row_fields(row, ep))
+    return {"max_new_tokens": cfg.max_new_tokens, **table_row(row), "granularity": "http chunks", "repeat": r,
+            "request_id": r, "nginx_buffer_kb": None if mode in ("direct", "buffering_default") else cfg.nginx_buffer_kb,
+            "nginx_upstream_http": None if mode == "direct" else cfg.nginx_upstream_http}
+
+
+def _warm(cfg: Config, paths: Paths, mode: str) -> None:
+    """``cfg.warmup`` untimed short requests along path ``mode`` (starts its nginx)."""
+    for _ in range(cfg.warmup):
+        stream_request(paths.base(mode), PROMPTS["en"], 2, ep=cfg.target())
+
+
+def interleaves(cfg: Config, proxy_points: list[dict]) -> bool:
+    """Whether the proxy points are measured interleaved by round (:func:`measure_proxy_interleaved`): 2+ paths
+    and 2+ rounds (``repeats``); one round pairs nothing, so each path is then measured on its own."""
+    return len(proxy_points) >= 2 and cfg.repeats >= 2
+
+
+def mean_ttft(rows: list[dict]) -> float:
+    """One (arm, round)'s statistic: the mean client TTFT (s) of its requests that delivered content (NaN: none)."""
+    done = [r["ttft_s"] for r in rows if r.get("ttft_s") is not None and r["ttft_s"] == r["ttft_s"]]
+    return sum(done) / len(done) if done else float("nan")
+
+
+def measure_proxy_interleaved(cfg: Config, paths: Paths, points: list[dict]) -> dict[str, PointResult]:
+    """The proxy points as interleaved arms (:mod:`workbench.stats.comparison`), with the A/A control.
+
+    Each path is warmed up ``cfg.warmup`` times, then ``cfg.repeats`` rounds: round ``r`` streams the same request
+    once along every path, and ``direct`` (the baseline; the first point without it) a second time
+    (:data:`workbench.stats.comparison.AA`), in an order shuffled per round from ``cfg.seed``. The A/A requests are
+    timed, never stored. Each path's client TTFT (:func:`mean_ttft` of a round's requests) is judged against the
+    baseline's from the paired within-round ratios, Holm over the nginx modes
+    (:func:`workbench.stats.comparison.compare`).
+
+    Args:
+        cfg: the sweep's config.
+        paths: the run's streaming paths.
+        points: the ``proxy`` points of the grid.
+
+    Returns:
+        ``{point_id: PointResult}``: the requests (``repeat`` = round), ``wall_s`` the point's own requests' time (s),
+        ``extra`` the ``time_ratio`` columns (:func:`workbench.stats.comparison.arm_columns`) and the A/A columns
+        (:data:`workbench.stats.comparison.COLUMNS`).
+    """
+    pids = [point_id(EXPERIMENT, p) for p in points]
+    mode = {pid: p["proxy"] for pid, p in zip(pids, points)}
+    base = next((pid for pid in pids if mode[pid] == "direct"), pids[0])
+    for pid in pids:
+        _warm(cfg, paths, mode[pid])
+    got = {pid: {"requests": [], "wall_s": 0.0} for pid in pids}
+    table = []
+    for rnd, arm in comparison.schedule([*pids, comparison.AA], cfg.repeats, cfg.seed):
+        pid = base if arm == comparison.AA else arm
+        t0 = time.perf_counter()
+        row = _proxy_row(cfg, paths, mode[pid], rnd)
+        table.append({"arm": arm, "round": rnd, "value": mean_ttft([row])})
+        if arm != comparison.AA:
+            got[pid]["requests"].append(row)
+            got[pid]["wall_s"] += time.perf_counter() - t0
+    comp = comparison.compare(pd.DataFrame(table), base, comparison.AA, adjust=True)
+    return {pid: PointResult(requests=g["requests"], wall_s=g["wall_s"],
+                             extra={**comparison.arm_columns(comp, pid), **comp.columns()}) for pid, g in got.items()}
+
+
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One point of the grid (``part`` reader / proxy / keepalive).
 
@@ -307,34 +279,35 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the sweep's config.
         point: ``{"part", ...}`` (:meth:`Config.grid`).
-        state: shared by the points of one sweep: ``bench``, the servers and proxies (a :class:`_Bench` is
-            made on the first point when absent; the caller closes it).
+        state: shared by the points of one sweep: ``bench``, the streaming paths (a
+            :class:`workbench.serving.proxy.Paths` is made on the first point when absent; the caller closes it);
+            ``proxy_points``, the grid's proxy points: when they interleave (:func:`interleaves`), the first proxy
+            point measures them all (:func:`measure_proxy_interleaved`, cached in ``state["interleaved"]``) and
+            each returns its share.
 
     Returns:
         :class:`workbench.run.point_result.PointResult`: one row per request and the point's wall time.
     """
     if "bench" not in state:
-        state["bench"] = _Bench(cfg, loaded)
-    bench: _Bench = state["bench"]
+        state["bench"] = _paths(cfg, loaded)
+    bench: Paths = state["bench"]
     t0 = time.perf_counter()
     rows: list[dict] = []
     ep = cfg.target()
     if point["part"] == "reader":
         for r in range(cfg.repeats):
-            rows += (_endpoint_reader_rows(cfg, bench.endpoint_url(), ep, point["language"], r) if ep is not None
+            rows += (endpoint_mod.chunk_reader_rows(ep, bench.endpoint_url(), PROMPTS[point["language"]],
+                                                    cfg.max_new_tokens, cfg.granularities, cfg.stall_s, r)
+                     if ep is not None
                      else _reader_rows(cfg, bench.loaded, point["language"], r))
-    elif point["part"] == "proxy":
-        base = bench.base(point["proxy"])
-        for r in range(cfg.warmup):
-            stream_request(base, PROMPTS["en"], 2, ep=ep)
+    elif point["part"] == "proxy" and interleaves(cfg, state.get("proxy_points", [])):
+        if "interleaved" not in state:
+            state["interleaved"] = measure_proxy_interleaved(cfg, bench, state["proxy_points"])
+        return state["interleaved"][point_id(EXPERIMENT, point)]
+    elif point["part"] == "proxy":  # one round (or one path): measured on its own, nothing to pair
+        _warm(cfg, bench, point["proxy"])
         t0 = time.perf_counter()
-        for r in range(cfg.repeats):
-            row = stream_request(base, PROMPTS["en"], cfg.max_new_tokens, stall_s=cfg.stall_s, ep=ep)
-            if ep is not None:
-                row.update(_endpoint_fields(row, ep))
-            rows.append({**_for_table(row), "granularity": "http chunks", "repeat": r, "request_id": r,
-                         "nginx_buffer_kb": None if point["proxy"] in ("direct", "buffering_default") else cfg.nginx_buffer_kb,
-                         "nginx_upstream_http": None if point["proxy"] == "direct" else cfg.nginx_upstream_http})
+        rows = [_proxy_row(cfg, bench, point["proxy"], r) for r in range(cfg.repeats)]
     else:
         base = bench.keepalive_base(point["keepalive"])
         for r in range(cfg.repeats):
@@ -347,8 +320,9 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
             row = stream_request(base, PROMPTS["en"], 4, read_timeout=cfg.client_timeout_s, stall_s=cfg.stall_s,
                                  ep=ep)
             blocker.join()
-            extra = {**_endpoint_fields(row, ep), "keepalive_note": ENDPOINT_KEEPALIVE_NOTE} if ep is not None else {}
-            rows.append({**_for_table(row), **extra, "repeat": r, "request_id": r,
+            extra = ({**endpoint_mod.row_fields(row, ep), "keepalive_note": ENDPOINT_KEEPALIVE_NOTE}
+                     if ep is not None else {})
+            rows.append({**table_row(row), **extra, "repeat": r, "request_id": r,
                          "client_timeout_s": cfg.client_timeout_s, "blocker_tokens": cfg.blocker_tokens,
                          "keepalive_s": cfg.keepalive_s if point["keepalive"] else None})
     for row in rows:
@@ -384,16 +358,29 @@ def load_for(cfg: Config):
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The three parts of ``cfg``; nginx modes are left out (reason in ``streaming_reader_nginx.txt``) without nginx.
 
-    ``loaded``: from :func:`load_for` (with an endpoint the weights are not needed)."""
+    The proxy points are measured interleaved by round with the A/A control when they can be paired
+    (:func:`interleaves`) and reach the disk together when the last round ends; otherwise, and for the reader
+    and keep-alive points, each point is measured and written on its own.
+
+    Args:
+        cfg: the sweep's config.
+        run_dir: the run folder.
+        loaded: from :func:`load_for` (with an endpoint the weights are not needed).
+        resume: skip points this run already finished.
+
+    Returns:
+        The experiment's points DataFrame (:func:`workbench.run.sweeps.run_sweep`).
+    """
     from workbench.run import results
 
     check_targets(cfg)
     binary, reason = nginx_status()
     results.save_text(run_dir, f"{EXPERIMENT}_nginx.txt", f"nginx: {binary}\n" if binary else f"skipped: {reason}\n")
-    bench = _Bench(cfg, loaded)
-    state = {"bench": bench}
+    bench = _paths(cfg, loaded)
+    grid = cfg.grid(nginx_ok=binary is not None)
+    state = {"bench": bench, "proxy_points": [p for p in grid if p["part"] == "proxy"]}
     try:
-        return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(nginx_ok=binary is not None),
+        return sweeps.run_sweep(run_dir, EXPERIMENT, grid,
                                 lambda p: measure_point(loaded, cfg, p, state), resume=resume, info=loaded.info,
                                 config=cfg)
     finally:
@@ -428,8 +415,54 @@ def proxy_table(requests: pd.DataFrame) -> pd.DataFrame:
     return out.reindex([m for m in PROXY_MODES if m in out.index]).reset_index()
 
 
-def headline(requests: pd.DataFrame) -> str:
-    """The closing note: client TTFT through nginx with buffering on vs off vs the header (and direct)."""
+#: the nginx modes in the order the finding states them; the first measured leads (its claim sets the mark):
+#: production-sized buffers, the header ignored, is the cost the experiment is about
+LEAD_ORDER = ("buffering_on", "buffering_default", "header", "buffering_off")
+
+
+def ttft_ratio_claim(points: pd.DataFrame | None, requests: pd.DataFrame) -> tuple[str, bool, str]:
+    """The finding's claim: each nginx mode's client TTFT over the baseline's (``direct``), from the proxy points'
+    ``time_ratio`` and A/A columns (interleaved rounds; :func:`workbench.stats.comparison.describe_columns`: the
+    ratio, its interval at the mode's Holm level, the A/A noise floor beside it, "not supported: the A/A control
+    moved" when the control's interval excludes 1), :data:`LEAD_ORDER` first. Without interleaved points (one
+    round, nginx absent, an older blocked run) the claim is "not supported" with the reason.
+
+    Returns:
+        ``(sentences, supported, evidence)``: supported when the leading mode's ratio has a direction after the
+        Holm adjustment and the A/A control did not move.
+    """
+    ok = inter = pd.DataFrame()
+    if points is not None and len(points) and {"design", "time_ratio", "part"} <= set(points):
+        inter = points[(points["part"] == "proxy") & points["design"].notna()]
+        ok = evidence.usable_points(inter)
+    base = ok.loc[ok["time_ratio_method"] == "the baseline", "proxy"] if len(ok) else ()
+    base = base.iloc[0] if len(base) else "direct"
+    arms = ok[ok["proxy"] != base].drop_duplicates("proxy").set_index("proxy") if len(ok) else ok
+    order = [m for m in LEAD_ORDER if m in arms.index]
+    if order:
+        clauses = [comparison.describe_columns(arms.loc[m], (f"Client TTFT through nginx {m}" if i == 0 else m)
+                                               + f" vs {base}") + "." for i, m in enumerate(order)]
+        rounds = arms.loc[order[0], "rounds"]
+        ev = (f"client TTFT per path and round (the mean of the round's requests), paired within "
+              f"{int(rounds) if rounds == rounds else 'the'} interleaved rounds, Holm over {len(order)} nginx mode(s); "
+              f"A/A control: {base} measured twice per round")
+        return " ".join(clauses), comparison.verdict_columns(arms.loc[order[0]]) in ("higher", "lower"), ev
+    req = requests[requests["part"] == "proxy"] if "part" in requests else requests.iloc[0:0]
+    if len(inter):
+        why = "no valid interleaved nginx point (marked invalid: too few samples, other load or drift)"
+    elif not set(req.get("proxy", ())) & set(NGINX_MODES):
+        why = f"nginx modes not measured ({nginx_status()[1] or 'not in proxy_modes'})"
+    elif req.groupby("proxy").size().max() < 2:
+        why = "one round pairs nothing (repeats 1: each path measured on its own, no A/A control)"
+    else:
+        why = "the paths were measured point by point, not interleaved by round with an A/A control"
+    return f"Client TTFT through nginx vs direct: not supported: {why}.", False, why
+
+
+def headline(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> str:
+    """The closing note: each nginx mode's client TTFT over direct with its interval and the A/A noise floor
+    (:func:`ttft_ratio_claim`, from the interleaved proxy ``points``), then client TTFT, the path's share and e2e
+    per path (medians of the proxy requests) and which paths held the first chunk until the last token."""
     t = proxy_table(requests)
     if t.empty:
         return "streaming_reader: no proxy measurements."
@@ -440,7 +473,8 @@ def headline(requests: pd.DataFrame) -> str:
 
     parts = [f"{m}: TTFT {by.loc[m, 'ttft_s_p50']:.3f} s, {path_share(m)} "
              f"(e2e {by.loc[m, 'e2e_s_p50']:.3f} s, TTFT/e2e {by.loc[m, 'ttft_share_of_e2e']:.0%})" for m in by.index]
-    note = "Client TTFT p50 by path (path = client TTFT minus the engine's): " + "; ".join(parts) + "."
+    note = (ttft_ratio_claim(points, requests)[0] + " Client TTFT p50 by path (path = client TTFT minus the "
+            "engine's): " + "; ".join(parts) + ".")
     held = [m for m in by.index if by.loc[m, "first_after_last_share"] >= 0.5]
     early = [m for m in by.index if by.loc[m, "first_after_last_share"] < 0.5]
     if held:
@@ -450,10 +484,26 @@ def headline(requests: pd.DataFrame) -> str:
         note += (f" With nginx's default one-page buffers the first content arrived with "
                  f"{by.loc['buffering_default', 'first_read_bytes_p50']:.0f} response bytes "
                  f"({by.loc['buffering_default', 'first_read_chunks_p50']:.0f} chunks in that read).")
-    if not any(m in by.index for m in NGINX_MODES):
-        note += f" nginx part skipped: {nginx_status()[1] or 'not measured'}."
     return note + (" (workbench sweep 10_streaming_reader; nginx proxy_http_version 1.0 unless nginx_upstream_http "
                    "says otherwise; nginx_buffer_kb KiB buffers in buffering_on / off / header)")
+
+
+def proxy_ratio_figure(points: pd.DataFrame) -> go.Figure:
+    """Client TTFT of each path over direct (paired within interleaved rounds, the interval at the mode's Holm
+    level), the A/A noise floor shaded (:func:`workbench.stats.comparison.add_noise_band`)."""
+    df = ok_points(points)
+    df = df[(df["part"] == "proxy") & df["time_ratio"].notna()] if len(df) and "time_ratio" in df else df.iloc[0:0]
+    df = df.set_index("proxy").reindex([m for m in PROXY_MODES if m in set(df["proxy"])]).reset_index()
+    fig = go.Figure(go.Scatter(x=df["proxy"], y=df["time_ratio"], mode="markers", name="client TTFT ratio",
+                               error_y=dict(type="data", symmetric=False,
+                                            array=(df["time_ratio_high"] - df["time_ratio"]).fillna(0),
+                                            arrayminus=(df["time_ratio"] - df["time_ratio_low"]).fillna(0))))
+    fig.add_hline(y=1.0, line_dash="dot")
+    if "aa_low" in df and df["aa_low"].notna().any():
+        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig.update_layout(title="Client TTFT over direct, paired within interleaved rounds (grey band: the A/A noise floor)",
+                      xaxis_title="path", yaxis_title="client TTFT ratio vs direct (x)")
+    return fig
 
 
 def proxy_ttft_figure(requests: pd.DataFrame) -> go.Figure:
@@ -516,32 +566,37 @@ def keepalive_figure(requests: pd.DataFrame) -> go.Figure:
 
 @split_by_device
 def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure]:
-    """The experiment's figures from its points and request rows."""
+    """The experiment's figures from its points and request rows (the TTFT ratio figure from interleaved runs)."""
     ok = set(ok_points(points)["point_id"]) if not points.empty else set()
     req = requests[requests["point_id"].isin(ok)] if "point_id" in requests else requests
-    return {"reader_proxy_ttft": proxy_ttft_figure(req), "reader_chunk_arrival": chunk_arrival_figure(req),
+    figs = {"reader_proxy_ttft": proxy_ttft_figure(req), "reader_chunk_arrival": chunk_arrival_figure(req),
             "reader_metrics": reader_figure(req), "reader_keepalive": keepalive_figure(req)}
+    if "time_ratio" in points and points["time_ratio"].notna().any():  # interleaved rounds (issue 32)
+        figs["reader_proxy_ttft_ratio"] = proxy_ratio_figure(points)
+    return figs
 
 
-def finding(requests: pd.DataFrame) -> evidence.Finding:
+def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
     """The report's finding: :func:`headline` with its evidence.
 
-    The claim it carries is nginx buffering's cost to TTFT: client TTFT with buffering on over buffering off
-    (Welch interval on log TTFT over the proxy requests, :func:`workbench.stats.evidence.ratio_interval`); supported
-    when that interval excludes 1. Without both nginx modes (nginx absent) the claim is not supported.
+    The claim it carries is nginx buffering's cost to TTFT (:func:`ttft_ratio_claim`): each nginx mode's client
+    TTFT over direct, paired within interleaved rounds, Holm over the modes, the A/A noise floor beside it. Its
+    mark is the leading mode's (:data:`LEAD_ORDER`): supported when that ratio has a direction and the A/A control
+    did not move; not supported with one round, without nginx, or with the paths measured point by point.
+
+    Args:
+        requests: this experiment's request rows.
+        points: its points (the ``time_ratio`` and A/A columns); None: the claim is not supported.
 
     Returns:
-        :class:`workbench.stats.evidence.Finding` (no point ids: the proxy part's requests are its evidence).
+        :class:`workbench.stats.evidence.Finding` (point ids: the proxy points).
     """
-    text = headline(requests)
+    text = headline(requests, points)
+    _, supported, ev = ttft_ratio_claim(points, requests)
     req = requests[requests["part"] == "proxy"] if "part" in requests else requests.iloc[0:0]
     n = req.groupby("proxy").size().to_dict() if len(req) else {}
     counts = ", ".join(f"{m} {k}" for m, k in n.items()) or "none"
-    on, off = (req.loc[req["proxy"] == m, "ttft_s"] for m in ("buffering_on", "buffering_off"))
-    if len(on) and len(off):
-        iv = evidence.ratio_interval(on, off, unit="requests")
-        ratio = evidence.describe_ratio(iv, "client TTFT, buffering on / off")
-        supported = evidence.ratio_verdict(iv) in ("higher", "lower")
-    else:
-        ratio, supported = "buffering on / off not both measured (nginx absent): not supported", False
-    return evidence.Finding(text, f"proxy requests per path: {counts}; {ratio}", supported)
+    ids = ()
+    if points is not None and len(points) and "part" in points:
+        ids = evidence.point_ids(evidence.usable_points(points[points["part"] == "proxy"]))
+    return evidence.Finding(text, f"proxy requests per path: {counts}; {ev}", supported and bool(n), ids)

@@ -250,6 +250,11 @@ def _counted_lines(byte_chunks, reads: list) -> Iterator[str]:
         yield buf.rstrip("\r")
 
 
+def table_row(row: dict) -> dict:
+    """A :func:`stream_request` row without the caller-only fields (chunk stamps, chunk texts, send time)."""
+    return {k: v for k, v in row.items() if k not in ("chunk_stamps", "chunk_texts", "t_send")}
+
+
 def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float = 600.0, stall_s: float = reading.STALL_S,
                    read_timeout: float | None = None, path: str = "/v1/chat/completions",
                    ep: "workbench.serving.endpoint.Endpoint | None" = None, first_chunk: threading.Event | None = None) -> dict:

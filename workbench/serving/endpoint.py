@@ -320,6 +320,49 @@ def local_server_pid(ep: Endpoint) -> int | None:
     return None
 
 
+def row_fields(row: dict, ep: Endpoint) -> dict:
+    """The columns every streamed row from ``ep`` carries: ``target`` (its name) and ``server_side_note``
+    (:data:`REPORTED_NOTE` when its server sent engine figures, ``engine_e2e_s``; else :data:`SERVER_SIDE_NOTE`)."""
+    e2e = row.get("engine_e2e_s")
+    reported = e2e is not None and e2e == e2e
+    return {"target": ep.name, "server_side_note": REPORTED_NOTE if reported else SERVER_SIDE_NOTE}
+
+
+def chunk_reader_rows(ep: Endpoint, url: str, prompt: str, max_new_tokens: int, granularities, stall_s: float,
+                      repeat: int = 0) -> list[dict]:
+    """One greedy request streamed from ``ep`` (at ``url``), its content chunks' arrival times shown to a reader at
+    each display granularity (:func:`workbench.measure.reading.chunk_reader_rows`; a chunk may carry several
+    tokens). Timings (s) are the client's (:func:`workbench.stats.metrics.request_timing` over the chunk stamps);
+    ``output_tokens`` from ``usage``, or the content chunks when it sends none (``token_count_source``).
+
+    Returns:
+        One request row per granularity (``request_id`` its index, ``repeat``).
+
+    Raises:
+        RuntimeError: nothing streamed.
+    """
+    from workbench.measure import reading
+    from workbench.serving.client import client_decode_steps, stream_request
+    from workbench.stats import metrics
+
+    row = stream_request(url, prompt, max_new_tokens, stall_s=stall_s, ep=ep)
+    if row["error"] or not row["chunks"]:
+        raise RuntimeError(f"endpoint {ep.name}: no content streamed ({row['error'] or 'an empty answer'})")
+    stamps, texts = row["chunk_stamps"], row["chunk_texts"]
+    n_out, source = row["output_tokens"], "usage"
+    if n_out is None:  # no usage in the stream: count content chunks, and say so
+        n_out, source = len(stamps), "chunks"
+    steps = client_decode_steps(n_out, row["finish_reason"], texts[0])
+    tm = metrics.request_timing(stamps, row["t_send"], decode_steps=steps)
+    base = {"ttft_s": tm["ttft_s"], "e2e_s": tm["e2e_s"], "tpot_s": tm["tpot_s"], "decode_tps": tm["decode_tps"],
+            "output_tokens": int(n_out), "token_count_source": source, "prompt_tokens": row["prompt_tokens"],
+            "finish_reason": row["finish_reason"], "itl_s": [], "chunk_itl_s": tm["itl_s"], "chunks": len(stamps),
+            "decode_steps": steps, "text": row["text"], "engine_ttft_s": row["engine_ttft_s"],
+            "engine_e2e_s": row["engine_e2e_s"], **row_fields(row, ep)}
+    rows = reading.chunk_reader_rows(list(zip(stamps, texts)), row["t_send"], granularities, stall_s)
+    return [{**base, **r, "repeat": repeat, "request_id": i} for i, r in enumerate(rows)]
+
+
 def sender(ep: Endpoint, timeout: float = 600.0, temperature: float = 0.0, ignore_eos: bool = True) -> Callable:
     """The load generator's ``send(spec, t_scheduled) -> row`` (:func:`workbench.serving.senders.http_sender`)
     against ``ep``: its URL, model, key. Engine-side columns come back NaN (an external server sends none) and

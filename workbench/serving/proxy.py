@@ -7,7 +7,9 @@ external endpoint's ``host:port``, in one of the buffering modes of :data:`NGINX
 buffers of ``buffer_kb`` KiB), ``buffering_off`` (``proxy_buffering off``) and ``header`` (buffering on, but the
 upstream's ``X-Accel-Buffering: no`` obeyed). ``proxy_http_version`` to the upstream is ``1.0`` (nginx's default)
 or ``1.1`` (upstream keep-alive). Its own temporary prefix holds config, pid, logs and temp paths, removed on stop.
-The streaming-reader study (notebook ``10_streaming_reader``) measures what each mode does to the first chunk.
+:class:`Paths` holds one run's streaming paths (the built-in server or an external endpoint ``direct``, an nginx per
+mode in front of it, a keep-alive server), each started on first use. The streaming-reader study (notebook
+``10_streaming_reader``) measures what each mode does to the first chunk.
 """
 
 from __future__ import annotations
@@ -142,3 +144,85 @@ class Nginx:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class Paths:
+    """The streaming paths of one run, each started on first use: the built-in server (or an external endpoint)
+    ``direct``, a real nginx in front of it per buffering mode, and a second server that sends keep-alive comments.
+
+    Args:
+        loaded: :class:`workbench.measure.models.LoadedModel` the built-in servers serve (unused with ``ep``).
+        ep: an external endpoint (:class:`workbench.serving.endpoint.Endpoint`) in place of the built-in server.
+        buffer_kb: nginx's buffers (KiB), see :func:`nginx_config`.
+        upstream_http: nginx's ``proxy_http_version`` to the server.
+        keepalive_s: the keep-alive server's comment interval (seconds).
+    """
+
+    def __init__(self, loaded, ep=None, buffer_kb: int = NGINX_BUFFER_KB, upstream_http: str = "1.0",
+                 keepalive_s: float = 0.25):
+        self.loaded, self.ep = loaded, ep
+        self.buffer_kb, self.upstream_http, self.keepalive_s = buffer_kb, upstream_http, keepalive_s
+        self.server = None
+        self.keepalive_server = None
+        self.proxies: dict[str, Nginx] = {}
+        self.served_pid = None
+
+    def endpoint_url(self) -> str:
+        """The external endpoint's base URL; a loopback server's CPU time counts as the point's own work, not as
+        other load (:data:`workbench.measure.contention.SERVED_BY_PIDS`), from the first use on."""
+        from workbench.measure import contention
+        from workbench.serving import endpoint
+
+        if self.served_pid is None:
+            self.served_pid = endpoint.local_server_pid(self.ep)
+            if self.served_pid is not None:
+                contention.SERVED_BY_PIDS.add(self.served_pid)
+        return self.ep.url
+
+    def base(self, mode: str) -> str:
+        """The base URL of path ``mode``: ``direct`` or one of :data:`NGINX_MODES` (nginx started on first use)."""
+        from urllib.parse import urlsplit
+
+        from workbench.serving.server import ServerThread
+
+        if self.ep is not None:  # the external endpoint, or nginx in front of it
+            url = self.endpoint_url()
+            if mode == "direct":
+                return url
+            u = urlsplit(self.ep.url)
+            upstream = f"{u.hostname}:{u.port or 80}"
+        else:
+            if self.server is None:
+                self.server = ServerThread(self.loaded).start()
+            if mode == "direct":
+                return self.server.base_url
+            upstream = self.server.port
+        if mode not in self.proxies:
+            self.proxies[mode] = Nginx(mode, upstream, buffer_kb=self.buffer_kb,
+                                       upstream_http=self.upstream_http).start()
+        return self.proxies[mode].base_url
+
+    def keepalive_base(self, on: bool | None) -> str:
+        """Where a keep-alive probe goes: the endpoint (``on`` None, or any ``on`` with an endpoint), the built-in
+        server with keep-alive comments (``on``) or without."""
+        from workbench.serving.server import ServerThread
+
+        if self.ep is not None:
+            return self.endpoint_url()
+        if on:
+            if self.keepalive_server is None:
+                self.keepalive_server = ServerThread(self.loaded, keepalive_s=self.keepalive_s).start()
+            return self.keepalive_server.base_url
+        return self.base("direct")
+
+    def close(self) -> None:
+        """Stop every nginx and server this object started."""
+        from workbench.measure import contention
+
+        if self.served_pid is not None:
+            contention.SERVED_BY_PIDS.discard(self.served_pid)
+        for p in self.proxies.values():
+            p.stop()
+        for s in (self.server, self.keepalive_server):
+            if s is not None:
+                s.stop()
