@@ -88,7 +88,14 @@ SUMMARY_COLUMNS = ("coverage", "repetition", "sections_found", "first_text_s", "
 
 
 def baseline_strategy(strategies) -> str:
-    """The strategy every other is compared with: ``one_shot`` when measured, else the first one listed."""
+    """The strategy every other is compared with.
+
+    Args:
+        strategies: the strategies measured (names of :data:`workbench.techniques.long_form.STRATEGIES`).
+
+    Returns:
+        ``one_shot`` when measured, else the first one listed.
+    """
     strategies = list(strategies)
     return "one_shot" if "one_shot" in strategies else strategies[0]
 
@@ -350,7 +357,14 @@ def long_output_figure(requests: pd.DataFrame) -> go.Figure:
 
 def fig_time_ratio(points: pd.DataFrame) -> go.Figure:
     """Wall time of each strategy over its language's baseline (``one_shot``; paired within rounds, the interval at
-    the point's Holm level), one marker series per language, with the A/A noise floor shaded."""
+    the point's Holm level), one marker series per language, with the A/A noise floor shaded.
+
+    Args:
+        points: the experiment's points with the ``time_ratio`` and A/A columns (interleaved runs).
+
+    Returns:
+        A plotly figure: strategy on x, the wall-time ratio (x, 1 = as fast as ``one_shot``) on y.
+    """
     df = plots.ok_points(points)
     df = df[df["time_ratio"].notna()]
     fig = go.Figure()
