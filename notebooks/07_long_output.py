@@ -21,7 +21,13 @@
 # merges several requests, so its waits are `first_text_s` and `wall_s`; `batch_size` counts the requests that
 # shared a forward pass (the sections decoded together), and `tpot_s` is per request, never per merged text.
 #
-# CPU defaults (2 cores, SmolLM2-135M): a 256-token budget and 4 sections, English and Chinese, about 2 minutes;
+# Design (issue 32): with `repeats` >= 2 the strategies are measured interleaved by round (each round writes every
+# (language, strategy) text once and the first language's `one_shot` again, the A/A control, in a shuffled order);
+# each strategy's wall time over `one_shot` is paired within rounds, Holm over the strategies, with the A/A noise
+# floor beside it in the finding and as a grey band on the ratio figure. One repeat measures point by point and
+# makes no comparative claim.
+#
+# CPU defaults (2 cores, SmolLM2-135M): a 256-token budget and 4 sections, English and Chinese, 2 rounds, about 5 minutes;
 # a GPU user passes e.g. `budget_tokens: 4096, n_sections: 8`. Generated texts are saved under `texts/` in the run folder.
 
 # %% tags=["parameters"]
@@ -36,7 +42,7 @@ languages: list = ["en", "zh"]  # prompt languages
 topic_en: str = "How a city can prepare for a long heat wave"  # English article title
 topic_zh: str = "城市如何应对持续的高温天气"  # Chinese article title
 temperature: float = 0.0  # 0 is greedy
-repeats: int = 1  # timed repetitions per point
+repeats: int = 2  # rounds: each strategy once per round, interleaved with the A/A control (1: point by point)
 warmup: int = 1  # untimed warm-up runs before the first point
 seed: int = 0  # base seed (repeat r uses seed + r)
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -60,7 +66,7 @@ results.save_finding(run, long_output.EXPERIMENT, long_output.finding(requests, 
 long_output.request_table(requests)
 
 # %%
-for name, fig in long_output.figures(requests).items():
+for name, fig in long_output.figures(requests, points).items():
     results.save_figure(run, name, fig)
     fig.show()
 

@@ -10,7 +10,17 @@ what they are; ``ttft_s`` / ``itl_s`` are a request's own (the one-shot row), an
 ``batch_size`` is the number of requests that shared a forward pass (the
 sections of ``outline_batch``; 1 otherwise), which MBU / MFU use. Each repeat's
 merged text (with its outline) is saved under ``texts/`` in the run folder.
-:func:`figures` compares wait and total time per strategy.
+
+Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ points and ``repeats`` >= 2 the points are
+arms measured interleaved by round (:func:`measure_interleaved`): round ``r`` writes every (language,
+strategy) text once at seed ``seed + r``, plus the first language's ``one_shot`` text a second time, the
+A/A control, in an order shuffled per round from the seed. Per language, each strategy's wall time over
+``one_shot``'s (:func:`baseline_strategy`) is the paired within-round ratio, Holm over the language's
+strategies (``time_ratio`` columns), and every point carries the A/A columns
+(:data:`workbench.stats.comparison.COLUMNS`): the noise floor :func:`finding` prints beside the ratios and
+:func:`fig_time_ratio` shades. With one repeat (a round pairs nothing) each point runs on its own
+(:func:`measure_point`) and the finding makes no comparative claim.
+:func:`figures` compares wait and total time per strategy, and the ratios with the A/A band.
 """
 
 from __future__ import annotations
@@ -21,10 +31,10 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from workbench.stats import evidence, metrics
+from workbench.stats import comparison, evidence, metrics
 from workbench.share import plots
 from workbench.predict import predictions
-from workbench.run import results, sweeps  # noqa: F401  (plots registers the house template)
+from workbench.run import point_result, results, sweeps  # noqa: F401  (plots registers the house template)
 from workbench.checks import check_choice_list, check_int
 from workbench.measure.generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
 from workbench.techniques.long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
@@ -77,8 +87,38 @@ class Config(sweeps.SweepConfig):
 SUMMARY_COLUMNS = ("coverage", "repetition", "sections_found", "first_text_s", "first_section_s", "chars")
 
 
+def baseline_strategy(strategies) -> str:
+    """The strategy every other is compared with.
+
+    Args:
+        strategies: the strategies measured (names of :data:`workbench.techniques.long_form.STRATEGIES`).
+
+    Returns:
+        ``one_shot`` when measured, else the first one listed.
+    """
+    strategies = list(strategies)
+    return "one_shot" if "one_shot" in strategies else strategies[0]
+
+
+def _save_text(run_dir, cfg: Config, point: dict, repeat: int, res) -> None:
+    """Save one repeat's merged text (with its outline) as ``texts/long_output_<strategy>_<language>_r<repeat>.md``."""
+    if run_dir is None:
+        return
+    strategy, language = point["strategy"], point["language"]
+    head = (f"# {cfg.topic(language)}\n\nstrategy: {strategy}, budget {cfg.plan().budget_tokens} tokens, "
+            f"repeat {repeat}\n\n")
+    if res.outline:
+        head += "## Outline (as generated)\n\n" + res.outline + "\n\n---\n\n"
+    results.save_text(run_dir, f"texts/long_output_{strategy}_{language}_r{repeat}.md", head + res.text + "\n")
+
+
+def _point_extra(rows: list[dict]) -> dict:
+    """A point's ``extra``: the median ``<column>_p50`` of :data:`SUMMARY_COLUMNS` over its texts."""
+    return {f"{k}_p50": metrics.percentiles([q[k] for q in rows], (50,))["p50"] for k in SUMMARY_COLUMNS}
+
+
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
-    """One ``{"language", "strategy"}`` point.
+    """One ``{"language", "strategy"}`` point, its repeats back to back (the one-repeat fallback of :func:`run`).
 
     Args:
         loaded: :class:`workbench.measure.models.LoadedModel`.
@@ -90,12 +130,11 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
             timed runs (:func:`workbench.measure.generation.warm_up`), the later ones none.
 
     Returns:
-        :class:`workbench.run.point_result.PointResult`: a row per repeat, ``wall_s``, ``warmup_s`` and ``extra``
-        (``<column>_p50`` of :data:`SUMMARY_COLUMNS`).
+        :class:`workbench.run.point_result.PointResult`: a row per repeat, ``wall_s`` (seconds), ``warmup_s`` and
+        ``extra`` (``<column>_p50`` of :data:`SUMMARY_COLUMNS`).
     """
     strategy, language = point["strategy"], point["language"]
     plan, topic = cfg.plan(), cfg.topic(language)
-    run_dir = state.get("run_dir")
     warmup = 0 if state.get("warmed") else cfg.warmup
     state["warmed"] = True
     warmup_s = warm_up(loaded, [topic], GenerationSettings(max_new_tokens=WARMUP_NEW_TOKENS), warmup)
@@ -104,25 +143,91 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         res = run_long_output(loaded, strategy, topic, plan, language, cfg.temperature, cfg.seed + r)
         rows.append(dict(res.row, repeat=r, request_id=0))
         wall += res.row["wall_s"]
-        if run_dir is not None:
-            head = f"# {topic}\n\nstrategy: {strategy}, budget {plan.budget_tokens} tokens, repeat {r}\n\n"
-            if res.outline:
-                head += "## Outline (as generated)\n\n" + res.outline + "\n\n---\n\n"
-            results.save_text(run_dir, f"texts/long_output_{strategy}_{language}_r{r}.md", head + res.text + "\n")
-    extra = {f"{k}_p50": metrics.percentiles([q[k] for q in rows], (50,))["p50"] for k in SUMMARY_COLUMNS}
-    return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=extra)
+        _save_text(state.get("run_dir"), cfg, point, r, res)
+    return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=_point_extra(rows))
+
+
+def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
+    """Every (language, strategy) point as an interleaved arm (:mod:`workbench.stats.comparison`), with the A/A control.
+
+    ``cfg.warmup`` untimed short generations of each language's topic first; then ``cfg.repeats`` rounds: round
+    ``r`` writes every point's text once at seed ``cfg.seed + r`` (the same topic, plan and seed for every
+    strategy of a language), plus the first language's baseline (:func:`baseline_strategy`, ``one_shot``) a
+    second time (:data:`workbench.stats.comparison.AA`: timed, neither saved nor stored), in an order shuffled per
+    round from ``cfg.seed``. A round's value of an arm is its text's wall time ``wall_s``; per language, every
+    strategy is judged against the baseline from the paired within-round ratios, Holm over the language's other
+    strategies (:func:`workbench.stats.comparison.compare_groups`).
+
+    Args:
+        loaded: :class:`workbench.measure.models.LoadedModel`.
+        cfg: the notebook's :class:`Config`.
+        points: the grid (``{"language", "strategy"}`` dicts), first language first.
+        state: ``run_dir`` (optional): where each text is saved (as :func:`measure_point` does, ``r<round>``).
+
+    Returns:
+        ``{point_id: PointResult}``: a row per round (``repeat`` = round), ``wall_s`` (seconds, the point's texts
+        together), ``warmup_s`` (the language's first point), ``extra`` with :data:`SUMMARY_COLUMNS` medians, the
+        ``time_ratio`` columns (:func:`workbench.stats.comparison.arm_columns`: wall time over the language's
+        baseline) and the A/A columns (:data:`workbench.stats.comparison.COLUMNS`, the experiment's noise floor).
+    """
+    plan = cfg.plan()
+    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
+    by_pid = dict(zip(pids, points))
+    langs = list(dict.fromkeys(p["language"] for p in points))
+    base_pid = {}
+    for lang in langs:
+        base = baseline_strategy(p["strategy"] for p in points if p["language"] == lang)
+        base_pid[lang] = next(pid for pid, p in by_pid.items() if p["language"] == lang and p["strategy"] == base)
+    first_base = base_pid[langs[0]]
+    warmup_s = {lang: warm_up(loaded, [cfg.topic(lang)], GenerationSettings(max_new_tokens=WARMUP_NEW_TOKENS),
+                              cfg.warmup) for lang in langs}
+    got = {pid: {"rows": [], "wall_s": 0.0} for pid in pids}
+    table = []
+    for rnd, arm in comparison.schedule([*pids, comparison.AA], cfg.repeats, cfg.seed):
+        pid = first_base if arm == comparison.AA else arm
+        p = by_pid[pid]
+        res = run_long_output(loaded, p["strategy"], cfg.topic(p["language"]), plan, p["language"], cfg.temperature,
+                              cfg.seed + rnd)
+        table.append({"arm": arm, "round": rnd, "value": res.row["wall_s"]})
+        if arm == comparison.AA:
+            continue
+        got[pid]["rows"].append(dict(res.row, repeat=rnd, request_id=0))
+        got[pid]["wall_s"] += res.row["wall_s"]
+        _save_text(state.get("run_dir"), cfg, p, rnd, res)
+    groups = {base_pid[lang]: [pid for pid in pids if by_pid[pid]["language"] == lang] for lang in langs}
+    ratio_cols, aa_cols = comparison.compare_groups(pd.DataFrame(table), groups)
+    out = {}
+    for pid, p in by_pid.items():
+        first = pid == next(q for q in pids if by_pid[q]["language"] == p["language"])
+        out[pid] = PointResult(requests=got[pid]["rows"], wall_s=got[pid]["wall_s"],
+                               warmup_s=warmup_s[p["language"]] if first else 0.0,
+                               extra={**_point_extra(got[pid]["rows"]), **ratio_cols[pid], **aa_cols})
+    return out
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """Every (language, strategy) point of ``cfg``; warm-up before the first point only.
+    """Every (language, strategy) point of ``cfg``.
+
+    With 2+ points and ``repeats`` >= 2 the points are measured interleaved by round with the A/A control
+    (:func:`measure_interleaved`) and reach the disk together when the last round ends (an interrupt before that
+    keeps none of them); with one repeat there is nothing to pair and each point is measured, and written, on
+    its own (:func:`measure_point`, warm-up before the first point only).
 
     Returns:
         The ``long_output`` points.
     """
-    points = sweeps.expand_grid(language=cfg.languages, strategy=cfg.strategies)
+    grid = sweeps.expand_grid(language=cfg.languages, strategy=cfg.strategies)
     state = {"run_dir": run_dir}
-    return sweeps.run_sweep(run_dir, EXPERIMENT, points, lambda p: measure_point(loaded, cfg, p, state),
-                            resume=resume, info=loaded.info, loaded=loaded, config=cfg)
+
+    def measure(p):
+        if len(grid) < 2 or cfg.repeats < 2:
+            return measure_point(loaded, cfg, p, state)
+        if "interleaved" not in state:
+            state["interleaved"] = measure_interleaved(loaded, cfg, grid, state)
+        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
+
+    return sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded,
+                            config=cfg)
 
 
 REQUEST_COLUMNS = ("language", "strategy", "first_text_s", "first_section_s", "wall_s", "output_tokens", "batch_size",
@@ -140,15 +245,51 @@ def request_table(requests: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in REQUEST_COLUMNS if c in df]].reset_index(drop=True)
 
 
+def _ratio_rows(points: pd.DataFrame | None) -> pd.DataFrame:
+    """The usable points measured interleaved (their ``time_ratio`` and A/A columns); empty when none were."""
+    if points is None or len(points) == 0 or "time_ratio" not in points or "design" not in points:
+        return pd.DataFrame()
+    ok = evidence.usable_points(points)
+    return ok[ok["design"].notna() & ok["time_ratio"].notna()] if "language" in ok and "strategy" in ok \
+        else pd.DataFrame()
+
+
+def _backed(ratios: pd.DataFrame, best: str, base: str) -> str:
+    """Whether a language's pick (the shortest median wall time) is backed by its paired ratios: ``""`` when it is,
+    else the verdict to print beside it ("not supported: the A/A control moved", "no difference beyond noise",
+    "not supported: ..."). A strategy other than the baseline needs its ratio below 1 after Holm; the baseline
+    itself needs every other strategy's ratio above 1; either way the A/A control steady."""
+    if ratios.empty:
+        return "not supported: no interleaved rounds (repeats >= 2 pair the strategies within rounds)"
+    if comparison.aa_moved_columns(ratios.iloc[0]):
+        return comparison.AA_MOVED
+    rows = ratios.set_index("strategy")
+    if best != base:
+        if best not in rows.index:
+            return "not supported: not compared"
+        v = comparison.verdict_columns(rows.loc[best])
+        return "" if v == "lower" else f"faster than {base}: {v}"
+    others = [comparison.verdict_columns(rows.loc[s]) for s in rows.index if s != base]
+    if not others:
+        return "not supported: no other strategy compared"
+    return "" if all(v == "higher" for v in others) else "faster than every other strategy: no difference beyond noise"
+
+
 def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
-    """Per language, the strategy with the shortest median wall time; then that strategy against each other
-    one as a wall-time ratio over matched (language, repeat) pairs (t over log ratios), with a direction only
-    where the interval excludes 1; with more than one other strategy the best is a pick of m, so the
-    intervals are at their Holm levels and a direction needs the Holm-adjusted p below 0.05.
+    """Per language, the strategy with the shortest median wall time (its figures); then each strategy's wall time
+    over the language's baseline (``one_shot``, :func:`baseline_strategy`) from the points' ``time_ratio`` columns
+    (interleaved rounds: paired within rounds, Holm over the language's strategies), each with the A/A noise floor
+    beside it (:func:`workbench.stats.comparison.describe_columns`: "not supported: the A/A control moved" when the
+    control's interval excludes 1).
+
+    The finding is supported only when every language's pick is backed (a strategy faster than the baseline with
+    its interval below 1 after Holm; the baseline itself, every other strategy slower beyond noise) and the A/A
+    control is steady; a pick that is not says why beside it, in the first sentence, so that the mark and the
+    first sentence agree. Point-by-point runs (one repeat) pair nothing: no comparative claim.
 
     Args:
         requests: this experiment's rows (one per text and repeat).
-        points: its points; when given, only rows of usable (valid) points count.
+        points: its points; when given, only rows of usable (valid) points count, and the ratios come from them.
 
     Returns:
         :class:`workbench.stats.evidence.Finding`.
@@ -161,38 +302,34 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evide
     ids = tuple(dict.fromkeys(str(p) for p in df["point_id"])) if "point_id" in df else ()
     if "language" not in df:
         df = df.assign(language="all")
-    parts = []
-    for lang, g in df.groupby("language"):
+    ratios = _ratio_rows(points)
+    parts, clauses, ev, supported = [], [], [], True
+    for lang, g in df.groupby("language", sort=False):
         med = g.groupby("strategy")[[c for c in ("wall_s", "first_text_s", "coverage") if c in g]].median()
-        best = med["wall_s"].idxmin()
+        best, base = med["wall_s"].idxmin(), baseline_strategy(med.index)
         row = med.loc[best]
         extra = f", coverage {row['coverage']:.0%}" if "coverage" in row and pd.notna(row["coverage"]) else ""
+        mine = ratios[ratios["language"] == lang] if not ratios.empty else ratios
+        why = _backed(mine, best, base) if len(med) > 1 else "not supported: one strategy only"
+        supported &= not why
         parts.append(f"{lang}: {best} has the shortest wall time ({row['wall_s']:.1f} s, first text after "
-                     f"{row.get('first_text_s', float('nan')):.2f} s{extra})")
-    overall = df.groupby("strategy")["wall_s"].median().idxmin()
-    key = [c for c in ("language", "repeat") if c in df]
-    wall = df.pivot_table(index=key, columns="strategy", values="wall_s", aggfunc="median")
-    comparisons, supported, ev = [], False, []
-    others = [c for c in wall.columns if c != overall]
-    # the fastest of m strategies is m - 1 comparisons: Holm over them (issue 32), each interval at its Holm level
-    ps = [evidence.paired_log_ratio_pvalue(*(wall[[overall, o]].dropna()[c] for c in (overall, o))) for o in others]
-    adjusted, levels = evidence.holm(ps), evidence.holm_levels(ps)
-    for other, pa, level in zip(others, adjusted, levels):
-        pair = wall[[overall, other]].dropna()
-        iv = evidence.paired_ratio_interval(pair[overall], pair[other], level, unit="language-repeat pairs")
-        name = f"{overall} wall time vs {other}"
-        ev.append(f"{overall} vs {other}: {len(pair)} matched (language, repeat) pairs"
-                  + (f", Holm over {len(others)} comparisons (adjusted p {pa:.3g})" if len(others) > 1 else ""))
-        if evidence.ratio_verdict(iv) in ("higher", "lower") and not (pa == pa and pa < 1 - evidence.CONFIDENCE):
-            comparisons.append(f"{name}: no difference beyond noise (an earlier Holm step did not reject): "
-                               f"{iv.describe('{:.2f}', 'x')}")  # Holm stops at its first non-rejection
-            continue
-        supported |= evidence.ratio_verdict(iv) == "lower"
-        comparisons.append(evidence.describe_ratio(iv, name))
+                     f"{row.get('first_text_s', float('nan')):.2f} s{extra})" + (f": {why}" if why else ""))
+        for _, r in mine.iterrows():
+            if r["strategy"] != base:
+                clauses.append(comparison.describe_columns(r, f"{r['strategy']} wall time vs {base} ({lang})"))
+        if not mine.empty:
+            n = mine.iloc[0].get("rounds")
+            ev.append(f"{lang}: wall time paired within {int(n) if n == n else '?'} interleaved rounds, "
+                      f"baseline {base}")
     text = "; ".join(parts) + "."
-    if comparisons:
-        text += " " + "; ".join(comparisons) + "."
-    return evidence.Finding(text, "; ".join(ev) or "one strategy only", supported, ids)
+    if clauses:
+        text += " " + " ".join(c + "." for c in clauses)
+    elif not ratios.empty:
+        aa = comparison.aa_from_columns(ratios.iloc[0])
+        text += f" {comparison.noise_floor_text(aa, 'interleaved', aa.n if aa else None)}."
+    else:
+        ev.append("measured point by point (one repeat): no paired ratios, no A/A control")
+    return evidence.Finding(text, "; ".join(ev), supported, ids)
 
 
 def long_output_figure(requests: pd.DataFrame) -> go.Figure:
@@ -218,7 +355,37 @@ def long_output_figure(requests: pd.DataFrame) -> go.Figure:
                   title="Long output at equal token budget: wait and total time")
 
 
+def fig_time_ratio(points: pd.DataFrame) -> go.Figure:
+    """Wall time of each strategy over its language's baseline (``one_shot``; paired within rounds, the interval at
+    the point's Holm level), one marker series per language, with the A/A noise floor shaded.
+
+    Args:
+        points: the experiment's points with the ``time_ratio`` and A/A columns (interleaved runs).
+
+    Returns:
+        A plotly figure: strategy on x, the wall-time ratio (x, 1 = as fast as ``one_shot``) on y.
+    """
+    df = plots.ok_points(points)
+    df = df[df["time_ratio"].notna()]
+    fig = go.Figure()
+    for lang, g in df.groupby("language", sort=False):
+        fig.add_trace(go.Scatter(
+            x=g["strategy"], y=g["time_ratio"], mode="markers", name=str(lang), marker=dict(size=10),
+            error_y=dict(type="data", symmetric=False, array=(g["time_ratio_high"] - g["time_ratio"]).fillna(0),
+                         arrayminus=(g["time_ratio"] - g["time_ratio_low"]).fillna(0))))
+    fig.add_hline(y=1.0, line_dash="dot")
+    if "aa_low" in df and df["aa_low"].notna().any():
+        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig.update_layout(title="Wall time over one_shot (paired within rounds; grey band: the A/A noise floor)",
+                      xaxis_title="strategy", yaxis_title="wall-time ratio vs one_shot (x)")
+    return plots.legend_below(fig)
+
+
 @plots.split_by_device
-def figures(requests: pd.DataFrame) -> dict[str, go.Figure]:
-    """The notebook's figures by file name, from the run's request rows (``results.read_requests(run)``)."""
-    return {"long_output": long_output_figure(requests)}
+def figures(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> dict[str, go.Figure]:
+    """The notebook's figures by file name, from the run's request rows (``results.read_requests(run)``) and, when
+    given, its points (interleaved runs add ``long_output_time_ratio``: the ratios with the A/A band)."""
+    figs = {"long_output": long_output_figure(requests)}
+    if points is not None and "time_ratio" in points and points["time_ratio"].notna().any():  # issue 32
+        figs["long_output_time_ratio"] = fig_time_ratio(points)
+    return figs
