@@ -7,9 +7,8 @@ against achieved throughput, goodput and SLO attainment against offered rate wit
 (:func:`busiest_points`) a per-request timeline and the time slices. Mixed workload (request rows with
 ``request_class`` and ``policy``, tables of :mod:`workbench.stats.classes`, :func:`policy_colours`): latency per class
 and policy, slowdown against request length, the longest wait, the ETA told against the actual wait, goodput per
-class, TTFT by turn of multi-turn conversations, and
-the cache hit rate of prefix sharing against the TTFT it saved. Each takes the points / requests tables and returns a plotly
-figure; the experiments assemble them (with their own recommendation tables) in ``figures``.
+class, TTFT by turn of multi-turn conversations, and the cache hit rate of prefix sharing against the TTFT it saved.
+Each takes the points / requests tables and returns a plotly figure; the experiments assemble them (with their own recommendation tables) in ``figures``.
 """
 
 from __future__ import annotations
