@@ -33,6 +33,8 @@ import pandas as pd
 from workbench.stats import evidence, metrics, replicates
 from workbench.measure import models
 from workbench.experiments import scheduling
+from workbench.serving import traces
+from workbench.stats import classes
 
 QUICK = dict(requests=6, rounds=2, long_max_tokens=16)
 
@@ -67,16 +69,16 @@ def main():
                             lane_threshold_tokens=a.lane_threshold, aging_s=a.aging_s, max_batch_size=a.max_batch_size,
                             sjf_predictor=a.sjf_predictor, turns=0, seed=a.seed, device="cpu", dtype="float32")
     loaded = models.load_model("default", "cpu", "float32")
-    cal = scheduling.calibrate(loaded, cfg)
-    rows_in = scheduling.trace_rows(cfg, cal["rate_rps"])
+    cal = traces.calibrate(loaded, cfg)
+    rows_in = traces.trace_rows(cfg, cal["rate_rps"])
     print(f"engine {a.engine}; service alone: " + ", ".join(f"{c} {s:.2f} s" for c, s in cal["alone_s"].items())
           + f"; offered {cal['rate_rps']:.2f} req/s (load factor {a.load_factor}); {len(rows_in)} requests per run "
           f"x {a.rounds} rounds (arrival seed {a.seed} + round, a fresh engine per run)")
     tables, runs = [], []
     for k in range(a.rounds):
-        rows_k = scheduling.trace_rows(cfg, cal["rate_rps"], k)
+        rows_k = traces.trace_rows(cfg, cal["rate_rps"], k)
         for p in policies[k % 3:] + policies[: k % 3]:
-            rows, res, _ = scheduling.run_policy(loaded, cfg, p, rows_k, cal["alone_s"])
+            rows, res, _ = traces.run_policy(loaded, cfg, p, rows_k, cal["alone_s"])
             df = pd.DataFrame(rows).assign(policy=p, workload="mixed", round=k,
                                            request_id=lambda d: d["request_id"] + k * len(rows_in))
             tables.append(df)
@@ -86,7 +88,7 @@ def main():
                          "long": metrics.percentiles(ok.loc[ok["request_class"] == "background", "e2e_s"], (50,))["p50"]})
             print(f"  round {k} {p}: stopped early: {res.summary['stopped_early']}, wall {res.summary['wall_s']:.1f} s")
     req = pd.concat(tables, ignore_index=True)
-    summ = scheduling.class_summary(req).set_index(["policy", "request_class"])
+    summ = classes.class_summary(req).set_index(["policy", "request_class"])
     per_run = pd.DataFrame(runs)
 
     def stat(p, c, col):
@@ -102,7 +104,7 @@ def main():
     for p in ("sjf", "lanes"):
         short = replicates.paired_log_ratio(by_round(p, "short"), by_round("fcfs", "short"))
         long = replicates.paired_log_ratio(by_round(p, "long"), by_round("fcfs", "long"))
-        old = scheduling.paired_ratio(req, p, "ttft_s", "interactive")
+        old = classes.paired_ratio(req, p, "ttft_s", "interactive")
         print(f"  {p:<14} {replicates.describe(*short):>30} {replicates.verdict(*short[1:]):<26} "
               f"{replicates.describe(*long):>24}   [{evidence.describe_ratio(old, 'old')}]")
     print("\nper policy: longest wait (s), median |ETA error| (s), short TTFT p90 (s), long e2e p50 (s)")

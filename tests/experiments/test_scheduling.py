@@ -9,6 +9,7 @@ import pytest
 from conftest import no_work
 from workbench import ParameterError
 from workbench.experiments import scheduling
+from workbench.stats import classes
 from workbench.serving import traces
 
 
@@ -58,8 +59,8 @@ def test_grid_and_the_prefix_sharing_switch(monkeypatch):
 
 def test_cache_hit_rate_by_hand():
     rows = pd.DataFrame({"prompt_tokens": [100, 200, 300], "cached_tokens": [0, 96, 288]})
-    assert scheduling.cache_columns(rows, True)["cache_hit_rate"] == pytest.approx(384 / 600)
-    none = scheduling.cache_columns(rows.assign(cached_tokens=None), False)
+    assert classes.cache_columns(rows, True)["cache_hit_rate"] == pytest.approx(384 / 600)
+    none = classes.cache_columns(rows.assign(cached_tokens=None), False)
     assert none["cache_hit_rate"] != none["cache_hit_rate"] and "not available" in none["cache_note"]
 
 
@@ -162,15 +163,15 @@ def _table():
 
 
 def test_per_class_and_per_bucket_figures_by_hand():
-    summ = scheduling.class_summary(_table()).set_index(["policy", "request_class"])
+    summ = classes.class_summary(_table()).set_index(["policy", "request_class"])
     fi = summ.loc[("fcfs", "interactive")]
     assert fi["requests"] == 2 and fi["ttft_s_p50"] == pytest.approx(2.0) and fi["ttft_s_p90"] == pytest.approx(2.8)
     assert fi["queue_s_p50"] == pytest.approx(1.5) and fi["queue_s_max"] == 2.5 and fi["e2e_s_p50"] == pytest.approx(3.0)
     assert summ.loc[("sjf", "background"), "ttft_s_p50"] == 3.0
-    b = scheduling.bucket_summary(_table()).set_index(["policy", "max_tokens"])
+    b = classes.bucket_summary(_table()).set_index(["policy", "max_tokens"])
     assert b.loc[("fcfs", 4), "slowdown_p50"] == pytest.approx(3.0) and b.loc[("fcfs", 16), "slowdown_p50"] == 2.0
     assert b.loc[("sjf", 16), "slowdown_p90"] == 2.5
-    cols = scheduling.class_columns(_table().query("policy == 'fcfs'"), {"interactive": 2.0, "background": 5.0}, 10.0)
+    cols = classes.class_columns(_table().query("policy == 'fcfs'"), {"interactive": 2.0, "background": 5.0}, 10.0)
     assert cols["requests_interactive"] == 2 and cols["slo_attainment_interactive"] == 0.5
     assert cols["goodput_rps_interactive"] == pytest.approx(0.1) and cols["goodput_rps_background"] == pytest.approx(0.1)
     assert cols["queue_s_max"] == 2.5 and cols["eta_abs_error_s_p50"] == 0.5 and cols["abandoned"] == 1

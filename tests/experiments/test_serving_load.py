@@ -316,7 +316,10 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
                               max_new_tokens=2, sweep_points=1, warmup=0, slo_presets=[])
 
 
-    bench = serving_load._Bench.__new__(serving_load._Bench)
+    from workbench.serving.bench import Bench
+    from workbench.share.figures_serving import engine_colours
+
+    bench = Bench.__new__(Bench)
     bench.cfg, bench.loaded = cfg, None
     bench.specs = [serving_load.load.RequestSpec("hi", 2, 32) for _ in range(3)]
     bench.name = bench.engine = bench.server = bench.send = bench.served_pid = None
@@ -328,7 +331,7 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
         assert r.extra["endpoint_name"] == "ext" and r.extra["endpoint_api_key_env"] == "K"
         assert r.extra["engine_batch_mean"] != r.extra["engine_batch_mean"]  # NaN: no engine to sample
         assert all(q["engine_batch"] is None for q in r.requests)
-    colours = serving_load._colours(["fifo", "ext"])
+    colours = engine_colours(["fifo", "ext"])
     assert colours["ext"] not in (colours["fifo"], colours["static"], colours["continuous"])
 
 

@@ -94,10 +94,10 @@ def notebook11_defaults() -> dict:
 def scheduling_points(cost, cfg: twin.TwinConfig, policies, n: int = 200, load_factor: float = 0.9, seed: int = 0,
                       **workload) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Notebook 11's mixed workload under each policy (module docstring), with its per-class columns
-    (:func:`workbench.experiments.scheduling.class_columns`). ``workload``: any of notebook 11's ``short_share``,
+    (:func:`workbench.stats.classes.class_columns`). ``workload``: any of notebook 11's ``short_share``,
     ``short_prompt_tokens``, ``long_prompt_tokens``, ``short_max_tokens``, ``long_max_tokens``,
     ``class_slo_ttft_s`` (default: the notebook's, :func:`notebook11_defaults`)."""
-    from workbench.experiments import scheduling as sched_exp
+    from workbench.stats.classes import class_columns
 
     d = {**notebook11_defaults(), **workload}
     short_share, short_max_tokens, long_max_tokens = d["short_share"], d["short_max_tokens"], d["long_max_tokens"]
@@ -111,7 +111,7 @@ def scheduling_points(cost, cfg: twin.TwinConfig, policies, n: int = 200, load_f
     pts, reqs = [], []
     for p in policies:
         r = twin.simulate(cost, twin.trace_specs(rows), dataclasses.replace(cfg, policy=p), "replay", rate=rate)
-        extra = sched_exp.class_columns(r.rows, class_slo_ttft_s, r.summary["window_s"])
+        extra = class_columns(r.rows, class_slo_ttft_s, r.summary["window_s"])
         pts.append(_point(r, workload="mixed", **extra))
         reqs.append(r.rows.assign(policy=p, workload="mixed"))
     return pd.DataFrame(pts), pd.concat(reqs, ignore_index=True)
@@ -243,10 +243,10 @@ def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> di
                              batch_window_s=float(cfg.get("batch_window_s", 0.05)),
                              max_pending=cfg.get("max_pending"), max_retries=int(cfg.get("max_retries", 3)))
         res = twin.simulate(cost, _specs_from_rows(rows, cfg, exp), tc, "replay")
-        from workbench.experiments import scheduling as sched_exp
+        from workbench.stats.classes import class_columns
 
         classes = cfg.get("class_slo_ttft_s") or {"interactive": 2.0, "background": 30.0}
-        return {**res.summary, **sched_exp.class_columns(res.rows, classes, res.summary["window_s"])}
+        return {**res.summary, **class_columns(res.rows, classes, res.summary["window_s"])}
     return None
 
 
@@ -445,14 +445,14 @@ def confirm(cost, loaded, picks, cfg) -> pd.DataFrame:
         One row per pick: ``engine``, ``rate_rps``, ``measured_*``, ``simulated_*``, ``ape_*`` of ``ttft_s_p50`` and
         ``e2e_s_p50``, ``source`` ``measured`` (the row is a measurement with its prediction beside it).
     """
-    from workbench.experiments import serving_load
+    from workbench.serving.bench import Bench, run_sampled
 
-    bench = serving_load._Bench(cfg, loaded)
+    bench = Bench(cfg, loaded)
     rows = []
     try:
         for engine, rate in picks:
             bench.open(engine)
-            res, _ = serving_load._run_sampled(bench, cfg, cfg.arrival, rate)
+            res, _ = run_sampled(bench, cfg, cfg.arrival, rate)
             kept = res.kept()
             tc = twin.TwinConfig(engine=engine, max_batch_size=cfg.max_batch_size, batch_window_s=cfg.batch_window_s)
             specs = _specs_from_rows(kept.assign(max_new_tokens=cfg.max_new_tokens), {}, "serving_load")

@@ -56,23 +56,25 @@ from workbench.run import point_result
 from workbench import checks
 from workbench.stats import comparison, evidence, slo
 from workbench.stats.evidence import repeat_statistics
-from workbench.stats.slo import slo_verdict
 from workbench.run import drift, results, rung_timing, sweeps
 from workbench.measure import config_models, guard, models, quality
 from workbench.measure.device import supported_attention, supported_dtypes, threads, usable_cores
-from workbench.predict import predictions, roofline, roofline_calibration
+from workbench.predict import predictions, roofline_calibration
 from workbench.predict.roofline_calibration import measured_utilisation
 from workbench.techniques import rungs
+from workbench.techniques.configurations import (AXES, JOINT, aa_moved, aa_sentence, build_configuration, config_key,
+                                                 config_name, configurations, generate_kwargs, load_configuration,
+                                                 objective, recommend, speedup_interval, speedup_phrase, valid)
+from workbench.share.figures_configurations import fig_guard, fig_prediction, fig_speed, fig_speedup
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
-from workbench.share.plots import label, legend_below, split_by_device
+from workbench.share.plots import split_by_device
 from workbench.inputs.prompts import build_batch
 from workbench.run.point_result import PointResult
 from workbench.run.search import coordinate_search
 from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "engine_tuning"
-AXES = ("dtype", "attn_implementation", "cache_implementation", "compile", "torch_threads", "quantization")
 CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 SEARCHES = ("grid", "adaptive")
 REFERENCE = {"dtype": "float32", "attn_implementation": "eager", "cache_implementation": "dynamic", "compile": False,
@@ -198,65 +200,6 @@ class Config(SweepConfig):
     def grid(self) -> list[dict]:
         """Points: configuration x workload, configuration outermost (a model loads once per dtype/kernel)."""
         return [{**c, **w} for c in self.configurations() for w in self.workloads()]
-
-
-def valid(config: dict) -> bool:
-    """False for a compiled dynamic-cache configuration (``torch.compile`` needs static shapes) and for
-    ``int8_dynamic`` off float32 (torch.ao quantizes float32 models only)."""
-    if config.get("quantization") == "int8_dynamic" and config.get("dtype") not in (None, "float32"):
-        return False
-    return not (config.get("compile") and config.get("cache_implementation") != "static")
-
-
-def config_key(point: dict) -> tuple:
-    return tuple(point.get(a) for a in AXES)
-
-
-def config_name(point) -> str:
-    """``float32/sdpa/static+compile/2t``-style short name of a configuration."""
-    g = point.get if isinstance(point, dict) else point.__getitem__
-    cache = g("cache_implementation") + ("+compile" if bool(g("compile")) else "")
-    threads = g("torch_threads")
-    t = "" if threads is None or (isinstance(threads, float) and math.isnan(threads)) else f"/{int(threads)}t"
-    try:
-        q = g("quantization")
-    except (KeyError, IndexError):
-        q = None
-    q = "" if q in (None, "none") or (isinstance(q, float) and math.isnan(q)) else f"+{q}"
-    return f"{g('dtype')}{q}/{g('attn_implementation')}/{cache}{t}"
-
-
-# ----------------------------------------------------------------------------- applying a configuration
-
-
-def generate_kwargs(point: dict, device: str = "cpu") -> dict:
-    """``generate`` keywords of a configuration's cache and compile choice (:func:`workbench.techniques.rungs.generate_kwargs`).
-
-    Raises:
-        ParameterError: ``compile`` without a static cache.
-    """
-    return rungs.generate_kwargs(point.get("cache_implementation") or "dynamic", bool(point.get("compile")), device)
-
-
-_BUILT: dict = {}
-
-
-def load_configuration(cfg: Config, point: dict):
-    """The model in the point's dtype and attention kernel (memoised by :func:`workbench.measure.models.load_model`)
-    with the point's quantization applied (:func:`workbench.techniques.rungs.build`; the last build is kept, so the
-    points of one configuration share it). Returns the :class:`workbench.measure.models.LoadedModel`."""
-    return build_configuration(cfg, point).loaded
-
-
-def build_configuration(cfg: Config, point: dict) -> rungs.Built:
-    """:func:`load_configuration` with what the build did (:class:`workbench.techniques.rungs.Built`)."""
-    loaded = models.load_model(cfg.model, cfg.device, point["dtype"], attn_implementation=point["attn_implementation"])
-    rung = rungs.Rung(quantization=point.get("quantization") or "none", group_size=cfg.group_size, lm_head=cfg.lm_head)
-    key = (id(loaded), rung.quantization, rung.group_size, rung.lm_head)
-    if key not in _BUILT:
-        _BUILT.clear()
-        _BUILT[key] = rungs.build(loaded, rung)
-    return _BUILT[key]
 
 
 # ----------------------------------------------------------------------------- quality guard
@@ -468,100 +411,9 @@ def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> 
     return dataclasses.replace(out, extra=extra)
 
 
-speedup_interval = evidence.summary_ratio_interval  # the formula's home is workbench.stats.evidence
-
-
 # ----------------------------------------------------------------------------- search and recommendation
 
 
-JOINT = ("cache_implementation", "compile")  # searched as one axis: compile only exists with a static cache
-
-
-def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.DataFrame:
-    """One row per configuration: mean ``e2e_s_p50`` over workloads (the objective), worst TTFT/TPOT p50,
-    predictions, the guard, the SLO verdict at the SLO's own percentile (:func:`workbench.stats.slo.slo_verdict`: ``meets_slo``
-    True, False or None when the sample cannot decide, ``slo_percentile``, ``slo_note``), ``valid`` (no point
-    marked invalid), ``eligible`` (ok, valid, guard passed, SLO not missed) and the speed-up over the baseline
-    (the first configuration measured in grid order) with its 95% interval (:func:`speedup_interval`:
-    ``speedup_vs_baseline``, ``speedup_low``, ``speedup_high``; NaN bounds with a single repeat)."""
-    if points.empty:
-        return pd.DataFrame()
-    df = points.copy()
-    for a in AXES:
-        if a not in df:
-            df[a] = None
-    df["torch_threads"] = df["torch_threads"].astype(object).where(df["torch_threads"].notna(), None)
-    rows = []
-    for key, g in df.groupby(list(AXES), dropna=False, sort=False):
-        ok = g[g["status"] == "ok"] if "status" in g else g
-        r = {a: (None if isinstance(v, float) and math.isnan(v) else v) for a, v in zip(AXES, key)}  # groupby: None -> NaN
-        r["config"] = config_name(r)
-        r["status"] = "ok" if len(ok) == len(g) else str(g["status"][g["status"] != "ok"].iloc[0])
-        for col, how in (("e2e_s_p50", "mean"), ("ttft_s_p50", "max"), ("tpot_s_p50", "max"),
-                         ("output_throughput_tps", "mean"), ("predicted_e2e_s", "mean"),
-                         ("predicted_ttft_s", "max"), ("predicted_tpot_s", "max"), ("compile_s", "mean"),
-                         ("perplexity_ratio", "max"), ("perplexity_ratio_high", "max"), ("kl_mean", "max"),
-                         ("kl_mean_high", "max"), ("top1_agreement", "min"), ("token_agreement", "min"),
-                         ("first_divergence", "min"), ("recompiles", "max")):
-            r[col] = float(getattr(ok[col], how)()) if col in ok and len(ok) else float("nan")
-        r["guard_passed"] = bool(len(ok) and ok.get("guard_passed", pd.Series([False])).astype(bool).all())
-        r["guard_reason"] = "" if r["guard_passed"] else "; ".join(
-            sorted(set(str(x) for x in ok.get("guard_reason", pd.Series(["not measured"])) if x))) or r["status"]
-        lim_ttft = cfg_slo.ttft_s if cfg_slo else (ok["slo_ttft_s"].iloc[0] if "slo_ttft_s" in ok and len(ok) else None)
-        lim_tpot = cfg_slo.tpot_s if cfg_slo else (ok["slo_tpot_s"].iloc[0] if "slo_tpot_s" in ok and len(ok) else None)
-        pct = cfg_slo.percentile if cfg_slo else 99
-        r["slo_percentile"] = int(pct)
-        if len(ok):
-            r["meets_slo"], r["slo_note"] = slo_verdict(ok, {"ttft_s": lim_ttft, "tpot_s": lim_tpot}, pct)
-        else:
-            r["meets_slo"], r["slo_note"] = False, "not measured"
-        invalid = (ok["valid"].astype(object) == False) if "valid" in ok else pd.Series(False, index=ok.index)  # noqa: E712
-        r["valid"] = bool(len(ok)) and not bool(invalid.any())
-        r["invalid_reason"] = "" if r["valid"] or not len(ok) else str(ok.loc[invalid, "invalid_reason"].iloc[0]) \
-            if "invalid_reason" in ok else "invalid"
-        r["eligible"] = r["status"] == "ok" and r["valid"] and r["guard_passed"] and r["meets_slo"] is not False
-        for col in ("speedup_vs_baseline", "speedup_low", "speedup_high", "speedup_p_holm", *comparison.COLUMNS):
-            if "design" in ok and len(ok) and isinstance(ok["design"].iloc[0], str) and col in ok:
-                r["_" + col] = ok[col].iloc[0]  # the interleaved design's verdict (measure_configurations)
-        r["_workloads"] = {(w.get("batch_size"), w.get("prompt_tokens")):
-                           (w.get("log_e2e_s_mean", float("nan")), w.get("log_e2e_s_sd", float("nan")),
-                            checks.int_or(w.get("n_repeats"), 0)) for _, w in ok.iterrows()}
-        rows.append(r)
-    out = pd.DataFrame(rows)
-    out["meets_slo"] = out["meets_slo"].astype(object)
-    base_e2e, base_w = out["e2e_s_p50"].iloc[0], out["_workloads"].iloc[0]
-    ratios = []
-    for _, r in out.iterrows():
-        common = [k for k in base_w if k in r["_workloads"]]
-        stats = [base_w[k] for k in common], [r["_workloads"][k] for k in common]
-        if common and all(math.isfinite(m) for m, _, _ in [*stats[0], *stats[1]]):
-            ratios.append(speedup_interval(*stats))
-        else:  # no repeat statistics (older runs): the ratio of mean e2e p50, no interval
-            ratios.append((base_e2e / r["e2e_s_p50"], float("nan"), float("nan")))
-    out["speedup_vs_baseline"], out["speedup_low"], out["speedup_high"] = zip(*ratios) if ratios else ((), (), ())
-    if "_design" in out and out["_design"].notna().all():  # interleaved: paired by round, Holm, the A/A control
-        for col in ("speedup_vs_baseline", "speedup_low", "speedup_high", "speedup_p_holm", *comparison.COLUMNS):
-            out[col] = out["_" + col]
-    out = out.drop(columns=[c for c in out if c.startswith("_") and c != "_workloads"])
-    out["e2e_ratio"] = out["e2e_s_p50"] / out["predicted_e2e_s"]
-    for col in ("search", "search_evaluated", "search_grid", "search_converged"):  # set by an adaptive run
-        if col in points and len(points):
-            out[col] = points[col].iloc[0]
-    return out.drop(columns=["_workloads"])
-
-
-def recommend(configs: pd.DataFrame) -> pd.Series | None:
-    """The eligible configuration (ok and valid points, guard passed, SLO not missed) with the lowest mean
-    ``e2e_s_p50``, or None."""
-    if configs.empty:
-        return None
-    ok = configs[configs["eligible"]]
-    return None if ok.empty else ok.sort_values("e2e_s_p50").iloc[0]
-
-
-def objective(row) -> float:
-    """Search cost of a configuration row: its mean ``e2e_s_p50``, ``inf`` when it is not eligible."""
-    return float(row["e2e_s_p50"]) if bool(row["eligible"]) else math.inf
 
 
 def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
@@ -588,24 +440,8 @@ def make_predictor(cfg: Config, loaded) -> roofline_calibration.Predictor:
     model loaded in that dtype (the small workload, one repeat, 3 probe trials; ~20 s once per machine and dtype); a
     dtype left uncalibrated uses its own probed FLOP/s with ``loaded``'s overheads
     (:meth:`workbench.predict.roofline_calibration.Predictor.for_dtype`); a point's ``calibrated_dtype`` says which
-    calibration it used."""
-    info = loaded.info
-    dev = info.device.split(":")[0]
-    threads = roofline_calibration._threads()
-    # a cached calibration is checked against today's probe and refitted (or, not calibrating, rescaled) when off
-    cached = roofline_calibration.checked_cached(info.path, dev, info.dtype, threads, loaded if cfg.calibrate else None)
-    if cached is None and cfg.calibrate:
-        cached = roofline_calibration.calibrate(loaded)
-    if cached is None:
-        cached = (roofline.Device.probe(dev, info.dtype), roofline.Calibration())
-    predictor = roofline_calibration.Predictor(roofline_calibration.shape_of(info), *cached, model_path=info.path)
-    small = dict(repeats=1, trials=3, runs=roofline_calibration.CALIBRATION_RUNS_SMALL)
-    for dtype in cfg.dtypes:
-        if dtype != info.dtype and cfg.calibrate:
-            other = models.load_model(cfg.model, cfg.device, dtype)
-            got = roofline_calibration.checked_cached(info.path, dev, dtype, threads, other, **small)
-            predictor.add(dtype, *(got or roofline_calibration.calibrate(other, **small)))
-    return predictor
+    calibration it used (:func:`workbench.predict.roofline_calibration.predictor_for`)."""
+    return roofline_calibration.predictor_for(loaded, cfg.model, cfg.device, cfg.dtypes, cfg.calibrate)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
@@ -662,48 +498,6 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- findings and figures
-
-
-def aa_moved(configs: pd.DataFrame) -> bool:
-    """True when the configurations carry an A/A control whose interval excludes 1 (the design moved)."""
-    if configs.empty or "aa_low" not in configs:
-        return False
-    lo, hi = configs["aa_low"].iloc[0], configs["aa_high"].iloc[0]
-    return bool(lo == lo and hi == hi and (lo > 1 or hi < 1))
-
-
-def aa_sentence(configs: pd.DataFrame) -> str:
-    """The noise floor beside the finding: ``"A/A control (the baseline against itself, 8 interleaved rounds):
-    1.00x, interval 0.97-1.03x; Holm over 7 comparisons."``; empty for a run without the control."""
-    if configs.empty or "aa_ratio" not in configs or not isinstance(configs["design"].iloc[0], str):
-        return ""
-    r = configs.iloc[0]
-    m = len(configs) - 1
-    if not (r["aa_low"] == r["aa_low"]):
-        floor = f"{r['aa_ratio']:.2f}x (no interval: {int(r['rounds'])} round)"
-    else:
-        floor = f"{r['aa_ratio']:.2f}x, 95% interval {r['aa_low']:.2f}-{r['aa_high']:.2f}x"
-    moved = f" {comparison.AA_MOVED}: no comparison here is supported." if aa_moved(configs) else ""
-    drifted = comparison.drift_text(r.get("round_drift", float("nan")))
-    return (f"A/A noise floor (the baseline against itself, {int(r['rounds'])} {r['design']} rounds): {floor}; "
-            f"intervals Holm-adjusted over {m} comparisons.{moved}" + (f" {drifted}" if drifted else ""))
-
-
-def speedup_phrase(r) -> str:
-    """``1.59x (95% interval 1.41-1.79x: faster)``: a direction only when the interval excludes 1 (an interleaved
-    run: at the configuration's Holm level, the direction from its Holm-adjusted p-value)."""
-    x, lo, hi = r["speedup_vs_baseline"], r.get("speedup_low", float("nan")), r.get("speedup_high", float("nan"))
-    if not (lo == lo and hi == hi):
-        return f"{x:.2f}x (no interval: a single repeat, so no direction)"
-    verdict = "faster" if lo > 1 else ("slower" if hi < 1 else "no difference beyond noise")
-    p = r.get("speedup_p_holm", float("nan"))
-    if p == p and p is not None:
-        level = "Holm-adjusted interval"
-        if p >= 1 - evidence.CONFIDENCE:
-            verdict = "no difference beyond noise"
-    else:
-        level = "95% interval"
-    return f"{x:.2f}x ({level} {lo:.2f}-{hi:.2f}x: {verdict})"
 
 
 def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
@@ -801,84 +595,6 @@ def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFr
                                                                 or direction)
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
     return evidence.Finding(text, ev, bool(supported), ids)
-
-
-def fig_speed(configs: pd.DataFrame, recommended: pd.Series | None = None) -> go.Figure:
-    """Mean e2e p50 per configuration (bars; guard failures hatched grey) with the prediction (diamonds)."""
-    df = configs
-    colours = ["#4c78a8" if g else "#bbbbbb" for g in df["guard_passed"]]
-    fig = go.Figure()
-    fig.add_bar(x=df["config"], y=df["e2e_s_p50"], name="measured (e2e p50)", marker_color=colours,
-                marker_pattern_shape=["" if g else "x" for g in df["guard_passed"]],
-                hovertext=[r or "guard passed" for r in df["guard_reason"]])
-    fig.add_scatter(x=df["config"], y=df["predicted_e2e_s"], mode="markers", name="predicted (roofline)",
-                    marker=dict(symbol="diamond", size=11, color="black"))
-    if recommended is not None:
-        fig.add_scatter(x=[recommended["config"]], y=[recommended["e2e_s_p50"]], mode="markers",
-                        name="recommended", marker=dict(symbol="star", size=20, color="gold",
-                                                        line=dict(width=1, color="black")))
-    fig.update_layout(title="Request latency per engine configuration (grey, crossed: quality guard failed)",
-                      xaxis_title="configuration (dtype+quant / attn / cache)", yaxis_title=label("e2e_s"))
-    return legend_below(fig)
-
-
-def fig_speedup(configs: pd.DataFrame) -> go.Figure:
-    """Speed-up over the baseline per configuration with its interval (error bars), and the A/A control's
-    interval shaded: the noise floor a speed-up must clear (:func:`workbench.stats.comparison.add_noise_band`)."""
-    df = configs
-    lo = df.get("speedup_low", pd.Series(float("nan"), index=df.index))
-    hi = df.get("speedup_high", pd.Series(float("nan"), index=df.index))
-    fig = go.Figure()
-    fig.add_scatter(x=df["config"], y=df["speedup_vs_baseline"], mode="markers", name="speed-up",
-                    marker=dict(size=11, color="#4c78a8"),
-                    error_y=dict(type="data", symmetric=False, array=(hi - df["speedup_vs_baseline"]).tolist(),
-                                 arrayminus=(df["speedup_vs_baseline"] - lo).tolist()))
-    fig.add_hline(y=1.0, line=dict(dash="dot", color="#555"))
-    if "aa_low" in df and len(df):
-        comparison.add_noise_band(fig, low=df["aa_low"].iloc[0], high=df["aa_high"].iloc[0])
-    fig.update_layout(title="Speed-up over the baseline (interval; grey band: the A/A noise floor)",
-                      xaxis_title="configuration (dtype+quant / attn / cache)",
-                      yaxis_title="speed-up (baseline e2e / its e2e)")
-    return legend_below(fig)
-
-
-def fig_prediction(points: pd.DataFrame) -> go.Figure:
-    """TTFT and TPOT p50, measured versus predicted, one marker per point (the diagonal is a perfect model)."""
-    fig = go.Figure()
-    for q, sym in (("ttft", "circle"), ("tpot", "square")):
-        m, p = f"{q}_s_p50", f"predicted_{q}_s"
-        if m in points and p in points:
-            fig.add_scatter(x=points[p], y=points[m], mode="markers", name=q.upper(), marker=dict(symbol=sym, size=9),
-                            hovertext=points.get("config"))
-    vals = pd.concat([points.get(c, pd.Series(dtype=float)) for c in
-                      ("ttft_s_p50", "tpot_s_p50", "predicted_ttft_s", "predicted_tpot_s")]).dropna()
-    if len(vals):
-        lo, hi = float(vals.min()) * 0.8, float(vals.max()) * 1.2
-        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(dash="dot", color="#555"), name="measured = predicted")
-    fig.update_layout(title="Measured vs predicted (calibrated roofline)", xaxis_title="predicted (s)",
-                      yaxis_title="measured p50 (s)")
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
-    return legend_below(fig)
-
-
-def fig_guard(configs: pd.DataFrame, cfg_limits: tuple[float, float] | None = None) -> go.Figure:
-    """Perplexity ratio (bars, with the upper 95% bound) and mean KL (diamonds) per configuration against the
-    float32 eager reference (:mod:`workbench.measure.guard`)."""
-    fig = go.Figure()
-    ratio = configs.get("perplexity_ratio", pd.Series(float("nan"), index=configs.index))
-    high = configs.get("perplexity_ratio_high", ratio)
-    fig.add_bar(x=configs["config"], y=ratio, name=label("perplexity_ratio"),
-                error_y=dict(type="data", symmetric=False, array=(high - ratio).clip(lower=0),
-                             arrayminus=[0] * len(ratio)))
-    fig.add_scatter(x=configs["config"], y=configs.get("kl_mean"), mode="markers", yaxis="y2",
-                    name=label("kl_mean"), marker=dict(symbol="diamond", size=11))
-    if cfg_limits:
-        fig.add_hline(y=cfg_limits[0], line_dash="dot", annotation_text="perplexity tolerance")
-    fig.update_layout(title="Quality guard: perplexity and KL divergence against the float32 eager reference",
-                      yaxis=dict(title=label("perplexity_ratio")),
-                      yaxis2=dict(title=label("kl_mean"), overlaying="y", side="right"))
-    return legend_below(fig)
 
 
 @split_by_device

@@ -57,29 +57,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from workbench import checks
-from workbench.stats import evidence, metrics, replicates, slo
+from workbench.stats import evidence, metrics, replicates
 from workbench.stats.replicates import compare_runs
 from workbench.run import sweeps
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.share.plots import ok_points, split_by_device
+from workbench.share.plots import split_by_device
 from workbench.run.point_result import PointResult
-from workbench.serving import engine_kinds, load, options, scheduling, senders
-from workbench.serving.traces import check_class_slos, mixed_trace, read_mixed_trace, specs_of
+from workbench.serving import engine_kinds, options, scheduling, senders
+from workbench.serving.conversations import multiturn, shared_prefix_group
+from workbench.serving.traces import calibrate, check_class_slos, policy_engine, read_mixed_trace, run_policy, trace_rows
+from workbench.share.figures_serving import (class_latency, eta_error, goodput_per_class, longest_wait,
+                                             prefix_savings_figure, slowdown_vs_length, ttft_by_turn)
+from workbench.stats.classes import (CLASSES, bucket_summary, cache_columns, class_columns, class_summary,
+                                     mixed_rows, paired_ratio, served_rows, sharing_savings)
 
 EXPERIMENT = "scheduling"
 AA_ARM = "fcfs_aa"           # the A/A control's second fcfs arm
 DESIGN = "replicates"        # one run per arm and arrival seed, paired by seed (docs/design.md section 10)
-CLASSES = ("interactive", "background")
 WORKLOADS = ("mixed", "multiturn", "shared_prefix")
 PREFIX_WORKLOADS = ("multiturn", "shared_prefix")
 #: the engines that can apply every policy (:func:`workbench.serving.options.engines_taking`)
@@ -263,44 +265,6 @@ def prefix_sharing_available() -> bool:
 # ----------------------------------------------------------------------------- measuring
 
 
-def _engine(loaded, cfg: Config, policy: str):
-    max_seq = max(cfg.long_prompt_tokens + cfg.short_prompt_tokens) + cfg.long_max_tokens + 8
-    return engine_kinds.make_engine(cfg.engine_options_for(cfg.engine, max_seq_tokens=max_seq), loaded, cfg.queue(policy),
-                                   cfg.settings())
-
-
-def calibrate(loaded, cfg: Config) -> dict:
-    """The service alone of each class on an idle ``cfg.engine``: ``{class: seconds}`` (median e2e of two
-    requests one at a time, after ``cfg.warmup`` untimed ones), and ``rate_rps``, ``load_factor / E[service]``
-    over the mix."""
-    from workbench.inputs.prompts import build_prompt
-
-    eng = _engine(loaded, cfg, "fcfs")
-    tok = loaded.tokenizer
-    send = senders.engine_sender(eng, tok, cfg.settings())
-    alone = {}
-    try:
-        for c, p, m in (("interactive", cfg.short_prompt_tokens[0], cfg.short_max_tokens),
-                        ("background", cfg.long_prompt_tokens[0], cfg.long_max_tokens)):
-            spec = load.RequestSpec(build_prompt(tok, p), m, p)
-            for _ in range(cfg.warmup):
-                send(spec, time.perf_counter())
-            alone[c] = float(np.median([send(spec, time.perf_counter())["e2e_s"] for _ in range(2)]))
-    finally:
-        eng.stop()
-    mean = cfg.short_share * alone["interactive"] + (1 - cfg.short_share) * alone["background"]
-    return {"alone_s": alone, "rate_rps": cfg.load_factor / mean}
-
-
-def trace_rows(cfg: Config, rate: float, replicate: int = 0) -> list[dict]:
-    """The mixed workload of ``cfg``: its ``trace`` file (first ``requests_per_point`` rows; the same in every
-    round) or :func:`workbench.serving.traces.mixed_trace` at ``rate`` requests/s with arrival seed ``cfg.seed + replicate``."""
-    if cfg.trace:
-        return read_mixed_trace(cfg.trace, cfg.class_slo_ttft_s)[: cfg.requests_per_point]
-    return mixed_trace(cfg.requests_per_point, cfg.short_share, cfg.short_prompt_tokens, cfg.long_prompt_tokens,
-                       cfg.short_max_tokens, cfg.long_max_tokens, rate, cfg.seed + replicate)
-
-
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One point: the mixed workload under ``point["policy"]``, or the multi-turn conversations.
 
@@ -329,77 +293,6 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     return PointResult(requests=rows, wall_s=res.summary["wall_s"], warmup_s=warmup_s, extra=extra)
 
 
-def run_policy(loaded, cfg: Config, policy: str, rows_in: list[dict], alone_s: dict):
-    """Replay the trace rows ``rows_in`` (offsets, classes, priorities) on a fresh ``cfg.engine`` under ``policy``.
-
-    ``cfg.warmup`` x 2 of the requests run first, untimed (the service-rate estimate's first history); the
-    senders honour Retry-After (``max_retries``) and ``abandon_share`` of the clients have ``patience_s``.
-
-    Returns:
-        ``(rows, load_result, warmup_s)``: :func:`request_rows` of the run, its
-        :class:`~workbench.serving.load.LoadResult`, the warm-up seconds.
-    """
-    specs = specs_of(loaded.tokenizer, rows_in)
-    if cfg.abandon_share > 0:
-        specs = senders.with_patience(specs, cfg.abandon_share, cfg.patience_s, cfg.seed)
-    t0 = time.perf_counter()
-    eng = _engine(loaded, cfg, policy)
-    try:
-        warm = senders.engine_sender(eng, loaded.tokenizer, cfg.settings())
-        for s in specs[: cfg.warmup * 2]:
-            warm(dataclasses.replace(s, patience_s=None), time.perf_counter())
-        warmup_s = time.perf_counter() - t0
-        send = senders.retrying_sender(senders.engine_sender(eng, loaded.tokenizer, cfg.settings(), cfg.max_pending),
-                                    cfg.max_retries)
-        res = load.run_load(send, specs, "replay", max_wait_s=cfg.max_wait_s)
-    finally:
-        eng.stop()
-    return request_rows(res.rows, rows_in, alone_s), res, warmup_s
-
-
-def request_rows(rows: list[dict], trace_rows: list[dict], alone_s: dict) -> list[dict]:
-    """The load rows with their trace fields (``request_class``, ``priority``, ``max_tokens``), ``slowdown``
-    (``e2e_s`` over the class's service alone) and ``eta_error_s`` (``eta_s - queue_s``); bookkeeping stamps
-    dropped."""
-    out = []
-    for r in rows:
-        t = trace_rows[r["request_id"]]
-        r = {k: v for k, v in r.items() if k not in ("t_scheduled", "t_sent", "t_done", "t_headers", "t_sent_last")}
-        r["engine_batch"] = r.pop("batch_size", None)
-        a = alone_s.get(t["request_class"], float("nan"))
-        e2e, q, eta = r.get("e2e_s"), r.get("queue_s"), r.get("eta_s")
-        r.update(request_class=t["request_class"], priority=t.get("priority", 0), max_tokens=t["output_tokens"],
-                 max_new_tokens=t["output_tokens"], context_tokens=t["prompt_tokens"], temperature=0.0,
-                 slowdown=e2e / a if e2e is not None and a and a == a and not r.get("error") else float("nan"),
-                 eta_error_s=(eta - q) if eta is not None and q is not None else float("nan"))
-        out.append(r)
-    return out
-
-
-def class_columns(rows: pd.DataFrame, class_slo_ttft_s: dict, window_s: float) -> dict:
-    """A point's per-class columns: ``ttft_s_p50_<c>``, ``ttft_s_p90_<c>``, ``queue_s_p50_<c>``, ``queue_s_p90_<c>``,
-    ``e2e_s_p50_<c>``, ``requests_<c>``, ``slo_attainment_<c>`` and ``goodput_rps_<c>`` (the class's TTFT SLO,
-    :func:`workbench.stats.slo.evaluate` over its rows and the window); and ``queue_s_max`` (the longest wait),
-    ``eta_abs_error_s_p50``, ``abandoned`` and ``retried`` over all rows."""
-    out = {}
-    for c, g in rows.groupby("request_class") if not rows.empty else []:
-        for col in ("ttft_s", "queue_s"):
-            for k, v in metrics.percentiles(g[col], (50, 90)).items():
-                out[f"{col}_{k}_{c}"] = v
-        out[f"e2e_s_p50_{c}"] = metrics.percentiles(g["e2e_s"], (50,))["p50"]
-        out[f"requests_{c}"] = int(len(g))
-        if c in class_slo_ttft_s:
-            ev = slo.evaluate(g, slo.get("custom", class_slo_ttft_s[c], None), window_s, len(g))
-            out[f"slo_attainment_{c}"], out[f"goodput_rps_{c}"] = ev["slo_attainment"], ev["goodput_rps"]
-    q = pd.to_numeric(rows.get("queue_s", pd.Series(dtype=float)), errors="coerce")
-    err = pd.to_numeric(rows.get("eta_error_s", pd.Series(dtype=float)), errors="coerce").abs()
-    out.update(queue_s_max=float(q.max()) if q.notna().any() else float("nan"),
-               eta_abs_error_s_p50=metrics.percentiles(err, (50,))["p50"],
-               abandoned=int(rows.get("abandoned", pd.Series(dtype=bool)).fillna(False).astype(bool).sum()),
-               retried=int((pd.to_numeric(rows.get("retries", pd.Series(dtype=float)), errors="coerce") > 0).sum()))
-    return out
-
-
 def _prefix_engine(loaded, cfg: Config, prefix_sharing: bool, max_seq_tokens: int):
     """The engine of the multi-turn and shared-prefix points: with prefix sharing in ``multiturn_prefix_sharing`` the
     ``continuous`` engine with its prefix cache on / off (the same engine both ways, so only the cache differs);
@@ -407,115 +300,54 @@ def _prefix_engine(loaded, cfg: Config, prefix_sharing: bool, max_seq_tokens: in
     if any(cfg.multiturn_prefix_sharing):
         return engine_kinds.make_engine(cfg.engine_options_for("continuous", max_seq_tokens=max_seq_tokens,
                                                               prefix_sharing=prefix_sharing), loaded, None, cfg.settings())
-    return _engine(loaded, cfg, "fcfs")
-
-
-def _prime_engine(send, tokenizer, cfg: Config) -> None:
-    """``cfg.warmup`` untimed requests that share no cache page with the measured ones (a system message and a
-    source window of their own), so a fresh engine's first-call costs stay out of the first turn."""
-    from workbench.inputs.prompts import build_prompt
-
-    for i in range(cfg.warmup):
-        user = build_prompt(tokenizer, cfg.short_prompt_tokens[0], offset=20_000 + 128 * i, chat=False)
-        send(load.RequestSpec([{"role": "system", "content": "Warm-up."}, {"role": "user", "content": user}],
-                              cfg.short_max_tokens), time.perf_counter())
-
-
-def _turn_row(row: dict, cfg: Config, conversation: int, turn: int) -> dict:
-    """A multi-turn or shared-prefix row: the engine sender's figures (bookkeeping stamps dropped) with its
-    ``conversation`` and ``turn`` (the pairing key between prefix sharing on and off)."""
-    out = dict({k: v for k, v in row.items() if k not in ("t_sent", "t_done", "t_headers")},
-               conversation=conversation, turn=turn, request_class="interactive", priority=0,
-               max_tokens=cfg.short_max_tokens, max_new_tokens=cfg.short_max_tokens, temperature=0.0,
-               context_tokens=row.get("prompt_tokens"))
-    out["engine_batch"] = out.pop("batch_size", None)
-    return out
+    return policy_engine(loaded, cfg, "fcfs")
 
 
 def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult:
     """``conversations`` conversations at once, ``turns`` turns each: turn ``k`` sends the whole history (each
     earlier user message and a fixed assistant reply of ``short_max_tokens`` words), so its prompt grows turn
-    by turn. Rows: ``conversation``, ``turn`` (from 1), the engine sender's figures."""
-    from workbench.inputs.prompts import build_prompt
-
-    tok = loaded.tokenizer
+    by turn (:func:`workbench.serving.conversations.multiturn`). Rows: ``conversation``, ``turn`` (from 1), the
+    engine sender's figures."""
     ctx = (max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 16) * (cfg.turns + 1) + cfg.shared_prefix_tokens + 64
     eng = _prefix_engine(loaded, cfg, prefix_sharing, ctx)
-    rows, lock = [], threading.Lock()
-    send = senders.engine_sender(eng, tok, cfg.settings())
-    reply = " ".join(["ok"] * cfg.short_max_tokens)
-    shared = build_prompt(tok, cfg.shared_prefix_tokens, offset=10_000, chat=False) if cfg.shared_prefix_tokens else ""
-
-    def talk(conv):
-        history = [{"role": "system", "content": shared}] if shared else []
-        for turn in range(1, cfg.turns + 1):
-            user = build_prompt(tok, cfg.short_prompt_tokens[0], offset=(conv * cfg.turns + turn) * 128, chat=False)
-            history.append({"role": "user", "content": user})
-            row = send(load.RequestSpec(list(history), cfg.short_max_tokens), time.perf_counter())
-            history.append({"role": "assistant", "content": reply})
-            with lock:
-                rows.append(_turn_row(row, cfg, conv, turn))
-
+    send = senders.engine_sender(eng, loaded.tokenizer, cfg.settings())
     try:
-        t = time.perf_counter()
-        _prime_engine(send, tok, cfg)
-        t0 = time.perf_counter()
-        warmup_s = t0 - t
-        threads = [threading.Thread(target=talk, args=(c,), daemon=True) for c in range(cfg.conversations)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(timeout=cfg.max_wait_s * cfg.turns)
+        rows, warmup_s, t0 = multiturn(send, loaded.tokenizer, conversations=cfg.conversations, turns=cfg.turns,
+                                       prompt_tokens=cfg.short_prompt_tokens[0], max_tokens=cfg.short_max_tokens,
+                                       shared_prefix_tokens=cfg.shared_prefix_tokens, warmup=cfg.warmup,
+                                       max_wait_s=cfg.max_wait_s)
     finally:
         eng.stop()
-    wall = time.perf_counter() - t0
-    extra = {"profile": "multiturn", "stopped_early": False, "offered_rps": float("nan"),
-             **cache_columns(pd.DataFrame(rows), prefix_sharing)}
-    return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s if cfg.warmup else None, extra=extra)
+    return _prefix_point("multiturn", cfg, prefix_sharing, rows, warmup_s, t0)
 
 
 def _shared_prefix(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult:
     """A shared-prefix group: ``prefix_group_requests`` requests, one after another (each sent when the previous
     one ended: a closed loop, so a request's prefix pages are complete before the next one looks for them), each
     opening with the same system document of ``shared_prefix_tokens`` tokens and asking its own question of
-    ``short_prompt_tokens[0]`` tokens (many users of one system prompt or one document). Rows: ``conversation``
-    (the request's index) and ``turn`` 1, the engine sender's figures."""
-    from workbench.inputs.prompts import build_prompt
-
-    tok = loaded.tokenizer
+    ``short_prompt_tokens[0]`` tokens (many users of one system prompt or one document;
+    :func:`workbench.serving.conversations.shared_prefix_group`). Rows: ``conversation`` (the request's index) and
+    ``turn`` 1, the engine sender's figures."""
     eng = _prefix_engine(loaded, cfg, prefix_sharing,
                          cfg.shared_prefix_tokens + max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 64)
-    doc = build_prompt(tok, cfg.shared_prefix_tokens, offset=10_000, chat=False)
-    send = senders.engine_sender(eng, tok, cfg.settings())
-    rows = []
+    send = senders.engine_sender(eng, loaded.tokenizer, cfg.settings())
     try:
-        t = time.perf_counter()
-        _prime_engine(send, tok, cfg)
-        t0 = time.perf_counter()
-        warmup_s = t0 - t
-        for i in range(cfg.prefix_group_requests):
-            user = build_prompt(tok, cfg.short_prompt_tokens[0], offset=30_000 + 128 * i, chat=False)
-            spec = load.RequestSpec([{"role": "system", "content": doc}, {"role": "user", "content": user}],
-                                    cfg.short_max_tokens)
-            rows.append(_turn_row(send(spec, time.perf_counter()), cfg, i, 1))
+        rows, warmup_s, t0 = shared_prefix_group(send, loaded.tokenizer, requests=cfg.prefix_group_requests,
+                                                 prefix_tokens=cfg.shared_prefix_tokens,
+                                                 prompt_tokens=cfg.short_prompt_tokens[0],
+                                                 max_tokens=cfg.short_max_tokens, warmup=cfg.warmup)
     finally:
         eng.stop()
-    extra = {"profile": "shared_prefix", "stopped_early": False, "offered_rps": float("nan"),
+    return _prefix_point("shared_prefix", cfg, prefix_sharing, rows, warmup_s, t0)
+
+
+def _prefix_point(profile: str, cfg: Config, prefix_sharing: bool, rows: list, warmup_s: float,
+                  t0: float) -> PointResult:
+    """A multi-turn or shared-prefix point: its rows, the wall time since ``t0`` and the cache columns."""
+    wall = time.perf_counter() - t0
+    extra = {"profile": profile, "stopped_early": False, "offered_rps": float("nan"),
              **cache_columns(pd.DataFrame(rows), prefix_sharing)}
-    return PointResult(requests=rows, wall_s=time.perf_counter() - t0, warmup_s=warmup_s if cfg.warmup else None,
-                       extra=extra)
-
-
-def cache_columns(rows: pd.DataFrame, prefix_sharing: bool) -> dict:
-    """``cache_hit_rate`` (prompt tokens served from the prefix cache over all prompt tokens of the rows, from their
-    ``cached_tokens``) and ``cache_note``; NaN with the reason when the engine does not report cached tokens."""
-    cached = pd.to_numeric(rows.get("cached_tokens", pd.Series(dtype=float)), errors="coerce")
-    prompt = pd.to_numeric(rows.get("prompt_tokens", pd.Series(dtype=float)), errors="coerce")
-    if not cached.notna().any() or not prompt.sum() > 0:
-        return {"cache_hit_rate": float("nan"), "prefix_sharing": prefix_sharing,
-                "cache_note": "not available: the engine reports no cached_tokens"}
-    return {"cache_hit_rate": float(cached.fillna(0).sum() / prompt.sum()), "prefix_sharing": prefix_sharing,
-            "cache_note": "prefix sharing on" if prefix_sharing else "prefix sharing off"}
+    return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s if cfg.warmup else None, extra=extra)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
@@ -537,47 +369,6 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- tables
 
 
-def class_summary(requests: pd.DataFrame) -> pd.DataFrame:
-    """Per policy and class of the ``mixed`` rows: ``requests``, ``ttft_s_p50``, ``ttft_s_p90``, ``queue_s_p50``,
-    ``queue_s_p90``, ``e2e_s_p50`` and ``queue_s_max`` (failed and abandoned rows left out of the latencies)."""
-    df = _mixed(requests)
-    out = []
-    for (p, c), g in df.groupby(["policy", "request_class"]):
-        ok = g[g["error"].isna() & (pd.to_numeric(g["output_tokens"], errors="coerce") >= 1)]
-        row = {"policy": p, "request_class": c, "requests": int(len(g))}
-        for col in ("ttft_s", "queue_s"):
-            row.update({f"{col}_{k}": v for k, v in metrics.percentiles(ok[col], (50, 90)).items()})
-        row["e2e_s_p50"] = metrics.percentiles(ok["e2e_s"], (50,))["p50"]
-        row["queue_s_max"] = float(pd.to_numeric(g["queue_s"], errors="coerce").max())
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-def bucket_summary(requests: pd.DataFrame) -> pd.DataFrame:
-    """Per policy and length bucket (``max_tokens``) of the ``mixed`` rows: ``requests``, ``slowdown_p50`` and
-    ``slowdown_p90``."""
-    df = _mixed(requests)
-    out = []
-    for (p, m), g in df.groupby(["policy", "max_tokens"]):
-        row = {"policy": p, "max_tokens": int(m), "requests": int(len(g))}
-        row.update({f"slowdown_{k}": v for k, v in metrics.percentiles(g["slowdown"], (50, 90)).items()})
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-def _mixed(requests: pd.DataFrame) -> pd.DataFrame:
-    if requests is None or requests.empty or "workload" not in requests:
-        return pd.DataFrame(columns=["policy", "request_class", "max_tokens", "ttft_s", "queue_s", "e2e_s",
-                                     "slowdown", "error", "output_tokens", "request_id"])
-    return requests[requests["workload"] == "mixed"]
-
-
-def _served(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows that produced at least one token without error (failed and abandoned ones left out)."""
-    err = rows["error"].isna() if "error" in rows else pd.Series(True, index=rows.index)
-    return rows[err & (pd.to_numeric(rows.get("output_tokens"), errors="coerce") >= 1)]
-
-
 def _p(values, pct: int) -> float:
     return metrics.percentiles(pd.to_numeric(values, errors="coerce"), (pct,))[f"p{pct}"]
 
@@ -597,7 +388,7 @@ def run_statistics(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
     use = pd.concat([evidence.usable_points(use[mixed], serving=True), use[~mixed]])
     out = []
     for r in use.to_dict("records"):
-        g = _served(requests[requests["point_id"] == r["point_id"]])
+        g = served_rows(requests[requests["point_id"] == r["point_id"]])
         cls = g["request_class"] if "request_class" in g else pd.Series("interactive", index=g.index)
         share = bool(r.get("prefix_sharing") or False) if r.get("prefix_sharing") == r.get("prefix_sharing") else False
         arm = r.get("arm")
@@ -632,7 +423,7 @@ def prefix_savings(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
 
     The run is the unit: each round runs the workload once with sharing off and once on (a fresh engine each), the
     per-run statistic is the TTFT p50 of its requests (failed and abandoned ones left out), and the two runs of a
-    round are paired (:func:`workbench.stats.replicates.paired_log_ratio`).
+    round are paired (:func:`workbench.stats.replicates.paired_log_ratio`; :func:`workbench.stats.classes.sharing_savings`).
 
     Returns:
         One row per workload: ``workload``, ``pairs`` and ``rounds`` (paired rounds), ``cache_hit_rate_off`` /
@@ -643,35 +434,8 @@ def prefix_savings(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
         ``verdict``: ``saves`` / ``costs`` when the ratio's interval excludes 1, ``not supported: the interval
         straddles 1``, or ``one run: not supported``. Empty when no workload has both sides.
     """
-    cols = ["workload", "pairs", "rounds", "cache_hit_rate_off", "cache_hit_rate_on", "ttft_s_p50_off",
-            "ttft_s_p50_on", "ttft_saved_s", "ttft_saved_s_low", "ttft_saved_s_high", "ttft_ratio", "ttft_ratio_low",
-            "ttft_ratio_high", "method", "design", "verdict"]
     stats = run_statistics(points, requests)
-    stats = stats[stats["workload"].isin(PREFIX_WORKLOADS)]
-    out = []
-    for w, g in stats.groupby("workload", sort=False):
-        on = g[g["arm"] == "on"].groupby("replicate")["ttft_s_p50"].first().dropna()
-        off = g[g["arm"] == "off"].groupby("replicate")["ttft_s_p50"].first().dropna()
-        both = on.index.intersection(off.index)
-        if not len(both):
-            continue
-        on, off = on.loc[both], off.loc[both]
-        ratio, low, high = replicates.paired_log_ratio(on, off)
-        iv = evidence.t_interval((off - on).to_numpy(), unit="rounds")
-        verdict = replicates.verdict(low, high)
-        word = {"faster": "saves", "slower": "costs",
-                "no difference beyond noise": "not supported: the interval straddles 1"}.get(verdict, verdict)
-        req = _served(requests[requests["point_id"].isin(g["point_id"])])
-        share = req["prefix_sharing"].fillna(False).astype(bool) if "prefix_sharing" in req else False
-        out.append({"workload": w, "pairs": int(len(both)), "rounds": int(len(both)),
-                    "cache_hit_rate_off": cache_columns(req[~share], False)["cache_hit_rate"],
-                    "cache_hit_rate_on": cache_columns(req[share], True)["cache_hit_rate"],
-                    "ttft_s_p50_off": float(off.median()), "ttft_s_p50_on": float(on.median()),
-                    "ttft_saved_s": iv.estimate, "ttft_saved_s_low": iv.low, "ttft_saved_s_high": iv.high,
-                    "ttft_ratio": ratio, "ttft_ratio_low": low, "ttft_ratio_high": high,
-                    "method": f"runs paired by round: t over {len(both)} rounds' log ratios of the run TTFT p50"
-                    if len(both) > 1 else "one round", "design": DESIGN, "verdict": word})
-    return pd.DataFrame(out, columns=cols)
+    return sharing_savings(stats[stats["workload"].isin(PREFIX_WORKLOADS)], requests, DESIGN)
 
 
 def prefix_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Finding | None:
@@ -699,19 +463,6 @@ def prefix_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Fin
                             + "; ".join(parts) + ".",
                             ", ".join(f"{r.workload}: {r.rounds} rounds (one run per side each, t over the rounds)"
                                       for r in sav.itertuples()), supported, ids)
-
-
-def paired_ratio(requests: pd.DataFrame, policy: str, column: str, request_class: str,
-                 base: str = "fcfs") -> evidence.Interval:
-    """``column`` under ``policy`` over ``base`` for the class's requests, matched by ``request_id`` (the same
-    request at the same arrival time): :func:`workbench.stats.evidence.paired_ratio_interval`. Requests within one run
-    share the engine, so they are not fully independent: the interval is a guide, the method says so."""
-    df = _mixed(requests)
-    df = df[df["request_class"] == request_class]
-    a = df[df["policy"] == policy].set_index("request_id")[column]
-    b = df[df["policy"] == base].set_index("request_id")[column]
-    both = a.index.intersection(b.index)
-    return evidence.paired_ratio_interval(a.loc[both], b.loc[both], unit="requests of one run (not independent)")
 
 
 def recommend(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
@@ -812,96 +563,6 @@ def _policy_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Fi
 # ----------------------------------------------------------------------------- figures
 
 
-def _policy_colours():
-    import plotly.express as px
-
-    return dict(zip(scheduling.POLICIES, px.colors.qualitative.Safe))
-
-
-def class_latency(requests: pd.DataFrame) -> go.Figure:
-    """TTFT p50 / p90 and queue time p50 per class (panels) and policy (bars)."""
-    summ = class_summary(requests)
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT p50", "TTFT p90", "queue time p50"))
-    col = _policy_colours()
-    for p, g in summ.groupby("policy", sort=False):
-        for i, c in enumerate(("ttft_s_p50", "ttft_s_p90", "queue_s_p50"), 1):
-            fig.add_trace(go.Bar(x=g["request_class"], y=g[c], name=p, marker_color=col.get(p), showlegend=i == 1,
-                                 legendgroup=p), row=1, col=i)
-    fig.update_yaxes(title_text="seconds")
-    fig.update_layout(barmode="group", title="Latency per class and policy (mixed workload)")
-    return fig
-
-
-def slowdown_vs_length(requests: pd.DataFrame) -> go.Figure:
-    """Median slowdown (e2e over the service alone) per output-length bucket, one line per policy."""
-    b = bucket_summary(requests)
-    fig = go.Figure()
-    col = _policy_colours()
-    for p, g in b.groupby("policy", sort=False):
-        fig.add_trace(go.Scatter(x=g["max_tokens"], y=g["slowdown_p50"], mode="lines+markers", name=p,
-                                 line=dict(color=col.get(p))))
-    fig.update_layout(title="Slowdown vs request length (1 = as fast as alone)", xaxis_title="output tokens",
-                      yaxis_title="slowdown p50 (e2e / service alone)")
-    return fig
-
-
-def longest_wait(points: pd.DataFrame) -> go.Figure:
-    """The longest queue wait per policy (starvation)."""
-    df = ok_points(points)
-    df = df[df.get("workload", pd.Series(dtype=str)) == "mixed"] if not df.empty else df
-    fig = go.Figure(go.Bar(x=df.get("policy", []), y=df.get("queue_s_max", []),
-                           marker_color=[_policy_colours().get(p) for p in df.get("policy", [])]))
-    fig.update_layout(title="Longest wait in the queue per policy", yaxis_title="queue time max (s)")
-    return fig
-
-
-def eta_error(requests: pd.DataFrame) -> go.Figure:
-    """The ETA told at arrival against the actual wait, per policy (the diagonal: an exact ETA)."""
-    df = _mixed(requests)
-    fig = go.Figure()
-    col = _policy_colours()
-    for p, g in df.groupby("policy", sort=False):
-        fig.add_trace(go.Scatter(x=g["queue_s"], y=g.get("eta_s"), mode="markers", name=p, marker_color=col.get(p)))
-    hi = float(pd.to_numeric(df.get("queue_s", pd.Series(dtype=float)), errors="coerce").max() or 1.0) if len(df) else 1.0
-    fig.add_trace(go.Scatter(x=[0, hi], y=[0, hi], mode="lines", name="exact", line=dict(color="grey", dash="dot")))
-    fig.update_layout(title="ETA told at arrival vs actual wait", xaxis_title="actual queue time (s)",
-                      yaxis_title="ETA at arrival (s)")
-    return fig
-
-
-def goodput_per_class(points: pd.DataFrame) -> go.Figure:
-    """Goodput per class under the class's TTFT SLO, per policy."""
-    df = ok_points(points)
-    df = df[df.get("workload", pd.Series(dtype=str)) == "mixed"] if not df.empty else df
-    fig = go.Figure()
-    col = _policy_colours()
-    for r in df.itertuples():
-        ys = [getattr(r, f"goodput_rps_{c}", float("nan")) for c in CLASSES]
-        fig.add_trace(go.Bar(x=list(CLASSES), y=ys, name=r.policy, marker_color=col.get(r.policy)))
-    fig.update_layout(barmode="group", title="Goodput per class under its TTFT SLO", yaxis_title="goodput (requests/s)")
-    return fig
-
-
-def ttft_by_turn(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
-    """TTFT p50 by turn index of the multi-turn conversations (the prompt grows with the history), one line per
-    prefix-sharing setting, its cache hit rate in the legend ("n/a" where the engine reports none)."""
-    df = requests[requests.get("workload", pd.Series(dtype=str)) == "multiturn"] if not requests.empty else requests
-    fig = go.Figure()
-    hit = {}
-    if not points.empty and "cache_hit_rate" in points and "prefix_sharing" in points:
-        hit = {bool(r.prefix_sharing): r.cache_hit_rate for r in points.itertuples() if r.workload == "multiturn"}
-    if not df.empty and "turn" in df:
-        share = df["prefix_sharing"].fillna(False).astype(bool) if "prefix_sharing" in df else pd.Series(False, df.index)
-        for v, g in df.groupby(share):
-            med = g.groupby("turn")["ttft_s"].median()
-            h = hit.get(bool(v), float("nan"))
-            name = f"prefix sharing {'on' if v else 'off'} (hit rate {'n/a' if h != h else f'{h:.0%}'})"
-            fig.add_trace(go.Scatter(x=med.index, y=med.values, mode="lines+markers", name=name))
-    fig.update_layout(title="Multi-turn: TTFT by turn", xaxis_title="turn", yaxis_title="TTFT p50 (s)",
-                      xaxis=dict(dtick=1, tick0=1))  # turns are whole numbers
-    return fig
-
-
 def _measured_both_ways(points: pd.DataFrame) -> bool:
     """Whether some prefix workload has points with sharing off and on (usable or not)."""
     if points is None or points.empty or not {"workload", "prefix_sharing"} <= set(points.columns):
@@ -914,25 +575,7 @@ def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Fig
     """Cache hit rate with prefix sharing on against the run TTFT p50 it saved (off - on, runs paired by round; the bar
     is the 95% t interval over rounds), one marker per prefix workload, its verdict and rounds in the label
     (:func:`prefix_savings`)."""
-    sav = prefix_savings(points, requests)
-    fig = go.Figure()
-    for r in sav.itertuples():
-        shown = r.ttft_saved_s_low == r.ttft_saved_s_low
-        fig.add_trace(go.Scatter(
-            x=[r.cache_hit_rate_on], y=[r.ttft_saved_s], mode="markers+text", text=[r.verdict],
-            textposition="top center",
-            name=f"{r.workload} ({r.rounds} rounds)",
-            error_y=dict(type="data", symmetric=False, array=[r.ttft_saved_s_high - r.ttft_saved_s if shown else 0],
-                         arrayminus=[r.ttft_saved_s - r.ttft_saved_s_low if shown else 0])))
-    fig.add_hline(y=0, line=dict(color="grey", dash="dot"))
-    if sav.empty:
-        fig.add_annotation(text="no usable pair of points with sharing off and on" if _measured_both_ways(points)
-                           else "prefix sharing was not measured both ways", showarrow=False, xref="paper",
-                           yref="paper", x=0.5, y=0.5)
-    fig.update_layout(title="Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, runs paired by round)",
-                      xaxis_title="cache hit rate with sharing on (cached / prompt tokens)",
-                      yaxis_title="run TTFT p50 saved (s, off - on)", xaxis=dict(tickformat=".0%", range=[0, 1.02]))  # the whole 0-100% scale
-    return fig
+    return prefix_savings_figure(prefix_savings(points, requests), _measured_both_ways(points))
 
 
 def recommendation_table(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:

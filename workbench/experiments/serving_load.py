@@ -43,23 +43,23 @@ import json
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from workbench.measure import contention
 from workbench import checks
 from workbench.stats import evidence, metrics, replicates, slo
 from workbench.run import sweeps
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.share.plots import label, ok_points, split_by_device
+from workbench.share.figures_serving import gantt, goodput_vs_rate, latency_vs_throughput, queue_vs_rate, time_slices
+from workbench.share.plots import ok_points, split_by_device
 from workbench.run.point_result import PointResult
 from workbench.serving import endpoint as endpoint_mod
 from workbench.serving import engines as engines_mod
-from workbench.serving import engine_kinds, load, options, saturation, senders
-from workbench.serving.saturation import knee_points, knee_scan, knees, point_rates
+from workbench.serving import load, options, saturation
+from workbench.serving.bench import Bench, achieved_rps, run_sampled, slo_rate_search as search
+from workbench.serving.saturation import knee_points, knee_scan, point_rates
 
 EXPERIMENT = "serving_load"
-ARRIVALS = ("constant", "poisson", "gamma")
+ARRIVALS = load.ARRIVALS
 TRANSPORTS = ("inprocess", "http")
 TARGETS = engines_mod.ENGINES + (endpoint_mod.ENDPOINT,)  # what ``engines`` may list
 
@@ -209,57 +209,6 @@ class Config(sweeps.SweepConfig):
         return [slo.get(n) for n in self.slo_presets] + [slo.get("custom", self.slo_ttft_s, self.slo_tpot_s)]
 
 
-class _Bench:
-    """The live engine (and server) of the current engine name, the prompts and the measured rates."""
-
-    def __init__(self, cfg: Config, loaded):
-        from workbench.inputs.prompts import build_batch
-
-        self.cfg, self.loaded = cfg, loaded
-        texts = build_batch(loaded.tokenizer, cfg.requests_per_point, cfg.prompt_tokens)
-        self.specs = [load.RequestSpec(t, cfg.max_new_tokens, cfg.prompt_tokens) for t in texts]
-        self.name = self.engine = self.server = self.send = self.served_pid = None
-        self.rates: dict = {}
-
-    def open(self, name: str) -> float:
-        """Start engine ``name`` (stopping the previous one) and warm it up; returns the warm-up seconds."""
-        import time
-
-        if self.name == name:
-            return 0.0
-        self.close()
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        max_seq = cfg.prompt_tokens + cfg.max_new_tokens + 8
-        ep = cfg.target()
-        if ep is not None and name == ep.name:
-            self.send = endpoint_mod.sender(ep, timeout=600.0)
-            self.served_pid = endpoint_mod.local_server_pid(ep)  # a loopback server's CPU is the point's work
-            if self.served_pid is not None:
-                contention.SERVED_BY_PIDS.add(self.served_pid)
-        elif cfg.transport == "http":
-            from workbench.serving.server import ServerThread
-
-            self.server = ServerThread(self.loaded, engine=cfg.engine_options_for(name), early_headers=True).start()
-            self.send = senders.http_sender(self.server.base_url, timeout=600.0)
-        else:
-            self.engine = engine_kinds.make_engine(cfg.engine_options_for(name, max_seq_tokens=max_seq), self.loaded,
-                                                  None, cfg.settings())
-            self.send = senders.engine_sender(self.engine, self.loaded.tokenizer, cfg.settings())
-        self.name = name
-        for _ in range(cfg.warmup):  # untimed: first calls, and a batch of the largest shape
-            load.run_load(self.send, self.specs[: min(len(self.specs), cfg.max_batch_size)], "throughput")
-        return time.perf_counter() - t0
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-        if self.engine is not None:
-            self.engine.stop()
-        contention.SERVED_BY_PIDS.discard(self.served_pid)
-        self.name = self.engine = self.server = self.send = self.served_pid = None
-
-
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     """One load point: run its profile on the point's engine and summarise the kept window.
 
@@ -268,7 +217,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: ``{"engine", "profile"}`` (and ``step`` for the swept rates).
         state: shared by the points of one sweep: ``bench``, the live engine (and server) with the rates
-            measured so far (a :class:`_Bench` is made on the first point when absent; the caller closes it),
+            measured so far (a :class:`workbench.serving.bench.Bench` is made on the first point when absent; the caller closes it),
             and ``last_point``, ``{engine: its last point}``: the engine is stopped after that point.
 
     Returns:
@@ -277,8 +226,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         attainment / goodput / percentile checks per preset, time slices as JSON).
     """
     if "bench" not in state:
-        state["bench"] = _Bench(cfg, loaded)
-    bench: _Bench = state["bench"]
+        state["bench"] = Bench(cfg, loaded)
+    bench: Bench = state["bench"]
     e, prof = point["engine"], point["profile"]
     if "replicate" in point:
         bench.close()  # a replicate run gets a fresh engine (a queue's state never carries over)
@@ -289,10 +238,10 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         if "synchronous" not in r or "throughput" not in r:
             raise ParameterError(f"{e}: the swept rates need this engine's synchronous and throughput points first")
         rate = load.sweep_rates(r["synchronous"], r["throughput"], cfg.sweep_points)[point["step"] - 1]
-    res, engine_batch = _run_sampled(bench, cfg, prof, rate, cfg.seed + int(point.get("replicate", 0)))
+    res, engine_batch = run_sampled(bench, cfg, prof, rate, cfg.seed + int(point.get("replicate", 0)))
     kept = res.kept()
     wall = res.summary["wall_s"]
-    achieved = _achieved_rps(res)
+    achieved = achieved_rps(res)
     if prof in ("synchronous", "throughput"):
         bench.rates.setdefault(e, {})[prof] = achieved
     rows = []
@@ -354,36 +303,6 @@ def point_columns(res: load.LoadResult, cfg: Config, rate: float | None, achieve
     return extra
 
 
-def _engine_of(bench: "_Bench"):
-    """The engine running the point's requests (in process, or behind the server), or None."""
-    eng = bench.engine
-    if eng is None and bench.server is not None:
-        eng = getattr(bench.server, "engine", None)
-        eng = getattr(eng, "engine", eng)  # the server's adapter holds the engine
-    return eng if hasattr(eng, "running_requests") else None
-
-
-def _run_sampled(bench: "_Bench", cfg: Config, profile: str, rate: float | None,
-                 seed: int | None = None) -> tuple[load.LoadResult, dict]:
-    """Run one profile while sampling the engine's running requests; ``engine_batch_mean`` / ``_max`` over the
-    counting window (:class:`workbench.serving.engines.RunningSampler`; NaN when the engine cannot be read), and
-    each row's ``batch_size`` the most requests running while it was in flight."""
-    eng = _engine_of(bench)
-    if eng is None:
-        return _run_profile(bench, cfg, profile, rate, seed), {"engine_batch_mean": float("nan"),
-                                                         "engine_batch_max": float("nan")}
-    with engines_mod.RunningSampler(eng) as sampler:
-        res = _run_profile(bench, cfg, profile, rate, seed)
-    for r in res.rows:  # each request's batch: the most running while it was in flight (not a lifetime peak)
-        most = sampler.stats(res.t0 + r["t_start_s"], res.t0 + r["t_end_s"])["engine_batch_max"]
-        if most == most:
-            r["batch_size"] = int(most)
-    a, b = res.summary.get("measure_start_s"), res.summary.get("measure_end_s")
-    if a == a and b == b and b > a:
-        return res, sampler.stats(res.t0 + a, res.t0 + b)
-    return res, sampler.stats()
-
-
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The load sweep of ``cfg`` on every engine; then the SLO search when ``cfg.search``. With the A/A control its
     columns (:func:`aa_control`) are saved as ``serving_load_aa.json`` in the run folder.
@@ -393,7 +312,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """
     grid = cfg.grid()
     check_targets(cfg)
-    bench = _Bench(cfg, loaded)
+    bench = Bench(cfg, loaded)
     if resume:
         recorded_rates(bench.rates, run_dir)
     state = {"bench": bench, "last_point": {p["engine"]: p for p in grid}}
@@ -462,79 +381,11 @@ def load_for(cfg: Config):
     return models.load_tokenizer_only(cfg.model)
 
 
-def _run_profile(bench: _Bench, cfg: Config, profile: str, rate: float | None = None,
-                 seed: int | None = None) -> load.LoadResult:
-    return load.run_load(bench.send, bench.specs, profile, rate=rate, burstiness=cfg.burstiness,
-                         seed=cfg.seed if seed is None else seed,
-                         warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s, slice_s=cfg.slice_s,
-                         max_in_flight=cfg.max_in_flight, max_wait_s=cfg.max_wait_s)
-
-
-def _achieved_rps(res: load.LoadResult) -> float:
-    """Completed requests of the kept window per second of it (the sweep's request rate of a closed-loop run)."""
-    kept, wall = res.kept(), res.summary["wall_s"]
-    done = int((kept["output_tokens"] >= 1).sum()) if len(kept) else 0
-    return done / wall if wall and wall > 0 else float("nan")
-
-
-def search(cfg: Config, bench: _Bench, points: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per engine: the highest offered rate (``cfg.arrival``) whose attainment of ``cfg.search_slo`` reaches
-    ``cfg.attainment_target`` (its one-sided 95% lower bound: :func:`workbench.stats.slo.one_sided_bounds`; a rate that
-    fell behind, :func:`kept_up`, fails), by bisection (:func:`workbench.stats.slo.search_rate`) between half the synchronous
-    rate and the maximum throughput, ``cfg.search_steps`` measurements of ``requests_per_point`` requests each,
-    relative tolerance ``cfg.search_tolerance``. An over-saturated measurement (stopped early) fails.
-
-    The synchronous and maximum rates come from the sweep already run on ``bench`` or, when missing, are
-    measured here first (one ``synchronous`` and one ``throughput`` run). ``points`` is unused (kept for callers).
-
-    Returns:
-        One row per engine: ``engine``, ``slo``, ``max_batch_size``, ``max_rate_rps`` (0: even the lowest rate
-        failed), ``bracket_low_rps`` / ``bracket_high_rps`` (inf: the highest tried rate still met it),
-        ``bracketed``, ``measurements``, ``tolerance``, ``requests_per_measurement``, ``sync_rps``,
-        ``max_throughput_rps``, ``knee_rps`` (:func:`workbench.serving.saturation.knee` over the search's own
-        open-loop measurements with :func:`kept_up`; NaN when the lowest did not keep up) and ``history_json`` (per
-        measurement: rate, attainment and its lower bound, arrival and completion rates, kept up, stopped early).
-    """
-    target = slo.get(cfg.search_slo, cfg.slo_ttft_s, cfg.slo_tpot_s)
-    out = []
-    for e in cfg.engine_names():
-        bench.open(e)
-        r = bench.rates.setdefault(e, {})
-        for prof in ("synchronous", "throughput"):
-            if prof not in r:
-                r[prof] = _achieved_rps(_run_profile(bench, cfg, prof))
-        hist: list = []
-
-        def attainment_at(rate):
-            res = _run_profile(bench, cfg, cfg.arrival, rate)
-            att = slo.attainment(res.kept(), target, res.summary["requests_planned_window"])
-            verdict = kept_up(res.summary)
-            hist.append({"rate_rps": rate, "attainment": att["slo_attainment"],
-                         "attainment_lower": att["slo_attainment_lower"], "arrival_rps": res.summary["arrival_rps"],
-                         "completion_rps": res.summary["completion_rps"], "kept_up": verdict,
-                         "stopped_early": res.summary["stopped_early"]})
-            # a rate passes on attainment's one-sided 95% lower bound, and only if it did not fall behind (the
-            # same kept_up as the knee scan; stopped early is fell behind)
-            return 0.0 if verdict == saturation.FELL_BEHIND else att["slo_attainment_lower"]
-
-        lo, hi = r["synchronous"] * 0.5, max(r["throughput"], r["synchronous"] * 1.1)
-        found = slo.search_rate(attainment_at, lo, hi, cfg.attainment_target, cfg.search_tolerance, cfg.search_steps)
-        knee, _ = saturation.knee([h["rate_rps"] for h in hist], [h["kept_up"] for h in hist])
-        out.append({"engine": e, "slo": target.name, "max_batch_size": cfg.max_batch_size,
-                    "max_rate_rps": found["rate"], "bracket_low_rps": found["bracket"][0],
-                    "bracket_high_rps": found["bracket"][1], "bracketed": found["bracketed"],
-                    "measurements": found["steps"], "tolerance": cfg.search_tolerance,
-                    "requests_per_measurement": cfg.requests_per_point, "sync_rps": r["synchronous"],
-                    "max_throughput_rps": r["throughput"], "knee_rps": knee, "history_json": json.dumps(hist)})
-        bench.close()
-    return pd.DataFrame(out)
-
-
 def search_engines(cfg: Config, loaded) -> pd.DataFrame:
     """:func:`search` for every engine of ``cfg`` (an external endpoint too, checked first: :func:`check_targets`)
     without a sweep (no run folder): the table it returns."""
     check_targets(cfg)
-    bench = _Bench(cfg, loaded)
+    bench = Bench(cfg, loaded)
     try:
         return search(cfg, bench)
     finally:
@@ -694,131 +545,6 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
 
 
 # ----------------------------------------------------------------------------- figures
-
-
-def _colours(names=()):
-    """A colour per built-in engine, then per other label (an external endpoint) in ``names``."""
-    import plotly.express as px
-
-    labels = list(engines_mod.ENGINES) + sorted({str(n) for n in names} - set(engines_mod.ENGINES))
-    return dict(zip(labels, px.colors.qualitative.Safe))
-
-
-def latency_vs_throughput(points: pd.DataFrame) -> go.Figure:
-    """TTFT p50 (solid) and p90/p99 (dashed/dotted, where enough samples) and TPOT p50 versus achieved output
-    throughput, one curve per engine; hover shows the profile and offered rate."""
-    df = ok_points(points).sort_values(["engine", "output_throughput_tps"])
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT", "TPOT p50"))
-    col = _colours(points.get("engine", ()))
-    for e, g in df.groupby("engine"):
-        hover = [f"{p} @ {o:.2f} req/s offered" for p, o in zip(g["profile"], g["offered_rps"])]
-        for stat, dash in (("p50", "solid"), ("p90", "dash"), ("p99", "dot")):
-            y = g.get(f"ttft_s_{stat}")
-            if y is None or y.isna().all():
-                continue
-            fig.add_trace(go.Scatter(x=g["output_throughput_tps"], y=y, mode="lines+markers", name=f"{e} TTFT {stat}",
-                                     line=dict(color=col.get(e), dash=dash), hovertext=hover), row=1, col=1)
-        fig.add_trace(go.Scatter(x=g["output_throughput_tps"], y=g["tpot_s_p50"], mode="lines+markers",
-                                 name=f"{e} TPOT p50", line=dict(color=col.get(e)), hovertext=hover,
-                                 showlegend=True), row=1, col=2)
-    fig.update_xaxes(title_text=label("output_throughput_tps"))
-    fig.update_yaxes(title_text=label("ttft_s"), row=1, col=1)
-    fig.update_yaxes(title_text=label("tpot_s"), row=1, col=2)
-    fig.update_layout(title="Latency vs achieved output throughput, per engine")
-    return fig
-
-
-def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
-    """Goodput (custom SLO) and SLO attainment (with its Wilson 95% interval over the planned requests) versus
-    offered rate per engine, the knee (:func:`workbench.serving.saturation.knees`) marked."""
-    df = ok_points(points).sort_values(["engine", "offered_rps"])
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("goodput (custom SLO)", "SLO attainment (custom SLO)"))
-    col = _colours(points.get("engine", ()))
-    kn = knees(points)
-    for e, g in df.groupby("engine"):
-        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["goodput_rps"], mode="lines+markers", name=f"{e} goodput",
-                                 line=dict(color=col.get(e)), hovertext=g["profile"]), row=1, col=1)
-        err = None
-        if {"slo_attainment_low", "slo_attainment_high"} <= set(g.columns):
-            err = dict(type="data", symmetric=False, array=(g["slo_attainment_high"] - g["slo_attainment"]).clip(lower=0),
-                       arrayminus=(g["slo_attainment"] - g["slo_attainment_low"]).clip(lower=0))
-        hover = [f"{p}; kept up: {kept_up(r)}" for p, (_, r) in zip(g["profile"], g.iterrows())]
-        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["slo_attainment"], mode="lines+markers", error_y=err,
-                                 name=f"{e} attainment", line=dict(color=col.get(e), dash="dash"),
-                                 hovertext=hover), row=1, col=2)
-        knee = kn.get(e, float("nan"))  # NaN: no usable point, or none kept up
-        if knee == knee:
-            for c in (1, 2):
-                fig.add_vline(x=knee, line=dict(color=col.get(e), dash="dot"), row=1, col=c)
-    fig.update_xaxes(title_text="offered rate (requests/s)")
-    fig.update_yaxes(title_text=label("goodput_rps"), row=1, col=1)
-    fig.update_yaxes(title_text=label("slo_attainment"), range=[0, 1.05], row=1, col=2)
-    fig.update_layout(title="Goodput and SLO attainment (bars: 95% Wilson interval) vs offered rate (dotted: the knee)")
-    return fig
-
-
-def queue_vs_rate(points: pd.DataFrame) -> go.Figure:
-    """Engine-side queue time p50 (solid) and p90 (dashed) versus offered rate, per engine."""
-    df = ok_points(points).sort_values(["engine", "offered_rps"])
-    fig = go.Figure()
-    col = _colours(points.get("engine", ()))
-    for e, g in df.groupby("engine"):
-        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p50"], mode="lines+markers", name=f"{e} p50",
-                                 line=dict(color=col.get(e))))
-        if g["queue_s_p90"].notna().any():
-            fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p90"], mode="lines+markers", name=f"{e} p90",
-                                     line=dict(color=col.get(e), dash="dash")))
-    fig.update_layout(title="Queue time (arrival to admission) vs offered rate", xaxis_title="offered rate (requests/s)",
-                      yaxis_title=label("queue_s"))
-    return fig
-
-
-def _pick_point(points: pd.DataFrame) -> pd.DataFrame:
-    """The highest open-loop step of each engine (the busiest swept rate)."""
-    df = ok_points(points)
-    sw = df[df["profile"].isin(ARRIVALS)]
-    return sw.sort_values("step").groupby("engine").tail(1) if not sw.empty else df.groupby("engine").tail(1)
-
-
-def gantt(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
-    """Per-request timeline at the busiest swept rate, one panel per engine: grey from arrival to admission
-    (queue), coloured from admission to the last token."""
-    pick = _pick_point(points)
-    fig = make_subplots(rows=max(1, len(pick)), cols=1, shared_xaxes=True,
-                        subplot_titles=[f"{r.engine}, {r.profile} {r.offered_rps:.2f} req/s" for r in pick.itertuples()])
-    col = _colours(points.get("engine", ()))
-    for i, r in enumerate(pick.itertuples(), 1):
-        q = requests[requests["point_id"] == r.point_id].sort_values("request_id")
-        if q.empty:
-            continue
-        start = q["t_scheduled_s"]
-        queue = q["queue_s"].fillna(0).clip(lower=0) + (q["t_start_s"] - q["t_scheduled_s"])
-        end = start + q["e2e_s"]
-        fig.add_trace(go.Bar(y=q["request_id"], x=queue, base=start, orientation="h", marker_color="lightgrey",
-                             name="queued", showlegend=i == 1), row=i, col=1)
-        fig.add_trace(go.Bar(y=q["request_id"], x=end - start - queue, base=start + queue, orientation="h",
-                             marker_color=col.get(r.engine), name=f"{r.engine} served"), row=i, col=1)
-    fig.update_layout(barmode="overlay", title="Per-request timeline (queued, then served)", height=250 * max(1, len(pick)))
-    fig.update_xaxes(title_text="seconds after the first arrival")
-    return fig
-
-
-def time_slices(points: pd.DataFrame) -> go.Figure:
-    """Requests in flight and completed per time slice at the busiest swept rate, per engine (steady state?)."""
-    pick = _pick_point(points)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("in flight at slice end", "completed per slice"))
-    col = _colours(points.get("engine", ()))
-    for r in pick.itertuples():
-        sl = pd.DataFrame(json.loads(r.slices_json)) if isinstance(r.slices_json, str) else pd.DataFrame()
-        if sl.empty:
-            continue
-        fig.add_trace(go.Scatter(x=sl["slice_start_s"], y=sl["in_flight"], mode="lines+markers", name=f"{r.engine}",
-                                 line=dict(color=col.get(r.engine))), row=1, col=1)
-        fig.add_trace(go.Bar(x=sl["slice_start_s"], y=sl["completed"], name=f"{r.engine} completed",
-                             marker_color=col.get(r.engine)), row=1, col=2)
-    fig.update_xaxes(title_text="slice start (s after the first arrival)")
-    fig.update_layout(title="Time slices at the busiest swept rate")
-    return fig
 
 
 def recommendation_table(points: pd.DataFrame, target: float = 0.9) -> go.Figure:

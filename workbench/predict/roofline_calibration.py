@@ -436,3 +436,30 @@ def measured_utilisation(loaded, requests: list[dict], point: dict,
                for c in ("tpot_s", "prefill_s")}
     peaks = dtype_peaks(loaded.info.device.split(":")[0], loaded.info.dtype, point.get("torch_threads"), predictor)
     return metrics.utilisation(req, summary, loaded.info, peaks)
+
+
+def predictor_for(loaded, model: str, device: str, dtypes: Sequence[str], calibrate_dtypes: bool = True) -> "Predictor":
+    """The roofline for ``loaded``'s model with one calibration per dtype of ``dtypes``: the cached one (checked
+    against today's probe and refitted when off by more than 15%, :func:`check_calibration`), else
+    (``calibrate_dtypes``) a fresh one on ``model`` loaded on ``device`` in that dtype (the small workload, one
+    repeat, 3 probe trials); a dtype left uncalibrated uses its own probed FLOP/s with ``loaded``'s overheads
+    (:meth:`Predictor.for_dtype`)."""
+    from workbench.measure import models
+
+    info = loaded.info
+    dev = info.device.split(":")[0]
+    threads = _threads()
+    # a cached calibration is checked against today's probe and refitted (or, not calibrating, rescaled) when off
+    cached = checked_cached(info.path, dev, info.dtype, threads, loaded if calibrate_dtypes else None)
+    if cached is None and calibrate_dtypes:
+        cached = calibrate(loaded)
+    if cached is None:
+        cached = (Device.probe(dev, info.dtype), Calibration())
+    predictor = Predictor(shape_of(info), *cached, model_path=info.path)
+    small = dict(repeats=1, trials=3, runs=CALIBRATION_RUNS_SMALL)
+    for dtype in dtypes:
+        if dtype != info.dtype and calibrate_dtypes:
+            other = models.load_model(model, device, dtype)
+            got = checked_cached(info.path, dev, dtype, threads, other, **small)
+            predictor.add(dtype, *(got or calibrate(other, **small)))
+    return predictor

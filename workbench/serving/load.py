@@ -76,6 +76,7 @@ from workbench.errors import ParameterError
 
 PROFILES = ("synchronous", "concurrency", "throughput", "constant", "poisson", "gamma", "replay", "sweep")
 OPEN_LOOP = ("constant", "poisson", "gamma", "replay")
+ARRIVALS = ("constant", "poisson", "gamma")  # the open-loop arrival processes drawn at a rate (not a replay)
 CLOSED_LOOP = ("synchronous", "concurrency", "throughput")
 TRACE_FIELDS = ("offset_s", "prompt_tokens", "output_tokens")
 MAX_SPAN_S = 86400.0     # a schedule (trace offsets, n / rate) longer than a day is a mistake, not a load test

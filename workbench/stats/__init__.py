@@ -5,6 +5,7 @@ and its speed-up bound), ``evidence`` (usable points, fit support, t / ratio / W
 :class:`~workbench.stats.evidence.Finding`, repeat statistics), ``slo`` (SLO presets, attainment, the rate search, a
 configuration's verdict at the SLO's percentile), ``columns`` (the one column registry, read from
 ``columns.csv``), ``comparison`` (interleaved designs, the A/A control, Holm over arms), ``replicates`` (queue
-experiments: runs paired by arrival seed). Nothing here loads a model, touches a device or reads a clock of its own: each formula has one
+experiments: runs paired by arrival seed), ``classes`` (a mixed workload's rows per request class, the prefix
+cache's hit rate and what sharing saved). Nothing here loads a model, touches a device or reads a clock of its own: each formula has one
 home here and every path calls it. Imports only the ground floor (``workbench.errors``, ``workbench.checks``).
 """

@@ -4,5 +4,6 @@
 context in whole-character units, cuts and chunks), ``budget_forcing`` (thinking budgets), ``long_form``
 (outline then sections), ``speed`` (the speed techniques' model builders: a draft model, int8 dynamic
 quantization), ``rungs`` (the speed ladder: torchao weight-only int8 / int4 with group sizes checked, lm_head
-handling, static cache + compile), ``budget_batch`` (a measured batch under a thinking budget). Built on :mod:`workbench.measure`; never imports inputs, run machinery or experiments.
+handling, static cache + compile), ``budget_batch`` (a measured batch under a thinking budget), ``configurations``
+(an engine configuration grid: axes, validity, names, building a configuration, the per-configuration table). Built on :mod:`workbench.measure`; never imports inputs, run machinery or experiments.
 """
