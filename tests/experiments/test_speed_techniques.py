@@ -300,8 +300,16 @@ def test_a_faster_technique_that_fails_the_guard_does_not_pay_nor_lead():
             "quantization": "int8_dynamic", "speedup": 2.97, "speedup_low": 2.5, "speedup_high": 3.4, "verdict": "higher",
             "speedup_text": "e2e speed-up: 2.97x", "output_agreement": 0.0, **guard}
     f = st.finding(pd.DataFrame([int8]))
-    assert f.text.startswith("Speed techniques: none is faster within the quality guard here.")
+    assert f.text.startswith("Speed techniques: none pays here (each is slower beyond noise or fails the quality "
+                             "guard).") and f.supported
     assert "faster (extract/en 2.97x (faster)) but fails the quality guard: does not pay" in f.text
+    # a technique with no direction either way leaves "none is faster" unshown: the mark follows the first sentence
+    unsure = {**int8, "point_id": "u", "technique": "prompt_lookup", "draft_tokens": 4, "quantization": "none",
+              "speedup": 1.04, "speedup_low": 0.94, "speedup_high": 1.14, "verdict": "no difference beyond noise",
+              "output_agreement": 1.0, **{k: None for k in guard}}
+    open_ = st.finding(pd.DataFrame([int8, unsure]))
+    assert open_.text.startswith("Speed techniques: not supported: none is shown faster within the quality guard "
+                                 "here (prompt lookup (k=4): no difference beyond noise).") and not open_.supported
     lookup = {**int8, "point_id": "l", "technique": "prompt_lookup", "draft_tokens": 4, "quantization": "none",
               "speedup": 1.3, "speedup_low": 1.1, "speedup_high": 1.5, "output_agreement": 1.0,
               **{k: None for k in guard}}

@@ -488,14 +488,18 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
     "faster" / "slower" only when the speed-up's 95% interval excludes 1 (:func:`workbench.stats.evidence.ratio_verdict`);
     a technique "stops paying" on the tasks (and ``k``) where its interval does not lie above 1, and does not pay
     where it is faster but fails the quality guard (:mod:`workbench.measure.guard`). The headline is a technique that
-    pays, or "none is faster within the quality guard here".
+    pays, or "none pays here" (each shown slower or refused by the guard), or "not supported: none is shown faster"
+    (a technique without a direction either way).
 
     Args:
         table: :func:`speed_table`.
         points: the run's points (their ids are the evidence).
 
     Returns:
-        :class:`workbench.stats.evidence.Finding`; supported when at least one verdict carries a direction.
+        :class:`workbench.stats.evidence.Finding`; supported when its first sentence is: a technique pays (faster
+        beyond noise within the quality guard), or none pays and each is shown not to (slower beyond noise on every
+        workload, or refused by the guard); not supported while a technique's interval still straddles 1 and none
+        pays; never when the A/A control moved.
     """
     if table is None or table.empty:
         return evidence.Finding("Speed techniques: not supported: no usable technique point beside its baseline.",
@@ -507,7 +511,6 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
         for _, r in g.iterrows():
             where = f"{r['task']}/{r['language']}"
             word = {"higher": "faster", "lower": "slower"}.get(r["verdict"], r["verdict"])
-            supported |= r["verdict"] in ("higher", "lower")
             (pays if r["verdict"] == "higher" else not_pays).append(f"{where} {r['speedup']:.2f}x ({word})")
             ev.append(f"{name} {where}: {r['speedup_text']}")
         quality_cost = (f"greedy output identical to plain greedy on {int((g['output_agreement'] == 1).sum())} of "
@@ -529,18 +532,28 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
             text = f"{name}: " + ("; ".join(pays) if pays else "not supported: faster on no workload")
         if not_pays:
             text += "; stops paying on " + "; ".join(not_pays)
-        parts.append((bool(pays) and not guard_failed, f"{text} ({quality_cost})."))
+        # shown not to pay: the guard refuses it, or it is slower beyond noise on every workload
+        refuted = guard_failed or bool((g["verdict"] == "lower").all())
+        parts.append((bool(pays) and not guard_failed, f"{text} ({quality_cost}).", refuted, name))
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else tuple(table["point_id"])
     # the headline is the technique that pays (faster within the quality guard) first; when none does, saying so
-    paying = any(pays for pays, _ in parts)
-    parts = [t for _, t in sorted(parts, key=lambda pt: not pt[0])]
-    if not paying:
-        parts.insert(0, "Speed techniques: none is faster within the quality guard here.")
+    paying = any(pt[0] for pt in parts)
+    open_ = [pt[3] for pt in parts if not pt[0] and not pt[2]]  # neither pays nor shown not to
+    texts = [pt[1] for pt in sorted(parts, key=lambda pt: not pt[0])]
+    if not paying and open_:  # "none is faster" is not shown while a technique's interval still reaches above 1
+        texts.insert(0, f"Speed techniques: not supported: none is shown faster within the quality guard here "
+                        f"({', '.join(open_)}: no difference beyond noise).")
+        supported = False
+    elif not paying:
+        texts.insert(0, "Speed techniques: none pays here (each is slower beyond noise or fails the quality guard).")
+        supported = True
+    else:
+        supported = True
     floor = noise_floor(table)
     if floor:
-        parts.append(floor)
+        texts.append(floor)
     supported = supported and not aa_moved(table)
-    return evidence.Finding(" ".join(parts), "; ".join(ev), supported, ids)
+    return evidence.Finding(" ".join(texts), "; ".join(ev), supported, ids)
 
 
 # ----------------------------------------------------------------------------- figures
