@@ -176,6 +176,7 @@ def test_finding_without_a_difference_is_not_supported_and_says_so_first(monkeyp
     f = long_output.finding(req, pts)
     assert not f.supported and not evidence.headline_supported(f.text)
     assert "outline_batch wall time vs one_shot (en): no difference beyond noise" in f.text
+    assert "not supported" in f.text.split(". ")[0]  # the first sentence carries the verdict its mark shows
 
 
 def _long_rows(walls):

@@ -268,11 +268,12 @@ def _backed(ratios: pd.DataFrame, best: str, base: str) -> str:
         if best not in rows.index:
             return "not supported: not compared"
         v = comparison.verdict_columns(rows.loc[best])
-        return "" if v == "lower" else f"faster than {base}: {v}"
+        return "" if v == "lower" else f"not supported: its time vs {base}: {v}"
     others = [comparison.verdict_columns(rows.loc[s]) for s in rows.index if s != base]
     if not others:
         return "not supported: no other strategy compared"
-    return "" if all(v == "higher" for v in others) else "faster than every other strategy: no difference beyond noise"
+    return "" if all(v == "higher" for v in others) else ("not supported: not faster than every other strategy "
+                                                          "beyond noise")
 
 
 def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:

@@ -502,7 +502,8 @@ def proxy_ratio_figure(points: pd.DataFrame) -> go.Figure:
     if "aa_low" in df and df["aa_low"].notna().any():
         comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
     fig.update_layout(title="Client TTFT over direct, paired within interleaved rounds (grey band: the A/A noise floor)",
-                      xaxis_title="path", yaxis_title="client TTFT ratio vs direct (x)")
+                      xaxis_title="path", yaxis_title="client TTFT ratio vs direct (x, log scale)")
+    fig.update_yaxes(type="log")  # ratios from 0.7x to 60x: on a linear axis the A/A band is a hairline
     return fig
 
 
