@@ -154,9 +154,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     def measure(p):  # the first point measures every point interleaved by round (issue 32); on Ray, blocks
         if len(cfg.grid()) < 2 or cfg.repeats < 2:  # one round pairs nothing: point by point, each on disk when done
             return measure_point(loaded, cfg, p, state)
-        if "interleaved" not in state:
-            state["interleaved"] = measure_interleaved(loaded, cfg, cfg.grid())
-        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
+        return sweeps.block_share(state, point_result.point_id(EXPERIMENT, p),
+                                  lambda: measure_interleaved(loaded, cfg, cfg.grid()))
 
     points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                      slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)

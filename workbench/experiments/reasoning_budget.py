@@ -285,9 +285,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     def measure(p):
         if len(grid) < 2 or n_rounds(cfg) < 2:
             return measure_point(loaded, cfg, p, state)
-        if "interleaved" not in state:
-            state["interleaved"] = measure_interleaved(loaded, cfg, grid, state)
-        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
+        return sweeps.block_share(state, point_result.point_id(EXPERIMENT, p),
+                                  lambda: measure_interleaved(loaded, cfg, grid, state))
 
     return sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded,
                             config=cfg)

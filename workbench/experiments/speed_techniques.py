@@ -386,9 +386,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     state: dict = {}
 
     def measure(p):  # the first point measures every point interleaved by round (issue 32)
-        if "interleaved" not in state:
-            state["interleaved"] = measure_interleaved(loaded, cfg, cfg.grid(), state)
-        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
+        return sweeps.block_share(state, point_result.point_id(EXPERIMENT, p),
+                                  lambda: measure_interleaved(loaded, cfg, cfg.grid(), state))
 
     return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure,
                             resume=resume, info=loaded.info, loaded=loaded, config=cfg)

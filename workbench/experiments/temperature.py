@@ -43,7 +43,7 @@ from workbench.errors import ParameterError
 from workbench.measure import energy
 from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured, warm_up
 from workbench.run.point_result import PointResult
-from workbench.run.sweeps import SweepConfig, measure_generation, run_sweep
+from workbench.run.sweeps import SweepConfig, block_share, measure_generation, run_sweep
 from workbench.stats import comparison
 
 EXPERIMENT = "temperature"
@@ -269,9 +269,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     def measure(p):
         if len(grid) < 2 or cfg.repeats < 2:
             return measure_point(loaded, cfg, p, state)
-        if "interleaved" not in state:
-            state["interleaved"] = measure_interleaved(loaded, cfg, grid)
-        return state["interleaved"][point_result.point_id(EXPERIMENT, p)]
+        return block_share(state, point_result.point_id(EXPERIMENT, p),
+                           lambda: measure_interleaved(loaded, cfg, grid))
 
     return run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded, config=cfg)
 

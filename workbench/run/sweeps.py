@@ -293,3 +293,16 @@ def _free_accelerator_memory() -> None:
             torch.cuda.empty_cache()
     except Exception:
         pass
+
+
+def block_share(state: dict, point_id: str, measure_block: Callable[[], dict]):
+    """A point's share of an interleaved block (issue 32): the first point of a sweep measures every arm
+    interleaved by round (``measure_block()``, returning ``{point_id: PointResult}``), cached in
+    ``state["interleaved"]``; every point, that one included, returns its own entry.
+
+    Raises:
+        KeyError: ``point_id`` is not in the block.
+    """
+    if "interleaved" not in state:
+        state["interleaved"] = measure_block()
+    return state["interleaved"][point_id]

@@ -27,7 +27,6 @@ always stays float: a decode step reads one row of it, so quantizing it saves no
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import warnings
@@ -253,20 +252,6 @@ def bf16_support(device: str = "cpu") -> tuple[bool, str]:
     if native:
         return True, f"native bfloat16 on this CPU ({', '.join(native)})"
     return False, "no native bfloat16 on this CPU (no avx512_bf16 / amx_bf16): torch emulates it via float32"
-
-
-@contextlib.contextmanager
-def threads(n: int | None):
-    """Run the body with ``torch.set_num_threads(n)`` (None: unchanged), restoring the previous count."""
-    import torch
-
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ----------------------------------------------------------------------------- building
