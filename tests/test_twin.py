@@ -168,6 +168,25 @@ def test_cost_fit_recovers_coefficients_and_round_trips(tmp_path):
         twin_cost.fit(pd.DataFrame(rows[:2]))
 
 
+def test_cost_fit_ignores_other_configurations_and_weighs_a_workload_once():
+    """The default run's engine-tuning rows (bfloat16, int8: 2x faster), repeated 56 times at one workload, pulled
+    the prefill term 40% low on the served float32 engine: only the served configuration's rows count, one median
+    per workload."""
+    rows = []
+    for b in (1, 2, 4, 8):
+        for p in (32, 128, 512):
+            rows.append({"batch_size": b, "prompt_tokens": p, "output_tokens": 16, "dtype": "float32",
+                         "prefill_s": COST.prefill_s(b, p), "tpot_s": COST.step_s(b, b * (p + 8))})
+    clean = twin_cost.fit(pd.DataFrame(rows))
+    fast = [{**rows[0], "dtype": "bfloat16", "prefill_s": rows[0]["prefill_s"] / 2, "tpot_s": rows[0]["tpot_s"] / 2},
+            {**rows[0], "technique": "prompt_lookup", "tpot_s": rows[0]["tpot_s"] / 3}] * 30
+    noisy = [{**rows[1], "prefill_s": rows[1]["prefill_s"] * 1.3}, {**rows[1], "prefill_s": rows[1]["prefill_s"] * 0.7}]
+    mixed = twin_cost.fit(pd.DataFrame(rows + fast + noisy + [rows[1]] * 40))
+    for k in twin_cost.PREFILL_TERMS + twin_cost.STEP_TERMS:
+        assert getattr(mixed, k) == pytest.approx(getattr(clean, k), rel=1e-6, abs=1e-12), k
+    assert clean.prefill_s(8, 512) == pytest.approx(COST.prefill_s(8, 512), rel=1e-3)
+
+
 def test_roofline_what_if_profile(tmp_path):
     from workbench.predict.roofline import ModelShape
 

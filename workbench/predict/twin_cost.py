@@ -19,7 +19,10 @@ backwards) of ``prefill_s`` on the prefill features and of ``tpot_s`` (the mean 
 at the request's mean context ``prompt + output / 2`` (every step term is linear in the context, so this is the
 mean step), over measured request rows with ``batch_size``, ``prompt_tokens``, ``output_tokens``, ``prefill_s``
 and ``tpot_s`` (experiments 01 batch size and 02 context length, and the serving sweeps' ``synchronous``
-points). Its **out-of-sample error**: each workload (a distinct ``(batch_size, prompt_tokens)``) predicted by a fit
+points), **one median per workload** (a point's repeats share its moment on this machine: 56 repeats of one
+workload must not outweigh one of another) and **only the served configuration's rows** (:func:`plain_rows`: engine
+tuning's bfloat16 / int8 arms and the speed techniques' rows measure another engine; mixed in, they pulled the
+prefill term 40% low on the default run). Its **out-of-sample error**: each workload (a distinct ``(batch_size, prompt_tokens)``) predicted by a fit
 on the others (leave-one-workload-out), median ``|predicted / measured - 1|`` (``loo_prefill_error``,
 ``loo_step_error``), beside the in-sample error. Or :func:`from_roofline`: the roofline's prediction for a
 device and a model config (a what-if past this machine), sampled on a grid and fitted the same way (its error
@@ -187,10 +190,28 @@ def _loo(X, y, groups) -> float:
     return float(np.median(errs))
 
 
+# the configuration the server runs (its engines load the model as measure/models does by default): a row measured
+# under another (engine tuning's bfloat16 or int8 arms, a speed technique) says nothing about the served costs
+PLAIN = {"dtype": ("float32",), "quantization": ("none",), "technique": ("none",),
+         "cache_implementation": ("dynamic",), "attn_implementation": ("sdpa",), "compile": ("False", "false", "0")}
+
+
+def plain_rows(requests: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` less the rows measured under a configuration the server does not run (:data:`PLAIN`: a column
+    that is present and set to another value, e.g. engine tuning's ``dtype=bfloat16`` or a speed technique)."""
+    keep = pd.Series(True, index=requests.index)
+    for col, ok in PLAIN.items():
+        if col in requests:
+            v = requests[col]
+            keep &= v.isna() | v.astype(str).isin(ok + ("", "None", "nan"))
+    return requests[keep]
+
+
 def rows_for_fit(requests: pd.DataFrame) -> pd.DataFrame:
     """The measured rows a fit can use: ``batch`` (``batch_size``, else ``engine_batch``), ``prompt_tokens``,
-    ``output_tokens``, ``prefill_s``, ``tpot_s`` numeric; errored rows dropped."""
-    df = requests.copy()
+    ``output_tokens``, ``prefill_s``, ``tpot_s`` numeric; errored rows and rows of another configuration than the
+    served one (:func:`plain_rows`) dropped."""
+    df = plain_rows(requests)
     if "error" in df:
         df = df[df["error"].isna() | (df["error"].astype(str) == "")]
     batch = pd.to_numeric(df.get("batch_size", pd.Series(np.nan, index=df.index)), errors="coerce")
@@ -200,6 +221,13 @@ def rows_for_fit(requests: pd.DataFrame) -> pd.DataFrame:
     for col in ("prompt_tokens", "output_tokens", "prefill_s", "tpot_s", "ttft_s", "queue_s"):
         out[col] = pd.to_numeric(df.get(col, pd.Series(np.nan, index=df.index)), errors="coerce")
     return out[out["prompt_tokens"] > 0]
+
+
+def _medians(df: pd.DataFrame, col: str) -> pd.DataFrame:
+    """Per workload ``(batch, prompt_tokens)``: the median of ``col`` and of ``output_tokens``."""
+    if df.empty:
+        return df
+    return df.groupby(["batch", "prompt_tokens"], as_index=False)[[col, "output_tokens"]].median()
 
 
 def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
@@ -213,10 +241,12 @@ def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
         ParameterError: fewer than 3 rows with ``prefill_s`` or 4 with ``tpot_s`` (one line).
     """
     df = rows_for_fit(requests)
-    pre = df[np.isfinite(df["prefill_s"]) & (df["prefill_s"] > 0)]
-    dec = df[np.isfinite(df["tpot_s"]) & (df["tpot_s"] > 0) & (df["output_tokens"] > 1)]
+    # one observation per workload (its median): the repeats of a point share its moment on this machine and are not
+    # independent observations, and 56 repeats of one workload must not outweigh one repeat of another
+    pre = _medians(df[np.isfinite(df["prefill_s"]) & (df["prefill_s"] > 0)], "prefill_s")
+    dec = _medians(df[np.isfinite(df["tpot_s"]) & (df["tpot_s"] > 0) & (df["output_tokens"] > 1)], "tpot_s")
     if len(pre) < 3 or len(dec) < 4:
-        raise ParameterError(f"calibration: a twin needs measured prefill_s and tpot_s rows (>= 3 and >= 4; got "
+        raise ParameterError(f"calibration: a twin needs measured prefill_s and tpot_s on >= 3 and >= 4 workloads (got "
                              f"{len(pre)} and {len(dec)}): a batch-size / context-length or serving run")
     b, l, y = (pre[c].to_numpy(float) for c in ("batch", "prompt_tokens", "prefill_s"))
     Xp = _prefill_X(b, l)
