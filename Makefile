@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup system nginx run quick test benchmark clean llama-server client-crosscheck
+.PHONY: setup compile system nginx run quick test benchmark clean llama-server client-crosscheck
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,12 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# The project's own modules byte-compiled too, before every run and test (only what changed is compiled again). With
+# PYTHONDONTWRITEBYTECODE set, nothing else writes them, and every notebook kernel, CLI call and server a run or the
+# tests start would compile the ~34k lines of workbench/ it imports again: ~0.3 s a process, hundreds of processes a test run.
+compile: setup
+	$(PY) -m compileall -q -j 0 workbench >/dev/null
+
 # Debian's packages for the tests: headless Chromium (the browser tests) and nginx (notebook 10's proxy part).
 # One apt-get update for both; a test whose package could not be installed skips with the reason.
 system:
@@ -34,17 +40,17 @@ nginx:
 	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || { (apt-get update -qq && apt-get install -y -qq nginx) >/dev/null 2>&1 \
 	  || echo "nginx could not be installed: the nginx part of notebook 10 will be skipped"; }
 
-run: setup nginx      ## the main job: default suite on the embedded model -> results/<run_id>/report.html
+run: compile nginx    ## the main job: default suite on the embedded model -> results/<run_id>/report.html
 	$(VENV)/bin/workbench run default
 
-quick: setup nginx    ## the quick profile (about a minute)
+quick: compile nginx  ## the quick profile (about a minute)
 	$(VENV)/bin/workbench run quick
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist; a test file stays on one worker, so its module fixtures -
 # the Ray cluster, the faulted sweep, the browser - are made once): about 40% less wall time on 2 cores. The few
 # tests that need a machine with no other load (marked `quiet`: a quiet point must be shown quiet) then run alone.
 TEST_WORKERS ?= 2
-test: setup system ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
+test: compile system ## the test suite (real model, small max_new_tokens; papermill notebooks; headless Chromium)
 	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=20 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not quiet"
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m quiet
 
