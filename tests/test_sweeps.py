@@ -11,6 +11,7 @@ from workbench import ParameterError
 from workbench.measure import device
 from workbench.run import drift, results, sweeps
 from workbench.stats import metrics
+from workbench.run import point_result
 from workbench.run.point_result import PointResult
 
 
@@ -218,3 +219,48 @@ def test_a_moved_aa_control_is_remeasured_by_rerun_invalid_and_a_steady_one_is_n
     assert len(calls) == 2 and results.aa_moved_points(run) == {}
     with pytest.raises(ParameterError, match="A/A control moved"):
         suite.rerun_invalid_entries(str(run))
+
+
+def _block_sweep(run, calls, fail_at=None, resume=False):
+    """A fake interleaved experiment: the first point measures a block of every point of the grid (each point's
+    share a PointResult whose ``warmup_s`` numbers the block), as the experiments' ``measure_interleaved`` do."""
+    grid = sweeps.expand_grid(batch_size=[1, 2, 3])
+    state: dict = {}
+
+    def block():
+        calls.append(len(calls))
+        if fail_at is not None:
+            raise RuntimeError(f"arm {fail_at} ran out of memory")
+        return {point_result.point_id("fake", p): PointResult(requests=_fake_measure(p).requests, wall_s=1.0,
+                                                        warmup_s=float(len(calls))) for p in grid}
+
+    return sweeps.run_sweep(run, "fake", grid, lambda p: sweeps.block_share(state, point_result.point_id("fake", p), block),
+                            resume=resume)
+
+
+def test_a_failed_interleaved_block_is_measured_once_and_resume_measures_it_again():
+    """A failure inside the block used to re-measure the whole block once for every point of it."""
+    run, calls = results.create_run(), []
+    pts = _block_sweep(run, calls, fail_at=3)
+    assert calls == [0]                                        # one block, not one per point
+    assert pts["status"].str.contains("arm 3 ran out of memory").all() and len(pts) == 3
+    calls.clear()
+    pts = _block_sweep(run, calls, resume=True)
+    assert calls == [0] and (pts["status"] == "ok").all() and set(pts["warmup_s"]) == {1.0}
+
+
+def test_a_resumed_block_keeps_the_finished_points_and_records_only_the_unfinished_shares(monkeypatch):
+    """An interrupted interleaved sweep (here: its last point failed) keeps what it finished; the resume measures
+    the block again and records only the unfinished point's share, from the new block."""
+    run, calls = results.create_run(), []
+    monkeypatch.setenv("WORKBENCH_INJECT_FAILURE", "batch_size=3")
+    _block_sweep(run, calls)
+    before = results.read_manifest(run)["points"]
+    monkeypatch.delenv("WORKBENCH_INJECT_FAILURE")
+    calls.clear()
+    pts = _block_sweep(run, calls, resume=True).set_index("batch_size")
+    after = results.read_manifest(run)["points"]
+    assert calls == [0] and (pts["status"] == "ok").all()
+    for pid in (point_result.point_id("fake", {"batch_size": b}) for b in (1, 2)):
+        assert after[pid] == before[pid]                       # finished points: their first record, untouched
+    assert results.read_requests(run).groupby("batch_size").size().to_dict() == {1: 1, 2: 2, 3: 3}

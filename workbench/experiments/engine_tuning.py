@@ -379,12 +379,10 @@ def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> 
     Returns:
         :class:`workbench.run.point_result.PointResult` of the point.
     """
-    if "interleaved" not in state:
-        state["interleaved"] = measure_configurations(loaded, cfg, state.get("configurations") or cfg.configurations(),
-                                                      state)
+    out = sweeps.block_share(state, point_result.point_id(EXPERIMENT, point), lambda: measure_configurations(
+        loaded, cfg, state.get("configurations") or cfg.configurations(), state))
     if "reference" not in state:  # a random-weight model has no quality to guard
         state["reference"] = None if config_models.is_config_spec(cfg.model) else reference(cfg)
-    out = state["interleaved"][point_result.point_id(EXPERIMENT, point)]
     predictor = state.get("predictor")
     built = build_configuration(cfg, point)
     model = built.loaded

@@ -301,9 +301,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
                      if ep is not None
                      else _reader_rows(cfg, bench.loaded, point["language"], r))
     elif point["part"] == "proxy" and interleaves(cfg, state.get("proxy_points", [])):
-        if "interleaved" not in state:
-            state["interleaved"] = measure_proxy_interleaved(cfg, bench, state["proxy_points"])
-        return state["interleaved"][point_id(EXPERIMENT, point)]
+        return sweeps.block_share(state, point_id(EXPERIMENT, point),
+                                  lambda: measure_proxy_interleaved(cfg, bench, state["proxy_points"]))
     elif point["part"] == "proxy":  # one round (or one path): measured on its own, nothing to pair
         _warm(cfg, bench, point["proxy"])
         t0 = time.perf_counter()

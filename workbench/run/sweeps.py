@@ -300,9 +300,23 @@ def block_share(state: dict, point_id: str, measure_block: Callable[[], dict]):
     interleaved by round (``measure_block()``, returning ``{point_id: PointResult}``), cached in
     ``state["interleaved"]``; every point, that one included, returns its own entry.
 
+    A block that raised is not measured again for each of its points (a failure inside the block would otherwise
+    cost one whole block per point): the error is kept in ``state["interleaved_error"]`` and raised again for
+    every point, so :func:`run_sweep` records each as failed with the block's reason and ``--resume`` measures
+    them again. A resumed sweep measures the whole block again and takes only its unfinished points' shares: the
+    family the block's Holm adjustment is over stays the whole grid, and each point's ratios are paired within
+    the block it was measured in.
+
     Raises:
         KeyError: ``point_id`` is not in the block.
+        Exception: the block's own error, for every point of a block that raised.
     """
+    if "interleaved_error" in state:
+        raise state["interleaved_error"]
     if "interleaved" not in state:
-        state["interleaved"] = measure_block()
+        try:
+            state["interleaved"] = measure_block()
+        except Exception as exc:  # noqa: BLE001 - kept, raised for each point; KeyboardInterrupt is not caught
+            state["interleaved_error"] = exc
+            raise
     return state["interleaved"][point_id]
