@@ -21,9 +21,9 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# The project's own modules byte-compiled too, before every run and test (only what changed is compiled again). With
-# PYTHONDONTWRITEBYTECODE set, nothing else writes them, and every notebook kernel, CLI call and server a run or the
-# tests start would compile the ~34k lines of workbench/ it imports again: ~0.3 s a process, and a run or the tests start dozens.
+# The project's own modules byte-compiled too, before every run and test (only what changed is compiled again).
+# With PYTHONDONTWRITEBYTECODE set nothing else writes them, and every notebook kernel, CLI call, server and Ray
+# worker would compile the ~34k lines of workbench/ it imports again: ~0.3 s a process, dozens of processes a run.
 compile: setup
 	$(PY) -m compileall -q -j 0 workbench >/dev/null
 
