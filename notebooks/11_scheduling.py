@@ -101,12 +101,13 @@ print(finding)
 # virtual clock, a cost model fitted on this run's batch-size and context-length rows (`workbench.predict.twin_cost`)
 # in place of the model: its prediction (`source` simulated) beside the measured points, and its error per point
 # (`twin_validation.csv`; `mape_e2e_p50`, `mape_ttft_p50` in `metrics.json`). `workbench simulate` runs it past
-# this machine (rates, replicas, a device profile). Without such rows in the run this cell says so.
+# this machine (rates, replicas, a device profile). The finding above is saved again with where the twin and the
+# measurement are furthest apart in its evidence (the report shows it). Without such rows this cell says so.
 
 # %%
 from workbench.cli import simulate as twin_study
 
-twin_table, twin_fig, twin_text = twin_study.notebook_section(run, scheduling.EXPERIMENT)
+twin_table, twin_fig, twin_text = twin_study.notebook_section(run, scheduling.EXPERIMENT, finding)
 if twin_fig is not None:
     twin_fig.show()
 print(twin_text)

@@ -366,3 +366,27 @@ def test_served_request_terms_come_from_the_synchronous_point_and_leave_it_out_o
     assert "1 calibration point left out" in twin_study.sentence(summ)
     # no usable served row: the cost is returned as it was
     assert twin_cost.with_serving(COST, reqs, ["no-such-point"]) is COST
+
+
+def test_the_serving_finding_says_where_the_twin_and_the_measurement_part(tmp_path):
+    """The report's serving finding carries the twin's disagreement in its evidence (its text and mark unchanged);
+    the point named furthest apart is the one whose measurement the twin misses most."""
+    from workbench.cli import simulate as twin_study
+    from workbench.run import results
+    from workbench.stats.evidence import Finding
+
+    run = _measured_run(tmp_path, COST)
+    twin_cost.save(run, COST)
+    pts = results.read_points(run)
+    far = pts["point_id"].iloc[2]   # this point measured 1.5x slower than the engine the twin replays
+    results.write_table(run / "points.parquet", pts.assign(
+        e2e_s_p50=pts["e2e_s_p50"].where(pts["point_id"] != far, 1.5 * pts["e2e_s_p50"])))
+    finding = Finding("Serving: fifo up to 0.9 req/s.", "40 requests a point", True, (far,))
+    results.save_finding(run, "serving_load", finding)
+    _, _, text = twin_study.notebook_section(run, "serving_load", finding)
+    saved = results.read_manifest(run)["findings"]["serving_load"]
+    assert saved["text"] == finding.text and saved["supported"] is True
+    assert saved["evidence"].startswith("40 requests a point. The twin")
+    assert "furthest apart at engine=fifo,profile=poisson: " in saved["evidence"] and "(-33%)" in saved["evidence"]
+    assert "furthest apart" in text
+    assert twin_study.disagreement(pd.DataFrame(), "serving_load") == ""

@@ -1,0 +1,352 @@
+"""The serving twin beside a run's measurements (issue 34): the twin's prediction of every measured serving and
+scheduling point, its errors, and the words and figure the notebooks and the report show.
+
+- :func:`cost_for`: a run's cost model: its ``twin_calibration.json``, else a fit on its own request rows outside
+  the serving experiments (so the validation is out of sample), plus the served request's own terms from its
+  synchronous serving point (:func:`workbench.predict.twin_cost.with_serving`), else a fit on all its rows.
+- :func:`validate`: for every measured serving and scheduling point of a run, the twin's prediction of the same
+  requests (their scheduled times, sizes, classes, priorities; the point's engine, policy and limits) beside the
+  measurement: ``twin_validation.csv`` (one row per point, ``measured_*``, ``simulated_*`` and ``ape_*`` columns:
+  ``|simulated / measured - 1|``) and, merged into the run's ``metrics.json``, ``mape_e2e_p50``, ``mape_ttft_p50``
+  (means over the points, as BLIS reports), their point counts, and the knee and recommendation per SLO preset
+  measured vs simulated (:func:`workbench.serving.saturation.knees` / ``recommend`` on both tables).
+- :func:`sentence` (the validation in words), :func:`disagreement` (where the twin and one experiment's
+  measurement are furthest apart: the report's serving findings carry it), :func:`figure`,
+  :func:`notebook_section` (what notebooks 08 and 11 show).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.predict import twin, twin_cost
+from workbench.errors import ParameterError
+from workbench.serving import engines, load, saturation, scheduling, senders
+from workbench.share import run_summary
+
+SERVING_EXPERIMENTS = ("serving_load", "scheduling")
+COMPARED = ("ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "e2e_s_p50", "e2e_s_p90", "queue_s_p50",
+            "request_throughput_rps", "goodput_rps")
+
+
+def cost_for(run_dir) -> twin_cost.StepCost:
+    """A run's cost model (module docstring).
+
+    Raises:
+        ParameterError: no usable calibration in the run (one line).
+    """
+    from workbench.run import results
+
+    run = Path(run_dir)
+    if (run / twin_cost.CALIBRATION_FILE).is_file():
+        return twin_cost.load(run)
+    req = results.read_requests(run)
+    if req.empty:
+        raise ParameterError(f"calibration: {str(run)!r} has no requests.parquet to fit the twin's cost model on")
+    if "experiment" in req:
+        other = req[~req["experiment"].isin(SERVING_EXPERIMENTS)]
+        try:
+            cost = twin_cost.fit(other, source=f"fit:{run.name} (non-serving rows)")
+        except ParameterError:
+            return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
+        # the served request's own costs, from the run's synchronous serving points (twin_cost.with_serving)
+        points = results.read_points(run) if (run / "points.parquet").is_file() else pd.DataFrame()
+        if {"experiment", "profile", "point_id"} <= set(points.columns):
+            sync = points[(points["experiment"] == "serving_load") & (points["profile"] == "synchronous")]
+            if "status" in sync:
+                sync = sync[sync["status"].eq("ok")]
+            if "engine" in sync:
+                sync = sync[sync["engine"].isin(engines.ENGINES)]
+            if len(sync):
+                return twin_cost.with_serving(cost, req, sync["point_id"])
+        return cost
+    return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
+
+
+def _num(v) -> float:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return v
+
+
+def _specs_from_rows(rows: pd.DataFrame, cfg: dict, experiment: str) -> list:
+    rows = rows.sort_values("request_id") if "request_id" in rows else rows
+    off = pd.to_numeric(rows.get("t_scheduled_s"), errors="coerce").fillna(0.0).clip(lower=0.0)
+    t0 = float(off.min()) if len(off) else 0.0
+    out_col = "max_tokens" if "max_tokens" in rows and rows["max_tokens"].notna().all() else "max_new_tokens"
+    specs = []
+    for (_, r), o in zip(rows.iterrows(), off):
+        specs.append(twin.TwinSpec(float(o) - t0, int(_num(r.get("prompt_tokens")) or 1),
+                                   int(_num(r.get(out_col)) or 1), int(_num(r.get("priority")) or 0)
+                                   if _num(r.get("priority")) == _num(r.get("priority")) else 0,
+                                   r.get("request_class")))
+    if experiment == "scheduling" and _num(cfg.get("abandon_share")) > 0:  # the same clients lose patience
+        picked = senders.with_patience([load.RequestSpec("", 1)] * len(specs), float(cfg["abandon_share"]),
+                                    float(cfg["patience_s"]), int(cfg.get("seed", 0)))
+        specs = [dataclasses.replace(s, patience_s=p.patience_s) for s, p in zip(specs, picked)]
+    return specs
+
+
+def _turn_specs(rows: pd.DataFrame, cfg: dict) -> list:
+    rows = rows.sort_values(["conversation", "turn"])
+    specs, index = [], {}
+    for _, r in rows.iterrows():
+        c, t = int(r["conversation"]), int(r["turn"])
+        prev = index.get((c, t - 1))
+        shared = specs[prev].prompt_tokens if prev is not None else int(cfg.get("shared_prefix_tokens") or 0)
+        key = f"conv{c}" if prev is not None or not cfg.get("shared_prefix_tokens") else "doc"
+        specs.append(twin.TwinSpec(0.0, int(r["prompt_tokens"]), int(r.get("max_new_tokens") or 1), prefix_key=key,
+                                   prefix_tokens=shared, store_tokens=int(r["prompt_tokens"]), after=prev,
+                                   conversation=c, turn=t))
+        index[(c, t)] = len(specs) - 1
+    return specs
+
+
+def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> dict | None:
+    exp = point.get("experiment")
+    if exp == "serving_load":
+        e = point.get("engine")
+        if e not in engines.ENGINES:
+            return None  # an external endpoint: nothing of ours to simulate
+        tc = twin.TwinConfig(engine=e, max_batch_size=int(cfg.get("max_batch_size", 8)),
+                             batch_window_s=float(cfg.get("batch_window_s", 0.05)))
+        prof = point.get("profile")
+        if prof in load.CLOSED_LOOP:
+            specs = twin.open_loop("constant", max(len(rows), 2), 1.0, int(cfg.get("prompt_tokens", 64)),
+                                   int(cfg.get("max_new_tokens", 16)))
+            return twin.simulate(cost, specs, tc, prof).summary
+        return twin.simulate(cost, _specs_from_rows(rows, cfg, exp), tc, "replay",
+                             rate=_num(point.get("offered_rps"))).summary
+    if exp == "scheduling":
+        work = point.get("workload", "mixed")
+        if work in ("multiturn", "shared_prefix"):
+            on = bool(point.get("prefix_sharing"))
+            engine = "continuous" if any(cfg.get("multiturn_prefix_sharing") or []) else cfg.get("engine", "fifo")
+            tc = twin.TwinConfig(engine=engine, max_batch_size=int(cfg.get("max_batch_size", 4)),
+                                 batch_window_s=float(cfg.get("batch_window_s", 0.05)), prefix_sharing=on)
+            return twin.simulate(cost, _turn_specs(rows, cfg), tc, "replay").summary
+        tc = twin.TwinConfig(engine=cfg.get("engine", "fifo"), policy=point.get("policy", "fcfs"),
+                             aging_s=float(cfg.get("aging_s", scheduling.AGING_S)),
+                             lane_threshold_tokens=int(cfg.get("lane_threshold_tokens",
+                                                               scheduling.LANE_THRESHOLD_TOKENS)),
+                             long_cap=int(cfg.get("long_cap", 1)), predictor=cfg.get("sjf_predictor", "proxy"),
+                             max_batch_size=int(cfg.get("max_batch_size", 4)),
+                             batch_window_s=float(cfg.get("batch_window_s", 0.05)),
+                             max_pending=cfg.get("max_pending"), max_retries=int(cfg.get("max_retries", 3)))
+        res = twin.simulate(cost, _specs_from_rows(rows, cfg, exp), tc, "replay")
+        from workbench.stats.classes import class_columns
+
+        classes = cfg.get("class_slo_ttft_s") or {"interactive": 2.0, "background": 30.0}
+        return {**res.summary, **class_columns(res.rows, classes, res.summary["window_s"])}
+    return None
+
+
+def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True) -> tuple[pd.DataFrame, dict]:
+    """The twin beside every measured serving and scheduling point of ``run_dir`` (module docstring).
+
+    Returns:
+        ``(table, summary)``: the ``twin_validation.csv`` rows and the keys merged into ``metrics.json``
+        (``mape_e2e_p50``, ``mape_ttft_p50``, ``twin_points``, ``twin_cost_source``, knees and recommendations).
+
+    Raises:
+        ParameterError: no such run, no serving or scheduling point in it, no usable calibration (one line).
+    """
+    from workbench.run import results
+    from workbench.experiments import serving_load
+
+    run = Path(run_dir)
+    if not (run / "points.parquet").is_file():
+        raise ParameterError(f"run: {str(run)!r} has no points.parquet")
+    points = results.read_points(run)
+    points = points[points.get("experiment", pd.Series(dtype=str)).isin(SERVING_EXPERIMENTS)]
+    if "status" in points:
+        points = points[points["status"].eq("ok")]
+    if points.empty:
+        raise ParameterError(f"run: {str(run)!r} has no measured serving_load or scheduling point to validate against")
+    cost = cost or cost_for(run)
+    requests = results.read_requests(run)
+    configs = {k: (v or {}).get("config") or {} for k, v in results.read_manifest(run).get("experiments", {}).items()}
+    table, sim_points = [], []
+    for _, p in points.iterrows():
+        rows = requests[requests["point_id"] == p["point_id"]] if "point_id" in requests else requests.iloc[:0]
+        if rows.empty:
+            continue
+        sim = _simulate_point(cost, p, rows, configs.get(p["experiment"], {}))
+        if sim is None:
+            continue
+        row = {"point_id": p["point_id"], "experiment": p["experiment"], "engine": p.get("engine"),
+               "policy": p.get("policy"), "profile": p.get("profile"), "workload": p.get("workload"),
+               "offered_rps": _num(p.get("offered_rps")), "requests": int(len(rows)), "valid": p.get("valid"),
+               "cost_source": cost.source, "source": twin.SOURCE}
+        per_class = ("ttft_s_p50_", "ttft_s_p90_", "slo_attainment_")
+        cols = list(COMPARED) + sorted(c for c in sim if c.startswith(per_class))
+        for c in cols:
+            m, s = _num(p.get(c)), _num(sim.get(c))
+            row[f"measured_{c}"], row[f"simulated_{c}"] = m, s
+            row[f"ape_{c}"] = abs(s / m - 1) if m == m and s == s and m > 0 else math.nan
+        table.append(row)
+        sim_points.append({**p.to_dict(), **{k: v for k, v in sim.items() if k in p.index or k.startswith("slo_")},
+                           "source": twin.SOURCE})
+    df = pd.DataFrame(table)
+    # errors over valid points only: an invalid point (contended, drifted) measured the machine, not the engine; its
+    # row stays in the table with valid=False
+    valid = df["valid"].fillna(False).astype(bool) if "valid" in df else pd.Series(True, index=df.index)
+    # a point the served-request terms were fitted on is in-sample: in the table (calibration=True), not in the errors
+    calib = set(cost.serving_points)
+    df["calibration"] = df["point_id"].astype(str).isin(calib) if len(df) else pd.Series(dtype=bool)
+    in_sample = df["calibration"].astype(bool)
+    valid_all = valid
+    valid = valid & ~in_sample
+    summary = {"twin_points": int(valid.sum()), "twin_points_invalid": int((~valid_all).sum()),
+               "twin_points_calibration": int((in_sample & valid_all).sum()), "twin_cost_source": cost.source,
+               "twin_cost_loo_step_error": cost.loo_step_error, "twin_cost_loo_prefill_error": cost.loo_prefill_error}
+    for key, col in (("mape_e2e_p50", "ape_e2e_s_p50"), ("mape_ttft_p50", "ape_ttft_s_p50"),
+                     ("mape_e2e_p90", "ape_e2e_s_p90"), ("mape_ttft_p90", "ape_ttft_s_p90"),
+                     ("mape_tpot_p50", "ape_tpot_s_p50"), ("mape_queue_p50", "ape_queue_s_p50")):
+        v = pd.to_numeric(df[valid].get(col, pd.Series(dtype=float)), errors="coerce").dropna()
+        summary[key], summary[f"{key}_points"] = (float(v.mean()) if len(v) else math.nan), int(len(v))
+    measured_sl = points[points["experiment"] == "serving_load"]
+    simulated_sl = pd.DataFrame([p for p in sim_points if p.get("experiment") == "serving_load"])
+    if not measured_sl.empty and not simulated_sl.empty:
+        summary["knee_measured"] = {k: _num(v) for k, v in saturation.knees(measured_sl).items()}
+        summary["knee_simulated"] = {k: _num(v) for k, v in saturation.knees(simulated_sl).items()}
+        rm, rs = serving_load.recommend(measured_sl), serving_load.recommend(simulated_sl)
+        if not rm.empty and not rs.empty:
+            summary["recommendation_measured"] = dict(zip(rm["slo"], rm["max_rate_rps"].map(float)))
+            summary["recommendation_simulated"] = dict(zip(rs["slo"], rs["max_rate_rps"].map(float)))
+    if write:
+        path = run / twin.VALIDATION_FILE
+        from workbench.run import results as res_mod
+
+        text = df.to_csv(index=False)
+        res_mod.atomic_write(path, lambda f: f.write(text), text=True)
+        run_summary.merge_metrics(run, summary)
+    return df, summary
+
+
+def sentence(summary: dict) -> str:
+    """The validation in words: the errors with their point counts (as BLIS reports them) and, where the twin
+    misses, the cost-model term that carries the error (TTFT: the prefill term; TPOT: the decode step term; queue
+    time: the scheduling, which the twin runs as the real code, so its error follows the service times)."""
+    n = summary.get("twin_points", 0)
+    if not n:
+        return ("twin: no valid measured serving or scheduling point to compare with"
+                + (f" ({summary['twin_points_invalid']} invalid)." if summary.get("twin_points_invalid") else "."))
+
+    def pct(k):
+        v = summary.get(k)
+        return "n/a" if v is None or v != v else f"{v:.0%}"
+
+    left = summary.get("twin_points_invalid") or 0
+    calib = summary.get("twin_points_calibration") or 0
+    out = [f"{left} invalid"] if left else []
+    out += [f"{calib} calibration point{'s' if calib > 1 else ''}"] if calib else []
+    gone = f" ({', '.join(out)} left out)" if out else ""
+    text = (f"Twin vs measurement over {n} valid points{gone} "
+            f"(cost model {summary.get('twin_cost_source')}): MAPE e2e p50 "
+            f"{pct('mape_e2e_p50')} ({summary.get('mape_e2e_p50_points', 0)} points), TTFT p50 {pct('mape_ttft_p50')} "
+            f"({summary.get('mape_ttft_p50_points', 0)}), TPOT p50 {pct('mape_tpot_p50')}, queue p50 "
+            f"{pct('mape_queue_p50')}.")
+    worst = max((("prefill term (a0-a2: TTFT)", summary.get("mape_ttft_p50")),
+                 ("decode step term (b0-b3: TPOT)", summary.get("mape_tpot_p50"))),
+                key=lambda t: -1 if t[1] is None or t[1] != t[1] else t[1])
+    if worst[1] is not None and worst[1] == worst[1] and worst[1] > 0.1:
+        text += f" The larger miss is the {worst[0]}."
+    km, ks = summary.get("knee_measured"), summary.get("knee_simulated")
+    if km and ks:
+        text += " Knee measured / simulated: " + ", ".join(f"{e} {km[e]:.3g} / {ks.get(e, math.nan):.3g} req/s"
+                                                           for e in km) + "."
+    return text
+
+
+def _short(point_id: str) -> str:
+    """A point id without its experiment and the parameters every point of it shares (for a sentence)."""
+    body = str(point_id).split("/", 1)[-1]
+    keep = [kv for kv in body.split(",") if not kv.startswith(("step=", "prefix_sharing=False"))]
+    return ",".join(keep) or body
+
+
+def disagreement(table: pd.DataFrame, experiment: str, k: int = 2) -> str:
+    """Where the twin and ``experiment``'s measurement disagree (what the report's serving findings carry): the mean
+    e2e p50 error over the experiment's valid, out-of-sample points and the ``k`` points furthest apart, each with
+    both e2e p50 values; "" when no such point.
+
+    Args:
+        table: :func:`validate`'s table (``experiment``, ``point_id``, ``valid``, ``calibration``,
+            ``measured_e2e_s_p50``, ``simulated_e2e_s_p50``, ``ape_e2e_s_p50``).
+        experiment: ``serving_load`` or ``scheduling``.
+    """
+    if table is None or table.empty or "ape_e2e_s_p50" not in table:
+        return ""
+    df = table[(table["experiment"] == experiment) & table["valid"].fillna(False).astype(bool)
+               & ~table.get("calibration", pd.Series(False, index=table.index)).fillna(False).astype(bool)]
+    df = df[pd.to_numeric(df["ape_e2e_s_p50"], errors="coerce").notna()]
+    if df.empty:
+        return ""
+    worst = df.sort_values("ape_e2e_s_p50", ascending=False).head(k)
+    far = "; ".join(f"{_short(r.point_id)}: {r.measured_e2e_s_p50:.2f} s measured, {r.simulated_e2e_s_p50:.2f} s "
+                    f"simulated ({r.simulated_e2e_s_p50 / r.measured_e2e_s_p50 - 1:+.0%})"
+                    for r in worst.itertuples())
+    return (f"The twin (a prediction from this run's calibration) is {df['ape_e2e_s_p50'].mean():.0%} off the measured "
+            f"e2e p50 on average over {len(df)} valid point{'s' if len(df) > 1 else ''}; furthest apart at {far}.")
+
+
+def figure(table: pd.DataFrame, experiment: str):
+    """The twin beside the measurement: per point TTFT p50 and e2e p50, measured (markers) and simulated (dashed,
+    open markers); ``serving_load`` against the offered rate per engine, ``scheduling`` per policy / workload."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT p50 (s)", "e2e p50 (s)"))
+    df = table[table["experiment"] == experiment] if not table.empty else table
+    if experiment == "serving_load":
+        groups = [(e, g[g["profile"].isin(load.OPEN_LOOP)].sort_values("offered_rps")) for e, g in df.groupby("engine")]
+        xcol = "offered_rps"
+    else:
+        work = df.get("workload", pd.Series([None] * len(df), index=df.index))
+        df = df.assign(label=[f"{w or 'mixed'}:{p}" for w, p in zip(work, df["policy"])])
+        groups, xcol = [("", df)], "label"
+    for name, g in groups:
+        for col, c in (("ttft_s_p50", 1), ("e2e_s_p50", 2)):
+            fig.add_trace(go.Scatter(x=g[xcol], y=g[f"measured_{col}"], mode="markers", name=f"{name} measured".strip(),
+                                     legendgroup=f"{name}m", showlegend=c == 1), row=1, col=c)
+            fig.add_trace(go.Scatter(x=g[xcol], y=g[f"simulated_{col}"], mode="lines+markers",
+                                     line=dict(dash="dash"), marker=dict(symbol="circle-open"),
+                                     name=f"{name} simulated".strip(), legendgroup=f"{name}s", showlegend=c == 1),
+                          row=1, col=c)
+    fig.update_layout(title="The serving twin (source=simulated, a prediction) beside the measured points")
+    if experiment == "serving_load":
+        fig.update_xaxes(title_text="offered rate (req/s)")
+    return fig
+
+
+def notebook_section(run_dir, experiment: str, finding=None):
+    """What notebooks 08 and 11 show of the twin: :func:`validate` on the run (writing ``twin_validation.csv`` and
+    ``metrics.json``), the figure ``twin_<experiment>`` saved, and :func:`sentence` with :func:`disagreement`.
+    Given the experiment's saved ``finding`` (:class:`workbench.stats.evidence.Finding`), it is saved again with
+    the disagreement added to its evidence, so the report's serving finding says where the twin and the
+    measurement part (its text and mark unchanged). Without a calibration in the run (no batch-size /
+    context-length rows, no ``twin_calibration.json``) it says why and shows nothing.
+
+    Returns:
+        ``(table, figure or None, sentence)``.
+    """
+    from workbench.run import results
+
+    try:
+        table, summ = validate(run_dir)
+    except ParameterError as exc:
+        return pd.DataFrame(), None, f"twin: not shown ({exc})"
+    fig = figure(table, experiment)
+    results.save_figure(run_dir, f"twin_{experiment}", fig)
+    apart = disagreement(table, experiment)
+    if finding is not None and apart and hasattr(finding, "evidence"):
+        evidence = f"{finding.evidence.rstrip('. ')}. {apart}" if finding.evidence else apart
+        results.save_finding(run_dir, experiment, dataclasses.replace(finding, evidence=evidence))
+    return table, fig, " ".join(t for t in (sentence(summ), apart) if t)
