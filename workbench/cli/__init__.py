@@ -1,7 +1,7 @@
 """The ``workbench`` command: run suites, sweep one notebook, build reports, export and simulate, show the environment.
 
-The suite runner is :mod:`workbench.cli.suite`; the serving twin's command :mod:`workbench.cli.simulate`, its check against a
-run's measured serving points :mod:`workbench.cli.twin_validation`.
+The suite runner is :mod:`workbench.cli.suite`; the serving twin's command :mod:`workbench.cli.simulate`, its
+check against a run's measured serving points :mod:`workbench.cli.twin_validation`.
 
     workbench run [SUITE] [--resume RUN_DIR [--allow-changed]] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR [--allow-changed]] [--label NAME]
