@@ -36,7 +36,7 @@ chunk_tokens: int = 64  # retrieval chunk size in tokens
 max_new_tokens: int = 16  # answer length in tokens
 ignore_eos: bool = True  # fixed-length answers, so total times compare like for like
 temperature: float = 0.0  # 0 means greedy
-repeats: int = 1  # timed repetitions per point (each compresses again)
+repeats: int = 1  # rounds; 2+: points interleaved by round, none again as the A/A control (1: no pairs)
 warmup: int = 1  # untimed warm-up passes before the sweep
 seed: int = 0  # task seed; repeat r samples with seed + r
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -54,7 +54,10 @@ run
 # %% [markdown]
 # Each point builds its task (seeded), compresses it (`compressor_s`), answers it with the model (TTFT,
 # end-to-end) and scores the answer. Lossless strategies run once (ratio 1). Point columns: quality as
-# `<metric>_mean` over the repeats, times and token counts as `<column>_p50`.
+# `<metric>_mean` over the repeats, times and token counts as `<column>_p50`. With `repeats` >= 2 the points are
+# measured interleaved by round, `none` again on every task as the A/A control; each strategy's total time over
+# `none`'s is paired within (round, task) units (`time_ratio`, Holm over the strategies of a length), beside the
+# A/A noise floor (`aa_low` / `aa_high`; figure `compression_time_ratio`).
 
 # %%
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)

@@ -298,3 +298,59 @@ def test_compare_groups_judges_each_group_against_its_own_baseline_and_the_aa_on
     assert aa and math.isfinite(aa["aa_ratio"]) and aa["aa_low"] < 1 < aa["aa_high"]
     _, none = comparison.compare_groups(pd.DataFrame(rows), {"b0": ["b0", "b1"]}, aa=None)
     assert none == {}
+
+
+def test_compare_within_tasks_pairs_each_task_within_its_round():
+    """Three tasks of different lengths (1x, 2x, 4x), each measured by both arms in every round: the pair is the
+    (round, task) unit, so the tasks' own spread is no noise; ``rounds`` counts rounds and the drift is the
+    baseline's change between neighbouring rounds on one task, not the 4x between tasks."""
+    rows = [{"arm": a, "round": r, "task": t, "value": (1, 2, 4)[t] * (1.0, 1.1)[r % 2] * (0.5 if a == "x" else 1.0)
+             * (1 + 0.01 * ((r + t) % 3 - 1) * (a == comparison.AA))}
+            for r in range(3) for t in range(3) for a in ("base", "x", comparison.AA)]
+    c = comparison.compare(pd.DataFrame(rows), "base", task="task")
+    assert c.arms["x"].interval.estimate == pytest.approx(0.5) and c.arms["x"].verdict == "lower"
+    assert "9 (round, task) units, 8 dof" in c.arms["x"].interval.method
+    assert c.rounds == 3 and c.columns()["round_drift"] == pytest.approx(0.1) and not c.aa_moved
+    with pytest.raises(ParameterError, match="needs a 'depth' column"):
+        comparison.compare(pd.DataFrame(rows), "base", task="depth")
+
+
+def _ratio_points(**cols):
+    n = len(next(iter(cols.values())))
+    return pd.DataFrame({"status": ["ok"] * n, "time_ratio": [1.0, 0.6][:n] + [0.8] * (n - 2),
+                         "time_ratio_low": [float("nan"), 0.5][:n] + [0.7] * (n - 2),
+                         "time_ratio_high": [float("nan"), 0.7][:n] + [0.9] * (n - 2),
+                         "aa_ratio": 1.0, "aa_low": 0.97, "aa_high": 1.03, "design": "interleaved", "rounds": 3,
+                         **cols})
+
+
+def test_every_ratio_figure_is_drawn_by_the_one_helper(monkeypatch):
+    """The five comparative figures of ratios (long output, streaming reader, temperature, reasoning budget,
+    context compression) draw their body with :func:`comparison.ratio_figure`: markers with interval error bars,
+    the dotted line at 1 and the A/A band; each keeps its own title and axis titles."""
+    from workbench.experiments import long_output, reasoning_budget, streaming_reader, temperature
+    from workbench.share import figures_compression
+
+    used = []
+    helper = comparison.ratio_figure
+    monkeypatch.setattr(comparison, "ratio_figure", lambda *a, **k: used.append(a[1]) or helper(*a, **k))
+    figs = {
+        "long_output": long_output.fig_time_ratio(_ratio_points(language=["en", "en"],
+                                                                strategy=["one_shot", "outline_batch"])),
+        "streaming_reader": streaming_reader.proxy_ratio_figure(_ratio_points(part=["proxy", "proxy"],
+                                                                              proxy=["direct", "buffering_on"])),
+        "temperature": temperature.fig_time_ratio(_ratio_points(family=["factual"] * 2, top_p=[1.0, 1.0],
+                                                                temperature=[0.0, 0.7])),
+        "reasoning_budget": reasoning_budget.fig_time_ratio(_ratio_points(batch_size=[6, 6], reasoning_budget=[0, 16])),
+        "context_compression": figures_compression.time_ratio(_ratio_points(
+            strategy=["none", "bm25", "bm25"], ratio=[1, 4, 4], context_tokens=[512, 512, 512], depth=[0.1, 0.1, 0.5])),
+    }
+    assert used == ["strategy", "proxy", "temperature", "reasoning_budget", "arm"]
+    for name, fig in figs.items():
+        assert any(s.y0 == 1 and s.y1 == 1 and s.line.dash == "dot" for s in fig.layout.shapes), name
+        band = [s for s in fig.layout.shapes if s.y0 == pytest.approx(0.97) and s.y1 == pytest.approx(1.03)]
+        assert band and [t.name for t in fig.data if (t.name or "").startswith("A/A noise floor")], name
+        markers = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
+        assert markers and "(x" in fig.layout.yaxis.title.text and fig.layout.title.text, name
+    # the compression figure draws one marker per (strategy, ratio) arm, not one per depth
+    assert list(figs["context_compression"].data[0].x) == ["none", "bm25 4x"]

@@ -1,4 +1,5 @@
-"""Tests for workbench.experiments.context_compression: answer scoring, summaries by hand, config, notebook 06."""
+"""Tests for workbench.experiments.context_compression: answer scoring, summaries by hand, config, the interleaved
+design with its A/A control (issue 32) on a fake model, notebook 06."""
 
 import math
 from pathlib import Path
@@ -9,13 +10,14 @@ import pytest
 from workbench.techniques import compression
 from workbench.measure import quality
 from workbench.errors import ParameterError
+from workbench.stats import evidence
 from workbench.experiments import context_compression as X
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_context_compression.ipynb"
 QUICK = {
     "strategies": ["none", "bm25"], "ratios": [4], "context_lengths": [160], "depths": [0.5],
     "summary_lengths": [], "chat_lengths": [160], "chat_strategies": ["none", "kv_reuse"],
-    "max_new_tokens": 4, "warmup": 0,
+    "max_new_tokens": 4, "warmup": 0, "repeats": 2,  # 2 rounds: the points interleaved with the A/A control
 }
 
 
@@ -116,6 +118,12 @@ def test_notebook_runs_with_quick_parameters(tmp_path, monkeypatch, run_notebook
     assert {"substring_match_mean", "gold_logprob_mean", "rouge_l_mean", "total_s_p50"} <= set(points)
     figs = {p.stem for p in (run / "figures").glob("*.json")}
     assert {"quality_vs_ratio", "time_vs_ratio", "break_even", "depth_length_heatmap", "best_strategy"} <= figs
+    # 2 rounds of 2 points, none again as the A/A control (not a point, its requests not stored)
+    assert len(points) == 2 and len(req) == 4 and sorted(req["repeat"]) == [0, 0, 1, 1]
+    assert (points["design"] == "interleaved").all() and (points["rounds"] == 2).all()
+    assert points["aa_ratio"].notna().all() and "compression_time_ratio" in figs
+    assert "(round, task) units" in points.set_index("strategy").loc["bm25", "time_ratio_method"]
+    assert (req["rouge_l"] <= 1).all() and (req[req["strategy"] == "none"]["rouge_l"] == 1).all()
 
 
 def test_finding_uses_valid_points_and_states_evidence_against_none():
@@ -132,3 +140,169 @@ def test_finding_uses_valid_points_and_states_evidence_against_none():
     assert "total time vs none: 0.50x, 95% interval" in f.text and f.supported
     assert not any(p.startswith("bm25") for p in f.point_ids)  # the invalid (fastest) strategy is never chosen
     assert "3 and 3 tasks" in f.evidence
+    # one repeat (no design columns): nothing paired, no A/A control, and the finding says so
+    assert "Measured point by point (one repeat): no paired ratios, no A/A control." in f.text
+    assert f.text.split(". ")[0].startswith("Best strategy per context length - 512 tokens: tail at ratio 4")
+
+
+# ----------------------------------------------------------------------------- the interleaved design (fakes)
+
+
+SALT = 1  # the A/A noise of every scenario below covers 1 (salt 0: one of the 5% that does not)
+
+
+def _interleaved(monkeypatch, aa_shift=1.0, repeats=4, totals=None, logprobs=None, depths=(0.1, 0.5, 0.9),
+                 lengths=(512,)):
+    """measure_interleaved on a fake model: whole rounds 10% slow or fast (machine drift), a total time per
+    strategy (``totals``, times 1.0-1.3 by depth: the tasks differ), a gold log-likelihood per strategy
+    (``logprobs``), every answer matching, and the second none request of a task in a round (the A/A arm)
+    ``aa_shift`` times slower."""
+    import random
+    import types
+
+    from workbench.run import point_result
+    from workbench.stats import comparison
+
+    totals = totals or {"none": 2.0, "bm25": 1.0, "head_tail": 2.0}
+    logprobs = logprobs or {}
+    cfg = X.Config(strategies=list(totals), ratios=[4], context_lengths=list(lengths), depths=list(depths),
+                   summary_lengths=[], chat_lengths=[], repeats=repeats, warmup=0)
+    calls, order = [], []
+    schedule = comparison.schedule
+
+    def recorded_schedule(*a, **k):  # the arms in measuring order, so the fake knows which request is the A/A arm's
+        order.extend(schedule(*a, **k))
+        return list(order)
+
+    def fake_evaluate(loaded, task, strategy, ratio, settings, reference=None, score=True, **options):
+        r = settings.seed - cfg.seed
+        again = isinstance(order[len(calls)][1], tuple)
+        calls.append((r, strategy, task.depth, again))
+        # +-1% noise per request, seeded by what it measures (a seed whose A/A intervals cover 1, as 95% do)
+        noise = random.Random(f"{SALT}:{r}:{strategy}:{task.key}:{again}").uniform(0.99, 1.01)
+        total = totals[strategy] * (1 + task.depth / 3) * (0.9, 1.1)[r % 2] * noise * (aa_shift if again else 1)
+        rec = {c: 1.0 for c in X.QUALITY_COLUMNS + X.TIME_COLUMNS}
+        rec.update(total_s=total, gold_logprob=logprobs.get(strategy, -1.0), text=f"The passkey is {strategy}.",
+                   ttft_s=0.1, e2e_s=total, depth=task.depth, rouge_l=float("nan"))
+        return rec
+
+    monkeypatch.setattr(X, "evaluate", fake_evaluate)
+    monkeypatch.setattr(X, "_task", lambda loaded, cfg, kind, p: types.SimpleNamespace(
+        key=(kind, p["context_tokens"], p["depth"]), depth=p["depth"]))
+    monkeypatch.setattr(comparison, "schedule", recorded_schedule)
+    grid = cfg.grid()
+    got = X.measure_interleaved(None, cfg, grid, {})
+    pts, reqs = [], []
+    for p in grid:
+        pid = point_result.point_id(X.EXPERIMENT, p)
+        pts.append({"point_id": pid, "status": "ok", "valid": True, **p, **got[pid].extra})
+        reqs += [{**r, "point_id": pid} for r in got[pid].requests]
+    return cfg, calls, got, pd.DataFrame(pts), pd.DataFrame(reqs)
+
+
+def _first_sentence(text):
+    return text.split(". ")[0]
+
+
+def test_measure_interleaved_rounds_with_the_aa_control_and_the_finding_prints_the_noise_floor(monkeypatch):
+    """Issue 32: every round measures every point once and none a second time on every task (the A/A arm, one
+    request per task per round, not a point), in a shuffled order; every point carries the time_ratio and A/A
+    columns (pairs within (round, task) units, Holm over the length's arms); the finding backs the faster pick
+    with its paired ratio and the noise floor beside it; the ratio figure has the band and the line at 1."""
+    from workbench.stats import comparison
+
+    cfg, calls, got, pts, req = _interleaved(monkeypatch)
+    grid = cfg.grid()
+    assert len(got) == len(grid) == 9  # the A/A arm is not a point
+    rounds = [c[0] for c in calls]
+    assert rounds == sorted(rounds) and set(rounds) == set(range(cfg.repeats))  # round after round
+    for r in range(cfg.repeats):
+        mine = sorted(c[1:] for c in calls if c[0] == r)
+        assert mine == sorted([(p["strategy"], p["depth"], False) for p in grid]
+                              + [("none", d, True) for d in cfg.depths])  # every arm once, none again per task
+    assert len({tuple(c[1:] for c in calls if c[0] == r) for r in range(cfg.repeats)}) > 1  # shuffled per round
+    assert len(req) == len(grid) * cfg.repeats and set(req["repeat"]) == set(range(cfg.repeats))  # A/A not stored
+    assert set(comparison.COLUMNS) <= set(pts) and pts["aa_low"].notna().all() and (pts["aa_low"] < 1).all()
+    assert (pts["design"] == "interleaved").all() and (pts["rounds"] == cfg.repeats).all()
+    assert pts["round_drift"].notna().all()  # none's change between neighbouring rounds on one task
+    by = pts.set_index(["strategy", "depth"])
+    assert (by.loc["none", "time_ratio"] == 1).all()
+    assert by.loc["bm25", "time_ratio"].between(0.49, 0.51).all()
+    assert (by.loc["bm25", "time_ratio_high"] < 1).all()
+    assert "(round, task) units" in by.loc[("bm25", 0.5), "time_ratio_method"]
+    assert f"{cfg.repeats * len(cfg.depths)} (round, task) units" in by.loc[("bm25", 0.5), "time_ratio_method"]
+    assert "Holm over 2 comparisons" in by.loc[("head_tail", 0.1), "time_ratio_method"]
+    f = X.finding(pts)
+    assert _first_sentence(f.text) == ("Best strategy per context length - 512 tokens: bm25 at ratio 4 (match 3 of 3 "
+                                       "tasks, no different beyond noise from none's 3 of 3, total "
+                                       f"{pts.set_index('strategy').loc['bm25', 'total_s_p50'].mean():.2f} s vs "
+                                       f"{pts.set_index('strategy').loc['none', 'total_s_p50'].mean():.2f} s)")
+    assert "bm25 at ratio 4 at 512 tokens, total time vs none: 0.50x, " in f.text and "A/A noise floor" in f.text
+    assert comparison.AA_MOVED not in f.text and "no paired ratios" not in f.text
+    assert f.supported and evidence.headline_supported(f.text)
+    fig = X.figures(pts)["compression_time_ratio"]
+    assert len([t for t in fig.data if (t.name or "").startswith("A/A noise floor")]) == 1
+    assert any(s.y0 == 1 and s.line.dash == "dot" for s in fig.layout.shapes)
+
+
+def test_finding_says_the_aa_control_moved_and_is_not_supported(monkeypatch):
+    """A/A requests 25% slower than none in every round: its interval excludes 1, the points say so, the first
+    sentence and the time clause say "not supported: the A/A control moved", and the finding is not supported."""
+    from workbench.stats import comparison
+
+    _, _, _, pts, _ = _interleaved(monkeypatch, aa_shift=1.25)
+    assert comparison.aa_moved_columns(pts.iloc[0]) and (pts["aa_low"] > 1).all()
+    f = X.finding(pts)
+    assert not f.supported and not evidence.headline_supported(f.text)  # the mark agrees with the first sentence
+    assert _first_sentence(f.text).endswith(f"): {comparison.AA_MOVED}")
+    assert f"bm25 at ratio 4 at 512 tokens, total time vs none: {comparison.AA_MOVED}" in f.text
+    assert "(moved: excludes 1)" in f.text
+
+
+@pytest.mark.parametrize("totals,logprobs,supported", [
+    ({"none": 2.0, "bm25": 1.0}, {}, True),  # bm25 as good and faster beyond noise: backed
+    ({"none": 2.0, "bm25": 2.0}, {}, False),  # as good, as fast: the pick (by time) is not backed
+    ({"none": 2.0, "bm25": 1.0}, {"none": -0.5}, False),  # none picked by likelihood, bm25 faster: not backed
+    ({"none": 1.0, "bm25": 2.0}, {"none": -0.5}, True),  # none picked and bm25 slower beyond noise: backed
+])
+def test_the_mark_agrees_with_the_first_sentence(monkeypatch, totals, logprobs, supported):
+    """A finding is supported only when its headline pick is, and its first sentence says "not supported" exactly
+    when it is not."""
+    _, _, _, pts, _ = _interleaved(monkeypatch, totals=totals, logprobs=logprobs)
+    f = X.finding(pts)
+    first = _first_sentence(f.text)
+    assert f.supported is supported
+    assert ("not supported" in first) is (not supported) and "no difference beyond noise" not in first
+    if "none" in logprobs:
+        assert first.startswith("Best strategy per context length - 512 tokens: none (match 3 of 3 tasks")
+        assert "A/A noise floor" in f.text  # no time clause of the pick: the noise floor on its own
+
+
+def test_each_context_length_is_compared_on_its_own(monkeypatch):
+    """Two context lengths are compared apart (Holm within each); every point of a length carries its A/A columns."""
+    _, _, _, pts, _ = _interleaved(monkeypatch, lengths=(256, 512), depths=(0.1, 0.9))
+    assert pts.groupby("context_tokens")["aa_ratio"].nunique().eq(1).all()
+    assert pts.groupby("context_tokens")["aa_ratio"].first().nunique() == 2
+    f = X.finding(pts)
+    assert "256 tokens: bm25 at ratio 4" in f.text and "512 tokens: bm25 at ratio 4" in f.text and f.supported
+
+
+def test_a_prompt_is_scored_once_per_sweep_and_the_aa_control_not_at_all(monkeypatch):
+    """The gold log-likelihood is a function of the prompt and the gold answer: a repeat of a prompt reuses it (an
+    untimed pass saved), and the A/A control's requests (``score=False``) are not scored."""
+    import types
+
+    calls = []
+    result = types.SimpleNamespace(compressor_s=0.1, prefix_cache=None, prefix_ids=None, text="ctx 123",
+                                   messages=lambda: [{"role": "user", "content": "ctx 123"}], to_record=dict)
+    monkeypatch.setattr(X, "compress", lambda *a, **k: result)
+    monkeypatch.setattr(X, "answer", lambda *a, **k: {"text": "123", "e2e_s": 1.0, "ttft_s": 0.2})
+    monkeypatch.setattr(X, "gold_logprob", lambda *a, **k: calls.append(1) or {"gold_logprob": -1.5})
+    task = types.SimpleNamespace(context="c", question="q", answer="123", kind="needle", language="en", depth=0.5,
+                                 needle="123")
+    loaded, scores, settings = types.SimpleNamespace(tokenizer=None), {}, X.Config().settings()
+    recs = [X.evaluate(loaded, task, "none", 1, settings, scores=scores) for _ in range(3)]
+    assert len(calls) == 1 and [r["gold_logprob"] for r in recs] == [-1.5] * 3 and recs[0]["total_s"] == 1.1
+    assert "gold_logprob" not in X.evaluate(loaded, task, "none", 1, settings, score=False) and len(calls) == 1
+    X.evaluate(loaded, task, "none", 1, settings)  # no cache given: scored
+    assert len(calls) == 2

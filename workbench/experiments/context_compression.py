@@ -1,27 +1,31 @@
 """Context compression experiment: what shrinking the input does to TTFT and to answer quality.
 
-What it measures (notebook ``06_context_compression``): strategy x target
-ratio x context length x needle depth on seeded passkey tasks over real text
-(:mod:`workbench.inputs.haystack`). Each request compresses its task with
-:func:`workbench.techniques.compression.compress` (``compressor_s``), answers it with the
-model (TTFT, end-to-end; fixed-length answers so total times compare like for
-like) and scores the answer: substring and exact match
-(:func:`workbench.measure.quality.substring_match`, :func:`workbench.measure.quality.exact_match`),
-the gold answer's log-likelihood (:func:`workbench.techniques.answering.gold_logprob`)
-and ROUGE-L against the uncompressed run's answer (:func:`workbench.measure.quality.rouge_l`).
-A chat experiment compares lossless KV prefix reuse with compression of a chat
-history whose fact sits in an early turn.
+What it measures (notebook ``06_context_compression``): strategy x target ratio x context length x needle depth on
+seeded passkey tasks over real text (:mod:`workbench.inputs.haystack`). Each request compresses its task with
+:func:`workbench.techniques.compression.compress` (``compressor_s``), answers it with the model (TTFT, end-to-end;
+fixed-length answers so total times compare like for like) and scores the answer: substring and exact match
+(:func:`workbench.measure.quality.substring_match`, :func:`workbench.measure.quality.exact_match`), the gold answer's
+log-likelihood (:func:`workbench.techniques.answering.gold_logprob`) and ROUGE-L against the uncompressed run's answer
+(:func:`workbench.measure.quality.rouge_l`). A chat experiment compares lossless KV prefix reuse with compression of
+a chat history whose fact sits in an early turn.
 
-Two experiments are written to the run: ``compression`` (documents) and
-``compression_chat``. Point columns beyond :func:`workbench.stats.metrics.summarize_point`:
-``<quality>_mean`` over the repeats (``substring_match``, ``exact_match``,
-``gold_logprob``, ``gold_logprob_per_token``, ``rouge_l``, ``needle_kept``) and
-``<time or count>_p50`` (``compressor_s``, ``total_s``, ``ttft_total_s``,
-``achieved_ratio``, ``compressed_tokens``, ``original_tokens``, ``prefilled_tokens``).
+Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ document points and ``repeats`` >= 2 the document
+points are arms measured interleaved by round (:func:`measure_interleaved`): round ``r`` measures every (strategy,
+ratio, context length, depth) point once at seed ``seed + r``, plus ``none`` a second time on every task (the A/A
+control: one request per task per round, not a point), in an order shuffled per round from the seed. Per context
+length, each (strategy, ratio)'s total time (compressor + answer) over ``none``'s is judged from paired log ratios
+whose unit is the (round, task) pair (a task is a depth: both answer the same task in the same round), Holm over
+the length's arms (:func:`compare_lengths`: ``time_ratio`` columns on every point of the arm); every point carries
+its length's A/A columns (:data:`workbench.stats.comparison.COLUMNS`; ``rounds`` counts rounds, ``round_drift`` is
+``none``'s largest change between neighbouring rounds on one task), the noise floor :func:`finding` prints beside
+the time claim and ``compression_time_ratio`` shades. Quality stays per request (greedy answers repeat). With one
+repeat nothing pairs: each point runs on its own (:func:`measure_point`) and the finding says so. The chat sweep
+(``compression_chat``) stays point by point.
 
-Entry points: :class:`Config`, :func:`evaluate`, :func:`measure_point`,
-:func:`run`, the summaries :func:`summarise`, :func:`break_even`,
-:func:`quality_at`, :func:`best_strategy`, and :func:`figures`.
+Point columns beyond :func:`workbench.stats.metrics.summarize_point`: ``<quality>_mean`` over the repeats
+(:data:`QUALITY_COLUMNS`) and ``<time or count>_p50`` (:data:`TIME_COLUMNS`). Entry points: :class:`Config`,
+:func:`evaluate`, :func:`measure_point`, :func:`run`, the summaries :func:`summarise`, :func:`break_even`,
+:func:`quality_at`, :func:`best_strategy`, :func:`finding`, and :func:`figures`.
 """
 
 from __future__ import annotations
@@ -30,15 +34,18 @@ import dataclasses
 import math
 import statistics
 
-from workbench.stats import evidence
+from workbench.stats import comparison, evidence
 from workbench.measure import generation, quality
-from workbench.share import plots
+from workbench.share import figures_compression as fc, plots
+from workbench.share.figures_compression import (ACHIEVED, COMPRESSOR, LOGPROB, MATCH, PREFILLED, ROUGE,  # noqa: F401
+                                                 TOTAL, TTFT, TTFT_TOTAL)
 from workbench.checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
 from workbench.techniques.answering import answer, gold_logprob
 from workbench.techniques.compression import LOSSLESS, STRATEGIES, compress, embedder
 from workbench.measure.generation import GenerationSettings
+from workbench.run import point_result
 from workbench.run.point_result import PointResult
-from workbench.run.sweeps import SweepConfig, run_sweep
+from workbench.run.sweeps import SweepConfig, block_share, run_sweep
 from workbench.inputs import haystack
 
 EXPERIMENT = "compression"
@@ -50,11 +57,6 @@ QUALITY_COLUMNS = ("substring_match", "exact_match", "gold_logprob", "gold_logpr
                    "needle_kept")
 TIME_COLUMNS = ("compressor_s", "total_s", "ttft_total_s", "achieved_ratio", "compressed_tokens", "original_tokens",
                 "prefilled_tokens")
-
-# point columns the summaries and figures read
-MATCH, LOGPROB, ROUGE = "substring_match_mean", "gold_logprob_mean", "rouge_l_mean"
-ACHIEVED, COMPRESSOR, TTFT, TTFT_TOTAL, TOTAL, PREFILLED = (
-    "achieved_ratio_p50", "compressor_s_p50", "ttft_s_p50", "ttft_total_s_p50", "total_s_p50", "prefilled_tokens_p50")
 
 
 # ----------------------------------------------------------------------------- config
@@ -125,15 +127,9 @@ class Config(SweepConfig):
 
     def grid(self) -> list[dict]:
         """Document points: lossless strategies once (ratio 1), others at every ratio; ``none`` first."""
-        pts = []
-        order = sorted(self.strategies, key=lambda s: s != "none")
-        for s in order:
-            if s == "summary":
-                continue
-            for r in ([1] if s in LOSSLESS else self.ratios):
-                for n in self.context_lengths:
-                    for d in self.depths:
-                        pts.append({"strategy": s, "ratio": r, "context_tokens": n, "depth": d})
+        pts = [{"strategy": s, "ratio": r, "context_tokens": n, "depth": d}
+               for s in sorted(self.strategies, key=lambda s: s != "none") if s != "summary"
+               for r in ([1] if s in LOSSLESS else self.ratios) for n in self.context_lengths for d in self.depths]
         if "summary" in self.strategies:
             mid = sorted(self.depths)[len(self.depths) // 2]
             for n in self.summary_lengths:
@@ -142,12 +138,10 @@ class Config(SweepConfig):
 
     def chat_grid(self) -> list[dict]:
         """Chat points (fact in the turn at depth 0.1): strategies x ratios x ``chat_lengths``."""
-        pts = []
-        for s in sorted(self.chat_strategies, key=lambda s: s != "none"):
-            for r in ([1] if s in LOSSLESS else ([max(self.ratios)] if s == "summary" else self.ratios)):
-                for n in self.chat_lengths:
-                    pts.append({"strategy": s, "ratio": r, "context_tokens": n, "depth": 0.1})
-        return pts
+        return [{"strategy": s, "ratio": r, "context_tokens": n, "depth": 0.1}
+                for s in sorted(self.chat_strategies, key=lambda s: s != "none")
+                for r in ([1] if s in LOSSLESS else ([max(self.ratios)] if s == "summary" else self.ratios))
+                for n in self.chat_lengths]
 
 
 # ----------------------------------------------------------------------------- one request, one point
@@ -160,7 +154,7 @@ def answer_scores(prediction: str, gold: str) -> dict:
 
 
 def evaluate(loaded, task, strategy: str, ratio: float, settings: GenerationSettings, reference: str | None = None,
-             **options) -> dict:
+             score: bool = True, scores: dict | None = None, **options) -> dict:
     """Compress ``task``, answer it, and score the answer: one request row.
 
     Args:
@@ -169,12 +163,14 @@ def evaluate(loaded, task, strategy: str, ratio: float, settings: GenerationSett
         strategy, ratio: see :func:`workbench.techniques.compression.compress` (ratio ignored by lossless strategies).
         settings: generation settings of the answer.
         reference: the uncompressed run's answer text, for ``rouge_l`` (NaN when None).
+        score: False skips the gold answer's log-likelihood (an untimed pass; the A/A control is not scored).
+        scores: log-likelihoods by prompt, shared by a sweep: a prompt scored before (a later repeat's, greedy or
+            not: the score is a function of the prompt and the gold answer) is not scored again.
         options: passed to :func:`workbench.techniques.compression.compress`.
 
     Returns:
-        The request record plus the result's columns, ``total_s`` (compressor +
-        end-to-end), ``ttft_total_s`` (compressor + TTFT), the quality columns
-        and the task's columns (``task_kind``, ``answer_gold``, ``depth`` ...).
+        The request record plus the result's columns, ``total_s`` (compressor + end-to-end), ``ttft_total_s``
+        (compressor + TTFT), the quality columns and the task's columns (``task_kind``, ``answer_gold``, ...).
     """
     kw = {} if strategy in LOSSLESS else {"ratio": ratio}
     result = compress(task.context, task.question, loaded.tokenizer, strategy, loaded=loaded, **kw, **options)
@@ -183,15 +179,54 @@ def evaluate(loaded, task, strategy: str, ratio: float, settings: GenerationSett
     rec["total_s"] = result.compressor_s + rec["e2e_s"]
     rec["ttft_total_s"] = result.compressor_s + rec["ttft_s"]
     rec.update(answer_scores(rec["text"], task.answer))
-    rec.update(gold_logprob(loaded, result.messages(), task.answer, result.prefix_cache, result.prefix_ids))
+    if score:
+        key = (repr(result.messages()), task.answer) if scores is not None and result.prefix_cache is None else None
+        got = scores.get(key) if key is not None else None
+        if got is None:
+            got = gold_logprob(loaded, result.messages(), task.answer, result.prefix_cache, result.prefix_ids)
+            if key is not None:
+                scores[key] = got
+        rec.update(got)
     rec["rouge_l"] = quality.rouge_l(rec["text"], reference) if reference is not None else float("nan")
     rec.update(task_kind=task.kind, language=task.language, answer_gold=task.answer, depth=task.depth,
                needle_kept=float(task.needle in result.text))
     return rec
 
 
+def _task(loaded, cfg: Config, kind: str, p: dict):
+    return haystack.make_task(kind, loaded.tokenizer, p["context_tokens"], p["depth"], seed=cfg.seed, language=cfg.language)
+
+
+def _reference(loaded, cfg: Config, task, references: dict) -> str:
+    """The uncompressed answer of ``task`` (ROUGE-L's reference): the ``none`` point's when it ran, else generated
+    once, untimed."""
+    key = (task.key, cfg.max_new_tokens, cfg.ignore_eos, cfg.temperature, cfg.seed)
+    if key not in references:
+        plain = compress(task.context, task.question, loaded.tokenizer)
+        references[key] = answer(loaded, plain, cfg.settings())["text"]
+    return references[key]
+
+
+def _request(rec: dict, r: int, task) -> dict:
+    rec.update(repeat=r, batch_size=1)
+    rec.pop("depth", None)  # the point's requested depth column wins; the measured one is kept below
+    rec["fact_depth"] = task.depth
+    return rec
+
+
+def _point_extra(requests: list[dict], kind: str) -> dict:
+    """:data:`QUALITY_COLUMNS` as ``_mean`` and :data:`TIME_COLUMNS` as ``_p50`` over a point's requests, ``task``."""
+    extra = {f"{c}_mean": statistics.fmean(float(x[c]) for x in requests) for c in QUALITY_COLUMNS}
+    extra.update({f"{c}_p50": statistics.median(float(x[c]) for x in requests) for c in TIME_COLUMNS})
+    extra["task"] = kind
+    fallbacks = [x["detail_retrieval_fallback"] for x in requests if "detail_retrieval_fallback" in x]
+    if fallbacks:  # retrieval whose chunks all scored the same fell back to head truncation (recorded)
+        extra["retrieval_fallback_rate"] = sum(f != "none" for f in fallbacks) / len(fallbacks)
+    return extra
+
+
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
-    """Measure one point: ``cfg.repeats`` requests (compress + answer + score).
+    """Measure one point: ``cfg.repeats`` requests (compress + answer + score), back to back.
 
     Args:
         loaded: the model.
@@ -202,44 +237,107 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
             taken from the ``none`` point when it ran first, else generated once, untimed.
 
     Returns:
-        :class:`workbench.run.point_result.PointResult`: ``requests``, ``wall_s`` and ``extra`` (:data:`QUALITY_COLUMNS` as ``_mean``,
-        :data:`TIME_COLUMNS` as ``_p50``, and ``task``).
+        :class:`workbench.run.point_result.PointResult`: ``requests``, ``wall_s`` and ``extra`` (:func:`_point_extra`).
     """
     kind = state.get("task", cfg.task)
     references = state.setdefault("references", {})
-    task = haystack.make_task(kind, loaded.tokenizer, point["context_tokens"], point["depth"], seed=cfg.seed,
-                              language=cfg.language)
+    task = _task(loaded, cfg, kind, point)
     key = (task.key, cfg.max_new_tokens, cfg.ignore_eos, cfg.temperature, cfg.seed)
-    reference = references.get(key)
-    if reference is None and point["strategy"] != "none":
-        reference = answer(loaded, compress(task.context, task.question, loaded.tokenizer), cfg.settings())["text"]
-        references[key] = reference
-    requests, wall = [], 0.0
+    reference = references.get(key) if point["strategy"] == "none" else _reference(loaded, cfg, task, references)
+    requests = []
     for r in range(cfg.repeats):
-        rec = evaluate(loaded, task, point["strategy"], point["ratio"], cfg.settings(cfg.seed + r),
-                       reference=reference, chunk_tokens=cfg.chunk_tokens)
-        if point["strategy"] == "none" and r == 0:
-            references[key] = rec["text"]
+        rec = evaluate(loaded, task, point["strategy"], point["ratio"], cfg.settings(cfg.seed + r), reference=reference,
+                       scores=state.setdefault("scores", {}), chunk_tokens=cfg.chunk_tokens)
+        if point["strategy"] == "none" and r == 0:  # the task's reference, for this point's later repeats too
+            references[key] = reference = rec["text"]
             rec["rouge_l"] = 1.0
-        rec.update(repeat=r, batch_size=1)
-        rec.pop("depth", None)  # the point's requested depth column wins; the measured one is kept below
-        rec["fact_depth"] = task.depth
-        requests.append(rec)
-        wall += rec["total_s"]
-    extra = {f"{c}_mean": statistics.fmean(float(x[c]) for x in requests) for c in QUALITY_COLUMNS}
-    extra.update({f"{c}_p50": statistics.median(float(x[c]) for x in requests) for c in TIME_COLUMNS})
-    extra["task"] = kind
-    fallbacks = [x["detail_retrieval_fallback"] for x in requests if "detail_retrieval_fallback" in x]
-    if fallbacks:  # retrieval whose chunks all scored the same fell back to head truncation (recorded)
-        extra["retrieval_fallback_rate"] = sum(f != "none" for f in fallbacks) / len(fallbacks)
-    return PointResult(requests=requests, wall_s=wall, extra=extra)
+        requests.append(_request(rec, r, task))
+    return PointResult(requests=requests, wall_s=sum(x["total_s"] for x in requests),
+                       extra=_point_extra(requests, kind))
+
+
+def compare_lengths(table) -> dict:
+    """Per context length, each (strategy, ratio) arm's total time over ``none``'s from the interleaved rounds.
+
+    Args:
+        table: one row per timed request: ``context_tokens``, ``depth``, ``round``, ``arm`` (``(strategy,
+            ratio)``, or :data:`workbench.stats.comparison.AA` for ``none`` measured again) and ``value``
+            (``total_s``).
+
+    Returns:
+        ``{(context_tokens, (strategy, ratio)): columns}``: the arm's ``time_ratio`` columns (pairs within (round,
+        task) units, the task the depth; Holm over the length's arms) and the length's A/A columns (none without
+        ``none``).
+    """
+    out = {}
+    for n, g in table.groupby("context_tokens"):
+        base = next((a for a in g["arm"] if a != comparison.AA and a[0] == "none"), None)
+        if base is not None:
+            comp = comparison.compare(g, base, task="depth")
+            for a in dict.fromkeys(g["arm"]):
+                if a != comparison.AA:
+                    out[(n, a)] = {**comparison.arm_columns(comp, a), **comp.columns()}
+    return out
+
+
+def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
+    """Every document point as an interleaved arm (:mod:`workbench.stats.comparison`), with the A/A control.
+
+    ``cfg.repeats`` rounds: round ``r`` measures every point once (:func:`evaluate` at seed ``cfg.seed + r``)
+    plus ``none`` a second time on every task (:data:`workbench.stats.comparison.AA`: timed, neither scored nor
+    stored), in an order shuffled per round from ``cfg.seed``; then :func:`compare_lengths` on the ``total_s``.
+    ROUGE-L is scored afterwards against ``none``'s round-0 answer of the task (no untimed reference request
+    where ``none`` was measured).
+
+    Args: as :func:`measure_point`'s, with ``points`` the document grid (:meth:`Config.grid`).
+
+    Returns:
+        ``{point_id: PointResult}``: a row per round (``repeat`` = round), ``extra`` as :func:`measure_point`'s
+        plus the ``time_ratio`` and A/A columns (NaN at a length without ``none``).
+    """
+    import pandas as pd
+
+    kind = state.get("task", cfg.task)
+    references = state.setdefault("references", {})
+    by_pid = {point_result.point_id(EXPERIMENT, p): p for p in points}
+    tasks = {}
+    for p in points:
+        tasks.setdefault((p["context_tokens"], p["depth"]), _task(loaded, cfg, kind, p))
+    arms = [*by_pid, *[(comparison.AA, pid) for pid, p in by_pid.items() if p["strategy"] == "none"]]
+    got, table = {pid: [] for pid in by_pid}, []
+    for rnd, arm in comparison.schedule(arms, cfg.repeats, cfg.seed):
+        again = isinstance(arm, tuple)
+        p = by_pid[arm[1] if again else arm]
+        task = tasks[(p["context_tokens"], p["depth"])]
+        rec = evaluate(loaded, task, p["strategy"], p["ratio"], cfg.settings(cfg.seed + rnd), score=not again,
+                       scores=state.setdefault("scores", {}), chunk_tokens=cfg.chunk_tokens)
+        table.append({"context_tokens": p["context_tokens"], "depth": p["depth"], "round": rnd,
+                      "arm": comparison.AA if again else (p["strategy"], p["ratio"]), "value": rec["total_s"]})
+        if not again:
+            got[arm].append(_request(rec, rnd, task))
+    for pid, p in by_pid.items():  # none's first answer is the task's reference
+        if p["strategy"] == "none":
+            task = tasks[(p["context_tokens"], p["depth"])]
+            references[(task.key, cfg.max_new_tokens, cfg.ignore_eos, cfg.temperature, cfg.seed)] = got[pid][0]["text"]
+    ratios = compare_lengths(pd.DataFrame(table))
+    out = {}
+    for pid, p in by_pid.items():
+        reference = _reference(loaded, cfg, tasks[(p["context_tokens"], p["depth"])], references)
+        for rec in got[pid]:
+            first_none = p["strategy"] == "none" and rec["repeat"] == 0
+            rec["rouge_l"] = 1.0 if first_none else quality.rouge_l(rec["text"], reference)
+        extra = {**_point_extra(got[pid], kind), **ratios.get((p["context_tokens"], (p["strategy"], p["ratio"])), {})}
+        out[pid] = PointResult(requests=got[pid], wall_s=sum(x["total_s"] for x in got[pid]), extra=extra)
+    return out
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Run the document experiment (``compression``) and the chat experiment (``compression_chat``).
 
     First ``cfg.warmup`` untimed warm-ups (:func:`workbench.measure.generation.warm_up`, a scoring pass, and the
-    embedder when ``dense`` runs).
+    embedder when ``dense`` runs). With 2+ document points and ``repeats`` >= 2 the document points are measured
+    interleaved with the A/A control (:func:`measure_interleaved`) and reach the disk together when the last round
+    ends; else, and for the chat sweep, point by point (:func:`measure_point`).
 
     Returns:
         ``(points, chat_points)`` DataFrames (``chat_points`` empty when ``chat_lengths`` or
@@ -255,8 +353,15 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
             embedder().encode(["warm up"], show_progress_bar=False)
     references: dict = {}  # shared by both sweeps
     doc_state = {"task": cfg.task, "references": references}
-    doc = run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, doc_state),
-                    resume=resume, info=loaded.info, loaded=loaded, config=cfg)
+    grid = cfg.grid()
+
+    def measure(p):
+        if len(grid) < 2 or cfg.repeats < 2:
+            return measure_point(loaded, cfg, p, doc_state)
+        return block_share(doc_state, point_result.point_id(EXPERIMENT, p),
+                           lambda: measure_interleaved(loaded, cfg, grid, doc_state))
+
+    doc = run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded, config=cfg)
     chat = pd.DataFrame()
     if cfg.chat_lengths and cfg.chat_strategies:
         chat_state = {"task": "chat", "references": references}
@@ -280,16 +385,13 @@ def summarise(points):
 def break_even(points):
     """Context length at which each (strategy, ratio) starts to save time over ``none``.
 
-    Answers have a fixed length (``ignore_eos``), so decode time cancels and the
-    saving is prefill. Method, from the measured points: fit TTFT against
-    prefilled tokens over all points of the experiment (``ttft = a + b * tokens``,
-    least squares; pooling every point makes the per-token prefill cost ``b``
-    robust to noise), fit each strategy's compressor time against context
-    length (``c + d * L``), and solve ``c + d * L = b * L * (1 - 1 / ratio)``
-    with the strategy's mean achieved ratio: ``L* = c / (b * (1 - 1/ratio) - d)``.
-    ``inf`` when the compressor grows at least as fast as the prefill it saves,
-    0 when it costs nothing. ``direct_tokens`` is the crossing of straight lines
-    through the measured total times (``none`` vs the strategy), for comparison;
+    Answers have a fixed length (``ignore_eos``), so decode time cancels and the saving is prefill. Method, from the
+    measured points: fit TTFT against prefilled tokens over all points of the experiment (``ttft = a + b * tokens``,
+    least squares; pooling every point makes the per-token prefill cost ``b`` robust to noise), fit each strategy's
+    compressor time against context length (``c + d * L``), and solve ``c + d * L = b * L * (1 - 1 / ratio)`` with
+    the strategy's mean achieved ratio: ``L* = c / (b * (1 - 1/ratio) - d)``. ``inf`` when the compressor grows at
+    least as fast as the prefill it saves, 0 when it costs nothing. ``direct_tokens`` is the crossing of straight
+    lines through the measured total times (``none`` vs the strategy), for comparison;
     ``measured`` says whether ``L*`` lies inside the measured lengths.
 
     Returns:
@@ -384,12 +486,42 @@ def best_strategy(points):
     return pd.DataFrame(rows)
 
 
+def _arm(at, strategy, ratio):
+    """The points of one (strategy, ratio) arm among one length's points (a lossless strategy has one ratio)."""
+    return at[(at["strategy"] == strategy) & ((at["ratio"] == ratio) | at["strategy"].isin(LOSSLESS))]
+
+
+def _label(strategy, ratio) -> str:
+    return strategy + (f" at ratio {ratio:g}" if strategy not in LOSSLESS and ratio == ratio else "")
+
+
+def _versus_none(at, strategy, ratio, level: float, paired: bool, name: str) -> tuple[str, str, str, str]:
+    """One arm against ``none`` at one length: ``(match verdict, time verdict, match phrase, time clause)``. Match:
+    Newcombe interval of the difference of shares over the tasks at ``level``; time: the points' paired ratio
+    (``paired``: :func:`workbench.stats.comparison.verdict_columns`, its clause with the A/A noise floor), else a
+    Welch ratio over the tasks at ``level``."""
+    mine, none = _arm(at, strategy, ratio), at[at["strategy"] == "none"]
+    k, n, k0, n0 = int(round(mine[MATCH].sum())), len(mine), int(round(none[MATCH].sum())), len(none)
+    mv = evidence.difference_verdict(evidence.difference_interval(k, n, k0, n0, level))
+    word = {"higher": "better than", "lower": "worse than"}.get(mv, "no different beyond noise from")
+    vs = f"{word} none's {k0} of {n0}"
+    if paired:
+        return mv, comparison.verdict_columns(mine.iloc[0]), vs, comparison.describe_columns(mine.iloc[0], name)
+    t = evidence.ratio_interval(mine[TOTAL], none[TOTAL], level, unit="tasks")
+    return mv, evidence.ratio_verdict(t), vs, evidence.describe_ratio(t, name)
+
+
 def finding(points) -> "evidence.Finding":
-    """Per context length: the best strategy (answer match, then likelihood, then total time, valid points
-    only), with its evidence against ``none``: answer match over the tasks (one per depth; Newcombe interval of
-    the difference of shares) and total time (Welch ratio over the tasks); a direction only beyond noise. The
-    best is a pick of the ``m`` strategies measured beside ``none``, so both intervals are at ``1 - 0.05 / m``
-    (Holm's first step, issue 32).
+    """Per context length: the best strategy (answer match, then likelihood, then total time, valid points only),
+    with its evidence against ``none``: answer match over the tasks (one per depth; Newcombe interval of the
+    difference of shares, at Holm's first level ``1 - 0.05 / m`` for the best of ``m`` arms) and total time: from
+    interleaved rounds the points' paired ratio (``time_ratio``: (round, task) units, Holm over the arms) with the
+    A/A noise floor beside it; from one repeat (nothing paired, no control; said so) a Welch ratio over the tasks.
+
+    A pick other than ``none`` is backed when its match is better or its total time shorter beyond noise; ``none``
+    itself when every other arm is worse in match or slower beyond noise; with an A/A control that moved nothing is
+    ("not supported: the A/A control moved"). The finding is supported only when every length's pick is backed; a
+    pick that is not says why in the first sentence, so that its mark agrees.
 
     Returns:
         :class:`workbench.stats.evidence.Finding`.
@@ -398,131 +530,81 @@ def finding(points) -> "evidence.Finding":
     best = best_strategy(usable)
     if best.empty:
         return evidence.Finding("No valid compression point finished.", "", False)
-    parts, ev, supported, ids = [], [], False, []
+    parts, clauses, ev, supported, ids = [], [], [], True, []
     for _, r in best.iterrows():
-        L = int(r["context_tokens"])
+        L, pick = int(r["context_tokens"]), (r["strategy"], r["ratio"])
         at = usable[usable["context_tokens"] == L]
-        mine = at[(at["strategy"] == r["strategy"]) & ((at["ratio"] == r["ratio"]) | at["strategy"].isin(LOSSLESS))]
-        none = at[at["strategy"] == "none"]
-        ids += list(evidence.point_ids(mine)) + list(evidence.point_ids(none))
-        ratio = f" at ratio {r['ratio']:g}" if r["ratio"] == r["ratio"] and r["strategy"] not in LOSSLESS else ""
-        k, n = int(round(mine[MATCH].sum())), len(mine)  # one task per point: its answer matched or not
-        text = f"{L} tokens: {r['strategy']}{ratio} (match {k} of {n} tasks"
-        if r["strategy"] != "none" and len(none):
-            k0, n0 = int(round(none[MATCH].sum())), len(none)
-            # the best of m strategies: its comparison with none is tested at Holm's first level, 1 - alpha / m
-            m = max(1, int(at.loc[at["strategy"] != "none", "strategy"].nunique()))
-            level = 1 - (1 - evidence.CONFIDENCE) / m
-            diff = evidence.difference_interval(k, n, k0, n0, level)
-            t = evidence.ratio_interval(mine[TOTAL], none[TOTAL], level, unit="tasks")
-            tv = evidence.ratio_verdict(t)
-            mv = evidence.difference_verdict(diff)
-            supported |= tv in ("higher", "lower") or mv in ("higher", "lower")
-            match_word = {"higher": "better than", "lower": "worse than"}.get(mv, "no different beyond noise from")
-            text += f", {match_word} none's {k0} of {n0}; " + evidence.describe_ratio(t, "total time vs none") + ")"
-            ev.append(f"{L} tokens: match change {diff.describe('{:+.2f}')}; {n} and {n0} tasks (one per depth); "
-                      f"the best of {m} strategies, so both intervals at {level:.1%} (Holm's first step)")
+        paired = "time_ratio" in at and "design" in at and bool((at["design"].notna() & at["time_ratio"].notna()).any())
+        others = [a for a in dict.fromkeys(zip(at["strategy"], at["ratio"])) if a[0] != "none"]
+        level = 1 - (1 - evidence.CONFIDENCE) / max(1, len(others))  # the best of m arms: Holm's first step
+        ids += list(evidence.point_ids(_arm(at, *pick))) + list(evidence.point_ids(at[at["strategy"] == "none"]))
+        k, n = int(round(_arm(at, *pick)[MATCH].sum())), len(_arm(at, *pick))  # one task per point
+        text = f"{L} tokens: {_label(*pick)} (match {k} of {n} tasks"
+        moved = paired and comparison.aa_moved_columns(at[at["design"].notna()].iloc[0])
+        has_none = bool((at["strategy"] == "none").any())
+        if pick[0] != "none" and has_none:
+            name = f"{_label(*pick)} at {L} tokens, total time vs none"
+            mv, tv, vs, clause = _versus_none(at, *pick, level, paired, name)
+            clauses.append(clause)
+            text += f", {vs}, total {r[TOTAL]:.2f} s vs {r['none_' + TOTAL]:.2f} s)"
+            why = (comparison.AA_MOVED if moved else "" if mv == "higher" or tv == "lower" else
+                   "not supported: match not better and total time not shorter than none's beyond noise")
+            ev.append(f"{L} tokens: {n} and {int((at['strategy'] == 'none').sum())} tasks (one per depth); the best of "
+                      f"{len(others)} arms, match interval at {level:.1%} (Holm's first step)")
         else:
             text += f", total {r[TOTAL]:.2f} s)"
-            ev.append(f"{L} tokens: {n} tasks; no strategy beat none on match")
-        parts.append(text)
-    return evidence.Finding("Best strategy per context length - " + "; ".join(parts) + ".",
-                            "valid points only; " + "; ".join(ev), supported, tuple(dict.fromkeys(ids)))
+            verdicts = [_versus_none(at, *a, level, paired, "")[:2] for a in others]
+            why = (comparison.AA_MOVED if moved else "not supported: none not measured at this length" if not has_none
+                   else "not supported: no strategy compared" if not others else
+                   "" if all(mv == "lower" or tv == "higher" for mv, tv in verdicts) else
+                   "not supported: not better than every other strategy beyond noise (match or total time)")
+            ev.append(f"{L} tokens: {n} tasks; no strategy beat none on match, likelihood and time")
+        supported &= not why
+        parts.append(text + (f": {why}" if why else ""))
+        if paired:
+            ev[-1] += f"; total time paired within {int(at['rounds'].dropna().iloc[0])} interleaved rounds x tasks"
+    text = "Best strategy per context length - " + "; ".join(parts) + "."
+    if clauses:
+        text += " " + " ".join(c + "." for c in clauses)
+    if "design" not in usable or not usable["design"].notna().any():
+        text += " Measured point by point (one repeat): no paired ratios, no A/A control."
+    elif not clauses:
+        aa = comparison.aa_from_columns(usable[usable["design"].notna()].iloc[0])
+        text += f" {comparison.noise_floor_text(aa, 'interleaved', aa.n if aa else None)}."
+    return evidence.Finding(text, "valid points only; " + "; ".join(ev), supported, tuple(dict.fromkeys(ids)))
 
 
 # ----------------------------------------------------------------------------- figures
 
 
-def _table_figure(df, title: str):
-    import plotly.graph_objects as go
-
-    def fmt(v):
-        if isinstance(v, float):
-            return "never" if math.isinf(v) else f"{v:.3g}"
-        return str(v)
-
-    fig = go.Figure(go.Table(header={"values": list(df.columns)},
-                             cells={"values": [[fmt(v) for v in df[c]] for c in df.columns]}))
-    fig.update_layout(title=title)
-    return fig
-
-
 @plots.split_by_device
 def figures(points, chat_points=None) -> dict:
-    """The experiment's figures, by name, in report order.
+    """The experiment's figures, by name, in report order (:mod:`workbench.share.figures_compression`).
 
     - ``quality_vs_ratio``: answer match, gold log-likelihood and ROUGE-L vs achieved ratio;
     - ``time_vs_ratio``: TTFT (model only), compressor + TTFT, and total time vs target ratio;
     - ``total_vs_length`` and ``break_even``: total time vs context length, and the fitted break-even;
     - ``depth_length_heatmap``: gold log-likelihood per needle depth x context length;
     - ``best_strategy``: the best strategy per context length;
+    - ``compression_time_ratio``: total time over none with the A/A band, from interleaved rounds;
     - ``chat``: the chat experiment (TTFT, prefilled tokens, match), when given.
     """
-    import plotly.express as px
-
-    figs = {}
     s = summarise(points)
-    q = s.melt(id_vars=["strategy", "ratio", "context_tokens", ACHIEVED],
-               value_vars=[c for c in (MATCH, LOGPROB, ROUGE) if c in s],
-               var_name="metric", value_name="value")
-    q["metric"] = q["metric"].map({MATCH: "answer match (share)", LOGPROB: "gold log-lik (nats)",
-                                   ROUGE: "ROUGE-L vs uncompressed"})
-    fig = px.line(q.sort_values(ACHIEVED), x=ACHIEVED, y="value", color="strategy", markers=True,
-                  facet_row="metric", facet_col="context_tokens", title="Answer quality vs achieved compression ratio")
-    fig.update_yaxes(matches=None, title_text="")
-    fig.update_xaxes(title_text="achieved ratio (x)")
-    figs["quality_vs_ratio"] = fig
-
-    t = s.melt(id_vars=["strategy", "ratio", "context_tokens"],
-               value_vars=[c for c in (TTFT, TTFT_TOTAL, TOTAL) if c in s],
-               var_name="metric", value_name="seconds")
-    t["metric"] = t["metric"].map({TTFT: "TTFT, model (s)", TTFT_TOTAL: "compressor + TTFT (s)",
-                                   TOTAL: "total: compressor + answer (s)"})
-    fig = px.line(t.sort_values("ratio"), x="ratio", y="seconds", color="strategy", markers=True,
-                  facet_row="metric", facet_col="context_tokens", title="Time vs target compression ratio")
-    fig.update_yaxes(matches=None)
-    fig.update_xaxes(title_text="target ratio (x)", type="log")
-    figs["time_vs_ratio"] = fig
-
-    s["label"] = s["strategy"] + " " + s["ratio"].map(lambda r: f"{r:g}x")
-    fig = px.line(s.sort_values("context_tokens"), x="context_tokens", y=TOTAL, color="label", markers=True,
-                  title="Total time (compressor + answer) vs context length",
-                  labels={"context_tokens": "context length (tokens)", TOTAL: "total time (s)"})
-    figs["total_vs_length"] = fig
-    be = break_even(points)
-    figs["break_even"] = _table_figure(be, "Break-even context length (tokens): where compressor time is repaid by "
-                                           "the prefill it saves (fits over all points)")
-
-    h = plots.ok_points(points)
-    h = h[(h["ratio"] == max(h["ratio"])) | (h["strategy"] == "none")]
-    h = h.assign(depth_label=h["depth"].map(lambda d: f"{d:g}"), length_label=h["context_tokens"].astype(str))
-    fig = px.density_heatmap(h, x="depth_label", y="length_label", z=LOGPROB, histfunc="avg",
-                             facet_col="strategy", facet_col_wrap=4, text_auto=".2f",
-                             title=f"Gold-answer log-likelihood (nats) by needle depth and context length "
-                                   f"(ratio {max(h['ratio']):g}x)",
-                             labels={"depth_label": "needle depth", "length_label": "context (tokens)",
-                                     LOGPROB: plots.label(LOGPROB)})
-    figs["depth_length_heatmap"] = fig
-    figs["best_strategy"] = _table_figure(best_strategy(points), "Best strategy per context length")
-
+    figs = {"quality_vs_ratio": fc.quality_vs_ratio(s), "time_vs_ratio": fc.time_vs_ratio(s),
+            "total_vs_length": fc.total_vs_length(s),
+            "break_even": fc.table_figure(break_even(points), "Break-even context length (tokens): where compressor "
+                                          "time is repaid by the prefill it saves (fits over all points)"),
+            "depth_length_heatmap": fc.depth_length_heatmap(points),
+            "best_strategy": fc.table_figure(best_strategy(points), "Best strategy per context length")}
+    if "time_ratio" in points and points["time_ratio"].notna().any():  # interleaved rounds (issue 32)
+        figs["compression_time_ratio"] = fc.time_ratio(points)
     if chat_points is not None and len(chat_points):
-        c = plots.ok_points(chat_points)
-        c["label"] = c["strategy"] + " " + c["ratio"].map(lambda r: f"{r:g}x")
-        cm = c.melt(id_vars=["label", "context_tokens"],
-                    value_vars=[v for v in (TTFT_TOTAL, PREFILLED, MATCH) if v in c],
-                    var_name="metric", value_name="value")
-        cm["metric"] = cm["metric"].map({TTFT_TOTAL: "compressor + TTFT (s)", PREFILLED: "prefilled tokens",
-                                         MATCH: "answer match (share)"})
-        fig = px.bar(cm, x="context_tokens", y="value", color="label", barmode="group", facet_row="metric",
-                     title="Chat history: KV prefix reuse vs compression",
-                     labels={"context_tokens": "history length (tokens)"})
-        fig.update_yaxes(matches=None, title_text="")
-        fig.update_xaxes(type="category")
-        figs["chat"] = fig
+        figs["chat"] = fc.chat(chat_points)
     return figs
 
 
 __all__ = [
     "EXPERIMENT", "CHAT_EXPERIMENT", "Config", "answer_scores", "evaluate", "measure_point", "run",
-    "summarise", "break_even", "quality_at", "best_strategy", "figures",
+    "measure_interleaved", "compare_lengths", "summarise", "break_even", "quality_at", "best_strategy", "finding",
+    "figures",
 ]

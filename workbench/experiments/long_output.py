@@ -365,17 +365,7 @@ def fig_time_ratio(points: pd.DataFrame) -> go.Figure:
     Returns:
         A plotly figure: strategy on x, the wall-time ratio (x, 1 = as fast as ``one_shot``) on y.
     """
-    df = plots.ok_points(points)
-    df = df[df["time_ratio"].notna()]
-    fig = go.Figure()
-    for lang, g in df.groupby("language", sort=False):
-        fig.add_trace(go.Scatter(
-            x=g["strategy"], y=g["time_ratio"], mode="markers", name=str(lang), marker=dict(size=10),
-            error_y=dict(type="data", symmetric=False, array=(g["time_ratio_high"] - g["time_ratio"]).fillna(0),
-                         arrayminus=(g["time_ratio"] - g["time_ratio_low"]).fillna(0))))
-    fig.add_hline(y=1.0, line_dash="dot")
-    if "aa_low" in df and df["aa_low"].notna().any():
-        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig = comparison.ratio_figure(plots.ok_points(points), "strategy", group="language", marker_size=10)
     fig.update_layout(title="Wall time over one_shot (paired within rounds; grey band: the A/A noise floor)",
                       xaxis_title="strategy", yaxis_title="wall-time ratio vs one_shot (x)")
     return plots.legend_below(fig)

@@ -479,18 +479,8 @@ def fig_throughput_vs_budget(points):
 def fig_time_ratio(points):
     """Time to first answer token of every budget over its batch size's baseline (paired within rounds, its
     interval at the budget's Holm level), with the A/A noise floor shaded."""
-    import plotly.graph_objects as go
-
-    df = plots.ok_points(points).sort_values("reasoning_budget")
-    fig = go.Figure()
-    for bs, g in df.groupby("batch_size", sort=True):
-        fig.add_trace(go.Scatter(
-            x=g["reasoning_budget"], y=g["time_ratio"], mode="lines+markers", name=f"batch {bs}",
-            error_y=dict(type="data", symmetric=False, array=(g["time_ratio_high"] - g["time_ratio"]).fillna(0),
-                         arrayminus=(g["time_ratio"] - g["time_ratio_low"]).fillna(0))))
-    fig.add_hline(y=1.0, line_dash="dot")
-    if "aa_low" in df and df["aa_low"].notna().any():
-        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig = comparison.ratio_figure(plots.ok_points(points).sort_values("reasoning_budget"), "reasoning_budget",
+                                  group="batch_size", name=lambda bs: f"batch {bs}", mode="lines+markers", sort=True)
     fig.update_layout(title="Time to first answer token over the smallest budget (paired within rounds; grey band: "
                             "the A/A noise floor)", xaxis_title=plots.label("reasoning_budget"),
                       yaxis_title="TTFAT ratio vs baseline (x)")

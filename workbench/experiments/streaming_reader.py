@@ -493,13 +493,7 @@ def proxy_ratio_figure(points: pd.DataFrame) -> go.Figure:
     df = ok_points(points)
     df = df[(df["part"] == "proxy") & df["time_ratio"].notna()] if len(df) and "time_ratio" in df else df.iloc[0:0]
     df = df.set_index("proxy").reindex([m for m in PROXY_MODES if m in set(df["proxy"])]).reset_index()
-    fig = go.Figure(go.Scatter(x=df["proxy"], y=df["time_ratio"], mode="markers", name="client TTFT ratio",
-                               error_y=dict(type="data", symmetric=False,
-                                            array=(df["time_ratio_high"] - df["time_ratio"]).fillna(0),
-                                            arrayminus=(df["time_ratio"] - df["time_ratio_low"]).fillna(0))))
-    fig.add_hline(y=1.0, line_dash="dot")
-    if "aa_low" in df and df["aa_low"].notna().any():
-        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig = comparison.ratio_figure(df, "proxy", name="client TTFT ratio")
     fig.update_layout(title="Client TTFT over direct, paired within interleaved rounds (grey band: the A/A noise floor)",
                       xaxis_title="path", yaxis_title="client TTFT ratio vs direct (x, log scale)")
     fig.update_yaxes(type="log")  # ratios from 0.7x to 60x: on a linear axis the A/A band is a hairline

@@ -520,18 +520,9 @@ def fig_speed_vs_temperature(points):
 def fig_time_ratio(points):
     """Time per answer (e2e) of every point over its family's baseline (paired within rounds, its interval at
     the point's Holm level) vs temperature, with the A/A noise floor shaded."""
-    import plotly.graph_objects as go
-
-    df = plots.ok_points(points).sort_values("temperature")
-    fig = go.Figure()
-    for i, ((fam, top_p), g) in enumerate(df.groupby(["family", "top_p"], sort=True)):
-        fig.add_trace(go.Scatter(
-            x=g["temperature"], y=g["time_ratio"], mode="lines+markers", name=f"{fam}, top_p {top_p:g}",
-            error_y=dict(type="data", symmetric=False, array=(g["time_ratio_high"] - g["time_ratio"]).fillna(0),
-                         arrayminus=(g["time_ratio"] - g["time_ratio_low"]).fillna(0))))
-    fig.add_hline(y=1.0, line_dash="dot")
-    if "aa_low" in df and df["aa_low"].notna().any():
-        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
+    fig = comparison.ratio_figure(plots.ok_points(points).sort_values("temperature"), "temperature",
+                                  group=["family", "top_p"], name=lambda k: f"{k[0]}, top_p {k[1]:g}",
+                                  mode="lines+markers", sort=True)
     fig.update_layout(title="Time per answer over the lowest temperature (paired within rounds; grey band: the A/A "
                             "noise floor)", xaxis_title=_T_LABEL, yaxis_title="e2e ratio vs baseline (x)")
     return plots.legend_below(fig)

@@ -18,7 +18,8 @@ so that the machine's drift cannot turn into an effect (issue 32; docs/design.md
   (:func:`workbench.stats.evidence.holm_levels`), so an interval excluding 1 and a direction agree.
 - Drift between neighbouring rounds (blocks): the largest change of the baseline's value from one round to
   the next (:attr:`Comparison.neighbour_drift`), checked against :data:`workbench.stats.evidence.DRIFT_LIMIT`.
-- :func:`add_noise_band`: the A/A interval as a shaded band on a comparison figure.
+- :func:`add_noise_band`: the A/A interval as a shaded band on a comparison figure; :func:`ratio_figure`: the
+  ratio figure every comparative experiment draws (ratios with their intervals, the line at 1, the band).
 
 The formulas (paired t on log ratios, Holm) live in :mod:`workbench.stats.evidence`; this module decides which
 values are paired with which.
@@ -129,7 +130,7 @@ class Comparison:
     Attributes:
         baseline: the baseline arm.
         design: ``interleaved`` or ``blocks``.
-        rounds: units (rounds or blocks) every compared arm was measured in.
+        rounds: units (rounds or blocks) the baseline was measured in (with tasks: its rounds).
         arms: per non-baseline, non-A/A arm, its :class:`ArmResult` (in the order given).
         aa: the A/A control's ratio interval (95%, unadjusted: the noise floor), None without a control.
         neighbour_drift: largest ``|ln|`` change of the baseline from one unit to the next (NaN with < 2 units).
@@ -226,7 +227,7 @@ def _unit_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def compare(measurements: pd.DataFrame, baseline, aa=AA, *, arm: str = "arm", unit: str = "round",
             value: str = "value", design: str = "interleaved", adjust: bool = True,
-            confidence: float = evidence.CONFIDENCE) -> Comparison:
+            confidence: float = evidence.CONFIDENCE, task: str | None = None) -> Comparison:
     """Judge every arm against the baseline from paired within-unit log ratios.
 
     Args:
@@ -239,6 +240,10 @@ def compare(measurements: pd.DataFrame, baseline, aa=AA, *, arm: str = "arm", un
         design: ``interleaved`` or ``blocks`` (recorded; the analysis is the same with the unit as the pair).
         adjust: Holm over the compared arms (the best of ``m`` is ``m`` comparisons); False: each at ``confidence``.
         confidence: family-wise confidence.
+        task: a column naming the task of each row where a round measures every arm on several tasks (the
+            context compression's depths): the pair is then a (round, task) unit, each task's arms paired within a
+            round, the intervals over those units; ``rounds`` still counts rounds, and the drift is the
+            baseline's largest change between neighbouring rounds on one task. None: the unit is the round.
 
     Returns:
         :class:`Comparison`.
@@ -253,6 +258,11 @@ def compare(measurements: pd.DataFrame, baseline, aa=AA, *, arm: str = "arm", un
         raise ParameterError(f"design: must be one of {', '.join(DESIGNS)} (got {design!r})")
     df = pd.DataFrame({"_arm": measurements[arm].map(repr), "unit": measurements[unit],
                        "value": pd.to_numeric(measurements[value], errors="coerce").astype(float)})
+    if task is not None:  # a (round, task) pair is the unit
+        if task not in measurements:
+            raise ParameterError(f"measurements: needs a {task!r} column (has {', '.join(map(str, measurements))})")
+        df = df.assign(_task=measurements[task].map(repr), _round=df["unit"])
+        df["unit"] = df["_round"].map(repr) + "|" + df["_task"]
     names = {repr(a): a for a in measurements[arm]}
     if repr(baseline) not in names:
         raise ParameterError(f"baseline: {baseline!r} was not measured (arms: {', '.join(map(str, names.values()))})")
@@ -260,7 +270,7 @@ def compare(measurements: pd.DataFrame, baseline, aa=AA, *, arm: str = "arm", un
     base = table[repr(baseline)].dropna()
     others = [k for k in names if k not in (repr(baseline), repr(aa))]
 
-    what = "rounds" if design == "interleaved" else "blocks"
+    what = "(round, task) units" if task is not None else ("rounds" if design == "interleaved" else "blocks")
 
     values, cols = table.to_numpy(dtype=float), list(table.columns)
     b = values[:, cols.index(repr(baseline))]
@@ -288,9 +298,16 @@ def compare(measurements: pd.DataFrame, baseline, aa=AA, *, arm: str = "arm", un
         else:
             verdict = "no difference beyond noise"
         arms[names[k]] = ArmResult(names[k], iv, p, pa, verdict)
-    units = sorted(base.index)
-    steps = np.abs(np.diff(np.log(base.loc[units].to_numpy()))) if len(units) > 1 else np.array([])
-    return Comparison(baseline, design, int(len(units)), arms, aa_iv,
+    if task is None:
+        units = sorted(base.index)
+        steps = np.abs(np.diff(np.log(base.loc[units].to_numpy()))) if len(units) > 1 else np.array([])
+        n_units = len(units)
+    else:  # the drift between neighbouring rounds on one task (between tasks the baseline differs by design)
+        bt = df[(df["_arm"] == repr(baseline)) & np.isfinite(df["value"]) & (df["value"] > 0)]
+        logs = np.log(bt["value"]).groupby([bt["_task"], bt["_round"]]).mean()
+        steps = np.concatenate([np.abs(np.diff(g.to_numpy())) for _, g in logs.groupby(level=0)] or [np.array([])])
+        n_units = bt["_round"].nunique()
+    return Comparison(baseline, design, int(n_units), arms, aa_iv,
                       float(steps.max()) if steps.size else float("nan"), len(others) if adjust else 1)
 
 
@@ -337,6 +354,45 @@ def add_noise_band(fig, aa: evidence.Interval | None = None, low: float | None =
     # named in the legend, not written on the plot (a label on the band sat on the baseline's marker and the "1" tick)
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", name=f"{label} {low:.2f}-{high:.2f}x",
                              marker=dict(symbol="square", size=14, color="#888888", opacity=0.35)))
+    return fig
+
+
+def ratio_figure(points: pd.DataFrame, x: str, group=None, name=str, mode: str = "markers", sort: bool = False,
+                 prefix: str = "time_ratio", marker_size: int | None = None):
+    """The body of a ratio figure: each row's ``<prefix>`` as a marker with its interval (``<prefix>_low`` /
+    ``_high``) as error bars, one trace per ``group``, a dotted line at 1, and the A/A band from the rows' ``aa_low``
+    / ``aa_high`` (:func:`add_noise_band`). The caller adds the title and axis titles.
+
+    Args:
+        points: rows with the ratio columns (:func:`arm_columns`) and, where measured with a control, the A/A
+            columns (:data:`COLUMNS`); rows without a ratio are left out.
+        x: the column on the x axis.
+        group: a column, or a list of columns, splitting the rows into traces; None: one trace.
+        name: the trace name: a function of the group's key (a tuple for a list of columns), or with ``group``
+            None the name itself.
+        mode: ``markers`` or ``lines+markers``.
+        sort: traces in sorted group order (False: order of appearance).
+        marker_size: the markers' size (None: plotly's).
+
+    Returns:
+        A plotly figure.
+    """
+    import plotly.graph_objects as go
+
+    df = points[points[prefix].notna()] if prefix in points else points.iloc[0:0]
+    if group is None:
+        parts = [(str(name), df)]
+    else:
+        parts = [(str(name(key)), g) for key, g in df.groupby(group, sort=sort)]
+    fig = go.Figure()
+    for label, g in parts:
+        fig.add_trace(go.Scatter(
+            x=g[x], y=g[prefix], mode=mode, name=label, marker=dict(size=marker_size) if marker_size else None,
+            error_y=dict(type="data", symmetric=False, array=(g[f"{prefix}_high"] - g[prefix]).fillna(0),
+                         arrayminus=(g[prefix] - g[f"{prefix}_low"]).fillna(0))))
+    fig.add_hline(y=1.0, line_dash="dot")
+    if "aa_low" in df and df["aa_low"].notna().any():
+        add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
     return fig
 
 
