@@ -356,7 +356,9 @@ def test_served_request_terms_come_from_the_synchronous_point_and_leave_it_out_o
     fitted = twin_cost.with_serving(COST, reqs, sync)
     assert fitted.serving_first_s == pytest.approx(0.08, rel=0.02)
     assert fitted.serving_step_s == pytest.approx(0.01, rel=0.05)
-    assert fitted.serving_points == tuple(sync) and "from the synchronous serving point" in fitted.describe()
+    assert fitted.serving_points == tuple(sync) and "from the one-at-a-time served point" in fitted.describe()
+    # the per-token term is each row's (every row's token is detokenised and sent as its own event)
+    assert fitted.step_s(4, 400) - COST.step_s(4, 400) == pytest.approx(4 * fitted.serving_step_s)
     twin_cost.save(run, fitted)
     assert repr(twin_cost.load(run)) == repr(fitted)   # (NaN errors: compared as text) the served terms travel with the run's calibration
     _, bare = twin_study.validate(run, COST, write=False)
@@ -390,3 +392,25 @@ def test_the_serving_finding_says_where_the_twin_and_the_measurement_part(tmp_pa
     assert "furthest apart at engine=fifo,profile=poisson: " in saved["evidence"] and "(-33%)" in saved["evidence"]
     assert "furthest apart" in text
     assert twin_study.disagreement(pd.DataFrame(), "serving_load") == ""
+
+
+def test_the_served_terms_calibrate_on_a_valid_one_at_a_time_point_outside_the_serving_sweeps_first():
+    """Streaming anatomy's HTTP point at concurrency 1 (every serving point then stays out of sample), else a valid
+    synchronous serving point; a contended (invalid) point calibrates nothing: the default run's only synchronous
+    point was invalid and its inflated terms put the twin 25% off."""
+    from workbench.cli import twin_validation
+
+    def pts(*rows):
+        cols = ("experiment", "point_id", "status", "valid", "concurrency", "profile", "engine")
+        return pd.DataFrame([dict(zip(cols, r)) for r in rows])
+
+    sync_bad = ("serving_load", "serving_load/engine=static,profile=synchronous", "ok", False, None, "synchronous",
+                "static")
+    sync_ok = (*sync_bad[:3], True, *sync_bad[4:])
+    http1 = ("http", "http/concurrency=1", "ok", True, 1, None, None)
+    http4 = ("http", "http/concurrency=4", "ok", True, 4, None, None)
+    assert twin_validation.calibration_points(pts(sync_ok, http4, http1)) == ["http/concurrency=1"]
+    assert twin_validation.calibration_points(pts(sync_ok, http4)) == [sync_ok[1]]
+    assert twin_validation.calibration_points(pts(sync_bad, http4)) == []
+    assert twin_validation.calibration_points(pts(sync_bad, (*http1[:3], False, *http1[4:]))) == []
+    assert twin_validation.calibration_points(pd.DataFrame()) == []

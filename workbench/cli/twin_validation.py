@@ -1,9 +1,10 @@
 """The serving twin beside a run's measurements (issue 34): the twin's prediction of every measured serving and
 scheduling point, its errors, and the words and figure the notebooks and the report show.
 
-- :func:`cost_for`: a run's cost model: its ``twin_calibration.json``, else a fit on its own request rows outside
-  the serving experiments (so the validation is out of sample), plus the served request's own terms from its
-  synchronous serving point (:func:`workbench.predict.twin_cost.with_serving`), else a fit on all its rows.
+- :func:`cost_for`: a run's cost model: its ``twin_calibration.json``, else a fit on its own bare ``generate`` rows
+  (outside the serving experiments, so the validation is out of sample), plus the served request's own terms from
+  a valid one-at-a-time served point (:func:`calibration_points`, :func:`workbench.predict.twin_cost.with_serving`),
+  else a fit on all its rows.
 - :func:`validate`: for every measured serving and scheduling point of a run, the twin's prediction of the same
   requests (their scheduled times, sizes, classes, priorities; the point's engine, policy and limits) beside the
   measurement: ``twin_validation.csv`` (one row per point, ``measured_*``, ``simulated_*`` and ``ape_*`` columns:
@@ -33,8 +34,46 @@ COMPARED = ("ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "e2e_s_p50", "e2e_s_p90", 
             "request_throughput_rps", "goodput_rps")
 
 
+#: experiments whose requests went through ``workbench serve`` outside the serving sweeps: their rows carry the
+#: served request's own costs, so the bare ``generate`` fit leaves them out (streaming anatomy's ``http`` sweep, the
+#: streaming reader)
+SERVED_EXPERIMENTS = ("http", "streaming_reader")
+
+
+def calibration_points(points: pd.DataFrame) -> list[str]:
+    """The points the served-request terms are fitted on (:func:`workbench.predict.twin_cost.with_serving`): one
+    request at a time through ``workbench serve`` (no queue, no batch), valid and finished. Streaming anatomy's
+    HTTP point at concurrency 1 when the run has one (outside the serving experiments, so every serving and
+    scheduling point stays out of sample), else the serving sweeps' ``synchronous`` points on a built-in engine;
+    [] when neither is there (a point invalid for contention measured the machine: it calibrates nothing).
+
+    Args:
+        points: a run's ``points.parquet`` rows (``experiment``, ``point_id``, ``status``, ``valid``,
+            ``concurrency``, ``profile``, ``engine``).
+    """
+    if points.empty or not {"experiment", "point_id"} <= set(points.columns):
+        return []
+    ok = points
+    if "status" in ok:
+        ok = ok[ok["status"].eq("ok")]
+    if "valid" in ok:
+        ok = ok[ok["valid"].fillna(True).astype(bool)]
+    if "concurrency" in ok:
+        http = ok[(ok["experiment"] == "http") & (pd.to_numeric(ok["concurrency"], errors="coerce") == 1)]
+        if len(http):
+            return list(http["point_id"].astype(str))
+    if "profile" not in ok:
+        return []
+    sync = ok[(ok["experiment"] == "serving_load") & (ok["profile"] == "synchronous")]
+    if "engine" in sync:
+        sync = sync[sync["engine"].isin(engines.ENGINES)]
+    return list(sync["point_id"].astype(str))
+
+
 def cost_for(run_dir) -> twin_cost.StepCost:
-    """A run's cost model (module docstring).
+    """A run's cost model (module docstring): its ``twin_calibration.json``; else a fit on its bare ``generate``
+    rows (outside the serving experiments and :data:`SERVED_EXPERIMENTS`) plus the served-request terms from
+    :func:`calibration_points`; else a fit on all its rows.
 
     Raises:
         ParameterError: no usable calibration in the run (one line).
@@ -48,22 +87,14 @@ def cost_for(run_dir) -> twin_cost.StepCost:
     if req.empty:
         raise ParameterError(f"calibration: {str(run)!r} has no requests.parquet to fit the twin's cost model on")
     if "experiment" in req:
-        other = req[~req["experiment"].isin(SERVING_EXPERIMENTS)]
+        bare = req[~req["experiment"].isin(SERVING_EXPERIMENTS + SERVED_EXPERIMENTS)]
         try:
-            cost = twin_cost.fit(other, source=f"fit:{run.name} (non-serving rows)")
+            cost = twin_cost.fit(bare, source=f"fit:{run.name} (non-serving rows)")
         except ParameterError:
             return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
-        # the served request's own costs, from the run's synchronous serving points (twin_cost.with_serving)
         points = results.read_points(run) if (run / "points.parquet").is_file() else pd.DataFrame()
-        if {"experiment", "profile", "point_id"} <= set(points.columns):
-            sync = points[(points["experiment"] == "serving_load") & (points["profile"] == "synchronous")]
-            if "status" in sync:
-                sync = sync[sync["status"].eq("ok")]
-            if "engine" in sync:
-                sync = sync[sync["engine"].isin(engines.ENGINES)]
-            if len(sync):
-                return twin_cost.with_serving(cost, req, sync["point_id"])
-        return cost
+        calib = calibration_points(points)
+        return twin_cost.with_serving(cost, req, calib) if calib else cost
     return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
 
 

@@ -31,12 +31,15 @@ against the roofline is ``in_sample_*``; it inherits the roofline's own error).
 **Served requests** (:func:`with_serving`): a request through ``workbench serve`` also pays what a bare ``generate``
 call does not: the chat template and tokenisation, the engine's admission, the HTTP and SSE path before its first
 token, and per streamed token the incremental detokenisation and one event. Two additive terms carry them,
-``serving_first_s`` (per request, to the first token) and ``serving_step_s`` (per decode step: the streamer's
-hand-off and the event loop's wake-up are paid once per step, not per row, on this CPU), fitted
-on the run's *synchronous* serving point (one request at a time: no queue, no batch) as the median of the measured
-``ttft_s - queue_s`` and ``tpot_s`` over the generate-fitted model's predictions; the twin folds them into
-``first_token_overhead_s`` and ``b0``. The calibration point is then in-sample, and the validation leaves it out
-of its errors (:func:`workbench.cli.simulate.validate`).
+``serving_first_s`` (per request, to the first token) and ``serving_step_s`` (per row and decode step: every row's
+token is detokenised and sent as its own event; measured on the default run, a served static batch of 4-8 paid
+40-50 ms a step over bare ``generate`` where one request alone paid 7 ms, so the term is the row's, not the
+step's), fitted on a point of one request at a time (no queue, no batch: :func:`workbench.cli.twin_validation.
+calibration_points` picks streaming anatomy's HTTP point at concurrency 1, outside the serving experiments, else
+a serving sweep's ``synchronous`` point; valid points only) as the median of the measured ``ttft_s - queue_s`` and
+``tpot_s`` over the generate-fitted model's predictions; the twin folds them into ``first_token_overhead_s`` and
+``b1``. A calibration point inside the serving experiments is then in-sample, and the validation leaves it out of
+its errors (:func:`workbench.cli.twin_validation.validate`).
 
 A run folder carries its calibration as ``twin_calibration.json`` (:func:`save`, :func:`load`), so a twin can be
 built from someone else's shared run without its model.
@@ -73,7 +76,7 @@ class StepCost:
             once per ``fifo`` / ``static`` batch.
         source: where the coefficients come from (``fit:<run>``, ``roofline:<device>/<model>``, ``given``).
         serving_first_s, serving_step_s: the served request's own costs (:func:`with_serving`), already
-            included in ``first_token_overhead_s`` and ``b0``; 0 when not calibrated on served rows.
+            included in ``first_token_overhead_s`` and ``b1`` (per row); 0 when not calibrated on served rows.
         serving_points: the point ids the serving terms were fitted on (empty when none).
         n_rows: measured rows the fit saw (0: not a fit on measurements).
         in_sample_prefill_error, in_sample_step_error, loo_prefill_error, loo_step_error: median
@@ -136,7 +139,8 @@ class StepCost:
         err = (f"leave-one-workload-out error prefill {self.loo_prefill_error:.0%}, step {self.loo_step_error:.0%}"
                if self.loo_step_error == self.loo_step_error else "no out-of-sample error (not fitted on measurements)")
         served = (f"; served-request terms {self.serving_first_s * 1e3:.0f} ms to first token, "
-                  f"{self.serving_step_s * 1e3:.1f} ms per decode step, from the synchronous serving point"
+                  f"{self.serving_step_s * 1e3:.1f} ms per row and decode step, from the one-at-a-time served "
+                  f"point{'s' if len(self.serving_points) > 1 else ''} {', '.join(self.serving_points)}"
                   if self.serving_points else "")
         return f"cost model {self.source} ({self.n_rows} rows; {err}{served})"
 
@@ -274,7 +278,8 @@ def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
 
 def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
     """``cost`` plus the served request's own costs (module docstring), fitted on the request rows of the
-    ``point_ids`` points (one request at a time: a ``synchronous`` serving point).
+    ``point_ids`` points (one request at a time: streaming anatomy's HTTP point at concurrency 1, or a
+    ``synchronous`` serving point).
 
     Args:
         cost: a cost fitted on bare ``generate`` rows (:func:`fit`).
@@ -283,7 +288,7 @@ def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
         point_ids: the calibration points' ids.
 
     Returns:
-        A :class:`StepCost` whose ``first_token_overhead_s`` and ``b0`` include the two terms (each the median
+        A :class:`StepCost` whose ``first_token_overhead_s`` and ``b1`` include the two terms (each the median
         excess over ``cost``'s prediction, floored at 0), ``serving_points`` naming the points; ``cost`` itself
         when no usable row is there.
     """
@@ -303,7 +308,7 @@ def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
                                                                               dec["output_tokens"])])
         per_step = max(0.0, float(np.median(dec["tpot_s"] - step)))
     return dataclasses.replace(cost, first_token_overhead_s=cost.first_token_overhead_s + first,
-                               b0=cost.b0 + per_step, serving_first_s=first, serving_step_s=per_step,
+                               b1=cost.b1 + per_step, serving_first_s=first, serving_step_s=per_step,
                                serving_points=tuple(sorted(set(ids) & set(rows["point_id"].astype(str)))))
 
 
