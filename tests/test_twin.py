@@ -414,3 +414,18 @@ def test_the_served_terms_calibrate_on_a_valid_one_at_a_time_point_outside_the_s
     assert twin_validation.calibration_points(pts(sync_bad, http4)) == []
     assert twin_validation.calibration_points(pts(sync_bad, (*http1[:3], False, *http1[4:]))) == []
     assert twin_validation.calibration_points(pd.DataFrame()) == []
+
+
+def test_the_recommendations_compare_the_presets_the_measurement_scored(tmp_path):
+    """Notebook 08 scores the presets of its slo_presets parameter; the twin scores every preset: the validation
+    compares the measured side's presets (the default run showed mlperf_405b_* on the simulated side alone)."""
+    from workbench.cli import simulate as twin_study
+    from workbench.run import results
+
+    run = _measured_run(tmp_path, COST)
+    twin_cost.save(run, COST)
+    pts = results.read_points(run)
+    results.write_table(run / "points.parquet", pts[[c for c in pts.columns if "mlperf_405b" not in c]])
+    _, summ = twin_study.validate(run, write=False)
+    assert summ["recommendation_measured"] and not any("mlperf_405b" in k for k in summ["recommendation_measured"])
+    assert set(summ["recommendation_simulated"]) == set(summ["recommendation_measured"])

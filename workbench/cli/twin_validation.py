@@ -250,7 +250,9 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         rm, rs = serving_load.recommend(measured_sl), serving_load.recommend(simulated_sl)
         if not rm.empty and not rs.empty:
             summary["recommendation_measured"] = dict(zip(rm["slo"], rm["max_rate_rps"].map(float)))
-            summary["recommendation_simulated"] = dict(zip(rs["slo"], rs["max_rate_rps"].map(float)))
+            # the presets the measurement scored (notebook 08's slo_presets): the twin scores every preset
+            summary["recommendation_simulated"] = {k: float(v) for k, v in zip(rs["slo"], rs["max_rate_rps"])
+                                                   if k in summary["recommendation_measured"]}
     if write:
         path = run / twin.VALIDATION_FILE
         from workbench.run import results as res_mod

@@ -78,7 +78,8 @@ def depth_length_heatmap(points: pd.DataFrame) -> go.Figure:
     """Gold log-likelihood per needle depth x context length, at the largest ratio (and ``none``)."""
     h = plots.ok_points(points)
     h = h[(h["ratio"] == max(h["ratio"])) | (h["strategy"] == "none")]
-    h = h.assign(depth_label=h["depth"].map(lambda d: f"{d:g}"), length_label=h["context_tokens"].astype(str))
+    h = h.assign(depth_label=h["depth"].map(lambda d: f"{d:g}"),
+                 length_label=h["context_tokens"].map(lambda n: f"{n:g}"))
     return px.density_heatmap(h, x="depth_label", y="length_label", z=LOGPROB, histfunc="avg",
                               facet_col="strategy", facet_col_wrap=4, text_auto=".2f",
                               title=f"Gold-answer log-likelihood (nats) by needle depth and context length "
@@ -93,7 +94,7 @@ def time_ratio(points: pd.DataFrame) -> go.Figure:
     df = plots.ok_points(points).drop_duplicates(["strategy", "ratio", "context_tokens"])
     df = df.assign(arm=df["strategy"] + df.apply(lambda r: "" if r["strategy"] == "none" or r["ratio"] == 1
                                                  else f" {r['ratio']:g}x", axis=1))
-    fig = comparison.ratio_figure(df, "arm", group="context_tokens", name=lambda n: f"{n} tokens", marker_size=10)
+    fig = comparison.ratio_figure(df, "arm", group="context_tokens", name=lambda n: f"{n:g} tokens", marker_size=10)
     fig.update_layout(title="Total time (compressor + answer) over none (paired within rounds and tasks; grey band: "
                             "the A/A noise floor)", xaxis_title="strategy (target ratio)",
                       yaxis_title="total-time ratio vs none (x)")
