@@ -103,6 +103,22 @@ def test_kept_up_is_undetermined_within_the_noise_band():
     assert serving_load.kept_up(old_rows) == "undetermined"  # counts from the planned requests
 
 
+def test_kept_up_decides_from_the_backlog_growth_where_it_is_known_with_the_tolerance_as_the_line():
+    """The same 40-request counts (undetermined) with the in-flight growth test's bounds: a backlog share below the
+    10% line kept up, above it fell behind, across it undetermined; a well-measured ratio of 0.95 keeps up (the
+    tolerance is the line both ways)."""
+    row = {"profile": "poisson", "arrival_rps": 2.0, "completion_rps": 1.9, "stopped_early": False,
+           "requests_unsent": 0, "requests_incomplete": 0, "arrival_count": 40, "completion_count": 40}
+    assert serving_load.kept_up(row) == "undetermined"
+    assert serving_load.kept_up(dict(row, backlog_growth_low=-0.02, backlog_growth_high=0.06)) == "kept up"
+    assert serving_load.kept_up(dict(row, backlog_growth_low=0.15, backlog_growth_high=0.4)) == "fell behind"
+    assert serving_load.kept_up(dict(row, backlog_growth_low=0.02, backlog_growth_high=0.2)) == "undetermined"
+    assert serving_load.kept_up(dict(row, backlog_growth_low=float("nan"), backlog_growth_high=0.06)) == "undetermined"
+    assert serving_load.kept_up(dict(row, stopped_early=True, backlog_growth_low=-0.02,
+                                     backlog_growth_high=0.06)) == "fell behind"
+    assert serving_load.kept_up(dict(row, completion_rps=1.9, arrival_count=40000, completion_count=40000)) == "kept up"
+
+
 def test_stopped_early_point_ends_the_knee_scan():
     """Rates 1 (kept up), 2 (stopped early), 3 (kept up by chance): the knee is 1, not 3; 2 is never recommended."""
     more = [{"offered_rps": 3.0, "arrival_rps": 3.0, "completion_rps": 3.0, "goodput_rps_custom": 3.0}]

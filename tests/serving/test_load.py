@@ -305,13 +305,69 @@ def test_flow_rates_tell_keeping_up_from_falling_behind():
     """Arrivals every 0.5 s; a server that keeps up finishes every 0.5 s, a saturated one every 1 s."""
     up = [{"t_scheduled_s": i * 0.5, "t_end_s": i * 0.5 + 0.3} for i in range(6)]
     behind = [{"t_scheduled_s": i * 0.5, "t_end_s": 1.0 + i * 1.0} for i in range(6)]
-    assert load.flow_rates(up) == pytest.approx({"arrival_rps": 2.0, "completion_rps": 2.0, "arrival_count": 6,
-                                                 "completion_count": 6})
-    assert load.flow_rates(behind) == pytest.approx({"arrival_rps": 2.0, "completion_rps": 1.0, "arrival_count": 6,
-                                                     "completion_count": 6})
+    counts = ("arrival_rps", "completion_rps", "arrival_count", "completion_count")
+    assert {k: load.flow_rates(up)[k] for k in counts} == pytest.approx(
+        {"arrival_rps": 2.0, "completion_rps": 2.0, "arrival_count": 6, "completion_count": 6})
+    assert {k: load.flow_rates(behind)[k] for k in counts} == pytest.approx(
+        {"arrival_rps": 2.0, "completion_rps": 1.0, "arrival_count": 6, "completion_count": 6})
     rows = [dict(r, error="HTTP 500" if i == 5 else None) for i, r in enumerate(behind)]
     assert load.flow_rates(rows)["completion_rps"] == pytest.approx(1.0)  # failed requests did not complete
     one = load.flow_rates(up[:1])
     assert one["arrival_rps"] != one["arrival_rps"] and one["completion_rps"] != one["completion_rps"]  # NaN
     assert metrics.saturation_knee([1.0, 2.0], [load.flow_rates(up)["completion_rps"] / 2,
                                                 load.flow_rates(behind)["completion_rps"]]) == 1.0
+
+
+def _fifo_queue(rng, rho: float, n: int = 40, arrival_rps: float = 4.0, exponential: bool = True) -> list:
+    """One server, first come first served, Poisson arrivals: ``n`` rows with ``t_scheduled_s`` / ``t_end_s`` at
+    load ``rho`` (Lindley's recursion; exponential or constant service times)."""
+    import numpy as np
+
+    arrivals = np.cumsum(rng.exponential(1 / arrival_rps, n))
+    arrivals -= arrivals[0]
+    service = rng.exponential(rho / arrival_rps, n) if exponential else np.full(n, rho / arrival_rps)
+    rows, free = [], 0.0
+    for a, s in zip(arrivals, service):
+        free = max(a, free) + s
+        rows.append({"t_scheduled_s": float(a), "t_end_s": float(free)})
+    return rows
+
+
+def test_backlog_growth_is_zero_keeping_up_and_the_completion_shortfall_past_the_knee():
+    up = [{"t_scheduled_s": i * 0.5, "t_end_s": i * 0.5 + 0.3} for i in range(20)]    # never a backlog
+    behind = [{"t_scheduled_s": i * 0.5, "t_end_s": 1.0 + i * 1.0} for i in range(20)]  # half the arrival rate
+    g_up, g_behind = load.flow_rates(up), load.flow_rates(behind)
+    assert g_up["backlog_growth"] == pytest.approx(0.0, abs=1e-9)
+    assert g_behind["backlog_growth"] == pytest.approx(0.5, abs=0.05)       # 1 - completion / arrival
+    assert g_behind["backlog_growth_low"] <= g_behind["backlog_growth"] <= g_behind["backlog_growth_high"]
+    unfinished = [dict(r, t_end_s=float("nan")) if i >= 10 else r for i, r in enumerate(up)]
+    assert load.flow_rates(unfinished)["backlog_growth"] > 0.3              # never finished: in flight to the end
+    few = load.flow_rates(up[:9])                                           # under 2 x 5 batches: no test
+    assert few["backlog_growth"] != few["backlog_growth"]
+
+
+@pytest.mark.parametrize("exponential", [True, False])
+def test_the_in_flight_growth_test_decides_where_the_counts_cannot(exponential):
+    """40 requests a point, 300 simulated queues each way: at half load the growth test says "kept up" in most
+    runs and at 1.5x load "fell behind", the wrong way rarely; the two counts' band leaves nearly every run
+    undetermined (issue 34: the default suite's points were all undetermined)."""
+    import numpy as np
+
+    from workbench.serving import saturation
+
+    rng = np.random.default_rng(7)
+
+    def shares(rho):
+        growth, counts = [], []
+        for _ in range(300):
+            row = dict(load.flow_rates(_fifo_queue(rng, rho, exponential=exponential)), profile="poisson")
+            growth.append(saturation.kept_up(row))
+            counts.append(saturation.kept_up({k: v for k, v in row.items() if not k.startswith("backlog")}))
+        return ({v: growth.count(v) / 300 for v in saturation.VERDICTS},
+                {v: counts.count(v) / 300 for v in saturation.VERDICTS})
+
+    light, light_counts = shares(0.5)
+    heavy, heavy_counts = shares(1.5)
+    assert light[saturation.KEPT_UP] >= 0.6 and light[saturation.FELL_BEHIND] <= 0.02
+    assert heavy[saturation.FELL_BEHIND] >= 0.6 and heavy[saturation.KEPT_UP] <= 0.05
+    assert light_counts[saturation.KEPT_UP] <= 0.05 and heavy_counts[saturation.FELL_BEHIND] <= 0.5

@@ -215,6 +215,9 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
                "policy": p.get("policy"), "profile": p.get("profile"), "workload": p.get("workload"),
                "offered_rps": _num(p.get("offered_rps")), "requests": int(len(rows)), "valid": p.get("valid"),
                "cost_source": cost.source, "source": twin.SOURCE}
+        if p.get("profile") in load.OPEN_LOOP:   # each side's keep-up verdict (the knee and the recommendations use them)
+            row["measured_kept_up"] = saturation.kept_up(p)
+            row["simulated_kept_up"] = saturation.kept_up({**p.to_dict(), **sim})
         per_class = ("ttft_s_p50_", "ttft_s_p90_", "slo_attainment_")
         cols = list(COMPARED) + sorted(c for c in sim if c.startswith(per_class))
         for c in cols:
@@ -247,6 +250,8 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     if not measured_sl.empty and not simulated_sl.empty:
         summary["knee_measured"] = {k: _num(v) for k, v in saturation.knees(measured_sl).items()}
         summary["knee_simulated"] = {k: _num(v) for k, v in saturation.knees(simulated_sl).items()}
+        summary["knee_error"] = {k: abs(summary["knee_simulated"].get(k, math.nan) / v - 1) if v == v and v > 0
+                                 else math.nan for k, v in summary["knee_measured"].items()}
         rm, rs = serving_load.recommend(measured_sl), serving_load.recommend(simulated_sl)
         if not rm.empty and not rs.empty:
             summary["recommendation_measured"] = dict(zip(rm["slo"], rm["max_rate_rps"].map(float)))
@@ -293,8 +298,14 @@ def sentence(summary: dict) -> str:
         text += f" The larger miss is the {worst[0]}."
     km, ks = summary.get("knee_measured"), summary.get("knee_simulated")
     if km and ks:
-        text += " Knee measured / simulated: " + ", ".join(f"{e} {km[e]:.3g} / {ks.get(e, math.nan):.3g} req/s"
-                                                           for e in km) + "."
+        def knee(e):
+            m, k = km[e], ks.get(e, math.nan)
+            if m != m and k != k:
+                return f"{e} none / none (no rate kept up on either side: the sweep does not bracket it)"
+            err = (summary.get("knee_error") or {}).get(e, math.nan)
+            return f"{e} {m:.3g} / {k:.3g} req/s" + (f" ({err:.0%} apart)" if err == err else "")
+
+        text += " Knee measured / simulated: " + ", ".join(knee(e) for e in km) + "."
     return text
 
 

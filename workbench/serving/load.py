@@ -51,7 +51,9 @@ bound and every later request only measures the backlog. The rule and whether it
 Keeping up (:func:`flow_rates`): ``arrival_rps`` (requests scheduled per second over the arrival span) and
 ``completion_rps`` (requests completed per second over the completion span), over the same number of
 intervals. A server that keeps up completes at the rate requests arrive; past the knee completions fall to its
-capacity. Unlike requests / wall time, neither is biased low by a short run's last service time.
+capacity. Unlike requests / wall time, neither is biased low by a short run's last service time. The same
+question from the timing of every request (:func:`backlog_growth`): the slope of the backlog each arrival finds,
+which decides with far fewer requests than the two counts.
 
 Token counts come from the server's ``usage`` (or the engine's token ids in process), never from the
 number of streamed chunks.
@@ -71,7 +73,7 @@ import numpy as np
 import pandas as pd
 
 from workbench import checks
-from workbench.stats import metrics
+from workbench.stats import evidence, metrics
 from workbench.errors import ParameterError
 
 PROFILES = ("synchronous", "concurrency", "throughput", "constant", "poisson", "gamma", "replay", "sweep")
@@ -357,7 +359,9 @@ def flow_rates(rows: list) -> dict:
     """``arrival_rps``: ``(sent - 1) / (last - first scheduled time)``; ``completion_rps``: ``(completed - 1) /
     (last - first finish)`` over the requests that completed without error; ``arrival_count`` /
     ``completion_count`` the timestamps behind each (their noise band: :mod:`workbench.serving.saturation`). NaN
-    rates with fewer than two requests or a zero span. In closed loop arrivals follow completions, so the two agree by construction."""
+    rates with fewer than two requests or a zero span. In closed loop arrivals follow completions, so the two agree
+    by construction. With them the in-flight growth test's ``backlog_growth``, ``backlog_growth_low`` and
+    ``backlog_growth_high`` (:func:`backlog_growth`, over every sent request's ``t_scheduled_s`` / ``t_end_s``)."""
     def rate(times):
         times = sorted(times)
         span = times[-1] - times[0] if len(times) >= 2 else 0.0
@@ -365,8 +369,61 @@ def flow_rates(rows: list) -> dict:
 
     arrivals = [r["t_scheduled_s"] for r in rows]
     completions = [r["t_end_s"] for r in rows if not r.get("error")]
-    return {"arrival_rps": rate(arrivals), "completion_rps": rate(completions),
-            "arrival_count": len(arrivals), "completion_count": len(completions)}
+    out = {"arrival_rps": rate(arrivals), "completion_rps": rate(completions),
+           "arrival_count": len(arrivals), "completion_count": len(completions)}
+    out.update(backlog_growth(arrivals, [r.get("t_end_s", float("nan")) for r in rows]))
+    return out
+
+
+BACKLOG_BATCHES = 5      # batch means for the backlog's slope (:func:`backlog_growth`)
+BACKLOG_CONFIDENCE = 0.95
+
+
+def backlog_growth(arrivals: Sequence[float], ends: Sequence[float], batches: int = BACKLOG_BATCHES,
+                   confidence: float = BACKLOG_CONFIDENCE) -> dict:
+    """How fast the backlog grows per request arrived, with one-sided bounds: the in-flight growth test.
+
+    The backlog a request finds on arrival is the earlier requests still in flight. A server that keeps up has a
+    stationary backlog; one past its capacity gains ``1 - completion/arrival`` requests of backlog per request
+    that arrives. The slope of the backlog against arrival time, over the arrival rate, estimates that share.
+    Consecutive backlogs are correlated (a queue), so the interval comes from batch means: the arrivals split
+    into ``batches`` consecutive groups, the mean backlog of each regressed on its mean arrival time
+    (``scipy.stats.linregress``), Student t with ``batches - 2`` degrees of freedom (the method of batch means:
+    Schmeiser 1982, "Batch size effects in the analysis of simulation output", Operations Research 30(3);
+    GuideLLM's over-saturation detector tests the same slope of concurrent requests).
+
+    Args:
+        arrivals: scheduled arrival times (seconds), one per sent request.
+        ends: their finish times (seconds; NaN: never finished, in flight to the end), same order.
+        batches: consecutive groups (>= 3).
+        confidence: one-sided coverage of each bound.
+
+    Returns:
+        ``backlog_growth`` (backlog gained per request arrived: 0 when keeping up, ``1 - completion_rps /
+        arrival_rps`` past the knee), ``backlog_growth_low`` / ``backlog_growth_high`` (its one-sided bounds);
+        NaN each with fewer than ``2 * batches`` arrivals or a zero arrival span.
+    """
+    from scipy import stats
+
+    nan = {"backlog_growth": float("nan"), "backlog_growth_low": float("nan"), "backlog_growth_high": float("nan")}
+    a = np.asarray(arrivals, dtype=float)
+    c = np.asarray(ends, dtype=float)
+    order = np.argsort(a, kind="stable")
+    a, c = a[order], np.where(np.isnan(c[order]), np.inf, c[order])
+    if len(a) < 2 * batches or not a[-1] > a[0]:
+        return nan
+    # earlier requests still in flight at each arrival: the i earlier ones less those finished by then
+    # (a later request cannot finish before an earlier arrival, so counting every finish up to a[i] is exact)
+    backlog = np.arange(len(a)) - np.searchsorted(np.sort(c), a, side="right")
+    groups = np.array_split(np.arange(len(a)), batches)
+    x = np.array([a[g].mean() for g in groups])
+    y = np.array([backlog[g].mean() for g in groups], dtype=float)
+    fit = stats.linregress(x, y)
+    arrival_rps = (len(a) - 1) / (a[-1] - a[0])
+    iv = evidence.estimate_interval(fit.slope, fit.stderr, batches - 2, "batch means",
+                                    confidence=1 - 2 * (1 - confidence))   # two-sided at 90%: one-sided 95% each
+    return {"backlog_growth": fit.slope / arrival_rps, "backlog_growth_low": iv.low / arrival_rps,
+            "backlog_growth_high": iv.high / arrival_rps}
 
 
 def apply_window(rows: list, warmup_s: float, cooldown_s: float, open_loop: bool = True,

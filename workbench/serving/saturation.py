@@ -9,12 +9,17 @@ tolerance answers at random near the knee (at 40 requests a 10% tolerance said "
   (:func:`rate_ratio_interval`: each count treated as Poisson over its span, the ratio of two Poisson rates by
   the conditional binomial, Clopper-Pearson bounds; Cox 1953, Przyborowski & Wilenski 1940 - conservative for a
   constant-rate arrival process, whose count is not random);
-- **fell behind** when its one-sided 95% upper bound is below 1 (completions slower than arrivals beyond the
-  noise), or the point stopped early by the over-saturation rule, or a planned request went unsent or unfinished;
-- **kept up** when its one-sided 95% lower bound reaches ``1 - tolerance`` (completions within the tolerance of
-  arrivals beyond the noise);
-- **undetermined** otherwise: the run is too short to tell (at 40 requests a ratio of 1.0 has bounds of about
-  0.68-1.47, so a point at 40 requests is rarely "kept up" at a 10% tolerance: a longer point decides).
+- or, where every request's timing is known, from **the growth of the backlog** (the in-flight growth test,
+  :func:`workbench.serving.load.backlog_growth`): the backlog each arrival finds, its slope over time by batch
+  means; the ratio is ``1 - growth``. It decides with far fewer requests than the counts (at 40 requests the
+  counts' band of a ratio of 1.0 is about 0.68-1.47), so it is used where its columns are present;
+- **kept up** when the one-sided 95% lower bound reaches ``1 - tolerance`` (completions within the tolerance of
+  arrivals, beyond the noise);
+- **fell behind** when the one-sided 95% upper bound is below ``1 - tolerance`` (completions short of arrivals
+  by more than the tolerance, beyond the noise), or the point stopped early by the over-saturation rule, or a
+  planned request went unsent or unfinished. The tolerance is the line between the two, so a backlog that
+  still fills from empty in a short run (a slope a few percent above 0) is not called "fell behind";
+- **undetermined** otherwise: the interval straddles the line, and a longer point decides.
 
 :func:`knee` scans rates upwards: the highest rate that kept up below the first that did not (fell behind or
 undetermined). Stopped-early points take part (as "fell behind"): dropping them before the scan would let a rate
@@ -37,7 +42,7 @@ KEPT_UP = "kept up"
 FELL_BEHIND = "fell behind"
 UNDETERMINED = "undetermined"
 VERDICTS = (KEPT_UP, FELL_BEHIND, UNDETERMINED)
-KEPT_UP_TOLERANCE = 0.1   # kept up: completions at least (1 - this) x arrivals, beyond the noise
+KEPT_UP_TOLERANCE = 0.1   # the line: completions at least (1 - this) x arrivals keep up, beyond the noise
 CONFIDENCE = 0.95         # one-sided, each way
 
 
@@ -88,7 +93,8 @@ def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE, confidence: float = CON
             ``requests_unsent``, ``requests_incomplete``, ``arrival_rps`` / ``completion_rps`` with
             ``arrival_count`` / ``completion_count`` (:func:`workbench.serving.load.flow_rates`); rows without
             the counts use ``requests_planned_window`` for both, without the rates ``offered_rps`` and
-            ``request_throughput_rps``.
+            ``request_throughput_rps``; ``backlog_growth_low`` / ``backlog_growth_high`` (the in-flight growth
+            test) decide in place of the counts where both are present.
         tolerance: kept up needs the ratio's lower bound at ``1 - tolerance`` or above (0-1).
         confidence: one-sided coverage of each bound.
 
@@ -113,8 +119,12 @@ def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE, confidence: float = CON
         n_a = n_c = _num(get("requests_planned_window"))
     if not (arr == arr and arr > 0 and comp == comp and n_a == n_a):
         return UNDETERMINED
-    _, low, high = rate_ratio_interval(int(n_a), arr, int(n_c), comp, confidence)
-    if high == high and high < 1:
+    g_low, g_high = _num(get("backlog_growth_low")), _num(get("backlog_growth_high"))
+    if g_low == g_low and g_high == g_high:       # the in-flight growth test: a backlog share per arrival
+        low, high = 1 - g_high, 1 - g_low
+    else:
+        _, low, high = rate_ratio_interval(int(n_a), arr, int(n_c), comp, confidence)
+    if high == high and high < 1 - tolerance:
         return FELL_BEHIND
     if low == low and low >= 1 - tolerance:
         return KEPT_UP
