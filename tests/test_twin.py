@@ -239,8 +239,15 @@ def test_validation_table_and_metrics(tmp_path):
     assert summ["mape_e2e_p50"] < 1e-6 and summ["mape_ttft_p50"] < 1e-6   # the same cost: the same decisions
     # the same knee per engine; NaN on both sides where kept_up is undetermined at this many requests
     assert {e: repr(k) for e, k in summ["knee_measured"].items()} == {e: repr(k) for e, k in summ["knee_simulated"].items()}
+    # each side's keep-up verdict per open-loop point (the in-flight growth test at 40 requests), the same here
+    open_loop = table[table["profile"] == "poisson"]
+    assert len(open_loop) == 3 and open_loop["measured_kept_up"].tolist() == open_loop["simulated_kept_up"].tolist()
+    assert open_loop["measured_kept_up"].notna().all()
+    for e, k in summ["knee_measured"].items():   # the knees' distance, 0 where both exist and agree
+        assert (summ["knee_error"][e] == 0) if k == k else summ["knee_error"][e] != summ["knee_error"][e]
     on_disk = pd.read_csv(run / twin.VALIDATION_FILE)
-    assert {"ape_e2e_s_p50", "ape_ttft_s_p50", "measured_e2e_s_p50", "simulated_e2e_s_p50"} <= set(on_disk.columns)
+    assert {"ape_e2e_s_p50", "ape_ttft_s_p50", "measured_e2e_s_p50", "simulated_e2e_s_p50",
+            "measured_kept_up", "simulated_kept_up"} <= set(on_disk.columns)
     assert json.loads((run / "metrics.json").read_text())["twin_points"] == 4
     table2, fig, text = twin_study.notebook_section(run, "serving_load")
     assert fig is not None and "MAPE e2e p50 0%" in text and (run / "figures" / "twin_serving_load.json").is_file()
