@@ -94,7 +94,9 @@ def test_finding_says_not_supported_with_too_few_lengths_and_states_r2_and_dof()
 
 def test_fit_is_over_per_point_medians_and_states_no_crossover_when_the_quadratic_interval_includes_0():
     """5 lengths x 3 repeats, linear truth plus noise: one observation per point (n = 5, not 15), the quadratic term's
-    interval includes 0, and the finding states no crossover (the old fit over 15 repeats named one)."""
+    interval includes 0, so the straight line carries the per-token cost (a run's quadratic said "prefill per token:
+    no difference from 0" while TTFT grew 15x from 128 to 2048 tokens: the two collinear terms shared the growth),
+    and the finding states no crossover (the old fit over 15 repeats named one)."""
     rng = np.random.default_rng(3)
     lengths = [128, 512, 1024, 1536, 2048]
     pts = pd.DataFrame([{"point_id": f"L{L}", "status": "ok", "valid": True, "batch_size": 1, "context_tokens": L}
@@ -104,11 +106,17 @@ def test_fit_is_over_per_point_medians_and_states_no_crossover_when_the_quadrati
                           "prefill_s": (0.02 + 1e-4 * L) * shift[L] * (1 + 0.002 * rng.standard_normal())}
                          for L in lengths for r in range(3)])
     fit = context_length.fit_by_batch(reqs, points=pts)[1]
-    assert fit.n == 5 and fit.degree == 2 and fit.dof == 2
+    # the quadratic's c interval includes 0, so the straight line is kept (backward elimination), carrying that interval
+    assert fit.n == 5 and fit.degree == 1 and fit.dof == 3 and fit.c == 0
     assert fit.c_low < 0 < fit.c_high and not fit.crossover_shown
+    assert fit.b_low > 0 and fit.b == pytest.approx(1e-4, rel=0.1)    # the per-token cost, shown
     f = context_length.finding({1: fit}, 2048, pts)
+    assert f.supported and f.text.startswith("batch 1: prefill ") and "us/token" in f.text
     assert "overtakes the linear one at" not in f.text and "interval includes 0" in f.text
-    assert "quadratic term 95% interval" in f.evidence
+    assert "quadratic (not kept): its quadratic term 95% interval" in f.evidence
+    quad = context_length.fit_quadratic(reqs.groupby("point_id")["prompt_tokens"].median(),
+                                        reqs.groupby("point_id")["prefill_s"].median())
+    assert quad.degree == 2 and not quad.crossover_shown   # the quadratic alone says neither term is shown
     exact = context_length.fit_quadratic(np.array(lengths), 0.02 + 1e-4 * np.array(lengths) + 1e-7 * np.array(lengths) ** 2
                                          * (1 + 0.001 * rng.standard_normal(5)))
     assert exact.crossover_shown and "overtakes the linear one at" in context_length.finding({1: exact}, 2048).text

@@ -189,6 +189,9 @@ def test_headline_names_its_evidence_and_agrees_with_attainment():
     behind = pts.assign(completion_rps=pts["arrival_rps"] * 0.5)
     text = serving_load.headline(behind, 0.9)
     assert "did not keep up even at its lowest" in text and "fell behind" in text
+    straddles = pts.assign(backlog_growth_low=-0.02, backlog_growth_high=0.2)   # the growth test across the line
+    told = serving_load.headline(straddles, 0.9)
+    assert "undetermined even at its lowest" in told and "backlog grew -2% to 20% of arrivals, across the 10% line" in told
     assert "custom-SLO attainment 1.00 (95% Wilson interval 0.91-1.00) stayed at target" in text
     assert "no open-loop rate kept up" not in text
     assert serving_load.recommend(behind, 0.9).iloc[0]["engine"] == ""  # a growing queue is not recommended

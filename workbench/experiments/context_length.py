@@ -69,8 +69,9 @@ class QuadraticFit:
         n_lengths: distinct lengths behind the fit (0: not recorded, then ``n`` is used).
         b_low, b_high: 95% interval of ``b`` (OLS standard error, Student t over :attr:`dof`); NaN when
             ``dof`` is 0.
-        c_low, c_high: the same interval of ``c`` (NaN for the straight line or without dof): a crossover is
-            stated only when it excludes 0 (:attr:`crossover_shown`).
+        c_low, c_high: the same interval of ``c`` (NaN without dof): a crossover is stated only when it excludes 0
+            (:attr:`crossover_shown`). On a straight line chosen by :func:`fit_by_batch` over a quadratic whose
+            ``c`` interval included 0, that quadratic's interval (why the line was kept; ``c`` itself is 0).
     """
 
     a: float
@@ -174,10 +175,13 @@ def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", point
     Rows of one batch share one stamp per step, and the repeats of one point share its moment on the machine
     (they run back to back), so each point is one observation: the median over its repeats of each repeat's
     median row (when ``point_id`` and ``repeat`` are present; ``point_id`` alone: the median of its rows). Fitting
-    the repeats as independent observations would count one length's drift three times and narrow the intervals. The quadratic is kept when the distinct lengths
-    support it (:func:`workbench.stats.evidence.fit_support`: parameters + 2), else the straight line when they
-    support that, else the quadratic (or line) that can be computed, marked unsupported. Batch sizes with
-    fewer than 2 distinct lengths are skipped.
+    the repeats as independent observations would count one length's drift three times and narrow the intervals.
+    The quadratic is kept when the distinct lengths support it (:func:`workbench.stats.evidence.fit_support`:
+    parameters + 2) and its ``c`` interval excludes 0 (the curvature is shown); otherwise the straight line when
+    the lengths support that (backward elimination of the term the data cannot carry: with ``c`` in the model the
+    two collinear coefficients share the growth, and both intervals can include 0 while prefill plainly grows),
+    carrying the quadratic's ``c`` interval; else the fit that can be computed, marked unsupported. Batch sizes
+    with fewer than 2 distinct lengths are skipped.
 
     Args:
         requests: one row per request with ``batch_size``, ``x`` and ``y`` (and ``point_id``, ``repeat``).
@@ -204,8 +208,22 @@ def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", point
             except ParameterError:
                 continue
         if candidates:
-            fits[int(bs)] = next((f for f in candidates if f.support[0]), candidates[0])
+            fits[int(bs)] = _choose(candidates)
     return fits
+
+
+def _choose(candidates: list) -> "QuadraticFit":
+    """The quadratic when supported with its curvature shown, else the supported line (with the quadratic's ``c``
+    interval), else the first supported fit, else the first (:func:`fit_by_batch`)."""
+    quad = next((f for f in candidates if f.degree == 2), None)
+    line = next((f for f in candidates if f.degree == 1), None)
+    if quad is not None and quad.support[0] and (quad.c_low > 0 or quad.c_high < 0):
+        return quad
+    if line is not None and line.support[0]:
+        if quad is not None and math.isfinite(quad.c_low) and quad.support[0]:
+            return dataclasses.replace(line, c_low=quad.c_low, c_high=quad.c_high)
+        return line
+    return next((f for f in candidates if f.support[0]), candidates[0])
 
 
 def fits_table(fits: dict, quantity: str = "prefill_s"):
@@ -357,8 +375,8 @@ def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
         notes.append(f"batch {bs}: {kind} fit over {f.n_lengths} lengths ({f.n} per-point medians): R^2 {f.r2:.3f}, "
                      f"{f.dof} dof" + (f", per-token cost 95% interval {f.b_low * 1e6:.1f}-{f.b_high * 1e6:.1f} us "
                                        f"(OLS, t over {f.dof} dof)" if math.isfinite(f.b_low) else "")
-                     + (f", quadratic term 95% interval {f.c_low * 1e9:.3g}-{f.c_high * 1e9:.3g} ns/token^2"
-                        if math.isfinite(f.c_low) else ""))
+                     + (f", {'the quadratic (not kept): its ' if f.degree == 1 else ''}quadratic term 95% interval "
+                        f"{f.c_low * 1e9:.3g}-{f.c_high * 1e9:.3g} ns/token^2" if math.isfinite(f.c_low) else ""))
         if not ok:
             parts.append(f"batch {bs}: prefill vs length {why}")
             continue
@@ -369,7 +387,11 @@ def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
             continue
         supported = True
         text = f"batch {bs}: prefill {f.a * 1e3:.1f} ms + {f.b * 1e6:.1f} us/token"
-        if f.degree == 1:
+        if f.degree == 1 and math.isfinite(f.c_low):
+            text += (f"; the quadratic (attention) term's 95% interval includes 0 at these lengths "
+                     f"({f.c_low * 1e9:.3g} to {f.c_high * 1e9:.3g} ns/token^2): the straight line carries the "
+                     f"per-token cost, no crossover is supported")
+        elif f.degree == 1:
             quad_ok, quad_why = evidence.fit_support(f.n_lengths, 3)
             text += f"; the quadratic (attention) term is {quad_why}"
         elif not f.crossover_shown:

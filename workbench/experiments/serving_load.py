@@ -485,8 +485,12 @@ def _engine_sentence(e: str, g: pd.DataFrame, knee: float, why: str, target: flo
         at = g[g["_rate"] == knee].iloc[-1]
         text = f"{e}: kept up to {knee:.2f} req/s, {_attained(at, target)} there"
     elif verdicts and verdicts[0] == saturation.UNDETERMINED:
+        first = g.iloc[0]
+        lo, hi = first.get("backlog_growth_low", np.nan), first.get("backlog_growth_high", np.nan)
+        band = (f": its backlog grew {lo:.0%} to {hi:.0%} of arrivals, across the {saturation.KEPT_UP_TOLERANCE:.0%} "
+                f"line" if lo == lo and hi == hi else "")
         text = f"{e}: whether it kept up is undetermined even at its lowest open-loop rate (too few requests " \
-               f"per point to tell completions from arrivals)"
+               f"per point to tell{band}; more requests per point decide)"
     else:
         text = f"{e}: did not keep up even at its lowest open-loop rate"
     nxt = [(r, v) for (_, r), v in zip(g.iterrows(), verdicts) if knee != knee or r["_rate"] > knee][:1]
