@@ -40,6 +40,8 @@ def test_report_opens_with_a_summary_and_tables_the_arms():
     assert f"href='#{findings._exp_anchor(run, 'scheduling')}'" in block and "priority lowers" in block
     assert "no supported effect" in block and f"href='#{findings._exp_anchor(run, 'engine_tuning')}'" in block
     assert "explorer" in block and "no finding recorded" in block
+    # experiments without a finding of their own share one line after the findings (04's parts sat between them)
+    assert block.count("no finding recorded") == 1 and block.index("no finding recorded") > block.index("priority lowers")
     assert page.count("<table class='arms'>") >= 2 and "<td>priority · interactive TTFT vs fcfs</td>" in page
     assert "<td>0.50-0.77x</td>" in page
     # the claim sentence comes right after the mark; the per-arm phrases are not repeated as a paragraph

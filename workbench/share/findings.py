@@ -115,12 +115,14 @@ def _summary_html(run: Path) -> str:
     exps = list(dict.fromkeys(list(manifest.get("experiments", {})) + list(findings)))
     if not exps:
         return ""
-    items = []
-    for exp in exps:
+    items, bare = [], []
+    # the findings in the order they were recorded (the notebooks' order), then one line for the experiments with
+    # none of their own (a notebook's parts, e.g. 04's streaming / granularity / http under streaming_anatomy)
+    for exp in [e for e in findings] + [e for e in exps if e not in findings]:
         value = findings.get(exp)
         link = f"<a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a>"
         if value is None:
-            items.append(f"<li>{link}: <span class='meta'>no finding recorded</span></li>")
+            bare.append(link)
             continue
         f = evidence.Finding.from_value(value)
         claim = split_finding(f.text)[0]
@@ -129,6 +131,9 @@ def _summary_html(run: Path) -> str:
         else:
             items.append(f"<li>{link}: <span class='unsupported'>no supported effect</span> "
                          f"<span class='meta'>{html.escape(claim)}</span></li>")
+    if bare:
+        items.append(f"<li><span class='meta'>no finding recorded of their own (parts of a notebook whose finding is "
+                     f"above, or a notebook that stopped before its finding):</span> {', '.join(bare)}</li>")
     return f"<div class='summary'><h2>Summary</h2><ul>{''.join(items)}</ul></div>"
 
 
