@@ -196,3 +196,16 @@ def test_point_by_point_finding_makes_no_comparative_claim_and_uses_valid_points
     pts = pd.DataFrame({"point_id": ["outline_batch-en", "outline_batch-zh", "one_shot-en", "one_shot-zh"],
                         "status": "ok", "valid": [False, False, True, True]})
     assert "outline_batch" not in long_output.finding(rows, pts).text
+
+
+def test_the_pick_follows_the_paired_ratios_where_the_medians_over_drifting_rounds_disagree(monkeypatch):
+    """Interleaved rounds are the evidence: when the median wall time over rounds names another strategy than the
+    within-round ratios (a drift the pairs cancel), the first sentence names the paired fastest and says so."""
+    _, _, pts, req = _interleaved(monkeypatch)
+    by = pts.set_index(["language", "strategy"])
+    assert by.loc[("en", "outline_batch"), "time_ratio"] < by.loc[("en", "outline_sequential"), "time_ratio"]
+    drifted = req.assign(wall_s=req["wall_s"].where(~((req["language"] == "en")
+                                                      & (req["strategy"] == "outline_sequential")), 0.1))
+    f = long_output.finding(drifted, pts)
+    assert f.text.startswith("en: outline_batch is the fastest paired within rounds (median wall time")
+    assert long_output.finding(req, pts).text.startswith("en: outline_batch has the shortest wall time (")
