@@ -171,3 +171,34 @@ def test_the_notebooks_of_a_run_share_one_kernel_block(monkeypatch):
     assert suite._execute(entries, run, resume=False) == ["b"]
     assert len(blocks) == 3 and blocks[0] is not None and all(b is blocks[0] for b in blocks)
     assert notebooks._SHARED is None
+
+
+def test_a_later_session_keeps_each_notebooks_earlier_status_and_time(monkeypatch):
+    """A resume or --rerun-invalid executes a notebook again: its manifest entry gets the new status and time, and
+    the earlier sessions' go to its ``history`` (oldest first) instead of being overwritten."""
+    from workbench.cli import suite
+    from workbench.run import notebooks
+
+    fail = {"b"}
+
+    def fake(path, params, run_dir, log_output=True):
+        if Path(path).stem in fail:
+            raise RuntimeError("boom")
+        results.record_point(run_dir, Path(path).stem, pd.DataFrame(), {"point_id": Path(path).stem, "status": "ok"},
+                             {"status": "ok"})
+        return Path(path)
+
+    monkeypatch.setattr(notebooks, "execute_notebook", fake)
+    run = results.create_run()
+    entries = [{"notebook": f"/x/{n}.ipynb", "parameters": {}} for n in ("a", "b")]
+    suite._execute(entries, run, resume=False)
+    first = results.read_manifest(run)["notebooks"]
+    assert first["b"]["status"].startswith("failed") and "history" not in first["b"]
+    fail.clear()
+    suite._execute(entries[1:], run, resume=True)
+    b = results.read_manifest(run)["notebooks"]["b"]
+    assert b["status"] == "ok"
+    assert b["history"] == [{"status": first["b"]["status"], "wall_s": first["b"]["wall_s"]}]
+    suite._execute(entries[1:], run, resume=True)
+    assert [h["status"][:6] for h in results.read_manifest(run)["notebooks"]["b"]["history"]] == ["failed", "ok"]
+    assert "history" not in results.read_manifest(run)["notebooks"]["a"]

@@ -354,3 +354,14 @@ def test_every_ratio_figure_is_drawn_by_the_one_helper(monkeypatch):
         assert markers and "(x" in fig.layout.yaxis.title.text and fig.layout.title.text, name
     # the compression figure draws one marker per (strategy, ratio) arm, not one per depth
     assert list(figs["context_compression"].data[0].x) == ["none", "bm25 4x"]
+
+
+def test_paired_best_picks_by_the_paired_estimate_with_the_baseline_at_one():
+    """One rule for every comparative pick: time ratios lowest wins, speed-ups highest; the baseline competes at 1.0
+    (every arm slower: the baseline); a NaN estimate (an arm not paired) picks nothing; ties keep the given order."""
+    assert comparison.paired_best({"a": 0.8, "b": 0.9}, "base") == "a"
+    assert comparison.paired_best({"a": 1.2, "b": 1.1}, "base") == "base"
+    assert comparison.paired_best(pd.Series({"x": 1.0, "y": 1.3, "z": 1.17}), lower_is_better=False) == "y"
+    assert comparison.paired_best({"a": 0.8, "b": float("nan")}, "base") is None
+    assert comparison.paired_best({}, None) is None
+    assert comparison.paired_best({"a": 0.9, "b": 0.9}, "base") == "a"

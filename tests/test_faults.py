@@ -55,10 +55,11 @@ _LAUNCH = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.defau
            "sys.argv = ['workbench'] + sys.argv[1:]; runpy.run_module('workbench.cli', run_name='__main__')")
 
 
-def _kill_after(args, env, real: Path, at_least: int, sig, extra_s: float):
+def _kill_after(args, env, real: Path, at_least: int, sig, extra_s: float, group: bool = True):
     """Start ``workbench ARGS`` as a terminal would, wait until the run under ``real`` has ``at_least`` finished
     points, wait ``extra_s`` more (anywhere inside the next point), then send ``sig`` to its process group (like
-    Ctrl-C or kill -9 in a terminal). Returns ``(run folder, return code, output)``."""
+    Ctrl-C or kill -9 in a terminal), or with ``group=False`` to the command's process alone (like ``kill PID`` or a
+    job system's stop). Returns ``(run folder, return code, output)``."""
     proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, *args], cwd=REPO, stdout=subprocess.PIPE, env=env,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -72,7 +73,7 @@ def _kill_after(args, env, real: Path, at_least: int, sig, extra_s: float):
             time.sleep(0.2)
         assert run is not None and proc.poll() is None, "the sweep ended before it could be interrupted"
         time.sleep(extra_s)
-        os.killpg(proc.pid, sig)
+        (os.killpg if group else os.kill)(proc.pid, sig)
         out = proc.communicate(timeout=120)[0]
     finally:
         if proc.poll() is None:
@@ -225,6 +226,43 @@ while True:
     i += 1
     results.write_table(sys.argv[1], big.assign(x=i))
 """
+
+
+@pytest.mark.notebook
+def test_sigterm_to_the_command_alone_ends_the_run_as_interrupted(tmp_path):
+    """``kill PID`` (SIGTERM to the command, not its kernel: what Slurm or Kubernetes send) inside a point: the run
+    ends as Ctrl-C ends it - exit 143, the manifest ``interrupted``, the lock released, the kernel shut down and the
+    way on printed. (Before: Python's default SIGTERM killed the command mid-run, the manifest said ``running``
+    and the orphaned kernel measured on until it noticed its parent had gone.)"""
+    real = tmp_path / "results"
+    real.mkdir()
+    env = {**os.environ, "WORKBENCH_RESULTS": str(real)}
+    env.pop("WORKBENCH_INJECT_WRITE_ERROR", None)
+    args = SWEEP[:4] + ["[1, 2, 4]"] + SWEEP[5:]
+    run, code, out = _kill_after(args, env, real, 1, signal.SIGTERM, 0.2, group=False)
+    assert code == 143, out[-2000:]
+    assert "terminated: finished points are on disk; continue with --resume" in out
+    manifest = results.read_manifest(run)
+    assert manifest["status"] == "interrupted"
+    assert 1 <= _ok_points(run) < 3
+    assert not _processes_with_env(f"WORKBENCH_RESULTS={real}")   # its kernel went with it, not after
+    done = _ok_points(run)
+    time.sleep(2)
+    assert _ok_points(run) == done                                # nothing left measuring
+
+
+def _processes_with_env(entry: str) -> list[int]:
+    """Pids of this user's live processes whose environment holds ``entry`` (``NAME=value``), from /proc."""
+    pids = []
+    for env_file in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if entry.encode() in env_file.read_bytes().split(b"\0"):
+                stat = (env_file.parent / "stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":      # a zombie is gone already
+                    pids.append(int(env_file.parent.name))
+        except OSError:
+            continue
+    return pids
 
 
 def test_a_kill_during_a_table_write_leaves_a_readable_table(tmp_path):

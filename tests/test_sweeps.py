@@ -116,6 +116,10 @@ def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_th
     pts = sweeps.run_sweep(run, "drift", sweeps.expand_grid(batch_size=[1, 2]),
                            lambda p: calls.append(p) or _fake_measure(p), resume=True, loaded=fake)
     assert len(calls) == 2 and (pts["valid"] == True).all()  # noqa: E712
+    entry = results.read_manifest(run)["experiments"]["drift"]
+    assert entry["drift"] == pytest.approx(0.0)                  # this session's references
+    assert [h["drift"] for h in entry["drift_history"]] == [pytest.approx(1.0)]   # the first session's kept
+    assert entry["drift_history"][0]["reference_tpot_s"] == [0.10, 0.20]
 
 
 @pytest.mark.parametrize("reset_ignored", [False, True], ids=["this-kernel", "reset-ignored"])

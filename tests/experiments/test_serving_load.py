@@ -17,6 +17,8 @@ from workbench.serving import saturation
     ({"burstiness": 0}, "burstiness"),
     ({"burstiness": -1.0}, "burstiness"),
     ({"requests_per_point": 1}, "requests_per_point"),
+    ({"closed_loop_requests": 1}, "closed_loop_requests"),
+    ({"requests_per_point": 8, "closed_loop_requests": 9}, "closed_loop_requests"),
     ({"slo_presets": ["gold"]}, "slo_presets"),
     ({"search_slo": "gold"}, "search_slo"),
     ({"slo_ttft_s": 0}, "slo_ttft_s"),
@@ -368,3 +370,48 @@ def test_a_rerun_places_swept_rates_from_the_recorded_closed_loop_points():
     results.write_table(run / "points.parquet", pd.DataFrame(rows))
     assert serving_load.recorded_rates({}, run) == {"static": {"synchronous": 1.5, "throughput": 3.0}}
     assert serving_load.recorded_rates({}, results.create_run("empty")) == {}
+
+
+def test_closed_loop_points_send_closed_loop_requests_and_open_loop_points_all(monkeypatch):
+    """``closed_loop_requests``: the synchronous and throughput points send the first N prompts (they only set the
+    sweep's range), the open-loop points every one of ``requests_per_point`` (the growth test needs them); without
+    it every point sends them all. A fake sender counts what each point sent."""
+    import time
+
+    from workbench.serving import endpoint
+    from workbench.serving.bench import Bench
+
+    sent = []
+
+    def fake_sender(ep, **kw):
+        def send(spec, t_sched):
+            sent.append(spec)
+            now = time.perf_counter()
+            return {"t_sent": now, "t_done": now + 0.001, "ttft_s": 0.0005, "e2e_s": 0.001, "itl_s": [],
+                    "output_tokens": spec.max_tokens, "prompt_tokens": 32, "tpot_s": 0.0001, "queue_s": 0.0,
+                    "error": None, "server_side_note": ""}
+        return send
+
+    monkeypatch.setattr(endpoint, "sender", fake_sender)
+    monkeypatch.setattr(endpoint, "local_server_pid", lambda ep: None)
+    counts = {}
+    for closed in (None, 3):
+        cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": "https://h:1", "model": "m", "name": "ext"},
+                                  requests_per_point=8, closed_loop_requests=closed, prompt_tokens=32,
+                                  max_new_tokens=2, sweep_points=1, warmup=0, slo_presets=[])
+        bench = Bench.__new__(Bench)
+        bench.cfg, bench.loaded = cfg, None
+        bench.specs = [serving_load.load.RequestSpec(f"p{i}", 2, 32) for i in range(8)]
+        bench.name = bench.engine = bench.server = bench.send = bench.served_pid = None
+        bench.rates = {}
+        state = {"bench": bench}
+        for p in cfg.grid():
+            sent.clear()
+            res = serving_load.measure_point(None, cfg, p, state)
+            counts[(closed, p["profile"])] = (len(sent), len(res.requests), [s.prompt for s in sent])
+    for prof in ("synchronous", "throughput", "poisson"):
+        assert counts[(None, prof)][:2] == (8, 8)
+    for prof in ("synchronous", "throughput"):
+        assert counts[(3, prof)][:2] == (3, 3)
+        assert sorted(counts[(3, prof)][2]) == ["p0", "p1", "p2"]
+    assert counts[(3, "poisson")][:2] == (8, 8)

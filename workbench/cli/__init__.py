@@ -310,4 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     except results.RunWriteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:  # before a run folder opened, or after it closed: nothing to mark
+        term = isinstance(exc, suite_runner.Terminated)
+        print("\nterminated" if term else "\ninterrupted", file=sys.stderr)
+        return 143 if term else 130
 

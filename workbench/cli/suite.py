@@ -10,7 +10,10 @@ that cannot be written is :class:`~workbench.run.results.RunWriteError` (exit 1,
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,8 +42,13 @@ def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bo
     params = dict(e["parameters"])
     if resume:
         params["resume"] = True
-    # parameters are on disk before any point runs: an interrupted notebook resumes with the same ones
-    results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": e["parameters"]}})
+    # parameters are on disk before any point runs: an interrupted notebook resumes with the same ones; an earlier
+    # session's status and time go to its ``history`` (a resume or --rerun-invalid keeps the first run's times)
+    prev = results.read_manifest(run_dir).get("notebooks", {}).get(name) or {}
+    past = list(prev.get("history") or []) + ([{k: prev[k] for k in ("status", "wall_s") if k in prev}]
+                                              if "wall_s" in prev else [])
+    kept = {"history": past} if past else {}
+    results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": e["parameters"], **kept}})
     before = len(results.read_manifest(run_dir).get("points", {}))
     try:
         notebooks.execute_notebook(e["notebook"], params, run_dir)
@@ -58,7 +66,7 @@ def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bo
         failed.append(name)
     wall = time.perf_counter() - t0
     results.update_manifest(run_dir, notebooks={name: {"status": status, "wall_s": round(wall, 1),
-                                                        "parameters": e["parameters"]}})
+                                                        "parameters": e["parameters"], **kept}})
     print(f"== {name}: {status} ({wall:.0f} s)", flush=True)
 
 
@@ -112,9 +120,10 @@ def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: 
     except locks.RunLockedError as exc:
         raise ParameterError(f"--resume: {exc}") from None
     try:
-        if price_per_hour is not None:
-            results.update_manifest(run_dir, price_per_hour_usd=price_per_hour)
-        return _run_locked(entries, run_dir, bool(resume_dir), suite, owner)
+        with sigterm_interrupts():  # SIGTERM ends the run as Ctrl-C does (Terminated), lock released below
+            if price_per_hour is not None:
+                results.update_manifest(run_dir, price_per_hour_usd=price_per_hour)
+            return _run_locked(entries, run_dir, bool(resume_dir), suite, owner)
     finally:
         locks.unlock_run(run_dir)
 
@@ -137,10 +146,11 @@ def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | N
     t0 = time.perf_counter()
     try:
         failed = _execute(entries, run_dir, resume=resume)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM from a job system (Terminated)
         _mark_interrupted(run_dir)
-        print(f"\ninterrupted: finished points are on disk; continue with --resume {run_dir}", file=sys.stderr)
-        return 130
+        why = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"\n{why}: finished points are on disk; continue with --resume {run_dir}", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     except results.RunWriteError as exc:
         _mark_interrupted(run_dir)
         print(f"error: {str(exc).strip().splitlines()[-1]}; finished points are kept: free the space, then "
@@ -152,6 +162,30 @@ def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | N
     out = report.build_report(run_dir)
     print(f"done in {wall:.0f} s: {status}\nreport: {out}", flush=True)
     return 0 if not failed else 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job system's stop: Slurm, Kubernetes, ``kill PID``) raised where Ctrl-C's KeyboardInterrupt is:
+    the run ends as an interrupted one (manifest ``interrupted``, the kernel shut down, exit 143), not killed
+    mid-write with its manifest left ``running`` and its kernel measuring on until it notices its parent is gone."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """Within this block SIGTERM raises :class:`Terminated` in the main thread (the previous handler is restored
+    after); outside the main thread it does nothing (Python delivers signals to the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _mark_interrupted(run_dir: Path) -> None:

@@ -254,16 +254,14 @@ def _ratio_rows(points: pd.DataFrame | None) -> pd.DataFrame:
 
 
 def _paired_best(ratios: pd.DataFrame, strategies: list, base: str) -> str | None:
-    """The strategy with the lowest paired wall-time ratio to ``base`` (the baseline at 1), where every other
-    strategy has one; None otherwise. Interleaved rounds are the evidence: the median wall time over rounds keeps a
-    drift the within-round ratios cancel, so the pick follows the pairs (as engine tuning's recommendation does)."""
+    """The strategy with the lowest paired wall-time ratio to ``base`` (:func:`workbench.stats.comparison.paired_best`)
+    where every other strategy has one; None otherwise."""
     if ratios.empty or "strategy" not in ratios:
         return None
     r = ratios.drop_duplicates("strategy").set_index("strategy")["time_ratio"]
     if any(s not in r.index for s in strategies if s != base):
         return None
-    cand = {s: (1.0 if s == base else float(r[s])) for s in strategies}
-    return min(cand, key=cand.get)
+    return comparison.paired_best({s: r[s] for s in strategies if s != base}, base)
 
 
 def _backed(ratios: pd.DataFrame, best: str, base: str) -> str:

@@ -74,6 +74,11 @@ class Config(sweeps.SweepConfig):
             (:class:`workbench.serving.endpoint.Endpoint`); needed when ``engines`` lists ``endpoint``.
         transport: ``inprocess`` (engine directly) or ``http`` (through the server); built-in engines only.
         requests_per_point: requests sent per point (>= 2).
+        closed_loop_requests: requests of the ``synchronous`` and ``throughput`` points (2 to
+            ``requests_per_point``; None: ``requests_per_point``). Their rates set the sweep's range, which a few
+            requests measure (a closed loop has no arrival process); the open-loop points' in-flight growth test
+            decides "kept up" from many (at 40 requests its 90% band is +/-0.05-0.15 around the growth, at 80
+            +/-0.02-0.05: :func:`workbench.serving.load.backlog_growth`).
         prompt_tokens: prompt length, chat template included (>= 32).
         max_new_tokens: fixed output length per request (``ignore_eos``).
         max_batch_size: the batch limit of ``static`` and ``continuous``.
@@ -100,6 +105,7 @@ class Config(sweeps.SweepConfig):
     endpoint: dict | None = None
     transport: str = "inprocess"
     requests_per_point: int = 12
+    closed_loop_requests: int | None = None
     prompt_tokens: int = 64
     max_new_tokens: int = 16
     max_batch_size: int = 8
@@ -135,6 +141,8 @@ class Config(sweeps.SweepConfig):
         self.target()  # the endpoint's shape (no network; check_targets reaches it)
         checks.check_choice("transport", self.transport, TRANSPORTS)
         checks.check_int("requests_per_point", self.requests_per_point, lo=2)
+        if self.closed_loop_requests is not None:
+            checks.check_int("closed_loop_requests", self.closed_loop_requests, lo=2, hi=self.requests_per_point)
         checks.check_int("max_new_tokens", self.max_new_tokens, lo=1)
         checks.check_int("prompt_tokens", self.prompt_tokens, lo=32, hi=self.max_context() - self.max_new_tokens)
         checks.check_int("max_batch_size", self.max_batch_size, lo=1)

@@ -97,6 +97,22 @@ def finish(run: Path, experiment: str, loaded, begun: Start, rows: list) -> None
     check(run, experiment, begun.tpot_s, reference_tpot_s(loaded), rows)
 
 
+HISTORY_KEYS = ("reference_tpot_s", "drift", "drift_note")
+
+
+def history(recorded: dict | None) -> dict:
+    """An experiment's drift record from earlier sessions, for a resumed (or ``--rerun-invalid``) session's manifest
+    entry: ``{"drift_history": [{reference_tpot_s, drift, drift_note}, ...]}``, oldest first, the entry's current
+    record last; ``{}`` when it has none. Without it a rerun's references replace the first session's, and the run's
+    original drift is then only in its log."""
+    recorded = recorded or {}
+    past = list(recorded.get("drift_history") or [])
+    now = {k: recorded[k] for k in HISTORY_KEYS if k in recorded}
+    if now:
+        past.append(now)
+    return {"drift_history": past} if past else {}
+
+
 def check(run: Path, experiment: str, start: float, end: float, rows: list, worker: str = "",
           note: str = "") -> None:
     """Record the reference TPOT before/after a sweep and mark its points invalid when it drifted too far.

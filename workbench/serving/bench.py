@@ -109,8 +109,13 @@ def run_sampled(bench: "Bench", cfg, profile: str, rate: float | None,
 def run_profile(bench: Bench, cfg, profile: str, rate: float | None = None,
                 seed: int | None = None) -> load.LoadResult:
     """One load run of ``profile`` on the bench's sender and prompts with ``cfg``'s burstiness, windows, slices and
-    stop rule (:func:`workbench.serving.load.run_load`); arrival seed ``seed``, else ``cfg.seed``."""
-    return load.run_load(bench.send, bench.specs, profile, rate=rate, burstiness=cfg.burstiness,
+    stop rule (:func:`workbench.serving.load.run_load`); arrival seed ``seed``, else ``cfg.seed``. A closed-loop
+    profile sends the first ``cfg.closed_loop_requests`` prompts where the config sets it, else all of them."""
+    specs = bench.specs
+    n = getattr(cfg, "closed_loop_requests", None)
+    if profile in load.CLOSED_LOOP and n:
+        specs = specs[:n]
+    return load.run_load(bench.send, specs, profile, rate=rate, burstiness=cfg.burstiness,
                          seed=cfg.seed if seed is None else seed,
                          warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s, slice_s=cfg.slice_s,
                          max_in_flight=cfg.max_in_flight, max_wait_s=cfg.max_wait_s)

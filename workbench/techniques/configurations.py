@@ -180,7 +180,7 @@ def recommend(configs: pd.DataFrame) -> pd.Series | None:
     paired = ("design" in ok and "speedup_vs_baseline" in ok and ok["design"].map(lambda d: isinstance(d, str)).all()
               and ok["speedup_vs_baseline"].notna().all())
     if paired:
-        return ok.sort_values("speedup_vs_baseline", ascending=False, kind="stable").iloc[0]
+        return ok.loc[comparison.paired_best(ok["speedup_vs_baseline"], lower_is_better=False)]
     return ok.sort_values("e2e_s_p50").iloc[0]
 
 
