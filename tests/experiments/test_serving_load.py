@@ -415,3 +415,19 @@ def test_closed_loop_points_send_closed_loop_requests_and_open_loop_points_all(m
         assert counts[(3, prof)][:2] == (3, 3)
         assert sorted(counts[(3, prof)][2]) == ["p0", "p1", "p2"]
     assert counts[(3, "poisson")][:2] == (8, 8)
+
+
+def test_the_knee_line_sits_on_the_knee_points_offered_rate():
+    """The knee is a point's realised arrival rate (a few percent below its offered rate with a fixed arrival seed);
+    the goodput figure's x axis is the offered rate, so its dotted line is drawn at that point's offered rate (it
+    was drawn at the realised one, left of the point that kept up), labelled with the realised value."""
+    from workbench.share.figures_serving import goodput_vs_rate
+
+    pts = _points()
+    pts["offered_rps"] = [1.1, 2.3]                     # arrived at 1.0 and 2.0
+    pts["goodput_rps"] = pts["goodput_rps_custom"]
+    assert saturation.knees(pts) == {"fifo": 2.0}
+    fig = goodput_vs_rate(pts)
+    xs = {s["x0"] for s in fig.layout.shapes}
+    assert xs == {2.3}
+    assert any("2 req/s arrived" in a.text for a in fig.layout.annotations)

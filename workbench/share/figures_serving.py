@@ -60,6 +60,18 @@ def latency_vs_throughput(points: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def knee_offered_rps(points: pd.DataFrame, engine: str, knee: float) -> float:
+    """Where an engine's knee sits on an offered-rate axis: the offered rate of the point the knee is (the knee is that
+    point's realised arrival rate, :func:`workbench.serving.saturation.point_rates`, a few percent off its offered
+    one); ``knee`` itself when no point matches."""
+    kp = saturation.knee_points(points)
+    kp = kp[kp["engine"] == engine] if "engine" in kp else kp
+    if kp.empty:
+        return knee
+    hit = kp.loc[(saturation.point_rates(kp).astype(float) - knee).abs() <= 1e-9 * max(1.0, abs(knee)), "offered_rps"]
+    return float(hit.iloc[0]) if len(hit) else knee
+
+
 def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
     """Goodput (custom SLO) and SLO attainment (with its Wilson 95% interval over the planned requests) versus
     offered rate per engine, the knee (:func:`workbench.serving.saturation.knees`) marked."""
@@ -80,8 +92,11 @@ def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
                                  hovertext=hover), row=1, col=2)
         knee = kn.get(e, float("nan"))  # NaN: no usable point, or none kept up
         if knee == knee:
+            x = knee_offered_rps(points, e, knee)
             for c in (1, 2):
-                fig.add_vline(x=knee, line=dict(color=col.get(e), dash="dot"), row=1, col=c)
+                fig.add_vline(x=x, line=dict(color=col.get(e), dash="dot"), row=1, col=c,
+                              **({"annotation_text": f"{e} knee: {knee:.3g} req/s arrived",
+                                  "annotation_position": "top left"} if c == 1 else {}))
     fig.update_xaxes(title_text="offered rate (requests/s)")
     fig.update_yaxes(title_text=label("goodput_rps"), row=1, col=1)
     fig.update_yaxes(title_text=label("slo_attainment"), range=[0, 1.05], row=1, col=2)
