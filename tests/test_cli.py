@@ -148,6 +148,19 @@ def test_allow_switches_named_in_the_errors_exist(tmp_path, monkeypatch):
     assert models.resolve_model_path(str(remote_dir)) == remote_dir
 
 
+def _fake_execute(fail: set, on_call=lambda: None):
+    """A stand-in for :func:`notebooks.execute_notebook`: notebooks named in ``fail`` (read at each call) raise, the
+    others record one ok point named after themselves; ``on_call`` runs first."""
+    def fake(path, params, run_dir, log_output=True):
+        on_call()
+        if Path(path).stem in fail:
+            raise RuntimeError("boom")
+        results.record_point(run_dir, Path(path).stem, pd.DataFrame(), {"point_id": Path(path).stem, "status": "ok"},
+                             {"status": "ok"})
+        return Path(path)
+    return fake
+
+
 def test_the_notebooks_of_a_run_share_one_kernel_block(monkeypatch):
     """``workbench run`` executes its notebooks inside one :func:`notebooks.one_kernel` block (one kernel, so one
     import of everything, one model load, one probe and one drift reference per run), closed when the run ends,
@@ -156,16 +169,8 @@ def test_the_notebooks_of_a_run_share_one_kernel_block(monkeypatch):
     from workbench.run import notebooks
 
     blocks = []
-
-    def fake(path, params, run_dir, log_output=True):
-        blocks.append(notebooks._SHARED)
-        if Path(path).stem == "b":
-            raise RuntimeError("boom")
-        results.record_point(run_dir, Path(path).stem, pd.DataFrame(), {"point_id": Path(path).stem, "status": "ok"},
-                             {"status": "ok"})
-        return Path(path)
-
-    monkeypatch.setattr(notebooks, "execute_notebook", fake)
+    monkeypatch.setattr(notebooks, "execute_notebook",
+                        _fake_execute({"b"}, lambda: blocks.append(notebooks._SHARED)))
     run = results.create_run()
     entries = [{"notebook": f"/x/{n}.ipynb", "parameters": {}} for n in ("a", "b", "c")]
     assert suite._execute(entries, run, resume=False) == ["b"]
@@ -180,15 +185,7 @@ def test_a_later_session_keeps_each_notebooks_earlier_status_and_time(monkeypatc
     from workbench.run import notebooks
 
     fail = {"b"}
-
-    def fake(path, params, run_dir, log_output=True):
-        if Path(path).stem in fail:
-            raise RuntimeError("boom")
-        results.record_point(run_dir, Path(path).stem, pd.DataFrame(), {"point_id": Path(path).stem, "status": "ok"},
-                             {"status": "ok"})
-        return Path(path)
-
-    monkeypatch.setattr(notebooks, "execute_notebook", fake)
+    monkeypatch.setattr(notebooks, "execute_notebook", _fake_execute(fail))
     run = results.create_run()
     entries = [{"notebook": f"/x/{n}.ipynb", "parameters": {}} for n in ("a", "b")]
     suite._execute(entries, run, resume=False)
