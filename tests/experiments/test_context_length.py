@@ -122,6 +122,23 @@ def test_fit_is_over_per_point_medians_and_states_no_crossover_when_the_quadrati
     assert exact.crossover_shown and "overtakes the linear one at" in context_length.finding({1: exact}, 2048).text
 
 
+def test_a_negative_intercept_is_not_stated_as_a_fixed_prefill_cost():
+    """Growth that steepens at the long end, fitted by the straight line (4 lengths: the quadratic is not supported),
+    puts the line's intercept below 0 (a run's finding read "prefill -216.6 ms + ... us/token"). The finding then
+    states the per-token cost over the measured lengths and the fitted value at the shortest, names the intercept
+    as an extrapolation, and never prints a negative fixed cost as "prefill -N ms +"."""
+    lengths = np.array([256.0, 1024, 2048, 4096])
+    fit = context_length.fit_quadratic(lengths, 0.01 + 2e-5 * lengths + 2e-8 * lengths**2, degree=1)
+    assert fit.a < 0 and fit.l_min == 256 and fit.l_max == 4096
+    text = context_length.finding({1: fit}, 4096).text
+    assert text.startswith(f"batch 1: prefill {fit.b * 1e6:.1f} us/token over 256-4,096 tokens")
+    assert f"{float(fit.predict(256)) * 1e3:.0f} ms at 256" in text and "below 0" in text
+    assert " ms + " not in text
+    positive = context_length.fit_quadratic(lengths, 0.05 + 1e-4 * lengths, degree=1)
+    assert positive.a > 0 and context_length.finding({1: positive}, 4096).text.startswith(
+        f"batch 1: prefill {positive.a * 1e3:.1f} ms + ")
+
+
 @pytest.mark.parametrize("kwargs,name", [
     ({"context_tokens": []}, "context_tokens"),
     ({"context_tokens": [100000]}, "context_tokens"),

@@ -431,3 +431,22 @@ def test_the_knee_line_sits_on_the_knee_points_offered_rate():
     xs = {s["x0"] for s in fig.layout.shapes}
     assert xs == {2.3}
     assert any("2 req/s arrived" in a.text for a in fig.layout.annotations)
+
+
+def test_closed_loop_points_are_drawn_apart_from_the_open_loop_line():
+    """A closed-loop point's "offered" rate is the rate it reached (another experiment than an offered arrival rate):
+    the goodput and queue figures join only the open-loop points by a line and draw the closed-loop ones as markers
+    of their own trace (a run's figure ran one line from the synchronous point through the swept rates to the
+    throughput burst)."""
+    from workbench.share.figures_serving import goodput_vs_rate, queue_vs_rate
+
+    more = [{"profile": "synchronous", "offered_rps": 0.5, "arrival_rps": 0.5, "completion_rps": 0.5},
+            {"profile": "throughput", "offered_rps": 5.0, "arrival_rps": 5.0, "completion_rps": 5.0}]
+    pts = _points(more=more)
+    pts["goodput_rps"] = pts["goodput_rps_custom"]
+    pts["queue_s_p50"], pts["queue_s_p90"] = 0.1, 0.2
+    for fig in (goodput_vs_rate(pts), queue_vs_rate(pts)):
+        lines = [t for t in fig.data if "lines" in t.mode]
+        closed = [t for t in fig.data if "closed loop" in t.name]
+        assert lines and all(sorted(t.x) == [1.0, 2.0] for t in lines)
+        assert closed and all(t.mode == "markers" and sorted(t.x) == [0.5, 5.0] for t in closed)

@@ -72,6 +72,8 @@ class QuadraticFit:
         c_low, c_high: the same interval of ``c`` (NaN without dof): a crossover is stated only when it excludes 0
             (:attr:`crossover_shown`). On a straight line chosen by :func:`fit_by_batch` over a quadratic whose
             ``c`` interval included 0, that quadratic's interval (why the line was kept; ``c`` itself is 0).
+        l_min, l_max: the shortest and longest fitted length (tokens; NaN when not recorded): ``a`` is an
+            extrapolation to 0 tokens from ``l_min``, and can fall below 0 when the growth steepens at the long end.
     """
 
     a: float
@@ -85,6 +87,8 @@ class QuadraticFit:
     b_high: float = float("nan")
     c_low: float = float("nan")
     c_high: float = float("nan")
+    l_min: float = float("nan")
+    l_max: float = float("nan")
 
     @property
     def dof(self) -> int:
@@ -166,7 +170,7 @@ def fit_quadratic(L: Sequence[float], y: Sequence[float], degree: int = 2) -> Qu
             c_low, c_high = iv.low, iv.high
     c = float(coef[2]) if degree >= 2 else 0.0
     return QuadraticFit(float(coef[0]), float(coef[1]), c, r2, int(len(L)), degree, distinct, b_low, b_high,
-                        c_low, c_high)
+                        c_low, c_high, float(L.min()), float(L.max()))
 
 
 def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", points=None) -> dict:
@@ -228,7 +232,7 @@ def _choose(candidates: list) -> "QuadraticFit":
 
 def fits_table(fits: dict, quantity: str = "prefill_s"):
     """``pandas.DataFrame``: one row per batch size with a, b, c, r2, n, degree, n_lengths, b_low, b_high, c_low,
-    c_high, dof, supported, crossover_tokens."""
+    c_high, l_min, l_max (tokens), dof, supported, crossover_tokens."""
     import pandas as pd
 
     return pd.DataFrame([{"quantity": quantity, "batch_size": bs, **f.to_dict()} for bs, f in sorted(fits.items())])
@@ -387,6 +391,13 @@ def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
             continue
         supported = True
         text = f"batch {bs}: prefill {f.a * 1e3:.1f} ms + {f.b * 1e6:.1f} us/token"
+        if f.a < 0 and math.isfinite(f.l_min):
+            # A fixed cost below 0 is no cost: the fit's intercept extrapolates past the shortest length, pulled
+            # down by growth that steepens at the long end. Say the per-token cost and the fitted value measured.
+            text = (f"batch {bs}: prefill {f.b * 1e6:.1f} us/token over {f.l_min:,.0f}-{f.l_max:,.0f} tokens "
+                    f"({float(f.predict(f.l_min)) * 1e3:.0f} ms at {f.l_min:,.0f}; the fit's intercept, "
+                    f"{f.a * 1e3:.0f} ms at 0 tokens, is below 0: the growth steepens at the long end, no fixed "
+                    f"cost is read from it)")
         if f.degree == 1 and math.isfinite(f.c_low):
             text += (f"; the quadratic (attention) term's 95% interval includes 0 at these lengths "
                      f"({f.c_low * 1e9:.3g} to {f.c_high * 1e9:.3g} ns/token^2): the straight line carries the "

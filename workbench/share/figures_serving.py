@@ -72,24 +72,44 @@ def knee_offered_rps(points: pd.DataFrame, engine: str, knee: float) -> float:
     return float(hit.iloc[0]) if len(hit) else knee
 
 
+def _by_loop(g: pd.DataFrame) -> list:
+    """``g`` split into its open-loop points (an arrival rate offered: joined by a line) and its closed-loop ones
+    (synchronous, concurrency, throughput: their "offered" rate is the rate they reached, another experiment:
+    markers only, never on the open-loop line), as ``[(rows, closed, suffix), ...]`` for the non-empty parts."""
+    closed = g["profile"].isin(load.CLOSED_LOOP) if "profile" in g else pd.Series(False, index=g.index)
+    return [(part, c, " (closed loop)" if c else "") for part, c in ((g[~closed], False), (g[closed], True))
+            if not part.empty]
+
+
+def _loop_style(closed: bool) -> dict:
+    """Plotly trace arguments: a line through open-loop points; open diamonds, no line, for closed-loop ones."""
+    return dict(mode="markers", marker=dict(symbol="diamond-open", size=9)) if closed else dict(mode="lines+markers")
+
+
 def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
     """Goodput (custom SLO) and SLO attainment (with its Wilson 95% interval over the planned requests) versus
-    offered rate per engine, the knee (:func:`workbench.serving.saturation.knees`) marked."""
+    offered rate per engine, the knee (:func:`workbench.serving.saturation.knees`) marked. The open-loop points
+    (an offered arrival rate) are joined by a line; closed-loop points (their rate is what they reached) are open
+    diamonds beside it (:func:`_by_loop`)."""
     df = ok_points(points).sort_values(["engine", "offered_rps"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=("goodput (custom SLO)", "SLO attainment (custom SLO)"))
     col = engine_colours(points.get("engine", ()))
     kn = saturation.knees(points)
-    for e, g in df.groupby("engine"):
-        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["goodput_rps"], mode="lines+markers", name=f"{e} goodput",
-                                 line=dict(color=col.get(e)), hovertext=g["profile"]), row=1, col=1)
-        err = None
-        if {"slo_attainment_low", "slo_attainment_high"} <= set(g.columns):
-            err = dict(type="data", symmetric=False, array=(g["slo_attainment_high"] - g["slo_attainment"]).clip(lower=0),
-                       arrayminus=(g["slo_attainment"] - g["slo_attainment_low"]).clip(lower=0))
-        hover = [f"{p}; kept up: {saturation.kept_up(r)}" for p, (_, r) in zip(g["profile"], g.iterrows())]
-        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["slo_attainment"], mode="lines+markers", error_y=err,
-                                 name=f"{e} attainment", line=dict(color=col.get(e), dash="dash"),
-                                 hovertext=hover), row=1, col=2)
+    for e, eg in df.groupby("engine"):
+        for g, closed, suffix in _by_loop(eg):
+            style = _loop_style(closed)
+            fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["goodput_rps"], name=f"{e} goodput{suffix}",
+                                     line=dict(color=col.get(e)), hovertext=g["profile"], legendgroup=e, **style),
+                          row=1, col=1)
+            err = None
+            if {"slo_attainment_low", "slo_attainment_high"} <= set(g.columns):
+                err = dict(type="data", symmetric=False,
+                           array=(g["slo_attainment_high"] - g["slo_attainment"]).clip(lower=0),
+                           arrayminus=(g["slo_attainment"] - g["slo_attainment_low"]).clip(lower=0))
+            hover = [f"{p}; kept up: {saturation.kept_up(r)}" for p, (_, r) in zip(g["profile"], g.iterrows())]
+            fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["slo_attainment"], error_y=err,
+                                     name=f"{e} attainment{suffix}", line=dict(color=col.get(e), dash="dash"),
+                                     hovertext=hover, legendgroup=e, **style), row=1, col=2)
         knee = kn.get(e, float("nan"))  # NaN: no usable point, or none kept up
         if knee == knee:
             x = knee_offered_rps(points, e, knee)
@@ -100,23 +120,27 @@ def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(title_text="offered rate (requests/s)")
     fig.update_yaxes(title_text=label("goodput_rps"), row=1, col=1)
     fig.update_yaxes(title_text=label("slo_attainment"), range=[0, 1.05], row=1, col=2)
-    fig.update_layout(title="Goodput and SLO attainment (bars: 95% Wilson interval) vs offered rate (dotted: the knee)")
+    fig.update_layout(title="Goodput and SLO attainment (bars: 95% Wilson interval) vs offered rate (dotted: the knee; "
+                            "diamonds: closed-loop points at the rate they reached)")
     return fig
 
 
 def queue_vs_rate(points: pd.DataFrame) -> go.Figure:
-    """Engine-side queue time p50 (solid) and p90 (dashed) versus offered rate, per engine."""
+    """Engine-side queue time p50 (solid) and p90 (dashed) versus offered rate, per engine; open-loop points joined,
+    closed-loop points as open diamonds (:func:`_by_loop`)."""
     df = ok_points(points).sort_values(["engine", "offered_rps"])
     fig = go.Figure()
     col = engine_colours(points.get("engine", ()))
-    for e, g in df.groupby("engine"):
-        fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p50"], mode="lines+markers", name=f"{e} p50",
-                                 line=dict(color=col.get(e))))
-        if g["queue_s_p90"].notna().any():
-            fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p90"], mode="lines+markers", name=f"{e} p90",
-                                     line=dict(color=col.get(e), dash="dash")))
-    fig.update_layout(title="Queue time (arrival to admission) vs offered rate", xaxis_title="offered rate (requests/s)",
-                      yaxis_title=label("queue_s"))
+    for e, eg in df.groupby("engine"):
+        for g, closed, suffix in _by_loop(eg):
+            style = _loop_style(closed)
+            fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p50"], name=f"{e} p50{suffix}",
+                                     line=dict(color=col.get(e)), legendgroup=e, **style))
+            if g["queue_s_p90"].notna().any():
+                fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p90"], name=f"{e} p90{suffix}",
+                                         line=dict(color=col.get(e), dash="dash"), legendgroup=e, **style))
+    fig.update_layout(title="Queue time (arrival to admission) vs offered rate (diamonds: closed-loop points)",
+                      xaxis_title="offered rate (requests/s)", yaxis_title=label("queue_s"))
     return fig
 
 
