@@ -27,23 +27,24 @@ setup: $(VENV)/.installed
 compile: setup
 	$(PY) -m compileall -q -j 0 workbench >/dev/null
 
-# Debian's packages for the tests: headless Chromium (the browser tests) and nginx (notebook 10's proxy part).
-# One apt-get update for both; a test whose package could not be installed skips with the reason.
+# Debian's packages: headless Chromium (a run's static figures, PNG/SVG through Kaleido; the browser tests) and nginx
+# (notebook 10's proxy part). One apt-get update for both; what could not be installed is skipped with the reason
+# (a run says "static figures skipped", a test skips).
 system:
 	@missing=""; command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	{ command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx; } || missing="$$missing nginx"; \
 	if [ -n "$$missing" ]; then (apt-get update -qq && apt-get install -y -qq $$missing) >/dev/null 2>&1 \
-	  || echo "could not install$$missing: the tests that need it will be skipped with the reason"; fi
+	  || echo "could not install$$missing: the figures' PNG/SVG and the tests that need it will be skipped with the reason"; fi
 
 # nginx alone, for notebook 10's proxy part in `make run`.
 nginx:
 	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || { (apt-get update -qq && apt-get install -y -qq nginx) >/dev/null 2>&1 \
 	  || echo "nginx could not be installed: the nginx part of notebook 10 will be skipped"; }
 
-run: compile nginx    ## the main job: default suite on the embedded model -> results/<run_id>/report.html
+run: compile system    ## the main job: default suite on the embedded model -> results/<run_id>/report.html
 	$(VENV)/bin/workbench run default
 
-quick: compile nginx  ## the quick profile (about a minute)
+quick: compile system  ## the quick profile (about a minute)
 	$(VENV)/bin/workbench run quick
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist; a test file stays on one worker, so its module fixtures -

@@ -29,6 +29,27 @@ def test_split_finding_claim_arms_and_notes():
                      "measurements."]
 
 
+LONG_OUTPUT = ("en: outline_batch has the shortest wall time (2.8 s). outline_batch wall time vs one_shot (en): 0.88x, "
+               "98% interval 0.86x-0.90x (t over the log ratios of 3 rounds, 2 dof; Holm over 2 comparisons), adjusted "
+               "p 0.00169; A/A noise floor 0.96-1.05x (3 interleaved rounds). outline_sequential wall time vs one_shot "
+               "(en): no difference beyond noise: 1.08x, 95% interval 0.95x-1.22x (t over the log ratios of 3 rounds, "
+               "2 dof; Holm over 2 comparisons), adjusted p 0.127; A/A noise floor 0.96-1.05x (3 interleaved rounds). "
+               "First chunk only after the last token: buffering_on; before it: direct, buffering_off.")
+
+
+def test_each_comparison_is_its_own_arm_with_its_own_interval_not_the_aa_floor():
+    """A run's report showed the A/A noise floor as batch size's interval (the estimate's "2.68x-4.43x" was not read:
+    an ``x`` before the dash), split an arm at the ";" inside its "(t over ..., 2 dof; Holm ...)", and named each
+    comparison after the previous one ("outline_batch ... · outline_sequential ...")."""
+    claim, rows, notes = findings.split_finding(LONG_OUTPUT)
+    assert [r["arm"] for r in rows] == ["outline_batch wall time vs one_shot (en)",
+                                        "outline_sequential wall time vs one_shot (en)"]
+    assert [(r["estimate"], r["interval"]) for r in rows] == [("0.88x", "0.86x-0.90x"), ("1.08x", "0.95x-1.22x")]
+    assert rows[1]["verdict"] == "no difference beyond noise" and "Holm over 2 comparisons" in rows[0]["detail"]
+    assert "A/A noise floor 0.96-1.05x (3 interleaved rounds)." in notes
+    assert not any(r["arm"] == "before it" for r in rows)      # an item without a figure is a note
+
+
 def test_report_opens_with_a_summary_and_tables_the_arms():
     run = make_run([fake_point(batch_size=1)])
     results.save_finding(run, "scheduling", evidence.Finding(SCHEDULING, "6 usable points", True, ()))

@@ -114,9 +114,11 @@ def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
         if knee == knee:
             x = knee_offered_rps(points, e, knee)
             for c in (1, 2):
-                fig.add_vline(x=x, line=dict(color=col.get(e), dash="dot"), row=1, col=c,
-                              **({"annotation_text": f"{e} knee: {knee:.3g} req/s arrived",
-                                  "annotation_position": "top left"} if c == 1 else {}))
+                fig.add_vline(x=x, line=dict(color=col.get(e), dash="dot"), row=1, col=c)
+            # labelled in the legend, not beside the line: an annotation by a line near the axis ran over the axis
+            # title in the paper-size image
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=col.get(e), dash="dot"),
+                                     name=f"{e} knee: {knee:.3g} req/s arrived", legendgroup=e), row=1, col=1)
     fig.update_xaxes(title_text="offered rate (requests/s)")
     fig.update_yaxes(title_text=label("goodput_rps"), row=1, col=1)
     fig.update_yaxes(title_text=label("slo_attainment"), range=[0, 1.05], row=1, col=2)

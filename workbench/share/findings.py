@@ -35,9 +35,21 @@ _ARM = re.compile(r"^([A-Za-z0-9_][\w .+/=,()\-]{0,60}?):\s+(.+)$", re.S)
 # an estimate as written: a ratio (1.59x, x4.06) first, else the first number that is not part of a name (p90, k=4)
 _RATIO = re.compile(r"(?<![\w.])(?:x\d+(?:\.\d+)?|\d+(?:\.\d+)?x)(?![\w-])")
 _ESTIMATE = re.compile(r"(?<![\w.=\-])\d+(?:\.\d+)?x?")
-_INTERVAL = re.compile(r"(\d+(?:\.\d+)?)\s*[-–]\s*(\d+(?:\.\d+)?)x?")
+_INTERVAL = re.compile(r"(\d+(?:\.\d+)?)x?\s*[-–]\s*(\d+(?:\.\d+)?)x?")
 _VERDICTS = ("guard FAILED", "invalid", "misses the SLO", "no difference beyond noise", "not supported", "faster",
              "slower", "helps", "hurts", "lower", "higher", "no interval")
+
+
+def _items(rest: str) -> list[str]:
+    """``rest`` split at ``. `` / ``; `` outside parentheses (an interval's "(t over 3 rounds, 2 dof; Holm over 2
+    comparisons)" stays with its arm)."""
+    out, start = [], 0
+    for m in _ITEM_SPLIT.finditer(rest):
+        head = rest[start:m.start()]
+        if rest[:m.start()].count("(") <= rest[:m.start()].count(")"):
+            out.append(head)
+            start = m.end()
+    return out + [rest[start:]]
 
 
 def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
@@ -49,7 +61,7 @@ def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
     parts = _SENTENCE_END.split(text, maxsplit=1)
     claim, rest = parts[0], parts[1] if len(parts) > 1 else ""
     rows, notes = [], []
-    for item in (i.strip().rstrip(".;") for i in _ITEM_SPLIT.split(rest) if i.strip()):
+    for item in (i.strip().rstrip(".;") for i in _items(rest) if i.strip()):
         m = _ARM.match(item)
         if not m or m.group(1).lower().startswith(("caveat", "note", "evidence")):
             notes.append(item + ".")
@@ -59,7 +71,8 @@ def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
         inner = _ARM.match(detail)
         if inner and " vs " in inner.group(1):                 # "policy: metric vs base: figures"
             arm, detail = f"{arm} · {inner.group(1)}", inner.group(2)
-        elif " vs " in arm and rows and rows[-1].get("group"):  # "metric vs base: figures" of the same policy
+        elif " vs " in arm and rows and rows[-1].get("group") and " vs " not in rows[-1]["group"]:
+            # "metric vs base: figures" of the same policy (a comparison arm is no group of the next one)
             group = rows[-1]["group"]
             arm = f"{group} · {arm}"
         est = _RATIO.search(detail) or _ESTIMATE.search(detail)
@@ -68,6 +81,9 @@ def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
         if not verdict and iv:   # as written: which side of 1 the stated interval lies
             lo, hi = float(iv.group(1)), float(iv.group(2))
             verdict = "below 1" if hi < 1 else "above 1" if lo > 1 else "includes 1"
+        if not est and not verdict:                            # "before it: direct, ..." carries no figure
+            notes.append(item + ".")
+            continue
         rows.append({"arm": arm, "group": group, "estimate": (est.group(0) if est else ""),
                      "interval": (iv.group(0) if iv else ""), "verdict": verdict, "detail": detail})
     return claim, rows, notes
