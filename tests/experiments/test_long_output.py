@@ -76,9 +76,10 @@ def test_long_output_notebook(tmp_path, monkeypatch, run_notebook):
     assert "wall time vs one_shot (en)" in f.text and "A/A noise floor" in f.text
 
 
-def _interleaved(monkeypatch, aa_shift=1.0, repeats=6, walls=None, languages=("en", "zh")):
+def _interleaved(monkeypatch, aa_shift=1.0, repeats=6, walls=None, languages=("en", "zh"), coverage=None):
     """measure_interleaved on a fake technique: whole rounds 10% slow or fast (machine drift), a wall time per
-    strategy (``walls``), and the second one_shot text of a round (the A/A arm) ``aa_shift`` times slower."""
+    strategy (``walls``), a section coverage per strategy (``coverage``, default 1.0), and the second one_shot text
+    of a round (the A/A arm) ``aa_shift`` times slower."""
     import random
     import types
 
@@ -101,7 +102,7 @@ def _interleaved(monkeypatch, aa_shift=1.0, repeats=6, walls=None, languages=("e
         calls.append((r, strategy, language, again))
         w = walls[strategy] * drift[r] * rng.uniform(0.99, 1.01) * (aa_shift if again else 1)
         row = {"language": language, "strategy": strategy, "wall_s": w, "first_text_s": 0.5, "first_section_s": 0.6,
-               "coverage": 1.0, "repetition": 0.1, "sections_found": 4, "chars": 900, "output_tokens": 200}
+               "coverage": (coverage or {}).get(strategy, 1.0), "repetition": 0.1, "sections_found": 4, "chars": 900, "output_tokens": 200}
         return types.SimpleNamespace(row=row, outline="", text="text")
 
     monkeypatch.setattr(long_output, "run_long_output", fake_long_output)
@@ -209,3 +210,26 @@ def test_the_pick_follows_the_paired_ratios_where_the_medians_over_drifting_roun
     f = long_output.finding(drifted, pts)
     assert f.text.startswith("en: outline_batch is the fastest paired within rounds (median wall time")
     assert long_output.finding(req, pts).text.startswith("en: outline_batch has the shortest wall time (")
+
+
+def test_a_faster_strategy_that_drops_sections_is_not_the_pick(monkeypatch):
+    """The quality guard: a strategy faster because it delivers fewer of the sections asked for (coverage below
+    one_shot's) is named with its coverage and left out of the pick, which goes to the fastest strategy that covers
+    as much; when that is one_shot, the strategy left out does not count against it."""
+    walls = {"one_shot": 10.0, "outline_batch": 6.0, "outline_sequential": 4.0}
+    _, _, pts, req = _interleaved(monkeypatch, walls=walls, languages=("en",))
+    assert long_output.finding(req, pts).text.startswith("en: outline_sequential has the shortest wall time (")
+    _, _, pts, req = _interleaved(monkeypatch, walls=walls, languages=("en",),
+                                  coverage={"outline_sequential": 0.0, "one_shot": 2 / 3, "outline_batch": 2 / 3})
+    f = long_output.finding(req, pts)
+    assert f.text.startswith("en: outline_batch has the shortest wall time of those covering at least one_shot's "
+                             "sections (")
+    assert "outline_sequential (en) left out of the pick by the quality guard: coverage 0% against one_shot's 67%" \
+        in f.text
+    assert f.supported and evidence.headline_supported(f.text)
+    _, _, pts, req = _interleaved(monkeypatch, walls={**walls, "outline_batch": 12.0}, languages=("en",),
+                                  coverage={"outline_sequential": 1 / 3})
+    f = long_output.finding(req, pts)
+    assert f.text.startswith("en: one_shot has the shortest wall time of those covering at least one_shot's "
+                             "sections (")
+    assert f.supported, f.text  # outline_batch slower beyond noise; outline_sequential is outside the guard

@@ -264,11 +264,32 @@ def _paired_best(ratios: pd.DataFrame, strategies: list, base: str) -> str | Non
     return comparison.paired_best({s: r[s] for s in strategies if s != base}, base)
 
 
-def _backed(ratios: pd.DataFrame, best: str, base: str) -> str:
+def _guarded(med: pd.DataFrame, base: str) -> list:
+    """The strategies a pick may name (the quality guard): those whose median section coverage is not below the
+    baseline's (a strategy that is faster because it delivers fewer of the sections asked for is no faster way to
+    write the article, as a speed technique is judged within its quality guard). A NaN coverage (not measured)
+    guards nothing.
+
+    Args:
+        med: per-strategy medians indexed by strategy (``wall_s`` and, when measured, ``coverage`` in [0, 1]).
+        base: the baseline strategy (:func:`baseline_strategy`), always kept.
+
+    Returns:
+        The kept strategies, in ``med``'s order.
+    """
+    if "coverage" not in med or pd.isna(med.loc[base, "coverage"]):
+        return list(med.index)
+    floor = float(med.loc[base, "coverage"])
+    return [s for s in med.index if s == base or pd.isna(med.loc[s, "coverage"])
+            or float(med.loc[s, "coverage"]) >= floor - 1e-9]
+
+
+def _backed(ratios: pd.DataFrame, best: str, base: str, kept=None) -> str:
     """Whether a language's pick (the shortest median wall time) is backed by its paired ratios: ``""`` when it is,
     else the verdict to print beside it ("not supported: the A/A control moved", "no difference beyond noise",
     "not supported: ..."). A strategy other than the baseline needs its ratio below 1 after Holm; the baseline
-    itself needs every other strategy's ratio above 1; either way the A/A control steady."""
+    itself needs every other strategy within the quality guard (``kept``, :func:`_guarded`; None: all) to have its
+    ratio above 1; either way the A/A control steady."""
     if ratios.empty:
         return "not supported: no interleaved rounds (repeats >= 2 pair the strategies within rounds)"
     if comparison.aa_moved_columns(ratios.iloc[0]):
@@ -279,7 +300,8 @@ def _backed(ratios: pd.DataFrame, best: str, base: str) -> str:
             return "not supported: not compared"
         v = comparison.verdict_columns(rows.loc[best])
         return "" if v == "lower" else f"not supported: its time vs {base}: {v}"
-    others = [comparison.verdict_columns(rows.loc[s]) for s in rows.index if s != base]
+    others = [comparison.verdict_columns(rows.loc[s]) for s in rows.index
+              if s != base and (kept is None or s in kept)]
     if not others:
         return "not supported: no other strategy compared"
     return "" if all(v == "higher" for v in others) else ("not supported: not faster than every other strategy "
@@ -287,7 +309,9 @@ def _backed(ratios: pd.DataFrame, best: str, base: str) -> str:
 
 
 def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
-    """Per language, the strategy with the shortest median wall time (its figures); then each strategy's wall time
+    """Per language, the strategy with the shortest median wall time among those within the quality guard
+    (:func:`_guarded`: median section coverage not below the baseline's; a strategy left out is named with its
+    coverage and time) (its figures); then each strategy's wall time
     over the language's baseline (``one_shot``, :func:`baseline_strategy`) from the points' ``time_ratio`` columns
     (interleaved rounds: paired within rounds, Holm over the language's strategies), each with the A/A noise floor
     beside it (:func:`workbench.stats.comparison.describe_columns`: "not supported: the A/A control moved" when the
@@ -317,18 +341,26 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evide
     parts, clauses, ev, supported = [], [], [], True
     for lang, g in df.groupby("language", sort=False):
         med = g.groupby("strategy")[[c for c in ("wall_s", "first_text_s", "coverage") if c in g]].median()
-        best, base = med["wall_s"].idxmin(), baseline_strategy(med.index)
+        base = baseline_strategy(med.index)
+        kept = _guarded(med, base)
+        best = med.loc[kept, "wall_s"].idxmin()
         mine = ratios[ratios["language"] == lang] if not ratios.empty else ratios
-        paired = _paired_best(mine, list(med.index), base)
-        what = "has the shortest wall time"
+        paired = _paired_best(mine, kept, base)
+        guard = f" of those covering at least {base}'s sections" if len(kept) < len(med) else ""
+        what = "has the shortest wall time" + guard
         if paired is not None and paired != best:  # the medians over drifting rounds disagree with the pairs
-            best, what = paired, "is the fastest paired within rounds (median wall time"
+            best, what = paired, f"is the fastest paired within rounds{guard} (median wall time"
         row = med.loc[best]
         extra = f", coverage {row['coverage']:.0%}" if "coverage" in row and pd.notna(row["coverage"]) else ""
-        why = _backed(mine, best, base) if len(med) > 1 else "not supported: one strategy only"
+        why = _backed(mine, best, base, kept) if len(med) > 1 else "not supported: one strategy only"
         supported &= not why
         parts.append(f"{lang}: {best} {what} ({row['wall_s']:.1f} s, first text after "
                      f"{row.get('first_text_s', float('nan')):.2f} s{extra})" + (f": {why}" if why else ""))
+        for s in med.index:
+            if s not in kept:
+                clauses.append(f"{s} ({lang}) left out of the pick by the quality guard: coverage "
+                               f"{med.loc[s, 'coverage']:.0%} against {base}'s {med.loc[base, 'coverage']:.0%} "
+                               f"(median wall time {med.loc[s, 'wall_s']:.1f} s)")
         for _, r in mine.iterrows():
             if r["strategy"] != base:
                 clauses.append(comparison.describe_columns(r, f"{r['strategy']} wall time vs {base} ({lang})"))
