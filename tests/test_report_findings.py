@@ -50,6 +50,33 @@ def test_each_comparison_is_its_own_arm_with_its_own_interval_not_the_aa_floor()
     assert not any(r["arm"] == "before it" for r in rows)      # an item without a figure is a note
 
 
+def test_a_moved_aa_floor_is_a_note_not_an_arm_named_before_its_colon():
+    """A run's reasoning table listed "A/A noise floor 1.01-1.07x (moved" as an arm with estimate 1 (the colon of
+    "(moved: excludes 1)" read as the arm's)."""
+    text = ("From budget 0.0 to 32.0, accuracy: no difference beyond noise. Time to first answer token at budget "
+            "32.0 vs 0.0: not supported: the A/A control moved: 3.06x, 95% interval 0.68x-13.74x (t over the log "
+            "ratios of 2 rounds, 1 dof; Holm over 2 comparisons), adjusted p 0.0867; A/A noise floor 1.01-1.07x "
+            "(moved: excludes 1) (2 interleaved rounds).")
+    _, rows, notes = findings.split_finding(text)
+    assert [(r["arm"], r["estimate"], r["interval"]) for r in rows] == [
+        ("Time to first answer token at budget 32.0 vs 0.0", "3.06x", "0.68x-13.74x")]
+    assert "A/A noise floor 1.01-1.07x (moved: excludes 1) (2 interleaved rounds)." in notes
+
+
+def test_per_path_values_are_notes_and_a_repeated_aa_floor_is_shown_once():
+    """The streaming reader's table listed "buffering_on 1.913" (a path's TTFT, no comparison) among the ratios,
+    and its notes repeated the A/A floor once per comparison."""
+    aa = "A/A noise floor 0.75-1.21x (3 interleaved rounds)"
+    text = (f"Client TTFT through nginx buffering_on vs direct: 14.80x, 98% interval 13.79x-15.87x; {aa}. "
+            f"buffering_off vs direct: no difference beyond noise: 0.87x, 95% interval 0.60x-1.25x; {aa}. "
+            "Client TTFT p50 by path: direct: TTFT 0.130 s, of which path 0.004 s; buffering_on: TTFT 1.913 s, of "
+            "which path 1.803 s (e2e 1.913 s, TTFT/e2e 100%).")
+    _, rows, notes = findings.split_finding(text)
+    assert [r["arm"] for r in rows] == ["buffering_off vs direct"]
+    assert notes.count(aa + ".") == 1
+    assert any(n.startswith("buffering_on: TTFT 1.913 s") for n in notes)
+
+
 def test_report_opens_with_a_summary_and_tables_the_arms():
     run = make_run([fake_point(batch_size=1)])
     results.save_finding(run, "scheduling", evidence.Finding(SCHEDULING, "6 usable points", True, ()))

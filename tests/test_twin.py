@@ -436,3 +436,31 @@ def test_the_recommendations_compare_the_presets_the_measurement_scored(tmp_path
     _, summ = twin_study.validate(run, write=False)
     assert summ["recommendation_measured"] and not any("mlperf_405b" in k for k in summ["recommendation_measured"])
     assert set(summ["recommendation_simulated"]) == set(summ["recommendation_measured"])
+
+
+def test_the_cost_fit_uses_only_valid_points_and_says_when_it_cannot(tmp_path):
+    """A point the run marked invalid (the reference drifted 27% over the default run's context-length sweep)
+    measured the machine's moment: its rows stay out of the run's cost fit, which then recovers the valid points'
+    costs; with too few valid workloads the invalid rows come back in and the source says so."""
+    from workbench.cli import twin_validation
+    from workbench.run import results
+
+    run = results.create_run("validfit")
+    pts, reqs = [], []
+    for b in (1, 2, 4, 8):
+        for p in (32, 128, 512):
+            pid = f"batch_size/batch_size={b},prompt_tokens={p}"
+            slow = 1.5 if p == 512 else 1.0   # the long prompts measured in a slow stretch, marked invalid
+            pts.append({"experiment": "batch_size", "point_id": pid, "status": "ok", "valid": slow == 1.0})
+            reqs.append({"experiment": "batch_size", "point_id": pid, "batch_size": b, "prompt_tokens": p,
+                         "output_tokens": 16, "prefill_s": COST.prefill_s(b, p) * slow,
+                         "tpot_s": COST.step_s(b, b * (p + 8)) * slow})
+    results.write_table(run / "points.parquet", pd.DataFrame(pts))
+    results.write_table(run / "requests.parquet", pd.DataFrame(reqs))
+    cost = twin_validation.cost_for(run)
+    assert "valid points" in cost.source and cost.n_rows == 8
+    assert cost.prefill_s(8, 512) == pytest.approx(COST.prefill_s(8, 512), rel=1e-3)
+    assert cost.step_s(4, 4 * 300) == pytest.approx(COST.step_s(4, 4 * 300), rel=1e-3)
+    results.write_table(run / "points.parquet", pd.DataFrame(pts).assign(valid=lambda d: d["point_id"].str.contains(
+        "batch_size=1,")))   # 3 valid workloads at batch 1: too few for the step fit
+    assert "invalid points included" in twin_validation.cost_for(run).source

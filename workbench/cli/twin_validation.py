@@ -70,10 +70,23 @@ def calibration_points(points: pd.DataFrame) -> list[str]:
     return list(sync["point_id"].astype(str))
 
 
+def usable_rows(requests: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` of the usable points only (:func:`workbench.stats.evidence.usable_points`: finished and valid; a
+    point the run marked invalid for drift or other load measured the machine's moment, not the model's cost);
+    ``requests`` itself when either table lacks ``point_id`` (nothing to tell them apart by)."""
+    from workbench.stats import evidence
+
+    if points.empty or "point_id" not in points or "point_id" not in requests:
+        return requests
+    ok = evidence.usable_points(points)["point_id"].astype(str)
+    return requests[requests["point_id"].astype(str).isin(set(ok))]
+
+
 def cost_for(run_dir) -> twin_cost.StepCost:
     """A run's cost model (module docstring): its ``twin_calibration.json``; else a fit on its bare ``generate``
-    rows (outside the serving experiments and :data:`SERVED_EXPERIMENTS`) plus the served-request terms from
-    :func:`calibration_points`; else a fit on all its rows.
+    rows (outside the serving experiments and :data:`SERVED_EXPERIMENTS`) of valid points (:func:`usable_rows`;
+    all its bare rows, said in the source, when the valid ones are too few to fit) plus the served-request terms
+    from :func:`calibration_points`; else a fit on all its rows.
 
     Raises:
         ParameterError: no usable calibration in the run (one line).
@@ -87,12 +100,15 @@ def cost_for(run_dir) -> twin_cost.StepCost:
     if req.empty:
         raise ParameterError(f"calibration: {str(run)!r} has no requests.parquet to fit the twin's cost model on")
     if "experiment" in req:
+        points = results.read_points(run) if (run / "points.parquet").is_file() else pd.DataFrame()
         bare = req[~req["experiment"].isin(SERVING_EXPERIMENTS + SERVED_EXPERIMENTS)]
         try:
-            cost = twin_cost.fit(bare, source=f"fit:{run.name} (non-serving rows)")
+            cost = twin_cost.fit(usable_rows(bare, points), source=f"fit:{run.name} (non-serving rows, valid points)")
         except ParameterError:
-            return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
-        points = results.read_points(run) if (run / "points.parquet").is_file() else pd.DataFrame()
+            try:  # too few valid workloads: the invalid points' rows too, said in the source
+                cost = twin_cost.fit(bare, source=f"fit:{run.name} (non-serving rows, invalid points included)")
+            except ParameterError:
+                return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
         calib = calibration_points(points)
         return twin_cost.with_serving(cost, req, calib) if calib else cost
     return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")

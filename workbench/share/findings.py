@@ -54,8 +54,9 @@ def _items(rest: str) -> list[str]:
 
 def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
     """A finding's text as the report shows it: the claim (its first sentence), the per-arm figures the rest
-    lists as ``ARM: figures`` items (``[{"arm", "estimate", "interval", "verdict", "detail"}]``, estimate and
-    interval as written, e.g. ``1.59x`` and ``1.41-1.79x``), and the other sentences (caveats) as notes.
+    lists as ``ARM: figures`` items with an interval or a verdict (``[{"arm", "estimate", "interval", "verdict",
+    "detail"}]``, estimate and interval as written, e.g. ``1.59x`` and ``1.41-1.79x``), and the other sentences
+    (caveats, per-arm values that compare nothing, the A/A floor) as notes, each once.
     Presentation only: the text is the experiment's own, nothing is recomputed."""
     text = " ".join(str(text).split())
     parts = _SENTENCE_END.split(text, maxsplit=1)
@@ -63,7 +64,10 @@ def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
     rows, notes = [], []
     for item in (i.strip().rstrip(".;") for i in _items(rest) if i.strip()):
         m = _ARM.match(item)
-        if not m or m.group(1).lower().startswith(("caveat", "note", "evidence")):
+        # a colon inside parentheses ("A/A noise floor 1.01-1.07x (moved: excludes 1)") names no arm, and the A/A
+        # control is the noise floor beside the arms, not one of them
+        if not m or m.group(1).lower().startswith(("caveat", "note", "evidence", "a/a")) \
+                or m.group(1).count("(") != m.group(1).count(")"):
             notes.append(item + ".")
             continue
         arm, detail = m.group(1), m.group(2)
@@ -81,12 +85,12 @@ def split_finding(text: str) -> tuple[str, list[dict], list[str]]:
         if not verdict and iv:   # as written: which side of 1 the stated interval lies
             lo, hi = float(iv.group(1)), float(iv.group(2))
             verdict = "below 1" if hi < 1 else "above 1" if lo > 1 else "includes 1"
-        if not est and not verdict:                            # "before it: direct, ..." carries no figure
+        if not verdict and not iv:   # "before it: direct, ..." or "buffering_on: TTFT 1.913 s, ...": no comparison
             notes.append(item + ".")
             continue
         rows.append({"arm": arm, "group": group, "estimate": (est.group(0) if est else ""),
                      "interval": (iv.group(0) if iv else ""), "verdict": verdict, "detail": detail})
-    return claim, rows, notes
+    return claim, rows, list(dict.fromkeys(notes))   # a clause every arm repeats (its A/A floor) shown once
 
 
 def _arms_table(rows: list[dict]) -> str:
