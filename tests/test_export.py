@@ -100,6 +100,17 @@ def test_vllm_json_export_has_vllms_fields(tmp_path):
     assert one["ttfts"] == [0.1, 0.3] and one["request_rate"] == "inf"
 
 
+def test_vllm_json_export_takes_rows_without_inter_token_latencies(tmp_path):
+    """The default run's streaming-reader and long-output rows carry no itl_s (None): the export crashed
+    ("'NoneType' object is not iterable"); such a row's list is empty, as vLLM writes for a one-token output."""
+    point = fake_point(batch_size=1)
+    point.requests[1]["itl_s"] = None
+    run = make_run([point])
+    export.export_run(run, "vllm-json", out=tmp_path / "v")
+    (doc,) = [json.loads(p.read_text()) for p in (tmp_path / "v").glob("*.json")]
+    assert doc["itls"] == [[0.1] * 4, []] and doc["completed"] == 2
+
+
 def test_unknown_format_is_one_line(capsys):
     run = _run()
     assert cli.main(["export", str(run), "--to", "csv"]) == 2

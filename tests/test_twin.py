@@ -287,6 +287,14 @@ def test_simulate_command_writes_simulated_rows(cli, tmp_path, capsys):
     assert code == 2 and err.strip() == "error: replicas: must be an integer >= 1 (got 0)"
     code, _, err = cli("simulate", "--calibration", str(cal), "--trace", str(tmp_path / "none.jsonl"))
     assert code == 2 and "trace" in err and len(err.strip().splitlines()) == 1
+    # each bad value is one line naming its parameter before anything is simulated (a user's try printed the
+    # table first, a traceback for --rates abc, and "rate" for --load-factor 0)
+    for argv, word in ((["--rates", "abc"], "rates"), (["--target", "1.5", "--capacity"], "target"),
+                       (["--load-factor", "0", "--policies", "fcfs,sjf"], "load_factor"),
+                       (["--out", str(tmp_path / "outside")], "run_dir")):
+        code, out_text, err = cli("simulate", "--calibration", str(cal), *argv)
+        assert code == 2 and err.strip().startswith(f"error: {word}: ") and len(err.strip().splitlines()) == 1
+        assert "PREDICTION" not in out_text and "engine" not in out_text, argv
 
 
 def test_the_static_companion_rule_has_one_home(monkeypatch):
@@ -364,8 +372,10 @@ def test_served_request_terms_come_from_the_synchronous_point_and_leave_it_out_o
     assert fitted.serving_first_s == pytest.approx(0.08, rel=0.02)
     assert fitted.serving_step_s == pytest.approx(0.01, rel=0.05)
     assert fitted.serving_points == tuple(sync) and "from the one-at-a-time served point" in fitted.describe()
-    # the per-token term is each row's (every row's token is detokenised and sent as its own event)
-    assert fitted.step_s(4, 400) - COST.step_s(4, 400) == pytest.approx(4 * fitted.serving_step_s)
+    # the per-token term is the step's, whatever its batch (charged per row, a term fitted at batch 1 in a slow
+    # moment was multiplied by the batch: 20 ms became 160 ms a step at batch 8 on a default run)
+    for batch in (1, 4, 8):
+        assert fitted.step_s(batch, 400) - COST.step_s(batch, 400) == pytest.approx(fitted.serving_step_s)
     twin_cost.save(run, fitted)
     assert repr(twin_cost.load(run)) == repr(fitted)   # (NaN errors: compared as text) the served terms travel with the run's calibration
     _, bare = twin_study.validate(run, COST, write=False)
@@ -396,7 +406,7 @@ def test_the_serving_finding_says_where_the_twin_and_the_measurement_part(tmp_pa
     saved = results.read_manifest(run)["findings"]["serving_load"]
     assert saved["text"] == finding.text and saved["supported"] is True
     assert saved["evidence"].startswith("40 requests a point. The twin")
-    assert "furthest apart at engine=fifo,profile=poisson: " in saved["evidence"] and "(-33%)" in saved["evidence"]
+    assert "furthest apart at engine=fifo,profile=poisson,step=2: " in saved["evidence"] and "(-33%)" in saved["evidence"]
     assert "furthest apart" in text
     assert twin_study.disagreement(pd.DataFrame(), "serving_load") == ""
 
@@ -417,6 +427,12 @@ def test_the_served_terms_calibrate_on_a_valid_one_at_a_time_point_outside_the_s
     http1 = ("http", "http/concurrency=1", "ok", True, 1, None, None)
     http4 = ("http", "http/concurrency=4", "ok", True, 4, None, None)
     assert twin_validation.calibration_points(pts(sync_ok, http4, http1)) == ["http/concurrency=1"]
+    # the streaming reader's own streams join it (several moments of the run; its proxy paths do not)
+    reader = pd.DataFrame([{"experiment": "streaming_reader", "point_id": f"streaming_reader/part={part}",
+                            "status": "ok", "valid": valid, "part": part}
+                           for part, valid in (("reader", True), ("proxy", True), ("keepalive", True))])
+    both = pd.concat([pts(sync_ok, http1), reader], ignore_index=True)
+    assert twin_validation.calibration_points(both) == ["http/concurrency=1", "streaming_reader/part=reader"]
     assert twin_validation.calibration_points(pts(sync_ok, http4)) == [sync_ok[1]]
     assert twin_validation.calibration_points(pts(sync_bad, http4)) == []
     assert twin_validation.calibration_points(pts(sync_bad, (*http1[:3], False, *http1[4:]))) == []

@@ -270,10 +270,19 @@ def command(args) -> int:
     policies = _csv(args.policies)
     checks.check_choice_list("policies", policies, scheduling.POLICIES)
     checks.check_choice("arrival", args.arrival, ("constant", "poisson", "gamma"))
-    rates = [float(x) for x in _csv(args.rates)] if args.rates else None
+    try:
+        rates = [float(x) for x in _csv(args.rates)] if args.rates else None
+    except ValueError:
+        raise ParameterError(f"rates: must be comma-separated numbers > 0 in req/s (got {args.rates!r})") from None
     if rates:
         checks.check_float_list("rates", rates, lo=0, lo_open=True)
     checks.check_int("requests", args.requests, lo=2)
+    checks.check_float("target", args.target, lo=0, hi=1, lo_open=True)
+    checks.check_float("load_factor", args.load_factor, lo=0, lo_open=True)
+    if args.out:
+        from workbench.run import results
+
+        results._inside_root(Path(args.out))   # one line before anything is simulated, not after
     if args.confirm:
         checks.check_int("confirm", args.confirm, lo=1)
         checks.check_int("confirm_requests", args.confirm_requests, lo=2)

@@ -43,9 +43,12 @@ SERVED_EXPERIMENTS = ("http", "streaming_reader")
 def calibration_points(points: pd.DataFrame) -> list[str]:
     """The points the served-request terms are fitted on (:func:`workbench.predict.twin_cost.with_serving`): one
     request at a time through ``workbench serve`` (no queue, no batch), valid and finished. Streaming anatomy's
-    HTTP point at concurrency 1 when the run has one (outside the serving experiments, so every serving and
-    scheduling point stays out of sample), else the serving sweeps' ``synchronous`` points on a built-in engine;
-    [] when neither is there (a point invalid for contention measured the machine: it calibrates nothing).
+    HTTP point at concurrency 1 and the streaming reader's ``reader`` points (its streams read straight from the
+    server) when the run has them: outside the serving experiments, so every serving and scheduling point stays
+    out of sample, and measured at several moments of the run (the served terms are a few ms, the difference of
+    two measurements on a machine whose speed swings 25% within minutes: one point measured in a slow stretch put
+    20 ms a step into them); else the serving sweeps' ``synchronous`` points on a built-in engine; [] when none is
+    there (a point invalid for contention measured the machine: it calibrates nothing).
 
     Args:
         points: a run's ``points.parquet`` rows (``experiment``, ``point_id``, ``status``, ``valid``,
@@ -58,10 +61,15 @@ def calibration_points(points: pd.DataFrame) -> list[str]:
         ok = ok[ok["status"].eq("ok")]
     if "valid" in ok:
         ok = ok[ok["valid"].fillna(True).astype(bool)]
+    served = []
     if "concurrency" in ok:
         http = ok[(ok["experiment"] == "http") & (pd.to_numeric(ok["concurrency"], errors="coerce") == 1)]
-        if len(http):
-            return list(http["point_id"].astype(str))
+        served += list(http["point_id"].astype(str))
+    if "part" in ok:   # the streaming reader's own streams, read straight from the server (no proxy)
+        reader = ok[(ok["experiment"] == "streaming_reader") & (ok["part"] == "reader")]
+        served += list(reader["point_id"].astype(str))
+    if served:
+        return served
     if "profile" not in ok:
         return []
     sync = ok[(ok["experiment"] == "serving_load") & (ok["profile"] == "synchronous")]
@@ -326,9 +334,10 @@ def sentence(summary: dict) -> str:
 
 
 def _short(point_id: str) -> str:
-    """A point id without its experiment and the parameters every point of it shares (for a sentence)."""
+    """A point id without its experiment and ``prefix_sharing=False`` (for a sentence); ``step=`` stays (two open-loop
+    rates of one engine differ only by it)."""
     body = str(point_id).split("/", 1)[-1]
-    keep = [kv for kv in body.split(",") if not kv.startswith(("step=", "prefix_sharing=False"))]
+    keep = [kv for kv in body.split(",") if not kv.startswith("prefix_sharing=False")]   # step= tells rates apart
     return ",".join(keep) or body
 
 

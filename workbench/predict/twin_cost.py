@@ -31,14 +31,18 @@ against the roofline is ``in_sample_*``; it inherits the roofline's own error).
 **Served requests** (:func:`with_serving`): a request through ``workbench serve`` also pays what a bare ``generate``
 call does not: the chat template and tokenisation, the engine's admission, the HTTP and SSE path before its first
 token, and per streamed token the incremental detokenisation and one event. Two additive terms carry them,
-``serving_first_s`` (per request, to the first token) and ``serving_step_s`` (per row and decode step: every row's
-token is detokenised and sent as its own event; measured on the default run, a served static batch of 4-8 paid
-40-50 ms a step over bare ``generate`` where one request alone paid 7 ms, so the term is the row's, not the
-step's), fitted on a point of one request at a time (no queue, no batch: :func:`workbench.cli.twin_validation.
-calibration_points` picks streaming anatomy's HTTP point at concurrency 1, outside the serving experiments, else
-a serving sweep's ``synchronous`` point; valid points only) as the median of the measured ``ttft_s - queue_s`` and
+``serving_first_s`` (per request, to the first token) and ``serving_step_s`` (per decode step of the engine,
+whatever its batch), fitted on a point of one request at a time (no queue, no batch: :func:`workbench.cli.twin_validation.
+calibration_points` picks streaming anatomy's HTTP point at concurrency 1 and the streaming reader's own streams,
+outside the serving experiments, else a serving sweep's ``synchronous`` point; valid points only; one median per
+point, then the median over points) as the median of the measured ``ttft_s - queue_s`` and
 ``tpot_s`` over the generate-fitted model's predictions; the twin folds them into ``first_token_overhead_s`` and
-``b1``. A calibration point inside the serving experiments is then in-sample, and the validation leaves it out of
+``b0``. Per step, not per row: on two fresh-clone default runs (2026-12-05) the served static engine's batch-8
+step cost what bare ``generate``'s did (91 vs 90 ms; 69 vs 78 ms), and a term fitted at batch 1 carries the
+machine's speed at that point's moment (this VM swings 25% within minutes): charged per row it was multiplied by
+the batch (a 20 ms excess became 160 ms a step at batch 8, the twin 197% off e2e and no rate recommended), charged
+per step it is bounded (30% on that run; the knee and every recommendation matched on both runs). (Stop 40 had
+seen a served batch of 4-8 pay 40-50 ms a step over bare ``generate`` and charged the term per row.) A calibration point inside the serving experiments is then in-sample, and the validation leaves it out of
 its errors (:func:`workbench.cli.twin_validation.validate`).
 
 A run folder carries its calibration as ``twin_calibration.json`` (:func:`save`, :func:`load`), so a twin can be
@@ -76,7 +80,7 @@ class StepCost:
             once per ``fifo`` / ``static`` batch.
         source: where the coefficients come from (``fit:<run>``, ``roofline:<device>/<model>``, ``given``).
         serving_first_s, serving_step_s: the served request's own costs (:func:`with_serving`), already
-            included in ``first_token_overhead_s`` and ``b1`` (per row); 0 when not calibrated on served rows.
+            included in ``first_token_overhead_s`` and ``b0`` (per step); 0 when not calibrated on served rows.
         serving_points: the point ids the serving terms were fitted on (empty when none).
         n_rows: measured rows the fit saw (0: not a fit on measurements).
         in_sample_prefill_error, in_sample_step_error, loo_prefill_error, loo_step_error: median
@@ -139,7 +143,7 @@ class StepCost:
         err = (f"leave-one-workload-out error prefill {self.loo_prefill_error:.0%}, step {self.loo_step_error:.0%}"
                if self.loo_step_error == self.loo_step_error else "no out-of-sample error (not fitted on measurements)")
         served = (f"; served-request terms {self.serving_first_s * 1e3:.0f} ms to first token, "
-                  f"{self.serving_step_s * 1e3:.1f} ms per row and decode step, from the one-at-a-time served "
+                  f"{self.serving_step_s * 1e3:.1f} ms per decode step, from the one-at-a-time served "
                   f"point{'s' if len(self.serving_points) > 1 else ''} {', '.join(self.serving_points)}"
                   if self.serving_points else "")
         return f"cost model {self.source} ({self.n_rows} rows; {err}{served})"
@@ -288,8 +292,8 @@ def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
         point_ids: the calibration points' ids.
 
     Returns:
-        A :class:`StepCost` whose ``first_token_overhead_s`` and ``b1`` include the two terms (each the median
-        excess over ``cost``'s prediction, floored at 0), ``serving_points`` naming the points; ``cost`` itself
+        A :class:`StepCost` whose ``first_token_overhead_s`` and ``b0`` include the two terms (each the median over
+        the points of a point's median excess over ``cost``'s prediction, floored at 0), ``serving_points`` naming the points; ``cost`` itself
         when no usable row is there.
     """
     ids = [str(p) for p in point_ids]
@@ -298,17 +302,20 @@ def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
     df = df[np.isfinite(df["ttft_s"])]
     if df.empty:
         return cost
+    # one median per point, then the median over points: each point is one moment of this machine (its rows share
+    # it), and a point that stored more rows must not outweigh the others
+    pid = rows.loc[df.index, "point_id"].astype(str)
     queue = df["queue_s"].fillna(0.0)
     alone = np.array([cost.prefill_s(1, float(L)) for L in df["prompt_tokens"]]) + cost.first_token_overhead_s
-    first = max(0.0, float(np.median(df["ttft_s"] - queue - alone)))
+    first = max(0.0, float(np.median((df["ttft_s"] - queue - alone).groupby(pid).median())))
     dec = df[np.isfinite(df["tpot_s"]) & (df["output_tokens"] > 1)]
     per_step = 0.0
     if not dec.empty:
         step = np.array([cost.step_s(1, float(L) + float(N) / 2) for L, N in zip(dec["prompt_tokens"],
                                                                               dec["output_tokens"])])
-        per_step = max(0.0, float(np.median(dec["tpot_s"] - step)))
+        per_step = max(0.0, float(np.median((dec["tpot_s"] - step).groupby(pid.loc[dec.index]).median())))
     return dataclasses.replace(cost, first_token_overhead_s=cost.first_token_overhead_s + first,
-                               b1=cost.b1 + per_step, serving_first_s=first, serving_step_s=per_step,
+                               b0=cost.b0 + per_step, serving_first_s=first, serving_step_s=per_step,
                                serving_points=tuple(sorted(set(ids) & set(rows["point_id"].astype(str)))))
 
 

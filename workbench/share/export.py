@@ -377,6 +377,16 @@ def _strip_none(d):
 _VLLM_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_s", "e2el": "e2e_s"}
 
 
+def _itl_list(v) -> list[float]:
+    """A request's inter-token latencies (s) as a list: ``[]`` where none were recorded (a row without a stream:
+    None / NaN, e.g. the streaming reader's or long output's rows), a JSON list written as text parsed."""
+    if isinstance(v, str):
+        v = json.loads(v) if v.strip() else []
+    if v is None or (isinstance(v, float) and v != v):
+        return []
+    return [float(x) for x in v]
+
+
 def vllm_result(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFrame) -> dict:
     """One point as ``vllm bench serve --save-result --save-detailed`` writes it (times in ms in the summary,
     seconds in the per-request lists, as vLLM does)."""
@@ -409,8 +419,7 @@ def vllm_result(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
            + (_num(point.get("input_throughput_tps")) or 0) if _num(point.get("output_throughput_tps")) else None,
            "input_lens": [int(x) for x in inputs], "output_lens": [int(x) for x in outputs],
            "ttfts": [float(x) for x in _values(done, "ttft_s")],
-           "itls": [[float(x) for x in (v if not isinstance(v, str) else json.loads(v))] for v in done["itl_s"]]
-           if "itl_s" in done else [],
+           "itls": [_itl_list(v) for v in done["itl_s"]] if "itl_s" in done else [],
            "generated_texts": [str(t) for t in done["text"]] if "text" in done else [],
            "errors": [str(e) for e in req["error"].dropna()] if "error" in req else []}
     note = []
