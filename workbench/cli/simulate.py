@@ -282,7 +282,7 @@ def command(args) -> int:
     if args.out:
         from workbench.run import results
 
-        results._inside_root(Path(args.out))   # one line before anything is simulated, not after
+        results.inside_root(Path(args.out))   # one line before anything is simulated, not after
     if args.confirm:
         checks.check_int("confirm", args.confirm, lo=1)
         checks.check_int("confirm_requests", args.confirm_requests, lo=2)

@@ -31,22 +31,21 @@ against the roofline is ``in_sample_*``; it inherits the roofline's own error).
 **Served requests** (:func:`with_serving`): a request through ``workbench serve`` also pays what a bare ``generate``
 call does not: the chat template and tokenisation, the engine's admission, the HTTP and SSE path before its first
 token, and per streamed token the incremental detokenisation and one event. Two additive terms carry them,
-``serving_first_s`` (per request, to the first token) and ``serving_step_s`` (per decode step of the engine,
-whatever its batch), fitted on a point of one request at a time (no queue, no batch: :func:`workbench.cli.twin_validation.
-calibration_points` picks streaming anatomy's HTTP point at concurrency 1 and the streaming reader's own streams,
-outside the serving experiments, else a serving sweep's ``synchronous`` point; valid points only; one median per
-point, then the median over points) as the median of the measured ``ttft_s - queue_s`` and
+``serving_first_s`` (per request, to the first token) and ``serving_step_s`` (per decode step of the engine, whatever
+its batch), fitted on points of one request at a time (no queue, no batch:
+:func:`workbench.cli.twin_validation.calibration_points` picks streaming anatomy's HTTP point at concurrency 1 and the
+streaming reader's own streams, outside the serving experiments, else a serving sweep's ``synchronous`` point; valid
+points only; one median per point, then the median over points) as the median of the measured ``ttft_s - queue_s`` and
 ``tpot_s`` over the generate-fitted model's predictions; the twin folds them into ``first_token_overhead_s`` and
-``b0``. Per step, not per row: on two fresh-clone default runs (2026-12-05) the served static engine's batch-8
-step cost what bare ``generate``'s did (91 vs 90 ms; 69 vs 78 ms), and a term fitted at batch 1 carries the
-machine's speed at that point's moment (this VM swings 25% within minutes): charged per row it was multiplied by
-the batch (a 20 ms excess became 160 ms a step at batch 8, the twin 197% off e2e and no rate recommended), charged
-per step it is bounded (30% on that run; the knee and every recommendation matched on both runs). (Stop 40 had
-seen a served batch of 4-8 pay 40-50 ms a step over bare ``generate`` and charged the term per row.) A calibration point inside the serving experiments is then in-sample, and the validation leaves it out of
-its errors (:func:`workbench.cli.twin_validation.validate`).
+``b0``. Per step, not per row: on two fresh-clone default runs the served static engine's batch-8 step cost what bare
+``generate``'s did (91 vs 90 ms; 69 vs 78 ms), and a term fitted at batch 1 carries the machine's speed at that
+point's moment; charged per row it was multiplied by the batch (20 ms became 160 ms a step at batch 8; the twin 197%
+off e2e), charged per step it is bounded (results/LOG.md, 2026-12-05). A calibration point inside the serving
+experiments is then in-sample, and the validation leaves it out of its errors
+(:func:`workbench.cli.twin_validation.validate`).
 
-A run folder carries its calibration as ``twin_calibration.json`` (:func:`save`, :func:`load`), so a twin can be
-built from someone else's shared run without its model.
+A calibration travels as ``twin_calibration.json`` (:func:`save`, :func:`load`; ``workbench simulate --out`` writes
+it), so a twin can be built from someone else's shared run without its model.
 """
 
 from __future__ import annotations
@@ -293,8 +292,8 @@ def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
 
     Returns:
         A :class:`StepCost` whose ``first_token_overhead_s`` and ``b0`` include the two terms (each the median over
-        the points of a point's median excess over ``cost``'s prediction, floored at 0), ``serving_points`` naming the points; ``cost`` itself
-        when no usable row is there.
+        the points of a point's median excess over ``cost``'s prediction, floored at 0), ``serving_points`` naming
+        the points; ``cost`` itself when no usable row is there.
     """
     ids = [str(p) for p in point_ids]
     rows = requests[requests["point_id"].astype(str).isin(ids)] if "point_id" in requests else requests.iloc[:0]

@@ -76,7 +76,12 @@ def new_run_id(label: str = "") -> str:
     return rid
 
 
-def _inside_root(path: Path) -> Path:
+def inside_root(path: Path) -> Path:
+    """``path`` resolved, when it lies inside the results root (where run folders live).
+
+    Raises:
+        ParameterError: outside it (one line, naming ``run_dir``).
+    """
     root = results_root()
     resolved = path.expanduser().resolve()
     if resolved != root and root not in resolved.parents:
@@ -100,7 +105,7 @@ def open_run(run_dir: str | os.PathLike = "", label: str = "") -> Path:
     """
     if not str(run_dir):
         return create_run(label)
-    run = _inside_root(Path(run_dir))
+    run = inside_root(Path(run_dir))
     run.mkdir(parents=True, exist_ok=True)
     check_writer(run)
     if not (run / "manifest.json").exists():
