@@ -268,3 +268,31 @@ def test_a_resumed_block_keeps_the_finished_points_and_records_only_the_unfinish
     for pid in (point_result.point_id("fake", {"batch_size": b}) for b in (1, 2)):
         assert after[pid] == before[pid]                       # finished points: their first record, untouched
     assert results.read_requests(run).groupby("batch_size").size().to_dict() == {1: 1, 2: 2, 3: 3}
+
+
+def test_the_speed_probe_reads_the_reference_beside_each_point(monkeypatch):
+    """With ``speed_probe`` each point's row carries the drift reference right before it (reusing a recent one: the
+    previous point's after reading) and right after it, and their geometric mean; a point shorter than
+    ``PROBE_MIN_POINT_S`` (one of an interleaved block its first point measured) takes one reading for both; without
+    it no reference beyond the sweep's own."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(contention, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
+    monkeypatch.setattr(drift, "start", lambda loaded: drift.Start(0.1, time.monotonic()))   # no end reference
+    calls, values = [], iter([0.10, 0.40, 0.20, 0.80, 0.3])
+    monkeypatch.setattr(drift, "reference_tpot_s",
+                        lambda loaded, max_age_s=0.0: calls.append(max_age_s) or next(values))
+    monkeypatch.setattr(drift, "PROBE_MIN_POINT_S", 0.0)
+    fake, grid = SimpleNamespace(info=None), sweeps.expand_grid(batch_size=[1, 2])
+    pts = sweeps.run_sweep(results.create_run(), "probe", grid, _fake_measure, loaded=fake, speed_probe=True)
+    assert calls == [drift.REFERENCE_REUSE_S, 0.0, drift.REFERENCE_REUSE_S, 0.0]
+    assert pts["speed_probe_before_tpot_s"].tolist() == [0.10, 0.20]
+    assert pts["speed_probe_after_tpot_s"].tolist() == [0.40, 0.80]
+    assert pts["speed_probe_tpot_s"].tolist() == pytest.approx([0.2, 0.4])
+    calls.clear()
+    monkeypatch.setattr(drift, "PROBE_MIN_POINT_S", 60.0)
+    pts = sweeps.run_sweep(results.create_run(), "probe", grid[:1], _fake_measure, loaded=fake, speed_probe=True)
+    assert calls == [drift.REFERENCE_REUSE_S] and pts["speed_probe_tpot_s"].tolist() == pytest.approx([0.3])
+    calls.clear()
+    pts = sweeps.run_sweep(results.create_run(), "probe", grid, _fake_measure, loaded=fake)
+    assert calls == [] and not set(drift.PROBE_COLUMNS) & set(pts.columns)

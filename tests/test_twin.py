@@ -163,7 +163,7 @@ def test_cost_fit_recovers_coefficients_and_round_trips(tmp_path):
     run = tmp_path / "results" / "run1"
     run.mkdir(parents=True)
     twin_cost.save(run, fitted)
-    assert twin_cost.load(run) == fitted
+    assert repr(twin_cost.load(run)) == repr(fitted)   # (reference_tpot_s NaN: fitted without probes)
     with pytest.raises(ParameterError):
         twin_cost.fit(pd.DataFrame(rows[:2]))
 
@@ -207,8 +207,10 @@ def test_bulk_decode_steps_equal_step_by_step(monkeypatch):
     assert fast.summary["busy_share"] == pytest.approx(slow.summary["busy_share"], rel=1e-9)
 
 
-def _measured_run(tmp_path, cost):
-    """A run folder whose serving_load points are 'measured' by the twin itself under ``cost``."""
+def _measured_run(tmp_path, cost, speeds=None):
+    """A run folder whose serving_load points are 'measured' by the twin itself under ``cost``; with ``speeds`` (one
+    factor a point) point ``i`` ran at ``speeds[i]`` times ``cost`` and its speed probe read ``speeds[i] *
+    cost.reference_tpot_s``."""
     import dataclasses
 
     from workbench.run import results
@@ -217,10 +219,12 @@ def _measured_run(tmp_path, cost):
     pts, reqs = [], []
     for i, (prof, rate) in enumerate([("synchronous", None), ("poisson", 0.5), ("poisson", 0.9), ("poisson", 1.6)]):
         specs = twin.open_loop("poisson" if rate else "constant", 40, rate or 1.0, 64, 16, seed=i)
-        res = twin.simulate(cost, specs, twin.TwinConfig(engine="fifo"), prof, rate=rate)
+        at = cost.at_speed(speeds[i] * cost.reference_tpot_s)[0] if speeds else cost
+        res = twin.simulate(at, specs, twin.TwinConfig(engine="fifo"), prof, rate=rate)
         pid = f"serving_load/engine=fifo,profile={prof},step={i}"
+        probe = {"speed_probe_tpot_s": speeds[i] * cost.reference_tpot_s} if speeds else {}
         pts.append({**res.summary, "experiment": "serving_load", "point_id": pid, "engine": "fifo", "status": "ok",
-                    "valid": True, "source": "measured"})
+                    "valid": True, "source": "measured", **probe})
         reqs.append(res.rows.assign(experiment="serving_load", point_id=pid, source="measured"))
     results.write_table(run / "points.parquet", pd.DataFrame(pts))
     results.write_table(run / "requests.parquet", pd.concat(reqs, ignore_index=True))
@@ -480,3 +484,64 @@ def test_the_cost_fit_uses_only_valid_points_and_says_when_it_cannot(tmp_path):
     results.write_table(run / "points.parquet", pd.DataFrame(pts).assign(valid=lambda d: d["point_id"].str.contains(
         "batch_size=1,")))   # 3 valid workloads at batch 1: too few for the step fit
     assert "invalid points included" in twin_validation.cost_for(run).source
+
+
+def test_a_cost_at_a_moments_speed_scales_every_time_term():
+    """The speed probe's factor (the drift reference beside a point over the one the cost is at) multiplies every
+    time term; a cost without a reference, or a missing probe, is never rescaled."""
+    import dataclasses
+
+    cost = dataclasses.replace(COST, reference_tpot_s=0.05)
+    at, factor = cost.at_speed(0.075)
+    assert factor == pytest.approx(1.5)
+    assert at.service_s(64, 16) == pytest.approx(1.5 * cost.service_s(64, 16))
+    assert at.mixed_step_s(3, 300, 20, 400) == pytest.approx(1.5 * cost.mixed_step_s(3, 300, 20, 400))
+    for probe in (None, float("nan"), 0.0, -1.0):
+        assert cost.at_speed(probe) == (cost, 1.0)
+    assert COST.at_speed(0.075) == (COST, 1.0)          # fitted without probes: no reference
+    assert "rescaled to each measured point's own" in cost.describe()
+    assert twin_cost.StepCost.from_dict({k: v for k, v in COST.to_dict().items() if k != "reference_tpot_s"}) \
+        .at_speed(0.075)[1] == 1.0                       # an older calibration file: not rescaled
+
+
+def test_the_cost_fit_brings_each_workload_to_one_speed_by_its_speed_probe():
+    """Workloads measured at moments 0.7x-1.6x the machine's usual speed, each with its probe: the fit on the probed
+    rows recovers the cost (at the probes' median speed), the fit that ignores the probes does not."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for b in (1, 2, 4, 8):
+        for p in (32, 128, 512, 1024):
+            f = float(rng.uniform(0.7, 1.6))
+            rows.append({"batch_size": b, "prompt_tokens": p, "output_tokens": 16, "speed_probe_tpot_s": 0.05 * f,
+                         "prefill_s": f * COST.prefill_s(b, p), "tpot_s": f * COST.step_s(b, b * (p + 8))})
+    df = pd.DataFrame(rows)
+    probed, blind = twin_cost.fit(df), twin_cost.fit(df.drop(columns="speed_probe_tpot_s"))
+    assert probed.reference_tpot_s == pytest.approx(df["speed_probe_tpot_s"].median())
+    usual = probed.at_speed(0.05)[0]
+    for b, p in ((1, 64), (4, 512), (8, 1024)):
+        assert usual.step_s(b, b * p) == pytest.approx(COST.step_s(b, b * p), rel=0.02)
+        assert usual.prefill_s(b, p) == pytest.approx(COST.prefill_s(b, p), rel=0.02)
+    assert probed.loo_step_error < 0.02 < blind.loo_step_error
+    assert blind.reference_tpot_s != blind.reference_tpot_s   # no probes: NaN, never rescaled
+
+
+def test_the_validation_predicts_each_point_at_its_own_moments_speed(tmp_path):
+    """Points measured while the machine ran 0.8x-1.5x its calibration's speed: predicted at their speed probe's
+    speed the twin matches them; at the calibration's speed throughout (the ``_unscaled`` errors) it does not."""
+    import dataclasses
+
+    from workbench.cli import simulate as twin_study
+    from workbench.run import results
+
+    cost = dataclasses.replace(COST, reference_tpot_s=0.05)
+    run = _measured_run(tmp_path, cost, speeds=[1.0, 1.5, 0.8, 1.3])
+    table, summ = twin_study.validate(run, cost, write=False)
+    assert summ["mape_e2e_p50"] < 1e-6 and summ["mape_ttft_p50"] < 1e-6
+    assert summ["mape_e2e_p50_unscaled"] > 0.1 and summ["mape_ttft_p50_unscaled"] > 0.1
+    assert table["speed_factor"].tolist() == pytest.approx([1.0, 1.5, 0.8, 1.3])
+    assert summ["twin_speed_factor_min"] == pytest.approx(0.8) and summ["twin_speed_factor_max"] == pytest.approx(1.5)
+    assert "at its own moment's speed (speed probe 0.80x-1.50x" in twin_study.sentence(summ)
+    # the probe joins the requests by point (what the cost fit reads)
+    joined = twin_cost.with_speed(results.read_requests(run), results.read_points(run))
+    assert joined.groupby("point_id")["speed_probe_tpot_s"].nunique().eq(1).all()
+    assert sorted(joined["speed_probe_tpot_s"].unique()) == pytest.approx([0.04, 0.05, 0.065, 0.075])

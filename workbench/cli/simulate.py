@@ -152,12 +152,17 @@ def interesting(points: pd.DataFrame, k: int) -> list[tuple[str, float]]:
 def confirm(cost, loaded, picks, cfg) -> pd.DataFrame:
     """Measure each ``(engine, rate)`` of ``picks`` for real (notebook 08's load point: the same requests, profile
     and stop rule, :class:`workbench.experiments.serving_load.Config` ``cfg``), replay the very arrivals of the
-    measurement in the twin, and put both side by side with ``ape_*`` (``|simulated / measured - 1|``).
+    measurement in the twin at the measurement's own speed (the drift reference right before and after it,
+    :func:`workbench.run.drift.speed_probe`, and :meth:`workbench.predict.twin_cost.StepCost.at_speed`: a cost fitted
+    with probes on this model is rescaled to the moment, ``speed_factor``), and put both side by side with ``ape_*``
+    (``|simulated / measured - 1|``).
 
     Returns:
-        One row per pick: ``engine``, ``rate_rps``, ``measured_*``, ``simulated_*``, ``ape_*`` of ``ttft_s_p50`` and
-        ``e2e_s_p50``, ``source`` ``measured`` (the row is a measurement with its prediction beside it).
+        One row per pick: ``engine``, ``rate_rps``, ``speed_factor``, ``measured_*``, ``simulated_*``, ``ape_*`` of
+        ``ttft_s_p50`` and ``e2e_s_p50``, ``source`` ``measured`` (the row is a measurement with its prediction
+        beside it).
     """
+    from workbench.run import drift
     from workbench.serving.bench import Bench, run_sampled
 
     bench = Bench(cfg, loaded)
@@ -165,13 +170,15 @@ def confirm(cost, loaded, picks, cfg) -> pd.DataFrame:
     try:
         for engine, rate in picks:
             bench.open(engine)
+            before = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S)
             res, _ = run_sampled(bench, cfg, cfg.arrival, rate)
+            at, factor = cost.at_speed(drift.speed_probe(before, drift.reference_tpot_s(loaded))["speed_probe_tpot_s"])
             kept = res.kept()
             tc = twin.TwinConfig(engine=engine, max_batch_size=cfg.max_batch_size, batch_window_s=cfg.batch_window_s)
             specs = _specs_from_rows(kept.assign(max_new_tokens=cfg.max_new_tokens), {}, "serving_load")
-            sim = twin.simulate(cost, specs, tc, "replay", rate=rate).summary
+            sim = twin.simulate(at, specs, tc, "replay", rate=rate).summary
             row = {"engine": engine, "rate_rps": rate, "requests": int(len(kept)), "cost_source": cost.source,
-                   "source": "measured"}
+                   "speed_factor": factor, "source": "measured"}
             for c in ("ttft_s_p50", "e2e_s_p50"):
                 col = c.rsplit("_", 1)[0]
                 m = metrics_p50(kept, col)

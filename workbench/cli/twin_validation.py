@@ -9,7 +9,9 @@ scheduling point, its errors, and the words and figure the notebooks and the rep
   requests (their scheduled times, sizes, classes, priorities; the point's engine, policy and limits) beside the
   measurement: ``twin_validation.csv`` (one row per point, ``measured_*``, ``simulated_*`` and ``ape_*`` columns:
   ``|simulated / measured - 1|``) and, merged into the run's ``metrics.json``, ``mape_e2e_p50``, ``mape_ttft_p50``
-  (means over the points, as BLIS reports), their point counts, and the knee and recommendation per SLO preset
+  (means over the points, as BLIS reports), their point counts, each point predicted at its own moment's speed (its
+  speed probe, :meth:`workbench.predict.twin_cost.StepCost.at_speed`; ``speed_factor`` in the table, the errors at
+  the calibration's speed throughout as ``mape_*_unscaled``), and the knee and recommendation per SLO preset
   measured vs simulated (:func:`workbench.serving.saturation.knees` / ``recommend`` on both tables).
 - :func:`sentence` (the validation in words), :func:`disagreement` (where the twin and one experiment's
   measurement are furthest apart: the report's serving findings carry it), :func:`figure`,
@@ -30,6 +32,8 @@ from workbench.serving import engines, load, saturation, scheduling, senders
 from workbench.share import run_summary
 
 SERVING_EXPERIMENTS = ("serving_load", "scheduling")
+#: the columns whose error :func:`validate` also gives without the per-point speed (``ape_<col>_unscaled``)
+UNSCALED = ("ttft_s_p50", "e2e_s_p50")
 COMPARED = ("ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "e2e_s_p50", "e2e_s_p90", "queue_s_p50",
             "request_throughput_rps", "goodput_rps")
 
@@ -109,6 +113,7 @@ def cost_for(run_dir) -> twin_cost.StepCost:
         raise ParameterError(f"calibration: {str(run)!r} has no requests.parquet to fit the twin's cost model on")
     if "experiment" in req:
         points = results.read_points(run) if (run / "points.parquet").is_file() else pd.DataFrame()
+        req = twin_cost.with_speed(req, points)   # each row's speed probe, where its point measured one
         bare = req[~req["experiment"].isin(SERVING_EXPERIMENTS + SERVED_EXPERIMENTS)]
         try:
             cost = twin_cost.fit(usable_rows(bare, points), source=f"fit:{run.name} (non-serving rows, valid points)")
@@ -232,13 +237,20 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         rows = requests[requests["point_id"] == p["point_id"]] if "point_id" in requests else requests.iloc[:0]
         if rows.empty:
             continue
-        sim = _simulate_point(cost, p, rows, configs.get(p["experiment"], {}))
+        cfg = configs.get(p["experiment"], {})
+        at, factor = cost.at_speed(p.get("speed_probe_tpot_s"))   # the twin at this point's moment's speed
+        sim = _simulate_point(at, p, rows, cfg)
         if sim is None:
             continue
         row = {"point_id": p["point_id"], "experiment": p["experiment"], "engine": p.get("engine"),
                "policy": p.get("policy"), "profile": p.get("profile"), "workload": p.get("workload"),
                "offered_rps": _num(p.get("offered_rps")), "requests": int(len(rows)), "valid": p.get("valid"),
-               "cost_source": cost.source, "source": twin.SOURCE}
+               "cost_source": cost.source, "source": twin.SOURCE, "speed_factor": factor}
+        # the same prediction at the calibration's speed: how much the speed probe moved the error
+        flat = sim if factor == 1.0 else _simulate_point(cost, p, rows, cfg)
+        for c in UNSCALED:
+            m, s = _num(p.get(c)), _num(flat.get(c))
+            row[f"ape_{c}_unscaled"] = abs(s / m - 1) if m == m and s == s and m > 0 else math.nan
         if p.get("profile") in load.OPEN_LOOP:   # each side's keep-up verdict (the knee and the recommendations use them)
             row["measured_kept_up"] = saturation.kept_up(p)
             row["simulated_kept_up"] = saturation.kept_up({**p.to_dict(), **sim})
@@ -269,6 +281,12 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
                      ("mape_tpot_p50", "ape_tpot_s_p50"), ("mape_queue_p50", "ape_queue_s_p50")):
         v = pd.to_numeric(df[valid].get(col, pd.Series(dtype=float)), errors="coerce").dropna()
         summary[key], summary[f"{key}_points"] = (float(v.mean()) if len(v) else math.nan), int(len(v))
+    for c in UNSCALED:   # the errors without the per-point speed (the calibration's speed throughout)
+        v = pd.to_numeric(df[valid].get(f"ape_{c}_unscaled", pd.Series(dtype=float)), errors="coerce").dropna()
+        summary[f"mape_{c.replace('_s_', '_')}_unscaled"] = float(v.mean()) if len(v) else math.nan
+    factors = pd.to_numeric(df[valid].get("speed_factor", pd.Series(dtype=float)), errors="coerce")
+    summary["twin_speed_factor_min"] = float(factors.min()) if factors.notna().any() else math.nan
+    summary["twin_speed_factor_max"] = float(factors.max()) if factors.notna().any() else math.nan
     measured_sl = points[points["experiment"] == "serving_load"]
     simulated_sl = pd.DataFrame([p for p in sim_points if p.get("experiment") == "serving_load"])
     if not measured_sl.empty and not simulated_sl.empty:
@@ -320,6 +338,11 @@ def sentence(summary: dict) -> str:
                 key=lambda t: -1 if t[1] is None or t[1] != t[1] else t[1])
     if worst[1] is not None and worst[1] == worst[1] and worst[1] > 0.1:
         text += f" The larger miss is the {worst[0]}."
+    lo, hi = summary.get("twin_speed_factor_min"), summary.get("twin_speed_factor_max")
+    if lo is not None and hi is not None and lo == lo and hi == hi and (lo != 1.0 or hi != 1.0):
+        text += (f" Each point predicted at its own moment's speed (speed probe {lo:.2f}x-{hi:.2f}x the "
+                 f"calibration's); at the calibration's speed throughout: e2e p50 {pct('mape_e2e_p50_unscaled')}, "
+                 f"TTFT p50 {pct('mape_ttft_p50_unscaled')}.")
     km, ks = summary.get("knee_measured"), summary.get("knee_simulated")
     if km and ks:
         def knee(e):

@@ -158,7 +158,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
                                   lambda: measure_interleaved(loaded, cfg, cfg.grid()))
 
     points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
-                     slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg)
+                     slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg,
+                     speed_probe=True)  # the twin's calibration: its speed at the moment
     points = predictions.with_predictions(points, loaded.info, predictor)
     predictions.save_residuals(run_dir, EXPERIMENT, points)
     return points

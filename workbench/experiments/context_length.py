@@ -343,7 +343,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
 
     predictor = predictions.calibrated_predictor(loaded)  # predict before measuring
     points = run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, info=loaded.info, loaded=loaded,
-                       config=cfg)
+                       config=cfg, speed_probe=True)  # the twin's calibration: its speed at the moment
     points = predictions.with_predictions(points, loaded.info, predictor)
     predictions.save_residuals(run_dir, EXPERIMENT, points)
     return points

@@ -358,7 +358,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     state: dict = {}
     points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_point(loaded, cfg, p, state),
                               resume=resume, slo_ttft_s=cfg.class_slo_ttft_s.get("interactive"), info=loaded.info,
-                              loaded=loaded, config=cfg)
+                              loaded=loaded, config=cfg, speed_probe=True)  # the twin predicts at each point's speed
     if cfg.aa_control:
         aa = aa_control(points, results.read_requests(run_dir, experiment=EXPERIMENT))
         if aa is not None:

@@ -331,7 +331,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     try:  # a tokenizer-only load (endpoint-only run) has no model for the drift reference
         points = sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                                   slo_tpot_s=cfg.slo_tpot_s, info=loaded.info,
-                                  loaded=loaded if loaded.model is not None else None, config=cfg)
+                                  loaded=loaded if loaded.model is not None else None, config=cfg,
+                                  speed_probe=True)  # the twin predicts each point at its moment's speed
         if cfg.aa_control and aa_control(points) is not None:
             from workbench.run import results
 

@@ -348,7 +348,8 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         with ServerThread(loaded) as srv:
             http = {"base_url": srv.base_url}
             frames.append(sweeps.run_sweep(run_dir, "http", sweeps.expand_grid(concurrency=cfg.http_concurrency),
-                                           lambda p: measure_point(loaded, cfg, p, http), **common))
+                                           lambda p: measure_point(loaded, cfg, p, http), speed_probe=True,
+                                           **common))
     return pd.concat(frames, ignore_index=True)
 
 

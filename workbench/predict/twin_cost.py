@@ -44,6 +44,16 @@ off e2e), charged per step it is bounded (results/LOG.md, 2026-12-05). A calibra
 experiments is then in-sample, and the validation leaves it out of its errors
 (:func:`workbench.cli.twin_validation.validate`).
 
+**The machine's speed at each moment** (:func:`workbench.run.drift.speed_probe`): where the rows' points carry a
+speed probe (``speed_probe_tpot_s``, the drift reference right before and after the point; :func:`with_speed` joins
+it from ``points.parquet``), :func:`fit` and :func:`with_serving` first divide each row's times by its point's
+``probe / reference`` (``reference_tpot_s``: the median probe over the fitted workloads), so the coefficients are the
+costs at one speed, and :meth:`StepCost.at_speed` rescales the whole model to a measured point's own probe before the
+twin predicts it. This VM's speed swings 25-58% within a sweep; a sweep's start and end references did not follow it
+(scaling by them left the twin 13-26% off e2e, results/LOG.md 2026-12-05), a reading beside each point does. A row
+without a probe counts as measured at the reference speed, and a cost without ``reference_tpot_s`` is never
+rescaled.
+
 A calibration travels as ``twin_calibration.json`` (:func:`save`, :func:`load`; ``workbench simulate --out`` writes
 it), so a twin can be built from someone else's shared run without its model.
 """
@@ -81,6 +91,8 @@ class StepCost:
         serving_first_s, serving_step_s: the served request's own costs (:func:`with_serving`), already
             included in ``first_token_overhead_s`` and ``b0`` (per step); 0 when not calibrated on served rows.
         serving_points: the point ids the serving terms were fitted on (empty when none).
+        reference_tpot_s: the speed probe (:func:`workbench.run.drift.speed_probe`, seconds) the coefficients are
+            the costs at (:meth:`at_speed`); NaN: fitted without probes, never rescaled.
         n_rows: measured rows the fit saw (0: not a fit on measurements).
         in_sample_prefill_error, in_sample_step_error, loo_prefill_error, loo_step_error: median
             ``|predicted / measured - 1|``; ``loo_*`` leave-one-workload-out (the error to quote); NaN when unknown.
@@ -99,6 +111,7 @@ class StepCost:
     serving_first_s: float = 0.0
     serving_step_s: float = 0.0
     serving_points: tuple = ()
+    reference_tpot_s: float = float("nan")
     in_sample_prefill_error: float = float("nan")
     in_sample_step_error: float = float("nan")
     loo_prefill_error: float = float("nan")
@@ -137,6 +150,20 @@ class StepCost:
         return (self.prefill_s(1, prompt_tokens) + self.first_token_overhead_s
                 + float(self.steps_s(1, prompt_tokens, max(output_tokens - 1, 0)).sum()))
 
+    def at_speed(self, probe_tpot_s) -> tuple["StepCost", float]:
+        """This cost at the machine's speed of a moment whose speed probe read ``probe_tpot_s`` seconds
+        (:func:`workbench.run.drift.speed_probe`): every time term times ``factor = probe_tpot_s /
+        reference_tpot_s``.
+
+        Returns:
+            ``(cost, factor)``; ``(self, 1.0)`` when either figure is missing, NaN or not positive.
+        """
+        factor = _speed_factor(probe_tpot_s, self.reference_tpot_s)
+        if factor == 1.0:
+            return self, 1.0
+        terms = PREFILL_TERMS + STEP_TERMS + ("first_token_overhead_s", "serving_first_s", "serving_step_s")
+        return dataclasses.replace(self, **{k: getattr(self, k) * factor for k in terms}), factor
+
     def describe(self) -> str:
         """One line: the source and the out-of-sample errors."""
         err = (f"leave-one-workload-out error prefill {self.loo_prefill_error:.0%}, step {self.loo_step_error:.0%}"
@@ -145,7 +172,9 @@ class StepCost:
                   f"{self.serving_step_s * 1e3:.1f} ms per decode step, from the one-at-a-time served "
                   f"point{'s' if len(self.serving_points) > 1 else ''} {', '.join(self.serving_points)}"
                   if self.serving_points else "")
-        return f"cost model {self.source} ({self.n_rows} rows; {err}{served})"
+        speed = (f"; costs at the speed probe's {self.reference_tpot_s * 1e3:.1f} ms, rescaled to each measured "
+                 f"point's own" if _positive(self.reference_tpot_s) else "")
+        return f"cost model {self.source} ({self.n_rows} rows; {err}{served}{speed})"
 
     def to_dict(self) -> dict:
         return {"version": VERSION, **dataclasses.asdict(self)}
@@ -162,6 +191,30 @@ class StepCost:
 
 
 # ----------------------------------------------------------------------------- fitting
+
+
+def _positive(v) -> bool:
+    try:
+        return math.isfinite(float(v)) and float(v) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _speed_factor(probe, reference) -> float:
+    """``probe / reference`` (both seconds); 1.0 when either is missing, NaN or not positive."""
+    return float(probe) / float(reference) if _positive(probe) and _positive(reference) else 1.0
+
+
+def with_speed(requests: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` with each row's point's speed probe (``speed_probe_tpot_s``,
+    :func:`workbench.run.drift.speed_probe`) joined from ``points`` by ``point_id``; ``requests`` unchanged when
+    either table lacks the columns."""
+    col = "speed_probe_tpot_s"
+    if points is None or points.empty or col not in points or "point_id" not in points or "point_id" not in requests:
+        return requests
+    probe = pd.to_numeric(points.drop_duplicates("point_id").set_index("point_id")[col], errors="coerce")
+    probe.index = probe.index.astype(str)
+    return requests.assign(**{col: requests["point_id"].astype(str).map(probe).astype(float)})
 
 
 def _nnls(X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -216,7 +269,8 @@ def plain_rows(requests: pd.DataFrame) -> pd.DataFrame:
 
 def rows_for_fit(requests: pd.DataFrame) -> pd.DataFrame:
     """The measured rows a fit can use: ``batch`` (``batch_size``, else ``engine_batch``), ``prompt_tokens``,
-    ``output_tokens``, ``prefill_s``, ``tpot_s`` numeric; errored rows and rows of another configuration than the
+    ``output_tokens``, ``prefill_s``, ``tpot_s`` numeric (``ttft_s``, ``queue_s``, ``speed_probe_tpot_s`` kept
+    where present); errored rows and rows of another configuration than the
     served one (:func:`plain_rows`) dropped."""
     df = plain_rows(requests)
     if "error" in df:
@@ -225,9 +279,19 @@ def rows_for_fit(requests: pd.DataFrame) -> pd.DataFrame:
     if "engine_batch" in df:
         batch = batch.fillna(pd.to_numeric(df["engine_batch"], errors="coerce"))
     out = pd.DataFrame({"batch": batch.fillna(1.0)})
-    for col in ("prompt_tokens", "output_tokens", "prefill_s", "tpot_s", "ttft_s", "queue_s"):
+    for col in ("prompt_tokens", "output_tokens", "prefill_s", "tpot_s", "ttft_s", "queue_s", "speed_probe_tpot_s"):
         out[col] = pd.to_numeric(df.get(col, pd.Series(np.nan, index=df.index)), errors="coerce")
     return out[out["prompt_tokens"] > 0]
+
+
+def _at_reference(df: pd.DataFrame, reference: float) -> pd.DataFrame:
+    """:func:`rows_for_fit` rows with their times (``prefill_s``, ``tpot_s``, ``ttft_s``; not the queue, which is
+    other requests' service) divided by their speed factor (module docstring); rows without a probe unchanged."""
+    if not _positive(reference):
+        return df
+    factor = df["speed_probe_tpot_s"].map(lambda v: _speed_factor(v, reference))
+    times = ("prefill_s", "tpot_s", "ttft_s")   # each measured time brought to the reference speed (not a TPOT formula)
+    return df.assign(**{col: df[col].div(factor) for col in times})
 
 
 def _medians(df: pd.DataFrame, col: str) -> pd.DataFrame:
@@ -241,13 +305,20 @@ def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
     """:class:`StepCost` fitted on measured request rows (module docstring), with its out-of-sample error.
 
     Args:
-        requests: rows of a run's ``requests.parquet`` (any experiments; :func:`rows_for_fit` picks the usable).
+        requests: rows of a run's ``requests.parquet`` (any experiments; :func:`rows_for_fit` picks the usable),
+            with their point's ``speed_probe_tpot_s`` where measured (:func:`with_speed`; module docstring).
         source: the label kept in :attr:`StepCost.source`.
 
     Raises:
         ParameterError: fewer than 3 rows with ``prefill_s`` or 4 with ``tpot_s`` (one line).
     """
     df = rows_for_fit(requests)
+    # the rows' speed probes: one reference (the median over workloads of their median probe), every row's times
+    # brought to it (module docstring)
+    probed = df[df["speed_probe_tpot_s"] > 0]
+    reference = (float(probed.groupby(["batch", "prompt_tokens"])["speed_probe_tpot_s"].median().median())
+                 if len(probed) else float("nan"))
+    df = _at_reference(df, reference)
     # one observation per workload (its median): the repeats of a point share its moment on this machine and are not
     # independent observations, and 56 repeats of one workload must not outweigh one repeat of another
     pre = _medians(df[np.isfinite(df["prefill_s"]) & (df["prefill_s"] > 0)], "prefill_s")
@@ -275,8 +346,9 @@ def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
     if bb.sum() <= 0:
         bb[0] = float(np.median(yd))
     return StepCost(*map(float, a), *map(float, bb), first_token_overhead_s=first, source=source, n_rows=int(len(df)),
-                    in_sample_prefill_error=_ape(Xp @ a, y), in_sample_step_error=_ape(Xd @ bb, yd),
-                    loo_prefill_error=_loo(Xp, y, gp), loo_step_error=_loo(Xd, yd, gd))
+                    reference_tpot_s=reference, in_sample_prefill_error=_ape(Xp @ a, y),
+                    in_sample_step_error=_ape(Xd @ bb, yd), loo_prefill_error=_loo(Xp, y, gp),
+                    loo_step_error=_loo(Xd, yd, gd))
 
 
 def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
@@ -287,7 +359,8 @@ def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
     Args:
         cost: a cost fitted on bare ``generate`` rows (:func:`fit`).
         requests: request rows with ``point_id``, ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``queue_s``,
-            ``tpot_s`` (``queue_s`` absent: 0).
+            ``tpot_s`` (``queue_s`` absent: 0) and, where measured, ``speed_probe_tpot_s`` (:func:`with_speed`: the
+            rows are brought to ``cost.reference_tpot_s`` first).
         point_ids: the calibration points' ids.
 
     Returns:
@@ -297,7 +370,7 @@ def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
     """
     ids = [str(p) for p in point_ids]
     rows = requests[requests["point_id"].astype(str).isin(ids)] if "point_id" in requests else requests.iloc[:0]
-    df = rows_for_fit(rows)
+    df = _at_reference(rows_for_fit(rows), cost.reference_tpot_s)   # each point at the cost's speed
     df = df[np.isfinite(df["ttft_s"])]
     if df.empty:
         return cost
@@ -429,4 +502,8 @@ def load(run_dir) -> StepCost:
     req = run / "requests.parquet"
     if not req.is_file():
         raise ParameterError(f"calibration: {str(run)!r} has neither {CALIBRATION_FILE} nor requests.parquet")
-    return fit(pd.read_parquet(req), source=f"fit:{run.name}")
+    points = run / "points.parquet"
+    requests = pd.read_parquet(req)
+    if points.is_file():
+        requests = with_speed(requests, pd.read_parquet(points))
+    return fit(requests, source=f"fit:{run.name}")

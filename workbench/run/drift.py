@@ -97,6 +97,31 @@ def finish(run: Path, experiment: str, loaded, begun: Start, rows: list) -> None
     check(run, experiment, begun.tpot_s, reference_tpot_s(loaded), rows)
 
 
+#: A point shorter than this (seconds; a point of an interleaved block whose rounds its block's first point measured)
+#: takes its speed probe's before reading as its after reading too (:func:`speed_probe`).
+PROBE_MIN_POINT_S = 1.0
+#: The speed probe's columns on a point row (:func:`speed_probe`).
+PROBE_COLUMNS = ("speed_probe_tpot_s", "speed_probe_before_tpot_s", "speed_probe_after_tpot_s")
+
+
+def speed_probe(before: float, after: float) -> dict:
+    """A point's speed probe columns (:data:`PROBE_COLUMNS`): the drift reference (:func:`reference_tpot_s`)
+    measured right before and right after the point, and ``speed_probe_tpot_s``, their geometric mean (the
+    machine's speed while the point ran; NaN where a reading is missing or not positive).
+
+    The serving twin (:mod:`workbench.predict.twin_cost`) rescales its cost model by it: its calibration rows to a
+    common speed, each predicted point to the speed at its moment. This VM's speed swings 25-58% within a sweep
+    (results/LOG.md, 2026-12-05), and a sweep's start and end references miss the swings between them; a reading
+    beside each point follows them. ``run_sweep(..., speed_probe=True)`` takes it; the before reading reuses the
+    previous point's after reading when at most :data:`REFERENCE_REUSE_S` old, so a point pays one reference
+    (~1 s on the 2-core VM).
+    """
+    ok = all(v is not None and math.isfinite(v) and v > 0 for v in (before, after))
+    return {"speed_probe_tpot_s": math.sqrt(before * after) if ok else float("nan"),
+            "speed_probe_before_tpot_s": float(before) if before is not None else float("nan"),
+            "speed_probe_after_tpot_s": float(after) if after is not None else float("nan")}
+
+
 HISTORY_KEYS = ("reference_tpot_s", "drift", "drift_note")
 
 

@@ -20,6 +20,7 @@ import itertools
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -146,6 +147,7 @@ def run_sweep(
     config=None,
     loaded=None,
     executor=None,
+    speed_probe: bool = False,
 ) -> pd.DataFrame:
     """Measure every point, writing each as it finishes; failures are recorded, not raised.
 
@@ -223,8 +225,11 @@ def run_sweep(
     bar = tqdm(todo if executor is None else executor.completed(todo), total=len(todo), desc=experiment,
                unit="point", file=sys.stderr, mininterval=1.0)
     rows = []
+    probing = speed_probe and loaded is not None and executor is None
     for i, (p, pid) in enumerate(bar, 1):
         meta = {"experiment": experiment, "params": p, "started_utc": _utc()}
+        if probing:  # the previous point's after reading, when recent, is this one's before reading
+            before, begun = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S), time.monotonic()
         base = {"run_id": run_id, "experiment": experiment, "point_id": pid, **model_cols, **p}
         try:
             if inject and inject in pid:
@@ -234,6 +239,9 @@ def run_sweep(
             req, row = point_result.point_rows(result, base, slo_ttft_s, slo_tpot_s, info, env)
             if model_cols.get("random_weights"):
                 req, row = _quality_off(req, row)
+            if probing:
+                short = time.monotonic() - begun < drift.PROBE_MIN_POINT_S   # measured with its block's first point
+                row.update(drift.speed_probe(before, before if short else drift.reference_tpot_s(loaded)))
             meta.update(status="ok")
         except Exception as exc:  # noqa: BLE001 - a failed point is data, not a crash
             reason = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
