@@ -49,10 +49,15 @@ def test_repeat_ci_is_a_t_interval_over_repeat_medians_and_needs_two_repeats():
 
     req = pd.DataFrame({"repeat": [0] * 5 + [1] * 5 + [2] * 5, "ttft_s": [1.0] * 5 + [1.2] * 5 + [1.4] * 5})
     lo, hi = metrics.repeat_ci(req, "ttft_s")
-    half = stats.t.ppf(0.975, 2) * np.std([1.0, 1.2, 1.4], ddof=1) / np.sqrt(3)  # by hand: mean 1.2
-    assert (lo, hi) == pytest.approx((1.2 - half, 1.2 + half))
+    logs = np.log([1.0, 1.2, 1.4])   # by hand, on the log scale: a latency's noise scales it
+    half = stats.t.ppf(0.975, 2) * np.std(logs, ddof=1) / np.sqrt(3)
+    assert (lo, hi) == pytest.approx((np.exp(logs.mean() - half), np.exp(logs.mean() + half)))
     assert lo < 1.0 and hi > 1.4  # wider than the range of the medians, which the bootstrap returned
     assert all(math.isnan(v) for v in metrics.repeat_ci(req[req["repeat"] == 0], "ttft_s"))
+    # two far-apart medians (one repeat in a slow moment): the arithmetic t interval ran below 0 s
+    two = pd.DataFrame({"repeat": [0] * 3 + [1] * 3, "ttft_s": [0.02] * 3 + [0.12] * 3})
+    lo, hi = metrics.repeat_ci(two, "ttft_s")
+    assert 0 < lo < 0.02 and hi > 0.12
 
 
 def test_verdict_marks_loaded_points_invalid():

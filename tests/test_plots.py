@@ -94,3 +94,18 @@ def test_every_experiment_figure_goes_through_the_tidy_legend():
     bare = sorted(n for n, m in modules.items() if hasattr(m, "figures") and m.figures.__code__ is not wrapper_code)
     assert not bare, f"figures() not decorated with plots.split_by_device in {bare}"
 
+
+
+def test_a_table_figure_is_sized_to_show_every_row_and_says_why_it_is_empty():
+    """The serving recommendation's PNG showed 2 of its 7 rows under clipped headers (plotly's default 500 px), and
+    the scheduling one an empty table with no reason."""
+    from workbench.share.plots import table_figure
+
+    rows = pd.DataFrame({"slo": [f"preset_{i}" for i in range(7)], "max_rate_rps": [1.5] * 7,
+                         "verdict": ["met: one-sided 95% lower bound of attainment 0.93 >= 0.9 over 80 requests"] * 7})
+    fig, few = table_figure(rows, "t"), table_figure(rows.head(2), "t")
+    assert fig.layout.height > few.layout.height and fig.layout.width >= 700
+    assert list(fig.data[0].cells.values[0]) == list(rows["slo"])   # every row is in the table
+    assert fig.layout.height >= 130 + 7 * 26                         # and the figure is tall enough for them
+    empty = table_figure(rows.iloc[:0], "t", empty_reason="no usable fcfs run of the mixed workload")
+    assert not empty.data and "no rows: no usable fcfs run" in empty.layout.annotations[0].text

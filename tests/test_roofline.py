@@ -1,6 +1,7 @@
 """The calibrated roofline: formulas against hand-computed values on a tiny config, the calibration fit,
 the residual summary, and `workbench plan` / `--dry-run` without loading weights."""
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -490,3 +491,25 @@ def test_a_moderate_move_is_rescaled_even_with_the_model_loaded(tmp_path, monkey
     calls = _stale_cache(tmp_path, monkeypatch, today)
     dev, calib = roofline_calibration.checked_cached(str(tmp_path), "cpu", "float32", 1, SimpleNamespace())
     assert calls["refit"] == 0 and calib.check.startswith("rescaled") and dev.flops_per_s == today.flops_per_s
+
+
+def test_the_plan_counts_every_sweep_a_notebook_runs():
+    """``workbench plan default`` said 58 points where the run measured 73: streaming anatomy's three sweeps, the
+    compression notebook's chat sweep and long output's grid were one "(single)" row or missing."""
+    s = roofline.ModelShape.from_config(TINY)
+    pred = roofline_calibration.Predictor(s, roofline.Device(1e9, 1e10, 1), roofline.Calibration(step_overhead_s=0.01))
+    from workbench.run import notebooks
+
+    suite = {Path(e["notebook"]).stem: e for e in notebooks.load_suite("default")["notebooks"]}
+    plan = predictions.plan_entries([suite[k] for k in ("04_streaming_anatomy", "06_context_compression",
+                                                        "07_long_output")], pred, load_s=0.0)
+    by = plan.groupby("notebook")["point_id"].apply(list)
+    p04 = suite["04_streaming_anatomy"]["parameters"]
+    sweeps = [pid.split("/")[0] for pid in by["04_streaming_anatomy"]]
+    assert sweeps.count("http") == len(p04["http_concurrency"])
+    assert sweeps.count("streaming") == len(p04["output_tokens"]) and "granularity" in sweeps
+    assert any(pid.startswith("compression_chat/") for pid in by["06_context_compression"])
+    e07 = suite["07_long_output"]
+    p07 = notebooks.validate_parameters(e07["notebook"], e07["parameters"])   # the notebook's defaults, then the suite's
+    assert len(by["07_long_output"]) == len(p07["languages"]) * len(p07["strategies"]) > 1
+    assert not any("(single)" in pid for pid in plan["point_id"])

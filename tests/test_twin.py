@@ -91,6 +91,11 @@ def test_admission_limit_refuses_with_retry_after_and_patience_abandons():
     specs = twin.trace_specs([{"offset_s": 0.0, "prompt_tokens": 32, "output_tokens": 16} for _ in range(10)])
     res = twin.simulate(COST, specs, twin.TwinConfig(engine="fifo", max_pending=3, max_retries=0))
     assert (res.rows["http_status"] == 429).sum() == 7 and res.summary["refused"] == 7
+    # the 3 served still count: a row's error read back from a table is NaN, not None (the counting window took
+    # NaN for an error and the point's throughput was 0 / NaN with refusals); the window opens at the first
+    # completion, so 2 of the 3 are inside it
+    assert res.summary["not_served"] == 7 and res.summary["requests_in_window"] == 2
+    assert res.summary["request_throughput_rps"] > 0
     again = twin.simulate(COST, specs, twin.TwinConfig(engine="fifo", max_pending=3, max_retries=50))
     assert (again.rows["output_tokens"] == 16).all() and again.rows["retries"].max() > 0
     impatient = [twin.TwinSpec(0.0, 32, 16, patience_s=1.0) for _ in range(10)]
@@ -545,3 +550,24 @@ def test_the_validation_predicts_each_point_at_its_own_moments_speed(tmp_path):
     joined = twin_cost.with_speed(results.read_requests(run), results.read_points(run))
     assert joined.groupby("point_id")["speed_probe_tpot_s"].nunique().eq(1).all()
     assert sorted(joined["speed_probe_tpot_s"].unique()) == pytest.approx([0.04, 0.05, 0.065, 0.075])
+
+
+def test_a_simulated_run_is_not_called_comparable_in_its_token_counts(tmp_path):
+    """``workbench report RUN SIMULATED_RUN`` called the twin's token counts, warm-up and TTFT start "same" as a
+    measured run's: the simulated run's provenance says what it is, and the check cautions that a difference is
+    the twin's error."""
+    from workbench.run import results
+    from workbench.share import formats
+
+    measured = _measured_run(tmp_path, COST)
+    sim = results.create_run("sim")
+    res = twin.simulate(COST, twin.open_loop("poisson", 20, 0.5, 64, 16), twin.TwinConfig(engine="fifo"), "poisson",
+                        rate=0.5)
+    results.write_table(sim / "points.parquet", pd.DataFrame([{**res.summary, "experiment": "simulate",
+                                                               "point_id": "simulate/x", "status": "ok"}]))
+    assert formats.provenance(sim)["token_counts"].startswith("simulated")
+    lines, left = formats.comparability([measured, sim])
+    text = "\n".join(lines)
+    assert "token counts: DIFFERENT" in text and "warm-up: DIFFERENT" in text and "TTFT counted from: DIFFERENT" in text
+    assert "B (workbench twin (simulated" in text and "caution: run B is the serving twin's prediction" in text
+    assert "goodput_rps" not in left   # the twin scores the workbench's own SLO definitions

@@ -371,3 +371,12 @@ def test_the_in_flight_growth_test_decides_where_the_counts_cannot(exponential):
     assert light[saturation.KEPT_UP] >= 0.6 and light[saturation.FELL_BEHIND] <= 0.02
     assert heavy[saturation.FELL_BEHIND] >= 0.6 and heavy[saturation.KEPT_UP] <= 0.05
     assert light_counts[saturation.KEPT_UP] <= 0.05 and heavy_counts[saturation.FELL_BEHIND] <= 0.5
+
+
+def test_a_row_failed_only_when_its_error_says_so():
+    """None, NaN (a row read back from a DataFrame) and "" are no error; NaN is true in Python, so ``not
+    row.get("error")`` had called such rows failed."""
+    from workbench.serving.load import failed
+
+    assert not failed({"error": None}) and not failed({"error": float("nan")}) and not failed({"error": ""})
+    assert not failed({}) and failed({"error": "EngineFull: 4 requests pending"})

@@ -311,6 +311,8 @@ def command(args) -> int:
                                rates, args.sweep_points, args.arrival, seed=args.seed, trace_rows=trace_rows)
     show = ["engine", "profile", "offered_rps", "request_throughput_rps", "ttft_s_p50", "ttft_s_p90", "e2e_s_p50",
             "queue_s_p50", "kept_up"]
+    # an admission limit or patience at work: how many were refused (429), resent, abandoned, never served
+    show += [c for c in ("refused", "retried", "abandoned", "not_served") if c in pts and (pts[c] > 0).any()]
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(pts[show].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         if len(policies) > 1 or policies[0] != "fcfs":

@@ -14,30 +14,33 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype", default="bfloat16", help="the what-if model's dtype (default bfloat16)")
     p.add_argument("--validate", metavar="RUN_DIR", help="simulate every measured serving/scheduling point of a run "
                    "and write twin_validation.csv and the MAPE into its metrics.json")
-    p.add_argument("--engines", default="fifo,static,continuous")
+    p.add_argument("--engines", default="fifo,static,continuous",
+                   help="comma-separated engines to simulate: fifo, static, continuous (default: all three)")
     p.add_argument("--policies", default="fcfs", help="fcfs,priority,sjf,lanes (more than fcfs: notebook 11's mix)")
     p.add_argument("--scheduling-engine", default="fifo", help="engine of the policies' mixed workload")
     p.add_argument("--load-factor", type=float, default=0.9, help="mixed workload: rate over one-at-a-time capacity")
     p.add_argument("--arrival", default="poisson", help="constant, poisson or gamma")
     p.add_argument("--rates", default="", help="comma-separated offered rates (req/s); default: a sweep as notebook 08")
-    p.add_argument("--sweep-points", type=int, default=3)
+    p.add_argument("--sweep-points", type=int, default=3,
+                   help="open-loop rates between the simulated synchronous and throughput rates (without --rates)")
     p.add_argument("--trace", help="replay a JSONL trace (offset_s, prompt_tokens, output_tokens)")
     p.add_argument("--requests", type=int, default=200, help="requests per point")
-    p.add_argument("--prompt-tokens", type=int, default=64)
-    p.add_argument("--max-new-tokens", type=int, default=16)
-    p.add_argument("--max-batch-size", type=int, default=8)
-    p.add_argument("--batch-window-s", type=float, default=0.05)
+    p.add_argument("--prompt-tokens", type=int, default=64, help="prompt tokens of each request (default 64)")
+    p.add_argument("--max-new-tokens", type=int, default=16, help="output tokens of each request (default 16)")
+    p.add_argument("--max-batch-size", type=int, default=8, help="rows an engine batches at most (default 8)")
+    p.add_argument("--batch-window-s", type=float, default=0.05,
+                   help="static engine: seconds it waits to fill a batch (default 0.05)")
     p.add_argument("--max-pending", type=int, default=None, help="admission limit per replica (429 beyond)")
     p.add_argument("--prefix-sharing", action="store_true", help="continuous engine's prefix cache")
     p.add_argument("--max-batch-tokens", type=int, default=512, help="continuous: tokens per forward step")
     p.add_argument("--page-size", type=int, default=32, help="continuous: cache page tokens (prefix sharing's unit)")
-    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--replicas", type=int, default=1, help="engine replicas behind the router (default 1)")
     p.add_argument("--router", default="round_robin",
                    help="round_robin, least_outstanding or prefix_affinity (workbench.predict.twin.ROUTERS)")
     p.add_argument("--capacity", action="store_true", help="search the max rate per SLO preset (--slo)")
     p.add_argument("--slo", default="", help="comma-separated presets (default: all)")
     p.add_argument("--target", type=float, default=0.9, help="SLO attainment target")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the arrivals (same seed: same trace, same result)")
     p.add_argument("--confirm", type=int, default=0, metavar="K",
                    help="then measure the K most interesting points (knee, the rate past it) for real and print the "
                         "twin's error on them (loads --model)")

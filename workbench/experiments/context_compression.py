@@ -136,6 +136,12 @@ class Config(SweepConfig):
                 pts.append({"strategy": "summary", "ratio": max(self.ratios), "context_tokens": n, "depth": mid})
         return pts
 
+    def plan_points(self) -> list[tuple[str, dict]]:
+        """``(experiment, point)`` of both sweeps :func:`run` measures (``workbench plan`` counts them): the
+        document points, then the chat points when ``chat_lengths`` and ``chat_strategies`` are set."""
+        chat = self.chat_grid() if self.chat_lengths and self.chat_strategies else []
+        return [(EXPERIMENT, p) for p in self.grid()] + [(CHAT_EXPERIMENT, p) for p in chat]
+
     def chat_grid(self) -> list[dict]:
         """Chat points (fact in the turn at depth 0.1): strategies x ratios x ``chat_lengths``."""
         return [{"strategy": s, "ratio": r, "context_tokens": n, "depth": 0.1}

@@ -82,6 +82,11 @@ class Config(sweeps.SweepConfig):
     def topic(self, language: str) -> str:
         return {"en": self.topic_en, "zh": self.topic_zh}[language]
 
+    def grid(self) -> list[dict]:
+        """Points: every (language, strategy), language outermost (what :func:`run` sweeps; ``workbench plan``
+        counts them)."""
+        return sweeps.expand_grid(language=self.languages, strategy=self.strategies)
+
 
 #: Per-request columns summarised (median, ``<column>_p50``) in each point.
 SUMMARY_COLUMNS = ("coverage", "repetition", "sections_found", "first_text_s", "first_section_s", "chars")
@@ -216,7 +221,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     Returns:
         The ``long_output`` points.
     """
-    grid = sweeps.expand_grid(language=cfg.languages, strategy=cfg.strategies)
+    grid = cfg.grid()
     state = {"run_dir": run_dir}
 
     def measure(p):

@@ -69,7 +69,7 @@ from workbench.stats.replicates import compare_runs
 from workbench.run import sweeps
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.share.plots import split_by_device
+from workbench.share.plots import split_by_device, table_figure
 from workbench.run.point_result import PointResult
 from workbench.serving import engine_kinds, options, scheduling, senders
 from workbench.serving.conversations import multiturn, shared_prefix_group
@@ -581,11 +581,17 @@ def prefix_cache_savings(points: pd.DataFrame, requests: pd.DataFrame) -> go.Fig
 def recommendation_table(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
     """The :func:`recommend` table as a figure."""
     rec = recommend(points, requests)
-    cols = list(rec.columns) if not rec.empty else ["policy"]
-    cells = [rec[c].map(lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)) for c in cols] if not rec.empty else [[]]
-    fig = go.Figure(go.Table(header=dict(values=cols), cells=dict(values=cells)))
-    fig.update_layout(title="Policy per workload: interactive TTFT and its cost to background requests (vs fcfs)")
-    return fig
+    why = ""
+    if rec.empty:
+        mixed = points[points.get("workload", pd.Series(dtype=str)) == "mixed"] if not points.empty else points
+        usable = evidence.usable_points(mixed, serving=True) if not mixed.empty else mixed
+        arms = set(usable.get("policy", pd.Series(dtype=str)).dropna())
+        why = ("no mixed-workload point measured" if mixed.empty else
+               f"no usable fcfs run of the mixed workload to compare with ({len(mixed) - len(usable)} of {len(mixed)} "
+               "mixed points invalid or stopped early)" if "fcfs" not in arms else
+               "only fcfs measured: no policy to compare with it")
+    return table_figure(rec, "Policy per workload: interactive TTFT and its cost to background requests (vs fcfs)",
+                        empty_reason=why)
 
 
 @split_by_device

@@ -50,7 +50,7 @@ from workbench.run import sweeps
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
 from workbench.share.figures_serving import gantt, goodput_vs_rate, latency_vs_throughput, queue_vs_rate, time_slices
-from workbench.share.plots import ok_points, split_by_device
+from workbench.share.plots import ok_points, split_by_device, table_figure
 from workbench.run.point_result import PointResult
 from workbench.serving import endpoint as endpoint_mod
 from workbench.serving import engines as engines_mod
@@ -565,11 +565,12 @@ def recommendation_table(points: pd.DataFrame, target: float = 0.9) -> go.Figure
     rec = recommend(points, target)
     cols = ["slo", "engine", "max_rate_rps", "goodput_rps", "attainment", "attainment_low", "attainment_high",
             "attainment_lower", "requests", "verdict", "source"]
-    cells = [rec[c].map(lambda v: f"{v:.3g}" if isinstance(v, float) else (v or "none")) if c in rec else [] for c in cols]
-    fig = go.Figure(go.Table(header=dict(values=cols), cells=dict(values=cells)))
-    fig.update_layout(title=f"Recommended engine per SLO (one-sided 95% lower bound of attainment >= {target:.0%}; "
-                            "MLPerf presets at p99 from >= 100 requests)")
-    return fig
+    usable = evidence.usable_points(points, serving=True) if not points.empty else points
+    why = ("no usable open-loop point (valid, not stopped early)" if usable.empty
+           else f"no SLO preset scored on the {len(usable)} usable points")
+    return table_figure(rec[[c for c in cols if c in rec]] if not rec.empty else rec,
+                        f"Recommended engine per SLO (one-sided 95% lower bound of attainment >= {target:.0%}; "
+                        "MLPerf presets at p99 from >= 100 requests)", empty_reason=why)
 
 
 @split_by_device

@@ -124,6 +124,13 @@ class Config(sweeps.SweepConfig):
                                   ignore_eos=self.ignore_eos if ignore_eos is None else ignore_eos,
                                   temperature=self.temperature, top_p=self.top_p, seed=self.seed)
 
+    def plan_points(self) -> list[tuple[str, dict]]:
+        """``(experiment, point)`` of the three sweeps :func:`run` measures (``workbench plan`` counts them): the
+        streaming points (one per ``output_tokens``), the granularities, and the HTTP concurrencies when ``http``."""
+        return ([("streaming", {"max_new_tokens": n}) for n in self.output_tokens]
+                + [("granularity", {"granularity": g}) for g in self.granularities]
+                + ([("http", {"concurrency": c}) for c in self.http_concurrency] if self.http else []))
+
     def timeline_prompts(self) -> list[str]:
         """``timeline_batch`` prompts cycling through :data:`DEFAULT_PROMPTS` (English and Chinese)."""
         return [DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)] for i in range(self.timeline_batch)]

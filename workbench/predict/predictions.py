@@ -85,10 +85,12 @@ def plan_entries(entries: list[dict], predictor: Predictor | None = None, load_s
         if predictor is None:
             dev = models.pick_device(getattr(cfg, "device", "auto"))
             predictor = Predictor.for_model(getattr(cfg, "model", "default"), dev, getattr(cfg, "dtype", "auto"))
-        points = cfg.grid() if hasattr(cfg, "grid") else [{}]
         exp = getattr(sys.modules[cls.__module__], "EXPERIMENT", name)
+        # every sweep the notebook runs: a config with several (streaming anatomy, compression's chat) lists them
+        pairs = (cfg.plan_points() if hasattr(cfg, "plan_points")
+                 else [(exp, p) for p in (cfg.grid() if hasattr(cfg, "grid") else [{}])])
         runs = int(getattr(cfg, "warmup", 0) or 0) + int(getattr(cfg, "repeats", 1) or 1)
-        for i, p in enumerate(points):
+        for i, (exp, p) in enumerate(pairs):
             w = workload_of(cfg, p)
             pr = predictor.predict(w["batch_size"], w["prompt_tokens"], w["output_tokens"],
                                    dtype=p.get("dtype"), threads=p.get("torch_threads"))

@@ -472,7 +472,8 @@ def summarize(rows: pd.DataFrame, profile: str, slos: Sequence | None = None, ra
     """A simulated point's columns, with the workbench's own definitions: the window and throughputs
     (:func:`workbench.serving.load.apply_window`, :func:`~workbench.serving.load.window_figures`,
     :func:`~workbench.serving.load.flow_rates`), TTFT / TPOT / e2e / queue percentiles
-    (:func:`workbench.stats.metrics.percentiles`), per SLO ``slo_attainment_<name>`` and ``goodput_rps_<name>``
+    (:func:`workbench.stats.metrics.percentiles`), the counts ``requests``, ``abandoned``, ``retried``, ``refused``
+    (a 429 at least once) and ``not_served`` (no token), per SLO ``slo_attainment_<name>`` and ``goodput_rps_<name>``
     (:func:`workbench.stats.slo.evaluate`), ``kept_up`` (:func:`workbench.serving.saturation.kept_up`)."""
     from workbench.serving.saturation import kept_up
 
@@ -488,7 +489,7 @@ def summarize(rows: pd.DataFrame, profile: str, slos: Sequence | None = None, ra
             summ[f"{col}_{k}"] = v
     summ.update(offered_rps=rate if rate is not None else summ.get("request_throughput_rps"), rate_rps=rate,
                 requests=int(len(df)), abandoned=int(df["abandoned"].sum()), retried=int((df["retries"] > 0).sum()),
-                refused=int((df["http_status"] == 429).sum()),
+                refused=int((df["http_status"] == 429).sum()), not_served=int((df["output_tokens"] < 1).sum()),
                 cache_hit_rate=float(df["cached_tokens"].sum() / df["prompt_tokens"].sum()))
     for s in (list(slos) if slos is not None else list(slo.PRESETS.values())):
         ev = slo.evaluate(df, s, summ["window_s"], summ["requests_planned_window"])

@@ -368,11 +368,20 @@ def flow_rates(rows: list) -> dict:
         return (len(times) - 1) / span if span > 0 else float("nan")
 
     arrivals = [r["t_scheduled_s"] for r in rows]
-    completions = [r["t_end_s"] for r in rows if not r.get("error")]
+    completions = [r["t_end_s"] for r in rows if not failed(r)]
     out = {"arrival_rps": rate(arrivals), "completion_rps": rate(completions),
            "arrival_count": len(arrivals), "completion_count": len(completions)}
     out.update(backlog_growth(arrivals, [r.get("t_end_s", float("nan")) for r in rows]))
     return out
+
+
+def failed(row: dict) -> bool:
+    """Whether a request row failed: its ``error`` is set (a message). ``None``, NaN and ``""`` are no error: a row
+    that went through a DataFrame (the twin's rows, a table read back) holds NaN where it held None, and NaN is true
+    in Python, so ``not row.get("error")`` called every such row failed (the twin counted 0 of 8 completions in a
+    run with refusals: throughput 0 / NaN)."""
+    e = row.get("error")
+    return e is not None and e == e and str(e) != ""
 
 
 BACKLOG_BATCHES = 5      # batch means for the backlog's slope (:func:`backlog_growth`)
@@ -470,7 +479,7 @@ def apply_window(rows: list, warmup_s: float, cooldown_s: float, open_loop: bool
         t = m["t_scheduled_s"]
         m["in_window"] = not (t == t) or lo - 1e-9 <= t <= hi + 1e-9
     kept = [r for r in rows if r["kept"]]
-    done = [r for r in kept if not r.get("error") and (r.get("output_tokens") or 0) >= 1]
+    done = [r for r in kept if not failed(r) and (r.get("output_tokens") or 0) >= 1]
     wall = (max(r["t_end_s"] for r in kept) - min(r["t_start_s"] for r in kept)) if kept else nan
     if open_loop:
         a = min((r["t_end_s"] for r in done), default=nan)
@@ -540,7 +549,7 @@ def token_times(row: dict) -> list[float]:
     """
     n = int(row.get("output_tokens") or 0)
     t_sched, ttft = row.get("t_scheduled_s", row.get("t_start_s")), row.get("ttft_s")
-    if n < 1 or row.get("error") or t_sched is None or ttft is None or not (ttft == ttft):
+    if n < 1 or failed(row) or t_sched is None or ttft is None or not (ttft == ttft):
         return []
     first = float(t_sched) + float(ttft)
     gaps = row.get("itl_s")
@@ -576,10 +585,10 @@ def time_slices(rows: list, slice_s: float = 5.0) -> pd.DataFrame:
         a, b = k * slice_s, (k + 1) * slice_s
         done = [r for r in rows if a <= r["t_end_s"] < b or (k == 0 and r["t_end_s"] < a)]
         out.append({"slice_start_s": a, "started": sum(a <= r["t_start_s"] < b for r in rows),
-                    "completed": sum(not r.get("error") for r in done),
-                    "failed": sum(bool(r.get("error")) for r in done),
+                    "completed": sum(not failed(r) for r in done),
+                    "failed": sum(failed(r) for r in done),
                     "in_flight": sum(r["t_start_s"] < b <= r["t_end_s"] for r in rows),
                     "output_tokens": int(tokens[k]), "output_throughput_tps": int(tokens[k]) / slice_s,
-                    "ttft_s_p50": metrics.percentiles([r.get("ttft_s") for r in done if not r.get("error")],
+                    "ttft_s_p50": metrics.percentiles([r.get("ttft_s") for r in done if not failed(r)],
                                                       (50,))["p50"]})
     return pd.DataFrame(out)

@@ -108,7 +108,7 @@ def request_rows(rows: list[dict], trace_rows: list[dict], alone_s: dict) -> lis
         e2e, q, eta = r.get("e2e_s"), r.get("queue_s"), r.get("eta_s")
         r.update(request_class=t["request_class"], priority=t.get("priority", 0), max_tokens=t["output_tokens"],
                  max_new_tokens=t["output_tokens"], context_tokens=t["prompt_tokens"], temperature=0.0,
-                 slowdown=e2e / a if e2e is not None and a and a == a and not r.get("error") else float("nan"),
+                 slowdown=e2e / a if e2e is not None and a and a == a and not load.failed(r) else float("nan"),
                  eta_error_s=(eta - q) if eta is not None and q is not None else float("nan"))
         out.append(r)
     return out

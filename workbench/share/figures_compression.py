@@ -4,38 +4,24 @@ The point columns they read (names of :mod:`workbench.stats.columns`) are define
 :func:`quality_vs_ratio` and :func:`time_vs_ratio` (per strategy, from the summary over depths),
 :func:`total_vs_length`, :func:`depth_length_heatmap`, :func:`time_ratio` (total time over ``none`` paired within
 rounds and tasks, with the A/A band: :func:`workbench.stats.comparison.ratio_figure`), :func:`chat` and
-:func:`table_figure` (a table as a figure: the break-even lengths, the best strategy per length). Each returns a
+:func:`table_figure` (:func:`workbench.share.plots.table_figure`: the break-even lengths, the best strategy per length). Each returns a
 plotly figure; the experiment assembles them in ``figures``.
 """
 
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
 from workbench.share import plots
+from workbench.share.plots import table_figure  # noqa: F401 - the tables' one home, used as fc.table_figure
 from workbench.stats import comparison
 
 # point columns the summaries and figures read
 MATCH, LOGPROB, ROUGE = "substring_match_mean", "gold_logprob_mean", "rouge_l_mean"
 ACHIEVED, COMPRESSOR, TTFT, TTFT_TOTAL, TOTAL, PREFILLED = (
     "achieved_ratio_p50", "compressor_s_p50", "ttft_s_p50", "ttft_total_s_p50", "total_s_p50", "prefilled_tokens_p50")
-
-
-def table_figure(df: pd.DataFrame, title: str) -> go.Figure:
-    """A table as a figure (floats to 3 significant digits, infinity as ``never``)."""
-    def fmt(v):
-        if isinstance(v, float):
-            return "never" if math.isinf(v) else f"{v:.3g}"
-        return str(v)
-
-    fig = go.Figure(go.Table(header={"values": list(df.columns)},
-                             cells={"values": [[fmt(v) for v in df[c]] for c in df.columns]}))
-    fig.update_layout(title=title)
-    return fig
 
 
 def quality_vs_ratio(s: pd.DataFrame) -> go.Figure:

@@ -61,6 +61,17 @@ WORKBENCH_PROVENANCE = {
 }
 
 
+#: ``source`` of the serving twin's points (:data:`workbench.predict.twin.SOURCE`; not imported: formats reads runs)
+SIMULATED = "simulated"
+#: A simulated run's provenance (``workbench simulate --out``): the twin's virtual clock, no model, no tokenizer
+SIMULATED_PROVENANCE = {
+    "tool": "workbench twin (simulated: a prediction, not a measurement)",
+    "token_counts": "simulated: each request's stated prompt and output tokens (no tokenizer, no EOS)",
+    "warmup": "none: a cost model on a virtual clock has nothing to warm up",
+    "ttft_from": "the scheduled arrival, on the twin's virtual clock",
+}
+
+
 @dataclasses.dataclass
 class Imported:
     """One foreign file read into the workbench's names.
@@ -349,6 +360,11 @@ def provenance(run_dir) -> dict:
         return dict(manifest["imported"])
     pts = results.read_points(run_dir)
     prov = dict(WORKBENCH_PROVENANCE)
+    if "source" in pts and pts["source"].astype(str).eq(SIMULATED).any():
+        # the serving twin's points (workbench simulate --out): nothing was generated or measured
+        prov.update(SIMULATED_PROVENANCE if pts["source"].astype(str).eq(SIMULATED).all() else
+                    {k: f"mixed: measured and simulated points (the simulated: {v})"
+                     for k, v in SIMULATED_PROVENANCE.items()})
     if "ignore_eos" in pts and pts["ignore_eos"].notna().any():
         vals = set(pts["ignore_eos"].dropna().astype(bool))
         prov["ignore_eos"] = vals.pop() if len(vals) == 1 else "mixed"
@@ -397,7 +413,7 @@ def comparability(runs: list[Path]) -> tuple[list[str], dict[str, str]]:
         left["ttft_s_p99"] = "percentile definitions differ (tails move most between estimators)"
     if not same["itl"]:
         left["itl_s_p50"] = "ITL means different gaps in these runs (token ids, chunks, or not exported)"
-    if any(p.get("tool") != "workbench" for p in provs):
+    if any(not str(p.get("tool")).startswith("workbench") for p in provs):   # the twin scores the workbench's SLOs
         left["goodput_rps"] = "the SLO behind goodput is not recorded the same way in these tools"
     for p in provs:
         for metric, why in (p.get("left_out") or {}).items():
@@ -408,6 +424,11 @@ def comparability(runs: list[Path]) -> tuple[list[str], dict[str, str]]:
     if not same["token_counts"] or not same["warmup"] or not same["ttft_from"]:
         lines.append("  caution: token counts, warm-up or the TTFT start differ; compare ratios within a run, "
                      "and read absolute differences with that in mind")
+    sim = [n.split(" ")[0] for n, p in zip(names, provs) if SIMULATED in str(p.get("tool"))]
+    if sim:
+        lines.append(f"  caution: run {', '.join(sim)} is the serving twin's prediction, not a measurement: a "
+                     "difference from a measured run is the twin's error (or the machine's speed that moment), "
+                     "not an effect")
     return lines, left
 
 

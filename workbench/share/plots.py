@@ -280,3 +280,70 @@ def error_y(df: pd.DataFrame, column: str) -> dict | None:
         return None
     return dict(type="data", symmetric=False, array=(df[hi] - df[column]).clip(lower=0),
                 arrayminus=(df[column] - df[lo]).clip(lower=0))
+
+
+def _cell_text(v) -> str:
+    """A table cell: floats to 3 significant digits (infinity as ``never``, NaN as ``-``), None as ``none``."""
+    import math
+
+    if isinstance(v, float):
+        return "-" if v != v else ("never" if math.isinf(v) else f"{v:.3g}")
+    return "none" if v is None else str(v)
+
+
+def table_figure(df: pd.DataFrame, title: str, empty_reason: str = "") -> go.Figure:
+    """A table as a figure, sized to show every row and its headers (a static PNG / SVG keeps the figure's size:
+    plotly's default 500 px showed 2 of 7 rows of the serving recommendation and clipped its headers).
+
+    Args:
+        df: the rows to show (its columns are the headers; cells through :func:`_cell_text`).
+        title: the figure's title.
+        empty_reason: said in the figure when ``df`` has no rows (a table without rows and without a reason tells
+            the reader nothing).
+
+    Returns:
+        A ``go.Table`` figure whose ``height`` and ``width`` fit the rows (each row as tall as its longest cell
+        wraps), or, with no rows, a figure that says ``no rows: <empty_reason>``.
+    """
+    import math
+    import textwrap
+
+    if df is None or df.empty:
+        fig = go.Figure()
+        text = "<br>".join(textwrap.wrap(f"no rows: {empty_reason or 'nothing to show'}", 80))
+        fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+        fig.update_layout(title=title, height=260)
+        return fig
+    cols = [str(c) for c in df.columns]
+    cells = [[_cell_text(v) for v in df[c]] for c in df.columns]
+    # width: each column its widest cell's share (a header breaks at its underscores), capped: long texts wrap
+    part = [max((len(x) for x in h.split("_")), default=1) for h in cols]
+    want = [min(max(p + 2, *(len(x) for x in col)) * 7 + 16, 360) for p, col in zip(part, cells)]
+    width = int(min(max(700, sum(want) + 100), 2000))
+    px_per_col = [w * (width - 100) / sum(want) for w in want]
+
+    def wrap_header(h: str, w: float) -> str:   # column names have no spaces: break them at the underscores
+        per = max(int((w - 12) / 7), 4)
+        out, line = [], ""
+        for piece in h.split("_"):
+            nxt = f"{line}_{piece}" if line else piece
+            if line and len(nxt) > per:
+                out.append(line + "_")
+                line = piece
+            else:
+                line = nxt
+        return "<br>".join(out + [line])
+
+    def lines(text: str, w: float) -> int:
+        return max(1, math.ceil(len(text) * 7 / max(w - 12, 20)))
+
+    heads = [wrap_header(h, w) for h, w in zip(cols, px_per_col)]
+    header_lines = max(h.count("<br>") + 1 for h in heads)
+    row_lines = [max(lines(col[i], w) for col, w in zip(cells, px_per_col)) for i in range(len(df))]
+    height = 130 + 20 * header_lines + sum(max(28, 10 + 18 * n) for n in row_lines)
+    fig = go.Figure(go.Table(columnwidth=want, header=dict(values=heads, align="left"),
+                             cells=dict(values=cells, align="left", height=28)))
+    fig.update_layout(title=title, height=int(height), width=width, margin=dict(l=30, r=30, t=80, b=20))
+    return fig
