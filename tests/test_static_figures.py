@@ -60,3 +60,15 @@ def test_one_colour_per_engine_across_figures():
     assert a.data[1].marker.color == b.data[0].marker.color == plots.COLOUR_MAP["continuous"]
     assert b.data[2].marker.color == "#999"                                       # explicit colours kept
     assert plots.colour_for("some config") == plots.colour_for("some config")     # stable for unknown names
+
+
+def test_a_table_keeps_the_size_it_was_laid_out_for():
+    """Squeezed into the paper column (504 px), the scheduling recommendation's 19 columns showed two letters each;
+    a table keeps its own width and height (every row, whole headers), a plot still gets the column."""
+    import pandas as pd
+
+    table = plots.table_figure(pd.DataFrame({f"column_{i}_ratio_low": [0.95, 1.1] for i in range(19)}), "wide")
+    out, w, h = static_figures.paper_figure(table)
+    assert (w, h) == (table.layout.width, table.layout.height) and w > static_figures.WIDTH_PX
+    plot = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]), layout=dict(width=1400, title="a plot"))
+    assert static_figures.paper_figure(plot)[1] == static_figures.WIDTH_PX

@@ -47,11 +47,14 @@ SERVED_EXPERIMENTS = ("http", "streaming_reader")
 def calibration_points(points: pd.DataFrame) -> list[str]:
     """The points the served-request terms are fitted on (:func:`workbench.predict.twin_cost.with_serving`): one
     request at a time through ``workbench serve`` (no queue, no batch), valid and finished. Streaming anatomy's
-    HTTP point at concurrency 1 and the streaming reader's ``reader`` points (its streams read straight from the
-    server) when the run has them: outside the serving experiments, so every serving and scheduling point stays
-    out of sample, and measured at several moments of the run (the served terms are a few ms, the difference of
-    two measurements on a machine whose speed swings 25% within minutes: one point measured in a slow stretch put
-    20 ms a step into them); else the serving sweeps' ``synchronous`` points on a built-in engine; [] when none is
+    HTTP point at concurrency 1 alone when it was measured with a speed probe (its rows are brought to the
+    calibration's speed: :func:`workbench.predict.twin_cost.with_serving`); else that point and the streaming
+    reader's ``reader`` points (its streams read straight from the server) when the run has them, pooled over
+    several moments of the run (the served terms are a few ms, the difference of two measurements on a machine whose
+    speed swings 25% within minutes: one unprobed point measured in a slow stretch put 20 ms a step into them; on
+    the 2026-12-05 night run B the unprobed reader streams, at other moments, pulled the first-token term from 15 ms
+    to 2 ms and the twin from 9% to 11% off e2e). Both are outside the serving experiments, so every serving and
+    scheduling point stays out of sample; else the serving sweeps' ``synchronous`` points on a built-in engine; [] when none is
     there (a point invalid for contention measured the machine: it calibrates nothing).
 
     Args:
@@ -68,6 +71,10 @@ def calibration_points(points: pd.DataFrame) -> list[str]:
     served = []
     if "concurrency" in ok:
         http = ok[(ok["experiment"] == "http") & (pd.to_numeric(ok["concurrency"], errors="coerce") == 1)]
+        if "speed_probe_tpot_s" in http and (pd.to_numeric(http["speed_probe_tpot_s"], errors="coerce") > 0).any():
+            # measured with a speed probe: its rows are brought to the calibration's speed (twin_cost.with_serving),
+            # which the pooling over unprobed moments below stood in for
+            return list(http["point_id"].astype(str))
         served += list(http["point_id"].astype(str))
     if "part" in ok:   # the streaming reader's own streams, read straight from the server (no proxy)
         reader = ok[(ok["experiment"] == "streaming_reader") & (ok["part"] == "reader")]
@@ -402,14 +409,19 @@ def figure(table: pd.DataFrame, experiment: str):
         xcol = "offered_rps"
     else:
         work = df.get("workload", pd.Series([None] * len(df), index=df.index))
-        df = df.assign(label=[f"{w or 'mixed'}:{p}" for w, p in zip(work, df["policy"])])
+        cache = ["prefix_sharing=True" in str(pid) for pid in df["point_id"]]   # multi-turn with / without the cache
+        df = df.assign(label=[f"{w or 'mixed'}:{p}" + (" +cache" if c else "")
+                              for w, p, c in zip(work, df["policy"], cache)])
         groups, xcol = [("", df)], "label"
+    # against the offered rate a line joins one engine's simulated rates; per policy / workload (a category, each
+    # measured per round) a line would zig-zag between rounds and categories: open markers only
+    sim_mode = "lines+markers" if experiment == "serving_load" else "markers"
     for name, g in groups:
         for col, c in (("ttft_s_p50", 1), ("e2e_s_p50", 2)):
             fig.add_trace(go.Scatter(x=g[xcol], y=g[f"measured_{col}"], mode="markers", name=f"{name} measured".strip(),
                                      legendgroup=f"{name}m", showlegend=c == 1), row=1, col=c)
-            fig.add_trace(go.Scatter(x=g[xcol], y=g[f"simulated_{col}"], mode="lines+markers",
-                                     line=dict(dash="dash"), marker=dict(symbol="circle-open"),
+            fig.add_trace(go.Scatter(x=g[xcol], y=g[f"simulated_{col}"], mode=sim_mode,
+                                     line=dict(dash="dash"), marker=dict(symbol="circle-open", size=9),
                                      name=f"{name} simulated".strip(), legendgroup=f"{name}s", showlegend=c == 1),
                           row=1, col=c)
     fig.update_layout(title="The serving twin (source=simulated, a prediction) beside the measured points")

@@ -310,7 +310,7 @@ def table_figure(df: pd.DataFrame, title: str, empty_reason: str = "") -> go.Fig
 
     if df is None or df.empty:
         fig = go.Figure()
-        text = "<br>".join(textwrap.wrap(f"no rows: {empty_reason or 'nothing to show'}", 80))
+        text = "<br>".join(textwrap.wrap(f"no rows: {empty_reason or 'nothing to show'}", 56))   # a paper column
         fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)

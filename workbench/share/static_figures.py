@@ -92,7 +92,8 @@ def _wrap(title: str, width: int = 58) -> str:
 
 def paper_figure(fig):
     """A copy of ``fig`` laid out for a paper column: fixed size, readable fonts, wrapped title, legend
-    below the plot when it has several entries, house colours per engine / configuration.
+    below the plot when it has several entries, house colours per engine / configuration. A table keeps its own
+    size (a wide table is a page-wide figure; the PNG keeps the column's dots per CSS pixel).
 
     Returns:
         ``(figure, width_px, height_px)``.
@@ -100,6 +101,12 @@ def paper_figure(fig):
     import plotly.graph_objects as go
 
     out = go.Figure(fig)
+    if out.data and all(t.type == "table" for t in out.data):
+        # a table keeps the size it was laid out for (:func:`workbench.share.plots.table_figure`: every row, headers
+        # whole): squeezed into a paper column, 19 columns showed two letters each
+        w, h = int(out.layout.width or WIDTH_PX), int(out.layout.height or HEIGHT_PX)
+        out.update_layout(width=w, height=h, autosize=False)
+        return out, w, h
     plots.consistent_colours(out)
     height = HEIGHT_PX
     if out.layout.height and out.layout.height > 500:  # stacked panels (one per device type): keep them legible
