@@ -69,6 +69,6 @@ def test_a_table_keeps_the_size_it_was_laid_out_for():
 
     table = plots.table_figure(pd.DataFrame({f"column_{i}_ratio_low": [0.95, 1.1] for i in range(19)}), "wide")
     out, w, h = static_figures.paper_figure(table)
-    assert (w, h) == (table.layout.width, table.layout.height) and w > static_figures.WIDTH_PX
+    assert (w, h) == (table.layout.meta["table_width_px"], table.layout.height) and w > static_figures.WIDTH_PX
     plot = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]), layout=dict(width=1400, title="a plot"))
     assert static_figures.paper_figure(plot)[1] == static_figures.WIDTH_PX

@@ -575,3 +575,25 @@ def test_a_simulated_run_is_not_called_comparable_in_its_token_counts(tmp_path):
     assert "token counts: DIFFERENT" in text and "warm-up: DIFFERENT" in text and "TTFT counted from: DIFFERENT" in text
     assert "B (workbench twin (simulated" in text and "caution: run B is the serving twin's prediction" in text
     assert "goodput_rps" not in left   # the twin scores the workbench's own SLO definitions
+
+
+def test_the_simulated_recommendation_is_the_twins_own_verdict(tmp_path):
+    """The simulated points were built on the measured ones and kept every column the twin did not give: the
+    measured one-sided attainment bounds among them, so the simulated recommendation for the attainment-judged
+    presets was the measured verdict. Here the measurement 'met' rag at every rate while the twin's cost is 40x
+    too slow for it: the simulated side must say so."""
+    import dataclasses
+
+    from workbench.cli import simulate as twin_study
+    from workbench.run import results
+
+    run = _measured_run(tmp_path, COST)
+    pts = results.read_points(run)
+    results.write_table(run / "points.parquet", pts.assign(slo_attainment_rag=1.0, slo_attainment_lower_rag=0.99,
+                                                           slo_attainment_upper_rag=1.0))
+    slow = dataclasses.replace(COST, b0=40 * COST.b0)   # TPOT ~2 s a token: the rag preset's 0.15 s is missed
+    table, summ = twin_study.validate(run, slow, write=False)
+    assert summ["recommendation_measured"]["rag"] > 0
+    assert summ["recommendation_simulated"]["rag"] == 0
+    assert set(summ["recommendation_simulated"]) == set(summ["recommendation_measured"])
+    assert not {"background", "interactive"} & set(summ["recommendation_measured"])   # scheduling's classes

@@ -256,6 +256,31 @@ def _cost_from_args(args) -> twin_cost.StepCost:
     return twin_cost.from_roofline(shape, dev, source=f"roofline:{dev.name}/{model}")
 
 
+#: ``simulate``'s workload options, their notebook 08 config keys and the defaults without a run
+WORKLOAD_DEFAULTS = {"prompt_tokens": 64, "max_new_tokens": 16, "max_batch_size": 8, "batch_window_s": 0.05}
+
+
+def fill_workload(args) -> dict:
+    """Set the workload options left unset (None) on ``args``: from ``--run``'s notebook 08 config (the run's own
+    workload: a twin calibrated on a run then predicts that run's serving points by default), else
+    :data:`WORKLOAD_DEFAULTS`. Returns ``{option: where it came from}`` for those filled from the run."""
+    cfg = {}
+    if getattr(args, "run", None):
+        from workbench.run import results
+
+        try:
+            cfg = (results.read_manifest(args.run).get("experiments", {}).get("serving_load") or {}).get("config") or {}
+        except (OSError, ValueError):
+            cfg = {}
+    came = {}
+    for k, default in WORKLOAD_DEFAULTS.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, type(default)(cfg[k]) if cfg.get(k) is not None else default)
+            if cfg.get(k) is not None:
+                came[k] = "run"
+    return came
+
+
 def _csv(text: str) -> list[str]:
     return [x.strip() for x in str(text).split(",") if x.strip()]
 
@@ -278,18 +303,33 @@ def command(args) -> int:
     checks.check_choice_list("policies", policies, scheduling.POLICIES)
     checks.check_choice("arrival", args.arrival, ("constant", "poisson", "gamma"))
     try:
-        rates = [float(x) for x in _csv(args.rates)] if args.rates else None
+        parts = [x.strip() for x in str(args.rates).split(",")] if args.rates else []
+        if any(not x for x in parts):
+            raise ValueError
+        rates = [float(x) for x in parts] or None
     except ValueError:
         raise ParameterError(f"rates: must be comma-separated numbers > 0 in req/s (got {args.rates!r})") from None
+    if rates and args.trace:
+        raise ParameterError("rates: a trace (--trace) brings its own arrivals; give --rates or --trace, not both")
+    checks.check_int("sweep_points", args.sweep_points, lo=1)
     if rates:
         checks.check_float_list("rates", rates, lo=0, lo_open=True)
     checks.check_int("requests", args.requests, lo=2)
+    from_run = fill_workload(args)
+    checks.check_int("prompt_tokens", args.prompt_tokens, lo=1)
+    checks.check_int("max_new_tokens", args.max_new_tokens, lo=1)
+    checks.check_int("max_batch_size", args.max_batch_size, lo=1)
+    checks.check_float("batch_window_s", args.batch_window_s, lo=0)
     checks.check_float("target", args.target, lo=0, hi=1, lo_open=True)
     checks.check_float("load_factor", args.load_factor, lo=0, lo_open=True)
     if args.out:
         from workbench.run import results
 
-        results.inside_root(Path(args.out))   # one line before anything is simulated, not after
+        out = results.inside_root(Path(args.out))   # one line before anything is simulated, not after
+        held = [n for n in ("points.parquet", "requests.parquet") if (out / n).exists()]
+        if held:   # a run's measured tables (or an earlier simulation's) are never overwritten
+            raise ParameterError(f"out: {out} already holds {' and '.join(held)}; give a new folder (a simulation "
+                                 "never overwrites a run's tables)")
     if args.confirm:
         checks.check_int("confirm", args.confirm, lo=1)
         checks.check_int("confirm_requests", args.confirm_requests, lo=2)
@@ -306,6 +346,8 @@ def command(args) -> int:
                           max_batch_tokens=args.max_batch_tokens, page_size=args.page_size)
     cost = _cost_from_args(args)
     print(f"PREDICTION (simulated, not measured): {cost.describe()}")
+    print(f"workload: {args.prompt_tokens} prompt / {args.max_new_tokens} output tokens a request, batches up to "
+          f"{args.max_batch_size}" + (" (notebook 08's settings in --run)" if from_run else ""))
     t0 = time.perf_counter()
     pts, reqs = serving_points(cost, cfg, engine_names, args.requests, args.prompt_tokens, args.max_new_tokens,
                                rates, args.sweep_points, args.arrival, seed=args.seed, trace_rows=trace_rows)
@@ -349,8 +391,14 @@ def command(args) -> int:
     if args.out:
         from workbench.run import results
 
+        from workbench.run.point_result import point_id
+
         run = results.open_run(args.out)
-        results.write_table(run / "points.parquet", pts.assign(experiment="simulate", source=twin.SOURCE))
+        keys = [k for k in ("engine", "policy", "profile", "step", "offered_rps") if k in pts]
+        ids = [point_id("simulate", {k: r[k] for k in keys if r[k] == r[k] and r[k] is not None})
+               for r in pts.to_dict("records")]
+        results.write_table(run / "points.parquet", pts.assign(experiment="simulate", source=twin.SOURCE,
+                                                               point_id=ids))
         results.write_table(run / "requests.parquet", reqs.assign(experiment="simulate", source=twin.SOURCE))
         twin_cost.save(run, cost)
         print(f"written: {run}")

@@ -25,11 +25,14 @@ def add_arguments(p) -> None:
                    help="open-loop rates between the simulated synchronous and throughput rates (without --rates)")
     p.add_argument("--trace", help="replay a JSONL trace (offset_s, prompt_tokens, output_tokens)")
     p.add_argument("--requests", type=int, default=200, help="requests per point")
-    p.add_argument("--prompt-tokens", type=int, default=64, help="prompt tokens of each request (default 64)")
-    p.add_argument("--max-new-tokens", type=int, default=16, help="output tokens of each request (default 16)")
-    p.add_argument("--max-batch-size", type=int, default=8, help="rows an engine batches at most (default 8)")
-    p.add_argument("--batch-window-s", type=float, default=0.05,
-                   help="static engine: seconds it waits to fill a batch (default 0.05)")
+    p.add_argument("--prompt-tokens", type=int, default=None,
+                   help="prompt tokens of each request (default: --run's notebook 08 setting, else 64)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="output tokens of each request (default: --run's notebook 08 setting, else 16)")
+    p.add_argument("--max-batch-size", type=int, default=None,
+                   help="rows an engine batches at most (default: --run's notebook 08 setting, else 8)")
+    p.add_argument("--batch-window-s", type=float, default=None,
+                   help="static engine: seconds it waits to fill a batch (default: --run's setting, else 0.05)")
     p.add_argument("--max-pending", type=int, default=None, help="admission limit per replica (429 beyond)")
     p.add_argument("--prefix-sharing", action="store_true", help="continuous engine's prefix cache")
     p.add_argument("--max-batch-tokens", type=int, default=512, help="continuous: tokens per forward step")

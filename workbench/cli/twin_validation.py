@@ -32,6 +32,9 @@ from workbench.serving import engines, load, saturation, scheduling, senders
 from workbench.share import run_summary
 
 SERVING_EXPERIMENTS = ("serving_load", "scheduling")
+#: a measured point's columns a simulated point never inherits (:func:`validate`): its SLO verdicts and keep-up figures
+MEASURED_VERDICTS = ("slo_attainment", "goodput_rps", "percentiles_ok", "kept_up", "backlog_growth", "arrival_",
+                     "completion_", "requests_in_window", "requests_planned", "window_s", "measure_")
 #: the columns whose error :func:`validate` also gives without the per-point speed (``ape_<col>_unscaled``)
 UNSCALED = ("ttft_s_p50", "e2e_s_p50")
 COMPARED = ("ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "e2e_s_p50", "e2e_s_p90", "queue_s_p50",
@@ -175,6 +178,24 @@ def _turn_specs(rows: pd.DataFrame, cfg: dict) -> list:
     return specs
 
 
+def _load_slos(cfg: dict) -> list:
+    """The SLOs notebook 08 scored: every preset and the run's ``custom`` limits (its ``slo_ttft_s`` /
+    ``slo_tpot_s``; the config's defaults when the run did not record them)."""
+    from workbench.experiments.serving_load import Config
+    from workbench.stats import slo
+
+    custom = slo.get("custom", float(cfg.get("slo_ttft_s") or Config.slo_ttft_s),
+                     float(cfg.get("slo_tpot_s") or Config.slo_tpot_s))
+    return list(slo.PRESETS.values()) + [custom]
+
+
+def _with_custom(summary: dict) -> dict:
+    """The custom SLO's columns under notebook 08's unsuffixed names too (``goodput_rps``, ``slo_attainment``,
+    ``percentiles_ok``), as :func:`workbench.experiments.serving_load.point_columns` writes them."""
+    return {**summary, **{k: summary[f"{k}_custom"] for k in ("goodput_rps", "slo_attainment", "percentiles_ok")
+                          if f"{k}_custom" in summary}}
+
+
 def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> dict | None:
     exp = point.get("experiment")
     if exp == "serving_load":
@@ -187,9 +208,9 @@ def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> di
         if prof in load.CLOSED_LOOP:
             specs = twin.open_loop("constant", max(len(rows), 2), 1.0, int(cfg.get("prompt_tokens", 64)),
                                    int(cfg.get("max_new_tokens", 16)))
-            return twin.simulate(cost, specs, tc, prof).summary
-        return twin.simulate(cost, _specs_from_rows(rows, cfg, exp), tc, "replay",
-                             rate=_num(point.get("offered_rps"))).summary
+            return _with_custom(twin.simulate(cost, specs, tc, prof, slos=_load_slos(cfg)).summary)
+        return _with_custom(twin.simulate(cost, _specs_from_rows(rows, cfg, exp), tc, "replay", slos=_load_slos(cfg),
+                                          rate=_num(point.get("offered_rps"))).summary)
     if exp == "scheduling":
         work = point.get("workload", "mixed")
         if work in ("multiturn", "shared_prefix"):
@@ -268,8 +289,12 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
             row[f"measured_{c}"], row[f"simulated_{c}"] = m, s
             row[f"ape_{c}"] = abs(s / m - 1) if m == m and s == s and m > 0 else math.nan
         table.append(row)
-        sim_points.append({**p.to_dict(), **{k: v for k, v in sim.items() if k in p.index or k.startswith("slo_")},
-                           "source": twin.SOURCE})
+        # the simulated point: the measured one's identity (engine, profile, rate, validity) with every figure the
+        # twin gives; the measured SLO verdicts (attainment, its stored one-sided bounds, goodput, percentile
+        # checks) and keep-up figures are dropped, never carried over where the twin gives none (the simulated
+        # recommendation read the measured attainment bounds through them)
+        own = {k: v for k, v in p.to_dict().items() if not str(k).startswith(MEASURED_VERDICTS)}
+        sim_points.append({**own, **sim, "source": twin.SOURCE})
     df = pd.DataFrame(table)
     # errors over valid points only: an invalid point (contended, drifted) measured the machine, not the engine; its
     # row stays in the table with valid=False
@@ -303,6 +328,11 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
                                  else math.nan for k, v in summary["knee_measured"].items()}
         rm, rs = serving_load.recommend(measured_sl), serving_load.recommend(simulated_sl)
         if not rm.empty and not rs.empty:
+            # the presets the measurement scored: a column with an attainment on some serving point (the run's points
+            # table also holds scheduling's per-class columns, empty on these rows)
+            scored = [k for k in rm["slo"] if pd.to_numeric(measured_sl.get(f"slo_attainment_{k}"),
+                                                            errors="coerce").notna().any()]
+            rm = rm[rm["slo"].isin(scored)]
             summary["recommendation_measured"] = dict(zip(rm["slo"], rm["max_rate_rps"].map(float)))
             # the presets the measurement scored (notebook 08's slo_presets): the twin scores every preset
             summary["recommendation_simulated"] = {k: float(v) for k, v in zip(rs["slo"], rs["max_rate_rps"])
@@ -425,6 +455,9 @@ def figure(table: pd.DataFrame, experiment: str):
                                      name=f"{name} simulated".strip(), legendgroup=f"{name}s", showlegend=c == 1),
                           row=1, col=c)
     fig.update_layout(title="The serving twin (source=simulated, a prediction) beside the measured points")
+    from workbench.share.plots import tidy_legend
+
+    tidy_legend(fig)   # at the top the legend sat on the subplot titles
     if experiment == "serving_load":
         fig.update_xaxes(title_text="offered rate (req/s)")
     return fig

@@ -429,10 +429,13 @@ def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
     return dict(replicates.aa_columns(a.loc[both], b.loc[both], "replicates"), statistic=column)
 
 
-def _slo_names(columns) -> list[str]:
-    """SLO names of the ``slo_attainment_<name>`` columns (not the interval columns)."""
-    return sorted({c[len("slo_attainment_"):] for c in columns if c.startswith("slo_attainment_")
-                   and not c.startswith(("slo_attainment_low", "slo_attainment_high", "slo_attainment_upper"))})
+def _slo_names(points: pd.DataFrame) -> list[str]:
+    """SLO names of the ``slo_attainment_<name>`` columns (not the interval columns) that hold an attainment on some
+    point: a run's points table also carries the scheduling classes' columns (``interactive``, ``background``),
+    empty on the load points, which the recommendation listed as "undetermined: no attainment"."""
+    return sorted({c[len("slo_attainment_"):] for c in points.columns if c.startswith("slo_attainment_")
+                   and not c.startswith(("slo_attainment_low", "slo_attainment_high", "slo_attainment_upper"))
+                   and pd.to_numeric(points[c], errors="coerce").notna().any()})
 
 
 def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
@@ -449,7 +452,7 @@ def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
     if not df.empty:  # a rate whose queue grew is not one the engine sustains, whatever its short-run attainment
         df = df[[kept_up(r) != saturation.FELL_BEHIND for _, r in df.iterrows()]]
     rows = []
-    for n in _slo_names(df.columns):
+    for n in _slo_names(df if not df.empty else points):   # no usable point: each scored SLO says so
         source = slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"
         judged = [slo.verdict(r, n, target) for _, r in df.iterrows()]
         met = [v == slo.MET for v, _ in judged]
@@ -568,6 +571,9 @@ def recommendation_table(points: pd.DataFrame, target: float = 0.9) -> go.Figure
     usable = evidence.usable_points(points, serving=True) if not points.empty else points
     why = ("no usable open-loop point (valid, not stopped early)" if usable.empty
            else f"no SLO preset scored on the {len(usable)} usable points")
+    if not rec.empty:   # no rate met it: "none", not a rate of 0 req/s
+        rec = rec.assign(max_rate_rps=rec["max_rate_rps"].astype(object).where(rec["max_rate_rps"] > 0, None),
+                         goodput_rps=rec["goodput_rps"].astype(object).where(rec["max_rate_rps"] > 0, None))
     return table_figure(rec[[c for c in cols if c in rec]] if not rec.empty else rec,
                         f"Recommended engine per SLO (one-sided 95% lower bound of attainment >= {target:.0%}; "
                         "MLPerf presets at p99 from >= 100 requests)", empty_reason=why)

@@ -509,7 +509,10 @@ def capacity(cost: StepCost, cfg: TwinConfig, objective: "slo.SLO", prompt_token
     """The highest offered rate whose simulated attainment of ``objective`` reaches ``target`` and that keeps up
     (:func:`workbench.stats.slo.search_rate`'s bisection, each step one simulation of ``n`` requests): seconds, not the
     minutes per step of a measured search. The bracket starts at ``[0.05, 2] x`` the simulated ``throughput``
-    (every request at once) rate.
+    (every request at once) rate. A rate above that throughput fails: past the engine's most completions a second
+    the backlog grows by the difference every second, however good the first ``n`` requests' attainment looks (at
+    200 requests the in-flight test can still say "undetermined" there: the search recommended 5.25 req/s on an
+    engine that completes 3.95).
 
     Returns:
         :func:`workbench.stats.slo.search_rate`'s dict plus ``slo`` and ``throughput_rps``.
@@ -522,6 +525,8 @@ def capacity(cost: StepCost, cfg: TwinConfig, objective: "slo.SLO", prompt_token
         top = n / max(burst.simulated_s, 1e-9)
 
     def attainment_at(rate: float) -> float:
+        if rate > top:
+            return 0.0
         res = simulate(cost, open_loop(arrival, n, rate, prompt_tokens, max_tokens, seed=seed), cfg, arrival,
                        slos=[objective], rate=rate)
         a = res.summary[f"slo_attainment_{objective.name}"]

@@ -67,7 +67,9 @@ SIMULATED = "simulated"
 SIMULATED_PROVENANCE = {
     "tool": "workbench twin (simulated: a prediction, not a measurement)",
     "token_counts": "simulated: each request's stated prompt and output tokens (no tokenizer, no EOS)",
+    "ignore_eos": True,   # every simulated request runs to its stated output length, as with ignore_eos
     "warmup": "none: a cost model on a virtual clock has nothing to warm up",
+    "itl": "simulated: one gap per decode step of the twin's cost model (no token ids)",
     "ttft_from": "the scheduled arrival, on the twin's virtual clock",
 }
 
@@ -362,8 +364,10 @@ def provenance(run_dir) -> dict:
     prov = dict(WORKBENCH_PROVENANCE)
     if "source" in pts and pts["source"].astype(str).eq(SIMULATED).any():
         # the serving twin's points (workbench simulate --out): nothing was generated or measured
-        prov.update(SIMULATED_PROVENANCE if pts["source"].astype(str).eq(SIMULATED).all() else
-                    {k: f"mixed: measured and simulated points (the simulated: {v})"
+        if pts["source"].astype(str).eq(SIMULATED).all():
+            return dict(prov, **SIMULATED_PROVENANCE, arrival=", ".join(sorted(set(pts.get(
+                "profile", pd.Series(["simulated"])).dropna().astype(str)))))
+        prov.update({k: f"mixed: measured and simulated points (the simulated: {v})"
                      for k, v in SIMULATED_PROVENANCE.items()})
     if "ignore_eos" in pts and pts["ignore_eos"].notna().any():
         vals = set(pts["ignore_eos"].dropna().astype(bool))

@@ -302,8 +302,9 @@ def table_figure(df: pd.DataFrame, title: str, empty_reason: str = "") -> go.Fig
             the reader nothing).
 
     Returns:
-        A ``go.Table`` figure whose ``height`` and ``width`` fit the rows (each row as tall as its longest cell
-        wraps), or, with no rows, a figure that says ``no rows: <empty_reason>``.
+        A ``go.Table`` figure whose ``height`` fits the rows at the width it wants (each row as tall as its longest
+        cell wraps; that width in ``layout.meta["table_width_px"]``, for the static export: a page fits it to its
+        column), or, with no rows, a figure that says ``no rows: <empty_reason>``.
     """
     import math
     import textwrap
@@ -345,5 +346,8 @@ def table_figure(df: pd.DataFrame, title: str, empty_reason: str = "") -> go.Fig
     height = 130 + 20 * header_lines + sum(max(28, 10 + 18 * n) for n in row_lines)
     fig = go.Figure(go.Table(columnwidth=want, header=dict(values=heads, align="left"),
                              cells=dict(values=cells, align="left", height=28)))
-    fig.update_layout(title=title, height=int(height), width=width, margin=dict(l=30, r=30, t=80, b=20))
+    # the width goes to the static export only (``meta``): in a page (the report, a notebook) the table fills the
+    # column it is given and wraps its cells, where a fixed 1,700 px ran past a 1,400 px window
+    fig.update_layout(title=title, height=int(height), meta={"table_width_px": width},
+                      margin=dict(l=30, r=30, t=80, b=20))
     return fig

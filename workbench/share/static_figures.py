@@ -104,7 +104,9 @@ def paper_figure(fig):
     if out.data and all(t.type == "table" for t in out.data):
         # a table keeps the size it was laid out for (:func:`workbench.share.plots.table_figure`: every row, headers
         # whole): squeezed into a paper column, 19 columns showed two letters each
-        w, h = int(out.layout.width or WIDTH_PX), int(out.layout.height or HEIGHT_PX)
+        meta = out.layout.meta if isinstance(out.layout.meta, dict) else {}
+        w = int(out.layout.width or meta.get("table_width_px") or WIDTH_PX)
+        h = int(out.layout.height or HEIGHT_PX)
         out.update_layout(width=w, height=h, autosize=False)
         return out, w, h
     plots.consistent_colours(out)
