@@ -132,6 +132,10 @@ def test_capacity_search_brackets_the_knee():
 
     found = twin.capacity(COST, twin.TwinConfig(engine="fifo"), slo.get("custom", 5.0, None), 64, 16, n=120)
     alone = COST.service_s(64, 16)
+    # never past the engine's most completions a second (it recommended 5.25 req/s on an engine completing 3.95)
+    assert found["rate"] <= found["throughput_rps"]
+    loose = twin.capacity(COST, twin.TwinConfig(engine="static"), slo.get("custom", 1e6, 1e6), 64, 16, n=200)
+    assert 0 < loose["rate"] <= loose["throughput_rps"]
     # one server of capacity 1 / alone: the answer lies below it (plus kept_up's 10% tolerance on a short run)
     assert found["bracketed"] and 0.3 / alone < found["rate"] <= 1.1 / alone
     assert found["steps"] <= 14
@@ -296,11 +300,20 @@ def test_simulate_command_writes_simulated_rows(cli, tmp_path, capsys):
     assert code == 2 and err.strip() == "error: replicas: must be an integer >= 1 (got 0)"
     code, _, err = cli("simulate", "--calibration", str(cal), "--trace", str(tmp_path / "none.jsonl"))
     assert code == 2 and "trace" in err and len(err.strip().splitlines()) == 1
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"offset_s": 0, "prompt_tokens": 8, "output_tokens": 4}\n')
+    code, _, err = cli("simulate", "--calibration", str(cal), "--trace", str(trace), "--rates", "5")
+    assert code == 2 and err.strip().startswith("error: rates: a trace")   # the rates were dropped without a word
+    # the simulated points have ids (a comparison with a measured run needs them)
+    assert pts["point_id"].str.startswith("simulate/").all() and pts["point_id"].is_unique
     # each bad value is one line naming its parameter before anything is simulated (a user's try printed the
     # table first, a traceback for --rates abc, and "rate" for --load-factor 0)
     for argv, word in ((["--rates", "abc"], "rates"), (["--target", "1.5", "--capacity"], "target"),
                        (["--load-factor", "0", "--policies", "fcfs,sjf"], "load_factor"),
-                       (["--out", str(tmp_path / "outside")], "run_dir")):
+                       (["--out", str(tmp_path / "outside")], "run_dir"), (["--rates", "1,,2"], "rates"),
+                       (["--sweep-points", "0"], "sweep_points"), (["--prompt-tokens", "0"], "prompt_tokens"),
+                       # a simulation never overwrites a run's tables (it replaced a measured run's 73 points)
+                       (["--out", str(out)], "out")):
         code, out_text, err = cli("simulate", "--calibration", str(cal), *argv)
         assert code == 2 and err.strip().startswith(f"error: {word}: ") and len(err.strip().splitlines()) == 1
         assert "PREDICTION" not in out_text and "engine" not in out_text, argv
@@ -597,3 +610,23 @@ def test_the_simulated_recommendation_is_the_twins_own_verdict(tmp_path):
     assert summ["recommendation_simulated"]["rag"] == 0
     assert set(summ["recommendation_simulated"]) == set(summ["recommendation_measured"])
     assert not {"background", "interactive"} & set(summ["recommendation_measured"])   # scheduling's classes
+
+
+def test_simulate_takes_its_workload_from_the_runs_notebook_08(tmp_path):
+    """``simulate --run R`` simulated 64 / 16-token requests where the run's notebook 08 sent 32 / 6: the options left
+    unset come from the run, the others stay as given."""
+    from types import SimpleNamespace
+
+    from workbench.cli import simulate as twin_study
+    from workbench.run import results
+
+    run = results.create_run("wl")
+    results.update_manifest(run, experiments={"serving_load": {"config": {"prompt_tokens": 32, "max_new_tokens": 6,
+                                                                          "max_batch_size": 8}}})
+    args = SimpleNamespace(run=str(run), prompt_tokens=None, max_new_tokens=12, max_batch_size=None,
+                           batch_window_s=None)
+    came = twin_study.fill_workload(args)
+    assert (args.prompt_tokens, args.max_new_tokens, args.max_batch_size) == (32, 12, 8)
+    assert args.batch_window_s == twin_study.WORKLOAD_DEFAULTS["batch_window_s"] and "prompt_tokens" in came
+    bare = SimpleNamespace(run=None, prompt_tokens=None, max_new_tokens=None, max_batch_size=None, batch_window_s=None)
+    assert not twin_study.fill_workload(bare) and bare.prompt_tokens == 64
