@@ -510,6 +510,6 @@ def test_the_plan_counts_every_sweep_a_notebook_runs():
     assert sweeps.count("streaming") == len(p04["output_tokens"]) and "granularity" in sweeps
     assert any(pid.startswith("compression_chat/") for pid in by["06_context_compression"])
     e07 = suite["07_long_output"]
-    p07 = notebooks.validate_parameters(e07["notebook"], e07["parameters"])   # the notebook's defaults, then the suite's
+    p07 = notebooks.validate_parameters(e07["notebook"], e07["parameters"])   # notebook defaults, then the suite's
     assert len(by["07_long_output"]) == len(p07["languages"]) * len(p07["strategies"]) > 1
     assert not any("(single)" in pid for pid in plan["point_id"])

@@ -57,8 +57,8 @@ def calibration_points(points: pd.DataFrame) -> list[str]:
     speed swings 25% within minutes: one unprobed point measured in a slow stretch put 20 ms a step into them; on
     the 2026-12-05 night run B the unprobed reader streams, at other moments, pulled the first-token term from 15 ms
     to 2 ms and the twin from 9% to 11% off e2e). Both are outside the serving experiments, so every serving and
-    scheduling point stays out of sample; else the serving sweeps' ``synchronous`` points on a built-in engine; [] when none is
-    there (a point invalid for contention measured the machine: it calibrates nothing).
+    scheduling point stays out of sample; else the serving sweeps' ``synchronous`` points on a built-in engine; []
+    when none is there (a point invalid for contention measured the machine: it calibrates nothing).
 
     Args:
         points: a run's ``points.parquet`` rows (``experiment``, ``point_id``, ``status``, ``valid``,
@@ -279,9 +279,15 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         for c in UNSCALED:
             m, s = _num(p.get(c)), _num(flat.get(c))
             row[f"ape_{c}_unscaled"] = abs(s / m - 1) if m == m and s == s and m > 0 else math.nan
+        # the simulated point: the measured one's identity (engine, profile, rate, validity) with every figure the
+        # twin gives; the measured SLO verdicts (attainment, its stored one-sided bounds, goodput, percentile
+        # checks) and keep-up figures are dropped, never carried over where the twin gives none (the simulated
+        # recommendation read the measured attainment bounds through them)
+        own = {k: v for k, v in p.to_dict().items() if not str(k).startswith(MEASURED_VERDICTS)}
+        simulated = {**own, **sim, "source": twin.SOURCE}
         if p.get("profile") in load.OPEN_LOOP:   # each side's keep-up verdict (the knee and the recommendations use them)
             row["measured_kept_up"] = saturation.kept_up(p)
-            row["simulated_kept_up"] = saturation.kept_up({**p.to_dict(), **sim})
+            row["simulated_kept_up"] = saturation.kept_up(simulated)
         per_class = ("ttft_s_p50_", "ttft_s_p90_", "slo_attainment_")
         cols = list(COMPARED) + sorted(c for c in sim if c.startswith(per_class))
         for c in cols:
@@ -289,12 +295,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
             row[f"measured_{c}"], row[f"simulated_{c}"] = m, s
             row[f"ape_{c}"] = abs(s / m - 1) if m == m and s == s and m > 0 else math.nan
         table.append(row)
-        # the simulated point: the measured one's identity (engine, profile, rate, validity) with every figure the
-        # twin gives; the measured SLO verdicts (attainment, its stored one-sided bounds, goodput, percentile
-        # checks) and keep-up figures are dropped, never carried over where the twin gives none (the simulated
-        # recommendation read the measured attainment bounds through them)
-        own = {k: v for k, v in p.to_dict().items() if not str(k).startswith(MEASURED_VERDICTS)}
-        sim_points.append({**own, **sim, "source": twin.SOURCE})
+        sim_points.append(simulated)
     df = pd.DataFrame(table)
     # errors over valid points only: an invalid point (contended, drifted) measured the machine, not the engine; its
     # row stays in the table with valid=False

@@ -4,8 +4,8 @@ The point columns they read (names of :mod:`workbench.stats.columns`) are define
 :func:`quality_vs_ratio` and :func:`time_vs_ratio` (per strategy, from the summary over depths),
 :func:`total_vs_length`, :func:`depth_length_heatmap`, :func:`time_ratio` (total time over ``none`` paired within
 rounds and tasks, with the A/A band: :func:`workbench.stats.comparison.ratio_figure`), :func:`chat` and
-:func:`table_figure` (:func:`workbench.share.plots.table_figure`: the break-even lengths, the best strategy per length). Each returns a
-plotly figure; the experiment assembles them in ``figures``.
+:func:`table_figure` (:func:`workbench.share.plots.table_figure`: the break-even lengths, the best strategy per
+length). Each returns a plotly figure; the experiment assembles them in ``figures``.
 """
 
 from __future__ import annotations
