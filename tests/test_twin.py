@@ -1,5 +1,6 @@
 """The serving twin (issue 34): closed-form queueing, determinism, one home for the policy, one-line errors."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -630,3 +631,44 @@ def test_simulate_takes_its_workload_from_the_runs_notebook_08(tmp_path):
     assert args.batch_window_s == twin_study.WORKLOAD_DEFAULTS["batch_window_s"] and "prompt_tokens" in came
     bare = SimpleNamespace(run=None, prompt_tokens=None, max_new_tokens=None, max_batch_size=None, batch_window_s=None)
     assert not twin_study.fill_workload(bare) and bare.prompt_tokens == 64
+
+
+def test_the_step_cost_carries_the_measured_residual_at_each_batch_size(tmp_path):
+    """A CPU step of 3 or 7 rows cost 20-30% more than the linear form puts between 2 and 8 rows (a bare
+    ``generate`` on this VM, results/LOG.md 2026-12-06): the fit keeps each measured batch size's residual, the
+    twin's steps at those sizes follow the measurement, a size past the largest measured is the linear form's, and
+    the table travels with the calibration and scales with the machine's speed."""
+    bump = {3: 0.03, 7: 0.02}
+    true = dataclasses.replace(COST, batch_residual_s=tuple((b, bump.get(b, 0.0)) for b in range(1, 9)))
+    rows = []
+    for b in range(1, 9):
+        for p in (32, 128, 512):
+            rows.append({"batch_size": b, "prompt_tokens": p, "output_tokens": 16,
+                         "prefill_s": COST.prefill_s(b, p), "tpot_s": COST.step_s(b, b * (p + 8)) + bump.get(b, 0.0)})
+    fitted = twin_cost.fit(pd.DataFrame(rows), source="synthetic")
+    table = dict(fitted.batch_residual_s)
+    assert sorted(table) == list(range(1, 9))
+    for b, p in ((3, 64), (7, 256), (5, 128)):
+        assert fitted.step_s(b, b * p) == pytest.approx(true.step_s(b, b * p), rel=0.03), b
+    linear_only = dataclasses.replace(fitted, batch_residual_s=())
+    assert abs(linear_only.step_s(3, 3 * 64) / true.step_s(3, 3 * 64) - 1) > 0.1   # what the table is for
+    assert fitted.residual_s(12) == 0.0 and fitted.step_s(12, 1200) == linear_only.step_s(12, 1200)
+    assert fitted.loo_step_error < 0.05
+    steps = fitted.steps_s(3, 64, 5)
+    assert steps == pytest.approx([fitted.step_s(3, 3 * (64 + k)) for k in range(1, 6)])
+    # the twin's static batch of three pays the bump on each of its decode steps
+    specs = twin.trace_specs([{"offset_s": 0.0, "prompt_tokens": 64, "output_tokens": 9} for _ in range(3)])
+    cfg = twin.TwinConfig(engine="static", max_batch_size=3, batch_window_s=0.01)
+    gap = twin.simulate(true, specs, cfg).rows["e2e_s"] - twin.simulate(COST, specs, cfg).rows["e2e_s"]
+    assert np.allclose(gap, 8 * bump[3])
+    # travels with the run, scales with the speed, refuses a bad table in one line
+    run = tmp_path / "run"
+    run.mkdir()
+    twin_cost.save(run, fitted)
+    assert twin_cost.load(run).batch_residual_s == fitted.batch_residual_s
+    probed = dataclasses.replace(true, reference_tpot_s=0.05)
+    assert probed.at_speed(0.1)[0].step_s(3, 300) == pytest.approx(2 * probed.step_s(3, 300))
+    for bad in (((0, 0.01),), ((2, float("nan")),)):
+        with pytest.raises(ParameterError, match="batch_residual_s") as e:
+            dataclasses.replace(COST, batch_residual_s=bad)
+        assert "\n" not in str(e.value)

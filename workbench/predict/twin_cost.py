@@ -10,7 +10,14 @@ model, calibrated on this machine from the workbench's own measurements.
 - decode step over ``B`` rows holding ``C`` cached tokens in all: ``step_s = b0 + b1 * B + b2 * C + b3 * [B > 1]``:
   ``b0`` the weights read once per step (memory bound: Pope et al., MLSys 2023), ``b1`` each row's sampling and
   GEMV share, ``b2`` the KV-cache traffic per cached token, ``b3`` the CPU BLAS switch from matrix-vector to
-  packed matrix-matrix kernels at two rows (:class:`workbench.predict.roofline.Calibration` ``batched_step_overhead_s``).
+  packed matrix-matrix kernels at two rows (:class:`workbench.predict.roofline.Calibration` ``batched_step_overhead_s``),
+  plus ``r(B)``, the measured step's residual at its batch size (:attr:`StepCost.batch_residual_s`): a CPU's
+  matrix kernels are not linear in the rows. On this 2-core VM a bare ``generate`` step of 3 or 7 rows cost 103-114
+  ms where 4 to 6 rows cost 74-87 ms and 8 rows 79-96 ms (three interleaved rounds; the static engine's batches
+  alike), and the serving sweep's open-loop batches are of 2 to 8 rows: the linear form put them 10-18% low
+  (results/LOG.md, 2026-12-06). ``r`` is the median residual of the linear fit over the workloads measured at each
+  batch size, interpolated between measured sizes, 0 past the largest (the linear form alone), and never takes a
+  step below half the linear form's.
 - a ``continuous`` step mixes both (:meth:`StepCost.mixed_step_s`): the decode step of its decoding rows plus
   ``a1`` per prefill-chunk token and ``a2`` per (chunk token x context) pair, one fixed ``b0``.
 
@@ -88,6 +95,8 @@ class StepCost:
             forward pass (setup, logits processing, the first sampling; the roofline's ``ttft_overhead_s``), paid
             once per ``fifo`` / ``static`` batch.
         source: where the coefficients come from (``fit:<run>``, ``roofline:<device>/<model>``, ``given``).
+        batch_residual_s: ``((batch_size, seconds), ...)``, ascending: the decode step's measured residual over the
+            linear form at each measured batch size (module docstring); empty: the linear form alone.
         serving_first_s, serving_step_s: the served request's own costs (:func:`with_serving`), already
             included in ``first_token_overhead_s`` and ``b0`` (per step); 0 when not calibrated on served rows.
         serving_points: the point ids the serving terms were fitted on (empty when none).
@@ -112,6 +121,7 @@ class StepCost:
     serving_step_s: float = 0.0
     serving_points: tuple = ()
     reference_tpot_s: float = float("nan")
+    batch_residual_s: tuple = ()
     in_sample_prefill_error: float = float("nan")
     in_sample_step_error: float = float("nan")
     loo_prefill_error: float = float("nan")
@@ -122,6 +132,22 @@ class StepCost:
             checks.check_float(k, getattr(self, k), lo=0)
         if self.a0 + self.a1 + self.a2 <= 0 or self.b0 + self.b1 + self.b2 + self.b3 <= 0:
             raise ParameterError("cost: prefill and decode step both need a positive cost (all coefficients 0)")
+        table = tuple(sorted((int(b), float(r)) for b, r in self.batch_residual_s))
+        if any(b < 1 or not math.isfinite(r) for b, r in table):
+            raise ParameterError("batch_residual_s: batch sizes >= 1 with finite residuals (seconds)")
+        object.__setattr__(self, "batch_residual_s", table)
+        # r(B) for every batch size up to the largest measured (the twin asks once a step: a lookup, not np.interp)
+        if table:
+            xs, ys = zip(*table)
+            object.__setattr__(self, "_residual", dict(zip(range(1, xs[-1] + 1),
+                                                            np.interp(np.arange(1, xs[-1] + 1), xs, ys).tolist())))
+        else:
+            object.__setattr__(self, "_residual", {})
+
+    def residual_s(self, batch: int) -> float:
+        """``r(batch)``: the step's measured residual at ``batch`` rows (seconds; module docstring), 0 past the
+        largest measured batch size or without a table."""
+        return self._residual.get(int(batch), 0.0)
 
     def prefill_s(self, batch: int, tokens: float) -> float:
         """One padded prefill of ``batch`` rows of ``tokens`` computed prompt tokens each."""
@@ -129,20 +155,22 @@ class StepCost:
 
     def step_s(self, batch: int, context_tokens: float) -> float:
         """One decode step of ``batch`` rows holding ``context_tokens`` cached tokens in all."""
-        return self.b0 + self.b1 * batch + self.b2 * context_tokens + (self.b3 if batch > 1 else 0.0)
+        linear = self.b0 + self.b1 * batch + self.b2 * context_tokens + (self.b3 if batch > 1 else 0.0)
+        return max(linear + self.residual_s(batch), 0.5 * linear)
 
     def steps_s(self, batch: int, prompt_tokens: int, steps: int) -> np.ndarray:
         """The durations of ``steps`` consecutive decode steps of a padded batch (row context ``prompt_tokens + k``
         at step ``k`` = 1..steps): a numpy array of seconds."""
         k = np.arange(1, steps + 1, dtype=float)
-        return self.b0 + self.b1 * batch + self.b2 * batch * (prompt_tokens + k) + (self.b3 if batch > 1 else 0.0)
+        linear = self.b0 + self.b1 * batch + self.b2 * batch * (prompt_tokens + k) + (self.b3 if batch > 1 else 0.0)
+        return np.maximum(linear + self.residual_s(batch), 0.5 * linear)
 
     def mixed_step_s(self, decode_rows: int, context_tokens: float, chunk_tokens: float, chunk_pairs: float) -> float:
         """One ``continuous`` step: ``decode_rows`` decoding rows over ``context_tokens`` cached tokens, plus
         prefill chunks of ``chunk_tokens`` tokens in all that attend to ``chunk_pairs`` (token x context) pairs."""
         rows = decode_rows + (1 if chunk_tokens else 0)
-        return (self.b0 + self.b1 * decode_rows + self.b2 * context_tokens + (self.b3 if rows > 1 else 0.0)
-                + self.a1 * chunk_tokens + self.a2 * chunk_pairs)
+        linear = self.b0 + self.b1 * decode_rows + self.b2 * context_tokens + (self.b3 if rows > 1 else 0.0)
+        return max(linear + self.residual_s(rows), 0.5 * linear) + self.a1 * chunk_tokens + self.a2 * chunk_pairs
 
     def service_s(self, prompt_tokens: int, output_tokens: int) -> float:
         """One request alone (batch 1, a ``generate`` call): prefill, the first-token overhead and
@@ -162,7 +190,8 @@ class StepCost:
         if factor == 1.0:
             return self, 1.0
         terms = PREFILL_TERMS + STEP_TERMS + ("first_token_overhead_s", "serving_first_s", "serving_step_s")
-        return dataclasses.replace(self, **{k: getattr(self, k) * factor for k in terms}), factor
+        table = tuple((b, r * factor) for b, r in self.batch_residual_s)
+        return dataclasses.replace(self, batch_residual_s=table, **{k: getattr(self, k) * factor for k in terms}), factor
 
     def describe(self) -> str:
         """One line: the source and the out-of-sample errors."""
@@ -172,12 +201,15 @@ class StepCost:
                   f"{self.serving_step_s * 1e3:.1f} ms per decode step, from the one-at-a-time served "
                   f"point{'s' if len(self.serving_points) > 1 else ''} {', '.join(self.serving_points)}"
                   if self.serving_points else "")
+        table = (f"; step residual by batch size {', '.join(f'{b}: {r * 1e3:+.0f} ms' for b, r in self.batch_residual_s)}"
+                 if self.batch_residual_s else "")
         speed = (f"; costs at the speed probe's {self.reference_tpot_s * 1e3:.1f} ms, rescaled to each measured "
                  f"point's own" if _positive(self.reference_tpot_s) else "")
-        return f"cost model {self.source} ({self.n_rows} rows; {err}{served}{speed})"
+        return f"cost model {self.source} ({self.n_rows} rows; {err}{served}{table}{speed})"
 
     def to_dict(self) -> dict:
-        return {"version": VERSION, **dataclasses.asdict(self)}
+        return {"version": VERSION, **dataclasses.asdict(self),
+                "batch_residual_s": [list(x) for x in self.batch_residual_s]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
@@ -187,6 +219,10 @@ class StepCost:
         fields = {f.name for f in dataclasses.fields(cls)}
         vals = {k: (float("nan") if v is None else v) for k, v in d.items() if k in fields}
         vals["serving_points"] = tuple(str(x) for x in (d.get("serving_points") or ()))
+        try:
+            vals["batch_residual_s"] = tuple((int(b), float(r)) for b, r in (d.get("batch_residual_s") or ()))
+        except (TypeError, ValueError):
+            raise ParameterError("calibration: batch_residual_s must be [batch_size, seconds] pairs") from None
         return cls(**vals)
 
 
@@ -238,7 +274,24 @@ def _ape(pred, y) -> float:
     return float(np.median(np.abs(pred / y - 1))) if len(y) else float("nan")
 
 
-def _loo(X, y, groups) -> float:
+def _residual_table(batch: np.ndarray, resid: np.ndarray) -> tuple:
+    """``((B, median residual), ...)`` over the workloads at each batch size ``B`` (module docstring)."""
+    return tuple((int(b), float(np.median(resid[batch == b]))) for b in sorted(set(batch.astype(int))))
+
+
+def _with_table(linear: np.ndarray, batch: np.ndarray, table: tuple) -> np.ndarray:
+    """``linear`` step predictions plus ``r(batch)`` from ``table`` (interpolated, 0 past the largest), never below
+    half the linear form's (:meth:`StepCost.step_s`)."""
+    if not table:
+        return linear
+    xs, ys = zip(*table)
+    r = np.where(batch <= xs[-1], np.interp(batch, xs, ys), 0.0)
+    return np.maximum(linear + r, 0.5 * linear)
+
+
+def _loo(X, y, groups, batch=None) -> float:
+    """Leave-one-workload-out error (module docstring); with ``batch`` (the rows' batch sizes) the left-out
+    workload is also predicted with the residual table of the others (:func:`_residual_table`)."""
     keys = sorted(set(groups))
     if len(keys) < 2:
         return float("nan")
@@ -246,7 +299,11 @@ def _loo(X, y, groups) -> float:
     for k in keys:
         out = np.asarray([g == k for g in groups])
         coef = _nnls(X[~out], y[~out])
-        errs += list(np.abs(X[out] @ coef / y[out] - 1))
+        pred = X[out] @ coef
+        if batch is not None:
+            table = _residual_table(batch[~out], y[~out] - X[~out] @ coef)
+            pred = _with_table(pred, batch[out], table)
+        errs += list(np.abs(pred / y[out] - 1))
     return float(np.median(errs))
 
 
@@ -345,10 +402,12 @@ def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
     first = max(0.0, float(over.median())) if len(over) else 0.0
     if bb.sum() <= 0:
         bb[0] = float(np.median(yd))
+    # the step's residual at each measured batch size (module docstring: a CPU's kernels are not linear in the rows)
+    table = _residual_table(bd, yd - Xd @ bb)
     return StepCost(*map(float, a), *map(float, bb), first_token_overhead_s=first, source=source, n_rows=int(len(df)),
-                    reference_tpot_s=reference, in_sample_prefill_error=_ape(Xp @ a, y),
-                    in_sample_step_error=_ape(Xd @ bb, yd), loo_prefill_error=_loo(Xp, y, gp),
-                    loo_step_error=_loo(Xd, yd, gd))
+                    reference_tpot_s=reference, batch_residual_s=table, in_sample_prefill_error=_ape(Xp @ a, y),
+                    in_sample_step_error=_ape(_with_table(Xd @ bb, bd, table), yd),
+                    loo_prefill_error=_loo(Xp, y, gp), loo_step_error=_loo(Xd, yd, gd, bd))
 
 
 def with_serving(cost: StepCost, requests: pd.DataFrame, point_ids) -> StepCost:
