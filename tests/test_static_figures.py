@@ -72,3 +72,17 @@ def test_a_table_keeps_the_size_it_was_laid_out_for():
     assert (w, h) == (table.layout.meta["table_width_px"], table.layout.height) and w > static_figures.WIDTH_PX
     plot = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]), layout=dict(width=1400, title="a plot"))
     assert static_figures.paper_figure(plot)[1] == static_figures.WIDTH_PX
+
+
+def test_a_one_entry_colour_key_goes_under_the_plot():
+    """Notebook 01's decode-speed boxes at one prompt length: plotly express's key ("prompt tokens" / "128") stayed
+    at the top of the paper figure and sat on its title; two entries already went below, a lone unnamed trace has
+    no legend to move."""
+    import pandas as pd
+    import plotly.express as px
+
+    df = pd.DataFrame({"batch_size": [1, 1, 2, 2], "decode_tps": [17.0, 18.0, 11.0, 11.5], "prompt_tokens": ["128"] * 4})
+    boxes = px.box(df, x="batch_size", y="decode_tps", color="prompt_tokens", title="Per-request decode speed")
+    assert plots.legend_is_below(static_figures.paper_figure(boxes)[0])
+    lone = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]), layout=dict(title="a plot"))
+    assert not plots.legend_is_below(static_figures.paper_figure(lone)[0])

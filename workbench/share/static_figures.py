@@ -127,7 +127,9 @@ def paper_figure(fig):
     out.update_xaxes(automargin=True, title_font=dict(size=FONT_PX), tickfont=dict(size=FONT_PX - 2))
     out.update_yaxes(automargin=True, title_font=dict(size=FONT_PX), tickfont=dict(size=FONT_PX - 2))
     shown = [t for t in out.data if t.name and t.showlegend is not False]
-    if len(shown) >= 2:
+    # a one-entry legend with a title (plotly express's colour key, e.g. "prompt tokens: 128") is drawn too, and at
+    # the top it sat on the title
+    if len(shown) >= 2 or (shown and (out.layout.showlegend or out.layout.legend.title.text)):
         plots.legend_below(out, bottom=40)
         out.update_layout(legend=dict(font=dict(size=FONT_PX - 2)))
     return out, WIDTH_PX, height
