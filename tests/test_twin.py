@@ -265,6 +265,7 @@ def test_validation_table_and_metrics(tmp_path):
     assert json.loads((run / "metrics.json").read_text())["twin_points"] == 4
     table2, fig, text = twin_study.notebook_section(run, "serving_load")
     assert fig is not None and "MAPE e2e p50 0%" in text and (run / "figures" / "twin_serving_load.json").is_file()
+    assert {ax.rangemode for ax in (fig.layout.yaxis, fig.layout.yaxis2)} == {"tozero"}   # latencies from 0 s
     slower = twin_cost.StepCost(**{k: 1.3 * getattr(COST, k) for k in twin_cost.PREFILL_TERMS + twin_cost.STEP_TERMS})
     _, off = twin_study.validate(run, slower, write=False)
     assert off["mape_e2e_p50"] > 0.25   # a wrong cost model shows in the error
