@@ -89,8 +89,9 @@ $(GUIDELLM_VENV)/.installed:
 client-crosscheck: setup $(CLIENT_VENV)/.installed $(GUIDELLM_VENV)/.installed   ## AIPerf and GuideLLM at their defaults vs the server's own figures, per engine
 	$(PY) benchmarks/client_crosscheck.py --aiperf $(CLIENT_VENV)/bin/aiperf --guidellm $(GUIDELLM_VENV)/bin/guidellm
 
-benchmark: setup llama-server      ## the loop's fixed costs (old vs now), overhead vs plain generate, serving ratios (engines, server, openai client), scheduling policies, A/A trials of the comparison designs, generation and queue (old vs new design), roofline error, drift-reference noise, speed techniques, the speed ladder, llama.cpp side by side
+benchmark: setup llama-server      ## the twin's speed, a decode step by batch size, the loop's fixed costs (old vs now), overhead vs plain generate, serving ratios (engines, server, openai client), scheduling policies, A/A trials of the comparison designs, generation and queue (old vs new design), roofline error, drift-reference noise, speed techniques, the speed ladder, llama.cpp side by side
 	$(PY) benchmarks/twin_speed.py
+	$(PY) benchmarks/batch_step.py
 	$(PY) benchmarks/loop.py
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/serving.py
