@@ -137,12 +137,8 @@ class StepCost:
             raise ParameterError("batch_residual_s: batch sizes >= 1 with finite residuals (seconds)")
         object.__setattr__(self, "batch_residual_s", table)
         # r(B) for every batch size up to the largest measured (the twin asks once a step: a lookup, not np.interp)
-        if table:
-            xs, ys = zip(*table)
-            object.__setattr__(self, "_residual", dict(zip(range(1, xs[-1] + 1),
-                                                            np.interp(np.arange(1, xs[-1] + 1), xs, ys).tolist())))
-        else:
-            object.__setattr__(self, "_residual", {})
+        sizes = np.arange(1, table[-1][0] + 1) if table else np.arange(0)
+        object.__setattr__(self, "_residual", dict(zip(sizes.tolist(), _residuals(sizes, table).tolist())))
 
     def residual_s(self, batch: int) -> float:
         """``r(batch)``: the step's measured residual at ``batch`` rows (seconds; module docstring), 0 past the
@@ -156,21 +152,21 @@ class StepCost:
     def step_s(self, batch: int, context_tokens: float) -> float:
         """One decode step of ``batch`` rows holding ``context_tokens`` cached tokens in all."""
         linear = self.b0 + self.b1 * batch + self.b2 * context_tokens + (self.b3 if batch > 1 else 0.0)
-        return max(linear + self.residual_s(batch), 0.5 * linear)
+        return float(_floored(linear, self.residual_s(batch)))
 
     def steps_s(self, batch: int, prompt_tokens: int, steps: int) -> np.ndarray:
         """The durations of ``steps`` consecutive decode steps of a padded batch (row context ``prompt_tokens + k``
         at step ``k`` = 1..steps): a numpy array of seconds."""
         k = np.arange(1, steps + 1, dtype=float)
         linear = self.b0 + self.b1 * batch + self.b2 * batch * (prompt_tokens + k) + (self.b3 if batch > 1 else 0.0)
-        return np.maximum(linear + self.residual_s(batch), 0.5 * linear)
+        return _floored(linear, self.residual_s(batch))
 
     def mixed_step_s(self, decode_rows: int, context_tokens: float, chunk_tokens: float, chunk_pairs: float) -> float:
         """One ``continuous`` step: ``decode_rows`` decoding rows over ``context_tokens`` cached tokens, plus
         prefill chunks of ``chunk_tokens`` tokens in all that attend to ``chunk_pairs`` (token x context) pairs."""
         rows = decode_rows + (1 if chunk_tokens else 0)
         linear = self.b0 + self.b1 * decode_rows + self.b2 * context_tokens + (self.b3 if rows > 1 else 0.0)
-        return max(linear + self.residual_s(rows), 0.5 * linear) + self.a1 * chunk_tokens + self.a2 * chunk_pairs
+        return float(_floored(linear, self.residual_s(rows))) + self.a1 * chunk_tokens + self.a2 * chunk_pairs
 
     def service_s(self, prompt_tokens: int, output_tokens: int) -> float:
         """One request alone (batch 1, a ``generate`` call): prefill, the first-token overhead and
@@ -279,14 +275,24 @@ def _residual_table(batch: np.ndarray, resid: np.ndarray) -> tuple:
     return tuple((int(b), float(np.median(resid[batch == b]))) for b in sorted(set(batch.astype(int))))
 
 
-def _with_table(linear: np.ndarray, batch: np.ndarray, table: tuple) -> np.ndarray:
-    """``linear`` step predictions plus ``r(batch)`` from ``table`` (interpolated, 0 past the largest), never below
-    half the linear form's (:meth:`StepCost.step_s`)."""
+def _residuals(batch, table: tuple) -> np.ndarray:
+    """``r(batch)`` from ``table`` (``((B, seconds), ...)`` ascending): interpolated between the measured sizes, 0
+    past the largest and without a table (module docstring). ``batch``: an array of batch sizes."""
+    batch = np.asarray(batch, dtype=float)
     if not table:
-        return linear
+        return np.zeros_like(batch)
     xs, ys = zip(*table)
-    r = np.where(batch <= xs[-1], np.interp(batch, xs, ys), 0.0)
-    return np.maximum(linear + r, 0.5 * linear)
+    return np.where(batch <= xs[-1], np.interp(batch, xs, ys), 0.0)
+
+
+def _floored(linear, residual):
+    """The step: ``linear + residual``, never below half the linear form's (module docstring)."""
+    return np.maximum(linear + residual, 0.5 * linear)
+
+
+def _with_table(linear: np.ndarray, batch: np.ndarray, table: tuple) -> np.ndarray:
+    """``linear`` step predictions with ``table``'s residual at each row's ``batch`` (:meth:`StepCost.step_s`)."""
+    return _floored(linear, _residuals(batch, table))
 
 
 def _loo(X, y, groups, batch=None) -> float:
