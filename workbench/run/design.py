@@ -507,5 +507,91 @@ def design_rows(result: DesignResult, arm) -> list[dict]:
     return list(result.requests.get(arm, []))
 
 
+# ----------------------------------------------------------------------------- a design as a sweep's points
+
+
+@dataclasses.dataclass
+class SweepDesign:
+    """A design over a sweep's points (:func:`workbench.run.sweeps.run_sweep`'s ``design``).
+
+    Attributes:
+        design: the :class:`Design`; its arms (and control, groups, decide) are the points' ids.
+        measure: ``measure(point, round) -> Measured``.
+        prepare: ``prepare(point) -> warm-up seconds`` (once per point and session), or None.
+        extra: ``extra(point_id, result) -> dict`` of the experiment's own point columns (quality means, ...), or
+            None.
+    """
+
+    design: Design
+    measure: Callable
+    prepare: Callable | None = None
+    extra: Callable | None = None
+
+
+def _suffixed(design: Design, suffix: str) -> Design:
+    if not suffix:
+        return design
+    f = (lambda a: f"{a}{suffix}")
+    return dataclasses.replace(design, arms=[f(a) for a in design.arms], control=f(design.control),
+                               groups={f(g): [f(a) for a in m] for g, m in design.groups.items()} if design.groups else None,
+                               decide=[f(a) for a in design.decide] if design.decide else None)
+
+
+def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, info=None) -> dict:
+    """Run a sweep's design and turn each arm into its point's result.
+
+    Args:
+        sweep: the :class:`SweepDesign`.
+        by_id: ``{point id (with suffix): point}``.
+        suffix: the point ids' suffix of a changed config (``--allow-changed``), "" otherwise.
+        run_dir: the run folder (rounds stored and resumed there).
+        info: the model's info (its device: the peak-memory window around each measurement).
+
+    Returns:
+        ``{point id: PointResult}``: the arm's requests over the rounds (``repeat`` = round), ``wall_s`` the sum of its
+        measurements' wall times, ``warmup_s``, ``extra`` (:meth:`DesignResult.point_columns` of every outcome, then
+        the sweep's ``extra``), ``contamination`` (others' load over the whole design) and ``device`` (the arm's
+        largest peak memory).
+    """
+    from workbench.measure import contention, device
+    from workbench.run.point_result import PointResult
+
+    design = _suffixed(sweep.design, suffix)
+    dev = getattr(info, "device", None)
+    peaks: dict = {}
+
+    def measure(arm, rnd):
+        if dev is not None:
+            device.reset_peak_memory(dev)
+        got = sweep.measure(by_id[arm], rnd)
+        if dev is not None:
+            peak, method = device.peak_memory_bytes(dev)
+            old = peaks.get(arm, (None, method))[0]
+            peaks[arm] = (peak if old is None or (peak is not None and peak > old) else old, method)
+        return got
+
+    prepare = (lambda arm: sweep.prepare(by_id[arm])) if sweep.prepare is not None else None
+    load = contention.LoadMonitor()
+    result = run_design(design, measure, prepare, run_dir=run_dir)
+    contamination = load.stop()
+    run_id = Path(run_dir).name if run_dir is not None else ""
+    remember_spread(result, run_id)
+    out = {}
+    for arm in design.arms:
+        rows = result.table[result.table["arm"] == str(arm)]
+        cols = {}
+        for o in (design.primary, *design.secondary):
+            cols.update(result.point_columns(arm, o))
+        if sweep.extra is not None:
+            cols.update(sweep.extra(arm, result))
+        peak = peaks.get(arm)
+        out[arm] = PointResult(requests=result.requests.get(arm, []), wall_s=float(rows["wall_s"].sum()),
+                               warmup_s=result.warmup_s.get(arm), extra=cols, contamination=dict(contamination),
+                               device={"peak_memory_bytes": peak[0], "peak_memory_method": peak[1]} if peak else {})
+    out["__result__"] = result
+    return out
+
+
 __all__ = ["AA", "Design", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin", "check_rounds",
-           "plan_text", "recalled_spread", "remember_spread", "run_design", "smallest_effect"]
+           "measure_sweep_design", "plan_text", "recalled_spread", "remember_spread", "run_design", "smallest_effect",
+           "SweepDesign"]
