@@ -16,7 +16,7 @@ imports a folder above its own):
     predict/         the roofline latency model and its predictions
     share/           plots and the HTML report
     experiments/     one module per numbered notebook; they never import each other
-    cli/             the ``workbench`` command and the suite runner
+    cli/             the ``workbench`` command: argument parsing and dispatch
 
 Old flat names that notebooks in users' hands import (``from workbench import models, results, plots, report``)
 still resolve, to their modules' new homes; new code imports the folders.

@@ -13,9 +13,9 @@ it per second of it, :func:`workbench.serving.load.apply_window`: not biased low
 concurrency with its Little's-law check; ``queue_s`` percentiles; SLO attainment over the requests planned
 for the window (unsent and unfinished ones are misses) with its Wilson 95% interval, goodput and the
 percentile check per preset (:mod:`workbench.stats.slo`); the engine's running requests over the window
-(``engine_batch_mean`` / ``_max``); the time slices and the stop rule. :func:`recommend` gives, per SLO
-preset, the engine and the highest measured rate that met it (:func:`workbench.stats.slo.verdict`: attainment's one-sided
-95% lower bound reaches ``attainment_target``; the MLPerf presets at their stated p99, undetermined below 100
+(``engine_batch_mean`` / ``_max``); the time slices and the stop rule. :func:`recommend` (beside the knees in
+:mod:`workbench.serving.saturation`) gives, per SLO preset, the engine and the highest measured rate that met it
+(:func:`workbench.stats.slo.verdict`: attainment's one-sided 95% lower bound reaches ``attainment_target``; the MLPerf presets at their stated p99, undetermined below 100
 requests);
 :func:`search` finds that rate by bisection (:func:`search_engines` runs it on its own, without the sweep:
 ``benchmarks/serving.py``). The knee (:func:`workbench.serving.saturation.knees`) is the highest open-loop rate that kept up
@@ -406,6 +406,7 @@ def search_engines(cfg: Config, loaded) -> pd.DataFrame:
 
 KEPT_UP_TOLERANCE = saturation.KEPT_UP_TOLERANCE
 kept_up = saturation.kept_up  # the one definition (knee, recommendation, finding, figures, search)
+recommend = saturation.recommend  # beside the knees, where the twin's validation reads it too
 
 
 def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
@@ -427,58 +428,6 @@ def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
     b = df[df["arm"] == "main"].groupby(key)[column].first().dropna()
     both = a.index.intersection(b.index)
     return dict(replicates.aa_columns(a.loc[both], b.loc[both], "replicates"), statistic=column)
-
-
-def _slo_names(points: pd.DataFrame) -> list[str]:
-    """SLO names of the ``slo_attainment_<name>`` columns (not the interval columns) that hold an attainment on some
-    point: a run's points table also carries the scheduling classes' columns (``interactive``, ``background``),
-    empty on the load points, which the recommendation listed as "undetermined: no attainment"."""
-    return sorted({c[len("slo_attainment_"):] for c in points.columns if c.startswith("slo_attainment_")
-                   and not c.startswith(("slo_attainment_low", "slo_attainment_high", "slo_attainment_upper"))
-                   and pd.to_numeric(points[c], errors="coerce").notna().any()})
-
-
-def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
-    """Per SLO preset (and ``custom``): the engine and the highest measured offered rate that met it
-    (:func:`workbench.stats.slo.verdict`: attainment's one-sided 95% lower bound reaches ``target``; the MLPerf presets
-    at their stated p99 with the sample-size rule), ties by higher goodput, with its goodput, its attainment's
-    Wilson 95% interval and one-sided lower bound and the requests planned for it; ``engine`` empty when none
-    does, and ``verdict`` saying why (``missed``: every usable rate shown to miss it; ``undetermined``: some rate
-    could not be judged with the requests it had). Only usable points
-    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that did not
-    fall behind (:func:`kept_up`): a closed-loop burst, a point stopped for over-saturation, one measured under
-    other load or one whose queue grew is never recommended."""
-    df = evidence.usable_points(points, serving=True)
-    if not df.empty:  # a rate whose queue grew is not one the engine sustains, whatever its short-run attainment
-        df = df[[kept_up(r) != saturation.FELL_BEHIND for _, r in df.iterrows()]]
-    rows = []
-    for n in _slo_names(df if not df.empty else points):   # no usable point: each scored SLO says so
-        source = slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"
-        judged = [slo.verdict(r, n, target) for _, r in df.iterrows()]
-        met = [v == slo.MET for v, _ in judged]
-        ok = df[met] if len(df) else df
-        if ok.empty:
-            undet = [why for v, why in judged if v == slo.UNDETERMINED]
-            verdict = (f"undetermined: {undet[0]}" if undet else
-                       "missed" if judged else "no usable point")
-            rows.append({"slo": n, "engine": "", "max_rate_rps": 0.0, "goodput_rps": 0.0, "attainment": np.nan,
-                         "attainment_low": np.nan, "attainment_high": np.nan, "attainment_lower": np.nan,
-                         "requests": 0, "verdict": verdict, "source": source})
-            continue
-        best = ok.sort_values(["offered_rps", f"goodput_rps_{n}"], ascending=False).iloc[0]
-        planned = best.get("requests_planned_window", best.get("requests", np.nan))
-        why = slo.verdict(best, n, target)[1]
-        lower = best.get(f"slo_attainment_lower_{n}", np.nan)
-        if (lower is None or lower != lower) and planned == planned and planned:
-            lower = slo.one_sided_bounds(int(round(float(best[f"slo_attainment_{n}"]) * int(planned))), int(planned))[0]
-        rows.append({"slo": n, "engine": best["engine"], "max_rate_rps": float(best["offered_rps"]),
-                     "goodput_rps": float(best[f"goodput_rps_{n}"]), "attainment": float(best[f"slo_attainment_{n}"]),
-                     "attainment_low": float(best.get(f"slo_attainment_low_{n}", np.nan)),
-                     "attainment_high": float(best.get(f"slo_attainment_high_{n}", np.nan)),
-                     "attainment_lower": float(lower) if lower is not None else np.nan,
-                     "requests": int(planned) if planned == planned else 0, "verdict": f"met: {why}",
-                     "source": source})
-    return pd.DataFrame(rows)
 
 
 def _attained(r, target: float) -> str:
