@@ -12,7 +12,8 @@ imports a folder above its own):
                      builders)
     inputs/          prompts, haystack and reasoning tasks
     run/             point results, run folders, drift, sweeps, the Ray executor, notebooks and suites
-    serving/         the OpenAI-compatible server: options, engines, scheduling, routes, jobs, load and clients
+    serving/         the OpenAI-compatible server: options, engines, scheduling, routes, jobs
+    load/            the load generator: arrival profiles, clients and senders, endpoints, traces, knees, bench
     predict/         the roofline latency model and its predictions
     share/           plots and the HTML report
     experiments/     one module per numbered notebook; they never import each other

@@ -3,8 +3,8 @@ picks for real. The command line parses and dispatches (:func:`command`); the nu
 
 - :func:`serving_points`: notebook 08's grid simulated: per engine ``synchronous``, ``throughput``, then open-loop
   rates (given, or ``sweep_points`` evenly between the simulated synchronous and throughput rates:
-  :func:`workbench.serving.load.sweep_rates`, as the notebook).
-- :func:`scheduling_points`: notebook 11's mixed workload (:func:`workbench.serving.traces.mixed_trace`, the
+  :func:`workbench.load.load.sweep_rates`, as the notebook).
+- :func:`scheduling_points`: notebook 11's mixed workload (:func:`workbench.load.traces.mixed_trace`, the
   same seed and distributions) under each policy, at ``load_factor`` of the simulated one-at-a-time capacity.
 - :func:`capacities`: per SLO preset the highest rate meeting it (:func:`workbench.predict.twin.capacity`).
 - :func:`interesting` and :func:`confirm`: the simulated points most worth measuring, measured.
@@ -29,7 +29,8 @@ from workbench import checks
 from workbench.errors import ParameterError
 from workbench.predict import twin, twin_cost
 from workbench.predict.twin_validation import cost_for, sentence, specs_from_rows, validate
-from workbench.serving import engines, load, scheduling, traces
+from workbench.serving import engines, scheduling
+from workbench.load import load, traces
 from workbench.stats import slo
 
 #: notebook 11's workload keys :func:`scheduling_points` needs (the run's recorded config, else passed in)
@@ -158,7 +159,7 @@ def confirm(cost, loaded, picks, cfg) -> pd.DataFrame:
         beside it).
     """
     from workbench.run import drift
-    from workbench.serving.bench import Bench, run_sampled
+    from workbench.load.bench import Bench, run_sampled
 
     bench = Bench(cfg, loaded)
     rows = []
@@ -197,7 +198,7 @@ def metrics_p50(rows: pd.DataFrame, col: str) -> float:
 
 
 def read_trace(path) -> list[dict]:
-    """A JSONL trace for the twin: :func:`workbench.serving.load.read_trace`'s checked fields plus, where a line has
+    """A JSONL trace for the twin: :func:`workbench.load.load.read_trace`'s checked fields plus, where a line has
     them, ``priority`` (checked as the server checks it), ``request_class``, ``patience_s``, ``prefix_key`` and
     ``prefix_tokens``.
 

@@ -12,7 +12,7 @@ scheduling point, its errors, and the words and figure the notebooks and the rep
   (means over the points, as BLIS reports), their point counts, each point predicted at its own moment's speed (its
   speed probe, :meth:`workbench.predict.twin_cost.StepCost.at_speed`; ``speed_factor`` in the table, the errors at
   the calibration's speed throughout as ``mape_*_unscaled``), and the knee and recommendation per SLO preset
-  measured vs simulated (:func:`workbench.serving.saturation.knees` / ``recommend`` on both tables).
+  measured vs simulated (:func:`workbench.load.saturation.knees` / ``recommend`` on both tables).
 - :func:`sentence` (the validation in words), :func:`disagreement` (where the twin and one experiment's
   measurement are furthest apart: the report's serving findings carry it). The figure and the section notebooks 08
   and 11 show are :mod:`workbench.share.figures_twin`'s.
@@ -29,7 +29,8 @@ import pandas as pd
 from workbench.errors import ParameterError
 from workbench.predict import twin, twin_cost
 from workbench.run import metrics_file
-from workbench.serving import engines, load, saturation, scheduling, senders
+from workbench.serving import engines, scheduling
+from workbench.load import load, saturation, senders
 
 SERVING_EXPERIMENTS = ("serving_load", "scheduling")
 #: a measured point's columns a simulated point never inherits (:func:`validate`): its SLO verdicts and keep-up figures
@@ -148,7 +149,7 @@ def _num(v) -> float:
 def specs_from_rows(rows: pd.DataFrame, cfg: dict, experiment: str) -> list:
     """The twin's requests for a measured point's ``rows``: their scheduled offsets (from the first), prompt and
     output sizes, priorities and classes; for ``scheduling`` with ``abandon_share`` in its config ``cfg``, the same
-    clients' patience (:func:`workbench.serving.senders.with_patience`, seeded as the run was)."""
+    clients' patience (:func:`workbench.load.senders.with_patience`, seeded as the run was)."""
     rows = rows.sort_values("request_id") if "request_id" in rows else rows
     off = pd.to_numeric(rows.get("t_scheduled_s"), errors="coerce").fillna(0.0).clip(lower=0.0)
     t0 = float(off.min()) if len(off) else 0.0

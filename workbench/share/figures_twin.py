@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 from workbench.errors import ParameterError
 from workbench.predict import twin_validation
 from workbench.run import results
-from workbench.serving import load
+from workbench.load import load
 from workbench.share.plots import tidy_legend
 
 

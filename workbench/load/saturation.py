@@ -10,7 +10,7 @@ tolerance answers at random near the knee (at 40 requests a 10% tolerance said "
   the conditional binomial, Clopper-Pearson bounds; Cox 1953, Przyborowski & Wilenski 1940 - conservative for a
   constant-rate arrival process, whose count is not random);
 - or, where every request's timing is known, from **the growth of the backlog** (the in-flight growth test,
-  :func:`workbench.serving.load.backlog_growth`): the backlog each arrival finds, its slope over time by batch
+  :func:`workbench.load.load.backlog_growth`): the backlog each arrival finds, its slope over time by batch
   means; the ratio is ``1 - growth``. It decides with far fewer requests than the counts (at 40 requests the
   counts' band of a ratio of 1.0 is about 0.68-1.47), so it is used where its columns are present;
 - **kept up** when the one-sided 95% lower bound reaches ``1 - tolerance`` (completions within the tolerance of
@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.stats import evidence, slo
-from workbench.serving import load
+from workbench.load import load
 
 KEPT_UP = "kept up"
 FELL_BEHIND = "fell behind"
@@ -55,7 +55,7 @@ def rate_ratio_interval(arrivals: int, arrival_rps: float, completions: int, com
 
     Args:
         arrivals, completions: the events behind each rate (timestamps; the rate spans ``count - 1`` intervals,
-            :func:`workbench.serving.load.flow_rates`).
+            :func:`workbench.load.load.flow_rates`).
         arrival_rps, completion_rps: the two rates (requests/s).
         confidence: one-sided coverage of each bound (0.95: the two together a 90% interval).
 
@@ -94,7 +94,7 @@ def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE, confidence: float = CON
     Args:
         point: a points row or a run summary (Series or dict): ``profile``, ``stopped_early``,
             ``requests_unsent``, ``requests_incomplete``, ``arrival_rps`` / ``completion_rps`` with
-            ``arrival_count`` / ``completion_count`` (:func:`workbench.serving.load.flow_rates`); rows without
+            ``arrival_count`` / ``completion_count`` (:func:`workbench.load.load.flow_rates`); rows without
             the counts use ``requests_planned_window`` for both, without the rates ``offered_rps`` and
             ``request_throughput_rps``; ``backlog_growth_low`` / ``backlog_growth_high`` (the in-flight growth
             test) decide in place of the counts where both are present.
