@@ -42,7 +42,7 @@ os.environ["WORKBENCH_STRICT_COLUMNS"] = "1"
 def _share_one_tls_context() -> None:
     """httpx builds a TLS context for every client (loading certifi's CA bundle: ~35 ms of CPU here), and
     ``httpx.get/post/stream`` open a client per call: the tests' ~400 loopback calls spent ~13 s on it. The session
-    shares one default context, as the workbench's own clients do (:func:`workbench.serving.client.ssl_context`).
+    shares one default context, as the workbench's own clients do (:func:`workbench.load.client.ssl_context`).
     Only the default (``verify=True``, no client certificate) is shared; if httpx moves the name, nothing is
     patched."""
     import functools

@@ -139,8 +139,8 @@ def test_every_notebook_is_thin_and_tagged():
 #: A module may import its own folder or a folder below, never one above; circles are refused separately, in any
 #: folder. The root holds the ground floor (``errors``, ``checks``, the package itself) and ``__main__`` (the command
 #: line's alias). A new folder fails :func:`test_every_module_has_a_layer` until it is placed here.
-LAYERS = ["ground", "stats", "measure", "techniques", "inputs", "run", "serving", "predict", "share", "experiments",
-          "cli"]
+LAYERS = ["ground", "stats", "measure", "techniques", "inputs", "run", "serving", "load", "predict", "share",
+          "experiments", "cli"]
 ROOT_LAYERS = {"workbench": "ground", "errors": "ground", "checks": "ground", "paths": "ground", "__main__": "cli"}
 
 
@@ -237,6 +237,8 @@ def test_the_folders_are_the_layers():
         doc = ast.get_docstring(ast.parse((PKG / folder / "__init__.py").read_text(encoding="utf-8"))) or ""
         assert len(doc.split()) >= 25, f"workbench/{folder}/__init__.py needs its one-paragraph docstring"
     assert layer_of("stats.metrics") < layer_of("measure.generation") < layer_of("run.sweeps") < layer_of("experiments.x")
+    # the load generator is a wing of its own above the server: the server side imports nothing from it
+    assert layer_of("serving.server") < layer_of("load.client") < layer_of("predict.twin")
     assert layer_of("errors") == 0 and layer_of("nowhere.x") == -1
 
 

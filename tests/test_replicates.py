@@ -1,5 +1,5 @@
 """The run as the unit (workbench/stats/replicates.py) and the queue A/A designs on the real scheduling code
-(workbench/serving/aa_sim.py): identical arms, paired by seed, claim a direction at about the nominal rate."""
+(workbench/load/aa_sim.py): identical arms, paired by seed, claim a direction at about the nominal rate."""
 import math
 
 import numpy as np
@@ -8,7 +8,7 @@ from scipy import stats
 
 from workbench import ParameterError
 from workbench.stats import replicates
-from workbench.serving import aa_sim
+from workbench.load import aa_sim
 
 
 def test_paired_log_ratio_by_hand():

@@ -186,7 +186,7 @@ def test_a_moved_aa_control_is_remeasured_by_rerun_invalid_and_a_steady_one_is_n
     and --rerun-invalid counts exactly its points as unfinished, names them, and measures them again."""
     from types import SimpleNamespace
 
-    from workbench.cli import suite
+    from workbench.run import suite
 
     monkeypatch.setattr(contention, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
     fake_references(monkeypatch, [0.1] * 6)

@@ -244,11 +244,12 @@ def _measured_run(tmp_path, cost, speeds=None):
 
 
 def test_validation_table_and_metrics(tmp_path):
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_validation
+    from workbench.share import figures_twin
 
     run = _measured_run(tmp_path, COST)
     twin_cost.save(run, COST)
-    table, summ = twin_study.validate(run)
+    table, summ = twin_validation.validate(run)
     assert len(table) == 4 and summ["mape_e2e_p50_points"] == 4
     assert summ["mape_e2e_p50"] < 1e-6 and summ["mape_ttft_p50"] < 1e-6   # the same cost: the same decisions
     # the same knee per engine; NaN on both sides where kept_up is undetermined at this many requests
@@ -263,28 +264,27 @@ def test_validation_table_and_metrics(tmp_path):
     assert {"ape_e2e_s_p50", "ape_ttft_s_p50", "measured_e2e_s_p50", "simulated_e2e_s_p50",
             "measured_kept_up", "simulated_kept_up"} <= set(on_disk.columns)
     assert json.loads((run / "metrics.json").read_text())["twin_points"] == 4
-    table2, fig, text = twin_study.notebook_section(run, "serving_load")
+    table2, fig, text = figures_twin.notebook_section(run, "serving_load")
     assert fig is not None and "MAPE e2e p50 0%" in text and (run / "figures" / "twin_serving_load.json").is_file()
     assert {ax.rangemode for ax in (fig.layout.yaxis, fig.layout.yaxis2)} == {"tozero"}   # latencies from 0 s
     slower = twin_cost.StepCost(**{k: 1.3 * getattr(COST, k) for k in twin_cost.PREFILL_TERMS + twin_cost.STEP_TERMS})
-    _, off = twin_study.validate(run, slower, write=False)
+    _, off = twin_validation.validate(run, slower, write=False)
     assert off["mape_e2e_p50"] > 0.25   # a wrong cost model shows in the error
-    assert "The larger miss" in twin_study.sentence(off)
+    assert "The larger miss" in twin_validation.sentence(off)
     # an invalid point (contended: it measured the machine, not the engine) stays in the table, out of the errors
     from workbench.run import results
 
     pts = results.read_points(run)
     bad = pts["point_id"] == pts["point_id"].iloc[0]
     results.write_table(run / "points.parquet", pts.assign(valid=~bad, e2e_s_p50=pts["e2e_s_p50"].where(~bad, 99.0)))
-    table3, summ3 = twin_study.validate(run, write=False)
+    table3, summ3 = twin_validation.validate(run, write=False)
     assert len(table3) == 4 and summ3["twin_points"] == 3 and summ3["twin_points_invalid"] == 1
     assert summ3["mape_e2e_p50_points"] == 3 and summ3["mape_e2e_p50"] < 1e-6
-    assert "3 valid points (1 invalid left out)" in twin_study.sentence(summ3)
+    assert "3 valid points (1 invalid left out)" in twin_validation.sentence(summ3)
 
 
 def test_simulate_command_writes_simulated_rows(cli, tmp_path, capsys):
     from workbench import cli as cli_module
-    from workbench.cli import simulate as twin_study
     from workbench.run import results
 
     cal = tmp_path / "cal.json"
@@ -293,7 +293,7 @@ def test_simulate_command_writes_simulated_rows(cli, tmp_path, capsys):
     args = cli_module.build_parser().parse_args([
         "simulate", "--calibration", str(cal), "--engines", "fifo,continuous", "--requests", "30", "--rates", "0.5,1",
         "--replicas", "2", "--router", "least_outstanding", "--policies", "fcfs,sjf", "--out", str(out)])
-    assert twin_study.command(args) == 0 and "PREDICTION" in capsys.readouterr().out
+    assert cli_module.cmd_simulate(args) == 0 and "PREDICTION" in capsys.readouterr().out
     pts = pd.read_parquet(out / "points.parquet")
     assert (pts["source"] == "simulated").all() and {"fifo", "continuous"} <= set(pts["engine"])
     back = twin_cost.load(out)
@@ -346,7 +346,7 @@ def test_thousands_of_requests_per_second_on_eight_gpu_replicas():
 
 
 def test_interesting_points_are_the_knee_then_past_it():
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_study
 
     pts = pd.DataFrame({"engine": ["fifo"] * 3 + ["static"] * 3, "profile": ["poisson"] * 6,
                         "offered_rps": [1.0, 2.0, 3.0, 1.0, 2.0, 3.0],
@@ -356,7 +356,7 @@ def test_interesting_points_are_the_knee_then_past_it():
 
 @pytest.mark.model
 def test_confirm_measures_the_picked_point_and_prints_the_twin_error(loaded):
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_study
     from workbench.experiments import serving_load
 
     cfg = serving_load.Config(engines=["fifo"], requests_per_point=4, prompt_tokens=32, max_new_tokens=4, warmup=0)
@@ -366,7 +366,7 @@ def test_confirm_measures_the_picked_point_and_prints_the_twin_error(loaded):
 
 
 def test_a_trace_keeps_its_classes_and_refuses_a_bad_line_in_one_line(tmp_path):
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_study
 
     path = tmp_path / "t.jsonl"
     path.write_text('{"offset_s": 0, "prompt_tokens": 32, "output_tokens": 4, "priority": 1, "request_class": "bg"}\n'
@@ -384,7 +384,7 @@ def test_served_request_terms_come_from_the_synchronous_point_and_leave_it_out_o
     (in-sample) is left out of the errors."""
     import dataclasses
 
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_validation
 
     served = dataclasses.replace(COST, first_token_overhead_s=COST.first_token_overhead_s + 0.08, b0=COST.b0 + 0.01)
     run = _measured_run(tmp_path, served)
@@ -402,11 +402,11 @@ def test_served_request_terms_come_from_the_synchronous_point_and_leave_it_out_o
         assert fitted.step_s(batch, 400) - COST.step_s(batch, 400) == pytest.approx(fitted.serving_step_s)
     twin_cost.save(run, fitted)
     assert repr(twin_cost.load(run)) == repr(fitted)   # (NaN errors: compared as text) the served terms travel with the run's calibration
-    _, bare = twin_study.validate(run, COST, write=False)
-    _, summ = twin_study.validate(run, fitted, write=False)
+    _, bare = twin_validation.validate(run, COST, write=False)
+    _, summ = twin_validation.validate(run, fitted, write=False)
     assert summ["twin_points"] == 3 and summ["twin_points_calibration"] == 1
     assert summ["mape_ttft_p50"] < 0.02 < bare["mape_ttft_p50"]
-    assert "1 calibration point left out" in twin_study.sentence(summ)
+    assert "1 calibration point left out" in twin_validation.sentence(summ)
     # no usable served row: the cost is returned as it was
     assert twin_cost.with_serving(COST, reqs, ["no-such-point"]) is COST
 
@@ -414,7 +414,8 @@ def test_served_request_terms_come_from_the_synchronous_point_and_leave_it_out_o
 def test_the_serving_finding_says_where_the_twin_and_the_measurement_part(tmp_path):
     """The report's serving finding carries the twin's disagreement in its evidence (its text and mark unchanged);
     the point named furthest apart is the one whose measurement the twin misses most."""
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_validation
+    from workbench.share import figures_twin
     from workbench.run import results
     from workbench.stats.evidence import Finding
 
@@ -426,20 +427,20 @@ def test_the_serving_finding_says_where_the_twin_and_the_measurement_part(tmp_pa
         e2e_s_p50=pts["e2e_s_p50"].where(pts["point_id"] != far, 1.5 * pts["e2e_s_p50"])))
     finding = Finding("Serving: fifo up to 0.9 req/s.", "40 requests a point", True, (far,))
     results.save_finding(run, "serving_load", finding)
-    _, _, text = twin_study.notebook_section(run, "serving_load", finding)
+    _, _, text = figures_twin.notebook_section(run, "serving_load", finding)
     saved = results.read_manifest(run)["findings"]["serving_load"]
     assert saved["text"] == finding.text and saved["supported"] is True
     assert saved["evidence"].startswith("40 requests a point. The twin")
     assert "furthest apart at engine=fifo,profile=poisson,step=2: " in saved["evidence"] and "(-33%)" in saved["evidence"]
     assert "furthest apart" in text
-    assert twin_study.disagreement(pd.DataFrame(), "serving_load") == ""
+    assert twin_validation.disagreement(pd.DataFrame(), "serving_load") == ""
 
 
 def test_the_served_terms_calibrate_on_a_valid_one_at_a_time_point_outside_the_serving_sweeps_first():
     """Streaming anatomy's HTTP point at concurrency 1 (every serving point then stays out of sample), else a valid
     synchronous serving point; a contended (invalid) point calibrates nothing: the default run's only synchronous
     point was invalid and its inflated terms put the twin 25% off."""
-    from workbench.cli import twin_validation
+    from workbench.predict import twin_validation
 
     def pts(*rows):
         cols = ("experiment", "point_id", "status", "valid", "concurrency", "profile", "engine")
@@ -470,14 +471,14 @@ def test_the_served_terms_calibrate_on_a_valid_one_at_a_time_point_outside_the_s
 def test_the_recommendations_compare_the_presets_the_measurement_scored(tmp_path):
     """Notebook 08 scores the presets of its slo_presets parameter; the twin scores every preset: the validation
     compares the measured side's presets (the default run showed mlperf_405b_* on the simulated side alone)."""
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_validation
     from workbench.run import results
 
     run = _measured_run(tmp_path, COST)
     twin_cost.save(run, COST)
     pts = results.read_points(run)
     results.write_table(run / "points.parquet", pts[[c for c in pts.columns if "mlperf_405b" not in c]])
-    _, summ = twin_study.validate(run, write=False)
+    _, summ = twin_validation.validate(run, write=False)
     assert summ["recommendation_measured"] and not any("mlperf_405b" in k for k in summ["recommendation_measured"])
     assert set(summ["recommendation_simulated"]) == set(summ["recommendation_measured"])
 
@@ -486,7 +487,7 @@ def test_the_cost_fit_uses_only_valid_points_and_says_when_it_cannot(tmp_path):
     """A point the run marked invalid (the reference drifted 27% over the default run's context-length sweep)
     measured the machine's moment: its rows stay out of the run's cost fit, which then recovers the valid points'
     costs; with too few valid workloads the invalid rows come back in and the source says so."""
-    from workbench.cli import twin_validation
+    from workbench.predict import twin_validation
     from workbench.run import results
 
     run = results.create_run("validfit")
@@ -554,17 +555,17 @@ def test_the_validation_predicts_each_point_at_its_own_moments_speed(tmp_path):
     speed the twin matches them; at the calibration's speed throughout (the ``_unscaled`` errors) it does not."""
     import dataclasses
 
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_validation
     from workbench.run import results
 
     cost = dataclasses.replace(COST, reference_tpot_s=0.05)
     run = _measured_run(tmp_path, cost, speeds=[1.0, 1.5, 0.8, 1.3])
-    table, summ = twin_study.validate(run, cost, write=False)
+    table, summ = twin_validation.validate(run, cost, write=False)
     assert summ["mape_e2e_p50"] < 1e-6 and summ["mape_ttft_p50"] < 1e-6
     assert summ["mape_e2e_p50_unscaled"] > 0.1 and summ["mape_ttft_p50_unscaled"] > 0.1
     assert table["speed_factor"].tolist() == pytest.approx([1.0, 1.5, 0.8, 1.3])
     assert summ["twin_speed_factor_min"] == pytest.approx(0.8) and summ["twin_speed_factor_max"] == pytest.approx(1.5)
-    assert "at its own moment's speed (speed probe 0.80x-1.50x" in twin_study.sentence(summ)
+    assert "at its own moment's speed (speed probe 0.80x-1.50x" in twin_validation.sentence(summ)
     # the probe joins the requests by point (what the cost fit reads)
     joined = twin_cost.with_speed(results.read_requests(run), results.read_points(run))
     assert joined.groupby("point_id")["speed_probe_tpot_s"].nunique().eq(1).all()
@@ -599,7 +600,7 @@ def test_the_simulated_recommendation_is_the_twins_own_verdict(tmp_path):
     too slow for it: the simulated side must say so."""
     import dataclasses
 
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_validation
     from workbench.run import results
 
     run = _measured_run(tmp_path, COST)
@@ -607,7 +608,7 @@ def test_the_simulated_recommendation_is_the_twins_own_verdict(tmp_path):
     results.write_table(run / "points.parquet", pts.assign(slo_attainment_rag=1.0, slo_attainment_lower_rag=0.99,
                                                            slo_attainment_upper_rag=1.0))
     slow = dataclasses.replace(COST, b0=40 * COST.b0)   # TPOT ~2 s a token: the rag preset's 0.15 s is missed
-    table, summ = twin_study.validate(run, slow, write=False)
+    table, summ = twin_validation.validate(run, slow, write=False)
     assert summ["recommendation_measured"]["rag"] > 0
     assert summ["recommendation_simulated"]["rag"] == 0
     assert set(summ["recommendation_simulated"]) == set(summ["recommendation_measured"])
@@ -619,7 +620,7 @@ def test_simulate_takes_its_workload_from_the_runs_notebook_08(tmp_path):
     unset come from the run, the others stay as given."""
     from types import SimpleNamespace
 
-    from workbench.cli import simulate as twin_study
+    from workbench.predict import twin_study
     from workbench.run import results
 
     run = results.create_run("wl")
@@ -627,11 +628,12 @@ def test_simulate_takes_its_workload_from_the_runs_notebook_08(tmp_path):
                                                                           "max_batch_size": 8}}})
     args = SimpleNamespace(run=str(run), prompt_tokens=None, max_new_tokens=12, max_batch_size=None,
                            batch_window_s=None)
-    came = twin_study.fill_workload(args)
+    defaults = {"prompt_tokens": 64, "max_new_tokens": 16, "max_batch_size": 4, "batch_window_s": 0.05}
+    came = twin_study.fill_workload(args, defaults)
     assert (args.prompt_tokens, args.max_new_tokens, args.max_batch_size) == (32, 12, 8)
-    assert args.batch_window_s == twin_study.WORKLOAD_DEFAULTS["batch_window_s"] and "prompt_tokens" in came
+    assert args.batch_window_s == defaults["batch_window_s"] and "prompt_tokens" in came
     bare = SimpleNamespace(run=None, prompt_tokens=None, max_new_tokens=None, max_batch_size=None, batch_window_s=None)
-    assert not twin_study.fill_workload(bare) and bare.prompt_tokens == 64
+    assert not twin_study.fill_workload(bare, defaults) and (bare.prompt_tokens, bare.max_batch_size) == (64, 4)
 
 
 def test_the_step_cost_carries_the_measured_residual_at_each_batch_size(tmp_path):

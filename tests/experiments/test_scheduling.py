@@ -10,7 +10,7 @@ from conftest import no_work
 from workbench import ParameterError
 from workbench.experiments import scheduling
 from workbench.stats import classes
-from workbench.serving import traces
+from workbench.load import traces
 
 
 @pytest.mark.parametrize("kwargs,name", [

@@ -1,10 +1,10 @@
-"""Tests for workbench.serving.client: the openai client's timing against the real server over loopback HTTP."""
+"""Tests for workbench.load.client: the openai client's timing against the real server over loopback HTTP."""
 
 import pytest
 
 from workbench.stats import metrics
 from workbench.measure.generation import count_prompt_tokens
-from workbench.serving.client import client_decode_steps, measure_http, openai_client, stream_chat
+from workbench.load.client import client_decode_steps, measure_http, openai_client, stream_chat
 from workbench.serving.server import ServerThread
 
 pytestmark = pytest.mark.model

@@ -19,7 +19,7 @@ import pytest
 
 from workbench.measure import contention
 from workbench.errors import ParameterError
-from workbench.serving import endpoint, load, senders
+from workbench.load import endpoint, load, senders
 from workbench.serving.protocol import SERVED_MODEL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -396,7 +396,7 @@ def test_streaming_reader_checks_the_endpoint_first(keyed):
 
 
 def test_nginx_config_proxies_to_an_endpoint_host():
-    from workbench.serving import proxy
+    from workbench.load import proxy
 
     conf = proxy.nginx_config("buffering_off", 9000, "10.0.0.5:8080", "/tmp/x")
     assert "proxy_pass http://10.0.0.5:8080;" in conf

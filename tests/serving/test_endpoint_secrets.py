@@ -8,7 +8,7 @@ import pytest
 
 from workbench.run import distributed
 from workbench.errors import ParameterError
-from workbench.serving import endpoint
+from workbench.load import endpoint
 
 
 def _one_line(exc, start):

@@ -12,8 +12,8 @@ from conftest import FakeSSE
 
 from workbench import ParameterError
 from workbench.stats import metrics, slo
-from workbench.serving import load, senders
-from workbench.serving.load import RequestSpec
+from workbench.load import load, senders
+from workbench.load.load import RequestSpec
 
 SPECS = [RequestSpec("hi", 4) for _ in range(12)]
 
@@ -353,7 +353,7 @@ def test_the_in_flight_growth_test_decides_where_the_counts_cannot(exponential):
     undetermined (issue 34: the default suite's points were all undetermined)."""
     import numpy as np
 
-    from workbench.serving import saturation
+    from workbench.load import saturation
 
     rng = np.random.default_rng(7)
 
@@ -376,7 +376,7 @@ def test_the_in_flight_growth_test_decides_where_the_counts_cannot(exponential):
 def test_a_row_failed_only_when_its_error_says_so():
     """None, NaN (a row read back from a DataFrame) and "" are no error; NaN is true in Python, so ``not
     row.get("error")`` had called such rows failed."""
-    from workbench.serving.load import failed
+    from workbench.load.load import failed
 
     assert not failed({"error": None}) and not failed({"error": float("nan")}) and not failed({"error": ""})
     assert not failed({}) and failed({"error": "EngineFull: 4 requests pending"})

@@ -5,8 +5,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from workbench.serving import load, senders
-from workbench.serving.client import openai_client, stream_chat
+from workbench.load import load, senders
+from workbench.load.client import openai_client, stream_chat
 from workbench.serving.server import ServerThread
 
 pytestmark = pytest.mark.model

@@ -11,7 +11,8 @@ from conftest import LoopbackHTTPServer
 
 from workbench import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import engine_kinds, engines, load, options, scheduling, senders
+from workbench.serving import engine_kinds, engines, options, scheduling
+from workbench.load import load, senders
 
 FAKE = SimpleNamespace(model=SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=0)),
                        tokenizer=SimpleNamespace(eos_token_id=0, get_vocab=lambda: {}, chat_template=""))

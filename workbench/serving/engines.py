@@ -2,7 +2,7 @@
 
 **One engine interface** (:class:`BaseEngine`) for everything that generates: the chat route
 (:mod:`workbench.serving.chat`), the job store (:mod:`workbench.serving.jobs`) and the load study
-(:func:`workbench.serving.senders.engine_sender`) all hand it :class:`EngineRequest` s, and nothing else in
+(:func:`workbench.load.senders.engine_sender`) all hand it :class:`EngineRequest` s, and nothing else in
 ``serving/`` runs a generation thread.
 
 - A request is its templated prompt ids, its own :class:`~workbench.measure.generation.GenerationSettings`

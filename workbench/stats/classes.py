@@ -1,7 +1,7 @@
 """Summaries of a served mixed workload's request rows by request class (notebook ``11_scheduling``, ``workbench
 simulate``).
 
-A mixed workload (:mod:`workbench.serving.traces`) sends interactive and background requests to one engine; its rows
+A mixed workload (:mod:`workbench.load.traces`) sends interactive and background requests to one engine; its rows
 carry ``request_class``, ``policy``, ``max_tokens``, ``slowdown`` and the queue's ETA. :func:`class_columns` gives a
 point's per-class columns (TTFT / queue percentiles, e2e p50, SLO attainment and goodput under the class's TTFT SLO,
 the longest wait, the ETA error, abandoned and retried requests); :func:`class_summary` and :func:`bucket_summary`
@@ -17,7 +17,7 @@ import pandas as pd
 
 from workbench.stats import evidence, metrics, replicates, slo
 
-CLASSES = ("interactive", "background")  # a mixed workload's request classes (workbench.serving.traces)
+CLASSES = ("interactive", "background")  # a mixed workload's request classes (workbench.load.traces)
 
 
 def class_columns(rows: pd.DataFrame, class_slo_ttft_s: dict, window_s: float) -> dict:

@@ -39,7 +39,7 @@ def request_timing(stamps: Sequence[float], t_submit: float, decode_steps: int |
             request, in order, EOS included; after device synchronisation on accelerators.
         t_submit: when the request was handed to the workbench (before templating and tokenisation).
         decode_steps: decode steps between the first and the last stamp, when a stamp is not one token id
-            (an HTTP client's text chunks; :func:`workbench.serving.client.stream_chat` counts them from
+            (an HTTP client's text chunks; :func:`workbench.load.client.stream_chat` counts them from
             ``usage`` and the tokenizer). Default ``len(stamps) - 1``. Only ``tpot_s`` and ``decode_tps``
             use it; ``itl_s`` stays the gaps between stamps.
 

@@ -229,7 +229,7 @@ def run_load(send: Callable, specs: Sequence[RequestSpec], profile: str, rate: f
     """Send ``specs`` under ``profile`` and collect one row per sent request.
 
     Args:
-        send: ``send(spec, t_scheduled) -> row`` (:func:`~workbench.serving.senders.http_sender`, :func:`~workbench.serving.senders.engine_sender` or a fake).
+        send: ``send(spec, t_scheduled) -> row`` (:func:`~workbench.load.senders.http_sender`, :func:`~workbench.load.senders.engine_sender` or a fake).
         specs: the requests, in order; ``replay`` uses their ``offset_s``.
         profile: one of :data:`PROFILES` except ``sweep`` (a plan of several runs, see :func:`sweep_rates`).
         rate, concurrency, burstiness, seed: the profile's parameters.
@@ -358,7 +358,7 @@ def run_load(send: Callable, specs: Sequence[RequestSpec], profile: str, rate: f
 def flow_rates(rows: list) -> dict:
     """``arrival_rps``: ``(sent - 1) / (last - first scheduled time)``; ``completion_rps``: ``(completed - 1) /
     (last - first finish)`` over the requests that completed without error; ``arrival_count`` /
-    ``completion_count`` the timestamps behind each (their noise band: :mod:`workbench.serving.saturation`). NaN
+    ``completion_count`` the timestamps behind each (their noise band: :mod:`workbench.load.saturation`). NaN
     rates with fewer than two requests or a zero span. In closed loop arrivals follow completions, so the two agree
     by construction. With them the in-flight growth test's ``backlog_growth``, ``backlog_growth_low`` and
     ``backlog_growth_high`` (:func:`backlog_growth`, over every sent request's ``t_scheduled_s`` / ``t_end_s``)."""

@@ -3,10 +3,10 @@
 :func:`mixed_trace` draws one (stated distributions: each request is ``interactive`` with probability
 ``short_share``, else ``background``; its prompt length uniform over the class's list of prompt lengths; its output
 fixed at the class's ``max_tokens``; priority 0 interactive, 1 background; Poisson arrivals at ``rate_rps``,
-:func:`workbench.serving.load.arrival_offsets`); :func:`read_mixed_trace` reads one from JSONL
-(:func:`workbench.serving.load.read_trace`'s fields plus ``request_class`` and ``priority``, ``data/traces/``);
+:func:`workbench.load.load.arrival_offsets`); :func:`read_mixed_trace` reads one from JSONL
+(:func:`workbench.load.load.read_trace`'s fields plus ``request_class`` and ``priority``, ``data/traces/``);
 :func:`check_class_slos` checks that every class has a TTFT SLO; :func:`specs_of` turns its rows into the load
-generator's :class:`~workbench.serving.load.RequestSpec`, and :func:`request_rows` joins a replay's load rows with
+generator's :class:`~workbench.load.load.RequestSpec`, and :func:`request_rows` joins a replay's load rows with
 their trace rows (class, priority, slowdown, ETA error). On an engine: :func:`calibrate` measures each class's
 service alone, :func:`trace_rows` makes (or reads) the trace of one round and :func:`run_policy` replays it on a
 fresh engine under a policy (:func:`policy_engine`). Those read a scheduling config
@@ -27,7 +27,8 @@ import numpy as np
 
 from workbench import checks
 from workbench.errors import ParameterError
-from workbench.serving import engine_kinds, load, scheduling, senders
+from workbench.serving import engine_kinds, scheduling
+from workbench.load import load, senders
 
 
 def mixed_trace(n: int, short_share: float, short_prompt_tokens, long_prompt_tokens, short_max_tokens: int,
@@ -48,7 +49,7 @@ def mixed_trace(n: int, short_share: float, short_prompt_tokens, long_prompt_tok
 
 
 def read_mixed_trace(path, class_slo_ttft_s: dict) -> list[dict]:
-    """A mixed trace: the :func:`workbench.serving.load.read_trace` fields plus ``request_class`` (one with a
+    """A mixed trace: the :func:`workbench.load.load.read_trace` fields plus ``request_class`` (one with a
     TTFT SLO in ``class_slo_ttft_s``) and an integer ``priority`` (default 0).
 
     Raises:
@@ -165,7 +166,7 @@ def run_policy(loaded, cfg, policy: str, rows_in: list[dict], alone_s: dict):
 
     Returns:
         ``(rows, load_result, warmup_s)``: :func:`request_rows` of the run, its
-        :class:`~workbench.serving.load.LoadResult`, the warm-up seconds.
+        :class:`~workbench.load.load.LoadResult`, the warm-up seconds.
     """
     specs = specs_of(loaded.tokenizer, rows_in)
     if cfg.abandon_share > 0:

@@ -257,7 +257,7 @@ def table_row(row: dict) -> dict:
 
 def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float = 600.0, stall_s: float = reading.STALL_S,
                    read_timeout: float | None = None, path: str = "/v1/chat/completions",
-                   ep: "workbench.serving.endpoint.Endpoint | None" = None, first_chunk: threading.Event | None = None) -> dict:
+                   ep: "workbench.load.endpoint.Endpoint | None" = None, first_chunk: threading.Event | None = None) -> dict:
     """One streaming chat request over raw SSE; client timing of its content chunks and their reader metrics.
 
     ``ep``: an external endpoint (its model and key are sent, ``usage`` asked for; ``base_url`` is still where

@@ -10,7 +10,7 @@ tolerance answers at random near the knee (at 40 requests a 10% tolerance said "
   the conditional binomial, Clopper-Pearson bounds; Cox 1953, Przyborowski & Wilenski 1940 - conservative for a
   constant-rate arrival process, whose count is not random);
 - or, where every request's timing is known, from **the growth of the backlog** (the in-flight growth test,
-  :func:`workbench.serving.load.backlog_growth`): the backlog each arrival finds, its slope over time by batch
+  :func:`workbench.load.load.backlog_growth`): the backlog each arrival finds, its slope over time by batch
   means; the ratio is ``1 - growth``. It decides with far fewer requests than the counts (at 40 requests the
   counts' band of a ratio of 1.0 is about 0.68-1.47), so it is used where its columns are present;
 - **kept up** when the one-sided 95% lower bound reaches ``1 - tolerance`` (completions within the tolerance of
@@ -25,7 +25,9 @@ tolerance answers at random near the knee (at 40 requests a 10% tolerance said "
 undetermined). Stopped-early points take part (as "fell behind"): dropping them before the scan would let a rate
 above an over-saturated one, kept up by chance, be the knee. They are still never recommended. Over a table of
 points (one row per point, an ``engine`` column): :func:`knee_points` (the points a scan may use), :func:`point_rates`
-(the rate a point is scanned at), :func:`knee_scan` (per engine the knee and why) and :func:`knees`.
+(the rate a point is scanned at), :func:`knee_scan` (per engine the knee and why) and :func:`knees`; beside them
+:func:`recommend`, per SLO the engine and the highest rate that met it (notebook 08's recommendation, and the
+twin's on its simulated points).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
-from workbench.stats import evidence
-from workbench.serving import load
+from workbench.stats import evidence, slo
+from workbench.load import load
 
 KEPT_UP = "kept up"
 FELL_BEHIND = "fell behind"
@@ -52,7 +55,7 @@ def rate_ratio_interval(arrivals: int, arrival_rps: float, completions: int, com
 
     Args:
         arrivals, completions: the events behind each rate (timestamps; the rate spans ``count - 1`` intervals,
-            :func:`workbench.serving.load.flow_rates`).
+            :func:`workbench.load.load.flow_rates`).
         arrival_rps, completion_rps: the two rates (requests/s).
         confidence: one-sided coverage of each bound (0.95: the two together a 90% interval).
 
@@ -91,7 +94,7 @@ def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE, confidence: float = CON
     Args:
         point: a points row or a run summary (Series or dict): ``profile``, ``stopped_early``,
             ``requests_unsent``, ``requests_incomplete``, ``arrival_rps`` / ``completion_rps`` with
-            ``arrival_count`` / ``completion_count`` (:func:`workbench.serving.load.flow_rates`); rows without
+            ``arrival_count`` / ``completion_count`` (:func:`workbench.load.load.flow_rates`); rows without
             the counts use ``requests_planned_window`` for both, without the rates ``offered_rps`` and
             ``request_throughput_rps``; ``backlog_growth_low`` / ``backlog_growth_high`` (the in-flight growth
             test) decide in place of the counts where both are present.
@@ -181,3 +184,58 @@ def knees(points: pd.DataFrame, tolerance: float = KEPT_UP_TOLERANCE) -> dict:
     (:func:`kept_up`), below the first that fell behind or is undetermined; NaN when the lowest did not keep up.
     Valid open-loop points, stopped-early ones counted as fell behind (:func:`knee_scan`)."""
     return {e: k for e, (k, _) in knee_scan(points, tolerance).items()}
+
+
+# ----------------------------------------------------------------------------- the recommendation per SLO
+
+
+def slo_names(points: pd.DataFrame) -> list[str]:
+    """SLO names of the ``slo_attainment_<name>`` columns (not the interval columns) that hold an attainment on some
+    point: a run's points table also carries the scheduling classes' columns (``interactive``, ``background``),
+    empty on the load points, which the recommendation listed as "undetermined: no attainment"."""
+    return sorted({c[len("slo_attainment_"):] for c in points.columns if c.startswith("slo_attainment_")
+                   and not c.startswith(("slo_attainment_low", "slo_attainment_high", "slo_attainment_upper"))
+                   and pd.to_numeric(points[c], errors="coerce").notna().any()})
+
+
+def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
+    """Per SLO preset (and ``custom``): the engine and the highest measured offered rate that met it
+    (:func:`workbench.stats.slo.verdict`: attainment's one-sided 95% lower bound reaches ``target``; the MLPerf presets
+    at their stated p99 with the sample-size rule), ties by higher goodput, with its goodput, its attainment's
+    Wilson 95% interval and one-sided lower bound and the requests planned for it; ``engine`` empty when none
+    does, and ``verdict`` saying why (``missed``: every usable rate shown to miss it; ``undetermined``: some rate
+    could not be judged with the requests it had). Only usable points
+    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that did not
+    fall behind (:func:`kept_up`): a closed-loop burst, a point stopped for over-saturation, one measured under
+    other load or one whose queue grew is never recommended."""
+    df = evidence.usable_points(points, serving=True)
+    if not df.empty:  # a rate whose queue grew is not one the engine sustains, whatever its short-run attainment
+        df = df[[kept_up(r) != FELL_BEHIND for _, r in df.iterrows()]]
+    rows = []
+    for n in slo_names(df if not df.empty else points):   # no usable point: each scored SLO says so
+        source = slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"
+        judged = [slo.verdict(r, n, target) for _, r in df.iterrows()]
+        met = [v == slo.MET for v, _ in judged]
+        ok = df[met] if len(df) else df
+        if ok.empty:
+            undet = [why for v, why in judged if v == slo.UNDETERMINED]
+            verdict = (f"undetermined: {undet[0]}" if undet else
+                       "missed" if judged else "no usable point")
+            rows.append({"slo": n, "engine": "", "max_rate_rps": 0.0, "goodput_rps": 0.0, "attainment": np.nan,
+                         "attainment_low": np.nan, "attainment_high": np.nan, "attainment_lower": np.nan,
+                         "requests": 0, "verdict": verdict, "source": source})
+            continue
+        best = ok.sort_values(["offered_rps", f"goodput_rps_{n}"], ascending=False).iloc[0]
+        planned = best.get("requests_planned_window", best.get("requests", np.nan))
+        why = slo.verdict(best, n, target)[1]
+        lower = best.get(f"slo_attainment_lower_{n}", np.nan)
+        if (lower is None or lower != lower) and planned == planned and planned:
+            lower = slo.one_sided_bounds(int(round(float(best[f"slo_attainment_{n}"]) * int(planned))), int(planned))[0]
+        rows.append({"slo": n, "engine": best["engine"], "max_rate_rps": float(best["offered_rps"]),
+                     "goodput_rps": float(best[f"goodput_rps_{n}"]), "attainment": float(best[f"slo_attainment_{n}"]),
+                     "attainment_low": float(best.get(f"slo_attainment_low_{n}", np.nan)),
+                     "attainment_high": float(best.get(f"slo_attainment_high_{n}", np.nan)),
+                     "attainment_lower": float(lower) if lower is not None else np.nan,
+                     "requests": int(planned) if planned == planned else 0, "verdict": f"met: {why}",
+                     "source": source})
+    return pd.DataFrame(rows)

@@ -2,7 +2,7 @@
 
 :class:`Bench` holds the engine (in process, behind the OpenAI-compatible server, or an external endpoint) of the
 current engine name with its prompts and the synchronous / maximum rates measured on it; :func:`run_profile` runs
-one load profile on it (:func:`workbench.serving.load.run_load` with the config's window, slices and stop rule),
+one load profile on it (:func:`workbench.load.load.run_load` with the config's window, slices and stop rule),
 :func:`run_sampled` does so while sampling the engine's running requests, :func:`achieved_rps` is a closed-loop
 run's request rate, and :func:`slo_rate_search` bisects for the highest rate that meets an SLO. The config they read
 is a load config (:class:`workbench.experiments.serving_load.Config`), passed in, never imported.
@@ -15,9 +15,10 @@ import json
 import pandas as pd
 
 from workbench.measure import contention
-from workbench.serving import endpoint as endpoint_mod
+from workbench.load import endpoint as endpoint_mod
 from workbench.serving import engines as engines_mod
-from workbench.serving import engine_kinds, load, saturation, senders
+from workbench.serving import engine_kinds
+from workbench.load import load, saturation, senders
 from workbench.stats import slo
 
 
@@ -109,7 +110,7 @@ def run_sampled(bench: "Bench", cfg, profile: str, rate: float | None,
 def run_profile(bench: Bench, cfg, profile: str, rate: float | None = None,
                 seed: int | None = None) -> load.LoadResult:
     """One load run of ``profile`` on the bench's sender and prompts with ``cfg``'s burstiness, windows, slices and
-    stop rule (:func:`workbench.serving.load.run_load`); arrival seed ``seed``, else ``cfg.seed``. A closed-loop
+    stop rule (:func:`workbench.load.load.run_load`); arrival seed ``seed``, else ``cfg.seed``. A closed-loop
     profile sends the first ``cfg.closed_loop_requests`` prompts where the config sets it, else all of them."""
     specs = bench.specs
     n = getattr(cfg, "closed_loop_requests", None)
@@ -131,7 +132,7 @@ def achieved_rps(res: load.LoadResult) -> float:
 def slo_rate_search(cfg, bench: Bench, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per engine: the highest offered rate (``cfg.arrival``) whose attainment of ``cfg.search_slo`` reaches
     ``cfg.attainment_target`` (its one-sided 95% lower bound: :func:`workbench.stats.slo.one_sided_bounds`; a rate that
-    fell behind, :func:`~workbench.serving.saturation.kept_up`, fails), by bisection
+    fell behind, :func:`~workbench.load.saturation.kept_up`, fails), by bisection
     (:func:`workbench.stats.slo.search_rate`) between half the synchronous rate and the maximum throughput,
     ``cfg.search_steps`` measurements of ``requests_per_point`` requests each, relative tolerance
     ``cfg.search_tolerance``. An over-saturated measurement (stopped early) fails.
@@ -143,8 +144,8 @@ def slo_rate_search(cfg, bench: Bench, points: pd.DataFrame | None = None) -> pd
         One row per engine: ``engine``, ``slo``, ``max_batch_size``, ``max_rate_rps`` (0: even the lowest rate
         failed), ``bracket_low_rps`` / ``bracket_high_rps`` (inf: the highest tried rate still met it),
         ``bracketed``, ``measurements``, ``tolerance``, ``requests_per_measurement``, ``sync_rps``,
-        ``max_throughput_rps``, ``knee_rps`` (:func:`workbench.serving.saturation.knee` over the search's own
-        open-loop measurements with :func:`~workbench.serving.saturation.kept_up`; NaN when the lowest did not keep
+        ``max_throughput_rps``, ``knee_rps`` (:func:`workbench.load.saturation.knee` over the search's own
+        open-loop measurements with :func:`~workbench.load.saturation.kept_up`; NaN when the lowest did not keep
         up) and ``history_json`` (per measurement: rate, attainment and its lower bound, arrival and completion
         rates, kept up, stopped early).
     """

@@ -1,14 +1,18 @@
-"""``workbench simulate``: the serving twin's points, capacity search, what-ifs and validation (issue 34).
+"""What ``workbench simulate`` runs (issue 34): the serving twin's points, capacity search, what-ifs, and confirming
+picks for real. The command line parses and dispatches (:func:`command`); the numbers are here.
 
 - :func:`serving_points`: notebook 08's grid simulated: per engine ``synchronous``, ``throughput``, then open-loop
   rates (given, or ``sweep_points`` evenly between the simulated synchronous and throughput rates:
-  :func:`workbench.serving.load.sweep_rates`, as the notebook).
-- :func:`scheduling_points`: notebook 11's mixed workload (:func:`workbench.serving.traces.mixed_trace`, the
+  :func:`workbench.load.load.sweep_rates`, as the notebook).
+- :func:`scheduling_points`: notebook 11's mixed workload (:func:`workbench.load.traces.mixed_trace`, the
   same seed and distributions) under each policy, at ``load_factor`` of the simulated one-at-a-time capacity.
 - :func:`capacities`: per SLO preset the highest rate meeting it (:func:`workbench.predict.twin.capacity`).
-- :func:`validate` (every measured serving and scheduling point of a run beside the twin's prediction, the MAPE
-  BLIS reports), :func:`cost_for`, :func:`sentence`, :func:`disagreement`, :func:`notebook_section`: in
-  :mod:`workbench.cli.twin_validation`, importable from here.
+- :func:`interesting` and :func:`confirm`: the simulated points most worth measuring, measured.
+- :func:`cost_from`, :func:`read_trace`, :func:`fill_workload`: the command's inputs, checked.
+
+Notebooks 08 and 11's settings come from the run the twin is calibrated on (its recorded configs), else from what the
+caller passes in (the command line passes the experiments' Config defaults): nothing here imports an experiment.
+The validation against a run's measurements is :mod:`workbench.predict.twin_validation`.
 """
 
 from __future__ import annotations
@@ -22,15 +26,16 @@ from pathlib import Path
 import pandas as pd
 
 from workbench import checks
-from workbench.stats import slo
-from workbench.predict import twin, twin_cost
 from workbench.errors import ParameterError
-from workbench.serving import engines, load, scheduling, traces
+from workbench.predict import twin, twin_cost
+from workbench.predict.twin_validation import cost_for, sentence, specs_from_rows, validate
+from workbench.serving import engines, scheduling
+from workbench.load import load, traces
+from workbench.stats import slo
 
-# the validation against a run's measurements lives in its own module; its names stay importable from here
-# (notebooks 08 and 11 call ``simulate.notebook_section``)
-from workbench.cli.twin_validation import (COMPARED, SERVING_EXPERIMENTS, _num, _specs_from_rows, cost_for,  # noqa: F401
-                                           disagreement, figure, notebook_section, sentence, validate)
+#: notebook 11's workload keys :func:`scheduling_points` needs (the run's recorded config, else passed in)
+SCHEDULING_WORKLOAD = ("short_share", "short_prompt_tokens", "long_prompt_tokens", "short_max_tokens",
+                       "long_max_tokens", "class_slo_ttft_s")
 
 
 def _point(res: twin.TwinResult, **labels) -> dict:
@@ -71,28 +76,19 @@ def serving_points(cost, cfg: twin.TwinConfig, engine_names, n: int, prompt_toke
     return pd.DataFrame(pts), pd.concat(reqs, ignore_index=True)
 
 
-def notebook11_defaults() -> dict:
-    """The defaults of notebook 11's config (:class:`workbench.experiments.scheduling.Config`): one home."""
-    from workbench.experiments import scheduling as sched_exp
-
-    out = {}
-    for f in dataclasses.fields(sched_exp.Config):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
-
-
-def scheduling_points(cost, cfg: twin.TwinConfig, policies, n: int = 200, load_factor: float = 0.9, seed: int = 0,
-                      **workload) -> tuple[pd.DataFrame, pd.DataFrame]:
+def scheduling_points(cost, cfg: twin.TwinConfig, policies, workload: dict, n: int = 200, load_factor: float = 0.9,
+                      seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Notebook 11's mixed workload under each policy (module docstring), with its per-class columns
-    (:func:`workbench.stats.classes.class_columns`). ``workload``: any of notebook 11's ``short_share``,
-    ``short_prompt_tokens``, ``long_prompt_tokens``, ``short_max_tokens``, ``long_max_tokens``,
-    ``class_slo_ttft_s`` (default: the notebook's, :func:`notebook11_defaults`)."""
+    (:func:`workbench.stats.classes.class_columns`).
+
+    Args:
+        workload: notebook 11's settings, at least :data:`SCHEDULING_WORKLOAD` (``short_share``,
+            ``short_prompt_tokens``, ``long_prompt_tokens``, ``short_max_tokens``, ``long_max_tokens``,
+            ``class_slo_ttft_s``): a run's recorded scheduling config, or the caller's defaults.
+    """
     from workbench.stats.classes import class_columns
 
-    d = {**notebook11_defaults(), **workload}
+    d = workload
     short_share, short_max_tokens, long_max_tokens = d["short_share"], d["short_max_tokens"], d["long_max_tokens"]
     short_prompt_tokens, long_prompt_tokens = d["short_prompt_tokens"], d["long_prompt_tokens"]
     class_slo_ttft_s = d["class_slo_ttft_s"]
@@ -163,7 +159,7 @@ def confirm(cost, loaded, picks, cfg) -> pd.DataFrame:
         beside it).
     """
     from workbench.run import drift
-    from workbench.serving.bench import Bench, run_sampled
+    from workbench.load.bench import Bench, run_sampled
 
     bench = Bench(cfg, loaded)
     rows = []
@@ -175,7 +171,7 @@ def confirm(cost, loaded, picks, cfg) -> pd.DataFrame:
             at, factor = cost.at_speed(drift.speed_probe(before, drift.reference_tpot_s(loaded))["speed_probe_tpot_s"])
             kept = res.kept()
             tc = twin.TwinConfig(engine=engine, max_batch_size=cfg.max_batch_size, batch_window_s=cfg.batch_window_s)
-            specs = _specs_from_rows(kept.assign(max_new_tokens=cfg.max_new_tokens), {}, "serving_load")
+            specs = specs_from_rows(kept.assign(max_new_tokens=cfg.max_new_tokens), {}, "serving_load")
             sim = twin.simulate(at, specs, tc, "replay", rate=rate).summary
             row = {"engine": engine, "rate_rps": rate, "requests": int(len(kept)), "cost_source": cost.source,
                    "speed_factor": factor, "source": "measured"}
@@ -202,7 +198,7 @@ def metrics_p50(rows: pd.DataFrame, col: str) -> float:
 
 
 def read_trace(path) -> list[dict]:
-    """A JSONL trace for the twin: :func:`workbench.serving.load.read_trace`'s checked fields plus, where a line has
+    """A JSONL trace for the twin: :func:`workbench.load.load.read_trace`'s checked fields plus, where a line has
     them, ``priority`` (checked as the server checks it), ``request_class``, ``patience_s``, ``prefix_key`` and
     ``prefix_tokens``.
 
@@ -228,7 +224,14 @@ def read_trace(path) -> list[dict]:
     return out
 
 
-def _cost_from_args(args) -> twin_cost.StepCost:
+def cost_from(args) -> twin_cost.StepCost:
+    """The cost model ``simulate``'s options name: exactly one of ``args.run`` (:func:`cost_for`),
+    ``args.calibration`` (a ``twin_calibration.json``) or ``args.device_profile`` with ``args.model_config`` and
+    ``args.dtype`` (:func:`workbench.predict.twin_cost.from_roofline`).
+
+    Raises:
+        ParameterError: none or several given, a missing or malformed file (one line).
+    """
     from workbench.predict import roofline
 
     given = [x for x in (args.run, args.calibration, args.device_profile) if x]
@@ -256,26 +259,34 @@ def _cost_from_args(args) -> twin_cost.StepCost:
     return twin_cost.from_roofline(shape, dev, source=f"roofline:{dev.name}/{model}")
 
 
-#: ``simulate``'s workload options, their notebook 08 config keys and the defaults without a run
-WORKLOAD_DEFAULTS = {"prompt_tokens": 64, "max_new_tokens": 16, "max_batch_size": 8, "batch_window_s": 0.05}
+#: ``simulate``'s workload options: notebook 08's config keys, from the run, else the defaults passed in
+WORKLOAD = ("prompt_tokens", "max_new_tokens", "max_batch_size", "batch_window_s")
 
 
-def fill_workload(args) -> dict:
-    """Set the workload options left unset (None) on ``args``: from ``--run``'s notebook 08 config (the run's own
-    workload: a twin calibrated on a run then predicts that run's serving points by default), else
-    :data:`WORKLOAD_DEFAULTS`. Returns ``{option: where it came from}`` for those filled from the run."""
-    cfg = {}
-    if getattr(args, "run", None):
-        from workbench.run import results
+def recorded_config(run_dir, experiment: str) -> dict:
+    """The config a run recorded for ``experiment`` (its manifest's ``experiments.<name>.config``); {} without a run,
+    without one recorded, or when the manifest cannot be read."""
+    if not run_dir:
+        return {}
+    from workbench.run import results
 
-        try:
-            cfg = (results.read_manifest(args.run).get("experiments", {}).get("serving_load") or {}).get("config") or {}
-        except (OSError, ValueError):
-            cfg = {}
+    try:
+        return (results.read_manifest(run_dir).get("experiments", {}).get(experiment) or {}).get("config") or {}
+    except (OSError, ValueError):
+        return {}
+
+
+def fill_workload(args, defaults: dict) -> dict:
+    """Set the workload options (:data:`WORKLOAD`) left unset (None) on ``args``: from ``--run``'s notebook 08 config
+    (the run's own workload: a twin calibrated on a run then predicts that run's serving points by default), else
+    from ``defaults`` (the command line passes notebook 08's Config defaults). Returns ``{option: "run"}`` for those
+    filled from the run."""
+    cfg = recorded_config(getattr(args, "run", None), "serving_load")
     came = {}
-    for k, default in WORKLOAD_DEFAULTS.items():
+    for k in WORKLOAD:
         if getattr(args, k, None) is None:
-            setattr(args, k, type(default)(cfg[k]) if cfg.get(k) is not None else default)
+            value = cfg[k] if cfg.get(k) is not None else defaults[k]
+            setattr(args, k, type(defaults[k])(value))
             if cfg.get(k) is not None:
                 came[k] = "run"
     return came
@@ -285,11 +296,19 @@ def _csv(text: str) -> list[str]:
     return [x.strip() for x in str(text).split(",") if x.strip()]
 
 
-def command(args) -> int:
-    """``workbench simulate`` (its arguments: :func:`workbench.cli.build_parser`). Every parameter is checked
-    (one-line ParameterError) before any simulation runs."""
+def command(args, load_defaults: dict, scheduling_defaults: dict, load_config) -> int:
+    """``workbench simulate`` (its arguments: :mod:`workbench.cli.simulate_args`). Every parameter is checked
+    (one-line ParameterError) before any simulation runs.
+
+    Args:
+        args: the parsed arguments.
+        load_defaults: notebook 08's settings where ``--run`` recorded none (:func:`fill_workload`).
+        scheduling_defaults: notebook 11's settings where ``--run`` recorded none (:data:`SCHEDULING_WORKLOAD`, and
+            the policies' ``aging_s``, ``long_cap``, ``lane_threshold_tokens``).
+        load_config: notebook 08's Config class, built for ``--confirm``'s measured points.
+    """
     if args.validate:
-        cost = _cost_from_args(args) if (args.calibration or args.device_profile or args.run) else None
+        cost = cost_from(args) if (args.calibration or args.device_profile or args.run) else None
         df, summ = validate(args.validate, cost)
         print(sentence(summ))
         for k in ("knee_measured", "knee_simulated", "recommendation_measured", "recommendation_simulated"):
@@ -315,7 +334,7 @@ def command(args) -> int:
     if rates:
         checks.check_float_list("rates", rates, lo=0, lo_open=True)
     checks.check_int("requests", args.requests, lo=2)
-    from_run = fill_workload(args)
+    from_run = fill_workload(args, load_defaults)
     checks.check_int("prompt_tokens", args.prompt_tokens, lo=1)
     checks.check_int("max_new_tokens", args.max_new_tokens, lo=1)
     checks.check_int("max_batch_size", args.max_batch_size, lo=1)
@@ -344,7 +363,7 @@ def command(args) -> int:
                           max_pending=args.max_pending, replicas=args.replicas, router=args.router,
                           prefix_sharing=args.prefix_sharing,
                           max_batch_tokens=args.max_batch_tokens, page_size=args.page_size)
-    cost = _cost_from_args(args)
+    cost = cost_from(args)
     print(f"PREDICTION (simulated, not measured): {cost.describe()}")
     print(f"workload: {args.prompt_tokens} prompt / {args.max_new_tokens} output tokens a request, batches up to "
           f"{args.max_batch_size}" + (" (notebook 08's settings in --run)" if from_run else ""))
@@ -358,10 +377,10 @@ def command(args) -> int:
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(pts[show].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         if len(policies) > 1 or policies[0] != "fcfs":
-            nb = notebook11_defaults()  # the policies' options as notebook 11 runs them
+            nb = {**scheduling_defaults, **recorded_config(args.run, "scheduling")}  # as notebook 11 runs them
             sc = dataclasses.replace(cfg, engine=args.scheduling_engine, aging_s=nb["aging_s"], long_cap=nb["long_cap"],
                                      lane_threshold_tokens=nb["lane_threshold_tokens"], replicas=1)
-            sp, sr = scheduling_points(cost, sc, policies, args.requests, args.load_factor, args.seed)
+            sp, sr = scheduling_points(cost, sc, policies, nb, args.requests, args.load_factor, args.seed)
             cols = ["policy", "ttft_s_p50_interactive", "ttft_s_p90_interactive", "ttft_s_p50_background",
                     "queue_s_max", "slo_attainment_interactive"]
             print(sp[[c for c in cols if c in sp]].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
@@ -376,10 +395,9 @@ def command(args) -> int:
     print(f"simulated in {time.perf_counter() - t0:.2f} s")
     if args.confirm:
         from workbench.measure import models
-        from workbench.experiments import serving_load
 
         picks = interesting(pts, args.confirm)
-        cfg8 = serving_load.Config(model=args.model, engines=sorted({e for e, _ in picks}),
+        cfg8 = load_config(model=args.model, engines=sorted({e for e, _ in picks}),
                                    requests_per_point=args.confirm_requests, prompt_tokens=args.prompt_tokens,
                                    max_new_tokens=args.max_new_tokens, max_batch_size=args.max_batch_size,
                                    batch_window_s=args.batch_window_s, arrival=args.arrival, seed=args.seed)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
-from workbench.serving import load
+from workbench.load import load
 
 
 def prime(send, tokenizer, warmup: int, prompt_tokens: int, max_tokens: int) -> None:

@@ -215,7 +215,7 @@ class Endpoint:
 
 
 def _client(timeout: float):
-    from workbench.serving.client import http_client
+    from workbench.load.client import http_client
 
     return http_client(timeout)  # a proxy in the environment must not reroute it
 
@@ -342,7 +342,7 @@ def chunk_reader_rows(ep: Endpoint, url: str, prompt: str, max_new_tokens: int, 
         RuntimeError: nothing streamed.
     """
     from workbench.measure import reading
-    from workbench.serving.client import client_decode_steps, stream_request
+    from workbench.load.client import client_decode_steps, stream_request
     from workbench.stats import metrics
 
     row = stream_request(url, prompt, max_new_tokens, stall_s=stall_s, ep=ep)
@@ -364,12 +364,12 @@ def chunk_reader_rows(ep: Endpoint, url: str, prompt: str, max_new_tokens: int, 
 
 
 def sender(ep: Endpoint, timeout: float = 600.0, temperature: float = 0.0, ignore_eos: bool = True) -> Callable:
-    """The load generator's ``send(spec, t_scheduled) -> row`` (:func:`workbench.serving.senders.http_sender`)
+    """The load generator's ``send(spec, t_scheduled) -> row`` (:func:`workbench.load.senders.http_sender`)
     against ``ep``: its URL, model, key. Engine-side columns come back NaN (an external server sends none) and
     each row's ``server_side_note`` says so. ``ignore_eos`` is sent as the vLLM extension; a server without it
     may stop early (``output_tokens`` is its ``usage`` count either way); ``ep.extra_body`` goes into every
     request."""
-    from workbench.serving.senders import http_sender
+    from workbench.load.senders import http_sender
 
     send = http_sender(ep.url, model=ep.model, timeout=timeout, temperature=temperature, ignore_eos=ignore_eos,
                        headers=ep.headers(), extra_body=ep.extra_body)

@@ -12,10 +12,10 @@ scheduling point, its errors, and the words and figure the notebooks and the rep
   (means over the points, as BLIS reports), their point counts, each point predicted at its own moment's speed (its
   speed probe, :meth:`workbench.predict.twin_cost.StepCost.at_speed`; ``speed_factor`` in the table, the errors at
   the calibration's speed throughout as ``mape_*_unscaled``), and the knee and recommendation per SLO preset
-  measured vs simulated (:func:`workbench.serving.saturation.knees` / ``recommend`` on both tables).
+  measured vs simulated (:func:`workbench.load.saturation.knees` / ``recommend`` on both tables).
 - :func:`sentence` (the validation in words), :func:`disagreement` (where the twin and one experiment's
-  measurement are furthest apart: the report's serving findings carry it), :func:`figure`,
-  :func:`notebook_section` (what notebooks 08 and 11 show).
+  measurement are furthest apart: the report's serving findings carry it). The figure and the section notebooks 08
+  and 11 show are :mod:`workbench.share.figures_twin`'s.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.predict import twin, twin_cost
 from workbench.errors import ParameterError
-from workbench.serving import engines, load, saturation, scheduling, senders
-from workbench.share import run_summary
+from workbench.predict import twin, twin_cost
+from workbench.run import metrics_file
+from workbench.serving import engines, scheduling
+from workbench.load import load, saturation, senders
 
 SERVING_EXPERIMENTS = ("serving_load", "scheduling")
 #: a measured point's columns a simulated point never inherits (:func:`validate`): its SLO verdicts and keep-up figures
@@ -145,7 +146,10 @@ def _num(v) -> float:
     return v
 
 
-def _specs_from_rows(rows: pd.DataFrame, cfg: dict, experiment: str) -> list:
+def specs_from_rows(rows: pd.DataFrame, cfg: dict, experiment: str) -> list:
+    """The twin's requests for a measured point's ``rows``: their scheduled offsets (from the first), prompt and
+    output sizes, priorities and classes; for ``scheduling`` with ``abandon_share`` in its config ``cfg``, the same
+    clients' patience (:func:`workbench.load.senders.with_patience`, seeded as the run was)."""
     rows = rows.sort_values("request_id") if "request_id" in rows else rows
     off = pd.to_numeric(rows.get("t_scheduled_s"), errors="coerce").fillna(0.0).clip(lower=0.0)
     t0 = float(off.min()) if len(off) else 0.0
@@ -179,14 +183,13 @@ def _turn_specs(rows: pd.DataFrame, cfg: dict) -> list:
 
 
 def _load_slos(cfg: dict) -> list:
-    """The SLOs notebook 08 scored: every preset and the run's ``custom`` limits (its ``slo_ttft_s`` /
-    ``slo_tpot_s``; the config's defaults when the run did not record them)."""
-    from workbench.experiments.serving_load import Config
+    """The SLOs notebook 08 scored: every preset and, where the run recorded them (every run records its whole
+    config), the ``custom`` limits of its ``slo_ttft_s`` / ``slo_tpot_s``."""
     from workbench.stats import slo
 
-    custom = slo.get("custom", float(cfg.get("slo_ttft_s") or Config.slo_ttft_s),
-                     float(cfg.get("slo_tpot_s") or Config.slo_tpot_s))
-    return list(slo.PRESETS.values()) + [custom]
+    custom = ([slo.get("custom", float(cfg["slo_ttft_s"]), float(cfg["slo_tpot_s"]))]
+              if cfg.get("slo_ttft_s") and cfg.get("slo_tpot_s") else [])
+    return list(slo.PRESETS.values()) + custom
 
 
 def _with_custom(summary: dict) -> dict:
@@ -209,7 +212,7 @@ def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> di
             specs = twin.open_loop("constant", max(len(rows), 2), 1.0, int(cfg.get("prompt_tokens", 64)),
                                    int(cfg.get("max_new_tokens", 16)))
             return _with_custom(twin.simulate(cost, specs, tc, prof, slos=_load_slos(cfg)).summary)
-        return _with_custom(twin.simulate(cost, _specs_from_rows(rows, cfg, exp), tc, "replay", slos=_load_slos(cfg),
+        return _with_custom(twin.simulate(cost, specs_from_rows(rows, cfg, exp), tc, "replay", slos=_load_slos(cfg),
                                           rate=_num(point.get("offered_rps"))).summary)
     if exp == "scheduling":
         work = point.get("workload", "mixed")
@@ -227,7 +230,7 @@ def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> di
                              max_batch_size=int(cfg.get("max_batch_size", 4)),
                              batch_window_s=float(cfg.get("batch_window_s", 0.05)),
                              max_pending=cfg.get("max_pending"), max_retries=int(cfg.get("max_retries", 3)))
-        res = twin.simulate(cost, _specs_from_rows(rows, cfg, exp), tc, "replay")
+        res = twin.simulate(cost, specs_from_rows(rows, cfg, exp), tc, "replay")
         from workbench.stats.classes import class_columns
 
         classes = cfg.get("class_slo_ttft_s") or {"interactive": 2.0, "background": 30.0}
@@ -246,7 +249,6 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         ParameterError: no such run, no serving or scheduling point in it, no usable calibration (one line).
     """
     from workbench.run import results
-    from workbench.experiments import serving_load
 
     run = Path(run_dir)
     if not (run / "points.parquet").is_file():
@@ -327,7 +329,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         summary["knee_simulated"] = {k: _num(v) for k, v in saturation.knees(simulated_sl).items()}
         summary["knee_error"] = {k: abs(summary["knee_simulated"].get(k, math.nan) / v - 1) if v == v and v > 0
                                  else math.nan for k, v in summary["knee_measured"].items()}
-        rm, rs = serving_load.recommend(measured_sl), serving_load.recommend(simulated_sl)
+        rm, rs = saturation.recommend(measured_sl), saturation.recommend(simulated_sl)
         if not rm.empty and not rs.empty:
             # the presets the measurement scored: a column with an attainment on some serving point (the run's points
             # table also holds scheduling's per-class columns, empty on these rows)
@@ -344,7 +346,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
 
         text = df.to_csv(index=False)
         res_mod.atomic_write(path, lambda f: f.write(text), text=True)
-        run_summary.merge_metrics(run, summary)
+        metrics_file.merge_metrics(run, summary)
     return df, summary
 
 
@@ -425,68 +427,3 @@ def disagreement(table: pd.DataFrame, experiment: str, k: int = 2) -> str:
                     for r in worst.itertuples())
     return (f"The twin (a prediction from this run's calibration) is {df['ape_e2e_s_p50'].mean():.0%} off the measured "
             f"e2e p50 on average over {len(df)} valid point{'s' if len(df) > 1 else ''}; furthest apart at {far}.")
-
-
-def figure(table: pd.DataFrame, experiment: str):
-    """The twin beside the measurement: per point TTFT p50 and e2e p50, measured (markers) and simulated (dashed,
-    open markers); ``serving_load`` against the offered rate per engine, ``scheduling`` per policy / workload."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT p50 (s)", "e2e p50 (s)"))
-    df = table[table["experiment"] == experiment] if not table.empty else table
-    if experiment == "serving_load":
-        groups = [(e, g[g["profile"].isin(load.OPEN_LOOP)].sort_values("offered_rps")) for e, g in df.groupby("engine")]
-        xcol = "offered_rps"
-    else:
-        work = df.get("workload", pd.Series([None] * len(df), index=df.index))
-        cache = ["prefix_sharing=True" in str(pid) for pid in df["point_id"]]   # multi-turn with / without the cache
-        df = df.assign(label=[f"{w or 'mixed'}:{p}" + (" +cache" if c else "")
-                              for w, p, c in zip(work, df["policy"], cache)])
-        groups, xcol = [("", df)], "label"
-    # against the offered rate a line joins one engine's simulated rates; per policy / workload (a category, each
-    # measured per round) a line would zig-zag between rounds and categories: open markers only
-    sim_mode = "lines+markers" if experiment == "serving_load" else "markers"
-    for name, g in groups:
-        for col, c in (("ttft_s_p50", 1), ("e2e_s_p50", 2)):
-            fig.add_trace(go.Scatter(x=g[xcol], y=g[f"measured_{col}"], mode="markers", name=f"{name} measured".strip(),
-                                     legendgroup=f"{name}m", showlegend=c == 1), row=1, col=c)
-            fig.add_trace(go.Scatter(x=g[xcol], y=g[f"simulated_{col}"], mode=sim_mode,
-                                     line=dict(dash="dash"), marker=dict(symbol="circle-open", size=9),
-                                     name=f"{name} simulated".strip(), legendgroup=f"{name}s", showlegend=c == 1),
-                          row=1, col=c)
-    fig.update_layout(title="The serving twin (source=simulated, a prediction) beside the measured points")
-    from workbench.share.plots import tidy_legend
-
-    tidy_legend(fig)   # at the top the legend sat on the subplot titles
-    # from 0 s: on an axis fitted to two points 3% apart a twin within a few percent looked far off
-    fig.update_yaxes(rangemode="tozero")
-    if experiment == "serving_load":
-        fig.update_xaxes(title_text="offered rate (req/s)")
-    return fig
-
-
-def notebook_section(run_dir, experiment: str, finding=None):
-    """What notebooks 08 and 11 show of the twin: :func:`validate` on the run (writing ``twin_validation.csv`` and
-    ``metrics.json``), the figure ``twin_<experiment>`` saved, and :func:`sentence` with :func:`disagreement`.
-    Given the experiment's saved ``finding`` (:class:`workbench.stats.evidence.Finding`), it is saved again with
-    the disagreement added to its evidence, so the report's serving finding says where the twin and the
-    measurement part (its text and mark unchanged). Without a calibration in the run (no batch-size /
-    context-length rows, no ``twin_calibration.json``) it says why and shows nothing.
-
-    Returns:
-        ``(table, figure or None, sentence)``.
-    """
-    from workbench.run import results
-
-    try:
-        table, summ = validate(run_dir)
-    except ParameterError as exc:
-        return pd.DataFrame(), None, f"twin: not shown ({exc})"
-    fig = figure(table, experiment)
-    results.save_figure(run_dir, f"twin_{experiment}", fig)
-    apart = disagreement(table, experiment)
-    if finding is not None and apart and hasattr(finding, "evidence"):
-        evidence = f"{finding.evidence.rstrip('. ')}. {apart}" if finding.evidence else apart
-        results.save_finding(run_dir, experiment, dataclasses.replace(finding, evidence=evidence))
-    return table, fig, " ".join(t for t in (sentence(summ), apart) if t)

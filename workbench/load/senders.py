@@ -1,11 +1,11 @@
 """Senders for the load generator: how one request of a load run is sent and timed, over HTTP or straight into an engine.
 
-Each builds a ``send(spec, t_scheduled) -> row`` for :func:`workbench.serving.load.run_load`:
+Each builds a ``send(spec, t_scheduled) -> row`` for :func:`workbench.load.load.run_load`:
 :func:`http_sender` (an OpenAI-compatible streaming endpoint over ``httpx``, with the client's patience
 :class:`_Patience`), :func:`engine_sender` (a :mod:`workbench.serving.engines` engine in process, no HTTP),
 :func:`retrying_sender` (honours ``Retry-After`` on a refused row), and :func:`with_patience` (specs whose clients
 abandon their request). Latencies count from the scheduled time (no coordinated omission; see
-:mod:`workbench.serving.load`); token counts come from the server's ``usage`` or the engine's token ids.
+:mod:`workbench.load.load`); token counts come from the server's ``usage`` or the engine's token ids.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from workbench import checks
-from workbench.serving.load import RequestSpec
+from workbench.load.load import RequestSpec
 from workbench.stats import metrics
 
 
@@ -41,7 +41,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     The ``httpx`` client ignores ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` (``trust_env=False``):
     a proxy in the environment must not reroute or time loopback traffic. ``client``: an ``httpx.Client``
     to use instead (its own settings apply). ``headers``: sent with every request (an external endpoint's
-    ``Authorization``, :mod:`workbench.serving.endpoint`); ``extra_body``: fields merged into every request body.
+    ``Authorization``, :mod:`workbench.load.endpoint`); ``extra_body``: fields merged into every request body.
 
     A server whose stream carries no ``usage`` (it ignores ``stream_options``): ``output_tokens`` falls back to
     the number of content chunks and ``token_count_source`` says ``chunks`` (else ``usage``). ``cached_tokens`` is
@@ -58,7 +58,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     """
     import httpx
 
-    from workbench.serving.client import http_client
+    from workbench.load.client import http_client
     from workbench.serving.protocol import SERVED_MODEL
 
     http = client or http_client(timeout, limits=httpx.Limits(max_connections=1024, max_keepalive_connections=64))

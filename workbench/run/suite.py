@@ -1,9 +1,10 @@
 """The suite runner behind ``workbench run`` and ``workbench sweep``: validate every notebook's parameters, open
 (or resume) one run folder under its lock, execute the notebooks in one kernel, record each notebook's status,
-build the report.
+hand the finished run to ``report`` (the command line passes :func:`workbench.share.report.build_report`: the
+report sits above the run folder's bookkeeping, which stays here in run/).
 
-``run_entries(entries, resume_dir, label, suite) -> exit status`` and ``rerun_invalid_entries(run_dir) -> entries``
-are the two entry points; an entry is ``{"notebook": path, "parameters": {name: value}}``. Errors: a bad parameter,
+``run_entries(entries, resume_dir, label, suite, report=...) -> exit status`` and
+``rerun_invalid_entries(run_dir) -> entries`` are the two entry points; an entry is ``{"notebook": path, "parameters": {name: value}}``. Errors: a bad parameter,
 a foreign run folder or a locked run is :class:`~workbench.errors.ParameterError` (one line, exit 2); a run folder
 that cannot be written is :class:`~workbench.run.results.RunWriteError` (exit 1, finished points kept).
 """
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from workbench.errors import ParameterError
 
@@ -95,10 +97,12 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
 
 
 def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None,
-                price_per_hour: float | None = None, allow_changed: bool = False) -> int:
-    """Validate, open (or resume) the run folder under its lock, execute ``entries``, build the report; the exit
-    status. A resume whose model, device, dtype, packages or effective notebook configs differ from the run's is a
-    one-line :class:`~workbench.errors.ParameterError` unless ``allow_changed`` (:mod:`workbench.run.resume_check`)."""
+                price_per_hour: float | None = None, allow_changed: bool = False,
+                report: Callable[[Path], object] | None = None) -> int:
+    """Validate, open (or resume) the run folder under its lock, execute ``entries``, then call ``report(run_dir)``
+    (still under the lock; its return value, the report's path, is printed); the exit status. A resume whose model,
+    device, dtype, packages or effective notebook configs differ from the run's is a one-line
+    :class:`~workbench.errors.ParameterError` unless ``allow_changed`` (:mod:`workbench.run.resume_check`)."""
     import os
 
     from workbench.run import locks, notebooks, results, resume_check
@@ -123,13 +127,13 @@ def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: 
         with sigterm_interrupts():  # SIGTERM ends the run as Ctrl-C does (Terminated), lock released below
             if price_per_hour is not None:
                 results.update_manifest(run_dir, price_per_hour_usd=price_per_hour)
-            return _run_locked(entries, run_dir, bool(resume_dir), suite, owner)
+            return _run_locked(entries, run_dir, bool(resume_dir), suite, owner, report)
     finally:
         locks.unlock_run(run_dir)
 
 
-def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | None, owner: dict) -> int:
-    from workbench.share import report
+def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | None, owner: dict,
+                report: Callable[[Path], object] | None) -> int:
     from workbench.run import results, resume_check
 
     recorded_suite = results.read_manifest(run_dir).get("suite") if resume else None
@@ -159,8 +163,8 @@ def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | N
     wall = time.perf_counter() - t0
     status = "ok" if not failed else f"failed: {', '.join(failed)}"
     results.update_manifest(run_dir, status=status, wall_s=round(wall, 1))
-    out = report.build_report(run_dir)
-    print(f"done in {wall:.0f} s: {status}\nreport: {out}", flush=True)
+    out = report(run_dir) if report is not None else None
+    print(f"done in {wall:.0f} s: {status}" + (f"\nreport: {out}" if out is not None else ""), flush=True)
     return 0 if not failed else 1
 
 
