@@ -1,4 +1,5 @@
-"""Reports: one run still builds; two runs with different parameter sets compare; CSV / JSON exports."""
+"""Reports: one run still builds; two runs with different parameter sets compare; CSV / JSON exports; the report
+reads no path built from a manifest name (issue 36)."""
 import json
 
 import pandas as pd
@@ -163,3 +164,17 @@ def test_findings_show_their_evidence_and_link_to_the_points_they_rest_on():
     table = findings.findings_table(run).set_index("experiment")
     assert table.loc[exp, "supported"] is False and table.loc["older", "supported"] is None
     assert table.loc[exp, "evidence"] == "2 points, 1 repeat each" and table.loc[exp, "points"] == 1
+
+
+def test_the_report_never_reads_a_path_built_from_a_manifest_name(tmp_path):
+    import plotly.graph_objects as go
+
+    run = results.create_run()
+    outside = run.parent / "outside.json"
+    outside.write_text(go.Figure(layout={"title": {"text": "SECRET-OUTSIDE"}}).to_json())
+    m = results.read_manifest(run)
+    m["figures"] = ["../../outside", "../outside", {"x": 1}]
+    (run / "manifest.json").write_text(json.dumps(m))
+    assert report._figure_names(run) == []
+    html_path = report.build_report(run)
+    assert "SECRET-OUTSIDE" not in html_path.read_text()

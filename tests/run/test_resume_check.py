@@ -14,7 +14,7 @@ from workbench.run import results, resume_check, sweeps
 from workbench.errors import ParameterError
 from workbench.run.point_result import PointResult
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _notebook_with_default(tmp_path, max_new_tokens: int) -> Path:
