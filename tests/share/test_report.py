@@ -3,7 +3,9 @@ reads no path built from a manifest name (issue 36)."""
 import json
 
 import pandas as pd
+import pytest
 
+from workbench.errors import ParameterError
 from workbench.stats import metrics
 from workbench.share import csv_export, findings, report
 from workbench.run import results
@@ -83,10 +85,26 @@ def test_overlay_keeps_every_runs_traces_and_tables_apart(tmp_path):
 
 
 def test_compare_needs_two_runs_with_points():
+    """A run without points does not count: beside one run with points, in either order, there is no delta table
+    and the comparison page says why; a second run with points fills it, its changes against the first run that has
+    points. The comparison notebook refuses fewer than two runs before reading any."""
     a = make_run([fake_point()])
     empty = results.open_run("")
-    assert report.compare_points([a, empty]).empty
-    assert report.build_report([a, empty]).exists()
+    for runs in ([a, empty], [empty, a]):
+        assert report.compare_points(runs).empty
+        page = report.build_report(runs).read_text()
+        assert "Headline deltas" in page and "(fewer than two runs with points)" in page
+        assert "Δ B vs A" not in page                                   # no delta column (A and B: both runs)
+    b = make_run([fake_point(ttfts=(0.2, 0.6))])
+    table = report.compare_points([empty, a, b])
+    assert table["present_in"].tolist() == ["B, C"] and f"ttft_s_p50@{empty.name}" not in table
+    assert table[f"ttft_s_p50 change@{b.name}"].iloc[0] == pytest.approx(1.0)        # median 0.2 s -> 0.4 s
+    assert report.compare_points([a, empty, b])["present_in"].tolist() == ["A, C"]   # the page's letters
+    page = report.build_report([empty, a, b]).read_text()
+    assert "(fewer than two runs with points)" not in page and "+100.0%" in page
+    assert "ttft_s_p50 Δ C vs B" in page and "Δ C vs A" not in page                  # A has no points
+    with pytest.raises(ParameterError, match=r"^runs: need at least two runs to compare \(found 1\)"):
+        report.CompareConfig(runs=[str(a)]).run_dirs()
 
 
 def _snapshot(folder):
