@@ -3,6 +3,7 @@
 - No module in ``workbench/experiments/`` imports another experiment module.
 - No module outside a formula's home defines it again (``def exact_match``, ``tpot_s =`` arithmetic, ...).
 - Every notebook's committed ``.ipynb`` equals what its jupytext source renders.
+- Every folder of the package has its test folder (``tests/<folder>/``).
 """
 
 import ast
@@ -240,6 +241,34 @@ def test_the_folders_are_the_layers():
     # the load generator is a wing of its own above the server: the server side imports nothing from it
     assert layer_of("serving.server") < layer_of("load.client") < layer_of("predict.twin")
     assert layer_of("errors") == 0 and layer_of("nowhere.x") == -1
+
+
+def folders_without_tests(pkg: Path, tests: Path) -> list[str]:
+    """The folders of the package ``pkg`` (those with an ``__init__.py``) without a test folder in ``tests``: a
+    package (its own ``__init__.py``, so its file names may repeat another folder's) holding a ``test_*.py``."""
+    missing = []
+    for folder in sorted(p.name for p in pkg.iterdir() if (p / "__init__.py").exists()):
+        here = tests / folder
+        if not (here / "__init__.py").exists() or not any(here.glob("test_*.py")):
+            missing.append(folder)
+    return missing
+
+
+def test_every_folder_of_the_package_has_its_test_folder(tmp_path):
+    """tests/ mirrors workbench/: ``tests/<folder>/`` for each ``workbench/<folder>/`` (tests/conftest.py says what
+    stays at the top level). The rule is shown to fail on a tree with a folder untested and one unpackaged."""
+    assert not (missing := folders_without_tests(PKG, PKG.parent / "tests")), \
+        f"package folders without tests/<folder>/__init__.py and a test_*.py there: {missing}"
+    for name, test_file, init in (("a", True, True), ("b", False, True), ("c", True, False)):
+        (tmp_path / "pkg" / name).mkdir(parents=True)
+        (tmp_path / "pkg" / name / "__init__.py").touch()
+        (tmp_path / "tests" / name).mkdir(parents=True)
+        if test_file:
+            (tmp_path / "tests" / name / "test_x.py").touch()
+        if init:
+            (tmp_path / "tests" / name / "__init__.py").touch()
+    (tmp_path / "pkg" / "data").mkdir()   # not a package folder: needs no tests
+    assert folders_without_tests(tmp_path / "pkg", tmp_path / "tests") == ["b", "c"]
 
 
 def test_find_cycle_reports_the_circle():

@@ -8,7 +8,7 @@ import random
 import time
 
 import pytest
-from conftest import fake_references
+from tests.conftest import fake_references
 
 from workbench.run import point_result
 from workbench import ParameterError

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import no_work
+from tests.conftest import no_work
 from workbench import ParameterError
 from workbench.experiments import scheduling
 from workbench.stats import classes

@@ -315,7 +315,7 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
     """An endpoint target's points: labelled with its name, no engine sampled (engine_batch NaN), the target
     described (URL, model, the key's variable NAME) and ``server_side_note`` saying why the server-side columns
     are empty; built-in engines' points carry an empty note. The sender is a fake (the real one is exercised
-    against a second server process in tests/serving/test_endpoint.py)."""
+    against a second server process in tests/load/test_endpoint.py)."""
     import time
 
     from workbench.load import endpoint

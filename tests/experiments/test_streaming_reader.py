@@ -406,7 +406,7 @@ def test_the_request_clock_starts_after_the_client_is_built(monkeypatch):
     import httpx
     import time
 
-    from conftest import FakeSSE
+    from tests.conftest import FakeSSE
 
     real_init = httpx.Client.__init__
 

@@ -7,7 +7,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from conftest import LoopbackHTTPServer
+from tests.conftest import LoopbackHTTPServer
 
 from workbench import ParameterError
 from workbench.measure.generation import GenerationSettings
@@ -489,7 +489,7 @@ def test_the_servers_429_carries_a_retry_after_from_the_backlog():
     (["--policy", "sjf", "--sjf-predictor", "oracle"], "predictor"),
 ])
 def test_serve_refuses_bad_policy_options_in_one_line_before_the_model_loads(args, name, monkeypatch, capsys):
-    from conftest import no_work
+    from tests.conftest import no_work
     from workbench.serving import server
 
     no_work(monkeypatch)

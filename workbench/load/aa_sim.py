@@ -20,7 +20,7 @@ identical arms (an A/A test: every claimed direction is a false one):
   :func:`workbench.stats.replicates.paired_log_ratio`.
 
 :func:`aa_share` runs many such trials and returns the share that claimed a direction for each design
-(``benchmarks/aa_queue.py`` prints it; ``tests/test_replicates.py`` asserts new <= 10%, old far above).
+(``benchmarks/aa_queue.py`` prints it; ``tests/stats/test_replicates.py`` asserts new <= 10%, old far above).
 """
 
 from __future__ import annotations

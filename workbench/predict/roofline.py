@@ -258,8 +258,9 @@ DECODE_PARAMETERS = 4
 RECALIBRATE_LIMIT = 0.15
 #: Beyond this (|today / cached - 1| of bandwidth or FLOP/s) a loaded model is refitted; between
 #: :data:`RECALIBRATE_LIMIT` and this the calibration is rescaled to today's probe (cheap, and within 15% of a
-#: refit at 1.6x the FLOP/s: ``tests/test_roofline.py``). On the 2-core build VM the matmul FLOP/s of a fresh
-#: process varies 112-189 GFLOP/s on a quiet machine, so a 15% refit rule refitted (~20 s) in most new processes.
+#: refit at 1.6x the FLOP/s: ``tests/predict/test_roofline_calibration.py``). On the 2-core build VM the matmul
+#: FLOP/s of a fresh process varies 112-189 GFLOP/s on a quiet machine, so a 15% refit rule refitted (~20 s) in
+#: most new processes.
 REFIT_LIMIT = 0.5
 
 

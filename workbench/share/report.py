@@ -265,9 +265,10 @@ def compare_points(runs: list[Path], metrics: list[str] | None = None) -> pd.Dat
         metrics: point columns to compare (default :data:`DELTA_METRICS`).
 
     Returns:
-        One row per ``point_id``: ``present_in``, ``<metric>@<run_id>`` per run and
-        ``<metric> change@<run_id>`` (fraction, that run vs the first) for each later run.
-        Empty when fewer than two runs have points.
+        One row per ``point_id``: ``present_in`` (the :func:`run_labels` letters of ``runs``, so a run without
+        points keeps its letter), ``<metric>@<run_id>`` per run with points and ``<metric> change@<run_id>``
+        (fraction, that run vs the first run with points) for each later one. Empty when fewer than two runs
+        have points.
     """
     metrics = metrics or DELTA_METRICS
     frames, names = [], []
@@ -282,7 +283,7 @@ def compare_points(runs: list[Path], metrics: list[str] | None = None) -> pd.Dat
     if len(frames) < 2:
         return pd.DataFrame()
     table = pd.concat(frames, axis=1, join="outer")
-    labels = run_labels([Path(n) for n in names])
+    labels = run_labels(runs)
     present = [table[[f"{m}@{n}" for m in metrics]].notna().any(axis=1) for n in names]
     table.insert(0, "present_in", [", ".join(labels[n].split(" ")[0] for n, p in zip(names, row) if p)
                                    for row in zip(*present)])
@@ -298,6 +299,8 @@ def _delta_table_html(table: pd.DataFrame, runs: list[Path]) -> str:
     if table.empty:
         return "<p class='meta'>(fewer than two runs with points)</p>"
     labels = run_labels(runs)
+    # the changes are against the first run with points (one with columns here), which is not always run A
+    base = next(labels[r.name] for r in runs if any(c.endswith(f"@{r.name}") for c in table.columns)).split(" ")[0]
     view = table.copy()
     for col in list(view.columns):
         if " change@" in col:
@@ -307,7 +310,7 @@ def _delta_table_html(table: pd.DataFrame, runs: list[Path]) -> str:
         for rid, lab in labels.items():
             letter = lab.split(" ")[0]
             if col.endswith(f" change@{rid}"):
-                rename[col] = f"{col.split(' change@')[0]} Δ {letter} vs A"
+                rename[col] = f"{col.split(' change@')[0]} Δ {letter} vs {base}"
             elif col.endswith(f"@{rid}"):
                 rename[col] = f"{col.split('@')[0]} [{letter}]"
     return f"<div class='wide'>{_table(view.rename(columns=rename), failed_col=None)}</div>"
@@ -495,9 +498,10 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
         check, left_out = formats.comparability(runs)
         body.append(_downloads(_export_many(runs, out, formats.comparable_metrics(left_out)), out.parent,
                                "all runs: "))
-        body += [formats.table_html(check), "<h2>Headline deltas (vs run A)</h2>",
+        body += [formats.table_html(check), "<h2>Headline deltas (vs the first run with points)</h2>",
                  "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput, "
-                 "those the comparability check above keeps; Δ is the relative change vs run A. Points missing "
+                 "those the comparability check above keeps; Δ is the relative change vs the first run with "
+                 "points (A unless A has none). Runs without points take no part. Points missing "
                  "from a run are blank there.</p>",
                  _delta_table_html(compare_points(runs, formats.comparable_metrics(left_out)), runs),
                  "<h2>Environments</h2>", _env_table_html(environments(runs)),

@@ -10,7 +10,7 @@ The rules, each a plain function every experiment calls:
   beyond the parameters: with ``n == p`` the fit is exact, with ``n == p + 1`` one residual decides R^2).
 - :func:`t_interval`: a Student-t interval of a mean over independent units (repeat medians, prompts).
   Exact under normality at any ``n >= 2`` and close to nominal for repeat medians, which are near-normal
-  even when single latencies are skewed (central limit for order statistics; tests/test_evidence.py
+  even when single latencies are skewed (central limit for order statistics; tests/stats/test_evidence.py
   simulates it). It replaces the percentile bootstrap over repeats, which with two repeats is the range of
   two medians and covers the true value about half the time.
 - :func:`ratio_interval`: a speed-up ``a / b`` from two independent samples: Welch's t on the log values

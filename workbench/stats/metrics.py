@@ -141,7 +141,7 @@ def repeat_ci(requests: pd.DataFrame, column: str, confidence: float = 0.95) -> 
     Repeats are the independent units (rows of one repeat share the machine's state and, in a batch, one
     stamp per step), so each repeat contributes one value, its median, and the interval is
     :func:`workbench.stats.evidence.t_interval` over them. Its coverage holds at two repeats and up
-    (tests/test_evidence.py simulates it); the percentile bootstrap over repeats it replaces was, with two
+    (tests/stats/test_evidence.py simulates it); the percentile bootstrap over repeats it replaces was, with two
     repeats, the range of two medians (about 50% coverage). A latency is positive and its noise multiplicative (a
     slower moment scales it), so the interval is taken over the medians' logs and brought back (a geometric-mean
     interval, as the workbench's ratios are): over two medians 20 ms and 120 ms the arithmetic t interval ran to

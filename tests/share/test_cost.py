@@ -7,7 +7,7 @@ from workbench.share import cost, plots, report, run_summary
 from workbench.run import results
 from workbench.errors import ParameterError
 
-from test_report import fake_point, make_run
+from tests.share.test_report import fake_point, make_run
 
 
 def test_usd_per_mtok_by_hand_on_one_point():

@@ -1,8 +1,11 @@
-"""Reports: one run still builds; two runs with different parameter sets compare; CSV / JSON exports."""
+"""Reports: one run still builds; two runs with different parameter sets compare; CSV / JSON exports; the report
+reads no path built from a manifest name (issue 36)."""
 import json
 
 import pandas as pd
+import pytest
 
+from workbench.errors import ParameterError
 from workbench.stats import metrics
 from workbench.share import csv_export, findings, report
 from workbench.run import results
@@ -82,10 +85,26 @@ def test_overlay_keeps_every_runs_traces_and_tables_apart(tmp_path):
 
 
 def test_compare_needs_two_runs_with_points():
+    """A run without points does not count: beside one run with points, in either order, there is no delta table
+    and the comparison page says why; a second run with points fills it, its changes against the first run that has
+    points. The comparison notebook refuses fewer than two runs before reading any."""
     a = make_run([fake_point()])
     empty = results.open_run("")
-    assert report.compare_points([a, empty]).empty
-    assert report.build_report([a, empty]).exists()
+    for runs in ([a, empty], [empty, a]):
+        assert report.compare_points(runs).empty
+        page = report.build_report(runs).read_text()
+        assert "Headline deltas" in page and "(fewer than two runs with points)" in page
+        assert "Δ B vs A" not in page                                   # no delta column (A and B: both runs)
+    b = make_run([fake_point(ttfts=(0.2, 0.6))])
+    table = report.compare_points([empty, a, b])
+    assert table["present_in"].tolist() == ["B, C"] and f"ttft_s_p50@{empty.name}" not in table
+    assert table[f"ttft_s_p50 change@{b.name}"].iloc[0] == pytest.approx(1.0)        # median 0.2 s -> 0.4 s
+    assert report.compare_points([a, empty, b])["present_in"].tolist() == ["A, C"]   # the page's letters
+    page = report.build_report([empty, a, b]).read_text()
+    assert "(fewer than two runs with points)" not in page and "+100.0%" in page
+    assert "ttft_s_p50 Δ C vs B" in page and "Δ C vs A" not in page                  # A has no points
+    with pytest.raises(ParameterError, match=r"^runs: need at least two runs to compare \(found 1\)"):
+        report.CompareConfig(runs=[str(a)]).run_dirs()
 
 
 def _snapshot(folder):
@@ -163,3 +182,17 @@ def test_findings_show_their_evidence_and_link_to_the_points_they_rest_on():
     table = findings.findings_table(run).set_index("experiment")
     assert table.loc[exp, "supported"] is False and table.loc["older", "supported"] is None
     assert table.loc[exp, "evidence"] == "2 points, 1 repeat each" and table.loc[exp, "points"] == 1
+
+
+def test_the_report_never_reads_a_path_built_from_a_manifest_name(tmp_path):
+    import plotly.graph_objects as go
+
+    run = results.create_run()
+    outside = run.parent / "outside.json"
+    outside.write_text(go.Figure(layout={"title": {"text": "SECRET-OUTSIDE"}}).to_json())
+    m = results.read_manifest(run)
+    m["figures"] = ["../../outside", "../outside", {"x": 1}]
+    (run / "manifest.json").write_text(json.dumps(m))
+    assert report._figure_names(run) == []
+    html_path = report.build_report(run)
+    assert "SECRET-OUTSIDE" not in html_path.read_text()

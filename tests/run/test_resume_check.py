@@ -4,6 +4,7 @@ the changed points are measured again under new ids and the manifest keeps both 
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from workbench.run import results, resume_check, sweeps
 from workbench.errors import ParameterError
 from workbench.run.point_result import PointResult
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _notebook_with_default(tmp_path, max_new_tokens: int) -> Path:
@@ -97,7 +98,33 @@ def test_a_sweep_resumed_with_another_config_is_refused_then_remeasured_under_ne
     assert calls == []  # resuming the changed config again skips what it finished
 
 
-def test_the_cli_records_the_identity_and_allow_changed_is_a_flag():
+def test_the_cli_records_the_identity_and_allow_changed_is_a_flag(tmp_path, monkeypatch, capsys):
+    """``workbench sweep`` records the session's identity in the new run's manifest before any notebook runs; a
+    resume with a changed default and ``--allow-changed`` (a flag of ``run`` and ``sweep``) says what it measures
+    again, tells the kernels, and appends its identity to the history while the first record stays."""
+    from workbench.cli import suite
+
+    seen = []   # the notebooks' kernels stand-in: what each session would execute, and what the kernels would see
+    monkeypatch.setattr(suite, "_execute", lambda entries, run_dir, resume:
+                        seen.append((run_dir, resume, os.environ.get(resume_check.ALLOW_ENV))) or [])
+    monkeypatch.setenv(resume_check.ALLOW_ENV, "0")   # restored after the test: the CLI sets it for its kernels
+    monkeypatch.delenv(resume_check.ALLOW_ENV)
+    old, new = _notebook_with_default(tmp_path, 32), _notebook_with_default(tmp_path, 8)
+    assert cli.main(["sweep", str(old)]) == 0
+    run, resumed, allowed = seen[-1]
+    first = results.read_manifest(run)["resume_identity"]
+    assert not resumed and allowed is None
+    assert first == json.loads(json.dumps(resume_check.run_identity([{"notebook": str(old), "parameters": {}}])))
+    assert first["notebooks"]["01_batch_size"]["max_new_tokens"] == 32
+    assert first["models"]["01_batch_size"]["weights_sha256"] and first["packages"]["torch"]
+    capsys.readouterr()
+    assert cli.main(["sweep", str(new), "--resume", str(run), "--allow-changed"]) == 0
+    assert "--allow-changed: measuring again under new ids what changed: 01_batch_size: max_new_tokens 32 -> 8" \
+        in capsys.readouterr().out
+    assert seen[-1] == (run, True, "1")
+    manifest = results.read_manifest(run)
+    assert manifest["resume_identity"] == first
+    assert [h["notebooks"]["01_batch_size"]["max_new_tokens"] for h in manifest["resume_identity_history"]] == [8]
     p = cli.build_parser()
     assert p.parse_args(["run", "--resume", "x", "--allow-changed"]).allow_changed
-    assert p.parse_args(["sweep", "01_batch_size", "--resume", "x", "--allow-changed"]).allow_changed
+    assert not p.parse_args(["run", "--resume", "x"]).allow_changed

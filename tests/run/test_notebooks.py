@@ -7,7 +7,7 @@ import pytest
 from workbench import ParameterError
 from workbench.run import notebooks
 
-NB = Path(__file__).resolve().parents[1] / "notebooks" / "01_batch_size.ipynb"
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "01_batch_size.ipynb"
 
 
 def test_notebook_parameters_are_literals_and_unknown_names_rejected():

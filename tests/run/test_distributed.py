@@ -25,7 +25,7 @@ from workbench import cli
 from workbench.run import distributed, results
 from workbench.run.point_result import PointResult
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = dict(batch_sizes=[1, 2], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0, device="cpu",
             dtype="float32")
 PID = "batch_size/prompt_tokens=32,batch_size={}".format

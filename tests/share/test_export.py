@@ -9,7 +9,7 @@ from workbench.share import export, report
 from workbench.run import results
 from workbench.errors import ParameterError
 
-from test_report import fake_point, make_run
+from tests.share.test_report import fake_point, make_run
 
 
 def _run():

@@ -12,7 +12,7 @@ from workbench.run import locks, point_result, results
 from workbench.share import report
 from workbench.stats import columns
 
-PKG = Path(__file__).resolve().parents[1] / "workbench"
+PKG = Path(__file__).resolve().parents[2] / "workbench"
 
 
 def test_the_tests_run_strict():

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import resident_bytes
+from tests.conftest import resident_bytes
 
 from workbench.measure import device
 

@@ -364,7 +364,7 @@ def test_streaming_reader_reader_and_keepalive_parts_against_the_endpoint(served
 def test_streaming_reader_notebook_against_the_endpoint_loads_no_weights(served, keyed, tmp_path, monkeypatch):
     """Notebook 10's cells with ``endpoint`` set run end to end against the second server without loading the
     model's weights here (``models.load_model`` is made to fail), and write its rows, figures and finding."""
-    from conftest import execute_in_process
+    from tests.conftest import execute_in_process
 
     from workbench.measure import models
     from workbench.run import notebooks, results

@@ -8,7 +8,7 @@ from workbench.share import report, run_summary
 from workbench.run import results
 from workbench.errors import ParameterError
 
-from test_report import fake_point, make_run
+from tests.share.test_report import fake_point, make_run
 
 
 def test_metrics_json_written_with_the_report_and_keeps_merged_keys():

@@ -10,9 +10,9 @@ from workbench.share import export, formats, report
 from workbench.run import results
 from workbench.errors import ParameterError
 
-from test_report import fake_point, make_run
+from tests.share.test_report import fake_point, make_run
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 FIXTURES = {"guidellm": DATA / "guidellm_benchmarks.json", "aiperf": DATA / "aiperf_profile_export_aiperf.json",
             "vllm-json": DATA / "vllm_bench_serve.json"}
 

@@ -123,3 +123,27 @@ def test_paired_ratio_difference_and_coefficient_intervals_by_hand():
     assert not evidence.estimate_interval(1.0, 0.1, 0, "OLS").shown
     assert evidence.mean_interval([1, 0, 1]).method.startswith("Wilson")
     assert evidence.mean_interval([1.5, 0.5]).method.startswith("t over 2")
+
+
+def _pts():
+    return pd.DataFrame({"status": ["ok", "ok", "ok", "failed: x", "ok"], "valid": [True, False, True, None, True],
+                         "profile": ["poisson", "poisson", "throughput", "poisson", "poisson"],
+                         "stopped_early": [False, False, False, False, True], "goodput_rps": [1.0, 9.0, 8.0, 7.0, 6.0],
+                         "batch_size": [1, 2, 4, 8, 16], "output_throughput_tps": [1.0] * 5})
+
+
+def test_usable_points_is_one_rule_for_fits_and_recommendations():
+    """Valid points only; for serving also open-loop and not stopped early (a missing column does not filter)."""
+    assert evidence.usable_points(_pts())["goodput_rps"].tolist() == [1.0, 8.0, 6.0]
+    assert evidence.usable_points(_pts(), serving=True)["goodput_rps"].tolist() == [1.0]
+    assert len(evidence.usable_points(_pts().drop(columns=["valid", "profile", "stopped_early"]), serving=True)) == 4
+
+
+def test_batch_size_recommendation_uses_the_same_rule():
+    """The batch-size experiment recommends from usable points only: never the invalid point, even when the
+    invalid one has the best goodput, and nothing when every point is invalid."""
+    from workbench.experiments import batch_size
+
+    pts = _pts()
+    assert batch_size.recommend(pts)["batch_size"] == 4
+    assert batch_size.recommend(pts.assign(valid=False)) is None

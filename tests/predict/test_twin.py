@@ -362,7 +362,13 @@ def test_confirm_measures_the_picked_point_and_prints_the_twin_error(loaded):
     cfg = serving_load.Config(engines=["fifo"], requests_per_point=4, prompt_tokens=32, max_new_tokens=4, warmup=0)
     cost = twin_cost.StepCost(a0=0.05, a1=1e-3, b0=0.05)
     conf = twin_study.confirm(cost, loaded, [("fifo", 0.5)], cfg)
-    assert len(conf) == 1 and conf["measured_e2e_s_p50"].iloc[0] > 0 and conf["ape_e2e_s_p50"].notna().all()
+    assert len(conf) == 1
+    row = conf.iloc[0]
+    assert (row["engine"], row["rate_rps"], row["source"]) == ("fifo", 0.5, "measured") and row["speed_factor"] > 0
+    assert 0 < row["requests"] <= cfg.requests_per_point
+    for c in ("ttft_s_p50", "e2e_s_p50"):   # the twin's error on the very point measured, beside the measurement
+        assert row[f"measured_{c}"] > 0 and row[f"simulated_{c}"] > 0
+        assert row[f"ape_{c}"] == pytest.approx(abs(row[f"simulated_{c}"] / row[f"measured_{c}"] - 1))
 
 
 def test_a_trace_keeps_its_classes_and_refuses_a_bad_line_in_one_line(tmp_path):

@@ -3,7 +3,7 @@ from workbench.stats import evidence
 from workbench.share import findings, report
 from workbench.run import results
 
-from test_report import fake_point, make_run
+from tests.share.test_report import fake_point, make_run
 
 SCHEDULING = ("For interactive traffic mixed with long reports, priority lowers the short requests' TTFT (x0.62 of "
               "fcfs) at x1.10 background e2e. priority: interactive TTFT vs fcfs: 0.62x, 95% interval 0.50-0.77x "

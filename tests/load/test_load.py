@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import FakeSSE
+from tests.conftest import FakeSSE
 
 from workbench import ParameterError
 from workbench.stats import metrics, slo

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import fake_references, resident_bytes
+from tests.conftest import fake_references, resident_bytes
 
 from workbench.measure import contention
 from workbench import ParameterError

@@ -8,7 +8,7 @@ import pytest
 from workbench.share import plots, report, static_figures
 from workbench.errors import ParameterError
 
-from test_report import fake_point, make_run
+from tests.share.test_report import fake_point, make_run
 
 
 def _png_size(path):

@@ -10,7 +10,7 @@ import pytest
 
 from workbench.run import results
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def workbench(*args, env_extra=None, timeout=600):
