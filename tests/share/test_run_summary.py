@@ -25,7 +25,8 @@ def test_metrics_json_written_with_the_report_and_keeps_merged_keys():
     thr = e["headline"]["output_throughput_tps"]
     assert thr["best"] == 10.0 and thr["median"] == 7.5 and thr["higher_is_better"] is True   # 10 and 5 tok/s
     assert e["headline"]["ttft_s_p50"]["best"] == 0.2 and e["headline"]["ttft_s_p50"]["unit"] == "s"
-    assert data["findings"] == {"total": 1, "supported": 0}
+    assert data["findings"] == {"total": 1, "supported": 0, "decided": 0, "direction": 0, "equivalent": 0,
+                                "undecided": 0, "measurements": 1}
     assert data["mape_e2e_p50"] == 0.125 and data["twin"] == {"points": 3}   # kept through the rebuild
     run_summary.merge_metrics(run, {"twin": {"mape": 0.5}})                  # nested dicts merge key by key
     assert run_summary.read_metrics(run)["twin"] == {"points": 3, "mape": 0.5}

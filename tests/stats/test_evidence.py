@@ -147,3 +147,21 @@ def test_batch_size_recommendation_uses_the_same_rule():
     pts = _pts()
     assert batch_size.recommend(pts)["batch_size"] == 4
     assert batch_size.recommend(pts.assign(valid=False)) is None
+
+
+def test_a_finding_carries_its_verdict_and_the_counts_add_up():
+    d = evidence.Finding("Batch 8 is faster.", "rounds", True, ("p",), "direction", 1.05, 3, 40.0)
+    e = evidence.Finding("Prompt lookup is equivalent.", "rounds", False, (), "equivalent", 1.05, 8, 90.0)
+    u = evidence.Finding("Undecided.", "rounds", True, (), "undecided", 1.05, 8, 90.0, 20, 300.0)
+    m = evidence.Finding("A measurement.", "x", True)
+    assert d.supported and e.supported and not u.supported and m.supported      # the verdict sets the mark
+    for f in (d, e, u, m):
+        assert evidence.Finding.from_value(f.to_dict()) == f
+    assert u.to_dict()["rounds_needed"] == 20 and "rounds_needed" not in d.to_dict()
+    counts = evidence.verdict_counts([d.to_dict(), e.to_dict(), u.to_dict(), m.to_dict()])
+    assert counts == {"decided": 2, "direction": 1, "equivalent": 1, "undecided": 1, "measurements": 1}
+    assert evidence.verdict_summary(counts) == ("2 decided: 1 direction, 1 equivalent; 1 undecided "
+                                                "(1 measurement without a comparison)")
+    with pytest.raises(ValueError, match="verdict"):
+        evidence.Finding("x", verdict="supported")
+    assert evidence.join([u, d]).verdict == "undecided"

@@ -106,8 +106,9 @@ def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
     """One finding: one claim sentence and its supported / not supported mark, the per-arm figures in a small
     table beneath (:func:`split_finding`), other sentences as notes, its evidence, and links to its points."""
     f = evidence.Finding.from_value(value)
-    mark = ("<span class='supported'>supported</span>" if f.supported
-            else "<span class='unsupported'>not supported</span>")
+    word = f.verdict or ("supported" if f.supported else "not supported")
+    mark = (f"<span class='supported'>{html.escape(word)}</span>" if f.supported
+            else f"<span class='unsupported'>{html.escape(word)}</span>")
     if not f.evidence and not f.point_ids and isinstance(value, str):
         mark = ""  # an old manifest's plain sentence: its support was never recorded
     claim, rows, notes = split_finding(f.text)
@@ -175,8 +176,8 @@ def _findings_html(manifest: dict, run: Path) -> str:
         return ""
     items = "".join(_finding_html(run, exp, value) for exp, value in findings.items())
     marked = [v for v in findings.values() if isinstance(v, dict)]
-    supported = sum(evidence.Finding.from_value(v).supported for v in marked)  # the mark agrees with the headline
-    count = (f"<p class='meta'>{supported} of {len(marked)} findings are "
-             "supported by their evidence; the others say why not.</p>" if marked else "")
+    count = (f"<p class='meta'>{html.escape(evidence.verdict_summary(evidence.verdict_counts(marked)))}: a direction "
+             "or equivalence within its margin is decided; an undecided comparison says what would decide it.</p>"
+             if marked else "")
     return f"<h2>Findings</h2>{count}<ul>{items}</ul>"
 

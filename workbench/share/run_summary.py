@@ -11,9 +11,10 @@ Shape (``schema`` ``workbench.stats.metrics/1``)::
 
     {"schema", "run_id", "status", "created_utc", "built_utc",
      "points": {"total", "ok", "failed", "valid", "invalid"},
-     "findings": {"total", "supported"},
+     "findings": {"total", "supported", "decided", "direction", "equivalent", "undecided", "measurements"},
      "experiments": {EXP: {"points", "valid_points",
-                           "finding": {"text", "supported", "evidence", "points"} | null,
+                           "finding": {"text", "supported", "evidence", "points", "verdict", "margin",
+                                       "rounds", "seconds", "rounds_needed", "seconds_needed"} | null,
                            "headline": {METRIC: {"best", "best_point_id", "median", "n", "unit",
                                                  "higher_is_better"}}}},
      ...keys merged in by others}
@@ -92,7 +93,9 @@ def build_metrics(run_dir, points: pd.DataFrame | None = None) -> dict:
         if f is not None:
             fd = evidence.Finding.from_value(f)
             finding = {"text": fd.text, "supported": None if isinstance(f, str) else bool(fd.supported),
-                       "evidence": fd.evidence, "points": len(fd.point_ids)}
+                       "evidence": fd.evidence, "points": len(fd.point_ids),
+                       **{k: v for k, v in fd.to_dict().items() if k not in ("text", "evidence", "supported",
+                                                                             "point_ids")}}
         experiments[exp] = {"points": int((pts["experiment"] == exp).sum()) if "experiment" in pts else 0,
                             "valid_points": int(len(e_valid)), "finding": finding, "headline": _headline(e_valid)}
     for exp, f in findings.items():  # a finding of an experiment with no points (e.g. an analysis notebook)
@@ -108,7 +111,8 @@ def build_metrics(run_dir, points: pd.DataFrame | None = None) -> dict:
            "built_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "points": {"total": int(len(pts)), "ok": int(len(ok)), "failed": int(len(pts) - len(ok)),
                       "valid": int(valid.sum()), "invalid": int((~valid).sum())},
-           "findings": {"total": len(findings), "supported": sum(bool(v.get("supported")) for v in marked)},
+           "findings": {"total": len(findings), "supported": sum(bool(v.get("supported")) for v in marked),
+                        **evidence.verdict_counts(marked)},
            "experiments": experiments}
     if manifest.get("price_per_hour_usd") is not None:
         out["price_per_hour_usd"] = manifest["price_per_hour_usd"]
