@@ -141,6 +141,35 @@ class Design:
         return [*self.arms, *([AA] if self.aa else [])]
 
 
+@dataclasses.dataclass
+class DesignFields:
+    """The config fields of an experiment measured as a design (mixed into its ``Config`` after
+    :class:`workbench.run.sweeps.SweepConfig`, whose ``repeats`` is then the minimum rounds).
+
+    Attributes:
+        max_rounds: the most rounds the design may take (>= ``repeats``); rounds beyond ``repeats`` are added only
+            while the comparison is undecided and the budget allows.
+        budget_s: the most seconds the design's measuring may take (0: no budget of its own; the suite's
+            ``budget_s`` still applies).
+        margin: the equivalence margin as a ratio (1.05: arms within +-5% are equivalent).
+    """
+
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+    budget_s: float = 0.0
+    margin: float = blocks.MARGIN
+
+    def check_design(self) -> None:
+        """One-line errors for the design fields (call from the config's ``__post_init__``)."""
+        checks.check_int("max_rounds", self.max_rounds, max(2, getattr(self, "repeats", 2)), 1000)
+        checks.check_float("budget_s", self.budget_s, lo=0)
+        check_margin(self.margin)
+
+    def design_kwargs(self) -> dict:
+        """``min_rounds``, ``max_rounds``, ``budget_s``, ``margin`` and ``seed`` for :class:`Design`."""
+        return {"min_rounds": int(getattr(self, "repeats", DEFAULT_MIN_ROUNDS)), "max_rounds": int(self.max_rounds),
+                "budget_s": float(self.budget_s), "margin": float(self.margin), "seed": int(getattr(self, "seed", 0))}
+
+
 def check_rounds(min_rounds, max_rounds) -> None:
     """One-line errors for a design's rounds: ``min_rounds`` >= 2 (one round pairs nothing) and ``max_rounds`` >=
     ``min_rounds`` (at most 1000)."""
@@ -292,6 +321,99 @@ def _save_rounds(run_dir, design: Design, table: pd.DataFrame, req: pd.DataFrame
     results.write_table(tpath, table)
 
 
+def _save_description(run_dir, design: Design, rounds: int, seconds: float, stopped: str, looks: list) -> None:
+    """``design/<experiment>.json``: what was decided how, so an analysis can be rebuilt from the table
+    (:func:`reanalyse`)."""
+    if run_dir is None:
+        return
+    from workbench.run import results
+
+    desc = {"experiment": design.experiment, "arms": [str(a) for a in design.arms], "control": str(design.control),
+            "groups": {str(g): [str(a) for a in m] for g, m in design.groups.items()} if design.groups else None,
+            "aa": design.aa, "margin": design.margin, "min_rounds": design.min_rounds,
+            "max_rounds": design.max_rounds, "budget_s": design.budget_s, "spending": design.spending,
+            "order": design.order, "seed": design.seed,
+            "primary": dataclasses.asdict(design.primary),
+            "secondary": [dataclasses.asdict(o) for o in design.secondary],
+            "rounds": rounds, "seconds": seconds, "stopped": stopped, "looks": looks}
+    path = _store_paths(run_dir, design.experiment)[0].with_suffix(".json")
+    path.parent.mkdir(exist_ok=True)
+    results.atomic_write(path, lambda f: f.write(json.dumps(desc, indent=1)), text=True)
+
+
+def reanalyse(run_dir, experiment: str, outcome: str | None = None) -> tuple[Design, blocks.Analysis] | None:
+    """A finished design rebuilt from its run folder (``design/<experiment>.json`` and its table): the
+    :class:`Design` and the analysis of ``outcome`` (default: the primary) at the alpha of its last look, as
+    :func:`run_design` decided it (None when the run holds no design of that experiment)."""
+    tpath = _store_paths(run_dir, experiment)[0]
+    jpath = tpath.with_suffix(".json")
+    if not (tpath.exists() and jpath.exists()):
+        return None
+    desc = json.loads(jpath.read_text(encoding="utf-8"))
+    primary = Outcome(**desc["primary"])
+    secondary = tuple(Outcome(**o) for o in desc.get("secondary") or ())
+    d = Design(desc["experiment"], desc["arms"], desc["control"], primary, secondary, groups=desc.get("groups"),
+               aa=desc.get("aa", True), min_rounds=desc["min_rounds"], max_rounds=desc["max_rounds"],
+               margin=desc["margin"], spending=desc.get("spending", "obrien-fleming"), order=desc.get("order",
+                                                                                                     "interleaved"))
+    table = pd.read_parquet(tpath)
+    table = table[table["round"] < desc["rounds"]]
+    alpha = desc["looks"][-1]["alpha"] if desc.get("looks") else blocks.ALPHA
+    which = primary if outcome in (None, primary.name) else next((o for o in secondary if o.name == outcome), None)
+    if which is None:
+        raise ParameterError(f"outcome: {outcome!r} is not an outcome of the {experiment} design")
+    if which is not primary:
+        alpha /= max(len(secondary), 1)
+    return d, analyse_outcome(table, d, which, alpha)
+
+
+def decision_from_row(row, outcome: Outcome) -> blocks.Decision | None:
+    """The decision a point row carries (:meth:`DesignResult.point_columns`), None when the row has none (the
+    control, an arm not compared, a point measured without a design)."""
+    p = outcome.prefix
+    verdict = row.get(f"{p}_verdict")
+    if not isinstance(verdict, str) or verdict not in blocks.VERDICTS:
+        return None
+    num = (lambda k: checks.float_or_nan(row.get(k)))
+    need = num("rounds_needed")
+    return blocks.Decision(str(row.get("point_id", "")), "", num(p), num(f"{p}_low"), num(f"{p}_high"),
+                           num(f"{p}_level"), verdict, str(row.get(f"{p}_direction") or ""), num("margin"),
+                           int(num("rounds")) if math.isfinite(num("rounds")) else 0, float("nan"),
+                           str(row.get(f"{p}_method") or ""), float("nan"),
+                           int(need) if math.isfinite(need) else (0 if verdict != "undecided" else None),
+                           "" if math.isfinite(num(f"{p}_low")) else str(row.get(f"{p}_method") or ""))
+
+
+def evidence_text(row) -> str:
+    """A design's evidence as a point row carries it: ``"3 interleaved rounds (stopped: decided), 42 s; A/A
+    1.01x (0.96-1.06x), undecided; equivalence margin +-5%"``."""
+    num = (lambda k: checks.float_or_nan(row.get(k)))
+    rounds = int(num("rounds")) if math.isfinite(num("rounds")) else 0
+    aa = (f"A/A control {num('aa_ratio'):.2f}x ({num('aa_low'):.2f}-{num('aa_high'):.2f}x), "
+          f"{row.get('aa_verdict') or 'no verdict'}" if math.isfinite(num("aa_low")) else "no A/A interval")
+    margin = num("margin")
+    return (f"{rounds} {row.get('design') or 'interleaved'} rounds (stopped: {row.get('design_stopped') or '?'}), "
+            f"{num('design_seconds'):.0f} s; {aa}; equivalence margin +-{margin - 1:.0%}")
+
+
+def finding_fields(row, decision: blocks.Decision | None = None) -> dict:
+    """The decision fields of a :class:`workbench.stats.evidence.Finding` from a point row of a design:
+    ``verdict``, ``margin``, ``rounds``, ``seconds`` and, undecided, ``rounds_needed`` / ``seconds_needed``
+    (``decision`` overrides the row's own verdict, e.g. a pick judged against its runner-up)."""
+    num = (lambda k: checks.float_or_nan(row.get(k)))
+    verdict = decision.verdict if decision is not None else str(row.get("verdict") or "undecided")
+    need = decision.rounds_needed if decision is not None else None
+    secs = num("seconds_per_round")
+    out = {"verdict": verdict, "margin": num("margin") if math.isfinite(num("margin")) else None,
+           "rounds": int(num("rounds")) if math.isfinite(num("rounds")) else 0,
+           "seconds": num("design_seconds") if math.isfinite(num("design_seconds")) else None}
+    if verdict == "undecided":
+        out["rounds_needed"] = need
+        out["seconds_needed"] = (max(need - out["rounds"], 0) * secs if need is not None and math.isfinite(secs)
+                                 else None)
+    return out
+
+
 def _deadline(design: Design, begun: float) -> float:
     """The Unix time after which no round beyond the minimum starts: the design's budget and the suite's."""
     ends = [math.inf]
@@ -362,13 +484,23 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     deadline = _deadline(design, begun)
     plan = design.plan
     looks: list[dict] = []
-    seconds = float(table["seconds"].sum()) if not table.empty else 0.0
     rnd = len(done)
+    seconds = float(table["seconds"].sum()) if not table.empty else 0.0
     stopped = "max rounds"
     analysis = None
+    for k in [r for r in plan if r <= rnd]:          # a resumed design replays its looks: decided stays decided
+        alpha = sequential.look_alpha(k, plan, blocks.ALPHA, design.spending)
+        analysis = analyse_outcome(table[table["round"] < k], design, design.primary, alpha)
+        decided = analysis is not None and analysis.decided(design.decide)
+        looks.append({"rounds": k, "alpha": alpha, "decided": bool(decided)})
+        if decided:
+            rows = [r for r in rows if r["round"] < k]
+            req_rows = [r for r in req_rows if r["repeat"] < k]
+            rnd, stopped = k, "decided"
+            break
     bar = tqdm(total=design.max_rounds, initial=rnd, desc=f"{design.experiment} rounds", unit="round",
                file=sys.stderr, mininterval=1.0, disable=not progress)
-    while rnd < design.max_rounds:
+    while rnd < design.max_rounds and stopped != "decided":
         if rnd >= design.min_rounds:
             per_round = seconds / rnd if rnd else 0.0
             if clock() + per_round > deadline:
@@ -427,6 +559,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     for row in rows:
         extras.setdefault(row["arm"], []).append(json.loads(row["extra"]) if row.get("extra") else {})
     keys = {str(a): a for a in design.arms}
+    _save_description(run_dir, design, rnd, seconds, stopped, looks)
     requests = {keys.get(k, k): v for k, v in requests.items()}
     extras = {keys.get(k, k): v for k, v in extras.items()}
     return DesignResult(design, table, requests, extras, analysis, secondary, rnd, seconds, stopped, looks, warm)
@@ -579,9 +712,9 @@ def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, 
     out = {}
     for arm in design.arms:
         rows = result.table[result.table["arm"] == str(arm)]
-        cols = {}
-        for o in (design.primary, *design.secondary):
-            cols.update(result.point_columns(arm, o))
+        cols = result.point_columns(arm)
+        for o in design.secondary:           # a secondary outcome adds its own ratio columns only
+            cols.update({k: v for k, v in result.point_columns(arm, o).items() if k.startswith(o.prefix)})
         if sweep.extra is not None:
             cols.update(sweep.extra(arm, result))
         peak = peaks.get(arm)
@@ -592,6 +725,6 @@ def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, 
     return out
 
 
-__all__ = ["AA", "Design", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin", "check_rounds",
-           "measure_sweep_design", "plan_text", "recalled_spread", "remember_spread", "run_design", "smallest_effect",
+__all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin", "check_rounds",
+           "decision_from_row", "evidence_text", "finding_fields", "measure_sweep_design", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design", "smallest_effect",
            "SweepDesign"]
