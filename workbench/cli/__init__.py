@@ -85,7 +85,8 @@ def cmd_run(args) -> int:
 
         prepare(args.ray, suite["notebooks"])
     return suite_runner.run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"],
-                                    price_per_hour=price, allow_changed=args.allow_changed, report=_build_report)
+                                    price_per_hour=price, allow_changed=args.allow_changed, report=_build_report,
+                                    budget_s=suite.get("budget_s"))
 
 
 def cmd_sweep(args) -> int:
@@ -199,6 +200,10 @@ def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False
     predictor = roofline_calibration.Predictor.for_model(spec, dev, dtype, probe=probe)
     plan = predictions.plan_entries(entries, predictor)
     print(predictions.format_plan(plan, predictor.calib.calibrated))
+    lines = predictions.design_lines(entries, plan)
+    if lines:
+        print("\ncomparisons (interleaved rounds; the smallest effect each can decide at its last look):")
+        print("\n".join(f"  {line}" for line in lines))
     return 0
 
 

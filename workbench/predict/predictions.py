@@ -117,6 +117,34 @@ def format_plan(plan: pd.DataFrame, calibrated: bool) -> str:
             f"before reports; predictions {note}")
 
 
+def design_lines(entries: list[dict], plan: pd.DataFrame | None = None) -> list[str]:
+    """Per notebook measured as a design (its Config has :class:`workbench.run.design.DesignFields` and ``repeats``
+    >= 2): the smallest effect its last look can decide and the time its rounds take
+    (:func:`workbench.run.design.plan_text`), from the spread the experiment's last run on this machine measured.
+    ``plan``: :func:`plan_entries`' table, whose predicted e2e per point prices a measurement where no run has."""
+    from workbench.run import design, notebooks
+
+    out = []
+    for e in entries:
+        cls = notebooks.notebook_config_class(e["notebook"])
+        if cls is None or not issubclass(cls, design.DesignFields):
+            continue
+        cfg = cls.from_namespace(notebooks.validate_parameters(e["notebook"], e.get("parameters", {})))
+        if int(getattr(cfg, "repeats", 1) or 1) < 2:
+            continue
+        name = Path(e["notebook"]).stem
+        arms = cfg.design_arms() if hasattr(cfg, "design_arms") else len(cfg.grid()) if hasattr(cfg, "grid") else 0
+        if arms < 2:
+            continue
+        exp = getattr(sys.modules[cls.__module__], "EXPERIMENT", name)
+        per = None
+        if plan is not None and "predicted_e2e_s" in plan:
+            mine = plan[plan["notebook"] == name]["predicted_e2e_s"].dropna()
+            per = float(mine.mean()) if len(mine) else None
+        out.append(design.plan_text(exp, arms, int(cfg.repeats), int(cfg.max_rounds), seconds_per_measurement=per))
+    return out
+
+
 def calibrated_predictor(loaded) -> Predictor:
     """The :class:`Predictor` for ``loaded``'s model on this machine: the cached calibration, else a fresh
     :func:`calibrate` (~20 s once per machine, model, dtype and thread count; cached). Experiments call it
