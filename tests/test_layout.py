@@ -1,6 +1,9 @@
 """The rules that keep the package's shape (docs/design.md section 2), checked on the source text.
 
-- No module in ``workbench/experiments/`` imports another experiment module.
+- One experiment per numbered notebook: a module ``workbench/experiments/NAME.py`` or, where the experiment has parts
+  of its own (its figures, its search), a small folder ``workbench/experiments/NAME/`` (its ``__init__`` the
+  experiment, the parts beside it).
+- No experiment imports another experiment (a folder's own modules import each other).
 - No module outside a formula's home defines it again (``def exact_match``, ``tpot_s =`` arithmetic, ...).
 - Every notebook's committed ``.ipynb`` equals what its jupytext source renders.
 """
@@ -12,20 +15,33 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "workbench"
-EXPERIMENTS = sorted(p for p in (PKG / "experiments").glob("*.py") if p.name != "__init__.py")
-NAMES = {p.stem for p in EXPERIMENTS}
+#: each experiment: its module, or its folder's ``__init__.py``
+EXPERIMENTS = sorted([p for p in (PKG / "experiments").glob("*.py") if p.name != "__init__.py"]
+                     + [p / "__init__.py" for p in (PKG / "experiments").iterdir() if (p / "__init__.py").is_file()])
+NAMES = {p.parent.name if p.name == "__init__.py" else p.stem for p in EXPERIMENTS}
 
 
-def _imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def _experiment_of(rel: tuple) -> str:
+    """The experiment a file of ``workbench/experiments/`` belongs to, from its path there (``("batch_size.py",)`` or
+    ``("engine_tuning", "figures.py")``): its module's name, or its folder's."""
+    return rel[0] if len(rel) > 1 else Path(rel[0]).stem
+
+
+def _imported_modules(source: str, rel: tuple) -> set[str]:
+    """The experiments (names under ``workbench.experiments``) the file at ``rel`` (its path in
+    ``workbench/experiments/``) imports; relative imports are resolved from where it sits (``from . import x`` in an
+    experiment's folder is its own part, not an experiment)."""
+    in_folder, own = len(rel) > 1, _experiment_of(rel)
     out = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
             mod = node.module or ""
-            if node.level == 1 and not mod:  # from . import x
-                out |= {a.name for a in node.names}
-            elif node.level == 1:  # from .x import y
-                out.add(mod.split(".")[0])
+            if node.level == 1 and in_folder:  # from . import x / from .x import y: the folder's own parts
+                out.add(own)
+            elif node.level == 2 and in_folder:  # from .. import x / from ..x import y
+                out |= {mod.split(".")[0]} if mod else {a.name for a in node.names}
+            elif node.level == 1:  # from . import x / from .x import y
+                out |= {mod.split(".")[0]} if mod else {a.name for a in node.names}
             elif mod.startswith("workbench.experiments"):
                 rest = mod[len("workbench.experiments"):].lstrip(".")
                 out |= {rest.split(".")[0]} if rest else {a.name for a in node.names}
@@ -49,15 +65,15 @@ def _notebook_config(nb: Path) -> str:
 
 
 def test_there_is_one_module_per_numbered_notebook():
-    """Discovered, not listed: each experiment notebook ``NN_name`` (NN < 90) has ``workbench/experiments/name.py``
-    and names its ``Config`` in its metadata; each experiment module has exactly one such notebook; the tools
-    (90 and above) have no experiment module."""
+    """Discovered, not listed: each experiment notebook ``NN_name`` (NN < 90) has ``workbench/experiments/name.py`` (or
+    the folder ``workbench/experiments/name/``) and names its ``Config`` in its metadata; each experiment has exactly
+    one such notebook; the tools (90 and above) have no experiment module."""
     numbered = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
     experiments = {nb.stem[3:]: nb for nb in numbered if int(nb.stem[:2]) < TOOLS_FROM}
     assert experiments, f"no numbered notebooks found in {NOTEBOOKS}"
     assert len({nb.stem[:2] for nb in numbered}) == len(numbered), "two notebooks share a number"
     without_module = sorted(nb.name for name, nb in experiments.items() if name not in NAMES)
-    assert not without_module, f"experiment notebooks without a module in workbench/experiments/: {without_module}"
+    assert not without_module, f"experiment notebooks without a module or folder in workbench/experiments/: {without_module}"
     without_notebook = sorted(NAMES - set(experiments))
     assert not without_notebook, f"experiment modules without a numbered notebook: {without_notebook}"
     wrong = {nb.name: _notebook_config(nb) for name, nb in experiments.items()
@@ -68,10 +84,24 @@ def test_there_is_one_module_per_numbered_notebook():
     assert not tools, f"run tools (numbered {TOOLS_FROM}+) naming an experiment config: {tools}"
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+EXPERIMENT_FILES = sorted(p for p in (PKG / "experiments").rglob("*.py") if p != PKG / "experiments" / "__init__.py")
+
+
+@pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(PKG / "experiments")))
 def test_experiment_modules_never_import_each_other(path):
-    others = (_imported_modules(path) & NAMES) - {path.stem}
-    assert not others, f"{path.name} imports experiment module(s) {sorted(others)}"
+    rel = path.relative_to(PKG / "experiments").parts
+    others = (_imported_modules(path.read_text(encoding="utf-8"), rel) & NAMES) - {_experiment_of(rel)}
+    assert not others, f"{path.relative_to(PKG)} imports experiment(s) {sorted(others)}"
+
+
+def test_an_experiments_folder_is_one_experiment_and_its_parts_its_own():
+    """A folder's ``__init__`` names the experiment, its parts are not experiments; the import rule reads a folder's
+    own parts as its own and a sibling experiment as another (a synthetic source)."""
+    assert "engine_tuning" in NAMES and "context_compression" in NAMES and not {"charts", "search"} & NAMES
+    source = ("from . import search\nfrom .charts import fig_speed\nfrom ..batch_size import recommend\n"
+              "from workbench.experiments import scheduling\nfrom workbench.experiments.engine_tuning import x\n")
+    assert _imported_modules(source, ("engine_tuning", "x.py")) == {"engine_tuning", "batch_size", "scheduling"}
+    assert _imported_modules("from . import temperature\n", ("batch_size.py",)) == {"temperature"}
 
 
 def test_library_modules_do_not_import_experiments():
