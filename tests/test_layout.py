@@ -123,6 +123,8 @@ HOMES = {
     r"^\s*def _?check_(int|float|list|int_list|float_list|choice|str_list)\(": "checks.py",
     r"np\.percentile\(|np\.quantile\(": "stats/metrics.py",
     r"^\s*def (t_interval|ratio_interval|wilson_interval|usable_points|fit_support)\(|stats\.t\.ppf\(": "stats/evidence.py",
+    r"Path\(__file__\)\.resolve\(\)\.parents": "paths.py",   # the repository root
+    r"^\s*def (float_or_nan|finite_or_none|config_defaults)\(": "checks.py",
 }
 
 
@@ -136,6 +138,41 @@ def test_each_formula_has_one_home(pattern, home):
             if re.search(pattern, line, re.M):
                 offenders.append(f"{path.relative_to(PKG)}:{i}: {line.strip()}")
     assert not offenders, f"defined outside {home}:\n" + "\n".join(offenders)
+
+
+def _private_imports(path: Path) -> list[str]:
+    """Where ``path`` takes a ``_private`` name from another workbench module: ``from X import _name`` (absolute or
+    relative) or ``module._name`` on a module it imported from the package."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out, imported = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("workbench")):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{path.relative_to(PKG)}:{node.lineno}: from {'.' * node.level}{node.module or ''} "
+                               f"import {a.name}")
+                imported.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            imported |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("workbench")}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in imported):
+            out.append(f"{path.relative_to(PKG)}:{node.lineno}: {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_private_name_crosses_a_file():
+    """A ``_name`` is its module's own: another module that needs it gets a public name (or the code moves)."""
+    found = [hit for path in sorted(PKG.rglob("*.py")) for hit in _private_imports(path)]
+    assert not found, "private names imported across files:\n" + "\n".join(found)
+    # the check sees both forms (a synthetic module inside the package's folder tree)
+    probe = PKG / "_probe_private_imports.py"
+    try:
+        probe.write_text("from workbench.run.results import _x\nfrom .run import results\nresults._y\nresults.ok\n")
+        assert [h.split(": ", 1)[1] for h in _private_imports(probe)] == [
+            "from workbench.run.results import _x", "results._y"]
+    finally:
+        probe.unlink()
 
 
 def test_committed_notebooks_equal_their_sources():

@@ -134,7 +134,7 @@ def test_each_dtype_uses_its_own_cached_calibration(tmp_path, monkeypatch):
     base = roofline.Calibration(step_overhead_s=1.0, calibrated=True)
     bf16_dev = roofline.Device(1000.0, 5e3, 1, dtype="bfloat16")
     bf16 = roofline.Calibration(step_overhead_s=2.0, calibrated=True)
-    path = roofline_calibration.cache_path(str(tmp_path), "cpu", "bfloat16", roofline_calibration._threads())
+    path = roofline_calibration.cache_path(str(tmp_path), "cpu", "bfloat16", roofline_calibration.torch_threads())
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(bf16_dev), "calibration": dataclasses.asdict(bf16)}))
     pred = roofline_calibration.Predictor(s, f32, base, probe=False, model_path=str(tmp_path))
@@ -148,7 +148,7 @@ def test_each_dtype_uses_its_own_cached_calibration(tmp_path, monkeypatch):
     # a stale calibration (older fitted model) is not used
     path.write_text(json.dumps({"device": dataclasses.asdict(bf16_dev),
                                 "calibration": {**dataclasses.asdict(bf16), "version": 1}}))
-    assert roofline_calibration.load_cached(str(tmp_path), "cpu", "bfloat16", roofline_calibration._threads()) is None
+    assert roofline_calibration.load_cached(str(tmp_path), "cpu", "bfloat16", roofline_calibration.torch_threads()) is None
 
 
 def test_residual_summary_names_points_outside_the_limit():
@@ -258,7 +258,7 @@ def test_predict_rows_uses_the_cached_calibration_or_nothing(tmp_path, monkeypat
     from workbench.measure import models
 
     path = roofline_calibration.cache_path(str(models.resolve_model_path("default")), "cpu", "float32",
-                                           roofline_calibration._threads())
+                                           roofline_calibration.torch_threads())
     dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(cal)}))
     out = predictions.predict_rows(rows)
@@ -278,7 +278,7 @@ def calibrated(tmp_path, monkeypatch):
 
     _private_cache(monkeypatch, tmp_path)
     path = roofline_calibration.cache_path(str(models.resolve_model_path("default")), "cpu", "float32",
-                                           roofline_calibration._threads())
+                                           roofline_calibration.torch_threads())
     dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(cal)}))
 

@@ -50,7 +50,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 from workbench.stats import metrics
 from workbench.measure import reading
 from workbench.checks import check_int
-from workbench.errors import ParameterError
+from workbench.errors import ParameterError, exception_line
 from workbench.serving.protocol import SERVED_MODEL
 
 
@@ -251,7 +251,7 @@ def stream_reply(http, url: str, body: dict, headers: dict | None = None, patien
             fill_reply(reply, _sse_chunks(resp, reply.reads), patience, on_content, strict)
     except Exception as exc:  # a failed request is a reply with an error (an SLO miss), never a crash of the run
         reply.exception, reply.timed_out = exc, isinstance(exc, httpx.TimeoutException)
-        reply.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        reply.error = exception_line(exc)
     finally:
         reply.t_end = time.perf_counter()
     return reply

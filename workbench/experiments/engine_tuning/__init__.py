@@ -77,8 +77,6 @@ from workbench.run.sweeps import SweepConfig
 EXPERIMENT = "engine_tuning"
 CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 SEARCHES = ("grid", "adaptive")
-REFERENCE = {"dtype": "float32", "attn_implementation": "eager", "cache_implementation": "dynamic", "compile": False,
-             "quantization": "none"}
 
 
 @dataclasses.dataclass
