@@ -148,6 +148,12 @@ def float_or_nan(value) -> float:
         return math.nan
 
 
+def finite_or_none(value) -> float | None:
+    """:func:`float_or_nan`, with None for NaN and the infinities (what a JSON export writes for a missing figure)."""
+    f = float_or_nan(value)
+    return f if math.isfinite(f) else None
+
+
 def config_defaults(cls) -> dict:
     """``{field: default}`` of a dataclass (a notebook's typed Config): each field's default, or its default
     factory called; fields without one are left out. Nothing is validated (no instance is built)."""

@@ -329,7 +329,7 @@ def test_every_ratio_figure_is_drawn_by_the_one_helper(monkeypatch):
     context compression) draw their body with :func:`comparison.ratio_figure`: markers with interval error bars,
     the dotted line at 1 and the A/A band; each keeps its own title and axis titles."""
     from workbench.experiments import long_output, reasoning_budget, streaming_reader, temperature
-    from workbench.share import figures_compression
+    from workbench.experiments.context_compression import charts as figures_compression
 
     used = []
     helper = comparison.ratio_figure

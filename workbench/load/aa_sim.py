@@ -12,7 +12,7 @@ Two designs judge the same question, "does arm B change the interactive class's 
 identical arms (an A/A test: every claimed direction is a false one):
 
 - ``old``: one trace, each arm run once, requests paired across the two runs and a t interval over the request
-  pairs' log TTFT ratios (what :func:`workbench.stats.classes.paired_ratio` did): a queue carries one
+  pairs' log TTFT ratios (the request-pair method notebook 11 used before the rounds): a queue carries one
   request's delay into every later one, and the run's speed factor moves them all, so the pairs are not
   independent.
 - ``new``: ``rounds`` arrival seeds, each arm run once per seed (a fresh engine each; the arm order alternating

@@ -242,6 +242,8 @@ def check_endpoint(ep: Endpoint, timeout: float = 30.0) -> dict:
     """
     import httpx
 
+    from workbench.load.client import stream_reply
+
     headers = ep.headers()
     where = f"{ep.url}/v1"
     with _client(timeout) as http:
@@ -250,7 +252,7 @@ def check_endpoint(ep: Endpoint, timeout: float = 30.0) -> dict:
         except httpx.HTTPError as exc:
             raise ParameterError(f"endpoint.url: cannot reach {ep.url} ({type(exc).__name__}: "
                                  f"{_first_line(str(exc)) or 'no answer'})") from None
-        _refused(resp, ep)
+        _refused(resp.status_code, ep)
         try:
             body = resp.json() if resp.status_code == 200 else None
         except ValueError:
@@ -265,38 +267,27 @@ def check_endpoint(ep: Endpoint, timeout: float = 30.0) -> dict:
                                  f"{', '.join(ids) or 'nothing'}")
         body = {"model": ep.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
                 "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
-        chunks, usage = 0, False
-        try:
-            with http.stream("POST", f"{where}/chat/completions", json=body, headers=headers) as r:
-                if r.status_code != 200:
-                    r.read()
-                    _refused(r, ep)
-                    raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: a streamed chat "
-                                         f"completion answered HTTP {r.status_code}: {_first_line(r.text)}")
-                for line in r.iter_lines():
-                    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                        continue
-                    obj = json.loads(line[5:].strip())
-                    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
-                        raise ValueError("a data: line without choices")
-                    for c in obj["choices"]:
-                        if not isinstance(c, dict) or not isinstance(c.get("delta", {}), dict):
-                            raise ValueError("a choice without delta")
-                    usage = usage or isinstance(obj.get("usage"), dict)
-                    chunks += 1
-        except (ValueError, httpx.HTTPError) as exc:
+        reply = stream_reply(http, f"{where}/chat/completions", body, headers, strict=True)
+        if reply.status not in (None, 200):
+            _refused(reply.status, ep)
+            raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: a streamed chat "
+                                 f"completion answered HTTP {reply.status}: {_first_line(reply.refusal_text)}")
+        if isinstance(reply.exception, (ValueError, RuntimeError, httpx.HTTPError)):  # a broken or error stream
             raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: its streamed chat completion "
-                                 f"is not of the OpenAI chunk shape ({_first_line(str(exc))})") from None
-        if not chunks:
+                                 f"is not of the OpenAI chunk shape ({_first_line(str(reply.exception))})") from None
+        if reply.exception is not None:
+            raise reply.exception
+        if not reply.events:
             raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: a streamed chat completion "
                                  "sent no data: chunk")
+        usage = isinstance(reply.usage, dict)
     return {"models": ids, "usage_in_stream": usage}
 
 
-def _refused(resp, ep: Endpoint) -> None:
-    if resp.status_code in (401, 403):
+def _refused(status: int, ep: Endpoint) -> None:
+    if status in (401, 403):
         how = f"the key in ${ep.api_key_env}" if ep.api_key_env else "no API key (set endpoint.api_key_env)"
-        raise ParameterError(f"endpoint.api_key_env: {ep.url} refused {how} (HTTP {resp.status_code})")
+        raise ParameterError(f"endpoint.api_key_env: {ep.url} refused {how} (HTTP {status})")
 
 
 def local_server_pid(ep: Endpoint) -> int | None:

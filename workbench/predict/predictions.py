@@ -151,7 +151,7 @@ def calibrated_predictor(loaded) -> Predictor:
     before their sweep, so every point's prediction exists before the point is measured."""
     info = loaded.info
     cached = roofline_calibration.checked_cached(info.path, info.device.split(":")[0], info.dtype,
-                                                 roofline_calibration._threads(), loaded)
+                                                 roofline_calibration.torch_threads(), loaded)
     return Predictor(roofline_calibration.shape_of(info), *(cached or roofline_calibration.calibrate(loaded)),
                      model_path=info.path)
 
@@ -161,7 +161,7 @@ def with_predictions(points: pd.DataFrame, info, predictor: Predictor | None = N
     (measured p50 / predicted) for every ``ok`` point with a batch size and prompt length."""
     if predictor is None:
         dev = info.device.split(":")[0]
-        cached = roofline_calibration.checked_cached(info.path, dev, info.dtype, roofline_calibration._threads())
+        cached = roofline_calibration.checked_cached(info.path, dev, info.dtype, roofline_calibration.torch_threads())
         cached = cached or (Device.probe(dev, info.dtype), Calibration())
         predictor = Predictor(roofline_calibration.shape_of(info), *cached, model_path=info.path)
     out = points.copy()
@@ -213,7 +213,7 @@ def cached_predictor(model: str, device: str, dtype: str) -> Predictor | None:
     if path is None:
         return None
     dev = str(device).split(":")[0]
-    cached = roofline_calibration.load_cached(path, dev, dtype, roofline_calibration._threads())
+    cached = roofline_calibration.load_cached(path, dev, dtype, roofline_calibration.torch_threads())
     if cached is None:
         return None
     return Predictor(ModelShape.from_model(path, dtype), *cached, probe=False, model_path=path)

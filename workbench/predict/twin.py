@@ -303,17 +303,6 @@ def multiturn(conversations: int, turns: int, user_tokens: int, reply_tokens: in
     return specs
 
 
-def shared_prefix(requests: int, shared_prefix_tokens: int, user_tokens: int, reply_tokens: int) -> list[TwinSpec]:
-    """A shared-prefix group as notebook 11 runs it: one request after another, each opening with the same
-    document (prefix key ``doc``)."""
-    specs = []
-    for i in range(checks.check_int("requests", requests, lo=1)):
-        specs.append(TwinSpec(0.0, shared_prefix_tokens + user_tokens, reply_tokens, prefix_key="doc",
-                              prefix_tokens=shared_prefix_tokens, store_tokens=shared_prefix_tokens,
-                              after=i - 1 if i else None, conversation=i, turn=1))
-    return specs
-
-
 # ----------------------------------------------------------------------------- running
 
 

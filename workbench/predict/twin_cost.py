@@ -485,11 +485,11 @@ def from_roofline(shape, device, calib=None, threads: int | None = None, max_bat
     for B in batches:
         for L in lens:
             nb, nf = roofline.prefill_terms(shape, B, L)
-            t, _ = roofline._phase(nb / bw, nf / flops / calib.prefill_efficiency, calib.prefill_overhead_s,
+            t, _ = roofline.phase_time(nb / bw, nf / flops / calib.prefill_efficiency, calib.prefill_overhead_s,
                                    device.overlap)
             pb.append(B), pl.append(L), py.append(t)
             nb, nf = roofline.decode_terms(shape, B, L, calib.kv_traffic)
-            t, _ = roofline._phase(nb / bw, nf / flops / calib.decode_efficiency,
+            t, _ = roofline.phase_time(nb / bw, nf / flops / calib.decode_efficiency,
                                    calib.step_overhead_s + calib.step_row_overhead_s * B
                                    + (calib.batched_step_overhead_s if B > 1 else 0.0), device.overlap)
             db.append(B), dc.append(B * L), dy.append(t)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.checks import float_or_nan
 from workbench.errors import ParameterError
 from workbench.predict import twin, twin_cost
 from workbench.run import metrics_file
@@ -138,13 +139,6 @@ def cost_for(run_dir) -> twin_cost.StepCost:
     return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
 
 
-def _num(v) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
-
 
 def specs_from_rows(rows: pd.DataFrame, cfg: dict, experiment: str) -> list:
     """The twin's requests for a measured point's ``rows``: their scheduled offsets (from the first), prompt and
@@ -156,11 +150,11 @@ def specs_from_rows(rows: pd.DataFrame, cfg: dict, experiment: str) -> list:
     out_col = "max_tokens" if "max_tokens" in rows and rows["max_tokens"].notna().all() else "max_new_tokens"
     specs = []
     for (_, r), o in zip(rows.iterrows(), off):
-        specs.append(twin.TwinSpec(float(o) - t0, int(_num(r.get("prompt_tokens")) or 1),
-                                   int(_num(r.get(out_col)) or 1), int(_num(r.get("priority")) or 0)
-                                   if _num(r.get("priority")) == _num(r.get("priority")) else 0,
+        specs.append(twin.TwinSpec(float(o) - t0, int(float_or_nan(r.get("prompt_tokens")) or 1),
+                                   int(float_or_nan(r.get(out_col)) or 1), int(float_or_nan(r.get("priority")) or 0)
+                                   if float_or_nan(r.get("priority")) == float_or_nan(r.get("priority")) else 0,
                                    r.get("request_class")))
-    if experiment == "scheduling" and _num(cfg.get("abandon_share")) > 0:  # the same clients lose patience
+    if experiment == "scheduling" and float_or_nan(cfg.get("abandon_share")) > 0:  # the same clients lose patience
         picked = senders.with_patience([load.RequestSpec("", 1)] * len(specs), float(cfg["abandon_share"]),
                                     float(cfg["patience_s"]), int(cfg.get("seed", 0)))
         specs = [dataclasses.replace(s, patience_s=p.patience_s) for s, p in zip(specs, picked)]
@@ -213,7 +207,7 @@ def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> di
                                    int(cfg.get("max_new_tokens", 16)))
             return _with_custom(twin.simulate(cost, specs, tc, prof, slos=_load_slos(cfg)).summary)
         return _with_custom(twin.simulate(cost, specs_from_rows(rows, cfg, exp), tc, "replay", slos=_load_slos(cfg),
-                                          rate=_num(point.get("offered_rps"))).summary)
+                                          rate=float_or_nan(point.get("offered_rps"))).summary)
     if exp == "scheduling":
         work = point.get("workload", "mixed")
         if work in ("multiturn", "shared_prefix"):
@@ -274,12 +268,12 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
             continue
         row = {"point_id": p["point_id"], "experiment": p["experiment"], "engine": p.get("engine"),
                "policy": p.get("policy"), "profile": p.get("profile"), "workload": p.get("workload"),
-               "offered_rps": _num(p.get("offered_rps")), "requests": int(len(rows)), "valid": p.get("valid"),
+               "offered_rps": float_or_nan(p.get("offered_rps")), "requests": int(len(rows)), "valid": p.get("valid"),
                "cost_source": cost.source, "source": twin.SOURCE, "speed_factor": factor}
         # the same prediction at the calibration's speed: how much the speed probe moved the error
         flat = sim if factor == 1.0 else _simulate_point(cost, p, rows, cfg)
         for c in UNSCALED:
-            m, s = _num(p.get(c)), _num(flat.get(c))
+            m, s = float_or_nan(p.get(c)), float_or_nan(flat.get(c))
             row[f"ape_{c}_unscaled"] = abs(s / m - 1) if m == m and s == s and m > 0 else math.nan
         # the simulated point: the measured one's identity (engine, profile, rate, validity) with every figure the
         # twin gives; the measured SLO verdicts (attainment, its stored one-sided bounds, goodput, percentile
@@ -293,7 +287,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         per_class = ("ttft_s_p50_", "ttft_s_p90_", "slo_attainment_")
         cols = list(COMPARED) + sorted(c for c in sim if c.startswith(per_class))
         for c in cols:
-            m, s = _num(p.get(c)), _num(sim.get(c))
+            m, s = float_or_nan(p.get(c)), float_or_nan(sim.get(c))
             row[f"measured_{c}"], row[f"simulated_{c}"] = m, s
             row[f"ape_{c}"] = abs(s / m - 1) if m == m and s == s and m > 0 else math.nan
         table.append(row)
@@ -325,8 +319,8 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     measured_sl = points[points["experiment"] == "serving_load"]
     simulated_sl = pd.DataFrame([p for p in sim_points if p.get("experiment") == "serving_load"])
     if not measured_sl.empty and not simulated_sl.empty:
-        summary["knee_measured"] = {k: _num(v) for k, v in saturation.knees(measured_sl).items()}
-        summary["knee_simulated"] = {k: _num(v) for k, v in saturation.knees(simulated_sl).items()}
+        summary["knee_measured"] = {k: float_or_nan(v) for k, v in saturation.knees(measured_sl).items()}
+        summary["knee_simulated"] = {k: float_or_nan(v) for k, v in saturation.knees(simulated_sl).items()}
         summary["knee_error"] = {k: abs(summary["knee_simulated"].get(k, math.nan) / v - 1) if v == v and v > 0
                                  else math.nan for k, v in summary["knee_measured"].items()}
         rm, rs = saturation.recommend(measured_sl), saturation.recommend(simulated_sl)

@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 from workbench.errors import ParameterError
+from workbench.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO / "notebooks"
 SUITES_DIR = REPO / "suites"
 

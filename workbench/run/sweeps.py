@@ -34,9 +34,6 @@ from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.run.point_result import PointResult
 
-REPO = Path(__file__).resolve().parents[2]
-SUITES_DIR = REPO / "suites"
-
 # ----------------------------------------------------------------------------- configs
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.run import results
+from workbench import checks
 from workbench.errors import ParameterError
 
 #: The metrics of a comparison's delta table (the report's and an imported run's).
@@ -126,12 +127,7 @@ def detect(data: dict, path="file") -> str:
                          "or a vllm bench serve result (none of their fields found)")
 
 
-def _num(v):
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+_num = checks.finite_or_none  # a finite float, or None (the one home: workbench.checks)
 
 
 def _ms(v):

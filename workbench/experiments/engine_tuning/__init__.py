@@ -32,7 +32,7 @@ Method:
   the noise floor printed beside the finding and shaded on ``engine_speedup``; when it excludes 1 the
   comparative claims are "not supported: the A/A control moved". (Older runs and the adaptive search, whose
   configurations are measured one after another: Welch's t on log repeat latencies, :func:`speedup_interval`.)
-- ``search="adaptive"``: coordinate descent (:func:`workbench.run.search.coordinate_search`; one axis at a time from the baseline,
+- ``search="adaptive"``: coordinate descent (:func:`workbench.experiments.engine_tuning.search.coordinate_search`; one axis at a time from the baseline,
   keeping the best value, the way a tuner bisects one knob while holding the rest) measuring at most a third
   of the grid (at least one full pass), with the drift reference measured around the whole search as around a
   grid sweep; it says whether it converged. :func:`replay_search` runs the same search over a measured grid to
@@ -65,20 +65,18 @@ from workbench.techniques import rungs
 from workbench.techniques.configurations import (AXES, JOINT, aa_moved, aa_sentence, build_configuration, config_key,
                                                  config_name, configurations, generate_kwargs, load_configuration,
                                                  objective, recommend, speedup_interval, speedup_phrase, valid)
-from workbench.share.figures_configurations import fig_guard, fig_prediction, fig_speed, fig_speedup
+from workbench.experiments.engine_tuning.charts import fig_guard, fig_prediction, fig_speed, fig_speedup
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.share.plots import split_by_device
 from workbench.inputs.prompts import build_batch
 from workbench.run.point_result import PointResult
-from workbench.run.search import coordinate_search
+from workbench.experiments.engine_tuning.search import coordinate_search
 from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "engine_tuning"
 CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 SEARCHES = ("grid", "adaptive")
-REFERENCE = {"dtype": "float32", "attn_implementation": "eager", "cache_implementation": "dynamic", "compile": False,
-             "quantization": "none"}
 
 
 @dataclasses.dataclass
@@ -101,7 +99,7 @@ class Config(SweepConfig):
         guard_text_tokens, guard_window: held-out tokens per language and tokens per window of the guard.
         max_perplexity_ratio, max_kl_mean: the guard's limits on the upper 95% bounds (:class:`workbench.measure.guard.Limits`).
         slo_preset: a :mod:`workbench.stats.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
-        search: ``grid`` (every configuration) or ``adaptive`` (:func:`workbench.run.search.coordinate_search`, <= 1/3 of the grid).
+        search: ``grid`` (every configuration) or ``adaptive`` (:func:`workbench.experiments.engine_tuning.search.coordinate_search`, <= 1/3 of the grid).
         calibrate: fit the roofline's overheads on this machine first when no calibration is cached (~15 s).
     """
 
@@ -415,7 +413,7 @@ def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> 
 
 
 def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
-    """Run :func:`workbench.run.search.coordinate_search` over a measured grid (evaluation = a table lookup) and compare with the
+    """Run :func:`workbench.experiments.engine_tuning.search.coordinate_search` over a measured grid (evaluation = a table lookup) and compare with the
     full grid's :func:`recommend`: ``{"evaluated", "grid", "adaptive", "full", "same", "converged"}``."""
     table = {config_key(r): objective(r) for _, r in configs.iterrows()}
     axes = {a: axes.get(a, [None]) for a in AXES}

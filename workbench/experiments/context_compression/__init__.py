@@ -36,9 +36,10 @@ import statistics
 
 from workbench.stats import comparison, evidence
 from workbench.measure import generation, quality
-from workbench.share import figures_compression as fc, plots
-from workbench.share.figures_compression import (ACHIEVED, COMPRESSOR, LOGPROB, MATCH, PREFILLED, ROUGE,  # noqa: F401
-                                                 TOTAL, TTFT, TTFT_TOTAL)
+from workbench.share import plots
+from workbench.experiments.context_compression import charts as fc
+from workbench.experiments.context_compression.charts import (ACHIEVED, COMPRESSOR, LOGPROB, MATCH,  # noqa: F401
+                                                               PREFILLED, ROUGE, TOTAL, TTFT, TTFT_TOTAL)
 from workbench.checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
 from workbench.techniques.answering import answer, gold_logprob
 from workbench.techniques.compression import LOSSLESS, STRATEGIES, compress, embedder
@@ -585,7 +586,7 @@ def finding(points) -> "evidence.Finding":
 
 @plots.split_by_device
 def figures(points, chat_points=None) -> dict:
-    """The experiment's figures, by name, in report order (:mod:`workbench.share.figures_compression`).
+    """The experiment's figures, by name, in report order (:mod:`.charts`).
 
     - ``quality_vs_ratio``: answer match, gold log-likelihood and ROUGE-L vs achieved ratio;
     - ``time_vs_ratio``: TTFT (model only), compressor + TTFT, and total time vs target ratio;
