@@ -229,7 +229,8 @@ class _Writer:
     """A store's writer thread: the job writes the engine's callbacks hand it (:meth:`put`), in order, one at a time.
     Batched: a running job has at most one flush waiting, which writes every token and text piece buffered when it
     runs, so while the store is slow or locked the job's tokens accumulate and go out in one transaction after it.
-    A write that raises is logged (the job's own code records failures on the job)."""
+    A write that raises is logged (the job's own code records failures on the job); a job's final status that the
+    store refuses comes back later (:meth:`later`) until it lands."""
 
     def __init__(self, name: str):
         self._q: queue.SimpleQueue = queue.SimpleQueue()
@@ -238,6 +239,12 @@ class _Writer:
 
     def put(self, fn) -> None:
         self._q.put(fn)
+
+    def later(self, delay_s: float, fn) -> None:
+        """Hand ``fn`` to the writer after ``delay_s`` seconds (a pending final status tried again)."""
+        t = threading.Timer(delay_s, self._q.put, args=(fn,))
+        t.daemon = True
+        t.start()
 
     def _run(self) -> None:
         while True:
