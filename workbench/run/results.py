@@ -232,10 +232,12 @@ def begin_session(run_dir, resume: bool = False) -> dict:
     """
     import sys
 
+    from workbench.checks import mask_argv
+
     check_writer(run_dir)
     session = {"started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                "pid": os.getpid(), "host": socket.gethostname(), "git_commit": device.git_commit(),
-               "argv": sys.argv[1:], "resume": bool(resume)}
+               "argv": mask_argv(sys.argv[1:]), "resume": bool(resume)}   # secrets masked (--api-key X, ...)
     manifest = read_manifest(run_dir)
     manifest.setdefault("sessions", []).append(session)
     _write_json(Path(run_dir) / "manifest.json", manifest)

@@ -37,8 +37,11 @@ IGNORED = ("resume", "run_dir")
 
 
 def _plain(value):
-    """A JSON round trip (tuples become lists, paths strings): configs compare as they are recorded."""
-    return json.loads(json.dumps(value, default=str, sort_keys=True))
+    """A JSON round trip (tuples become lists, paths strings), secrets masked (:func:`workbench.checks.mask_secrets`):
+    configs compare as they are recorded."""
+    from workbench.checks import mask_secrets
+
+    return mask_secrets(json.loads(json.dumps(value, default=str, sort_keys=True)))
 
 
 def packages() -> dict:
