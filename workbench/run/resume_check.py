@@ -15,8 +15,8 @@ the one the run recorded at its first session (``manifest.json``: ``resume_ident
 - ``models``: per notebook that loads a model, the resolved model (folder and weights hash,
   :class:`workbench.measure.models.ModelInfo`'s ``weights_sha256``), device and dtype (``auto`` resolved).
 
-Any difference is one line naming each (``01_batch_size: max_new_tokens 32 -> 8``, ``code: commit 50a5abc -> 80b55af``) and exit 2
-(:func:`check_resume` raises :class:`~workbench.errors.ParameterError`), unless the user passes
+Any difference is one line naming each (``01_batch_size: max_new_tokens 32 -> 8``, ``code: commit 50a5abc ->
+80b55af``) and exit 2 (:func:`check_resume` raises :class:`~workbench.errors.ParameterError`), unless the user passes
 ``--allow-changed``: then the session's identity is appended to ``resume_identity_history`` (the manifest keeps
 both) and the kernels see ``$WORKBENCH_ALLOW_CHANGED=1``, under which :func:`point_suffix` gives the points of an
 experiment whose config changed new ids (``...@cfg-<hash>``), so they are measured again beside the old ones.
