@@ -127,7 +127,8 @@ def test_every_notebook_parameter_is_checked_for_secrets(name, value):
     with pytest.raises(ParameterError) as exc:
         checks.check_no_secrets(name, value)
     assert _one_line(exc).startswith(f"{name}:")
-    nb = str(notebooks.NOTEBOOKS_DIR / ("11_scheduling.ipynb" if name == "class_slo_ttft_s" else "08_serving_load.ipynb"))
+    nb = str(notebooks.NOTEBOOKS_DIR / ("11_scheduling.ipynb" if name == "class_slo_ttft_s"
+                                        else "08_serving_load.ipynb"))
     with pytest.raises(ParameterError) as exc:
         notebooks.validate_parameters(nb, {name: value})
     _one_line(exc)

@@ -332,7 +332,8 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
 
     monkeypatch.setattr(endpoint, "sender", fake_sender)
     monkeypatch.setattr(endpoint, "local_server_pid", lambda ep: None)
-    cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": "https://h:1", "model": "m", "api_key_env": "WORKBENCH_KEY_K",
+    cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": "https://h:1", "model": "m",
+                                                              "api_key_env": "WORKBENCH_KEY_K",
                                                               "name": "ext"}, requests_per_point=3, prompt_tokens=32,
                               max_new_tokens=2, sweep_points=1, warmup=0, slo_presets=[])
 

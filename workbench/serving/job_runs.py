@@ -219,7 +219,8 @@ class JobRuns:
             detok.push(tok)
         remaining = req["max_tokens"] - len(stored)
         if remaining <= 0 or (stored and stored[-1] in eos):
-            self._settle(jid, run, lambda: self._finish(jid, "done", "stop" if stored and stored[-1] in eos else "length"))
+            reason = "stop" if stored and stored[-1] in eos else "length"
+            self._settle(jid, run, lambda: self._finish(jid, "done", reason))
             return
         # The engine's callbacks (its thread) only buffer and hand writes to the store's writer thread: a slow or
         # locked store delays the job's events, never generation (issue 36).

@@ -372,8 +372,8 @@ class JobStore(JobTable, JobRuns):
         try:
             def claim(db) -> str | None:
                 # a stranded job (no run: we hold the registry's only entry) is interrupted first
-                db.execute("UPDATE jobs SET status='interrupted', updated=? WHERE id=? AND status IN ('queued','running')",
-                           (time.time(), jid))
+                db.execute("UPDATE jobs SET status='interrupted', updated=? WHERE id=? "
+                           "AND status IN ('queued','running')", (time.time(), jid))
                 prev = db.execute("SELECT status FROM jobs WHERE id=?", (jid,)).fetchone()
                 changed = db.execute("UPDATE jobs SET status='queued', error=NULL, updated=? WHERE id=? AND status IN "
                                      f"({', '.join('?' * len(RESUMABLE))})", (time.time(), jid, *RESUMABLE)).rowcount
