@@ -167,7 +167,8 @@ def test_an_outage_longer_than_the_retries_strands_no_job(tmp_path, tokenizer, m
         assert store.drain(30) and store.result(jid)["output_ids"] == [42]
         outage.on = True
         req.on_token(43, time.perf_counter() + 20)
-        req.on_done({"finish_reason": "length", "error": None})
+        assert store.drain(30) and req.stop_reason == "write_failed"   # the failed write stopped the run
+        req.on_done({"finish_reason": "write_failed", "error": None})
         assert store.drain(30)
         time.sleep(1.0)   # longer than the writer's retries
         during = store.status(jid)
@@ -184,6 +185,32 @@ def test_an_outage_longer_than_the_retries_strands_no_job(tmp_path, tokenizer, m
         assert r["status"] == "failed"                       # an event stream polling this ends
         assert store.continue_job(jid)["status"] in ("queued", "running")
         assert len(eng.groups) == 2
+    finally:
+        outage.on = False
+        store.close(timeout=1)
+
+
+def test_a_job_that_ended_during_an_outage_is_done_once_its_end_lands(tmp_path, tokenizer, monkeypatch):
+    """A job whose engine request ended by itself while the store refused its writes: all its tokens are kept in
+    memory and written when the store is back, and it is done (not failed: nothing of it is missing)."""
+    monkeypatch.setattr(job_store, "WRITE_RETRIES", 0)
+    eng = StandIn(tokenizer)
+    store = jobs.JobStore(eng, path=tmp_path / "j.sqlite3", flush_s=0.0)
+    outage = _Outage(store, monkeypatch)
+    try:
+        jid = store.submit({"messages": MESSAGES, "max_tokens": 3})["id"]
+        (req,) = eng.groups[-1]
+        outage.on = True
+        for i, tok in enumerate((7, 8, 9)):
+            req.on_token(tok, time.perf_counter() + 10 * (i + 1))
+        req.on_done({"finish_reason": "length", "error": None})
+        assert store.drain(30)
+        time.sleep(0.6)
+        assert store.status(jid)["status"] in ("queued", "running")
+        outage.on = False
+        _wait(lambda: store.status(jid)["status"] not in ("queued", "running"), 15, "the job's final status")
+        st = store.status(jid)
+        assert st["status"] == "done" and st["finish_reason"] == "length" and st["output_tokens"] == 3
     finally:
         outage.on = False
         store.close(timeout=1)

@@ -101,6 +101,7 @@ class JobRuns:
             if self._runs.get(jid) is run:
                 self._runs.pop(jid, None)
         run.ended.set()
+        self.changes.bump()   # how the job reads may change with its run gone (_view)
 
     def _view(self, jid: str, row: dict) -> dict:
         """``row`` as a reader may show it: a job whose row says ``queued`` or ``running`` with no run in the
@@ -282,7 +283,9 @@ class JobRuns:
                 self._fail(jid, f"store: writing the job's output failed ({state['write_error']}); "
                                 "the output stored before it is kept")
                 return
-            self._end_run(jid, run, res["finish_reason"])
+            # every token the engine generated is stored now: a run that ended by itself is done, even when a write
+            # failed on the way (an outage) and stopped it after its end
+            self._end_run(jid, run, res["finish_reason"], complete=res["finish_reason"] in ("stop", "length"))
 
         def on_done(res):  # the engine's thread: the last piece, then the writer ends the job
             if not (res.get("error") and res["finish_reason"] == "error") and not state["ended"] \
@@ -295,9 +298,12 @@ class JobRuns:
         run.submit(self.engine, [engines.EngineRequest(prompt_ids + stored, settings, on_token=on_token,
                                                        on_done=on_done, id=jid, endpoint="jobs")], max_pending)
 
-    def _end_run(self, jid: str, run: _Run, finish_reason: str | None) -> None:
-        """Record how a run ended: its stop reason if it was stopped, else ``done`` with ``finish_reason``."""
-        if run.reason == "storage_limit":
+    def _end_run(self, jid: str, run: _Run, finish_reason: str | None, complete: bool = False) -> None:
+        """Record how a run ended: ``done`` with ``finish_reason`` when it ended by itself (``complete``: its engine
+        request ended ``stop`` / ``length``, all of it stored) or was never stopped, else its stop reason."""
+        if complete or run.reason is None:
+            self._finish(jid, "done", finish_reason)
+        elif run.reason == "storage_limit":
             self._finish(jid, "failed", "storage_limit",
                          f"max_bytes: the store reached its limit of {self.max_bytes} bytes; the output so far is kept")
         elif run.reason == "write_failed":
@@ -305,10 +311,8 @@ class JobRuns:
                                                  "output so far stored (POST /v1/jobs/<id>/continue resumes it)")
         elif run.reason == "interrupted":
             self._finish(jid, "interrupted", None)
-        elif run.reason is not None:
-            self._finish(jid, "cancelled", "cancelled")
         else:
-            self._finish(jid, "done", finish_reason)
+            self._finish(jid, "cancelled", "cancelled")
 
     def _append(self, jid: str, new_ids: list[int], pieces: list[str], stage: dict | None = None) -> bool:
         """Store a job's new token ids, text pieces (one numbered event each) and finished ``stage`` in one

@@ -121,6 +121,8 @@ RETENTION_S = 7 * 24 * 3600.0
 MAX_BYTES = 256 << 20
 FLUSH_S = 0.2           # a running job's new tokens and text are written at least this often
 KEEPALIVE_S = 15.0      # an event stream with nothing new for this long sends ``: keep-alive``
+RECHECK_S = 5.0         # an event stream reads the file at least this often even when the store reports no change
+STORE_THREADS = 16      # the job routes' own worker threads (never the default executor chat's templating uses)
 FINISHED = ("done", "failed", "cancelled")
 RESUMABLE = ("interrupted", "failed", "cancelled")   # the states ``continue`` takes a job from
 #: ``chat`` (the request's ``messages``) and the long-output strategies of :mod:`workbench.techniques.long_form`.
@@ -200,6 +202,11 @@ class JobStore(JobTable, JobRuns):
         self._open()  # before touching the file: one server per store
         self.JobRequest = _schema()
         self.identity = model_identity(loaded, engine)
+        from concurrent.futures import ThreadPoolExecutor
+
+        # the routes' store work runs here, never in the event loop's default executor: a store that blocks (a lock
+        # held by another process, SQLite's busy wait) can tie up these threads, never chat's templating
+        self.pool = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix=f"workbench-jobs-{self.path.name}")
         self._runs: dict[str, _Run] = {}   # the registry: at most one live run per job (job_runs._Run)
         self._runs_lock = threading.Lock()
         self._marking: set[str] = set()    # stranded jobs whose "interrupted" mark waits in the writer
@@ -487,6 +494,8 @@ class JobStore(JobTable, JobRuns):
                 with self._rlock:
                     self._rdb.close()
                 release_owner_lock(self._owner_fd)
+                self.pool.shutdown(wait=False)
+                self.changes.bump()   # readers still waiting look again (and end)
 
     def wait(self, jid: str, timeout: float = 120.0, statuses=FINISHED + ("interrupted",)) -> dict:
         """Block until the job reaches one of ``statuses`` (tests, notebooks)."""
@@ -537,11 +546,15 @@ async def post_job(request: Request):
 
 
 async def _off_loop(fn, *args):
-    """``fn(*args)`` in a worker thread: a slow store never holds the event loop (the chat streams). A store that
-    refuses the work now (disk full, its lock held by another process past the retries) is a 503 with
-    ``Retry-After``, never a 500: nothing of the request was written."""
+    """``fn(*args)`` in one of the store's own worker threads (``JobStore.pool``): a slow store never holds the event
+    loop (the chat streams) nor the default executor (chat's templating). A store that refuses the work now (disk
+    full, its lock held by another process past the retries) is a 503 with ``Retry-After``, never a 500: nothing of
+    the request was written."""
+    import functools
+
+    pool = getattr(getattr(fn, "__self__", None), "pool", None)
     try:
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
     except sqlite3.Error as exc:
         log.warning("job store: %s failed: %s", getattr(fn, "__name__", "a request"), exc)
         raise JobError(503, "jobs: the job store cannot be written now (disk full, or its file locked by another "
@@ -577,14 +590,29 @@ async def job_events(job_id: str, request: Request):
     after = check_last_event_id(last_event_id(request), job_id, r["events"])
 
     async def stream():
-        seen, idle = after, time.monotonic()
+        # The stream reads the file only when the store reports a change (JobStore.changes: every committed write and
+        # every run's end bump it), and at least every RECHECK_S: an idle reader of a queued job costs nothing.
+        seen, idle, version, t_read = after, time.monotonic(), None, 0.0
         while True:
+            now_version = store.changes.version
+            now = time.monotonic()
+            if now_version == version and now - t_read < RECHECK_S:
+                await store.changes.wait(version, max(0.05, min(RECHECK_S - (now - t_read), KEEPALIVE_S - (now - idle))))
+                if time.monotonic() - idle > KEEPALIVE_S:
+                    idle = time.monotonic()
+                    yield KEEPALIVE_COMMENT
+                continue
+            version, t_read = now_version, time.monotonic()
             try:
-                rows, r = await asyncio.to_thread(store.events_after, job_id, seen)
-            except JobError:
+                rows, r = await _off_loop(store.events_after, job_id, seen)
+            except JobError as exc:
+                if exc.status == 503:  # the store cannot be read this moment: look again soon
+                    await asyncio.sleep(0.2)
+                    version = None
+                    continue
                 return
-            except sqlite3.Error:  # the store cannot be read this moment: try again at the next poll
-                rows, r = [], {"status": "running", "events": seen}
+            except RuntimeError:  # the store closed (its worker threads are gone): the server is stopping
+                return
             for seq, data in rows:
                 seen = seq
                 idle = time.monotonic()
@@ -597,7 +625,6 @@ async def job_events(job_id: str, request: Request):
             if time.monotonic() - idle > KEEPALIVE_S:
                 idle = time.monotonic()
                 yield KEEPALIVE_COMMENT
-            await asyncio.sleep(0.05)
 
     return sse_response(stream())
 
