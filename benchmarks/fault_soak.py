@@ -83,6 +83,7 @@ def parse_args():
     ap.add_argument("--continue-rounds", type=int, default=10, help="rounds of concurrent continues of one job")
     ap.add_argument("--continues", type=int, default=16, help="continues sent at once each round")
     ap.add_argument("--job-tokens", type=int, default=48, help="max_tokens of the jobs continued (ignore_eos)")
+    ap.add_argument("--long-tokens", type=int, default=64, help="max_tokens of the chat a deleted job queues behind")
     ap.add_argument("--outage-s", type=float, default=5.0, help="seconds of 'disk full' (every write fails at once)")
     ap.add_argument("--lock-s", type=float, default=45.0, help="seconds the store's lock is held by another process")
     ap.add_argument("--skip-load", action="store_true", help="only the races and outages (issue 51)")
@@ -401,7 +402,7 @@ def races_and_outages(engine: str, args) -> bool:
                     started = threading.Event()
 
                     def long_chat():
-                        b = {**body(args), "max_tokens": 64, "ignore_eos": True}
+                        b = {**body(args), "max_tokens": args.long_tokens, "ignore_eos": True}
                         with httpx.stream("POST", base + "/v1/chat/completions", json=b, timeout=120) as s:
                             for _ in s.iter_lines():
                                 started.set()
