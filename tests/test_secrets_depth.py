@@ -177,3 +177,16 @@ def test_a_yaml_mapping_on_the_command_line_is_recorded_masked():
     masked = checks.mask_argv(argv)
     assert SECRET not in json.dumps(masked) and masked[-1] == "--api-key=" + checks.MASK
     assert json.loads(masked[2])["extra_body"]["k"]["password"] == checks.MASK
+
+
+def test_a_malformed_parameter_value_is_not_echoed(capsys):
+    """A ``-p`` value that is not valid YAML was echoed whole in the error (a half-typed secret with it)."""
+    code = cli_main(["sweep", NB08, "-p", "endpoint", "{url: https://h, extra_body: {api_key: " + SECRET])
+    err = capsys.readouterr().err
+    assert code == 2 and SECRET not in err and err.startswith("error: endpoint:"), err
+
+
+def cli_main(argv):
+    from workbench import cli
+
+    return cli.main(argv)

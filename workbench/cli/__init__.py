@@ -57,8 +57,11 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
     for name, value in pairs or []:
         try:
             params[name] = load_yaml(value, name)
-        except yaml.YAMLError as exc:
-            raise ParameterError(f"{name}: value {value!r} is not valid YAML") from exc
+        except yaml.YAMLError as exc:  # the value is never echoed: it may hold a secret
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at column {mark.column + 1}" if mark is not None else ""
+            raise ParameterError(f"{name}: its value is not valid YAML ({getattr(exc, 'problem', None) or 'unparsable'}"
+                                 f"{where})") from None
     return params
 
 
