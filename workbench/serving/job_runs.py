@@ -113,19 +113,23 @@ class JobRuns:
         with self._runs_lock:
             if jid in self._runs:
                 return row
-            marking = jid in self._marking
+            marking = jid in self._marking or "updated" not in row
             self._marking.add(jid)
         if not marking:
-            self._writer.put(lambda: self._mark_stranded(jid))
+            self._writer.put(lambda: self._mark_stranded(jid, row["updated"]))
         return {**row, "status": "interrupted", "error": row.get("error") or STRANDED}
 
-    def _mark_stranded(self, jid: str) -> None:
-        """The writer thread: write ``interrupted`` on a stranded job (unless a run started meanwhile)."""
+    def _mark_stranded(self, jid: str, updated: float) -> None:
+        """The writer thread: write ``interrupted`` on a stranded job, unless a run started meanwhile: it is not in
+        the registry and its row is untouched since it was read (``updated``: a continuation's claim changes it), so
+        the registry's lock is never held over a write (a slow store would hold every reader behind it)."""
         try:
             with self._runs_lock:
-                if jid not in self._runs:
-                    self._q("UPDATE jobs SET status='interrupted', error=COALESCE(error, ?), updated=? "
-                            "WHERE id=? AND status IN ('queued','running')", (STRANDED, time.time(), jid))
+                started = jid in self._runs
+            if not started:
+                self._q("UPDATE jobs SET status='interrupted', error=COALESCE(error, ?), updated=? "
+                        "WHERE id=? AND status IN ('queued','running') AND updated=?", (STRANDED, time.time(), jid,
+                                                                                         updated))
         except sqlite3.Error as exc:
             log.warning("job store %s: could not mark stranded job %s interrupted (%s); the next read retries",
                         self.path, jid, exc)

@@ -463,7 +463,7 @@ class JobStore(JobTable, JobRuns):
         """Stored text events after number ``after`` and the job's ``status``, ``events``, ``finish_reason`` and
         ``error`` (404/410 as :meth:`status`): reads only the new events by their index, never the job's text or
         token ids (an SSE reader polls this)."""
-        r = self._view(jid, self._row(jid, "status, events, finish_reason, error", purge=False))
+        r = self._view(jid, self._row(jid, "status, events, finish_reason, error, updated", purge=False))
         rows = self._q("SELECT seq, data FROM job_events WHERE job_id=? AND seq>? ORDER BY seq", (jid, after))
         return [(int(s), d) for s, d in rows], r
 
