@@ -1,4 +1,4 @@
-"""The ``workbench simulate`` arguments (issue 34), apart from :mod:`workbench.cli.simulate` so that building the
+"""The ``workbench simulate`` arguments (issue 34), apart from :mod:`workbench.predict.twin_study` so that building the
 command line's parser imports nothing heavy (no pandas)."""
 
 from __future__ import annotations

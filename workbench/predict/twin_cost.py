@@ -132,9 +132,15 @@ class StepCost:
             checks.check_float(k, getattr(self, k), lo=0)
         if self.a0 + self.a1 + self.a2 <= 0 or self.b0 + self.b1 + self.b2 + self.b3 <= 0:
             raise ParameterError("cost: prefill and decode step both need a positive cost (all coefficients 0)")
+        if len(self.batch_residual_s) > checks.MAX_BATCH_SIZE:
+            raise ParameterError(f"batch_residual_s: at most {checks.MAX_BATCH_SIZE} rows "
+                                 f"(got {len(self.batch_residual_s)})")
         table = tuple(sorted((int(b), float(r)) for b, r in self.batch_residual_s))
         if any(b < 1 or not math.isfinite(r) for b, r in table):
             raise ParameterError("batch_residual_s: batch sizes >= 1 with finite residuals (seconds)")
+        if table and table[-1][0] > checks.MAX_BATCH_SIZE:  # r(B) is tabulated up to the largest (a lookup a step)
+            raise ParameterError(f"batch_residual_s: batch sizes must be <= {checks.MAX_BATCH_SIZE} "
+                                 f"(got {table[-1][0]})")
         object.__setattr__(self, "batch_residual_s", table)
         # r(B) for every batch size up to the largest measured (the twin asks once a step: a lookup, not np.interp)
         sizes = np.arange(1, table[-1][0] + 1) if table else np.arange(0)
@@ -511,6 +517,7 @@ def device_profile(text: str, dtype: str = "bfloat16"):
 
     p = Path(text)
     if p.suffix == ".json" and p.is_file():
+        checks.check_file_size("device_profile", p)
         raw = json.loads(p.read_text(encoding="utf-8"))
     else:
         raw = {}

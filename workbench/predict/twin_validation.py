@@ -244,9 +244,11 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     """
     from workbench.run import results
 
-    run = Path(run_dir)
+    # written through the same checks as every other writer into a run (inside the results root, not the root, its
+    # lock not held by another process), before anything is simulated
+    run = results.writable_run(run_dir) if write else Path(run_dir)
     if not (run / "points.parquet").is_file():
-        raise ParameterError(f"run: {str(run)!r} has no points.parquet")
+        raise ParameterError(f"run: {str(run_dir)!r} has no points.parquet")
     points = results.read_points(run)
     points = points[points.get("experiment", pd.Series(dtype=str)).isin(SERVING_EXPERIMENTS)]
     if "status" in points:
