@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="the suite's points, predicted cost per point and estimated wall time")
     pl.add_argument("suite", nargs="?", default="default", help="suite name in suites/ or a YAML path")
     pl.add_argument("--calibrate", action="store_true",
-                    help="first fit this machine's overheads on the model (~20 s; cached for later plans)")
+                    help="first fit this machine's overheads on the model (once; cached for later plans)")
     pl.add_argument("--no-probe", action="store_true", help="nominal device peaks instead of a probe")
     pl.set_defaults(func=cmd_plan)
 
