@@ -2,7 +2,8 @@
 
 Argument parsing and dispatch only: the suite runner is :mod:`workbench.run.suite` (the report it builds at the end
 is passed in from here), the serving twin's study :mod:`workbench.predict.twin_study` and its check against a run's
-measured serving points :mod:`workbench.predict.twin_validation` (``simulate``'s dispatch: :mod:`workbench.cli.simulate`).
+measured serving points :mod:`workbench.predict.twin_validation` (``simulate``'s arguments:
+:mod:`workbench.cli.simulate_args`).
 
     workbench run [SUITE] [--resume RUN_DIR [--allow-changed]] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR [--allow-changed]] [--label NAME]
