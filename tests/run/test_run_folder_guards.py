@@ -39,7 +39,7 @@ def test_the_results_root_is_refused_as_a_run(capsys):
 
 @pytest.fixture
 def measured_run(tmp_path):
-    from test_twin import COST, _measured_run
+    from tests.predict.test_twin import COST, _measured_run
 
     run = _measured_run(tmp_path, COST)
     cal = tmp_path / "twin_calibration.json"

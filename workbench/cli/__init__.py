@@ -2,7 +2,8 @@
 
 Argument parsing and dispatch only: the suite runner is :mod:`workbench.run.suite` (the report it builds at the end
 is passed in from here), the serving twin's study :mod:`workbench.predict.twin_study` and its check against a run's
-measured serving points :mod:`workbench.predict.twin_validation` (``simulate``'s dispatch: :mod:`workbench.predict.twin_study`).
+measured serving points :mod:`workbench.predict.twin_validation` (``simulate``'s arguments:
+:mod:`workbench.cli.simulate_args`).
 
     workbench run [SUITE] [--resume RUN_DIR [--allow-changed]] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR [--allow-changed]] [--label NAME]
@@ -285,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="the suite's points, predicted cost per point and estimated wall time")
     pl.add_argument("suite", nargs="?", default="default", help="suite name in suites/ or a YAML path")
     pl.add_argument("--calibrate", action="store_true",
-                    help="first fit this machine's overheads on the model (~20 s; cached for later plans)")
+                    help="first fit this machine's overheads on the model (once; cached for later plans)")
     pl.add_argument("--no-probe", action="store_true", help="nominal device peaks instead of a probe")
     pl.set_defaults(func=cmd_plan)
 

@@ -85,9 +85,16 @@ def scheduling_points(cost, cfg: twin.TwinConfig, policies, workload: dict, n: i
         workload: notebook 11's settings, at least :data:`SCHEDULING_WORKLOAD` (``short_share``,
             ``short_prompt_tokens``, ``long_prompt_tokens``, ``short_max_tokens``, ``long_max_tokens``,
             ``class_slo_ttft_s``): a run's recorded scheduling config, or the caller's defaults.
+
+    Raises:
+        ParameterError: a key of :data:`SCHEDULING_WORKLOAD` missing from ``workload``.
     """
     from workbench.stats.classes import class_columns
 
+    missing = [k for k in SCHEDULING_WORKLOAD if k not in workload]
+    if missing:
+        raise ParameterError(f"workload: notebook 11's {', '.join(missing)} missing (its recorded config, or its "
+                             "Config's defaults)")
     d = workload
     short_share, short_max_tokens, long_max_tokens = d["short_share"], d["short_max_tokens"], d["long_max_tokens"]
     short_prompt_tokens, long_prompt_tokens = d["short_prompt_tokens"], d["long_prompt_tokens"]

@@ -55,10 +55,9 @@ def calibration_points(points: pd.DataFrame) -> list[str]:
     HTTP point at concurrency 1 alone when it was measured with a speed probe (its rows are brought to the
     calibration's speed: :func:`workbench.predict.twin_cost.with_serving`); else that point and the streaming
     reader's ``reader`` points (its streams read straight from the server) when the run has them, pooled over
-    several moments of the run (the served terms are a few ms, the difference of two measurements on a machine whose
-    speed swings 25% within minutes: one unprobed point measured in a slow stretch put 20 ms a step into them; on
-    the 2026-12-05 night run B the unprobed reader streams, at other moments, pulled the first-token term from 15 ms
-    to 2 ms and the twin from 9% to 11% off e2e). Both are outside the serving experiments, so every serving and
+    several moments of the run (the served terms are small, the difference of two measurements on a machine whose
+    speed swings within minutes: one unprobed point measured in a slow stretch moved them; results/LOG.md,
+    2026-12-05). Both are outside the serving experiments, so every serving and
     scheduling point stays out of sample; else the serving sweeps' ``synchronous`` points on a built-in engine; []
     when none is there (a point invalid for contention measured the machine: it calibrates nothing).
 

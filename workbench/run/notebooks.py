@@ -211,8 +211,8 @@ _SHARED: dict | None = None
 @contextlib.contextmanager
 def one_kernel():
     """Within this block :func:`execute_notebook` runs every notebook in one ``python3`` kernel, started by the
-    first notebook and shut down when the block ends: the imports (torch, transformers: ~8 s a kernel on the
-    2-core build VM), the loaded model (:func:`workbench.measure.models.load_model`'s memo), the device probe and the
+    first notebook and shut down when the block ends: the imports (torch, transformers: seconds a kernel), the
+    loaded model (:func:`workbench.measure.models.load_model`'s memo), the device probe and the
     drift reference are paid once per run instead of once per notebook. No variable crosses from one notebook
     to the next: the kernel's user namespace is reset (``%reset -f``) before each later one. After a notebook fails
     its kernel is shut down, so the next one starts in a fresh process. Nested blocks share the outer kernel.
@@ -231,7 +231,7 @@ def one_kernel():
 
 def _shutdown(km) -> None:
     """Stop a kernel at once (its process group killed): its notebooks are done and written, and every run-folder
-    write is atomic, so nothing is lost; a polite shutdown waits ~1-2 s here for an interpreter holding torch and a
+    write is atomic, so nothing is lost; a polite shutdown waits seconds for an interpreter holding torch and a
     model to tear itself down. Processes a notebook left running in the kernel's group go with it."""
     if km is None:
         return
@@ -248,7 +248,7 @@ def _reset_namespace(km) -> None:
     """``%reset -f`` in the shared kernel: the next notebook starts with an empty user namespace (modules and
     their memos stay imported). Then a full collection, and what survives it (modules, the loaded model, memos) is
     frozen (``gc.freeze``): later collections - the next reset's, each peak-memory window's - scan only what the
-    next notebook made (~0.01 s instead of ~0.6-1.5 s a reset on the 2-core build VM)."""
+    next notebook made, not the frozen rest (results/LOG.md, 2026-12-06: what a reset cost before)."""
     kc = km.blocking_client()
     kc.start_channels()
     try:

@@ -318,7 +318,7 @@ def environment(info=None, seed: int | None = None, probe: bool | str | Path = T
     Args:
         info: :class:`workbench.measure.models.ModelInfo` of the loaded model, or None.
         seed: the run's base seed.
-        probe: run :func:`workbench.measure.device.probe_device` (2-3 s, cached per process); a run folder: reuse the
+        probe: run :func:`workbench.measure.device.probe_device` (seconds, cached per process); a run folder: reuse the
             probe its current session already recorded for the same device and dtype (the notebooks of one
             ``workbench run`` share one probe), else probe.
     """
