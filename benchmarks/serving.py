@@ -12,9 +12,9 @@
     :func:`workbench.measure.generation.generate_measured` on the same prompts and ``max_new_tokens``, alternated per
     repeat (goal: >= 0.95). ``benchmarks/overhead.py`` measures ``generate_measured`` against plain
     ``model.generate``.
-(c) Client cross-check: the official ``openai`` client (:func:`workbench.serving.client.stream_chat`, a thread
+(c) Client cross-check: the official ``openai`` client (:func:`workbench.load.client.stream_chat`, a thread
     pool of ``--concurrency`` workers: a closed loop) against the built-in load generator (``concurrency``
-    profile, :func:`workbench.serving.senders.http_sender`) on the same server and prompts: TTFT p50 ratio (goal:
+    profile, :func:`workbench.load.senders.http_sender`) on the same server and prompts: TTFT p50 ratio (goal:
     within 5%) and output token totals and texts (must be equal: greedy, ``ignore_eos``).
 
 Every figure comes from the library (:func:`workbench.stats.metrics.percentiles`, request rows built by
@@ -37,8 +37,8 @@ from workbench.measure import models
 from workbench.inputs import prompts
 from workbench.experiments import serving_load
 from workbench.measure.generation import GenerationSettings, generate_measured
-from workbench.serving import load, senders
-from workbench.serving.client import openai_client, stream_chat
+from workbench.load import load, senders
+from workbench.load.client import openai_client, stream_chat
 
 QUICK = dict(requests=4, search_steps=2, overhead_prompts=2, overhead_tokens=16, overhead_repeats=1,
              crosscheck_requests=4, crosscheck_repeats=1)

@@ -18,8 +18,7 @@ import time
 
 import numpy as np
 
-from workbench.cli import simulate as twin_study
-from workbench.predict import twin, twin_cost
+from workbench.predict import twin, twin_cost, twin_validation
 
 
 def main() -> None:
@@ -31,7 +30,7 @@ def main() -> None:
                     help="offered requests/s over all replicas (default: about 70%% of 8 continuous replicas)")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    cost = twin_study.cost_for(args.run) if args.run else twin_cost.StepCost(
+    cost = twin_validation.cost_for(args.run) if args.run else twin_cost.StepCost(
         a0=0.03, a1=4e-4, a2=1e-7, b0=0.09, b1=0.004, b2=2e-6, b3=0.09, source="benchmark default (CPU magnitude)")
     rng = np.random.default_rng(0)
     offs = twin.load.arrival_offsets("poisson", args.requests, args.rate, seed=0)

@@ -28,7 +28,10 @@ max_new_tokens: int = 32  # new tokens per request
 ignore_eos: bool = True  # fixed-length outputs: min_new_tokens set to max_new_tokens
 temperature: float = 0.0  # 0 means greedy decoding
 top_p: float = 1.0  # nucleus mass, (0, 1]
-repeats: int = 2  # timed repetitions per point
+repeats: int = 2  # interleaved rounds measured before the first look (the design's minimum)
+max_rounds: int = 8  # the most rounds, added while a comparison is undecided and the budget allows
+budget_s: float = 0.0  # the most seconds the rounds may take (0: no budget of its own)
+margin: float = 1.05  # equivalence margin: batch sizes within +-5% throughput are equivalent
 warmup: int = 1  # untimed warm-up runs per point
 seed: int = 0  # base seed (repeat r uses seed + r)
 slo_ttft_s: float = 2.0  # goodput SLO on time to first token, seconds
@@ -52,11 +55,11 @@ requests = results.read_requests(run, experiment=batch_size.EXPERIMENT)
 points[["point_id", "status", "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "output_throughput_tps", "goodput_rps", "mbu"]]
 
 # %%
-for name, fig in batch_size.figures(points, requests).items():
+for name, fig in batch_size.figures(points, requests, run).items():
     results.save_figure(run, name, fig)
     fig.show()
 
 # %%
-finding = batch_size.headline(points, requests)
+finding = batch_size.headline(points, requests, run)
 results.save_finding(run, batch_size.EXPERIMENT, finding)
 print(finding)

@@ -85,17 +85,11 @@ print(finding)
 
 # %% [markdown]
 # ## The serving twin beside the measurement
-# `workbench.predict.twin` replays each measured point's requests through the engines' own scheduling code on a
-# virtual clock, a cost model fitted on this run's batch-size and context-length rows (`workbench.predict.twin_cost`)
-# in place of the model: its prediction (`source` simulated) beside the measured points, and its error per point
-# (`twin_validation.csv`; `mape_e2e_p50`, `mape_ttft_p50` in `metrics.json`). `workbench simulate` runs it past
-# this machine (rates, replicas, a device profile). The finding above is saved again with where the twin and the
-# measurement are furthest apart in its evidence (the report shows it). Without such rows this cell says so.
+# The twin (`workbench.predict.twin`: a prediction from this run's own calibration) beside the measured rates,
+# its error per point, and the finding saved again with where the two part most; `workbench simulate` runs the twin
+# past this machine (rates, replicas, a device profile).
 
 # %%
-from workbench.cli import simulate as twin_study
+from workbench.share import figures_twin
 
-twin_table, twin_fig, twin_text = twin_study.notebook_section(run, serving_load.EXPERIMENT, finding)
-if twin_fig is not None:
-    twin_fig.show()
-print(twin_text)
+twin_table = figures_twin.show_section(run, serving_load.EXPERIMENT, finding)

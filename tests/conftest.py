@@ -1,4 +1,21 @@
-"""Shared fixtures: offline mode, a results root per test session, the real default model."""
+"""Shared fixtures: offline mode, a results root per test session, the real default model.
+
+The tests mirror the package: ``tests/<folder>/test_<module>.py`` tests ``workbench/<folder>/<module>.py``
+(``tests/test_layout.py`` fails when a folder of ``workbench/`` has no test folder). Every folder here is a package
+(an ``__init__.py``), so two folders may hold files of the same name (pytest imports them as
+``tests.<folder>.test_<module>``) and a test imports this file's helpers as ``from tests.conftest import ...``.
+
+At the top level stay the tests of the top-level modules (``test_checks.py``) and the tests that cut across the
+folders, because no one module owns what they check:
+
+- ``test_layout.py``: the package's shape (layers, no import up, one formula home, notebooks equal their sources,
+  a test folder per package folder);
+- ``test_docs.py``: the design document and the test files the repository cites exist;
+- ``test_default_suite.py``: the default suite's parameters against the evidence each experiment needs;
+- ``test_faults.py``: runs killed at a random point and resumed, killed mid-write, two writers, a full disk: from
+  the command line down to the run folder;
+- ``test_browser.py``: the report and the explorer notebook in JupyterLab, in headless Chromium.
+"""
 import contextlib
 import gc
 import os
@@ -42,7 +59,7 @@ os.environ["WORKBENCH_STRICT_COLUMNS"] = "1"
 def _share_one_tls_context() -> None:
     """httpx builds a TLS context for every client (loading certifi's CA bundle: ~35 ms of CPU here), and
     ``httpx.get/post/stream`` open a client per call: the tests' ~400 loopback calls spent ~13 s on it. The session
-    shares one default context, as the workbench's own clients do (:func:`workbench.serving.client.ssl_context`).
+    shares one default context, as the workbench's own clients do (:func:`workbench.load.client.ssl_context`).
     Only the default (``verify=True``, no client certificate) is shared; if httpx moves the name, nothing is
     patched."""
     import functools
@@ -228,7 +245,7 @@ def execute_in_process(nb, params: dict, run_dir) -> dict:
     For tests of what a notebook's cells do: they share this process's imports, its loaded default model (the
     ``loaded`` fixture), its device probe and its drift reference instead of paying a kernel start, a fresh import
     of everything and a model load each. The kernel path itself (papermill, parameter injection, the command line)
-    is tested through real kernels in ``test_cli.py``, ``test_faults.py`` and ``experiments/test_explorer.py``.
+    is tested through real kernels in ``cli/test_cli.py``, ``test_faults.py`` and ``experiments/test_explorer.py``.
 
     Returns:
         The notebook's namespace after its last cell.

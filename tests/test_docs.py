@@ -1,5 +1,5 @@
-"""The design the code refers to is in the repository: every ``docs/design.md section N`` points at a section a clone
-has, and nothing points at a design document outside it."""
+"""The design and the tests the code refers to are in the repository: every ``docs/design.md section N`` points at a
+section a clone has, nothing points at a design document outside it, and every ``tests/...py`` cited exists."""
 
 import re
 from pathlib import Path
@@ -37,3 +37,14 @@ def test_the_design_names_every_layer_folder():
     pkg = ROOT / "workbench"
     for folder in sorted(p.name for p in pkg.iterdir() if (p / "__init__.py").exists()):
         assert f"  {folder}/" in text, f"docs/design.md section 2 does not show workbench/{folder}/"
+
+
+def test_every_test_file_the_repository_cites_exists():
+    """A docstring or comment that sends the reader to ``tests/...py`` names a file a clone has (the tests move
+    with the package: tests/conftest.py)."""
+    texts = list(_texts()) + [(p, p.read_text(encoding="utf-8")) for p in sorted((ROOT / "suites").glob("*.yaml"))]
+    cited = {(path.relative_to(ROOT).as_posix(), m) for path, text in texts
+             for m in re.findall(r"(?<![\w/.])tests/[\w/]+\.py\b", text)}
+    assert len(cited) >= 5, "the pattern finds no citation: is it still the repository's way to cite a test file?"
+    missing = sorted(f"{where}: {name}" for where, name in cited if not (ROOT / name).is_file())
+    assert not missing, "cited test files the repository lacks:\n" + "\n".join(missing)

@@ -12,11 +12,12 @@ imports a folder above its own):
                      builders)
     inputs/          prompts, haystack and reasoning tasks
     run/             point results, run folders, drift, sweeps, the Ray executor, notebooks and suites
-    serving/         the OpenAI-compatible server: options, engines, scheduling, routes, jobs, load and clients
+    serving/         the OpenAI-compatible server: options, engines, scheduling, routes, jobs
+    load/            the load generator: arrival profiles, clients and senders, endpoints, traces, knees, bench
     predict/         the roofline latency model and its predictions
     share/           plots and the HTML report
     experiments/     one module per numbered notebook; they never import each other
-    cli/             the ``workbench`` command and the suite runner
+    cli/             the ``workbench`` command: argument parsing and dispatch
 
 Old flat names that notebooks in users' hands import (``from workbench import models, results, plots, report``)
 still resolve, to their modules' new homes; new code imports the folders.

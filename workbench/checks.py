@@ -138,6 +138,36 @@ def int_or(value, default: int) -> int:
     return int(value)
 
 
+
+def float_or_nan(value) -> float:
+    """``float(value)`` of a table cell or a JSON value, NaN where it cannot be one (None, a string that is not a
+    number, an odd object): the one "float or NaN" every reader of rows and configs uses."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def finite_or_none(value) -> float | None:
+    """:func:`float_or_nan`, with None for NaN and the infinities (what a JSON export writes for a missing figure)."""
+    f = float_or_nan(value)
+    return f if math.isfinite(f) else None
+
+
+def config_defaults(cls) -> dict:
+    """``{field: default}`` of a dataclass (a notebook's typed Config): each field's default, or its default
+    factory called; fields without one are left out. Nothing is validated (no instance is built)."""
+    import dataclasses
+
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
 _SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth",
                  "authorization", "cookie", "bearer"}
 

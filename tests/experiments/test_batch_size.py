@@ -34,6 +34,25 @@ def test_recommend_batch_size_prefers_goodput_then_smaller_batch():
     assert batch_size.recommend(pts) is None
 
 
+def _designed(pts: pd.DataFrame, verdicts: dict) -> pd.DataFrame:
+    """Points as a design records them (workbench.run.design): the batch-1 control at 1, each arm's decision."""
+    out = pts.assign(design="interleaved", rounds=3, margin=1.05, design_seconds=30.0, seconds_per_round=10.0,
+                     design_stopped="decided", aa_ratio=1.0, aa_low=0.95, aa_high=1.05, aa_verdict="undecided")
+    for col in ("throughput_ratio", "throughput_ratio_low", "throughput_ratio_high", "throughput_ratio_level",
+                "rounds_needed"):
+        out[col] = float("nan")
+    for col in ("throughput_ratio_verdict", "throughput_ratio_direction", "throughput_ratio_method"):
+        out[col] = ""
+    for pid, (est, lo, hi, verdict, direction, need) in verdicts.items():
+        i = out.index[out["point_id"] == pid][0]
+        out.loc[i, ["throughput_ratio", "throughput_ratio_low", "throughput_ratio_high", "throughput_ratio_level",
+                    "rounds_needed"]] = [est, lo, hi, 0.95, need]
+        out.loc[i, ["throughput_ratio_verdict", "throughput_ratio_direction", "throughput_ratio_method"]] = [
+            verdict, direction, "pooled block model, 6 dof, Dunnett over 3"]
+    out.loc[out["point_id"] == "b1", "throughput_ratio"] = 1.0
+    return out
+
+
 def test_recommend_and_headline_use_valid_points_only():
     pts = pd.DataFrame({"point_id": ["b1", "b2", "b4"], "batch_size": [1, 2, 4], "prompt_tokens": [64] * 3,
                         "goodput_rps": [1.0, 2.0, 9.0], "output_throughput_tps": [5.0, 9.0, 30.0],
@@ -41,29 +60,53 @@ def test_recommend_and_headline_use_valid_points_only():
                         "status": ["ok"] * 3, "valid": [True, True, False]})
     assert batch_size.recommend(pts)["batch_size"] == 2  # the invalid batch 4 never wins, even when alone best
     assert batch_size.recommend(pts.assign(valid=False)) is None
-    # two repeats per point, batch 2 twice as fast as batch 1 with a little noise
-    reqs = pd.DataFrame([{"point_id": pid, "repeat": r, "output_tokens": 10, "ttft_s": 0.1, "e2e_s": e}
-                         for pid, es in (("b1", (2.0, 2.1)), ("b2", (1.0, 1.02))) for r, e in enumerate(es)])
-    f = batch_size.headline(pts, reqs)
-    assert f.text.startswith("Recommended batch size: 2") and f.supported and f.point_ids == ("b2", "b1")
-    assert "Output throughput at batch 2 vs batch 1: 2.0" in f.text and "95% interval" in f.text
+    decided = _designed(pts, {"b2": (2.0, 1.8, 2.2, "direction", "higher", 0),
+                              "b4": (5.0, 4.0, 6.0, "direction", "higher", 0)})
+    f = batch_size.headline(decided)
+    assert f.text.startswith("Recommended batch size: 2") and f.point_ids == ("b2", "b1")
+    assert f.verdict == "direction" and f.supported and f.rounds == 3 and f.margin == 1.05
+    assert "Output throughput at batch 2 vs batch 1: higher, 2.00x, 95% interval 1.80-2.20x" in f.text
     assert "2 valid points (1 invalid or failed excluded)" in f.evidence and "8 of" not in f.evidence
     assert "4 requests at the recommended point, 4 met the SLO" in f.evidence
-    noisy = reqs.assign(e2e_s=[2.0, 1.0, 1.9, 1.1])
-    assert "no difference beyond noise" in batch_size.headline(pts, noisy).text
+    open_ = batch_size.headline(_designed(pts, {"b2": (1.1, 0.9, 1.3, "undecided", "", 9)}))
+    assert open_.verdict == "undecided" and not open_.supported and open_.rounds_needed == 9
+    assert open_.seconds_needed == pytest.approx(60.0) and "about 9 rounds" in open_.text
+    measured_alone = batch_size.headline(pts)     # one round: no design, no comparison
+    assert measured_alone.verdict == "undecided" and "one round pairs nothing" in measured_alone.text
+
+
+def test_a_recommended_baseline_is_a_verdict_only_when_every_larger_batch_is_decided():
+    pts = pd.DataFrame({"point_id": ["b1", "b2"], "batch_size": [1, 2], "prompt_tokens": [64] * 2,
+                        "goodput_rps": [2.0, 1.0], "output_throughput_tps": [5.0, 4.0], "ttft_s_p50": [0.1, 0.2],
+                        "wall_s": [4.0, 2.0], "requests": [4, 4], "status": ["ok"] * 2, "valid": [True, True]})
+    slower = batch_size.headline(_designed(pts, {"b2": (0.8, 0.7, 0.9, "direction", "lower", 0)}))
+    assert slower.verdict == "direction" and "Keep batch 1: every larger batch is slower" in slower.text
+    unclear = batch_size.headline(_designed(pts, {"b2": (0.97, 0.8, 1.1, "undecided", "", 12)}))
+    assert unclear.verdict == "undecided" and "none shown faster" in unclear.text
+
+
+def test_a_moved_a_a_control_leaves_the_batch_finding_undecided():
+    """The smallest batch against itself shows a direction: drift, not effects, whatever the arms' intervals say."""
+    pts = pd.DataFrame({"point_id": ["b1", "b4"], "batch_size": [1, 4], "prompt_tokens": [32] * 2,
+                        "goodput_rps": [1.0, 4.0], "output_throughput_tps": [10.0, 40.0], "ttft_s_p50": [0.1, 0.1],
+                        "wall_s": [4.0, 4.0], "requests": [4, 16], "status": ["ok"] * 2, "valid": [True, True]})
+    ok = _designed(pts, {"b4": (4.0, 3.6, 4.4, "direction", "higher", 0)})
+    assert batch_size.headline(ok).verdict == "direction"
+    moved = batch_size.headline(ok.assign(aa_ratio=1.12, aa_low=1.05, aa_high=1.2, aa_verdict="direction"))
+    assert moved.verdict == "undecided" and "A/A control moved" in moved.text
 
 
 def test_batch_attainment_counts_batches_not_rows():
     """Batch 16 x 2 repeats, all 32 rows within the SLO: 2 independent units, Wilson 0.34-1.00 (not 0.89-1.00 over
-    32 rows); one repeat (1 unit) leaves the finding not supported, whatever it says."""
+    32 rows); one repeat is 1 unit."""
     pts = pd.DataFrame({"point_id": ["b16"], "batch_size": [16], "prompt_tokens": [64], "goodput_rps": [8.0],
                         "output_throughput_tps": [100.0], "ttft_s_p50": [0.5], "wall_s": [4.0], "requests": [32],
                         "n_samples": [2], "status": ["ok"], "valid": [True]})
     f = batch_size.headline(pts)
     assert "2/2" in f.evidence and "0.34-1.00" in f.evidence and "0.89" not in f.evidence
-    assert f.supported
+    assert f.verdict == "undecided"            # one point: no comparison to decide (the verdict is a comparison's)
     one = batch_size.headline(pts.assign(requests=16, n_samples=1, goodput_rps=4.0))
-    assert not one.supported and one.text.startswith("Not supported")
+    assert "1/1" in one.evidence and not one.supported
 
 
 @pytest.mark.model
@@ -79,13 +122,17 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     run = results.create_run()
     points = batch_size.run(cfg, run, loaded)
     assert (points["status"] == "ok").all() and len(points) == 2
-    assert (points["design"] == "interleaved").all() and "aa_low" in points  # measured by round (issue 32)
+    # one design: 2 rounds, then the looks' rounds up to max_rounds while undecided; every round of every arm is in
+    # the run folder's design table, the A/A arm among them, and each point carries its decision
+    rounds = int(points["rounds"].iloc[0])
+    assert (points["design"] == "interleaved").all() and 2 <= rounds <= cfg.max_rounds
+    table = pd.read_parquet(run / "design" / "batch_size.parquet")
+    assert len(table) == rounds * 3 and set(table["arm"]) == {*points["point_id"], "A/A"}
+    two = points[points["batch_size"] == 2].iloc[0]
+    assert two["throughput_ratio_verdict"] in ("direction", "equivalent", "undecided")
+    assert points.loc[points["batch_size"] == 1, "throughput_ratio"].iloc[0] == 1.0
     req = results.read_requests(run, experiment="batch_size")
-    assert sorted(req["repeat"].unique()) == [0, 1] and len(req) == 2 * (1 + 2)
-    assert (req["output_tokens"] == 3).all() and (req["max_new_tokens"] == 3).all()
-    assert all(len(itl) == n - 1 for itl, n in zip(req["itl_s"], req["output_tokens"]))
-    assert (req["ttft_s"] <= req["e2e_s"]).all()
-
+    assert sorted(req["repeat"].unique()) == list(range(rounds)) and len(req) == rounds * (1 + 2)
     # batch 2 equals batch 1, row by row: row 0 against the batch-1 point (same prompt), row 1 against its own run
     settings = cfg.settings()
     req = req[req["repeat"] == 0]
@@ -104,8 +151,10 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     for p, rec in zip(mixed, batched):
         assert list(rec["output_ids"]) == list(generate_measured(loaded, [p], settings).records[0]["output_ids"])
 
-    names = {"batch_ttft", "batch_throughput", "batch_pareto", "batch_decode_speed", "batch_goodput"}
-    assert set(batch_size.figures(points, req)) == names
+    names = {"batch_ttft", "batch_throughput", "batch_pareto", "batch_decode_speed", "batch_goodput",
+             "batch_throughput_ratio"}
+    figs = batch_size.figures(points, req, run)
+    assert set(figs) == names and "each round" in figs["batch_throughput_ratio"].to_json()
     # points of two device types are never drawn as one curve: every figure names both
     other = "Other Device 9000"
     mixed_points = pd.concat([points, points.assign(device_name=other)], ignore_index=True)
@@ -114,17 +163,17 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     assert set(figs) == names
     for name, fig in figs.items():
         assert other in fig.to_json() and str(points["device_name"].iloc[0]) in fig.to_json(), name
-    assert batch_size.headline(points, req).text
+    f = batch_size.headline(points, req, run)
+    assert f.verdict in ("direction", "equivalent", "undecided") and f.rounds == rounds
 
 
 @pytest.mark.model
 def test_one_repeat_measures_point_by_point(loaded, monkeypatch):
     """With one round there is nothing to pair: each point is measured (and written) on its own, so an interrupted
-    one-repeat sweep keeps the points finished before it; with two rounds every point comes from the interleaved
-    block."""
+    one-repeat sweep keeps the points finished before it; with two rounds the points are one design."""
     calls = []
-    real = batch_size.measure_interleaved
-    monkeypatch.setattr(batch_size, "measure_interleaved", lambda *a: calls.append(a) or real(*a))
+    real = batch_size.sweep_design
+    monkeypatch.setattr(batch_size, "sweep_design", lambda *a: calls.append(a) or real(*a))
     cfg = batch_size.Config(batch_sizes=[1, 2], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0)
     points = batch_size.run(cfg, results.create_run(), loaded)
     assert (points["status"] == "ok").all() and len(points) == 2 and not calls

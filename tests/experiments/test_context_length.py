@@ -1,6 +1,6 @@
 """Context length: the quadratic fit, config validation, one measured point, the notebook.
 
-KV-cache bytes and the memory tracker are tested in ``tests/test_memory.py``."""
+KV-cache bytes and the memory tracker are tested in ``tests/measure/test_memory.py``."""
 import json
 import math
 from pathlib import Path

@@ -8,14 +8,14 @@ import random
 import time
 
 import pytest
-from conftest import fake_references
+from tests.conftest import fake_references
 
 from workbench.run import point_result
 from workbench import ParameterError
 from workbench.measure import models, quality
 from workbench.measure import device
 from workbench.predict import roofline_calibration
-from workbench.run.search import coordinate_search
+from workbench.experiments.engine_tuning.search import coordinate_search
 from workbench.run import results
 from workbench.experiments import engine_tuning as et
 

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import no_work
+from tests.conftest import no_work
 from workbench import ParameterError
 from workbench.experiments import scheduling
 from workbench.stats import classes
-from workbench.serving import traces
+from workbench.load import traces
 
 
 @pytest.mark.parametrize("kwargs,name", [

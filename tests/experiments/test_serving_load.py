@@ -6,7 +6,7 @@ import pytest
 from workbench import ParameterError
 from workbench.run import results
 from workbench.experiments import serving_load
-from workbench.serving import saturation
+from workbench.load import saturation
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -215,7 +215,7 @@ def test_finding_is_supported_only_when_the_lower_bound_reaches_the_target_on_us
 def test_point_goodput_at_a_constant_rate_is_the_offered_rate():
     """A whole point's columns from a synthetic run at 3.0 req/s (5 requests of 0.8 s, all within the SLO):
     goodput and request throughput within 5% of 3.0, attainment 1 with its interval, columns named with units."""
-    from workbench.serving import load
+    from workbench.load import load
 
     rows = [{"request_id": i, "t_scheduled_s": i / 3.0, "t_start_s": i / 3.0, "t_end_s": i / 3.0 + 0.8,
              "ttft_s": 0.2, "tpot_s": 0.05, "e2e_s": 0.8, "output_tokens": 4, "prompt_tokens": 40, "error": None,
@@ -267,7 +267,7 @@ class _FakeBench:
         import time
 
         from workbench.stats import metrics
-        from workbench.serving import load
+        from workbench.load import load
 
         self.specs = [load.RequestSpec("x", 2) for _ in range(n)]
         self.rates, self.opened, self.closed = {}, [], 0
@@ -315,10 +315,10 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
     """An endpoint target's points: labelled with its name, no engine sampled (engine_batch NaN), the target
     described (URL, model, the key's variable NAME) and ``server_side_note`` saying why the server-side columns
     are empty; built-in engines' points carry an empty note. The sender is a fake (the real one is exercised
-    against a second server process in tests/serving/test_endpoint.py)."""
+    against a second server process in tests/load/test_endpoint.py)."""
     import time
 
-    from workbench.serving import endpoint
+    from workbench.load import endpoint
 
     def fake_sender(ep, **kw):
         def send(spec, t_sched):
@@ -337,7 +337,7 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
                               max_new_tokens=2, sweep_points=1, warmup=0, slo_presets=[])
 
 
-    from workbench.serving.bench import Bench
+    from workbench.load.bench import Bench
     from workbench.share.figures_serving import engine_colours
 
     bench = Bench.__new__(Bench)
@@ -378,8 +378,8 @@ def test_closed_loop_points_send_closed_loop_requests_and_open_loop_points_all(m
     it every point sends them all. A fake sender counts what each point sent."""
     import time
 
-    from workbench.serving import endpoint
-    from workbench.serving.bench import Bench
+    from workbench.load import endpoint
+    from workbench.load.bench import Bench
 
     sent = []
 

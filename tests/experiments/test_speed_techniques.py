@@ -130,7 +130,7 @@ def test_grid_runs_the_baseline_first_and_quantization_without_speculation():
     ({"draft_layers": 0}, "draft_layers"),
 ])
 def test_bad_config_is_one_line_before_any_model_loads(kwargs, name, monkeypatch):
-    from conftest import no_work
+    from tests.conftest import no_work
 
     no_work(monkeypatch)
     with pytest.raises(ParameterError) as err:
@@ -143,7 +143,7 @@ def test_batch_above_one_is_allowed_without_a_technique():
 
 
 def test_a_draft_with_another_tokenizer_is_refused_before_any_model_loads(monkeypatch):
-    from conftest import no_work
+    from tests.conftest import no_work
 
     other = str(models.default_embedder_path())  # a BERT folder: another vocabulary
     no_work(monkeypatch)

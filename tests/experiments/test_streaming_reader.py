@@ -4,8 +4,8 @@ import pytest
 from workbench import ParameterError
 from workbench.run import results
 from workbench.experiments import streaming_reader as sr
-from workbench.serving import client
-from workbench.serving.proxy import NGINX_MODES, Nginx, nginx_config, nginx_status
+from workbench.load import client
+from workbench.load.proxy import NGINX_MODES, Nginx, nginx_config, nginx_status
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -377,7 +377,7 @@ def test_endpoint_reader_point_without_engine_figures_or_usage():
     chunk timeline at each granularity."""
     import math
 
-    from workbench.serving import endpoint
+    from workbench.load import endpoint
 
     with _FakeChatSSE(n=12, gap_s=0.005) as up:
         cfg = sr.Config(languages=["en"], granularities=["token", "4 tokens"], proxy_modes=[], blocker_tokens=0,
@@ -406,7 +406,7 @@ def test_the_request_clock_starts_after_the_client_is_built(monkeypatch):
     import httpx
     import time
 
-    from conftest import FakeSSE
+    from tests.conftest import FakeSSE
 
     real_init = httpx.Client.__init__
 
@@ -425,7 +425,7 @@ def test_clients_share_one_tls_context(monkeypatch):
     """Every measurement client of a process uses the one TLS context (no CA bundle loaded per client)."""
     import ssl
 
-    from workbench.serving import client
+    from workbench.load import client
 
     client.ssl_context()
     loads = []

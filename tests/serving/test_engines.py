@@ -116,7 +116,7 @@ def test_queued_request_gets_headers_promptly_and_engine_timings_over_http(loade
     carries the engine's queue_s, ttft_s, itl_s and tpot_s; token counts come from usage."""
     import httpx
 
-    from workbench.serving import load, senders
+    from workbench.load import load, senders
     from workbench.serving.server import ServerThread
 
     with ServerThread(loaded, engine="fifo", early_headers=True) as srv:

@@ -1,39 +1,59 @@
-"""The shape of workbench/serving (issue 22): who imports whom, where SSE framing lives, unique private names.
+"""The shape of workbench/serving (issue 22) and of the load generator's wing, workbench/load (issue 48): who imports
+whom, where SSE framing lives, unique private names.
 
-Read from the source with ``ast`` (no model, no server): each rule names the module and the line that breaks it.
+Read from the source with ``ast`` (no model, no server): each rule names the module and the line that breaks it. The
+wall between the two wings is the folder rule (``load`` one layer above ``serving`` in tests/test_layout.py
+``LAYERS``): the server side imports nothing from the load generator.
 """
 
 import ast
+import re
 from pathlib import Path
 
+import pytest
+
+import workbench.load
 import workbench.serving
 
 SERVING = Path(workbench.serving.__file__).parent
 MODULES = sorted(p.stem for p in SERVING.glob("*.py") if p.stem != "__init__")
+WINGS = {"serving": workbench.serving, "load": workbench.load}
 
 
-def _tree(name):
-    return ast.parse((SERVING / f"{name}.py").read_text(encoding="utf-8"))
+def _tree(name, folder=SERVING):
+    return ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))
 
 
-def _serving_imports(name) -> set:
-    """Sibling modules ``name`` imports anywhere (module level or inside functions)."""
+def _sibling_imports(name, package="serving") -> set:
+    """Sibling modules ``name`` imports anywhere in ``workbench/<package>`` (module level or inside functions)."""
+    folder = Path(WINGS[package].__file__).parent
+    siblings = {p.stem for p in folder.glob("*.py")} - {"__init__"}
     out = set()
-    for node in ast.walk(_tree(name)):
+    for node in ast.walk(_tree(name, folder)):
         if isinstance(node, ast.ImportFrom):
             if node.level == 1 and node.module:  # from .x import ...
                 out.add(node.module.split(".")[0])
             elif node.level == 1:  # from . import x, y
                 out.update(a.name for a in node.names)
-            elif node.module and node.module.startswith("workbench.serving."):
+            elif node.module == f"workbench.{package}":  # from workbench.<package> import x, y
+                out.update(a.name for a in node.names)
+            elif node.module and node.module.startswith(f"workbench.{package}."):
                 out.add(node.module.split(".")[2])
-    return out & set(MODULES)
+    return out & siblings
 
 
-def test_clients_import_nothing_from_the_server_side():
-    server_side = {"server", "chat", "jobs", "http", "monitoring"}
-    for client in ("client", "load", "senders"):
-        assert not _serving_imports(client) & server_side, f"{client}.py imports {_serving_imports(client) & server_side}"
+def _serving_imports(name) -> set:
+    return _sibling_imports(name, "serving")
+
+
+def test_the_server_side_imports_nothing_from_the_load_generator():
+    """The folder rule, read here too: no module of workbench/serving names workbench.load."""
+    for name in MODULES:
+        for node in ast.walk(_tree(name)):
+            mods = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            assert not any(m == "workbench.load" or m.startswith("workbench.load.") for m in mods), \
+                f"serving/{name}.py imports the load generator ({mods})"
 
 
 def test_no_import_circle_inside_serving():
@@ -55,7 +75,7 @@ def test_no_import_circle_inside_serving():
 
 def test_sse_framing_lives_in_events_only():
     """Only events.py writes ``data:`` / ``id:`` lines; the routes call its sse_data / numbered / DONE."""
-    for name in set(MODULES) - {"events", "load", "senders", "client"}:  # the clients parse SSE, they do not write it
+    for name in set(MODULES) - {"events"}:
         src = (SERVING / f"{name}.py").read_text(encoding="utf-8")
         for needle in ('"data: ', "'data: ", 'f"id: ', "f'id: "):
             assert needle not in src, f"{name}.py frames SSE itself ({needle!r})"
@@ -78,15 +98,17 @@ def test_no_generation_outside_engines():
         assert "generate_measured(" not in src and "threading.Thread(target=self._work" not in src, name
 
 
-def test_modules_import_only_modules_listed_above_them_in_the_package_docstring():
-    """serving/__init__.py lists every module, lowest first; an import of a module listed later is an arrow back up."""
-    import re
-
-    order = list(dict.fromkeys(re.findall(r":mod:`\.(\w+)`", workbench.serving.__doc__)))
-    assert sorted(order) == MODULES, f"the package docstring lists {sorted(order)}, the folder holds {MODULES}"
+@pytest.mark.parametrize("package", sorted(WINGS))
+def test_modules_import_only_modules_listed_above_them_in_the_package_docstring(package):
+    """Each wing's __init__.py lists every module, lowest first; an import of a module listed later is an arrow back
+    up."""
+    folder = Path(WINGS[package].__file__).parent
+    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    order = list(dict.fromkeys(re.findall(r":mod:`\.(\w+)`", WINGS[package].__doc__)))
+    assert sorted(order) == modules, f"the package docstring lists {sorted(order)}, the folder holds {modules}"
     for i, name in enumerate(order):
-        later = _serving_imports(name) - set(order[:i])
-        assert not later, f"{name}.py imports {sorted(later)}, listed after it"
+        later = _sibling_imports(name, package) - set(order[:i])
+        assert not later, f"{package}/{name}.py imports {sorted(later)}, listed after it"
 
 
 def test_route_handlers_live_at_module_level():

@@ -7,11 +7,12 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from conftest import LoopbackHTTPServer
+from tests.conftest import LoopbackHTTPServer
 
 from workbench import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import engine_kinds, engines, load, options, scheduling, senders
+from workbench.serving import engine_kinds, engines, options, scheduling
+from workbench.load import load, senders
 
 FAKE = SimpleNamespace(model=SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=0)),
                        tokenizer=SimpleNamespace(eos_token_id=0, get_vocab=lambda: {}, chat_template=""))
@@ -488,7 +489,7 @@ def test_the_servers_429_carries_a_retry_after_from_the_backlog():
     (["--policy", "sjf", "--sjf-predictor", "oracle"], "predictor"),
 ])
 def test_serve_refuses_bad_policy_options_in_one_line_before_the_model_loads(args, name, monkeypatch, capsys):
-    from conftest import no_work
+    from tests.conftest import no_work
     from workbench.serving import server
 
     no_work(monkeypatch)

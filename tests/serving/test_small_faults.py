@@ -55,11 +55,11 @@ def test_every_429_is_counted(loaded):
 
 
 @pytest.mark.parametrize("call,word", [
-    (lambda: __import__("workbench.serving.load", fromlist=["x"]).time_slices(
+    (lambda: __import__("workbench.load.load", fromlist=["x"]).time_slices(
         [{"t_start_s": 0.0, "t_end_s": 10.0}], 1e-6), "slice_s"),
-    (lambda: __import__("workbench.serving.load", fromlist=["x"]).arrival_offsets("constant", 3, rate=1e-300), "rate"),
-    (lambda: __import__("workbench.serving.load", fromlist=["x"]).arrival_offsets("poisson", 5, rate=1e-9), "rate"),
-    (lambda: __import__("workbench.serving.load", fromlist=["x"]).arrival_offsets(
+    (lambda: __import__("workbench.load.load", fromlist=["x"]).arrival_offsets("constant", 3, rate=1e-300), "rate"),
+    (lambda: __import__("workbench.load.load", fromlist=["x"]).arrival_offsets("poisson", 5, rate=1e-9), "rate"),
+    (lambda: __import__("workbench.load.load", fromlist=["x"]).arrival_offsets(
         "replay", 2, trace_offsets=[0.0, 1e9]), "trace"),
 ])
 def test_schedules_that_would_hang_a_run_are_one_line_errors(call, word):
@@ -72,7 +72,7 @@ def test_schedules_that_would_hang_a_run_are_one_line_errors(call, word):
 
 def test_a_trace_offset_of_1e9_s_is_refused(tmp_path):
     from workbench.errors import ParameterError
-    from workbench.serving import load
+    from workbench.load import load
 
     p = tmp_path / "t.jsonl"
     p.write_text('{"offset_s": 0, "prompt_tokens": 8, "output_tokens": 2}\n'

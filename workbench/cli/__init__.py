@@ -1,7 +1,8 @@
 """The ``workbench`` command: run suites, sweep one notebook, build reports, export and simulate, show the environment.
 
-The suite runner is :mod:`workbench.cli.suite`; the serving twin's command :mod:`workbench.cli.simulate`, its
-check against a run's measured serving points :mod:`workbench.cli.twin_validation`.
+Argument parsing and dispatch only: the suite runner is :mod:`workbench.run.suite` (the report it builds at the end
+is passed in from here), the serving twin's study :mod:`workbench.predict.twin_study` and its check against a run's
+measured serving points :mod:`workbench.predict.twin_validation` (``simulate``'s dispatch: :mod:`workbench.cli.simulate`).
 
     workbench run [SUITE] [--resume RUN_DIR [--allow-changed]] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR [--allow-changed]] [--label NAME]
@@ -26,8 +27,8 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.cli import suite as suite_runner
 from workbench.errors import ParameterError
+from workbench.run import suite as suite_runner
 
 
 def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dict:
@@ -59,12 +60,19 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
     return params
 
 
+def _build_report(run_dir) -> Path:
+    """The finished run's report (:func:`workbench.share.report.build_report`), handed to the suite runner."""
+    from workbench.share import report
+
+    return report.build_report(run_dir)
+
+
 def cmd_run(args) -> int:
     from workbench.run import notebooks
 
     if args.rerun_invalid:
         return suite_runner.run_entries(suite_runner.rerun_invalid_entries(args.rerun_invalid), args.rerun_invalid,
-                                        args.label)
+                                        args.label, report=_build_report)
     suite = notebooks.load_suite(args.suite)
     from workbench.share.cost import check_price
 
@@ -77,7 +85,8 @@ def cmd_run(args) -> int:
 
         prepare(args.ray, suite["notebooks"])
     return suite_runner.run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"],
-                                    price_per_hour=price, allow_changed=args.allow_changed)
+                                    price_per_hour=price, allow_changed=args.allow_changed, report=_build_report,
+                                    budget_s=suite.get("budget_s"))
 
 
 def cmd_sweep(args) -> int:
@@ -98,7 +107,7 @@ def cmd_sweep(args) -> int:
 
         prepare(args.ray, [{"notebook": str(nb), "parameters": params}])
     return suite_runner.run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label,
-                                    allow_changed=args.allow_changed)
+                                    allow_changed=args.allow_changed, report=_build_report)
 
 
 def cmd_report(args) -> int:
@@ -187,6 +196,10 @@ def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False
     predictor = roofline_calibration.Predictor.for_model(spec, dev, dtype, probe=probe)
     plan = predictions.plan_entries(entries, predictor)
     print(predictions.format_plan(plan, predictor.calib.calibrated))
+    lines = predictions.design_lines(entries, plan)
+    if lines:
+        print("\ncomparisons (interleaved rounds; the smallest effect each can decide at its last look):")
+        print("\n".join(f"  {line}" for line in lines))
     return 0
 
 
@@ -198,9 +211,14 @@ def cmd_plan(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from workbench.cli.simulate import command
+    """``workbench simulate``: :func:`workbench.predict.twin_study.command`, given notebooks 08 and 11's Config
+    defaults (used where ``--run`` recorded no config of its own) and notebook 08's Config for ``--confirm``."""
+    from workbench.checks import config_defaults
+    from workbench.experiments import scheduling, serving_load
+    from workbench.predict import twin_study
 
-    return command(args)
+    return twin_study.command(args, config_defaults(serving_load.Config), config_defaults(scheduling.Config),
+                              serving_load.Config)
 
 
 def cmd_serve(args) -> int:

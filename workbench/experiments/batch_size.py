@@ -18,22 +18,27 @@ import plotly.graph_objects as go
 
 from workbench.run import point_result
 from workbench import checks
-from workbench.stats import comparison, evidence, metrics
+from workbench.stats import blocks, evidence, metrics
 from workbench.predict import predictions
 from workbench.run import results, sweeps
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.share import figures_design
 from workbench.share.plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
 from workbench.inputs.prompts import build_batch
 from workbench.run.point_result import PointResult
+from workbench.run import design
 from workbench.run.sweeps import SweepConfig, expand_grid
 
 EXPERIMENT = "batch_size"
 
 
 @dataclasses.dataclass
-class Config(SweepConfig):
+class Config(SweepConfig, design.DesignFields):
     """The batch-size trade-off sweep (notebook ``01_batch_size``).
+
+    With 2+ points and ``repeats`` >= 2 the points are the arms of one design (:func:`sweep_design`): ``repeats``
+    rounds first, up to ``max_rounds`` while a comparison is undecided and ``budget_s`` allows.
 
     Attributes:
         batch_sizes: requests per ``generate`` call, each >= 1.
@@ -57,6 +62,7 @@ class Config(SweepConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
         checks.check_int_list("batch_sizes", self.batch_sizes, lo=1)
         self.settings()  # validates max_new_tokens, ignore_eos, temperature, top_p
         if self.max_new_tokens > self.max_context() - 32:
@@ -100,38 +106,46 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     return out
 
 
-def measure_interleaved(loaded, cfg: Config, points: list[dict]) -> dict[str, PointResult]:
-    """Every (prompt_tokens, batch_size) point as an interleaved arm (:mod:`workbench.stats.comparison`): each round
-    runs one batch of every point plus the first point (the smallest batch) a second time, the A/A control of
-    the throughput ratio, in an order shuffled per round from ``cfg.seed``; ``cfg.repeats`` rounds, round ``r``
-    at seed ``cfg.seed + r``, each point warmed up ``cfg.warmup`` times first. Rows are those of
-    :func:`measure_point` with ``repeat`` = round, so ratios of two points pair their batches by round.
+THROUGHPUT = design.Outcome("output_throughput_tps", True, "output throughput", "throughput_ratio")
+TTFT = design.Outcome("ttft_s", False, "TTFT", "ttft_vs_control")  # ttft_ratio is measured / predicted
+
+
+def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
+    """The points as one design (:mod:`workbench.run.design`): each round runs one batch of every (prompt_tokens,
+    batch_size) point and the first point again (the A/A control), order shuffled per round from ``cfg.seed``,
+    round ``r`` at seed ``cfg.seed + r``. The control of each prompt length is its smallest batch (marked, not
+    taken from the row order); the primary outcome is the batch's output throughput (its tokens over its longest
+    request), TTFT (the rows' median) is secondary. Rows are those of :func:`measure_point` with ``repeat`` = round.
 
     Returns:
-        ``{point_id: PointResult}``; every ``extra`` holds the A/A columns (:data:`workbench.stats.comparison.COLUMNS`:
-        the second smallest-batch throughput over the first, t over rounds).
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     settings = cfg.settings()
-    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
-    by_pid = dict(zip(pids, points))
-    prompts = {pid: build_batch(loaded.tokenizer, p["batch_size"], p["prompt_tokens"]) for pid, p in by_pid.items()}
-    got = {pid: {"requests": [], "wall_s": 0.0, "warmup_s": warm_up(loaded, prompts[pid], settings, cfg.warmup)}
-           for pid in pids}
-    rows = []
-    for rnd, arm in comparison.schedule([*pids, comparison.AA], cfg.repeats, cfg.seed):
-        pid = pids[0] if arm == comparison.AA else arm
-        res = generate_measured(loaded, prompts[pid], dataclasses.replace(settings, seed=settings.seed + rnd))
+    pid = (lambda p: point_result.point_id(EXPERIMENT, p))
+    prompts: dict = {}
+
+    def batch(p):
+        if pid(p) not in prompts:
+            prompts[pid(p)] = build_batch(loaded.tokenizer, p["batch_size"], p["prompt_tokens"])
+        return prompts[pid(p)]
+
+    def measure(p, rnd):
+        res = generate_measured(loaded, batch(p), dataclasses.replace(settings, seed=settings.seed + rnd))
         for rec in res.records:
-            rec.update(repeat=rnd, batch_size=len(prompts[pid]), batch_wall_s=res.wall_s,
-                       context_tokens=by_pid[pid]["prompt_tokens"])
+            rec.update(batch_size=p["batch_size"], batch_wall_s=res.wall_s, context_tokens=p["prompt_tokens"])
         tps = metrics.summarize_point(pd.DataFrame(res.records), wall_s=max(r["e2e_s"] for r in res.records))
-        rows.append({"arm": arm, "round": rnd, "value": tps["output_throughput_tps"]})
-        if arm != comparison.AA:
-            got[pid]["requests"] += res.records
-            got[pid]["wall_s"] += res.wall_s
-    cols = comparison.compare(pd.DataFrame(rows), pids[0], comparison.AA, adjust=False).columns()
-    return {pid: PointResult(requests=g["requests"], wall_s=g["wall_s"], warmup_s=g["warmup_s"], extra=dict(cols))
-            for pid, g in got.items()}
+        ttft = float(pd.Series([r["ttft_s"] for r in res.records]).median())
+        return design.Measured({THROUGHPUT.name: tps["output_throughput_tps"], TTFT.name: ttft}, res.records,
+                               res.wall_s)
+
+    groups: dict = {}
+    for p in sorted(points, key=lambda p: p["batch_size"]):
+        groups.setdefault(p["prompt_tokens"], []).append(pid(p))
+    controls = {members[0]: members for members in groups.values()}
+    first = next(iter(controls))
+    d = design.Design(EXPERIMENT, [pid(p) for p in points], first, THROUGHPUT, (TTFT,), groups=controls,
+                      **cfg.design_kwargs())
+    return design.SweepDesign(d, measure, lambda p: warm_up(loaded, batch(p), settings, cfg.warmup))
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
@@ -139,9 +153,9 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
     Each row of a batch gets a different window of real text of exactly
     ``prompt_tokens`` tokens (:func:`workbench.inputs.prompts.build_batch`). With 2+ points and ``repeats`` >= 2
-    every point is measured interleaved by round (:func:`measure_interleaved`), so the points reach the disk
-    together when the last round ends (an interrupt before that keeps none of them); with one repeat there is
-    nothing to pair and each point is measured, and written, on its own.
+    the points are one design (:func:`sweep_design`, :mod:`workbench.run.design`): every finished round is on disk
+    (``design/batch_size.parquet``) and a resume continues from the last one; the points are recorded when the
+    design stops. With one repeat there is nothing to pair and each point is measured, and written, on its own.
 
     Returns:
         The experiment's points DataFrame (see :func:`workbench.run.sweeps.run_sweep`), with the roofline's
@@ -150,16 +164,12 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """
     predictor = predictions.calibrated_predictor(loaded)  # predict before measuring
     state: dict = {}
-
-    def measure(p):  # the first point measures every point interleaved by round (issue 32); on Ray, blocks
-        if len(cfg.grid()) < 2 or cfg.repeats < 2:  # one round pairs nothing: point by point, each on disk when done
-            return measure_point(loaded, cfg, p, state)
-        return sweeps.block_share(state, point_result.point_id(EXPERIMENT, p),
-                                  lambda: measure_interleaved(loaded, cfg, cfg.grid()))
-
-    points = sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
-                     slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded, config=cfg,
-                     speed_probe=True)  # the twin's calibration: its speed at the moment
+    grid = cfg.grid()
+    designed = sweep_design(loaded, cfg, grid) if len(grid) >= 2 and cfg.repeats >= 2 else None
+    points = sweeps.run_sweep(run_dir, EXPERIMENT, grid, lambda p: measure_point(loaded, cfg, p, state), resume=resume,
+                              slo_ttft_s=cfg.slo_ttft_s, slo_tpot_s=cfg.slo_tpot_s, info=loaded.info, loaded=loaded,
+                              config=cfg, speed_probe=True,  # the twin's calibration: its speed at the moment
+                              design=designed)
     points = predictions.with_predictions(points, loaded.info, predictor)
     predictions.save_residuals(run_dir, EXPERIMENT, points)
     return points
@@ -193,16 +203,31 @@ def repeat_throughputs(requests: pd.DataFrame, point_id: str, by_repeat: bool = 
     return pd.Series(out, dtype=float) if by_repeat else list(out.values())
 
 
-def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evidence.Finding:
-    """The recommended batch size with its evidence, and (given the requests) its throughput against the
-    smallest batch as a ratio with a 95% interval over repeats, or why none is supported.
+def runner_up(points: pd.DataFrame, best: pd.Series) -> pd.Series | None:
+    """The usable point ranked right after ``best`` by :func:`recommend`'s order at the same prompt length, or
+    None."""
+    ok = evidence.usable_points(points)
+    ok = ok[(ok["goodput_rps"] > 0) & (ok["prompt_tokens"] == best["prompt_tokens"])]
+    ranked = ok.sort_values(["goodput_rps", "batch_size", "output_throughput_tps"], ascending=[False, True, False])
+    rest = ranked[ranked["point_id"] != best["point_id"]] if "point_id" in ranked else ranked.iloc[1:]
+    return rest.iloc[0] if len(rest) else None
+
+
+def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None, run_dir=None) -> evidence.Finding:
+    """The recommended batch size (highest goodput under the SLO) and its decision: its output throughput against
+    the smallest batch of its prompt length (the design's control), from the interleaved rounds' block analysis
+    (:mod:`workbench.run.design`), and against the runner-up (Tukey's all-pairs level: the pick was chosen after
+    looking) when ``run_dir`` holds the design. The verdict is the throughput comparison's: a direction, equivalent
+    within the margin, or undecided with the rounds it would take. A recommended smallest batch is a verdict only
+    when every larger batch is lower beyond noise or equivalent ("keep the baseline: none shown faster").
 
     Args:
         points: this experiment's points.
-        requests: its requests (for the per-repeat throughputs of the ratio); None skips the ratio.
+        requests: its requests (unused since the design runner; kept for callers).
+        run_dir: the run folder (its ``design/batch_size.*``: the comparison with the runner-up).
 
     Returns:
-        :class:`workbench.stats.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding` with its verdict.
     """
     usable = evidence.usable_points(points)
     excluded = len(points) - len(usable)
@@ -210,7 +235,7 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evid
     if best is None:
         return evidence.Finding("No valid batch size met the SLO: relax slo_ttft_s / slo_tpot_s or shorten the "
                                 "prompts.", f"{len(usable)} valid points of {len(points)}", False,
-                                evidence.point_ids(usable))
+                                evidence.point_ids(usable), verdict="undecided")
     text = (f"Recommended batch size: {int(best.batch_size)} at {int(best.prompt_tokens)} prompt tokens "
             f"({best.goodput_rps:.2f} req/s within the SLO, {best.output_throughput_tps:.1f} tok/s, "
             f"TTFT p50 {best.ttft_s_p50:.2f} s).")
@@ -218,41 +243,46 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evid
     good = int(round(best.goodput_rps * best.wall_s)) if "wall_s" in best else 0
     units, good_units = attainment_units(best, n_req, good)
     att = evidence.wilson_interval(good_units, units) if units else None
-    ci = (f"TTFT p50 95% interval {best.ttft_s_p50_ci_low:.3g}-{best.ttft_s_p50_ci_high:.3g} s (t over repeat "
-          f"medians)" if pd.notna(best.get("ttft_s_p50_ci_low")) else "TTFT p50: no interval (fewer than 2 repeats)")
     parts = [f"highest goodput among {len(usable)} valid points ({excluded} invalid or failed excluded)",
              f"{n_req} requests at the recommended point" + (
                  f", {good} met the SLO; attainment over {units} independent batches (the rows of one batch share "
-                 f"one timing) {good_units}/{units}, {att.describe('{:.2f}')}" if att else ""), ci]
+                 f"one timing) {good_units}/{units}, {att.describe('{:.2f}')}" if att else "")]
     ids = [str(best.point_id)] if "point_id" in best else []
-    why = "" if units >= 2 else f"attainment rests on {units} independent batch (an interval needs 2)"
-    if requests is not None and "point_id" in best and "point_id" in requests:
-        same = usable[usable["prompt_tokens"] == best.prompt_tokens].sort_values("batch_size")
-        if len(same) and int(same.iloc[0].batch_size) != int(best.batch_size):
-            base = same.iloc[0]
-            if isinstance(best.get("design"), str):  # interleaved: pair the two batches of a round (issue 32)
-                a, b = repeat_throughputs(requests, best.point_id, True), repeat_throughputs(requests, base.point_id, True)
-                iv = evidence.paired_ratio_interval(a, b.reindex(a.index), unit="rounds")
-                aa = evidence.Interval(float(best["aa_ratio"]), float(best["aa_low"]), float(best["aa_high"]),
-                                       checks.int_or(best.get("rounds"), 0), "", reason="too few rounds")
-                floor = f" ({comparison.noise_floor_text(aa, 'interleaved', aa.n)})"
-                moved = aa.shown and (aa.low > 1 or aa.high < 1)
-            else:
-                iv = evidence.ratio_interval(repeat_throughputs(requests, best.point_id),
-                                             repeat_throughputs(requests, base.point_id))
-                floor, moved = "", False
-            name = f"Output throughput at batch {int(best.batch_size)} vs batch {int(base.batch_size)}"
-            said = (f"{name}: {comparison.AA_MOVED}: {iv.describe('{:.2f}', 'x')}" if moved
-                    else evidence.describe_ratio(iv, name))
-            text += " " + said + floor + "."
-            ids.append(str(base.point_id))
-            if not why and not (iv.shown and iv.low > 1):
-                why = (f"the throughput gain over batch {int(base.batch_size)} is not beyond noise" if iv.shown
-                       else f"no throughput interval against batch {int(base.batch_size)} ({iv.reason})")
-    supported = not why
-    if why:
-        text = f"Not supported ({why}): {text}"
-    return evidence.Finding(text, "; ".join(parts), supported, tuple(ids))
+    same = usable[usable["prompt_tokens"] == best.prompt_tokens].sort_values("batch_size")
+    control = same.iloc[0] if len(same) else None
+    decision = design.decision_from_row(best, THROUGHPUT)
+    if control is None or not isinstance(best.get("design"), str):
+        return evidence.Finding(text + " No throughput comparison: one round pairs nothing (repeats 1).",
+                                "; ".join(parts), False, tuple(ids), verdict="undecided")
+    ids.append(str(control.point_id))
+    name = f"Output throughput at batch {int(best.batch_size)} vs batch {int(control.batch_size)}"
+    if int(best.batch_size) == int(control.batch_size):          # the baseline itself is the pick
+        others = [design.decision_from_row(r, THROUGHPUT) for _, r in same.iloc[1:].iterrows()]
+        held = [o for o in others if o is not None]
+        keep = bool(held) and all((o.verdict == "direction" and o.direction == "lower") or o.verdict == "equivalent"
+                                  for o in held)
+        verdict = "direction" if keep else "undecided"
+        text += (f" Keep batch {int(best.batch_size)}: every larger batch is slower beyond noise or equivalent."
+                 if keep else f" Keep batch {int(best.batch_size)}: none shown faster, but not every larger batch "
+                              f"is decided slower or equivalent.")
+        fields = design.finding_fields(best)
+        fields["verdict"] = verdict
+    else:
+        text += " " + decision.describe(name, words=THROUGHPUT.words,
+                                        seconds_per_round=checks.float_or_nan(best.get("seconds_per_round"))) + "."
+        fields = design.finding_fields(best, decision)
+        rival = runner_up(points, best)
+        again = design.reanalyse(run_dir, EXPERIMENT) if run_dir is not None else None
+        if rival is not None and again is not None and str(rival.point_id) in again[1].table.columns:
+            vs = blocks.pick_versus(again[1], str(best.point_id), str(rival.point_id))
+            text += " " + vs.describe(f"Against the runner-up, batch {int(rival.batch_size)}",
+                                      words=THROUGHPUT.words) + "."
+            ids.append(str(rival.point_id))
+    if isinstance(best.get("aa_verdict"), str) and best.get("aa_verdict") == "direction":
+        text += " The A/A control moved (the smallest batch against itself shows a direction): drift, not effects."
+        fields["verdict"] = "undecided"
+    parts.append(f"throughput per round: {design.evidence_text(best)}")
+    return evidence.Finding(text, "; ".join(parts), True, tuple(ids), **fields)
 
 
 def attainment_units(best, n_req: int, good: int) -> tuple[int, int]:
@@ -357,14 +387,30 @@ def goodput_vs_batch(points: pd.DataFrame, recommended: pd.Series | None = None)
     return fig
 
 
+def throughput_ratio_vs_batch(points: pd.DataFrame, run_dir=None) -> go.Figure:
+    """Each batch size's output throughput over the smallest batch of its prompt length, with the simultaneous
+    interval its verdict was read from and the rounds' own ratios as faint points
+    (:func:`workbench.share.figures_design.ratio_figure`)."""
+    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, THROUGHPUT.name)
+    return figures_design.ratio_figure(
+        ok_points(points), "batch_size", THROUGHPUT.prefix, rounds, group="prompt_tokens",
+        name=lambda n: f"{n} prompt tokens", log_x=True, x_title=label("batch_size"),
+        y_title="output throughput / smallest batch's (x)",
+        title="Output throughput vs the smallest batch (simultaneous 95% intervals; faint: each round)")
+
+
 @split_by_device
-def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure]:
-    """All figures of the batch-size notebook, by file name."""
+def figures(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) -> dict[str, go.Figure]:
+    """All figures of the batch-size notebook, by file name (``run_dir``: the design's rounds for the ratio
+    figure's faint points)."""
     rec = recommend(points)
-    return {
+    out = {
         "batch_ttft": ttft_vs_batch(points),
         "batch_throughput": throughput_vs_batch(points),
         "batch_pareto": pareto(points),
         "batch_decode_speed": decode_speed_vs_batch(requests),
         "batch_goodput": goodput_vs_batch(points, rec),
     }
+    if "throughput_ratio" in points and points["throughput_ratio"].notna().any():
+        out["batch_throughput_ratio"] = throughput_ratio_vs_batch(points, run_dir)
+    return out

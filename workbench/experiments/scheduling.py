@@ -1,13 +1,13 @@
 """Experiment 11: scheduling policies and what a waiting user sees (notebook ``11_scheduling``; issue 24,
 docs/design.md section 7 item 11).
 
-**Workload** (:func:`workbench.serving.traces.mixed_trace`, or a JSONL trace with
-:func:`workbench.serving.traces.read_mixed_trace`): a mix of interactive short
+**Workload** (:func:`workbench.load.traces.mixed_trace`, or a JSONL trace with
+:func:`workbench.load.traces.read_mixed_trace`): a mix of interactive short
 chats and background long reports. Stated distributions: each request is ``interactive`` with probability
 ``short_share`` (else ``background``); its prompt length is drawn uniformly from the class's
 ``*_prompt_tokens`` list; its output is fixed at the class's ``*_max_tokens`` (greedy, ``ignore_eos``);
 interactive requests have priority 0, background ones priority 1; arrivals are a Poisson process (exponential
-gaps, :func:`workbench.serving.load.arrival_offsets`) at ``load_factor`` times the engine's one-at-a-time
+gaps, :func:`workbench.load.load.arrival_offsets`) at ``load_factor`` times the engine's one-at-a-time
 capacity on this mix (``1 / E[service alone]``, the service alone of each class measured once per run on an
 idle engine: :func:`calibrate`). Every policy replays the same requests at the same times.
 
@@ -71,18 +71,18 @@ from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
 from workbench.share.plots import split_by_device, table_figure
 from workbench.run.point_result import PointResult
-from workbench.serving import engine_kinds, options, scheduling, senders
-from workbench.serving.conversations import multiturn, shared_prefix_group
-from workbench.serving.traces import calibrate, check_class_slos, policy_engine, read_mixed_trace, run_policy, trace_rows
+from workbench.serving import engine_kinds, options, scheduling
+from workbench.load import senders
+from workbench.load.conversations import multiturn, shared_prefix_group
+from workbench.load.traces import calibrate, check_class_slos, policy_engine, read_mixed_trace, run_policy, trace_rows
 from workbench.share.figures_serving import (class_latency, eta_error, goodput_per_class, longest_wait,
                                              prefix_savings_figure, slowdown_vs_length, ttft_by_turn)
 from workbench.stats.classes import (CLASSES, bucket_summary, cache_columns, class_columns, class_summary,
-                                     mixed_rows, paired_ratio, served_rows, sharing_savings)
+                                     mixed_rows, served_rows, sharing_savings)
 
 EXPERIMENT = "scheduling"
 AA_ARM = "fcfs_aa"           # the A/A control's second fcfs arm
 DESIGN = "replicates"        # one run per arm and arrival seed, paired by seed (docs/design.md section 10)
-WORKLOADS = ("mixed", "multiturn", "shared_prefix")
 PREFIX_WORKLOADS = ("multiturn", "shared_prefix")
 #: the engines that can apply every policy (:func:`workbench.serving.options.engines_taking`)
 ENGINES = options.engines_taking("sjf")
@@ -118,8 +118,8 @@ class Config(sweeps.SweepConfig):
         multiturn_prefix_sharing: one multi-turn (and one shared-prefix) point per value; any True runs them all on
             the ``continuous`` engine with its prefix sharing on / off (needs an engines module with that switch:
             ParameterError otherwise), reporting ``cache_hit_rate`` next to the TTFT it saved (:func:`prefix_savings`).
-        trace: a mixed trace JSONL (:func:`workbench.serving.traces.read_mixed_trace`); empty: generated
-            (:func:`workbench.serving.traces.mixed_trace`).
+        trace: a mixed trace JSONL (:func:`workbench.load.traces.read_mixed_trace`); empty: generated
+            (:func:`workbench.load.traces.mixed_trace`).
         max_wait_s: over-saturation stop rule (seconds a request may be in flight).
         engine_options, policy_options: any other field of :class:`workbench.serving.options.EngineOptions` /
             :class:`~workbench.serving.options.PolicyOptions` (a field with a parameter of its own here is refused).
@@ -306,7 +306,7 @@ def _prefix_engine(loaded, cfg: Config, prefix_sharing: bool, max_seq_tokens: in
 def _multiturn(loaded, cfg: Config, prefix_sharing: bool = False) -> PointResult:
     """``conversations`` conversations at once, ``turns`` turns each: turn ``k`` sends the whole history (each
     earlier user message and a fixed assistant reply of ``short_max_tokens`` words), so its prompt grows turn
-    by turn (:func:`workbench.serving.conversations.multiturn`). Rows: ``conversation``, ``turn`` (from 1), the
+    by turn (:func:`workbench.load.conversations.multiturn`). Rows: ``conversation``, ``turn`` (from 1), the
     engine sender's figures."""
     ctx = (max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 16) * (cfg.turns + 1) + cfg.shared_prefix_tokens + 64
     eng = _prefix_engine(loaded, cfg, prefix_sharing, ctx)
@@ -326,7 +326,7 @@ def _shared_prefix(loaded, cfg: Config, prefix_sharing: bool = False) -> PointRe
     one ended: a closed loop, so a request's prefix pages are complete before the next one looks for them), each
     opening with the same system document of ``shared_prefix_tokens`` tokens and asking its own question of
     ``short_prompt_tokens[0]`` tokens (many users of one system prompt or one document;
-    :func:`workbench.serving.conversations.shared_prefix_group`). Rows: ``conversation`` (the request's index) and
+    :func:`workbench.load.conversations.shared_prefix_group`). Rows: ``conversation`` (the request's index) and
     ``turn`` 1, the engine sender's figures."""
     eng = _prefix_engine(loaded, cfg, prefix_sharing,
                          cfg.shared_prefix_tokens + max(cfg.short_prompt_tokens) + cfg.short_max_tokens + 64)

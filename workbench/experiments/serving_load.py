@@ -3,24 +3,24 @@
 Requests arrive at some rate; an engine (:mod:`workbench.serving.engines`: ``fifo``, ``static`` window,
 ``continuous`` batching from ``transformers``) schedules them; TTFT, TPOT and goodput move as the offered
 load grows until the server saturates (the knee). Per engine the grid is a sweep
-(:mod:`workbench.serving.load`): ``synchronous`` (one at a time), ``throughput`` (every request at once),
+(:mod:`workbench.load.load`): ``synchronous`` (one at a time), ``throughput`` (every request at once),
 then ``sweep_points`` open-loop rates evenly between the two measured request rates, each with
 ``requests_per_point`` requests of ``prompt_tokens`` prompt and ``max_new_tokens`` fixed-length output
 (greedy). Open-loop latencies count from the scheduled arrival (no coordinated omission); an over-saturated
 rate stops early by the recorded rule. Per point (:func:`point_columns`): the usual latency percentiles;
 request, output, input and total token throughput and goodput over the measured window (completions inside
-it per second of it, :func:`workbench.serving.load.apply_window`: not biased low by a short run); mean
+it per second of it, :func:`workbench.load.load.apply_window`: not biased low by a short run); mean
 concurrency with its Little's-law check; ``queue_s`` percentiles; SLO attainment over the requests planned
 for the window (unsent and unfinished ones are misses) with its Wilson 95% interval, goodput and the
 percentile check per preset (:mod:`workbench.stats.slo`); the engine's running requests over the window
-(``engine_batch_mean`` / ``_max``); the time slices and the stop rule. :func:`recommend` gives, per SLO
-preset, the engine and the highest measured rate that met it (:func:`workbench.stats.slo.verdict`: attainment's one-sided
-95% lower bound reaches ``attainment_target``; the MLPerf presets at their stated p99, undetermined below 100
+(``engine_batch_mean`` / ``_max``); the time slices and the stop rule. :func:`recommend` (beside the knees in
+:mod:`workbench.load.saturation`) gives, per SLO preset, the engine and the highest measured rate that met it
+(:func:`workbench.stats.slo.verdict`: attainment's one-sided 95% lower bound reaches ``attainment_target``; the MLPerf presets at their stated p99, undetermined below 100
 requests);
 :func:`search` finds that rate by bisection (:func:`search_engines` runs it on its own, without the sweep:
-``benchmarks/serving.py``). The knee (:func:`workbench.serving.saturation.knees`) is the highest open-loop rate that kept up
+``benchmarks/serving.py``). The knee (:func:`workbench.load.saturation.knees`) is the highest open-loop rate that kept up
 (:func:`kept_up`, the one definition, three-valued: kept up / fell behind / undetermined from the noise band of the
-arrival and completion counts, :mod:`workbench.serving.saturation`), below the first that did not; stopped-early
+arrival and completion counts, :mod:`workbench.load.saturation`), below the first that did not; stopped-early
 points take part in that scan as "fell behind". Recommendations use usable points only
 (:func:`workbench.stats.evidence.usable_points`: valid, open-loop, not stopped early).
 
@@ -29,7 +29,7 @@ server (:mod:`workbench.serving.server`) with the engine behind it and drives it
 ``httpx`` client, token counts from the server's ``usage``.
 
 External target (issue 23): ``"endpoint"`` in ``engines`` with ``endpoint: {url, model, api_key_env, name}``
-(:mod:`workbench.serving.endpoint`) runs the same grid against any OpenAI-compatible server (vLLM, SGLang, TGI,
+(:mod:`workbench.load.endpoint`) runs the same grid against any OpenAI-compatible server (vLLM, SGLang, TGI,
 llama.cpp) over HTTP, its points labelled ``name``; :func:`check_targets` checks it in one line before any point
 runs. Its engine-side columns (``queue_s``, ``prefill_s``, ``engine_batch_*``) stay empty and ``server_side_note``
 says why. An endpoint-only run loads the tokenizer alone (:func:`load_for`), for the prompts.
@@ -52,11 +52,12 @@ from workbench.measure.generation import GenerationSettings
 from workbench.share.figures_serving import gantt, goodput_vs_rate, latency_vs_throughput, queue_vs_rate, time_slices
 from workbench.share.plots import ok_points, split_by_device, table_figure
 from workbench.run.point_result import PointResult
-from workbench.serving import endpoint as endpoint_mod
+from workbench.load import endpoint as endpoint_mod
 from workbench.serving import engines as engines_mod
-from workbench.serving import load, options, saturation
-from workbench.serving.bench import Bench, achieved_rps, run_sampled, slo_rate_search as search
-from workbench.serving.saturation import knee_points, knee_scan, point_rates
+from workbench.serving import options
+from workbench.load import load, saturation
+from workbench.load.bench import Bench, achieved_rps, run_sampled, slo_rate_search as search
+from workbench.load.saturation import knee_points, knee_scan, point_rates
 
 EXPERIMENT = "serving_load"
 ARRIVALS = load.ARRIVALS
@@ -71,14 +72,14 @@ class Config(sweeps.SweepConfig):
     Attributes:
         engines: subset of ``fifo``, ``static``, ``continuous`` and ``endpoint`` (the external ``endpoint``).
         endpoint: the external OpenAI-compatible target, ``{url, model, api_key_env, name}``
-            (:class:`workbench.serving.endpoint.Endpoint`); needed when ``engines`` lists ``endpoint``.
+            (:class:`workbench.load.endpoint.Endpoint`); needed when ``engines`` lists ``endpoint``.
         transport: ``inprocess`` (engine directly) or ``http`` (through the server); built-in engines only.
         requests_per_point: requests sent per point (>= 2).
         closed_loop_requests: requests of the ``synchronous`` and ``throughput`` points (2 to
             ``requests_per_point``; None: ``requests_per_point``). Their rates set the sweep's range, which a few
             requests measure (a closed loop has no arrival process); the open-loop points' in-flight growth test
             decides "kept up" from many (at 40 requests its 90% band is +/-0.05-0.15 around the growth, at 80
-            +/-0.02-0.05: :func:`workbench.serving.load.backlog_growth`).
+            +/-0.02-0.05: :func:`workbench.load.load.backlog_growth`).
         prompt_tokens: prompt length, chat template included (>= 32).
         max_new_tokens: fixed output length per request (``ignore_eos``).
         max_batch_size: the batch limit of ``static`` and ``continuous``.
@@ -178,7 +179,7 @@ class Config(sweeps.SweepConfig):
 
         Raises:
             ParameterError: ``endpoint`` listed without an ``endpoint`` mapping, a mapping without ``endpoint``
-                listed, or a bad mapping (:meth:`workbench.serving.endpoint.Endpoint.from_param`).
+                listed, or a bad mapping (:meth:`workbench.load.endpoint.Endpoint.from_param`).
         """
         listed = endpoint_mod.ENDPOINT in self.engines
         if listed and self.endpoint is None:
@@ -225,7 +226,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: ``{"engine", "profile"}`` (and ``step`` for the swept rates).
         state: shared by the points of one sweep: ``bench``, the live engine (and server) with the rates
-            measured so far (a :class:`workbench.serving.bench.Bench` is made on the first point when absent; the caller closes it),
+            measured so far (a :class:`workbench.load.bench.Bench` is made on the first point when absent; the caller closes it),
             and ``last_point``, ``{engine: its last point}``: the engine is stopped after that point.
 
     Returns:
@@ -278,7 +279,7 @@ def point_columns(res: load.LoadResult, cfg: Config, rate: float | None, achieve
     Returns:
         The run's summary (send window, counting window ``window_s``, planned / unsent / incomplete requests,
         stop rule, arrival and completion rates), ``offered_rps`` (the open-loop rate, else the achieved one),
-        ``rate_rps``, ``queue_s`` percentiles, the window figures of :func:`workbench.serving.load.window_figures`
+        ``rate_rps``, ``queue_s`` percentiles, the window figures of :func:`workbench.load.load.window_figures`
         (``request_throughput_rps``, ``output_throughput_tps``, ``input_throughput_tps``, ``total_throughput_tps``,
         ``mean_concurrency``, ``littles_law_ratio``), per SLO preset ``slo_attainment_<name>``,
         ``slo_attainment_low_<name>`` / ``_high_<name>`` (two-sided Wilson 95%), ``slo_attainment_lower_<name>`` /
@@ -370,7 +371,7 @@ def recorded_rates(rates: dict, run_dir) -> dict:
 
 def check_targets(cfg: Config) -> dict | None:
     """One-line errors for the external endpoint, before any point runs (and before the model loads, when
-    called first): :func:`workbench.serving.endpoint.check_endpoint`. None without an endpoint.
+    called first): :func:`workbench.load.endpoint.check_endpoint`. None without an endpoint.
 
     Raises:
         ParameterError: unreachable, key refused, model not served, or not OpenAI-compatible.
@@ -406,6 +407,7 @@ def search_engines(cfg: Config, loaded) -> pd.DataFrame:
 
 KEPT_UP_TOLERANCE = saturation.KEPT_UP_TOLERANCE
 kept_up = saturation.kept_up  # the one definition (knee, recommendation, finding, figures, search)
+recommend = saturation.recommend  # beside the knees, where the twin's validation reads it too
 
 
 def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
@@ -427,58 +429,6 @@ def aa_control(points: pd.DataFrame, column: str = "ttft_s_p90") -> dict | None:
     b = df[df["arm"] == "main"].groupby(key)[column].first().dropna()
     both = a.index.intersection(b.index)
     return dict(replicates.aa_columns(a.loc[both], b.loc[both], "replicates"), statistic=column)
-
-
-def _slo_names(points: pd.DataFrame) -> list[str]:
-    """SLO names of the ``slo_attainment_<name>`` columns (not the interval columns) that hold an attainment on some
-    point: a run's points table also carries the scheduling classes' columns (``interactive``, ``background``),
-    empty on the load points, which the recommendation listed as "undetermined: no attainment"."""
-    return sorted({c[len("slo_attainment_"):] for c in points.columns if c.startswith("slo_attainment_")
-                   and not c.startswith(("slo_attainment_low", "slo_attainment_high", "slo_attainment_upper"))
-                   and pd.to_numeric(points[c], errors="coerce").notna().any()})
-
-
-def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
-    """Per SLO preset (and ``custom``): the engine and the highest measured offered rate that met it
-    (:func:`workbench.stats.slo.verdict`: attainment's one-sided 95% lower bound reaches ``target``; the MLPerf presets
-    at their stated p99 with the sample-size rule), ties by higher goodput, with its goodput, its attainment's
-    Wilson 95% interval and one-sided lower bound and the requests planned for it; ``engine`` empty when none
-    does, and ``verdict`` saying why (``missed``: every usable rate shown to miss it; ``undetermined``: some rate
-    could not be judged with the requests it had). Only usable points
-    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that did not
-    fall behind (:func:`kept_up`): a closed-loop burst, a point stopped for over-saturation, one measured under
-    other load or one whose queue grew is never recommended."""
-    df = evidence.usable_points(points, serving=True)
-    if not df.empty:  # a rate whose queue grew is not one the engine sustains, whatever its short-run attainment
-        df = df[[kept_up(r) != saturation.FELL_BEHIND for _, r in df.iterrows()]]
-    rows = []
-    for n in _slo_names(df if not df.empty else points):   # no usable point: each scored SLO says so
-        source = slo.PRESETS[n].source if n in slo.PRESETS else "custom limits"
-        judged = [slo.verdict(r, n, target) for _, r in df.iterrows()]
-        met = [v == slo.MET for v, _ in judged]
-        ok = df[met] if len(df) else df
-        if ok.empty:
-            undet = [why for v, why in judged if v == slo.UNDETERMINED]
-            verdict = (f"undetermined: {undet[0]}" if undet else
-                       "missed" if judged else "no usable point")
-            rows.append({"slo": n, "engine": "", "max_rate_rps": 0.0, "goodput_rps": 0.0, "attainment": np.nan,
-                         "attainment_low": np.nan, "attainment_high": np.nan, "attainment_lower": np.nan,
-                         "requests": 0, "verdict": verdict, "source": source})
-            continue
-        best = ok.sort_values(["offered_rps", f"goodput_rps_{n}"], ascending=False).iloc[0]
-        planned = best.get("requests_planned_window", best.get("requests", np.nan))
-        why = slo.verdict(best, n, target)[1]
-        lower = best.get(f"slo_attainment_lower_{n}", np.nan)
-        if (lower is None or lower != lower) and planned == planned and planned:
-            lower = slo.one_sided_bounds(int(round(float(best[f"slo_attainment_{n}"]) * int(planned))), int(planned))[0]
-        rows.append({"slo": n, "engine": best["engine"], "max_rate_rps": float(best["offered_rps"]),
-                     "goodput_rps": float(best[f"goodput_rps_{n}"]), "attainment": float(best[f"slo_attainment_{n}"]),
-                     "attainment_low": float(best.get(f"slo_attainment_low_{n}", np.nan)),
-                     "attainment_high": float(best.get(f"slo_attainment_high_{n}", np.nan)),
-                     "attainment_lower": float(lower) if lower is not None else np.nan,
-                     "requests": int(planned) if planned == planned else 0, "verdict": f"met: {why}",
-                     "source": source})
-    return pd.DataFrame(rows)
 
 
 def _attained(r, target: float) -> str:

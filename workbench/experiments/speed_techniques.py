@@ -86,7 +86,6 @@ from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "speed_techniques"
 TECHNIQUES = ("none", "prompt_lookup", "draft")
-COPY_TASKS = ("summarise", "extract", "edit")
 TRUNCATED = "truncated"
 
 

@@ -14,7 +14,7 @@ Three sweeps into one run folder, each a ``workbench.run.sweeps.run_sweep`` expe
   concatenates to the final decode (``text_equal``).
 - ``http``: an OpenAI-compatible server on a loopback port
   (:class:`workbench.serving.server.ServerThread`) driven by the official
-  ``openai`` client (:func:`workbench.serving.client.measure_http`); the client's
+  ``openai`` client (:func:`workbench.load.client.measure_http`); the client's
   first chunk minus the engine's first text is what HTTP, SSE framing and the
   client add. HTTP rows time text chunks, not tokens: their gaps are
   ``chunk_itl_s`` (no ``itl_s``), their ``tpot_s`` is over the decode steps
@@ -49,12 +49,10 @@ from workbench.measure.detokenize import Granularity, StreamTap
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured, warm_up
 from workbench.run.point_result import PointResult
-from workbench.serving.client import measure_http
+from workbench.load.client import measure_http
 from workbench.serving.server import ServerThread
 
 EXPERIMENT = "streaming_anatomy"
-#: The run_sweep experiment names this notebook writes.
-SWEEPS = ("streaming", "granularity", "http")
 
 DEFAULT_PROMPTS = (
     "Explain how a refrigerator keeps food cold.",
@@ -455,7 +453,7 @@ def transport_table(requests: pd.DataFrame) -> pd.DataFrame:
     """Medians per concurrency (seconds): client vs engine TTFT, the transport share, queueing, per-token times.
 
     Args:
-        requests: :func:`~workbench.serving.client.measure_http` rows (other sweeps' rows are ignored).
+        requests: :func:`~workbench.load.client.measure_http` rows (other sweeps' rows are ignored).
 
     Returns:
         ``concurrency``, ``requests``, ``ttft_s_p50`` (client), ``engine_ttft_s_p50``,

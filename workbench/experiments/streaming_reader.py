@@ -8,7 +8,7 @@ Three parts, each a set of sweep points (``part`` column):
   granularity).
 - ``proxy``: streaming chat requests to the OpenAI-compatible server (:mod:`workbench.serving.server`,
   which sends ``X-Accel-Buffering: no`` on every stream), either directly or through a real nginx (the
-  Debian package) started on a loopback port from a generated config (:func:`workbench.serving.proxy.nginx_config`):
+  Debian package) started on a loopback port from a generated config (:func:`workbench.load.proxy.nginx_config`):
   ``buffering_on`` (``proxy_buffering on``, ``proxy_ignore_headers X-Accel-Buffering``, i.e. a server that
   does not send the header, and buffers of ``nginx_buffer_kb`` KiB: ``proxy_buffer_size`` and 8
   ``proxy_buffers`` of that size, what a production config with large ``proxy_buffers`` has),
@@ -28,7 +28,7 @@ Three parts, each a set of sweep points (``part`` column):
   (the first chunk arrived after the engine generated the last token: client TTFT >= engine e2e, an
   ordering, not a threshold) and the reader metrics of the chunks as they arrived (granularity
   ``http chunks``). Without nginx (not installed, cannot start) the nginx modes are left out with the
-  reason (:func:`workbench.serving.proxy.nginx_status`); ``direct`` still runs.
+  reason (:func:`workbench.load.proxy.nginx_status`); ``direct`` still runs.
 
   Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ paths and ``repeats`` >= 2 the proxy points are
   measured interleaved by round (:func:`measure_proxy_interleaved`): each round streams the same request along
@@ -47,7 +47,7 @@ Timings come from :func:`workbench.stats.metrics.request_timing` over content-ch
 ``chunk_itl_s``, never ``itl_s``).
 
 External target (issue 23): with ``endpoint: {url, model, api_key_env, name}``
-(:mod:`workbench.serving.endpoint`) every part runs against that OpenAI-compatible server instead of the model
+(:mod:`workbench.load.endpoint`) every part runs against that OpenAI-compatible server instead of the model
 in process, checked in one line before any point runs (:func:`check_targets`), and no weights load
 (:func:`load_for`: the tokenizer alone, for the run record). Rows carry ``target`` (the endpoint's ``name``);
 ``output_tokens`` come from its ``usage`` (content chunks when it sends none: ``token_count_source``); the
@@ -61,7 +61,7 @@ engine figures, and ``server_side_note`` says why.
   (or a character's worth of several), so the granularity ``token`` becomes "every chunk the server sends"
   (labelled ``chunk``, ``N tokens`` becomes ``N chunks``, ``T ms`` stays), ``ttft_s`` / ``e2e_s`` are the
   client's (send to first / last content chunk, so they include the transport), ``tpot_s`` / ``decode_tps``
-  count the ``usage`` tokens between the first and last chunk (:func:`workbench.serving.client.client_decode_steps`),
+  count the ``usage`` tokens between the first and last chunk (:func:`workbench.load.client.client_decode_steps`),
   ``itl_s`` is empty (no per-token-id stamps leave the server) and ``chunk_itl_s`` holds the chunk gaps.
 - ``keepalive``: the same client with a read timeout, queued behind the same blocker, against the endpoint as
   it is (``keepalive`` empty): whether it times out is the external server's own behaviour (its batching, and
@@ -85,9 +85,9 @@ from workbench.stats import comparison, evidence, metrics
 from workbench.measure import reading
 from workbench.run import sweeps
 from workbench.errors import ParameterError
-from workbench.serving import endpoint as endpoint_mod
-from workbench.serving.client import stream_request, table_row
-from workbench.serving.proxy import NGINX_BUFFER_KB, NGINX_MODES, UPSTREAM_HTTP, Paths, nginx_status
+from workbench.load import endpoint as endpoint_mod
+from workbench.load.client import stream_request, table_row
+from workbench.load.proxy import NGINX_BUFFER_KB, NGINX_MODES, UPSTREAM_HTTP, Paths, nginx_status
 from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured
 from workbench.share.plots import label, ok_points, split_by_device
 from workbench.run.point_result import PointResult, point_id
@@ -121,7 +121,7 @@ class Config(sweeps.SweepConfig):
         blocker_tokens: length of the request the probe waits behind (0: skip the keep-alive part).
         stall_s: a gap between display updates longer than this is a stall.
         endpoint: an external OpenAI-compatible server for every part, ``{url, model, api_key_env, name}``
-            (:class:`workbench.serving.endpoint.Endpoint`; see the module docstring for what changes); None: the
+            (:class:`workbench.load.endpoint.Endpoint`; see the module docstring for what changes); None: the
             model in process and the built-in server.
     """
 
@@ -186,7 +186,7 @@ class Config(sweeps.SweepConfig):
 
 
 def _paths(cfg: Config, loaded) -> Paths:
-    """The run's streaming paths (:class:`workbench.serving.proxy.Paths`) for ``cfg``."""
+    """The run's streaming paths (:class:`workbench.load.proxy.Paths`) for ``cfg``."""
     return Paths(loaded, cfg.target(), cfg.nginx_buffer_kb, cfg.nginx_upstream_http, cfg.keepalive_s)
 
 
@@ -280,7 +280,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: ``{"part", ...}`` (:meth:`Config.grid`).
         state: shared by the points of one sweep: ``bench``, the streaming paths (a
-            :class:`workbench.serving.proxy.Paths` is made on the first point when absent; the caller closes it);
+            :class:`workbench.load.proxy.Paths` is made on the first point when absent; the caller closes it);
             ``proxy_points``, the grid's proxy points: when they interleave (:func:`interleaves`), the first proxy
             point measures them all (:func:`measure_proxy_interleaved`, cached in ``state["interleaved"]``) and
             each returns its share.
@@ -388,7 +388,7 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 
 def check_targets(cfg: Config) -> dict | None:
     """One-line errors for the external endpoint before any point runs
-    (:func:`workbench.serving.endpoint.check_endpoint`); None without one."""
+    (:func:`workbench.load.endpoint.check_endpoint`); None without one."""
     ep = cfg.target()
     return endpoint_mod.check_endpoint(ep) if ep is not None else None
 

@@ -3,7 +3,7 @@
 :class:`LoadMonitor` reads ``/proc/stat`` and this process tree's CPU time around a point; :func:`verdict` turns its
 figures into the point's ``valid`` / ``invalid_reason`` (DESIGN: "points measured while other load ran are marked
 invalid, not averaged in"). :data:`SERVED_BY_PIDS` holds the processes whose CPU time is the measurement's own work
-(a loopback endpoint's server, registered by :mod:`workbench.serving.endpoint`).
+(a loopback endpoint's server, registered by :mod:`workbench.load.endpoint`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class LoadMonitor:
     wall second). Elsewhere (no ``/proc``), and over windows too short for the tick counts to resolve
     (:data:`MIN_LOAD_WINDOW_S`), the figures are NaN and no verdict is drawn from them.
     The processes in :data:`SERVED_BY_PIDS` (a server on this machine that the point loads over HTTP, registered
-    by :mod:`workbench.serving.endpoint`) count as own work, not as other load.
+    by :mod:`workbench.load.endpoint`) count as own work, not as other load.
     GPU: other processes on an NVIDIA device are not yet counted.
     """
 

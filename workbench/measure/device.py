@@ -21,9 +21,8 @@ import functools
 import os
 import subprocess
 import time
-from pathlib import Path
 
-_REPO = Path(__file__).resolve().parents[2]
+from workbench.paths import REPO
 
 PROBE_SPREAD_LIMIT = 0.25  # a probe whose trials spread more than this (max-min over median) is flagged noisy
 
@@ -228,10 +227,10 @@ def git_commit() -> str | None:
     """The workbench's git commit (with ``-dirty`` when the tree has changes), or None outside git."""
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=_REPO, capture_output=True, text=True, timeout=5, check=True
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=5, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=_REPO, capture_output=True, text=True,
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True,
             timeout=5,
         ).stdout.strip()
         return sha + ("-dirty" if dirty else "")

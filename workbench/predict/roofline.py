@@ -258,8 +258,9 @@ DECODE_PARAMETERS = 4
 RECALIBRATE_LIMIT = 0.15
 #: Beyond this (|today / cached - 1| of bandwidth or FLOP/s) a loaded model is refitted; between
 #: :data:`RECALIBRATE_LIMIT` and this the calibration is rescaled to today's probe (cheap, and within 15% of a
-#: refit at 1.6x the FLOP/s: ``tests/test_roofline.py``). On the 2-core build VM the matmul FLOP/s of a fresh
-#: process varies 112-189 GFLOP/s on a quiet machine, so a 15% refit rule refitted (~20 s) in most new processes.
+#: refit at 1.6x the FLOP/s: ``tests/predict/test_roofline_calibration.py``). On the 2-core build VM the matmul
+#: FLOP/s of a fresh process varies 112-189 GFLOP/s on a quiet machine, so a 15% refit rule refitted (~20 s) in
+#: most new processes.
 REFIT_LIMIT = 0.5
 
 
@@ -287,7 +288,7 @@ def decode_terms(shape: ModelShape, batch_size: int, context_tokens: float, kv_t
     return float(nbytes), float(flops)
 
 
-def _phase(mem_s: float, comp_s: float, overhead_s: float, overlap: bool) -> tuple[float, dict]:
+def phase_time(mem_s: float, comp_s: float, overhead_s: float, overlap: bool) -> tuple[float, dict]:
     """Phase time and its split ``{overhead, memory, compute}`` (with overlap only the larger term counts)."""
     if overlap:
         split = {"overhead": overhead_s, "memory": mem_s if mem_s >= comp_s else 0.0,
@@ -313,9 +314,9 @@ def predict(shape: ModelShape, device: Device, calib: Calibration, batch_size: i
     flops = device.flops_at(threads)
     bw = device.bandwidth_bytes_per_s
     pb, pf = prefill_terms(shape, B, L)
-    prefill_s, psplit = _phase(pb / bw, pf / flops / calib.prefill_efficiency, calib.prefill_overhead_s, device.overlap)
+    prefill_s, psplit = phase_time(pb / bw, pf / flops / calib.prefill_efficiency, calib.prefill_overhead_s, device.overlap)
     db, df = decode_terms(shape, B, L + n / 2, calib.kv_traffic)
-    tpot_s, dsplit = _phase(db / bw, df / flops / calib.decode_efficiency,
+    tpot_s, dsplit = phase_time(db / bw, df / flops / calib.decode_efficiency,
                             calib.step_overhead_s + calib.step_row_overhead_s * B
                             + (calib.batched_step_overhead_s if B > 1 else 0.0), device.overlap)
     ttft = calib.ttft_overhead_s + prefill_s

@@ -338,7 +338,7 @@ class Predictor:
         if not dtype or dtype in ("auto", self.shape.dtype):
             return self.shape, self.device, self.calib
         if dtype not in self._devices:
-            cached = load_cached(self.model_path, self.device.name, dtype, _threads()) if self.model_path else None
+            cached = load_cached(self.model_path, self.device.name, dtype, torch_threads()) if self.model_path else None
             if cached is not None and self.probe:
                 cached = check_calibration(cached, Device.probe(self.device.name, dtype, trials=2))
             if cached is None:
@@ -387,7 +387,7 @@ class Predictor:
         return cls(shape, dev, Calibration(), probe=probe, model_path=path)
 
 
-def _threads() -> int:
+def torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
@@ -448,7 +448,7 @@ def predictor_for(loaded, model: str, device: str, dtypes: Sequence[str], calibr
 
     info = loaded.info
     dev = info.device.split(":")[0]
-    threads = _threads()
+    threads = torch_threads()
     # a cached calibration is checked against today's probe and refitted (or, not calibrating, rescaled) when off
     cached = checked_cached(info.path, dev, info.dtype, threads, loaded if calibrate_dtypes else None)
     if cached is None and calibrate_dtypes:

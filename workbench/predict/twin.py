@@ -22,7 +22,7 @@ What the twin models in place of code it cannot run without a model:
   that finishes its prompt, leaving at its ``max_new_tokens``. **Prefix sharing**: a request whose leading
   ``prefix_tokens`` equal those cached under its ``prefix_key`` (a conversation's history, a shared document)
   reuses the full pages of them (``page_size``; at least one prompt token is computed); no eviction.
-- clients (:func:`workbench.serving.senders.engine_sender` and :func:`~workbench.serving.senders.retrying_sender`):
+- clients (:func:`workbench.load.senders.engine_sender` and :func:`~workbench.load.senders.retrying_sender`):
   latencies from the scheduled time; a refused request is resent after ``min(Retry-After, max_retry_wait_s)`` up
   to ``max_retries`` times; ``patience_s`` with no token withdraws it (a waiting request frees its place at once,
   a running one gets no more tokens); closed loops (``synchronous``, ``concurrency``, ``throughput``) and
@@ -57,7 +57,8 @@ from workbench import checks
 from workbench.stats import metrics, slo
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import load, options, saturation, scheduling
+from workbench.serving import options, scheduling
+from workbench.load import load, saturation
 from workbench.predict.twin_cost import StepCost
 from workbench.predict.twin_engine import EngineTwin
 
@@ -101,7 +102,7 @@ class TwinSpec:
     Attributes:
         offset_s: scheduled arrival (seconds after the first); closed loops and later turns ignore it.
         prompt_tokens, max_tokens: prompt length and output length (fixed, as the workbench's ``ignore_eos`` loads).
-        priority, request_class, patience_s: as :class:`workbench.serving.load.RequestSpec`.
+        priority, request_class, patience_s: as :class:`workbench.load.load.RequestSpec`.
         prefix_key, prefix_tokens: the leading ``prefix_tokens`` of the prompt equal those cached under
             ``prefix_key`` (prefix sharing); ``store_tokens``: what this request leaves cached under that key.
         after: index of the request whose end sends this one (a conversation's previous turn); None: on schedule.
@@ -260,7 +261,7 @@ def check_specs(specs: Sequence[TwinSpec]) -> list:
 
 def open_loop(profile: str, n: int, rate: float | None, prompt_tokens: int, max_tokens: int, burstiness: float = 1.0,
               seed: int = 0) -> list[TwinSpec]:
-    """``n`` identical requests on the schedule of :func:`workbench.serving.load.arrival_offsets` (``constant``,
+    """``n`` identical requests on the schedule of :func:`workbench.load.load.arrival_offsets` (``constant``,
     ``poisson``, ``gamma``; the same seed, the same schedule)."""
     checks.check_int("prompt_tokens", prompt_tokens, lo=1)
     checks.check_int("max_new_tokens", max_tokens, lo=1)
@@ -269,7 +270,7 @@ def open_loop(profile: str, n: int, rate: float | None, prompt_tokens: int, max_
 
 
 def trace_specs(rows: Sequence[dict]) -> list[TwinSpec]:
-    """Specs from trace rows (:func:`workbench.serving.load.read_trace` fields, plus the optional ``priority``,
+    """Specs from trace rows (:func:`workbench.load.load.read_trace` fields, plus the optional ``priority``,
     ``request_class``, ``patience_s``, ``prefix_key``, ``prefix_tokens``); offsets shifted to start at 0."""
     if not rows:
         raise ParameterError("trace: has no requests")
@@ -299,17 +300,6 @@ def multiturn(conversations: int, turns: int, user_tokens: int, reply_tokens: in
             specs.append(TwinSpec(0.0, prompt, reply_tokens, prefix_key=f"conv{c}", prefix_tokens=shared,
                                   store_tokens=prompt, after=prev, conversation=c, turn=t))
             prev = len(specs) - 1
-    return specs
-
-
-def shared_prefix(requests: int, shared_prefix_tokens: int, user_tokens: int, reply_tokens: int) -> list[TwinSpec]:
-    """A shared-prefix group as notebook 11 runs it: one request after another, each opening with the same
-    document (prefix key ``doc``)."""
-    specs = []
-    for i in range(checks.check_int("requests", requests, lo=1)):
-        specs.append(TwinSpec(0.0, shared_prefix_tokens + user_tokens, reply_tokens, prefix_key="doc",
-                              prefix_tokens=shared_prefix_tokens, store_tokens=shared_prefix_tokens,
-                              after=i - 1 if i else None, conversation=i, turn=1))
     return specs
 
 
@@ -471,12 +461,12 @@ def _rows(reqs: list) -> pd.DataFrame:
 
 def summarize(rows: pd.DataFrame, profile: str, slos: Sequence | None = None, rate: float | None = None) -> dict:
     """A simulated point's columns, with the workbench's own definitions: the window and throughputs
-    (:func:`workbench.serving.load.apply_window`, :func:`~workbench.serving.load.window_figures`,
-    :func:`~workbench.serving.load.flow_rates`), TTFT / TPOT / e2e / queue percentiles
+    (:func:`workbench.load.load.apply_window`, :func:`~workbench.load.load.window_figures`,
+    :func:`~workbench.load.load.flow_rates`), TTFT / TPOT / e2e / queue percentiles
     (:func:`workbench.stats.metrics.percentiles`), the counts ``requests``, ``abandoned``, ``retried``, ``refused``
     (a 429 at least once) and ``not_served`` (no token), per SLO ``slo_attainment_<name>`` and ``goodput_rps_<name>``
-    (:func:`workbench.stats.slo.evaluate`), ``kept_up`` (:func:`workbench.serving.saturation.kept_up`)."""
-    from workbench.serving.saturation import kept_up
+    (:func:`workbench.stats.slo.evaluate`), ``kept_up`` (:func:`workbench.load.saturation.kept_up`)."""
+    from workbench.load.saturation import kept_up
 
     recs = rows.to_dict("records")
     summ = {"profile": profile}

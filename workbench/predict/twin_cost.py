@@ -40,7 +40,7 @@ call does not: the chat template and tokenisation, the engine's admission, the H
 token, and per streamed token the incremental detokenisation and one event. Two additive terms carry them,
 ``serving_first_s`` (per request, to the first token) and ``serving_step_s`` (per decode step of the engine, whatever
 its batch), fitted on points of one request at a time (no queue, no batch:
-:func:`workbench.cli.twin_validation.calibration_points` picks streaming anatomy's HTTP point at concurrency 1 and the
+:func:`workbench.predict.twin_validation.calibration_points` picks streaming anatomy's HTTP point at concurrency 1 and the
 streaming reader's own streams, outside the serving experiments, else a serving sweep's ``synchronous`` point; valid
 points only; one median per point, then the median over points) as the median of the measured ``ttft_s - queue_s`` and
 ``tpot_s`` over the generate-fitted model's predictions; the twin folds them into ``first_token_overhead_s`` and
@@ -49,7 +49,7 @@ points only; one median per point, then the median over points) as the median of
 point's moment; charged per row it was multiplied by the batch (20 ms became 160 ms a step at batch 8; the twin 197%
 off e2e), charged per step it is bounded (results/LOG.md, 2026-12-05). A calibration point inside the serving
 experiments is then in-sample, and the validation leaves it out of its errors
-(:func:`workbench.cli.twin_validation.validate`).
+(:func:`workbench.predict.twin_validation.validate`).
 
 **The machine's speed at each moment** (:func:`workbench.run.drift.speed_probe`): where the rows' points carry a
 speed probe (``speed_probe_tpot_s``, the drift reference right before and after the point; :func:`with_speed` joins
@@ -485,11 +485,11 @@ def from_roofline(shape, device, calib=None, threads: int | None = None, max_bat
     for B in batches:
         for L in lens:
             nb, nf = roofline.prefill_terms(shape, B, L)
-            t, _ = roofline._phase(nb / bw, nf / flops / calib.prefill_efficiency, calib.prefill_overhead_s,
+            t, _ = roofline.phase_time(nb / bw, nf / flops / calib.prefill_efficiency, calib.prefill_overhead_s,
                                    device.overlap)
             pb.append(B), pl.append(L), py.append(t)
             nb, nf = roofline.decode_terms(shape, B, L, calib.kv_traffic)
-            t, _ = roofline._phase(nb / bw, nf / flops / calib.decode_efficiency,
+            t, _ = roofline.phase_time(nb / bw, nf / flops / calib.decode_efficiency,
                                    calib.step_overhead_s + calib.step_row_overhead_s * B
                                    + (calib.batched_step_overhead_s if B > 1 else 0.0), device.overlap)
             db.append(B), dc.append(B * L), dy.append(t)

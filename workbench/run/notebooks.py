@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 from workbench.errors import ParameterError
+from workbench.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO / "notebooks"
 SUITES_DIR = REPO / "suites"
 
@@ -313,8 +313,9 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
 def load_suite(suite: str) -> dict:
     """Read a suite: a name in ``suites/`` (``default``, ``quick``) or a YAML path.
 
-    Format: ``{"description": str, "notebooks": [{"notebook": path, "parameters": dict}]}``;
-    notebook paths are relative to the repository.
+    Format: ``{"description": str, "budget_s": seconds (optional), "notebooks": [{"notebook": path, "parameters":
+    dict}]}``; notebook paths are relative to the repository. ``budget_s``: after that many seconds of the run no
+    design adds a round beyond its minimum (:mod:`workbench.run.design`).
 
     Raises:
         ParameterError: unknown suite or malformed file.
@@ -333,6 +334,10 @@ def load_suite(suite: str) -> dict:
         raise ParameterError(f"suite: {path} is not valid UTF-8 YAML ({str(exc).splitlines()[0]})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("notebooks"), list):
         raise ParameterError(f"suite: {path} must hold a 'notebooks' list")
+    if data.get("budget_s") is not None:   # the suite's time budget for rounds beyond each design's minimum
+        from workbench import checks
+
+        checks.check_float("budget_s", data["budget_s"], lo=0, lo_open=True)
     seen = set()
     for i, entry in enumerate(data["notebooks"]):
         if not isinstance(entry, dict) or not entry.get("notebook"):

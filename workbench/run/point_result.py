@@ -65,7 +65,7 @@ class PointResult:
     @classmethod
     def of(cls, measured) -> "PointResult":
         """``measured`` as a :class:`PointResult`: itself, or a mapping with the same field names (a measure
-        written as a dict, e.g. :func:`workbench.serving.client.measure_http` or a test's stand-in).
+        written as a dict, e.g. :func:`workbench.load.client.measure_http` or a test's stand-in).
 
         Raises:
             TypeError: anything else, or a mapping with other keys.

@@ -36,9 +36,9 @@ import pandas as pd
 from workbench.measure import device
 from workbench.stats import columns
 from workbench.errors import ParameterError
+from workbench.paths import REPO
 from workbench.run.locks import check_writer
 
-_REPO = Path(__file__).resolve().parents[2]
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -52,8 +52,8 @@ def results_root() -> Path:
     env = os.environ.get("WORKBENCH_RESULTS")
     if env:
         root = Path(env).expanduser().resolve()
-    elif (_REPO / "pyproject.toml").exists():
-        return (_REPO / "results").resolve()
+    elif (REPO / "pyproject.toml").exists():
+        return (REPO / "results").resolve()
     else:
         root = (Path.cwd() / "results").resolve()
     if env != str(root):
@@ -454,7 +454,7 @@ def read_points(run_dir, experiment: str | None = None) -> pd.DataFrame:
     return _read(run_dir, "points.parquet", experiment)
 
 
-def _expand(paths) -> list[Path]:
+def expand_runs(paths) -> list[Path]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[Path] = []
@@ -482,7 +482,7 @@ def load(paths, table: str = "requests") -> pd.DataFrame:
     if table not in ("requests", "points"):
         raise ParameterError(f"table: must be 'requests' or 'points' (got {table!r})")
     frames = []
-    for p in _expand(paths):
+    for p in expand_runs(paths):
         f = p / f"{table}.parquet" if p.is_dir() else p
         if not f.exists() or f.suffix != ".parquet":
             raise ParameterError(f"paths: {str(p)!r} is not a run folder with {table}.parquet nor a parquet file")

@@ -95,7 +95,7 @@ def _model(cfg: dict) -> dict | None:
     try:
         path = Path(models.resolve_model_path(spec))
         out["model_path"] = str(path)
-        out["weights_sha256"] = models._weights_hash(path) if path.is_dir() else None
+        out["weights_sha256"] = models.weights_hash(path) if path.is_dir() else None
     except Exception:  # noqa: BLE001 - not resolvable here (a hub id offline): compared by its name
         out["model_path"] = out["weights_sha256"] = None
     return out

@@ -34,9 +34,6 @@ from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.run.point_result import PointResult
 
-REPO = Path(__file__).resolve().parents[2]
-SUITES_DIR = REPO / "suites"
-
 # ----------------------------------------------------------------------------- configs
 
 
@@ -148,6 +145,7 @@ def run_sweep(
     loaded=None,
     executor=None,
     speed_probe: bool = False,
+    design=None,
 ) -> pd.DataFrame:
     """Measure every point, writing each as it finishes; failures are recorded, not raised.
 
@@ -171,6 +169,12 @@ def run_sweep(
             ``completed(todo)`` yields points as they finish, its ``measure(point)`` returns their results);
             by default :func:`workbench.run.distributed.executor_for` picks Ray when ``$WORKBENCH_RAY`` is set
             (``--ray``), else the points are measured here, in order, with ``measure``.
+        speed_probe: a drift reference right before and after each point (the twin's calibration); with a design,
+            one before and one after the design, shared by its arms (they are measured over the same rounds).
+        design: a :class:`workbench.run.design.SweepDesign`: the points are its arms, measured in interleaved
+            rounds by :func:`workbench.run.design.run_design` (resumed by round) before any is recorded; each point's
+            row carries its arm's decision (:meth:`workbench.run.design.DesignResult.point_columns`). ``measure`` is
+            then unused.
 
     Returns:
         ``points.parquet`` rows of this experiment (:func:`workbench.run.point_result.point_rows`): the point's
@@ -222,10 +226,20 @@ def run_sweep(
         executor.measure_drift = loaded is not None
         measure, loaded = executor.measure, None
     ref_start = drift.start(loaded) if loaded is not None and todo else None
+    designed_probe = {}
+    if design is not None and todo:   # every arm measured in interleaved rounds first, then recorded point by point
+        from workbench.run import design as design_mod
+
+        by_id = dict(zip(ids, points))
+        before = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S) if speed_probe and loaded is not None else None
+        made = design_mod.measure_sweep_design(design, by_id, suffix, run, info)
+        if before is not None:
+            designed_probe = drift.speed_probe(before, drift.reference_tpot_s(loaded))
+        measure = lambda p: made[point_result.point_id(experiment, p) + suffix]  # noqa: E731
     bar = tqdm(todo if executor is None else executor.completed(todo), total=len(todo), desc=experiment,
                unit="point", file=sys.stderr, mininterval=1.0)
     rows = []
-    probing = speed_probe and loaded is not None and executor is None
+    probing = speed_probe and loaded is not None and executor is None and design is None
     for i, (p, pid) in enumerate(bar, 1):
         meta = {"experiment": experiment, "params": p, "started_utc": _utc()}
         if probing:  # the previous point's after reading, when recent, is this one's before reading
@@ -242,6 +256,7 @@ def run_sweep(
             if probing:
                 short = time.monotonic() - begun < drift.PROBE_MIN_POINT_S   # measured with its block's first point
                 row.update(drift.speed_probe(before, before if short else drift.reference_tpot_s(loaded)))
+            row.update(designed_probe)
             meta.update(status="ok")
         except Exception as exc:  # noqa: BLE001 - a failed point is data, not a crash
             reason = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]

@@ -1,4 +1,4 @@
-"""Serving: an OpenAI-compatible server over the workbench model, its engines, and the clients that load it.
+"""Serving: an OpenAI-compatible server over the workbench model and its engines.
 
 One concern per module, lowest first (a module imports only modules above it in this list):
 
@@ -25,19 +25,7 @@ One concern per module, lowest first (a module imports only modules above it in 
   one transaction (rolled back on error, retried), one server per store (an owner lock).
 - :mod:`.monitoring`: Prometheus ``/metrics``, subscribed to the engine's completions.
 - :mod:`.server`: app assembly, the server thread (:class:`~.server.ServerThread`) and ``main``.
-- :mod:`.client` (the ``openai`` client, per-request timing, a raw SSE stream reader), :mod:`.load` (arrival
-  profiles, load runs, windows), :mod:`.traces` (mixed interactive / background traces, made or read,
-  replayed on an engine under a policy), :mod:`.conversations` (multi-turn conversations and shared-prefix groups)
-  and :mod:`.senders` (a load run's senders over HTTP or straight into an engine, retries, patience): they import
-  nothing from the server.
-- :mod:`.endpoint`: any external OpenAI-compatible server as a load target (its parameter, the one-line checks
-  before a run, its sender over :mod:`.senders`); imports nothing from the server either.
-- :mod:`.saturation`: whether an open-loop load point kept up (kept up / fell behind / undetermined, from the
-  noise band of :mod:`.load`'s arrival and completion counts) and the knee those verdicts place, per engine over a
-  table of points.
-- :mod:`.bench`: the live target of a load test (an engine in process, behind the server, or an endpoint), the
-  load runs made on it (sampling the engine's running requests) and the bisection for the highest rate meeting an SLO.
-- :mod:`.proxy`: a real nginx on a loopback port in front of a server or an endpoint, in one buffering mode.
-- :mod:`.aa_sim`: A/A designs for queue experiments on a virtual clock: a one-at-a-time fake engine whose queue is
-  :mod:`.scheduling`'s real ``PolicyQueue``, with measured-like service times (tests and ``benchmarks/aa_queue.py``).
+
+The load generator that measures a server (arrival profiles, senders, clients, traces, the knee) is its own wing one
+layer up, :mod:`workbench.load`: nothing here imports it.
 """

@@ -1,4 +1,4 @@
-"""How a stored job runs on the engine: the run of a job (:class:`_Run`: its stop reason and its engine requests)
+"""How a stored job runs on the engine: the run of a job (:class:`JobRun`: its stop reason and its engine requests)
 and :class:`JobRuns`, the half of :class:`workbench.serving.jobs.JobStore` that submits a job's generations to the
 engine and stores what its callbacks report: a chat (or ``one_shot``) job as one engine request whose tokens and
 text the store's writer thread writes every ``flush_s``, an outline job as a driver thread running
@@ -24,7 +24,7 @@ class _Stopped(Exception):
     """A long-output job stopped between or inside its generations (cancelled, deleted, server closing)."""
 
 
-class _Run:
+class JobRun:
     """One run of a job: its stop reason (``cancelled``: deleted; ``interrupted``: the store is closing;
     ``storage_limit``) and the engine requests it has in flight (stopped with it)."""
 
@@ -62,7 +62,7 @@ class JobRuns:
         r = self._row(jid)
         if r["status"] != "queued":
             return
-        run = self._runs[jid] = _Run()
+        run = self._runs[jid] = JobRun()
         req = json.loads(r["request"])
         self._q("UPDATE jobs SET runs=runs+1, updated=? WHERE id=?", (time.time(), jid))
         if req.get("strategy", "chat").startswith("outline"):
@@ -71,7 +71,7 @@ class JobRuns:
         else:
             self._guarded(jid, run, self._submit_chat, r, req)
 
-    def _guarded(self, jid: str, run: _Run, fn, *args) -> None:
+    def _guarded(self, jid: str, run: JobRun, fn, *args) -> None:
         """``fn(jid, run, *args)``; an exception marks the job failed (a deleted job is left alone)."""
         try:
             fn(jid, run, *args)
@@ -87,12 +87,12 @@ class JobRuns:
         except sqlite3.Error as exc:  # the store itself fails: logged; the next open marks the job interrupted
             log.error("job store %s: could not mark job %s failed (%s; its error: %s)", self.path, jid, exc, error)
 
-    def _ended(self, jid: str, run: _Run) -> None:
+    def _ended(self, jid: str, run: JobRun) -> None:
         if self._runs.get(jid) is run:
             self._runs.pop(jid, None)
         run.ended.set()
 
-    def _submit_chat(self, jid: str, run: _Run, r: dict, req: dict) -> None:
+    def _submit_chat(self, jid: str, run: JobRun, r: dict, req: dict) -> None:
         """A chat (or ``one_shot``) job: its stored tokens are a prefix of the prompt; the engine's token
         callback stores new tokens and text every ``flush_s``; the completion callback ends the job."""
         from workbench.measure.detokenize import IncrementalDetokenizer
@@ -185,7 +185,7 @@ class JobRuns:
         run.submit(self.engine, [engines.EngineRequest(prompt_ids + stored, settings, on_token=on_token,
                                                        on_done=on_done, id=jid, endpoint="jobs")])
 
-    def _end_run(self, jid: str, run: _Run, finish_reason: str | None) -> None:
+    def _end_run(self, jid: str, run: JobRun, finish_reason: str | None) -> None:
         """Record how a run ended: its stop reason if it was stopped, else ``done`` with ``finish_reason``."""
         if run.reason == "storage_limit":
             self._finish(jid, "failed", "storage_limit",
@@ -221,7 +221,7 @@ class JobRuns:
 
         return self._write(append)
 
-    def _run_long_form(self, jid: str, run: _Run, r: dict, req: dict) -> None:
+    def _run_long_form(self, jid: str, run: JobRun, r: dict, req: dict) -> None:
         """An outline job: :func:`workbench.techniques.long_form.run_long_output` with every generation submitted to the
         engine as one group (the sections of ``outline_batch`` share a batch) and stored as a stage (a continued
         job reuses its stages and redoes the one cut), and every section stored as a text event."""
@@ -287,7 +287,7 @@ class JobRuns:
 def _batch_result(tokenizer, reqs: list):
     """A :class:`workbench.measure.generation.BatchResult` (without ``sequences``) of engine requests run as one group:
     per-request records with the text (decoded as :func:`~workbench.measure.generation.generate_measured` does)."""
-    from workbench.measure.generation import BatchResult, _decode
+    from workbench.measure.generation import BatchResult, decode_output
 
     t_submit = min(q.t_arrival for q in reqs)
     records = []
@@ -295,7 +295,7 @@ def _batch_result(tokenizer, reqs: list):
         res = q.result()
         rec = {k: res[k] for k in ("prompt_tokens", "output_tokens", "ttft_s", "prefill_s", "e2e_s", "tpot_s",
                                    "decode_tps", "itl_s", "finish_reason", "output_ids")}
-        rec.update(request_id=i, text=_decode(tokenizer, res["output_ids"], res["finish_reason"]),
+        rec.update(request_id=i, text=decode_output(tokenizer, res["output_ids"], res["finish_reason"]),
                    ttft_s=(q.t_arrival + res["ttft_s"]) - t_submit if res["output_tokens"] else float("nan"))
         records.append(rec)
     t_end = max([q.stamps[-1] for q in reqs if q.stamps] or [t_submit])

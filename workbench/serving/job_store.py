@@ -4,7 +4,7 @@
 store: :class:`StoreLockedError`), the tables (jobs, their numbered text events, the expired ids), :class:`JobError`
 (a job request that cannot be served), :class:`JobTable` (the storage half of
 :class:`workbench.serving.jobs.JobStore`: opening the file, reads on their own connection, every write one
-transaction retried :data:`WRITE_RETRIES` times, retention) and :class:`_Writer` (the store's writer thread). The
+transaction retried :data:`WRITE_RETRIES` times, retention) and :class:`StoreWriter` (the store's writer thread). The
 guarantees these give are in :mod:`workbench.serving.jobs`.
 """
 
@@ -225,7 +225,7 @@ class JobTable:
         return int(self._q("SELECT COALESCE(SUM(bytes), 0) FROM jobs")[0][0])
 
 
-class _Writer:
+class StoreWriter:
     """A store's writer thread: the job writes the engine's callbacks hand it (:meth:`put`), in order, one at a time.
     Batched: a running job has at most one flush waiting, which writes every token and text piece buffered when it
     runs, so while the store is slow or locked the job's tokens accumulate and go out in one transaction after it.

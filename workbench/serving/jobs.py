@@ -56,7 +56,7 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
   kill but may lose the last commits on power loss. The cost is one ``fsync`` per flush (at most one per
   ``flush_s`` per running job).
 - **Writes leave the engine's thread** (issue 36): the engine's token and completion callbacks only buffer a job's
-  tokens and text and hand the write to the store's writer thread (:class:`~workbench.serving.job_store._Writer`, one per store, in order; a
+  tokens and text and hand the write to the store's writer thread (:class:`~workbench.serving.job_store.StoreWriter`, one per store, in order; a
   job has at most one flush waiting, which writes everything buffered when it runs). A slow or locked store
   (another process holding its write lock, a full disk) delays the job's events, never generation. Reads (status,
   results, event streams) use a connection of their own and never wait behind a write; an event stream reads only
@@ -91,8 +91,8 @@ from workbench.errors import ParameterError
 from workbench.serving import engines
 from workbench.serving.events import DONE, KEEPALIVE_COMMENT, check_last_event_id, last_event_id, numbered, sse_data, sse_response
 from workbench.serving.http import SEED_MAX, check_model, read_json_object, validate
-from workbench.serving.job_runs import JobRuns, _Run
-from workbench.serving.job_store import JobError, JobTable, _Writer, default_path
+from workbench.serving.job_runs import JobRuns, JobRun
+from workbench.serving.job_store import JobError, JobTable, StoreWriter, default_path
 
 log = logging.getLogger(__name__)
 
@@ -176,9 +176,9 @@ class JobStore(JobTable, JobRuns):
         self._open()  # before touching the file: one server per store
         self.JobRequest = _schema()
         self.identity = model_identity(loaded, engine)
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, JobRun] = {}
         self._closing = threading.Event()
-        self._writer = _Writer(f"workbench-jobs-writer-{self.path.name}")
+        self._writer = StoreWriter(f"workbench-jobs-writer-{self.path.name}")
 
     # ------------------------------------------------------------------ API
 

@@ -1,5 +1,5 @@
 """What a client and the server agree on without importing each other: the served model's id and the
-default address. :mod:`workbench.serving.client` and :mod:`workbench.serving.load` import these from
+default address. :mod:`workbench.load.client` and :mod:`workbench.load.load` import these from
 here, never from :mod:`workbench.serving.server`."""
 
 SERVED_MODEL = "workbench-default"   # the ``model`` id the server reports (``/v1/models``) and clients send

@@ -83,7 +83,7 @@ This module assembles the app (:func:`create_app`: the engine, the routes of
 :mod:`~workbench.serving.chat`, :mod:`~workbench.serving.events`, :mod:`~workbench.serving.jobs` and
 :mod:`~workbench.serving.monitoring`, the guard and the JSON error handlers of
 :mod:`~workbench.serving.http`) and runs it. The client side (the ``openai`` client, per-request
-timing) is :mod:`workbench.serving.client`. Run from the command line with
+timing) is :mod:`workbench.load.client`. Run from the command line with
 ``python -m workbench.serving.server [--model M] [--host H] [--port P]``
 (:func:`main`; ``--api-key``, ``--max-queue``, ``--max-tokens-limit``,
 ``--request-timeout``, ``--engine``, ``--prefix-sharing``, ``--served-model-name``, ``--model-alias``,

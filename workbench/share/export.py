@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.run import results
+from workbench import checks
 from workbench.errors import ParameterError
 from workbench.stats import metrics
 
@@ -165,13 +166,7 @@ def write_documents(run: Path, docs: dict[str, dict], fmt: str, out=None) -> Pat
 # ---------------------------------------------------------------------------------------- per point data
 
 
-def _num(v):
-    """A finite float, or None."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+_num = checks.finite_or_none  # a finite float, or None (the one home: workbench.checks)
 
 
 def _completed(req: pd.DataFrame) -> pd.DataFrame:

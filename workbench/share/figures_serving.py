@@ -1,9 +1,9 @@
 """Figures of the serving experiments: a load sweep per engine (notebook ``08_serving_load``) and a mixed workload
 per scheduling policy (notebook ``11_scheduling``).
 
-Load sweep (points of :mod:`workbench.serving.load` runs, one curve per engine, :func:`engine_colours`): latency
+Load sweep (points of :mod:`workbench.load.load` runs, one curve per engine, :func:`engine_colours`): latency
 against achieved throughput, goodput and SLO attainment against offered rate with the knee
-(:func:`workbench.serving.saturation.knees`), queue time against offered rate, and at the busiest swept rate
+(:func:`workbench.load.saturation.knees`), queue time against offered rate, and at the busiest swept rate
 (:func:`busiest_points`) a per-request timeline and the time slices. Mixed workload (request rows with
 ``request_class`` and ``policy``, tables of :mod:`workbench.stats.classes`, :func:`policy_colours`): latency per class
 and policy, slowdown against request length, the longest wait, the ETA told against the actual wait, goodput per
@@ -20,7 +20,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.serving import engines as engines_mod
-from workbench.serving import load, saturation, scheduling
+from workbench.serving import scheduling
+from workbench.load import load, saturation
 from workbench.share.plots import label, ok_points
 from workbench.stats.classes import CLASSES, bucket_summary, class_summary, mixed_rows
 
@@ -62,7 +63,7 @@ def latency_vs_throughput(points: pd.DataFrame) -> go.Figure:
 
 def knee_offered_rps(points: pd.DataFrame, engine: str, knee: float) -> float:
     """Where an engine's knee sits on an offered-rate axis: the offered rate of the point the knee is (the knee is that
-    point's realised arrival rate, :func:`workbench.serving.saturation.point_rates`, a few percent off its offered
+    point's realised arrival rate, :func:`workbench.load.saturation.point_rates`, a few percent off its offered
     one); ``knee`` itself when no point matches."""
     kp = saturation.knee_points(points)
     kp = kp[kp["engine"] == engine] if "engine" in kp else kp
@@ -88,7 +89,7 @@ def _loop_style(closed: bool) -> dict:
 
 def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
     """Goodput (custom SLO) and SLO attainment (with its Wilson 95% interval over the planned requests) versus
-    offered rate per engine, the knee (:func:`workbench.serving.saturation.knees`) marked. The open-loop points
+    offered rate per engine, the knee (:func:`workbench.load.saturation.knees`) marked. The open-loop points
     (an offered arrival rate) are joined by a line; closed-loop points (their rate is what they reached) are open
     diamonds beside it (:func:`_by_loop`)."""
     df = ok_points(points).sort_values(["engine", "offered_rps"])

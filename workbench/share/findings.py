@@ -19,12 +19,12 @@ from workbench.stats import evidence
 from workbench.run import results
 
 
-def _point_anchor(run: Path, point_id) -> str:
+def point_anchor(run: Path, point_id) -> str:
     """The id of a point's row in the point table (what a finding links to)."""
     return "pt-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{point_id}")
 
 
-def _exp_anchor(run: Path, exp: str) -> str:
+def exp_anchor(run: Path, exp: str) -> str:
     """The id of an experiment's heading in a run's section."""
     return "exp-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{exp}")
 
@@ -102,18 +102,19 @@ def _arms_table(rows: list[dict]) -> str:
             f"</thead><tbody>{body}</tbody></table>")
 
 
-def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
+def finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
     """One finding: one claim sentence and its supported / not supported mark, the per-arm figures in a small
     table beneath (:func:`split_finding`), other sentences as notes, its evidence, and links to its points."""
     f = evidence.Finding.from_value(value)
-    mark = ("<span class='supported'>supported</span>" if f.supported
-            else "<span class='unsupported'>not supported</span>")
+    word = f.verdict or ("supported" if f.supported else "not supported")
+    mark = (f"<span class='supported'>{html.escape(word)}</span>" if f.supported
+            else f"<span class='unsupported'>{html.escape(word)}</span>")
     if not f.evidence and not f.point_ids and isinstance(value, str):
         mark = ""  # an old manifest's plain sentence: its support was never recorded
     claim, rows, notes = split_finding(f.text)
     if len(rows) < 2:   # one item is not a table: keep the sentence whole
         claim, rows, notes = f.text, [], []
-    body = f"<b><a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a></b>: {mark} {html.escape(claim)}"
+    body = f"<b><a href='#{exp_anchor(run, exp)}'>{html.escape(exp)}</a></b>: {mark} {html.escape(claim)}"
     if rows:
         body += _arms_table(rows)
     if notes:
@@ -121,13 +122,13 @@ def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
     if f.evidence:
         body += f"<div class='evidence'>Evidence: {html.escape(f.evidence)}</div>"
     if f.point_ids:
-        links = ", ".join(f"<a href='#{_point_anchor(run, p)}'>{html.escape(p)}</a>" for p in f.point_ids)
+        links = ", ".join(f"<a href='#{point_anchor(run, p)}'>{html.escape(p)}</a>" for p in f.point_ids)
         body += (f"<details class='evidence'><summary>rests on {len(f.point_ids)} point"
                  f"{'s' if len(f.point_ids) != 1 else ''}</summary>{links}</details>")
     return f"<{tag} class='finding'>{body}</{tag}>"
 
 
-def _summary_html(run: Path) -> str:
+def summary_html(run: Path) -> str:
     """The report's opening screen: per experiment the recommendation (the claim of a supported finding) or
     "no supported effect", each linking to its section."""
     manifest = results.read_manifest(run)
@@ -140,7 +141,7 @@ def _summary_html(run: Path) -> str:
     # none of their own (a notebook's parts, e.g. 04's streaming / granularity / http under streaming_anatomy)
     for exp in [e for e in findings] + [e for e in exps if e not in findings]:
         value = findings.get(exp)
-        link = f"<a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a>"
+        link = f"<a href='#{exp_anchor(run, exp)}'>{html.escape(exp)}</a>"
         if value is None:
             bare.append(link)
             continue
@@ -169,14 +170,14 @@ def findings_table(run_dir) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["experiment", "finding", "evidence", "supported", "points"])
 
 
-def _findings_html(manifest: dict, run: Path) -> str:
+def findings_html(manifest: dict, run: Path) -> str:
     findings = manifest.get("findings", {})
     if not findings:
         return ""
-    items = "".join(_finding_html(run, exp, value) for exp, value in findings.items())
+    items = "".join(finding_html(run, exp, value) for exp, value in findings.items())
     marked = [v for v in findings.values() if isinstance(v, dict)]
-    supported = sum(evidence.Finding.from_value(v).supported for v in marked)  # the mark agrees with the headline
-    count = (f"<p class='meta'>{supported} of {len(marked)} findings are "
-             "supported by their evidence; the others say why not.</p>" if marked else "")
+    count = (f"<p class='meta'>{html.escape(evidence.verdict_summary(evidence.verdict_counts(marked)))}: a direction "
+             "or equivalence within its margin is decided; an undecided comparison says what would decide it.</p>"
+             if marked else "")
     return f"<h2>Findings</h2>{count}<ul>{items}</ul>"
 

@@ -262,7 +262,7 @@ _READERS = {"guidellm": importers.guidellm, "vllm-json": importers.vllm, "benchm
 def _read_sweep(folder: Path) -> Imported:
     """A ``vllm bench sweep serve`` output folder: every ``run=N.json`` under it (capped at :data:`MAX_FILES`)."""
     runs = sorted(folder.rglob("run=*.json"))
-    runs = [r for r in runs if importers._SWEEP_RUN.match(r.name)]
+    runs = [r for r in runs if importers.SWEEP_RUN.match(r.name)]
     if len(runs) > MAX_FILES:
         raise ParameterError(f"RUN_DIR: {folder} holds {len(runs)} run files, over the cap of {MAX_FILES}")
     parsed = []
@@ -277,7 +277,7 @@ def _read_sweep(folder: Path) -> Imported:
 def is_foreign_folder(p: Path) -> bool:
     """A folder that is not a run folder but a tool's output tree (a ``vllm bench sweep`` tree)."""
     return p.is_dir() and not (p / "manifest.json").exists() and any(
-        importers._SWEEP_RUN.match(f.name) for f in p.rglob("run=*.json"))
+        importers.SWEEP_RUN.match(f.name) for f in p.rglob("run=*.json"))
 
 
 def read_file(path) -> Imported:

@@ -46,6 +46,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench import checks
+
 #: Point columns that are figures of a measurement: blank on a failed point (never a 0.0 from "no data").
 FIGURES = ["ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "itl_s_p50", "output_throughput_tps",
            "request_throughput_rps", "goodput_rps", "prompt_tokens", "output_tokens", "max_new_tokens", "wall_s"]
@@ -92,15 +94,7 @@ class Imported:
 # ------------------------------------------------------------------------------------------------ values
 
 
-def num(v):
-    """A finite float from a summary field, or None (missing, null, not a number; a bool is not a number)."""
-    if isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+num = checks.finite_or_none  # a summary field as a finite float, or None (the one home: workbench.checks)
 
 
 def strict(v, where: str):
@@ -267,8 +261,7 @@ def guidellm(data: dict, path: Path) -> Imported:
                              "prompt_tokens": strict(r.get("prompt_tokens"), where + ".prompt_tokens"),
                              "output_tokens": strict(r.get("output_tokens"), where + ".output_tokens"),
                              "ttft_s": ttft / 1000.0 if ttft is not None and status == "successful" else None,
-                             "tpot_s": (lambda v: v / 1000.0 if v is not None else None)(
-                                 strict(r.get("inter_token_latency_ms"), where + ".inter_token_latency_ms")),
+                             "tpot_s": _ms(strict(r.get("inter_token_latency_ms"), where + ".inter_token_latency_ms")),
                              "e2e_s": strict(r.get("request_latency"), where + ".request_latency")
                              if status == "successful" else None,
                              "error": None if status == "successful" else str(err)[:500],
@@ -431,7 +424,7 @@ def aiperf(data: dict, path: Path, beside: list[dict] | None = None) -> Imported
 
 def _aiperf_provenance(cfg, streaming, arrival, rate, conc, warm, version, schema) -> dict:
     endpoint = cfg.get("endpoint") if isinstance(cfg.get("endpoint"), dict) else {}
-    extra = json.dumps(cfg.get("input") or cfg.get("datasets") or {}, default=str)
+    extra = json.dumps([cfg.get("input"), cfg.get("datasets"), endpoint.get("extra")], default=str)
     return {"tool": "aiperf", "version": version, "schema": schema, "streaming": streaming,
             "token_counts": "the server's usage (--use-server-token-count)" if endpoint.get("use_server_token_count")
             else "AIPerf's tokenizer over the returned text (no end-of-sequence id)",
@@ -534,7 +527,7 @@ def vllm(data: dict, path: Path) -> Imported:
     return Imported("vllm-json", path, pd.DataFrame([row]), req, prov, left)
 
 
-_SWEEP_RUN = re.compile(r"^run=(\d+)\.json$")
+SWEEP_RUN = re.compile(r"^run=(\d+)\.json$")
 
 
 def vllm_sweep(runs: list[tuple[Path, dict]], folder: Path) -> Imported:
@@ -543,7 +536,7 @@ def vllm_sweep(runs: list[tuple[Path, dict]], folder: Path) -> Imported:
     rows, reqs, first = [], [], None
     for p, data in runs:
         comb = p.parent.name
-        run_no = int(_SWEEP_RUN.match(p.name).group(1))
+        run_no = int(SWEEP_RUN.match(p.name).group(1))
         params = {k: v for k, v in data.items() if k not in _VLLM_RESULT_KEYS and k != "run_number"
                   and isinstance(v, (int, float, str, bool))}
         row, req = _vllm_point(data, f"vllm-sweep/{comb}/run={run_no}", "imported_vllm_sweep", repeat=run_no,
@@ -753,6 +746,8 @@ def genai_bench(data: dict, path: Path, metadata: dict | None = None) -> Importe
     if errors is None:
         errors = float(req["error"].notna().sum())
     codes = agg.get("error_codes_frequency") if isinstance(agg.get("error_codes_frequency"), dict) else {}
+    if not errors and codes:   # genai-bench counts a refused connection in error_codes_frequency only
+        errors = float(sum(num(v) or 0 for v in codes.values()))
     reason = _first_error(list(req["error"])) or "; ".join(f"code {k} (x{v})" for k, v in codes.items())
     row = point(pid, "imported_genai_bench", completed=int(completed), failed=int(errors), reason=reason,
                 arrival="concurrency" if conc else "unknown", concurrency=conc,
@@ -762,8 +757,8 @@ def genai_bench(data: dict, path: Path, metadata: dict | None = None) -> Importe
                 request_throughput_rps=num(agg.get("requests_per_second")),
                 prompt_tokens=stat("num_input_tokens", "mean"), wall_s=num(agg.get("run_duration")))
     meta = metadata or {}
-    prov = {"tool": "genai-bench", "version": str(meta.get("version") or meta.get("genai_bench_version")
-                                                  or "unknown (genai-bench writes no version)"),
+    prov = {"tool": "genai-bench", "version": str(meta.get("benchmark_version") or "unknown (no experiment_metadata.json "
+                                                                                  "beside the result)"),
             "schema": "scenario result (aggregated_metrics, individual_request_metrics)",
             "token_counts": "the server's usage where reported, else genai-bench's tokenizer",
             "ignore_eos": None, "arrival": f"concurrency {conc:g}" if conc else "unknown",

@@ -32,8 +32,8 @@ import plotly.offline
 
 from workbench.stats import columns
 from workbench.share import plots
-from workbench.share.csv_export import _write_csv, _write_text, export
-from workbench.share.findings import _exp_anchor, _finding_html, _findings_html, _point_anchor, _summary_html
+from workbench.share.csv_export import write_csv, write_text, export
+from workbench.share.findings import exp_anchor, finding_html, findings_html, point_anchor, summary_html
 from workbench.share.formats import DELTA_METRICS
 from workbench.run import locks, results
 from workbench.errors import ParameterError
@@ -137,22 +137,22 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
     parts = [f"<h2>Run {html.escape(label + ': ' if label else '')}{html.escape(run.name)}</h2>",
              f"<p class='meta'>created {html.escape(str(manifest.get('created_utc')))} · "
              f"status {html.escape(str(manifest.get('status')))}</p>",
-             _findings_html(manifest, run), _validity_html(run, points), _devices_html(points)]
+             findings_html(manifest, run), _validity_html(run, points), _devices_html(points)]
     if with_figures:
         for name, div in _figures(run):
             parts.append(f"<div class='figure' id='fig-{html.escape(name)}'>{div}</div>")
     parts.append("<h2>Points</h2>")
     for exp, meta in manifest.get("experiments", {}).items():
         finding = manifest.get("findings", {}).get(exp)
-        parts.append(f"<h3 id='{_exp_anchor(run, exp)}'>Experiment: {html.escape(exp)}</h3>")
+        parts.append(f"<h3 id='{exp_anchor(run, exp)}'>Experiment: {html.escape(exp)}</h3>")
         if finding:
-            parts.append(_finding_html(run, exp, finding, tag="div"))
+            parts.append(finding_html(run, exp, finding, tag="div"))
         if not points.empty and "experiment" in points:
             pts = points[points["experiment"] == exp]
             cols = [c for c in _POINT_COLUMNS if c in pts]
             for on, group in _by_device(pts):  # one table per device type: points are never pooled across them
                 parts += [f"<details><summary>{len(group)} points{html.escape(on)}</summary><div class='wide'>",
-                          _table(group[cols], row_ids=[_point_anchor(run, p) for p in group["point_id"]]
+                          _table(group[cols], row_ids=[point_anchor(run, p) for p in group["point_id"]]
                                  if "point_id" in group else None), "</div></details>"]
             parts.append(_residuals_html(run, exp, pts))
         if meta.get("config"):
@@ -265,9 +265,10 @@ def compare_points(runs: list[Path], metrics: list[str] | None = None) -> pd.Dat
         metrics: point columns to compare (default :data:`DELTA_METRICS`).
 
     Returns:
-        One row per ``point_id``: ``present_in``, ``<metric>@<run_id>`` per run and
-        ``<metric> change@<run_id>`` (fraction, that run vs the first) for each later run.
-        Empty when fewer than two runs have points.
+        One row per ``point_id``: ``present_in`` (the :func:`run_labels` letters of ``runs``, so a run without
+        points keeps its letter), ``<metric>@<run_id>`` per run with points and ``<metric> change@<run_id>``
+        (fraction, that run vs the first run with points) for each later one. Empty when fewer than two runs
+        have points.
     """
     metrics = metrics or DELTA_METRICS
     frames, names = [], []
@@ -282,7 +283,7 @@ def compare_points(runs: list[Path], metrics: list[str] | None = None) -> pd.Dat
     if len(frames) < 2:
         return pd.DataFrame()
     table = pd.concat(frames, axis=1, join="outer")
-    labels = run_labels([Path(n) for n in names])
+    labels = run_labels(runs)
     present = [table[[f"{m}@{n}" for m in metrics]].notna().any(axis=1) for n in names]
     table.insert(0, "present_in", [", ".join(labels[n].split(" ")[0] for n, p in zip(names, row) if p)
                                    for row in zip(*present)])
@@ -298,6 +299,8 @@ def _delta_table_html(table: pd.DataFrame, runs: list[Path]) -> str:
     if table.empty:
         return "<p class='meta'>(fewer than two runs with points)</p>"
     labels = run_labels(runs)
+    # the changes are against the first run with points (one with columns here), which is not always run A
+    base = next(labels[r.name] for r in runs if any(c.endswith(f"@{r.name}") for c in table.columns)).split(" ")[0]
     view = table.copy()
     for col in list(view.columns):
         if " change@" in col:
@@ -307,7 +310,7 @@ def _delta_table_html(table: pd.DataFrame, runs: list[Path]) -> str:
         for rid, lab in labels.items():
             letter = lab.split(" ")[0]
             if col.endswith(f" change@{rid}"):
-                rename[col] = f"{col.split(' change@')[0]} Δ {letter} vs A"
+                rename[col] = f"{col.split(' change@')[0]} Δ {letter} vs {base}"
             elif col.endswith(f"@{rid}"):
                 rename[col] = f"{col.split('@')[0]} [{letter}]"
     return f"<div class='wide'>{_table(view.rename(columns=rename), failed_col=None)}</div>"
@@ -400,7 +403,7 @@ def _export_many(runs: list[Path], out: Path, metrics: list[str] | None = None) 
     req = [d for d in req if not d.empty]
     paths = {"requests_csv": out.with_name(out.stem + ".requests.csv"),
              "points_json": out.with_name(out.stem + ".points.json")}
-    _write_csv(paths["requests_csv"], pd.concat(req, ignore_index=True) if req else pd.DataFrame())
+    write_csv(paths["requests_csv"], pd.concat(req, ignore_index=True) if req else pd.DataFrame())
     runs_json = []
     for r in runs:
         m = results.read_manifest(r)
@@ -408,7 +411,7 @@ def _export_many(runs: list[Path], out: Path, metrics: list[str] | None = None) 
         runs_json.append({"run_id": r.name, "environment": m.get("environment"), "experiments": m.get("experiments"),
                           "points": json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []})
     deltas = compare_points(runs, metrics)
-    _write_text(paths["points_json"], json.dumps(
+    write_text(paths["points_json"], json.dumps(
         {"runs": runs_json, "deltas": json.loads(deltas.to_json(orient="records")) if not deltas.empty else []},
         indent=2, default=str))
     return paths
@@ -481,7 +484,7 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
             f"<p class='meta'>built {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}. "
             "Latencies in seconds; throughput in tokens/s; goodput in requests/s meeting the SLO.</p>"]
     if len(runs) == 1:
-        body.append(_summary_html(runs[0]))
+        body.append(summary_html(runs[0]))
         body.append(_downloads(exports[runs[0]], out.parent))
         if share_note:
             body.append(f"<p class='meta'>{html.escape(share_note)}</p>")
@@ -496,9 +499,10 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
         body.append(_downloads(_export_many(runs, out, formats.comparable_metrics(left_out)), out.parent,
                                "all runs: "))
         body += [formats.table_html(check), formats.cross_tool_html(formats.cross_tool(runs)),
-                 "<h2>Headline deltas (vs run A)</h2>",
+                 "<h2>Headline deltas (vs the first run with points)</h2>",
                  "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput, "
-                 "those the comparability check above keeps; Δ is the relative change vs run A. Points missing "
+                 "those the comparability check above keeps; Δ is the relative change vs the first run with "
+                 "points (A unless A has none). Runs without points take no part. Points missing "
                  "from a run are blank there.</p>",
                  _delta_table_html(compare_points(runs, formats.comparable_metrics(left_out)), runs),
                  "<h2>Environments</h2>", _env_table_html(environments(runs)),
@@ -514,7 +518,7 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
             f"</head><body>{''.join(body)}</body></html>")
-    _write_text(out, page)
+    write_text(out, page)
     return out
 
 
@@ -554,7 +558,7 @@ class CompareConfig:
             ParameterError: fewer than two runs found.
         """
         if self.runs:
-            found = results._expand(self.runs)
+            found = results.expand_runs(self.runs)
         else:
             found = sorted(p.parent for p in results.results_root().glob("*/points.parquet"))[-2:]
         if len(found) < 2:

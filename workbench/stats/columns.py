@@ -20,6 +20,9 @@ from typing import Iterable
 STATS = ("p50", "p90", "p99", "mean", "rate", "min", "max", "sd", "median")
 #: suffixes of an interval's bounds around any registered column or aggregate
 BOUNDS = ("_ci_low", "_ci_high", "_low", "_high")
+#: suffixes of a design's decision around a registered ratio column (workbench.run.design.DesignResult.point_columns):
+#: its interval's level, how it was computed, the verdict and its direction
+DECISION = ("_level", "_method", "_verdict", "_direction")
 STRICT_ENV = "WORKBENCH_STRICT_COLUMNS"
 #: the request classes of a mixed workload: ``<column>_<class>`` is that column over one class (``ttft_s_p90_interactive``)
 REQUEST_CLASSES = ("interactive", "background")
@@ -105,8 +108,8 @@ def qualifiers() -> tuple[str, ...]:
 
 
 def is_registered(name: str) -> bool:
-    """Whether ``name`` is a registered column, an aggregate of one, an interval bound of either, or any of those
-    qualified by an SLO preset or a request class (:func:`qualifiers`)."""
+    """Whether ``name`` is a registered column, an aggregate of one, an interval bound of either, a design's decision
+    column of one (:data:`DECISION`), or any of those qualified by an SLO preset or a request class (:func:`qualifiers`)."""
     for q in qualifiers():
         if name.endswith("_" + q) and len(name) > len(q) + 1 and _registered(name[: -len(q) - 1]):
             return True
@@ -116,7 +119,7 @@ def is_registered(name: str) -> bool:
 def _registered(name: str) -> bool:
     if name in COLUMNS or base_column(name)[0] in COLUMNS:
         return True
-    for suffix in BOUNDS:
+    for suffix in BOUNDS + DECISION:
         if name.endswith(suffix):
             stem = name[: -len(suffix)]
             if stem in COLUMNS or base_column(stem)[0] in COLUMNS:

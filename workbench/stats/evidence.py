@@ -10,7 +10,7 @@ The rules, each a plain function every experiment calls:
   beyond the parameters: with ``n == p`` the fit is exact, with ``n == p + 1`` one residual decides R^2).
 - :func:`t_interval`: a Student-t interval of a mean over independent units (repeat medians, prompts).
   Exact under normality at any ``n >= 2`` and close to nominal for repeat medians, which are near-normal
-  even when single latencies are skewed (central limit for order statistics; tests/test_evidence.py
+  even when single latencies are skewed (central limit for order statistics; tests/stats/test_evidence.py
   simulates it). It replaces the percentile bootstrap over repeats, which with two repeats is the range of
   two medians and covers the true value about half the time.
 - :func:`ratio_interval`: a speed-up ``a / b`` from two independent samples: Welch's t on the log values
@@ -380,36 +380,69 @@ def describe_ratio(iv: Interval, name: str) -> str:
 # ----------------------------------------------------------------------------- findings
 
 
+VERDICTS = ("direction", "equivalent", "undecided")   # docs/design.md section 11; "" : a measurement, not a decision
+
+
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """An experiment's headline: the sentence, the evidence behind it, whether the evidence carries it.
+    """An experiment's headline: the sentence, the evidence behind it, and the decision it carries.
 
     Attributes:
         text: the sentence the report leads with.
         evidence: samples or requests, intervals and their method, fit quality and dof.
-        supported: False when the text says "not supported" / "no difference beyond noise" for its main claim;
-            forced False when its headline (first claim) says so (:func:`headline_supported`).
+        supported: whether the evidence carries the text. With a ``verdict`` it is derived: True exactly for
+            ``direction`` and ``equivalent``; and forced False when the headline (first claim) says "not supported"
+            (:func:`headline_supported`).
         point_ids: the points it rests on (the report links them to the point table).
+        verdict: the primary comparison's verdict (docs/design.md section 11): ``direction``, ``equivalent`` or
+            ``undecided``; ``""`` for a finding that decides nothing (a measurement, or an old manifest's).
+        margin: the equivalence margin (a ratio, e.g. 1.05), None without a comparison.
+        rounds: rounds the comparison used; seconds: the measuring's clock time.
+        rounds_needed, seconds_needed: for an undecided verdict, the rounds (and seconds more) that would decide it
+            at the observed spread (None: no estimate).
     """
 
     text: str
     evidence: str = ""
     supported: bool = True
     point_ids: tuple[str, ...] = ()
+    verdict: str = ""
+    margin: float | None = None
+    rounds: int = 0
+    seconds: float | None = None
+    rounds_needed: int | None = None
+    seconds_needed: float | None = None
 
     def __post_init__(self):
+        if self.verdict and self.verdict not in VERDICTS:
+            raise ValueError(f"verdict: one of {', '.join(VERDICTS)} or '' (got {self.verdict!r})")
+        if self.verdict:
+            object.__setattr__(self, "supported", self.verdict in ("direction", "equivalent"))
         # the mark agrees with the headline: a first claim that says "not supported" or "no difference beyond
         # noise" is never marked supported, whatever a later part of the text carries (issue 32)
         if self.supported and not headline_supported(self.text):
             object.__setattr__(self, "supported", False)
 
+    @property
+    def decided(self) -> bool:
+        """True for a ``direction`` or ``equivalent`` verdict."""
+        return self.verdict in ("direction", "equivalent")
+
     def __str__(self) -> str:
         return f"{self.text} Evidence: {self.evidence}" if self.evidence else self.text
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (what ``manifest.json`` stores)."""
-        return {"text": self.text, "evidence": self.evidence, "supported": bool(self.supported),
-                "point_ids": list(self.point_ids)}
+        """JSON-ready dict (what ``manifest.json`` stores; NaN figures as None)."""
+        num = (lambda v: float(v) if v is not None and isinstance(v, (int, float)) and math.isfinite(v) else None)
+        out = {"text": self.text, "evidence": self.evidence, "supported": bool(self.supported),
+               "point_ids": list(self.point_ids)}
+        if self.verdict:
+            out.update(verdict=self.verdict, margin=num(self.margin), rounds=int(self.rounds),
+                       seconds=num(self.seconds))
+            if self.verdict == "undecided":
+                out.update(rounds_needed=int(self.rounds_needed) if self.rounds_needed is not None else None,
+                           seconds_needed=num(self.seconds_needed))
+        return out
 
     @classmethod
     def from_value(cls, value) -> "Finding":
@@ -418,9 +451,37 @@ class Finding:
         if isinstance(value, Finding):
             return value
         if isinstance(value, dict):
+            fl = (lambda v: float(v) if v is not None else None)
+            need = value.get("rounds_needed")
             return cls(str(value.get("text", "")), str(value.get("evidence", "") or ""),
-                       bool(value.get("supported", True)), tuple(str(p) for p in value.get("point_ids", ()) or ()))
+                       bool(value.get("supported", True)), tuple(str(p) for p in value.get("point_ids", ()) or ()),
+                       str(value.get("verdict") or ""), fl(value.get("margin")), int(value.get("rounds") or 0),
+                       fl(value.get("seconds")), int(need) if need is not None else None,
+                       fl(value.get("seconds_needed")))
         return cls(str(value))
+
+
+def verdict_counts(findings) -> dict:
+    """``{"decided", "direction", "equivalent", "undecided", "measurements"}`` over findings (dicts of
+    :meth:`Finding.to_dict` or :class:`Finding` s): what the report's summary and ``metrics.json`` count."""
+    out = {"decided": 0, "direction": 0, "equivalent": 0, "undecided": 0, "measurements": 0}
+    for v in findings:
+        f = Finding.from_value(v)
+        if f.verdict:
+            out[f.verdict] += 1
+            out["decided"] += f.decided
+        else:
+            out["measurements"] += 1
+    return out
+
+
+def verdict_summary(counts: dict) -> str:
+    """``"9 decided: 6 directions, 3 equivalent; 3 undecided"`` (and the measurements, when any)."""
+    d = counts.get("direction", 0)
+    text = (f"{counts.get('decided', 0)} decided: {d} direction{'s' if d != 1 else ''}, "
+            f"{counts.get('equivalent', 0)} equivalent; {counts.get('undecided', 0)} undecided")
+    m = counts.get("measurements", 0)
+    return text + (f" ({m} measurement{'s' if m != 1 else ''} without a comparison)" if m else "")
 
 
 NOT_SUPPORTED_PHRASES = ("not supported", "no difference beyond noise")
@@ -443,15 +504,16 @@ def headline_supported(text: str) -> bool:
 
 
 def join(findings: Sequence[Finding], sep: str = " ") -> Finding:
-    """One finding from several (e.g. a main claim and a secondary one): texts and evidence joined; supported
-    only when its headline is: the first part is supported (the later parts ride along, marked in their own
-    words), and its first claim does not say otherwise (:class:`Finding` checks that)."""
+    """One finding from several (e.g. a main claim and a secondary one): texts and evidence joined; the first
+    part's decision (verdict, margin, rounds, ...) is the finding's (the later parts ride along, marked in their own
+    words), and its first claim must not say otherwise (:class:`Finding` checks that)."""
     findings = [f for f in findings if f is not None]
     if not findings:
         return Finding("Nothing measured.", "", False)
-    return Finding(sep.join(f.text for f in findings), "; ".join(f.evidence for f in findings if f.evidence),
-                   bool(findings[0].supported),
-                   tuple(dict.fromkeys(p for f in findings for p in f.point_ids)))
+    first = findings[0]
+    return dataclasses.replace(first, text=sep.join(f.text for f in findings),
+                               evidence="; ".join(f.evidence for f in findings if f.evidence),
+                               point_ids=tuple(dict.fromkeys(p for f in findings for p in f.point_ids)))
 
 
 # ----------------------------------------------------------------------------- multiplicity

@@ -39,7 +39,7 @@ def request_timing(stamps: Sequence[float], t_submit: float, decode_steps: int |
             request, in order, EOS included; after device synchronisation on accelerators.
         t_submit: when the request was handed to the workbench (before templating and tokenisation).
         decode_steps: decode steps between the first and the last stamp, when a stamp is not one token id
-            (an HTTP client's text chunks; :func:`workbench.serving.client.stream_chat` counts them from
+            (an HTTP client's text chunks; :func:`workbench.load.client.stream_chat` counts them from
             ``usage`` and the tokenizer). Default ``len(stamps) - 1``. Only ``tpot_s`` and ``decode_tps``
             use it; ``itl_s`` stays the gaps between stamps.
 
@@ -141,7 +141,7 @@ def repeat_ci(requests: pd.DataFrame, column: str, confidence: float = 0.95) -> 
     Repeats are the independent units (rows of one repeat share the machine's state and, in a batch, one
     stamp per step), so each repeat contributes one value, its median, and the interval is
     :func:`workbench.stats.evidence.t_interval` over them. Its coverage holds at two repeats and up
-    (tests/test_evidence.py simulates it); the percentile bootstrap over repeats it replaces was, with two
+    (tests/stats/test_evidence.py simulates it); the percentile bootstrap over repeats it replaces was, with two
     repeats, the range of two medians (about 50% coverage). A latency is positive and its noise multiplicative (a
     slower moment scales it), so the interval is taken over the medians' logs and brought back (a geometric-mean
     interval, as the workbench's ratios are): over two medians 20 ms and 120 ms the arithmetic t interval ran to

@@ -3,7 +3,7 @@
 Under a queue one request's delay carries into every later request of the same run, so the requests of one run
 are not independent samples: pairing them across two runs (one per arm) and taking a t interval over the request
 pairs claims a direction far more often than its nominal 5% when the arms are identical
-(``benchmarks/aa_queue.py``; ``tests/test_replicates.py``). The unit here is a whole run: each arm is run once per
+(``benchmarks/aa_queue.py``; ``tests/stats/test_replicates.py``). The unit here is a whole run: each arm is run once per
 replicate (an arrival seed, a fresh engine each), one statistic is taken per run (the interactive class's TTFT
 p90, a point's goodput), and the two arms are paired by replicate.
 

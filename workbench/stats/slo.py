@@ -5,7 +5,7 @@ states them (MLPerf states p99 limits; the others are per-request targets). Per 
 (:func:`evaluate`): ``slo_attainment`` (requests meeting every limit over the requests *planned* for the
 window: failed, unsent and incomplete ones count as misses) with its Wilson 95% interval
 (``slo_attainment_low`` / ``_high``, :func:`attainment`), ``goodput_rps`` (meeting requests completed inside
-the measured window per second of it, :func:`workbench.serving.load.apply_window`) and ``percentiles_ok`` (TTFT
+the measured window per second of it, :func:`workbench.load.load.apply_window`) and ``percentiles_ok`` (TTFT
 and TPOT at the preset's own percentile within the limits; None where the point's independent samples cannot
 support that percentile, :data:`workbench.stats.metrics.MIN_SAMPLES`).
 
@@ -238,7 +238,7 @@ def evaluate(requests: pd.DataFrame, slo: SLO, window_s: float, planned: int | N
     """One point's figures under ``slo``.
 
     Args:
-        requests: the kept request rows; an ``in_window`` column (:func:`workbench.serving.load.apply_window`)
+        requests: the kept request rows; an ``in_window`` column (:func:`workbench.load.load.apply_window`)
             marks the completions counted by the measured window (all rows count without it).
         slo: the preset or custom limits.
         window_s: the measured window's length (seconds).

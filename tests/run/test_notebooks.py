@@ -1,0 +1,138 @@
+"""Notebook parameters, suites, YAML parsing and papermill's view of the parameters cells."""
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench import ParameterError
+from workbench.run import notebooks
+
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "01_batch_size.ipynb"
+
+
+def test_notebook_parameters_are_literals_and_unknown_names_rejected():
+    params = notebooks.notebook_parameters(NB)
+    assert params["batch_sizes"] == [1, 2, 4, 8] and params["run_dir"] == ""
+    with pytest.raises(ParameterError, match="^batch_size: not a parameter"):
+        notebooks.validate_parameters(NB, {"batch_size": [1]})
+    with pytest.raises(ParameterError, match="^batch_sizes:"):
+        notebooks.validate_parameters(NB, {"batch_sizes": [0]})
+    merged = notebooks.validate_parameters(NB, {"batch_sizes": [2]})
+    assert merged["batch_sizes"] == [2] and merged["max_new_tokens"] == params["max_new_tokens"]
+
+
+def test_notebooks_are_committed_clean():
+    for nb in sorted(NB.parent.glob("[0-9]*.ipynb")):
+        data = json.loads(nb.read_text())
+        assert {"kernelspec", "language_info"} <= set(data["metadata"]), nb.name
+        code = [c for c in data["cells"] if c["cell_type"] == "code"]
+        assert "parameters" in code[0]["metadata"].get("tags", []), nb.name
+        assert all(not c.get("outputs") for c in code), nb.name
+
+
+def test_suites_validate():
+    for name in ("default", "quick"):
+        suite = notebooks.load_suite(name)
+        for e in suite["notebooks"]:
+            notebooks.validate_parameters(e["notebook"], e["parameters"])
+    with pytest.raises(ParameterError, match="^suite:"):
+        notebooks.load_suite("nope")
+
+
+def test_papermill_parses_every_parameter_line():
+    """papermill drops a parameter whose comment it cannot parse (e.g. one holding '='): keep them all documented."""
+    import papermill as pm
+
+    for nb in sorted(NB.parent.glob("[0-9]*.ipynb")):
+        ours = notebooks.notebook_parameters(nb)
+        theirs = pm.inspect_notebook(str(nb))
+        assert set(theirs) == set(ours), nb.name
+        assert all(p["help"] for p in theirs.values()), nb.name
+
+
+@pytest.mark.parametrize("text,value", [("5e-2", 0.05), ("1E3", 1000.0), ("[1e-3, 2]", [0.001, 2]), ("0.25", 0.25),
+                                        ("7", 7), ("true", True), ("fast", "fast")])
+def test_yaml_reads_scientific_notation_as_floats(text, value):
+    assert notebooks.load_yaml(text) == value
+
+
+@pytest.mark.parametrize("text,message", [
+    ("notebooks:\n- parameters: {}\n", "has no 'notebook:'"),
+    ("notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n  parameters:\n", "must be a mapping"),
+    ("notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n- notebook: notebooks/01_batch_size.ipynb\n",
+     "appears twice"),
+])
+def test_malformed_suites_are_one_line_errors(tmp_path, text, message):
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    with pytest.raises(ParameterError, match="^suite: .*" + message):
+        notebooks.load_suite(str(f))
+
+
+def _tiny_notebook(path: Path, body: str) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                   "language_info": {"name": "python"}}
+    params = nbformat.v4.new_code_cell('run_dir = ""')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.mark.notebook
+def test_notebooks_of_one_run_share_a_kernel_but_no_variables(tmp_path):
+    """Inside notebooks.one_kernel: one kernel process for every notebook (imports, model, probe and drift reference
+    paid once), the user namespace empty at the start of each, a fresh kernel after a failed notebook, and no
+    kernel left running after the block."""
+    import json
+
+    import papermill as pm
+
+    from workbench.run import notebooks
+
+    record = ("import json, os, sys\n"
+              "seen = 'leak' in globals()\n"
+              "leak = 1\n"
+              "open(os.path.join(run_dir, 'pids.jsonl'), 'a').write(json.dumps({'pid': os.getpid(), 'leak': seen,"
+              " 'modules': 'workbench_probe_marker' in sys.modules}) + chr(10))\n"
+              "sys.modules['workbench_probe_marker'] = sys\n")
+    nb = _tiny_notebook(tmp_path / "a.ipynb", record)
+    boom = _tiny_notebook(tmp_path / "b.ipynb", "raise RuntimeError('boom')")
+    run = tmp_path / "run"
+    run.mkdir()
+    with notebooks.one_kernel():
+        notebooks.execute_notebook(nb, {}, run, log_output=False)
+        notebooks.execute_notebook(nb, {}, run, log_output=False)
+        with pytest.raises(pm.PapermillExecutionError):
+            notebooks.execute_notebook(boom, {}, run, log_output=False)
+        notebooks.execute_notebook(nb, {}, run, log_output=False)
+        km = notebooks._SHARED["km"]
+    rows = [json.loads(line) for line in (run / "pids.jsonl").read_text().splitlines()]
+    assert rows[0]["pid"] == rows[1]["pid"] != rows[2]["pid"]      # shared; a fresh kernel after the failure
+    assert [r["leak"] for r in rows] == [False, False, False]      # no variable crosses notebooks
+    assert [r["modules"] for r in rows] == [False, True, False]   # imported modules do (the point of sharing)
+    assert notebooks._SHARED is None and not km.has_kernel
+    notebooks.execute_notebook(nb, {}, run, log_output=False)     # outside the block: a kernel of its own
+    assert json.loads((run / "pids.jsonl").read_text().splitlines()[-1])["pid"] not in {r["pid"] for r in rows}
+
+
+@pytest.mark.parametrize("entry", ["/etc/passwd", "../../tmp/x.ipynb", "notebooks/../README.md", "/tmp/other.ipynb"])
+def test_a_suite_names_only_the_repos_notebooks(tmp_path, entry):
+    """Issue 36: a suite could name any .ipynb on disk (or any file)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"notebooks:\n- notebook: {entry}\n")
+    with pytest.raises(ParameterError, match="^suite: .*notebooks/ folder") as exc:
+        notebooks.load_suite(str(f))
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("content", [b"not json at all", b"\xff\xfe\x00", b"[1, 2]"])
+def test_a_non_json_notebook_is_one_line(tmp_path, content):
+    p = tmp_path / "x.ipynb"
+    p.write_bytes(content)
+    with pytest.raises(ParameterError) as exc:
+        notebooks.notebook_parameters(p)
+    assert str(exc.value).startswith("notebook:") and "\n" not in str(exc.value)

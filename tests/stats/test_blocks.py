@@ -1,0 +1,203 @@
+"""The block analysis of interleaved rounds (workbench/stats/blocks.py): computed by hand, pinned to the libraries
+it stands in for (scipy's Dunnett, statsmodels' OLS and TOST), and the three verdicts on synthetic data."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from workbench.errors import ParameterError
+from workbench.stats import blocks
+
+# Output throughput (tokens/s) per round of notebook 01's nine arms on a fresh-clone run (issue 49): batch 1, 8 and
+# 16 are the issue's numbers; the other arms fill the 9-arm, 2-round table the issue analysed.
+BATCH = {1: (11.9, 13.6), 2: (20.1, 22.3), 3: (24.0, 25.9), 4: (30.2, 31.8), 5: (33.0, 34.1), 6: (35.5, 36.0),
+         7: (37.0, 37.9), 8: (39.7, 36.4), 16: (50.6, 49.1)}
+
+
+def _long(table: dict) -> pd.DataFrame:
+    return pd.DataFrame([(arm, r, v) for arm, vals in table.items() for r, v in enumerate(vals)],
+                        columns=["arm", "round", "value"])
+
+
+def test_the_batch_size_table_by_hand():
+    """9 arms, 2 rounds, one residual variance over (2-1)(9-1) = 8 dof: the interval of batch 8 / batch 1 is the
+    one a hand computation of the two-way model gives, and it sits between the unadjusted and the Bonferroni one."""
+    an = blocks.analyse(_long(BATCH), 1, aa=None)
+    y = np.log(np.array([BATCH[k] for k in BATCH], dtype=float)).T          # rounds x arms
+    resid = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
+    s2 = (resid ** 2).sum() / ((2 - 1) * (9 - 1))
+    d = y[:, list(BATCH).index(8)].mean() - y[:, 0].mean()
+    se = math.sqrt(2 * s2 / 2)
+    dec = an.arms[8]
+    assert an.pooled and an.dof == 8 and an.rounds == 2
+    assert dec.estimate == pytest.approx(math.sqrt(39.7 / 11.9 * 36.4 / 13.6))      # 2.98x
+    assert dec.estimate == pytest.approx(math.exp(d))
+    c = blocks.critical_value(blocks.balanced_corr(8), 8)
+    assert dec.low == pytest.approx(math.exp(d - c * se), rel=1e-9)
+    assert dec.high == pytest.approx(math.exp(d + c * se), rel=1e-9)
+    unadjusted = stats.t.ppf(0.975, 8)
+    bonferroni = stats.t.ppf(1 - 0.05 / 16, 8)
+    assert unadjusted < c < bonferroni
+    assert dec.verdict == "direction" and dec.direction == "higher" and dec.low > 2
+    # the per-comparison paired t over the same two rounds (1 dof) could not decide it: the old analysis
+    old = blocks.verdict(*np.exp(d + np.array([-1, 1]) * stats.t.ppf(0.975, 1)
+                                 * np.std(y[:, 7] - y[:, 0], ddof=1) / math.sqrt(2)))
+    assert old[0] in ("direction", "undecided")
+
+
+def test_the_closed_form_is_statsmodels_ols():
+    import statsmodels.formula.api as smf
+
+    rng = np.random.default_rng(3)
+    y = rng.normal(0, 0.1, (5, 4)) + np.arange(4) * 0.2 + rng.normal(0, 0.3, (5, 1))
+    fit = blocks.fit_block_model(y)
+    df = pd.DataFrame([(r, a, y[r, a]) for r in range(5) for a in range(4)], columns=["r", "a", "y"])
+    ols = smf.ols("y ~ C(a) + C(r)", df).fit()
+    assert fit["dof"] == ols.df_resid
+    assert fit["sigma2"] == pytest.approx(ols.scale)
+    for j in range(1, 4):
+        assert fit["coef"][j - 1] == pytest.approx(ols.params[f"C(a)[T.{j}]"])
+        assert fit["cov"][j - 1, j - 1] == pytest.approx(ols.cov_params().loc[f"C(a)[T.{j}]", f"C(a)[T.{j}]"])
+    # an incomplete table goes through OLS itself and agrees with the formula API
+    y2 = y.copy()
+    y2[1, 2] = np.nan
+    fit2 = blocks.fit_block_model(y2)
+    ols2 = smf.ols("y ~ C(a) + C(r)", df.dropna().drop(index=6)).fit()
+    assert fit2["dof"] == ols2.df_resid
+    assert fit2["coef"][1] == pytest.approx(ols2.params["C(a)[T.2]"])
+
+
+def test_dunnett_critical_value_is_scipys():
+    rng = np.random.default_rng(1)
+    k, n = 4, 6
+    samples = [rng.normal(0, 1, n) for _ in range(k)]
+    ci = stats.dunnett(*samples[1:], control=samples[0]).confidence_interval(0.95)
+    sp = math.sqrt(np.mean([s.var(ddof=1) for s in samples]))
+    c = blocks.critical_value(blocks.balanced_corr(k - 1), k * (n - 1))
+    for i in range(k - 1):
+        d = samples[i + 1].mean() - samples[0].mean()
+        assert d - c * sp * math.sqrt(2 / n) == pytest.approx(ci.low[i], abs=2e-3)
+        assert d + c * sp * math.sqrt(2 / n) == pytest.approx(ci.high[i], abs=2e-3)
+    assert blocks.critical_value(np.eye(1), 7) == pytest.approx(stats.t.ppf(0.975, 7))
+
+
+def test_equivalence_is_two_one_sided_tests():
+    """Two arms: equivalent exactly when statsmodels' paired TOST at alpha/2 rejects both sides."""
+    from statsmodels.stats.weightstats import ttost_paired
+
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        rounds = int(rng.integers(3, 12))
+        shift = rng.normal(0, 0.03)
+        base = rng.normal(0, 0.2, rounds)
+        a, b = base + rng.normal(0, 0.02, rounds), base + shift + rng.normal(0, 0.02, rounds)
+        dec = blocks.analyse(_long({"a": np.exp(a), "b": np.exp(b)}), "a", aa=None).arms["b"]
+        p = ttost_paired(b, a, -math.log(1.05), math.log(1.05))[0]
+        if abs(p - 0.025) > 1e-6:
+            assert (dec.verdict == "equivalent") == (p < 0.025), (trial, p, dec)
+
+
+def test_three_verdicts_on_synthetic_rounds():
+    rng = np.random.default_rng(11)
+
+    def table(effect, rounds, sd=0.02):
+        drift = rng.normal(0, 0.3, rounds)
+        return _long({"base": np.exp(drift + rng.normal(0, sd, rounds)),
+                      blocks.AA: np.exp(drift + rng.normal(0, sd, rounds)),
+                      "arm": np.exp(drift + math.log(effect) + rng.normal(0, sd, rounds))})
+
+    faster = blocks.analyse(table(1.10, 6), "base").arms["arm"]
+    assert faster.verdict == "direction" and faster.direction == "higher" and faster.low > 1.0
+    same = blocks.analyse(table(1.0, 16, sd=0.01), "base").arms["arm"]
+    assert same.verdict == "equivalent" and 1 / 1.05 <= same.low and same.high <= 1.05
+    short = blocks.analyse(table(1.0, 3, sd=0.04), "base").arms["arm"]
+    assert short.verdict == "undecided"
+    assert short.rounds_needed is not None and short.rounds_needed > 3
+    assert "rounds" in short.describe("arm", seconds_per_round=20.0) and "s more" in short.describe("arm", seconds_per_round=20.0)
+    # the estimate of rounds needed is what the rounds then deliver: at that many rounds the same spread decides
+    need = short.rounds_needed
+    assert blocks.rounds_needed(0.0, 0.04 * 1.0, 3, 2, start=need) == need
+
+
+def test_the_fallback_triggers_when_one_arm_spreads_5x():
+    rng = np.random.default_rng(2)
+    rounds = 8
+    drift = rng.normal(0, 0.2, rounds)
+    arms = {"base": drift + rng.normal(0, 0.02, rounds), "b": drift + rng.normal(0, 0.02, rounds),
+            "c": drift + rng.normal(0, 0.02, rounds), "wild": drift + rng.normal(0, 0.10, rounds)}
+    an = blocks.analyse(_long({k: np.exp(v) for k, v in arms.items()}), "base", aa=None)
+    assert not an.pooled and "Bartlett" in an.method and an.spread_p < 0.05
+    assert "paired t" in an.arms["b"].method and "Bonferroni over 3" in an.arms["b"].method
+    same = blocks.analyse(_long({k: np.exp(v) for k, v in arms.items() if k != "wild"}), "base", aa=None)
+    assert same.pooled
+
+
+def test_a_zero_width_interval_decides_nothing():
+    t = _long({"a": [1.0, 2.0, 3.0], "b": [1.1, 2.2, 3.3]})              # b / a = 1.1 exactly in every round
+    dec = blocks.analyse(t, "a", aa=None).arms["b"]
+    assert dec.verdict == "undecided" and not dec.shown
+    assert blocks.verdict(1.1, 1.1) == ("undecided", "")
+
+
+def test_one_round_pairs_nothing_and_bad_input_is_one_line():
+    dec = blocks.analyse(_long({"a": [1.0], "b": [2.0]}), "a", aa=None).arms["b"]
+    assert dec.verdict == "undecided" and "one round" in dec.reason
+    with pytest.raises(ParameterError, match="margin"):
+        blocks.analyse(_long({"a": [1.0, 2.0], "b": [2.0, 3.0]}), "a", margin=0.95)
+    with pytest.raises(ParameterError, match="control"):
+        blocks.analyse(_long({"a": [1.0, 2.0]}), "z")
+
+
+def test_groups_compare_each_arm_with_its_own_control():
+    rng = np.random.default_rng(4)
+    drift = rng.normal(0, 0.3, 6)
+    t = _long({"c1": np.exp(drift), "x": np.exp(drift + 0.3 + rng.normal(0, .01, 6)),
+               "c2": np.exp(drift + 1 + rng.normal(0, .01, 6)), "z": np.exp(drift + 1 + rng.normal(0, .01, 6)),
+               blocks.AA: np.exp(drift + rng.normal(0, .01, 6))})
+    an = blocks.analyse(t, "c1", groups={"c1": ["x"], "c2": ["z"]})
+    assert an.arms["x"].control == "c1" and an.arms["z"].control == "c2"
+    assert an.arms["x"].direction == "higher" and an.arms["z"].estimate == pytest.approx(1.0, abs=0.03)
+    assert an.aa_decision.control == "c1"
+
+
+def test_a_pick_is_compared_with_its_runner_up():
+    drift = np.array([0.1, -0.2, 0.3, 0.0])
+    wobble = np.array([0.03, -0.03, 0.02, -0.02])
+    t = _long({"b1": np.exp(drift), "b8": np.exp(drift + 1.0 + wobble),
+               "b16": np.exp(drift + 1.02 - wobble)})                  # b16 / b8 = 1.02 on average
+    an = blocks.analyse(t, "b1", aa=None)
+    assert an.arms["b16"].verdict == "direction"                        # beats the baseline...
+    vs = blocks.pick_versus(an, "b16", "b8")
+    assert vs.verdict == "undecided" and "Tukey" in vs.method          # ...but not its runner-up
+    assert vs.estimate == pytest.approx(math.exp(0.02)) and vs.low < 1 < vs.high
+
+
+def test_paired_binary_is_mcnemar_with_an_exact_interval():
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    a = [1] * 10 + [0] * 2 + [1] * 8
+    b = [0] * 10 + [1] * 2 + [1] * 8
+    got = blocks.paired_binary(a, b)
+    assert got["difference"] == pytest.approx(0.4) and got["discordant"] == (10, 2)
+    assert got["p_mcnemar"] == pytest.approx(mcnemar([[8, 10], [2, 0]], exact=True).pvalue)
+    assert got["low"] < 0.4 < got["high"] and got["verdict"] == "direction" and got["direction"] == "higher"
+    # the same 12 tasks, half of them flipping each way: no direction, and 12 tasks cannot show +-10 points
+    flip = blocks.paired_binary([1, 0] * 6, [0, 1] * 6)
+    assert flip["difference"] == 0 and flip["verdict"] == "undecided"
+    with pytest.raises(ParameterError, match="pair"):
+        blocks.paired_binary([1, 0], [1])
+
+
+def test_the_paired_interval_covers():
+    rng = np.random.default_rng(0)
+    miss = 0
+    for _ in range(400):
+        x = rng.random(30) < 0.6
+        y = np.where(rng.random(30) < 0.7, x, rng.random(30) < 0.5)
+        got = blocks.paired_binary(x.astype(int), y.astype(int))
+        true = 0.6 - (0.7 * 0.6 + 0.3 * 0.5)
+        miss += not (got["low"] <= true <= got["high"])
+    assert miss / 400 <= 0.05

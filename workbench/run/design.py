@@ -1,0 +1,730 @@
+"""The design runner: arms measured in interleaved rounds with an A/A control, looked at with an error-controlling
+rule, stopped once the primary comparison is decided or the budget is spent, and analysed as the block design it is
+(docs/design.md section 11).
+
+An experiment declares its comparison (:class:`Design`: the arms, the control arm, the primary outcome and any
+secondary ones, the rounds, the margin, the budget) and gives two functions: ``prepare(arm)`` (warm-up, loading;
+once per arm and session) and ``measure(arm, round)`` (one measurement, returning :class:`Measured`). It never writes a
+round loop: :func:`run_design` owns the order (every arm once per round, shuffled from the seed; the control a second
+time as the A/A arm), the looks (:func:`workbench.stats.sequential.looks`, each at its spent alpha), the stop rule,
+the budget, the record of every round (``design/<experiment>.parquet`` and ``design/<experiment>_requests.parquet`` in
+the run folder, written after each round, so that a resume continues from the last finished round) and the one
+analysis (:func:`workbench.stats.blocks.analyse`) it hands back (:class:`DesignResult`). pyperf's
+``Runner.bench_time_func`` is the model: the runner owns the repetition, the benchmark gives only its body.
+
+:func:`workbench.run.sweeps.run_sweep` takes a design (``design=``): the points are the arms, each point's row carries
+its arm's decision (:func:`DesignResult.point_columns`), and ``workbench plan`` reads what a design would cost and what
+it could decide (:func:`plan_text`) from the spread the last run of the experiment on this machine measured
+(:func:`remember_spread` / :func:`recalled_spread`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from workbench import checks
+from workbench.errors import ParameterError
+from workbench.stats import blocks, sequential
+
+AA = blocks.AA
+ORDERS = ("interleaved", "blocks")
+DEFAULT_MIN_ROUNDS = 3
+DEFAULT_MAX_ROUNDS = 8
+DEFAULT_SIGMA = 0.05      # the log-scale spread assumed by ``workbench plan`` before any run has measured one
+DEADLINE_ENV = "WORKBENCH_SUITE_DEADLINE"   # the suite's deadline (Unix time): rounds beyond the minimum stop there
+STOPPED = ("decided", "max rounds", "budget", "one round")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a comparison judges.
+
+    Attributes:
+        name: the key of :attr:`Measured.values` (e.g. ``output_throughput_tps``, ``e2e_s``).
+        higher_is_better: the direction of "better" (throughput: True; a time: False).
+        label: the outcome in words for a finding (``"output throughput"``).
+        prefix: the point columns' prefix (``<prefix>``, ``<prefix>_low``, ...; ``time_ratio`` for times).
+    """
+
+    name: str
+    higher_is_better: bool
+    label: str = ""
+    prefix: str = "time_ratio"
+
+    @property
+    def words(self) -> tuple[str, str]:
+        """The names of a ratio above / below 1: ``("higher", "lower")``, or ``("slower", "faster")`` for a time."""
+        if self.prefix.startswith("time") or self.name.endswith("_s"):
+            return ("slower", "faster")
+        return ("higher", "lower")
+
+
+@dataclasses.dataclass
+class Design:
+    """A comparison as an experiment declares it.
+
+    Attributes:
+        experiment: the experiment's name (the run folder's ``design/<experiment>.parquet``).
+        arms: the arms' keys (point ids), in the grid's order.
+        control: the control arm (marked explicitly, never by row order).
+        primary: the outcome that sets the finding's verdict; secondary: others, reported with their own verdicts.
+        groups: ``{control: [arms]}`` where arms have controls of their own (one per family, language, batch size);
+            None: every arm against ``control``.
+        aa: measure the control a second time each round as the A/A arm.
+        min_rounds, max_rounds: the rounds measured before the first look, and the most the design may take.
+        budget_s: the most seconds the measuring may take (0: none); rounds beyond ``min_rounds`` are added only
+            while this budget (and the suite's, :data:`DEADLINE_ENV`) has room for one more.
+        margin: the equivalence margin as a ratio (> 1).
+        seed: seeds the order within each round.
+        decide: the arms whose primary comparison must be decided to stop early (None: every arm).
+        order: ``interleaved`` (shuffled within each round) or ``blocks`` (alternating forward / reverse: where a
+            switch between arms costs, A B B A counterbalances a linear drift).
+        spending: the alpha-spending function (:data:`workbench.stats.sequential.SPENDING`).
+
+    Raises:
+        ParameterError: fewer than 2 arms, an unknown control, bad rounds, margin or budget.
+    """
+
+    experiment: str
+    arms: list
+    control: object
+    primary: Outcome
+    secondary: tuple = ()
+    groups: dict | None = None
+    aa: bool = True
+    min_rounds: int = DEFAULT_MIN_ROUNDS
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+    budget_s: float = 0.0
+    margin: float = blocks.MARGIN
+    seed: int = 0
+    decide: list | None = None
+    order: str = "interleaved"
+    spending: str = "obrien-fleming"
+
+    def __post_init__(self):
+        self.arms = list(self.arms)
+        if len(self.arms) < 2:
+            raise ParameterError(f"arms: a comparison needs at least 2 arms (got {len(self.arms)})")
+        if len(set(map(str, self.arms))) != len(self.arms):
+            raise ParameterError(f"arms: duplicate arms in {self.arms!r}")
+        if self.control not in self.arms:
+            raise ParameterError(f"control: {self.control!r} is not one of the arms")
+        if AA in self.arms:
+            raise ParameterError(f"arms: {AA!r} is the A/A arm's name, not an arm")
+        check_rounds(self.min_rounds, self.max_rounds)
+        checks.check_float("budget_s", self.budget_s, lo=0)
+        check_margin(self.margin)
+        checks.check_choice("order", self.order, ORDERS)
+        if self.groups:
+            for g, members in self.groups.items():
+                if g not in self.arms or any(a not in self.arms for a in members):
+                    raise ParameterError(f"groups: {g!r}: every control and member must be an arm")
+
+    @property
+    def plan(self) -> list[int]:
+        """The rounds after which the design looks (:func:`workbench.stats.sequential.looks`)."""
+        return sequential.looks(self.min_rounds, self.max_rounds)
+
+    def measured_arms(self) -> list:
+        """The arms of one round: every arm, then the A/A arm."""
+        return [*self.arms, *([AA] if self.aa else [])]
+
+
+@dataclasses.dataclass
+class DesignFields:
+    """The config fields of an experiment measured as a design (mixed into its ``Config`` after
+    :class:`workbench.run.sweeps.SweepConfig`, whose ``repeats`` is then the minimum rounds).
+
+    Attributes:
+        max_rounds: the most rounds the design may take (>= ``repeats``); rounds beyond ``repeats`` are added only
+            while the comparison is undecided and the budget allows.
+        budget_s: the most seconds the design's measuring may take (0: no budget of its own; the suite's
+            ``budget_s`` still applies).
+        margin: the equivalence margin as a ratio (1.05: arms within +-5% are equivalent).
+    """
+
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+    budget_s: float = 0.0
+    margin: float = blocks.MARGIN
+
+    def check_design(self) -> None:
+        """One-line errors for the design fields (call from the config's ``__post_init__``)."""
+        checks.check_int("max_rounds", self.max_rounds, max(2, getattr(self, "repeats", 2)), 1000)
+        checks.check_float("budget_s", self.budget_s, lo=0)
+        check_margin(self.margin)
+
+    def design_kwargs(self) -> dict:
+        """``min_rounds``, ``max_rounds``, ``budget_s``, ``margin`` and ``seed`` for :class:`Design`."""
+        return {"min_rounds": int(getattr(self, "repeats", DEFAULT_MIN_ROUNDS)), "max_rounds": int(self.max_rounds),
+                "budget_s": float(self.budget_s), "margin": float(self.margin), "seed": int(getattr(self, "seed", 0))}
+
+
+def check_rounds(min_rounds, max_rounds) -> None:
+    """One-line errors for a design's rounds: ``min_rounds`` >= 2 (one round pairs nothing) and ``max_rounds`` >=
+    ``min_rounds`` (at most 1000)."""
+    checks.check_int("min_rounds", min_rounds, 2, 1000)
+    checks.check_int("max_rounds", max_rounds, min_rounds, 1000)
+
+
+def check_margin(margin) -> None:
+    """One-line error for an equivalence margin: a ratio in (1, 2]."""
+    checks.check_float("margin", margin, lo=1, hi=2, lo_open=True)
+
+
+@dataclasses.dataclass
+class Measured:
+    """One measurement of one arm in one round.
+
+    Attributes:
+        values: ``{outcome name: positive value}`` (seconds, tokens/s).
+        requests: the request records it produced (``repeat`` is set to the round by the runner).
+        wall_s: its timed wall time, seconds.
+        extra: anything the experiment wants back per measurement (kept in :attr:`DesignResult.extras`).
+    """
+
+    values: dict
+    requests: list = dataclasses.field(default_factory=list)
+    wall_s: float = 0.0
+    extra: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class DesignResult:
+    """What :func:`run_design` measured and decided.
+
+    Attributes:
+        design: the :class:`Design`.
+        table: one row per (round, arm) measured: ``round``, ``arm`` (str; the A/A arm as :data:`AA`), each outcome's
+            value, ``wall_s``, ``seconds`` (the measurement's own clock time).
+        requests: ``{arm: [records]}`` of the arms (the A/A arm's are kept apart, under :data:`AA`).
+        extras: ``{arm: [extra dicts]}`` in round order.
+        analysis: the primary outcome's :class:`workbench.stats.blocks.Analysis` at the last look.
+        secondary: ``{outcome name: Analysis}`` (each at the last look's alpha over the secondary outcomes).
+        rounds: rounds measured; seconds: the measuring's clock time; stopped: why it stopped (:data:`STOPPED`).
+        looks: ``[{"rounds", "alpha", "decided"}]`` the looks taken.
+        warmup_s: ``{arm: seconds}`` of :func:`run_design`'s ``prepare`` calls.
+    """
+
+    design: Design
+    table: pd.DataFrame
+    requests: dict
+    extras: dict
+    analysis: blocks.Analysis | None
+    secondary: dict
+    rounds: int
+    seconds: float
+    stopped: str
+    looks: list
+    warmup_s: dict
+
+    @property
+    def seconds_per_round(self) -> float:
+        """The mean clock time of one round (NaN before any)."""
+        return self.seconds / self.rounds if self.rounds else float("nan")
+
+    def decision(self, arm) -> blocks.Decision | None:
+        """The primary outcome's decision of ``arm`` (None for the control or an arm not compared)."""
+        return self.analysis.arms.get(arm) if self.analysis is not None else None
+
+    def point_columns(self, arm, outcome: Outcome | None = None) -> dict:
+        """The point columns of ``arm`` (docs/design.md section 10): ``design``, ``rounds``, ``margin``, the A/A
+        control's ``aa_ratio`` / ``aa_low`` / ``aa_high`` / ``aa_verdict``, the outcome's ``<prefix>`` ratio to its
+        control with ``_low`` / ``_high`` (the simultaneous interval), ``_level``, ``_method``, ``_verdict``
+        (direction / equivalent / undecided), ``_direction`` (higher / lower), ``rounds_needed`` and
+        ``seconds_needed`` (an undecided arm's estimate at the observed spread), ``design_seconds``,
+        ``seconds_per_round`` and ``design_stopped``. The control itself: ratio 1, no interval."""
+        outcome = outcome or self.design.primary
+        an = self.analysis if outcome is self.design.primary else self.secondary.get(outcome.name)
+        p, nan = outcome.prefix, float("nan")
+        aa = an.aa_decision if an is not None else None
+        out = {"design": self.design.order, "rounds": int(self.rounds), "margin": float(self.design.margin),
+               "aa_ratio": aa.estimate if aa else nan, "aa_low": aa.low if aa else nan,
+               "aa_high": aa.high if aa else nan, "aa_verdict": aa.verdict if aa else "",
+               "design_seconds": float(self.seconds), "seconds_per_round": float(self.seconds_per_round),
+               "design_stopped": self.stopped, "round_drift": self.round_drift()}
+        d = an.arms.get(arm) if an is not None else None
+        if d is None:
+            base = {p: 1.0 if an is not None and arm in (an.control, *(self.design.groups or {})) else nan,
+                    f"{p}_low": nan, f"{p}_high": nan, f"{p}_level": nan,
+                    f"{p}_method": "the control" if an is not None else "not compared", f"{p}_verdict": "",
+                    f"{p}_direction": "", "rounds_needed": nan, "seconds_needed": nan}
+            return {**out, **base}
+        need = d.rounds_needed
+        secs = (max(need - self.rounds, 0) * self.seconds_per_round if need else (0.0 if d.decided else nan))
+        return {**out, p: d.estimate, f"{p}_low": d.low, f"{p}_high": d.high, f"{p}_level": d.level,
+                f"{p}_method": d.method if d.shown else (d.reason or d.method), f"{p}_verdict": d.verdict,
+                f"{p}_direction": d.direction, "rounds_needed": float(need) if need is not None else nan,
+                "seconds_needed": float(secs)}
+
+    def round_drift(self) -> float:
+        """The control's largest change between neighbouring rounds, as a ratio - 1 (NaN with < 2 rounds)."""
+        name = self.design.primary.name
+        c = self.table[self.table["arm"] == str(self.design.control)].sort_values("round")[name].astype(float)
+        c = c[c > 0]
+        if len(c) < 2:
+            return float("nan")
+        return float(math.expm1(np.abs(np.diff(np.log(c.to_numpy()))).max()))
+
+
+def _order(design: Design, rnd: int) -> list:
+    arms = design.measured_arms()
+    if design.order == "blocks":
+        return arms if rnd % 2 == 0 else arms[::-1]
+    order = list(arms)
+    random.Random(f"{design.seed}:{rnd}").shuffle(order)
+    return order
+
+
+def _store_paths(run_dir, experiment: str) -> tuple[Path, Path]:
+    folder = Path(run_dir) / "design"
+    return folder / f"{experiment}.parquet", folder / f"{experiment}_requests.parquet"
+
+
+def _load_rounds(run_dir, design: Design) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The finished rounds a run folder holds for this design (a round with every arm), else empty tables."""
+    if run_dir is None:
+        return pd.DataFrame(), pd.DataFrame()
+    tpath, rpath = _store_paths(run_dir, design.experiment)
+    if not tpath.exists():
+        return pd.DataFrame(), pd.DataFrame()
+    table = pd.read_parquet(tpath)
+    want = set(map(str, design.measured_arms()))
+    if not want <= set(table["arm"]):
+        return pd.DataFrame(), pd.DataFrame()       # another design (a changed grid): start over
+    full = [r for r, g in table.groupby("round") if set(g["arm"]) >= want]
+    table = table[table["round"].isin(full)]
+    req = pd.read_parquet(rpath) if rpath.exists() else pd.DataFrame()
+    if not req.empty:
+        req = req[req["repeat"].isin(full)]
+    return table, req
+
+
+def _save_rounds(run_dir, design: Design, table: pd.DataFrame, req: pd.DataFrame) -> None:
+    if run_dir is None:
+        return
+    from workbench.run import results
+
+    tpath, rpath = _store_paths(run_dir, design.experiment)
+    tpath.parent.mkdir(exist_ok=True)
+    results.write_table(rpath, req)
+    results.write_table(tpath, table)
+
+
+def _save_description(run_dir, design: Design, rounds: int, seconds: float, stopped: str, looks: list) -> None:
+    """``design/<experiment>.json``: what was decided how, so an analysis can be rebuilt from the table
+    (:func:`reanalyse`)."""
+    if run_dir is None:
+        return
+    from workbench.run import results
+
+    desc = {"experiment": design.experiment, "arms": [str(a) for a in design.arms], "control": str(design.control),
+            "groups": {str(g): [str(a) for a in m] for g, m in design.groups.items()} if design.groups else None,
+            "aa": design.aa, "margin": design.margin, "min_rounds": design.min_rounds,
+            "max_rounds": design.max_rounds, "budget_s": design.budget_s, "spending": design.spending,
+            "order": design.order, "seed": design.seed,
+            "primary": dataclasses.asdict(design.primary),
+            "secondary": [dataclasses.asdict(o) for o in design.secondary],
+            "rounds": rounds, "seconds": seconds, "stopped": stopped, "looks": looks}
+    path = _store_paths(run_dir, design.experiment)[0].with_suffix(".json")
+    path.parent.mkdir(exist_ok=True)
+    results.atomic_write(path, lambda f: f.write(json.dumps(desc, indent=1)), text=True)
+
+
+def reanalyse(run_dir, experiment: str, outcome: str | None = None) -> tuple[Design, blocks.Analysis] | None:
+    """A finished design rebuilt from its run folder (``design/<experiment>.json`` and its table): the
+    :class:`Design` and the analysis of ``outcome`` (default: the primary) at the alpha of its last look, as
+    :func:`run_design` decided it (None when the run holds no design of that experiment)."""
+    tpath = _store_paths(run_dir, experiment)[0]
+    jpath = tpath.with_suffix(".json")
+    if not (tpath.exists() and jpath.exists()):
+        return None
+    desc = json.loads(jpath.read_text(encoding="utf-8"))
+    primary = Outcome(**desc["primary"])
+    secondary = tuple(Outcome(**o) for o in desc.get("secondary") or ())
+    d = Design(desc["experiment"], desc["arms"], desc["control"], primary, secondary, groups=desc.get("groups"),
+               aa=desc.get("aa", True), min_rounds=desc["min_rounds"], max_rounds=desc["max_rounds"],
+               margin=desc["margin"], spending=desc.get("spending", "obrien-fleming"), order=desc.get("order",
+                                                                                                     "interleaved"))
+    table = pd.read_parquet(tpath)
+    table = table[table["round"] < desc["rounds"]]
+    alpha = desc["looks"][-1]["alpha"] if desc.get("looks") else blocks.ALPHA
+    which = primary if outcome in (None, primary.name) else next((o for o in secondary if o.name == outcome), None)
+    if which is None:
+        raise ParameterError(f"outcome: {outcome!r} is not an outcome of the {experiment} design")
+    if which is not primary:
+        alpha /= max(len(secondary), 1)
+    return d, analyse_outcome(table, d, which, alpha)
+
+
+def decision_from_row(row, outcome: Outcome) -> blocks.Decision | None:
+    """The decision a point row carries (:meth:`DesignResult.point_columns`), None when the row has none (the
+    control, an arm not compared, a point measured without a design)."""
+    p = outcome.prefix
+    verdict = row.get(f"{p}_verdict")
+    if not isinstance(verdict, str) or verdict not in blocks.VERDICTS:
+        return None
+    num = (lambda k: checks.float_or_nan(row.get(k)))
+    need = num("rounds_needed")
+    return blocks.Decision(str(row.get("point_id", "")), "", num(p), num(f"{p}_low"), num(f"{p}_high"),
+                           num(f"{p}_level"), verdict, str(row.get(f"{p}_direction") or ""), num("margin"),
+                           int(num("rounds")) if math.isfinite(num("rounds")) else 0, float("nan"),
+                           str(row.get(f"{p}_method") or ""), float("nan"),
+                           int(need) if math.isfinite(need) else (0 if verdict != "undecided" else None),
+                           "" if math.isfinite(num(f"{p}_low")) else str(row.get(f"{p}_method") or ""))
+
+
+def evidence_text(row) -> str:
+    """A design's evidence as a point row carries it: ``"3 interleaved rounds (stopped: decided), 42 s; A/A
+    1.01x (0.96-1.06x), undecided; equivalence margin +-5%"``."""
+    num = (lambda k: checks.float_or_nan(row.get(k)))
+    rounds = int(num("rounds")) if math.isfinite(num("rounds")) else 0
+    aa = (f"A/A control {num('aa_ratio'):.2f}x ({num('aa_low'):.2f}-{num('aa_high'):.2f}x), "
+          f"{row.get('aa_verdict') or 'no verdict'}" if math.isfinite(num("aa_low")) else "no A/A interval")
+    margin = num("margin")
+    return (f"{rounds} {row.get('design') or 'interleaved'} rounds (stopped: {row.get('design_stopped') or '?'}), "
+            f"{num('design_seconds'):.0f} s; {aa}; equivalence margin +-{margin - 1:.0%}")
+
+
+def finding_fields(row, decision: blocks.Decision | None = None) -> dict:
+    """The decision fields of a :class:`workbench.stats.evidence.Finding` from a point row of a design:
+    ``verdict``, ``margin``, ``rounds``, ``seconds`` and, undecided, ``rounds_needed`` / ``seconds_needed``
+    (``decision`` overrides the row's own verdict, e.g. a pick judged against its runner-up)."""
+    num = (lambda k: checks.float_or_nan(row.get(k)))
+    verdict = decision.verdict if decision is not None else str(row.get("verdict") or "undecided")
+    need = decision.rounds_needed if decision is not None else None
+    secs = num("seconds_per_round")
+    out = {"verdict": verdict, "margin": num("margin") if math.isfinite(num("margin")) else None,
+           "rounds": int(num("rounds")) if math.isfinite(num("rounds")) else 0,
+           "seconds": num("design_seconds") if math.isfinite(num("design_seconds")) else None}
+    if verdict == "undecided":
+        out["rounds_needed"] = need
+        out["seconds_needed"] = (max(need - out["rounds"], 0) * secs if need is not None and math.isfinite(secs)
+                                 else None)
+    return out
+
+
+def _deadline(design: Design, begun: float) -> float:
+    """The Unix time after which no round beyond the minimum starts: the design's budget and the suite's."""
+    ends = [math.inf]
+    if design.budget_s:
+        ends.append(begun + design.budget_s)
+    env = os.environ.get(DEADLINE_ENV)
+    if env:
+        try:
+            ends.append(float(env))
+        except ValueError:
+            pass
+    return min(ends)
+
+
+def analyse_outcome(table: pd.DataFrame, design: Design, outcome: Outcome, alpha: float,
+                    nominal_alpha: float = blocks.ALPHA) -> blocks.Analysis | None:
+    """One outcome of a design's table analysed as its block design (:func:`workbench.stats.blocks.analyse`)."""
+    if table.empty or outcome.name not in table:
+        return None
+    long = pd.DataFrame({"arm": table["arm"], "round": table["round"], "value": table[outcome.name]})
+    keys = {str(a): a for a in design.arms}
+    long["arm"] = long["arm"].map(lambda a: keys.get(a, a))
+    groups = ({g: list(members) for g, members in design.groups.items()} if design.groups else None)
+    try:
+        return blocks.analyse(long, design.control, AA if design.aa else None, groups=groups, margin=design.margin,
+                              alpha=alpha, nominal_alpha=nominal_alpha)
+    except ParameterError:
+        return None
+
+
+def run_design(design: Design, measure: Callable[[object, int], Measured],
+               prepare: Callable[[object], float | None] | None = None, *, run_dir=None,
+               clock: Callable[[], float] = time.time, progress: bool = True) -> DesignResult:
+    """Measure a design round by round until its primary comparison is decided, its rounds run out or its budget
+    does; analyse it.
+
+    Rounds: ``min_rounds`` first; then, at each look of the plan, the primary outcome is analysed at the look's
+    spent alpha (:func:`workbench.stats.sequential.look_alpha`, O'Brien-Fleming-type by default) and the design stops
+    when every arm of ``design.decide`` (default: every arm) has a direction or is equivalent. Between looks it
+    measures whole rounds; a round beyond ``min_rounds`` starts only when the budget has room for one more round
+    at the mean round time so far. A stop between planned looks is analysed at the alpha spent up to its rounds.
+
+    Args:
+        design: the :class:`Design`.
+        measure: ``measure(arm, round) -> Measured`` (the A/A arm is measured as ``measure(design.control, round)``
+            and filed under :data:`AA`).
+        prepare: ``prepare(arm) -> warm-up seconds`` once per arm before its first measurement this session
+            (warm-up, loading); None: nothing.
+        run_dir: the run folder: every finished round is written to ``design/<experiment>.parquet`` (and its
+            requests beside it), and a run folder holding finished rounds of the same design continues from them.
+        clock: the time source (tests pass a fake one).
+        progress: print a line per round to stderr.
+
+    Returns:
+        :class:`DesignResult`.
+    """
+    from tqdm.auto import tqdm
+
+    names = [o.name for o in (design.primary, *design.secondary)]
+    table, req = _load_rounds(run_dir, design)
+    done = sorted(set(table["round"])) if not table.empty else []
+    rows = table.to_dict("records") if not table.empty else []
+    req_rows = req.to_dict("records") if not req.empty else []
+    if done:
+        print(f"{design.experiment}: continuing the design after {len(done)} finished rounds", file=sys.stderr)
+    warm = {}
+    begun = clock()
+    deadline = _deadline(design, begun)
+    plan = design.plan
+    looks: list[dict] = []
+    rnd = len(done)
+    seconds = float(table["seconds"].sum()) if not table.empty else 0.0
+    stopped = "max rounds"
+    analysis = None
+    for k in [r for r in plan if r <= rnd]:          # a resumed design replays its looks: decided stays decided
+        alpha = sequential.look_alpha(k, plan, blocks.ALPHA, design.spending)
+        analysis = analyse_outcome(table[table["round"] < k], design, design.primary, alpha)
+        decided = analysis is not None and analysis.decided(design.decide)
+        looks.append({"rounds": k, "alpha": alpha, "decided": bool(decided)})
+        if decided:
+            rows = [r for r in rows if r["round"] < k]
+            req_rows = [r for r in req_rows if r["repeat"] < k]
+            rnd, stopped = k, "decided"
+            break
+    bar = tqdm(total=design.max_rounds, initial=rnd, desc=f"{design.experiment} rounds", unit="round",
+               file=sys.stderr, mininterval=1.0, disable=not progress)
+    while rnd < design.max_rounds and stopped != "decided":
+        if rnd >= design.min_rounds:
+            per_round = seconds / rnd if rnd else 0.0
+            if clock() + per_round > deadline:
+                stopped = "budget"
+                break
+        if prepare is not None:
+            for a in design.arms:
+                if a not in warm:
+                    warm[a] = prepare(a) or 0.0
+        t0 = clock()
+        this, this_req = [], []
+        for arm in _order(design, rnd):
+            target = design.control if arm == AA else arm
+            t1 = clock()
+            got = measure(target, rnd)
+            spent = clock() - t1
+            bad = [n for n in names if not (isinstance(got.values.get(n), (int, float))
+                                            and math.isfinite(got.values[n]) and got.values[n] > 0)]
+            if bad:
+                raise ValueError(f"{design.experiment}: arm {arm} round {rnd}: no positive value of {', '.join(bad)} "
+                                 f"(got {got.values})")
+            this.append({"round": rnd, "arm": str(arm), **{n: float(got.values[n]) for n in names},
+                         "wall_s": float(got.wall_s), "seconds": spent,
+                         "extra": json.dumps(got.extra, default=str) if got.extra else ""})
+            for rec in got.requests:
+                this_req.append({**rec, "repeat": rnd, "_arm": str(arm)})
+        rows += this
+        req_rows += this_req
+        seconds += clock() - t0
+        rnd += 1
+        bar.update(1)
+        _save_rounds(run_dir, design, pd.DataFrame(rows), pd.DataFrame(req_rows))
+        if rnd in plan:
+            alpha = sequential.look_alpha(rnd, plan, blocks.ALPHA, design.spending)
+            analysis = analyse_outcome(pd.DataFrame(rows), design, design.primary, alpha)
+            decided = analysis is not None and analysis.decided(design.decide)
+            looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(decided)})
+            if decided:
+                stopped = "decided"
+                break
+    bar.close()
+    table = pd.DataFrame(rows)
+    if not looks or looks[-1]["rounds"] != rnd:       # stopped between looks (budget): analysed at what it spent
+        alpha = sequential.look_alpha(rnd, plan, blocks.ALPHA, design.spending) if rnd >= 1 else blocks.ALPHA
+        analysis = analyse_outcome(table, design, design.primary, alpha)
+        looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(analysis and analysis.decided(design.decide))})
+    if rnd < 2:
+        stopped = "one round"
+    final_alpha = looks[-1]["alpha"]
+    secondary = {o.name: analyse_outcome(table, design, o, final_alpha / max(len(design.secondary), 1))
+                 for o in design.secondary}
+    requests, extras = {}, {}
+    for rec in req_rows:
+        arm = rec.pop("_arm")
+        requests.setdefault(arm, []).append(rec)
+    for row in rows:
+        extras.setdefault(row["arm"], []).append(json.loads(row["extra"]) if row.get("extra") else {})
+    keys = {str(a): a for a in design.arms}
+    _save_description(run_dir, design, rnd, seconds, stopped, looks)
+    requests = {keys.get(k, k): v for k, v in requests.items()}
+    extras = {keys.get(k, k): v for k, v in extras.items()}
+    return DesignResult(design, table, requests, extras, analysis, secondary, rnd, seconds, stopped, looks, warm)
+
+
+# ----------------------------------------------------------------------------- what a design costs and can decide
+
+
+def _spread_file() -> Path:
+    from workbench.measure.models import cache_root
+
+    return cache_root() / "design_spread.json"
+
+
+def remember_spread(result: DesignResult, run_id: str = "") -> None:
+    """Keep what this design measured on this machine (the primary's residual SD on the log scale, the seconds per
+    round and per arm-measurement) for ``workbench plan`` (:func:`recalled_spread`); best effort, never raises."""
+    an = result.analysis
+    if an is None or not (an.sigma > 0) or not result.rounds:
+        return
+    try:
+        path = _spread_file()
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data[result.design.experiment] = {
+            "sigma": float(an.sigma), "arms": len(result.design.measured_arms()),
+            "seconds_per_round": float(result.seconds_per_round),
+            "seconds_per_measurement": float(result.seconds_per_round / len(result.design.measured_arms())),
+            "run_id": run_id, "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        from workbench.measure.models import write_cache_text
+
+        write_cache_text(path, json.dumps(data, indent=1))
+    except (OSError, ValueError):
+        pass
+
+
+def recalled_spread(experiment: str) -> dict | None:
+    """What the last design of ``experiment`` on this machine measured (:func:`remember_spread`), or None."""
+    try:
+        return json.loads(_spread_file().read_text()).get(experiment)
+    except (OSError, ValueError):
+        return None
+
+
+def smallest_effect(sigma: float, n_arms: int, rounds: int, alpha: float = blocks.ALPHA) -> float:
+    """The smallest ratio a balanced design of ``n_arms`` measured arms (the A/A one included) and ``rounds`` rounds
+    can call a direction at the observed spread: ``exp(c * sigma * sqrt(2 / rounds))`` with Dunnett's value over the
+    ``n_arms - 1`` comparisons (:func:`workbench.stats.blocks.planning_critical_value`) at ``alpha``."""
+    if not (sigma > 0) or rounds < 2 or n_arms < 2:
+        return float("nan")
+    dof = (rounds - 1) * (n_arms - 1)
+    c = blocks.planning_critical_value(n_arms - 1, dof, alpha)
+    return float(math.exp(c * sigma * math.sqrt(2 / rounds)))
+
+
+def plan_text(experiment: str, n_arms: int, min_rounds: int, max_rounds: int, aa: bool = True,
+              seconds_per_measurement: float | None = None) -> str:
+    """One line for ``workbench plan``: the smallest effect the design can decide at its last look (from the spread
+    the last run of the experiment on this machine measured, or :data:`DEFAULT_SIGMA`) and the time its rounds take;
+    a design that cannot decide an effect below 2x says so."""
+    measured = n_arms + (1 if aa else 0)
+    known = recalled_spread(experiment)
+    sigma = known["sigma"] if known else DEFAULT_SIGMA
+    source = f"the spread run {known.get('run_id') or '?'} measured here" if known else \
+        f"no run on this machine yet: an assumed spread of {DEFAULT_SIGMA:g} on the log scale"
+    plan = sequential.looks(min_rounds, max_rounds)
+    last = sequential.look_alpha(max_rounds, plan)
+    eff = smallest_effect(sigma, measured, max_rounds, last)
+    per = (known or {}).get("seconds_per_measurement") or seconds_per_measurement
+    secs = (f", {min_rounds}-{max_rounds} rounds ~{per * measured * min_rounds:.0f}-{per * measured * max_rounds:.0f} s"
+            if per else f", {min_rounds}-{max_rounds} rounds")
+    warn = "  (cannot decide an effect below 2x: add rounds or cut the spread)" if not eff < 2 else ""
+    return (f"{experiment}: {n_arms} arms{' + A/A' if aa else ''}{secs}; smallest decidable effect: {eff:.2f}x "
+            f"at {max_rounds} rounds ({source}){warn}")
+
+
+def design_rows(result: DesignResult, arm) -> list[dict]:
+    """The request records of one arm over the design's rounds (``repeat`` = round)."""
+    return list(result.requests.get(arm, []))
+
+
+# ----------------------------------------------------------------------------- a design as a sweep's points
+
+
+@dataclasses.dataclass
+class SweepDesign:
+    """A design over a sweep's points (:func:`workbench.run.sweeps.run_sweep`'s ``design``).
+
+    Attributes:
+        design: the :class:`Design`; its arms (and control, groups, decide) are the points' ids.
+        measure: ``measure(point, round) -> Measured``.
+        prepare: ``prepare(point) -> warm-up seconds`` (once per point and session), or None.
+        extra: ``extra(point_id, result) -> dict`` of the experiment's own point columns (quality means, ...), or
+            None.
+    """
+
+    design: Design
+    measure: Callable
+    prepare: Callable | None = None
+    extra: Callable | None = None
+
+
+def _suffixed(design: Design, suffix: str) -> Design:
+    if not suffix:
+        return design
+    f = (lambda a: f"{a}{suffix}")
+    return dataclasses.replace(design, arms=[f(a) for a in design.arms], control=f(design.control),
+                               groups={f(g): [f(a) for a in m] for g, m in design.groups.items()} if design.groups else None,
+                               decide=[f(a) for a in design.decide] if design.decide else None)
+
+
+def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, info=None) -> dict:
+    """Run a sweep's design and turn each arm into its point's result.
+
+    Args:
+        sweep: the :class:`SweepDesign`.
+        by_id: ``{point id (with suffix): point}``.
+        suffix: the point ids' suffix of a changed config (``--allow-changed``), "" otherwise.
+        run_dir: the run folder (rounds stored and resumed there).
+        info: the model's info (its device: the peak-memory window around each measurement).
+
+    Returns:
+        ``{point id: PointResult}``: the arm's requests over the rounds (``repeat`` = round), ``wall_s`` the sum of its
+        measurements' wall times, ``warmup_s``, ``extra`` (:meth:`DesignResult.point_columns` of every outcome, then
+        the sweep's ``extra``), ``contamination`` (others' load over the whole design) and ``device`` (the arm's
+        largest peak memory).
+    """
+    from workbench.measure import contention, device
+    from workbench.run.point_result import PointResult
+
+    design = _suffixed(sweep.design, suffix)
+    dev = getattr(info, "device", None)
+    peaks: dict = {}
+
+    def measure(arm, rnd):
+        if dev is not None:
+            device.reset_peak_memory(dev)
+        got = sweep.measure(by_id[arm], rnd)
+        if dev is not None:
+            peak, method = device.peak_memory_bytes(dev)
+            old = peaks.get(arm, (None, method))[0]
+            peaks[arm] = (peak if old is None or (peak is not None and peak > old) else old, method)
+        return got
+
+    prepare = (lambda arm: sweep.prepare(by_id[arm])) if sweep.prepare is not None else None
+    load = contention.LoadMonitor()
+    result = run_design(design, measure, prepare, run_dir=run_dir)
+    contamination = load.stop()
+    run_id = Path(run_dir).name if run_dir is not None else ""
+    remember_spread(result, run_id)
+    out = {}
+    for arm in design.arms:
+        rows = result.table[result.table["arm"] == str(arm)]
+        cols = result.point_columns(arm)
+        for o in design.secondary:           # a secondary outcome adds its own ratio columns only
+            cols.update({k: v for k, v in result.point_columns(arm, o).items() if k.startswith(o.prefix)})
+        if sweep.extra is not None:
+            cols.update(sweep.extra(arm, result))
+        peak = peaks.get(arm)
+        out[arm] = PointResult(requests=result.requests.get(arm, []), wall_s=float(rows["wall_s"].sum()),
+                               warmup_s=result.warmup_s.get(arm), extra=cols, contamination=dict(contamination),
+                               device={"peak_memory_bytes": peak[0], "peak_memory_method": peak[1]} if peak else {})
+    out["__result__"] = result
+    return out
+
+
+__all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin", "check_rounds",
+           "decision_from_row", "evidence_text", "finding_fields", "measure_sweep_design", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design", "smallest_effect",
+           "SweepDesign"]
