@@ -316,7 +316,9 @@ def test_cross_tool_ratio_of_medians_with_an_interval_and_the_comparability_verd
     assert ttft["ratio"] == pytest.approx(np.median(b) / np.median(a_ttfts))
     assert ttft["low"] < ttft["ratio"] < ttft["high"] and ttft["low"] > 1.0 and ttft["verdict"] == "higher"
     assert ttft["gm_low"] < 1.5 < ttft["gm_high"] and "Welch" in ttft["gm_method"]
-    assert ttft["comparability"].startswith("caution:") and "token counts" in ttft["comparability"]
+    assert ttft["comparability"].startswith("caution:") and "TTFT counted from" in ttft["comparability"]
+    e2e = next(r for r in rows if r["metric"] == "e2e_s")
+    assert "token counts" in e2e["comparability"] and "token counts" not in ttft["comparability"]
     same = formats.cross_tool([run, make_run([fake_point(ttfts=a_ttfts, batch_size=1)])])
     s = next(r for r in same if r["metric"] == "ttft_s")
     assert s["low"] <= 1.0 <= s["high"] and s["verdict"] == "no difference beyond noise"

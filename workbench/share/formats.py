@@ -520,6 +520,9 @@ def comparable_metrics(left_out: dict) -> list[str]:
 CROSS_METRICS = ("ttft_s", "e2e_s")
 #: Fewest completed requests per side for an interval (a bootstrap below this is no interval at all).
 CROSS_MIN_N = 5
+#: The comparability aspects (:func:`comparability`'s titles) that move each cross-tool metric.
+CROSS_ASPECTS = {"ttft_s": ("arrival pattern", "warm-up", "TTFT counted from"),
+                 "e2e_s": ("arrival pattern", "warm-up", "TTFT counted from", "ignore_eos", "token counts")}
 
 
 def _request_values(run: Path, pid: str, metric: str) -> "np.ndarray":
@@ -540,6 +543,8 @@ def _pairs(a: Path, b: Path) -> list[tuple[str, str]]:
     each; else the one point of each side with the same concurrency (a closed-loop synchronous point counts
     as concurrency 1)."""
     pa_, pb_ = results.read_points(a), results.read_points(b)
+    if "point_id" not in pa_ or "point_id" not in pb_:
+        return []
     ida, idb = list(pa_["point_id"].astype(str)), list(pb_["point_id"].astype(str))
     common = [p for p in ida if p in idb]
     if common:
@@ -547,22 +552,25 @@ def _pairs(a: Path, b: Path) -> list[tuple[str, str]]:
     if len(ida) == 1 and len(idb) == 1:
         return [(ida[0], idb[0])]
 
-    def conc(pts):
-        c = pd.to_numeric(pts.get("concurrency", pd.Series(index=pts.index, dtype=float)), errors="coerce")
-        if "profile" in pts:
-            c = c.where(~pts["profile"].astype(str).eq("synchronous"), 1.0)
-        if "status" in pts:
-            c = c.where(pts["status"].astype(str).eq("ok"))
-        return dict(zip(pts["point_id"].astype(str), c))
-
-    ca, cb = conc(pa_), conc(pb_)
+    ca, cb = _concurrency(pa_), _concurrency(pb_)
     out = []
-    for value in {v for v in ca.values() if v == v} & {v for v in cb.values() if v == v}:
+    for value in {v for v in ca.values() if v is not None} & {v for v in cb.values() if v is not None}:
         xa = [p for p, v in ca.items() if v == value]
         xb = [p for p, v in cb.items() if v == value]
         if len(xa) == 1 and len(xb) == 1:
             out.append((xa[0], xb[0]))
     return out
+
+
+def _concurrency(pts: pd.DataFrame) -> dict:
+    """``{point_id: requests in flight}`` of a run's finished closed-loop points (a synchronous point: 1), None
+    where unknown."""
+    c = pd.to_numeric(pts.get("concurrency", pd.Series(index=pts.index, dtype=float)), errors="coerce")
+    if "profile" in pts:
+        c = c.where(~pts["profile"].astype(str).eq("synchronous"), 1.0)
+    if "status" in pts:
+        c = c.where(pts["status"].astype(str).eq("ok"))
+    return {k: (float(v) if v == v else None) for k, v in zip(pts["point_id"].astype(str), c)}
 
 
 def _median_ratio_interval(a, b, confidence: float, seed: int):
@@ -605,18 +613,25 @@ def cross_tool(runs: list[Path], confidence: float = 0.95, seed: int = 0) -> lis
 
     from workbench.stats import evidence
 
-    if len(runs) < 2:
+    with_points = [r for r in runs if "point_id" in results.read_points(r)]   # runs without points take no part
+    if len(with_points) < 2:
         return []
     out = []
-    base = runs[0]
-    for other in runs[1:]:
+    base = with_points[0]
+    for other in with_points[1:]:
         lines, _ = comparability([base, other])
         differ = [ln.split(":")[0].strip() for ln in lines[1:9] if ": DIFFERENT" in ln or ": UNKNOWN" in ln]
-        verdict_cmp = "comparable (every aspect the same)" if not differ else "caution: " + ", ".join(differ) + \
-            " differ or are not recorded"
         pts_a, pts_b = results.read_points(base), results.read_points(other)
+        conc_a, conc_b = _concurrency(pts_a), _concurrency(pts_b)
         for pa_id, pb_id in _pairs(base, other):
+            same_load = conc_a.get(pa_id) is not None and conc_a.get(pa_id) == conc_b.get(pb_id)
             for metric in CROSS_METRICS:
+                # the aspects that move this metric; the arrival pattern matches when both points held the same
+                # number of requests in flight (a synchronous point is concurrency 1)
+                relevant = [d for d in differ if d in CROSS_ASPECTS[metric]
+                            and not (d == "arrival pattern" and same_load)]
+                verdict_cmp = ("comparable (" + ", ".join(CROSS_ASPECTS[metric]) + " the same)" if not relevant else
+                               "caution: " + ", ".join(relevant) + " differ or are not recorded")
                 a, b = _request_values(base, pa_id, metric), _request_values(other, pb_id, metric)
                 row = {"run_a": base.name, "run_b": other.name, "point_a": pa_id, "point_b": pb_id, "metric": metric,
                        "n_a": int(a.size), "n_b": int(b.size), "comparability": verdict_cmp}
