@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parent   # the workbench package's own folder (its sources: a run's code identity)
+REPO = PACKAGE.parent
 
 
 def data_dir() -> Path:

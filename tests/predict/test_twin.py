@@ -299,7 +299,7 @@ def test_simulate_command_writes_simulated_rows(cli, tmp_path, capsys):
     back = twin_cost.load(out)
     assert all(getattr(back, k) == getattr(COST, k) for k in twin_cost.PREFILL_TERMS + twin_cost.STEP_TERMS)
     code, _, err = cli("simulate", "--calibration", str(cal), "--replicas", "0")
-    assert code == 2 and err.strip() == "error: replicas: must be an integer >= 1 (got 0)"
+    assert code == 2 and err.strip() == "error: replicas: must be an integer in [1, 4096] (got 0)"
     code, _, err = cli("simulate", "--calibration", str(cal), "--trace", str(tmp_path / "none.jsonl"))
     assert code == 2 and "trace" in err and len(err.strip().splitlines()) == 1
     trace = tmp_path / "t.jsonl"

@@ -58,8 +58,8 @@ from workbench.serving.protocol import SERVED_MODEL
 def ssl_context():
     """The one TLS context every client of this process uses (``httpx.create_ssl_context()``: certifi's CA bundle).
 
-    ``httpx`` otherwise builds a context for each client it opens, loading the CA bundle each time: ~35 ms of CPU on
-    the 2-core build VM, which a per-request client then spent inside the request's clock.
+    ``httpx`` otherwise builds a context for each client it opens, loading the CA bundle each time: CPU time a
+    per-request client then spent inside the request's clock (results/LOG.md, 2026-12-06: the figure).
     """
     import httpx
 

@@ -245,7 +245,7 @@ def facts(info=None, seed: int | None = None, probe: bool = True, prior: dict | 
         info: :class:`workbench.measure.models.ModelInfo` of the loaded model, or None (then no model, device or
             probe figures).
         seed: the run's base seed.
-        probe: run :func:`probe_device` (2-3 s, cached per process) when ``prior`` has no figures.
+        probe: run :func:`probe_device` (seconds, cached per process) when ``prior`` has no figures.
         prior: probe figures (:data:`PROBE_KEYS`) already measured on this device and dtype (e.g. by the
             run's current session, :func:`workbench.run.results.environment`); used instead of a new probe.
 
@@ -320,7 +320,7 @@ def supported_attention(device: str) -> tuple[str, ...]:
     on CUDA also ``flex_attention`` and ``flash_attention_2``/``_3`` when the ``flash_attn`` package is
     installed (FlashAttention kernels are CUDA-only)."""
     out = ["eager", "sdpa"]
-    if device == "cuda":  # transformers' registry only here: the command line validates without importing it (~2 s)
+    if device == "cuda":  # transformers' registry only here: the command line validates without importing it
         import importlib.util
 
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS

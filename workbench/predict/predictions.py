@@ -147,7 +147,7 @@ def design_lines(entries: list[dict], plan: pd.DataFrame | None = None) -> list[
 
 def calibrated_predictor(loaded) -> Predictor:
     """The :class:`Predictor` for ``loaded``'s model on this machine: the cached calibration, else a fresh
-    :func:`calibrate` (~20 s once per machine, model, dtype and thread count; cached). Experiments call it
+    :func:`calibrate` (once per machine, model, dtype and thread count; cached). Experiments call it
     before their sweep, so every point's prediction exists before the point is measured."""
     info = loaded.info
     cached = roofline_calibration.checked_cached(info.path, info.device.split(":")[0], info.dtype,

@@ -55,10 +55,9 @@ def calibration_points(points: pd.DataFrame) -> list[str]:
     HTTP point at concurrency 1 alone when it was measured with a speed probe (its rows are brought to the
     calibration's speed: :func:`workbench.predict.twin_cost.with_serving`); else that point and the streaming
     reader's ``reader`` points (its streams read straight from the server) when the run has them, pooled over
-    several moments of the run (the served terms are a few ms, the difference of two measurements on a machine whose
-    speed swings 25% within minutes: one unprobed point measured in a slow stretch put 20 ms a step into them; on
-    the 2026-12-05 night run B the unprobed reader streams, at other moments, pulled the first-token term from 15 ms
-    to 2 ms and the twin from 9% to 11% off e2e). Both are outside the serving experiments, so every serving and
+    several moments of the run (the served terms are small, the difference of two measurements on a machine whose
+    speed swings within minutes: one unprobed point measured in a slow stretch moved them; results/LOG.md,
+    2026-12-05). Both are outside the serving experiments, so every serving and
     scheduling point stays out of sample; else the serving sweeps' ``synchronous`` points on a built-in engine; []
     when none is there (a point invalid for contention measured the machine: it calibrates nothing).
 
@@ -244,9 +243,11 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     """
     from workbench.run import results
 
-    run = Path(run_dir)
+    # written through the same checks as every other writer into a run (inside the results root, not the root, its
+    # lock not held by another process), before anything is simulated
+    run = results.writable_run(run_dir) if write else Path(run_dir)
     if not (run / "points.parquet").is_file():
-        raise ParameterError(f"run: {str(run)!r} has no points.parquet")
+        raise ParameterError(f"run: {str(run_dir)!r} has no points.parquet")
     points = results.read_points(run)
     points = points[points.get("experiment", pd.Series(dtype=str)).isin(SERVING_EXPERIMENTS)]
     if "status" in points:

@@ -36,6 +36,7 @@ def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
 
 def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bool, failed: list[str]) -> None:
     """Execute the ``i``-th notebook entry into the run, recording its status; a failure is appended to ``failed``."""
+    from workbench.checks import mask_secrets
     from workbench.run import notebooks, results
 
     name = Path(e["notebook"]).stem
@@ -50,7 +51,8 @@ def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bo
     past = list(prev.get("history") or []) + ([{k: prev[k] for k in ("status", "wall_s") if k in prev}]
                                               if "wall_s" in prev else [])
     kept = {"history": past} if past else {}
-    results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": e["parameters"], **kept}})
+    shown = mask_secrets(e["parameters"])   # what a run folder holds of them: secrets masked (none pass validation)
+    results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": shown, **kept}})
     before = len(results.read_manifest(run_dir).get("points", {}))
     try:
         notebooks.execute_notebook(e["notebook"], params, run_dir)
@@ -68,7 +70,7 @@ def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bo
         failed.append(name)
     wall = time.perf_counter() - t0
     results.update_manifest(run_dir, notebooks={name: {"status": status, "wall_s": round(wall, 1),
-                                                        "parameters": e["parameters"], **kept}})
+                                                        "parameters": shown, **kept}})
     print(f"== {name}: {status} ({wall:.0f} s)", flush=True)
 
 

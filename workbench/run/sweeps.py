@@ -199,7 +199,7 @@ def run_sweep(
     if info is not None:
         env = results.environment(info, seed=getattr(config, "seed", None), probe=run)
         results.update_manifest(run, environment=env)
-    this = {"config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
+    this = {"config": checks.mask_secrets(dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config),
             "model": info.to_dict() if info is not None else None, "points": ids, **drift.history(recorded)}
     if suffix:  # the manifest keeps both configs: the run's first, and each changed one with its points
         changed = [c for c in recorded.get("changed_configs") or [] if c.get("suffix") != suffix]

@@ -344,10 +344,11 @@ class BaseEngine:
         req.finish()
         return True
 
-    def submit_group(self, reqs: list) -> list:
+    def submit_group(self, reqs: list, max_pending: int | None = None) -> list:
         """Queue requests that must share one batch (one padded ``generate`` for ``fifo`` / ``static``; the
-        ``continuous`` manager admits them together). Raises as :meth:`submit` (never :class:`EngineFull`)."""
-        self._admit(reqs, None)
+        ``continuous`` manager admits them together). Raises as :meth:`submit` (:class:`EngineFull` only with
+        ``max_pending``). A member withdrawn while the group waits (:meth:`withdraw`) leaves the group at once."""
+        self._admit(reqs, max_pending)
         self.queue.put(list(reqs))
         return reqs
 

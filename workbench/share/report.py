@@ -30,6 +30,7 @@ import pandas as pd
 import plotly.io as pio
 import plotly.offline
 
+from workbench.checks import mask_secrets
 from workbench.stats import columns
 from workbench.share import plots
 from workbench.share.csv_export import write_csv, write_text, export
@@ -156,7 +157,8 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
                                  if "point_id" in group else None), "</div></details>"]
             parts.append(_residuals_html(run, exp, pts))
         if meta.get("config"):
-            parts += ["<details><summary>Configuration</summary>", _kv_table(meta["config"]), "</details>"]
+            parts += ["<details><summary>Configuration</summary>", _kv_table(mask_secrets(meta["config"])),
+                      "</details>"]
     parts += ["<details><summary>Environment</summary>", _kv_table(manifest.get("environment", {})), "</details>"]
     notebooks = sorted((run / "notebooks").glob("*.ipynb"))
     if notebooks:

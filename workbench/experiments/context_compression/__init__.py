@@ -87,14 +87,15 @@ class Config(SweepConfig):
         ParameterError: any invalid field (one line, before a model loads).
     """
 
-    strategies: list = dataclasses.field(default_factory=lambda: ["none", "head_tail", "bm25", "dense", "prune"])
+    strategies: list = dataclasses.field(default_factory=lambda: ["none", "head_tail", "bm25", "dense", "prune",
+                                                                  "summary"])
     ratios: list = dataclasses.field(default_factory=lambda: [2, 4])
     context_lengths: list = dataclasses.field(default_factory=lambda: [512, 1024])
     depths: list = dataclasses.field(default_factory=lambda: [0.1, 0.5, 0.9])
     task: str = "needle"
     language: str = "en"
     summary_lengths: list = dataclasses.field(default_factory=lambda: [512])
-    chat_lengths: list = dataclasses.field(default_factory=lambda: [512, 1024])
+    chat_lengths: list = dataclasses.field(default_factory=lambda: [512])
     chat_strategies: list = dataclasses.field(default_factory=lambda: ["none", "kv_reuse", "tail", "bm25"])
     chunk_tokens: int = 64
     max_new_tokens: int = 16

@@ -100,7 +100,7 @@ class Config(SweepConfig):
         max_perplexity_ratio, max_kl_mean: the guard's limits on the upper 95% bounds (:class:`workbench.measure.guard.Limits`).
         slo_preset: a :mod:`workbench.stats.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
         search: ``grid`` (every configuration) or ``adaptive`` (:func:`workbench.experiments.engine_tuning.search.coordinate_search`, <= 1/3 of the grid).
-        calibrate: fit the roofline's overheads on this machine first when no calibration is cached (~15 s).
+        calibrate: fit the roofline's overheads on this machine first when no calibration is cached.
     """
 
     dtypes: list = dataclasses.field(default_factory=lambda: ["float32", "bfloat16"])
@@ -125,6 +125,7 @@ class Config(SweepConfig):
     slo_tpot_s: float = 0.25
     search: str = "grid"
     calibrate: bool = True
+    repeats: int = 2  # an interval over rounds needs 2 (the notebook's default, one place: its parameters cell agrees)
 
     def __post_init__(self):
         super().__post_init__()
@@ -263,16 +264,24 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
                          guard_passed=True, guard_reason="not judged: random weights (quality off)")
         else:
             extra.update(quality_guard(loaded, ref, cfg, guard_kwargs))
+    add_prediction_and_use(extra, out.requests, point, cfg, loaded, predictor)
+    out.extra = extra
+    return out
+
+
+def add_prediction_and_use(extra: dict, requests: list, point: dict, cfg: Config, model, predictor) -> None:
+    """A measured configuration's shared columns, into ``extra``: the roofline's prediction for its workload (and the
+    dtype it was calibrated in), each request's ``context_tokens``, the measured bandwidth and FLOP/s use
+    (:func:`workbench.predict.roofline_calibration.measured_utilisation`) and the repeat statistics."""
+    B, L = int(point["batch_size"]), int(point["prompt_tokens"])
     if predictor is not None:
         extra.update(predictor.predict(B, L, cfg.max_new_tokens, dtype=point["dtype"],
                                        threads=point.get("torch_threads")))
         extra["calibrated_dtype"] = predictor.calibrated_dtype(point["dtype"])
-    for rec in out.requests:
+    for rec in requests:
         rec.update(context_tokens=L)
-    extra.update(measured_utilisation(loaded, out.requests, point, predictor))
-    extra.update(repeat_statistics(out.requests))
-    out.extra = extra
-    return out
+    extra.update(measured_utilisation(model, requests, point, predictor))
+    extra.update(repeat_statistics(requests))
 
 
 def measure_configurations(loaded, cfg: Config, configurations: list[dict], state: dict) -> dict[str, PointResult]:
@@ -384,7 +393,6 @@ def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> 
     predictor = state.get("predictor")
     built = build_configuration(cfg, point)
     model = built.loaded
-    B, L = int(point["batch_size"]), int(point["prompt_tokens"])
     extra = {**built.columns(), **out.extra}
     guards = state.setdefault("guards", {})
     if config_key(point) not in guards:
@@ -396,14 +404,7 @@ def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> 
                 guard_kwargs = rungs.generate_kwargs(point.get("cache_implementation", "dynamic"), False)
                 guards[config_key(point)] = quality_guard(model, state["reference"], cfg, guard_kwargs)
     extra.update(guards[config_key(point)])
-    if predictor is not None:
-        extra.update(predictor.predict(B, L, cfg.max_new_tokens, dtype=point["dtype"],
-                                       threads=point.get("torch_threads")))
-        extra["calibrated_dtype"] = predictor.calibrated_dtype(point["dtype"])
-    for rec in out.requests:
-        rec.update(context_tokens=L)
-    extra.update(measured_utilisation(model, out.requests, point, predictor))
-    extra.update(repeat_statistics(out.requests))
+    add_prediction_and_use(extra, out.requests, point, cfg, model, predictor)
     return dataclasses.replace(out, extra=extra)
 
 
@@ -433,7 +434,7 @@ def make_predictor(cfg: Config, loaded) -> roofline_calibration.Predictor:
     """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one (checked against
     today's probe and refitted when off by more than 15%,
     :func:`workbench.predict.roofline_calibration.check_calibration`), else (``cfg.calibrate``) a fresh one on the
-    model loaded in that dtype (the small workload, one repeat, 3 probe trials; ~20 s once per machine and dtype); a
+    model loaded in that dtype (the small workload, one repeat, 3 probe trials; once per machine and dtype); a
     dtype left uncalibrated uses its own probed FLOP/s with ``loaded``'s overheads
     (:meth:`workbench.predict.roofline_calibration.Predictor.for_dtype`); a point's ``calibrated_dtype`` says which
     calibration it used (:func:`workbench.predict.roofline_calibration.predictor_for`)."""
