@@ -41,6 +41,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.run import results
+from workbench import checks
 from workbench.errors import ParameterError
 from workbench.share import importers
 
@@ -79,9 +80,9 @@ SIMULATED_PROVENANCE = {
 
 Imported = importers.Imported
 
-#: Largest foreign file read (bytes): a result file of these tools is kilobytes to a few megabytes; a larger one
-#: is refused before it is read, so a mistaken path cannot exhaust memory.
-MAX_FILE_BYTES = 64 * 2**20
+#: Largest foreign file read (bytes; the bound on every input file, :data:`workbench.checks.MAX_INPUT_BYTES`): a
+#: result file of these tools is kilobytes to a few megabytes; a larger one is refused before it is read.
+MAX_FILE_BYTES = checks.MAX_INPUT_BYTES
 #: Deepest nesting of objects and lists accepted in a foreign file (the tools' files nest fewer than 12 levels);
 #: deeper is refused in one line, never a RecursionError.
 MAX_DEPTH = 64
@@ -149,6 +150,7 @@ def _parse(text: str, path, allow_lines: bool = True, allow_yaml: bool = True):
 
             try:
                 data, form = yaml.safe_load(text), "yaml"
+                checks.check_expanded_size(f"RUN_DIR: {path}", data)   # a YAML alias bomb, refused in one line
             except RecursionError:
                 raise ParameterError(f"RUN_DIR: {path} nests deeper than {MAX_DEPTH} levels; refusing to read it") \
                     from None
