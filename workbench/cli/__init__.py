@@ -124,23 +124,19 @@ def cmd_report(args) -> int:
 
     from workbench.share import formats
 
+    seen: dict[Path, str] = {}
+    for a in args.runs:   # checked before any import writes a folder
+        key = Path(a).resolve()
+        if key in seen and Path(a).is_dir():
+            raise ParameterError(f"RUN_DIR: {a!r} is given twice (as {seen[key]!r}); compare different runs")
+        seen[key] = str(a)
     runs, imported = formats.resolve_inputs(args.runs)   # result files of other tools become runs of their own
     for line in imported:
         print(line, flush=True)
-    seen: dict[Path, str] = {}
-    for r in runs:
-        if not (r / "manifest.json").is_file():
-            raise ParameterError(f"RUN_DIR: {str(r)!r} is not a run folder (no manifest.json)")
-        try:
-            results.read_manifest(r)
-        except ParameterError as exc:
-            raise ParameterError(f"RUN_DIR: {exc}".replace("RUN_DIR: run_dir: ", "RUN_DIR: ")) from None
-        key = r.resolve()
-        if key in seen:
-            raise ParameterError(f"RUN_DIR: {str(r)!r} is given twice (as {seen[key]!r}); compare different runs")
-        seen[key] = str(r)
     if len(runs) > 1:
         for line in formats.comparability(runs)[0]:   # printed before any comparison
+            print(line, flush=True)
+        for line in formats.cross_tool_lines(formats.cross_tool(runs)):
             print(line, flush=True)
     print(report.build_report(runs, args.output, figures=args.figures, price_per_hour=args.price_per_hour))
     return 0

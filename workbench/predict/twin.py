@@ -431,7 +431,8 @@ def simulate(cost: StepCost, specs: Sequence[TwinSpec], cfg: TwinConfig | None =
     rows = _rows(reqs)
     summary = summarize(rows, profile, slos, rate=rate)
     summary.update(busy_share=float(np.mean([e.busy_s for e in replicas]) / clock.now) if clock.now > 0 else math.nan,
-                   rejected=int(sum(e.rejected for e in replicas)), replicas=cfg.replicas, router=cfg.router,
+                   rejected=int(sum(e.rejected for e in replicas)), replicas=cfg.replicas, n_devices=cfg.replicas,
+                   router=cfg.router,
                    engine=cfg.engine, policy=cfg.policy, cost_source=cost.source, source=SOURCE)
     return TwinResult(rows, summary, clock.now)
 

@@ -320,7 +320,8 @@ def command(args, load_defaults: dict, scheduling_defaults: dict, load_config) -
         cost = cost_from(args) if (args.calibration or args.device_profile or args.run) else None
         df, summ = validate(args.validate, cost)
         print(sentence(summ))
-        for k in ("knee_measured", "knee_simulated", "recommendation_measured", "recommendation_simulated"):
+        for k in ("mape_by_experiment", "knee_search", "knee_measured", "knee_simulated", "recommendation_measured",
+                  "recommendation_simulated", "recommendation_decided_count", "recommendation_undetermined_both"):
             if k in summ:
                 print(f"  {k}: {summ[k]}")
         print(f"  written: {Path(args.validate) / twin.VALIDATION_FILE}, metrics.json")

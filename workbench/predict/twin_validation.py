@@ -132,10 +132,10 @@ def cost_for(run_dir) -> twin_cost.StepCost:
             try:  # too few valid workloads: the invalid points' rows too, said in the source
                 cost = twin_cost.fit(bare, source=f"fit:{run.name} (non-serving rows, invalid points included)")
             except ParameterError:
-                return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
+                return twin_cost.fit(req, source=f"fit:{run.name} {ALL_ROWS}")
         calib = calibration_points(points)
         return twin_cost.with_serving(cost, req, calib) if calib else cost
-    return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
+    return twin_cost.fit(req, source=f"fit:{run.name} {ALL_ROWS}")
 
 
 
@@ -300,11 +300,22 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     # a point the served-request terms were fitted on is in-sample: in the table (calibration=True), not in the errors
     calib = set(cost.serving_points)
     df["calibration"] = df["point_id"].astype(str).isin(calib) if len(df) else pd.Series(dtype=bool)
-    in_sample = df["calibration"].astype(bool)
+    # the all-rows fallback fitted the cost model on every row, the scored serving points' rows included: every
+    # point is in-sample, flagged, and none enters the errors (an in-sample MAPE is no test of the twin)
+    in_sample_fit = ALL_ROWS in str(cost.source)
+    if in_sample_fit and len(df):
+        df["calibration"] = True
+    in_sample = df["calibration"].astype(bool) if len(df) else pd.Series(dtype=bool)
+    # the A/A arm replays its baseline's workload: its points are duplicates of the baseline's, in the table but
+    # not counted a second time in the errors
+    df["aa_duplicate"] = df["policy"].map(is_aa_arm) if len(df) else pd.Series(dtype=bool)
     valid_all = valid
-    valid = valid & ~in_sample
+    valid = valid & ~in_sample & ~df["aa_duplicate"].astype(bool)
     summary = {"twin_points": int(valid.sum()), "twin_points_invalid": int((~valid_all).sum()),
                "twin_points_calibration": int((in_sample & valid_all).sum()), "twin_cost_source": cost.source,
+               "twin_in_sample_fit": bool(in_sample_fit),
+               "twin_points_aa_duplicate": int((df["aa_duplicate"].astype(bool) & valid_all & ~in_sample).sum())
+               if len(df) else 0,
                "twin_cost_loo_step_error": cost.loo_step_error, "twin_cost_loo_prefill_error": cost.loo_prefill_error}
     for key, col in (("mape_e2e_p50", "ape_e2e_s_p50"), ("mape_ttft_p50", "ape_ttft_s_p50"),
                      ("mape_e2e_p90", "ape_e2e_s_p90"), ("mape_ttft_p90", "ape_ttft_s_p90"),
@@ -314,6 +325,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     for c in UNSCALED:   # the errors without the per-point speed (the calibration's speed throughout)
         v = pd.to_numeric(df[valid].get(f"ape_{c}_unscaled", pd.Series(dtype=float)), errors="coerce").dropna()
         summary[f"mape_{c.replace('_s_', '_')}_unscaled"] = float(v.mean()) if len(v) else math.nan
+    summary["mape_by_experiment"] = by_experiment(df[valid])
     factors = pd.to_numeric(df[valid].get("speed_factor", pd.Series(dtype=float)), errors="coerce")
     summary["twin_speed_factor_min"] = float(factors.min()) if factors.notna().any() else math.nan
     summary["twin_speed_factor_max"] = float(factors.max()) if factors.notna().any() else math.nan
@@ -324,6 +336,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         summary["knee_simulated"] = {k: float_or_nan(v) for k, v in saturation.knees(simulated_sl).items()}
         summary["knee_error"] = {k: abs(summary["knee_simulated"].get(k, math.nan) / v - 1) if v == v and v > 0
                                  else math.nan for k, v in summary["knee_measured"].items()}
+        summary["knee_search"] = knee_search(cost, measured_sl, configs.get("serving_load", {}))
         rm, rs = saturation.recommend(measured_sl), saturation.recommend(simulated_sl)
         if not rm.empty and not rs.empty:
             # the presets the measurement scored: a column with an attainment on some serving point (the run's points
@@ -335,6 +348,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
             # the presets the measurement scored (notebook 08's slo_presets): the twin scores every preset
             summary["recommendation_simulated"] = {k: float(v) for k, v in zip(rs["slo"], rs["max_rate_rps"])
                                                    if k in summary["recommendation_measured"]}
+            summary.update(decided_presets(rm, rs))
     if write:
         path = run / twin.VALIDATION_FILE
         from workbench.run import results as res_mod
@@ -345,11 +359,124 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     return df, summary
 
 
+#: The cost source of :func:`cost_for`'s last fallback: a fit on every row of the run, the serving points' included.
+ALL_ROWS = "(all rows)"
+
+
+def is_aa_arm(policy) -> bool:
+    """Whether a point's policy is an A/A control arm (the baseline measured again: scheduling's ``fcfs_aa``)."""
+    return isinstance(policy, str) and policy.endswith("_aa")
+
+
+def by_experiment(table: pd.DataFrame) -> dict:
+    """The errors per experiment over the points counted (valid, out of sample, no A/A duplicate): ``n``, and per
+    error its mean, median, min and max (the spread), the prediction (``unscaled``: the calibration's speed
+    throughout) first.
+
+    Returns:
+        ``{experiment: {"n", "e2e_p50_unscaled": {"mean", "median", "min", "max"}, ...}}``.
+    """
+    out = {}
+    if table is None or table.empty or "experiment" not in table:
+        return out
+    for exp, g in table.groupby("experiment"):
+        entry = {"n": int(len(g))}
+        for key, col in (("e2e_p50_unscaled", "ape_e2e_s_p50_unscaled"), ("ttft_p50_unscaled", "ape_ttft_s_p50_unscaled"),
+                         ("e2e_p50", "ape_e2e_s_p50"), ("ttft_p50", "ape_ttft_s_p50")):
+            v = pd.to_numeric(g.get(col, pd.Series(dtype=float)), errors="coerce").dropna()
+            entry[key] = ({"mean": float(v.mean()), "median": float(v.median()), "min": float(v.min()),
+                           "max": float(v.max()), "n": int(len(v))} if len(v) else None)
+        out[str(exp)] = entry
+    return out
+
+
+def decided_presets(measured: pd.DataFrame, simulated: pd.DataFrame) -> dict:
+    """Recommendation agreement counted only over the presets decided on at least one side (met at some rate, or
+    missed at every usable rate); a preset undetermined on both sides (the MLPerf presets at p99 below 100
+    requests) agrees by construction and is not counted.
+
+    Returns:
+        ``recommendation_decided`` (the presets), ``recommendation_decided_count``, ``recommendation_agree``
+        (those with the same rate on both sides) and ``recommendation_undetermined_both``.
+    """
+    def decided(df):
+        return {str(r["slo"]): not str(r.get("verdict", "")).startswith(("undetermined", "no usable"))
+                for _, r in df.iterrows()}
+
+    dm, ds = decided(measured), decided(simulated)
+    rate_m = dict(zip(measured["slo"].astype(str), measured["max_rate_rps"].map(float)))
+    rate_s = dict(zip(simulated["slo"].astype(str), simulated["max_rate_rps"].map(float)))
+    names = [n for n in rate_m if dm.get(n) or ds.get(n)]
+    agree = [n for n in names if n in rate_s and abs(rate_m[n] - rate_s[n]) <= 1e-9 * max(1.0, abs(rate_m[n]))]
+    return {"recommendation_decided": names, "recommendation_decided_count": len(names),
+            "recommendation_agree": len(agree),
+            "recommendation_undetermined_both": [n for n in rate_m if n not in names]}
+
+
+def knee_search(cost, measured: pd.DataFrame, cfg: dict, steps: int = 8, requests: int = 40) -> dict:
+    """A knee test that could fail: per engine, the twin searches its own highest sustainable rate with arrivals of
+    its own (Poisson at each trial rate, not the measured arrival times), bisecting between a rate it keeps up with
+    and one it does not (:func:`workbench.load.saturation.kept_up`, the one definition), and that rate is checked
+    against the measured bracket: the highest open-loop rate measured as kept up and the lowest measured as fallen
+    behind (either may be missing: the bracket is then open on that side).
+
+    Returns:
+        ``{engine: {"twin_rps", "bracket": [low, high], "inside": bool | None, "distance": float | None}}``;
+        ``distance`` is the relative distance to the nearest bound when outside (0 inside; None when the
+        measurement brackets nothing).
+    """
+    out = {}
+    if measured.empty or "engine" not in measured:
+        return out
+    prompt, max_tokens = int(cfg.get("prompt_tokens", 64)), int(cfg.get("max_new_tokens", 16))
+    for eng, g in measured.groupby("engine"):
+        if eng not in engines.ENGINES:
+            continue
+        tc = twin.TwinConfig(engine=eng, max_batch_size=int(cfg.get("max_batch_size", 8)),
+                             batch_window_s=float(cfg.get("batch_window_s", 0.05)))
+        kept, fell = [], []
+        for _, p in g.iterrows():
+            verdict = saturation.kept_up(p)
+            rate = float_or_nan(p.get("offered_rps"))
+            if rate == rate and verdict == saturation.KEPT_UP:
+                kept.append(rate)
+            elif rate == rate and verdict == saturation.FELL_BEHIND:
+                fell.append(rate)
+        low, high = (max(kept) if kept else None), (min(fell) if fell else None)
+
+        def sustains(rate: float) -> bool:
+            specs = twin.open_loop("poisson", requests, rate, prompt, max_tokens, seed=1)
+            res = twin.simulate(cost, specs, tc, "poisson", rate=rate).summary
+            return saturation.kept_up(res) == saturation.KEPT_UP
+
+        service = cost.service_s(prompt, max_tokens)
+        lo, hi = 0.05 / service, 4.0 * max(tc.max_batch_size, 1) / service
+        if not sustains(lo):
+            rate = 0.0
+        else:
+            while sustains(hi) and hi < 1e6:
+                lo, hi = hi, hi * 4
+            for _ in range(steps):
+                mid = math.sqrt(lo * hi)
+                lo, hi = (mid, hi) if sustains(mid) else (lo, mid)
+            rate = lo
+        inside = None if low is None and high is None else (
+            (low is None or rate >= low) and (high is None or rate <= high))
+        dist = None if inside is None else 0.0 if inside else (
+            rate / high - 1 if high is not None and rate > high else rate / low - 1)
+        out[str(eng)] = {"twin_rps": float(rate), "bracket": [low, high], "inside": inside, "distance": dist}
+    return out
+
+
 def sentence(summary: dict) -> str:
     """The validation in words: the errors with their point counts (as BLIS reports them) and, where the twin
     misses, the cost-model term that carries the error (TTFT: the prefill term; TPOT: the decode step term; queue
     time: the scheduling, which the twin runs as the real code, so its error follows the service times)."""
     n = summary.get("twin_points", 0)
+    if summary.get("twin_in_sample_fit"):
+        return ("twin: no out-of-sample point: the run had too few non-serving rows, so the cost model was fitted on "
+                "every row, the serving points' included (in-sample, flagged in twin_validation.csv); no error is "
+                "reported.")
     if not n:
         return ("twin: no valid measured serving or scheduling point to compare with"
                 + (f" ({summary['twin_points_invalid']} invalid)." if summary.get("twin_points_invalid") else "."))
@@ -363,11 +490,23 @@ def sentence(summary: dict) -> str:
     out = [f"{left} invalid"] if left else []
     out += [f"{calib} calibration point{'s' if calib > 1 else ''}"] if calib else []
     gone = f" ({', '.join(out)} left out)" if out else ""
-    text = (f"Twin vs measurement over {n} valid points{gone} "
-            f"(cost model {summary.get('twin_cost_source')}): MAPE e2e p50 "
-            f"{pct('mape_e2e_p50')} ({summary.get('mape_e2e_p50_points', 0)} points), TTFT p50 {pct('mape_ttft_p50')} "
-            f"({summary.get('mape_ttft_p50_points', 0)}), TPOT p50 {pct('mape_tpot_p50')}, queue p50 "
-            f"{pct('mape_queue_p50')}.")
+    aa = summary.get("twin_points_aa_duplicate") or 0
+    if aa:
+        out += [f"{aa} A/A duplicate{'s' if aa > 1 else ''}"]
+        gone = f" ({', '.join(out)} left out)"
+    text = (f"Twin vs measurement over {n} valid points{gone} (out of sample; cost model "
+            f"{summary.get('twin_cost_source')}): prediction error (the calibration's speed throughout) MAPE e2e p50 "
+            f"{pct('mape_e2e_p50_unscaled')}, TTFT p50 {pct('mape_ttft_p50_unscaled')}; given each moment's speed "
+            f"(its speed probe): e2e p50 {pct('mape_e2e_p50')} ({summary.get('mape_e2e_p50_points', 0)} points), "
+            f"TTFT p50 {pct('mape_ttft_p50')} ({summary.get('mape_ttft_p50_points', 0)}), TPOT p50 "
+            f"{pct('mape_tpot_p50')}, queue p50 {pct('mape_queue_p50')}.")
+    per = summary.get("mape_by_experiment") or {}
+    if per:
+        def spread(e):
+            v = per[e].get("e2e_p50_unscaled")
+            return (f"{e}: {v['mean']:.0%} over {per[e]['n']} points ({v['min']:.0%}-{v['max']:.0%})" if v
+                    else f"{e}: n/a ({per[e]['n']} points)")
+        text += " Per experiment (e2e p50, prediction): " + "; ".join(spread(e) for e in sorted(per)) + "."
     worst = max((("prefill term (a0-a2: TTFT)", summary.get("mape_ttft_p50")),
                  ("decode step term (b0-b3: TPOT)", summary.get("mape_tpot_p50"))),
                 key=lambda t: -1 if t[1] is None or t[1] != t[1] else t[1])
@@ -388,6 +527,22 @@ def sentence(summary: dict) -> str:
             return f"{e} {m:.3g} / {k:.3g} req/s" + (f" ({err:.0%} apart)" if err == err else "")
 
         text += " Knee measured / simulated: " + ", ".join(knee(e) for e in km) + "."
+    search = summary.get("knee_search") or {}
+    if search:
+        def found(e, k):
+            lo, hi = k["bracket"]
+            br = f"[{'-' if lo is None else f'{lo:.3g}'}, {'-' if hi is None else f'{hi:.3g}'}] req/s"
+            where = ("the measurement brackets nothing" if k["inside"] is None else "inside" if k["inside"]
+                     else f"outside, {k['distance']:+.0%} from the nearest bound")
+            return f"{e} {k['twin_rps']:.3g} req/s vs measured bracket {br}: {where}"
+
+        text += (" The twin's own highest sustainable rate (its own Poisson arrivals): "
+                 + "; ".join(found(e, k) for e, k in search.items()) + ".")
+    if "recommendation_decided_count" in summary:
+        text += (f" Recommendations: {summary['recommendation_agree']} of {summary['recommendation_decided_count']} "
+                 "presets decided on at least one side agree"
+                 + (f" ({len(summary['recommendation_undetermined_both'])} undetermined on both sides, not counted)"
+                    if summary.get("recommendation_undetermined_both") else "") + ".")
     return text
 
 

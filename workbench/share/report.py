@@ -500,7 +500,8 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
         check, left_out = formats.comparability(runs)
         body.append(_downloads(_export_many(runs, out, formats.comparable_metrics(left_out)), out.parent,
                                "all runs: "))
-        body += [formats.table_html(check), "<h2>Headline deltas (vs the first run with points)</h2>",
+        body += [formats.table_html(check), formats.cross_tool_html(formats.cross_tool(runs)),
+                 "<h2>Headline deltas (vs the first run with points)</h2>",
                  "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput, "
                  "those the comparability check above keeps; Δ is the relative change vs the first run with "
                  "points (A unless A has none). Runs without points take no part. Points missing "
