@@ -12,7 +12,7 @@ import pytest
 
 from workbench import cli
 from workbench.errors import ParameterError
-from workbench.predict import twin, twin_cost
+from workbench.predict import twin
 from workbench.run import results
 
 REPO = Path(__file__).resolve().parents[2]

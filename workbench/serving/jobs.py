@@ -60,8 +60,11 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
   job has at most one flush waiting, which writes everything buffered when it runs). A slow or locked store
   (another process holding its write lock, a full disk) delays the job's events, never generation. Reads (status,
   results, event streams) use a connection of their own and never wait behind a write; an event stream reads only
-  the events after the last one it sent (:meth:`JobStore.events_after`), and every route runs its store work in a
-  worker thread, off the event loop.
+  the events after the last one it sent (:meth:`JobStore.events_after`), and only when the store reports a change
+  (:class:`~workbench.serving.job_store.Changes`, bumped by every committed write; at least every
+  :data:`RECHECK_S`), so an idle reader of a queued job costs nothing; every route runs its store work in the store's
+  own worker threads (``JobStore.pool``), off the event loop and apart from the default executor chat's templating
+  uses.
 - One server owns a store: ``<store>.lock`` (:func:`workbench.run.locks.take_owner_lock`, the run folders'
   lock) names the owner's pid and host; a second store opened on the same file, in this process or
   another, is refused with a one-line :class:`~workbench.serving.job_store.StoreLockedError`. A killed owner's lock is released by the
