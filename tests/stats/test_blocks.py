@@ -142,6 +142,17 @@ def test_a_zero_width_interval_decides_nothing():
     assert blocks.verdict(1.1, 1.1) == ("undecided", "")
 
 
+def test_a_difference_has_the_same_three_verdicts():
+    """A difference of shares or means (no ratio): the band is [-margin, margin]; zero width decides nothing (a
+    Welch interval of two samples without spread is d to d: no direction, whatever d)."""
+    assert blocks.additive_verdict(0.1, 0.3) == ("direction", "higher")
+    assert blocks.additive_verdict(-0.3, -0.1) == ("direction", "lower")
+    assert blocks.additive_verdict(-0.05, 0.08, margin=0.10) == ("equivalent", "")
+    assert blocks.additive_verdict(-0.05, 0.08) == ("undecided", "")            # no margin: no equivalence
+    assert blocks.additive_verdict(0.2, 0.2) == ("undecided", "")
+    assert blocks.additive_verdict(float("nan"), 0.2) == ("undecided", "")
+
+
 def test_one_round_pairs_nothing_and_bad_input_is_one_line():
     dec = blocks.analyse(_long({"a": [1.0], "b": [2.0]}), "a", aa=None).arms["b"]
     assert dec.verdict == "undecided" and "one round" in dec.reason

@@ -414,6 +414,23 @@ def finding_fields(row, decision: blocks.Decision | None = None) -> dict:
     return out
 
 
+def weakest(decisions: Sequence[blocks.Decision | None]) -> blocks.Decision | None:
+    """The decision that sets the verdict of a finding resting on several comparisons (one per prompt family,
+    language or batch size): an undecided one, the one needing the most rounds (None, "more than any", first);
+    else a direction; else an equivalent one. None when there is no decision.
+
+    Args:
+        decisions: the comparisons' decisions (None entries are left out).
+    """
+    got = [d for d in decisions if d is not None]
+    if not got:
+        return None
+    open_ = [d for d in got if not d.decided]
+    if open_:
+        return max(open_, key=lambda d: math.inf if d.rounds_needed is None else d.rounds_needed)
+    return next((d for d in got if d.verdict == "direction"), got[0])
+
+
 def _deadline(design: Design, begun: float) -> float:
     """The Unix time after which no round beyond the minimum starts: the design's budget and the suite's."""
     ends = [math.inf]
@@ -446,7 +463,8 @@ def analyse_outcome(table: pd.DataFrame, design: Design, outcome: Outcome, alpha
 
 def run_design(design: Design, measure: Callable[[object, int], Measured],
                prepare: Callable[[object], float | None] | None = None, *, run_dir=None,
-               clock: Callable[[], float] = time.time, progress: bool = True) -> DesignResult:
+               clock: Callable[[], float] = time.time, progress: bool = True,
+               measure_aa: Callable[[object, int], Measured] | None = None) -> DesignResult:
     """Measure a design round by round until its primary comparison is decided, its rounds run out or its budget
     does; analyse it.
 
@@ -466,6 +484,8 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
             requests beside it), and a run folder holding finished rounds of the same design continues from them.
         clock: the time source (tests pass a fake one).
         progress: print a line per round to stderr.
+        measure_aa: how the A/A arm is measured (``measure_aa(design.control, round)``), where it may skip what only
+            a recorded arm needs (scoring, saving texts); its timed work must equal ``measure``'s. None: ``measure``.
 
     Returns:
         :class:`DesignResult`.
@@ -515,7 +535,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
         for arm in _order(design, rnd):
             target = design.control if arm == AA else arm
             t1 = clock()
-            got = measure(target, rnd)
+            got = (measure_aa if arm == AA and measure_aa is not None else measure)(target, rnd)
             spent = clock() - t1
             bad = [n for n in names if not (isinstance(got.values.get(n), (int, float))
                                             and math.isfinite(got.values[n]) and got.values[n] > 0)]
@@ -653,12 +673,15 @@ class SweepDesign:
         prepare: ``prepare(point) -> warm-up seconds`` (once per point and session), or None.
         extra: ``extra(point_id, result) -> dict`` of the experiment's own point columns (quality means, ...), or
             None.
+        measure_aa: ``measure_aa(point, round) -> Measured`` for the A/A arm (the same timed work, without what
+            only a recorded arm needs: scoring, saved texts), or None: ``measure``.
     """
 
     design: Design
     measure: Callable
     prepare: Callable | None = None
     extra: Callable | None = None
+    measure_aa: Callable | None = None
 
 
 def _suffixed(design: Design, suffix: str) -> Design:
@@ -704,8 +727,9 @@ def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, 
         return got
 
     prepare = (lambda arm: sweep.prepare(by_id[arm])) if sweep.prepare is not None else None
+    measure_aa = (lambda arm, rnd: sweep.measure_aa(by_id[arm], rnd)) if sweep.measure_aa is not None else None
     load = contention.LoadMonitor()
-    result = run_design(design, measure, prepare, run_dir=run_dir)
+    result = run_design(design, measure, prepare, run_dir=run_dir, measure_aa=measure_aa)
     contamination = load.stop()
     run_id = Path(run_dir).name if run_dir is not None else ""
     remember_spread(result, run_id)
@@ -727,4 +751,4 @@ def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, 
 
 __all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin", "check_rounds",
            "decision_from_row", "evidence_text", "finding_fields", "measure_sweep_design", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design", "smallest_effect",
-           "SweepDesign"]
+           "SweepDesign", "weakest"]

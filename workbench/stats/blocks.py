@@ -249,6 +249,27 @@ def verdict(low: float, high: float, margin: float = MARGIN) -> tuple[str, str]:
     return "undecided", ""
 
 
+def additive_verdict(low: float, high: float, margin: float = 0.0) -> tuple[str, str]:
+    """The verdict an interval of a difference carries (a difference of shares or of means, where no ratio fits):
+    :func:`verdict`'s rules on the additive scale, with the band ``[-margin, margin]``.
+
+    Returns:
+        ``("equivalent", "")`` when ``margin > 0`` and ``-margin <= low`` and ``high <= margin``;
+        ``("direction", "higher")`` / ``("direction", "lower")`` when the interval excludes 0 (and is not inside the
+        band); else ``("undecided", "")``. An interval of zero width or without finite bounds is undecided (no spread
+        decides nothing).
+    """
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return "undecided", ""
+    if margin > 0 and low >= -margin and high <= margin:
+        return "equivalent", ""
+    if low > 0:
+        return "direction", "higher"
+    if high < 0:
+        return "direction", "lower"
+    return "undecided", ""
+
+
 def rounds_needed(log_estimate: float, sigma: float, n_arms: int, m: int, margin: float = MARGIN,
                   alpha: float = ALPHA, pooled: bool = True, start: int = 2) -> int | None:
     """The rounds a balanced design needs to decide a comparison at the observed spread: the smallest ``R`` whose
@@ -766,14 +787,7 @@ def paired_binary(a: Sequence, b: Sequence, alpha: float = ALPHA, margin: float 
         plo, phi = proportion_confint(n10, k, alpha=alpha, method="beta")
         lo, hi = (2 * plo - 1) * k / n, (2 * phi - 1) * k / n
         p = float(mcnemar([[n11, n10], [n01, n00]], exact=True).pvalue)
-    if hi > lo and lo >= -margin and hi <= margin:
-        v, direction = "equivalent", ""
-    elif hi > lo and lo > 0:
-        v, direction = "direction", "higher"
-    elif hi > lo and hi < 0:
-        v, direction = "direction", "lower"
-    else:
-        v, direction = "undecided", ""
+    v, direction = additive_verdict(lo, hi, margin)
     return {"difference": diff, "low": lo, "high": hi, "n": n, "discordant": (n10, n01), "p_mcnemar": p,
             "verdict": v, "direction": direction,
             "method": f"exact conditional interval over {n} paired tasks ({n10}+{n01} discordant), McNemar exact "

@@ -1,0 +1,44 @@
+"""Tests for workbench.run.design: the A/A arm's own measure function, and the verdict of a finding that rests on
+several comparisons."""
+
+import math
+
+from workbench.run import design
+from workbench.stats import blocks
+
+
+def _decision(verdict, need=0, direction=""):
+    return blocks.Decision("x", "c", 1.0, 0.9, 1.1, 0.95, verdict, direction, 1.05, 4, 6.0, "m", math.nan, need)
+
+
+def test_the_weakest_decision_sets_a_joint_verdict():
+    """One comparison per family / language / batch size: any undecided one leaves the finding undecided (the one
+    needing the most rounds, "more than any" first), else a direction, else equivalent."""
+    eq, up = _decision("equivalent"), _decision("direction", direction="higher")
+    few, many, unknown = _decision("undecided", 6), _decision("undecided", 20), _decision("undecided", None)
+    assert design.weakest([eq, few, up, many]) is many
+    assert design.weakest([eq, many, unknown]) is unknown
+    assert design.weakest([eq, up, None]) is up and design.weakest([eq]) is eq
+    assert design.weakest([None]) is None and design.weakest([]) is None
+
+
+def test_the_aa_arm_is_measured_by_its_own_function_when_given():
+    """``measure_aa`` measures the A/A arm (the same timed work, without scoring or saving), ``measure`` every arm;
+    the A/A rows are filed under the A/A arm either way."""
+    calls = []
+
+    def measure(arm, rnd):
+        calls.append(("arm", arm, rnd))
+        return design.Measured({"t_s": 1.0 + 0.01 * rnd + (0.1 if arm == "b" else 0.0)})
+
+    def measure_aa(arm, rnd):
+        calls.append(("aa", arm, rnd))
+        return design.Measured({"t_s": 1.0 + 0.01 * rnd + 0.001})
+
+    d = design.Design("x", ["a", "b"], "a", design.Outcome("t_s", False), min_rounds=2, max_rounds=2)
+    got = design.run_design(d, measure, measure_aa=measure_aa, progress=False)
+    assert sorted(c for c in calls if c[0] == "aa") == [("aa", "a", 0), ("aa", "a", 1)]
+    assert sorted(c[1] for c in calls if c[0] == "arm") == ["a", "a", "b", "b"]
+    assert (got.table["arm"] == blocks.AA).sum() == 2
+    plain = design.run_design(d, measure, progress=False)               # without it, measure does the A/A arm too
+    assert (plain.table["arm"] == blocks.AA).sum() == 2 and len([c for c in calls if c[0] == "arm"]) == 4 + 6
