@@ -166,7 +166,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     tasks: Sequence[Task] = state["tasks"]
     budget, bs = point["reasoning_budget"], point["batch_size"]
     batches = [list(tasks[i:i + bs]) for i in range(0, len(tasks), bs)]
-    warmup_s = _warm_up(loaded, cfg, point, batches[0])
+    warmup_s = _prepare_point(loaded, cfg, point, batches[0])
     requests, wall = [], 0.0
     for r in range(cfg.repeats):
         for b, batch in enumerate(batches):
@@ -179,7 +179,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     return PointResult(requests=requests, wall_s=wall, warmup_s=warmup_s, extra=_point_extra(requests))
 
 
-def _warm_up(loaded, cfg: Config, point: dict, first: list) -> float:
+def _prepare_point(loaded, cfg: Config, point: dict, first: list) -> float:
     """``cfg.warmup`` untimed runs of a point's first batch (its budget's token cap); the seconds they took."""
     fmt = thinking_format(loaded.tokenizer, cfg.thinking)
     spec = cfg.spec(point["reasoning_budget"])
@@ -295,7 +295,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design
                       **cfg.design_kwargs())
     return design.SweepDesign(
         d, lambda p, rnd: answer(p, rnd, True),
-        lambda p: _warm_up(loaded, cfg, p, list(tasks[:p["batch_size"]])),
+        lambda p: _prepare_point(loaded, cfg, p, list(tasks[:p["batch_size"]])),
         lambda point_id, result: _point_extra(_sorted(result.requests.get(point_id, []))),
         measure_aa=lambda p, rnd: answer(p, rnd, False))
 
