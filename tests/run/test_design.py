@@ -42,3 +42,18 @@ def test_the_aa_arm_is_measured_by_its_own_function_when_given():
     assert (got.table["arm"] == blocks.AA).sum() == 2
     plain = design.run_design(d, measure, progress=False)               # without it, measure does the A/A arm too
     assert (plain.table["arm"] == blocks.AA).sum() == 2 and len([c for c in calls if c[0] == "arm"]) == 4 + 6
+
+
+def test_a_secondary_outcome_is_said_without_the_primarys_rounds_needed():
+    """A point row's ``rounds_needed`` is the primary outcome's: a secondary's undecided clause names its interval
+    only, never that estimate."""
+    second = design.Outcome("first_s", False, "first text", "first_vs")
+    row = {"point_id": "b", "rounds": 4, "margin": 1.05, "rounds_needed": 0.0, "first_vs": 0.97, "first_vs_low": 0.9,
+           "first_vs_high": 1.04, "first_vs_level": 0.95, "first_vs_verdict": "undecided", "first_vs_direction": "",
+           "first_vs_method": "pooled block model, 6 dof"}
+    said = design.secondary_clause(row, second, "first text")
+    assert said == "first text: undecided: 0.97x, 95% interval 0.90-1.04x (pooled block model, 6 dof)"
+    decided = design.secondary_clause({**row, "first_vs_verdict": "direction", "first_vs_direction": "lower",
+                                       "first_vs_high": 0.99}, second, "first text")
+    assert decided.startswith("first text: faster, 0.97x")
+    assert design.secondary_clause({"point_id": "c"}, second, "first text") is None

@@ -139,6 +139,7 @@ def test_a_zero_width_interval_decides_nothing():
     t = _long({"a": [1.0, 2.0, 3.0], "b": [1.1, 2.2, 3.3]})              # b / a = 1.1 exactly in every round
     dec = blocks.analyse(t, "a", aa=None).arms["b"]
     assert dec.verdict == "undecided" and not dec.shown
+    assert dec.rounds_needed is None and "no spread" in dec.needed_text()      # no spread to plan rounds from
     assert blocks.verdict(1.1, 1.1) == ("undecided", "")
 
 

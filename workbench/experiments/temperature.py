@@ -455,10 +455,9 @@ def finding(summary, requests=None, points=None):
             continue
         clauses.append(dec.describe(f"Time per output token (TPOT) at temperature {t1} vs {t0}{tag}",
                                     words=TPOT.words, seconds_per_round=spr))
-        sec = design.decision_from_row(top, E2E)
+        sec = design.secondary_clause(top, E2E, f"time per answer (e2e) at temperature {t1} vs {t0}{tag}")
         if sec is not None:
-            second.append(sec.describe(f"time per answer (e2e) at temperature {t1} vs {t0}{tag}", words=E2E.words,
-                                       seconds_per_round=spr))
+            second.append(sec)
     rows = _design_rows(points)
     if rows is not None:
         first = rows.iloc[0]

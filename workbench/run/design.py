@@ -384,6 +384,18 @@ def decision_from_row(row, outcome: Outcome) -> blocks.Decision | None:
                            "" if math.isfinite(num(f"{p}_low")) else str(row.get(f"{p}_method") or ""))
 
 
+def secondary_clause(row, outcome: Outcome, name: str) -> str | None:
+    """A secondary outcome's decision as a point row carries it, as a clause: its verdict and simultaneous interval
+    (:meth:`workbench.stats.blocks.Decision.describe`), without a rounds estimate: the row's ``rounds_needed`` is the
+    primary outcome's, the one the design adds rounds for. None when the row has no decision of ``outcome``."""
+    d = decision_from_row(row, outcome)
+    if d is None:
+        return None
+    if d.decided:
+        return d.describe(name, words=outcome.words)
+    return f"{name}: undecided: " + (f"{d.interval_text()} ({d.method})" if d.shown else d.interval_text())
+
+
 def evidence_text(row) -> str:
     """A design's evidence as a point row carries it: ``"3 interleaved rounds (stopped: decided), 42 s; A/A
     1.01x (0.96-1.06x), undecided; equivalence margin +-5%"``."""
@@ -750,5 +762,5 @@ def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, 
 
 
 __all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin", "check_rounds",
-           "decision_from_row", "evidence_text", "finding_fields", "measure_sweep_design", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design", "smallest_effect",
-           "SweepDesign", "weakest"]
+           "decision_from_row", "evidence_text", "finding_fields", "measure_sweep_design", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design", "secondary_clause",
+           "smallest_effect", "SweepDesign", "weakest"]

@@ -574,6 +574,7 @@ def decide(y: np.ndarray, alpha: float = ALPHA, margin: float = MARGIN, check_sp
     se = np.sqrt(np.clip(np.diag(cov), 0, None))
     if not (s2 > ZERO_SPREAD ** 2) or not (se > ZERO_SPREAD).all():
         out["method"] += " (no spread: an interval of zero width decides nothing)"
+        out["sigma"] = nan          # no spread to plan rounds from either (rounds_needed: None, not "about 2")
         return out
     c = critical_value(cov / np.outer(se, se), dof, alpha)
     out["critical"] = c
