@@ -150,7 +150,8 @@ def test_the_output_lengths_are_one_design_and_decode_speed_is_the_decision(monk
     f = streaming_anatomy.finding(pts)
     assert f.verdict == "direction" and f.supported
     assert f.text.startswith("Time per output token (TPOT) at 32 vs 8 output tokens (50 vs 50 ms): slower, 1.2")
-    assert "Streaming shows the first token after 0.10 s instead of 1.7 s for a 32-token answer (a measurement" in f.text
+    assert "Streaming shows the first token after 0.10 s instead of 1.7 s for a 32-token answer (a measurement" \
+        in f.text
     _, _, same = _fake_streams(monkeypatch, tmp_path / "b", lambda n, r: 0.05 * drift[r] * rng.uniform(0.995, 1.005),
                                rounds=4)
     g = streaming_anatomy.finding(same)
@@ -166,8 +167,9 @@ def test_a_finding_that_cannot_fail_is_a_measurement_not_a_decision(monkeypatch,
     from workbench.stats import evidence
 
     rows = [{"experiment": "streaming", "point_id": f"s{n}", "status": "ok", "valid": True, "max_new_tokens": n,
-             "batch_size": 1, "ttft_s_p50": 0.1, "e2e_s_p50": 0.1 + 0.05 * n, "tpot_s_p50": 0.05, "design": "interleaved",
-             "rounds": 3, "margin": 1.05, "design_seconds": 30.0, "seconds_per_round": 10.0, "design_stopped": "max rounds",
+             "batch_size": 1, "ttft_s_p50": 0.1, "e2e_s_p50": 0.1 + 0.05 * n, "tpot_s_p50": 0.05,
+             "design": "interleaved", "rounds": 3, "margin": 1.05, "design_seconds": 30.0, "seconds_per_round": 10.0,
+             "design_stopped": "max rounds",
              "aa_ratio": 1.0, "aa_low": 0.9, "aa_high": 1.1, "aa_verdict": "undecided",
              "tpot_vs_control": 1.0 if n == 8 else 1.04, "tpot_vs_control_low": float("nan") if n == 8 else 0.92,
              "tpot_vs_control_high": float("nan") if n == 8 else 1.17, "tpot_vs_control_level": 0.95,

@@ -172,14 +172,15 @@ def test_one_primary_outcome_sets_the_mark_a_moved_secondary_never_does():
     assert f.text.startswith("Time per output token (TPOT) at temperature 1.2 vs 0: undecided")
     assert "about 12 rounds (~80 s more) would decide it" in f.text and f.rounds_needed == 12
     assert f.seconds_needed == pytest.approx(80.0)
-    assert "the repeated 4-gram rate rises 0.01" in f.text and "-> 0.200" in f.text        # reported with its own verdict
+    assert "the repeated 4-gram rate rises 0.01" in f.text and "-> 0.200" in f.text   # with its own verdict
     assert "time per answer (e2e) at temperature 1.2 vs 0: slower, 1.30x" in f.text
     assert f.text.index("Secondary") > f.text.index("TPOT")                # secondaries follow the primary
     assert "10 answers at temperature 0, 30 at 1.2" in f.evidence           # 3 greedy repeats of 10 prompts: 10
     # the same answers with the primary decided: the verdict is the primary's
-    eq = temperature.finding(temperature.quality_summary(req), req, _designed(decisions={("report", 1.2): (EQUAL, SLOWER)}))
+    summary = temperature.quality_summary(req)
+    eq = temperature.finding(summary, req, _designed(decisions={("report", 1.2): (EQUAL, SLOWER)}))
     assert eq.verdict == "equivalent" and eq.supported and "equivalent within +-5%: 1.01x" in eq.text
-    up = temperature.finding(temperature.quality_summary(req), req, _designed(decisions={("report", 1.2): (SLOWER, EQUAL)}))
+    up = temperature.finding(summary, req, _designed(decisions={("report", 1.2): (SLOWER, EQUAL)}))
     assert up.verdict == "direction" and "TPOT) at temperature 1.2 vs 0: slower, 1.30x" in up.text
 
 
@@ -205,7 +206,8 @@ def test_truncated_greedy_answers_silence_length_and_repetition_not_the_primary(
     rng = np.random.default_rng(0)
     req = pd.DataFrame(_answers(rng, 0.0, 8, 1.0, 0.0, point_id="report-t0.0")
                        + _answers(rng, 1.2, 8, 1.0, 0.3, point_id="report-t1.2"))
-    f = temperature.finding(temperature.quality_summary(req), req, _designed(decisions={("report", 1.2): (EQUAL, EQUAL)}))
+    pts = _designed(decisions={("report", 1.2): (EQUAL, EQUAL)})
+    f = temperature.finding(temperature.quality_summary(req), req, pts)
     assert "length and repetition cannot show it: 100% of the answers at temperature 0" in f.text
     assert "repeated 4-gram rate" not in f.text and f.verdict == "equivalent"
 
@@ -216,7 +218,8 @@ def test_a_text_outcome_without_spread_is_undecided_not_a_direction():
     rng = np.random.default_rng(4)
     req = pd.DataFrame(_answers(rng, 0.0, 6, 0.0, 0.01, point_id="report-t0.0")
                        + _answers(rng, 1.2, 6, 0.0, 0.01, point_id="report-t1.2", tokens=120))
-    f = temperature.finding(temperature.quality_summary(req), req, _designed(decisions={("report", 1.2): (EQUAL, EQUAL)}))
+    pts = _designed(decisions={("report", 1.2): (EQUAL, EQUAL)})
+    f = temperature.finding(temperature.quality_summary(req), req, pts)
     assert "the answer length (tokens): undecided (100.0 -> 120.0)" in f.text and "length (tokens) rises" not in f.text
 
 

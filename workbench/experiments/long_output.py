@@ -396,13 +396,15 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=
         def figures_of(s):
             row = med.loc[s]
             cov = f", coverage {row['coverage']:.0%}" if "coverage" in row and pd.notna(row["coverage"]) else ""
-            return f"median wall time {row['wall_s']:.1f} s, first text after {row.get('first_text_s', math.nan):.2f} s{cov}"
+            first = row.get("first_text_s", math.nan)
+            return f"median wall time {row['wall_s']:.1f} s, first text after {first:.2f} s{cov}"
 
         if mine is None or len(med) < 2 or base not in mine.index:
             best = med.loc[kept, "wall_s"].idxmin()
             why = ("one strategy only" if len(med) < 2 else
                    "one round pairs nothing (repeats >= 2 measure the strategies as a design)")
-            parts.append(f"{lang}: {best} has the shortest median wall time{guard} ({figures_of(best)}): undecided: {why}")
+            parts.append(f"{lang}: {best} has the shortest median wall time{guard} ({figures_of(best)}): "
+                         f"undecided: {why}")
             decided.append((None, None))
             continue
         best, clause, dec = pick_decision(mine, kept, base, again[1] if again is not None else None)

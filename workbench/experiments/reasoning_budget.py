@@ -375,11 +375,12 @@ def accuracy_clause(requests, lo, hi, alpha: float = blocks.ALPHA, batch_size=No
     """
     a, b = accuracy_pairs(requests, lo, hi, batch_size)
     if not a:
-        return f"accuracy at budget {hi} vs {lo}: undecided: no task answered under both", ""
+        return f"accuracy at budget {hi:g} vs {lo:g}: undecided: no task answered under both", ""
     got = blocks.paired_binary(a, b, alpha=alpha)
     iv = (f"{got['difference'] * 100:+.0f} points, {100 * (1 - alpha):.3g}% interval {got['low'] * 100:+.0f} to "
           f"{got['high'] * 100:+.0f} points")
-    head = f"accuracy at budget {hi} vs {lo} over the same {got['n']} tasks: {sum(b) / len(b):.0%} -> {sum(a) / len(a):.0%}"
+    head = (f"accuracy at budget {hi:g} vs {lo:g} over the same {got['n']} tasks: {sum(b) / len(b):.0%} -> "
+            f"{sum(a) / len(a):.0%}")
     if got["verdict"] == "direction":
         text = f"{head}: {'rises' if got['direction'] == 'higher' else 'falls'}, {iv}"
     elif got["verdict"] == "equivalent":
@@ -443,16 +444,16 @@ def finding(points, requests=None):
             dec = design.decision_from_row(row, TTFAT)
             if dec is None:
                 continue
-            tag = f" (batch {bs})" if len(sizes) > 1 else ""
-            clauses.append(dec.describe(f"Time to first answer token at budget {row['reasoning_budget']} vs {base}{tag}",
-                                        words=TTFAT.words,
+            tag = f" (batch {bs:g})" if len(sizes) > 1 else ""
+            name = f"Time to first answer token at budget {row['reasoning_budget']:g} vs {base:g}{tag}"
+            clauses.append(dec.describe(name, words=TTFAT.words,
                                         seconds_per_round=float(row.get("seconds_per_round", float("nan")))))
             decisions.append((row, dec))
         ev.append(f"primary: time to first answer token per round (a chunk of the tasks; the geometric mean of its "
                   f"batches' medians), {design.evidence_text(rows.iloc[0])}")
     weakest = design.weakest([d for _, d in decisions])
     if weakest is None:
-        text = (f"Time to first answer token at budget {hi} vs {lo}: undecided: no comparison (one round pairs "
+        text = (f"Time to first answer token at budget {hi:g} vs {lo:g}: undecided: no comparison (one round pairs "
                 f"nothing: 2+ rounds, repeats x chunks of the tasks, measure the budgets as a design).")
         fields = {"verdict": "undecided"}
     else:
@@ -466,7 +467,7 @@ def finding(points, requests=None):
     if requests is not None and "exact_match" in requests and lo != hi:
         req = requests[requests["point_id"].isin(ok["point_id"])] if "point_id" in requests else requests
         acc = [accuracy_clause(req, lo, hi, blocks.ALPHA / len(sizes), bs if len(sizes) > 1 else None)
-               + ((f" (batch {bs})" if len(sizes) > 1 else ""),) for bs in sizes]
+               + ((f" (batch {bs:g})" if len(sizes) > 1 else ""),) for bs in sizes]
         text += " Secondary, with its own verdict: " + "; ".join(c + tag for c, _, tag in acc) + "."
         ev += [f"accuracy{tag}: {m}" for _, m, tag in acc if m]
         ev.append("accuracy paired task by task (the same tasks under both budgets; greedy repeats counted once)"

@@ -761,6 +761,7 @@ def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, 
     return out
 
 
-__all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin", "check_rounds",
-           "decision_from_row", "evidence_text", "finding_fields", "measure_sweep_design", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design", "secondary_clause",
-           "smallest_effect", "SweepDesign", "weakest"]
+__all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin",
+           "check_rounds", "decision_from_row", "evidence_text", "finding_fields", "measure_sweep_design", "plan_text",
+           "reanalyse", "recalled_spread", "remember_spread", "run_design", "secondary_clause", "smallest_effect",
+           "SweepDesign", "weakest"]
