@@ -3,6 +3,8 @@ several comparisons."""
 
 import math
 
+import pytest
+
 from workbench.run import design
 from workbench.stats import blocks
 
@@ -57,3 +59,28 @@ def test_a_secondary_outcome_is_said_without_the_primarys_rounds_needed():
                                        "first_vs_high": 0.99}, second, "first text")
     assert decided.startswith("first text: faster, 0.97x")
     assert design.secondary_clause({"point_id": "c"}, second, "first text") is None
+
+
+def test_a_budget_stop_spends_the_alpha_the_looks_left():
+    """A design planned for 2..8 rounds (looks at 2, 4, 8) whose budget stops it after 3 rounds: no look follows, so
+    its last analysis spends what the look at 2 left (union bound over the analyses taken), not the sliver planned up
+    to 3 of 8 rounds (where a slow machine would leave every such design)."""
+    from workbench.stats import sequential
+
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def measure(arm, rnd):
+        now[0] += 10.0                                                     # every measurement takes 10 s
+        return design.Measured({"t_s": (1.0 + 0.01 * rnd) * (1.02 if arm == "b" else 1.0) * (1 + 0.001 * (rnd % 2))})
+
+    d = design.Design("x", ["a", "b"], "a", design.Outcome("t_s", False), min_rounds=2, max_rounds=8, budget_s=95.0)
+    got = design.run_design(d, measure, clock=clock, progress=False)
+    assert got.rounds == 3 and got.stopped == "budget"                      # 30 s a round: the 4th would pass 95 s
+    first = sequential.look_alpha(2, d.plan)
+    assert [k["rounds"] for k in got.looks] == [2, 3]
+    assert got.looks[-1]["alpha"] == pytest.approx(blocks.ALPHA - first)
+    assert got.looks[-1]["alpha"] > sequential.look_alpha(3, d.plan)
+    assert got.analysis.alpha == pytest.approx(blocks.ALPHA - first)

@@ -484,7 +484,8 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     spent alpha (:func:`workbench.stats.sequential.look_alpha`, O'Brien-Fleming-type by default) and the design stops
     when every arm of ``design.decide`` (default: every arm) has a direction or is equivalent. Between looks it
     measures whole rounds; a round beyond ``min_rounds`` starts only when the budget has room for one more round
-    at the mean round time so far. A stop between planned looks is analysed at the alpha spent up to its rounds.
+    at the mean round time so far. A stop for the budget is analysed at the alpha the looks before it left (no look
+    follows it).
 
     Args:
         design: the :class:`Design`.
@@ -575,7 +576,14 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
                 break
     bar.close()
     table = pd.DataFrame(rows)
-    if not looks or looks[-1]["rounds"] != rnd:       # stopped between looks (budget): analysed at what it spent
+    if stopped == "budget" and looks:
+        # no look follows a budget stop: its analysis spends the alpha the looks so far left (union bound over every
+        # analysis taken, as sequential.py's looks), not only the share planned up to these rounds; a budget that
+        # stops a design at its first look would otherwise leave it there, at a few tenths of alpha
+        alpha = max(blocks.ALPHA - sum(k["alpha"] for k in looks), 1e-12)
+        analysis = analyse_outcome(table, design, design.primary, alpha)
+        looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(analysis and analysis.decided(design.decide))})
+    elif not looks or looks[-1]["rounds"] != rnd:       # stopped between looks: analysed at what it spent
         alpha = sequential.look_alpha(rnd, plan, blocks.ALPHA, design.spending) if rnd >= 1 else blocks.ALPHA
         analysis = analyse_outcome(table, design, design.primary, alpha)
         looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(analysis and analysis.decided(design.decide))})
