@@ -203,13 +203,26 @@ def test_paired_binary_is_mcnemar_with_an_exact_interval():
         blocks.paired_binary([1, 0], [1])
 
 
+def test_paired_equivalence_needs_the_unconditional_interval():
+    """One task of 12 flipping: the conditional interval (the discordant share held at 1/12) is +-8 points, inside
+    +-10, yet up to ~40% of such tasks might flip: undecided. 60 tasks with none flipping: the discordant share is
+    below 7% (Clopper-Pearson), so the difference is within +-7 points: equivalent."""
+    one = blocks.paired_binary([1] * 6 + [0] * 6, [1] * 5 + [0] * 7)
+    assert one["low"] >= -0.10 and one["high"] <= 0.10                      # the conditional interval alone
+    assert one["verdict"] == "undecided" and one["unconditional"][1] > 0.3
+    none = blocks.paired_binary([1] * 30 + [0] * 30, [1] * 30 + [0] * 30)
+    assert none["verdict"] == "equivalent" and none["unconditional"][1] < 0.075
+    assert blocks.paired_binary([1] * 6 + [0] * 6, [1] * 6 + [0] * 6)["verdict"] == "undecided"   # 12: too few
+
+
 def test_the_paired_interval_covers():
     rng = np.random.default_rng(0)
-    miss = 0
+    miss = wide = 0
     for _ in range(400):
         x = rng.random(30) < 0.6
         y = np.where(rng.random(30) < 0.7, x, rng.random(30) < 0.5)
         got = blocks.paired_binary(x.astype(int), y.astype(int))
         true = 0.6 - (0.7 * 0.6 + 0.3 * 0.5)
         miss += not (got["low"] <= true <= got["high"])
-    assert miss / 400 <= 0.05
+        wide += not (got["unconditional"][0] <= true <= got["unconditional"][1])
+    assert miss / 400 <= 0.05 and wide / 400 <= 0.05

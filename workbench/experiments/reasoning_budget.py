@@ -366,29 +366,34 @@ def accuracy_pairs(requests, lo, hi, batch_size=None):
     return list(sides[hi].loc[both]), list(sides[lo].loc[both])
 
 
-def accuracy_clause(requests, lo, hi, alpha: float = blocks.ALPHA, batch_size=None) -> tuple[str, str]:
-    """Accuracy at budget ``hi`` against ``lo`` over the same tasks, paired (McNemar's exact test and its exact
-    conditional interval, :func:`workbench.stats.blocks.paired_binary`, margin +-10 points), with its own verdict.
+def accuracy_clause(requests, small, large, alpha: float = blocks.ALPHA, batch_size=None) -> tuple[str, str]:
+    """Accuracy at budget ``large`` against ``small`` over the same tasks, paired
+    (:func:`workbench.stats.blocks.paired_binary`: McNemar's exact test and its exact conditional interval for a
+    direction, the unconditional interval for equivalence within +-10 points), with its own verdict.
 
     Returns:
         ``(clause, evidence)``.
     """
-    a, b = accuracy_pairs(requests, lo, hi, batch_size)
+    a, b = accuracy_pairs(requests, small, large, batch_size)
     if not a:
-        return f"accuracy at budget {hi:g} vs {lo:g}: undecided: no task answered under both", ""
+        return f"accuracy at budget {large:g} vs {small:g}: undecided: no task answered under both", ""
     got = blocks.paired_binary(a, b, alpha=alpha)
-    iv = (f"{got['difference'] * 100:+.0f} points, {100 * (1 - alpha):.3g}% interval {got['low'] * 100:+.0f} to "
-          f"{got['high'] * 100:+.0f} points")
-    head = (f"accuracy at budget {hi:g} vs {lo:g} over the same {got['n']} tasks: {sum(b) / len(b):.0%} -> "
+    pct = f"{100 * (1 - alpha):.3g}%"
+    pts = (lambda lo, hi: f"{lo * 100:+.0f} to {hi * 100:+.0f} points")
+    ulo, uhi = got["unconditional"]
+    head = (f"accuracy at budget {large:g} vs {small:g} over the same {got['n']} tasks: {sum(b) / len(b):.0%} -> "
             f"{sum(a) / len(a):.0%}")
+    diff = f"{got['difference'] * 100:+.0f} points"
     if got["verdict"] == "direction":
-        text = f"{head}: {'rises' if got['direction'] == 'higher' else 'falls'}, {iv}"
+        text = (f"{head}: {'rises' if got['direction'] == 'higher' else 'falls'}, {diff}, {pct} interval "
+                f"{pts(got['low'], got['high'])}")
     elif got["verdict"] == "equivalent":
-        text = f"{head}: equivalent within +-10 points: {iv}"
+        text = f"{head}: equivalent within +-10 points: {diff}, {pct} interval {pts(ulo, uhi)}"
     else:
         why = ("no task solved under either budget: the tasks are beyond this model" if sum(a) + sum(b) == 0
                else "more tasks (num_tasks) would decide it, not more rounds (a greedy answer repeats)")
-        text = f"{head}: undecided: {iv}; {why}"
+        text = (f"{head}: undecided: {diff}, {pct} interval {pts(got['low'], got['high'])} given the tasks that "
+                f"changed, {pts(ulo, uhi)} over all tasks; {why}")
     return text, got["method"]
 
 
