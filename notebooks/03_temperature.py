@@ -17,7 +17,13 @@
 # # 03 Temperature and top-p: length, repetition, quality and speed
 # How do temperature (0 means greedy) and top-p change how long answers get, how often `max_new_tokens` truncates them, how repetitive they are, whether factual answers stay right, and what sampling costs in time? Long-form reports and short factual questions, English and Chinese, several seeded samples each, 95% intervals (Wilson for shares, Student t for scores).
 #
-# The settings are measured interleaved by round: each round answers the same prompts once per setting (same seed), plus greedy a second time as the A/A control, in a shuffled order. The time per answer is then a ratio to the lowest temperature paired within rounds (a drift of the machine moves both sides and cancels), Holm-adjusted over the settings, with the A/A interval beside it as the noise floor; the text outcomes (truncation, repetition, length) keep their intervals over answers.
+# The settings are measured as one design (interleaved rounds): each round answers the same prompts once per setting
+# (same seed), plus greedy a second time as the A/A control, in a shuffled order; rounds are added while the primary
+# comparison is undecided (up to `max_rounds`). The primary comparison, the one that sets the finding's verdict, is
+# the time per output token (TPOT) over greedy per family: what sampling costs the engine per token, analysed as a
+# block design (rounds as blocks, simultaneous intervals; a direction, equivalent within the margin, or undecided with
+# the rounds it would need). Secondary, each with its own verdict: the time per answer (e2e, which also carries the
+# answers' length change) and the text outcomes over answers (truncation, repetition, length).
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
@@ -32,7 +38,10 @@ n_sections: int = 3  # sections each report is asked for
 n_factual_prompts: int = 2  # factual questions per language (1..20)
 max_new_tokens: int = 48  # new-token cap for reports
 factual_max_new_tokens: int = 48  # new-token cap for factual answers (English ones end within ~36)
-repeats: int = 2  # seeded samples per setting (seed, seed + 1, ...)
+repeats: int = 2  # interleaved rounds before the first look; each round is one seeded sample per setting
+max_rounds: int = 6  # the most rounds, added while the primary comparison is undecided and the budget allows
+budget_s: float = 0.0  # the most seconds the rounds may take (0: no budget of its own)
+margin: float = 1.05  # equivalence margin: a TPOT within +-5% of greedy's is equivalent
 warmup: int = 1  # untimed warm-up runs per point
 seed: int = 0  # base seed
 perplexity: bool = True  # score each answer's perplexity under the model (temperature 1)
@@ -74,6 +83,6 @@ results.save_finding(run, temperature.EXPERIMENT, temperature.finding(summary, r
 temperature.headline(summary)
 
 # %%
-for name, fig in temperature.figures(summary, points).items():
+for name, fig in temperature.figures(summary, points, run).items():
     results.save_figure(run, name, fig)
     fig.show()

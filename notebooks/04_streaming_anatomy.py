@@ -18,8 +18,15 @@
 # TTFT, inter-token latency and decode speed for short / medium / long outputs, streaming versus waiting for the
 # whole answer, display granularity, and what a real OpenAI-compatible HTTP stream adds.
 #
-# CPU defaults (2 cores, SmolLM2-135M): 32 / 128 / 384 new tokens instead of 64 / 256 / 1024, so the whole
-# notebook stays under about 3 minutes; a GPU user passes e.g. `output_tokens: [500, 2000, 5000]`.
+# The finding's decision: does decoding slow as the output grows? The output lengths are measured as one design
+# (interleaved rounds: each round every length once and the shortest again, the A/A control, in a shuffled order; rounds
+# added while undecided, up to `max_rounds`), and the time per output token of the longest over the shortest is
+# decided as a block design: slower or faster (a direction), equivalent within the margin, or undecided with the rounds
+# it would need. That streaming shows the first token long before the whole answer is reported as a measurement: it
+# cannot come out the other way, so it is not counted as a decision.
+#
+# CPU defaults (2 cores, SmolLM2-135M): 32 / 128 / 384 new tokens instead of 64 / 256 / 1024, 2-4 rounds, so the whole
+# notebook stays under about 4 minutes; a GPU user passes e.g. `output_tokens: [500, 2000, 5000]`.
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
@@ -37,7 +44,10 @@ timeline_batch: int = 4  # requests in that batch (English and Chinese prompts, 
 http: bool = True  # run the OpenAI-compatible HTTP serving experiment
 http_concurrency: list = [1, 4]  # streaming requests sent together, one point each
 http_tokens: int = 32  # max_tokens of each HTTP request (fixed length)
-repeats: int = 1  # timed repetitions per point
+repeats: int = 2  # rounds of the output lengths before the first look; timed repeats of the other points
+max_rounds: int = 4  # the most rounds of the output lengths, added while their comparison is undecided
+budget_s: float = 0.0  # the most seconds those rounds may take (0: no budget of its own)
+margin: float = 1.05  # equivalence margin: a TPOT within +-5% of the shortest output's is equivalent
 warmup: int = 1  # untimed warm-up runs per point
 seed: int = 0  # base seed (repeat r uses seed + r)
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -81,6 +91,6 @@ table
 streaming_anatomy.transport_table(requests) if cfg.http else None
 
 # %%
-for name, fig in streaming_anatomy.figures(requests).items():
+for name, fig in streaming_anatomy.figures(requests, points, run).items():
     results.save_figure(run, name, fig)
     fig.show()

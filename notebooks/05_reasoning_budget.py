@@ -17,7 +17,13 @@
 # # 05 Reasoning budget: thinking tokens versus latency and answer quality
 # Cap (and optionally extend) the thinking segment with budget forcing, then measure what each budget B costs in time to first answer token, end-to-end latency and throughput, and what it buys in accuracy and gold-answer likelihood.
 #
-# The budgets are measured interleaved by round: a round is one chunk of the tasks that every budget answers once (same tasks, same seed), plus budget 0 a second time as the A/A control, in a shuffled order. The time to first answer token is then a ratio to the smallest budget paired within rounds (a drift of the machine cancels), Holm-adjusted over the budgets, with the A/A interval beside it as the noise floor; accuracy keeps its interval over tasks.
+# The budgets are measured as one design (interleaved rounds): a round is one chunk of the tasks that every budget
+# answers once (same tasks, same seed), plus the smallest budget a second time as the A/A control, in a shuffled order;
+# rounds are added while the primary comparison is undecided (up to `max_rounds`). The primary comparison, the one that
+# sets the finding's verdict, is the time to first answer token over the smallest budget per batch size, analysed as a
+# block design (rounds as blocks, simultaneous intervals; a direction, equivalent within the margin, or undecided with
+# the rounds it would need). Accuracy is secondary, with its own verdict: the same tasks answered under two budgets are
+# pairs (McNemar's exact test), and more tasks, not more rounds, decide it.
 
 # %% tags=["parameters"]
 model: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a local model dir or a cached hub id
@@ -34,7 +40,10 @@ thinking: str = "auto"  # auto | native (<think> tokens) | emulated (text delimi
 temperature: float = 0.0  # 0 means greedy decoding
 top_p: float = 1.0  # nucleus mass, (0, 1]
 stop_at_newline: bool = True  # end an answer at the end of its line
-repeats: int = 1  # timed passes over the tasks per point
+repeats: int = 1  # passes over the tasks before the first look (each pass: one round per chunk of tasks)
+max_rounds: int = 6  # the most rounds (chunks), added while the primary comparison is undecided and the budget allows
+budget_s: float = 0.0  # the most seconds the rounds may take (0: no budget of its own)
+margin: float = 1.05  # equivalence margin: a time to first answer within +-5% of the smallest budget's is equivalent
 warmup: int = 1  # untimed warm-up runs per point
 seed: int = 0  # task and sampling seed (repeat r uses seed + r)
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -61,7 +70,7 @@ points[["point_id", "status", "thinking_mode", "thinking_tokens_mean", "ttft_s_p
 # TTFAT and e2e should grow about linearly with B (each thinking token is one decode step); TTFT should not. Quality is shown with 95% intervals over tasks (Wilson for accuracy, Student t for log-likelihood).
 
 # %%
-for name, fig in exp.figures(points, requests).items():
+for name, fig in exp.figures(points, requests, run).items():
     results.save_figure(run, name, fig)
     fig.show()
 

@@ -92,7 +92,7 @@ def test_notebook_runs_and_writes_quality_and_figures(tmp_path, run_notebook):
 
     params = {"temperatures": [0.0, 1.0], "top_ps": [1.0], "n_report_prompts": 1, "n_factual_prompts": 1,
               "languages": ["en", "zh"], "max_new_tokens": 6, "factual_max_new_tokens": 3, "repeats": 2,
-              "warmup": 0}
+              "max_rounds": 2, "warmup": 0}
     notebooks.validate_parameters(NB, params)
     run = results.open_run()
     run_notebook(NB, params, run)
@@ -104,130 +104,188 @@ def test_notebook_runs_and_writes_quality_and_figures(tmp_path, run_notebook):
     assert greedy.groupby("topic")["text"].nunique().eq(1).all()
     figs = json.loads((run / "manifest.json").read_text())["figures"]
     assert {"temperature_report_repetition", "temperature_factual_accuracy", "temperature_speed"} <= set(figs)
-    # 2 repeats of 4 points: interleaved rounds with the A/A control (issue 32), the time ratio and its figure
+    # 2 rounds of 4 points: one design (issue 49), the A/A arm among its rows in the run folder; each family's
+    # greedy point is its control (ratio 1), the hot points carry their decisions
+    table = pd.read_parquet(run / "design" / "temperature.parquet")
+    assert len(table) == 2 * 5 and set(table["arm"]) == {*points["point_id"], "A/A"}
+    assert {"tpot_s", "e2e_s"} <= set(table.columns) and (table["tpot_s"] > 0).all()
     assert (points["design"] == "interleaved").all() and (points["rounds"] == 2).all()
-    assert points["aa_low"].notna().all() and points["time_ratio"].notna().all()
-    assert "temperature_time_ratio" in figs
-    # (valid forced: a loaded test machine may mark the points invalid for drift, and the finding uses valid ones)
+    hot = points[points["temperature"] == 1.0]
+    assert hot["tpot_vs_control_verdict"].isin(["direction", "equivalent", "undecided"]).all()
+    assert (points.loc[points["temperature"] == 0, "tpot_vs_control"] == 1.0).all()
+    assert hot["time_ratio"].notna().all() and {"temperature_tpot_ratio", "temperature_time_ratio"} <= set(figs)
     f = temperature.finding(temperature.quality_summary(req), req, points.assign(valid=True))
-    assert "A/A noise floor" in f.text and "Time per answer (e2e) at temperature 1 vs 0" in f.text
+    assert f.verdict in ("direction", "equivalent", "undecided") and f.rounds == 2
+    assert "Time per output token (TPOT) at temperature 1 vs 0 (report)" in f.text
     assert (run / "quality_summary.csv").exists()
 
 
-def _answers(rng, temperature, n, truncated_share, repetition, repeats=1, point_id=None):
+def _answers(rng, temperature, n, truncated_share, repetition, repeats=1, point_id=None, tokens=100):
     return [{"point_id": point_id or f"t{temperature}", "family": "report", "language": "en", "repeat": r,
              "temperature": temperature, "top_p": 1.0, "truncated": bool(rng.random() < truncated_share),
-             "repeated_4gram_rate": max(0.0, rng.normal(repetition, 0.01)), "output_tokens": 100}
+             "repeated_4gram_rate": max(0.0, rng.normal(repetition, 0.01)), "output_tokens": tokens}
             for r in range(repeats) for _ in range(n)]
 
 
-def test_finding_says_not_supported_when_most_greedy_answers_are_truncated():
-    rng = np.random.default_rng(0)
-    req = pd.DataFrame(_answers(rng, 0.0, 8, 1.0, 0.0) + _answers(rng, 1.2, 8, 1.0, 0.3))
-    f = temperature.finding(temperature.quality_summary(req), req)
-    assert not f.supported and "not supported: 100% of the answers at temperature 0" in f.text
-    assert "from temperature" not in f.text.lower()  # no direction stated
+def _designed(temps=(0.0, 1.2), families=("report",), decisions=None, aa_verdict="undecided"):
+    """Points as a design records them (workbench.run.design): each family's greedy point the control (ratio 1),
+    every other point's TPOT and e2e decisions from ``decisions[(family, temperature)]``:
+    ``(tpot (est, lo, hi, verdict, direction, rounds_needed), e2e (...))``."""
+    rows = []
+    for fam in families:
+        for t in temps:
+            row = {"point_id": f"{fam}-t{t}", "family": fam, "temperature": t, "top_p": 1.0, "status": "ok",
+                   "valid": True, "design": "interleaved", "rounds": 4, "margin": 1.05, "design_seconds": 40.0,
+                   "seconds_per_round": 10.0, "design_stopped": "max rounds", "aa_ratio": 1.0, "aa_low": 0.95,
+                   "aa_high": 1.05, "aa_verdict": aa_verdict, "rounds_needed": float("nan")}
+            for prefix in ("tpot_vs_control", "time_ratio"):
+                row.update({prefix: 1.0 if t == min(temps) else float("nan"), f"{prefix}_low": float("nan"),
+                            f"{prefix}_high": float("nan"), f"{prefix}_level": float("nan"),
+                            f"{prefix}_verdict": "", f"{prefix}_direction": "", f"{prefix}_method": "the control"})
+            got = (decisions or {}).get((fam, t))
+            if got:
+                for prefix, (est, lo, hi, verdict, direction, need) in zip(("tpot_vs_control", "time_ratio"), got):
+                    row.update({prefix: est, f"{prefix}_low": lo, f"{prefix}_high": hi, f"{prefix}_level": 0.95,
+                                f"{prefix}_verdict": verdict, f"{prefix}_direction": direction,
+                                f"{prefix}_method": "pooled block model, 3 dof, Dunnett over 2"})
+                row["rounds_needed"] = got[0][5]
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
-def test_finding_states_a_direction_only_beyond_noise_and_counts_greedy_repeats_once():
+EQUAL = (1.01, 0.98, 1.03, "equivalent", "", 0)
+SLOWER = (1.30, 1.15, 1.45, "direction", "higher", 0)
+OPEN = (1.03, 0.90, 1.18, "undecided", "", 12)
+
+
+def test_one_primary_outcome_sets_the_mark_a_moved_secondary_never_does():
+    """Issue 49: the finding was supported when any of three text outcomes moved at an unadjusted 95% level (and
+    that one was moved to the front: ~14% of null runs). Now the primary comparison (TPOT vs greedy) alone sets the
+    verdict: with it undecided, a repetition rate that rises beyond noise and a slower time per answer are
+    reported, each with its verdict, and the finding stays undecided, not supported."""
     rng = np.random.default_rng(1)
-    req = pd.DataFrame(_answers(rng, 0.0, 10, 0.0, 0.01, repeats=3) + _answers(rng, 1.2, 30, 0.0, 0.2))
-    f = temperature.finding(temperature.quality_summary(req), req)
-    assert f.supported and "the repeated 4-gram rate rises" in f.text
-    assert "10 answers at temperature 0, 30 at 1.2" in f.evidence  # 3 greedy repeats of 10 prompts are 10 answers
-    assert "share of answers cut by max_new_tokens: no difference beyond noise" in f.text
-    assert "answer length (tokens): no difference beyond noise" in f.text  # both 100: no spread, no difference
-    # an invalid point's answers are left out
-    pts = pd.DataFrame({"point_id": ["t0.0", "t1.2"], "status": ["ok", "ok"], "valid": [True, False]})
-    g = temperature.finding(temperature.quality_summary(req), req, pts)
-    assert not g.supported and g.point_ids == ("t0.0",)
+    req = pd.DataFrame(_answers(rng, 0.0, 10, 0.0, 0.01, repeats=3, point_id="report-t0.0")
+                       + _answers(rng, 1.2, 30, 0.0, 0.2, point_id="report-t1.2"))
+    pts = _designed(decisions={("report", 1.2): (OPEN, SLOWER)})
+    f = temperature.finding(temperature.quality_summary(req), req, pts)
+    assert f.verdict == "undecided" and not f.supported
+    assert f.text.startswith("Time per output token (TPOT) at temperature 1.2 vs 0: undecided")
+    assert "about 12 rounds (~80 s more) would decide it" in f.text and f.rounds_needed == 12
+    assert f.seconds_needed == pytest.approx(80.0)
+    assert "the repeated 4-gram rate rises 0.01" in f.text and "-> 0.200" in f.text   # with its own verdict
+    assert "time per answer (e2e) at temperature 1.2 vs 0: slower, 1.30x" in f.text
+    assert f.text.index("Secondary") > f.text.index("TPOT")                # secondaries follow the primary
+    assert "10 answers at temperature 0, 30 at 1.2" in f.evidence           # 3 greedy repeats of 10 prompts: 10
+    # the same answers with the primary decided: the verdict is the primary's
+    summary = temperature.quality_summary(req)
+    eq = temperature.finding(summary, req, _designed(decisions={("report", 1.2): (EQUAL, SLOWER)}))
+    assert eq.verdict == "equivalent" and eq.supported and "equivalent within +-5%: 1.01x" in eq.text
+    up = temperature.finding(summary, req, _designed(decisions={("report", 1.2): (SLOWER, EQUAL)}))
+    assert up.verdict == "direction" and "TPOT) at temperature 1.2 vs 0: slower, 1.30x" in up.text
 
 
-def _interleaved_temperature(monkeypatch, aa_shift=1.0, repeats=6):
-    """measure_interleaved on a fake model: whole rounds 10% slow or fast (machine drift), a time per answer that
-    grows with the temperature, and the second greedy batch of a round (the A/A arm) ``aa_shift`` times slower."""
+def test_the_least_decided_family_and_a_moved_aa_control_set_the_verdict():
+    req = pd.DataFrame(_answers(np.random.default_rng(2), 0.0, 4, 0.0, 0.01, point_id="report-t0.0")
+                       + _answers(np.random.default_rng(3), 1.2, 4, 0.0, 0.01, point_id="report-t1.2"))
+    two = _designed(families=("report", "factual"), decisions={("report", 1.2): (EQUAL, EQUAL),
+                                                              ("factual", 1.2): (OPEN, EQUAL)})
+    f = temperature.finding(temperature.quality_summary(req), req, two)
+    assert f.verdict == "undecided" and f.rounds_needed == 12
+    assert "(report): equivalent" in f.text and "(factual): undecided" in f.text
+    both = _designed(families=("report", "factual"), decisions={("report", 1.2): (EQUAL, EQUAL),
+                                                               ("factual", 1.2): (SLOWER, EQUAL)})
+    assert temperature.finding(temperature.quality_summary(req), req, both).verdict == "direction"
+    moved = _designed(decisions={("report", 1.2): (SLOWER, EQUAL)}, aa_verdict="direction")
+    g = temperature.finding(temperature.quality_summary(req), req, moved)
+    assert g.verdict == "undecided" and "The A/A control moved" in g.text
+    alone = temperature.finding(temperature.quality_summary(req), req)   # no design (one repeat): nothing decided
+    assert alone.verdict == "undecided" and "no comparison" in alone.text
+
+
+def test_truncated_greedy_answers_silence_length_and_repetition_not_the_primary():
+    rng = np.random.default_rng(0)
+    req = pd.DataFrame(_answers(rng, 0.0, 8, 1.0, 0.0, point_id="report-t0.0")
+                       + _answers(rng, 1.2, 8, 1.0, 0.3, point_id="report-t1.2"))
+    pts = _designed(decisions={("report", 1.2): (EQUAL, EQUAL)})
+    f = temperature.finding(temperature.quality_summary(req), req, pts)
+    assert "length and repetition cannot show it: 100% of the answers at temperature 0" in f.text
+    assert "repeated 4-gram rate" not in f.text and f.verdict == "equivalent"
+
+
+def test_a_text_outcome_without_spread_is_undecided_not_a_direction():
+    """A zero-width interval decides nothing: greedy answers all 100 tokens and sampled ones all 120 (no spread
+    on either side) gave a Welch interval of zero width and "the answer length rises"."""
+    rng = np.random.default_rng(4)
+    req = pd.DataFrame(_answers(rng, 0.0, 6, 0.0, 0.01, point_id="report-t0.0")
+                       + _answers(rng, 1.2, 6, 0.0, 0.01, point_id="report-t1.2", tokens=120))
+    pts = _designed(decisions={("report", 1.2): (EQUAL, EQUAL)})
+    f = temperature.finding(temperature.quality_summary(req), req, pts)
+    assert "the answer length (tokens): undecided (100.0 -> 120.0)" in f.text and "length (tokens) rises" not in f.text
+
+
+def _fake_design(monkeypatch, tmp_path, slow=1.0, repeats=3, max_rounds=3):
+    """sweep_design on a fake model: whole rounds 10% slow or fast (machine drift); a sampled batch's step ``slow``
+    times greedy's; answers of 7 tokens. Returns the calls (round, temperature, prompts) and the points as
+    run_sweep records them."""
     import random
     import types
 
-    from workbench.run import point_result
+    from workbench.run import design
 
     cfg = temperature.Config(temperatures=[0.0, 0.7, 1.2], top_ps=[1.0], families=["factual"], languages=["en"],
-                             n_factual_prompts=3, repeats=repeats, warmup=0, perplexity=False)
-    from workbench.stats import comparison
-
-    rng, drift, calls, order = random.Random(3), {}, [], []
-    schedule = comparison.schedule
-
-    def recorded_schedule(*a, **k):  # the arms in measuring order, so the fake knows which batch is the A/A arm's
-        order.extend(schedule(*a, **k))
-        return list(order)
+                             n_factual_prompts=3, repeats=repeats, max_rounds=max_rounds, warmup=0, perplexity=False)
+    rng, drift, calls = random.Random(3), {}, []
 
     def fake_generate(loaded, prompts, settings):
         r = settings.seed - cfg.seed
         drift.setdefault(r, rng.choice((0.9, 1.1)))
-        again = order[len(calls)][1] == comparison.AA
         calls.append((r, settings.temperature, tuple(prompts)))
-        e2e = 0.5 * (1 + 0.5 * settings.temperature) * drift[r] * rng.uniform(0.99, 1.01) * (aa_shift if again else 1)
+        step = 0.07 * drift[r] * rng.uniform(0.99, 1.01) * (slow if settings.temperature > 0 else 1)
         recs = [{"request_id": i, "text": "Paris is the capital of France.", "finish_reason": "stop",
-                 "output_tokens": 7, "prompt_tokens": 20, "e2e_s": e2e, "ttft_s": 0.05, "tpot_s": 0.07,
+                 "output_tokens": 7, "prompt_tokens": 20, "e2e_s": 0.05 + 6 * step, "ttft_s": 0.05, "tpot_s": step,
                  "output_ids": [1] * 7, "seed": settings.seed, "temperature": settings.temperature,
                  "top_p": settings.top_p} for i in range(len(prompts))]
-        return types.SimpleNamespace(records=recs, wall_s=e2e)
+        return types.SimpleNamespace(records=recs, wall_s=0.05 + 6 * step)
 
     monkeypatch.setattr(temperature, "generate_measured", fake_generate)
     monkeypatch.setattr(temperature, "warm_up", lambda *a, **k: 0.0)
-    monkeypatch.setattr(comparison, "schedule", recorded_schedule)
-    loaded = types.SimpleNamespace(info=types.SimpleNamespace(device="cpu"))
-    got = temperature.measure_interleaved(loaded, cfg, cfg.grid())
-    pts, reqs = [], []
-    for p in cfg.grid():
-        pid = point_result.point_id(temperature.EXPERIMENT, p)
-        res = got[pid]
-        pts.append({"point_id": pid, "status": "ok", "valid": True, **p, **res.extra})
-        reqs += [{**r, **p, "point_id": pid} for r in res.requests]
-    return cfg, calls, pd.DataFrame(pts), pd.DataFrame(reqs)
+    grid = cfg.grid()
+    sd = temperature.sweep_design(types.SimpleNamespace(tokenizer=None), cfg, grid)
+    by_id = {point_result.point_id(temperature.EXPERIMENT, p): p for p in grid}
+    got = design.measure_sweep_design(sd, by_id, "", tmp_path, None)
+    pts = pd.DataFrame([{"point_id": pid, "status": "ok", "valid": True, **p, **got[pid].extra}
+                        for pid, p in by_id.items()])
+    reqs = pd.DataFrame([{**r, **p, "point_id": pid} for pid, p in by_id.items() for r in got[pid].requests])
+    return cfg, sd, calls, pts, reqs
 
 
-def test_measure_interleaved_rounds_with_the_aa_control_and_the_finding_prints_the_noise_floor(monkeypatch):
-    """Issue 32: every round measures every temperature once and greedy a second time (the A/A arm), the same
-    prompts and seed for every arm of a round; the points carry the A/A and time-ratio columns; the finding prints
-    the e2e ratio with the noise floor beside it, and the ratio figure shades the band."""
-    from workbench.stats import comparison, evidence
+from workbench.run import point_result  # noqa: E402
 
-    cfg, calls, pts, req = _interleaved_temperature(monkeypatch)
+
+def test_the_temperatures_are_one_design_with_greedy_the_marked_control(monkeypatch, tmp_path):
+    """Every round answers the same prompts once per temperature at the round's seed, and greedy a second time (the
+    A/A arm), order shuffled; greedy is the marked control, TPOT the primary outcome and e2e a secondary one; the
+    answers are scored after the design (the A/A arm's never); a per-token cost 20% above greedy's is a direction."""
+    cfg, sd, calls, pts, req = _fake_design(monkeypatch, tmp_path, slow=1.2)
+    d = sd.design
+    assert d.control == point_result.point_id("temperature", {"family": "factual", "temperature": 0.0, "top_p": 1.0})
+    assert d.primary.name == "tpot_s" and [o.name for o in d.secondary] == ["e2e_s"]
+    assert d.decide == [point_result.point_id("temperature", {"family": "factual", "temperature": 1.2, "top_p": 1.0})]
     rounds = [r for r, _, _ in calls]
-    assert rounds == sorted(rounds) and set(rounds) == set(range(cfg.repeats))  # round after round
+    assert rounds == sorted(rounds) and set(rounds) == set(range(cfg.repeats))
     for r in range(cfg.repeats):
         mine = [(t, p) for rr, t, p in calls if rr == r]
-        assert sorted(t for t, _ in mine) == [0.0, 0.0, 0.7, 1.2]  # every arm once, greedy twice
-        assert len({p for _, p in mine}) == 1  # the same prompts for every arm of a round
-    orders = {tuple(t for rr, t, _ in calls if rr == r) for r in range(cfg.repeats)}
-    assert len(orders) > 1  # the order within a round is shuffled
-    assert set(comparison.COLUMNS) <= set(pts.columns)
-    assert (pts["design"] == "interleaved").all() and (pts["rounds"] == cfg.repeats).all()
-    assert pts["aa_low"].notna().all() and not comparison.aa_moved_columns(pts.iloc[0])
-    assert len(req) == 3 * 3 * cfg.repeats and set(req["repeat"]) == set(range(cfg.repeats))
-    assert {"time_ratio", "time_ratio_low", "time_ratio_high", "time_ratio_p_holm"} <= set(pts.columns)
+        assert sorted(t for t, _ in mine) == [0.0, 0.0, 0.7, 1.2] and len({p for _, p in mine}) == 1
+    assert len({tuple(t for rr, t, _ in calls if rr == r) for r in range(cfg.repeats)}) > 1   # shuffled
+    table = pd.read_parquet(tmp_path / "design" / "temperature.parquet")
+    assert len(table) == 4 * cfg.repeats and (table["arm"] == "A/A").sum() == cfg.repeats
+    assert len(req) == 3 * 3 * cfg.repeats and req["truncated"].notna().all()     # scored; no A/A rows
     hot = pts[pts["temperature"] == 1.2].iloc[0]
-    assert hot["time_ratio_low"] > 1 and "Holm over 2 comparisons" in hot["time_ratio_method"]
+    assert hot["tpot_vs_control_verdict"] == "direction" and hot["tpot_vs_control_low"] > 1
+    assert hot["tpot_vs_control"] == pytest.approx(1.2, rel=0.03)
+    assert pts.loc[pts["temperature"] == 0, "tpot_vs_control"].iloc[0] == 1.0
     f = temperature.finding(temperature.quality_summary(req), req, pts)
-    assert "Time per answer (e2e) at temperature 1.2 vs 0: " in f.text and "A/A noise floor" in f.text
-    assert comparison.AA_MOVED not in f.text
-    assert f.supported == evidence.headline_supported(f.text) or not f.supported
-    figs = temperature.figures(temperature.quality_summary(req), pts)
-    band = [t for t in figs["temperature_time_ratio"].data if (t.name or "").startswith("A/A noise floor")]
-    assert len(band) == 1
-
-
-def test_finding_says_the_aa_control_moved(monkeypatch):
-    """An A/A arm 25% slower than the baseline in every round: its interval excludes 1, the points say so and the
-    finding's timing says "not supported: the A/A control moved"; the text outcomes keep their own verdicts."""
-    from workbench.stats import comparison, evidence
-
-    _, _, pts, req = _interleaved_temperature(monkeypatch, aa_shift=1.25)
-    assert comparison.aa_moved_columns(pts.iloc[0]) and (pts["aa_low"] > 1).all()
-    f = temperature.finding(temperature.quality_summary(req), req, pts)
-    assert f"Time per answer (e2e) at temperature 1.2 vs 0: {comparison.AA_MOVED}" in f.text
-    assert "A/A noise floor" in f.text and "(moved: excludes 1)" in f.text
-    assert f.text.startswith("From temperature 0 to 1.2, ")
-    assert not f.supported or evidence.headline_supported(f.text)
+    assert f.verdict == "direction" and f.text.startswith("Time per output token (TPOT) at temperature 1.2 vs 0: "
+                                                          "slower, 1.")
+    figs = temperature.figures(temperature.quality_summary(req), pts, tmp_path)
+    assert "each round" in figs["temperature_tpot_ratio"].to_json()

@@ -139,7 +139,19 @@ def test_a_zero_width_interval_decides_nothing():
     t = _long({"a": [1.0, 2.0, 3.0], "b": [1.1, 2.2, 3.3]})              # b / a = 1.1 exactly in every round
     dec = blocks.analyse(t, "a", aa=None).arms["b"]
     assert dec.verdict == "undecided" and not dec.shown
+    assert dec.rounds_needed is None and "no spread" in dec.needed_text()      # no spread to plan rounds from
     assert blocks.verdict(1.1, 1.1) == ("undecided", "")
+
+
+def test_a_difference_has_the_same_three_verdicts():
+    """A difference of shares or means (no ratio): the band is [-margin, margin]; zero width decides nothing (a
+    Welch interval of two samples without spread is d to d: no direction, whatever d)."""
+    assert blocks.additive_verdict(0.1, 0.3) == ("direction", "higher")
+    assert blocks.additive_verdict(-0.3, -0.1) == ("direction", "lower")
+    assert blocks.additive_verdict(-0.05, 0.08, margin=0.10) == ("equivalent", "")
+    assert blocks.additive_verdict(-0.05, 0.08) == ("undecided", "")            # no margin: no equivalence
+    assert blocks.additive_verdict(0.2, 0.2) == ("undecided", "")
+    assert blocks.additive_verdict(float("nan"), 0.2) == ("undecided", "")
 
 
 def test_one_round_pairs_nothing_and_bad_input_is_one_line():
@@ -191,13 +203,26 @@ def test_paired_binary_is_mcnemar_with_an_exact_interval():
         blocks.paired_binary([1, 0], [1])
 
 
+def test_paired_equivalence_needs_the_unconditional_interval():
+    """One task of 12 flipping: the conditional interval (the discordant share held at 1/12) is +-8 points, inside
+    +-10, yet up to ~40% of such tasks might flip: undecided. 60 tasks with none flipping: the discordant share is
+    below 7% (Clopper-Pearson), so the difference is within +-7 points: equivalent."""
+    one = blocks.paired_binary([1] * 6 + [0] * 6, [1] * 5 + [0] * 7)
+    assert one["low"] >= -0.10 and one["high"] <= 0.10                      # the conditional interval alone
+    assert one["verdict"] == "undecided" and one["unconditional"][1] > 0.3
+    none = blocks.paired_binary([1] * 30 + [0] * 30, [1] * 30 + [0] * 30)
+    assert none["verdict"] == "equivalent" and none["unconditional"][1] < 0.075
+    assert blocks.paired_binary([1] * 6 + [0] * 6, [1] * 6 + [0] * 6)["verdict"] == "undecided"   # 12: too few
+
+
 def test_the_paired_interval_covers():
     rng = np.random.default_rng(0)
-    miss = 0
+    miss = wide = 0
     for _ in range(400):
         x = rng.random(30) < 0.6
         y = np.where(rng.random(30) < 0.7, x, rng.random(30) < 0.5)
         got = blocks.paired_binary(x.astype(int), y.astype(int))
         true = 0.6 - (0.7 * 0.6 + 0.3 * 0.5)
         miss += not (got["low"] <= true <= got["high"])
-    assert miss / 400 <= 0.05
+        wide += not (got["unconditional"][0] <= true <= got["unconditional"][1])
+    assert miss / 400 <= 0.05 and wide / 400 <= 0.05

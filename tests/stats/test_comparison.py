@@ -208,45 +208,6 @@ def test_speed_techniques_measures_arms_interleaved_with_the_aa_control(monkeypa
     assert f.supported and "A/A noise floor" in f.text and f.text.startswith("prompt lookup (k=2): extract/en")
 
 
-def test_streaming_lengths_interleaved_with_the_aa_control(monkeypatch):
-    """Streaming anatomy's output lengths measured by round on a fake model: a drift that moves whole rounds
-    cancels in the paired TPOT ratio (equal TPOT: no direction), the A/A columns are on both points and the
-    finding prints the noise floor."""
-    import types
-
-    from workbench.experiments import streaming_anatomy as sa
-
-    cfg = sa.Config(output_tokens=[8, 32], repeats=6, warmup=0, http=False)
-    rng, drift, order = random.Random(5), {}, []
-
-    class Tap:
-        def row_summary(self, *a):
-            return {"first_display_s": 0.1, "handler_s_per_token": 1e-5}
-
-    def fake_tapped(loaded, prompts, settings, granularities, **kw):
-        r = settings.seed - cfg.seed
-        drift.setdefault(r, rng.choice((0.9, 1.1)))  # whole rounds 10% slow or fast
-        order.append((r, settings.max_new_tokens))
-        tpot = 0.05 * drift[r] * rng.uniform(0.995, 1.005)
-        n = settings.max_new_tokens
-        rec = {"request_id": 0, "tpot_s": tpot, "ttft_s": 0.1, "e2e_s": 0.1 + tpot * (n - 1),
-               "itl_s": [tpot] * (n - 1), "output_tokens": n}
-        return types.SimpleNamespace(records=[rec], wall_s=rec["e2e_s"], t_submit=0.0), Tap()
-
-    monkeypatch.setattr(sa, "_run_tapped", fake_tapped)
-    monkeypatch.setattr(sa, "warm_up", lambda *a, **k: 0.0)
-    got = sa.measure_streams_interleaved(None, cfg, cfg.output_tokens)
-    assert len(order) == 6 * 3 and {r for r, _ in order} == set(range(6))
-    pts, reqs = [], []
-    for n, res in got.items():
-        assert res.extra["design"] == "interleaved" and res.extra["rounds"] == 6
-        pts.append({"point_id": f"s{n}", "experiment": "streaming", "max_new_tokens": n, "status": "ok",
-                    "valid": True, "batch_size": 1, "ttft_s_p50": 0.1, "e2e_s_p50": res.requests[0]["e2e_s"],
-                    "tpot_s_p50": 0.05, **res.extra})
-        reqs += [{**r, "point_id": f"s{n}", "experiment": "streaming"} for r in res.requests]
-    f = sa.finding(pd.DataFrame(pts), pd.DataFrame(reqs))
-    assert "TPOT at 32 vs 8 tokens" in f.text and "no difference beyond noise" in f.text
-    assert "A/A noise floor" in f.text and "paired" in f.evidence
 
 
 def test_drift_between_neighbouring_rounds_is_reported():
@@ -303,27 +264,23 @@ def _ratio_points(**cols):
 
 
 def test_every_ratio_figure_is_drawn_by_the_one_helper(monkeypatch):
-    """The five comparative figures of ratios (long output, streaming reader, temperature, reasoning budget,
-    context compression) draw their body with :func:`comparison.ratio_figure`: markers with interval error bars,
-    the dotted line at 1 and the A/A band; each keeps its own title and axis titles."""
-    from workbench.experiments import long_output, reasoning_budget, streaming_reader, temperature
+    """The comparative figures of ratios not yet drawn from a design's rounds (streaming reader, context
+    compression) draw their body with :func:`comparison.ratio_figure`: markers with interval error bars, the dotted
+    line at 1 and the A/A band; each keeps its own title and axis titles. Figures of a design runner's experiment
+    use :func:`workbench.share.figures_design.ratio_figure` (tests/share/test_figures_design.py)."""
+    from workbench.experiments import streaming_reader
     from workbench.experiments.context_compression import charts as figures_compression
 
     used = []
     helper = comparison.ratio_figure
     monkeypatch.setattr(comparison, "ratio_figure", lambda *a, **k: used.append(a[1]) or helper(*a, **k))
     figs = {
-        "long_output": long_output.fig_time_ratio(_ratio_points(language=["en", "en"],
-                                                                strategy=["one_shot", "outline_batch"])),
         "streaming_reader": streaming_reader.proxy_ratio_figure(_ratio_points(part=["proxy", "proxy"],
                                                                               proxy=["direct", "buffering_on"])),
-        "temperature": temperature.fig_time_ratio(_ratio_points(family=["factual"] * 2, top_p=[1.0, 1.0],
-                                                                temperature=[0.0, 0.7])),
-        "reasoning_budget": reasoning_budget.fig_time_ratio(_ratio_points(batch_size=[6, 6], reasoning_budget=[0, 16])),
         "context_compression": figures_compression.time_ratio(_ratio_points(
             strategy=["none", "bm25", "bm25"], ratio=[1, 4, 4], context_tokens=[512, 512, 512], depth=[0.1, 0.1, 0.5])),
     }
-    assert used == ["strategy", "proxy", "temperature", "reasoning_budget", "arm"]
+    assert used == ["proxy", "arm"]
     for name, fig in figs.items():
         assert any(s.y0 == 1 and s.y1 == 1 and s.line.dash == "dot" for s in fig.layout.shapes), name
         band = [s for s in fig.layout.shapes if s.y0 == pytest.approx(0.97) and s.y1 == pytest.approx(1.03)]

@@ -5,36 +5,42 @@ writes the same article with ``one_shot``, ``outline_batch`` or
 ``outline_sequential`` under one total token budget and records time to first
 visible text (``first_text_s``), to first section text, wall time (``wall_s``),
 length, section coverage, repetition across sections and throughput (one row
-per repeat). A row merges several requests, so it names those quantities for
+per round). A row merges several requests, so it names those quantities for
 what they are; ``ttft_s`` / ``itl_s`` are a request's own (the one-shot row), and
 ``batch_size`` is the number of requests that shared a forward pass (the
-sections of ``outline_batch``; 1 otherwise), which MBU / MFU use. Each repeat's
+sections of ``outline_batch``; 1 otherwise), which MBU / MFU use. Each round's
 merged text (with its outline) is saved under ``texts/`` in the run folder.
 
-Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ points and ``repeats`` >= 2 the points are
-arms measured interleaved by round (:func:`measure_interleaved`): round ``r`` writes every (language,
-strategy) text once at seed ``seed + r``, plus the first language's ``one_shot`` text a second time, the
-A/A control, in an order shuffled per round from the seed. Per language, each strategy's wall time over
-``one_shot``'s (:func:`baseline_strategy`) is the paired within-round ratio, Holm over the language's
-strategies (``time_ratio`` columns), and every point carries the A/A columns
-(:data:`workbench.stats.comparison.COLUMNS`): the noise floor :func:`finding` prints beside the ratios and
-:func:`fig_time_ratio` shades. With one repeat (a round pairs nothing) each point runs on its own
-(:func:`measure_point`) and the finding makes no comparative claim.
-:func:`figures` compares wait and total time per strategy, and the ratios with the A/A band.
+Design (issue 49; :mod:`workbench.run.design`): with 2+ points and ``repeats`` >= 2 the points are the arms of one
+design (:func:`sweep_design`): round ``r`` writes every (language, strategy) text once at seed ``seed + r`` (the same
+topic, plan and seed for every strategy of a language), and the first language's ``one_shot`` text a second time, the
+A/A control (timed, neither saved nor stored), in an order shuffled per round; ``repeats`` rounds first, then more
+while a comparison is undecided, up to ``max_rounds`` and within ``budget_s``. Each language's strategies are a group
+against its ``one_shot`` (:func:`baseline_strategy`, marked). The **primary outcome** is the text's wall time
+(:data:`WALL`); the time to first visible text (:data:`FIRST_TEXT`) is secondary, with its own verdict.
+
+:func:`finding` names the fastest strategy per language within the quality guard (:func:`_guarded`) and decides it
+against ``one_shot`` (the design's simultaneous interval) and against its runner-up
+(:func:`workbench.stats.blocks.pick_versus`, Tukey's level: the pick is chosen after looking); a ``one_shot`` pick is
+a verdict only when every other strategy is slower beyond noise or equivalent. With one repeat (a round pairs
+nothing) each point runs on its own (:func:`measure_point`) and the finding decides nothing.
+:func:`figures` compares wait and total time per strategy, and the ratios with their intervals.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from workbench.stats import comparison, evidence, metrics
-from workbench.share import plots
+from workbench.stats import blocks, evidence, metrics
+from workbench.share import figures_design, plots
 from workbench.predict import predictions
-from workbench.run import point_result, results, sweeps  # noqa: F401  (plots registers the house template)
+from workbench.run import design, point_result, results, sweeps  # noqa: F401  (plots registers the house template)
 from workbench.checks import check_choice_list, check_int
 from workbench.measure.generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
 from workbench.techniques.long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
@@ -44,8 +50,11 @@ EXPERIMENT = "long_output"
 
 
 @dataclass
-class Config(sweeps.SweepConfig):
+class Config(sweeps.SweepConfig, design.DesignFields):
     """Long-output strategies (notebook ``07_long_output``).
+
+    With 2+ points and ``repeats`` >= 2 the points are the arms of one design (:func:`sweep_design`): ``repeats``
+    rounds first, up to ``max_rounds`` while a comparison is undecided and ``budget_s`` allows.
 
     Attributes:
         budget_tokens: total new-token budget per text, the same for every strategy.
@@ -55,6 +64,7 @@ class Config(sweeps.SweepConfig):
         languages: ``en`` and / or ``zh``.
         topic_en, topic_zh: the article titles.
         temperature: 0 = greedy.
+        repeats: rounds before the first look (each round: every text once).
     """
 
     budget_tokens: int = 256
@@ -65,10 +75,12 @@ class Config(sweeps.SweepConfig):
     topic_en: str = DEFAULT_TOPICS["en"]
     topic_zh: str = DEFAULT_TOPICS["zh"]
     temperature: float = 0.0
-    repeats: int = 2  # rounds: 2 pair each strategy with the A/A control (the notebook's default, one place: its parameters cell agrees)
+    repeats: int = 2  # rounds before the design's first look (the notebook's default: its parameters cell agrees)
+    max_rounds: int = 4
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
         check_int("budget_tokens", self.budget_tokens, lo=16)
         check_int("outline_tokens", self.outline_tokens, lo=0)
         check_choice_list("strategies", self.strategies, STRATEGIES)
@@ -92,6 +104,11 @@ class Config(sweeps.SweepConfig):
 #: Per-request columns summarised (median, ``<column>_p50``) in each point.
 SUMMARY_COLUMNS = ("coverage", "repetition", "sections_found", "first_text_s", "first_section_s", "chars")
 
+#: The primary outcome: a text's wall time, start to merged text (it alone sets the finding's verdict).
+WALL = design.Outcome("wall_s", False, "wall time", "time_ratio")
+#: Secondary: the time to first visible text (what a reader waits for before anything shows).
+FIRST_TEXT = design.Outcome("first_text_s", False, "time to first visible text", "first_text_vs_control")
+
 
 def baseline_strategy(strategies) -> str:
     """The strategy every other is compared with.
@@ -107,7 +124,7 @@ def baseline_strategy(strategies) -> str:
 
 
 def _save_text(run_dir, cfg: Config, point: dict, repeat: int, res) -> None:
-    """Save one repeat's merged text (with its outline) as ``texts/long_output_<strategy>_<language>_r<repeat>.md``."""
+    """Save one round's merged text (with its outline) as ``texts/long_output_<strategy>_<language>_r<repeat>.md``."""
     if run_dir is None:
         return
     strategy, language = point["strategy"], point["language"]
@@ -153,16 +170,14 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=_point_extra(rows))
 
 
-def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
-    """Every (language, strategy) point as an interleaved arm (:mod:`workbench.stats.comparison`), with the A/A control.
-
-    ``cfg.warmup`` untimed short generations of each language's topic first; then ``cfg.repeats`` rounds: round
-    ``r`` writes every point's text once at seed ``cfg.seed + r`` (the same topic, plan and seed for every
-    strategy of a language), plus the first language's baseline (:func:`baseline_strategy`, ``one_shot``) a
-    second time (:data:`workbench.stats.comparison.AA`: timed, neither saved nor stored), in an order shuffled per
-    round from ``cfg.seed``. A round's value of an arm is its text's wall time ``wall_s``; per language, every
-    strategy is judged against the baseline from the paired within-round ratios, Holm over the language's other
-    strategies (:func:`workbench.stats.comparison.compare_groups`).
+def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design.SweepDesign:
+    """The points as one design (:mod:`workbench.run.design`): round ``r`` writes every point's text once at seed
+    ``cfg.seed + r`` and the first language's baseline (:func:`baseline_strategy`) a second time, the A/A control
+    (timed, its text neither saved nor stored). Each language's strategies are a group against its baseline
+    (marked); the primary outcome is the text's wall time (:data:`WALL`), the time to first visible text
+    (:data:`FIRST_TEXT`) secondary; every strategy must be decided for an early stop (the pick and its runner-up
+    are known only at the end). ``cfg.warmup`` untimed short generations of each language's topic come first (its
+    first arm's warm-up).
 
     Args:
         loaded: :class:`workbench.measure.models.LoadedModel`.
@@ -171,68 +186,57 @@ def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) ->
         state: ``run_dir`` (optional): where each text is saved (as :func:`measure_point` does, ``r<round>``).
 
     Returns:
-        ``{point_id: PointResult}``: a row per round (``repeat`` = round), ``wall_s`` (seconds, the point's texts
-        together), ``warmup_s`` (the language's first point), ``extra`` with :data:`SUMMARY_COLUMNS` medians, the
-        ``time_ratio`` columns (:func:`workbench.stats.comparison.arm_columns`: wall time over the language's
-        baseline) and the A/A columns (:data:`workbench.stats.comparison.COLUMNS`, the experiment's noise floor).
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     plan = cfg.plan()
-    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
-    by_pid = dict(zip(pids, points))
+    pid = (lambda p: point_result.point_id(EXPERIMENT, p))
     langs = list(dict.fromkeys(p["language"] for p in points))
-    base_pid = {}
-    for lang in langs:
-        base = baseline_strategy(p["strategy"] for p in points if p["language"] == lang)
-        base_pid[lang] = next(pid for pid, p in by_pid.items() if p["language"] == lang and p["strategy"] == base)
-    first_base = base_pid[langs[0]]
-    warmup_s = {lang: warm_up(loaded, [cfg.topic(lang)], GenerationSettings(max_new_tokens=WARMUP_NEW_TOKENS),
-                              cfg.warmup) for lang in langs}
-    got = {pid: {"rows": [], "wall_s": 0.0} for pid in pids}
-    table = []
-    for rnd, arm in comparison.schedule([*pids, comparison.AA], cfg.repeats, cfg.seed):
-        pid = first_base if arm == comparison.AA else arm
-        p = by_pid[pid]
+    base = {lang: pid(next(p for p in points if p["language"] == lang
+                           and p["strategy"] == baseline_strategy(q["strategy"] for q in points
+                                                                  if q["language"] == lang))) for lang in langs}
+    warmed: set = set()
+
+    def write(p, rnd, save):
         res = run_long_output(loaded, p["strategy"], cfg.topic(p["language"]), plan, p["language"], cfg.temperature,
                               cfg.seed + rnd)
-        table.append({"arm": arm, "round": rnd, "value": res.row["wall_s"]})
-        if arm == comparison.AA:
-            continue
-        got[pid]["rows"].append(dict(res.row, repeat=rnd, request_id=0))
-        got[pid]["wall_s"] += res.row["wall_s"]
-        _save_text(state.get("run_dir"), cfg, p, rnd, res)
-    groups = {base_pid[lang]: [pid for pid in pids if by_pid[pid]["language"] == lang] for lang in langs}
-    ratio_cols, aa_cols = comparison.compare_groups(pd.DataFrame(table), groups)
-    out = {}
-    for pid, p in by_pid.items():
-        first = pid == next(q for q in pids if by_pid[q]["language"] == p["language"])
-        out[pid] = PointResult(requests=got[pid]["rows"], wall_s=got[pid]["wall_s"],
-                               warmup_s=warmup_s[p["language"]] if first else 0.0,
-                               extra={**_point_extra(got[pid]["rows"]), **ratio_cols[pid], **aa_cols})
-    return out
+        if save:
+            _save_text(state.get("run_dir"), cfg, p, rnd, res)
+        row = dict(res.row, request_id=0)
+        first = row.get("first_text_s")
+        shown = first if isinstance(first, (int, float)) and math.isfinite(first) and first > 0 else row["wall_s"]
+        return design.Measured({WALL.name: row["wall_s"], FIRST_TEXT.name: shown}, [row], row["wall_s"])
+
+    def prepare(p):
+        if p["language"] in warmed:
+            return 0.0
+        warmed.add(p["language"])
+        return warm_up(loaded, [cfg.topic(p["language"])], GenerationSettings(max_new_tokens=WARMUP_NEW_TOKENS),
+                       cfg.warmup)
+
+    groups = {base[lang]: [pid(p) for p in points if p["language"] == lang] for lang in langs}
+    d = design.Design(EXPERIMENT, [pid(p) for p in points], base[langs[0]], WALL, (FIRST_TEXT,), groups=groups,
+                      **cfg.design_kwargs())
+    return design.SweepDesign(d, lambda p, rnd: write(p, rnd, True), prepare,
+                              lambda point_id, result: _point_extra(result.requests.get(point_id, [])),
+                              measure_aa=lambda p, rnd: write(p, rnd, False))
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """Every (language, strategy) point of ``cfg``.
 
-    With 2+ points and ``repeats`` >= 2 the points are measured interleaved by round with the A/A control
-    (:func:`measure_interleaved`) and reach the disk together when the last round ends (an interrupt before that
-    keeps none of them); with one repeat there is nothing to pair and each point is measured, and written, on
-    its own (:func:`measure_point`, warm-up before the first point only).
+    With 2+ points and ``repeats`` >= 2 the points are one design (:func:`sweep_design`): every finished round is on
+    disk (``design/long_output.parquet``) and a resume continues from the last one; the points are recorded when the
+    design stops. With one repeat there is nothing to pair and each point is measured, and written, on its own
+    (:func:`measure_point`, warm-up before the first point only).
 
     Returns:
         The ``long_output`` points.
     """
     grid = cfg.grid()
     state = {"run_dir": run_dir}
-
-    def measure(p):
-        if len(grid) < 2 or cfg.repeats < 2:
-            return measure_point(loaded, cfg, p, state)
-        return sweeps.block_share(state, point_result.point_id(EXPERIMENT, p),
-                                  lambda: measure_interleaved(loaded, cfg, grid, state))
-
-    return sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded,
-                            config=cfg)
+    designed = sweep_design(loaded, cfg, grid, state) if len(grid) >= 2 and cfg.repeats >= 2 else None
+    return sweeps.run_sweep(run_dir, EXPERIMENT, grid, lambda p: measure_point(loaded, cfg, p, state), resume=resume,
+                            info=loaded.info, loaded=loaded, config=cfg, design=designed)
 
 
 REQUEST_COLUMNS = ("language", "strategy", "first_text_s", "first_section_s", "wall_s", "output_tokens", "batch_size",
@@ -250,24 +254,15 @@ def request_table(requests: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in REQUEST_COLUMNS if c in df]].reset_index(drop=True)
 
 
-def _ratio_rows(points: pd.DataFrame | None) -> pd.DataFrame:
-    """The usable points measured interleaved (their ``time_ratio`` and A/A columns); empty when none were."""
-    if points is None or len(points) == 0 or "time_ratio" not in points or "design" not in points:
-        return pd.DataFrame()
+def _design_rows(points: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The usable points measured as a design (their decision columns), or None."""
+    if points is None or len(points) == 0 or "design" not in points or WALL.prefix not in points:
+        return None
     ok = evidence.usable_points(points)
-    return ok[ok["design"].notna() & ok["time_ratio"].notna()] if "language" in ok and "strategy" in ok \
-        else pd.DataFrame()
-
-
-def _paired_best(ratios: pd.DataFrame, strategies: list, base: str) -> str | None:
-    """The strategy with the lowest paired wall-time ratio to ``base`` (:func:`workbench.stats.comparison.paired_best`)
-    where every other strategy has one; None otherwise."""
-    if ratios.empty or "strategy" not in ratios:
+    if "language" not in ok or "strategy" not in ok:
         return None
-    r = ratios.drop_duplicates("strategy").set_index("strategy")["time_ratio"]
-    if any(s not in r.index for s in strategies if s != base):
-        return None
-    return comparison.paired_best({s: r[s] for s in strategies if s != base}, base)
+    ok = ok[ok["design"].map(lambda v: isinstance(v, str) and bool(v))]
+    return ok if len(ok) else None
 
 
 def _guarded(med: pd.DataFrame, base: str) -> list:
@@ -290,99 +285,159 @@ def _guarded(med: pd.DataFrame, base: str) -> list:
             or float(med.loc[s, "coverage"]) >= floor - 1e-9]
 
 
-def _backed(ratios: pd.DataFrame, best: str, base: str, kept=None) -> str:
-    """Whether a language's pick (the shortest median wall time) is backed by its paired ratios: ``""`` when it is,
-    else the verdict to print beside it ("not supported: the A/A control moved", "no difference beyond noise",
-    "not supported: ..."). A strategy other than the baseline needs its ratio below 1 after Holm; the baseline
-    itself needs every other strategy within the quality guard (``kept``, :func:`_guarded`; None: all) to have its
-    ratio above 1; either way the A/A control steady."""
-    if ratios.empty:
-        return "not supported: no interleaved rounds (repeats >= 2 pair the strategies within rounds)"
-    if comparison.aa_moved_columns(ratios.iloc[0]):
-        return comparison.AA_MOVED
-    rows = ratios.set_index("strategy")
-    if best != base:
-        if best not in rows.index:
-            return "not supported: not compared"
-        v = comparison.verdict_columns(rows.loc[best])
-        return "" if v == "lower" else f"not supported: its time vs {base}: {v}"
-    others = [comparison.verdict_columns(rows.loc[s]) for s in rows.index
-              if s != base and (kept is None or s in kept)]
-    if not others:
-        return "not supported: no other strategy compared"
-    return "" if all(v == "higher" for v in others) else ("not supported: not faster than every other strategy "
-                                                          "beyond noise")
+def pick_decision(mine: pd.DataFrame, kept: list, base: str, analysis=None) -> tuple[str, str, blocks.Decision | None]:
+    """One language's pick, the fastest strategy within the quality guard by the design's wall-time ratio to
+    ``base``, and the decision that carries it.
 
-
-def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
-    """Per language, the strategy with the shortest median wall time among those within the quality guard
-    (:func:`_guarded`: median section coverage not below the baseline's; a strategy left out is named with its
-    coverage and time) (its figures); then each strategy's wall time
-    over the language's baseline (``one_shot``, :func:`baseline_strategy`) from the points' ``time_ratio`` columns
-    (interleaved rounds: paired within rounds, Holm over the language's strategies), each with the A/A noise floor
-    beside it (:func:`workbench.stats.comparison.describe_columns`: "not supported: the A/A control moved" when the
-    control's interval excludes 1).
-
-    The finding is supported only when every language's pick is backed (a strategy faster than the baseline with
-    its interval below 1 after Holm; the baseline itself, every other strategy slower beyond noise) and the A/A
-    control is steady; a pick that is not says why beside it, in the first sentence, so that the mark and the
-    first sentence agree. Point-by-point runs (one repeat) pair nothing: no comparative claim.
+    A strategy other than ``base`` is decided when it is faster than ``base`` beyond noise (or equivalent to it) in
+    the design's simultaneous interval AND its comparison with the runner-up (:func:`workbench.stats.blocks.pick_versus`
+    on ``analysis``, Tukey's level over the kept strategies: the pick was chosen after looking) is decided, faster or
+    equivalent; with the runner-up being ``base``, its comparison with ``base`` is that one. ``base`` itself is a
+    verdict only when every other kept strategy is slower beyond noise or equivalent ("keep the baseline: none shown
+    faster"): equivalent when all are, else a direction. Otherwise undecided, with the rounds its open comparisons
+    need.
 
     Args:
-        requests: this experiment's rows (one per text and repeat).
-        points: its points; when given, only rows of usable (valid) points count, and the ratios come from them.
+        mine: the language's design rows, indexed by strategy (the ``time_ratio`` decision columns).
+        kept: the strategies within the quality guard (:func:`_guarded`), ``base`` among them.
+        base: the language's baseline.
+        analysis: the design's primary analysis (:func:`workbench.run.design.reanalyse`), None: not at hand.
 
     Returns:
-        :class:`workbench.stats.evidence.Finding`.
+        ``(pick, clause, decision)``: the decision's verdict and rounds needed are the pick's (None when no kept
+        strategy was compared).
+    """
+    ratio = {s: 1.0 if s == base else float(mine.loc[s, WALL.prefix]) for s in kept if s in mine.index}
+    order = sorted(ratio, key=lambda s: (ratio[s], s != base))
+    best = order[0]
+    spr = float(mine.iloc[0].get("seconds_per_round", float("nan")))
+    rows = {s: mine.loc[s].to_dict() | {"point_id": mine.loc[s, "point_id"]} for s in ratio}
+    if best == base:
+        others = {s: design.decision_from_row(rows[s], WALL) for s in order[1:]}
+        others = {s: d for s, d in others.items() if d is not None}
+        if not others:
+            return best, f"keep {base}: no other strategy compared", None
+        slower = all(d.verdict == "equivalent" or (d.verdict == "direction" and d.direction == "higher")
+                     for d in others.values())
+        said = "; ".join(d.describe(s, words=WALL.words, seconds_per_round=spr) for s, d in others.items())
+        open_ = design.weakest(list(others.values()))
+        if slower:
+            v = "equivalent" if all(d.verdict == "equivalent" for d in others.values()) else "direction"
+            return best, f"keep {base}: every other strategy is slower beyond noise or equivalent ({said})", \
+                dataclasses.replace(open_, verdict=v, rounds_needed=0)
+        return best, (f"{base} is the fastest, but not every other strategy is decided slower or equivalent: none "
+                      f"shown faster ({said})"), dataclasses.replace(open_, verdict="undecided")
+    vs_base = design.decision_from_row(rows[best], WALL)
+    if vs_base is None:
+        return best, "not compared", None
+    clause = vs_base.describe(f"against {base}", words=WALL.words, seconds_per_round=spr)
+    rival = order[1]
+    vs_rival = vs_base
+    if rival != base:
+        cols = analysis.table.columns if analysis is not None else ()
+        if rows[best]["point_id"] in cols and rows[rival]["point_id"] in cols:
+            vs_rival = blocks.pick_versus(analysis, rows[best]["point_id"], rows[rival]["point_id"],
+                                          candidates=len(ratio))
+            clause += "; " + vs_rival.describe(f"against the runner-up, {rival}", words=WALL.words,
+                                               seconds_per_round=spr)
+        else:
+            vs_rival = None
+            clause += f"; against the runner-up, {rival}: undecided: the run folder's design table is not at hand"
+    if vs_rival is None:
+        return best, clause, dataclasses.replace(vs_base, verdict="undecided", rounds_needed=None)
+    faster = ((vs_base.verdict == "direction" and vs_base.direction == "lower") or vs_base.verdict == "equivalent")
+    if faster and vs_rival.decided:
+        return best, clause, vs_base
+    worst = design.weakest([d for d in (vs_base, vs_rival) if not d.decided]) or vs_rival
+    return best, clause, dataclasses.replace(vs_base, verdict="undecided", rounds_needed=worst.rounds_needed)
+
+
+def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=None) -> evidence.Finding:
+    """Per language, the fastest strategy within the quality guard (:func:`_guarded`: median section coverage not
+    below the baseline's; a strategy left out is named with its coverage and time), decided by
+    :func:`pick_decision`: against ``one_shot`` (the design's simultaneous interval of the wall-time ratio) and
+    against its runner-up (Tukey's level, from the run folder's design table); a ``one_shot`` pick only when every
+    other strategy is slower beyond noise or equivalent. The verdict is the least decided language's
+    (:func:`workbench.run.design.weakest`); an A/A control that moved leaves it undecided. Secondary, each with its
+    own verdict and never the mark: each strategy's time to first visible text against ``one_shot``. Point-by-point
+    runs (one repeat) pair nothing: undecided.
+
+    Args:
+        requests: this experiment's rows (one per text and round).
+        points: its points; when given, only rows of usable (valid) points count, and the decisions come from them.
+        run_dir: the run folder (its ``design/long_output.*``: the pick against its runner-up).
+
+    Returns:
+        :class:`workbench.stats.evidence.Finding` with its verdict.
     """
     df = _only(requests)
     if points is not None and "point_id" in df:
         df = df[df["point_id"].isin(evidence.usable_points(points)["point_id"])]
     if df.empty or "wall_s" not in df:
-        return evidence.Finding("No valid long-output request finished.", "", False)
+        return evidence.Finding("No valid long-output request finished.", "", False, verdict="undecided")
     ids = tuple(dict.fromkeys(str(p) for p in df["point_id"])) if "point_id" in df else ()
     if "language" not in df:
         df = df.assign(language="all")
-    ratios = _ratio_rows(points)
-    parts, clauses, ev, supported = [], [], [], True
+    rows = _design_rows(points)
+    again = design.reanalyse(run_dir, EXPERIMENT) if run_dir is not None and rows is not None else None
+    parts, guard_clauses, second, ev, decided = [], [], [], [], []
     for lang, g in df.groupby("language", sort=False):
         med = g.groupby("strategy")[[c for c in ("wall_s", "first_text_s", "coverage") if c in g]].median()
         base = baseline_strategy(med.index)
         kept = _guarded(med, base)
-        best = med.loc[kept, "wall_s"].idxmin()
-        mine = ratios[ratios["language"] == lang] if not ratios.empty else ratios
-        paired = _paired_best(mine, kept, base)
         guard = f" of those covering at least {base}'s sections" if len(kept) < len(med) else ""
-        what = "has the shortest wall time" + guard
-        if paired is not None and paired != best:  # the medians over drifting rounds disagree with the pairs
-            best, what = paired, f"is the fastest paired within rounds{guard} (median wall time"
-        row = med.loc[best]
-        extra = f", coverage {row['coverage']:.0%}" if "coverage" in row and pd.notna(row["coverage"]) else ""
-        why = _backed(mine, best, base, kept) if len(med) > 1 else "not supported: one strategy only"
-        supported &= not why
-        parts.append(f"{lang}: {best} {what} ({row['wall_s']:.1f} s, first text after "
-                     f"{row.get('first_text_s', float('nan')):.2f} s{extra})" + (f": {why}" if why else ""))
         for s in med.index:
             if s not in kept:
-                clauses.append(f"{s} ({lang}) left out of the pick by the quality guard: coverage "
-                               f"{med.loc[s, 'coverage']:.0%} against {base}'s {med.loc[base, 'coverage']:.0%} "
-                               f"(median wall time {med.loc[s, 'wall_s']:.1f} s)")
-        for _, r in mine.iterrows():
-            if r["strategy"] != base:
-                clauses.append(comparison.describe_columns(r, f"{r['strategy']} wall time vs {base} ({lang})"))
-        if not mine.empty:
-            n = mine.iloc[0].get("rounds")
-            ev.append(f"{lang}: wall time paired within {int(n) if n == n else '?'} interleaved rounds, "
-                      f"baseline {base}")
+                guard_clauses.append(f"{s} ({lang}) left out of the pick by the quality guard: coverage "
+                                     f"{med.loc[s, 'coverage']:.0%} against {base}'s {med.loc[base, 'coverage']:.0%} "
+                                     f"(median wall time {med.loc[s, 'wall_s']:.1f} s)")
+        mine = rows[rows["language"] == lang].set_index("strategy") if rows is not None else None
+
+        def figures_of(s):
+            row = med.loc[s]
+            cov = f", coverage {row['coverage']:.0%}" if "coverage" in row and pd.notna(row["coverage"]) else ""
+            first = row.get("first_text_s", math.nan)
+            return f"median wall time {row['wall_s']:.1f} s, first text after {first:.2f} s{cov}"
+
+        if mine is None or len(med) < 2 or base not in mine.index:
+            best = med.loc[kept, "wall_s"].idxmin()
+            why = ("one strategy only" if len(med) < 2 else
+                   "one round pairs nothing (repeats >= 2 measure the strategies as a design)")
+            parts.append(f"{lang}: {best} has the shortest median wall time{guard} ({figures_of(best)}): "
+                         f"undecided: {why}")
+            decided.append((None, None))
+            continue
+        best, clause, dec = pick_decision(mine, kept, base, again[1] if again is not None else None)
+        if best == base:
+            parts.append(f"{lang}: {clause} ({base}: {figures_of(base)})")
+        else:
+            parts.append(f"{lang}: {best} is the fastest{guard} ({figures_of(best)}): {clause}")
+        decided.append((mine.iloc[0].to_dict(), dec))
+        for s in mine.index:
+            if s == base:
+                continue
+            said = design.secondary_clause(mine.loc[s], FIRST_TEXT, f"{s} first visible text vs {base} ({lang})")
+            if said is not None:
+                second.append(said)
+        ev.append(f"{lang}: wall time per round, {design.evidence_text(mine.iloc[0])}; baseline {base}")
     text = "; ".join(parts) + "."
-    if clauses:
-        text += " " + " ".join(c + "." for c in clauses)
-    elif not ratios.empty:
-        aa = comparison.aa_from_columns(ratios.iloc[0])
-        text += f" {comparison.noise_floor_text(aa, 'interleaved', aa.n if aa else None)}."
+    if guard_clauses:
+        text += " " + " ".join(c + "." for c in guard_clauses)
+    if second:
+        text += " Secondary, each with its own verdict: " + "; ".join(second) + "."
+    if rows is None:
+        ev.append("measured point by point (one repeat): no design, no A/A control")
+    got = [d for _, d in decided]
+    weakest = design.weakest(got) if all(d is not None for d in got) else None
+    if weakest is None:             # a language without a decision: nothing to read a verdict from
+        fields = {"verdict": "undecided"}
     else:
-        ev.append("measured point by point (one repeat): no paired ratios, no A/A control")
-    return evidence.Finding(text, "; ".join(ev), supported, ids)
+        row = next(r for r, d in decided if d is weakest)
+        fields = design.finding_fields(row, weakest)
+        if row.get("aa_verdict") == "direction":
+            text += " The A/A control moved (one_shot against itself shows a direction): drift, not effects."
+            fields["verdict"] = "undecided"
+    return evidence.Finding(text, "; ".join(ev), True, ids, **fields)
 
 
 def long_output_figure(requests: pd.DataFrame) -> go.Figure:
@@ -408,27 +463,31 @@ def long_output_figure(requests: pd.DataFrame) -> go.Figure:
                   title="Long output at equal token budget: wait and total time")
 
 
-def fig_time_ratio(points: pd.DataFrame) -> go.Figure:
-    """Wall time of each strategy over its language's baseline (``one_shot``; paired within rounds, the interval at
-    the point's Holm level), one marker series per language, with the A/A noise floor shaded.
+def fig_time_ratio(points: pd.DataFrame, run_dir=None) -> go.Figure:
+    """Wall time of each strategy over its language's baseline (``one_shot``), with the simultaneous interval its
+    verdict was read from, each round's ratio faint, the equivalence band and the A/A control's interval
+    (:func:`workbench.share.figures_design.ratio_figure`), one series per language.
 
     Args:
-        points: the experiment's points with the ``time_ratio`` and A/A columns (interleaved runs).
+        points: the experiment's points with the ``time_ratio`` decision columns (a design's).
+        run_dir: the run folder (the design's rounds for the faint points), or None.
 
     Returns:
         A plotly figure: strategy on x, the wall-time ratio (x, 1 = as fast as ``one_shot``) on y.
     """
-    fig = comparison.ratio_figure(plots.ok_points(points), "strategy", group="language", marker_size=10)
-    fig.update_layout(title="Wall time over one_shot (paired within rounds; grey band: the A/A noise floor)",
-                      xaxis_title="strategy", yaxis_title="wall-time ratio vs one_shot (x)")
+    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, WALL.name)
+    fig = figures_design.ratio_figure(plots.ok_points(points), "strategy", WALL.prefix, rounds, group="language",
+                                      x_title="strategy", y_title="wall time / one_shot's (x)",
+                                      title="Wall time over one_shot (simultaneous 95% intervals; faint: each round)")
     return plots.legend_below(fig)
 
 
 @plots.split_by_device
-def figures(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> dict[str, go.Figure]:
+def figures(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=None) -> dict[str, go.Figure]:
     """The notebook's figures by file name, from the run's request rows (``results.read_requests(run)``) and, when
-    given, its points (interleaved runs add ``long_output_time_ratio``: the ratios with the A/A band)."""
+    given, its points (a design adds ``long_output_time_ratio``: the ratios with their intervals; ``run_dir``: its
+    rounds for the faint points)."""
     figs = {"long_output": long_output_figure(requests)}
-    if points is not None and "time_ratio" in points and points["time_ratio"].notna().any():  # issue 32
-        figs["long_output_time_ratio"] = fig_time_ratio(points)
+    if points is not None and WALL.prefix in points and points[WALL.prefix].notna().any():   # issue 49
+        figs["long_output_time_ratio"] = fig_time_ratio(points, run_dir)
     return figs

@@ -3,7 +3,7 @@
 What it measures (notebook ``05_reasoning_budget``): for every (reasoning
 budget B, batch size) point, the same seeded tasks (:mod:`workbench.inputs.reasoning`)
 answered under budget forcing (:mod:`workbench.techniques.budget_forcing`), in consecutive
-batches, ``repeats`` times with seeds ``seed + r``. Each request records its
+batches, with seeds ``seed + pass``. Each request records its
 thinking / answer split, time to first answer token (``ttfat_s``), the predicted
 answer, ``exact_match`` and the gold answer's log-likelihood; each point adds
 ``exact_match_mean``, ``gold_logprob_mean``, ``thinking_tokens_mean``, the
@@ -15,15 +15,21 @@ Quality is summarised with 95% intervals over tasks (Wilson for accuracy, t othe
 tokens and throughput against the budget; :func:`examples_markdown` writes
 example outputs per budget.
 
-Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ points and 2+ rounds the points are measured
-interleaved by round (:func:`measure_interleaved`). A round is one chunk of the tasks (:func:`chunk_size`: the
-batches of every batch size fall inside it) in one repeat: every point answers that chunk once, in its own
-batches, at seed ``seed + repeat``, plus the first batch size's baseline (the smallest budget) a second time,
-the A/A control, in an order shuffled per round from the seed. Per batch size, each budget's time to first
-answer token over the baseline's is the paired within-round ratio, Holm over the budgets compared
-(``time_ratio`` columns); every point carries the A/A columns (:data:`workbench.stats.comparison.COLUMNS`), the
-noise floor the finding prints beside the ratio. Accuracy and the gold log-likelihood keep their intervals
-over tasks: a machine's drift does not change an answer.
+Design (issue 49; :mod:`workbench.run.design`): with 2+ points and 2+ rounds (:func:`n_rounds`) the points are the
+arms of one design (:func:`sweep_design`). A round is one chunk of the tasks (:func:`chunk_size`: the batches of
+every batch size fall inside it) in one pass over them: every point answers that chunk once, in its own batches, at
+seed ``seed + pass``, and the first batch size's baseline (the smallest budget; marked, not taken from the row order)
+a second time, the A/A control (timed, not scored), in an order shuffled per round. ``repeats`` passes come first
+(``repeats`` x chunks rounds), then more rounds while the primary comparison is undecided, up to ``max_rounds`` and
+within ``budget_s``. Each batch size's points are a group against its smallest budget.
+
+- **Primary outcome** (it alone sets the finding's verdict): the time to first answer token (a round's value: the
+  geometric mean over its batches of the batch's median TTFAT) over the smallest budget's, per batch size, from the
+  block analysis of the rounds (:mod:`workbench.stats.blocks`).
+- **Secondary**, with its own verdict: accuracy at the largest against the smallest budget. The same tasks answered
+  under both budgets are pairs, so the comparison is paired (McNemar's exact test and its exact conditional
+  interval, :func:`workbench.stats.blocks.paired_binary`), not two independent shares; greedy repeats of a task
+  count once. A machine's drift does not change an answer, so accuracy needs tasks, not rounds.
 """
 
 from __future__ import annotations
@@ -32,9 +38,9 @@ import dataclasses
 import math
 from typing import Sequence
 
-from workbench.run import point_result
-from workbench.stats import comparison, metrics
-from workbench.share import plots
+from workbench.run import design, point_result
+from workbench.stats import blocks, metrics
+from workbench.share import figures_design, plots
 from workbench.predict import predictions
 from workbench.run import sweeps
 from workbench.techniques.budget_forcing import PRE, THINKING_MODES, BudgetSpec, thinking_format
@@ -51,8 +57,11 @@ EXPERIMENT = "reasoning"  # the experiment column and point-id prefix, as in ear
 
 
 @dataclasses.dataclass
-class Config(sweeps.SweepConfig):
+class Config(sweeps.SweepConfig, design.DesignFields):
     """The reasoning-budget sweep (notebook ``05_reasoning_budget``): budget x batch size.
+
+    With 2+ points and 2+ rounds the points are the arms of one design (:func:`sweep_design`); a round is one chunk
+    of the tasks (:func:`chunk_size`).
 
     Attributes:
         budgets: thinking-token budgets B, each >= 0 (0: no thinking).
@@ -70,6 +79,8 @@ class Config(sweeps.SweepConfig):
         temperature: 0 is greedy.
         top_p: nucleus mass in (0, 1].
         stop_at_newline: end an answer at the end of its line.
+        repeats: passes over the tasks before the first look (``repeats`` x chunks rounds, :func:`n_rounds`).
+        max_rounds: the most rounds (chunks of tasks) the design may take, >= :func:`n_rounds`.
 
     Raises:
         ParameterError: any invalid field, before a model loads.
@@ -86,9 +97,11 @@ class Config(sweeps.SweepConfig):
     temperature: float = 0.0
     top_p: float = 1.0
     stop_at_newline: bool = True
+    max_rounds: int = 6
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
         check_int_list("budgets", self.budgets, lo=0)
         check_int_list("batch_sizes", self.batch_sizes, lo=1)
         positive = [b for b in self.budgets if b > 0]
@@ -105,6 +118,9 @@ class Config(sweeps.SweepConfig):
         if need > self.max_context():
             raise ParameterError(f"budgets: the largest budget leaves no room in the model's {self.max_context()}-token "
                                  f"context (got {max(self.budgets)})")
+        if self.max_rounds < n_rounds(self):
+            raise ParameterError(f"max_rounds: must be >= repeats x chunks of the tasks = {n_rounds(self)} (a round is "
+                                 f"a chunk of {chunk_size(self)} tasks) (got {self.max_rounds})")
 
     def spec(self, budget: int) -> BudgetSpec:
         """The :class:`~workbench.techniques.budget_forcing.BudgetSpec` of one budget (``min_budget`` applies to budgets > 0)."""
@@ -118,9 +134,15 @@ class Config(sweeps.SweepConfig):
         """Points: every (reasoning_budget, batch_size), budget outermost."""
         return sweeps.expand_grid(reasoning_budget=self.budgets, batch_size=self.batch_sizes)
 
+    def design_kwargs(self) -> dict:
+        """:meth:`workbench.run.design.DesignFields.design_kwargs` with the rounds counted in chunks: ``repeats``
+        passes over the tasks first (:func:`n_rounds`)."""
+        return {**super().design_kwargs(), "min_rounds": n_rounds(self)}
+
 
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
-    """Measure one (budget, batch size) point over all tasks, in consecutive batches.
+    """Measure one (budget, batch size) point over all tasks, in consecutive batches (the one-round fallback of
+    :func:`run`: one round pairs nothing).
 
     ``cfg.warmup`` untimed runs of the first batch's prompts come first
     (:func:`workbench.measure.generation.warm_up`); then ``cfg.repeats`` timed passes
@@ -143,22 +165,28 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         state["tasks"] = cfg.tasks()
     tasks: Sequence[Task] = state["tasks"]
     budget, bs = point["reasoning_budget"], point["batch_size"]
-    spec = cfg.spec(budget)
     batches = [list(tasks[i:i + bs]) for i in range(0, len(tasks), bs)]
-    fmt = thinking_format(loaded.tokenizer, cfg.thinking)
-    ids, phases = task_inputs(loaded.tokenizer, batches[0], fmt, budget)
-    settings = GenerationSettings(max_new_tokens=spec.total_new_tokens(fmt, PRE in phases),
-                                  temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
-    warmup_s = warm_up(loaded, [t.question for t in batches[0]], settings, n=cfg.warmup, input_ids=ids)
+    warmup_s = _prepare_point(loaded, cfg, point, batches[0])
     requests, wall = [], 0.0
     for r in range(cfg.repeats):
         for b, batch in enumerate(batches):
-            recs, w = run_reasoning_batch(loaded, batch, spec, cfg.thinking, cfg.temperature, cfg.top_p, cfg.seed + r)
+            recs, w = run_reasoning_batch(loaded, batch, cfg.spec(budget), cfg.thinking, cfg.temperature, cfg.top_p,
+                                          cfg.seed + r)
             for i, rec in enumerate(recs):
                 rec.update(repeat=r, request_id=b * bs + i, batch_index=b, batch_size=len(batch), batch_wall_s=w)
             requests.extend(recs)
             wall += w
     return PointResult(requests=requests, wall_s=wall, warmup_s=warmup_s, extra=_point_extra(requests))
+
+
+def _prepare_point(loaded, cfg: Config, point: dict, first: list) -> float:
+    """``cfg.warmup`` untimed runs of a point's first batch (its budget's token cap); the seconds they took."""
+    fmt = thinking_format(loaded.tokenizer, cfg.thinking)
+    spec = cfg.spec(point["reasoning_budget"])
+    ids, phases = task_inputs(loaded.tokenizer, first, fmt, point["reasoning_budget"])
+    settings = GenerationSettings(max_new_tokens=spec.total_new_tokens(fmt, PRE in phases),
+                                  temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
+    return warm_up(loaded, [t.question for t in first], settings, n=cfg.warmup, input_ids=ids)
 
 
 def _point_extra(requests: list[dict]) -> dict:
@@ -185,7 +213,7 @@ def chunk_size(cfg: Config) -> int:
 
 
 def n_rounds(cfg: Config) -> int:
-    """Rounds of the interleaved design: ``repeats`` x the chunks of :func:`chunk_size`."""
+    """Rounds measured before the first look: ``repeats`` x the chunks of :func:`chunk_size`."""
     return cfg.repeats * math.ceil(cfg.num_tasks / chunk_size(cfg))
 
 
@@ -199,97 +227,100 @@ def _baselines(points: list[dict]) -> dict[int, dict]:
     return out
 
 
-def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
-    """Every (budget, batch size) point as an interleaved arm (:mod:`workbench.stats.comparison`), with the A/A control.
+def _largest(points: list[dict]) -> dict[int, dict]:
+    """Per batch size, the point its finding compares with the baseline: the largest budget."""
+    out = {}
+    for p in points:
+        b = out.get(p["batch_size"])
+        if b is None or p["reasoning_budget"] > b["reasoning_budget"]:
+            out[p["batch_size"]] = p
+    return out
 
-    Each point is warmed up ``cfg.warmup`` times on its first batch; then :func:`n_rounds` rounds. Round ``u`` is
-    repeat ``u // chunks`` and chunk ``u % chunks`` of the tasks (:func:`chunk_size`): every point answers that
-    chunk in its own batches at seed ``cfg.seed + repeat`` (the same tasks and seed for every arm of a round),
-    plus the first batch size's baseline (the smallest budget) a second time (:data:`workbench.stats.comparison.AA`,
-    timed, neither scored nor stored), in an order shuffled per round from ``cfg.seed``. A point's value in a
-    round is the geometric mean over its batches of the batch's median time to first answer token; per batch
-    size, each budget is judged against the baseline from the paired within-round ratios, Holm over the budgets
-    compared (:func:`workbench.stats.comparison.compare`).
+
+def _round_ttfat(records: list[dict]) -> float:
+    """A batch's time to first answer token: the median over its rows (a row whose answer never began within the
+    allowance counts its e2e, a lower bound of its TTFAT)."""
+    vals = [x["ttfat_s"] if x.get("ttfat_s") == x.get("ttfat_s") else x.get("e2e_s") for x in records]
+    vals = [v for v in vals if isinstance(v, (int, float)) and v == v]
+    return metrics.percentiles(vals, (50,))["p50"] if vals else float("nan")
+
+
+#: The primary outcome: the time to first answer token (a round: the geometric mean of its batches' medians).
+TTFAT = design.Outcome("ttfat_s", False, "time to first answer token", "time_ratio")
+
+
+def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design.SweepDesign:
+    """The points as one design (:mod:`workbench.run.design`). Round ``u`` is pass ``u // chunks`` over chunk
+    ``u % chunks`` of the tasks (:func:`chunk_size`): every point answers that chunk in its own batches at seed
+    ``cfg.seed + pass`` (the same tasks and seed for every arm of a round), and the first batch size's smallest
+    budget a second time, the A/A control (timed, not scored). Each batch size's points are a group against its
+    smallest budget (marked); the primary outcome is the round's time to first answer token (:data:`TTFAT`: the
+    geometric mean over the chunk's batches of each batch's median); the design stops early once every batch
+    size's largest budget is decided. Requests are :func:`measure_point`'s (``request_id`` = the task's index,
+    ``batch_index``; ``repeat`` = the round).
 
     Returns:
-        ``{point_id: PointResult}``: requests as :func:`measure_point` records them (``repeat``, ``request_id`` = the
-        task's index, ``batch_index``), ``extra`` with its columns, the ``time_ratio`` columns
-        (:func:`workbench.stats.comparison.arm_columns`) and the A/A columns (:data:`workbench.stats.comparison.COLUMNS`).
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
-    import pandas as pd
-
     if "tasks" not in state:
         state["tasks"] = cfg.tasks()
     tasks: Sequence[Task] = state["tasks"]
-    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
-    by_pid = dict(zip(pids, points))
-    base_pid = {bs: point_result.point_id(EXPERIMENT, p) for bs, p in _baselines(points).items()}
-    first_base = base_pid[points[0]["batch_size"]]
-    fmt = thinking_format(loaded.tokenizer, cfg.thinking)
-    got = {}
-    for pid, p in by_pid.items():
-        bs, spec = p["batch_size"], cfg.spec(p["reasoning_budget"])
-        first = list(tasks[:bs])
-        ids, phases = task_inputs(loaded.tokenizer, first, fmt, p["reasoning_budget"])
-        settings = GenerationSettings(max_new_tokens=spec.total_new_tokens(fmt, PRE in phases),
-                                      temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
-        got[pid] = {"requests": [], "wall_s": 0.0,
-                    "warmup_s": warm_up(loaded, [t.question for t in first], settings, n=cfg.warmup, input_ids=ids)}
+    pid = (lambda p: point_result.point_id(EXPERIMENT, p))
     size = chunk_size(cfg)
     chunks = math.ceil(len(tasks) / size)
-    rows = []
-    for rnd, arm in comparison.schedule([*pids, comparison.AA], n_rounds(cfg), cfg.seed):
-        pid = first_base if arm == comparison.AA else arm
+
+    def answer(p, rnd, score):
         rep, c = divmod(rnd, chunks)
-        bs, budget = by_pid[pid]["batch_size"], by_pid[pid]["reasoning_budget"]
+        bs, budget = p["batch_size"], p["reasoning_budget"]
+        records, values, wall = [], [], 0.0
         for start in range(c * size, min((c + 1) * size, len(tasks)), bs):
             batch = list(tasks[start:min(start + bs, (c + 1) * size, len(tasks))])
             recs, w = run_reasoning_batch(loaded, batch, cfg.spec(budget), cfg.thinking, cfg.temperature, cfg.top_p,
-                                          cfg.seed + rep, score=arm != comparison.AA)
-            ttfat = [x["ttfat_s"] for x in recs if x.get("ttfat_s") == x.get("ttfat_s")]
-            rows.append({"arm": arm, "round": rnd, "value": metrics.percentiles(ttfat, (50,))["p50"] if ttfat
-                         else float("nan")})
-            if arm == comparison.AA:
-                continue
+                                          cfg.seed + rep, score=score)
+            values.append(_round_ttfat(recs))
             for i, rec in enumerate(recs):
-                rec.update(repeat=rep, request_id=start + i, batch_index=start // bs, batch_size=len(batch),
-                           batch_wall_s=w)
-            got[pid]["requests"] += recs
-            got[pid]["wall_s"] += w
-    table = pd.DataFrame(rows)
-    groups = {base: [pid for pid in pids if by_pid[pid]["batch_size"] == bs]  # the A/A's group first
-              for bs, base in sorted(base_pid.items(), key=lambda kv: kv[1] != first_base)}
-    ratio_cols, aa_cols = comparison.compare_groups(table, groups)
-    out = {}
-    for pid in pids:
-        g = got[pid]
-        g["requests"].sort(key=lambda x: (x["repeat"], x["request_id"]))
-        out[pid] = PointResult(requests=g["requests"], wall_s=g["wall_s"], warmup_s=g["warmup_s"],
-                               extra={**_point_extra(g["requests"]), **ratio_cols[pid], **aa_cols})
-    return out
+                rec.update(request_id=start + i, batch_index=start // bs, batch_size=len(batch), batch_wall_s=w)
+            records += recs
+            wall += w
+        ok = [v for v in values if v > 0]
+        value = math.exp(sum(math.log(v) for v in ok) / len(ok)) if ok else float("nan")
+        return design.Measured({TTFAT.name: value}, records, wall)
+
+    groups: dict = {}
+    for bs, base in _baselines(points).items():
+        groups[pid(base)] = [pid(p) for p in points if p["batch_size"] == bs]
+    first = pid(_baselines(points)[points[0]["batch_size"]])
+    decide = [pid(p) for p in _largest(points).values() if pid(p) not in groups]
+    d = design.Design(EXPERIMENT, [pid(p) for p in points], first, TTFAT, groups=groups, decide=decide or None,
+                      **cfg.design_kwargs())
+    return design.SweepDesign(
+        d, lambda p, rnd: answer(p, rnd, True),
+        lambda p: _prepare_point(loaded, cfg, p, list(tasks[:p["batch_size"]])),
+        lambda point_id, result: _point_extra(_sorted(result.requests.get(point_id, []))),
+        measure_aa=lambda p, rnd: answer(p, rnd, False))
+
+
+def _sorted(records: list[dict]) -> list[dict]:
+    """A point's requests in task order within each pass (seed), in place; returned."""
+    records.sort(key=lambda x: (x.get("seed", 0), x["request_id"]))
+    return records
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Every (budget, batch size) point of ``cfg`` on the same seeded tasks (experiment ``reasoning``).
 
-    With 2+ points and 2+ rounds (:func:`n_rounds`) the points are measured interleaved by round with the A/A
-    control (:func:`measure_interleaved`) and reach the disk together when the last round ends; otherwise each
-    point is measured, and written, on its own (:func:`measure_point`).
+    With 2+ points and 2+ rounds (:func:`n_rounds`) the points are one design (:func:`sweep_design`): every finished
+    round is on disk (``design/reasoning.parquet``) and a resume continues from the last one; the points are
+    recorded when the design stops. Otherwise each point is measured, and written, on its own (:func:`measure_point`).
 
     Returns:
         The experiment's points DataFrame (see :func:`workbench.run.sweeps.run_sweep`).
     """
     state = {"tasks": cfg.tasks()}
     grid = cfg.grid()
-
-    def measure(p):
-        if len(grid) < 2 or n_rounds(cfg) < 2:
-            return measure_point(loaded, cfg, p, state)
-        return sweeps.block_share(state, point_result.point_id(EXPERIMENT, p),
-                                  lambda: measure_interleaved(loaded, cfg, grid, state))
-
-    return sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded,
-                            config=cfg)
+    designed = sweep_design(loaded, cfg, grid, state) if len(grid) >= 2 and n_rounds(cfg) >= 2 else None
+    return sweeps.run_sweep(run_dir, EXPERIMENT, grid, lambda p: measure_point(loaded, cfg, p, state), resume=resume,
+                            info=loaded.info, loaded=loaded, config=cfg, design=designed)
 
 
 # ----------------------------------------------------------------------------- summaries and figures
@@ -311,96 +342,142 @@ def quality_summary(requests, by=("reasoning_budget", "batch_size"), confidence:
     return quality.summarize(df, list(by), metrics=list(QUALITY_METRICS), confidence=confidence)
 
 
+def accuracy_pairs(requests, lo, hi, batch_size=None):
+    """The same tasks answered at budgets ``lo`` and ``hi``: per task (and, when sampled, per pass: the seed), the
+    exact match under each, paired. Greedy passes give a task's answer again, so each task counts once (its first
+    pass).
+
+    Args:
+        requests: the experiment's requests (``task_id``, ``seed``, ``reasoning_budget``, ``exact_match``).
+        lo, hi: the two budgets.
+        batch_size: only this batch size's answers (None: all, one pair per task and seed).
+
+    Returns:
+        ``(hi values, lo values)``: two equal-length lists of 0/1, the same task at each position.
+    """
+    req = requests if batch_size is None else requests[requests["batch_size"] == batch_size]
+    greedy = "temperature" not in req or (req["temperature"].fillna(0) == 0).all()
+    keys = ["task_id"] if greedy else ["task_id", "seed"]
+    sides = {}
+    for b in (lo, hi):
+        g = req[req["reasoning_budget"] == b].sort_values([c for c in ("seed", "repeat") if c in req])
+        sides[b] = g.drop_duplicates(keys).set_index(keys)["exact_match"].astype(float)
+    both = sides[hi].index.intersection(sides[lo].index)
+    return list(sides[hi].loc[both]), list(sides[lo].loc[both])
+
+
+def accuracy_clause(requests, small, large, alpha: float = blocks.ALPHA, batch_size=None) -> tuple[str, str]:
+    """Accuracy at budget ``large`` against ``small`` over the same tasks, paired
+    (:func:`workbench.stats.blocks.paired_binary`: McNemar's exact test and its exact conditional interval for a
+    direction, the unconditional interval for equivalence within +-10 points), with its own verdict.
+
+    Returns:
+        ``(clause, evidence)``.
+    """
+    a, b = accuracy_pairs(requests, small, large, batch_size)
+    if not a:
+        return f"accuracy at budget {large:g} vs {small:g}: undecided: no task answered under both", ""
+    got = blocks.paired_binary(a, b, alpha=alpha)
+    pct = f"{100 * (1 - alpha):.3g}%"
+    pts = (lambda lo, hi: f"{lo * 100:+.0f} to {hi * 100:+.0f} points")
+    ulo, uhi = got["unconditional"]
+    head = (f"accuracy at budget {large:g} vs {small:g} over the same {got['n']} tasks: {sum(b) / len(b):.0%} -> "
+            f"{sum(a) / len(a):.0%}")
+    diff = f"{got['difference'] * 100:+.0f} points"
+    if got["verdict"] == "direction":
+        text = (f"{head}: {'rises' if got['direction'] == 'higher' else 'falls'}, {diff}, {pct} interval "
+                f"{pts(got['low'], got['high'])}")
+    elif got["verdict"] == "equivalent":
+        text = f"{head}: equivalent within +-10 points: {diff}, {pct} interval {pts(ulo, uhi)}"
+    else:
+        why = ("no task solved under either budget: the tasks are beyond this model" if sum(a) + sum(b) == 0
+               else "more tasks (num_tasks) would decide it, not more rounds (a greedy answer repeats)")
+        text = (f"{head}: undecided: {diff}, {pct} interval {pts(got['low'], got['high'])} given the tasks that "
+                f"changed, {pts(ulo, uhi)} over all tasks; {why}")
+    return text, got["method"]
+
+
+def _design_rows(points):
+    """The usable points measured as a design (their decision columns), or None."""
+    from workbench.stats import evidence
+
+    if points is None or len(points) == 0 or "design" not in points or TTFAT.prefix not in points:
+        return None
+    ok = evidence.usable_points(points)
+    ok = ok[ok["design"].map(lambda v: isinstance(v, str) and bool(v))]
+    return ok if len(ok) else None
+
+
 def finding(points, requests=None):
-    """Smallest against largest thinking budget: accuracy (Newcombe interval of the two shares over tasks; the
-    headline, and the finding's mark: supported only when accuracy moves beyond noise),
-    time to first answer token (interleaved runs: the paired within-round ratio, Holm over the budgets, with the
-    A/A noise floor beside it, :func:`time_clauses`; point by point: a Welch ratio over the batches' medians) and
-    thinking tokens; a direction only where
-    the interval excludes no change, "not supported" where the model solves none of the tasks at any
-    budget (the budget's effect on quality is then invisible).
+    """What the largest thinking budget costs against the smallest, with ONE primary comparison setting the verdict.
+
+    The primary comparison, per batch size: the time to first answer token at the largest budget over the smallest,
+    the design's block analysis (:data:`TTFAT`; the verdict of the batch size that is least decided,
+    :func:`workbench.run.design.weakest`; an A/A control that moved leaves it undecided). Beside it the means
+    (thinking tokens, time to first answer token) as measured, and, secondary with its own verdict and never the
+    mark, accuracy over the same tasks, paired (:func:`accuracy_clause`, Bonferroni over the batch sizes). A run
+    without a design (one round) decides nothing: undecided.
 
     Args:
         points: this experiment's points (valid ones are used).
-        requests: its requests (one row per task and repeat); None: means without intervals.
+        requests: its requests (one row per task and round); None: no accuracy comparison.
 
     Returns:
-        :class:`workbench.stats.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding` with its verdict.
     """
     from workbench.stats import evidence
 
     ok = evidence.usable_points(points)
     if ok.empty or "reasoning_budget" not in ok:
-        return evidence.Finding("No valid reasoning point finished.", "", False)
+        return evidence.Finding("No valid reasoning point finished.", "", False, verdict="undecided")
     ids = evidence.point_ids(ok)
+    lo, hi = ok["reasoning_budget"].min(), ok["reasoning_budget"].max()
     by = ok.groupby("reasoning_budget")[["exact_match_mean", "ttfat_s_p50", "thinking_tokens_mean"]].mean()
-    lo, hi = by.index.min(), by.index.max()
-    text = (f"Thinking budget {lo} -> {hi}: accuracy {by.loc[lo, 'exact_match_mean']:.0%} -> "
-            f"{by.loc[hi, 'exact_match_mean']:.0%}, time to first answer token {by.loc[lo, 'ttfat_s_p50']:.2f} -> "
-            f"{by.loc[hi, 'ttfat_s_p50']:.2f} s, thinking tokens {by.loc[lo, 'thinking_tokens_mean']:.0f} -> "
-            f"{by.loc[hi, 'thinking_tokens_mean']:.0f}")
-    if requests is None or "point_id" not in requests or lo == hi:
-        return evidence.Finding(text + " (means over batch sizes).", "no per-task values given: no intervals",
-                                False, ids)
-    req = requests[requests["point_id"].isin(ok["point_id"])]
-    at = {b: req[req["reasoning_budget"] == b] for b in (lo, hi)}
-    # greedy repeats give the same answer again: each task counts once for accuracy
-    answers = {b: at[b][at[b]["repeat"] == at[b]["repeat"].min()] if "repeat" in at[b] and "temperature" in at[b]
-               and (at[b]["temperature"] == 0).all() else at[b] for b in (lo, hi)}
-    k = {b: int(answers[b]["exact_match"].astype(float).sum()) for b in (lo, hi)}
-    n = {b: int(answers[b]["exact_match"].notna().sum()) for b in (lo, hi)}
-    acc = evidence.difference_interval(k[hi], n[hi], k[lo], n[lo])
-    acc_v = evidence.difference_verdict(acc)
-    think = evidence.mean_difference_interval(answers[hi]["thinking_tokens"], answers[lo]["thinking_tokens"],
-                                              unit="answers")
-    paired = time_clauses(ok, lo, hi)
-    if paired is None:  # measured point by point (one round): Welch over the batches' medians, no A/A control
-        unit_cols = [c for c in ("point_id", "repeat", "batch_index") if c in req]
-        med = {b: at[b].groupby(unit_cols)["ttfat_s"].median() for b in (lo, hi)}  # one value per generate call
-        timing = evidence.describe_ratio(evidence.ratio_interval(med[hi], med[lo], unit="batches"),
-                                         "time to first answer token") + "."
-        timing_ev = []
-    else:
-        timing, timing_ev = paired
-    if k[lo] + k[hi] == 0:
-        claim = (f"the budget's effect on accuracy: not supported: no task solved at budget {lo} or {hi} "
-                 f"(0 of {n[lo]} and 0 of {n[hi]}); the tasks are beyond this model")
-    else:
-        claim = {"higher": "accuracy rises", "lower": "accuracy falls"}.get(acc_v, f"accuracy: {acc_v}")
-    # the headline is the accuracy claim (what a thinking budget is for); the time it costs rides along
-    sentences = [f"From budget {lo} to {hi}, {claim}.", text + ".", timing]
-    supported = acc_v in ("higher", "lower")
-    ev = [f"{n[lo]} and {n[hi]} answers at budgets {lo} and {hi} (greedy repeats counted once), valid points only",
-          f"accuracy change {acc.describe('{:+.2f}')}", f"thinking-token change {think.describe('{:+.1f}')}",
-          *timing_ev]
-    return evidence.Finding(" ".join(sentences), "; ".join(ev), supported, ids)
-
-
-def time_clauses(ok, lo, hi) -> tuple[str, list[str]] | None:
-    """The time to first answer token at budget ``hi`` over budget ``lo``, per batch size, from the usable points'
-    ``time_ratio`` and A/A columns (interleaved runs: paired within rounds, Holm over the budgets, the A/A noise
-    floor beside it; "not supported: the A/A control moved" when the control's interval excludes 1,
-    :func:`workbench.stats.comparison.describe_columns`). None when the points were not measured interleaved.
-    Returns ``("sentences.", evidence parts)``."""
-    if "time_ratio" not in ok or "design" not in ok or not ok["design"].notna().any():
-        return None
-    clauses, ev = [], []
+    means = (f"Thinking tokens {by.loc[lo, 'thinking_tokens_mean']:.0f} -> {by.loc[hi, 'thinking_tokens_mean']:.0f}, "
+             f"time to first answer token p50 {by.loc[lo, 'ttfat_s_p50']:.2f} -> {by.loc[hi, 'ttfat_s_p50']:.2f} s"
+             + (" (means over batch sizes)" if ok["batch_size"].nunique() > 1 else "") + ".")
+    rows = _design_rows(points)
+    decisions, clauses, ev = [], [], []
     sizes = sorted(set(ok["batch_size"]))
-    for bs in sizes:
-        g = ok[ok["batch_size"] == bs]
-        top = g[g["reasoning_budget"] == hi]
-        if top.empty or not (g["reasoning_budget"] == lo).any():
-            continue
-        row = top.iloc[0]
-        name = f"Time to first answer token at budget {hi} vs {lo}" + (f" (batch {bs})" if len(sizes) > 1 else "")
-        clauses.append(comparison.describe_columns(row, name) + ".")
-        rounds = row.get("rounds")
-        ev.append(f"time to first answer token paired within {int(rounds)} interleaved rounds (the batches' median)"
-                  if rounds == rounds and rounds is not None else "time to first answer token paired within rounds")
-    if not clauses:
-        aa = comparison.aa_from_columns(ok[ok["design"].notna()].iloc[0])
-        return f"{comparison.noise_floor_text(aa, 'interleaved', aa.n if aa else None)}.", ev
-    return " ".join(clauses), ev
+    if rows is not None and lo != hi:
+        for bs in sizes:
+            g = rows[rows["batch_size"] == bs]
+            top, base = g[g["reasoning_budget"] == g["reasoning_budget"].max()], g["reasoning_budget"].min()
+            if top.empty or top["reasoning_budget"].iloc[0] == base:
+                continue
+            row = top.iloc[0]
+            dec = design.decision_from_row(row, TTFAT)
+            if dec is None:
+                continue
+            tag = f" (batch {bs:g})" if len(sizes) > 1 else ""
+            name = f"Time to first answer token at budget {row['reasoning_budget']:g} vs {base:g}{tag}"
+            clauses.append(dec.describe(name, words=TTFAT.words,
+                                        seconds_per_round=float(row.get("seconds_per_round", float("nan")))))
+            decisions.append((row, dec))
+        ev.append(f"primary: time to first answer token per round (a chunk of the tasks; the geometric mean of its "
+                  f"batches' medians), {design.evidence_text(rows.iloc[0])}")
+    weakest = design.weakest([d for _, d in decisions])
+    if weakest is None:
+        text = (f"Time to first answer token at budget {hi:g} vs {lo:g}: undecided: no comparison (one round pairs "
+                f"nothing: 2+ rounds, repeats x chunks of the tasks, measure the budgets as a design).")
+        fields = {"verdict": "undecided"}
+    else:
+        row = next(r for r, d in decisions if d is weakest)
+        text = "; ".join(clauses) + "."
+        fields = design.finding_fields(row, weakest)
+        if row.get("aa_verdict") == "direction":
+            text += " The A/A control moved (the smallest budget against itself shows a direction): drift, not effects."
+            fields["verdict"] = "undecided"
+    text += " " + means
+    if requests is not None and "exact_match" in requests and lo != hi:
+        req = requests[requests["point_id"].isin(ok["point_id"])] if "point_id" in requests else requests
+        acc = [accuracy_clause(req, lo, hi, blocks.ALPHA / len(sizes), bs if len(sizes) > 1 else None)
+               + ((f" (batch {bs:g})" if len(sizes) > 1 else ""),) for bs in sizes]
+        text += " Secondary, with its own verdict: " + "; ".join(c + tag for c, _, tag in acc) + "."
+        ev += [f"accuracy{tag}: {m}" for _, m, tag in acc if m]
+        ev.append("accuracy paired task by task (the same tasks under both budgets; greedy repeats counted once)"
+                  + (f", Bonferroni over {len(sizes)} batch sizes" if len(sizes) > 1 else ""))
+    return evidence.Finding(text, "; ".join(ev), True, ids, **fields)
 
 
 def fig_latency_vs_budget(points):
@@ -469,28 +546,31 @@ def fig_throughput_vs_budget(points):
                                        group="batch_size")
 
 
-def fig_time_ratio(points):
-    """Time to first answer token of every budget over its batch size's baseline (paired within rounds, its
-    interval at the budget's Holm level), with the A/A noise floor shaded."""
-    fig = comparison.ratio_figure(plots.ok_points(points).sort_values("reasoning_budget"), "reasoning_budget",
-                                  group="batch_size", name=lambda bs: f"batch {bs}", mode="lines+markers", sort=True)
-    fig.update_layout(title="Time to first answer token over the smallest budget (paired within rounds; grey band: "
-                            "the A/A noise floor)", xaxis_title=plots.label("reasoning_budget"),
-                      yaxis_title="TTFAT ratio vs baseline (x)")
+def fig_time_ratio(points, run_dir=None):
+    """Time to first answer token of every budget over its batch size's smallest budget, with the simultaneous
+    interval its verdict was read from, each round's ratio faint, the equivalence band and the A/A control's
+    interval (:func:`workbench.share.figures_design.ratio_figure`)."""
+    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, TTFAT.name)
+    fig = figures_design.ratio_figure(
+        plots.ok_points(points), "reasoning_budget", TTFAT.prefix, rounds, group="batch_size",
+        name=lambda bs: f"batch {bs}", x_title=plots.label("reasoning_budget"),
+        y_title="TTFAT / the smallest budget's (x)",
+        title="Time to first answer token over the smallest budget (simultaneous 95% intervals; faint: each round)")
     return plots.legend_below(fig)
 
 
 @plots.split_by_device
-def figures(points, requests) -> dict:
-    """All figures of the notebook, in report order: ``{name: figure}`` (the time ratio only from interleaved runs)."""
+def figures(points, requests, run_dir=None) -> dict:
+    """All figures of the notebook, in report order: ``{name: figure}`` (the time ratio only from a design;
+    ``run_dir``: its rounds for the faint points)."""
     figs = {
         "reasoning_latency_vs_budget": fig_latency_vs_budget(points),
         "reasoning_quality_vs_budget": fig_quality_vs_budget(quality_summary(requests)),
         "reasoning_thinking_tokens": fig_thinking_distribution(requests),
         "reasoning_throughput_vs_budget": fig_throughput_vs_budget(points),
     }
-    if "time_ratio" in points and points["time_ratio"].notna().any():  # interleaved rounds (issue 32)
-        figs["reasoning_time_ratio"] = fig_time_ratio(points)
+    if TTFAT.prefix in points and points[TTFAT.prefix].notna().any():  # measured as a design (issue 49)
+        figs["reasoning_time_ratio"] = fig_time_ratio(points, run_dir)
     return figs
 
 

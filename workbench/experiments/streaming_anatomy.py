@@ -6,7 +6,13 @@ Three sweeps into one run folder, each a ``workbench.run.sweeps.run_sweep`` expe
   token id is timed as :func:`workbench.measure.generation.generate_measured` produces
   it, and an every-token display (:class:`workbench.measure.detokenize.StreamTap`) is
   attached to record when text first becomes visible (``first_display_s``) and
-  what the display path costs per token (``handler_s_per_token``).
+  what the display path costs per token (``handler_s_per_token``). With 2+ lengths and ``repeats`` >= 2 the
+  lengths are the arms of one design (issue 49; :func:`sweep_design`): every round runs each length once and the
+  shortest a second time (the A/A control), order shuffled; the **primary comparison**, the one the finding's verdict
+  rests on, is the time per output token of the longest output over the shortest (:data:`TPOT`: does decoding slow
+  as the output, and its KV cache, grows?), analysed as a block design (a direction, equivalent within the margin,
+  or undecided with the rounds it would need). That streaming shows the first token before the whole answer is a
+  measurement, not a decision: e2e exceeds TTFT for any answer longer than one token.
 - ``granularity``: one batch displayed every token, every N tokens and every T
   ms side by side (one ``generate`` per repeat feeds a display buffer per
   granularity, so every granularity sees the same token stamps): updates,
@@ -40,10 +46,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench import checks
-from workbench.stats import comparison, evidence, metrics
+from workbench.stats import evidence, metrics
 from workbench.share import plots
 from workbench.predict import predictions
-from workbench.run import sweeps  # noqa: F401  (plots registers the house template)
+from workbench.run import design, point_result, sweeps  # noqa: F401  (plots registers the house template)
 from workbench.checks import check_bool, check_int, check_int_list, check_str_list
 from workbench.measure.detokenize import Granularity, StreamTap
 from workbench.errors import ParameterError
@@ -66,11 +72,16 @@ DEFAULT_PROMPTS = (
 
 
 @dataclass
-class Config(sweeps.SweepConfig):
+class Config(sweeps.SweepConfig, design.DesignFields):
     """Streaming anatomy (notebook ``04_streaming_anatomy``).
 
+    With 2+ output lengths and ``repeats`` >= 2 the streaming points are the arms of one design
+    (:func:`sweep_design`): ``repeats`` rounds first, up to ``max_rounds`` while the primary comparison is undecided
+    and ``budget_s`` allows.
+
     Attributes:
-        output_tokens: new tokens per request, one point each (short / medium / long).
+        output_tokens: new tokens per request, one point each (short / medium / long), each >= 2 (a time per output
+            token needs two tokens).
         batch_size: requests per ``generate`` call in the anatomy points.
         prompt: the anatomy prompt (a user message).
         ignore_eos: fixed-length anatomy runs (``min_new_tokens = max_new_tokens``).
@@ -81,6 +92,8 @@ class Config(sweeps.SweepConfig):
         http: run the HTTP serving experiment.
         http_concurrency: requests sent together, one point each.
         http_tokens: ``max_tokens`` of each HTTP request (fixed length).
+        repeats: rounds of the streaming design before the first look; the timed repeats of the granularity and
+            HTTP points.
     """
 
     output_tokens: list = field(default_factory=lambda: [32, 128, 384])
@@ -95,10 +108,13 @@ class Config(sweeps.SweepConfig):
     http: bool = True
     http_concurrency: list = field(default_factory=lambda: [1, 4])
     http_tokens: int = 32
+    repeats: int = 2
+    max_rounds: int = 4
 
     def __post_init__(self):
         super().__post_init__()
-        check_int_list("output_tokens", self.output_tokens, lo=1)
+        self.check_design()
+        check_int_list("output_tokens", self.output_tokens, lo=2)
         check_int("batch_size", self.batch_size, lo=1)
         check_int("granularity_tokens", self.granularity_tokens, lo=1)
         check_int("timeline_batch", self.timeline_batch, lo=1)
@@ -193,48 +209,47 @@ def measure_stream(
     return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=extra)
 
 
-def measure_streams_interleaved(loaded, cfg: "Config", lengths: Sequence[int]) -> dict:
-    """The streaming sweep's output lengths measured as interleaved arms (:mod:`workbench.stats.comparison`): every
-    round runs one batch of each length plus the shortest length a second time (the A/A control,
-    :data:`workbench.stats.comparison.AA`), in an order shuffled per round from ``cfg.seed``; ``cfg.repeats`` rounds,
-    round ``r`` at seed ``cfg.seed + r``, each length warmed up ``cfg.warmup`` times first. Rows are those of
-    :func:`measure_stream` with ``repeat`` = round, so the TPOT ratio of two lengths pairs their batches by
-    round. The A/A control's TPOT ratio (second shortest batch / first, t over rounds of the per-round median
-    ratios) is the noise floor of that ratio.
+#: The primary outcome: the time per output token (a round's batch: its median request), longest over shortest.
+TPOT = design.Outcome("tpot_s", False, "time per output token (TPOT)", "tpot_vs_control")
+
+
+def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design.SweepDesign:
+    """The streaming sweep's output lengths as one design (:mod:`workbench.run.design`): round ``r`` runs one batch
+    of each length at seed ``cfg.seed + r``, every token timed with the every-token display attached (as
+    :func:`measure_stream`), and the shortest length a second time (the A/A control), in an order shuffled per round.
+    The shortest length is the marked control; the primary outcome is the batch's TPOT (:data:`TPOT`, its median
+    request); the design stops early once the longest length is decided. Rows are :func:`measure_stream`'s with
+    ``repeat`` = round.
 
     Returns:
-        ``{max_new_tokens: PointResult}``; every result's ``extra`` holds ``itl_jitter`` and the A/A columns
-        (:data:`workbench.stats.comparison.COLUMNS`).
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
+        ``{"max_new_tokens": n}``); each point's ``extra`` holds ``itl_jitter``.
     """
-    lengths = sorted(int(n) for n in lengths)
     prompts = [cfg.prompt] * cfg.batch_size
-    got = {n: {"rows": [], "wall": 0.0, "itls": [], "warmup_s": warm_up(loaded, prompts, cfg.settings(n), cfg.warmup)}
-           for n in lengths}
-    arms = [*lengths, comparison.AA]
-    tpot_rows = []
-    for rnd, arm in comparison.schedule(arms, cfg.repeats, cfg.seed):
-        n = lengths[0] if arm == comparison.AA else arm
-        settings = cfg.settings(n)
+    pid = (lambda n: point_result.point_id("streaming", {"max_new_tokens": n}))
+
+    def measure(p, rnd):
+        settings = cfg.settings(p["max_new_tokens"])
         batch, tap = _run_tapped(loaded, prompts, replace(settings, seed=settings.seed + rnd), ["token"])
-        tpots = [r["tpot_s"] for r in batch.records if r.get("tpot_s") == r.get("tpot_s")]
-        tpot_rows.append({"arm": arm, "round": rnd, "value": float(np.median(tpots)) if tpots else float("nan")})
-        if arm == comparison.AA:
-            continue
-        g = got[n]
-        g["wall"] += batch.wall_s
+        rows = []
         for rec in batch.records:
             sm = tap.row_summary(rec["request_id"], "token", batch.t_submit)
-            g["rows"].append(dict(rec, repeat=rnd, batch_size=len(prompts), t_start_s=0.0,
-                                  first_display_s=sm["first_display_s"],
-                                  handler_s_per_token=sm["handler_s_per_token"]))
-            g["itls"].extend(rec["itl_s"])
-    cols = comparison.compare(pd.DataFrame(tpot_rows), lengths[0], comparison.AA, adjust=False).columns()
-    out = {}
-    for n, g in got.items():
-        p = metrics.percentiles(g["itls"], (50, 99))
-        extra = {"itl_jitter": p["p99"] / p["p50"] if p["p50"] > 0 else float("nan"), **cols}
-        out[n] = PointResult(requests=g["rows"], wall_s=g["wall"], warmup_s=g["warmup_s"], extra=extra)
-    return out
+            rows.append(dict(rec, batch_size=len(prompts), t_start_s=0.0, first_display_s=sm["first_display_s"],
+                             handler_s_per_token=sm["handler_s_per_token"]))
+        tpots = [r["tpot_s"] for r in rows if r.get("tpot_s") == r.get("tpot_s")]
+        return design.Measured({TPOT.name: float(np.median(tpots)) if tpots else float("nan")}, rows, batch.wall_s)
+
+    def extra(point_id, result):
+        itls = [float(v) for r in result.requests.get(point_id, []) for v in r["itl_s"]]
+        p = metrics.percentiles(itls, (50, 99))
+        return {"itl_jitter": p["p99"] / p["p50"] if p["p50"] > 0 else float("nan")}
+
+    lengths = [int(n) for n in lengths]
+    short, long_ = min(lengths), max(lengths)
+    d = design.Design("streaming", [pid(n) for n in lengths], pid(short), TPOT, decide=[pid(long_)],
+                      **cfg.design_kwargs())
+    return design.SweepDesign(d, measure, lambda p: warm_up(loaded, prompts, cfg.settings(p["max_new_tokens"]),
+                                                            cfg.warmup), extra)
 
 
 #: Per-request display columns of the granularity sweep, summarised per granularity.
@@ -299,9 +314,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         loaded: :class:`workbench.measure.models.LoadedModel`.
         cfg: the notebook's :class:`Config`.
         point: ``{"max_new_tokens": n}`` (streaming), ``{"granularity": g}`` or ``{"concurrency": c}`` (http).
-        state: shared by the points of one sweep: ``interleave``, the output lengths of a streaming sweep
-            measured as interleaved arms (the first streaming point runs :func:`measure_streams_interleaved`,
-            kept under ``streams``); ``base_url``, the server's URL, for http points;
+        state: shared by the points of one sweep: ``base_url``, the server's URL, for http points;
             ``granularity``, a cache of the granularity points: the first runs :func:`measure_granularity`
             once for every granularity (all buffers on one ``generate`` per repeat), later ones reuse it,
             and a fully resumed sweep runs nothing.
@@ -312,12 +325,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     Raises:
         ParameterError: a point of none of these kinds, or an http point without ``base_url``.
     """
-    if "max_new_tokens" in point:
-        if state.get("interleave"):  # the sweep's lengths as interleaved arms with the A/A control (issue 32)
-            cache = state.setdefault("streams", {})
-            if not cache:
-                cache.update(measure_streams_interleaved(loaded, cfg, state["interleave"]))
-            return cache[int(point["max_new_tokens"])]
+    if "max_new_tokens" in point:   # one length on its own (the design, :func:`sweep_design`, measures the rest)
         return measure_stream(loaded, [cfg.prompt] * cfg.batch_size, cfg.settings(point["max_new_tokens"]),
                               cfg.repeats, cfg.warmup)
     if "granularity" in point:
@@ -337,15 +345,18 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """Measure the streaming, granularity and (if ``cfg.http``) http sweeps into ``run_dir``.
+    """Measure the streaming (with 2+ lengths and ``repeats`` >= 2 one design, :func:`sweep_design`: its rounds on
+    disk in ``design/streaming.parquet``, resumed by round), granularity and (if ``cfg.http``) http sweeps into
+    ``run_dir``.
 
     Returns:
         The points of the three sweeps (``experiment`` tells them apart).
     """
     common = dict(resume=resume, info=loaded.info, loaded=loaded, config=cfg)
-    streaming: dict = {"interleave": list(cfg.output_tokens)} if len(cfg.output_tokens) > 1 else {}
-    frames = [sweeps.run_sweep(run_dir, "streaming", sweeps.expand_grid(max_new_tokens=cfg.output_tokens),
-                               lambda p: measure_point(loaded, cfg, p, streaming), **common)]
+    lengths = list(cfg.output_tokens)
+    designed = sweep_design(loaded, cfg, lengths) if len(lengths) >= 2 and cfg.repeats >= 2 else None
+    frames = [sweeps.run_sweep(run_dir, "streaming", sweeps.expand_grid(max_new_tokens=lengths),
+                               lambda p: measure_point(loaded, cfg, p, {}), design=designed, **common)]
     granularity: dict = {}
     frames.append(sweeps.run_sweep(run_dir, "granularity", sweeps.expand_grid(granularity=cfg.granularities),
                                    lambda p: measure_point(loaded, cfg, p, granularity), **common))
@@ -376,66 +387,53 @@ def anatomy_table(points: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in ANATOMY_COLUMNS if c in df]]
 
 
-def _repeat_medians(requests: pd.DataFrame, point_id: str, column: str) -> pd.Series:
-    """One median of ``column`` per repeat of a point (the independent units: a batch shares one stamp)."""
-    g = requests[requests["point_id"] == point_id]
-    return g.groupby("repeat")[column].median() if len(g) and column in g else pd.Series(dtype=float)
-
-
 def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evidence.Finding:
-    """TTFT against waiting for the whole answer at the longest output (the ratio e2e / TTFT, a t-interval over
-    the repeats' log ratios), and TPOT at the longest against the shortest output (Welch ratio interval over
-    repeat medians); a direction only where the interval carries it.
+    """The decode speed of the longest output against the shortest, decided; how much sooner streaming shows text,
+    measured.
+
+    The primary comparison (it alone sets the verdict): the time per output token at the longest output over the
+    shortest, from the streaming design's block analysis (:data:`TPOT`; an A/A control that moved leaves it
+    undecided). A researcher reads whether decoding slows as the output grows here (a direction), does not within the
+    margin (equivalent), or needs more rounds (undecided, with how many). Beside it, a measurement that decides
+    nothing: the longest output's first token against its whole answer (medians; e2e exceeds TTFT for any answer
+    longer than one token, so it cannot come out the other way). One output length compares nothing: a measurement
+    (verdict ``""``); lengths measured without a design (one repeat): undecided.
 
     Args:
         points: the points of :func:`run` (the ``streaming`` sweep is used).
-        requests: their requests (for the per-repeat values); None: figures without intervals.
+        requests: their requests (unused since the design runner; kept for callers).
 
     Returns:
         :class:`workbench.stats.evidence.Finding`.
     """
     df = evidence.usable_points(_only(points, "streaming"))
     if df.empty:
-        return evidence.Finding("No valid streaming point finished.", "", False)
+        return evidence.Finding("No valid streaming point finished.", "", False, verdict="undecided")
     df = df.sort_values("max_new_tokens")
     lo, hi = df.iloc[0], df.iloc[-1]
     ids = evidence.point_ids(df)
-    reqs = _only(requests, "streaming") if requests is not None else None
-    have = reqs is not None and {"point_id", "repeat"} <= set(reqs.columns)
-    n_rep = int(reqs[reqs["point_id"] == hi["point_id"]]["repeat"].nunique()) if have else 0
-    if have:
-        e2e, ttft = _repeat_medians(reqs, hi["point_id"], "e2e_s"), _repeat_medians(reqs, hi["point_id"], "ttft_s")
-        sooner = evidence.paired_ratio_interval(e2e, ttft.reindex(e2e.index), unit="repeats")
-    else:
-        sooner = evidence.Interval(float(hi["e2e_s_p50"] / hi["ttft_s_p50"]), float("nan"), float("nan"), 0, "",
-                                   reason="per-repeat values not given")
-    verdict = evidence.ratio_verdict(sooner)
-    head = (f"Streaming shows the first token after {hi['ttft_s_p50']:.2f} s instead of {hi['e2e_s_p50']:.1f} s for a "
-            f"{int(hi['max_new_tokens'])}-token answer")
-    if verdict == "higher":
-        text = f"{head} ({sooner.estimate:.0f}x sooner)."
-    else:
-        text = f"{head}; how much sooner: {verdict}: {sooner.describe('{:.0f}', 'x')}."
-    parts = [f"{n_rep} repeat(s) of {checks.int_or(hi.get('batch_size'), 1)} request(s) per output length",
-             f"e2e / TTFT {sooner.describe('{:.1f}', 'x')}"]
-    if len(df) > 1 and have:
-        a, b = _repeat_medians(reqs, hi["point_id"], "tpot_s"), _repeat_medians(reqs, lo["point_id"], "tpot_s")
-        interleaved = isinstance(hi.get("design"), str)
-        if interleaved:  # measured by round: pair the two lengths' batches of one round (issue 32)
-            tpot = evidence.paired_ratio_interval(a, b.reindex(a.index), unit="rounds")
-        else:
-            tpot = evidence.ratio_interval(a, b, unit="repeat medians")
-        name = (f"TPOT at {int(hi['max_new_tokens'])} vs {int(lo['max_new_tokens'])} tokens "
-                f"({hi['tpot_s_p50'] * 1e3:.0f} vs {lo['tpot_s_p50'] * 1e3:.0f} ms)")
-        aa = (evidence.Interval(float(hi["aa_ratio"]), float(hi["aa_low"]), float(hi["aa_high"]),
-                                checks.int_or(hi.get("rounds"), 0), "", reason="1 round") if interleaved else None)
-        moved = aa is not None and aa.shown and (aa.low > 1 or aa.high < 1)
-        said = (f"{name}: {comparison.AA_MOVED}: {tpot.describe('{:.2f}', 'x')}" if moved
-                else evidence.describe_ratio(tpot, name))
-        text += " " + said + (f" ({comparison.noise_floor_text(aa, 'interleaved', aa.n)})" if aa is not None
-                              else "") + "."
-        parts.append(f"TPOT ratio: {'t over rounds of the paired log ratios' if interleaved else 'Welch over repeat medians'}")
-    return evidence.Finding(text, "; ".join(parts), verdict == "higher", ids)
+    shown = (f"Streaming shows the first token after {hi['ttft_s_p50']:.2f} s instead of {hi['e2e_s_p50']:.1f} s for "
+             f"a {int(hi['max_new_tokens'])}-token answer (a measurement, not a decision: e2e exceeds TTFT for any "
+             f"answer longer than one token).")
+    parts = [f"{checks.int_or(hi.get('batch_size'), 1)} request(s) per batch; TTFT and e2e p50 of the longest output "
+             f"over its rounds"]
+    if len(df) < 2:
+        return evidence.Finding(shown + " One output length: no comparison of decode speed.", "; ".join(parts), True,
+                                ids, verdict="")
+    name = (f"Time per output token (TPOT) at {int(hi['max_new_tokens'])} vs {int(lo['max_new_tokens'])} output "
+            f"tokens ({hi['tpot_s_p50'] * 1e3:.0f} vs {lo['tpot_s_p50'] * 1e3:.0f} ms)")
+    dec = design.decision_from_row(hi, TPOT) if isinstance(hi.get("design"), str) else None
+    if dec is None:
+        return evidence.Finding(f"{name}: undecided: one round pairs nothing (repeats >= 2 measure the lengths as a "
+                                f"design). {shown}", "; ".join(parts), False, ids, verdict="undecided")
+    fields = design.finding_fields(hi, dec)
+    text = dec.describe(name, words=TPOT.words, seconds_per_round=checks.float_or_nan(hi.get("seconds_per_round")))
+    text += "."
+    if hi.get("aa_verdict") == "direction":
+        text += " The A/A control moved (the shortest output against itself shows a direction): drift, not effects."
+        fields["verdict"] = "undecided"
+    parts.insert(0, f"primary: TPOT per round (the batch's median request), {design.evidence_text(hi)}")
+    return evidence.Finding(f"{text} {shown}", "; ".join(parts), True, ids, **fields)
 
 
 def granularity_table(requests: pd.DataFrame) -> pd.DataFrame:
@@ -592,12 +590,29 @@ def transport_figure(requests: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def tpot_ratio_figure(points: pd.DataFrame, run_dir=None) -> go.Figure:
+    """Each output length's time per output token over the shortest's, with the simultaneous interval its verdict
+    was read from, each round's ratio faint, the equivalence band and the A/A control's interval
+    (:func:`workbench.share.figures_design.ratio_figure`)."""
+    from workbench.share import figures_design
+
+    rounds = figures_design.round_ratios(run_dir, "streaming", TPOT.name)
+    return figures_design.ratio_figure(
+        _only(points, "streaming"), "max_new_tokens", TPOT.prefix, rounds, name="TPOT", log_x=True,
+        x_title="output tokens", y_title="TPOT / the shortest output's (x)",
+        title="Decode speed vs output length: TPOT over the shortest output (simultaneous 95% intervals; faint: each "
+              "round)")
+
+
 @plots.split_by_device
-def figures(requests: pd.DataFrame) -> dict[str, go.Figure]:
-    """Every figure of the notebook, by file name (the http ones only if that sweep ran).
+def figures(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=None) -> dict[str, go.Figure]:
+    """Every figure of the notebook, by file name (the http ones only if that sweep ran; the TPOT ratio when the
+    lengths were measured as a design).
 
     Args:
         requests: the run's request rows (``results.read_requests(run)``); each figure takes its sweep's rows.
+        points: the run's points (the streaming design's decision columns), or None.
+        run_dir: the run folder (the design's rounds for the ratio figure's faint points), or None.
     """
     req = _only(requests, "streaming")
     gran = _only(requests, "granularity")
@@ -616,4 +631,7 @@ def figures(requests: pd.DataFrame) -> dict[str, go.Figure]:
         figs["http_ttft"] = transport_figure(http)
         figs["timeline_http"] = timeline_figure(top, "Per-request timeline: concurrent HTTP requests (queued; a tick "
                                                      "per text chunk)")
+    streams = _only(points, "streaming") if points is not None else None
+    if streams is not None and TPOT.prefix in streams and streams[TPOT.prefix].notna().any():
+        figs["streaming_tpot_ratio"] = tpot_ratio_figure(points, run_dir)
     return figs

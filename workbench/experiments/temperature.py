@@ -2,22 +2,30 @@
 
 What it measures (notebook ``03_temperature``): for every (prompt family,
 temperature, top_p) point, one batch of prompts of that family (English and
-Chinese) generated ``repeats`` times with seeds ``seed + r`` (the samples), and
+Chinese) generated once per round with seed ``seed + round`` (the samples), and
 for each answer the metrics of :mod:`workbench.measure.quality` (length, truncation,
 distinct-n, repeated 4-gram rate, gzip ratio, section coverage for reports,
 exact / substring match and ROUGE-L for factual questions, perplexity under the
 model at temperature 1). Speed comes from the same records (TPOT, e2e,
 throughput per point).
 
-Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ points and ``repeats`` >= 2 the points are
-measured interleaved by round (:func:`measure_interleaved`): round ``r`` generates the family's batch once
-for every point, at seed ``seed + r`` (the same prompts and seed for every arm of a round), plus the first
-family's greedy point a second time, the A/A control, in an order shuffled per round from the seed. Each
-point's time per answer (e2e) over its family's baseline (the lowest temperature) is the paired
-within-round ratio, Holm over the family's arms (``time_ratio`` columns), and every point carries the A/A
-columns (:data:`workbench.stats.comparison.COLUMNS`): the noise floor the finding prints beside the ratio.
-The text outcomes (truncation, repetition, length) keep their intervals over answers: a machine's drift
-does not change a text.
+Design (issue 49; :mod:`workbench.run.design`): with 2+ points and ``repeats`` >= 2 the points are the arms of one
+design (:func:`sweep_design`): every round generates each family's batch once per point at seed ``seed + round``
+(the same prompts and seed for every arm of a round) and the first family's baseline (the lowest temperature,
+greedy when the grid holds 0; marked, not taken from the row order) a second time, the A/A control, in an order
+shuffled per round; ``repeats`` rounds first, then more while the primary comparison is undecided, up to
+``max_rounds`` and within ``budget_s``. Each family's points are a group against the family's baseline.
+
+- **Primary outcome** (it alone sets the finding's verdict): the time per output token (TPOT, the batch's median
+  row) over the baseline's, block analysis of the rounds (:mod:`workbench.stats.blocks`): what sampling costs the
+  engine per token. Not the time per answer: a sampled answer's length changes from round to round while a greedy
+  one's does not, so the e2e of the sampled arms spreads far more than the baseline's and one pooled variance
+  would misstate it.
+- **Secondary outcomes**, each with its own verdict and never the mark: the time per answer (e2e, the batch's
+  mean; it carries the length change) from the same design at the secondary level, and the text outcomes over
+  independent answers (truncation share, repeated 4-gram rate, answer length: greedy repeats counted once),
+  Bonferroni over those three (:data:`TEXT_OUTCOMES`). A machine's drift does not change a text, so the text
+  outcomes need no rounds.
 
 Families (:mod:`workbench.inputs.prompts`): ``report`` ("write a report in N sections
 on TOPIC", long-form) and ``factual`` (short questions with known answers from
@@ -27,32 +35,35 @@ Temperature 0 is greedy decoding and ignores top_p, so the grid holds it once,
 recorded with ``top_p = 1.0``.
 
 Entry points: :class:`Config`, :func:`measure_point`, :func:`run`,
-:func:`quality_summary`, :func:`headline` and :func:`figures`.
+:func:`quality_summary`, :func:`headline`, :func:`finding` and :func:`figures`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from workbench.run import point_result
-from workbench.share import plots
+from workbench.run import design, point_result
+from workbench.share import figures_design, plots
 from workbench.predict import predictions
 from workbench.measure import quality
 from workbench.checks import check_bool, check_choice_list, check_float_list, check_int
 from workbench.errors import ParameterError
-from workbench.measure import energy
 from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured, warm_up
 from workbench.run.point_result import PointResult
-from workbench.run.sweeps import SweepConfig, block_share, measure_generation, run_sweep
-from workbench.stats import comparison
+from workbench.run.sweeps import SweepConfig, measure_generation, run_sweep
+from workbench.stats import blocks
 
 EXPERIMENT = "temperature"
 FAMILIES = ("report", "factual")
 
 
 @dataclasses.dataclass
-class Config(SweepConfig):
+class Config(SweepConfig, design.DesignFields):
     """The temperature / top-p sweep (notebook ``03_temperature``).
+
+    With 2+ points and ``repeats`` >= 2 the points are the arms of one design (:func:`sweep_design`): ``repeats``
+    rounds first, up to ``max_rounds`` while the primary comparison is undecided and ``budget_s`` allows.
 
     Attributes:
         temperatures: sampling temperatures, each a finite number >= 0 (0 = greedy).
@@ -62,10 +73,11 @@ class Config(SweepConfig):
         n_report_prompts: report prompts per language (1..8).
         n_sections: sections each report is asked for (>= 1).
         n_factual_prompts: factual questions per language (1..20).
-        max_new_tokens: new-token cap of report answers (>= 1).
-        factual_max_new_tokens: new-token cap of factual answers (>= 1); the embedded model ends its
+        max_new_tokens: new-token cap of report answers (>= 2: a time per output token needs two tokens).
+        factual_max_new_tokens: new-token cap of factual answers (>= 2); the embedded model ends its
             English answers within ~36 tokens (greedy), so 48 leaves room for sampled ones.
-        repeats: samples per setting (seeds ``seed .. seed + repeats - 1``).
+        repeats: rounds measured before the first look (seeds ``seed .. seed + repeats - 1``): each round is one
+            sample per setting.
         perplexity: score each answer's perplexity under the model (one forward pass each).
         target_chars: a target answer length in characters, turned into a
             ``max_new_tokens`` per language in the notebook (report only).
@@ -81,18 +93,20 @@ class Config(SweepConfig):
     max_new_tokens: int = 48
     factual_max_new_tokens: int = 48
     repeats: int = 2
+    max_rounds: int = 6
     perplexity: bool = True
     target_chars: int = 2000
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
         check_float_list("temperatures", self.temperatures, lo=0)
         check_float_list("top_ps", self.top_ps, lo=0, hi=1, lo_open=True)
         check_choice_list("families", self.families, FAMILIES)
         check_choice_list("languages", self.languages, ("en", "zh"))
         check_int("n_sections", self.n_sections, 1)
-        check_int("max_new_tokens", self.max_new_tokens, 1)
-        check_int("factual_max_new_tokens", self.factual_max_new_tokens, 1)
+        check_int("max_new_tokens", self.max_new_tokens, 2)
+        check_int("factual_max_new_tokens", self.factual_max_new_tokens, 2)
         check_int("n_report_prompts", self.n_report_prompts, 1, 8)
         check_int("n_factual_prompts", self.n_factual_prompts, 1, 20)
         check_bool("perplexity", self.perplexity)
@@ -142,7 +156,7 @@ def score_records(loaded, records: list[dict], prompt_dicts: list[dict], with_pe
             i = rec["request_id"]
             if i not in prompt_ids:
                 prompt_ids[i] = encode_prompts(loaded.tokenizer, [pd_["prompt"]])["input_ids"][0].tolist()
-            rec["perplexity"] = quality.perplexity(loaded, prompt_ids[i], rec["output_ids"])
+            rec["perplexity"] = quality.perplexity(loaded, prompt_ids[i], list(rec["output_ids"]))
         else:
             rec["perplexity"] = float("nan")
 
@@ -151,7 +165,7 @@ def _point_extra(requests: list[dict], n_prompts: int) -> dict:
     """A point's ``extra``: ``truncated_rate``, ``output_tokens_mean`` and the batch's shape."""
     n = len(requests)
     return {
-        "truncated_rate": sum(r["truncated"] for r in requests) / n if n else float("nan"),
+        "truncated_rate": sum(bool(r["truncated"]) for r in requests) / n if n else float("nan"),
         "output_tokens_mean": sum(r["output_tokens"] for r in requests) / n if n else float("nan"),
         # the shape every forward pass of the family's batch ran at (left padding to the longest prompt):
         # what the roofline's prediction beside the measured points needs
@@ -161,7 +175,8 @@ def _point_extra(requests: list[dict], n_prompts: int) -> dict:
 
 
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
-    """One (family, temperature, top_p) point: ``repeats`` seeded samples of the family's batch, scored.
+    """One (family, temperature, top_p) point: ``repeats`` seeded samples of the family's batch, scored (the
+    one-repeat fallback of :func:`run`: one round pairs nothing).
 
     Args:
         loaded: :class:`workbench.measure.models.LoadedModel`.
@@ -190,89 +205,96 @@ def baselines(points: list[dict]) -> dict[str, dict]:
     return out
 
 
+def hottest(points: list[dict]) -> dict[str, dict]:
+    """Per family, the point its finding compares with the baseline: the highest temperature, the largest top_p."""
+    out = {}
+    for p in points:
+        b = out.get(p["family"])
+        if b is None or (p["temperature"], p["top_p"]) > (b["temperature"], b["top_p"]):
+            out[p["family"]] = p
+    return out
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def _mean_e2e(records: list[dict]) -> float:
     """The time per answer of one batch: the mean e2e over its answers (NaN when none produced a token)."""
-    done = [r["e2e_s"] for r in records if r.get("output_tokens", 0) >= 1 and r.get("e2e_s") == r.get("e2e_s")]
+    done = [r["e2e_s"] for r in records if r.get("output_tokens", 0) >= 1 and _finite(r.get("e2e_s"))]
     return sum(done) / len(done) if done else float("nan")
 
 
-def measure_interleaved(loaded, cfg: Config, points: list[dict]) -> dict[str, PointResult]:
-    """Every point as an interleaved arm (:mod:`workbench.stats.comparison`), with the A/A control.
+def _median_tpot(records: list[dict]) -> float:
+    """The time per output token of one batch: the median of its rows' TPOT (the rows step together; NaN when no
+    row has two tokens)."""
+    import numpy as np
 
-    Each point is warmed up ``cfg.warmup`` times, then ``cfg.repeats`` rounds: round ``r`` generates its family's
-    batch once for every point at seed ``cfg.seed + r`` (every arm of a round answers the same prompts with the
-    same seed), plus the first family's baseline (:func:`baselines`: greedy) a second time
-    (:data:`workbench.stats.comparison.AA`), in an order shuffled per round from ``cfg.seed``. The A/A batches
-    are timed, never scored nor stored. Per family, every point's time per answer (mean e2e of a batch) is
-    judged against the family's baseline from the paired within-round ratios, Holm over the family's arms
-    (:func:`workbench.stats.comparison.compare`).
+    vals = [r["tpot_s"] for r in records if _finite(r.get("tpot_s"))]
+    return float(np.median(vals)) if vals else float("nan")
+
+
+#: The primary outcome: it alone sets the finding's verdict (the engine's cost of sampling, per token).
+TPOT = design.Outcome("tpot_s", False, "time per output token (TPOT)", "tpot_vs_control")
+#: A secondary outcome from the same rounds: the time per answer, which also carries the answers' length change.
+E2E = design.Outcome("e2e_s", False, "time per answer (e2e)", "time_ratio")
+
+
+def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
+    """The points as one design (:mod:`workbench.run.design`): round ``r`` generates each point's family batch once
+    at seed ``cfg.seed + r`` (every arm of a round answers the same prompts with the same seed), and the first
+    family's baseline a second time (the A/A control: timed, neither scored nor stored). Each family's points are a
+    group against the family's baseline (:func:`baselines`, marked); the primary outcome is the batch's TPOT
+    (:data:`TPOT`), the time per answer (:data:`E2E`) secondary; the design stops early once every family's hottest
+    point (:func:`hottest`) is decided. The answers are scored after the design (:func:`score_records`, each arm's
+    own requests), so the rounds time generation only.
 
     Returns:
-        ``{point_id: PointResult}``: requests scored as in :func:`measure_point` (``repeat`` = round), ``extra`` with
-        its columns, the ``time_ratio`` columns (:func:`workbench.stats.comparison.arm_columns`) and the A/A columns
-        (:data:`workbench.stats.comparison.COLUMNS`, the first family's control, the experiment's noise floor).
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
-    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
-    by_pid = dict(zip(pids, points))
-    base_pid = {fam: point_result.point_id(EXPERIMENT, p) for fam, p in baselines(points).items()}
-    first_base = base_pid[points[0]["family"]]
-    dicts = {fam: cfg.prompts(fam) for fam in base_pid}
+    pid = (lambda p: point_result.point_id(EXPERIMENT, p))
+    by_id = {pid(p): p for p in points}
+    fams = list(dict.fromkeys(p["family"] for p in points))
+    dicts = {fam: cfg.prompts(fam) for fam in fams}
     texts = {fam: [d["prompt"] for d in ds] for fam, ds in dicts.items()}
-    settings = {pid: cfg.settings(p) for pid, p in by_pid.items()}
-    got = {pid: {"requests": [], "wall_s": 0.0, "meter": energy.EnergyMeter(loaded.info.device),
-                 "warmup_s": warm_up(loaded, texts[p["family"]], settings[pid], cfg.warmup)}
-           for pid, p in by_pid.items()}
-    rows = []
-    for rnd, arm in comparison.schedule([*pids, comparison.AA], cfg.repeats, cfg.seed):
-        pid = first_base if arm == comparison.AA else arm
-        s = settings[pid]
-        prompts = texts[by_pid[pid]["family"]]
-        meter = got[pid]["meter"] if arm != comparison.AA else None
-        if meter is not None:
-            meter.begin()
-        res = generate_measured(loaded, prompts, dataclasses.replace(s, seed=s.seed + rnd))
-        if meter is not None:
-            meter.end(res.wall_s)
-        rows.append({"arm": arm, "round": rnd, "value": _mean_e2e(res.records)})
-        if arm != comparison.AA:
-            for rec in res.records:
-                rec.update(repeat=rnd, batch_size=len(prompts), batch_wall_s=res.wall_s)
-            got[pid]["requests"] += res.records
-            got[pid]["wall_s"] += res.wall_s
-    import pandas as pd
+    base = {fam: pid(p) for fam, p in baselines(points).items()}
 
-    table = pd.DataFrame(rows)
-    groups = {base: [pid for pid in pids if by_pid[pid]["family"] == fam]  # the A/A's group first
-              for fam, base in sorted(base_pid.items(), key=lambda kv: kv[1] != first_base)}
-    ratio_cols, aa_cols = comparison.compare_groups(table, groups)
-    out = {}
-    for pid, p in by_pid.items():
-        g = got[pid]
-        score_records(loaded, g["requests"], dicts[p["family"]], cfg.perplexity)
-        extra = {**_point_extra(g["requests"], len(dicts[p["family"]])), **ratio_cols[pid], **aa_cols}
-        out[pid] = PointResult(requests=g["requests"], wall_s=g["wall_s"], warmup_s=g["warmup_s"],
-                               energy=g["meter"].result(), extra=extra)
-    return out
+    def measure(p, rnd):
+        s = cfg.settings(p)
+        prompts = texts[p["family"]]
+        res = generate_measured(loaded, prompts, dataclasses.replace(s, seed=s.seed + rnd))
+        for rec in res.records:
+            rec.update(batch_size=len(prompts), batch_wall_s=res.wall_s)
+        return design.Measured({TPOT.name: _median_tpot(res.records), E2E.name: _mean_e2e(res.records)},
+                               res.records, res.wall_s)
+
+    def extra(point_id, result):
+        p = by_id[point_id.split("@cfg-")[0]]      # a changed config's ids carry a suffix (resume_check)
+        recs = result.requests.get(point_id, [])
+        score_records(loaded, recs, dicts[p["family"]], cfg.perplexity)
+        return _point_extra(recs, len(dicts[p["family"]]))
+
+    groups = {base[fam]: [pid(p) for p in points if p["family"] == fam] for fam in fams}
+    decide = [pid(p) for p in hottest(points).values() if pid(p) not in groups]
+    d = design.Design(EXPERIMENT, [pid(p) for p in points], base[fams[0]], TPOT, (E2E,), groups=groups,
+                      decide=decide or None, **cfg.design_kwargs())
+    return design.SweepDesign(d, measure, lambda p: warm_up(loaded, texts[p["family"]], cfg.settings(p), cfg.warmup),
+                              extra)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
     """Every point of ``cfg.grid()`` through :func:`workbench.run.sweeps.run_sweep`; returns the points DataFrame.
 
-    With 2+ points and ``repeats`` >= 2 the points are measured interleaved by round with the A/A control
-    (:func:`measure_interleaved`) and reach the disk together when the last round ends (an interrupt before that
-    keeps none of them); with one repeat there is nothing to pair and each point is measured, and written, on
-    its own (:func:`measure_point`).
+    With 2+ points and ``repeats`` >= 2 the points are one design (:func:`sweep_design`): every finished round is on
+    disk (``design/temperature.parquet``) and a resume continues from the last one; the points are recorded when the
+    design stops. With one repeat there is nothing to pair and each point is measured, and written, on its own
+    (:func:`measure_point`).
     """
     state: dict = {}
     grid = cfg.grid()
-
-    def measure(p):
-        if len(grid) < 2 or cfg.repeats < 2:
-            return measure_point(loaded, cfg, p, state)
-        return block_share(state, point_result.point_id(EXPERIMENT, p),
-                           lambda: measure_interleaved(loaded, cfg, grid))
-
-    return run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded, config=cfg)
+    designed = sweep_design(loaded, cfg, grid) if len(grid) >= 2 and cfg.repeats >= 2 else None
+    return run_sweep(run_dir, EXPERIMENT, grid, lambda p: measure_point(loaded, cfg, p, state), resume=resume,
+                     info=loaded.info, loaded=loaded, config=cfg, design=designed)
 
 
 QUALITY_BY = ("family", "language", "temperature", "top_p")
@@ -295,6 +317,13 @@ def headline(summary, metrics=("truncated", "repeated_4gram_rate", "distinct_2",
 
 TRUNCATION_LIMIT = 0.5  # above this share of greedy answers cut by max_new_tokens, length and repetition say nothing
 
+#: The text outcomes over independent answers (secondary: reported with their own verdicts, never the mark):
+#: ``(column, name, format)``; their intervals are Bonferroni over the three (:data:`TEXT_LEVEL`).
+TEXT_OUTCOMES = (("truncated", "the share of answers cut by max_new_tokens", "{:.0%}"),
+                 ("repeated_4gram_rate", "the repeated 4-gram rate", "{:.3f}"),
+                 ("output_tokens", "the answer length (tokens)", "{:.1f}"))
+TEXT_LEVEL = 1 - blocks.ALPHA / len(TEXT_OUTCOMES)
+
 
 def _samples(requests, points=None):
     """Independent answers: rows of usable points only, one row per prompt at temperature 0 (greedy
@@ -311,113 +340,155 @@ def _samples(requests, points=None):
     return df
 
 
-def _change(name: str, verdict: str, before: str, after: str) -> str:
-    """``"<name> rises 0.01 -> 0.20"`` for a direction, else ``"<name>: no difference beyond noise (...)"``."""
-    move = {"higher": "rises", "lower": "falls"}.get(verdict)
-    return f"{name} {move} {before} -> {after}" if move else f"{name}: {verdict} ({before} -> {after})"
+def _change(name: str, interval, before: str, after: str) -> str:
+    """``"<name> rises 0.01 -> 0.20"`` when the interval of the change excludes 0 (with a spread:
+    :func:`workbench.stats.blocks.additive_verdict`), else ``"<name>: undecided (0.01 -> 0.02)"``."""
+    verdict, direction = blocks.additive_verdict(interval.low, interval.high)
+    if verdict == "direction":
+        return f"{name} {'rises' if direction == 'higher' else 'falls'} {before} -> {after}"
+    return f"{name}: undecided ({before} -> {after})"
+
+
+def text_clauses(samples, lo: float, hi: float) -> tuple[list[str], list[str]]:
+    """The text outcomes (:data:`TEXT_OUTCOMES`) from temperature ``lo`` to ``hi`` over independent answers, each
+    with its own verdict at :data:`TEXT_LEVEL`: the truncation share's change (Newcombe), the repeated 4-gram rate's
+    and the answer length's (Welch). When most answers at ``lo`` hit ``max_new_tokens`` (:data:`TRUNCATION_LIMIT`)
+    length and repetition cannot show temperature's effect: said instead of their verdicts.
+
+    Returns:
+        ``(clauses, evidence parts)``.
+    """
+    from workbench.stats import evidence
+
+    at = {t: samples[samples["temperature"] == t] for t in (lo, hi)}
+    k = {t: int(at[t]["truncated"].astype(float).sum()) for t in (lo, hi)}
+    n = {t: int(at[t]["truncated"].notna().sum()) for t in (lo, hi)}
+    d = evidence.difference_interval(k[hi], n[hi], k[lo], n[lo], confidence=TEXT_LEVEL)
+    clauses = [_change(TEXT_OUTCOMES[0][1], d, f"{k[lo] / n[lo]:.0%}" if n[lo] else "?",
+                       f"{k[hi] / n[hi]:.0%}" if n[hi] else "?")]
+    ev = [f"truncation change {d.describe('{:+.2f}')}"]
+    share = k[lo] / n[lo] if n[lo] else float("nan")
+    if not share <= TRUNCATION_LIMIT:
+        clauses.append(f"length and repetition cannot show it: {share:.0%} of the answers at temperature {lo:g} "
+                       f"({k[lo]} of {n[lo]}) hit max_new_tokens (raise max_new_tokens)")
+        return clauses, ev
+    for col, name, fmt in TEXT_OUTCOMES[1:]:
+        if col not in samples:
+            continue
+        a, b = at[hi][col].astype(float), at[lo][col].astype(float)
+        iv = evidence.mean_difference_interval(a, b, confidence=TEXT_LEVEL, unit="answers")
+        clauses.append(_change(name, iv, fmt.format(b.mean()), fmt.format(a.mean())))
+        ev.append(f"{col} change {iv.describe(fmt.replace(':', ':+').replace('%', ''))}")
+    return clauses, ev
+
+
+def _design_rows(points):
+    """The usable points measured as a design (their decision columns), or None."""
+    from workbench.stats import evidence
+
+    if points is None or len(points) == 0 or "design" not in points or TPOT.prefix not in points:
+        return None
+    ok = evidence.usable_points(points)
+    ok = ok[ok["design"].map(lambda v: isinstance(v, str) and bool(v))]
+    return ok if len(ok) else None
+
+
+def primary_decisions(points) -> list[tuple]:
+    """Per family, the hottest point's (:func:`hottest`) primary decision against the family's baseline, from the
+    design's point columns: ``[(family, baseline row, hottest row, Decision or None)]`` (families with one
+    temperature left out)."""
+    rows = _design_rows(points)
+    if rows is None:
+        return []
+    out = []
+    for fam, g in rows.groupby("family", sort=False):
+        recs = g.to_dict("records")
+        base, top = baselines(recs)[fam], hottest(recs)[fam]
+        if top["point_id"] == base["point_id"]:
+            continue
+        out.append((fam, base, top, design.decision_from_row(top, TPOT)))
+    return out
 
 
 def finding(summary, requests=None, points=None):
-    """From the lowest to the highest temperature: the change in truncation (Newcombe interval of two shares)
-    and in the repeated 4-gram rate and output length (Welch intervals), each with a direction only when
-    its interval excludes 0; "not supported" when most greedy answers are cut by ``max_new_tokens``
-    (:data:`TRUNCATION_LIMIT`: then the outputs cannot show what temperature does to length or repetition).
-    Interleaved runs add the time per answer's paired ratio with the A/A noise floor (:func:`time_clauses`), after
-    the text outcomes: it never sets the mark.
+    """What temperature costs and changes, with ONE primary comparison setting the verdict.
+
+    The primary comparison, per family: the hottest point's time per output token against the family's baseline
+    (greedy), the design's block analysis (:data:`TPOT`; the verdict of the family that is least decided,
+    :func:`workbench.run.design.weakest`; an A/A control that moved leaves it undecided). Secondary, each with its
+    own verdict and never the mark: the time per answer (e2e) from the same rounds, and from the lowest to the
+    highest temperature over independent answers the truncation share, the repeated 4-gram rate and the answer
+    length (:func:`text_clauses`, Bonferroni over the three). A run without a design (one repeat) decides nothing:
+    undecided.
 
     Args:
         summary: :func:`quality_summary` (used when ``requests`` is None: truncation only).
         requests: this experiment's requests with the quality columns (the independent answers).
-        points: its points, so that only usable (valid) points count.
+        points: its points, so that only usable (valid) points count and the design's decisions are read.
 
     Returns:
-        :class:`workbench.stats.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding` with its verdict.
     """
     from workbench.stats import evidence
 
+    ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
     if requests is None or requests.empty or "truncated" not in requests:
-        df = summary[summary["metric"] == "truncated"]
+        df = summary[summary["metric"] == "truncated"] if len(summary) else summary
         if df.empty:
-            return evidence.Finding("No quality metrics recorded.", "", False)
-        k = (df["mean"] * df["n"]).groupby(df["temperature"]).sum().round().astype(int)
-        n = df.groupby("temperature")["n"].sum().astype(int)
+            return evidence.Finding("No quality metrics recorded.", "", False, verdict="undecided")
         samples = None
+        temps = sorted(set(df["temperature"]))
     else:
         samples = _samples(requests, points)
         if samples.empty:
-            return evidence.Finding("No valid temperature point.", "", False)
-        trunc = samples["truncated"].astype(float)
-        k = trunc.groupby(samples["temperature"]).sum().round().astype(int)
-        n = trunc.groupby(samples["temperature"]).count().astype(int)
-    lo, hi = min(n.index), max(n.index)
-    ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
-    greedy_share = k[lo] / n[lo] if n[lo] else float("nan")
-    evidence_parts = [f"{n[lo]} answers at temperature {lo:g}, {n[hi]} at {hi:g}"
-                      + (" (greedy repeats counted once, valid points only)" if samples is not None else "")]
-    timing, timing_ev = time_clauses(points)
-    evidence_parts += timing_ev
-    if not greedy_share <= TRUNCATION_LIMIT:
-        return evidence.Finding(
-            f"Temperature's effect on length and repetition: not supported: {greedy_share:.0%} of the answers at "
-            f"temperature {lo:g} ({k[lo]} of {n[lo]}) hit max_new_tokens, so the outputs are too short to show it; "
-            f"raise max_new_tokens." + timing, "; ".join(evidence_parts), False, ids)
-    parts, supported, moved = [], False, []
-    d = evidence.difference_interval(int(k[hi]), int(n[hi]), int(k[lo]), int(n[lo]))
-    v = evidence.difference_verdict(d)
-    supported |= v in ("higher", "lower")
-    moved.append(v in ("higher", "lower"))
-    parts.append(_change("the share of answers cut by max_new_tokens", v, f"{k[lo] / n[lo]:.0%}",
-                         f"{k[hi] / n[hi]:.0%}"))
-    evidence_parts.append(f"truncation change {d.describe('{:+.2f}')}")
-    if samples is not None:
-        for col, name, fmt in (("repeated_4gram_rate", "the repeated 4-gram rate", "{:.3f}"),
-                               ("output_tokens", "the answer length (tokens)", "{:.1f}")):
-            if col not in samples:
-                continue
-            a = samples.loc[samples["temperature"] == hi, col].astype(float)
-            b = samples.loc[samples["temperature"] == lo, col].astype(float)
-            iv = evidence.mean_difference_interval(a, b, unit="answers")
-            v = evidence.difference_verdict(iv)
-            supported |= v in ("higher", "lower")
-            moved.append(v in ("higher", "lower"))
-            parts.append(_change(name, v, fmt.format(b.mean()), fmt.format(a.mean())))
-            evidence_parts.append(f"{col} change {iv.describe(fmt.replace(':', ':+'))}")
-    parts = [p for _, p in sorted(zip(moved, parts), key=lambda mp: not mp[0])]  # a change beyond noise leads
-    return evidence.Finding(f"From temperature {lo:g} to {hi:g}, " + "; ".join(parts) + "." + timing,
-                            "; ".join(evidence_parts), supported, ids)
-
-
-def time_clauses(points) -> tuple[str, list[str]]:
-    """The timing part of the finding, from the points' ``time_ratio`` and A/A columns (interleaved runs):
-    per family, the time per answer (e2e) at its highest temperature (largest top_p) over its baseline, with
-    the A/A noise floor beside it (:func:`workbench.stats.comparison.describe_columns`: "not supported: the A/A
-    control moved" when the control's interval excludes 1). It follows the text outcomes and never sets the
-    finding's mark. Returns ``(" sentence." or "", evidence parts)``."""
-    from workbench.stats import evidence
-
-    if points is None or len(points) == 0 or "time_ratio" not in points or "design" not in points:
-        return "", []
-    ok = evidence.usable_points(points)
-    ok = ok[ok["design"].notna()] if "design" in ok else ok.iloc[0:0]
-    if ok.empty:
-        return "", []
-    clauses, ev = [], []
-    fams = list(dict.fromkeys(ok["family"]))
-    for fam in fams:
-        g = ok[ok["family"] == fam]
-        base = baselines(g.to_dict("records"))[fam]
-        top = g[g["temperature"] == g["temperature"].max()].sort_values("top_p").iloc[-1]
-        if top["temperature"] == base["temperature"]:
+            return evidence.Finding("No valid temperature point.", "", False, verdict="undecided")
+        temps = sorted(set(samples["temperature"]))
+    lo, hi = temps[0], temps[-1]
+    decisions = primary_decisions(points)
+    clauses, second, ev = [], [], []
+    for fam, base, top, dec in decisions:
+        tag = f" ({fam})" if len(decisions) > 1 else ""
+        t0, t1 = f"{base['temperature']:g}", f"{top['temperature']:g}"
+        spr = float(top.get("seconds_per_round", float("nan")))
+        if dec is None:
+            clauses.append(f"TPOT at temperature {t1} vs {t0}{tag}: undecided: no decision recorded")
             continue
-        name = (f"time per answer (e2e) at temperature {top['temperature']:g} vs {base['temperature']:g}"
-                + (f" ({fam})" if len(fams) > 1 else ""))
-        clauses.append(comparison.describe_columns(top, name[0].upper() + name[1:]))
-        ev.append(f"{fam} e2e ratios paired within {int(top['rounds'])} interleaved rounds"
-                  if top.get("rounds") == top.get("rounds") else f"{fam} e2e ratios paired within rounds")
-    if not clauses:
-        aa = comparison.aa_from_columns(ok.iloc[0])
-        return f" {comparison.noise_floor_text(aa, 'interleaved', aa.n if aa else None)}.", ev
-    return " " + " ".join(c + "." for c in clauses), ev
+        clauses.append(dec.describe(f"Time per output token (TPOT) at temperature {t1} vs {t0}{tag}",
+                                    words=TPOT.words, seconds_per_round=spr))
+        sec = design.secondary_clause(top, E2E, f"time per answer (e2e) at temperature {t1} vs {t0}{tag}")
+        if sec is not None:
+            second.append(sec)
+    rows = _design_rows(points)
+    if rows is not None:
+        first = rows.iloc[0]
+        ev.append(f"primary: TPOT (the batch's median row) per round, {design.evidence_text(first)}")
+        others = [f"{r['family']} T={r['temperature']:g} top_p {r['top_p']:g}: {r[TPOT.prefix + '_verdict']} "
+                  f"{r[TPOT.prefix]:.2f}x" for _, r in rows.iterrows()
+                  if isinstance(r.get(TPOT.prefix + "_verdict"), str) and r.get(TPOT.prefix + "_verdict")]
+        if others:
+            ev.append("TPOT vs the family's baseline, every arm: " + ", ".join(others))
+    if samples is not None and lo != hi:
+        n = samples.groupby("temperature")["truncated"].count()
+        text_part, text_ev = text_clauses(samples, lo, hi)
+        second.append(f"from temperature {lo:g} to {hi:g} over answers ({TEXT_LEVEL:.1%} intervals, Bonferroni over "
+                      f"{len(TEXT_OUTCOMES)}): " + "; ".join(text_part))
+        ev += [f"{n[lo]} answers at temperature {lo:g}, {n[hi]} at {hi:g} (greedy repeats counted once, valid points "
+               f"only)", *text_ev]
+    weakest = design.weakest([d for *_, d in decisions])
+    if weakest is None:
+        text = (f"Time per output token (TPOT) from temperature {lo:g} to {hi:g}: undecided: no comparison "
+                f"(one round pairs nothing: repeats >= 2 measure the temperatures as a design).")
+        fields = {"verdict": "undecided"}
+    else:
+        row = next(top for *_, top, d in decisions if d is weakest)
+        text = "; ".join(clauses) + "."
+        fields = design.finding_fields(row, weakest)
+        if row.get("aa_verdict") == "direction":
+            text += " The A/A control moved (greedy against itself shows a direction): drift, not effects."
+            fields["verdict"] = "undecided"
+    if second:
+        text += " Secondary, each with its own verdict: " + "; ".join(second) + "."
+    return evidence.Finding(text, "; ".join(ev), True, ids, **fields)
 
 
 def length_targets(tokenizer, target_chars: int, languages=("en", "zh")):
@@ -517,20 +588,24 @@ def fig_speed_vs_temperature(points):
     return plots.legend_below(fig)
 
 
-def fig_time_ratio(points):
-    """Time per answer (e2e) of every point over its family's baseline (paired within rounds, its interval at
-    the point's Holm level) vs temperature, with the A/A noise floor shaded."""
-    fig = comparison.ratio_figure(plots.ok_points(points).sort_values("temperature"), "temperature",
-                                  group=["family", "top_p"], name=lambda k: f"{k[0]}, top_p {k[1]:g}",
-                                  mode="lines+markers", sort=True)
-    fig.update_layout(title="Time per answer over the lowest temperature (paired within rounds; grey band: the A/A "
-                            "noise floor)", xaxis_title=_T_LABEL, yaxis_title="e2e ratio vs baseline (x)")
+def fig_ratio(points, outcome: design.Outcome, run_dir=None):
+    """An outcome of the design (:data:`TPOT` or :data:`E2E`) of every point over its family's baseline, with the
+    simultaneous interval its verdict was read from, each round's ratio faint, the equivalence band and the A/A
+    control's interval (:func:`workbench.share.figures_design.ratio_figure`), against temperature, one line per
+    (family, top_p)."""
+    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, outcome.name)
+    fig = figures_design.ratio_figure(
+        plots.ok_points(points), "temperature", outcome.prefix, rounds, group=["family", "top_p"],
+        name=lambda k: f"{k[0]}, top_p {k[1]:g}", x_title=_T_LABEL, y_title=f"{outcome.label} / greedy's (x)",
+        title=f"{outcome.label[0].upper() + outcome.label[1:]} over the lowest temperature (simultaneous 95% "
+              f"intervals; faint: each round)")
     return plots.legend_below(fig)
 
 
 @plots.split_by_device
-def figures(summary, points) -> dict:
-    """Every figure of the notebook, by name, in report order (families absent from the run are skipped)."""
+def figures(summary, points, run_dir=None) -> dict:
+    """Every figure of the notebook, by name, in report order (families absent from the run are skipped;
+    ``run_dir``: the design's rounds for the ratio figures' faint points)."""
     figs = {}
     fams = set(summary["family"]) if len(summary) else set()
     if "report" in fams:
@@ -545,6 +620,8 @@ def figures(summary, points) -> dict:
             summary, "factual", ["substring_match", "exact_match", "rouge_l", "perplexity", "truncated"],
             "Factual questions: accuracy vs temperature")
     figs["temperature_speed"] = fig_speed_vs_temperature(points)
-    if "time_ratio" in points and points["time_ratio"].notna().any():  # interleaved rounds (issue 32)
-        figs["temperature_time_ratio"] = fig_time_ratio(points)
+    if TPOT.prefix in points and points[TPOT.prefix].notna().any():  # measured as a design (issue 49)
+        figs["temperature_tpot_ratio"] = fig_ratio(points, TPOT, run_dir)
+    if E2E.prefix in points and points[E2E.prefix].notna().any():
+        figs["temperature_time_ratio"] = fig_ratio(points, E2E, run_dir)
     return figs

@@ -384,6 +384,18 @@ def decision_from_row(row, outcome: Outcome) -> blocks.Decision | None:
                            "" if math.isfinite(num(f"{p}_low")) else str(row.get(f"{p}_method") or ""))
 
 
+def secondary_clause(row, outcome: Outcome, name: str) -> str | None:
+    """A secondary outcome's decision as a point row carries it, as a clause: its verdict and simultaneous interval
+    (:meth:`workbench.stats.blocks.Decision.describe`), without a rounds estimate: the row's ``rounds_needed`` is the
+    primary outcome's, the one the design adds rounds for. None when the row has no decision of ``outcome``."""
+    d = decision_from_row(row, outcome)
+    if d is None:
+        return None
+    if d.decided:
+        return d.describe(name, words=outcome.words)
+    return f"{name}: undecided: " + (f"{d.interval_text()} ({d.method})" if d.shown else d.interval_text())
+
+
 def evidence_text(row) -> str:
     """A design's evidence as a point row carries it: ``"3 interleaved rounds (stopped: decided), 42 s; A/A
     1.01x (0.96-1.06x), undecided; equivalence margin +-5%"``."""
@@ -412,6 +424,23 @@ def finding_fields(row, decision: blocks.Decision | None = None) -> dict:
         out["seconds_needed"] = (max(need - out["rounds"], 0) * secs if need is not None and math.isfinite(secs)
                                  else None)
     return out
+
+
+def weakest(decisions: Sequence[blocks.Decision | None]) -> blocks.Decision | None:
+    """The decision that sets the verdict of a finding resting on several comparisons (one per prompt family,
+    language or batch size): an undecided one, the one needing the most rounds (None, "more than any", first);
+    else a direction; else an equivalent one. None when there is no decision.
+
+    Args:
+        decisions: the comparisons' decisions (None entries are left out).
+    """
+    got = [d for d in decisions if d is not None]
+    if not got:
+        return None
+    open_ = [d for d in got if not d.decided]
+    if open_:
+        return max(open_, key=lambda d: math.inf if d.rounds_needed is None else d.rounds_needed)
+    return next((d for d in got if d.verdict == "direction"), got[0])
 
 
 def _deadline(design: Design, begun: float) -> float:
@@ -446,7 +475,8 @@ def analyse_outcome(table: pd.DataFrame, design: Design, outcome: Outcome, alpha
 
 def run_design(design: Design, measure: Callable[[object, int], Measured],
                prepare: Callable[[object], float | None] | None = None, *, run_dir=None,
-               clock: Callable[[], float] = time.time, progress: bool = True) -> DesignResult:
+               clock: Callable[[], float] = time.time, progress: bool = True,
+               measure_aa: Callable[[object, int], Measured] | None = None) -> DesignResult:
     """Measure a design round by round until its primary comparison is decided, its rounds run out or its budget
     does; analyse it.
 
@@ -454,7 +484,8 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     spent alpha (:func:`workbench.stats.sequential.look_alpha`, O'Brien-Fleming-type by default) and the design stops
     when every arm of ``design.decide`` (default: every arm) has a direction or is equivalent. Between looks it
     measures whole rounds; a round beyond ``min_rounds`` starts only when the budget has room for one more round
-    at the mean round time so far. A stop between planned looks is analysed at the alpha spent up to its rounds.
+    at the mean round time so far. A stop for the budget is analysed at the alpha the looks before it left (no look
+    follows it).
 
     Args:
         design: the :class:`Design`.
@@ -466,6 +497,8 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
             requests beside it), and a run folder holding finished rounds of the same design continues from them.
         clock: the time source (tests pass a fake one).
         progress: print a line per round to stderr.
+        measure_aa: how the A/A arm is measured (``measure_aa(design.control, round)``), where it may skip what only
+            a recorded arm needs (scoring, saving texts); its timed work must equal ``measure``'s. None: ``measure``.
 
     Returns:
         :class:`DesignResult`.
@@ -515,7 +548,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
         for arm in _order(design, rnd):
             target = design.control if arm == AA else arm
             t1 = clock()
-            got = measure(target, rnd)
+            got = (measure_aa if arm == AA and measure_aa is not None else measure)(target, rnd)
             spent = clock() - t1
             bad = [n for n in names if not (isinstance(got.values.get(n), (int, float))
                                             and math.isfinite(got.values[n]) and got.values[n] > 0)]
@@ -543,7 +576,14 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
                 break
     bar.close()
     table = pd.DataFrame(rows)
-    if not looks or looks[-1]["rounds"] != rnd:       # stopped between looks (budget): analysed at what it spent
+    if stopped == "budget" and looks:
+        # no look follows a budget stop: its analysis spends the alpha the looks so far left (union bound over every
+        # analysis taken, as sequential.py's looks), not only the share planned up to these rounds; a budget that
+        # stops a design at its first look would otherwise leave it there, at a few tenths of alpha
+        alpha = max(blocks.ALPHA - sum(k["alpha"] for k in looks), 1e-12)
+        analysis = analyse_outcome(table, design, design.primary, alpha)
+        looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(analysis and analysis.decided(design.decide))})
+    elif not looks or looks[-1]["rounds"] != rnd:       # stopped between looks: analysed at what it spent
         alpha = sequential.look_alpha(rnd, plan, blocks.ALPHA, design.spending) if rnd >= 1 else blocks.ALPHA
         analysis = analyse_outcome(table, design, design.primary, alpha)
         looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(analysis and analysis.decided(design.decide))})
@@ -653,12 +693,15 @@ class SweepDesign:
         prepare: ``prepare(point) -> warm-up seconds`` (once per point and session), or None.
         extra: ``extra(point_id, result) -> dict`` of the experiment's own point columns (quality means, ...), or
             None.
+        measure_aa: ``measure_aa(point, round) -> Measured`` for the A/A arm (the same timed work, without what
+            only a recorded arm needs: scoring, saved texts), or None: ``measure``.
     """
 
     design: Design
     measure: Callable
     prepare: Callable | None = None
     extra: Callable | None = None
+    measure_aa: Callable | None = None
 
 
 def _suffixed(design: Design, suffix: str) -> Design:
@@ -704,8 +747,9 @@ def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, 
         return got
 
     prepare = (lambda arm: sweep.prepare(by_id[arm])) if sweep.prepare is not None else None
+    measure_aa = (lambda arm, rnd: sweep.measure_aa(by_id[arm], rnd)) if sweep.measure_aa is not None else None
     load = contention.LoadMonitor()
-    result = run_design(design, measure, prepare, run_dir=run_dir)
+    result = run_design(design, measure, prepare, run_dir=run_dir, measure_aa=measure_aa)
     contamination = load.stop()
     run_id = Path(run_dir).name if run_dir is not None else ""
     remember_spread(result, run_id)
@@ -725,6 +769,7 @@ def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, 
     return out
 
 
-__all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin", "check_rounds",
-           "decision_from_row", "evidence_text", "finding_fields", "measure_sweep_design", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design", "smallest_effect",
-           "SweepDesign"]
+__all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin",
+           "check_rounds", "decision_from_row", "evidence_text", "finding_fields", "measure_sweep_design", "plan_text",
+           "reanalyse", "recalled_spread", "remember_spread", "run_design", "secondary_clause", "smallest_effect",
+           "SweepDesign", "weakest"]

@@ -249,6 +249,27 @@ def verdict(low: float, high: float, margin: float = MARGIN) -> tuple[str, str]:
     return "undecided", ""
 
 
+def additive_verdict(low: float, high: float, margin: float = 0.0) -> tuple[str, str]:
+    """The verdict an interval of a difference carries (a difference of shares or of means, where no ratio fits):
+    :func:`verdict`'s rules on the additive scale, with the band ``[-margin, margin]``.
+
+    Returns:
+        ``("equivalent", "")`` when ``margin > 0`` and ``-margin <= low`` and ``high <= margin``;
+        ``("direction", "higher")`` / ``("direction", "lower")`` when the interval excludes 0 (and is not inside the
+        band); else ``("undecided", "")``. An interval of zero width or without finite bounds is undecided (no spread
+        decides nothing).
+    """
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return "undecided", ""
+    if margin > 0 and low >= -margin and high <= margin:
+        return "equivalent", ""
+    if low > 0:
+        return "direction", "higher"
+    if high < 0:
+        return "direction", "lower"
+    return "undecided", ""
+
+
 def rounds_needed(log_estimate: float, sigma: float, n_arms: int, m: int, margin: float = MARGIN,
                   alpha: float = ALPHA, pooled: bool = True, start: int = 2) -> int | None:
     """The rounds a balanced design needs to decide a comparison at the observed spread: the smallest ``R`` whose
@@ -553,6 +574,7 @@ def decide(y: np.ndarray, alpha: float = ALPHA, margin: float = MARGIN, check_sp
     se = np.sqrt(np.clip(np.diag(cov), 0, None))
     if not (s2 > ZERO_SPREAD ** 2) or not (se > ZERO_SPREAD).all():
         out["method"] += " (no spread: an interval of zero width decides nothing)"
+        out["sigma"] = nan          # no spread to plan rounds from either (rounds_needed: None, not "about 2")
         return out
     c = critical_value(cov / np.outer(se, se), dof, alpha)
     out["critical"] = c
@@ -723,7 +745,12 @@ def paired_binary(a: Sequence, b: Sequence, alpha: float = ALPHA, margin: float 
     The interval: given ``k = n10 + n01`` discordant tasks, ``n10 ~ Binomial(k, pi)`` and the difference is
     ``(2 pi - 1) k / n``; the Clopper-Pearson interval of ``pi`` (``statsmodels.stats.proportion.proportion_confint``,
     ``method="beta"``) maps to the difference's (the conditional method behind McNemar's exact test: conservative,
-    and a direction exactly when the discordant tasks lean one way beyond chance).
+    and a direction exactly when the discordant tasks lean one way beyond chance). That interval holds the share of
+    discordant tasks at its observed ``k / n``, which decides a direction (its sign is ``pi``'s) but not an
+    equivalence: one task of 12 flipping gives +-8 points where up to ~40% of tasks might flip. Equivalence needs the
+    unconditional interval inside ``+-margin``: the difference is ``(2 pi - 1) delta`` with ``delta`` the discordant
+    share, bounded over the Clopper-Pearson intervals of ``pi`` and of ``delta`` at ``alpha / 2`` each (Bonferroni);
+    with no discordant task it is ``+-`` the upper bound of ``delta`` (60 tasks, none flipping: +-7 points).
 
     Args:
         a, b: per task 0/1 (or bool), the same tasks in the same order; a pair with a missing side is dropped.
@@ -732,7 +759,8 @@ def paired_binary(a: Sequence, b: Sequence, alpha: float = ALPHA, margin: float 
 
     Returns:
         ``{"difference", "low", "high", "n", "discordant": (n10, n01), "p_mcnemar", "verdict", "direction",
-        "method"}``; the verdict as :func:`verdict` rules, on the difference (equivalent inside ``+-margin``).
+        "method", "unconditional": (low, high)}``: a direction as :func:`additive_verdict` rules on the conditional
+        interval; equivalent when the unconditional interval lies inside ``+-margin``.
 
     Raises:
         ParameterError: ``a`` and ``b`` of different lengths or with values other than 0/1.
@@ -766,15 +794,14 @@ def paired_binary(a: Sequence, b: Sequence, alpha: float = ALPHA, margin: float 
         plo, phi = proportion_confint(n10, k, alpha=alpha, method="beta")
         lo, hi = (2 * plo - 1) * k / n, (2 * phi - 1) * k / n
         p = float(mcnemar([[n11, n10], [n01, n00]], exact=True).pvalue)
-    if hi > lo and lo >= -margin and hi <= margin:
-        v, direction = "equivalent", ""
-    elif hi > lo and lo > 0:
-        v, direction = "direction", "higher"
-    elif hi > lo and hi < 0:
-        v, direction = "direction", "lower"
-    else:
-        v, direction = "undecided", ""
+    v, direction = additive_verdict(lo, hi, margin)
+    dlo, dhi = proportion_confint(k, n, alpha=alpha / 2, method="beta")          # the discordant share
+    slo, shi = proportion_confint(n10, k, alpha=alpha / 2, method="beta") if k else (0.0, 1.0)
+    ulo, uhi = min((2 * slo - 1) * dlo, (2 * slo - 1) * dhi), max((2 * shi - 1) * dlo, (2 * shi - 1) * dhi)
+    if v == "equivalent" or k == 0:
+        v = "equivalent" if -margin <= ulo and uhi <= margin else "undecided"
     return {"difference": diff, "low": lo, "high": hi, "n": n, "discordant": (n10, n01), "p_mcnemar": p,
-            "verdict": v, "direction": direction,
+            "verdict": v, "direction": direction, "unconditional": (float(ulo), float(uhi)),
             "method": f"exact conditional interval over {n} paired tasks ({n10}+{n01} discordant), McNemar exact "
-                      f"p = {p:.2g}"}
+                      f"p = {p:.2g}; unconditional {1 - alpha:.0%} interval {ulo * 100:+.0f} to {uhi * 100:+.0f} "
+                      f"points (equivalence)"}
