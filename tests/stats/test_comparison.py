@@ -111,7 +111,8 @@ def test_holm_matches_definition():
     adj = evidence.holm([0.01, 0.04, 0.03, float("nan")])
     assert adj[0] == pytest.approx(0.03) and adj[2] == pytest.approx(0.06) and adj[1] == pytest.approx(0.06)
     assert math.isnan(adj[3])
-    assert evidence.holm_levels([0.01, 0.04, 0.03]) == pytest.approx([1 - 0.05 / 3, 1 - 0.05, 1 - 0.05 / 2])
+    # Holm stops at 0.03 (above 0.05 / 2): 0.04 is tested no further, at the failing step's level (issue 49)
+    assert evidence.holm_levels([0.01, 0.04, 0.03]) == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 2, 1 - 0.05 / 2])
 
 
 def test_paired_pvalue_is_scipys_t_test():
