@@ -326,11 +326,11 @@ def _ratio_points(**cols):
 
 
 def test_every_ratio_figure_is_drawn_by_the_one_helper(monkeypatch):
-    """The five comparative figures of ratios (long output, streaming reader, temperature, reasoning budget,
-    context compression) draw their body with :func:`comparison.ratio_figure`: markers with interval error bars,
-    the dotted line at 1 and the A/A band; each keeps its own title and axis titles."""
+    """The comparative figures of ratios (long output, streaming reader, temperature, reasoning budget) draw their
+    body with :func:`comparison.ratio_figure`: markers with interval error bars, the dotted line at 1 and the A/A
+    band; each keeps its own title and axis titles. (Context compression moved to the design runner's figure,
+    workbench.share.figures_design.ratio_figure: tests/experiments/test_context_compression.py.)"""
     from workbench.experiments import long_output, reasoning_budget, streaming_reader, temperature
-    from workbench.share import figures_compression
 
     used = []
     helper = comparison.ratio_figure
@@ -343,18 +343,14 @@ def test_every_ratio_figure_is_drawn_by_the_one_helper(monkeypatch):
         "temperature": temperature.fig_time_ratio(_ratio_points(family=["factual"] * 2, top_p=[1.0, 1.0],
                                                                 temperature=[0.0, 0.7])),
         "reasoning_budget": reasoning_budget.fig_time_ratio(_ratio_points(batch_size=[6, 6], reasoning_budget=[0, 16])),
-        "context_compression": figures_compression.time_ratio(_ratio_points(
-            strategy=["none", "bm25", "bm25"], ratio=[1, 4, 4], context_tokens=[512, 512, 512], depth=[0.1, 0.1, 0.5])),
     }
-    assert used == ["strategy", "proxy", "temperature", "reasoning_budget", "arm"]
+    assert used == ["strategy", "proxy", "temperature", "reasoning_budget"]
     for name, fig in figs.items():
         assert any(s.y0 == 1 and s.y1 == 1 and s.line.dash == "dot" for s in fig.layout.shapes), name
         band = [s for s in fig.layout.shapes if s.y0 == pytest.approx(0.97) and s.y1 == pytest.approx(1.03)]
         assert band and [t.name for t in fig.data if (t.name or "").startswith("A/A noise floor")], name
         markers = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
         assert markers and "(x" in fig.layout.yaxis.title.text and fig.layout.title.text, name
-    # the compression figure draws one marker per (strategy, ratio) arm, not one per depth
-    assert list(figs["context_compression"].data[0].x) == ["none", "bm25 4x"]
 
 
 def test_paired_best_picks_by_the_paired_estimate_with_the_baseline_at_one():
