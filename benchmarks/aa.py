@@ -1,7 +1,15 @@
-"""A/A trials: how often does each comparison design claim a direction between two IDENTICAL arms?
+"""A/A trials: how often does each comparison design claim a direction between IDENTICAL arms?
 
-Each generation design of the workbench (engine tuning, speed techniques) is run with identical arms on the
-real default model, ``--trials`` times, two ways (issue 32):
+The design runner (issue 49, the default): each generation design of the workbench (engine tuning, speed
+techniques) is measured with three identical arms and the A/A arm by :func:`workbench.run.design.run_design` on the
+real default model, ``--trials`` times, exactly as an experiment runs it: interleaved rounds (3 first, then the
+looks at 6 and 8 while undecided), the pooled block analysis with Dunnett's simultaneous intervals, O'Brien-Fleming
+alpha spending over the looks. A trial claims a direction when ANY of its three comparisons (B, C and the A/A arm
+against A) does; the design holds its error when that happens in at most 5% of trials. Prints per design the count,
+its Wilson 95% interval, the verdicts' mix and the rounds used. ``python benchmarks/aa.py --trials 40`` (quiet
+machine; minutes a design).
+
+``--old``: the issue-32 comparison of the two designs before the runner, two ways:
 
 - old, blocked: arm A's ``--repeats`` requests back to back, then arm B's; Welch's t over the repeats as
   independent samples (:func:`workbench.stats.comparison.blocked_interval`), what engine tuning and speed
@@ -25,7 +33,8 @@ import time
 
 import pandas as pd
 
-from workbench.stats import comparison
+from workbench.run import design
+from workbench.stats import comparison, evidence
 from workbench.measure import models
 from workbench.experiments import engine_tuning as et
 from workbench.experiments import speed_techniques as st
@@ -65,14 +74,51 @@ def trial(arm, repeats: int, seed: int) -> tuple[bool, bool]:
     return old, new
 
 
+def runner_trial(arm, seed: int, min_rounds: int = 3, max_rounds: int = 8) -> design.DesignResult:
+    """One A/A trial through the design runner: arms A, B, C (all ``arm``) and the A/A arm, e2e lower is better."""
+    d = design.Design("aa", ["A", "B", "C"], "A", design.Outcome("e2e_s", False, "time per request"),
+                      min_rounds=min_rounds, max_rounds=max_rounds, seed=seed)
+    return design.run_design(d, lambda a, rnd: design.Measured({"e2e_s": e2e(arm, seed * 1000 + rnd)}),
+                             progress=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=20, help="A/A trials per design (>= 20 for the closing note)")
-    ap.add_argument("--repeats", type=int, default=10, help="requests per arm per trial (rounds in the new design)")
+    ap.add_argument("--trials", type=int, default=40, help="A/A trials per design (>= 40 for the closing note)")
+    ap.add_argument("--repeats", type=int, default=10, help="--old: requests per arm per trial")
+    ap.add_argument("--min-rounds", type=int, default=3, help="the design's rounds before its first look")
+    ap.add_argument("--max-rounds", type=int, default=8, help="the most rounds it may take")
     ap.add_argument("--designs", nargs="*", default=None, help="designs to run (default: all)")
+    ap.add_argument("--old", action="store_true", help="the issue-32 comparison: blocked Welch vs interleaved paired")
     ap.add_argument("--device", default="auto")
     args = ap.parse_args()
     loaded = models.load_model("default", args.device, "float32")
+    if args.old:
+        return old_main(args, loaded)
+    print(f"A/A trials through the design runner: {args.trials} per design, 3 identical arms + the A/A arm, "
+          f"{args.min_rounds}-{args.max_rounds} rounds; a trial claims a direction when any comparison does "
+          f"(nominal: at most 5%)")
+    print(f"{'design':18s} {'claimed a direction':>30s} {'equivalent / undecided (arms)':>31s} {'rounds':>7s}   time")
+    for name, arm in designs(loaded).items():
+        if args.designs and name not in args.designs:
+            continue
+        warm_up(arm[0], arm[1], arm[2], 2, generate_kwargs=arm[3])
+        t0, claimed, eq, und, rounds = time.perf_counter(), 0, 0, 0, []
+        for t in range(args.trials):
+            r = runner_trial(arm, t, args.min_rounds, args.max_rounds)
+            verdicts = [d.verdict for d in r.analysis.arms.values()]
+            claimed += "direction" in verdicts
+            eq += verdicts.count("equivalent")
+            und += verdicts.count("undecided")
+            rounds.append(r.rounds)
+        iv = evidence.wilson_interval(claimed, args.trials)
+        share = f"{claimed}/{args.trials} ({claimed / args.trials:.1%}; 95% {iv.low:.1%}-{iv.high:.1%})"
+        print(f"{name:18s} {share:>30s} {f'{eq} / {und}':>31s} {sum(rounds) / len(rounds):7.1f}   "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def old_main(args, loaded) -> None:
+    """The issue-32 comparison: the blocked design against the interleaved paired one (no runner)."""
     print(f"A/A trials: {args.trials} per design, {args.repeats} requests per arm and design; a direction is "
           f"claimed when the 95% interval of B / A excludes 1 (nominal 5%)")
     print(f"{'design':18s} {'old: blocked, Welch':>22s} {'new: interleaved, paired':>26s}   time")

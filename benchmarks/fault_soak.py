@@ -22,13 +22,31 @@ Checks, printed per engine (``PASS`` / ``FAIL`` each):
   reaches a final state; deleted ones are gone;
 - memory: the server's RSS after the load (idle, after a settle) within 10% of its RSS after the warm-up.
 
+Then (issue 51), per engine, a second server with ``--max-queue 1`` (2 requests pending at most) for the races and
+outages of jobs, with ``/health`` polled every 0.5 s throughout:
+
+- **queued-job deletes** (``--delete-rounds``, 10): a long chat stream running, a job queued behind it (202), the job
+  deleted (200): the engine's queue length is 0 at once, and the next chat request is admitted (200, never 429);
+- **concurrent continues** (``--continue-rounds`` 10 x ``--continues`` 16): a job cut by a store outage (every write
+  refused at once, as on a full disk, for longer than the writer's retries; it ends ``failed`` once the store is
+  back) is continued by 16 clients at once: exactly one 200 (the rest 409) each round, and the job ends ``done``
+  with ``output_tokens`` never above ``max_tokens``;
+- **store outages longer than the writer's retries** while a job runs and chat requests are served: the disk "full"
+  for ``--outage-s`` (the server process's file-size limit set to 0 from outside, ``prlimit``: every write fails at
+  once, EFBIG, as ENOSPC does) and the store's lock held by another process (``BEGIN EXCLUSIVE``) for
+  ``--lock-s`` (past the writer's 4 tries of SQLite's 10 s busy wait): chat answered 200 during both, and afterwards
+  every job final (0 stranded), listed once (0 lost, 0 duplicated), continued to ``done`` with ``output_tokens`` =
+  ``max_tokens``, and its event stream ending with ``[DONE]``.
+
 ``python benchmarks/fault_soak.py [--engines fifo static continuous] [--requests 300] [--concurrency 8]``
-(small: ``--requests 24 --concurrency 4 --engines fifo``). Figures go to stdout; nothing is written elsewhere.
+(small: ``--requests 24 --concurrency 4 --engines fifo --continue-rounds 2 --delete-rounds 2 --lock-s 45``;
+``--skip-load`` runs only the issue-51 part). Figures go to stdout; nothing is written elsewhere.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import random
@@ -61,6 +79,14 @@ def parse_args():
     ap.add_argument("--slow-s", type=float, default=0.2)
     ap.add_argument("--never-s", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--delete-rounds", type=int, default=10, help="queued-job deletes under --max-queue 1")
+    ap.add_argument("--continue-rounds", type=int, default=10, help="rounds of concurrent continues of one job")
+    ap.add_argument("--continues", type=int, default=16, help="continues sent at once each round")
+    ap.add_argument("--job-tokens", type=int, default=48, help="max_tokens of the jobs continued (ignore_eos)")
+    ap.add_argument("--long-tokens", type=int, default=64, help="max_tokens of the chat a deleted job queues behind")
+    ap.add_argument("--outage-s", type=float, default=5.0, help="seconds of 'disk full' (every write fails at once)")
+    ap.add_argument("--lock-s", type=float, default=45.0, help="seconds the store's lock is held by another process")
+    ap.add_argument("--skip-load", action="store_true", help="only the races and outages (issue 51)")
     return ap.parse_args()
 
 
@@ -70,16 +96,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(engine: str, port: int, db: Path, args) -> subprocess.Popen:
+def start_server(engine: str, port: int, db: Path, args, max_queue: int = 256) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "workbench.serving.server", "--port", str(port), "--engine", engine,
-           "--jobs-db", str(db), "--request-timeout", str(args.request_timeout), "--max-queue", "256",
+           "--jobs-db", str(db), "--request-timeout", str(args.request_timeout), "--max-queue", str(max_queue),
            "--shutdown-timeout", "5"]
+    # stderr is a pipe (never a file: a file-size limit set on the server would refuse its log lines too), drained
+    # by a thread so the server never blocks on a full pipe while it logs the outages' warnings
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc.log = collections.deque(maxlen=200)
+    threading.Thread(target=lambda: [proc.log.append(line) for line in proc.stderr], daemon=True).start()
     end = time.monotonic() + 300
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise SystemExit(f"{engine}: the server exited at start: {proc.stderr.read()[-2000:]}")
+            time.sleep(0.5)
+            raise SystemExit(f"{engine}: the server exited at start: {''.join(proc.log)[-2000:]}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                 return proc
@@ -270,9 +301,251 @@ def soak(engine: str, args) -> bool:
                 proc.kill()
 
 
+# ----------------------------------------------------------------------------- issue 51: races and outages
+
+
+class DiskFull:
+    """While inside: every file write of the server process fails at once (its RLIMIT_FSIZE soft limit 0, set from
+    outside with prlimit: EFBIG, as a full disk's ENOSPC fails at once). Its stderr is a pipe, not a file."""
+
+    def __init__(self, proc):
+        self.p = psutil.Process(proc.pid)
+
+    def __enter__(self):
+        self.saved = self.p.rlimit(psutil.RLIMIT_FSIZE)
+        self.p.rlimit(psutil.RLIMIT_FSIZE, (0, self.saved[1]))
+        return self
+
+    def __exit__(self, *exc):
+        self.p.rlimit(psutil.RLIMIT_FSIZE, self.saved)
+
+
+def held_lock(db: Path, seconds: float, started: threading.Event) -> None:
+    """Hold the store's write lock from another connection (another process's view) for ``seconds``."""
+    con = sqlite3.connect(str(db), isolation_level=None, timeout=60)
+    con.execute("BEGIN EXCLUSIVE")
+    started.set()
+    time.sleep(seconds)
+    con.execute("COMMIT")
+    con.close()
+
+
+def job_status(http, base, jid) -> dict:
+    return http.get(f"{base}/v1/jobs/{jid}").json()
+
+
+def wait_job(http, base, jid, until, timeout: float = 120.0) -> dict:
+    end = time.monotonic() + timeout
+    st = {}
+    while time.monotonic() < end:
+        st = job_status(http, base, jid)
+        if until(st):
+            return st
+        time.sleep(0.1)
+    return st
+
+
+def final(st) -> bool:
+    return st.get("status") not in ("queued", "running")
+
+
+def queue_length(http, base) -> float:
+    from workbench.serving.monitoring import scrape
+
+    return scrape(http.get(base + "/metrics").text).get("workbench_queue_length", float("nan"))
+
+
+def stream_ends(base, jid, timeout: float = 60.0) -> bool:
+    """The job's event stream ends with ``[DONE]`` within ``timeout``."""
+    try:
+        with httpx.stream("GET", f"{base}/v1/jobs/{jid}/events", timeout=timeout) as r:
+            last = None
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    last = line
+            return last == "data: [DONE]"
+    except httpx.HTTPError:
+        return False
+
+
+def cut_job(http, base, proc, args, hold_s: float = 1.5) -> tuple[str, dict]:
+    """A job cut by a 'disk full' outage longer than the writer's retries: submitted, run to 4 tokens, the disk full
+    for ``hold_s`` (its writes fail, its run stops, its end waits in the writer), the disk back: its end lands
+    (``failed``, continuable)."""
+    r = http.post(base + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": args.job_tokens, "ignore_eos": True})
+    jid = r.json()["id"]
+    wait_job(http, base, jid, lambda s: s.get("output_tokens", 0) >= 4 or final(s))
+    with DiskFull(proc):
+        time.sleep(hold_s)
+        during = job_status(http, base, jid)
+    return jid, {"during": during["status"], "after": wait_job(http, base, jid, final, 60)}
+
+
+def races_and_outages(engine: str, args) -> bool:
+    """The issue-51 part on a ``--max-queue 1`` server (module docstring); prints its figures and checks."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "jobs.sqlite3"
+        proc = start_server(engine, port, db, args, max_queue=1)
+        health = Health(base, proc)
+        health.start()
+        figures, jobs_made, deleted = {}, [], []
+        dels, qlen, chat_codes, rounds_ok, over, outages = [], [], [], 0, 0, {}
+        stranded, lost, ids, dup, ends = [], [], [], 0, 0
+        try:
+            with httpx.Client(timeout=120) as http:
+                one_client(base, "full", random.Random(0), args)  # warm-up
+                # -- deletes of queued jobs: the place is free at once
+                dels, qlen, chat_codes, settle = [], [], [], []
+                for _ in range(args.delete_rounds):
+                    started = threading.Event()
+
+                    def long_chat():
+                        b = {**body(args), "max_tokens": args.long_tokens, "ignore_eos": True}
+                        with httpx.stream("POST", base + "/v1/chat/completions", json=b, timeout=120) as s:
+                            for _ in s.iter_lines():
+                                started.set()
+                        started.set()
+
+                    t = threading.Thread(target=long_chat, daemon=True)
+                    t.start()
+                    started.wait(60)
+                    r = http.post(base + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": 4})
+                    if r.status_code != 202:
+                        dels.append(f"POST {r.status_code}")
+                        t.join(120)
+                        continue
+                    jid = r.json()["id"]
+                    t0 = time.monotonic()
+                    dels.append(http.delete(f"{base}/v1/jobs/{jid}").status_code)
+                    qlen.append(queue_length(http, base))
+                    deleted.append(jid)
+                    from workbench.serving.monitoring import scrape
+
+                    while time.monotonic() - t0 < 5:  # the deleted job's request gone from the engine
+                        m = scrape(http.get(base + "/metrics").text)
+                        if m["workbench_num_requests_running"] + m["workbench_num_requests_waiting"] <= 1:
+                            break
+                        time.sleep(0.01)
+                    settle.append(time.monotonic() - t0)
+                    chat_codes.append(http.post(base + "/v1/chat/completions", json=body(args, False)).status_code)
+                    t.join(120)
+                figures["deletes"] = {"codes": collections.Counter(map(str, dels)), "queue_after": collections.Counter(qlen),
+                                      "next_chat": collections.Counter(chat_codes),
+                                      "settle_ms_max": round(1e3 * max(settle or [0]), 1)}
+                # -- concurrent continues of one job cut by an outage
+                accepted, conflicts, over, rounds_ok, continue_other = [], [], 0, 0, []
+                for _ in range(args.continue_rounds):
+                    jid, cut = cut_job(http, base, proc, args)
+                    jobs_made.append(jid)
+                    barrier, codes = threading.Barrier(args.continues), []
+
+                    def one():
+                        barrier.wait()
+                        try:
+                            codes.append(httpx.post(f"{base}/v1/jobs/{jid}/continue", timeout=60).status_code)
+                        except httpx.HTTPError as exc:
+                            codes.append(type(exc).__name__)
+
+                    ts = [threading.Thread(target=one) for _ in range(args.continues)]
+                    for t in ts:
+                        t.start()
+                    for t in ts:
+                        t.join(90)
+                    st = wait_job(http, base, jid, final, 180)
+                    accepted.append(codes.count(200))
+                    conflicts.append(codes.count(409))
+                    continue_other += [c for c in codes if c not in (200, 409)]
+                    over += st.get("output_tokens", 0) > st.get("max_tokens", 0)
+                    rounds_ok += (codes.count(200) == 1 and st.get("status") == "done"
+                                  and st.get("output_tokens") == args.job_tokens and cut["after"].get("status") == "failed")
+                figures["continues"] = {"rounds": args.continue_rounds, "accepted_per_round": accepted,
+                                        "conflicts_per_round": conflicts, "other": continue_other,
+                                        "over_max_tokens": over, "rounds_ok": rounds_ok}
+                # -- outages longer than the writer's retries, with a job running and chat served
+                outages = {}
+                for kind in ("disk_full", "held_lock"):
+                    r = http.post(base + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": args.job_tokens,
+                                                           "ignore_eos": True})
+                    jid = r.json()["id"]
+                    jobs_made.append(jid)
+                    wait_job(http, base, jid, lambda s: s.get("output_tokens", 0) >= 4 or final(s))
+                    t0 = time.monotonic()
+                    if kind == "disk_full":
+                        with DiskFull(proc):
+                            time.sleep(1.0)
+                            c0 = time.monotonic()
+                            code = http.post(base + "/v1/chat/completions", json=body(args, False)).status_code
+                            chat_s = time.monotonic() - c0
+                            time.sleep(max(0.0, args.outage_s - (time.monotonic() - t0)))
+                            during = job_status(http, base, jid)["status"]
+                    else:
+                        started = threading.Event()
+                        locker = threading.Thread(target=held_lock, args=(db, args.lock_s, started), daemon=True)
+                        locker.start()
+                        started.wait(30)
+                        time.sleep(1.0)
+                        c0 = time.monotonic()
+                        code = http.post(base + "/v1/chat/completions", json=body(args, False)).status_code
+                        chat_s = time.monotonic() - c0
+                        during = job_status(http, base, jid)["status"]
+                        locker.join(args.lock_s + 60)
+                    st = wait_job(http, base, jid, final, 120)
+                    landed_s = time.monotonic() - t0
+                    if st.get("status") != "done":  # cut by the outage: continued to its end
+                        http.post(f"{base}/v1/jobs/{jid}/continue")
+                        st = wait_job(http, base, jid, final, 180)
+                    outages[kind] = {"chat": code, "chat_s": round(chat_s, 2), "job_during": during,
+                                     "final_landed_s": round(landed_s, 1), "job_end": st.get("status"),
+                                     "output_tokens": st.get("output_tokens"), "runs": st.get("runs")}
+                figures["outages"] = outages
+                # -- nothing stranded, lost or duplicated; every stream ends
+                listed = http.get(base + "/v1/jobs").json()["data"]
+                ids = [j["id"] for j in listed]
+                stranded = [j["id"] for j in listed if not final(j)]
+                lost = sorted(set(jobs_made) - set(ids))
+                dup = len(ids) - len(set(ids)) + sum(j["output_tokens"] > j["max_tokens"] for j in listed)
+                ends = sum(stream_ends(base, jid) for jid in jobs_made)
+                figures["jobs"] = {"made": len(jobs_made), "stranded": len(stranded), "lost": len(lost),
+                                   "duplicated": dup, "deleted_still_listed": len(set(deleted) & set(ids)),
+                                   "streams_ended": ends}
+        finally:
+            health.halt.set()
+            health.join(10)
+            proc.send_signal(2)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    polls = health.polls
+    checks = {
+        "deleted queued job frees its place (queue 0 at once, next chat 200)":
+            all(c == 200 for c in dels) and all(q == 0 for q in qlen) and all(c == 200 for c in chat_codes),
+        "one continue accepted per round, output never above max_tokens":
+            rounds_ok == args.continue_rounds and over == 0,
+        "chat answered during the outages": all(o["chat"] == 200 for o in outages.values()),
+        "0 jobs stranded, 0 lost, 0 duplicated; every job done; every stream ends":
+            not stranded and not lost and dup == 0 and not set(deleted) & set(ids) and ends == len(jobs_made)
+            and all(o["job_end"] == "done" and o["output_tokens"] == args.job_tokens for o in outages.values()),
+        "health honest throughout": all(alive and code == 200 for _, code, alive in polls) and bool(polls),
+    }
+    print(f"== {engine} (--max-queue 1, issue 51): {json.dumps(figures, default=str)}; health polls {len(polls)} "
+          f"(non-200: {sum(code != 200 for _, code, _ in polls)})")
+    for name, ok in checks.items():
+        print(f"   {'PASS' if ok else 'FAIL'}  {name}")
+    if not all(checks.values()):
+        print("   server log tail:\n" + "".join(list(proc.log)[-30:]))
+    return all(checks.values())
+
+
 def main() -> int:
     args = parse_args()
-    ok = [soak(e, args) for e in args.engines]
+    ok = []
+    for e in args.engines:
+        if not args.skip_load:
+            ok.append(soak(e, args))
+        ok.append(races_and_outages(e, args))
     return 0 if all(ok) else 1
 
 

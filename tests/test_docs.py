@@ -48,3 +48,46 @@ def test_every_test_file_the_repository_cites_exists():
     assert len(cited) >= 5, "the pattern finds no citation: is it still the repository's way to cite a test file?"
     missing = sorted(f"{where}: {name}" for where, name in cited if not (ROOT / name).is_file())
     assert not missing, "cited test files the repository lacks:\n" + "\n".join(missing)
+
+
+PKG = ROOT / "workbench"
+#: the package's folders: its layers, and the experiments' own folders (``experiments/engine_tuning/``)
+FOLDERS = sorted(p.relative_to(PKG).as_posix() for p in PKG.rglob("*") if (p / "__init__.py").is_file())
+
+
+def _layout_block(readme: str) -> str:
+    """The README's layout section's tree (the first fenced block after ``## Layout``)."""
+    section = readme.split("\n## Layout", 1)[1]
+    return section.split("```", 2)[1]
+
+
+def test_the_readme_layout_names_every_folder_and_no_other():
+    """The README's tree shows each folder of the package (an experiment's folder inside ``experiments/``'s entry), and
+    names no layer folder the package does not have (a moved or renamed one)."""
+    block = _layout_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    top = {f for f in FOLDERS if "/" not in f}
+    missing = [f for f in FOLDERS if f"{f.split('/')[-1]}/" not in block or (f in top and f"  {f}/" not in block)]
+    assert not missing, f"README.md's layout section does not show workbench/{missing}"
+    package_tree = re.split(r"\n(?=\S)", block.split("\nworkbench/", 1)[1], maxsplit=1)[0]
+    shown = set(re.findall(r"^  (\w+)/", package_tree, re.M))
+    assert shown == top, f"README.md's layout shows layers the package lacks: {sorted(shown - top)}"
+
+
+def test_the_package_docstring_maps_every_layer_folder():
+    """``workbench/__init__.py``'s map (one line a layer, lowest first) names each layer folder once, and nothing
+    else."""
+    import workbench
+
+    shown = re.findall(r"^    (\w+)/ ", workbench.__doc__, re.M)
+    layers = sorted(f for f in FOLDERS if "/" not in f)
+    assert sorted(shown) == layers, f"the package docstring maps {sorted(shown)}, the package has {layers}"
+
+
+def test_the_version_is_written_once():
+    """pyproject.toml's version is the package's ``__version__``."""
+    import workbench
+
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    project = text.split("[project]", 1)[1].split("\n[", 1)[0]
+    version = re.search(r'^version\s*=\s*"([^"]+)"', project, re.M).group(1)
+    assert version == workbench.__version__, f"pyproject.toml {version} vs workbench.__version__ {workbench.__version__}"

@@ -1,6 +1,9 @@
 """The rules that keep the package's shape (docs/design.md section 2), checked on the source text.
 
-- No module in ``workbench/experiments/`` imports another experiment module.
+- One experiment per numbered notebook: a module ``workbench/experiments/NAME.py`` or, where the experiment has parts
+  of its own (its figures, its search), a small folder ``workbench/experiments/NAME/`` (its ``__init__`` the
+  experiment, the parts beside it).
+- No experiment imports another experiment (a folder's own modules import each other).
 - No module outside a formula's home defines it again (``def exact_match``, ``tpot_s =`` arithmetic, ...).
 - Every notebook's committed ``.ipynb`` equals what its jupytext source renders.
 - Every folder of the package has its test folder (``tests/<folder>/``).
@@ -13,20 +16,33 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "workbench"
-EXPERIMENTS = sorted(p for p in (PKG / "experiments").glob("*.py") if p.name != "__init__.py")
-NAMES = {p.stem for p in EXPERIMENTS}
+#: each experiment: its module, or its folder's ``__init__.py``
+EXPERIMENTS = sorted([p for p in (PKG / "experiments").glob("*.py") if p.name != "__init__.py"]
+                     + [p / "__init__.py" for p in (PKG / "experiments").iterdir() if (p / "__init__.py").is_file()])
+NAMES = {p.parent.name if p.name == "__init__.py" else p.stem for p in EXPERIMENTS}
 
 
-def _imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def _experiment_of(rel: tuple) -> str:
+    """The experiment a file of ``workbench/experiments/`` belongs to, from its path there (``("batch_size.py",)`` or
+    ``("engine_tuning", "figures.py")``): its module's name, or its folder's."""
+    return rel[0] if len(rel) > 1 else Path(rel[0]).stem
+
+
+def _imported_modules(source: str, rel: tuple) -> set[str]:
+    """The experiments (names under ``workbench.experiments``) the file at ``rel`` (its path in
+    ``workbench/experiments/``) imports; relative imports are resolved from where it sits (``from . import x`` in an
+    experiment's folder is its own part, not an experiment)."""
+    in_folder, own = len(rel) > 1, _experiment_of(rel)
     out = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
             mod = node.module or ""
-            if node.level == 1 and not mod:  # from . import x
-                out |= {a.name for a in node.names}
-            elif node.level == 1:  # from .x import y
-                out.add(mod.split(".")[0])
+            if node.level == 1 and in_folder:  # from . import x / from .x import y: the folder's own parts
+                out.add(own)
+            elif node.level == 2 and in_folder:  # from .. import x / from ..x import y
+                out |= {mod.split(".")[0]} if mod else {a.name for a in node.names}
+            elif node.level == 1:  # from . import x / from .x import y
+                out |= {mod.split(".")[0]} if mod else {a.name for a in node.names}
             elif mod.startswith("workbench.experiments"):
                 rest = mod[len("workbench.experiments"):].lstrip(".")
                 out |= {rest.split(".")[0]} if rest else {a.name for a in node.names}
@@ -50,15 +66,15 @@ def _notebook_config(nb: Path) -> str:
 
 
 def test_there_is_one_module_per_numbered_notebook():
-    """Discovered, not listed: each experiment notebook ``NN_name`` (NN < 90) has ``workbench/experiments/name.py``
-    and names its ``Config`` in its metadata; each experiment module has exactly one such notebook; the tools
-    (90 and above) have no experiment module."""
+    """Discovered, not listed: each experiment notebook ``NN_name`` (NN < 90) has ``workbench/experiments/name.py`` (or
+    the folder ``workbench/experiments/name/``) and names its ``Config`` in its metadata; each experiment has exactly
+    one such notebook; the tools (90 and above) have no experiment module."""
     numbered = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
     experiments = {nb.stem[3:]: nb for nb in numbered if int(nb.stem[:2]) < TOOLS_FROM}
     assert experiments, f"no numbered notebooks found in {NOTEBOOKS}"
     assert len({nb.stem[:2] for nb in numbered}) == len(numbered), "two notebooks share a number"
     without_module = sorted(nb.name for name, nb in experiments.items() if name not in NAMES)
-    assert not without_module, f"experiment notebooks without a module in workbench/experiments/: {without_module}"
+    assert not without_module, f"experiment notebooks without a module or folder in workbench/experiments/: {without_module}"
     without_notebook = sorted(NAMES - set(experiments))
     assert not without_notebook, f"experiment modules without a numbered notebook: {without_notebook}"
     wrong = {nb.name: _notebook_config(nb) for name, nb in experiments.items()
@@ -69,10 +85,24 @@ def test_there_is_one_module_per_numbered_notebook():
     assert not tools, f"run tools (numbered {TOOLS_FROM}+) naming an experiment config: {tools}"
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+EXPERIMENT_FILES = sorted(p for p in (PKG / "experiments").rglob("*.py") if p != PKG / "experiments" / "__init__.py")
+
+
+@pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(PKG / "experiments")))
 def test_experiment_modules_never_import_each_other(path):
-    others = (_imported_modules(path) & NAMES) - {path.stem}
-    assert not others, f"{path.name} imports experiment module(s) {sorted(others)}"
+    rel = path.relative_to(PKG / "experiments").parts
+    others = (_imported_modules(path.read_text(encoding="utf-8"), rel) & NAMES) - {_experiment_of(rel)}
+    assert not others, f"{path.relative_to(PKG)} imports experiment(s) {sorted(others)}"
+
+
+def test_an_experiments_folder_is_one_experiment_and_its_parts_its_own():
+    """A folder's ``__init__`` names the experiment, its parts are not experiments; the import rule reads a folder's
+    own parts as its own and a sibling experiment as another (a synthetic source)."""
+    assert "engine_tuning" in NAMES and "context_compression" in NAMES and not {"charts", "search"} & NAMES
+    source = ("from . import search\nfrom .charts import fig_speed\nfrom ..batch_size import recommend\n"
+              "from workbench.experiments import scheduling\nfrom workbench.experiments.engine_tuning import x\n")
+    assert _imported_modules(source, ("engine_tuning", "x.py")) == {"engine_tuning", "batch_size", "scheduling"}
+    assert _imported_modules("from . import temperature\n", ("batch_size.py",)) == {"temperature"}
 
 
 def test_library_modules_do_not_import_experiments():
@@ -99,6 +129,8 @@ HOMES = {
     r"^\s*def (critical_value|fit_block_model|spread_check|rounds_needed|pick_versus|paired_binary|best_of)\(":
         "stats/blocks.py",
     r"^\s*def (looks|spent|look_alpha)\(": "stats/sequential.py",
+    r"Path\(__file__\)\.resolve\(\)\.parents": "paths.py",   # the repository root
+    r"^\s*def (float_or_nan|finite_or_none|config_defaults)\(": "checks.py",
 }
 
 
@@ -113,6 +145,41 @@ def test_each_formula_has_one_home(pattern, home):
             if re.search(pattern, line, re.M):
                 offenders.append(f"{path.relative_to(PKG)}:{i}: {line.strip()}")
     assert not offenders, f"defined outside {home}:\n" + "\n".join(offenders)
+
+
+def _private_imports(path: Path) -> list[str]:
+    """Where ``path`` takes a ``_private`` name from another workbench module: ``from X import _name`` (absolute or
+    relative) or ``module._name`` on a module it imported from the package."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out, imported = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("workbench")):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{path.relative_to(PKG)}:{node.lineno}: from {'.' * node.level}{node.module or ''} "
+                               f"import {a.name}")
+                imported.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            imported |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("workbench")}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in imported):
+            out.append(f"{path.relative_to(PKG)}:{node.lineno}: {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_private_name_crosses_a_file():
+    """A ``_name`` is its module's own: another module that needs it gets a public name (or the code moves)."""
+    found = [hit for path in sorted(PKG.rglob("*.py")) for hit in _private_imports(path)]
+    assert not found, "private names imported across files:\n" + "\n".join(found)
+    # the check sees both forms (a synthetic module inside the package's folder tree)
+    probe = PKG / "_probe_private_imports.py"
+    try:
+        probe.write_text("from workbench.run.results import _x\nfrom .run import results\nresults._y\nresults.ok\n")
+        assert [h.split(": ", 1)[1] for h in _private_imports(probe)] == [
+            "from workbench.run.results import _x", "results._y"]
+    finally:
+        probe.unlink()
 
 
 def test_committed_notebooks_equal_their_sources():

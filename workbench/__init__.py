@@ -4,19 +4,25 @@
 The package by layer, lowest first (``docs/design.md`` section 2; ``tests/test_layout.py`` checks that no module
 imports a folder above its own):
 
-    errors, checks   the ground floor: ParameterError and the one-line parameter validators
-    stats/           formulas and statistics: metrics, evidence, slo, the column registry
-    measure/         instruments: device, models, generation, timers, detokenize, memory, energy, contention, quality,
-                     reading
+    errors, checks,  the ground floor: ParameterError and one-line exceptions, the one-line parameter validators and
+    paths            the small converters (float or NaN, a Config's defaults), the repository root and data folder
+    stats/           formulas and statistics: metrics, evidence, slo, the column registry, comparisons, replicates,
+                     request classes
+    measure/         instruments: device, models, generation, streaming, timers, detokenize, memory, energy,
+                     contention, quality, guard, reading
     techniques/      compression, answering, retrieval, segments, budget_forcing, long_form, speed (draft / int8
-                     builders)
+                     builders), rungs, configurations
     inputs/          prompts, haystack and reasoning tasks
-    run/             point results, run folders, drift, sweeps, the Ray executor, notebooks and suites
-    serving/         the OpenAI-compatible server: options, engines, scheduling, routes, jobs
-    load/            the load generator: arrival profiles, clients and senders, endpoints, traces, knees, bench
-    predict/         the roofline latency model and its predictions
-    share/           plots and the HTML report
-    experiments/     one module per numbered notebook; they never import each other
+    run/             point results, run folders, drift, sweeps, the Ray executor, notebooks and suites, the suite
+                     runner, metrics.json
+    serving/         the OpenAI-compatible server: options, engines, scheduling, routes, events, jobs, monitoring
+    load/            the load generator: arrival profiles, the one streamed reply and its clients, senders, endpoints,
+                     traces, knees and recommendations, bench, nginx in front
+    predict/         the roofline latency model and its calibration, predictions, the serving twin (its cost, its
+                     validation against a run, what ``workbench simulate`` runs), where a decode step goes
+    share/           plots, the HTML report and its findings, CSV / static figures, metrics.json's summary, cost,
+                     export and import of other tools' results, the serving and twin figures, the live view
+    experiments/     one module (or small folder) per numbered notebook; they never import each other
     cli/             the ``workbench`` command: argument parsing and dispatch
 
 Old flat names that notebooks in users' hands import (``from workbench import models, results, plots, report``)

@@ -1,7 +1,9 @@
-"""Where the repository's shipped files are: the one home of the ``data/`` folder's location (ground floor).
+"""Where the repository's files are: the one home of the repository root and of the ``data/`` folder's location
+(ground floor).
 
-``data_dir()`` is ``$WORKBENCH_DATA`` when set, else the repository's ``data/`` (prompts' source text, the guard's
-held-out text, shipped model configs, tasks).
+``REPO`` is the repository root (the folder holding ``pyproject.toml``, ``notebooks/``, ``suites/``, ``results/``);
+every module that needs it imports it from here. ``data_dir()`` is ``$WORKBENCH_DATA`` when set, else the
+repository's ``data/`` (prompts' source text, the haystacks, the guard's held-out text, shipped model configs, tasks).
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parent   # the workbench package's own folder (its sources: a run's code identity)
+REPO = PACKAGE.parent
 
 
 def data_dir() -> Path:

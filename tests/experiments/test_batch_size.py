@@ -85,6 +85,17 @@ def test_a_recommended_baseline_is_a_verdict_only_when_every_larger_batch_is_dec
     assert unclear.verdict == "undecided" and "none shown faster" in unclear.text
 
 
+def test_a_moved_a_a_control_leaves_the_batch_finding_undecided():
+    """The smallest batch against itself shows a direction: drift, not effects, whatever the arms' intervals say."""
+    pts = pd.DataFrame({"point_id": ["b1", "b4"], "batch_size": [1, 4], "prompt_tokens": [32] * 2,
+                        "goodput_rps": [1.0, 4.0], "output_throughput_tps": [10.0, 40.0], "ttft_s_p50": [0.1, 0.1],
+                        "wall_s": [4.0, 4.0], "requests": [4, 16], "status": ["ok"] * 2, "valid": [True, True]})
+    ok = _designed(pts, {"b4": (4.0, 3.6, 4.4, "direction", "higher", 0)})
+    assert batch_size.headline(ok).verdict == "direction"
+    moved = batch_size.headline(ok.assign(aa_ratio=1.12, aa_low=1.05, aa_high=1.2, aa_verdict="direction"))
+    assert moved.verdict == "undecided" and "A/A control moved" in moved.text
+
+
 def test_batch_attainment_counts_batches_not_rows():
     """Batch 16 x 2 repeats, all 32 rows within the SLO: 2 independent units, Wilson 0.34-1.00 (not 0.89-1.00 over
     32 rows); one repeat is 1 unit."""

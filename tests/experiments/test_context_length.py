@@ -198,7 +198,8 @@ def test_grid_order():
 
 @pytest.mark.model
 def test_measure_point_random_ids(loaded):
-    cfg = context_length.Config(context_tokens=[96], batch_sizes=[2], max_new_tokens=3, source="random", warmup=1)
+    cfg = context_length.Config(context_tokens=[96], batch_sizes=[2], max_new_tokens=3, source="random", warmup=1,
+                                repeats=1)
     out = context_length.measure_point(loaded, cfg, {"batch_size": 2, "context_tokens": 96}, {})
     assert [r["prompt_tokens"] for r in out.requests] == [96, 96]
     assert all(r["output_tokens"] == 3 and r["context_tokens"] == 96 for r in out.requests)

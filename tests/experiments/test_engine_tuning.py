@@ -15,7 +15,7 @@ from workbench import ParameterError
 from workbench.measure import models, quality
 from workbench.measure import device
 from workbench.predict import roofline_calibration
-from workbench.run.search import coordinate_search
+from workbench.experiments.engine_tuning.search import coordinate_search
 from workbench.run import results
 from workbench.experiments import engine_tuning as et
 

@@ -332,7 +332,8 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
 
     monkeypatch.setattr(endpoint, "sender", fake_sender)
     monkeypatch.setattr(endpoint, "local_server_pid", lambda ep: None)
-    cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": "https://h:1", "model": "m", "api_key_env": "K",
+    cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": "https://h:1", "model": "m",
+                                                              "api_key_env": "WORKBENCH_KEY_K",
                                                               "name": "ext"}, requests_per_point=3, prompt_tokens=32,
                               max_new_tokens=2, sweep_points=1, warmup=0, slo_presets=[])
 
@@ -349,7 +350,7 @@ def test_endpoint_points_with_a_fake_sender(monkeypatch):
     res = [serving_load.measure_point(None, cfg, p, state) for p in cfg.grid()]
     for r in res:
         assert r.extra["server_side_note"] == endpoint.SERVER_SIDE_NOTE
-        assert r.extra["endpoint_name"] == "ext" and r.extra["endpoint_api_key_env"] == "K"
+        assert r.extra["endpoint_name"] == "ext" and r.extra["endpoint_api_key_env"] == "WORKBENCH_KEY_K"
         assert r.extra["engine_batch_mean"] != r.extra["engine_batch_mean"]  # NaN: no engine to sample
         assert all(q["engine_batch"] is None for q in r.requests)
     colours = engine_colours(["fifo", "ext"])

@@ -39,7 +39,7 @@ def test_nginx_config_per_mode_is_loopback_only():
 @pytest.mark.model
 def test_tiny_run_measures_through_nginx_or_skips_with_the_reason(loaded):
     cfg = sr.Config(max_new_tokens=6, languages=["en"], granularities=["token", "100 ms"], warmup=0,
-                    client_timeout_s=0.3, keepalive_s=0.1, blocker_tokens=16)
+                    client_timeout_s=0.3, keepalive_s=0.1, blocker_tokens=16, repeats=1)
     binary, reason = nginx_status()
     run = results.create_run()
     points = sr.run(cfg, run, loaded)

@@ -23,7 +23,7 @@ from workbench.load import endpoint, load, senders
 from workbench.serving.protocol import SERVED_MODEL
 
 REPO = Path(__file__).resolve().parents[2]
-KEY_ENV = "EXT23_TEST_API_KEY"
+KEY_ENV = "WORKBENCH_KEY_EXT23_TEST"
 KEY = "test-key-123"
 
 

@@ -18,22 +18,23 @@ def _one_line(exc, start):
 
 
 def test_a_key_for_a_plain_http_remote_endpoint_is_refused_before_any_request(monkeypatch):
-    monkeypatch.setenv("K", "sk-very-secret")
+    monkeypatch.setenv("WORKBENCH_KEY_K", "sk-very-secret")
+    monkeypatch.delenv(endpoint.ALLOW_PLAIN_HTTP_ENV, raising=False)
     with pytest.raises(ParameterError) as exc:
-        endpoint.Endpoint.from_param({"url": "http://example.com:8000", "model": "m", "api_key_env": "K"})
+        endpoint.Endpoint.from_param({"url": "http://example.com:8000", "model": "m", "api_key_env": "WORKBENCH_KEY_K"})
     msg = _one_line(exc, "endpoint.url:")
-    assert "allow_plain_http_key" in msg and "example.com" in msg and "sk-very-secret" not in msg
-    # allowed: https, loopback, or the explicit flag; no key: plain http is fine
+    assert "--allow-plain-http-key" in msg and "example.com" in msg and "sk-very-secret" not in msg
+    # allowed: https, loopback, or the command line's flag; no key: plain http is fine
     for url in ("https://example.com", "http://127.0.0.1:8000", "http://localhost:1", "http://[::1]:2"):
-        ep = endpoint.Endpoint.from_param({"url": url, "model": "m", "api_key_env": "K"})
+        ep = endpoint.Endpoint.from_param({"url": url, "model": "m", "api_key_env": "WORKBENCH_KEY_K"})
         assert ep.headers() == {"Authorization": "Bearer sk-very-secret"}
-    ep = endpoint.Endpoint.from_param({"url": "http://example.com", "model": "m", "api_key_env": "K",
-                                       "allow_plain_http_key": True})
-    assert ep.headers()["Authorization"].endswith("sk-very-secret")
     endpoint.Endpoint.from_param({"url": "http://example.com", "model": "m"})
     # an Endpoint built directly still never sends the key in clear
-    with pytest.raises(ParameterError, match="allow_plain_http_key"):
-        endpoint.Endpoint(url="http://example.com", model="m", api_key_env="K").headers()
+    with pytest.raises(ParameterError, match="--allow-plain-http-key"):
+        endpoint.Endpoint(url="http://example.com", model="m", api_key_env="WORKBENCH_KEY_K").headers()
+    monkeypatch.setenv(endpoint.ALLOW_PLAIN_HTTP_ENV, "1")   # what --allow-plain-http-key sets
+    ep = endpoint.Endpoint.from_param({"url": "http://example.com", "model": "m", "api_key_env": "WORKBENCH_KEY_K"})
+    assert ep.headers()["Authorization"].endswith("sk-very-secret")
 
 
 def test_credentials_in_the_url_are_refused_without_echoing_them():
@@ -55,9 +56,10 @@ def test_extra_body_secrets_are_refused_and_the_record_is_masked():
         endpoint.Endpoint.from_param({"url": "https://h", "model": "m", "extra_body": {"api_key": "sk-1"}})
     assert "sk-1" not in _one_line(exc, "endpoint.extra_body:")
     ep = endpoint.Endpoint.from_param({"url": "https://h", "model": "m",
-                                       "extra_body": {"min_tokens": 8, "chat_template_kwargs": {"auth_token": "x"}}})
+                                       "extra_body": {"min_tokens": 8, "chat_template_kwargs": {"enable": True}}})
     rec = json.loads(ep.describe()["endpoint_extra_body"])
-    assert rec == {"min_tokens": 8, "chat_template_kwargs": {"auth_token": endpoint.MASK}}
+    assert rec == {"min_tokens": 8, "chat_template_kwargs": {"enable": True}}
+    assert endpoint.masked({"a": {"auth_token": "x"}}) == {"a": {"auth_token": endpoint.MASK}}
 
 
 def test_ray_workers_get_no_keys():

@@ -112,7 +112,7 @@ def test_predict_rows_uses_the_cached_calibration_or_nothing(tmp_path, monkeypat
     from workbench.measure import models
 
     path = roofline_calibration.cache_path(str(models.resolve_model_path("default")), "cpu", "float32",
-                                           roofline_calibration._threads())
+                                           roofline_calibration.torch_threads())
     dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(cal)}))
     out = predictions.predict_rows(rows)
@@ -132,7 +132,7 @@ def calibrated(tmp_path, monkeypatch):
 
     _private_cache(monkeypatch, tmp_path)
     path = roofline_calibration.cache_path(str(models.resolve_model_path("default")), "cpu", "float32",
-                                           roofline_calibration._threads())
+                                           roofline_calibration.torch_threads())
     dev, cal = roofline.Device(1e10, 1e11, 2), roofline.Calibration(step_overhead_s=0.01, calibrated=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(cal)}))
 

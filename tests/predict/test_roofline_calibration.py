@@ -68,7 +68,7 @@ def test_each_dtype_uses_its_own_cached_calibration(tmp_path, monkeypatch):
     base = roofline.Calibration(step_overhead_s=1.0, calibrated=True)
     bf16_dev = roofline.Device(1000.0, 5e3, 1, dtype="bfloat16")
     bf16 = roofline.Calibration(step_overhead_s=2.0, calibrated=True)
-    path = roofline_calibration.cache_path(str(tmp_path), "cpu", "bfloat16", roofline_calibration._threads())
+    path = roofline_calibration.cache_path(str(tmp_path), "cpu", "bfloat16", roofline_calibration.torch_threads())
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"device": dataclasses.asdict(bf16_dev), "calibration": dataclasses.asdict(bf16)}))
     pred = roofline_calibration.Predictor(s, f32, base, probe=False, model_path=str(tmp_path))
@@ -82,7 +82,7 @@ def test_each_dtype_uses_its_own_cached_calibration(tmp_path, monkeypatch):
     # a stale calibration (older fitted model) is not used
     path.write_text(json.dumps({"device": dataclasses.asdict(bf16_dev),
                                 "calibration": {**dataclasses.asdict(bf16), "version": 1}}))
-    assert roofline_calibration.load_cached(str(tmp_path), "cpu", "bfloat16", roofline_calibration._threads()) is None
+    assert roofline_calibration.load_cached(str(tmp_path), "cpu", "bfloat16", roofline_calibration.torch_threads()) is None
 
 
 # ----------------------------------------------------------------------------- out-of-sample error, cached calibration

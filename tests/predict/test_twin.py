@@ -299,7 +299,7 @@ def test_simulate_command_writes_simulated_rows(cli, tmp_path, capsys):
     back = twin_cost.load(out)
     assert all(getattr(back, k) == getattr(COST, k) for k in twin_cost.PREFILL_TERMS + twin_cost.STEP_TERMS)
     code, _, err = cli("simulate", "--calibration", str(cal), "--replicas", "0")
-    assert code == 2 and err.strip() == "error: replicas: must be an integer >= 1 (got 0)"
+    assert code == 2 and err.strip() == "error: replicas: must be an integer in [1, 4096] (got 0)"
     code, _, err = cli("simulate", "--calibration", str(cal), "--trace", str(tmp_path / "none.jsonl"))
     assert code == 2 and "trace" in err and len(err.strip().splitlines()) == 1
     trace = tmp_path / "t.jsonl"
@@ -681,3 +681,69 @@ def test_the_step_cost_carries_the_measured_residual_at_each_batch_size(tmp_path
         with pytest.raises(ParameterError, match="batch_residual_s") as e:
             dataclasses.replace(COST, batch_residual_s=bad)
         assert "\n" not in str(e.value)
+
+
+def test_the_knee_test_can_fail_the_twin_searches_its_own_rate_against_the_measured_bracket(tmp_path):
+    """The twin's own highest sustainable rate (its own Poisson arrivals, not the measured ones) lies inside the
+    measured bracket with the true cost model, and outside it, with the distance, when the model is 3x too slow:
+    the test could fail (the knee on the measured arrivals can only be one of the measured rates)."""
+    from workbench.predict import twin_validation
+
+    run = _measured_run(tmp_path, COST)
+    twin_cost.save(run, COST)
+    _, summ = twin_validation.validate(run, write=False)
+    k = summ["knee_search"]["fifo"]
+    low, high = k["bracket"]
+    assert low is not None and high is not None and low < high
+    assert k["inside"] is True and low <= k["twin_rps"] <= high and k["distance"] == 0.0
+    assert k["twin_rps"] not in (low, high)                       # a rate of its own, not a measured one
+    slow = twin_cost.StepCost(**{c: 3 * getattr(COST, c) for c in twin_cost.PREFILL_TERMS + twin_cost.STEP_TERMS})
+    _, off = twin_validation.validate(run, slow, write=False)
+    miss = off["knee_search"]["fifo"]
+    assert miss["inside"] is False and miss["twin_rps"] < low and miss["distance"] < -0.3
+    assert "outside" in twin_validation.sentence(off)
+
+
+def test_recommendations_count_only_presets_decided_on_a_side_and_the_unscaled_error_leads(tmp_path):
+    from workbench.predict import twin_validation
+
+    run = _measured_run(tmp_path, COST)
+    twin_cost.save(run, COST)
+    _, summ = twin_validation.validate(run, write=False)
+    both = set(summ["recommendation_undetermined_both"])
+    assert summ["recommendation_decided_count"] == len(summ["recommendation_decided"])
+    assert not both & set(summ["recommendation_decided"]) and "mlperf_server" in both   # p99 at 40 requests
+    text = twin_validation.sentence(summ)
+    assert f"of {summ['recommendation_decided_count']} presets decided on at least one side" in text
+    assert text.index("prediction error (the calibration's speed throughout)") < text.index("given each moment's speed")
+    assert summ["mape_by_experiment"]["serving_load"]["n"] == summ["twin_points"]
+
+
+def test_the_all_rows_fallback_is_in_sample_flagged_and_out_of_the_errors(tmp_path):
+    """Too few non-serving rows: the cost model is fitted on every row, the scored points' included. Each point
+    is flagged in-sample and none enters the MAPE (it was in-sample with only the source string saying so)."""
+    import dataclasses
+
+    from workbench.predict import twin_validation
+
+    run = _measured_run(tmp_path, COST)
+    fitted_on_all = dataclasses.replace(COST, source=f"fit:{run.name} {twin_validation.ALL_ROWS}")
+    table, summ = twin_validation.validate(run, fitted_on_all, write=False)
+    assert table["calibration"].all() and summ["twin_in_sample_fit"] is True
+    assert summ["twin_points"] == 0 and summ["mape_e2e_p50_points"] == 0
+    assert "no out-of-sample point" in twin_validation.sentence(summ)
+
+
+def test_the_aa_arms_duplicate_points_are_not_counted_twice(tmp_path):
+    from workbench.predict import twin_validation
+    from workbench.run import results
+
+    run = _measured_run(tmp_path, COST)
+    twin_cost.save(run, COST)
+    pts = results.read_points(run)
+    pts["policy"] = ["fcfs", "fcfs", "fcfs", "fcfs_aa"]
+    results.write_table(run / "points.parquet", pts)
+    table, summ = twin_validation.validate(run, write=False)
+    assert len(table) == 4 and table["aa_duplicate"].tolist() == [False, False, False, True]
+    assert summ["twin_points"] == 3 and summ["twin_points_aa_duplicate"] == 1
+    assert "1 A/A duplicate left out" in twin_validation.sentence(summ)

@@ -136,3 +136,31 @@ def test_a_non_json_notebook_is_one_line(tmp_path, content):
     with pytest.raises(ParameterError) as exc:
         notebooks.notebook_parameters(p)
     assert str(exc.value).startswith("notebook:") and "\n" not in str(exc.value)
+
+
+def test_each_parameters_cell_holds_its_configs_defaults():
+    """Parameters live in one place: a notebook's parameters cell gives each field its Config's default (the cell is
+    what ``papermill`` and a reader see, the Config what the package and the tests build), and names no parameter the
+    Config lacks (``run_dir`` and ``resume`` are the runner's). A new parameter written into only one of them, or a
+    default changed in one, fails here."""
+    import dataclasses
+
+    differ, unknown = [], []
+    for nb in sorted(notebooks.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        cls = notebooks.notebook_config_class(nb)
+        if cls is None:   # a run tool (90+): no Config
+            continue
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name, value in notebooks.notebook_parameters(nb).items():
+            if name in ("run_dir", "resume"):
+                continue
+            f = fields.get(name)
+            if f is None:
+                unknown.append(f"{nb.stem}: {name}")
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else "<no default>")
+            if default != value:
+                differ.append(f"{nb.stem}: {name} = {value!r} in the cell, {default!r} in {cls.__name__}")
+    assert not unknown, "parameters the Config does not have:\n" + "\n".join(unknown)
+    assert not differ, "parameters cell and Config default disagree:\n" + "\n".join(differ)

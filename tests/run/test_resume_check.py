@@ -102,7 +102,7 @@ def test_the_cli_records_the_identity_and_allow_changed_is_a_flag(tmp_path, monk
     """``workbench sweep`` records the session's identity in the new run's manifest before any notebook runs; a
     resume with a changed default and ``--allow-changed`` (a flag of ``run`` and ``sweep``) says what it measures
     again, tells the kernels, and appends its identity to the history while the first record stays."""
-    from workbench.cli import suite
+    from workbench.run import suite
 
     seen = []   # the notebooks' kernels stand-in: what each session would execute, and what the kernels would see
     monkeypatch.setattr(suite, "_execute", lambda entries, run_dir, resume:

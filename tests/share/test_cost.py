@@ -94,3 +94,25 @@ def test_run_refuses_a_negative_price_from_the_flag_or_the_suite_before_anything
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: price_per_hour:") and "\n" not in err
         assert not root.exists() or not any(root.iterdir())
+
+
+def test_an_8_replica_simulated_run_costs_what_one_replica_costs_at_the_same_per_replica_throughput():
+    """The twin's 8 replicas at 8x the rate: the cost per million tokens charges all 8 devices, so it equals a
+    single replica's at the same per-replica throughput (it was 8x too low: one device-hour over 8x the tokens)."""
+    from workbench.predict import twin, twin_cost
+
+    cost_model = twin_cost.StepCost(a0=0.02, a1=2e-4, b0=0.05, b1=0.004, b2=1e-6, b3=0.02, first_token_overhead_s=0.01)
+    rows = []
+    for replicas in (1, 8):
+        specs = twin.open_loop("constant", 40 * replicas, 2.0 * replicas, 32, 16)
+        res = twin.simulate(cost_model, specs, twin.TwinConfig(engine="fifo", replicas=replicas,
+                                                               router="round_robin"), "constant", rate=2.0 * replicas)
+        rows.append({"point_id": f"r{replicas}", "experiment": "simulate", **res.summary})
+    pts = cost.add_columns(pd.DataFrame(rows), None, 3.6)
+    one, eight = pts.iloc[0], pts.iloc[1]
+    assert eight["n_devices"] == 8 and one["n_devices"] == 1
+    assert eight["output_tps_per_device"] == pytest.approx(eight["output_throughput_tps"] / 8)
+    assert eight["usd_per_mtok_output"] == pytest.approx(cost.usd_per_mtok(3.6, eight["output_tps_per_device"]))
+    # the same per-replica throughput (within the twin's window edges): the same cost per token
+    assert eight["output_tps_per_device"] == pytest.approx(one["output_throughput_tps"], rel=0.1)
+    assert eight["usd_per_mtok_output"] == pytest.approx(one["usd_per_mtok_output"], rel=0.1)

@@ -117,3 +117,93 @@ def test_unknown_format_is_one_line(capsys):
     err = capsys.readouterr().err
     assert err.strip() == "error: --to: unknown format 'csv' (allowed: mlflow, br0.2, vllm-json)"
     assert not (run / "exports").exists()
+
+
+# ------------------------------------------------------------------ fields that mean what the formats mean
+
+
+def _with_points(run, **cols):
+    """Rewrite the run's points with extra columns (what an experiment would have recorded)."""
+    pts = results.read_points(run)
+    for k, v in cols.items():
+        pts[k] = v
+    results.write_table(run / "points.parquet", pts)
+    return pts
+
+
+def _br_by_batch(run):
+    return {d["scenario"]["load"]["standardized"]["concurrency"]: d for d in export.br02_reports(run).values()}
+
+
+def test_br_source_is_sampled_for_prompts_cut_from_real_text_and_random_for_random_ids():
+    run = make_run([fake_point(batch_size=1), fake_point(batch_size=2)])
+    _with_points(run, source=[None, "random"])
+    docs = _br_by_batch(run)
+    assert docs[1]["scenario"]["load"]["standardized"]["source"] == "sampled"
+    assert docs[2]["scenario"]["load"]["standardized"]["source"] == "random"
+
+
+def test_br_start_is_the_first_round_of_an_interleaved_block():
+    """Interleaved arms: the sweep's first point measures every arm round by round; a later arm only reads its
+    share, so its rounds began when the block began, not ``finished - wall_s``."""
+    run = make_run([fake_point(batch_size=1), fake_point(batch_size=2)])
+    pts = _with_points(run, design="interleaved", wall_s=50.0)
+    t0 = "2026-01-01T10:00:00+00:00"
+    meta = {pid: {"experiment": "explorer", "started_utc": s, "finished_utc": f, "status": "ok"}
+            for pid, s, f in zip(pts["point_id"], (t0, "2026-01-01T10:01:40.100000+00:00"),
+                                 ("2026-01-01T10:01:40+00:00", "2026-01-01T10:01:40.200000+00:00"))}
+    results.update_manifest(run, points=meta)
+    docs = _br_by_batch(run)
+    assert docs[2]["run"]["time"]["start"] == t0 == docs[1]["run"]["time"]["start"]
+    assert docs[2]["run"]["time"]["end"] == "2026-01-01T10:01:40.200000+00:00"
+
+
+def test_br_counts_never_finished_requests_as_incomplete_not_failures():
+    run = make_run([fake_point(batch_size=1)])
+    _with_points(run, requests_incomplete=1, requests=3)
+    (doc,) = export.br02_reports(run).values()
+    reqs = doc["results"]["request_performance"]["aggregate"]["requests"]
+    assert (reqs["total"], reqs["failures"], reqs["incomplete"]) == (3, 0, 1)
+
+
+def test_br_percentiles_are_gated_by_independent_samples_not_rows():
+    """A batch-16 point of 2 repeats: 32 rows, 2 independent batches: no p90 (it needs 10 samples), and the rule
+    is stated in the report."""
+    ttfts = tuple(0.1 + 0.01 * i for i in range(32))
+    run = make_run([fake_point(ttfts=ttfts, batch_size=16)])
+    _with_points(run, n_samples=2)
+    (doc,) = export.br02_reports(run).values()
+    ttft = doc["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"]
+    assert "p50" in ttft and not {"p10", "p25", "p75", "p90", "p99"} & set(ttft)   # p25 needs 4, p90 10
+    assert "n_samples" in doc["run"]["description"] and "p90 from 10" in doc["run"]["description"]
+    vdoc = export.vllm_results(run)[next(iter(export.vllm_results(run)))]
+    assert vdoc["workbench_n_samples"] == 2 and vdoc["p99_ttft_ms"] is None
+
+
+def test_vllm_lists_run_over_every_sent_request_aligned_by_index(tmp_path):
+    point = fake_point(ttfts=(0.1, 0.3, 0.2), batch_size=1)
+    point.requests[1].update(error="RuntimeError: out of memory", output_tokens=0, ttft_s=None, itl_s=None)
+    run = make_run([point])
+    (doc,) = export.vllm_results(run).values()
+    assert len(doc["ttfts"]) == len(doc["input_lens"]) == len(doc["output_lens"]) == len(doc["errors"]) == 3
+    assert doc["errors"] == ["", "RuntimeError: out of memory", ""]
+    assert doc["ttfts"] == [0.1, 0.0, 0.2] and doc["output_lens"] == [5, 0, 5] and doc["itls"][1] == []
+    assert (doc["completed"], doc["failed"]) == (2, 1)
+
+
+def test_vllm_duration_is_consistent_with_request_throughput():
+    run = make_run([fake_point(batch_size=1)])
+    _with_points(run, request_throughput_rps=4.0, wall_s=1.7)      # a window figure and a batch time that differ
+    (doc,) = export.vllm_results(run).values()
+    assert doc["duration"] * doc["request_throughput"] == pytest.approx(doc["completed"])
+    assert doc["workbench_wall_s"] == 1.7
+
+
+def test_n_devices_is_written_into_both_exports():
+    run = make_run([fake_point(batch_size=1)])
+    _with_points(run, n_devices=8)
+    (br,) = export.br02_reports(run).values()
+    stack = br["scenario"]["stack"][0]["standardized"]
+    assert stack["accelerator"]["count"] == 8 and stack["replicas"] == 8
+    (v,) = export.vllm_results(run).values()
+    assert v["workbench_n_devices"] == 8

@@ -85,8 +85,8 @@ def test_report_opens_with_a_summary_and_tables_the_arms():
     summary = page.index("<h2>Summary</h2>")
     assert summary < page.index("<h2>Findings</h2>") and summary < page.index("class='downloads meta'>Data:")
     block = page[summary:page.index("</div>", summary)]
-    assert f"href='#{findings._exp_anchor(run, 'scheduling')}'" in block and "priority lowers" in block
-    assert "no supported effect" in block and f"href='#{findings._exp_anchor(run, 'engine_tuning')}'" in block
+    assert f"href='#{findings.exp_anchor(run, 'scheduling')}'" in block and "priority lowers" in block
+    assert "no supported effect" in block and f"href='#{findings.exp_anchor(run, 'engine_tuning')}'" in block
     assert "explorer" in block and "no finding recorded" in block
     # experiments without a finding of their own share one line after the findings (04's parts sat between them)
     assert block.count("no finding recorded") == 1 and block.index("no finding recorded") > block.index("priority lowers")

@@ -176,7 +176,7 @@ def test_findings_show_their_evidence_and_link_to_the_points_they_rest_on():
     page = report.build_report(run).read_text()
     assert "Batch 2 is slower." in page and "Evidence: 2 points, 1 repeat each" in page
     assert "class='unsupported'>not supported<" in page
-    anchor = findings._point_anchor(run, pid)
+    anchor = findings.point_anchor(run, pid)
     assert f"href='#{anchor}'" in page and f"<tr id='{anchor}'" in page  # the link lands on the point's row
     assert "A plain sentence from an old manifest." in page and "0 decided: 0 directions, 0 equivalent; 0 undecided" in page
     table = findings.findings_table(run).set_index("experiment")

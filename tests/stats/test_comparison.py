@@ -250,28 +250,6 @@ def test_streaming_lengths_interleaved_with_the_aa_control(monkeypatch):
     assert "A/A noise floor" in f.text and "paired" in f.evidence
 
 
-def test_batch_size_throughput_ratio_pairs_rounds_and_prints_the_noise_floor():
-    """An interleaved batch-size run: the throughput ratio pairs the two batches of each round, so a drift of
-    whole rounds cancels (4x more throughput at batch 4, rounds 20% apart), and the A/A floor is printed; an A/A
-    control that moved makes the ratio "not supported"."""
-    from workbench.experiments import batch_size
-
-    aa = {"aa_ratio": 1.0, "aa_low": 0.97, "aa_high": 1.03, "design": "interleaved", "rounds": 4}
-    pts = pd.DataFrame([{"point_id": f"b{b}", "batch_size": b, "prompt_tokens": 32, "status": "ok", "valid": True,
-                         "goodput_rps": float(b), "output_throughput_tps": 10.0 * b, "ttft_s_p50": 0.1,
-                         "requests": 4 * b, "wall_s": 4.0, **aa} for b in (1, 4)])
-    rows = []
-    for r, slow in enumerate((1.0, 1.2, 0.9, 1.1)):
-        for b in (1, 4):
-            for i in range(b):  # every row of a batch ends together: throughput b * 8 tokens / e2e
-                rows.append({"point_id": f"b{b}", "repeat": r, "request_id": i, "output_tokens": 8,
-                             "e2e_s": 0.8 * slow * (1.0 + 0.001 * r), "ttft_s": 0.1, "tpot_s": 0.1})
-    f = batch_size.headline(pts, pd.DataFrame(rows))
-    assert "Output throughput at batch 4 vs batch 1: 4.00x" in f.text and "A/A noise floor 0.97-1.03x" in f.text
-    moved = batch_size.headline(pts.assign(aa_low=1.05, aa_high=1.2), pd.DataFrame(rows))
-    assert comparison.AA_MOVED in moved.text
-
-
 def test_drift_between_neighbouring_rounds_is_reported():
     """A baseline that jumps 40% from one round to the next is reported beside the ratios it does not bias."""
     rows = [{"arm": a, "round": r, "value": (1.4 if r == 2 else 1.0) * (0.5 if a == "x" else 1.0)}

@@ -2,7 +2,8 @@
 
 Argument parsing and dispatch only: the suite runner is :mod:`workbench.run.suite` (the report it builds at the end
 is passed in from here), the serving twin's study :mod:`workbench.predict.twin_study` and its check against a run's
-measured serving points :mod:`workbench.predict.twin_validation` (``simulate``'s dispatch: :mod:`workbench.cli.simulate`).
+measured serving points :mod:`workbench.predict.twin_validation` (``simulate``'s arguments:
+:mod:`workbench.cli.simulate_args`).
 
     workbench run [SUITE] [--resume RUN_DIR [--allow-changed]] [--label NAME] [--rerun-invalid RUN_DIR] [--ray [auto|ADDRESS]]
     workbench sweep NOTEBOOK [-f grid.yaml] [-p NAME VALUE ...] [--resume RUN_DIR [--allow-changed]] [--label NAME]
@@ -42,8 +43,11 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
         path = Path(f)
         if not path.is_file():
             raise ParameterError(f"-f: {f!r} is not a parameter file ({'a directory' if path.is_dir() else 'missing'})")
+        from workbench.checks import check_file_size
+
+        check_file_size("-f", path)
         try:
-            data = load_yaml(path.read_text(encoding="utf-8"))
+            data = load_yaml(path.read_text(encoding="utf-8"), "-f")
         except UnicodeDecodeError:
             raise ParameterError(f"-f: {f!r} is not UTF-8 text") from None
         except yaml.YAMLError as exc:
@@ -54,9 +58,12 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
         params.update(data)
     for name, value in pairs or []:
         try:
-            params[name] = load_yaml(value)
-        except yaml.YAMLError as exc:
-            raise ParameterError(f"{name}: value {value!r} is not valid YAML") from exc
+            params[name] = load_yaml(value, name)
+        except yaml.YAMLError as exc:  # the value is never echoed: it may hold a secret
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at column {mark.column + 1}" if mark is not None else ""
+            raise ParameterError(f"{name}: its value is not valid YAML ({getattr(exc, 'problem', None) or 'unparsable'}"
+                                 f"{where})") from None
     return params
 
 
@@ -85,7 +92,8 @@ def cmd_run(args) -> int:
 
         prepare(args.ray, suite["notebooks"])
     return suite_runner.run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"],
-                                    price_per_hour=price, allow_changed=args.allow_changed, report=_build_report)
+                                    price_per_hour=price, allow_changed=args.allow_changed, report=_build_report,
+                                    budget_s=suite.get("budget_s"))
 
 
 def cmd_sweep(args) -> int:
@@ -116,23 +124,19 @@ def cmd_report(args) -> int:
 
     from workbench.share import formats
 
+    seen: dict[Path, str] = {}
+    for a in args.runs:   # checked before any import writes a folder
+        key = Path(a).resolve()
+        if key in seen and Path(a).is_dir():
+            raise ParameterError(f"RUN_DIR: {a!r} is given twice (as {seen[key]!r}); compare different runs")
+        seen[key] = str(a)
     runs, imported = formats.resolve_inputs(args.runs)   # result files of other tools become runs of their own
     for line in imported:
         print(line, flush=True)
-    seen: dict[Path, str] = {}
-    for r in runs:
-        if not (r / "manifest.json").is_file():
-            raise ParameterError(f"RUN_DIR: {str(r)!r} is not a run folder (no manifest.json)")
-        try:
-            results.read_manifest(r)
-        except ParameterError as exc:
-            raise ParameterError(f"RUN_DIR: {exc}".replace("RUN_DIR: run_dir: ", "RUN_DIR: ")) from None
-        key = r.resolve()
-        if key in seen:
-            raise ParameterError(f"RUN_DIR: {str(r)!r} is given twice (as {seen[key]!r}); compare different runs")
-        seen[key] = str(r)
     if len(runs) > 1:
         for line in formats.comparability(runs)[0]:   # printed before any comparison
+            print(line, flush=True)
+        for line in formats.cross_tool_lines(formats.cross_tool(runs)):
             print(line, flush=True)
     print(report.build_report(runs, args.output, figures=args.figures, price_per_hour=args.price_per_hour))
     return 0
@@ -199,6 +203,10 @@ def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False
     predictor = roofline_calibration.Predictor.for_model(spec, dev, dtype, probe=probe)
     plan = predictions.plan_entries(entries, predictor)
     print(predictions.format_plan(plan, predictor.calib.calibrated))
+    lines = predictions.design_lines(entries, plan)
+    if lines:
+        print("\ncomparisons (interleaved rounds; the smallest effect each can decide at its last look):")
+        print("\n".join(f"  {line}" for line in lines))
     return 0
 
 
@@ -227,6 +235,11 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def _allow_plain_http_key(p) -> None:
+    p.add_argument("--allow-plain-http-key", action="store_true",
+                   help="let an endpoint's API key go over plain http:// to a remote host (a suite cannot allow it)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -247,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
                    help="measure the points on Ray workers: a running cluster (auto: found, else started here) "
                         "or a head node's HOST:PORT; needs the [ray] extra")
+    _allow_plain_http_key(r)
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sweep", help="run one notebook over a parameter grid")
@@ -262,12 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
     s.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
                    help="measure the points on Ray workers (see workbench run --help)")
+    _allow_plain_http_key(s)
     s.set_defaults(func=cmd_sweep)
 
     pl = sub.add_parser("plan", help="the suite's points, predicted cost per point and estimated wall time")
     pl.add_argument("suite", nargs="?", default="default", help="suite name in suites/ or a YAML path")
     pl.add_argument("--calibrate", action="store_true",
-                    help="first fit this machine's overheads on the model (~20 s; cached for later plans)")
+                    help="first fit this machine's overheads on the model (once; cached for later plans)")
     pl.add_argument("--no-probe", action="store_true", help="nominal device peaks instead of a probe")
     pl.set_defaults(func=cmd_plan)
 
@@ -315,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     from workbench.run import results
 
     results.results_root()  # resolved once here; kernels inherit the absolute $WORKBENCH_RESULTS
+    if getattr(args, "allow_plain_http_key", False):  # the user's own lift, typed here; kernels inherit it
+        from workbench.load.endpoint import ALLOW_PLAIN_HTTP_ENV
+
+        import os
+
+        os.environ[ALLOW_PLAIN_HTTP_ENV] = "1"
     try:
         return args.func(args)
     except ParameterError as exc:

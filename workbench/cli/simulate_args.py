@@ -1,5 +1,5 @@
-"""The ``workbench simulate`` arguments (issue 34), apart from :mod:`workbench.cli.simulate` so that building the
-command line's parser imports nothing heavy (no pandas)."""
+"""The ``workbench simulate`` arguments (issue 34), apart from :mod:`workbench.predict.twin_study` (what the command
+runs) so that building the command line's parser imports nothing heavy (no pandas)."""
 
 from __future__ import annotations
 

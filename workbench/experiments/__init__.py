@@ -1,5 +1,7 @@
-"""One module per numbered notebook. Each holds that experiment only: its typed config,
+"""One experiment per numbered notebook: a module named after it, or, where the experiment has parts of its own, a
+small folder (``context_compression/``: the experiment and its charts; ``engine_tuning/``: the experiment, its
+charts and its coordinate search). Each holds that experiment only: its typed config,
 ``measure_point(loaded, cfg, point, state) -> workbench.run.point_result.PointResult`` (the one signature: ``state`` is
 a dict shared by the points of one sweep, for warm-up bookkeeping, references, caches, servers), ``run(cfg,
-run_dir, loaded)``, its summaries and figures. Experiment modules never import each other
-(``tests/test_layout.py`` enforces it); a Ray worker finds an experiment by the module of its ``Config``."""
+run_dir, loaded)``, its summaries and figures. Experiments never import each other; a folder's own modules import
+each other (``tests/test_layout.py`` enforces it); a Ray worker finds an experiment by the module of its ``Config``."""

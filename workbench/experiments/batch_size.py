@@ -59,6 +59,7 @@ class Config(SweepConfig, design.DesignFields):
     top_p: float = 1.0
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.25
+    repeats: int = 2  # an interval over rounds needs 2 (the notebook's default, one place: its parameters cell agrees)
 
     def __post_init__(self):
         super().__post_init__()

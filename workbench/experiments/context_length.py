@@ -354,6 +354,7 @@ class Config(SweepConfig, design.DesignFields):
     max_new_tokens: int = 8
     ignore_eos: bool = True
     source: str = "en"
+    repeats: int = 3  # the median outlasts one disturbed run (the notebook's default, one place: its parameters cell agrees)
 
     def __post_init__(self):
         super().__post_init__()

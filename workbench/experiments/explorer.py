@@ -117,7 +117,7 @@ class Config(sweeps.SweepConfig):
     ignore_eos: bool = False
     temperature: float = 0.0
     top_p: float = 1.0
-    reasoning_budget: int | None = None
+    reasoning_budget: int | None = -1  # -1 (the notebook's literal): off, None after validation
     compression: str = "none"
     compression_ratio: float = 4.0
     slo_ttft_s: float = 2.0

@@ -65,6 +65,7 @@ class Config(sweeps.SweepConfig):
     topic_en: str = DEFAULT_TOPICS["en"]
     topic_zh: str = DEFAULT_TOPICS["zh"]
     temperature: float = 0.0
+    repeats: int = 2  # rounds: 2 pair each strategy with the A/A control (the notebook's default, one place: its parameters cell agrees)
 
     def __post_init__(self):
         super().__post_init__()

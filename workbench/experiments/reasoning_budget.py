@@ -403,13 +403,6 @@ def time_clauses(ok, lo, hi) -> tuple[str, list[str]] | None:
     return " ".join(clauses), ev
 
 
-def latency_table(requests):
-    """Long table of per-request TTFT, TTFAT and e2e (seconds) by budget and batch size, for box plots."""
-    cols = ["reasoning_budget", "batch_size", "ttft_s", "ttfat_s", "e2e_s"]
-    df = requests[cols].melt(id_vars=cols[:2], var_name="metric", value_name="value")
-    return df.dropna(subset=["value"])
-
-
 def fig_latency_vs_budget(points):
     """TTFT, TTFAT and e2e medians (p50) vs budget, one colour per metric, one line style per batch size."""
     import plotly.express as px

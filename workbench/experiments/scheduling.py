@@ -78,12 +78,11 @@ from workbench.load.traces import calibrate, check_class_slos, policy_engine, re
 from workbench.share.figures_serving import (class_latency, eta_error, goodput_per_class, longest_wait,
                                              prefix_savings_figure, slowdown_vs_length, ttft_by_turn)
 from workbench.stats.classes import (CLASSES, bucket_summary, cache_columns, class_columns, class_summary,
-                                     mixed_rows, paired_ratio, served_rows, sharing_savings)
+                                     mixed_rows, served_rows, sharing_savings)
 
 EXPERIMENT = "scheduling"
 AA_ARM = "fcfs_aa"           # the A/A control's second fcfs arm
 DESIGN = "replicates"        # one run per arm and arrival seed, paired by seed (docs/design.md section 10)
-WORKLOADS = ("mixed", "multiturn", "shared_prefix")
 PREFIX_WORKLOADS = ("multiturn", "shared_prefix")
 #: the engines that can apply every policy (:func:`workbench.serving.options.engines_taking`)
 ENGINES = options.engines_taking("sjf")

@@ -89,7 +89,6 @@ from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "speed_techniques"
 TECHNIQUES = ("none", "prompt_lookup", "draft")
-COPY_TASKS = ("summarise", "extract", "edit")
 TRUNCATED = "truncated"
 
 

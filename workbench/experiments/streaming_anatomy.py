@@ -53,8 +53,6 @@ from workbench.load.client import measure_http
 from workbench.serving.server import ServerThread
 
 EXPERIMENT = "streaming_anatomy"
-#: The run_sweep experiment names this notebook writes.
-SWEEPS = ("streaming", "granularity", "http")
 
 DEFAULT_PROMPTS = (
     "Explain how a refrigerator keeps food cold.",

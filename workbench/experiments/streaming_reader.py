@@ -136,6 +136,7 @@ class Config(sweeps.SweepConfig):
     blocker_tokens: int = 48
     stall_s: float = reading.STALL_S
     endpoint: dict | None = None
+    repeats: int = 2  # the proxy paths' comparison needs 2 rounds (the notebook's default, one place: its parameters cell agrees)
 
     def __post_init__(self):
         super().__post_init__()

@@ -32,10 +32,12 @@ from pathlib import Path
 
 from workbench.checks import check_choice, check_float, check_int
 from workbench.errors import ParameterError
+from workbench.paths import data_dir
 
 KINDS = ("needle", "multikey", "chat")
 LANGUAGES = ("en", "zh")
-ZH_HAYSTACK = Path(__file__).resolve().parents[2] / "data" / "compression" / "zh_haystack.txt"
+#: the Chinese haystack text, under :func:`workbench.paths.data_dir` (``$WORKBENCH_DATA`` overrides it)
+ZH_HAYSTACK = Path("compression") / "zh_haystack.txt"
 
 _EN_SENTENCE_END = re.compile(r"(?<=[.!?:])\s+|\n+")
 _ZH_SENTENCE_END = re.compile(r"(?<=[。！？])|\n+")
@@ -100,7 +102,7 @@ def haystack_text(language: str = "en") -> str:
         from pydoc_data.topics import topics
 
         return "\n\n".join(topics[k].strip() for k in sorted(topics))
-    return ZH_HAYSTACK.read_text(encoding="utf-8")
+    return (data_dir() / ZH_HAYSTACK).read_text(encoding="utf-8")
 
 
 def _check_language(language) -> None:

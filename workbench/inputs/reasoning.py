@@ -16,8 +16,8 @@ without thinking, so a budget sweep on the embedded SmolLM2-135M can move its ac
 - ``copy``: repeat a five-digit number exactly;
 - ``list_count``: how many animals a list of two to five distinct ones holds.
 
-Exact match of the embedded model at budget 0 (greedy, ``make_tasks(36, seed=0, kinds=...)``,
-2026-12-01): copy 100%, lookup 50%, list_count 8%, overall 53%; the three multi-step kinds 4% of 24.
+The embedded model answers the one-step kinds far more often than the multi-step ones at budget 0 (greedy,
+``make_tasks(36, seed=0, kinds=...)``; the rates: results/LOG.md, 2026-12-06).
 
 :func:`task_prompt` adds the answer-format instruction ("Answer: <answer>"),
 :func:`extract_answer` reads the prediction back out of an answer segment, and

@@ -5,14 +5,14 @@ real :class:`workbench.serving.scheduling.PolicyQueue`, driven on a virtual cloc
 policy code decides the order exactly as in a live engine, while service times are drawn instead of measured.
 Service times are measured-like: a request's service is its prefill (``prefill_s_per_token`` x prompt tokens) plus
 its decode steps (``tpot_s`` x output tokens), scaled by a per-request jitter (lognormal, ``jitter``: the spread of
-one request's e2e on a loaded 2-core CPU) and by a per-run speed factor (lognormal, ``drift``: the machine's speed
-moving between runs, 4-7% between back-to-back drift references here).
+one request's e2e on a loaded CPU) and by a per-run speed factor (lognormal, ``drift``: the machine's speed moving
+between runs, as back-to-back drift references show it).
 
 Two designs judge the same question, "does arm B change the interactive class's TTFT p90 against arm A?", with
 identical arms (an A/A test: every claimed direction is a false one):
 
 - ``old``: one trace, each arm run once, requests paired across the two runs and a t interval over the request
-  pairs' log TTFT ratios (what :func:`workbench.stats.classes.paired_ratio` did): a queue carries one
+  pairs' log TTFT ratios (the request-pair method notebook 11 used before the rounds): a queue carries one
   request's delay into every later one, and the run's speed factor moves them all, so the pairs are not
   independent.
 - ``new``: ``rounds`` arrival seeds, each arm run once per seed (a fresh engine each; the arm order alternating

@@ -28,19 +28,29 @@ threads and returns the measure dict of :func:`workbench.run.sweeps.run_sweep`.
 client): every content chunk's arrival, ``: keep-alive`` comments, the socket reads that brought the first
 chunk, a read timeout as an outcome, and :func:`workbench.measure.reading.reader_metrics` of the chunks; what
 a reader sees through a proxy or a client timeout (notebook ``10_streaming_reader``).
+
+**One streamed reply, one loop.** Every streaming client path of the workbench (:func:`stream_chat`,
+:func:`stream_request`, the load generator's :func:`workbench.load.senders.http_sender`, the endpoint checks of
+:mod:`workbench.load.endpoint`) receives its reply as a :class:`StreamedReply` (the request, each content chunk's
+arrival and text, ``usage``, the server's reported figures, the error; the shape of vLLM's ``RequestFuncOutput`` in
+``vllm/benchmarks/lib/endpoint_request_func.py``), filled by the one loop :func:`fill_reply`: over raw SSE
+(:func:`stream_reply`: ``httpx``, parsed by :func:`workbench.serving.events.iter_sse`) or over the chunks the
+official ``openai`` client parsed (:func:`stream_chat`). Each caller then derives its own columns from it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import threading
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from workbench.stats import metrics
 from workbench.measure import reading
 from workbench.checks import check_int
-from workbench.errors import ParameterError
+from workbench.errors import ParameterError, exception_line
 from workbench.serving.protocol import SERVED_MODEL
 
 
@@ -48,8 +58,8 @@ from workbench.serving.protocol import SERVED_MODEL
 def ssl_context():
     """The one TLS context every client of this process uses (``httpx.create_ssl_context()``: certifi's CA bundle).
 
-    ``httpx`` otherwise builds a context for each client it opens, loading the CA bundle each time: ~35 ms of CPU on
-    the 2-core build VM, which a per-request client then spent inside the request's clock.
+    ``httpx`` otherwise builds a context for each client it opens, loading the CA bundle each time: CPU time a
+    per-request client then spent inside the request's clock (results/LOG.md, 2026-12-06: the figure).
     """
     import httpx
 
@@ -79,6 +89,172 @@ def openai_client(base_url: str, timeout: float = 600.0, api_key: str = "workben
     http = http_client(timeout)
     return openai.OpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=api_key, max_retries=0, timeout=timeout,
                          http_client=http)
+
+
+@dataclasses.dataclass
+class StreamedReply:
+    """One streamed chat completion as the client received it (vLLM's ``RequestFuncOutput``, with what the
+    workbench reads besides). Times are ``time.perf_counter`` stamps (s).
+
+    Attributes:
+        request: the request body sent.
+        t_send: when the request was sent; ``t_headers``: when the response headers came (None: none came, or the
+            ``openai`` client read them); ``t_end``: when the reply ended (answer, error, timeout or abandonment).
+        stamps, texts: each content chunk's arrival and text (a chunk is not a token).
+        finish_reason: the last ``finish_reason`` the chunks gave.
+        usage: the server's ``usage`` (None when the stream carried none).
+        engine: the server's own figures (its ``engine`` field: ``engine_ttft_s``, ``queue_s``, ``e2e_s``, ...;
+            empty from a server that sends none).
+        status: the HTTP status (None: no response, or the ``openai`` client's request); ``retry_after`` and
+            ``refusal_text`` (its first 200 characters) of a non-200 answer.
+        error: ``"Type: first line"`` of what ended the reply early (None when it completed); ``exception`` the
+            exception itself, ``timed_out`` whether it was a client timeout.
+        events: data events received (any chunk); ``keepalives``: SSE comments (``: keep-alive``).
+        reads: the byte size of each read of the response (raw SSE); ``read_of``: per content chunk, the reads
+            received when it arrived.
+    """
+
+    request: dict
+    t_send: float = 0.0
+    t_headers: float | None = None
+    t_end: float = 0.0
+    stamps: list = dataclasses.field(default_factory=list)
+    texts: list = dataclasses.field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict | None = None
+    engine: dict = dataclasses.field(default_factory=dict)
+    status: int | None = None
+    retry_after: str | None = None
+    refusal_text: str = ""
+    error: str | None = None
+    exception: BaseException | None = dataclasses.field(default=None, repr=False, compare=False)
+    timed_out: bool = False
+    events: int = 0
+    keepalives: int = 0
+    reads: list = dataclasses.field(default_factory=list)
+    read_of: list = dataclasses.field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The streamed content, joined."""
+        return "".join(self.texts)
+
+    @property
+    def output_tokens(self) -> int | None:
+        """``usage.completion_tokens`` (None when the stream carried no ``usage``)."""
+        return (self.usage or {}).get("completion_tokens")
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """``usage.prompt_tokens`` (None when the stream carried no ``usage``)."""
+        return (self.usage or {}).get("prompt_tokens")
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """``usage.prompt_tokens_details.cached_tokens`` (None when the server sends none)."""
+        return ((self.usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+
+
+def fill_reply(reply: StreamedReply, chunks: Iterable, patience=None, on_content: Callable[[], None] | None = None,
+               strict: bool = False) -> StreamedReply:
+    """THE loop over a streamed chat completion's chunks: each ``(arrival, chunk)`` (``chunk`` a parsed JSON object,
+    None for an SSE comment) goes into ``reply``: content chunks with their arrival, ``finish_reason``, ``usage``, the
+    server's ``engine`` figures.
+
+    Args:
+        chunks: ``(perf_counter, dict | None)`` pairs, from raw SSE (:func:`stream_reply`) or the ``openai`` client.
+        patience: a client's patience (``abandoned``, ``got_content()``: :func:`workbench.load.senders.http_sender`):
+            the loop stops once the client gave up, or at a content chunk that came after it did.
+        on_content: called at each content chunk (e.g. to tell a waiting thread the request reached the engine).
+        strict: every data event must be of the OpenAI chunk shape (a ``choices`` list of objects with a
+            ``delta`` object), as the endpoint check demands; otherwise a chunk without ``choices`` counts as none.
+
+    Raises:
+        RuntimeError: the server sent an error event (``server error: <message>``).
+        ValueError: a chunk that is not a JSON object (or, ``strict``, not of the chunk shape).
+    """
+    for t, obj in chunks:
+        if patience is not None and patience.abandoned:
+            break  # the caller's connection closes when it leaves the request
+        if obj is None:
+            reply.keepalives += 1
+            continue
+        if not isinstance(obj, dict):
+            raise ValueError("a data: event that is not a JSON object")
+        if "error" in obj:
+            err = obj["error"]
+            raise RuntimeError(f"server error: {err.get('message') if isinstance(err, dict) else err}")
+        reply.events += 1
+        reply.engine = obj.get("engine") or reply.engine
+        reply.usage = obj.get("usage") or reply.usage
+        choices = obj.get("choices", None if strict else [])
+        if strict and (not isinstance(choices, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("delta", {}), dict) for c in choices)):
+            raise ValueError("a data: event without choices" if not isinstance(choices, list)
+                             else "a choice without delta")
+        contents = [(c.get("delta") or {}).get("content") for c in choices]
+        if patience is not None and any(contents) and not patience.got_content():
+            break  # it came after the client gave up
+        for c, content in zip(choices, contents):
+            if content:
+                reply.stamps.append(t)
+                reply.texts.append(content)
+                reply.read_of.append(len(reply.reads))
+                if on_content is not None:
+                    on_content()
+            reply.finish_reason = c.get("finish_reason") or reply.finish_reason
+    return reply
+
+
+def _sse_chunks(resp, reads: list) -> Iterator:
+    """``(arrival, chunk | None)`` of a raw SSE response for :func:`fill_reply`: its bytes as lines (each read's size
+    into ``reads``), parsed by :func:`workbench.serving.events.iter_sse`; ``[DONE]`` and empty events skipped."""
+    from workbench.serving.events import iter_sse
+
+    for ev in iter_sse(_counted_lines(resp.iter_bytes(), reads)):
+        if ev.comment:
+            yield ev.t, None
+        elif ev.data and ev.data.strip() != "[DONE]":
+            yield ev.t, json.loads(ev.data)
+
+
+def stream_reply(http, url: str, body: dict, headers: dict | None = None, patience=None,
+                 on_content: Callable[[], None] | None = None, strict: bool = False) -> StreamedReply:
+    """POST ``body`` to ``url`` (a chat completions route) with ``stream`` on and read its SSE reply through
+    :func:`fill_reply`: the one raw-SSE request of the workbench.
+
+    Args:
+        http: an ``httpx.Client`` (:func:`http_client`).
+        headers: extra request headers (an endpoint's ``Authorization``).
+        patience, on_content, strict: as :func:`fill_reply`; ``patience`` also gets the connection
+            (its ``trace`` callback and ``attach``) so that it can close it.
+
+    Returns:
+        The reply; a failed request (a non-200 status, a broken stream, a timeout) is a reply with ``error`` set,
+        never an exception.
+    """
+    import httpx
+
+    reply = StreamedReply(request=body)
+    reply.t_send = time.perf_counter()
+    try:
+        with http.stream("POST", url, json=body, headers=headers or None,
+                         extensions={"trace": patience.trace} if patience is not None else None) as resp:
+            reply.t_headers = time.perf_counter()
+            reply.status = resp.status_code
+            if patience is not None:
+                patience.attach(resp.extensions.get("network_stream"))
+            if resp.status_code != 200:
+                resp.read()
+                reply.retry_after, reply.refusal_text = resp.headers.get("retry-after"), resp.text[:200]
+                raise RuntimeError(f"HTTP {resp.status_code}: {reply.refusal_text}")
+            fill_reply(reply, _sse_chunks(resp, reply.reads), patience, on_content, strict)
+    except Exception as exc:  # a failed request is a reply with an error (an SLO miss), never a crash of the run
+        reply.exception, reply.timed_out = exc, isinstance(exc, httpx.TimeoutException)
+        reply.error = exception_line(exc)
+    finally:
+        reply.t_end = time.perf_counter()
+    return reply
 
 
 def client_decode_steps(output_tokens: int, finish_reason: str | None, first_chunk: str, tokenizer=None) -> int:
@@ -117,27 +293,16 @@ def stream_chat(client, prompt, max_tokens: int, temperature: float = 0.0, seed:
         ``transport_e2e_s``. No ``itl_s``: a chunk is not a token.
     """
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    t_send = time.perf_counter()
-    stream = client.chat.completions.create(
-        model=model, messages=messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": ignore_eos},
-    )
-    stamps, parts, engine, usage, finish = [], [], {}, None, None
-    for ch in stream:
-        t = time.perf_counter()
-        extra = getattr(ch, "model_extra", None) or {}
-        if extra.get("engine"):
-            engine = extra["engine"]
-        if ch.usage is not None:
-            usage = ch.usage
-        for c in ch.choices:
-            if c.delta is not None and c.delta.content:
-                stamps.append(t)
-                parts.append(c.delta.content)
-            if c.finish_reason:
-                finish = c.finish_reason
-    t_end = time.perf_counter()
-    n_out = usage.completion_tokens if usage else len(stamps)
+    body = dict(model=model, messages=messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stream=True,
+                stream_options={"include_usage": True}, extra_body={"ignore_eos": ignore_eos})
+    reply = StreamedReply(request=body)
+    reply.t_send = t_send = time.perf_counter()
+    stream = client.chat.completions.create(**body)
+    # the chunks the openai client parsed, stamped as they come, through the one loop
+    fill_reply(reply, ((time.perf_counter(), ch.model_dump()) for ch in stream))
+    reply.t_end = t_end = time.perf_counter()
+    stamps, parts, engine, usage, finish = reply.stamps, reply.texts, reply.engine, reply.usage, reply.finish_reason
+    n_out = reply.output_tokens if usage else len(stamps)
     steps = client_decode_steps(n_out, finish, parts[0] if parts else "", tokenizer)
     timing = metrics.request_timing(stamps, t_send, decode_steps=steps)
     if not stamps:  # no visible text: the request still took this long
@@ -157,8 +322,8 @@ def stream_chat(client, prompt, max_tokens: int, temperature: float = 0.0, seed:
         "decode_tps": timing["decode_tps"],
         "decode_steps": steps,
         "chunks": len(stamps),
-        "text": "".join(parts),
-        "prompt_tokens": usage.prompt_tokens if usage else None,
+        "text": reply.text,
+        "prompt_tokens": reply.prompt_tokens,
         "output_tokens": n_out,
         "finish_reason": finish,
         "batch_size": int(engine.get("batch_size") or 1),
@@ -276,11 +441,7 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
         send) and ``chunk_texts`` (each content chunk's text), and :func:`workbench.measure.reading.reader_metrics` of the
         chunks. ``chunk_stamps``, ``chunk_texts`` and ``t_send`` are for the caller, not for a table.
     """
-    import json
-
     import httpx
-
-    from workbench.serving.events import iter_sse
 
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True}
@@ -288,54 +449,36 @@ def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float =
     if ep is not None:
         body.update(model=ep.model, stream_options={"include_usage": True}, **ep.extra_body)
         headers = ep.headers() or None
-    stamps, parts, reads, read_of, keepalives, engine, outcome, error = [], [], [], [], 0, {}, "ok", None
-    usage, finish = None, None
     tmo = httpx.Timeout(timeout, read=read_timeout) if read_timeout else httpx.Timeout(timeout)
     client = http_client(tmo)  # built before the clock starts: the send is what is timed, not the client
-    t_send = time.perf_counter()
     try:
         with client:
-            with client.stream("POST", base_url + path, json=body, headers=headers) as r:
-                if r.status_code != 200:
-                    raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
-                for ev in iter_sse(_counted_lines(r.iter_raw(), reads)):
-                    if ev.comment:
-                        keepalives += 1
-                        continue
-                    if not ev.data or ev.data == "[DONE]":
-                        continue
-                    ch = json.loads(ev.data)
-                    engine = ch.get("engine") or engine
-                    usage = ch.get("usage") or usage
-                    for c in ch.get("choices", []):
-                        if (c.get("delta") or {}).get("content"):
-                            stamps.append(ev.t)
-                            parts.append(c["delta"]["content"])
-                            read_of.append(len(reads))
-                            if first_chunk is not None:
-                                first_chunk.set()
-                        finish = c.get("finish_reason") or finish
-    except httpx.TimeoutException as exc:
-        outcome, error = "timeout", f"{type(exc).__name__} after {time.perf_counter() - t_send:.2f} s"
+            reply = stream_reply(client, base_url + path, body, headers,
+                                 on_content=first_chunk.set if first_chunk is not None else None)
     finally:
         if first_chunk is not None:
             first_chunk.set()
-    t_end = time.perf_counter()
+    if reply.error and not reply.timed_out:   # refused, or broken: the caller's error, as before
+        raise reply.exception
+    outcome = "timeout" if reply.timed_out else "ok"
+    error = f"{type(reply.exception).__name__} after {reply.t_end - reply.t_send:.2f} s" if reply.timed_out else None
+    stamps, parts, reads, read_of, engine = reply.stamps, reply.texts, reply.reads, reply.read_of, reply.engine
+    t_send, t_end, finish = reply.t_send, reply.t_end, reply.finish_reason
     tm = metrics.request_timing(stamps, t_send)
     nan = float("nan")
     e2e_engine = (engine or {}).get("e2e_s") or nan
     out_tok = (engine or {}).get("output_tokens")
-    if out_tok is None and usage:
-        out_tok = usage.get("completion_tokens")
+    if out_tok is None and reply.usage:
+        out_tok = reply.output_tokens
     return {
         "ttft_s": tm["ttft_s"], "e2e_s": tm["e2e_s"] if stamps else t_end - t_send, "chunk_itl_s": tm["itl_s"],
         "chunk_offsets_s": [t - t_send for t in stamps], "chunk_stamps": stamps, "chunks": len(stamps),
-        "keepalives": keepalives, "text": "".join(parts), "output_tokens": out_tok,
+        "keepalives": reply.keepalives, "text": reply.text, "output_tokens": out_tok,
         "engine_ttft_s": (engine or {}).get("engine_ttft_s") or nan, "engine_e2e_s": e2e_engine,
         "first_after_last": bool(stamps) and tm["ttft_s"] >= e2e_engine if e2e_engine == e2e_engine else None,
         "first_read_bytes": sum(reads[:read_of[0]]) if stamps else 0,
         "first_read_chunks": read_of.count(read_of[0]) if stamps else 0, "response_bytes": sum(reads),
         "outcome": outcome, "error": error, "finish_reason": finish,
-        "prompt_tokens": (usage or {}).get("prompt_tokens"), "t_send": t_send, "chunk_texts": parts,
+        "prompt_tokens": reply.prompt_tokens, "t_send": t_send, "chunk_texts": parts,
         **reading.reader_metrics(list(zip(stamps, parts)), t_send, stall_s),
     }

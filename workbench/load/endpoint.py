@@ -2,7 +2,7 @@
 
 An endpoint is a plain mapping a YAML suite can carry (:class:`Endpoint` reads it)::
 
-    endpoint: {url: "http://127.0.0.1:8080", model: "smollm2", api_key_env: OPENAI_API_KEY, name: llama.cpp}
+    endpoint: {url: "http://127.0.0.1:8080", model: "smollm2", api_key_env: WORKBENCH_KEY_LLAMACPP, name: llama.cpp}
 
 ``url`` is the server's base address (``/v1`` is appended; a trailing ``/v1`` is accepted), ``model`` the
 ``model`` field every request sends (it must be one of the ids of ``GET /v1/models``), ``api_key_env`` the
@@ -11,11 +11,17 @@ goes into a config, a run folder or a report), ``name`` the label of its points 
 ``extra_body`` fields merged into every request (a server's own extensions: llama.cpp has no ``ignore_eos`` but
 has ``min_tokens``, so ``extra_body: {min_tokens: 8}`` with ``max_new_tokens`` 8 keeps every reply full length).
 
-**Secrets stay home** (issue 36): the key is sent only over ``https://`` or to a loopback address, unless the
-mapping says ``allow_plain_http_key: true`` (the error names it); a URL with credentials (``user:pass@``) is
-refused; ``extra_body`` may not override a field the load generator sets and records (:data:`MEASURED_FIELDS`:
-``max_tokens``, ``temperature``, ``stream``, ...) nor carry a secret-named field (the mapping is recorded with the
-run), and the run records it masked (:func:`masked`, ``endpoint_extra_body``).
+**Secrets stay home** (issues 36, 51): the key is sent only over ``https://`` or to a loopback address, unless the
+user types ``--allow-plain-http-key`` on the command line (``workbench run`` / ``sweep``; it sets
+:data:`ALLOW_PLAIN_HTTP_ENV` for the run's kernels): a suite cannot lift the refusal itself, a mapping naming
+``allow_plain_http_key`` is refused. ``api_key_env`` names only a variable the user marked for the purpose: its
+name starts with :data:`KEY_PREFIX` (``WORKBENCH_KEY_VLLM``) or is listed in ``$WORKBENCH_KEY_VARS``
+(comma-separated), never just any variable of the environment (``HOME`` would be sent as a bearer key). A URL with
+credentials (``user:pass@``) or a secret-named query parameter (``?api_key=``) is refused; ``extra_body`` may not
+override a field the load generator sets and records (:data:`MEASURED_FIELDS`: ``max_tokens``, ``temperature``,
+``stream``, ...) nor carry a secret-named field at any depth (``chat_template_kwargs.auth_token``; the mapping is
+recorded with the run): each is one line naming where, never the value, before any run folder exists. The run
+records the mapping masked (:func:`masked`, ``endpoint_extra_body``; :func:`workbench.checks.mask_secrets`).
 
 :func:`check_endpoint` answers, in one line and before any point runs, the four ways a target can be wrong:
 unreachable, a refused key (401/403), a model the endpoint does not serve, and a server that is not
@@ -34,16 +40,20 @@ import json
 import os
 from typing import Callable
 
-from workbench.checks import secret_name
+from workbench.checks import MASK, mask_secrets, secret_paths  # noqa: F401 - MASK: what a record shows
 from workbench.errors import ParameterError
 
 ENDPOINT = "endpoint"  # the engines-list entry that stands for the configured external endpoint
-KEYS = ("url", "model", "api_key_env", "name", "extra_body", "allow_plain_http_key")
+KEYS = ("url", "model", "api_key_env", "name", "extra_body")
+#: set (to ``1``) by the command line's ``--allow-plain-http-key`` only: a key may then go over plain http:// to a
+#: remote host. A suite or notebook parameter cannot set it.
+ALLOW_PLAIN_HTTP_ENV = "WORKBENCH_ALLOW_PLAIN_HTTP_KEY"
+KEY_PREFIX = "WORKBENCH_KEY_"        # a variable named so is marked as holding an endpoint's API key
+KEY_VARS_ENV = "WORKBENCH_KEY_VARS"  # or one listed here (comma-separated names), e.g. OPENAI_API_KEY
 #: request fields the load generator sets and measures by: ``extra_body`` may not override them (what was measured
 #: would not be what was recorded)
 MEASURED_FIELDS = ("model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
                    "stream", "stream_options", "ignore_eos", "n", "seed", "priority", "stop")
-MASK = "***"
 
 
 def is_loopback(host: str | None) -> bool:
@@ -62,15 +72,31 @@ def is_loopback(host: str | None) -> bool:
 
 def masked(body: dict) -> dict:
     """``body`` with the value of every key whose name suggests a secret (``key``, ``token``, ``password``, ...,
-    at any depth) replaced by :data:`MASK`: what a run folder may record of ``extra_body``."""
-    def walk(v):
-        if isinstance(v, dict):
-            return {k: MASK if secret_name(k) else walk(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return v
+    at any depth) replaced by :data:`MASK`: what a run folder may record of ``extra_body``
+    (:func:`workbench.checks.mask_secrets`)."""
+    return mask_secrets(body)
 
-    return walk(body)
+
+def plain_http_allowed() -> bool:
+    """Whether the user lifted the plain-HTTP refusal on the command line (``--allow-plain-http-key``)."""
+    return os.environ.get(ALLOW_PLAIN_HTTP_ENV) == "1"
+
+
+def check_key_env(env: str) -> str:
+    """``env`` when it names a variable marked for API keys: it starts with :data:`KEY_PREFIX` or is listed in
+    ``$WORKBENCH_KEY_VARS``; ``""`` (no key) passes.
+
+    Raises:
+        ParameterError: any other variable (one line naming it and how to mark one).
+    """
+    if not env:
+        return ""
+    marked = {x.strip() for x in os.environ.get(KEY_VARS_ENV, "").split(",") if x.strip()}
+    if not env.startswith(KEY_PREFIX) and env not in marked:
+        raise ParameterError(f"endpoint.api_key_env: {env} is not marked as holding an API key; name a variable "
+                             f"starting {KEY_PREFIX} (export {KEY_PREFIX}VLLM=...) or list it in ${KEY_VARS_ENV} "
+                             f"(export {KEY_VARS_ENV}={env})")
+    return env
 SERVER_SIDE_NOTE = ("external endpoint: it reports no engine-side figures (queue_s, prefill_s, engine_ttft_s, "
                     "engine_batch), so they are empty; latencies and token counts are the client's and usage's")
 REPORTED_NOTE = ("external endpoint: queue_s, prefill_s and engine_ttft_s as its server reported them; engine_batch "
@@ -120,6 +146,10 @@ class Endpoint:
         if not isinstance(value, dict):
             raise ParameterError(f"endpoint: must be a mapping {{url, model, api_key_env, name}} "
                                  f"(got {type(value).__name__})")
+        if "allow_plain_http_key" in value:
+            raise ParameterError("endpoint.allow_plain_http_key: a suite cannot lift the refusal to send a key over "
+                                 "plain http://; type --allow-plain-http-key on the command line (workbench run / "
+                                 "sweep) if you mean it")
         extra = sorted(set(value) - set(KEYS))
         if extra:
             raise ParameterError(f"endpoint: unknown key {', '.join(map(str, extra))}; allowed: {', '.join(KEYS)}")
@@ -136,6 +166,10 @@ class Endpoint:
         if userinfo:  # never echo it: it is a credential
             raise ParameterError("endpoint.url: credentials in the URL (user:password@host) are refused (a run "
                                  "records its URL); give the key's variable name in endpoint.api_key_env")
+        in_query = [q.split("?", 1)[1] for q in secret_paths({"url": url}) if "?" in q]
+        if in_query:  # never echo it: it is a credential
+            raise ParameterError(f"endpoint.url: its query carries {', '.join(in_query)}, a secret (a run records its "
+                                 "URL); give the key's variable name in endpoint.api_key_env")
         url = url.rstrip("/")
         if url.endswith("/v1"):
             url = url[:-3]
@@ -146,7 +180,8 @@ class Endpoint:
         env = value.get("api_key_env") or ""
         if not isinstance(env, str) or (env and not env.replace("_", "").isalnum()):
             raise ParameterError(f"endpoint.api_key_env: must be the NAME of an environment variable, "
-                                 f"e.g. OPENAI_API_KEY (got {env!r})")
+                                 f"e.g. {KEY_PREFIX}VLLM (got {env!r})")
+        check_key_env(env)
         name = value.get("name") or ENDPOINT
         if not isinstance(name, str) or name in reserved:
             raise ParameterError(f"endpoint.name: a label that is not a built-in engine "
@@ -160,17 +195,17 @@ class Endpoint:
             raise ParameterError(f"endpoint.extra_body: {', '.join(overrides)} is set by the load generator and "
                                  f"recorded with each point; extra_body may not override it "
                                  f"(measured fields: {', '.join(MEASURED_FIELDS)})")
-        secret = sorted(k for k in extra if secret_name(k))
+        secret = secret_paths(extra)   # at any depth: chat_template_kwargs.auth_token too
         if secret:
-            raise ParameterError(f"endpoint.extra_body: {', '.join(secret)} looks like a secret, and the endpoint "
-                                 "mapping is recorded with the run (its notebook parameters); send a key through "
+            raise ParameterError(f"endpoint.extra_body: {', '.join(secret[:5])} "
+                                 f"{'looks' if len(secret) == 1 else 'look'} like a secret, and the endpoint mapping "
+                                 "is recorded with the run (manifest, notebooks, report); send a key through "
                                  "endpoint.api_key_env")
-        allow = value.get("allow_plain_http_key", False)
-        if not isinstance(allow, bool):
-            raise ParameterError(f"endpoint.allow_plain_http_key: must be true or false (got {allow!r})")
+        allow = plain_http_allowed()
         if env and parts.scheme == "http" and not is_loopback(host) and not allow:
             raise ParameterError(f"endpoint.url: the key in ${env} would be sent in clear over http:// to {host}; "
-                                 "use https://, a loopback address, or set endpoint.allow_plain_http_key: true")
+                                 "use https://, a loopback address, or type --allow-plain-http-key on the command "
+                                 "line")
         try:
             json.dumps(extra)
         except (TypeError, ValueError):
@@ -186,6 +221,7 @@ class Endpoint:
         """
         if not self.api_key_env:
             return None
+        check_key_env(self.api_key_env)
         key = os.environ.get(self.api_key_env, "")
         if not key:
             raise ParameterError(f"endpoint.api_key_env: environment variable {self.api_key_env} is not set")
@@ -200,17 +236,18 @@ class Endpoint:
         from urllib.parse import urlsplit
 
         u = urlsplit(self.url)
-        if self.api_key_env and u.scheme != "https" and not is_loopback(u.hostname) and not self.allow_plain_http_key:
+        allowed = self.allow_plain_http_key or plain_http_allowed()
+        if self.api_key_env and u.scheme != "https" and not is_loopback(u.hostname) and not allowed:
             raise ParameterError(f"endpoint.url: the key in ${self.api_key_env} would be sent in clear over http:// "
-                                 f"to {u.hostname}; use https://, a loopback address, or set "
-                                 "endpoint.allow_plain_http_key: true")
+                                 f"to {u.hostname}; use https://, a loopback address, or type --allow-plain-http-key "
+                                 "on the command line")
         key = self.api_key()
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     def describe(self) -> dict:
         """What a run folder records about the target: url, model, label and the key's variable NAME (never
         the key)."""
-        return {"endpoint_url": self.url, "endpoint_model": self.model, "endpoint_name": self.name,
+        return {"endpoint_url": mask_secrets(self.url), "endpoint_model": self.model, "endpoint_name": self.name,
                 "endpoint_api_key_env": self.api_key_env, "endpoint_extra_body": json.dumps(masked(self.extra_body))}
 
 
@@ -242,6 +279,8 @@ def check_endpoint(ep: Endpoint, timeout: float = 30.0) -> dict:
     """
     import httpx
 
+    from workbench.load.client import stream_reply
+
     headers = ep.headers()
     where = f"{ep.url}/v1"
     with _client(timeout) as http:
@@ -250,7 +289,7 @@ def check_endpoint(ep: Endpoint, timeout: float = 30.0) -> dict:
         except httpx.HTTPError as exc:
             raise ParameterError(f"endpoint.url: cannot reach {ep.url} ({type(exc).__name__}: "
                                  f"{_first_line(str(exc)) or 'no answer'})") from None
-        _refused(resp, ep)
+        _refused(resp.status_code, ep)
         try:
             body = resp.json() if resp.status_code == 200 else None
         except ValueError:
@@ -265,38 +304,27 @@ def check_endpoint(ep: Endpoint, timeout: float = 30.0) -> dict:
                                  f"{', '.join(ids) or 'nothing'}")
         body = {"model": ep.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
                 "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
-        chunks, usage = 0, False
-        try:
-            with http.stream("POST", f"{where}/chat/completions", json=body, headers=headers) as r:
-                if r.status_code != 200:
-                    r.read()
-                    _refused(r, ep)
-                    raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: a streamed chat "
-                                         f"completion answered HTTP {r.status_code}: {_first_line(r.text)}")
-                for line in r.iter_lines():
-                    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                        continue
-                    obj = json.loads(line[5:].strip())
-                    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
-                        raise ValueError("a data: line without choices")
-                    for c in obj["choices"]:
-                        if not isinstance(c, dict) or not isinstance(c.get("delta", {}), dict):
-                            raise ValueError("a choice without delta")
-                    usage = usage or isinstance(obj.get("usage"), dict)
-                    chunks += 1
-        except (ValueError, httpx.HTTPError) as exc:
+        reply = stream_reply(http, f"{where}/chat/completions", body, headers, strict=True)
+        if reply.status not in (None, 200):
+            _refused(reply.status, ep)
+            raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: a streamed chat "
+                                 f"completion answered HTTP {reply.status}: {_first_line(reply.refusal_text)}")
+        if isinstance(reply.exception, (ValueError, RuntimeError, httpx.HTTPError)):  # a broken or error stream
             raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: its streamed chat completion "
-                                 f"is not of the OpenAI chunk shape ({_first_line(str(exc))})") from None
-        if not chunks:
+                                 f"is not of the OpenAI chunk shape ({_first_line(str(reply.exception))})") from None
+        if reply.exception is not None:
+            raise reply.exception
+        if not reply.events:
             raise ParameterError(f"endpoint.url: {ep.url} is not OpenAI-compatible: a streamed chat completion "
                                  "sent no data: chunk")
+        usage = isinstance(reply.usage, dict)
     return {"models": ids, "usage_in_stream": usage}
 
 
-def _refused(resp, ep: Endpoint) -> None:
-    if resp.status_code in (401, 403):
+def _refused(status: int, ep: Endpoint) -> None:
+    if status in (401, 403):
         how = f"the key in ${ep.api_key_env}" if ep.api_key_env else "no API key (set endpoint.api_key_env)"
-        raise ParameterError(f"endpoint.api_key_env: {ep.url} refused {how} (HTTP {resp.status_code})")
+        raise ParameterError(f"endpoint.api_key_env: {ep.url} refused {how} (HTTP {status})")
 
 
 def local_server_pid(ep: Endpoint) -> int | None:

@@ -174,6 +174,7 @@ def read_trace(path) -> list[dict]:
     p = Path(path)
     if not p.is_file():
         raise ParameterError(f"trace: no such file {str(p)!r}")
+    checks.check_file_size("trace", p)   # shared between people: bounded (workbench.checks.MAX_INPUT_BYTES ...)
     rows, last = [], -math.inf
     for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -188,8 +189,10 @@ def read_trace(path) -> list[dict]:
         if missing:
             raise ParameterError(f"trace: line {i}: missing field {', '.join(missing)}")
         off = checks.check_float(f"trace: line {i}: offset_s", obj["offset_s"], lo=0, hi=MAX_SPAN_S)
-        checks.check_int(f"trace: line {i}: prompt_tokens", obj["prompt_tokens"], lo=1)
-        checks.check_int(f"trace: line {i}: output_tokens", obj["output_tokens"], lo=1)
+        checks.check_int(f"trace: line {i}: prompt_tokens", obj["prompt_tokens"], lo=1, hi=checks.MAX_REQUEST_TOKENS)
+        checks.check_int(f"trace: line {i}: output_tokens", obj["output_tokens"], lo=1, hi=checks.MAX_REQUEST_TOKENS)
+        if len(rows) >= checks.MAX_REQUESTS:
+            raise ParameterError(f"trace: line {i}: more than {checks.MAX_REQUESTS} requests")
         if off < last:
             raise ParameterError(f"trace: line {i}: offset_s {off} is before the previous one ({last}); "
                                  "arrival times must not decrease")

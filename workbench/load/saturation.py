@@ -38,8 +38,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from workbench.stats import evidence, slo
+from workbench.checks import float_or_nan
 from workbench.load import load
+from workbench.stats import evidence, slo
 
 KEPT_UP = "kept up"
 FELL_BEHIND = "fell behind"
@@ -81,13 +82,6 @@ def rate_ratio_interval(arrivals: int, arrival_rps: float, completions: int, com
     return ratio, rho(float(ci.low)), rho(float(ci.high))
 
 
-def _num(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
 def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE, confidence: float = CONFIDENCE) -> str | None:
     """Whether an open-loop point kept up with its arrivals: the one definition (knee, recommendation, search).
 
@@ -111,18 +105,18 @@ def kept_up(point, tolerance: float = KEPT_UP_TOLERANCE, confidence: float = CON
     if bool(get("stopped_early") or False):
         return FELL_BEHIND
     for col in ("requests_unsent", "requests_incomplete"):
-        v = _num(get(col))
+        v = float_or_nan(get(col))
         if v == v and v > 0:
             return FELL_BEHIND
-    arr, comp = _num(get("arrival_rps")), _num(get("completion_rps"))
+    arr, comp = float_or_nan(get("arrival_rps")), float_or_nan(get("completion_rps"))
     if not (arr == arr and comp == comp):
-        arr, comp = _num(get("offered_rps")), _num(get("request_throughput_rps"))
-    n_a, n_c = _num(get("arrival_count")), _num(get("completion_count"))
+        arr, comp = float_or_nan(get("offered_rps")), float_or_nan(get("request_throughput_rps"))
+    n_a, n_c = float_or_nan(get("arrival_count")), float_or_nan(get("completion_count"))
     if not (n_a == n_a and n_c == n_c):
-        n_a = n_c = _num(get("requests_planned_window"))
+        n_a = n_c = float_or_nan(get("requests_planned_window"))
     if not (arr == arr and arr > 0 and comp == comp and n_a == n_a):
         return UNDETERMINED
-    g_low, g_high = _num(get("backlog_growth_low")), _num(get("backlog_growth_high"))
+    g_low, g_high = float_or_nan(get("backlog_growth_low")), float_or_nan(get("backlog_growth_high"))
     if g_low == g_low and g_high == g_high:       # the in-flight growth test: a backlog share per arrival
         low, high = 1 - g_high, 1 - g_low
     else:

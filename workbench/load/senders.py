@@ -11,7 +11,6 @@ abandon their request). Latencies count from the scheduled time (no coordinated 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import threading
 import time
@@ -27,7 +26,8 @@ from workbench.stats import metrics
 def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0, temperature: float = 0.0,
                 ignore_eos: bool = True, client=None, headers: dict | None = None,
                 extra_body: dict | None = None) -> Callable:
-    """A ``send(spec, t_scheduled) -> row`` over an OpenAI-compatible streaming endpoint (``httpx``).
+    """A ``send(spec, t_scheduled) -> row`` over an OpenAI-compatible streaming endpoint (``httpx``, the reply read by
+    :func:`workbench.load.client.stream_reply`, the one stream loop).
 
     Client-side ``ttft_s`` / ``e2e_s`` are from the scheduled time to the first / last content chunk
     (:func:`workbench.stats.metrics.request_timing` over chunk arrival times); ``chunk_itl_s`` are chunk gaps
@@ -58,7 +58,7 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
     """
     import httpx
 
-    from workbench.load.client import http_client
+    from workbench.load.client import http_client, stream_reply
     from workbench.serving.protocol import SERVED_MODEL
 
     http = client or http_client(timeout, limits=httpx.Limits(max_connections=1024, max_keepalive_connections=64))
@@ -75,43 +75,17 @@ def http_sender(base_url: str, model: str | None = None, timeout: float = 600.0,
         if getattr(spec, "priority", 0):
             body["priority"] = spec.priority
         patience = getattr(spec, "patience_s", None)
-        row = {"t_sent": time.perf_counter()}
         give_up = _Patience(t_scheduled + patience) if patience is not None else None
-        stamps, parts, engine, usage, finish = [], [], {}, None, None
-        try:
-            with (patient_http if give_up else http).stream(
-                    "POST", url, json=body, headers=headers or None,
-                    extensions={"trace": give_up.trace} if give_up else None) as resp:
-                row["t_headers"] = time.perf_counter()
-                if give_up:
-                    give_up.attach(resp.extensions.get("network_stream"))
-                if resp.status_code != 200:
-                    resp.read()
-                    row.update(_refusal(resp.status_code, resp.headers.get("retry-after")))
-                    raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
-                for line in resp.iter_lines():
-                    if give_up and give_up.abandoned:
-                        break  # leaving the block closes the connection
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    t = time.perf_counter()
-                    obj = json.loads(line[6:])
-                    if "error" in obj:
-                        raise RuntimeError(f"server error: {obj['error'].get('message')}")
-                    engine = obj.get("engine") or engine
-                    usage = obj.get("usage") or usage
-                    choices = obj.get("choices", [])
-                    if give_up and any((c.get("delta") or {}).get("content") for c in choices) \
-                            and not give_up.got_content():
-                        break  # it came after the client gave up
-                    for c in choices:
-                        if (c.get("delta") or {}).get("content"):
-                            stamps.append(t)
-                            parts.append(c["delta"]["content"])
-                        finish = c.get("finish_reason") or finish
-        except Exception as exc:  # a failed request is a row (an SLO miss), never a crash of the run
-            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        row["t_done"] = time.perf_counter()
+        reply = stream_reply(patient_http if give_up else http, url, body, headers, patience=give_up)
+        row = {"t_sent": reply.t_send}
+        if reply.t_headers is not None:
+            row["t_headers"] = reply.t_headers
+        if reply.status not in (None, 200):
+            row.update(_refusal(reply.status, reply.retry_after))
+        if reply.error:
+            row["error"] = reply.error
+        row["t_done"] = reply.t_end
+        stamps, parts, engine, usage, finish = reply.stamps, reply.texts, reply.engine, reply.usage, reply.finish_reason
         row["abandoned"] = bool(give_up and give_up.finish())
         if row["abandoned"]:  # the client closed the connection: no error, nothing to retry, nothing received
             row["error"], finish, usage, engine, stamps, parts = None, "abandoned", None, {}, [], []

@@ -4,7 +4,7 @@ deterministic random weights, so sweeps run on a real model's shapes where its w
 Speed on random weights is speed on the real shapes (the same matrices, cache and kernels; a decode step's
 cost does not depend on the weights' values), but every quality figure is meaningless: the model is marked
 (``ModelInfo.random_weights``, the ``random_weights`` row column, ``(random weights)`` in its name) and
-quality metrics are switched off by the callers that compute them (:func:`is_random`).
+quality metrics are switched off by the callers that compute them.
 
 Weights: ``transformers``' own initialisation of the architecture (normal with the config's
 ``initializer_range``), under ``torch.manual_seed(seed)``: the same config and seed give the same weights on
@@ -29,12 +29,6 @@ SEED = 0
 def is_config_spec(spec) -> bool:
     """True for a ``config:PATH`` model spec."""
     return isinstance(spec, str) and spec.startswith(PREFIX)
-
-
-def is_random(loaded_or_info) -> bool:
-    """True when a loaded model (or its ``info``) has random weights: quality metrics must be off."""
-    info = getattr(loaded_or_info, "info", loaded_or_info)
-    return bool(getattr(info, "random_weights", False))
 
 
 def shipped() -> dict[str, Path]:

@@ -21,9 +21,8 @@ import functools
 import os
 import subprocess
 import time
-from pathlib import Path
 
-_REPO = Path(__file__).resolve().parents[2]
+from workbench.paths import REPO
 
 PROBE_SPREAD_LIMIT = 0.25  # a probe whose trials spread more than this (max-min over median) is flagged noisy
 
@@ -228,10 +227,10 @@ def git_commit() -> str | None:
     """The workbench's git commit (with ``-dirty`` when the tree has changes), or None outside git."""
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=_REPO, capture_output=True, text=True, timeout=5, check=True
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=5, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=_REPO, capture_output=True, text=True,
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True,
             timeout=5,
         ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
@@ -246,7 +245,7 @@ def facts(info=None, seed: int | None = None, probe: bool = True, prior: dict | 
         info: :class:`workbench.measure.models.ModelInfo` of the loaded model, or None (then no model, device or
             probe figures).
         seed: the run's base seed.
-        probe: run :func:`probe_device` (2-3 s, cached per process) when ``prior`` has no figures.
+        probe: run :func:`probe_device` (seconds, cached per process) when ``prior`` has no figures.
         prior: probe figures (:data:`PROBE_KEYS`) already measured on this device and dtype (e.g. by the
             run's current session, :func:`workbench.run.results.environment`); used instead of a new probe.
 
@@ -321,7 +320,7 @@ def supported_attention(device: str) -> tuple[str, ...]:
     on CUDA also ``flex_attention`` and ``flash_attention_2``/``_3`` when the ``flash_attn`` package is
     installed (FlashAttention kernels are CUDA-only)."""
     out = ["eager", "sdpa"]
-    if device == "cuda":  # transformers' registry only here: the command line validates without importing it (~2 s)
+    if device == "cuda":  # transformers' registry only here: the command line validates without importing it
         import importlib.util
 
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS

@@ -47,8 +47,6 @@ from workbench.measure.device import synchronize
 from workbench.measure.timers import PrefillTimer, StreamerGroup, TokenTimer, VerifyCounter
 from workbench.errors import ParameterError
 
-Prompt = "str | list[dict]"
-
 
 @dataclass(frozen=True)
 class GenerationSettings:
@@ -138,7 +136,7 @@ def model_lock(model) -> threading.RLock:
 
 
 @functools.cache
-def _criteria():
+def criteria_classes():
     """The two ``transformers`` stopping criteria of this module, ``(Cancel, RowStops)``, built on first use:
     ``transformers`` (and torch under it) is imported by the first generation, not by every importer of this
     module (the command line validates parameters and runs notebooks without either)."""
@@ -284,8 +282,8 @@ def token_id(tokenizer, text: str) -> int | None:
     """The id of ``text`` when it is one token of the vocabulary (added tokens included), else None.
 
     A lookup of that one token (``convert_tokens_to_ids``, checked back with ``convert_ids_to_tokens``: an unknown
-    token maps to the unknown-token id), not ``get_vocab()``: that builds the whole vocabulary dict, ~30 ms for a
-    49k-token vocabulary on the 2-core build VM, and the end ids are looked up after every ``generate``.
+    token maps to the unknown-token id), not ``get_vocab()``: that builds the whole vocabulary dict (tens of
+    thousands of entries), and the end ids are looked up after every ``generate``.
     """
     i = tokenizer.convert_tokens_to_ids(text)
     return int(i) if i is not None and tokenizer.convert_ids_to_tokens(int(i)) == text else None
@@ -409,7 +407,7 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
     if stopping_criteria is not None:
         from transformers import StoppingCriteriaList
 
-        row_stops = _criteria()[1](stopping_criteria, enc["input_ids"].shape[1])
+        row_stops = criteria_classes()[1](stopping_criteria, enc["input_ids"].shape[1])
         stopping_criteria = StoppingCriteriaList([row_stops])
     torch.manual_seed(settings.seed)
     try:
@@ -457,7 +455,7 @@ def _emitted(step_sizes: list[int], output_tokens: int) -> list[int]:
     return out
 
 
-def _decode(tokenizer, ids, finish_reason: str) -> str:
+def decode_output(tokenizer, ids, finish_reason: str) -> str:
     """Decode output ids; a multi-byte character cut by ``max_new_tokens`` (a trailing U+FFFD) is dropped."""
     text = tokenizer.decode(ids, skip_special_tokens=True)
     return text.rstrip("\ufffd") if finish_reason == "length" else text
@@ -490,7 +488,7 @@ def _records(timer: TokenTimer, enc, tokenizer, eos_ids, t_submit, prefill_s, se
                 "prefill_s": prefill_s,
                 **timing,
                 "finish_reason": finish,
-                "text": _decode(tokenizer, ids, finish),
+                "text": decode_output(tokenizer, ids, finish),
                 "output_ids": ids,
                 **settings_cols,
             }

@@ -56,7 +56,7 @@ class MemoryTracker:
 
     At the first generated step the prompt's KV cache is complete and the
     prefill's temporaries are freed; on CPU the tracker then calls glibc
-    ``malloc_trim(0)`` once (~5-10 ms, which lands in the second token's ITL) so
+    ``malloc_trim(0)`` once (milliseconds, which land in the second token's ITL) so
     that freed memory leaves the RSS, and reads the growth: that reading is the
     measured KV cache (``first_step_growth_bytes``). Later steps only update
     ``max_growth_bytes`` (the cache's growth plus allocator fragmentation).

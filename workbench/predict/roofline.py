@@ -24,7 +24,7 @@ The model (one home of these formulas; the per-point utilisation figures MBU/MFU
   multicore architectures" (CACM 2009): a phase takes ``max(memory_s, compute_s)`` when data movement and math
   overlap (GPUs); on a CPU the same cores do both, so the terms add (the no-overlap bound); :class:`Device`
   ``overlap`` chooses.
-- **Calibration** (:func:`workbench.predict.roofline_calibration.calibrate`, ~15-20 s on a 2-core CPU): a few
+- **Calibration** (:func:`workbench.predict.roofline_calibration.calibrate`, seconds, once per machine): a few
   measured prefills and decode steps fit a fixed per-call overhead ``o`` per phase (kernel launches, Python, the
   ``generate`` loop) and the achieved fraction ``eta`` of the probed matmul FLOP/s (prefill); the probed copy
   bandwidth is taken as achievable. Prefill: ``o_p + combine(memory_s, compute_s / eta_p)``. Decode on a CPU (no
@@ -215,8 +215,8 @@ class Calibration:
         batched_step_overhead_s: extra seconds per decode step when the batch has more than one row (CPU):
             at one row every linear layer is a matrix-vector product (a GEMV kernel streaming the weights
             once); at two or more rows the BLAS library switches to GEMM kernels that pack the weight
-            panels each call, a fixed cost per step that per-row terms cannot express (measured on this
-            2-core EPYC: TPOT 107 ms at batch 1, 208 ms at batch 2, 246 ms at batch 8).
+            panels each call, a fixed cost per step that per-row terms cannot express (the TPOTs that showed it:
+            results/LOG.md, 2026-12-06).
         calibrated: False for the uncalibrated defaults (pure roofline).
         calibration_s: wall seconds the calibration took.
         version: :data:`CALIBRATION_VERSION` of the fit (a cached calibration of another version is refitted).
@@ -258,9 +258,8 @@ DECODE_PARAMETERS = 4
 RECALIBRATE_LIMIT = 0.15
 #: Beyond this (|today / cached - 1| of bandwidth or FLOP/s) a loaded model is refitted; between
 #: :data:`RECALIBRATE_LIMIT` and this the calibration is rescaled to today's probe (cheap, and within 15% of a
-#: refit at 1.6x the FLOP/s: ``tests/predict/test_roofline_calibration.py``). On the 2-core build VM the matmul
-#: FLOP/s of a fresh process varies 112-189 GFLOP/s on a quiet machine, so a 15% refit rule refitted (~20 s) in
-#: most new processes.
+#: refit at 1.6x the FLOP/s: ``tests/predict/test_roofline_calibration.py``). A fresh process's matmul FLOP/s varies by more than 15%
+#: on a quiet CPU (results/LOG.md, 2026-12-06), so a 15% refit rule refitted in most new processes.
 REFIT_LIMIT = 0.5
 
 
@@ -288,7 +287,7 @@ def decode_terms(shape: ModelShape, batch_size: int, context_tokens: float, kv_t
     return float(nbytes), float(flops)
 
 
-def _phase(mem_s: float, comp_s: float, overhead_s: float, overlap: bool) -> tuple[float, dict]:
+def phase_time(mem_s: float, comp_s: float, overhead_s: float, overlap: bool) -> tuple[float, dict]:
     """Phase time and its split ``{overhead, memory, compute}`` (with overlap only the larger term counts)."""
     if overlap:
         split = {"overhead": overhead_s, "memory": mem_s if mem_s >= comp_s else 0.0,
@@ -314,9 +313,9 @@ def predict(shape: ModelShape, device: Device, calib: Calibration, batch_size: i
     flops = device.flops_at(threads)
     bw = device.bandwidth_bytes_per_s
     pb, pf = prefill_terms(shape, B, L)
-    prefill_s, psplit = _phase(pb / bw, pf / flops / calib.prefill_efficiency, calib.prefill_overhead_s, device.overlap)
+    prefill_s, psplit = phase_time(pb / bw, pf / flops / calib.prefill_efficiency, calib.prefill_overhead_s, device.overlap)
     db, df = decode_terms(shape, B, L + n / 2, calib.kv_traffic)
-    tpot_s, dsplit = _phase(db / bw, df / flops / calib.decode_efficiency,
+    tpot_s, dsplit = phase_time(db / bw, df / flops / calib.decode_efficiency,
                             calib.step_overhead_s + calib.step_row_overhead_s * B
                             + (calib.batched_step_overhead_s if B > 1 else 0.0), device.overlap)
     ttft = calib.ttft_overhead_s + prefill_s

@@ -142,11 +142,10 @@ def _fit_calibration(shape: ModelShape, device: Device, runs: pd.DataFrame) -> C
 #: default CPU suite's batches 1-16 are then inter- or mildly extrapolated); a pair of batch 1 and 2 at 64 tokens
 #: makes six workloads, two more than the decode fit's four coefficients, so the fit is not exact and each workload
 #: can be held out (:func:`fit_calibration`); of the pairs tried on synthetic data with 3% noise, a same-context
-#: batch 1/2 pair pinned the kernel-switch term best. 8 new tokens each, one warm-up and two timed repeats: ~25 s
-#: on 2 quiet CPU cores (float32, SmolLM2-135M).
+#: batch 1/2 pair pinned the kernel-switch term best. 8 new tokens each, one warm-up and two timed repeats.
 CALIBRATION_RUNS = ((1, 32), (1, 384), (2, 32), (8, 96), (1, 64), (2, 64))
 #: Half the tokens, same levers: for a dtype the CPU runs without native units (bfloat16 without AVX512-BF16/AMX
-#: is ~2-3x slower than float32), so its calibration also stays under ~40 s (with ``repeats=1``).
+#: is several times slower than float32), so its calibration takes about as long (with ``repeats=1``).
 CALIBRATION_RUNS_SMALL = ((1, 32), (1, 192), (2, 32), (4, 64), (1, 64), (2, 64))
 CALIBRATION_NEW_TOKENS = 8
 
@@ -164,8 +163,7 @@ def cache_path(model_path: str, device: str, dtype: str, threads: int) -> Path:
 def calibrate(loaded, repeats: int = 2, save: bool = True, trials: int = 7,
               runs: Sequence[tuple[int, int]] = CALIBRATION_RUNS) -> tuple[Device, Calibration]:
     """Probe the device (``trials`` per figure) and fit the overheads on the loaded model (``runs``: (batch,
-    prompt tokens), ``repeats`` timed runs each), in ~20 s for float32 on 2 CPU cores (a dtype the CPU has no
-    native units for, e.g. bfloat16 without AVX512-BF16/AMX, is slower: use :data:`CALIBRATION_RUNS_SMALL`,
+    prompt tokens), ``repeats`` timed runs each) (a dtype the CPU has no native units for, e.g. bfloat16 without AVX512-BF16/AMX, is slower: use :data:`CALIBRATION_RUNS_SMALL`,
     ``repeats=1, trials=3``).
 
     Returns:
@@ -255,7 +253,7 @@ def check_calibration(cached: tuple[Device, Calibration], today: Device, loaded=
 
 
 #: (calibration file, its mtime) -> the ``(device, calibration)`` checked (or fitted) in this process. A
-#: run's notebooks share one kernel, so the check - a probe, and a ~20 s refit when the machine moved - is paid
+#: run's notebooks share one kernel, so the check - a probe, and a refit when the machine moved - is paid
 #: once per run; without it each notebook compared the 3-trial probe with the refit's own 7-trial probe and, on a
 #: noisy day, refitted again (two refits in notebooks 01-02 of one quick run).
 _CHECKED: dict = {}
@@ -274,7 +272,7 @@ def _checked_key(model_path, device: str, dtype: str, threads: int) -> tuple:
 def checked_cached(model_path: str, device: str, dtype: str, threads: int, loaded=None,
                    **calibrate_kwargs) -> tuple[Device, Calibration] | None:
     """:func:`load_cached` checked against today's probe of the device (:func:`check_calibration`): the process's
-    one :func:`workbench.measure.device.probe_device` (7 trials, ~1 s), the same the run's environment record takes, or
+    one :func:`workbench.measure.device.probe_device` (7 trials), the same the run's environment record takes, or
     None when nothing is cached.
 
     Once per process: a later call for the same model, device, dtype and threads returns the first one's result
@@ -338,7 +336,7 @@ class Predictor:
         if not dtype or dtype in ("auto", self.shape.dtype):
             return self.shape, self.device, self.calib
         if dtype not in self._devices:
-            cached = load_cached(self.model_path, self.device.name, dtype, _threads()) if self.model_path else None
+            cached = load_cached(self.model_path, self.device.name, dtype, torch_threads()) if self.model_path else None
             if cached is not None and self.probe:
                 cached = check_calibration(cached, Device.probe(self.device.name, dtype, trials=2))
             if cached is None:
@@ -387,7 +385,7 @@ class Predictor:
         return cls(shape, dev, Calibration(), probe=probe, model_path=path)
 
 
-def _threads() -> int:
+def torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
@@ -448,7 +446,7 @@ def predictor_for(loaded, model: str, device: str, dtypes: Sequence[str], calibr
 
     info = loaded.info
     dev = info.device.split(":")[0]
-    threads = _threads()
+    threads = torch_threads()
     # a cached calibration is checked against today's probe and refitted (or, not calibrating, rescaled) when off
     cached = checked_cached(info.path, dev, info.dtype, threads, loaded if calibrate_dtypes else None)
     if cached is None and calibrate_dtypes:

@@ -213,13 +213,15 @@ class TwinConfig:
     router: str = "round_robin"
 
     def __post_init__(self):
-        checks.check_int("replicas", self.replicas, lo=1)
+        checks.check_int("max_batch_size", self.max_batch_size, lo=1, hi=checks.MAX_BATCH_SIZE)
+        checks.check_int("max_batch_tokens", self.max_batch_tokens, lo=1, hi=checks.MAX_REQUEST_TOKENS)
+        checks.check_int("replicas", self.replicas, lo=1, hi=checks.MAX_BATCH_SIZE)
         checks.check_choice("router", self.router, ROUTERS)
         if self.max_pending is not None:
             checks.check_int("max_pending", self.max_pending, lo=1)
         checks.check_int("max_retries", self.max_retries, lo=0)
         checks.check_float("max_retry_wait_s", self.max_retry_wait_s, lo=0)
-        checks.check_int("page_size", self.page_size, lo=1)
+        checks.check_int("page_size", self.page_size, lo=1, hi=checks.MAX_REQUEST_TOKENS)
         self.queue(None)  # the engine, the policy and their options: one-line errors now (serving.options' rules)
 
     def engine_options(self) -> options.EngineOptions:
@@ -249,11 +251,15 @@ def check_specs(specs: Sequence[TwinSpec]) -> list:
     """``specs`` when every offset is finite and >= 0 and sizes are >= 1 (one-line ParameterError)."""
     if not specs:
         raise ParameterError("requests: need at least one request")
+    if len(specs) > checks.MAX_REQUESTS:
+        raise ParameterError(f"requests: at most {checks.MAX_REQUESTS} requests are simulated (got {len(specs)})")
+    top = checks.MAX_REQUEST_TOKENS   # bounded: a request's sizes set the twin's arrays (2e9 tokens: 15 GiB)
     for i, s in enumerate(specs):
         if not (s.offset_s == s.offset_s) or s.offset_s < 0 or math.isinf(s.offset_s):
             raise ParameterError(f"trace: request {i}: offset_s must be finite and >= 0 (got {s.offset_s})")
-        checks.check_int(f"trace: request {i}: prompt_tokens", s.prompt_tokens, lo=1)
-        checks.check_int(f"trace: request {i}: output_tokens", s.max_tokens, lo=1)
+        checks.check_int(f"trace: request {i}: prompt_tokens", s.prompt_tokens, lo=1, hi=top)
+        checks.check_int(f"trace: request {i}: output_tokens", s.max_tokens, lo=1, hi=top)
+        checks.check_int(f"trace: request {i}: prefix_tokens", s.prefix_tokens, lo=0, hi=top)
         if s.patience_s is not None:
             checks.check_float(f"trace: request {i}: patience_s", s.patience_s, lo=0, lo_open=True)
     return list(specs)
@@ -263,8 +269,9 @@ def open_loop(profile: str, n: int, rate: float | None, prompt_tokens: int, max_
               seed: int = 0) -> list[TwinSpec]:
     """``n`` identical requests on the schedule of :func:`workbench.load.load.arrival_offsets` (``constant``,
     ``poisson``, ``gamma``; the same seed, the same schedule)."""
-    checks.check_int("prompt_tokens", prompt_tokens, lo=1)
-    checks.check_int("max_new_tokens", max_tokens, lo=1)
+    checks.check_int("prompt_tokens", prompt_tokens, lo=1, hi=checks.MAX_REQUEST_TOKENS)
+    checks.check_int("max_new_tokens", max_tokens, lo=1, hi=checks.MAX_REQUEST_TOKENS)
+    checks.check_int("requests", n, lo=1, hi=checks.MAX_REQUESTS)
     offs = load.arrival_offsets(profile, n, rate, burstiness, seed, max_span_s=math.inf)  # virtual time: no day cap
     return [TwinSpec(float(o), prompt_tokens, max_tokens) for o in offs]
 
@@ -300,17 +307,6 @@ def multiturn(conversations: int, turns: int, user_tokens: int, reply_tokens: in
             specs.append(TwinSpec(0.0, prompt, reply_tokens, prefix_key=f"conv{c}", prefix_tokens=shared,
                                   store_tokens=prompt, after=prev, conversation=c, turn=t))
             prev = len(specs) - 1
-    return specs
-
-
-def shared_prefix(requests: int, shared_prefix_tokens: int, user_tokens: int, reply_tokens: int) -> list[TwinSpec]:
-    """A shared-prefix group as notebook 11 runs it: one request after another, each opening with the same
-    document (prefix key ``doc``)."""
-    specs = []
-    for i in range(checks.check_int("requests", requests, lo=1)):
-        specs.append(TwinSpec(0.0, shared_prefix_tokens + user_tokens, reply_tokens, prefix_key="doc",
-                              prefix_tokens=shared_prefix_tokens, store_tokens=shared_prefix_tokens,
-                              after=i - 1 if i else None, conversation=i, turn=1))
     return specs
 
 
@@ -435,7 +431,8 @@ def simulate(cost: StepCost, specs: Sequence[TwinSpec], cfg: TwinConfig | None =
     rows = _rows(reqs)
     summary = summarize(rows, profile, slos, rate=rate)
     summary.update(busy_share=float(np.mean([e.busy_s for e in replicas]) / clock.now) if clock.now > 0 else math.nan,
-                   rejected=int(sum(e.rejected for e in replicas)), replicas=cfg.replicas, router=cfg.router,
+                   rejected=int(sum(e.rejected for e in replicas)), replicas=cfg.replicas, n_devices=cfg.replicas,
+                   router=cfg.router,
                    engine=cfg.engine, policy=cfg.policy, cost_source=cost.source, source=SOURCE)
     return TwinResult(rows, summary, clock.now)
 

@@ -12,10 +12,9 @@ model, calibrated on this machine from the workbench's own measurements.
   GEMV share, ``b2`` the KV-cache traffic per cached token, ``b3`` the CPU BLAS switch from matrix-vector to
   packed matrix-matrix kernels at two rows (:class:`workbench.predict.roofline.Calibration` ``batched_step_overhead_s``),
   plus ``r(B)``, the measured step's residual at its batch size (:attr:`StepCost.batch_residual_s`): a CPU's
-  matrix kernels are not linear in the rows. On this 2-core VM a bare ``generate`` step of 3 or 7 rows cost 103-114
-  ms where 4 to 6 rows cost 74-87 ms and 8 rows 79-96 ms (three interleaved rounds; the static engine's batches
-  alike), and the serving sweep's open-loop batches are of 2 to 8 rows: the linear form put them 10-18% low
-  (results/LOG.md, 2026-12-06). ``r`` is the median residual of the linear fit over the workloads measured at each
+  matrix kernels are not linear in the rows (a bare ``generate`` step of 3 or 7 rows cost more than one of 4 to 8 on
+  a 2-core CPU), and the serving sweep's open-loop batches are of 2 to 8 rows: the linear form put them low
+  (results/LOG.md, 2026-12-06: the figures). ``r`` is the median residual of the linear fit over the workloads measured at each
   batch size, interpolated between measured sizes, 0 past the largest (the linear form alone), and never takes a
   step below half the linear form's.
 - a ``continuous`` step mixes both (:meth:`StepCost.mixed_step_s`): the decode step of its decoding rows plus
@@ -44,10 +43,9 @@ its batch), fitted on points of one request at a time (no queue, no batch:
 streaming reader's own streams, outside the serving experiments, else a serving sweep's ``synchronous`` point; valid
 points only; one median per point, then the median over points) as the median of the measured ``ttft_s - queue_s`` and
 ``tpot_s`` over the generate-fitted model's predictions; the twin folds them into ``first_token_overhead_s`` and
-``b0``. Per step, not per row: on two fresh-clone default runs the served static engine's batch-8 step cost what bare
-``generate``'s did (91 vs 90 ms; 69 vs 78 ms), and a term fitted at batch 1 carries the machine's speed at that
-point's moment; charged per row it was multiplied by the batch (20 ms became 160 ms a step at batch 8; the twin 197%
-off e2e), charged per step it is bounded (results/LOG.md, 2026-12-05). A calibration point inside the serving
+``b0``. Per step, not per row: the served static engine's batch-8 step cost what bare ``generate``'s did, and a
+term fitted at batch 1 carries the machine's speed at that point's moment; charged per row it was multiplied by the
+batch, charged per step it is bounded (results/LOG.md, 2026-12-05: the figures). A calibration point inside the serving
 experiments is then in-sample, and the validation leaves it out of its errors
 (:func:`workbench.predict.twin_validation.validate`).
 
@@ -56,8 +54,8 @@ speed probe (``speed_probe_tpot_s``, the drift reference right before and after 
 it from ``points.parquet``), :func:`fit` and :func:`with_serving` first divide each row's times by its point's
 ``probe / reference`` (``reference_tpot_s``: the median probe over the fitted workloads), so the coefficients are the
 costs at one speed, and :meth:`StepCost.at_speed` rescales the whole model to a measured point's own probe before the
-twin predicts it. This VM's speed swings 25-58% within a sweep; a sweep's start and end references did not follow it
-(scaling by them left the twin 13-26% off e2e, results/LOG.md 2026-12-05), a reading beside each point does. A row
+twin predicts it. A shared CPU's speed swings within a sweep; a sweep's start and end references did not follow it
+(results/LOG.md, 2026-12-05: how far), a reading beside each point does. A row
 without a probe counts as measured at the reference speed, and a cost without ``reference_tpot_s`` is never
 rescaled.
 
@@ -132,9 +130,15 @@ class StepCost:
             checks.check_float(k, getattr(self, k), lo=0)
         if self.a0 + self.a1 + self.a2 <= 0 or self.b0 + self.b1 + self.b2 + self.b3 <= 0:
             raise ParameterError("cost: prefill and decode step both need a positive cost (all coefficients 0)")
+        if len(self.batch_residual_s) > checks.MAX_BATCH_SIZE:
+            raise ParameterError(f"batch_residual_s: at most {checks.MAX_BATCH_SIZE} rows "
+                                 f"(got {len(self.batch_residual_s)})")
         table = tuple(sorted((int(b), float(r)) for b, r in self.batch_residual_s))
         if any(b < 1 or not math.isfinite(r) for b, r in table):
             raise ParameterError("batch_residual_s: batch sizes >= 1 with finite residuals (seconds)")
+        if table and table[-1][0] > checks.MAX_BATCH_SIZE:  # r(B) is tabulated up to the largest (a lookup a step)
+            raise ParameterError(f"batch_residual_s: batch sizes must be <= {checks.MAX_BATCH_SIZE} "
+                                 f"(got {table[-1][0]})")
         object.__setattr__(self, "batch_residual_s", table)
         # r(B) for every batch size up to the largest measured (the twin asks once a step: a lookup, not np.interp)
         sizes = np.arange(1, table[-1][0] + 1) if table else np.arange(0)
@@ -485,11 +489,11 @@ def from_roofline(shape, device, calib=None, threads: int | None = None, max_bat
     for B in batches:
         for L in lens:
             nb, nf = roofline.prefill_terms(shape, B, L)
-            t, _ = roofline._phase(nb / bw, nf / flops / calib.prefill_efficiency, calib.prefill_overhead_s,
+            t, _ = roofline.phase_time(nb / bw, nf / flops / calib.prefill_efficiency, calib.prefill_overhead_s,
                                    device.overlap)
             pb.append(B), pl.append(L), py.append(t)
             nb, nf = roofline.decode_terms(shape, B, L, calib.kv_traffic)
-            t, _ = roofline._phase(nb / bw, nf / flops / calib.decode_efficiency,
+            t, _ = roofline.phase_time(nb / bw, nf / flops / calib.decode_efficiency,
                                    calib.step_overhead_s + calib.step_row_overhead_s * B
                                    + (calib.batched_step_overhead_s if B > 1 else 0.0), device.overlap)
             db.append(B), dc.append(B * L), dy.append(t)
@@ -511,6 +515,7 @@ def device_profile(text: str, dtype: str = "bfloat16"):
 
     p = Path(text)
     if p.suffix == ".json" and p.is_file():
+        checks.check_file_size("device_profile", p)
         raw = json.loads(p.read_text(encoding="utf-8"))
     else:
         raw = {}

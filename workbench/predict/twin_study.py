@@ -85,9 +85,16 @@ def scheduling_points(cost, cfg: twin.TwinConfig, policies, workload: dict, n: i
         workload: notebook 11's settings, at least :data:`SCHEDULING_WORKLOAD` (``short_share``,
             ``short_prompt_tokens``, ``long_prompt_tokens``, ``short_max_tokens``, ``long_max_tokens``,
             ``class_slo_ttft_s``): a run's recorded scheduling config, or the caller's defaults.
+
+    Raises:
+        ParameterError: a key of :data:`SCHEDULING_WORKLOAD` missing from ``workload``.
     """
     from workbench.stats.classes import class_columns
 
+    missing = [k for k in SCHEDULING_WORKLOAD if k not in workload]
+    if missing:
+        raise ParameterError(f"workload: notebook 11's {', '.join(missing)} missing (its recorded config, or its "
+                             "Config's defaults)")
     d = workload
     short_share, short_max_tokens, long_max_tokens = d["short_share"], d["short_max_tokens"], d["long_max_tokens"]
     short_prompt_tokens, long_prompt_tokens = d["short_prompt_tokens"], d["long_prompt_tokens"]
@@ -244,6 +251,7 @@ def cost_from(args) -> twin_cost.StepCost:
         p = Path(args.calibration)
         if not p.is_file():
             raise ParameterError(f"calibration: no such file {str(p)!r}")
+        checks.check_file_size("calibration", p)
         try:
             return twin_cost.StepCost.from_dict(json.loads(p.read_text(encoding="utf-8")))
         except ValueError as exc:
@@ -254,6 +262,7 @@ def cost_from(args) -> twin_cost.StepCost:
     mc = Path(args.model_config)
     if not mc.is_file():
         raise ParameterError(f"model_config: no such file {str(mc)!r}")
+    checks.check_file_size("model_config", mc)
     shape = roofline.ModelShape.from_config(json.loads(mc.read_text(encoding="utf-8")), args.dtype)
     model = mc.parent.name if mc.name == "config.json" and mc.parent.name else mc.stem
     return twin_cost.from_roofline(shape, dev, source=f"roofline:{dev.name}/{model}")
@@ -311,7 +320,8 @@ def command(args, load_defaults: dict, scheduling_defaults: dict, load_config) -
         cost = cost_from(args) if (args.calibration or args.device_profile or args.run) else None
         df, summ = validate(args.validate, cost)
         print(sentence(summ))
-        for k in ("knee_measured", "knee_simulated", "recommendation_measured", "recommendation_simulated"):
+        for k in ("mape_by_experiment", "knee_search", "knee_measured", "knee_simulated", "recommendation_measured",
+                  "recommendation_simulated", "recommendation_decided_count", "recommendation_undetermined_both"):
             if k in summ:
                 print(f"  {k}: {summ[k]}")
         print(f"  written: {Path(args.validate) / twin.VALIDATION_FILE}, metrics.json")
@@ -330,21 +340,23 @@ def command(args, load_defaults: dict, scheduling_defaults: dict, load_config) -
         raise ParameterError(f"rates: must be comma-separated numbers > 0 in req/s (got {args.rates!r})") from None
     if rates and args.trace:
         raise ParameterError("rates: a trace (--trace) brings its own arrivals; give --rates or --trace, not both")
-    checks.check_int("sweep_points", args.sweep_points, lo=1)
+    checks.check_int("sweep_points", args.sweep_points, lo=1, hi=1000)
     if rates:
         checks.check_float_list("rates", rates, lo=0, lo_open=True)
-    checks.check_int("requests", args.requests, lo=2)
+        if len(rates) > 1000:
+            raise ParameterError(f"rates: at most 1000 rates (got {len(rates)})")
+    checks.check_int("requests", args.requests, lo=2, hi=checks.MAX_REQUESTS)
     from_run = fill_workload(args, load_defaults)
-    checks.check_int("prompt_tokens", args.prompt_tokens, lo=1)
-    checks.check_int("max_new_tokens", args.max_new_tokens, lo=1)
-    checks.check_int("max_batch_size", args.max_batch_size, lo=1)
+    checks.check_int("prompt_tokens", args.prompt_tokens, lo=1, hi=checks.MAX_REQUEST_TOKENS)
+    checks.check_int("max_new_tokens", args.max_new_tokens, lo=1, hi=checks.MAX_REQUEST_TOKENS)
+    checks.check_int("max_batch_size", args.max_batch_size, lo=1, hi=checks.MAX_BATCH_SIZE)
     checks.check_float("batch_window_s", args.batch_window_s, lo=0)
     checks.check_float("target", args.target, lo=0, hi=1, lo_open=True)
     checks.check_float("load_factor", args.load_factor, lo=0, lo_open=True)
     if args.out:
         from workbench.run import results
 
-        out = results.inside_root(Path(args.out))   # one line before anything is simulated, not after
+        out = results.writable_run(args.out, must_exist=False)   # one line before anything is simulated
         held = [n for n in ("points.parquet", "requests.parquet") if (out / n).exists()]
         if held:   # a run's measured tables (or an earlier simulation's) are never overwritten
             raise ParameterError(f"out: {out} already holds {' and '.join(held)}; give a new folder (a simulation "

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.checks import float_or_nan
 from workbench.errors import ParameterError
 from workbench.predict import twin, twin_cost
 from workbench.run import metrics_file
@@ -54,10 +55,9 @@ def calibration_points(points: pd.DataFrame) -> list[str]:
     HTTP point at concurrency 1 alone when it was measured with a speed probe (its rows are brought to the
     calibration's speed: :func:`workbench.predict.twin_cost.with_serving`); else that point and the streaming
     reader's ``reader`` points (its streams read straight from the server) when the run has them, pooled over
-    several moments of the run (the served terms are a few ms, the difference of two measurements on a machine whose
-    speed swings 25% within minutes: one unprobed point measured in a slow stretch put 20 ms a step into them; on
-    the 2026-12-05 night run B the unprobed reader streams, at other moments, pulled the first-token term from 15 ms
-    to 2 ms and the twin from 9% to 11% off e2e). Both are outside the serving experiments, so every serving and
+    several moments of the run (the served terms are small, the difference of two measurements on a machine whose
+    speed swings within minutes: one unprobed point measured in a slow stretch moved them; results/LOG.md,
+    2026-12-05). Both are outside the serving experiments, so every serving and
     scheduling point stays out of sample; else the serving sweeps' ``synchronous`` points on a built-in engine; []
     when none is there (a point invalid for contention measured the machine: it calibrates nothing).
 
@@ -132,18 +132,11 @@ def cost_for(run_dir) -> twin_cost.StepCost:
             try:  # too few valid workloads: the invalid points' rows too, said in the source
                 cost = twin_cost.fit(bare, source=f"fit:{run.name} (non-serving rows, invalid points included)")
             except ParameterError:
-                return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
+                return twin_cost.fit(req, source=f"fit:{run.name} {ALL_ROWS}")
         calib = calibration_points(points)
         return twin_cost.with_serving(cost, req, calib) if calib else cost
-    return twin_cost.fit(req, source=f"fit:{run.name} (all rows)")
+    return twin_cost.fit(req, source=f"fit:{run.name} {ALL_ROWS}")
 
-
-def _num(v) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
 
 
 def specs_from_rows(rows: pd.DataFrame, cfg: dict, experiment: str) -> list:
@@ -156,11 +149,11 @@ def specs_from_rows(rows: pd.DataFrame, cfg: dict, experiment: str) -> list:
     out_col = "max_tokens" if "max_tokens" in rows and rows["max_tokens"].notna().all() else "max_new_tokens"
     specs = []
     for (_, r), o in zip(rows.iterrows(), off):
-        specs.append(twin.TwinSpec(float(o) - t0, int(_num(r.get("prompt_tokens")) or 1),
-                                   int(_num(r.get(out_col)) or 1), int(_num(r.get("priority")) or 0)
-                                   if _num(r.get("priority")) == _num(r.get("priority")) else 0,
+        specs.append(twin.TwinSpec(float(o) - t0, int(float_or_nan(r.get("prompt_tokens")) or 1),
+                                   int(float_or_nan(r.get(out_col)) or 1), int(float_or_nan(r.get("priority")) or 0)
+                                   if float_or_nan(r.get("priority")) == float_or_nan(r.get("priority")) else 0,
                                    r.get("request_class")))
-    if experiment == "scheduling" and _num(cfg.get("abandon_share")) > 0:  # the same clients lose patience
+    if experiment == "scheduling" and float_or_nan(cfg.get("abandon_share")) > 0:  # the same clients lose patience
         picked = senders.with_patience([load.RequestSpec("", 1)] * len(specs), float(cfg["abandon_share"]),
                                     float(cfg["patience_s"]), int(cfg.get("seed", 0)))
         specs = [dataclasses.replace(s, patience_s=p.patience_s) for s, p in zip(specs, picked)]
@@ -213,7 +206,7 @@ def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> di
                                    int(cfg.get("max_new_tokens", 16)))
             return _with_custom(twin.simulate(cost, specs, tc, prof, slos=_load_slos(cfg)).summary)
         return _with_custom(twin.simulate(cost, specs_from_rows(rows, cfg, exp), tc, "replay", slos=_load_slos(cfg),
-                                          rate=_num(point.get("offered_rps"))).summary)
+                                          rate=float_or_nan(point.get("offered_rps"))).summary)
     if exp == "scheduling":
         work = point.get("workload", "mixed")
         if work in ("multiturn", "shared_prefix"):
@@ -250,9 +243,11 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     """
     from workbench.run import results
 
-    run = Path(run_dir)
+    # written through the same checks as every other writer into a run (inside the results root, not the root, its
+    # lock not held by another process), before anything is simulated
+    run = results.writable_run(run_dir) if write else Path(run_dir)
     if not (run / "points.parquet").is_file():
-        raise ParameterError(f"run: {str(run)!r} has no points.parquet")
+        raise ParameterError(f"run: {str(run_dir)!r} has no points.parquet")
     points = results.read_points(run)
     points = points[points.get("experiment", pd.Series(dtype=str)).isin(SERVING_EXPERIMENTS)]
     if "status" in points:
@@ -274,12 +269,12 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
             continue
         row = {"point_id": p["point_id"], "experiment": p["experiment"], "engine": p.get("engine"),
                "policy": p.get("policy"), "profile": p.get("profile"), "workload": p.get("workload"),
-               "offered_rps": _num(p.get("offered_rps")), "requests": int(len(rows)), "valid": p.get("valid"),
+               "offered_rps": float_or_nan(p.get("offered_rps")), "requests": int(len(rows)), "valid": p.get("valid"),
                "cost_source": cost.source, "source": twin.SOURCE, "speed_factor": factor}
         # the same prediction at the calibration's speed: how much the speed probe moved the error
         flat = sim if factor == 1.0 else _simulate_point(cost, p, rows, cfg)
         for c in UNSCALED:
-            m, s = _num(p.get(c)), _num(flat.get(c))
+            m, s = float_or_nan(p.get(c)), float_or_nan(flat.get(c))
             row[f"ape_{c}_unscaled"] = abs(s / m - 1) if m == m and s == s and m > 0 else math.nan
         # the simulated point: the measured one's identity (engine, profile, rate, validity) with every figure the
         # twin gives; the measured SLO verdicts (attainment, its stored one-sided bounds, goodput, percentile
@@ -293,7 +288,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         per_class = ("ttft_s_p50_", "ttft_s_p90_", "slo_attainment_")
         cols = list(COMPARED) + sorted(c for c in sim if c.startswith(per_class))
         for c in cols:
-            m, s = _num(p.get(c)), _num(sim.get(c))
+            m, s = float_or_nan(p.get(c)), float_or_nan(sim.get(c))
             row[f"measured_{c}"], row[f"simulated_{c}"] = m, s
             row[f"ape_{c}"] = abs(s / m - 1) if m == m and s == s and m > 0 else math.nan
         table.append(row)
@@ -305,11 +300,22 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     # a point the served-request terms were fitted on is in-sample: in the table (calibration=True), not in the errors
     calib = set(cost.serving_points)
     df["calibration"] = df["point_id"].astype(str).isin(calib) if len(df) else pd.Series(dtype=bool)
-    in_sample = df["calibration"].astype(bool)
+    # the all-rows fallback fitted the cost model on every row, the scored serving points' rows included: every
+    # point is in-sample, flagged, and none enters the errors (an in-sample MAPE is no test of the twin)
+    in_sample_fit = ALL_ROWS in str(cost.source)
+    if in_sample_fit and len(df):
+        df["calibration"] = True
+    in_sample = df["calibration"].astype(bool) if len(df) else pd.Series(dtype=bool)
+    # the A/A arm replays its baseline's workload: its points are duplicates of the baseline's, in the table but
+    # not counted a second time in the errors
+    df["aa_duplicate"] = df["policy"].map(is_aa_arm) if len(df) else pd.Series(dtype=bool)
     valid_all = valid
-    valid = valid & ~in_sample
+    valid = valid & ~in_sample & ~df["aa_duplicate"].astype(bool)
     summary = {"twin_points": int(valid.sum()), "twin_points_invalid": int((~valid_all).sum()),
                "twin_points_calibration": int((in_sample & valid_all).sum()), "twin_cost_source": cost.source,
+               "twin_in_sample_fit": bool(in_sample_fit),
+               "twin_points_aa_duplicate": int((df["aa_duplicate"].astype(bool) & valid_all & ~in_sample).sum())
+               if len(df) else 0,
                "twin_cost_loo_step_error": cost.loo_step_error, "twin_cost_loo_prefill_error": cost.loo_prefill_error}
     for key, col in (("mape_e2e_p50", "ape_e2e_s_p50"), ("mape_ttft_p50", "ape_ttft_s_p50"),
                      ("mape_e2e_p90", "ape_e2e_s_p90"), ("mape_ttft_p90", "ape_ttft_s_p90"),
@@ -319,16 +325,18 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     for c in UNSCALED:   # the errors without the per-point speed (the calibration's speed throughout)
         v = pd.to_numeric(df[valid].get(f"ape_{c}_unscaled", pd.Series(dtype=float)), errors="coerce").dropna()
         summary[f"mape_{c.replace('_s_', '_')}_unscaled"] = float(v.mean()) if len(v) else math.nan
+    summary["mape_by_experiment"] = by_experiment(df[valid])
     factors = pd.to_numeric(df[valid].get("speed_factor", pd.Series(dtype=float)), errors="coerce")
     summary["twin_speed_factor_min"] = float(factors.min()) if factors.notna().any() else math.nan
     summary["twin_speed_factor_max"] = float(factors.max()) if factors.notna().any() else math.nan
     measured_sl = points[points["experiment"] == "serving_load"]
     simulated_sl = pd.DataFrame([p for p in sim_points if p.get("experiment") == "serving_load"])
     if not measured_sl.empty and not simulated_sl.empty:
-        summary["knee_measured"] = {k: _num(v) for k, v in saturation.knees(measured_sl).items()}
-        summary["knee_simulated"] = {k: _num(v) for k, v in saturation.knees(simulated_sl).items()}
+        summary["knee_measured"] = {k: float_or_nan(v) for k, v in saturation.knees(measured_sl).items()}
+        summary["knee_simulated"] = {k: float_or_nan(v) for k, v in saturation.knees(simulated_sl).items()}
         summary["knee_error"] = {k: abs(summary["knee_simulated"].get(k, math.nan) / v - 1) if v == v and v > 0
                                  else math.nan for k, v in summary["knee_measured"].items()}
+        summary["knee_search"] = knee_search(cost, measured_sl, configs.get("serving_load", {}))
         rm, rs = saturation.recommend(measured_sl), saturation.recommend(simulated_sl)
         if not rm.empty and not rs.empty:
             # the presets the measurement scored: a column with an attainment on some serving point (the run's points
@@ -340,6 +348,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
             # the presets the measurement scored (notebook 08's slo_presets): the twin scores every preset
             summary["recommendation_simulated"] = {k: float(v) for k, v in zip(rs["slo"], rs["max_rate_rps"])
                                                    if k in summary["recommendation_measured"]}
+            summary.update(decided_presets(rm, rs))
     if write:
         path = run / twin.VALIDATION_FILE
         from workbench.run import results as res_mod
@@ -350,11 +359,124 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
     return df, summary
 
 
+#: The cost source of :func:`cost_for`'s last fallback: a fit on every row of the run, the serving points' included.
+ALL_ROWS = "(all rows)"
+
+
+def is_aa_arm(policy) -> bool:
+    """Whether a point's policy is an A/A control arm (the baseline measured again: scheduling's ``fcfs_aa``)."""
+    return isinstance(policy, str) and policy.endswith("_aa")
+
+
+def by_experiment(table: pd.DataFrame) -> dict:
+    """The errors per experiment over the points counted (valid, out of sample, no A/A duplicate): ``n``, and per
+    error its mean, median, min and max (the spread), the prediction (``unscaled``: the calibration's speed
+    throughout) first.
+
+    Returns:
+        ``{experiment: {"n", "e2e_p50_unscaled": {"mean", "median", "min", "max"}, ...}}``.
+    """
+    out = {}
+    if table is None or table.empty or "experiment" not in table:
+        return out
+    for exp, g in table.groupby("experiment"):
+        entry = {"n": int(len(g))}
+        for key, col in (("e2e_p50_unscaled", "ape_e2e_s_p50_unscaled"), ("ttft_p50_unscaled", "ape_ttft_s_p50_unscaled"),
+                         ("e2e_p50", "ape_e2e_s_p50"), ("ttft_p50", "ape_ttft_s_p50")):
+            v = pd.to_numeric(g.get(col, pd.Series(dtype=float)), errors="coerce").dropna()
+            entry[key] = ({"mean": float(v.mean()), "median": float(v.median()), "min": float(v.min()),
+                           "max": float(v.max()), "n": int(len(v))} if len(v) else None)
+        out[str(exp)] = entry
+    return out
+
+
+def decided_presets(measured: pd.DataFrame, simulated: pd.DataFrame) -> dict:
+    """Recommendation agreement counted only over the presets decided on at least one side (met at some rate, or
+    missed at every usable rate); a preset undetermined on both sides (the MLPerf presets at p99 below 100
+    requests) agrees by construction and is not counted.
+
+    Returns:
+        ``recommendation_decided`` (the presets), ``recommendation_decided_count``, ``recommendation_agree``
+        (those with the same rate on both sides) and ``recommendation_undetermined_both``.
+    """
+    def decided(df):
+        return {str(r["slo"]): not str(r.get("verdict", "")).startswith(("undetermined", "no usable"))
+                for _, r in df.iterrows()}
+
+    dm, ds = decided(measured), decided(simulated)
+    rate_m = dict(zip(measured["slo"].astype(str), measured["max_rate_rps"].map(float)))
+    rate_s = dict(zip(simulated["slo"].astype(str), simulated["max_rate_rps"].map(float)))
+    names = [n for n in rate_m if dm.get(n) or ds.get(n)]
+    agree = [n for n in names if n in rate_s and abs(rate_m[n] - rate_s[n]) <= 1e-9 * max(1.0, abs(rate_m[n]))]
+    return {"recommendation_decided": names, "recommendation_decided_count": len(names),
+            "recommendation_agree": len(agree),
+            "recommendation_undetermined_both": [n for n in rate_m if n not in names]}
+
+
+def knee_search(cost, measured: pd.DataFrame, cfg: dict, steps: int = 8, requests: int = 40) -> dict:
+    """A knee test that could fail: per engine, the twin searches its own highest sustainable rate with arrivals of
+    its own (Poisson at each trial rate, not the measured arrival times), bisecting between a rate it keeps up with
+    and one it does not (:func:`workbench.load.saturation.kept_up`, the one definition), and that rate is checked
+    against the measured bracket: the highest open-loop rate measured as kept up and the lowest measured as fallen
+    behind (either may be missing: the bracket is then open on that side).
+
+    Returns:
+        ``{engine: {"twin_rps", "bracket": [low, high], "inside": bool | None, "distance": float | None}}``;
+        ``distance`` is the relative distance to the nearest bound when outside (0 inside; None when the
+        measurement brackets nothing).
+    """
+    out = {}
+    if measured.empty or "engine" not in measured:
+        return out
+    prompt, max_tokens = int(cfg.get("prompt_tokens", 64)), int(cfg.get("max_new_tokens", 16))
+    for eng, g in measured.groupby("engine"):
+        if eng not in engines.ENGINES:
+            continue
+        tc = twin.TwinConfig(engine=eng, max_batch_size=int(cfg.get("max_batch_size", 8)),
+                             batch_window_s=float(cfg.get("batch_window_s", 0.05)))
+        kept, fell = [], []
+        for _, p in g.iterrows():
+            verdict = saturation.kept_up(p)
+            rate = float_or_nan(p.get("offered_rps"))
+            if rate == rate and verdict == saturation.KEPT_UP:
+                kept.append(rate)
+            elif rate == rate and verdict == saturation.FELL_BEHIND:
+                fell.append(rate)
+        low, high = (max(kept) if kept else None), (min(fell) if fell else None)
+
+        def sustains(rate: float) -> bool:
+            specs = twin.open_loop("poisson", requests, rate, prompt, max_tokens, seed=1)
+            res = twin.simulate(cost, specs, tc, "poisson", rate=rate).summary
+            return saturation.kept_up(res) == saturation.KEPT_UP
+
+        service = cost.service_s(prompt, max_tokens)
+        lo, hi = 0.05 / service, 4.0 * max(tc.max_batch_size, 1) / service
+        if not sustains(lo):
+            rate = 0.0
+        else:
+            while sustains(hi) and hi < 1e6:
+                lo, hi = hi, hi * 4
+            for _ in range(steps):
+                mid = math.sqrt(lo * hi)
+                lo, hi = (mid, hi) if sustains(mid) else (lo, mid)
+            rate = lo
+        inside = None if low is None and high is None else (
+            (low is None or rate >= low) and (high is None or rate <= high))
+        dist = None if inside is None else 0.0 if inside else (
+            rate / high - 1 if high is not None and rate > high else rate / low - 1)
+        out[str(eng)] = {"twin_rps": float(rate), "bracket": [low, high], "inside": inside, "distance": dist}
+    return out
+
+
 def sentence(summary: dict) -> str:
     """The validation in words: the errors with their point counts (as BLIS reports them) and, where the twin
     misses, the cost-model term that carries the error (TTFT: the prefill term; TPOT: the decode step term; queue
     time: the scheduling, which the twin runs as the real code, so its error follows the service times)."""
     n = summary.get("twin_points", 0)
+    if summary.get("twin_in_sample_fit"):
+        return ("twin: no out-of-sample point: the run had too few non-serving rows, so the cost model was fitted on "
+                "every row, the serving points' included (in-sample, flagged in twin_validation.csv); no error is "
+                "reported.")
     if not n:
         return ("twin: no valid measured serving or scheduling point to compare with"
                 + (f" ({summary['twin_points_invalid']} invalid)." if summary.get("twin_points_invalid") else "."))
@@ -368,11 +490,23 @@ def sentence(summary: dict) -> str:
     out = [f"{left} invalid"] if left else []
     out += [f"{calib} calibration point{'s' if calib > 1 else ''}"] if calib else []
     gone = f" ({', '.join(out)} left out)" if out else ""
-    text = (f"Twin vs measurement over {n} valid points{gone} "
-            f"(cost model {summary.get('twin_cost_source')}): MAPE e2e p50 "
-            f"{pct('mape_e2e_p50')} ({summary.get('mape_e2e_p50_points', 0)} points), TTFT p50 {pct('mape_ttft_p50')} "
-            f"({summary.get('mape_ttft_p50_points', 0)}), TPOT p50 {pct('mape_tpot_p50')}, queue p50 "
-            f"{pct('mape_queue_p50')}.")
+    aa = summary.get("twin_points_aa_duplicate") or 0
+    if aa:
+        out += [f"{aa} A/A duplicate{'s' if aa > 1 else ''}"]
+        gone = f" ({', '.join(out)} left out)"
+    text = (f"Twin vs measurement over {n} valid points{gone} (out of sample; cost model "
+            f"{summary.get('twin_cost_source')}): prediction error (the calibration's speed throughout) MAPE e2e p50 "
+            f"{pct('mape_e2e_p50_unscaled')}, TTFT p50 {pct('mape_ttft_p50_unscaled')}; given each moment's speed "
+            f"(its speed probe): e2e p50 {pct('mape_e2e_p50')} ({summary.get('mape_e2e_p50_points', 0)} points), "
+            f"TTFT p50 {pct('mape_ttft_p50')} ({summary.get('mape_ttft_p50_points', 0)}), TPOT p50 "
+            f"{pct('mape_tpot_p50')}, queue p50 {pct('mape_queue_p50')}.")
+    per = summary.get("mape_by_experiment") or {}
+    if per:
+        def spread(e):
+            v = per[e].get("e2e_p50_unscaled")
+            return (f"{e}: {v['mean']:.0%} over {per[e]['n']} points ({v['min']:.0%}-{v['max']:.0%})" if v
+                    else f"{e}: n/a ({per[e]['n']} points)")
+        text += " Per experiment (e2e p50, prediction): " + "; ".join(spread(e) for e in sorted(per)) + "."
     worst = max((("prefill term (a0-a2: TTFT)", summary.get("mape_ttft_p50")),
                  ("decode step term (b0-b3: TPOT)", summary.get("mape_tpot_p50"))),
                 key=lambda t: -1 if t[1] is None or t[1] != t[1] else t[1])
@@ -393,6 +527,22 @@ def sentence(summary: dict) -> str:
             return f"{e} {m:.3g} / {k:.3g} req/s" + (f" ({err:.0%} apart)" if err == err else "")
 
         text += " Knee measured / simulated: " + ", ".join(knee(e) for e in km) + "."
+    search = summary.get("knee_search") or {}
+    if search:
+        def found(e, k):
+            lo, hi = k["bracket"]
+            br = f"[{'-' if lo is None else f'{lo:.3g}'}, {'-' if hi is None else f'{hi:.3g}'}] req/s"
+            where = ("the measurement brackets nothing" if k["inside"] is None else "inside" if k["inside"]
+                     else f"outside, {k['distance']:+.0%} from the nearest bound")
+            return f"{e} {k['twin_rps']:.3g} req/s vs measured bracket {br}: {where}"
+
+        text += (" The twin's own highest sustainable rate (its own Poisson arrivals): "
+                 + "; ".join(found(e, k) for e, k in search.items()) + ".")
+    if "recommendation_decided_count" in summary:
+        text += (f" Recommendations: {summary['recommendation_agree']} of {summary['recommendation_decided_count']} "
+                 "presets decided on at least one side agree"
+                 + (f" ({len(summary['recommendation_undetermined_both'])} undetermined on both sides, not counted)"
+                    if summary.get("recommendation_undetermined_both") else "") + ".")
     return text
 
 

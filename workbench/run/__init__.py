@@ -4,8 +4,7 @@
 ``results`` (run folders: ids, locks, manifests, Parquet tables written atomically, ``load``), ``drift`` (the drift
 reference and its verdict), ``sweeps`` (shared config fields, grids, the point loop), ``distributed`` (the Ray
 executor, passed in by the caller), ``notebooks`` (jupytext sources, parameters cells, suites, papermill in a shared
-kernel), ``rung_timing`` (a rung's timed repeats with compile time apart and recompiles counted), ``search``
-(coordinate descent over a configuration grid, with a budget and a convergence flag), ``suite`` (the runner behind
+kernel), ``rung_timing`` (a rung's timed repeats with compile time apart and recompiles counted), ``suite`` (the runner behind
 ``workbench run`` / ``sweep``: validate, open or resume the run folder under its lock, execute the notebooks, record
 each one's status; the report is handed in by the command line), ``metrics_file`` (``metrics.json``: read, merge).
 Every piece of a run folder's manifest bookkeeping lives here. Used by the serving job store and by every

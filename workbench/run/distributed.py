@@ -84,9 +84,6 @@ def worker_env(environ=None) -> dict:
 SUPPORTED = ("workbench.experiments.batch_size", "workbench.experiments.context_length",
              "workbench.experiments.temperature")
 
-#: Where a row was measured: these columns are on every request and point row.
-PLACEMENT_COLUMNS = ("node", "device_name", "device_index")
-
 
 class WorkerDied(RuntimeError):
     """The Ray worker measuring a point died (on both attempts)."""

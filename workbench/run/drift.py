@@ -38,9 +38,9 @@ def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
     Measured at the start and the end of each sweep; a change beyond :data:`DRIFT_LIMIT` means the
     machine's speed moved under the sweep (thermal, other load) and its points are marked invalid. The value is
     the fastest of 3 runs (``timeit``'s rule: slower runs carry noise from elsewhere, the fastest is the
-    machine's speed). On the 2-core build VM, quiet, 15 references back to back spread 24 % (min/max) with the
-    fastest of 3 and 40 % with the median of 3 (worst consecutive pair 13 % vs 21 %), so the median
-    marked quiet sweeps invalid; other load on two cores slows decoding 5-25x, far beyond the limit. One
+    machine's speed). On a quiet 2-core CPU references back to back spread far less with the fastest of 3 than
+    with the median of 3, which marked quiet sweeps invalid (results/LOG.md, 2026-12-06: the figures); other load
+    on two cores slows decoding many times over, far beyond the limit. One
     untimed warm-up before the first reference of a model in this process; with ``max_age_s`` a reference
     of this model measured at most that many seconds ago is returned instead of a new one.
 
@@ -87,7 +87,7 @@ def finish(run: Path, experiment: str, loaded, begun: Start, rows: list) -> None
     machine's speed (as when it is reused as a start reference) - when the pair is recorded as
     ``[start, NaN]`` with ``drift`` NaN and a ``drift_note`` saying why (no verdict from drift: the points keep
     the one from their contamination figures). Short sweeps - the quick profile's, most of them a few seconds -
-    thus share one reference instead of paying ~1.5 s for a pair each (on the 2-core build VM)."""
+    thus share one reference instead of paying for a pair each."""
     age = time.monotonic() - begun.measured_at
     if age <= REFERENCE_REUSE_S:
         check(run, experiment, begun.tpot_s, float("nan"), rows,
@@ -110,11 +110,10 @@ def speed_probe(before: float, after: float) -> dict:
     machine's speed while the point ran; NaN where a reading is missing or not positive).
 
     The serving twin (:mod:`workbench.predict.twin_cost`) rescales its cost model by it: its calibration rows to a
-    common speed, each predicted point to the speed at its moment. This VM's speed swings 25-58% within a sweep
+    common speed, each predicted point to the speed at its moment. A shared CPU's speed swings within a sweep
     (results/LOG.md, 2026-12-05), and a sweep's start and end references miss the swings between them; a reading
     beside each point follows them. ``run_sweep(..., speed_probe=True)`` takes it; the before reading reuses the
-    previous point's after reading when at most :data:`REFERENCE_REUSE_S` old, so a point pays one reference
-    (~1 s on the 2-core VM).
+    previous point's after reading when at most :data:`REFERENCE_REUSE_S` old, so a point pays one reference.
     """
     ok = all(v is not None and math.isfinite(v) and v > 0 for v in (before, after))
     return {"speed_probe_tpot_s": math.sqrt(before * after) if ok else float("nan"),

@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 from workbench.errors import ParameterError
+from workbench.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO / "notebooks"
 SUITES_DIR = REPO / "suites"
 
@@ -52,15 +52,28 @@ def _yaml_loader():
     return Loader
 
 
-def load_yaml(text: str):
-    """Parse YAML data safely (no tags, no code) with YAML 1.2 floats.
+def load_yaml(text: str, name: str = "YAML"):
+    """Parse YAML data safely (no tags, no code) with YAML 1.2 floats, bounded: at most
+    :data:`workbench.checks.MAX_DATA_NODES` values once its aliases are expanded (a "billion laughs" document is a few
+    hundred bytes that every later walk, the parameter checks and the manifest's JSON included, would expand
+    exponentially), and no value that holds itself.
+
+    Args:
+        text: the YAML text.
+        name: what it is, for the error (``suite``, ``-f FILE``, a parameter's name).
 
     Raises:
-        yaml.YAMLError: invalid YAML.
+        yaml.YAMLError: invalid YAML; ParameterError: past the bound (one line naming ``name`` and the limit).
     """
     import yaml
 
-    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+    from workbench import checks
+
+    data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+    try:
+        return checks.check_expanded_size(name, data)
+    except ParameterError as exc:
+        raise ParameterError(str(exc).replace("YAML: ", f"{name}: ", 1)) from None
 
 
 # ----------------------------------------------------------------------------- jupytext sources
@@ -166,7 +179,8 @@ def validate_parameters(path, params: dict) -> dict:
         The full parameter dict (defaults updated by ``params``).
 
     Raises:
-        ParameterError: an unknown name, or a value the config rejects.
+        ParameterError: an unknown name, a value the config rejects, or a secret anywhere in a value (a
+            secret-named key at any depth, a URL carrying one: :func:`workbench.checks.check_no_secrets`).
     """
     defaults = notebook_parameters(path)
     if "run_dir" in params:
@@ -176,6 +190,10 @@ def validate_parameters(path, params: dict) -> dict:
         raise ParameterError(
             f"{unknown[0]}: not a parameter of {Path(path).name} (known: {', '.join(sorted(defaults))})"
         )
+    from workbench import checks
+
+    for name, value in params.items():  # parameters are recorded everywhere a run writes: no secret may be one
+        checks.check_no_secrets(name, value)
     merged = {**defaults, **params}
     cls = notebook_config_class(path)
     if cls is not None:
@@ -193,8 +211,8 @@ _SHARED: dict | None = None
 @contextlib.contextmanager
 def one_kernel():
     """Within this block :func:`execute_notebook` runs every notebook in one ``python3`` kernel, started by the
-    first notebook and shut down when the block ends: the imports (torch, transformers: ~8 s a kernel on the
-    2-core build VM), the loaded model (:func:`workbench.measure.models.load_model`'s memo), the device probe and the
+    first notebook and shut down when the block ends: the imports (torch, transformers: seconds a kernel), the
+    loaded model (:func:`workbench.measure.models.load_model`'s memo), the device probe and the
     drift reference are paid once per run instead of once per notebook. No variable crosses from one notebook
     to the next: the kernel's user namespace is reset (``%reset -f``) before each later one. After a notebook fails
     its kernel is shut down, so the next one starts in a fresh process. Nested blocks share the outer kernel.
@@ -213,7 +231,7 @@ def one_kernel():
 
 def _shutdown(km) -> None:
     """Stop a kernel at once (its process group killed): its notebooks are done and written, and every run-folder
-    write is atomic, so nothing is lost; a polite shutdown waits ~1-2 s here for an interpreter holding torch and a
+    write is atomic, so nothing is lost; a polite shutdown waits seconds for an interpreter holding torch and a
     model to tear itself down. Processes a notebook left running in the kernel's group go with it."""
     if km is None:
         return
@@ -230,7 +248,7 @@ def _reset_namespace(km) -> None:
     """``%reset -f`` in the shared kernel: the next notebook starts with an empty user namespace (modules and
     their memos stay imported). Then a full collection, and what survives it (modules, the loaded model, memos) is
     frozen (``gc.freeze``): later collections - the next reset's, each peak-memory window's - scan only what the
-    next notebook made (~0.01 s instead of ~0.6-1.5 s a reset on the 2-core build VM)."""
+    next notebook made, not the frozen rest (results/LOG.md, 2026-12-06: what a reset cost before)."""
     kc = km.blocking_client()
     kc.start_channels()
     try:
@@ -259,6 +277,8 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
 
     import papermill as pm
 
+    from workbench.checks import mask_secrets
+
     path = Path(path).resolve()
     out = Path(run_dir) / "notebooks" / path.name
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -286,7 +306,8 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
         pm.execute_notebook(
             str(path),
             str(out),
-            parameters={**params, "run_dir": str(Path(run_dir).resolve())},
+            # the executed notebook records its parameters cell: a masked copy (workbench.checks.mask_secrets)
+            parameters={**mask_secrets(params), "run_dir": str(Path(run_dir).resolve())},
             cwd=str(path.parent),
             log_output=log_output,
             progress_bar=False,
@@ -313,8 +334,9 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
 def load_suite(suite: str) -> dict:
     """Read a suite: a name in ``suites/`` (``default``, ``quick``) or a YAML path.
 
-    Format: ``{"description": str, "notebooks": [{"notebook": path, "parameters": dict}]}``;
-    notebook paths are relative to the repository.
+    Format: ``{"description": str, "budget_s": seconds (optional), "notebooks": [{"notebook": path, "parameters":
+    dict}]}``; notebook paths are relative to the repository. ``budget_s``: after that many seconds of the run no
+    design adds a round beyond its minimum (:mod:`workbench.run.design`).
 
     Raises:
         ParameterError: unknown suite or malformed file.
@@ -327,12 +349,19 @@ def load_suite(suite: str) -> dict:
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.yaml")))
         raise ParameterError(f"suite: {suite!r} is neither a suite name ({known}) nor a YAML file")
+    from workbench import checks
+
+    checks.check_file_size("suite", path)
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), "suite")
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ParameterError(f"suite: {path} is not valid UTF-8 YAML ({str(exc).splitlines()[0]})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("notebooks"), list):
         raise ParameterError(f"suite: {path} must hold a 'notebooks' list")
+    if data.get("budget_s") is not None:   # the suite's time budget for rounds beyond each design's minimum
+        from workbench import checks
+
+        checks.check_float("budget_s", data["budget_s"], lo=0, lo_open=True)
     seen = set()
     for i, entry in enumerate(data["notebooks"]):
         if not isinstance(entry, dict) or not entry.get("notebook"):

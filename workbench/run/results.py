@@ -36,9 +36,9 @@ import pandas as pd
 from workbench.measure import device
 from workbench.stats import columns
 from workbench.errors import ParameterError
+from workbench.paths import REPO
 from workbench.run.locks import check_writer
 
-_REPO = Path(__file__).resolve().parents[2]
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -52,8 +52,8 @@ def results_root() -> Path:
     env = os.environ.get("WORKBENCH_RESULTS")
     if env:
         root = Path(env).expanduser().resolve()
-    elif (_REPO / "pyproject.toml").exists():
-        return (_REPO / "results").resolve()
+    elif (REPO / "pyproject.toml").exists():
+        return (REPO / "results").resolve()
     else:
         root = (Path.cwd() / "results").resolve()
     if env != str(root):
@@ -89,6 +89,26 @@ def inside_root(path: Path) -> Path:
     return resolved
 
 
+def writable_run(run_dir, must_exist: bool = True) -> Path:
+    """``run_dir`` resolved, when this process may write into it as a run: inside the results root and not the
+    root itself (whose ``manifest.json`` and tables would belong to no run, beside every run), existing (unless
+    ``must_exist`` is False), and no other live process holding its lock. The one check every writer into a run
+    folder passes (:func:`open_run`, ``workbench simulate --out`` and ``--validate``).
+
+    Raises:
+        ParameterError: one line naming ``run_dir``; :class:`~workbench.run.locks.RunLockedError` (a
+            ParameterError) naming the lock's owner.
+    """
+    run = inside_root(Path(run_dir))
+    if run == results_root():
+        raise ParameterError(f"run_dir: {str(run_dir)!r} is the results folder itself, not a run; name a run "
+                             "folder inside it")
+    if must_exist and not run.is_dir():
+        raise ParameterError(f"run_dir: {str(run_dir)!r} is not a run folder")
+    check_writer(run)
+    return run
+
+
 def create_run(label: str = "") -> Path:
     """Create a new, empty run folder under the results root and return it."""
     run = results_root() / new_run_id(label)
@@ -101,13 +121,13 @@ def open_run(run_dir: str | os.PathLike = "", label: str = "") -> Path:
     """An existing run folder (created if it is a new name under the results root), or a new run when empty.
 
     Raises:
-        ParameterError: ``run_dir`` outside the results root.
+        ParameterError: ``run_dir`` outside the results root, or the results root itself; another live process
+            writes it (:class:`~workbench.run.locks.RunLockedError`).
     """
     if not str(run_dir):
         return create_run(label)
-    run = inside_root(Path(run_dir))
+    run = writable_run(run_dir, must_exist=False)
     run.mkdir(parents=True, exist_ok=True)
-    check_writer(run)
     if not (run / "manifest.json").exists():
         _write_json(run / "manifest.json", _new_manifest(run.name))
     return run
@@ -232,10 +252,12 @@ def begin_session(run_dir, resume: bool = False) -> dict:
     """
     import sys
 
+    from workbench.checks import mask_argv
+
     check_writer(run_dir)
     session = {"started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                "pid": os.getpid(), "host": socket.gethostname(), "git_commit": device.git_commit(),
-               "argv": sys.argv[1:], "resume": bool(resume)}
+               "argv": mask_argv(sys.argv[1:]), "resume": bool(resume)}   # secrets masked (--api-key X, ...)
     manifest = read_manifest(run_dir)
     manifest.setdefault("sessions", []).append(session)
     _write_json(Path(run_dir) / "manifest.json", manifest)
@@ -296,7 +318,7 @@ def environment(info=None, seed: int | None = None, probe: bool | str | Path = T
     Args:
         info: :class:`workbench.measure.models.ModelInfo` of the loaded model, or None.
         seed: the run's base seed.
-        probe: run :func:`workbench.measure.device.probe_device` (2-3 s, cached per process); a run folder: reuse the
+        probe: run :func:`workbench.measure.device.probe_device` (seconds, cached per process); a run folder: reuse the
             probe its current session already recorded for the same device and dtype (the notebooks of one
             ``workbench run`` share one probe), else probe.
     """
@@ -454,7 +476,7 @@ def read_points(run_dir, experiment: str | None = None) -> pd.DataFrame:
     return _read(run_dir, "points.parquet", experiment)
 
 
-def _expand(paths) -> list[Path]:
+def expand_runs(paths) -> list[Path]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[Path] = []
@@ -482,7 +504,7 @@ def load(paths, table: str = "requests") -> pd.DataFrame:
     if table not in ("requests", "points"):
         raise ParameterError(f"table: must be 'requests' or 'points' (got {table!r})")
     frames = []
-    for p in _expand(paths):
+    for p in expand_runs(paths):
         f = p / f"{table}.parquet" if p.is_dir() else p
         if not f.exists() or f.suffix != ".parquet":
             raise ParameterError(f"paths: {str(p)!r} is not a run folder with {table}.parquet nor a parquet file")

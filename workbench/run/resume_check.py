@@ -4,6 +4,10 @@ A run's points are comparable only when they were measured with the same setting
 (and ``sweep --resume``) therefore compares, before any notebook runs, this session's :func:`run_identity` with
 the one the run recorded at its first session (``manifest.json``: ``resume_identity``):
 
+- ``code`` (issue 51): the git commit of the workbench and a SHA-256 over the package's sources
+  (:func:`code_identity`: every file of the ``workbench`` package, uncommitted changes included), so a ``git pull``
+  or an edit between a failed point and ``--resume`` (a prompt source, an engine default, a guard limit) is seen even
+  where no config names it (an editable install's package version never moves);
 - ``packages``: the versions of :data:`PACKAGES` (``importlib.metadata``; no import) and Python;
 - ``notebooks``: every notebook's **effective** config, defaults included: its parameters cell merged with the
   given parameters, then its typed config (:func:`effective_config`), so a default changed by a ``git pull``
@@ -11,8 +15,8 @@ the one the run recorded at its first session (``manifest.json``: ``resume_ident
 - ``models``: per notebook that loads a model, the resolved model (folder and weights hash,
   :class:`workbench.measure.models.ModelInfo`'s ``weights_sha256``), device and dtype (``auto`` resolved).
 
-Any difference is one line naming each (``01_batch_size: max_new_tokens 32 -> 8``) and exit 2
-(:func:`check_resume` raises :class:`~workbench.errors.ParameterError`), unless the user passes
+Any difference is one line naming each (``01_batch_size: max_new_tokens 32 -> 8``, ``code: commit 50a5abc ->
+80b55af``) and exit 2 (:func:`check_resume` raises :class:`~workbench.errors.ParameterError`), unless the user passes
 ``--allow-changed``: then the session's identity is appended to ``resume_identity_history`` (the manifest keeps
 both) and the kernels see ``$WORKBENCH_ALLOW_CHANGED=1``, under which :func:`point_suffix` gives the points of an
 experiment whose config changed new ids (``...@cfg-<hash>``), so they are measured again beside the old ones.
@@ -27,6 +31,7 @@ import os
 import platform
 from pathlib import Path
 
+from workbench import paths
 from workbench.errors import ParameterError
 
 ALLOW_ENV = "WORKBENCH_ALLOW_CHANGED"
@@ -37,8 +42,38 @@ IGNORED = ("resume", "run_dir")
 
 
 def _plain(value):
-    """A JSON round trip (tuples become lists, paths strings): configs compare as they are recorded."""
-    return json.loads(json.dumps(value, default=str, sort_keys=True))
+    """A JSON round trip (tuples become lists, paths strings), secrets masked (:func:`workbench.checks.mask_secrets`):
+    configs compare as they are recorded."""
+    from workbench.checks import mask_secrets
+
+    return mask_secrets(json.loads(json.dumps(value, default=str, sort_keys=True)))
+
+
+_SOURCE_SUFFIXES = (".py", ".csv", ".json", ".yaml", ".yml", ".txt", ".jinja", ".html", ".css", ".js")
+
+
+def sources_sha256(root: Path | None = None) -> str:
+    """SHA-256 over a package's source files (``root``: the ``workbench`` package): each file's path relative to
+    ``root`` and its bytes, in sorted order (caches and compiled files left out). Any edit, committed or not, moves
+    it; a checkout of the same tree gives the same value on any machine."""
+    import hashlib
+
+    root = Path(root) if root is not None else paths.PACKAGE
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in _SOURCE_SUFFIXES
+                    and "__pycache__" not in p.parts):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        h.update(f.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def code_identity() -> dict:
+    """``{"git_commit", "sources_sha256"}`` of the workbench this session runs (:func:`sources_sha256`; the commit
+    from :func:`workbench.measure.device.git_commit`, ``-dirty`` with uncommitted changes, None outside git)."""
+    from workbench.measure import device
+
+    return {"git_commit": device.git_commit(), "sources_sha256": sources_sha256()}
 
 
 def packages() -> dict:
@@ -95,7 +130,7 @@ def _model(cfg: dict) -> dict | None:
     try:
         path = Path(models.resolve_model_path(spec))
         out["model_path"] = str(path)
-        out["weights_sha256"] = models._weights_hash(path) if path.is_dir() else None
+        out["weights_sha256"] = models.weights_hash(path) if path.is_dir() else None
     except Exception:  # noqa: BLE001 - not resolvable here (a hub id offline): compared by its name
         out["model_path"] = out["weights_sha256"] = None
     return out
@@ -111,7 +146,7 @@ def run_identity(entries: list[dict]) -> dict:
         m = _model(nbs[name])
         if m is not None:
             mods[name] = m
-    return {"packages": packages(), "notebooks": nbs, "models": mods}
+    return {"code": code_identity(), "packages": packages(), "notebooks": nbs, "models": mods}
 
 
 def _short(v) -> str:
@@ -123,7 +158,7 @@ def differences(recorded: dict, current: dict) -> list[str]:
     """One phrase per difference between two :func:`run_identity` s, e.g. ``01_batch_size: max_new_tokens 32 -> 8``,
     ``torch 2.13.0 -> 2.14.0``, ``01_batch_size: weights_sha256 ab12 -> cd34``. A notebook only in ``current``
     (added to the suite) is no difference: it has no points yet."""
-    out = []
+    out = _code_differences(recorded, current)
     old_p, new_p = recorded.get("packages") or {}, current.get("packages") or {}
     out += [f"{k} {old_p.get(k)} -> {new_p.get(k)}" for k in sorted(set(old_p) | set(new_p))
             if old_p.get(k) != new_p.get(k)]
@@ -136,6 +171,26 @@ def differences(recorded: dict, current: dict) -> list[str]:
             skip = ("model", "device", "dtype") if section == "notebooks" and name in resolved else ()
             out += [f"{name}: {k} {_short(a.get(k, '(unset)'))} -> {_short(b.get(k, '(unset)'))}"
                     for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k not in skip]
+    return out
+
+
+def _code_differences(recorded: dict, current: dict) -> list[str]:
+    """The code a session runs against the run's: ``code: commit 50a5abc -> 80b55af``, ``code: workbench sources
+    1a2b3c4d -> 5e6f7a8b`` (an edit, committed or not), or that the run recorded none (it predates code
+    identities: it cannot be shown to be the same code)."""
+    new = current.get("code")
+    if not new:
+        return []
+    old = recorded.get("code")
+    if not old:
+        return [f"code: not recorded by the run (it predates code identities) -> commit "
+                f"{str(new.get('git_commit'))[:12]}, workbench sources {str(new.get('sources_sha256'))[:8]}"]
+    out = []
+    if old.get("git_commit") != new.get("git_commit"):
+        out.append(f"code: commit {str(old.get('git_commit'))[:12]} -> {str(new.get('git_commit'))[:12]}")
+    if old.get("sources_sha256") != new.get("sources_sha256"):
+        out.append(f"code: workbench sources {str(old.get('sources_sha256'))[:8]} -> "
+                   f"{str(new.get('sources_sha256'))[:8]} (a file of the package changed)")
     return out
 
 

@@ -36,6 +36,7 @@ def _execute(entries: list[dict], run_dir: Path, resume: bool) -> list[str]:
 
 def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bool, failed: list[str]) -> None:
     """Execute the ``i``-th notebook entry into the run, recording its status; a failure is appended to ``failed``."""
+    from workbench.checks import mask_secrets
     from workbench.run import notebooks, results
 
     name = Path(e["notebook"]).stem
@@ -50,7 +51,8 @@ def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bo
     past = list(prev.get("history") or []) + ([{k: prev[k] for k in ("status", "wall_s") if k in prev}]
                                               if "wall_s" in prev else [])
     kept = {"history": past} if past else {}
-    results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": e["parameters"], **kept}})
+    shown = mask_secrets(e["parameters"])   # what a run folder holds of them: secrets masked (none pass validation)
+    results.update_manifest(run_dir, notebooks={name: {"status": "running", "parameters": shown, **kept}})
     before = len(results.read_manifest(run_dir).get("points", {}))
     try:
         notebooks.execute_notebook(e["notebook"], params, run_dir)
@@ -68,7 +70,7 @@ def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bo
         failed.append(name)
     wall = time.perf_counter() - t0
     results.update_manifest(run_dir, notebooks={name: {"status": status, "wall_s": round(wall, 1),
-                                                        "parameters": e["parameters"], **kept}})
+                                                        "parameters": shown, **kept}})
     print(f"== {name}: {status} ({wall:.0f} s)", flush=True)
 
 
@@ -98,11 +100,13 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
 
 def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None,
                 price_per_hour: float | None = None, allow_changed: bool = False,
-                report: Callable[[Path], object] | None = None) -> int:
+                report: Callable[[Path], object] | None = None, budget_s: float | None = None) -> int:
     """Validate, open (or resume) the run folder under its lock, execute ``entries``, then call ``report(run_dir)``
     (still under the lock; its return value, the report's path, is printed); the exit status. A resume whose model,
     device, dtype, packages or effective notebook configs differ from the run's is a one-line
-    :class:`~workbench.errors.ParameterError` unless ``allow_changed`` (:mod:`workbench.run.resume_check`)."""
+    :class:`~workbench.errors.ParameterError` unless ``allow_changed`` (:mod:`workbench.run.resume_check`).
+    ``budget_s`` (a suite's ``budget_s:``): the seconds after which no design adds a round beyond its minimum
+    (:data:`workbench.run.design.DEADLINE_ENV`, inherited by the kernel)."""
     import os
 
     from workbench.run import locks, notebooks, results, resume_check
@@ -118,6 +122,10 @@ def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: 
             print(f"--allow-changed: measuring again under new ids what changed: {'; '.join(changed)}", flush=True)
     if allow_changed:
         os.environ[resume_check.ALLOW_ENV] = "1"  # inherited by the kernels (workbench.run.sweeps.run_sweep)
+    if budget_s:
+        from workbench.run.design import DEADLINE_ENV
+
+        os.environ[DEADLINE_ENV] = str(time.time() + float(budget_s))   # the kernel inherits it at its start
     try:
         run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
         owner = locks.lock_run(run_dir)   # one writer per run folder; a second resume is refused here

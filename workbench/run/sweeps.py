@@ -34,9 +34,6 @@ from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.run.point_result import PointResult
 
-REPO = Path(__file__).resolve().parents[2]
-SUITES_DIR = REPO / "suites"
-
 # ----------------------------------------------------------------------------- configs
 
 
@@ -202,7 +199,7 @@ def run_sweep(
     if info is not None:
         env = results.environment(info, seed=getattr(config, "seed", None), probe=run)
         results.update_manifest(run, environment=env)
-    this = {"config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
+    this = {"config": checks.mask_secrets(dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config),
             "model": info.to_dict() if info is not None else None, "points": ids, **drift.history(recorded)}
     if suffix:  # the manifest keeps both configs: the run's first, and each changed one with its points
         changed = [c for c in recorded.get("changed_configs") or [] if c.get("suffix") != suffix]

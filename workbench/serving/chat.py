@@ -58,6 +58,9 @@ from workbench.serving.protocol import SERVED_MODEL
 log = logging.getLogger(__name__)
 
 
+#: what a client is told when the engine fails its request (the cause, an exception's text, is logged only)
+ENGINE_FAILED = "the engine failed on this request (the server's log has the cause)"
+
 #: the engine figures a response carries (``engine`` field), NaN sent as null
 PUBLIC_FIGURES = ("engine_ttft_s", "engine_first_text_s", "queue_s", "prefill_s", "e2e_s", "tpot_s", "output_tokens",
                   "steps", "batch_size", "ttft_s", "itl_s", "decode_tps", "engine", "prefill_note")
@@ -338,7 +341,7 @@ async def chat_completions(request: Request):
         )
     except ParameterError as exc:
         raise parameter_error(exc) from None
-    cid = "chatcmpl-" + uuid.uuid4().hex[:24]
+    cid = state.streams.new_id() if hasattr(state.streams, "new_id") else "chatcmpl-" + uuid.uuid4().hex[:24]
     reply = Reply(state.loaded, engine.eos, stop, asyncio.get_running_loop())
     ereq = reply.request = engines.EngineRequest(
         ids, settings, t_arrival=t_arrival, on_token=reply.on_token, on_done=reply.on_done, id=cid,
@@ -387,7 +390,7 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
             if kind == "text":
                 parts.append(data)
             elif kind == "error":
-                raise ApiError(500, data, etype="server_error")
+                raise ApiError(500, ENGINE_FAILED, etype="server_error")  # the cause is logged (Reply.on_done)
             else:
                 info = data
                 break
@@ -413,7 +416,7 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
     watch_queue = bool(req.stream_options and req.stream_options.queue_events) and hasattr(engine.queue, "status")
     first = None if (cfg.early_headers or cfg.keepalive_s or watch_queue) else await _next_event(reply, cfg)
     if first is not None and first[0] == "error":
-        raise ApiError(500, first[1], etype="server_error")
+        raise ApiError(500, ENGINE_FAILED, etype="server_error")
     watch.close()  # the streaming response listens for the disconnect from here on
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
@@ -432,7 +435,7 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
                 if kind == "text":
                     yield chunk({"content": data})
                 elif kind == "error":
-                    yield sse_data({"error": {"message": data, "type": "server_error"}})
+                    yield sse_data({"error": {"message": ENGINE_FAILED, "type": "server_error"}})
                     break
                 else:
                     yield chunk({}, data.get("finish_reason", "stop"), engine=public_figures(data))
@@ -450,7 +453,10 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
 
     resumable = bool(req.stream_options and req.stream_options.resumable)  # outlive the connection
     streams = request.app.state.streams
-    return streams.respond(streams.start(cid, events(), ereq.stop, resumable),
+    # a stream cancelled before its end (its last reader left, the resume window passed, the server stopping) still
+    # ends with a final chunk (finish_reason "cancelled") and [DONE] for whoever reads its log
+    closing = lambda: [chunk({}, "cancelled"), DONE]  # noqa: E731
+    return streams.respond(streams.start(cid, events(), ereq.stop, resumable, closing=closing),
                            headers={**headers(), "X-Accel-Buffering": "no"})
 
 

@@ -52,11 +52,11 @@ import threading
 import time
 
 from workbench import checks
-from workbench.errors import ParameterError
+from workbench.errors import ParameterError, exception_line
 from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured
 from workbench.serving import scheduling
-from workbench.serving.engines import BaseEngine, EngineRequest, _reason, may_join
-from workbench.serving.options import ENGINES, EngineOptions, PolicyOptions, check_compatible
+from workbench.serving.engines import BaseEngine, EngineRequest, may_join
+from workbench.serving.options import EngineOptions, PolicyOptions, check_compatible
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class ContinuousEngine(BaseEngine):
             self.manager.start()
         except Exception as exc:
             raise RuntimeError(f"continuous engine: transformers refused to start continuous batching here "
-                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+                               f"({exception_line(exc)})") from None
         self._live: dict[str, EngineRequest] = {}
         self._lock = threading.Lock()
         self.peak_live = 0
@@ -331,11 +331,11 @@ class ContinuousEngine(BaseEngine):
                 faults = 0
             except Exception as exc:  # noqa: BLE001 - one failure fails one request
                 if r is not None:
-                    log.error("continuous engine: request %s failed in delivery (%s)", r.id, _reason(exc))
-                    self._close(r, "error", f"continuous engine: {_reason(exc)}")
+                    log.error("continuous engine: request %s failed in delivery (%s)", r.id, exception_line(exc))
+                    self._close(r, "error", f"continuous engine: {exception_line(exc)}")
                     continue
                 faults += 1
-                log.error("continuous engine: router fault %d/%d (%s)", faults, self.ROUTER_FAULTS, _reason(exc))
+                log.error("continuous engine: router fault %d/%d (%s)", faults, self.ROUTER_FAULTS, exception_line(exc))
                 if faults >= self.ROUTER_FAULTS:
                     raise
                 time.sleep(0.05)
@@ -441,14 +441,9 @@ def kv_cache_tokens_for(loaded, max_batch_size: int, context: int) -> int:
     return min(want, cap)
 
 
-def check_name(name: str) -> str:
-    """``name`` when it is one of :data:`ENGINES` (:class:`ParameterError`, one line, otherwise)."""
-    return checks.check_choice("engine", name, ENGINES)
-
-
 def make_engine(options: EngineOptions, loaded, policy: "PolicyOptions | scheduling.PolicyQueue | None" = None,
                 settings: GenerationSettings | None = None) -> BaseEngine:
-    """The engine ``options.engine`` (:data:`ENGINES`) over ``loaded``, started, with ``options`` as its
+    """The engine ``options.engine`` (:data:`workbench.serving.options.ENGINES`) over ``loaded``, started, with ``options`` as its
     ``engine.options``; its waiting queue under ``policy`` (:class:`~workbench.serving.options.PolicyOptions`, or a
     queue already made; default fcfs); ``settings``: the continuous manager's generation defaults.
 

@@ -54,6 +54,7 @@ from collections import deque
 from typing import Callable
 
 from workbench import checks
+from workbench.errors import exception_line
 from workbench.stats import metrics
 from workbench.measure.generation import GenerationSettings, encode_prompts, eos_token_ids
 from workbench.serving import scheduling
@@ -72,12 +73,6 @@ class EngineFull(RuntimeError):
 
 class EngineDead(RuntimeError):
     """:meth:`BaseEngine.submit` refused a request: the engine's thread has stopped (the server's 503)."""
-
-
-def _reason(exc: BaseException) -> str:
-    """``Type: first line of the message`` (one line, at most 300 characters)."""
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"[:300]
 
 
 def prompt_ids(tokenizer, prompt) -> list[int]:
@@ -156,7 +151,7 @@ class EngineRequest:
             try:
                 self.on_token(int(tok), t)
             except Exception as exc:  # noqa: BLE001 - one failure fails one request (the engine boundary)
-                self.callback_error = f"on_token: {_reason(exc)}"
+                self.callback_error = f"on_token: {exception_line(exc)}"
                 log.error("request %s: its token callback failed (%s); the request stops", self.id, self.callback_error)
                 self.stop("error")
 
@@ -189,7 +184,7 @@ class EngineRequest:
             if self.on_done is not None:
                 self.on_done(result)
         except Exception as exc:  # noqa: BLE001 - one failure fails one request (the engine boundary)
-            self.callback_error = f"on_done: {_reason(exc)}"
+            self.callback_error = f"on_done: {exception_line(exc)}"
             log.error("request %s: its completion callback failed (%s)", self.id, self.callback_error)
             self.finish_reason, self.error = "error", self.callback_error
             try:
@@ -201,7 +196,7 @@ class EngineRequest:
             if self._completed is not None:
                 self._completed(self, result)
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not take the engine down either
-            log.error("request %s: engine bookkeeping failed (%s)", self.id, _reason(exc))
+            log.error("request %s: engine bookkeeping failed (%s)", self.id, exception_line(exc))
         finally:
             self.done.set()
 
@@ -280,7 +275,7 @@ class BaseEngine:
                     if r.deadline is not None and now > r.deadline:
                         self.withdraw(r, "timeout")
             except Exception as exc:  # noqa: BLE001 - never stop checking
-                log.error("%s engine: deadline check failed (%s)", self.name, _reason(exc))
+                log.error("%s engine: deadline check failed (%s)", self.name, exception_line(exc))
 
     def _guarded_loop(self, loop) -> None:
         """Run a worker loop; if it ever ends by an exception (a fault outside any one request: every request's own
@@ -288,7 +283,7 @@ class BaseEngine:
         try:
             loop()
         except BaseException as exc:  # noqa: BLE001 - recorded; the server's watchdog exits non-zero
-            self.fatal = f"{threading.current_thread().name}: {_reason(exc)}"
+            self.fatal = f"{threading.current_thread().name}: {exception_line(exc)}"
             log.critical("%s engine: its worker stopped (%s)", self.name, self.fatal)
             for r in list(self.in_flight.values()):
                 r.stop("error")
@@ -349,10 +344,11 @@ class BaseEngine:
         req.finish()
         return True
 
-    def submit_group(self, reqs: list) -> list:
+    def submit_group(self, reqs: list, max_pending: int | None = None) -> list:
         """Queue requests that must share one batch (one padded ``generate`` for ``fifo`` / ``static``; the
-        ``continuous`` manager admits them together). Raises as :meth:`submit` (never :class:`EngineFull`)."""
-        self._admit(reqs, None)
+        ``continuous`` manager admits them together). Raises as :meth:`submit` (:class:`EngineFull` only with
+        ``max_pending``). A member withdrawn while the group waits (:meth:`withdraw`) leaves the group at once."""
+        self._admit(reqs, max_pending)
         self.queue.put(list(reqs))
         return reqs
 
@@ -442,7 +438,7 @@ class BaseEngine:
                         r.finish()
             except Exception as exc:  # noqa: BLE001 - a fault choosing the batch fails that batch, not the engine
                 for r in batch:
-                    r.finish("error", f"{self.name} engine: {_reason(exc)}")
+                    r.finish("error", f"{self.name} engine: {exception_line(exc)}")
                 continue
             if live:
                 self._running, self.queue.running = len(live), live
@@ -451,7 +447,7 @@ class BaseEngine:
                     self._serve(live)
                 except Exception as exc:  # every request of the batch not finished yet fails with the reason
                     for r in live:
-                        r.finish("error", _reason(exc))
+                        r.finish("error", exception_line(exc))
                 finally:
                     self._running, self.queue.running = 0, []
 

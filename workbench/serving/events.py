@@ -14,13 +14,15 @@ fields). A client that lost its connection sends ``GET /v1/streams/<stream>`` wi
 
 - **Without** ``stream_options.resumable`` a stream whose last reader disconnects is stopped at once (the
   pump is cancelled, which sets the request's cancel flag: decoding stops, as before). Its log stays
-  readable for ``retention_s`` (it ends where decoding stopped, without a finish chunk).
+  readable for ``retention_s``; it ends where decoding stopped, with a final chunk whose ``finish_reason`` is
+  ``cancelled`` and ``[DONE]`` (the ``closing`` events of :meth:`StreamRegistry.start`), so a reader knows it ended.
 - **With** ``resumable: true`` the pump keeps generating while no reader is attached, for at most
   ``resume_timeout_s`` after the last reader left; a reader that comes back within that time resets it.
   Past it, the stream is cancelled as above. The server's ``request_timeout_s`` still bounds the request.
 - Bounded: a finished stream's log is kept ``retention_s`` seconds, then dropped (its id is remembered as
   expired: 410); at most ``max_streams`` logs are kept (the oldest finished ones go first).
-- Bad resume requests get a 4xx JSON error: an unknown stream (404), an expired one (410), a
+- Bad resume requests get a 4xx JSON error: an unknown stream (404), an expired one (410), one of an earlier run
+  of the server (410: every stream id carries its server process's mark, :meth:`StreamRegistry.new_id`), a
   ``Last-Event-ID`` that is malformed, names another stream, or names an event never sent (400).
 - ``keepalive_s``: while no event arrives for that long, a reader sends the comment ``: keep-alive``, so a
   client (or proxy) read timeout does not fire on a request that waits in the queue or decodes slowly.
@@ -34,7 +36,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+import secrets
 import time
+import uuid
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Iterable, Iterator
@@ -50,6 +55,7 @@ RESUME_TIMEOUT_S = 60.0   # a resumable stream keeps generating this long with n
 RETENTION_S = 300.0       # a finished stream's events stay replayable this long
 MAX_STREAMS = 256         # event logs kept at most (finished ones are dropped oldest first)
 KEEPALIVE_COMMENT = ": keep-alive\n\n"
+_ID_RE = re.compile(r"^chatcmpl-([0-9a-f]{8})[0-9a-f]{16}$")   # StreamRegistry.new_id's form
 DONE = "data: [DONE]\n\n"   # the OpenAI stream's last event
 
 
@@ -254,6 +260,17 @@ class StreamRegistry:
         self.keepalive_s = None if keepalive_s is None else check_float("keepalive_s", keepalive_s, lo=0, lo_open=True)
         self.logs: OrderedDict[str, EventLog] = OrderedDict()
         self.expired: deque = deque(maxlen=4096)
+        self.boot = secrets.token_hex(4)   # this server process's mark in every stream id (new_id)
+
+    def new_id(self, prefix: str = "chatcmpl-") -> str:
+        """A new stream id: ``prefix``, this registry's ``boot`` mark (8 hex digits), 16 random hex digits. A
+        well-formed id with another boot mark names a stream of an earlier server process: :meth:`lookup`
+        answers it 410 (gone with the restart), not 404."""
+        return f"{prefix}{self.boot}{uuid.uuid4().hex[:16]}"
+
+    def _earlier_process(self, sid: str) -> bool:
+        m = _ID_RE.match(sid)
+        return bool(m) and m.group(1) != self.boot
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -271,8 +288,10 @@ class StreamRegistry:
         self.expired.append(sid)
 
     def start(self, sid: str, source: AsyncIterator[str], cancel: Callable[[], None] | None = None,
-              resumable: bool = False) -> EventLog:
-        """Pump ``source`` (SSE text blocks) into a new log in a task of its own; return the log."""
+              resumable: bool = False, closing: Callable[[], list] | None = None) -> EventLog:
+        """Pump ``source`` (SSE text blocks) into a new log in a task of its own; return the log. ``closing()``:
+        the events that end a stream cancelled before its source ended (its final chunk and ``[DONE]``), so every
+        reader of its log, now or resuming later, sees it end."""
         self._evict()
         log = EventLog(sid, resumable, cancel)
         self.logs[sid] = log
@@ -282,6 +301,9 @@ class StreamRegistry:
                 async for text in source:
                     log.append(text)
             finally:
+                if log.cancelled and closing is not None and (not log.events or log.events[-1] != DONE):
+                    for text in closing():
+                        log.append(text)
                 log.finish()
                 await source.aclose()
 
@@ -300,6 +322,9 @@ class StreamRegistry:
             if sid in self.expired:
                 raise StreamError(410, f"stream {sid!r:.80}: expired (finished streams are kept {self.retention_s:g} s)",
                                   param="stream")
+            if self._earlier_process(sid):
+                raise StreamError(410, f"stream {sid!r:.80}: gone (it belonged to an earlier run of this server; "
+                                       "streams live in the server's memory and end with a restart)", param="stream")
             raise StreamError(404, f"stream {sid!r:.80}: unknown", param="stream")
         return log, check_last_event_id(last_event_id, sid, len(log.events))
 

@@ -63,6 +63,10 @@ UNSUPPORTED = {
 }
 
 
+#: the message of every 500 body: the cause (an exception's text) goes to the server's log only
+INTERNAL_ERROR = "internal server error (the server's log has the cause)"
+
+
 class ApiError(Exception):
     """A request that cannot be served: ``status`` (4xx/5xx), a one-line ``message`` naming the field,
     ``param`` (the field, or None), ``etype`` (the OpenAI error ``type``) and extra response ``headers``."""
@@ -113,7 +117,8 @@ def install_error_handlers(app) -> None:
             return error_response(CLIENT_GONE, "the client disconnected", etype="client_disconnected")
         log.error("%s %s: 500 %s: %s", request.method, request.url.path, type(exc).__name__, exc,
                   exc_info=(type(exc), exc, exc.__traceback__))
-        return error_response(500, f"{type(exc).__name__}: {exc}"[:500], etype="server_error")
+        # the body never echoes the exception: its text may hold paths, settings or a secret; the log has it
+        return error_response(500, INTERNAL_ERROR, etype="server_error")
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
@@ -184,12 +189,21 @@ class Guard:
                                       param="Host", etype="misdirected_request")
                 return await resp(scope, receive, send)
             if self.api_key is not None and scope.get("path") != "/health":
-                given = headers.get("authorization", "")
-                if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+                if not bearer_matches(headers.get("authorization", ""), self.api_key):
                     resp = error_response(401, "Authorization: this server needs 'Authorization: Bearer <API key>'",
                                           param="Authorization", etype="authentication_error")
                     return await resp(scope, receive, send)
         return await self.app(scope, receive, send)
+
+
+def bearer_matches(header: str, api_key: str) -> bool:
+    """Whether an ``Authorization`` header carries ``api_key`` as a bearer token. The scheme is case-insensitive
+    and may be followed by several spaces (RFC 9110 section 11.1: ``bearer KEY`` is ``Bearer KEY``); the key is
+    compared in constant time."""
+    parts = (header or "").strip().split(None, 1)
+    if len(parts) != 2 or parts[0].lower() != "bearer":
+        return False
+    return hmac.compare_digest(parts[1].strip().encode(), str(api_key).encode())
 
 
 # --------------------------------------------------------------------------- request bodies

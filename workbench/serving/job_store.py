@@ -4,7 +4,7 @@
 store: :class:`StoreLockedError`), the tables (jobs, their numbered text events, the expired ids), :class:`JobError`
 (a job request that cannot be served), :class:`JobTable` (the storage half of
 :class:`workbench.serving.jobs.JobStore`: opening the file, reads on their own connection, every write one
-transaction retried :data:`WRITE_RETRIES` times, retention) and :class:`_Writer` (the store's writer thread). The
+transaction retried :data:`WRITE_RETRIES` times, retention) and :class:`StoreWriter` (the store's writer thread). The
 guarantees these give are in :mod:`workbench.serving.jobs`.
 """
 
@@ -53,6 +53,46 @@ CREATE TABLE IF NOT EXISTS job_events (
 );
 CREATE TABLE IF NOT EXISTS expired (id TEXT PRIMARY KEY, at REAL NOT NULL);
 """
+
+
+class Changes:
+    """What an event stream waits on instead of polling the file (issue 51): a counter the store bumps after every
+    committed write and every change of its run registry (:meth:`bump`, from any thread), and an awaitable wait for
+    the next bump (:meth:`wait`, on an event loop). An idle reader of a queued job then costs nothing until something
+    changes (100 of them beside a chat stream), and a new event reaches it at once instead of at its next poll."""
+
+    def __init__(self):
+        self.version = 0
+        self._waiters: set = set()
+        self._lock = threading.Lock()
+
+    def bump(self) -> None:
+        with self._lock:
+            self.version += 1
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # that loop is closed: its reader is gone
+                pass
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return once :attr:`version` differs from ``seen`` or after ``timeout`` seconds."""
+        import asyncio
+
+        event = asyncio.Event()
+        item = (asyncio.get_running_loop(), event)
+        with self._lock:
+            if self.version != seen:
+                return
+            self._waiters.add(item)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._waiters.discard(item)
 
 
 class JobError(ApiError):
@@ -114,6 +154,7 @@ class JobTable:
         Raises:
             StoreLockedError: another server owns the file.
         """
+        self.changes = Changes()
         self._owner_fd = lock_store(self.path)  # before touching the file: one server per store
         try:
             self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
@@ -176,7 +217,9 @@ class JobTable:
         for attempt in range(WRITE_RETRIES + 1):
             try:
                 with self._transaction() as db:
-                    return fn(db)
+                    out = fn(db)
+                self.changes.bump()   # committed: an event stream waiting on this store looks again
+                return out
             except sqlite3.OperationalError as exc:
                 if attempt == WRITE_RETRIES:
                     raise
@@ -225,11 +268,12 @@ class JobTable:
         return int(self._q("SELECT COALESCE(SUM(bytes), 0) FROM jobs")[0][0])
 
 
-class _Writer:
+class StoreWriter:
     """A store's writer thread: the job writes the engine's callbacks hand it (:meth:`put`), in order, one at a time.
     Batched: a running job has at most one flush waiting, which writes every token and text piece buffered when it
     runs, so while the store is slow or locked the job's tokens accumulate and go out in one transaction after it.
-    A write that raises is logged (the job's own code records failures on the job)."""
+    A write that raises is logged (the job's own code records failures on the job); a job's final status that the
+    store refuses comes back later (:meth:`later`) until it lands."""
 
     def __init__(self, name: str):
         self._q: queue.SimpleQueue = queue.SimpleQueue()
@@ -238,6 +282,12 @@ class _Writer:
 
     def put(self, fn) -> None:
         self._q.put(fn)
+
+    def later(self, delay_s: float, fn) -> None:
+        """Hand ``fn`` to the writer after ``delay_s`` seconds (a pending final status tried again)."""
+        t = threading.Timer(delay_s, self._q.put, args=(fn,))
+        t.daemon = True
+        t.start()
 
     def _run(self) -> None:
         while True:

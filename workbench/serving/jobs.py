@@ -56,16 +56,38 @@ HTTP (installed by :func:`install`; JSON errors in the OpenAI shape):
   kill but may lose the last commits on power loss. The cost is one ``fsync`` per flush (at most one per
   ``flush_s`` per running job).
 - **Writes leave the engine's thread** (issue 36): the engine's token and completion callbacks only buffer a job's
-  tokens and text and hand the write to the store's writer thread (:class:`~workbench.serving.job_store._Writer`, one per store, in order; a
+  tokens and text and hand the write to the store's writer thread (:class:`~workbench.serving.job_store.StoreWriter`, one per store, in order; a
   job has at most one flush waiting, which writes everything buffered when it runs). A slow or locked store
   (another process holding its write lock, a full disk) delays the job's events, never generation. Reads (status,
   results, event streams) use a connection of their own and never wait behind a write; an event stream reads only
-  the events after the last one it sent (:meth:`JobStore.events_after`), and every route runs its store work in a
-  worker thread, off the event loop.
+  the events after the last one it sent (:meth:`JobStore.events_after`), and only when the store reports a change
+  (:class:`~workbench.serving.job_store.Changes`, bumped by every committed write; at least every
+  :data:`RECHECK_S`), so an idle reader of a queued job costs nothing; every route runs its store work in the store's
+  own worker threads (``JobStore.pool``), off the event loop and apart from the default executor chat's templating
+  uses.
 - One server owns a store: ``<store>.lock`` (:func:`workbench.run.locks.take_owner_lock`, the run folders'
   lock) names the owner's pid and host; a second store opened on the same file, in this process or
   another, is refused with a one-line :class:`~workbench.serving.job_store.StoreLockedError`. A killed owner's lock is released by the
   kernel, so a restarted server takes its store back.
+
+**Races and outages** (issue 51):
+
+- **A job is continued once.** The status change that starts a continuation is conditional on the resumable states
+  (``UPDATE ... WHERE id = ? AND status IN ('interrupted', 'failed', 'cancelled')``; 409 when no row changed), and
+  the store's run registry (``_runs``) takes at most one live run per job (409 while one is queued, running or still
+  writing its end): of 16 continues sent at once exactly one is 200.
+- **An outage strands nothing.** A job's end (its last output and final status) that the store refuses past the
+  writer's retries stays pending in the writer thread and is tried again, backing off to
+  :data:`~workbench.serving.job_runs.FINAL_RETRY_MAX_S`, until it lands; the run stays registered meanwhile (the
+  job reads running, its events stream stays open). A job whose row says queued or running with no run (its start
+  or its end's writes lost) reads ``interrupted`` from the next read on (the writer marks it so in the file): it
+  continues, and its event stream ends. A route whose store work the store refuses answers 503 with
+  ``Retry-After``, nothing changed.
+- **A deleted queued job frees its place at once**: its requests leave the engine's queue
+  (:meth:`~workbench.serving.engines.BaseEngine.withdraw`, also a member of a group). **Jobs count against the
+  chat route's admission limit** (``max_pending``: ``max_queue`` + 1, passed by the server): a job or continuation
+  that finds the engine full is a 429 with ``Retry-After`` and stores nothing, so queued jobs never starve chat of
+  its places. An outline job is admitted once; its later generations are part of it.
 
 Bounded: at most ``max_jobs`` stored jobs and ``max_bytes`` stored bytes (text + token ids + events); a new
 job beyond either gets 429 naming the limit; a running job that reaches ``max_bytes`` stops (status
@@ -91,8 +113,8 @@ from workbench.errors import ParameterError
 from workbench.serving import engines
 from workbench.serving.events import DONE, KEEPALIVE_COMMENT, check_last_event_id, last_event_id, numbered, sse_data, sse_response
 from workbench.serving.http import SEED_MAX, check_model, read_json_object, validate
-from workbench.serving.job_runs import JobRuns, _Run
-from workbench.serving.job_store import JobError, JobTable, _Writer, default_path
+from workbench.serving.job_runs import JobRuns, JobRun
+from workbench.serving.job_store import JobError, JobTable, StoreWriter, default_path
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +124,10 @@ RETENTION_S = 7 * 24 * 3600.0
 MAX_BYTES = 256 << 20
 FLUSH_S = 0.2           # a running job's new tokens and text are written at least this often
 KEEPALIVE_S = 15.0      # an event stream with nothing new for this long sends ``: keep-alive``
+RECHECK_S = 5.0         # an event stream reads the file at least this often even when the store reports no change
+STORE_THREADS = 16      # the job routes' own worker threads (never the default executor chat's templating uses)
 FINISHED = ("done", "failed", "cancelled")
+RESUMABLE = ("interrupted", "failed", "cancelled")   # the states ``continue`` takes a job from
 #: ``chat`` (the request's ``messages``) and the long-output strategies of :mod:`workbench.techniques.long_form`.
 STRATEGIES = ("chat", "one_shot", "outline_batch", "outline_sequential")
 LANGUAGES = ("en", "zh")
@@ -154,6 +179,9 @@ class JobStore(JobTable, JobRuns):
         context: the model's context in tokens (prompt + ``max_tokens`` must fit).
         max_tokens_limit: ceiling on a job's ``max_tokens``.
         flush_s: write a running job's progress at least this often.
+        max_pending: the engine's admission limit for a job's request (the chat route's: ``max_queue`` waiting
+            + the one being served; the server passes it): a job that finds that many requests pending is a 429,
+            as a chat request is (None: no limit, a store on its own).
 
     Raises:
         ParameterError: a bad limit; :class:`~workbench.serving.job_store.StoreLockedError`: another server owns the file.
@@ -161,7 +189,7 @@ class JobStore(JobTable, JobRuns):
 
     def __init__(self, engine, path=None, max_jobs: int = MAX_JOBS, retention_s: float = RETENTION_S,
                  max_bytes: int = MAX_BYTES, context: int | None = None, max_tokens_limit: int | None = None,
-                 flush_s: float = FLUSH_S, server_id: str | None = None):
+                 flush_s: float = FLUSH_S, server_id: str | None = None, max_pending: int | None = None):
         import os
 
         self.engine = engine
@@ -173,12 +201,20 @@ class JobStore(JobTable, JobRuns):
         self.flush_s = check_float("flush_s", flush_s, lo=0)
         self.context = int(context or getattr(getattr(loaded, "info", None), "max_context_tokens", 0) or 8192)
         self.max_tokens_limit = max_tokens_limit or self.context
+        self.max_pending = None if max_pending is None else check_int("max_pending", max_pending, lo=1)
         self._open()  # before touching the file: one server per store
         self.JobRequest = _schema()
         self.identity = model_identity(loaded, engine)
-        self._runs: dict[str, _Run] = {}
+        from concurrent.futures import ThreadPoolExecutor
+
+        # the routes' store work runs here, never in the event loop's default executor: a store that blocks (a lock
+        # held by another process, SQLite's busy wait) can tie up these threads, never chat's templating
+        self.pool = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix=f"workbench-jobs-{self.path.name}")
+        self._runs: dict[str, JobRun] = {}   # the registry: at most one live run per job (job_runs.JobRun)
+        self._runs_lock = threading.Lock()
+        self._marking: set[str] = set()    # stranded jobs whose "interrupted" mark waits in the writer
         self._closing = threading.Event()
-        self._writer = _Writer(f"workbench-jobs-writer-{self.path.name}")
+        self._writer = StoreWriter(f"workbench-jobs-writer-{self.path.name}")
 
     # ------------------------------------------------------------------ API
 
@@ -218,22 +254,53 @@ class JobStore(JobTable, JobRuns):
         size = len(request.encode()) + len(json.dumps(prompt_ids))
         jid = "job-" + uuid.uuid4().hex[:24]
         now = time.time()
-        with self._lock:
-            self._purge()
-            n = self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
-            if n >= self.max_jobs:
-                raise JobError(429, f"jobs: the store holds {n} jobs, its limit (max_jobs = {self.max_jobs}); "
-                                    f"delete finished ones (DELETE /v1/jobs/<id>) or wait for their retention "
-                                    f"({self.retention_s:g} s)", etype="job_limit")
-            used = self.stored_bytes()
-            if used + size > self.max_bytes:
-                raise JobError(429, f"jobs: stored output would exceed max_bytes = {self.max_bytes} "
-                                    f"({used} bytes stored); delete finished jobs first", etype="job_limit")
-            self._q("INSERT INTO jobs (id, created, updated, status, request, prompt_ids, bytes, model) "
-                    "VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
-                    (jid, now, now, request, json.dumps(prompt_ids), size, json.dumps(self.identity)))
-        self._start(jid)
+        self._check_admission()
+        run = self._register(jid)  # before the row: a reader never sees it queued without its run
+        try:
+            with self._lock:
+                self._purge()
+                n = self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+                if n >= self.max_jobs:
+                    raise JobError(429, f"jobs: the store holds {n} jobs, its limit (max_jobs = {self.max_jobs}); "
+                                        f"delete finished ones (DELETE /v1/jobs/<id>) or wait for their retention "
+                                        f"({self.retention_s:g} s)", etype="job_limit")
+                used = self.stored_bytes()
+                if used + size > self.max_bytes:
+                    raise JobError(429, f"jobs: stored output would exceed max_bytes = {self.max_bytes} "
+                                        f"({used} bytes stored); delete finished jobs first", etype="job_limit")
+                self._q("INSERT INTO jobs (id, created, updated, status, request, prompt_ids, bytes, model) "
+                        "VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
+                        (jid, now, now, request, json.dumps(prompt_ids), size, json.dumps(self.identity)))
+        except BaseException:
+            self._ended(jid, run)
+            raise
+        try:
+            self._start(jid, run, self.max_pending)
+        except engines.EngineFull:  # the engine filled up meanwhile: nothing of the job is kept
+            self._delete(jid)
+            raise self._full() from None
         return self.status(jid)
+
+    def _full(self) -> JobError:
+        """429 with ``Retry-After`` (the engine queue's backlog estimate, as the chat route's): the engine holds
+        :attr:`max_pending` requests."""
+        from workbench.serving import scheduling
+
+        backlog = getattr(getattr(self.engine, "queue", None), "backlog_s", None)
+        wait = scheduling.retry_after_s(backlog() if callable(backlog) else float("nan"))
+        return JobError(429, f"jobs: the engine holds {getattr(self.engine, 'pending', '?')} requests, the admission "
+                             f"limit jobs share with chat requests (max_queue + 1 = {self.max_pending}); retry in "
+                             f"{wait} s", etype="rate_limit_exceeded", headers={"Retry-After": str(wait)})
+
+    def _check_admission(self) -> None:
+        """Refuse (429) a job, or a continuation, while the engine is full: jobs count against the same admission
+        limit as chat requests (:attr:`max_pending`), so queued jobs can never starve chat of its places. The
+        engine's own check at submission is the atomic one; this one keeps an outline job (whose driver submits
+        later) and a refused job from storing anything."""
+        if self.max_pending is not None and engines.is_full(getattr(self.engine, "pending", 0), 1, self.max_pending):
+            with self.engine._count_lock:
+                self.engine.rejected += 1  # every 429 counts (workbench_requests_rejected_total)
+            raise self._full()
 
     def _long_form(self, req) -> list[dict]:
         """Check a long-output job (``strategy``, ``topic``, ``n_sections``, ``language``, ``outline_tokens``,
@@ -267,7 +334,7 @@ class JobStore(JobTable, JobRuns):
         return [{"role": "user", "content": req.topic}]  # for the context check; the job writes its own prompts
 
     def status(self, jid: str) -> dict:
-        r = self._row(jid)
+        r = self._view(jid, self._row(jid))
         req = json.loads(r["request"])
         out = json.loads(r["output_ids"])
         return {"id": jid, "object": "job", "status": r["status"], "created": r["created"], "updated": r["updated"],
@@ -281,7 +348,7 @@ class JobStore(JobTable, JobRuns):
                 "exact_resume": req["temperature"] == 0 and r["model"] == json.dumps(self.identity)}
 
     def result(self, jid: str) -> dict:
-        r = self._row(jid)
+        r = self._view(jid, self._row(jid))
         req, stages = json.loads(r["request"]), json.loads(r["stages"])
         out = {"id": jid, "object": "job.result", "status": r["status"], "complete": r["status"] == "done",
                "text": r["text"], "output_ids": json.loads(r["output_ids"]), "finish_reason": r["finish_reason"],
@@ -295,20 +362,46 @@ class JobStore(JobTable, JobRuns):
         return [self.status(r[0]) for r in self._q("SELECT id FROM jobs ORDER BY created")]
 
     def continue_job(self, jid: str) -> dict:
-        """Queue an interrupted (or failed) job again; it resumes from its stored tokens.
+        """Queue an interrupted, failed or cancelled job again; it resumes from its stored tokens. Exactly one of
+        concurrent continues wins: the status change is conditional on the resumable states (``UPDATE ... WHERE
+        id = ? AND status IN (...)``, 409 when no row changed) and the run registry takes one run per job (409
+        while one is live). A job stranded by an outage (queued or running with no run) is marked interrupted
+        first, so it continues too.
 
         Raises:
-            JobError: unknown (404) / expired (410); still queued or running, or already done (409).
+            JobError: unknown (404) / expired (410); a run in progress, or already done (409); the engine full
+                (429, nothing changed).
         """
-        r = self._row(jid)
-        if r["status"] in ("queued", "running"):
-            raise JobError(409, f"job {jid}: is {r['status']}, nothing to continue", "job_id", "conflict")
+        r = self._view(jid, self._row(jid))
         if r["status"] == "done":
             raise JobError(409, f"job {jid}: already finished ({r['finish_reason']})", "job_id", "conflict")
         self._check_model(jid, r["model"])
         self._check_engine(json.loads(r["request"]), len(json.loads(r["output_ids"])))
-        self._q("UPDATE jobs SET status='queued', error=NULL, updated=? WHERE id=?", (time.time(), jid))
-        self._start(jid)
+        self._check_admission()
+        run = self._register(jid)  # 409 while a run is live: one run per job
+        try:
+            def claim(db) -> str | None:
+                # a stranded job (no run: we hold the registry's only entry) is interrupted first
+                db.execute("UPDATE jobs SET status='interrupted', updated=? WHERE id=? "
+                           "AND status IN ('queued','running')", (time.time(), jid))
+                prev = db.execute("SELECT status FROM jobs WHERE id=?", (jid,)).fetchone()
+                changed = db.execute("UPDATE jobs SET status='queued', error=NULL, updated=? WHERE id=? AND status IN "
+                                     f"({', '.join('?' * len(RESUMABLE))})", (time.time(), jid, *RESUMABLE)).rowcount
+                return prev[0] if changed else None
+
+            was = self._write(claim)
+            if was is None:
+                now = self._row(jid, "status, finish_reason")
+                raise JobError(409, f"job {jid}: is {now['status']}, nothing to continue", "job_id", "conflict")
+        except BaseException:
+            self._ended(jid, run)
+            raise
+        try:
+            self._start(jid, run, self.max_pending)
+        except engines.EngineFull:  # the engine filled up meanwhile: the job is as it was
+            self._q("UPDATE jobs SET status=?, runs=MAX(runs-1, 0), updated=? WHERE id=? AND status='queued'",
+                    (was, time.time(), jid))
+            raise self._full() from None
         return self.status(jid)
 
     def _check_model(self, jid: str, stored: str) -> None:
@@ -356,8 +449,14 @@ class JobStore(JobTable, JobRuns):
             temperature=float(req["temperature"]), top_p=float(req["top_p"]), seed=seed)
 
     def delete(self, jid: str) -> dict:
+        """Delete a job; a run of it stops (``cancelled``), and its requests still waiting in the engine's queue
+        leave it at once (their places are free for the next request, chat or job).
+
+        Raises:
+            JobError: unknown (404) / expired (410)."""
         self._row(jid)
-        run = self._runs.get(jid)
+        with self._runs_lock:
+            run = self._runs.get(jid)
         if run is not None:
             run.stop("cancelled")
         self._delete(jid)
@@ -367,7 +466,7 @@ class JobStore(JobTable, JobRuns):
         """Stored text events after number ``after`` and the job's ``status``, ``events``, ``finish_reason`` and
         ``error`` (404/410 as :meth:`status`): reads only the new events by their index, never the job's text or
         token ids (an SSE reader polls this)."""
-        r = self._row(jid, "status, events, finish_reason, error", purge=False)
+        r = self._view(jid, self._row(jid, "status, events, finish_reason, error, updated", purge=False))
         rows = self._q("SELECT seq, data FROM job_events WHERE job_id=? AND seq>? ORDER BY seq", (jid, after))
         return [(int(s), d) for s, d in rows], r
 
@@ -377,7 +476,8 @@ class JobStore(JobTable, JobRuns):
         Waits up to ``timeout`` seconds for their engine requests to end (the engine must still run).
         """
         self._closing.set()
-        runs = list(self._runs.values())
+        with self._runs_lock:
+            runs = list(self._runs.values())
         for run in runs:
             run.stop("interrupted")
         end = time.monotonic() + timeout
@@ -397,6 +497,8 @@ class JobStore(JobTable, JobRuns):
                 with self._rlock:
                     self._rdb.close()
                 release_owner_lock(self._owner_fd)
+                self.pool.shutdown(wait=False)
+                self.changes.bump()   # readers still waiting look again (and end)
 
     def wait(self, jid: str, timeout: float = 120.0, statuses=FINISHED + ("interrupted",)) -> dict:
         """Block until the job reaches one of ``statuses`` (tests, notebooks)."""
@@ -442,44 +544,77 @@ async def post_job(request: Request):
     chat_cfg = getattr(request.app.state, "chat", None)
     if chat_cfg is not None:
         check_model(payload.get("model"), chat_cfg.model_names)
-    st = await asyncio.to_thread(_store(request).submit, payload)
+    st = await _off_loop(_store(request).submit, payload)
     return JSONResponse(st, status_code=202, headers={"Location": f"/v1/jobs/{st['id']}"})
 
 
-# Every route's store work runs in a worker thread: a slow store never holds the event loop (the chat streams).
+async def _off_loop(fn, *args):
+    """``fn(*args)`` in one of the store's own worker threads (``JobStore.pool``): a slow store never holds the event
+    loop (the chat streams) nor the default executor (chat's templating). A store that refuses the work now (disk
+    full, its lock held by another process past the retries) is a 503 with ``Retry-After``, never a 500: nothing of
+    the request was written."""
+    import functools
+
+    pool = getattr(getattr(fn, "__self__", None), "pool", None)
+    try:
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
+    except sqlite3.Error as exc:
+        log.warning("job store: %s failed: %s", getattr(fn, "__name__", "a request"), exc)
+        raise JobError(503, "jobs: the job store cannot be written now (disk full, or its file locked by another "
+                            "process); nothing was changed, retry later", etype="store_unavailable",
+                       headers={"Retry-After": "1"}) from None
+
+
 async def list_jobs(request: Request):
-    return {"object": "list", "data": await asyncio.to_thread(_store(request).list)}
+    return {"object": "list", "data": await _off_loop(_store(request).list)}
 
 
 async def job_status(job_id: str, request: Request):
-    return await asyncio.to_thread(_store(request).status, job_id)
+    return await _off_loop(_store(request).status, job_id)
 
 
 async def job_result(job_id: str, request: Request):
-    return await asyncio.to_thread(_store(request).result, job_id)
+    return await _off_loop(_store(request).result, job_id)
 
 
 async def continue_job(job_id: str, request: Request):
-    return await asyncio.to_thread(_store(request).continue_job, job_id)
+    return await _off_loop(_store(request).continue_job, job_id)
 
 
 async def delete_job(job_id: str, request: Request):
-    return await asyncio.to_thread(_store(request).delete, job_id)
+    return await _off_loop(_store(request).delete, job_id)
 
 
 async def job_events(job_id: str, request: Request):
     """``GET /v1/jobs/{id}/events``: the job's stored text events as SSE (``id: <job>:<n>``), resumable with
     ``Last-Event-ID``; after them one ``{"status": ...}`` event without an id, then ``[DONE]``."""
     store = _store(request)
-    _, r = await asyncio.to_thread(store.events_after, job_id, 0)
+    _, r = await _off_loop(store.events_after, job_id, 0)
     after = check_last_event_id(last_event_id(request), job_id, r["events"])
 
     async def stream():
-        seen, idle = after, time.monotonic()
+        # The stream reads the file only when the store reports a change (JobStore.changes: every committed write and
+        # every run's end bump it), and at least every RECHECK_S: an idle reader of a queued job costs nothing.
+        seen, idle, version, t_read = after, time.monotonic(), None, 0.0
         while True:
+            now_version = store.changes.version
+            now = time.monotonic()
+            if now_version == version and now - t_read < RECHECK_S:
+                await store.changes.wait(version, max(0.05, min(RECHECK_S - (now - t_read), KEEPALIVE_S - (now - idle))))
+                if time.monotonic() - idle > KEEPALIVE_S:
+                    idle = time.monotonic()
+                    yield KEEPALIVE_COMMENT
+                continue
+            version, t_read = now_version, time.monotonic()
             try:
-                rows, r = await asyncio.to_thread(store.events_after, job_id, seen)
-            except JobError:
+                rows, r = await _off_loop(store.events_after, job_id, seen)
+            except JobError as exc:
+                if exc.status == 503:  # the store cannot be read this moment: look again soon
+                    await asyncio.sleep(0.2)
+                    version = None
+                    continue
+                return
+            except RuntimeError:  # the store closed (its worker threads are gone): the server is stopping
                 return
             for seq, data in rows:
                 seen = seq
@@ -493,7 +628,6 @@ async def job_events(job_id: str, request: Request):
             if time.monotonic() - idle > KEEPALIVE_S:
                 idle = time.monotonic()
                 yield KEEPALIVE_COMMENT
-            await asyncio.sleep(0.05)
 
     return sse_response(stream())
 

@@ -302,10 +302,20 @@ class PolicyQueue:
             return [it for _, it in self._items if it is not None and not isinstance(it, list)]
 
     def remove(self, req) -> bool:
-        """Take a single waiting request out of the queue; False when it is not waiting (running, or gone)."""
+        """Take a waiting request out of the queue, a single one or a member of a waiting group (the group keeps
+        its other members; an emptied group leaves); False when it is not waiting (running, or gone)."""
         with self._cv:
-            kept = [(s, it) for s, it in self._items if it is not req]
-            found = len(kept) != len(self._items)
+            kept, found = [], False
+            for s, it in self._items:
+                if it is req:
+                    found = True
+                elif isinstance(it, list) and any(x is req for x in it):
+                    found = True
+                    rest = [x for x in it if x is not req]
+                    if rest:
+                        kept.append((s, rest))
+                else:
+                    kept.append((s, it))
             self._items = kept
             return found
 

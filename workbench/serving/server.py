@@ -291,8 +291,9 @@ def create_app(loaded, engine: EngineOptions | None = None, policy: PolicyOption
         from workbench.serving import jobs as jobs_mod
 
         try:
+            # jobs count against the chat route's admission limit (max_queue waiting + the one being served)
             jobs_mod.install(app, eng, context=context, max_tokens_limit=server.max_tokens_limit or context,
-                             **{"server_id": server_id, **jobs})
+                             **{"server_id": server_id, "max_pending": server.max_queue + 1, **jobs})
         except BaseException:
             eng.stop()
             raise

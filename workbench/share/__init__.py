@@ -8,7 +8,8 @@ headline figures and findings a pipeline can depend on), ``cost`` ($/Mtok from a
 user vs per device), ``export`` (MLflow, llm-d's Benchmark Report v0.2, ``vllm bench serve`` JSON) and ``formats``
 (GuideLLM, AIPerf and vLLM results read in as runs of their own, with a comparability check), ``ladder`` (the speed
 ladder's profile figure), ``live`` (a throttled live view of a request in a notebook; whether a frontend is there),
-``figures_serving`` (load sweeps per engine, mixed workloads per policy), ``figures_configurations`` (engine
-configurations against a baseline) and ``figures_compression`` (context compression's points).
+``figures_serving`` (load sweeps per engine, mixed workloads per policy; notebooks 08 and 11 share them) and
+``figures_twin`` (the serving twin beside the measurement). An experiment's own figures live in its folder
+(``workbench.experiments.context_compression.charts``, ``workbench.experiments.engine_tuning.charts``).
 Reads run folders and predictions; the experiments draw their figures with ``plots``.
 """

@@ -2,13 +2,16 @@
 
 Columns (:func:`add_columns`, names in ``workbench/stats/columns.csv``):
 
-- ``usd_per_mtok_output`` = ``price_per_hour_usd / 3600 / output_throughput_tps * 1e6`` and
-  ``usd_per_mtok_input`` = the same over ``input_throughput_tps``: each charges the whole device-hour to that
-  kind of token (the usual "cost per million tokens at this throughput", e.g. the price tables of hosted
-  endpoints; the two are not a split of one bill, so they are never added).
+- ``usd_per_mtok_output`` = ``price_per_hour_usd * n_devices / 3600 / output_throughput_tps * 1e6`` and
+  ``usd_per_mtok_input`` = the same over ``input_throughput_tps``: each charges every device-hour the point's
+  throughput used to that kind of token (the usual "cost per million tokens at this throughput", e.g. the price
+  tables of hosted endpoints; the two are not a split of one bill, so they are never added). ``n_devices`` is the
+  point's devices or replicas (:func:`devices`: ``n_devices``, else the serving twin's ``replicas``, else 1), so
+  8 replicas at 8x one replica's throughput cost what one replica costs per token.
 - ``output_tps_per_user``: what one user sees, the point's median per-request decode speed
   (``decode_tps_p50``), else ``1 / tpot_s_p50``.
 - ``output_tps_per_device``: ``output_throughput_tps / n_devices`` (one device unless the point says more).
+- ``n_devices`` is written on every point of a table where any point spans more than one device or replica.
 
 The interactivity Pareto figure (:func:`pareto_figure`) plots tokens/s per user against tokens/s per device for
 the batch-size and serving experiments, the front (points no other point beats on both) joined by a line, as
@@ -97,7 +100,9 @@ def add_columns(points: pd.DataFrame, requests: pd.DataFrame | None = None,
     out["input_throughput_tps"] = _input_tps(out, requests)
     out_tps = pd.to_numeric(out.get("output_throughput_tps"), errors="coerce") \
         if "output_throughput_tps" in out else pd.Series(float("nan"), index=out.index)
-    devices = pd.to_numeric(out["n_devices"], errors="coerce").fillna(1).clip(lower=1) if "n_devices" in out else 1
+    devices = _devices(out)
+    if "n_devices" in out or (devices > 1).any():   # written wherever more than one device (or replica) is known
+        out["n_devices"] = devices
     out["output_tps_per_device"] = out_tps / devices
     per_user = pd.to_numeric(out["decode_tps_p50"], errors="coerce") if "decode_tps_p50" in out \
         else pd.Series(float("nan"), index=out.index)
@@ -109,9 +114,20 @@ def add_columns(points: pd.DataFrame, requests: pd.DataFrame | None = None,
         out["usd_per_mtok_output"] = float("nan")
         out["usd_per_mtok_input"] = float("nan")
     else:
-        out["usd_per_mtok_output"] = [usd_per_mtok(price, v) for v in out_tps]
-        out["usd_per_mtok_input"] = [usd_per_mtok(price, v) for v in out["input_throughput_tps"]]
+        in_tps = pd.to_numeric(out["input_throughput_tps"], errors="coerce")
+        out["usd_per_mtok_output"] = [usd_per_mtok(price, v) for v in out_tps / devices]
+        out["usd_per_mtok_input"] = [usd_per_mtok(price, v) for v in in_tps / devices]
     return out
+
+
+def _devices(points: pd.DataFrame) -> pd.Series:
+    """Devices (or replicas) each point's throughput spans: ``n_devices``, else ``replicas`` (the serving twin's
+    engines behind its router), else 1."""
+    n = pd.Series(float("nan"), index=points.index)
+    for col in ("n_devices", "replicas"):
+        if col in points:
+            n = n.where(n.notna(), pd.to_numeric(points[col], errors="coerce"))
+    return n.fillna(1).clip(lower=1)
 
 
 def pareto_front(df: pd.DataFrame, x: str = "output_tps_per_user", y: str = "output_tps_per_device") -> pd.Series:

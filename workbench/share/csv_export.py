@@ -43,11 +43,11 @@ def _csv_frame(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _write_csv(path: Path, df: pd.DataFrame) -> Path:
+def write_csv(path: Path, df: pd.DataFrame) -> Path:
     return results.atomic_write(path, lambda f: _csv_frame(df).to_csv(f, index=False), text=True)
 
 
-def _write_text(path: Path, text: str) -> Path:
+def write_text(path: Path, text: str) -> Path:
     return results.atomic_write(path, lambda f: f.write(text), text=True)
 
 
@@ -72,10 +72,10 @@ def export(run_dir, out_dir=None) -> dict[str, Path]:
     req = results.read_requests(run)
     pts = results.read_points(run)
     paths = {"requests_csv": out / "requests.csv", "points_json": out / "points.json"}
-    _write_csv(paths["requests_csv"], req)
+    write_csv(paths["requests_csv"], req)
     summary = {k: manifest.get(k) for k in ("run_id", "created_utc", "status", "environment", "sessions",
                                             "experiments")}
     summary["points"] = json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []
-    _write_text(paths["points_json"], json.dumps(summary, indent=2, default=str))
+    write_text(paths["points_json"], json.dumps(summary, indent=2, default=str))
     return paths
 

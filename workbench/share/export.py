@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.run import results
+from workbench import checks
 from workbench.errors import ParameterError
 from workbench.stats import metrics
 
@@ -165,13 +166,7 @@ def write_documents(run: Path, docs: dict[str, dict], fmt: str, out=None) -> Pat
 # ---------------------------------------------------------------------------------------- per point data
 
 
-def _num(v):
-    """A finite float, or None."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+_num = checks.finite_or_none  # a finite float, or None (the one home: workbench.checks)
 
 
 def _completed(req: pd.DataFrame) -> pd.DataFrame:
@@ -212,16 +207,31 @@ _BR_QUANTILES = {"p0p1": 0.1, "p1": 1, "p5": 5, "p10": 10, "p25": 25, "p50": 50,
                  "p99": 99, "p99p9": 99.9}
 
 
-def _br_stats(values: np.ndarray, units: str, scale: float = 1.0) -> dict | None:
-    """A BR0.2 ``Statistics`` object: mean, stddev, min, max and the percentiles the sample count supports."""
+#: The rule behind every exported percentile (docs/design.md section 4), stated in each export.
+PERCENTILE_RULE = ("a percentile is exported only where the point's independent timing samples (n_samples: rows of "
+                   "one batch share one stamp per step, so a batch is one sample) reach 1 / tail: p90 from 10, "
+                   "p99 from 100, p99.9 from 1000")
+
+
+def _independent(point: pd.Series, values: np.ndarray) -> int:
+    """Independent samples behind a point's percentiles: its ``n_samples`` where recorded (never more than the
+    values), else the number of values."""
+    n = _num(point.get("n_samples")) if point is not None else None
+    return int(min(n, values.size)) if n is not None else int(values.size)
+
+
+def _br_stats(values: np.ndarray, units: str, scale: float = 1.0, n_independent: int | None = None) -> dict | None:
+    """A BR0.2 ``Statistics`` object: mean, stddev, min, max and the percentiles the independent samples support
+    (:data:`PERCENTILE_RULE`; ``n_independent`` defaults to the number of values)."""
     if values.size == 0:
         return None
     v = values * scale
+    n = values.size if n_independent is None else n_independent
     out = {"units": units, "mean": float(v.mean()), "min": float(v.min()), "max": float(v.max())}
     if v.size >= 2:
         out["stddev"] = float(v.std(ddof=1))
     for key, q in _BR_QUANTILES.items():
-        if v.size >= _min_n(q):
+        if n >= _min_n(q):
             out[key] = metrics.percentiles(v, (q,))[f"p{q}"]
     return out
 
@@ -248,23 +258,20 @@ def br02_report(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
     done = _completed(req)
     finished = (manifest.get("points", {}).get(pid, {}) or {}).get("finished_utc")
     wall = _num(point.get("wall_s"))
-    start = None
-    if finished and wall is not None:
-        try:
-            start = (_dt.datetime.fromisoformat(finished) - _dt.timedelta(seconds=wall)).isoformat()
-        except ValueError:
-            start = None
+    start = point_start(manifest, pid, point)
     prompt = _values(done, "prompt_tokens")
     ignore_eos = point.get("ignore_eos")
     config = {k: _jsonable(point.get(k)) for k in point.index}
-    n_req = int(_num(point.get("requests")) or len(req))
-    n_done = int(_num(point.get("completed")) or len(done))
+    total, failures, incomplete = request_counts(point, req, done)
+    n_devices = devices(point)
     accel = str(point.get("device_name") or env.get("device_name") or point.get("device") or env.get("device") or "unknown")
+    n_ind = lambda values: _independent(point, values)  # noqa: E731 - the point's independent samples
     report = {
         "version": "0.2",
         "run": {"uid": hashlib.sha1(f"{run.name}/{pid}".encode()).hexdigest(), "eid": run.name,
                 "time": {"start": start, "end": finished, "duration": _duration(wall)},
-                "description": f"workbench {point.get('experiment')} point {pid}",
+                "description": f"workbench {point.get('experiment')} point {pid}; {PERCENTILE_RULE} "
+                               f"(this point: n_samples={_independent(point, _values(done, 'ttft_s'))})",
                 "keywords": ["workbench", str(point.get("experiment"))]},
         "scenario": {
             "stack": [{"metadata": {"label": "workbench-engine-0", "cfg_id": hashlib.sha1(
@@ -272,14 +279,14 @@ def br02_report(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
                 "description": "the workbench's in-process transformers engine"},
                 "standardized": {"kind": "inference_engine", "tool": "workbench",
                                  "tool_version": str(env.get("workbench") or env.get("git_commit") or "unknown"),
-                                 "role": "replica", "replicas": 1,
+                                 "role": "replica", "replicas": n_devices,
                                  "model": {"name": str(point.get("model") or env.get("model") or "unknown")},
-                                 "accelerator": {"model": accel, "count": 1, "parallelism": {"tp": 1}}},
+                                 "accelerator": {"model": accel, "count": n_devices, "parallelism": {"tp": 1}}},
                 "native": {"args": None, "envars": None, "config": _jsonable(env)}}],
             "load": {"metadata": {"schema_version": "0.0.1", "cfg_id": hashlib.sha1(pid.encode()).hexdigest()[:32],
                                   "description": f"ignore_eos={ignore_eos}"},
                      "standardized": {"tool": "workbench", "tool_version": str(env.get("workbench") or "unknown"),
-                                      "source": "random" if "prompt_tokens" in point.index else "unknown",
+                                      "source": load_source(point),
                                       "input_seq_len": _seq_len(prompt, point.get("prompt_tokens")),
                                       "output_seq_len": _seq_len(_values(done, "output_tokens"),
                                                                  point.get("max_new_tokens")),
@@ -289,18 +296,98 @@ def br02_report(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
                                          if _num(point.get("batch_size")) is not None else {})},
                      "native": {"args": None, "envars": None, "config": config}}},
         "results": {"request_performance": {"aggregate": {
-            "requests": {"total": n_req, "failures": max(n_req - n_done, 0),
+            "requests": {"total": total, "failures": failures, "incomplete": incomplete,
                          "input_length": _br_stats(prompt, "count"),
                          "output_length": _br_stats(_values(done, "output_tokens"), "count")},
-            "latency": {"time_to_first_token": _br_stats(_values(done, "ttft_s"), "s"),
-                        "time_per_output_token": _br_stats(_values(done, "tpot_s"), "s/token"),
-                        "inter_token_latency": _br_stats(_values(done, "itl_s"), "s/token"),
-                        "request_latency": _br_stats(_values(done, "e2e_s"), "s")},
+            "latency": {"time_to_first_token": _br_stats(_values(done, "ttft_s"), "s",
+                                                         n_independent=n_ind(_values(done, "ttft_s"))),
+                        "time_per_output_token": _br_stats(_values(done, "tpot_s"), "s/token",
+                                                           n_independent=n_ind(_values(done, "tpot_s"))),
+                        "inter_token_latency": _br_stats(_values(done, "itl_s"), "s/token",
+                                                         n_independent=_itl_independent(point, done)),
+                        "request_latency": _br_stats(_values(done, "e2e_s"), "s",
+                                                     n_independent=n_ind(_values(done, "e2e_s")))},
             "throughput": {"output_token_rate": _br_rate(point.get("output_throughput_tps"), "tokens/s"),
                            "input_token_rate": _br_rate(point.get("input_throughput_tps"), "tokens/s"),
                            "request_rate": _br_rate(point.get("request_throughput_rps"), "queries/s")}}}},
     }
     return report
+
+
+def _itl_independent(point: pd.Series, done: pd.DataFrame) -> int:
+    """Independent inter-token gaps: every gap of every request over the rows that shared it
+    (:func:`workbench.stats.metrics.itl_samples`)."""
+    return int(metrics.itl_samples(done)) if len(done) and "itl_s" in done else 0
+
+
+def load_source(point: pd.Series) -> str:
+    """Benchmark Report ``load.standardized.source``: ``random`` for prompts of random token ids (context length's
+    ``source: random``), ``unknown`` for the serving twin's simulated points (no text at all), else ``sampled``:
+    the workbench's prompts are cut from real text (``data/``: Python docs, Chinese essays, tasks)."""
+    src = str(point.get("source") or "")
+    if src == "random":
+        return "random"
+    if src == "simulated":
+        return "unknown"
+    return "sampled"
+
+
+def _parse_utc(v):
+    try:
+        t = _dt.datetime.fromisoformat(str(v))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
+def point_start(manifest: dict, pid: str, point: pd.Series) -> str | None:
+    """When the point's first round started (ISO 8601), for ``run.time.start``.
+
+    A point measured on its own started at its ``started_utc``. A point of an interleaved or block design shares
+    one block with its experiment's other arms: the first point of the sweep (in that session) measures every arm
+    round by round and the others only read their share, so each arm's rounds began when that first point
+    started. Runs recorded before ``started_utc`` existed fall back to ``finished_utc - wall_s``.
+    """
+    pts = manifest.get("points", {}) or {}
+    meta = pts.get(pid, {}) or {}
+    started = _parse_utc(meta.get("started_utc")) if meta.get("started_utc") else None
+    if started is None:
+        finished, wall = meta.get("finished_utc"), _num(point.get("wall_s"))
+        t = _parse_utc(finished) if finished else None
+        return (t - _dt.timedelta(seconds=wall)).isoformat() if t is not None and wall is not None else None
+    if str(point.get("design") or "") in ("interleaved", "blocks"):
+        sessions = [_parse_utc(x.get("started_utc")) for x in manifest.get("sessions") or [] if x.get("started_utc")]
+        opened = max([t for t in sessions if t is not None and t <= started], default=None)
+        same = [_parse_utc(m.get("started_utc")) for m in pts.values()
+                if (m or {}).get("experiment") == meta.get("experiment") and (m or {}).get("started_utc")]
+        same = [t for t in same if t is not None and t <= started and (opened is None or t >= opened)]
+        started = min(same, default=started)
+    return started.isoformat()
+
+
+def request_counts(point: pd.Series, req: pd.DataFrame, done: pd.DataFrame) -> tuple[int, int, int]:
+    """``(total, failures, incomplete)`` of a point's requests in Benchmark Report's sense: ``failures`` ended
+    in an error (or without a token), ``incomplete`` were sent and never finished (the serving load's
+    ``requests_incomplete``: no row), ``total`` every request sent."""
+    incomplete = int(_num(point.get("requests_incomplete")) or 0)
+    if len(req):
+        failures = max(len(req) - len(done), 0)
+        total = len(req) + incomplete
+    else:
+        n_req = int(_num(point.get("requests")) or 0)
+        n_done = int(_num(point.get("completed")) or 0)
+        failures = max(n_req - n_done - incomplete, 0)
+        total = max(n_req, n_done + failures + incomplete)
+    return total, failures, incomplete
+
+
+def devices(point: pd.Series) -> int:
+    """Devices (or replicas) the point's throughput spans: ``n_devices``, else ``replicas``, else 1."""
+    for col in ("n_devices", "replicas"):
+        v = _num(point.get(col))
+        if v is not None and v >= 1:
+            return int(v)
+    return 1
 
 
 def _seq_len(values: np.ndarray, fallback) -> dict:
@@ -389,10 +476,18 @@ def _itl_list(v) -> list[float]:
 
 def vllm_result(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFrame) -> dict:
     """One point as ``vllm bench serve --save-result --save-detailed`` writes it (times in ms in the summary,
-    seconds in the per-request lists, as vLLM does)."""
+    seconds in the per-request lists, as vLLM does).
+
+    The per-request lists run over every sent request in vLLM's convention (``vllm/benchmarks/serve.py``: one
+    entry per request output, aligned by index): a request that failed has its error in ``errors``, TTFT 0.0,
+    output length 0, no inter-token latencies and no text; a completed one has ``""`` in ``errors``.
+    ``duration`` is the window behind ``request_throughput`` (``completed / request_throughput``, as vLLM's
+    ``request_throughput = completed / duration``); the point's own wall time is ``workbench_wall_s``.
+    """
     pid = str(point["point_id"])
     req = _point_requests(requests, pid)
     done = _completed(req)
+    ok = req.index.isin(done.index)
     finished = (manifest.get("points", {}).get(pid, {}) or {}).get("finished_utc")
     date = ""
     if finished:
@@ -404,41 +499,60 @@ def vllm_result(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
     inputs = _values(done, "prompt_tokens")
     outputs = _values(done, "output_tokens")
     wall = _num(point.get("wall_s"))
+    rps = _num(point.get("request_throughput_rps"))
+    duration = len(done) / rps if rps and len(done) else wall
+
+    def cell(row, col, default=None):
+        v = row.get(col) if col in row else default
+        return None if v is None or (isinstance(v, float) and v != v) else v
+
+    errors, ttfts, in_lens, out_lens, itls, texts = [], [], [], [], [], []
+    for (_, r), good in zip(req.iterrows(), ok):
+        err = cell(r, "error")
+        errors.append("" if good else str(err or "no token produced"))
+        ttfts.append(float(cell(r, "ttft_s", 0.0)) if good else 0.0)
+        in_lens.append(int(_num(cell(r, "prompt_tokens")) or 0))
+        out_lens.append(int(_num(cell(r, "output_tokens")) or 0) if good else 0)
+        itls.append(_itl_list(cell(r, "itl_s")) if good else [])
+        texts.append(str(cell(r, "text", "")) if good else "")
+    n_ind = _independent(point, _values(done, "ttft_s"))
     doc = {"date": date, "endpoint_type": "workbench", "backend": "workbench", "label": str(point.get("experiment")),
            "model_id": str(point.get("model")), "tokenizer_id": str(point.get("model")),
-           "num_prompts": int(_num(point.get("requests")) or len(req)),
+           "num_prompts": int(len(req)) if len(req) else int(_num(point.get("requests")) or 0),
            "request_rate": rate if rate is not None else "inf", "burstiness": _num(point.get("burstiness")) or 1.0,
            "max_concurrency": int(point["batch_size"]) if _num(point.get("batch_size")) is not None else None,
            "ignore_eos": bool(point.get("ignore_eos")) if point.get("ignore_eos") is not None else None,
-           "duration": wall, "completed": int(len(done)), "failed": int(len(req) - len(done)),
+           "duration": duration, "completed": int(len(done)), "failed": int(len(req) - len(done)),
            "total_input_tokens": int(inputs.sum()), "total_output_tokens": int(outputs.sum()),
-           "request_throughput": _num(point.get("request_throughput_rps")),
+           "request_throughput": rps,
            "request_goodput": _num(point.get("goodput_rps")),
            "output_throughput": _num(point.get("output_throughput_tps")),
            "total_token_throughput": (_num(point.get("output_throughput_tps")) or 0)
            + (_num(point.get("input_throughput_tps")) or 0) if _num(point.get("output_throughput_tps")) else None,
-           "input_lens": [int(x) for x in inputs], "output_lens": [int(x) for x in outputs],
-           "ttfts": [float(x) for x in _values(done, "ttft_s")],
-           "itls": [_itl_list(v) for v in done["itl_s"]] if "itl_s" in done else [],
-           "generated_texts": [str(t) for t in done["text"]] if "text" in done else [],
-           "errors": [str(e) for e in req["error"].dropna()] if "error" in req else []}
+           "input_lens": in_lens, "output_lens": out_lens, "ttfts": ttfts, "itls": itls,
+           "generated_texts": texts if "text" in req else [], "errors": errors}
     note = []
     for short, col in _VLLM_METRICS.items():
         v = _values(done, col)
         doc[f"mean_{short}_ms"] = float(v.mean() * _MS) if v.size else None
         doc[f"median_{short}_ms"] = float(np.median(v) * _MS) if v.size else None
         doc[f"std_{short}_ms"] = float(v.std() * _MS) if v.size else None
-        ok = v.size >= _min_n(99)
-        doc[f"p99_{short}_ms"] = metrics.percentiles(v, (99,))["p99"] * _MS if ok else None
-        if v.size and not ok:
+        n = _itl_independent(point, done) if col == "itl_s" else _independent(point, v)
+        ok99 = n >= _min_n(99)
+        doc[f"p99_{short}_ms"] = metrics.percentiles(v, (99,))["p99"] * _MS if ok99 and v.size else None
+        if v.size and not ok99:
             note.append(f"p99_{short}_ms")
     doc["workbench_point_id"] = pid
     doc["workbench_valid"] = None if point.get("valid") is None or pd.isna(point.get("valid")) else bool(point["valid"])
     doc["workbench_invalid_reason"] = str(point.get("invalid_reason") or "")
     doc["workbench_itl_definition"] = "gaps between generated token ids (vLLM: between streamed chunks)"
+    doc["workbench_wall_s"] = wall
+    doc["workbench_n_samples"] = n_ind
+    doc["workbench_n_devices"] = devices(point)
+    doc["workbench_incomplete"] = int(_num(point.get("requests_incomplete")) or 0)
     if note:
-        doc["workbench_percentile_note"] = (f"left null, too few samples for p99 (needs {_min_n(99)}): "
-                                            + ", ".join(note))
+        doc["workbench_percentile_note"] = (f"left null, too few independent samples for p99 (needs "
+                                            f"{_min_n(99)}; {PERCENTILE_RULE}): " + ", ".join(note))
     return _jsonable(doc)
 
 

@@ -19,12 +19,12 @@ from workbench.stats import evidence
 from workbench.run import results
 
 
-def _point_anchor(run: Path, point_id) -> str:
+def point_anchor(run: Path, point_id) -> str:
     """The id of a point's row in the point table (what a finding links to)."""
     return "pt-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{point_id}")
 
 
-def _exp_anchor(run: Path, exp: str) -> str:
+def exp_anchor(run: Path, exp: str) -> str:
     """The id of an experiment's heading in a run's section."""
     return "exp-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run.name}-{exp}")
 
@@ -102,7 +102,7 @@ def _arms_table(rows: list[dict]) -> str:
             f"</thead><tbody>{body}</tbody></table>")
 
 
-def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
+def finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
     """One finding: one claim sentence and its supported / not supported mark, the per-arm figures in a small
     table beneath (:func:`split_finding`), other sentences as notes, its evidence, and links to its points."""
     f = evidence.Finding.from_value(value)
@@ -114,7 +114,7 @@ def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
     claim, rows, notes = split_finding(f.text)
     if len(rows) < 2:   # one item is not a table: keep the sentence whole
         claim, rows, notes = f.text, [], []
-    body = f"<b><a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a></b>: {mark} {html.escape(claim)}"
+    body = f"<b><a href='#{exp_anchor(run, exp)}'>{html.escape(exp)}</a></b>: {mark} {html.escape(claim)}"
     if rows:
         body += _arms_table(rows)
     if notes:
@@ -122,13 +122,13 @@ def _finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
     if f.evidence:
         body += f"<div class='evidence'>Evidence: {html.escape(f.evidence)}</div>"
     if f.point_ids:
-        links = ", ".join(f"<a href='#{_point_anchor(run, p)}'>{html.escape(p)}</a>" for p in f.point_ids)
+        links = ", ".join(f"<a href='#{point_anchor(run, p)}'>{html.escape(p)}</a>" for p in f.point_ids)
         body += (f"<details class='evidence'><summary>rests on {len(f.point_ids)} point"
                  f"{'s' if len(f.point_ids) != 1 else ''}</summary>{links}</details>")
     return f"<{tag} class='finding'>{body}</{tag}>"
 
 
-def _summary_html(run: Path) -> str:
+def summary_html(run: Path) -> str:
     """The report's opening screen: per experiment the recommendation (the claim of a supported finding) or
     "no supported effect", each linking to its section."""
     manifest = results.read_manifest(run)
@@ -141,7 +141,7 @@ def _summary_html(run: Path) -> str:
     # none of their own (a notebook's parts, e.g. 04's streaming / granularity / http under streaming_anatomy)
     for exp in [e for e in findings] + [e for e in exps if e not in findings]:
         value = findings.get(exp)
-        link = f"<a href='#{_exp_anchor(run, exp)}'>{html.escape(exp)}</a>"
+        link = f"<a href='#{exp_anchor(run, exp)}'>{html.escape(exp)}</a>"
         if value is None:
             bare.append(link)
             continue
@@ -170,11 +170,11 @@ def findings_table(run_dir) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["experiment", "finding", "evidence", "supported", "points"])
 
 
-def _findings_html(manifest: dict, run: Path) -> str:
+def findings_html(manifest: dict, run: Path) -> str:
     findings = manifest.get("findings", {})
     if not findings:
         return ""
-    items = "".join(_finding_html(run, exp, value) for exp, value in findings.items())
+    items = "".join(finding_html(run, exp, value) for exp, value in findings.items())
     marked = [v for v in findings.values() if isinstance(v, dict)]
     count = (f"<p class='meta'>{html.escape(evidence.verdict_summary(evidence.verdict_counts(marked)))}: a direction "
              "or equivalence within its margin is decided; an undecided comparison says what would decide it.</p>"

@@ -30,10 +30,11 @@ import pandas as pd
 import plotly.io as pio
 import plotly.offline
 
+from workbench.checks import mask_secrets
 from workbench.stats import columns
 from workbench.share import plots
-from workbench.share.csv_export import _write_csv, _write_text, export
-from workbench.share.findings import _exp_anchor, _finding_html, _findings_html, _point_anchor, _summary_html
+from workbench.share.csv_export import write_csv, write_text, export
+from workbench.share.findings import exp_anchor, finding_html, findings_html, point_anchor, summary_html
 from workbench.share.formats import DELTA_METRICS
 from workbench.run import locks, results
 from workbench.errors import ParameterError
@@ -137,26 +138,27 @@ def _run_section(run: Path, with_figures: bool = True, label: str = "", page_dir
     parts = [f"<h2>Run {html.escape(label + ': ' if label else '')}{html.escape(run.name)}</h2>",
              f"<p class='meta'>created {html.escape(str(manifest.get('created_utc')))} · "
              f"status {html.escape(str(manifest.get('status')))}</p>",
-             _findings_html(manifest, run), _validity_html(run, points), _devices_html(points)]
+             findings_html(manifest, run), _validity_html(run, points), _devices_html(points)]
     if with_figures:
         for name, div in _figures(run):
             parts.append(f"<div class='figure' id='fig-{html.escape(name)}'>{div}</div>")
     parts.append("<h2>Points</h2>")
     for exp, meta in manifest.get("experiments", {}).items():
         finding = manifest.get("findings", {}).get(exp)
-        parts.append(f"<h3 id='{_exp_anchor(run, exp)}'>Experiment: {html.escape(exp)}</h3>")
+        parts.append(f"<h3 id='{exp_anchor(run, exp)}'>Experiment: {html.escape(exp)}</h3>")
         if finding:
-            parts.append(_finding_html(run, exp, finding, tag="div"))
+            parts.append(finding_html(run, exp, finding, tag="div"))
         if not points.empty and "experiment" in points:
             pts = points[points["experiment"] == exp]
             cols = [c for c in _POINT_COLUMNS if c in pts]
             for on, group in _by_device(pts):  # one table per device type: points are never pooled across them
                 parts += [f"<details><summary>{len(group)} points{html.escape(on)}</summary><div class='wide'>",
-                          _table(group[cols], row_ids=[_point_anchor(run, p) for p in group["point_id"]]
+                          _table(group[cols], row_ids=[point_anchor(run, p) for p in group["point_id"]]
                                  if "point_id" in group else None), "</div></details>"]
             parts.append(_residuals_html(run, exp, pts))
         if meta.get("config"):
-            parts += ["<details><summary>Configuration</summary>", _kv_table(meta["config"]), "</details>"]
+            parts += ["<details><summary>Configuration</summary>", _kv_table(mask_secrets(meta["config"])),
+                      "</details>"]
     parts += ["<details><summary>Environment</summary>", _kv_table(manifest.get("environment", {})), "</details>"]
     notebooks = sorted((run / "notebooks").glob("*.ipynb"))
     if notebooks:
@@ -403,7 +405,7 @@ def _export_many(runs: list[Path], out: Path, metrics: list[str] | None = None) 
     req = [d for d in req if not d.empty]
     paths = {"requests_csv": out.with_name(out.stem + ".requests.csv"),
              "points_json": out.with_name(out.stem + ".points.json")}
-    _write_csv(paths["requests_csv"], pd.concat(req, ignore_index=True) if req else pd.DataFrame())
+    write_csv(paths["requests_csv"], pd.concat(req, ignore_index=True) if req else pd.DataFrame())
     runs_json = []
     for r in runs:
         m = results.read_manifest(r)
@@ -411,7 +413,7 @@ def _export_many(runs: list[Path], out: Path, metrics: list[str] | None = None) 
         runs_json.append({"run_id": r.name, "environment": m.get("environment"), "experiments": m.get("experiments"),
                           "points": json.loads(pts.to_json(orient="records", default_handler=str)) if not pts.empty else []})
     deltas = compare_points(runs, metrics)
-    _write_text(paths["points_json"], json.dumps(
+    write_text(paths["points_json"], json.dumps(
         {"runs": runs_json, "deltas": json.loads(deltas.to_json(orient="records")) if not deltas.empty else []},
         indent=2, default=str))
     return paths
@@ -484,7 +486,7 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
             f"<p class='meta'>built {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}. "
             "Latencies in seconds; throughput in tokens/s; goodput in requests/s meeting the SLO.</p>"]
     if len(runs) == 1:
-        body.append(_summary_html(runs[0]))
+        body.append(summary_html(runs[0]))
         body.append(_downloads(exports[runs[0]], out.parent))
         if share_note:
             body.append(f"<p class='meta'>{html.escape(share_note)}</p>")
@@ -498,7 +500,8 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
         check, left_out = formats.comparability(runs)
         body.append(_downloads(_export_many(runs, out, formats.comparable_metrics(left_out)), out.parent,
                                "all runs: "))
-        body += [formats.table_html(check), "<h2>Headline deltas (vs the first run with points)</h2>",
+        body += [formats.table_html(check), formats.cross_tool_html(formats.cross_tool(runs)),
+                 "<h2>Headline deltas (vs the first run with points)</h2>",
                  "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput, "
                  "those the comparability check above keeps; Δ is the relative change vs the first run with "
                  "points (A unless A has none). Runs without points take no part. Points missing "
@@ -517,7 +520,7 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
             f"</head><body>{''.join(body)}</body></html>")
-    _write_text(out, page)
+    write_text(out, page)
     return out
 
 
@@ -557,7 +560,7 @@ class CompareConfig:
             ParameterError: fewer than two runs found.
         """
         if self.runs:
-            found = results._expand(self.runs)
+            found = results.expand_runs(self.runs)
         else:
             found = sorted(p.parent for p in results.results_root().glob("*/points.parquet"))[-2:]
         if len(found) < 2:

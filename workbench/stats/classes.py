@@ -6,8 +6,7 @@ carry ``request_class``, ``policy``, ``max_tokens``, ``slowdown`` and the queue'
 point's per-class columns (TTFT / queue percentiles, e2e p50, SLO attainment and goodput under the class's TTFT SLO,
 the longest wait, the ETA error, abandoned and retried requests); :func:`class_summary` and :func:`bucket_summary`
 the per-policy tables of the ``mixed`` rows by class and by output length; :func:`mixed_rows` and
-:func:`served_rows` select rows; :func:`paired_ratio` pairs one class's requests across two policies' runs of the
-same trace; :func:`cache_columns` is the prefix cache's hit rate over rows (cached over prompt tokens) and
+:func:`served_rows` select rows; :func:`cache_columns` is the prefix cache's hit rate over rows (cached over prompt tokens) and
 :func:`sharing_savings` what prefix sharing saved, runs paired by round.
 """
 
@@ -97,19 +96,6 @@ def cache_columns(rows: pd.DataFrame, prefix_sharing: bool) -> dict:
                 "cache_note": "not available: the engine reports no cached_tokens"}
     return {"cache_hit_rate": float(cached.fillna(0).sum() / prompt.sum()), "prefix_sharing": prefix_sharing,
             "cache_note": "prefix sharing on" if prefix_sharing else "prefix sharing off"}
-
-
-def paired_ratio(requests: pd.DataFrame, policy: str, column: str, request_class: str,
-                 base: str = "fcfs") -> evidence.Interval:
-    """``column`` under ``policy`` over ``base`` for the class's requests, matched by ``request_id`` (the same
-    request at the same arrival time): :func:`workbench.stats.evidence.paired_ratio_interval`. Requests within one run
-    share the engine, so they are not fully independent: the interval is a guide, the method says so."""
-    df = mixed_rows(requests)
-    df = df[df["request_class"] == request_class]
-    a = df[df["policy"] == policy].set_index("request_id")[column]
-    b = df[df["policy"] == base].set_index("request_id")[column]
-    both = a.index.intersection(b.index)
-    return evidence.paired_ratio_interval(a.loc[both], b.loc[both], unit="requests of one run (not independent)")
 
 
 def sharing_savings(stats: pd.DataFrame, requests: pd.DataFrame, design: str = "replicates") -> pd.DataFrame:

@@ -16,7 +16,7 @@ from typing import Sequence
 from workbench.stats import metrics
 from workbench.techniques.budget_forcing import (
     ANSWER, AnswerStoppingCriteria, BudgetForcingProcessor, BudgetSpec, CLOSE_TEXT, OPEN_TEXT, PRE, THINK,
-    ThinkingFormat, _encode, _replay, thinking_format,
+    ThinkingFormat, encode_text, replay_thinking, thinking_format,
 )
 
 
@@ -59,7 +59,7 @@ def build_inputs(tokenizer, messages: Sequence[str], fmt: ThinkingFormat,
         else:
             text += OPEN_TEXT + ("\n" if budget > 0 else "\n" + CLOSE_TEXT)
             phase = THINK if budget > 0 else ANSWER
-        ids.append(_encode(tokenizer, text))
+        ids.append(encode_text(tokenizer, text))
         phases.append(phase)
     return ids, phases
 
@@ -135,8 +135,8 @@ def generate_with_budget(loaded, messages: Sequence[str], spec: BudgetSpec, mode
     t_submit = time.perf_counter()  # the request arrives: templating and tokenisation below count in TTFT
     ids, phases = build_inputs(tok, messages, fmt, spec.budget)
     eos = eos_token_ids(loaded)
-    handoff_ids = _encode(tok, spec.handoff) if spec.handoff else []
-    proc = BudgetForcingProcessor(fmt, spec, _encode(tok, spec.wait), handoff_ids, eos, phases)
+    handoff_ids = encode_text(tok, spec.handoff) if spec.handoff else []
+    proc = BudgetForcingProcessor(fmt, spec, encode_text(tok, spec.wait), handoff_ids, eos, phases)
     stop = AnswerStoppingCriteria(proc, tok, spec.answer_tokens, spec.stop_at_newline)
     settings = GenerationSettings(max_new_tokens=spec.total_new_tokens(fmt, PRE in phases),
                                   temperature=temperature, top_p=top_p, seed=seed)
@@ -148,7 +148,7 @@ def generate_with_budget(loaded, messages: Sequence[str], spec: BudgetSpec, mode
         if row.stopped_at is not None:
             _trim(rec, row.stopped_at, row.stop_reason, tok)
         n = rec["output_tokens"]
-        k, closed = _replay(rec["output_ids"], fmt, phase, eos)
+        k, closed = replay_thinking(rec["output_ids"], fmt, phase, eos)
         answer_ids = rec["output_ids"][k:]
         rec.update(
             reasoning_budget=spec.budget, min_budget=spec.min_budget, answer_allowance=spec.answer_tokens,

@@ -235,7 +235,7 @@ class _BanTable:
 _FORMATS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _encode(tokenizer, text: str) -> list[int]:
+def encode_text(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -278,12 +278,12 @@ def thinking_format(tokenizer, mode: str = "auto") -> ThinkingFormat:
     template = getattr(tokenizer, "chat_template", None) or ""
     flag = isinstance(template, str) and "enable_thinking" in template
     texts = token_texts(tokenizer)
-    rests = tuple(tuple(_encode(tokenizer, CLOSE_TEXT[k:])) for k in range(len(CLOSE_TEXT)))
+    rests = tuple(tuple(encode_text(tokenizer, CLOSE_TEXT[k:])) for k in range(len(CLOSE_TEXT)))
     if ids is not None and mode != "emulated":
         # native: the close is always the vocabulary token, even after a stray '<' in the thinking text
         fmt = ThinkingFormat("native", (ids[0],), (ids[1],), flag, texts, ((ids[1],),) * len(CLOSE_TEXT))
     else:
-        fmt = ThinkingFormat("emulated", tuple(_encode(tokenizer, OPEN_TEXT)), rests[0], False, texts, rests)
+        fmt = ThinkingFormat("emulated", tuple(encode_text(tokenizer, OPEN_TEXT)), rests[0], False, texts, rests)
     cache[key] = fmt
     return fmt
 
@@ -504,7 +504,7 @@ class AnswerStoppingCriteria:
         return torch.tensor(out, dtype=torch.bool, device=input_ids.device)
 
 
-def _replay(output_ids: Sequence[int], fmt: ThinkingFormat, initial_phase: str, eos_ids=()) -> tuple[int, bool]:
+def replay_thinking(output_ids: Sequence[int], fmt: ThinkingFormat, initial_phase: str, eos_ids=()) -> tuple[int, bool]:
     """(thinking length, whether the thinking segment was closed) of one output."""
     if initial_phase == ANSWER:
         return 0, True
@@ -530,4 +530,4 @@ def split_thinking(output_ids: Sequence[int], fmt: ThinkingFormat, initial_phase
         initial_phase: where the prompt left the request (``pre``/``think``/``answer``).
         eos_ids: ids that end generation.
     """
-    return _replay(output_ids, fmt, initial_phase, eos_ids)[0]
+    return replay_thinking(output_ids, fmt, initial_phase, eos_ids)[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from workbench.errors import ParameterError
-from workbench.measure.models import LoadedModel, _non_embedding_params, resolve_model_path
+from workbench.measure.models import LoadedModel, non_embedding_params, resolve_model_path
 
 
 def truncated_draft(loaded: LoadedModel, layers: int) -> LoadedModel:
@@ -67,7 +67,7 @@ def truncated_draft(loaded: LoadedModel, layers: int) -> LoadedModel:
     info = dataclasses.replace(loaded.info, name=f"{loaded.info.name} (first {layers} of {n} layers)",
                                num_layers=layers, weight_bytes=weight_bytes,
                                num_params=sum(p.numel() for p in draft.parameters()),
-                               num_non_embedding_params=_non_embedding_params(draft))
+                               num_non_embedding_params=non_embedding_params(draft))
     return LoadedModel(model=draft, tokenizer=loaded.tokenizer, info=info)
 
 

@@ -37,9 +37,10 @@ from workbench import checks
 from workbench.errors import ParameterError
 from workbench.stats import blocks, evidence
 from workbench.measure import generation, quality
-from workbench.share import figures_compression as fc, plots
-from workbench.share.figures_compression import (ACHIEVED, COMPRESSOR, LOGPROB, MATCH, PREFILLED, ROUGE,  # noqa: F401
-                                                 TOTAL, TTFT, TTFT_TOTAL)
+from workbench.share import plots
+from workbench.experiments.context_compression import charts as fc
+from workbench.experiments.context_compression.charts import (ACHIEVED, COMPRESSOR, LOGPROB, MATCH,  # noqa: F401
+                                                               PREFILLED, ROUGE, TOTAL, TTFT, TTFT_TOTAL)
 from workbench.checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
 from workbench.techniques.answering import answer, gold_logprob
 from workbench.techniques.compression import LOSSLESS, STRATEGIES, compress, embedder
@@ -92,14 +93,15 @@ class Config(SweepConfig, design.DesignFields):
         ParameterError: any invalid field (one line, before a model loads).
     """
 
-    strategies: list = dataclasses.field(default_factory=lambda: ["none", "head_tail", "bm25", "dense", "prune"])
+    strategies: list = dataclasses.field(default_factory=lambda: ["none", "head_tail", "bm25", "dense", "prune",
+                                                                  "summary"])
     ratios: list = dataclasses.field(default_factory=lambda: [2, 4])
     context_lengths: list = dataclasses.field(default_factory=lambda: [512, 1024])
     depths: list = dataclasses.field(default_factory=lambda: [0.1, 0.5, 0.9])
     task: str = "needle"
     language: str = "en"
     summary_lengths: list = dataclasses.field(default_factory=lambda: [512])
-    chat_lengths: list = dataclasses.field(default_factory=lambda: [512, 1024])
+    chat_lengths: list = dataclasses.field(default_factory=lambda: [512])
     chat_strategies: list = dataclasses.field(default_factory=lambda: ["none", "kv_reuse", "tail", "bm25"])
     chunk_tokens: int = 64
     max_new_tokens: int = 16
@@ -740,7 +742,7 @@ def time_ratio_figure(points, run_dir=None):
 
 @plots.split_by_device
 def figures(points, chat_points=None, run_dir=None) -> dict:
-    """The experiment's figures, by name, in report order (:mod:`workbench.share.figures_compression`).
+    """The experiment's figures, by name, in report order (:mod:`.charts`).
 
     - ``quality_vs_ratio``: answer match, gold log-likelihood and ROUGE-L vs achieved ratio;
     - ``time_vs_ratio``: TTFT (model only), compressor + TTFT, and total time vs target ratio;

@@ -3,8 +3,9 @@
 The point columns they read (names of :mod:`workbench.stats.columns`) are defined here, the experiment imports them:
 :func:`quality_vs_ratio` and :func:`time_vs_ratio` (per strategy, from the summary over depths),
 :func:`total_vs_length`, :func:`depth_length_heatmap`, :func:`chat` and :func:`table_figure`
-(:func:`workbench.share.plots.table_figure`: the break-even lengths, the best strategy per length). Each returns a plotly figure; the experiment assembles them in ``figures`` (its total-time comparison is
-the design's figure, :func:`workbench.share.figures_design.ratio_figure`).
+(:func:`workbench.share.plots.table_figure`: the break-even lengths, the best strategy per length). Each returns a
+plotly figure; the experiment assembles them in ``figures`` (its total-time comparison is the design's figure,
+:func:`workbench.share.figures_design.ratio_figure`).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ Method:
   ``order="blocks"`` loads one at a time in A B B A order. (One repeat, and the adaptive search, whose
   configurations are measured one after another: Welch's t on log repeat latencies, :func:`speedup_interval`, a
   direction only when it excludes 1.)
-- ``search="adaptive"``: coordinate descent (:func:`workbench.run.search.coordinate_search`; one axis at a time from the baseline,
+- ``search="adaptive"``: coordinate descent (:func:`workbench.experiments.engine_tuning.search.coordinate_search`; one axis at a time from the baseline,
   keeping the best value, the way a tuner bisects one knob while holding the rest) measuring at most a third
   of the grid (at least one full pass), with the drift reference measured around the whole search as around a
   grid sweep; it says whether it converged. :func:`replay_search` runs the same search over a measured grid to
@@ -73,20 +73,18 @@ from workbench.techniques.configurations import (AXES, JOINT, aa_moved, aa_sente
                                                  config_name, configurations, designed, generate_kwargs,
                                                  load_configuration, objective, recommend, speedup_interval,
                                                  speedup_phrase, valid)
-from workbench.share.figures_configurations import fig_guard, fig_prediction, fig_speed, fig_speedup
+from workbench.experiments.engine_tuning.charts import fig_guard, fig_prediction, fig_speed, fig_speedup
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.share.plots import split_by_device
 from workbench.inputs.prompts import build_batch
 from workbench.run.point_result import PointResult
-from workbench.run.search import coordinate_search
+from workbench.experiments.engine_tuning.search import coordinate_search
 from workbench.run.sweeps import SweepConfig
 
 EXPERIMENT = "engine_tuning"
 CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 SEARCHES = ("grid", "adaptive")
-REFERENCE = {"dtype": "float32", "attn_implementation": "eager", "cache_implementation": "dynamic", "compile": False,
-             "quantization": "none"}
 
 
 @dataclasses.dataclass
@@ -114,8 +112,8 @@ class Config(SweepConfig, design.DesignFields):
         guard_text_tokens, guard_window: held-out tokens per language and tokens per window of the guard.
         max_perplexity_ratio, max_kl_mean: the guard's limits on the upper 95% bounds (:class:`workbench.measure.guard.Limits`).
         slo_preset: a :mod:`workbench.stats.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
-        search: ``grid`` (every configuration) or ``adaptive`` (:func:`workbench.run.search.coordinate_search`, <= 1/3 of the grid).
-        calibrate: fit the roofline's overheads on this machine first when no calibration is cached (~15 s).
+        search: ``grid`` (every configuration) or ``adaptive`` (:func:`workbench.experiments.engine_tuning.search.coordinate_search`, <= 1/3 of the grid).
+        calibrate: fit the roofline's overheads on this machine first when no calibration is cached.
         order: ``interleaved`` (every configuration kept loaded, the order shuffled per round) or ``blocks`` (one
             configuration loaded at a time, A B B A: where a device's memory cannot hold every dtype and
             quantization at once).
@@ -144,6 +142,7 @@ class Config(SweepConfig, design.DesignFields):
     search: str = "grid"
     calibrate: bool = True
     order: str = "interleaved"
+    repeats: int = 2  # an interval over rounds needs 2 (the notebook's default, one place: its parameters cell agrees)
 
     def __post_init__(self):
         super().__post_init__()
@@ -289,16 +288,24 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
                          guard_passed=True, guard_reason="not judged: random weights (quality off)")
         else:
             extra.update(quality_guard(loaded, ref, cfg, guard_kwargs))
+    add_prediction_and_use(extra, out.requests, point, cfg, loaded, predictor)
+    out.extra = extra
+    return out
+
+
+def add_prediction_and_use(extra: dict, requests: list, point: dict, cfg: Config, model, predictor) -> None:
+    """A measured configuration's shared columns, into ``extra``: the roofline's prediction for its workload (and the
+    dtype it was calibrated in), each request's ``context_tokens``, the measured bandwidth and FLOP/s use
+    (:func:`workbench.predict.roofline_calibration.measured_utilisation`) and the repeat statistics."""
+    B, L = int(point["batch_size"]), int(point["prompt_tokens"])
     if predictor is not None:
         extra.update(predictor.predict(B, L, cfg.max_new_tokens, dtype=point["dtype"],
                                        threads=point.get("torch_threads")))
         extra["calibrated_dtype"] = predictor.calibrated_dtype(point["dtype"])
-    for rec in out.requests:
+    for rec in requests:
         rec.update(context_tokens=L)
-    extra.update(measured_utilisation(loaded, out.requests, point, predictor))
-    extra.update(repeat_statistics(out.requests))
-    out.extra = extra
-    return out
+    extra.update(measured_utilisation(model, requests, point, predictor))
+    extra.update(repeat_statistics(requests))
 
 
 E2E = design.Outcome("e2e_s", False, "request latency (e2e)", "time_ratio")
@@ -437,7 +444,6 @@ def finish_point(loaded, cfg: Config, point: dict, state: dict, out: PointResult
     predictor = state.get("predictor")
     built = build_configuration(cfg, point)
     model = built.loaded
-    B, L = int(point["batch_size"]), int(point["prompt_tokens"])
     extra = {**built.columns(), **out.extra}
     guards = state.setdefault("guards", {})
     if config_key(point) not in guards:
@@ -451,14 +457,7 @@ def finish_point(loaded, cfg: Config, point: dict, state: dict, out: PointResult
     extra.update(guards[config_key(point)])
     if point["dtype"] == "bfloat16" and models.pick_device(cfg.device) == "cpu":
         extra["dtype_note"] = rungs.bf16_support("cpu")[1]
-    if predictor is not None:
-        extra.update(predictor.predict(B, L, cfg.max_new_tokens, dtype=point["dtype"],
-                                       threads=point.get("torch_threads")))
-        extra["calibrated_dtype"] = predictor.calibrated_dtype(point["dtype"])
-    for rec in out.requests:
-        rec.update(context_tokens=L)
-    extra.update(measured_utilisation(model, out.requests, point, predictor))
-    extra.update(repeat_statistics(out.requests))
+    add_prediction_and_use(extra, out.requests, point, cfg, model, predictor)
     return dataclasses.replace(out, extra=extra)
 
 
@@ -468,7 +467,7 @@ def finish_point(loaded, cfg: Config, point: dict, state: dict, out: PointResult
 
 
 def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
-    """Run :func:`workbench.run.search.coordinate_search` over a measured grid (evaluation = a table lookup) and compare with the
+    """Run :func:`workbench.experiments.engine_tuning.search.coordinate_search` over a measured grid (evaluation = a table lookup) and compare with the
     full grid's :func:`recommend`: ``{"evaluated", "grid", "adaptive", "full", "same", "converged"}``."""
     table = {config_key(r): objective(r) for _, r in configs.iterrows()}
     axes = {a: axes.get(a, [None]) for a in AXES}
@@ -488,7 +487,7 @@ def make_predictor(cfg: Config, loaded) -> roofline_calibration.Predictor:
     """The roofline for ``loaded``'s model with one calibration per swept dtype: the cached one (checked against
     today's probe and refitted when off by more than 15%,
     :func:`workbench.predict.roofline_calibration.check_calibration`), else (``cfg.calibrate``) a fresh one on the
-    model loaded in that dtype (the small workload, one repeat, 3 probe trials; ~20 s once per machine and dtype); a
+    model loaded in that dtype (the small workload, one repeat, 3 probe trials; once per machine and dtype); a
     dtype left uncalibrated uses its own probed FLOP/s with ``loaded``'s overheads
     (:meth:`workbench.predict.roofline_calibration.Predictor.for_dtype`); a point's ``calibrated_dtype`` says which
     calibration it used (:func:`workbench.predict.roofline_calibration.predictor_for`)."""
