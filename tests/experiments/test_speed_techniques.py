@@ -380,3 +380,73 @@ def test_notebook_runs_and_writes_the_table_and_figures(tmp_path, run_notebook):
         assert "speed_techniques_speedup" in manifest["figures"] and "prompt lookup (k=2)" in finding["text"]
     else:  # a point measured under other load is invalid: no ratio is drawn from it
         assert "speed_techniques_speedup" not in manifest["figures"] and not finding["supported"]
+
+
+def test_the_design_stops_once_a_technique_pays():
+    """The speed design's stop rule is its finding's: a look where a technique is faster beyond noise decides it,
+    whatever the other workloads still need (free generation near 1.0x can take tens of rounds to call equivalent)."""
+    from workbench.run import point_result
+
+    cfg = st.Config(techniques=["none", "prompt_lookup"], tasks=["extract", "free"], quantizations=["none"],
+                    repeats=3, max_rounds=6)
+    d = st.sweep_design(None, cfg, cfg.grid(), {}).design
+    pid = {(p["task"], p["technique"]): point_result.point_id(st.EXPERIMENT, p) for p in cfg.grid()}
+    rng = np.random.default_rng(0)
+
+    def table(extract_effect):
+        rows = []
+        for r in range(3):
+            drift = rng.normal(0, 0.1)
+            for arm, eff in ((pid[("extract", "none")], 1.0), (pid[("extract", "prompt_lookup")], extract_effect),
+                             (pid[("free", "none")], 1.3), (pid[("free", "prompt_lookup")], 1.3 * 1.02),
+                             ("A/A", 1.0)):
+                rows.append({"round": r, "arm": arm, "e2e_s": eff * math.exp(drift + rng.normal(0, 0.03))})
+        return pd.DataFrame(rows)
+
+    assert d.judge(table(0.6), 0.05)            # prompt lookup pays on extract: decided
+    assert not d.judge(table(1.0), 0.05)        # nothing pays and free is still open: measure on
+
+
+def test_the_design_finds_a_speed_up_through_a_drift_that_moves_whole_rounds(monkeypatch):
+    """Speed techniques' design on a fake generator (moved here from tests/stats/test_comparison.py): every round
+    measures every point once plus the A/A baseline; prompt lookup 2x faster on extract (equal on free) is found
+    through a drift that moves whole rounds (0.8-1.25x); the table carries the design's verdicts."""
+    import random
+    import types
+
+    from workbench.run import design, point_result
+
+    cfg = st.Config(device="cpu", techniques=["none", "prompt_lookup"], draft_tokens=[2], tasks=["extract", "free"],
+                    quantizations=["none"], repeats=6, max_rounds=6, warmup=0)
+    calls, rng, drift = [], random.Random(3), {}
+
+    def fake_generate(model, prompts, settings, generate_kwargs=None):
+        r = settings.seed - cfg.seed
+        drift.setdefault(r, rng.uniform(0.8, 1.25))  # a round's speed offset, shared by its arms
+        fast = bool(generate_kwargs) and model == "extract"
+        e2e = drift[r] * (0.5 if fast else 1.0) * rng.uniform(0.99, 1.01)
+        calls.append((r, model, bool(generate_kwargs)))
+        rec = {"e2e_s": e2e, "output_tokens": 16, "decode_tps": 15 / e2e}
+        return types.SimpleNamespace(records=[rec], wall_s=e2e)
+
+    monkeypatch.setattr(st, "arm_setup", lambda loaded, cfg, p, state: (p["task"], None,
+                                                                        st.generate_kwargs(p), ["prompt"]))
+    monkeypatch.setattr(st, "warm_up", lambda *a, **k: 0.0)
+    monkeypatch.setattr(st, "generate_measured", fake_generate)
+    monkeypatch.setattr(st, "point_extra", lambda *a, **k: {})
+    sd = st.sweep_design(None, cfg, cfg.grid(), {})
+    by_id = {point_result.point_id(st.EXPERIMENT, p): p for p in cfg.grid()}
+    sd.design.judge = None          # every round of the six: the free workload's equality needs them all
+    got = design.run_design(sd.design, lambda arm, r: sd.measure(by_id[arm], r), progress=False)
+    assert len(calls) == 6 * (len(cfg.grid()) + 1)  # every point and the A/A baseline once a round
+    assert [sum(1 for c in calls if c[0] == r) for r in range(6)] == [5] * 6
+    points = pd.DataFrame([{**p, "point_id": pid, "status": "ok", "valid": True, **got.point_columns(pid),
+                            **sd.extra(pid, got)} for pid, p in by_id.items()])
+    reqs = pd.DataFrame([{**r, "point_id": pid, "request_id": 0, "output_ids": [1, 2]}
+                         for pid in by_id for r in got.requests.get(pid, [])])
+    table = st.speed_table(points, reqs).set_index("task")
+    assert table.loc["extract", "verdict"] == "faster" and table.loc["extract", "speedup"] == pytest.approx(2, rel=0.05)
+    assert table.loc["free", "verdict"] in ("equivalent", "undecided")
+    f = st.finding(table.reset_index(), points)
+    assert f.verdict == "direction" and f.text.startswith("prompt lookup (k=2): pays on extract/en")
+    assert "A/A control" in f.text

@@ -304,8 +304,9 @@ def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design
     (each workload's baseline, techniques and quantizations) and the first workload's baseline again (the A/A
     control), in an order shuffled per round, round ``r`` at seed ``cfg.seed + r``. Each (task, language)'s plain
     float baseline is the marked control of its workload's arms (groups); the primary outcome is the request's
-    ``e2e_s`` (a fixed output length: equal work), the speed-up its inverse. Each arm warms up ``cfg.warmup`` times
-    before its first round; the points' ``extra`` adds :func:`point_extra`'s columns and ``speedup`` /
+    ``e2e_s`` (a fixed output length: equal work), the speed-up its inverse. The design stops at a look where the
+    finding is decided (its ``judge``): a technique faster beyond noise (it pays), or every arm decided. Each arm
+    warms up ``cfg.warmup`` times before its first round; the points' ``extra`` adds :func:`point_extra`'s columns and ``speedup`` /
     ``speedup_low`` / ``speedup_high`` (``1 / time_ratio``, the simultaneous interval inverted).
 
     Returns:
@@ -344,8 +345,19 @@ def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design
         if base is not None:
             controls[pid(base)] = [pid(m) for m in members]
     first = next(iter(controls))
+    holder: dict = {}
+
+    def judge(table, alpha):    # the finding is decided once a technique pays, or once every arm is decided
+        an = design.analyse_outcome(table, holder["design"], E2E, alpha)
+        if an is None:
+            return False
+        pays = any(dec.verdict == "direction" and dec.direction == "lower" and "technique=none" not in str(a)
+                   for a, dec in an.compared().items())
+        return pays or an.decided()
+
     d = design.Design(EXPERIMENT, [pid(p) for p in points if any(pid(p) in m for m in controls.values())], first,
-                      E2E, groups=controls, **cfg.design_kwargs())
+                      E2E, groups=controls, judge=judge, **cfg.design_kwargs())
+    holder["design"] = d
     return design.SweepDesign(d, measure, prepare, extra)
 
 

@@ -145,6 +145,10 @@ class Config(SweepConfig, design.DesignFields):
                 pts.append({"strategy": "summary", "ratio": max(self.ratios), "context_tokens": n, "depth": mid})
         return pts
 
+    def design_arms(self) -> int:
+        """The design's arms (``workbench plan``): one per (strategy, ratio, context length) but ``summary``."""
+        return len({(p["strategy"], p["ratio"], p["context_tokens"]) for p in self.grid() if p["strategy"] != "summary"})
+
     def plan_points(self) -> list[tuple[str, dict]]:
         """``(experiment, point)`` of both sweeps :func:`run` measures (``workbench plan`` counts them): the
         document points, then the chat points when ``chat_lengths`` and ``chat_strategies`` are set."""

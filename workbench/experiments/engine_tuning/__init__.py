@@ -212,6 +212,10 @@ class Config(SweepConfig, design.DesignFields):
         """Every valid configuration (compile only with a static cache), grid order (dtype outermost)."""
         return [c for c in sweeps.expand_grid(**self.axes()) if valid(c)]
 
+    def design_arms(self) -> int:
+        """The design's arms (``workbench plan``): one per configuration, its workloads measured together."""
+        return len(self.configurations())
+
     def baseline(self) -> dict:
         """The configuration every other is compared with: the grid's first, each axis's first value (the first
         valid one), marked as the design's control."""
