@@ -545,7 +545,8 @@ def test_a_baseline_pick_is_a_verdict_only_when_every_other_configuration_is_slo
                             ("float32/eager/dynamic", (0.505, 1.01, 0.98, 1.04, "equivalent", "", 0))]))
     kept = et.finding(et.configurations(shown))
     assert kept.verdict == "direction" and kept.supported
-    assert "Keep the baseline: float32/sdpa/dynamic" in kept.text and "slower beyond noise or equivalent" in kept.text
+    assert "Keep the baseline (the full grid, 3 configurations measured): float32/sdpa/dynamic (0.500 s" in kept.text
+    assert "slower beyond noise or equivalent" in kept.text
 
 
 def test_the_baseline_is_the_marked_one_not_the_first_row():

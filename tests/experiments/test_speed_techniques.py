@@ -346,10 +346,10 @@ def test_the_speed_table_states_the_designs_decisions_so_interval_verdict_and_te
     """Issue 49: Holm levels gave a later arm its own step's 95% level after an earlier step failed, so the table
     showed "no difference beyond noise" beside an interval that excluded 1 and a text that stated a direction. Now
     every row is the design's decision (simultaneous intervals): a direction exactly when the interval excludes 1
-    outside the equivalence band, and the text says the verdict. 150 fake design runs near the decision edge."""
+    outside the equivalence band, and the text says the verdict. 100 fake design runs near the decision edge."""
     rng = np.random.default_rng(0)
     seen = set()
-    for _ in range(150):
+    for _ in range(100):
         table = _designed_table({"pl": float(rng.uniform(0.85, 1.0)), "pl2": float(rng.uniform(0.85, 1.0))}, rng)
         for _, r in table.iterrows():
             seen.add(r["verdict"])
@@ -367,7 +367,8 @@ def test_notebook_runs_and_writes_the_table_and_figures(tmp_path, run_notebook):
     from workbench.run import notebooks, results
 
     params = {"techniques": ["none", "prompt_lookup"], "draft_tokens": [2], "tasks": ["summarise"],
-              "quantizations": ["none"], "passage_chars": 200, "max_new_tokens": 3, "repeats": 2, "warmup": 0}
+              "quantizations": ["none"], "passage_chars": 200, "max_new_tokens": 3, "repeats": 2, "max_rounds": 2,
+              "warmup": 0}
     notebooks.validate_parameters(NB, params)
     run = results.open_run()
     run_notebook(NB, params, run)

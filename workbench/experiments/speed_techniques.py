@@ -496,15 +496,15 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
             gp = g[g["guard_passed"].notna()]
             guard_failed = not gp["guard_passed"].astype(bool).all()
         for _, r in g.iterrows():
-            iv = (f", interval {r['speedup_low']:.2f}-{r['speedup_high']:.2f}x"
-                  if r["speedup_low"] == r["speedup_low"] else "")
-            item = f"{r['task']}/{r['language']} {r['speedup']:.2f}x ({r['verdict']}{iv})"
+            iv = (f"interval {r['speedup_low']:.2f}-{r['speedup_high']:.2f}x"
+                  if r["speedup_low"] == r["speedup_low"] else "no interval")
+            where = f"{r['task']}/{r['language']} {r['speedup']:.2f}x"
             if r["verdict"] == "faster" and not guard_failed:
-                pays.append(item)
+                pays.append(f"{where} (faster, {iv})")
             elif r["verdict"] in ("slower", "equivalent") or guard_failed:
-                not_pays.append(item)
+                not_pays.append(f"{where} ({r['verdict']}, {iv})")
             else:
-                open_.append(item)
+                open_.append(f"{where} ({iv})")
             ev.append(f"{name} {r['task']}/{r['language']}: {r['speedup_text']}")
         quality_cost = (f"greedy output identical to plain greedy on {int((g['output_agreement'] == 1).sum())} of "
                         f"{len(g)} workloads")

@@ -723,7 +723,8 @@ class Pick:
         control: the control (the baseline).
         runner_up: the next best candidate (None with a single candidate).
         versus_control: the pick's :class:`Decision` against the control (None when the pick is the control).
-        versus_runner_up: the pick against the runner-up (:func:`pick_versus`, Tukey's level; None without one).
+        versus_runner_up: the pick against the runner-up (:func:`pick_versus`, Tukey's level; None without one, and
+            when the runner-up is the control: that comparison is ``versus_control``).
         verdict, direction: the choice's verdict. A pick other than the control: its comparison with the control. The
             control as the pick ("keep the baseline"): ``direction`` when every other candidate is worse beyond noise
             or equivalent (some worse), ``equivalent`` when every other is equivalent, else ``undecided``.
@@ -789,8 +790,9 @@ def best_of(analysis: Analysis, candidates: Sequence | None = None, higher_is_be
     ranked = sorted(cands, key=key, reverse=True)            # stable: ties keep the candidates' order
     pick = ranked[0]
     runner = ranked[1] if len(ranked) > 1 else None
-    vs_runner = None
-    if versus_runner_up and runner is not None and pick in analysis.table and runner in analysis.table:
+    vs_runner = None      # a runner-up that is the control: the pick's comparison with the control is that one
+    if (versus_runner_up and runner is not None and runner != control and pick in analysis.table
+            and runner in analysis.table):
         vs_runner = pick_versus(analysis, pick, runner, candidates=len(cands))
     worse = "lower" if higher_is_better else "higher"
     if pick != control:

@@ -576,14 +576,17 @@ def quality_versus_none(points, strategy, ratio, L) -> dict:
 
 
 def _quality_text(q: dict) -> str:
+    """The paired answer-match comparison in words: its verdict and difference in points, with the interval and
+    McNemar's p, or, where no task differs, that the tasks cannot tell."""
     n, v = q["n"], q["verdict"]
     head = f"answer match vs none over {n} paired task{'s' if n != 1 else ''}"
-    body = (f"{q['difference'] * 100:+.0f} points ({q['low'] * 100:+.0f} to {q['high'] * 100:+.0f}; {q['method']})"
-            if q["high"] > q["low"] else f"{q['difference'] * 100:+.0f} points ({q['method']}: no task differs, "
-                                          f"so no interval)")
-    word = {"direction": "higher" if q["direction"] == "higher" else "lower", "equivalent": "equivalent within "
-            "+-10 points"}.get(v, "undecided")
-    return f"{head}: {word}, {body}"
+    if not q["high"] > q["low"]:
+        return (f"{head}: undecided: the same on every task (no task differs; {n} task{'s' if n != 1 else ''} cannot "
+                f"bound the difference within +-10 points)")
+    word = {"direction": "higher" if q["direction"] == "higher" else "lower",
+            "equivalent": "equivalent within +-10 points"}.get(v, "undecided")
+    return (f"{head}: {word}, {q['difference'] * 100:+.0f} points ({q['low'] * 100:+.0f} to {q['high'] * 100:+.0f}; "
+            f"{q['method']})")
 
 
 def _analysis(usable, run_dir=None):
@@ -673,7 +676,7 @@ def finding(points, run_dir=None) -> "evidence.Finding":
                 q = quality[a]
                 ids += list(evidence.point_ids(mine))
                 text = (f"{L} tokens: {_label(*a)} ({mine[TOTAL].mean():.2f} s total vs none's {t0:.2f} s; "
-                        f"answers match on {q['k']} of {q['n']} tasks, none's {q['k0']}): "
+                        f"answers match on {q['k']} of {q['n']} tasks, none on {q['k0']}): "
                         + pick.versus_control.describe("total time vs none", words=("slower", "faster"),
                                                        seconds_per_round=spr))
                 if pick.versus_runner_up is not None and pick.runner_up is not None:

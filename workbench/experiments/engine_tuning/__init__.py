@@ -655,8 +655,9 @@ def headline(configs: pd.DataFrame, search: dict | None = None, run_dir=None) ->
             why = f"every other configuration is equivalent to it within +-{configs['margin'].iloc[0] - 1:.0%}"
         else:
             why = "every other configuration is slower beyond noise or equivalent within the margin"
-        parts.append(f"Keep the baseline{' for now' if pick.verdict == 'undecided' else ''}: {pick.pick} "
-                     f"({row['e2e_s_p50']:.3f} s per request; {source}): {why}; {_quality(row)}.")
+        parts.append(f"Keep the baseline{' for now' if pick.verdict == 'undecided' else ''} "
+                     f"({source.replace(' (', ', ').rstrip(')')}): {pick.pick} ({row['e2e_s_p50']:.3f} s per "
+                     f"request): {why}; {_quality(row)}.")
     elif pick is not None:
         row = configs[configs["config"] == pick.pick].iloc[0]
         spr = checks.float_or_nan(row.get("seconds_per_round"))
