@@ -7,11 +7,14 @@ as a labelled reference. Batch 1, ``--max-new-tokens`` greedy tokens with ``igno
 
 Method:
 
-- Speed: interleaved rounds (every rung once per round, in a fresh seeded order each round, after each
-  compiled rung's compile call and warm-up, which are timed apart as ``compile_s``); a rung's decode tok/s
-  ratio over float32 eager is the geometric mean of its per-round ratios with a t-interval over rounds
-  (:func:`workbench.stats.evidence.paired_ratio_interval`). An A/A arm (float32 eager measured twice per round)
-  gives the noise floor (``aa``): a ratio inside it says nothing.
+- Speed: one design (:mod:`workbench.run.design`): every rung once per round, in a fresh seeded order each round,
+  after each compiled rung's compile call and warm-up (timed apart as ``compile_s``), float32 eager measured again
+  as the A/A arm; ``--rounds`` rounds first, more up to ``--max-rounds`` while a rung is undecided (alpha spent over
+  the looks, :mod:`workbench.stats.sequential`). A rung's decode tok/s ratio over float32 eager is the block
+  analysis's (rounds as blocks, one pooled variance, Dunnett's simultaneous intervals over every rung and the A/A
+  arm; :mod:`workbench.stats.blocks`), with its verdict: faster / slower, equivalent within +-5%, or undecided.
+  The recommendation (:func:`workbench.techniques.rungs.recommend`) is a rung decided faster than float32 eager, the
+  best of those inside the quality tolerance, compared with its runner-up; none when the A/A control moved.
 - MBU: the bytes each rung really reads per step (weights as stored, :func:`workbench.techniques.rungs.step_weight_bytes`,
   plus the KV cache) x steps/s / the probed copy bandwidth.
 - Quality (:mod:`workbench.measure.guard`): perplexity ratio and mean KL divergence against float32 on the shipped
@@ -30,7 +33,6 @@ Run on a quiet machine: ``python benchmarks/ladder.py`` (``make benchmark``); a 
 
 import argparse
 import math
-import random
 import statistics
 import subprocess
 import sys
@@ -42,8 +44,8 @@ import pandas as pd
 import torch
 
 from workbench.share import ladder as ladder_figures
-from workbench.stats import evidence
 from workbench.measure import guard, models
+from workbench.run import design
 from workbench.predict import profile_step, roofline
 from workbench.techniques import rungs
 from workbench.errors import ParameterError
@@ -83,7 +85,8 @@ def parse_args():
     ap.add_argument("--model", default="default")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds measured first (the design's minimum)")
+    ap.add_argument("--max-rounds", type=int, default=10, help="the most rounds, added while a rung is undecided")
     ap.add_argument("--guard-tokens", type=int, default=2048, help="held-out tokens per language")
     ap.add_argument("--guard-window", type=int, default=256)
     ap.add_argument("--profile-steps", type=int, default=8)
@@ -94,6 +97,7 @@ def parse_args():
     if a.tiny:
         a.rungs = a.rungs or TINY_RUNGS
         a.max_new_tokens, a.rounds, a.guard_tokens, a.guard_window, a.profile_steps = 8, 2, 256, 64, 2
+        a.max_rounds = 2
     a.rungs = a.rungs or DEFAULT_RUNGS
     return a
 
@@ -167,20 +171,19 @@ def main() -> None:
 
     log = tempfile.NamedTemporaryFile("w", prefix="ladder-llama-", suffix=".log", delete=False)
     llama_proc, llama_one, llama_reason = _llama(args, threads, log)
-    arms = list(built) + ["float32 (A/A)"] + (["llama.cpp"] if llama_one else [])
-    tps = {a: [] for a in arms}
-    rng = random.Random(0)
+    arms = list(built) + (["llama.cpp"] if llama_one else [])
+    decode = design.Outcome("decode_tps", True, "decode tokens/s", "ratio")
+
+    def measure(arm, rnd):
+        if arm == "llama.cpp":
+            return design.Measured({"decode_tps": llama_one()})
+        b, kw = built[arm]
+        return design.Measured({"decode_tps": _decode_tps(b.loaded, prompts, settings, kw)})
+
+    ladder = design.Design("ladder", arms, "float32", decode, min_rounds=args.rounds,
+                           max_rounds=max(args.max_rounds, args.rounds))
     try:
-        for r in range(args.rounds):
-            order = arms[:]
-            rng.shuffle(order)
-            for a in order:
-                if a == "llama.cpp":
-                    tps[a].append(llama_one())
-                else:
-                    b, kw = built["float32" if a == "float32 (A/A)" else a]
-                    tps[a].append(_decode_tps(b.loaded, prompts, settings, kw))
-            print(f"round {r + 1}/{args.rounds} done", flush=True)
+        result = design.run_design(ladder, measure)
     finally:
         if llama_proc is not None:
             llama_proc.terminate()
@@ -188,15 +191,14 @@ def main() -> None:
     for name, row in info.items():
         if "graphs_before_rounds" in row:
             row["recompiles"] = rungs.compiled_graphs() - row.pop("graphs_before_rounds")
-
-    aa = evidence.paired_ratio_interval(tps["float32 (A/A)"], tps["float32"], unit="rounds")
+    an = result.analysis
+    tps = {a: result.table.loc[result.table["arm"] == a, "decode_tps"].tolist() for a in [*arms, design.AA]}
     bw = roofline.Device.probe("cpu", "float32", trials=3).bandwidth_bytes_per_s
     ref = guard.reference(f32, tokens=args.guard_tokens, window=args.guard_window, greedy_prompts=2, greedy_tokens=16)
     judged = {}
     rows = []
     for name, row in info.items():
         b, kw = built[name]
-        iv = evidence.paired_ratio_interval(tps[name], tps["float32"], unit="rounds")
         key = (row["dtype"], row["quantization"], row["lm_head"],
                row["group_size"] if row["quantization"] == "int4_weight_only" else 0)
         if key not in judged:
@@ -204,14 +206,19 @@ def main() -> None:
         g = judged[key]
         steps_per_s = statistics.median(tps[name])
         kv = b.loaded.info.kv_cache_bytes_per_token() * (args.prompt_tokens + args.max_new_tokens / 2)
-        row.update(decode_tps=steps_per_s, ratio=iv.estimate, ratio_low=iv.low, ratio_high=iv.high,
-                   verdict=evidence.ratio_verdict(iv), mbu=(row["weight_bytes"] + kv) * steps_per_s / bw,
+        d = an.arms.get(name) if an is not None else None
+        nan = float("nan")
+        row.update(decode_tps=steps_per_s, ratio=d.estimate if d else 1.0, ratio_low=d.low if d else nan,
+                   ratio_high=d.high if d else nan, verdict=(d.verdict + (f" ({d.direction})" if d.direction else ""))
+                   if d else "the baseline", mbu=(row["weight_bytes"] + kv) * steps_per_s / bw,
                    **{k: g[k] for k in guard.COLUMNS})
         rows.append(row)
     table = pd.DataFrame(rows)
     pd.set_option("display.width", 200)
-    print(f"\nbatch 1, {args.max_new_tokens} greedy tokens (ignore_eos), {args.rounds} interleaved rounds, "
-          f"{threads} threads; A/A noise floor (float32 vs itself): {aa.describe('{:.3f}', 'x')}")
+    aa = an.aa_decision if an is not None else None
+    print(f"\nbatch 1, {args.max_new_tokens} greedy tokens (ignore_eos), {result.rounds} interleaved rounds "
+          f"(stopped: {result.stopped}), {threads} threads; {an.evidence() if an is not None else 'no analysis'}; "
+          f"A/A control (float32 vs itself): {aa.describe('A/A') if aa else 'none'}")
     print(f"quality: {ref.windows and len(ref.windows)} held-out windows of {args.guard_window} tokens (en + zh); "
           f"guard: upper 95% bounds of perplexity ratio <= {guard.MAX_PERPLEXITY_RATIO}, mean KL <= {guard.MAX_KL_MEAN}")
     print(table[["rung", "decode_tps", "ratio", "ratio_low", "ratio_high", "mbu", "compile_s", "recompiles",
@@ -221,14 +228,14 @@ def main() -> None:
         note = rungs.grid_note(f32, built[name][0].rung)
         if note:
             print(f"{name}: {note}")
-    if llama_one:
-        lv = evidence.paired_ratio_interval(tps["llama.cpp"], tps["float32"], unit="rounds")
-        print(f"llama.cpp (Q4_1 GGUF, its HTTP server) / float32 eager (in process): {lv.describe('{:.2f}', 'x')}")
+    if llama_one and an is not None and "llama.cpp" in an.arms:
+        print("llama.cpp (Q4_1 GGUF, its HTTP server) / float32 eager (in process): "
+              + an.arms["llama.cpp"].describe("decode tok/s", words=("faster", "slower")))
     else:
         print(f"llama.cpp: skipped: {llama_reason}")
 
-    ok = table[(table["guard_passed"]) & (table["rung"] != "float32")]
-    best = ok.sort_values("ratio", ascending=False).iloc[0] if len(ok) else None
+    eligible = table.loc[table["guard_passed"].astype(bool) & (table["rung"] != "float32"), "rung"].tolist()
+    pick, sentence = rungs.recommend(an, eligible) if an is not None else (None, "no analysis: fewer than 2 rounds")
     quant = table[table["quantization"] != "none"].sort_values("ratio", ascending=False)
     to_profile = ["float32"] + ([quant.iloc[0]["rung"]] if len(quant) else []) + \
         [n for n in table["rung"] if "compile" in n][:1]
@@ -242,19 +249,17 @@ def main() -> None:
     print("\nwhere one decode step goes (ms):")
     print((prof.set_index("rung")[list(profile_step.COMPONENTS) + ["profiled_step_s", "step_s", "roofline_s"]] * 1e3).to_string(
         float_format=lambda v: f"{v:.2f}"))
-    if best is not None and best["ratio_low"] > 1:
-        print(f"\nrecommended: {best['rung']}, {best['ratio']:.2f}x float32 eager "
-              f"(95% {best['ratio_low']:.2f}-{best['ratio_high']:.2f}), {guard.describe(best)}")
-    else:
-        top = prof.set_index("rung").loc["float32", list(profile_step.COMPONENTS)].astype(float).idxmax()
-        print(f"\nno rung inside the quality tolerance is faster than float32 eager with its interval above 1; "
-              f"float32's largest component is {profile_step.LABELS[top]}")
+    top = prof.set_index("rung").loc["float32", list(profile_step.COMPONENTS)].astype(float).idxmax()
+    print(f"\n{sentence}; float32's largest component is {profile_step.LABELS[top]}")
+    if pick is not None and not pick.keeps_control and pick.decided:
+        best = table.set_index("rung").loc[pick.pick]
+        print(f"{pick.pick}: {guard.describe(best)}")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "ladder.csv", index=False)
         prof.to_csv(out / "ladder_profile.csv", index=False)
-        llama_step = 1 / statistics.median(tps["llama.cpp"]) if llama_one else None
+        llama_step = 1 / statistics.median(tps["llama.cpp"]) if llama_one and tps.get("llama.cpp") else None
         ladder_figures.fig_profile(prof, llama_step).write_html(out / "ladder_profile.html", include_plotlyjs=True)
         print(f"wrote {out}/ladder.csv, ladder_profile.csv, ladder_profile.html")
 

@@ -26,7 +26,10 @@ batch_sizes: list = [1, 4]  # requests per generate call
 max_new_tokens: int = 8  # new tokens per request (at least 2, so TPOT exists)
 ignore_eos: bool = True  # fixed-length outputs : min_new_tokens set to max_new_tokens
 source: str = "en"  # prompt text: en (Python docs) | zh (Chinese essays) | random (token ids)
-repeats: int = 3  # timed repetitions per point (the median outlasts one disturbed run)
+repeats: int = 3  # rounds measured first: each round every point once, interleaved, plus the A/A control (1: each point on its own)
+max_rounds: int = 8  # the most rounds, added only while the fit's decision on the quadratic term is open
+budget_s: float = 0.0  # the most seconds the rounds may take (0: no budget of its own; the suite's applies)
+margin: float = 1.05  # equivalence margin: a quadratic term within +-5% of prefill at the longest length is "none"
 warmup: int = 1  # untimed warm-up runs before the first point of each batch size
 seed: int = 0  # base seed (repeat r uses seed + r)
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -52,17 +55,17 @@ points[["point_id", "status", "ttft_s_p50", "prefill_s_p50", "tpot_s_p50", "outp
 
 # %% [markdown]
 # ## Prefill fit
-# Least squares over the valid points of each batch size (one median per point and repeat); the crossover `L = b/c` is where attention's quadratic cost equals the linear (weight) cost. A quadratic needs 5 lengths (3 parameters + 2), a straight line 4; fewer are reported as not supported.
+# Least squares over the valid points of each batch size, every round's values over the round's own level (the rounds as blocks: a round the machine slowed cancels). Decided: the fit at the longest length over its straight part `a + bL`, the share attention's quadratic term carries there (a direction, equivalent within the margin, or undecided with the rounds it needs); a crossover `L = b/c` only within the measured lengths. A quadratic needs 5 lengths (3 parameters + 2).
 
 # %%
-fits = context_length.fit_by_batch(requests, y="prefill_s", points=points)
-ttft_fits = context_length.fit_by_batch(requests, y="ttft_s", points=points)
+fits = context_length.fits(points, requests, run)
+ttft_fits = context_length.fits(points, requests, run, outcome="ttft_s")
 fit_table = pd.concat([context_length.fits_table(fits, "prefill_s"), context_length.fits_table(ttft_fits, "ttft_s")])
 results.save_text(run, "context_fit.json", fit_table.to_json(orient="records", indent=1))
 fit_table
 
 # %%
-for name, fig in context_length.figures(points, requests, fits).items():
+for name, fig in context_length.figures(points, requests, fits, run).items():
     results.save_figure(run, name, fig)
     fig.show()
 
@@ -78,6 +81,6 @@ kv["measured/computed"] = kv["kv_bytes_measured"] / kv["kv_bytes_computed"]
 kv
 
 # %%
-finding = context_length.finding(fits, max(cfg.context_tokens), points)
+finding = context_length.finding(points, requests, run)
 results.save_finding(run, context_length.EXPERIMENT, finding)
 print(finding)

@@ -36,7 +36,10 @@ chunk_tokens: int = 64  # retrieval chunk size in tokens
 max_new_tokens: int = 16  # answer length in tokens
 ignore_eos: bool = True  # fixed-length answers, so total times compare like for like
 temperature: float = 0.0  # 0 means greedy
-repeats: int = 1  # rounds; 2+: points interleaved by round, none again as the A/A control (1: no pairs)
+repeats: int = 1  # passes over the tasks; 2+: one design, a round every arm on one task, none again as the A/A control (1: no pairs)
+max_rounds: int = 8  # the most passes, added only while a strategy's total time against none is undecided
+budget_s: float = 0.0  # the most seconds the rounds may take (0: no budget of its own; the suite's applies)
+margin: float = 1.05  # equivalence margin: a strategy within +-5% of none's total time is equivalent
 warmup: int = 1  # untimed warm-up passes before the sweep
 seed: int = 0  # task seed; repeat r samples with seed + r
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -54,20 +57,20 @@ run
 # %% [markdown]
 # Each point builds its task (seeded), compresses it (`compressor_s`), answers it with the model (TTFT,
 # end-to-end) and scores the answer. Lossless strategies run once (ratio 1). Point columns: quality as
-# `<metric>_mean` over the repeats, times and token counts as `<column>_p50`. With `repeats` >= 2 the points are
-# measured interleaved by round, `none` again on every task as the A/A control; each strategy's total time over
-# `none`'s is paired within (round, task) units (`time_ratio`, Holm over the strategies of a length), beside the
-# A/A noise floor (`aa_low` / `aa_high`; figure `compression_time_ratio`).
+# `<metric>_mean` over the repeats, times and token counts as `<column>_p50`. With `repeats` >= 2 the points are one
+# design: a round answers every (strategy, ratio, length) arm on one task (depth), the tasks in turn, and `none`
+# again as the A/A control; each strategy's total time over `none`'s is the block analysis's (`time_ratio` with its
+# simultaneous interval and verdict; figure `compression_time_ratio`), answer match paired over the same tasks.
 
 # %%
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points, chat_points = context_compression.run(cfg, run, loaded, resume=resume)
-results.save_finding(run, context_compression.EXPERIMENT, context_compression.finding(points))
+results.save_finding(run, context_compression.EXPERIMENT, context_compression.finding(points, run))
 points[["point_id", "status", "achieved_ratio_p50", "compressor_s_p50", "ttft_s_p50", "total_s_p50",
         "substring_match_mean", "gold_logprob_mean", "rouge_l_mean"]]
 
 # %%
-for name, fig in context_compression.figures(points, chat_points).items():
+for name, fig in context_compression.figures(points, chat_points, run).items():
     results.save_figure(run, name, fig)
     fig.show()
 

@@ -45,7 +45,11 @@ slo_ttft_s: float = 2.0  # custom SLO on TTFT p50, seconds
 slo_tpot_s: float = 0.25  # custom SLO on TPOT p50, seconds
 search: str = "grid"  # grid (every configuration) or adaptive (coordinate descent, at most a third of the grid)
 calibrate: bool = True  # fit the roofline per swept dtype when none is cached (~20 s each, once per machine)
-repeats: int = 2  # timed repetitions per point
+order: str = "interleaved"  # interleaved (every configuration kept loaded) or blocks (one loaded at a time, A B B A)
+repeats: int = 2  # rounds measured first: each round every configuration once plus the baseline again (A/A)
+max_rounds: int = 8  # the most rounds, added only while a comparison with the baseline is undecided
+budget_s: float = 0.0  # the most seconds the rounds may take (0: no budget of its own; the suite's applies)
+margin: float = 1.05  # equivalence margin: configurations within +-5% of the baseline are equivalent
 warmup: int = 1  # untimed warm-up runs per point
 seed: int = 0  # base seed
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -64,17 +68,17 @@ run
 loaded = models.load_model(cfg.model, cfg.device, cfg.dtype)
 points = engine_tuning.run(cfg, run, loaded, resume=resume)
 configs = engine_tuning.configurations(points, cfg.slo())
-configs[["config", "status", "e2e_s_p50", "predicted_e2e_s", "speedup_vs_baseline", "compile_s", "recompiles",
+configs[["config", "baseline", "status", "e2e_s_p50", "predicted_e2e_s", "speedup_vs_baseline", "compile_s", "recompiles",
          "perplexity_ratio", "perplexity_ratio_high", "kl_mean", "top1_agreement", "token_agreement", "guard_passed",
          "meets_slo", "eligible"]]
 
 # %%
-for name, fig in engine_tuning.figures(points, configs).items():
+for name, fig in engine_tuning.figures(points, configs, run).items():
     results.save_figure(run, name, fig)
     fig.show()
 
 # %%
 search = engine_tuning.replay_search(configs, cfg.axes()) if cfg.search == "grid" else None
-finding = engine_tuning.finding(configs, search, points)
+finding = engine_tuning.finding(configs, search, points, run)
 results.save_finding(run, engine_tuning.EXPERIMENT, finding)
 print(finding)

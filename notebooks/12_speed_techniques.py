@@ -31,7 +31,10 @@ draft_layers: int = 10  # layers of the truncated draft
 batch_size: int = 1  # assisted generation runs at batch 1 in transformers
 passage_chars: int = 600  # characters of documentation in a copy-heavy prompt (Chinese: a third)
 max_new_tokens: int = 32  # new-token cap (greedy)
-repeats: int = 3  # timed repeats per point (an interval needs 2)
+repeats: int = 3  # rounds measured first: each round every point once plus the first baseline again (A/A); 1: each point on its own
+max_rounds: int = 8  # the most rounds, added only while a comparison with its baseline is undecided
+budget_s: float = 0.0  # the most seconds the rounds may take (0: no budget of its own; the suite's applies)
+margin: float = 1.05  # equivalence margin: a technique within +-5% of its baseline is equivalent (does not pay)
 warmup: int = 1  # untimed warm-up runs per point
 seed: int = 0  # base seed
 guard_prompts: int = 2  # int8 quality-guard prompts
@@ -57,7 +60,7 @@ points[["point_id", "status", "task", "language", "technique", "draft_tokens", "
 
 # %% [markdown]
 # ## Each technique against plain greedy float32
-# Speed-up: baseline e2e over the technique's (int8: decode tokens/s ratio), ratio of geometric means over repeats with a Welch 95% interval; "faster" only when the interval excludes 1. `output_agreement` compares the output with plain greedy token for token; acceptance columns: accepted draft tokens / proposed, mean ids per verification step, target forwards per output id, and the Leviathan et al. (2023) upper bound on the speed-up.
+# Speed-up: baseline e2e over the technique's at a fixed output length, from the interleaved rounds analysed as one block design: a simultaneous 95% interval and its verdict (faster / slower, equivalent within the margin, or undecided with the rounds that would decide it). `output_agreement` compares the output with plain greedy token for token; acceptance columns: accepted draft tokens / proposed, mean ids per verification step, target forwards per output id, and the Leviathan et al. (2023) upper bound on the speed-up.
 
 # %%
 table = st.speed_table(points, requests)

@@ -126,7 +126,8 @@ HOMES = {
     r"^\s*def (t_interval|ratio_interval|wilson_interval|usable_points|fit_support)\(": "stats/evidence.py",
     # t quantiles: intervals over independent units (evidence) and a design's critical values (blocks)
     r"stats\.t\.ppf\(": ("stats/evidence.py", "stats/blocks.py"),
-    r"^\s*def (critical_value|fit_block_model|spread_check|rounds_needed|pick_versus|paired_binary)\(": "stats/blocks.py",
+    r"^\s*def (critical_value|fit_block_model|spread_check|rounds_needed|pick_versus|paired_binary|best_of)\(":
+        "stats/blocks.py",
     r"^\s*def (looks|spent|look_alpha)\(": "stats/sequential.py",
     r"Path\(__file__\)\.resolve\(\)\.parents": "paths.py",   # the repository root
     r"^\s*def (float_or_nan|finite_or_none|config_defaults)\(": "checks.py",

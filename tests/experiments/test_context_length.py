@@ -46,97 +46,131 @@ def test_fit_edge_cases():
     assert nan_dropped.dof == 0 and not nan_dropped.support[0] and math.isnan(nan_dropped.b_low)
 
 
-def test_fit_by_batch_and_table():
-    rows = [{"batch_size": bs, "prompt_tokens": L, "prefill_s": bs * (0.01 + 1e-4 * L + 1e-8 * L * L)}
-            for bs in (1, 4) for L in (100, 200, 400, 800, 1600)] + [{"batch_size": 8, "prompt_tokens": 100, "prefill_s": 1}]
-    fits = context_length.fit_by_batch(pd.DataFrame(rows))
-    assert set(fits) == {1, 4} and fits[4].b == pytest.approx(4e-4) and fits[4].degree == 2
-    table = context_length.fits_table(fits)
-    assert list(table["batch_size"]) == [1, 4] and {"crossover_tokens", "dof", "supported"} <= set(table)
+LENGTHS = np.array([128.0, 512, 1024, 1536, 2048])
 
 
-def _points_and_requests(lengths, bad=None, seconds_per_token=1e-3):
-    """One point per length (2 rows each, batch 2, one shared stamp); the point at ``bad`` is invalid and slow."""
-    pts, reqs = [], []
-    for L in lengths:
-        pid = f"L{L}"
-        pts.append({"point_id": pid, "status": "ok", "valid": L != bad, "batch_size": 2, "context_tokens": L})
-        y = 0.02 + seconds_per_token * L + (1.0 if L == bad else 0.0)  # other load added a second
-        reqs += [{"point_id": pid, "repeat": 0, "batch_size": 2, "prompt_tokens": L, "prefill_s": y}] * 2
-    return pd.DataFrame(pts), pd.DataFrame(reqs)
+def _rounds(a, b, c, rounds, noise, seed=0, drift=0.1, lengths=LENGTHS):
+    """Rounds x lengths of prefill seconds: the curve, times a drift shared by a round, times each value's noise."""
+    rng = np.random.default_rng(seed)
+    return ((a + b * lengths + c * lengths ** 2) * np.exp(rng.normal(0, drift, (rounds, 1)))
+            * np.exp(rng.normal(0, noise, (rounds, len(lengths)))))
 
 
-def test_fit_over_points_that_include_an_invalid_one_excludes_it():
-    points, requests = _points_and_requests([128, 256, 512, 1024, 1536, 2048], bad=128)
-    fit = context_length.fit_by_batch(requests, points=points)[2]
-    assert fit.n_lengths == 5 and fit.n == 5   # the invalid length is gone; a batch's 2 rows are one observation
-    assert fit.a == pytest.approx(0.02, abs=1e-9) and fit.b == pytest.approx(1e-3) and fit.r2 == pytest.approx(1)
-    polluted = context_length.fit_by_batch(requests)[2]  # without the points table nothing is excluded
-    assert polluted.a > 0.1
+def test_fit_with_the_rounds_as_blocks_cancels_a_slow_round():
+    """Exact curves, one round 30% slower throughout: the round's level cancels (rounds as blocks) and the fit
+    recovers a, b, c of the average round exactly; pooled without the blocks the slow round's curve bends the fit."""
+    a, b, c = 0.05, 1.3e-3, 2.6e-7
+    curve = a + b * LENGTHS + c * LENGTHS ** 2
+    values = np.vstack([curve, curve * 1.3, curve])
+    fit = context_length.fit_rounds(values, LENGTHS)
+    level = np.exp(np.log([1.0, 1.3, 1.0]).mean())
+    assert (fit.a, fit.b, fit.c) == pytest.approx((a * level, b * level, c * level), rel=1e-9)
+    assert fit.n == 15 and fit.n_lengths == 5 and fit.dof == 15 - 3 - 2  # 3 parameters, 2 rounds' levels
+    # one round's value per length missing: that round is left out
+    holed = values.copy()
+    holed[1, 2] = np.nan
+    assert context_length.fit_rounds(holed, LENGTHS).n == 10
 
 
-def test_finding_says_not_supported_with_too_few_lengths_and_states_r2_and_dof():
-    points, requests = _points_and_requests([128, 512, 1024, 2048])  # the default suite's four lengths
-    rng = np.random.default_rng(1)
-    requests["prefill_s"] *= 1 + 0.01 * rng.standard_normal(len(requests))
-    fits = context_length.fit_by_batch(requests, points=points)
-    assert fits[2].degree == 1  # 4 lengths carry a straight line (2 parameters), not a quadratic
-    f = context_length.finding(fits, 2048, points)
-    assert "quadratic (attention) term is not supported: 4 lengths for 3 parameters" in f.text
-    assert f.supported and "R^2" in f.evidence and "2 dof" in f.evidence and f.point_ids == tuple(points["point_id"])
-    points3, requests3 = _points_and_requests([128, 512, 1024])
-    f3 = context_length.finding(context_length.fit_by_batch(requests3, points=points3), 1024, points3)
-    assert not f3.supported and "not supported: 3 lengths for 3 parameters" in f3.text
-    none_valid = context_length.finding(context_length.fit_by_batch(requests3, points=points3.assign(valid=False)),
-                                        1024, points3.assign(valid=False))
-    assert not none_valid.supported and "(0 of 3 points valid)" in none_valid.text
+def test_the_quadratic_term_at_the_longest_length_three_verdicts():
+    """Curved data (run 2's fit: 124 ms + 1328 us/token, the terms equal at 5,059 tokens: the term carries 28% at
+    2,048) is a direction in 3 rounds; a straight line measured tightly over many rounds is equivalent within +-5%;
+    a straight line in 2 noisy rounds is undecided with the rounds it needs; 4 lengths cannot carry the fit."""
+    curved = _rounds(0.124, 1.328e-3, 1.328e-3 / 5059, 3, 0.02)
+    d = context_length.curvature_decision(curved, LENGTHS, name="batch 1")
+    assert d.verdict == "direction" and d.direction == "higher" and d.low > 1 and d.rounds == 3
+    assert d.estimate == pytest.approx(1.387, rel=0.1) and d.dof == 10
+    line = context_length.curvature_decision(_rounds(0.03, 2.4e-3, 0.0, 40, 0.01, seed=1), LENGTHS)
+    assert line.verdict == "equivalent" and 1 / 1.05 <= line.low and line.high <= 1.05
+    short = context_length.curvature_decision(_rounds(0.03, 2.4e-3, 0.0, 2, 0.05, seed=2), LENGTHS)
+    assert short.verdict == "undecided" and short.rounds_needed is not None and short.rounds_needed > 2
+    assert "rounds" in short.needed_text(10.0) and "s more" in short.needed_text(10.0)
+    four = context_length.curvature_decision(_rounds(0.03, 2.4e-3, 0.0, 3, 0.01)[:, :4], LENGTHS[:4])
+    assert four.verdict == "undecided" and "4 lengths for 3 parameters" in four.reason
 
 
-def test_fit_is_over_per_point_medians_and_states_no_crossover_when_the_quadratic_interval_includes_0():
-    """5 lengths x 3 repeats, linear truth plus noise: one observation per point (n = 5, not 15), the quadratic term's
-    interval includes 0, so the straight line carries the per-token cost (a run's quadratic said "prefill per token:
-    no difference from 0" while TTFT grew 15x from 128 to 2048 tokens: the two collinear terms shared the growth),
-    and the finding states no crossover (the old fit over 15 repeats named one)."""
-    rng = np.random.default_rng(3)
-    lengths = [128, 512, 1024, 1536, 2048]
-    pts = pd.DataFrame([{"point_id": f"L{L}", "status": "ok", "valid": True, "batch_size": 1, "context_tokens": L}
-                        for L in lengths])
-    shift = {L: 1 + 0.03 * rng.standard_normal() for L in lengths}  # one disturbance per point, shared by repeats
-    reqs = pd.DataFrame([{"point_id": f"L{L}", "repeat": r, "batch_size": 1, "prompt_tokens": L,
-                          "prefill_s": (0.02 + 1e-4 * L) * shift[L] * (1 + 0.002 * rng.standard_normal())}
-                         for L in lengths for r in range(3)])
-    fit = context_length.fit_by_batch(reqs, points=pts)[1]
-    # the quadratic's c interval includes 0, so the straight line is kept (backward elimination), carrying that interval
-    assert fit.n == 5 and fit.degree == 1 and fit.dof == 3 and fit.c == 0
-    assert fit.c_low < 0 < fit.c_high and not fit.crossover_shown
-    assert fit.b_low > 0 and fit.b == pytest.approx(1e-4, rel=0.1)    # the per-token cost, shown
-    f = context_length.finding({1: fit}, 2048, pts)
-    assert f.supported and f.text.startswith("batch 1: prefill ") and "us/token" in f.text
-    assert "overtakes the linear one at" not in f.text and "interval includes 0" in f.text
-    assert "quadratic (not kept): its quadratic term 95% interval" in f.evidence
-    quad = context_length.fit_quadratic(reqs.groupby("point_id")["prompt_tokens"].median(),
-                                        reqs.groupby("point_id")["prefill_s"].median())
-    assert quad.degree == 2 and not quad.crossover_shown   # the quadratic alone says neither term is shown
-    exact = context_length.fit_quadratic(np.array(lengths), 0.02 + 1e-4 * np.array(lengths) + 1e-7 * np.array(lengths) ** 2
-                                         * (1 + 0.001 * rng.standard_normal(5)))
-    assert exact.crossover_shown and "overtakes the linear one at" in context_length.finding({1: exact}, 2048).text
+def test_the_fit_decision_keeps_its_error_rate_on_a_straight_line():
+    """Simulation: a straight line (no quadratic term), 3 rounds, 4% noise on 10% round drift: the fit claims a
+    direction in at most ~5% of 400 trials (the interval's level), where the crossover rule of the older code named a
+    crossover whenever c's interval happened to exclude 0."""
+    wrong = sum(context_length.curvature_decision(_rounds(0.03, 2.4e-3, 0.0, 3, 0.04, seed=s), LENGTHS).verdict
+                == "direction" for s in range(400))
+    assert wrong / 400 <= 0.08
 
 
 def test_a_negative_intercept_is_not_stated_as_a_fixed_prefill_cost():
-    """Growth that steepens at the long end, fitted by the straight line (4 lengths: the quadratic is not supported),
-    puts the line's intercept below 0 (a run's finding read "prefill -216.6 ms + ... us/token"). The finding then
-    states the per-token cost over the measured lengths and the fitted value at the shortest, names the intercept
-    as an extrapolation, and never prints a negative fixed cost as "prefill -N ms +"."""
+    """Growth that steepens at the long end puts a fit's intercept below 0 (a run's finding read "prefill -216.6 ms
+    + ... us/token"): the text states the per-token cost over the measured lengths and the fitted value at the
+    shortest, names the intercept as an extrapolation, and never prints "prefill -N ms +"."""
     lengths = np.array([256.0, 1024, 2048, 4096])
     fit = context_length.fit_quadratic(lengths, 0.01 + 2e-5 * lengths + 2e-8 * lengths**2, degree=1)
     assert fit.a < 0 and fit.l_min == 256 and fit.l_max == 4096
-    text = context_length.finding({1: fit}, 4096).text
-    assert text.startswith(f"batch 1: prefill {fit.b * 1e6:.1f} us/token over 256-4,096 tokens")
-    assert f"{float(fit.predict(256)) * 1e3:.0f} ms at 256" in text and "below 0" in text
-    assert " ms + " not in text
+    text = context_length._fit_text(1, fit)
+    assert text.startswith(f"batch 1: prefill {fit.b * 1e6:,.0f} us/token") and "over 256-4,096 tokens" in text
+    assert f"{float(fit.predict(256)) * 1e3:.0f} ms at 256" in text and "below 0" in text and " ms + " not in text
     positive = context_length.fit_quadratic(lengths, 0.05 + 1e-4 * lengths, degree=1)
-    assert positive.a > 0 and context_length.finding({1: positive}, 4096).text.startswith(
-        f"batch 1: prefill {positive.a * 1e3:.1f} ms + ")
+    assert context_length._fit_text(1, positive).startswith(f"batch 1: prefill {positive.a * 1e3:.1f} ms + ")
+
+
+def _designed_points(verdict, est, lo, hi, need=0, batch=1):
+    pts = pd.DataFrame([{"point_id": f"L{int(L)}", "status": "ok", "valid": True, "batch_size": batch,
+                         "context_tokens": int(L)} for L in LENGTHS])
+    return pts.assign(design="interleaved", rounds=3, margin=1.05, design_seconds=45.0, seconds_per_round=15.0,
+                      design_stopped="max rounds", aa_ratio=1.0, aa_low=0.96, aa_high=1.04, aa_verdict="equivalent",
+                      quadratic_share=est, quadratic_share_low=lo, quadratic_share_high=hi, quadratic_share_level=0.95,
+                      quadratic_share_method="quadratic fit over 3 rounds x 5 lengths, rounds as blocks, 10 dof, "
+                                             "delta method",
+                      quadratic_share_verdict=verdict, quadratic_share_direction="higher" if lo > 1 else "",
+                      rounds_needed=float(need), seconds_needed=float(need - 3) * 15.0 if need else 0.0)
+
+
+def _design_run(tmp_path, values):
+    """A run folder holding a context-length design table of ``values`` (rounds x LENGTHS)."""
+    rows = [{"round": r, "arm": f"L{int(L)}", "prefill_s": float(values[r, k]), "ttft_s": float(values[r, k]) * 1.1}
+            for r in range(values.shape[0]) for k, L in enumerate(LENGTHS)]
+    (tmp_path / "design").mkdir()
+    pd.DataFrame(rows).to_parquet(tmp_path / "design" / "context_length.parquet")
+    return tmp_path
+
+
+def test_finding_reads_the_design_decision_and_never_extrapolates_a_crossover(tmp_path):
+    """Run 2's curve: the terms are equal at 5,059 tokens, beyond the 2,048 measured; the finding states the term's
+    share at 2,048 (a direction) and no crossover (the older finding said "overtakes the linear one at 5,059 tokens")."""
+    run = _design_run(tmp_path, _rounds(0.124, 1.328e-3, 1.328e-3 / 5059, 3, 0.002))
+    f = context_length.finding(_designed_points("direction", 1.39, 1.30, 1.48), run_dir=run)
+    assert f.verdict == "direction" and f.supported and f.rounds == 3 and f.margin == 1.05
+    assert f.text.startswith("batch 1: prefill ") and "us/token" in f.text and "over 128-2,048 tokens" in f.text
+    assert "at 2,048 tokens, the fit over its straight part (a + bL): higher, 1.39x, 95% interval 1.30-1.48x" in f.text
+    assert "quadratic term carries 28% of prefill" in f.text
+    assert "5,059" not in f.text and "overtakes" not in f.text and "equals the linear term" not in f.text
+    assert "3 interleaved rounds" in f.evidence and "rounds as blocks" in f.evidence
+
+
+def test_finding_equivalent_and_undecided(tmp_path):
+    run = _design_run(tmp_path, _rounds(0.03, 2.4e-3, 0.0, 3, 0.002))
+    eq = context_length.finding(_designed_points("equivalent", 1.01, 0.98, 1.04), run_dir=run)
+    assert eq.verdict == "equivalent" and eq.supported
+    assert "equivalent within +-5%" in eq.text and "a straight line describes prefill" in eq.text
+    open_ = context_length.finding(_designed_points("undecided", 1.06, 0.93, 1.21, need=9), run_dir=run)
+    assert open_.verdict == "undecided" and not open_.supported and open_.rounds_needed == 9
+    assert open_.seconds_needed == pytest.approx(90.0) and "about 9 rounds (~90 s more) would decide it" in open_.text
+    moved = context_length.finding(_designed_points("direction", 1.39, 1.30, 1.48).assign(aa_verdict="direction"),
+                                   run_dir=run)
+    assert moved.verdict == "undecided" and "A/A control moved" in moved.text
+
+
+def test_finding_point_by_point_and_with_too_few_lengths():
+    """One repeat (no design): the same fit over each point's median, said so; 3 lengths carry no decision."""
+    pts = pd.DataFrame([{"point_id": f"L{int(L)}", "status": "ok", "valid": True, "batch_size": 1,
+                         "context_tokens": int(L)} for L in LENGTHS])
+    req = pd.DataFrame([{"point_id": f"L{int(L)}", "batch_size": 1, "prompt_tokens": int(L),
+                         "prefill_s": 0.124 + 1.328e-3 * L + 2.6e-7 * L * L} for L in LENGTHS for _ in range(2)])
+    f = context_length.finding(pts, req)
+    assert "one round" in f.text and f.rounds == 1 and f.verdict in ("direction", "undecided")
+    few = context_length.finding(pts.iloc[:3], req[req["point_id"].isin(pts["point_id"].iloc[:3])])
+    assert few.verdict == "undecided" and "3 lengths for 3 parameters" in few.text
+    none_valid = context_length.finding(pts.assign(valid=False), req)
+    assert none_valid.verdict == "undecided" and "(0 of 5 points valid)" in none_valid.text
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -173,6 +207,35 @@ def test_measure_point_random_ids(loaded):
     assert out.warmup_s > 0 and out.extra["memory_kind"] == "rss"
 
 
+@pytest.mark.model
+def test_lengths_measured_as_one_design_on_the_real_model(loaded):
+    """5 lengths, 2 rounds: the design's table holds every round of every length and the A/A arm, each point carries
+    its length's ratio to the shortest and the batch's fit decision, and the finding and figures read them."""
+    from workbench.run import results
+
+    cfg = context_length.Config(context_tokens=[64, 96, 128, 160, 192], batch_sizes=[1], max_new_tokens=2, repeats=2,
+                                max_rounds=2, warmup=0)
+    run = results.create_run()
+    points = context_length.run(cfg, run, loaded)
+    assert (points["status"] == "ok").all() and len(points) == 5 and (points["rounds"] == 2).all()
+    table = pd.read_parquet(run / "design" / "context_length.parquet")
+    assert len(table) == 2 * 6 and set(table["arm"]) == {*points["point_id"], "A/A"}
+    shortest = points.sort_values("context_tokens").iloc[0]
+    assert shortest["prefill_vs_shortest"] == 1.0 and (points["kv_bytes_computed"] > 0).all()
+    assert points["quadratic_share_verdict"].isin(["direction", "equivalent", "undecided"]).all()
+    assert points["quadratic_share_verdict"].nunique() == 1       # one decision per batch size
+    req = results.read_requests(run, experiment="context_length")
+    assert sorted(req["repeat"].unique()) == [0, 1] and len(req) == 2 * 5
+    valid = points.assign(valid=True)      # on a busy machine the points may be invalid: the reading is tested here
+    f = context_length.finding(valid, req, run)
+    assert f.verdict == points["quadratic_share_verdict"].iloc[0] and f.rounds == 2
+    assert f.text.startswith("batch 1: ") and "over 64-192 tokens" in f.text
+    fits = context_length.fits(valid, req, run)
+    assert fits[1].n == 10 and fits[1].levels == 1
+    figs = context_length.figures(points, req, fits, run)
+    assert "context_prefill_ratio" in figs and "each round" in figs["context_prefill_ratio"].to_json()
+
+
 @pytest.mark.notebook
 def test_notebook_runs_and_writes_points_and_figures(tmp_path, run_notebook):
     from workbench.run import notebooks, results
@@ -192,5 +255,6 @@ def test_notebook_runs_and_writes_points_and_figures(tmp_path, run_notebook):
     assert (run / "context_fit.json").exists()
     finding = json.loads((run / "manifest.json").read_text())["findings"]["context_length"]
     # 3 lengths carry no curve (and on a busy machine the points may be invalid: then there is no fit at all)
-    assert not finding["supported"] and "not supported: " in finding["text"]
+    assert not finding["supported"] and finding["verdict"] == "undecided"
+    assert "3 lengths for 3 parameters" in finding["text"] or "no valid length" in finding["text"]
     assert set(finding["point_ids"]) <= set(points["point_id"])

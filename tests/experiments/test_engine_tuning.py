@@ -500,3 +500,94 @@ def test_an_interleaved_grid_recommends_by_the_paired_speed_up_not_the_drifting_
     ])
     assert et.recommend(configs)["config"] == "bfloat16"
     assert et.recommend(configs.assign(design=None))["config"] == "bfloat16+int8"
+
+
+def _designed(rows: dict, base: str = "float32/sdpa/dynamic", order=None):
+    """Points of a grid measured as one design: per configuration ``(e2e, time ratio, low, high, verdict, direction,
+    rounds needed)``; the baseline's point marked (its ratio 1, no interval)."""
+    import pandas as pd
+
+    out = []
+    for name, (e2e, t, lo, hi, v, d, need) in rows.items():
+        dtype, attn, cache = name.split("/")
+        out.append({"dtype": dtype, "attn_implementation": attn, "cache_implementation": cache, "compile": False,
+                    "torch_threads": None, "quantization": "none", "status": "ok", "valid": True, "e2e_s_p50": e2e,
+                    "ttft_s_p50": 0.1, "tpot_s_p50": 0.05, "n_samples": 4, "guard_passed": True, "guard_reason": "",
+                    "slo_ttft_s": 2.0, "slo_tpot_s": 0.25, "batch_size": 1, "prompt_tokens": 32,
+                    "perplexity_ratio": 1.0, "perplexity_ratio_high": 1.0, "kl_mean": 0.0,
+                    "design": "interleaved", "rounds": 4, "margin": 1.05, "baseline": name == base,
+                    "aa_ratio": 1.0, "aa_low": 0.95, "aa_high": 1.05, "aa_verdict": "undecided",
+                    "design_seconds": 40.0, "seconds_per_round": 10.0, "design_stopped": "max rounds",
+                    "round_drift": 0.02, "time_ratio": t, "time_ratio_low": lo, "time_ratio_high": hi,
+                    "time_ratio_level": 0.95, "time_ratio_method": "pooled block model, 12 dof, Dunnett over 4",
+                    "time_ratio_verdict": v, "time_ratio_direction": d, "rounds_needed": float(need),
+                    "speedup_vs_baseline": 1 / t, "speedup_low": 1 / hi if hi == hi else float("nan"),
+                    "speedup_high": 1 / lo if lo == lo else float("nan")})
+    df = pd.DataFrame(out)
+    return df.iloc[order] if order is not None else df
+
+
+NAN = float("nan")
+
+
+def test_a_baseline_pick_is_a_verdict_only_when_every_other_configuration_is_slower_or_equivalent():
+    """Issue 49: the baseline with the best estimate was "supported" whatever the others' intervals said (about 1 in
+    4 null runs with 3 equal configurations). Now: undecided while another configuration is undecided, with the
+    rounds it needs; a verdict once every other is slower beyond noise or equivalent."""
+    base = ("float32/sdpa/dynamic", (0.50, 1.0, NAN, NAN, "", "", 0))
+    open_ = _designed(dict([base, ("bfloat16/sdpa/dynamic", (0.51, 1.02, 0.90, 1.15, "undecided", "", 14)),
+                            ("float32/eager/dynamic", (0.52, 1.04, 0.92, 1.17, "undecided", "", 9))]))
+    f = et.finding(et.configurations(open_))
+    assert f.verdict == "undecided" and not f.supported and f.rounds_needed == 14 and f.seconds_needed == 100.0
+    assert "Keep the baseline for now" in f.text and "none is shown faster" in f.text
+    assert "bfloat16/sdpa/dynamic, float32/eager/dynamic are undecided" in f.text
+    shown = _designed(dict([base, ("bfloat16/sdpa/dynamic", (0.60, 1.2, 1.1, 1.3, "direction", "higher", 0)),
+                            ("float32/eager/dynamic", (0.505, 1.01, 0.98, 1.04, "equivalent", "", 0))]))
+    kept = et.finding(et.configurations(shown))
+    assert kept.verdict == "direction" and kept.supported
+    assert "Keep the baseline (the full grid, 3 configurations measured): float32/sdpa/dynamic (0.500 s" in kept.text
+    assert "slower beyond noise or equivalent" in kept.text
+
+
+def test_the_baseline_is_the_marked_one_not_the_first_row():
+    """After a re-measure the baseline's rows need not come first in points.parquet: the comparison is with the
+    design's marked control."""
+    rows = {"float32/sdpa/dynamic": (0.50, 1.0, NAN, NAN, "", "", 0),
+            "bfloat16/sdpa/dynamic": (0.40, 0.8, 0.72, 0.88, "direction", "lower", 0),
+            "float32/eager/dynamic": (0.52, 1.04, 0.99, 1.09, "undecided", "", 20)}
+    configs = et.configurations(_designed(rows, order=[2, 1, 0]))
+    assert configs.loc[configs["baseline"], "config"].tolist() == ["float32/sdpa/dynamic"]
+    f = et.finding(configs)
+    assert f.verdict == "direction" and "Recommended by the full grid" in f.text
+    assert "bfloat16/sdpa/dynamic (0.400 s per request; against the baseline float32/sdpa/dynamic: faster, 1.25x" in f.text
+    assert "float32/eager/dynamic: 0.96x (95% simultaneous interval 0.92-1.01x: undecided, about 20 rounds" in f.text
+
+
+@pytest.mark.model
+def test_configurations_measured_as_one_design_on_the_real_model(loaded):
+    """Two configurations, 2 rounds: the design's table holds every round of both and the A/A arm, the baseline is
+    marked, the finding reads the design's decision and compares the pick with its runner-up."""
+    import pandas as pd
+
+    cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
+                    cache_implementations=["dynamic"], prompt_tokens=[32], max_new_tokens=2, guard_prompts=1,
+                    guard_tokens=2, guard_text_tokens=64, guard_window=32, repeats=2, max_rounds=2, warmup=0,
+                    calibrate=False, slo_ttft_s=1000.0, slo_tpot_s=1000.0)   # a busy machine must not miss the SLO
+    run = results.create_run()
+    points = et.run(cfg, run, loaded)
+    assert len(points) == 2 and (points["status"] == "ok").all() and (points["rounds"] == 2).all()
+    table = pd.read_parquet(run / "design" / "engine_tuning.parquet")
+    assert len(table) == 2 * 3 and set(table["arm"]) == {"float32/sdpa/dynamic", "bfloat16/sdpa/dynamic", "A/A"}
+    base = points[points["baseline"]]
+    assert list(base["dtype"]) == ["float32"] and base["time_ratio"].iloc[0] == 1.0
+    other = points[~points["baseline"]].iloc[0]
+    assert other["time_ratio_verdict"] in ("direction", "equivalent", "undecided")
+    assert other["speedup_vs_baseline"] == pytest.approx(1 / other["time_ratio"])
+    req = results.read_requests(run, experiment="engine_tuning")
+    assert sorted(req["repeat"].unique()) == [0, 1] and len(req) == 2 * 2
+    configs = et.configurations(points.assign(valid=True), cfg.slo())
+    f = et.finding(configs, None, points, run)
+    assert f.verdict in ("direction", "equivalent", "undecided") and f.rounds == 2
+    assert "one design" in f.evidence and "float32/sdpa/dynamic" in f.evidence
+    figs = et.figures(points, configs, run)
+    assert "each round" in figs["engine_speedup"].to_json()

@@ -187,6 +187,55 @@ def test_a_pick_is_compared_with_its_runner_up():
     assert vs.estimate == pytest.approx(math.exp(0.02)) and vs.low < 1 < vs.high
 
 
+def _decided(arms: dict, control="base") -> blocks.Analysis:
+    """An Analysis whose compared arms carry the given ``(estimate, verdict, direction, rounds_needed)``."""
+    ds = {a: blocks.Decision(a, control, est, est * 0.9, est * 1.1, 0.95, v, d, 1.05, 4, 9.0, "m", float("nan"), need)
+          for a, (est, v, d, need) in arms.items()}
+    return blocks.Analysis(control, None, ds, "pooled", True, 0.05, 9.0, 4, 0.05, 1.05, float("nan"),
+                           pd.DataFrame(columns=[control, *arms]))
+
+
+def test_best_of_keeps_the_baseline_only_when_every_other_arm_is_worse_or_equivalent():
+    """The baseline as the pick is a verdict only when no other arm could still be better (issue 49: engine tuning
+    marked its finding supported whenever the baseline had the best estimate)."""
+    open_ = blocks.best_of(_decided({"x": (0.97, "undecided", "", 12), "y": (0.9, "direction", "lower", 0)}))
+    assert open_.keeps_control and open_.verdict == "undecided" and open_.rounds_needed == 12 and open_.open == ("x",)
+    kept = blocks.best_of(_decided({"x": (0.97, "equivalent", "", 0), "y": (0.9, "direction", "lower", 0)}))
+    assert kept.keeps_control and kept.verdict == "direction" and kept.direction == "higher" and kept.decided
+    same = blocks.best_of(_decided({"x": (0.99, "equivalent", "", 0), "y": (0.98, "equivalent", "", 0)}))
+    assert same.verdict == "equivalent"
+    # a time ratio: lower is better; the faster arm is the pick and carries its own comparison
+    fast = blocks.best_of(_decided({"x": (0.8, "direction", "lower", 0), "y": (0.9, "undecided", "", 7)}),
+                          higher_is_better=False, versus_runner_up=False)
+    assert fast.pick == "x" and fast.runner_up == "y" and fast.verdict == "direction" and fast.versus_control.arm == "x"
+    # an ineligible arm (a failed guard) is never picked, however fast
+    guarded = blocks.best_of(_decided({"x": (0.5, "direction", "lower", 0), "y": (1.2, "direction", "higher", 0)}),
+                             candidates=["base", "y"], higher_is_better=False)
+    assert guarded.keeps_control and guarded.verdict == "direction"
+    with pytest.raises(ParameterError, match="candidates"):
+        blocks.best_of(_decided({"x": (1.0, "undecided", "", 3)}), candidates=["z"])
+
+
+def test_best_of_under_the_null_claims_a_direction_at_the_nominal_rate():
+    """3 equal configurations and the baseline (+ the A/A arm), 4 interleaved rounds, 5% noise on a 10% drift
+    shared by a round: the best-of choice claims a direction (a configuration faster, or the baseline kept over
+    configurations shown slower) in at most ~5% of 600 null runs. The old rule (the baseline kept whenever every
+    other estimate was worse) claimed the baseline in about a quarter of them."""
+    rng = np.random.default_rng(0)
+    arms = ["base", "x", "y", "z", blocks.AA]
+    claims = old_rule = 0
+    for _ in range(400):
+        drift = rng.normal(0, 0.1, 4)
+        t = pd.DataFrame([(a, r, math.exp(drift[r] + rng.normal(0, 0.05))) for r in range(4) for a in arms],
+                         columns=["arm", "round", "value"])
+        an = blocks.analyse(t, "base", blocks.AA)
+        pick = blocks.best_of(an, higher_is_better=False, versus_runner_up=False)
+        claims += pick.verdict == "direction"
+        old_rule += all(an.arms[a].estimate > 1 for a in "xyz")
+    assert claims / 400 <= 0.065
+    assert 0.18 <= old_rule / 400 <= 0.32
+
+
 def test_paired_binary_is_mcnemar_with_an_exact_interval():
     from statsmodels.stats.contingency_tables import mcnemar
 

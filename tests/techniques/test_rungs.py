@@ -134,3 +134,56 @@ def test_int4_group_32_reproduces_the_default_models_q4_1_weights_and_group_64_d
     step = (w.reshape(4, 2, 32).amax(-1, keepdim=True) - lo) / 15
     snapped = (((w.reshape(4, 2, 32) - lo) / step).round() * step + lo).reshape(4, 64)
     assert rungs.on_int4_grid(snapped, 32) and not rungs.on_int4_grid(snapped, 64)
+
+
+# ----------------------------------------------------------------------------- the ladder's recommendation
+
+
+def _ladder(effects: dict, rounds: int, rng, noise: float = 0.04):
+    """A ladder's decode tokens/s on a fake clock: float32 at 1, each rung times its effect, a 10% drift shared by
+    a round, ``noise`` per measurement; the block analysis with the A/A arm."""
+    from workbench.stats import blocks
+
+    drift = rng.normal(0, 0.1, rounds)
+    arms = ["float32", *effects, blocks.AA]
+    t = pd.DataFrame([(a, r, effects.get(a, 1.0) * math.exp(drift[r] + rng.normal(0, noise)))
+                      for r in range(rounds) for a in arms], columns=["arm", "round", "value"])
+    return blocks.analyse(t, "float32", blocks.AA)
+
+
+def test_the_ladder_recommends_a_rung_decided_faster_and_compares_it_with_its_runner_up():
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    an = _ladder({"int8": 1.6, "int8+head": 1.55, "bfloat16": 0.7, "int4": 2.5}, 6, rng, noise=0.02)
+    pick, text = rungs.recommend(an, ["int8", "int8+head", "bfloat16"])   # int4 failed the guard
+    assert pick.pick == "int8" and pick.runner_up == "int8+head" and pick.verdict == "direction"
+    assert text.startswith("recommended: int8 vs float32: faster, 1.") and "against the runner-up int8+head" in text
+    assert "Tukey" in text
+    slow = _ladder({"bfloat16": 0.7, "int8": 0.8}, 6, rng, noise=0.02)
+    pick, text = rungs.recommend(slow, ["bfloat16", "int8"])
+    assert pick.keeps_control and text.startswith("keep float32: every rung inside the quality tolerance is slower")
+
+
+def test_the_ladder_under_the_null_recommends_at_most_the_nominal_rate():
+    """Issue 49: 11 rungs equal to float32, 5 rounds: the older ladder recommended the best rung whenever its own
+    unadjusted interval's lower bound exceeded 1 (about 11% of null runs against a nominal 2.5%); a rung is now
+    recommended only when the design decides it faster at the family's level (its simultaneous interval)."""
+    import numpy as np
+
+    from workbench.stats import evidence
+
+    rng = np.random.default_rng(0)
+    names = [f"r{i}" for i in range(11)]
+    recommended = old = 0
+    trials = 200
+    for _ in range(trials):
+        an = _ladder({n: 1.0 for n in names}, 5, rng)
+        pick, _ = rungs.recommend(an, names, versus_runner_up=False)
+        recommended += (not pick.keeps_control) and pick.versus_control.verdict == "direction" \
+            and pick.versus_control.direction == "higher"
+        best = max(names, key=lambda n: an.arms[n].estimate)
+        iv = evidence.paired_ratio_interval(an.table[best], an.table["float32"], unit="rounds")
+        old += iv.low > 1
+    assert recommended / trials <= 0.05
+    assert old / trials >= 0.06          # the old rule's rate, well above its nominal 2.5%

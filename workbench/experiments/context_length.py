@@ -8,44 +8,63 @@ the memory actually measured while it is live.
 
 Methods:
 
-- Prefill fit: ``prefill_s = a + b*L + c*L^2`` by ordinary least squares
-  (``numpy.linalg.lstsq`` on the design matrix ``[1, L, L^2]``), with the
-  coefficient of determination ``R^2 = 1 - SS_res / SS_tot``. The linear term is
-  the weight matmuls (``2 N`` FLOPs per token, Kaplan et al. 2020), the
-  quadratic term attention over the prompt; they are equal at ``L = b / c`` (the
-  crossover: beyond it attention dominates prefill). One observation per point (the
-  median of its repeats: the repeats of a point share its moment on the machine),
-  with 95% intervals of ``b`` and ``c`` (OLS standard errors, t over the residual
-  dof); a crossover is stated only when the interval of ``c`` excludes 0.
+- Design (:mod:`workbench.run.design`, :func:`sweep_design`): with 2+ points and ``repeats`` >= 2 the lengths are the
+  arms of one design: each round measures every (batch size, L) point once, in an order shuffled per round, plus the
+  shortest length of the first batch size again (the A/A control); each batch size's shortest length is its marked
+  control (each length's ``prefill_vs_shortest`` ratio: the block analysis's, trivially a direction). The comparison
+  the design decides, and stops on (its ``judge``), is the fit's.
+- Prefill fit with the rounds as blocks (:func:`fit_rounds`): each round's values are divided by the round's own
+  level (its geometric mean over the lengths over the geometric mean of all rounds: a drift that slows a whole round
+  cancels, as in the block analysis on the log scale), then ``prefill_s = a + b*L + c*L^2`` is fitted by ordinary
+  least squares over every (round, length) value, ``R*K - 3 - (R - 1)`` residual dof (R rounds, K lengths; the
+  residual holds the rounds' noise and any lack of fit). The linear term is the weight matmuls (``2 N`` FLOPs per
+  token, Kaplan et al. 2020), the quadratic term attention over the prompt.
+- The decision (:func:`curvature_decision`): the quadratic term's weight at the longest measured length, the fit's
+  prediction there over the same fit without its ``c*L^2`` term, ``(a + b L + c L^2) / (a + b L)`` at ``L_max``,
+  with a t interval on its log (delta method, the fit's covariance) at the look's alpha: a **direction** when it
+  excludes 1 ("higher": attention's term adds that share of prefill at ``L_max``), **equivalent** within the margin
+  (a straight line describes prefill over the measured lengths to within +-5%), else **undecided** with the rounds
+  that would decide it (:func:`workbench.stats.blocks.rounds_needed`, paired form: conservative). Why this and not a
+  crossover: ``b / c`` lies beyond the measured lengths on this model and moves with the noise in ``c`` (two runs
+  of one clone: "no crossover", then "5,059 tokens"); a share at a measured length is what the data carry. Why
+  not the quadratic's prediction over a separately fitted line: a line fitted to curved data bends toward it, so
+  the two differ by ~3% at ``L_max`` where the term carries ~28% (one fit's two parts, one covariance, say it).
+  A crossover ``b / c`` is stated only when the term is a direction and the crossover lies within the measured
+  lengths; never extrapolated.
+- One round (``repeats`` 1): the same fit over the points (one round: no block), the older
+  :func:`fit_by_batch` over per-point medians for TTFT and for runs without a design.
 - KV cache from the config (:func:`workbench.measure.memory.kv_cache_bytes`) at ``L x
   batch`` tokens, compared with the memory growth measured at the first
   generated step (:class:`workbench.measure.memory.MemoryTracker`: CUDA allocated bytes,
-  or process RSS after ``malloc_trim`` on CPU, a few MiB above the cache).
+  or process RSS after ``malloc_trim`` on CPU, a few MiB above the cache), on each point's first measurement.
 - Warm-up: :func:`workbench.measure.generation.warm_up` (``warmup`` untimed runs) before
   the first point of each batch size only. Eager PyTorch has no per-shape
   compilation, so warming every context length would double the sweep's time
   for nothing.
 
-Entry points: :class:`Config`, :func:`measure_point`, :func:`run`, the fits
-(:func:`fit_quadratic`, :func:`fit_by_batch`, :func:`fits_table`) and
-:func:`figures`.
+Entry points: :class:`Config`, :func:`measure_point`, :func:`sweep_design`, :func:`run`, the fits
+(:func:`fit_quadratic`, :func:`fit_rounds`, :func:`curvature_decision`, :func:`fits_from_run`, :func:`fit_by_batch`,
+:func:`fits_table`), :func:`finding` and :func:`figures`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from workbench.stats import evidence
+from workbench.stats import blocks, evidence
 from workbench.share import plots
 from workbench.predict import predictions
+from workbench import checks
 from workbench.checks import check_bool, check_choice, check_int, check_int_list
 from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings, warm_up
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.measure.memory import MemoryTracker, kv_cache_bytes
+from workbench.run import design, point_result
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, expand_grid, measure_generation, run_sweep
 
@@ -74,6 +93,8 @@ class QuadraticFit:
             ``c`` interval included 0, that quadratic's interval (why the line was kept; ``c`` itself is 0).
         l_min, l_max: the shortest and longest fitted length (tokens; NaN when not recorded): ``a`` is an
             extrapolation to 0 tokens from ``l_min``, and can fall below 0 when the growth steepens at the long end.
+        levels: the rounds' levels the values were divided by before the fit (:func:`fit_rounds`: rounds - 1
+            estimated levels, each a residual dof spent; 0 for a plain fit).
     """
 
     a: float
@@ -89,11 +110,12 @@ class QuadraticFit:
     c_high: float = float("nan")
     l_min: float = float("nan")
     l_max: float = float("nan")
+    levels: int = 0
 
     @property
     def dof(self) -> int:
-        """Residual degrees of freedom: observations minus parameters."""
-        return self.n - (self.degree + 1)
+        """Residual degrees of freedom: observations minus parameters (and minus the rounds' levels estimated)."""
+        return self.n - (self.degree + 1) - self.levels
 
     @property
     def support(self) -> tuple[bool, str]:
@@ -173,63 +195,6 @@ def fit_quadratic(L: Sequence[float], y: Sequence[float], degree: int = 2) -> Qu
                         c_low, c_high, float(L.min()), float(L.max()))
 
 
-def fit_by_batch(requests, y: str = "prefill_s", x: str = "prompt_tokens", points=None) -> dict:
-    """One fit of ``y`` on ``x`` per batch size, over valid points only.
-
-    Rows of one batch share one stamp per step, and the repeats of one point share its moment on the machine
-    (they run back to back), so each point is one observation: the median over its repeats of each repeat's
-    median row (when ``point_id`` and ``repeat`` are present; ``point_id`` alone: the median of its rows). Fitting
-    the repeats as independent observations would count one length's drift three times and narrow the intervals.
-    The quadratic is kept when the distinct lengths support it (:func:`workbench.stats.evidence.fit_support`:
-    parameters + 2) and its ``c`` interval excludes 0 (the curvature is shown); otherwise the straight line when
-    the lengths support that (backward elimination of the term the data cannot carry: with ``c`` in the model the
-    two collinear coefficients share the growth, and both intervals can include 0 while prefill plainly grows),
-    carrying the quadratic's ``c`` interval; else the fit that can be computed, marked unsupported. Batch sizes
-    with fewer than 2 distinct lengths are skipped.
-
-    Args:
-        requests: one row per request with ``batch_size``, ``x`` and ``y`` (and ``point_id``, ``repeat``).
-        y, x: the columns fitted.
-        points: the points table; when given, only requests of its usable points
-            (:func:`workbench.stats.evidence.usable_points`: status ok and valid) are fitted.
-
-    Returns:
-        ``{batch_size: QuadraticFit}``.
-    """
-    if points is not None and "point_id" in requests:
-        usable = evidence.usable_points(points)
-        requests = requests[requests["point_id"].isin(usable["point_id"])]
-    if {"point_id", "repeat"} <= set(requests.columns):
-        requests = requests.groupby(["batch_size", "point_id", "repeat"], as_index=False)[[x, y]].median()
-    if "point_id" in requests.columns:
-        requests = requests.groupby(["batch_size", "point_id"], as_index=False)[[x, y]].median()
-    fits = {}
-    for bs, g in requests.groupby("batch_size"):
-        candidates = []
-        for degree in (2, 1):
-            try:
-                candidates.append(fit_quadratic(g[x], g[y], degree))
-            except ParameterError:
-                continue
-        if candidates:
-            fits[int(bs)] = _choose(candidates)
-    return fits
-
-
-def _choose(candidates: list) -> "QuadraticFit":
-    """The quadratic when supported with its curvature shown, else the supported line (with the quadratic's ``c``
-    interval), else the first supported fit, else the first (:func:`fit_by_batch`)."""
-    quad = next((f for f in candidates if f.degree == 2), None)
-    line = next((f for f in candidates if f.degree == 1), None)
-    if quad is not None and quad.support[0] and (quad.c_low > 0 or quad.c_high < 0):
-        return quad
-    if line is not None and line.support[0]:
-        if quad is not None and math.isfinite(quad.c_low) and quad.support[0]:
-            return dataclasses.replace(line, c_low=quad.c_low, c_high=quad.c_high)
-        return line
-    return next((f for f in candidates if f.support[0]), candidates[0])
-
-
 def fits_table(fits: dict, quantity: str = "prefill_s"):
     """``pandas.DataFrame``: one row per batch size with a, b, c, r2, n, degree, n_lengths, b_low, b_high, c_low,
     c_high, l_min, l_max (tokens), dof, supported, crossover_tokens."""
@@ -238,12 +203,140 @@ def fits_table(fits: dict, quantity: str = "prefill_s"):
     return pd.DataFrame([{"quantity": quantity, "batch_size": bs, **f.to_dict()} for bs, f in sorted(fits.items())])
 
 
+# ----------------------------------------------------------------------------- the fit with the rounds as blocks
+
+
+def _round_levels(values: np.ndarray) -> np.ndarray:
+    """Each round's level: the geometric mean of its values over the geometric mean of every round's (rounds with a
+    value at every length only)."""
+    logs = np.log(values)
+    return np.exp(logs.mean(axis=1) - logs.mean())
+
+
+def _design_matrix(values: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(X, z, dof)``: the rounds' values over their round's level (:func:`_round_levels`), stacked, with the
+    ``[1, L, L^2]`` design matrix and the residual dof ``R*K - 3 - (R - 1)``."""
+    r, k = values.shape
+    z = (values / _round_levels(values)[:, None]).ravel()
+    x = np.tile(lengths, r)
+    X = np.column_stack([np.ones_like(x), x, x ** 2])
+    return X, z, r * k - 3 - (r - 1)
+
+
+def _complete(values, lengths) -> tuple[np.ndarray, np.ndarray]:
+    """The rounds with a positive finite value at every length, lengths ascending."""
+    values = np.asarray(values, dtype=float)
+    lengths = np.asarray(lengths, dtype=float)
+    order = np.argsort(lengths)
+    values, lengths = values[:, order], lengths[order]
+    keep = np.isfinite(values).all(axis=1) & (values > 0).all(axis=1)
+    return values[keep], lengths
+
+
+def fit_rounds(values, lengths) -> QuadraticFit:
+    """``a + b*L + c*L^2`` over interleaved rounds, the rounds as blocks (the module's method).
+
+    Args:
+        values: rounds x lengths of one batch size's prefill seconds (one value per round and length: the rows' median
+            of one batch); rounds missing a length are left out.
+        lengths: the lengths (tokens), one per column.
+
+    Returns:
+        :class:`QuadraticFit` in the average round's seconds (``n``: the values fitted, ``n_lengths`` the distinct
+        lengths; intervals of ``b`` and ``c`` from the fit's covariance, t over ``R*K - 3 - (R - 1)`` dof).
+
+    Raises:
+        ParameterError: fewer than 3 distinct lengths or no complete round.
+    """
+    values, lengths = _complete(values, lengths)
+    if len(np.unique(lengths)) < 3:
+        raise ParameterError(f"context_tokens: the quadratic fit needs at least 3 distinct lengths "
+                             f"(got {len(np.unique(lengths))})")
+    if values.shape[0] < 1:
+        raise ParameterError("measurements: no round measured every length")
+    X, z, dof = _design_matrix(values, lengths)
+    coef, *_ = np.linalg.lstsq(X, z, rcond=None)
+    resid = z - X @ coef
+    ss_res, ss_tot = float((resid ** 2).sum()), float(((z - z.mean()) ** 2).sum())
+    b_low = b_high = c_low = c_high = float("nan")
+    if dof > 0:
+        cov = ss_res / dof * np.linalg.pinv(X.T @ X)
+        b_iv = evidence.estimate_interval(float(coef[1]), math.sqrt(max(cov[1, 1], 0.0)), dof, "OLS")
+        c_iv = evidence.estimate_interval(float(coef[2]), math.sqrt(max(cov[2, 2], 0.0)), dof, "OLS")
+        b_low, b_high, c_low, c_high = b_iv.low, b_iv.high, c_iv.low, c_iv.high
+    return QuadraticFit(float(coef[0]), float(coef[1]), float(coef[2]),
+                        1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan"), int(z.size), 2, int(lengths.size),
+                        b_low, b_high, c_low, c_high, float(lengths.min()), float(lengths.max()),
+                        int(values.shape[0]) - 1)
+
+
+def curvature_decision(values, lengths, alpha: float = blocks.ALPHA, margin: float = blocks.MARGIN,
+                       name: str = "") -> blocks.Decision:
+    """The quadratic term's weight at the longest measured length, decided (the module's method).
+
+    The ratio ``q / l`` of the fit's prediction at ``L_max`` (:func:`fit_rounds`) over its straight part ``a + b
+    L_max``; its interval ``exp(log(q / l) +- t * se)``, ``se`` from the fit's covariance by the delta method, t over
+    the residual dof at ``1 - alpha / 2``; the verdict from :func:`workbench.stats.blocks.verdict` with ``margin``.
+
+    Args:
+        values, lengths: as :func:`fit_rounds`.
+        alpha: the look's alpha (:func:`workbench.stats.sequential.look_alpha` under the design's looks).
+        margin: the equivalence margin (a ratio > 1).
+        name: the decision's ``arm`` (e.g. ``"batch 1"``).
+
+    Returns:
+        :class:`workbench.stats.blocks.Decision` of ``q / l`` (``control`` "the straight part"); undecided with the
+        reason when the lengths cannot carry the fit (fewer than 5 distinct: 3 parameters + 2) or nothing is left
+        to estimate the noise from.
+    """
+    nan = float("nan")
+    values, lengths = _complete(values, lengths)
+    r = int(values.shape[0])
+    ok, why = evidence.fit_support(len(np.unique(lengths)), 3)
+
+    def undecided(reason, est=nan):
+        return blocks.Decision(name, "the straight part", est, nan, nan, 1 - alpha, "undecided", "", margin, r, nan,
+                               "", nan, None, reason)
+
+    if not ok:
+        return undecided(why)
+    if r < 1:
+        return undecided("no round measured every length")
+    fit = fit_rounds(values, lengths)
+    X, z, dof = _design_matrix(values, lengths)
+    lm = float(lengths.max())
+    q, lin = fit.a + fit.b * lm + fit.c * lm ** 2, fit.a + fit.b * lm
+    if not (q > 0 and lin > 0):
+        return undecided("the fitted prefill at the longest length is not positive")
+    est = q / lin
+    resid = z - X @ np.array([fit.a, fit.b, fit.c])
+    s2 = float((resid ** 2).sum()) / dof
+    grad = np.array([1 / q - 1 / lin, lm / q - lm / lin, lm ** 2 / q])
+    se = math.sqrt(max(float(grad @ (s2 * np.linalg.pinv(X.T @ X)) @ grad), 0.0))
+    if not se > 0:
+        return undecided("no spread: an interval of zero width decides nothing", est)
+    g = math.log(est)
+    iv = evidence.estimate_interval(g, se, dof, "delta method", confidence=1 - alpha)
+    lo, hi = math.exp(iv.low), math.exp(iv.high)
+    v, direction = blocks.verdict(lo, hi, margin)
+    method = (f"quadratic fit over {r} round{'s' if r != 1 else ''} x {lengths.size} lengths"
+              f"{', rounds as blocks' if r > 1 else ''}, {dof} dof, delta method")
+    need = 0 if v != "undecided" else blocks.rounds_needed(g, se * math.sqrt(r), lengths.size, 1, margin, alpha,
+                                                           pooled=False, start=r + 1)
+    return blocks.Decision(name, "the straight part", est, lo, hi, 1 - alpha, v, direction, margin, r, float(dof),
+                           method, nan, need)
+
+
 # ----------------------------------------------------------------------------- config and sweep
 
 
 @dataclasses.dataclass
-class Config(SweepConfig):
+class Config(SweepConfig, design.DesignFields):
     """The context-length sweep (notebook ``02_context_length``).
+
+    With 2+ points and ``repeats`` >= 2 the points are the arms of one design (:func:`sweep_design`): ``repeats``
+    rounds first, then up to ``max_rounds`` while the fit's decision (:func:`curvature_decision`) is open and
+    ``budget_s`` allows; ``margin`` is its equivalence margin.
 
     Attributes:
         context_tokens: prompt lengths L in tokens (chat template included), each
@@ -265,6 +358,7 @@ class Config(SweepConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
         check_int("max_new_tokens", self.max_new_tokens, 2)
         check_int_list("batch_sizes", self.batch_sizes, lo=1)
         check_int_list("context_tokens", self.context_tokens, lo=64, hi=self.max_context() - self.max_new_tokens)
@@ -300,15 +394,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         ``memory_max_growth_bytes`` (over all steps), ``memory_peak_growth_bytes``
         (CUDA: allocator peak, prefill included) and ``memory_kind``.
     """
-    from workbench.inputs.prompts import build_batch, random_batch
-
     B, L = int(point["batch_size"]), int(point["context_tokens"])
-    tok = loaded.tokenizer
-    if cfg.source == "random":
-        kwargs = {"input_ids": random_batch(tok, B, L, seed=cfg.seed)}  # templated inside the clock (TTFT)
-        prompts = [""] * B
-    else:
-        kwargs, prompts = {}, build_batch(tok, B, L, source=cfg.source)
+    kwargs, prompts = _inputs(loaded, cfg, B, L)
     warmed = state.setdefault("warmed", set())
     warm = B not in warmed
     warmed.add(B)
@@ -330,8 +417,127 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     return out
 
 
+PREFILL = design.Outcome("prefill_s", False, "prefill time", "prefill_vs_shortest")
+TTFT = design.Outcome("ttft_s", False, "TTFT", "ttft_vs_shortest")
+#: the fit's decision as its point columns carry it (:func:`curvature_columns`)
+CURVATURE = design.Outcome("prefill_s", True, "the quadratic term at the longest length", "quadratic_share")
+
+
+def _inputs(loaded, cfg: Config, B: int, L: int) -> tuple[dict, list]:
+    """``(generate kwargs, prompts)`` of a (batch, length) point: random ids (templated inside the clock: TTFT) or
+    real text of exactly L tokens."""
+    from workbench.inputs.prompts import build_batch, random_batch
+
+    if cfg.source == "random":
+        return {"input_ids": random_batch(loaded.tokenizer, B, L, seed=cfg.seed)}, [""] * B
+    return {}, build_batch(loaded.tokenizer, B, L, source=cfg.source)
+
+
+def _values(table, arms: dict, outcome: str = "prefill_s") -> dict:
+    """``{batch size: (rounds x lengths values, lengths)}`` from a design's table (``arms``: ``{arm: (B, L)}``)."""
+    t = table[table["arm"].isin(list(arms))]
+    if t.empty:
+        return {}
+    wide = t.pivot_table(index="round", columns="arm", values=outcome, aggfunc="first")
+    out = {}
+    for b in sorted({bl[0] for bl in arms.values()}):
+        cols = sorted((a for a, bl in arms.items() if bl[0] == b and a in wide), key=lambda a: arms[a][1])
+        if cols:
+            out[b] = (wide[cols].to_numpy(dtype=float), np.array([arms[a][1] for a in cols], dtype=float))
+    return out
+
+
+def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
+    """The points as one design (:mod:`workbench.run.design`): each round measures one batch of every (batch size,
+    length) point, round ``r`` at seed ``cfg.seed + r``, in an order shuffled per round, and the first batch size's
+    shortest length again (the A/A control). Each batch size's shortest length is its marked control; the primary
+    outcome is prefill (the rows' median ``prefill_s`` of the batch), TTFT secondary. The design stops when every
+    batch size's :func:`curvature_decision` is decided at a look (its ``judge``). Memory is tracked on each point's
+    first measurement (:class:`workbench.measure.memory.MemoryTracker`); the points' ``extra`` adds the KV columns
+    and the fit's decision (:func:`curvature_columns`).
+
+    Returns:
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+    """
+    settings = cfg.settings()
+    pid = (lambda p: point_result.point_id(EXPERIMENT, p))
+    arms = {pid(p): (int(p["batch_size"]), int(p["context_tokens"])) for p in points}
+    inputs: dict = {}
+    memory: dict = {}
+    warmed: set = set()
+
+    def get(p):
+        key = pid(p)
+        if key not in inputs:
+            inputs[key] = _inputs(loaded, cfg, int(p["batch_size"]), int(p["context_tokens"]))
+        return inputs[key]
+
+    def prepare(p):
+        kwargs, prompts = get(p)
+        first = int(p["batch_size"]) not in warmed
+        warmed.add(int(p["batch_size"]))
+        return warm_up(loaded, prompts, settings, n=cfg.warmup if first else 0, **kwargs)
+
+    def measure(p, rnd):
+        kwargs, prompts = get(p)
+        B, L = int(p["batch_size"]), int(p["context_tokens"])
+        tracker = None
+        if pid(p) not in memory:
+            tracker = MemoryTracker(loaded.info.device)
+            tracker.start()
+        res = generate_measured(loaded, prompts, dataclasses.replace(settings, seed=settings.seed + rnd),
+                                on_step=tracker.on_step if tracker else None, **kwargs)
+        if tracker is not None:
+            memory[pid(p)] = {"kv_bytes_computed": kv_cache_bytes(loaded.info, L, B),
+                              "kv_bytes_measured": int(tracker.first_step_growth_bytes or 0),
+                              "memory_max_growth_bytes": int(tracker.max_growth_bytes),
+                              "memory_peak_growth_bytes": int(tracker.peak_bytes), "memory_kind": tracker.kind}
+        for rec in res.records:
+            rec.update(context_tokens=L, source=cfg.source, batch_size=B, batch_wall_s=res.wall_s)
+        med = (lambda k: float(np.median([r[k] for r in res.records])))
+        return design.Measured({PREFILL.name: med("prefill_s"), TTFT.name: med("ttft_s")}, res.records, res.wall_s)
+
+    def judge(table, alpha):
+        got = _values(table, arms)
+        return bool(got) and all(curvature_decision(v, ls, alpha, cfg.margin).decided for v, ls in got.values())
+
+    def extra(point_id, result):
+        cols = {"source": cfg.source, **memory.get(point_id, {})}
+        alpha = result.looks[-1]["alpha"] if result.looks else blocks.ALPHA
+        got = _values(result.table, arms).get(arms[point_id][0])
+        if got is not None:
+            d = curvature_decision(*got, alpha, cfg.margin, f"batch {arms[point_id][0]}")
+            cols.update(curvature_columns(d, result.seconds_per_round))
+        return cols
+
+    groups: dict = {}
+    for p in sorted(points, key=lambda p: (p["batch_size"], p["context_tokens"])):
+        groups.setdefault(int(p["batch_size"]), []).append(pid(p))
+    controls = {members[0]: members for members in groups.values()}
+    first = next(iter(controls))
+    d = design.Design(EXPERIMENT, [pid(p) for p in points], first, PREFILL, (TTFT,), groups=controls, judge=judge,
+                      **cfg.design_kwargs())
+    return design.SweepDesign(d, measure, prepare, extra)
+
+
+def curvature_columns(d: blocks.Decision, seconds_per_round: float = float("nan")) -> dict:
+    """The point columns of a batch size's :func:`curvature_decision`: ``quadratic_share`` (``q / l`` at the longest
+    length) with ``_low`` / ``_high`` / ``_level`` / ``_method`` / ``_verdict`` / ``_direction``, and the fit's
+    ``rounds_needed`` / ``seconds_needed`` (they replace the arm's own, which the shortest length decides at once)."""
+    p = CURVATURE.prefix
+    need = d.rounds_needed
+    secs = (max(need - d.rounds, 0) * seconds_per_round if need else (0.0 if d.decided else float("nan")))
+    return {p: d.estimate, f"{p}_low": d.low, f"{p}_high": d.high, f"{p}_level": d.level,
+            f"{p}_method": d.method if d.shown else (d.reason or d.method), f"{p}_verdict": d.verdict,
+            f"{p}_direction": d.direction, "rounds_needed": float(need) if need is not None else float("nan"),
+            "seconds_needed": float(secs) if math.isfinite(secs) else float("nan")}
+
+
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
-    """Every (batch_size, context_tokens) point of ``cfg`` through :func:`workbench.run.sweeps.run_sweep`.
+    """Every (batch_size, context_tokens) point of ``cfg`` through :func:`workbench.run.sweeps.run_sweep`: with 2+
+    points and ``repeats`` >= 2 as one design (:func:`sweep_design`; every finished round on disk in
+    ``design/context_length.parquet``, a resume continues from the last), else point by point
+    (:func:`measure_point`).
 
     Returns:
         The ``context_length`` points DataFrame, with the roofline's prediction per point and
@@ -342,82 +548,177 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     def measure(p):
         return measure_point(loaded, cfg, p, state)
 
+    grid = cfg.grid()
+    designed = sweep_design(loaded, cfg, grid) if len(grid) >= 2 and cfg.repeats >= 2 else None
     predictor = predictions.calibrated_predictor(loaded)  # predict before measuring
-    points = run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure, resume=resume, info=loaded.info, loaded=loaded,
-                       config=cfg, speed_probe=True)  # the twin's calibration: its speed at the moment
+    points = run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded,
+                       config=cfg, speed_probe=True,  # the twin's calibration: its speed at the moment
+                       design=designed)
     points = predictions.with_predictions(points, loaded.info, predictor)
     predictions.save_residuals(run_dir, EXPERIMENT, points)
     return points
 
 
+def fits_from_run(run_dir, points, outcome: str = "prefill_s") -> dict:
+    """``{batch size: QuadraticFit}`` of ``outcome`` from the run's design table (:func:`fit_rounds`, the rounds as
+    blocks) over the usable points of ``points`` (:func:`workbench.stats.evidence.usable_points`); empty when the run
+    holds no design of this experiment (measured point by point: :func:`fit_by_batch`)."""
+    import pandas as pd
+
+    path = Path(run_dir) / "design" / f"{EXPERIMENT}.parquet" if run_dir is not None else None
+    if path is None or not path.exists() or points is None or points.empty:
+        return {}
+    table = pd.read_parquet(path)
+    arms = {str(r["point_id"]): (int(r["batch_size"]), int(r["context_tokens"]))
+            for _, r in evidence.usable_points(points).iterrows()}
+    out = {}
+    for b, (v, ls) in _values(table, arms, outcome).items():
+        try:
+            out[b] = fit_rounds(v, ls)
+        except ParameterError:
+            continue
+    return out
+
+
 # ----------------------------------------------------------------------------- figures
 
 
-def finding(fits: dict, max_context: int, points=None) -> evidence.Finding:
-    """Per batch size: the fitted prefill curve, with its R^2 and degrees of freedom, or why it is not supported.
+def fits(points, requests=None, run_dir=None, outcome: str = "prefill_s") -> dict:
+    """``{batch size: QuadraticFit}`` of ``outcome`` over the usable points: from the run's design table with the
+    rounds as blocks (:func:`fits_from_run`), else (measured point by point) over each point's median of its rows
+    (:func:`fit_rounds` of one round). Batch sizes whose lengths cannot carry a quadratic (fewer than 3) are left
+    out."""
+    got = fits_from_run(run_dir, points, outcome)
+    if got or requests is None:
+        return got
+    out = {}
+    for b, (v, ls) in _medians(points, requests, outcome).items():
+        try:
+            out[b] = fit_rounds(v, ls)
+        except ParameterError:
+            continue
+    return out
 
-    A quadratic fit is a finding only over at least 5 distinct lengths (3 parameters + 2); with 4 lengths the
-    straight line's per-token cost is the finding and the quadratic term is "not supported". A per-token
-    cost whose 95% interval includes 0 is "no difference from 0 beyond noise".
+
+def _medians(points, requests, outcome: str = "prefill_s") -> dict:
+    """``{batch size: (1 x lengths values, lengths)}``: each usable point's median ``outcome`` over its rows (a
+    point measured on its own: one round)."""
+    usable = evidence.usable_points(points)
+    req = requests[requests["point_id"].isin(usable["point_id"])] if "point_id" in requests else requests.iloc[0:0]
+    med = req.groupby("point_id")[outcome].median()
+    out = {}
+    for b, g in usable.groupby("batch_size"):
+        g = g[g["point_id"].isin(med.index)].sort_values("context_tokens")
+        if len(g):
+            out[int(b)] = (med.loc[g["point_id"]].to_numpy(dtype=float)[None, :],
+                           g["context_tokens"].to_numpy(dtype=float))
+    return out
+
+
+def _fit_text(b: int, f: QuadraticFit) -> str:
+    """``"batch 1: prefill 31 ms + 1,328 us/token + 0.26 ns/token^2 over 128-2,048 tokens"``; a negative intercept
+    is named as an extrapolation, never printed as a fixed cost below 0."""
+    span = f"over {f.l_min:,.0f}-{f.l_max:,.0f} tokens"
+    curve = f"{f.b * 1e6:,.0f} us/token {'+' if f.c >= 0 else '-'} {abs(f.c) * 1e9:.3g} ns/token^2"
+    if f.a < 0:
+        # A fixed cost below 0 is no cost: the intercept extrapolates past the shortest length, pulled down by growth
+        # that steepens at the long end. Say the fitted value measured instead.
+        return (f"batch {b}: prefill {curve} {span} ({float(f.predict(f.l_min)) * 1e3:.0f} ms at {f.l_min:,.0f} "
+                f"tokens; the fit's intercept, {f.a * 1e3:.0f} ms at 0 tokens, is below 0: no fixed cost is read "
+                f"from it)")
+    return f"batch {b}: prefill {f.a * 1e3:.1f} ms + {curve} {span}"
+
+
+def _curvature_text(b: int, f: QuadraticFit | None, d: blocks.Decision, seconds_per_round: float) -> str:
+    """The fit's decision in words for an inference engineer (the module's method)."""
+    lm = f"{f.l_max:,.0f} tokens" if f is not None else "the longest length"
+    core = d.describe(f"at {lm}, the fit over its straight part (a + bL)", words=("higher", "lower"),
+                      seconds_per_round=seconds_per_round)
+    if d.verdict == "direction" and d.direction == "higher":
+        share = 1 - 1 / d.estimate
+        text = f"{core}: attention's quadratic term carries {share:.0%} of prefill at {lm}"
+        if f is not None and f.c > 0 and f.b > 0 and f.l_min <= f.b / f.c <= f.l_max:
+            text += f", and equals the linear term at {f.b / f.c:,.0f} tokens (within the measured lengths)"
+        return text
+    if d.verdict == "direction":
+        return f"{core}: the growth flattens at the long end (no attention term shows at these lengths)"
+    if d.verdict == "equivalent":
+        return (f"{core}: the quadratic term is within +-{d.margin - 1:.0%} of prefill at {lm}, so a "
+                f"straight line describes prefill over the measured lengths")
+    return core
+
+
+def finding(points, requests=None, run_dir=None) -> evidence.Finding:
+    """Per batch size: the prefill fit (rounds as blocks) and its decision on the quadratic term at the longest
+    measured length (:func:`curvature_decision`; the module's method and why); no crossover extrapolated beyond the
+    measured lengths.
+
+    The verdict: every batch size decided (a direction where any is, else equivalent), else undecided with the
+    most rounds any batch size needs; undecided too when the A/A control moved (drift, not length).
 
     Args:
-        fits: ``{batch_size: QuadraticFit}`` of ``prefill_s`` (:func:`fit_by_batch`, over valid points).
-        max_context: the longest measured context (tokens), to say whether the crossover was reached.
-        points: the points table, for the ids of the usable points the fits rest on.
+        points: this experiment's points (a design's carry the decision, ``quadratic_share`` columns).
+        requests: its requests (point by point: the fit over each point's median).
+        run_dir: the run folder (the design's table: the fit drawn and quoted).
 
     Returns:
-        :class:`workbench.stats.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding` with its verdict.
     """
-    ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
-    if not fits:
-        counts = f" ({len(ids)} of {len(points)} points valid)" if points is not None else ""
-        return evidence.Finding("Prefill vs context length: not supported: fewer than 2 valid lengths per batch "
-                                f"size{counts}.", "no fit", False, ids)
-    parts, notes, supported = [], [], False
-    for bs, f in sorted(fits.items()):
-        ok, why = f.support
-        kind = "quadratic" if f.degree == 2 else "straight-line"
-        notes.append(f"batch {bs}: {kind} fit over {f.n_lengths} lengths ({f.n} per-point medians): R^2 {f.r2:.3f}, "
-                     f"{f.dof} dof" + (f", per-token cost 95% interval {f.b_low * 1e6:.1f}-{f.b_high * 1e6:.1f} us "
-                                       f"(OLS, t over {f.dof} dof)" if math.isfinite(f.b_low) else "")
-                     + (f", {'the quadratic (not kept): its ' if f.degree == 1 else ''}quadratic term 95% interval "
-                        f"{f.c_low * 1e9:.3g}-{f.c_high * 1e9:.3g} ns/token^2" if math.isfinite(f.c_low) else ""))
-        if not ok:
-            parts.append(f"batch {bs}: prefill vs length {why}")
-            continue
-        grows = math.isfinite(f.b_low) and (f.b_low > 0 or f.b_high < 0)
-        if not grows:
-            parts.append(f"batch {bs}: prefill per token: no difference from 0 beyond noise "
-                         f"({f.b * 1e6:.1f} us/token)")
-            continue
-        supported = True
-        text = f"batch {bs}: prefill {f.a * 1e3:.1f} ms + {f.b * 1e6:.1f} us/token"
-        if f.a < 0 and math.isfinite(f.l_min):
-            # A fixed cost below 0 is no cost: the fit's intercept extrapolates past the shortest length, pulled
-            # down by growth that steepens at the long end. Say the per-token cost and the fitted value measured.
-            text = (f"batch {bs}: prefill {f.b * 1e6:.1f} us/token over {f.l_min:,.0f}-{f.l_max:,.0f} tokens "
-                    f"({float(f.predict(f.l_min)) * 1e3:.0f} ms at {f.l_min:,.0f}; the fit's intercept, "
-                    f"{f.a * 1e3:.0f} ms at 0 tokens, is below 0: the growth steepens at the long end, no fixed "
-                    f"cost is read from it)")
-        if f.degree == 1 and math.isfinite(f.c_low):
-            text += (f"; the quadratic (attention) term's 95% interval includes 0 at these lengths "
-                     f"({f.c_low * 1e9:.3g} to {f.c_high * 1e9:.3g} ns/token^2): the straight line carries the "
-                     f"per-token cost, no crossover is supported")
-        elif f.degree == 1:
-            quad_ok, quad_why = evidence.fit_support(f.n_lengths, 3)
-            text += f"; the quadratic (attention) term is {quad_why}"
-        elif not f.crossover_shown:
-            text += ("; the quadratic term's 95% interval includes 0 (no crossover with the linear term is supported)"
-                     if not (math.isfinite(f.c_high) and f.c_high < 0) else
-                     "; the quadratic term is below 0 beyond noise (it never overtakes the linear one here)")
-        elif f.crossover_tokens == float("inf"):
-            text += "; the quadratic term never overtakes the linear one (c <= 0)"
+    usable = evidence.usable_points(points)
+    ids = evidence.point_ids(usable)
+    fitted = fits(points, requests, run_dir)
+    designed = f"{CURVATURE.prefix}_verdict" in usable and usable[f"{CURVATURE.prefix}_verdict"].fillna("").ne("").any()
+    parts, notes, decisions = [], [], []
+    for b, g in usable.groupby("batch_size"):
+        b = int(b)
+        g = g.sort_values("context_tokens")
+        f = fitted.get(b)
+        row = g.iloc[0]
+        if designed:
+            d = design.decision_from_row(row, CURVATURE)
         else:
-            where = "beyond" if f.crossover_tokens > max_context else "within"
-            text += (f"; attention's quadratic term overtakes the linear one at {f.crossover_tokens:,.0f} tokens "
-                     f"({where} the measured range)")
-        parts.append(text)
-    return evidence.Finding("; ".join(parts) + ".", "valid points only; " + "; ".join(notes), supported, ids)
+            got = _medians(points, requests, "prefill_s").get(b) if requests is not None else None
+            d = curvature_decision(*got, name=f"batch {b}") if got is not None else None
+        if d is None or (not d.shown and f is None):
+            why = d.reason if d is not None else f"{len(g)} valid lengths"
+            ok, need = evidence.fit_support(g["context_tokens"].nunique(), 3)
+            parts.append(f"batch {b}: prefill vs length {need or why}")
+            decisions.append(d or blocks.Decision(f"batch {b}", "", float("nan"), float("nan"), float("nan"), 0.95,
+                                                  "undecided", "", blocks.MARGIN, 0, float("nan"), "", float("nan"),
+                                                  None, why))
+            continue
+        decisions.append(d)
+        spr = checks.float_or_nan(row.get("seconds_per_round"))
+        text = _fit_text(b, f) + "; " if f is not None else f"batch {b}: "
+        parts.append(text + _curvature_text(b, f, d, spr))
+        if f is not None:
+            notes.append(f"batch {b}: quadratic fit over {f.n_lengths} lengths ({f.n} values), R^2 {f.r2:.3f}, "
+                         f"{f.dof} dof; per-token cost 95% interval {f.b_low * 1e6:,.0f} to {f.b_high * 1e6:,.0f} us, "
+                         f"quadratic term {f.c_low * 1e9:.3g} to {f.c_high * 1e9:.3g} ns/token^2 (OLS, t)")
+    if not parts:
+        counts = f" ({len(usable)} of {len(points)} points valid)"
+        return evidence.Finding(f"Prefill vs context length: no valid length{counts}.", "no fit", False, ids,
+                                verdict="undecided")
+    open_ = [d for d in decisions if not d.decided]
+    pick = (max(open_, key=lambda d: d.rounds_needed if d.rounds_needed is not None else math.inf) if open_ else
+            next((d for d in decisions if d.verdict == "direction"), decisions[0]))
+    text = "; ".join(parts) + "."
+    ev = ("valid points only; the rounds' values over their round's level (rounds as blocks), one least-squares fit "
+          "a + bL + cL^2 per batch size; decided: the fit at the longest length over its straight part a + bL "
+          "(delta-method t interval; a crossover b/c only within the measured lengths); " + "; ".join(notes))
+    if designed:
+        row = usable.iloc[0]
+        fields = design.finding_fields(row, pick)
+        ev += f"; {design.evidence_text(row)}"
+        if row.get("aa_verdict") == "direction":
+            text += " The A/A control moved (the shortest length against itself shows a direction): drift, not length."
+            fields["verdict"] = "undecided"
+    else:
+        fields = {"verdict": pick.verdict, "margin": pick.margin, "rounds": 1}
+        if pick.verdict == "undecided":
+            fields.update(rounds_needed=pick.rounds_needed, seconds_needed=None)
+        text += " Measured point by point (one round: no rounds as blocks, no A/A control)."
+    return evidence.Finding(text, ev, True, ids, **fields)
 
 
 def _l_label() -> str:
@@ -425,8 +726,9 @@ def _l_label() -> str:
 
 
 def fig_latency_vs_context(requests, fits: dict, quantity: str = "prefill_s"):
-    """TTFT and ``quantity`` per request vs L (markers), with the fitted ``a + bL + cL^2`` (or ``a + bL``) curve
-    per batch size, its R^2 and dof in the legend, "not supported" when too few lengths carry it."""
+    """TTFT and ``quantity`` per request vs L (markers), with the fitted ``a + bL + cL^2`` curve per batch size (the
+    rounds as blocks: :func:`fits`), its R^2 and dof in the legend, and the fit's straight part ``a + bL`` dotted:
+    the gap at the longest length is the quadratic term the finding decides."""
     import plotly.express as px
     import plotly.graph_objects as go
 
@@ -441,13 +743,27 @@ def fig_latency_vs_context(requests, fits: dict, quantity: str = "prefill_s"):
         f = fits.get(int(bs))
         if f is not None:
             xs = np.linspace(0, float(g["prompt_tokens"].max()), 100)
-            shape = f"{f.a:.3g} + {f.b:.3g}L + {f.c:.3g}L²" if f.degree == 2 else f"{f.a:.3g} + {f.b:.3g}L"
+            shape = f"{f.a:.3g} + {f.b:.3g}L + {f.c:.3g}L²"
             note = "" if f.support[0] else ", not supported"
             fig.add_scatter(x=xs, y=f.predict(xs), mode="lines", line=dict(color=col, dash="dash"),
                             name=f"fit b={bs}: {shape} (R²={f.r2:.3f}, {f.dof} dof{note})")
-    fig.update_layout(title="TTFT and prefill vs context length, with the fit over valid points",
+            fig.add_scatter(x=xs, y=f.a + f.b * xs, mode="lines", line=dict(color=col, dash="dot", width=1),
+                            name=f"its straight part a + bL, b={bs}")
+    fig.update_layout(title="TTFT and prefill vs context length, with the fit over valid points (rounds as blocks)",
                       xaxis_title=_l_label(), yaxis_title="seconds")
     return plots.legend_below(fig)
+
+
+def fig_prefill_ratio(points, run_dir=None):
+    """Each length's prefill over its batch size's shortest length, with the simultaneous interval of the block
+    analysis and each round's ratio faint (:func:`workbench.share.figures_design.ratio_figure`)."""
+    from workbench.share import figures_design
+
+    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, PREFILL.name)
+    return figures_design.ratio_figure(
+        plots.ok_points(points), "context_tokens", PREFILL.prefix, rounds, group="batch_size",
+        name=lambda b: f"batch {b}", x_title=_l_label(), y_title="prefill / the shortest length's (x)",
+        title="Prefill vs the shortest length (simultaneous 95% intervals; faint: each round)")
 
 
 def fig_tpot_vs_context(points):
@@ -498,9 +814,10 @@ def fig_heatmap(points, value: str, title: str, unit: str):
 
 
 @plots.split_by_device
-def figures(points, requests, fits: dict) -> dict:
-    """Every figure of the notebook, by name, in report order."""
-    return {
+def figures(points, requests, fits: dict, run_dir=None) -> dict:
+    """Every figure of the notebook, by name, in report order (``run_dir``: the design's rounds for the ratio
+    figure's faint points)."""
+    out = {
         "context_ttft_prefill_fit": fig_latency_vs_context(requests, fits),
         "context_tpot": fig_tpot_vs_context(points),
         "context_kv_bytes": fig_kv_bytes(points),
@@ -510,3 +827,6 @@ def figures(points, requests, fits: dict) -> dict:
                                                   "Output throughput (tokens/s) by batch size and context length",
                                                   "tokens/s"),
     }
+    if PREFILL.prefix in points and points[PREFILL.prefix].notna().any():
+        out["context_prefill_ratio"] = fig_prefill_ratio(points, run_dir)
+    return out

@@ -37,9 +37,13 @@ each step, from the target's forward; ``draft_emitted``: ids the step added):
 - ``accepted_length``: mean ids emitted per verification step (1 = no gain);
 - ``acceptance_by_position``: for draft position ``i``, steps that accepted it / steps that proposed it;
 - ``verify_steps_per_token``: target forwards per output id (1 for plain decoding);
-- ``speedup`` (:func:`speed_table`): baseline ``e2e_s`` over the technique's, the ratio of geometric means
-  over repeats with a Welch interval (:func:`workbench.stats.evidence.ratio_interval`); int8 is judged on decode
-  tokens/s (``decode_tps``) against float32.
+- ``speedup`` (:func:`speed_table`): baseline ``e2e_s`` over the technique's (a fixed output length: equal work).
+  With 2+ points and ``repeats`` >= 2 the points are the arms of one design (:func:`sweep_design`,
+  :mod:`workbench.run.design`): interleaved rounds, each workload's plain baseline the marked control of its arms,
+  the first baseline again as the A/A control, analysed as a block design (rounds as blocks, one pooled variance,
+  simultaneous intervals that agree with their verdicts: direction, equivalent within the margin, or undecided with
+  the rounds that would decide it; :mod:`workbench.stats.blocks`), rounds added while a comparison is open. One
+  repeat: a Welch interval over repeats (:func:`workbench.stats.evidence.ratio_interval`), no equivalence.
 - ``speedup_bound``: the simple upper bound of Leviathan et al. 2023 (eq. 1 and theorem 3.8) from the measured
   mean acceptance length ``tau`` over steps that proposed (vLLM's and AIPerf's definition): a step yields
   ``tau`` tokens for ``1 + k c`` target-step costs, ``k`` the mean draft tokens proposed, ``c`` the draft /
@@ -62,20 +66,19 @@ Entry points: :class:`Config`, :func:`measure_point`, :func:`run`, :func:`speed_
 from __future__ import annotations
 
 import dataclasses
+import math
 
-import numpy as np
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
 from workbench.techniques import speed
-from workbench.measure import contention
 from workbench.run import point_result
 from workbench import checks
 from workbench.stats import comparison, evidence, metrics
 from workbench.stats.metrics import acceptance, speedup_bound, verification_mbu
 from workbench.measure import guard, models, quality
-from workbench.run import results, sweeps
+from workbench.run import design, sweeps
 from workbench.predict import roofline
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, check_speculative, generate_measured, warm_up
@@ -90,8 +93,12 @@ TRUNCATED = "truncated"
 
 
 @dataclasses.dataclass
-class Config(SweepConfig):
+class Config(SweepConfig, design.DesignFields):
     """The speed-techniques sweep (notebook ``12_speed_techniques``).
+
+    With 2+ points and ``repeats`` >= 2 the points are the arms of one design (:func:`sweep_design`): ``repeats``
+    rounds first, then up to ``max_rounds`` while a comparison is undecided and ``budget_s`` allows; ``margin`` is
+    the equivalence margin.
 
     Attributes:
         techniques: from ``none`` (the baseline, always measured), ``prompt_lookup``, ``draft``.
@@ -131,6 +138,7 @@ class Config(SweepConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
         checks.check_choice_list("techniques", self.techniques, TECHNIQUES)
         checks.check_int_list("draft_tokens", self.draft_tokens, 1)
         checks.check_choice_list("tasks", self.tasks, TASKS)
@@ -283,113 +291,85 @@ def point_extra(loaded, cfg: Config, point: dict, state: dict, requests: list[di
     return extra
 
 
-def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
-    """Measure every point of the grid as interleaved arms (:mod:`workbench.stats.comparison`), with the A/A control.
+E2E = design.Outcome("e2e_s", False, "request latency (e2e)", "time_ratio")
 
-    Every round measures every point once (each workload's baseline, techniques and quantizations, across
-    workloads) plus the first workload's baseline a second time (:data:`workbench.stats.comparison.AA`: the
-    experiment's noise floor), in an order shuffled per round from ``cfg.seed``; ``cfg.repeats`` rounds, round
-    ``r`` at seed ``cfg.seed + r``. Each arm warms up ``cfg.warmup`` times before round 0. Per workload, each
-    arm is judged against its baseline from the paired within-round ratios, Holm over that workload's arms:
-    speculative arms on request speed (baseline ``e2e_s`` / the arm's, a fixed output length), quantized ones
-    on ``decode_tps``.
+
+def is_baseline(point: dict) -> bool:
+    """True for a workload's plain float baseline (technique ``none``, quantization ``none``)."""
+    return point["technique"] == "none" and point["quantization"] == "none"
+
+
+def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design.SweepDesign:
+    """Every point as an arm of one design (:mod:`workbench.run.design`): each round measures every point once
+    (each workload's baseline, techniques and quantizations) and the first workload's baseline again (the A/A
+    control), in an order shuffled per round, round ``r`` at seed ``cfg.seed + r``. Each (task, language)'s plain
+    float baseline is the marked control of its workload's arms (groups); the primary outcome is the request's
+    ``e2e_s`` (a fixed output length: equal work), the speed-up its inverse. The design stops at a look where the
+    finding is decided (its ``judge``): a technique faster beyond noise (it pays), or every arm decided. Each arm
+    warms up ``cfg.warmup`` times before its first round; the points' ``extra`` adds :func:`point_extra`'s columns and ``speedup`` /
+    ``speedup_low`` / ``speedup_high`` (``1 / time_ratio``, the simultaneous interval inverted).
 
     Returns:
-        ``{point_id: PointResult}``: requests (``repeat`` = round), ``extra`` with :func:`point_extra`'s columns,
-        ``speedup`` / ``speedup_low`` / ``speedup_high`` / ``speedup_p_holm`` (NaN for a baseline) and the A/A
-        columns (:data:`workbench.stats.comparison.COLUMNS`); ``contamination`` over all rounds.
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     settings = cfg.settings()
-    pids = [point_result.point_id(EXPERIMENT, p) for p in points]
-    by_pid = dict(zip(pids, points))
-    is_base = {pid: p["technique"] == "none" and p["quantization"] == "none" for pid, p in by_pid.items()}
-    first_base = next((pid for pid in pids if is_base[pid]), None)
-    arms = pids + ([comparison.AA] if first_base else [])
-    monitor = contention.LoadMonitor()
-    setup, got = {}, {pid: {"requests": [], "wall_s": 0.0} for pid in pids}
-    for pid in pids:
-        setup[pid] = arm_setup(loaded, cfg, by_pid[pid], state)
-        model, _, kw, prompts = setup[pid]
-        got[pid]["warmup_s"] = warm_up(model, prompts, settings, cfg.warmup, generate_kwargs=kw or None)
-    rows = []
-    for rnd, arm in comparison.schedule(arms, cfg.repeats, cfg.seed):
-        pid = first_base if arm == comparison.AA else arm
-        model, _, kw, prompts = setup[pid]
+    pid = (lambda p: point_result.point_id(EXPERIMENT, p))
+    by_pid = {pid(p): p for p in points}
+
+    def prepare(p):
+        model, _, kw, prompts = arm_setup(loaded, cfg, p, state)
+        return warm_up(model, prompts, settings, cfg.warmup, generate_kwargs=kw or None)
+
+    def measure(p, rnd):
+        model, _, kw, prompts = arm_setup(loaded, cfg, p, state)
         res = generate_measured(model, prompts, dataclasses.replace(settings, seed=cfg.seed + rnd),
                                 generate_kwargs=kw or None)
-        done = [r for r in res.records if r.get("output_tokens", 0) >= 1]
-        e2e = sum(r["e2e_s"] for r in done) / len(done) if done else float("nan")
-        tps = [r["decode_tps"] for r in done if r.get("decode_tps") == r.get("decode_tps")]
-        rows.append({"arm": arm, "round": rnd, "speed": 1.0 / e2e if e2e > 0 else float("nan"),
-                     "decode_tps": float(np.mean(tps)) if tps else float("nan")})
-        if arm != comparison.AA:
-            for rec in res.records:
-                rec.update(repeat=rnd, batch_size=len(prompts), batch_wall_s=res.wall_s)
-            got[pid]["requests"] += res.records
-            got[pid]["wall_s"] += res.wall_s
-    contamination = monitor.stop()
-    table = pd.DataFrame(rows)
-    verdicts, aa_cols = {}, {}
-    for key in dict.fromkeys((p["task"], p["language"]) for p in points):
-        mine = [pid for pid in pids if (by_pid[pid]["task"], by_pid[pid]["language"]) == key]
-        base = next((pid for pid in mine if is_base[pid]), None)
-        if base is None:
-            continue
-        spec = [pid for pid in mine if by_pid[pid]["technique"] != "none"]
-        quant = [pid for pid in mine if by_pid[pid]["technique"] == "none" and not is_base[pid]]
-        aa = comparison.AA if base == first_base else None
-        # one family per workload: speculative arms on speed, quantized ones on decode tokens/s, Holm over both
-        sub = table[table["arm"].isin([base, *spec, *quant, comparison.AA])]
-        both = pd.concat([sub[sub["arm"].isin([base, *spec, comparison.AA])].assign(value=lambda d: d["speed"]),
-                          sub[sub["arm"].isin(quant)].assign(value=lambda d: d["decode_tps"])])
-        if quant:  # the baseline's decode tokens/s under another name, so each quantized arm pairs with it
-            both = pd.concat([both, sub[sub["arm"] == base].assign(arm="_base_tps", value=lambda d: d["decode_tps"])])
-        c_speed = comparison.compare(both[both["arm"].isin([base, *spec, comparison.AA])], base, aa, adjust=False)
-        c_quant = (comparison.compare(both[both["arm"].isin(["_base_tps", *quant])], "_base_tps", None, adjust=False)
-                   if quant else None)
-        results_ = {**c_speed.arms, **(c_quant.arms if c_quant else {})}
-        ps = [results_[pid].p for pid in [*spec, *quant]]
-        adjusted, levels = evidence.holm(ps), evidence.holm_levels(ps)
-        for pid, pa, level in zip([*spec, *quant], adjusted, levels):
-            num, den = _pairs(both, pid, "_base_tps" if pid in quant else base)
-            iv = evidence.paired_ratio_interval(num, den, level, "rounds")
-            verdicts[pid] = (iv, pa)
-        if aa is not None:
-            aa_cols = c_speed.columns()
-    out = {}
-    for pid, p in by_pid.items():
-        iv, pa = verdicts.get(pid, (None, float("nan")))
-        nan = float("nan")
-        sp = {"speedup": iv.estimate if iv else nan, "speedup_low": iv.low if iv else nan,
-              "speedup_high": iv.high if iv else nan, "speedup_p_holm": pa,
-              "speedup_method": (f"{iv.method}, Holm-adjusted p {pa:.3g}" if iv and iv.shown else
-                                 (iv.reason if iv else ""))}
-        no_aa = {"aa_ratio": nan, "aa_low": nan, "aa_high": nan, "design": "interleaved", "rounds": cfg.repeats,
-                 "round_drift": nan}
-        extra = {**point_extra(loaded, cfg, p, state, got[pid]["requests"]), **sp, **(aa_cols or no_aa)}
-        out[pid] = PointResult(requests=got[pid]["requests"], wall_s=got[pid]["wall_s"],
-                               warmup_s=got[pid]["warmup_s"], extra=extra, contamination=contamination)
-    return out
+        for rec in res.records:
+            rec.update(batch_size=len(prompts), batch_wall_s=res.wall_s)
+        done = [r["e2e_s"] for r in res.records if r.get("output_tokens", 0) >= 1]
+        return design.Measured({E2E.name: sum(done) / len(done) if done else float("nan")}, res.records, res.wall_s)
 
+    def extra(point_id, result):
+        cols = point_extra(loaded, cfg, by_pid[point_id], state, result.requests.get(point_id, []))
+        t, lo, hi = (result.point_columns(point_id).get(k) for k in ("time_ratio", "time_ratio_low",
+                                                                     "time_ratio_high"))
+        inv = (lambda x: 1.0 / x if x and math.isfinite(x) else float("nan"))
+        return {**cols, "speedup": inv(t), "speedup_low": inv(hi), "speedup_high": inv(lo)}
 
-def _pairs(both: pd.DataFrame, arm, base) -> tuple:
-    """Per round, an arm's value and its baseline's (rounds where both were measured)."""
-    a = both[both["arm"] == arm].groupby("round")["value"].mean()
-    b = both[both["arm"] == base].groupby("round")["value"].mean()
-    common = a.index.intersection(b.index)
-    return a.loc[common].to_numpy(), b.loc[common].to_numpy()
+    groups: dict = {}
+    for p in points:
+        groups.setdefault((p["task"], p["language"]), []).append(p)
+    controls = {}
+    for members in groups.values():
+        base = next((m for m in members if is_baseline(m)), None)
+        if base is not None:
+            controls[pid(base)] = [pid(m) for m in members]
+    first = next(iter(controls))
+    holder: dict = {}
+
+    def judge(table, alpha):    # the finding is decided once a technique pays, or once every arm is decided
+        an = design.analyse_outcome(table, holder["design"], E2E, alpha)
+        if an is None:
+            return False
+        pays = any(dec.verdict == "direction" and dec.direction == "lower" and "technique=none" not in str(a)
+                   for a, dec in an.compared().items())
+        return pays or an.decided()
+
+    d = design.Design(EXPERIMENT, [pid(p) for p in points if any(pid(p) in m for m in controls.values())], first,
+                      E2E, groups=controls, judge=judge, **cfg.design_kwargs())
+    holder["design"] = d
+    return design.SweepDesign(d, measure, prepare, extra)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):
-    """Every point of ``cfg.grid()`` through :func:`workbench.run.sweeps.run_sweep`; returns the points DataFrame."""
+    """Every point of ``cfg.grid()`` through :func:`workbench.run.sweeps.run_sweep`: with 2+ points and ``repeats``
+    >= 2 as one design (:func:`sweep_design`: every finished round on disk in ``design/speed_techniques.parquet``,
+    a resume continues from the last), else point by point (:func:`measure_point`). Returns the points DataFrame."""
     state: dict = {}
-
-    def measure(p):  # the first point measures every point interleaved by round (issue 32)
-        return sweeps.block_share(state, point_result.point_id(EXPERIMENT, p),
-                                  lambda: measure_interleaved(loaded, cfg, cfg.grid(), state))
-
-    return sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), measure,
-                            resume=resume, info=loaded.info, loaded=loaded, config=cfg)
+    grid = cfg.grid()
+    designed = sweep_design(loaded, cfg, grid, state) if len(grid) >= 2 and cfg.repeats >= 2 else None
+    return sweeps.run_sweep(run_dir, EXPERIMENT, grid, lambda p: measure_point(loaded, cfg, p, state),
+                            resume=resume, info=loaded.info, loaded=loaded, config=cfg, design=designed)
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -398,30 +378,38 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
 KEYS = ("task", "language")
 
 
+#: the speed table's verdicts: a design's three, in the speed-up's words
+VERDICT_WORDS = {("direction", "lower"): "faster", ("direction", "higher"): "slower", ("equivalent", ""): "equivalent",
+                 ("undecided", ""): "undecided"}
+
+
 def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """Each technique or quantization point against the float baseline of its (task, language).
 
-    Usable points only (:func:`workbench.stats.evidence.usable_points`). Speculative points: ``speedup`` = baseline
-    ``e2e_s`` / the point's (batch 1, a fixed output length); int8 points: the point's ``decode_tps`` / the
-    baseline's. A run measured interleaved (:func:`measure_interleaved`) carries the paired within-round
-    interval at its Holm level (the verdict from the Holm-adjusted p) and the A/A columns; older runs: a Welch
-    interval on log values over repeats. ``output_agreement``: share of output ids equal to the baseline's greedy
-    output, position by position (:func:`workbench.measure.quality.token_agreement`), with the first divergence.
+    Usable points only (:func:`workbench.stats.evidence.usable_points`). ``speedup`` = baseline ``e2e_s`` / the
+    point's (batch 1, a fixed output length). A run measured as one design (:func:`sweep_design`) reads the design's
+    decision: the simultaneous interval and the verdict of its block analysis (``time_ratio``, inverted), so that
+    the interval, the verdict and the text agree by construction. One repeat (no design): a Welch interval on log
+    e2e over repeats, a direction only when it excludes 1, never equivalent. ``output_agreement``: share of output
+    ids equal to the baseline's greedy output, position by position (:func:`workbench.measure.quality.token_agreement`),
+    with the first divergence.
 
     Returns:
         one row per non-baseline point: the point's keys, ``speedup``, ``speedup_low``, ``speedup_high``,
-        ``speedup_method``, ``verdict`` (:func:`workbench.stats.evidence.ratio_verdict`), ``output_agreement``,
-        ``first_divergence`` and the point's acceptance / guard columns where present.
+        ``speedup_method``, ``verdict`` (``faster``, ``slower``, ``equivalent``, ``undecided``; :data:`VERDICT_WORDS`),
+        ``speedup_text``, ``rounds_needed``, ``output_agreement``, ``first_divergence``, the point's acceptance / guard
+        columns and the design's A/A columns where present.
     """
     ok = evidence.usable_points(points)
     rows = []
     keep = ["acceptance_rate", "accepted_length", "mean_acceptance_length", "mean_draft_tokens", "mbu_note",
             "verify_steps_per_token", "acceptance_by_position",
             "speedup_bound", "draft_cost_ratio", "token_agreement", "perplexity_ratio", "perplexity_ratio_high",
-            "kl_mean", "top1_agreement", "guard_passed", "guard_reason",
-            "mbu", "weight_bytes"]
+            "kl_mean", "top1_agreement", "guard_passed", "guard_reason", "mbu", "weight_bytes",
+            "aa_ratio", "aa_low", "aa_high", "aa_verdict", "design", "rounds", "margin", "seconds_per_round",
+            "design_seconds", "design_stopped", "round_drift"]
     for _, p in ok.iterrows():
-        if p["technique"] == "none" and p["quantization"] == "none":
+        if is_baseline(p):
             continue
         base = ok[(ok["task"] == p["task"]) & (ok["language"] == p["language"]) & (ok["technique"] == "none")
                   & (ok["quantization"] == "none")]
@@ -429,49 +417,47 @@ def speed_table(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
             continue
         r_p = requests[requests["point_id"] == p["point_id"]].sort_values(["repeat", "request_id"])
         r_b = requests[requests["point_id"] == base["point_id"].iloc[0]].sort_values(["repeat", "request_id"])
-        what = "e2e speed-up" if p["technique"] != "none" else "decode tokens/s ratio"
-        holm_p = float("nan")
-        if isinstance(p.get("design"), str) and p.get("speedup") == p.get("speedup"):  # interleaved (issue 32)
-            holm_p = float(p.get("speedup_p_holm", float("nan")))
-            iv = evidence.Interval(float(p["speedup"]), float(p["speedup_low"]), float(p["speedup_high"]),
-                                   int(p.get("rounds") or 0), str(p.get("speedup_method") or ""),
-                                   reason="" if p["speedup_low"] == p["speedup_low"] else "1 round")
-        elif p["technique"] != "none":
+        d = design.decision_from_row(p, E2E)
+        spr = checks.float_or_nan(p.get("seconds_per_round"))
+        if d is not None:        # one design: its decision, inverted to a speed-up
+            est, lo, hi = (1 / d.estimate if d.estimate else float("nan"), 1 / d.high if d.shown else float("nan"),
+                           1 / d.low if d.shown else float("nan"))
+            verdict = VERDICT_WORDS.get((d.verdict, d.direction), "undecided")
+            text = d.describe("e2e speed-up", invert=True, words=("slower", "faster"), seconds_per_round=spr)
+            method, need = d.method if d.shown else d.reason, d.rounds_needed
+        else:                    # one repeat: measured point by point
             iv = evidence.ratio_interval(r_b["e2e_s"], r_p["e2e_s"])
-        else:
-            iv = evidence.ratio_interval(r_p["decode_tps"], r_b["decode_tps"])
-        verdict = evidence.ratio_verdict(iv)
-        if holm_p == holm_p and holm_p >= 1 - evidence.CONFIDENCE and verdict in ("higher", "lower"):
-            verdict = "no difference beyond noise"  # a later Holm step did not reject
+            est, lo, hi = iv.estimate, iv.low, iv.high
+            verdict = {"higher": "faster", "lower": "slower"}.get(evidence.ratio_verdict(iv), "undecided")
+            text, method, need = evidence.describe_ratio(iv, "e2e speed-up"), iv.method or iv.reason, None
         share, first = quality.token_agreement([list(x) for x in r_b["output_ids"]],
                                                [list(x) for x in r_p["output_ids"]])
         rows.append({"point_id": p["point_id"], **{k: p[k] for k in ("task", "language", "technique",
                                                                       "draft_tokens", "quantization")},
-                     "ratio_of": what, "speedup": iv.estimate, "speedup_low": iv.low, "speedup_high": iv.high,
-                     "speedup_method": iv.method or iv.reason, "verdict": verdict,
-                     "speedup_text": evidence.describe_ratio(iv, what), "output_agreement": share,
-                     "first_divergence": first, **{k: p[k] for k in keep if k in p},
-                     **{k: p[k] for k in comparison.COLUMNS if k in p}})
+                     "ratio_of": "e2e speed-up", "speedup": est, "speedup_low": lo, "speedup_high": hi,
+                     "speedup_method": method, "verdict": verdict, "speedup_text": text, "rounds_needed": need,
+                     "output_agreement": share, "first_divergence": first, **{k: p[k] for k in keep if k in p}})
     return pd.DataFrame(rows)
 
 
 def aa_moved(table: pd.DataFrame) -> bool:
-    """True when the speed table carries an A/A control whose interval excludes 1."""
-    if table is None or table.empty or "aa_low" not in table:
+    """True when the speed table carries an A/A control that moved (a direction in the design's analysis)."""
+    if table is None or table.empty or "aa_verdict" not in table:
         return False
-    lo, hi = table["aa_low"].dropna(), table["aa_high"].dropna()
-    return bool(len(lo) and (lo.iloc[0] > 1 or hi.iloc[0] < 1))
+    return bool((table["aa_verdict"] == "direction").any())
 
 
 def noise_floor(table: pd.DataFrame) -> str:
-    """The A/A noise floor sentence of the finding (empty without the control)."""
+    """The A/A control's sentence for the finding (empty without a design)."""
     if table is None or table.empty or "aa_low" not in table or not table["design"].notna().any():
         return ""
     r = table[table["design"].notna()].iloc[0]
-    aa = evidence.Interval(r["aa_ratio"], r["aa_low"], r["aa_high"], int(r["rounds"]), "", reason="1 round")
-    moved = f" Comparisons: {comparison.AA_MOVED}." if aa_moved(table) else ""
-    return (f"{comparison.noise_floor_text(aa, str(r['design']), int(r['rounds']))}; intervals Holm-adjusted over "
-            f"each workload's arms.{moved}")
+    if not r["aa_low"] == r["aa_low"]:
+        return ""
+    moved = " It moved: drift, not techniques; no comparison here is decided." if aa_moved(table) else ""
+    return (f"A/A control (the first baseline's latency against itself, {int(r['rounds'])} interleaved rounds): "
+            f"{r['aa_ratio']:.2f}x ({r['aa_low']:.2f}-{r['aa_high']:.2f}x), {r.get('aa_verdict') or 'no verdict'}."
+            f"{moved}")
 
 
 def _name(r) -> str:
@@ -481,42 +467,49 @@ def _name(r) -> str:
 
 
 def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
-    """Per technique: the speed-up with its interval on each task, the quality cost, and where it stops paying.
+    """Per technique: the speed-up with its interval and verdict on each workload, the quality cost, and where it
+    stops paying; the verdicts are the design's (:func:`speed_table`).
 
-    "faster" / "slower" only when the speed-up's 95% interval excludes 1 (:func:`workbench.stats.evidence.ratio_verdict`);
-    a technique "stops paying" on the tasks (and ``k``) where its interval does not lie above 1, and does not pay
-    where it is faster but fails the quality guard (:mod:`workbench.measure.guard`). The headline is a technique that
-    pays, or "none pays here" (each shown slower or refused by the guard), or "not supported: none is shown faster"
-    (a technique without a direction either way).
+    A technique **pays** on a workload where it is faster beyond noise within the quality guard; it is **shown not
+    to pay** where it is slower beyond noise, equivalent within the margin, or refused by the guard
+    (:mod:`workbench.measure.guard`); otherwise the workload is **undecided**. The headline is a technique that pays
+    (verdict ``direction``); else "none pays here" when every workload of every technique is shown not to pay
+    (``direction`` where one is slower, ``equivalent`` when all are equivalent); else "undecided" with the rounds that
+    would decide it (the most any open comparison needs). Undecided too when the A/A control moved.
 
     Args:
         table: :func:`speed_table`.
         points: the run's points (their ids are the evidence).
 
     Returns:
-        :class:`workbench.stats.evidence.Finding`; supported when its first sentence is: a technique pays (faster
-        beyond noise within the quality guard), or none pays and each is shown not to (slower beyond noise on every
-        workload, or refused by the guard); not supported while a technique's interval still straddles 1 and none
-        pays; never when the A/A control moved.
+        :class:`workbench.stats.evidence.Finding` with its verdict.
     """
     if table is None or table.empty:
-        return evidence.Finding("Speed techniques: not supported: no usable technique point beside its baseline.",
-                                "", False)
-    parts, ev, supported = [], [], False
+        return evidence.Finding("Speed techniques: no usable technique point beside its baseline.", "", False,
+                                verdict="undecided")
+    parts, ev = [], []
     table = table.assign(name=table.apply(_name, axis=1))
     for name, g in table.groupby("name", sort=False):
-        pays, not_pays = [], []
-        for _, r in g.iterrows():
-            where = f"{r['task']}/{r['language']}"
-            word = {"higher": "faster", "lower": "slower"}.get(r["verdict"], r["verdict"])
-            (pays if r["verdict"] == "higher" else not_pays).append(f"{where} {r['speedup']:.2f}x ({word})")
-            ev.append(f"{name} {where}: {r['speedup_text']}")
-        quality_cost = (f"greedy output identical to plain greedy on {int((g['output_agreement'] == 1).sum())} of "
-                        f"{len(g)} workloads")
+        pays, not_pays, open_ = [], [], []
         guard_failed = False
         if "guard_passed" in g and g["guard_passed"].notna().any():
             gp = g[g["guard_passed"].notna()]
             guard_failed = not gp["guard_passed"].astype(bool).all()
+        for _, r in g.iterrows():
+            iv = (f"interval {r['speedup_low']:.2f}-{r['speedup_high']:.2f}x"
+                  if r["speedup_low"] == r["speedup_low"] else "no interval")
+            where = f"{r['task']}/{r['language']} {r['speedup']:.2f}x"
+            if r["verdict"] == "faster" and not guard_failed:
+                pays.append(f"{where} (faster, {iv})")
+            elif r["verdict"] in ("slower", "equivalent") or guard_failed:
+                not_pays.append(f"{where} ({r['verdict']}, {iv})")
+            else:
+                open_.append(f"{where} ({iv})")
+            ev.append(f"{name} {r['task']}/{r['language']}: {r['speedup_text']}")
+        quality_cost = (f"greedy output identical to plain greedy on {int((g['output_agreement'] == 1).sum())} of "
+                        f"{len(g)} workloads")
+        if "guard_passed" in g and g["guard_passed"].notna().any():
+            gp = g[g["guard_passed"].notna()]
             quality_cost += (f"; guard {'FAILED' if guard_failed else 'passed'} (perplexity "
                              f"x{gp['perplexity_ratio'].max():.4g}, upper 95% bound "
                              f"{gp['perplexity_ratio_high'].max():.4g}; mean KL {gp['kl_mean'].max():.3g} nats vs "
@@ -524,56 +517,90 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
         if "acceptance_rate" in g and g["acceptance_rate"].notna().any():
             quality_cost += "; acceptance " + ", ".join(
                 f"{r['task']}/{r['language']} {r['acceptance_rate']:.2f}" for _, r in g.iterrows())
-        if pays and guard_failed:  # faster, at a quality the guard refuses: it does not pay
-            text = f"{name}: faster ({'; '.join(pays)}) but fails the quality guard: does not pay"
+        faster = [i for i in (pays + not_pays) if "(faster" in i]
+        if guard_failed and faster:   # faster, at a quality the guard refuses: it does not pay
+            text = f"{name}: faster ({'; '.join(faster)}) but fails the quality guard: does not pay"
+        elif pays:
+            text = f"{name}: pays on " + "; ".join(pays)
+        elif open_:
+            text = f"{name}: undecided on " + "; ".join(open_)
         else:
-            text = f"{name}: " + ("; ".join(pays) if pays else "not supported: faster on no workload")
-        if not_pays:
-            text += "; stops paying on " + "; ".join(not_pays)
-        # shown not to pay: the guard refuses it, or it is slower beyond noise on every workload
-        refuted = guard_failed or bool((g["verdict"] == "lower").all())
-        parts.append((bool(pays) and not guard_failed, f"{text} ({quality_cost}).", refuted, name))
+            text = f"{name}: does not pay"
+        rest = [i for i in not_pays if not (guard_failed and i in faster)]
+        if rest:
+            text += "; not on " + "; ".join(rest)
+        if open_ and pays:
+            text += "; undecided on " + "; ".join(open_)
+        parts.append((bool(pays), f"{text} ({quality_cost}).", not open_, name, g))
     ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else tuple(table["point_id"])
-    # the headline is the technique that pays (faster within the quality guard) first; when none does, saying so
     paying = any(pt[0] for pt in parts)
-    open_ = [pt[3] for pt in parts if not pt[0] and not pt[2]]  # neither pays nor shown not to
     texts = [pt[1] for pt in sorted(parts, key=lambda pt: not pt[0])]
-    if not paying and open_:  # "none is faster" is not shown while a technique's interval still reaches above 1
-        texts.insert(0, f"Speed techniques: not supported: none is shown faster within the quality guard here "
-                        f"({', '.join(open_)}: no difference beyond noise).")
-        supported = False
-    elif not paying:
-        texts.insert(0, "Speed techniques: none pays here (each is slower beyond noise or fails the quality guard).")
-        supported = True
+    open_rows = table[(table["verdict"] == "undecided") & ~table["name"].isin(
+        [pt[3] for pt in parts if pt[4].get("guard_passed", pd.Series(dtype=object)).eq(False).any()])]
+    needs = pd.to_numeric(open_rows.get("rounds_needed", pd.Series(dtype=float)), errors="coerce")
+    need = int(needs.max()) if needs.notna().any() and not needs.isna().any() else None
+    if paying:
+        verdict = "direction"
+    elif len(open_rows):
+        verdict = "undecided"
+        more = f"; about {need} rounds would decide it at the observed spread" if need else ""
+        texts.insert(0, f"Speed techniques: undecided: none is shown faster within the quality guard yet, and "
+                        f"{', '.join(dict.fromkeys(open_rows['name']))} not shown slower or equivalent either{more}.")
     else:
-        supported = True
+        slower = (table["verdict"] == "slower").any() or any(
+            pt[4].get("guard_passed", pd.Series(dtype=object)).eq(False).any() for pt in parts)
+        verdict = "direction" if slower else "equivalent"
+        texts.insert(0, "Speed techniques: none pays here (each is slower beyond noise, equivalent within the margin "
+                        "or refused by the quality guard).")
     floor = noise_floor(table)
     if floor:
         texts.append(floor)
-    supported = supported and not aa_moved(table)
-    return evidence.Finding(" ".join(texts), "; ".join(ev), supported, ids)
+    fields: dict = {"verdict": verdict}
+    row = table[table["design"].notna()].iloc[0] if "design" in table and table["design"].notna().any() else None
+    if row is not None:
+        fields = design.finding_fields(row)
+        fields["verdict"] = verdict
+        if verdict == "undecided":
+            spr = checks.float_or_nan(row.get("seconds_per_round"))
+            fields["rounds_needed"] = need
+            fields["seconds_needed"] = (max(need - fields["rounds"], 0) * spr if need and math.isfinite(spr)
+                                        else None)
+        if aa_moved(table):
+            fields["verdict"] = "undecided"
+        ev.append(design.evidence_text(row))
+    else:
+        texts.append("Measured point by point (one repeat): Welch intervals over repeats, no rounds, no A/A control.")
+    return evidence.Finding(" ".join(texts), "; ".join(ev), True, ids, **fields)
 
 
 # ----------------------------------------------------------------------------- figures
 
 
 def fig_speedup(table: pd.DataFrame) -> go.Figure:
-    """Measured speed-up (95% interval) per workload and technique, with the Leviathan bound beside it."""
+    """Measured speed-up per workload and technique with the interval its verdict was read from (a design's
+    simultaneous interval), the Leviathan bound beside it, the equivalence band (dashed) and the A/A control's
+    interval as a speed-up (grey)."""
     df = table.assign(name=table.apply(_name, axis=1), workload=table["task"] + "/" + table["language"])
     fig = go.Figure()
     colours = px.colors.qualitative.Safe
     for i, (name, g) in enumerate(df.groupby("name", sort=False)):
         c = colours[i % len(colours)]
         fig.add_trace(go.Bar(x=g["workload"], y=g["speedup"], name=f"{name} measured", marker_color=c,
+                             customdata=g["verdict"], hovertemplate="%{x}: %{y:.2f}x %{customdata}",
                              error_y=dict(type="data", symmetric=False, array=(g["speedup_high"] - g["speedup"]),
                                           arrayminus=(g["speedup"] - g["speedup_low"]))))
         if "speedup_bound" in g and g["speedup_bound"].notna().any():
             fig.add_trace(go.Scatter(x=g["workload"], y=g["speedup_bound"], mode="markers", name=f"{name} bound",
                                      marker=dict(symbol="line-ew-open", size=28, color=c, line=dict(width=3))))
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="baseline")
-    if "aa_low" in df and df["aa_low"].notna().any():  # the A/A noise floor a speed-up must clear
-        comparison.add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
-    fig.update_layout(barmode="group", title="Speed-up over plain greedy float32 (interval; grey band: the A/A noise floor) and the upper bound",
+    if "margin" in df and df["margin"].notna().any():
+        m = float(df["margin"].dropna().iloc[0])
+        for y in (1 / m, m):
+            fig.add_hline(y=y, line_dash="dash", line_color="#aaa", line_width=1)
+    if "aa_low" in df and df["aa_low"].notna().any():  # the A/A control (a time ratio) as a speed-up
+        comparison.add_noise_band(fig, low=1 / df["aa_high"].dropna().iloc[0], high=1 / df["aa_low"].dropna().iloc[0])
+    fig.update_layout(barmode="group", title="Speed-up over plain greedy float32 (simultaneous interval; dashed: the "
+                      "equivalence band; grey: the A/A control) and the upper bound",
                       xaxis_title="task / language", yaxis_title="speed-up (x)")
     return legend_below(fig)
 

@@ -91,6 +91,10 @@ class Design:
         order: ``interleaved`` (shuffled within each round) or ``blocks`` (alternating forward / reverse: where a
             switch between arms costs, A B B A counterbalances a linear drift).
         spending: the alpha-spending function (:data:`workbench.stats.sequential.SPENDING`).
+        judge: ``judge(table, alpha) -> bool``, the stop rule's decision where the comparison a design decides is
+            not its arms against their controls (context length's fit over the lengths): called at each look with
+            the rounds so far (:attr:`DesignResult.table`'s form) and the look's alpha; None: every arm of
+            ``decide`` decided.
 
     Raises:
         ParameterError: fewer than 2 arms, an unknown control, bad rounds, margin or budget.
@@ -111,6 +115,7 @@ class Design:
     decide: list | None = None
     order: str = "interleaved"
     spending: str = "obrien-fleming"
+    judge: Callable | None = None
 
     def __post_init__(self):
         self.arms = list(self.arms)
@@ -473,6 +478,13 @@ def analyse_outcome(table: pd.DataFrame, design: Design, outcome: Outcome, alpha
         return None
 
 
+def _decided(design: Design, table: pd.DataFrame, analysis, alpha: float) -> bool:
+    """The stop rule at a look: the design's own ``judge`` when it has one, else every arm of ``decide`` decided."""
+    if design.judge is not None:
+        return bool(not table.empty and design.judge(table, alpha))
+    return analysis is not None and analysis.decided(design.decide)
+
+
 def run_design(design: Design, measure: Callable[[object, int], Measured],
                prepare: Callable[[object], float | None] | None = None, *, run_dir=None,
                clock: Callable[[], float] = time.time, progress: bool = True,
@@ -482,7 +494,8 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
 
     Rounds: ``min_rounds`` first; then, at each look of the plan, the primary outcome is analysed at the look's
     spent alpha (:func:`workbench.stats.sequential.look_alpha`, O'Brien-Fleming-type by default) and the design stops
-    when every arm of ``design.decide`` (default: every arm) has a direction or is equivalent. Between looks it
+    when every arm of ``design.decide`` (default: every arm) has a direction or is equivalent (or, with
+    ``design.judge``, when the judge says its own comparison is decided). Between looks it
     measures whole rounds; a round beyond ``min_rounds`` starts only when the budget has room for one more round
     at the mean round time so far. A stop for the budget is analysed at the alpha the looks before it left (no look
     follows it).
@@ -524,7 +537,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     for k in [r for r in plan if r <= rnd]:          # a resumed design replays its looks: decided stays decided
         alpha = sequential.look_alpha(k, plan, blocks.ALPHA, design.spending)
         analysis = analyse_outcome(table[table["round"] < k], design, design.primary, alpha)
-        decided = analysis is not None and analysis.decided(design.decide)
+        decided = _decided(design, table[table["round"] < k], analysis, alpha)
         looks.append({"rounds": k, "alpha": alpha, "decided": bool(decided)})
         if decided:
             rows = [r for r in rows if r["round"] < k]
@@ -569,7 +582,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
         if rnd in plan:
             alpha = sequential.look_alpha(rnd, plan, blocks.ALPHA, design.spending)
             analysis = analyse_outcome(pd.DataFrame(rows), design, design.primary, alpha)
-            decided = analysis is not None and analysis.decided(design.decide)
+            decided = _decided(design, pd.DataFrame(rows), analysis, alpha)
             looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(decided)})
             if decided:
                 stopped = "decided"
@@ -586,7 +599,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     elif not looks or looks[-1]["rounds"] != rnd:       # stopped between looks: analysed at what it spent
         alpha = sequential.look_alpha(rnd, plan, blocks.ALPHA, design.spending) if rnd >= 1 else blocks.ALPHA
         analysis = analyse_outcome(table, design, design.primary, alpha)
-        looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(analysis and analysis.decided(design.decide))})
+        looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(_decided(design, table, analysis, alpha))})
     if rnd < 2:
         stopped = "one round"
     final_alpha = looks[-1]["alpha"]

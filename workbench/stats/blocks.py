@@ -25,7 +25,9 @@ variance for every arm. Its analysis:
   band; **undecided** otherwise, with :func:`rounds_needed`, the rounds at which the observed spread would
   decide it. An interval of zero width (no spread) decides nothing: undecided.
 - :func:`pick_versus`: a best-of pick against its runner-up, at Tukey's all-pairs level (the pick is chosen
-  after looking; ``scipy.stats.studentized_range``).
+  after looking; ``scipy.stats.studentized_range``). :func:`best_of`: the best-of rule every finding that picks
+  uses: the pick against the control and the runner-up; the control as the pick only when every other arm is worse
+  beyond noise or equivalent.
 - :func:`paired_binary`: a binary outcome of the same tasks under two arms (accuracy at two budgets): McNemar's
   exact test (``statsmodels.stats.contingency_tables.mcnemar``) with the exact conditional (Clopper-Pearson on the
   discordant tasks) interval of the difference.
@@ -732,6 +734,104 @@ def pick_versus(analysis: Analysis, pick, runner_up, *, candidates: int | None =
         sigma = se * math.sqrt(n / 2) if analysis.pooled else se * math.sqrt(n)
         need = rounds_needed(d, sigma, t.shape[1], k, margin, alpha, analysis.pooled, n + 1)
     return Decision(pick, runner_up, math.exp(d), lo, hi, 1 - alpha, v, direction, margin, n, dof, method, nan, need)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pick:
+    """A best-of choice among a design's arms and the decisions behind it (:func:`best_of`).
+
+    Attributes:
+        pick: the chosen arm (the control itself when no candidate's estimate beats it).
+        control: the control (the baseline).
+        runner_up: the next best candidate (None with a single candidate).
+        versus_control: the pick's :class:`Decision` against the control (None when the pick is the control).
+        versus_runner_up: the pick against the runner-up (:func:`pick_versus`, Tukey's level; None without one, and
+            when the runner-up is the control: that comparison is ``versus_control``).
+        verdict, direction: the choice's verdict. A pick other than the control: its comparison with the control. The
+            control as the pick ("keep the baseline"): ``direction`` when every other candidate is worse beyond noise
+            or equivalent (some worse), ``equivalent`` when every other is equivalent, else ``undecided``.
+        rounds_needed: an undecided choice's rounds (the most any open comparison needs; None: no estimate).
+        open: the candidates that keep a control pick undecided (neither worse beyond noise nor equivalent).
+    """
+
+    pick: object
+    control: object
+    runner_up: object
+    versus_control: Decision | None
+    versus_runner_up: Decision | None
+    verdict: str
+    direction: str
+    rounds_needed: int | None
+    open: tuple = ()
+
+    @property
+    def decided(self) -> bool:
+        """True for a ``direction`` or ``equivalent`` verdict."""
+        return self.verdict in ("direction", "equivalent")
+
+    @property
+    def keeps_control(self) -> bool:
+        """True when the control is the pick."""
+        return self.pick == self.control
+
+
+def best_of(analysis: Analysis, candidates: Sequence | None = None, higher_is_better: bool = True, *,
+            versus_runner_up: bool = True) -> Pick:
+    """Pick the best of a design's arms by their ratio to the control, with the decisions that back the choice
+    (docs/design.md section 11; the one home of the rule every best-of finding uses).
+
+    The pick is the candidate with the best estimate (the control counts at 1.0); the runner-up the next. A pick
+    other than the control carries its comparison with the control (its simultaneous interval) and with the
+    runner-up (:func:`pick_versus`). The control as the pick is a verdict only when every other candidate is worse
+    beyond noise or equivalent ("keep the baseline: none shown better"): an estimate that happens to sit below 1 is
+    not evidence (3 equal configurations and a baseline: the baseline is the best estimate in ~1 of 4 null runs).
+
+    Args:
+        analysis: :func:`analyse`'s result (every candidate against ``analysis.control``).
+        candidates: the arms eligible to be picked (a quality guard, an SLO), the control among them or not
+            (default: every compared arm but the A/A one, and the control).
+        higher_is_better: the ratio's good direction (throughput: True; a time: False).
+        versus_runner_up: compare the pick with the runner-up (False: skip the Tukey interval, e.g. in a simulation).
+
+    Returns:
+        :class:`Pick`.
+
+    Raises:
+        ParameterError: no candidate, or a candidate the analysis does not compare with its control.
+    """
+    control = analysis.control
+    cands = list(dict.fromkeys(candidates if candidates is not None else [control, *analysis.compared()]))
+    if not cands:
+        raise ParameterError("candidates: at least one arm to pick from")
+    for a in cands:
+        if a != control and a not in analysis.arms:
+            raise ParameterError(f"candidates: {a!r} is not compared with the control {control!r}")
+    est = {a: 1.0 if a == control else analysis.arms[a].estimate for a in cands}
+    sign = 1.0 if higher_is_better else -1.0
+    key = (lambda a: sign * math.log(est[a]) if est[a] > 0 and math.isfinite(est[a]) else -math.inf)
+    ranked = sorted(cands, key=key, reverse=True)            # stable: ties keep the candidates' order
+    pick = ranked[0]
+    runner = ranked[1] if len(ranked) > 1 else None
+    vs_runner = None      # a runner-up that is the control: the pick's comparison with the control is that one
+    if (versus_runner_up and runner is not None and runner != control and pick in analysis.table
+            and runner in analysis.table):
+        vs_runner = pick_versus(analysis, pick, runner, candidates=len(cands))
+    worse = "lower" if higher_is_better else "higher"
+    if pick != control:
+        d = analysis.arms[pick]
+        return Pick(pick, control, runner, d, vs_runner, d.verdict, d.direction,
+                    d.rounds_needed if d.verdict == "undecided" else 0)
+    others = [analysis.arms[a] for a in cands if a != control]
+    open_ = [d for d in others if not (d.verdict == "equivalent" or (d.verdict == "direction" and d.direction == worse))]
+    if open_:
+        needs = [d.rounds_needed for d in open_]
+        need = None if any(n is None for n in needs) else max(needs)
+        return Pick(pick, control, runner, None, vs_runner, "undecided", "", need, tuple(d.arm for d in open_))
+    if not others:
+        return Pick(pick, control, runner, None, vs_runner, "undecided", "", None)
+    if all(d.verdict == "equivalent" for d in others):
+        return Pick(pick, control, runner, None, vs_runner, "equivalent", "", 0)
+    return Pick(pick, control, runner, None, vs_runner, "direction", "higher" if higher_is_better else "lower", 0)
 
 
 # ----------------------------------------------------------------------------- paired binary outcomes

@@ -565,14 +565,22 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def holm_levels(pvalues: Sequence[float], alpha: float = 1 - CONFIDENCE) -> list[float]:
-    """The confidence level Holm's procedure tests each comparison at: the comparison ranked ``i`` (0-based,
-    ascending p) at ``1 - alpha / (m - i)``; an interval at that level excludes the null exactly when that
-    step rejects. NaN p-values get the plain level ``1 - alpha``."""
+    """The confidence level of each comparison's interval so that it agrees with Holm's step-down decisions: the
+    comparison ranked ``i`` (0-based, ascending p) at ``1 - alpha / (m - i)`` while every step before it rejected;
+    once a step fails to reject, that step and every later one at the failing step's level ``1 - alpha / (m - j)``
+    (Holm stops there: a later comparison, whose p is at least the failing one's, cannot reject, and an interval at
+    its own step's wider level could exclude the null beside a verdict that refused it: p = [0.03, 0.04] put the
+    second at 95%, excluding 1 at p = 0.04, after the first step failed at 0.025). An interval at the returned level
+    then excludes the null exactly when Holm rejects. NaN p-values get the plain level ``1 - alpha``."""
     p = np.asarray(list(pvalues), dtype=float)
     out = [1 - alpha] * len(p)
     idx = [i for i in np.argsort(p, kind="stable") if np.isfinite(p[i])]
+    m, stop = len(idx), None
     for rank, i in enumerate(idx):
-        out[i] = 1 - alpha / (len(idx) - rank)
+        step = rank if stop is None else stop
+        out[i] = 1 - alpha / (m - step)
+        if stop is None and not p[i] < alpha / (m - rank):
+            stop = rank
     return out
 
 

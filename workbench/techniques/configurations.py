@@ -23,6 +23,13 @@ from workbench.stats.slo import slo_verdict
 from workbench.techniques import rungs
 
 AXES = ("dtype", "attn_implementation", "cache_implementation", "compile", "torch_threads", "quantization")
+#: the design's per-configuration columns a point carries (engine_tuning.design_configurations): one value per
+#: configuration, copied to its row of :func:`configurations`
+DESIGN_COLUMNS = ("speedup_vs_baseline", "speedup_low", "speedup_high", "baseline", "time_ratio", "time_ratio_low",
+                  "time_ratio_high", "time_ratio_level", "time_ratio_method", "time_ratio_verdict",
+                  "time_ratio_direction", "rounds_needed", "seconds_needed", "margin", "aa_ratio", "aa_low", "aa_high",
+                  "aa_verdict", "design", "rounds", "round_drift", "design_seconds", "seconds_per_round",
+                  "design_stopped")
 JOINT = ("cache_implementation", "compile")  # searched as one axis: compile only exists with a static cache
 
 
@@ -95,8 +102,10 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
     """One row per configuration: mean ``e2e_s_p50`` over workloads (the objective), worst TTFT/TPOT p50,
     predictions, the guard, the SLO verdict at the SLO's own percentile (:func:`workbench.stats.slo.slo_verdict`: ``meets_slo``
     True, False or None when the sample cannot decide, ``slo_percentile``, ``slo_note``), ``valid`` (no point
-    marked invalid), ``eligible`` (ok, valid, guard passed, SLO not missed) and the speed-up over the baseline
-    (the first configuration measured in grid order) with its 95% interval (:func:`speedup_interval`:
+    marked invalid), ``eligible`` (ok, valid, guard passed, SLO not missed), ``baseline`` (True on the row of the
+    design's marked control; older runs: the first row) and the speed-up over the baseline: a design's block
+    analysis (:data:`DESIGN_COLUMNS`: ``time_ratio`` with its simultaneous interval and verdict, ``speedup_*`` its
+    inverse, the A/A columns), else a 95% Welch interval over repeats (:func:`speedup_interval`:
     ``speedup_vs_baseline``, ``speedup_low``, ``speedup_high``; NaN bounds with a single repeat)."""
     if points.empty:
         return pd.DataFrame()
@@ -134,16 +143,18 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
         r["invalid_reason"] = "" if r["valid"] or not len(ok) else str(ok.loc[invalid, "invalid_reason"].iloc[0]) \
             if "invalid_reason" in ok else "invalid"
         r["eligible"] = r["status"] == "ok" and r["valid"] and r["guard_passed"] and r["meets_slo"] is not False
-        for col in ("speedup_vs_baseline", "speedup_low", "speedup_high", "speedup_p_holm", *comparison.COLUMNS):
+        for col in DESIGN_COLUMNS:
             if "design" in ok and len(ok) and isinstance(ok["design"].iloc[0], str) and col in ok:
-                r["_" + col] = ok[col].iloc[0]  # the interleaved design's verdict (measure_configurations)
+                r["_" + col] = ok[col].iloc[0]  # the design's decision (engine_tuning.design_configurations)
         r["_workloads"] = {(w.get("batch_size"), w.get("prompt_tokens")):
                            (w.get("log_e2e_s_mean", float("nan")), w.get("log_e2e_s_sd", float("nan")),
                             checks.int_or(w.get("n_repeats"), 0)) for _, w in ok.iterrows()}
         rows.append(r)
     out = pd.DataFrame(rows)
     out["meets_slo"] = out["meets_slo"].astype(object)
-    base_e2e, base_w = out["e2e_s_p50"].iloc[0], out["_workloads"].iloc[0]
+    marked = out.index[out["_baseline"].fillna(False).astype(bool)] if "_baseline" in out else []
+    base = marked[0] if len(marked) else out.index[0]     # the marked control; older runs: the first row
+    base_e2e, base_w = out.loc[base, "e2e_s_p50"], out.loc[base, "_workloads"]
     ratios = []
     for _, r in out.iterrows():
         common = [k for k in base_w if k in r["_workloads"]]
@@ -153,9 +164,11 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
         else:  # no repeat statistics (older runs): the ratio of mean e2e p50, no interval
             ratios.append((base_e2e / r["e2e_s_p50"], float("nan"), float("nan")))
     out["speedup_vs_baseline"], out["speedup_low"], out["speedup_high"] = zip(*ratios) if ratios else ((), (), ())
-    if "_design" in out and out["_design"].notna().all():  # interleaved: paired by round, Holm, the A/A control
-        for col in ("speedup_vs_baseline", "speedup_low", "speedup_high", "speedup_p_holm", *comparison.COLUMNS):
-            out[col] = out["_" + col]
+    if "_design" in out and out["_design"].notna().all():  # one design: the block analysis's decisions
+        for col in DESIGN_COLUMNS:
+            if "_" + col in out:
+                out[col] = out["_" + col]
+    out["baseline"] = out.index == base
     out = out.drop(columns=[c for c in out if c.startswith("_") and c != "_workloads"])
     out["e2e_ratio"] = out["e2e_s_p50"] / out["predicted_e2e_s"]
     for col in ("search", "search_evaluated", "search_grid", "search_converged"):  # set by an adaptive run
@@ -167,20 +180,21 @@ def configurations(points: pd.DataFrame, cfg_slo: slo.SLO | None = None) -> pd.D
 def recommend(configs: pd.DataFrame) -> pd.Series | None:
     """The fastest eligible configuration (ok and valid points, guard passed, SLO not missed), or None.
 
-    Measured interleaved (a ``design`` on every row, :func:`workbench.experiments.engine_tuning.measure_configurations`)
-    the fastest is the highest paired ``speedup_vs_baseline``: the within-round ratios cancel a drift shared by a
-    round, which the medians of absolute ``e2e_s_p50`` over the rounds keep (a run whose baseline moved 69% between
-    neighbouring rounds recommended bfloat16+int8 at 1.17x over bfloat16 at 1.30x on its 2% lower median).
-    Otherwise (configurations measured one after another) the lowest mean ``e2e_s_p50``."""
+    Measured as one design (a ``design`` on every row, :func:`workbench.experiments.engine_tuning.design_configurations`)
+    the fastest is the highest ``speedup_vs_baseline`` from the block analysis of the rounds (the baseline at 1): the
+    rounds as blocks cancel a drift shared by a round, which the medians of absolute ``e2e_s_p50`` over the rounds
+    keep (a run whose baseline moved 69% between neighbouring rounds recommended bfloat16+int8 at 1.17x over
+    bfloat16 at 1.30x on its 2% lower median). Whether the pick is decided is :func:`workbench.stats.blocks.best_of`'s
+    (the finding's). Otherwise (configurations measured one after another) the lowest mean ``e2e_s_p50``."""
     if configs.empty:
         return None
     ok = configs[configs["eligible"]]
     if ok.empty:
         return None
-    paired = ("design" in ok and "speedup_vs_baseline" in ok and ok["design"].map(lambda d: isinstance(d, str)).all()
-              and ok["speedup_vs_baseline"].notna().all())
-    if paired:
-        return ok.loc[comparison.paired_best(ok["speedup_vs_baseline"], lower_is_better=False)]
+    designed = ("design" in ok and "speedup_vs_baseline" in ok and ok["design"].map(lambda d: isinstance(d, str)).all()
+                and ok["speedup_vs_baseline"].notna().all())
+    if designed:
+        return ok.loc[ok["speedup_vs_baseline"].astype(float).idxmax()]
     return ok.sort_values("e2e_s_p50").iloc[0]
 
 
@@ -192,43 +206,59 @@ def objective(row) -> float:
 # ----------------------------------------------------------------------------- in words
 
 
+def designed(configs) -> bool:
+    """True when the rows come from one design (every row carries its ``time_ratio_verdict``)."""
+    return (not configs.empty and "time_ratio_verdict" in configs and "design" in configs
+            and configs["design"].map(lambda d: isinstance(d, str)).all())
+
+
 def aa_moved(configs: pd.DataFrame) -> bool:
-    """True when the configurations carry an A/A control whose interval excludes 1 (the design moved)."""
+    """True when the configurations carry an A/A control that moved: a direction in the design's analysis (older
+    runs: an A/A interval excluding 1)."""
     if configs.empty or "aa_low" not in configs:
         return False
+    if designed(configs):
+        return bool((configs["aa_verdict"] == "direction").any())
     lo, hi = configs["aa_low"].iloc[0], configs["aa_high"].iloc[0]
     return bool(lo == lo and hi == hi and (lo > 1 or hi < 1))
 
 
 def aa_sentence(configs: pd.DataFrame) -> str:
-    """The noise floor beside the finding: ``"A/A control (the baseline against itself, 8 interleaved rounds):
-    1.00x, interval 0.97-1.03x; Holm over 7 comparisons."``; empty for a run without the control."""
+    """The noise floor beside the finding: ``"A/A control (the baseline against itself, 4 interleaved rounds):
+    1.01x, 95% interval 0.95-1.07x, equivalent."``; empty for a run without the control."""
     if configs.empty or "aa_ratio" not in configs or not isinstance(configs["design"].iloc[0], str):
         return ""
     r = configs.iloc[0]
-    m = len(configs) - 1
+    rounds = checks.int_or(r.get("rounds"), 0)
     if not (r["aa_low"] == r["aa_low"]):
-        floor = f"{r['aa_ratio']:.2f}x (no interval: {int(r['rounds'])} round)"
+        floor = f"{r['aa_ratio']:.2f}x (no interval: {rounds} round)"
     else:
-        floor = f"{r['aa_ratio']:.2f}x, 95% interval {r['aa_low']:.2f}-{r['aa_high']:.2f}x"
-    moved = f" {comparison.AA_MOVED}: no comparison here is supported." if aa_moved(configs) else ""
+        floor = f"{r['aa_ratio']:.2f}x, interval {r['aa_low']:.2f}-{r['aa_high']:.2f}x"
+    verdict = f", {r['aa_verdict']}" if isinstance(r.get("aa_verdict"), str) and r.get("aa_verdict") else ""
+    moved = " The A/A control moved: drift, not configurations; no comparison here is decided." if aa_moved(
+        configs) else ""
     drifted = comparison.drift_text(r.get("round_drift", float("nan")))
-    return (f"A/A noise floor (the baseline against itself, {int(r['rounds'])} {r['design']} rounds): {floor}; "
-            f"intervals Holm-adjusted over {m} comparisons.{moved}" + (f" {drifted}" if drifted else ""))
+    return (f"A/A control (the baseline's latency against itself, {rounds} {r['design']} rounds): {floor}"
+            f"{verdict}.{moved}" + (f" {drifted}" if drifted else ""))
 
 
 def speedup_phrase(r) -> str:
-    """``1.59x (95% interval 1.41-1.79x: faster)``: a direction only when the interval excludes 1 (an interleaved
-    run: at the configuration's Holm level, the direction from its Holm-adjusted p-value)."""
+    """``1.59x (95% simultaneous interval 1.41-1.79x: faster)``. A row of one design: the block analysis's verdict
+    (faster / slower, equivalent within the margin, or undecided with the rounds that would decide it); an older
+    run's row: a direction only when its Welch interval excludes 1."""
     x, lo, hi = r["speedup_vs_baseline"], r.get("speedup_low", float("nan")), r.get("speedup_high", float("nan"))
+    v = r.get("time_ratio_verdict")
+    if isinstance(v, str) and v:
+        level = checks.float_or_nan(r.get("time_ratio_level"))
+        body = (f"{x:.2f}x ({level:.0%} simultaneous interval {lo:.2f}-{hi:.2f}x" if lo == lo else
+                f"{x:.2f}x (no interval: {r.get('time_ratio_method') or 'too few rounds'}")
+        if v == "direction":
+            return f"{body}: {'faster' if r.get('time_ratio_direction') == 'lower' else 'slower'})"
+        if v == "equivalent":
+            return f"{body}: equivalent within +-{checks.float_or_nan(r.get('margin')) - 1:.0%})"
+        need = checks.float_or_nan(r.get("rounds_needed"))
+        return f"{body}: undecided" + (f", about {need:.0f} rounds would decide it)" if need == need else ")")
     if not (lo == lo and hi == hi):
         return f"{x:.2f}x (no interval: a single repeat, so no direction)"
     verdict = "faster" if lo > 1 else ("slower" if hi < 1 else "no difference beyond noise")
-    p = r.get("speedup_p_holm", float("nan"))
-    if p == p and p is not None:
-        level = "Holm-adjusted interval"
-        if p >= 1 - evidence.CONFIDENCE:
-            verdict = "no difference beyond noise"
-    else:
-        level = "95% interval"
-    return f"{x:.2f}x ({level} {lo:.2f}-{hi:.2f}x: {verdict})"
+    return f"{x:.2f}x (95% interval {lo:.2f}-{hi:.2f}x: {verdict})"

@@ -423,3 +423,51 @@ def compiled_graphs() -> int:
         return int(counters["stats"]["unique_graphs"])
     except Exception:  # noqa: BLE001 - no dynamo: nothing compiled
         return 0
+
+
+# ----------------------------------------------------------------------------- the ladder's recommendation
+
+
+def recommend(analysis, eligible, baseline: str = "float32", versus_runner_up: bool = True) -> tuple:
+    """The speed ladder's recommendation (``benchmarks/ladder.py``): a rung decided faster than the baseline, the
+    best of the rungs inside the quality tolerance, compared with its runner-up.
+
+    The decision is :func:`workbench.stats.blocks.best_of` over the baseline and ``eligible`` (decode tokens/s,
+    higher is better) on the ladder's design (:mod:`workbench.run.design`: interleaved rounds, the A/A arm, the block
+    analysis's simultaneous intervals over every rung, the sequential looks). A rung is recommended only when its
+    comparison with the baseline is a direction "higher" (faster beyond noise at the family's level): the older
+    ladder recommended the best of ~11 rungs on its unadjusted lower bound (11% of null runs against a nominal
+    2.5%) and never read its own A/A control; a moved A/A control recommends nothing.
+
+    Args:
+        analysis: :class:`workbench.stats.blocks.Analysis` of decode tokens/s, the baseline its control.
+        eligible: the rungs inside the quality tolerance (the guard passed).
+        baseline: the baseline rung.
+        versus_runner_up: compare the pick with its runner-up (False: skip the Tukey interval, a simulation).
+
+    Returns:
+        ``(pick or None, sentence)``: :class:`workbench.stats.blocks.Pick` and the recommendation in words.
+    """
+    from workbench.stats import blocks
+
+    cands = [baseline] + [r for r in eligible if r != baseline and r in analysis.arms]
+    pick = blocks.best_of(analysis, cands, higher_is_better=True, versus_runner_up=versus_runner_up)
+    words = ("faster", "slower")
+    if analysis.aa_moved:
+        return pick, (f"no recommendation: the A/A control moved ({analysis.aa_decision.interval_text()}): the "
+                      f"machine drifted between rounds, rerun on a quiet machine")
+    if pick.keeps_control:
+        why = {"direction": "every rung inside the quality tolerance is slower beyond noise or equivalent",
+               "equivalent": "every rung inside the quality tolerance is equivalent within the margin",
+               "undecided": f"none is shown faster ({', '.join(map(str, pick.open))} undecided"
+                            + (f"; about {pick.rounds_needed} rounds would decide it" if pick.rounds_needed else "")
+                            + ")"}[pick.verdict]
+        return pick, f"keep {baseline}: {why}"
+    vs = pick.versus_control
+    if not (vs.verdict == "direction" and vs.direction == "higher"):
+        return pick, (f"no recommendation: the best rung inside the quality tolerance, "
+                      f"{vs.describe(str(pick.pick), words=words)}, is not decided faster than {baseline}")
+    text = f"recommended: {vs.describe(f'{pick.pick} vs {baseline}', words=words)}"
+    if pick.versus_runner_up is not None:
+        text += "; " + pick.versus_runner_up.describe(f"against the runner-up {pick.runner_up}", words=words)
+    return pick, text

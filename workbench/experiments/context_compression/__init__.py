@@ -9,18 +9,16 @@ log-likelihood (:func:`workbench.techniques.answering.gold_logprob`) and ROUGE-L
 (:func:`workbench.measure.quality.rouge_l`). A chat experiment compares lossless KV prefix reuse with compression of
 a chat history whose fact sits in an early turn.
 
-Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ document points and ``repeats`` >= 2 the document
-points are arms measured interleaved by round (:func:`measure_interleaved`): round ``r`` measures every (strategy,
-ratio, context length, depth) point once at seed ``seed + r``, plus ``none`` a second time on every task (the A/A
-control: one request per task per round, not a point), in an order shuffled per round from the seed. Per context
-length, each (strategy, ratio)'s total time (compressor + answer) over ``none``'s is judged from paired log ratios
-whose unit is the (round, task) pair (a task is a depth: both answer the same task in the same round), Holm over
-the length's arms (:func:`compare_lengths`: ``time_ratio`` columns on every point of the arm); every point carries
-its length's A/A columns (:data:`workbench.stats.comparison.COLUMNS`; ``rounds`` counts rounds, ``round_drift`` is
-``none``'s largest change between neighbouring rounds on one task), the noise floor :func:`finding` prints beside
-the time claim and ``compression_time_ratio`` shades. Quality stays per request (greedy answers repeat). With one
-repeat nothing pairs: each point runs on its own (:func:`measure_point`) and the finding says so. The chat sweep
-(``compression_chat``) stays point by point.
+Design (issue 49; :mod:`workbench.run.design`): with 2+ document points and ``repeats`` >= 2 the arms are the
+(strategy, ratio, context length) triples, each length's ``none`` their marked control, the first length's ``none``
+again as the A/A arm (:func:`document_design`, :func:`measure_design`). Round ``k`` answers every arm's task at depth
+``depths[k % T]``: the tasks are taken in turn, so the arms of a round answer the same task and a round is a (pass,
+task) unit; the rounds are the blocks of the analysis (:mod:`workbench.stats.blocks`: one pooled variance,
+simultaneous intervals, three verdicts), rounds added while a strategy is undecided. The primary outcome is the
+total time (compressor + answer, a fixed answer length), ``time_ratio`` on every point of the arm. Answer quality is
+a paired analysis over the same tasks (:func:`quality_versus_none`: McNemar with an exact interval; a task's match the
+majority over its passes, greedy answers repeating). ``summary`` (one depth only) and the chat sweep
+(``compression_chat``) are measured point by point; with one repeat every point is.
 
 Point columns beyond :func:`workbench.stats.metrics.summarize_point`: ``<quality>_mean`` over the repeats
 (:data:`QUALITY_COLUMNS`) and ``<time or count>_p50`` (:data:`TIME_COLUMNS`). Entry points: :class:`Config`,
@@ -33,8 +31,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from pathlib import Path
 
-from workbench.stats import comparison, evidence
+from workbench import checks
+from workbench.errors import ParameterError
+from workbench.stats import blocks, evidence
 from workbench.measure import generation, quality
 from workbench.share import plots
 from workbench.experiments.context_compression import charts as fc
@@ -46,7 +47,8 @@ from workbench.techniques.compression import LOSSLESS, STRATEGIES, compress, emb
 from workbench.measure.generation import GenerationSettings
 from workbench.run import point_result
 from workbench.run.point_result import PointResult
-from workbench.run.sweeps import SweepConfig, block_share, run_sweep
+from workbench.run import design, results
+from workbench.run.sweeps import SweepConfig, run_sweep
 from workbench.inputs import haystack
 
 EXPERIMENT = "compression"
@@ -64,8 +66,12 @@ TIME_COLUMNS = ("compressor_s", "total_s", "ttft_total_s", "achieved_ratio", "co
 
 
 @dataclasses.dataclass
-class Config(SweepConfig):
+class Config(SweepConfig, design.DesignFields):
     """The context-compression sweep (notebook ``06_context_compression``).
+
+    With 2+ document points and ``repeats`` >= 2 they are one design (:func:`document_design`): ``repeats`` passes
+    over the tasks (depths) first, then up to ``max_rounds`` passes while a strategy's total time against ``none``
+    is undecided and ``budget_s`` allows; ``margin`` is the equivalence margin.
 
     Attributes:
         strategies: strategies over the document task (from :data:`workbench.techniques.compression.STRATEGIES`;
@@ -104,6 +110,7 @@ class Config(SweepConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
         check_choice_list("strategies", self.strategies, STRATEGIES)
         check_choice_list("chat_strategies", self.chat_strategies, STRATEGIES, allow_empty=True)
         check_float_list("ratios", self.ratios, 1)  # validated only: the values (2, not 2.0) name the points
@@ -137,6 +144,10 @@ class Config(SweepConfig):
             for n in self.summary_lengths:
                 pts.append({"strategy": "summary", "ratio": max(self.ratios), "context_tokens": n, "depth": mid})
         return pts
+
+    def design_arms(self) -> int:
+        """The design's arms (``workbench plan``): one per (strategy, ratio, context length) but ``summary``."""
+        return len({(p["strategy"], p["ratio"], p["context_tokens"]) for p in self.grid() if p["strategy"] != "summary"})
 
     def plan_points(self) -> list[tuple[str, dict]]:
         """``(experiment, point)`` of both sweeps :func:`run` measures (``workbench plan`` counts them): the
@@ -264,78 +275,111 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
                        extra=_point_extra(requests, kind))
 
 
-def compare_lengths(table) -> dict:
-    """Per context length, each (strategy, ratio) arm's total time over ``none``'s from the interleaved rounds.
+TOTAL_TIME = design.Outcome("total_s", False, "total time (compressor + answer)", "time_ratio")
 
-    Args:
-        table: one row per timed request: ``context_tokens``, ``depth``, ``round``, ``arm`` (``(strategy,
-            ratio)``, or :data:`workbench.stats.comparison.AA` for ``none`` measured again) and ``value``
-            (``total_s``).
+
+def arm_key(p: dict) -> str:
+    """A document point's arm: its (strategy, ratio, context length), every depth (task) of it one arm."""
+    return f"{p['strategy']}@{p['ratio']:g}@{int(p['context_tokens'])}"
+
+
+def designed_points(cfg: Config, points: list[dict]) -> list[dict]:
+    """The document points measured as the design's arms: every point but ``summary``'s (run at one depth only, so
+    it has no task in every round; measured point by point)."""
+    return [p for p in points if p["strategy"] != "summary"]
+
+
+def document_design(cfg: Config, points: list[dict]) -> design.Design:
+    """The document points as one design (:func:`measure_design`): the arms are the (strategy, ratio, context
+    length) triples (:func:`arm_key`), each length's ``none`` the marked control of its arms (groups), the first
+    length's ``none`` again as the A/A arm; the primary outcome the request's total time (compressor + answer). Round
+    ``k`` answers every arm's task at depth ``depths[k % T]`` (T depths, in turn), so a round is a (pass, task) unit:
+    the arms of a round answer the same task, and the tasks' different times sit in the round's block effect.
+    ``repeats`` passes first (``repeats * T`` rounds), up to ``max_rounds`` passes."""
+    pts = designed_points(cfg, points)
+    arms = list(dict.fromkeys(arm_key(p) for p in pts))
+    groups: dict = {}
+    for p in pts:
+        groups.setdefault(int(p["context_tokens"]), []).append(arm_key(p))
+    controls = {}
+    for L, members in groups.items():
+        base = f"none@1@{L}"
+        if base in members:
+            controls[base] = list(dict.fromkeys(members))
+    if not controls:
+        raise ParameterError("strategies: the design compares with none; add 'none' to strategies")
+    t = len(cfg.depths)
+    kw = cfg.design_kwargs()
+    kw.update(min_rounds=cfg.repeats * t, max_rounds=max(cfg.max_rounds, cfg.repeats) * t)
+    members = [a for m in controls.values() for a in m]
+    return design.Design(EXPERIMENT, [a for a in arms if a in members], next(iter(controls)), TOTAL_TIME,
+                         groups=controls, **kw)
+
+
+def measure_design(loaded, cfg: Config, points: list[dict], state: dict, run_dir=None) -> dict[str, PointResult]:
+    """Every document point measured through one design (:func:`document_design`, :func:`workbench.run.design.run_design`).
+
+    Round ``k`` answers each arm's task at depth ``depths[k % T]`` (:func:`evaluate`, the pass ``k // T`` at seed
+    ``cfg.seed + k // T``), in an order shuffled per round, and ``none`` at the first length again (the A/A arm,
+    timed, kept apart). ROUGE-L is scored afterwards against ``none``'s first answer of the task.
+
+    Args: as :func:`measure_point`'s, with ``points`` the document grid (:meth:`Config.grid`) and ``run_dir`` the run
+        folder (rounds stored and resumed there).
 
     Returns:
-        ``{(context_tokens, (strategy, ratio)): columns}``: the arm's ``time_ratio`` columns (pairs within (round,
-        task) units, the task the depth; Holm over the length's arms) and the length's A/A columns (none without
-        ``none``).
+        ``{point_id: PointResult}`` of the designed points: a request per pass (``repeat`` = pass), ``extra`` as
+        :func:`measure_point`'s plus the arm's design columns (``time_ratio`` with its simultaneous interval and
+        verdict, the A/A columns, ``rounds``: the design's (pass, task) rounds).
     """
-    out = {}
-    for n, g in table.groupby("context_tokens"):
-        base = next((a for a in g["arm"] if a != comparison.AA and a[0] == "none"), None)
-        if base is not None:
-            comp = comparison.compare(g, base, task="depth")
-            for a in dict.fromkeys(g["arm"]):
-                if a != comparison.AA:
-                    out[(n, a)] = {**comparison.arm_columns(comp, a), **comp.columns()}
-    return out
-
-
-def measure_interleaved(loaded, cfg: Config, points: list[dict], state: dict) -> dict[str, PointResult]:
-    """Every document point as an interleaved arm (:mod:`workbench.stats.comparison`), with the A/A control.
-
-    ``cfg.repeats`` rounds: round ``r`` measures every point once (:func:`evaluate` at seed ``cfg.seed + r``)
-    plus ``none`` a second time on every task (:data:`workbench.stats.comparison.AA`: timed, neither scored nor
-    stored), in an order shuffled per round from ``cfg.seed``; then :func:`compare_lengths` on the ``total_s``.
-    ROUGE-L is scored afterwards against ``none``'s round-0 answer of the task (no untimed reference request
-    where ``none`` was measured).
-
-    Args: as :func:`measure_point`'s, with ``points`` the document grid (:meth:`Config.grid`).
-
-    Returns:
-        ``{point_id: PointResult}``: a row per round (``repeat`` = round), ``extra`` as :func:`measure_point`'s
-        plus the ``time_ratio`` and A/A columns (NaN at a length without ``none``).
-    """
-    import pandas as pd
-
     kind = state.get("task", cfg.task)
     references = state.setdefault("references", {})
-    by_pid = {point_result.point_id(EXPERIMENT, p): p for p in points}
-    tasks = {}
-    for p in points:
-        tasks.setdefault((p["context_tokens"], p["depth"]), _task(loaded, cfg, kind, p))
-    arms = [*by_pid, *[(comparison.AA, pid) for pid, p in by_pid.items() if p["strategy"] == "none"]]
-    got, table = {pid: [] for pid in by_pid}, []
-    for rnd, arm in comparison.schedule(arms, cfg.repeats, cfg.seed):
-        again = isinstance(arm, tuple)
-        p = by_pid[arm[1] if again else arm]
-        task = tasks[(p["context_tokens"], p["depth"])]
-        rec = evaluate(loaded, task, p["strategy"], p["ratio"], cfg.settings(cfg.seed + rnd), score=not again,
+    pts = designed_points(cfg, points)
+    d = document_design(cfg, points)
+    t = len(cfg.depths)
+    by_arm = {}
+    for p in pts:
+        by_arm.setdefault(arm_key(p), p)
+    tasks: dict = {}
+
+    def task_of(L, depth):
+        if (L, depth) not in tasks:
+            tasks[(L, depth)] = _task(loaded, cfg, kind, {"context_tokens": L, "depth": depth})
+        return tasks[(L, depth)]
+
+    def measure(arm, rnd):
+        p = by_arm[arm]
+        depth = cfg.depths[rnd % t]
+        task = task_of(int(p["context_tokens"]), depth)
+        rec = evaluate(loaded, task, p["strategy"], p["ratio"], cfg.settings(cfg.seed + rnd // t),
                        scores=state.setdefault("scores", {}), chunk_tokens=cfg.chunk_tokens)
-        table.append({"context_tokens": p["context_tokens"], "depth": p["depth"], "round": rnd,
-                      "arm": comparison.AA if again else (p["strategy"], p["ratio"]), "value": rec["total_s"]})
-        if not again:
-            got[arm].append(_request(rec, rnd, task))
-    for pid, p in by_pid.items():  # none's first answer is the task's reference
-        if p["strategy"] == "none":
-            task = tasks[(p["context_tokens"], p["depth"])]
-            references[(task.key, cfg.max_new_tokens, cfg.ignore_eos, cfg.temperature, cfg.seed)] = got[pid][0]["text"]
-    ratios = compare_lengths(pd.DataFrame(table))
+        rec = _request(rec, rnd // t, task)
+        rec["_depth"] = depth
+        return design.Measured({TOTAL_TIME.name: rec["total_s"]}, [rec], rec["e2e_s"])
+
+    result = design.run_design(d, measure, None, run_dir=run_dir)
+    design.remember_spread(result, Path(run_dir).name if run_dir is not None else "")
+    state["design"] = result
     out = {}
-    for pid, p in by_pid.items():
-        reference = _reference(loaded, cfg, tasks[(p["context_tokens"], p["depth"])], references)
-        for rec in got[pid]:
+    got = {}
+    for arm in d.arms:
+        for rec in result.requests.get(arm, []):
+            rec["repeat"] = int(rec["repeat"]) // t        # the runner's round -> the pass over the tasks
+            got.setdefault((arm, rec.pop("_depth")), []).append(rec)
+    for p in pts:     # none's first answer is the task's reference
+        if p["strategy"] == "none":
+            first = sorted(got.get((arm_key(p), p["depth"]), []), key=lambda r: r["repeat"])
+            task = task_of(int(p["context_tokens"]), p["depth"])
+            if first:
+                references[(task.key, cfg.max_new_tokens, cfg.ignore_eos, cfg.temperature, cfg.seed)] = first[0]["text"]
+    for p in pts:
+        arm, pid = arm_key(p), point_result.point_id(EXPERIMENT, p)
+        recs = sorted(got.get((arm, p["depth"]), []), key=lambda r: r["repeat"])
+        reference = _reference(loaded, cfg, task_of(int(p["context_tokens"]), p["depth"]), references)
+        for rec in recs:
             first_none = p["strategy"] == "none" and rec["repeat"] == 0
             rec["rouge_l"] = 1.0 if first_none else quality.rouge_l(rec["text"], reference)
-        extra = {**_point_extra(got[pid], kind), **ratios.get((p["context_tokens"], (p["strategy"], p["ratio"])), {})}
-        out[pid] = PointResult(requests=got[pid], wall_s=sum(x["total_s"] for x in got[pid]), extra=extra)
+        extra = {**_point_extra(recs, kind), **result.point_columns(arm)}
+        out[pid] = PointResult(requests=recs, wall_s=sum(x["total_s"] for x in recs), extra=extra)
     return out
 
 
@@ -344,8 +388,9 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
 
     First ``cfg.warmup`` untimed warm-ups (:func:`workbench.measure.generation.warm_up`, a scoring pass, and the
     embedder when ``dense`` runs). With 2+ document points and ``repeats`` >= 2 the document points are measured
-    interleaved with the A/A control (:func:`measure_interleaved`) and reach the disk together when the last round
-    ends; else, and for the chat sweep, point by point (:func:`measure_point`).
+    as one design (:func:`measure_design`; every finished round on disk, a resume continues from the last) and
+    reach the points table when it stops; else, and for ``summary`` and the chat sweep, point by point
+    (:func:`measure_point`).
 
     Returns:
         ``(points, chat_points)`` DataFrames (``chat_points`` empty when ``chat_lengths`` or
@@ -362,12 +407,15 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False):
     references: dict = {}  # shared by both sweeps
     doc_state = {"task": cfg.task, "references": references}
     grid = cfg.grid()
+    made: dict = {}
+    if "none" in cfg.strategies and len(designed_points(cfg, grid)) >= 2 and cfg.repeats >= 2:   # one design
+        done = results.finished_points(run_dir) if resume else set()
+        if any(point_result.point_id(EXPERIMENT, p) not in done for p in designed_points(cfg, grid)):
+            made = measure_design(loaded, cfg, grid, doc_state, run_dir)
 
     def measure(p):
-        if len(grid) < 2 or cfg.repeats < 2:
-            return measure_point(loaded, cfg, p, doc_state)
-        return block_share(doc_state, point_result.point_id(EXPERIMENT, p),
-                           lambda: measure_interleaved(loaded, cfg, grid, doc_state))
+        pid = point_result.point_id(EXPERIMENT, p)
+        return made[pid] if pid in made else measure_point(loaded, cfg, p, doc_state)
 
     doc = run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, info=loaded.info, loaded=loaded, config=cfg)
     chat = pd.DataFrame()
@@ -503,90 +551,204 @@ def _label(strategy, ratio) -> str:
     return strategy + (f" at ratio {ratio:g}" if strategy not in LOSSLESS and ratio == ratio else "")
 
 
-def _versus_none(at, strategy, ratio, level: float, paired: bool, name: str) -> tuple[str, str, str, str]:
-    """One arm against ``none`` at one length: ``(match verdict, time verdict, match phrase, time clause)``. Match:
-    Newcombe interval of the difference of shares over the tasks at ``level``; time: the points' paired ratio
-    (``paired``: :func:`workbench.stats.comparison.verdict_columns`, its clause with the A/A noise floor), else a
-    Welch ratio over the tasks at ``level``."""
-    mine, none = _arm(at, strategy, ratio), at[at["strategy"] == "none"]
-    k, n, k0, n0 = int(round(mine[MATCH].sum())), len(mine), int(round(none[MATCH].sum())), len(none)
-    mv = evidence.difference_verdict(evidence.difference_interval(k, n, k0, n0, level))
-    word = {"higher": "better than", "lower": "worse than"}.get(mv, "no different beyond noise from")
-    vs = f"{word} none's {k0} of {n0}"
-    if paired:
-        return mv, comparison.verdict_columns(mine.iloc[0]), vs, comparison.describe_columns(mine.iloc[0], name)
-    t = evidence.ratio_interval(mine[TOTAL], none[TOTAL], level, unit="tasks")
-    return mv, evidence.ratio_verdict(t), vs, evidence.describe_ratio(t, name)
+def task_matches(points) -> dict:
+    """``{(strategy, ratio, context_tokens): {depth: 0 or 1}}``: each task's answer match, the majority over its
+    passes (greedy answers repeat, so a task is one unit, never one per pass)."""
+    out: dict = {}
+    for _, r in points.iterrows():
+        if MATCH in r and r[MATCH] == r[MATCH]:
+            out.setdefault((r["strategy"], r["ratio"], int(r["context_tokens"])), {})[r["depth"]] = int(r[MATCH] >= 0.5)
+    return out
 
 
-def finding(points) -> "evidence.Finding":
-    """Per context length: the best strategy (answer match, then likelihood, then total time, valid points only),
-    with its evidence against ``none``: answer match over the tasks (one per depth; Newcombe interval of the
-    difference of shares, at Holm's first level ``1 - 0.05 / m`` for the best of ``m`` arms) and total time: from
-    interleaved rounds the points' paired ratio (``time_ratio``: (round, task) units, Holm over the arms) with the
-    A/A noise floor beside it; from one repeat (nothing paired, no control; said so) a Welch ratio over the tasks.
+def quality_versus_none(points, strategy, ratio, L) -> dict:
+    """Answer match of an arm against ``none`` over the same tasks (depths) at length ``L``:
+    :func:`workbench.stats.blocks.paired_binary` (McNemar, exact interval, +-10 points equivalence), plus ``lost``:
+    the tasks ``none`` answers and the arm does not."""
+    m = task_matches(points)
+    mine, none = m.get((strategy, ratio, L), {}), m.get(("none", 1, L), {}) or m.get(("none", 1.0, L), {})
+    depths = sorted(set(mine) & set(none))
+    a, b = [mine[d] for d in depths], [none[d] for d in depths]
+    got = blocks.paired_binary(a, b)
+    got["lost"] = sum(1 for x, y in zip(a, b) if y == 1 and x == 0)
+    got["k"], got["k0"] = sum(a), sum(b)
+    return got
 
-    A pick other than ``none`` is backed when its match is better or its total time shorter beyond noise; ``none``
-    itself when every other arm is worse in match or slower beyond noise; with an A/A control that moved nothing is
-    ("not supported: the A/A control moved"). The finding is supported only when every length's pick is backed; a
-    pick that is not says why in the first sentence, so that its mark agrees.
+
+def _quality_text(q: dict) -> str:
+    """The paired answer-match comparison in words: its verdict and difference in points, with the interval and
+    McNemar's p, or, where no task differs, that the tasks cannot tell."""
+    n, v = q["n"], q["verdict"]
+    head = f"answer match vs none over {n} paired task{'s' if n != 1 else ''}"
+    if not q["high"] > q["low"]:
+        return (f"{head}: undecided: the same on every task (no task differs; {n} task{'s' if n != 1 else ''} cannot "
+                f"bound the difference within +-10 points)")
+    word = {"direction": "higher" if q["direction"] == "higher" else "lower",
+            "equivalent": "equivalent within +-10 points"}.get(v, "undecided")
+    return (f"{head}: {word}, {q['difference'] * 100:+.0f} points ({q['low'] * 100:+.0f} to {q['high'] * 100:+.0f}; "
+            f"{q['method']})")
+
+
+def _analysis(usable, run_dir=None):
+    """The design's analysis of total time: rebuilt from the run folder's design table when ``run_dir`` holds it,
+    else from the decisions the points carry (one row per arm)."""
+    import pandas as pd
+
+    if run_dir is not None:
+        again = design.reanalyse(run_dir, EXPERIMENT)
+        if again is not None and again[1] is not None:
+            return again[1]
+    rows = usable.drop_duplicates(["strategy", "ratio", "context_tokens"])
+    arms = {}
+    for _, r in rows.iterrows():
+        d = design.decision_from_row(r, TOTAL_TIME)
+        if d is not None:
+            arms[arm_key(r)] = dataclasses.replace(d, arm=arm_key(r), control=f"none@1@{int(r['context_tokens'])}")
+    if not arms:
+        return None
+    r0 = rows.iloc[0]
+    return blocks.Analysis(next(iter(arms.values())).control, None, arms, str(r0.get("time_ratio_method") or ""),
+                           True, float("nan"), float("nan"), checks.int_or(r0.get("rounds"), 0), 0.05,
+                           checks.float_or_nan(r0.get("margin")), float("nan"), pd.DataFrame())
+
+
+def finding(points, run_dir=None) -> "evidence.Finding":
+    """Per context length: the recommended strategy and the decisions behind it.
+
+    Total time (compressor + answer) is the primary outcome, from the design's block analysis (:func:`measure_design`:
+    (pass, task) rounds as blocks, each length's ``none`` its arms' control). The pick of a length is
+    :func:`workbench.stats.blocks.best_of` over ``none`` and the strategies that keep every answer ``none`` gets
+    right on the measured tasks: the fastest estimate, against ``none`` and against its runner-up; ``none`` itself
+    only when every such strategy is slower beyond noise or equivalent. Answer quality is the paired analysis of the
+    same tasks (:func:`quality_versus_none`: McNemar with an exact interval), reported beside it with its own verdict
+    ("match 2 of 2 tasks" decides nothing). The verdict: every length decided (a direction where any is, else
+    equivalent), else undecided with the most rounds any length needs; undecided when the A/A control moved. One
+    repeat (no design): the pick's Welch ratio over the tasks, a direction only when it excludes 1.
+
+    Args:
+        points: the document points.
+        run_dir: the run folder (the design's table: the runner-up comparison).
 
     Returns:
-        :class:`workbench.stats.evidence.Finding`.
+        :class:`workbench.stats.evidence.Finding` with its verdict.
     """
     usable = evidence.usable_points(points)
-    best = best_strategy(usable)
-    if best.empty:
-        return evidence.Finding("No valid compression point finished.", "", False)
-    parts, clauses, ev, supported, ids = [], [], [], True, []
-    for _, r in best.iterrows():
-        L, pick = int(r["context_tokens"]), (r["strategy"], r["ratio"])
-        at = usable[usable["context_tokens"] == L]
-        paired = "time_ratio" in at and "design" in at and bool((at["design"].notna() & at["time_ratio"].notna()).any())
-        others = [a for a in dict.fromkeys(zip(at["strategy"], at["ratio"])) if a[0] != "none"]
-        level = 1 - (1 - evidence.CONFIDENCE) / max(1, len(others))  # the best of m arms: Holm's first step
-        ids += list(evidence.point_ids(_arm(at, *pick))) + list(evidence.point_ids(at[at["strategy"] == "none"]))
-        k, n = int(round(_arm(at, *pick)[MATCH].sum())), len(_arm(at, *pick))  # one task per point
-        text = f"{L} tokens: {_label(*pick)} (match {k} of {n} tasks"
-        moved = paired and comparison.aa_moved_columns(at[at["design"].notna()].iloc[0])
-        has_none = bool((at["strategy"] == "none").any())
-        if pick[0] != "none" and has_none:
-            name = f"{_label(*pick)} at {L} tokens, total time vs none"
-            mv, tv, vs, clause = _versus_none(at, *pick, level, paired, name)
-            clauses.append(clause)
-            text += f", {vs}, total {r[TOTAL]:.2f} s vs {r['none_' + TOTAL]:.2f} s)"
-            why = (comparison.AA_MOVED if moved else "" if mv == "higher" or tv == "lower" else
-                   "not supported: match not better and total time not shorter than none's beyond noise")
-            ev.append(f"{L} tokens: {n} and {int((at['strategy'] == 'none').sum())} tasks (one per depth); the best of "
-                      f"{len(others)} arms, match interval at {level:.1%} (Holm's first step)")
+    if usable.empty:
+        return evidence.Finding("No valid compression point finished.", "", False, verdict="undecided")
+    designed = "time_ratio_verdict" in usable and usable["time_ratio_verdict"].fillna("").ne("").any()
+    analysis = _analysis(usable, run_dir) if designed else None
+    parts, ev, decisions, ids = [], [], [], []
+    for L, at in usable.groupby("context_tokens"):
+        L = int(L)
+        arms = [a for a in dict.fromkeys(zip(at["strategy"], at["ratio"])) if a[0] != "none" and a[0] != "summary"]
+        none = at[at["strategy"] == "none"]
+        ids += list(evidence.point_ids(none))
+        if none.empty or not arms:
+            parts.append(f"{L} tokens: " + ("none was not measured" if none.empty else "no strategy compared"))
+            decisions.append(("undecided", None))
+            continue
+        t0 = float(none[TOTAL].mean())
+        quality = {a: quality_versus_none(usable, *a, L) for a in arms}
+        keep = [a for a in arms if quality[a]["lost"] == 0]
+        lost = [f"{_label(*a)} loses the answer on {quality[a]['lost']} of {quality[a]['k0']} tasks none answers"
+                for a in arms if quality[a]["lost"]]
+        if designed and analysis is not None:
+            base = f"none@1@{L}"
+            sub = dataclasses.replace(analysis, control=base, arms={k: v for k, v in analysis.arms.items()
+                                                                    if k.endswith(f"@{L}") and k != base})
+            keys = {arm_key({"strategy": a[0], "ratio": a[1], "context_tokens": L}): a for a in arms}
+            cands = [base] + [k for k, a in keys.items() if a in keep and k in sub.arms]
+            pick = blocks.best_of(sub, cands, higher_is_better=False)
+            spr = checks.float_or_nan(at["seconds_per_round"].iloc[0]) if "seconds_per_round" in at else float("nan")
+            if pick.keeps_control:
+                why = {"undecided": "no strategy that keeps the answers is shown faster, but "
+                                    f"{', '.join(_label(*keys[k]) for k in pick.open)} "
+                                    f"{'is' if len(pick.open) == 1 else 'are'} undecided against it",
+                       "equivalent": "every strategy that keeps the answers is equivalent within the margin",
+                       "direction": "every strategy that keeps the answers is slower beyond noise or equivalent"}
+                text = (f"{L} tokens: keep none ({t0:.2f} s total){' for now' if pick.verdict == 'undecided' else ''}"
+                        f": {why[pick.verdict]}")
+                if pick.verdict == "undecided" and pick.rounds_needed:
+                    text += f" (about {pick.rounds_needed} rounds would decide it at the observed spread)"
+            else:
+                a = keys[pick.pick]
+                mine = _arm(at, *a)
+                q = quality[a]
+                ids += list(evidence.point_ids(mine))
+                text = (f"{L} tokens: {_label(*a)} ({mine[TOTAL].mean():.2f} s total vs none's {t0:.2f} s; "
+                        f"answers match on {q['k']} of {q['n']} tasks, none on {q['k0']}): "
+                        + pick.versus_control.describe("total time vs none", words=("slower", "faster"),
+                                                       seconds_per_round=spr))
+                if pick.versus_runner_up is not None and pick.runner_up is not None:
+                    rival = keys.get(pick.runner_up, ("none", 1))
+                    text += "; " + pick.versus_runner_up.describe(f"against the runner-up {_label(*rival)}",
+                                                                  words=("slower", "faster"), seconds_per_round=spr)
+                text += f"; {_quality_text(q)}"
+            decisions.append((pick.verdict, pick.rounds_needed))
         else:
-            text += f", total {r[TOTAL]:.2f} s)"
-            verdicts = [_versus_none(at, *a, level, paired, "")[:2] for a in others]
-            why = (comparison.AA_MOVED if moved else "not supported: none not measured at this length" if not has_none
-                   else "not supported: no strategy compared" if not others else
-                   "" if all(mv == "lower" or tv == "higher" for mv, tv in verdicts) else
-                   "not supported: not better than every other strategy beyond noise (match or total time)")
-            ev.append(f"{L} tokens: {n} tasks; no strategy beat none on match, likelihood and time")
-        supported &= not why
-        parts.append(text + (f": {why}" if why else ""))
-        if paired:
-            ev[-1] += f"; total time paired within {int(at['rounds'].dropna().iloc[0])} interleaved rounds x tasks"
-    text = "Best strategy per context length - " + "; ".join(parts) + "."
-    if clauses:
-        text += " " + " ".join(c + "." for c in clauses)
-    if "design" not in usable or not usable["design"].notna().any():
-        text += " Measured point by point (one repeat): no paired ratios, no A/A control."
-    elif not clauses:
-        aa = comparison.aa_from_columns(usable[usable["design"].notna()].iloc[0])
-        text += f" {comparison.noise_floor_text(aa, 'interleaved', aa.n if aa else None)}."
-    return evidence.Finding(text, "valid points only; " + "; ".join(ev), supported, tuple(dict.fromkeys(ids)))
+            fastest = min(keep, key=lambda a: float(_arm(at, *a)[TOTAL].mean()), default=None)
+            if fastest is None:
+                text = f"{L} tokens: keep none ({t0:.2f} s total): every strategy loses an answer none gets right"
+                decisions.append(("undecided", None))
+            else:
+                mine = _arm(at, *fastest)
+                ids += list(evidence.point_ids(mine))
+                iv = evidence.ratio_interval(mine[TOTAL], none[TOTAL], unit="tasks")
+                v = evidence.ratio_verdict(iv)
+                text = (f"{L} tokens: {_label(*fastest)} ({mine[TOTAL].mean():.2f} s total vs none's {t0:.2f} s): "
+                        + evidence.describe_ratio(iv, "total time vs none") + f"; {_quality_text(quality[fastest])}")
+                decisions.append(("direction" if v in ("higher", "lower") else "undecided", None))
+        if lost:
+            text += "; " + "; ".join(lost)
+        parts.append(text)
+        ev.append(f"{L} tokens: {len(arms)} strategies against none over {len(none)} tasks (one per depth)")
+    open_ = [d for d in decisions if d[0] == "undecided"]
+    verdict = ("undecided" if open_ else "direction" if any(d[0] == "direction" for d in decisions) else "equivalent")
+    needs = [d[1] for d in open_]
+    need = max(needs) if needs and all(n is not None for n in needs) else None
+    text = "Context compression - " + "; ".join(parts) + "."
+    fields: dict = {"verdict": verdict}
+    if designed:
+        row = usable[usable["time_ratio_verdict"].fillna("").ne("") | (usable["strategy"] == "none")].iloc[0]
+        fields = design.finding_fields(row)
+        fields["verdict"] = verdict
+        if verdict == "undecided":
+            spr = checks.float_or_nan(row.get("seconds_per_round"))
+            fields["rounds_needed"] = need
+            fields["seconds_needed"] = (max(need - fields["rounds"], 0) * spr if need and math.isfinite(spr)
+                                        else None)
+        if row.get("aa_verdict") == "direction":
+            text += " The A/A control moved (none against itself shows a direction): drift, not strategies."
+            fields["verdict"] = "undecided"
+        ev.append(f"total time: {design.evidence_text(row)}; a round answers every arm on one task (depth), the "
+                  f"tasks in turn; the pick against its runner-up at Tukey's level; answer match paired over the "
+                  f"tasks (McNemar exact), a task's match the majority over its passes")
+    else:
+        text += " Measured point by point (one repeat): Welch ratios over the tasks, no rounds, no A/A control."
+    return evidence.Finding(text, "valid points only; " + "; ".join(ev), True, tuple(dict.fromkeys(ids)), **fields)
 
 
 # ----------------------------------------------------------------------------- figures
 
 
+def time_ratio_figure(points, run_dir=None):
+    """Each (strategy, ratio)'s total time over ``none``'s at its context length with the simultaneous interval its
+    verdict was read from, each round's ratio faint, the equivalence band and the A/A control
+    (:func:`workbench.share.figures_design.ratio_figure`)."""
+    from workbench.share import figures_design
+
+    df = plots.ok_points(points).drop_duplicates(["strategy", "ratio", "context_tokens"])
+    df = df.assign(point_id=df.apply(arm_key, axis=1), arm=df.apply(lambda r: _label(r["strategy"], r["ratio"]),
+                                                                   axis=1))
+    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, TOTAL_TIME.name)
+    return figures_design.ratio_figure(
+        df, "arm", TOTAL_TIME.prefix, rounds, group="context_tokens", name=lambda n: f"{n:g} tokens",
+        x_title="strategy (target ratio)", y_title="total time / none's (x)",
+        title="Total time (compressor + answer) over none (simultaneous 95% intervals; faint: each round)")
+
+
 @plots.split_by_device
-def figures(points, chat_points=None) -> dict:
+def figures(points, chat_points=None, run_dir=None) -> dict:
     """The experiment's figures, by name, in report order (:mod:`.charts`).
 
     - ``quality_vs_ratio``: answer match, gold log-likelihood and ROUGE-L vs achieved ratio;
@@ -594,7 +756,7 @@ def figures(points, chat_points=None) -> dict:
     - ``total_vs_length`` and ``break_even``: total time vs context length, and the fitted break-even;
     - ``depth_length_heatmap``: gold log-likelihood per needle depth x context length;
     - ``best_strategy``: the best strategy per context length;
-    - ``compression_time_ratio``: total time over none with the A/A band, from interleaved rounds;
+    - ``compression_time_ratio``: total time over none with the design's intervals, each round faint (``run_dir``);
     - ``chat``: the chat experiment (TTFT, prefilled tokens, match), when given.
     """
     s = summarise(points)
@@ -604,8 +766,8 @@ def figures(points, chat_points=None) -> dict:
                                           "time is repaid by the prefill it saves (fits over all points)"),
             "depth_length_heatmap": fc.depth_length_heatmap(points),
             "best_strategy": fc.table_figure(best_strategy(points), "Best strategy per context length")}
-    if "time_ratio" in points and points["time_ratio"].notna().any():  # interleaved rounds (issue 32)
-        figs["compression_time_ratio"] = fc.time_ratio(points)
+    if "time_ratio" in points and points["time_ratio"].notna().any():  # one design (issue 49)
+        figs["compression_time_ratio"] = time_ratio_figure(points, run_dir)
     if chat_points is not None and len(chat_points):
         figs["chat"] = fc.chat(chat_points)
     return figs
@@ -613,6 +775,6 @@ def figures(points, chat_points=None) -> dict:
 
 __all__ = [
     "EXPERIMENT", "CHAT_EXPERIMENT", "Config", "answer_scores", "evaluate", "measure_point", "run",
-    "measure_interleaved", "compare_lengths", "summarise", "break_even", "quality_at", "best_strategy", "finding",
+    "document_design", "measure_design", "quality_versus_none", "task_matches", "summarise", "break_even", "quality_at", "best_strategy", "finding",
     "figures",
 ]

@@ -2,10 +2,10 @@
 
 The point columns they read (names of :mod:`workbench.stats.columns`) are defined here, the experiment imports them:
 :func:`quality_vs_ratio` and :func:`time_vs_ratio` (per strategy, from the summary over depths),
-:func:`total_vs_length`, :func:`depth_length_heatmap`, :func:`time_ratio` (total time over ``none`` paired within
-rounds and tasks, with the A/A band: :func:`workbench.stats.comparison.ratio_figure`), :func:`chat` and
-:func:`table_figure` (:func:`workbench.share.plots.table_figure`: the break-even lengths, the best strategy per
-length). Each returns a plotly figure; the experiment assembles them in ``figures``.
+:func:`total_vs_length`, :func:`depth_length_heatmap`, :func:`chat` and :func:`table_figure`
+(:func:`workbench.share.plots.table_figure`: the break-even lengths, the best strategy per length). Each returns a
+plotly figure; the experiment assembles them in ``figures`` (its total-time comparison is the design's figure,
+:func:`workbench.share.figures_design.ratio_figure`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import plotly.graph_objects as go
 
 from workbench.share import plots
 from workbench.share.plots import table_figure  # noqa: F401 - the tables' one home, used as fc.table_figure
-from workbench.stats import comparison
 
 # point columns the summaries and figures read
 MATCH, LOGPROB, ROUGE = "substring_match_mean", "gold_logprob_mean", "rouge_l_mean"
@@ -72,19 +71,6 @@ def depth_length_heatmap(points: pd.DataFrame) -> go.Figure:
                                     f"(ratio {max(h['ratio']):g}x)",
                               labels={"depth_label": "needle depth", "length_label": "context (tokens)",
                                       LOGPROB: plots.label(LOGPROB)})
-
-
-def time_ratio(points: pd.DataFrame) -> go.Figure:
-    """Each (strategy, ratio)'s total time over ``none``'s at its context length (paired within (round, task)
-    units, the interval at the arm's Holm level), one marker series per length, the A/A noise floor shaded."""
-    df = plots.ok_points(points).drop_duplicates(["strategy", "ratio", "context_tokens"])
-    df = df.assign(arm=df["strategy"] + df.apply(lambda r: "" if r["strategy"] == "none" or r["ratio"] == 1
-                                                 else f" {r['ratio']:g}x", axis=1))
-    fig = comparison.ratio_figure(df, "arm", group="context_tokens", name=lambda n: f"{n:g} tokens", marker_size=10)
-    fig.update_layout(title="Total time (compressor + answer) over none (paired within rounds and tasks; grey band: "
-                            "the A/A noise floor)", xaxis_title="strategy (target ratio)",
-                      yaxis_title="total-time ratio vs none (x)")
-    return plots.legend_below(fig)
 
 
 def chat(chat_points: pd.DataFrame) -> go.Figure:

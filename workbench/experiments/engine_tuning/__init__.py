@@ -21,17 +21,22 @@ Method:
   within ``max_perplexity_ratio`` and ``max_kl_mean``; one that fails is shown and marked, never recommended.
 - Utilisation: MBU and MFU of a point count the bytes of the model it measured (the configuration's dtype) over
   the peaks probed in that dtype (:func:`workbench.predict.roofline_calibration.measured_utilisation`), not the notebook's float32 model.
-- Recommendation: the fastest configuration (lowest mean ``e2e_s_p50`` over the workloads) on valid points that
-  passes the guard and does not miss the SLO at the SLO's own percentile (p99 for MLPerf presets and ``custom``,
-  p90 for DistServe's), judged only where the point's samples support that percentile (:func:`workbench.stats.slo.slo_verdict`).
-  Its speed-up over the baseline comes with an interval, and "faster" / "slower" only when it excludes 1. A grid
-  is measured interleaved (:func:`measure_configurations`, :mod:`workbench.stats.comparison`): every round measures
-  every configuration once plus the baseline a second time (the A/A control), the order shuffled per round;
-  the speed-up is the t interval over rounds of the paired within-round log ratios, each configuration at its
-  Holm level over the configurations compared (the recommendation is the best of ``m``). The A/A interval is
-  the noise floor printed beside the finding and shaded on ``engine_speedup``; when it excludes 1 the
-  comparative claims are "not supported: the A/A control moved". (Older runs and the adaptive search, whose
-  configurations are measured one after another: Welch's t on log repeat latencies, :func:`speedup_interval`.)
+- Recommendation: the fastest configuration on valid points that passes the guard and does not miss the SLO at the
+  SLO's own percentile (p99 for MLPerf presets and ``custom``, p90 for DistServe's), judged only where the point's
+  samples support that percentile (:func:`workbench.stats.slo.slo_verdict`). A grid of 2+ configurations with
+  ``repeats`` >= 2 is one design (:func:`design_configurations`, :mod:`workbench.run.design`): the configurations
+  are the arms, the baseline (:meth:`Config.baseline`, each axis's first value) the marked control, measured again
+  each round as the A/A control; the primary outcome is a round's request latency (geometric mean over workloads of
+  the batch's mean ``e2e_s``), analysed as a block design (rounds as blocks, one pooled variance, Dunnett's
+  simultaneous intervals; :mod:`workbench.stats.blocks`) with three verdicts, rounds added while a comparison is
+  open (:mod:`workbench.stats.sequential`). The recommendation's decision is
+  :func:`workbench.stats.blocks.best_of` (:func:`choice`): the fastest estimate against the baseline and against
+  its runner-up (Tukey); the baseline itself only when every other eligible configuration is slower beyond noise or
+  equivalent (the baseline's best estimate alone decided ~1 in 4 null runs). Configurations that cost a model load
+  (dtype, quantization) stay loaded (``order="interleaved"``); where a device's memory cannot hold them,
+  ``order="blocks"`` loads one at a time in A B B A order. (One repeat, and the adaptive search, whose
+  configurations are measured one after another: Welch's t on log repeat latencies, :func:`speedup_interval`, a
+  direction only when it excludes 1.)
 - ``search="adaptive"``: coordinate descent (:func:`workbench.experiments.engine_tuning.search.coordinate_search`; one axis at a time from the baseline,
   keeping the best value, the way a tuner bisects one knob while holding the rest) measuring at most a third
   of the grid (at least one full pass), with the drift reference measured around the whole search as around a
@@ -39,7 +44,8 @@ Method:
   show whether it reaches the full grid's recommendation. The finding prints ONE recommendation, names the
   search that produced it, and gives the other's disagreement as a caveat (:func:`headline`).
 
-The first value of each axis list is the baseline that ratios are taken against.
+The first value of each axis list is the baseline that ratios are taken against (marked in the design and in
+the ``baseline`` column, never read from a table's row order).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -54,17 +61,18 @@ import plotly.graph_objects as go
 from workbench.measure import contention
 from workbench.run import point_result
 from workbench import checks
-from workbench.stats import comparison, evidence, slo
+from workbench.stats import blocks, evidence, slo
 from workbench.stats.evidence import repeat_statistics
-from workbench.run import drift, results, rung_timing, sweeps
+from workbench.run import design, drift, results, rung_timing, sweeps
 from workbench.measure import config_models, guard, models, quality
 from workbench.measure.device import supported_attention, supported_dtypes, threads, usable_cores
 from workbench.predict import predictions, roofline_calibration
 from workbench.predict.roofline_calibration import measured_utilisation
 from workbench.techniques import rungs
 from workbench.techniques.configurations import (AXES, JOINT, aa_moved, aa_sentence, build_configuration, config_key,
-                                                 config_name, configurations, generate_kwargs, load_configuration,
-                                                 objective, recommend, speedup_interval, speedup_phrase, valid)
+                                                 config_name, configurations, designed, generate_kwargs,
+                                                 load_configuration, objective, recommend, speedup_interval,
+                                                 speedup_phrase, valid)
 from workbench.experiments.engine_tuning.charts import fig_guard, fig_prediction, fig_speed, fig_speedup
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
@@ -80,8 +88,13 @@ SEARCHES = ("grid", "adaptive")
 
 
 @dataclasses.dataclass
-class Config(SweepConfig):
+class Config(SweepConfig, design.DesignFields):
     """The engine-tuning sweep (notebook ``09_engine_tuning``).
+
+    A grid with 2+ configurations and ``repeats`` >= 2 is one design (:func:`design_configurations`): ``repeats``
+    rounds first, then up to ``max_rounds`` while a configuration's comparison with the baseline is undecided and
+    ``budget_s`` allows; ``margin`` is the equivalence margin. The baseline (:meth:`baseline`) is the grid's first
+    configuration, each axis's first value: the design's marked control.
 
     Attributes:
         dtypes: weight/compute dtypes (:func:`workbench.measure.device.supported_dtypes` of the device).
@@ -101,6 +114,9 @@ class Config(SweepConfig):
         slo_preset: a :mod:`workbench.stats.slo` preset or ``custom`` (then ``slo_ttft_s`` / ``slo_tpot_s``).
         search: ``grid`` (every configuration) or ``adaptive`` (:func:`workbench.experiments.engine_tuning.search.coordinate_search`, <= 1/3 of the grid).
         calibrate: fit the roofline's overheads on this machine first when no calibration is cached.
+        order: ``interleaved`` (every configuration kept loaded, the order shuffled per round) or ``blocks`` (one
+            configuration loaded at a time, A B B A: where a device's memory cannot hold every dtype and
+            quantization at once).
     """
 
     dtypes: list = dataclasses.field(default_factory=lambda: ["float32", "bfloat16"])
@@ -125,10 +141,13 @@ class Config(SweepConfig):
     slo_tpot_s: float = 0.25
     search: str = "grid"
     calibrate: bool = True
+    order: str = "interleaved"
     repeats: int = 2  # an interval over rounds needs 2 (the notebook's default, one place: its parameters cell agrees)
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
+        checks.check_choice("order", self.order, design.ORDERS)
         dev = models.pick_device(self.device)
         checks.check_str_list("dtypes", self.dtypes)
         for d in self.dtypes:
@@ -192,6 +211,15 @@ class Config(SweepConfig):
     def configurations(self) -> list[dict]:
         """Every valid configuration (compile only with a static cache), grid order (dtype outermost)."""
         return [c for c in sweeps.expand_grid(**self.axes()) if valid(c)]
+
+    def design_arms(self) -> int:
+        """The design's arms (``workbench plan``): one per configuration, its workloads measured together."""
+        return len(self.configurations())
+
+    def baseline(self) -> dict:
+        """The configuration every other is compared with: the grid's first, each axis's first value (the first
+        valid one), marked as the design's control."""
+        return self.configurations()[0]
 
     def workloads(self) -> list[dict]:
         return sweeps.expand_grid(batch_size=self.batch_sizes, prompt_tokens=self.prompt_tokens)
@@ -284,37 +312,47 @@ def add_prediction_and_use(extra: dict, requests: list, point: dict, cfg: Config
     extra.update(repeat_statistics(requests))
 
 
-def measure_configurations(loaded, cfg: Config, configurations: list[dict], state: dict) -> dict[str, PointResult]:
-    """Measure configurations as interleaved arms (:mod:`workbench.stats.comparison`) with the A/A control.
+E2E = design.Outcome("e2e_s", False, "request latency (e2e)", "time_ratio")
 
-    Every round measures every configuration once at every workload, plus the baseline (the first configuration)
-    a second time as the A/A control (:data:`workbench.stats.comparison.AA`), in an order shuffled per round from
-    ``cfg.seed``; ``cfg.repeats`` rounds. All configurations stay loaded (:func:`load_configuration` is
-    memoised), so switching costs nothing. Before round 0 each configuration warms up at each workload
-    (``cfg.warmup`` batches; a compiled one runs one full untimed request instead: ``compile_s``). Round ``r``
-    uses seed ``cfg.seed + r`` for every arm, so a round's arms see the same inputs.
 
-    The speed-up of each configuration over the baseline is judged from the paired within-round ratios of the
-    request latency (mean ``e2e_s`` of a round's batch, geometric mean over workloads), Holm over the
-    configurations compared (:func:`workbench.stats.comparison.compare`).
+def _records_wall(records: list[dict]) -> float:
+    """The timed wall time of a point's rounds: one batch wall time per round."""
+    seen = {}
+    for r in records:
+        seen.setdefault(r.get("repeat"), float(r.get("batch_wall_s") or 0.0))
+    return float(sum(seen.values()))
+
+
+def design_configurations(loaded, cfg: Config, configurations: list[dict], state: dict,
+                          run_dir=None) -> dict[str, PointResult]:
+    """Measure configurations as the arms of one design (:mod:`workbench.run.design`).
+
+    Every round measures every configuration once at every workload (round ``r`` at seed ``cfg.seed + r``), plus
+    the baseline a second time (the A/A control), in an order shuffled per round (``cfg.order == "interleaved"``:
+    every configuration stays loaded, :func:`load_configuration`'s models kept here) or forward then reverse
+    (``"blocks"``, A B B A: one configuration loaded at a time, loaded and warmed up again at each switch, where a
+    device's memory cannot hold them all). The control is the baseline, :meth:`Config.baseline` (marked, never the
+    first row of a table); the primary outcome a configuration's request latency in a round: the geometric mean over
+    workloads of its batch's mean ``e2e_s``. Before its first round each configuration warms up at each workload
+    (``cfg.warmup`` batches; a compiled one runs one full untimed request instead: ``compile_s``). The design adds
+    rounds up to ``cfg.max_rounds`` while a configuration's comparison is undecided and the budget allows.
 
     Args:
         loaded: the notebook's model (unused for timing; each configuration runs its own).
-        configurations: configuration dicts (:meth:`Config.configurations`); the first is the baseline.
+        configurations: configuration dicts (:meth:`Config.configurations`); the baseline among them.
         state: the sweep's shared state (``logits_processor`` applies here too).
+        run_dir: the run folder (rounds stored and resumed there).
 
     Returns:
-        ``{point_id: PointResult}`` per configuration x workload: ``requests`` with ``repeat`` = round,
-        ``extra`` with ``config``, ``compile_s``, ``speedup_vs_baseline`` / ``speedup_low`` / ``speedup_high``
-        (baseline e2e / configuration e2e, at the configuration's Holm level), ``speedup_p_holm`` and the
-        A/A columns (``aa_ratio``, ``aa_low``, ``aa_high``: speed-up of the second baseline over the first,
-        ``design``, ``rounds``); ``contamination``: the load of other processes over all rounds.
+        ``{point_id: PointResult}`` per configuration x workload: ``requests`` with ``repeat`` = round, ``extra``
+        with ``config``, ``baseline`` (True on the baseline's points), ``compile_s``, the design's point columns
+        (:meth:`workbench.run.design.DesignResult.point_columns`: ``time_ratio`` with its simultaneous interval and
+        verdict, the A/A columns, ``rounds``, ``rounds_needed``) and ``speedup_vs_baseline`` / ``speedup_low`` /
+        ``speedup_high`` (``1 / time_ratio``); ``contamination``: other processes' load over all rounds.
 
     Raises:
-        ParameterError: no configurations, or duplicate ones.
+        ParameterError: fewer than 2 configurations, or duplicate ones.
     """
-    if not configurations:
-        raise ParameterError("configurations: at least one configuration to measure (got none)")
     names = [config_name(c) for c in configurations]
     if len(set(names)) != len(names):
         raise ParameterError(f"configurations: duplicates in {names}")
@@ -322,72 +360,89 @@ def measure_configurations(loaded, cfg: Config, configurations: list[dict], stat
     lp = state.get("logits_processor")
     settings = cfg.settings()
     by_name = dict(zip(names, configurations))
-    arms = names + ([comparison.AA] if len(names) else [])
-    monitor = contention.LoadMonitor()
-    prep: dict = {}
-    for name, c in by_name.items():  # warm-up (or compile) of every configuration at every workload
-        model, kw = load_configuration(cfg, c), generate_kwargs(c, dev)
+    base = config_name(cfg.baseline())
+    kept: dict = {}
+    meta: dict = {}
+
+    def model_of(name):
+        if name not in kept:
+            if cfg.order == "blocks":
+                kept.clear()                      # one configuration in memory at a time
+            kept[name] = (load_configuration(cfg, by_name[name]), generate_kwargs(by_name[name], dev))
+            return kept[name], True
+        return kept[name], False
+
+    def warm(name, model, kw):
+        c = by_name[name]
+        t0 = time.perf_counter()
         for w in cfg.workloads():
             prompts = build_batch(model.tokenizer, int(w["batch_size"]), int(w["prompt_tokens"]))
             with threads(c.get("torch_threads")):
-                t0, compile_s = time.perf_counter(), float("nan")
+                t1 = time.perf_counter()
                 if c.get("compile"):
                     generate_measured(model, prompts, settings, generate_kwargs=kw, logits_processor=lp)
-                    compile_s = time.perf_counter() - t0
+                    meta.setdefault((name, w["batch_size"], w["prompt_tokens"]), time.perf_counter() - t1)
                 else:
                     warm_up(model, prompts, settings, cfg.warmup, generate_kwargs=kw, logits_processor=lp)
-            prep[(name, w["batch_size"], w["prompt_tokens"])] = dict(
-                model=model, kw=kw, prompts=prompts, compile_s=compile_s, warmup_s=time.perf_counter() - t0,
-                requests=[], wall_s=0.0)
-    rows = []
-    for rnd, arm in comparison.schedule(arms, cfg.repeats, cfg.seed):
-        name = names[0] if arm == comparison.AA else arm
+        return time.perf_counter() - t0
+
+    def prepare(name):
+        (model, kw), _ = model_of(name)
+        return warm(name, model, kw)
+
+    def measure(name, rnd):
+        (model, kw), fresh = model_of(name)
+        if fresh and cfg.order == "blocks":      # loaded again after a switch: warmed up again, untimed
+            warm(name, model, kw)
+        recs, logs, wall = [], [], 0.0
         for w in cfg.workloads():
-            p = prep[(name, w["batch_size"], w["prompt_tokens"])]
+            prompts = build_batch(model.tokenizer, int(w["batch_size"]), int(w["prompt_tokens"]))
             with threads(by_name[name].get("torch_threads")):
-                res = generate_measured(p["model"], p["prompts"], dataclasses.replace(settings, seed=cfg.seed + rnd),
-                                        generate_kwargs=p["kw"], logits_processor=lp)
+                res = generate_measured(model, prompts, dataclasses.replace(settings, seed=cfg.seed + rnd),
+                                        generate_kwargs=kw, logits_processor=lp)
             done = [r["e2e_s"] for r in res.records if r.get("output_tokens", 0) >= 1 and r.get("e2e_s")]
-            rows.append({"arm": arm, "round": rnd, "value": sum(done) / len(done) if done else float("nan")})
-            if arm != comparison.AA:
-                for rec in res.records:
-                    rec.update(repeat=rnd, batch_size=len(p["prompts"]), batch_wall_s=res.wall_s)
-                p["requests"] += res.records
-                p["wall_s"] += res.wall_s
+            logs.append(math.log(sum(done) / len(done)) if done else float("nan"))
+            for rec in res.records:
+                rec.update(batch_size=len(prompts), batch_wall_s=res.wall_s, prompt_tokens_point=w["prompt_tokens"])
+            recs += res.records
+            wall += res.wall_s
+        return design.Measured({E2E.name: math.exp(sum(logs) / len(logs))}, recs, wall)
+
+    d = design.Design(EXPERIMENT, names, base, E2E, order=cfg.order, **cfg.design_kwargs())
+    monitor = contention.LoadMonitor()
+    result = design.run_design(d, measure, prepare, run_dir=run_dir)
     contamination = monitor.stop()
-    comp = comparison.compare(pd.DataFrame(rows), names[0], comparison.AA)
-    cols = comp.columns()
-    if comp.aa is not None:  # the A/A as a speed-up (first baseline / second), like the configurations' ratios
-        inv = comparison.invert_interval(comp.aa)
-        cols.update(aa_ratio=inv.estimate, aa_low=inv.low, aa_high=inv.high)
-    state["comparison"] = comp
+    design.remember_spread(result, Path(run_dir).name if run_dir is not None else "")
+    state["design"] = result
     out = {}
-    for (name, B, L), p in prep.items():
-        c = by_name[name]
-        if name == names[0]:
-            sp = dict(speedup_vs_baseline=1.0, speedup_low=float("nan"), speedup_high=float("nan"),
-                      speedup_p_holm=float("nan"))
-        else:
-            iv = comparison.invert_interval(comp.arms[name].interval)
-            sp = dict(speedup_vs_baseline=iv.estimate, speedup_low=iv.low, speedup_high=iv.high,
-                      speedup_p_holm=comp.arms[name].p_adjusted)
-        pid = point_result.point_id(EXPERIMENT, {**c, "batch_size": B, "prompt_tokens": L})
-        out[pid] = PointResult(requests=p["requests"], wall_s=p["wall_s"], warmup_s=p["warmup_s"],
-                               extra={"config": name, "compile_s": p["compile_s"], **sp, **cols},
-                               contamination=contamination)
+    for name, c in by_name.items():
+        cols = result.point_columns(name)
+        t, lo, hi = cols["time_ratio"], cols["time_ratio_low"], cols["time_ratio_high"]
+        inv = (lambda x: 1.0 / x if x and math.isfinite(x) else float("nan"))
+        cols.update(config=name, baseline=name == base, speedup_vs_baseline=inv(t), speedup_low=inv(hi),
+                    speedup_high=inv(lo))
+        for w in cfg.workloads():
+            B, L = int(w["batch_size"]), int(w["prompt_tokens"])
+            mine = [r for r in result.requests.get(name, []) if r.get("prompt_tokens_point") == L
+                    and r.get("batch_size") == B]
+            for r in mine:
+                r.pop("prompt_tokens_point", None)
+            pid = point_result.point_id(EXPERIMENT, {**c, "batch_size": B, "prompt_tokens": L})
+            out[pid] = PointResult(requests=mine, wall_s=_records_wall(mine),
+                                   warmup_s=result.warmup_s.get(name),
+                                   extra={**cols, "compile_s": meta.get((name, B, L), float("nan"))},
+                                   contamination=dict(contamination))
     return out
 
 
-def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
-    """One point of an interleaved grid: the first call measures every configuration of ``cfg`` at once
-    (:func:`measure_configurations`, kept in ``state``); each call then adds its point's quality guard,
-    prediction, utilisation and repeat statistics (as :func:`measure_point` does for a point measured alone).
+def finish_point(loaded, cfg: Config, point: dict, state: dict, out: PointResult) -> PointResult:
+    """A point of a design (:func:`design_configurations`) completed as :func:`measure_point` completes a point
+    measured alone: its quality guard (once per configuration), the roofline's prediction, utilisation and repeat
+    statistics.
 
     Returns:
         :class:`workbench.run.point_result.PointResult` of the point.
     """
-    out = sweeps.block_share(state, point_result.point_id(EXPERIMENT, point), lambda: measure_configurations(
-        loaded, cfg, state.get("configurations") or cfg.configurations(), state))
     if "reference" not in state:  # a random-weight model has no quality to guard
         state["reference"] = None if config_models.is_config_spec(cfg.model) else reference(cfg)
     predictor = state.get("predictor")
@@ -404,6 +459,8 @@ def measure_interleaved_point(loaded, cfg: Config, point: dict, state: dict) -> 
                 guard_kwargs = rungs.generate_kwargs(point.get("cache_implementation", "dynamic"), False)
                 guards[config_key(point)] = quality_guard(model, state["reference"], cfg, guard_kwargs)
     extra.update(guards[config_key(point)])
+    if point["dtype"] == "bfloat16" and models.pick_device(cfg.device) == "cpu":
+        extra["dtype_note"] = rungs.bf16_support("cpu")[1]
     add_prediction_and_use(extra, out.requests, point, cfg, model, predictor)
     return dataclasses.replace(out, extra=extra)
 
@@ -458,9 +515,16 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
         return measure_point(loaded, cfg, p, state)
 
     kw = dict(resume=resume, slo_ttft_s=lim.ttft_s, slo_tpot_s=lim.tpot_s, info=loaded.info, config=cfg)
-    if cfg.search == "grid":  # every configuration interleaved by round with the A/A control (issue 32)
-        sweeps.run_sweep(run_dir, EXPERIMENT, cfg.grid(), lambda p: measure_interleaved_point(loaded, cfg, p, state),
-                         loaded=loaded, **kw)
+    grid = cfg.grid()
+    if cfg.search == "grid" and cfg.repeats >= 2 and len(cfg.configurations()) >= 2:
+        # every configuration an arm of one design, interleaved by round with the A/A control (issue 49)
+        done = results.finished_points(run_dir) if resume else set()
+        todo = [p for p in grid if point_result.point_id(EXPERIMENT, p) not in done]
+        made = design_configurations(loaded, cfg, cfg.configurations(), state, run_dir) if todo else {}
+        sweeps.run_sweep(run_dir, EXPERIMENT, grid, lambda p: finish_point(
+            loaded, cfg, p, state, made[point_result.point_id(EXPERIMENT, p)]), loaded=loaded, **kw)
+    elif cfg.search == "grid":  # one round (or one configuration): each point on its own, nothing paired
+        sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, loaded=loaded, **kw)
     else:
         ids: list[str] = []
 
@@ -497,19 +561,77 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- findings and figures
 
 
-def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
+def _analysis(configs: pd.DataFrame, run_dir=None) -> blocks.Analysis | None:
+    """The design's analysis of the configurations: rebuilt from the run folder's design table when ``run_dir``
+    holds it (the runner-up comparison needs the rounds), else from the decisions the rows carry."""
+    if run_dir is not None:
+        again = design.reanalyse(run_dir, EXPERIMENT)
+        if again is not None and again[1] is not None:
+            return again[1]
+    if not designed(configs):
+        return None
+    base = configs.loc[configs["baseline"], "config"].iloc[0]
+    arms = {}
+    for _, r in configs[~configs["baseline"]].iterrows():
+        d = design.decision_from_row(r, E2E)
+        if d is not None:
+            arms[r["config"]] = dataclasses.replace(d, arm=r["config"], control=base)
+    r0 = configs.iloc[0]
+    return blocks.Analysis(base, None, arms, str(r0.get("time_ratio_method") or ""), True, float("nan"),
+                           float("nan"), checks.int_or(r0.get("rounds"), 0), 1 - checks.float_or_nan(
+                               r0.get("time_ratio_level")), checks.float_or_nan(r0.get("margin")), float("nan"),
+                           pd.DataFrame())
+
+
+def choice(configs: pd.DataFrame, run_dir=None) -> blocks.Pick | None:
+    """The recommendation as a decision (:func:`workbench.stats.blocks.best_of` over the eligible configurations,
+    latency lower is better): the fastest estimate, against the baseline and its runner-up; the baseline itself only
+    when every other eligible configuration is slower beyond noise or equivalent. None without a design or an
+    eligible configuration."""
+    if not designed(configs) or "baseline" not in configs or not configs["baseline"].any():
+        return None
+    eligible = configs.loc[configs["eligible"].astype(bool), "config"].tolist()
+    analysis = _analysis(configs, run_dir)
+    if analysis is None or not eligible:
+        return None
+    eligible = [c for c in eligible if c == analysis.control or c in analysis.arms]
+    return blocks.best_of(analysis, eligible, higher_is_better=False) if eligible else None
+
+
+def _flags(r) -> str:
+    flags = "" if r["guard_passed"] else f" [guard FAILED: {r['guard_reason']}]"
+    if r.get("valid") is False or r.get("valid") == False:  # noqa: E712
+        flags += f" [invalid: {r.get('invalid_reason', '')}]"
+    if r.get("meets_slo") is False:
+        flags += f" [misses the SLO: {r.get('slo_note', '')}]"
+    if r.get("recompiles", 0) > 0:  # NaN (uncompiled) compares False
+        flags += f" [torch.compile built {int(r['recompiles'])} more graph(s) during the timed repeats]"
+    if math.isfinite(r.get("compile_s", float("nan"))):
+        flags += f" [compile {r['compile_s']:.0f} s, not in the timings]"
+    return flags
+
+
+def _quality(r) -> str:
+    return (f"perplexity x{r['perplexity_ratio']:.4g} (95% upper {r['perplexity_ratio_high']:.4g}), mean KL "
+            f"{r['kl_mean']:.3g} nats vs float32; SLO {r.get('slo_note', '')}")
+
+
+def headline(configs: pd.DataFrame, search: dict | None = None, run_dir=None) -> str:
     """ONE recommendation, the search that produced it, and what holds it up, in one paragraph.
 
     The recommendation comes from the full grid (``search`` given: the :func:`replay_search` of a grid run,
     whose disagreement becomes a caveat) or from the adaptive search (``configs`` of an adaptive run: then
-    the caveat says the rest of the grid was not measured and whether the search converged). Every
-    configuration's ratio to the baseline carries its interval (:func:`speedup_phrase`); the SLO verdict says
-    at which percentile it was checked.
+    the caveat says the rest of the grid was not measured and whether the search converged). A grid measured as
+    one design says the decision behind its choice (:func:`choice`): the pick against the baseline and its
+    runner-up, or "keep the baseline" only when every other configuration is slower beyond noise or equivalent.
+    Every configuration's ratio to the baseline carries its interval and verdict (:func:`speedup_phrase`); the SLO
+    verdict says at which percentile it was checked.
     """
     if configs.empty:
         return "No configuration measured."
     best = recommend(configs)
-    base = configs.iloc[0]
+    base = configs[configs["baseline"]].iloc[0] if "baseline" in configs and configs["baseline"].any() else \
+        configs.iloc[0]
     adaptive_run = "search" in configs and configs["search"].iloc[0] == "adaptive"
     if adaptive_run:
         source = (f"the adaptive search ({int(configs['search_evaluated'].iloc[0])} of "
@@ -517,29 +639,45 @@ def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
     else:
         source = f"the full grid ({len(configs)} configurations measured)"
     parts = []
+    pick = choice(configs, run_dir)
+    words = ("slower", "faster")
     if best is None:
         parts.append(f"No configuration of {source} met the SLO and the quality guard on valid points: none is "
                      f"recommended.")
+    elif pick is not None and pick.keeps_control:
+        row = configs[configs["config"] == pick.pick].iloc[0]
+        if pick.verdict == "undecided":
+            need = (f"; about {pick.rounds_needed} rounds would decide "
+                    f"{'it' if len(pick.open) == 1 else 'them'} at the observed spread" if pick.rounds_needed else "")
+            why = (f"none is shown faster, but {', '.join(map(str, pick.open))} "
+                   f"{'is' if len(pick.open) == 1 else 'are'} undecided against it{need}")
+        elif pick.verdict == "equivalent":
+            why = f"every other configuration is equivalent to it within +-{configs['margin'].iloc[0] - 1:.0%}"
+        else:
+            why = "every other configuration is slower beyond noise or equivalent within the margin"
+        parts.append(f"Keep the baseline{' for now' if pick.verdict == 'undecided' else ''} "
+                     f"({source.replace(' (', ', ').rstrip(')')}): {pick.pick} ({row['e2e_s_p50']:.3f} s per "
+                     f"request): {why}; {_quality(row)}.")
+    elif pick is not None:
+        row = configs[configs["config"] == pick.pick].iloc[0]
+        spr = checks.float_or_nan(row.get("seconds_per_round"))
+        versus = pick.versus_control.describe(f"against the baseline {pick.control}", invert=True, words=words,
+                                              seconds_per_round=spr)
+        parts.append(f"Recommended by {source}: {pick.pick} ({row['e2e_s_p50']:.3f} s per request; {versus}; "
+                     f"{_quality(row)}).")
+        if pick.versus_runner_up is not None:
+            parts.append(pick.versus_runner_up.describe(f"Against the runner-up {pick.runner_up}", invert=True,
+                                                        words=words, seconds_per_round=spr) + ".")
     else:
         versus = ("it is the baseline" if best["config"] == base["config"] else
                   f"{speedup_phrase(best)} against the baseline {base['config']}")
         parts.append(f"Recommended by {source}: {best['config']} ({best['e2e_s_p50']:.3f} s per request; "
-                     f"{versus}; perplexity x{best['perplexity_ratio']:.4g} (95% upper "
-                     f"{best['perplexity_ratio_high']:.4g}), mean KL {best['kl_mean']:.3g} nats vs float32; SLO "
-                     f"{best.get('slo_note', '')}).")
-    for _, r in configs.iloc[1:].iterrows():
+                     f"{versus}; {_quality(best)}).")
+    stated = {base["config"], *([pick.pick] if pick is not None else [])}
+    for _, r in configs[~configs["config"].isin(stated)].iterrows():
         if not math.isfinite(r["speedup_vs_baseline"]):
             continue
-        flags = "" if r["guard_passed"] else f" [guard FAILED: {r['guard_reason']}]"
-        if r.get("valid") is False or r.get("valid") == False:  # noqa: E712
-            flags += f" [invalid: {r.get('invalid_reason', '')}]"
-        if r.get("meets_slo") is False:
-            flags += f" [misses the SLO: {r.get('slo_note', '')}]"
-        if r.get("recompiles", 0) > 0:  # NaN (uncompiled) compares False
-            flags += f" [torch.compile built {int(r['recompiles'])} more graph(s) during the timed repeats]"
-        if math.isfinite(r.get("compile_s", float("nan"))):
-            flags += f" [compile {r['compile_s']:.0f} s, not in the timings]"
-        parts.append(f"{r['config']}: {speedup_phrase(r)}{flags}.")
+        parts.append(f"{r['config']}: {speedup_phrase(r)}{_flags(r)}.")
     floor = aa_sentence(configs)  # the noise floor beside the comparisons it judges
     if floor:
         parts.append(floor)
@@ -562,42 +700,75 @@ def headline(configs: pd.DataFrame, search: dict | None = None) -> str:
     return " ".join(parts)
 
 
-def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFrame | None = None) -> evidence.Finding:
+def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFrame | None = None,
+            run_dir=None) -> evidence.Finding:
     """The report's finding: :func:`headline` as its text, with the evidence behind the recommendation.
 
-    Supported when a configuration is recommended and it is the baseline or its speed-up interval excludes 1
-    (a recommended configuration whose ratio is within noise is an equal choice, not a speed-up).
+    Its verdict: a grid measured as one design carries :func:`choice`'s (the pick against the baseline: a
+    direction, equivalent within the margin, or undecided with the rounds it needs; the baseline kept only when every
+    other eligible configuration is slower beyond noise or equivalent), undecided when the A/A control moved.
+    Without a design (one repeat, the adaptive search) a recommendation other than the baseline is a direction only
+    when its Welch interval excludes 1; anything else is undecided.
 
     Returns:
         :class:`workbench.stats.evidence.Finding` (point ids: the usable points of ``points`` when given).
     """
-    text = headline(configs, search)
+    text = headline(configs, search, run_dir)
+    ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
     if configs.empty:
-        return evidence.Finding(text, "no configuration measured", False)
+        return evidence.Finding(text, "no configuration measured", False, verdict="undecided")
     best = recommend(configs)
+    base = configs[configs["baseline"]].iloc[0] if "baseline" in configs and configs["baseline"].any() else \
+        configs.iloc[0]
+    pick = choice(configs, run_dir)
+    guard_ev = ("quality guard (perplexity ratio and mean KL vs float32 on held-out text, upper 95% bounds over "
+                "windows); SLO at the preset's own percentile where the sample supports it")
+    if designed(configs):
+        an = _analysis(configs, run_dir)
+        row = configs[configs["config"] == (pick.pick if pick is not None else base["config"])].iloc[0]
+        fields = design.finding_fields(row)
+        fields["verdict"] = pick.verdict if pick is not None else "undecided"   # nothing eligible: no choice
+        if pick is not None and pick.verdict == "undecided":
+            spr = checks.float_or_nan(row.get("seconds_per_round"))
+            fields["rounds_needed"] = pick.rounds_needed
+            fields["seconds_needed"] = (max(pick.rounds_needed - fields["rounds"], 0) * spr
+                                        if pick.rounds_needed is not None and math.isfinite(spr) else None)
+        if aa_moved(configs):
+            fields["verdict"] = "undecided"
+        how = (f"block model on the log scale, rounds as blocks, one residual variance pooled over the "
+               f"{an.table.shape[1]} arms ({an.method})" if an.pooled and not an.table.empty else an.method)
+        ev = (f"{len(configs)} configurations, one design; request latency (the geometric mean over workloads of a "
+              f"round's mean e2e) vs the marked baseline {base['config']}: {how}; {design.evidence_text(row)}; the "
+              f"pick against its runner-up at Tukey's level; {guard_ev}")
+        return evidence.Finding(text, ev, True, ids, **fields)
     src = points if points is not None and "n_repeats" in points else pd.DataFrame()
     reps = pd.to_numeric(src.get("n_repeats", pd.Series(dtype=float)), errors="coerce")
     n_rep = f"at least {int(reps.min())} repeats each" if reps.notna().any() else "repeats per point in the table"
-    interleaved = bool(aa_sentence(configs))
-    how = (f"paired t over {int(configs.iloc[0]['rounds'])} interleaved rounds of the within-round log e2e ratios, "
-           f"Holm over {len(configs) - 1} comparisons, A/A control {configs.iloc[0]['aa_low']:.2f}-"
-           f"{configs.iloc[0]['aa_high']:.2f}x" if interleaved else "95% Welch t interval on log e2e over repeats")
-    ev = (f"{len(configs)} configurations, {n_rep}; speed-up vs the baseline "
-          f"{configs.iloc[0]['config']}: {how}; quality guard (perplexity "
-          f"ratio and mean KL vs float32 on held-out text, upper 95% bounds over windows); SLO at the preset's own "
-          f"percentile where the sample supports it")
-    direction = best is not None and "no difference" not in speedup_phrase(best) and (
-        best.get("speedup_low", float("nan")) > 1 or best.get("speedup_high", float("nan")) < 1)
-    supported = best is not None and not aa_moved(configs) and (best["config"] == configs.iloc[0]["config"]
-                                                                or direction)
-    ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
-    return evidence.Finding(text, ev, bool(supported), ids)
+    ev = (f"{len(configs)} configurations measured one after another, {n_rep}; speed-up vs the baseline "
+          f"{base['config']}: 95% Welch t interval on log e2e over repeats (no rounds, no A/A control); {guard_ev}")
+    faster = (best is not None and best["config"] != base["config"]
+              and best.get("speedup_low", float("nan")) > 1)
+    return evidence.Finding(text, ev, True, ids, verdict="direction" if faster else "undecided")
+
+
+def fig_speedup_rounds(configs: pd.DataFrame, run_dir=None) -> go.Figure:
+    """Each configuration's speed-up over the baseline with the simultaneous interval its verdict was read from, each
+    round's ratio faint, the equivalence band and the A/A control's interval
+    (:func:`workbench.share.figures_design.ratio_figure`, inverted: baseline latency / the configuration's)."""
+    from workbench.share import figures_design
+
+    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, E2E.name)
+    return figures_design.ratio_figure(
+        configs.assign(point_id=configs["config"]), "config", E2E.prefix, rounds, invert=True,
+        name="speed-up", x_title="configuration (dtype+quant / attn / cache)",
+        y_title="speed-up (baseline e2e / its e2e)",
+        title="Speed-up over the baseline (simultaneous 95% intervals; faint: each round; grey: the A/A control)")
 
 
 @split_by_device
-def figures(points: pd.DataFrame, configs: pd.DataFrame) -> dict[str, go.Figure]:
-    """The notebook's figures by file name."""
+def figures(points: pd.DataFrame, configs: pd.DataFrame, run_dir=None) -> dict[str, go.Figure]:
+    """The notebook's figures by file name (``run_dir``: the design's rounds, drawn faint on ``engine_speedup``)."""
     return {"engine_speed": fig_speed(configs, recommend(configs)),
-            "engine_speedup": fig_speedup(configs),
+            "engine_speedup": fig_speedup_rounds(configs, run_dir) if designed(configs) else fig_speedup(configs),
             "engine_prediction": fig_prediction(points),
             "engine_guard": fig_guard(configs)}
