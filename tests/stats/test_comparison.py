@@ -325,10 +325,11 @@ def _ratio_points(**cols):
 
 
 def test_every_ratio_figure_is_drawn_by_the_one_helper(monkeypatch):
-    """The five comparative figures of ratios (long output, streaming reader, temperature, reasoning budget,
-    context compression) draw their body with :func:`comparison.ratio_figure`: markers with interval error bars,
+    """The comparative figures of ratios not yet measured as a design (long output, temperature, reasoning budget,
+    context compression; the streaming reader's is a design's: workbench.share.figures_design) draw their body with
+    :func:`comparison.ratio_figure`: markers with interval error bars,
     the dotted line at 1 and the A/A band; each keeps its own title and axis titles."""
-    from workbench.experiments import long_output, reasoning_budget, streaming_reader, temperature
+    from workbench.experiments import long_output, reasoning_budget, temperature
     from workbench.share import figures_compression
 
     used = []
@@ -337,15 +338,13 @@ def test_every_ratio_figure_is_drawn_by_the_one_helper(monkeypatch):
     figs = {
         "long_output": long_output.fig_time_ratio(_ratio_points(language=["en", "en"],
                                                                 strategy=["one_shot", "outline_batch"])),
-        "streaming_reader": streaming_reader.proxy_ratio_figure(_ratio_points(part=["proxy", "proxy"],
-                                                                              proxy=["direct", "buffering_on"])),
         "temperature": temperature.fig_time_ratio(_ratio_points(family=["factual"] * 2, top_p=[1.0, 1.0],
                                                                 temperature=[0.0, 0.7])),
         "reasoning_budget": reasoning_budget.fig_time_ratio(_ratio_points(batch_size=[6, 6], reasoning_budget=[0, 16])),
         "context_compression": figures_compression.time_ratio(_ratio_points(
             strategy=["none", "bm25", "bm25"], ratio=[1, 4, 4], context_tokens=[512, 512, 512], depth=[0.1, 0.1, 0.5])),
     }
-    assert used == ["strategy", "proxy", "temperature", "reasoning_budget", "arm"]
+    assert used == ["strategy", "temperature", "reasoning_budget", "arm"]
     for name, fig in figs.items():
         assert any(s.y0 == 1 and s.y1 == 1 and s.line.dash == "dot" for s in fig.layout.shapes), name
         band = [s for s in fig.layout.shapes if s.y0 == pytest.approx(0.97) and s.y1 == pytest.approx(1.03)]
