@@ -754,7 +754,8 @@ def _decision_columns(result: DesignResult, arm) -> dict:
 def _run_results(sweep: SweepDesign, result: DesignResult, peaks: dict, contamination: dict) -> dict:
     """``{(arm, round): PointResult}`` of a design whose every measurement is a point (``unit_of``): the round's
     requests and wall time, the measurement's own ``extra`` (:attr:`Measured.extra`: a run's own columns) with the
-    arm's decision columns (the A/A arm's: its decision against the control), the warm-up on the arm's first round."""
+    arm's decision columns (the A/A arm's: its decision against the control); the warm-up is the measurement's own
+    (``warmup_s`` in its extra: a fresh engine per run), else ``prepare``'s on the arm's first round."""
     from workbench.run.point_result import PointResult
 
     keys = {str(a): a for a in result.design.arms}
@@ -774,6 +775,8 @@ def _run_results(sweep: SweepDesign, result: DesignResult, peaks: dict, contamin
         own = json.loads(row["extra"]) if row.get("extra") else {}
         peak = peaks.get(arm if arm != AA else result.design.control)
         warm = result.warmup_s.get(arm) if arm != AA and arm not in first else None
+        mine = own.pop("warmup_s", None)
+        warm = mine if mine is not None else warm
         first.setdefault(arm, rnd)
         out[(arm, rnd)] = PointResult(requests=requests.get((arm, rnd), []), wall_s=float(row["wall_s"]),
                                       warmup_s=warm, extra={**own, **decisions.get(arm, {})},
