@@ -774,6 +774,10 @@ def _policy_finding(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) 
     waits = "; ".join(f"{r.policy}: longest wait {r.queue_s_max:.2f} s" for r in rec.itertuples()
                       if r.queue_s_max == r.queue_s_max)
     designed = _designed(points, INTERACTIVE, ("mixed",))
+    if not _designed(points, INTERACTIVE, ("mixed",), usable=False).empty and CONTROL not in designed.index:
+        return evidence.Finding("Scheduling: undecided: no usable fcfs run of the policy design (marked invalid: "
+                                "other load, drift or stopped early).", f"{len(use)} usable runs", False, ids,
+                                verdict="undecided")
     if designed.empty or CONTROL not in designed.index:
         parts = [f"{r.policy}: interactive TTFT {r.interactive_ttft_ratio:.2f}x of fcfs, background e2e "
                  f"{r.background_e2e_ratio:.2f}x (one run each)" for r in rec.itertuples()]
