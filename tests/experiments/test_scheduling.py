@@ -280,8 +280,8 @@ def test_the_policy_designs_verdicts_set_the_finding():
     assert aa["rounds"] == 4 and aa["aa_verdict"] == "equivalent"
     f = scheduling.finding(pts, req)
     assert f.text.startswith("For interactive traffic mixed with long reports (4 rounds of 6 requests at 2.50 req/s, "
-                             "a fresh engine per run), sjf against fcfs: sjf vs fcfs, interactive TTFT: faster, 0.45x, "
-                             "95% interval 0.30-0.68x")
+                             "a fresh engine per run), sjf against fcfs: interactive TTFT (the class's mean per run): "
+                             "faster, 0.45x, 95% interval 0.30-0.68x")
     assert "background e2e: slower, 1.20x" in f.text and "lanes vs fcfs, interactive TTFT: undecided" in f.text
     assert f.verdict == "direction" and f.supported and f.rounds == 4 and "4 interleaved rounds" in f.evidence
     assert f.point_ids == tuple(pts["point_id"])

@@ -103,7 +103,7 @@ def test_the_engines_verdicts_lead_the_finding_and_the_runs_stay_out_of_the_knee
                      "continuous": (2.1, 1.4, 3.2, "direction", "higher")})
     f = serving_load.finding(pts, 0.9)
     assert f.text.startswith("Engines under the same load (9.00 req/s poisson, 8 requests a run, 3 rounds, a fresh "
-                             "engine per run): static against fifo: static vs fifo, TTFT p50: faster, 0.30x, 95% "
+                             "engine per run): static against fifo: TTFT p50 of the run: faster, 0.30x, 95% "
                              "interval 0.20-0.45x")
     assert "output throughput: higher, 1.30x" in f.text and "continuous vs fifo, TTFT p50: slower, 2.10x" in f.text
     assert f.verdict == "direction" and f.rounds == 3 and f.supported

@@ -790,21 +790,23 @@ def _policy_finding(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) 
     rate = checks.float_or_nan(ctrl.get("offered_rps"))
     setting = f"{int(ctrl['rounds'])} rounds of {per} requests at {rate:.2f} req/s, a fresh engine per run"
     decisions = {p: design.decision_from_row(designed.loc[p], INTERACTIVE) for p in rec["policy"] if p in designed.index}
+    decisions = {p: d for p, d in decisions.items() if d is not None}
     secs = checks.float_or_nan(ctrl.get("seconds_per_round"))
     est = {p: d.estimate for p, d in decisions.items() if d is not None and d.estimate == d.estimate}
     pick = min(est, key=est.get) if est else None
-    clauses = []
-    for p, d in decisions.items():
+    def clause(p, d, name):
         b = design.decision_from_row(designed.loc[p], BACKGROUND)
-        clauses.append(d.describe(f"{p} vs fcfs, interactive TTFT", words=TIME_WORDS, seconds_per_round=secs) +
-                       ("; " + b.describe("background e2e", words=TIME_WORDS) if b is not None else ""))
+        return (d.describe(name, words=TIME_WORDS, seconds_per_round=secs) +
+                ("; " + b.describe("background e2e", words=TIME_WORDS) if b is not None else ""))
+
+    clauses = [clause(p, d, f"{p} vs fcfs, interactive TTFT") for p, d in decisions.items()]
     if pick is not None and est[pick] < 1:
         d = decisions[pick]
         row = designed.loc[pick]
         fields = design.finding_fields(row, d)
         lead = (f"For interactive traffic mixed with long reports ({setting}), {pick} against fcfs: "
-                + "; ".join([clauses[list(decisions).index(pick)]] + [c for q, c in zip(decisions, clauses) if q != pick])
-                + ".")
+                + "; ".join([clause(pick, d, "interactive TTFT (the class's mean per run)")]
+                            + [c for q, c in zip(decisions, clauses) if q != pick]) + ".")
         rest = sorted((q for q in est if q != pick), key=est.get)
         again = design.reanalyse(run_dir, EXPERIMENT, INTERACTIVE.name) if run_dir is not None and rest else None
         if again is not None and rest[0] in again[1].table.columns:

@@ -781,19 +781,20 @@ def engines_finding(points: pd.DataFrame, run_dir=None) -> evidence.Finding | No
     setting = (f"{checks.float_or_nan(ctrl.get('offered_rps')):.2f} req/s {ctrl.get('profile')}, "
                f"{checks.int_or(ctrl.get('requests_planned'), 0)} requests a run, {int(ctrl['rounds'])} rounds, a fresh "
                f"engine per run")
-    clauses = []
-    for e, d in decisions.items():
+    def clause(e, d, name):
         t = design.decision_from_row(rows.loc[e], THROUGHPUT)
-        clauses.append(d.describe(f"{e} vs {control}, TTFT p50", words=TIME_WORDS, seconds_per_round=secs)
-                       + ("; " + t.describe("output throughput", words=THROUGHPUT.words) if t is not None else ""))
+        return (d.describe(name, words=TIME_WORDS, seconds_per_round=secs)
+                + ("; " + t.describe("output throughput", words=THROUGHPUT.words) if t is not None else ""))
+
+    clauses = [clause(e, d, f"{e} vs {control}, TTFT p50") for e, d in decisions.items()]
     est = {e: d.estimate for e, d in decisions.items() if d.estimate == d.estimate}
     pick = min(est, key=est.get) if est else None
     if pick is not None and est[pick] < 1:
         d = decisions[pick]
         fields = design.finding_fields(rows.loc[pick], d)
-        order = [pick] + [e for e in decisions if e != pick]
         text = (f"Engines under the same load ({setting}): {pick} against {control}: "
-                + "; ".join(clauses[list(decisions).index(e)] for e in order) + ".")
+                + "; ".join([clause(pick, d, "TTFT p50 of the run")]
+                            + [c for e, c in zip(decisions, clauses) if e != pick]) + ".")
         rest = sorted((e for e in est if e != pick), key=est.get)
         again = design.reanalyse(run_dir, EXPERIMENT, TTFT.name) if run_dir is not None and rest else None
         if again is not None and rest[0] in again[1].table.columns:
