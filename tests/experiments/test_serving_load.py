@@ -368,9 +368,9 @@ def test_tiny_engine_comparison_on_the_real_model(loaded):
     assert (points["status"] == "ok").all(), points["status"].tolist()
     table = pd.read_parquet(run / "design" / "serving_load.parquet")
     assert len(table) == 2 * 3 and set(table["arm"]) == {"fifo", "static", design.AA}
-    assert (table["ttft_s_p50"] > 0).all() and (table["output_throughput_tps"] > 0).all()
+    assert (table["ttft_s_p50"] > 0).all() and (table["run_output_tps"] > 0).all()
     rate = json.loads((run / serving_load.COMPARE_FILE).read_text())
-    assert rate["engine"] == "fifo" and rate["rate_rps"] == pytest.approx(1.5 * rate["synchronous_rps"])
+    assert rate["engine"] == "fifo" and rate["rate_rps"] == pytest.approx(cfg.compare_load * rate["synchronous_rps"])
     runs = points[points["comparison"] == "engines"]
     assert len(runs) == 6 and np.allclose(runs["offered_rps"], rate["rate_rps"])
     assert runs.loc[runs["engine"] == "static", "ttft_vs_control_verdict"].isin(("direction", "equivalent",
