@@ -19,6 +19,11 @@
 # batching from `transformers`) schedules them. Per engine: synchronous, maximum throughput, then open-loop
 # rates between; TTFT and TPOT against achieved throughput, goodput and SLO attainment against offered rate
 # with the knee, queue time, a per-request timeline and time slices, and the engine to pick per SLO preset.
+# The engines compared under one load (with `repeats` of 2 or more): each round runs every engine of
+# `compare_engines` once on the same arrival trace at `compare_load` times the control's one-at-a-time rate, a fresh
+# engine per run, and the control again as the A/A arm; the run is the unit, its TTFT p50 the outcome (its output
+# throughput beside), decided with three verdicts: faster / slower, equivalent within `margin`, or undecided with the
+# rounds it would take.
 # Set through `serving_load.Config` only (defaults): `burstiness` 1.0 (gamma shape), `warmup_s` / `cooldown_s` 0
 # (excluded windows), `search_steps` 4, `search_tolerance` 0.1. `benchmarks/serving.py` runs the SLO search.
 
@@ -48,6 +53,15 @@ search: bool = False  # bisection search for the highest rate meeting search_slo
 search_slo: str = "custom"  # preset for the search (or custom)
 rounds: int = 1  # replicate runs of the open-loop points: round k uses arrival seed seed + k, a fresh engine per run
 aa_control: bool = False  # the A/A control: the first engine's open-loop points twice per round (the noise floor)
+compare_engines: list = ["fifo", "static", "continuous"]  # engines compared under one load (with 2 or more repeats)
+compare_control: str = "fifo"  # the comparison's control, run again each round as the A/A arm
+compare_requests: int = 8  # requests per comparison run (and of the control's synchronous probe)
+compare_load: float = 4.0  # the comparison's offered rate / the control's one-at-a-time rate (4: a burst)
+compare_arrival: str = "constant"  # the comparison's arrivals: constant (the same every round) | poisson | gamma
+repeats: int = 1  # comparison rounds before its first look (1: no comparison; each round: every engine once)
+max_rounds: int = 8  # the most comparison rounds, added while an engine's comparison is undecided
+budget_s: float = 0.0  # the most seconds the comparison's rounds may take (0: no budget of its own)
+margin: float = 1.05  # equivalence margin: engines within +-5% of the control's TTFT p50 are equivalent
 warmup: int = 1  # untimed warm-up batches per engine
 seed: int = 0  # arrival-schedule seed
 engine_options: dict = {}  # other EngineOptions fields (workbench/serving/options.py), e.g. {max_seq_tokens: 512}
@@ -71,7 +85,7 @@ points[["point_id", "status", "offered_rps", "request_throughput_rps", "ttft_s_p
         "slo_attainment", "goodput_rps", "stopped_early"]]
 
 # %%
-for name, fig in serving_load.figures(points, requests, cfg.attainment_target).items():
+for name, fig in serving_load.figures(points, requests, cfg.attainment_target, run).items():
     results.save_figure(run, name, fig)
     fig.show()
 
@@ -79,7 +93,7 @@ for name, fig in serving_load.figures(points, requests, cfg.attainment_target).i
 serving_load.recommend(points, cfg.attainment_target)
 
 # %%
-finding = serving_load.finding(points, cfg.attainment_target)
+finding = serving_load.finding(points, cfg.attainment_target, run)
 results.save_finding(run, serving_load.EXPERIMENT, finding)
 print(finding)
 

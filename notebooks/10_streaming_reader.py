@@ -23,10 +23,12 @@
 # with the server's `X-Accel-Buffering: no`. nginx sends a buffer when it is full or the upstream ended, so
 # buffering turns TTFT into end-to-end latency (or into "a page of tokens"); the header restores it. That
 # needs nginx's default `proxy_http_version 1.0`: with 1.1 the chunked upstream is passed on chunk by chunk.
-# The paths are measured interleaved by round (with 2 or more `repeats`): each round streams the same request along
-# every path, and `direct` a second time as the A/A control, in a shuffled order. Each mode's client TTFT over
-# direct is paired within rounds (Holm over the modes), printed beside the A/A noise floor; a moved A/A control
-# makes the comparison "not supported". One repeat measures each path on its own and claims nothing.
+# The paths are one design (with 2 or more `repeats` and `direct` among them): each round streams the same request
+# along every path, and `direct` a second time as the A/A control, in a shuffled order; rounds are added (up to
+# `max_rounds`, within `budget_s`) while the leading mode's comparison is undecided. Each mode's client TTFT over
+# direct comes from one block analysis of the rounds with three verdicts: slower / faster, equivalent within
+# `margin`, or undecided with the rounds it would take; a moved A/A control leaves it undecided. One repeat
+# measures each path on its own and decides nothing.
 # The keep-alive part shows a client read timeout on a queued request, with and without `: keep-alive`.
 # With `endpoint` set, all three parts run against that OpenAI-compatible server and no weights load: the reader
 # part times the chunks it sends (a chunk may carry several tokens: granularity `chunk`, `N chunks`, `T ms`), the
@@ -47,7 +49,10 @@ keepalive_s: float = 0.25  # the server's keep-alive comment interval in that pa
 blocker_tokens: int = 48  # length of the request the probe queues behind (0: skip the keep-alive part)
 stall_s: float = 0.25  # a gap between display updates longer than this is a stall, seconds
 endpoint: dict = None  # every part against an external OpenAI-compatible server: {url, model, api_key_env, name}
-repeats: int = 2  # timed requests per point (proxy part: interleaved rounds, 2 or more to compare the paths)
+repeats: int = 2  # timed requests per point (proxy part: the design's rounds before its first look, 2 or more)
+max_rounds: int = 8  # proxy part: the most rounds, added while the leading mode's comparison is undecided
+budget_s: float = 0.0  # proxy part: the most seconds its rounds may take (0: no budget of its own)
+margin: float = 1.05  # equivalence margin: paths within +-5% client TTFT of direct are equivalent
 warmup: int = 1  # untimed warm-up requests per proxy path
 seed: int = 0  # base seed
 run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under results/
@@ -71,7 +76,7 @@ requests = results.read_requests(run, experiment=streaming_reader.EXPERIMENT)
 streaming_reader.proxy_table(requests)
 
 # %%
-for name, fig in streaming_reader.figures(points, requests).items():
+for name, fig in streaming_reader.figures(points, requests, run).items():
     results.save_figure(run, name, fig)
     fig.show()
 

@@ -24,6 +24,12 @@
 # Set through `scheduling.Config` only (defaults): `abandon_share` 0, `patience_s` 30, `max_pending` none,
 # `max_retries` 3, `trace` "" (generated). `benchmarks/scheduling.py` prints the short/long ratios side by side.
 #
+# The run is the unit under a queue: with `rounds` of 2 or more the policies are the arms of one design (fcfs the
+# control, fcfs again the A/A arm), each round replaying one arrival trace under every arm on a fresh engine; the
+# outcome is the interactive class's mean TTFT per run (the background class's mean e2e beside it), decided with
+# three verdicts: faster / slower, equivalent within `margin`, or undecided with the rounds it would take. The
+# prefix points measured with sharing off and on are a design of their own (the run's mean TTFT).
+#
 # Engine: `fifo` serves one request at a time, so near its knee a queue forms and the order a policy picks is
 # what the short requests wait for. A `static` engine batches up to `max_batch_size` waiting requests: at the
 # same load factor (of the one-at-a-time capacity) its batches raise the capacity, the queue rarely holds more
@@ -55,8 +61,12 @@ conversations: int = 2  # multi-turn point: conversations at once
 multiturn_prefix_sharing: list = [False]  # multi-turn / shared-prefix points; [false, true]: continuous, off / on
 shared_prefix_tokens: int = 0  # a system document of this many tokens shared by every conversation and group request
 prefix_group_requests: int = 0  # shared-prefix group: requests sharing the document, one after another (0: none)
-rounds: int = 1  # replicate runs per arm: round k replays arrival seed seed + k (1: one run, not supported)
-aa_control: bool = False  # the A/A control: fcfs run twice per round with the same seeds (the noise floor)
+rounds: int = 1  # replicate runs per arm, the designs' rounds before their first look (1: one run, nothing decided)
+max_rounds: int = 8  # the most rounds, added while a comparison is undecided and the budget allows
+prefix_rounds: int = None  # the prefix design's rounds before its first look (None: rounds)
+budget_s: float = 0.0  # the most seconds each design's rounds may take (0: no budget of its own)
+margin: float = 1.05  # equivalence margin: arms within +-5% of their control are equivalent
+aa_control: bool = False  # the A/A control: fcfs (and sharing off) run twice per round with the same seeds
 warmup: int = 1  # untimed warm-up requests per class
 seed: int = 0  # trace seed
 engine_options: dict = {}  # other EngineOptions fields (workbench/serving/options.py), e.g. {max_seq_tokens: 512}
@@ -80,7 +90,7 @@ requests = results.read_requests(run, experiment=scheduling.EXPERIMENT)
 scheduling.class_summary(requests)
 
 # %%
-for name, fig in scheduling.figures(points, requests).items():
+for name, fig in scheduling.figures(points, requests, run).items():
     results.save_figure(run, name, fig)
     fig.show()
 
@@ -91,7 +101,7 @@ scheduling.recommend(points, requests)
 scheduling.prefix_savings(points, requests)
 
 # %%
-finding = scheduling.finding(points, requests)
+finding = scheduling.finding(points, requests, run)
 results.save_finding(run, scheduling.EXPERIMENT, finding)
 print(finding)
 

@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import no_work
 from workbench import ParameterError
 from workbench.experiments import scheduling
+from workbench.run import results
 from workbench.stats import classes
 from workbench.load import traces
 
@@ -44,11 +45,22 @@ def test_grid_and_the_prefix_sharing_switch(monkeypatch):
     assert len(scheduling.Config(turns=0).grid()) == 4
     group = scheduling.Config(policies=["fcfs"], turns=0, prefix_group_requests=3, shared_prefix_tokens=64).grid()
     assert [(p["workload"], p["arm"]) for p in group] == [("mixed", "fcfs"), ("shared_prefix", "off")]
-    # rounds: every arm once per round (the order rotated), the A/A arm runs fcfs again with the same seeds
-    two = scheduling.Config(policies=["fcfs", "sjf"], turns=0, rounds=2, aa_control=True).grid()
-    assert [(p["replicate"], p["arm"], p["policy"]) for p in two] == [
-        (0, "fcfs", "fcfs"), (0, "sjf", "sjf"), (0, "fcfs_aa", "fcfs"),
-        (1, "sjf", "sjf"), (1, "fcfs_aa", "fcfs"), (1, "fcfs", "fcfs")]
+    # rounds: the policies are a design: every arm once per round up to max_rounds (a point per run it takes), the
+    # A/A arm runs fcfs again with the same seeds; the prefix points measured both ways another design with its own
+    two = scheduling.Config(policies=["fcfs", "sjf"], turns=0, rounds=2, max_rounds=3, aa_control=True)
+    assert two.policy_design() and not two.prefix_design() and two.design_kwargs()["min_rounds"] == 2
+    assert [(p["replicate"], p["arm"], p["policy"]) for p in two.grid()] == [
+        (k, a, "sjf" if a == "sjf" else "fcfs") for k in range(3) for a in ("fcfs", "sjf", "fcfs_aa")]
+    no_work(monkeypatch)
+    if scheduling.prefix_sharing_available():
+        both = scheduling.Config(policies=["fcfs"], turns=2, rounds=2, max_rounds=2, aa_control=True,
+                                 multiturn_prefix_sharing=[False, True])
+        assert both.prefix_design() and not both.policy_design()       # one policy: nothing to compare
+        assert [(p["workload"], p["replicate"], p["arm"]) for p in both.grid() if p["workload"] != "mixed"] == [
+            ("multiturn", k, a) for k in range(2) for a in ("off", "on", "off_aa")]
+        assert [p["replicate"] for p in both.grid() if p["workload"] == "mixed"] == [0, 1]   # rounds, not max
+    with pytest.raises(ParameterError, match="^max_rounds:"):
+        scheduling.Config(rounds=4, max_rounds=3)
     no_work(monkeypatch)
     with pytest.raises(ParameterError, match="^multiturn_prefix_sharing:"):
         scheduling.Config(multiturn_prefix_sharing=[True, True])
@@ -64,56 +76,79 @@ def test_cache_hit_rate_by_hand():
     assert none["cache_hit_rate"] != none["cache_hit_rate"] and "not available" in none["cache_note"]
 
 
-def _prefix_table(saved, rounds=4):
-    """Multi-turn point pairs (sharing off / on) over ``rounds`` rounds: two conversations of two turns, prompts 100
-    and 200 tokens; with sharing on turn 2 reuses 96 tokens; in round k every TTFT with sharing on is the off one
-    minus ``saved[k]``."""
+#: a design's common columns on every point it records (workbench.run.design.DesignResult.point_columns)
+_DESIGN = {"design": "interleaved", "margin": 1.05, "design_seconds": 60.0, "seconds_per_round": 15.0,
+           "design_stopped": "max rounds", "rounds_needed": float("nan")}
+
+
+def _decision(prefix, est, lo, hi, verdict, direction="", need=0):
+    return {prefix: est, f"{prefix}_low": lo, f"{prefix}_high": hi, f"{prefix}_level": 0.95,
+            f"{prefix}_verdict": verdict, f"{prefix}_direction": direction,
+            f"{prefix}_method": "pooled block model, 6 dof, Dunnett over 2", **({"rounds_needed": need} if need else {})}
+
+
+def _prefix_table(on=(0.55, 0.45, 0.66, "direction", "lower"), rounds=4, aa="equivalent"):
+    """Multi-turn points as the prefix design records them (one point per run: sharing off, on and off again, per
+    round), each run two conversations of two turns, prompts 100 and 200 tokens, turn 2 reusing 96 tokens with sharing
+    on; the on arm's decision ``on`` = (ratio, low, high, verdict, direction)."""
     rows, pts = [], []
     off_ttft = [0.50, 0.90, 0.55, 1.00]
+    nan = float("nan")
     for k in range(rounds):
-        for share in (False, True):
-            pid = f"p/multiturn/{share}/{k}"
+        for arm in ("off", "on", "off_aa"):
+            share = arm == "on"
+            pid = f"p/multiturn/{arm}/{k}"
+            dec = (_decision("sharing_ttft_ratio", *on) if share else
+                   _decision("sharing_ttft_ratio", 1.0, nan, nan, "") if arm == "off" else
+                   _decision("sharing_ttft_ratio", 1.01, 0.95, 1.07, aa, "higher" if aa == "direction" else ""))
             pts.append({"point_id": pid, "status": "ok", "valid": True, "workload": "multiturn", "policy": "fcfs",
                         "prefix_sharing": share, "profile": "multiturn", "stopped_early": False, "replicate": k,
-                        "arm": "on" if share else "off"})
+                        "arm": arm, **_DESIGN, "rounds": rounds, "aa_ratio": 1.01, "aa_low": 0.95, "aa_high": 1.07,
+                        "aa_verdict": aa, **dec})
             for i, (conv, turn) in enumerate([(0, 1), (0, 2), (1, 1), (1, 2)]):
                 rows.append({"point_id": pid, "workload": "multiturn", "policy": "fcfs", "request_class": "interactive",
                              "prefix_sharing": share, "conversation": conv, "turn": turn, "prompt_tokens": 100 * turn,
                              "cached_tokens": 96 if share and turn == 2 else 0,
-                             "ttft_s": off_ttft[i] - (saved[k] if share else 0.0), "error": None, "output_tokens": 4})
+                             "ttft_s": off_ttft[i] * (on[0] if share else 1.0), "error": None, "output_tokens": 4})
             # an abandoned request (no token) is left out
             rows.append(dict(rows[-1], conversation=9, ttft_s=float("nan"), output_tokens=0))
     return pd.DataFrame(pts), pd.DataFrame(rows)
 
 
-def test_prefix_savings_pair_runs_by_round_and_say_not_supported_when_the_interval_straddles_1():
-    from scipy import stats
-
-    saved = [0.01, 0.30, -0.25, 0.40]
-    pts, req = _prefix_table(saved)
+def test_prefix_savings_carry_the_prefix_designs_decision_beside_the_cache_hit_rate():
+    """The prefix design's decision (sharing on over off, the run as the unit) beside the cache hit rate and each
+    side's mean run TTFT; an interval straddling 1 is undecided with the rounds it would take, one inside the margin
+    equivalent; one round (no design) is undecided; a moved A/A control leaves the verdict undecided."""
+    pts, req = _prefix_table()
     sav = scheduling.prefix_savings(pts, req).set_index("workload").loc["multiturn"]
-    p50_off = np.median([0.50, 0.90, 0.55, 1.00])
-    half = stats.t.ppf(0.975, 3) * np.std(saved, ddof=1) / 2
-    assert sav["rounds"] == 4 and sav["ttft_saved_s"] == pytest.approx(np.mean(saved))
-    assert sav["ttft_saved_s_low"] == pytest.approx(np.mean(saved) - half)
-    logs = np.log((p50_off - np.array(saved)) / p50_off)
-    assert sav["ttft_ratio"] == pytest.approx(np.exp(logs.mean()))
+    mean_off = np.mean([0.50, 0.90, 0.55, 1.00])
+    assert sav["rounds"] == 4 and sav["ttft_s_mean_off"] == pytest.approx(mean_off)   # A/A runs not in "off"
+    assert sav["ttft_saved_s"] == pytest.approx(mean_off * 0.45)
+    assert sav["sharing_ttft_ratio"] == 0.55 and sav["sharing_ttft_ratio_high"] == 0.66 and sav["verdict"] == "saves"
     assert sav["cache_hit_rate_on"] == pytest.approx(4 * 192 / (4 * 600)) and sav["cache_hit_rate_off"] == 0
-    assert sav["verdict"] == "not supported: the interval straddles 1" and sav["design"] == "replicates"
-    f = scheduling.finding(pts, req)
-    assert "Prefix sharing: not supported" in f.text and "hit rate 32%" in f.text and "straddles 1" in f.text
-    assert "multiturn: 4 rounds" in f.evidence
-    steady = [0.20, 0.21, 0.19, 0.20]
-    sav = scheduling.prefix_savings(*_prefix_table(steady)).iloc[0]
-    assert sav["verdict"] == "saves" and sav["ttft_saved_s_low"] > 0 and sav["ttft_ratio_high"] < 1
-    one = scheduling.prefix_savings(*_prefix_table(steady, rounds=1)).iloc[0]
-    assert one["verdict"] == "one run: not supported"  # requests of one run are not independent samples
-    assert scheduling.prefix_savings(pts, req[~req["prefix_sharing"]]).empty  # one side only: nothing to pair
+    f = scheduling.prefix_finding(pts, req)
+    assert f.text.startswith("Prefix sharing (continuous engine, on vs off, the run as the unit): multiturn: cache "
+                             "hit rate 32% with sharing on, run TTFT on / off: faster, 0.55x, 95% interval 0.45-0.66x")
+    assert f.verdict == "direction" and "multiturn: 4 rounds" in f.evidence and "4 interleaved rounds" in f.evidence
+    open_ = scheduling.prefix_finding(*_prefix_table(on=(0.8, 0.55, 1.2, "undecided", "", 11)))
+    assert open_.verdict == "undecided" and "undecided: 0.80x" in open_.text and "about 11 rounds (~105 s more)" in \
+        open_.text and open_.rounds_needed == 11
+    same = scheduling.prefix_savings(*_prefix_table(on=(1.01, 0.97, 1.04, "equivalent", ""))).iloc[0]
+    assert same["verdict"] == "equivalent"
+    moved = scheduling.prefix_finding(*_prefix_table(aa="direction"))
+    assert moved.verdict == "undecided" and "the A/A control moved" in moved.text
+    one_pts, one_req = _prefix_table(rounds=1)
+    one_pts = one_pts[one_pts["arm"] != "off_aa"].drop(columns=["design"])
+    one = scheduling.prefix_savings(one_pts, one_req).iloc[0]
+    assert one["verdict"] == "undecided" and one["sharing_ttft_ratio"] == pytest.approx(0.55)
+    assert one["sharing_ttft_ratio_low"] != one["sharing_ttft_ratio_low"]          # one pair of runs: no interval
+    assert scheduling.prefix_finding(one_pts, one_req).verdict == "undecided"
+    assert scheduling.prefix_savings(pts[pts["arm"] != "on"], req).empty  # one side only: nothing to compare
     assert scheduling.prefix_finding(pts.iloc[:1], req) is None  # not measured both ways: nothing to say
     invalid = scheduling.prefix_finding(pts.assign(valid=False), req)  # measured, not usable: said so
-    assert not invalid.supported and invalid.text.startswith("Prefix sharing: not supported")
+    assert invalid.verdict == "undecided" and invalid.text.startswith("Prefix sharing: undecided")
     fig = scheduling.prefix_cache_savings(pts, req)
-    assert list(fig.data[0].x) == [pytest.approx(0.32)] and list(fig.data[0].y) == [pytest.approx(np.mean(saved))]
+    assert list(fig.data[0].x) == [pytest.approx(0.32)] and list(fig.data[0].y) == [0.55]
 
 
 def _write(tmp_path, rows):
@@ -183,55 +218,85 @@ def _points(valid=True):
                          "stopped_early": [False, False], "queue_s_max": [2.5, 2.0]})
 
 
-def test_recommendation_with_one_run_per_policy_says_one_run_not_supported():
-    """One run per policy: the ratio of the runs' statistics, no interval, "one run: not supported"."""
+def test_one_run_per_policy_decides_nothing():
+    """One run per policy: the ratio of the runs' class means, no interval, undecided (the run is the unit)."""
     rec = scheduling.recommend(_points(), _table()).set_index("policy")
-    # interactive TTFT p90 per run: sjf p90(0.5, 1.0) over fcfs p90(1.0, 3.0); background e2e 10 / 8
-    assert rec.loc["sjf", "interactive_ttft_ratio"] == pytest.approx(np.percentile([0.5, 1.0], 90) / 2.8)
+    # the interactive class's mean TTFT per run: sjf (0.5 + 1.0) / 2 over fcfs (1.0 + 3.0) / 2; background e2e 10 / 8
+    assert rec.loc["sjf", "interactive_ttft_ratio"] == pytest.approx(0.75 / 2.0)
     assert rec.loc["sjf", "background_e2e_ratio"] == pytest.approx(10 / 8)
-    assert rec.loc["sjf", "verdict"] == "one run: not supported" and not rec.loc["sjf", "recommended"]
+    assert rec.loc["sjf", "verdict"] == "one round: undecided" and not rec.loc["sjf", "recommended"]
     f = scheduling.finding(_points(), _table())
-    assert "sjf" in f.text and f.point_ids == ("p/fcfs", "p/sjf")
-    assert not f.supported and f.text.startswith("Scheduling: one run: not supported")
+    assert "sjf" in f.text and f.point_ids == ("p/fcfs", "p/sjf") and f.verdict == "undecided"
+    assert not f.supported and f.text.startswith("Scheduling: undecided: one round")
     f = scheduling.finding(_points(valid=False), _table())
-    assert not f.supported and f.text.startswith("Scheduling: not supported")
+    assert not f.supported and f.text.startswith("Scheduling: undecided: no usable")
 
 
-def _replicated(gain, aa_shift=None, rounds=4):
-    """Mixed-workload runs over ``rounds`` seeds: fcfs, sjf (interactive TTFT x ``gain[k]`` of fcfs in round k) and
-    the A/A arm (fcfs again, x ``aa_shift[k]``); one interactive and one background request per run."""
-    aa_shift = aa_shift or [1.0] * rounds
+def _designed(decisions, aa="equivalent", rounds=4, background=(1.2, 1.05, 1.4, "direction", "higher")):
+    """Mixed-workload points as the policy design records them: one point per (arm, round), fcfs the control (ratio
+    1), the A/A arm fcfs again; ``decisions`` = {policy: (ratio, low, high, verdict, direction[, rounds needed])} of
+    the interactive TTFT, ``background`` every policy's background e2e decision. One interactive and one background
+    request per run."""
+    nan = float("nan")
     pts, rows = [], []
     for k in range(rounds):
-        base = 1.0 + 0.3 * k  # the seeds differ; the pairing removes it
-        for arm, f in (("fcfs", 1.0), ("sjf", gain[k]), ("fcfs_aa", aa_shift[k])):
+        for arm in ["fcfs", *decisions, "fcfs_aa"]:
             pid = f"p/{arm}/{k}"
+            if arm == "fcfs":
+                dec = {**_decision("interactive_ttft_ratio", 1.0, nan, nan, ""),
+                       **_decision("background_e2e_ratio", 1.0, nan, nan, "")}
+            elif arm == "fcfs_aa":
+                dec = {**_decision("interactive_ttft_ratio", 1.0, 0.9, 1.1, aa, "higher" if aa == "direction" else ""),
+                       **_decision("background_e2e_ratio", 1.0, 0.9, 1.1, "undecided")}
+            else:
+                dec = {**_decision("interactive_ttft_ratio", *decisions[arm]),
+                       **_decision("background_e2e_ratio", *background)}
             pts.append({"point_id": pid, "status": "ok", "valid": True, "workload": "mixed",
-                        "policy": "fcfs" if arm == "fcfs_aa" else arm, "arm": arm, "replicate": k,
-                        "profile": "replay", "stopped_early": False, "queue_s_max": 1.0})
-            rows += [{"point_id": pid, "workload": "mixed", "request_id": 0, "request_class": "interactive",
-                      "ttft_s": base * f, "e2e_s": base * f + 0.5, "error": None, "output_tokens": 4},
-                     {"point_id": pid, "workload": "mixed", "request_id": 1, "request_class": "background",
-                      "ttft_s": 2.0, "e2e_s": 8.0, "error": None, "output_tokens": 16}]
+                        "policy": "fcfs" if arm == "fcfs_aa" else arm, "arm": arm, "replicate": k, "profile": "replay",
+                        "stopped_early": False, "queue_s_max": 1.0 + k, "requests_planned": 6, "offered_rps": 2.5,
+                        **_DESIGN, "rounds": rounds, "aa_ratio": 1.0, "aa_low": 0.9, "aa_high": 1.1, "aa_verdict": aa,
+                        **dec})
+            policy = "fcfs" if arm == "fcfs_aa" else arm
+            rows += [{"point_id": pid, "workload": "mixed", "policy": policy, "request_id": 0,
+                      "request_class": "interactive", "max_tokens": 4, "ttft_s": 1.0, "queue_s": 0.5, "e2e_s": 1.5,
+                      "slowdown": 1.5, "error": None, "output_tokens": 4},
+                     {"point_id": pid, "workload": "mixed", "policy": policy, "request_id": 1,
+                      "request_class": "background", "max_tokens": 16, "ttft_s": 2.0, "queue_s": 1.0, "e2e_s": 8.0,
+                      "slowdown": 2.0, "error": None, "output_tokens": 16}]
     return pd.DataFrame(pts), pd.DataFrame(rows)
 
 
-def test_policies_compared_over_rounds_with_an_aa_control():
-    """The run as the unit: sjf x0.5 of fcfs in every round, A/A flat: recommended, A/A columns reported; the same
-    gain with an A/A control that moved (x1.3 every round): not supported."""
-    pts, req = _replicated([0.5, 0.52, 0.48, 0.5])
+def test_the_policy_designs_verdicts_set_the_finding():
+    """The pick (lowest interactive TTFT) against fcfs sets the verdict: a direction with its interval and the
+    background cost; undecided with the rounds and seconds it would take; fcfs kept only when every policy is slower
+    or equivalent; a moved A/A control leaves it undecided."""
+    pts, req = _designed({"sjf": (0.45, 0.3, 0.68, "direction", "lower"),
+                          "lanes": (0.7, 0.45, 1.1, "undecided", "", 9)})
     rec = scheduling.recommend(pts, req).set_index("policy")
-    assert list(rec.index) == ["sjf"] and rec.loc["sjf", "rounds"] == 4 and rec.loc["sjf", "recommended"]
-    assert rec.loc["sjf", "interactive_ttft_ratio_high"] < 1 and rec.loc["sjf", "design"] == "replicates"
-    assert rec.loc["sjf", "aa_ratio"] == pytest.approx(1.0) and rec.loc["sjf", "aa_low"] <= 1 <= rec.loc["sjf", "aa_high"]
-    aa = scheduling.aa_control(pts, req)
-    assert aa["rounds"] == 4 and aa["design"] == "replicates"
+    assert list(rec.index) == ["sjf", "lanes"] and rec.loc["sjf", "recommended"] and not rec.loc["lanes", "recommended"]
+    assert rec.loc["sjf", "verdict"] == "faster" and rec.loc["sjf", "background_verdict"] == "slower"
+    assert rec.loc["sjf", "queue_s_max"] == 4.0 and rec.loc["sjf", "rounds"] == 4 and rec.loc["lanes", "level"] == 0.95
+    aa = scheduling.aa_control(pts)
+    assert aa["rounds"] == 4 and aa["aa_verdict"] == "equivalent"
     f = scheduling.finding(pts, req)
-    assert f.supported and f.text.startswith("For interactive traffic") and "4 rounds" in f.evidence
-    pts, req = _replicated([0.5, 0.52, 0.48, 0.5], aa_shift=[1.3, 1.32, 1.28, 1.3])
-    rec = scheduling.recommend(pts, req).set_index("policy")
-    assert rec.loc["sjf", "verdict"] == "not supported: the A/A control moved" and not rec.loc["sjf", "recommended"]
-    assert scheduling.finding(pts, req).text.startswith("Scheduling: not supported: the A/A control moved")
+    assert f.text.startswith("For interactive traffic mixed with long reports (4 rounds of 6 requests at 2.50 req/s, "
+                             "a fresh engine per run), sjf against fcfs: interactive TTFT (the class's mean per run): "
+                             "faster, 0.45x, 95% interval 0.30-0.68x")
+    assert "background e2e: slower, 1.20x" in f.text and "lanes vs fcfs, interactive TTFT: undecided" in f.text
+    assert f.verdict == "direction" and f.supported and f.rounds == 4 and "4 interleaved rounds" in f.evidence
+    assert f.point_ids == tuple(pts["point_id"])
+    open_ = scheduling.finding(*_designed({"sjf": (0.8, 0.55, 1.15, "undecided", "", 12)}))
+    assert open_.verdict == "undecided" and open_.rounds_needed == 12 and open_.seconds_needed == 120.0
+    assert "about 12 rounds (~120 s more)" in open_.text
+    keep = scheduling.finding(*_designed({"sjf": (1.3, 1.1, 1.5, "direction", "higher"),
+                                          "lanes": (1.01, 0.97, 1.04, "equivalent", "")}))
+    assert keep.verdict == "direction" and "keep fcfs: every policy is slower beyond noise or equivalent" in keep.text
+    unsure = scheduling.finding(*_designed({"sjf": (1.1, 0.9, 1.3, "undecided", "", 20)}))
+    assert unsure.verdict == "undecided" and "keep fcfs: no policy shown faster" in unsure.text
+    moved = scheduling.finding(*_designed({"sjf": (0.45, 0.3, 0.68, "direction", "lower")}, aa="direction"))
+    assert moved.verdict == "undecided" and "The A/A control moved" in moved.text
+    assert scheduling.recommend(*_designed({"sjf": (0.45, 0.3, 0.68, "direction", "lower")}, aa="direction")
+                                ).iloc[0]["verdict"] == "undecided: the A/A control moved"
 
 
 def test_figures_draw_from_small_tables():
@@ -242,6 +307,11 @@ def test_figures_draw_from_small_tables():
                          "sched_recommendation"}
     bars = [t for t in figs["sched_class_latency"].data if t.name == "sjf"]
     assert list(bars[0].y) == [3.0, 0.75]  # TTFT p50 of background, interactive under sjf
+    pts, req = _designed({"sjf": (0.45, 0.3, 0.68, "direction", "lower")})
+    fig = scheduling.figures(pts, req)["sched_policy_ratio"]
+    drawn = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
+    assert list(drawn[0].y) == [1.0, 0.45] and list(drawn[0].error_y.arrayminus) == [0, pytest.approx(0.15)]
+    assert any((t.name or "").startswith("A/A control 0.90-1.10x") for t in fig.data)
 
 
 QUICK_11 = dict(policies=["fcfs", "lanes"], engine="fifo", requests_per_point=4, short_prompt_tokens=[32],
@@ -296,4 +366,41 @@ def test_prefix_sharing_on_serves_the_shared_document_from_the_cache(loaded):
     assert on["cached_tokens"].iloc[0] == 0 and (on["cached_tokens"].iloc[1:] >= 96 - 32).all()
     assert (on["cached_tokens"] % 32 == 0).all() and (on["cached_tokens"] < on["prompt_tokens"]).all()
     sav = scheduling.prefix_savings(pd.DataFrame(pts), req).iloc[0]
-    assert sav["pairs"] == sav["rounds"] == 1 and 0 < sav["cache_hit_rate_on"] < 1  # runs pair by round (issue 32) and sav["cache_hit_rate_off"] == 0
+    assert sav["rounds"] == 1 and 0 < sav["cache_hit_rate_on"] < 1 and sav["cache_hit_rate_off"] == 0
+    assert sav["verdict"] == "undecided"          # one pair of runs decides nothing (the run is the unit)
+
+
+@pytest.mark.model
+def test_tiny_policy_and_prefix_designs_on_the_real_model(loaded):
+    """Two rounds of the policy design (fcfs, sjf and the A/A arm) and of the prefix design (sharing off, on and off
+    again) on the real model: each design's table in the run folder holds every arm in both rounds, every run is a
+    point of its own carrying its arm's decision columns, and the finding carries one of the three verdicts."""
+    from workbench.stats import blocks
+
+    share = [False, True] if scheduling.prefix_sharing_available() else [False]
+    cfg = scheduling.Config(policies=["fcfs", "sjf"], requests_per_point=4, short_prompt_tokens=[32],
+                            long_prompt_tokens=[40], short_max_tokens=2, long_max_tokens=4, lane_threshold_tokens=3,
+                            turns=2, conversations=1, warmup=0, load_factor=2.0, rounds=2, max_rounds=2,
+                            aa_control=True, multiturn_prefix_sharing=share)
+    run = results.create_run()
+    points = scheduling.run(cfg, run, loaded)
+    assert (points["status"] == "ok").all()
+    table = pd.read_parquet(run / "design" / "scheduling.parquet")
+    assert len(table) == 2 * 3 and set(table["arm"]) == {"fcfs", "sjf", "A/A"}
+    assert (table[scheduling.INTERACTIVE.name] > 0).all() and (table[scheduling.BACKGROUND.name] > 0).all()
+    mixed = points[points["workload"] == "mixed"].set_index(["arm", "replicate"]).sort_index()
+    assert list(mixed.index) == [(a, k) for a in ("fcfs", "fcfs_aa", "sjf") for k in (0, 1)]
+    assert (mixed.loc["sjf", "interactive_ttft_ratio_verdict"].isin(blocks.VERDICTS)).all()
+    assert (mixed.loc["fcfs", "interactive_ttft_ratio"] == 1).all() and (mixed["rounds"] == 2).all()
+    req = results.read_requests(run, experiment=scheduling.EXPERIMENT)
+    per_run = req[req["workload"] == "mixed"].groupby("point_id").size()
+    assert (per_run == 4).all() and len(per_run) == 6
+    assert (run / "scheduling_aa.json").exists()
+    if share == [False, True]:
+        prefix = pd.read_parquet(run / "design" / "scheduling_prefix.parquet")
+        assert len(prefix) == 2 * 3 and set(prefix["arm"]) == {"multiturn_off", "multiturn_on", "A/A"}
+        on = points[(points["workload"] == "multiturn") & (points["arm"] == "on")]
+        assert len(on) == 2 and on["sharing_ttft_ratio_verdict"].isin(blocks.VERDICTS).all()
+    f = scheduling.finding(points.assign(valid=True), req, run)
+    assert f.verdict in blocks.VERDICTS and f.rounds == 2
+    assert "sched_policy_ratio" in scheduling.figures(points.assign(valid=True), req, run)

@@ -24,6 +24,11 @@ from workbench.load import saturation
     ({"slo_ttft_s": 0}, "slo_ttft_s"),
     ({"max_batch_size": 0}, "max_batch_size"),
     ({"prompt_tokens": 9000}, "prompt_tokens"),
+    ({"compare_engines": ["endpoint"]}, "compare_engines"),
+    ({"compare_engines": ["fifo", "static"], "compare_control": "continuous"}, "compare_control"),
+    ({"compare_requests": 1}, "compare_requests"),
+    ({"compare_load": 0}, "compare_load"),
+    ({"repeats": 3, "max_rounds": 2}, "max_rounds"),
 ])
 def test_invalid_config_one_line(kwargs, name):
     with pytest.raises(ParameterError) as err:
@@ -37,6 +42,93 @@ def test_grid_is_a_sweep_per_engine():
         ("fifo", "synchronous", 0), ("fifo", "throughput", 0), ("fifo", "poisson", 1), ("fifo", "poisson", 2),
         ("continuous", "synchronous", 0), ("continuous", "throughput", 0), ("continuous", "poisson", 1),
         ("continuous", "poisson", 2)]
+
+
+def test_the_engine_comparison_is_a_point_per_run_beside_the_sweep():
+    """With 2+ rounds the compared engines get one point per run up to max_rounds (the control again as the A/A
+    arm), after the sweep's points; one round compares nothing."""
+    cfg = serving_load.Config(engines=["static"], sweep_points=1, compare_engines=["fifo", "static"], repeats=2,
+                              max_rounds=3)
+    grid = cfg.grid()
+    assert cfg.compares() and [p["profile"] for p in grid[:3]] == ["synchronous", "throughput", "poisson"]
+    runs = [(p["replicate"], p["engine"], p["arm"]) for p in grid if p.get("comparison") == "engines"]
+    assert runs == [(k, e, a) for k in range(3) for e, a in (("fifo", "main"), ("static", "main"), ("fifo", "aa"))]
+    assert not serving_load.Config(engines=["static"], repeats=1).compares()
+    assert not serving_load.Config(engines=["static"], repeats=2, compare_engines=["fifo"]).compares()
+    assert all("comparison" not in p for p in serving_load.Config(engines=["static"]).grid())
+
+
+def _compared(decisions, aa="equivalent", throughput=(1.3, 1.1, 1.5, "direction", "higher"), rounds=3,
+              valid=True):
+    """Engine-comparison runs as the design records them (one point per engine and round, fifo the control at 1 and
+    again the A/A arm), ``decisions`` = {engine: (ratio, low, high, verdict, direction[, rounds needed])} of the TTFT
+    p50, ``throughput`` every engine's throughput decision; beside them the sweep's two keeping-up static points."""
+    nan = float("nan")
+
+    def dec(prefix, est, lo, hi, verdict, direction="", need=0):
+        return {prefix: est, f"{prefix}_low": lo, f"{prefix}_high": hi, f"{prefix}_level": 0.95,
+                f"{prefix}_verdict": verdict, f"{prefix}_direction": direction,
+                f"{prefix}_method": "pooled block model, 6 dof, Dunnett over 3", **({"rounds_needed": need} if need
+                                                                                    else {})}
+
+    base = {"status": "ok", "valid": valid, "profile": "poisson", "stopped_early": False, "requests_unsent": 0,
+            "requests_incomplete": 0, "requests_planned_window": 8, "requests_planned": 8, "offered_rps": 9.0,
+            "arrival_rps": 9.0, "completion_rps": 3.0, "arrival_count": 4000, "completion_count": 1000,
+            "slo_attainment_custom": 0.2, "goodput_rps_custom": 1.0, "comparison": "engines", "design": "interleaved",
+            "rounds": rounds, "margin": 1.05, "design_seconds": 45.0, "seconds_per_round": 15.0,
+            "design_stopped": "max rounds", "aa_ratio": 1.0, "aa_low": 0.9, "aa_high": 1.1, "aa_verdict": aa}
+    rows = []
+    for k in range(rounds):
+        for arm in ["fifo", *decisions, "aa"]:
+            if arm == "fifo":
+                d = {**dec("ttft_vs_control", 1.0, nan, nan, ""), **dec("throughput_ratio", 1.0, nan, nan, ""),
+                     "ttft_vs_control_method": "the control"}
+            elif arm == "aa":
+                d = {**dec("ttft_vs_control", 1.0, 0.9, 1.1, aa, "higher" if aa == "direction" else ""),
+                     **dec("throughput_ratio", 1.0, 0.9, 1.1, "undecided")}
+            else:
+                d = {**dec("ttft_vs_control", *decisions[arm]), **dec("throughput_ratio", *throughput)}
+            rows.append({**base, **d, "point_id": f"serving_load/{arm}/{k}", "engine": "fifo" if arm == "aa" else arm,
+                         "arm": "aa" if arm == "aa" else "main", "replicate": k})
+    sweep = _points().assign(engine="static", point_id=["serving_load/s1", "serving_load/s2"])
+    return pd.concat([sweep, pd.DataFrame(rows)], ignore_index=True)
+
+
+def test_the_engines_verdicts_lead_the_finding_and_the_runs_stay_out_of_the_knee():
+    """Synthetic design columns: static lower TTFT than fifo beyond noise is the finding's verdict, continuous's own
+    verdict beside it; an undecided pick names the rounds and seconds it needs; fifo kept only when every other
+    engine is slower or equivalent; a moved A/A control leaves it undecided. The comparison's runs (fifo falling
+    behind at 9 req/s) never enter the knee scan, the recommendation or the sweep's figures."""
+    pts = _compared({"static": (0.3, 0.2, 0.45, "direction", "lower"),
+                     "continuous": (2.1, 1.4, 3.2, "direction", "higher")})
+    f = serving_load.finding(pts, 0.9)
+    assert f.text.startswith("Engines under the same load (9.00 req/s poisson, 8 requests a run, 3 rounds, a fresh "
+                             "engine per run): static against fifo: TTFT p50 of the run: faster, 0.30x, 95% "
+                             "interval 0.20-0.45x")
+    assert "output throughput: higher, 1.30x" in f.text and "continuous vs fifo, TTFT p50: slower, 2.10x" in f.text
+    assert f.verdict == "direction" and f.rounds == 3 and f.supported
+    assert "custom SLO: static up to 2.00 req/s" in f.text          # the sweep's recommendation rides along
+    assert "3 interleaved rounds" in f.evidence and "engine comparison: 12 runs" in f.evidence
+    assert saturation.knees(pts) == {"static": 2.0} and set(serving_load.recommend(pts, 0.9)["engine"]) == {"static"}
+    assert serving_load.headline(pts, 0.9) == serving_load.headline(saturation.sweep_points(pts), 0.9)
+    assert list(saturation.sweep_points(pts)["point_id"]) == ["serving_load/s1", "serving_load/s2"]
+    fig = serving_load.engine_ratio_figure(pts)
+    drawn = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
+    assert list(drawn[0].y) == [1.0, 0.3, 2.1] and "9.00 req/s" in fig.layout.title.text   # fifo, static, continuous
+    assert any((t.name or "").startswith("A/A control 0.90-1.10x") for t in fig.data)
+    open_ = serving_load.engines_finding(_compared({"static": (0.8, 0.6, 1.1, "undecided", "", 8)}))
+    assert open_.verdict == "undecided" and open_.rounds_needed == 8 and open_.seconds_needed == 75.0
+    assert "about 8 rounds (~75 s more)" in open_.text
+    keep = serving_load.engines_finding(_compared({"static": (1.2, 1.05, 1.4, "direction", "higher"),
+                                                   "continuous": (1.01, 0.97, 1.04, "equivalent", "")}))
+    assert keep.verdict == "direction" and "keep fifo: every other engine is slower beyond noise or equivalent" in \
+        keep.text
+    moved = serving_load.engines_finding(_compared({"static": (0.3, 0.2, 0.45, "direction", "lower")}, aa="direction"))
+    assert moved.verdict == "undecided" and "The A/A control moved" in moved.text
+    invalid = serving_load.engines_finding(_compared({"static": (0.3, 0.2, 0.45, "direction", "lower")}, valid=False))
+    assert invalid.verdict == "undecided" and "no usable run of the control (fifo" in invalid.text
+    assert serving_load.engines_finding(_points()) is None        # no comparison: the sweep's finding alone
+    assert serving_load.finding(_points(), 0.9).verdict == ""
 
 
 def test_recommend_and_knees_from_synthetic_points():
@@ -257,6 +349,37 @@ def test_tiny_load_sweep_on_the_real_model(loaded):
     assert set(figs) == {"load_latency_vs_throughput", "load_goodput_vs_rate", "load_queue_vs_rate", "load_gantt",
                          "load_time_slices", "load_recommendation"}
     assert isinstance(serving_load.headline(points), str)
+
+
+@pytest.mark.model
+def test_tiny_engine_comparison_on_the_real_model(loaded):
+    """fifo and static compared under one load on the real model, 2 rounds: the control's synchronous probe sets
+    the rate (kept in the run folder), the design's table holds every engine and the A/A arm in both rounds, each run
+    is a point with the decision columns, the sweep's points alone set the knee, and the finding carries a verdict."""
+    import json
+
+    from workbench.run import design
+
+    cfg = serving_load.Config(engines=["static"], requests_per_point=3, prompt_tokens=32, max_new_tokens=2,
+                              max_batch_size=4, sweep_points=1, warmup=0, slice_s=1.0, slo_presets=[],
+                              compare_engines=["fifo", "static"], compare_requests=3, repeats=2, max_rounds=2)
+    run = results.create_run()
+    points = serving_load.run(cfg, run, loaded)
+    assert (points["status"] == "ok").all(), points["status"].tolist()
+    table = pd.read_parquet(run / "design" / "serving_load.parquet")
+    assert len(table) == 2 * 3 and set(table["arm"]) == {"fifo", "static", design.AA}
+    assert (table["ttft_s_p50"] > 0).all() and (table["run_output_tps"] > 0).all()
+    rate = json.loads((run / serving_load.COMPARE_FILE).read_text())
+    assert rate["engine"] == "fifo" and rate["rate_rps"] == pytest.approx(cfg.compare_load * rate["synchronous_rps"])
+    runs = points[points["comparison"] == "engines"]
+    assert len(runs) == 6 and np.allclose(runs["offered_rps"], rate["rate_rps"])
+    assert runs.loc[runs["engine"] == "static", "ttft_vs_control_verdict"].isin(("direction", "equivalent",
+                                                                                 "undecided")).all()
+    req = results.read_requests(run, experiment="serving_load")
+    assert (req[req["point_id"].isin(runs["point_id"])].groupby("point_id").size() == 3).all()
+    assert len(saturation.sweep_points(points)) == 3
+    f = serving_load.finding(points.assign(valid=True), 0.9, run)
+    assert f.text.startswith("Engines under the same load") and f.verdict in ("direction", "equivalent", "undecided")
 
 
 class _FakeBench:

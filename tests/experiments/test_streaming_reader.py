@@ -61,39 +61,44 @@ def test_tiny_run_measures_through_nginx_or_skips_with_the_reason(loaded):
     ka = req[req["part"] == "keepalive"]
     assert set(ka["outcome"]) <= {"ok", "timeout"} and len(ka) == 2
     assert (ka.loc[ka["keepalive"], "outcome"] == "ok").all()  # comments keep the waiting client alive
-    figs = sr.figures(points, req)
+    figs = sr.figures(points, req, run)
     assert set(figs) == {"reader_proxy_ttft", "reader_chunk_arrival", "reader_metrics", "reader_keepalive"}
     assert "buffering_on" in sr.headline(req)
     f = sr.finding(req, points)
     assert f"buffering_on {cfg.repeats}" in f.evidence
-    if cfg.repeats < 2:  # one round pairs nothing: each path on its own, the comparison not claimed
-        assert not f.supported and "one round pairs nothing" in f.text
+    if cfg.repeats < 2:  # one round pairs nothing: each path on its own, the comparison undecided
+        assert not f.supported and f.verdict == "undecided" and "one round pairs nothing" in f.text
 
 
-# ------------------------------------------------------------------ the proxy points interleaved by round (issue 32)
+# ------------------------------------------------------------------ the proxy points as one design (issue 49)
 
 #: each path's client TTFT (s) in the fake: buffering on holds the first chunk until the end, the others do not
 _TTFT = {"direct": 0.10, "buffering_default": 0.40, "buffering_on": 0.90, "buffering_off": 0.10, "header": 0.10}
+#: the design columns every proxy point of a design carries (workbench.run.design.DesignResult.point_columns)
+_DESIGN_COLUMNS = {"design", "rounds", "margin", "aa_ratio", "aa_low", "aa_high", "aa_verdict", "time_ratio",
+                   "time_ratio_low", "time_ratio_high", "time_ratio_level", "time_ratio_method", "time_ratio_verdict",
+                   "time_ratio_direction", "rounds_needed", "seconds_needed", "design_seconds", "design_stopped"}
 
 
-def _fake_proxy_run(monkeypatch, aa_shift=1.0, repeats=6, modes=sr.PROXY_MODES):
+def _fake_proxy_run(monkeypatch, aa_shift=1.0, repeats=6, modes=sr.PROXY_MODES, max_rounds=8):
     """:func:`sr.run` over the proxy part alone with nginx faked present and a fake client: whole rounds 10% slow or
-    fast (machine drift), each path's TTFT from :data:`_TTFT`, and the baseline's second request of a round (the A/A
-    arm) ``aa_shift`` times slower. Returns (cfg, timed calls as (round, path), points, requests)."""
+    fast (machine drift), each path's TTFT from :data:`_TTFT`, and the A/A arm's request (direct measured again)
+    ``aa_shift`` times slower. Returns (cfg, timed calls as (round, path), points, requests)."""
     import random
     import types
 
     from workbench.measure import reading
-    from workbench.stats import comparison
+    from workbench.run import design
 
     cfg = sr.Config(languages=[], blocker_tokens=0, proxy_modes=list(modes), repeats=repeats, warmup=1,
-                    max_new_tokens=8)
+                    max_new_tokens=8, max_rounds=max_rounds)
     rng, drift, calls, order = random.Random(5), {}, [], []
-    schedule = comparison.schedule
+    real_order = design._order
 
-    def recorded_schedule(*a, **k):  # the arms in measuring order, so the fake knows which request is the A/A arm's
-        order.extend(schedule(*a, **k))
-        return list(order)
+    def recorded_order(d, rnd):  # the arms in measuring order, so the fake knows which request is the A/A arm's
+        got = real_order(d, rnd)
+        order.extend((rnd, a) for a in got)
+        return got
 
     def fake_stream(base, prompt, max_tokens, **kw):
         mode = base.split("//", 1)[1]
@@ -101,11 +106,11 @@ def _fake_proxy_run(monkeypatch, aa_shift=1.0, repeats=6, modes=sr.PROXY_MODES):
             return {}
         if order:
             rnd, arm = order[len(calls)]
-        else:  # measured point by point: no schedule
+        else:  # measured point by point: no design
             rnd, arm = sum(m == mode for _, m in calls), mode
         calls.append((rnd, mode))
         drift.setdefault(rnd, rng.choice((0.9, 1.1)))
-        ttft = _TTFT[mode] * drift[rnd] * rng.uniform(0.99, 1.01) * (aa_shift if arm == comparison.AA else 1)
+        ttft = _TTFT[mode] * drift[rnd] * rng.uniform(0.99, 1.01) * (aa_shift if arm == design.AA else 1)
         e2e = max(ttft, 0.9 * drift[rnd])
         return {"ttft_s": ttft, "e2e_s": e2e, "chunk_itl_s": [e2e - ttft], "chunk_offsets_s": [ttft, e2e],
                 "chunk_stamps": [ttft, e2e], "chunks": 2, "keepalives": 0, "text": "Hello world.", "output_tokens": 2,
@@ -115,7 +120,7 @@ def _fake_proxy_run(monkeypatch, aa_shift=1.0, repeats=6, modes=sr.PROXY_MODES):
                 "chunk_texts": ["Hello", " world."], **reading.reader_metrics([(ttft, "Hello"), (e2e, " world.")], 0.0)}
 
     paths = types.SimpleNamespace(base=lambda mode: f"http://{mode}", close=lambda: None, loaded=None)
-    monkeypatch.setattr(comparison, "schedule", recorded_schedule)
+    monkeypatch.setattr(design, "_order", recorded_order)
     monkeypatch.setattr(sr, "stream_request", fake_stream)
     monkeypatch.setattr(sr, "_paths", lambda cfg, loaded: paths)
     monkeypatch.setattr(sr, "nginx_status", lambda: ("/usr/sbin/nginx", ""))
@@ -123,88 +128,122 @@ def _fake_proxy_run(monkeypatch, aa_shift=1.0, repeats=6, modes=sr.PROXY_MODES):
     points = sr.run(cfg, run, types.SimpleNamespace(info=None))
     req = results.read_requests(run, experiment=sr.EXPERIMENT)
     # (valid forced: a loaded test machine may mark points invalid for other load, and the finding uses valid ones)
-    return cfg, calls, points.assign(valid=True), req
+    return cfg, calls, points.assign(valid=True), req, run
 
 
-def test_proxy_points_interleave_by_round_with_the_aa_control_and_the_finding_prints_the_noise_floor(monkeypatch):
+def test_proxy_points_are_one_design_with_the_aa_control_and_the_finding_carries_its_verdict(monkeypatch):
     """Every round streams along every path once and direct a second time (the A/A arm), in a shuffled order; the
-    proxy points carry the TTFT ratio over direct and the A/A columns; the finding leads with buffering on's ratio,
-    the noise floor beside it, its mark agreeing with its first sentence; the ratio figure shades the band."""
-    from workbench.stats import comparison, evidence
+    design stops at its first look once buffering on (the leading mode) is decided; the proxy points carry the TTFT
+    ratio over direct (the marked control) from one block analysis and the A/A columns; the finding leads with
+    buffering on's verdict and names every mode's; the ratio figure draws the A/A band and each round faint."""
+    from workbench.stats import evidence
 
-    cfg, calls, pts, req = _fake_proxy_run(monkeypatch)
+    cfg, calls, pts, req, run = _fake_proxy_run(monkeypatch)
     rounds = [r for r, _ in calls]
-    assert rounds == sorted(rounds) and set(rounds) == set(range(cfg.repeats))  # round after round
+    assert rounds == sorted(rounds) and set(rounds) == set(range(cfg.repeats))  # round after round, stopped at 6
     for r in range(cfg.repeats):
         assert sorted(m for rr, m in calls if rr == r) == sorted([*sr.PROXY_MODES, "direct"])  # direct twice
     assert len({tuple(m for rr, m in calls if rr == r) for r in range(cfg.repeats)}) > 1  # shuffled per round
     assert (pts["part"] == "proxy").all() and len(pts) == len(sr.PROXY_MODES)
-    assert set(comparison.COLUMNS) <= set(pts.columns) and set(comparison.TIME_RATIO_COLUMNS) <= set(pts.columns)
+    assert _DESIGN_COLUMNS <= set(pts.columns)
     assert (pts["design"] == "interleaved").all() and (pts["rounds"] == cfg.repeats).all()
-    assert pts["aa_low"].notna().all() and not comparison.aa_moved_columns(pts.iloc[0])
+    assert (pts["design_stopped"] == "decided").all() and pts["aa_low"].notna().all()
     by = pts.set_index("proxy")
-    assert by.loc["direct", "time_ratio"] == 1 and by.loc["direct", "time_ratio_method"] == "the baseline"
-    assert by.loc["buffering_on", "time_ratio_low"] > 1 and "Holm over 4 comparisons" in by.loc[
-        "buffering_on", "time_ratio_method"]
-    # the A/A requests are timed, never stored: each path's requests, one per round
+    assert by.loc["direct", "time_ratio"] == 1 and by.loc["direct", "time_ratio_method"] == "the control"
+    assert by.loc["buffering_on", "time_ratio_low"] > 1 and by.loc["buffering_on", "time_ratio_verdict"] == "direction"
+    assert "Dunnett over 5" in by.loc["buffering_on", "time_ratio_method"]   # 4 nginx modes and the A/A arm
+    assert by.loc["buffering_on", "time_ratio_low"] < 9 < by.loc["buffering_on", "time_ratio_high"]
+    # the A/A requests are kept apart (in the design's table), not in the points: each path's requests, one per round
     assert len(req) == len(sr.PROXY_MODES) * cfg.repeats and set(req["repeat"]) == set(range(cfg.repeats))
     f = sr.finding(req, pts)
-    assert f.text.startswith("Client TTFT through nginx buffering_on vs direct: ") and f.supported
-    assert f.text.count("A/A noise floor") == len(sr.NGINX_MODES) and comparison.AA_MOVED not in f.text
-    assert all(f"{m} vs direct: " in f.text for m in sr.NGINX_MODES)
+    assert f.text.startswith("Client TTFT through nginx buffering_on vs direct: slower, ") and f.supported
+    assert f.verdict == "direction" and f.rounds == cfg.repeats and f.margin == 1.05
+    assert all(f"{m} vs direct: " in f.text for m in sr.NGINX_MODES) and "A/A control moved" not in f.text
     assert f.supported == evidence.headline_supported(f.text)
-    assert f"paired within {cfg.repeats} interleaved rounds" in f.evidence and set(f.point_ids) == set(pts["point_id"])
-    assert f.text.startswith(sr.headline(req, pts)[:60])
-    figs = sr.figures(pts, req)
-    band = [t for t in figs["reader_proxy_ttft_ratio"].data if (t.name or "").startswith("A/A noise floor")]
-    assert len(band) == 1
+    assert f"{cfg.repeats} interleaved rounds (stopped: decided)" in f.evidence and "A/A control" in f.evidence
+    assert set(f.point_ids) == set(pts["point_id"]) and f.text.startswith(sr.headline(req, pts)[:60])
+    figs = sr.figures(pts, req, run)
+    names = [t.name or "" for t in figs["reader_proxy_ttft_ratio"].data]
+    assert any(n.startswith("A/A control") for n in names) and "each round" in names
+
+
+def test_an_equivalent_path_and_an_undecided_lead_say_so_with_the_rounds_they_need(monkeypatch):
+    """Synthetic design columns: a path within the margin is "equivalent within +-5%"; a lead mode whose interval
+    straddles 1 is undecided and names the rounds (and seconds) that would decide it; the finding's verdict follows
+    the lead."""
+    import pandas as pd
+
+    base = {"part": "proxy", "status": "ok", "valid": True, "design": "interleaved", "rounds": 3, "margin": 1.05,
+            "aa_ratio": 1.0, "aa_low": 0.97, "aa_high": 1.03, "aa_verdict": "equivalent", "design_seconds": 30.0,
+            "seconds_per_round": 10.0, "design_stopped": "max rounds"}
+
+    def row(mode, est, lo, hi, verdict, direction="", need=0):
+        return {**base, "point_id": f"streaming_reader/proxy={mode}", "proxy": mode, "time_ratio": est,
+                "time_ratio_low": lo, "time_ratio_high": hi, "time_ratio_level": 0.95, "time_ratio_verdict": verdict,
+                "time_ratio_direction": direction, "time_ratio_method": "pooled block model, 6 dof, Dunnett over 3",
+                "rounds_needed": need}
+
+    direct = {**row("direct", 1.0, float("nan"), float("nan"), ""), "time_ratio_method": "the control"}
+    req = pd.DataFrame([{"part": "proxy", "proxy": m, "ttft_s": 0.1, "e2e_s": 1.0, "engine_ttft_s": 0.05, "chunks": 2,
+                         "first_word_s": 0.1, "first_read_bytes": 300, "first_read_chunks": 1,
+                         "first_after_last": False, "longest_stall_s": 0.1} for m in ("direct", "buffering_on",
+                                                                                     "buffering_off")])
+    pts = pd.DataFrame([direct, row("buffering_on", 1.2, 0.9, 1.6, "undecided", need=9),
+                        row("buffering_off", 1.01, 0.98, 1.04, "equivalent")])
+    f = sr.finding(req, pts)
+    assert f.verdict == "undecided" and not f.supported and f.rounds_needed == 9 and f.seconds_needed == 60.0
+    assert "buffering_on vs direct: undecided: 1.20x" in f.text and "about 9 rounds (~60 s more)" in f.text
+    assert "buffering_off vs direct: equivalent within +-5%: 1.01x" in f.text
+    pts.loc[1, ["time_ratio", "time_ratio_low", "time_ratio_high", "time_ratio_verdict", "time_ratio_direction",
+                "rounds_needed"]] = [0.97, 0.96, 0.99, "direction", "lower", 0]
+    faster = sr.finding(req, pts)
+    assert faster.verdict == "direction" and "buffering_on vs direct: faster, 0.97x" in faster.text
 
 
 def test_finding_says_the_aa_control_moved(monkeypatch):
-    """direct's second request 30% slower in every round: the A/A interval excludes 1, the points say so, and every
-    mode's ratio is "not supported: the A/A control moved", the finding marked not supported."""
-    from workbench.stats import comparison, evidence
-
-    _, _, pts, req = _fake_proxy_run(monkeypatch, aa_shift=1.3)
-    assert comparison.aa_moved_columns(pts.iloc[0]) and (pts["aa_low"] > 1).all()
+    """direct's second request (the A/A arm) 30% slower in every round: the A/A control shows a direction, the
+    points say so, and the finding says the control moved and leaves its verdict undecided."""
+    _, _, pts, req, _ = _fake_proxy_run(monkeypatch, aa_shift=1.3, max_rounds=6)
+    assert (pts["aa_verdict"] == "direction").all() and (pts["aa_low"] > 1).all()
     f = sr.finding(req, pts)
-    assert f.text.startswith(f"Client TTFT through nginx buffering_on vs direct: {comparison.AA_MOVED}")
-    assert all(f"{m} vs direct: {comparison.AA_MOVED}" in f.text for m in sr.NGINX_MODES if m != "buffering_on")
-    assert "(moved: excludes 1)" in f.text and not f.supported and not evidence.headline_supported(f.text)
+    assert f.text.startswith("Client TTFT through nginx buffering_on vs direct: slower")
+    assert "The A/A control moved" in f.text and f.verdict == "undecided" and not f.supported
 
 
 def test_one_round_measures_each_path_on_its_own_and_claims_nothing(monkeypatch):
     """One repeat pairs nothing: each path measured on its own, back to back, no A/A control, and the finding says
-    the comparison is not supported because of it."""
-    cfg, calls, pts, req = _fake_proxy_run(monkeypatch, repeats=1)
+    the comparison is undecided because of it."""
+    cfg, calls, pts, req, _ = _fake_proxy_run(monkeypatch, repeats=1)
     assert [m for _, m in calls] == list(sr.PROXY_MODES)  # each path once, in grid order, no second direct
     assert "design" not in pts or pts["design"].isna().all()
     f = sr.finding(req, pts)
-    assert not f.supported and "not supported: one round pairs nothing" in f.text
+    assert not f.supported and f.verdict == "undecided" and "undecided: one round pairs nothing" in f.text
     assert "reader_proxy_ttft_ratio" not in sr.figures(pts, req)
 
 
 @pytest.mark.model
-def test_tiny_run_interleaves_the_real_paths_or_skips(loaded):
-    """Two rounds through the real server and nginx: every proxy point carries the A/A and ratio columns and the
-    finding prints each mode's ratio beside the noise floor (no figure asserted: two rounds on a shared machine)."""
-    from workbench.stats import comparison, evidence
+def test_tiny_run_measures_the_real_paths_as_one_design_or_skips(loaded):
+    """Two rounds through the real server and nginx: the design's table in the run folder holds every path and the
+    A/A arm in both rounds; every proxy point carries the design's columns and the finding a verdict (no figure or
+    direction asserted: two rounds on a shared machine)."""
+    import pandas as pd
 
     binary, reason = nginx_status()
     if binary is None:
         pytest.skip(f"nginx part skipped: {reason}")
-    cfg = sr.Config(max_new_tokens=6, languages=[], blocker_tokens=0, repeats=2, warmup=0,
+    cfg = sr.Config(max_new_tokens=6, languages=[], blocker_tokens=0, repeats=2, max_rounds=2, warmup=0,
                     proxy_modes=["direct", "buffering_on", "header"])
     run = results.create_run()
     points = sr.run(cfg, run, loaded)
     assert (points["status"] == "ok").all() and (points["design"] == "interleaved").all()
-    assert (points["rounds"] == 2).all() and points["time_ratio"].notna().all()
+    assert (points["rounds"] == 2).all() and points["time_ratio"].notna().all() and _DESIGN_COLUMNS <= set(points)
+    table = pd.read_parquet(run / "design" / f"{sr.EXPERIMENT}.parquet")
+    assert len(table) == 2 * 4 and set(table["arm"]) == {*points["point_id"], "A/A"} and (table["ttft_s"] > 0).all()
     req = results.read_requests(run, experiment=sr.EXPERIMENT)
     assert req.groupby("proxy").size().to_dict() == {"direct": 2, "buffering_on": 2, "header": 2}
     f = sr.finding(req, points.assign(valid=True))
     assert f.text.startswith("Client TTFT through nginx buffering_on vs direct: ") and "header vs direct: " in f.text
-    assert "A/A noise floor" in f.text and f.supported == evidence.headline_supported(f.text)
-    assert set(comparison.COLUMNS) <= set(points.columns)
+    assert f.verdict in ("direction", "equivalent", "undecided") and f.rounds == 2
 
 
 def test_finding_without_interleaved_points_is_not_supported_with_the_reason(monkeypatch):
@@ -220,6 +259,7 @@ def test_finding_without_interleaved_points_is_not_supported_with_the_reason(mon
     monkeypatch.setattr(sr, "nginx_status", lambda: (None, "nginx is not installed"))
     direct = sr.finding(req(["direct"], 3))
     assert not direct.supported and "nginx modes not measured (nginx is not installed)" in direct.text
+    assert direct.verdict == "undecided"
     one = sr.finding(req(sr.PROXY_MODES, 1))
     assert not one.supported and "one round pairs nothing" in one.text
     blocked = sr.finding(req(sr.PROXY_MODES, 3))

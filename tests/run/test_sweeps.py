@@ -296,3 +296,53 @@ def test_the_speed_probe_reads_the_reference_beside_each_point(monkeypatch):
     calls.clear()
     pts = sweeps.run_sweep(results.create_run(), "probe", grid, _fake_measure, loaded=fake)
     assert calls == [] and not set(drift.PROBE_COLUMNS) & set(pts.columns)
+
+
+def test_designs_beside_plain_points_and_a_design_whose_runs_are_points():
+    """One grid may hold a design's arms (measured in rounds when the loop reaches the first of them), a design whose
+    every (arm, round) measurement is a point of its own (the queue experiments' runs), and plain points measured one
+    by one, in the grid's order; the rounds a design did not take are not recorded, and a resume measures neither
+    design again (issue 49: streaming reader, scheduling, serving load)."""
+    from workbench.run import design
+
+    run, calls = results.create_run(), []
+
+    def rows(n=2):
+        return [dict(_fake_measure({"batch_size": 1}).requests[0], request_id=i) for i in range(n)]
+
+    def plain(p):
+        calls.append(("plain", p["proxy"]))
+        return _fake_measure({"batch_size": 1})
+
+    def by_arm(p, rnd):
+        calls.append(("arm", p["proxy"], rnd))
+        return design.Measured({"e2e_s": (2.0 if p["proxy"] == "b" else 1.0) * (1 + 0.01 * rnd)}, rows(), 1.0)
+
+    def by_run(arm, rnd):
+        calls.append(("run", arm, rnd))
+        value = 3.0 * (1.03 if rnd % 2 else 0.98) if arm == "q" else 1.0 * (1.01 if rnd % 2 else 1.0)
+        return design.Measured({"e2e_s": value}, rows(3), 2.0, {"offered_rps": rnd})
+
+    arms = design.SweepDesign(design.Design("fake", ["fake/proxy=a", "fake/proxy=b"], "fake/proxy=a", design.Outcome("e2e_s", False),
+                                            min_rounds=2, max_rounds=2), by_arm)
+    keys = {"p": "p", "q": "q", "p_aa": design.AA}
+    runs = design.SweepDesign(design.Design("fake_runs", ["p", "q"], "p", design.Outcome("e2e_s", False),
+                                            min_rounds=2, max_rounds=4), by_run,
+                              unit_of=lambda p: (keys[p["policy"]], p["replicate"]) if "policy" in p else None)
+    grid = [{"proxy": "plain"}, {"proxy": "a"}, {"proxy": "b"}] + [{"policy": a, "replicate": k} for k in range(4)
+                                                       for a in ("p", "q", "p_aa")]
+    pts = sweeps.run_sweep(run, "fake", grid, plain, design=[arms, runs])
+    assert calls[0] == ("plain", "plain") and {c[0] for c in calls[1:5]} == {"arm"} and len(calls) == 1 + 6 + 6
+    assert (pts["status"] == "ok").all() and len(pts) == 3 + 3 * 2        # rounds 2 and 3 were never taken
+    per_run = pts[pts["policy"].notna()].set_index(["policy", "replicate"])
+    assert sorted(per_run.index) == [(a, k) for a in ("p", "p_aa", "q") for k in (0, 1)]
+    assert per_run.loc[("q", 1), "offered_rps"] == 1 and per_run.loc[("q", 0), "time_ratio_verdict"] == "direction"
+    assert per_run.loc[("q", 0), "time_ratio"] == pytest.approx(3.0, rel=0.03) and per_run.loc[("p", 0), "time_ratio"] == 1.0
+    assert per_run.loc[("p_aa", 0), "time_ratio"] == pytest.approx(1.0)   # the A/A run: its own ratio to p
+    assert (per_run["design_stopped"] == "decided").all() and (per_run["rounds"] == 2).all()
+    req = results.read_requests(run, experiment="fake")
+    assert req[req["point_id"] == "fake/policy=q,replicate=1"]["repeat"].tolist() == [1, 1, 1]
+    assert pts.set_index("proxy").loc["b", "time_ratio"] == pytest.approx(2.0, rel=0.02)
+    calls.clear()
+    again = sweeps.run_sweep(run, "fake", grid, plain, design=[arms, runs], resume=True)
+    assert calls == [] and len(again) == len(pts)

@@ -185,38 +185,6 @@ def test_compare_within_tasks_pairs_each_task_within_its_round():
         comparison.compare(pd.DataFrame(rows), "base", task="depth")
 
 
-def _ratio_points(**cols):
-    n = len(next(iter(cols.values())))
-    return pd.DataFrame({"status": ["ok"] * n, "time_ratio": [1.0, 0.6][:n] + [0.8] * (n - 2),
-                         "time_ratio_low": [float("nan"), 0.5][:n] + [0.7] * (n - 2),
-                         "time_ratio_high": [float("nan"), 0.7][:n] + [0.9] * (n - 2),
-                         "aa_ratio": 1.0, "aa_low": 0.97, "aa_high": 1.03, "design": "interleaved", "rounds": 3,
-                         **cols})
-
-
-def test_every_ratio_figure_is_drawn_by_the_one_helper(monkeypatch):
-    """The comparative figures of ratios not yet drawn from a design's rounds (streaming reader) draw their body
-    with :func:`comparison.ratio_figure`: markers with interval error bars, the dotted line at 1 and the A/A band.
-    Figures of a design runner's experiment use :func:`workbench.share.figures_design.ratio_figure`
-    (tests/share/test_figures_design.py)."""
-    from workbench.experiments import streaming_reader
-
-    used = []
-    helper = comparison.ratio_figure
-    monkeypatch.setattr(comparison, "ratio_figure", lambda *a, **k: used.append(a[1]) or helper(*a, **k))
-    figs = {
-        "streaming_reader": streaming_reader.proxy_ratio_figure(_ratio_points(part=["proxy", "proxy"],
-                                                                              proxy=["direct", "buffering_on"])),
-    }
-    assert used == ["proxy"]
-    for name, fig in figs.items():
-        assert any(s.y0 == 1 and s.y1 == 1 and s.line.dash == "dot" for s in fig.layout.shapes), name
-        band = [s for s in fig.layout.shapes if s.y0 == pytest.approx(0.97) and s.y1 == pytest.approx(1.03)]
-        assert band and [t.name for t in fig.data if (t.name or "").startswith("A/A noise floor")], name
-        markers = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
-        assert markers and "(x" in fig.layout.yaxis.title.text and fig.layout.title.text, name
-
-
 def test_paired_best_picks_by_the_paired_estimate_with_the_baseline_at_one():
     """One rule for every comparative pick: time ratios lowest wins, speed-ups highest; the baseline competes at 1.0
     (every arm slower: the baseline); a NaN estimate (an arm not paired) picks nothing; ties keep the given order."""

@@ -24,6 +24,21 @@ arrival and completion counts, :mod:`workbench.load.saturation`), below the firs
 points take part in that scan as "fell behind". Recommendations use usable points only
 (:func:`workbench.stats.evidence.usable_points`: valid, open-loop, not stopped early).
 
+**The engines compared under one load** (issue 49; :func:`engine_design`): with ``repeats`` >= 2 and two or more
+``compare_engines`` the built-in engines are the arms of one design, the run the unit (a queue carries one
+request's delay into every later one: :mod:`workbench.stats.replicates`). Each round runs every engine once on the
+same arrivals (``compare_arrival``: constant by default, so that rounds differ by the machine's noise alone; a
+random process's trace is seed ``seed + round``), ``compare_requests`` requests at one offered rate, each run on a
+fresh engine, in a shuffled order, and ``compare_control`` (``fifo``: one request at a time) again as the A/A arm; the
+rate is ``compare_load`` times the control's one-at-a-time rate, measured once by a synchronous probe of
+``compare_requests`` requests on it (kept in ``serving_load_compare.json``, so a resume runs at the same rate). The
+outcome is one statistic per run: its TTFT p50 (primary, ``ttft_vs_control``) and its output throughput, output
+tokens over the run's wall time (secondary, ``throughput_ratio``); one block analysis of the rounds (rounds as blocks, one residual
+variance pooled over the engines, Dunnett's simultaneous intervals) gives each engine three verdicts against the
+control. Each run is a point of its own (``comparison`` = ``engines``), left out of the knee scan, the
+recommendation and the twin's validation (their open-loop sweep is the points without it); the finding leads with
+the engines' verdicts (:func:`engines_finding`).
+
 Transport: ``inprocess`` submits straight to the engine (no HTTP); ``http`` runs the OpenAI-compatible
 server (:mod:`workbench.serving.server`) with the engine behind it and drives it with the load generator's
 ``httpx`` client, token counts from the server's ``usage``.
@@ -39,16 +54,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from workbench import checks
-from workbench.stats import evidence, metrics, replicates, slo
-from workbench.run import sweeps
+from workbench.stats import blocks, evidence, metrics, replicates, slo
+from workbench.run import design, sweeps
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings
+from workbench.share import figures_design
 from workbench.share.figures_serving import gantt, goodput_vs_rate, latency_vs_throughput, queue_vs_rate, time_slices
 from workbench.share.plots import ok_points, split_by_device, table_figure
 from workbench.run.point_result import PointResult
@@ -56,18 +73,29 @@ from workbench.load import endpoint as endpoint_mod
 from workbench.serving import engines as engines_mod
 from workbench.serving import options
 from workbench.load import load, saturation
-from workbench.load.bench import Bench, achieved_rps, run_sampled, slo_rate_search as search
+from workbench.load.bench import Bench, achieved_rps, run_profile, run_sampled, slo_rate_search as search
 from workbench.load.saturation import knee_points, knee_scan, point_rates
 
 EXPERIMENT = "serving_load"
 ARRIVALS = load.ARRIVALS
 TRANSPORTS = ("inprocess", "http")
 TARGETS = engines_mod.ENGINES + (endpoint_mod.ENDPOINT,)  # what ``engines`` may list
+COMPARISON = "engines"   # the ``comparison`` column of the engine comparison's runs (the knee sweep's: empty)
+COMPARE_FILE = f"{EXPERIMENT}_compare.json"   # the comparison's offered rate and the probe it came from
+#: the engine comparison's per-run outcomes: its TTFT p50 (primary) and its output throughput over the whole run
+#: (secondary: its output tokens over first send to last completion; the counting window's figure, first to last
+#: completion, is a few ms for a batch of 8 finishing together)
+TTFT = design.Outcome("ttft_s_p50", False, "TTFT p50 of the run", "ttft_vs_control")
+THROUGHPUT = design.Outcome("run_output_tps", True, "output throughput of the run", "throughput_ratio")
 
 
 @dataclasses.dataclass
-class Config(sweeps.SweepConfig):
+class Config(sweeps.SweepConfig, design.DesignFields):
     """The serving-under-load sweep (notebook ``08_serving_load``).
+
+    With ``repeats`` >= 2 and two or more ``compare_engines`` the engines are also compared under one load (module
+    docstring, :func:`engine_design`): ``repeats`` rounds first, up to ``max_rounds`` while an engine's comparison is
+    undecided and ``budget_s`` allows; ``margin`` its equivalence margin.
 
     Attributes:
         engines: subset of ``fifo``, ``static``, ``continuous`` and ``endpoint`` (the external ``endpoint``).
@@ -100,6 +128,17 @@ class Config(sweeps.SweepConfig):
         aa_control: measure the first engine's open-loop points twice per round (arm ``aa``, the same seeds, the
             arm order alternating by round): the A/A control, its TTFT p90 ratio paired by (rate, round) the
             experiment's noise floor (:func:`aa_control`).
+        compare_engines: the built-in engines compared under one load (empty: no comparison).
+        compare_control: the comparison's marked control (one of ``compare_engines``; measured again each round as
+            the A/A arm).
+        compare_requests: requests of each comparison run (>= 2), and of the control's synchronous probe.
+        compare_load: the comparison's offered rate over the control's one-at-a-time rate (> 0). Far above 1 (the
+            default, 4: a burst) every engine drains a queue and its TTFT scales with the machine's speed, which the
+            rounds' blocks remove; near 1 the control sits at its knee, where a 30% swing of the speed moves its TTFT
+            many-fold (at 1.5, 8-request runs on a loaded VM: fifo's p50 0.4-1.9 s between rounds, nothing decided).
+        compare_arrival: the comparison's arrival process (``constant``: every round the same arrival times, so the
+            rounds differ by the machine's noise alone; ``poisson`` / ``gamma``: a trace per round, seed ``seed +
+            round``, shared by the engines of the round).
     """
 
     engines: list = dataclasses.field(default_factory=lambda: list(engines_mod.ENGINES))
@@ -131,6 +170,11 @@ class Config(sweeps.SweepConfig):
     rounds: int = 1
     aa_control: bool = False
     engine_options: dict = dataclasses.field(default_factory=dict)
+    compare_engines: list = dataclasses.field(default_factory=lambda: list(engines_mod.ENGINES))
+    compare_control: str = "fifo"
+    compare_requests: int = 8
+    compare_load: float = 4.0
+    compare_arrival: str = "constant"
 
     def engine_options_for(self, engine: str, **fixed) -> options.EngineOptions:
         """The engine's options: ``engine_options`` with this notebook's own engine fields."""
@@ -139,6 +183,7 @@ class Config(sweeps.SweepConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
         checks.check_choice_list("engines", self.engines, TARGETS)
         self.target()  # the endpoint's shape (no network; check_targets reaches it)
         checks.check_choice("transport", self.transport, TRANSPORTS)
@@ -170,6 +215,17 @@ class Config(sweeps.SweepConfig):
         checks.check_float("search_tolerance", self.search_tolerance, lo=0, lo_open=True)
         checks.check_int("rounds", self.rounds, lo=1)
         checks.check_bool("aa_control", self.aa_control)
+        checks.check_choice_list("compare_engines", self.compare_engines, engines_mod.ENGINES, allow_empty=True)
+        if self.compare_engines:
+            checks.check_choice("compare_control", self.compare_control, tuple(self.compare_engines))
+        checks.check_int("compare_requests", self.compare_requests, lo=2)
+        checks.check_float("compare_load", self.compare_load, lo=0, lo_open=True)
+        checks.check_choice("compare_arrival", self.compare_arrival, ARRIVALS)
+
+    def compares(self) -> bool:
+        """Whether the engines are compared under one load (:func:`engine_design`): 2+ rounds (``repeats``) and 2+
+        ``compare_engines``."""
+        return self.repeats >= 2 and len(self.compare_engines) >= 2
 
     def settings(self) -> GenerationSettings:
         """Every request: greedy, fixed length ``max_new_tokens``."""
@@ -195,12 +251,15 @@ class Config(sweeps.SweepConfig):
         return [ep.name if e == endpoint_mod.ENDPOINT else e for e in self.engines]
 
     def needs_model(self) -> bool:
-        """Whether a built-in engine runs (an endpoint-only run needs the tokenizer alone)."""
-        return any(e in engines_mod.ENGINES for e in self.engines)
+        """Whether a built-in engine runs, in the sweep or in the engine comparison (an endpoint-only run needs the
+        tokenizer alone)."""
+        return any(e in engines_mod.ENGINES for e in self.engines) or self.compares()
 
     def grid(self) -> list[dict]:
         """Per engine: synchronous, throughput, then ``sweep_points`` open-loop steps (engine outermost); the
-        endpoint's points carry its ``name``."""
+        endpoint's points carry its ``name``. Then, when the engines are compared (:meth:`compares`), per round up to
+        ``max_rounds`` one run per compared engine and the control's A/A run (``comparison`` = ``engines``,
+        ``replicate`` the round, ``arm`` ``main`` / ``aa``): the design records the rounds it takes."""
         pts = []
         names = self.engine_names()
         for e in names:
@@ -213,6 +272,12 @@ class Config(sweeps.SweepConfig):
                 for arm in arms[:: -1 if k % 2 else 1]:
                     pts += [{"engine": e, "profile": self.arrival, "step": i + 1, "replicate": k, "arm": arm}
                             for i in range(self.sweep_points)]
+        if self.compares():   # the engine comparison: a point per run it takes, up to max_rounds rounds
+            for k in range(self.max_rounds):
+                pts += [{"engine": e, "profile": self.compare_arrival, "comparison": COMPARISON, "replicate": k,
+                         "arm": "main"} for e in self.compare_engines]
+                pts.append({"engine": self.compare_control, "profile": self.compare_arrival, "comparison": COMPARISON,
+                            "replicate": k, "arm": "aa"})
         return pts
 
     def slos(self) -> list:
@@ -249,19 +314,11 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
             raise ParameterError(f"{e}: the swept rates need this engine's synchronous and throughput points first")
         rate = load.sweep_rates(r["synchronous"], r["throughput"], cfg.sweep_points)[point["step"] - 1]
     res, engine_batch = run_sampled(bench, cfg, prof, rate, cfg.seed + int(point.get("replicate", 0)))
-    kept = res.kept()
     wall = res.summary["wall_s"]
     achieved = achieved_rps(res)
     if prof in ("synchronous", "throughput"):
         bench.rates.setdefault(e, {})[prof] = achieved
-    rows = []
-    for r in kept.to_dict("records"):
-        r.pop("t_scheduled", None)
-        r.pop("t_sent", None)
-        r.pop("t_done", None)
-        r.pop("t_headers", None)
-        r["engine_batch"] = r.pop("batch_size", None)
-        rows.append(dict(r, max_new_tokens=cfg.max_new_tokens, temperature=0.0, context_tokens=cfg.prompt_tokens))
+    rows = _kept_rows(res, cfg)
     extra = point_columns(res, cfg, rate, achieved)
     extra.update(engine_batch)
     ep = cfg.target()
@@ -313,9 +370,125 @@ def point_columns(res: load.LoadResult, cfg: Config, rate: float | None, achieve
     return extra
 
 
+def _compare_config(cfg: Config) -> Config:
+    """The comparison runs' config: ``compare_requests`` requests a run, no warm-up of their own (each engine is
+    warmed once before its first run: :func:`engine_design`'s ``prepare``)."""
+    return dataclasses.replace(cfg, requests_per_point=cfg.compare_requests, closed_loop_requests=None, warmup=0,
+                               repeats=1)
+
+
+def compare_rate(cfg: Config, loaded, run_dir=None, bench: Bench | None = None) -> dict:
+    """The engine comparison's offered rate: ``compare_load`` times the control's one-at-a-time rate, from a
+    synchronous probe of ``compare_requests`` requests on a fresh control engine. Kept in the run folder
+    (:data:`COMPARE_FILE`), so a resumed design runs its next rounds at the rate of its first.
+
+    Returns:
+        ``{"rate_rps", "synchronous_rps", "engine", "requests", "compare_load"}``.
+    """
+    import json as json_mod
+
+    path = Path(run_dir) / COMPARE_FILE if run_dir is not None else None
+    if path is not None and path.is_file():
+        got = json_mod.loads(path.read_text(encoding="utf-8"))
+        if got.get("engine") == cfg.compare_control and got.get("requests") == cfg.compare_requests:
+            return got
+    bench = bench or Bench(_compare_config(cfg), loaded)
+    try:
+        bench.close()
+        bench.open(cfg.compare_control)
+        res = run_profile(bench, bench.cfg, "synchronous")
+    finally:
+        bench.close()
+    sync = achieved_rps(res)
+    if not (sync == sync and sync > 0):
+        raise RuntimeError(f"compare_control: {cfg.compare_control}'s synchronous probe completed no request")
+    got = {"rate_rps": cfg.compare_load * sync, "synchronous_rps": sync, "engine": cfg.compare_control,
+           "requests": cfg.compare_requests, "compare_load": cfg.compare_load}
+    if path is not None:
+        from workbench.run import results
+
+        results.save_text(run_dir, COMPARE_FILE, json_mod.dumps(got))
+    return got
+
+
+def engine_design(cfg: Config, loaded, run_dir=None) -> design.SweepDesign:
+    """The engines compared under one load as one design (module docstring): the arms are ``compare_engines``,
+    ``compare_control`` the marked control and the A/A arm; arm ``e`` in round ``k`` is one run of ``compare_requests``
+    requests at :func:`compare_rate`'s rate (``cfg.compare_arrival``, arrival seed ``seed + k`` for every arm) on a fresh
+    engine ``e``, one point per run (``unit_of``: the ``comparison`` points' ``(engine or A/A, replicate)``).
+    Outcomes per run: :data:`TTFT` (the kept requests' TTFT p50, primary) and :data:`THROUGHPUT` (its output tokens
+    over its wall time); each run's point columns are :func:`point_columns`'.
+
+    Returns:
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+    """
+    import time
+
+    small = _compare_config(cfg)
+    bench = Bench(small, loaded)
+    state: dict = {}
+
+    def rate() -> float:
+        if "rate" not in state:
+            state["rate"] = compare_rate(cfg, loaded, run_dir, bench)["rate_rps"]
+        return state["rate"]
+
+    def prepare(engine):   # once per engine: its first calls, a batch of two requests, untimed
+        t0 = time.perf_counter()
+        warm = Bench(dataclasses.replace(small, requests_per_point=2, warmup=max(cfg.warmup, 1)), loaded)
+        try:
+            warm.open(engine)
+        finally:
+            warm.close()
+        return time.perf_counter() - t0
+
+    def measure(engine, rnd):
+        r = rate()
+        bench.close()                       # a fresh engine per run: a queue's state never carries over
+        warm = bench.open(engine)
+        try:
+            res, engine_batch = run_sampled(bench, small, cfg.compare_arrival, r, cfg.seed + rnd)
+        finally:
+            bench.close()
+        rows = _kept_rows(res, cfg)
+        extra = {**point_columns(res, small, r, achieved_rps(res)), **engine_batch, "warmup_s": warm}
+        done = [x["ttft_s"] for x in rows if (x.get("output_tokens") or 0) >= 1 and not load.failed(x)]
+        wall = res.summary.get("wall_s", float("nan"))
+        tokens = sum(x.get("output_tokens") or 0 for x in rows if not load.failed(x))
+        values = {TTFT.name: float(np.median(done)) if done else float("nan"),
+                  THROUGHPUT.name: tokens / wall if wall == wall and wall > 0 else float("nan")}
+        bad = [k for k, v in values.items() if not (v == v and v > 0)]
+        if bad:
+            raise RuntimeError(f"{engine} round {rnd}: no {', '.join(bad)} (completed {len(done)} of "
+                               f"{cfg.compare_requests} requests; stopped early: {res.summary.get('stopped_early')})")
+        return design.Measured(values, rows, res.summary["wall_s"], extra)
+
+    def unit_of(p):
+        if p.get("comparison") != COMPARISON:
+            return None
+        return (design.AA if p.get("arm") == "aa" else p["engine"]), int(p["replicate"])
+
+    d = design.Design(EXPERIMENT, list(cfg.compare_engines), cfg.compare_control, TTFT, (THROUGHPUT,),
+                      **cfg.design_kwargs())
+    return design.SweepDesign(d, measure, prepare, unit_of=unit_of)
+
+
+def _kept_rows(res: load.LoadResult, cfg: Config) -> list[dict]:
+    """A run's kept request rows as a point records them (bookkeeping stamps dropped, ``engine_batch``)."""
+    rows = []
+    for r in res.kept().to_dict("records"):
+        for k in ("t_scheduled", "t_sent", "t_done", "t_headers"):
+            r.pop(k, None)
+        r["engine_batch"] = r.pop("batch_size", None)
+        rows.append(dict(r, max_new_tokens=cfg.max_new_tokens, temperature=0.0, context_tokens=cfg.prompt_tokens))
+    return rows
+
+
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
-    """The load sweep of ``cfg`` on every engine; then the SLO search when ``cfg.search``. With the A/A control its
-    columns (:func:`aa_control`) are saved as ``serving_load_aa.json`` in the run folder.
+    """The load sweep of ``cfg`` on every engine, then the engine comparison when ``cfg`` makes one
+    (:meth:`Config.compares`, :func:`engine_design`: each finished round on disk, a resume continues from the last);
+    then the SLO search when ``cfg.search``. With the A/A control its columns (:func:`aa_control`) are saved as
+    ``serving_load_aa.json`` in the run folder.
 
     Returns:
         The experiment's points DataFrame (:func:`workbench.run.sweeps.run_sweep`).
@@ -325,16 +498,19 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     bench = Bench(cfg, loaded)
     if resume:
         recorded_rates(bench.rates, run_dir)
-    state = {"bench": bench, "last_point": {p["engine"]: p for p in grid}}
+    sweep = [p for p in grid if p.get("comparison") != COMPARISON]
+    state = {"bench": bench, "last_point": {p["engine"]: p for p in sweep}}
 
     def measure(p):
         return measure_point(loaded, cfg, p, state)
 
+    designed = engine_design(cfg, loaded, run_dir) if cfg.compares() else None
     try:  # a tokenizer-only load (endpoint-only run) has no model for the drift reference
         points = sweeps.run_sweep(run_dir, EXPERIMENT, grid, measure, resume=resume, slo_ttft_s=cfg.slo_ttft_s,
                                   slo_tpot_s=cfg.slo_tpot_s, info=loaded.info,
                                   loaded=loaded if loaded.model is not None else None, config=cfg,
-                                  speed_probe=True)  # the twin predicts each point at its moment's speed
+                                  speed_probe=True,  # the twin predicts each point at its moment's speed
+                                  design=designed)
         if cfg.aa_control and aa_control(points) is not None:
             from workbench.run import results
 
@@ -475,8 +651,9 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
     """The finding: the recommended engine for the custom SLO (:func:`recommend`) first when there is one, then per
     engine the highest open-loop rate that kept up (:func:`kept_up`, the knee) with the custom SLO's attainment
     there and at the first rate past it; each with its evidence: requests planned per point and attainment with its Wilson 95%
-    interval. Only usable points count (valid, open-loop, not stopped early); how many others were left out
-    is said."""
+    interval. Only usable points of the sweep count (valid, open-loop, not stopped early; the engine comparison's runs
+    are :func:`engines_finding`'s); how many others were left out is said."""
+    points = saturation.sweep_points(points)
     use = evidence.usable_points(points, serving=True)
     if use.empty:
         return ("No usable open-loop load point (valid, not stopped early): no knee or recommendation is "
@@ -516,6 +693,7 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
 
 def recommendation_table(points: pd.DataFrame, target: float = 0.9) -> go.Figure:
     """The :func:`recommend` table as a figure."""
+    points = saturation.sweep_points(points)
     rec = recommend(points, target)
     cols = ["slo", "engine", "max_rate_rps", "goodput_rps", "attainment", "attainment_low", "attainment_high",
             "attainment_lower", "requests", "verdict", "source"]
@@ -531,20 +709,143 @@ def recommendation_table(points: pd.DataFrame, target: float = 0.9) -> go.Figure
 
 
 @split_by_device
-def figures(points: pd.DataFrame, requests: pd.DataFrame, target: float = 0.9) -> dict[str, go.Figure]:
-    """All figures of the serving-load notebook, by file name."""
-    return {
-        "load_latency_vs_throughput": latency_vs_throughput(points),
-        "load_goodput_vs_rate": goodput_vs_rate(points),
-        "load_queue_vs_rate": queue_vs_rate(points),
-        "load_gantt": gantt(points, requests),
-        "load_time_slices": time_slices(points),
-        "load_recommendation": recommendation_table(points, target),
+def figures(points: pd.DataFrame, requests: pd.DataFrame, target: float = 0.9, run_dir=None) -> dict[str, go.Figure]:
+    """All figures of the serving-load notebook, by file name: the sweep's (the engine comparison's runs left out)
+    and, with the comparison, its engines' ratio figure (``run_dir``: its rounds, drawn faint)."""
+    sweep = saturation.sweep_points(points)
+    req = requests[requests["point_id"].isin(sweep["point_id"])] if "point_id" in requests and "point_id" in sweep \
+        else requests
+    out = {
+        "load_latency_vs_throughput": latency_vs_throughput(sweep),
+        "load_goodput_vs_rate": goodput_vs_rate(sweep),
+        "load_queue_vs_rate": queue_vs_rate(sweep),
+        "load_gantt": gantt(sweep, req),
+        "load_time_slices": time_slices(sweep),
+        "load_recommendation": recommendation_table(sweep, target),
     }
+    if not compared(points).empty:
+        out["load_engine_ratio"] = engine_ratio_figure(points, run_dir)
+    return out
 
 
-def finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
-    """The report's finding: :func:`headline`'s sentences, its evidence apart, and whether they are supported.
+def compared(points: pd.DataFrame, usable: bool = True) -> pd.DataFrame:
+    """The engine comparison's runs, one row per arm (its runs carry the same decision), indexed by the engine (the
+    A/A arm as ``aa``); ``usable``: valid and finished only. Empty without a comparison."""
+    if points is None or points.empty or "comparison" not in points or "design" not in points:
+        return pd.DataFrame()
+    df = evidence.usable_points(points) if usable else points[points["status"].eq("ok")]
+    df = df[df["comparison"].eq(COMPARISON) & df["design"].notna()]
+    if df.empty:
+        return df
+    keys = [("aa" if r.get("arm") == "aa" else r["engine"]) for r in df.to_dict("records")]
+    return df.assign(_arm=keys).drop_duplicates("_arm").set_index("_arm")
+
+
+def engine_ratio_figure(points: pd.DataFrame, run_dir=None) -> go.Figure:
+    """Each engine's run TTFT p50 over the control's under the same load, with the simultaneous interval its verdict
+    was read from, each round's ratio faint, the equivalence band and the A/A control's interval
+    (:func:`workbench.share.figures_design.ratio_figure`)."""
+    rows = compared(points)
+    rows = rows[rows.index != "aa"].reset_index()
+    order = {e: i for i, e in enumerate(engines_mod.ENGINES)}
+    df = rows.assign(point_id=rows["_arm"], engine_order=rows["_arm"].map(order))
+    rate = checks.float_or_nan(rows["offered_rps"].iloc[0]) if len(rows) and "offered_rps" in rows else float("nan")
+    fig = figures_design.ratio_figure(df, "engine_order", TTFT.prefix,
+                                      figures_design.round_ratios(run_dir, EXPERIMENT, TTFT.name),
+                                      name="TTFT p50 ratio", x_title="engine",
+                                      y_title="run TTFT p50 / the control's (x, log scale)",
+                                      title=f"Engines under the same load ({rate:.2f} req/s): TTFT p50 against the "
+                                            "control, the run as the unit (simultaneous 95% intervals; faint: each "
+                                            "round; grey band: the A/A control)")
+    fig.update_xaxes(tickmode="array", tickvals=list(order.values()), ticktext=list(order))
+    fig.update_yaxes(type="log")
+    return fig
+
+
+TIME_WORDS = ("slower", "faster")   # a ratio of times above / below 1
+
+
+def engines_finding(points: pd.DataFrame, run_dir=None) -> evidence.Finding | None:
+    """The engine comparison's finding (module docstring): the pick (the engine with the lowest run TTFT p50) against
+    the control with its verdict (a direction, equivalent within the margin, or undecided with the rounds and seconds
+    it would take) and its throughput beside, every other engine's verdicts, and the pick against its runner-up
+    (Tukey's all-pairs level from the design's table in ``run_dir``: the pick was chosen after looking). The control
+    kept is a verdict only when every other engine is slower beyond noise or equivalent; a moved A/A control leaves it
+    undecided. None without a comparison.
+
+    Returns:
+        :class:`workbench.stats.evidence.Finding` with its verdict, or None.
+    """
+    every = compared(points, usable=False)
+    if every.empty:
+        return None
+    rows = compared(points)
+    control = next((e for e in every.index if every.loc[e].get(f"{TTFT.prefix}_method") == "the control"), None)
+    runs = points[points["comparison"].eq(COMPARISON)]
+    ids = evidence.point_ids(evidence.usable_points(runs))
+    if control not in rows.index:
+        return evidence.Finding(f"Engines under the same load: undecided: no usable run of the control "
+                                f"({control or 'unknown'}; marked invalid: other load or drift).",
+                                f"{len(runs)} runs measured, {len(ids)} usable", False, ids, verdict="undecided")
+    ctrl = rows.loc[control]
+    decisions = {e: design.decision_from_row(rows.loc[e], TTFT) for e in rows.index if e not in ("aa", control)}
+    decisions = {e: d for e, d in decisions.items() if d is not None}
+    secs = checks.float_or_nan(ctrl.get("seconds_per_round"))
+    setting = (f"{checks.float_or_nan(ctrl.get('offered_rps')):.2f} req/s {ctrl.get('profile')}, "
+               f"{checks.int_or(ctrl.get('requests_planned'), 0)} requests a run, {int(ctrl['rounds'])} rounds, a fresh "
+               f"engine per run")
+    def clause(e, d, name):
+        t = design.decision_from_row(rows.loc[e], THROUGHPUT)
+        return (d.describe(name, words=TIME_WORDS, seconds_per_round=secs)
+                + ("; " + t.describe("output throughput", words=THROUGHPUT.words) if t is not None else ""))
+
+    clauses = [clause(e, d, f"{e} vs {control}, TTFT p50") for e, d in decisions.items()]
+    est = {e: d.estimate for e, d in decisions.items() if d.estimate == d.estimate}
+    pick = min(est, key=est.get) if est else None
+    if pick is not None and est[pick] < 1:
+        d = decisions[pick]
+        fields = design.finding_fields(rows.loc[pick], d)
+        text = (f"Engines under the same load ({setting}): {pick} against {control}: "
+                + "; ".join([clause(pick, d, "TTFT p50 of the run")]
+                            + [c for e, c in zip(decisions, clauses) if e != pick]) + ".")
+        rest = sorted((e for e in est if e != pick), key=est.get)
+        again = design.reanalyse(run_dir, EXPERIMENT, TTFT.name) if run_dir is not None and rest else None
+        if again is not None and rest[0] in again[1].table.columns:
+            vs = blocks.pick_versus(again[1], pick, rest[0])
+            text += " " + vs.describe(f"Against the runner-up, {rest[0]}", words=TIME_WORDS) + "."
+    else:   # the control kept: a verdict only when every other engine is slower beyond noise or equivalent
+        keep = bool(decisions) and all((d.verdict == "direction" and d.direction == "higher") or
+                                       d.verdict == "equivalent" for d in decisions.values())
+        fields = design.finding_fields(rows.loc[next(iter(decisions))] if decisions else ctrl)
+        fields["verdict"] = "direction" if keep else "undecided"
+        text = (f"Engines under the same load ({setting}): keep {control}: "
+                + ("every other engine is slower beyond noise or equivalent" if keep else
+                   "none shown faster, but not every other engine is decided slower or equivalent")
+                + ". " + "; ".join(clauses) + ".")
+    if ctrl.get("aa_verdict") == "direction":
+        text += f" The A/A control moved ({control} against itself shows a direction): drift, not effects."
+        fields["verdict"] = "undecided"
+    method = next((d.method for d in decisions.values()), "")
+    rate = ""
+    if run_dir is not None and (Path(run_dir) / COMPARE_FILE).is_file():
+        got = json.loads((Path(run_dir) / COMPARE_FILE).read_text(encoding="utf-8"))
+        rate = (f"; the rate {got['compare_load']:g} x {got['engine']}'s one-at-a-time "
+                f"{got['synchronous_rps']:.2f} req/s (a synchronous probe of {got['requests']} requests)")
+    ev = (f"engine comparison: {len(runs)} runs, one statistic each (its TTFT p50; its output tokens over its wall "
+          f"time); {design.evidence_text(ctrl)}; {method}{rate}")
+    return evidence.Finding(text, ev, False, ids, **fields)
+
+
+def finding(points: pd.DataFrame, target: float = 0.9, run_dir=None) -> evidence.Finding:
+    """The report's finding: with the engine comparison, its verdict first (:func:`engines_finding`: the finding's
+    verdict), then the sweep's (:func:`sweep_finding`); without it the sweep's alone."""
+    sweep = sweep_finding(points, target)
+    engines = engines_finding(points, run_dir)
+    return sweep if engines is None else evidence.join([engines, sweep])
+
+
+def sweep_finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
+    """The sweep's finding: :func:`headline`'s sentences, its evidence apart, and whether they are supported.
 
     Supported when a recommendation for the custom SLO rests on a usable point whose attainment's one-sided 95%
     lower bound reaches the target (:func:`recommend`), or when every usable point is shown to miss it (upper
@@ -553,6 +854,7 @@ def finding(points: pd.DataFrame, target: float = 0.9) -> evidence.Finding:
     Returns:
         :class:`workbench.stats.evidence.Finding` over the usable points' ids.
     """
+    points = saturation.sweep_points(points)
     text = headline(points, target)
     body, _, tail = text.partition(" Evidence: ")
     use = evidence.usable_points(points, serving=True)

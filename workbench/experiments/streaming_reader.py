@@ -30,14 +30,16 @@ Three parts, each a set of sweep points (``part`` column):
   ``http chunks``). Without nginx (not installed, cannot start) the nginx modes are left out with the
   reason (:func:`workbench.load.proxy.nginx_status`); ``direct`` still runs.
 
-  Design (issue 32; :mod:`workbench.stats.comparison`): with 2+ paths and ``repeats`` >= 2 the proxy points are
-  measured interleaved by round (:func:`measure_proxy_interleaved`): each round streams the same request along
-  every path and ``direct`` again (the A/A control), order shuffled per round from the seed. The statistic is a
-  round's mean client TTFT (what buffering changes); each mode's TTFT over ``direct`` is the paired within-round
-  ratio, Holm over the modes (``time_ratio`` columns), beside the A/A columns' noise floor in the finding
-  (:func:`ttft_ratio_claim`: "not supported: the A/A control moved" when its interval excludes 1). One repeat
-  pairs nothing: each path is measured on its own, the comparison "not supported". Reader and keep-alive points
-  are measured point by point.
+  Design (issue 49; :mod:`workbench.run.design`): with 2+ paths, ``direct`` among them, and ``repeats`` >= 2 the
+  proxy points are the arms of one design (:func:`sweep_design`): each round streams the same request along every
+  path and ``direct`` again (the A/A control), order shuffled per round from the seed; ``repeats`` rounds first, up
+  to ``max_rounds`` while the leading mode's comparison is undecided and ``budget_s`` allows. The outcome is a
+  round's client TTFT (what buffering changes); every mode's TTFT over ``direct`` (the marked control) comes from
+  one block analysis of the rounds (rounds as blocks, one residual variance pooled over the paths, Dunnett's
+  simultaneous intervals: :mod:`workbench.stats.blocks`), with three verdicts (slower / faster, equivalent within
+  the margin, undecided with the rounds it would take) in the ``time_ratio`` columns, the A/A control's beside them
+  (:func:`ttft_ratio_claim`). One repeat pairs nothing: each path is measured on its own, the comparison
+  undecided. Reader and keep-alive points are measured point by point.
 - ``keepalive``: a client with a read timeout (``client_timeout_s``) streams a request that waits in the
   queue behind a longer one (``blocker_tokens``). Without keep-alive the server sends nothing until the
   first token and the client times out; with ``keepalive_s`` the response starts at once and ``: keep-alive``
@@ -81,9 +83,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench import checks
-from workbench.stats import comparison, evidence, metrics
+from workbench.stats import evidence, metrics
 from workbench.measure import reading
-from workbench.run import sweeps
+from workbench.run import design, sweeps
+from workbench.share import figures_design
 from workbench.errors import ParameterError
 from workbench.load import endpoint as endpoint_mod
 from workbench.load.client import stream_request, table_row
@@ -105,8 +108,12 @@ PROMPTS = {
 
 
 @dataclasses.dataclass
-class Config(sweeps.SweepConfig):
+class Config(sweeps.SweepConfig, design.DesignFields):
     """Parameters of notebook 10 (see the module docstring).
+
+    With 2+ paths (``direct`` among them) and ``repeats`` >= 2 the proxy points are one design
+    (:func:`sweep_design`): ``repeats`` rounds first, up to ``max_rounds`` while the leading mode's comparison is
+    undecided and ``budget_s`` allows; ``margin`` its equivalence margin.
 
     Attributes:
         max_new_tokens: tokens per request (greedy, ignore_eos so every request has the same length).
@@ -140,6 +147,7 @@ class Config(sweeps.SweepConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self.check_design()
         checks.check_int("max_new_tokens", self.max_new_tokens, lo=1, hi=4096)
         checks.check_choice_list("languages", self.languages, sorted(PROMPTS), allow_empty=True)
         checks.check_str_list("granularities", self.granularities, allow_empty=True)
@@ -222,55 +230,54 @@ def _warm(cfg: Config, paths: Paths, mode: str) -> None:
 
 
 def interleaves(cfg: Config, proxy_points: list[dict]) -> bool:
-    """Whether the proxy points are measured interleaved by round (:func:`measure_proxy_interleaved`): 2+ paths
-    and 2+ rounds (``repeats``); one round pairs nothing, so each path is then measured on its own."""
-    return len(proxy_points) >= 2 and cfg.repeats >= 2
+    """Whether the proxy points are measured as one design (:func:`sweep_design`): 2+ paths, ``direct`` (the control)
+    among them, and 2+ rounds (``repeats``); one round pairs nothing, so each path is then measured on its own."""
+    return (len(proxy_points) >= 2 and cfg.repeats >= 2
+            and any(p["proxy"] == "direct" for p in proxy_points))
 
 
-def mean_ttft(rows: list[dict]) -> float:
-    """One (arm, round)'s statistic: the mean client TTFT (s) of its requests that delivered content (NaN: none)."""
-    done = [r["ttft_s"] for r in rows if r.get("ttft_s") is not None and r["ttft_s"] == r["ttft_s"]]
-    return sum(done) / len(done) if done else float("nan")
+#: the design's outcome: a round's client TTFT along a path (one request), lower is better; its ratio to direct's is
+#: the ``time_ratio`` columns
+TTFT = design.Outcome("ttft_s", False, "client TTFT", "time_ratio")
 
 
-def measure_proxy_interleaved(cfg: Config, paths: Paths, points: list[dict]) -> dict[str, PointResult]:
-    """The proxy points as interleaved arms (:mod:`workbench.stats.comparison`), with the A/A control.
+def lead_mode(modes) -> str | None:
+    """The nginx mode whose comparison with ``direct`` sets the finding's verdict: the first of :data:`LEAD_ORDER`
+    among ``modes`` (None without one)."""
+    return next((m for m in LEAD_ORDER if m in set(modes)), None)
 
-    Each path is warmed up ``cfg.warmup`` times, then ``cfg.repeats`` rounds: round ``r`` streams the same request
-    once along every path, and ``direct`` (the baseline; the first point without it) a second time
-    (:data:`workbench.stats.comparison.AA`), in an order shuffled per round from ``cfg.seed``. The A/A requests are
-    timed, never stored. Each path's client TTFT (:func:`mean_ttft` of a round's requests) is judged against the
-    baseline's from the paired within-round ratios, Holm over the nginx modes
-    (:func:`workbench.stats.comparison.compare`).
 
-    Args:
-        cfg: the sweep's config.
-        paths: the run's streaming paths.
-        points: the ``proxy`` points of the grid.
+def sweep_design(cfg: Config, paths: Paths, proxy_points: list[dict]) -> design.SweepDesign:
+    """The proxy points as one design (:mod:`workbench.run.design`): the paths are the arms, ``direct`` the marked
+    control (measured a second time each round as the A/A arm), the round's client TTFT the primary outcome
+    (:data:`TTFT`); the design stops early once the leading nginx mode's comparison (:func:`lead_mode`) is decided.
+    Each arm's measurement streams the same request once along its path (:func:`_proxy_row`, ``repeat`` = round);
+    each path is warmed up ``cfg.warmup`` times first (its nginx started).
 
     Returns:
-        ``{point_id: PointResult}``: the requests (``repeat`` = round), ``wall_s`` the point's own requests' time (s),
-        ``extra`` the ``time_ratio`` columns (:func:`workbench.stats.comparison.arm_columns`) and the A/A columns
-        (:data:`workbench.stats.comparison.COLUMNS`).
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
-    pids = [point_id(EXPERIMENT, p) for p in points]
-    mode = {pid: p["proxy"] for pid, p in zip(pids, points)}
-    base = next((pid for pid in pids if mode[pid] == "direct"), pids[0])
-    for pid in pids:
-        _warm(cfg, paths, mode[pid])
-    got = {pid: {"requests": [], "wall_s": 0.0} for pid in pids}
-    table = []
-    for rnd, arm in comparison.schedule([*pids, comparison.AA], cfg.repeats, cfg.seed):
-        pid = base if arm == comparison.AA else arm
+    pids = {point_id(EXPERIMENT, p): p for p in proxy_points}
+    control = next(pid for pid, p in pids.items() if p["proxy"] == "direct")
+    lead = lead_mode(p["proxy"] for p in proxy_points)
+
+    def measure(p, rnd):
         t0 = time.perf_counter()
-        row = _proxy_row(cfg, paths, mode[pid], rnd)
-        table.append({"arm": arm, "round": rnd, "value": mean_ttft([row])})
-        if arm != comparison.AA:
-            got[pid]["requests"].append(row)
-            got[pid]["wall_s"] += time.perf_counter() - t0
-    comp = comparison.compare(pd.DataFrame(table), base, comparison.AA, adjust=True)
-    return {pid: PointResult(requests=g["requests"], wall_s=g["wall_s"],
-                             extra={**comparison.arm_columns(comp, pid), **comp.columns()}) for pid, g in got.items()}
+        row = _proxy_row(cfg, paths, p["proxy"], rnd)
+        ttft = row.get("ttft_s")
+        if not (isinstance(ttft, (int, float)) and ttft == ttft and ttft > 0):
+            raise RuntimeError(f"{p['proxy']}: round {rnd}: the request delivered no content "
+                               f"({row.get('outcome') or row.get('error') or 'no first chunk'})")
+        return design.Measured({TTFT.name: float(ttft)}, [row], time.perf_counter() - t0)
+
+    def prepare(p):
+        t0 = time.perf_counter()
+        _warm(cfg, paths, p["proxy"])
+        return time.perf_counter() - t0
+
+    decide = [pid for pid, p in pids.items() if p["proxy"] == lead] or None
+    d = design.Design(EXPERIMENT, list(pids), control, TTFT, decide=decide, **cfg.design_kwargs())
+    return design.SweepDesign(d, measure, prepare)
 
 
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
@@ -281,10 +288,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
         cfg: the sweep's config.
         point: ``{"part", ...}`` (:meth:`Config.grid`).
         state: shared by the points of one sweep: ``bench``, the streaming paths (a
-            :class:`workbench.load.proxy.Paths` is made on the first point when absent; the caller closes it);
-            ``proxy_points``, the grid's proxy points: when they interleave (:func:`interleaves`), the first proxy
-            point measures them all (:func:`measure_proxy_interleaved`, cached in ``state["interleaved"]``) and
-            each returns its share.
+            :class:`workbench.load.proxy.Paths` is made on the first point when absent; the caller closes it). The
+            proxy points of a design (:func:`interleaves`) are measured by it, never here.
 
     Returns:
         :class:`workbench.run.point_result.PointResult`: one row per request and the point's wall time.
@@ -301,10 +306,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
                                                     cfg.max_new_tokens, cfg.granularities, cfg.stall_s, r)
                      if ep is not None
                      else _reader_rows(cfg, bench.loaded, point["language"], r))
-    elif point["part"] == "proxy" and interleaves(cfg, state.get("proxy_points", [])):
-        return sweeps.block_share(state, point_id(EXPERIMENT, point),
-                                  lambda: measure_proxy_interleaved(cfg, bench, state["proxy_points"]))
-    elif point["part"] == "proxy":  # one round (or one path): measured on its own, nothing to pair
+    elif point["part"] == "proxy":  # one round (or one path): measured on its own, nothing to pair (else: the design)
         _warm(cfg, bench, point["proxy"])
         t0 = time.perf_counter()
         rows = [_proxy_row(cfg, bench, point["proxy"], r) for r in range(cfg.repeats)]
@@ -358,9 +360,10 @@ def load_for(cfg: Config):
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """The three parts of ``cfg``; nginx modes are left out (reason in ``streaming_reader_nginx.txt``) without nginx.
 
-    The proxy points are measured interleaved by round with the A/A control when they can be paired
-    (:func:`interleaves`) and reach the disk together when the last round ends; otherwise, and for the reader
-    and keep-alive points, each point is measured and written on its own.
+    The proxy points are one design when they can be paired (:func:`interleaves`, :func:`sweep_design`; every
+    finished round on disk under ``design/streaming_reader.parquet``, a resume continues from the last) and reach the
+    points table together when the design stops; otherwise, and for the reader and keep-alive points, each point is
+    measured and written on its own.
 
     Args:
         cfg: the sweep's config.
@@ -378,11 +381,13 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     results.save_text(run_dir, f"{EXPERIMENT}_nginx.txt", f"nginx: {binary}\n" if binary else f"skipped: {reason}\n")
     bench = _paths(cfg, loaded)
     grid = cfg.grid(nginx_ok=binary is not None)
-    state = {"bench": bench, "proxy_points": [p for p in grid if p["part"] == "proxy"]}
+    state = {"bench": bench}
+    proxy = [p for p in grid if p["part"] == "proxy"]
+    designed = sweep_design(cfg, bench, proxy) if interleaves(cfg, proxy) else None
     try:
         return sweeps.run_sweep(run_dir, EXPERIMENT, grid,
                                 lambda p: measure_point(loaded, cfg, p, state), resume=resume, info=loaded.info,
-                                config=cfg)
+                                config=cfg, design=designed)
     finally:
         bench.close()
 
@@ -420,43 +425,53 @@ def proxy_table(requests: pd.DataFrame) -> pd.DataFrame:
 LEAD_ORDER = ("buffering_on", "buffering_default", "header", "buffering_off")
 
 
-def ttft_ratio_claim(points: pd.DataFrame | None, requests: pd.DataFrame) -> tuple[str, bool, str]:
-    """The finding's claim: each nginx mode's client TTFT over the baseline's (``direct``), from the proxy points'
-    ``time_ratio`` and A/A columns (interleaved rounds; :func:`workbench.stats.comparison.describe_columns`: the
-    ratio, its interval at the mode's Holm level, the A/A noise floor beside it, "not supported: the A/A control
-    moved" when the control's interval excludes 1), :data:`LEAD_ORDER` first. Without interleaved points (one
-    round, nginx absent, an older blocked run) the claim is "not supported" with the reason.
+def ttft_ratio_claim(points: pd.DataFrame | None, requests: pd.DataFrame) -> tuple[str, dict, str]:
+    """The finding's claim: each nginx mode's client TTFT over ``direct`` (the design's control) with its decision
+    from the block analysis of the rounds (:func:`sweep_design`; the ``time_ratio`` columns: the ratio, its
+    simultaneous interval, the verdict), :data:`LEAD_ORDER` first: the leading mode's decision is the finding's
+    verdict. A moved A/A control (direct against itself shows a direction) is said and leaves the verdict
+    undecided. Without a design (one round, nginx absent, no ``direct``) the claim is undecided with the reason.
 
     Returns:
-        ``(sentences, supported, evidence)``: supported when the leading mode's ratio has a direction after the
-        Holm adjustment and the A/A control did not move.
+        ``(sentences, fields, evidence)``: ``fields`` the finding's decision fields
+        (:func:`workbench.run.design.finding_fields`: ``verdict``, ``margin``, ``rounds``, ``seconds``, what an
+        undecided verdict needs).
     """
     ok = inter = pd.DataFrame()
     if points is not None and len(points) and {"design", "time_ratio", "part"} <= set(points):
         inter = points[(points["part"] == "proxy") & points["design"].notna()]
         ok = evidence.usable_points(inter)
-    base = ok.loc[ok["time_ratio_method"] == "the baseline", "proxy"] if len(ok) else ()
-    base = base.iloc[0] if len(base) else "direct"
-    arms = ok[ok["proxy"] != base].drop_duplicates("proxy").set_index("proxy") if len(ok) else ok
+    arms = ok.drop_duplicates("proxy").set_index("proxy") if len(ok) else ok
     order = [m for m in LEAD_ORDER if m in arms.index]
-    if order:
-        clauses = [comparison.describe_columns(arms.loc[m], (f"Client TTFT through nginx {m}" if i == 0 else m)
-                                               + f" vs {base}") + "." for i, m in enumerate(order)]
-        rounds = arms.loc[order[0], "rounds"]
-        ev = (f"client TTFT per path and round (the mean of the round's requests), paired within "
-              f"{int(rounds) if rounds == rounds else 'the'} interleaved rounds, Holm over {len(order)} nginx mode(s); "
-              f"A/A control: {base} measured twice per round")
-        return " ".join(clauses), comparison.verdict_columns(arms.loc[order[0]]) in ("higher", "lower"), ev
+    if order and "direct" in arms.index:
+        clauses = []
+        for i, m in enumerate(order):
+            name = f"Client TTFT through nginx {m} vs direct" if i == 0 else f"{m} vs direct"
+            d = design.decision_from_row(arms.loc[m], TTFT)
+            secs = checks.float_or_nan(arms.loc[m].get("seconds_per_round"))
+            clauses.append((d.describe(name, words=TTFT.words, seconds_per_round=secs) if d is not None else
+                            f"{name}: no decision ({arms.loc[m].get('time_ratio_method') or 'not compared'})") + ".")
+        lead = arms.loc[order[0]]
+        decision = design.decision_from_row(lead, TTFT)
+        fields = design.finding_fields(lead, decision)
+        if lead.get("aa_verdict") == "direction":
+            clauses.append("The A/A control moved (direct against itself shows a direction): drift, not effects.")
+            fields["verdict"] = "undecided"
+        ev = (f"client TTFT per path and round (one request each), {len(arms)} paths with direct the control; "
+              f"{design.evidence_text(lead)}; {decision.method if decision is not None else ''}")
+        return " ".join(clauses), fields, ev
     req = requests[requests["part"] == "proxy"] if "part" in requests else requests.iloc[0:0]
     if len(inter):
-        why = "no valid interleaved nginx point (marked invalid: too few samples, other load or drift)"
+        why = "no valid nginx point of the design (marked invalid: too few samples, other load or drift)"
     elif not set(req.get("proxy", ())) & set(NGINX_MODES):
         why = f"nginx modes not measured ({nginx_status()[1] or 'not in proxy_modes'})"
+    elif "direct" not in set(req.get("proxy", ())):
+        why = "direct (the control) not measured"
     elif req.groupby("proxy").size().max() < 2:
         why = "one round pairs nothing (repeats 1: each path measured on its own, no A/A control)"
     else:
-        why = "the paths were measured point by point, not interleaved by round with an A/A control"
-    return f"Client TTFT through nginx vs direct: not supported: {why}.", False, why
+        why = "the paths were measured point by point, not as one design of rounds with an A/A control"
+    return f"Client TTFT through nginx vs direct: undecided: {why}.", {"verdict": "undecided"}, why
 
 
 def headline(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> str:
@@ -488,15 +503,19 @@ def headline(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> str:
                    "says otherwise; nginx_buffer_kb KiB buffers in buffering_on / off / header)")
 
 
-def proxy_ratio_figure(points: pd.DataFrame) -> go.Figure:
-    """Client TTFT of each path over direct (paired within interleaved rounds, the interval at the mode's Holm
-    level), the A/A noise floor shaded (:func:`workbench.stats.comparison.add_noise_band`)."""
+def proxy_ratio_figure(points: pd.DataFrame, run_dir=None) -> go.Figure:
+    """Client TTFT of each path over direct with the simultaneous interval its verdict was read from, each round's
+    ratio faint (from the run's design table), the equivalence band and the A/A control's interval
+    (:func:`workbench.share.figures_design.ratio_figure`)."""
     df = ok_points(points)
     df = df[(df["part"] == "proxy") & df["time_ratio"].notna()] if len(df) and "time_ratio" in df else df.iloc[0:0]
-    df = df.set_index("proxy").reindex([m for m in PROXY_MODES if m in set(df["proxy"])]).reset_index()
-    fig = comparison.ratio_figure(df, "proxy", name="client TTFT ratio")
-    fig.update_layout(title="Client TTFT over direct, paired within interleaved rounds (grey band: the A/A noise floor)",
-                      xaxis_title="path", yaxis_title="client TTFT ratio vs direct (x, log scale)")
+    df = df.assign(path_order=df["proxy"].map({m: i for i, m in enumerate(PROXY_MODES)}))
+    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, TTFT.name)
+    fig = figures_design.ratio_figure(df, "path_order", TTFT.prefix, rounds, name="client TTFT ratio",
+                                      x_title="path", y_title="client TTFT ratio vs direct (x, log scale)",
+                                      title="Client TTFT over direct (simultaneous 95% intervals; faint: each round; "
+                                            "grey band: the A/A control)")
+    fig.update_xaxes(tickmode="array", tickvals=list(range(len(PROXY_MODES))), ticktext=list(PROXY_MODES))
     fig.update_yaxes(type="log")  # ratios from 0.7x to 60x: on a linear axis the A/A band is a hairline
     return fig
 
@@ -560,38 +579,41 @@ def keepalive_figure(requests: pd.DataFrame) -> go.Figure:
 
 
 @split_by_device
-def figures(points: pd.DataFrame, requests: pd.DataFrame) -> dict[str, go.Figure]:
-    """The experiment's figures from its points and request rows (the TTFT ratio figure from interleaved runs)."""
+def figures(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) -> dict[str, go.Figure]:
+    """The experiment's figures from its points and request rows (the TTFT ratio figure from the design's points;
+    ``run_dir``: its rounds, drawn faint)."""
     ok = set(ok_points(points)["point_id"]) if not points.empty else set()
     req = requests[requests["point_id"].isin(ok)] if "point_id" in requests else requests
     figs = {"reader_proxy_ttft": proxy_ttft_figure(req), "reader_chunk_arrival": chunk_arrival_figure(req),
             "reader_metrics": reader_figure(req), "reader_keepalive": keepalive_figure(req)}
-    if "time_ratio" in points and points["time_ratio"].notna().any():  # interleaved rounds (issue 32)
-        figs["reader_proxy_ttft_ratio"] = proxy_ratio_figure(points)
+    if "time_ratio" in points and points["time_ratio"].notna().any():  # the proxy design (issue 49)
+        figs["reader_proxy_ttft_ratio"] = proxy_ratio_figure(points, run_dir)
     return figs
 
 
 def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence.Finding:
-    """The report's finding: :func:`headline` with its evidence.
+    """The report's finding: :func:`headline` with its evidence and the design's verdict.
 
     The claim it carries is nginx buffering's cost to TTFT (:func:`ttft_ratio_claim`): each nginx mode's client
-    TTFT over direct, paired within interleaved rounds, Holm over the modes, the A/A noise floor beside it. Its
-    mark is the leading mode's (:data:`LEAD_ORDER`): supported when that ratio has a direction and the A/A control
-    did not move; not supported with one round, without nginx, or with the paths measured point by point.
+    TTFT over direct from the block analysis of the rounds, the A/A control beside it. Its verdict is the leading
+    mode's (:data:`LEAD_ORDER`): a direction, equivalent within the margin, or undecided with the rounds it would
+    take; undecided when the A/A control moved, with one round, without nginx or without direct.
 
     Args:
         requests: this experiment's request rows.
-        points: its points (the ``time_ratio`` and A/A columns); None: the claim is not supported.
+        points: its points (the ``time_ratio`` and A/A columns); None: undecided.
 
     Returns:
         :class:`workbench.stats.evidence.Finding` (point ids: the proxy points).
     """
     text = headline(requests, points)
-    _, supported, ev = ttft_ratio_claim(points, requests)
+    _, fields, ev = ttft_ratio_claim(points, requests)
     req = requests[requests["part"] == "proxy"] if "part" in requests else requests.iloc[0:0]
     n = req.groupby("proxy").size().to_dict() if len(req) else {}
     counts = ", ".join(f"{m} {k}" for m, k in n.items()) or "none"
     ids = ()
     if points is not None and len(points) and "part" in points:
         ids = evidence.point_ids(evidence.usable_points(points[points["part"] == "proxy"]))
-    return evidence.Finding(text, f"proxy requests per path: {counts}; {ev}", supported and bool(n), ids)
+    if not n:
+        fields = {**fields, "verdict": "undecided"}
+    return evidence.Finding(text, f"proxy requests per path: {counts}; {ev}", False, ids, **fields)

@@ -48,6 +48,8 @@ class Workload:
         load_factor: offered rate over the one-at-a-time capacity on the mix (> 0).
         tpot_s: seconds per decode step; prefill_s_per_token: seconds per prompt token.
         jitter: per-request lognormal sd of the service time; drift: per-run lognormal sd of the speed.
+        exact_mix: exactly ``round(short_share * requests)`` interactive requests per trace (at least one of each
+            class), in a random order, as notebook 11's rounds draw them (:func:`workbench.load.traces.mixed_trace`).
     """
 
     requests: int = 24
@@ -61,6 +63,7 @@ class Workload:
     prefill_s_per_token: float = 0.0025
     jitter: float = 0.15
     drift: float = 0.05
+    exact_mix: bool = False
 
     def __post_init__(self):
         checks.check_int("requests", self.requests, lo=2)
@@ -82,6 +85,10 @@ class Workload:
         gaps = rng.exponential(mean / self.load_factor, self.requests)
         gaps[0] = 0.0
         short = rng.random(self.requests) < self.short_share
+        if self.exact_mix:
+            k = min(max(int(round(self.short_share * self.requests)), 1), self.requests - 1)
+            short = np.array([True] * k + [False] * (self.requests - k))
+            rng.shuffle(short)
         return [{"offset_s": float(t), "request_class": "interactive" if s else "background",
                  "prompt_tokens": self.short_prompt if s else self.long_prompt,
                  "output_tokens": self.short_tokens if s else self.long_tokens, "priority": 0 if s else 1}

@@ -24,7 +24,8 @@ tolerance answers at random near the knee (at 40 requests a 10% tolerance said "
 :func:`knee` scans rates upwards: the highest rate that kept up below the first that did not (fell behind or
 undetermined). Stopped-early points take part (as "fell behind"): dropping them before the scan would let a rate
 above an over-saturated one, kept up by chance, be the knee. They are still never recommended. Over a table of
-points (one row per point, an ``engine`` column): :func:`knee_points` (the points a scan may use), :func:`point_rates`
+points (one row per point, an ``engine`` column): :func:`sweep_points` (a sweep's rates, an engine comparison's runs left
+out), :func:`knee_points` (the points a scan may use), :func:`point_rates`
 (the rate a point is scanned at), :func:`knee_scan` (per engine the knee and why) and :func:`knees`; beside them
 :func:`recommend`, per SLO the engine and the highest rate that met it (notebook 08's recommendation, and the
 twin's on its simulated points).
@@ -150,9 +151,18 @@ def knee(rates: Sequence[float], verdicts: Sequence[str | None]) -> tuple[float,
 # ----------------------------------------------------------------------------- knees over a table of points
 
 
+def sweep_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The points of a load sweep: notebook 08's engine comparison (its runs at one rate, ``comparison`` set) left
+    out, which is no rate of a sweep."""
+    if points is None or "comparison" not in points:
+        return points
+    return points[points["comparison"].isna() | points["comparison"].eq("")]
+
+
 def knee_points(points: pd.DataFrame) -> pd.DataFrame:
-    """The points a knee scan may use: valid open-loop points, stopped-early ones included (they fell behind)."""
-    df = evidence.usable_points(points)
+    """The points a knee scan may use: valid open-loop points of the sweep (:func:`sweep_points`), stopped-early ones
+    included (they fell behind)."""
+    df = evidence.usable_points(sweep_points(points))
     if "profile" in df:
         df = df[df["profile"].isin(load.OPEN_LOOP)]
     return df
@@ -199,9 +209,10 @@ def recommend(points: pd.DataFrame, target: float = 0.9) -> pd.DataFrame:
     Wilson 95% interval and one-sided lower bound and the requests planned for it; ``engine`` empty when none
     does, and ``verdict`` saying why (``missed``: every usable rate shown to miss it; ``undetermined``: some rate
     could not be judged with the requests it had). Only usable points
-    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) that did not
-    fall behind (:func:`kept_up`): a closed-loop burst, a point stopped for over-saturation, one measured under
+    (:func:`workbench.stats.evidence.usable_points` with ``serving``: valid, open-loop, not stopped early) of the sweep
+    (:func:`sweep_points`) that did not fall behind (:func:`kept_up`): a closed-loop burst, a point stopped for over-saturation, one measured under
     other load or one whose queue grew is never recommended."""
+    points = sweep_points(points)
     df = evidence.usable_points(points, serving=True)
     if not df.empty:  # a rate whose queue grew is not one the engine sustains, whatever its short-run attainment
         df = df[[kept_up(r) != FELL_BEHIND for _, r in df.iterrows()]]

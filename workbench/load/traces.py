@@ -32,15 +32,23 @@ from workbench.load import load, senders
 
 
 def mixed_trace(n: int, short_share: float, short_prompt_tokens, long_prompt_tokens, short_max_tokens: int,
-                long_max_tokens: int, rate_rps: float, seed: int = 0) -> list[dict]:
+                long_max_tokens: int, rate_rps: float, seed: int = 0, exact: bool = False) -> list[dict]:
     """``n`` rows of a mixed trace (the distributions of the module docstring): ``offset_s`` (Poisson arrivals at
     ``rate_rps``), ``prompt_tokens``, ``output_tokens``, ``request_class`` and ``priority`` (0 interactive, 1
-    background). A fixed ``seed`` gives the same trace."""
+    background). A fixed ``seed`` gives the same trace. ``exact``: exactly ``round(short_share * n)`` interactive
+    requests (at least one of each class from ``n`` = 2 on) in a random order, so that a short run's class mix does
+    not vary from one seed to the next and each class has a per-run statistic (notebook 11's rounds)."""
     rng = np.random.default_rng(seed)
     offs = load.arrival_offsets("poisson", n, rate_rps, seed=seed)
+    mix = None
+    if exact:
+        k = int(round(short_share * n))
+        k = min(max(k, 1), n - 1) if n >= 2 else k
+        mix = np.array([True] * k + [False] * (n - k))
+        rng.shuffle(mix)
     rows = []
-    for off in offs:
-        short = bool(rng.random() < short_share)
+    for i, off in enumerate(offs):
+        short = bool(rng.random() < short_share) if mix is None else bool(mix[i])
         rows.append({"offset_s": round(float(off), 3),
                      "prompt_tokens": int(rng.choice(short_prompt_tokens if short else long_prompt_tokens)),
                      "output_tokens": int(short_max_tokens if short else long_max_tokens),
@@ -151,11 +159,12 @@ def calibrate(loaded, cfg) -> dict:
 
 def trace_rows(cfg, rate: float, replicate: int = 0) -> list[dict]:
     """The mixed workload of ``cfg``: its ``trace`` file (first ``requests_per_point`` rows; the same in every
-    round) or :func:`mixed_trace` at ``rate`` requests/s with arrival seed ``cfg.seed + replicate``."""
+    round) or :func:`mixed_trace` at ``rate`` requests/s with arrival seed ``cfg.seed + replicate``, its class mix
+    exact (``round(short_share * requests_per_point)`` interactive requests in every run)."""
     if cfg.trace:
         return read_mixed_trace(cfg.trace, cfg.class_slo_ttft_s)[: cfg.requests_per_point]
     return mixed_trace(cfg.requests_per_point, cfg.short_share, cfg.short_prompt_tokens, cfg.long_prompt_tokens,
-                       cfg.short_max_tokens, cfg.long_max_tokens, rate, cfg.seed + replicate)
+                       cfg.short_max_tokens, cfg.long_max_tokens, rate, cfg.seed + replicate, exact=True)
 
 
 def run_policy(loaded, cfg, policy: str, rows_in: list[dict], alone_s: dict):

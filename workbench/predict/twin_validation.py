@@ -250,6 +250,7 @@ def validate(run_dir, cost: twin_cost.StepCost | None = None, write: bool = True
         raise ParameterError(f"run: {str(run_dir)!r} has no points.parquet")
     points = results.read_points(run)
     points = points[points.get("experiment", pd.Series(dtype=str)).isin(SERVING_EXPERIMENTS)]
+    points = saturation.sweep_points(points)   # notebook 08's engine comparison (issue 49) is not validated here
     if "status" in points:
         points = points[points["status"].eq("ok")]
     if points.empty:

@@ -171,10 +171,13 @@ def run_sweep(
             (``--ray``), else the points are measured here, in order, with ``measure``.
         speed_probe: a drift reference right before and after each point (the twin's calibration); with a design,
             one before and one after the design, shared by its arms (they are measured over the same rounds).
-        design: a :class:`workbench.run.design.SweepDesign`: the points are its arms, measured in interleaved
-            rounds by :func:`workbench.run.design.run_design` (resumed by round) before any is recorded; each point's
-            row carries its arm's decision (:meth:`workbench.run.design.DesignResult.point_columns`). ``measure`` is
-            then unused.
+        design: a :class:`workbench.run.design.SweepDesign`, or a list of them: each over some of the points (its
+            arms), measured in interleaved rounds by :func:`workbench.run.design.run_design` (resumed by round) when
+            the loop reaches its first point, before any of them is recorded; each point's row carries its arm's
+            decision (:meth:`workbench.run.design.DesignResult.point_columns`) and one speed probe around the whole
+            design. A design with ``unit_of`` records each (arm, round) measurement as its own point; its points of
+            rounds the design did not take are not recorded. The points no design holds are measured with
+            ``measure``, one by one, in the grid's order (an experiment's design beside its other parts).
 
     Returns:
         ``points.parquet`` rows of this experiment (:func:`workbench.run.point_result.point_rows`): the point's
@@ -220,43 +223,66 @@ def run_sweep(
     todo = [(p, pid) for p, pid in zip(points, ids) if pid not in done]
     if len(todo) < len(points):
         print(f"{experiment}: resuming, {len(points) - len(todo)} of {len(points)} points already done")
-    if executor is None and todo and os.environ.get(distributed.ENV):
+    designs, units, taken = _design_units(design, points, ids, suffix, run)
+    todo = [(p, pid) for p, pid in todo if pid not in taken]   # rounds a finished design of this run did not take
+    if executor is None and todo and not designs and os.environ.get(distributed.ENV):
         executor = distributed.executor_for(experiment, config, run)  # None: this experiment runs here
     if executor is not None:  # the drift reference belongs to one device: each Ray worker measures its own
         executor.measure_drift = loaded is not None
         measure, loaded = executor.measure, None
     ref_start = drift.start(loaded) if loaded is not None and todo else None
-    designed_probe = {}
-    if design is not None and todo:   # every arm measured in interleaved rounds first, then recorded point by point
+    by_id = dict(zip(ids, points))
+    made: dict = {}
+
+    def designed(k: int) -> tuple[dict, dict]:
+        """Design ``k``'s results and its speed probe, measured on the first call (an error kept and raised
+        again for each of its points: one failed design is not measured once per point)."""
         from workbench.run import design as design_mod
 
-        by_id = dict(zip(ids, points))
-        before = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S) if speed_probe and loaded is not None else None
-        made = design_mod.measure_sweep_design(design, by_id, suffix, run, info)
-        if before is not None:
-            designed_probe = drift.speed_probe(before, drift.reference_tpot_s(loaded))
-        measure = lambda p: made[point_result.point_id(experiment, p) + suffix]  # noqa: E731
+        if k not in made:
+            before = (drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S) if speed_probe and loaded is not None
+                      else None)
+            try:
+                got = design_mod.measure_sweep_design(designs[k], by_id, suffix, run, info)
+            except Exception as exc:  # noqa: BLE001 - recorded as each point's failure; KeyboardInterrupt is not
+                made[k] = exc
+                raise
+            made[k] = (got, drift.speed_probe(before, drift.reference_tpot_s(loaded)) if before is not None else {})
+        if isinstance(made[k], Exception):
+            raise made[k]
+        return made[k]
+
     bar = tqdm(todo if executor is None else executor.completed(todo), total=len(todo), desc=experiment,
                unit="point", file=sys.stderr, mininterval=1.0)
     rows = []
-    probing = speed_probe and loaded is not None and executor is None and design is None
+    probing = speed_probe and loaded is not None and executor is None
     for i, (p, pid) in enumerate(bar, 1):
         meta = {"experiment": experiment, "params": p, "started_utc": _utc()}
-        if probing:  # the previous point's after reading, when recent, is this one's before reading
+        unit = units.get(pid)
+        if probing and unit is None:  # the previous point's after reading, when recent, is this one's before reading
             before, begun = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S), time.monotonic()
         base = {"run_id": run_id, "experiment": experiment, "point_id": pid, **model_cols, **p}
         try:
             if inject and inject in pid:
                 raise RuntimeError(f"injected failure (WORKBENCH_INJECT_FAILURE={inject!r})")
+            probe = {}
+            if unit is not None:
+                got, probe = designed(unit[0])
+                if unit[1] not in got:      # a round the design did not take (it stopped before): not a point
+                    continue
+                one = got[unit[1]]
+                measured = (lambda: one)  # noqa: E731
+            else:
+                measured = (lambda: measure(p))  # noqa: E731
             # on Ray the worker's own readings (device, placement, contamination) win over these
-            result = point_result.measure_on_device(lambda: measure(p), info.device if info is not None else None)
+            result = point_result.measure_on_device(measured, info.device if info is not None else None)
             req, row = point_result.point_rows(result, base, slo_ttft_s, slo_tpot_s, info, env)
             if model_cols.get("random_weights"):
                 req, row = _quality_off(req, row)
-            if probing:
+            if probing and unit is None:
                 short = time.monotonic() - begun < drift.PROBE_MIN_POINT_S   # measured with its block's first point
                 row.update(drift.speed_probe(before, before if short else drift.reference_tpot_s(loaded)))
-            row.update(designed_probe)
+            row.update(probe)
             meta.update(status="ok")
         except Exception as exc:  # noqa: BLE001 - a failed point is data, not a crash
             reason = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
@@ -276,6 +302,36 @@ def run_sweep(
         mine = [(pid, row) for pid, row in rows if pid in ref["points"]]
         drift.check(run, experiment, ref["start"], ref["end"], mine, worker)
     return results.read_points(run, experiment)
+
+
+def _design_units(design, points: list[dict], ids: list[str], suffix: str, run) -> tuple[list, dict, set]:
+    """The designs of a sweep and which point each one records.
+
+    Returns:
+        ``(designs, units, taken)``: the :class:`workbench.run.design.SweepDesign` s (``design`` as a list);
+        ``{point id: (design index, key)}``, the key the design's results are filed under (the point id for a design
+        whose points are its arms; ``(arm, round)`` with ``unit_of``); and the ids of ``unit_of`` points whose round
+        a finished design of this run folder did not take (:func:`workbench.run.design.finished_rounds`).
+    """
+    if design is None:
+        return [], {}, set()
+    from workbench.run import design as design_mod
+
+    designs = list(design) if isinstance(design, (list, tuple)) else [design]
+    units, taken = {}, set()
+    for k, sd in enumerate(designs):
+        if sd.unit_of is None:
+            units.update({f"{a}{suffix}": (k, f"{a}{suffix}") for a in sd.design.arms})
+            continue
+        done = design_mod.finished_rounds(run, sd.design.experiment)
+        for p, pid in zip(points, ids):
+            key = sd.unit_of(p)
+            if key is None:
+                continue
+            units[pid] = (k, tuple(key))
+            if done is not None and int(key[1]) >= done:
+                taken.add(pid)
+    return designs, units, taken
 
 
 def _quality_off(req: pd.DataFrame, row: dict) -> tuple[pd.DataFrame, dict]:

@@ -290,25 +290,28 @@ def ttft_by_turn(points: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
 
 
 def prefix_savings_figure(sav: pd.DataFrame, measured_both_ways: bool = False) -> go.Figure:
-    """Cache hit rate with prefix sharing on against the run TTFT p50 it saved (off - on, runs paired by round; the bar
-    is the 95% t interval over rounds), one marker per prefix workload of ``sav``
-    (:func:`workbench.stats.classes.sharing_savings`), its verdict and rounds in the label; an empty ``sav`` says
-    why (``measured_both_ways``: points with sharing off and on exist, none usable)."""
+    """Cache hit rate with prefix sharing on against the run TTFT ratio on / off (the prefix design's simultaneous
+    interval as the bar: :func:`workbench.experiments.scheduling.prefix_savings`), one marker per prefix workload, its
+    verdict and rounds in the label, the line at 1; an empty ``sav`` says why (``measured_both_ways``: points with
+    sharing off and on exist, none usable)."""
     fig = go.Figure()
     for r in sav.itertuples():
-        shown = r.ttft_saved_s_low == r.ttft_saved_s_low
+        shown = r.sharing_ttft_ratio_low == r.sharing_ttft_ratio_low
         fig.add_trace(go.Scatter(
-            x=[r.cache_hit_rate_on], y=[r.ttft_saved_s], mode="markers+text", text=[r.verdict],
-            textposition="top center",
-            name=f"{r.workload} ({r.rounds} rounds)",
-            error_y=dict(type="data", symmetric=False, array=[r.ttft_saved_s_high - r.ttft_saved_s if shown else 0],
-                         arrayminus=[r.ttft_saved_s - r.ttft_saved_s_low if shown else 0])))
-    fig.add_hline(y=0, line=dict(color="grey", dash="dot"))
+            x=[r.cache_hit_rate_on], y=[r.sharing_ttft_ratio], mode="markers+text", text=[r.verdict],
+            textposition="top center", name=f"{r.workload} ({r.rounds} rounds)",
+            error_y=dict(type="data", symmetric=False,
+                         array=[r.sharing_ttft_ratio_high - r.sharing_ttft_ratio if shown else 0],
+                         arrayminus=[r.sharing_ttft_ratio - r.sharing_ttft_ratio_low if shown else 0])))
+    fig.add_hline(y=1, line=dict(color="grey", dash="dot"))
     if sav.empty:
         fig.add_annotation(text="no usable pair of points with sharing off and on" if measured_both_ways
                            else "prefix sharing was not measured both ways", showarrow=False, xref="paper",
                            yref="paper", x=0.5, y=0.5)
-    fig.update_layout(title="Prefix sharing: cache hit rate vs TTFT saved (sharing on vs off, runs paired by round)",
+    fig.update_layout(title="Prefix sharing: cache hit rate vs run TTFT on / off (the run as the unit; bars: the "
+                            "design's simultaneous 95% interval)",
                       xaxis_title="cache hit rate with sharing on (cached / prompt tokens)",
-                      yaxis_title="run TTFT p50 saved (s, off - on)", xaxis=dict(tickformat=".0%", range=[0, 1.02]))  # the whole 0-100% scale
+                      yaxis_title="run TTFT with sharing on / off (x)", xaxis=dict(tickformat=".0%", range=[0, 1.02]))
     return fig
+
+

@@ -6,15 +6,17 @@ carry ``request_class``, ``policy``, ``max_tokens``, ``slowdown`` and the queue'
 point's per-class columns (TTFT / queue percentiles, e2e p50, SLO attainment and goodput under the class's TTFT SLO,
 the longest wait, the ETA error, abandoned and retried requests); :func:`class_summary` and :func:`bucket_summary`
 the per-policy tables of the ``mixed`` rows by class and by output length; :func:`mixed_rows` and
-:func:`served_rows` select rows; :func:`cache_columns` is the prefix cache's hit rate over rows (cached over prompt tokens) and
-:func:`sharing_savings` what prefix sharing saved, runs paired by round.
+:func:`served_rows` select rows; :func:`paired_ratio` pairs one class's requests across two policies' runs of the
+same trace (the old, request-paired design ``benchmarks/scheduling.py`` prints beside the run as the unit);
+:func:`cache_columns` is the prefix cache's hit rate over rows (cached over prompt tokens). What prefix sharing saved
+is the prefix design's decision (:func:`workbench.experiments.scheduling.prefix_savings`).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from workbench.stats import evidence, metrics, replicates, slo
+from workbench.stats import evidence, metrics, slo
 
 CLASSES = ("interactive", "background")  # a mixed workload's request classes (workbench.load.traces)
 
@@ -98,36 +100,14 @@ def cache_columns(rows: pd.DataFrame, prefix_sharing: bool) -> dict:
             "cache_note": "prefix sharing on" if prefix_sharing else "prefix sharing off"}
 
 
-def sharing_savings(stats: pd.DataFrame, requests: pd.DataFrame, design: str = "replicates") -> pd.DataFrame:
-    """What prefix sharing saved, per workload of ``stats``: one row per usable run (``point_id``, ``workload``,
-    ``arm`` ``off`` / ``on``, ``replicate``, the run's ``ttft_s_p50``), the runs of a round paired
-    (:func:`workbench.stats.replicates.paired_log_ratio`; the seconds saved: a Student-t interval over rounds), the
-    cache hit rates from the runs' served ``requests`` (:func:`cache_columns`). The columns of
-    :func:`workbench.experiments.scheduling.prefix_savings`; empty when no workload has both sides."""
-    cols = ["workload", "pairs", "rounds", "cache_hit_rate_off", "cache_hit_rate_on", "ttft_s_p50_off",
-            "ttft_s_p50_on", "ttft_saved_s", "ttft_saved_s_low", "ttft_saved_s_high", "ttft_ratio", "ttft_ratio_low",
-            "ttft_ratio_high", "method", "design", "verdict"]
-    out = []
-    for w, g in stats.groupby("workload", sort=False):
-        on = g[g["arm"] == "on"].groupby("replicate")["ttft_s_p50"].first().dropna()
-        off = g[g["arm"] == "off"].groupby("replicate")["ttft_s_p50"].first().dropna()
-        both = on.index.intersection(off.index)
-        if not len(both):
-            continue
-        on, off = on.loc[both], off.loc[both]
-        ratio, low, high = replicates.paired_log_ratio(on, off)
-        iv = evidence.t_interval((off - on).to_numpy(), unit="rounds")
-        verdict = replicates.verdict(low, high)
-        word = {"faster": "saves", "slower": "costs",
-                "no difference beyond noise": "not supported: the interval straddles 1"}.get(verdict, verdict)
-        req = served_rows(requests[requests["point_id"].isin(g["point_id"])])
-        share = req["prefix_sharing"].fillna(False).astype(bool) if "prefix_sharing" in req else False
-        out.append({"workload": w, "pairs": int(len(both)), "rounds": int(len(both)),
-                    "cache_hit_rate_off": cache_columns(req[~share], False)["cache_hit_rate"],
-                    "cache_hit_rate_on": cache_columns(req[share], True)["cache_hit_rate"],
-                    "ttft_s_p50_off": float(off.median()), "ttft_s_p50_on": float(on.median()),
-                    "ttft_saved_s": iv.estimate, "ttft_saved_s_low": iv.low, "ttft_saved_s_high": iv.high,
-                    "ttft_ratio": ratio, "ttft_ratio_low": low, "ttft_ratio_high": high,
-                    "method": f"runs paired by round: t over {len(both)} rounds' log ratios of the run TTFT p50"
-                    if len(both) > 1 else "one round", "design": design, "verdict": word})
-    return pd.DataFrame(out, columns=cols)
+def paired_ratio(requests: pd.DataFrame, policy: str, column: str, request_class: str,
+                 base: str = "fcfs") -> evidence.Interval:
+    """``column`` under ``policy`` over ``base`` for the class's requests, matched by ``request_id`` (the same
+    request at the same arrival time): :func:`workbench.stats.evidence.paired_ratio_interval`. Requests within one run
+    share the engine, so they are not fully independent: the interval is a guide, the method says so."""
+    df = mixed_rows(requests)
+    df = df[df["request_class"] == request_class]
+    a = df[df["policy"] == policy].set_index("request_id")[column]
+    b = df[df["policy"] == base].set_index("request_id")[column]
+    both = a.index.intersection(b.index)
+    return evidence.paired_ratio_interval(a.loc[both], b.loc[both], unit="requests of one run (not independent)")
