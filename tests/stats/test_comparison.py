@@ -122,27 +122,6 @@ def test_paired_pvalue_is_scipys_t_test():
     assert evidence.paired_log_ratio_pvalue(num, den) == pytest.approx(want)
 
 
-@pytest.mark.model
-def test_engine_tuning_points_carry_the_aa_control(loaded):
-    """A tiny interleaved engine-tuning grid on the real model: every point carries the A/A columns and the
-    design, the configurations table its paired speed-up, the finding its noise floor."""
-    from workbench.run import results
-    from workbench.experiments import engine_tuning as et
-
-    cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
-                    cache_implementations=["dynamic"], prompt_tokens=[32], max_new_tokens=2, guard_prompts=1,
-                    guard_tokens=2, repeats=2, warmup=0, calibrate=False)
-    points = et.run(cfg, results.create_run(), loaded)
-    assert (points["status"] == "ok").all(), points.get("status")
-    for col in comparison.COLUMNS:
-        assert col in points and points[col].notna().all(), col
-    assert set(points["design"]) == {"interleaved"} and set(points["rounds"]) == {2}
-    assert (points["aa_low"] <= points["aa_ratio"]).all() and (points["aa_ratio"] <= points["aa_high"]).all()
-    configs = et.configurations(points, cfg.slo())
-    assert configs["speedup_p_holm"].notna().sum() == 1 and configs["design"].eq("interleaved").all()
-    assert "A/A noise floor" in et.finding(configs, None, points).text
-
-
 def test_joined_finding_mark_agrees_with_its_headline():
     """Issue 32: a joined finding was supported when any part was ("Scheduling: not supported: ..." joined with
     a supported prefix-sharing part was marked supported); now its mark is its headline's."""
