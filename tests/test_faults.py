@@ -17,7 +17,8 @@ from workbench import ParameterError
 from workbench.run import locks, results, sweeps
 
 REPO = Path(__file__).resolve().parents[1]
-SWEEP = ["sweep", "01_batch_size", "-p", "batch_sizes", "[1, 2, 4, 8]", "-p", "prompt_tokens", "[64]",
+SIZES = (1, 2, 3, 4, 8)   # the faulted sweep's points: one a stage, with batch 8 last (stage 5 fails it on purpose)
+SWEEP = ["sweep", "01_batch_size", "-p", "batch_sizes", str(list(SIZES)), "-p", "prompt_tokens", "[64]",
          "-p", "max_new_tokens", "6", "-p", "repeats", "1", "-p", "warmup", "0"]
 
 
@@ -34,7 +35,7 @@ def _ok_points(run: Path) -> int:
         return 0
 
 
-def _assert_clean_run(run: Path, sizes=(1, 2, 4, 8), new_tokens=6, prompt=64):
+def _assert_clean_run(run: Path, sizes=SIZES, new_tokens=6, prompt=64):
     pts = pd.read_parquet(run / "points.parquet")
     req = pd.read_parquet(run / "requests.parquet")
     assert sorted(pts["batch_size"]) == list(sizes), pts[["point_id", "status"]]     # each size exactly once
@@ -92,10 +93,12 @@ def _stage(run: Path, **seen) -> dict:
 
 @pytest.fixture(scope="module")
 def faulted_sweep(tmp_path_factory):
-    """One sweep of 4 points taken through every fault in turn, so the kernels, model loads and drift references
-    are paid once for the SIGINT, SIGKILL and full-disk cases instead of once per case:
+    """One sweep of 5 points taken through every fault in turn, so the kernels, model loads and drift references
+    are paid once for the SIGINT, SIGTERM, SIGKILL and full-disk cases instead of once per case:
 
     1. started fresh; SIGINT after its first point (plus a random fraction of the next);
+    "term". bare ``--resume``; SIGTERM to the command alone (not its kernel, as ``kill PID`` or a job system) 0.2 s
+       after one more point; what it left is read at once (its kernel's processes) and 2 s later (its points);
     2. bare ``--resume``; SIGKILL (the whole process group, kernel included) after one more point;
     3. bare ``--resume`` with a full disk: the write of the requests table of its second point (its first when only
        one is left) fails with ENOSPC (so batch 8 is never done before stage 4);
@@ -120,9 +123,14 @@ def faulted_sweep(tmp_path_factory):
     out.update(run=run, link=link)
     out[1] = _stage(run, returncode=code, output=text)
     resume = ["sweep", "01_batch_size", "--resume", str(link)]
-    _, code, text = _kill_after(resume, env, real, out[1]["ok"] + 1, signal.SIGKILL, rng.uniform(0.0, 0.3))
+    _, code, text = _kill_after(resume, env, real, out[1]["ok"] + 1, signal.SIGTERM, 0.2, group=False)
+    kernels = _processes_with_env(f"WORKBENCH_RESULTS={real.resolve()}")   # its kernel went with it, not after
+    done = _ok_points(run)
+    time.sleep(2)
+    out["term"] = _stage(run, returncode=code, output=text, kernels_left=kernels, ok_at_exit=done)
+    _, code, text = _kill_after(resume, env, real, out["term"]["ok"] + 1, signal.SIGKILL, rng.uniform(0.0, 0.3))
     out[2] = _stage(run, returncode=code, output=text)
-    nth = 2 if 4 - out[2]["ok"] >= 2 else 1
+    nth = 2 if len(SIZES) - out[2]["ok"] >= 2 else 1
     proc = workbench(*resume, env_extra={**env, "WORKBENCH_INJECT_WRITE_ERROR": f"requests.parquet:{nth}"})
     out[3] = _stage(run, returncode=proc.returncode, output=proc.stdout + proc.stderr, stderr=proc.stderr, nth=nth)
     proc = workbench(*resume, env_extra={**env, "WORKBENCH_INJECT_FAILURE": "batch_size=8"})
@@ -144,15 +152,15 @@ def test_sigint_at_a_random_point_then_resume(faulted_sweep, cli):
     first, last, run = faulted_sweep[1], faulted_sweep[5], faulted_sweep["run"]
     assert first["returncode"] == 130 and "--resume" in first["output"], first["output"][-2000:]
     assert first["manifest"]["status"] == "interrupted"
-    assert 1 <= first["ok"] < 4
+    assert 1 <= first["ok"] < len(SIZES)
     assert len(first["points"]) >= first["ok"]                  # the table was readable after the interrupt
     assert last["returncode"] == 0, last["stderr"][-3000:]
     manifest = _assert_clean_run(run)
-    for later in (2, 3, 4, 5):
+    for later in ("term", 2, 3, 4, 5):
         _kept(first, faulted_sweep[later])
     assert manifest["notebooks"]["01_batch_size"]["parameters"]["max_new_tokens"] == 6
     sessions = manifest["sessions"]
-    assert [s["resume"] for s in sessions] == [False, True, True, True, True]   # the first session's record is kept
+    assert [s["resume"] for s in sessions] == [False] + [True] * 5      # the first session's record is kept
     assert "environment" in sessions[0] and manifest["environment"]["torch"]
     assert not list(run.glob(".*.tmp"))
 
@@ -165,16 +173,16 @@ def test_sigint_at_a_random_point_then_resume(faulted_sweep, cli):
 def test_sigkill_at_a_random_point_then_resume(faulted_sweep):
     """kill -9 of the command and its kernel in the middle of a resumed sweep: the finished points stay, the table
     stays readable, the dead owner's lock is taken over, and the next --resume finishes the run cleanly."""
-    before, killed, run = faulted_sweep[1], faulted_sweep[2], faulted_sweep["run"]
+    before, killed, run = faulted_sweep["term"], faulted_sweep[2], faulted_sweep["run"]
     assert killed["returncode"] == -signal.SIGKILL
-    assert before["ok"] < killed["ok"] < 4, "the resumed sweep should be killed mid-sweep, after a point of its own"
+    assert before["ok"] < killed["ok"] < len(SIZES), "the resumed sweep should be killed mid-sweep, after a point of its own"
     assert len(killed["points"]) >= killed["ok"]                 # readable whatever the kill interrupted
     _kept(before, killed)
     for later in (3, 4, 5):
         _kept(killed, faulted_sweep[later])
     assert faulted_sweep[5]["returncode"] == 0, faulted_sweep[5]["stderr"][-3000:]
     _assert_clean_run(run)
-    assert f"resuming, {faulted_sweep[3]['ok']} of 4 points already done" in faulted_sweep[4]["output"]
+    assert f"resuming, {faulted_sweep[3]['ok']} of {len(SIZES)} points already done" in faulted_sweep[4]["output"]
     assert not list(run.glob(".*.tmp"))
 
 
@@ -185,13 +193,13 @@ def test_a_full_disk_in_a_sweep_gives_one_line_and_a_resumable_run(faulted_sweep
     suggested --resume completes the run."""
     before, full, run = faulted_sweep[2], faulted_sweep[3], faulted_sweep["run"]
     assert full["returncode"] == 1, full["stderr"][-3000:]
-    assert f"resuming, {before['ok']} of 4 points already done" in full["output"]
+    assert f"resuming, {before['ok']} of {len(SIZES)} points already done" in full["output"]
     errors = [line for line in full["stderr"].splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "requests.parquet: No space left on device" in errors[0], full["stderr"][-3000:]
     assert f"--resume {run}" in errors[0]
     assert full["manifest"]["status"] == "interrupted"
     assert full["ok"] == before["ok"] + full["nth"] - 1         # the point before the failed write is kept
-    assert sorted(full["points"]["batch_size"]) == [1, 2, 4, 8][:full["ok"]]
+    assert sorted(full["points"]["batch_size"]) == list(SIZES[:full["ok"]])
     _kept(before, full)
     assert faulted_sweep[5]["returncode"] == 0, faulted_sweep[5]["stderr"][-3000:]
     _assert_clean_run(run)
@@ -205,9 +213,9 @@ def test_an_injected_point_failure_is_recorded_and_the_next_resume_measures_it(f
     assert failed["returncode"] == 0, failed["stderr"][-3000:]
     status = failed["points"].set_index("batch_size")["status"]
     assert status.loc[8].startswith("failed: RuntimeError: injected") and (status.drop(8) == "ok").all()
-    assert failed["ok"] == 3 and failed["manifest"]["status"] == "ok"     # a point failed, not the notebook
+    assert failed["ok"] == len(SIZES) - 1 and failed["manifest"]["status"] == "ok"   # a point failed, not the notebook
     assert (run / "notebooks" / "01_batch_size.ipynb").exists()
-    assert "resuming, 3 of 4 points already done" in last["output"]
+    assert f"resuming, {len(SIZES) - 1} of {len(SIZES)} points already done" in last["output"]
     _kept(failed, last)
     _assert_clean_run(run)
     figures = {p.stem for p in (run / "figures").glob("*.json")}
@@ -229,26 +237,22 @@ while True:
 
 
 @pytest.mark.notebook
-def test_sigterm_to_the_command_alone_ends_the_run_as_interrupted(tmp_path):
+def test_sigterm_to_the_command_alone_ends_the_run_as_interrupted(faulted_sweep):
     """``kill PID`` (SIGTERM to the command, not its kernel: what Slurm or Kubernetes send) inside a point: the run
     ends as Ctrl-C ends it - exit 143, the manifest ``interrupted``, the lock released, the kernel shut down and the
     way on printed. (Before: Python's default SIGTERM killed the command mid-run, the manifest said ``running``
-    and the orphaned kernel measured on until it noticed its parent had gone.)"""
-    real = tmp_path / "results"
-    real.mkdir()
-    env = {**os.environ, "WORKBENCH_RESULTS": str(real)}
-    env.pop("WORKBENCH_INJECT_WRITE_ERROR", None)
-    args = SWEEP[:4] + ["[1, 2, 4]"] + SWEEP[5:]
-    run, code, out = _kill_after(args, env, real, 1, signal.SIGTERM, 0.2, group=False)
-    assert code == 143, out[-2000:]
-    assert "terminated: finished points are on disk; continue with --resume" in out
-    manifest = results.read_manifest(run)
-    assert manifest["status"] == "interrupted"
-    assert 1 <= _ok_points(run) < 3
-    assert not _processes_with_env(f"WORKBENCH_RESULTS={real}")   # its kernel went with it, not after
-    done = _ok_points(run)
-    time.sleep(2)
-    assert _ok_points(run) == done                                # nothing left measuring
+    and the orphaned kernel measured on until it noticed its parent had gone.) The faulted sweep's second session,
+    a resumed one: the points of the first are kept, and the next ``--resume`` takes the lock and goes on."""
+    before, term = faulted_sweep[1], faulted_sweep["term"]
+    assert term["returncode"] == 143, term["output"][-2000:]
+    assert "terminated: finished points are on disk; continue with --resume" in term["output"]
+    assert term["manifest"]["status"] == "interrupted"
+    assert before["ok"] < term["ok"] < len(SIZES)
+    assert not term["kernels_left"]                               # its kernel went with it, not after
+    assert term["ok"] == term["ok_at_exit"]                       # nothing left measuring (2 s later)
+    _kept(before, term)
+    assert faulted_sweep[2]["returncode"] == -signal.SIGKILL      # the next session ran: the lock was released
+    assert faulted_sweep[2]["ok"] > term["ok"]
 
 
 def _processes_with_env(entry: str) -> list[int]:

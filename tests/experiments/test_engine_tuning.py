@@ -1,6 +1,6 @@
 """Experiment 09 (engine tuning): one-line errors before any model loads, the adaptive search on a synthetic
 cost surface, the quality guard against a noise processor, compile time kept out of the timed repeats, and a
-tiny real sweep."""
+tiny real sweep in interleaved rounds with its A/A control."""
 import itertools
 import math
 import os
@@ -450,13 +450,26 @@ def test_real_torch_compile_is_recorded_apart_and_kept_out_of_the_timed_repeats(
     assert out.extra["recompiles"] == 0  # the timed repeats ran the graphs compiled before them
 
 
+@pytest.fixture(scope="module")
+def tiny_sweep(loaded, tmp_path_factory):
+    """One tiny engine-tuning grid on the real model, float32 and bfloat16 in 2 interleaved rounds, swept once for
+    the tests that read it (it was two sweeps: a 1-repeat one and a 2-round one in tests/stats/test_comparison.py;
+    the 1-repeat, point-by-point path on the real model is tests/measure/test_config_models.py's one-point sweeps).
+    Returns ``(config, run folder, points)``."""
+    with pytest.MonkeyPatch.context() as mp:   # module-scoped: its own results root, as _results_root gives a test
+        mp.setenv("WORKBENCH_RESULTS", str(tmp_path_factory.mktemp("engine_tuning") / "results"))
+        # the guard on 64 held-out tokens a language in 2 windows (its default 512 in 4 took most of the sweep):
+        # its columns and float32's exact verdict are what is read here; the guard's statistics are test_guard's
+        cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
+                        cache_implementations=["dynamic"], prompt_tokens=[32], max_new_tokens=3, guard_prompts=1,
+                        guard_tokens=4, guard_text_tokens=64, guard_window=32, repeats=2, warmup=0, calibrate=False)
+        run = results.create_run()
+        return cfg, run, et.run(cfg, run, loaded)
+
+
 @pytest.mark.model
-def test_tiny_engine_sweep_on_the_real_model(loaded):
-    cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
-                    cache_implementations=["dynamic"], prompt_tokens=[32], max_new_tokens=3, guard_prompts=1,
-                    guard_tokens=4, repeats=1, warmup=0, calibrate=False)
-    run = results.create_run()
-    points = et.run(cfg, run, loaded)
+def test_tiny_engine_sweep_on_the_real_model(tiny_sweep):
+    cfg, run, points = tiny_sweep
     assert len(points) == 2 and (points["status"] == "ok").all(), points.get("status")
     for col in ("predicted_ttft_s", "predicted_tpot_s", "ttft_ratio", "token_agreement", "perplexity_ratio",
                 "kl_mean", "top1_agreement", "guard_passed", "quantization"):
@@ -472,6 +485,23 @@ def test_tiny_engine_sweep_on_the_real_model(loaded):
     # MBU counts the bytes of the model each point measured: a bfloat16 step reads about half the bytes
     step = {r["dtype"]: r["mbu"] * r["peak_bandwidth_bytes_per_s"] * r["tpot_s_p50"] for _, r in points.iterrows()}
     assert step["bfloat16"] / step["float32"] == pytest.approx(0.5, rel=0.1)
+
+
+@pytest.mark.model
+def test_engine_tuning_points_carry_the_aa_control(tiny_sweep):
+    """A tiny interleaved engine-tuning grid on the real model: every point carries the A/A columns and the
+    design, the configurations table its paired speed-up, the finding its noise floor."""
+    from workbench.stats import comparison
+
+    cfg, _, points = tiny_sweep
+    assert (points["status"] == "ok").all(), points.get("status")
+    for col in comparison.COLUMNS:
+        assert col in points and points[col].notna().all(), col
+    assert set(points["design"]) == {"interleaved"} and set(points["rounds"]) == {2}
+    assert (points["aa_low"] <= points["aa_ratio"]).all() and (points["aa_ratio"] <= points["aa_high"]).all()
+    configs = et.configurations(points, cfg.slo())
+    assert configs["speedup_p_holm"].notna().sum() == 1 and configs["design"].eq("interleaved").all()
+    assert "A/A noise floor" in et.finding(configs, None, points).text
 
 
 def test_finding_is_supported_only_when_the_recommended_speedup_excludes_one():

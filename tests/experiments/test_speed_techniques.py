@@ -251,7 +251,7 @@ def test_int8_weights_read_fewer_bytes(loaded):
 def test_measure_points_and_the_speed_table(loaded):
     cfg = st.Config(techniques=["none", "prompt_lookup", "draft"], draft_tokens=[2], tasks=["extract"],
                     quantizations=["none", "int8_dynamic"], draft_layers=4, passage_chars=200, max_new_tokens=5,
-                    repeats=2, warmup=0, guard_prompts=1, guard_tokens=4, guard_text_tokens=128, guard_window=64)
+                    repeats=2, warmup=0, guard_prompts=1, guard_tokens=4, guard_text_tokens=64, guard_window=32)
     state, rows, reqs = {}, [], []
     for i, point in enumerate(cfg.grid()):
         res = st.measure_point(loaded, cfg, point, state)

@@ -19,6 +19,7 @@ def test_config_spec_errors_are_one_line():
     assert models.max_context_tokens("config:Llama-3.1-8B") == 131072
 
 
+@pytest.mark.model
 def test_random_weights_are_deterministic_and_marked():
     a = models.load_model("config:SmolLM2-135M", "cpu", "float32")
     assert a.info.random_weights and "(random weights)" in a.info.name and a.info.weights_sha256.startswith("random-")
@@ -29,6 +30,7 @@ def test_random_weights_are_deterministic_and_marked():
     assert b is not a and torch.equal(b.model.model.layers[3].mlp.down_proj.weight[:2, :4], w)
 
 
+@pytest.mark.model
 def test_a_random_weight_model_runs_a_one_point_sweep_with_a_real_models_columns(loaded):
     def one_point(model):
         cfg = et.Config(device="cpu", model=model, dtypes=["float32"], attn_implementations=["sdpa"],

@@ -11,11 +11,6 @@ from workbench.errors import ParameterError
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    return models.load_model("default", "cpu", "float32")
-
-
-@pytest.fixture(scope="module")
 def ref(loaded):
     return guard.reference(loaded, tokens=256, window=64, greedy_prompts=1, greedy_tokens=6)
 
@@ -33,6 +28,7 @@ def _perturbed(loaded, rel: float):
     return models.LoadedModel(model, loaded.tokenizer, loaded.info)
 
 
+@pytest.mark.model
 def test_held_out_text_ships_both_languages(loaded):
     wins = guard.windows(loaded.tokenizer, ("en", "zh"), tokens=2048, window=256)
     assert [w[0] for w in wins].count("en") == 7 and [w[0] for w in wins].count("zh") == 8  # en ~2,000 ids
@@ -55,6 +51,7 @@ def test_perplexity_has_one_formula():
     assert math.isnan(quality.perplexity_from_nll([]))
 
 
+@pytest.mark.model
 def test_the_reference_judged_against_itself_passes_exactly(loaded, ref):
     row = guard.judge(loaded, ref)
     assert set(guard.COLUMNS) <= set(row)
@@ -63,6 +60,7 @@ def test_the_reference_judged_against_itself_passes_exactly(loaded, ref):
     assert row["perplexity"] == pytest.approx(row["perplexity_ref"]) and row["guard_windows"] == 8
 
 
+@pytest.mark.model
 def test_guard_fails_a_perturbation_that_raises_perplexity(loaded, ref):
     row = guard.judge(_perturbed(loaded, 0.3), ref)
     assert row["perplexity_ratio"] > guard.MAX_PERPLEXITY_RATIO  # the perturbation really hurts
@@ -70,6 +68,7 @@ def test_guard_fails_a_perturbation_that_raises_perplexity(loaded, ref):
     assert row["kl_mean"] > 0 and row["top1_agreement"] < 1.0
 
 
+@pytest.mark.model
 def test_guard_passes_torchao_int8_weight_only_on_the_real_model(loaded, ref):
     from workbench.techniques import rungs
 

@@ -3,7 +3,6 @@
 import pytest
 
 from workbench.share import ladder as ladder_figures
-from workbench.measure import models
 from workbench.predict import profile_step
 from workbench.errors import ParameterError
 
@@ -18,8 +17,8 @@ def test_operators_are_put_in_their_component():
     assert c("ProfilerStep#1") is None and c("Torch-Compiled Region: 0/0") is None
 
 
-def test_a_decode_step_is_split_and_the_figure_stacks_the_rungs():
-    loaded = models.load_model("default", "cpu", "float32")
+@pytest.mark.model
+def test_a_decode_step_is_split_and_the_figure_stacks_the_rungs(loaded):
     out = profile_step.profile_decode_step(loaded, prompt_tokens=32, steps=2, repeats=3)
     assert set(profile_step.COMPONENTS) <= set(out) and out["matvec"] > 0 and out["step_s"] > 0
     assert all(out[c] >= 0 for c in profile_step.COMPONENTS)

@@ -16,11 +16,6 @@ from workbench.experiments import engine_tuning as et
 from workbench.measure.generation import GenerationSettings
 
 
-@pytest.fixture(scope="module")
-def loaded():
-    return models.load_model("default", "cpu", "float32")
-
-
 def test_rung_validation_is_one_line():
     for kwargs, name in (({"quantization": "int3"}, "quantization"), ({"group_size": 48}, "group_size"),
                          ({"lm_head": "int8"}, "lm_head"), ({"compile": True}, "compile")):
@@ -46,6 +41,7 @@ def test_engine_tuning_refuses_the_group_size_before_any_model_loads(monkeypatch
                   group_size=128)
 
 
+@pytest.mark.model
 def test_build_refuses_an_int4_group_size_and_reports_every_float_layer(loaded):
     with pytest.raises(ParameterError, match="^group_size: 128 does not divide"):
         rungs.build(loaded, rungs.Rung("int4_weight_only", group_size=128))
@@ -58,6 +54,7 @@ def test_build_refuses_an_int4_group_size_and_reports_every_float_layer(loaded):
     assert loaded.model.model.layers[0].self_attn.q_proj.weight.__class__ is torch.nn.Parameter  # original untouched
 
 
+@pytest.mark.model
 def test_int8_weight_only_can_quantize_a_tied_head_and_keep_the_embedding_float(loaded):
     b = rungs.build(loaded, rungs.Rung("int8_weight_only", lm_head="quantize"))
     assert "lm_head" in b.quantized_layers and not b.skipped_layers
@@ -111,6 +108,7 @@ def test_serve_flags_are_checked_before_the_model_loads(monkeypatch, capsys):
         assert words in capsys.readouterr().err
 
 
+@pytest.mark.model
 def test_int4_group_32_reproduces_the_default_models_q4_1_weights_and_group_64_does_not(loaded):
     """The default model is a Q4_1 GGUF (32-weight blocks, scale + min) dequantized on load: its weights already lie
     on torchao's asymmetric int4 grid at group 32, so that rung is lossless (the ladder's ppl x1.000, KL ~0) and says
