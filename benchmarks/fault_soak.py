@@ -368,6 +368,19 @@ def stream_ends(base, jid, timeout: float = 60.0) -> bool:
         return False
 
 
+def post_job(http, base, body: dict, timeout: float = 300.0) -> str:
+    """Submit a job, waiting out a full engine (429: jobs share the chat limit) or a store that cannot write now
+    (503); its id."""
+    end = time.monotonic() + timeout
+    while True:
+        r = http.post(base + "/v1/jobs", json=body)
+        if r.status_code == 202:
+            return r.json()["id"]
+        if r.status_code not in (429, 503) or time.monotonic() > end:
+            raise RuntimeError(f"POST /v1/jobs: {r.status_code} {r.text[:200]}")
+        time.sleep(float(r.headers.get("Retry-After", "1")))
+
+
 def cut_job(http, base, proc, args, hold_s: float = 1.5, tries: int = 5) -> tuple[str, dict]:
     """A job cut by a 'disk full' outage longer than the writer's retries: submitted, run to 4 stored tokens, the disk
     full for ``hold_s`` (its writes fail, its run stops, its end waits in the writer), the disk back: its end lands
@@ -375,8 +388,7 @@ def cut_job(http, base, proc, args, hold_s: float = 1.5, tries: int = 5) -> tupl
     it is missing: the server is right) and is no cut job: it is deleted and another tried (``uncut`` counts them)."""
     uncut = 0
     for _ in range(tries):
-        r = http.post(base + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": args.job_tokens, "ignore_eos": True})
-        jid = r.json()["id"]
+        jid = post_job(http, base, {"messages": MESSAGES, "max_tokens": args.job_tokens, "ignore_eos": True})
         wait_job(http, base, jid, lambda s: s.get("output_tokens", 0) >= 4 or final(s))
         with DiskFull(proc):
             time.sleep(hold_s)
@@ -422,7 +434,7 @@ def races_and_outages(engine: str, args) -> bool:
                     r = http.post(base + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": 4})
                     if r.status_code != 202:
                         dels.append(f"POST {r.status_code}")
-                        t.join(120)
+                        t.join(600)
                         continue
                     jid = r.json()["id"]
                     t0 = time.monotonic()
@@ -438,7 +450,7 @@ def races_and_outages(engine: str, args) -> bool:
                         time.sleep(0.01)
                     settle.append(time.monotonic() - t0)
                     chat_codes.append(http.post(base + "/v1/chat/completions", json=body(args, False)).status_code)
-                    t.join(120)
+                    t.join(600)
                 figures["deletes"] = {"codes": collections.Counter(map(str, dels)), "queue_after": collections.Counter(qlen),
                                       "next_chat": collections.Counter(chat_codes),
                                       "settle_ms_max": round(1e3 * max(settle or [0]), 1)}
@@ -481,9 +493,8 @@ def races_and_outages(engine: str, args) -> bool:
                 # -- outages longer than the writer's retries, with a job running and chat served
                 outages = {}
                 for kind in ("disk_full", "held_lock"):
-                    r = http.post(base + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": args.job_tokens,
-                                                           "ignore_eos": True})
-                    jid = r.json()["id"]
+                    jid = post_job(http, base, {"messages": MESSAGES, "max_tokens": args.job_tokens,
+                                                "ignore_eos": True})
                     jobs_made.append(jid)
                     wait_job(http, base, jid, lambda s: s.get("output_tokens", 0) >= 4 or final(s))
                     t0 = time.monotonic()
