@@ -368,17 +368,37 @@ def stream_ends(base, jid, timeout: float = 60.0) -> bool:
         return False
 
 
-def cut_job(http, base, proc, args, hold_s: float = 1.5) -> tuple[str, dict]:
-    """A job cut by a 'disk full' outage longer than the writer's retries: submitted, run to 4 tokens, the disk full
-    for ``hold_s`` (its writes fail, its run stops, its end waits in the writer), the disk back: its end lands
-    (``failed``, continuable)."""
-    r = http.post(base + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": args.job_tokens, "ignore_eos": True})
-    jid = r.json()["id"]
-    wait_job(http, base, jid, lambda s: s.get("output_tokens", 0) >= 4 or final(s))
-    with DiskFull(proc):
-        time.sleep(hold_s)
-        during = job_status(http, base, jid)
-    return jid, {"during": during["status"], "after": wait_job(http, base, jid, final, 60)}
+def post_job(http, base, body: dict, timeout: float = 300.0) -> str:
+    """Submit a job, waiting out a full engine (429: jobs share the chat limit) or a store that cannot write now
+    (503); its id."""
+    end = time.monotonic() + timeout
+    while True:
+        r = http.post(base + "/v1/jobs", json=body)
+        if r.status_code == 202:
+            return r.json()["id"]
+        if r.status_code not in (429, 503) or time.monotonic() > end:
+            raise RuntimeError(f"POST /v1/jobs: {r.status_code} {r.text[:200]}")
+        time.sleep(float(r.headers.get("Retry-After", "1")))
+
+
+def cut_job(http, base, proc, args, hold_s: float = 1.5, tries: int = 5) -> tuple[str, dict]:
+    """A job cut by a 'disk full' outage longer than the writer's retries: submitted, run to 4 stored tokens, the disk
+    full for ``hold_s`` (its writes fail, its run stops, its end waits in the writer), the disk back: its end lands
+    (``failed``, continuable). A job whose generation had ended before the outage took hold ends ``done`` (nothing of
+    it is missing: the server is right) and is no cut job: it is deleted and another tried (``uncut`` counts them)."""
+    uncut = 0
+    for _ in range(tries):
+        jid = post_job(http, base, {"messages": MESSAGES, "max_tokens": args.job_tokens, "ignore_eos": True})
+        wait_job(http, base, jid, lambda s: s.get("output_tokens", 0) >= 4 or final(s))
+        with DiskFull(proc):
+            time.sleep(hold_s)
+            during = job_status(http, base, jid)
+        after = wait_job(http, base, jid, final, 60)
+        if after.get("status") != "done":
+            break
+        uncut += 1
+        http.delete(f"{base}/v1/jobs/{jid}")
+    return jid, {"during": during["status"], "after": after, "uncut": uncut}
 
 
 def races_and_outages(engine: str, args) -> bool:
@@ -414,7 +434,7 @@ def races_and_outages(engine: str, args) -> bool:
                     r = http.post(base + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": 4})
                     if r.status_code != 202:
                         dels.append(f"POST {r.status_code}")
-                        t.join(120)
+                        t.join(600)
                         continue
                     jid = r.json()["id"]
                     t0 = time.monotonic()
@@ -430,12 +450,12 @@ def races_and_outages(engine: str, args) -> bool:
                         time.sleep(0.01)
                     settle.append(time.monotonic() - t0)
                     chat_codes.append(http.post(base + "/v1/chat/completions", json=body(args, False)).status_code)
-                    t.join(120)
+                    t.join(600)
                 figures["deletes"] = {"codes": collections.Counter(map(str, dels)), "queue_after": collections.Counter(qlen),
                                       "next_chat": collections.Counter(chat_codes),
                                       "settle_ms_max": round(1e3 * max(settle or [0]), 1)}
                 # -- concurrent continues of one job cut by an outage
-                accepted, conflicts, over, rounds_ok, continue_other = [], [], 0, 0, []
+                accepted, conflicts, over, rounds_ok, continue_other, uncut, bad_rounds = [], [], 0, 0, [], 0, []
                 for _ in range(args.continue_rounds):
                     jid, cut = cut_job(http, base, proc, args)
                     jobs_made.append(jid)
@@ -458,17 +478,23 @@ def races_and_outages(engine: str, args) -> bool:
                     conflicts.append(codes.count(409))
                     continue_other += [c for c in codes if c not in (200, 409)]
                     over += st.get("output_tokens", 0) > st.get("max_tokens", 0)
-                    rounds_ok += (codes.count(200) == 1 and st.get("status") == "done"
-                                  and st.get("output_tokens") == args.job_tokens and cut["after"].get("status") == "failed")
+                    uncut += cut["uncut"]
+                    ok_round = (codes.count(200) == 1 and st.get("status") == "done"
+                                and st.get("output_tokens") == args.job_tokens and cut["after"].get("status") == "failed")
+                    rounds_ok += ok_round
+                    if not ok_round:
+                        bad_rounds.append({"cut": {k: cut["after"].get(k) for k in ("status", "output_tokens", "error")},
+                                           "codes": sorted(map(str, codes)), "end": {k: st.get(k) for k in (
+                                               "status", "output_tokens", "runs")}})
                 figures["continues"] = {"rounds": args.continue_rounds, "accepted_per_round": accepted,
                                         "conflicts_per_round": conflicts, "other": continue_other,
-                                        "over_max_tokens": over, "rounds_ok": rounds_ok}
+                                        "over_max_tokens": over, "rounds_ok": rounds_ok,
+                                        "jobs_done_before_the_cut": uncut, "bad_rounds": bad_rounds}
                 # -- outages longer than the writer's retries, with a job running and chat served
                 outages = {}
                 for kind in ("disk_full", "held_lock"):
-                    r = http.post(base + "/v1/jobs", json={"messages": MESSAGES, "max_tokens": args.job_tokens,
-                                                           "ignore_eos": True})
-                    jid = r.json()["id"]
+                    jid = post_job(http, base, {"messages": MESSAGES, "max_tokens": args.job_tokens,
+                                                "ignore_eos": True})
                     jobs_made.append(jid)
                     wait_job(http, base, jid, lambda s: s.get("output_tokens", 0) >= 4 or final(s))
                     t0 = time.monotonic()

@@ -279,6 +279,12 @@ class JobStore(JobTable, JobRuns):
         except engines.EngineFull:  # the engine filled up meanwhile: nothing of the job is kept
             self._delete(jid)
             raise self._full() from None
+        except sqlite3.Error:  # the store refused the start (the route's 503): nothing of the job is kept either
+            try:
+                self._delete(jid)
+            except sqlite3.Error:  # still refused: the row reads interrupted (no run) and can be continued
+                pass
+            raise
         return self.status(jid)
 
     def _full(self) -> JobError:
