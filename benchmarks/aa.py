@@ -33,13 +33,13 @@ import time
 
 import pandas as pd
 
-from workbench.run import design
-from workbench.stats import comparison, evidence
-from workbench.measure import models
 from workbench.experiments import engine_tuning as et
 from workbench.experiments import speed_techniques as st
-from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.inputs.prompts import build_batch, task_prompts
+from workbench.measure import models
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.run import design
+from workbench.stats import comparison, evidence
 
 
 def designs(loaded) -> dict:

@@ -35,10 +35,10 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from workbench.serving.options import ENGINES
-from workbench.stats import metrics
 from workbench.measure import models
+from workbench.serving.options import ENGINES
 from workbench.serving.protocol import SERVED_MODEL
+from workbench.stats import metrics
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,10 +13,10 @@ import argparse
 import statistics
 import time
 
-from workbench.run import drift
+from workbench.inputs.prompts import build_batch
 from workbench.measure import models
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
-from workbench.inputs.prompts import build_batch
+from workbench.run import drift
 
 
 def main() -> None:

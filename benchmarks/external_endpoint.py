@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from workbench.serving.options import ENGINES
-from workbench.measure import models
 from workbench.load import endpoint, load
+from workbench.measure import models
+from workbench.serving.options import ENGINES
 from workbench.serving.protocol import SERVED_MODEL
 
 REPO = Path(__file__).resolve().parents[1]

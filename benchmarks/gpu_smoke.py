@@ -78,9 +78,9 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="workbench-gpu-smoke-"))
     os.environ["WORKBENCH_RESULTS"] = str(tmp / "results")
+    from workbench.experiments import batch_size, context_length
     from workbench.measure import generation, models
     from workbench.run import results
-    from workbench.experiments import batch_size, context_length
 
     layers = args.layers if gpu else min(args.layers, 2)
     dtype = "bfloat16" if gpu else "float32"
@@ -128,8 +128,8 @@ def main(argv=None) -> int:
         print(f"  energy: not measured ({energy.get('reason')})")
 
     # TTFT with vs without CUDA synchronisation before the clock (the rule of docs/design.md section 4)
-    from workbench.measure.generation import GenerationSettings, generate_measured
     from workbench.inputs.prompts import build_batch
+    from workbench.measure.generation import GenerationSettings, generate_measured
 
     prompts = build_batch(loaded.tokenizer, 16, 2048) if gpu else build_batch(loaded.tokenizer, 2, 64)
     settings = GenerationSettings(max_new_tokens=4, ignore_eos=True)

@@ -32,9 +32,7 @@ Run on a quiet machine: ``python benchmarks/ladder.py`` (``make benchmark``); a 
 """
 
 import argparse
-import math
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,14 +41,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from workbench.share import ladder as ladder_figures
-from workbench.measure import guard, models
-from workbench.run import design
-from workbench.predict import profile_step, roofline
-from workbench.techniques import rungs
 from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings, generate_measured
 from workbench.inputs.prompts import build_batch
+from workbench.measure import guard, models
+from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.predict import profile_step, roofline
+from workbench.run import design
+from workbench.share import ladder as ladder_figures
+from workbench.techniques import rungs
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RUNGS = ["float32", "float32+static", "float32+static+compile", "bfloat16", "int8_weight_only",

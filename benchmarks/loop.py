@@ -86,9 +86,9 @@ def main() -> None:
 
     import httpx
 
+    from workbench.load.client import http_client, ssl_context
     from workbench.measure import models
     from workbench.measure.generation import END_OF_TURN_TOKENS, token_id
-    from workbench.load.client import http_client, ssl_context
 
     print(f"{'fixed cost':<52} {'old':>13} {'now':>13} {'ratio':>9}")
     ssl_context()

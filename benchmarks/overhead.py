@@ -14,10 +14,10 @@ import time
 
 import torch
 
-from workbench.measure import device, models
-from workbench.stats import metrics
 from workbench.inputs import prompts
+from workbench.measure import device, models
 from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured
+from workbench.stats import metrics
 
 
 def plain_tps(loaded, batch, settings) -> float:

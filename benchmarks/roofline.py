@@ -19,12 +19,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from workbench.stats import metrics
-from workbench.measure import models
-from workbench.predict import predictions, roofline_calibration
 from workbench.inputs import prompts
-from workbench.run import sweeps
+from workbench.measure import models
 from workbench.measure.generation import GenerationSettings
+from workbench.predict import predictions, roofline_calibration
+from workbench.run import sweeps
+from workbench.stats import metrics
 
 SUITE = Path(__file__).resolve().parents[1] / "suites" / "default.yaml"
 NOTEBOOKS = {"01": ("batch_sizes", "prompt_tokens"), "02": ("batch_sizes", "context_tokens")}

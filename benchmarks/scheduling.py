@@ -30,11 +30,10 @@ import os
 import numpy as np
 import pandas as pd
 
-from workbench.stats import evidence, metrics, replicates
-from workbench.measure import models
 from workbench.experiments import scheduling
 from workbench.load import traces
-from workbench.stats import classes
+from workbench.measure import models
+from workbench.stats import classes, evidence, metrics, replicates
 
 QUICK = dict(requests=6, rounds=2, long_max_tokens=16)
 

@@ -31,14 +31,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from workbench.serving.options import ENGINES
-from workbench.stats import metrics, slo
-from workbench.measure import models
-from workbench.inputs import prompts
 from workbench.experiments import serving_load
-from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.inputs import prompts
 from workbench.load import load, senders
 from workbench.load.client import openai_client, stream_chat
+from workbench.measure import models
+from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.serving.options import ENGINES
+from workbench.stats import metrics, slo
 
 QUICK = dict(requests=4, search_steps=2, overhead_prompts=2, overhead_tokens=16, overhead_repeats=1,
              crosscheck_requests=4, crosscheck_repeats=1)

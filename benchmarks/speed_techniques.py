@@ -18,12 +18,12 @@ import argparse
 
 import torch
 
-from workbench.stats import evidence, metrics
-from workbench.measure import guard, models, quality
 from workbench.experiments import speed_techniques as st
-from workbench.techniques import speed
+from workbench.inputs.prompts import task_prompts
+from workbench.measure import guard, models, quality
 from workbench.measure.generation import GenerationSettings, generate_measured
-from workbench.inputs.prompts import build_batch, task_prompts
+from workbench.stats import evidence, metrics
+from workbench.techniques import speed
 
 
 def side_by_side(loaded, prompt, settings, repeats, base_kwargs, kwargs, base_model=None, model=None):

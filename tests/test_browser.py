@@ -20,10 +20,10 @@ import pandas as pd
 import plotly.express as px
 import pytest
 
-from workbench.stats import metrics
-from workbench.share import report
-from workbench.run import results
 from workbench.experiments import explorer
+from workbench.run import results
+from workbench.share import report
+from workbench.stats import metrics
 
 pytestmark = pytest.mark.browser
 

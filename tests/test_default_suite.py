@@ -23,9 +23,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
-from scipy import stats
 
 from workbench.run import notebooks
 
@@ -153,9 +151,9 @@ def test_scheduling_design_decides_sjf_against_fcfs_on_a_simulated_queue():
     design runner itself: sjf's interactive TTFT (the class's mean per run) is decided lower than fcfs's in most
     designs, and the A/A arm claims a direction in at most 5% (issue 49: a p90 over 2-3 requests and 2 rounds
     decided nothing)."""
+    from workbench.experiments import scheduling
     from workbench.load import aa_sim
     from workbench.run import design
-    from workbench.experiments import scheduling
 
     cfg = suite_config("11_scheduling")
     work = aa_sim.Workload(requests=cfg.requests_per_point, short_share=cfg.short_share,

@@ -228,15 +228,21 @@ def _module_name(path: Path) -> str:
 
 def import_graph() -> dict[str, set[str]]:
     """``{module: workbench modules it imports}`` from the source, with ``ast``: module- and function-level
-    imports, absolute (``workbench.x``) and relative (``from ..x import y``, ``from . import x``). Names are
-    relative to the package (``serving.jobs``); the package itself is ``workbench``."""
+    imports, absolute (``workbench.x``) and relative (``from ..x import y``, ``from . import x``); imports under
+    ``if TYPE_CHECKING:`` (annotations only, never run) are not edges. Names are relative to the package
+    (``serving.jobs``); the package itself is ``workbench``."""
     modules = {_module_name(p): p for p in PKG.rglob("*.py")}
     graph = {}
     for name, path in modules.items():
         package = name.split(".") if path.name == "__init__.py" and name != "workbench" else (
             [] if name == "workbench" else name.split(".")[:-1])
         deps = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {id(n) for b in ast.walk(tree) if isinstance(b, ast.If) and ast.unparse(b.test) in (
+            "TYPE_CHECKING", "typing.TYPE_CHECKING") for s in b.body for n in ast.walk(s)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:   # an annotation's name, never imported at run time
+                continue
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     up = node.level - 1
@@ -402,3 +408,127 @@ def test_validating_the_quick_suite_on_cpu_imports_no_transformers():
             "print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr[-2000:]
+
+
+def outside_imports() -> dict[str, set[str]]:
+    """``{folder: its modules imported from outside it}``: by the package's other folders and top-level modules
+    (:func:`import_graph`), the notebooks' sources and the benchmarks (absolute imports)."""
+    graph = import_graph()
+    folders = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
+    seen: dict[str, set[str]] = {f: set() for f in folders}
+
+    def add(importer_folder, dep):
+        parts = dep.split(".")
+        if len(parts) >= 2 and parts[0] in folders and parts[0] != importer_folder:
+            seen[parts[0]].add(parts[1])
+
+    for mod, deps in graph.items():
+        for d in deps:
+            add(mod.split(".")[0] if "." in mod or mod in folders else None, d)
+    for path in [*NOTEBOOKS.glob("*.py"), *(PKG.parent / "benchmarks").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("workbench."):
+                base = node.module.split(".")[1:]
+                for a in node.names:
+                    sub = ".".join(base + [a.name])
+                    add(None, sub if sub in graph else ".".join(base))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("workbench."):
+                        add(None, ".".join(a.name.split(".")[1:]))
+    return seen
+
+
+def _face(folder: str) -> list[str]:
+    tree = ast.parse((PKG / folder / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"workbench/{folder}/__init__.py has no __all__ (its face: what code outside may import)")
+
+
+def test_each_folder_has_a_face_and_nothing_outside_reaches_past_it():
+    """Issue 48: each folder's ``__init__`` names in ``__all__`` the modules notebooks, experiments, benchmarks and
+    the other folders may import; an import of any other module of the folder from outside it fails here (a module
+    left out of ``__all__`` is the folder's own business: serving's job store, share's CSV writer, ...). The command
+    line's face is its ``main``."""
+    assert _face("cli") == ["main"]
+    for folder, used in outside_imports().items():
+        if folder == "cli":
+            assert not used, f"cli/ is imported from outside (it only parses and dispatches): {sorted(used)}"
+            continue
+        face = _face(folder)
+        modules = {p.stem for p in (PKG / folder).glob("*.py") if p.name != "__init__.py"} | {
+            p.name for p in (PKG / folder).iterdir() if (p / "__init__.py").exists()}
+        assert set(face) <= modules, f"workbench/{folder}.__all__ names no module: {sorted(set(face) - modules)}"
+        assert used <= set(face), (f"imported from outside workbench/{folder}/ but not in its __all__: "
+                                   f"{sorted(used - set(face))}")
+
+
+def test_a_module_imported_past_a_face_is_found():
+    """The face check sees a notebook or another folder importing a module the face leaves out (a synthetic
+    graph: serving's job store imported by the load generator)."""
+    face = set(_face("serving"))
+    assert "job_store" not in face and "server" in face
+    assert "job_store" not in outside_imports()["serving"]
+
+
+def test_ruff_is_clean():
+    """pyflakes, isort and pycodestyle's statement errors over the package, tests and benchmarks (the rules in
+    pyproject.toml's ``[tool.ruff]``): an unused or undefined name, or imports out of order, fail here."""
+    import shutil
+    import subprocess
+    import sys
+
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    if not Path(ruff).exists():
+        pytest.fail("ruff is not installed: it is in the test extra (pip install -e '.[test]')")
+    got = subprocess.run([ruff, "check", "--output-format", "concise", str(PKG.parent)], capture_output=True,
+                         text=True, cwd=PKG.parent)
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-1000:]
+
+
+def _missing_names(path: Path) -> list[str]:
+    """The ``workbench`` names a script uses that do not exist: ``from workbench.x import y`` where ``x`` has no
+    ``y``, and ``m.attr`` where ``m`` is a workbench module the script imported (module level or in a function)."""
+    import importlib
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    aliases, missing = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "workbench" and not node.level:
+            mod = importlib.import_module(node.module)
+            for a in node.names:
+                target = getattr(mod, a.name, None)
+                if target is None:
+                    try:
+                        target = importlib.import_module(f"{node.module}.{a.name}")
+                    except ImportError:
+                        missing.append(f"{node.module}.{a.name}")
+                        continue
+                if isinstance(target, type(ast)):
+                    aliases[a.asname or a.name] = target
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "workbench" and a.asname:
+                    aliases[a.asname] = importlib.import_module(a.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            if not hasattr(aliases[node.value.id], node.attr):
+                missing.append(f"{aliases[node.value.id].__name__}.{node.attr}")
+    return sorted(set(missing))
+
+
+@pytest.mark.parametrize("path", sorted((PKG.parent / "benchmarks").glob("*.py")), ids=lambda p: p.name)
+def test_every_name_a_benchmark_uses_exists(path):
+    """A benchmark runs only by hand (``make benchmark``), so a name removed from the package breaks it silently
+    (``benchmarks/scheduling.py`` called ``classes.paired_ratio`` after a clean-up removed it): every workbench name
+    a benchmark imports or reads off an imported module exists."""
+    assert _missing_names(path) == []
+
+
+def test_a_missing_benchmark_name_is_found(tmp_path):
+    script = tmp_path / "b.py"
+    script.write_text("from workbench.stats import classes, metrics\nfrom workbench.stats.evidence import holm\n"
+                      "def f():\n    return classes.no_such_name(metrics.percentiles)\n")
+    assert _missing_names(script) == ["workbench.stats.classes.no_such_name"]

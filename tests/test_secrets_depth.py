@@ -14,8 +14,8 @@ import pytest
 
 from workbench import checks
 from workbench.errors import ParameterError
-from workbench.run import notebooks, results
 from workbench.load import endpoint
+from workbench.run import notebooks, results
 
 SECRET = "sk-51-never-written-anywhere"
 NB08 = str(notebooks.NOTEBOOKS_DIR / "08_serving_load.ipynb")
@@ -138,8 +138,7 @@ def test_the_run_records_a_masked_copy_everywhere(tmp_path, monkeypatch):
     """Whatever reaches a record (a value that passed validation, an old run, a command line) is written masked:
     the session's argv, the manifest's notebook parameters, the resume identity, the executed notebook's
     parameters, the experiments' configs and the report's configuration table."""
-    from workbench.run import suite
-    from workbench.run import resume_check
+    from workbench.run import resume_check, suite
     from workbench.share import report
 
     params = {"endpoint": {"url": f"https://h?api_key={SECRET}", "model": "m", "api_key_env": "WORKBENCH_KEY_X",

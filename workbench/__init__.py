@@ -43,7 +43,6 @@ if _os.environ["HF_HUB_OFFLINE"].strip().upper() in ("1", "ON", "YES", "TRUE") \
 
 from workbench.errors import ParameterError  # noqa: F401
 
-
 #: Flat names of the layout before the layer folders, still importable as ``from workbench import NAME`` for notebooks
 #: written against it (PEP 562 module ``__getattr__``; ``import workbench.run.results`` itself is gone).
 _MOVED = {"models": "workbench.measure.models", "results": "workbench.run.results", "plots": "workbench.share.plots",

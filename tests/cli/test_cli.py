@@ -165,8 +165,7 @@ def test_the_notebooks_of_a_run_share_one_kernel_block(monkeypatch):
     """``workbench run`` executes its notebooks inside one :func:`notebooks.one_kernel` block (one kernel, so one
     import of everything, one model load, one probe and one drift reference per run), closed when the run ends,
     and a failed notebook does not stop the others."""
-    from workbench.run import suite
-    from workbench.run import notebooks
+    from workbench.run import notebooks, suite
 
     blocks = []
     monkeypatch.setattr(notebooks, "execute_notebook",
@@ -181,8 +180,7 @@ def test_the_notebooks_of_a_run_share_one_kernel_block(monkeypatch):
 def test_a_later_session_keeps_each_notebooks_earlier_status_and_time(monkeypatch):
     """A resume or --rerun-invalid executes a notebook again: its manifest entry gets the new status and time, and
     the earlier sessions' go to its ``history`` (oldest first) instead of being overwritten."""
-    from workbench.run import suite
-    from workbench.run import notebooks
+    from workbench.run import notebooks, suite
 
     fail = {"b"}
     monkeypatch.setattr(notebooks, "execute_notebook", _fake_execute(fail))

@@ -3,8 +3,8 @@ import pandas as pd
 import pytest
 
 from workbench import ParameterError
-from workbench.run import results
 from workbench.experiments import batch_size
+from workbench.run import results
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -114,8 +114,8 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     """Two points on the real model, greedy: token counts; each row of the batch-2 point generates the same ids as
     its prompt alone at batch 1; a left-padded batch (prompts of different lengths, the experiment's settings)
     equals each prompt alone; the figures build, one panel or trace set per device type."""
-    from workbench.measure.generation import generate_measured
     from workbench.inputs.prompts import build_batch, build_prompt
+    from workbench.measure.generation import generate_measured
 
     cfg = batch_size.Config(batch_sizes=[1, 2], prompt_tokens=[48], max_new_tokens=3, repeats=2, warmup=0)
     assert cfg.temperature == 0.0                      # greedy: equal ids are the expected outcome, not luck

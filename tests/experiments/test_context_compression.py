@@ -8,11 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.techniques import compression
-from workbench.measure import quality
 from workbench.errors import ParameterError
-from workbench.stats import evidence
 from workbench.experiments import context_compression as X
+from workbench.measure import quality
+from workbench.techniques import compression
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_context_compression.ipynb"
 QUICK = {

@@ -8,16 +8,15 @@ import random
 import time
 
 import pytest
-from tests.conftest import fake_references
 
-from workbench.run import point_result
+from tests.conftest import fake_references
 from workbench import ParameterError
-from workbench.measure import models, quality
-from workbench.measure import device
-from workbench.predict import roofline_calibration
-from workbench.experiments.engine_tuning.search import coordinate_search
-from workbench.run import results
 from workbench.experiments import engine_tuning as et
+from workbench.experiments.engine_tuning.search import coordinate_search
+from workbench.measure import device, models, quality
+from workbench.predict import roofline_calibration
+from workbench.run import point_result, results
+from workbench.techniques import configurations
 
 
 @pytest.fixture
@@ -211,7 +210,7 @@ def test_speedup_interval_covers_the_true_ratio(repeats, workloads):
             for side, mu in ((base, math.log(1.0)), (other, math.log(1.0 / true))):
                 x = rng.normal(mu, rng.choice([0.02, 0.1]), repeats)
                 side.append((float(x.mean()), float(x.std(ddof=1)), repeats))
-        _, lo, hi = et.speedup_interval(base, other)
+        _, lo, hi = configurations.speedup_interval(base, other)
         hits += lo <= true <= hi
     assert hits / sims >= 0.90
 
@@ -254,8 +253,8 @@ def test_measured_utilisation_counts_the_measured_models_bytes_and_peak():
     """Issue 21: MBU/MFU of bfloat16 points used the float32 model's bytes and float32's peaks (~2x off)."""
     from types import SimpleNamespace
 
-    from workbench.stats import metrics
     from workbench.predict import roofline
+    from workbench.stats import metrics
 
     def info(dtype, nbytes):
         return SimpleNamespace(device="cpu", dtype=dtype, weight_bytes=nbytes, num_non_embedding_params=1e8,
@@ -278,8 +277,6 @@ def test_adaptive_search_runs_with_a_drift_reference(monkeypatch):
     points valid. A fake measurement and a reference that doubles: every point of the search is invalid."""
     from types import SimpleNamespace
 
-    from workbench.predict import roofline
-    from workbench.run import sweeps
 
     cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
                     cache_implementations=["dynamic", "static"], search="adaptive", repeats=2, calibrate=False)

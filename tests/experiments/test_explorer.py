@@ -8,13 +8,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from workbench.run import point_result
-from workbench.stats import metrics
-from workbench.run import results
-from workbench.experiments import explorer
-from workbench.share.live import LiveState, Throttle, counters_html, has_frontend, headless
 from workbench.errors import ParameterError
+from workbench.experiments import explorer
 from workbench.measure.streaming import StreamEvent
+from workbench.run import point_result, results
+from workbench.share.live import LiveState, Throttle, counters_html, has_frontend, headless
+from workbench.stats import metrics
 
 REPO = Path(__file__).resolve().parents[2]
 

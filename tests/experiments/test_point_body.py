@@ -10,11 +10,10 @@ import typing
 import pandas as pd
 import pytest
 
-from workbench.run import point_result
 import workbench.experiments
-from workbench.run import distributed, results, sweeps
-from workbench.stats import metrics
+from workbench.run import distributed, point_result, results, sweeps
 from workbench.run.point_result import PointResult
+from workbench.stats import metrics
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(workbench.experiments.__path__))
 

@@ -9,9 +9,9 @@ import pytest
 from tests.conftest import no_work
 from workbench import ParameterError
 from workbench.experiments import scheduling
+from workbench.load import traces
 from workbench.run import results
 from workbench.stats import classes
-from workbench.load import traces
 
 
 @pytest.mark.parametrize("kwargs,name", [

@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 
 from workbench import ParameterError
-from workbench.run import results
 from workbench.experiments import serving_load
 from workbench.load import saturation
+from workbench.run import results
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -389,8 +389,8 @@ class _FakeBench:
         import threading
         import time
 
-        from workbench.stats import metrics
         from workbench.load import load
+        from workbench.stats import metrics
 
         self.specs = [load.RequestSpec("x", 2) for _ in range(n)]
         self.rates, self.opened, self.closed = {}, [], 0

@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench.techniques import speed
 from workbench import ParameterError
-from workbench.stats import evidence, metrics
-from workbench.measure import generation, models, quality
 from workbench.experiments import speed_techniques as st
+from workbench.inputs import prompts
+from workbench.measure import models, quality
 from workbench.measure.generation import GenerationSettings, generate_measured
 from workbench.measure.timers import TokenTimer
-from workbench.inputs import prompts
+from workbench.stats import evidence, metrics
+from workbench.techniques import speed
 
 NB = Path(__file__).resolve().parents[2] / "notebooks" / "12_speed_techniques.ipynb"
 
@@ -226,7 +226,6 @@ class _NoisyHead:
 
 @pytest.mark.model
 def test_quality_guard_fails_a_quantization_that_perturbs_logits(loaded):
-    from workbench.inputs.prompts import build_batch
     from workbench.measure import guard
 
     ref = guard.reference(loaded, tokens=128, window=64, greedy_prompts=1, greedy_tokens=4)

@@ -2,10 +2,10 @@
 import pytest
 
 from workbench import ParameterError
-from workbench.run import results
 from workbench.experiments import streaming_reader as sr
 from workbench.load import client
 from workbench.load.proxy import NGINX_MODES, Nginx, nginx_config, nginx_status
+from workbench.run import results
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -443,8 +443,9 @@ def test_the_request_clock_starts_after_the_client_is_built(monkeypatch):
     """TTFT is the send to the first content chunk: building the HTTP client (httpx loads the CA bundle for each
     new client, ~35 ms of CPU here) happens before the clock starts. A client that takes 1 s to build must not
     show in TTFT against a fake server that answers at once."""
-    import httpx
     import time
+
+    import httpx
 
     from tests.conftest import FakeSSE
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from workbench.measure import models
-from workbench.inputs import haystack as tasks
 from workbench.errors import ParameterError
+from workbench.inputs import haystack as tasks
+from workbench.measure import models
 
 
 @pytest.fixture(scope="module")

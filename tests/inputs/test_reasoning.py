@@ -9,12 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.techniques import budget_batch
-from workbench.techniques import budget_forcing
-from workbench.measure import quality
-from workbench.techniques.budget_forcing import BudgetSpec
 from workbench.errors import ParameterError
 from workbench.inputs import reasoning as R
+from workbench.measure import quality
+from workbench.techniques import budget_batch, budget_forcing
+from workbench.techniques.budget_forcing import BudgetSpec
 
 
 def test_tasks_are_seeded_and_checkable():

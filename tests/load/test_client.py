@@ -2,10 +2,10 @@
 
 import pytest
 
-from workbench.stats import metrics
-from workbench.measure.generation import count_prompt_tokens
 from workbench.load.client import client_decode_steps, measure_http, openai_client, stream_chat
+from workbench.measure.generation import count_prompt_tokens
 from workbench.serving.server import ServerThread
+from workbench.stats import metrics
 
 pytestmark = pytest.mark.model
 

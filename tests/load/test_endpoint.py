@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.measure import contention
 from workbench.errors import ParameterError
 from workbench.load import endpoint, load, senders
+from workbench.measure import contention
 from workbench.serving.protocol import SERVED_MODEL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,8 +110,8 @@ def test_load_generator_drives_the_second_server(served, keyed):
 
 def test_serving_load_experiment_against_the_endpoint(served, keyed, tmp_path):
     """The experiment's grid, columns and figures for an endpoint-only run (the tokenizer alone loads)."""
-    from workbench.run import results
     from workbench.experiments import serving_load
+    from workbench.run import results
 
     cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": served + "/v1", "model": SERVED_MODEL,
                                                               "api_key_env": KEY_ENV, "name": "second-server"},
@@ -207,8 +207,8 @@ def test_models_list_but_no_openai_chat(plain_http, keyed, tmp_path):
 
 def test_experiment_checks_the_endpoint_before_any_point(keyed, tmp_path, monkeypatch):
     """An unreachable endpoint stops serving_load.run before the first point is measured."""
-    from workbench.run import results
     from workbench.experiments import serving_load
+    from workbench.run import results
 
     cfg = serving_load.Config(engines=["endpoint"], requests_per_point=2, prompt_tokens=32, max_new_tokens=2,
                               endpoint={"url": f"http://127.0.0.1:{_free_port()}", "model": "m"})
@@ -283,7 +283,6 @@ def test_load_monitor_counts_a_served_by_process_as_own(monkeypatch):
     """A loopback endpoint's server (contention.SERVED_BY_PIDS) is the point's own work, not other load."""
     import psutil
 
-    from workbench.stats import metrics
 
     child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
                               "while time.process_time() - t < 0.3: pass\nprint('done', flush=True)\n"
@@ -303,8 +302,8 @@ def test_load_monitor_counts_a_served_by_process_as_own(monkeypatch):
 
 def test_streaming_reader_proxy_part_against_the_endpoint(served, keyed):
     """Notebook 10's proxy part streams from the external endpoint (direct), token counts from its usage."""
-    from workbench.run import results
     from workbench.experiments import serving_load, streaming_reader
+    from workbench.run import results
 
     ep = {"url": served, "model": SERVED_MODEL, "api_key_env": KEY_ENV, "name": "second-server"}
     cfg = streaming_reader.Config(languages=[], proxy_modes=["direct"], blocker_tokens=0, max_new_tokens=3,
@@ -325,8 +324,8 @@ def test_streaming_reader_reader_and_keepalive_parts_against_the_endpoint(served
     (``chunk`` shows every chunk, so as many updates as chunks; ``2 chunks`` at most half of them plus one).
     Keep-alive: the probe with a 0.3 s read timeout waits behind a 48-token blocker on the second server (fifo,
     no keep-alive comments), measured once as that server is; the built-in on / off pair is left out."""
-    from workbench.run import results
     from workbench.experiments import streaming_reader
+    from workbench.run import results
 
     ep = {"url": served, "model": SERVED_MODEL, "api_key_env": KEY_ENV, "name": "second-server"}
     cfg = streaming_reader.Config(languages=["en", "zh"], granularities=["token", "2 tokens", "100 ms"],
@@ -365,10 +364,9 @@ def test_streaming_reader_notebook_against_the_endpoint_loads_no_weights(served,
     """Notebook 10's cells with ``endpoint`` set run end to end against the second server without loading the
     model's weights here (``models.load_model`` is made to fail), and write its rows, figures and finding."""
     from tests.conftest import execute_in_process
-
+    from workbench.experiments import streaming_reader
     from workbench.measure import models
     from workbench.run import notebooks, results
-    from workbench.experiments import streaming_reader
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("notebook 10 loaded the model's weights"))
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
@@ -384,8 +382,8 @@ def test_streaming_reader_notebook_against_the_endpoint_loads_no_weights(served,
 
 
 def test_streaming_reader_checks_the_endpoint_first(keyed):
-    from workbench.run import results
     from workbench.experiments import streaming_reader
+    from workbench.run import results
 
     cfg = streaming_reader.Config(languages=[], proxy_modes=["direct"], blocker_tokens=0,
                                   endpoint={"url": f"http://127.0.0.1:{_free_port()}", "model": "m"})

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from workbench.run import distributed
 from workbench.errors import ParameterError
 from workbench.load import endpoint
+from workbench.run import distributed
 
 
 def _one_line(exc, start):

@@ -8,12 +8,12 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from tests.conftest import FakeSSE
 
+from tests.conftest import FakeSSE
 from workbench import ParameterError
-from workbench.stats import metrics, slo
 from workbench.load import load, senders
 from workbench.load.load import RequestSpec
+from workbench.stats import metrics, slo
 
 SPECS = [RequestSpec("hi", 4) for _ in range(12)]
 

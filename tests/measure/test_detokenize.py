@@ -3,9 +3,8 @@
 import pytest
 import torch
 
-from workbench.measure.detokenize import DisplayBuffer, Granularity, IncrementalDetokenizer, StreamTap
 from workbench.errors import ParameterError
-
+from workbench.measure.detokenize import DisplayBuffer, Granularity, IncrementalDetokenizer, StreamTap
 
 TEXTS = {
     "english": "Streaming text, one token at a time: it's fast!",

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from tests.conftest import resident_bytes
 
+from tests.conftest import resident_bytes
 from workbench.measure import device
 
 

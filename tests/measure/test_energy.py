@@ -79,9 +79,9 @@ def test_energy_per_token_over_timed_repeats_only(monkeypatch):
 @pytest.mark.model
 def test_measure_generation_reads_energy_around_timed_repeats(loaded, monkeypatch):
     """Warm-up runs are outside the meter: with 2 warm-ups and 2 timed repeats, 2 begin/end pairs are read."""
-    from workbench.run import sweeps
-    from workbench.measure.generation import GenerationSettings
     from workbench.inputs.prompts import build_batch
+    from workbench.measure.generation import GenerationSettings
+    from workbench.run import sweeps
 
     calls = []
 
@@ -109,8 +109,8 @@ def test_measure_generation_reads_energy_around_timed_repeats(loaded, monkeypatc
 
 @pytest.mark.model
 def test_sweep_rows_have_empty_energy_and_manifest_reason_on_cpu(loaded, tmp_path):
-    from workbench.run import results, sweeps
     from workbench.experiments import batch_size
+    from workbench.run import results, sweeps
 
     cfg = batch_size.Config(batch_sizes=[1], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0,
                             device="cpu", dtype="float32")

@@ -7,8 +7,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from workbench import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured
-from workbench.measure.timers import TokenTimer
 from workbench.measure.streaming import stream_generate
+from workbench.measure.timers import TokenTimer
 
 pytestmark = pytest.mark.model
 

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from workbench.measure import guard, models, quality
 from workbench.errors import ParameterError
+from workbench.measure import guard, models, quality
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from workbench.share import ladder as ladder_figures
-from workbench.predict import profile_step
 from workbench.errors import ParameterError
+from workbench.predict import profile_step
+from workbench.share import ladder as ladder_figures
 
 
 def test_operators_are_put_in_their_component():

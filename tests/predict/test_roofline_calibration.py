@@ -59,8 +59,8 @@ def test_calibrated_model_predicts_unseen_batches_and_contexts():
 
 
 def test_each_dtype_uses_its_own_cached_calibration(tmp_path, monkeypatch):
-    import json
     import dataclasses
+    import json
 
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     s = roofline.ModelShape.from_config(TINY)

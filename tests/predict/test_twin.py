@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.predict import twin, twin_cost, twin_engine
 from workbench.errors import ParameterError
+from workbench.predict import twin, twin_cost, twin_engine
 from workbench.serving import scheduling
 
 CONST = twin_cost.StepCost(a0=1.0, b0=1.0)  # one-token requests: service = the prefill = 1 s exactly
@@ -221,7 +221,6 @@ def _measured_run(tmp_path, cost, speeds=None):
     """A run folder whose serving_load points are 'measured' by the twin itself under ``cost``; with ``speeds`` (one
     factor a point) point ``i`` ran at ``speeds[i]`` times ``cost`` and its speed probe read ``speeds[i] *
     cost.reference_tpot_s``."""
-    import dataclasses
 
     from workbench.run import results
 
@@ -356,8 +355,8 @@ def test_interesting_points_are_the_knee_then_past_it():
 
 @pytest.mark.model
 def test_confirm_measures_the_picked_point_and_prints_the_twin_error(loaded):
-    from workbench.predict import twin_study
     from workbench.experiments import serving_load
+    from workbench.predict import twin_study
 
     cfg = serving_load.Config(engines=["fifo"], requests_per_point=4, prompt_tokens=32, max_new_tokens=4, warmup=0)
     cost = twin_cost.StepCost(a0=0.05, a1=1e-3, b0=0.05)
@@ -421,8 +420,8 @@ def test_the_serving_finding_says_where_the_twin_and_the_measurement_part(tmp_pa
     """The report's serving finding carries the twin's disagreement in its evidence (its text and mark unchanged);
     the point named furthest apart is the one whose measurement the twin misses most."""
     from workbench.predict import twin_validation
-    from workbench.share import figures_twin
     from workbench.run import results
+    from workbench.share import figures_twin
     from workbench.stats.evidence import Finding
 
     run = _measured_run(tmp_path, COST)

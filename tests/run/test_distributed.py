@@ -12,17 +12,15 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
-
 import types
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.run import point_result
 from workbench import cli
-from workbench.run import distributed, results
+from workbench.run import distributed, point_result, results
 from workbench.run.point_result import PointResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -197,8 +195,8 @@ class _FakeRay:
 
 def test_each_ray_worker_measures_its_drift_around_its_points(monkeypatch):
     pytest.importorskip("ray")   # ray.exceptions only: no cluster starts
-    from workbench.run import sweeps
     from workbench.experiments import batch_size
+    from workbench.run import sweeps
 
     def measure(p):
         return PointResult(requests=[{"request_id": i, "repeat": 0, "ttft_s": 0.1, "e2e_s": 0.2, "tpot_s": 0.01,
@@ -311,8 +309,8 @@ def _two_device_points() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_every_figure_of_a_two_device_run_is_split_by_device():
-    from workbench.share import report
     from workbench.experiments import batch_size, context_length
+    from workbench.share import report
 
     pts, req = _two_device_points()
     figs = {**batch_size.figures(pts, req), **context_length.figures(pts, req, {})}
@@ -369,8 +367,8 @@ def ray_cluster():
 
 
 def _sweep(run, cfg, loaded, resume=False, drift=False):
-    from workbench.run import sweeps
     from workbench.experiments import batch_size
+    from workbench.run import sweeps
 
     return sweeps.run_sweep(run, "batch_size", cfg.grid(), lambda p: batch_size.measure_point(loaded, cfg, p, {}),
                             resume=resume, info=loaded.info, config=cfg, loaded=loaded if drift else None)

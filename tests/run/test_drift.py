@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from workbench.run import drift, results
 from workbench.measure import models
+from workbench.run import drift, results
 
 
 def test_back_to_back_sweeps_share_the_reference_between_them(monkeypatch):

@@ -5,14 +5,13 @@ the changed points are measured again under new ids and the manifest keeps both 
 import dataclasses
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from workbench import cli
-from workbench.run import results, resume_check, sweeps
 from workbench.errors import ParameterError
+from workbench.run import results, resume_check, sweeps
 from workbench.run.point_result import PointResult
 
 REPO = Path(__file__).resolve().parents[2]

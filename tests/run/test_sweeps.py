@@ -1,17 +1,12 @@
 """The point loop: grids, failure handling and resume (fake measurements, no model)."""
 import time
-from pathlib import Path
 
-import pandas as pd
 import pytest
-from tests.conftest import fake_references, resident_bytes
 
-from workbench.measure import contention
+from tests.conftest import fake_references, resident_bytes
 from workbench import ParameterError
-from workbench.measure import device
-from workbench.run import drift, results, sweeps
-from workbench.stats import metrics
-from workbench.run import point_result
+from workbench.measure import contention, device
+from workbench.run import drift, point_result, results, sweeps
 from workbench.run.point_result import PointResult
 
 
@@ -71,10 +66,8 @@ def _sleep_measure(seconds):
 def test_a_busy_process_during_a_point_marks_it_invalid_and_a_quiet_point_stays_valid():
     import subprocess
     import sys
-
     import time
 
-    from workbench.stats import metrics
 
     probe = contention.LoadMonitor()
     time.sleep(0.5)
@@ -218,7 +211,7 @@ def test_a_moved_aa_control_is_remeasured_by_rerun_invalid_and_a_steady_one_is_n
     entries = suite.rerun_invalid_entries(str(run))              # sets WORKBENCH_RERUN_INVALID for the kernels
     assert isinstance(entries, list)
     calls = []
-    pts = sweeps.run_sweep(run, "moved", sweeps.expand_grid(batch_size=[1, 2]),
+    sweeps.run_sweep(run, "moved", sweeps.expand_grid(batch_size=[1, 2]),
                            lambda p: calls.append(p) or measure(0.98, 1.02)(p), resume=True, loaded=fake)
     assert len(calls) == 2 and results.aa_moved_points(run) == {}
     with pytest.raises(ParameterError, match="A/A control moved"):

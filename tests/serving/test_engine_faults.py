@@ -2,12 +2,10 @@
 ``error`` and the reason, the engine goes on; a dead engine is not healthy (``/health`` 503, the server exits);
 a job store locked by another process delays job events, never generation."""
 
-import os
 import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import types
 

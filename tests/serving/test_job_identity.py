@@ -12,9 +12,9 @@ import pytest
 
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import engine_kinds
-from workbench.serving.options import EngineOptions
 from workbench.serving.job_store import JobError
 from workbench.serving.jobs import JobStore, model_identity
+from workbench.serving.options import EngineOptions
 from workbench.serving.server import ServerThread
 
 pytestmark = pytest.mark.model

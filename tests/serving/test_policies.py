@@ -7,12 +7,12 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from tests.conftest import LoopbackHTTPServer
 
+from tests.conftest import LoopbackHTTPServer
 from workbench import ParameterError
+from workbench.load import load, senders
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import engine_kinds, engines, options, scheduling
-from workbench.load import load, senders
 
 FAKE = SimpleNamespace(model=SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=0)),
                        tokenizer=SimpleNamespace(eos_token_id=0, get_vocab=lambda: {}, chat_template=""))

@@ -8,8 +8,8 @@ import pytest
 
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import engine_kinds, engines
-from workbench.serving.options import EngineOptions
 from workbench.serving.monitoring import scrape
+from workbench.serving.options import EngineOptions
 from workbench.serving.server import ServerThread
 
 pytestmark = pytest.mark.model

@@ -2,12 +2,11 @@
 import pandas as pd
 import pytest
 
-from workbench import cli
-from workbench.share import cost, plots, report, run_summary
-from workbench.run import results
-from workbench.errors import ParameterError
-
 from tests.share.test_report import fake_point, make_run
+from workbench import cli
+from workbench.errors import ParameterError
+from workbench.run import results
+from workbench.share import cost, plots, report, run_summary
 
 
 def test_usd_per_mtok_by_hand_on_one_point():

@@ -4,12 +4,11 @@ import json
 
 import pytest
 
-from workbench import cli
-from workbench.share import export, report
-from workbench.run import results
-from workbench.errors import ParameterError
-
 from tests.share.test_report import fake_point, make_run
+from workbench import cli
+from workbench.errors import ParameterError
+from workbench.run import results
+from workbench.share import export, report
 
 
 def _run():

@@ -1,9 +1,8 @@
 """Findings a reader can scan: one claim sentence with its mark, per-arm figures in a table, a summary first."""
-from workbench.stats import evidence
-from workbench.share import findings, report
-from workbench.run import results
-
 from tests.share.test_report import fake_point, make_run
+from workbench.run import results
+from workbench.share import findings, report
+from workbench.stats import evidence
 
 SCHEDULING = ("For interactive traffic mixed with long reports, priority lowers the short requests' TTFT (x0.62 of "
               "fcfs) at x1.10 background e2e. priority: interactive TTFT vs fcfs: 0.62x, 95% interval 0.50-0.77x "

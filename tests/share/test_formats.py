@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from workbench import cli
-from workbench.share import export, formats, report
-from workbench.run import results
-from workbench.errors import ParameterError
-
 from tests.share.test_report import fake_point, make_run
+from workbench import cli
+from workbench.errors import ParameterError
+from workbench.run import results
+from workbench.share import export, formats, report
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FIXTURES = {"guidellm": DATA / "guidellm_benchmarks.json", "aiperf": DATA / "aiperf_profile_export_aiperf.json",

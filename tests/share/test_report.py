@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 from workbench.errors import ParameterError
-from workbench.stats import metrics
-from workbench.share import csv_export, findings, report
-from workbench.run import results
 from workbench.experiments import explorer
+from workbench.run import results
+from workbench.share import csv_export, findings, report
+from workbench.stats import metrics
 
 
 def fake_point(ttfts=(0.1, 0.3), wall_s=1.0, **params) -> explorer.ExploredPoint:

@@ -3,12 +3,11 @@ import json
 
 import pytest
 
-from workbench.stats import evidence
-from workbench.share import report, run_summary
-from workbench.run import results
-from workbench.errors import ParameterError
-
 from tests.share.test_report import fake_point, make_run
+from workbench.errors import ParameterError
+from workbench.run import results
+from workbench.share import report, run_summary
+from workbench.stats import evidence
 
 
 def test_metrics_json_written_with_the_report_and_keeps_merged_keys():

@@ -5,10 +5,9 @@ import struct
 import plotly.graph_objects as go
 import pytest
 
-from workbench.share import plots, report, static_figures
-from workbench.errors import ParameterError
-
 from tests.share.test_report import fake_point, make_run
+from workbench.errors import ParameterError
+from workbench.share import plots, report, static_figures
 
 
 def _png_size(path):

@@ -14,8 +14,8 @@ import random
 import pandas as pd
 import pytest
 
-from workbench.stats import comparison, evidence
 from workbench.errors import ParameterError
+from workbench.stats import comparison, evidence
 
 
 class DriftingSource:
@@ -151,25 +151,6 @@ def test_drift_between_neighbouring_rounds_is_reported():
     assert comparison.drift_text(0.05) == ""
 
 
-def test_compare_groups_judges_each_group_against_its_own_baseline_and_the_aa_only_with_the_first():
-    """Two families: family b's arm is 2x its own baseline, which is itself 3x family a's baseline. Judged against
-    its own baseline the arm's ratio is ~2 (against a's it would be ~6); the A/A columns come from the first group."""
-    rng = random.Random(3)
-    rows = []
-    for rnd in range(8):
-        drift = rng.uniform(0.95, 1.05)
-        for arm, v in (("a0", 1.0), ("a1", 1.0), (comparison.AA, 1.0), ("b0", 3.0), ("b1", 6.0)):
-            rows.append({"arm": arm, "round": rnd, "value": v * drift * rng.uniform(0.99, 1.01)})
-    ratios, aa = comparison.compare_groups(pd.DataFrame(rows), {"a0": ["a0", "a1"], "b0": ["b0", "b1"]})
-    assert set(ratios) == {"a0", "a1", "b0", "b1"}
-    assert ratios["a0"]["time_ratio"] == 1.0 and ratios["b0"]["time_ratio"] == 1.0
-    assert ratios["b1"]["time_ratio"] == pytest.approx(2.0, rel=0.03)
-    assert ratios["a1"]["time_ratio_low"] < 1 < ratios["a1"]["time_ratio_high"]
-    assert aa and math.isfinite(aa["aa_ratio"]) and aa["aa_low"] < 1 < aa["aa_high"]
-    _, none = comparison.compare_groups(pd.DataFrame(rows), {"b0": ["b0", "b1"]}, aa=None)
-    assert none == {}
-
-
 def test_compare_within_tasks_pairs_each_task_within_its_round():
     """Three tasks of different lengths (1x, 2x, 4x), each measured by both arms in every round: the pair is the
     (round, task) unit, so the tasks' own spread is no noise; ``rounds`` counts rounds and the drift is the
@@ -183,14 +164,3 @@ def test_compare_within_tasks_pairs_each_task_within_its_round():
     assert c.rounds == 3 and c.columns()["round_drift"] == pytest.approx(0.1) and not c.aa_moved
     with pytest.raises(ParameterError, match="needs a 'depth' column"):
         comparison.compare(pd.DataFrame(rows), "base", task="depth")
-
-
-def test_paired_best_picks_by_the_paired_estimate_with_the_baseline_at_one():
-    """One rule for every comparative pick: time ratios lowest wins, speed-ups highest; the baseline competes at 1.0
-    (every arm slower: the baseline); a NaN estimate (an arm not paired) picks nothing; ties keep the given order."""
-    assert comparison.paired_best({"a": 0.8, "b": 0.9}, "base") == "a"
-    assert comparison.paired_best({"a": 1.2, "b": 1.1}, "base") == "base"
-    assert comparison.paired_best(pd.Series({"x": 1.0, "y": 1.3, "z": 1.17}), lower_is_better=False) == "y"
-    assert comparison.paired_best({"a": 0.8, "b": float("nan")}, "base") is None
-    assert comparison.paired_best({}, None) is None
-    assert comparison.paired_best({"a": 0.9, "b": 0.9}, "base") == "a"

@@ -7,8 +7,8 @@ import pytest
 from scipy import stats
 
 from workbench import ParameterError
-from workbench.stats import replicates
 from workbench.load import aa_sim
+from workbench.stats import replicates
 
 
 def test_paired_log_ratio_by_hand():

@@ -15,9 +15,9 @@ import random
 import pytest
 import torch
 
-from workbench.techniques import budget_forcing as R
-from workbench.techniques import budget_batch as B
 from workbench.errors import ParameterError
+from workbench.techniques import budget_batch as B
+from workbench.techniques import budget_forcing as R
 
 V = 64
 EOS = 0

@@ -5,13 +5,13 @@ import math
 
 import pytest
 
+from workbench.errors import ParameterError
+from workbench.inputs import haystack as tasks
+from workbench.measure import models
+from workbench.measure.generation import GenerationSettings
 from workbench.techniques import answering as A
 from workbench.techniques import compression as C
-from workbench.measure import models
 from workbench.techniques import retrieval
-from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings
-from workbench.inputs import haystack as tasks
 
 NO_MODEL = ("head", "tail", "head_tail", "bm25", "dense")
 

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from workbench.measure import quality
 from workbench.errors import ParameterError
+from workbench.measure import quality
 from workbench.measure.generation import BatchResult
 from workbench.techniques.long_form import LongOutputPlan, parse_outline, run_long_output, split_sections, token_stamps
 

@@ -7,13 +7,12 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench.run import point_result
 from workbench import ParameterError
-from workbench.measure import config_models, generation, models
-from workbench.run import rung_timing, sweeps
-from workbench.techniques import rungs
 from workbench.experiments import engine_tuning as et
+from workbench.measure import config_models, generation, models
 from workbench.measure.generation import GenerationSettings
+from workbench.run import point_result, rung_timing, sweeps
+from workbench.techniques import rungs
 
 
 def test_rung_validation_is_one_line():

@@ -31,6 +31,8 @@ from pathlib import Path
 from workbench.errors import ParameterError
 from workbench.run import suite as suite_runner
 
+__all__ = ["main"]  # the command line: nothing else here is imported from outside
+
 
 def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dict:
     """Parameters from ``-f`` YAML files, then ``-p NAME VALUE`` pairs (later wins), parsed as YAML 1.2 data."""
@@ -118,11 +120,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from workbench.share import report
-
-    from workbench.run import results
-
-    from workbench.share import formats
+    from workbench.share import formats, report
 
     seen: dict[Path, str] = {}
     for a in args.runs:   # checked before any import writes a folder
@@ -190,8 +188,8 @@ def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False
     """``workbench plan`` / ``--dry-run``: the points, their predicted cost and the estimated wall time
     (:mod:`workbench.predict.roofline`); nothing is measured and no weights load unless ``calibrate``."""
     from workbench.measure import models
-    from workbench.run import notebooks
     from workbench.predict import predictions, roofline_calibration
+    from workbench.run import notebooks
 
     first = notebooks.validate_parameters(entries[0]["notebook"], entries[0]["parameters"]) if entries else {}
     spec, dev = first.get("model", "default"), models.pick_device(first.get("device", "auto"))
@@ -331,9 +329,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results.results_root()  # resolved once here; kernels inherit the absolute $WORKBENCH_RESULTS
     if getattr(args, "allow_plain_http_key", False):  # the user's own lift, typed here; kernels inherit it
-        from workbench.load.endpoint import ALLOW_PLAIN_HTTP_ENV
-
         import os
+
+        from workbench.load.endpoint import ALLOW_PLAIN_HTTP_ENV
 
         os.environ[ALLOW_PLAIN_HTTP_ENV] = "1"
     try:

@@ -5,3 +5,8 @@ charts and its coordinate search). Each holds that experiment only: its typed co
 a dict shared by the points of one sweep, for warm-up bookkeeping, references, caches, servers), ``run(cfg,
 run_dir, loaded)``, its summaries and figures. Experiments never import each other; a folder's own modules import
 each other (``tests/test_layout.py`` enforces it); a Ray worker finds an experiment by the module of its ``Config``."""
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["batch_size", "context_compression", "context_length", "engine_tuning", "explorer", "long_output",
+           "reasoning_budget", "scheduling", "serving_load", "speed_techniques", "streaming_anatomy",
+           "streaming_reader", "temperature"]

@@ -16,19 +16,17 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from workbench.run import point_result
 from workbench import checks
-from workbench.stats import blocks, evidence, metrics
-from workbench.predict import predictions
-from workbench.run import results, sweeps
 from workbench.errors import ParameterError
+from workbench.inputs.prompts import build_batch
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.predict import predictions
+from workbench.run import design, point_result, sweeps
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig, expand_grid
 from workbench.share import figures_design
 from workbench.share.plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
-from workbench.inputs.prompts import build_batch
-from workbench.run.point_result import PointResult
-from workbench.run import design
-from workbench.run.sweeps import SweepConfig, expand_grid
+from workbench.stats import blocks, evidence, metrics
 
 EXPERIMENT = "batch_size"
 

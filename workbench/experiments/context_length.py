@@ -56,17 +56,17 @@ from typing import Sequence
 
 import numpy as np
 
-from workbench.stats import blocks, evidence
-from workbench.share import plots
-from workbench.predict import predictions
 from workbench import checks
 from workbench.checks import check_bool, check_choice, check_int, check_int_list
 from workbench.errors import ParameterError
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.measure.memory import MemoryTracker, kv_cache_bytes
+from workbench.predict import predictions
 from workbench.run import design, point_result
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, expand_grid, measure_generation, run_sweep
+from workbench.share import plots
+from workbench.stats import blocks, evidence
 
 EXPERIMENT = "context_length"
 

@@ -55,18 +55,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.run import point_result
-from workbench.techniques import budget_forcing, compression
-from workbench.stats import metrics
-from workbench.measure import models
-from workbench.share import plots
-from workbench.share.live import LiveState, counters_html, has_frontend, headless
-from workbench.run import results, sweeps
 from workbench.checks import check_bool, check_choice, check_float, check_int
 from workbench.errors import ParameterError
+from workbench.inputs import reasoning as reasoning_tasks
+from workbench.measure import models
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.measure.streaming import stream_generate
-from workbench.inputs import reasoning as reasoning_tasks
+from workbench.run import point_result, results, sweeps
+from workbench.share import plots
+from workbench.share.live import LiveState, counters_html, has_frontend, headless
+from workbench.stats import metrics
+from workbench.techniques import budget_forcing, compression
 
 EXPERIMENT = "explorer"
 MODES = ("auto", "widgets", "static")

@@ -37,14 +37,14 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from workbench.stats import blocks, evidence, metrics
-from workbench.share import figures_design, plots
-from workbench.predict import predictions
-from workbench.run import design, point_result, results, sweeps  # noqa: F401  (plots registers the house template)
 from workbench.checks import check_choice_list, check_int
 from workbench.measure.generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
-from workbench.techniques.long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
+from workbench.predict import predictions
+from workbench.run import design, point_result, results, sweeps  # noqa: F401  (plots registers the house template)
 from workbench.run.point_result import PointResult
+from workbench.share import figures_design, plots
+from workbench.stats import blocks, evidence, metrics
+from workbench.techniques.long_form import DEFAULT_TOPICS, LANGUAGES, STRATEGIES, LongOutputPlan, run_long_output
 
 EXPERIMENT = "long_output"
 

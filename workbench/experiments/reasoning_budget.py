@@ -38,17 +38,24 @@ import dataclasses
 import math
 from typing import Sequence
 
-from workbench.run import design, point_result
-from workbench.stats import blocks, metrics
-from workbench.share import figures_design, plots
-from workbench.predict import predictions
-from workbench.run import sweeps
-from workbench.techniques.budget_forcing import PRE, THINKING_MODES, BudgetSpec, thinking_format
 from workbench.checks import check_choice, check_choice_list, check_int, check_int_list
 from workbench.errors import ParameterError
+from workbench.inputs.reasoning import (
+    LANGUAGES,
+    REASONING_KINDS,
+    TASK_KINDS,
+    Task,
+    make_tasks,
+    run_reasoning_batch,
+    task_inputs,
+)
 from workbench.measure.generation import GenerationSettings, warm_up
+from workbench.predict import predictions
+from workbench.run import design, point_result, sweeps
 from workbench.run.point_result import PointResult
-from workbench.inputs.reasoning import LANGUAGES, REASONING_KINDS, TASK_KINDS, Task, make_tasks, run_reasoning_batch, task_inputs
+from workbench.share import figures_design, plots
+from workbench.stats import blocks, metrics
+from workbench.techniques.budget_forcing import PRE, THINKING_MODES, BudgetSpec, thinking_format
 
 EXPERIMENT = "reasoning"  # the experiment column and point-id prefix, as in earlier runs (comparable)
 

@@ -70,21 +70,32 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench import checks
-from workbench.stats import blocks, evidence, metrics
-from workbench.run import design, sweeps
 from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings
-from workbench.share import figures_design
-from workbench.share.plots import split_by_device, table_figure
-from workbench.run.point_result import PointResult
-from workbench.serving import engine_kinds, options, scheduling
 from workbench.load import senders
 from workbench.load.conversations import multiturn, shared_prefix_group
 from workbench.load.traces import calibrate, check_class_slos, policy_engine, read_mixed_trace, run_policy, trace_rows
-from workbench.share.figures_serving import (class_latency, eta_error, goodput_per_class, longest_wait,
-                                             prefix_savings_figure, slowdown_vs_length, ttft_by_turn)
-from workbench.stats.classes import (CLASSES, bucket_summary, cache_columns, class_columns, class_summary,
-                                     mixed_rows, served_rows)
+from workbench.measure.generation import GenerationSettings
+from workbench.run import design, sweeps
+from workbench.run.point_result import PointResult
+from workbench.serving import engine_kinds, options, scheduling
+from workbench.share import figures_design
+from workbench.share.figures_serving import (
+    class_latency,
+    eta_error,
+    goodput_per_class,
+    longest_wait,
+    prefix_savings_figure,
+    slowdown_vs_length,
+    ttft_by_turn,
+)
+from workbench.share.plots import split_by_device, table_figure
+from workbench.stats import blocks, evidence, metrics
+from workbench.stats.classes import (
+    CLASSES,
+    cache_columns,
+    class_columns,
+    served_rows,
+)
 
 EXPERIMENT = "scheduling"
 PREFIX_DESIGN = "scheduling_prefix"   # the prefix-sharing design's name (design/scheduling_prefix.parquet)

@@ -61,20 +61,21 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench import checks
-from workbench.stats import blocks, evidence, metrics, replicates, slo
-from workbench.run import design, sweeps
 from workbench.errors import ParameterError
+from workbench.load import endpoint as endpoint_mod
+from workbench.load import load, saturation
+from workbench.load.bench import Bench, achieved_rps, run_profile, run_sampled
+from workbench.load.bench import slo_rate_search as search
+from workbench.load.saturation import knee_points, knee_scan, point_rates
 from workbench.measure.generation import GenerationSettings
+from workbench.run import design, sweeps
+from workbench.run.point_result import PointResult
+from workbench.serving import engines as engines_mod
+from workbench.serving import options
 from workbench.share import figures_design
 from workbench.share.figures_serving import gantt, goodput_vs_rate, latency_vs_throughput, queue_vs_rate, time_slices
 from workbench.share.plots import ok_points, split_by_device, table_figure
-from workbench.run.point_result import PointResult
-from workbench.load import endpoint as endpoint_mod
-from workbench.serving import engines as engines_mod
-from workbench.serving import options
-from workbench.load import load, saturation
-from workbench.load.bench import Bench, achieved_rps, run_profile, run_sampled, slo_rate_search as search
-from workbench.load.saturation import knee_points, knee_scan, point_rates
+from workbench.stats import blocks, evidence, metrics, replicates, slo
 
 EXPERIMENT = "serving_load"
 ARRIVALS = load.ARRIVALS

@@ -72,20 +72,19 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from workbench.techniques import speed
-from workbench.run import point_result
 from workbench import checks
-from workbench.stats import comparison, evidence, metrics
-from workbench.stats.metrics import acceptance, speedup_bound, verification_mbu
-from workbench.measure import guard, models, quality
-from workbench.run import design, sweeps
-from workbench.predict import roofline
 from workbench.errors import ParameterError
+from workbench.inputs.prompts import LANGUAGES, TASKS, task_prompts
+from workbench.measure import guard, models, quality
 from workbench.measure.generation import GenerationSettings, check_speculative, generate_measured, warm_up
-from workbench.share.plots import label, legend_below, split_by_device
-from workbench.inputs.prompts import LANGUAGES, TASKS, build_batch, task_prompts
+from workbench.predict import roofline
+from workbench.run import design, point_result, sweeps
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig
+from workbench.share.plots import label, legend_below, split_by_device
+from workbench.stats import comparison, evidence, metrics
+from workbench.stats.metrics import acceptance, speedup_bound, verification_mbu
+from workbench.techniques import speed
 
 EXPERIMENT = "speed_techniques"
 TECHNIQUES = ("none", "prompt_lookup", "draft")

@@ -46,17 +46,17 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench import checks
-from workbench.stats import evidence, metrics
-from workbench.share import plots
+from workbench.checks import check_bool, check_int, check_int_list, check_str_list
+from workbench.errors import ParameterError
+from workbench.load.client import measure_http
+from workbench.measure.detokenize import Granularity, StreamTap
+from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured, warm_up
 from workbench.predict import predictions
 from workbench.run import design, point_result, sweeps  # noqa: F401  (plots registers the house template)
-from workbench.checks import check_bool, check_int, check_int_list, check_str_list
-from workbench.measure.detokenize import Granularity, StreamTap
-from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured, warm_up
 from workbench.run.point_result import PointResult
-from workbench.load.client import measure_http
 from workbench.serving.server import ServerThread
+from workbench.share import plots
+from workbench.stats import evidence, metrics
 
 EXPERIMENT = "streaming_anatomy"
 

@@ -83,17 +83,17 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench import checks
-from workbench.stats import evidence, metrics
-from workbench.measure import reading
-from workbench.run import design, sweeps
-from workbench.share import figures_design
 from workbench.errors import ParameterError
 from workbench.load import endpoint as endpoint_mod
 from workbench.load.client import stream_request, table_row
 from workbench.load.proxy import NGINX_BUFFER_KB, NGINX_MODES, UPSTREAM_HTTP, Paths, nginx_status
+from workbench.measure import reading
 from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured
-from workbench.share.plots import label, ok_points, split_by_device
+from workbench.run import design, sweeps
 from workbench.run.point_result import PointResult, point_id
+from workbench.share import figures_design
+from workbench.share.plots import label, ok_points, split_by_device
+from workbench.stats import evidence, metrics
 
 EXPERIMENT = "streaming_reader"
 PROXY_MODES = ("direct",) + NGINX_MODES

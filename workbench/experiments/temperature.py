@@ -43,15 +43,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from workbench.run import design, point_result
-from workbench.share import figures_design, plots
-from workbench.predict import predictions
-from workbench.measure import quality
 from workbench.checks import check_bool, check_choice_list, check_float_list, check_int
 from workbench.errors import ParameterError
+from workbench.measure import quality
 from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured, warm_up
+from workbench.predict import predictions
+from workbench.run import design, point_result
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, measure_generation, run_sweep
+from workbench.share import figures_design, plots
 from workbench.stats import blocks
 
 EXPERIMENT = "temperature"

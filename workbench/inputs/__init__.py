@@ -6,3 +6,6 @@ key-value retrieval tasks over real documentation text), ``reasoning`` (seeded m
 extraction, scoring under a thinking budget). May use techniques (a reasoning task runs under budget forcing) and
 instruments; never run machinery or experiments.
 """
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["haystack", "prompts", "reasoning"]

@@ -41,8 +41,8 @@ from typing import Callable
 
 from workbench.checks import check_choice, check_int
 from workbench.errors import ParameterError
-from workbench.paths import data_dir  # noqa: F401 - prompts.data_dir, read by its callers
 from workbench.measure.generation import count_prompt_tokens
+from workbench.paths import data_dir  # noqa: F401 - prompts.data_dir, read by its callers
 
 SOURCES = ("en", "zh", "random")
 TEXT_SOURCES = ("en", "zh")

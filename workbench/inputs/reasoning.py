@@ -36,10 +36,10 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from workbench.measure import quality
-from workbench.techniques.budget_forcing import BudgetSpec, ThinkingFormat, thinking_format
-from workbench.techniques.budget_batch import build_inputs, generate_with_budget
 from workbench.checks import check_choice_list, check_int
+from workbench.measure import quality
+from workbench.techniques.budget_batch import build_inputs, generate_with_budget
+from workbench.techniques.budget_forcing import BudgetSpec, ThinkingFormat, thinking_format
 
 LANGUAGES = ("en", "zh")
 TASK_KINDS = ("arithmetic", "counting", "logic", "lookup", "copy", "list_count")

@@ -24,3 +24,7 @@ One concern per module, lowest first (a module imports only modules above it in 
   :mod:`workbench.serving.scheduling`'s real ``PolicyQueue``, with measured-like service times (tests and
   ``benchmarks/aa_queue.py``).
 """
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["aa_sim", "bench", "client", "conversations", "endpoint", "load", "proxy", "saturation", "senders",
+           "traces"]

@@ -32,8 +32,8 @@ import types
 import numpy as np
 
 from workbench import checks
+from workbench.serving import options
 from workbench.stats import evidence, metrics, replicates
-from workbench.serving import options, scheduling
 
 
 @dataclasses.dataclass(frozen=True)

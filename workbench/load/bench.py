@@ -14,11 +14,11 @@ import json
 
 import pandas as pd
 
-from workbench.measure import contention
 from workbench.load import endpoint as endpoint_mod
-from workbench.serving import engines as engines_mod
-from workbench.serving import engine_kinds
 from workbench.load import load, saturation, senders
+from workbench.measure import contention
+from workbench.serving import engine_kinds
+from workbench.serving import engines as engines_mod
 from workbench.stats import slo
 
 

@@ -45,13 +45,16 @@ import functools
 import json
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
-from workbench.stats import metrics
-from workbench.measure import reading
 from workbench.checks import check_int
 from workbench.errors import ParameterError, exception_line
+from workbench.measure import reading
 from workbench.serving.protocol import SERVED_MODEL
+from workbench.stats import metrics
+
+if TYPE_CHECKING:
+    from workbench.load.endpoint import Endpoint
 
 
 @functools.cache
@@ -422,7 +425,7 @@ def table_row(row: dict) -> dict:
 
 def stream_request(base_url: str, prompt: str, max_tokens: int, timeout: float = 600.0, stall_s: float = reading.STALL_S,
                    read_timeout: float | None = None, path: str = "/v1/chat/completions",
-                   ep: "workbench.load.endpoint.Endpoint | None" = None, first_chunk: threading.Event | None = None) -> dict:
+                   ep: Endpoint | None = None, first_chunk: threading.Event | None = None) -> dict:
     """One streaming chat request over raw SSE; client timing of its content chunks and their reader metrics.
 
     ``ep``: an external endpoint (its model and key are sent, ``usage`` asked for; ``base_url`` is still where

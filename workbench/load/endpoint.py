@@ -369,8 +369,8 @@ def chunk_reader_rows(ep: Endpoint, url: str, prompt: str, max_new_tokens: int, 
     Raises:
         RuntimeError: nothing streamed.
     """
-    from workbench.measure import reading
     from workbench.load.client import client_decode_steps, stream_request
+    from workbench.measure import reading
     from workbench.stats import metrics
 
     row = stream_request(url, prompt, max_new_tokens, stall_s=stall_s, ep=ep)

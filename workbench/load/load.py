@@ -73,8 +73,8 @@ import numpy as np
 import pandas as pd
 
 from workbench import checks
-from workbench.stats import evidence, metrics
 from workbench.errors import ParameterError
+from workbench.stats import evidence, metrics
 
 PROFILES = ("synchronous", "concurrency", "throughput", "constant", "poisson", "gamma", "replay", "sweep")
 OPEN_LOOP = ("constant", "poisson", "gamma", "replay")

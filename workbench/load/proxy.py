@@ -170,8 +170,8 @@ class Paths:
     def endpoint_url(self) -> str:
         """The external endpoint's base URL; a loopback server's CPU time counts as the point's own work, not as
         other load (:data:`workbench.measure.contention.SERVED_BY_PIDS`), from the first use on."""
-        from workbench.measure import contention
         from workbench.load import endpoint
+        from workbench.measure import contention
 
         if self.served_pid is None:
             self.served_pid = endpoint.local_server_pid(self.ep)

@@ -27,8 +27,8 @@ import numpy as np
 
 from workbench import checks
 from workbench.errors import ParameterError
-from workbench.serving import engine_kinds, scheduling
 from workbench.load import load, senders
+from workbench.serving import engine_kinds, scheduling
 
 
 def mixed_trace(n: int, short_share: float, short_prompt_tokens, long_prompt_tokens, short_max_tokens: int,

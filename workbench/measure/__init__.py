@@ -11,3 +11,7 @@ against float32 on held-out text), ``config_models`` (``model: config:PATH``: sh
 ``reading`` (reading speed). Built on :mod:`workbench.stats`; nothing here knows about
 techniques, inputs, run folders or experiments.
 """
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["config_models", "contention", "detokenize", "device", "energy", "generation", "guard", "memory", "models",
+           "quality", "reading", "streaming"]

@@ -25,9 +25,9 @@ import re
 import time
 from dataclasses import dataclass
 
-from workbench.stats import metrics
 from workbench.checks import check_choice, check_float
 from workbench.errors import ParameterError
+from workbench.stats import metrics
 
 REPLACEMENT_CHAR = "\ufffd"
 

@@ -42,10 +42,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Sequence
 
 from workbench import checks
-from workbench.stats import metrics
+from workbench.errors import ParameterError
 from workbench.measure.device import synchronize
 from workbench.measure.timers import PrefillTimer, StreamerGroup, TokenTimer, VerifyCounter
-from workbench.errors import ParameterError
+from workbench.stats import metrics
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from workbench.measure import quality
 from workbench.errors import ParameterError
+from workbench.measure import quality
 
 #: held-out text per language (files under ``data/heldout``)
 HELD_OUT = {"en": "en_us_founding_texts.txt", "zh": "zh_daodejing.txt"}
@@ -164,7 +164,6 @@ def reference(loaded, languages: Sequence[str] = ("en", "zh"), tokens: int = 204
     Raises:
         ParameterError: bad arguments (before any forward pass).
     """
-    from workbench.measure.generation import GenerationSettings, generate_measured
 
     if not isinstance(greedy_prompts, int) or greedy_prompts < 0:
         raise ParameterError(f"guard_prompts: must be an integer >= 0 (got {greedy_prompts!r})")
@@ -213,7 +212,6 @@ def judge(loaded, ref: Reference, limits: Limits | None = None, gen_kwargs: dict
     Raises:
         ParameterError: the vocabularies differ (not the same model).
     """
-    import torch
 
     from workbench.stats.evidence import paired_ratio_interval, t_interval
 

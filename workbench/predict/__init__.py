@@ -11,3 +11,7 @@ runs: notebooks 08 and 11's points simulated, capacity per SLO, confirming picks
 roofline's bytes-at-bandwidth time). Above the run machinery (a plan reads suites and point ids) and serving, below
 reports and experiments.
 """
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["predictions", "profile_step", "roofline", "roofline_calibration", "twin", "twin_cost", "twin_study",
+           "twin_validation"]

@@ -23,11 +23,10 @@ from pathlib import Path
 import pandas as pd
 
 from workbench import checks
-from workbench.predict import roofline_calibration
 from workbench.errors import ParameterError
+from workbench.predict import roofline_calibration
 from workbench.predict.roofline import Calibration, Device, ModelShape
 from workbench.predict.roofline_calibration import Predictor
-
 
 _BATCH_KEYS = ("batch_size", "batch_sizes", "max_batch_size")
 _PROMPT_KEYS = ("prompt_tokens", "context_tokens", "context_lengths", "chat_lengths")
@@ -207,7 +206,6 @@ def _model_path(model: str) -> str | None:
 def cached_predictor(model: str, device: str, dtype: str) -> Predictor | None:
     """Config-only :class:`Predictor` on this machine's cached calibration of (model, device, dtype), or None
     when there is none (figures then show no prediction rather than an uncalibrated one)."""
-    from workbench.measure import models
 
     path = _model_path(model)
     if path is None:

@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import time
 
-import pandas as pd
-
-
 COMPONENTS = ("matvec", "attention", "norm_activation", "sampling", "overhead")
 LABELS = {"matvec": "matrix-vector (weights)", "attention": "attention + KV cache",
           "norm_activation": "norms, activations, elementwise", "sampling": "logits processors + token choice",
@@ -99,8 +96,8 @@ def profile_decode_step(loaded, prompt_tokens: int = 32, steps: int = 8, gen_kwa
     import statistics
 
     from workbench import checks
-    from workbench.measure.generation import GenerationSettings, generate_measured
     from workbench.inputs.prompts import build_batch
+    from workbench.measure.generation import GenerationSettings, generate_measured
 
     checks.check_int("prompt_tokens", prompt_tokens, 8)
     checks.check_int("steps", steps, 2)

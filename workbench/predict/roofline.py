@@ -63,9 +63,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from workbench.stats import metrics
-from workbench.measure.device import probe_device
 from workbench.errors import ParameterError
+from workbench.measure.device import probe_device
+from workbench.stats import metrics
 
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 BOUNDS = ("overhead", "memory", "compute")

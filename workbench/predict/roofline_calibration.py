@@ -22,10 +22,19 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from workbench.predict.roofline import (
+    BYTES_PER_ELEMENT,
+    CALIBRATION_VERSION,
+    RECALIBRATE_LIMIT,
+    REFIT_LIMIT,
+    Calibration,
+    Device,
+    ModelShape,
+    decode_terms,
+    predict,
+    prefill_terms,
+)
 from workbench.stats import metrics
-from workbench.predict.roofline import (BYTES_PER_ELEMENT, CALIBRATION_VERSION, RECALIBRATE_LIMIT, REFIT_LIMIT,
-                                        Calibration, Device, ModelShape, decode_terms, predict, prefill_terms)
-
 
 # ----------------------------------------------------------------------------- calibration
 
@@ -171,8 +180,8 @@ def calibrate(loaded, repeats: int = 2, save: bool = True, trials: int = 7,
     """
     import torch
 
-    from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
     from workbench.inputs.prompts import build_batch
+    from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 
     t0 = time.perf_counter()
     info = loaded.info

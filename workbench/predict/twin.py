@@ -44,23 +44,21 @@ import bisect
 import dataclasses
 import heapq
 import itertools
-import json
 import math
 import zlib
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from workbench import checks
-from workbench.stats import metrics, slo
 from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings
-from workbench.serving import options, scheduling
 from workbench.load import load, saturation
+from workbench.measure.generation import GenerationSettings
 from workbench.predict.twin_cost import StepCost
 from workbench.predict.twin_engine import EngineTwin
+from workbench.serving import options, scheduling
+from workbench.stats import metrics, slo
 
 ROUTERS = ("round_robin", "least_outstanding", "prefix_affinity")
 SOURCE = "simulated"

@@ -262,8 +262,8 @@ def _nnls(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
-def _prefill_X(b, l):
-    return np.column_stack([np.ones(len(b)), b * l, b * l * l])
+def _prefill_X(b, length):
+    return np.column_stack([np.ones(len(b)), b * length, b * length * length])
 
 
 def _step_X(b, c):
@@ -393,10 +393,10 @@ def fit(requests: pd.DataFrame, source: str = "fit") -> StepCost:
     if len(pre) < 3 or len(dec) < 4:
         raise ParameterError(f"calibration: a twin needs measured prefill_s and tpot_s on >= 3 and >= 4 workloads (got "
                              f"{len(pre)} and {len(dec)}): a batch-size / context-length or serving run")
-    b, l, y = (pre[c].to_numpy(float) for c in ("batch", "prompt_tokens", "prefill_s"))
-    Xp = _prefill_X(b, l)
+    b, lengths, y = (pre[c].to_numpy(float) for c in ("batch", "prompt_tokens", "prefill_s"))
+    Xp = _prefill_X(b, lengths)
     a = _nnls(Xp, y)
-    gp = list(zip(b, l))
+    gp = list(zip(b, lengths))
     bd, ld, nd, yd = (dec[c].to_numpy(float) for c in ("batch", "prompt_tokens", "output_tokens", "tpot_s"))
     Xd = _step_X(bd, bd * (ld + nd / 2))
     bb = _nnls(Xd, yd)

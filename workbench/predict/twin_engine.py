@@ -14,8 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from workbench.serving import engines, scheduling
 from workbench.predict.twin_cost import StepCost
+from workbench.serving import engines, scheduling
 
 
 class EngineTwin:

@@ -27,10 +27,10 @@ import pandas as pd
 
 from workbench import checks
 from workbench.errors import ParameterError
+from workbench.load import load, traces
 from workbench.predict import twin, twin_cost
 from workbench.predict.twin_validation import cost_for, sentence, specs_from_rows, validate
 from workbench.serving import engines, scheduling
-from workbench.load import load, traces
 from workbench.stats import slo
 
 #: notebook 11's workload keys :func:`scheduling_points` needs (the run's recorded config, else passed in)
@@ -165,8 +165,8 @@ def confirm(cost, loaded, picks, cfg) -> pd.DataFrame:
         ``ttft_s_p50`` and ``e2e_s_p50``, ``source`` ``measured`` (the row is a measurement with its prediction
         beside it).
     """
-    from workbench.run import drift
     from workbench.load.bench import Bench, run_sampled
+    from workbench.run import drift
 
     bench = Bench(cfg, loaded)
     rows = []
@@ -420,7 +420,6 @@ def command(args, load_defaults: dict, scheduling_defaults: dict, load_config) -
               f"TTFT p50 {conf['ape_ttft_s_p50'].mean():.0%} ({len(conf)} points)")
     if args.out:
         from workbench.run import results
-
         from workbench.run.point_result import point_id
 
         run = results.open_run(args.out)

@@ -28,10 +28,10 @@ import pandas as pd
 
 from workbench.checks import float_or_nan
 from workbench.errors import ParameterError
+from workbench.load import load, saturation, senders
 from workbench.predict import twin, twin_cost
 from workbench.run import metrics_file
 from workbench.serving import engines, scheduling
-from workbench.load import load, saturation, senders
 
 SERVING_EXPERIMENTS = ("serving_load", "scheduling")
 #: a measured point's columns a simulated point never inherits (:func:`validate`): its SLO verdicts and keep-up figures

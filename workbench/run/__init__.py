@@ -10,3 +10,7 @@ each one's status; the report is handed in by the command line), ``metrics_file`
 Every piece of a run folder's manifest bookkeeping lives here. Used by the serving job store and by every
 experiment; knows nothing of serving, predictions or reports.
 """
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["design", "distributed", "drift", "locks", "metrics_file", "notebooks", "point_result", "results",
+           "rung_timing", "suite", "sweeps"]

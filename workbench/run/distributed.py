@@ -51,8 +51,8 @@ import os
 import socket
 import sys
 
-from workbench.run import point_result
 from workbench.errors import ParameterError
+from workbench.run import point_result
 from workbench.run.point_result import point_id
 
 ENV = "WORKBENCH_RAY"
@@ -308,7 +308,6 @@ class _Worker:
             (:func:`workbench.run.point_result.measure_on_device`); its ``device`` also says where it ran and holds
             this device's probed peaks (for MBU / MFU), and its requests are tagged with where they ran.
         """
-        from workbench.run import results
 
         mod = importlib.import_module(module)
         key = (module, json.dumps(cfg_dict, sort_keys=True, default=str))

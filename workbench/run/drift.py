@@ -17,11 +17,12 @@ import time
 import weakref
 from pathlib import Path
 
-from workbench.run import results
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.run import results
 
 #: A drift of the reference TPOT (|end / start - 1|) beyond this marks the sweep's points invalid.
 from workbench.stats.evidence import DRIFT_LIMIT  # noqa: E402 - the verdict's threshold, one home
+
 #: A reference stands for the machine's speed for this long (seconds): a start reference may reuse the previous
 #: sweep's end reference when it is at most this old (back-to-back sweeps share it instead of measuring the same
 #: thing twice), and a sweep that ends within this long of its start reference is not given an end reference

@@ -15,7 +15,6 @@ import pandas as pd
 from workbench.measure import contention, device, energy
 from workbench.stats import columns, metrics
 
-
 #: Columns every request row carries (None when an experiment has no value for it): the registry's ``row = request``.
 REQUEST_COLUMNS = columns.REQUEST_COLUMNS
 #: ``source`` of a measured row and point (the serving twin's are ``simulated``: docs/design.md section 10).

@@ -33,11 +33,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.measure import device
-from workbench.stats import columns
 from workbench.errors import ParameterError
+from workbench.measure import device
 from workbench.paths import REPO
 from workbench.run.locks import check_writer
+from workbench.stats import columns
 
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 

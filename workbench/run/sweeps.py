@@ -26,12 +26,11 @@ from typing import Callable
 
 import pandas as pd
 
-from workbench.run import point_result
 from workbench import checks
-from workbench.run import distributed, drift, results, resume_check
-from workbench.measure import energy, models
 from workbench.errors import ParameterError
+from workbench.measure import energy, models
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.run import distributed, drift, point_result, results, resume_check
 from workbench.run.point_result import PointResult
 
 # ----------------------------------------------------------------------------- configs

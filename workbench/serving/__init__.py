@@ -29,3 +29,6 @@ One concern per module, lowest first (a module imports only modules above it in 
 The load generator that measures a server (arrival profiles, senders, clients, traces, the knee) is its own wing one
 layer up, :mod:`workbench.load`: nothing here imports it.
 """
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["engine_kinds", "engines", "events", "monitoring", "options", "protocol", "scheduling", "server"]

@@ -46,13 +46,22 @@ import uuid
 
 from starlette.requests import Request  # module level: FastAPI resolves string annotations here
 
-from workbench.measure.detokenize import StreamTap
 from workbench.errors import ParameterError
+from workbench.measure.detokenize import StreamTap
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import engines, scheduling
-from workbench.serving.options import MAX_QUEUE, REQUEST_TIMEOUT_S
 from workbench.serving.events import DONE, queue_event, sse_data
-from workbench.serving.http import MAX_STOP, UNSUPPORTED, ApiError, chat_schema, check_model, parameter_error, read_json_object, validate
+from workbench.serving.http import (
+    MAX_STOP,
+    UNSUPPORTED,
+    ApiError,
+    chat_schema,
+    check_model,
+    parameter_error,
+    read_json_object,
+    validate,
+)
+from workbench.serving.options import MAX_QUEUE, REQUEST_TIMEOUT_S
 from workbench.serving.protocol import SERVED_MODEL
 
 log = logging.getLogger(__name__)

@@ -55,10 +55,10 @@ from typing import Callable
 
 from workbench import checks
 from workbench.errors import exception_line
-from workbench.stats import metrics
 from workbench.measure.generation import GenerationSettings, encode_prompts, eos_token_ids
 from workbench.serving import scheduling
 from workbench.serving.options import ENGINES, EngineOptions, check_compatible
+from workbench.stats import metrics
 
 HISTORY = 1024   # results kept in ``BaseEngine.history``
 #: a busy engine (requests running) that delivers no token for this many seconds is reported stuck (``health``)

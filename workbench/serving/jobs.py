@@ -111,9 +111,17 @@ from starlette.requests import Request  # module level: FastAPI resolves string 
 from workbench.checks import check_float, check_int
 from workbench.errors import ParameterError
 from workbench.serving import engines
-from workbench.serving.events import DONE, KEEPALIVE_COMMENT, check_last_event_id, last_event_id, numbered, sse_data, sse_response
+from workbench.serving.events import (
+    DONE,
+    KEEPALIVE_COMMENT,
+    check_last_event_id,
+    last_event_id,
+    numbered,
+    sse_data,
+    sse_response,
+)
 from workbench.serving.http import SEED_MAX, check_model, read_json_object, validate
-from workbench.serving.job_runs import JobRuns, JobRun
+from workbench.serving.job_runs import JobRun, JobRuns
 from workbench.serving.job_store import JobError, JobTable, StoreWriter, default_path
 
 log = logging.getLogger(__name__)

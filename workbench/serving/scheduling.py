@@ -48,7 +48,6 @@ from collections import deque
 from typing import Callable
 
 from workbench import checks
-from workbench.errors import ParameterError
 
 POLICIES = ("fcfs", "priority", "sjf", "lanes")
 PREDICTORS = ("proxy", "fitted")           # sjf: the plain proxy, or a fit on the engine's own history

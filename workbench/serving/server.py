@@ -107,7 +107,6 @@ from workbench.serving import chat, engine_kinds, engines, events, http, monitor
 from workbench.serving.options import SHUTDOWN_TIMEOUT_S, EngineOptions, PolicyOptions, ServerOptions
 from workbench.serving.protocol import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT
 
-
 _shutdown_lock = threading.Lock()
 
 

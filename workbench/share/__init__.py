@@ -13,3 +13,7 @@ ladder's profile figure), ``live`` (a throttled live view of a request in a note
 (``workbench.experiments.context_compression.charts``, ``workbench.experiments.engine_tuning.charts``).
 Reads run folders and predictions; the experiments draw their figures with ``plots``.
 """
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["cost", "export", "figures_design", "figures_serving", "figures_twin", "formats", "ladder", "live",
+           "plots", "report"]

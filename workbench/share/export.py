@@ -41,9 +41,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workbench.run import results
 from workbench import checks
 from workbench.errors import ParameterError
+from workbench.run import results
 from workbench.stats import metrics
 
 FORMATS = ("mlflow", "br0.2", "vllm-json")

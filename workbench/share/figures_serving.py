@@ -19,12 +19,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from workbench.load import load, saturation
 from workbench.serving import engines as engines_mod
 from workbench.serving import scheduling
-from workbench.load import load, saturation
 from workbench.share.plots import label, ok_points
 from workbench.stats.classes import CLASSES, bucket_summary, class_summary, mixed_rows
-
 
 # ----------------------------------------------------------------------------- a load sweep, per engine
 

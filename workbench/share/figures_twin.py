@@ -13,9 +13,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.errors import ParameterError
+from workbench.load import load
 from workbench.predict import twin_validation
 from workbench.run import results
-from workbench.load import load
 from workbench.share.plots import tidy_legend
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.stats import evidence
 from workbench.run import results
+from workbench.stats import evidence
 
 
 def point_anchor(run: Path, point_id) -> str:

@@ -37,13 +37,17 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from workbench.run import results
 from workbench import checks
 from workbench.errors import ParameterError
+from workbench.run import results
 from workbench.share import importers
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: The metrics of a comparison's delta table (the report's and an imported run's).
 DELTA_METRICS = ["ttft_s_p50", "ttft_s_p99", "output_throughput_tps", "goodput_rps"]
@@ -527,7 +531,7 @@ CROSS_ASPECTS = {"ttft_s": ("arrival pattern", "warm-up", "TTFT counted from"),
                  "e2e_s": ("arrival pattern", "warm-up", "TTFT counted from", "ignore_eos", "token counts")}
 
 
-def _request_values(run: Path, pid: str, metric: str) -> "np.ndarray":
+def _request_values(run: Path, pid: str, metric: str) -> np.ndarray:
     import numpy as np
 
     req = results.read_requests(run)

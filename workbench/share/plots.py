@@ -166,7 +166,7 @@ def _axis_names(fig: go.Figure) -> set[str]:
 
 def _remap_ref(ref, k: int):
     """``x`` / ``y`` / ``x domain`` of a one-panel figure -> the same on panel ``k`` (1-based)."""
-    if not isinstance(ref, str) or k == 1 or not ref[:1] in ("x", "y") or ref[1:2] not in ("", " "):
+    if not isinstance(ref, str) or k == 1 or ref[:1] not in ("x", "y") or ref[1:2] not in ("", " "):
         return ref
     return ref[0] + str(k) + ref[1:]
 

@@ -31,13 +31,13 @@ import plotly.io as pio
 import plotly.offline
 
 from workbench.checks import mask_secrets
-from workbench.stats import columns
+from workbench.errors import ParameterError
+from workbench.run import locks, results
 from workbench.share import plots
-from workbench.share.csv_export import write_csv, write_text, export
+from workbench.share.csv_export import export, write_csv, write_text
 from workbench.share.findings import exp_anchor, finding_html, findings_html, point_anchor, summary_html
 from workbench.share.formats import DELTA_METRICS
-from workbench.run import locks, results
-from workbench.errors import ParameterError
+from workbench.stats import columns
 
 #: The metrics of the comparison's delta table.
 #: Environment keys shown first in the side-by-side table (any other keys follow).

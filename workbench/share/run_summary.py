@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.stats import columns, evidence
 from workbench.run import results
 from workbench.run.metrics_file import METRICS_FILE, merge_metrics, plain, read_metrics  # noqa: F401
+from workbench.stats import columns, evidence
 
 SCHEMA = "workbench.stats.metrics/1"
 #: The point columns summarised per experiment (those a run has).

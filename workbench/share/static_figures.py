@@ -27,9 +27,9 @@ from pathlib import Path
 
 import plotly.io as pio
 
-from workbench.share import plots
-from workbench.run import results
 from workbench.errors import ParameterError
+from workbench.run import results
+from workbench.share import plots
 
 FORMATS = ("png", "svg", "pdf")
 #: Paper column: 3.5 in at 300 dpi.

@@ -9,3 +9,6 @@ experiments: runs paired by arrival seed), ``classes`` (a mixed workload's rows 
 cache's hit rate and what sharing saved). Nothing here loads a model, touches a device or reads a clock of its own: each formula has one
 home here and every path calls it. Imports only the ground floor (``workbench.errors``, ``workbench.checks``).
 """
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["blocks", "classes", "columns", "comparison", "evidence", "metrics", "replicates", "sequential", "slo"]

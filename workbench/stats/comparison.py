@@ -1,30 +1,23 @@
-"""Comparison designs: arms measured interleaved by round, an A/A control, and multiplicity-aware verdicts.
+"""Comparison designs: the order arms are measured in, the A/A control's columns, and the per-comparison paired
+analysis the block design replaced.
 
-Every experiment that compares arms (configurations, techniques, strategies) schedules and judges them here,
-so that the machine's drift cannot turn into an effect (issue 32; docs/design.md section 10):
+Every experiment's comparison is now a design (:mod:`workbench.run.design`) analysed as one randomised complete block
+design (:mod:`workbench.stats.blocks`, docs/design.md section 11). What stays here:
 
 - :func:`schedule`: the order of measurement. ``interleaved``: every round measures every arm once (A B C ...,
   then again), the order within a round shuffled from the seed; the round is the block. ``blocks``: where arms
   cannot all be kept loaded, each arm is measured in separated blocks, counterbalanced (A B, B A, A B, ...: the
   A B B A design); the block is the unit.
-- :func:`compare`: one ratio per arm against the baseline from the paired within-round (within-block) log
-  ratios, a t interval over rounds (:func:`workbench.stats.evidence.paired_ratio_interval`): a drift that moves a
-  whole round moves both sides of every pair and cancels, where a blocked design's Welch interval only sees
-  the noise inside a block. The A/A control (the baseline measured as a second arm, :data:`AA`, interleaved
-  like the rest) gives the experiment's noise floor: its ratio interval. When it excludes 1, the experiment's
-  comparative findings are "not supported: the A/A control moved".
-- Multiplicity: picking the best of ``m`` arms is tested as ``m`` comparisons, Holm's step-down over them
-  (:func:`workbench.stats.evidence.holm`); each arm's interval is shown at the level its Holm step tests it at
-  (:func:`workbench.stats.evidence.holm_levels`), so an interval excluding 1 and a direction agree.
-- Drift between neighbouring rounds (blocks): the largest change of the baseline's value from one round to
-  the next (:attr:`Comparison.neighbour_drift`), checked against :data:`workbench.stats.evidence.DRIFT_LIMIT`.
-- :func:`add_noise_band`: the A/A interval as a shaded band on a comparison figure; :func:`ratio_figure`: the
-  ratio figure every comparative experiment draws (ratios with their intervals, the line at 1, the band).
+- :func:`compare`: the analysis before issue 49, one ratio per arm against the baseline from its own paired
+  within-round log ratios (a t interval over rounds, Holm over the arms). ``benchmarks/aa.py --old`` measures its
+  A/A false-direction rate beside the block design's; no experiment decides with it.
+- The A/A columns of a point (:func:`aa_moved_columns`, :data:`AA_MOVED`), the drift sentence (:func:`drift_text`)
+  and :func:`add_noise_band`, the A/A interval as a shaded band on a figure (the design figure itself is
+  :func:`workbench.share.figures_design.ratio_figure`).
 
 The formulas (paired t on log ratios, Holm) live in :mod:`workbench.stats.evidence`; this module decides which
 values are paired with which.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +28,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from workbench.stats import evidence
 from workbench.errors import ParameterError
+from workbench.stats import evidence
 
 DESIGNS = ("interleaved", "blocks")
 AA = "A/A"  # the A/A control arm: the baseline measured a second time, interleaved like the other arms
@@ -357,45 +350,6 @@ def add_noise_band(fig, aa: evidence.Interval | None = None, low: float | None =
     return fig
 
 
-def ratio_figure(points: pd.DataFrame, x: str, group=None, name=str, mode: str = "markers", sort: bool = False,
-                 prefix: str = "time_ratio", marker_size: int | None = None):
-    """The body of a ratio figure: each row's ``<prefix>`` as a marker with its interval (``<prefix>_low`` /
-    ``_high``) as error bars, one trace per ``group``, a dotted line at 1, and the A/A band from the rows' ``aa_low``
-    / ``aa_high`` (:func:`add_noise_band`). The caller adds the title and axis titles.
-
-    Args:
-        points: rows with the ratio columns (:func:`arm_columns`) and, where measured with a control, the A/A
-            columns (:data:`COLUMNS`); rows without a ratio are left out.
-        x: the column on the x axis.
-        group: a column, or a list of columns, splitting the rows into traces; None: one trace.
-        name: the trace name: a function of the group's key (a tuple for a list of columns), or with ``group``
-            None the name itself.
-        mode: ``markers`` or ``lines+markers``.
-        sort: traces in sorted group order (False: order of appearance).
-        marker_size: the markers' size (None: plotly's).
-
-    Returns:
-        A plotly figure.
-    """
-    import plotly.graph_objects as go
-
-    df = points[points[prefix].notna()] if prefix in points else points.iloc[0:0]
-    if group is None:
-        parts = [(str(name), df)]
-    else:
-        parts = [(str(name(key)), g) for key, g in df.groupby(group, sort=sort)]
-    fig = go.Figure()
-    for label, g in parts:
-        fig.add_trace(go.Scatter(
-            x=g[x], y=g[prefix], mode=mode, name=label, marker=dict(size=marker_size) if marker_size else None,
-            error_y=dict(type="data", symmetric=False, array=(g[f"{prefix}_high"] - g[prefix]).fillna(0),
-                         arrayminus=(g[prefix] - g[f"{prefix}_low"]).fillna(0))))
-    fig.add_hline(y=1.0, line_dash="dot")
-    if "aa_low" in df and df["aa_low"].notna().any():
-        add_noise_band(fig, low=df["aa_low"].dropna().iloc[0], high=df["aa_high"].dropna().iloc[0])
-    return fig
-
-
 # ----------------------------------------------------------------------------- an arm's ratio as point columns
 
 
@@ -423,39 +377,6 @@ def arm_columns(comp: Comparison, arm, prefix: str = "time_ratio") -> dict:
         how += f"; Holm over {comp.m} comparisons"
     return {prefix: iv.estimate, f"{prefix}_low": iv.low, f"{prefix}_high": iv.high, f"{prefix}_level": iv.confidence,
             f"{prefix}_p_holm": r.p_adjusted, f"{prefix}_method": how}
-
-
-def compare_groups(measurements: pd.DataFrame, groups: dict, aa=AA, *, prefix: str = "time_ratio",
-                   adjust: bool = True) -> tuple[dict, dict]:
-    """Each group of arms judged against its own baseline, the A/A control only with the group it copies.
-
-    An experiment with several families (temperature: one per prompt family; reasoning budgets: one per batch
-    size) compares each family's arms with that family's baseline; the A/A arm repeats one baseline, so it belongs
-    to that group's comparison only, and its interval is the experiment's noise floor.
-
-    Args:
-        measurements: long table for :func:`compare` (``arm``, ``round``, ``value``), every group's arms and the
-            A/A control's rows.
-        groups: ``{baseline: [arms of its group, the baseline included]}``; the A/A control repeats the first
-            baseline (the dict's first key).
-        aa: the A/A control's arm name.
-        prefix: the column prefix of :func:`arm_columns`.
-        adjust: Holm within each group (:func:`compare`).
-
-    Returns:
-        ``(ratio_columns, aa_columns)``: ``{arm: arm_columns(...)}`` for every arm of every group, and the first
-        group's :meth:`Comparison.columns` (the A/A noise floor; empty when no group was compared).
-    """
-    ratio_cols, aa_cols = {}, {}
-    for i, (base, mine) in enumerate(groups.items()):
-        arm_aa = aa if i == 0 else None
-        keep = [*mine, *([arm_aa] if arm_aa is not None else [])]
-        comp = compare(measurements[measurements["arm"].isin(keep)], base, arm_aa, adjust=adjust)
-        for a in mine:
-            ratio_cols[a] = arm_columns(comp, a, prefix)
-        if arm_aa is not None:
-            aa_cols = comp.columns()
-    return ratio_cols, aa_cols
 
 
 def _num(row, key) -> float:
@@ -492,66 +413,3 @@ def aa_moved_columns(row) -> bool:
     aa = aa_from_columns(row)
     return aa is not None and aa.shown and (aa.low > 1 or aa.high < 1)
 
-
-def describe_columns(row, name: str, prefix: str = "time_ratio") -> str:
-    """A point's ratio over its baseline as a finding's clause, from its columns: ``"<name>: 1.31x, 97.5% interval
-    1.10-1.56x (...; Holm over 2 comparisons), adjusted p 0.01; A/A noise floor 0.96-1.04x (4 interleaved rounds)"``;
-    ``"<name>: not supported: the A/A control moved: ..."`` when the control's interval excludes 1, the verdict
-    (``no difference beyond noise``, ``not supported``) before the figures when there is no direction."""
-    iv = interval_from_columns(row, prefix)
-    p = _num(row, f"{prefix}_p_holm")
-    body = iv.describe("{:.2f}", "x")
-    if math.isfinite(p) and "Holm" in iv.method:
-        body += f", adjusted p {p:.3g}"
-    if not iv.shown:
-        verdict = "not supported"
-    elif math.isfinite(p) and p < 1 - evidence.CONFIDENCE:
-        verdict = "higher" if iv.estimate > 1 else "lower"
-    else:
-        verdict = "no difference beyond noise"
-    if aa_moved_columns(row):
-        head = f"{name}: {AA_MOVED}: {body}"
-    elif verdict in ("higher", "lower"):
-        head = f"{name}: {body}"
-    else:
-        head = f"{name}: {verdict}: {body}"
-    aa = aa_from_columns(row)
-    rounds = _num(row, "rounds")
-    return f"{head}; {noise_floor_text(aa, str(row.get('design') or 'interleaved'), int(rounds) if math.isfinite(rounds) else None)}"
-
-
-def verdict_columns(row, prefix: str = "time_ratio") -> str:
-    """``higher`` / ``lower`` (the adjusted p below 0.05, the A/A control not moved), ``no difference beyond
-    noise`` or ``not supported`` from a point row's ratio columns."""
-    iv = interval_from_columns(row, prefix)
-    p = _num(row, f"{prefix}_p_holm")
-    if not iv.shown or aa_moved_columns(row):
-        return "not supported"
-    if math.isfinite(p) and p < 1 - evidence.CONFIDENCE:
-        return "higher" if iv.estimate > 1 else "lower"
-    return "no difference beyond noise"
-
-
-def paired_best(estimates, baseline=None, *, lower_is_better: bool = True):
-    """The arm whose paired estimate against the baseline is best: the one rule every comparative experiment picks
-    by. Interleaved rounds are the evidence: the median of an arm's absolute values over rounds keeps a drift that
-    moves whole rounds, which the within-round ratios cancel (a run whose baseline moved 69% between neighbouring
-    rounds ranked bfloat16+int8 first on a 2% lower median, at 1.17x paired against bfloat16's 1.30x).
-
-    Args:
-        estimates: ``{arm: paired ratio to the baseline}`` (a mapping or a Series indexed by arm); a NaN anywhere
-            means the arms were not all paired, and nothing is picked.
-        baseline: the baseline arm, at 1.0 when absent from ``estimates`` (None: it is not a candidate).
-        lower_is_better: time ratios (lower is faster) or speed-ups (``False``: higher is faster).
-
-    Returns:
-        The best arm (the first of equal ones, in the estimates' order), or None when there is no estimate or one
-        is NaN.
-    """
-    cand = dict(estimates.items()) if hasattr(estimates, "items") else dict(estimates)
-    if baseline is not None:
-        cand.setdefault(baseline, 1.0)
-    vals = {k: float(v) for k, v in cand.items()}
-    if not vals or any(v != v for v in vals.values()):
-        return None
-    return (min if lower_is_better else max)(vals, key=vals.get)

@@ -24,7 +24,6 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-
 PERCENTILES = (50, 90, 99)
 # a percentile is reported only from enough independent samples: p99 from fewer than 100 values is one value
 MIN_SAMPLES = {"p50": 1, "p90": 10, "p99": 100}

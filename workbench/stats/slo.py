@@ -57,8 +57,8 @@ from typing import Callable
 import pandas as pd
 
 from workbench import checks
-from workbench.stats import metrics
 from workbench.errors import ParameterError
+from workbench.stats import metrics
 
 
 @dataclasses.dataclass(frozen=True)

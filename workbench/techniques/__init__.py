@@ -7,3 +7,7 @@ quantization), ``rungs`` (the speed ladder: torchao weight-only int8 / int4 with
 handling, static cache + compile), ``budget_batch`` (a measured batch under a thinking budget), ``configurations``
 (an engine configuration grid: axes, validity, names, building a configuration, the per-configuration table). Built on :mod:`workbench.measure`; never imports inputs, run machinery or experiments.
 """
+
+#: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
+__all__ = ["answering", "budget_batch", "budget_forcing", "compression", "configurations", "long_form", "rungs",
+           "speed"]

@@ -10,10 +10,14 @@ from the cache for ``kv_reuse``).
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 from workbench.errors import ParameterError
 from workbench.measure import quality
 from workbench.measure.generation import GenerationSettings, cache_kwarg, encode_prompts, generate_measured
+
+if TYPE_CHECKING:
+    from workbench.techniques.compression import CompressionResult
 
 
 def prompt_ids(tokenizer, messages) -> list[int]:
@@ -86,7 +90,7 @@ def check_fits(loaded, messages, max_new_tokens: int, context_tokens: int | None
     return n
 
 
-def answer(loaded, result: "CompressionResult", settings: GenerationSettings) -> dict:
+def answer(loaded, result: CompressionResult, settings: GenerationSettings) -> dict:
     """Generate the answer for a compressed context (one measured request).
 
     Returns:

@@ -15,8 +15,18 @@ from typing import Sequence
 
 from workbench.stats import metrics
 from workbench.techniques.budget_forcing import (
-    ANSWER, AnswerStoppingCriteria, BudgetForcingProcessor, BudgetSpec, CLOSE_TEXT, OPEN_TEXT, PRE, THINK,
-    ThinkingFormat, encode_text, replay_thinking, thinking_format,
+    ANSWER,
+    CLOSE_TEXT,
+    OPEN_TEXT,
+    PRE,
+    THINK,
+    AnswerStoppingCriteria,
+    BudgetForcingProcessor,
+    BudgetSpec,
+    ThinkingFormat,
+    encode_text,
+    replay_thinking,
+    thinking_format,
 )
 
 

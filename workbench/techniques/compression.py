@@ -73,13 +73,30 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from workbench.measure import quality
 from workbench.checks import check_choice, check_float, check_int
 from workbench.errors import ParameterError
+from workbench.measure import quality
 from workbench.measure.generation import GenerationSettings, generate_measured
 from workbench.techniques.answering import build_prefix_cache, check_fits, prompt_ids
-from workbench.techniques.retrieval import bm25_scores, dense_scores, embedder, lexical_tokens, retrieve, sentence_scores
-from workbench.techniques.segments import Chunk, Segment, count_tokens, cut_chunks, cut_rank, fit, render, segments, unit_ranks
+from workbench.techniques.retrieval import (
+    bm25_scores,
+    dense_scores,
+    embedder,
+    lexical_tokens,
+    retrieve,
+    sentence_scores,
+)
+from workbench.techniques.segments import (
+    Chunk,
+    Segment,
+    count_tokens,
+    cut_chunks,
+    cut_rank,
+    fit,
+    render,
+    segments,
+    unit_ranks,
+)
 
 STRATEGIES = ("none", "head", "tail", "head_tail", "bm25", "dense", "summary", "prune", "kv_reuse")
 LOSSLESS = ("none", "kv_reuse")

@@ -27,12 +27,12 @@ from typing import Callable
 
 import numpy as np
 
-from workbench.stats import metrics
-from workbench.measure import quality
 from workbench.checks import check_choice, check_int
-from workbench.measure.detokenize import REPLACEMENT_CHAR, first_text_index
 from workbench.errors import ParameterError
+from workbench.measure import quality
+from workbench.measure.detokenize import REPLACEMENT_CHAR, first_text_index
 from workbench.measure.generation import GenerationSettings, generate_measured
+from workbench.stats import metrics
 
 #: A section needs a body of at least this many words / CJK characters to count as delivered.
 MIN_BODY_UNITS = 10

@@ -34,22 +34,30 @@ import statistics
 from pathlib import Path
 
 from workbench import checks
-from workbench.errors import ParameterError
-from workbench.stats import blocks, evidence
-from workbench.measure import generation, quality
-from workbench.share import plots
-from workbench.experiments.context_compression import charts as fc
-from workbench.experiments.context_compression.charts import (ACHIEVED, COMPRESSOR, LOGPROB, MATCH,  # noqa: F401
-                                                               PREFILLED, ROUGE, TOTAL, TTFT, TTFT_TOTAL)
 from workbench.checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
+from workbench.errors import ParameterError
+from workbench.experiments.context_compression import charts as fc
+from workbench.experiments.context_compression.charts import (  # noqa: F401
+    ACHIEVED,
+    COMPRESSOR,
+    LOGPROB,
+    MATCH,
+    PREFILLED,
+    ROUGE,
+    TOTAL,
+    TTFT,
+    TTFT_TOTAL,
+)
+from workbench.inputs import haystack
+from workbench.measure import generation, quality
+from workbench.measure.generation import GenerationSettings
+from workbench.run import design, point_result, results
+from workbench.run.point_result import PointResult
+from workbench.run.sweeps import SweepConfig, run_sweep
+from workbench.share import plots
+from workbench.stats import blocks, evidence
 from workbench.techniques.answering import answer, gold_logprob
 from workbench.techniques.compression import LOSSLESS, STRATEGIES, compress, embedder
-from workbench.measure.generation import GenerationSettings
-from workbench.run import point_result
-from workbench.run.point_result import PointResult
-from workbench.run import design, results
-from workbench.run.sweeps import SweepConfig, run_sweep
-from workbench.inputs import haystack
 
 EXPERIMENT = "compression"
 CHAT_EXPERIMENT = "compression_chat"

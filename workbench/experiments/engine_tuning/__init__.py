@@ -58,29 +58,40 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.measure import contention
-from workbench.run import point_result
 from workbench import checks
-from workbench.stats import blocks, evidence, slo
-from workbench.stats.evidence import repeat_statistics
-from workbench.run import design, drift, results, rung_timing, sweeps
-from workbench.measure import config_models, guard, models, quality
+from workbench.errors import ParameterError
+from workbench.experiments.engine_tuning.charts import fig_guard, fig_prediction, fig_speed, fig_speedup
+from workbench.experiments.engine_tuning.search import coordinate_search
+from workbench.inputs.prompts import build_batch
+from workbench.measure import config_models, contention, guard, models
 from workbench.measure.device import supported_attention, supported_dtypes, threads, usable_cores
+from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.predict import predictions, roofline_calibration
 from workbench.predict.roofline_calibration import measured_utilisation
-from workbench.techniques import rungs
-from workbench.techniques.configurations import (AXES, JOINT, aa_moved, aa_sentence, build_configuration, config_key,
-                                                 config_name, configurations, designed, generate_kwargs,
-                                                 load_configuration, objective, recommend, speedup_interval,
-                                                 speedup_phrase, valid)
-from workbench.experiments.engine_tuning.charts import fig_guard, fig_prediction, fig_speed, fig_speedup
-from workbench.errors import ParameterError
-from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
-from workbench.share.plots import split_by_device
-from workbench.inputs.prompts import build_batch
+from workbench.run import design, drift, point_result, results, rung_timing, sweeps
 from workbench.run.point_result import PointResult
-from workbench.experiments.engine_tuning.search import coordinate_search
 from workbench.run.sweeps import SweepConfig
+from workbench.share.plots import split_by_device
+from workbench.stats import blocks, evidence, slo
+from workbench.stats.evidence import repeat_statistics
+from workbench.techniques import rungs
+from workbench.techniques.configurations import (
+    AXES,
+    JOINT,
+    aa_moved,
+    aa_sentence,
+    build_configuration,
+    config_key,
+    config_name,
+    configurations,
+    designed,
+    generate_kwargs,
+    load_configuration,
+    objective,
+    recommend,
+    speedup_phrase,
+    valid,
+)
 
 EXPERIMENT = "engine_tuning"
 CACHE_IMPLEMENTATIONS = ("dynamic", "static")
