@@ -519,11 +519,13 @@ def _missing_names(path: Path) -> list[str]:
     return sorted(set(missing))
 
 
-@pytest.mark.parametrize("path", sorted((PKG.parent / "benchmarks").glob("*.py")), ids=lambda p: p.name)
-def test_every_name_a_benchmark_uses_exists(path):
-    """A benchmark runs only by hand (``make benchmark``), so a name removed from the package breaks it silently
-    (``benchmarks/scheduling.py`` called ``classes.paired_ratio`` after a clean-up removed it): every workbench name
-    a benchmark imports or reads off an imported module exists."""
+@pytest.mark.parametrize("path", sorted([*(PKG.parent / "benchmarks").glob("*.py"), *NOTEBOOKS.glob("*.py")]),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_name_a_benchmark_or_notebook_uses_exists(path):
+    """A benchmark runs only by hand (``make benchmark``) and a notebook only when executed, so a name removed from
+    the package breaks them silently (``benchmarks/scheduling.py`` called ``classes.paired_ratio`` after a clean-up
+    removed it; notebook 11 read ``scheduling.class_summary`` after ruff dropped the import it rode on): every
+    workbench name a benchmark or a notebook's source imports or reads off an imported module exists."""
     assert _missing_names(path) == []
 
 

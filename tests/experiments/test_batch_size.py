@@ -117,7 +117,8 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     from workbench.inputs.prompts import build_batch, build_prompt
     from workbench.measure.generation import generate_measured
 
-    cfg = batch_size.Config(batch_sizes=[1, 2], prompt_tokens=[48], max_new_tokens=3, repeats=2, warmup=0)
+    cfg = batch_size.Config(batch_sizes=[1, 2], prompt_tokens=[48], max_new_tokens=3, repeats=2, max_rounds=4,
+                            warmup=0)
     assert cfg.temperature == 0.0                      # greedy: equal ids are the expected outcome, not luck
     run = results.create_run()
     points = batch_size.run(cfg, run, loaded)
@@ -164,7 +165,10 @@ def test_batch_sweep_on_the_real_model_keeps_the_invariants(loaded):
     for name, fig in figs.items():
         assert other in fig.to_json() and str(points["device_name"].iloc[0]) in fig.to_json(), name
     f = batch_size.headline(points, req, run)
-    assert f.verdict in ("direction", "equivalent", "undecided") and f.rounds == rounds
+    if points["valid"].fillna(False).astype(bool).any():
+        assert f.verdict in ("direction", "equivalent", "undecided") and f.rounds == rounds
+    else:   # a busy machine (a parallel test worker) can leave every point contaminated: no decision, said so
+        assert f.verdict == "undecided" and not f.supported and "valid" in f.evidence
 
 
 @pytest.mark.model

@@ -459,7 +459,8 @@ def tiny_sweep(loaded, tmp_path_factory):
         # its columns and float32's exact verdict are what is read here; the guard's statistics are test_guard's
         cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
                         cache_implementations=["dynamic"], prompt_tokens=[32], max_new_tokens=3, guard_prompts=1,
-                        guard_tokens=4, guard_text_tokens=64, guard_window=32, repeats=2, warmup=0, calibrate=False)
+                        guard_tokens=4, guard_text_tokens=64, guard_window=32, repeats=2, max_rounds=2, warmup=0,
+                        calibrate=False)
         run = results.create_run()
         return cfg, run, et.run(cfg, run, loaded)
 

@@ -25,11 +25,17 @@ def _tree(name, folder=SERVING):
 
 
 def _sibling_imports(name, package="serving") -> set:
-    """Sibling modules ``name`` imports anywhere in ``workbench/<package>`` (module level or inside functions)."""
+    """Sibling modules ``name`` imports anywhere in ``workbench/<package>`` (module level or inside functions; not
+    the annotation-only imports under ``if TYPE_CHECKING:``)."""
     folder = Path(WINGS[package].__file__).parent
     siblings = {p.stem for p in folder.glob("*.py")} - {"__init__"}
     out = set()
-    for node in ast.walk(_tree(name, folder)):
+    tree = _tree(name, folder)
+    typing_only = {id(n) for b in ast.walk(tree) if isinstance(b, ast.If) and ast.unparse(b.test) in (
+        "TYPE_CHECKING", "typing.TYPE_CHECKING") for s in b.body for n in ast.walk(s)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:   # an annotation's name (if TYPE_CHECKING:), never imported at run time
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level == 1 and node.module:  # from .x import ...
                 out.add(node.module.split(".")[0])

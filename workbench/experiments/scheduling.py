@@ -94,6 +94,7 @@ from workbench.stats.classes import (
     CLASSES,
     cache_columns,
     class_columns,
+    class_summary,  # noqa: F401  (notebook 11's per-class table: scheduling.class_summary)
     served_rows,
 )
 
