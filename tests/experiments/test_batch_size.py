@@ -182,3 +182,36 @@ def test_one_repeat_measures_point_by_point(loaded, monkeypatch):
     points = batch_size.run(cfg, results.create_run(), loaded)
     assert (points["status"] == "ok").all() and len(points) == 2 and not calls
     assert "design" not in points or points["design"].isna().all()
+
+
+def test_a_recommendation_not_shown_better_than_its_runner_up_is_undecided(monkeypatch):
+    """Issue 49: batch 16 was "recommended" for beating batch 1 though 16 vs 8 was never decided. The recommendation
+    beats the baseline (a direction) but is within noise of the runner-up in the design's rounds: the finding is
+    undecided, says both comparisons, and carries the rounds the runner-up comparison needs."""
+    import numpy as np
+
+    from workbench.run import design
+    from workbench.stats import blocks
+
+    pts = pd.DataFrame({"point_id": ["b1", "b8", "b16"], "batch_size": [1, 8, 16], "prompt_tokens": [64] * 3,
+                        "goodput_rps": [1.0, 2.9, 3.0], "output_throughput_tps": [10.0, 29.0, 30.0],
+                        "ttft_s_p50": [0.1, 0.4, 0.8], "wall_s": [4.0, 4.0, 4.0], "requests": [4, 8, 16],
+                        "status": ["ok"] * 3, "valid": [True] * 3})
+    decided = _designed(pts, {"b8": (2.9, 2.5, 3.3, "direction", "higher", 0),
+                              "b16": (3.0, 2.6, 3.4, "direction", "higher", 0)})
+    drift, wobble = np.array([0.1, -0.2, 0.3]), np.array([0.04, -0.04, 0.03])
+    rounds = pd.DataFrame([(a, r, v) for a, vals in {"b1": np.exp(drift), "b8": np.exp(drift + 1.06 + wobble),
+                                                      "b16": np.exp(drift + 1.1 - wobble)}.items()
+                           for r, v in enumerate(vals)], columns=["arm", "round", "value"])
+    analysis = blocks.analyse(rounds, "b1", aa=None)
+    monkeypatch.setattr(design, "reanalyse", lambda run_dir, exp, outcome=None: (None, analysis))
+    f = batch_size.headline(decided, run_dir="a run folder")
+    assert f.text.startswith("Recommended batch size: 16")
+    assert "Output throughput at batch 16 vs batch 1: higher" in f.text
+    assert "Against the runner-up, batch 8: undecided" in f.text
+    assert f.verdict == "undecided" and not f.supported and f.point_ids == ("b16", "b1", "b8")
+    # the same rounds with batch 16 clearly ahead of batch 8: the recommendation is decided
+    rounds.loc[rounds["arm"] == "b16", "value"] *= 1.5
+    monkeypatch.setattr(design, "reanalyse", lambda run_dir, exp, outcome=None: (None, blocks.analyse(rounds, "b1",
+                                                                                                       aa=None)))
+    assert batch_size.headline(decided, run_dir="a run folder").verdict == "direction"

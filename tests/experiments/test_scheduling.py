@@ -404,3 +404,25 @@ def test_tiny_policy_and_prefix_designs_on_the_real_model(loaded):
     f = scheduling.finding(points.assign(valid=True), req, run)
     assert f.verdict in blocks.VERDICTS and f.rounds == 2
     assert "sched_policy_ratio" in scheduling.figures(points.assign(valid=True), req, run)
+
+
+def test_a_pick_not_shown_better_than_its_runner_up_leaves_the_finding_undecided(monkeypatch):
+    """Issue 49's rule for every pick (blocks.best_of): sjf beats fcfs, but within the rounds' noise of lanes (the
+    runner-up, Tukey's level from the run's design table): the policy choice is open, and the finding says so."""
+    import numpy as np
+
+    from workbench.run import design
+    from workbench.stats import blocks
+
+    pts, req = _designed({"sjf": (0.45, 0.3, 0.68, "direction", "lower"),
+                          "lanes": (0.5, 0.33, 0.75, "direction", "lower")})
+    drift, wobble = np.array([0.1, -0.2, 0.3, 0.0]), np.array([0.05, -0.05, 0.04, -0.04])
+    table = {"fcfs": np.exp(drift), "sjf": np.exp(drift - 0.8 + wobble), "lanes": np.exp(drift - 0.75 - wobble)}
+    rounds = pd.DataFrame([(a, r, v) for a, vals in table.items() for r, v in enumerate(vals)],
+                          columns=["arm", "round", "value"])
+    monkeypatch.setattr(design, "reanalyse", lambda *a, **k: (None, blocks.analyse(rounds, "fcfs", aa=None)))
+    f = scheduling.finding(pts, req, "a run folder")
+    assert "sjf against fcfs: interactive TTFT (the class's mean per run): faster" in f.text
+    assert "Against the runner-up, lanes: undecided" in f.text and f.verdict == "undecided"
+    rounds.loc[rounds["arm"] == "lanes", "value"] *= 1.6          # lanes clearly behind: the pick is decided
+    assert scheduling.finding(pts, req, "a run folder").verdict == "direction"

@@ -574,3 +574,25 @@ def test_closed_loop_points_are_drawn_apart_from_the_open_loop_line():
         closed = [t for t in fig.data if "closed loop" in t.name]
         assert lines and all(sorted(t.x) == [1.0, 2.0] for t in lines)
         assert closed and all(t.mode == "markers" and sorted(t.x) == [0.5, 5.0] for t in closed)
+
+
+def test_an_engine_pick_not_shown_better_than_its_runner_up_is_undecided(monkeypatch):
+    """The pick rule of every best-of finding (blocks.best_of): static beats fifo, but the rounds cannot tell it from
+    continuous (the runner-up, Tukey's level from the run's design table): the engine choice is undecided."""
+    import numpy as np
+
+    from workbench.run import design
+    from workbench.stats import blocks
+
+    pts = _compared({"static": (0.3, 0.2, 0.45, "direction", "lower"),
+                     "continuous": (0.32, 0.21, 0.48, "direction", "lower")})
+    drift, wobble = np.array([0.1, -0.2, 0.3]), np.array([0.05, -0.05, 0.04])
+    table = {"fifo": np.exp(drift), "static": np.exp(drift - 1.2 + wobble), "continuous": np.exp(drift - 1.15 - wobble)}
+    rounds = pd.DataFrame([(a, r, v) for a, vals in table.items() for r, v in enumerate(vals)],
+                          columns=["arm", "round", "value"])
+    monkeypatch.setattr(design, "reanalyse", lambda *a, **k: (None, blocks.analyse(rounds, "fifo", aa=None)))
+    f = serving_load.engines_finding(pts, "a run folder")
+    assert "static against fifo: TTFT p50 of the run: faster" in f.text
+    assert "Against the runner-up, continuous: undecided" in f.text and f.verdict == "undecided"
+    rounds.loc[rounds["arm"] == "continuous", "value"] *= 1.8
+    assert serving_load.engines_finding(pts, "a run folder").verdict == "direction"

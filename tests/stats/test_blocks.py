@@ -185,6 +185,12 @@ def test_a_pick_is_compared_with_its_runner_up():
     vs = blocks.pick_versus(an, "b16", "b8")
     assert vs.verdict == "undecided" and "Tukey" in vs.method          # ...but not its runner-up
     assert vs.estimate == pytest.approx(math.exp(0.02)) and vs.low < 1 < vs.high
+    # so the choice is undecided (issue 49: batch 16 "recommended" though 16 vs 8 was never decided), with the
+    # rounds its runner-up comparison needs; without that comparison it would read as the pick-vs-control verdict
+    pick = blocks.best_of(an)
+    assert pick.pick == "b16" and pick.runner_up == "b8" and pick.versus_control.verdict == "direction"
+    assert pick.verdict == "undecided" and pick.rounds_needed == pick.versus_runner_up.rounds_needed
+    assert blocks.best_of(an, versus_runner_up=False).verdict == "direction"
 
 
 def _decided(arms: dict, control="base") -> blocks.Analysis:

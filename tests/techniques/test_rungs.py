@@ -152,11 +152,16 @@ def test_the_ladder_recommends_a_rung_decided_faster_and_compares_it_with_its_ru
     import numpy as np
 
     rng = np.random.default_rng(1)
-    an = _ladder({"int8": 1.6, "int8+head": 1.55, "bfloat16": 0.7, "int4": 2.5}, 6, rng, noise=0.02)
+    an = _ladder({"int8": 1.6, "int8+head": 1.3, "bfloat16": 0.7, "int4": 2.5}, 6, rng, noise=0.02)
     pick, text = rungs.recommend(an, ["int8", "int8+head", "bfloat16"])   # int4 failed the guard
     assert pick.pick == "int8" and pick.runner_up == "int8+head" and pick.verdict == "direction"
     assert text.startswith("recommended: int8 vs float32: faster, 1.") and "against the runner-up int8+head" in text
     assert "Tukey" in text
+    # a runner-up within 3% at 8% noise: int8 still beats float32, but the choice between the two is open
+    close = _ladder({"int8": 2.0, "int8+head": 1.95, "bfloat16": 0.7}, 6, rng, noise=0.08)
+    pick, _ = rungs.recommend(close, ["int8", "int8+head", "bfloat16"])
+    assert pick.versus_control.verdict == "direction" and not pick.versus_runner_up.decided
+    assert pick.verdict == "undecided"
     slow = _ladder({"bfloat16": 0.7, "int8": 0.8}, 6, rng, noise=0.02)
     pick, text = rungs.recommend(slow, ["bfloat16", "int8"])
     assert pick.keeps_control and text.startswith("keep float32: every rung inside the quality tolerance is slower")

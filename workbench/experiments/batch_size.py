@@ -217,7 +217,8 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None, run_dir
     the smallest batch of its prompt length (the design's control), from the interleaved rounds' block analysis
     (:mod:`workbench.run.design`), and against the runner-up (Tukey's all-pairs level: the pick was chosen after
     looking) when ``run_dir`` holds the design. The verdict is the throughput comparison's: a direction, equivalent
-    within the margin, or undecided with the rounds it would take. A recommended smallest batch is a verdict only
+    within the margin, or undecided with the rounds it would take; undecided too while the comparison with the
+    runner-up is (the recommendation not shown better than the next batch size), with the rounds that one needs. A recommended smallest batch is a verdict only
     when every larger batch is lower beyond noise or equivalent ("keep the baseline: none shown faster").
 
     Args:
@@ -277,6 +278,10 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None, run_dir
             text += " " + vs.describe(f"Against the runner-up, batch {int(rival.batch_size)}",
                                       words=THROUGHPUT.words) + "."
             ids.append(str(rival.point_id))
+            if decision is not None and decision.decided and not vs.decided:
+                # beats the baseline, not shown better than (or equivalent to) the runner-up: the recommendation is
+                # open (blocks.best_of's rule: a pick is decided against its control AND its runner-up)
+                fields = design.finding_fields(best, dataclasses.replace(vs, verdict="undecided"))
     if isinstance(best.get("aa_verdict"), str) and best.get("aa_verdict") == "direction":
         text += " The A/A control moved (the smallest batch against itself shows a direction): drift, not effects."
         fields["verdict"] = "undecided"

@@ -824,6 +824,8 @@ def _policy_finding(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) 
         if again is not None and rest[0] in again[1].table.columns:
             vs = blocks.pick_versus(again[1], pick, rest[0])
             lead += " " + vs.describe(f"Against the runner-up, {rest[0]}", words=TIME_WORDS) + "."
+            if d.decided and not vs.decided:     # not shown better than the runner-up: the choice is open
+                fields = design.finding_fields(row, dataclasses.replace(vs, verdict="undecided"))
     else:   # fcfs kept: a verdict only when every policy is slower beyond noise or equivalent
         first = designed.loc[next(iter(decisions))] if decisions else ctrl
         held = [d for d in decisions.values() if d is not None]

@@ -814,6 +814,8 @@ def engines_finding(points: pd.DataFrame, run_dir=None) -> evidence.Finding | No
         if again is not None and rest[0] in again[1].table.columns:
             vs = blocks.pick_versus(again[1], pick, rest[0])
             text += " " + vs.describe(f"Against the runner-up, {rest[0]}", words=TIME_WORDS) + "."
+            if d.decided and not vs.decided:     # not shown better than the runner-up: the choice is open
+                fields = design.finding_fields(rows.loc[pick], dataclasses.replace(vs, verdict="undecided"))
     else:   # the control kept: a verdict only when every other engine is slower beyond noise or equivalent
         keep = bool(decisions) and all((d.verdict == "direction" and d.direction == "higher") or
                                        d.verdict == "equivalent" for d in decisions.values())

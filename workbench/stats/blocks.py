@@ -747,7 +747,8 @@ class Pick:
         versus_control: the pick's :class:`Decision` against the control (None when the pick is the control).
         versus_runner_up: the pick against the runner-up (:func:`pick_versus`, Tukey's level; None without one, and
             when the runner-up is the control: that comparison is ``versus_control``).
-        verdict, direction: the choice's verdict. A pick other than the control: its comparison with the control. The
+        verdict, direction: the choice's verdict. A pick other than the control: its comparison with the control,
+            undecided while its comparison with the runner-up is (neither better beyond noise nor equivalent). The
             control as the pick ("keep the baseline"): ``direction`` when every other candidate is worse beyond noise
             or equivalent (some worse), ``equivalent`` when every other is equivalent, else ``undecided``.
         rounds_needed: an undecided choice's rounds (the most any open comparison needs; None: no estimate).
@@ -819,6 +820,10 @@ def best_of(analysis: Analysis, candidates: Sequence | None = None, higher_is_be
     worse = "lower" if higher_is_better else "higher"
     if pick != control:
         d = analysis.arms[pick]
+        if d.decided and vs_runner is not None and not vs_runner.decided:
+            # better than the control, but not shown better than (or equivalent to) the runner-up: the choice is
+            # open (issue 49: batch 16 "recommended" for beating batch 1 though 16 vs 8 was never decided)
+            return Pick(pick, control, runner, d, vs_runner, "undecided", "", vs_runner.rounds_needed)
         return Pick(pick, control, runner, d, vs_runner, d.verdict, d.direction,
                     d.rounds_needed if d.verdict == "undecided" else 0)
     others = [analysis.arms[a] for a in cands if a != control]
