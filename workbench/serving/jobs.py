@@ -100,6 +100,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import sqlite3
 import threading
 import time
@@ -609,12 +610,16 @@ async def job_events(job_id: str, request: Request):
     async def stream():
         # The stream reads the file only when the store reports a change (JobStore.changes: every committed write and
         # every run's end bump it), and at least every RECHECK_S: an idle reader of a queued job costs nothing.
+        # Each stream's recheck interval is its own, drawn in [RECHECK_S / 2, RECHECK_S]: readers that connected
+        # together would otherwise all read the store in the same instant every RECHECK_S (100 idle readers of one
+        # queued job: one burst of 100 reads, a 20 ms gap in a running chat stream; benchmarks/idle_sse_readers.py).
+        recheck_s = RECHECK_S * random.uniform(0.5, 1.0)
         seen, idle, version, t_read = after, time.monotonic(), None, 0.0
         while True:
             now_version = store.changes.version
             now = time.monotonic()
-            if now_version == version and now - t_read < RECHECK_S:
-                await store.changes.wait(version, max(0.05, min(RECHECK_S - (now - t_read), KEEPALIVE_S - (now - idle))))
+            if now_version == version and now - t_read < recheck_s:
+                await store.changes.wait(version, max(0.05, min(recheck_s - (now - t_read), KEEPALIVE_S - (now - idle))))
                 if time.monotonic() - idle > KEEPALIVE_S:
                     idle = time.monotonic()
                     yield KEEPALIVE_COMMENT
