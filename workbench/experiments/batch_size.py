@@ -26,7 +26,7 @@ from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, expand_grid
 from workbench.share import figures_design
 from workbench.share.plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
-from workbench.stats import blocks, evidence, metrics
+from workbench.stats import evidence, metrics
 
 EXPERIMENT = "batch_size"
 
@@ -272,16 +272,14 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None, run_dir
                                         seconds_per_round=checks.float_or_nan(best.get("seconds_per_round"))) + "."
         fields = design.finding_fields(best, decision)
         rival = runner_up(points, best)
-        again = design.reanalyse(run_dir, EXPERIMENT) if run_dir is not None else None
-        if rival is not None and again is not None and str(rival.point_id) in again[1].table.columns:
-            vs = blocks.pick_versus(again[1], str(best.point_id), str(rival.point_id))
-            text += " " + vs.describe(f"Against the runner-up, batch {int(rival.batch_size)}",
-                                      words=THROUGHPUT.words) + "."
-            ids.append(str(rival.point_id))
-            if decision is not None and decision.decided and not vs.decided:
-                # beats the baseline, not shown better than (or equivalent to) the runner-up: the recommendation is
-                # open (blocks.best_of's rule: a pick is decided against its control AND its runner-up)
-                fields = design.finding_fields(best, dataclasses.replace(vs, verdict="undecided"))
+        if rival is not None:
+            said, open_ = design.versus_runner_up(run_dir, EXPERIMENT, THROUGHPUT.name, best.point_id,
+                                                  rival.point_id, f"batch {int(rival.batch_size)}", decision, best,
+                                                  THROUGHPUT.words)
+            text += said
+            fields = open_ or fields
+            if said:
+                ids.append(str(rival.point_id))
     if isinstance(best.get("aa_verdict"), str) and best.get("aa_verdict") == "direction":
         text += " The A/A control moved (the smallest batch against itself shows a direction): drift, not effects."
         fields["verdict"] = "undecided"

@@ -820,12 +820,10 @@ def _policy_finding(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) 
                 + "; ".join([clause(pick, d, "interactive TTFT (the class's mean per run)")]
                             + [c for q, c in zip(decisions, clauses) if q != pick]) + ".")
         rest = sorted((q for q in est if q != pick), key=est.get)
-        again = design.reanalyse(run_dir, EXPERIMENT, INTERACTIVE.name) if run_dir is not None and rest else None
-        if again is not None and rest[0] in again[1].table.columns:
-            vs = blocks.pick_versus(again[1], pick, rest[0])
-            lead += " " + vs.describe(f"Against the runner-up, {rest[0]}", words=TIME_WORDS) + "."
-            if d.decided and not vs.decided:     # not shown better than the runner-up: the choice is open
-                fields = design.finding_fields(row, dataclasses.replace(vs, verdict="undecided"))
+        said, open_ = design.versus_runner_up(run_dir, EXPERIMENT, INTERACTIVE.name, pick, rest[0] if rest else None,
+                                              rest[0] if rest else "", d, row, TIME_WORDS)
+        lead += said
+        fields = open_ or fields
     else:   # fcfs kept: a verdict only when every policy is slower beyond noise or equivalent
         first = designed.loc[next(iter(decisions))] if decisions else ctrl
         held = [d for d in decisions.values() if d is not None]

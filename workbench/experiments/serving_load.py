@@ -75,7 +75,7 @@ from workbench.serving import options
 from workbench.share import figures_design
 from workbench.share.figures_serving import gantt, goodput_vs_rate, latency_vs_throughput, queue_vs_rate, time_slices
 from workbench.share.plots import ok_points, split_by_device, table_figure
-from workbench.stats import blocks, evidence, metrics, replicates, slo
+from workbench.stats import evidence, metrics, replicates, slo
 
 EXPERIMENT = "serving_load"
 ARRIVALS = load.ARRIVALS
@@ -810,12 +810,10 @@ def engines_finding(points: pd.DataFrame, run_dir=None) -> evidence.Finding | No
                 + "; ".join([clause(pick, d, "TTFT p50 of the run")]
                             + [c for e, c in zip(decisions, clauses) if e != pick]) + ".")
         rest = sorted((e for e in est if e != pick), key=est.get)
-        again = design.reanalyse(run_dir, EXPERIMENT, TTFT.name) if run_dir is not None and rest else None
-        if again is not None and rest[0] in again[1].table.columns:
-            vs = blocks.pick_versus(again[1], pick, rest[0])
-            text += " " + vs.describe(f"Against the runner-up, {rest[0]}", words=TIME_WORDS) + "."
-            if d.decided and not vs.decided:     # not shown better than the runner-up: the choice is open
-                fields = design.finding_fields(rows.loc[pick], dataclasses.replace(vs, verdict="undecided"))
+        said, open_ = design.versus_runner_up(run_dir, EXPERIMENT, TTFT.name, pick, rest[0] if rest else None,
+                                              rest[0] if rest else "", d, rows.loc[pick], TIME_WORDS)
+        text += said
+        fields = open_ or fields
     else:   # the control kept: a verdict only when every other engine is slower beyond noise or equivalent
         keep = bool(decisions) and all((d.verdict == "direction" and d.direction == "higher") or
                                        d.verdict == "equivalent" for d in decisions.values())

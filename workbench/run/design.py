@@ -431,6 +431,36 @@ def finding_fields(row, decision: blocks.Decision | None = None) -> dict:
     return out
 
 
+def versus_runner_up(run_dir, experiment: str, outcome: str, pick, runner, label: str, versus_control,
+                     row, words=None) -> tuple[str, dict | None]:
+    """A pick against its runner-up, from the run folder's design (:func:`reanalyse`; Tukey's level:
+    :func:`workbench.stats.blocks.pick_versus`), the one rule of every best-of finding (docs/design.md section 11):
+    a pick decided against its control but neither better beyond noise than nor equivalent to its runner-up leaves
+    the choice open.
+
+    Args:
+        run_dir: the run folder (None: no design at hand).
+        experiment, outcome: the design's name and the outcome the pick was made on.
+        pick, runner: the two arms (the design table's column names).
+        label: how the runner-up is named in the sentence ("batch 6", "lanes").
+        versus_control: the pick's :class:`workbench.stats.blocks.Decision` against the control.
+        row: the pick's point row (its design columns, for :func:`finding_fields`).
+        words: the outcome's direction words.
+
+    Returns:
+        ``(sentence, fields)``: the sentence to append ("" when the design is not at hand), and the finding's
+        fields when the runner-up leaves the pick undecided (the rounds that comparison needs), else None.
+    """
+    again = reanalyse(run_dir, experiment, outcome) if run_dir is not None and runner is not None else None
+    if again is None or str(runner) not in again[1].table.columns or str(pick) not in again[1].table.columns:
+        return "", None
+    vs = blocks.pick_versus(again[1], str(pick), str(runner))
+    text = " " + vs.describe(f"Against the runner-up, {label}", words=words) + "."
+    if versus_control is not None and versus_control.decided and not vs.decided:
+        return text, finding_fields(row, dataclasses.replace(vs, verdict="undecided"))
+    return text, None
+
+
 def weakest(decisions: Sequence[blocks.Decision | None]) -> blocks.Decision | None:
     """The decision that sets the verdict of a finding resting on several comparisons (one per prompt family,
     language or batch size): an undecided one, the one needing the most rounds (None, "more than any", first);
@@ -859,4 +889,4 @@ def finished_rounds(run_dir, experiment: str) -> int | None:
 __all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin",
            "check_rounds", "decision_from_row", "evidence_text", "finding_fields", "finished_rounds",
            "measure_sweep_design", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design",
-           "secondary_clause", "smallest_effect", "SweepDesign", "weakest"]
+           "secondary_clause", "smallest_effect", "SweepDesign", "versus_runner_up", "weakest"]
