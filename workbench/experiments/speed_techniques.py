@@ -557,13 +557,7 @@ def finding(table: pd.DataFrame, points: pd.DataFrame | None = None) -> evidence
     fields: dict = {"verdict": verdict}
     row = table[table["design"].notna()].iloc[0] if "design" in table and table["design"].notna().any() else None
     if row is not None:
-        fields = design.finding_fields(row)
-        fields["verdict"] = verdict
-        if verdict == "undecided":
-            spr = checks.float_or_nan(row.get("seconds_per_round"))
-            fields["rounds_needed"] = need
-            fields["seconds_needed"] = (max(need - fields["rounds"], 0) * spr if need and math.isfinite(spr)
-                                        else None)
+        fields = design.finding_fields(row, verdict=verdict, rounds_needed=need)
         if aa_moved(table):
             fields["verdict"] = "undecided"
         ev.append(design.evidence_text(row))

@@ -413,13 +413,17 @@ def evidence_text(row) -> str:
             f"{num('design_seconds'):.0f} s; {aa}; equivalence margin +-{margin - 1:.0%}")
 
 
-def finding_fields(row, decision: blocks.Decision | None = None) -> dict:
+def finding_fields(row, decision: blocks.Decision | None = None, *, verdict: str | None = None,
+                   rounds_needed: int | None = None) -> dict:
     """The decision fields of a :class:`workbench.stats.evidence.Finding` from a point row of a design:
     ``verdict``, ``margin``, ``rounds``, ``seconds`` and, undecided, ``rounds_needed`` / ``seconds_needed``
-    (``decision`` overrides the row's own verdict, e.g. a pick judged against its runner-up)."""
+    (``decision`` overrides the row's own verdict, e.g. a pick judged against its runner-up; ``verdict`` and
+    ``rounds_needed`` override both, for a finding that combines several decisions)."""
     num = (lambda k: checks.float_or_nan(row.get(k)))
-    verdict = decision.verdict if decision is not None else str(row.get("verdict") or "undecided")
     need = decision.rounds_needed if decision is not None else None
+    if verdict is not None:
+        need = rounds_needed
+    verdict = verdict or (decision.verdict if decision is not None else str(row.get("verdict") or "undecided"))
     secs = num("seconds_per_round")
     out = {"verdict": verdict, "margin": num("margin") if math.isfinite(num("margin")) else None,
            "rounds": int(num("rounds")) if math.isfinite(num("rounds")) else 0,

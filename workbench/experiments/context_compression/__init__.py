@@ -718,13 +718,7 @@ def finding(points, run_dir=None) -> "evidence.Finding":
     fields: dict = {"verdict": verdict}
     if designed:
         row = usable[usable["time_ratio_verdict"].fillna("").ne("") | (usable["strategy"] == "none")].iloc[0]
-        fields = design.finding_fields(row)
-        fields["verdict"] = verdict
-        if verdict == "undecided":
-            spr = checks.float_or_nan(row.get("seconds_per_round"))
-            fields["rounds_needed"] = need
-            fields["seconds_needed"] = (max(need - fields["rounds"], 0) * spr if need and math.isfinite(spr)
-                                        else None)
+        fields = design.finding_fields(row, verdict=verdict, rounds_needed=need)
         if row.get("aa_verdict") == "direction":
             text += " The A/A control moved (none against itself shows a direction): drift, not strategies."
             fields["verdict"] = "undecided"
