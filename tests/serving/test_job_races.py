@@ -13,6 +13,10 @@ import types
 
 import pytest
 
+from tests.serving.test_jobs_store import (  # the store tests' engine stand-in (records, never generates)
+    StandIn,
+    default_tokenizer,
+)
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import engine_kinds, engines, job_store, jobs, options, scheduling
 
@@ -21,24 +25,7 @@ MESSAGES = [{"role": "user", "content": "Hi"}]
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from transformers import AutoTokenizer
-
-    from workbench.measure.models import resolve_model_path
-
-    return AutoTokenizer.from_pretrained(str(resolve_model_path("default")))
-
-
-class StandIn:
-    """An engine that records the groups it is given and never generates (no queue, no admission limit)."""
-
-    def __init__(self, tokenizer):
-        self.loaded = types.SimpleNamespace(tokenizer=tokenizer, info=None)
-        self.eos = {tokenizer.eos_token_id}
-        self.groups = []
-
-    def submit_group(self, reqs):
-        self.groups.append(reqs)
-        return reqs
+    return default_tokenizer()
 
 
 class GatedEngine(engine_kinds.StaticEngine):

@@ -17,7 +17,7 @@ from workbench.serving import job_store, jobs
 MESSAGES = [{"role": "user", "content": "Hi"}]
 
 
-def _tokenizer():
+def default_tokenizer():
     from transformers import AutoTokenizer
 
     from workbench.measure.models import resolve_model_path
@@ -40,7 +40,7 @@ class StandIn:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return _tokenizer()
+    return default_tokenizer()
 
 
 def _ids_in_file(path) -> set:
@@ -51,10 +51,10 @@ def _ids_in_file(path) -> set:
 _CHILD = textwrap.dedent('''
     import os, signal, sqlite3, sys
     sys.path.insert(0, os.environ["TEST_DIR"])
-    from test_jobs_store import StandIn, _tokenizer, MESSAGES
+    from test_jobs_store import StandIn, default_tokenizer, MESSAGES
     from workbench.serving import jobs
 
-    store = jobs.JobStore(StandIn(_tokenizer()), path=sys.argv[1], flush_s=0.0)
+    store = jobs.JobStore(StandIn(default_tokenizer()), path=sys.argv[1], flush_s=0.0)
     a = store.submit({"messages": MESSAGES, "max_tokens": 4})["id"]
     store._q("INSERT INTO job_events VALUES (?, 1, 'x')", (a,))   # the next event number of a is taken
     try:
