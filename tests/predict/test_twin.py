@@ -582,7 +582,7 @@ def test_a_simulated_run_is_not_called_comparable_in_its_token_counts(tmp_path):
     measured run's: the simulated run's provenance says what it is, and the check cautions that a difference is
     the twin's error."""
     from workbench.run import results
-    from workbench.share import formats
+    from workbench.share import comparability
 
     measured = _measured_run(tmp_path, COST)
     sim = results.create_run("sim")
@@ -590,8 +590,8 @@ def test_a_simulated_run_is_not_called_comparable_in_its_token_counts(tmp_path):
                         rate=0.5)
     results.write_table(sim / "points.parquet", pd.DataFrame([{**res.summary, "experiment": "simulate",
                                                                "point_id": "simulate/x", "status": "ok"}]))
-    assert formats.provenance(sim)["token_counts"].startswith("simulated")
-    lines, left = formats.comparability([measured, sim])
+    assert comparability.provenance(sim)["token_counts"].startswith("simulated")
+    lines, left = comparability.comparability([measured, sim])
     text = "\n".join(lines)
     assert "token counts: DIFFERENT" in text and "warm-up: DIFFERENT" in text and "TTFT counted from: DIFFERENT" in text
     assert "B (workbench twin (simulated" in text and "caution: run B is the serving twin's prediction" in text

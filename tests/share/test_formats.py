@@ -10,7 +10,7 @@ from tests.share.test_report import fake_point, make_run
 from workbench import cli
 from workbench.errors import ParameterError
 from workbench.run import results
-from workbench.share import export, formats, report
+from workbench.share import comparability, cross_tool, export, formats, report
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FIXTURES = {"guidellm": DATA / "guidellm_benchmarks.json", "aiperf": DATA / "aiperf_profile_export_aiperf.json",
@@ -60,7 +60,7 @@ def test_guidellm_tpot_and_vllm_itl_are_left_out_with_the_reason():
     assert "includes the first token" in g.left_out["time_per_output_token_ms"]
     v = formats.read_file(FIXTURES["vllm-json"])
     assert "streamed chunks" in v.left_out["itl"]
-    lines, left = formats.comparability([make_run([fake_point(batch_size=1)]), formats.import_file(FIXTURES["vllm-json"])])
+    lines, left = comparability.comparability([make_run([fake_point(batch_size=1)]), formats.import_file(FIXTURES["vllm-json"])])
     assert "itl_s_p50" in left and "ITL" in left["itl_s_p50"]
     assert "goodput_rps" in left
 
@@ -309,7 +309,7 @@ def test_cross_tool_ratio_of_medians_with_an_interval_and_the_comparability_verd
     f = tmp_path / "vllm_detailed.json"
     f.write_text(json.dumps(doc))
     other = formats.import_file(f)
-    rows = formats.cross_tool([run, other])
+    rows = cross_tool.cross_tool([run, other])
     ttft = next(r for r in rows if r["metric"] == "ttft_s")
     assert (ttft["n_a"], ttft["n_b"]) == (12, 12)
     assert ttft["ratio"] == pytest.approx(np.median(b) / np.median(a_ttfts))
@@ -318,7 +318,7 @@ def test_cross_tool_ratio_of_medians_with_an_interval_and_the_comparability_verd
     assert ttft["comparability"].startswith("caution:") and "TTFT counted from" in ttft["comparability"]
     e2e = next(r for r in rows if r["metric"] == "e2e_s")
     assert "token counts" in e2e["comparability"] and "token counts" not in ttft["comparability"]
-    same = formats.cross_tool([run, make_run([fake_point(ttfts=a_ttfts, batch_size=1)])])
+    same = cross_tool.cross_tool([run, make_run([fake_point(ttfts=a_ttfts, batch_size=1)])])
     s = next(r for r in same if r["metric"] == "ttft_s")
     assert s["low"] <= 1.0 <= s["high"] and s["verdict"] == "no difference beyond noise"
     assert s["comparability"].startswith("comparable")
@@ -332,10 +332,10 @@ def test_cross_tool_ratio_of_medians_with_an_interval_and_the_comparability_verd
 def test_a_summary_only_import_says_so_instead_of_an_interval():
     run = make_run([fake_point(ttfts=(0.1, 0.2, 0.15, 0.12, 0.11), batch_size=1)])
     other = formats.import_file(DATA / "aiperf/0.1.1/stream/profile_export_aiperf.json")   # no per-request file
-    rows = formats.cross_tool([run, other])
+    rows = cross_tool.cross_tool([run, other])
     ttft = next(r for r in rows if r["metric"] == "ttft_s")
     assert ttft["verdict"] == "summary only: no interval" and math.isnan(ttft["low"])
-    assert any("summary only: no interval" in line for line in formats.cross_tool_lines(rows))
+    assert any("summary only: no interval" in line for line in cross_tool.cross_tool_lines(rows))
 
 
 def test_guidellm_report_v1_written_by_0_5_4_a_real_partial_run():

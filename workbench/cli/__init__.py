@@ -120,7 +120,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from workbench.share import formats, report
+    from workbench.share import comparability, cross_tool, formats, report
 
     seen: dict[Path, str] = {}
     for a in args.runs:   # checked before any import writes a folder
@@ -132,9 +132,9 @@ def cmd_report(args) -> int:
     for line in imported:
         print(line, flush=True)
     if len(runs) > 1:
-        for line in formats.comparability(runs)[0]:   # printed before any comparison
+        for line in comparability.comparability(runs)[0]:   # printed before any comparison
             print(line, flush=True)
-        for line in formats.cross_tool_lines(formats.cross_tool(runs)):
+        for line in cross_tool.cross_tool_lines(cross_tool.cross_tool(runs)):
             print(line, flush=True)
     print(report.build_report(runs, args.output, figures=args.figures, price_per_hour=args.price_per_hour))
     return 0

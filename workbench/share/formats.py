@@ -1,5 +1,4 @@
-"""Other tools' results as runs of their own, the comparability check printed before any comparison, and
-cross-tool decisions on per-request data.
+"""Other tools' results read in as runs of their own.
 
 ``workbench report A B ...`` takes, besides run folders, the files (and folders) other tools write, read by
 :mod:`workbench.share.importers` at every version whose format changed: GuideLLM report v1 / v2, AIPerf from the
@@ -15,11 +14,11 @@ is written; :func:`import_file` then writes a run folder (``results/<id>-import-
 records ``imported: {tool, version, schema, file}`` and the provenance that decides comparability: how tokens
 were counted, ``ignore_eos``, the arrival pattern, warm-up exclusion, the percentile definition and what
 "ITL" / "TPOT" mean there. A result with no completed request imports as a failed point (its error count and
-reason, no latency). :func:`comparability` compares that provenance across runs (as inference-perf's
-``docs/comparability.md`` lists: token provenance, ignore_eos, warm-up, arrival pattern) and returns the lines
-to print and the metrics left out, each with its reason. :func:`cross_tool` decides, where both runs hold
-per-request values, the ratio of TTFT (and e2e) medians with a bootstrap interval and the ratio of geometric
-means with Welch's interval on the log scale, beside the comparability verdict.
+reason, no latency). :func:`resolve_inputs` turns ``workbench report``'s arguments into run folders.
+
+What is done with the runs once read: :mod:`workbench.share.comparability` compares their provenance (the lines
+printed before any comparison, the metrics left out) and :mod:`workbench.share.cross_tool` decides, where both
+runs hold per-request values, the ratios of their medians and geometric means with intervals.
 
 Definitions mapped (checked against each tool's source):
 
@@ -37,7 +36,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -46,40 +44,8 @@ from workbench.errors import ParameterError
 from workbench.run import results
 from workbench.share import importers
 
-if TYPE_CHECKING:
-    import numpy as np
-
-#: The metrics of a comparison's delta table (the report's and an imported run's).
-DELTA_METRICS = ["ttft_s_p50", "ttft_s_p99", "output_throughput_tps", "goodput_rps"]
-
 KINDS = ("guidellm", "aiperf", "aiperf-jsonl", "vllm-json", "vllm-sweep", "inference-perf", "benchmark-report",
          "genai-bench", "llmperf")
-#: Metrics the comparison shows (those not left out by :func:`comparability`).
-COMPARED = ["ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "itl_s_p50", "output_throughput_tps",
-            "request_throughput_rps", "goodput_rps"]
-LINEAR = "linear interpolation between order statistics (numpy.percentile)"
-WORKBENCH_PROVENANCE = {
-    "tool": "workbench",
-    "token_counts": "engine-side generated token ids (the model's own ids, EOS counted)",
-    "warmup": "excluded (untimed warm-up runs before each measured shape)",
-    "percentiles": LINEAR + "; p90 / p99 only from 10 / 100 samples",
-    "itl": "gaps between generated token ids",
-    "tpot": "(e2e - ttft) / (output tokens - 1) per request",
-    "ttft_from": "handed to the workbench (before templating and tokenisation)",
-}
-
-
-#: ``source`` of the serving twin's points (:data:`workbench.predict.twin.SOURCE`; not imported: formats reads runs)
-SIMULATED = "simulated"
-#: A simulated run's provenance (``workbench simulate --out``): the twin's virtual clock, no model, no tokenizer
-SIMULATED_PROVENANCE = {
-    "tool": "workbench twin (simulated: a prediction, not a measurement)",
-    "token_counts": "simulated: each request's stated prompt and output tokens (no tokenizer, no EOS)",
-    "ignore_eos": True,   # every simulated request runs to its stated output length, as with ignore_eos
-    "warmup": "none: a cost model on a virtual clock has nothing to warm up",
-    "itl": "simulated: one gap per decode step of the twin's cost model (no token ids)",
-    "ttft_from": "the scheduled arrival, on the twin's virtual clock",
-}
 
 
 Imported = importers.Imported
@@ -387,91 +353,6 @@ def import_file(path, imported: Imported | None = None) -> Path:
     return run
 
 
-# ------------------------------------------------------------------------------------------ comparability
-
-
-def provenance(run_dir) -> dict:
-    """What decides comparability for a run: the ``imported`` record of an imported run, else the workbench's
-    own definitions with the run's ``ignore_eos`` and arrival pattern from its points."""
-    manifest = results.read_manifest(run_dir)
-    if manifest.get("imported"):
-        return dict(manifest["imported"])
-    pts = results.read_points(run_dir)
-    prov = dict(WORKBENCH_PROVENANCE)
-    if "source" in pts and pts["source"].astype(str).eq(SIMULATED).any():
-        # the serving twin's points (workbench simulate --out): nothing was generated or measured
-        if pts["source"].astype(str).eq(SIMULATED).all():
-            return dict(prov, **SIMULATED_PROVENANCE, arrival=", ".join(sorted(set(pts.get(
-                "profile", pd.Series(["simulated"])).dropna().astype(str)))))
-        prov.update({k: f"mixed: measured and simulated points (the simulated: {v})"
-                     for k, v in SIMULATED_PROVENANCE.items()})
-    if "ignore_eos" in pts and pts["ignore_eos"].notna().any():
-        vals = set(pts["ignore_eos"].dropna().astype(bool))
-        prov["ignore_eos"] = vals.pop() if len(vals) == 1 else "mixed"
-    else:
-        prov["ignore_eos"] = None
-    if "arrival" in pts and pts["arrival"].notna().any():
-        prov["arrival"] = ", ".join(sorted(set(pts["arrival"].dropna().astype(str))))
-    elif "profile" in pts and pts["profile"].notna().any():
-        prov["arrival"] = ", ".join(sorted(set(pts["profile"].dropna().astype(str))))
-    else:
-        prov["arrival"] = "closed batches (all requests of a point submitted together)"
-    return prov
-
-
-def comparability(runs: list[Path]) -> tuple[list[str], dict[str, str]]:
-    """The comparability check of several runs (workbench or imported).
-
-    Returns:
-        ``(lines, left_out)``: the lines to print before any comparison (one per aspect, each run's value, and
-        whether they match), and ``{metric: reason}`` for the metrics of :data:`COMPARED` that cannot be compared
-        across these runs.
-    """
-    provs = [provenance(r) for r in runs]
-    names = [f"{chr(65 + i) if i < 26 else i} ({p.get('tool')})" for i, p in enumerate(provs)]
-    lines = ["comparability check (inference-perf docs/comparability.md: token provenance, ignore_eos, warm-up, "
-             "arrival pattern; and the percentile and ITL/TPOT definitions):"]
-    same = {}
-    for key, title in (("token_counts", "token counts"), ("ignore_eos", "ignore_eos"), ("arrival", "arrival pattern"),
-                       ("warmup", "warm-up"), ("percentiles", "percentiles"), ("itl", "ITL"), ("tpot", "TPOT"),
-                       ("ttft_from", "TTFT counted from")):
-        vals = [p.get(key) for p in provs]
-        same[key] = len({json.dumps(v, default=str) for v in vals}) == 1 and vals[0] is not None
-        mark = "same" if same[key] else ("UNKNOWN in some" if any(v is None for v in vals) else "DIFFERENT")
-        lines.append(f"  {title}: {mark}: " + "; ".join(f"{n}: {v if v is not None else 'not recorded'}"
-                                                         for n, v in zip(names, vals)))
-    left: dict[str, str] = {}
-    if not same["ignore_eos"]:
-        why = "ignore_eos differs or is not recorded: output lengths may differ, so throughput is not comparable"
-        left["output_throughput_tps"] = why
-        left["request_throughput_rps"] = why
-    if not same["arrival"]:
-        why = "different arrival patterns load the server differently"
-        left.setdefault("output_throughput_tps", why)
-        left.setdefault("request_throughput_rps", why)
-    if not same["percentiles"]:
-        left["ttft_s_p99"] = "percentile definitions differ (tails move most between estimators)"
-    if not same["itl"]:
-        left["itl_s_p50"] = "ITL means different gaps in these runs (token ids, chunks, or not exported)"
-    if any(not str(p.get("tool")).startswith("workbench") for p in provs):   # the twin scores the workbench's SLOs
-        left["goodput_rps"] = "the SLO behind goodput is not recorded the same way in these tools"
-    for p in provs:
-        for metric, why in (p.get("left_out") or {}).items():
-            lines.append(f"  left out of {p.get('tool')}: {metric}: {why}")
-    lines.append("compared: " + ", ".join(m for m in COMPARED if m not in left))
-    for metric, why in left.items():
-        lines.append(f"  not compared: {metric}: {why}")
-    if not same["token_counts"] or not same["warmup"] or not same["ttft_from"]:
-        lines.append("  caution: token counts, warm-up or the TTFT start differ; compare ratios within a run, "
-                     "and read absolute differences with that in mind")
-    sim = [n.split(" ")[0] for n, p in zip(names, provs) if SIMULATED in str(p.get("tool"))]
-    if sim:
-        lines.append(f"  caution: run {', '.join(sim)} is the serving twin's prediction, not a measurement: a "
-                     "difference from a measured run is the twin's error (or the machine's speed that moment), "
-                     "not an effect")
-    return lines, left
-
-
 def resolve_inputs(paths: list[str]) -> tuple[list[Path], list[str]]:
     """``workbench report`` arguments -> run folders: run folders as they are, result files imported as runs of
     their own. Every file is read and checked before any run folder is written (nothing half-written).
@@ -505,195 +386,3 @@ def resolve_inputs(paths: list[str]) -> tuple[list[Path], list[str]]:
             lines.append(f"imported {p} ({imp.tool}, {len(imp.points)} benchmark(s)) as {run}")
             out.append(run)
     return out, lines
-
-
-def table_html(lines: list[str]) -> str:
-    """The comparability lines as an HTML block for the comparison page."""
-    import html
-
-    return "<h2>Comparability</h2><pre class='meta'>" + html.escape("\n".join(lines)) + "</pre>"
-
-
-def comparable_metrics(left_out: dict) -> list[str]:
-    """The metrics of the delta table that survive the check."""
-
-    return [m for m in list(dict.fromkeys(DELTA_METRICS + ["tpot_s_p50", "e2e_s_p50"])) if m not in left_out]
-
-
-# --------------------------------------------------------------------------------------- cross-tool decisions
-
-#: Per-request metrics the cross-tool view decides on (seconds).
-CROSS_METRICS = ("ttft_s", "e2e_s")
-#: Fewest completed requests per side for an interval (a bootstrap below this is no interval at all).
-CROSS_MIN_N = 5
-#: The comparability aspects (:func:`comparability`'s titles) that move each cross-tool metric.
-CROSS_ASPECTS = {"ttft_s": ("arrival pattern", "warm-up", "TTFT counted from"),
-                 "e2e_s": ("arrival pattern", "warm-up", "TTFT counted from", "ignore_eos", "token counts")}
-
-
-def _request_values(run: Path, pid: str, metric: str) -> np.ndarray:
-    import numpy as np
-
-    req = results.read_requests(run)
-    if req.empty or metric not in req or "point_id" not in req:
-        return np.array([])
-    req = req[req["point_id"].astype(str) == pid]
-    if "error" in req:
-        req = req[req["error"].isna() | (req["error"].astype(str) == "")]
-    vals = pd.to_numeric(req[metric], errors="coerce").to_numpy(dtype=float)
-    return vals[np.isfinite(vals) & (vals > 0)]
-
-
-def _pairs(a: Path, b: Path) -> list[tuple[str, str]]:
-    """Points of run ``a`` and ``b`` measured under the same load: the same point id; else the single point of
-    each; else the one point of each side with the same concurrency (a closed-loop synchronous point counts
-    as concurrency 1)."""
-    pa_, pb_ = results.read_points(a), results.read_points(b)
-    if "point_id" not in pa_ or "point_id" not in pb_:
-        return []
-    ida, idb = list(pa_["point_id"].astype(str)), list(pb_["point_id"].astype(str))
-    common = [p for p in ida if p in idb]
-    if common:
-        return [(p, p) for p in common]
-    if len(ida) == 1 and len(idb) == 1:
-        return [(ida[0], idb[0])]
-
-    ca, cb = _concurrency(pa_), _concurrency(pb_)
-    out = []
-    for value in {v for v in ca.values() if v is not None} & {v for v in cb.values() if v is not None}:
-        xa = [p for p, v in ca.items() if v == value]
-        xb = [p for p, v in cb.items() if v == value]
-        if len(xa) == 1 and len(xb) == 1:
-            out.append((xa[0], xb[0]))
-    return out
-
-
-def _concurrency(pts: pd.DataFrame) -> dict:
-    """``{point_id: requests in flight}`` of a run's finished closed-loop points (a synchronous point: 1), None
-    where unknown."""
-    c = pd.to_numeric(pts.get("concurrency", pd.Series(index=pts.index, dtype=float)), errors="coerce")
-    if "profile" in pts:
-        c = c.where(~pts["profile"].astype(str).eq("synchronous"), 1.0)
-    if "status" in pts:
-        c = c.where(pts["status"].astype(str).eq("ok"))
-    return {k: (float(v) if v == v else None) for k, v in zip(pts["point_id"].astype(str), c)}
-
-
-def _median_ratio_interval(a, b, confidence: float, seed: int):
-    """``median(b) / median(a)`` with scipy's bootstrap interval over the two independent samples (BCa; the
-    percentile interval where BCa is undefined)."""
-    import numpy as np
-    from scipy import stats
-
-    def stat(x, y, axis=-1):
-        return np.median(y, axis=axis) / np.median(x, axis=axis)
-
-    est = float(np.median(b) / np.median(a))
-    for method in ("BCa", "percentile"):
-        try:
-            with np.errstate(all="ignore"):
-                res = stats.bootstrap((a, b), stat, paired=False, vectorized=True, n_resamples=4999,
-                                      confidence_level=confidence, method=method, random_state=seed)
-            lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-            if np.isfinite(lo) and np.isfinite(hi):
-                return est, lo, hi, f"bootstrap ({method}, 4999 resamples, {len(a)}+{len(b)} requests)"
-        except (ValueError, FloatingPointError):
-            continue
-    return est, float("nan"), float("nan"), "bootstrap failed"
-
-
-def cross_tool(runs: list[Path], confidence: float = 0.95, seed: int = 0) -> list[dict]:
-    """Cross-tool decisions: for each run after the first (B) against the first (A), per matched point
-    (:func:`_pairs`) and per metric of :data:`CROSS_METRICS`, the ratio B / A of the per-request medians with a
-    bootstrap interval, and the ratio of geometric means with Welch's t on the log scale
-    (:func:`workbench.stats.evidence.ratio_interval`), beside the comparability check's verdict.
-
-    Where a side has no per-request values (a summary-only import) the row says "summary only: no interval"
-    and carries the ratio of the summary medians only.
-
-    Returns:
-        Rows ``{run_a, run_b, point_a, point_b, metric, n_a, n_b, median_a, median_b, ratio, low, high, method,
-        gm_ratio, gm_low, gm_high, gm_method, verdict, comparability}``.
-    """
-    import numpy as np
-
-    from workbench.stats import evidence
-
-    with_points = [r for r in runs if "point_id" in results.read_points(r)]   # runs without points take no part
-    if len(with_points) < 2:
-        return []
-    out = []
-    base = with_points[0]
-    for other in with_points[1:]:
-        lines, _ = comparability([base, other])
-        differ = [ln.split(":")[0].strip() for ln in lines[1:9] if ": DIFFERENT" in ln or ": UNKNOWN" in ln]
-        pts_a, pts_b = results.read_points(base), results.read_points(other)
-        conc_a, conc_b = _concurrency(pts_a), _concurrency(pts_b)
-        for pa_id, pb_id in _pairs(base, other):
-            same_load = conc_a.get(pa_id) is not None and conc_a.get(pa_id) == conc_b.get(pb_id)
-            for metric in CROSS_METRICS:
-                # the aspects that move this metric; the arrival pattern matches when both points held the same
-                # number of requests in flight (a synchronous point is concurrency 1)
-                relevant = [d for d in differ if d in CROSS_ASPECTS[metric]
-                            and not (d == "arrival pattern" and same_load)]
-                verdict_cmp = ("comparable (" + ", ".join(CROSS_ASPECTS[metric]) + " the same)" if not relevant else
-                               "caution: " + ", ".join(relevant) + " differ or are not recorded")
-                a, b = _request_values(base, pa_id, metric), _request_values(other, pb_id, metric)
-                row = {"run_a": base.name, "run_b": other.name, "point_a": pa_id, "point_b": pb_id, "metric": metric,
-                       "n_a": int(a.size), "n_b": int(b.size), "comparability": verdict_cmp}
-                if a.size and b.size:
-                    row.update(median_a=float(np.median(a)), median_b=float(np.median(b)))
-                if a.size < CROSS_MIN_N or b.size < CROSS_MIN_N:
-                    sa = _summary(pts_a, pa_id, metric)
-                    sb = _summary(pts_b, pb_id, metric)
-                    row.update(ratio=(sb / sa) if sa and sb else float("nan"), low=float("nan"), high=float("nan"),
-                               method="", verdict="summary only: no interval" if not (a.size and b.size) else
-                               f"too few requests for an interval ({a.size}+{b.size}; {CROSS_MIN_N} per side needed)")
-                    out.append(row)
-                    continue
-                est, lo, hi, method = _median_ratio_interval(a, b, confidence, seed)
-                gm = evidence.ratio_interval(b, a, confidence, unit="requests")
-                iv = evidence.Interval(est, lo, hi, int(a.size + b.size), method, confidence)
-                row.update(ratio=est, low=lo, high=hi, method=method, gm_ratio=gm.estimate, gm_low=gm.low,
-                           gm_high=gm.high, gm_method=gm.method, verdict=evidence.ratio_verdict(iv))
-                out.append(row)
-    return out
-
-
-def _summary(points: pd.DataFrame, pid: str, metric: str):
-    col = f"{metric}_p50"
-    row = points[points["point_id"].astype(str) == pid]
-    if row.empty or col not in row:
-        return None
-    v = pd.to_numeric(row[col], errors="coerce").iloc[0]
-    return float(v) if v == v else None
-
-
-def cross_tool_lines(rows: list[dict]) -> list[str]:
-    """The cross-tool decisions as lines to print (one per matched point and metric)."""
-    if not rows:
-        return []
-    out = ["cross-tool decisions on per-request data (B / A; interval 95%; the comparability verdict beside):"]
-    for r in rows:
-        head = f"  {r['metric']} {r['point_b']} (B) / {r['point_a']} (A): "
-        if r.get("method"):
-            out.append(head + f"median ratio {r['ratio']:.3f}x, {r['low']:.3f}-{r['high']:.3f}x ({r['method']}); "
-                       f"geometric-mean ratio {r['gm_ratio']:.3f}x, {r['gm_low']:.3f}-{r['gm_high']:.3f}x "
-                       f"({r['gm_method']}); {r['verdict']}; {r['comparability']}")
-        else:
-            ratio = f"summary median ratio {r['ratio']:.3f}x; " if r.get("ratio") == r.get("ratio") and \
-                r.get("ratio") is not None else ""
-            out.append(head + f"{ratio}{r['verdict']}; {r['comparability']}")
-    return out
-
-
-def cross_tool_html(rows: list[dict]) -> str:
-    """The cross-tool decisions as an HTML block for the comparison page (empty when no point is matched)."""
-    import html
-
-    if not rows:
-        return ""
-    return ("<h2>Cross-tool decisions on per-request data</h2><p class='meta'>Ratio B / A of per-request medians "
-            "with a bootstrap interval, and of geometric means with Welch's t on the log scale; summary-only imports "
-            "have no interval. The comparability check's verdict beside each.</p><pre class='meta'>"
-            + html.escape("\n".join(cross_tool_lines(rows)[1:])) + "</pre>")

@@ -71,7 +71,7 @@ class Imported:
         path: the file (or folder) read.
         points: one row per benchmark, workbench column names and units (seconds, tokens/s).
         requests: per-request rows (:data:`REQUEST_COLUMNS`) where the tool wrote them, else empty.
-        provenance: what decides comparability (``formats.comparability``), with ``tool``, ``version``, ``schema``.
+        provenance: what decides comparability (``comparability.comparability``), with ``tool``, ``version``, ``schema``.
         left_out: ``{column: reason}`` for figures the file has (or lacks) that mean something else here.
     """
 

@@ -34,9 +34,9 @@ from workbench.checks import mask_secrets
 from workbench.errors import ParameterError
 from workbench.run import locks, results
 from workbench.share import plots
+from workbench.share.comparability import DELTA_METRICS
 from workbench.share.csv_export import export, write_csv, write_text
 from workbench.share.findings import exp_anchor, finding_html, findings_html, point_anchor, summary_html
-from workbench.share.formats import DELTA_METRICS
 from workbench.stats import columns
 
 #: The metrics of the comparison's delta table.
@@ -495,18 +495,18 @@ def build_report(run_dirs, out: str | Path | None = None, figures=None, price_pe
         labels = run_labels(runs)
         body.append("<ul>" + "".join(f"<li><b>{html.escape(labels[r.name])}</b>: {html.escape(str(r))}</li>"
                                      for r in runs) + "</ul>")
-        from workbench.share import formats
+        from workbench.share import comparability, cross_tool
 
-        check, left_out = formats.comparability(runs)
-        body.append(_downloads(_export_many(runs, out, formats.comparable_metrics(left_out)), out.parent,
+        check, left_out = comparability.comparability(runs)
+        body.append(_downloads(_export_many(runs, out, comparability.comparable_metrics(left_out)), out.parent,
                                "all runs: "))
-        body += [formats.table_html(check), formats.cross_tool_html(formats.cross_tool(runs)),
+        body += [comparability.table_html(check), cross_tool.cross_tool_html(cross_tool.cross_tool(runs)),
                  "<h2>Headline deltas (vs the first run with points)</h2>",
                  "<p class='meta'>Per point: median TTFT (ttft_s_p50), p99 TTFT, output throughput and goodput, "
                  "those the comparability check above keeps; Δ is the relative change vs the first run with "
                  "points (A unless A has none). Runs without points take no part. Points missing "
                  "from a run are blank there.</p>",
-                 _delta_table_html(compare_points(runs, formats.comparable_metrics(left_out)), runs),
+                 _delta_table_html(compare_points(runs, comparability.comparable_metrics(left_out)), runs),
                  "<h2>Environments</h2>", _env_table_html(environments(runs)),
                  "<h2>Figures, runs overlaid</h2>"]
         for name, figs in overlay_figures(runs):
