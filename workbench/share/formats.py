@@ -1,11 +1,11 @@
 """Other tools' results read in as runs of their own.
 
 ``workbench report A B ...`` takes, besides run folders, the files (and folders) other tools write, read by
-:mod:`workbench.share.importers` at every version whose format changed: GuideLLM report v1 / v2, AIPerf from the
-0.1.x ``records`` format through schema 1.4 (its per-request ``profile_export.jsonl`` beside it, or alone),
-``vllm bench serve`` results (``--save-detailed`` lists) and ``vllm bench sweep`` trees, inference-perf's
-lifecycle reports, Benchmark Report v0.2 / v0.2.1 (the workbench's own export round-trips), genai-bench and
-LLMPerf results.
+:mod:`workbench.share.importers` and :mod:`workbench.share.importers_other` at every version whose format
+changed: GuideLLM report v1 / v2, AIPerf from the 0.1.x ``records`` format through schema 1.4 (its per-request
+``profile_export.jsonl`` beside it, or alone), ``vllm bench serve`` results (``--save-detailed`` lists) and
+``vllm bench sweep`` trees, inference-perf's lifecycle reports, Benchmark Report v0.2 / v0.2.1 (the workbench's
+own export round-trips), genai-bench and LLMPerf results.
 
 :func:`detect` names the format from the content (never the file name; a file that is none of these is refused
 in one line naming what each format needs). :func:`read_file` reads under a size cap (:data:`MAX_FILE_BYTES`)
@@ -42,13 +42,11 @@ import pandas as pd
 from workbench import checks
 from workbench.errors import ParameterError
 from workbench.run import results
-from workbench.share import importers
+from workbench.share import importers, importers_other
+from workbench.share.imported import Imported, Malformed
 
 KINDS = ("guidellm", "aiperf", "aiperf-jsonl", "vllm-json", "vllm-sweep", "inference-perf", "benchmark-report",
          "genai-bench", "llmperf")
-
-
-Imported = importers.Imported
 
 #: Largest foreign file read (bytes; the bound on every input file, :data:`workbench.checks.MAX_INPUT_BYTES`): a
 #: result file of these tools is kilobytes to a few megabytes; a larger one is refused before it is read.
@@ -218,17 +216,18 @@ def _read_one(p: Path) -> Imported:
             lines = lines if isinstance(lines, list) else [lines]
         return importers.aiperf(data, p, lines)
     if kind == "inference-perf":
-        return importers.inference_perf(data, p, _beside(p, "per_request_lifecycle_metrics.json", "inference-perf"))
+        return importers_other.inference_perf(data, p, _beside(p, "per_request_lifecycle_metrics.json", "inference-perf"))
     if kind == "llmperf":
         stem = p.name[:-len("_summary.json")] if p.name.endswith("_summary.json") else None
-        return importers.llmperf(data, p, _beside(p, f"{stem}_individual_responses.json", "LLMPerf") if stem else None)
+        return importers_other.llmperf(data, p, _beside(p, f"{stem}_individual_responses.json", "LLMPerf") if stem else None)
     if kind == "genai-bench":
         meta = p.parent / "experiment_metadata.json"
-        return importers.genai_bench(data, p, _read_json(meta)[0] if meta.is_file() else None)
+        return importers_other.genai_bench(data, p, _read_json(meta)[0] if meta.is_file() else None)
     return _READERS[kind](data, p)
 
 
-_READERS = {"guidellm": importers.guidellm, "vllm-json": importers.vllm, "benchmark-report": importers.benchmark_report}
+_READERS = {"guidellm": importers.guidellm, "vllm-json": importers.vllm,
+            "benchmark-report": importers_other.benchmark_report}
 
 
 def _read_sweep(folder: Path) -> Imported:
@@ -266,7 +265,7 @@ def read_file(path) -> Imported:
         imp = _read_sweep(p) if kind else _read_one(p)
     except ParameterError:
         raise
-    except importers.Malformed as exc:
+    except Malformed as exc:
         raise ParameterError(f"RUN_DIR: {p} looks like {kind or _kind_of(p)} output but {exc}") from None
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ParameterError(f"RUN_DIR: {p} looks like {kind or _kind_of(p)} output but a field is malformed "

@@ -1,10 +1,11 @@
-"""Readers of other tools' result files, one per tool and format version, into the workbench's names and units.
+"""Readers of GuideLLM's, AIPerf's and vLLM's result files, one per tool and format version, into the workbench's
+names and units.
 
 Each reader takes a parsed file (and the folder it sits in, for the per-request file a tool writes beside its
-summary) and returns an :class:`Imported`: one point per benchmark in seconds and tokens/s (``ttft_s_p50``,
-``tpot_s_p50``, ``e2e_s_p50``, ``output_throughput_tps``), per-request rows where the tool wrote them, the
-provenance that decides comparability, the tool's version and the schema read. :mod:`workbench.share.formats`
-detects the format, caps what it reads, and writes the run folder.
+summary) and returns an :class:`~workbench.share.imported.Imported` (:mod:`workbench.share.imported`: the record,
+the failed-point rule and the value checks every reader shares). :mod:`workbench.share.formats` detects the
+format, caps what it reads, and writes the run folder; the other tools' readers (inference-perf, Benchmark Report
+v0.2, genai-bench, LLMPerf) are in :mod:`workbench.share.importers_other`.
 
 Formats read (each checked against the tool's own source and against files the tool wrote, ``tests/data``):
 
@@ -20,25 +21,10 @@ Formats read (each checked against the tool's own source and against files the t
   ``itls``, ``errors`` over every sent request, aligned by index; ``vllm/benchmarks/serve.py``) and
   ``vllm bench sweep serve`` trees (``<dir>/<SERVE-..-BENCH-..>/run=N.json``: the run's result with the sweep's
   parameters merged in; ``vllm/benchmarks/sweep/serve.py``).
-- inference-perf's lifecycle reports (``summary_lifecycle_metrics.json``, ``stage_N_lifecycle_metrics.json``:
-  ``load_summary``, ``successes``, ``failures``; ``inference_perf/reportgen/base.py``) and
-  ``per_request_lifecycle_metrics.json`` beside them.
-- llm-d's Benchmark Report v0.2 and v0.2.1 (JSON or YAML; ``results.request_performance.aggregate``), the
-  workbench's own ``br0.2`` export included.
-- genai-bench's per-scenario results (``aggregated_metrics`` and ``individual_request_metrics``;
-  ``genai_bench/metrics/``).
-- LLMPerf's ``*_summary.json`` (``version`` "2023-08-31", ``results_*`` keys) and ``*_individual_responses.json``
-  beside it (``ray-project/llmperf`` ``token_benchmark_ray.py``, ``src/llmperf/common_metrics.py``).
-
-A benchmark with no completed request is a failed point (``status`` "failed: <reason>", the error count, no
-latency or throughput: a tool's 0.0 for "no data" is never read as a measurement); a partial one carries
-``completed``, ``failed`` and ``incomplete``. Per-request values must be numbers: a string where a latency or a
-token count belongs is refused (:class:`Malformed`), never coerced.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -46,146 +32,26 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench import checks
+from workbench.share.imported import (
+    LINEAR,
+    NON_STREAMING,
+    Imported,
+    as_list,
+    as_object,
+    first_error,
+    num,
+    point,
+    requests_frame,
+    strict,
+    unit_scale,
+)
 
-#: Point columns that are figures of a measurement: blank on a failed point (never a 0.0 from "no data").
-FIGURES = ["ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "itl_s_p50", "output_throughput_tps",
-           "request_throughput_rps", "goodput_rps", "prompt_tokens", "output_tokens", "max_new_tokens", "wall_s"]
-#: Per-request columns every reader fills where it can (seconds, tokens; ``error`` empty when the request completed).
-REQUEST_COLUMNS = ["point_id", "request_id", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "error"]
-LINEAR = "linear interpolation between order statistics (numpy.percentile)"
-NON_STREAMING = "non-streaming run: the first token arrives with the whole answer, so there is no time to first token"
-
-
-class Malformed(Exception):
-    """A file of a known format with a field of the wrong type or shape (the message names the field)."""
-
-
-@dataclasses.dataclass
-class Imported:
-    """One foreign result read into the workbench's names.
-
-    Attributes:
-        tool: ``guidellm`` / ``aiperf`` / ``vllm-json`` / ``vllm-sweep`` / ``inference-perf`` /
-            ``benchmark-report`` / ``genai-bench`` / ``llmperf``.
-        path: the file (or folder) read.
-        points: one row per benchmark, workbench column names and units (seconds, tokens/s).
-        requests: per-request rows (:data:`REQUEST_COLUMNS`) where the tool wrote them, else empty.
-        provenance: what decides comparability (``comparability.comparability``), with ``tool``, ``version``, ``schema``.
-        left_out: ``{column: reason}`` for figures the file has (or lacks) that mean something else here.
-    """
-
-    tool: str
-    path: Path
-    points: pd.DataFrame
-    requests: pd.DataFrame
-    provenance: dict
-    left_out: dict
-
-    @property
-    def version(self) -> str:
-        return str(self.provenance.get("version", "unknown"))
-
-    @property
-    def schema(self) -> str:
-        return str(self.provenance.get("schema", ""))
-
-
-# ------------------------------------------------------------------------------------------------ values
-
-
-num = checks.finite_or_none  # a summary field as a finite float, or None (the one home: workbench.checks)
-
-
-def strict(v, where: str):
-    """A per-request value as a float, None where the tool wrote null.
-
-    Raises:
-        Malformed: a string, bool, list or object where a number belongs (named by ``where``).
-    """
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise Malformed(f"{where} is {str(json.dumps(v, default=str))[:40]}, not a number")
-    f = float(v)
-    return f if math.isfinite(f) else None
+# ------------------------------------------------------------------------------- values these readers share
 
 
 def _ms(v):
     f = num(v)
     return None if f is None else f / 1000.0
-
-
-def _unit_scale(unit: str) -> float:
-    """Seconds per ``unit`` for time units (``ms``, ``ns``, ``us``, ``s``), 1 for every other unit."""
-    return {"ms": 1e-3, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "s": 1.0, "sec": 1.0}.get(str(unit).strip().lower(), 1.0)
-
-
-def _obj(v, where: str) -> dict:
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise Malformed(f"{where} is a {type(v).__name__}, not an object")
-    return v
-
-
-def _list(v, where: str) -> list:
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        raise Malformed(f"{where} is a {type(v).__name__}, not a list")
-    return v
-
-
-def _gate(row: dict) -> dict:
-    """Blank the percentiles the sample count cannot carry (docs/design.md section 4: p90 from 10, p99 from 100)."""
-    n = row.get("n_samples") or 0
-    if n < 10:
-        row["ttft_s_p90"] = None
-    if n < 100:
-        row["ttft_s_p99"] = None
-    return row
-
-
-def point(pid: str, experiment: str, *, completed: int, failed: int = 0, incomplete: int = 0, reason: str = "",
-          **figures) -> dict:
-    """One point row: the counts, the status, and the figures (blank when nothing completed).
-
-    Args:
-        pid: the point's id.
-        experiment: ``imported_<tool>``.
-        completed, failed, incomplete: requests that completed, ended in an error, never finished.
-        reason: the errors' description, for a failed point's status.
-        **figures: :data:`FIGURES` columns and parameters (``arrival``, ``rate_rps``, ``concurrency``).
-
-    Returns:
-        The row; ``status`` is ``ok`` or ``failed: <reason>`` (no completed request: no figure at all).
-    """
-    completed, failed, incomplete = int(completed or 0), int(failed or 0), int(incomplete or 0)
-    row = {"point_id": pid, "experiment": experiment, "status": "ok", "requests": completed + failed + incomplete,
-           "completed": completed, "failed": failed, "incomplete": incomplete, "n_samples": completed,
-           "error_reason": reason or "", **figures}
-    if completed == 0:
-        what = f"{failed} of {failed + incomplete} requests failed" if failed + incomplete else "no request recorded"
-        if incomplete:
-            what += f", {incomplete} never finished"
-        row["status"] = f"failed: no request completed ({what}{': ' + reason if reason else ''})"[:400]
-        for col in FIGURES:
-            row[col] = None
-    return _gate(row)
-
-
-def _first_error(errors: list) -> str:
-    """The most common error text and its count (``"404 Not Found (x4)"``)."""
-    texts = [str(e).strip().splitlines()[0][:160] for e in errors if e not in (None, "")]
-    if not texts:
-        return ""
-    top = max(set(texts), key=texts.count)
-    return f"{top} (x{texts.count(top)})" + (f" and {len(set(texts)) - 1} other error kinds" if len(set(texts)) > 1 else "")
-
-
-def _requests_frame(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=REQUEST_COLUMNS) if rows else pd.DataFrame(columns=REQUEST_COLUMNS)
 
 
 def _summary_from_requests(req: pd.DataFrame) -> dict:
@@ -219,15 +85,15 @@ def _gd(metrics: dict, name: str, stat: str = "median", status: str = "successfu
 
 def guidellm(data: dict, path: Path) -> Imported:
     """GuideLLM's ``benchmarks.json`` (report v1 and v2): one point per benchmark, every request as a row."""
-    meta = _obj(data.get("metadata"), "metadata")
+    meta = as_object(data.get("metadata"), "metadata")
     schema = f"report v{meta['version']}" if meta.get("version") is not None else "report v1 (no metadata.version)"
-    backend = _obj(_obj(data.get("config"), "config").get("backend"), "config.backend")
+    backend = as_object(as_object(data.get("config"), "config").get("backend"), "config.backend")
     rows, reqs = [], []
     warmups, arrivals, ignore, streams_seen = set(), set(), set(), set()
-    for i, b in enumerate(_list(data["benchmarks"], "benchmarks")):
-        b = _obj(b, f"benchmarks[{i}]")
-        m, cfg = _obj(b.get("metrics"), f"benchmarks[{i}].metrics"), _obj(b.get("config"), f"benchmarks[{i}].config")
-        strategy = _obj(cfg.get("strategy"), "strategy")
+    for i, b in enumerate(as_list(data["benchmarks"], "benchmarks")):
+        b = as_object(b, f"benchmarks[{i}]")
+        m, cfg = as_object(b.get("metrics"), f"benchmarks[{i}].metrics"), as_object(b.get("config"), f"benchmarks[{i}].config")
+        strategy = as_object(cfg.get("strategy"), "strategy")
         if isinstance(cfg.get("backend"), dict) and isinstance(cfg["backend"].get("stream"), bool):
             streams_seen.add("stream" if cfg["backend"]["stream"] else "no-stream")
         kind = str(strategy.get("type_", "unknown"))
@@ -239,15 +105,15 @@ def guidellm(data: dict, path: Path) -> Imported:
                     else "none configured (every request counted)")
         data_cfg = json.dumps(cfg.get("requests") or data.get("config") or {}, default=str)
         ignore.add(True if '"ignore_eos": true' in data_cfg.lower() or "output_tokens" in data_cfg else None)
-        totals = _obj(m.get("request_totals"), "request_totals")
-        lists = _obj(b.get("requests"), f"benchmarks[{i}].requests")
+        totals = as_object(m.get("request_totals"), "request_totals")
+        lists = as_object(b.get("requests"), f"benchmarks[{i}].requests")
         pid = f"guidellm/{i}:{kind}" + (f",rate={rate:g}" if rate else "") + (f",streams={streams:g}" if streams else "")
         by_status = {}
         for status in ("successful", "errored", "incomplete"):
-            items = _list(lists.get(status), f"benchmarks[{i}].requests.{status}")
+            items = as_list(lists.get(status), f"benchmarks[{i}].requests.{status}")
             by_status[status] = items
             for j, r in enumerate(items):
-                r = _obj(r, f"requests.{status}[{j}]")
+                r = as_object(r, f"requests.{status}[{j}]")
                 where = f"benchmarks[{i}].requests.{status}[{j}]"
                 info = r.get("info") if isinstance(r.get("info"), dict) else {}
                 err = r.get("error") or info.get("error")
@@ -271,7 +137,7 @@ def guidellm(data: dict, path: Path) -> Imported:
         n_err = int(num(totals.get("errored")) if num(totals.get("errored")) is not None else len(by_status["errored"]))
         n_inc = int(num(totals.get("incomplete")) if num(totals.get("incomplete")) is not None
                     else len(by_status["incomplete"]))
-        reason = _first_error([r["error"] for r in reqs if r["point_id"] == pid and r["error"]])
+        reason = first_error([r["error"] for r in reqs if r["point_id"] == pid and r["error"]])
         rows.append(point(pid, "imported_guidellm", completed=n_ok, failed=n_err, incomplete=n_inc, reason=reason,
                           arrival=kind, rate_rps=rate, concurrency=streams,
                           ttft_s_p50=_ms(_gd(m, "time_to_first_token_ms")),
@@ -304,7 +170,7 @@ def guidellm(data: dict, path: Path) -> Imported:
                                         "its inter_token_latency_ms is imported as tpot_s instead"}
     if streaming is False:
         left["ttft_s"] = NON_STREAMING
-    req = _requests_frame(reqs)
+    req = requests_frame(reqs)
     return Imported("guidellm", path, pd.DataFrame(rows), req, prov, left)
 
 
@@ -327,7 +193,7 @@ def _ap(data: dict, name: str, stat: str = "p50"):
     """A statistic of an AIPerf metric in seconds for time units (``{"unit", "avg", "p50", ...}``)."""
     m = _ap_metric(data, name)
     v = num(m.get(stat))
-    return None if v is None else v * _unit_scale(m.get("unit", ""))
+    return None if v is None else v * unit_scale(m.get("unit", ""))
 
 
 def aiperf_jsonl(lines: list[dict], path: Path, pid: str) -> pd.DataFrame:
@@ -339,15 +205,15 @@ def aiperf_jsonl(lines: list[dict], path: Path, pid: str) -> pd.DataFrame:
     """
     rows = []
     for i, rec in enumerate(lines):
-        rec = _obj(rec, f"line {i + 1}")
-        mets = _obj(rec.get("metrics"), f"line {i + 1}.metrics")
+        rec = as_object(rec, f"line {i + 1}")
+        mets = as_object(rec.get("metrics"), f"line {i + 1}.metrics")
 
         def metric(name, tags=None):
             for tag in tags or (name,):
                 m = mets.get(tag)
                 if isinstance(m, dict):
                     v = strict(m.get("value"), f"line {i + 1}.metrics.{tag}.value")
-                    return None if v is None else v * _unit_scale(m.get("unit", ""))
+                    return None if v is None else v * unit_scale(m.get("unit", ""))
             return None
 
         err = rec.get("error")
@@ -361,7 +227,7 @@ def aiperf_jsonl(lines: list[dict], path: Path, pid: str) -> pd.DataFrame:
                      "tpot_s": None if err else metric("inter_token_latency"),
                      "e2e_s": None if err else metric("request_latency"),
                      "error": str(err)[:500] if err else None})
-    return _requests_frame(rows)
+    return requests_frame(rows)
 
 
 def _aiperf_config(cfg: dict) -> tuple[str, float | None, float | None, bool | None, float | None]:
@@ -396,7 +262,7 @@ def aiperf(data: dict, path: Path, beside: list[dict] | None = None) -> Imported
     reason = "; ".join(f"{(e.get('error_details') or {}).get('type') or ''} "
                        f"{(e.get('error_details') or {}).get('message') or ''}".strip()[:200] + f" (x{e.get('count')})"
                        for e in summary[:2])
-    req = aiperf_jsonl(beside, path, pid) if beside is not None else _requests_frame([])
+    req = aiperf_jsonl(beside, path, pid) if beside is not None else requests_frame([])
     ttft = _ap(data, "time_to_first_token")
     row = point(pid, "imported_aiperf", completed=int(n or 0), failed=int(errors), reason=reason,
                 incomplete=0, arrival=arrival, rate_rps=rate, concurrency=conc,
@@ -441,7 +307,7 @@ def aiperf_requests_only(lines: list[dict], path: Path) -> Imported:
     req = aiperf_jsonl(lines, path, pid)
     failed = int(req["error"].notna().sum())
     done = len(req) - failed
-    row = point(pid, "imported_aiperf", completed=done, failed=failed, reason=_first_error(list(req["error"])),
+    row = point(pid, "imported_aiperf", completed=done, failed=failed, reason=first_error(list(req["error"])),
                 **_summary_from_requests(req))
     prov = _aiperf_provenance({}, None, "unknown (per-request file only)", None, None, None,
                               "unknown (per-request JSONL: no version recorded)", "profile_export.jsonl")
@@ -454,7 +320,7 @@ def aiperf_requests_only(lines: list[dict], path: Path) -> Imported:
 def _vllm_requests(data: dict, pid: str) -> pd.DataFrame:
     """``--save-detailed`` lists, one entry per sent request in vLLM's convention (a failed request: its error,
     TTFT 0.0 and output length 0, read here as no TTFT)."""
-    lists = {k: _list(data.get(k), k) for k in ("ttfts", "input_lens", "output_lens", "errors", "itls")}
+    lists = {k: as_list(data.get(k), k) for k in ("ttfts", "input_lens", "output_lens", "errors", "itls")}
     n = max((len(v) for v in lists.values()), default=0)
     rows = []
     for i in range(n):
@@ -468,7 +334,7 @@ def _vllm_requests(data: dict, pid: str) -> pd.DataFrame:
         rows.append({"point_id": pid, "request_id": str(i), "prompt_tokens": strict(at("input_lens"), f"input_lens[{i}]"),
                      "output_tokens": strict(at("output_lens"), f"output_lens[{i}]"),
                      "ttft_s": None if err else ttft, "tpot_s": None, "e2e_s": None, "error": err})
-    return _requests_frame(rows)
+    return requests_frame(rows)
 
 
 def _vllm_point(data: dict, pid: str, experiment: str = "imported_vllm", **params) -> tuple[dict, pd.DataFrame]:
@@ -484,7 +350,7 @@ def _vllm_point(data: dict, pid: str, experiment: str = "imported_vllm", **param
     errors = [e for e in req["error"] if e] if len(req) else [e for e in data.get("errors") or [] if e]
     if not failed and len(req):
         failed = int(req["error"].notna().sum())
-    row = point(pid, experiment, completed=n, failed=failed, reason=_first_error(errors), arrival=arrival,
+    row = point(pid, experiment, completed=n, failed=failed, reason=first_error(errors), arrival=arrival,
                 rate_rps=rate_f, concurrency=conc,
                 valid=data.get("workbench_valid"), invalid_reason=data.get("workbench_invalid_reason") or "",
                 ttft_s_p50=_ms(data.get("median_ttft_ms")), ttft_s_p90=_ms(data.get("p90_ttft_ms")),
@@ -547,7 +413,7 @@ def vllm_sweep(runs: list[tuple[Path, dict]], folder: Path) -> Imported:
     schema = "bench sweep serve tree (SERVE-/BENCH- folders of run=N.json)"
     prov, left = _vllm_provenance(first or {}, "; ".join(sorted({r["arrival"] for r in rows})), schema)
     prov["tool"] = "vllm-sweep"
-    req = pd.concat([r for r in reqs if len(r)], ignore_index=True) if any(len(r) for r in reqs) else _requests_frame([])
+    req = pd.concat([r for r in reqs if len(r)], ignore_index=True) if any(len(r) for r in reqs) else requests_frame([])
     return Imported("vllm-sweep", folder, pd.DataFrame(rows), req, prov, left)
 
 
@@ -560,252 +426,3 @@ _VLLM_RESULT_KEYS = {"date", "endpoint_type", "backend", "label", "model_id", "t
                      "errors", "ignore_eos"} | {f"{s}_{m}_ms" for s in ("mean", "median", "std", "p25", "p50", "p75",
                                                                         "p90", "p95", "p99", "p99.9")
                                                  for m in ("ttft", "tpot", "itl", "e2el")}
-
-
-# ---------------------------------------------------------------------------------------- inference-perf
-
-
-def _ip(summary, key: str):
-    if not isinstance(summary, dict):
-        return None
-    return num(summary.get(key))
-
-
-def inference_perf(data: dict, path: Path, beside: list | None = None) -> Imported:
-    """An inference-perf lifecycle report (summary or one stage), with ``per_request_lifecycle_metrics.json``
-    beside it when given."""
-    load = _obj(data.get("load_summary"), "load_summary")
-    succ = _obj(data.get("successes"), "successes")
-    fail = _obj(data.get("failures"), "failures")
-    lat = _obj(succ.get("latency"), "successes.latency")
-    thr = _obj(succ.get("throughput"), "successes.throughput")
-    n, nf = int(num(succ.get("count")) or 0), int(num(fail.get("count")) or 0)
-    rate, conc = num(load.get("requested_rate")), num(load.get("concurrency"))
-    arrival = ("concurrent" if conc else "rate") + (f" rate {rate:g}/s" if rate and not conc else "") + \
-        (f" concurrency {conc:g}" if conc else "")
-    stem = path.stem.replace("_lifecycle_metrics", "")
-    pid = f"inference-perf/{stem}:{arrival}"
-    labels = fail.get("by_label") if isinstance(fail.get("by_label"), dict) else {}
-    reason = "; ".join(f"{k} (x{v.get('count') if isinstance(v, dict) else v})" for k, v in list(labels.items())[:2])
-    reqs = []
-    for i, r in enumerate(beside or []):
-        r = _obj(r, f"per_request[{i}]")
-        info = r.get("info") if isinstance(r.get("info"), dict) else {}
-        resp = info.get("response_metrics") if isinstance(info.get("response_metrics"), dict) else {}
-        text = (info.get("request_metrics") or {}).get("text") if isinstance(info.get("request_metrics"), dict) else {}
-        err = r.get("error")
-        if isinstance(err, dict):
-            err = f"{err.get('error_type') or ''}: {err.get('error_msg') or ''}".strip(": ")
-        start, end = strict(r.get("start_time"), f"per_request[{i}].start_time"), \
-            strict(r.get("end_time"), f"per_request[{i}].end_time")
-        reqs.append({"point_id": pid, "request_id": str(i),
-                     "prompt_tokens": strict((text or {}).get("input_tokens"), f"per_request[{i}].input_tokens"),
-                     "output_tokens": strict(resp.get("output_tokens"), f"per_request[{i}].output_tokens"),
-                     "ttft_s": None, "tpot_s": None,
-                     "e2e_s": None if err or start is None or end is None else end - start,
-                     "error": str(err)[:500] if err else None})
-    if not reason and reqs:
-        reason = _first_error([r["error"] for r in reqs])
-    row = point(pid, "imported_inference_perf", completed=n, failed=nf, reason=reason, arrival=arrival,
-                rate_rps=None if conc else rate, concurrency=conc,
-                ttft_s_p50=_ip(lat.get("time_to_first_token"), "median"),
-                ttft_s_p90=_ip(lat.get("time_to_first_token"), "p90"),
-                ttft_s_p99=_ip(lat.get("time_to_first_token"), "p99"),
-                tpot_s_p50=_ip(lat.get("time_per_output_token"), "median"),
-                e2e_s_p50=_ip(lat.get("request_latency"), "median"),
-                output_throughput_tps=num(thr.get("output_tokens_per_sec")),
-                request_throughput_rps=num(thr.get("requests_per_sec")),
-                prompt_tokens=_ip(succ.get("prompt_len"), "mean"),
-                output_tokens=(num((succ.get("output_tokens") or {}).get("total"))
-                               if isinstance(succ.get("output_tokens"), dict) else None),
-                max_new_tokens=_ip(succ.get("output_len"), "median"), wall_s=num(data.get("benchmark_time_seconds")))
-    schema = "lifecycle report" + (" (benchmark_time_seconds, prompt_tokens)" if "benchmark_time_seconds" in data
-                                   else " (prompt_len, before benchmark_time_seconds)")
-    streaming = None if not n else lat.get("time_to_first_token") is not None
-    prov = {"tool": "inference-perf", "version": "unknown (inference-perf writes no version into its reports)",
-            "schema": schema, "streaming": streaming,
-            "token_counts": "the server's usage where reported, else the client's tokenizer over the text",
-            "ignore_eos": None, "arrival": arrival, "warmup": "none configured (every request counted)",
-            "percentiles": LINEAR, "itl": "gaps between streamed chunks",
-            "tpot": "time_per_output_token: (latency - ttft) / (output - 1)", "ttft_from": "request sent by the client"}
-    left = {"itl": "inference-perf's inter_token_latency is the gap between streamed chunks, not between token ids"}
-    if streaming is False:
-        left["ttft_s"] = NON_STREAMING
-    return Imported("inference-perf", path, pd.DataFrame([row]), _requests_frame(reqs), prov, left)
-
-
-# ----------------------------------------------------------------------------------- Benchmark Report v0.2
-
-
-def _br_stat(stats, key: str = "p50"):
-    """A Benchmark Report ``Statistics`` value in seconds (``units`` s / ms / ms/token / s/token)."""
-    if not isinstance(stats, dict):
-        return None
-    v = num(stats.get(key))
-    if v is None and key == "p50":
-        v = num(stats.get("median"))
-    if v is None:
-        return None
-    unit = str(stats.get("units", "s")).split("/")[0]
-    return v * _unit_scale(unit)
-
-
-def benchmark_report(data: dict, path: Path) -> Imported:
-    """A Benchmark Report v0.2 / v0.2.1 (llm-d-benchmark ``benchmark_report/schema_v0_2*.py``): one point from
-    ``results.request_performance.aggregate``; the workbench's own export round-trips through its
-    ``scenario.load.native.config`` (the point's id and parameters)."""
-    results_ = _obj(data.get("results"), "results")
-    agg = _obj(_obj(results_.get("request_performance"), "results.request_performance").get("aggregate"),
-               "results.request_performance.aggregate")
-    reqs = _obj(agg.get("requests"), "aggregate.requests")
-    lat = _obj(agg.get("latency"), "aggregate.latency")
-    thr = _obj(agg.get("throughput"), "aggregate.throughput")
-    load = _obj(_obj(data.get("scenario"), "scenario").get("load"), "scenario.load")
-    std = _obj(load.get("standardized"), "scenario.load.standardized")
-    native = _obj(_obj(load.get("native"), "scenario.load.native").get("config"), "scenario.load.native.config")
-    tool = str(std.get("tool") or "unknown")
-    own = tool == "workbench" and "point_id" in native
-    total = int(num(reqs.get("total")) or 0)
-    failures = int(num(reqs.get("failures")) or 0)
-    incomplete = int(num(reqs.get("incomplete")) or 0)
-    run = _obj(data.get("run"), "run")
-    pid = str(native["point_id"]) if own else f"br/{run.get('uid') or path.stem}"
-    params = {k: native.get(k) for k in ("batch_size", "rate_rps", "concurrency", "arrival", "engine", "policy",
-                                         "max_new_tokens", "ignore_eos", "model", "device")
-              if own and native.get(k) is not None}
-    prompt = num(native.get("prompt_tokens")) if own else None
-    conc, rate = num(std.get("concurrency")), num(std.get("rate_qps"))
-    params.setdefault("concurrency", conc)
-    params.setdefault("rate_rps", rate)
-    params.setdefault("arrival", "concurrency" if conc else (f"rate {rate:g}/s" if rate else "unknown"))
-    row = point(pid, str(native.get("experiment")) if own else "imported_benchmark_report",
-                completed=total - failures - incomplete, failed=failures, incomplete=incomplete,
-                reason="" if not failures else f"{failures} failures recorded (the report names no error)",
-                ttft_s_p50=_br_stat(lat.get("time_to_first_token")),
-                ttft_s_p90=_br_stat(lat.get("time_to_first_token"), "p90"),
-                ttft_s_p99=_br_stat(lat.get("time_to_first_token"), "p99"),
-                tpot_s_p50=_br_stat(lat.get("time_per_output_token")),
-                e2e_s_p50=_br_stat(lat.get("request_latency")),
-                output_throughput_tps=num((thr.get("output_token_rate") or {}).get("mean"))
-                if isinstance(thr.get("output_token_rate"), dict) else None,
-                request_throughput_rps=num((thr.get("request_rate") or {}).get("mean"))
-                if isinstance(thr.get("request_rate"), dict) else None,
-                prompt_tokens=prompt if prompt is not None else num((reqs.get("input_length") or {}).get("mean"))
-                if isinstance(reqs.get("input_length"), dict) else prompt, **params)
-    if own and native.get("n_samples") is not None:     # the workbench's own rule: independent samples, not rows
-        row["n_samples"] = int(num(native.get("n_samples")) or row["n_samples"])
-        _gate(row)
-    version = str(data.get("version"))
-    prov = {"tool": "workbench (via br0.2)" if own else f"benchmark-report ({tool})",
-            "version": str(std.get("tool_version") or "unknown"), "schema": f"Benchmark Report v{version}",
-            "token_counts": "engine-side generated token ids (a workbench export)" if own else "not recorded",
-            "ignore_eos": native.get("ignore_eos") if own else None,
-            "arrival": row.get("arrival"), "warmup": "excluded (untimed warm-up runs before each measured shape)"
-            if own else "not recorded",
-            "percentiles": LINEAR if own else "not recorded", "itl": "gaps between generated token ids" if own
-            else "not recorded", "tpot": "(e2e - ttft) / (output tokens - 1) per request" if own else "not recorded",
-            "ttft_from": "handed to the workbench (before templating and tokenisation)" if own else "not recorded"}
-    return Imported("benchmark-report", path, pd.DataFrame([row]), _requests_frame([]), prov, {})
-
-
-# ------------------------------------------------------------------------------------------- genai-bench
-
-
-def genai_bench(data: dict, path: Path, metadata: dict | None = None) -> Imported:
-    """One genai-bench scenario result (``aggregated_metrics`` and ``individual_request_metrics``;
-    ``genai_bench/metrics/metrics.py``: ``ttft``, ``tpot``, ``e2e_latency`` in seconds per request,
-    ``num_input_tokens``, ``num_output_tokens``, ``error_code``, ``error_message``)."""
-    agg = _obj(data.get("aggregated_metrics"), "aggregated_metrics")
-    scen = str(agg.get("scenario") or path.stem)
-    conc = num(agg.get("num_concurrency"))
-    pid = f"genai-bench/{scen}" + (f",concurrency={conc:g}" if conc else "")
-    reqs = []
-    for i, r in enumerate(_list(data.get("individual_request_metrics"), "individual_request_metrics")):
-        r = _obj(r, f"individual_request_metrics[{i}]")
-        where = f"individual_request_metrics[{i}]"
-        err = r.get("error_message") or (f"error code {r.get('error_code')}" if r.get("error_code") not in (None, 200)
-                                         else None)
-        reqs.append({"point_id": pid, "request_id": str(i),
-                     "prompt_tokens": strict(r.get("num_input_tokens"), where + ".num_input_tokens"),
-                     "output_tokens": strict(r.get("num_output_tokens"), where + ".num_output_tokens"),
-                     "ttft_s": None if err else strict(r.get("ttft"), where + ".ttft"),
-                     "tpot_s": None if err else strict(r.get("tpot"), where + ".tpot"),
-                     "e2e_s": None if err else strict(r.get("e2e_latency"), where + ".e2e_latency"),
-                     "error": str(err)[:500] if err else None})
-    req = _requests_frame(reqs)
-    stats = _obj(agg.get("stats"), "aggregated_metrics.stats")
-
-    def stat(name, key="p50"):
-        s = stats.get(name)
-        return num(s.get(key)) if isinstance(s, dict) else None
-
-    completed = num(agg.get("num_completed_requests"))
-    errors = num(agg.get("num_error_requests"))
-    if completed is None:
-        completed = float((req["error"].isna()).sum())
-    if errors is None:
-        errors = float(req["error"].notna().sum())
-    codes = agg.get("error_codes_frequency") if isinstance(agg.get("error_codes_frequency"), dict) else {}
-    if not errors and codes:   # genai-bench counts a refused connection in error_codes_frequency only
-        errors = float(sum(num(v) or 0 for v in codes.values()))
-    reason = _first_error(list(req["error"])) or "; ".join(f"code {k} (x{v})" for k, v in codes.items())
-    row = point(pid, "imported_genai_bench", completed=int(completed), failed=int(errors), reason=reason,
-                arrival="concurrency" if conc else "unknown", concurrency=conc,
-                ttft_s_p50=stat("ttft"), ttft_s_p90=stat("ttft", "p90"), ttft_s_p99=stat("ttft", "p99"),
-                tpot_s_p50=stat("tpot"), e2e_s_p50=stat("e2e_latency"),
-                output_throughput_tps=num(agg.get("mean_output_throughput_tokens_per_s")),
-                request_throughput_rps=num(agg.get("requests_per_second")),
-                prompt_tokens=stat("num_input_tokens", "mean"), wall_s=num(agg.get("run_duration")))
-    meta = metadata or {}
-    prov = {"tool": "genai-bench", "version": str(meta.get("benchmark_version") or "unknown (no experiment_metadata.json "
-                                                                                  "beside the result)"),
-            "schema": "scenario result (aggregated_metrics, individual_request_metrics)",
-            "token_counts": "the server's usage where reported, else genai-bench's tokenizer",
-            "ignore_eos": None, "arrival": f"concurrency {conc:g}" if conc else "unknown",
-            "warmup": "none configured (every request counted)", "percentiles": LINEAR,
-            "itl": "not exported per gap", "tpot": "tpot: (e2e - ttft) / (output - 1)",
-            "ttft_from": "request sent by the client"}
-    return Imported("genai-bench", path, pd.DataFrame([row]), req, prov, {})
-
-
-# ----------------------------------------------------------------------------------------------- LLMPerf
-
-
-def llmperf(data: dict, path: Path, beside: list | None = None) -> Imported:
-    """LLMPerf's ``*_summary.json`` with its ``*_individual_responses.json`` beside it when given."""
-    conc = num(data.get("num_concurrent_requests"))
-    pid = f"llmperf/{data.get('name') or path.stem}" + (f",concurrency={conc:g}" if conc else "")
-    reqs = []
-    for i, r in enumerate(beside or []):
-        r = _obj(r, f"individual_responses[{i}]")
-        where = f"individual_responses[{i}]"
-        err = r.get("error_msg") or (f"error code {r.get('error_code')}" if r.get("error_code") else None)
-        reqs.append({"point_id": pid, "request_id": str(i),
-                     "prompt_tokens": strict(r.get("number_input_tokens"), where + ".number_input_tokens"),
-                     "output_tokens": strict(r.get("number_output_tokens"), where + ".number_output_tokens"),
-                     "ttft_s": None if err else strict(r.get("ttft_s"), where + ".ttft_s"), "tpot_s": None,
-                     "e2e_s": None if err else strict(r.get("end_to_end_latency_s"), where + ".end_to_end_latency_s"),
-                     "error": str(err)[:500] if err else None})
-    codes = data.get("results_error_code_frequency")
-    row = point(pid, "imported_llmperf", completed=int(num(data.get("results_num_completed_requests")) or 0),
-                failed=int(num(data.get("results_number_errors")) or 0),
-                reason=_first_error([r["error"] for r in reqs]) or (f"error codes {codes}" if codes not in
-                                                                    (None, "{}") else ""),
-                arrival="concurrency" if conc else "unknown", concurrency=conc,
-                ttft_s_p50=num(data.get("results_ttft_s_quantiles_p50")),
-                ttft_s_p90=num(data.get("results_ttft_s_quantiles_p90")),
-                ttft_s_p99=num(data.get("results_ttft_s_quantiles_p99")),
-                e2e_s_p50=num(data.get("results_end_to_end_latency_s_quantiles_p50")),
-                output_throughput_tps=num(data.get("results_mean_output_throughput_token_per_s")),
-                request_throughput_rps=(num(data.get("results_num_completed_requests_per_min")) or 0) / 60 or None,
-                prompt_tokens=num(data.get("mean_input_tokens")), max_new_tokens=num(data.get("mean_output_tokens")))
-    prov = {"tool": "llmperf", "version": f"results version {data.get('version')}", "schema": "summary.json"
-            + (" with individual_responses.json" if beside is not None else ""),
-            "token_counts": "LLMPerf's tokenizer (LlamaTokenizerFast) over the text",
-            "ignore_eos": None, "arrival": f"concurrency {conc:g}" if conc else "unknown",
-            "warmup": "none configured (every request counted)", "percentiles": LINEAR,
-            "itl": "inter_token_latency_s: mean gap between streamed chunks with the first token counted",
-            "tpot": "not exported", "ttft_from": "request sent by the client"}
-    left = {"inter_token_latency_s": "LLMPerf's inter-token latency counts the first token among the gaps "
-                                     "(chunks, not token ids): not the workbench's tpot_s or itl_s"}
-    return Imported("llmperf", path, pd.DataFrame([row]), _requests_frame(reqs), prov, left)
