@@ -8,7 +8,7 @@ from tests.share.test_report import fake_point, make_run
 from workbench import cli
 from workbench.errors import ParameterError
 from workbench.run import results
-from workbench.share import export, report
+from workbench.share import export, export_mlflow, export_points, report
 
 
 def _run():
@@ -24,7 +24,7 @@ def test_mlflow_export_reads_back_through_mlflows_client(tmp_path):
     store = tmp_path / "store"
     lines = export.export_run(run, "mlflow", tracking_uri=str(store))
     assert lines[0].startswith("exporting 2 point(s)") and "2 valid, 0 invalid" in lines[0]
-    uri, _ = export.resolve_tracking_uri(str(store))
+    uri, _ = export_mlflow.resolve_tracking_uri(str(store))
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("workbench")
     parents = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.run_id` = '%s'" % run.name)
@@ -68,9 +68,9 @@ def test_unfinished_invalid_heavy_run_says_what_it_exports():
 
 def test_br02_export_validates_against_the_schema(tmp_path):
     run = _run()
-    docs = export.br02_reports(run)
+    docs = export_points.br02_reports(run)
     assert len(docs) == 2
-    validator = export.br02_validator()
+    validator = export_points.br02_validator()
     for doc in docs.values():
         assert not list(validator.iter_errors(doc))
     doc = next(d for d in docs.values() if d["scenario"]["load"]["standardized"]["concurrency"] == 1)
@@ -131,7 +131,7 @@ def _with_points(run, **cols):
 
 
 def _br_by_batch(run):
-    return {d["scenario"]["load"]["standardized"]["concurrency"]: d for d in export.br02_reports(run).values()}
+    return {d["scenario"]["load"]["standardized"]["concurrency"]: d for d in export_points.br02_reports(run).values()}
 
 
 def test_br_source_is_sampled_for_prompts_cut_from_real_text_and_random_for_random_ids():
@@ -160,7 +160,7 @@ def test_br_start_is_the_first_round_of_an_interleaved_block():
 def test_br_counts_never_finished_requests_as_incomplete_not_failures():
     run = make_run([fake_point(batch_size=1)])
     _with_points(run, requests_incomplete=1, requests=3)
-    (doc,) = export.br02_reports(run).values()
+    (doc,) = export_points.br02_reports(run).values()
     reqs = doc["results"]["request_performance"]["aggregate"]["requests"]
     assert (reqs["total"], reqs["failures"], reqs["incomplete"]) == (3, 0, 1)
 
@@ -171,11 +171,11 @@ def test_br_percentiles_are_gated_by_independent_samples_not_rows():
     ttfts = tuple(0.1 + 0.01 * i for i in range(32))
     run = make_run([fake_point(ttfts=ttfts, batch_size=16)])
     _with_points(run, n_samples=2)
-    (doc,) = export.br02_reports(run).values()
+    (doc,) = export_points.br02_reports(run).values()
     ttft = doc["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"]
     assert "p50" in ttft and not {"p10", "p25", "p75", "p90", "p99"} & set(ttft)   # p25 needs 4, p90 10
     assert "n_samples" in doc["run"]["description"] and "p90 from 10" in doc["run"]["description"]
-    vdoc = export.vllm_results(run)[next(iter(export.vllm_results(run)))]
+    vdoc = export_points.vllm_results(run)[next(iter(export_points.vllm_results(run)))]
     assert vdoc["workbench_n_samples"] == 2 and vdoc["p99_ttft_ms"] is None
 
 
@@ -183,7 +183,7 @@ def test_vllm_lists_run_over_every_sent_request_aligned_by_index(tmp_path):
     point = fake_point(ttfts=(0.1, 0.3, 0.2), batch_size=1)
     point.requests[1].update(error="RuntimeError: out of memory", output_tokens=0, ttft_s=None, itl_s=None)
     run = make_run([point])
-    (doc,) = export.vllm_results(run).values()
+    (doc,) = export_points.vllm_results(run).values()
     assert len(doc["ttfts"]) == len(doc["input_lens"]) == len(doc["output_lens"]) == len(doc["errors"]) == 3
     assert doc["errors"] == ["", "RuntimeError: out of memory", ""]
     assert doc["ttfts"] == [0.1, 0.0, 0.2] and doc["output_lens"] == [5, 0, 5] and doc["itls"][1] == []
@@ -193,7 +193,7 @@ def test_vllm_lists_run_over_every_sent_request_aligned_by_index(tmp_path):
 def test_vllm_duration_is_consistent_with_request_throughput():
     run = make_run([fake_point(batch_size=1)])
     _with_points(run, request_throughput_rps=4.0, wall_s=1.7)      # a window figure and a batch time that differ
-    (doc,) = export.vllm_results(run).values()
+    (doc,) = export_points.vllm_results(run).values()
     assert doc["duration"] * doc["request_throughput"] == pytest.approx(doc["completed"])
     assert doc["workbench_wall_s"] == 1.7
 
@@ -201,8 +201,8 @@ def test_vllm_duration_is_consistent_with_request_throughput():
 def test_n_devices_is_written_into_both_exports():
     run = make_run([fake_point(batch_size=1)])
     _with_points(run, n_devices=8)
-    (br,) = export.br02_reports(run).values()
+    (br,) = export_points.br02_reports(run).values()
     stack = br["scenario"]["stack"][0]["standardized"]
     assert stack["accelerator"]["count"] == 8 and stack["replicas"] == 8
-    (v,) = export.vllm_results(run).values()
+    (v,) = export_points.vllm_results(run).values()
     assert v["workbench_n_devices"] == 8
