@@ -18,7 +18,7 @@ from tests.serving.test_jobs_store import (  # the store tests' engine stand-in 
     default_tokenizer,
 )
 from workbench.measure.generation import GenerationSettings
-from workbench.serving import engine_kinds, engines, job_store, jobs, options, scheduling
+from workbench.serving import engine_kinds, engines, job_routes, job_store, jobs, options, scheduling
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 
@@ -232,7 +232,7 @@ def test_the_event_stream_of_a_stranded_job_ends(tmp_path, tokenizer):
 
     app = FastAPI()
     http.install_error_handlers(app)
-    store = jobs.install(app, StandIn(tokenizer), path=tmp_path / "j.sqlite3", flush_s=0.0)
+    store = job_routes.install(app, StandIn(tokenizer), path=tmp_path / "j.sqlite3", flush_s=0.0)
     try:
         jid = store.submit({"messages": MESSAGES, "max_tokens": 8})["id"]
         store._ended(jid, store._runs[jid])

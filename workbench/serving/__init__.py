@@ -21,8 +21,10 @@ One concern per module, lowest first (a module imports only modules above it in 
 - :mod:`.job_store`: the job store's SQLite side (file, owner lock, tables, retried one-transaction writes, the
   writer thread).
 - :mod:`.job_runs`: how a job runs on the engine (its requests, callbacks, stages, how a run ends).
-- :mod:`.jobs`: background jobs in SQLite and their ``/v1/jobs`` routes, run on the same engine; every write
-  one transaction (rolled back on error, retried), one server per store (an owner lock).
+- :mod:`.jobs`: background jobs in SQLite, run on the same engine (the job store); every write one transaction
+  (rolled back on error, retried), one server per store (an owner lock).
+- :mod:`.job_routes`: the ``/v1/jobs`` routes over the job store (post, status, result, resumable events,
+  continue, delete), its work off the event loop.
 - :mod:`.monitoring`: Prometheus ``/metrics``, subscribed to the engine's completions.
 - :mod:`.server`: app assembly, the server thread (:class:`~.server.ServerThread`) and ``main``.
 

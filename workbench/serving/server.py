@@ -80,7 +80,7 @@ with uvicorn, bound to 127.0.0.1 unless another host is named):
   (:meth:`workbench.serving.engines.EngineRequest.finish`).
 
 This module assembles the app (:func:`create_app`: the engine, the routes of
-:mod:`~workbench.serving.chat`, :mod:`~workbench.serving.events`, :mod:`~workbench.serving.jobs` and
+:mod:`~workbench.serving.chat`, :mod:`~workbench.serving.events`, :mod:`~workbench.serving.job_routes` and
 :mod:`~workbench.serving.monitoring`, the guard and the JSON error handlers of
 :mod:`~workbench.serving.http`) and runs it. The client side (the ``openai`` client, per-request
 timing) is :mod:`workbench.load.client`. Run from the command line with
@@ -287,12 +287,12 @@ def create_app(loaded, engine: EngineOptions | None = None, policy: PolicyOption
     events.install(app)
     monitoring.install(app, eng)
     if jobs is not None:
-        from workbench.serving import jobs as jobs_mod
+        from workbench.serving import job_routes
 
         try:
             # jobs count against the chat route's admission limit (max_queue waiting + the one being served)
-            jobs_mod.install(app, eng, context=context, max_tokens_limit=server.max_tokens_limit or context,
-                             **{"server_id": server_id, "max_pending": server.max_queue + 1, **jobs})
+            job_routes.install(app, eng, context=context, max_tokens_limit=server.max_tokens_limit or context,
+                               **{"server_id": server_id, "max_pending": server.max_queue + 1, **jobs})
         except BaseException:
             eng.stop()
             raise
