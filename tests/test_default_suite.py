@@ -135,7 +135,7 @@ def test_temperature_greedy_answers_mostly_end_before_the_cap(loaded):
 
 def test_scheduling_runs_where_a_policy_shows_and_measures_prefix_sharing_both_ways():
     """Notebook 11: the fifo engine (a static engine's batches absorb the queue at this load, so every policy
-    looked the same: experiments/scheduling.py); the run as the unit: the policies a design (fcfs, sjf, the A/A arm)
+    looked the same: experiments/scheduling/); the run as the unit: the policies a design (fcfs, sjf, the A/A arm)
     of at least 4 rounds; prefix sharing off and on its own design, conversations opening with a shared document of
     at least two cache pages."""
     cfg = suite_config("11_scheduling")

@@ -355,7 +355,7 @@ def test_prefix_sharing_on_serves_the_shared_document_from_the_cache(loaded):
                             warmup=1)
     rows, pts = [], []
     for share in (False, True):
-        res = scheduling._shared_prefix(loaded, cfg, share)
+        res = scheduling.shared_prefix_point(loaded, cfg, share)
         pid = f"p/shared/{share}"
         rows += [dict(r, point_id=pid, workload="shared_prefix", prefix_sharing=share) for r in res.requests]
         pts.append({"point_id": pid, "status": "ok", "valid": True, "workload": "shared_prefix",

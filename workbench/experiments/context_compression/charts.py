@@ -1,6 +1,7 @@
 """Figures of the context-compression experiment (notebook ``06_context_compression``), from its point tables.
 
-The point columns they read (names of :mod:`workbench.stats.columns`) are defined here, the experiment imports them:
+The point columns they read (names of :mod:`workbench.stats.columns`) are defined here, the experiment and its
+summaries (:mod:`.summaries`) import them:
 :func:`quality_vs_ratio` and :func:`time_vs_ratio` (per strategy, from the summary over depths),
 :func:`total_vs_length`, :func:`depth_length_heatmap`, :func:`chat` and :func:`table_figure`
 (:func:`workbench.share.plots.table_figure`: the break-even lengths, the best strategy per length). Each returns a
