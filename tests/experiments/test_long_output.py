@@ -84,10 +84,11 @@ def test_long_output_notebook(tmp_path, monkeypatch, run_notebook):
                                                                          "one_shot is the fastest"))
 
 
-def _design(monkeypatch, tmp_path, walls=None, languages=("en", "zh"), coverage=None, rounds=4, noise=0.01, seed=5):
+def _design(monkeypatch, tmp_path, walls=None, languages=("en", "zh"), coverage=None, rounds=4, noise=0.01, seed=5,
+            zh_walls=None):
     """sweep_design on a fake technique, measured by the design runner into ``tmp_path``: whole rounds 10% slow or
     fast (machine drift), a wall time per strategy (``walls``) with ``noise`` (log SD) per text, a section coverage
-    per strategy (``coverage``, default 1.0). Returns the config, the design, the texts written (round, strategy,
+    per strategy (``coverage``, default 1.0); ``zh_walls`` replaces ``walls`` for Chinese texts. Returns the config, the design, the texts written (round, strategy,
     language), the texts saved, the points and the requests."""
     import math
     import random
@@ -104,7 +105,7 @@ def _design(monkeypatch, tmp_path, walls=None, languages=("en", "zh"), coverage=
         r = seed - cfg.seed
         drift.setdefault(r, rng.choice((0.9, 1.1)))
         calls.append((r, strategy, language))
-        w = walls[strategy] * drift[r] * math.exp(rng.gauss(0, noise))
+        w = (zh_walls or walls if language == "zh" else walls)[strategy] * drift[r] * math.exp(rng.gauss(0, noise))
         first = 0.5 * drift[r] * math.exp(rng.gauss(0, noise))
         row = {"language": language, "strategy": strategy, "wall_s": w, "first_text_s": first, "first_section_s": 0.6,
                "coverage": (coverage or {}).get(strategy, 1.0), "repetition": 0.1, "sections_found": 4, "chars": 900,
@@ -150,7 +151,7 @@ def test_the_strategies_are_one_design_with_one_shot_the_marked_control(monkeypa
     assert (by.xs("outline_batch", level="strategy")["first_text_vs_control_verdict"] == "equivalent").all()
     f = long_output.finding(req, pts, tmp_path)
     assert f.text.startswith("en: outline_batch is the fastest (median wall time ")
-    assert "zh: outline_batch is the fastest" in f.text
+    assert "zh: secondary (direction), outline_batch is the fastest" in f.text
     assert "against one_shot: faster, 0.60x" in f.text and "against the runner-up, outline_sequential: faster" in f.text
     assert "Tukey" in f.text and f.verdict == "direction" and f.supported
     assert "outline_batch first visible text vs one_shot (en): equivalent within +-5%" in f.text
@@ -170,6 +171,24 @@ def test_a_pick_faster_than_one_shot_but_not_than_its_runner_up_is_undecided(mon
     assert "against the runner-up, outline_" in f.text and ": undecided: " in f.text
     assert f.verdict == "undecided" and not f.supported and f.rounds_needed and f.rounds_needed > 4
     assert "would decide it" in f.text
+
+
+def test_the_first_language_sets_the_verdict_and_the_others_are_said_beside_it(monkeypatch, tmp_path):
+    """Issue 49: one primary outcome sets a finding's mark. The verdict was the least decided language's, so a tie
+    between the Chinese pick and its runner-up (the 135M model loops in Chinese until the cap) left the English pick,
+    decided, undecided in the mark. Now the first language of the plan is the primary comparison; the second is said
+    beside it with its own verdict, and sets the mark only when it is the first."""
+    en = {"one_shot": 10.0, "outline_batch": 6.0, "outline_sequential": 8.0}
+    zh = {"one_shot": 10.0, "outline_batch": 6.0, "outline_sequential": 6.1}       # a tie: undecided
+    _, _, _, _, pts, req = _design(monkeypatch, tmp_path / "a", walls=en, zh_walls=zh, noise=0.03)
+    f = long_output.finding(req, pts, tmp_path / "a")
+    assert f.text.startswith("en: outline_batch is the fastest (") and f.verdict == "direction" and f.supported
+    assert "zh: secondary (undecided), outline_batch is the fastest" in f.text
+    _, _, _, _, pts, req = _design(monkeypatch, tmp_path / "b", walls=en, zh_walls=zh, noise=0.03,
+                                   languages=("zh", "en"))
+    g = long_output.finding(req, pts, tmp_path / "b")
+    assert g.text.startswith("zh: outline_batch is the fastest (") and g.verdict == "undecided" and g.rounds_needed
+    assert "en: secondary (direction), outline_batch is the fastest" in g.text
 
 
 def test_keep_one_shot_only_when_every_other_strategy_is_slower_or_equivalent(monkeypatch, tmp_path):

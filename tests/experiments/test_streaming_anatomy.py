@@ -86,8 +86,12 @@ def test_streaming_anatomy_notebook(tmp_path, monkeypatch, run_notebook):
     streams = pts[pts["experiment"] == "streaming"].set_index("max_new_tokens")
     assert streams.loc[4, "tpot_vs_control"] == 1.0 and (streams["rounds"] == 2).all()
     assert streams.loc[8, "tpot_vs_control_verdict"] in ("direction", "equivalent", "undecided")
+    # the concurrencies too, the run the unit: a round sends 1 and 2 requests and 1 again (the A/A arm)
+    served = pd.read_parquet(run / "design" / "http.parquet")
+    assert len(served) == 2 * 3 and set(served["arm"]) == {*pts.loc[pts["experiment"] == "http", "point_id"], "A/A"}
     f = streaming_anatomy.finding(pts.assign(valid=True), results.read_requests(run))
-    assert f.text.startswith("Time per output token (TPOT) at 8 vs 4 output tokens") and f.rounds == 2
+    assert f.text.startswith("Client TTFT with 2 requests sent together vs one alone") and f.rounds == 2
+    assert "Beside it, with its own verdict (" in f.text and "Time per output token (TPOT) at 8 vs 4" in f.text
     assert "(a measurement, not a decision" in f.text
     # HTTP rows time text chunks: chunk_itl_s, no itl_s; the server serves one request per forward pass
     assert http["itl_s"].isna().all() and http["chunk_itl_s"].map(len).eq(http["chunks"] - 1).all()
@@ -214,3 +218,66 @@ def test_finding_with_points_of_other_parts_in_the_table():
                         for n in (8, 32)] + [{"point_id": "h1", "experiment": "streaming_http", "batch_size": 4}])
     f = sa.finding(pts)
     assert "1 request(s) per batch" in f.evidence and f.verdict == "undecided"
+
+
+def _fake_http(monkeypatch, tmp_path, ttft, rounds=3):
+    """http_design on a fake server: ``ttft(concurrency, round, i)`` is request ``i``'s client TTFT; measured by the
+    design runner into ``tmp_path``. Returns the design, the calls (round, concurrency) and the points."""
+    from workbench.run import design, point_result
+
+    cfg = streaming_anatomy.Config(output_tokens=[8, 32], http_concurrency=[1, 2], repeats=rounds, max_rounds=rounds,
+                                   warmup=0)
+    calls = []
+    tmp_path.mkdir(parents=True, exist_ok=True)
+
+    def fake_http(base_url, prompts, concurrency, max_tokens, repeats=1, warmup=1, temperature=0.0, seed=0, **kw):
+        r = seed - cfg.seed
+        if repeats:
+            calls.append((r, concurrency))
+        rows = [{"request_id": i, "ttft_s": ttft(concurrency, r, i), "transport_ttft_s": 0.002, "engine_ttft_s": 0.1,
+                 "engine_queue_s": 0.5 * i, "concurrency": concurrency} for i in range(concurrency * repeats)]
+        return {"requests": rows, "wall_s": 1.0, "warmup_s": 0.0, "extra": {}}
+
+    monkeypatch.setattr(streaming_anatomy, "measure_http", fake_http)
+    sd = streaming_anatomy.http_design(cfg, "http://fake")
+    by_id = {point_result.point_id("http", {"concurrency": c}): {"concurrency": c} for c in cfg.http_concurrency}
+    got = design.measure_sweep_design(sd, by_id, "", tmp_path, None)
+    pts = pd.DataFrame([{"experiment": "http", "point_id": pid, "status": "ok", "valid": True, **p,
+                         "ttft_s_p50": 0.1 * p["concurrency"], **got[pid].extra} for pid, p in by_id.items()])
+    return sd, calls, pts
+
+
+def test_a_concurrent_request_is_the_primary_comparison_and_the_run_is_the_unit(monkeypatch, tmp_path):
+    """Issue 49: the TPOT comparison of output lengths (a few percent) stayed undecided in 2 of 2 default runs. The
+    HTTP concurrencies are one design: every round sends each concurrency's requests once and one request alone
+    again (the A/A arm), shuffled, the run's median client TTFT its value; a second request served in turn (its
+    TTFT ~ one whole answer later) is decided as a direction and sets the verdict, the TPOT comparison said beside
+    it with its own; a server that batches them (the same TTFT) is equivalent: it can come out either way."""
+    import random
+
+    from workbench.stats import evidence
+
+    rng = random.Random(3)
+    drift = {r: rng.choice((0.9, 1.1)) for r in range(6)}
+    queued = (lambda c, r, i: 0.1 * drift[r] * (1 + 10 * i) * rng.uniform(0.98, 1.02))
+    sd, calls, pts = _fake_http(monkeypatch, tmp_path / "a", queued)
+    assert sd.design.control == "http/concurrency=1" and sd.design.primary.name == "ttft_s"
+    assert sd.design.decide == ["http/concurrency=2"] and sd.design.experiment == "http"
+    for r in range(3):
+        assert sorted(c for rr, c in calls if rr == r) == [1, 1, 2]
+    row = pts.set_index("concurrency").loc[2]
+    assert row["ttft_vs_control_verdict"] == "direction" and row["ttft_vs_control"] > 5
+    assert row["engine_queue_s_p50"] == pytest.approx(0.25)
+    f = streaming_anatomy.finding(pts)
+    assert f.text.startswith("Client TTFT with 2 requests sent together vs one alone (0.20 vs 0.10 s, HTTP "
+                             "streaming, the run the unit): slower, ")
+    assert f.verdict == "direction" and f.supported and f.rounds == 3
+    _, _, streams = _fake_streams(monkeypatch, tmp_path / "s", lambda n, r: 0.05 * drift[r] * rng.uniform(0.9, 1.1))
+    both = streaming_anatomy.finding(pd.concat([streams, pts], ignore_index=True))
+    assert both.verdict == "direction" and both.text.startswith("Client TTFT with 2 requests")
+    assert "Beside it, with its own verdict (" in both.text and "Time per output token (TPOT) at 32 vs 8" in both.text
+    assert evidence.verdict_counts([both])["direction"] == 1
+    batched = (lambda c, r, i: 0.1 * drift[r] * rng.uniform(0.995, 1.005))
+    _, _, same = _fake_http(monkeypatch, tmp_path / "b", batched, rounds=4)
+    g = streaming_anatomy.finding(same)
+    assert g.verdict == "equivalent" and "equivalent within +-5%" in g.text

@@ -357,10 +357,11 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=
     below the baseline's; a strategy left out is named with its coverage and time), decided by
     :func:`pick_decision`: against ``one_shot`` (the design's simultaneous interval of the wall-time ratio) and
     against its runner-up (Tukey's level, from the run folder's design table); a ``one_shot`` pick only when every
-    other strategy is slower beyond noise or equivalent. The verdict is the least decided language's
-    (:func:`workbench.run.design.weakest`); an A/A control that moved leaves it undecided. Secondary, each with its
-    own verdict and never the mark: each strategy's time to first visible text against ``one_shot``. Point-by-point
-    runs (one repeat) pair nothing: undecided.
+    other strategy is slower beyond noise or equivalent. The primary comparison, the one that sets the verdict, is
+    the first language's pick (the suite's ``languages[0]``, English by default; issue 49: one primary outcome sets a
+    finding's mark); every other language's pick is said with its own verdict beside it, never the mark. An A/A
+    control that moved leaves it undecided. Secondary, each with its own verdict and never the mark: each strategy's
+    time to first visible text against ``one_shot``. Point-by-point runs (one repeat) pair nothing: undecided.
 
     Args:
         requests: this experiment's rows (one per text and round).
@@ -381,7 +382,10 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=
     rows = _design_rows(points)
     again = design.reanalyse(run_dir, EXPERIMENT) if run_dir is not None and rows is not None else None
     parts, guard_clauses, second, ev, decided = [], [], [], [], []
-    for lang, g in df.groupby("language", sort=False):
+    order = list(dict.fromkeys(points["language"] if points is not None and "language" in points else df["language"]))
+    groups = dict(tuple(df.groupby("language", sort=False)))
+    for lang in [x for x in order if x in groups] + [x for x in groups if x not in order]:   # the plan's order
+        g = groups[lang]
         med = g.groupby("strategy")[[c for c in ("wall_s", "first_text_s", "coverage") if c in g]].median()
         base = baseline_strategy(med.index)
         kept = _guarded(med, base)
@@ -408,10 +412,11 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=
             decided.append((None, None))
             continue
         best, clause, dec = pick_decision(mine, kept, base, again[1] if again is not None else None)
+        role = "" if not decided else f"secondary ({dec.verdict}), "
         if best == base:
-            parts.append(f"{lang}: {clause} ({base}: {figures_of(base)})")
+            parts.append(f"{lang}: {role}{clause} ({base}: {figures_of(base)})")
         else:
-            parts.append(f"{lang}: {best} is the fastest{guard} ({figures_of(best)}): {clause}")
+            parts.append(f"{lang}: {role}{best} is the fastest{guard} ({figures_of(best)}): {clause}")
         decided.append((mine.iloc[0].to_dict(), dec))
         for s in mine.index:
             if s == base:
@@ -427,13 +432,11 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=
         text += " Secondary, each with its own verdict: " + "; ".join(second) + "."
     if rows is None:
         ev.append("measured point by point (one repeat): no design, no A/A control")
-    got = [d for _, d in decided]
-    weakest = design.weakest(got) if all(d is not None for d in got) else None
-    if weakest is None:             # a language without a decision: nothing to read a verdict from
+    row, primary = decided[0] if decided else (None, None)   # the first language's pick is the primary comparison
+    if primary is None:             # no decision for it: nothing to read a verdict from
         fields = {"verdict": "undecided"}
     else:
-        row = next(r for r, d in decided if d is weakest)
-        fields = design.finding_fields(row, weakest)
+        fields = design.finding_fields(row, primary)
         if row.get("aa_verdict") == "direction":
             text += " The A/A control moved (one_shot against itself shows a direction): drift, not effects."
             fields["verdict"] = "undecided"

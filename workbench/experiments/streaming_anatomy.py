@@ -8,11 +8,11 @@ Three sweeps into one run folder, each a ``workbench.run.sweeps.run_sweep`` expe
   attached to record when text first becomes visible (``first_display_s``) and
   what the display path costs per token (``handler_s_per_token``). With 2+ lengths and ``repeats`` >= 2 the
   lengths are the arms of one design (issue 49; :func:`sweep_design`): every round runs each length once and the
-  shortest a second time (the A/A control), order shuffled; the **primary comparison**, the one the finding's verdict
-  rests on, is the time per output token of the longest output over the shortest (:data:`TPOT`: does decoding slow
-  as the output, and its KV cache, grows?), analysed as a block design (a direction, equivalent within the margin,
-  or undecided with the rounds it would need). That streaming shows the first token before the whole answer is a
-  measurement, not a decision: e2e exceeds TTFT for any answer longer than one token.
+  shortest a second time (the A/A control), order shuffled; the time per output token of the longest output over
+  the shortest (:data:`TPOT`: does decoding slow as the output, and its KV cache, grows?), analysed as a block design
+  (a direction, equivalent within the margin, or undecided with the rounds it would need). That streaming shows the
+  first token before the whole answer is a measurement, not a decision: e2e exceeds TTFT for any answer longer than
+  one token.
 - ``granularity``: one batch displayed every token, every N tokens and every T
   ms side by side (one ``generate`` per repeat feeds a display buffer per
   granularity, so every granularity sees the same token stamps): updates,
@@ -25,7 +25,14 @@ Three sweeps into one run folder, each a ``workbench.run.sweeps.run_sweep`` expe
   client add. HTTP rows time text chunks, not tokens: their gaps are
   ``chunk_itl_s`` (no ``itl_s``), their ``tpot_s`` is over the decode steps
   between the first and last chunk, and their ``batch_size`` is 1 (the server
-  serves one request at a time, whatever the client concurrency).
+  serves one request at a time, whatever the client concurrency). With 2+ concurrencies and ``repeats`` >= 2 the
+  concurrencies are the arms of one design (:func:`http_design`; the run is the unit: a round sends each
+  concurrency's requests once and one request alone again, the A/A control): the **primary comparison**, the one
+  the finding's verdict rests on, is the client TTFT of the round's requests at the highest concurrency over one
+  request alone (:data:`CLIENT_TTFT`: what a user waits for the first token when others ask at the same moment).
+  It can come out either way (a server that batches concurrent requests keeps it near 1x; one that serves them in
+  turn multiplies it), and it decides in 2-3 rounds where the TPOT comparison, a few percent, needs tens: that one
+  is said beside it with its own verdict (issue 49, results/LOG.md 2026-12-06).
 
 :func:`run` measures all three; :func:`figures` draws ITL distribution and
 position, perceived latency (stream vs wait), granularity, per-request
@@ -252,6 +259,47 @@ def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design.SweepD
                                                             cfg.warmup), extra)
 
 
+#: The primary outcome of the HTTP design: the client TTFT of a round's requests at one concurrency (their median).
+CLIENT_TTFT = design.Outcome("ttft_s", False, "client TTFT", "ttft_vs_control")
+
+#: Per-point columns of the HTTP design: medians of its requests over the rounds (seconds).
+HTTP_EXTRA = ("transport_ttft_s", "engine_ttft_s", "engine_queue_s")
+
+
+def http_design(cfg: "Config", base_url: str, tokenizer=None) -> design.SweepDesign:
+    """The HTTP sweep's concurrencies as one design (:mod:`workbench.run.design`), the run the unit: round ``r``
+    sends, for each concurrency ``c``, ``c`` streaming requests together (:func:`workbench.load.client.measure_http`,
+    seed ``cfg.seed + r``), and one request alone a second time (the A/A control), in an order shuffled per round.
+    The lowest concurrency is the marked control; the primary outcome is the median client TTFT of the run's
+    requests (:data:`CLIENT_TTFT`); the design stops early once the highest concurrency is decided.
+
+    Returns:
+        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
+        ``{"concurrency": c}``); each point's ``extra`` holds the medians of :data:`HTTP_EXTRA` (``<column>_p50``).
+    """
+    levels = sorted(int(c) for c in cfg.http_concurrency)
+    pid = (lambda c: point_result.point_id("http", {"concurrency": c}))
+    prompts = cfg.timeline_prompts()
+
+    def measure(p, rnd):
+        got = measure_http(base_url, prompts, p["concurrency"], cfg.http_tokens, 1, 0, cfg.temperature,
+                           cfg.seed + rnd, tokenizer=tokenizer)
+        return design.Measured({CLIENT_TTFT.name: float(np.median([q["ttft_s"] for q in got["requests"]]))},
+                               got["requests"], got["wall_s"])
+
+    def prepare(p):
+        return measure_http(base_url, prompts, p["concurrency"], cfg.http_tokens, 0, cfg.warmup, cfg.temperature,
+                            cfg.seed, tokenizer=tokenizer)["warmup_s"]
+
+    def extra(point_id, result):
+        reqs = result.requests.get(point_id, [])
+        return {f"{c}_p50": metrics.percentiles([q[c] for q in reqs], (50,))["p50"] for c in HTTP_EXTRA}
+
+    d = design.Design("http", [pid(c) for c in levels], pid(levels[0]), CLIENT_TTFT, decide=[pid(levels[-1])],
+                      **cfg.design_kwargs())
+    return design.SweepDesign(d, measure, prepare, extra)
+
+
 #: Per-request display columns of the granularity sweep, summarised per granularity.
 GRANULARITY_COLUMNS = ("updates", "tokens_per_update", "display_lag_s_mean", "display_lag_s_p90",
                        "added_first_display_s", "handler_s_per_token")
@@ -346,8 +394,8 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     """Measure the streaming (with 2+ lengths and ``repeats`` >= 2 one design, :func:`sweep_design`: its rounds on
-    disk in ``design/streaming.parquet``, resumed by round), granularity and (if ``cfg.http``) http sweeps into
-    ``run_dir``.
+    disk in ``design/streaming.parquet``, resumed by round), granularity and (if ``cfg.http``) http sweeps (with 2+
+    concurrencies and ``repeats`` >= 2 one design, :func:`http_design`, ``design/http.parquet``) into ``run_dir``.
 
     Returns:
         The points of the three sweeps (``experiment`` tells them apart).
@@ -363,9 +411,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     if cfg.http:
         with ServerThread(loaded) as srv:
             http = {"base_url": srv.base_url}
+            served = (http_design(cfg, srv.base_url, loaded.tokenizer)
+                      if len(set(cfg.http_concurrency)) >= 2 and cfg.repeats >= 2 else None)
             frames.append(sweeps.run_sweep(run_dir, "http", sweeps.expand_grid(concurrency=cfg.http_concurrency),
                                            lambda p: measure_point(loaded, cfg, p, http), speed_probe=True,
-                                           **common))
+                                           design=served, **common))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -387,53 +437,97 @@ def anatomy_table(points: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in ANATOMY_COLUMNS if c in df]]
 
 
-def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evidence.Finding:
-    """The decode speed of the longest output against the shortest, decided; how much sooner streaming shows text,
-    measured.
+def _http_primary(points: pd.DataFrame) -> tuple[str, dict, str] | None:
+    """The HTTP design's decision (:func:`http_design`): ``(sentence, finding fields, evidence)``, or None when the
+    http points were not measured as a design."""
+    df = evidence.usable_points(_only(points, "http"))
+    if df.empty or "design" not in df or not df["design"].map(lambda v: isinstance(v, str)).any():
+        return None
+    df = df.sort_values("concurrency")
+    lo, hi = df.iloc[0], df.iloc[-1]
+    dec = design.decision_from_row(hi, CLIENT_TTFT)
+    if dec is None:
+        return None
+    name = (f"Client TTFT with {int(hi['concurrency'])} requests sent together vs one alone "
+            f"({hi['ttft_s_p50']:.2f} vs {lo['ttft_s_p50']:.2f} s, HTTP streaming, the run the unit)")
+    text = dec.describe(name, words=CLIENT_TTFT.words,
+                        seconds_per_round=checks.float_or_nan(hi.get("seconds_per_round"))) + "."
+    fields = design.finding_fields(hi, dec)
+    if hi.get("aa_verdict") == "direction":
+        text += " The A/A control moved (one request alone against itself shows a direction): drift, not effects."
+        fields["verdict"] = "undecided"
+    queue = hi.get("engine_queue_s_p50")
+    if checks.float_or_nan(queue) == checks.float_or_nan(queue):
+        text += f" The engine's queue wait at {int(hi['concurrency'])}: {queue:.2f} s (median request)."
+    return text, fields, f"primary: client TTFT per run (its requests' median), {design.evidence_text(hi)}"
 
-    The primary comparison (it alone sets the verdict): the time per output token at the longest output over the
-    shortest, from the streaming design's block analysis (:data:`TPOT`; an A/A control that moved leaves it
-    undecided). A researcher reads whether decoding slows as the output grows here (a direction), does not within the
-    margin (equivalent), or needs more rounds (undecided, with how many). Beside it, a measurement that decides
-    nothing: the longest output's first token against its whole answer (medians; e2e exceeds TTFT for any answer
-    longer than one token, so it cannot come out the other way). One output length compares nothing: a measurement
-    (verdict ``""``); lengths measured without a design (one repeat): undecided.
+
+def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evidence.Finding:
+    """What a concurrent request does to the first token, decided; whether decoding slows as the output grows,
+    decided beside it; how much sooner streaming shows text, measured.
+
+    The primary comparison (it alone sets the verdict), when the http points were measured as a design
+    (:func:`http_design`): the client TTFT with the most requests sent together over one request alone
+    (:data:`CLIENT_TTFT`, the run the unit; an A/A control that moved leaves it undecided). Beside it, with its own
+    verdict: the time per output token at the longest output over the shortest (:data:`TPOT`, the streaming
+    design) - a direction, equivalent within the margin, or undecided with how many rounds; without the http design
+    it is the primary. And a measurement that decides nothing: the longest output's first token against its whole
+    answer (medians; e2e exceeds TTFT for any answer longer than one token, so it cannot come out the other way).
+    One output length and no http design compares nothing: a measurement (verdict ``""``); lengths measured
+    without a design (one repeat): undecided.
 
     Args:
-        points: the points of :func:`run` (the ``streaming`` sweep is used).
+        points: the points of :func:`run` (the ``streaming`` and ``http`` sweeps are used).
         requests: their requests (unused since the design runner; kept for callers).
 
     Returns:
         :class:`workbench.stats.evidence.Finding`.
     """
+    served = _http_primary(points)
     df = evidence.usable_points(_only(points, "streaming"))
-    if df.empty:
+    if df.empty and served is None:
         return evidence.Finding("No valid streaming point finished.", "", False, verdict="undecided")
-    df = df.sort_values("max_new_tokens")
-    lo, hi = df.iloc[0], df.iloc[-1]
-    ids = evidence.point_ids(df)
-    shown = (f"Streaming shows the first token after {hi['ttft_s_p50']:.2f} s instead of {hi['e2e_s_p50']:.1f} s for "
-             f"a {int(hi['max_new_tokens'])}-token answer (a measurement, not a decision: e2e exceeds TTFT for any "
-             f"answer longer than one token).")
-    parts = [f"{checks.int_or(hi.get('batch_size'), 1)} request(s) per batch; TTFT and e2e p50 of the longest output "
-             f"over its rounds"]
-    if len(df) < 2:
-        return evidence.Finding(shown + " One output length: no comparison of decode speed.", "; ".join(parts), True,
-                                ids, verdict="")
-    name = (f"Time per output token (TPOT) at {int(hi['max_new_tokens'])} vs {int(lo['max_new_tokens'])} output "
-            f"tokens ({hi['tpot_s_p50'] * 1e3:.0f} vs {lo['tpot_s_p50'] * 1e3:.0f} ms)")
-    dec = design.decision_from_row(hi, TPOT) if isinstance(hi.get("design"), str) else None
-    if dec is None:
-        return evidence.Finding(f"{name}: undecided: one round pairs nothing (repeats >= 2 measure the lengths as a "
-                                f"design). {shown}", "; ".join(parts), False, ids, verdict="undecided")
-    fields = design.finding_fields(hi, dec)
-    text = dec.describe(name, words=TPOT.words, seconds_per_round=checks.float_or_nan(hi.get("seconds_per_round")))
-    text += "."
-    if hi.get("aa_verdict") == "direction":
-        text += " The A/A control moved (the shortest output against itself shows a direction): drift, not effects."
-        fields["verdict"] = "undecided"
-    parts.insert(0, f"primary: TPOT per round (the batch's median request), {design.evidence_text(hi)}")
-    return evidence.Finding(f"{text} {shown}", "; ".join(parts), True, ids, **fields)
+    ids = evidence.point_ids(pd.concat([df, evidence.usable_points(_only(points, "http"))]))
+    parts, shown, tpot = [], "", None
+    if not df.empty:
+        df = df.sort_values("max_new_tokens")
+        lo, hi = df.iloc[0], df.iloc[-1]
+        shown = (f" Streaming shows the first token after {hi['ttft_s_p50']:.2f} s instead of {hi['e2e_s_p50']:.1f} s "
+                 f"for a {int(hi['max_new_tokens'])}-token answer (a measurement, not a decision: e2e exceeds TTFT "
+                 f"for any answer longer than one token).")
+        parts.append(f"{checks.int_or(hi.get('batch_size'), 1)} request(s) per batch; TTFT and e2e p50 of the "
+                     f"longest output over its rounds")
+        name = (f"Time per output token (TPOT) at {int(hi['max_new_tokens'])} vs {int(lo['max_new_tokens'])} output "
+                f"tokens ({hi['tpot_s_p50'] * 1e3:.0f} vs {lo['tpot_s_p50'] * 1e3:.0f} ms)")
+        dec = design.decision_from_row(hi, TPOT) if len(df) >= 2 and isinstance(hi.get("design"), str) else None
+        if len(df) < 2:
+            tpot = (" One output length: no comparison of decode speed.", None, None)
+        elif dec is None:
+            tpot = (f"{name}: undecided: one round pairs nothing (repeats >= 2 measure the lengths as a design).",
+                    {"verdict": "undecided"}, None)
+        else:
+            text = dec.describe(name, words=TPOT.words,
+                                seconds_per_round=checks.float_or_nan(hi.get("seconds_per_round"))) + "."
+            fields = design.finding_fields(hi, dec)
+            if hi.get("aa_verdict") == "direction":
+                text += (" The A/A control moved (the shortest output against itself shows a direction): drift, not "
+                         "effects.")
+                fields["verdict"] = "undecided"
+            tpot = (text, fields, f"TPOT per round (the batch's median request), {design.evidence_text(hi)}")
+    if served is not None:
+        text, fields, ev = served
+        parts.insert(0, ev)
+        if tpot is not None and tpot[1] is not None:
+            text += f" Beside it, with its own verdict ({tpot[1]['verdict']}): {tpot[0]}"
+            if tpot[2]:
+                parts.append(tpot[2])
+        return evidence.Finding(text + shown, "; ".join(parts), True, ids, **fields)
+    if tpot is None or tpot[1] is None:
+        return evidence.Finding(shown.strip() + (tpot[0] if tpot else ""), "; ".join(parts), True, ids, verdict="")
+    text, fields, ev = tpot
+    if ev:
+        parts.insert(0, f"primary: {ev}")
+    return evidence.Finding(text + shown, "; ".join(parts), True, ids, **fields)
 
 
 def granularity_table(requests: pd.DataFrame) -> pd.DataFrame:
