@@ -244,7 +244,11 @@ def execute_in_process(nb, params: dict, run_dir) -> dict:
 
     For tests of what a notebook's cells do: they share this process's imports, its loaded default model (the
     ``loaded`` fixture), its device probe and its drift reference instead of paying a kernel start, a fresh import
-    of everything and a model load each. The kernel path itself (papermill, parameter injection, the command line)
+    of everything and a model load each. The drift reference is measured once and stands for the whole notebook
+    (``REFERENCE_REUSE_S`` raised: each sweep's start reference reused, no end reference; 2-4 references of ~1.5 s
+    each a notebook otherwise): what a drift does to a sweep's points is tested in ``run/test_drift.py`` and
+    ``run/test_sweeps.py`` (stand-in references), and the references themselves by the real command's sessions
+    (``test_faults.py``). The kernel path itself (papermill, parameter injection, the command line)
     is tested through real kernels in ``cli/test_cli.py``, ``test_faults.py`` and ``experiments/test_explorer.py``.
 
     Returns:
@@ -261,9 +265,12 @@ def execute_in_process(nb, params: dict, run_dir) -> dict:
     nb = Path(nb)
     cells = [c for c in json.loads(nb.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
     namespace = {"__name__": "__main__", "display": display}
+    from workbench.run import drift
+
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(nb.parent)
         mp.setenv("WORKBENCH_HEADLESS", "1")
+        mp.setattr(drift, "REFERENCE_REUSE_S", 3600.0)
         mp.setattr(plotly.basedatatypes.BaseFigure, "show", lambda self, *a, **k: None)
         for i, cell in enumerate(cells, 1):
             source = "".join(cell["source"])

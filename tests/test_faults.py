@@ -18,8 +18,10 @@ from workbench.run import locks, results, sweeps
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (1, 2, 3, 4, 8)   # the faulted sweep's points: one a stage, with batch 8 last (stage 5 fails it on purpose)
+# --figures none: the sessions' reports without their static PNG / SVG copies (Kaleido, a browser start and ~0.3 s an
+# image each time); what is checked here is what a fault leaves on disk (static figures: tests/share/test_static_figures.py)
 SWEEP = ["sweep", "01_batch_size", "-p", "batch_sizes", str(list(SIZES)), "-p", "prompt_tokens", "[64]",
-         "-p", "max_new_tokens", "6", "-p", "repeats", "1", "-p", "warmup", "0"]
+         "-p", "max_new_tokens", "6", "-p", "repeats", "1", "-p", "warmup", "0", "--figures", "none"]
 
 
 def workbench(*args, env_extra=None, timeout=600, **kw):
@@ -122,7 +124,7 @@ def faulted_sweep(tmp_path_factory):
     link = tmp / "linked" / run.name
     out.update(run=run, link=link)
     out[1] = _stage(run, returncode=code, output=text)
-    resume = ["sweep", "01_batch_size", "--resume", str(link)]
+    resume = ["sweep", "01_batch_size", "--resume", str(link), "--figures", "none"]
     _, code, text = _kill_after(resume, env, real, out[1]["ok"] + 1, signal.SIGTERM, 0.2, group=False)
     kernels = _processes_with_env(f"WORKBENCH_RESULTS={real.resolve()}")   # its kernel went with it, not after
     done = _ok_points(run)

@@ -30,6 +30,8 @@ def workbench(*args, env_extra=None, timeout=600):
     (["sweep", "no_such.ipynb"], "error: notebook:"),
     (["run", "no_such_suite"], "error: suite:"),
     (["run", "README.md"], "error: suite:"),
+    (["run", "quick", "--figures", "gif"], "error: --figures: unknown format 'gif'"),
+    (["sweep", "01_batch_size", "--figures", "png,gif"], "error: --figures: unknown format 'gif'"),
     (["sweep", "01_batch_size", "-p", "max_new_tokens", "true"], "error: max_new_tokens:"),
     (["sweep", "01_batch_size", "-p", "max_new_tokens", "100000000"], "error: max_new_tokens:"),
     (["sweep", "01_batch_size", "-p", "ignore_eos", "maybe"], "error: ignore_eos:"),

@@ -69,24 +69,27 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
     return params
 
 
-def _build_report(run_dir) -> Path:
-    """The finished run's report (:func:`workbench.share.report.build_report`), handed to the suite runner."""
+def _build_report(run_dir, figures=None) -> Path:
+    """The finished run's report (:func:`workbench.share.report.build_report`; ``figures``: its static formats, None
+    the default), handed to the suite runner."""
     from workbench.share import report
 
-    return report.build_report(run_dir)
+    return report.build_report(run_dir, figures=figures)
 
 
 def cmd_run(args) -> int:
     from workbench.run import notebooks
 
     if args.rerun_invalid:
+        figures = _figures(args.figures)
         return suite_runner.run_entries(suite_runner.rerun_invalid_entries(args.rerun_invalid), args.rerun_invalid,
-                                        args.label, report=_build_report)
+                                        args.label, report=lambda run_dir: _build_report(run_dir, figures))
     suite = notebooks.load_suite(args.suite)
     from workbench.share.cost import check_price
 
     price = check_price(args.price_per_hour if getattr(args, "price_per_hour", None) is not None
                         else suite.get("price_per_hour"))
+    figures = _figures(args.figures if args.figures is not None else suite.get("figures"))
     if getattr(args, "dry_run", False):
         return _print_plan(suite["notebooks"])
     if getattr(args, "ray", None):  # connect, check the suite fits the cluster; kernels inherit $WORKBENCH_RAY
@@ -94,8 +97,20 @@ def cmd_run(args) -> int:
 
         prepare(args.ray, suite["notebooks"])
     return suite_runner.run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"],
-                                    price_per_hour=price, allow_changed=args.allow_changed, report=_build_report,
+                                    price_per_hour=price, allow_changed=args.allow_changed,
+                                    report=lambda run_dir: _build_report(run_dir, figures),
                                     budget_s=suite.get("budget_s"))
+
+
+def _figures(value) -> str | None:
+    """The report's static figure formats from ``--figures`` or a suite's ``figures:`` (a string or a list; None:
+    the default), refused before anything runs when a format is unknown."""
+    if value is None:
+        return None
+    from workbench.share.static_figures import parse_formats
+
+    parse_formats(value)
+    return value if isinstance(value, str) else ",".join(map(str, value)) or "none"
 
 
 def cmd_sweep(args) -> int:
@@ -115,8 +130,10 @@ def cmd_sweep(args) -> int:
         from workbench.run.distributed import prepare
 
         prepare(args.ray, [{"notebook": str(nb), "parameters": params}])
+    figures = _figures(args.figures)
     return suite_runner.run_entries([{"notebook": str(nb.resolve()), "parameters": params}], args.resume, args.label,
-                                    allow_changed=args.allow_changed, report=_build_report)
+                                    allow_changed=args.allow_changed,
+                                    report=lambda run_dir: _build_report(run_dir, figures))
 
 
 def cmd_report(args) -> int:
@@ -233,6 +250,12 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def _figures_flag(parser) -> None:
+    parser.add_argument("--figures", default=None, metavar="png,svg,pdf",
+                        help="static figure formats of the run's report (default png,svg when a renderer is present, "
+                             "or the suite's figures:; none to skip)")
+
+
 def _allow_plain_http_key(p) -> None:
     p.add_argument("--allow-plain-http-key", action="store_true",
                    help="let an endpoint's API key go over plain http:// to a remote host (a suite cannot allow it)")
@@ -246,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("suite", nargs="?", default="default", help="suite name in suites/ (default, quick) or a YAML path")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
     r.add_argument("--label", default="", help="suffix of the new run id (letters, digits, _.-)")
+    _figures_flag(r)
     r.add_argument("--allow-changed", action="store_true",
                    help="with --resume: accept settings that differ from the run's (model, device, dtype, packages, "
                         "notebook configs); the changed points are measured again under new ids")
@@ -272,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --resume: accept settings that differ from the run's (model, device, dtype, packages, "
                         "notebook configs); the changed points are measured again under new ids")
     s.add_argument("--dry-run", action="store_true", help="print the points and predicted cost; measure nothing")
+    _figures_flag(s)
     s.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
                    help="measure the points on Ray workers (see workbench run --help)")
     _allow_plain_http_key(s)

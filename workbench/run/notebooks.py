@@ -334,9 +334,10 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
 def load_suite(suite: str) -> dict:
     """Read a suite: a name in ``suites/`` (``default``, ``quick``) or a YAML path.
 
-    Format: ``{"description": str, "budget_s": seconds (optional), "notebooks": [{"notebook": path, "parameters":
-    dict}]}``; notebook paths are relative to the repository. ``budget_s``: after that many seconds of the run no
-    design adds a round beyond its minimum (:mod:`workbench.run.design`).
+    Format: ``{"description": str, "budget_s": seconds (optional), "figures": static formats of the run's report
+    (optional: ``"png,svg"``, a list, or ``none``; default png,svg where a renderer is present), "notebooks":
+    [{"notebook": path, "parameters": dict}]}``; notebook paths are relative to the repository. ``budget_s``: after
+    that many seconds of the run no design adds a round beyond its minimum (:mod:`workbench.run.design`).
 
     Raises:
         ParameterError: unknown suite or malformed file.
