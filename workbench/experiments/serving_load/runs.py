@@ -19,7 +19,7 @@ import numpy as np
 from workbench.load import load
 from workbench.load.bench import Bench, achieved_rps, run_profile, run_sampled
 from workbench.load.saturation import kept_up
-from workbench.run import design
+from workbench.run import design, design_sweep
 from workbench.stats import metrics, slo
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def compare_rate(cfg: Config, loaded, run_dir=None, bench: Bench | None = None) 
     return got
 
 
-def engine_design(cfg: Config, loaded, run_dir=None) -> design.SweepDesign:
+def engine_design(cfg: Config, loaded, run_dir=None) -> design_sweep.SweepDesign:
     """The engines compared under one load as one design (module docstring): the arms are ``compare_engines``,
     ``compare_control`` the marked control and the A/A arm; arm ``e`` in round ``k`` is one run of ``compare_requests``
     requests at :func:`compare_rate`'s rate (``cfg.compare_arrival``, arrival seed ``seed + k`` for every arm) on a fresh
@@ -127,7 +127,7 @@ def engine_design(cfg: Config, loaded, run_dir=None) -> design.SweepDesign:
     over its wall time); each run's point columns are :func:`point_columns`'.
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     import time
 
@@ -177,7 +177,7 @@ def engine_design(cfg: Config, loaded, run_dir=None) -> design.SweepDesign:
 
     d = design.Design(EXPERIMENT, list(cfg.compare_engines), cfg.compare_control, TTFT, (THROUGHPUT,),
                       **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, prepare, unit_of=unit_of)
+    return design_sweep.SweepDesign(d, measure, prepare, unit_of=unit_of)
 
 
 def kept_rows(res: load.LoadResult, cfg: Config) -> list[dict]:

@@ -80,7 +80,7 @@ from workbench.experiments.streaming_anatomy.summaries import (
 from workbench.load.client import measure_http
 from workbench.measure.detokenize import Granularity, StreamTap
 from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured, warm_up
-from workbench.run import design, point_result, sweeps
+from workbench.run import design, design_sweep, point_result, sweeps
 from workbench.run.point_result import PointResult
 from workbench.serving.server import ServerThread
 from workbench.stats import metrics
@@ -236,7 +236,7 @@ def measure_stream(
     return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=extra)
 
 
-def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design.SweepDesign:
+def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design_sweep.SweepDesign:
     """The streaming sweep's output lengths as one design (:mod:`workbench.run.design`): round ``r`` runs one batch
     of each length at seed ``cfg.seed + r``, every token timed with the every-token display attached (as
     :func:`measure_stream`), and the shortest length a second time (the A/A control), in an order shuffled per round.
@@ -245,7 +245,7 @@ def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design.SweepD
     ``repeat`` = round.
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
         ``{"max_new_tokens": n}``); each point's ``extra`` holds ``itl_jitter``.
     """
     prompts = [cfg.prompt] * cfg.batch_size
@@ -271,7 +271,7 @@ def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design.SweepD
     short, long_ = min(lengths), max(lengths)
     d = design.Design("streaming", [pid(n) for n in lengths], pid(short), TPOT, decide=[pid(long_)],
                       **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, lambda p: warm_up(loaded, prompts, cfg.settings(p["max_new_tokens"]),
+    return design_sweep.SweepDesign(d, measure, lambda p: warm_up(loaded, prompts, cfg.settings(p["max_new_tokens"]),
                                                             cfg.warmup), extra)
 
 
@@ -280,7 +280,7 @@ def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design.SweepD
 HTTP_EXTRA = ("transport_ttft_s", "engine_ttft_s", "engine_queue_s")
 
 
-def http_design(cfg: "Config", base_url: str, tokenizer=None) -> design.SweepDesign:
+def http_design(cfg: "Config", base_url: str, tokenizer=None) -> design_sweep.SweepDesign:
     """The HTTP sweep's concurrencies as one design (:mod:`workbench.run.design`), the run the unit: round ``r``
     sends, for each concurrency ``c``, ``c`` streaming requests together (:func:`workbench.load.client.measure_http`,
     seed ``cfg.seed + r``), and one request alone a second time (the A/A control), in an order shuffled per round.
@@ -288,7 +288,7 @@ def http_design(cfg: "Config", base_url: str, tokenizer=None) -> design.SweepDes
     requests (:data:`CLIENT_TTFT`); the design stops early once the highest concurrency is decided.
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
         ``{"concurrency": c}``); each point's ``extra`` holds the medians of :data:`HTTP_EXTRA` (``<column>_p50``).
     """
     levels = sorted(int(c) for c in cfg.http_concurrency)
@@ -311,7 +311,7 @@ def http_design(cfg: "Config", base_url: str, tokenizer=None) -> design.SweepDes
 
     d = design.Design("http", [pid(c) for c in levels], pid(levels[0]), CLIENT_TTFT, decide=[pid(levels[-1])],
                       **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, prepare, extra)
+    return design_sweep.SweepDesign(d, measure, prepare, extra)
 
 
 #: Per-request display columns of the granularity sweep, summarised per granularity.
