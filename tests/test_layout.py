@@ -124,10 +124,12 @@ HOMES = {
     r"^\s*def _?check_(int|float|list|int_list|float_list|choice|str_list)\(": "checks.py",
     r"np\.percentile\(|np\.quantile\(": "stats/metrics.py",
     r"^\s*def (t_interval|ratio_interval|wilson_interval|usable_points|fit_support)\(": "stats/evidence.py",
-    # t quantiles: intervals over independent units (evidence) and a design's critical values (blocks)
-    r"stats\.t\.ppf\(": ("stats/evidence.py", "stats/blocks.py"),
-    r"^\s*def (critical_value|fit_block_model|spread_check|rounds_needed|pick_versus|paired_binary|best_of)\(":
-        "stats/blocks.py",
+    # t quantiles: intervals over independent units (evidence), a design's critical values and decisions (decisions)
+    # and its analysis (blocks)
+    r"stats\.t\.ppf\(": ("stats/evidence.py", "stats/blocks.py", "stats/decisions.py"),
+    r"^\s*def (fit_block_model|spread_check|pick_versus|best_of)\(": "stats/blocks.py",
+    r"^\s*def (critical_value|rounds_needed)\(": "stats/decisions.py",
+    r"^\s*def paired_binary\(": "stats/paired.py",
     r"^\s*def (looks|spent|look_alpha)\(": "stats/sequential.py",
     r"Path\(__file__\)\.resolve\(\)\.parents": "paths.py",   # the repository root
     r"^\s*def (float_or_nan|finite_or_none|config_defaults)\(": "checks.py",

@@ -94,7 +94,7 @@ def _design(monkeypatch, tmp_path, walls=None, languages=("en", "zh"), coverage=
     import random
     import types
 
-    from workbench.run import design, point_result
+    from workbench.run import design_sweep, point_result
 
     walls = walls or {"one_shot": 10.0, "outline_batch": 6.0, "outline_sequential": 8.0}
     cfg = long_output.Config(languages=list(languages), strategies=list(walls), repeats=rounds, max_rounds=rounds,
@@ -120,7 +120,7 @@ def _design(monkeypatch, tmp_path, walls=None, languages=("en", "zh"), coverage=
     tmp_path.mkdir(parents=True, exist_ok=True)
     sd = long_output.sweep_design(None, cfg, grid, {"run_dir": None})
     by_id = {point_result.point_id(long_output.EXPERIMENT, p): p for p in grid}
-    got = design.measure_sweep_design(sd, by_id, "", tmp_path, None)
+    got = design_sweep.measure_sweep_design(sd, by_id, "", tmp_path, None)
     pts = pd.DataFrame([{"point_id": pid, "status": "ok", "valid": True, **p, **got[pid].extra}
                         for pid, p in by_id.items()])
     reqs = pd.DataFrame([{**r, "experiment": long_output.EXPERIMENT, "point_id": pid}

@@ -220,7 +220,7 @@ def _fake_design(monkeypatch, tmp_path, repeats=1, num_tasks=8, max_rounds=4):
 
     import workbench.experiments.reasoning_budget as mod
     from workbench.measure.models import default_model_dir
-    from workbench.run import design, point_result
+    from workbench.run import design_sweep, point_result
 
     cfg = R.Config(budgets=[0, 8, 16], batch_sizes=[2], num_tasks=num_tasks, repeats=repeats, max_rounds=max_rounds,
                    warmup=0)
@@ -242,7 +242,7 @@ def _fake_design(monkeypatch, tmp_path, repeats=1, num_tasks=8, max_rounds=4):
     grid = cfg.grid()
     sd = R.sweep_design(loaded, cfg, grid, {})
     by_id = {point_result.point_id(R.EXPERIMENT, p): p for p in grid}
-    got = design.measure_sweep_design(sd, by_id, "", tmp_path, None)
+    got = design_sweep.measure_sweep_design(sd, by_id, "", tmp_path, None)
     pts = pd.DataFrame([{"point_id": pid, "status": "ok", "valid": True, "ttft_s_p50": 0.1, "e2e_s_p50": 0.3,
                          "output_throughput_tps": 10.0, **p, **got[pid].extra} for pid, p in by_id.items()])
     reqs = pd.DataFrame([{**r, **p, "point_id": pid} for pid, p in by_id.items() for r in got[pid].requests])

@@ -110,7 +110,7 @@ def _fake_streams(monkeypatch, tmp_path, tpot, rounds=3):
     by the design runner into ``tmp_path``. Returns the design, the calls (round, length) and the points."""
     import types
 
-    from workbench.run import design, point_result
+    from workbench.run import design_sweep, point_result
 
     cfg = streaming_anatomy.Config(output_tokens=[8, 32], repeats=rounds, max_rounds=rounds, warmup=0, http=False)
     calls = []
@@ -130,7 +130,7 @@ def _fake_streams(monkeypatch, tmp_path, tpot, rounds=3):
     sd = streaming_anatomy.sweep_design(None, cfg, cfg.output_tokens)
     by_id = {point_result.point_id("streaming", {"max_new_tokens": n}): {"max_new_tokens": n}
              for n in cfg.output_tokens}
-    got = design.measure_sweep_design(sd, by_id, "", tmp_path, None)
+    got = design_sweep.measure_sweep_design(sd, by_id, "", tmp_path, None)
     pts = pd.DataFrame([{"experiment": "streaming", "point_id": pid, "status": "ok", "valid": True, "batch_size": 1,
                          "ttft_s_p50": 0.1, "e2e_s_p50": 0.1 + 0.05 * (p["max_new_tokens"] - 1), "tpot_s_p50": 0.05,
                          **p, **got[pid].extra} for pid, p in by_id.items()])
@@ -223,7 +223,7 @@ def test_finding_with_points_of_other_parts_in_the_table():
 def _fake_http(monkeypatch, tmp_path, ttft, rounds=3):
     """http_design on a fake server: ``ttft(concurrency, round, i)`` is request ``i``'s client TTFT; measured by the
     design runner into ``tmp_path``. Returns the design, the calls (round, concurrency) and the points."""
-    from workbench.run import design, point_result
+    from workbench.run import design_sweep, point_result
 
     cfg = streaming_anatomy.Config(output_tokens=[8, 32], http_concurrency=[1, 2], repeats=rounds, max_rounds=rounds,
                                    warmup=0)
@@ -241,7 +241,7 @@ def _fake_http(monkeypatch, tmp_path, ttft, rounds=3):
     monkeypatch.setattr(streaming_anatomy, "measure_http", fake_http)
     sd = streaming_anatomy.http_design(cfg, "http://fake")
     by_id = {point_result.point_id("http", {"concurrency": c}): {"concurrency": c} for c in cfg.http_concurrency}
-    got = design.measure_sweep_design(sd, by_id, "", tmp_path, None)
+    got = design_sweep.measure_sweep_design(sd, by_id, "", tmp_path, None)
     pts = pd.DataFrame([{"experiment": "http", "point_id": pid, "status": "ok", "valid": True, **p,
                          "ttft_s_p50": 0.1 * p["concurrency"], **got[pid].extra} for pid, p in by_id.items()])
     return sd, calls, pts

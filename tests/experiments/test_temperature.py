@@ -230,7 +230,7 @@ def _fake_design(monkeypatch, tmp_path, slow=1.0, repeats=3, max_rounds=3):
     import random
     import types
 
-    from workbench.run import design
+    from workbench.run import design_sweep
 
     cfg = temperature.Config(temperatures=[0.0, 0.7, 1.2], top_ps=[1.0], families=["factual"], languages=["en"],
                              n_factual_prompts=3, repeats=repeats, max_rounds=max_rounds, warmup=0, perplexity=False)
@@ -252,7 +252,7 @@ def _fake_design(monkeypatch, tmp_path, slow=1.0, repeats=3, max_rounds=3):
     grid = cfg.grid()
     sd = temperature.sweep_design(types.SimpleNamespace(tokenizer=None), cfg, grid)
     by_id = {point_result.point_id(temperature.EXPERIMENT, p): p for p in grid}
-    got = design.measure_sweep_design(sd, by_id, "", tmp_path, None)
+    got = design_sweep.measure_sweep_design(sd, by_id, "", tmp_path, None)
     pts = pd.DataFrame([{"point_id": pid, "status": "ok", "valid": True, **p, **got[pid].extra}
                         for pid, p in by_id.items()])
     reqs = pd.DataFrame([{**r, **p, "point_id": pid} for pid, p in by_id.items() for r in got[pid].requests])

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from workbench.errors import ParameterError
-from workbench.run import design, results, sweeps
+from workbench.run import design, design_plan, design_sweep, results, sweeps
 from workbench.stats import blocks
 
 
@@ -98,7 +98,7 @@ def test_a_design_is_a_sweeps_points_with_their_decisions():
     points = [{"batch_size": 1}, {"batch_size": 2}, {"batch_size": 4}]
     ids = [f"toy/batch_size={b}" for b in (1, 2, 4)]
     d = design.Design("toy", ids, ids[0], TPS, min_rounds=3, max_rounds=3)
-    sd = design.SweepDesign(d, lambda p, rnd: fake.measure(f"b={p['batch_size']}", rnd), prepare=lambda p: 0.5,
+    sd = design_sweep.SweepDesign(d, lambda p, rnd: fake.measure(f"b={p['batch_size']}", rnd), prepare=lambda p: 0.5,
                             extra=lambda pid, res: {"exact_match": 1.0})
     run = results.create_run()
     pts = sweeps.run_sweep(run, "toy", points, lambda p: pytest.fail("the design measures"), design=sd)
@@ -133,15 +133,15 @@ def test_bad_designs_are_one_line_errors():
 
 def test_plan_text_names_the_smallest_decidable_effect(monkeypatch, tmp_path):
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
-    text = design.plan_text("toy", 3, 3, 8, seconds_per_measurement=2.0)
+    text = design_plan.plan_text("toy", 3, 3, 8, seconds_per_measurement=2.0)
     assert "smallest decidable effect" in text and "assumed spread" in text and "~24-64 s" in text
     r = design.run_design(design.Design("toy", ["a", "b"], "a", TPS, min_rounds=3, max_rounds=3),
                           Fake({"a": 0.0, "b": 0.5}).measure, progress=False)
-    design.remember_spread(r, "RUN1")
-    assert "run RUN1 measured here" in design.plan_text("toy", 2, 3, 8)
-    monkeypatch.setattr(design, "recalled_spread", lambda exp: {"sigma": 0.5, "run_id": "NOISY"})
-    assert "cannot decide an effect below 2x" in design.plan_text("noisy", 2, 2, 2)
-    assert "cannot decide" not in design.plan_text("noisy", 2, 3, 200)
+    design_plan.remember_spread(r, "RUN1")
+    assert "run RUN1 measured here" in design_plan.plan_text("toy", 2, 3, 8)
+    monkeypatch.setattr(design_plan, "recalled_spread", lambda exp: {"sigma": 0.5, "run_id": "NOISY"})
+    assert "cannot decide an effect below 2x" in design_plan.plan_text("noisy", 2, 2, 2)
+    assert "cannot decide" not in design_plan.plan_text("noisy", 2, 3, 200)
 
 
 def _decision(verdict, need=0, direction=""):

@@ -296,7 +296,7 @@ def test_designs_beside_plain_points_and_a_design_whose_runs_are_points():
     every (arm, round) measurement is a point of its own (the queue experiments' runs), and plain points measured one
     by one, in the grid's order; the rounds a design did not take are not recorded, and a resume measures neither
     design again (issue 49: streaming reader, scheduling, serving load)."""
-    from workbench.run import design
+    from workbench.run import design, design_sweep
 
     run, calls = results.create_run(), []
 
@@ -316,10 +316,10 @@ def test_designs_beside_plain_points_and_a_design_whose_runs_are_points():
         value = 3.0 * (1.03 if rnd % 2 else 0.98) if arm == "q" else 1.0 * (1.01 if rnd % 2 else 1.0)
         return design.Measured({"e2e_s": value}, rows(3), 2.0, {"offered_rps": rnd})
 
-    arms = design.SweepDesign(design.Design("fake", ["fake/proxy=a", "fake/proxy=b"], "fake/proxy=a", design.Outcome("e2e_s", False),
+    arms = design_sweep.SweepDesign(design.Design("fake", ["fake/proxy=a", "fake/proxy=b"], "fake/proxy=a", design.Outcome("e2e_s", False),
                                             min_rounds=2, max_rounds=2), by_arm)
     keys = {"p": "p", "q": "q", "p_aa": design.AA}
-    runs = design.SweepDesign(design.Design("fake_runs", ["p", "q"], "p", design.Outcome("e2e_s", False),
+    runs = design_sweep.SweepDesign(design.Design("fake_runs", ["p", "q"], "p", design.Outcome("e2e_s", False),
                                             min_rounds=2, max_rounds=4), by_run,
                               unit_of=lambda p: (keys[p["policy"]], p["replicate"]) if "policy" in p else None)
     grid = [{"proxy": "plain"}, {"proxy": "a"}, {"proxy": "b"}] + [{"policy": a, "replicate": k} for k in range(4)

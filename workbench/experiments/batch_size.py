@@ -21,7 +21,7 @@ from workbench.errors import ParameterError
 from workbench.inputs.prompts import build_batch
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.predict import predictions
-from workbench.run import design, point_result, sweeps
+from workbench.run import design, design_sweep, point_result, sweeps
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, expand_grid
 from workbench.share import figures_design
@@ -109,7 +109,7 @@ THROUGHPUT = design.Outcome("output_throughput_tps", True, "output throughput", 
 TTFT = design.Outcome("ttft_s", False, "TTFT", "ttft_vs_control")  # ttft_ratio is measured / predicted
 
 
-def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
+def sweep_design(loaded, cfg: Config, points: list[dict]) -> design_sweep.SweepDesign:
     """The points as one design (:mod:`workbench.run.design`): each round runs one batch of every (prompt_tokens,
     batch_size) point and the first point again (the A/A control), order shuffled per round from ``cfg.seed``,
     round ``r`` at seed ``cfg.seed + r``. The control of each prompt length is its smallest batch (marked, not
@@ -117,7 +117,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
     request), TTFT (the rows' median) is secondary. Rows are those of :func:`measure_point` with ``repeat`` = round.
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     settings = cfg.settings()
     pid = (lambda p: point_result.point_id(EXPERIMENT, p))
@@ -144,7 +144,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
     first = next(iter(controls))
     d = design.Design(EXPERIMENT, [pid(p) for p in points], first, THROUGHPUT, (TTFT,), groups=controls,
                       **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, lambda p: warm_up(loaded, batch(p), settings, cfg.warmup))
+    return design_sweep.SweepDesign(d, measure, lambda p: warm_up(loaded, batch(p), settings, cfg.warmup))
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:

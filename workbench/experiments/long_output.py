@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 from workbench.checks import check_choice_list, check_int
 from workbench.measure.generation import WARMUP_NEW_TOKENS, GenerationSettings, warm_up
 from workbench.predict import predictions
-from workbench.run import design, point_result, results, sweeps  # noqa: F401  (plots registers the house template)
+from workbench.run import design, design_sweep, point_result, results, sweeps  # noqa: F401  (plots registers the house template)
 from workbench.run.point_result import PointResult
 from workbench.share import figures_design, plots
 from workbench.stats import blocks, evidence, metrics
@@ -170,7 +170,7 @@ def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:
     return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=_point_extra(rows))
 
 
-def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design.SweepDesign:
+def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design_sweep.SweepDesign:
     """The points as one design (:mod:`workbench.run.design`): round ``r`` writes every point's text once at seed
     ``cfg.seed + r`` and the first language's baseline (:func:`baseline_strategy`) a second time, the A/A control
     (timed, its text neither saved nor stored). Each language's strategies are a group against its baseline
@@ -186,7 +186,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design
         state: ``run_dir`` (optional): where each text is saved (as :func:`measure_point` does, ``r<round>``).
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     plan = cfg.plan()
     pid = (lambda p: point_result.point_id(EXPERIMENT, p))
@@ -216,7 +216,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design
     groups = {base[lang]: [pid(p) for p in points if p["language"] == lang] for lang in langs}
     d = design.Design(EXPERIMENT, [pid(p) for p in points], base[langs[0]], WALL, (FIRST_TEXT,), groups=groups,
                       **cfg.design_kwargs())
-    return design.SweepDesign(d, lambda p, rnd: write(p, rnd, True), prepare,
+    return design_sweep.SweepDesign(d, lambda p, rnd: write(p, rnd, True), prepare,
                               lambda point_id, result: _point_extra(result.requests.get(point_id, [])),
                               measure_aa=lambda p, rnd: write(p, rnd, False))
 

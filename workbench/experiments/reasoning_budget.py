@@ -51,7 +51,7 @@ from workbench.inputs.reasoning import (
 )
 from workbench.measure.generation import GenerationSettings, warm_up
 from workbench.predict import predictions
-from workbench.run import design, point_result, sweeps
+from workbench.run import design, design_sweep, point_result, sweeps
 from workbench.run.point_result import PointResult
 from workbench.share import figures_design, plots
 from workbench.stats import blocks, metrics
@@ -256,7 +256,7 @@ def _round_ttfat(records: list[dict]) -> float:
 TTFAT = design.Outcome("ttfat_s", False, "time to first answer token", "time_ratio")
 
 
-def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design.SweepDesign:
+def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design_sweep.SweepDesign:
     """The points as one design (:mod:`workbench.run.design`). Round ``u`` is pass ``u // chunks`` over chunk
     ``u % chunks`` of the tasks (:func:`chunk_size`): every point answers that chunk in its own batches at seed
     ``cfg.seed + pass`` (the same tasks and seed for every arm of a round), and the first batch size's smallest
@@ -267,7 +267,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design
     ``batch_index``; ``repeat`` = the round).
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     if "tasks" not in state:
         state["tasks"] = cfg.tasks()
@@ -300,7 +300,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design
     decide = [pid(p) for p in _largest(points).values() if pid(p) not in groups]
     d = design.Design(EXPERIMENT, [pid(p) for p in points], first, TTFAT, groups=groups, decide=decide or None,
                       **cfg.design_kwargs())
-    return design.SweepDesign(
+    return design_sweep.SweepDesign(
         d, lambda p, rnd: answer(p, rnd, True),
         lambda p: _prepare_point(loaded, cfg, p, list(tasks[:p["batch_size"]])),
         lambda point_id, result: _point_extra(_sorted(result.requests.get(point_id, []))),

@@ -78,7 +78,7 @@ from workbench.inputs.prompts import LANGUAGES, TASKS, task_prompts
 from workbench.measure import guard, models, quality
 from workbench.measure.generation import GenerationSettings, check_speculative, generate_measured, warm_up
 from workbench.predict import roofline
-from workbench.run import design, point_result, sweeps
+from workbench.run import design, design_sweep, point_result, sweeps
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig
 from workbench.share.plots import label, legend_below, split_by_device
@@ -298,7 +298,7 @@ def is_baseline(point: dict) -> bool:
     return point["technique"] == "none" and point["quantization"] == "none"
 
 
-def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design.SweepDesign:
+def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design_sweep.SweepDesign:
     """Every point as an arm of one design (:mod:`workbench.run.design`): each round measures every point once
     (each workload's baseline, techniques and quantizations) and the first workload's baseline again (the A/A
     control), in an order shuffled per round, round ``r`` at seed ``cfg.seed + r``. Each (task, language)'s plain
@@ -309,7 +309,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design
     ``speedup_low`` / ``speedup_high`` (``1 / time_ratio``, the simultaneous interval inverted).
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     settings = cfg.settings()
     pid = (lambda p: point_result.point_id(EXPERIMENT, p))
@@ -357,7 +357,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict], state: dict) -> design
     d = design.Design(EXPERIMENT, [pid(p) for p in points if any(pid(p) in m for m in controls.values())], first,
                       E2E, groups=controls, judge=judge, **cfg.design_kwargs())
     holder["design"] = d
-    return design.SweepDesign(d, measure, prepare, extra)
+    return design_sweep.SweepDesign(d, measure, prepare, extra)
 
 
 def run(cfg: Config, run_dir, loaded, resume: bool = False):

@@ -89,7 +89,7 @@ from workbench.load.client import stream_request, table_row
 from workbench.load.proxy import NGINX_BUFFER_KB, NGINX_MODES, UPSTREAM_HTTP, Paths, nginx_status
 from workbench.measure import reading
 from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured
-from workbench.run import design, sweeps
+from workbench.run import design, design_sweep, sweeps
 from workbench.run.point_result import PointResult, point_id
 from workbench.share import figures_design
 from workbench.share.plots import label, ok_points, split_by_device
@@ -247,7 +247,7 @@ def lead_mode(modes) -> str | None:
     return next((m for m in LEAD_ORDER if m in set(modes)), None)
 
 
-def sweep_design(cfg: Config, paths: Paths, proxy_points: list[dict]) -> design.SweepDesign:
+def sweep_design(cfg: Config, paths: Paths, proxy_points: list[dict]) -> design_sweep.SweepDesign:
     """The proxy points as one design (:mod:`workbench.run.design`): the paths are the arms, ``direct`` the marked
     control (measured a second time each round as the A/A arm), the round's client TTFT the primary outcome
     (:data:`TTFT`); the design stops early once the leading nginx mode's comparison (:func:`lead_mode`) is decided.
@@ -255,7 +255,7 @@ def sweep_design(cfg: Config, paths: Paths, proxy_points: list[dict]) -> design.
     each path is warmed up ``cfg.warmup`` times first (its nginx started).
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     pids = {point_id(EXPERIMENT, p): p for p in proxy_points}
     control = next(pid for pid, p in pids.items() if p["proxy"] == "direct")
@@ -277,7 +277,7 @@ def sweep_design(cfg: Config, paths: Paths, proxy_points: list[dict]) -> design.
 
     decide = [pid for pid, p in pids.items() if p["proxy"] == lead] or None
     d = design.Design(EXPERIMENT, list(pids), control, TTFT, decide=decide, **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, prepare)
+    return design_sweep.SweepDesign(d, measure, prepare)
 
 
 def measure_point(loaded, cfg: Config, point: dict, state: dict) -> PointResult:

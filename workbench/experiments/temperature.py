@@ -48,7 +48,7 @@ from workbench.errors import ParameterError
 from workbench.measure import quality
 from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured, warm_up
 from workbench.predict import predictions
-from workbench.run import design, point_result
+from workbench.run import design, design_sweep, point_result
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, measure_generation, run_sweep
 from workbench.share import figures_design, plots
@@ -240,7 +240,7 @@ TPOT = design.Outcome("tpot_s", False, "time per output token (TPOT)", "tpot_vs_
 E2E = design.Outcome("e2e_s", False, "time per answer (e2e)", "time_ratio")
 
 
-def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
+def sweep_design(loaded, cfg: Config, points: list[dict]) -> design_sweep.SweepDesign:
     """The points as one design (:mod:`workbench.run.design`): round ``r`` generates each point's family batch once
     at seed ``cfg.seed + r`` (every arm of a round answers the same prompts with the same seed), and the first
     family's baseline a second time (the A/A control: timed, neither scored nor stored). Each family's points are a
@@ -250,7 +250,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
     own requests), so the rounds time generation only.
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     pid = (lambda p: point_result.point_id(EXPERIMENT, p))
     by_id = {pid(p): p for p in points}
@@ -278,7 +278,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
     decide = [pid(p) for p in hottest(points).values() if pid(p) not in groups]
     d = design.Design(EXPERIMENT, [pid(p) for p in points], base[fams[0]], TPOT, (E2E,), groups=groups,
                       decide=decide or None, **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, lambda p: warm_up(loaded, texts[p["family"]], cfg.settings(p), cfg.warmup),
+    return design_sweep.SweepDesign(d, measure, lambda p: warm_up(loaded, texts[p["family"]], cfg.settings(p), cfg.warmup),
                               extra)
 
 

@@ -12,10 +12,15 @@ the run folder, written after each round, so that a resume continues from the la
 analysis (:func:`workbench.stats.blocks.analyse`) it hands back (:class:`DesignResult`). pyperf's
 ``Runner.bench_time_func`` is the model: the runner owns the repetition, the benchmark gives only its body.
 
-:func:`workbench.run.sweeps.run_sweep` takes a design (``design=``): the points are the arms, each point's row carries
-its arm's decision (:func:`DesignResult.point_columns`), and ``workbench plan`` reads what a design would cost and what
-it could decide (:func:`plan_text`) from the spread the last run of the experiment on this machine measured
-(:func:`remember_spread` / :func:`recalled_spread`).
+:func:`workbench.run.sweeps.run_sweep` takes a design (``design=``, :class:`workbench.run.design_sweep.SweepDesign`):
+the points are the arms, each point's row carries its arm's decision (:func:`DesignResult.point_columns`), and
+``workbench plan`` reads what a design would cost and what it could decide (:func:`plan_text`) from the spread the last
+run of the experiment on this machine measured (:func:`remember_spread` / :func:`recalled_spread`).
+
+Here: a design declared, its rounds stored, run and rebuilt (:func:`reanalyse`, :func:`versus_runner_up`). Beside it,
+re-exported here: :mod:`workbench.run.design_findings` (a point row's decision said in a finding) and
+:mod:`workbench.run.design_plan` (what a design costs and can decide); :mod:`workbench.run.design_sweep` runs a design
+over a sweep's points.
 """
 
 from __future__ import annotations
@@ -28,20 +33,27 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from workbench import checks
 from workbench.errors import ParameterError
+from workbench.run.design_findings import (
+    decision_from_row,
+    evidence_text,
+    finding_fields,
+    secondary_clause,
+    weakest,
+)
+from workbench.run.design_plan import DEFAULT_SIGMA, plan_text, recalled_spread, remember_spread, smallest_effect
 from workbench.stats import blocks, sequential
 
 AA = blocks.AA
 ORDERS = ("interleaved", "blocks")
 DEFAULT_MIN_ROUNDS = 3
 DEFAULT_MAX_ROUNDS = 8
-DEFAULT_SIGMA = 0.05      # the log-scale spread assumed by ``workbench plan`` before any run has measured one
 DEADLINE_ENV = "WORKBENCH_SUITE_DEADLINE"   # the suite's deadline (Unix time): rounds beyond the minimum stop there
 STOPPED = ("decided", "max rounds", "budget", "one round")
 
@@ -372,69 +384,6 @@ def reanalyse(run_dir, experiment: str, outcome: str | None = None) -> tuple[Des
     return d, analyse_outcome(table, d, which, alpha)
 
 
-def decision_from_row(row, outcome: Outcome) -> blocks.Decision | None:
-    """The decision a point row carries (:meth:`DesignResult.point_columns`), None when the row has none (the
-    control, an arm not compared, a point measured without a design)."""
-    p = outcome.prefix
-    verdict = row.get(f"{p}_verdict")
-    if not isinstance(verdict, str) or verdict not in blocks.VERDICTS:
-        return None
-    num = (lambda k: checks.float_or_nan(row.get(k)))
-    need = num("rounds_needed")
-    return blocks.Decision(str(row.get("point_id", "")), "", num(p), num(f"{p}_low"), num(f"{p}_high"),
-                           num(f"{p}_level"), verdict, str(row.get(f"{p}_direction") or ""), num("margin"),
-                           int(num("rounds")) if math.isfinite(num("rounds")) else 0, float("nan"),
-                           str(row.get(f"{p}_method") or ""), float("nan"),
-                           int(need) if math.isfinite(need) else (0 if verdict != "undecided" else None),
-                           "" if math.isfinite(num(f"{p}_low")) else str(row.get(f"{p}_method") or ""))
-
-
-def secondary_clause(row, outcome: Outcome, name: str) -> str | None:
-    """A secondary outcome's decision as a point row carries it, as a clause: its verdict and simultaneous interval
-    (:meth:`workbench.stats.blocks.Decision.describe`), without a rounds estimate: the row's ``rounds_needed`` is the
-    primary outcome's, the one the design adds rounds for. None when the row has no decision of ``outcome``."""
-    d = decision_from_row(row, outcome)
-    if d is None:
-        return None
-    if d.decided:
-        return d.describe(name, words=outcome.words)
-    return f"{name}: undecided: " + (f"{d.interval_text()} ({d.method})" if d.shown else d.interval_text())
-
-
-def evidence_text(row) -> str:
-    """A design's evidence as a point row carries it: ``"3 interleaved rounds (stopped: decided), 42 s; A/A
-    1.01x (0.96-1.06x), undecided; equivalence margin +-5%"``."""
-    num = (lambda k: checks.float_or_nan(row.get(k)))
-    rounds = int(num("rounds")) if math.isfinite(num("rounds")) else 0
-    aa = (f"A/A control {num('aa_ratio'):.2f}x ({num('aa_low'):.2f}-{num('aa_high'):.2f}x), "
-          f"{row.get('aa_verdict') or 'no verdict'}" if math.isfinite(num("aa_low")) else "no A/A interval")
-    margin = num("margin")
-    return (f"{rounds} {row.get('design') or 'interleaved'} rounds (stopped: {row.get('design_stopped') or '?'}), "
-            f"{num('design_seconds'):.0f} s; {aa}; equivalence margin +-{margin - 1:.0%}")
-
-
-def finding_fields(row, decision: blocks.Decision | None = None, *, verdict: str | None = None,
-                   rounds_needed: int | None = None) -> dict:
-    """The decision fields of a :class:`workbench.stats.evidence.Finding` from a point row of a design:
-    ``verdict``, ``margin``, ``rounds``, ``seconds`` and, undecided, ``rounds_needed`` / ``seconds_needed``
-    (``decision`` overrides the row's own verdict, e.g. a pick judged against its runner-up; ``verdict`` and
-    ``rounds_needed`` override both, for a finding that combines several decisions)."""
-    num = (lambda k: checks.float_or_nan(row.get(k)))
-    need = decision.rounds_needed if decision is not None else None
-    if verdict is not None:
-        need = rounds_needed
-    verdict = verdict or (decision.verdict if decision is not None else str(row.get("verdict") or "undecided"))
-    secs = num("seconds_per_round")
-    out = {"verdict": verdict, "margin": num("margin") if math.isfinite(num("margin")) else None,
-           "rounds": int(num("rounds")) if math.isfinite(num("rounds")) else 0,
-           "seconds": num("design_seconds") if math.isfinite(num("design_seconds")) else None}
-    if verdict == "undecided":
-        out["rounds_needed"] = need
-        out["seconds_needed"] = (max(need - out["rounds"], 0) * secs if need is not None and math.isfinite(secs)
-                                 else None)
-    return out
-
-
 def versus_runner_up(run_dir, experiment: str, outcome: str, pick, runner, label: str, versus_control,
                      row, words=None) -> tuple[str, dict | None]:
     """A pick against its runner-up, from the run folder's design (:func:`reanalyse`; Tukey's level:
@@ -463,23 +412,6 @@ def versus_runner_up(run_dir, experiment: str, outcome: str, pick, runner, label
     if versus_control is not None and versus_control.decided and not vs.decided:
         return text, finding_fields(row, dataclasses.replace(vs, verdict="undecided"))
     return text, None
-
-
-def weakest(decisions: Sequence[blocks.Decision | None]) -> blocks.Decision | None:
-    """The decision that sets the verdict of a finding resting on several comparisons (one per prompt family,
-    language or batch size): an undecided one, the one needing the most rounds (None, "more than any", first);
-    else a direction; else an equivalent one. None when there is no decision.
-
-    Args:
-        decisions: the comparisons' decisions (None entries are left out).
-    """
-    got = [d for d in decisions if d is not None]
-    if not got:
-        return None
-    open_ = [d for d in got if not d.decided]
-    if open_:
-        return max(open_, key=lambda d: math.inf if d.rounds_needed is None else d.rounds_needed)
-    return next((d for d in got if d.verdict == "direction"), got[0])
 
 
 def _deadline(design: Design, begun: float) -> float:
@@ -652,230 +584,9 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     return DesignResult(design, table, requests, extras, analysis, secondary, rnd, seconds, stopped, looks, warm)
 
 
-# ----------------------------------------------------------------------------- what a design costs and can decide
-
-
-def _spread_file() -> Path:
-    from workbench.measure.models import cache_root
-
-    return cache_root() / "design_spread.json"
-
-
-def remember_spread(result: DesignResult, run_id: str = "") -> None:
-    """Keep what this design measured on this machine (the primary's residual SD on the log scale, the seconds per
-    round and per arm-measurement) for ``workbench plan`` (:func:`recalled_spread`); best effort, never raises."""
-    an = result.analysis
-    if an is None or not (an.sigma > 0) or not result.rounds:
-        return
-    try:
-        path = _spread_file()
-        data = json.loads(path.read_text()) if path.exists() else {}
-        data[result.design.experiment] = {
-            "sigma": float(an.sigma), "arms": len(result.design.measured_arms()),
-            "seconds_per_round": float(result.seconds_per_round),
-            "seconds_per_measurement": float(result.seconds_per_round / len(result.design.measured_arms())),
-            "run_id": run_id, "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        from workbench.measure.models import write_cache_text
-
-        write_cache_text(path, json.dumps(data, indent=1))
-    except (OSError, ValueError):
-        pass
-
-
-def recalled_spread(experiment: str) -> dict | None:
-    """What the last design of ``experiment`` on this machine measured (:func:`remember_spread`), or None."""
-    try:
-        return json.loads(_spread_file().read_text()).get(experiment)
-    except (OSError, ValueError):
-        return None
-
-
-def smallest_effect(sigma: float, n_arms: int, rounds: int, alpha: float = blocks.ALPHA) -> float:
-    """The smallest ratio a balanced design of ``n_arms`` measured arms (the A/A one included) and ``rounds`` rounds
-    can call a direction at the observed spread: ``exp(c * sigma * sqrt(2 / rounds))`` with Dunnett's value over the
-    ``n_arms - 1`` comparisons (:func:`workbench.stats.blocks.planning_critical_value`) at ``alpha``."""
-    if not (sigma > 0) or rounds < 2 or n_arms < 2:
-        return float("nan")
-    dof = (rounds - 1) * (n_arms - 1)
-    c = blocks.planning_critical_value(n_arms - 1, dof, alpha)
-    return float(math.exp(c * sigma * math.sqrt(2 / rounds)))
-
-
-def plan_text(experiment: str, n_arms: int, min_rounds: int, max_rounds: int, aa: bool = True,
-              seconds_per_measurement: float | None = None) -> str:
-    """One line for ``workbench plan``: the smallest effect the design can decide at its last look (from the spread
-    the last run of the experiment on this machine measured, or :data:`DEFAULT_SIGMA`) and the time its rounds take;
-    a design that cannot decide an effect below 2x says so."""
-    measured = n_arms + (1 if aa else 0)
-    known = recalled_spread(experiment)
-    sigma = known["sigma"] if known else DEFAULT_SIGMA
-    source = f"the spread run {known.get('run_id') or '?'} measured here" if known else \
-        f"no run on this machine yet: an assumed spread of {DEFAULT_SIGMA:g} on the log scale"
-    plan = sequential.looks(min_rounds, max_rounds)
-    last = sequential.look_alpha(max_rounds, plan)
-    eff = smallest_effect(sigma, measured, max_rounds, last)
-    per = (known or {}).get("seconds_per_measurement") or seconds_per_measurement
-    secs = (f", {min_rounds}-{max_rounds} rounds ~{per * measured * min_rounds:.0f}-{per * measured * max_rounds:.0f} s"
-            if per else f", {min_rounds}-{max_rounds} rounds")
-    warn = "  (cannot decide an effect below 2x: add rounds or cut the spread)" if not eff < 2 else ""
-    return (f"{experiment}: {n_arms} arms{' + A/A' if aa else ''}{secs}; smallest decidable effect: {eff:.2f}x "
-            f"at {max_rounds} rounds ({source}){warn}")
-
-
 def design_rows(result: DesignResult, arm) -> list[dict]:
     """The request records of one arm over the design's rounds (``repeat`` = round)."""
     return list(result.requests.get(arm, []))
-
-
-# ----------------------------------------------------------------------------- a design as a sweep's points
-
-
-@dataclasses.dataclass
-class SweepDesign:
-    """A design over a sweep's points (:func:`workbench.run.sweeps.run_sweep`'s ``design``).
-
-    Two shapes. By default the points are the arms: each arm is one point whose rows are its requests over every
-    round (``repeat`` = round). With ``unit_of`` (queue experiments, where the run is the unit:
-    :mod:`workbench.stats.replicates`) each (arm, round) measurement is a point of its own, as a run of a load
-    test is: the grid holds one point per arm and round up to ``max_rounds``, ``unit_of`` names each one's
-    ``(arm, round)`` (the A/A arm's runs as ``(AA, round)``), and the points of rounds the design did not take
-    are not recorded.
-
-    Attributes:
-        design: the :class:`Design`; its arms (and control, groups, decide) are the points' ids, or with
-            ``unit_of`` the experiment's own arm keys (a policy, an engine).
-        measure: ``measure(point, round) -> Measured`` (with ``unit_of``: ``measure(arm, round)``).
-        prepare: ``prepare(point) -> warm-up seconds`` (once per point and session; with ``unit_of``
-            ``prepare(arm)``), or None.
-        extra: ``extra(point_id, result) -> dict`` of the experiment's own point columns (quality means, ...), or
-            None (with ``unit_of``: ``extra(arm, result)``).
-        measure_aa: ``measure_aa(point, round) -> Measured`` for the A/A arm (the same timed work, without what
-            only a recorded arm needs: scoring, saved texts), or None: ``measure`` (with ``unit_of``:
-            ``measure_aa(arm, round)``).
-        unit_of: ``unit_of(point) -> (arm, round)`` for the grid points that record one measurement each, None
-            for the others; None: the points are the arms.
-    """
-
-    design: Design
-    measure: Callable
-    prepare: Callable | None = None
-    extra: Callable | None = None
-    measure_aa: Callable | None = None
-    unit_of: Callable | None = None
-
-
-def _suffixed(design: Design, suffix: str) -> Design:
-    if not suffix:
-        return design
-    f = (lambda a: f"{a}{suffix}")
-    return dataclasses.replace(design, arms=[f(a) for a in design.arms], control=f(design.control),
-                               groups={f(g): [f(a) for a in m] for g, m in design.groups.items()} if design.groups else None,
-                               decide=[f(a) for a in design.decide] if design.decide else None)
-
-
-def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, info=None) -> dict:
-    """Run a sweep's design and turn each arm into its point's result.
-
-    Args:
-        sweep: the :class:`SweepDesign`.
-        by_id: ``{point id (with suffix): point}``.
-        suffix: the point ids' suffix of a changed config (``--allow-changed``), "" otherwise.
-        run_dir: the run folder (rounds stored and resumed there).
-        info: the model's info (its device: the peak-memory window around each measurement).
-
-    Returns:
-        ``{point id: PointResult}``: the arm's requests over the rounds (``repeat`` = round), ``wall_s`` the sum of its
-        measurements' wall times, ``warmup_s``, ``extra`` (:meth:`DesignResult.point_columns` of every outcome, then
-        the sweep's ``extra``), ``contamination`` (others' load over the whole design) and ``device`` (the arm's
-        largest peak memory). With ``sweep.unit_of``: ``{(arm, round): PointResult}`` of every measurement taken
-        (the A/A arm's under :data:`AA`), each with its own requests, wall time and :attr:`Measured.extra`. The
-        :class:`DesignResult` under ``"__result__"``.
-    """
-    from workbench.measure import contention, device
-    from workbench.run.point_result import PointResult
-
-    per_run = sweep.unit_of is not None          # arms are the experiment's keys, each measurement a point
-    design = sweep.design if per_run else _suffixed(sweep.design, suffix)
-    point = (lambda arm: arm) if per_run else (lambda arm: by_id[arm])
-    dev = getattr(info, "device", None)
-    peaks: dict = {}
-
-    def measure(arm, rnd):
-        if dev is not None:
-            device.reset_peak_memory(dev)
-        got = sweep.measure(point(arm), rnd)
-        if dev is not None:
-            peak, method = device.peak_memory_bytes(dev)
-            old = peaks.get(arm, (None, method))[0]
-            peaks[arm] = (peak if old is None or (peak is not None and peak > old) else old, method)
-        return got
-
-    prepare = (lambda arm: sweep.prepare(point(arm))) if sweep.prepare is not None else None
-    measure_aa = (lambda arm, rnd: sweep.measure_aa(point(arm), rnd)) if sweep.measure_aa is not None else None
-    load = contention.LoadMonitor()
-    result = run_design(design, measure, prepare, run_dir=run_dir, measure_aa=measure_aa)
-    contamination = load.stop()
-    run_id = Path(run_dir).name if run_dir is not None else ""
-    remember_spread(result, run_id)
-    if per_run:
-        out = _run_results(sweep, result, peaks, contamination)
-        out["__result__"] = result
-        return out
-    out = {}
-    for arm in design.arms:
-        rows = result.table[result.table["arm"] == str(arm)]
-        cols = _decision_columns(result, arm)
-        if sweep.extra is not None:
-            cols.update(sweep.extra(arm, result))
-        peak = peaks.get(arm)
-        out[arm] = PointResult(requests=result.requests.get(arm, []), wall_s=float(rows["wall_s"].sum()),
-                               warmup_s=result.warmup_s.get(arm), extra=cols, contamination=dict(contamination),
-                               device={"peak_memory_bytes": peak[0], "peak_memory_method": peak[1]} if peak else {})
-    out["__result__"] = result
-    return out
-
-
-def _decision_columns(result: DesignResult, arm) -> dict:
-    """An arm's decision columns: the primary outcome's, then each secondary outcome's own ratio columns only."""
-    cols = result.point_columns(arm)
-    for o in result.design.secondary:
-        cols.update({k: v for k, v in result.point_columns(arm, o).items() if k.startswith(o.prefix)})
-    return cols
-
-
-def _run_results(sweep: SweepDesign, result: DesignResult, peaks: dict, contamination: dict) -> dict:
-    """``{(arm, round): PointResult}`` of a design whose every measurement is a point (``unit_of``): the round's
-    requests and wall time, the measurement's own ``extra`` (:attr:`Measured.extra`: a run's own columns) with the
-    arm's decision columns (the A/A arm's: its decision against the control); the warm-up is the measurement's own
-    (``warmup_s`` in its extra: a fresh engine per run), else ``prepare``'s on the arm's first round."""
-    from workbench.run.point_result import PointResult
-
-    keys = {str(a): a for a in result.design.arms}
-    decisions = {a: _decision_columns(result, a) for a in [*result.design.arms, *([AA] if result.design.aa else [])]}
-    if sweep.extra is not None:
-        for a in result.design.arms:
-            decisions[a].update(sweep.extra(a, result))
-    requests: dict = {}
-    for arm, recs in result.requests.items():
-        for rec in recs:
-            requests.setdefault((arm, int(rec["repeat"])), []).append(rec)
-    out = {}
-    first = {}
-    for row in result.table.sort_values("round").to_dict("records"):
-        arm = keys.get(row["arm"], row["arm"])
-        rnd = int(row["round"])
-        own = json.loads(row["extra"]) if row.get("extra") else {}
-        peak = peaks.get(arm if arm != AA else result.design.control)
-        warm = result.warmup_s.get(arm) if arm != AA and arm not in first else None
-        mine = own.pop("warmup_s", None)
-        warm = mine if mine is not None else warm
-        first.setdefault(arm, rnd)
-        out[(arm, rnd)] = PointResult(requests=requests.get((arm, rnd), []), wall_s=float(row["wall_s"]),
-                                      warmup_s=warm, extra={**own, **decisions.get(arm, {})},
-                                      contamination=dict(contamination),
-                                      device={"peak_memory_bytes": peak[0], "peak_memory_method": peak[1]}
-                                      if peak else {})
-    return out
 
 
 def finished_rounds(run_dir, experiment: str) -> int | None:
@@ -890,7 +601,8 @@ def finished_rounds(run_dir, experiment: str) -> int | None:
         return None
 
 
-__all__ = ["AA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome", "check_margin",
-           "check_rounds", "decision_from_row", "evidence_text", "finding_fields", "finished_rounds",
-           "measure_sweep_design", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design",
-           "secondary_clause", "smallest_effect", "SweepDesign", "versus_runner_up", "weakest"]
+
+__all__ = ["AA", "DEFAULT_SIGMA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome",
+           "check_margin", "check_rounds", "decision_from_row", "design_rows", "evidence_text", "finding_fields",
+           "finished_rounds", "plan_text", "reanalyse", "recalled_spread", "remember_spread", "run_design",
+           "secondary_clause", "smallest_effect", "versus_runner_up", "weakest"]

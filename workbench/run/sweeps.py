@@ -170,7 +170,7 @@ def run_sweep(
             (``--ray``), else the points are measured here, in order, with ``measure``.
         speed_probe: a drift reference right before and after each point (the twin's calibration); with a design,
             one before and one after the design, shared by its arms (they are measured over the same rounds).
-        design: a :class:`workbench.run.design.SweepDesign`, or a list of them: each over some of the points (its
+        design: a :class:`workbench.run.design_sweep.SweepDesign`, or a list of them: each over some of the points (its
             arms), measured in interleaved rounds by :func:`workbench.run.design.run_design` (resumed by round) when
             the loop reaches its first point, before any of them is recorded; each point's row carries its arm's
             decision (:meth:`workbench.run.design.DesignResult.point_columns`) and one speed probe around the whole
@@ -236,13 +236,13 @@ def run_sweep(
     def designed(k: int) -> tuple[dict, dict]:
         """Design ``k``'s results and its speed probe, measured on the first call (an error kept and raised
         again for each of its points: one failed design is not measured once per point)."""
-        from workbench.run import design as design_mod
+        from workbench.run import design_sweep
 
         if k not in made:
             before = (drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S) if speed_probe and loaded is not None
                       else None)
             try:
-                got = design_mod.measure_sweep_design(designs[k], by_id, suffix, run, info)
+                got = design_sweep.measure_sweep_design(designs[k], by_id, suffix, run, info)
             except Exception as exc:  # noqa: BLE001 - recorded as each point's failure; KeyboardInterrupt is not
                 made[k] = exc
                 raise
@@ -307,7 +307,7 @@ def _design_units(design, points: list[dict], ids: list[str], suffix: str, run) 
     """The designs of a sweep and which point each one records.
 
     Returns:
-        ``(designs, units, taken)``: the :class:`workbench.run.design.SweepDesign` s (``design`` as a list);
+        ``(designs, units, taken)``: the :class:`workbench.run.design_sweep.SweepDesign` s (``design`` as a list);
         ``{point id: (design index, key)}``, the key the design's results are filed under (the point id for a design
         whose points are its arms; ``(arm, round)`` with ``unit_of``); and the ids of ``unit_of`` points whose round
         a finished design of this run folder did not take (:func:`workbench.run.design.finished_rounds`).

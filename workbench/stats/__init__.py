@@ -6,7 +6,10 @@ and its speed-up bound), ``evidence`` (usable points, fit support, t / ratio / W
 configuration's verdict at the SLO's percentile), ``columns`` (the one column registry, read from
 ``columns.csv``), ``comparison`` (interleaved designs, the A/A control, Holm over arms), ``replicates`` (queue
 experiments: runs paired by arrival seed), ``classes`` (a mixed workload's rows per request class, the prefix
-cache's hit rate and what sharing saved). Nothing here loads a model, touches a device or reads a clock of its own: each formula has one
+cache's hit rate and what sharing saved), ``blocks`` (a design's rounds analysed as a randomised block design,
+the best-of pick; + ``decisions``, Dunnett's critical values and a comparison's three verdicts, and ``paired``,
+paired binary outcomes, both re-exported by ``blocks``), ``sequential`` (the looks and their spent alpha). Nothing
+here loads a model, touches a device or reads a clock of its own: each formula has one
 home here and every path calls it. Imports only the ground floor (``workbench.errors``, ``workbench.checks``).
 """
 

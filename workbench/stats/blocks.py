@@ -33,12 +33,14 @@ variance for every arm. Its analysis:
   discordant tasks) interval of the difference.
 
 Sequential looks (adding rounds until decided) pass each look's alpha from :mod:`workbench.stats.sequential`.
+
+Parts: the critical values, :class:`Decision` and the verdicts are :mod:`workbench.stats.decisions`'s,
+:func:`paired_binary` is :mod:`workbench.stats.paired`'s; both re-exported here (``blocks.<name>``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Sequence
 
@@ -46,273 +48,25 @@ import numpy as np
 import pandas as pd
 
 from workbench.errors import ParameterError
+from workbench.stats.decisions import (
+    ALPHA,
+    MARGIN,
+    MAX_ROUNDS_NEEDED,
+    VERDICTS,
+    Decision,
+    additive_verdict,
+    balanced_corr,
+    critical_value,
+    planning_critical_value,
+    rounds_needed,
+    verdict,
+)
+from workbench.stats.paired import paired_binary
 
 AA = "A/A"                 # the A/A arm: the control measured a second time, interleaved like any arm
-ALPHA = 0.05               # family-wise error of one analysis (one look)
-MARGIN = 1.05              # the default equivalence margin, as a ratio: equivalent inside [1/1.05, 1.05]
-VERDICTS = ("direction", "equivalent", "undecided")
-MAX_ROUNDS_NEEDED = 1000   # rounds_needed beyond this is reported as None ("more than 1000 rounds")
 SPREAD_CHECK_MIN_ROUNDS = 3
 ZERO_SPREAD = 1e-9        # a log-scale SD below this is rounding, not spread: an interval of zero width
 SPREAD_CHECK_ALPHA = 0.01   # a strict pre-test: at 5% its choice of analysis lifted an A/A design's false-direction rate from 4.9% to 5.4%
-
-
-# ----------------------------------------------------------------------------- critical values
-
-
-@functools.lru_cache(maxsize=512)
-def _critical_cached(corr_key: tuple, m: int, dof: float, alpha: float) -> float:
-    from scipy import optimize, stats
-
-    if m == 1:
-        return float(stats.t.ppf(1 - alpha / 2, dof))
-    corr = np.asarray(corr_key, dtype=float).reshape(m, m)
-    dist = stats.multivariate_t(loc=np.zeros(m), shape=corr, df=dof, allow_singular=True)
-
-    def coverage(c):  # P(max |T_i| <= c), a fixed seed: the same value every call
-        return float(dist.cdf(c * np.ones(m), lower_limit=-c * np.ones(m), random_state=np.random.default_rng(0),
-                              maxpts=10_000 * m))
-
-    lo = float(stats.t.ppf(1 - alpha / 2, dof))                    # one comparison: the smallest possible
-    hi = float(stats.t.ppf(1 - alpha / (2 * m), dof)) * 1.05 + 0.1  # Bonferroni (+ room): the largest
-    return float(optimize.brentq(lambda c: coverage(c) - (1 - alpha), lo * 0.999, hi, xtol=1e-3))
-
-
-def critical_value(corr: np.ndarray, dof: float, alpha: float = ALPHA) -> float:
-    """The two-sided max-|t| critical value of ``m`` contrasts: ``c`` with ``P(max_i |T_i| <= c) = 1 - alpha``
-    where ``T`` is multivariate t with ``dof`` degrees of freedom and correlation ``corr`` (Dunnett 1955; Hothorn,
-    Bretz and Westfall 2008). ``scipy.stats.multivariate_t``'s CDF (Genz's quasi-Monte Carlo, a fixed seed) and
-    Brent's root search; cached by (correlation, dof, alpha).
-
-    Args:
-        corr: ``m x m`` correlation matrix of the contrasts' estimates (0.5 off the diagonal for many-to-one
-            comparisons in a balanced design).
-        dof: the residual degrees of freedom (finite).
-        alpha: the family-wise error.
-
-    Returns:
-        The critical value (``t_{dof, 1 - alpha/2}`` for one contrast).
-
-    Raises:
-        ParameterError: ``alpha`` outside (0, 1) or ``dof`` below 1.
-    """
-    if not 0 < alpha < 1:
-        raise ParameterError(f"alpha: must be in (0, 1) (got {alpha})")
-    if not (dof >= 1 and math.isfinite(dof)):
-        raise ParameterError(f"dof: must be >= 1 (got {dof})")
-    corr = np.atleast_2d(np.asarray(corr, dtype=float))
-    m = corr.shape[0]
-    key = tuple(np.round(corr, 3).ravel().tolist())
-    return _critical_cached(key, m, float(dof), float(round(alpha, 12)))
-
-
-def balanced_corr(m: int) -> np.ndarray:
-    """The correlation of ``m`` many-to-one contrasts in a balanced design: 1 on the diagonal, 0.5 elsewhere."""
-    return np.full((m, m), 0.5) + np.eye(m) * 0.5
-
-
-@functools.lru_cache(maxsize=256)
-def _per_comparison_alpha(m: int, alpha: float) -> float:
-    """The per-comparison error equivalent to Dunnett's over ``m`` balanced comparisons at infinite dof."""
-    from scipy import stats
-
-    if m == 1:
-        return alpha
-    corr = balanced_corr(m)
-    mvn = stats.multivariate_normal(mean=np.zeros(m), cov=corr)
-    from scipy import optimize
-
-    c = optimize.brentq(lambda c: float(mvn.cdf(c * np.ones(m), lower_limit=-c * np.ones(m))) - (1 - alpha),
-                        float(stats.norm.ppf(1 - alpha / 2)) * 0.999, float(stats.norm.ppf(1 - alpha / (2 * m))) + 0.1,
-                        xtol=1e-4)
-    return float(2 * stats.norm.sf(c))
-
-
-def planning_critical_value(m: int, dof: float, alpha: float = ALPHA) -> float:
-    """Dunnett's critical value over ``m`` balanced comparisons, approximated for planning: the t quantile at the
-    per-comparison error Dunnett's value has at infinite dof (a Sidak-type scaling: conservative, 1-3% above
-    :func:`critical_value` at 8 dof and less beyond, and a thousand times cheaper). Used by :func:`rounds_needed` only;
-    decisions use :func:`critical_value`."""
-    from scipy import stats
-
-    return float(stats.t.ppf(1 - _per_comparison_alpha(int(m), float(alpha)) / 2, dof))
-
-
-# ----------------------------------------------------------------------------- decisions
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """One arm against the control (or a pick against its runner-up).
-
-    Attributes:
-        arm, control: what is compared (the ratio is ``arm / control``).
-        estimate, low, high: the ratio and its simultaneous interval (NaN bounds: none).
-        level: the interval's simultaneous confidence (``1 - alpha`` of the look).
-        verdict: ``direction`` / ``equivalent`` / ``undecided`` (:func:`verdict`).
-        direction: ``higher`` / ``lower`` for a direction (of the ratio), else ``""``.
-        margin: the equivalence margin (a ratio > 1).
-        rounds: rounds behind the estimate; dof: the residual degrees of freedom.
-        method: how the interval was computed, for the evidence.
-        p_adjusted: the single-step adjusted p-value of "ratio = 1" (NaN where not computed).
-        rounds_needed: for an undecided arm, the rounds that would decide it at the observed spread (None: more
-            than :data:`MAX_ROUNDS_NEEDED`, or no spread to judge from); 0 for a decided one.
-        reason: why the verdict is undecided when no interval could be formed.
-    """
-
-    arm: object
-    control: object
-    estimate: float
-    low: float
-    high: float
-    level: float
-    verdict: str
-    direction: str
-    margin: float
-    rounds: int
-    dof: float
-    method: str
-    p_adjusted: float = float("nan")
-    rounds_needed: int | None = 0
-    reason: str = ""
-
-    @property
-    def decided(self) -> bool:
-        """True for ``direction`` or ``equivalent``."""
-        return self.verdict in ("direction", "equivalent")
-
-    @property
-    def shown(self) -> bool:
-        """True when the interval exists (finite bounds)."""
-        return math.isfinite(self.low) and math.isfinite(self.high)
-
-    def interval_text(self, invert: bool = False) -> str:
-        """``"1.12x, 95% interval 1.04-1.21x"`` (``invert``: of ``control / arm``), or ``"1.12x (no interval: ...)"``."""
-        est, lo, hi = (self.estimate, self.low, self.high) if not invert else (
-            _inv(self.estimate), _inv(self.high), _inv(self.low))
-        if not self.shown:
-            return f"{est:.2f}x (no interval: {self.reason or 'too few rounds'})"
-        return f"{est:.2f}x, {self.level:.0%} interval {lo:.2f}-{hi:.2f}x"
-
-    def describe(self, name: str | None = None, invert: bool = False, words: tuple[str, str] = ("higher", "lower"),
-                 seconds_per_round: float | None = None) -> str:
-        """The verdict as a clause: ``"<name>: higher, 1.12x, 95% interval 1.04-1.21x (...)"``,
-        ``"<name>: equivalent within +-5%: 1.01x, ..."`` or ``"<name>: undecided: ...; about 12 rounds (~340 s)
-        would decide it"``. ``words``: the names of a ratio above / below 1 (``("slower", "faster")`` for a time);
-        ``invert`` shows ``control / arm`` (a speed-up from times) and swaps the words."""
-        name = str(self.arm) if name is None else name
-        body = f"{self.interval_text(invert)} ({self.method})" if self.shown else self.interval_text(invert)
-        if self.verdict == "direction":
-            word = words[0] if self.direction == "higher" else words[1]
-            return f"{name}: {word}, {body}"
-        if self.verdict == "equivalent":
-            return f"{name}: equivalent within +-{self.margin - 1:.0%}: {body}"
-        return f"{name}: undecided: {body}; {self.needed_text(seconds_per_round)}"
-
-    def needed_text(self, seconds_per_round: float | None = None) -> str:
-        """``"about 12 rounds (~340 s) would decide it at the observed spread"`` or why no estimate exists."""
-        if self.decided:
-            return "decided"
-        if self.rounds_needed is None:
-            return (f"more than {MAX_ROUNDS_NEEDED} rounds would be needed at the observed spread"
-                    if math.isfinite(self.estimate) and self.shown else "no estimate of the rounds needed (no spread yet)")
-        secs = ""
-        if seconds_per_round is not None and math.isfinite(seconds_per_round) and seconds_per_round > 0:
-            secs = f" (~{max(self.rounds_needed - self.rounds, 0) * seconds_per_round:.0f} s more)"
-        return f"about {self.rounds_needed} rounds{secs} would decide it at the observed spread"
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        out = dataclasses.asdict(self)
-        out["arm"], out["control"] = str(self.arm), str(self.control)
-        return out
-
-
-def _inv(x: float) -> float:
-    return 1.0 / x if x and math.isfinite(x) else float("nan")
-
-
-def verdict(low: float, high: float, margin: float = MARGIN) -> tuple[str, str]:
-    """The verdict an interval of a ratio carries, with its margin band ``[1/margin, margin]``.
-
-    Returns:
-        ``("equivalent", "")`` when ``1/margin <= low`` and ``high <= margin``; ``("direction", "higher")`` /
-        ``("direction", "lower")`` when the interval excludes 1 (``low > 1`` / ``high < 1``) and is not inside the
-        band; else ``("undecided", "")``. An interval of zero width or without finite bounds is undecided.
-    """
-    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
-        return "undecided", ""
-    if low >= 1 / margin and high <= margin:
-        return "equivalent", ""
-    if low > 1:
-        return "direction", "higher"
-    if high < 1:
-        return "direction", "lower"
-    return "undecided", ""
-
-
-def additive_verdict(low: float, high: float, margin: float = 0.0) -> tuple[str, str]:
-    """The verdict an interval of a difference carries (a difference of shares or of means, where no ratio fits):
-    :func:`verdict`'s rules on the additive scale, with the band ``[-margin, margin]``.
-
-    Returns:
-        ``("equivalent", "")`` when ``margin > 0`` and ``-margin <= low`` and ``high <= margin``;
-        ``("direction", "higher")`` / ``("direction", "lower")`` when the interval excludes 0 (and is not inside the
-        band); else ``("undecided", "")``. An interval of zero width or without finite bounds is undecided (no spread
-        decides nothing).
-    """
-    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
-        return "undecided", ""
-    if margin > 0 and low >= -margin and high <= margin:
-        return "equivalent", ""
-    if low > 0:
-        return "direction", "higher"
-    if high < 0:
-        return "direction", "lower"
-    return "undecided", ""
-
-
-def rounds_needed(log_estimate: float, sigma: float, n_arms: int, m: int, margin: float = MARGIN,
-                  alpha: float = ALPHA, pooled: bool = True, start: int = 2) -> int | None:
-    """The rounds a balanced design needs to decide a comparison at the observed spread: the smallest ``R`` whose
-    interval half-width ``c(R) * se(R)`` is below ``|d|`` (a direction) or below ``ln(margin) - |d|`` (equivalent),
-    ``d`` the observed log ratio. Pooled: ``se = sigma * sqrt(2 / R)`` with ``(R - 1)(A - 1)`` dof and the
-    Dunnett value over ``m`` arms; paired (fallback): ``se = sigma / sqrt(R)``, ``sigma`` the SD of the paired log
-    ratios, ``R - 1`` dof, Bonferroni over ``m``.
-
-    Returns:
-        The rounds (>= ``start``), or None when ``sigma`` is not a positive finite number or more than
-        :data:`MAX_ROUNDS_NEEDED` would be needed.
-    """
-    from scipy import stats
-
-    if not (math.isfinite(sigma) and sigma > 0 and math.isfinite(log_estimate)):
-        return None
-    d = abs(log_estimate)
-    target = max(d, math.log(margin) - d)
-    if target <= 0:
-        return None
-
-    def half(r):
-        if pooled:
-            dof = (r - 1) * max(n_arms - 1, 1)
-            return planning_critical_value(m, dof, alpha) * sigma * math.sqrt(2 / r)
-        return float(stats.t.ppf(1 - alpha / (2 * m), r - 1)) * sigma / math.sqrt(r)
-
-    r = max(int(start), 2)
-    if half(r) < target:
-        return r
-    hi = r
-    while hi <= MAX_ROUNDS_NEEDED and half(hi) >= target:   # doubling, then bisection: few critical values
-        r, hi = hi, hi * 2
-    if hi > MAX_ROUNDS_NEEDED:
-        if half(MAX_ROUNDS_NEEDED) >= target:
-            return None
-        hi = MAX_ROUNDS_NEEDED
-    while hi - r > 1:
-        mid = (r + hi) // 2
-        r, hi = (r, mid) if half(mid) < target else (mid, hi)
-    return hi
 
 
 # ----------------------------------------------------------------------------- the block model
@@ -839,74 +593,8 @@ def best_of(analysis: Analysis, candidates: Sequence | None = None, higher_is_be
     return Pick(pick, control, runner, None, vs_runner, "direction", "higher" if higher_is_better else "lower", 0)
 
 
-# ----------------------------------------------------------------------------- paired binary outcomes
-
-
-def paired_binary(a: Sequence, b: Sequence, alpha: float = ALPHA, margin: float = 0.10) -> dict:
-    """A binary outcome (correct / not) of the same tasks under two arms: the difference of the shares
-    ``mean(a) - mean(b)`` with an exact conditional interval and McNemar's exact test
-    (``statsmodels.stats.contingency_tables.mcnemar``) on the discordant pairs.
-
-    The interval: given ``k = n10 + n01`` discordant tasks, ``n10 ~ Binomial(k, pi)`` and the difference is
-    ``(2 pi - 1) k / n``; the Clopper-Pearson interval of ``pi`` (``statsmodels.stats.proportion.proportion_confint``,
-    ``method="beta"``) maps to the difference's (the conditional method behind McNemar's exact test: conservative,
-    and a direction exactly when the discordant tasks lean one way beyond chance). That interval holds the share of
-    discordant tasks at its observed ``k / n``, which decides a direction (its sign is ``pi``'s) but not an
-    equivalence: one task of 12 flipping gives +-8 points where up to ~40% of tasks might flip. Equivalence needs the
-    unconditional interval inside ``+-margin``: the difference is ``(2 pi - 1) delta`` with ``delta`` the discordant
-    share, bounded over the Clopper-Pearson intervals of ``pi`` and of ``delta`` at ``alpha / 2`` each (Bonferroni);
-    with no discordant task it is ``+-`` the upper bound of ``delta`` (60 tasks, none flipping: +-7 points).
-
-    Args:
-        a, b: per task 0/1 (or bool), the same tasks in the same order; a pair with a missing side is dropped.
-        alpha: the error of the interval (``1 - alpha`` coverage; pass a Bonferroni level for many).
-        margin: the equivalence margin on the difference of shares (0.10: +-10 points).
-
-    Returns:
-        ``{"difference", "low", "high", "n", "discordant": (n10, n01), "p_mcnemar", "verdict", "direction",
-        "method", "unconditional": (low, high)}``: a direction as :func:`additive_verdict` rules on the conditional
-        interval; equivalent when the unconditional interval lies inside ``+-margin``.
-
-    Raises:
-        ParameterError: ``a`` and ``b`` of different lengths or with values other than 0/1.
-    """
-    from statsmodels.stats.contingency_tables import mcnemar
-    from statsmodels.stats.proportion import proportion_confint
-
-    x = pd.Series(list(a), dtype="float")
-    y = pd.Series(list(b), dtype="float")
-    if len(x) != len(y):
-        raise ParameterError(f"a, b: must pair task by task (got {len(x)} and {len(y)} values)")
-    keep = x.notna() & y.notna()
-    x, y = x[keep].to_numpy(), y[keep].to_numpy()
-    if not (np.isin(x, (0, 1)).all() and np.isin(y, (0, 1)).all()):
-        raise ParameterError("a, b: binary outcomes are 0 or 1 per task")
-    n = int(x.size)
-    nan = float("nan")
-    if n == 0:
-        return {"difference": nan, "low": nan, "high": nan, "n": 0, "discordant": (0, 0), "p_mcnemar": nan,
-                "verdict": "undecided", "direction": "", "method": "no tasks"}
-    n11 = int(((x == 1) & (y == 1)).sum())
-    n10 = int(((x == 1) & (y == 0)).sum())
-    n01 = int(((x == 0) & (y == 1)).sum())
-    n00 = int(((x == 0) & (y == 0)).sum())
-    k = n10 + n01
-    diff = (n10 - n01) / n
-    if k == 0:
-        lo = hi = 0.0
-        p = 1.0
-    else:
-        plo, phi = proportion_confint(n10, k, alpha=alpha, method="beta")
-        lo, hi = (2 * plo - 1) * k / n, (2 * phi - 1) * k / n
-        p = float(mcnemar([[n11, n10], [n01, n00]], exact=True).pvalue)
-    v, direction = additive_verdict(lo, hi, margin)
-    dlo, dhi = proportion_confint(k, n, alpha=alpha / 2, method="beta")          # the discordant share
-    slo, shi = proportion_confint(n10, k, alpha=alpha / 2, method="beta") if k else (0.0, 1.0)
-    ulo, uhi = min((2 * slo - 1) * dlo, (2 * slo - 1) * dhi), max((2 * shi - 1) * dlo, (2 * shi - 1) * dhi)
-    if v == "equivalent" or k == 0:
-        v = "equivalent" if -margin <= ulo and uhi <= margin else "undecided"
-    return {"difference": diff, "low": lo, "high": hi, "n": n, "discordant": (n10, n01), "p_mcnemar": p,
-            "verdict": v, "direction": direction, "unconditional": (float(ulo), float(uhi)),
-            "method": f"exact conditional interval over {n} paired tasks ({n10}+{n01} discordant), McNemar exact "
-                      f"p = {p:.2g}; unconditional {1 - alpha:.0%} interval {ulo * 100:+.0f} to {uhi * 100:+.0f} "
-                      f"points (equivalence)"}
+#: the analysis's names, those of its parts (:mod:`workbench.stats.decisions`, :mod:`workbench.stats.paired`) included
+__all__ = ["AA", "ALPHA", "MARGIN", "VERDICTS", "MAX_ROUNDS_NEEDED", "SPREAD_CHECK_MIN_ROUNDS", "ZERO_SPREAD",
+           "SPREAD_CHECK_ALPHA", "critical_value", "balanced_corr", "planning_critical_value", "Decision", "verdict",
+           "additive_verdict", "rounds_needed", "Analysis", "wide_table", "fit_block_model", "spread_check", "decide",
+           "analyse", "pick_versus", "Pick", "best_of", "paired_binary"]

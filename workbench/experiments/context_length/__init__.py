@@ -77,7 +77,7 @@ from workbench.experiments.context_length.fits import (
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.measure.memory import MemoryTracker, kv_cache_bytes
 from workbench.predict import predictions
-from workbench.run import design, point_result
+from workbench.run import design, design_sweep, point_result
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, expand_grid, measure_generation, run_sweep
 from workbench.share import plots
@@ -214,7 +214,7 @@ def _values(table, arms: dict, outcome: str = "prefill_s") -> dict:
     return out
 
 
-def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
+def sweep_design(loaded, cfg: Config, points: list[dict]) -> design_sweep.SweepDesign:
     """The points as one design (:mod:`workbench.run.design`): each round measures one batch of every (batch size,
     length) point, round ``r`` at seed ``cfg.seed + r``, in an order shuffled per round, and the first batch size's
     shortest length again (the A/A control). Each batch size's shortest length is its marked control; the primary
@@ -224,7 +224,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
     and the fit's decision (:func:`curvature_columns`).
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     settings = cfg.settings()
     pid = (lambda p: point_result.point_id(EXPERIMENT, p))
@@ -284,7 +284,7 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design.SweepDesign:
     first = next(iter(controls))
     d = design.Design(EXPERIMENT, [pid(p) for p in points], first, PREFILL, (TTFT,), groups=controls, judge=judge,
                       **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, prepare, extra)
+    return design_sweep.SweepDesign(d, measure, prepare, extra)
 
 
 def curvature_columns(d: blocks.Decision, seconds_per_round: float = float("nan")) -> dict:

@@ -46,56 +46,64 @@ Method:
 
 The first value of each axis list is the baseline that ratios are taken against (marked in the design and in
 the ``baseline`` column, never read from a table's row order).
+
+**Parts** (this module is the experiment's face: :class:`Config`, the quality guard, :func:`measure_point`,
+:func:`finish_point`, :func:`make_predictor`, :func:`run`, and every name below re-exported): :mod:`.rounds` (the
+configurations as one design, :func:`design_configurations`), :mod:`.summaries` (:func:`replay_search`,
+:func:`choice`, :func:`headline`, :func:`finding`), :mod:`.charts` (the figures and :func:`figures`), :mod:`.search`
+(coordinate descent over a configuration grid).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
-from pathlib import Path
 
 import pandas as pd
-import plotly.graph_objects as go
 
 from workbench import checks
 from workbench.errors import ParameterError
-from workbench.experiments.engine_tuning.charts import fig_guard, fig_prediction, fig_speed, fig_speedup
+from workbench.experiments.engine_tuning.charts import (
+    fig_guard,
+    fig_prediction,
+    fig_speed,
+    fig_speedup,
+    fig_speedup_rounds,
+    figures,
+)
+from workbench.experiments.engine_tuning.rounds import E2E, EXPERIMENT, design_configurations
 from workbench.experiments.engine_tuning.search import coordinate_search
+from workbench.experiments.engine_tuning.summaries import choice, finding, headline, replay_search
 from workbench.inputs.prompts import build_batch
-from workbench.measure import config_models, contention, guard, models
+from workbench.measure import config_models, guard, models
 from workbench.measure.device import supported_attention, supported_dtypes, threads, usable_cores
-from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.measure.generation import GenerationSettings
 from workbench.predict import predictions, roofline_calibration
 from workbench.predict.roofline_calibration import measured_utilisation
 from workbench.run import design, drift, point_result, results, rung_timing, sweeps
 from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig
-from workbench.share.plots import split_by_device
-from workbench.stats import blocks, evidence, slo
+from workbench.stats import slo
 from workbench.stats.evidence import repeat_statistics
 from workbench.techniques import rungs
 from workbench.techniques.configurations import (
     AXES,
     JOINT,
-    aa_moved,
-    aa_sentence,
     build_configuration,
     config_key,
     config_name,
     configurations,
     designed,
     generate_kwargs,
-    load_configuration,
     objective,
     recommend,
     speedup_phrase,
     valid,
 )
 
-EXPERIMENT = "engine_tuning"
 CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 SEARCHES = ("grid", "adaptive")
+
 
 
 @dataclasses.dataclass
@@ -240,6 +248,8 @@ class Config(SweepConfig, design.DesignFields):
         return [{**c, **w} for c in self.configurations() for w in self.workloads()]
 
 
+
+
 # ----------------------------------------------------------------------------- quality guard
 
 
@@ -322,130 +332,6 @@ def add_prediction_and_use(extra: dict, requests: list, point: dict, cfg: Config
     extra.update(measured_utilisation(model, requests, point, predictor))
     extra.update(repeat_statistics(requests))
 
-
-E2E = design.Outcome("e2e_s", False, "request latency (e2e)", "time_ratio")
-
-
-def _records_wall(records: list[dict]) -> float:
-    """The timed wall time of a point's rounds: one batch wall time per round."""
-    seen = {}
-    for r in records:
-        seen.setdefault(r.get("repeat"), float(r.get("batch_wall_s") or 0.0))
-    return float(sum(seen.values()))
-
-
-def design_configurations(loaded, cfg: Config, configurations: list[dict], state: dict,
-                          run_dir=None) -> dict[str, PointResult]:
-    """Measure configurations as the arms of one design (:mod:`workbench.run.design`).
-
-    Every round measures every configuration once at every workload (round ``r`` at seed ``cfg.seed + r``), plus
-    the baseline a second time (the A/A control), in an order shuffled per round (``cfg.order == "interleaved"``:
-    every configuration stays loaded, :func:`load_configuration`'s models kept here) or forward then reverse
-    (``"blocks"``, A B B A: one configuration loaded at a time, loaded and warmed up again at each switch, where a
-    device's memory cannot hold them all). The control is the baseline, :meth:`Config.baseline` (marked, never the
-    first row of a table); the primary outcome a configuration's request latency in a round: the geometric mean over
-    workloads of its batch's mean ``e2e_s``. Before its first round each configuration warms up at each workload
-    (``cfg.warmup`` batches; a compiled one runs one full untimed request instead: ``compile_s``). The design adds
-    rounds up to ``cfg.max_rounds`` while a configuration's comparison is undecided and the budget allows.
-
-    Args:
-        loaded: the notebook's model (unused for timing; each configuration runs its own).
-        configurations: configuration dicts (:meth:`Config.configurations`); the baseline among them.
-        state: the sweep's shared state (``logits_processor`` applies here too).
-        run_dir: the run folder (rounds stored and resumed there).
-
-    Returns:
-        ``{point_id: PointResult}`` per configuration x workload: ``requests`` with ``repeat`` = round, ``extra``
-        with ``config``, ``baseline`` (True on the baseline's points), ``compile_s``, the design's point columns
-        (:meth:`workbench.run.design.DesignResult.point_columns`: ``time_ratio`` with its simultaneous interval and
-        verdict, the A/A columns, ``rounds``, ``rounds_needed``) and ``speedup_vs_baseline`` / ``speedup_low`` /
-        ``speedup_high`` (``1 / time_ratio``); ``contamination``: other processes' load over all rounds.
-
-    Raises:
-        ParameterError: fewer than 2 configurations, or duplicate ones.
-    """
-    names = [config_name(c) for c in configurations]
-    if len(set(names)) != len(names):
-        raise ParameterError(f"configurations: duplicates in {names}")
-    dev = models.pick_device(cfg.device)
-    lp = state.get("logits_processor")
-    settings = cfg.settings()
-    by_name = dict(zip(names, configurations))
-    base = config_name(cfg.baseline())
-    kept: dict = {}
-    meta: dict = {}
-
-    def model_of(name):
-        if name not in kept:
-            if cfg.order == "blocks":
-                kept.clear()                      # one configuration in memory at a time
-            kept[name] = (load_configuration(cfg, by_name[name]), generate_kwargs(by_name[name], dev))
-            return kept[name], True
-        return kept[name], False
-
-    def warm(name, model, kw):
-        c = by_name[name]
-        t0 = time.perf_counter()
-        for w in cfg.workloads():
-            prompts = build_batch(model.tokenizer, int(w["batch_size"]), int(w["prompt_tokens"]))
-            with threads(c.get("torch_threads")):
-                t1 = time.perf_counter()
-                if c.get("compile"):
-                    generate_measured(model, prompts, settings, generate_kwargs=kw, logits_processor=lp)
-                    meta.setdefault((name, w["batch_size"], w["prompt_tokens"]), time.perf_counter() - t1)
-                else:
-                    warm_up(model, prompts, settings, cfg.warmup, generate_kwargs=kw, logits_processor=lp)
-        return time.perf_counter() - t0
-
-    def prepare(name):
-        (model, kw), _ = model_of(name)
-        return warm(name, model, kw)
-
-    def measure(name, rnd):
-        (model, kw), fresh = model_of(name)
-        if fresh and cfg.order == "blocks":      # loaded again after a switch: warmed up again, untimed
-            warm(name, model, kw)
-        recs, logs, wall = [], [], 0.0
-        for w in cfg.workloads():
-            prompts = build_batch(model.tokenizer, int(w["batch_size"]), int(w["prompt_tokens"]))
-            with threads(by_name[name].get("torch_threads")):
-                res = generate_measured(model, prompts, dataclasses.replace(settings, seed=cfg.seed + rnd),
-                                        generate_kwargs=kw, logits_processor=lp)
-            done = [r["e2e_s"] for r in res.records if r.get("output_tokens", 0) >= 1 and r.get("e2e_s")]
-            logs.append(math.log(sum(done) / len(done)) if done else float("nan"))
-            for rec in res.records:
-                rec.update(batch_size=len(prompts), batch_wall_s=res.wall_s, prompt_tokens_point=w["prompt_tokens"])
-            recs += res.records
-            wall += res.wall_s
-        return design.Measured({E2E.name: math.exp(sum(logs) / len(logs))}, recs, wall)
-
-    d = design.Design(EXPERIMENT, names, base, E2E, order=cfg.order, **cfg.design_kwargs())
-    monitor = contention.LoadMonitor()
-    result = design.run_design(d, measure, prepare, run_dir=run_dir)
-    contamination = monitor.stop()
-    design.remember_spread(result, Path(run_dir).name if run_dir is not None else "")
-    state["design"] = result
-    out = {}
-    for name, c in by_name.items():
-        cols = result.point_columns(name)
-        t, lo, hi = cols["time_ratio"], cols["time_ratio_low"], cols["time_ratio_high"]
-        inv = (lambda x: 1.0 / x if x and math.isfinite(x) else float("nan"))
-        cols.update(config=name, baseline=name == base, speedup_vs_baseline=inv(t), speedup_low=inv(hi),
-                    speedup_high=inv(lo))
-        for w in cfg.workloads():
-            B, L = int(w["batch_size"]), int(w["prompt_tokens"])
-            mine = [r for r in result.requests.get(name, []) if r.get("prompt_tokens_point") == L
-                    and r.get("batch_size") == B]
-            for r in mine:
-                r.pop("prompt_tokens_point", None)
-            pid = point_result.point_id(EXPERIMENT, {**c, "batch_size": B, "prompt_tokens": L})
-            out[pid] = PointResult(requests=mine, wall_s=_records_wall(mine),
-                                   warmup_s=result.warmup_s.get(name),
-                                   extra={**cols, "compile_s": meta.get((name, B, L), float("nan"))},
-                                   contamination=dict(contamination))
-    return out
-
-
 def finish_point(loaded, cfg: Config, point: dict, state: dict, out: PointResult) -> PointResult:
     """A point of a design (:func:`design_configurations`) completed as :func:`measure_point` completes a point
     measured alone: its quality guard (once per configuration), the roofline's prediction, utilisation and repeat
@@ -474,25 +360,6 @@ def finish_point(loaded, cfg: Config, point: dict, state: dict, out: PointResult
         extra["dtype_note"] = rungs.bf16_support("cpu")[1]
     add_prediction_and_use(extra, out.requests, point, cfg, model, predictor)
     return dataclasses.replace(out, extra=extra)
-
-
-# ----------------------------------------------------------------------------- search and recommendation
-
-
-
-
-def replay_search(configs: pd.DataFrame, axes: dict[str, list]) -> dict:
-    """Run :func:`workbench.experiments.engine_tuning.search.coordinate_search` over a measured grid (evaluation = a table lookup) and compare with the
-    full grid's :func:`recommend`: ``{"evaluated", "grid", "adaptive", "full", "same", "converged"}``."""
-    table = {config_key(r): objective(r) for _, r in configs.iterrows()}
-    axes = {a: axes.get(a, [None]) for a in AXES}
-    best, seen, converged = coordinate_search(axes, lambda c: table.get(config_key(c), math.inf), is_valid=valid,
-                                              joint=JOINT)
-    full = recommend(configs)
-    adaptive = config_name(best) if math.isfinite(seen.get(config_key(best), math.inf)) else None
-    full_name = None if full is None else full["config"]
-    return {"evaluated": len(seen), "grid": sum(1 for c in sweeps.expand_grid(**axes) if valid(c)),
-            "adaptive": adaptive, "full": full_name, "same": adaptive == full_name, "converged": converged}
 
 
 # ----------------------------------------------------------------------------- the sweep
@@ -569,217 +436,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     return points
 
 
-# ----------------------------------------------------------------------------- findings and figures
-
-
-def _analysis(configs: pd.DataFrame, run_dir=None) -> blocks.Analysis | None:
-    """The design's analysis of the configurations: rebuilt from the run folder's design table when ``run_dir``
-    holds it (the runner-up comparison needs the rounds), else from the decisions the rows carry."""
-    if run_dir is not None:
-        again = design.reanalyse(run_dir, EXPERIMENT)
-        if again is not None and again[1] is not None:
-            return again[1]
-    if not designed(configs):
-        return None
-    base = configs.loc[configs["baseline"], "config"].iloc[0]
-    arms = {}
-    for _, r in configs[~configs["baseline"]].iterrows():
-        d = design.decision_from_row(r, E2E)
-        if d is not None:
-            arms[r["config"]] = dataclasses.replace(d, arm=r["config"], control=base)
-    r0 = configs.iloc[0]
-    return blocks.Analysis(base, None, arms, str(r0.get("time_ratio_method") or ""), True, float("nan"),
-                           float("nan"), checks.int_or(r0.get("rounds"), 0), 1 - checks.float_or_nan(
-                               r0.get("time_ratio_level")), checks.float_or_nan(r0.get("margin")), float("nan"),
-                           pd.DataFrame())
-
-
-def choice(configs: pd.DataFrame, run_dir=None) -> blocks.Pick | None:
-    """The recommendation as a decision (:func:`workbench.stats.blocks.best_of` over the eligible configurations,
-    latency lower is better): the fastest estimate, against the baseline and its runner-up; the baseline itself only
-    when every other eligible configuration is slower beyond noise or equivalent. None without a design or an
-    eligible configuration."""
-    if not designed(configs) or "baseline" not in configs or not configs["baseline"].any():
-        return None
-    eligible = configs.loc[configs["eligible"].astype(bool), "config"].tolist()
-    analysis = _analysis(configs, run_dir)
-    if analysis is None or not eligible:
-        return None
-    eligible = [c for c in eligible if c == analysis.control or c in analysis.arms]
-    return blocks.best_of(analysis, eligible, higher_is_better=False) if eligible else None
-
-
-def _flags(r) -> str:
-    flags = "" if r["guard_passed"] else f" [guard FAILED: {r['guard_reason']}]"
-    if r.get("valid") is False or r.get("valid") == False:  # noqa: E712
-        flags += f" [invalid: {r.get('invalid_reason', '')}]"
-    if r.get("meets_slo") is False:
-        flags += f" [misses the SLO: {r.get('slo_note', '')}]"
-    if r.get("recompiles", 0) > 0:  # NaN (uncompiled) compares False
-        flags += f" [torch.compile built {int(r['recompiles'])} more graph(s) during the timed repeats]"
-    if math.isfinite(r.get("compile_s", float("nan"))):
-        flags += f" [compile {r['compile_s']:.0f} s, not in the timings]"
-    return flags
-
-
-def _quality(r) -> str:
-    return (f"perplexity x{r['perplexity_ratio']:.4g} (95% upper {r['perplexity_ratio_high']:.4g}), mean KL "
-            f"{r['kl_mean']:.3g} nats vs float32; SLO {r.get('slo_note', '')}")
-
-
-def headline(configs: pd.DataFrame, search: dict | None = None, run_dir=None) -> str:
-    """ONE recommendation, the search that produced it, and what holds it up, in one paragraph.
-
-    The recommendation comes from the full grid (``search`` given: the :func:`replay_search` of a grid run,
-    whose disagreement becomes a caveat) or from the adaptive search (``configs`` of an adaptive run: then
-    the caveat says the rest of the grid was not measured and whether the search converged). A grid measured as
-    one design says the decision behind its choice (:func:`choice`): the pick against the baseline and its
-    runner-up, or "keep the baseline" only when every other configuration is slower beyond noise or equivalent.
-    Every configuration's ratio to the baseline carries its interval and verdict (:func:`speedup_phrase`); the SLO
-    verdict says at which percentile it was checked.
-    """
-    if configs.empty:
-        return "No configuration measured."
-    best = recommend(configs)
-    base = configs[configs["baseline"]].iloc[0] if "baseline" in configs and configs["baseline"].any() else \
-        configs.iloc[0]
-    adaptive_run = "search" in configs and configs["search"].iloc[0] == "adaptive"
-    if adaptive_run:
-        source = (f"the adaptive search ({int(configs['search_evaluated'].iloc[0])} of "
-                  f"{int(configs['search_grid'].iloc[0])} configurations measured)")
-    else:
-        source = f"the full grid ({len(configs)} configurations measured)"
-    parts = []
-    pick = choice(configs, run_dir)
-    words = ("slower", "faster")
-    if best is None:
-        parts.append(f"No configuration of {source} met the SLO and the quality guard on valid points: none is "
-                     f"recommended.")
-    elif pick is not None and pick.keeps_control:
-        row = configs[configs["config"] == pick.pick].iloc[0]
-        if pick.verdict == "undecided":
-            need = (f"; about {pick.rounds_needed} rounds would decide "
-                    f"{'it' if len(pick.open) == 1 else 'them'} at the observed spread" if pick.rounds_needed else "")
-            why = (f"none is shown faster, but {', '.join(map(str, pick.open))} "
-                   f"{'is' if len(pick.open) == 1 else 'are'} undecided against it{need}")
-        elif pick.verdict == "equivalent":
-            why = f"every other configuration is equivalent to it within +-{configs['margin'].iloc[0] - 1:.0%}"
-        else:
-            why = "every other configuration is slower beyond noise or equivalent within the margin"
-        parts.append(f"Keep the baseline{' for now' if pick.verdict == 'undecided' else ''} "
-                     f"({source.replace(' (', ', ').rstrip(')')}): {pick.pick} ({row['e2e_s_p50']:.3f} s per "
-                     f"request): {why}; {_quality(row)}.")
-    elif pick is not None:
-        row = configs[configs["config"] == pick.pick].iloc[0]
-        spr = checks.float_or_nan(row.get("seconds_per_round"))
-        versus = pick.versus_control.describe(f"against the baseline {pick.control}", invert=True, words=words,
-                                              seconds_per_round=spr)
-        parts.append(f"Recommended by {source}: {pick.pick} ({row['e2e_s_p50']:.3f} s per request; {versus}; "
-                     f"{_quality(row)}).")
-        if pick.versus_runner_up is not None:
-            parts.append(pick.versus_runner_up.describe(f"Against the runner-up {pick.runner_up}", invert=True,
-                                                        words=words, seconds_per_round=spr) + ".")
-    else:
-        versus = ("it is the baseline" if best["config"] == base["config"] else
-                  f"{speedup_phrase(best)} against the baseline {base['config']}")
-        parts.append(f"Recommended by {source}: {best['config']} ({best['e2e_s_p50']:.3f} s per request; "
-                     f"{versus}; {_quality(best)}).")
-    stated = {base["config"], *([pick.pick] if pick is not None else [])}
-    for _, r in configs[~configs["config"].isin(stated)].iterrows():
-        if not math.isfinite(r["speedup_vs_baseline"]):
-            continue
-        parts.append(f"{r['config']}: {speedup_phrase(r)}{_flags(r)}.")
-    floor = aa_sentence(configs)  # the noise floor beside the comparisons it judges
-    if floor:
-        parts.append(floor)
-    if adaptive_run:
-        conv = bool(configs["search_converged"].iloc[0])
-        parts.append("Caveat: the rest of the grid was not measured; the search " + (
-            "converged (no single knob change improves its choice), which is the grid's optimum only if the knobs "
-            "do not interact." if conv else
-            "stopped on its budget before converging, so it could not establish the grid's optimum."))
-    elif search and best is not None:
-        if search["same"]:
-            parts.append(f"The adaptive search, replayed on this grid, finds the same configuration with "
-                         f"{search['evaluated']} of {search['grid']} measurements.")
-        else:
-            why = ("it converged on a different configuration: the knobs interact" if search.get("converged") else
-                   "it stopped on its budget before converging")
-            parts.append(f"Caveat: the adaptive search, replayed on this grid, could not find this optimum: after "
-                         f"{search['evaluated']} of {search['grid']} measurements it would pick "
-                         f"{search['adaptive'] or 'nothing'} ({why}).")
-    return " ".join(parts)
-
-
-def finding(configs: pd.DataFrame, search: dict | None = None, points: pd.DataFrame | None = None,
-            run_dir=None) -> evidence.Finding:
-    """The report's finding: :func:`headline` as its text, with the evidence behind the recommendation.
-
-    Its verdict: a grid measured as one design carries :func:`choice`'s (the pick against the baseline: a
-    direction, equivalent within the margin, or undecided with the rounds it needs; the baseline kept only when every
-    other eligible configuration is slower beyond noise or equivalent), undecided when the A/A control moved.
-    Without a design (one repeat, the adaptive search) a recommendation other than the baseline is a direction only
-    when its Welch interval excludes 1; anything else is undecided.
-
-    Returns:
-        :class:`workbench.stats.evidence.Finding` (point ids: the usable points of ``points`` when given).
-    """
-    text = headline(configs, search, run_dir)
-    ids = evidence.point_ids(evidence.usable_points(points)) if points is not None else ()
-    if configs.empty:
-        return evidence.Finding(text, "no configuration measured", False, verdict="undecided")
-    best = recommend(configs)
-    base = configs[configs["baseline"]].iloc[0] if "baseline" in configs and configs["baseline"].any() else \
-        configs.iloc[0]
-    pick = choice(configs, run_dir)
-    guard_ev = ("quality guard (perplexity ratio and mean KL vs float32 on held-out text, upper 95% bounds over "
-                "windows); SLO at the preset's own percentile where the sample supports it")
-    if designed(configs):
-        an = _analysis(configs, run_dir)
-        row = configs[configs["config"] == (pick.pick if pick is not None else base["config"])].iloc[0]
-        fields = design.finding_fields(row)
-        fields["verdict"] = pick.verdict if pick is not None else "undecided"   # nothing eligible: no choice
-        if pick is not None and pick.verdict == "undecided":
-            spr = checks.float_or_nan(row.get("seconds_per_round"))
-            fields["rounds_needed"] = pick.rounds_needed
-            fields["seconds_needed"] = (max(pick.rounds_needed - fields["rounds"], 0) * spr
-                                        if pick.rounds_needed is not None and math.isfinite(spr) else None)
-        if aa_moved(configs):
-            fields["verdict"] = "undecided"
-        how = (f"block model on the log scale, rounds as blocks, one residual variance pooled over the "
-               f"{an.table.shape[1]} arms ({an.method})" if an.pooled and not an.table.empty else an.method)
-        ev = (f"{len(configs)} configurations, one design; request latency (the geometric mean over workloads of a "
-              f"round's mean e2e) vs the marked baseline {base['config']}: {how}; {design.evidence_text(row)}; the "
-              f"pick against its runner-up at Tukey's level; {guard_ev}")
-        return evidence.Finding(text, ev, True, ids, **fields)
-    src = points if points is not None and "n_repeats" in points else pd.DataFrame()
-    reps = pd.to_numeric(src.get("n_repeats", pd.Series(dtype=float)), errors="coerce")
-    n_rep = f"at least {int(reps.min())} repeats each" if reps.notna().any() else "repeats per point in the table"
-    ev = (f"{len(configs)} configurations measured one after another, {n_rep}; speed-up vs the baseline "
-          f"{base['config']}: 95% Welch t interval on log e2e over repeats (no rounds, no A/A control); {guard_ev}")
-    faster = (best is not None and best["config"] != base["config"]
-              and best.get("speedup_low", float("nan")) > 1)
-    return evidence.Finding(text, ev, True, ids, verdict="direction" if faster else "undecided")
-
-
-def fig_speedup_rounds(configs: pd.DataFrame, run_dir=None) -> go.Figure:
-    """Each configuration's speed-up over the baseline with the simultaneous interval its verdict was read from, each
-    round's ratio faint, the equivalence band and the A/A control's interval
-    (:func:`workbench.share.figures_design.ratio_figure`, inverted: baseline latency / the configuration's)."""
-    from workbench.share import figures_design
-
-    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, E2E.name)
-    return figures_design.ratio_figure(
-        configs.assign(point_id=configs["config"]), "config", E2E.prefix, rounds, invert=True,
-        name="speed-up", x_title="configuration (dtype+quant / attn / cache)",
-        y_title="speed-up (baseline e2e / its e2e)",
-        title="Speed-up over the baseline (simultaneous 95% intervals; faint: each round; grey: the A/A control)")
-
-
-@split_by_device
-def figures(points: pd.DataFrame, configs: pd.DataFrame, run_dir=None) -> dict[str, go.Figure]:
-    """The notebook's figures by file name (``run_dir``: the design's rounds, drawn faint on ``engine_speedup``)."""
-    return {"engine_speed": fig_speed(configs, recommend(configs)),
-            "engine_speedup": fig_speedup_rounds(configs, run_dir) if designed(configs) else fig_speedup(configs),
-            "engine_prediction": fig_prediction(points),
-            "engine_guard": fig_guard(configs)}
+#: the experiment's face: what notebook 09, the report, the benchmarks and the tests read as ``engine_tuning.<name>``
+__all__ = [
+    "EXPERIMENT", "CACHE_IMPLEMENTATIONS", "SEARCHES", "E2E", "AXES", "JOINT", "Config", "reference",
+    "quality_guard", "measure_point", "add_prediction_and_use", "design_configurations", "finish_point",
+    "replay_search", "make_predictor", "run", "choice", "headline", "finding", "configurations", "config_name",
+    "config_key", "generate_kwargs", "recommend", "speedup_phrase", "valid", "designed", "objective",
+    "fig_speed", "fig_speedup", "fig_speedup_rounds", "fig_prediction", "fig_guard", "figures",
+]

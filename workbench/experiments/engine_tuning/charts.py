@@ -4,7 +4,8 @@
 :func:`fig_speed`: request latency per configuration with the roofline's prediction, guard failures crossed out and
 the recommendation starred; :func:`fig_speedup`: the speed-up over the baseline with its interval and the A/A noise
 floor shaded; :func:`fig_prediction`: TTFT and TPOT measured against predicted; :func:`fig_guard`: the quality
-guard's perplexity ratio and KL divergence against the float32 reference.
+guard's perplexity ratio and KL divergence against the float32 reference; :func:`fig_speedup_rounds`: the design's
+speed-ups with their simultaneous intervals and each round faint. :func:`figures` assembles them by file name.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.share.plots import label, legend_below
+from workbench.experiments.engine_tuning.rounds import E2E, EXPERIMENT
+from workbench.share.plots import label, legend_below, split_by_device
 from workbench.stats import comparison
+from workbench.techniques.configurations import designed, recommend
 
 
 def fig_speed(configs: pd.DataFrame, recommended: pd.Series | None = None) -> go.Figure:
@@ -92,3 +95,26 @@ def fig_guard(configs: pd.DataFrame, cfg_limits: tuple[float, float] | None = No
                       yaxis=dict(title=label("perplexity_ratio")),
                       yaxis2=dict(title=label("kl_mean"), overlaying="y", side="right"))
     return legend_below(fig)
+
+
+def fig_speedup_rounds(configs: pd.DataFrame, run_dir=None) -> go.Figure:
+    """Each configuration's speed-up over the baseline with the simultaneous interval its verdict was read from, each
+    round's ratio faint, the equivalence band and the A/A control's interval
+    (:func:`workbench.share.figures_design.ratio_figure`, inverted: baseline latency / the configuration's)."""
+    from workbench.share import figures_design
+
+    rounds = figures_design.round_ratios(run_dir, EXPERIMENT, E2E.name)
+    return figures_design.ratio_figure(
+        configs.assign(point_id=configs["config"]), "config", E2E.prefix, rounds, invert=True,
+        name="speed-up", x_title="configuration (dtype+quant / attn / cache)",
+        y_title="speed-up (baseline e2e / its e2e)",
+        title="Speed-up over the baseline (simultaneous 95% intervals; faint: each round; grey: the A/A control)")
+
+
+@split_by_device
+def figures(points: pd.DataFrame, configs: pd.DataFrame, run_dir=None) -> dict[str, go.Figure]:
+    """The notebook's figures by file name (``run_dir``: the design's rounds, drawn faint on ``engine_speedup``)."""
+    return {"engine_speed": fig_speed(configs, recommend(configs)),
+            "engine_speedup": fig_speedup_rounds(configs, run_dir) if designed(configs) else fig_speedup(configs),
+            "engine_prediction": fig_prediction(points),
+            "engine_guard": fig_guard(configs)}

@@ -26,7 +26,7 @@ from workbench.experiments.scheduling.runs import (
     verdict_word,
 )
 from workbench.load.traces import calibrate, run_policy, trace_rows
-from workbench.run import design
+from workbench.run import design, design_sweep
 from workbench.serving import scheduling
 from workbench.share import figures_design
 from workbench.share.plots import table_figure
@@ -53,7 +53,7 @@ def mixed_columns(cfg: Config, cal: dict, rows: list, res) -> dict:
     return extra
 
 
-def policy_design(loaded, cfg: Config, state: dict) -> design.SweepDesign:
+def policy_design(loaded, cfg: Config, state: dict) -> design_sweep.SweepDesign:
     """The policies as one design (:mod:`workbench.run.design`, module docstring): the arms are ``cfg.policies``,
     ``fcfs`` the marked control and, with ``aa_control``, the A/A arm; arm ``a`` in round ``k`` replays the trace of
     arrival seed ``seed + k`` (:func:`workbench.load.traces.trace_rows`, its class mix exact) on a fresh engine
@@ -61,7 +61,7 @@ def policy_design(loaded, cfg: Config, state: dict) -> design.SweepDesign:
     points' ``(arm, replicate)``). Outcomes per run: :data:`INTERACTIVE` (primary), :data:`BACKGROUND`.
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     def measure(policy, rnd):
         cal = calibration(loaded, cfg, state)
@@ -77,7 +77,7 @@ def policy_design(loaded, cfg: Config, state: dict) -> design.SweepDesign:
 
     d = design.Design(EXPERIMENT, list(cfg.policies), CONTROL, INTERACTIVE, (BACKGROUND,), aa=cfg.aa_control,
                       **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, unit_of=unit_of)
+    return design_sweep.SweepDesign(d, measure, unit_of=unit_of)
 
 
 def aa_control(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> dict | None:

@@ -29,7 +29,7 @@ from workbench.experiments.scheduling.runs import (
 from workbench.load import senders
 from workbench.load.conversations import multiturn, shared_prefix_group
 from workbench.load.traces import policy_engine
-from workbench.run import design
+from workbench.run import design, design_sweep
 from workbench.run.point_result import PointResult
 from workbench.serving import engine_kinds, options
 from workbench.share.figures_serving import prefix_savings_figure
@@ -103,7 +103,7 @@ def _prefix_point(profile: str, cfg: Config, prefix_sharing: bool, rows: list, w
     return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s if cfg.warmup else None, extra=extra)
 
 
-def prefix_design(loaded, cfg: Config) -> design.SweepDesign:
+def prefix_design(loaded, cfg: Config) -> design_sweep.SweepDesign:
     """The prefix points as one design: per prefix workload (``multiturn``, ``shared_prefix``) the arms
     ``<workload>_off`` (its control) and ``<workload>_on``, the first workload's ``off`` again as the A/A arm (with
     ``aa_control``); one run of the workload per arm and round on a fresh ``continuous`` engine with its prefix cache
@@ -111,7 +111,7 @@ def prefix_design(loaded, cfg: Config) -> design.SweepDesign:
     (the run's mean TTFT).
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
     """
     workloads = cfg.prefix_workloads()
     arms = [f"{w}_{side}" for w in workloads for side in ("off", "on")]
@@ -130,7 +130,7 @@ def prefix_design(loaded, cfg: Config) -> design.SweepDesign:
 
     d = design.Design(PREFIX_DESIGN, arms, arms[0], SHARING, groups={f"{w}_off": [f"{w}_on"] for w in workloads},
                       aa=cfg.aa_control, **cfg.design_kwargs(prefix=True))
-    return design.SweepDesign(d, measure, unit_of=unit_of)
+    return design_sweep.SweepDesign(d, measure, unit_of=unit_of)
 
 
 def prefix_savings(points: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:

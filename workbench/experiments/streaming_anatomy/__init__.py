@@ -38,6 +38,11 @@ Three sweeps into one run folder, each a ``workbench.run.sweeps.run_sweep`` expe
 position, perceived latency (stream vs wait), granularity, per-request
 timelines and client-vs-engine TTFT from what :func:`run` wrote. Tables are in
 seconds; figures show milliseconds on some axes.
+
+**Parts** (this module is the experiment's face: :class:`Config`, the measurements and the designs,
+:func:`measure_point`, :func:`run`, and every name below re-exported): :mod:`.summaries` (the outcomes the designs
+decide, :data:`TPOT` and :data:`CLIENT_TTFT`, the tables and the finding), :mod:`.charts` (the figures and
+:func:`figures`).
 """
 
 from __future__ import annotations
@@ -48,22 +53,37 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import plotly.express as px
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from workbench import checks
 from workbench.checks import check_bool, check_int, check_int_list, check_str_list
 from workbench.errors import ParameterError
+from workbench.experiments.streaming_anatomy.charts import (
+    figures,
+    granularity_figure,
+    itl_histogram_figure,
+    itl_long_form,
+    itl_position_figure,
+    perceived_latency_figure,
+    timeline_figure,
+    tpot_ratio_figure,
+    transport_figure,
+)
+from workbench.experiments.streaming_anatomy.summaries import (
+    ANATOMY_COLUMNS,
+    CLIENT_TTFT,
+    TPOT,
+    anatomy_table,
+    finding,
+    granularity_table,
+    sweep_rows,
+    transport_table,
+)
 from workbench.load.client import measure_http
 from workbench.measure.detokenize import Granularity, StreamTap
 from workbench.measure.generation import GenerationSettings, eos_token_ids, generate_measured, warm_up
-from workbench.predict import predictions
-from workbench.run import design, point_result, sweeps  # noqa: F401  (plots registers the house template)
+from workbench.run import design, design_sweep, point_result, sweeps
 from workbench.run.point_result import PointResult
 from workbench.serving.server import ServerThread
-from workbench.share import plots
-from workbench.stats import evidence, metrics
+from workbench.stats import metrics
 
 EXPERIMENT = "streaming_anatomy"
 
@@ -216,11 +236,7 @@ def measure_stream(
     return PointResult(requests=rows, wall_s=wall, warmup_s=warmup_s, extra=extra)
 
 
-#: The primary outcome: the time per output token (a round's batch: its median request), longest over shortest.
-TPOT = design.Outcome("tpot_s", False, "time per output token (TPOT)", "tpot_vs_control")
-
-
-def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design.SweepDesign:
+def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design_sweep.SweepDesign:
     """The streaming sweep's output lengths as one design (:mod:`workbench.run.design`): round ``r`` runs one batch
     of each length at seed ``cfg.seed + r``, every token timed with the every-token display attached (as
     :func:`measure_stream`), and the shortest length a second time (the A/A control), in an order shuffled per round.
@@ -229,7 +245,7 @@ def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design.SweepD
     ``repeat`` = round.
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
         ``{"max_new_tokens": n}``); each point's ``extra`` holds ``itl_jitter``.
     """
     prompts = [cfg.prompt] * cfg.batch_size
@@ -255,18 +271,16 @@ def sweep_design(loaded, cfg: "Config", lengths: Sequence[int]) -> design.SweepD
     short, long_ = min(lengths), max(lengths)
     d = design.Design("streaming", [pid(n) for n in lengths], pid(short), TPOT, decide=[pid(long_)],
                       **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, lambda p: warm_up(loaded, prompts, cfg.settings(p["max_new_tokens"]),
+    return design_sweep.SweepDesign(d, measure, lambda p: warm_up(loaded, prompts, cfg.settings(p["max_new_tokens"]),
                                                             cfg.warmup), extra)
 
 
-#: The primary outcome of the HTTP design: the client TTFT of a round's requests at one concurrency (their median).
-CLIENT_TTFT = design.Outcome("ttft_s", False, "client TTFT", "ttft_vs_control")
 
 #: Per-point columns of the HTTP design: medians of its requests over the rounds (seconds).
 HTTP_EXTRA = ("transport_ttft_s", "engine_ttft_s", "engine_queue_s")
 
 
-def http_design(cfg: "Config", base_url: str, tokenizer=None) -> design.SweepDesign:
+def http_design(cfg: "Config", base_url: str, tokenizer=None) -> design_sweep.SweepDesign:
     """The HTTP sweep's concurrencies as one design (:mod:`workbench.run.design`), the run the unit: round ``r``
     sends, for each concurrency ``c``, ``c`` streaming requests together (:func:`workbench.load.client.measure_http`,
     seed ``cfg.seed + r``), and one request alone a second time (the A/A control), in an order shuffled per round.
@@ -274,7 +288,7 @@ def http_design(cfg: "Config", base_url: str, tokenizer=None) -> design.SweepDes
     requests (:data:`CLIENT_TTFT`); the design stops early once the highest concurrency is decided.
 
     Returns:
-        :class:`workbench.run.design.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
+        :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep` (points
         ``{"concurrency": c}``); each point's ``extra`` holds the medians of :data:`HTTP_EXTRA` (``<column>_p50``).
     """
     levels = sorted(int(c) for c in cfg.http_concurrency)
@@ -297,7 +311,7 @@ def http_design(cfg: "Config", base_url: str, tokenizer=None) -> design.SweepDes
 
     d = design.Design("http", [pid(c) for c in levels], pid(levels[0]), CLIENT_TTFT, decide=[pid(levels[-1])],
                       **cfg.design_kwargs())
-    return design.SweepDesign(d, measure, prepare, extra)
+    return design_sweep.SweepDesign(d, measure, prepare, extra)
 
 
 #: Per-request display columns of the granularity sweep, summarised per granularity.
@@ -419,313 +433,11 @@ def run(cfg: Config, run_dir, loaded, resume: bool = False) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-# --------------------------------------------------------------------------- tables
-
-
-ANATOMY_COLUMNS = ("max_new_tokens", "status", "ttft_s_p50", "tpot_s_p50", "itl_s_p50", "itl_s_p99", "itl_jitter",
-                   "e2e_s_p50")
-
-
-def _only(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
-    """Rows of one sweep (a run folder may hold every notebook of a suite)."""
-    return df[df["experiment"] == experiment].reset_index(drop=True) if "experiment" in df else df
-
-
-def anatomy_table(points: pd.DataFrame) -> pd.DataFrame:
-    """The streaming sweep's points: TTFT, TPOT, ITL p50 / p99, jitter and e2e per output length (seconds)."""
-    df = _only(points, "streaming")
-    return df[[c for c in ANATOMY_COLUMNS if c in df]]
-
-
-def _http_primary(points: pd.DataFrame) -> tuple[str, dict, str] | None:
-    """The HTTP design's decision (:func:`http_design`): ``(sentence, finding fields, evidence)``, or None when the
-    http points were not measured as a design."""
-    df = evidence.usable_points(_only(points, "http"))
-    if df.empty or "design" not in df or not df["design"].map(lambda v: isinstance(v, str)).any():
-        return None
-    df = df.sort_values("concurrency")
-    lo, hi = df.iloc[0], df.iloc[-1]
-    dec = design.decision_from_row(hi, CLIENT_TTFT)
-    if dec is None:
-        return None
-    name = (f"Client TTFT with {int(hi['concurrency'])} requests sent together vs one alone "
-            f"({hi['ttft_s_p50']:.2f} vs {lo['ttft_s_p50']:.2f} s, HTTP streaming, the run the unit)")
-    text = dec.describe(name, words=CLIENT_TTFT.words,
-                        seconds_per_round=checks.float_or_nan(hi.get("seconds_per_round"))) + "."
-    fields = design.finding_fields(hi, dec)
-    if hi.get("aa_verdict") == "direction":
-        text += " The A/A control moved (one request alone against itself shows a direction): drift, not effects."
-        fields["verdict"] = "undecided"
-    queue = hi.get("engine_queue_s_p50")
-    if checks.float_or_nan(queue) == checks.float_or_nan(queue):
-        text += f" The engine's queue wait at {int(hi['concurrency'])}: {queue:.2f} s (median request)."
-    return text, fields, f"primary: client TTFT per run (its requests' median), {design.evidence_text(hi)}"
-
-
-def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evidence.Finding:
-    """What a concurrent request does to the first token, decided; whether decoding slows as the output grows,
-    decided beside it; how much sooner streaming shows text, measured.
-
-    The primary comparison (it alone sets the verdict), when the http points were measured as a design
-    (:func:`http_design`): the client TTFT with the most requests sent together over one request alone
-    (:data:`CLIENT_TTFT`, the run the unit; an A/A control that moved leaves it undecided). Beside it, with its own
-    verdict: the time per output token at the longest output over the shortest (:data:`TPOT`, the streaming
-    design) - a direction, equivalent within the margin, or undecided with how many rounds; without the http design
-    it is the primary. And a measurement that decides nothing: the longest output's first token against its whole
-    answer (medians; e2e exceeds TTFT for any answer longer than one token, so it cannot come out the other way).
-    One output length and no http design compares nothing: a measurement (verdict ``""``); lengths measured
-    without a design (one repeat): undecided.
-
-    Args:
-        points: the points of :func:`run` (the ``streaming`` and ``http`` sweeps are used).
-        requests: their requests (unused since the design runner; kept for callers).
-
-    Returns:
-        :class:`workbench.stats.evidence.Finding`.
-    """
-    served = _http_primary(points)
-    df = evidence.usable_points(_only(points, "streaming"))
-    if df.empty and served is None:
-        return evidence.Finding("No valid streaming point finished.", "", False, verdict="undecided")
-    ids = evidence.point_ids(pd.concat([df, evidence.usable_points(_only(points, "http"))]))
-    parts, shown, tpot = [], "", None
-    if not df.empty:
-        df = df.sort_values("max_new_tokens")
-        lo, hi = df.iloc[0], df.iloc[-1]
-        shown = (f" Streaming shows the first token after {hi['ttft_s_p50']:.2f} s instead of {hi['e2e_s_p50']:.1f} s "
-                 f"for a {int(hi['max_new_tokens'])}-token answer (a measurement, not a decision: e2e exceeds TTFT "
-                 f"for any answer longer than one token).")
-        parts.append(f"{checks.int_or(hi.get('batch_size'), 1)} request(s) per batch; TTFT and e2e p50 of the "
-                     f"longest output over its rounds")
-        name = (f"Time per output token (TPOT) at {int(hi['max_new_tokens'])} vs {int(lo['max_new_tokens'])} output "
-                f"tokens ({hi['tpot_s_p50'] * 1e3:.0f} vs {lo['tpot_s_p50'] * 1e3:.0f} ms)")
-        dec = design.decision_from_row(hi, TPOT) if len(df) >= 2 and isinstance(hi.get("design"), str) else None
-        if len(df) < 2:
-            tpot = (" One output length: no comparison of decode speed.", None, None)
-        elif dec is None:
-            tpot = (f"{name}: undecided: one round pairs nothing (repeats >= 2 measure the lengths as a design).",
-                    {"verdict": "undecided"}, None)
-        else:
-            text = dec.describe(name, words=TPOT.words,
-                                seconds_per_round=checks.float_or_nan(hi.get("seconds_per_round"))) + "."
-            fields = design.finding_fields(hi, dec)
-            if hi.get("aa_verdict") == "direction":
-                text += (" The A/A control moved (the shortest output against itself shows a direction): drift, not "
-                         "effects.")
-                fields["verdict"] = "undecided"
-            tpot = (text, fields, f"TPOT per round (the batch's median request), {design.evidence_text(hi)}")
-    if served is not None:
-        text, fields, ev = served
-        parts.insert(0, ev)
-        if tpot is not None and tpot[1] is not None:
-            text += f" Beside it, with its own verdict ({tpot[1]['verdict']}): {tpot[0]}"
-            if tpot[2]:
-                parts.append(tpot[2])
-        return evidence.Finding(text + shown, "; ".join(parts), True, ids, **fields)
-    if tpot is None or tpot[1] is None:
-        return evidence.Finding(shown.strip() + (tpot[0] if tpot else ""), "; ".join(parts), True, ids, verdict="")
-    text, fields, ev = tpot
-    if ev:
-        parts.insert(0, f"primary: {ev}")
-    return evidence.Finding(text + shown, "; ".join(parts), True, ids, **fields)
-
-
-def granularity_table(requests: pd.DataFrame) -> pd.DataFrame:
-    """Medians per granularity (``<column>_p50``, seconds) of :func:`measure_granularity` rows, in input order."""
-    requests = _only(requests, "granularity")
-    cols = ["updates", "tokens_per_update", "display_lag_s_mean", "display_lag_s_p90", "display_lag_s_max",
-            "first_display_s", "added_first_display_s", "handler_s_per_token"]
-    order = list(dict.fromkeys(requests["granularity"]))
-    t = requests.groupby("granularity")[cols].median().reindex(order).add_suffix("_p50")
-    t["text_equal"] = requests.groupby("granularity")["text_equal"].all().reindex(order)
-    return t.reset_index()
-
-
-def transport_table(requests: pd.DataFrame) -> pd.DataFrame:
-    """Medians per concurrency (seconds): client vs engine TTFT, the transport share, queueing, per-token times.
-
-    Args:
-        requests: :func:`~workbench.load.client.measure_http` rows (other sweeps' rows are ignored).
-
-    Returns:
-        ``concurrency``, ``requests``, ``ttft_s_p50`` (client), ``engine_ttft_s_p50``,
-        ``transport_ttft_s_p50`` (client first chunk minus engine first text), ``transport_ttft_s_max``,
-        ``engine_queue_s_p50``, ``tpot_s_p50`` (client: first-to-last chunk over the decode steps between
-        them), ``engine_tpot_s_p50``, ``transport_e2e_s_p50``, ``chunks_per_token``.
-    """
-    g = _only(requests, "http").groupby("concurrency")
-    out = g.agg(
-        requests=("ttft_s", "size"),
-        ttft_s_p50=("ttft_s", "median"),
-        engine_ttft_s_p50=("engine_ttft_s", "median"),
-        **({"engine_first_text_s_p50": ("engine_first_text_s", "median")} if "engine_first_text_s" in requests else {}),
-        transport_ttft_s_p50=("transport_ttft_s", "median"),
-        transport_ttft_s_max=("transport_ttft_s", "max"),
-        engine_queue_s_p50=("engine_queue_s", "median"),
-        tpot_s_p50=("tpot_s", "median"),
-        engine_tpot_s_p50=("engine_tpot_s", "median"),
-        transport_e2e_s_p50=("transport_e2e_s", "median"),
-    )
-    out["chunks_per_token"] = g["chunks"].sum() / g["output_tokens"].sum()
-    return out.reset_index()
-
-
-# --------------------------------------------------------------------------- figures
-
-
-def itl_long_form(requests: pd.DataFrame) -> pd.DataFrame:
-    """One row per inter-token gap: ``position`` (the later token's index, 1-based from the 2nd token) and ``itl_ms``."""
-    rows = []
-    for _, q in requests.iterrows():
-        for i, v in enumerate(list(q["itl_s"])):
-            rows.append({"position": i + 1, "itl_ms": 1000 * float(v), "max_new_tokens": q.get("max_new_tokens"),
-                         "length": f"{q.get('max_new_tokens')} tokens", "repeat": q.get("repeat", 0),
-                         "request_id": q.get("request_id", 0)})
-    return pd.DataFrame(rows)
-
-
-def itl_histogram_figure(requests: pd.DataFrame) -> go.Figure:
-    """Histogram of inter-token latency (ms), one colour per output length."""
-    df = itl_long_form(requests)
-    return px.histogram(df, x="itl_ms", color="length", barmode="overlay", nbins=60, opacity=0.6,
-                        labels={"itl_ms": "inter-token latency (ms)", "length": "output length"},
-                        title="Inter-token latency distribution")
-
-
-def itl_position_figure(requests: pd.DataFrame) -> go.Figure:
-    """ITL (ms) against token position, one line per output length (first repeat, first request)."""
-    df = itl_long_form(requests)
-    df = df[(df["repeat"] == df["repeat"].min()) & (df["request_id"] == df["request_id"].min())]
-    return px.line(df, x="position", y="itl_ms", color="length",
-                   labels={"position": "token position", "itl_ms": "inter-token latency (ms)", "length": "output length"},
-                   title="Inter-token latency vs position in the output")
-
-
-def perceived_latency_figure(requests: pd.DataFrame) -> go.Figure:
-    """Time to first visible text when streaming vs when waiting for the whole answer, against output tokens."""
-    g = requests.groupby("max_new_tokens", as_index=False).agg(
-        output_tokens=("output_tokens", "median"), ttft_s=("ttft_s", "median"),
-        first_display_s=("first_display_s", "median"), e2e_s=("e2e_s", "median"))
-    long = pd.concat([
-        g.assign(mode="streaming (first text at TTFT)", seconds=g["first_display_s"]),
-        g.assign(mode="whole answer (text at e2e)", seconds=g["e2e_s"]),
-    ])
-    fig = px.line(long, x="output_tokens", y="seconds", color="mode", markers=True,
-                  labels={"output_tokens": "output tokens (median)", "seconds": "time until the user sees text (s)"},
-                  title="Perceived latency: streaming vs waiting for the whole answer")
-    pred = predictions.predict_rows(requests).groupby("max_new_tokens", as_index=False).agg(  # dotted: the roofline
-        output_tokens=("output_tokens", "median"), predicted_ttft_s=("predicted_ttft_s", "median"),
-        predicted_e2e_s=("predicted_e2e_s", "median"))
-    predictions.add_predicted_line(fig, pred, "output_tokens", "predicted_ttft_s", name="predicted TTFT")
-    predictions.add_predicted_line(fig, pred, "output_tokens", "predicted_e2e_s", name="predicted whole answer")
-    return fig
-
-
-def timeline_figure(requests: pd.DataFrame, title: str = "Per-request timeline") -> go.Figure:
-    """Per-request timeline: a bar from start to first token (TTFT), then a tick per token (or per chunk).
-
-    Args:
-        requests: rows with ``request_id``, ``ttft_s``, ``itl_s`` (token gaps) or, for HTTP rows,
-            ``chunk_itl_s`` (text-chunk gaps), and optional ``t_start_s`` (request start relative
-            to the first request's, s).
-    """
-    fig = go.Figure()
-    for _, q in requests.iterrows():
-        y = f"req {q['request_id']}"
-        start = float(q.get("t_start_s", 0.0) or 0.0)
-        first = start + float(q["ttft_s"])
-        gaps = q.get("itl_s")
-        if not isinstance(gaps, (list, tuple, np.ndarray)):
-            gaps = q.get("chunk_itl_s")
-        gaps = list(gaps) if isinstance(gaps, (list, tuple, np.ndarray)) else []
-        ticks = first + np.concatenate([[0.0], np.cumsum(np.asarray(gaps, dtype=float))])
-        fig.add_trace(go.Bar(x=[first - start], base=[start], y=[y], orientation="h", name="TTFT",
-                             marker_color="#bbbbbb", showlegend=bool(q["request_id"] == requests["request_id"].iloc[0]),
-                             legendgroup="ttft"))
-        fig.add_trace(go.Scatter(x=ticks, y=[y] * len(ticks), mode="markers", name="token",
-                                 marker={"symbol": "line-ns-open", "size": 10}, legendgroup="tok",
-                                 showlegend=bool(q["request_id"] == requests["request_id"].iloc[0])))
-    fig.update_layout(title=title, xaxis_title="time since first submit (s)", yaxis_title="request",
-                      barmode="overlay")
-    return fig
-
-
-def granularity_figure(requests: pd.DataFrame) -> go.Figure:
-    """Updates, mean display lag and added time to first text per granularity (medians over requests)."""
-    t = granularity_table(requests)
-    fig = make_subplots(rows=1, cols=3, subplot_titles=(
-        "display updates per request", "mean display lag (ms)", "added time to first text (ms)"))
-    x = t["granularity"].astype(str)
-    fig.add_trace(go.Bar(x=x, y=t["updates_p50"], name="updates"), row=1, col=1)
-    fig.add_trace(go.Bar(x=x, y=1000 * t["display_lag_s_mean_p50"], name="lag"), row=1, col=2)
-    fig.add_trace(go.Bar(x=x, y=1000 * t["added_first_display_s_p50"], name="first text"), row=1, col=3)
-    fig.update_layout(title="Display granularity: fewer updates cost lag", showlegend=False)
-    fig.update_xaxes(title_text="granularity")
-    fig.update_yaxes(title_text="updates", row=1, col=1)
-    fig.update_yaxes(title_text="ms", row=1, col=2)
-    fig.update_yaxes(title_text="ms", row=1, col=3)
-    return fig
-
-
-def transport_figure(requests: pd.DataFrame) -> go.Figure:
-    """Client vs engine TTFT per request, by concurrency (what HTTP adds is the gap)."""
-    df = _only(requests, "http").copy()
-    df["concurrency"] = df["concurrency"].astype(int)
-    df["label"] = "r" + df["repeat"].astype(int).astype(str) + " #" + df["request_id"].astype(int).astype(str)
-    sides = [df.assign(side="engine TTFT (arrival to first token)", ms=1000 * df["engine_ttft_s"])]
-    if "engine_first_text_s" in df:
-        sides.append(df.assign(side="engine first text (arrival to first text)", ms=1000 * df["engine_first_text_s"]))
-    sides.append(df.assign(side="client TTFT (send to first chunk)", ms=1000 * df["ttft_s"]))
-    long = pd.concat(sides)
-    fig = px.bar(long, x="label", y="ms", color="side", barmode="group",
-                 facet_col="concurrency", labels={"label": "request (repeat, index)", "ms": "time to first token (ms)"},
-                 title="HTTP streaming: client-side vs engine-side TTFT")
-    fig.update_xaxes(matches=None)
-    return fig
-
-
-def tpot_ratio_figure(points: pd.DataFrame, run_dir=None) -> go.Figure:
-    """Each output length's time per output token over the shortest's, with the simultaneous interval its verdict
-    was read from, each round's ratio faint, the equivalence band and the A/A control's interval
-    (:func:`workbench.share.figures_design.ratio_figure`)."""
-    from workbench.share import figures_design
-
-    rounds = figures_design.round_ratios(run_dir, "streaming", TPOT.name)
-    return figures_design.ratio_figure(
-        _only(points, "streaming"), "max_new_tokens", TPOT.prefix, rounds, name="TPOT", log_x=True,
-        x_title="output tokens", y_title="TPOT / the shortest output's (x)",
-        title="Decode speed vs output length: TPOT over the shortest output (simultaneous 95% intervals; faint: each "
-              "round)")
-
-
-@plots.split_by_device
-def figures(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=None) -> dict[str, go.Figure]:
-    """Every figure of the notebook, by file name (the http ones only if that sweep ran; the TPOT ratio when the
-    lengths were measured as a design).
-
-    Args:
-        requests: the run's request rows (``results.read_requests(run)``); each figure takes its sweep's rows.
-        points: the run's points (the streaming design's decision columns), or None.
-        run_dir: the run folder (the design's rounds for the ratio figure's faint points), or None.
-    """
-    req = _only(requests, "streaming")
-    gran = _only(requests, "granularity")
-    first = gran[gran["granularity"] == gran["granularity"].iloc[0]]
-    first = first[first["repeat"] == first["repeat"].min()]
-    figs = {
-        "itl_histogram": itl_histogram_figure(req),
-        "itl_vs_position": itl_position_figure(req),
-        "perceived_latency": perceived_latency_figure(req),
-        "granularity": granularity_figure(gran),
-        "timeline_batch": timeline_figure(first, "Per-request timeline: one batch"),
-    }
-    http = _only(requests, "http")
-    if not http.empty:
-        top = http[(http["concurrency"] == http["concurrency"].max()) & (http["repeat"] == 0)]
-        figs["http_ttft"] = transport_figure(http)
-        figs["timeline_http"] = timeline_figure(top, "Per-request timeline: concurrent HTTP requests (queued; a tick "
-                                                     "per text chunk)")
-    streams = _only(points, "streaming") if points is not None else None
-    if streams is not None and TPOT.prefix in streams and streams[TPOT.prefix].notna().any():
-        figs["streaming_tpot_ratio"] = tpot_ratio_figure(points, run_dir)
-    return figs
+#: the experiment's face: what notebook 04, the report and the tests read as ``streaming_anatomy.<name>``
+__all__ = [
+    "EXPERIMENT", "DEFAULT_PROMPTS", "Config", "TPOT", "CLIENT_TTFT", "HTTP_EXTRA", "GRANULARITY_COLUMNS",
+    "ANATOMY_COLUMNS", "measure_stream", "sweep_design", "http_design", "measure_granularity", "measure_point", "run",
+    "sweep_rows", "anatomy_table", "finding", "granularity_table", "transport_table", "itl_long_form",
+    "itl_histogram_figure", "itl_position_figure", "perceived_latency_figure", "timeline_figure",
+    "granularity_figure", "transport_figure", "tpot_ratio_figure", "figures",
+]

@@ -1,0 +1,88 @@
+"""What a design costs and can decide, for ``workbench plan`` (:mod:`workbench.run.design`, docs/design.md section
+11): :func:`remember_spread` keeps the spread a finished design measured on this machine, :func:`recalled_spread`
+reads it back, :func:`smallest_effect` is the smallest ratio a design of that spread can call a direction and
+:func:`plan_text` says it in one line (with :data:`DEFAULT_SIGMA` before any run measured one).
+:mod:`workbench.run.design` re-exports them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from workbench.stats import blocks, sequential
+
+if TYPE_CHECKING:
+    from workbench.run.design import DesignResult
+
+DEFAULT_SIGMA = 0.05      # the log-scale spread assumed by ``workbench plan`` before any run has measured one
+
+
+def _spread_file() -> Path:
+    from workbench.measure.models import cache_root
+
+    return cache_root() / "design_spread.json"
+
+
+def remember_spread(result: DesignResult, run_id: str = "") -> None:
+    """Keep what this design measured on this machine (the primary's residual SD on the log scale, the seconds per
+    round and per arm-measurement) for ``workbench plan`` (:func:`recalled_spread`); best effort, never raises."""
+    an = result.analysis
+    if an is None or not (an.sigma > 0) or not result.rounds:
+        return
+    try:
+        path = _spread_file()
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data[result.design.experiment] = {
+            "sigma": float(an.sigma), "arms": len(result.design.measured_arms()),
+            "seconds_per_round": float(result.seconds_per_round),
+            "seconds_per_measurement": float(result.seconds_per_round / len(result.design.measured_arms())),
+            "run_id": run_id, "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        from workbench.measure.models import write_cache_text
+
+        write_cache_text(path, json.dumps(data, indent=1))
+    except (OSError, ValueError):
+        pass
+
+
+def recalled_spread(experiment: str) -> dict | None:
+    """What the last design of ``experiment`` on this machine measured (:func:`remember_spread`), or None."""
+    try:
+        return json.loads(_spread_file().read_text()).get(experiment)
+    except (OSError, ValueError):
+        return None
+
+
+def smallest_effect(sigma: float, n_arms: int, rounds: int, alpha: float = blocks.ALPHA) -> float:
+    """The smallest ratio a balanced design of ``n_arms`` measured arms (the A/A one included) and ``rounds`` rounds
+    can call a direction at the observed spread: ``exp(c * sigma * sqrt(2 / rounds))`` with Dunnett's value over the
+    ``n_arms - 1`` comparisons (:func:`workbench.stats.blocks.planning_critical_value`) at ``alpha``."""
+    if not (sigma > 0) or rounds < 2 or n_arms < 2:
+        return float("nan")
+    dof = (rounds - 1) * (n_arms - 1)
+    c = blocks.planning_critical_value(n_arms - 1, dof, alpha)
+    return float(math.exp(c * sigma * math.sqrt(2 / rounds)))
+
+
+def plan_text(experiment: str, n_arms: int, min_rounds: int, max_rounds: int, aa: bool = True,
+              seconds_per_measurement: float | None = None) -> str:
+    """One line for ``workbench plan``: the smallest effect the design can decide at its last look (from the spread
+    the last run of the experiment on this machine measured, or :data:`DEFAULT_SIGMA`) and the time its rounds take;
+    a design that cannot decide an effect below 2x says so."""
+    measured = n_arms + (1 if aa else 0)
+    known = recalled_spread(experiment)
+    sigma = known["sigma"] if known else DEFAULT_SIGMA
+    source = f"the spread run {known.get('run_id') or '?'} measured here" if known else \
+        f"no run on this machine yet: an assumed spread of {DEFAULT_SIGMA:g} on the log scale"
+    plan = sequential.looks(min_rounds, max_rounds)
+    last = sequential.look_alpha(max_rounds, plan)
+    eff = smallest_effect(sigma, measured, max_rounds, last)
+    per = (known or {}).get("seconds_per_measurement") or seconds_per_measurement
+    secs = (f", {min_rounds}-{max_rounds} rounds ~{per * measured * min_rounds:.0f}-{per * measured * max_rounds:.0f} s"
+            if per else f", {min_rounds}-{max_rounds} rounds")
+    warn = "  (cannot decide an effect below 2x: add rounds or cut the spread)" if not eff < 2 else ""
+    return (f"{experiment}: {n_arms} arms{' + A/A' if aa else ''}{secs}; smallest decidable effect: {eff:.2f}x "
+            f"at {max_rounds} rounds ({source}){warn}")
