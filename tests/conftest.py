@@ -304,14 +304,15 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: -cost[item.path])
 
 
-def fake_references(monkeypatch, values, age_s: float = 60.0) -> None:
+def fake_references(monkeypatch, values, age_s: float | None = None) -> None:
     """Stand-ins for the drift reference: each sweep's start reference is the next of ``values``, measured
-    ``age_s`` ago (beyond ``REFERENCE_REUSE_S``: the sweep gets an end reference), and its end reference the
-    next one after it."""
+    ``age_s`` ago (default: 45 s beyond ``REFERENCE_REUSE_S``, whatever a test folder set it to: the sweep gets an
+    end reference), and its end reference the next one after it."""
     import time
 
     from workbench.run import drift
 
+    age_s = drift.REFERENCE_REUSE_S + 45.0 if age_s is None else age_s
     refs = iter(values)
     monkeypatch.setattr(drift, "start", lambda loaded: drift.Start(next(refs), time.monotonic() - age_s))
     monkeypatch.setattr(drift, "reference_tpot_s", lambda loaded, max_age_s=0.0: next(refs))

@@ -99,6 +99,12 @@ BAD_INPUTS = [
     ("suite parameters: null", lambda t, r: (t.joinpath("s.yaml").write_text(
         "notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n  parameters: null\n"),
         ["run", str(t / "s.yaml")])[1], "error: suite:", "mapping"),
+    ("a suite's reference_reuse_s out of range", lambda t, r: (t.joinpath("s.yaml").write_text(
+        "reference_reuse_s: 0\nnotebooks:\n- notebook: notebooks/01_batch_size.ipynb\n"),
+        ["run", str(t / "s.yaml")])[1], "error: reference_reuse_s:", "1"),
+    ("a suite's unknown static figure format", lambda t, r: (t.joinpath("s.yaml").write_text(
+        "figures: [png, tiff]\nnotebooks:\n- notebook: notebooks/01_batch_size.ipynb\n"),
+        ["run", str(t / "s.yaml")])[1], "error: --figures:", "tiff"),
     ("same notebook twice in a suite", lambda t, r: (t.joinpath("s.yaml").write_text(
         "notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n- notebook: notebooks/01_batch_size.ipynb\n"),
         ["run", str(t / "s.yaml")])[1], "error: suite:", "twice"),

@@ -99,7 +99,7 @@ def cmd_run(args) -> int:
     return suite_runner.run_entries(suite["notebooks"], args.resume, args.label, suite=suite["path"],
                                     price_per_hour=price, allow_changed=args.allow_changed,
                                     report=lambda run_dir: _build_report(run_dir, figures),
-                                    budget_s=suite.get("budget_s"))
+                                    budget_s=suite.get("budget_s"), reference_reuse_s=suite.get("reference_reuse_s"))
 
 
 def _figures(value) -> str | None:

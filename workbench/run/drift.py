@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import time
 import weakref
@@ -28,6 +29,10 @@ from workbench.stats.evidence import DRIFT_LIMIT  # noqa: E402 - the verdict's t
 #: thing twice), and a sweep that ends within this long of its start reference is not given an end reference
 #: (:func:`finish`): its whole window is covered by the same reference.
 REFERENCE_REUSE_S = 15.0
+#: A suite's ``reference_reuse_s:`` (the quick profile's: longer), handed to its kernel through this variable.
+REUSE_ENV = "WORKBENCH_REFERENCE_REUSE_S"
+if os.environ.get(REUSE_ENV):
+    REFERENCE_REUSE_S = float(os.environ[REUSE_ENV])
 #: model -> (monotonic time, TPOT) of the latest reference measured in this process; weakly keyed, so a model
 #: freed and another loaded at the same address never inherits its reference.
 _LAST_REFERENCE: "weakref.WeakKeyDictionary[object, tuple[float, float]]" = weakref.WeakKeyDictionary()

@@ -335,7 +335,9 @@ def load_suite(suite: str) -> dict:
     """Read a suite: a name in ``suites/`` (``default``, ``quick``) or a YAML path.
 
     Format: ``{"description": str, "budget_s": seconds (optional), "figures": static formats of the run's report
-    (optional: ``"png,svg"``, a list, or ``none``; default png,svg where a renderer is present), "notebooks":
+    (optional: ``"png,svg"``, a list, or ``none``; default png,svg where a renderer is present),
+    "reference_reuse_s": seconds a drift reference stands for the machine's speed (optional, 1-600; default 15:
+    :data:`workbench.run.drift.REFERENCE_REUSE_S`), "notebooks":
     [{"notebook": path, "parameters": dict}]}``; notebook paths are relative to the repository. ``budget_s``: after
     that many seconds of the run no design adds a round beyond its minimum (:mod:`workbench.run.design`).
 
@@ -363,6 +365,10 @@ def load_suite(suite: str) -> dict:
         from workbench import checks
 
         checks.check_float("budget_s", data["budget_s"], lo=0, lo_open=True)
+    if data.get("reference_reuse_s") is not None:   # how long a drift reference stands for the machine's speed
+        from workbench import checks
+
+        checks.check_float("reference_reuse_s", data["reference_reuse_s"], lo=1, hi=600)
     seen = set()
     for i, entry in enumerate(data["notebooks"]):
         if not isinstance(entry, dict) or not entry.get("notebook"):

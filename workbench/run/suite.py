@@ -100,13 +100,16 @@ def _resume_parameters(entries: list[dict], resume_dir: str) -> None:
 
 def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: str | None = None,
                 price_per_hour: float | None = None, allow_changed: bool = False,
-                report: Callable[[Path], object] | None = None, budget_s: float | None = None) -> int:
+                report: Callable[[Path], object] | None = None, budget_s: float | None = None,
+                reference_reuse_s: float | None = None) -> int:
     """Validate, open (or resume) the run folder under its lock, execute ``entries``, then call ``report(run_dir)``
     (still under the lock; its return value, the report's path, is printed); the exit status. A resume whose model,
     device, dtype, packages or effective notebook configs differ from the run's is a one-line
     :class:`~workbench.errors.ParameterError` unless ``allow_changed`` (:mod:`workbench.run.resume_check`).
     ``budget_s`` (a suite's ``budget_s:``): the seconds after which no design adds a round beyond its minimum
-    (:data:`workbench.run.design.DEADLINE_ENV`, inherited by the kernel)."""
+    (:data:`workbench.run.design.DEADLINE_ENV`, inherited by the kernel). ``reference_reuse_s`` (a suite's
+    ``reference_reuse_s:``): how long a drift reference stands for the machine's speed in this run
+    (:data:`workbench.run.drift.REFERENCE_REUSE_S`, 15 s by default; :data:`~workbench.run.drift.REUSE_ENV`)."""
     import os
 
     from workbench.run import locks, notebooks, results, resume_check
@@ -126,6 +129,10 @@ def run_entries(entries: list[dict], resume_dir: str | None, label: str, suite: 
         from workbench.run.design import DEADLINE_ENV
 
         os.environ[DEADLINE_ENV] = str(time.time() + float(budget_s))   # the kernel inherits it at its start
+    if reference_reuse_s:
+        from workbench.run.drift import REUSE_ENV
+
+        os.environ[REUSE_ENV] = str(float(reference_reuse_s))   # the kernel inherits it at its start
     try:
         run_dir = results.open_run(resume_dir) if resume_dir else results.create_run(label)
         owner = locks.lock_run(run_dir)   # one writer per run folder; a second resume is refused here
