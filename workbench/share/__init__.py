@@ -19,4 +19,4 @@ folders and predictions; the experiments draw their figures with ``plots``.
 
 #: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
 __all__ = ["comparability", "cost", "cross_tool", "export", "figures_design", "figures_serving", "figures_twin",
-           "formats", "ladder", "live", "plots", "report"]
+           "formats", "ladder", "live", "plots", "report", "static_figures"]
