@@ -102,7 +102,7 @@ def test_streaming_anatomy_notebook(tmp_path, monkeypatch, run_notebook):
     assert len(with_itl) > 0 and (with_itl["itl_s"].map(len) == with_itl["output_tokens"] - 1).all()
     figs = {p.stem for p in (run / "figures").glob("*.html")}
     assert figs >= {"itl_histogram", "itl_vs_position", "perceived_latency", "granularity", "timeline_batch",
-                    "http_ttft", "timeline_http", "streaming_tpot_ratio"}
+                    "http_ttft", "timeline_http", "streaming_tpot_ratio", "http_ttft_ratio"}
 
 
 def _fake_streams(monkeypatch, tmp_path, tpot, rounds=3):
@@ -281,3 +281,5 @@ def test_a_concurrent_request_is_the_primary_comparison_and_the_run_is_the_unit(
     _, _, same = _fake_http(monkeypatch, tmp_path / "b", batched, rounds=4)
     g = streaming_anatomy.finding(same)
     assert g.verdict == "equivalent" and "equivalent within +-5%" in g.text
+    fig = streaming_anatomy.http_ratio_figure(pts, tmp_path / "a").to_json()
+    assert "each round" in fig and "client TTFT" in fig

@@ -59,6 +59,7 @@ from workbench.errors import ParameterError
 from workbench.experiments.streaming_anatomy.charts import (
     figures,
     granularity_figure,
+    http_ratio_figure,
     itl_histogram_figure,
     itl_long_form,
     itl_position_figure,
@@ -439,5 +440,5 @@ __all__ = [
     "ANATOMY_COLUMNS", "measure_stream", "sweep_design", "http_design", "measure_granularity", "measure_point", "run",
     "sweep_rows", "anatomy_table", "finding", "granularity_table", "transport_table", "itl_long_form",
     "itl_histogram_figure", "itl_position_figure", "perceived_latency_figure", "timeline_figure",
-    "granularity_figure", "transport_figure", "tpot_ratio_figure", "figures",
+    "granularity_figure", "transport_figure", "tpot_ratio_figure", "http_ratio_figure", "figures",
 ]

@@ -4,7 +4,8 @@
 :func:`itl_histogram_figure` and :func:`itl_position_figure` (inter-token latency, from :func:`itl_long_form`),
 :func:`perceived_latency_figure` (streaming vs waiting, with the roofline's prediction), :func:`timeline_figure`
 (per request), :func:`granularity_figure`, :func:`transport_figure` (client vs engine TTFT over HTTP) and
-:func:`tpot_ratio_figure` (the streaming design's ratios); :func:`figures` assembles them by file name.
+:func:`tpot_ratio_figure` and :func:`http_ratio_figure` (the designs' ratios); :func:`figures` assembles them by
+file name.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.experiments.streaming_anatomy.summaries import TPOT, granularity_table, sweep_rows
+from workbench.experiments.streaming_anatomy.summaries import CLIENT_TTFT, TPOT, granularity_table, sweep_rows
 from workbench.predict import predictions
 from workbench.share import plots
 
@@ -145,10 +146,24 @@ def tpot_ratio_figure(points: pd.DataFrame, run_dir=None) -> go.Figure:
               "round)")
 
 
+def http_ratio_figure(points: pd.DataFrame, run_dir=None) -> go.Figure:
+    """The primary comparison's figure: each concurrency's client TTFT over one request alone's, with the
+    simultaneous interval its verdict was read from, each round's ratio faint, the equivalence band and the A/A
+    control's interval (:func:`workbench.share.figures_design.ratio_figure`, the HTTP design's analysis)."""
+    from workbench.share import figures_design
+
+    rounds = figures_design.round_ratios(run_dir, "http", CLIENT_TTFT.name)
+    return figures_design.ratio_figure(
+        sweep_rows(points, "http"), "concurrency", CLIENT_TTFT.prefix, rounds, name="client TTFT",
+        x_title="requests sent together", y_title="client TTFT / one request alone's (x)",
+        title="What a concurrent request does to the first token: client TTFT over one request alone "
+              "(simultaneous 95% intervals; faint: each round)")
+
+
 @plots.split_by_device
 def figures(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=None) -> dict[str, go.Figure]:
-    """Every figure of the notebook, by file name (the http ones only if that sweep ran; the TPOT ratio when the
-    lengths were measured as a design).
+    """Every figure of the notebook, by file name (the http ones only if that sweep ran; the client-TTFT ratio when
+    the concurrencies, and the TPOT ratio when the lengths, were measured as a design).
 
     Args:
         requests: the run's request rows (``results.read_requests(run)``); each figure takes its sweep's rows.
@@ -172,6 +187,9 @@ def figures(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=
         figs["http_ttft"] = transport_figure(http)
         figs["timeline_http"] = timeline_figure(top, "Per-request timeline: concurrent HTTP requests (queued; a tick "
                                                      "per text chunk)")
+    served = sweep_rows(points, "http") if points is not None else None
+    if served is not None and CLIENT_TTFT.prefix in served and served[CLIENT_TTFT.prefix].notna().any():
+        figs["http_ttft_ratio"] = http_ratio_figure(points, run_dir)
     streams = sweep_rows(points, "streaming") if points is not None else None
     if streams is not None and TPOT.prefix in streams and streams[TPOT.prefix].notna().any():
         figs["streaming_tpot_ratio"] = tpot_ratio_figure(points, run_dir)
