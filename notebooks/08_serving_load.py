@@ -36,6 +36,7 @@ endpoint: dict = None  # external OpenAI-compatible server: {url, model, api_key
 transport: str = "inprocess"  # inprocess (engine directly) | http (through the server)
 requests_per_point: int = 12  # requests per load point
 closed_loop_requests: int = None  # requests of the synchronous and throughput points (None: requests_per_point)
+synchronous_requests: int = None  # requests of the synchronous point alone (None: closed_loop_requests)
 prompt_tokens: int = 64  # prompt tokens, chat template included
 max_new_tokens: int = 16  # fixed output length (ignore_eos)
 max_batch_size: int = 8  # batch limit of static and continuous

@@ -19,6 +19,7 @@ from workbench.run import results
     ({"requests_per_point": 1}, "requests_per_point"),
     ({"closed_loop_requests": 1}, "closed_loop_requests"),
     ({"requests_per_point": 8, "closed_loop_requests": 9}, "closed_loop_requests"),
+    ({"requests_per_point": 8, "synchronous_requests": 1}, "synchronous_requests"),
     ({"slo_presets": ["gold"]}, "slo_presets"),
     ({"search_slo": "gold"}, "search_slo"),
     ({"slo_ttft_s": 0}, "slo_ttft_s"),
@@ -519,9 +520,10 @@ def test_closed_loop_points_send_closed_loop_requests_and_open_loop_points_all(m
     monkeypatch.setattr(endpoint, "sender", fake_sender)
     monkeypatch.setattr(endpoint, "local_server_pid", lambda ep: None)
     counts = {}
-    for closed in (None, 3):
+    for closed, sync in ((None, None), (3, None), (3, 2)):
         cfg = serving_load.Config(engines=["endpoint"], endpoint={"url": "https://h:1", "model": "m", "name": "ext"},
-                                  requests_per_point=8, closed_loop_requests=closed, prompt_tokens=32,
+                                  requests_per_point=8, closed_loop_requests=closed, synchronous_requests=sync,
+                                  prompt_tokens=32,
                                   max_new_tokens=2, sweep_points=1, warmup=0, slo_presets=[])
         bench = Bench.__new__(Bench)
         bench.cfg, bench.loaded = cfg, None
@@ -532,13 +534,16 @@ def test_closed_loop_points_send_closed_loop_requests_and_open_loop_points_all(m
         for p in cfg.grid():
             sent.clear()
             res = serving_load.measure_point(None, cfg, p, state)
-            counts[(closed, p["profile"])] = (len(sent), len(res.requests), [s.prompt for s in sent])
+            counts[(closed, sync, p["profile"])] = (len(sent), len(res.requests), [s.prompt for s in sent])
     for prof in ("synchronous", "throughput", "poisson"):
-        assert counts[(None, prof)][:2] == (8, 8)
+        assert counts[(None, None, prof)][:2] == (8, 8)
     for prof in ("synchronous", "throughput"):
-        assert counts[(3, prof)][:2] == (3, 3)
-        assert sorted(counts[(3, prof)][2]) == ["p0", "p1", "p2"]
-    assert counts[(3, "poisson")][:2] == (8, 8)
+        assert counts[(3, None, prof)][:2] == (3, 3)
+        assert sorted(counts[(3, None, prof)][2]) == ["p0", "p1", "p2"]
+    assert counts[(3, None, "poisson")][:2] == (8, 8)
+    # synchronous_requests: the synchronous point alone sends fewer (the throughput burst keeps its own)
+    assert counts[(3, 2, "synchronous")][:2] == (2, 2) and sorted(counts[(3, 2, "synchronous")][2]) == ["p0", "p1"]
+    assert counts[(3, 2, "throughput")][:2] == (3, 3) and counts[(3, 2, "poisson")][:2] == (8, 8)
 
 
 def test_the_knee_line_sits_on_the_knee_points_offered_rate():

@@ -50,6 +50,32 @@ def test_a_large_effect_stops_at_the_first_look():
     assert set(r.requests) == {"a", "b", "c", design.AA} and len(r.requests["b"]) == 3
 
 
+def test_a_best_of_design_stops_once_its_choice_is_decided_not_every_arm():
+    """With ``eligible`` the stop rule is the finding's choice (issue 49): the pick ("c", 4.5x) is decided against
+    the control and its eligible runner-up ("b", 2.7x) at the first look while "small" (2% over the control) is
+    still open, so the design stops there; without it the open arm keeps it measuring to its last look. An arm
+    that is not eligible (here "d", the fastest: an SLO it misses) is neither the pick nor its runner-up."""
+    effects = {"a": 0.0, "small": 0.02, "b": 1.0, "c": 1.5, "d": 2.0}
+    arms = list(effects)
+    plain = design.Design("x", arms, "a", TPS, min_rounds=3, max_rounds=9)
+    fake = Fake(effects, seed=0)
+    r = design.run_design(plain, fake.measure, clock=fake.clock, progress=False)
+    assert r.rounds == 9 and not r.looks[0]["decided"] and not r.decision("small").decided
+    picked = []
+
+    def eligible(table):
+        picked.append(sorted(set(table["arm"])))
+        return [a for a in arms if a != "d"]
+
+    best = design.Design("x", arms, "a", TPS, min_rounds=3, max_rounds=9, eligible=eligible)
+    fake = Fake(effects, seed=0)
+    r = design.run_design(best, fake.measure, clock=fake.clock, progress=False)
+    assert r.stopped == "decided" and r.rounds == 3 and not r.decision("small").decided
+    assert picked and design.AA in picked[0]                  # the rounds so far, as the finding's rows
+    pick = blocks.best_of(r.analysis, eligible(r.table), True)
+    assert (pick.pick, pick.runner_up) == ("c", "b") and pick.decided
+
+
 def test_an_open_comparison_gets_rounds_until_its_last_look():
     fake = Fake({"a": 0.0, "b": 0.02})                   # 2%: inside the margin band, too small to call early
     d = design.Design("x", ["a", "b"], "a", TPS, min_rounds=3, max_rounds=8)

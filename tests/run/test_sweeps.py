@@ -264,31 +264,44 @@ def test_a_resumed_block_keeps_the_finished_points_and_records_only_the_unfinish
 
 
 def test_the_speed_probe_reads_the_reference_beside_each_point(monkeypatch):
-    """With ``speed_probe`` each point's row carries the drift reference right before it (reusing a recent one: the
-    previous point's after reading) and right after it, and their geometric mean; a point shorter than
-    ``PROBE_MIN_POINT_S`` (one of an interleaved block its first point measured) takes one reading for both; without
-    it no reference beyond the sweep's own."""
+    """With ``speed_probe`` each point's row carries the drift reference right before it and right after it, and
+    their geometric mean. A reading stands for ``REFERENCE_REUSE_S`` (as the sweep's start and end references): the
+    before reading is the previous point's after reading, and a point that ends within the window of its before
+    reading takes it as its after reading too (issue 48); without ``speed_probe`` no reference beyond the sweep's
+    own."""
     from types import SimpleNamespace
 
     monkeypatch.setattr(contention, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
     monkeypatch.setattr(drift, "start", lambda loaded: drift.Start(0.1, time.monotonic()))   # no end reference
-    calls, values = [], iter([0.10, 0.40, 0.20, 0.80, 0.3])
-    monkeypatch.setattr(drift, "reference_tpot_s",
-                        lambda loaded, max_age_s=0.0: calls.append(max_age_s) or next(values))
-    monkeypatch.setattr(drift, "PROBE_MIN_POINT_S", 0.0)
+    now, last, measured = [0.0], {}, []
+    values = iter([0.10, 0.40, 0.20, 0.3, 0.9])
+
+    def reference(loaded, max_age_s=0.0):   # the real reuse rule on a fake clock
+        if last and max_age_s > 0 and now[0] - last["at"] <= max_age_s:
+            return last["value"]
+        last.update(at=now[0], value=next(values))
+        measured.append(now[0])
+        return last["value"]
+
+    def taking(seconds):
+        return lambda p: (now.__setitem__(0, now[0] + seconds), _fake_measure(p))[1]
+
+    monkeypatch.setattr(drift, "reference_tpot_s", reference)
     fake, grid = SimpleNamespace(info=None), sweeps.expand_grid(batch_size=[1, 2])
-    pts = sweeps.run_sweep(results.create_run(), "probe", grid, _fake_measure, loaded=fake, speed_probe=True)
-    assert calls == [drift.REFERENCE_REUSE_S, 0.0, drift.REFERENCE_REUSE_S, 0.0]
-    assert pts["speed_probe_before_tpot_s"].tolist() == [0.10, 0.20]
-    assert pts["speed_probe_after_tpot_s"].tolist() == [0.40, 0.80]
-    assert pts["speed_probe_tpot_s"].tolist() == pytest.approx([0.2, 0.4])
-    calls.clear()
-    monkeypatch.setattr(drift, "PROBE_MIN_POINT_S", 60.0)
-    pts = sweeps.run_sweep(results.create_run(), "probe", grid[:1], _fake_measure, loaded=fake, speed_probe=True)
-    assert calls == [drift.REFERENCE_REUSE_S] and pts["speed_probe_tpot_s"].tolist() == pytest.approx([0.3])
-    calls.clear()
+    long_ = drift.REFERENCE_REUSE_S + 1                    # points longer than the window: a reading after each
+    pts = sweeps.run_sweep(results.create_run(), "probe", grid, taking(long_), loaded=fake, speed_probe=True)
+    assert measured == [0.0, long_, 2 * long_]             # the second point's before reading is the first's after
+    assert pts["speed_probe_before_tpot_s"].tolist() == [0.10, 0.40]
+    assert pts["speed_probe_after_tpot_s"].tolist() == [0.40, 0.20]
+    assert pts["speed_probe_tpot_s"].tolist() == pytest.approx([0.2, (0.4 * 0.2) ** 0.5])
+    measured.clear()
+    last.clear()
+    pts = sweeps.run_sweep(results.create_run(), "probe", grid, taking(1.0), loaded=fake, speed_probe=True)
+    assert len(measured) == 1                              # short points: one reading stands for both and both points
+    assert pts["speed_probe_before_tpot_s"].tolist() == pts["speed_probe_after_tpot_s"].tolist() == [0.3, 0.3]
+    measured.clear()
     pts = sweeps.run_sweep(results.create_run(), "probe", grid, _fake_measure, loaded=fake)
-    assert calls == [] and not set(drift.PROBE_COLUMNS) & set(pts.columns)
+    assert measured == [] and not set(drift.PROBE_COLUMNS) & set(pts.columns)
 
 
 def test_designs_beside_plain_points_and_a_design_whose_runs_are_points():

@@ -114,7 +114,9 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design_sweep.SweepD
     batch_size) point and the first point again (the A/A control), order shuffled per round from ``cfg.seed``,
     round ``r`` at seed ``cfg.seed + r``. The control of each prompt length is its smallest batch (marked, not
     taken from the row order); the primary outcome is the batch's output throughput (its tokens over its longest
-    request), TTFT (the rows' median) is secondary. Rows are those of :func:`measure_point` with ``repeat`` = round.
+    request), TTFT (the rows' median) is secondary. The design stops once the recommendation is decided (the fastest
+    batch whose TTFT meets ``slo_ttft_s`` against the smallest batch and against the runner-up:
+    :attr:`workbench.run.design.Design.eligible`), not once every batch is. Rows are those of :func:`measure_point` with ``repeat`` = round.
 
     Returns:
         :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
@@ -142,8 +144,13 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design_sweep.SweepD
         groups.setdefault(p["prompt_tokens"], []).append(pid(p))
     controls = {members[0]: members for members in groups.values()}
     first = next(iter(controls))
+
+    def eligible(table):    # recommend()'s candidates as the rounds so far see them: a batch whose TTFT meets the SLO
+        ttft = table[table["arm"] != design.AA].groupby("arm")[TTFT.name].median()
+        return [a for a, t in ttft.items() if t <= cfg.slo_ttft_s]
+
     d = design.Design(EXPERIMENT, [pid(p) for p in points], first, THROUGHPUT, (TTFT,), groups=controls,
-                      **cfg.design_kwargs())
+                      eligible=eligible, **cfg.design_kwargs())
     return design_sweep.SweepDesign(d, measure, lambda p: warm_up(loaded, batch(p), settings, cfg.warmup))
 
 

@@ -111,9 +111,12 @@ def run_profile(bench: Bench, cfg, profile: str, rate: float | None = None,
                 seed: int | None = None) -> load.LoadResult:
     """One load run of ``profile`` on the bench's sender and prompts with ``cfg``'s burstiness, windows, slices and
     stop rule (:func:`workbench.load.load.run_load`); arrival seed ``seed``, else ``cfg.seed``. A closed-loop
-    profile sends the first ``cfg.closed_loop_requests`` prompts where the config sets it, else all of them."""
+    profile sends the first ``cfg.closed_loop_requests`` prompts where the config sets it (the synchronous one its
+    ``cfg.synchronous_requests`` where set), else all of them."""
     specs = bench.specs
     n = getattr(cfg, "closed_loop_requests", None)
+    if profile == "synchronous" and getattr(cfg, "synchronous_requests", None):
+        n = cfg.synchronous_requests
     if profile in load.CLOSED_LOOP and n:
         specs = specs[:n]
     return load.run_load(bench.send, specs, profile, rate=rate, burstiness=cfg.burstiness,

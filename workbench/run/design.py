@@ -107,6 +107,11 @@ class Design:
             not its arms against their controls (context length's fit over the lengths): called at each look with
             the rounds so far (:attr:`DesignResult.table`'s form) and the look's alpha; None: every arm of
             ``decide`` decided.
+        eligible: ``eligible(table) -> arms``, a best-of finding's candidates at a look (the arms meeting its SLO or
+            guard, from the rounds so far): the stop rule is then the finding's own choice decided
+            (:func:`workbench.stats.blocks.best_of`: the pick against its control and against its runner-up, or the
+            baseline kept), not every arm (issue 49: batch 2 vs 1 kept the batch-size design measuring two rounds
+            after its recommendation was decided). Designs of one control group only; None: ``decide``.
 
     Raises:
         ParameterError: fewer than 2 arms, an unknown control, bad rounds, margin or budget.
@@ -128,6 +133,7 @@ class Design:
     order: str = "interleaved"
     spending: str = "obrien-fleming"
     judge: Callable | None = None
+    eligible: Callable | None = None
 
     def __post_init__(self):
         self.arms = list(self.arms)
@@ -445,9 +451,14 @@ def analyse_outcome(table: pd.DataFrame, design: Design, outcome: Outcome, alpha
 
 
 def _decided(design: Design, table: pd.DataFrame, analysis, alpha: float) -> bool:
-    """The stop rule at a look: the design's own ``judge`` when it has one, else every arm of ``decide`` decided."""
+    """The stop rule at a look: the design's own ``judge`` when it has one, else the best-of choice among its
+    ``eligible`` arms decided when it names them, else every arm of ``decide`` decided."""
     if design.judge is not None:
         return bool(not table.empty and design.judge(table, alpha))
+    if design.eligible is not None and len(design.groups or {}) <= 1:
+        cands = ([a for a in design.eligible(table) if a != AA and (a == analysis.control or a in analysis.arms)]
+                 if analysis else [])
+        return bool(cands) and blocks.best_of(analysis, cands, design.primary.higher_is_better).decided
     return analysis is not None and analysis.decided(design.decide)
 
 

@@ -103,9 +103,6 @@ def finish(run: Path, experiment: str, loaded, begun: Start, rows: list) -> None
     check(run, experiment, begun.tpot_s, reference_tpot_s(loaded), rows)
 
 
-#: A point shorter than this (seconds; a point of an interleaved block whose rounds its block's first point measured)
-#: takes its speed probe's before reading as its after reading too (:func:`speed_probe`).
-PROBE_MIN_POINT_S = 1.0
 #: The speed probe's columns on a point row (:func:`speed_probe`).
 PROBE_COLUMNS = ("speed_probe_tpot_s", "speed_probe_before_tpot_s", "speed_probe_after_tpot_s")
 
@@ -118,8 +115,11 @@ def speed_probe(before: float, after: float) -> dict:
     The serving twin (:mod:`workbench.predict.twin_cost`) rescales its cost model by it: its calibration rows to a
     common speed, each predicted point to the speed at its moment. A shared CPU's speed swings within a sweep
     (results/LOG.md, 2026-12-05), and a sweep's start and end references miss the swings between them; a reading
-    beside each point follows them. ``run_sweep(..., speed_probe=True)`` takes it; the before reading reuses the
-    previous point's after reading when at most :data:`REFERENCE_REUSE_S` old, so a point pays one reference.
+    beside each point follows them. ``run_sweep(..., speed_probe=True)`` takes it; each reading reuses the latest
+    reference when at most :data:`REFERENCE_REUSE_S` old (the window in which a reference stands for the machine's
+    speed, as :func:`start` and :func:`finish` take it): the before reading is the previous point's after reading,
+    and a point that ends within the window of its before reading takes that one as its after reading too, so a
+    point pays at most one reference (issue 48: a reference after every short point was most of a quick run).
     """
     ok = all(v is not None and math.isfinite(v) and v > 0 for v in (before, after))
     return {"speed_probe_tpot_s": math.sqrt(before * after) if ok else float("nan"),

@@ -20,7 +20,6 @@ import itertools
 import math
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -246,7 +245,8 @@ def run_sweep(
             except Exception as exc:  # noqa: BLE001 - recorded as each point's failure; KeyboardInterrupt is not
                 made[k] = exc
                 raise
-            made[k] = (got, drift.speed_probe(before, drift.reference_tpot_s(loaded)) if before is not None else {})
+            after = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S) if before is not None else None
+            made[k] = (got, drift.speed_probe(before, after) if before is not None else {})
         if isinstance(made[k], Exception):
             raise made[k]
         return made[k]
@@ -259,7 +259,7 @@ def run_sweep(
         meta = {"experiment": experiment, "params": p, "started_utc": _utc()}
         unit = units.get(pid)
         if probing and unit is None:  # the previous point's after reading, when recent, is this one's before reading
-            before, begun = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S), time.monotonic()
+            before = drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S)
         base = {"run_id": run_id, "experiment": experiment, "point_id": pid, **model_cols, **p}
         try:
             if inject and inject in pid:
@@ -278,9 +278,8 @@ def run_sweep(
             req, row = point_result.point_rows(result, base, slo_ttft_s, slo_tpot_s, info, env)
             if model_cols.get("random_weights"):
                 req, row = _quality_off(req, row)
-            if probing and unit is None:
-                short = time.monotonic() - begun < drift.PROBE_MIN_POINT_S   # measured with its block's first point
-                row.update(drift.speed_probe(before, before if short else drift.reference_tpot_s(loaded)))
+            if probing and unit is None:  # a point within the window a reading stands for takes it as both
+                row.update(drift.speed_probe(before, drift.reference_tpot_s(loaded, drift.REFERENCE_REUSE_S)))
             row.update(probe)
             meta.update(status="ok")
         except Exception as exc:  # noqa: BLE001 - a failed point is data, not a crash

@@ -124,6 +124,10 @@ class Config(sweeps.SweepConfig, design.DesignFields):
             requests measure (a closed loop has no arrival process); the open-loop points' in-flight growth test
             decides "kept up" from many (at 40 requests its 90% band is +/-0.05-0.15 around the growth, at 80
             +/-0.02-0.05: :func:`workbench.load.load.backlog_growth`).
+        synchronous_requests: requests of the ``synchronous`` point alone (2 to ``requests_per_point``; None:
+            ``closed_loop_requests``): one at a time it is the sweep's slowest point per request, and its rate and
+            latencies (the twin's calibration at concurrency 1) settle within a dozen, where the throughput burst
+            needs its 40 (a burst of 20 is 8 + 8 + 4 at a batch limit of 8, its rate ~17% low).
         prompt_tokens: prompt length, chat template included (>= 32).
         max_new_tokens: fixed output length per request (``ignore_eos``).
         max_batch_size: the batch limit of ``static`` and ``continuous``.
@@ -162,6 +166,7 @@ class Config(sweeps.SweepConfig, design.DesignFields):
     transport: str = "inprocess"
     requests_per_point: int = 12
     closed_loop_requests: int | None = None
+    synchronous_requests: int | None = None
     prompt_tokens: int = 64
     max_new_tokens: int = 16
     max_batch_size: int = 8
@@ -206,6 +211,8 @@ class Config(sweeps.SweepConfig, design.DesignFields):
         checks.check_int("requests_per_point", self.requests_per_point, lo=2)
         if self.closed_loop_requests is not None:
             checks.check_int("closed_loop_requests", self.closed_loop_requests, lo=2, hi=self.requests_per_point)
+        if self.synchronous_requests is not None:
+            checks.check_int("synchronous_requests", self.synchronous_requests, lo=2, hi=self.requests_per_point)
         checks.check_int("max_new_tokens", self.max_new_tokens, lo=1)
         checks.check_int("prompt_tokens", self.prompt_tokens, lo=32, hi=self.max_context() - self.max_new_tokens)
         checks.check_int("max_batch_size", self.max_batch_size, lo=1)

@@ -80,8 +80,8 @@ def compare_config(cfg: Config) -> Config:
     """The comparison runs' config (of :func:`compare_rate` and :func:`engine_design`): ``compare_requests``
     requests a run, no warm-up of their own (each engine is warmed once before its first run: :func:`engine_design`'s
     ``prepare``)."""
-    return dataclasses.replace(cfg, requests_per_point=cfg.compare_requests, closed_loop_requests=None, warmup=0,
-                               repeats=1)
+    return dataclasses.replace(cfg, requests_per_point=cfg.compare_requests, closed_loop_requests=None,
+                               synchronous_requests=None, warmup=0, repeats=1)
 
 
 def compare_rate(cfg: Config, loaded, run_dir=None, bench: Bench | None = None) -> dict:
