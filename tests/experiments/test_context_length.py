@@ -3,6 +3,7 @@
 KV-cache bytes and the memory tracker are tested in ``tests/measure/test_memory.py``."""
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -254,7 +255,7 @@ def test_notebook_runs_and_writes_points_and_figures(tmp_path, run_notebook):
             "context_heatmap_throughput"} <= set(figs)
     assert (run / "context_fit.json").exists()
     finding = json.loads((run / "manifest.json").read_text())["findings"]["context_length"]
-    # 3 lengths carry no curve (and on a busy machine the points may be invalid: then there is no fit at all)
+    # 3 lengths carry no curve (and on a busy machine some or all points may be invalid: fewer lengths, or no fit)
     assert not finding["supported"] and finding["verdict"] == "undecided"
-    assert "3 lengths for 3 parameters" in finding["text"] or "no valid length" in finding["text"]
+    assert re.search(r"\b[0-3] lengths? for 3 parameters", finding["text"]) or "no valid length" in finding["text"]
     assert set(finding["point_ids"]) <= set(points["point_id"])

@@ -82,6 +82,7 @@ def test_wilson_and_difference_of_shares():
 def test_fit_support_needs_two_more_points_than_parameters():
     assert evidence.fit_support(4, 3) == (False, "not supported: 4 lengths for 3 parameters (needs 5)")
     assert evidence.fit_support(5, 3) == (True, "")
+    assert evidence.fit_support(1, 3)[1] == "not supported: 1 length for 3 parameters (needs 5)"
     assert evidence.fit_support(4, 2)[0]
 
 

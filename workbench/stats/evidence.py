@@ -101,7 +101,8 @@ def fit_support(n_distinct: int, n_params: int, what: str = "lengths") -> tuple[
     """
     if n_distinct >= n_params + 2:
         return True, ""
-    return False, f"not supported: {n_distinct} {what} for {n_params} parameters (needs {n_params + 2})"
+    word = what[:-1] if n_distinct == 1 and what.endswith("s") else what
+    return False, f"not supported: {n_distinct} {word} for {n_params} parameters (needs {n_params + 2})"
 
 
 # ----------------------------------------------------------------------------- intervals
