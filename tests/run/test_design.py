@@ -51,29 +51,37 @@ def test_a_large_effect_stops_at_the_first_look():
 
 
 def test_a_best_of_design_stops_once_its_choice_is_decided_not_every_arm():
-    """With ``eligible`` the stop rule is the finding's choice (issue 49): the pick ("c", 4.5x) is decided against
-    the control and its eligible runner-up ("b", 2.7x) at the first look while "small" (2% over the control) is
-    still open, so the design stops there; without it the open arm keeps it measuring to its last look. An arm
-    that is not eligible (here "d", the fastest: an SLO it misses) is neither the pick nor its runner-up."""
+    """With ``rank`` the stop rule is the finding's choice (issue 49): the pick ("c", 4.5x) is decided against
+    the control and against its runner-up ("b", 2.7x) at the first look while "small" (2% over the control) is
+    still open, so the design stops there; without it the open arm keeps it measuring to its last look. An arm the
+    finding would never pick (here "d", the fastest: an SLO it misses) is left out of the ranking; when the ranking
+    puts the control first, every other ranked arm must be decided."""
     effects = {"a": 0.0, "small": 0.02, "b": 1.0, "c": 1.5, "d": 2.0}
     arms = list(effects)
     plain = design.Design("x", arms, "a", TPS, min_rounds=3, max_rounds=9)
     fake = Fake(effects, seed=0)
     r = design.run_design(plain, fake.measure, clock=fake.clock, progress=False)
     assert r.rounds == 9 and not r.looks[0]["decided"] and not r.decision("small").decided
-    picked = []
+    seen = []
 
-    def eligible(table):
-        picked.append(sorted(set(table["arm"])))
-        return [a for a in arms if a != "d"]
+    def rank(table):   # the finding's order: fastest first, "d" never picked
+        seen.append(sorted(set(table["arm"])))
+        mean = table[table["arm"] != design.AA].groupby("arm")["tps"].mean()
+        return [a for a in mean.sort_values(ascending=False).index if a != "d"]
 
-    best = design.Design("x", arms, "a", TPS, min_rounds=3, max_rounds=9, eligible=eligible)
+    best = design.Design("x", arms, "a", TPS, min_rounds=3, max_rounds=9, rank=rank)
     fake = Fake(effects, seed=0)
     r = design.run_design(best, fake.measure, clock=fake.clock, progress=False)
     assert r.stopped == "decided" and r.rounds == 3 and not r.decision("small").decided
-    assert picked and design.AA in picked[0]                  # the rounds so far, as the finding's rows
-    pick = blocks.best_of(r.analysis, eligible(r.table), True)
-    assert (pick.pick, pick.runner_up) == ("c", "b") and pick.decided
+    assert seen and design.AA in seen[0]                      # the rounds so far, A/A rows included
+    assert rank(r.table)[:2] == ["c", "b"] and blocks.pick_versus(r.analysis, "c", "b").decided
+    # the control first (every other arm slower): the baseline is kept only once each ranked arm is decided
+    slower = {"a": 0.0, "small": -0.02, "b": -1.0}
+    keep = design.Design("x", list(slower), "a", TPS, min_rounds=3, max_rounds=9,
+                         rank=lambda t: ["a", "b", "small"])
+    fake = Fake(slower, seed=0)
+    r = design.run_design(keep, fake.measure, clock=fake.clock, progress=False)
+    assert r.rounds > 3 or r.decision("small").decided
 
 
 def test_an_open_comparison_gets_rounds_until_its_last_look():

@@ -11,6 +11,7 @@ highest goodput under the SLO.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pandas as pd
 import plotly.express as px
@@ -114,9 +115,9 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design_sweep.SweepD
     batch_size) point and the first point again (the A/A control), order shuffled per round from ``cfg.seed``,
     round ``r`` at seed ``cfg.seed + r``. The control of each prompt length is its smallest batch (marked, not
     taken from the row order); the primary outcome is the batch's output throughput (its tokens over its longest
-    request), TTFT (the rows' median) is secondary. The design stops once the recommendation is decided (the fastest
-    batch whose TTFT meets ``slo_ttft_s`` against the smallest batch and against the runner-up:
-    :attr:`workbench.run.design.Design.eligible`), not once every batch is. Rows are those of :func:`measure_point` with ``repeat`` = round.
+    request), TTFT (the rows' median) is secondary. The design stops once the recommendation is decided (the batch
+    with the highest goodput under the SLO so far, as :func:`recommend` ranks the points, against the smallest batch
+    and against its runner-up: :attr:`workbench.run.design.Design.rank`), not once every batch is. Rows are those of :func:`measure_point` with ``repeat`` = round.
 
     Returns:
         :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
@@ -134,10 +135,11 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design_sweep.SweepD
         res = generate_measured(loaded, batch(p), dataclasses.replace(settings, seed=settings.seed + rnd))
         for rec in res.records:
             rec.update(batch_size=p["batch_size"], batch_wall_s=res.wall_s, context_tokens=p["prompt_tokens"])
-        tps = metrics.summarize_point(pd.DataFrame(res.records), wall_s=max(r["e2e_s"] for r in res.records))
+        tps = metrics.summarize_point(pd.DataFrame(res.records), wall_s=max(r["e2e_s"] for r in res.records),
+                                      slo_ttft_s=cfg.slo_ttft_s, slo_tpot_s=cfg.slo_tpot_s)
         ttft = float(pd.Series([r["ttft_s"] for r in res.records]).median())
         return design.Measured({THROUGHPUT.name: tps["output_throughput_tps"], TTFT.name: ttft}, res.records,
-                               res.wall_s)
+                               res.wall_s, extra={"goodput_rps": tps["goodput_rps"]})
 
     groups: dict = {}
     for p in sorted(points, key=lambda p: p["batch_size"]):
@@ -145,12 +147,15 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design_sweep.SweepD
     controls = {members[0]: members for members in groups.values()}
     first = next(iter(controls))
 
-    def eligible(table):    # recommend()'s candidates as the rounds so far see them: a batch whose TTFT meets the SLO
-        ttft = table[table["arm"] != design.AA].groupby("arm")[TTFT.name].median()
-        return [a for a, t in ttft.items() if t <= cfg.slo_ttft_s]
+    def rank(table):    # recommend()'s order as the rounds so far see it: goodput under the SLO, then the smaller batch
+        rows = table[table["arm"] != design.AA]
+        good = rows.groupby("arm")["extra"].agg(lambda xs: sum((json.loads(x) if x else {}).get("goodput_rps", 0.0)
+                                                          for x in xs) / len(xs))
+        size = {pid(p): p["batch_size"] for p in points}
+        return sorted((a for a, g in good.items() if g > 0), key=lambda a: (-good[a], size.get(a, 0)))
 
     d = design.Design(EXPERIMENT, [pid(p) for p in points], first, THROUGHPUT, (TTFT,), groups=controls,
-                      eligible=eligible, **cfg.design_kwargs())
+                      rank=rank, **cfg.design_kwargs())
     return design_sweep.SweepDesign(d, measure, lambda p: warm_up(loaded, batch(p), settings, cfg.warmup))
 
 

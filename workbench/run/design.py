@@ -107,12 +107,13 @@ class Design:
             not its arms against their controls (context length's fit over the lengths): called at each look with
             the rounds so far (:attr:`DesignResult.table`'s form) and the look's alpha; None: every arm of
             ``decide`` decided.
-        eligible: ``eligible(table) -> arms``, a best-of finding's candidates at a look (the arms meeting its SLO or
-            guard, from the rounds so far): the stop rule is then the finding's own choice decided
-            (:func:`workbench.stats.blocks.best_of`: the pick against its control and against its runner-up, or the
-            baseline kept), not every arm (issue 49: batch 2 vs 1 kept the batch-size design measuring two rounds
-            after its recommendation was decided). Designs of one control group only; None: ``decide``.
-
+        rank: ``rank(table) -> arms``, a best-of finding's order at a look (its pick first, then its runner-up;
+            arms it would never pick left out), from the rounds so far as the finding ranks its points (batch size:
+            goodput under the SLO): the stop rule is then the finding's own choice decided - the pick against its
+            control and against its runner-up (:func:`workbench.stats.blocks.pick_versus`), or with the control as
+            the pick every other ranked arm decided - not every arm (issue 49: batch 2 vs 1 kept the batch-size
+            design measuring two rounds after its recommendation was decided). Designs of one control group only;
+            None: ``decide``.
     Raises:
         ParameterError: fewer than 2 arms, an unknown control, bad rounds, margin or budget.
     """
@@ -133,7 +134,7 @@ class Design:
     order: str = "interleaved"
     spending: str = "obrien-fleming"
     judge: Callable | None = None
-    eligible: Callable | None = None
+    rank: Callable | None = None
 
     def __post_init__(self):
         self.arms = list(self.arms)
@@ -450,15 +451,28 @@ def analyse_outcome(table: pd.DataFrame, design: Design, outcome: Outcome, alpha
         return None
 
 
+def _choice_decided(analysis, ranked: list) -> bool:
+    """A best-of choice decided at a look: ``ranked[0]`` (the pick) against the control and against ``ranked[1]``
+    (its runner-up; no second comparison when that is the control), the rule of :func:`versus_runner_up`; with the
+    control as the pick, every other ranked arm decided against it. False when nothing is ranked."""
+    ranked = [a for a in ranked if a == analysis.control or a in analysis.arms]
+    if not ranked:
+        return False
+    pick, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+    if pick == analysis.control:
+        return analysis.decided(ranked[1:]) if len(ranked) > 1 else False
+    if not analysis.arms[pick].decided:
+        return False
+    return runner is None or runner == analysis.control or blocks.pick_versus(analysis, pick, runner).decided
+
+
 def _decided(design: Design, table: pd.DataFrame, analysis, alpha: float) -> bool:
-    """The stop rule at a look: the design's own ``judge`` when it has one, else the best-of choice among its
-    ``eligible`` arms decided when it names them, else every arm of ``decide`` decided."""
+    """The stop rule at a look: the design's own ``judge`` when it has one, else its best-of choice decided when it
+    ranks its arms (:func:`_choice_decided`), else every arm of ``decide`` decided."""
     if design.judge is not None:
         return bool(not table.empty and design.judge(table, alpha))
-    if design.eligible is not None and len(design.groups or {}) <= 1:
-        cands = ([a for a in design.eligible(table) if a != AA and (a == analysis.control or a in analysis.arms)]
-                 if analysis else [])
-        return bool(cands) and blocks.best_of(analysis, cands, design.primary.higher_is_better).decided
+    if design.rank is not None and len(design.groups or {}) <= 1:
+        return analysis is not None and _choice_decided(analysis, [a for a in design.rank(table) if a != AA])
     return analysis is not None and analysis.decided(design.decide)
 
 
