@@ -59,7 +59,7 @@ nginx:
 run: compile system    ## the main job: default suite on the embedded model -> results/<run_id>/report.html
 	$(VENV)/bin/workbench run default
 
-quick: compile system  ## the quick profile (about a minute)
+quick: compile system  ## the quick profile (about 2 minutes on 2 cores: results/LOG.md)
 	$(VENV)/bin/workbench run quick
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist; a test file stays on one worker, so its module fixtures -
