@@ -117,7 +117,8 @@ def sweep_design(loaded, cfg: Config, points: list[dict]) -> design_sweep.SweepD
     taken from the row order); the primary outcome is the batch's output throughput (its tokens over its longest
     request), TTFT (the rows' median) is secondary. The design stops once the recommendation is decided (the batch
     with the highest goodput under the SLO so far, as :func:`recommend` ranks the points, against the smallest batch
-    and against its runner-up: :attr:`workbench.run.design.Design.rank`), not once every batch is. Rows are those of :func:`measure_point` with ``repeat`` = round.
+    and against its runner-up: :attr:`workbench.run.design.Design.rank`), not once every batch is. Rows are those of
+    :func:`measure_point` with ``repeat`` = round.
 
     Returns:
         :class:`workbench.run.design_sweep.SweepDesign` for :func:`workbench.run.sweeps.run_sweep`.
