@@ -26,6 +26,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # OpenMP threads sleep instead of spinning between parallel regions: on a shared 2-core CI machine the test
 # process and a papermill kernel would otherwise spin against each other (measured ~10x slower generation).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# One thread a process: `make test` runs two workers on two cores, and each starts kernels, commands and Ray
+# workers; torch's default (a thread per core in every process) oversubscribes the cores. The whole suite ran in
+# ~0.8x the time with one (results/LOG.md, 2026-12-06 evening). Tests check behaviour, not speed.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Reports skip the static PNG/SVG figures (a Chromium start per report) unless a test asks for them.
 os.environ.setdefault("WORKBENCH_FIGURES", "none")
 

@@ -92,3 +92,48 @@ def test_the_start_reference_carries_when_it_was_measured(monkeypatch):
     assert again == first
     drift._LAST_REFERENCE[fake] = (first.measured_at - drift.REFERENCE_REUSE_S - 1, 0.1)
     assert drift.start(fake).measured_at > first.measured_at                   # too old: measured anew
+
+
+def test_another_process_reuses_a_reference_of_the_same_model_within_the_window(monkeypatch, tmp_path):
+    """A reference is written to the workbench cache, and a process with the same weights, device, dtype, attention
+    kernel and thread count reuses it while it is at most ``max_age_s`` old (a second model object stands for
+    the second process: it has no reference of its own). Another attention kernel or a stale entry is measured;
+    an end reference (no ``max_age_s``) is always measured; a stand-in without a ModelInfo shares nothing."""
+    import json
+    import time
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    calls = {"generate": 0, "warm": 0}
+
+    def fake_generate(loaded, prompts, settings):
+        calls["generate"] += 1
+        return SimpleNamespace(records=[{"tpot_s": 0.05 + 0.01 * calls["generate"]}])
+
+    monkeypatch.setattr(drift, "generate_measured", fake_generate)
+    monkeypatch.setattr(drift, "warm_up", lambda *a, **k: calls.__setitem__("warm", calls["warm"] + 1))
+    monkeypatch.setattr("workbench.inputs.prompts.build_batch", lambda tok, b, n: ["x"])
+    info = SimpleNamespace(weights_sha256="abc123", device="cpu", dtype="float32")
+
+    def process(attn="sdpa"):
+        return models.LoadedModel(model=SimpleNamespace(config=SimpleNamespace(_attn_implementation=attn)),
+                                  tokenizer=None, info=info)
+
+    first = process()
+    assert drift.reference_tpot_s(first, 15.0) == pytest.approx(0.06)        # measured: fastest of 3, written
+    shared = json.loads((tmp_path / drift.SHARED_FILE).read_text())
+    assert [e["tpot_s"] for e in shared.values()] == [pytest.approx(0.06)]
+    second = process()
+    assert drift.reference_tpot_s(second, 15.0) == pytest.approx(0.06) and calls["generate"] == 3   # reused
+    assert time.monotonic() - drift.start(second).measured_at < 15.0         # its age is the first one's
+    assert drift.reference_tpot_s(process(attn="eager"), 15.0) == pytest.approx(0.09)   # another kernel: measured
+    assert calls["generate"] == 6
+    assert drift.reference_tpot_s(process()) == pytest.approx(0.12)           # an end reference: measured
+    key = next(k for k in json.loads((tmp_path / drift.SHARED_FILE).read_text()) if k.split("|")[5] == "sdpa")
+    stale = {key: {"measured_at": time.time() - 20.0, "tpot_s": 0.5}}
+    (tmp_path / drift.SHARED_FILE).write_text(json.dumps(stale))
+    assert drift.reference_tpot_s(process(), 15.0) == pytest.approx(0.15)     # older than the window: measured
+    assert drift.reference_tpot_s(process(), 30.0) == pytest.approx(0.15)     # the new one is shared
+    assert calls["warm"] == 4                          # a model warmed once, before its first measured reference
+    stand_in = models.LoadedModel(model=None, tokenizer=None, info=None)
+    drift.reference_tpot_s(stand_in, 15.0)
+    assert calls["generate"] == 15 and len(json.loads((tmp_path / drift.SHARED_FILE).read_text())) == 1

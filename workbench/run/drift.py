@@ -11,6 +11,7 @@ drift reference is").
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -19,6 +20,7 @@ import weakref
 from pathlib import Path
 
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
+from workbench.measure.models import cache_root, write_cache_text
 from workbench.run import results
 
 #: A drift of the reference TPOT (|end / start - 1|) beyond this marks the sweep's points invalid.
@@ -36,6 +38,13 @@ if os.environ.get(REUSE_ENV):
 #: model -> (monotonic time, TPOT) of the latest reference measured in this process; weakly keyed, so a model
 #: freed and another loaded at the same address never inherits its reference.
 _LAST_REFERENCE: "weakref.WeakKeyDictionary[object, tuple[float, float]]" = weakref.WeakKeyDictionary()
+#: Models given their untimed warm-up run in this process (a reference read from the shared file has none).
+_WARMED: "weakref.WeakSet[object]" = weakref.WeakSet()
+#: The latest reference of each model, device, dtype, attention kernel and thread count on this machine, shared by
+#: its processes (the notebooks of one ``workbench run`` are a kernel each): ``$WORKBENCH_CACHE/<this file>``.
+SHARED_FILE = "drift_reference.json"
+#: Entries older than this (seconds) are dropped when the shared file is written.
+_SHARED_KEEP_S = 3600.0
 
 
 def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
@@ -47,8 +56,13 @@ def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
     machine's speed). On a quiet 2-core CPU references back to back spread far less with the fastest of 3 than
     with the median of 3, which marked quiet sweeps invalid (results/LOG.md, 2026-12-06: the figures); other load
     on two cores slows decoding many times over, far beyond the limit. One
-    untimed warm-up before the first reference of a model in this process; with ``max_age_s`` a reference
-    of this model measured at most that many seconds ago is returned instead of a new one.
+    untimed warm-up before the first reference of a model in this process.
+
+    With ``max_age_s``, a reference of this model measured at most that many seconds ago is returned instead of a
+    new one: this process's own, else the latest one another process on this machine measured for the same model
+    weights, device, dtype, attention kernel and torch thread count (:data:`SHARED_FILE` in the workbench cache;
+    the notebooks of one ``workbench run`` each run in their own kernel, and a reference stands for the
+    machine's speed, not for a process: issue 48, ~2 s a notebook). Every measured reference is written there.
 
     Args:
         loaded: :class:`workbench.measure.models.LoadedModel`.
@@ -60,16 +74,83 @@ def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
     from workbench.inputs.prompts import build_batch
 
     last = _LAST_REFERENCE.get(loaded)
-    if last is not None and max_age_s > 0 and time.monotonic() - last[0] <= max_age_s:
-        return last[1]
+    if max_age_s > 0:
+        if last is not None and time.monotonic() - last[0] <= max_age_s:
+            return last[1]
+        shared = _read_shared(loaded, max_age_s)
+        if shared is not None:
+            age_s, value = shared
+            _LAST_REFERENCE[loaded] = (time.monotonic() - age_s, value)
+            return value
     prompts = build_batch(loaded.tokenizer, 1, 64)
     settings = GenerationSettings(max_new_tokens=8, ignore_eos=True)
-    if last is None:  # the first reference of this model in this process
+    if loaded not in _WARMED:  # the first reference of this model in this process
         warm_up(loaded, prompts, settings, 1)
+        _WARMED.add(loaded)
     runs = [generate_measured(loaded, prompts, settings).records[0]["tpot_s"] for _ in range(3)]
     value = float(min(runs))
     _LAST_REFERENCE[loaded] = (time.monotonic(), value)
+    _write_shared(loaded, value)
     return value
+
+
+def _shared_key(loaded) -> str | None:
+    """The shared file's key of ``loaded``: this machine (host and boot), the weights, device, dtype, attention
+    kernel, model class and torch's thread count; None for a model without :class:`ModelInfo` (a stand-in)."""
+    info, model = getattr(loaded, "info", None), getattr(loaded, "model", None)
+    if info is None or model is None or not getattr(info, "weights_sha256", None):
+        return None
+    import socket
+
+    import torch
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return "|".join(str(x) for x in (socket.gethostname(), boot, info.weights_sha256, info.device, info.dtype, attn,
+                                     type(model).__name__, torch.get_num_threads()))
+
+
+def _shared_path() -> Path:
+    return cache_root() / SHARED_FILE
+
+
+def _read_shared_file() -> dict:
+    try:
+        data = json.loads(_shared_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_shared(loaded, max_age_s: float) -> tuple[float, float] | None:
+    """``(age in seconds, TPOT)`` of the shared file's reference for ``loaded`` when at most ``max_age_s`` old."""
+    key = _shared_key(loaded)
+    entry = _read_shared_file().get(key) if key else None
+    try:
+        age_s, value = time.time() - float(entry["measured_at"]), float(entry["tpot_s"])
+    except (TypeError, KeyError, ValueError):
+        return None
+    return (age_s, value) if 0 <= age_s <= max_age_s and math.isfinite(value) and value > 0 else None
+
+
+def _write_shared(loaded, value: float) -> None:
+    """Put ``loaded``'s reference in the shared file (atomically; entries older than an hour dropped). A cache:
+    a file that cannot be written is skipped (the next process measures its own)."""
+    key = _shared_key(loaded)
+    if key is None:
+        return
+    now = time.time()
+    data = {k: v for k, v in _read_shared_file().items()
+            if isinstance(v, dict) and isinstance(v.get("measured_at"), (int, float))
+            and now - v["measured_at"] <= _SHARED_KEEP_S}
+    data[key] = {"measured_at": now, "tpot_s": value, "pid": os.getpid()}
+    try:
+        write_cache_text(_shared_path(), json.dumps(data, indent=1))
+    except OSError:
+        pass
 
 
 @dataclasses.dataclass(frozen=True)
