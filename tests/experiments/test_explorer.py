@@ -219,23 +219,13 @@ def _papermill(nb: Path, out: Path, params: dict, tmp_path: Path):
 
 
 @pytest.mark.notebook
-def test_explorer_notebook_headless_measures_once_and_saves(tmp_path):
-    run = tmp_path / "results" / "explorer-run"
-    proc = _papermill(REPO / "notebooks" / "00_explorer.ipynb", tmp_path / "out.ipynb",
-                      {"prompt_tokens": 48, "max_new_tokens": 4, "batch_size": 2, "run_dir": str(run)}, tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    req, pts = results.read_requests(run), results.read_points(run)
-    assert len(pts) == 1 and pts["status"].iloc[0] == "ok" and pts["batch_size"].iloc[0] == 2
-    assert len(req) == 2 and (req["prompt_tokens"] == 48).all() and set(point_result.REQUEST_COLUMNS) <= set(req.columns)
-    assert (run / "figures" / "explorer_points.json").exists()
-    assert results.read_manifest(run)["environment"]["model"] == "SmolLM2-135M-Instruct"
-    assert "headless explorer: 1 point" in (tmp_path / "out.ipynb").read_text()
-
-
-@pytest.mark.notebook
-def test_runner_kernel_is_headless_even_under_a_jupyter_session(tmp_path, monkeypatch):
-    """A run launched from a JupyterLab terminal or cell inherits JPY_SESSION_NAME; the kernel the runner starts
-    must still measure its point (it used to show widgets, record nothing and end "ok")."""
+def test_explorer_notebook_headless_measures_once_and_saves_even_under_a_jupyter_session(tmp_path, monkeypatch):
+    """The explorer notebook in a kernel, without a frontend: it measures its one point and saves it (rows, the
+    request columns, its figure, the environment). Started from a JupyterLab terminal or cell, the run inherits
+    ``JPY_SESSION_NAME``; the kernel the runner starts must still be headless (it used to show widgets, record
+    nothing and end "ok"). One kernel for both: what decides "headless" from the environment is
+    ``test_has_frontend``; a plain ``papermill`` command on a notebook is ``test_compare_notebook_runs_on_two_saved_
+    runs``."""
     from workbench.run import notebooks
 
     monkeypatch.setenv("JPY_SESSION_NAME", "x")
@@ -244,9 +234,13 @@ def test_runner_kernel_is_headless_even_under_a_jupyter_session(tmp_path, monkey
     monkeypatch.setenv("WORKBENCH_HEADLESS", "0")  # restored after; execute_notebook sets it for its kernels
     run = results.open_run()
     nb = REPO / "notebooks" / "00_explorer.ipynb"
-    out = notebooks.execute_notebook(nb, {"prompt_tokens": 64, "max_new_tokens": 2}, run, log_output=False)
-    pts = results.read_points(run)
-    assert len(pts) == 1 and pts["status"].iloc[0] == "ok" and len(results.read_requests(run)) == 1
+    out = notebooks.execute_notebook(nb, {"prompt_tokens": 48, "max_new_tokens": 4, "batch_size": 2}, run,
+                                     log_output=False)
+    req, pts = results.read_requests(run), results.read_points(run)
+    assert len(pts) == 1 and pts["status"].iloc[0] == "ok" and pts["batch_size"].iloc[0] == 2
+    assert len(req) == 2 and (req["prompt_tokens"] == 48).all() and set(point_result.REQUEST_COLUMNS) <= set(req.columns)
+    assert (run / "figures" / "explorer_points.json").exists()
+    assert results.read_manifest(run)["environment"]["model"] == "SmolLM2-135M-Instruct"
     assert "headless explorer: 1 point" in Path(out).read_text()
 
 
