@@ -91,3 +91,15 @@ def test_the_version_is_written_once():
     project = text.split("[project]", 1)[1].split("\n[", 1)[0]
     version = re.search(r'^version\s*=\s*"([^"]+)"', project, re.M).group(1)
     assert version == workbench.__version__, f"pyproject.toml {version} vs workbench.__version__ {workbench.__version__}"
+
+
+def test_make_test_runs_every_quiet_test():
+    """``make test`` runs the tests marked ``quiet`` alone after the parallel part, from the files its
+    ``QUIET_TESTS`` names (collecting the whole tree again costs seconds): a quiet test in any other file would
+    never run. The files naming the mark (a decorator or a module's ``pytestmark``) are read from the source text."""
+    listed = set(re.search(r"^QUIET_TESTS\s*=\s*(.+)$", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M)
+                 .group(1).split())
+    holding = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+               if p != Path(__file__) and re.search(r"pytest\.mark\.quiet\b", p.read_text(encoding="utf-8"))}
+    assert holding and holding <= listed, sorted(holding - listed)
+    assert all((ROOT / f).is_file() for f in listed), listed
