@@ -119,13 +119,17 @@ def test_the_servers_continuous_kv_pool_is_sized_to_context_and_memory(loaded, m
 
 
 def test_rows_sharing_a_small_kv_pool_all_finish(loaded):
-    eng = engine_kinds.make_engine(EngineOptions(engine="continuous", max_batch_size=3, max_seq_tokens=160, kv_cache_tokens=160),
+    """Three rows of 39 prompt + 60 new tokens (4 pages of 32 each) on a 100-token KV pool (9 pages with the engine's
+    spares): the three at full length cannot be held at once (12 pages), yet every row finishes at its length."""
+    eng = engine_kinds.make_engine(EngineOptions(engine="continuous", max_batch_size=3, max_seq_tokens=100, kv_cache_tokens=100),
                               loaded, settings=GenerationSettings(max_new_tokens=8))
     try:
-        res = engines.run_requests(eng, [_req(loaded, 100) for _ in range(3)], timeout=600)
+        reqs = [_req(loaded, 60) for _ in range(3)]
+        assert len(reqs[0].input_ids) == 39
+        res = engines.run_requests(eng, reqs, timeout=600)
     finally:
         eng.stop()
-    assert [(r["finish_reason"], r["output_tokens"]) for r in res] == [("length", 100)] * 3
+    assert [(r["finish_reason"], r["output_tokens"]) for r in res] == [("length", 60)] * 3
 
 
 def test_a_client_leaving_before_its_response_starts_stops_the_generation():
