@@ -292,7 +292,7 @@ def run_notebook(loaded):
 
 
 #: Rough seconds a test of each mark takes here, for ordering only (see pytest_collection_modifyitems).
-_MARK_COST_S = {"notebook": 15.0, "ray": 10.0, "browser": 5.0, "model": 1.0}
+_MARK_COST_S = {"notebook": 15.0, "ray": 10.0, "browser": 5.0, "simulation": 5.0, "model": 1.0}
 
 
 def pytest_collection_modifyitems(session, config, items):

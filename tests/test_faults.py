@@ -117,7 +117,8 @@ def faulted_sweep(tmp_path_factory):
     real.mkdir()
     (tmp / "linked").symlink_to(real, target_is_directory=True)
     # a drift reference stands for the whole test (what a fault leaves is checked here, not drift): the sessions read
-    # one from the workbench cache (drift.SHARED_FILE) instead of measuring ~2.4 s each
+    # the latest one from the workbench cache (drift.SHARED_FILE; another test's process may have written it)
+    # instead of measuring ~2.4 s each
     env = {**os.environ, "WORKBENCH_RESULTS": os.path.relpath(tmp / "linked", REPO),
            "WORKBENCH_REFERENCE_REUSE_S": "3600"}
     env.pop("WORKBENCH_INJECT_WRITE_ERROR", None)
@@ -153,8 +154,7 @@ def _kept(before: dict, after: dict) -> None:
 
 @pytest.mark.notebook
 def test_sigint_at_a_random_point_then_resume(faulted_sweep, cli):
-    """The issue's reproduction (smaller): Ctrl-C after the first points, then the suggested bare --resume. The
-    sessions' drift references are real: the first session's, read back by the later ones within their window."""
+    """The issue's reproduction (smaller): Ctrl-C after the first points, then the suggested bare --resume."""
     first, last, run = faulted_sweep[1], faulted_sweep[5], faulted_sweep["run"]
     assert first["returncode"] == 130 and "--resume" in first["output"], first["output"][-2000:]
     assert first["manifest"]["status"] == "interrupted"
@@ -170,7 +170,6 @@ def test_sigint_at_a_random_point_then_resume(faulted_sweep, cli):
     entry = manifest["experiments"]["batch_size"]
     starts = [h["reference_tpot_s"][0] for h in entry["drift_history"]] + [entry["reference_tpot_s"][0]]
     assert len(starts) >= 2 and all(0 < t < 10 for t in starts), starts   # the sessions that reached their end
-    assert len(set(starts)) == 1, starts           # each read the same reference from the cache (SHARED_FILE)
     assert "environment" in sessions[0] and manifest["environment"]["torch"]
     assert not list(run.glob(".*.tmp"))
 

@@ -15,6 +15,7 @@ CONST = twin_cost.StepCost(a0=1.0, b0=1.0)  # one-token requests: service = the 
 COST = twin_cost.StepCost(a0=0.02, a1=2e-4, b0=0.05, b1=0.004, b2=1e-6, b3=0.02, first_token_overhead_s=0.01)
 
 
+@pytest.mark.simulation
 @pytest.mark.parametrize("rho", [0.3, 0.5, 0.7])
 def test_md1_waiting_time_matches_pollaczek_khinchine(rho):
     # M/D/1: Poisson arrivals at rate rho (service 1 s), Wq = rho / (2 (1 - rho)) (Pollaczek-Khinchine). 30,000

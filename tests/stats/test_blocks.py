@@ -222,6 +222,7 @@ def test_best_of_keeps_the_baseline_only_when_every_other_arm_is_worse_or_equiva
         blocks.best_of(_decided({"x": (1.0, "undecided", "", 3)}), candidates=["z"])
 
 
+@pytest.mark.simulation
 def test_best_of_under_the_null_claims_a_direction_at_the_nominal_rate():
     """3 equal configurations and the baseline (+ the A/A arm), 4 interleaved rounds, 5% noise on a 10% drift
     shared by a round: the best-of choice claims a direction (a configuration faster, or the baseline kept over

@@ -168,6 +168,7 @@ def test_a_finding_carries_its_verdict_and_the_counts_add_up():
     assert evidence.join([u, d]).verdict == "undecided"
 
 
+@pytest.mark.simulation
 def test_holm_levels_agree_with_holms_decisions():
     """An interval at ``holm_levels``' level excludes the null (``p < 1 - level``) exactly when Holm's step-down
     rejects (``statsmodels.stats.multitest.multipletests``, method "holm"). Issue 49: p = [0.03, 0.04] gave the

@@ -42,6 +42,7 @@ def _sequential_trial(rng, effects, plan=(3, 6, 8), sigma=0.05, margin=1.05):
     return got
 
 
+@pytest.mark.simulation
 def test_the_looks_keep_the_error_rates():
     """>= 2,000 designs of identical arms (3 arms and the A/A one): the share in which any comparison claims a
     direction stays at or below 5% (with its binomial 95% upper bound); a true 10% difference is called

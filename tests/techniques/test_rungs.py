@@ -167,6 +167,7 @@ def test_the_ladder_recommends_a_rung_decided_faster_and_compares_it_with_its_ru
     assert pick.keeps_control and text.startswith("keep float32: every rung inside the quality tolerance is slower")
 
 
+@pytest.mark.simulation
 def test_the_ladder_under_the_null_recommends_at_most_the_nominal_rate():
     """Issue 49: 11 rungs equal to float32, 5 rounds: the older ladder recommended the best rung whenever its own
     unadjusted interval's lower bound exceeded 1 (about 11% of null runs against a nominal 2.5%); a rung is now
