@@ -60,6 +60,9 @@ def test_recommend_and_headline_use_valid_points_only():
                         "status": ["ok"] * 3, "valid": [True, True, False]})
     assert batch_size.recommend(pts)["batch_size"] == 2  # the invalid batch 4 never wins, even when alone best
     assert batch_size.recommend(pts.assign(valid=False)) is None
+    drifted = batch_size.headline(pts.assign(valid=False, invalid_reason="reference TPOT drifted 55% during the sweep"))
+    assert drifted.verdict == "undecided" and "relax" not in drifted.text, drifted.text   # the SLO is not why
+    assert "0 of 3 valid (reference TPOT drifted 55%" in drifted.text and "--rerun-invalid RUN_DIR" in drifted.text
     decided = _designed(pts, {"b2": (2.0, 1.8, 2.2, "direction", "higher", 0),
                               "b4": (5.0, 4.0, 6.0, "direction", "higher", 0)})
     f = batch_size.headline(decided)
