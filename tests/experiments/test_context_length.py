@@ -158,6 +158,10 @@ def test_finding_equivalent_and_undecided(tmp_path):
     moved = context_length.finding(_designed_points("direction", 1.39, 1.30, 1.48).assign(aa_verdict="direction"),
                                    run_dir=run)
     assert moved.verdict == "undecided" and "A/A control moved" in moved.text
+    drifted = context_length.finding(_designed_points("direction", 1.39, 1.30, 1.48).assign(
+        valid=False, invalid_reason="reference TPOT drifted 55% during the sweep"), run_dir=run)
+    assert drifted.verdict == "undecided" and "no valid length: 0 of" in drifted.text
+    assert "(reference TPOT drifted 55%" in drifted.text and f"--rerun-invalid {run}`" in drifted.text
 
 
 def test_finding_point_by_point_and_with_too_few_lengths():
@@ -171,7 +175,8 @@ def test_finding_point_by_point_and_with_too_few_lengths():
     few = context_length.finding(pts.iloc[:3], req[req["point_id"].isin(pts["point_id"].iloc[:3])])
     assert few.verdict == "undecided" and "3 lengths for 3 parameters" in few.text
     none_valid = context_length.finding(pts.assign(valid=False), req)
-    assert none_valid.verdict == "undecided" and "(0 of 5 points valid)" in none_valid.text
+    assert none_valid.verdict == "undecided" and "no valid length: 0 of 5 valid" in none_valid.text
+    assert "--rerun-invalid RUN_DIR" in none_valid.text
 
 
 @pytest.mark.parametrize("kwargs,name", [

@@ -86,6 +86,15 @@ def test_fit_support_needs_two_more_points_than_parameters():
     assert evidence.fit_support(4, 2)[0]
 
 
+def test_none_valid_names_the_reason_and_the_way_on():
+    pts = pd.DataFrame({"point_id": ["a", "b"], "valid": [False, False],
+                        "invalid_reason": ["", "other processes used 1.2 CPU cores"]})
+    assert evidence.none_valid(pts, "results/r1") == ("0 of 2 valid (other processes used 1.2 CPU cores); measure "
+                                                     "them again with `workbench run --rerun-invalid results/r1`")
+    assert evidence.none_valid(pts[["point_id"]]) == ("0 of 2 valid; measure them again with "
+                                                      "`workbench run --rerun-invalid RUN_DIR`")
+
+
 def test_usable_points_keeps_valid_ok_points_and_for_serving_open_loop_unstopped_ones():
     pts = pd.DataFrame({
         "point_id": list("abcdefg"),

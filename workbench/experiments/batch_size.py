@@ -248,11 +248,8 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None, run_dir
     if best is None and usable.empty and len(points):
         # nothing to recommend from (a drift, other load): the SLO is not the reason, and the way on is to measure
         # the points again (issue 49: a run on a VM that slowed 55% under notebook 01 was told to relax its SLO)
-        reasons = points.get("invalid_reason", pd.Series(dtype=object)).dropna()
-        why = f" ({reasons.iloc[0]})" if len(reasons) else ""
-        where = f" {run_dir}" if run_dir else " RUN_DIR"
-        return evidence.Finding(f"No valid point to recommend a batch size from: 0 of {len(points)} valid{why}; "
-                                f"measure them again with `workbench run --rerun-invalid{where}`.",
+        return evidence.Finding(f"No valid point to recommend a batch size from: "
+                                f"{evidence.none_valid(points, run_dir)}.",
                                 f"0 valid points of {len(points)}", False, (), verdict="undecided")
     if best is None:
         return evidence.Finding("No valid batch size met the SLO: relax slo_ttft_s / slo_tpot_s or shorten the "

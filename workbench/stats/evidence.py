@@ -55,6 +55,22 @@ def _true(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v)) and bool(v)
 
 
+def none_valid(points: pd.DataFrame, run_dir=None) -> str:
+    """What a finding says when none of its points is valid: ``"0 of N valid (the first invalid reason); measure
+    them again with `workbench run --rerun-invalid RUN_DIR`"`` - the reason a drift or other load gave, and the way
+    on (not a change of the experiment's settings: issue 49, a run told to relax its SLO after a 55% drift).
+
+    Args:
+        points: the experiment's points (all of them, valid or not).
+        run_dir: the run folder, named in the command (None: ``RUN_DIR``).
+    """
+    reasons = points["invalid_reason"].dropna() if "invalid_reason" in points else pd.Series(dtype=object)
+    reasons = reasons[reasons.astype(str).str.len() > 0]
+    why = f" ({reasons.iloc[0]})" if len(reasons) else ""
+    return (f"0 of {len(points)} valid{why}; measure them again with "
+            f"`workbench run --rerun-invalid {run_dir or 'RUN_DIR'}`")
+
+
 def usable_points(points: pd.DataFrame, *, serving: bool = False) -> pd.DataFrame:
     """The points a fit, knee, recommendation or best-of choice may use.
 

@@ -463,7 +463,8 @@ def finding(points, requests=None, run_dir=None) -> evidence.Finding:
                          f"{f.dof} dof; per-token cost 95% interval {f.b_low * 1e6:,.0f} to {f.b_high * 1e6:,.0f} us, "
                          f"quadratic term {f.c_low * 1e9:.3g} to {f.c_high * 1e9:.3g} ns/token^2 (OLS, t)")
     if not parts:
-        counts = f" ({len(usable)} of {len(points)} points valid)"
+        counts = (f": {evidence.none_valid(points, run_dir)}" if usable.empty and len(points) else
+                  f" ({len(usable)} of {len(points)} points valid)")
         return evidence.Finding(f"Prefill vs context length: no valid length{counts}.", "no fit", False, ids,
                                 verdict="undecided")
     open_ = [d for d in decisions if not d.decided]
