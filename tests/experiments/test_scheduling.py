@@ -336,8 +336,11 @@ def test_scheduling_notebook(tmp_path, monkeypatch, run_notebook):
     assert set(mixed["request_class"]) <= {"interactive", "background"} and len(mixed) == 8
     done = mixed[mixed["error"].isna()]
     assert (done["output_tokens"] == done["max_tokens"]).all()
-    # warmup 0: no service history for the first arrivals (ETA unknown, NaN), then an estimate
-    assert set(mixed["policy"]) == {"fcfs", "lanes"} and mixed["eta_s"].notna().any()
+    # warmup 0: no service history for the first arrivals (ETA unknown, NaN), then an estimate - when a request
+    # arrives after an earlier one finished, which a slow machine may not give in 8 requests (seen once: all NaN);
+    # the estimate itself: tests/serving/test_policies.py (unknown before any history, then the queue's figure)
+    assert set(mixed["policy"]) == {"fcfs", "lanes"} and mixed["eta_s"].dtype.kind == "f"
+    assert (mixed["eta_s"].dropna() >= 0).all()
     turns = req[req["workload"] == "multiturn"].sort_values("turn")
     assert list(turns["turn"]) == [1, 2] and turns["prompt_tokens"].is_monotonic_increasing
     assert turns["prompt_tokens"].iloc[0] > 32 + 32  # the shared system document, then the first user turn
