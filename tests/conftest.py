@@ -30,6 +30,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # workers; torch's default (a thread per core in every process) oversubscribes the cores. The whole suite ran in
 # ~0.8x the time with one (results/LOG.md, 2026-12-06 evening). Tests check behaviour, not speed.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The device probe (peak bandwidth and FLOP/s: ~3-5 s a process at one thread) stands for the machine for the whole
+# session: measured once before the workers start (pytest_configure) and read by every process the tests start
+# (workbench.measure.device.PROBE_REUSE_S; a test checks behaviour, not the probe's figures).
+os.environ.setdefault("WORKBENCH_PROBE_REUSE_S", "7200")
 # Reports skip the static PNG/SVG figures (a Chromium start per report) unless a test asks for them.
 os.environ.setdefault("WORKBENCH_FIGURES", "none")
 
@@ -289,6 +293,18 @@ def run_notebook(loaded):
     """:func:`execute_in_process`, after the session's default model is loaded (the notebook's own
     ``models.load_model`` then returns it)."""
     return execute_in_process
+
+
+def pytest_configure(config):
+    """In ``make test``'s controller (pytest-xdist's ``-n``, before its workers start, on a machine with nothing
+    else running yet): the session's one device probe, written to the tests' cache for every process to read
+    (~3-5 s each at one thread, paid by ~40 processes before: kernels, commands, servers, Ray workers). A probe
+    that comes out noisy is not shared (each process then measures its own, as before)."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    from workbench.measure import device
+
+    device.probe_device("cpu", "float32")
 
 
 #: Rough seconds a test of each mark takes here, for ordering only (see pytest_collection_modifyitems).

@@ -17,6 +17,46 @@ def test_probe_device_cpu_is_positive():
     assert isinstance(p["probe_noisy"], bool)
 
 
+def test_a_quiet_probe_is_shared_with_the_next_process_and_a_noisy_one_is_not(monkeypatch, tmp_path):
+    """The next kernel of a run reads the probe the previous one measured (within the reuse window, same device,
+    dtype, trials and threads; its age recorded); a noisy probe is never shared, and a window of 0 always probes.
+    A cleared per-process cache stands for the next process; the measurement is stood in (its spreads set here)."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    monkeypatch.setenv(device.PROBE_REUSE_ENV, "900")
+    spread = {"value": 0.05}
+    probes = []
+
+    def measure(dev, dtype, trials):
+        probes.append((dev, dtype, trials))
+        return {"bandwidth_bytes_per_s": 1e10, "flops_per_s": 1e11, "bandwidth_spread": spread["value"],
+                "flops_spread": 0.01, "probe_trials": trials, "device": dev, "dtype": dtype}
+
+    monkeypatch.setattr(device, "_measure_probe", measure)
+
+    def fresh(*args):
+        device.probe_device.cache_clear()
+        return device.probe_device(*args)
+
+    try:
+        first = fresh("cpu", "float32")
+        assert first["probe_age_s"] == 0.0 and not first["probe_noisy"] and len(probes) == 1
+        second = fresh("cpu", "float32")
+        assert len(probes) == 1 and second["probe_age_s"] >= 0                           # read, not measured
+        assert {k: second[k] for k in device.PROBE_KEYS[:-1]} == {k: first[k] for k in device.PROBE_KEYS[:-1]}
+        fresh("cpu", "float32", 5)
+        assert len(probes) == 2                                                          # other trials: measured
+        monkeypatch.setenv(device.PROBE_REUSE_ENV, "0")
+        fresh("cpu", "float32")
+        assert len(probes) == 3                                                          # no window: measured
+        monkeypatch.setenv(device.PROBE_REUSE_ENV, "900")
+        spread["value"] = device.PROBE_SPREAD_LIMIT * 2                                  # noisy
+        assert fresh("cpu", "bfloat16")["probe_noisy"]
+        fresh("cpu", "bfloat16")
+        assert len(probes) == 5                                                          # not shared: measured
+    finally:
+        device.probe_device.cache_clear()
+
+
 def _window_sees_and_resets():
     device.reset_peak_memory("cpu")
     with resident_bytes(300_000_000):

@@ -168,6 +168,7 @@ def cmd_export(args) -> int:
 def cmd_env(args) -> int:
     import torch
 
+    from workbench import paths
     from workbench.measure import device, models
     from workbench.run import results
 
@@ -180,14 +181,14 @@ def cmd_env(args) -> int:
         "bf16_supported": bool(dev == "cuda" and torch.cuda.is_bf16_supported()) or dev == "cpu",
         "torch_threads": torch.get_num_threads(),
         "results_root": str(results.results_root()),
-        "model_cache": str(models.cache_root()),
+        "model_cache": str(paths.cache_root()),
     }
     for key, fn in (("default_gguf", models.default_gguf_path), ("default_embedder", models.default_embedder_path)):
         try:
             info[key] = str(fn())
         except ParameterError as exc:
             info[key] = f"missing: {exc}"
-    cached = sorted((models.cache_root() / "models").glob("*"))
+    cached = sorted((paths.cache_root() / "models").glob("*"))
     info["converted_models"] = [str(p) for p in cached if p.is_dir()]
     if args.model:
         info["model_path"] = str(models.resolve_model_path(args.model))

@@ -29,6 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from workbench.errors import ParameterError  # noqa: E402
+from workbench.paths import cache_root, write_cache_text  # noqa: E402
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -118,25 +119,6 @@ class LoadedModel:
     model: object
     tokenizer: object
     info: ModelInfo
-
-
-def cache_root() -> Path:
-    """The workbench cache folder: ``$WORKBENCH_CACHE`` or ``~/.cache/workbench``."""
-    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
-
-
-def write_cache_text(path: Path, text: str) -> Path:
-    """Write a cache file so that a concurrent reader (another process starting at the same moment: a second
-    sweep, a Ray worker, a parallel test worker) sees no file or the whole file, never a torn or empty one:
-    a unique temporary file beside it, then ``os.replace``. Creates the folder. Returns ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
 
 
 def publish_folder(tmp: Path, target: Path, marker: str) -> Path:

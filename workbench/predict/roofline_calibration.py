@@ -163,7 +163,7 @@ def cache_path(model_path: str, device: str, dtype: str, threads: int) -> Path:
     """Where the calibration of this (model folder, device, dtype, threads) is cached."""
     import hashlib
 
-    from workbench.measure.models import cache_root
+    from workbench.paths import cache_root
 
     key = hashlib.sha256(f"{Path(model_path).resolve()}|{device}|{dtype}|{threads}".encode()).hexdigest()[:16]
     return cache_root() / "roofline" / f"{key}.json"
@@ -200,7 +200,7 @@ def calibrate(loaded, repeats: int = 2, save: bool = True, trials: int = 7,
     calib = dataclasses.replace(fit_calibration(shape, dev, pd.DataFrame(rows)),
                                 calibration_s=time.perf_counter() - t0)
     if save:
-        from workbench.measure.models import write_cache_text
+        from workbench.paths import write_cache_text
 
         path = cache_path(info.path, dev.name, info.dtype, torch.get_num_threads())
         write_cache_text(path, json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(calib),

@@ -22,7 +22,7 @@ DEFAULT_SIGMA = 0.05      # the log-scale spread assumed by ``workbench plan`` b
 
 
 def _spread_file() -> Path:
-    from workbench.measure.models import cache_root
+    from workbench.paths import cache_root
 
     return cache_root() / "design_spread.json"
 
@@ -41,7 +41,7 @@ def remember_spread(result: DesignResult, run_id: str = "") -> None:
             "seconds_per_round": float(result.seconds_per_round),
             "seconds_per_measurement": float(result.seconds_per_round / len(result.design.measured_arms())),
             "run_id": run_id, "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        from workbench.measure.models import write_cache_text
+        from workbench.paths import write_cache_text
 
         write_cache_text(path, json.dumps(data, indent=1))
     except (OSError, ValueError):

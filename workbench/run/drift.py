@@ -11,7 +11,6 @@ drift reference is").
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -20,7 +19,7 @@ import weakref
 from pathlib import Path
 
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
-from workbench.measure.models import cache_root, write_cache_text
+from workbench.paths import read_machine_entry, write_machine_entry
 from workbench.run import results
 
 #: A drift of the reference TPOT (|end / start - 1|) beyond this marks the sweep's points invalid.
@@ -43,8 +42,6 @@ _WARMED: "weakref.WeakSet[object]" = weakref.WeakSet()
 #: The latest reference of each model, device, dtype, attention kernel and thread count on this machine, shared by
 #: its processes (the notebooks of one ``workbench run`` are a kernel each): ``$WORKBENCH_CACHE/<this file>``.
 SHARED_FILE = "drift_reference.json"
-#: Entries older than this (seconds) are dropped when the shared file is written.
-_SHARED_KEEP_S = 3600.0
 
 
 def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
@@ -95,62 +92,35 @@ def reference_tpot_s(loaded, max_age_s: float = 0.0) -> float:
 
 
 def _shared_key(loaded) -> str | None:
-    """The shared file's key of ``loaded``: this machine (host and boot), the weights, device, dtype, attention
-    kernel, model class and torch's thread count; None for a model without :class:`ModelInfo` (a stand-in)."""
+    """The shared file's key of ``loaded`` on this machine: the weights, device, dtype, attention kernel, model class
+    and torch's thread count (:func:`workbench.paths.read_machine_entry` adds the machine); None for a model without
+    :class:`ModelInfo` (a stand-in)."""
     info, model = getattr(loaded, "info", None), getattr(loaded, "model", None)
     if info is None or model is None or not getattr(info, "weights_sha256", None):
         return None
-    import socket
-
     import torch
 
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = ""
     attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    return "|".join(str(x) for x in (socket.gethostname(), boot, info.weights_sha256, info.device, info.dtype, attn,
-                                     type(model).__name__, torch.get_num_threads()))
-
-
-def _shared_path() -> Path:
-    return cache_root() / SHARED_FILE
-
-
-def _read_shared_file() -> dict:
-    try:
-        data = json.loads(_shared_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return "|".join(str(x) for x in (info.weights_sha256, info.device, info.dtype, attn, type(model).__name__,
+                                     torch.get_num_threads()))
 
 
 def _read_shared(loaded, max_age_s: float) -> tuple[float, float] | None:
     """``(age in seconds, TPOT)`` of the shared file's reference for ``loaded`` when at most ``max_age_s`` old."""
     key = _shared_key(loaded)
-    entry = _read_shared_file().get(key) if key else None
+    found = read_machine_entry(SHARED_FILE, key, max_age_s) if key else None
     try:
-        age_s, value = time.time() - float(entry["measured_at"]), float(entry["tpot_s"])
+        age_s, value = found[0], float(found[1]["tpot_s"])
     except (TypeError, KeyError, ValueError):
         return None
-    return (age_s, value) if 0 <= age_s <= max_age_s and math.isfinite(value) and value > 0 else None
+    return (age_s, value) if math.isfinite(value) and value > 0 else None
 
 
 def _write_shared(loaded, value: float) -> None:
-    """Put ``loaded``'s reference in the shared file (atomically; entries older than an hour dropped). A cache:
-    a file that cannot be written is skipped (the next process measures its own)."""
+    """Put ``loaded``'s reference in the shared file (:func:`workbench.paths.write_machine_entry`)."""
     key = _shared_key(loaded)
-    if key is None:
-        return
-    now = time.time()
-    data = {k: v for k, v in _read_shared_file().items()
-            if isinstance(v, dict) and isinstance(v.get("measured_at"), (int, float))
-            and now - v["measured_at"] <= _SHARED_KEEP_S}
-    data[key] = {"measured_at": now, "tpot_s": value, "pid": os.getpid()}
-    try:
-        write_cache_text(_shared_path(), json.dumps(data, indent=1))
-    except OSError:
-        pass
+    if key is not None:
+        write_machine_entry(SHARED_FILE, key, {"tpot_s": value})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -147,6 +147,7 @@ def model_widths(spec: str) -> dict[str, int] | None:
     checks the loaded layers then)."""
     import json
 
+    from workbench import paths
     from workbench.measure import models
 
     try:
@@ -155,7 +156,7 @@ def model_widths(spec: str) -> dict[str, int] | None:
 
             return linear_in_features(read_config(spec))
         if spec == models.DEFAULT_MODEL:
-            found = list((models.cache_root() / "models").glob(f"{models.DEFAULT_MODEL_NAME}-*/config.json"))
+            found = list((paths.cache_root() / "models").glob(f"{models.DEFAULT_MODEL_NAME}-*/config.json"))
             return linear_in_features(json.loads(found[0].read_text())) if found else None
         return linear_in_features(models.read_model_config(spec))
     except (OSError, KeyError, ValueError, ParameterError):
