@@ -11,7 +11,7 @@ from workbench.experiments import long_output
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 # 2 sections of 8 tokens (the least LongOutputPlan allows) after a 16-token outline; one design of 2 rounds
-QUICK_07 = {"budget_tokens": 32, "n_sections": 2, "outline_tokens": 16, "languages": ["en"],
+QUICK_07 = {"budget_tokens": 24, "n_sections": 2, "outline_tokens": 8, "languages": ["en"],
             "strategies": ["one_shot", "outline_batch", "outline_sequential"], "warmup": 0, "repeats": 2,
             "max_rounds": 2}
 
