@@ -450,7 +450,8 @@ def test_real_torch_compile_is_recorded_apart_and_kept_out_of_the_timed_repeats(
 @pytest.fixture(scope="module")
 def tiny_sweep(loaded, tmp_path_factory):
     """One tiny engine-tuning grid on the real model, float32 and bfloat16 in 2 interleaved rounds, swept once for
-    the tests that read it (it was two sweeps: a 1-repeat one and a 2-round one in tests/stats/test_comparison.py;
+    the three tests that read it (it was three sweeps: a 1-repeat one, a 2-round one in tests/stats/test_comparison.py
+    and the design test's own, the same two configurations in 2 rounds;
     the 1-repeat, point-by-point path on the real model is tests/measure/test_config_models.py's one-point sweeps).
     Returns ``(config, run folder, points)``."""
     with pytest.MonkeyPatch.context() as mp:   # module-scoped: its own results root, as _results_root gives a test
@@ -460,7 +461,7 @@ def tiny_sweep(loaded, tmp_path_factory):
         cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
                         cache_implementations=["dynamic"], prompt_tokens=[32], max_new_tokens=3, guard_prompts=1,
                         guard_tokens=4, guard_text_tokens=64, guard_window=32, repeats=2, max_rounds=2, warmup=0,
-                        calibrate=False)
+                        calibrate=False, slo_ttft_s=1000.0, slo_tpot_s=1000.0)   # a busy machine must not miss the SLO
         run = results.create_run()
         return cfg, run, et.run(cfg, run, loaded)
 
@@ -595,17 +596,12 @@ def test_the_baseline_is_the_marked_one_not_the_first_row():
 
 
 @pytest.mark.model
-def test_configurations_measured_as_one_design_on_the_real_model(loaded):
+def test_configurations_measured_as_one_design_on_the_real_model(tiny_sweep):
     """Two configurations, 2 rounds: the design's table holds every round of both and the A/A arm, the baseline is
     marked, the finding reads the design's decision and compares the pick with its runner-up."""
     import pandas as pd
 
-    cfg = et.Config(device="cpu", dtypes=["float32", "bfloat16"], attn_implementations=["sdpa"],
-                    cache_implementations=["dynamic"], prompt_tokens=[32], max_new_tokens=2, guard_prompts=1,
-                    guard_tokens=2, guard_text_tokens=64, guard_window=32, repeats=2, max_rounds=2, warmup=0,
-                    calibrate=False, slo_ttft_s=1000.0, slo_tpot_s=1000.0)   # a busy machine must not miss the SLO
-    run = results.create_run()
-    points = et.run(cfg, run, loaded)
+    cfg, run, points = tiny_sweep
     assert len(points) == 2 and (points["status"] == "ok").all() and (points["rounds"] == 2).all()
     table = pd.read_parquet(run / "design" / "engine_tuning.parquet")
     assert len(table) == 2 * 3 and set(table["arm"]) == {"float32/sdpa/dynamic", "bfloat16/sdpa/dynamic", "A/A"}
