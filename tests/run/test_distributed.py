@@ -422,17 +422,20 @@ def test_worker_death_retried_once_then_failed(ray_cluster, loaded, monkeypatch)
     assert set(results.read_requests(run)["point_id"]) == {PID(1), PID(3)}
 
 
+# The driver measures nothing itself (its points go to its Ray worker), so it loads no model of its own (~6 s of a
+# 2-core machine's CPU, beside its worker's load): no environment record for its session, which this test never reads.
 DRIVER = textwrap.dedent("""
     import sys
-    from workbench.measure import models
     from workbench.run import results, sweeps
     from workbench.experiments import batch_size
     cfg = batch_size.Config(batch_sizes=[1, 2, 3, 4], prompt_tokens=[32], max_new_tokens=2, repeats=1, warmup=0,
                             device="cpu", dtype="float32")
-    loaded = models.load_model("default", "cpu", "float32")
     run = results.open_run(sys.argv[1])
-    sweeps.run_sweep(run, "batch_size", cfg.grid(), lambda p: batch_size.measure_point(loaded, cfg, p, {}),
-                     resume=True, info=loaded.info, config=cfg)
+
+    def measure(point):
+        raise AssertionError("a Ray sweep measured a point in its driver")
+
+    sweeps.run_sweep(run, "batch_size", cfg.grid(), measure, resume=True, config=cfg)
 """)
 
 
