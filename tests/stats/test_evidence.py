@@ -95,6 +95,17 @@ def test_none_valid_names_the_reason_and_the_way_on():
                                                       "`workbench run --rerun-invalid RUN_DIR`")
 
 
+def test_nothing_valid_says_why_only_when_there_were_points():
+    pts = pd.DataFrame({"point_id": ["a"], "status": ["ok"], "valid": [False],
+                        "invalid_reason": ["reference TPOT drifted 55%"]})
+    f = evidence.nothing_valid("reasoning point finished", pts, "results/r1")
+    assert f.text == ("No valid reasoning point finished: 0 of 1 valid (reference TPOT drifted 55%); measure them "
+                      "again with `workbench run --rerun-invalid results/r1`.")
+    assert f.verdict == "undecided" and not f.supported
+    assert evidence.nothing_valid("reasoning point finished").text == "No valid reasoning point finished."
+    assert evidence.nothing_valid("x", pts.assign(valid=True)).text == "No valid x."   # usable points: no reason
+
+
 def test_usable_points_keeps_valid_ok_points_and_for_serving_open_loop_unstopped_ones():
     pts = pd.DataFrame({
         "point_id": list("abcdefg"),

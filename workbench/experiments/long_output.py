@@ -375,7 +375,7 @@ def finding(requests: pd.DataFrame, points: pd.DataFrame | None = None, run_dir=
     if points is not None and "point_id" in df:
         df = df[df["point_id"].isin(evidence.usable_points(points)["point_id"])]
     if df.empty or "wall_s" not in df:
-        return evidence.Finding("No valid long-output request finished.", "", False, verdict="undecided")
+        return evidence.nothing_valid("long-output request finished", points, run_dir)
     ids = tuple(dict.fromkeys(str(p) for p in df["point_id"])) if "point_id" in df else ()
     if "language" not in df:
         df = df.assign(language="all")

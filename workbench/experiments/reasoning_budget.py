@@ -436,7 +436,7 @@ def finding(points, requests=None):
 
     ok = evidence.usable_points(points)
     if ok.empty or "reasoning_budget" not in ok:
-        return evidence.Finding("No valid reasoning point finished.", "", False, verdict="undecided")
+        return evidence.nothing_valid("reasoning point finished", points)
     ids = evidence.point_ids(ok)
     lo, hi = ok["reasoning_budget"].min(), ok["reasoning_budget"].max()
     by = ok.groupby("reasoning_budget")[["exact_match_mean", "ttfat_s_p50", "thinking_tokens_mean"]].mean()

@@ -441,7 +441,7 @@ def finding(summary, requests=None, points=None):
     else:
         samples = _samples(requests, points)
         if samples.empty:
-            return evidence.Finding("No valid temperature point.", "", False, verdict="undecided")
+            return evidence.nothing_valid("temperature point", points)
         temps = sorted(set(samples["temperature"]))
     lo, hi = temps[0], temps[-1]
     decisions = primary_decisions(points)

@@ -478,6 +478,23 @@ class Finding:
         return cls(str(value))
 
 
+def nothing_valid(what: str, points: pd.DataFrame | None = None, run_dir=None) -> Finding:
+    """The finding of an experiment left with nothing to decide from: ``"No valid <what>."``, and when it has points
+    but none is usable (:func:`usable_points`), why and the way on (:func:`none_valid`): ``"No valid <what>: 0 of 5
+    valid (reference TPOT drifted 55% ...); measure them again with `workbench run --rerun-invalid RUN`."``.
+    Undecided, not supported.
+
+    Args:
+        what: what was not there, e.g. ``"reasoning point finished"``.
+        points: the experiment's points (valid or not), or None.
+        run_dir: the run folder named in the command (None: ``RUN_DIR``).
+    """
+    if points is not None and len(points) and usable_points(points).empty:
+        return Finding(f"No valid {what}: {none_valid(points, run_dir)}.", f"0 valid points of {len(points)}", False,
+                       verdict="undecided")
+    return Finding(f"No valid {what}.", "", False, verdict="undecided")
+
+
 def verdict_counts(findings) -> dict:
     """``{"decided", "direction", "equivalent", "undecided", "measurements"}`` over findings (dicts of
     :meth:`Finding.to_dict` or :class:`Finding` s): what the report's summary and ``metrics.json`` count."""

@@ -247,7 +247,7 @@ def finding(points, run_dir=None) -> "evidence.Finding":
     """
     usable = evidence.usable_points(points)
     if usable.empty:
-        return evidence.Finding("No valid compression point finished.", "", False, verdict="undecided")
+        return evidence.nothing_valid("compression point finished", points, run_dir)
     designed = "time_ratio_verdict" in usable and usable["time_ratio_verdict"].fillna("").ne("").any()
     analysis = _analysis(usable, run_dir) if designed else None
     parts, ev, decisions, ids = [], [], [], []

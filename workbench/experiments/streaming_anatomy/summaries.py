@@ -88,7 +88,7 @@ def finding(points: pd.DataFrame, requests: pd.DataFrame | None = None) -> evide
     served = _http_primary(points)
     df = evidence.usable_points(sweep_rows(points, "streaming"))
     if df.empty and served is None:
-        return evidence.Finding("No valid streaming point finished.", "", False, verdict="undecided")
+        return evidence.nothing_valid("streaming point finished", points)
     ids = evidence.point_ids(pd.concat([df, evidence.usable_points(sweep_rows(points, "http"))]))
     parts, shown, tpot = [], "", None
     if not df.empty:
