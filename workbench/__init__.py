@@ -5,7 +5,8 @@ The package by layer, lowest first (``docs/design.md`` section 2; ``tests/test_l
 imports a folder above its own):
 
     errors, checks,  the ground floor: ParameterError and one-line exceptions, the one-line parameter validators and
-    paths            the small converters (float or NaN, a Config's defaults), the repository root and data folder
+    paths            the small converters (float or NaN, a Config's defaults), the repository root and data folder,
+                     the workbench cache (atomic writes, the entries a machine's processes share)
     stats/           formulas and statistics: metrics, evidence, slo, the column registry, comparisons, replicates,
                      request classes
     measure/         instruments: device, models, generation, streaming, timers, detokenize, memory, energy,
