@@ -230,6 +230,7 @@ def test_one_run_per_policy_decides_nothing():
     assert not f.supported and f.text.startswith("Scheduling: undecided: one round")
     f = scheduling.finding(_points(valid=False), _table())
     assert not f.supported and f.text.startswith("Scheduling: undecided: no usable")
+    assert "0 of 2 valid" in f.text and "--rerun-invalid" in f.text      # why, and the way on
 
 
 def _designed(decisions, aa="equivalent", rounds=4, background=(1.2, 1.05, 1.4, "direction", "higher")):

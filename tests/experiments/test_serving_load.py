@@ -128,6 +128,7 @@ def test_the_engines_verdicts_lead_the_finding_and_the_runs_stay_out_of_the_knee
     assert moved.verdict == "undecided" and "The A/A control moved" in moved.text
     invalid = serving_load.engines_finding(_compared({"static": (0.3, 0.2, 0.45, "direction", "lower")}, valid=False))
     assert invalid.verdict == "undecided" and "no usable run of the control (fifo" in invalid.text
+    assert "--rerun-invalid" in invalid.text                             # the way on
     assert serving_load.engines_finding(_points()) is None        # no comparison: the sweep's finding alone
     assert serving_load.finding(_points(), 0.9).verdict == ""
 

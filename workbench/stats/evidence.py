@@ -67,8 +67,13 @@ def none_valid(points: pd.DataFrame, run_dir=None) -> str:
     reasons = points["invalid_reason"].dropna() if "invalid_reason" in points else pd.Series(dtype=object)
     reasons = reasons[reasons.astype(str).str.len() > 0]
     why = f" ({reasons.iloc[0]})" if len(reasons) else ""
-    return (f"0 of {len(points)} valid{why}; measure them again with "
-            f"`workbench run --rerun-invalid {run_dir or 'RUN_DIR'}`")
+    return f"0 of {len(points)} valid{why}; {rerun_invalid(run_dir)}"
+
+
+def rerun_invalid(run_dir=None) -> str:
+    """The way on from invalid points, one wording everywhere: ``"measure them again with `workbench run
+    --rerun-invalid RUN_DIR`"`` (``run_dir`` named when known)."""
+    return f"measure them again with `workbench run --rerun-invalid {run_dir or 'RUN_DIR'}`"
 
 
 def usable_points(points: pd.DataFrame, *, serving: bool = False) -> pd.DataFrame:

@@ -150,15 +150,19 @@ def policy_finding(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) -
     ids = evidence.point_ids(use)
     n = int(len(requests[requests["point_id"].isin(use["point_id"])])) if "point_id" in requests and len(use) else 0
     if rec.empty:
-        return evidence.Finding("Scheduling: undecided: no usable fcfs and policy points to compare.",
+        mixed = points[points["workload"] == "mixed"] if "workload" in points else points
+        why = f": {evidence.none_valid(mixed, run_dir)}" if len(mixed) and use.empty else ""
+        return evidence.Finding(f"Scheduling: undecided: no usable fcfs and policy points to compare{why}.",
                                 f"{len(use)} usable points", False, ids, verdict="undecided")
     waits = "; ".join(f"{r.policy}: longest wait {r.queue_s_max:.2f} s" for r in rec.itertuples()
                       if r.queue_s_max == r.queue_s_max)
     designed = designed_arms(points, INTERACTIVE, ("mixed",))
     if not designed_arms(points, INTERACTIVE, ("mixed",), usable=False).empty and CONTROL not in designed.index:
+        invalid = "valid" in points and points["valid"].eq(False).any()
         return evidence.Finding("Scheduling: undecided: no usable fcfs run of the policy design (marked invalid: "
-                                "other load, drift or stopped early).", f"{len(use)} usable runs", False, ids,
-                                verdict="undecided")
+                                "other load, drift or stopped early)"
+                                f"{'; ' + evidence.rerun_invalid(run_dir) if invalid else ''}.",
+                                f"{len(use)} usable runs", False, ids, verdict="undecided")
     if designed.empty or CONTROL not in designed.index:
         parts = [f"{r.policy}: interactive TTFT {r.interactive_ttft_ratio:.2f}x of fcfs, background e2e "
                  f"{r.background_e2e_ratio:.2f}x (one run each)" for r in rec.itertuples()]

@@ -188,7 +188,8 @@ def prefix_finding(points: pd.DataFrame, requests: pd.DataFrame) -> evidence.Fin
     if sav.empty:
         if not _measured_both_ways(points):
             return None
-        return evidence.Finding("Prefix sharing: undecided: no usable pair of points with sharing off and on.",
+        return evidence.Finding("Prefix sharing: undecided: no usable pair of points with sharing off and on; "
+                                f"{evidence.rerun_invalid()}.",
                                 "the prefix points are invalid or failed", False, (), verdict="undecided")
     designed = designed_arms(points, SHARING, PREFIX_WORKLOADS)
     parts, fields = [], None

@@ -97,8 +97,10 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
     points = saturation.sweep_points(points)
     use = evidence.usable_points(points, serving=True)
     if use.empty:
+        invalid = "valid" in points and points["valid"].eq(False).any()   # stopped early: re-measuring won't help
         return ("No usable open-loop load point (valid, not stopped early): no knee or recommendation is "
-                "supported." if len(points) else "No load point finished.")
+                f"supported{'; ' + evidence.rerun_invalid() if invalid else ''}." if len(points)
+                else "No load point finished.")
     k = knee_scan(points)
     parts = [_engine_sentence(e, g, *k.get(e, (float("nan"), "")), target)
              for e, g in knee_points(points).groupby("engine")]
@@ -166,7 +168,8 @@ def engines_finding(points: pd.DataFrame, run_dir=None) -> evidence.Finding | No
     ids = evidence.point_ids(evidence.usable_points(runs))
     if control not in rows.index:
         return evidence.Finding(f"Engines under the same load: undecided: no usable run of the control "
-                                f"({control or 'unknown'}; marked invalid: other load or drift).",
+                                f"({control or 'unknown'}; marked invalid: other load or drift); "
+                                f"{evidence.rerun_invalid(run_dir)}.",
                                 f"{len(runs)} runs measured, {len(ids)} usable", False, ids, verdict="undecided")
     ctrl = rows.loc[control]
     decisions = {e: design.decision_from_row(rows.loc[e], TTFT) for e in rows.index if e not in ("aa", control)}
