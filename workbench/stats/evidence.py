@@ -70,6 +70,12 @@ def none_valid(points: pd.DataFrame, run_dir=None) -> str:
     return f"0 of {len(points)} valid{why}; {rerun_invalid(run_dir)}"
 
 
+def any_invalid(points: pd.DataFrame) -> bool:
+    """Whether any of ``points`` was marked invalid (``valid`` False): the points ``--rerun-invalid`` re-measures (a
+    point stopped early or failed is not one of them: re-measuring does not help it)."""
+    return bool("valid" in points and points["valid"].eq(False).any())
+
+
 def rerun_invalid(run_dir=None) -> str:
     """The way on from invalid points, one wording everywhere: ``"measure them again with `workbench run
     --rerun-invalid RUN_DIR`"`` (``run_dir`` named when known)."""

@@ -158,7 +158,7 @@ def policy_finding(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) -
                       if r.queue_s_max == r.queue_s_max)
     designed = designed_arms(points, INTERACTIVE, ("mixed",))
     if not designed_arms(points, INTERACTIVE, ("mixed",), usable=False).empty and CONTROL not in designed.index:
-        invalid = "valid" in points and points["valid"].eq(False).any()
+        invalid = evidence.any_invalid(points)
         return evidence.Finding("Scheduling: undecided: no usable fcfs run of the policy design (marked invalid: "
                                 "other load, drift or stopped early)"
                                 f"{'; ' + evidence.rerun_invalid(run_dir) if invalid else ''}.",

@@ -97,7 +97,7 @@ def headline(points: pd.DataFrame, target: float = 0.9) -> str:
     points = saturation.sweep_points(points)
     use = evidence.usable_points(points, serving=True)
     if use.empty:
-        invalid = "valid" in points and points["valid"].eq(False).any()   # stopped early: re-measuring won't help
+        invalid = evidence.any_invalid(points)   # stopped early: re-measuring won't help
         return ("No usable open-loop load point (valid, not stopped early): no knee or recommendation is "
                 f"supported{'; ' + evidence.rerun_invalid() if invalid else ''}." if len(points)
                 else "No load point finished.")
