@@ -39,12 +39,10 @@ os.environ.setdefault("WORKBENCH_FIGURES", "none")
 
 import pytest  # noqa: E402
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    # A `make test` worker imports nbformat here, before it collects: the same import (its jsonschema builds
-    # rfc3987_syntax's lark grammar) took 5-8 s when a test module's collection reached it first, and ~1.6 s here or
-    # in a plain interpreter (measured 2026-12-06; why pytest's module collection slows that grammar build was not
-    # found). A worker's collection went from ~12.5 s to ~8.5 s; the controller collects nothing and skips it.
-    import nbformat  # noqa: E402,F401
+# Before any test module imports nbformat, papermill or jupytext: workbench.run.notebooks keeps jsonschema from
+# building rfc3987_syntax's Lark grammar in this process (see there). That import took 5-8 s when a test module's
+# collection reached it first (~1.6 s in a plain interpreter; measured 2026-12-06).
+import workbench.run.notebooks  # noqa: E402,F401
 
 
 def _tests_own_cache() -> None:

@@ -164,3 +164,18 @@ def test_each_parameters_cell_holds_its_configs_defaults():
                 differ.append(f"{nb.stem}: {name} = {value!r} in the cell, {default!r} in {cls.__name__}")
     assert not unknown, "parameters the Config does not have:\n" + "\n".join(unknown)
     assert not differ, "parameters cell and Config default disagree:\n" + "\n".join(differ)
+
+
+def test_reading_and_running_notebooks_does_without_the_iri_grammar():
+    """A process that reads or runs notebooks does not import rfc3987_syntax (its import builds a Lark grammar,
+    seconds each command: python-jsonschema/jsonschema#1428), and every committed notebook still validates."""
+    import subprocess
+    import sys
+
+    code = ("import sys, workbench.run.notebooks, papermill, nbformat, jupytext\n"
+            "assert sys.modules['rfc3987_syntax'] is None, 'the grammar was imported'\n"
+            "for nb in sys.argv[1:]:\n"
+            "    nbformat.validate(nbformat.read(nb, as_version=4))\n")
+    books = [str(p) for p in sorted(NB.parent.glob("[0-9]*.ipynb"))]
+    r = subprocess.run([sys.executable, "-c", code, *books], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

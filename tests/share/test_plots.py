@@ -85,3 +85,17 @@ def test_a_table_figure_is_sized_to_show_every_row_and_says_why_it_is_empty():
     assert fig.layout.height >= 130 + 7 * 26                         # and the figure is tall enough for them
     empty = table_figure(rows.iloc[:0], "t", empty_reason="no usable fcfs run of the mixed workload")
     assert not empty.data and "no rows: no usable fcfs run" in empty.layout.annotations[0].text
+
+
+def test_the_house_template_is_plotly_white_with_the_house_layout_merged_once():
+    """The default is a registered name, not ``"plotly_white+workbench"`` (merged again at every lookup); a
+    figure's template is plotly_white's with the house font, colours and legend over it."""
+    import plotly.io as pio
+
+    assert pio.templates.default == "workbench" and "+" not in pio.templates.default
+    layout = go.Figure(go.Scatter(x=[1], y=[1])).layout.template.layout
+    white = pio.templates["plotly_white"].layout
+    assert layout.plot_bgcolor == white.plot_bgcolor and layout.xaxis.gridcolor == white.xaxis.gridcolor
+    assert layout.font.family.startswith("Inter") and layout.font.size == 13
+    assert list(layout.colorway) == list(plots.px.colors.qualitative.Safe)
+    assert layout.legend.orientation == "h" and layout.hovermode == "closest"

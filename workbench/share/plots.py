@@ -1,7 +1,7 @@
 """The house plotly template and the label lookup every experiment's figures use.
 
-Importing this module registers the ``workbench`` template (plotly ``doc/python/templates.md``) and
-makes it the default. Axis labels and units come from the column table
+Importing this module registers the ``workbench`` template (plotly ``doc/python/templates.md``: ``plotly_white``
+with the house font, colours, margins and legend, merged once) and makes it the default. Axis labels and units come from the column table
 (:data:`workbench.stats.columns.COLUMNS`) through :func:`label`; each experiment module builds its own
 figures from tidy point and request tables (docs/design.md section 5).
 """
@@ -15,7 +15,10 @@ import plotly.io as pio
 
 from workbench.stats import columns
 
-pio.templates["workbench"] = go.layout.Template(
+#: The house settings over plotly's ``plotly_white``, merged once and registered as ``workbench``: a default named
+#: ``"plotly_white+workbench"`` is merged again at every lookup (``pio.templates[...]``, several a figure): about half
+#: of building a small figure (benchmarks/figures.py prints the ratio; results/LOG.md).
+HOUSE = go.layout.Template(
     layout=dict(
         font=dict(family="Inter, Helvetica, Arial, sans-serif", size=13),
         colorway=px.colors.qualitative.Safe,
@@ -24,7 +27,8 @@ pio.templates["workbench"] = go.layout.Template(
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
     )
 )
-pio.templates.default = "plotly_white+workbench"
+pio.templates["workbench"] = pio.templates.merge_templates(pio.templates["plotly_white"], HOUSE)
+pio.templates.default = "workbench"
 
 #: One colour per engine / configuration, the same in every figure (the house colorway, plotly's ``Safe``
 #: qualitative palette, colour-blind safe). Names not listed get a palette colour from a stable hash of the name.
