@@ -329,9 +329,21 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: -cost[item.path])
 
 
+@pytest.fixture(autouse=True)
+def one_drift_reference(monkeypatch):
+    """A drift reference (~1.8 s: the fastest of 3 short requests) stands for the machine's speed through a test
+    process (``REFERENCE_REUSE_S`` raised): each sweep's start reference reuses the last one and gets no end reference,
+    and a speed probe reads it too. What a drift does to a sweep's points is tested in ``run/test_drift.py`` and
+    ``run/test_sweeps.py`` (stand-in references, :func:`fake_references`, which follows this window), and the
+    references themselves by the command's sessions in ``test_faults.py`` (their own processes, their own window)."""
+    from workbench.run import drift
+
+    monkeypatch.setattr(drift, "REFERENCE_REUSE_S", 3600.0)
+
+
 def fake_references(monkeypatch, values, age_s: float | None = None) -> None:
     """Stand-ins for the drift reference: each sweep's start reference is the next of ``values``, measured
-    ``age_s`` ago (default: 45 s beyond ``REFERENCE_REUSE_S``, whatever a test folder set it to: the sweep gets an
+    ``age_s`` ago (default: 45 s beyond ``REFERENCE_REUSE_S``, whatever the tests set it to: the sweep gets an
     end reference), and its end reference the next one after it."""
     import time
 
