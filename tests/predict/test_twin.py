@@ -747,3 +747,28 @@ def test_the_aa_arms_duplicate_points_are_not_counted_twice(tmp_path):
     assert len(table) == 4 and table["aa_duplicate"].tolist() == [False, False, False, True]
     assert summ["twin_points"] == 3 and summ["twin_points_aa_duplicate"] == 1
     assert "1 A/A duplicate left out" in twin_validation.sentence(summ)
+
+
+def test_a_scheduling_point_is_simulated_without_the_serving_presets(monkeypatch):
+    """A scheduling point is judged by its request classes' SLOs: its simulation evaluates no SLO preset (each
+    evaluation of every preset on every simulated point was most of a run's validation, compared with nothing: the
+    measured scheduling rows carry no preset figures). A serving-load point keeps the presets its row has."""
+    from workbench.predict import twin_validation
+    from workbench.stats import slo
+
+    rows = pd.DataFrame({"request_id": range(6), "t_scheduled_s": [0.1 * i for i in range(6)], "prompt_tokens": 32,
+                         "max_tokens": [4, 4, 16, 4, 4, 16],
+                         "request_class": ["interactive", "interactive", "background"] * 2})
+    seen = []
+    real = slo.evaluate
+    monkeypatch.setattr(slo, "evaluate", lambda df, s, *a, **k: (seen.append(s.name), real(df, s, *a, **k))[1])
+    sched = pd.Series({"experiment": "scheduling", "policy": "sjf", "point_id": "scheduling/x"})
+    summ = twin_validation._simulate_point(COST, sched, rows, {"engine": "fifo"})
+    assert not set(seen) & set(slo.PRESETS)           # the classes' own limits only ("custom")
+    assert not any(k.startswith("slo_attainment_") and k[15:] in slo.PRESETS for k in summ)
+    assert {"slo_attainment_interactive", "slo_attainment_background"} <= set(summ)
+    served = pd.Series({"experiment": "serving_load", "engine": "fifo", "profile": "poisson", "offered_rps": 1.0,
+                        "point_id": "serving_load/x"})
+    seen.clear()
+    summ = twin_validation._simulate_point(COST, served, rows, {"prompt_tokens": 32, "max_new_tokens": 4})
+    assert set(seen) & set(slo.PRESETS) and all(f"slo_attainment_{name}" in summ for name in seen)

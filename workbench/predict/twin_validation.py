@@ -193,6 +193,10 @@ def _with_custom(summary: dict) -> dict:
 
 
 def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> dict | None:
+    """The twin's summary of one measured point (None: nothing of ours to simulate). A serving-load point gets the
+    SLO presets' figures its measured row has; a scheduling point none (its measured row is judged by its request
+    classes' SLOs, :func:`workbench.stats.classes.class_columns`: evaluating every preset on each simulated point
+    was most of a validation's time, compared with nothing)."""
     exp = point.get("experiment")
     if exp == "serving_load":
         e = point.get("engine")
@@ -214,7 +218,7 @@ def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> di
             engine = "continuous" if any(cfg.get("multiturn_prefix_sharing") or []) else cfg.get("engine", "fifo")
             tc = twin.TwinConfig(engine=engine, max_batch_size=int(cfg.get("max_batch_size", 4)),
                                  batch_window_s=float(cfg.get("batch_window_s", 0.05)), prefix_sharing=on)
-            return twin.simulate(cost, _turn_specs(rows, cfg), tc, "replay").summary
+            return twin.simulate(cost, _turn_specs(rows, cfg), tc, "replay", slos=()).summary
         tc = twin.TwinConfig(engine=cfg.get("engine", "fifo"), policy=point.get("policy", "fcfs"),
                              aging_s=float(cfg.get("aging_s", scheduling.AGING_S)),
                              lane_threshold_tokens=int(cfg.get("lane_threshold_tokens",
@@ -223,7 +227,7 @@ def _simulate_point(cost, point: pd.Series, rows: pd.DataFrame, cfg: dict) -> di
                              max_batch_size=int(cfg.get("max_batch_size", 4)),
                              batch_window_s=float(cfg.get("batch_window_s", 0.05)),
                              max_pending=cfg.get("max_pending"), max_retries=int(cfg.get("max_retries", 3)))
-        res = twin.simulate(cost, specs_from_rows(rows, cfg, exp), tc, "replay")
+        res = twin.simulate(cost, specs_from_rows(rows, cfg, exp), tc, "replay", slos=())
         from workbench.stats.classes import class_columns
 
         classes = cfg.get("class_slo_ttft_s") or {"interactive": 2.0, "background": 30.0}
