@@ -1,9 +1,9 @@
 """The house plotly template and the label lookup every experiment's figures use.
 
 Importing this module registers the ``workbench`` template (plotly ``doc/python/templates.md``: ``plotly_white``
-with the house font, colours, margins and legend, merged once) and makes it the default. Axis labels and units come from the column table
-(:data:`workbench.stats.columns.COLUMNS`) through :func:`label`; each experiment module builds its own
-figures from tidy point and request tables (docs/design.md section 5).
+with the house font, colours, margins and legend, merged once) and makes it the default. Axis labels and units come
+from the column table (:data:`workbench.stats.columns.COLUMNS`) through :func:`label`; each experiment module builds
+its own figures from tidy point and request tables (docs/design.md section 5).
 """
 
 from __future__ import annotations
