@@ -127,7 +127,9 @@ HOMES = {
     # t quantiles: intervals over independent units (evidence), a design's critical values and decisions (decisions)
     # and its analysis (blocks)
     r"stats\.t\.ppf\(": ("stats/evidence.py", "stats/blocks.py", "stats/decisions.py"),
-    r"^\s*def (fit_block_model|spread_check|pick_versus|best_of)\(": "stats/blocks.py",
+    r"^\s*def (fit_block_model|spread_check|pick_versus|best_of|keep_control|pick_stands)\(": "stats/blocks.py",
+    # the keep-the-baseline rule spelled out again (blocks.keep_control is its one home)
+    r"direction == \"(higher|lower)\"\) or\b|or \(\w+\.verdict == \"direction\" and \w+\.direction == ": "stats/blocks.py",
     r"^\s*def (critical_value|rounds_needed)\(": "stats/decisions.py",
     r"^\s*def paired_binary\(": "stats/paired.py",
     r"^\s*def (looks|spent|look_alpha)\(": "stats/sequential.py",

@@ -84,6 +84,21 @@ def test_a_best_of_design_stops_once_its_choice_is_decided_not_every_arm():
     assert r.rounds > 3 or r.decision("small").decided
 
 
+def test_a_kept_control_stops_only_when_every_ranked_arm_is_worse_or_equivalent():
+    """The stop rule with the control ranked first by the design's own order (batch size: goodput under the SLO)
+    is the finding's (blocks.keep_control): an arm decided *better* on the outcome but ranked below the control
+    keeps the design measuring, as it keeps the finding undecided ("none shown faster, but not every larger batch
+    is decided slower"); before, any decided arm stopped it and the finding was left open at its first look."""
+    effects = {"a": 0.0, "b": 1.0}                     # b 2.7x the control's throughput, ranked below it
+    d = design.Design("x", list(effects), "a", TPS, min_rounds=3, max_rounds=9, rank=lambda t: ["a", "b"])
+    fake = Fake(effects, seed=0)
+    r = design.run_design(d, fake.measure, clock=fake.clock, progress=False)
+    assert r.looks[0]["rounds"] == 3 and r.decision("b").direction == "higher"
+    assert not r.looks[0]["decided"] and r.rounds == 9
+    assert not design._choice_decided(r.analysis, ["a", "b"], higher_is_better=True)
+    assert design._choice_decided(r.analysis, ["a", "b"], higher_is_better=False)   # a time: b is slower
+
+
 def test_an_open_comparison_gets_rounds_until_its_last_look():
     fake = Fake({"a": 0.0, "b": 0.02})                   # 2%: inside the margin band, too small to call early
     d = design.Design("x", ["a", "b"], "a", TPS, min_rounds=3, max_rounds=8)

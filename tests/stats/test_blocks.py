@@ -222,6 +222,22 @@ def test_best_of_keeps_the_baseline_only_when_every_other_arm_is_worse_or_equiva
         blocks.best_of(_decided({"x": (1.0, "undecided", "", 3)}), candidates=["z"])
 
 
+def test_the_keep_and_pick_rules_have_one_home_that_every_finding_calls():
+    """keep_control and pick_stands: the rule the findings that rank by their own order (batch size, serving,
+    scheduling, long output) and the design runner's stop rule share with best_of (they spelled it out five
+    times, two of them saying "direction" where every other arm was only equivalent)."""
+    d = _decided({"x": (0.97, "equivalent", "", 0), "y": (0.9, "direction", "lower", 0),
+                  "u": (1.02, "undecided", "", 9), "f": (1.3, "direction", "higher", 0)}).arms
+    assert blocks.keep_control([d["x"], d["y"]]) == ("direction", ())
+    assert blocks.keep_control([d["x"], None]) == ("equivalent", ())
+    assert blocks.keep_control([d["x"], d["u"]]) == ("undecided", (d["u"],))
+    assert blocks.keep_control([d["f"]]) == ("undecided", (d["f"],))                 # an arm shown better
+    assert blocks.keep_control([d["f"]], higher_is_better=False) == ("direction", ())   # a time: higher is worse
+    assert blocks.keep_control([]) == ("undecided", ()) and blocks.keep_control([None])[0] == "undecided"
+    assert blocks.pick_stands(d["f"], None) and blocks.pick_stands(d["f"], d["x"])
+    assert not blocks.pick_stands(d["f"], d["u"]) and not blocks.pick_stands(d["u"], None)
+
+
 @pytest.mark.simulation
 def test_best_of_under_the_null_claims_a_direction_at_the_nominal_rate():
     """3 equal configurations and the baseline (+ the A/A arm), 4 interleaved rounds, 5% noise on a 10% drift

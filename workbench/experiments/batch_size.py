@@ -27,7 +27,7 @@ from workbench.run.point_result import PointResult
 from workbench.run.sweeps import SweepConfig, expand_grid
 from workbench.share import figures_design
 from workbench.share.plots import error_y, label, labels, mark_invalid, ok_points, split_by_device
-from workbench.stats import evidence, metrics
+from workbench.stats import blocks, evidence, metrics
 
 EXPERIMENT = "batch_size"
 
@@ -276,14 +276,11 @@ def headline(points: pd.DataFrame, requests: pd.DataFrame | None = None, run_dir
     ids.append(str(control.point_id))
     name = f"Output throughput at batch {int(best.batch_size)} vs batch {int(control.batch_size)}"
     if int(best.batch_size) == int(control.batch_size):          # the baseline itself is the pick
-        others = [design.decision_from_row(r, THROUGHPUT) for _, r in same.iloc[1:].iterrows()]
-        held = [o for o in others if o is not None]
-        keep = bool(held) and all((o.verdict == "direction" and o.direction == "lower") or o.verdict == "equivalent"
-                                  for o in held)
-        verdict = "direction" if keep else "undecided"
+        verdict, _ = blocks.keep_control([design.decision_from_row(r, THROUGHPUT) for _, r in same.iloc[1:].iterrows()],
+                                         THROUGHPUT.higher_is_better)
         text += (f" Keep batch {int(best.batch_size)}: every larger batch is slower beyond noise or equivalent."
-                 if keep else f" Keep batch {int(best.batch_size)}: none shown faster, but not every larger batch "
-                              f"is decided slower or equivalent.")
+                 if verdict != "undecided" else f" Keep batch {int(best.batch_size)}: none shown faster, but not "
+                                                f"every larger batch is decided slower or equivalent.")
         fields = design.finding_fields(best)
         fields["verdict"] = verdict
     else:

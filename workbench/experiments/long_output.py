@@ -317,12 +317,10 @@ def pick_decision(mine: pd.DataFrame, kept: list, base: str, analysis=None) -> t
         others = {s: d for s, d in others.items() if d is not None}
         if not others:
             return best, f"keep {base}: no other strategy compared", None
-        slower = all(d.verdict == "equivalent" or (d.verdict == "direction" and d.direction == "higher")
-                     for d in others.values())
+        v, _ = blocks.keep_control(list(others.values()), WALL.higher_is_better)
         said = "; ".join(d.describe(s, words=WALL.words, seconds_per_round=spr) for s, d in others.items())
         open_ = design.weakest(list(others.values()))
-        if slower:
-            v = "equivalent" if all(d.verdict == "equivalent" for d in others.values()) else "direction"
+        if v != "undecided":
             return best, f"keep {base}: every other strategy is slower beyond noise or equivalent ({said})", \
                 dataclasses.replace(open_, verdict=v, rounds_needed=0)
         return best, (f"{base} is the fastest, but not every other strategy is decided slower or equivalent: none "
@@ -345,8 +343,7 @@ def pick_decision(mine: pd.DataFrame, kept: list, base: str, analysis=None) -> t
             clause += f"; against the runner-up, {rival}: undecided: the run folder's design table is not at hand"
     if vs_rival is None:
         return best, clause, dataclasses.replace(vs_base, verdict="undecided", rounds_needed=None)
-    faster = ((vs_base.verdict == "direction" and vs_base.direction == "lower") or vs_base.verdict == "equivalent")
-    if faster and vs_rival.decided:
+    if blocks.pick_stands(vs_base, vs_rival):    # the pick's ratio is below 1: a direction is "faster"
         return best, clause, vs_base
     worst = design.weakest([d for d in (vs_base, vs_rival) if not d.decided]) or vs_rival
     return best, clause, dataclasses.replace(vs_base, verdict="undecided", rounds_needed=worst.rounds_needed)

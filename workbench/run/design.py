@@ -416,7 +416,7 @@ def versus_runner_up(run_dir, experiment: str, outcome: str, pick, runner, label
         return "", None
     vs = blocks.pick_versus(again[1], str(pick), str(runner))
     text = " " + vs.describe(f"Against the runner-up, {label}", words=words) + "."
-    if versus_control is not None and versus_control.decided and not vs.decided:
+    if versus_control is not None and versus_control.decided and not blocks.pick_stands(versus_control, vs):
         return text, finding_fields(row, dataclasses.replace(vs, verdict="undecided"))
     return text, None
 
@@ -451,19 +451,22 @@ def analyse_outcome(table: pd.DataFrame, design: Design, outcome: Outcome, alpha
         return None
 
 
-def _choice_decided(analysis, ranked: list) -> bool:
+def _choice_decided(analysis, ranked: list, higher_is_better: bool = True) -> bool:
     """A best-of choice decided at a look: ``ranked[0]`` (the pick) against the control and against ``ranked[1]``
     (its runner-up; no second comparison when that is the control), the rule of :func:`versus_runner_up`; with the
-    control as the pick, every other ranked arm decided against it. False when nothing is ranked."""
+    control as the pick, the finding's rule (:func:`workbench.stats.blocks.keep_control`: every other ranked arm
+    worse beyond noise or equivalent; an arm decided better on the outcome but ranked below the control by the
+    design's own order keeps it open, as it keeps the finding undecided). False when nothing is ranked."""
     ranked = [a for a in ranked if a == analysis.control or a in analysis.arms]
     if not ranked:
         return False
     pick, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
     if pick == analysis.control:
-        return analysis.decided(ranked[1:]) if len(ranked) > 1 else False
+        return blocks.keep_control([analysis.arms[a] for a in ranked[1:]], higher_is_better)[0] != "undecided"
     if not analysis.arms[pick].decided:
         return False
-    return runner is None or runner == analysis.control or blocks.pick_versus(analysis, pick, runner).decided
+    vs = None if runner is None or runner == analysis.control else blocks.pick_versus(analysis, pick, runner)
+    return blocks.pick_stands(analysis.arms[pick], vs)
 
 
 def _decided(design: Design, table: pd.DataFrame, analysis, alpha: float) -> bool:
@@ -472,7 +475,8 @@ def _decided(design: Design, table: pd.DataFrame, analysis, alpha: float) -> boo
     if design.judge is not None:
         return bool(not table.empty and design.judge(table, alpha))
     if design.rank is not None and len(design.groups or {}) <= 1:
-        return analysis is not None and _choice_decided(analysis, [a for a in design.rank(table) if a != AA])
+        return analysis is not None and _choice_decided(analysis, [a for a in design.rank(table) if a != AA],
+                                                        design.primary.higher_is_better)
     return analysis is not None and analysis.decided(design.decide)
 
 

@@ -27,7 +27,8 @@ variance for every arm. Its analysis:
 - :func:`pick_versus`: a best-of pick against its runner-up, at Tukey's all-pairs level (the pick is chosen
   after looking; ``scipy.stats.studentized_range``). :func:`best_of`: the best-of rule every finding that picks
   uses: the pick against the control and the runner-up; the control as the pick only when every other arm is worse
-  beyond noise or equivalent.
+  beyond noise or equivalent (:func:`keep_control`, the rule's one home, which the findings that rank by their own
+  order and the design runner's stop rule call too).
 - :func:`paired_binary`: a binary outcome of the same tasks under two arms (accuracy at two budgets): McNemar's
   exact test (``statsmodels.stats.contingency_tables.mcnemar``) with the exact conditional (Clopper-Pearson on the
   discordant tasks) interval of the difference.
@@ -530,6 +531,45 @@ class Pick:
         return self.pick == self.control
 
 
+def pick_stands(versus_control: Decision, versus_runner_up: Decision | None) -> bool:
+    """Whether a best-of pick other than the control is a verdict, the one home of that rule (docs/design.md
+    section 11): its comparison with the control is decided and so is its comparison with the runner-up (issue 49:
+    batch 16 "recommended" for beating batch 1 though 16 vs 8 was never decided).
+
+    Args:
+        versus_control: the pick against the control.
+        versus_runner_up: the pick against its runner-up (:func:`pick_versus`); None when the runner-up is the
+            control (that comparison is ``versus_control``) or there is none.
+
+    Returns:
+        True when both are decided (a direction or equivalent).
+    """
+    return versus_control.decided and (versus_runner_up is None or versus_runner_up.decided)
+
+
+def keep_control(others: Sequence[Decision | None], higher_is_better: bool = True) -> tuple[str, tuple]:
+    """The verdict of keeping the control as a best-of pick ("keep the baseline: none shown better"), the one
+    home of that rule (docs/design.md section 11): an estimate that happens to favour the control is not evidence
+    (3 equal configurations and a baseline: the baseline is the best estimate in ~1 of 4 null runs).
+
+    Args:
+        others: every other candidate's :class:`Decision` against the control (None entries are left out).
+        higher_is_better: the ratio's good direction (throughput: True; a time: False), so that "worse" is a
+            ratio below 1 (True) or above 1 (False).
+
+    Returns:
+        ``(verdict, open)``: ``equivalent`` when every other candidate is equivalent, ``direction`` when each is
+        worse beyond noise or equivalent (some worse), else ``undecided`` (also with no other candidate); ``open``
+        the decisions that keep it undecided (neither worse beyond noise nor equivalent).
+    """
+    got = [d for d in others if d is not None]
+    worse = "lower" if higher_is_better else "higher"
+    open_ = tuple(d for d in got if not (d.verdict == "equivalent" or (d.verdict == "direction" and d.direction == worse)))
+    if not got or open_:
+        return "undecided", open_
+    return ("equivalent" if all(d.verdict == "equivalent" for d in got) else "direction"), ()
+
+
 def best_of(analysis: Analysis, candidates: Sequence | None = None, higher_is_better: bool = True, *,
             versus_runner_up: bool = True) -> Pick:
     """Pick the best of a design's arms by their ratio to the control, with the decisions that back the choice
@@ -571,30 +611,25 @@ def best_of(analysis: Analysis, candidates: Sequence | None = None, higher_is_be
     if (versus_runner_up and runner is not None and runner != control and pick in analysis.table
             and runner in analysis.table):
         vs_runner = pick_versus(analysis, pick, runner, candidates=len(cands))
-    worse = "lower" if higher_is_better else "higher"
     if pick != control:
         d = analysis.arms[pick]
-        if d.decided and vs_runner is not None and not vs_runner.decided:
+        if d.decided and not pick_stands(d, vs_runner):
             # better than the control, but not shown better than (or equivalent to) the runner-up: the choice is
             # open (issue 49: batch 16 "recommended" for beating batch 1 though 16 vs 8 was never decided)
             return Pick(pick, control, runner, d, vs_runner, "undecided", "", vs_runner.rounds_needed)
         return Pick(pick, control, runner, d, vs_runner, d.verdict, d.direction,
                     d.rounds_needed if d.verdict == "undecided" else 0)
-    others = [analysis.arms[a] for a in cands if a != control]
-    open_ = [d for d in others if not (d.verdict == "equivalent" or (d.verdict == "direction" and d.direction == worse))]
-    if open_:
+    kept, open_ = keep_control([analysis.arms[a] for a in cands if a != control], higher_is_better)
+    if kept == "undecided":
         needs = [d.rounds_needed for d in open_]
-        need = None if any(n is None for n in needs) else max(needs)
+        need = None if not open_ or any(n is None for n in needs) else max(needs)
         return Pick(pick, control, runner, None, vs_runner, "undecided", "", need, tuple(d.arm for d in open_))
-    if not others:
-        return Pick(pick, control, runner, None, vs_runner, "undecided", "", None)
-    if all(d.verdict == "equivalent" for d in others):
-        return Pick(pick, control, runner, None, vs_runner, "equivalent", "", 0)
-    return Pick(pick, control, runner, None, vs_runner, "direction", "higher" if higher_is_better else "lower", 0)
+    direction = ("higher" if higher_is_better else "lower") if kept == "direction" else ""
+    return Pick(pick, control, runner, None, vs_runner, kept, direction, 0)
 
 
 #: the analysis's names, those of its parts (:mod:`workbench.stats.decisions`, :mod:`workbench.stats.paired`) included
 __all__ = ["AA", "ALPHA", "MARGIN", "VERDICTS", "MAX_ROUNDS_NEEDED", "SPREAD_CHECK_MIN_ROUNDS", "ZERO_SPREAD",
            "SPREAD_CHECK_ALPHA", "critical_value", "balanced_corr", "planning_critical_value", "Decision", "verdict",
            "additive_verdict", "rounds_needed", "Analysis", "wide_table", "fit_block_model", "spread_check", "decide",
-           "analyse", "pick_versus", "Pick", "best_of", "paired_binary"]
+           "analyse", "pick_versus", "Pick", "pick_stands", "keep_control", "best_of", "paired_binary"]

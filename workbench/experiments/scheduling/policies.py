@@ -30,7 +30,7 @@ from workbench.run import design, design_sweep
 from workbench.serving import scheduling
 from workbench.share import figures_design
 from workbench.share.plots import table_figure
-from workbench.stats import evidence
+from workbench.stats import blocks, evidence
 from workbench.stats.classes import class_columns
 
 if TYPE_CHECKING:
@@ -199,11 +199,9 @@ def policy_finding(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) -
         fields = open_ or fields
     else:   # fcfs kept: a verdict only when every policy is slower beyond noise or equivalent
         first = designed.loc[next(iter(decisions))] if decisions else ctrl
-        held = [d for d in decisions.values() if d is not None]
-        keep = bool(held) and all((d.verdict == "direction" and d.direction == "higher") or d.verdict == "equivalent"
-                                  for d in held)
         fields = design.finding_fields(first)
-        fields["verdict"] = "direction" if keep else "undecided"
+        fields["verdict"], _ = blocks.keep_control(list(decisions.values()), INTERACTIVE.higher_is_better)
+        keep = fields["verdict"] != "undecided"
         lead = (f"For interactive traffic mixed with long reports ({setting}): keep fcfs: "
                 + ("every policy is slower beyond noise or equivalent" if keep else
                    "no policy shown faster, but not every one is decided slower or equivalent")

@@ -21,7 +21,7 @@ from workbench.load import saturation
 from workbench.load.saturation import knee_points, knee_scan, point_rates
 from workbench.run import design
 from workbench.share.plots import ok_points
-from workbench.stats import evidence, replicates
+from workbench.stats import blocks, evidence, replicates
 
 KEPT_UP_TOLERANCE = saturation.KEPT_UP_TOLERANCE
 kept_up = saturation.kept_up  # the one definition (knee, recommendation, finding, figures, search)
@@ -198,10 +198,9 @@ def engines_finding(points: pd.DataFrame, run_dir=None) -> evidence.Finding | No
         text += said
         fields = open_ or fields
     else:   # the control kept: a verdict only when every other engine is slower beyond noise or equivalent
-        keep = bool(decisions) and all((d.verdict == "direction" and d.direction == "higher") or
-                                       d.verdict == "equivalent" for d in decisions.values())
         fields = design.finding_fields(rows.loc[next(iter(decisions))] if decisions else ctrl)
-        fields["verdict"] = "direction" if keep else "undecided"
+        fields["verdict"], _ = blocks.keep_control(list(decisions.values()), TTFT.higher_is_better)
+        keep = fields["verdict"] != "undecided"
         text = (f"Engines under the same load ({setting}): keep {control}: "
                 + ("every other engine is slower beyond noise or equivalent" if keep else
                    "none shown faster, but not every other engine is decided slower or equivalent")
