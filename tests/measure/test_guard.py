@@ -61,6 +61,31 @@ def test_the_reference_judged_against_itself_passes_exactly(loaded, ref):
 
 
 @pytest.mark.model
+def test_a_judgement_reuses_the_references_log_probs_and_gives_the_recomputed_numbers(loaded, ref, monkeypatch):
+    """The reference's log-probabilities are kept (8 windows of 64 tokens, well inside the cap): a judgement runs
+    the configuration's passes only, and its columns equal those of a judgement that recomputes the reference
+    (the cap at 0 bytes keeps nothing)."""
+    assert ref.log_probs is not None and len(ref.log_probs) == len(ref.windows) == 8
+    other = _perturbed(loaded, 0.05)
+    calls = []
+    real = guard._log_probs
+    monkeypatch.setattr(guard, "_log_probs", lambda lm, ids: calls.append(lm.model) or real(lm, ids))
+    kept = guard.judge(other, ref)
+    assert len(calls) == 8 and all(m is other.model for m in calls)       # no reference pass
+    monkeypatch.setattr(guard, "REFERENCE_LOG_PROBS_BYTES", 0)
+    bare = guard.reference(loaded, tokens=256, window=64, greedy_prompts=1, greedy_tokens=6)
+    assert bare.log_probs is None
+    calls.clear()
+    again = guard.judge(other, bare)
+    assert len(calls) == 16 and sum(m is loaded.model for m in calls) == 8
+    for c in guard.COLUMNS:
+        if isinstance(kept[c], float) and math.isnan(kept[c]):
+            assert math.isnan(again[c]), c
+        else:
+            assert kept[c] == again[c], c
+
+
+@pytest.mark.model
 def test_guard_fails_a_perturbation_that_raises_perplexity(loaded, ref):
     row = guard.judge(_perturbed(loaded, 0.3), ref)
     assert row["perplexity_ratio"] > guard.MAX_PERPLEXITY_RATIO  # the perturbation really hurts

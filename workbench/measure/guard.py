@@ -40,6 +40,9 @@ from workbench.measure import quality
 #: held-out text per language (files under ``data/heldout``)
 HELD_OUT = {"en": "en_us_founding_texts.txt", "zh": "zh_daodejing.txt"}
 #: the guard's default tolerances (see the module docstring)
+#: the most bytes of reference log-probabilities a :class:`Reference` keeps between judgements (above it, each
+#: judgement recomputes them: a large vocabulary or many windows)
+REFERENCE_LOG_PROBS_BYTES = 256 * 2**20
 MAX_PERPLEXITY_RATIO = 1.05
 MAX_KL_MEAN = 0.05
 
@@ -76,12 +79,16 @@ class Reference:
     """The float32 reference a guard judges against (:func:`reference`).
 
     Attributes:
-        model: the reference :class:`workbench.measure.models.LoadedModel` (its logits are recomputed per judgement:
-            storing full distributions would cost windows x tokens x vocabulary floats).
+        model: the reference :class:`workbench.measure.models.LoadedModel`.
         windows: ``(language, ids)`` per window.
         nll: per window, the reference's per-token NLLs (nats), ``len(ids) - 1`` each.
         prompts, outputs: the strict view's held-out prefixes (ids) and the reference's greedy continuations.
         greedy_tokens: continuation length.
+        log_probs: per window, the reference's log-softmax (``[len(ids) - 1, vocab]``, float32, on the model's
+            device), kept when all of them fit :data:`REFERENCE_LOG_PROBS_BYTES` (windows x tokens x vocabulary
+            floats: 100 MB for the default suite's 4 windows of 128 tokens); None: recomputed at each judgement.
+            The reference's forward passes are deterministic, so a kept copy and a recomputation are the same
+            numbers; keeping them spares every judgement after the first its reference passes.
     """
 
     model: object
@@ -90,6 +97,7 @@ class Reference:
     prompts: list
     outputs: list
     greedy_tokens: int
+    log_probs: list | None = None
 
 
 def held_out_text(language: str) -> str:
@@ -170,14 +178,20 @@ def reference(loaded, languages: Sequence[str] = ("en", "zh"), tokens: int = 204
     if not isinstance(greedy_tokens, int) or greedy_tokens < 1:
         raise ParameterError(f"guard_tokens: must be an integer >= 1 (got {greedy_tokens!r})")
     wins = windows(loaded.tokenizer, languages, tokens, window)
-    nll = [_nll(_log_probs(loaded, ids), ids) for _, ids in wins]
+    kept, nll, size = [], [], 0
+    for _, ids in wins:
+        lp = _log_probs(loaded, ids)
+        nll.append(_nll(lp, ids))
+        size += lp.numel() * lp.element_size()
+        kept.append(lp)
+    kept = kept if size <= REFERENCE_LOG_PROBS_BYTES else None
     prompts = [ids[: min(64, window // 2)] for _, ids in wins[:: max(1, len(wins) // max(greedy_prompts, 1))]]
     prompts = prompts[:greedy_prompts]
     outputs = []
     if prompts:
         outputs = _greedy(loaded, prompts, greedy_tokens)
     return Reference(model=loaded, windows=wins, nll=nll, prompts=prompts, outputs=outputs,
-                     greedy_tokens=greedy_tokens)
+                     greedy_tokens=greedy_tokens, log_probs=kept)
 
 
 def _greedy(loaded, prompts: list, n: int, gen_kwargs: dict | None = None) -> list[list[int]]:
@@ -217,8 +231,8 @@ def judge(loaded, ref: Reference, limits: Limits | None = None, gen_kwargs: dict
 
     limits = limits or Limits()
     nll_c, kl_w, top1, n_tok = [], [], 0, 0
-    for (_, ids), nll_r in zip(ref.windows, ref.nll):
-        lp_r = _log_probs(ref.model, ids)
+    for i, ((_, ids), nll_r) in enumerate(zip(ref.windows, ref.nll)):
+        lp_r = ref.log_probs[i] if ref.log_probs is not None else _log_probs(ref.model, ids)
         lp_c = _log_probs(loaded, ids)
         if lp_c.shape[-1] != lp_r.shape[-1]:
             # some checkpoints pad the head; compare the shared vocabulary only when the tokenizer covers it
