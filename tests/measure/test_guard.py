@@ -15,6 +15,12 @@ def ref(loaded):
     return guard.reference(loaded, tokens=256, window=64, greedy_prompts=1, greedy_tokens=6)
 
 
+@pytest.fixture(scope="module")
+def damaged(loaded):
+    """The model with 30% noise on its projections (:func:`_perturbed`): perplexity well above the limit."""
+    return _perturbed(loaded, 0.3)
+
+
 def _perturbed(loaded, rel: float):
     """A copy of the model with Gaussian noise of ``rel`` x each weight's std added to every attention
     and MLP projection: a stand-in for a quantization that damages the model."""
@@ -61,23 +67,26 @@ def test_the_reference_judged_against_itself_passes_exactly(loaded, ref):
 
 
 @pytest.mark.model
-def test_a_judgement_reuses_the_references_log_probs_and_gives_the_recomputed_numbers(loaded, ref, monkeypatch):
-    """The reference's log-probabilities are kept (8 windows of 64 tokens, well inside the cap): a judgement runs
+def test_a_judgement_reuses_the_references_log_probs_and_gives_the_recomputed_numbers(loaded, damaged, monkeypatch):
+    """The reference's log-probabilities are kept (2 windows of 64 tokens, well inside the cap): a judgement runs
     the configuration's passes only, and its columns equal those of a judgement that recomputes the reference
     (the cap at 0 bytes keeps nothing)."""
-    assert ref.log_probs is not None and len(ref.log_probs) == len(ref.windows) == 8
-    other = _perturbed(loaded, 0.05)
+    small = dict(languages=("en",), tokens=128, window=64, greedy_prompts=1, greedy_tokens=4)
+    ref = guard.reference(loaded, **small)
+    assert ref.log_probs is not None and len(ref.log_probs) == len(ref.windows) == 2
+    other = damaged
     calls = []
     real = guard._log_probs
     monkeypatch.setattr(guard, "_log_probs", lambda lm, ids: calls.append(lm.model) or real(lm, ids))
     kept = guard.judge(other, ref)
-    assert len(calls) == 8 and all(m is other.model for m in calls)       # no reference pass
+    assert len(calls) == 2 and all(m is other.model for m in calls)       # no reference pass
     monkeypatch.setattr(guard, "REFERENCE_LOG_PROBS_BYTES", 0)
-    bare = guard.reference(loaded, tokens=256, window=64, greedy_prompts=1, greedy_tokens=6)
+    bare = guard.reference(loaded, **small)
     assert bare.log_probs is None
     calls.clear()
     again = guard.judge(other, bare)
-    assert len(calls) == 16 and sum(m is loaded.model for m in calls) == 8
+    assert len(calls) == 4 and sum(m is loaded.model for m in calls) == 2
+    assert kept["kl_mean"] > 0                                             # a real difference to carry
     for c in guard.COLUMNS:
         if isinstance(kept[c], float) and math.isnan(kept[c]):
             assert math.isnan(again[c]), c
@@ -86,8 +95,8 @@ def test_a_judgement_reuses_the_references_log_probs_and_gives_the_recomputed_nu
 
 
 @pytest.mark.model
-def test_guard_fails_a_perturbation_that_raises_perplexity(loaded, ref):
-    row = guard.judge(_perturbed(loaded, 0.3), ref)
+def test_guard_fails_a_perturbation_that_raises_perplexity(damaged, ref):
+    row = guard.judge(damaged, ref)
     assert row["perplexity_ratio"] > guard.MAX_PERPLEXITY_RATIO  # the perturbation really hurts
     assert not row["guard_passed"] and "perplexity ratio" in row["guard_reason"]
     assert row["kl_mean"] > 0 and row["top1_agreement"] < 1.0
