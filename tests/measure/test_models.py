@@ -63,3 +63,41 @@ def test_the_tests_calibrate_in_their_own_cache_and_share_the_converted_models()
     path = roofline_calibration.cache_path(str(models.resolve_model_path("default")), "cpu", "float32", 2)
     assert path.is_relative_to(root) and not path.is_relative_to(root.parent / "roofline")
     assert models.resolve_model_path("default").resolve().is_relative_to((root.parent / "models").resolve())
+
+
+_RESOLVE = ("import sys; from workbench.measure import models; print(*models.resolve_names(*sys.argv[1:]), "
+            "'torch' in sys.modules)")
+
+
+def _resolve(cache: Path, *args: str, **env) -> list[str]:
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _RESOLVE, *args], capture_output=True, text=True, check=True,
+                         env={**os.environ, "WORKBENCH_CACHE": str(cache), **env})
+    return out.stdout.split()
+
+
+def test_a_command_resolves_auto_without_torch_once_this_machine_has(tmp_path):
+    """resolve_names (the command line's run identity and config checks): the first process on this machine
+    imports torch and keeps the answer; the next reads it without importing torch (~2 s a command), and gives
+    pick_device / pick_dtype's names; other visible devices are another key."""
+    first = _resolve(tmp_path, "auto", "auto")
+    assert first[:2] == [models.pick_device("auto"), str(models.pick_dtype("auto", first[0])).split(".")[-1]]
+    assert first[2] == "True"
+    assert _resolve(tmp_path, "auto", "auto") == [*first[:2], "False"]
+    assert _resolve(tmp_path, "auto", "auto", CUDA_VISIBLE_DEVICES="")[2] == "True"   # another key: resolved anew
+    assert _resolve(tmp_path, "cpu", "bfloat16")[:2] == ["cpu", "bfloat16"]
+
+
+def test_resolve_names_refuses_an_unknown_name_and_keeps_no_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    with pytest.raises(models.ParameterError, match="device: must be one of"):
+        models.resolve_names("tpu")
+    with pytest.raises(models.ParameterError, match="dtype: must be one of"):
+        models.resolve_names("auto", "int8")
+    if models.pick_device("auto") != "cuda":
+        with pytest.raises(models.ParameterError, match="'cuda' requested"):
+            models.resolve_names("cuda")
+        assert not (tmp_path / models.RESOLVED_FILE).exists()            # nothing kept for a failure

@@ -127,3 +127,27 @@ def test_the_cli_records_the_identity_and_allow_changed_is_a_flag(tmp_path, monk
     p = cli.build_parser()
     assert p.parse_args(["run", "--resume", "x", "--allow-changed"]).allow_changed
     assert not p.parse_args(["run", "--resume", "x"]).allow_changed
+
+
+def test_validating_a_suite_and_its_identity_imports_no_torch_once_resolved():
+    """What the command does before its first kernel starts - every notebook's parameters validated, the run's
+    identity with its resolved device and dtype - needs no torch once this machine resolved ``auto``
+    (models.resolve_names; its first resolution: tests/measure/test_models.py): ~2 s a command that the kernel,
+    which imports torch anyway, does not wait for."""
+    import subprocess
+    import sys
+
+    from workbench.measure import models
+
+    resolved = models.resolve_names()               # this machine's answer, kept in the tests' cache
+    code = ("import sys\nfrom workbench.run import notebooks, resume_check\n"
+            "entries = [{'notebook': str(notebooks.REPO / e['notebook']), 'parameters': e.get('parameters') or {}}\n"
+            "           for e in notebooks.load_suite('quick')['notebooks']]\n"
+            "for e in entries:\n"
+            "    notebooks.validate_parameters(e['notebook'], e['parameters'])\n"
+            "ident = resume_check.run_identity(entries)\n"
+            "print('torch' in sys.modules, *sorted({(m['device'], m['dtype']) for m in ident['models'].values()}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split(None, 1)[0] == "False", out.stdout
+    assert str(resolved) in out.stdout                  # auto resolved as pick_device / pick_dtype resolve it

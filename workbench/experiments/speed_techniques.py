@@ -144,7 +144,7 @@ class Config(SweepConfig, design.DesignFields):
         checks.check_choice_list("languages", self.languages, LANGUAGES)
         if not isinstance(self.quantizations, list) or not self.quantizations:
             raise ParameterError(f"quantizations: must be a non-empty list (got {self.quantizations!r})")
-        dev = models.pick_device(self.device)
+        dev = models.resolve_names(self.device)[0]   # no torch import in the command that validates it
         for q in self.quantizations:
             speed.check_quantization(q, dev)
         checks.check_int("batch_size", self.batch_size, 1)

@@ -22,6 +22,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from workbench.errors import ParameterError  # noqa: E402
-from workbench.paths import cache_root, write_cache_text  # noqa: E402
+from workbench.paths import cache_root, read_machine_entry, write_cache_text, write_machine_entry  # noqa: E402
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -318,6 +319,44 @@ def pick_device(device: str = "auto") -> str:
     if device == "mps" and not torch.backends.mps.is_available():
         raise ParameterError("device: 'mps' requested but torch sees no MPS device")
     return device
+
+
+#: the machine-shared file of device / dtype resolutions (:func:`resolve_names`), and how long one stands
+RESOLVED_FILE = "device_resolution.json"
+RESOLVED_MAX_AGE_S = 3600.0
+#: the environment variables that choose which accelerators torch sees: part of a resolution's key
+VISIBLE_DEVICES_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def resolve_names(device: str = "auto", dtype: str = "auto") -> tuple[str, str]:
+    """:func:`pick_device` and :func:`pick_dtype` as names, e.g. ``("cpu", "float32")``, for a process that
+    otherwise never imports torch (the command line's run identity: ~2 s a command to import it).
+
+    Read from the machine-shared file :data:`RESOLVED_FILE` (:func:`workbench.paths.read_machine_entry`) when this
+    machine since its last boot, with the same torch install and the same visible devices
+    (:data:`VISIBLE_DEVICES_ENV`), resolved the same pair within :data:`RESOLVED_MAX_AGE_S`; else resolved with
+    torch and written there. An error is never kept: a device this machine lacks fails every time.
+
+    Raises:
+        ParameterError: as :func:`pick_device` and :func:`pick_dtype` (an unknown name: before any torch import).
+    """
+    if device not in DEVICES:
+        raise ParameterError(f"device: must be one of {', '.join(DEVICES)} (got {device!r})")
+    if dtype not in DTYPES:
+        raise ParameterError(f"dtype: must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "none"
+    key = "|".join([device, dtype, torch_version, os.path.realpath(sys.prefix),
+                    *(os.environ.get(v, "-") for v in VISIBLE_DEVICES_ENV)])
+    hit = read_machine_entry(RESOLVED_FILE, key, RESOLVED_MAX_AGE_S)
+    if hit is not None and isinstance(hit[1].get("device"), str) and isinstance(hit[1].get("dtype"), str):
+        return hit[1]["device"], hit[1]["dtype"]
+    dev = pick_device(device)
+    name = str(pick_dtype(dtype, dev)).replace("torch.", "")
+    write_machine_entry(RESOLVED_FILE, key, {"device": dev, "dtype": name})
+    return dev, name
 
 
 def pick_dtype(dtype: str, device: str):

@@ -123,8 +123,7 @@ def _model(cfg: dict) -> dict | None:
 
     out = {"model": spec, "device": cfg.get("device", "auto"), "dtype": cfg.get("dtype", "auto")}
     try:
-        dev = models.pick_device(str(out["device"]))
-        out["device"], out["dtype"] = str(dev), str(models.pick_dtype(str(out["dtype"]), dev)).replace("torch.", "")
+        out["device"], out["dtype"] = models.resolve_names(str(out["device"]), str(out["dtype"]))
     except Exception:  # noqa: BLE001 - an external endpoint run, or no such device here: compared as given
         pass
     try:

@@ -68,7 +68,8 @@ class SweepConfig:
         checks.check_seed("seed", self.seed)
         if self.model != models.DEFAULT_MODEL:
             models.resolve_model_path(self.model)
-        models.pick_device(self.device)  # a device this machine lacks fails here, before any kernel starts
+        if self.device != "auto":   # "auto" always resolves (to cpu at worst): no torch import to check it
+            models.pick_device(self.device)  # a device this machine lacks fails here, before any kernel starts
 
     def max_context(self) -> int:
         """The model's maximum context in tokens (from its config; no weights load)."""

@@ -167,7 +167,7 @@ class Config(SweepConfig, design.DesignFields):
         super().__post_init__()
         self.check_design()
         checks.check_choice("order", self.order, design.ORDERS)
-        dev = models.pick_device(self.device)
+        dev = models.resolve_names(self.device)[0]   # no torch import in the command that validates it
         checks.check_str_list("dtypes", self.dtypes)
         for d in self.dtypes:
             if d not in supported_dtypes(dev):
