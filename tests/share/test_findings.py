@@ -86,6 +86,15 @@ def test_report_opens_with_a_summary_and_tables_the_arms():
     block = page[summary:page.index("</div>", summary)]
     assert f"href='#{findings.exp_anchor(run, 'scheduling')}'" in block and "priority lowers" in block
     assert "no supported effect" in block and f"href='#{findings.exp_anchor(run, 'engine_tuning')}'" in block
+    # a finding with a verdict carries that word in the summary as in the findings list (three verdicts, not two)
+    results.save_finding(run, "engine_tuning", evidence.Finding(TUNING, "3 configurations", False, (),
+                                                                verdict="undecided"))
+    results.save_finding(run, "long_output", evidence.Finding("outline_batch vs one_shot: equivalent", "", True, (),
+                                                              verdict="equivalent"))
+    again = report.build_report(run, figures="none").read_text()
+    block = again[again.index("<h2>Summary</h2>"):again.index("</div>", again.index("<h2>Summary</h2>"))]
+    assert "class='unsupported'>undecided</span>" in block and "no supported effect" not in block
+    assert "class='supported'>equivalent</span> outline_batch" in block
     assert "explorer" in block and "no finding recorded" in block
     # experiments without a finding of their own share one line after the findings (04's parts sat between them)
     assert block.count("no finding recorded") == 1 and block.index("no finding recorded") > block.index("priority lowers")

@@ -1,7 +1,7 @@
 """A run's findings as the report shows them: each experiment's finding (a claim sentence, its supported / not
 supported mark from :class:`workbench.stats.evidence.Finding`, its evidence and the points it rests on) split for
 display (:func:`split_finding`: the claim, the per-arm figures as a small table, the caveats as notes), the report's
-opening summary (per experiment the recommendation or "no supported effect"), the findings list of a run's section,
+opening summary (per experiment its claim and verdict), the findings list of a run's section,
 the same findings as a table for pandas (:func:`findings_table`), and the anchors that link a finding to its
 experiment's heading and its points' rows. Presentation only: the text is the experiment's own, nothing is
 recomputed; :mod:`workbench.share.report` assembles the page.
@@ -129,8 +129,9 @@ def finding_html(run: Path, exp: str, value, tag: str = "li") -> str:
 
 
 def summary_html(run: Path) -> str:
-    """The report's opening screen: per experiment the recommendation (the claim of a supported finding) or
-    "no supported effect", each linking to its section."""
+    """The report's opening screen: per experiment its claim with the finding's verdict (``direction``,
+    ``equivalent``, ``undecided``; "no supported effect" for a finding recorded without one), each linking to its
+    section."""
     manifest = results.read_manifest(run)
     findings = manifest.get("findings", {}) or {}
     exps = list(dict.fromkeys(list(manifest.get("experiments", {})) + list(findings)))
@@ -148,10 +149,11 @@ def summary_html(run: Path) -> str:
         f = evidence.Finding.from_value(value)
         claim = split_finding(f.text)[0]
         if f.supported or isinstance(value, str):
-            items.append(f"<li>{link}: {html.escape(claim)}</li>")
-        else:
-            items.append(f"<li>{link}: <span class='unsupported'>no supported effect</span> "
-                         f"<span class='meta'>{html.escape(claim)}</span></li>")
+            badge = f"<span class='supported'>{html.escape(f.verdict)}</span> " if f.verdict else ""
+            items.append(f"<li>{link}: {badge}{html.escape(claim)}</li>")
+        else:   # the finding's own verdict word (issue 49: three verdicts, the same in the summary and the list)
+            items.append(f"<li>{link}: <span class='unsupported'>{html.escape(f.verdict or 'no supported effect')}"
+                         f"</span> <span class='meta'>{html.escape(claim)}</span></li>")
     if bare:
         items.append(f"<li><span class='meta'>no finding recorded of their own (parts of a notebook whose finding is "
                      f"above, or a notebook that stopped before its finding):</span> {', '.join(bare)}</li>")
