@@ -1,0 +1,83 @@
+"""Two fixed costs the 2026-12-07 stop cut, each against its old path in the same tree, alternated:
+
+- **a command before its first kernel**: a fresh interpreter validating 01_batch_size's parameters and taking the
+  run identity (:func:`workbench.run.resume_check.run_identity`), with ``auto`` read from the machine-shared answer
+  (:func:`workbench.measure.models.resolve_names`) against the same with torch imported to resolve it (the old
+  path: :func:`workbench.measure.models.pick_device`);
+- **the quality guard of two configurations**: :func:`workbench.measure.guard.reference` and the float32 and
+  bfloat16 judgements with the reference's log-probabilities kept, against recomputed at every judgement
+  (:data:`workbench.measure.guard.REFERENCE_LOG_PROBS_BYTES` at 0).
+
+Prints the median seconds of each path and their ratio. Run: ``python benchmarks/fixed_costs.py --repeats 3``
+(nothing else on the CPU: the figures on a shared 2-core VM move with its load; results/LOG.md 2026-12-07).
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+from workbench.measure import guard, models
+from workbench.run import notebooks
+
+COMMAND = """
+import sys, time
+t = time.perf_counter()
+{resolve}
+from workbench.run import notebooks, resume_check
+e = [{{"notebook": {nb!r}, "parameters": {{"batch_sizes": [1, 2]}}}}]
+notebooks.validate_parameters(e[0]["notebook"], e[0]["parameters"])
+resume_check.run_identity(e)
+print(time.perf_counter() - t)
+"""
+# the old path: torch imported to resolve "auto" before the validation (what sweeps and resume_check did)
+OLD = "from workbench.measure import models; models.pick_device('auto'); models.pick_dtype('auto', 'cpu')"
+
+
+def command_seconds(old: bool) -> float:
+    nb = str(notebooks.REPO / "notebooks" / "01_batch_size.ipynb")
+    code = COMMAND.format(resolve=OLD if old else "", nb=nb)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def guard_seconds(keep: bool) -> float:
+    guard.REFERENCE_LOG_PROBS_BYTES = 256 * 2**20 if keep else 0
+    ref_model = models.load_model("default", "cpu", "float32", attn_implementation="eager")
+    configs = [models.load_model("default", "cpu", "float32"), models.load_model("default", "cpu", "bfloat16")]
+    t0 = time.perf_counter()
+    ref = guard.reference(ref_model, tokens=256, window=128, greedy_prompts=2, greedy_tokens=8)  # the default suite's
+    for c in configs:
+        guard.judge(c, ref)
+    return time.perf_counter() - t0
+
+
+def report(name: str, old: list, new: list, old_label: str, new_label: str) -> None:
+    a, b = statistics.median(old), statistics.median(new)
+    print(f"{name}: {old_label} {a:.2f} s, {new_label} {b:.2f} s (medians of {len(old)}); ratio {b / a:.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-guard", action="store_true", help="only the command's cost (no model loads)")
+    args = ap.parse_args()
+    models.resolve_names()                     # this machine's answer kept, as after any earlier command
+    old, new = [], []
+    for _ in range(args.repeats):
+        old.append(command_seconds(True))
+        new.append(command_seconds(False))
+    report("a command before its first kernel", old, new, "torch imported", "auto read")
+    if args.skip_guard:
+        return
+    guard_seconds(True)                        # loads and warm-up outside the timings
+    old, new = [], []
+    for _ in range(args.repeats):
+        old.append(guard_seconds(False))
+        new.append(guard_seconds(True))
+    report("the guard of float32 and bfloat16", old, new, "reference recomputed", "reference kept")
+
+
+if __name__ == "__main__":
+    main()
