@@ -1,5 +1,6 @@
 """The drift reference (:mod:`workbench.run.drift`): reuse between sweeps, its verdict (fakes, no model)."""
 import gc
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -28,7 +29,9 @@ def test_back_to_back_sweeps_share_the_reference_between_them(monkeypatch):
     assert calls == {"generate": 3, "warm": 1}
     drift.reference_tpot_s(fake)                                             # an end reference: always measured
     assert calls == {"generate": 6, "warm": 1}
-    drift._LAST_REFERENCE[fake] = (0.0, 0.1)                                # long ago: measured again
+    # long ago: measured again. Older than the window *now* - not monotonic time 0, which is less than the window
+    # (conftest's one_drift_reference: an hour) after a boot: the test failed on a machine up for under an hour
+    drift._LAST_REFERENCE[fake] = (time.monotonic() - drift.REFERENCE_REUSE_S - 1, 0.1)
     drift.reference_tpot_s(fake, drift.REFERENCE_REUSE_S)
     assert calls == {"generate": 9, "warm": 1}
     other = models.LoadedModel(model=None, tokenizer=None, info=None)      # another model: its own warm-up
@@ -53,6 +56,32 @@ def test_check_records_the_pair_and_marks_only_ok_points_beyond_the_limit(monkey
     drift.check(run, "x", 0.10, 0.10 * (1 + 2 * drift.DRIFT_LIMIT), [ok, failed], worker="worker-1")
     assert [ids for ids, _ in marked] == [["x/a=1"]] and "on worker-1" in marked[0][1]
     assert "worker-1" in results.read_manifest(run)["experiments"]["x"]["worker_drift"]
+
+
+def test_a_drift_across_an_interleaved_designs_rounds_leaves_its_arms_valid(monkeypatch):
+    """Issue 49: a sweep-wide drift marked every arm of a design invalid although its rounds are blocks. Now an arm
+    stays valid when its control moved at most the limit between neighbouring rounds and its A/A control did not
+    move; a step beyond the limit, one round (no step), an A/A control that moved, or a point measured on its own
+    is still marked, and the manifest says how many were kept and why."""
+    marked = []
+    monkeypatch.setattr(results, "mark_invalid", lambda run, ids, reason: marked.append((ids, reason)))
+    run = results.create_run()
+    results.update_manifest(run, experiments={"x": {"points": []}})
+    calm = {"status": "ok", "design": "interleaved", "round_drift": 0.06, "aa_verdict": "equivalent"}
+    rows = [("x/kept", calm), ("x/kept2", {**calm, "round_drift": drift.DRIFT_LIMIT, "aa_verdict": "undecided"}),
+            ("x/step", {**calm, "round_drift": drift.DRIFT_LIMIT * 1.5}),
+            ("x/one_round", {**calm, "round_drift": float("nan")}),
+            ("x/aa_moved", {**calm, "aa_verdict": "direction"}),
+            ("x/alone", {"status": "ok"}), ("x/no_design", {**calm, "design": ""}),
+            ("x/failed", {**calm, "status": "failed: boom"})]
+    drift.check(run, "x", 0.10, 0.10 * (1 + 2 * drift.DRIFT_LIMIT), rows)
+    assert [sorted(ids) for ids, _ in marked] == [["x/aa_moved", "x/alone", "x/no_design", "x/one_round", "x/step"]]
+    note = results.read_manifest(run)["experiments"]["x"]["drift_note"]
+    assert note.startswith("reference TPOT drifted 50% during the sweep") and "2 point(s) of an interleaved design" in note
+    assert f"at most {drift.DRIFT_LIMIT:.0%} between neighbouring rounds" in note
+    marked.clear()                                      # within the limit: nothing marked, no note
+    drift.check(run, "x", 0.10, 0.10 * (1 + drift.DRIFT_LIMIT / 2), rows)
+    assert marked == [] and "drift_note" not in results.read_manifest(run)["experiments"]["x"]
 
 
 def test_a_sweep_ending_within_the_reuse_window_gets_no_end_reference(monkeypatch):
