@@ -115,6 +115,41 @@ def test_reference_drift_marks_the_sweep_invalid_and_rerun_invalid_remeasures_th
     assert entry["drift_history"][0]["reference_tpot_s"] == [0.10, 0.20]
 
 
+def test_a_drift_across_a_designs_rounds_keeps_its_arms_and_the_report_says_so(monkeypatch):
+    """Issue 49: the sweep's reference pair drifting 50% marked every arm of a design invalid, its findings then
+    undecided for lack of valid points. The arms of a design whose control moved a few percent between neighbouring
+    rounds stay valid (the rounds are blocks), the report's validity line says which experiment kept how many and
+    why; a step beyond the limit still marks them (and a sweep of plain points, above)."""
+    import html
+    from types import SimpleNamespace
+
+    from workbench.share import report
+
+    monkeypatch.setattr(contention, "verdict", lambda row: {"valid": True, "invalid_reason": ""})
+    fake = SimpleNamespace(info=None)
+
+    def designed(step):
+        def m(point):
+            r = _fake_measure(point)
+            r.extra = {"design": "interleaved", "rounds": 3, "round_drift": step, "aa_verdict": "equivalent"}
+            return r
+        return m
+
+    run = results.create_run()
+    results.begin_session(run)
+    fake_references(monkeypatch, [0.10, 0.15, 0.10, 0.15])
+    calm = sweeps.run_sweep(run, "calm", sweeps.expand_grid(batch_size=[1, 2]), designed(0.04), loaded=fake)
+    steep = sweeps.run_sweep(run, "steep", sweeps.expand_grid(batch_size=[1, 2]), designed(0.40), loaded=fake)
+    assert (calm["valid"] == True).all() and (steep["valid"] == False).all()  # noqa: E712
+    assert steep["invalid_reason"].str.contains("drifted 50%").all()
+    entry = results.read_manifest(run)["experiments"]["calm"]
+    assert entry["drift"] == pytest.approx(0.5) and entry["drift_kept"] == 2
+    warn = html.unescape(report._validity_html(run, results.read_points(run)))
+    assert "2 valid and 2 invalid of 4 measured points" in warn
+    assert "calm: reference TPOT drifted 50% during the sweep (100.0 -> 150.0 ms): 2 point(s) of an interleaved" in warn
+    assert "steep:" not in warn.split("Invalid points")[0]
+
+
 @pytest.mark.parametrize("reset_ignored", [False, True], ids=["this-kernel", "reset-ignored"])
 def test_peak_memory_is_per_point_not_a_running_maximum(monkeypatch, tmp_path, reset_ignored):
     """A point after a memory-hungry one reports its own peak (Linux VmHWM reset per point, or the sampled

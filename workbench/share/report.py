@@ -116,6 +116,10 @@ def _validity_html(run: Path, points: pd.DataFrame) -> str:
     bad = results.invalid_points(run)
     moved = sorted(set(results.aa_moved_points(run).values()))
     text = f"{int(ok['valid'].eq(True).sum())} valid and {len(bad)} invalid of {len(ok)} measured points."
+    kept = [f"{name}: {entry['drift_note']}" for name, entry in (results.read_manifest(run).get("experiments") or {}).items()
+            if isinstance(entry, dict) and entry.get("drift_kept")]
+    if kept:  # a drift across a design's rounds: its arms kept (run/drift.absorbed_by_rounds), said where it happened
+        text += " " + " ".join(kept) + "."
     if not bad and not moved:
         return f"<p class='meta'>{html.escape(text)}</p>"
     again = f"<code>workbench run --rerun-invalid {html.escape(str(run))}</code>"
