@@ -268,3 +268,29 @@ def test_a_budget_stop_spends_the_alpha_the_looks_left():
     assert got.looks[-1]["alpha"] == pytest.approx(blocks.ALPHA - first)
     assert got.looks[-1]["alpha"] > sequential.look_alpha(3, d.plan)
     assert got.analysis.alpha == pytest.approx(blocks.ALPHA - first)
+
+
+def test_the_controls_tpot_between_rounds_is_the_designs_speed_reading():
+    """``round_speed_drift``: the largest change of the control's median request TPOT from one round to the next
+    (the machine's speed, what the sweep's drift reference measures), while ``round_drift`` follows the primary
+    outcome - here a queue statistic that jumps 3x from round to round with the speed steady. The A/A arm's requests
+    are not the control's; NaN where the requests carry no TPOT."""
+    speed = {0: 0.100, 1: 0.110, 2: 0.105}          # the control's TPOT per round: at most +10% between neighbours
+    queue = {0: 0.5, 1: 1.5, 2: 0.5}                 # its primary outcome: 3x between rounds
+
+    def measure(arm, rnd):
+        tpot = speed[rnd] * (1.3 if arm == "b" else 1.0)
+        return design.Measured({"ttft_s": queue[rnd] * (1.2 if arm == "b" else 1.0)},
+                               [{"tpot_s": tpot * f, "ttft_s": queue[rnd]} for f in (0.9, 1.0, 1.1)] +
+                               [{"tpot_s": float("nan")}])
+
+    def measure_aa(arm, rnd):
+        return design.Measured({"ttft_s": queue[rnd]}, [{"tpot_s": 10.0}])   # never the control's reading
+
+    d = design.Design("x", ["a", "b"], "a", design.Outcome("ttft_s", False), min_rounds=3, max_rounds=3)
+    got = design.run_design(d, measure, measure_aa=measure_aa, progress=False)
+    assert got.speed_drift() == pytest.approx(0.1)
+    cols = got.point_columns("b")
+    assert cols["round_speed_drift"] == pytest.approx(0.1) and cols["round_drift"] == pytest.approx(2.0)
+    bare = design.run_design(d, lambda arm, rnd: design.Measured({"ttft_s": queue[rnd]}), progress=False)
+    assert math.isnan(bare.speed_drift()) and math.isnan(bare.point_columns("b")["round_speed_drift"])

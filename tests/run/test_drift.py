@@ -60,9 +60,10 @@ def test_check_records_the_pair_and_marks_only_ok_points_beyond_the_limit(monkey
 
 def test_a_drift_across_an_interleaved_designs_rounds_leaves_its_arms_valid(monkeypatch):
     """Issue 49: a sweep-wide drift marked every arm of a design invalid although its rounds are blocks. Now an arm
-    stays valid when its control moved at most the limit between neighbouring rounds and its A/A control did not
-    move; a step beyond the limit, one round (no step), an A/A control that moved, or a point measured on its own
-    is still marked, and the manifest says how many were kept and why."""
+    stays valid when its control moved at most the limit between neighbouring rounds - the steadier of its requests'
+    TPOT and its primary outcome - and its A/A control did not move; a step beyond the limit, one round (no
+    step), an A/A control that moved, or a point measured on its own is still marked, and the manifest says how many
+    were kept and why."""
     marked = []
     monkeypatch.setattr(results, "mark_invalid", lambda run, ids, reason: marked.append((ids, reason)))
     run = results.create_run()
@@ -72,12 +73,17 @@ def test_a_drift_across_an_interleaved_designs_rounds_leaves_its_arms_valid(monk
             ("x/step", {**calm, "round_drift": drift.DRIFT_LIMIT * 1.5}),
             ("x/one_round", {**calm, "round_drift": float("nan")}),
             ("x/aa_moved", {**calm, "aa_verdict": "direction"}),
+            # a queue's TTFT moved 149% between rounds while the control's TPOT, the machine's speed, moved 12%
+            ("x/queue", {**calm, "round_drift": 1.49, "round_speed_drift": 0.12}),
+            # a TPOT over a few decode gaps moved 33% while the primary time, moved alike by the speed, moved 4%
+            ("x/few_tokens", {**calm, "round_drift": 0.04, "round_speed_drift": 0.33}),
+            ("x/slowed", {**calm, "round_drift": drift.DRIFT_LIMIT * 1.2, "round_speed_drift": drift.DRIFT_LIMIT * 1.5}),
             ("x/alone", {"status": "ok"}), ("x/no_design", {**calm, "design": ""}),
             ("x/failed", {**calm, "status": "failed: boom"})]
     drift.check(run, "x", 0.10, 0.10 * (1 + 2 * drift.DRIFT_LIMIT), rows)
-    assert [sorted(ids) for ids, _ in marked] == [["x/aa_moved", "x/alone", "x/no_design", "x/one_round", "x/step"]]
+    assert [sorted(ids) for ids, _ in marked] == [["x/aa_moved", "x/alone", "x/no_design", "x/one_round", "x/slowed", "x/step"]]
     note = results.read_manifest(run)["experiments"]["x"]["drift_note"]
-    assert note.startswith("reference TPOT drifted 50% during the sweep") and "2 point(s) of an interleaved design" in note
+    assert note.startswith("reference TPOT drifted 50% during the sweep") and "4 point(s) of an interleaved design" in note
     assert f"at most {drift.DRIFT_LIMIT:.0%} between neighbouring rounds" in note
     marked.clear()                                      # within the limit: nothing marked, no note
     drift.check(run, "x", 0.10, 0.10 * (1 + drift.DRIFT_LIMIT / 2), rows)

@@ -276,7 +276,8 @@ class DesignResult:
                "aa_ratio": aa.estimate if aa else nan, "aa_low": aa.low if aa else nan,
                "aa_high": aa.high if aa else nan, "aa_verdict": aa.verdict if aa else "",
                "design_seconds": float(self.seconds), "seconds_per_round": float(self.seconds_per_round),
-               "design_stopped": self.stopped, "round_drift": self.round_drift()}
+               "design_stopped": self.stopped, "round_drift": self.round_drift(),
+               "round_speed_drift": self.speed_drift()}
         d = an.arms.get(arm) if an is not None else None
         if d is None:
             base = {p: 1.0 if an is not None and arm in (an.control, *(self.design.groups or {})) else nan,
@@ -290,6 +291,23 @@ class DesignResult:
                 f"{p}_method": d.method if d.shown else (d.reason or d.method), f"{p}_verdict": d.verdict,
                 f"{p}_direction": d.direction, "rounds_needed": float(need) if need is not None else nan,
                 "seconds_needed": float(secs)}
+
+    def speed_drift(self) -> float:
+        """The machine's speed between neighbouring rounds, read from the control: the largest change of its
+        requests' median time per output token (``tpot_s``: the decode step, the quantity the sweep's drift reference
+        measures) from one round to the next, as a ratio - 1; NaN where its requests carry no TPOT or fewer than 2
+        rounds do. Where the primary outcome moves with more than the machine's speed (a queue's TTFT under a
+        load, a run's class mean: 149% between rounds where the TPOT moved 12%, results/LOG.md 2026-12-07), this is
+        the design's speed reference (:func:`workbench.run.drift.absorbed_by_rounds`)."""
+        by_round: dict = {}
+        for rec in self.requests.get(self.design.control, []):
+            v = rec.get("tpot_s")
+            if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 and "repeat" in rec:
+                by_round.setdefault(int(rec["repeat"]), []).append(float(v))
+        med = [float(np.median(by_round[r])) for r in sorted(by_round)]
+        if len(med) < 2:
+            return float("nan")
+        return float(math.expm1(np.abs(np.diff(np.log(med))).max()))
 
     def round_drift(self) -> float:
         """The control's largest change between neighbouring rounds, as a ratio - 1 (NaN with < 2 rounds)."""

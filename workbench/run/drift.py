@@ -229,7 +229,7 @@ def check(run: Path, experiment: str, start: float, end: float, rows: list, work
     reason = (f"reference TPOT drifted {drift:.0%} during the sweep{' on ' + worker if worker else ''} "
               f"({start * 1e3:.1f} -> {end * 1e3:.1f} ms)")
     if kept:
-        steps = max(float(row["round_drift"]) for pid, row in done if pid in kept)
+        steps = max(_step(row) for pid, row in done if pid in kept)
         said = (f"{reason}: {len(kept)} point(s) of an interleaved design kept valid - the rounds are its blocks and "
                 f"its control, measured every round, moved at most {steps:.0%} between neighbouring rounds (limit "
                 f"{DRIFT_LIMIT:.0%}), its A/A control did not move")
@@ -243,10 +243,22 @@ def check(run: Path, experiment: str, start: float, end: float, rows: list, work
         results.mark_invalid(run, marked, reason)
 
 
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 def absorbed_by_rounds(row: dict) -> bool:
     """Whether a drift of the sweep's reference pair leaves ``row`` valid: the point is an arm of an interleaved
     design (``design`` set by :mod:`workbench.run.design`) whose control moved at most :data:`DRIFT_LIMIT` between
-    neighbouring rounds (``round_drift``, finite: 2 rounds or more) and whose A/A control did not show a direction.
+    neighbouring rounds and whose A/A control did not show a direction. The control's move is the smaller of its
+    two readings, each a time that a change of the machine's speed moves alike: its requests' median TPOT
+    (``round_speed_drift``: the decode step, what the reference pair measures) and its primary outcome
+    (``round_drift``). Each also moves by its own noise - a queue's TTFT with the load (149% between rounds where
+    the TPOT moved 12%), a TPOT over 3 decode gaps or a short answer (33% where the time to first answer token moved
+    4%) - so the steadier one bounds the speed's move; finite only with 2 rounds or more.
 
     The pair measured before and after a sweep says the machine's speed moved across it; a design measures its control
     every round (a reference at the rounds' pace) and analyses the rounds as blocks, so a move across the rounds is
@@ -255,10 +267,12 @@ def absorbed_by_rounds(row: dict) -> bool:
     drift of 27-49% on a busy VM marked whole designed experiments invalid while their controls moved by a few
     percent a round). A point measured on its own, with one round, or without a control reading stays judged by
     the pair."""
-    step = row.get("round_drift")
-    try:
-        step = float(step)
-    except (TypeError, ValueError):
-        return False
-    return (isinstance(row.get("design"), str) and bool(row.get("design")) and math.isfinite(step)
-            and step <= DRIFT_LIMIT and row.get("aa_verdict") != "direction")
+    return (isinstance(row.get("design"), str) and bool(row.get("design")) and math.isfinite(_step(row))
+            and _step(row) <= DRIFT_LIMIT and row.get("aa_verdict") != "direction")
+
+
+def _step(row: dict) -> float:
+    """The control's largest move between neighbouring rounds (:func:`absorbed_by_rounds`): the smaller of its two
+    readings, NaN when neither is known."""
+    steps = [v for v in (_number(row.get("round_speed_drift")), _number(row.get("round_drift"))) if math.isfinite(v)]
+    return min(steps) if steps else float("nan")

@@ -28,8 +28,8 @@ AXES = ("dtype", "attn_implementation", "cache_implementation", "compile", "torc
 DESIGN_COLUMNS = ("speedup_vs_baseline", "speedup_low", "speedup_high", "baseline", "time_ratio", "time_ratio_low",
                   "time_ratio_high", "time_ratio_level", "time_ratio_method", "time_ratio_verdict",
                   "time_ratio_direction", "rounds_needed", "seconds_needed", "margin", "aa_ratio", "aa_low", "aa_high",
-                  "aa_verdict", "design", "rounds", "round_drift", "design_seconds", "seconds_per_round",
-                  "design_stopped")
+                  "aa_verdict", "design", "rounds", "round_drift", "round_speed_drift", "design_seconds",
+                  "seconds_per_round", "design_stopped")
 JOINT = ("cache_implementation", "compile")  # searched as one axis: compile only exists with a static cache
 
 
