@@ -84,7 +84,7 @@ def test_a_drift_across_an_interleaved_designs_rounds_leaves_its_arms_valid(monk
     assert [sorted(ids) for ids, _ in marked] == [["x/aa_moved", "x/alone", "x/no_design", "x/one_round", "x/slowed", "x/step"]]
     note = results.read_manifest(run)["experiments"]["x"]["drift_note"]
     assert note.startswith("reference TPOT drifted 50% during the sweep") and "4 point(s) of an interleaved design" in note
-    assert f"at most {drift.DRIFT_LIMIT:.0%} between neighbouring rounds" in note
+    assert f"at most {drift.DRIFT_LIMIT:.1%} between neighbouring rounds" in note
     marked.clear()                                      # within the limit: nothing marked, no note
     drift.check(run, "x", 0.10, 0.10 * (1 + drift.DRIFT_LIMIT / 2), rows)
     assert marked == [] and "drift_note" not in results.read_manifest(run)["experiments"]["x"]

@@ -231,7 +231,7 @@ def check(run: Path, experiment: str, start: float, end: float, rows: list, work
     if kept:
         steps = max(_step(row) for pid, row in done if pid in kept)
         said = (f"{reason}: {len(kept)} point(s) of an interleaved design kept valid - the rounds are its blocks and "
-                f"its control, measured every round, moved at most {steps:.0%} between neighbouring rounds (limit "
+                f"its control, measured every round, moved at most {steps:.1%} between neighbouring rounds (limit "
                 f"{DRIFT_LIMIT:.0%}), its A/A control did not move")
         if not worker:
             entry.update(drift_note=said, drift_kept=len(kept))
