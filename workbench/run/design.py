@@ -293,30 +293,29 @@ class DesignResult:
                 "seconds_needed": float(secs)}
 
     def speed_drift(self) -> float:
-        """The machine's speed between neighbouring rounds, read from the control: the largest change of its
-        requests' median time per output token (``tpot_s``: the decode step, the quantity the sweep's drift reference
-        measures) from one round to the next, as a ratio - 1; NaN where its requests carry no TPOT or fewer than 2
-        rounds do. Where the primary outcome moves with more than the machine's speed (a queue's TTFT under a
-        load, a run's class mean: 149% between rounds where the TPOT moved 12%, results/LOG.md 2026-12-07), this is
-        the design's speed reference (:func:`workbench.run.drift.absorbed_by_rounds`)."""
+        """The machine's speed between neighbouring rounds, read from the control: :func:`_largest_step` of its
+        requests' median ``tpot_s`` per round (the decode step, what the sweep's drift reference measures); NaN
+        without TPOTs. Where the primary outcome moves with more than the speed (a queue's TTFT: 149% between rounds
+        where the TPOT moved 12%, results/LOG.md 2026-12-07), the design's speed reading
+        (:func:`workbench.run.drift.absorbed_by_rounds`)."""
         by_round: dict = {}
         for rec in self.requests.get(self.design.control, []):
             v = rec.get("tpot_s")
             if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 and "repeat" in rec:
                 by_round.setdefault(int(rec["repeat"]), []).append(float(v))
-        med = [float(np.median(by_round[r])) for r in sorted(by_round)]
-        if len(med) < 2:
-            return float("nan")
-        return float(math.expm1(np.abs(np.diff(np.log(med))).max()))
+        return _largest_step([np.median(by_round[r]) for r in sorted(by_round)])
 
     def round_drift(self) -> float:
-        """The control's largest change between neighbouring rounds, as a ratio - 1 (NaN with < 2 rounds)."""
-        name = self.design.primary.name
-        c = self.table[self.table["arm"] == str(self.design.control)].sort_values("round")[name].astype(float)
-        c = c[c > 0]
-        if len(c) < 2:
-            return float("nan")
-        return float(math.expm1(np.abs(np.diff(np.log(c.to_numpy()))).max()))
+        """:func:`_largest_step` of the control's primary outcome over the rounds."""
+        c = self.table[self.table["arm"] == str(self.design.control)].sort_values("round")[self.design.primary.name]
+        return _largest_step(c.astype(float))
+
+
+def _largest_step(values) -> float:
+    """The largest change between neighbours of the positive ``values`` (in round order), as a ratio - 1; NaN with
+    fewer than 2."""
+    v = np.asarray([x for x in values if x > 0], dtype=float)
+    return float(math.expm1(np.abs(np.diff(np.log(v))).max())) if len(v) >= 2 else float("nan")
 
 
 def _order(design: Design, rnd: int) -> list:
