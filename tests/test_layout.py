@@ -151,6 +151,16 @@ def test_each_formula_has_one_home(pattern, home):
     assert not offenders, f"defined outside {home}:\n" + "\n".join(offenders)
 
 
+def test_float_or_nan_is_not_written_again_under_another_name():
+    """checks.float_or_nan is the one "float or NaN" (issue 48); the name pattern above misses a copy named otherwise
+    (run/drift.py's ``_number`` at 0e29f3d): its shape - return float(x), NaN on TypeError / ValueError - is found."""
+    shape = re.compile(r"try:\n\s+return float\(\w+\)\n\s+except \(TypeError, ValueError\):\n\s+"
+                       r"return (math\.nan|float\([\"']nan[\"']\)|np\.nan)")
+    copies = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+              if p != PKG / "checks.py" and shape.search(p.read_text(encoding="utf-8"))]
+    assert not copies, f"a float-or-NaN helper outside checks.py (use checks.float_or_nan): {copies}"
+
+
 def _private_imports(path: Path) -> list[str]:
     """Where ``path`` takes a ``_private`` name from another workbench module: ``from X import _name`` (absolute or
     relative) or ``module._name`` on a module it imported from the package."""

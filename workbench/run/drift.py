@@ -20,6 +20,7 @@ import time
 import weakref
 from pathlib import Path
 
+from workbench.checks import float_or_nan
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.paths import read_machine_entry, write_machine_entry
 from workbench.run import results
@@ -243,13 +244,6 @@ def check(run: Path, experiment: str, start: float, end: float, rows: list, work
         results.mark_invalid(run, marked, reason)
 
 
-def _number(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
 def absorbed_by_rounds(row: dict) -> bool:
     """Whether a drift of the sweep's reference pair leaves ``row`` valid: the point is an arm of an interleaved
     design (``design`` set by :mod:`workbench.run.design`) whose control moved at most :data:`DRIFT_LIMIT` between
@@ -274,5 +268,6 @@ def absorbed_by_rounds(row: dict) -> bool:
 def _step(row: dict) -> float:
     """The control's largest move between neighbouring rounds (:func:`absorbed_by_rounds`): the smaller of its two
     readings, NaN when neither is known."""
-    steps = [v for v in (_number(row.get("round_speed_drift")), _number(row.get("round_drift"))) if math.isfinite(v)]
+    steps = [v for v in (float_or_nan(row.get("round_speed_drift")), float_or_nan(row.get("round_drift")))
+             if math.isfinite(v)]
     return min(steps) if steps else float("nan")
