@@ -9,7 +9,8 @@ kernel), ``rung_timing`` (a rung's timed repeats with compile time apart and rec
 each one's status; the report is handed in by the command line), ``metrics_file`` (``metrics.json``: read, merge),
 ``design`` (the design runner: arms in interleaved rounds with an A/A control, stopped once decided; + ``design_findings``,
 a point row's decision said in a finding, ``design_plan``, what a design costs and can decide, both re-exported
-by ``design``, and ``design_sweep``, a design over a sweep's points).
+by ``design``, ``design_store``, a design's rounds and description in its run folder, and ``design_sweep``, a
+design over a sweep's points).
 Every piece of a run folder's manifest bookkeeping lives here. Used by the serving job store and by every
 experiment; knows nothing of serving, predictions or reports.
 """

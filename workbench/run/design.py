@@ -32,7 +32,6 @@ import os
 import random
 import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -40,6 +39,7 @@ import pandas as pd
 
 from workbench import checks
 from workbench.errors import ParameterError
+from workbench.run import design_store
 from workbench.run.design_findings import (
     decision_from_row,
     evidence_text,
@@ -327,66 +327,11 @@ def _order(design: Design, rnd: int) -> list:
     return order
 
 
-def _store_paths(run_dir, experiment: str) -> tuple[Path, Path]:
-    folder = Path(run_dir) / "design"
-    return folder / f"{experiment}.parquet", folder / f"{experiment}_requests.parquet"
-
-
-def _load_rounds(run_dir, design: Design) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The finished rounds a run folder holds for this design (a round with every arm), else empty tables."""
-    if run_dir is None:
-        return pd.DataFrame(), pd.DataFrame()
-    tpath, rpath = _store_paths(run_dir, design.experiment)
-    if not tpath.exists():
-        return pd.DataFrame(), pd.DataFrame()
-    table = pd.read_parquet(tpath)
-    want = set(map(str, design.measured_arms()))
-    if not want <= set(table["arm"]):
-        return pd.DataFrame(), pd.DataFrame()       # another design (a changed grid): start over
-    full = [r for r, g in table.groupby("round") if set(g["arm"]) >= want]
-    table = table[table["round"].isin(full)]
-    req = pd.read_parquet(rpath) if rpath.exists() else pd.DataFrame()
-    if not req.empty:
-        req = req[req["repeat"].isin(full)]
-    return table, req
-
-
-def _save_rounds(run_dir, design: Design, table: pd.DataFrame, req: pd.DataFrame) -> None:
-    if run_dir is None:
-        return
-    from workbench.run import results
-
-    tpath, rpath = _store_paths(run_dir, design.experiment)
-    tpath.parent.mkdir(exist_ok=True)
-    results.write_table(rpath, req)
-    results.write_table(tpath, table)
-
-
-def _save_description(run_dir, design: Design, rounds: int, seconds: float, stopped: str, looks: list) -> None:
-    """``design/<experiment>.json``: what was decided how, so an analysis can be rebuilt from the table
-    (:func:`reanalyse`)."""
-    if run_dir is None:
-        return
-    from workbench.run import results
-
-    desc = {"experiment": design.experiment, "arms": [str(a) for a in design.arms], "control": str(design.control),
-            "groups": {str(g): [str(a) for a in m] for g, m in design.groups.items()} if design.groups else None,
-            "aa": design.aa, "margin": design.margin, "min_rounds": design.min_rounds,
-            "max_rounds": design.max_rounds, "budget_s": design.budget_s, "spending": design.spending,
-            "order": design.order, "seed": design.seed,
-            "primary": dataclasses.asdict(design.primary),
-            "secondary": [dataclasses.asdict(o) for o in design.secondary],
-            "rounds": rounds, "seconds": seconds, "stopped": stopped, "looks": looks}
-    path = _store_paths(run_dir, design.experiment)[0].with_suffix(".json")
-    path.parent.mkdir(exist_ok=True)
-    results.atomic_write(path, lambda f: f.write(json.dumps(desc, indent=1)), text=True)
-
-
 def reanalyse(run_dir, experiment: str, outcome: str | None = None) -> tuple[Design, blocks.Analysis] | None:
     """A finished design rebuilt from its run folder (``design/<experiment>.json`` and its table): the
     :class:`Design` and the analysis of ``outcome`` (default: the primary) at the alpha of its last look, as
     :func:`run_design` decided it (None when the run holds no design of that experiment)."""
-    tpath = _store_paths(run_dir, experiment)[0]
+    tpath = design_store.store_paths(run_dir, experiment)[0]
     jpath = tpath.with_suffix(".json")
     if not (tpath.exists() and jpath.exists()):
         return None
@@ -531,7 +476,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     from tqdm.auto import tqdm
 
     names = [o.name for o in (design.primary, *design.secondary)]
-    table, req = _load_rounds(run_dir, design)
+    table, req = design_store.load_rounds(run_dir, design)
     done = sorted(set(table["round"])) if not table.empty else []
     rows = table.to_dict("records") if not table.empty else []
     req_rows = req.to_dict("records") if not req.empty else []
@@ -590,7 +535,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
         seconds += clock() - t0
         rnd += 1
         bar.update(1)
-        _save_rounds(run_dir, design, pd.DataFrame(rows), pd.DataFrame(req_rows))
+        design_store.save_rounds(run_dir, design, pd.DataFrame(rows), pd.DataFrame(req_rows))
         if rnd in plan:
             alpha = sequential.look_alpha(rnd, plan, blocks.ALPHA, design.spending)
             analysis = analyse_outcome(pd.DataFrame(rows), design, design.primary, alpha)
@@ -624,7 +569,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     for row in rows:
         extras.setdefault(row["arm"], []).append(json.loads(row["extra"]) if row.get("extra") else {})
     keys = {str(a): a for a in design.arms}
-    _save_description(run_dir, design, rnd, seconds, stopped, looks)
+    design_store.save_description(run_dir, design, rnd, seconds, stopped, looks)
     requests = {keys.get(k, k): v for k, v in requests.items()}
     extras = {keys.get(k, k): v for k, v in extras.items()}
     return DesignResult(design, table, requests, extras, analysis, secondary, rnd, seconds, stopped, looks, warm)
@@ -635,17 +580,7 @@ def design_rows(result: DesignResult, arm) -> list[dict]:
     return list(result.requests.get(arm, []))
 
 
-def finished_rounds(run_dir, experiment: str) -> int | None:
-    """The rounds a finished design of ``experiment`` took in this run folder (its ``design/<experiment>.json``),
-    None when none finished there (never run, or interrupted before its end)."""
-    if run_dir is None:
-        return None
-    path = _store_paths(run_dir, experiment)[0].with_suffix(".json")
-    try:
-        return int(json.loads(path.read_text(encoding="utf-8"))["rounds"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
+finished_rounds = design_store.finished_rounds
 
 
 __all__ = ["AA", "DEFAULT_SIGMA", "Design", "DesignFields", "DesignResult", "Measured", "Outcome", "analyse_outcome",
