@@ -55,7 +55,7 @@ points[["point_id", "status", "ttft_s_p50", "prefill_s_p50", "tpot_s_p50", "outp
 
 # %% [markdown]
 # ## Prefill fit
-# Least squares over the valid points of each batch size, every round's values over the round's own level (the rounds as blocks: a round the machine slowed cancels). Decided: the fit at the longest length over its straight part `a + bL`, the share attention's quadratic term carries there (a direction, equivalent within the margin, or undecided with the rounds it needs); a crossover `L = b/c` only within the measured lengths. A quadratic needs 5 lengths (3 parameters + 2).
+# A fit with errors proportional to the prefill (the noise is a share of each value) over the valid points of each batch size, every round's values over the round's own level (the rounds as blocks: a round the machine slowed cancels). Decided: the fit at the longest length over its straight part `a + bL`, the share attention's quadratic term carries there (a direction, equivalent within the margin, or undecided with the rounds it needs); a crossover `L = b/c` only within the measured lengths. A quadratic needs 5 lengths (3 parameters + 2).
 
 # %%
 fits = context_length.fits(points, requests, run)

@@ -89,9 +89,10 @@ def test_engine_tuning_design_tells_1_25x_from_1x():
 
 
 def test_context_length_design_decides_a_real_attention_term():
-    """The suite's lengths and rounds: a quadratic term carrying ~28% of prefill at 2,048 tokens (run 2's fit) on 3%
-    noise and a 10% drift shared by a round is decided (a direction) at the first look in most runs, at that look's
-    spent alpha; a straight line is called a direction in at most ~5% of runs."""
+    """The suite's lengths and rounds: the attention term of the default runs' fits (~120 ms + 2,200 us/token +
+    480 ns/token^2: ~40% of prefill at 3,072 tokens) on the noise those runs measured (~10% a value, the rounds'
+    residual spread, and 8% shared by a round) is decided (a direction) at the suite's first look in most runs; a
+    straight line is called a direction in at most ~5% of runs."""
     from workbench.experiments import context_length
     from workbench.stats import sequential
 
@@ -102,12 +103,12 @@ def test_context_length_design_decides_a_real_attention_term():
     rng = np.random.default_rng(0)
 
     def rounds(c):
-        curve = 0.124 + 1.328e-3 * L + c * L ** 2
-        return curve * np.exp(rng.normal(0, 0.1, (cfg.repeats, 1))) * np.exp(rng.normal(0, 0.03, (cfg.repeats, len(L))))
+        curve = 0.12 + 2.2e-3 * L + c * L ** 2
+        return curve * np.exp(rng.normal(0, 0.08, (cfg.repeats, 1))) * np.exp(rng.normal(0, 0.1, (cfg.repeats, len(L))))
 
-    term = [context_length.curvature_decision(rounds(1.328e-3 / 5059), L, alpha).verdict for _ in range(200)]
+    term = [context_length.curvature_decision(rounds(4.8e-7), L, alpha).verdict for _ in range(200)]
     line = [context_length.curvature_decision(rounds(0.0), L, alpha).verdict for _ in range(200)]
-    assert term.count("direction") / 200 >= 0.8
+    assert term.count("direction") / 200 >= 0.75
     assert line.count("direction") / 200 <= 0.05
 
 

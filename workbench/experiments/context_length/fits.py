@@ -197,19 +197,49 @@ def fit_rounds(values, lengths) -> QuadraticFit:
     if values.shape[0] < 1:
         raise ParameterError("measurements: no round measured every length")
     X, z, dof = _design_matrix(values, lengths)
-    coef, *_ = np.linalg.lstsq(X, z, rcond=None)
-    resid = z - X @ coef
-    ss_res, ss_tot = float((resid ** 2).sum()), float(((z - z.mean()) ** 2).sum())
+    coef, cov = _relative_fit(X, z, dof)
+    f = X @ coef
+    ss_res, ss_tot = float(((z - f) ** 2).sum()), float(((z - z.mean()) ** 2).sum())
     b_low = b_high = c_low = c_high = float("nan")
     if dof > 0:
-        cov = ss_res / dof * np.linalg.pinv(X.T @ X)
-        b_iv = evidence.estimate_interval(float(coef[1]), math.sqrt(max(cov[1, 1], 0.0)), dof, "OLS")
-        c_iv = evidence.estimate_interval(float(coef[2]), math.sqrt(max(cov[2, 2], 0.0)), dof, "OLS")
+        b_iv = evidence.estimate_interval(float(coef[1]), math.sqrt(max(cov[1, 1], 0.0)), dof, "relative-error fit")
+        c_iv = evidence.estimate_interval(float(coef[2]), math.sqrt(max(cov[2, 2], 0.0)), dof, "relative-error fit")
         b_low, b_high, c_low, c_high = b_iv.low, b_iv.high, c_iv.low, c_iv.high
     return QuadraticFit(float(coef[0]), float(coef[1]), float(coef[2]),
                         1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan"), int(z.size), 2, int(lengths.size),
                         b_low, b_high, c_low, c_high, float(lengths.min()), float(lengths.max()),
                         int(values.shape[0]) - 1)
+
+
+def _relative_fit(X: np.ndarray, z: np.ndarray, dof: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(coef, cov)`` of ``z ~ X @ coef`` with errors proportional to the mean (a constant coefficient of variation:
+    a prefill of 7 s varies by seconds where one of 0.4 s varies by tens of ms), fitted as a Gamma GLM with the
+    identity link (iteratively reweighted least squares, weights ``1 / fitted^2``: McCullagh and Nelder 1989, ch. 8;
+    statsmodels' ``GLM``), ``cov`` scaled by the Pearson chi^2 over ``dof`` (the round levels' dof taken too).
+    Ordinary least squares when the GLM cannot fit (a fitted value at or below 0) or nothing is left for the noise."""
+    scale = np.array([1.0, 1e3, 1e6])[: X.shape[1]]         # lengths in thousands of tokens: a conditioned system
+    Xs = X / scale
+    ols, *_ = np.linalg.lstsq(Xs, z, rcond=None)
+    coef = ols
+    if dof > 0:
+        import warnings
+
+        import statsmodels.api as sm
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fam = sm.families.Gamma(sm.families.links.Identity())
+                res = sm.GLM(z, Xs, family=fam).fit(start_params=ols, maxiter=100)
+            if res.converged and (Xs @ res.params > 0).all():
+                mu = Xs @ res.params
+                s2 = float((((z - mu) / mu) ** 2).sum()) / dof
+                cov = s2 * np.linalg.pinv((Xs.T / mu ** 2) @ Xs)
+                return res.params / scale, cov / np.outer(scale, scale)
+        except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+            pass
+    s2 = float(((z - Xs @ coef) ** 2).sum()) / dof if dof > 0 else float("nan")
+    return coef / scale, s2 * np.linalg.pinv(Xs.T @ Xs) / np.outer(scale, scale)
 
 
 def curvature_decision(values, lengths, alpha: float = blocks.ALPHA, margin: float = blocks.MARGIN,
@@ -244,17 +274,15 @@ def curvature_decision(values, lengths, alpha: float = blocks.ALPHA, margin: flo
         return undecided(why)
     if r < 1:
         return undecided("no round measured every length")
-    fit = fit_rounds(values, lengths)
     X, z, dof = _design_matrix(values, lengths)
+    coef, cov = _relative_fit(X, z, dof)
     lm = float(lengths.max())
-    q, lin = fit.a + fit.b * lm + fit.c * lm ** 2, fit.a + fit.b * lm
+    q, lin = coef[0] + coef[1] * lm + coef[2] * lm ** 2, coef[0] + coef[1] * lm
     if not (q > 0 and lin > 0):
         return undecided("the fitted prefill at the longest length is not positive")
     est = q / lin
-    resid = z - X @ np.array([fit.a, fit.b, fit.c])
-    s2 = float((resid ** 2).sum()) / dof
     grad = np.array([1 / q - 1 / lin, lm / q - lm / lin, lm ** 2 / q])
-    se = math.sqrt(max(float(grad @ (s2 * np.linalg.pinv(X.T @ X)) @ grad), 0.0))
+    se = math.sqrt(max(float(grad @ cov @ grad), 0.0))
     if not se > 0:
         return undecided("no spread: an interval of zero width decides nothing", est)
     g = math.log(est)
@@ -262,7 +290,7 @@ def curvature_decision(values, lengths, alpha: float = blocks.ALPHA, margin: flo
     lo, hi = math.exp(iv.low), math.exp(iv.high)
     v, direction = blocks.verdict(lo, hi, margin)
     method = (f"quadratic fit over {r} round{'s' if r != 1 else ''} x {lengths.size} lengths"
-              f"{', rounds as blocks' if r > 1 else ''}, {dof} dof, delta method")
+              f"{', rounds as blocks' if r > 1 else ''}, relative errors, {dof} dof, delta method")
     need = 0 if v != "undecided" else blocks.rounds_needed(g, se * math.sqrt(r), lengths.size, 1, margin, alpha,
                                                            pooled=False, start=r + 1)
     return blocks.Decision(name, "the straight part", est, lo, hi, 1 - alpha, v, direction, margin, r, float(dof),
