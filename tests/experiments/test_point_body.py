@@ -103,6 +103,32 @@ def test_point_rows_fills_the_run_columns_and_judges_contamination():
     assert row["peak_memory_method"] == "unavailable" and row["peak_memory_bytes"] is None
 
 
+def test_load_over_an_interleaved_design_is_a_block_effect_its_rounds_absorb():
+    """Issue 49: CPU steal of 6% over a whole run (a busy host) marked all 15 points of the scheduling design and all
+    of the serving comparison invalid, their findings "undecided: 0 of 15 valid", though the load is measured over
+    the whole design (one figure for every arm) and its rounds, shuffled, are blocks. An arm of an interleaved
+    design whose control moved at most the drift limit between neighbouring rounds and whose A/A control did not
+    move stays valid, saying why (``contention_note``); a steep control, an A/A control that moved, one round and
+    a point on its own stay invalid."""
+    base = {"run_id": "r1", "experiment": "x", "point_id": "x/a=1"}
+    stolen = {"others_cpu_load": 0.0, "steal_frac": 0.06}
+
+    def row(**extra):
+        return point_result.point_rows(_result(contamination=stolen, extra=extra), base)[1]
+
+    calm = row(design="interleaved", rounds=5, round_drift=0.40, round_speed_drift=0.08, aa_verdict="undecided")
+    assert calm["valid"] is True and calm["invalid_reason"] == ""
+    assert calm["contention_note"].startswith("hypervisor stole 6% of CPU time (limit 5%) over the whole design")
+    assert "moved at most 8.0% between neighbouring rounds" in calm["contention_note"]
+    for bad in (dict(design="interleaved", rounds=5, round_drift=0.40, round_speed_drift=0.30, aa_verdict=""),
+                dict(design="interleaved", rounds=5, round_drift=0.05, aa_verdict="direction"),
+                dict(design="interleaved", rounds=1, round_drift=float("nan")),
+                {}):
+        got = row(**bad)
+        assert got["valid"] is False and "hypervisor stole 6%" in got["invalid_reason"], bad
+        assert not got.get("contention_note")
+
+
 def test_point_rows_take_mbu_from_the_measuring_devices_peaks():
     info = types.SimpleNamespace(weight_bytes=10**8, num_non_embedding_params=10**8, num_layers=30, attn_dim=576,
                                  kv_cache_bytes_per_token=lambda: 46080)

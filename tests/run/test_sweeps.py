@@ -148,6 +148,13 @@ def test_a_drift_across_a_designs_rounds_keeps_its_arms_and_the_report_says_so(m
     assert "2 valid and 2 invalid of 4 measured points" in warn
     assert "calm: reference TPOT drifted 50% during the sweep (100.0 -> 150.0 ms): 2 point(s) of an interleaved" in warn
     assert "steep:" not in warn.split("Invalid points")[0]
+    # other load over a calm design: kept the same way, and the validity line names it
+    monkeypatch.setattr(contention, "verdict", lambda row: {"valid": False, "invalid_reason": "other processes used 0.40 CPU cores during the point (limit 0.25)"})
+    fake_references(monkeypatch, [0.10, 0.10])
+    loaded_calm = sweeps.run_sweep(run, "busy", sweeps.expand_grid(batch_size=[1, 2]), designed(0.04), loaded=fake)
+    assert (loaded_calm["valid"] == True).all() and loaded_calm["contention_note"].str.contains("kept valid").all()  # noqa: E712
+    warn = html.unescape(report._validity_html(run, results.read_points(run)))
+    assert "busy: 2 point(s) measured while other processes used 0.40 CPU cores" in warn
 
 
 @pytest.mark.parametrize("reset_ignored", [False, True], ids=["this-kernel", "reset-ignored"])

@@ -20,13 +20,12 @@ import time
 import weakref
 from pathlib import Path
 
-from workbench.checks import float_or_nan
 from workbench.measure.generation import GenerationSettings, generate_measured, warm_up
 from workbench.paths import read_machine_entry, write_machine_entry
 from workbench.run import results
 
 #: A drift of the reference TPOT (|end / start - 1|) beyond this marks the sweep's points invalid.
-from workbench.stats.evidence import DRIFT_LIMIT  # noqa: E402 - the verdict's threshold, one home
+from workbench.stats.evidence import DRIFT_LIMIT, absorbed_by_rounds, design_step  # noqa: E402 - one home
 
 #: A reference stands for the machine's speed for this long (seconds): a start reference may reuse the previous
 #: sweep's end reference when it is at most this old (back-to-back sweeps share it instead of measuring the same
@@ -230,7 +229,7 @@ def check(run: Path, experiment: str, start: float, end: float, rows: list, work
     reason = (f"reference TPOT drifted {drift:.0%} during the sweep{' on ' + worker if worker else ''} "
               f"({start * 1e3:.1f} -> {end * 1e3:.1f} ms)")
     if kept:
-        steps = max(_step(row) for pid, row in done if pid in kept)
+        steps = max(design_step(row) for pid, row in done if pid in kept)
         said = (f"{reason}: {len(kept)} point(s) of an interleaved design kept valid - the rounds are its blocks and "
                 f"its control, measured every round, moved at most {steps:.1%} between neighbouring rounds (limit "
                 f"{DRIFT_LIMIT:.0%}), its A/A control did not move")
@@ -242,32 +241,3 @@ def check(run: Path, experiment: str, start: float, end: float, rows: list, work
     if marked:
         print(f"{experiment}: {reason}; {len(marked)} point(s) marked invalid", file=sys.stderr)
         results.mark_invalid(run, marked, reason)
-
-
-def absorbed_by_rounds(row: dict) -> bool:
-    """Whether a drift of the sweep's reference pair leaves ``row`` valid: the point is an arm of an interleaved
-    design (``design`` set by :mod:`workbench.run.design`) whose control moved at most :data:`DRIFT_LIMIT` between
-    neighbouring rounds and whose A/A control did not show a direction. The control's move is the smaller of its
-    two readings, each a time that a change of the machine's speed moves alike: its requests' median TPOT
-    (``round_speed_drift``: the decode step, what the reference pair measures) and its primary outcome
-    (``round_drift``). Each also moves by its own noise - a queue's TTFT with the load (149% between rounds where
-    the TPOT moved 12%), a TPOT over 3 decode gaps or a short answer (33% where the time to first answer token moved
-    4%) - so the steadier one bounds the speed's move; finite only with 2 rounds or more.
-
-    The pair measured before and after a sweep says the machine's speed moved across it; a design measures its control
-    every round (a reference at the rounds' pace) and analyses the rounds as blocks, so a move across the rounds is
-    a block effect that its ratios do not carry, and only a move *within* a round - seen as the control's change
-    between neighbouring rounds - or the A/A control moving makes its points untrustworthy (issue 49: a sweep-wide
-    drift of 27-49% on a busy VM marked whole designed experiments invalid while their controls moved by a few
-    percent a round). A point measured on its own, with one round, or without a control reading stays judged by
-    the pair."""
-    return (isinstance(row.get("design"), str) and bool(row.get("design")) and math.isfinite(_step(row))
-            and _step(row) <= DRIFT_LIMIT and row.get("aa_verdict") != "direction")
-
-
-def _step(row: dict) -> float:
-    """The control's largest move between neighbouring rounds (:func:`absorbed_by_rounds`): the smaller of its two
-    readings, NaN when neither is known."""
-    steps = [v for v in (float_or_nan(row.get("round_speed_drift")), float_or_nan(row.get("round_drift")))
-             if math.isfinite(v)]
-    return min(steps) if steps else float("nan")
