@@ -68,6 +68,7 @@ def test_fit_with_the_rounds_as_blocks_cancels_a_slow_round():
     level = np.exp(np.log([1.0, 1.3, 1.0]).mean())
     assert (fit.a, fit.b, fit.c) == pytest.approx((a * level, b * level, c * level), rel=1e-9)
     assert fit.n == 15 and fit.n_lengths == 5 and fit.dof == 15 - 3 - 2  # 3 parameters, 2 rounds' levels
+    assert fit.method == "relative-error fit" and context_length.fit_quadratic(LENGTHS, curve).method == "OLS"
     # one round's value per length missing: that round is left out
     holed = values.copy()
     holed[1, 2] = np.nan

@@ -37,6 +37,8 @@ class QuadraticFit:
             extrapolation to 0 tokens from ``l_min``, and can fall below 0 when the growth steepens at the long end.
         levels: the rounds' levels the values were divided by before the fit (:func:`fit_rounds`: rounds - 1
             estimated levels, each a residual dof spent; 0 for a plain fit).
+        method: how it was fitted, the intervals' source: ``"OLS"`` (:func:`fit_quadratic`) or ``"relative-error
+            fit"`` (:func:`fit_rounds`: a Gamma GLM with the identity link).
     """
 
     a: float
@@ -53,6 +55,7 @@ class QuadraticFit:
     l_min: float = float("nan")
     l_max: float = float("nan")
     levels: int = 0
+    method: str = "OLS"
 
     @property
     def dof(self) -> int:
@@ -208,7 +211,7 @@ def fit_rounds(values, lengths) -> QuadraticFit:
     return QuadraticFit(float(coef[0]), float(coef[1]), float(coef[2]),
                         1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan"), int(z.size), 2, int(lengths.size),
                         b_low, b_high, c_low, c_high, float(lengths.min()), float(lengths.max()),
-                        int(values.shape[0]) - 1)
+                        int(values.shape[0]) - 1, "relative-error fit")
 
 
 def _relative_fit(X: np.ndarray, z: np.ndarray, dof: int) -> tuple[np.ndarray, np.ndarray]:
