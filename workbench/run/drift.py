@@ -25,7 +25,8 @@ from workbench.paths import read_machine_entry, write_machine_entry
 from workbench.run import results
 
 #: A drift of the reference TPOT (|end / start - 1|) beyond this marks the sweep's points invalid.
-from workbench.stats.evidence import DRIFT_LIMIT, absorbed_by_rounds, design_step  # noqa: E402 - one home
+from workbench.stats.evidence import DRIFT_LIMIT  # noqa: E402 - the verdict's threshold, one home
+from workbench.stats.validity import absorbed_by_rounds, design_step  # noqa: E402
 
 #: A reference stands for the machine's speed for this long (seconds): a start reference may reuse the previous
 #: sweep's end reference when it is at most this old (back-to-back sweeps share it instead of measuring the same

@@ -13,7 +13,7 @@ import dataclasses
 import pandas as pd
 
 from workbench.measure import contention, device, energy
-from workbench.stats import columns, evidence, metrics
+from workbench.stats import columns, evidence, metrics, validity
 
 #: Columns every request row carries (None when an experiment has no value for it): the registry's ``row = request``.
 REQUEST_COLUMNS = columns.REQUEST_COLUMNS
@@ -125,7 +125,7 @@ def point_rows(result: PointResult, base: dict, slo_ttft_s: float | None = None,
         (:func:`workbench.measure.energy.point_columns`), ``result.extra``, where it ran, the contamination figures,
         ``status`` ``ok`` and the verdict ``valid`` / ``invalid_reason`` (:func:`workbench.measure.contention.verdict`;
         an arm of an interleaved design whose rounds absorb the load stays valid with a ``contention_note``:
-        :func:`workbench.stats.evidence.absorbed_by_rounds`).
+        :func:`workbench.stats.validity.absorbed_by_rounds`).
     """
     req = pd.DataFrame(result.requests)
     for col, val in base.items():  # measured request values win over the point's parameters
@@ -145,12 +145,12 @@ def point_rows(result: PointResult, base: dict, slo_ttft_s: float | None = None,
            "warmup_s": result.warmup_s, **energy.point_columns(result.energy, req), **result.extra,
            **{k: dev[k] for k in _WHERE_COLUMNS if k in dev}, **result.contamination, "status": "ok"}
     verdict = contention.verdict(row)
-    if not verdict["valid"] and evidence.absorbed_by_rounds(row):
+    if not verdict["valid"] and validity.absorbed_by_rounds(row):
         # other load or steal over a whole interleaved design: a block effect its rounds absorb (the gate and why:
-        # workbench.stats.evidence.absorbed_by_rounds); said in the row and in the report's validity line
+        # workbench.stats.validity.absorbed_by_rounds); said in the row and in the report's validity line
         verdict = {"valid": True, "invalid_reason": "",
                    "contention_note": f"{verdict['invalid_reason']} over the whole design: kept valid - its control "
-                                      f"moved at most {evidence.design_step(row):.1%} between neighbouring rounds "
+                                      f"moved at most {validity.design_step(row):.1%} between neighbouring rounds "
                                       f"(limit {evidence.DRIFT_LIMIT:.0%}), its A/A control did not move"}
     row.update(verdict)
     return req, row

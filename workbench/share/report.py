@@ -118,7 +118,7 @@ def _validity_html(run: Path, points: pd.DataFrame) -> str:
     text = f"{int(ok['valid'].eq(True).sum())} valid and {len(bad)} invalid of {len(ok)} measured points."
     kept = [f"{name}: {entry['drift_note']}" for name, entry in (results.read_manifest(run).get("experiments") or {}).items()
             if isinstance(entry, dict) and entry.get("drift_kept")]
-    if "contention_note" in ok:  # other load or steal over a design its rounds absorbed (stats.evidence.absorbed_by_rounds)
+    if "contention_note" in ok:  # other load or steal over a design its rounds absorbed (stats.validity.absorbed_by_rounds)
         noted = ok[ok["contention_note"].fillna("").astype(str).str.len() > 0]
         for exp, g in (noted.groupby("experiment") if "experiment" in noted else []):
             kept.append(f"{exp}: {len(g)} point(s) measured while {g['contention_note'].iloc[0]}")

@@ -8,10 +8,12 @@ configuration's verdict at the SLO's percentile), ``columns`` (the one column re
 experiments: runs paired by arrival seed), ``classes`` (a mixed workload's rows per request class, the prefix
 cache's hit rate and what sharing saved), ``blocks`` (a design's rounds analysed as a randomised block design,
 the best-of pick; + ``decisions``, Dunnett's critical values and a comparison's three verdicts, and ``paired``,
-paired binary outcomes, both re-exported by ``blocks``), ``sequential`` (the looks and their spent alpha). Nothing
+paired binary outcomes, both re-exported by ``blocks``), ``sequential`` (the looks and their spent alpha), ``validity`` (which
+points a move of the machine's speed leaves valid: an interleaved design's rounds as blocks). Nothing
 here loads a model, touches a device or reads a clock of its own: each formula has one
 home here and every path calls it. Imports only the ground floor (``workbench.errors``, ``workbench.checks``).
 """
 
 #: the folder's face: the modules code outside it (other folders, notebooks, benchmarks) may import
-__all__ = ["blocks", "classes", "columns", "comparison", "evidence", "metrics", "replicates", "sequential", "slo"]
+__all__ = ["blocks", "classes", "columns", "comparison", "evidence", "metrics", "replicates", "sequential", "slo",
+           "validity"]
