@@ -123,6 +123,26 @@ def test_perplexity_of_greedy_text_is_low(loaded):
     assert 1.0 <= ppl < 10.0  # greedy picks high-probability tokens
 
 
+def test_perplexities_in_batches_equal_one_pass_each(loaded):
+    """The temperature experiment's batched scoring gives each answer the perplexity it gets alone: prompts and
+    answers of different lengths (left padding), an empty answer NaN, batches that split the list unevenly."""
+    from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured
+
+    texts = ["Name three colours.", "Write one long sentence about the history of the river and its bridges.",
+             "Why?"]
+    prompts = [encode_prompts(loaded.tokenizer, [t])["input_ids"][0].tolist() for t in texts]
+    answers = [generate_measured(loaded, [t], GenerationSettings(max_new_tokens=n, temperature=1.0, seed=3))
+               .records[0]["output_ids"] for t, n in zip(texts, (3, 9, 6))]
+    prompts, answers = prompts + [prompts[0]], answers + [[]]
+    alone = [quality.perplexity(loaded, p, a) for p, a in zip(prompts, answers)]
+    batched = quality.perplexities(loaded, prompts, answers, batch_size=3)
+    assert math.isnan(alone[-1]) and math.isnan(batched[-1])
+    assert batched[:-1] == pytest.approx(alone[:-1], rel=1e-4)
+    assert len({round(x, 3) for x in alone[:-1]}) == 3          # three different answers, three different values
+    with pytest.raises(ValueError, match="one prompt per answer"):
+        quality.perplexities(loaded, prompts, answers[:2])
+
+
 def test_mean_ci_is_wilson_for_shares_and_t_otherwise():
     from scipy import stats
 

@@ -78,7 +78,7 @@ class Config(SweepConfig, design.DesignFields):
             English answers within ~36 tokens (greedy), so 48 leaves room for sampled ones.
         repeats: rounds measured before the first look (seeds ``seed .. seed + repeats - 1``): each round is one
             sample per setting.
-        perplexity: score each answer's perplexity under the model (one forward pass each).
+        perplexity: score each answer's perplexity under the model (batched forward passes, untimed).
         target_chars: a target answer length in characters, turned into a
             ``max_new_tokens`` per language in the notebook (report only).
     """
@@ -152,13 +152,15 @@ def score_records(loaded, records: list[dict], prompt_dicts: list[dict], with_pe
         rec.update(family=pd_["family"], language=pd_["language"], topic=pd_["topic"], n_sections=pd_["n_sections"],
                    sample=rec.get("repeat", 0))
         rec.update(quality.score_output(rec["text"], rec["finish_reason"], pd_["n_sections"], pd_["answers"]))
-        if with_perplexity:
-            i = rec["request_id"]
-            if i not in prompt_ids:
-                prompt_ids[i] = encode_prompts(loaded.tokenizer, [pd_["prompt"]])["input_ids"][0].tolist()
-            rec["perplexity"] = quality.perplexity(loaded, prompt_ids[i], list(rec["output_ids"]))
-        else:
-            rec["perplexity"] = float("nan")
+        rec["perplexity"] = float("nan")
+        i = rec["request_id"]
+        if with_perplexity and i not in prompt_ids:
+            prompt_ids[i] = encode_prompts(loaded.tokenizer, [pd_["prompt"]])["input_ids"][0].tolist()
+    if with_perplexity and records:   # the answers scored in batches (quality.perplexities), not one pass each
+        values = quality.perplexities(loaded, [prompt_ids[r["request_id"]] for r in records],
+                                      [list(r["output_ids"]) for r in records])
+        for rec, value in zip(records, values):
+            rec["perplexity"] = value
 
 
 def _point_extra(requests: list[dict], n_prompts: int) -> dict:

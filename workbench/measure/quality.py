@@ -391,6 +391,30 @@ def perplexity(loaded, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> 
     return perplexity_from_nll(token_nlls(loaded, prompt_ids, output_ids))
 
 
+def perplexities(loaded, prompt_ids: Sequence[Sequence[int]], output_ids: Sequence[Sequence[int]],
+                 batch_size: int = 8) -> list[float]:
+    """:func:`perplexity` of many answers, ``batch_size`` rows a forward pass (:func:`continuation_logprobs` pads
+    each batch on the left with explicit positions, so a row scores as if run alone; the same values as one call
+    per answer up to float rounding, in a fraction of the time on a CPU).
+
+    Args:
+        loaded: the model (``model`` and ``tokenizer``).
+        prompt_ids: ``N`` templated prompts' ids (no padding), each >= 1 id.
+        output_ids: ``N`` generated answers' ids.
+        batch_size: rows a forward pass (>= 1).
+
+    Returns:
+        ``N`` perplexities (NaN for an empty answer).
+    """
+    if len(prompt_ids) != len(output_ids):
+        raise ValueError("prompt_ids and output_ids: need one prompt per answer")
+    out: list[float] = []
+    for i in range(0, len(prompt_ids), max(int(batch_size), 1)):
+        lps = continuation_logprobs(loaded, prompt_ids[i:i + batch_size], output_ids[i:i + batch_size])
+        out += [perplexity_from_nll([-x for x in lp]) for lp in lps]
+    return out
+
+
 def perplexity_from_nll(nll: Sequence[float]) -> float:
     """``exp(mean NLL)`` of per-token negative log-likelihoods (nats): the one perplexity formula (NaN when
     empty). :func:`perplexity` and the quality guard (:mod:`workbench.measure.guard`) both use it."""
