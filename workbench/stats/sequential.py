@@ -22,6 +22,7 @@ what keeps the union bound close to exact. ``tests/stats/test_sequential.py`` si
 
 from __future__ import annotations
 
+import functools
 import math
 
 from workbench.errors import ParameterError
@@ -48,6 +49,7 @@ def looks(min_rounds: int, max_rounds: int) -> list[int]:
     return out + [max_rounds]
 
 
+@functools.lru_cache(maxsize=4096)   # a design looks at a handful of fractions; simulations call it ~10^4 times
 def spent(t: float, alpha: float = ALPHA, kind: str = "obrien-fleming") -> float:
     """The error spent by information fraction ``t`` (Lan and DeMets 1983).
 
