@@ -133,6 +133,10 @@ def test_the_fallback_triggers_when_one_arm_spreads_5x():
     assert "paired t" in an.arms["b"].method and "Bonferroni over 3" in an.arms["b"].method
     same = blocks.analyse(_long({k: np.exp(v) for k, v in arms.items() if k != "wild"}), "base", aa=None)
     assert same.pooled
+    # the check is scipy's Bartlett test over each arm's deviations from the other arms' round median
+    y = np.column_stack(list(arms.values()))
+    groups = [y[:, j] - np.median(np.delete(y, j, axis=1), axis=1) for j in range(y.shape[1])]
+    assert blocks.spread_check(y) == pytest.approx(stats.bartlett(*groups).pvalue, rel=1e-12)
 
 
 def test_a_zero_width_interval_decides_nothing():

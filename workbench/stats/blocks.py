@@ -230,7 +230,10 @@ def spread_check(y: np.ndarray) -> float:
     groups = [y[:, j] - np.median(np.delete(y, j, axis=1), axis=1) for j in range(a)]
     if not all(np.ptp(g) > ZERO_SPREAD for g in groups):
         return float("nan")
-    return float(stats.bartlett(*groups).pvalue)
+    # scipy's own bartlett without its nan/axis argument wrapper (functools' __wrapped__; the groups are finite 1-D
+    # arrays already): the same result in ~half the time, and every decision runs this check
+    bartlett = getattr(stats.bartlett, "__wrapped__", stats.bartlett)
+    return float(bartlett(*groups).pvalue)
 
 
 def decide(y: np.ndarray, alpha: float = ALPHA, margin: float = MARGIN, check_spreads: bool = True,
