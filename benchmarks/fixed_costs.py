@@ -1,4 +1,4 @@
-"""Two fixed costs the 2026-12-07 stop cut, each against its old path in the same tree, alternated:
+"""Fixed costs the 2026-12-07 stops cut, each against its old path in the same tree, alternated:
 
 - **a command before its first kernel**: a fresh interpreter validating 01_batch_size's parameters and taking the
   run identity (:func:`workbench.run.resume_check.run_identity`), with ``auto`` read from the machine-shared answer
@@ -6,7 +6,12 @@
   path: :func:`workbench.measure.models.pick_device`);
 - **the quality guard of two configurations**: :func:`workbench.measure.guard.reference` and the float32 and
   bfloat16 judgements with the reference's log-probabilities kept, against recomputed at every judgement
-  (:data:`workbench.measure.guard.REFERENCE_LOG_PROBS_BYTES` at 0).
+  (:data:`workbench.measure.guard.REFERENCE_LOG_PROBS_BYTES` at 0);
+- **the temperature experiment's perplexity scoring**: one measurement's answers (the default suite's 6 factual
+  prompts, 40 new tokens at temperature 1.2) scored in batches (:func:`workbench.measure.quality.perplexities`)
+  against one forward pass each (:func:`workbench.measure.quality.perplexity`);
+- **the spread check of a decision** (:func:`workbench.stats.blocks.spread_check`): scipy's ``bartlett`` without its
+  nan/axis argument wrapper against the public one, over 2,000 tables of 4 arms and 8 rounds.
 
 Prints the median seconds of each path and their ratio. Run: ``python benchmarks/fixed_costs.py --repeats 3``
 (nothing else on the CPU: the figures on a shared 2-core VM move with its load; results/LOG.md 2026-12-07).
@@ -18,8 +23,13 @@ import subprocess
 import sys
 import time
 
-from workbench.measure import guard, models
+import numpy as np
+from scipy import stats
+
+from workbench.measure import guard, models, quality
+from workbench.measure.generation import GenerationSettings, encode_prompts, generate_measured
 from workbench.run import notebooks
+from workbench.stats import blocks
 
 COMMAND = """
 import sys, time
@@ -53,6 +63,44 @@ def guard_seconds(keep: bool) -> float:
     return time.perf_counter() - t0
 
 
+def scoring_inputs() -> tuple:
+    """The default suite's temperature measurement: its 6 factual prompts' ids and one sampled answer each."""
+    from workbench.experiments import temperature
+
+    loaded = models.load_model("default", "cpu", "float32")
+    cfg = temperature.Config(temperatures=[0.0, 1.2], top_ps=[1.0], families=["factual"], languages=["en"],
+                             n_factual_prompts=6, factual_max_new_tokens=40)
+    texts = [p["prompt"] for p in cfg.prompts("factual")]
+    answers = generate_measured(loaded, texts, GenerationSettings(max_new_tokens=40, temperature=1.2, seed=1))
+    prompts = [encode_prompts(loaded.tokenizer, [t])["input_ids"][0].tolist() for t in texts]
+    return loaded, prompts, [r["output_ids"] for r in answers.records]
+
+
+def scoring_seconds(inputs: tuple, batched: bool) -> float:
+    loaded, prompts, answers = inputs
+    t0 = time.perf_counter()
+    if batched:
+        quality.perplexities(loaded, prompts, answers)
+    else:
+        [quality.perplexity(loaded, p, a) for p, a in zip(prompts, answers)]
+    return time.perf_counter() - t0
+
+
+def spread_check_seconds(unwrapped: bool, tables: int = 2000) -> float:
+    rng = np.random.default_rng(0)
+    ys = [rng.normal(0, 0.2, (8, 1)) + rng.normal(0, 0.05, (8, 4)) for _ in range(tables)]
+    public = stats.bartlett
+    if not unwrapped:   # the old path: the public function, argument wrapper and all
+        stats.bartlett = lambda *groups: public(*groups)
+    try:
+        t0 = time.perf_counter()
+        for y in ys:
+            blocks.spread_check(y)
+        return time.perf_counter() - t0
+    finally:
+        stats.bartlett = public
+
+
 def report(name: str, old: list, new: list, old_label: str, new_label: str) -> None:
     a, b = statistics.median(old), statistics.median(new)
     print(f"{name}: {old_label} {a:.2f} s, {new_label} {b:.2f} s (medians of {len(old)}); ratio {b / a:.2f}")
@@ -77,6 +125,18 @@ def main() -> None:
         old.append(guard_seconds(False))
         new.append(guard_seconds(True))
     report("the guard of float32 and bfloat16", old, new, "reference recomputed", "reference kept")
+    inputs = scoring_inputs()
+    scoring_seconds(inputs, True)              # warm-up outside the timings
+    old, new = [], []
+    for _ in range(args.repeats):
+        old.append(scoring_seconds(inputs, False))
+        new.append(scoring_seconds(inputs, True))
+    report("perplexity of 6 answers", old, new, "one pass each", "batched")
+    old, new = [], []
+    for _ in range(args.repeats):
+        old.append(spread_check_seconds(False))
+        new.append(spread_check_seconds(True))
+    report("2,000 spread checks", old, new, "bartlett wrapped", "bartlett unwrapped")
 
 
 if __name__ == "__main__":
