@@ -408,9 +408,10 @@ def perplexities(loaded, prompt_ids: Sequence[Sequence[int]], output_ids: Sequen
     """
     if len(prompt_ids) != len(output_ids):
         raise ValueError("prompt_ids and output_ids: need one prompt per answer")
+    step = max(int(batch_size), 1)
     out: list[float] = []
-    for i in range(0, len(prompt_ids), max(int(batch_size), 1)):
-        lps = continuation_logprobs(loaded, prompt_ids[i:i + batch_size], output_ids[i:i + batch_size])
+    for i in range(0, len(prompt_ids), step):
+        lps = continuation_logprobs(loaded, prompt_ids[i:i + step], output_ids[i:i + step])
         out += [perplexity_from_nll([-x for x in lp]) for lp in lps]
     return out
 
