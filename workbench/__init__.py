@@ -42,7 +42,14 @@ if _os.environ["HF_HUB_OFFLINE"].strip().upper() in ("1", "ON", "YES", "TRUE") \
         and "huggingface_hub.constants" in _sys.modules:
     _sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
 
-from workbench.errors import ParameterError  # noqa: F401
+# jsonschema imports rfc3987_syntax when it is installed (jupyter-events asks for it) only to check the "iri" string
+# format, and that import builds a Lark grammar: ~1.3-3 s in every process that validates a notebook or shows a
+# figure (plotly's renderers import nbformat: each notebook kernel's first fig.show()). No schema the workbench's
+# processes use has that format, so they do without it: jsonschema skips a format whose checker cannot be imported
+# (python-jsonschema/jsonschema#1428). A process that imported it already keeps it.
+_sys.modules.setdefault("rfc3987_syntax", None)
+
+from workbench.errors import ParameterError  # noqa: F401,E402
 
 #: Flat names of the layout before the layer folders, still importable as ``from workbench import NAME`` for notebooks
 #: written against it (PEP 562 module ``__getattr__``; ``import workbench.run.results`` itself is gone).

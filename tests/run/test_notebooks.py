@@ -167,8 +167,9 @@ def test_each_parameters_cell_holds_its_configs_defaults():
 
 
 def test_reading_and_running_notebooks_does_without_the_iri_grammar():
-    """A process that reads or runs notebooks does not import rfc3987_syntax (its import builds a Lark grammar,
-    seconds each command: python-jsonschema/jsonschema#1428), and every committed notebook still validates."""
+    """A process that reads or runs notebooks, or a kernel that shows a figure (plotly's renderers import nbformat),
+    does not import rfc3987_syntax (its import builds a Lark grammar, seconds each command and each kernel:
+    python-jsonschema/jsonschema#1428), and every committed notebook still validates."""
     import subprocess
     import sys
 
@@ -178,4 +179,8 @@ def test_reading_and_running_notebooks_does_without_the_iri_grammar():
             "    nbformat.validate(nbformat.read(nb, as_version=4))\n")
     books = [str(p) for p in sorted(NB.parent.glob("[0-9]*.ipynb"))]
     r = subprocess.run([sys.executable, "-c", code, *books], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    kernel = ("import sys, workbench.share.plots, plotly.io._renderers\n"   # what a notebook's kernel imports
+              "assert 'nbformat' in sys.modules and sys.modules['rfc3987_syntax'] is None, 'the grammar was imported'\n")
+    r = subprocess.run([sys.executable, "-c", kernel], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -30,12 +30,7 @@ from workbench.paths import REPO
 NOTEBOOKS_DIR = REPO / "notebooks"
 SUITES_DIR = REPO / "suites"
 
-# papermill, nbformat and jupytext validate notebooks with jsonschema, whose import also imports rfc3987_syntax when
-# it is installed (jupyter-events asks for it) only to check the "iri" string format: that import builds a Lark
-# grammar, ~1.3-2 s in every process that reads or runs a notebook (python-jsonschema/jsonschema#1428). No notebook
-# schema uses that format, so this process does without it: jsonschema skips a format whose checker cannot be
-# imported. A process that imported it already keeps it.
-sys.modules.setdefault("rfc3987_syntax", None)
+# A process that reads or runs notebooks does without rfc3987_syntax's Lark grammar: workbench/__init__.py.
 
 
 # ----------------------------------------------------------------------------- YAML

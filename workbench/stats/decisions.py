@@ -79,21 +79,41 @@ def balanced_corr(m: int) -> np.ndarray:
     return np.full((m, m), 0.5) + np.eye(m) * 0.5
 
 
+def equicorrelated_coverage(c: float, m: int, rho: float = 0.5) -> float:
+    """``P(max_i |Z_i| <= c)`` for ``m`` standard normal variables with a common correlation ``rho >= 0``: the
+    one-dimensional integral ``int phi(y) [Phi((c - sqrt(rho) y) / sqrt(1 - rho)) - Phi((-c - sqrt(rho) y) /
+    sqrt(1 - rho))]^m dy`` (Dunnett and Sobel 1955; Tong 1990, ch. 5), by ``scipy.integrate.quad``: exact to
+    ~1e-10 where Genz's quasi-Monte Carlo CDF is random at ~1e-5 and takes seconds at ``m`` = 12.
+
+    Args:
+        c: the bound (> 0); m: the number of variables (>= 1); rho: their correlation, in [0, 1).
+
+    Returns:
+        The probability.
+    """
+    from scipy import integrate, special
+
+    a, b = math.sqrt(rho), math.sqrt(1 - rho)
+
+    def f(y):
+        return math.exp(-y * y / 2) / math.sqrt(2 * math.pi) * (special.ndtr((c - a * y) / b)
+                                                                  - special.ndtr((-c - a * y) / b)) ** m
+
+    return float(integrate.quad(f, -np.inf, np.inf, epsabs=1e-12, epsrel=1e-10)[0])
+
+
 @functools.lru_cache(maxsize=256)
 def _per_comparison_alpha(m: int, alpha: float) -> float:
-    """The per-comparison error equivalent to Dunnett's over ``m`` balanced comparisons at infinite dof."""
-    from scipy import stats
+    """The per-comparison error equivalent to Dunnett's over ``m`` balanced comparisons at infinite dof: the
+    two-sided normal tail of the bound ``c`` with :func:`equicorrelated_coverage` ``(c, m, 0.5) = 1 - alpha``."""
+    from scipy import optimize, special, stats
 
     if m == 1:
         return alpha
-    corr = balanced_corr(m)
-    mvn = stats.multivariate_normal(mean=np.zeros(m), cov=corr)
-    from scipy import optimize
-
-    c = optimize.brentq(lambda c: float(mvn.cdf(c * np.ones(m), lower_limit=-c * np.ones(m))) - (1 - alpha),
+    c = optimize.brentq(lambda c: equicorrelated_coverage(c, m) - (1 - alpha),
                         float(stats.norm.ppf(1 - alpha / 2)) * 0.999, float(stats.norm.ppf(1 - alpha / (2 * m))) + 0.1,
-                        xtol=1e-4)
-    return float(2 * stats.norm.sf(c))
+                        xtol=1e-8)
+    return float(2 * special.ndtr(-c))
 
 
 def planning_critical_value(m: int, dof: float, alpha: float = ALPHA) -> float:
