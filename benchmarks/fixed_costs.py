@@ -11,7 +11,14 @@
   prompts, 40 new tokens at temperature 1.2) scored in batches (:func:`workbench.measure.quality.perplexities`)
   against one forward pass each (:func:`workbench.measure.quality.perplexity`);
 - **the spread check of a decision** (:func:`workbench.stats.blocks.spread_check`): scipy's ``bartlett`` without its
-  nan/axis argument wrapper against the public one, over 2,000 tables of 4 arms and 8 rounds.
+  nan/axis argument wrapper against the public one, over 2,000 tables of 4 arms and 8 rounds;
+- **the planning critical value's per-comparison error** (:func:`workbench.stats.decisions._per_comparison_alpha`,
+  behind every "rounds needed" of an undecided comparison) at 2, 5 and 12 comparisons: the equicorrelated normal's
+  one-dimensional integral against scipy's multivariate normal CDF (Genz's quasi-Monte Carlo, the old path), each
+  solved for the same 1 - alpha by Brent's method;
+- **a notebook kernel's first figure**: a fresh interpreter importing the workbench and plotly's renderers (what a
+  kernel's first ``fig.show()`` imports: nbformat, jsonschema) with rfc3987_syntax's Lark grammar kept out
+  (workbench/__init__.py) against the same with it imported (the old path).
 
 Prints the median seconds of each path and their ratio. Run: ``python benchmarks/fixed_costs.py --repeats 3``
 (nothing else on the CPU: the figures on a shared 2-core VM move with its load; results/LOG.md 2026-12-07).
@@ -101,15 +108,47 @@ def spread_check_seconds(unwrapped: bool, tables: int = 2000) -> float:
         stats.bartlett = public
 
 
+def planning_alpha_seconds(exact: bool, ms=(2, 5, 12), alpha: float = 0.05) -> float:
+    from scipy import optimize
+
+    from workbench.stats import decisions
+
+    t0 = time.perf_counter()
+    for m in ms:
+        if exact:
+            decisions._per_comparison_alpha.__wrapped__(m, alpha)   # the cache bypassed: solved every time
+            continue
+        mvn = stats.multivariate_normal(mean=np.zeros(m), cov=blocks.balanced_corr(m))   # the old path, as it was
+        optimize.brentq(lambda c: float(mvn.cdf(c * np.ones(m), lower_limit=-c * np.ones(m))) - (1 - alpha),
+                        float(stats.norm.ppf(1 - alpha / 2)) * 0.999, float(stats.norm.ppf(1 - alpha / (2 * m))) + 0.1,
+                        xtol=1e-4)
+    return time.perf_counter() - t0
+
+
+FIRST_FIGURE = """
+import sys, time
+t = time.perf_counter()
+{grammar}
+import workbench.share.plots, plotly.io._renderers
+print(time.perf_counter() - t)
+"""
+
+
+def first_figure_seconds(with_grammar: bool) -> float:
+    code = FIRST_FIGURE.format(grammar="import rfc3987_syntax" if with_grammar else "")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
 def report(name: str, old: list, new: list, old_label: str, new_label: str) -> None:
     a, b = statistics.median(old), statistics.median(new)
-    print(f"{name}: {old_label} {a:.2f} s, {new_label} {b:.2f} s (medians of {len(old)}); ratio {b / a:.2f}")
+    print(f"{name}: {old_label} {a:.2f} s, {new_label} {b:.2f} s (medians of {len(old)}); ratio {b / a:.2g}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--skip-guard", action="store_true", help="only the command's cost (no model loads)")
+    ap.add_argument("--skip-guard", action="store_true", help="only the costs without a model load")
     args = ap.parse_args()
     models.resolve_names()                     # this machine's answer kept, as after any earlier command
     old, new = [], []
@@ -117,6 +156,16 @@ def main() -> None:
         old.append(command_seconds(True))
         new.append(command_seconds(False))
     report("a command before its first kernel", old, new, "torch imported", "auto read")
+    old, new = [], []
+    for _ in range(args.repeats):
+        old.append(planning_alpha_seconds(False))
+        new.append(planning_alpha_seconds(True))
+    report("planning alpha at 2, 5, 12 comparisons", old, new, "Genz QMC", "exact integral")
+    old, new = [], []
+    for _ in range(args.repeats):
+        old.append(first_figure_seconds(True))
+        new.append(first_figure_seconds(False))
+    report("a kernel's first figure imports", old, new, "with the Lark grammar", "without")
     if args.skip_guard:
         return
     guard_seconds(True)                        # loads and warm-up outside the timings
