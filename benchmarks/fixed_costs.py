@@ -140,9 +140,15 @@ def first_figure_seconds(with_grammar: bool) -> float:
     return float(out.stdout.split()[-1])
 
 
-def report(name: str, old: list, new: list, old_label: str, new_label: str) -> None:
+def compare(name: str, seconds, repeats: int, old_label: str, new_label: str) -> None:
+    """Time ``seconds(True)`` (the old path) and ``seconds(False)`` (the new one) alternated ``repeats`` times and
+    print their medians and the ratio new / old."""
+    old, new = [], []
+    for _ in range(repeats):
+        old.append(seconds(True))
+        new.append(seconds(False))
     a, b = statistics.median(old), statistics.median(new)
-    print(f"{name}: {old_label} {a:.2f} s, {new_label} {b:.2f} s (medians of {len(old)}); ratio {b / a:.2g}")
+    print(f"{name}: {old_label} {a:.2f} s, {new_label} {b:.2f} s (medians of {repeats}); ratio {b / a:.2g}")
 
 
 def main() -> None:
@@ -150,42 +156,22 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-guard", action="store_true", help="only the costs without a model load")
     args = ap.parse_args()
+    n = args.repeats
     models.resolve_names()                     # this machine's answer kept, as after any earlier command
-    old, new = [], []
-    for _ in range(args.repeats):
-        old.append(command_seconds(True))
-        new.append(command_seconds(False))
-    report("a command before its first kernel", old, new, "torch imported", "auto read")
-    old, new = [], []
-    for _ in range(args.repeats):
-        old.append(planning_alpha_seconds(False))
-        new.append(planning_alpha_seconds(True))
-    report("planning alpha at 2, 5, 12 comparisons", old, new, "Genz QMC", "exact integral")
-    old, new = [], []
-    for _ in range(args.repeats):
-        old.append(first_figure_seconds(True))
-        new.append(first_figure_seconds(False))
-    report("a kernel's first figure imports", old, new, "with the Lark grammar", "without")
+    compare("a command before its first kernel", command_seconds, n, "torch imported", "auto read")
+    compare("planning alpha at 2, 5, 12 comparisons", lambda old: planning_alpha_seconds(not old), n, "Genz QMC",
+            "exact integral")
+    compare("a kernel's first figure imports", first_figure_seconds, n, "with the Lark grammar", "without")
     if args.skip_guard:
         return
     guard_seconds(True)                        # loads and warm-up outside the timings
-    old, new = [], []
-    for _ in range(args.repeats):
-        old.append(guard_seconds(False))
-        new.append(guard_seconds(True))
-    report("the guard of float32 and bfloat16", old, new, "reference recomputed", "reference kept")
+    compare("the guard of float32 and bfloat16", lambda old: guard_seconds(not old), n, "reference recomputed",
+            "reference kept")
     inputs = scoring_inputs()
     scoring_seconds(inputs, True)              # warm-up outside the timings
-    old, new = [], []
-    for _ in range(args.repeats):
-        old.append(scoring_seconds(inputs, False))
-        new.append(scoring_seconds(inputs, True))
-    report("perplexity of 6 answers", old, new, "one pass each", "batched")
-    old, new = [], []
-    for _ in range(args.repeats):
-        old.append(spread_check_seconds(False))
-        new.append(spread_check_seconds(True))
-    report("2,000 spread checks", old, new, "bartlett wrapped", "bartlett unwrapped")
+    compare("perplexity of 6 answers", lambda old: scoring_seconds(inputs, not old), n, "one pass each", "batched")
+    compare("2,000 spread checks", lambda old: spread_check_seconds(not old), n, "bartlett wrapped",
+            "bartlett unwrapped")
 
 
 if __name__ == "__main__":
