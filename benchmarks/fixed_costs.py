@@ -12,7 +12,7 @@
   against one forward pass each (:func:`workbench.measure.quality.perplexity`);
 - **the spread check of a decision** (:func:`workbench.stats.blocks.spread_check`): scipy's ``bartlett`` without its
   nan/axis argument wrapper against the public one, over 2,000 tables of 4 arms and 8 rounds;
-- **the planning critical value's per-comparison error** (:func:`workbench.stats.decisions._per_comparison_alpha`,
+- **the planning critical value's per-comparison error** (:func:`workbench.stats.blocks.per_comparison_alpha`,
   behind every "rounds needed" of an undecided comparison) at 2, 5 and 12 comparisons: the equicorrelated normal's
   one-dimensional integral against scipy's multivariate normal CDF (Genz's quasi-Monte Carlo, the old path), each
   solved for the same 1 - alpha by Brent's method;
@@ -111,12 +111,10 @@ def spread_check_seconds(unwrapped: bool, tables: int = 2000) -> float:
 def planning_alpha_seconds(exact: bool, ms=(2, 5, 12), alpha: float = 0.05) -> float:
     from scipy import optimize
 
-    from workbench.stats import decisions
-
     t0 = time.perf_counter()
     for m in ms:
         if exact:
-            decisions._per_comparison_alpha.__wrapped__(m, alpha)   # the cache bypassed: solved every time
+            blocks.per_comparison_alpha.__wrapped__(m, alpha)   # the cache bypassed: solved every time
             continue
         mvn = stats.multivariate_normal(mean=np.zeros(m), cov=blocks.balanced_corr(m))   # the old path, as it was
         optimize.brentq(lambda c: float(mvn.cdf(c * np.ones(m), lower_limit=-c * np.ones(m))) - (1 - alpha),

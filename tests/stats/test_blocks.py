@@ -88,17 +88,15 @@ def test_the_planning_value_is_dunnetts_at_infinite_dof():
     """The planning critical value's per-comparison error comes from the equicorrelated normal's exact integral: it
     agrees with scipy's multivariate normal CDF (Genz, a seed) at the bound it finds, and with Dunnett's value at a
     large dof; 2 comparisons and more need a smaller per-comparison error than one, more need less."""
-    from workbench.stats import decisions
-
     for m in (2, 5, 12):
-        a = decisions._per_comparison_alpha(m, 0.05)
+        a = blocks.per_comparison_alpha(m, 0.05)
         c = stats.norm.isf(a / 2)
         mvn = stats.multivariate_normal(mean=np.zeros(m), cov=blocks.balanced_corr(m))
         genz = mvn.cdf(c * np.ones(m), lower_limit=-c * np.ones(m), rng=np.random.default_rng(0))
         assert genz == pytest.approx(0.95, abs=2e-4)
         assert blocks.planning_critical_value(m, 10_000) == pytest.approx(
             blocks.critical_value(blocks.balanced_corr(m), 10_000), abs=5e-3)
-    alphas = [decisions._per_comparison_alpha(m, 0.05) for m in (1, 2, 5, 12)]
+    alphas = [blocks.per_comparison_alpha(m, 0.05) for m in (1, 2, 5, 12)]
     assert alphas[0] == 0.05 and alphas == sorted(alphas, reverse=True)
 
 

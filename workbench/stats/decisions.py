@@ -103,9 +103,17 @@ def equicorrelated_coverage(c: float, m: int, rho: float = 0.5) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def _per_comparison_alpha(m: int, alpha: float) -> float:
+def per_comparison_alpha(m: int, alpha: float) -> float:
     """The per-comparison error equivalent to Dunnett's over ``m`` balanced comparisons at infinite dof: the
-    two-sided normal tail of the bound ``c`` with :func:`equicorrelated_coverage` ``(c, m, 0.5) = 1 - alpha``."""
+    two-sided normal tail of the bound ``c`` with :func:`equicorrelated_coverage` ``(c, m, 0.5) = 1 - alpha``
+    (Brent's method to 1e-8; cached by ``(m, alpha)``).
+
+    Args:
+        m: the comparisons (>= 1); alpha: the family-wise error, in (0, 1).
+
+    Returns:
+        The per-comparison two-sided error (``alpha`` itself for one comparison).
+    """
     from scipy import optimize, special, stats
 
     if m == 1:
@@ -123,7 +131,7 @@ def planning_critical_value(m: int, dof: float, alpha: float = ALPHA) -> float:
     decisions use :func:`critical_value`."""
     from scipy import stats
 
-    return float(stats.t.ppf(1 - _per_comparison_alpha(int(m), float(alpha)) / 2, dof))
+    return float(stats.t.ppf(1 - per_comparison_alpha(int(m), float(alpha)) / 2, dof))
 
 
 # ----------------------------------------------------------------------------- decisions
