@@ -205,6 +205,8 @@ def test_finding_point_by_point_and_with_too_few_lengths():
     assert "one round" in f.text and f.rounds == 1 and f.verdict in ("direction", "undecided")
     few = context_length.finding(pts.iloc[:3], req[req["point_id"].isin(pts["point_id"].iloc[:3])])
     assert few.verdict == "undecided" and "3 lengths for 3 parameters" in few.text
+    said = f"{few.text} {few.evidence}".lower()   # the quick suite's case: no "nanx", no "nan to nan us"
+    assert "no estimate" in said and "no intervals (no residual degrees of freedom)" in said and "nan" not in said
     none_valid = context_length.finding(pts.assign(valid=False), req)
     assert none_valid.verdict == "undecided" and "no valid length: 0 of 5 valid" in none_valid.text
     assert "--rerun-invalid RUN_DIR" in none_valid.text

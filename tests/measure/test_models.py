@@ -101,3 +101,28 @@ def test_resolve_names_refuses_an_unknown_name_and_keeps_no_error(tmp_path, monk
         with pytest.raises(models.ParameterError, match="'cuda' requested"):
             models.resolve_names("cuda")
         assert not (tmp_path / models.RESOLVED_FILE).exists()            # nothing kept for a failure
+
+
+def test_the_default_models_context_is_read_from_its_gguf_once_per_process(monkeypatch, tmp_path):
+    """Before the default model's first conversion its context comes from the GGUF header, and ``gguf.GGUFReader``
+    parses the whole file (~4-5 s here): every Config's validation asks, so ``workbench plan default`` on a machine
+    that had not run yet took ~96 s (a new user's trial, 2026-12-07). Read once per process now."""
+    import types
+
+    import gguf
+
+    calls = []
+
+    class Reader:
+        def __init__(self, path):
+            calls.append(path)
+            self.fields = {"llama.context_length": types.SimpleNamespace(parts=[[8192]], data=[0])}
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))   # no converted model here
+    monkeypatch.setattr(gguf, "GGUFReader", Reader)
+    models.max_context_tokens.cache_clear()
+    try:
+        assert [models.max_context_tokens(models.DEFAULT_MODEL) for _ in range(5)] == [8192] * 5
+        assert len(calls) == 1
+    finally:
+        models.max_context_tokens.cache_clear()

@@ -205,3 +205,27 @@ def test_the_plan_counts_every_sweep_a_notebook_runs():
     p07 = notebooks.validate_parameters(e07["notebook"], e07["parameters"])   # notebook defaults, then the suite's
     assert len(by["07_long_output"]) == len(p07["languages"]) * len(p07["strategies"]) > 1
     assert not any("(single)" in pid for pid in plan["point_id"])
+
+
+def test_the_plan_lists_every_experiments_design_with_its_own_arms_and_rounds(monkeypatch):
+    """``workbench plan default``: one line per comparison of the 12 experiments, each with the arms and rounds of
+    the design it measures (a new user's trial: the serving load read "20 arms" - its grid - where its comparison has
+    3 engines, the streaming reader 8 for 4 paths, the compression rounds ignored its tasks, and streaming anatomy,
+    reasoning and scheduling were missing)."""
+    from workbench.measure import models
+    from workbench.run import design_plan, notebooks
+
+    monkeypatch.setattr(design_plan, "recalled_spread", lambda experiment: None)   # the stated default spread
+    monkeypatch.setattr(models, "max_context_tokens", lambda spec: 8192)   # SmolLM2's; no model file read here
+    lines = predictions.design_lines(notebooks.load_suite("default")["notebooks"])
+    by = {line.split(":")[0]: line for line in lines}
+    assert set(by) == {"batch_size", "context_length", "temperature", "http", "reasoning", "compression",
+                       "long_output", "serving_load", "engine_tuning", "streaming_reader", "scheduling",
+                       "speed_techniques"}
+    expected = {"batch_size": "5 arms + A/A, 2-3 rounds", "serving_load": "3 arms + A/A, 3-4 rounds",
+                "streaming_reader": "4 arms + A/A, 2-3 rounds", "compression": "3 arms + A/A, 4-6 rounds",
+                "http": "2 arms + A/A, 2 rounds", "reasoning": "3 arms + A/A, 2-4 rounds",
+                "scheduling": "2 arms + A/A, 5 rounds", "engine_tuning": "2 arms + A/A, 4-12 rounds"}
+    for name, text in expected.items():
+        assert text in by[name], by[name]
+    assert all("assumed spread" in line for line in lines)

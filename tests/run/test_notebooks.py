@@ -61,6 +61,12 @@ def test_yaml_reads_scientific_notation_as_floats(text, value):
     ("notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n  parameters:\n", "must be a mapping"),
     ("notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n- notebook: notebooks/01_batch_size.ipynb\n",
      "appears twice"),
+    # a misspelt key ran the notebook's defaults (or the report's default figures) without a word
+    ("notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n  paramaters: {batch_sizes: [1, 2]}\n",
+     "entry 1 of s.yaml: unknown key 'paramaters' \\(did you mean 'parameters'\\?"),
+    ("figure: none\nnotebooks:\n- notebook: notebooks/01_batch_size.ipynb\n",
+     "s.yaml: unknown key 'figure' \\(did you mean 'figures'\\?"),
+    ("extra: 1\nnotebooks: []\n", "unknown key 'extra' \\(known: description, budget_s"),
 ])
 def test_malformed_suites_are_one_line_errors(tmp_path, text, message):
     f = tmp_path / "s.yaml"

@@ -214,3 +214,19 @@ def test_holm_levels_agree_with_holms_decisions():
             assert [bool(pi < 1 - lv) for pi, lv in zip(p, levels)] == list(reject), (p, levels)
     finally:
         gc.unfreeze()
+
+
+def test_a_missing_estimate_reads_no_estimate_never_nan():
+    """A comparison or an interval without an estimate (a fit with as many parameters as lengths, a side with no
+    value) says so in words: the quick run's context-length finding read "undecided: nanx (no interval: ...)"."""
+    from workbench.stats import blocks
+
+    nan = float("nan")
+    iv = evidence.Interval(nan, nan, nan, 0, "t", reason="no values")
+    assert iv.describe() == "no estimate (no values)"
+    d = blocks.Decision("at 256 tokens", "", nan, nan, nan, 0.95, "undecided", "", blocks.MARGIN, 0, nan, "", nan,
+                        None, "3 lengths for 3 parameters")
+    for text in (d.interval_text(), d.interval_text(invert=True), d.describe()):
+        assert "nan" not in text.lower() and "no estimate (3 lengths for 3 parameters)" in text, text
+    shown = evidence.Interval(1.25, 1.1, 1.4, 4, "t")
+    assert shown.describe(suffix="x").startswith("1.25x, 95% interval 1.1x-1.4x")

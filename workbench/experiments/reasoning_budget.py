@@ -141,6 +141,11 @@ class Config(sweeps.SweepConfig, design.DesignFields):
         """Points: every (reasoning_budget, batch_size), budget outermost."""
         return sweeps.expand_grid(reasoning_budget=self.budgets, batch_size=self.batch_sizes)
 
+    def planned_design(self) -> tuple[str, int, int, int] | None:
+        """The design (``workbench plan``): one arm per budget, a round per chunk of tasks (:func:`n_rounds` first)."""
+        arms = len(self.budgets)
+        return (EXPERIMENT, arms, n_rounds(self), int(self.max_rounds)) if arms >= 2 and n_rounds(self) >= 2 else None
+
     def design_kwargs(self) -> dict:
         """:meth:`workbench.run.design.DesignFields.design_kwargs` with the rounds counted in chunks: ``repeats``
         passes over the tasks first (:func:`n_rounds`)."""

@@ -178,6 +178,12 @@ class Config(sweeps.SweepConfig, design.DesignFields):
         """Whether the model's weights are needed: not with an endpoint (every part then runs against it)."""
         return self.endpoint is None
 
+    def planned_design(self) -> tuple[str, int, int, int] | None:
+        """The proxy paths' design (:func:`sweep_design`, ``workbench plan``): one arm per path, ``direct`` the
+        control; the reader and keep-alive parts beside it are not a design."""
+        proxy = [p for p in self.grid() if p["part"] == "proxy"]
+        return (EXPERIMENT, len(proxy), int(self.repeats), int(self.max_rounds)) if interleaves(self, proxy) else None
+
     def grid(self, nginx_ok: bool = True) -> list[dict]:
         """The points: per language a ``reader`` point, per proxy mode a ``proxy`` point (nginx modes only when
         ``nginx_ok``), and the ``keepalive`` points: keep-alive off and on for the built-in server, one point with

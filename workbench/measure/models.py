@@ -280,11 +280,15 @@ def read_model_config(spec: str) -> dict:
     return json.loads((resolve_model_path(spec) / "config.json").read_text())
 
 
+@functools.lru_cache(maxsize=64)
 def max_context_tokens(spec: str) -> int:
-    """The model's maximum context (``max_position_embeddings``), read without loading weights.
+    """The model's maximum context (``max_position_embeddings``), read without loading weights; once per model and
+    process (every Config's validation asks).
 
     For the default model before its first conversion, the GGUF header's
-    ``llama.context_length`` is read instead, so validation never converts.
+    ``llama.context_length`` is read instead, so validation never converts: ``gguf.GGUFReader`` parses every field
+    of the file, the vocabulary included (~4-5 s on a 2-core VM), which ``workbench plan default`` paid once per
+    Config (~90 s) on a machine that had not run yet.
     """
     if spec == DEFAULT_MODEL:
         gguf = default_gguf_path()

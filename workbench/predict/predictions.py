@@ -117,8 +117,8 @@ def format_plan(plan: pd.DataFrame, calibrated: bool) -> str:
 
 
 def design_lines(entries: list[dict], plan: pd.DataFrame | None = None) -> list[str]:
-    """Per notebook measured as a design (its Config has :class:`workbench.run.design.DesignFields` and ``repeats``
-    >= 2): the smallest effect its last look can decide and the time its rounds take
+    """Per notebook measured as a design (its Config's :meth:`workbench.run.design.DesignFields.planned_design`):
+    the smallest effect its last look can decide and the time its rounds take
     (:func:`workbench.run.design.plan_text`), from the spread the experiment's last run on this machine measured.
     ``plan``: :func:`plan_entries`' table, whose predicted e2e per point prices a measurement where no run has."""
     from workbench.run import design, notebooks
@@ -129,18 +129,16 @@ def design_lines(entries: list[dict], plan: pd.DataFrame | None = None) -> list[
         if cls is None or not issubclass(cls, design.DesignFields):
             continue
         cfg = cls.from_namespace(notebooks.validate_parameters(e["notebook"], e.get("parameters", {})))
-        if int(getattr(cfg, "repeats", 1) or 1) < 2:
+        planned = cfg.planned_design()   # (its experiment, arms, first look, max rounds) or None: no design
+        if planned is None:
             continue
+        exp, arms, first, most = planned
         name = Path(e["notebook"]).stem
-        arms = cfg.design_arms() if hasattr(cfg, "design_arms") else len(cfg.grid()) if hasattr(cfg, "grid") else 0
-        if arms < 2:
-            continue
-        exp = getattr(sys.modules[cls.__module__], "EXPERIMENT", name)
         per = None
         if plan is not None and "predicted_e2e_s" in plan:
             mine = plan[plan["notebook"] == name]["predicted_e2e_s"].dropna()
             per = float(mine.mean()) if len(mine) else None
-        out.append(design.plan_text(exp, arms, int(cfg.repeats), int(cfg.max_rounds), seconds_per_measurement=per))
+        out.append(design.plan_text(exp or name, arms, first, most, seconds_per_measurement=per))
     return out
 
 

@@ -188,6 +188,18 @@ class DesignFields:
         checks.check_float("budget_s", self.budget_s, lo=0)
         check_margin(self.margin)
 
+    def planned_design(self) -> tuple[str, int, int, int] | None:
+        """The primary design this config measures, for ``workbench plan``: ``(its experiment name, arms, rounds
+        before the first look, max_rounds)``, the arms without the A/A one; None when it measures no design (one
+        round, one arm). By default every grid point is an arm of the module's ``EXPERIMENT`` and ``repeats`` the first
+        look; an experiment whose design is part of its grid, or whose rounds are counted otherwise, overrides it."""
+        import sys
+
+        arms = len(self.grid()) if hasattr(self, "grid") else 0
+        rounds = int(getattr(self, "repeats", 1) or 1)
+        name = str(getattr(sys.modules[type(self).__module__], "EXPERIMENT", ""))
+        return (name, arms, rounds, int(self.max_rounds)) if arms >= 2 and rounds >= 2 else None
+
     def design_kwargs(self) -> dict:
         """``min_rounds``, ``max_rounds``, ``budget_s``, ``margin`` and ``seed`` for :class:`Design`."""
         return {"min_rounds": int(getattr(self, "repeats", DEFAULT_MIN_ROUNDS)), "max_rounds": int(self.max_rounds),

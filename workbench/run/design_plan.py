@@ -81,8 +81,9 @@ def plan_text(experiment: str, n_arms: int, min_rounds: int, max_rounds: int, aa
     last = sequential.look_alpha(max_rounds, plan)
     eff = smallest_effect(sigma, measured, max_rounds, last)
     per = (known or {}).get("seconds_per_measurement") or seconds_per_measurement
-    secs = (f", {min_rounds}-{max_rounds} rounds ~{per * measured * min_rounds:.0f}-{per * measured * max_rounds:.0f} s"
-            if per else f", {min_rounds}-{max_rounds} rounds")
+    rounds = f"{min_rounds}-{max_rounds} rounds" if max_rounds > min_rounds else f"{max_rounds} rounds"
+    secs = (f", {rounds} ~{per * measured * min_rounds:.0f}"
+            f"{f'-{per * measured * max_rounds:.0f}' if max_rounds > min_rounds else ''} s" if per else f", {rounds}")
     warn = "  (cannot decide an effect below 2x: add rounds or cut the spread)" if not eff < 2 else ""
     return (f"{experiment}: {n_arms} arms{' + A/A' if aa else ''}{secs}; smallest decidable effect: {eff:.2f}x "
             f"at {max_rounds} rounds ({source}){warn}")

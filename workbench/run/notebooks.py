@@ -333,18 +333,36 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
     return out
 
 
+#: The keys a suite file may hold (:func:`load_suite`), and those of each of its ``notebooks:`` entries.
+SUITE_KEYS = ("description", "budget_s", "figures", "reference_reuse_s", "price_per_hour", "notebooks")
+ENTRY_KEYS = ("notebook", "parameters")
+
+
+def _unknown_key(where: str, found, known) -> None:
+    """Raise a one-line :class:`ParameterError` for the first key of ``found`` not in ``known`` (a misspelt
+    ``parameters:`` would otherwise run the notebook's defaults without a word), naming the closest known key."""
+    import difflib
+
+    unknown = [str(k) for k in found if k not in known]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ParameterError(f"suite: {where}: unknown key {unknown[0]!r} ({hint}known: {', '.join(known)})")
+
+
 def load_suite(suite: str) -> dict:
     """Read a suite: a name in ``suites/`` (``default``, ``quick``) or a YAML path.
 
     Format: ``{"description": str, "budget_s": seconds (optional), "figures": static formats of the run's report
     (optional: ``"png,svg"``, a list, or ``none``; default png,svg where a renderer is present),
     "reference_reuse_s": seconds a drift reference stands for the machine's speed (optional, 1-600; default 15:
-    :data:`workbench.run.drift.REFERENCE_REUSE_S`), "notebooks":
-    [{"notebook": path, "parameters": dict}]}``; notebook paths are relative to the repository. ``budget_s``: after
-    that many seconds of the run no design adds a round beyond its minimum (:mod:`workbench.run.design`).
+    :data:`workbench.run.drift.REFERENCE_REUSE_S`), "price_per_hour": the machine's price in USD an hour (optional:
+    the report's cost columns), "notebooks": [{"notebook": path, "parameters": dict}]}``; notebook paths are
+    relative to the repository. ``budget_s``: after that many seconds of the run no design adds a round beyond its
+    minimum (:mod:`workbench.run.design`). Any other key (:data:`SUITE_KEYS`, :data:`ENTRY_KEYS`) is an error.
 
     Raises:
-        ParameterError: unknown suite or malformed file.
+        ParameterError: unknown suite, an unknown key, or a malformed file.
     """
     import yaml
 
@@ -363,6 +381,7 @@ def load_suite(suite: str) -> dict:
         raise ParameterError(f"suite: {path} is not valid UTF-8 YAML ({str(exc).splitlines()[0]})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("notebooks"), list):
         raise ParameterError(f"suite: {path} must hold a 'notebooks' list")
+    _unknown_key(path.name, data, SUITE_KEYS)
     if data.get("budget_s") is not None:   # the suite's time budget for rounds beyond each design's minimum
         from workbench import checks
 
@@ -375,6 +394,7 @@ def load_suite(suite: str) -> dict:
     for i, entry in enumerate(data["notebooks"]):
         if not isinstance(entry, dict) or not entry.get("notebook"):
             raise ParameterError(f"suite: entry {i + 1} of {path.name} has no 'notebook:'")
+        _unknown_key(f"entry {i + 1} of {path.name}", entry, ENTRY_KEYS)
         params = entry.get("parameters", {})
         if not isinstance(params, dict):
             raise ParameterError(f"suite: parameters of {entry['notebook']} must be a mapping (got {params!r})")

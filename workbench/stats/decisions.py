@@ -183,9 +183,12 @@ class Decision:
         return math.isfinite(self.low) and math.isfinite(self.high)
 
     def interval_text(self, invert: bool = False) -> str:
-        """``"1.12x, 95% interval 1.04-1.21x"`` (``invert``: of ``control / arm``), or ``"1.12x (no interval: ...)"``."""
+        """``"1.12x, 95% interval 1.04-1.21x"`` (``invert``: of ``control / arm``), ``"1.12x (no interval: ...)"``, or
+        ``"no estimate (...)"`` when there is no ratio to show (never ``nanx``)."""
         est, lo, hi = (self.estimate, self.low, self.high) if not invert else (
             _inv(self.estimate), _inv(self.high), _inv(self.low))
+        if not math.isfinite(est):
+            return f"no estimate ({self.reason or 'too few rounds'})"
         if not self.shown:
             return f"{est:.2f}x (no interval: {self.reason or 'too few rounds'})"
         return f"{est:.2f}x, {self.level:.0%} interval {lo:.2f}-{hi:.2f}x"

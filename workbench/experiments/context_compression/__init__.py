@@ -165,9 +165,13 @@ class Config(SweepConfig, design.DesignFields):
                 pts.append({"strategy": "summary", "ratio": max(self.ratios), "context_tokens": n, "depth": mid})
         return pts
 
-    def design_arms(self) -> int:
-        """The design's arms (``workbench plan``): one per (strategy, ratio, context length) but ``summary``."""
-        return len({(p["strategy"], p["ratio"], p["context_tokens"]) for p in self.grid() if p["strategy"] != "summary"})
+    def planned_design(self) -> tuple[str, int, int, int] | None:
+        """The design (``workbench plan``): one arm per (strategy, ratio, context length) but ``summary``, a round
+        per task (depth), ``repeats`` passes over the tasks first."""
+        arms = len({(p["strategy"], p["ratio"], p["context_tokens"]) for p in self.grid() if p["strategy"] != "summary"})
+        tasks = len(self.depths)
+        return ((EXPERIMENT, arms, int(self.repeats) * tasks, int(self.max_rounds) * tasks)
+                if arms >= 2 and self.repeats >= 2 else None)
 
     def plan_points(self) -> list[tuple[str, dict]]:
         """``(experiment, point)`` of both sweeps :func:`run` measures (``workbench plan`` counts them): the

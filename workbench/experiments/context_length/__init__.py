@@ -461,9 +461,12 @@ def finding(points, requests=None, run_dir=None) -> evidence.Finding:
         text = _fit_text(b, f) + "; " if f is not None else f"batch {b}: "
         parts.append(text + _curvature_text(b, f, d, spr))
         if f is not None:
+            bounds = (f"per-token cost 95% interval {f.b_low * 1e6:,.0f} to {f.b_high * 1e6:,.0f} us, quadratic term "
+                      f"{f.c_low * 1e9:.3g} to {f.c_high * 1e9:.3g} ns/token^2 ({f.method}, t)"
+                      if math.isfinite(f.b_low) and math.isfinite(f.c_low) else
+                      "no intervals (no residual degrees of freedom)")
             notes.append(f"batch {b}: quadratic fit over {f.n_lengths} lengths ({f.n} values), R^2 {f.r2:.3f}, "
-                         f"{f.dof} dof; per-token cost 95% interval {f.b_low * 1e6:,.0f} to {f.b_high * 1e6:,.0f} us, "
-                         f"quadratic term {f.c_low * 1e9:.3g} to {f.c_high * 1e9:.3g} ns/token^2 ({f.method}, t)")
+                         f"{f.dof} dof; {bounds}")
     if not parts:
         counts = (f": {evidence.none_valid(points, run_dir)}" if usable.empty and len(points) else
                   f" ({len(usable)} of {len(points)} points valid)")

@@ -231,9 +231,10 @@ class Config(SweepConfig, design.DesignFields):
         """Every valid configuration (compile only with a static cache), grid order (dtype outermost)."""
         return [c for c in sweeps.expand_grid(**self.axes()) if valid(c)]
 
-    def design_arms(self) -> int:
-        """The design's arms (``workbench plan``): one per configuration, its workloads measured together."""
-        return len(self.configurations())
+    def planned_design(self) -> tuple[str, int, int, int] | None:
+        """The design (``workbench plan``): one arm per configuration, its workloads measured together."""
+        arms = len(self.configurations())
+        return (EXPERIMENT, arms, int(self.repeats), int(self.max_rounds)) if arms >= 2 and self.repeats >= 2 else None
 
     def baseline(self) -> dict:
         """The configuration every other is compared with: the grid's first, each axis's first value (the first

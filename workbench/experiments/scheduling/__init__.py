@@ -280,6 +280,12 @@ class Config(sweeps.SweepConfig, design.DesignFields):
         """Every request: greedy, fixed length (its class's ``max_tokens``)."""
         return GenerationSettings(max_new_tokens=self.long_max_tokens, ignore_eos=True, seed=self.seed)
 
+    def planned_design(self) -> tuple[str, int, int, int] | None:
+        """The policies' design (:func:`policy_design`, ``workbench plan``): one arm per policy, the run the unit,
+        ``rounds`` first; the prefix design beside it is planned as the policies' is."""
+        return ((EXPERIMENT, len(self.policies), int(self.rounds), int(self.max_rounds)) if self.policy_design()
+                else None)
+
     def design_kwargs(self, prefix: bool = False) -> dict:
         """The designs' rounds (``rounds`` first, the prefix design's ``prefix_rounds``; up to ``max_rounds``),
         budget, margin and seed."""

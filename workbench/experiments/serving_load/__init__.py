@@ -245,6 +245,12 @@ class Config(sweeps.SweepConfig, design.DesignFields):
         checks.check_float("compare_load", self.compare_load, lo=0, lo_open=True)
         checks.check_choice("compare_arrival", self.compare_arrival, ARRIVALS)
 
+    def planned_design(self) -> tuple[str, int, int, int] | None:
+        """The engine comparison (:func:`engine_design`): one arm per compared engine (the open-loop sweep beside it is
+        not a design); None without one (:meth:`compares`)."""
+        return ((EXPERIMENT, len(self.compare_engines), int(self.repeats), int(self.max_rounds)) if self.compares()
+                else None)
+
     def compares(self) -> bool:
         """Whether the engines are compared under one load (:func:`engine_design`): 2+ rounds (``repeats``) and 2+
         ``compare_engines``."""

@@ -166,6 +166,12 @@ class Config(sweeps.SweepConfig, design.DesignFields):
                                   ignore_eos=self.ignore_eos if ignore_eos is None else ignore_eos,
                                   temperature=self.temperature, top_p=self.top_p, seed=self.seed)
 
+    def planned_design(self) -> tuple[str, int, int, int] | None:
+        """The primary design (:func:`http_design`, ``workbench plan``): one arm per HTTP concurrency (the ``http``
+        experiment), when ``http`` and 2+ levels and rounds."""
+        levels = len(set(self.http_concurrency)) if self.http else 0
+        return ("http", levels, int(self.repeats), int(self.max_rounds)) if levels >= 2 and self.repeats >= 2 else None
+
     def plan_points(self) -> list[tuple[str, dict]]:
         """``(experiment, point)`` of the three sweeps :func:`run` measures (``workbench plan`` counts them): the
         streaming points (one per ``output_tokens``), the granularities, and the HTTP concurrencies when ``http``."""
