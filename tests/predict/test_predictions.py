@@ -215,7 +215,7 @@ def test_the_plan_lists_every_experiments_design_with_its_own_arms_and_rounds(mo
     from workbench.measure import models
     from workbench.run import design_plan, notebooks
 
-    monkeypatch.setattr(design_plan, "recalled_spread", lambda experiment: None)   # the stated default spread
+    monkeypatch.setattr(design_plan, "recalled_spread", lambda experiment, suite="": None)   # the default spread
     monkeypatch.setattr(models, "max_context_tokens", lambda spec: 8192)   # SmolLM2's; no model file read here
     lines = predictions.design_lines(notebooks.load_suite("default")["notebooks"])
     by = {line.split(":")[0]: line for line in lines}

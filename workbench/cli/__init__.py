@@ -91,7 +91,7 @@ def cmd_run(args) -> int:
                         else suite.get("price_per_hour"))
     figures = _figures(args.figures if args.figures is not None else suite.get("figures"))
     if getattr(args, "dry_run", False):
-        return _print_plan(suite["notebooks"])
+        return _print_plan(suite["notebooks"], suite=Path(suite["path"]).stem)
     if getattr(args, "ray", None):  # connect, check the suite fits the cluster; kernels inherit $WORKBENCH_RAY
         from workbench.run.distributed import prepare
 
@@ -202,7 +202,7 @@ def cmd_env(args) -> int:
     return 0
 
 
-def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False) -> int:
+def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False, suite: str = "") -> int:
     """``workbench plan`` / ``--dry-run``: the points, their predicted cost and the estimated wall time
     (:mod:`workbench.predict.roofline`); nothing is measured and no weights load unless ``calibrate``."""
     from workbench.measure import models
@@ -219,7 +219,7 @@ def _print_plan(entries: list[dict], probe: bool = True, calibrate: bool = False
     predictor = roofline_calibration.Predictor.for_model(spec, dev, dtype, probe=probe)
     plan = predictions.plan_entries(entries, predictor)
     print(predictions.format_plan(plan, predictor.calib.calibrated))
-    lines = predictions.design_lines(entries, plan)
+    lines = predictions.design_lines(entries, plan, suite)
     if lines:
         print("\ncomparisons (interleaved rounds; the smallest effect each can decide at its last look):")
         print("\n".join(f"  {line}" for line in lines))
@@ -230,7 +230,8 @@ def cmd_plan(args) -> int:
     from workbench.run import notebooks
 
     suite = notebooks.load_suite(args.suite)
-    return _print_plan(suite["notebooks"], probe=not args.no_probe, calibrate=args.calibrate)
+    return _print_plan(suite["notebooks"], probe=not args.no_probe, calibrate=args.calibrate,
+                       suite=Path(suite["path"]).stem)
 
 
 def cmd_simulate(args) -> int:

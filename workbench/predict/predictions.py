@@ -116,11 +116,12 @@ def format_plan(plan: pd.DataFrame, calibrated: bool) -> str:
             f"before reports; predictions {note}")
 
 
-def design_lines(entries: list[dict], plan: pd.DataFrame | None = None) -> list[str]:
+def design_lines(entries: list[dict], plan: pd.DataFrame | None = None, suite: str = "") -> list[str]:
     """Per notebook measured as a design (its Config's :meth:`workbench.run.design.DesignFields.planned_design`):
     the smallest effect its last look can decide and the time its rounds take
     (:func:`workbench.run.design.plan_text`), from the spread the experiment's last run on this machine measured.
-    ``plan``: :func:`plan_entries`' table, whose predicted e2e per point prices a measurement where no run has."""
+    ``plan``: :func:`plan_entries`' table, whose predicted e2e per point prices a measurement where no run of
+    ``suite`` has (a run of another suite measured the spread, not these parameters' seconds)."""
     from workbench.run import design, notebooks
 
     out = []
@@ -138,7 +139,7 @@ def design_lines(entries: list[dict], plan: pd.DataFrame | None = None) -> list[
         if plan is not None and "predicted_e2e_s" in plan:
             mine = plan[plan["notebook"] == name]["predicted_e2e_s"].dropna()
             per = float(mine.mean()) if len(mine) else None
-        out.append(design.plan_text(exp or name, arms, first, most, seconds_per_measurement=per))
+        out.append(design.plan_text(exp or name, arms, first, most, seconds_per_measurement=per, suite=suite))
     return out
 
 

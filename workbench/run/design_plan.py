@@ -27,20 +27,45 @@ def _spread_file() -> Path:
     return cache_root() / "design_spread.json"
 
 
-def remember_spread(result: DesignResult, run_id: str = "") -> None:
+def _suite_of(run_dir) -> str:
+    """The name of the suite a run folder was started from (its manifest's ``suite``: ``default``, ``quick``, a YAML
+    file's stem), or ``""`` (a ``workbench sweep``, no folder)."""
+    try:
+        from workbench.run import results
+
+        suite = results.read_manifest(Path(run_dir)).get("suite") or ""
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    return Path(str(suite)).stem if suite else ""
+
+
+def remember_spread(result: DesignResult, run_dir=None) -> None:
     """Keep what this design measured on this machine (the primary's residual SD on the log scale, the seconds per
-    round and per arm-measurement) for ``workbench plan`` (:func:`recalled_spread`); best effort, never raises."""
+    round and per arm-measurement) for ``workbench plan`` (:func:`recalled_spread`), as the experiment's latest and
+    as its latest in the run's suite (its seconds are those of that suite's parameters: a quick run's rounds are not
+    a default run's); best effort, never raises.
+
+    Args:
+        result: the finished design.
+        run_dir: its run folder (its name is the record's ``run_id``, its manifest's suite the record's ``suite``), or
+            a run id, or None.
+    """
     an = result.analysis
     if an is None or not (an.sigma > 0) or not result.rounds:
         return
     try:
         path = _spread_file()
         data = json.loads(path.read_text()) if path.exists() else {}
-        data[result.design.experiment] = {
+        suite = _suite_of(run_dir) if run_dir is not None else ""
+        record = {
             "sigma": float(an.sigma), "arms": len(result.design.measured_arms()),
             "seconds_per_round": float(result.seconds_per_round),
             "seconds_per_measurement": float(result.seconds_per_round / len(result.design.measured_arms())),
-            "run_id": run_id, "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "run_id": Path(str(run_dir)).name if run_dir is not None else "", "suite": suite,
+            "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        data[result.design.experiment] = record
+        if suite:
+            data[f"{result.design.experiment}@{suite}"] = record
         from workbench.paths import write_cache_text
 
         write_cache_text(path, json.dumps(data, indent=1))
@@ -48,12 +73,14 @@ def remember_spread(result: DesignResult, run_id: str = "") -> None:
         pass
 
 
-def recalled_spread(experiment: str) -> dict | None:
-    """What the last design of ``experiment`` on this machine measured (:func:`remember_spread`), or None."""
+def recalled_spread(experiment: str, suite: str = "") -> dict | None:
+    """What the last design of ``experiment`` on this machine measured (:func:`remember_spread`): in a run of
+    ``suite`` when there is one, else its latest in any run; None when none."""
     try:
-        return json.loads(_spread_file().read_text()).get(experiment)
+        data = json.loads(_spread_file().read_text())
     except (OSError, ValueError):
         return None
+    return (data.get(f"{experiment}@{suite}") if suite else None) or data.get(experiment)
 
 
 def smallest_effect(sigma: float, n_arms: int, rounds: int, alpha: float = blocks.ALPHA) -> float:
@@ -68,19 +95,24 @@ def smallest_effect(sigma: float, n_arms: int, rounds: int, alpha: float = block
 
 
 def plan_text(experiment: str, n_arms: int, min_rounds: int, max_rounds: int, aa: bool = True,
-              seconds_per_measurement: float | None = None) -> str:
+              seconds_per_measurement: float | None = None, suite: str = "") -> str:
     """One line for ``workbench plan``: the smallest effect the design can decide at its last look (from the spread
-    the last run of the experiment on this machine measured, or :data:`DEFAULT_SIGMA`) and the time its rounds take;
-    a design that cannot decide an effect below 2x says so."""
+    the last run of the experiment on this machine measured, in ``suite`` when one did, or :data:`DEFAULT_SIGMA`)
+    and the time its rounds take: that run's seconds a measurement when it ran ``suite``, else
+    ``seconds_per_measurement`` (the roofline's prediction for these parameters); a design that cannot decide an
+    effect below 2x says so."""
     measured = n_arms + (1 if aa else 0)
-    known = recalled_spread(experiment)
+    known = recalled_spread(experiment, suite)
+    same = bool(known) and bool(suite) and known.get("suite") == suite
     sigma = known["sigma"] if known else DEFAULT_SIGMA
-    source = f"the spread run {known.get('run_id') or '?'} measured here" if known else \
+    other = ((f", in a run of suite {known['suite']}" if known.get("suite") else ", with other parameters")
+             if known and suite and not same else "")
+    source = f"the spread run {known.get('run_id') or '?'} measured here{other}" if known else \
         f"no run on this machine yet: an assumed spread of {DEFAULT_SIGMA:g} on the log scale"
     plan = sequential.looks(min_rounds, max_rounds)
     last = sequential.look_alpha(max_rounds, plan)
     eff = smallest_effect(sigma, measured, max_rounds, last)
-    per = (known or {}).get("seconds_per_measurement") or seconds_per_measurement
+    per = ((known or {}).get("seconds_per_measurement") if same or not suite else None) or seconds_per_measurement
     rounds = f"{min_rounds}-{max_rounds} rounds" if max_rounds > min_rounds else f"{max_rounds} rounds"
     secs = (f", {rounds} ~{per * measured * min_rounds:.0f}"
             f"{f'-{per * measured * max_rounds:.0f}' if max_rounds > min_rounds else ''} s" if per else f", {rounds}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Callable
 
 from workbench.run.design import AA, Design, DesignResult, run_design
@@ -100,8 +99,7 @@ def measure_sweep_design(sweep: SweepDesign, by_id: dict, suffix: str, run_dir, 
     load = contention.LoadMonitor()
     result = run_design(design, measure, prepare, run_dir=run_dir, measure_aa=measure_aa)
     contamination = load.stop()
-    run_id = Path(run_dir).name if run_dir is not None else ""
-    remember_spread(result, run_id)
+    remember_spread(result, run_dir)
     if per_run:
         out = _run_results(sweep, result, peaks, contamination)
         out["__result__"] = result

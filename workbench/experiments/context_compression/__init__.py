@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from pathlib import Path
 
 from workbench.checks import check_bool, check_choice, check_choice_list, check_float_list, check_int, check_int_list
 from workbench.errors import ParameterError
@@ -373,7 +372,7 @@ def measure_design(loaded, cfg: Config, points: list[dict], state: dict, run_dir
         return design.Measured({TOTAL_TIME.name: rec["total_s"]}, [rec], rec["e2e_s"])
 
     result = design.run_design(d, measure, None, run_dir=run_dir)
-    design.remember_spread(result, Path(run_dir).name if run_dir is not None else "")
+    design.remember_spread(result, run_dir)
     state["design"] = result
     out = {}
     got = {}

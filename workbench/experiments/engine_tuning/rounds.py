@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workbench.errors import ParameterError
@@ -130,7 +129,7 @@ def design_configurations(loaded, cfg: Config, configurations: list[dict], state
     monitor = contention.LoadMonitor()
     result = design.run_design(d, measure, prepare, run_dir=run_dir)
     contamination = monitor.stop()
-    design.remember_spread(result, Path(run_dir).name if run_dir is not None else "")
+    design.remember_spread(result, run_dir)
     state["design"] = result
     out = {}
     for name, c in by_name.items():
