@@ -162,9 +162,8 @@ class Interval:
         return math.isfinite(self.low) and math.isfinite(self.high)
 
     def describe(self, fmt: str = "{:.3g}", suffix: str = "") -> str:
-        """``"1.03x, 95% interval 0.94-1.12x (method)"``, ``"1.03x (no interval: reason)"``, or ``"no estimate
-        (reason)"`` when the estimate itself is missing (never ``nanx``)."""
-        if not math.isfinite(self.estimate):
+        """``"1.03x, 95% interval 0.94-1.12x (method)"``, ``"1.03x (no interval: reason)"`` or ``"no estimate (...)"``."""
+        if not math.isfinite(self.estimate):   # never "nanx"
             return f"no estimate ({self.reason or 'too few samples'})"
         est = fmt.format(self.estimate) + suffix
         if not self.shown:
