@@ -49,6 +49,31 @@ if _os.environ["HF_HUB_OFFLINE"].strip().upper() in ("1", "ON", "YES", "TRUE") \
 # (python-jsonschema/jsonschema#1428). A process that imported it already keeps it.
 _sys.modules.setdefault("rfc3987_syntax", None)
 
+
+def _known_noise(record) -> bool:
+    """False for two warnings that every process loading a model printed and no user of this machine can act on
+    (a logging filter on their two loggers): torchao's "Failed to load .../_C_*.so" for the CUDA kernels (and other
+    Python versions' builds) its wheel ships, on a machine without CUDA; and torch's deprecation of the Enum
+    registrations torchao makes when transformers imports it (``torch.utils._pytree``: a note to torchao's
+    maintainers). Anything else those loggers say, and both on a CUDA machine, still reaches the log."""
+    message = record.getMessage()
+    if record.name == "torch.utils._pytree":
+        return "is an Enum subclass and is now natively supported" not in message
+    if record.name == "torchao" and message.startswith("Failed to load ") and ".so" in message:
+        torch = _sys.modules.get("torch")
+        return bool(torch is not None and torch.cuda.is_available())
+    return True
+
+
+def _quiet_known_noise() -> None:
+    import logging
+
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).addFilter(_known_noise)
+
+
+_quiet_known_noise()
+
 from workbench.errors import ParameterError  # noqa: F401,E402
 
 #: Flat names of the layout before the layer folders, still importable as ``from workbench import NAME`` for notebooks

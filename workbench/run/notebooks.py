@@ -231,19 +231,56 @@ def one_kernel():
         _shutdown(km)
 
 
+def _kernel_manager():
+    """The manager of a kernel this process starts for its notebooks: over IPC (Unix sockets in a private temporary
+    folder; a kernel on TCP listens on loopback ports any local user can reach, and ipykernel warns so in every
+    run), and it remembers the clients it makes, so :func:`_stop_clients` can close their channels once a notebook is
+    done (papermill leaves its client's channels open when it is handed a manager, nbclient's ``cleanup_kc``: each
+    stayed subscribed to the kernel's output until the command exited, "Could not destroy zmq context" a notebook)."""
+    import tempfile
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    class _Manager(AsyncKernelManager):
+        def client(self, **kwargs):
+            kc = super().client(**kwargs)
+            self.workbench_clients.append(kc)
+            return kc
+
+    folder = tempfile.mkdtemp(prefix="workbench-kernel-")
+    km = _Manager(kernel_name="python3", transport="ipc", ip=os.path.join(folder, "kernel"))
+    km.workbench_clients, km.workbench_folder = [], folder
+    return km
+
+
+def _stop_clients(km) -> None:
+    """Close the channels of the clients ``km`` made (:func:`_kernel_manager`)."""
+    clients, km.workbench_clients = km.workbench_clients, []
+    for kc in clients:
+        try:
+            kc.stop_channels()
+        except Exception:  # noqa: BLE001 - a client whose kernel is gone has nothing left to close
+            pass
+
+
 def _shutdown(km) -> None:
     """Stop a kernel at once (its process group killed): its notebooks are done and written, and every run-folder
     write is atomic, so nothing is lost; a polite shutdown waits seconds for an interpreter holding torch and a
-    model to tear itself down. Processes a notebook left running in the kernel's group go with it."""
+    model to tear itself down. Processes a notebook left running in the kernel's group go with it; its clients'
+    channels and its sockets' folder go too."""
     if km is None:
         return
+    import shutil
+
     from jupyter_core.utils import run_sync
 
+    _stop_clients(km)
     try:
         if run_sync(km.is_alive)():
             run_sync(km.shutdown_kernel)(now=True)
     except Exception:  # noqa: BLE001 - a kernel that is already gone needs no shutdown
         pass
+    shutil.rmtree(km.workbench_folder, ignore_errors=True)
 
 
 def _reset_namespace(km) -> None:
@@ -298,12 +335,10 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
         _shutdown(shared["km"])       # a notebook in another folder: the kernel's working folder must be its own
         shared["km"] = None
     if shared is not None and shared["km"] is None:  # the first notebook of the block starts the shared kernel
-        from jupyter_client.manager import AsyncKernelManager
-
-        shared.update(km=AsyncKernelManager(kernel_name="python3"), cwd=path.parent, used=False)
-    km = shared["km"] if shared is not None else None
+        shared.update(km=_kernel_manager(), cwd=path.parent, used=False)
+    km = shared["km"] if shared is not None else _kernel_manager()   # else a kernel for this notebook alone
     try:
-        if km is not None and shared["used"]:
+        if shared is not None and shared["used"]:
             _reset_namespace(km)  # the previous notebook's variables go before this one starts (none after the last)
         pm.execute_notebook(
             str(path),
@@ -314,15 +349,17 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
             log_output=log_output,
             progress_bar=False,
             kernel_name="python3",
-            shutdown_kernel="immediate",  # a kernel of its own (no shared one) is stopped as _shutdown does
-            **({"km": km} if km is not None else {}),
+            km=km,
         )
-        if km is not None:
+        if shared is not None:
             shared["used"] = True
-    except BaseException:
-        if km is not None:  # a failed or interrupted notebook: the next one gets a fresh kernel
-            shared["km"] = None
+            _stop_clients(km)
+        else:
             _shutdown(km)
+    except BaseException:
+        if shared is not None:  # a failed or interrupted notebook: the next one gets a fresh kernel
+            shared["km"] = None
+        _shutdown(km)
         raise
     finally:
         for k, v in saved.items():
