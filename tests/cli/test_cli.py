@@ -105,6 +105,15 @@ BAD_INPUTS = [
     ("a suite's unknown static figure format", lambda t, r: (t.joinpath("s.yaml").write_text(
         "figures: [png, tiff]\nnotebooks:\n- notebook: notebooks/01_batch_size.ipynb\n"),
         ["run", str(t / "s.yaml")])[1], "error: --figures:", "tiff"),
+    ("a suite that is not YAML names where", lambda t, r: (t.joinpath("s.yaml").write_text(
+        "notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n  parameters:\n    batch_sizes: [1, 2\n    repeats: 2\n"),
+        ["run", str(t / "s.yaml")])[1], "error: suite:", "at line 5, column 12 (while parsing a flow sequence from "
+                                                         "line 4, column 18)"),
+    ("a -f file that is not YAML names where", lambda t, r: (t.joinpath("g.yaml").write_text("a: [1\nb: 2\n"),
+                                                             ["sweep", "01_batch_size", "-f", str(t / "g.yaml")])[1],
+     "error: -f:", "at line 2, column 2"),
+    ("-p NAME=VALUE checked as -p NAME VALUE", lambda t, r: ["sweep", "01_batch_size", "-p", "max_new_tokens=-3"],
+     "error: max_new_tokens:", "integer >= 1 (got -3)"),
     ("same notebook twice in a suite", lambda t, r: (t.joinpath("s.yaml").write_text(
         "notebooks:\n- notebook: notebooks/01_batch_size.ipynb\n- notebook: notebooks/01_batch_size.ipynb\n"),
         ["run", str(t / "s.yaml")])[1], "error: suite:", "twice"),
@@ -205,3 +214,14 @@ def test_a_later_session_keeps_each_notebooks_earlier_status_and_time(monkeypatc
     suite._execute(entries[1:], run, resume=True)
     assert [h["status"][:6] for h in results.read_manifest(run)["notebooks"]["b"]["history"]] == ["failed", "ok"]
     assert "history" not in results.read_manifest(run)["notebooks"]["a"]
+
+
+def test_a_parameter_is_given_as_name_value_or_name_equals_value():
+    """``-p NAME=VALUE`` (other tools' spelling) is ``-p NAME VALUE``; a VALUE holding ``=`` is never split."""
+    from workbench.cli import _split_param_pairs
+
+    assert _split_param_pairs(["sweep", "01", "-p", "repeats=2", "--param", "batch_sizes=[1, 2]"]) == \
+        ["sweep", "01", "-p", "repeats", "2", "--param", "batch_sizes", "[1, 2]"]
+    assert _split_param_pairs(["sweep", "01", "-p", "query", "a=b"]) == ["sweep", "01", "-p", "query", "a=b"]
+    assert _split_param_pairs(["-p", "query=a=b"]) == ["-p", "query", "a=b"]
+    assert _split_param_pairs(["run", "x=y"]) == ["run", "x=y"]                  # only after -p

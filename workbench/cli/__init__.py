@@ -38,7 +38,7 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
     """Parameters from ``-f`` YAML files, then ``-p NAME VALUE`` pairs (later wins), parsed as YAML 1.2 data."""
     import yaml
 
-    from workbench.run.notebooks import load_yaml
+    from workbench.run.notebooks import load_yaml, yaml_problem
 
     params: dict = {}
     for f in files or []:
@@ -53,7 +53,7 @@ def _parse_params(files: list[str] | None, pairs: list[list[str]] | None) -> dic
         except UnicodeDecodeError:
             raise ParameterError(f"-f: {f!r} is not UTF-8 text") from None
         except yaml.YAMLError as exc:
-            raise ParameterError(f"-f: {f!r} is not valid YAML ({str(exc).splitlines()[0]})") from exc
+            raise ParameterError(f"-f: {f!r} is not valid YAML: {yaml_problem(exc)}") from exc
         data = {} if data is None else data
         if not isinstance(data, dict):
             raise ParameterError(f"-f: {f!r} must hold a mapping of parameter names to values")
@@ -291,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("notebook", help="notebook path or name in notebooks/")
     s.add_argument("-f", "--file", action="append", metavar="GRID.yaml", help="YAML file of parameters")
     s.add_argument("-p", "--param", action="append", nargs=2, metavar=("NAME", "VALUE"),
-                   help="one parameter; VALUE is parsed as YAML (lists, numbers, booleans)")
+                   help="one parameter (-p NAME VALUE or -p NAME=VALUE); VALUE is parsed as YAML (lists, numbers, "
+                        "booleans)")
     s.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run, skipping finished points")
     s.add_argument("--label", default="", help="suffix of the new run id")
     s.add_argument("--allow-changed", action="store_true",
@@ -347,7 +348,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _split_param_pairs(argv: list[str]) -> list[str]:
+    """``-p NAME=VALUE`` (and ``--param NAME=VALUE``) as ``-p NAME VALUE``: the spelling other tools' command lines
+    use; argparse's two-argument option took the pair for one argument and printed its usage. Split only where the
+    text before the first ``=`` is a parameter name (an identifier), so ``-p NAME VALUE`` with an ``=`` inside its
+    VALUE is left as it is."""
+    out, after_p = [], False
+    for token in argv:
+        name, eq, value = token.partition("=")
+        if after_p and eq and name.isidentifier():
+            out += [name, value]
+        else:
+            out.append(token)
+        after_p = token in ("-p", "--param")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = _split_param_pairs(sys.argv[1:] if argv is None else list(argv))
     args, rest = build_parser().parse_known_args(argv)
     if args.command != "serve" and rest:
         build_parser().parse_args(argv)  # the usual error for unknown arguments

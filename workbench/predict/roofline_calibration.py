@@ -249,7 +249,7 @@ def check_calibration(cached: tuple[Device, Calibration], today: Device, loaded=
     if loaded is not None and not all(math.isfinite(x) and abs(x - 1) <= REFIT_LIMIT for x in (bw, fl)):
         new_dev, new = calibrate(loaded, **calibrate_kwargs)
         note = f"refit ({ratios}, beyond {limit:.0%})"
-        print(f"roofline: cached calibration {note}", file=sys.stderr)
+        print(f"roofline ({today.name}, {today.dtype}): cached calibration {note}", file=sys.stderr)
         return new_dev, dataclasses.replace(new, check=note)
     k = 1.0 / fl if math.isfinite(fl) and fl > 0 else 1.0
     scaled = dataclasses.replace(
@@ -257,7 +257,7 @@ def check_calibration(cached: tuple[Device, Calibration], today: Device, loaded=
         ttft_overhead_s=calib.ttft_overhead_s * k, step_row_overhead_s=calib.step_row_overhead_s * k,
         batched_step_overhead_s=calib.batched_step_overhead_s * k,
         check=f"rescaled ({ratios}, beyond {limit:.0%}; overheads x{k:.2f}, today's probe)")
-    print(f"roofline: cached calibration {scaled.check}", file=sys.stderr)
+    print(f"roofline ({today.name}, {today.dtype}): cached calibration {scaled.check}", file=sys.stderr)
     return dataclasses.replace(today, threads=dev.threads, overlap=dev.overlap, name=dev.name), scaled
 
 

@@ -78,6 +78,19 @@ def load_yaml(text: str, name: str = "YAML"):
         raise ParameterError(str(exc).replace("YAML: ", f"{name}: ", 1)) from None
 
 
+def yaml_problem(exc) -> str:
+    """One line for a YAML parse error: what the parser found and where (``line L, column C`` of the text, 1-based),
+    e.g. ``expected ',' or ']', but got ':' at line 5, column 12 (while parsing a flow sequence from line 4, column
+    18)``."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and start is not None:
+        context += f" from line {start.line + 1}, column {start.column + 1}"
+    return f"{problem}{where}" + (f" ({context})" if context else "")
+
+
 # ----------------------------------------------------------------------------- jupytext sources
 
 
@@ -415,7 +428,8 @@ def load_suite(suite: str) -> dict:
     try:
         data = load_yaml(path.read_text(encoding="utf-8"), "suite")
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ParameterError(f"suite: {path} is not valid UTF-8 YAML ({str(exc).splitlines()[0]})") from exc
+        what = yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else str(exc).splitlines()[0]
+        raise ParameterError(f"suite: {path} is not valid UTF-8 YAML: {what}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("notebooks"), list):
         raise ParameterError(f"suite: {path} must hold a 'notebooks' list")
     _unknown_key(path.name, data, SUITE_KEYS)
