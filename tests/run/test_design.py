@@ -242,6 +242,29 @@ def test_the_aa_arm_is_measured_by_its_own_function_when_given():
     assert (plain.table["arm"] == blocks.AA).sum() == 2 and len([c for c in calls if c[0] == "arm"]) == 4 + 6
 
 
+def test_a_look_whose_aa_control_moved_takes_another_round():
+    """A look where the A/A control claims a direction does not stop the design (issue 49, 2026-12-07: the default
+    run T2's batch-size design stopped "decided" at 2 rounds with its A/A control at 1.19x, 1.03-1.38x, and its points
+    were then voided by the sweep's drift pair): the machine moved within a round, and another round while the plan
+    has one lets the blocks absorb it. Here the A/A arm reads 50% fast in the first three rounds only."""
+    fake = Fake({"a": 0.0, "b": 1.0})
+
+    def measure_aa(arm, rnd):
+        got = fake.measure(arm, rnd)
+        return design.Measured({"tps": got.values["tps"] * (1.5 if rnd < 3 else 1.0)}, got.requests, got.wall_s)
+
+    d = design.Design("x", ["a", "b"], "a", TPS, min_rounds=3, max_rounds=6)
+    r = design.run_design(d, fake.measure, clock=fake.clock, progress=False, measure_aa=measure_aa)
+    first = r.looks[0]
+    assert first["rounds"] == 3 and first["aa_moved"] and not first["decided"]
+    three = design.analyse_outcome(r.table[r.table["round"] < 3], d, TPS, first["alpha"])
+    assert three.arms["b"].verdict == "direction"          # what stopped it before: b against a decided at 3 rounds
+    assert r.rounds == 6 and len(r.looks) == 2 and r.looks[-1]["rounds"] == 6
+    steady = Fake({"a": 0.0, "b": 1.0})                   # the same design with a steady A/A arm stops at 3
+    r2 = design.run_design(d, steady.measure, clock=steady.clock, progress=False)
+    assert r2.stopped == "decided" and r2.rounds == 3 and not r2.looks[0]["aa_moved"]
+
+
 def test_a_secondary_outcome_is_said_without_the_primarys_rounds_needed():
     """A point row's ``rounds_needed`` is the primary outcome's: a secondary's undecided clause names its interval
     only, never that estimate."""

@@ -443,9 +443,22 @@ def _choice_decided(analysis, ranked: list, higher_is_better: bool = True) -> bo
     return blocks.pick_stands(analysis.arms[pick], vs)
 
 
+def _aa_moved(analysis) -> bool:
+    """The A/A control claims a direction at this look: the control measured twice a round differed beyond noise, so
+    the machine's speed moved within rounds (or the noise is larger than the model says), and the comparisons of
+    this look are not to be trusted yet (:func:`workbench.stats.validity.absorbed_by_rounds` would not keep them)."""
+    aa = analysis.arms.get(AA) if analysis is not None else None
+    return aa is not None and aa.verdict == "direction"
+
+
 def _decided(design: Design, table: pd.DataFrame, analysis, alpha: float) -> bool:
-    """The stop rule at a look: the design's own ``judge`` when it has one, else its best-of choice decided when it
-    ranks its arms (:func:`_choice_decided`), else every arm of ``decide`` decided."""
+    """The stop rule at a look: never while the A/A control claims a direction (:func:`_aa_moved`: another round,
+    while the plan has one, gives the rounds' blocks a chance to absorb what moved within one; a group-sequential
+    design that does not stop at a crossing keeps its error within the alpha spent, the union bound of its looks);
+    else the design's own ``judge`` when it has one, else its best-of choice decided when it ranks its arms
+    (:func:`_choice_decided`), else every arm of ``decide`` decided."""
+    if _aa_moved(analysis):
+        return False
     if design.judge is not None:
         return bool(not table.empty and design.judge(table, alpha))
     if design.rank is not None and len(design.groups or {}) <= 1:
@@ -464,7 +477,8 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
     Rounds: ``min_rounds`` first; then, at each look of the plan, the primary outcome is analysed at the look's
     spent alpha (:func:`workbench.stats.sequential.look_alpha`, O'Brien-Fleming-type by default) and the design stops
     when every arm of ``design.decide`` (default: every arm) has a direction or is equivalent (or, with
-    ``design.judge``, when the judge says its own comparison is decided). Between looks it
+    ``design.judge``, when the judge says its own comparison is decided), unless its A/A control claims a direction
+    at that look (:func:`_decided`; the look's ``aa_moved``). Between looks it
     measures whole rounds; a round beyond ``min_rounds`` starts only when the budget has room for one more round
     at the mean round time so far. A stop for the budget is analysed at the alpha the looks before it left (no look
     follows it).
@@ -507,7 +521,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
         alpha = sequential.look_alpha(k, plan, blocks.ALPHA, design.spending)
         analysis = analyse_outcome(table[table["round"] < k], design, design.primary, alpha)
         decided = _decided(design, table[table["round"] < k], analysis, alpha)
-        looks.append({"rounds": k, "alpha": alpha, "decided": bool(decided)})
+        looks.append({"rounds": k, "alpha": alpha, "decided": bool(decided), "aa_moved": _aa_moved(analysis)})
         if decided:
             rows = [r for r in rows if r["round"] < k]
             req_rows = [r for r in req_rows if r["repeat"] < k]
@@ -552,7 +566,7 @@ def run_design(design: Design, measure: Callable[[object, int], Measured],
             alpha = sequential.look_alpha(rnd, plan, blocks.ALPHA, design.spending)
             analysis = analyse_outcome(pd.DataFrame(rows), design, design.primary, alpha)
             decided = _decided(design, pd.DataFrame(rows), analysis, alpha)
-            looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(decided)})
+            looks.append({"rounds": rnd, "alpha": alpha, "decided": bool(decided), "aa_moved": _aa_moved(analysis)})
             if decided:
                 stopped = "decided"
                 break
