@@ -16,6 +16,10 @@
   behind every "rounds needed" of an undecided comparison) at 2, 5 and 12 comparisons: the equicorrelated normal's
   one-dimensional integral against scipy's multivariate normal CDF (Genz's quasi-Monte Carlo, the old path), each
   solved for the same 1 - alpha by Brent's method;
+- **Dunnett's critical value of a decision** (:func:`workbench.stats.blocks.critical_value`, every interval of a
+  pooled block analysis) at 4, 8 and 12 balanced comparisons and 10-30 dof: the equicorrelated t's exact coverage
+  (:func:`workbench.stats.blocks.equicorrelated_t_coverage`) against scipy's multivariate t CDF (Genz's quasi-Monte
+  Carlo with a fixed seed, the old path), each solved by Brent's method;
 - **a notebook kernel's first figure**: a fresh interpreter importing the workbench and plotly's renderers (what a
   kernel's first ``fig.show()`` imports: nbformat, jsonschema) with rfc3987_syntax's Lark grammar kept out
   (workbench/__init__.py) against the same with it imported (the old path).
@@ -123,6 +127,28 @@ def planning_alpha_seconds(exact: bool, ms=(2, 5, 12), alpha: float = 0.05) -> f
     return time.perf_counter() - t0
 
 
+_CALLS = 0
+
+
+def decision_critical_seconds(exact: bool, cases=((4, 10), (8, 20), (12, 30)), alpha: float = 0.05) -> float:
+    from scipy import optimize
+
+    global _CALLS
+    _CALLS += 1
+    t0 = time.perf_counter()
+    for m, dof in cases:
+        corr = blocks.balanced_corr(m)
+        if exact:   # a dof a hair apart each call: the value's cache never answers
+            blocks.critical_value(corr, dof + _CALLS * 1e-9, alpha)
+            continue
+        dist = stats.multivariate_t(loc=np.zeros(m), shape=corr, df=dof, allow_singular=True)   # the old path
+        lo, hi = stats.t.ppf(1 - alpha / 2, dof), stats.t.ppf(1 - alpha / (2 * m), dof) * 1.05 + 0.1
+        optimize.brentq(lambda c: float(dist.cdf(c * np.ones(m), lower_limit=-c * np.ones(m), maxpts=10_000 * m,
+                                                 random_state=np.random.default_rng(0))) - (1 - alpha),
+                        lo * 0.999, hi, xtol=1e-3)
+    return time.perf_counter() - t0
+
+
 FIRST_FIGURE = """
 import sys, time
 t = time.perf_counter()
@@ -159,6 +185,8 @@ def main() -> None:
     compare("a command before its first kernel", command_seconds, n, "torch imported", "auto read")
     compare("planning alpha at 2, 5, 12 comparisons", lambda old: planning_alpha_seconds(not old), n, "Genz QMC",
             "exact integral")
+    compare("Dunnett's value at 4, 8, 12 comparisons", lambda old: decision_critical_seconds(not old), n,
+            "Genz QMC", "exact integral")
     compare("a kernel's first figure imports", first_figure_seconds, n, "with the Lark grammar", "without")
     if args.skip_guard:
         return

@@ -59,6 +59,7 @@ from workbench.stats.decisions import (
     balanced_corr,
     critical_value,
     equicorrelated_coverage,
+    equicorrelated_t_coverage,
     per_comparison_alpha,
     planning_critical_value,
     rounds_needed,
@@ -636,6 +637,6 @@ def best_of(analysis: Analysis, candidates: Sequence | None = None, higher_is_be
 #: the analysis's names, those of its parts (:mod:`workbench.stats.decisions`, :mod:`workbench.stats.paired`) included
 __all__ = ["AA", "ALPHA", "MARGIN", "VERDICTS", "MAX_ROUNDS_NEEDED", "SPREAD_CHECK_MIN_ROUNDS", "ZERO_SPREAD",
            "SPREAD_CHECK_ALPHA", "critical_value", "balanced_corr", "planning_critical_value", "per_comparison_alpha",
-           "equicorrelated_coverage", "Decision", "verdict",
+           "equicorrelated_coverage", "equicorrelated_t_coverage", "Decision", "verdict",
            "additive_verdict", "rounds_needed", "Analysis", "wide_table", "fit_block_model", "spread_check", "decide",
            "analyse", "pick_versus", "Pick", "pick_stands", "keep_control", "best_of", "paired_binary"]

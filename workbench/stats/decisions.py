@@ -2,7 +2,7 @@
 (:mod:`workbench.stats.blocks`, docs/design.md section 11).
 
 Critical values: :func:`critical_value` (the max-|t| quantile of the contrasts' multivariate t at a correlation:
-Dunnett's many-to-one value), :func:`balanced_corr` (a balanced design's correlation) and
+Dunnett's many-to-one value; exact for an equicorrelated one, :func:`equicorrelated_t_coverage`), :func:`balanced_corr` (a balanced design's correlation) and
 :func:`planning_critical_value` (a fast Sidak-calibrated value for planning). A comparison's decision:
 :class:`Decision` (an arm's ratio to the control with its simultaneous interval, one of :data:`VERDICTS` and the
 rounds that would decide it), the three verdicts on a ratio (:func:`verdict`) or a difference
@@ -35,22 +35,29 @@ def _critical_cached(corr_key: tuple, m: int, dof: float, alpha: float) -> float
     if m == 1:
         return float(stats.t.ppf(1 - alpha / 2, dof))
     corr = np.asarray(corr_key, dtype=float).reshape(m, m)
+    lo = float(stats.t.ppf(1 - alpha / 2, dof))                    # one comparison: the smallest possible
+    hi = float(stats.t.ppf(1 - alpha / (2 * m), dof)) * 1.05 + 0.1  # Bonferroni (+ room): the largest
+    off = corr[~np.eye(m, dtype=bool)]
+    if np.ptp(off) < 1e-9 and 0 <= off[0] < 1:                     # equicorrelated (a balanced design): exact
+        rho = float(off[0])
+        return float(optimize.brentq(lambda c: equicorrelated_t_coverage(c, m, dof, rho) - (1 - alpha), lo * 0.999,
+                                     hi, xtol=1e-6))
     dist = stats.multivariate_t(loc=np.zeros(m), shape=corr, df=dof, allow_singular=True)
 
     def coverage(c):  # P(max |T_i| <= c), a fixed seed: the same value every call
         return float(dist.cdf(c * np.ones(m), lower_limit=-c * np.ones(m), random_state=np.random.default_rng(0),
                               maxpts=10_000 * m))
 
-    lo = float(stats.t.ppf(1 - alpha / 2, dof))                    # one comparison: the smallest possible
-    hi = float(stats.t.ppf(1 - alpha / (2 * m), dof)) * 1.05 + 0.1  # Bonferroni (+ room): the largest
     return float(optimize.brentq(lambda c: coverage(c) - (1 - alpha), lo * 0.999, hi, xtol=1e-3))
 
 
 def critical_value(corr: np.ndarray, dof: float, alpha: float = ALPHA) -> float:
     """The two-sided max-|t| critical value of ``m`` contrasts: ``c`` with ``P(max_i |T_i| <= c) = 1 - alpha``
     where ``T`` is multivariate t with ``dof`` degrees of freedom and correlation ``corr`` (Dunnett 1955; Hothorn,
-    Bretz and Westfall 2008). ``scipy.stats.multivariate_t``'s CDF (Genz's quasi-Monte Carlo, a fixed seed) and
-    Brent's root search; cached by (correlation, dof, alpha).
+    Bretz and Westfall 2008), by Brent's root search; cached by (correlation, dof, alpha). An equicorrelated
+    ``corr`` (every balanced many-to-one design: 0.5 off the diagonal) is solved on the exact coverage
+    (:func:`equicorrelated_t_coverage`: to ~1e-6 in ``c``, ~0.1 s); any other on ``scipy.stats.multivariate_t``'s CDF
+    (Genz's quasi-Monte Carlo with a fixed seed: ~1e-3 in ``c``, 0.5-3 s at 4-12 contrasts on a 2-core CPU).
 
     Args:
         corr: ``m x m`` correlation matrix of the contrasts' estimates (0.5 off the diagonal for many-to-one
@@ -100,6 +107,48 @@ def equicorrelated_coverage(c: float, m: int, rho: float = 0.5) -> float:
                                                                   - special.ndtr((-c - a * y) / b)) ** m
 
     return float(integrate.quad(f, -np.inf, np.inf, epsabs=1e-12, epsrel=1e-10)[0])
+
+
+#: Gauss-Hermite nodes and weights for the standard normal (``numpy.polynomial.hermite_e``, weight exp(-y^2/2)
+#: over sqrt(2 pi)): the inner integral of :func:`equicorrelated_t_coverage`, exact for polynomials to degree 199.
+_HERMITE = None
+
+
+def equicorrelated_t_coverage(c: float, m: int, dof: float, rho: float = 0.5) -> float:
+    """``P(max_i |T_i| <= c)`` for ``m`` t variables with ``dof`` degrees of freedom sharing one scale and a common
+    correlation ``rho >= 0`` (a balanced many-to-one design's contrasts: Dunnett 1955): the scale
+    ``S = sqrt(chi2_dof / dof)`` integrated out of :func:`equicorrelated_coverage` at ``c S``, ``int
+    P(max_i |Z_i| <= c s) f_S(s) ds`` (Dunnett and Sobel 1955; Tong 1990, ch. 9). The inner integral by 100-node
+    Gauss-Hermite quadrature (vectorized; within 1e-9 of :func:`equicorrelated_coverage`'s adaptive integral up to 20
+    variables), the outer by ``scipy.integrate.quad`` between the scale's 1e-13 and 1 - 1e-13 quantiles:
+    deterministic.
+
+    Args:
+        c: the bound (> 0); m: the number of variables (>= 1); dof: degrees of freedom (> 0, not necessarily an
+            integer); rho: their correlation, in [0, 1).
+
+    Returns:
+        The probability.
+    """
+    global _HERMITE
+    from scipy import integrate, special, stats
+
+    if _HERMITE is None:
+        y, w = np.polynomial.hermite_e.hermegauss(100)
+        _HERMITE = (y, w / math.sqrt(2 * math.pi))
+    y, w = _HERMITE
+    a, b = math.sqrt(rho), math.sqrt(1 - rho)
+    half = dof / 2
+    log_norm = math.log(2) + half * math.log(half) - special.gammaln(half)
+
+    def integrand(s):
+        x = c * s
+        inner = float(np.dot(w, (special.ndtr((x - a * y) / b) - special.ndtr((-x - a * y) / b)) ** m))
+        return inner * math.exp(log_norm + (dof - 1) * math.log(s) - dof * s * s / 2)
+
+    scale = stats.chi(dof, scale=1 / math.sqrt(dof))
+    lo, hi = float(scale.ppf(1e-13)), float(scale.isf(1e-13))
+    return float(integrate.quad(integrand, lo, hi, epsabs=1e-11, epsrel=1e-10, limit=200)[0])
 
 
 @functools.lru_cache(maxsize=256)
