@@ -342,3 +342,13 @@ def test_the_paired_interval_covers():
         miss += not (got["low"] <= true <= got["high"])
         wide += not (got["unconditional"][0] <= true <= got["unconditional"][1])
     assert miss / 400 <= 0.05 and wide / 400 <= 0.05
+
+
+def test_tukeys_value_is_the_tables_and_computed_once():
+    """The runner-up comparison's critical value: the studentized range's 95% point over sqrt(2), as tabled
+    (Harter 1960, q(0.05; 3, 10) = 3.877 and q(0.05; 5, 20) = 4.232), computed once per (alpha, arms, dof)."""
+    blocks.tukey_critical.cache_clear()
+    assert blocks.tukey_critical(0.05, 3, 10.0) == pytest.approx(3.877 / math.sqrt(2), abs=1e-3)
+    assert blocks.tukey_critical(0.05, 5, 20.0) == pytest.approx(4.232 / math.sqrt(2), abs=1e-3)
+    blocks.tukey_critical(0.05, 3, 10.0)
+    assert blocks.tukey_critical.cache_info().hits == 1
