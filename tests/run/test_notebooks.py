@@ -1,5 +1,7 @@
 """Notebook parameters, suites, YAML parsing and papermill's view of the parameters cells."""
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,6 +132,25 @@ def test_notebooks_of_one_run_share_a_kernel_but_no_variables(tmp_path, monkeypa
     assert notebooks._SHARED is None and not km.has_kernel
     notebooks.execute_notebook(nb, {}, run, log_output=False)     # outside the block: a kernel of its own
     assert json.loads((run / "pids.jsonl").read_text().splitlines()[-1])["pid"] not in {r["pid"] for r in rows}
+
+
+def test_a_killed_commands_kernel_folder_is_removed_by_the_next_command(tmp_path):
+    """A command killed with SIGKILL never removes its kernel's socket folder; the next one removes the folders of
+    processes that are gone, and leaves a live process's folder and anything it did not name alone."""
+    import subprocess
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    prefix = notebooks.KERNEL_FOLDER_PREFIX
+    dead = tmp_path / f"{prefix}{gone.pid}-abc"
+    live = tmp_path / f"{prefix}1-def"                      # pid 1: alive
+    mine = tmp_path / f"{prefix}{os.getpid()}-ghi"
+    other = tmp_path / f"{prefix}notapid"
+    for folder in (dead, live, mine, other):
+        folder.mkdir()
+        (folder / "kernel-1").write_text("")
+    assert notebooks._remove_orphan_folders(str(tmp_path)) == [str(dead)]
+    assert not dead.exists() and live.exists() and mine.exists() and other.exists()
 
 
 @pytest.mark.parametrize("entry", ["/etc/passwd", "../../tmp/x.ipynb", "notebooks/../README.md", "/tmp/other.ipynb"])

@@ -260,10 +260,43 @@ def _kernel_manager():
             self.workbench_clients.append(kc)
             return kc
 
-    folder = tempfile.mkdtemp(prefix="workbench-kernel-")
+    _remove_orphan_folders(tempfile.gettempdir())
+    folder = tempfile.mkdtemp(prefix=f"{KERNEL_FOLDER_PREFIX}{os.getpid()}-")
     km = _Manager(kernel_name="python3", transport="ipc", ip=os.path.join(folder, "kernel"))
     km.workbench_clients, km.workbench_folder = [], folder
     return km
+
+
+KERNEL_FOLDER_PREFIX = "workbench-kernel-"   # + the owning command's pid + "-" + mkdtemp's random part
+
+
+def _remove_orphan_folders(tmp: str) -> list[str]:
+    """Remove the kernels' socket folders (:func:`_kernel_manager`) whose owning process is gone: a command killed
+    with SIGKILL never reaches :func:`_shutdown`, and its folder would stay in the temporary folder for good.
+
+    Args:
+        tmp: the temporary folder to look in.
+
+    Returns:
+        the folders removed (those of live processes, and any not named by this module, are left alone).
+    """
+    import shutil
+
+    removed = []
+    for path in Path(tmp).glob(f"{KERNEL_FOLDER_PREFIX}*-*"):
+        pid = path.name[len(KERNEL_FOLDER_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue                  # its process is alive (or is another user's: not ours to remove)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
+    return removed
 
 
 def _stop_clients(km) -> None:
