@@ -245,3 +245,38 @@ def test_a_moderate_move_is_rescaled_even_with_the_model_loaded(tmp_path, monkey
     calls = _stale_cache(tmp_path, monkeypatch, today)
     dev, calib = roofline_calibration.checked_cached(str(tmp_path), "cpu", "float32", 1, SimpleNamespace())
     assert calls["refit"] == 0 and calib.check.startswith("rescaled") and dev.flops_per_s == today.flops_per_s
+
+
+def test_a_machine_that_swings_between_two_speeds_finds_the_calibration_of_todays(tmp_path, monkeypatch):
+    """A cache file keeps the newest calibrations with their probes; the check starts from the one whose probe is
+    nearest today's, so a VM that swings between a slow and a fast state refits once per state, not at each swing."""
+    import json
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    roofline_calibration._CHECKED.clear()
+    threads = roofline_calibration.torch_threads()
+    path = roofline_calibration.cache_path(str(tmp_path), "cpu", "float32", threads)
+    path.parent.mkdir(parents=True)
+    slow = roofline.Device(1e9, 5e10, threads, name="cpu")
+    fast = roofline.Device(1.6e9, 8e10, threads, name="cpu")
+    for i, dev in enumerate([slow, fast] + [fast] * roofline_calibration.KEPT_CALIBRATIONS):
+        roofline_calibration.save_calibration(path, dev, roofline.Calibration(step_overhead_s=float(i), calibrated=True))
+    kept = json.loads(path.read_text())
+    assert len(kept["earlier"]) == roofline_calibration.KEPT_CALIBRATIONS - 1   # the oldest (slow) dropped
+    # the newest first; with a slow fit kept as well, a slow probe finds it
+    roofline_calibration.save_calibration(path, slow, roofline.Calibration(step_overhead_s=9.0, calibrated=True))
+    roofline_calibration.save_calibration(path, fast, roofline.Calibration(step_overhead_s=10.0, calibrated=True))
+    newest = roofline_calibration.load_cached(str(tmp_path), "cpu", "float32", threads)
+    assert newest[1].step_overhead_s == 10.0
+    today = roofline.Device(1.05e9, 5.1e10, threads, name="cpu")
+    nearest = roofline_calibration.load_cached(str(tmp_path), "cpu", "float32", threads, nearest_to=today)
+    assert nearest[1].step_overhead_s == 9.0 and nearest[0].bandwidth_bytes_per_s == 1e9
+
+    def refit(*a, **k):
+        raise AssertionError("refitted although a calibration of today's state was kept")
+
+    monkeypatch.setattr(roofline.Device, "probe", classmethod(lambda cls, *a, **k: today))
+    monkeypatch.setattr(roofline_calibration, "calibrate", refit)
+    dev, calib = roofline_calibration.checked_cached(str(tmp_path), "cpu", "float32", threads, loaded=object())
+    assert calib.step_overhead_s == 9.0 and calib.check.startswith("kept")
+    assert roofline_calibration.probe_distance(slow, fast) == pytest.approx(math.log(1.6))

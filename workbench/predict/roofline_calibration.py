@@ -200,24 +200,65 @@ def calibrate(loaded, repeats: int = 2, save: bool = True, trials: int = 7,
     calib = dataclasses.replace(fit_calibration(shape, dev, pd.DataFrame(rows)),
                                 calibration_s=time.perf_counter() - t0)
     if save:
-        from workbench.paths import write_cache_text
-
-        path = cache_path(info.path, dev.name, info.dtype, torch.get_num_threads())
-        write_cache_text(path, json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(calib),
-                                           "runs": rows}, indent=1))
+        save_calibration(cache_path(info.path, dev.name, info.dtype, torch.get_num_threads()), dev, calib, rows)
         _CHECKED[_checked_key(info.path, dev.name, info.dtype, torch.get_num_threads())] = (dev, calib)
     return dev, calib
 
 
-def load_cached(model_path: str, device: str, dtype: str, threads: int) -> tuple[Device, Calibration] | None:
-    """A saved calibration of this (model folder, device, dtype, threads), or None."""
-    path = cache_path(model_path, device, dtype, threads)
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    if data["calibration"].get("version") != CALIBRATION_VERSION:
-        return None  # fitted by an older model: refit
-    return Device(**data["device"]), Calibration(**data["calibration"])
+#: How many calibrations a cache file keeps (the newest and the ones it replaced): a machine whose speed swings
+#: between states (a shared VM: its probed bandwidth 1.5x apart within an hour, results/LOG.md 2026-12-07 (evening))
+#: finds the one fitted in a state like today's instead of refitting (~20-45 s) at each swing.
+KEPT_CALIBRATIONS = 4
+
+
+def _kept(path: Path) -> list[tuple[dict, dict]]:
+    """``[(device dict, calibration dict)]`` in a cache file, newest first, of the current
+    :data:`CALIBRATION_VERSION` only; [] when there is no readable file."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    entries = [data, *(data.get("earlier") or [])]
+    return [(e["device"], e["calibration"]) for e in entries
+            if isinstance(e, dict) and "device" in e and e.get("calibration", {}).get("version") == CALIBRATION_VERSION]
+
+
+def save_calibration(path: Path, dev: Device, calib: Calibration, runs: list[dict] | None = None) -> None:
+    """Write a calibration to its cache file as the newest, keeping the :data:`KEPT_CALIBRATIONS` - 1 newest of
+    those the file held (their probes and fits; ``runs``, the measured rows, only for the newest)."""
+    from workbench.paths import write_cache_text
+
+    earlier = [{"device": d, "calibration": c} for d, c in _kept(path)][:KEPT_CALIBRATIONS - 1]
+    write_cache_text(path, json.dumps({"device": dataclasses.asdict(dev), "calibration": dataclasses.asdict(calib),
+                                       "runs": runs or [], "earlier": earlier}, indent=1))
+
+
+def probe_distance(a: Device, b: Device) -> float:
+    """How far apart two probes of a device are: the larger absolute log ratio of their bandwidths and of their
+    matmul FLOP/s (0: the same; ln 1.5 = 0.41: one 1.5x the other); inf when a figure is missing."""
+    out = 0.0
+    for x, y in ((a.bandwidth_bytes_per_s, b.bandwidth_bytes_per_s), (a.flops_per_s, b.flops_per_s)):
+        if not (x and y and x > 0 and y > 0):
+            return math.inf
+        out = max(out, abs(math.log(x / y)))
+    return out
+
+
+def load_cached(model_path: str, device: str, dtype: str, threads: int,
+                nearest_to: Device | None = None) -> tuple[Device, Calibration] | None:
+    """A saved calibration of this (model folder, device, dtype, threads), or None.
+
+    Args:
+        nearest_to: today's probe: of the :data:`KEPT_CALIBRATIONS` the file keeps, the one whose own probe is
+            nearest (:func:`probe_distance`; the newest among equals); None: the newest.
+    """
+    kept = _kept(cache_path(model_path, device, dtype, threads))
+    if not kept:
+        return None   # none, or fitted by an older model: refit
+    pairs = [(Device(**d), Calibration(**c)) for d, c in kept]
+    if nearest_to is None:
+        return pairs[0]
+    return min(pairs, key=lambda pair: probe_distance(pair[0], nearest_to))
 
 
 def check_calibration(cached: tuple[Device, Calibration], today: Device, loaded=None,
@@ -280,9 +321,10 @@ def _checked_key(model_path, device: str, dtype: str, threads: int) -> tuple:
 
 def checked_cached(model_path: str, device: str, dtype: str, threads: int, loaded=None,
                    **calibrate_kwargs) -> tuple[Device, Calibration] | None:
-    """:func:`load_cached` checked against today's probe of the device (:func:`check_calibration`): the process's
-    one :func:`workbench.measure.device.probe_device` (7 trials), the same the run's environment record takes, or
-    None when nothing is cached.
+    """The cached calibration whose probe is nearest today's (:func:`load_cached` ``nearest_to``), checked against
+    today's probe of the device (:func:`check_calibration`): the process's one
+    :func:`workbench.measure.device.probe_device` (7 trials), the same the run's environment record takes, or None
+    when nothing is cached.
 
     Once per process: a later call for the same model, device, dtype and threads returns the first one's result
     (or the calibration :func:`calibrate` fitted since). When today's probe is itself noisy (its trials spread
@@ -292,10 +334,10 @@ def checked_cached(model_path: str, device: str, dtype: str, threads: int, loade
     key = _checked_key(model_path, device, dtype, threads)
     if key in _CHECKED:
         return _CHECKED[key]
-    cached = load_cached(model_path, device, dtype, threads)
-    if cached is None:
+    if load_cached(model_path, device, dtype, threads) is None:
         return None
     today = Device.probe(device, dtype)
+    cached = load_cached(model_path, device, dtype, threads, nearest_to=today)
     noisy = bool(getattr(today, "noisy", False))
     out = check_calibration(cached, today, None if noisy else loaded, **calibrate_kwargs)
     if noisy and loaded is not None and out[1].check.startswith("rescaled"):
