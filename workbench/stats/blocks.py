@@ -42,7 +42,6 @@ Parts: the critical values, :class:`Decision` and the verdicts are :mod:`workben
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Sequence
 
@@ -64,6 +63,7 @@ from workbench.stats.decisions import (
     per_comparison_alpha,
     planning_critical_value,
     rounds_needed,
+    tukey_critical,
     verdict,
 )
 from workbench.stats.paired import paired_binary
@@ -433,25 +433,6 @@ def analyse(measurements: pd.DataFrame, control, aa=AA, *, groups: dict | None =
                            float("nan"), need, reason)
     return Analysis(control, aa if aa in table.columns else None, arms, got["method"], got["pooled"], got["sigma"],
                     got["dof"], int(table[control].notna().sum()), alpha, margin, got["spread_p"], table)
-
-
-@functools.lru_cache(maxsize=256)
-def tukey_critical(alpha: float, arms: int, dof: float) -> float:
-    """Tukey's two-sided critical value for one difference of two arm means on the log scale: the studentized
-    range's ``1 - alpha`` quantile over ``arms`` arms and ``dof`` degrees of freedom, over sqrt(2) (Tukey 1953;
-    ``scipy.stats.studentized_range``, an integral of ~0.1-0.3 s a call, so cached).
-
-    Args:
-        alpha: the family's error rate (0-1).
-        arms: how many arms the pick could have been (>= 2).
-        dof: the residual degrees of freedom of the pooled model (> 0).
-
-    Returns:
-        the critical value c: an estimate +- c standard errors is the simultaneous interval.
-    """
-    from scipy import stats
-
-    return float(stats.studentized_range.ppf(1 - alpha, arms, dof)) / math.sqrt(2)
 
 
 def pick_versus(analysis: Analysis, pick, runner_up, *, candidates: int | None = None) -> Decision:
