@@ -98,15 +98,22 @@ def equicorrelated_coverage(c: float, m: int, rho: float = 0.5) -> float:
     Returns:
         The probability.
     """
-    from scipy import integrate, special
-
-    a, b = math.sqrt(rho), math.sqrt(1 - rho)
+    from scipy import integrate
 
     def f(y):
-        return math.exp(-y * y / 2) / math.sqrt(2 * math.pi) * (special.ndtr((c - a * y) / b)
-                                                                  - special.ndtr((-c - a * y) / b)) ** m
+        return math.exp(-y * y / 2) / math.sqrt(2 * math.pi) * _all_inside(c, y, m, rho)
 
     return float(integrate.quad(f, -np.inf, np.inf, epsabs=1e-12, epsrel=1e-10)[0])
+
+
+def _all_inside(x, y, m: int, rho: float):
+    """``P(max_i |Z_i| <= x | Y = y)`` for ``m`` equicorrelated standard normals ``Z_i = sqrt(rho) Y + sqrt(1 - rho)
+    E_i``: ``[Phi((x - sqrt(rho) y) / sqrt(1 - rho)) - Phi((-x - sqrt(rho) y) / sqrt(1 - rho))]^m``, the integrand of
+    :func:`equicorrelated_coverage` and :func:`equicorrelated_t_coverage` over ``y`` (scalars or arrays)."""
+    from scipy import special
+
+    a, b = math.sqrt(rho), math.sqrt(1 - rho)
+    return (special.ndtr((x - a * y) / b) - special.ndtr((-x - a * y) / b)) ** m
 
 
 #: Gauss-Hermite nodes and weights for the standard normal (``numpy.polynomial.hermite_e``, weight exp(-y^2/2)
@@ -137,13 +144,11 @@ def equicorrelated_t_coverage(c: float, m: int, dof: float, rho: float = 0.5) ->
         y, w = np.polynomial.hermite_e.hermegauss(100)
         _HERMITE = (y, w / math.sqrt(2 * math.pi))
     y, w = _HERMITE
-    a, b = math.sqrt(rho), math.sqrt(1 - rho)
     half = dof / 2
     log_norm = math.log(2) + half * math.log(half) - special.gammaln(half)
 
     def integrand(s):
-        x = c * s
-        inner = float(np.dot(w, (special.ndtr((x - a * y) / b) - special.ndtr((-x - a * y) / b)) ** m))
+        inner = float(np.dot(w, _all_inside(c * s, y, m, rho)))
         return inner * math.exp(log_norm + (dof - 1) * math.log(s) - dof * s * s / 2)
 
     scale = stats.chi(dof, scale=1 / math.sqrt(dof))
