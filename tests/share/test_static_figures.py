@@ -7,6 +7,7 @@ import pytest
 
 from tests.share.test_report import fake_point, make_run
 from workbench.errors import ParameterError
+from workbench.run import results
 from workbench.share import plots, report, static_figures
 
 
@@ -30,6 +31,35 @@ def test_every_figure_as_png_svg_pdf_at_the_column_size():
         assert svg.lstrip().startswith("<svg") and f'width="{static_figures.WIDTH_PX}"' in svg
         assert (run / "figures" / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
     assert not list((run / "figures").glob(".static-*"))                       # no temporary folder left
+
+
+@pytest.mark.skipif(static_figures.renderer_problem() is not None, reason=str(static_figures.renderer_problem()))
+def test_the_export_goes_figure_by_figure_under_a_bar_and_a_renderer_stop_keeps_the_figures_before(monkeypatch,
+                                                                                                       capsys):
+    """One browser session, one ``write_images`` call a figure (all its formats): a progress bar counts the images,
+    and a renderer that stops on the second figure leaves the first figure's files in place (none partial) and
+    returns one line."""
+    run = make_run([fake_point(batch_size=1), fake_point(ttfts=(0.2, 0.2), wall_s=2.0, batch_size=2)])
+    report.build_report(run)
+    results.save_figure(run, "second", go.Figure(go.Scatter(x=[1, 2], y=[3, 4], name="a")))
+    names = static_figures.figure_names(run)
+    assert len(names) >= 2
+    calls, real = [], static_figures.pio.write_images
+
+    def stops_on_the_second(figs, paths, **kw):
+        calls.append([p.name for p in paths])
+        if len(calls) == 2:
+            raise RuntimeError("browser went away\nits traceback")
+        return real(figs, paths, **kw)
+
+    monkeypatch.setattr(static_figures.pio, "write_images", stops_on_the_second)
+    written, problem = static_figures.write_static(run, "png,svg")
+    assert calls == [[f"{names[0]}.png", f"{names[0]}.svg"], [f"{names[1]}.png", f"{names[1]}.svg"]]
+    assert problem == "static figures failed: RuntimeError: browser went away"
+    assert sorted(p.name for p in written) == [f"{names[0]}.png", f"{names[0]}.svg"]
+    assert all(p.stat().st_size > 0 for p in written)
+    assert not (run / "figures" / f"{names[1]}.png").exists() and not list((run / "figures").glob(".static-*"))
+    assert "static figures" in capsys.readouterr().err                      # the progress bar
 
 
 def test_without_a_renderer_one_line_and_the_html_figures_still_written(monkeypatch, capsys):

@@ -3,8 +3,8 @@
 ``write_static(run_dir, formats)`` reads each saved figure (``figures/NAME.json``) and writes
 ``figures/NAME.png`` / ``.svg`` / ``.pdf`` with plotly's static export: Kaleido 1.x (plotly
 ``doc/python/static-image-export.md``) driving a local Chromium (Debian's ``chromium``, which ``make system``
-installs); nothing is downloaded. All of a run's figures go through one browser session
-(:func:`plotly.io.write_images`).
+installs); nothing is downloaded. All of a run's figures go through one browser session (Kaleido's sync server),
+figure by figure under a progress bar.
 
 Paper layout (:data:`WIDTH_PX` x :data:`HEIGHT_PX` CSS pixels, fonts :data:`FONT_PX`): set 3.5 in wide (one
 column of a two-column paper) the text is 7 pt; the PNG is rendered at :data:`DPI` dpi for that width. Titles
@@ -12,20 +12,25 @@ longer than a line are wrapped, the legend goes under the plot, and every engine
 house colour (:func:`workbench.share.plots.consistent_colours`), so one engine has one colour across figures.
 
 Where no renderer is present (Kaleido not installed, no Chromium found) :func:`renderer_problem` says why in
-one line, nothing is written, and the HTML figures stay as they are. Files are rendered into a temporary
-folder and moved into place, so an interrupted export leaves no half-written image.
+one line, nothing is written, and the HTML figures stay as they are. Each figure's files are rendered into a
+temporary folder and moved into place once rendered, so an interrupted export keeps the figures done before it and
+leaves no half-written image.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
+import warnings
 from pathlib import Path
 
 import plotly.io as pio
+from tqdm.auto import tqdm
 
 from workbench.errors import ParameterError
 from workbench.run import results
@@ -142,13 +147,15 @@ def figure_names(run_dir) -> list[str]:
     return names + sorted(p.stem for p in (run / "figures").glob("*.json") if p.stem not in names)
 
 
-def write_static(run_dir, formats=("png", "svg"), names: list[str] | None = None) -> tuple[list[Path], str | None]:
+def write_static(run_dir, formats=("png", "svg"), names: list[str] | None = None,
+                 progress: bool = True) -> tuple[list[Path], str | None]:
     """Write each figure of a run as ``figures/NAME.<format>`` beside ``NAME.html``.
 
     Args:
         run_dir: the run folder.
         formats: any of :data:`FORMATS` (a string ``"png,svg"`` is parsed).
         names: the figures to write (default: all, :func:`figure_names`).
+        progress: a progress bar on stderr, an image a step.
 
     Returns:
         ``(paths written, problem)``: ``problem`` is None, or the one-line reason nothing was written
@@ -171,28 +178,60 @@ def write_static(run_dir, formats=("png", "svg"), names: list[str] | None = None
             logging.getLogger(logger).setLevel(logging.WARNING)
     if "BROWSER_PATH" not in os.environ:
         os.environ["BROWSER_PATH"] = _browser()
-    jobs = []
+    jobs: dict[str, list] = {}
     for name in names:
         src = figs_dir / f"{name}.json"
         if not src.is_file():
             continue
         fig, w, h = paper_figure(pio.from_json(src.read_text(encoding="utf-8")))
-        for fmt in formats:
-            jobs.append((name, fmt, fig, w, h))
+        jobs[name] = [(fmt, fig, w, h) for fmt in formats]
     written: list[Path] = []
-    with tempfile.TemporaryDirectory(dir=figs_dir, prefix=".static-") as tmp:
+    with tempfile.TemporaryDirectory(dir=figs_dir, prefix=".static-") as tmp, contextlib.ExitStack() as browser:
         tmp = Path(tmp)
         try:
-            pio.write_images([j[2] for j in jobs], [tmp / f"{j[0]}.{j[1]}" for j in jobs],
-                             format=[j[1] for j in jobs], width=[j[3] for j in jobs], height=[j[4] for j in jobs],
-                             scale=[DPI * COLUMN_IN / WIDTH_PX if j[1] == "png" else 1 for j in jobs])
-        except Exception as exc:  # noqa: BLE001 - the renderer's own errors (browser crash, timeout) become one line
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            return written, f"static figures failed: {type(exc).__name__}: {first}"[:300]
-        for name, fmt, *_ in jobs:
-            part = tmp / f"{name}.{fmt}"
-            if part.is_file() and part.stat().st_size > 0:
-                target = results.check_write_target(figs_dir / f"{name}.{fmt}")
-                os.replace(part, target)
-                written.append(target)
+            browser.enter_context(_one_browser())
+        except Exception as exc:  # noqa: BLE001 - a browser that cannot start: one line, nothing written
+            return written, _failed(exc)
+        bar = tqdm(total=sum(len(j) for j in jobs.values()), desc="static figures", unit="image", file=sys.stderr,
+                   mininterval=1.0, disable=not progress)
+        for name, group in jobs.items():
+            try:
+                pio.write_images([g[1] for g in group], [tmp / f"{name}.{g[0]}" for g in group],
+                                 format=[g[0] for g in group], width=[g[2] for g in group],
+                                 height=[g[3] for g in group],
+                                 scale=[DPI * COLUMN_IN / WIDTH_PX if g[0] == "png" else 1 for g in group])
+            except Exception as exc:  # noqa: BLE001 - the renderer's own errors (browser crash, timeout): one line
+                bar.close()
+                return written, _failed(exc)
+            for fmt, *_ in group:
+                part = tmp / f"{name}.{fmt}"
+                if part.is_file() and part.stat().st_size > 0:
+                    target = results.check_write_target(figs_dir / f"{name}.{fmt}")
+                    os.replace(part, target)
+                    written.append(target)
+            bar.update(len(group))
+        bar.close()
     return written, None
+
+
+def _failed(exc: BaseException) -> str:
+    """The one line of an export the renderer stopped."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"static figures failed: {type(exc).__name__}: {first}"[:300]
+
+
+@contextlib.contextmanager
+def _one_browser():
+    """Kaleido's sync server around an export (``kaleido.start_sync_server``, Kaleido 1.x): one browser session
+    for every figure's ``pio.write_images`` call, so the export can go figure by figure (a progress bar, each
+    figure's files in place once rendered) at about the cost of one batched call (results/LOG.md, 2026-12-07 night).
+    Plotly's "kopts ignored" warning (its empty options, passed to a running server) is silenced."""
+    import kaleido
+
+    kaleido.start_sync_server(silence_warnings=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
+            yield
+    finally:
+        kaleido.stop_sync_server(silence_warnings=True)
