@@ -76,6 +76,30 @@ def test_workbench_vllm_export_round_trips_as_comparable(tmp_path):
     assert len(table) == 1 and table["present_in"].iloc[0] == "A, B"          # the same point, matched
 
 
+def _recorded_before_points_carried_ignore_eos(run, value=True):
+    """A run as notebook 01 wrote it: every request records ``ignore_eos``, its point rows do not."""
+    pts = results.read_points(run).drop(columns=["ignore_eos"], errors="ignore")
+    req = results.read_requests(run).assign(ignore_eos=value)
+    pts.to_parquet(run / "points.parquet")
+    req.to_parquet(run / "requests.parquet")
+    return run
+
+
+def test_ignore_eos_recorded_by_the_requests_makes_two_runs_comparable_and_reaches_the_exports(tmp_path):
+    """A fresh user's report of two runs of notebook 01 read "ignore_eos: UNKNOWN ... not recorded" and left out
+    output throughput, though every request recorded ``ignore_eos: true``; the vLLM export wrote ``null``."""
+    a = _recorded_before_points_carried_ignore_eos(make_run([fake_point(batch_size=1)], label="a"))
+    b = _recorded_before_points_carried_ignore_eos(make_run([fake_point(batch_size=1)], label="b"))
+    assert comparability.provenance(a)["ignore_eos"] is True
+    lines, left = comparability.comparability([a, b])
+    assert "output_throughput_tps" not in left and not any("UNKNOWN" in line for line in lines), (lines, left)
+    export.export_run(a, "vllm-json", out=tmp_path / "v")
+    assert json.loads(next((tmp_path / "v").glob("*.json")).read_text())["ignore_eos"] is True
+    mixed = _recorded_before_points_carried_ignore_eos(make_run([fake_point(batch_size=1)], label="c"), value=False)
+    assert comparability.provenance(mixed)["ignore_eos"] is False
+    assert "output_throughput_tps" in comparability.comparability([a, mixed])[1]     # differs: left out
+
+
 def test_a_file_that_is_not_what_it_claims_is_one_line_and_writes_nothing(tmp_path, capsys):
     run = make_run([fake_point(batch_size=1)])
     fake = tmp_path / "benchmarks.json"

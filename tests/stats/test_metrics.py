@@ -91,6 +91,20 @@ def test_throughput_and_goodput_by_hand():
     assert row["goodput_rps"] == pytest.approx(1 / 5.0)     # only the first meets both SLOs
 
 
+def test_a_point_row_carries_the_ignore_eos_its_requests_share():
+    """The point row says how its requests generated (comparability across runs and the exports read it there):
+    the requests' one value, None when they disagree or do not record it."""
+    req = _requests()
+    assert metrics.summarize_point(req, wall_s=5.0)["ignore_eos"] is None                 # not recorded
+    assert metrics.summarize_point(req.assign(ignore_eos=True), wall_s=5.0)["ignore_eos"] is True
+    assert metrics.summarize_point(req.assign(ignore_eos=[True, False, True]), wall_s=5.0)["ignore_eos"] is None
+    pts = pd.DataFrame({"point_id": ["a", "b", "c"], "ignore_eos": [None, False, None]})
+    reqs = pd.DataFrame({"point_id": ["a", "a", "b", "c", "c"], "ignore_eos": [True, True, True, True, False]})
+    lifted = metrics.with_request_settings(pts, reqs)
+    assert lifted["ignore_eos"].tolist() == [True, False, None]      # a point's own value wins; mixed stays None
+    assert pts["ignore_eos"].tolist() == [None, False, None]         # a copy
+
+
 def test_goodput_is_undefined_without_an_slo():
     assert math.isnan(metrics.summarize_point(_requests(), wall_s=5.0)["goodput_rps"])
 

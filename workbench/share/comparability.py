@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.run import results
+from workbench.stats import metrics
 
 #: The metrics of a comparison's delta table (the report's and an imported run's).
 DELTA_METRICS = ["ttft_s_p50", "ttft_s_p99", "output_throughput_tps", "goodput_rps"]
@@ -64,6 +65,8 @@ def provenance(run_dir) -> dict:
                 "profile", pd.Series(["simulated"])).dropna().astype(str)))))
         prov.update({k: f"mixed: measured and simulated points (the simulated: {v})"
                      for k, v in SIMULATED_PROVENANCE.items()})
+    if "ignore_eos" not in pts or pts["ignore_eos"].isna().any():   # recorded before point rows carried it
+        pts = metrics.with_request_settings(pts, results.read_requests(run_dir))
     if "ignore_eos" in pts and pts["ignore_eos"].notna().any():
         vals = set(pts["ignore_eos"].dropna().astype(bool))
         prov["ignore_eos"] = vals.pop() if len(vals) == 1 else "mixed"

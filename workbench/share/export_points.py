@@ -48,13 +48,15 @@ def check_run(run_dir) -> Path:
 
 
 def run_tables(run: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """Manifest, points (with cost columns at the recorded price) and requests of a run."""
+    """Manifest, points (with cost columns at the recorded price, and ``ignore_eos`` from the requests where a point
+    row lacks it: :func:`workbench.stats.metrics.with_request_settings`) and requests of a run."""
     from workbench.share import cost
 
     manifest = results.read_manifest(run)
     points = results.read_points(run)
     requests = results.read_requests(run)
     if not points.empty:
+        points = metrics.with_request_settings(points, requests)
         points = cost.add_columns(points, requests, manifest.get("price_per_hour_usd"))
     return manifest, points, requests
 

@@ -267,8 +267,54 @@ def summarize_point(
         else float("nan"),
         slo_ttft_s=slo_ttft_s,
         slo_tpot_s=slo_tpot_s,
+        ignore_eos=common_value(requests["ignore_eos"]) if "ignore_eos" in requests else None,
     )
     return row
+
+
+def common_value(values):
+    """The one value a setting took over a point's requests (``ignore_eos``: every request generated the same
+    way), as a Python scalar; None when the requests disagree or none recorded it.
+
+    Args:
+        values: a pandas Series (or any iterable) of the requests' values; None / NaN are not recorded ones.
+
+    Returns:
+        The common value, or None.
+    """
+    kept = {v.item() if hasattr(v, "item") else v for v in values
+            if v is not None and not (isinstance(v, float) and math.isnan(v))}
+    return kept.pop() if len(kept) == 1 else None
+
+
+def with_request_settings(points: pd.DataFrame, requests: pd.DataFrame,
+                          settings: tuple[str, ...] = ("ignore_eos",)) -> pd.DataFrame:
+    """``points`` with each of ``settings`` filled from its requests where the point row lacks it (points recorded
+    before :func:`summarize_point` carried ``ignore_eos``; a notebook whose grid does not vary it): the requests'
+    :func:`common_value` per ``point_id``. The rows are not otherwise changed.
+
+    Args:
+        points: a run's points table (``point_id`` column); requests: its requests table.
+        settings: the request columns to lift.
+
+    Returns:
+        A copy of ``points``.
+    """
+    out = points.copy()
+    if out.empty or requests is None or requests.empty or "point_id" not in requests:
+        return out
+    for col in settings:
+        if col not in requests:
+            continue
+        by_point = requests.groupby("point_id")[col].agg(common_value)
+        lifted = out["point_id"].map(by_point)
+        if col in out:
+            have = out[col].map(lambda v: v is not None and not (isinstance(v, float) and math.isnan(v)))
+            out[col] = out[col].where(have, lifted).astype(object)
+        else:
+            out[col] = lifted.astype(object)
+        out[col] = out[col].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else v)
+    return out
 
 
 def pareto_front(points: pd.DataFrame, x: str = "output_throughput_tps", y: str = "ttft_s_p50") -> pd.DataFrame:
