@@ -82,6 +82,20 @@ def test_save_figure_and_text_stay_in_run():
     assert results.save_text(run, "texts/a.txt", "你好").read_text(encoding="utf-8") == "你好"
 
 
+def test_a_figure_saved_again_drops_its_static_copies_of_before():
+    """A fresh user's ``--rerun-invalid`` rewrote a figure's JSON and HTML, and its PNG / SVG kept showing the old
+    invalid points: a figure saved again removes its static copies (the next ``--figures`` export writes them)."""
+    run = results.create_run()
+    results.save_figure(run, "fig_a", go.Figure(go.Scatter(x=[1], y=[2])))
+    results.save_figure(run, "fig_b", go.Figure(go.Scatter(x=[1], y=[2])))
+    for name in ("fig_a", "fig_b"):
+        for fmt in results.STATIC_FIGURE_FORMATS:
+            (run / "figures" / f"{name}.{fmt}").write_bytes(b"the figure before")
+    results.save_figure(run, "fig_a", go.Figure(go.Scatter(x=[1], y=[3])))
+    assert not [fmt for fmt in results.STATIC_FIGURE_FORMATS if (run / "figures" / f"fig_a.{fmt}").exists()]
+    assert all((run / "figures" / f"fig_b.{fmt}").exists() for fmt in results.STATIC_FIGURE_FORMATS)   # untouched
+
+
 def test_each_session_keeps_its_environment():
     run = results.create_run()
     results.begin_session(run)

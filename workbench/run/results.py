@@ -515,10 +515,17 @@ def load(paths, table: str = "requests") -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+#: The static copies of a figure (``figures/<name>.<format>``, :mod:`workbench.share.static_figures`).
+STATIC_FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
 def save_figure(run_dir, name: str, fig) -> Path:
     """Save a plotly figure as ``figures/<name>.json`` (for the report) and an offline ``.html`` page.
 
-    Figures appear in the report in the order they were first saved.
+    Figures appear in the report in the order they were first saved. Static copies of an earlier save
+    (``<name>.png`` / ``.svg`` / ``.pdf``, :data:`STATIC_FIGURE_FORMATS`) are removed: they showed the figure before
+    (a ``--rerun-invalid`` left the old invalid points in the PNGs); the next export with ``--figures`` writes them
+    anew.
 
     Raises:
         ParameterError: a name with characters other than letters, digits, ``_.-``.
@@ -537,6 +544,8 @@ def save_figure(run_dir, name: str, fig) -> Path:
         atomic_write(figs / "plotly.min.js", lambda f: f.write(plotly.offline.get_plotlyjs()), text=True)
     page = fig.to_html(include_plotlyjs="directory", full_html=True)
     atomic_write(figs / f"{name}.html", lambda f: f.write(page), text=True)
+    for fmt in STATIC_FIGURE_FORMATS:
+        (figs / f"{name}.{fmt}").unlink(missing_ok=True)
     manifest = read_manifest(run_dir)
     order = manifest.setdefault("figures", [])
     if name not in order:

@@ -36,7 +36,7 @@ from workbench.errors import ParameterError
 from workbench.run import results
 from workbench.share import plots
 
-FORMATS = ("png", "svg", "pdf")
+FORMATS = results.STATIC_FIGURE_FORMATS
 #: Paper column: 3.5 in at 300 dpi.
 COLUMN_IN = 3.5
 DPI = 300
