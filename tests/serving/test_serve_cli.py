@@ -49,6 +49,33 @@ def test_serve_errors_in_one_line_before_loading(args, word, monkeypatch, capsys
     assert len(lines) == 1 and word in lines[0] and "Traceback" not in err
 
 
+def test_a_port_in_use_is_one_line_before_loading(monkeypatch, capsys):
+    """A fresh user's ``workbench serve --port <in use>`` loaded the model for 13 s, then printed uvicorn's
+    multi-line "[Errno 98] address already in use" and exited 3: now one line naming the port, exit 2, nothing
+    loaded."""
+    import socket
+
+    from workbench import cli
+    from workbench.measure import models
+
+    def boom(*a, **k):
+        raise Reached("the model load was reached")
+
+    monkeypatch.setattr(models, "load_model", boom)
+    monkeypatch.setenv("WORKBENCH_API_KEY", "")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["serve", "--port", str(port)])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1, err
+    assert f"port: {port} on 127.0.0.1 is in use" in lines[0] and "--port 0" in lines[0]
+
+
 def test_serve_error_exits_2_from_the_command():
     """The real ``python -m workbench.cli serve`` process: exit status 2, one line, nothing loaded."""
     r = _run(["-m", "workbench.cli", "serve", "--model", "/nonexistent/model"], env={"WORKBENCH_API_KEY": ""})

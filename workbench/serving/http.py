@@ -161,6 +161,35 @@ def check_bind(host: str, api_key: str | None) -> bool:
     return False
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Refuse, before a model loads, a ``port`` this process cannot bind on ``host`` (another server holds it; a
+    privileged port), with uvicorn's own socket options (``SO_REUSEADDR``): uvicorn would otherwise print its
+    multi-line startup error after the model load. Port 0 (the OS picks a free one) is not checked. A port taken
+    between this check and uvicorn's bind still fails there.
+
+    Raises:
+        ParameterError: (one line) the port in use, or not allowed.
+    """
+    import errno
+    import socket
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ParameterError(f"port: {port} on {host} is in use by another process (another --port, or "
+                                     f"--port 0 for a free one)") from None
+            if exc.errno == errno.EACCES:
+                raise ParameterError(f"port: {port} needs privileges on this machine (a port from 1024 up, or "
+                                     f"--port 0 for a free one)") from None
+            raise ParameterError(f"host: cannot bind {host}:{port} ({exc.strerror or exc})") from None
+
+
 class Guard:
     """ASGI middleware refusing other sites' requests before any route runs.
 

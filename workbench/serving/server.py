@@ -393,6 +393,7 @@ def serve(model: str = "default", host: str = DEFAULT_HOST, port: int = DEFAULT_
     engine, policy, server = engine or EngineOptions(), policy or PolicyOptions(), server or ServerOptions()
     check_int("port", port, lo=0, hi=65535)
     http.check_bind(host, api_key)
+    http.check_port_free(host, port)
     options.check_compatible(engine, policy)
     if rung is not None:
         from workbench.techniques import rungs
@@ -470,11 +471,13 @@ def main(argv=None, prog: str | None = None) -> None:
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="default")
-    p.add_argument("--host", default=DEFAULT_HOST)
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--model", default="default",
+                   help="default (the embedded SmolLM2-135M-Instruct), a local model folder or a cached hub id "
+                        "(default: %(default)s)")
+    p.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default: %(default)s, loopback only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to bind; 0: a free one (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps (default: %(default)s)")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: %(default)s)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"Bearer key every /v1 request must send; required for a non-loopback --host "
                         f"(default: ${API_KEY_ENV})")
