@@ -158,6 +158,7 @@ def test_sigint_at_a_random_point_then_resume(faulted_sweep, cli):
     first, last, run = faulted_sweep[1], faulted_sweep[5], faulted_sweep["run"]
     assert first["returncode"] == 130 and "--resume" in first["output"], first["output"][-2000:]
     assert first["manifest"]["status"] == "interrupted"
+    assert first["manifest"]["notebooks"]["01_batch_size"]["status"] == "interrupted"
     assert 1 <= first["ok"] < len(SIZES)
     assert len(first["points"]) >= first["ok"]                  # the table was readable after the interrupt
     assert last["returncode"] == 0, last["stderr"][-3000:]
@@ -256,6 +257,8 @@ def test_sigterm_to_the_command_alone_ends_the_run_as_interrupted(faulted_sweep)
     assert term["returncode"] == 143, term["output"][-2000:]
     assert "terminated: finished points are on disk; continue with --resume" in term["output"]
     assert term["manifest"]["status"] == "interrupted"
+    assert term["manifest"]["notebooks"]["01_batch_size"]["status"] == "terminated"   # not left "running"
+    assert "never retrieved" not in term["output"]     # no asyncio traceback of the kernel it shut down
     assert before["ok"] < term["ok"] < len(SIZES)
     assert not term["kernels_left"]                               # its kernel went with it, not after
     assert term["ok"] == term["ok_at_exit"]                       # nothing left measuring (2 s later)

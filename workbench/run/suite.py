@@ -12,6 +12,7 @@ that cannot be written is :class:`~workbench.run.results.RunWriteError` (exit 1,
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -61,6 +62,14 @@ def _execute_one(i: int, e: dict, entries: list[dict], run_dir: Path, resume: bo
         if recorded == 0 and not resume and not name.startswith("9"):  # 9x notebooks analyse, never measure
             status = "failed: the notebook was asked to measure and recorded no point"
             failed.append(name)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: this notebook's record says so too, then the run stops
+        why = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        try:
+            results.update_manifest(run_dir, notebooks={name: {"status": why, "wall_s": round(
+                time.perf_counter() - t0, 1), "parameters": shown, **kept}})
+        except (OSError, ParameterError):
+            pass
+        raise
     except Exception as exc:  # noqa: BLE001 - one failed notebook must not stop the suite
         if isinstance(exc, results.RunWriteError) or getattr(exc, "ename", None) in ("RunWriteError",
                                                                                      "RunLockedError"):
@@ -168,6 +177,9 @@ def _run_locked(entries: list[dict], run_dir: Path, resume: bool, suite: str | N
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM from a job system (Terminated)
         _mark_interrupted(run_dir)
         why = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        # the kernel was shut down under nbclient's pending reads: asyncio would print their DeadKernelError
+        # ("Task exception was never retrieved", a traceback) as the command exits
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         print(f"\n{why}: finished points are on disk; continue with --resume {run_dir}", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
     except results.RunWriteError as exc:
