@@ -24,6 +24,10 @@ def server(loaded):
         yield srv
 
 
+#: what a client reading SSE as such sends (a browser EventSource): its events come numbered (events.wants_event_ids)
+SSE = {"Accept": "text/event-stream"}
+
+
 def _body(prompt, max_tokens=24, **kw):
     return {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
             "stream": True, **kw}
@@ -49,7 +53,8 @@ def _read(resp, limit=None):
 
 @pytest.mark.model
 def test_every_event_has_a_consecutive_id(server):
-    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=_body(PROMPTS["en"], 6), timeout=120) as r:
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=_body(PROMPTS["en"], 6), headers=SSE,
+                      timeout=120) as r:
         assert r.status_code == 200
         evs = [e for e in _read(r) if not e.comment]
     sid = r.headers["x-stream-id"]
@@ -95,7 +100,8 @@ def test_plain_stream_disconnect_still_stops_decoding(server):
 
 @pytest.mark.model
 def test_bad_resume_requests_get_4xx_json(server):
-    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=_body(PROMPTS["en"], 3), timeout=120) as r:
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=_body(PROMPTS["en"], 3), headers=SSE,
+                      timeout=120) as r:
         evs = _read(r)
     sid = events.event_number(evs[0].id)[0]
     url = f"{server.base_url}/v1/streams/"
@@ -116,7 +122,8 @@ def test_bad_resume_requests_get_4xx_json(server):
 @pytest.mark.model
 def test_expired_stream_is_410(loaded):
     with ServerThread(loaded, stream_retention_s=0.0) as srv:
-        with httpx.stream("POST", srv.base_url + "/v1/chat/completions", json=_body(PROMPTS["en"], 2), timeout=120) as r:
+        with httpx.stream("POST", srv.base_url + "/v1/chat/completions", json=_body(PROMPTS["en"], 2), headers=SSE,
+                          timeout=120) as r:
             evs = _read(r)
         sid = events.event_number(evs[0].id)[0]
         time.sleep(0.05)

@@ -36,9 +36,12 @@ def test_sse_format(server):
         assert r.headers["cache-control"] == "no-cache"
         assert float(r.headers["x-engine-ttft-s"]) > 0
         raw = r.read().decode()
-    blocks = [e for e in raw.split("\n\n") if e]
-    assert all(e.startswith("id: ") and "\ndata: " in e for e in blocks)  # every event carries an id (issue 14)
-    events = [e.split("\n", 1)[1] for e in blocks]
+    # plain data: events, as a line-based client reads them (vllm bench serve's request functions: every stripped,
+    # non-empty line that is not a ": comment" is "data: <json>" or "data: [DONE]")
+    lines = [ln.strip() for ln in raw.splitlines() if ln.strip() and not ln.startswith(":")]
+    assert all(ln.startswith("data: ") for ln in lines), lines[:3]
+    assert [json.loads(ln.removeprefix("data: ")) for ln in lines[:-1]] and lines[-1] == "data: [DONE]"
+    events = [e for e in raw.split("\n\n") if e]
     assert events[-1] == "data: [DONE]"
     chunks = [json.loads(e[len("data: "):]) for e in events[:-1]]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
@@ -46,6 +49,20 @@ def test_sse_format(server):
     finish = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert len(finish) == 1 and finish[0]["engine"]["engine_ttft_s"] > 0
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == finish[0]["engine"]["output_tokens"]
+
+
+def test_an_sse_reader_gets_numbered_events(server):
+    """A client that reads SSE as such (``Accept: text/event-stream``, a browser EventSource) or asks to resume
+    gets each event with its ``id:`` (issue 14's resumable streams); a plain client gets data lines only."""
+    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 3, "temperature": 0, "stream": True}
+    for headers, extra in (({"Accept": "text/event-stream"}, {}), ({}, {"stream_options": {"resumable": True}})):
+        with httpx.stream("POST", server.base_url + "/v1/chat/completions", json={**body, **extra},
+                          headers=headers, timeout=120) as r:
+            raw = r.read().decode()
+            sid = r.headers["x-stream-id"]
+        blocks = [e for e in raw.split("\n\n") if e and not e.startswith(":")]
+        assert [b.split("\n", 1)[0] for b in blocks] == [f"id: {sid}:{n}" for n in range(1, len(blocks) + 1)]
+        assert blocks[-1].endswith("data: [DONE]")
 
 
 def test_non_stream_body_and_seeded_sampling(server):

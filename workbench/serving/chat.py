@@ -50,7 +50,7 @@ from workbench.errors import ParameterError
 from workbench.measure.detokenize import StreamTap
 from workbench.measure.generation import GenerationSettings
 from workbench.serving import engines, scheduling
-from workbench.serving.events import DONE, queue_event, sse_data
+from workbench.serving.events import DONE, queue_event, sse_data, wants_event_ids
 from workbench.serving.http import (
     MAX_STOP,
     UNSUPPORTED,
@@ -466,7 +466,8 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
     # ends with a final chunk (finish_reason "cancelled") and [DONE] for whoever reads its log
     closing = lambda: [chunk({}, "cancelled"), DONE]  # noqa: E731
     return streams.respond(streams.start(cid, events(), ereq.stop, resumable, closing=closing),
-                           headers={**headers(), "X-Accel-Buffering": "no"})
+                           headers={**headers(), "X-Accel-Buffering": "no"},
+                           numbered_ids=wants_event_ids(request, resumable))
 
 
 async def health(request: Request):

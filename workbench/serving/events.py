@@ -7,8 +7,10 @@ stream resume route and the job event route (:mod:`workbench.serving.jobs`) all 
 Server side (:class:`StreamRegistry`, one per app): every streaming response of
 :mod:`workbench.serving.chat` is *pumped* by a task of its own into an :class:`EventLog`, and each HTTP
 connection is only a *reader* of that log. Each event goes out as ``id: <stream>:<n>`` (``n`` counts from 1)
-followed by its ``data:`` line; comments (``: keep-alive``) carry no id (the SSE standard gives comments no
-fields). A client that lost its connection sends ``GET /v1/streams/<stream>`` with the header
+followed by its ``data:`` line when the client asked to resume (``stream_options.resumable``) or reads SSE as such
+(``Accept: text/event-stream``), and as its ``data:`` line alone otherwise (:func:`wants_event_ids`: what OpenAI's
+and vLLM's servers send, and what line-based benchmark clients parse); comments (``: keep-alive``) carry no id (the
+SSE standard gives comments no fields). The stream id is in the ``X-Stream-Id`` header either way. A client that lost its connection sends ``GET /v1/streams/<stream>`` with the header
 ``Last-Event-ID: <stream>:<n>`` (what the browser ``EventSource`` sends by itself) and receives events
 ``n+1 ...`` from the log, then the live ones: nothing lost, nothing repeated.
 
@@ -86,6 +88,16 @@ def queue_event(sid: str, queue_position: int | None, eta_s: float | None, admit
     eta = None if eta_s is None or eta_s != eta_s else round(float(eta_s), 3)
     return sse_data({"id": sid, "object": "queue.status", "queue_position": queue_position, "eta_s": eta,
                      "admitted": bool(admitted)})
+
+
+def wants_event_ids(request, resumable: bool) -> bool:
+    """Whether a new stream's events go out numbered (``id:`` lines): when the client asked to resume it
+    (``stream_options.resumable``) or reads Server-Sent Events as such (``Accept: text/event-stream``, what a
+    browser ``EventSource`` and SSE libraries send). Otherwise plain ``data:`` events, as OpenAI's and vLLM's servers
+    send them: line-based clients (``vllm bench serve``'s request functions parse every non-comment line as
+    ``data: <json>``) fail on an ``id:`` line. The events are logged either way; ``GET /v1/streams/<stream>``
+    numbers them."""
+    return bool(resumable) or "text/event-stream" in request.headers.get("accept", "").lower()
 
 
 def numbered(sid: str, n: int, text: str) -> str:
@@ -345,8 +357,9 @@ class StreamRegistry:
 
         asyncio.get_running_loop().call_later(self.resume_timeout_s, check)
 
-    async def read(self, log: EventLog, after: int = 0) -> AsyncIterator[str]:
-        """The SSE text of events ``after + 1 ...`` with their ids, live ones included; keep-alive comments."""
+    async def read(self, log: EventLog, after: int = 0, numbered_ids: bool = True) -> AsyncIterator[str]:
+        """The SSE text of events ``after + 1 ...``, live ones included, each with its ``id:`` line unless
+        ``numbered_ids`` is False (plain ``data:`` events, :func:`wants_event_ids`); keep-alive comments."""
         log.readers += 1
         log.t_detached = None
         seen = after
@@ -354,7 +367,8 @@ class StreamRegistry:
             while True:
                 while seen < len(log.events):
                     seen += 1
-                    yield numbered(log.sid, seen, log.events[seen - 1])
+                    yield (numbered(log.sid, seen, log.events[seen - 1]) if numbered_ids
+                           else log.events[seen - 1])
                 if log.done:
                     return
                 if not await log.wait(seen, self.keepalive_s):
@@ -362,8 +376,9 @@ class StreamRegistry:
         finally:
             self._detach(log)
 
-    def respond(self, log: EventLog, after: int = 0, headers: dict | None = None):
-        """A ``StreamingResponse`` reading ``log`` from event ``after + 1``.
+    def respond(self, log: EventLog, after: int = 0, headers: dict | None = None, numbered_ids: bool = True):
+        """A ``StreamingResponse`` reading ``log`` from event ``after + 1`` (its events numbered unless
+        ``numbered_ids`` is False: :meth:`read`).
 
         A client that leaves before the response starts reading (between its first token and the response start)
         never starts the reader, whose ``finally`` would detach it: the response detaches it when it ends, so a
@@ -372,7 +387,7 @@ class StreamRegistry:
 
         async def reader():
             started.append(True)
-            inner = self.read(log, after)
+            inner = self.read(log, after, numbered_ids)
             try:
                 async for text in inner:
                     yield text

@@ -219,8 +219,9 @@ def create_app(loaded, engine: EngineOptions | None = None, policy: PolicyOption
                jobs: dict | None = None, server_id: str | None = None):
     """Build the FastAPI app around one engine.
 
-    Streams, jobs, metrics (issue 14): every SSE event carries an ``id:`` and ``GET /v1/streams/{id}`` with
-    ``Last-Event-ID`` replays the missed ones (:mod:`workbench.serving.events`; ``stream_options.resumable``
+    Streams, jobs, metrics (issue 14): the SSE events of a client that asks to resume or reads SSE as such carry
+    an ``id:`` (:func:`workbench.serving.events.wants_event_ids`; plain ``data:`` events otherwise, as line-based
+    clients parse them) and ``GET /v1/streams/{id}`` with ``Last-Event-ID`` replays the missed ones (:mod:`workbench.serving.events`; ``stream_options.resumable``
     keeps a stream generating ``server.resume_timeout_s`` after its reader left; finished streams stay replayable
     ``server.stream_retention_s``); ``server.keepalive_s`` starts streaming responses at once and sends
     ``: keep-alive`` comments while idle. ``jobs``: keyword arguments of :class:`workbench.serving.jobs.JobStore`
