@@ -311,3 +311,72 @@ def test_api_key_is_required_when_set(loaded):
         assert _post(srv, body, headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert _post(srv, body, headers={"Authorization": "Bearer s3cret"}).status_code == 200
         assert httpx.get(srv.base_url + "/health", timeout=10).status_code == 200
+
+
+# ----------------------------------------------------------------------------- /v1/completions
+
+
+def _vllm_bench_request(base_url: str, prompt: str, output_len: int) -> dict:
+    """What ``vllm bench serve`` does for one request with its default backend (``vllm`` / ``openai``: its
+    ``async_request_openai_completions``): the payload it sends and its line-by-line reading of the stream
+    (strip, skip blanks and ``:`` comments, remove ``data: ``, ``json.loads`` all but ``[DONE]``)."""
+    payload = {"model": "workbench-default", "prompt": prompt, "temperature": 0.0, "repetition_penalty": 1.0,
+               "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+               "max_tokens": output_len, "ignore_eos": True}
+    out = {"text": "", "chunks": 0, "output_tokens": None}
+    with httpx.stream("POST", base_url + "/v1/completions", json=payload, timeout=120) as r:
+        out["status"] = r.status_code
+        for line in r.iter_lines():
+            line = line.strip()
+            if not line or line.startswith(":"):
+                continue
+            chunk = line.removeprefix("data: ")
+            if chunk == "[DONE]":
+                continue
+            data = json.loads(chunk)                  # an "id:" line or any other shape fails here
+            if choices := data.get("choices"):
+                out["chunks"] += 1
+                out["text"] += choices[0].get("text") or ""
+            elif usage := data.get("usage"):
+                out["output_tokens"] = usage.get("completion_tokens")
+    return out
+
+
+def test_vllm_bench_serves_default_backend_reads_the_completions_stream(server, loaded):
+    """``vllm bench serve`` at its defaults posts to /v1/completions (a fresh user found a 404): every line of the
+    stream parses, the usage gives the output tokens, and the streamed text is the non-streamed completion's."""
+    got = _vllm_bench_request(server.base_url, "The capital of France is", 6)
+    assert got["status"] == 200 and got["chunks"] >= 1 and got["output_tokens"] == 6
+    plain = httpx.post(server.base_url + "/v1/completions", timeout=120,
+                       json={"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0,
+                             "ignore_eos": True}).json()
+    assert plain["object"] == "text_completion" and plain["choices"][0]["text"] == got["text"]
+    assert plain["usage"]["completion_tokens"] == 6 and plain["id"].startswith("cmpl-")
+    ids = loaded.tokenizer("The capital of France is")["input_ids"]
+    assert plain["usage"]["prompt_tokens"] == len(ids)                       # no chat template around it
+    by_ids = httpx.post(server.base_url + "/v1/completions", timeout=120,
+                        json={"prompt": ids, "max_tokens": 6, "temperature": 0, "ignore_eos": True}).json()
+    assert by_ids["choices"][0]["text"] == got["text"]                        # token ids: the same prompt
+
+
+def test_the_openai_sdk_completions_and_its_default_length(server):
+    """The ``openai`` SDK's legacy completions: 16 tokens when ``max_tokens`` is not given (OpenAI's default)."""
+    import openai
+
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none", max_retries=0)
+    done = client.completions.create(model="workbench-default", prompt="Once upon a time",
+                                     extra_body={"ignore_eos": True}, temperature=0)
+    assert done.usage.completion_tokens == 16 and done.choices[0].text
+    stream = client.completions.create(model="workbench-default", prompt="Once upon a time", max_tokens=5,
+                                       temperature=0, stream=True, stream_options={"include_usage": True},
+                                       extra_body={"ignore_eos": True})
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) and chunks[-1].usage.completion_tokens == 5
+
+
+@pytest.mark.parametrize("prompt,word", [(["a", "b"], "one prompt a request"), ([10 ** 9], "token ids must be"),
+                                         ({"a": 1}, "prompt:")])
+def test_a_bad_completion_prompt_is_400_naming_it(server, prompt, word):
+    r = httpx.post(server.base_url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=60)
+    assert r.status_code == 400 and word in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["param"] == "prompt"

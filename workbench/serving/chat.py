@@ -1,4 +1,5 @@
-"""The OpenAI-compatible chat routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``.
+"""The OpenAI-compatible routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (a prompt continued as it
+is: :func:`completions`), ``GET /v1/models``, ``GET /health``.
 
 Route handlers live at module level and read the app's shared state from ``request.app.state`` (as
 nanochat's ``scripts/chat_web.py`` does): ``engine`` (the :class:`workbench.serving.engines.BaseEngine`),
@@ -57,6 +58,7 @@ from workbench.serving.http import (
     ApiError,
     chat_schema,
     check_model,
+    completion_schema,
     parameter_error,
     read_json_object,
     validate,
@@ -89,6 +91,11 @@ class ChatConfig:
     keepalive_s: float | None = None
     queue_event_s: float = 0.5   # stream_options.queue_events: a status event at most this often while waiting
     ChatRequest: type | None = dataclasses.field(default_factory=chat_schema, repr=False)
+    CompletionRequest: type | None = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.CompletionRequest is None:
+            self.CompletionRequest = completion_schema(self.ChatRequest)
 
     @property
     def model_names(self) -> tuple:
@@ -297,14 +304,19 @@ async def _next_event(reply: Reply, cfg: ChatConfig):
     return event
 
 
-def parse_chat_request(payload: dict, cfg: ChatConfig):
-    """The validated request, its stop strings and its ``max_tokens``.
+#: ``max_tokens`` of a ``/v1/completions`` request that gives none: OpenAI's legacy default (and vLLM's)
+COMPLETION_MAX_TOKENS = 16
+
+
+def parse_chat_request(payload: dict, cfg: ChatConfig, completion: bool = False):
+    """The validated request, its stop strings and its ``max_tokens`` (``completion``: a ``/v1/completions`` one,
+    whose ``max_tokens`` defaults to :data:`COMPLETION_MAX_TOKENS`).
 
     Raises:
         ApiError: 400 naming the field (schema, ``n``, :data:`~workbench.serving.http.UNSUPPORTED` options,
             ``stop``, ``max_tokens`` over the limit).
     """
-    req = validate(cfg.ChatRequest, payload)
+    req = validate(cfg.CompletionRequest if completion else cfg.ChatRequest, payload)
     if req.n not in (None, 1):
         raise ApiError(400, f"n: only 1 is supported (got {req.n})", param="n")
     for key, neutral in UNSUPPORTED.items():
@@ -314,7 +326,7 @@ def parse_chat_request(payload: dict, cfg: ChatConfig):
     if len(stop) > MAX_STOP or any(not x for x in stop):
         raise ApiError(400, f"stop: at most {MAX_STOP} non-empty strings (got {req.stop!r:.80})", param="stop")
     cap = cfg.max_tokens_limit
-    max_tokens = req.max_completion_tokens or req.max_tokens or min(256, cap)
+    max_tokens = req.max_completion_tokens or req.max_tokens or min(COMPLETION_MAX_TOKENS if completion else 256, cap)
     if max_tokens > cap:
         raise ApiError(400, f"max_tokens: must be <= {cap} (got {max_tokens})", param="max_tokens")
     return req, stop, max_tokens
@@ -322,26 +334,65 @@ def parse_chat_request(payload: dict, cfg: ChatConfig):
 
 async def chat_completions(request: Request):
     """``POST /v1/chat/completions`` (see the module docstring and :mod:`workbench.serving.server`)."""
+    return await _complete(request, completion=False)
+
+
+async def completions(request: Request):
+    """``POST /v1/completions``: OpenAI's legacy completions format, what ``vllm bench serve`` sends by default
+    (its ``vllm`` / ``openai`` backends): a ``prompt`` (a string, or token ids; one a request) continued as it is,
+    no chat template; ``max_tokens`` defaults to :data:`COMPLETION_MAX_TOKENS`. The same engine, limits, streaming,
+    cancellation and engine figures as the chat route; the body's choices carry ``text`` (``object``
+    ``text_completion``), each stream chunk its ``choices[0].text``."""
+    return await _complete(request, completion=True)
+
+
+def _prompt_ids(tokenizer, req, completion: bool) -> list[int]:
+    """The token ids a request's prompt is: the chat template over its messages, or a completion's prompt
+    tokenized as it is (the tokenizer's special tokens added, as vLLM does) or its token ids.
+
+    Raises:
+        ApiError: 400: several prompts in one request, or token ids outside the vocabulary.
+    """
+    if not completion:
+        return engines.prompt_ids(tokenizer, [{"role": m.role, "content": m.text()} for m in req.messages])
+    prompt = req.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        if len(prompt) != 1:
+            raise ApiError(400, f"prompt: one prompt a request (got {len(prompt)})", param="prompt")
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return list(tokenizer(prompt)["input_ids"])
+    vocab = len(tokenizer)
+    if not prompt or any(not 0 <= t < vocab for t in prompt):
+        raise ApiError(400, f"prompt: token ids must be in [0, {vocab}) and at least one", param="prompt")
+    return list(prompt)
+
+
+async def _complete(request: Request, completion: bool):
+    """A chat or completion request: parsed, checked, submitted to the engine and answered."""
     t_arrival = time.perf_counter()
     state = request.app.state
     cfg: ChatConfig = state.chat
     engine: engines.BaseEngine = state.engine
+    field = "prompt" if completion else "messages"
     payload = await read_json_object(request)
-    req, stop, max_tokens = parse_chat_request(payload, cfg)
+    req, stop, max_tokens = parse_chat_request(payload, cfg, completion)
     check_model(payload.get("model"), cfg.model_names)
     if engine.pending > cfg.max_queue:  # cheap early refusal; submit() below decides atomically
         with engine._count_lock:
             engine.rejected += 1  # every 429 counts (workbench_requests_rejected_total)
         raise _too_busy(cfg, engine)
-    messages = [{"role": m.role, "content": m.text()} for m in req.messages]
     try:  # templating a huge prompt takes a while: a worker thread keeps every other stream flowing
-        ids = await asyncio.to_thread(engines.prompt_ids, state.loaded.tokenizer, messages)
+        ids = await asyncio.to_thread(_prompt_ids, state.loaded.tokenizer, req, completion)
+    except ApiError:
+        raise
     except Exception as exc:
-        raise ApiError(400, f"messages: cannot apply the chat template ({exc})", param="messages") from None
+        what = "cannot be tokenized" if completion else "cannot apply the chat template"
+        raise ApiError(400, f"{field}: {what} ({exc})", param=field) from None
     prompt_tokens = len(ids)
     if prompt_tokens + max_tokens > cfg.context:
-        raise ApiError(400, f"messages: prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds "
-                            f"the context ({cfg.context})", param="messages")
+        raise ApiError(400, f"{field}: prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds "
+                            f"the context ({cfg.context})", param=field)
     try:
         settings = GenerationSettings(
             max_new_tokens=max_tokens, ignore_eos=req.ignore_eos, min_new_tokens=min(req.min_tokens, max_tokens),
@@ -350,7 +401,8 @@ async def chat_completions(request: Request):
         )
     except ParameterError as exc:
         raise parameter_error(exc) from None
-    cid = state.streams.new_id() if hasattr(state.streams, "new_id") else "chatcmpl-" + uuid.uuid4().hex[:24]
+    prefix = "cmpl-" if completion else "chatcmpl-"
+    cid = state.streams.new_id(prefix) if hasattr(state.streams, "new_id") else prefix + uuid.uuid4().hex[:24]
     reply = Reply(state.loaded, engine.eos, stop, asyncio.get_running_loop())
     ereq = reply.request = engines.EngineRequest(
         ids, settings, t_arrival=t_arrival, on_token=reply.on_token, on_done=reply.on_done, id=cid,
@@ -365,14 +417,15 @@ async def chat_completions(request: Request):
         raise parameter_error(exc) from None
     watch = DisconnectWatch(request, reply)
     try:
-        return await _respond(request, req, reply, watch, cfg, cid, prompt_tokens, t_arrival)
+        return await _respond(request, req, reply, watch, cfg, cid, prompt_tokens, t_arrival, completion)
     finally:
         watch.close()
 
 
 async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, cfg: ChatConfig, cid: str,
-                   prompt_tokens: int, t_arrival: float):
-    """The response of a submitted chat request (JSON body or SSE stream); ``watch`` runs until it starts."""
+                   prompt_tokens: int, t_arrival: float, completion: bool = False):
+    """The response of a submitted chat (or ``completion``) request (JSON body or SSE stream); ``watch`` runs until
+    it starts."""
     ereq = reply.request
     created = int(time.time())
     name = req.model or cfg.model_name
@@ -405,18 +458,22 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
                 break
         if info.get("finish_reason") == "timeout":
             raise _timed_out(cfg)
+        text = {"text": "".join(parts)} if completion else {"message": {"role": "assistant", "content": "".join(parts)}}
         body = {
-            "id": cid, "object": "chat.completion", "created": created, "model": name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(parts)},
-                         "finish_reason": info.get("finish_reason", "stop"), "logprobs": None}],
+            "id": cid, "object": "text_completion" if completion else "chat.completion", "created": created,
+            "model": name, "choices": [{"index": 0, **text, "finish_reason": info.get("finish_reason", "stop"),
+                                        "logprobs": None}],
             "usage": usage(info), "engine": public_figures(info),
         }
         return JSONResponse(body, headers=headers(info))
 
-    def chunk(delta, finish=None, **extra):
+    chunk_object = "text_completion" if completion else "chat.completion.chunk"
+
+    def chunk(delta, finish=None, **extra):   # a completion's chunk carries the delta's content as its text
+        text = {"text": delta.get("content", "")} if completion else {"delta": delta}
         return sse_data({
-            "id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra,
+            "id": cid, "object": chunk_object, "created": created, "model": name,
+            "choices": [{"index": 0, **text, "finish_reason": finish, "logprobs": None}], **extra,
         })
 
     # Start the response once the first text (or the end) exists, so headers carry the engine TTFT; a client
@@ -432,7 +489,8 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
     async def events():
         finished = False
         try:
-            yield chunk({"role": "assistant", "content": ""})
+            if not completion:
+                yield chunk({"role": "assistant", "content": ""})
             got = [first] if first is not None else []
             if watch_queue and not got:  # queue position / ETA while waiting, then one "admitted" event
                 async for text in queue_updates(engine.queue, reply, cid, cfg.queue_event_s, got):
@@ -450,7 +508,7 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
                     yield chunk({}, data.get("finish_reason", "stop"), engine=public_figures(data))
                     if include_usage:
                         yield sse_data({
-                            "id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
+                            "id": cid, "object": chunk_object, "created": created, "model": name,
                             "choices": [], "usage": usage(data), "engine": public_figures(data)})
                     break
                 kind, data = await reply.events.get()
@@ -493,3 +551,4 @@ def install(app) -> None:
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/v1/models", list_models, methods=["GET"])
     app.add_api_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_api_route("/v1/completions", completions, methods=["POST"])

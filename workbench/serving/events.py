@@ -57,7 +57,7 @@ RESUME_TIMEOUT_S = 60.0   # a resumable stream keeps generating this long with n
 RETENTION_S = 300.0       # a finished stream's events stay replayable this long
 MAX_STREAMS = 256         # event logs kept at most (finished ones are dropped oldest first)
 KEEPALIVE_COMMENT = ": keep-alive\n\n"
-_ID_RE = re.compile(r"^chatcmpl-([0-9a-f]{8})[0-9a-f]{16}$")   # StreamRegistry.new_id's form
+_ID_RE = re.compile(r"^(?:chat)?cmpl-([0-9a-f]{8})[0-9a-f]{16}$")   # StreamRegistry.new_id's form (chat, completions)
 DONE = "data: [DONE]\n\n"   # the OpenAI stream's last event
 
 

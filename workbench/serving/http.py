@@ -341,6 +341,9 @@ def parameter_error(exc: ParameterError) -> ApiError:
     return ApiError(400, msg, param=param)
 
 
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "function-after", "tagged-union"}
+
+
 def validate(model, payload: dict):
     """``model.model_validate(payload)``; a schema violation is a 400 naming the field (its dotted path).
 
@@ -353,7 +356,8 @@ def validate(model, payload: dict):
         return model.model_validate(payload)
     except ValidationError as exc:
         e = exc.errors()[0]
-        param = ".".join(str(x) for x in e.get("loc", ()))
+        # a union's member names ("str", "list[int]") are pydantic's, not the client's field path
+        param = ".".join(str(x) for x in e.get("loc", ()) if not (isinstance(x, str) and (x in _TYPE_TAGS or "[" in x)))
         raise ApiError(400, f"{param}: {e.get('msg')}", param=param or None) from None
     except RecursionError:
         raise _too_deep() from None
@@ -398,3 +402,16 @@ def chat_schema():
         priority: int = Field(default=0, ge=PRIORITY_MIN, le=PRIORITY_MAX, strict=True)  # lower first (vLLM)
 
     return ChatRequest
+
+
+def completion_schema(chat_request=None):
+    """The ``/v1/completions`` request model: the chat request's fields (``model``, ``max_tokens``, sampling,
+    ``stop``, ``stream``, ``stream_options``, ``ignore_eos``, ``min_tokens``, ``priority``) with a ``prompt`` (a
+    string or token ids, or a list holding one of them: one prompt a request) for ``messages``. ``chat_request``:
+    the chat model to derive from (default: :func:`chat_schema`'s)."""
+    from pydantic import Field, create_model
+
+    chat = chat_request or chat_schema()
+    fields = {name: (f.annotation, f) for name, f in chat.model_fields.items() if name != "messages"}
+    prompt = str | list[int] | list[str] | list[list[int]]
+    return create_model("CompletionRequest", __config__=chat.model_config, prompt=(prompt, Field()), **fields)
