@@ -47,6 +47,26 @@ def test_one_run_report_and_exports():
     assert "ttft_s_p99" in by_batch[1]["percentile_note"]
 
 
+def test_no_change_is_stated_against_an_invalid_point_or_a_zero(tmp_path):
+    """A fresh user's compare of a run whose points were all invalid (other load) read "-81.9%" against them, and
+    a goodput of 0 gave "+inf%": a change needs a valid point on both sides and a non-zero first value."""
+    a = make_run([fake_point(batch_size=1), fake_point(batch_size=2)], label="a")
+    b = make_run([fake_point(ttfts=(0.2, 0.6), wall_s=2.0, batch_size=1), fake_point(batch_size=2)], label="b")
+    pts = results.read_points(a)
+    pts["valid"] = pts["batch_size"] != 1                          # A's batch-1 point measured under other load
+    pts.loc[pts["batch_size"] == 2, "goodput_rps"] = 0.0
+    pts.to_parquet(a / "points.parquet")
+    table = report.compare_points([a, b]).set_index(
+        results.read_points(a).set_index("point_id")["batch_size"].reindex(report.compare_points([a, b])["point_id"]).values)
+    assert table.loc[1, "invalid_in"] == "A" and table.loc[2, "invalid_in"] == ""
+    assert pd.isna(table.loc[1, f"ttft_s_p50 change@{b.name}"])        # not +100 % against an invalid point
+    assert table.loc[1, f"ttft_s_p50@{a.name}"] == 0.2                 # the values themselves stay shown
+    assert pd.isna(table.loc[2, f"goodput_rps change@{b.name}"])       # 0 -> x: no ratio, not +inf %
+    assert table.loc[2, f"ttft_s_p50 change@{b.name}"] == 0.0
+    page = report.build_report([a, b], tmp_path / "cmp.html").read_text()
+    assert "inf%" not in page
+
+
 def test_compare_two_runs_with_different_parameter_sets(tmp_path):
     a = make_run([fake_point(batch_size=1), fake_point(batch_size=2)], label="a")
     b = make_run([fake_point(ttfts=(0.2, 0.6), wall_s=2.0, batch_size=1), fake_point(batch_size=4)],

@@ -276,12 +276,13 @@ def compare_points(runs: list[Path], metrics: list[str] | None = None) -> pd.Dat
 
     Returns:
         One row per ``point_id``: ``present_in`` (the :func:`run_labels` letters of ``runs``, so a run without
-        points keeps its letter), ``<metric>@<run_id>`` per run with points and ``<metric> change@<run_id>``
-        (fraction, that run vs the first run with points) for each later one. Empty when fewer than two runs
-        have points.
+        points keeps its letter), ``invalid_in`` (the letters of the runs where the point is marked invalid),
+        ``<metric>@<run_id>`` per run with points and ``<metric> change@<run_id>`` (fraction, that run vs the first
+        run with points) for each later one: NaN where either point is invalid (a change against a point measured
+        under other load is not a change) or the first run's value is 0. Empty when fewer than two runs have points.
     """
     metrics = metrics or DELTA_METRICS
-    frames, names = [], []
+    frames, names, valid = [], [], {}
     for run in runs:
         pts = results.read_points(run)
         if pts.empty or "point_id" not in pts:
@@ -290,6 +291,8 @@ def compare_points(runs: list[Path], metrics: list[str] | None = None) -> pd.Dat
         cols = pts.reindex(columns=metrics)
         frames.append(cols.add_suffix(f"@{run.name}"))
         names.append(run.name)
+        valid[run.name] = (pts["valid"].map(lambda v: v is not False and v == v and bool(v)) if "valid" in pts
+                           else pd.Series(True, index=pts.index))
     if len(frames) < 2:
         return pd.DataFrame()
     table = pd.concat(frames, axis=1, join="outer")
@@ -297,10 +300,15 @@ def compare_points(runs: list[Path], metrics: list[str] | None = None) -> pd.Dat
     present = [table[[f"{m}@{n}" for m in metrics]].notna().any(axis=1) for n in names]
     table.insert(0, "present_in", [", ".join(labels[n].split(" ")[0] for n, p in zip(names, row) if p)
                                    for row in zip(*present)])
+    ok = {n: valid[n].reindex(table.index).fillna(True).astype(bool) for n in names}
+    table.insert(1, "invalid_in", [", ".join(labels[n].split(" ")[0] for n in names
+                                             if pid in valid[n].index and not valid[n][pid]) for pid in table.index])
     first = names[0]
     for n in names[1:]:
         for m in metrics:
-            table[f"{m} change@{n}"] = table[f"{m}@{n}"] / table[f"{m}@{first}"] - 1
+            base = table[f"{m}@{first}"]
+            change = table[f"{m}@{n}"] / base.where(base != 0) - 1
+            table[f"{m} change@{n}"] = change.where(ok[first] & ok[n])
     return table.reset_index().rename(columns={"index": "point_id"})
 
 
