@@ -380,3 +380,12 @@ def test_a_bad_completion_prompt_is_400_naming_it(server, prompt, word):
     r = httpx.post(server.base_url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=60)
     assert r.status_code == 400 and word in r.json()["error"]["message"], r.text
     assert r.json()["error"]["param"] == "prompt"
+
+
+def test_the_openai_sdk_retrieves_the_served_model_and_gets_404_for_another(server):
+    import openai
+
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none", max_retries=0)
+    assert client.models.retrieve("workbench-default").id == "workbench-default"
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.models.retrieve("gpt-4o")

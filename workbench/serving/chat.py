@@ -541,14 +541,25 @@ async def health(request: Request):
     return JSONResponse({"status": "unhealthy", "reason": reason}, status_code=503)
 
 
+def _model_object(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "workbench"}
+
+
 async def list_models(request: Request):
-    name = request.app.state.chat.model_name
-    return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "workbench"}]}
+    """``GET /v1/models``: the served model (its aliases are accepted names, not listed)."""
+    return {"object": "list", "data": [_model_object(request.app.state.chat.model_name)]}
+
+
+async def retrieve_model(model_id: str, request: Request):
+    """``GET /v1/models/{model}`` (the ``openai`` SDK's ``models.retrieve``): the model under the name asked for
+    when it is the served one or an alias; 404 ``NotFoundError`` naming the served ones otherwise."""
+    return _model_object(check_model(model_id, request.app.state.chat.model_names))
 
 
 def install(app) -> None:
     """Add the chat routes to ``app`` (their state: ``app.state.engine``, ``chat``, ``streams``, ``loaded``)."""
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/v1/models", list_models, methods=["GET"])
+    app.add_api_route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"])
     app.add_api_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_api_route("/v1/completions", completions, methods=["POST"])
