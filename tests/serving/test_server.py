@@ -357,6 +357,7 @@ def test_vllm_bench_serves_default_backend_reads_the_completions_stream(server, 
     by_ids = httpx.post(server.base_url + "/v1/completions", timeout=120,
                         json={"prompt": ids, "max_tokens": 6, "temperature": 0, "ignore_eos": True}).json()
     assert by_ids["choices"][0]["text"] == got["text"]                        # token ids: the same prompt
+    assert 'endpoint="completions"' in httpx.get(server.base_url + "/metrics", timeout=30).text   # its own label
 
 
 def test_the_openai_sdk_completions_and_its_default_length(server):

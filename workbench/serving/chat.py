@@ -406,7 +406,8 @@ async def _complete(request: Request, completion: bool):
     reply = Reply(state.loaded, engine.eos, stop, asyncio.get_running_loop())
     ereq = reply.request = engines.EngineRequest(
         ids, settings, t_arrival=t_arrival, on_token=reply.on_token, on_done=reply.on_done, id=cid,
-        deadline=t_arrival + cfg.request_timeout_s, endpoint="chat", priority=req.priority)
+        deadline=t_arrival + cfg.request_timeout_s, endpoint="completions" if completion else "chat",
+        priority=req.priority)
     try:
         engine.submit(ereq, max_pending=cfg.max_queue + 1)  # the one being served + max_queue waiting
     except engines.EngineFull:
