@@ -291,7 +291,8 @@ def compare_points(runs: list[Path], metrics: list[str] | None = None) -> pd.Dat
         cols = pts.reindex(columns=metrics)
         frames.append(cols.add_suffix(f"@{run.name}"))
         names.append(run.name)
-        valid[run.name] = (pts["valid"].map(lambda v: v is not False and v == v and bool(v)) if "valid" in pts
+        # invalid: a verdict of False; a point without a verdict (NaN: an older run, another tool's) keeps its delta
+        valid[run.name] = (pts["valid"].map(lambda v: v is None or v != v or bool(v)) if "valid" in pts
                            else pd.Series(True, index=pts.index))
     if len(frames) < 2:
         return pd.DataFrame()
