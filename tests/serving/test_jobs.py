@@ -190,6 +190,7 @@ TOPIC = "Heat waves"
     ({"strategy": "one_shot", "topic": TOPIC, "language": "fr"}, "language"),
     ({"strategy": "one_shot", "topic": TOPIC, "outline_tokens": 8}, "outline_tokens"),
     ({"strategy": "outline_batch", "topic": "   "}, "topic"),
+    ({"strategy": "one_shot", "topic": TOPIC, "max_tokens": True}, "max_tokens"),
 ])
 def test_malformed_long_output_jobs_name_the_field_and_store_nothing(loaded, tmp_path, body, param):
     with ServerThread(loaded, jobs={"path": tmp_path / "j.sqlite3"}) as srv:

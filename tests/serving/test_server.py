@@ -87,6 +87,11 @@ def test_non_stream_body_and_seeded_sampling(server):
     ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "max_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10**6}, 400, "max_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n"),
+    # OpenAI's types, not pydantic's lax coercions: true is not 1 token, "7" is not a seed, NaN is no temperature
+    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": True}, 400, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "seed": "7"}, 400, "seed"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', 400, "temperature"),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_p": True}, 400, "top_p"),
     ({"messages": [{"role": "user", "content": "x" * 70_000}]}, 413, None),
 ])
 def test_malformed_requests_get_4xx_json(server, body, status, param):

@@ -388,17 +388,17 @@ def chat_schema():
         model_config = ConfigDict(extra="ignore")
         messages: list[Message] = Field(min_length=1)
         model: str | None = None
-        max_tokens: int | None = Field(default=None, ge=1)
-        max_completion_tokens: int | None = Field(default=None, ge=1)
-        temperature: float | None = Field(default=None, ge=0, le=2)
-        top_p: float | None = Field(default=None, gt=0, le=1)
-        seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
-        n: int | None = Field(default=None, ge=1)
+        max_tokens: int | None = Field(default=None, ge=1, strict=True)
+        max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
+        temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False, strict=True)
+        top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False, strict=True)
+        seed: int | None = Field(default=None, ge=0, le=SEED_MAX, strict=True)
+        n: int | None = Field(default=None, ge=1, strict=True)
         stop: str | list[str] | None = None
         stream: bool = False
         stream_options: StreamOptions | None = None
         ignore_eos: bool = False
-        min_tokens: int = Field(default=0, ge=0)
+        min_tokens: int = Field(default=0, ge=0, strict=True)
         priority: int = Field(default=0, ge=PRIORITY_MIN, le=PRIORITY_MAX, strict=True)  # lower first (vLLM)
 
     return ChatRequest

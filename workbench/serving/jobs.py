@@ -129,15 +129,15 @@ def _schema():
         model: str | None = None
         strategy: Literal[STRATEGIES] = "chat"
         topic: str | None = Field(default=None, min_length=1, max_length=2000)
-        n_sections: int | None = Field(default=None, ge=1, le=64)
+        n_sections: int | None = Field(default=None, ge=1, le=64, strict=True)
         language: Literal[LANGUAGES] | None = None
-        outline_tokens: int | None = Field(default=None, ge=1)
-        max_tokens: int = Field(default=256, ge=1)
-        temperature: float = Field(default=0.0, ge=0, le=2)
-        top_p: float = Field(default=1.0, gt=0, le=1)
-        seed: int = Field(default=0, ge=0, le=SEED_MAX)
+        outline_tokens: int | None = Field(default=None, ge=1, strict=True)
+        max_tokens: int = Field(default=256, ge=1, strict=True)
+        temperature: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False, strict=True)
+        top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False, strict=True)
+        seed: int = Field(default=0, ge=0, le=SEED_MAX, strict=True)
         ignore_eos: bool = False
-        min_tokens: int = Field(default=0, ge=0)
+        min_tokens: int = Field(default=0, ge=0, strict=True)
 
     return JobRequest
 
