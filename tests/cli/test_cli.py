@@ -225,3 +225,16 @@ def test_a_parameter_is_given_as_name_value_or_name_equals_value():
     assert _split_param_pairs(["sweep", "01", "-p", "query", "a=b"]) == ["sweep", "01", "-p", "query", "a=b"]
     assert _split_param_pairs(["-p", "query=a=b"]) == ["-p", "query", "a=b"]
     assert _split_param_pairs(["run", "x=y"]) == ["run", "x=y"]                  # only after -p
+
+
+def test_the_help_of_every_command_is_plain_text():
+    """``workbench --help`` and each command's help read as text, not as the docstrings' reStructuredText."""
+    import argparse
+
+    from workbench.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for text in [parser.format_help(), *(p.format_help() for p in sub.choices.values())]:
+        assert "``" not in text and ":mod:" not in text and ":func:" not in text, text
+    assert "COMMAND --help" in parser.format_help()

@@ -264,7 +264,9 @@ def _allow_plain_http_key(p) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0].replace("``", ""),
+                                epilog="Each command's own options: workbench COMMAND --help. The two commands of a "
+                                       "fresh machine: make run (the default suite) and make test.")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a suite of notebooks (default: the default suite) into one run folder")
