@@ -358,8 +358,6 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
     Raises:
         papermill.PapermillExecutionError: a cell failed (the executed notebook is still written).
     """
-    import logging
-
     import papermill as pm
 
     from workbench.checks import mask_secrets
@@ -367,9 +365,6 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
     path = Path(path).resolve()
     out = Path(run_dir) / "notebooks" / path.name
     out.parent.mkdir(parents=True, exist_ok=True)
-    if log_output:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-        logging.getLogger("papermill").setLevel(logging.INFO)
     # the kernel inherits this process's environment when it starts: set what it needs for this call only,
     # so the caller (a test session, a JupyterLab started later) keeps its own
     kernel_env = {"PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
@@ -392,7 +387,11 @@ def execute_notebook(path, params: dict, run_dir, log_output: bool = True) -> Pa
             # the executed notebook records its parameters cell: a masked copy (workbench.checks.mask_secrets)
             parameters={**mask_secrets(params), "run_dir": str(Path(run_dir).resolve())},
             cwd=str(path.parent),
-            log_output=log_output,
+            # the notebook's own stdout / stderr, as it prints them; papermill's log (log_output) adds "Executing
+            # Cell 3----" and "Ending Cell 3----" around each cell and sends stderr as a logging warning
+            log_output=False,
+            stdout_file=sys.stdout if log_output else None,
+            stderr_file=sys.stderr if log_output else None,
             progress_bar=False,
             kernel_name="python3",
             km=km,
