@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.run import results
+from workbench.share.imported import WORKBENCH_PROVENANCE
 from workbench.stats import metrics
 
 #: The metrics of a comparison's delta table (the report's and an imported run's).
@@ -25,17 +26,6 @@ DELTA_METRICS = ["ttft_s_p50", "ttft_s_p99", "output_throughput_tps", "goodput_r
 #: Metrics the comparison shows (those not left out by :func:`comparability`).
 COMPARED = ["ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", "itl_s_p50", "output_throughput_tps",
             "request_throughput_rps", "goodput_rps"]
-LINEAR = "linear interpolation between order statistics (numpy.percentile)"
-WORKBENCH_PROVENANCE = {
-    "tool": "workbench",
-    "token_counts": "engine-side generated token ids (the model's own ids, EOS counted)",
-    "warmup": "excluded (untimed warm-up runs before each measured shape)",
-    "percentiles": LINEAR + "; p90 / p99 only from 10 / 100 samples",
-    "itl": "gaps between generated token ids",
-    "tpot": "(e2e - ttft) / (output tokens - 1) per request",
-    "ttft_from": "handed to the workbench (before templating and tokenisation)",
-}
-
 
 #: ``source`` of the serving twin's points (:data:`workbench.predict.twin.SOURCE`; not imported: this module reads runs)
 SIMULATED = "simulated"
@@ -72,13 +62,17 @@ def provenance(run_dir) -> dict:
         prov["ignore_eos"] = vals.pop() if len(vals) == 1 else "mixed"
     else:
         prov["ignore_eos"] = None
-    if "arrival" in pts and pts["arrival"].notna().any():
-        prov["arrival"] = ", ".join(sorted(set(pts["arrival"].dropna().astype(str))))
-    elif "profile" in pts and pts["profile"].notna().any():
-        prov["arrival"] = ", ".join(sorted(set(pts["profile"].dropna().astype(str))))
-    else:
-        prov["arrival"] = "closed batches (all requests of a point submitted together)"
+    prov["arrival"] = arrival_of(pts)
     return prov
+
+
+def arrival_of(points: pd.DataFrame) -> str:
+    """The arrival pattern of the workbench's ``points`` (their ``arrival`` or load ``profile`` values, else closed
+    batches): a run's, or one point's as its export records it (``workbench_arrival``)."""
+    for col in ("arrival", "profile"):
+        if col in points and points[col].notna().any():
+            return ", ".join(sorted(set(points[col].dropna().astype(str))))
+    return "closed batches (all requests of a point submitted together)"
 
 
 def comparability(runs: list[Path]) -> tuple[list[str], dict[str, str]]:

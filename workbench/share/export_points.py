@@ -25,6 +25,7 @@ import pandas as pd
 from workbench import checks
 from workbench.errors import ParameterError
 from workbench.run import results
+from workbench.share.comparability import arrival_of
 from workbench.stats import metrics
 
 SCHEMA_BR02 = Path(__file__).with_name("schemas") / "br_v0_2_json_schema.json"
@@ -160,6 +161,7 @@ def br02_report(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
     prompt = _values(done, "prompt_tokens")
     ignore_eos = point.get("ignore_eos")
     config = {k: _jsonable(point.get(k)) for k in point.index}
+    config.setdefault("arrival", arrival_of(pd.DataFrame([point])))   # read back, the run's own arrival pattern
     total, failures, incomplete = request_counts(point, req, done)
     n_devices = devices(point)
     accel = str(point.get("device_name") or env.get("device_name") or point.get("device") or env.get("device") or "unknown")
@@ -445,6 +447,7 @@ def vllm_result(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
     doc["workbench_invalid_reason"] = str(point.get("invalid_reason") or "")
     doc["workbench_itl_definition"] = "gaps between generated token ids (vLLM: between streamed chunks)"
     doc["workbench_wall_s"] = wall
+    doc["workbench_arrival"] = arrival_of(pd.DataFrame([point]))   # read back, the run's own arrival pattern
     doc["workbench_n_samples"] = n_ind
     doc["workbench_n_devices"] = devices(point)
     doc["workbench_incomplete"] = int(_num(point.get("requests_incomplete")) or 0)

@@ -28,6 +28,17 @@ FIGURES = ["ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50", 
 #: Per-request columns every reader fills where it can (seconds, tokens; ``error`` empty when the request completed).
 REQUEST_COLUMNS = ["point_id", "request_id", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "error"]
 LINEAR = "linear interpolation between order statistics (numpy.percentile)"
+#: The workbench's own definitions (:mod:`workbench.share.comparability`), also those of a file it exported and a
+#: reader takes back (``vllm-json``, ``br0.2``): the same measurement read again compares as the same.
+WORKBENCH_PROVENANCE = {
+    "tool": "workbench",
+    "token_counts": "engine-side generated token ids (the model's own ids, EOS counted)",
+    "warmup": "excluded (untimed warm-up runs before each measured shape)",
+    "percentiles": LINEAR + "; p90 / p99 only from 10 / 100 samples",
+    "itl": "gaps between generated token ids",
+    "tpot": "(e2e - ttft) / (output tokens - 1) per request",
+    "ttft_from": "handed to the workbench (before templating and tokenisation)",
+}
 NON_STREAMING = "non-streaming run: the first token arrives with the whole answer, so there is no time to first token"
 
 

@@ -35,6 +35,7 @@ import pandas as pd
 from workbench.share.imported import (
     LINEAR,
     NON_STREAMING,
+    WORKBENCH_PROVENANCE,
     Imported,
     as_list,
     as_object,
@@ -366,21 +367,19 @@ def _vllm_point(data: dict, pid: str, experiment: str = "imported_vllm", **param
 
 
 def _vllm_provenance(data: dict, arrival: str, schema: str) -> tuple[dict, dict]:
-    own = data.get("backend") == "workbench"
-    prov = {"tool": "vllm-json" if not own else "workbench (via vllm-json)",
-            "version": str(data.get("vllm_version") or ("workbench export" if own else
-                                                        "unknown (vLLM writes no version into its result)")),
+    if data.get("backend") == "workbench":   # the workbench's own export (share/export_points.vllm_result)
+        return dict(WORKBENCH_PROVENANCE, tool="workbench (via vllm-json)", version="workbench export",
+                    schema=schema, ignore_eos=data.get("ignore_eos"),
+                    arrival=str(data.get("workbench_arrival") or arrival)), {}
+    prov = {"tool": "vllm-json", "version": str(data.get("vllm_version") or "unknown (vLLM writes no version into "
+                                                                           "its result)"),
             "schema": schema,
-            "token_counts": "engine-side token ids (a workbench export)" if own
-            else "the server's usage.completion_tokens where streamed with usage, else the client's tokenizer",
+            "token_counts": "the server's usage.completion_tokens where streamed with usage, else the client's tokenizer",
             "ignore_eos": data.get("ignore_eos"), "arrival": arrival,
-            "warmup": "excluded (untimed warm-up runs before each measured shape)" if own
-            else "not excluded: one untimed test prompt checks the endpoint, then every request counts",
-            "percentiles": LINEAR, "itl": "gaps between generated token ids" if own
-            else "gaps between streamed chunks (a chunk may hold several tokens)",
+            "warmup": "not excluded: one untimed test prompt checks the endpoint, then every request counts",
+            "percentiles": LINEAR, "itl": "gaps between streamed chunks (a chunk may hold several tokens)",
             "tpot": "(latency - ttft) / (output - 1) per request", "ttft_from": "request sent by the client"}
-    left = {} if own else {"itl": "vLLM's ITL is the gap between streamed chunks, not between token ids"}
-    return prov, left
+    return prov, {"itl": "vLLM's ITL is the gap between streamed chunks, not between token ids"}
 
 
 def vllm(data: dict, path: Path) -> Imported:

@@ -27,6 +27,7 @@ import pandas as pd
 from workbench.share.imported import (
     LINEAR,
     NON_STREAMING,
+    WORKBENCH_PROVENANCE,
     Imported,
     as_list,
     as_object,
@@ -173,15 +174,13 @@ def benchmark_report(data: dict, path: Path) -> Imported:
         row["n_samples"] = int(num(native.get("n_samples")) or row["n_samples"])
         gate(row)
     version = str(data.get("version"))
-    prov = {"tool": "workbench (via br0.2)" if own else f"benchmark-report ({tool})",
-            "version": str(std.get("tool_version") or "unknown"), "schema": f"Benchmark Report v{version}",
-            "token_counts": "engine-side generated token ids (a workbench export)" if own else "not recorded",
-            "ignore_eos": native.get("ignore_eos") if own else None,
-            "arrival": row.get("arrival"), "warmup": "excluded (untimed warm-up runs before each measured shape)"
-            if own else "not recorded",
-            "percentiles": LINEAR if own else "not recorded", "itl": "gaps between generated token ids" if own
-            else "not recorded", "tpot": "(e2e - ttft) / (output tokens - 1) per request" if own else "not recorded",
-            "ttft_from": "handed to the workbench (before templating and tokenisation)" if own else "not recorded"}
+    if own:   # the workbench's own export (share/export_points): its definitions, as the run that wrote it
+        prov = dict(WORKBENCH_PROVENANCE, tool="workbench (via br0.2)", ignore_eos=native.get("ignore_eos"),
+                    arrival=row.get("arrival"))
+    else:
+        prov = {"tool": f"benchmark-report ({tool})", "ignore_eos": None, "arrival": row.get("arrival"),
+                **dict.fromkeys(("token_counts", "warmup", "percentiles", "itl", "tpot", "ttft_from"), "not recorded")}
+    prov.update(version=str(std.get("tool_version") or "unknown"), schema=f"Benchmark Report v{version}")
     return Imported("benchmark-report", path, pd.DataFrame([row]), requests_frame([]), prov, {})
 
 
