@@ -187,7 +187,7 @@ def test_plan_text_names_the_smallest_decidable_effect(monkeypatch, tmp_path):
     r = design.run_design(design.Design("toy", ["a", "b"], "a", TPS, min_rounds=3, max_rounds=3),
                           Fake({"a": 0.0, "b": 0.5}).measure, progress=False)
     design_plan.remember_spread(r, "RUN1")
-    assert "run RUN1 measured here" in design_plan.plan_text("toy", 2, 3, 8)
+    assert "run RUN1 measured on this machine" in design_plan.plan_text("toy", 2, 3, 8)
     # a quick run's seconds are not a default run's (a new user's trial: the default plan said "3-6 rounds ~3-6 s" for
     # temperature from a quick run): its spread is lent to another suite's plan, its seconds are not
     quick = results.create_run("quick")
@@ -198,8 +198,15 @@ def test_plan_text_names_the_smallest_decidable_effect(monkeypatch, tmp_path):
     assert design_plan.recalled_spread("toy2", "quick")["suite"] == "quick"
     in_quick = design_plan.plan_text("toy2", 2, 3, 3, seconds_per_measurement=100.0, suite="quick")
     in_default = design_plan.plan_text("toy2", 2, 3, 3, seconds_per_measurement=100.0, suite="default")
-    assert f"run {quick.name} measured here" in in_quick and "~900 s" not in in_quick
-    assert f"run {quick.name} measured here, in a run of suite quick" in in_default and "~900 s" in in_default
+    assert f"run {quick.name} measured on this machine" in in_quick and "~900 s" not in in_quick
+    assert f"run {quick.name} measured on this machine, in a run of suite quick" in in_default and "~900 s" in in_default
+    # the record is the machine's, shared by every clone: a run of another checkout, or one deleted since, says so
+    other = tmp_path / "other_clone" / "results" / quick.name
+    other.mkdir(parents=True)
+    design_plan.remember_spread(r2, other)
+    assert f"run {quick.name} (in {other.parent}) measured" in design_plan.plan_text("toy2", 2, 3, 3)
+    other.rmdir()
+    assert f"run {quick.name} (no longer on disk) measured" in design_plan.plan_text("toy2", 2, 3, 3)
     monkeypatch.setattr(design_plan, "recalled_spread", lambda exp, suite="": {"sigma": 0.5, "run_id": "NOISY"})
     assert "cannot decide an effect below 2x" in design_plan.plan_text("noisy", 2, 2, 2)
     assert "cannot decide" not in design_plan.plan_text("noisy", 2, 3, 200)

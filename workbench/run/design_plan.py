@@ -62,6 +62,8 @@ def remember_spread(result: DesignResult, run_dir=None) -> None:
             "seconds_per_round": float(result.seconds_per_round),
             "seconds_per_measurement": float(result.seconds_per_round / len(result.design.measured_arms())),
             "run_id": Path(str(run_dir)).name if run_dir is not None else "", "suite": suite,
+            # a folder (not a bare run id): where the run lies, for the clones that share this machine's record
+            "run_dir": str(Path(run_dir).resolve()) if isinstance(run_dir, Path) or "/" in str(run_dir) else "",
             "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         data[result.design.experiment] = record
         if suite:
@@ -81,6 +83,21 @@ def recalled_spread(experiment: str, suite: str = "") -> dict | None:
     except (OSError, ValueError):
         return None
     return (data.get(f"{experiment}@{suite}") if suite else None) or data.get(experiment)
+
+
+def _where(known: dict) -> str:
+    """Where the run a recalled spread came from lies, when not in this checkout's results (the record is the
+    machine's, :func:`workbench.paths.cache_root`, shared by every clone): ``" (in /other/clone/results)"``,
+    ``" (no longer on disk)"``, or ``""``."""
+    from workbench.run import results
+
+    recorded = known.get("run_dir")
+    if not recorded:
+        return ""
+    folder = Path(recorded)
+    if not folder.is_dir():
+        return " (no longer on disk)"
+    return "" if folder.parent == results.results_root() else f" (in {folder.parent})"
 
 
 def smallest_effect(sigma: float, n_arms: int, rounds: int, alpha: float = blocks.ALPHA) -> float:
@@ -107,8 +124,8 @@ def plan_text(experiment: str, n_arms: int, min_rounds: int, max_rounds: int, aa
     sigma = known["sigma"] if known else DEFAULT_SIGMA
     other = ((f", in a run of suite {known['suite']}" if known.get("suite") else ", with other parameters")
              if known and suite and not same else "")
-    source = f"the spread run {known.get('run_id') or '?'} measured here{other}" if known else \
-        f"no run on this machine yet: an assumed spread of {DEFAULT_SIGMA:g} on the log scale"
+    source = f"the spread run {known.get('run_id') or '?'}{_where(known)} measured on this machine{other}" \
+        if known else f"no run on this machine yet: an assumed spread of {DEFAULT_SIGMA:g} on the log scale"
     plan = sequential.looks(min_rounds, max_rounds)
     last = sequential.look_alpha(max_rounds, plan)
     eff = smallest_effect(sigma, measured, max_rounds, last)
