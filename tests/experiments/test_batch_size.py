@@ -218,3 +218,21 @@ def test_a_recommendation_not_shown_better_than_its_runner_up_is_undecided(monke
     monkeypatch.setattr(design, "reanalyse", lambda run_dir, exp, outcome=None: (None, blocks.analyse(rounds, "b1",
                                                                                                        aa=None)))
     assert batch_size.headline(decided, run_dir="a run folder").verdict == "direction"
+
+
+def test_an_invalid_point_is_greyed_in_goodput_and_left_out_of_the_decode_speed_boxes():
+    from workbench.share.plots import INVALID_NAME
+
+    pts = pd.DataFrame({"point_id": ["a", "b", "c"], "batch_size": [1, 2, 4], "prompt_tokens": [64] * 3,
+                        "goodput_rps": [1.0, 1.5, 2.0], "output_throughput_tps": [5.0, 9.0, 12.0],
+                        "slo_ttft_s": [1.0] * 3, "slo_tpot_s": [0.1] * 3, "status": ["ok"] * 3,
+                        "valid": [True, False, True], "invalid_reason": ["", "other load", ""]})
+    (cross,) = [t for t in batch_size.goodput_vs_batch(pts).data if t.name == INVALID_NAME]
+    assert list(cross.x) == [2]
+    reqs = pd.DataFrame({"point_id": ["a", "b", "b", "c"], "batch_size": [1, 2, 2, 4], "output_tokens": [4] * 4,
+                         "prompt_tokens": [64] * 4, "context_tokens": [float("nan")] * 4,
+                         "decode_tps": [10.0, 99.0, 99.0, 8.0]})
+    fig = batch_size.decode_speed_vs_batch(reqs, pts)
+    assert sorted(x for t in fig.data for x in t.x) == [1, 4] and "2 requests of 1 invalid point left out" in \
+        fig.layout.title.text
+    assert sorted(x for t in batch_size.decode_speed_vs_batch(reqs).data for x in t.x) == [1, 2, 2, 4]

@@ -602,3 +602,23 @@ def test_an_engine_pick_not_shown_better_than_its_runner_up_is_undecided(monkeyp
     assert "Against the runner-up, continuous: undecided" in f.text and f.verdict == "undecided"
     rounds.loc[rounds["arm"] == "continuous", "value"] *= 1.8
     assert serving_load.engines_finding(pts, "a run folder").verdict == "direction"
+
+
+def test_a_point_measured_under_other_load_is_greyed_in_every_rate_figure():
+    """A fresh user's run: the goodput and latency figures drew an invalid point (other load) as a valid one on the
+    engine's line; now each panel that draws it crosses it out in grey, one legend entry for the figure."""
+    from workbench.share.figures_serving import goodput_vs_rate, latency_vs_throughput, queue_vs_rate
+    from workbench.share.plots import INVALID_NAME
+
+    more = [{"profile": "poisson", "offered_rps": 3.0, "arrival_rps": 3.0, "completion_rps": 3.0, "valid": False,
+             "invalid_reason": "other load"}]
+    pts = _points(more=more)
+    pts["goodput_rps"] = pts["goodput_rps_custom"]
+    pts["queue_s_p50"], pts["queue_s_p90"] = 0.1, 0.2
+    pts["ttft_s_p50"], pts["tpot_s_p50"], pts["output_throughput_tps"] = 0.05, 0.02, [10.0, 20.0, 30.0]
+    pts["ttft_s_p90"] = pts["ttft_s_p99"] = float("nan")
+    for fig, panels in ((goodput_vs_rate(pts), 2), (latency_vs_throughput(pts), 2), (queue_vs_rate(pts), 1)):
+        crosses = [t for t in fig.data if t.name == INVALID_NAME]
+        assert len(crosses) == panels and sum(bool(t.showlegend) for t in crosses) == 1, fig.layout.title.text
+        assert all(list(t.x) in ([3.0], [30.0]) for t in crosses)
+    assert len({t.xaxis for t in latency_vs_throughput(pts).data if t.name == INVALID_NAME}) == 2   # one per panel

@@ -377,13 +377,22 @@ def pareto(points: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def decode_speed_vs_batch(requests: pd.DataFrame) -> go.Figure:
-    """Per-request decode speed (box over requests) versus batch size."""
+def decode_speed_vs_batch(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> go.Figure:
+    """Per-request decode speed (box over requests) versus batch size; the requests of the points marked invalid in
+    ``points`` are left out (a box has no marker to grey), the title says how many."""
     df = requests[requests["output_tokens"] > 1].copy()
+    dropped = ""
+    if points is not None and "valid" in points and "point_id" in df:
+        bad = set(points.loc[points["valid"].eq(False), "point_id"].astype(str))
+        out = df["point_id"].astype(str).isin(bad)
+        if out.any():
+            n = df.loc[out, "point_id"].nunique()
+            dropped = f" ({int(out.sum())} requests of {n} invalid point{'s' if n != 1 else ''} left out)"
+            df = df[~out]
     df["prompt_tokens"] = df["context_tokens"].fillna(df["prompt_tokens"]).astype(int).astype(str)
     fig = px.box(df, x="batch_size", y="decode_tps", color="prompt_tokens", points=False,
                  labels=labels("batch_size", "decode_tps", "prompt_tokens"),
-                 title="Per-request decode speed vs batch size")
+                 title="Per-request decode speed vs batch size" + dropped)
     fig.update_xaxes(type="category")
     return fig
 
@@ -401,6 +410,7 @@ def goodput_vs_batch(points: pd.DataFrame, recommended: pd.Series | None = None)
         fig.add_trace(go.Scatter(x=[recommended["batch_size"]], y=[recommended["goodput_rps"]], mode="markers",
                                  marker=dict(symbol="star", size=20, color="gold", line=dict(width=1, color="black")),
                                  name=f"recommended: batch {int(recommended['batch_size'])}"))
+    mark_invalid(fig, df, "batch_size", "goodput_rps")
     fig.update_xaxes(type="log", dtick=0.30103)
     return fig
 
@@ -426,7 +436,7 @@ def figures(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) -> dict[
         "batch_ttft": ttft_vs_batch(points),
         "batch_throughput": throughput_vs_batch(points),
         "batch_pareto": pareto(points),
-        "batch_decode_speed": decode_speed_vs_batch(requests),
+        "batch_decode_speed": decode_speed_vs_batch(requests, points),
         "batch_goodput": goodput_vs_batch(points, rec),
     }
     if "throughput_ratio" in points and points["throughput_ratio"].notna().any():

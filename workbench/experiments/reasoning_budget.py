@@ -554,6 +554,7 @@ def fig_throughput_vs_budget(points):
                   color="batch_size", markers=True,
                   labels=plots.labels("reasoning_budget", "batch_size", "output_throughput_tps"),
                   title="Output throughput vs reasoning budget, per batch size")
+    plots.mark_invalid(fig, pts, "reasoning_budget", "output_throughput_tps")
     return predictions.add_predicted_line(fig, pts, "reasoning_budget", "predicted_output_throughput_tps",
                                        group="batch_size")
 

@@ -22,7 +22,7 @@ from plotly.subplots import make_subplots
 from workbench.load import load, saturation
 from workbench.serving import engines as engines_mod
 from workbench.serving import scheduling
-from workbench.share.plots import label, ok_points
+from workbench.share.plots import label, mark_invalid, ok_points
 from workbench.stats.classes import CLASSES, bucket_summary, class_summary, mixed_rows
 
 # ----------------------------------------------------------------------------- a load sweep, per engine
@@ -53,6 +53,8 @@ def latency_vs_throughput(points: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=g["output_throughput_tps"], y=g["tpot_s_p50"], mode="lines+markers",
                                  name=f"{e} TPOT p50", line=dict(color=col.get(e)), hovertext=hover,
                                  showlegend=True), row=1, col=2)
+    mark_invalid(fig, df, "output_throughput_tps", "ttft_s_p50", row=1, col=1)
+    mark_invalid(fig, df, "output_throughput_tps", "tpot_s_p50", row=1, col=2)
     fig.update_xaxes(title_text=label("output_throughput_tps"))
     fig.update_yaxes(title_text=label("ttft_s"), row=1, col=1)
     fig.update_yaxes(title_text=label("tpot_s"), row=1, col=2)
@@ -119,6 +121,8 @@ def goodput_vs_rate(points: pd.DataFrame) -> go.Figure:
             # title in the paper-size image
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=col.get(e), dash="dot"),
                                      name=f"{e} knee: {knee:.3g} req/s arrived", legendgroup=e), row=1, col=1)
+    mark_invalid(fig, df, "offered_rps", "goodput_rps", row=1, col=1)
+    mark_invalid(fig, df, "offered_rps", "slo_attainment", row=1, col=2)
     fig.update_xaxes(title_text="offered rate (requests/s)")
     fig.update_yaxes(title_text=label("goodput_rps"), row=1, col=1)
     fig.update_yaxes(title_text=label("slo_attainment"), range=[0, 1.05], row=1, col=2)
@@ -141,6 +145,7 @@ def queue_vs_rate(points: pd.DataFrame) -> go.Figure:
             if g["queue_s_p90"].notna().any():
                 fig.add_trace(go.Scatter(x=g["offered_rps"], y=g["queue_s_p90"], name=f"{e} p90{suffix}",
                                          line=dict(color=col.get(e), dash="dash"), legendgroup=e, **style))
+    mark_invalid(fig, df, "offered_rps", "queue_s_p50")
     fig.update_layout(title="Queue time (arrival to admission) vs offered rate (diamonds: closed-loop points)",
                       xaxis_title="offered rate (requests/s)", yaxis_title=label("queue_s"))
     return fig

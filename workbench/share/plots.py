@@ -121,12 +121,17 @@ def legend_is_below(fig: go.Figure) -> bool:
     return fig.layout.legend.yref == "container" and fig.layout.legend.y == 0
 
 
-def mark_invalid(fig: go.Figure, points: pd.DataFrame, x: str, y: str) -> go.Figure:
+INVALID_NAME = "invalid (greyed)"
+
+
+def mark_invalid(fig: go.Figure, points: pd.DataFrame, x: str, y: str, row: int | None = None,
+                 col: int | None = None) -> go.Figure:
     """Overlay grey crosses on the points marked invalid (other load or drift while measured).
 
     Args:
         fig: the figure (changed in place).
         points: the points table with ``valid``, ``invalid_reason`` and the ``x`` / ``y`` columns.
+        row, col: the subplot of a :func:`plotly.subplots.make_subplots` figure (one legend entry for all panels).
 
     Returns:
         ``fig``; unchanged when no point is invalid.
@@ -136,9 +141,11 @@ def mark_invalid(fig: go.Figure, points: pd.DataFrame, x: str, y: str) -> go.Fig
     bad = points[points["valid"].eq(False)]
     if bad.empty:
         return fig
-    fig.add_trace(go.Scatter(x=bad[x], y=bad[y], mode="markers", name="invalid (greyed)",
+    shown = any(getattr(t, "name", None) == INVALID_NAME for t in fig.data)
+    fig.add_trace(go.Scatter(x=bad[x], y=bad[y], mode="markers", name=INVALID_NAME, legendgroup=INVALID_NAME,
+                             showlegend=not shown,
                              marker=dict(symbol="x-thin-open", size=16, color="#999", line=dict(width=2)),
-                             hovertext=bad.get("invalid_reason"), hoverinfo="text"))
+                             hovertext=bad.get("invalid_reason"), hoverinfo="text"), row=row, col=col)
     return fig
 
 
