@@ -102,6 +102,15 @@ def test_overlay_keeps_every_runs_traces_and_tables_apart(tmp_path):
     names = [t.name for t in figs["explorer_points"][0].data]
     assert len(names) == 2 and names[0].startswith("A (") and names[1].startswith("B (")
     assert len(figs["table"]) == 2                                  # tables cannot share axes
+    # a fresh user's overlaid TTFT: one curve a run, no legend (the run's own layout hid it), A and B the same colour
+    # told apart by dash alone, and a long title with "(runs overlaid)" past the right edge
+    for run, y in ((a, [0.1, 0.2]), (b, [0.3, 0.4])):
+        results.save_figure(run, "ttft", go.Figure(go.Scatter(x=[1, 2], y=y, name="p50"),
+                                                   layout=dict(showlegend=False, title_text="T" * 120)))
+    (fig,) = dict(report.overlay_figures([a, b]))["ttft"]
+    assert fig.layout.showlegend is True and len({t.line.color for t in fig.data}) == 2
+    assert [t.line.dash for t in fig.data] == ["solid", "dash"]
+    assert fig.layout.title.text.startswith("T" * 120 + "<br>") and "A solid, B dashed" in fig.layout.title.text
 
 
 def test_compare_needs_two_runs_with_points():

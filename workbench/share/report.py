@@ -48,6 +48,9 @@ ENV_KEYS = ["model", "model_sha256", "device", "device_name", "dtype", "torch", 
 _OVERLAY_TYPES = {"scatter", "scattergl", "bar", "box", "violin", "histogram"}
 _DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 _SYMBOLS = ["circle", "diamond", "square", "x", "triangle-up", "cross"]
+_DASH_WORDS = ["solid", "dashed", "dotted", "dash-dot", "long dashes", "long dash-dot"]
+#: A run's colour where each run draws one series (blue, red, green, ...: plotly's D3 palette)
+_RUN_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 #: The point table's columns: the registry's ``report`` entries (``workbench/stats/columns.csv``).
 _POINT_COLUMNS = list(columns.REPORT_POINT_COLUMNS)
 #: Static figure formats a run's report writes by default (``$WORKBENCH_FIGURES`` overrides: ``png,svg,pdf`` or
@@ -370,6 +373,25 @@ def _figure_names(run: Path) -> list[str]:
     return names + sorted(p.stem for p in (run / "figures").glob("*.json") if p.stem not in names)
 
 
+def _run_style(i: int, types: set[str]) -> str:
+    """How the ``i``-th run's traces are told apart in an overlaid figure of trace ``types`` (for its subtitle)."""
+    if types <= {"scatter", "scattergl"}:
+        return _DASH_WORDS[i % len(_DASH_WORDS)]
+    if types <= {"bar", "histogram"}:
+        return ["plain", "hatched /", "hatched x", "dotted"][i % 4]
+    return f"group {i + 1} at each x"
+
+
+def _colour(trace, colour: str) -> None:
+    """Give ``trace`` one colour (its line, markers, box or bar fill)."""
+    if trace.type in ("scatter", "scattergl"):
+        trace.update(line_color=colour, marker_color=colour)
+    else:
+        trace.update(marker_color=colour)
+        if trace.type == "box":
+            trace.update(line_color=colour)
+
+
 def overlay_figures(runs: list[Path]) -> list[tuple[str, list]]:
     """The runs' figures grouped by name: ``(name, [figure, ...])``.
 
@@ -393,12 +415,16 @@ def overlay_figures(runs: list[Path]) -> list[tuple[str, list]]:
                                if len(runs) > 1 else f for r, f in figs]))
             continue
         base = go.Figure(layout=figs[0][1].layout)
+        # one series a run (a single curve, a single box): the runs differ by colour too, not by dash alone
+        by_run_colour = all(len(f.data) == 1 for _, f in figs)
         for i, (run, fig) in enumerate(figs):
             lab = labels[run.name]
             for tr in fig.data:
                 tr.name = f"{lab} · {tr.name}" if tr.name else lab
                 tr.legendgroup = lab
                 tr.showlegend = True
+                if by_run_colour:
+                    _colour(tr, _RUN_COLOURS[i % len(_RUN_COLOURS)])
                 if tr.type in ("scatter", "scattergl"):
                     tr.update(line_dash=_DASHES[i % len(_DASHES)], marker_symbol=_SYMBOLS[i % len(_SYMBOLS)])
                 else:  # bar, box, violin, histogram: side by side per run; bars also hatched per run
@@ -407,9 +433,12 @@ def overlay_figures(runs: list[Path]) -> list[tuple[str, list]]:
                         tr.update(marker_pattern_shape=["", "/", "x", "."][i % 4])
                 base.add_trace(tr)
         title = figs[0][1].layout.title.text or name
-        base.update_layout(title_text=f"{title} (runs overlaid)",  # legend below: colour bars keep the right side
+        styles = ", ".join(f"{labels[r.name].split(' ')[0]} {_run_style(i, types)}" for i, (r, _) in enumerate(figs))
+        # the run's title, then a second line (a long title with a suffix ran past the figure's right edge); the
+        # legend shown (a one-trace figure's own layout hides it) and below: colour bars keep the right side
+        base.update_layout(title_text=f"{title}<br><sup>runs overlaid: {styles}</sup>", showlegend=True,
                            legend=dict(orientation="h", x=0, y=-0.18, xanchor="left", yanchor="top"),
-                           margin=dict(b=110))
+                           margin=dict(b=110, t=max(90, (base.layout.margin.t or 0))))
         if "box" in types:
             base.update_layout(boxmode="group")
         out.append((name, [base]))
