@@ -126,3 +126,21 @@ def test_the_default_models_context_is_read_from_its_gguf_once_per_process(monke
         assert len(calls) == 1
     finally:
         models.max_context_tokens.cache_clear()
+
+
+@pytest.mark.skipif(not models.gpu_driver_absent(), reason="a GPU driver is present: torch decides")
+def test_cuda_on_a_machine_without_a_gpu_driver_is_refused_before_torch_loads():
+    """A fresh user's ``-p device cuda`` took 5.7 s to be refused: the import of torch to ask it. With no GPU
+    driver's device node (and ``mps`` off macOS) the answer is known without it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom workbench.measure import models\n"
+            "for d in ('cuda', 'mps'):\n"
+            "    try:\n        models.pick_device(d)\n    except models.ParameterError as e:\n        print(e)\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("device: 'cuda' requested but this machine has no GPU driver") and "cpu" in lines[0]
+    assert lines[1].startswith("device: 'mps' requested") == (sys.platform != "darwin")

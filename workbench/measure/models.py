@@ -302,16 +302,34 @@ def max_context_tokens(spec: str) -> int:
     return int(read_model_config(spec).get("max_position_embeddings", 2048))
 
 
+#: Device nodes of a GPU driver on Linux (NVIDIA's, ROCm's ``kfd``, WSL2's ``dxg``): with none of them torch can see no
+#: ``cuda`` device, and :func:`pick_device` refuses one without importing torch (seconds on a small machine)
+GPU_DRIVER_GLOBS = ("/dev/nvidia*", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_driver_absent() -> bool:
+    """True on Linux when no GPU driver's device node exists (:data:`GPU_DRIVER_GLOBS`); False elsewhere (unknown)."""
+    import glob
+
+    return sys.platform.startswith("linux") and not any(glob.glob(g) for g in GPU_DRIVER_GLOBS)
+
+
 def pick_device(device: str = "auto") -> str:
     """Resolve ``auto`` to ``cuda``, ``mps`` or ``cpu``; check an explicit choice exists.
 
     Raises:
-        ParameterError: unknown name, or the device is not available here.
+        ParameterError: unknown name, or the device is not available here (``cuda`` on a Linux machine without a
+            GPU driver, ``mps`` off macOS: before torch is imported).
     """
-    import torch
-
     if device not in DEVICES:
         raise ParameterError(f"device: must be one of {', '.join(DEVICES)} (got {device!r})")
+    if device == "cuda" and gpu_driver_absent():
+        raise ParameterError("device: 'cuda' requested but this machine has no GPU driver (no /dev/nvidia*, "
+                             "/dev/kfd or /dev/dxg): use cpu or auto")
+    if device == "mps" and sys.platform != "darwin":
+        raise ParameterError("device: 'mps' requested but MPS exists only on macOS: use cpu or auto")
+    import torch
+
     if device == "auto":
         if torch.cuda.is_available():
             return "cuda"
