@@ -44,6 +44,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Callable
 
 from starlette.requests import Request  # module level: FastAPI resolves string annotations here
 
@@ -308,53 +309,18 @@ async def _next_event(reply: Reply, cfg: ChatConfig):
 COMPLETION_MAX_TOKENS = 16
 
 
-def parse_chat_request(payload: dict, cfg: ChatConfig, completion: bool = False):
-    """The validated request, its stop strings and its ``max_tokens`` (``completion``: a ``/v1/completions`` one,
-    whose ``max_tokens`` defaults to :data:`COMPLETION_MAX_TOKENS`).
-
-    Raises:
-        ApiError: 400 naming the field (schema, ``n``, :data:`~workbench.serving.http.UNSUPPORTED` options,
-            ``stop``, ``max_tokens`` over the limit).
-    """
-    req = validate(cfg.CompletionRequest if completion else cfg.ChatRequest, payload)
-    if req.n not in (None, 1):
-        raise ApiError(400, f"n: only 1 is supported (got {req.n})", param="n")
-    for key, neutral in UNSUPPORTED.items():
-        if key in payload and payload[key] not in neutral:
-            raise ApiError(400, f"{key}: not supported by this server (got {payload[key]!r:.80})", param=key)
-    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    if len(stop) > MAX_STOP or any(not x for x in stop):
-        raise ApiError(400, f"stop: at most {MAX_STOP} non-empty strings (got {req.stop!r:.80})", param="stop")
-    cap = cfg.max_tokens_limit
-    max_tokens = req.max_completion_tokens or req.max_tokens or min(COMPLETION_MAX_TOKENS if completion else 256, cap)
-    if max_tokens > cap:
-        raise ApiError(400, f"max_tokens: must be <= {cap} (got {max_tokens})", param="max_tokens")
-    return req, stop, max_tokens
+def _chat_prompt_ids(tokenizer, req) -> list[int]:
+    """A chat request's prompt: the chat template over its messages."""
+    return engines.prompt_ids(tokenizer, [{"role": m.role, "content": m.text()} for m in req.messages])
 
 
-async def chat_completions(request: Request):
-    """``POST /v1/chat/completions`` (see the module docstring and :mod:`workbench.serving.server`)."""
-    return await _complete(request, completion=False)
-
-
-async def completions(request: Request):
-    """``POST /v1/completions``: OpenAI's legacy completions format, what ``vllm bench serve`` sends by default
-    (its ``vllm`` / ``openai`` backends): a ``prompt`` (a string, or token ids; one a request) continued as it is,
-    no chat template; ``max_tokens`` defaults to :data:`COMPLETION_MAX_TOKENS`. The same engine, limits, streaming,
-    cancellation and engine figures as the chat route; the body's choices carry ``text`` (``object``
-    ``text_completion``), each stream chunk its ``choices[0].text``."""
-    return await _complete(request, completion=True)
-
-
-def _prompt_ids(tokenizer, req, completion: bool) -> list[int]:
-    """The token ids a request's prompt is: the chat template over its messages, or a completion's prompt
-    tokenized as it is (the tokenizer's special tokens added, as vLLM does) or its token ids.
+def _completion_prompt_ids(tokenizer, req) -> list[int]:
+    """A completion request's prompt tokenized as it is (the tokenizer's special tokens added, as vLLM does), or its
+    token ids.
 
     Raises:
         ApiError: 400: several prompts in one request, or token ids outside the vocabulary.
     """
-    if not completion:
-        return engines.prompt_ids(tokenizer, [{"role": m.role, "content": m.text()} for m in req.messages])
     prompt = req.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
         if len(prompt) != 1:
@@ -368,27 +334,108 @@ def _prompt_ids(tokenizer, req, completion: bool) -> list[int]:
     return list(prompt)
 
 
-async def _complete(request: Request, completion: bool):
-    """A chat or completion request: parsed, checked, submitted to the engine and answered."""
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """What tells ``/v1/chat/completions`` and ``/v1/completions`` apart (OpenAI's two formats); the rest - limits,
+    engine, streaming, cancellation, engine figures - is one code path (:func:`_complete`).
+
+    Attributes:
+        field: the prompt's field (``messages`` / ``prompt``), named by a 400 about it.
+        schema: the :class:`ChatConfig` attribute holding the request model.
+        prompt_ids: ``(tokenizer, request) -> token ids``.
+        untokenizable: the words of a 400 for a prompt the tokenizer refuses.
+        default_max_tokens: ``max_tokens`` when the request gives none (capped by the server's limit).
+        id_prefix: of the response's ``id``.
+        endpoint: the label of its engine figures (``/metrics``, observers).
+        body_object / chunk_object: ``object`` of the JSON body / of each stream chunk.
+        body_text: ``text -> choice fields`` of the JSON body.
+        chunk_text: ``delta -> choice fields`` of a stream chunk.
+        role_chunk: a stream opens with a chunk carrying the assistant role (chat only).
+    """
+
+    field: str
+    schema: str
+    prompt_ids: Callable
+    untokenizable: str
+    default_max_tokens: int
+    id_prefix: str
+    endpoint: str
+    body_object: str
+    chunk_object: str
+    body_text: Callable[[str], dict]
+    chunk_text: Callable[[dict], dict]
+    role_chunk: bool
+
+
+#: ``max_tokens`` of a ``/v1/chat/completions`` request that gives none
+CHAT_MAX_TOKENS = 256
+CHAT = Route("messages", "ChatRequest", _chat_prompt_ids, "cannot apply the chat template", CHAT_MAX_TOKENS,
+             "chatcmpl-", "chat", "chat.completion", "chat.completion.chunk",
+             lambda text: {"message": {"role": "assistant", "content": text}}, lambda delta: {"delta": delta}, True)
+#: a completion's chunk carries the delta's content as its ``text``
+COMPLETION = Route("prompt", "CompletionRequest", _completion_prompt_ids, "cannot be tokenized",
+                   COMPLETION_MAX_TOKENS, "cmpl-", "completions", "text_completion", "text_completion",
+                   lambda text: {"text": text}, lambda delta: {"text": delta.get("content", "")}, False)
+
+
+def parse_chat_request(payload: dict, cfg: ChatConfig, route: Route = CHAT):
+    """The validated request, its stop strings and its ``max_tokens`` (the ``route``'s default when none is given:
+    :data:`CHAT_MAX_TOKENS`, or :data:`COMPLETION_MAX_TOKENS` for ``/v1/completions``).
+
+    Raises:
+        ApiError: 400 naming the field (schema, ``n``, :data:`~workbench.serving.http.UNSUPPORTED` options,
+            ``stop``, ``max_tokens`` over the limit).
+    """
+    req = validate(getattr(cfg, route.schema), payload)
+    if req.n not in (None, 1):
+        raise ApiError(400, f"n: only 1 is supported (got {req.n})", param="n")
+    for key, neutral in UNSUPPORTED.items():
+        if key in payload and payload[key] not in neutral:
+            raise ApiError(400, f"{key}: not supported by this server (got {payload[key]!r:.80})", param=key)
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if len(stop) > MAX_STOP or any(not x for x in stop):
+        raise ApiError(400, f"stop: at most {MAX_STOP} non-empty strings (got {req.stop!r:.80})", param="stop")
+    cap = cfg.max_tokens_limit
+    max_tokens = req.max_completion_tokens or req.max_tokens or min(route.default_max_tokens, cap)
+    if max_tokens > cap:
+        raise ApiError(400, f"max_tokens: must be <= {cap} (got {max_tokens})", param="max_tokens")
+    return req, stop, max_tokens
+
+
+async def chat_completions(request: Request):
+    """``POST /v1/chat/completions`` (see the module docstring and :mod:`workbench.serving.server`)."""
+    return await _complete(request, CHAT)
+
+
+async def completions(request: Request):
+    """``POST /v1/completions``: OpenAI's legacy completions format, what ``vllm bench serve`` sends by default
+    (its ``vllm`` / ``openai`` backends): a ``prompt`` (a string, or token ids; one a request) continued as it is,
+    no chat template; ``max_tokens`` defaults to :data:`COMPLETION_MAX_TOKENS`. The same engine, limits, streaming,
+    cancellation and engine figures as the chat route; the body's choices carry ``text`` (``object``
+    ``text_completion``), each stream chunk its ``choices[0].text``."""
+    return await _complete(request, COMPLETION)
+
+
+async def _complete(request: Request, route: Route):
+    """A chat or completion request (``route``): parsed, checked, submitted to the engine and answered."""
     t_arrival = time.perf_counter()
     state = request.app.state
     cfg: ChatConfig = state.chat
     engine: engines.BaseEngine = state.engine
-    field = "prompt" if completion else "messages"
+    field = route.field
     payload = await read_json_object(request)
-    req, stop, max_tokens = parse_chat_request(payload, cfg, completion)
+    req, stop, max_tokens = parse_chat_request(payload, cfg, route)
     check_model(payload.get("model"), cfg.model_names)
     if engine.pending > cfg.max_queue:  # cheap early refusal; submit() below decides atomically
         with engine._count_lock:
             engine.rejected += 1  # every 429 counts (workbench_requests_rejected_total)
         raise _too_busy(cfg, engine)
     try:  # templating a huge prompt takes a while: a worker thread keeps every other stream flowing
-        ids = await asyncio.to_thread(_prompt_ids, state.loaded.tokenizer, req, completion)
+        ids = await asyncio.to_thread(route.prompt_ids, state.loaded.tokenizer, req)
     except ApiError:
         raise
     except Exception as exc:
-        what = "cannot be tokenized" if completion else "cannot apply the chat template"
-        raise ApiError(400, f"{field}: {what} ({exc})", param=field) from None
+        raise ApiError(400, f"{field}: {route.untokenizable} ({exc})", param=field) from None
     prompt_tokens = len(ids)
     if prompt_tokens + max_tokens > cfg.context:
         raise ApiError(400, f"{field}: prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds "
@@ -401,12 +448,12 @@ async def _complete(request: Request, completion: bool):
         )
     except ParameterError as exc:
         raise parameter_error(exc) from None
-    prefix = "cmpl-" if completion else "chatcmpl-"
+    prefix = route.id_prefix
     cid = state.streams.new_id(prefix) if hasattr(state.streams, "new_id") else prefix + uuid.uuid4().hex[:24]
     reply = Reply(state.loaded, engine.eos, stop, asyncio.get_running_loop())
     ereq = reply.request = engines.EngineRequest(
         ids, settings, t_arrival=t_arrival, on_token=reply.on_token, on_done=reply.on_done, id=cid,
-        deadline=t_arrival + cfg.request_timeout_s, endpoint="completions" if completion else "chat",
+        deadline=t_arrival + cfg.request_timeout_s, endpoint=route.endpoint,
         priority=req.priority)
     try:
         engine.submit(ereq, max_pending=cfg.max_queue + 1)  # the one being served + max_queue waiting
@@ -418,15 +465,15 @@ async def _complete(request: Request, completion: bool):
         raise parameter_error(exc) from None
     watch = DisconnectWatch(request, reply)
     try:
-        return await _respond(request, req, reply, watch, cfg, cid, prompt_tokens, t_arrival, completion)
+        return await _respond(request, req, reply, watch, cfg, cid, prompt_tokens, t_arrival, route)
     finally:
         watch.close()
 
 
 async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, cfg: ChatConfig, cid: str,
-                   prompt_tokens: int, t_arrival: float, completion: bool = False):
-    """The response of a submitted chat (or ``completion``) request (JSON body or SSE stream); ``watch`` runs until
-    it starts."""
+                   prompt_tokens: int, t_arrival: float, route: Route = CHAT):
+    """The response of a submitted request of ``route`` (JSON body or SSE stream); ``watch`` runs until it
+    starts."""
     ereq = reply.request
     created = int(time.time())
     name = req.model or cfg.model_name
@@ -459,22 +506,20 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
                 break
         if info.get("finish_reason") == "timeout":
             raise _timed_out(cfg)
-        text = {"text": "".join(parts)} if completion else {"message": {"role": "assistant", "content": "".join(parts)}}
         body = {
-            "id": cid, "object": "text_completion" if completion else "chat.completion", "created": created,
-            "model": name, "choices": [{"index": 0, **text, "finish_reason": info.get("finish_reason", "stop"),
+            "id": cid, "object": route.body_object, "created": created, "model": name,
+            "choices": [{"index": 0, **route.body_text("".join(parts)), "finish_reason": info.get("finish_reason", "stop"),
                                         "logprobs": None}],
             "usage": usage(info), "engine": public_figures(info),
         }
         return JSONResponse(body, headers=headers(info))
 
-    chunk_object = "text_completion" if completion else "chat.completion.chunk"
+    chunk_object = route.chunk_object
 
-    def chunk(delta, finish=None, **extra):   # a completion's chunk carries the delta's content as its text
-        text = {"text": delta.get("content", "")} if completion else {"delta": delta}
+    def chunk(delta, finish=None, **extra):
         return sse_data({
             "id": cid, "object": chunk_object, "created": created, "model": name,
-            "choices": [{"index": 0, **text, "finish_reason": finish, "logprobs": None}], **extra,
+            "choices": [{"index": 0, **route.chunk_text(delta), "finish_reason": finish, "logprobs": None}], **extra,
         })
 
     # Start the response once the first text (or the end) exists, so headers carry the engine TTFT; a client
@@ -490,7 +535,7 @@ async def _respond(request: Request, req, reply: Reply, watch: DisconnectWatch, 
     async def events():
         finished = False
         try:
-            if not completion:
+            if route.role_chunk:
                 yield chunk({"role": "assistant", "content": ""})
             got = [first] if first is not None else []
             if watch_queue and not got:  # queue position / ETA while waiting, then one "admitted" event
