@@ -336,3 +336,14 @@ def test_the_controls_tpot_between_rounds_is_the_designs_speed_reading():
     assert cols["round_speed_drift"] == pytest.approx(0.1) and cols["round_drift"] == pytest.approx(2.0)
     bare = design.run_design(d, lambda arm, rnd: design.Measured({"ttft_s": queue[rnd]}), progress=False)
     assert math.isnan(bare.speed_drift()) and math.isnan(bare.point_columns("b")["round_speed_drift"])
+
+    # a client that cannot time tokens (streamed through a buffering proxy: no tpot_s), with the server's own first-
+    # and last-token times: the speed reading is the engine's TPOT (the streaming reader's nginx design had none, so
+    # 11% CPU steal over it voided every path while its decode speed held)
+    def proxied(arm, rnd):
+        ttft = queue[rnd]
+        return design.Measured({"ttft_s": ttft}, [{"tpot_s": float("nan"), "engine_ttft_s": 0.2, "output_tokens": 41,
+                                                   "engine_e2e_s": 0.2 + 40 * speed[rnd]}])
+    via_proxy = design.run_design(d, proxied, progress=False)
+    assert via_proxy.speed_drift() == pytest.approx(0.1) and via_proxy.point_columns("b")["round_speed_drift"] == \
+        pytest.approx(0.1)

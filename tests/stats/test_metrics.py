@@ -189,3 +189,11 @@ def test_utilisation_uses_the_recorded_batch_not_rows_per_repeat():
     batched = metrics.utilisation(req.assign(batch_size=8), summary, info, env)
     assert batched["mfu"] == pytest.approx(8 * want_mfu)
     assert metrics.utilisation(req.drop(columns="batch_size"), summary, info, env) == {}   # never guessed
+
+
+def test_tpot_of_is_the_one_tpot_formula_and_nan_where_undefined():
+    assert metrics.tpot_of(0.2, 1.0, 5) == pytest.approx(0.2)
+    t = metrics.request_timing([1.0, 1.1, 1.3, 1.6], 0.5)
+    assert t["tpot_s"] == pytest.approx(metrics.tpot_of(t["ttft_s"], t["e2e_s"], t["output_tokens"]))
+    for bad in ((0.2, 1.0, 1), (None, 1.0, 5), (0.2, float("nan"), 5), (1.0, 0.2, 5), ("x", 1, 3)):
+        assert math.isnan(metrics.tpot_of(*bad)), bad

@@ -48,7 +48,7 @@ from workbench.run.design_findings import (
     weakest,
 )
 from workbench.run.design_plan import DEFAULT_SIGMA, plan_text, recalled_spread, remember_spread, smallest_effect
-from workbench.stats import blocks, sequential
+from workbench.stats import blocks, metrics, sequential
 
 AA = blocks.AA
 ORDERS = ("interleaved", "blocks")
@@ -306,13 +306,16 @@ class DesignResult:
 
     def speed_drift(self) -> float:
         """The machine's speed between neighbouring rounds, read from the control: :func:`_largest_step` of its
-        requests' median ``tpot_s`` per round (the decode step, what the sweep's drift reference measures); NaN
-        without TPOTs. Where the primary outcome moves with more than the speed (a queue's TTFT: 149% between rounds
+        requests' median ``tpot_s`` per round (the decode step, what the sweep's drift reference measures), or, where
+        the client cannot time tokens (chunks through a buffering proxy), the server's own TPOT from its
+        ``engine_ttft_s`` / ``engine_e2e_s`` (:func:`workbench.stats.metrics.tpot_of`); NaN without either. Where the primary outcome moves with more than the speed (a queue's TTFT: 149% between rounds
         where the TPOT moved 12%, results/LOG.md 2026-12-07), the design's speed reading
         (:func:`workbench.run.drift.absorbed_by_rounds`)."""
         by_round: dict = {}
         for rec in self.requests.get(self.design.control, []):
             v = rec.get("tpot_s")
+            if not (isinstance(v, (int, float)) and math.isfinite(v)):
+                v = metrics.tpot_of(rec.get("engine_ttft_s"), rec.get("engine_e2e_s"), rec.get("output_tokens"))
             if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 and "repeat" in rec:
                 by_round.setdefault(int(rec["repeat"]), []).append(float(v))
         return _largest_step([np.median(by_round[r]) for r in sorted(by_round)])

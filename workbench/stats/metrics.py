@@ -61,7 +61,7 @@ def request_timing(stamps: Sequence[float], t_submit: float, decode_steps: int |
         "ttft_s": ttft,
         "e2e_s": e2e,
         "itl_s": [b - a for a, b in zip(stamps, stamps[1:])],
-        "tpot_s": decode_s / steps if n > 1 and steps > 0 else nan,
+        "tpot_s": tpot_of(ttft, e2e, steps + 1) if n > 1 else nan,
         "decode_tps": steps / decode_s if n > 1 and steps > 0 and decode_s > 0 else nan,
     }
 
@@ -91,6 +91,19 @@ def step_gaps(itl_s: Sequence[float], step_sizes: Sequence[int]) -> list[float]:
         out.append(float(sum(itl_s[i:i + k])))
         i += k
     return out
+
+
+def tpot_of(ttft_s, e2e_s, output_tokens) -> float:
+    """One request's TPOT from its first- and last-token times and its output tokens: ``(e2e_s - ttft_s) /
+    (output_tokens - 1)`` seconds (vLLM's ``benchmarks/serve.py`` definition, :func:`request_timing`'s); NaN where
+    undefined (a missing time, one token, a last token before the first)."""
+    try:
+        ttft, e2e, n = float(ttft_s), float(e2e_s), float(output_tokens)
+    except (TypeError, ValueError):
+        return float("nan")
+    if not (math.isfinite(ttft) and math.isfinite(e2e) and n > 1 and e2e >= ttft):
+        return float("nan")
+    return (e2e - ttft) / (n - 1)
 
 
 def decode_tps_of(tpot_s: float) -> float:
