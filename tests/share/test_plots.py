@@ -99,3 +99,10 @@ def test_the_house_template_is_plotly_white_with_the_house_layout_merged_once():
     assert layout.font.family.startswith("Inter") and layout.font.size == 13
     assert list(layout.colorway) == list(plots.px.colors.qualitative.Safe)
     assert layout.legend.orientation == "h" and layout.hovermode == "closest"
+
+
+def test_a_long_title_is_wrapped_and_its_own_breaks_kept():
+    text = plots.wrap_title("a " * 80 + "<br><sup>kept</sup>", 40)
+    lines = text.split("<br>")
+    assert lines[-1] == "<sup>kept</sup>" and all(len(line) <= 40 for line in lines[:-1]) and len(lines) == 5
+    assert plots.wrap_title("short") == "short"

@@ -8,7 +8,7 @@ import pytest
 from workbench.errors import ParameterError
 from workbench.experiments import explorer
 from workbench.run import results
-from workbench.share import csv_export, findings, report
+from workbench.share import csv_export, findings, plots, report
 from workbench.stats import metrics
 
 
@@ -106,11 +106,24 @@ def test_overlay_keeps_every_runs_traces_and_tables_apart(tmp_path):
     # told apart by dash alone, and a long title with "(runs overlaid)" past the right edge
     for run, y in ((a, [0.1, 0.2]), (b, [0.3, 0.4])):
         results.save_figure(run, "ttft", go.Figure(go.Scatter(x=[1, 2], y=y, name="p50"),
-                                                   layout=dict(showlegend=False, title_text="T" * 120)))
+                                                   layout=dict(showlegend=False, title_text="word " * 40)))
     (fig,) = dict(report.overlay_figures([a, b]))["ttft"]
     assert fig.layout.showlegend is True and len({t.line.color for t in fig.data}) == 2
     assert [t.line.dash for t in fig.data] == ["solid", "dash"]
-    assert fig.layout.title.text.startswith("T" * 120 + "<br>") and "A solid, B dashed" in fig.layout.title.text
+    *title, styles = fig.layout.title.text.split("<br>")
+    assert len(title) == 2 and all(len(line) <= 100 for line in title) and "A solid, B dashed" in styles
+    assert plots.legend_is_below(fig)       # in the image: a run's container-anchored legend at a negative y was not
+    # a run's grey crosses stay crosses (the run's marker symbol went onto them: big grey circles), and an entry the
+    # run's figure hid (the same crosses in a second panel) stays hidden
+    for run in (a, b):
+        fig = go.Figure([go.Scatter(x=[1, 2], y=[1, 2], name="p50"),
+                         go.Scatter(x=[2], y=[2], name=plots.INVALID_NAME, marker=dict(symbol="x-thin-open")),
+                         go.Scatter(x=[2], y=[3], name=plots.INVALID_NAME, showlegend=False)])
+        results.save_figure(run, "crossed", fig)
+    (fig,) = dict(report.overlay_figures([a, b]))["crossed"]
+    crosses = [t for t in fig.data if t.name.endswith(plots.INVALID_NAME)]
+    assert len(crosses) == 4 and [t.marker.symbol for t in crosses[::2]] == ["x-thin-open"] * 2
+    assert [t.showlegend for t in crosses] == [True, False, True, False]
 
 
 def test_compare_needs_two_runs_with_points():

@@ -116,6 +116,14 @@ def legend_below(fig: go.Figure, bottom: int = 60) -> go.Figure:
     return fig
 
 
+def wrap_title(text: str, width: int = 100) -> str:
+    """``text`` broken into lines of at most ``width`` characters with ``<br>`` (plotly never wraps a title: a long
+    one runs past the figure's right edge); a line already broken with ``<br>`` keeps its breaks."""
+    import textwrap
+
+    return "<br>".join(line for part in str(text).split("<br>") for line in (textwrap.wrap(part, width) or [""]))
+
+
 def legend_is_below(fig: go.Figure) -> bool:
     """Whether :func:`legend_below` placed ``fig``'s legend."""
     return fig.layout.legend.yref == "container" and fig.layout.legend.y == 0

@@ -420,9 +420,13 @@ def overlay_figures(runs: list[Path]) -> list[tuple[str, list]]:
         for i, (run, fig) in enumerate(figs):
             lab = labels[run.name]
             for tr in fig.data:
+                invalid = tr.name == plots.INVALID_NAME     # the grey crosses keep their look in every run
                 tr.name = f"{lab} · {tr.name}" if tr.name else lab
                 tr.legendgroup = lab
-                tr.showlegend = True
+                tr.showlegend = tr.showlegend is not False    # shown, unless the run's figure hid a repeat entry
+                if invalid:
+                    base.add_trace(tr)
+                    continue
                 if by_run_colour:
                     _colour(tr, _RUN_COLOURS[i % len(_RUN_COLOURS)])
                 if tr.type in ("scatter", "scattergl"):
@@ -434,11 +438,16 @@ def overlay_figures(runs: list[Path]) -> list[tuple[str, list]]:
                 base.add_trace(tr)
         title = figs[0][1].layout.title.text or name
         styles = ", ".join(f"{labels[r.name].split(' ')[0]} {_run_style(i, types)}" for i, (r, _) in enumerate(figs))
-        # the run's title, then a second line (a long title with a suffix ran past the figure's right edge); the
-        # legend shown (a one-trace figure's own layout hides it) and below: colour bars keep the right side
-        base.update_layout(title_text=f"{title}<br><sup>runs overlaid: {styles}</sup>", showlegend=True,
-                           legend=dict(orientation="h", x=0, y=-0.18, xanchor="left", yanchor="top"),
-                           margin=dict(b=110, t=max(90, (base.layout.margin.t or 0))))
+        # the run's title wrapped (plotly runs a long one past the right edge), then how the runs are told apart;
+        # the legend shown (a one-trace figure's own layout hides it) and below, in the figure's container (a legend
+        # at a negative paper y inherited a container yref from the run's figure and fell outside the image): its
+        # rows, the longer trace names of several runs, get the bottom margin they need
+        wrapped = plots.wrap_title(title)
+        lines = wrapped.count("<br>") + 2        # the title's lines and the subtitle, centred in the top margin
+        base.update_layout(title=dict(text=f"{wrapped}<br><sup>runs overlaid: {styles}</sup>", y=None),
+                           showlegend=True, margin=dict(t=40 + 24 * lines + (20 if base.layout.annotations else 0)))
+        names = sum(len(t.name or "") + 6 for t in base.data)
+        plots.legend_below(base, bottom=40 + 22 * max(1, -(-names * 7 // 1000)))
         if "box" in types:
             base.update_layout(boxmode="group")
         out.append((name, [base]))
