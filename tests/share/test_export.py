@@ -110,6 +110,18 @@ def test_vllm_json_export_takes_rows_without_inter_token_latencies(tmp_path):
     assert doc["itls"] == [[0.1] * 4, []] and doc["completed"] == 2
 
 
+def test_vllm_json_export_takes_completed_rows_without_a_first_token_time(tmp_path):
+    """A fresh user's `export --to vllm-json` of a quick run crashed (float(None)) on the long-output plan's and the
+    keep-alive probe's rows, completed without a TTFT; such a row is 0.0 in ``ttfts`` and its text never "None"."""
+    point = fake_point(batch_size=1)
+    point.requests[0]["ttft_s"] = None
+    point.requests[1]["text"] = None
+    run = make_run([point])
+    export.export_run(run, "vllm-json", out=tmp_path / "v")
+    (doc,) = [json.loads(p.read_text()) for p in (tmp_path / "v").glob("*.json")]
+    assert doc["ttfts"][0] == 0.0 and "None" not in doc.get("generated_texts", [])
+
+
 def test_unknown_format_is_one_line(capsys):
     run = _run()
     assert cli.main(["export", str(run), "--to", "csv"]) == 2

@@ -410,11 +410,13 @@ def vllm_result(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
     for (_, r), good in zip(req.iterrows(), ok):
         err = cell(r, "error")
         errors.append("" if good else str(err or "no token produced"))
-        ttfts.append(float(cell(r, "ttft_s", 0.0)) if good else 0.0)
+        # a completed request may have no first token time (a long-output plan's rows, a keep-alive probe that
+        # timed out): 0.0 as vLLM writes for a request without one, never a crash (as itl_s None, below)
+        ttfts.append(float(cell(r, "ttft_s") or 0.0) if good else 0.0)
         in_lens.append(int(_num(cell(r, "prompt_tokens")) or 0))
         out_lens.append(int(_num(cell(r, "output_tokens")) or 0) if good else 0)
         itls.append(_itl_list(cell(r, "itl_s")) if good else [])
-        texts.append(str(cell(r, "text", "")) if good else "")
+        texts.append(str(cell(r, "text") or "") if good else "")
     n_ind = _independent(point, _values(done, "ttft_s"))
     doc = {"date": date, "endpoint_type": "workbench", "backend": "workbench", "label": str(point.get("experiment")),
            "model_id": str(point.get("model")), "tokenizer_id": str(point.get("model")),
