@@ -369,13 +369,17 @@ class Route:
 
 #: ``max_tokens`` of a ``/v1/chat/completions`` request that gives none
 CHAT_MAX_TOKENS = 256
-CHAT = Route("messages", "ChatRequest", _chat_prompt_ids, "cannot apply the chat template", CHAT_MAX_TOKENS,
-             "chatcmpl-", "chat", "chat.completion", "chat.completion.chunk",
-             lambda text: {"message": {"role": "assistant", "content": text}}, lambda delta: {"delta": delta}, True)
-#: a completion's chunk carries the delta's content as its ``text``
-COMPLETION = Route("prompt", "CompletionRequest", _completion_prompt_ids, "cannot be tokenized",
-                   COMPLETION_MAX_TOKENS, "cmpl-", "completions", "text_completion", "text_completion",
-                   lambda text: {"text": text}, lambda delta: {"text": delta.get("content", "")}, False)
+CHAT = Route(field="messages", schema="ChatRequest", prompt_ids=_chat_prompt_ids,
+             untokenizable="cannot apply the chat template", default_max_tokens=CHAT_MAX_TOKENS, id_prefix="chatcmpl-",
+             endpoint="chat", body_object="chat.completion", chunk_object="chat.completion.chunk",
+             body_text=lambda text: {"message": {"role": "assistant", "content": text}},
+             chunk_text=lambda delta: {"delta": delta}, role_chunk=True)
+COMPLETION = Route(field="prompt", schema="CompletionRequest", prompt_ids=_completion_prompt_ids,
+                   untokenizable="cannot be tokenized", default_max_tokens=COMPLETION_MAX_TOKENS, id_prefix="cmpl-",
+                   endpoint="completions", body_object="text_completion", chunk_object="text_completion",
+                   body_text=lambda text: {"text": text},
+                   chunk_text=lambda delta: {"text": delta.get("content", "")},   # the delta's content as its text
+                   role_chunk=False)
 
 
 def parse_chat_request(payload: dict, cfg: ChatConfig, route: Route = CHAT):
