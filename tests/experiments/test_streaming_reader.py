@@ -167,6 +167,17 @@ def test_proxy_points_are_one_design_with_the_aa_control_and_the_finding_carries
     assert any(n.startswith("A/A control") for n in names) and "each round" in names
 
 
+def test_a_finding_quotes_no_figure_of_an_invalid_point(monkeypatch):
+    """A new user's quick run: every proxy point invalid (CPU steal), yet the finding gave each path's TTFT and "first
+    chunk only after the last token: buffering_default, buffering_on"; only valid points' requests are quoted."""
+    cfg, calls, pts, req, run = _fake_proxy_run(monkeypatch)
+    f = sr.finding(req, pts.assign(valid=False, invalid_reason="hypervisor stole 11% of CPU time (limit 5%)"))
+    assert "left out: no proxy point is valid" in f.text and "Client TTFT p50 by path" not in f.text
+    assert "First chunk only after" not in f.text and f.verdict == "undecided"
+    one = pts.assign(valid=pts["proxy"] != "buffering_on")
+    assert "buffering_on: TTFT" not in sr.headline(req, one) and "direct: TTFT" in sr.headline(req, one)
+
+
 def test_an_equivalent_path_and_an_undecided_lead_say_so_with_the_rounds_they_need(monkeypatch):
     """Synthetic design columns: a path within the margin is "equivalent within +-5%"; a lead mode whose interval
     straddles 1 is undecided and names the rounds (and seconds) that would decide it; the finding's verdict follows

@@ -483,10 +483,15 @@ def ttft_ratio_claim(points: pd.DataFrame | None, requests: pd.DataFrame) -> tup
 def headline(requests: pd.DataFrame, points: pd.DataFrame | None = None) -> str:
     """The closing note: each nginx mode's client TTFT over direct with its interval and the A/A noise floor
     (:func:`ttft_ratio_claim`, from the interleaved proxy ``points``), then client TTFT, the path's share and e2e
-    per path (medians of the proxy requests) and which paths held the first chunk until the last token."""
+    per path (medians of the proxy requests of the valid ``points``: a point marked invalid is quoted nowhere) and
+    which paths held the first chunk until the last token."""
     t = proxy_table(requests)
     if t.empty:
         return "streaming_reader: no proxy measurements."
+    if points is not None and len(points) and "point_id" in points and "point_id" in requests:
+        t = proxy_table(requests[requests["point_id"].isin(evidence.point_ids(evidence.usable_points(points)))])
+        if t.empty:
+            return ttft_ratio_claim(points, requests)[0] + " Client TTFT by path left out: no proxy point is valid."
     by = t.set_index("proxy")
     def path_share(m):
         v = by.loc[m, "transport_ttft_s_p50"]
