@@ -394,3 +394,15 @@ def test_designs_beside_plain_points_and_a_design_whose_runs_are_points():
     calls.clear()
     again = sweeps.run_sweep(run, "fake", grid, plain, design=[arms, runs], resume=True)
     assert calls == [] and len(again) == len(pts)
+
+
+def test_a_points_console_line_says_n_a_for_a_figure_it_does_not_have():
+    """A new user read "TTFT p50 nan s, TPOT p50 nan ms" in a quick run's console (a long-output plan's point)."""
+    from workbench.run.sweeps import _headline
+
+    line = _headline(2, 3, "p", {"status": "ok", "ttft_s_p50": float("nan"), "tpot_s_p50": None,
+                                 "output_throughput_tps": 17.04})
+    assert line == "[2/3] p: TTFT p50 n/a, TPOT p50 n/a, 17.0 tok/s"
+    assert "TTFT p50 0.202 s, TPOT p50 51.3 ms" in _headline(1, 3, "p", {"status": "ok", "ttft_s_p50": 0.2024,
+                                                                          "tpot_s_p50": 0.0513,
+                                                                          "output_throughput_tps": 1.0})

@@ -354,9 +354,12 @@ def _headline(i: int, n: int, pid: str, row: dict) -> str:
         return f"[{i}/{n}] {pid}: {row['status']}"
     if row.get("valid") is False:
         return f"[{i}/{n}] {pid}: INVALID ({row['invalid_reason']})"
-    line = (f"[{i}/{n}] {pid}: TTFT p50 {row.get('ttft_s_p50', float('nan')):.3f} s, "
-            f"TPOT p50 {row.get('tpot_s_p50', float('nan')) * 1e3:.1f} ms, "
-            f"{row.get('output_throughput_tps', float('nan')):.1f} tok/s")
+    def fig(col, scale, unit, digits):   # "n/a" where the point has no such figure (a plan's rows: no one TTFT)
+        v = row.get(col)
+        return f"{v * scale:.{digits}f} {unit}" if isinstance(v, (int, float)) and math.isfinite(v) else "n/a"
+
+    line = (f"[{i}/{n}] {pid}: TTFT p50 {fig('ttft_s_p50', 1, 's', 3)}, TPOT p50 {fig('tpot_s_p50', 1e3, 'ms', 1)}, "
+            f"{fig('output_throughput_tps', 1, 'tok/s', 1)}")
     goodput = row.get("goodput_rps")
     if goodput is not None and math.isfinite(goodput):
         line += f", goodput {goodput:.2f} req/s"
