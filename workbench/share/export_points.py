@@ -161,7 +161,8 @@ def br02_report(run: Path, manifest: dict, point: pd.Series, requests: pd.DataFr
     prompt = _values(done, "prompt_tokens")
     ignore_eos = point.get("ignore_eos")
     config = {k: _jsonable(point.get(k)) for k in point.index}
-    config.setdefault("arrival", arrival_of(pd.DataFrame([point])))   # read back, the run's own arrival pattern
+    if config.get("arrival") is None:   # read back, the run's own arrival pattern (a NaN column's value included)
+        config["arrival"] = arrival_of(pd.DataFrame([point]))
     total, failures, incomplete = request_counts(point, req, done)
     n_devices = devices(point)
     accel = str(point.get("device_name") or env.get("device_name") or point.get("device") or env.get("device") or "unknown")
