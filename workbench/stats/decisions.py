@@ -25,6 +25,25 @@ VERDICTS = ("direction", "equivalent", "undecided")
 MAX_ROUNDS_NEEDED = 1000   # rounds_needed beyond this is reported as None ("more than 1000 rounds")
 
 
+def level_text(level: float) -> str:
+    """A confidence level as a percentage with the digits it needs: 0.95 -> ``"95%"``, 0.975 -> ``"97.5%"``,
+    0.9967 -> ``"99.7%"``, 0.99996 -> ``"99.996%"``; a level below 1 never reads ``"100%"`` (a first look's
+    O'Brien-Fleming level does: ``f"{level:.0%}"`` wrote "100% interval" and "98%" for 97.5%).
+
+    Args:
+        level: the interval's coverage, a fraction in (0, 1].
+
+    Returns:
+        The percentage text with its ``%`` sign.
+    """
+    pct = 100.0 * float(level)
+    for digits in range(5):
+        r = round(pct, digits)
+        if abs(r - pct) < 1e-9 or (digits >= 1 and r < 100.0):
+            return f"{r:.{digits}f}%"
+    return f"{pct:.5f}%"
+
+
 # ----------------------------------------------------------------------------- critical values
 
 
@@ -245,7 +264,7 @@ class Decision:
             return f"no estimate ({self.reason or 'too few rounds'})"
         if not self.shown:
             return f"{est:.2f}x (no interval: {self.reason or 'too few rounds'})"
-        return f"{est:.2f}x, {self.level:.0%} interval {lo:.2f}-{hi:.2f}x"
+        return f"{est:.2f}x, {level_text(self.level)} interval {lo:.2f}-{hi:.2f}x"
 
     def describe(self, name: str | None = None, invert: bool = False, words: tuple[str, str] = ("higher", "lower"),
                  seconds_per_round: float | None = None) -> str:

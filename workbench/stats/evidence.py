@@ -37,6 +37,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from workbench.stats import decisions
+
 #: The largest move of a drift reference (or of a comparison's baseline between neighbouring rounds) a verdict
 #: accepts, as a ratio - 1 (:mod:`workbench.run.drift`, :mod:`workbench.stats.comparison`).
 DRIFT_LIMIT = 0.25
@@ -169,7 +171,7 @@ class Interval:
         if not self.shown:
             return f"{est} (no interval: {self.reason or 'too few samples'})"
         sep = " to " if self.low < 0 or self.high < 0 or "+" in fmt else "-"
-        return (f"{est}, {self.confidence:.0%} interval {fmt.format(self.low)}{suffix}{sep}"
+        return (f"{est}, {decisions.level_text(self.confidence)} interval {fmt.format(self.low)}{suffix}{sep}"
                 f"{fmt.format(self.high)}{suffix} ({self.method})")
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.errors import ParameterError
-from workbench.stats.decisions import ALPHA, additive_verdict
+from workbench.stats.decisions import ALPHA, additive_verdict, level_text
 
 
 def paired_binary(a: Sequence, b: Sequence, alpha: float = ALPHA, margin: float = 0.10) -> dict:
@@ -81,5 +81,5 @@ def paired_binary(a: Sequence, b: Sequence, alpha: float = ALPHA, margin: float 
     return {"difference": diff, "low": lo, "high": hi, "n": n, "discordant": (n10, n01), "p_mcnemar": p,
             "verdict": v, "direction": direction, "unconditional": (float(ulo), float(uhi)),
             "method": f"exact conditional interval over {n} paired tasks ({n10}+{n01} discordant), McNemar exact "
-                      f"p = {p:.2g}; unconditional {1 - alpha:.0%} interval {ulo * 100:+.0f} to {uhi * 100:+.0f} "
+                      f"p = {p:.2g}; unconditional {level_text(1 - alpha)} interval {ulo * 100:+.0f} to {uhi * 100:+.0f} "
                       f"points (equivalence)"}
