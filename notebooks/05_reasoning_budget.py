@@ -50,6 +50,8 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
+from IPython.display import Markdown
+
 from workbench.measure import models
 from workbench.run import results
 from workbench.experiments import reasoning_budget as exp
@@ -80,4 +82,4 @@ summary.pivot_table(index=["reasoning_budget", "batch_size"], columns="metric", 
 
 # %%
 results.save_text(run, "reasoning/examples.md", exp.examples_markdown(requests))
-print(exp.examples_markdown(requests, per_budget=1))
+display(Markdown(exp.examples_markdown(requests, per_budget=1)))  # rendered here; a headless run's console stays quiet

@@ -83,8 +83,8 @@ break_even = context_compression.break_even(points)
 quality = context_compression.quality_at(points, ratio=max(cfg.ratios))
 results.save_text(run, "tables/compression_break_even.csv", break_even.to_csv(index=False))
 results.save_text(run, "tables/compression_quality.csv", quality.to_csv(index=False))
-print(break_even.to_string(index=False))
-print(quality.to_string(index=False))
+display(break_even)
+display(quality)
 
 # %%
 if len(chat_points):

@@ -55,6 +55,8 @@ run_dir: str = ""  # run folder (set by `workbench run`); empty: a new run under
 resume: bool = False  # skip points this run already finished
 
 # %%
+from IPython.display import Markdown
+
 from workbench.measure import models
 from workbench.run import results
 from workbench.experiments import long_output
@@ -81,4 +83,4 @@ for lang in cfg.languages:
     for s in cfg.strategies:
         path = run / "texts" / f"long_output_{s}_{lang}_r0.md"
         if path.exists():
-            print(f"----- {s} ({lang}): {path.name}\n" + path.read_text()[:600] + "\n")
+            display(Markdown(f"**{s} ({lang})**: `{path.name}`\n\n" + path.read_text()[:600]))

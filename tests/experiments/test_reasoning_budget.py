@@ -61,7 +61,7 @@ def test_figures_from_tables():
                           "reasoning_throughput_vs_budget"]
     for fig in figs.values():
         assert fig.layout.title.text and len(fig.data) > 0
-    assert "## B = 8" in R.examples_markdown(req)
+    assert "## Budget 8 thinking tokens" in R.examples_markdown(req)
 
 
 def test_measure_point_aggregates_requests(monkeypatch):

@@ -587,16 +587,21 @@ def figures(points, requests, run_dir=None) -> dict:
     return figs
 
 
+def _count(v) -> str:
+    """A token count as an integer (``11``, not the column's float ``11.0``), ``?`` where missing."""
+    return "?" if v is None or v != v else f"{int(v)}"
+
+
 def examples_markdown(requests, per_budget: int = 2) -> str:
     """Markdown with the first ``per_budget`` requests of each budget: question id, thinking, answer, gold."""
     lines = ["# Reasoning budget: example outputs", ""]
     first = requests[requests["repeat"] == requests["repeat"].min()] if "repeat" in requests else requests
     first = first[first["batch_size"] == first["batch_size"].min()]
     for budget, g in first.groupby("reasoning_budget", sort=True):
-        lines += [f"## B = {budget}", ""]
+        lines += [f"## Budget {budget:g} thinking tokens", ""]
         for _, r in g.head(per_budget).iterrows():
             pred = r["prediction"] if isinstance(r["prediction"], str) else "none"
             lines += [f"**{r['task_id']}** (gold `{r['gold']}`, predicted `{pred}`, "
-                      f"{r['thinking_tokens']} thinking + {r['answer_tokens']} answer tokens)", "",
+                      f"{_count(r['thinking_tokens'])} thinking + {_count(r['answer_tokens'])} answer tokens)", "",
                       "```", f"{r['thinking_text']}{r['answer_text']}", "```", ""]
     return "\n".join(lines)
