@@ -312,3 +312,25 @@ def test_timers_synchronise_cuda_and_mps_before_reading_the_clock(monkeypatch):
     timer.put(torch.tensor([[1, 2]]))
     timer.put(torch.tensor([3]))
     assert calls == ["mps", "cuda", "mps"]
+
+
+def test_generate_gets_its_settings_in_the_config_not_beside_it(loaded, caplog):
+    """transformers deprecates ``generate(generation_config=..., pad_token_id=...)`` ("Passing `generation_config`
+    together with generation-related arguments ... will be removed"): the pad token and a speculative setting
+    (prompt lookup's ``prompt_lookup_num_tokens``) go in the config, and prompt lookup still runs (its draft steps
+    counted)."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()   # once per process: an earlier test's warning would hide this one's
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.WARNING):
+            res = generate_measured(loaded, ["Copy this: alpha beta gamma delta alpha beta gamma delta"],
+                                    GenerationSettings(max_new_tokens=6, ignore_eos=True),
+                                    generate_kwargs={"prompt_lookup_num_tokens": 2})
+    finally:
+        hf_logging.disable_propagation()
+    assert not [r for r in caplog.records if "together with generation-related" in r.getMessage()]
+    assert res.records[0]["output_tokens"] == 6 and "draft_proposed" in res.records[0]

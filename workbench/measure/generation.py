@@ -400,6 +400,12 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
     enc = enc.to(model.device)
     t_ready = time.perf_counter()
     gen_config = settings.generation_config(model.generation_config)
+    # generation settings go in the config, not beside it: transformers deprecates passing both (its warning:
+    # "Passing `generation_config` together with generation-related arguments ... will be removed")
+    gen_config.pad_token_id = tokenizer.pad_token_id
+    extra = dict(generate_kwargs or {})
+    for key in [k for k in extra if k in gen_config.to_dict()]:   # e.g. prompt_lookup_num_tokens
+        setattr(gen_config, key, extra.pop(key))
     prefill = PrefillTimer(model, device_type)
     counted = is_speculative(generate_kwargs) and not (generate_kwargs or {}).get("assistant_early_exit")
     verify = VerifyCounter(model, enc["input_ids"].shape[1]) if counted else None  # early exit: draft == target
@@ -416,10 +422,9 @@ def _generate_locked(loaded, prompts, settings, chat, system_prompt, extra_strea
                 **enc,
                 generation_config=gen_config,
                 streamer=StreamerGroup(timer, extra_streamer),
-                pad_token_id=tokenizer.pad_token_id,
                 logits_processor=logits_processor,
                 stopping_criteria=stopping_criteria,
-                **(generate_kwargs or {}),
+                **extra,
             )
     finally:
         prefill.remove()
