@@ -430,3 +430,15 @@ def test_a_pick_not_shown_better_than_its_runner_up_leaves_the_finding_undecided
     assert "Against the runner-up, lanes: undecided" in f.text and f.verdict == "undecided"
     rounds.loc[rounds["arm"] == "lanes", "value"] *= 1.6          # lanes clearly behind: the pick is decided
     assert scheduling.finding(pts, req, "a run folder").verdict == "direction"
+
+
+def test_an_undecided_secondary_outcome_names_no_rounds_of_the_primarys():
+    """A row's ``rounds_needed`` is the primary outcome's (0 once decided): the background e2e, undecided beside a
+    decided interactive TTFT, read "about 0 rounds would decide it" (a default run, 2026-12-08); it says its verdict
+    and interval, and no rounds estimate that is not its own."""
+    pts, req = _designed({"sjf": (0.45, 0.3, 0.68, "direction", "lower")},
+                         background=(1.2, 0.9, 1.5, "undecided", ""))
+    f = scheduling.finding(pts.assign(rounds_needed=0.0), req)
+    assert f.verdict == "direction"
+    assert "background e2e: undecided: 1.20x, 95% interval 0.90-1.50x" in f.text
+    assert "0 rounds" not in f.text and "rounds would" not in f.text

@@ -622,3 +622,14 @@ def test_a_point_measured_under_other_load_is_greyed_in_every_rate_figure():
         assert len(crosses) == panels and sum(bool(t.showlegend) for t in crosses) == 1, fig.layout.title.text
         assert all(list(t.x) in ([3.0], [30.0]) for t in crosses)
     assert len({t.xaxis for t in latency_vs_throughput(pts).data if t.name == INVALID_NAME}) == 2   # one per panel
+
+
+def test_an_undecided_throughput_beside_a_decided_ttft_names_no_rounds_of_the_ttfts():
+    """The run's output throughput is the engine design's secondary outcome: undecided beside a decided TTFT it read
+    "about 0 rounds would decide it" (the row's ``rounds_needed`` is the primary's; a default run, 2026-12-08)."""
+    pts = _compared({"static": (0.3, 0.2, 0.45, "direction", "lower"),
+                     "continuous": (0.6, 0.45, 0.8, "direction", "lower")},
+                    throughput=(1.66, 0.85, 3.26, "undecided", ""))
+    f = serving_load.finding(pts.assign(rounds_needed=0.0), 0.9)
+    assert "output throughput: undecided: 1.66x, 95% interval 0.85-3.26x" in f.text
+    assert "0 rounds" not in f.text

@@ -12,3 +12,10 @@ def test_level_text_gives_a_level_the_digits_it_needs():
     assert decisions.level_text(0.99996) == "99.996%"
     d = decisions.Decision("b", "a", 1.4, 1.02, 1.93, 0.9967, "direction", "higher", 1.05, 4, 6, "x")
     assert "99.7% interval 1.02-1.93x" in d.interval_text()
+
+
+def test_an_undecided_decision_never_reads_about_0_rounds():
+    """0 is a decided comparison's rounds_needed; an undecided one carrying it (a secondary outcome's row) says it has
+    no estimate of its own instead of "about 0 rounds would decide it"."""
+    d = decisions.Decision("b", "a", 1.66, 0.85, 3.26, 0.976, "undecided", "", 1.05, 3, 2, "x", rounds_needed=0)
+    assert "about 0 rounds" not in d.describe("output throughput") and "no estimate" in d.needed_text()

@@ -35,15 +35,16 @@ def decision_from_row(row, outcome: Outcome) -> blocks.Decision | None:
                            "" if math.isfinite(num(f"{p}_low")) else str(row.get(f"{p}_method") or ""))
 
 
-def secondary_clause(row, outcome: Outcome, name: str) -> str | None:
+def secondary_clause(row, outcome: Outcome, name: str, words: tuple[str, str] | None = None) -> str | None:
     """A secondary outcome's decision as a point row carries it, as a clause: its verdict and simultaneous interval
-    (:meth:`workbench.stats.blocks.Decision.describe`), without a rounds estimate: the row's ``rounds_needed`` is the
-    primary outcome's, the one the design adds rounds for. None when the row has no decision of ``outcome``."""
+    (:meth:`workbench.stats.blocks.Decision.describe`, ``words`` the names of a ratio above / below 1, by default
+    the outcome's), without a rounds estimate: the row's ``rounds_needed`` is the primary outcome's, the one the
+    design adds rounds for. None when the row has no decision of ``outcome``."""
     d = decision_from_row(row, outcome)
     if d is None:
         return None
     if d.decided:
-        return d.describe(name, words=outcome.words)
+        return d.describe(name, words=words or outcome.words)
     return f"{name}: undecided: " + (f"{d.interval_text()} ({d.method})" if d.shown else d.interval_text())
 
 

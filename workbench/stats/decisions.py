@@ -285,6 +285,8 @@ class Decision:
         """``"about 12 rounds (~340 s) would decide it at the observed spread"`` or why no estimate exists."""
         if self.decided:
             return "decided"
+        if self.rounds_needed == 0:   # a decided comparison's figure carried over (a secondary outcome's row): none
+            return "no estimate of the rounds needed (the design planned its rounds for another outcome)"
         if self.rounds_needed is None:
             return (f"more than {MAX_ROUNDS_NEEDED} rounds would be needed at the observed spread"
                     if math.isfinite(self.estimate) and self.shown else "no estimate of the rounds needed (no spread yet)")

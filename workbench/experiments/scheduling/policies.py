@@ -180,9 +180,8 @@ def policy_finding(points: pd.DataFrame, requests: pd.DataFrame, run_dir=None) -
     est = {p: d.estimate for p, d in decisions.items() if d is not None and d.estimate == d.estimate}
     pick = min(est, key=est.get) if est else None
     def clause(p, d, name):
-        b = design.decision_from_row(designed.loc[p], BACKGROUND)
-        return (d.describe(name, words=TIME_WORDS, seconds_per_round=secs) +
-                ("; " + b.describe("background e2e", words=TIME_WORDS) if b is not None else ""))
+        b = design.secondary_clause(designed.loc[p], BACKGROUND, "background e2e", TIME_WORDS)  # no rounds estimate
+        return d.describe(name, words=TIME_WORDS, seconds_per_round=secs) + ("; " + b if b is not None else "")
 
     clauses = [clause(p, d, f"{p} vs fcfs, interactive TTFT") for p, d in decisions.items()]
     if pick is not None and est[pick] < 1:

@@ -179,9 +179,8 @@ def engines_finding(points: pd.DataFrame, run_dir=None) -> evidence.Finding | No
                f"{checks.int_or(ctrl.get('requests_planned'), 0)} requests a run, {int(ctrl['rounds'])} rounds, a fresh "
                f"engine per run")
     def clause(e, d, name):
-        t = design.decision_from_row(rows.loc[e], THROUGHPUT)
-        return (d.describe(name, words=TIME_WORDS, seconds_per_round=secs)
-                + ("; " + t.describe("output throughput", words=THROUGHPUT.words) if t is not None else ""))
+        t = design.secondary_clause(rows.loc[e], THROUGHPUT, "output throughput")   # no rounds estimate of its own
+        return d.describe(name, words=TIME_WORDS, seconds_per_round=secs) + ("; " + t if t is not None else "")
 
     clauses = [clause(e, d, f"{e} vs {control}, TTFT p50") for e, d in decisions.items()]
     est = {e: d.estimate for e, d in decisions.items() if d.estimate == d.estimate}
