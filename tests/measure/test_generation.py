@@ -323,14 +323,17 @@ def test_generate_gets_its_settings_in_the_config_not_beside_it(loaded, caplog):
 
     from transformers.utils import logging as hf_logging
 
+    from workbench.inputs import prompts
+
     hf_logging.warning_once.cache_clear()   # once per process: an earlier test's warning would hide this one's
     hf_logging.enable_propagation()
     try:
         with caplog.at_level(logging.WARNING):
-            res = generate_measured(loaded, ["Copy this: alpha beta gamma delta alpha beta gamma delta"],
-                                    GenerationSettings(max_new_tokens=6, ignore_eos=True),
-                                    generate_kwargs={"prompt_lookup_num_tokens": 2})
+            res = generate_measured(loaded, prompts.task_prompts("extract", "en", 1, 300),
+                                    GenerationSettings(max_new_tokens=12, ignore_eos=True),
+                                    generate_kwargs={"prompt_lookup_num_tokens": 4})
     finally:
         hf_logging.disable_propagation()
     assert not [r for r in caplog.records if "together with generation-related" in r.getMessage()]
-    assert res.records[0]["output_tokens"] == 6 and "draft_proposed" in res.records[0]
+    rec = res.records[0]
+    assert rec["output_tokens"] == 12 and sum(rec["draft_proposed"]) > 0   # the lookup ran: candidates verified
