@@ -552,6 +552,6 @@ def test_every_name_a_benchmark_or_notebook_uses_exists(path):
 
 def test_a_missing_benchmark_name_is_found(tmp_path):
     script = tmp_path / "b.py"
-    script.write_text("from workbench.stats import classes, metrics\nfrom workbench.stats.evidence import holm\n"
+    script.write_text("from workbench.stats import classes, metrics\nfrom workbench.stats.decisions import holm\n"
                       "def f():\n    return classes.no_such_name(metrics.percentiles)\n")
     assert _missing_names(script) == ["workbench.stats.classes.no_such_name"]

@@ -107,22 +107,6 @@ def test_schedule_orders():
         comparison.schedule(["A"], 2, design="random")
 
 
-def test_holm_matches_definition():
-    adj = evidence.holm([0.01, 0.04, 0.03, float("nan")])
-    assert adj[0] == pytest.approx(0.03) and adj[2] == pytest.approx(0.06) and adj[1] == pytest.approx(0.06)
-    assert math.isnan(adj[3])
-    # Holm stops at 0.03 (above 0.05 / 2): 0.04 is tested no further, at the failing step's level (issue 49)
-    assert evidence.holm_levels([0.01, 0.04, 0.03]) == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 2, 1 - 0.05 / 2])
-
-
-def test_paired_pvalue_is_scipys_t_test():
-    from scipy import stats
-
-    num, den = [1.1, 0.9, 1.3, 1.2], [1.0, 1.0, 1.0, 1.1]
-    want = stats.ttest_1samp([math.log(a / b) for a, b in zip(num, den)], 0.0).pvalue
-    assert evidence.paired_log_ratio_pvalue(num, den) == pytest.approx(want)
-
-
 def test_joined_finding_mark_agrees_with_its_headline():
     """Issue 32: a joined finding was supported when any part was ("Scheduling: not supported: ..." joined with
     a supported prefix-sharing part was marked supported); now its mark is its headline's."""
@@ -137,8 +121,6 @@ def test_joined_finding_mark_agrees_with_its_headline():
                          "", True)
     assert not f.supported and not evidence.Finding.from_value({"text": f.text, "supported": True}).supported
     assert evidence.Finding("Budget 0 -> 32: accuracy rises 0.42 -> 0.60. Later answers: not supported.").supported
-
-
 
 
 def test_drift_between_neighbouring_rounds_is_reported():

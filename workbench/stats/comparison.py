@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.errors import ParameterError
-from workbench.stats import evidence
+from workbench.stats import decisions, evidence
 
 DESIGNS = ("interleaved", "blocks")
 AA = "A/A"  # the A/A control arm: the baseline measured a second time, interleaved like the other arms
@@ -277,10 +277,10 @@ def compare(measurements: pd.DataFrame, baseline, aa=AA, *, arm: str = "arm", un
 
     aa_iv = (evidence.paired_ratio_interval(*pairs(repr(aa)), confidence, what)
              if aa is not None and repr(aa) in names else None)
-    ps = [evidence.paired_log_ratio_pvalue(*pairs(k)) for k in others]
+    ps = [decisions.paired_log_ratio_pvalue(*pairs(k)) for k in others]
     alpha = 1 - confidence
-    adjusted = evidence.holm(ps) if adjust else list(ps)
-    levels = evidence.holm_levels(ps, alpha) if adjust else [confidence] * len(ps)
+    adjusted = decisions.holm(ps) if adjust else list(ps)
+    levels = decisions.holm_levels(ps, alpha) if adjust else [confidence] * len(ps)
     arms = {}
     for k, p, pa, level in zip(others, ps, adjusted, levels):
         iv = evidence.paired_ratio_interval(*pairs(k), level, what)

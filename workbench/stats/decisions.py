@@ -6,7 +6,10 @@ Dunnett's many-to-one value; exact for an equicorrelated one, :func:`equicorrela
 :func:`planning_critical_value` (a fast Sidak-calibrated value for planning). A comparison's decision:
 :class:`Decision` (an arm's ratio to the control with its simultaneous interval, one of :data:`VERDICTS` and the
 rounds that would decide it), the three verdicts on a ratio (:func:`verdict`) or a difference
-(:func:`additive_verdict`), and :func:`rounds_needed`. :mod:`workbench.stats.blocks` re-exports every name here.
+(:func:`additive_verdict`), :func:`rounds_needed` and an interval's level as text (:func:`level_text`).
+Multiplicity for the per-comparison paired analyses (:mod:`workbench.stats.comparison`): :func:`holm` (Holm 1979),
+:func:`holm_levels` (the intervals that agree with its decisions) and :func:`paired_log_ratio_pvalue`.
+:mod:`workbench.stats.blocks` re-exports the names of the block analysis.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -406,3 +410,71 @@ def tukey_critical(alpha: float, arms: int, dof: float) -> float:
     from scipy import stats
 
     return float(stats.studentized_range.ppf(1 - alpha, arms, dof)) / math.sqrt(2)
+
+
+# ----------------------------------------------------------------------------- multiplicity
+
+
+def paired_log_ratio_pvalue(numerator: Iterable[float], denominator: Iterable[float]) -> float:
+    """Two-sided p-value of "the geometric-mean ratio is 1" from matched pairs: the one-sample t test on the
+    pairs' log ratios (the test dual to :func:`workbench.stats.evidence.paired_ratio_interval`; what ``scipy.stats.ttest_1samp`` computes,
+    without its per-call overhead).
+
+    Returns:
+        The p-value in [0, 1]; NaN from fewer than 2 finite pairs; 0 or 1 when the log ratios have no spread
+        (all equal: 1 when they are 0, else 0).
+    """
+    from scipy import stats
+
+    num = np.asarray(list(numerator), dtype=float)
+    den = np.asarray(list(denominator), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(num / den)
+    logs = logs[np.isfinite(logs)]
+    if logs.size < 2:
+        return float("nan")
+    if np.ptp(logs) == 0:
+        return 1.0 if logs[0] == 0 else 0.0
+    t = float(logs.mean() / (logs.std(ddof=1) / math.sqrt(logs.size)))
+    return float(2 * stats.t.sf(abs(t), logs.size - 1))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially rejective multiple test
+    procedure"): sort ascending, ``p_(i) * (m - i + 1)``, running maximum, capped at 1. Rejecting where the
+    adjusted value is below alpha holds the family-wise error at alpha over the ``m`` comparisons.
+
+    Args:
+        pvalues: one p-value per comparison; NaN ones are kept NaN and not counted in ``m``.
+
+    Returns:
+        Adjusted p-values in the input order.
+    """
+    p = np.asarray(list(pvalues), dtype=float)
+    out = np.full(p.shape, np.nan)
+    idx = [i for i in np.argsort(p, kind="stable") if np.isfinite(p[i])]
+    m, running = len(idx), 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, float(p[i]) * (m - rank)))
+        out[i] = running
+    return [float(x) for x in out]
+
+
+def holm_levels(pvalues: Sequence[float], alpha: float = ALPHA) -> list[float]:
+    """The confidence level of each comparison's interval so that it agrees with Holm's step-down decisions: the
+    comparison ranked ``i`` (0-based, ascending p) at ``1 - alpha / (m - i)`` while every step before it rejected;
+    once a step fails to reject, that step and every later one at the failing step's level ``1 - alpha / (m - j)``
+    (Holm stops there: a later comparison, whose p is at least the failing one's, cannot reject, and an interval at
+    its own step's wider level could exclude the null beside a verdict that refused it: p = [0.03, 0.04] put the
+    second at 95%, excluding 1 at p = 0.04, after the first step failed at 0.025). An interval at the returned level
+    then excludes the null exactly when Holm rejects. NaN p-values get the plain level ``1 - alpha``."""
+    p = np.asarray(list(pvalues), dtype=float)
+    out = [1 - alpha] * len(p)
+    idx = [i for i in np.argsort(p, kind="stable") if np.isfinite(p[i])]
+    m, stop = len(idx), None
+    for rank, i in enumerate(idx):
+        step = rank if stop is None else stop
+        out[i] = 1 - alpha / (m - step)
+        if stop is None and not p[i] < alpha / (m - rank):
+            stop = rank
+    return out
